@@ -1,0 +1,1 @@
+"""Entry points only: nothing here is imported by the library."""

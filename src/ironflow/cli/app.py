@@ -1,0 +1,32 @@
+"""The ``ironflow`` command: Typer commands, thin over the library.
+
+Each topic registers its commands from its own module (``cli/<topic>.py`` exposes
+``register(app)``), so this file only assembles them. Results go to stdout, progress
+and errors to stderr; bad input exits 2 with one line that names the problem.
+"""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="ironflow",
+    help="Run AI-agent steps in hardened, single-use sandboxes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_all() -> None:
+    # One line per topic module; each adds its commands to the app.
+    pass
+
+
+_register_all()
+
+
+def main() -> None:
+    app()

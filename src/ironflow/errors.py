@@ -1,0 +1,223 @@
+"""Every public exception of ironflow, sorted by what the caller can do about it.
+
+One root, :class:`IronflowError`. Each error says whether retrying the same step can
+help (``retryable``), following the reference's classification: a crashed agent or an
+unreachable API may succeed next time, a refused configuration never will.
+
+Invariant: no error's ``str()``, ``repr()`` or ``args`` carries a secret value. Errors
+name the variable, the Secret or the key, never the value; texts that come from the
+outside (CLI output, API bodies) are truncated before they are stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "TRUNCATE_BYTES",
+    "AgentError",
+    "AgentTimeout",
+    "ApiError",
+    "AuthProxyError",
+    "BudgetExceeded",
+    "CleanupError",
+    "ConfigError",
+    "HttpProviderError",
+    "InfrastructureError",
+    "IronflowError",
+    "KubernetesError",
+    "ProcessFailed",
+    "PromptTooLarge",
+    "RateLimited",
+    "SandboxError",
+    "SchemaValidation",
+    "StepConfigError",
+    "ToolProfileUnsupported",
+    "truncate",
+]
+
+#: Longest text copied from the outside into an error (the reference's 50,000 bytes).
+TRUNCATE_BYTES = 50_000
+
+
+def truncate(text: str, limit: int = TRUNCATE_BYTES) -> str:
+    """Cut ``text`` to ``limit`` UTF-8 bytes, on a character boundary, marking the cut."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[:limit].decode(errors="ignore") + "...(truncated)"
+
+
+class IronflowError(Exception):
+    """Root of every ironflow error."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class ConfigError(IronflowError, ValueError):
+    """A builder was given a value that can never work (the reference panics here).
+
+    Raised at the call that received the value, so the traceback points at the mistake.
+    """
+
+
+# --- agent step errors -------------------------------------------------------------------
+
+
+class AgentError(IronflowError):
+    """A step did not produce a result."""
+
+
+class StepConfigError(AgentError):
+    """The provider refused the step before creating anything.
+
+    The reference reports these as ``ProcessFailed`` with exit code -1 (and so retries
+    them); a refused configuration cannot succeed on a retry, so ours is not retryable.
+    The message is the reference's, word for word.
+    """
+
+    exit_code = -1
+
+
+class ProcessFailed(AgentError):
+    """The agent process (or its pod) ended without a usable result."""
+
+    retryable = True
+
+    def __init__(self, exit_code: int, stderr: str) -> None:
+        self.exit_code = exit_code
+        self.stderr = truncate(stderr)
+        super().__init__(f"claude process exited with code {exit_code}: {self.stderr}")
+
+
+class AgentTimeout(AgentError):
+    """The step ran past its timeout and was stopped."""
+
+    retryable = True
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        super().__init__(f"agent timed out after {limit_s:g}s")
+
+
+class SchemaValidation(AgentError):
+    """The CLI output could not be read, or held no value matching the JSON schema."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        expected: str,
+        got: str,
+        *,
+        raw_response: str = "",
+        partial: Any = None,
+        debug_messages: Any = None,
+    ) -> None:
+        self.expected = expected
+        self.got = got
+        self.raw_response = truncate(raw_response, 4000)
+        self.partial = partial
+        self.debug_messages = debug_messages
+        super().__init__(f"schema validation failed: expected {expected}, got {got}")
+
+
+class RateLimited(AgentError):
+    """The account is in a rejected rate-limit window."""
+
+    retryable = True
+
+
+class HttpProviderError(AgentError):
+    """An HTTP-level failure talking to the model; status 0 means no response."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.retryable = status == 0 or status >= 500
+        super().__init__(f"HTTP provider error {status}: {truncate(message, 2000)}")
+
+
+class ApiError(AgentError):
+    """The model API answered with an error (reported by the CLI as ``is_error``)."""
+
+    def __init__(self, status: int | None, code: str | None, message: str) -> None:
+        self.status = status
+        self.code = code
+        self.retryable = status is None or status == 429 or status >= 500
+        self.detail = truncate(message) if message else "(no message from the claude CLI)"
+        label = f"API error {status}" if status is not None else "API error"
+        super().__init__(f"{label}: {self.detail}")
+
+
+class PromptTooLarge(AgentError):
+    """The prompt would not fit the model's context window."""
+
+    def __init__(self, chars: int, estimated_tokens: int, model_limit: int) -> None:
+        self.chars = chars
+        self.estimated_tokens = estimated_tokens
+        self.model_limit = model_limit
+        super().__init__(
+            f"prompt too large: {chars} chars (~{estimated_tokens} tokens) "
+            f"exceeds model limit of {model_limit} tokens"
+        )
+
+
+class BudgetExceeded(AgentError):
+    """The step spent its ``max_budget_usd``."""
+
+    def __init__(self, spent_usd: float, limit_usd: float, *, debug_messages: Any = None) -> None:
+        self.spent_usd = spent_usd
+        self.limit_usd = limit_usd
+        self.debug_messages = debug_messages
+        super().__init__(f"budget exceeded: spent ${spent_usd:g} of ${limit_usd:g}")
+
+
+class ToolProfileUnsupported(AgentError):
+    """This provider cannot apply a tool profile."""
+
+
+# --- infrastructure ----------------------------------------------------------------------
+
+
+class InfrastructureError(IronflowError):
+    """Something around the step failed (API server, sandbox runtime); a retry may help."""
+
+    retryable = True
+
+
+class KubernetesError(InfrastructureError):
+    """The Kubernetes API refused or failed a call. ``status`` 0 means no answer."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.retryable = status == 0 or status == 409 or status == 429 or status >= 500
+        super().__init__(truncate(message, 2000))
+
+
+class CleanupError(InfrastructureError):
+    """Objects of a run or a previous attempt could not be removed.
+
+    Replayable: the engine puts the run back in the queue and the next attempt
+    releases again.
+    """
+
+
+class SandboxError(InfrastructureError):
+    """The local sandbox runtime (bubblewrap, gVisor) could not start the step."""
+
+
+class AuthProxyError(IronflowError):
+    """Talking to the auth proxy failed; the message never holds a token or a key."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
+        self.status = status
+        self.retryable = retryable
+        super().__init__(truncate(message, 2000))

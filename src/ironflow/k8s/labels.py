@@ -1,0 +1,126 @@
+"""Label and annotation keys, selectors, and the label-value sanitiser (pure).
+
+Every module that writes or selects ironflow objects imports its keys from here, so a
+cluster prepared for the reference implementation sees the same wire names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "ANNOTATION_EXPIRES_AT",
+    "COMPONENT_CLAUDE_RUNNER",
+    "COMPONENT_ENVIRONMENT",
+    "COMPONENT_JOB_RUN",
+    "COMPONENT_POD_RUN",
+    "COMPONENT_PROMPT_DATA",
+    "ENVIRONMENT_SELECTOR",
+    "LABEL_COMPONENT",
+    "LABEL_EGRESS_PROFILE",
+    "LABEL_MANAGED_BY",
+    "LABEL_ROOT_RUN_ID",
+    "LABEL_RUN_ID",
+    "LABEL_STEP",
+    "MANAGED_BY_VALUE",
+    "MANAGED_SELECTOR",
+    "PROMPT_SELECTOR",
+    "RESERVED_LABELS",
+    "RUNNER_SELECTOR",
+    "expires_at",
+    "is_reserved_label",
+    "is_valid_label_value",
+    "reserved_label_message",
+    "sanitize_label_value",
+    "selector",
+]
+
+LABEL_RUN_ID: Final = "ironflow.io/run-id"
+LABEL_ROOT_RUN_ID: Final = "ironflow.io/root-run-id"
+LABEL_STEP: Final = "ironflow.io/step"
+LABEL_EGRESS_PROFILE: Final = "ironflow.io/egress-profile"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+ANNOTATION_EXPIRES_AT: Final = "ironflow.io/expires-at"
+
+MANAGED_BY_VALUE: Final = "ironflow"
+COMPONENT_CLAUDE_RUNNER: Final = "claude-runner"
+COMPONENT_PROMPT_DATA: Final = "prompt-data"
+COMPONENT_POD_RUN: Final = "pod-run"
+COMPONENT_JOB_RUN: Final = "job-run"
+COMPONENT_ENVIRONMENT: Final = "environment"
+
+#: Keys only ironflow sets: a caller label with one of them would hide an object from
+#: the reaper or make it look like another component.
+RESERVED_LABELS: Final = frozenset({LABEL_MANAGED_BY, LABEL_COMPONENT})
+
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
+RUNNER_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_CLAUDE_RUNNER}"
+PROMPT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_PROMPT_DATA}"
+ENVIRONMENT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_ENVIRONMENT}"
+
+_MAX_LABEL_VALUE: Final = 63
+_HASH_SUFFIX_LEN: Final = 9  # "-" + 8 hex digits
+_ALLOWED = re.compile(r"[A-Za-z0-9._-]")
+_VALID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def is_reserved_label(key: str) -> bool:
+    return key in RESERVED_LABELS
+
+
+def reserved_label_message(key: str) -> str:
+    return f"pod label '{key}' is reserved: ironflow sets it on every object it creates"
+
+
+def is_valid_label_value(value: str) -> bool:
+    """A non-empty Kubernetes label value (the empty value, valid for the API, is refused)."""
+    return len(value.encode()) <= _MAX_LABEL_VALUE and _VALID.fullmatch(value) is not None
+
+
+def _fnv1a_32(data: bytes) -> int:
+    h = 0x811C9DC5
+    for byte in data:
+        h ^= byte
+        h = (h * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def sanitize_label_value(raw: str) -> str:
+    """Turn any string into a valid label value; a valid one is returned unchanged.
+
+    An altered value gets ``-`` and the FNV-1a hash of the original, so two names that
+    map to the same characters still get different labels.
+
+    >>> sanitize_label_value("review")
+    'review'
+    >>> sanitize_label_value("fix bug/42")
+    'fix-bug-42-b8a85051'
+    """
+    if is_valid_label_value(raw):
+        return raw
+    mapped = "".join(c if _ALLOWED.fullmatch(c) else "-" for c in raw)
+    # Only ASCII survives the mapping, so byte and char truncation agree.
+    mapped = mapped[: _MAX_LABEL_VALUE - _HASH_SUFFIX_LEN]
+    start, end = 0, len(mapped)
+    while start < end and not mapped[start].isalnum():
+        start += 1
+    while end > start and not mapped[end - 1].isalnum():
+        end -= 1
+    base = mapped[start:end] or "unnamed"
+    return f"{base}-{_fnv1a_32(raw.encode()):08x}"
+
+
+def selector(base: str, pairs: Mapping[str, str]) -> str:
+    """``base`` plus one ``key=value`` term per pair, in order."""
+    return ",".join([base, *(f"{k}={v}" for k, v in pairs.items())])
+
+
+def expires_at(annotations: Mapping[str, str] | None) -> int | None:
+    """The expiry of an object, or None when absent or unparseable (never reaped then)."""
+    raw = (annotations or {}).get(ANNOTATION_EXPIRES_AT)
+    if raw is None or not raw.isdigit():
+        return None
+    return int(raw)

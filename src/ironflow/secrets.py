@@ -1,0 +1,105 @@
+"""Secret values that cannot leak by accident, and the scanner the tests share.
+
+A :class:`Secret` prints as ``Secret('***')`` in ``str``, ``repr``, f-strings and
+tracebacks; only :meth:`Secret.reveal` gives the value, so every place that sends a
+credential anywhere is a call to ``reveal`` that a reviewer can find with grep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+from typing import Any, Final
+
+__all__ = ["Secret", "find_leaks", "looks_like_claude_credential"]
+
+_REDACTED: Final = "***"
+
+
+class Secret:
+    """A credential, token or key; redacted everywhere but :meth:`reveal`."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if isinstance(value, Secret):
+            value = value.reveal()
+        self._value = value
+
+    def reveal(self) -> str:
+        """The clear value: call it only where the value leaves for its one destination."""
+        return self._value
+
+    def short_id(self) -> str:
+        """First 12 hex chars of the SHA-256: safe to log, stable across processes."""
+        return hashlib.sha256(self._value.encode()).hexdigest()[:12]
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __len__(self) -> int:
+        return len(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self._value))
+
+    def __repr__(self) -> str:
+        return f"Secret('{_REDACTED}')"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Secret is not pickled: it would leave the process in clear")
+
+
+def looks_like_claude_credential(value: str) -> bool:
+    """Anthropic API keys and OAuth tokens start with ``sk-ant``."""
+    return value.startswith("sk-ant")
+
+
+def _flatten(obj: Any) -> Iterable[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, bytes):
+        yield obj.decode(errors="replace")
+    elif isinstance(obj, BaseException):
+        yield str(obj)
+        yield repr(obj)
+        yield from _flatten(list(obj.args))
+        yield from _flatten(vars(obj) if hasattr(obj, "__dict__") else {})
+    elif isinstance(obj, dict | list | tuple | set | frozenset):
+        try:
+            yield json.dumps(obj, default=repr, sort_keys=True)
+        except (TypeError, ValueError):
+            yield repr(obj)
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+        for _, value in items:
+            yield from _flatten(value)
+    else:
+        yield repr(obj)
+        yield str(obj)
+
+
+def find_leaks(secrets: Iterable[str], *haystacks: Any) -> list[str]:
+    """Return, redacted, every secret value found in any haystack (text, dict, error...).
+
+    Errors are searched through ``str``, ``repr``, ``args`` and attributes; containers
+    recursively and as JSON. The result names the leak by position, never by value.
+    """
+    values = [s for s in secrets if s]
+    found: list[str] = []
+    texts = [t for h in haystacks for t in _flatten(h)]
+    for index, value in enumerate(values):
+        if any(value in text for text in texts):
+            found.append(f"secret #{index} ({len(value)} chars)")
+    return found

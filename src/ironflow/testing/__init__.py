@@ -1,0 +1,15 @@
+"""Test helpers users can rely on: an offline Anthropic API, a Kubernetes API test server,
+a throwaway PostgreSQL server, and secret-leak assertions.
+
+Nothing here is imported by the library itself.
+"""
+
+from ironflow.secrets import find_leaks
+
+__all__ = ["assert_no_leaks", "find_leaks"]
+
+
+def assert_no_leaks(secrets: list[str], *haystacks: object) -> None:
+    """Fail when any secret value appears in any haystack (text, dict, exception...)."""
+    leaks = find_leaks(secrets, *haystacks)
+    assert not leaks, f"secret values leaked: {leaks}"
