@@ -25,6 +25,11 @@ __all__ = [
     "HttpProviderError",
     "InfrastructureError",
     "IronflowError",
+    "KubeConflict",
+    "KubeForbidden",
+    "KubeGone",
+    "KubeNotFound",
+    "KubeUnavailable",
     "KubernetesError",
     "ProcessFailed",
     "PromptTooLarge",
@@ -200,6 +205,26 @@ class KubernetesError(InfrastructureError):
         self.reason = reason
         self.retryable = status == 0 or status == 409 or status == 429 or status >= 500
         super().__init__(truncate(message, 2000))
+
+
+class KubeForbidden(KubernetesError):
+    """403: the worker's Role lacks this verb on this resource."""
+
+
+class KubeNotFound(KubernetesError):
+    """404: the object (or the resource type) does not exist."""
+
+
+class KubeConflict(KubernetesError):
+    """409: the object already exists, or changed under us."""
+
+
+class KubeGone(KubernetesError):
+    """410: a watch's resourceVersion is too old; list again."""
+
+
+class KubeUnavailable(KubernetesError):
+    """5xx, or no answer at all (``status`` 0): the API server may come back."""
 
 
 class CleanupError(InfrastructureError):

@@ -1,0 +1,51 @@
+"""Where things live inside a sandbox, and which variables carry what (pure constants).
+
+The Kubernetes pod, the local sandbox, agent-sandbox pods and the runner image all use
+this one layout, so a profile or a managed-settings preset works the same everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ALLOW_BYPASS_ENV",
+    "CREDENTIALS_ENV",
+    "MANAGED_SETTINGS_DIR",
+    "MANAGED_SETTINGS_FILE",
+    "PROFILE_MOUNT_DIR",
+    "PROMPT_KEY",
+    "PROMPT_MOUNT_DIR",
+    "PROXY_FORBIDDEN_ENV",
+    "SANDBOX_HOME",
+    "SANDBOX_TMP",
+    "SANDBOX_UID",
+    "SESSIONS_MOUNT_PATH",
+]
+
+#: uid, gid and fsGroup of the agent in every sandbox.
+SANDBOX_UID: Final = 10001
+SANDBOX_HOME: Final = "/home/claude"
+SANDBOX_TMP: Final = "/tmp"
+SESSIONS_MOUNT_PATH: Final = "/home/claude/.claude/projects"
+#: Claude Code reads managed-settings.json here on Linux; mounted read-only.
+MANAGED_SETTINGS_DIR: Final = "/etc/claude-code"
+MANAGED_SETTINGS_FILE: Final = "managed-settings.json"
+#: Each profile ConfigMap is mounted read-only at PROFILE_MOUNT_DIR/<index> and copied.
+PROFILE_MOUNT_DIR: Final = "/etc/ironflow/claude-profile"
+PROMPT_MOUNT_DIR: Final = "/mnt/ironflow-prompt"
+PROMPT_KEY: Final = "prompt"
+
+#: Full credentials JSON, written to ~/.claude/.credentials.json by the home setup.
+CREDENTIALS_ENV: Final = "IRONFLOW_CLAUDE_CREDENTIALS"
+#: Worker-side opt-in for --dangerously-skip-permissions; always blanked in the pod.
+ALLOW_BYPASS_ENV: Final = "IRONFLOW_ALLOW_BYPASS"
+
+#: With an auth proxy, the pod must receive none of these: the proxy injects the credential.
+PROXY_FORBIDDEN_ENV: Final = (
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    CREDENTIALS_ENV,
+)
