@@ -1,0 +1,34 @@
+"""pytest plugin of shared fixtures for suites that need real components.
+
+Load it with ``-p ironflow.testing.pytest_plugin``. ``postgres_dsn`` starts one
+throwaway PostgreSQL server per test session (see :mod:`ironflow.testing.postgres`)
+and removes it at the end; tests that need isolation create their own database or
+schema on it. When PostgreSQL is not installed the test is skipped with a reason
+that says so, never silently passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ironflow.testing import postgres
+
+__all__ = ["postgres_dsn"]
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """DSN of a real PostgreSQL server shared by the whole session."""
+    try:
+        postgres.find_pg_bin("initdb")
+        postgres.find_pg_bin("pg_ctl")
+    except postgres.PostgresNotAvailable as exc:
+        pytest.skip(f"PostgreSQL is not installed: {exc}")
+    server = postgres.PostgresServer()
+    server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
