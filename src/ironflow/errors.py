@@ -25,6 +25,7 @@ __all__ = [
     "HttpProviderError",
     "InfrastructureError",
     "IronflowError",
+    "KubeClientConfigError",
     "KubeConflict",
     "KubeForbidden",
     "KubeGone",
@@ -34,6 +35,7 @@ __all__ = [
     "ProcessFailed",
     "PromptTooLarge",
     "RateLimited",
+    "ReplayDivergence",
     "SandboxError",
     "SchemaValidation",
     "StepConfigError",
@@ -246,3 +248,32 @@ class AuthProxyError(IronflowError):
         self.status = status
         self.retryable = retryable
         super().__init__(truncate(message, 2000))
+
+
+class ReplayDivergence(IronflowError):
+    """A resumed run asked for a different step than the stored one at the same position.
+
+    The workflow code changed under a run (or is not deterministic); replaying would mix
+    two histories, so the run fails. Fix: finish old runs before changing a workflow, or
+    start a new run.
+    """
+
+    def __init__(self, position: int, stored: str, requested: str) -> None:
+        self.position = position
+        self.stored = stored
+        self.requested = requested
+        super().__init__(
+            f"replay diverged at step {position}: the run recorded {stored} but the workflow now asks for "
+            f"{requested}; start a new run or restore the workflow code of this run"
+        )
+
+
+class KubeClientConfigError(KubernetesError):
+    """No usable cluster configuration (missing kubeconfig, unknown context, no service account).
+
+    Not retryable: the same configuration fails the same way; the message names the source.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=0)
+        self.retryable = False
