@@ -32,6 +32,7 @@ __all__ = [
     "KubeNotFound",
     "KubeUnavailable",
     "KubernetesError",
+    "OperationTimeout",
     "ProcessFailed",
     "PromptTooLarge",
     "RateLimited",
@@ -277,3 +278,10 @@ class KubeClientConfigError(KubernetesError):
     def __init__(self, message: str) -> None:
         super().__init__(message, status=0)
         self.retryable = False
+
+
+class OperationTimeout(InfrastructureError):
+    """A ``PodRun`` / ``JobRun`` did not finish within its timeout; the object was deleted.
+
+    The message names the pod or Job (``pod 'check' did not finish within 300s``).
+    """
