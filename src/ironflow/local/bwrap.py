@@ -1,0 +1,193 @@
+"""Sandbox settings into a bubblewrap argv with the sandboxed pod's posture (pure).
+
+The sandbox root is bubblewrap's own tmpfs, made read-only at the end; each top-level
+entry of the host root is bound read-only into it, except :data:`HIDDEN_ROOT_ENTRIES`
+(homes, ``/run`` with its sockets, ``/tmp``), which the sandbox never sees. ``/etc`` is
+rebuilt the same way so that ``/etc/claude-code`` (managed settings) and
+``/etc/ironflow/claude-profile/<i>`` can be mounted like the pod's ConfigMaps, and so
+that ``/etc/shadow`` stays outside. HOME (``/home/claude``) and ``/tmp`` are private,
+size-limited tmpfs owned by uid 10001. Every namespace is new (user, pid, ipc, uts,
+net, cgroup), no capability is kept, the sandbox dies with its parent.
+
+Invariant: no environment value is ever on the argv (``/proc/<pid>/cmdline`` is world
+readable); the caller hands the sandbox environment to the bubblewrap process itself,
+which passes it on unchanged (this module never emits ``--setenv`` or ``--clearenv``).
+The host listing this module needs (entries of ``/`` and ``/etc``) is passed in, so
+the argv is a function of its inputs.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from ironflow import errors
+from ironflow.claude import layout
+
+__all__ = [
+    "DEFAULT_HOME_SIZE_BYTES",
+    "DEFAULT_TMP_SIZE_BYTES",
+    "HIDDEN_ETC_ENTRIES",
+    "HIDDEN_ROOT_ENTRIES",
+    "PROXY_SOCKET_PATH",
+    "RESERVED_MOUNT_PATHS",
+    "BwrapSettings",
+    "HostEntry",
+    "ReadOnlyMount",
+    "bwrap_argv",
+    "mount_path_problem",
+]
+
+DEFAULT_HOME_SIZE_BYTES: Final = 1 << 30
+DEFAULT_TMP_SIZE_BYTES: Final = 1 << 30
+
+#: Top-level host entries the sandbox never sees: homes and credentials, runtime
+#: sockets (a unix socket is reachable through the filesystem, whatever the network
+#: namespace), and the mounts bubblewrap makes itself.
+HIDDEN_ROOT_ENTRIES: Final = frozenset({"root", "home", "run", "tmp", "proc", "dev", "etc"})
+#: Host ``/etc`` entries left out of the sandbox's ``/etc`` (password hashes, and the
+#: managed-settings directory the step's own settings replace).
+HIDDEN_ETC_ENTRIES: Final = frozenset({"shadow", "shadow-", "gshadow", "gshadow-", "claude-code", "ironflow"})
+#: Where the auth proxy's unix socket appears inside the sandbox.
+PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
+#: Paths a step's read-only mount may not take: the sandbox's own mounts.
+RESERVED_MOUNT_PATHS: Final = (
+    layout.SANDBOX_HOME,
+    layout.SANDBOX_TMP,
+    layout.MANAGED_SETTINGS_DIR,
+    layout.PROFILE_MOUNT_DIR,
+    "/proc",
+    "/dev",
+    "/run/ironflow",
+)
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One entry of a host directory: bound read-only, or recreated as the same symlink."""
+
+    name: str
+    symlink_target: str | None = None
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class ReadOnlyMount:
+    """A host path bound read-only at ``target`` inside the sandbox."""
+
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class BwrapSettings:
+    """Everything the argv depends on; listing the host is the caller's job."""
+
+    command: tuple[str, ...]
+    root_entries: tuple[HostEntry, ...]
+    etc_entries: tuple[HostEntry, ...] = ()
+    read_only_mounts: tuple[ReadOnlyMount, ...] = ()
+    managed_settings_dir: str | None = None
+    profile_dirs: tuple[str, ...] = ()
+    proxy_socket: str | None = None
+    working_dir: str | None = None
+    home_size_bytes: int = DEFAULT_HOME_SIZE_BYTES
+    tmp_size_bytes: int = DEFAULT_TMP_SIZE_BYTES
+    uid: int = layout.SANDBOX_UID
+    hostname: str = "ironflow-sandbox"
+    bwrap_path: str = "bwrap"
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot receive a read-only mount, or None (absolute, not reserved)."""
+    if not path.startswith("/"):
+        return f"read-only volume mount_path must be absolute, got '{path}'"
+    norm = posixpath.normpath(path)
+    if norm == "/" or any(norm == r or norm.startswith(r + "/") for r in RESERVED_MOUNT_PATHS):
+        return f"read-only volume cannot be mounted at reserved path '{path}'"
+    if ".." in path.split("/"):
+        return f"read-only volume mount_path must not hold '..', got '{path}'"
+    return None
+
+
+def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) -> list[str]:
+    args: list[str] = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.name in hidden or "/" in entry.name or entry.name in ("", ".", ".."):
+            continue
+        path = posixpath.join(base, entry.name)
+        if entry.symlink_target is not None:
+            args += ["--symlink", entry.symlink_target, path]
+        else:
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _etc(settings: BwrapSettings) -> list[str]:
+    """``/etc``: one read-only bind with the hidden entries masked, or, when the step
+    brings managed settings or a profile (mount points that do not exist on the host),
+    a tmpfs rebuilt entry by entry (about 40 ms more, so only then)."""
+    if settings.managed_settings_dir is None and not settings.profile_dirs:
+        args = ["--ro-bind", "/etc", "/etc"]
+        for entry in sorted(settings.etc_entries, key=lambda e: e.name):
+            if entry.name in HIDDEN_ETC_ENTRIES and entry.symlink_target is None:
+                path = posixpath.join("/etc", entry.name)
+                # A directory gets an empty tmpfs, a file /dev/null: present but empty.
+                args += ["--tmpfs", path] if entry.is_dir else ["--ro-bind", "/dev/null", path]
+        return args
+    args = ["--tmpfs", "/etc", *_entries("/etc", settings.etc_entries, HIDDEN_ETC_ENTRIES)]
+    if settings.managed_settings_dir is not None:
+        args += ["--ro-bind", settings.managed_settings_dir, layout.MANAGED_SETTINGS_DIR]
+    for index, profile_dir in enumerate(settings.profile_dirs):
+        args += ["--ro-bind", profile_dir, f"{layout.PROFILE_MOUNT_DIR}/{index}"]
+    return [*args, "--remount-ro", "/etc"]
+
+
+def bwrap_argv(settings: BwrapSettings) -> list[str]:
+    """The full ``bwrap … -- COMMAND`` argv; raises ConfigError on an unusable setting."""
+    if not settings.command:
+        raise errors.ConfigError("the sandbox needs a command to run")
+    for size, name in ((settings.home_size_bytes, "home"), (settings.tmp_size_bytes, "tmp")):
+        if size <= 0:
+            raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
+    seen: set[str] = set()
+    for mount in settings.read_only_mounts:
+        problem = mount_path_problem(mount.target)
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        norm = posixpath.normpath(mount.target)
+        if norm in seen:
+            raise errors.ConfigError(f"duplicate volume mount path '{mount.target}'")
+        seen.add(norm)
+    uid = str(settings.uid)
+    argv = [
+        settings.bwrap_path,
+        "--unshare-all",  # user, pid, ipc, uts, net, cgroup: only `lo` in the network namespace
+        "--die-with-parent",
+        "--new-session",  # no TIOCSTI into the caller's terminal
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        uid,
+        "--gid",
+        uid,
+        "--hostname",
+        settings.hostname,
+    ]
+    argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += _etc(settings)
+    argv += ["--tmpfs", "/home"]
+    argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]
+    argv += ["--perms", "1777", "--size", str(settings.tmp_size_bytes), "--tmpfs", layout.SANDBOX_TMP]
+    argv += ["--tmpfs", "/run"]
+    if settings.proxy_socket is not None:
+        argv += ["--ro-bind", settings.proxy_socket, PROXY_SOCKET_PATH]
+    for mount in settings.read_only_mounts:
+        argv += ["--ro-bind", mount.source, mount.target]
+    # Read-only only now: the mounts above may need mount points under /run or /home.
+    argv += ["--remount-ro", "/run", "--remount-ro", "/home", "--remount-ro", "/"]
+    argv += ["--chdir", settings.working_dir or layout.SANDBOX_HOME]
+    return [*argv, "--", *settings.command]

@@ -1,0 +1,73 @@
+"""Inside the sandbox: relay 127.0.0.1:<port> to the auth proxy's unix socket, run the step.
+
+The sandbox has its own network namespace with only ``lo``; the auth proxy listens on a
+unix socket in the parent process, bind-mounted into the sandbox. This script binds the
+loopback port first, then starts the command, so the agent never races the relay; it
+exits with the command's exit code and takes the relay with it.
+
+Run as a standalone script (``python -I -S forwarder.py PORT SOCKET -- CMD…``): only
+the standard library, nothing of ironflow, so it starts in a few milliseconds and
+needs no package on the sandbox's path. It never reads or logs what it relays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+__all__ = ["main"]
+
+_CHUNK = 65536
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(_CHUNK):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        # Half-close so the other direction can still finish (SSE keeps streaming).
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+def _serve(listener: socket.socket, unix_path: str) -> None:
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(unix_path)
+        except OSError:
+            client.close()
+            upstream.close()
+            continue
+        threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    """``PORT SOCKET -- CMD…``: relay, run CMD, return its exit code (128+signal if killed)."""
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: forwarder.py PORT SOCKET -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    port, unix_path, command = int(argv[0]), argv[1], argv[3:]
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    threading.Thread(target=_serve, args=(listener, unix_path), daemon=True).start()
+    child = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    code = child.wait()
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main(sys.argv[1:]))

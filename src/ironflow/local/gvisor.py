@@ -1,0 +1,127 @@
+"""Sandbox settings into a gVisor (``runsc do``) argv with the pod's posture (pure).
+
+``runsc do`` shows the host root read-only under a writable in-memory overlay and
+starts the command as root inside gVisor's own kernel. The setup script built here runs
+there first, as gVisor's root (never the host's): private size-limited tmpfs over
+``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the
+managed settings and profiles copied to where the pod mounts them; then it drops to uid
+10001 with no capability and ``no_new_privs`` (``setpriv``), so the root filesystem is
+not writable by the step, and execs the command.
+
+Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
+fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
+``--network=host``, behind the relay of :mod:`ironflow.local.forwarder`: the step reaches
+127.0.0.1:<port> and nothing else (gVisor's own sandbox networking does not work on
+these hosts). Invariant: no environment value is on the argv; ``runsc do`` passes its
+own environment to the command.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Final
+
+from ironflow import errors
+from ironflow.claude import command, layout
+from ironflow.local import bwrap
+
+__all__ = ["GvisorSettings", "ProxyBridge", "gvisor_argv", "setup_script"]
+
+_Q = command.shell_quote
+#: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
+#: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
+_TRAVERSE_ROOTS: Final = ("/root",)
+
+
+@dataclass(frozen=True)
+class ProxyBridge:
+    """The relay from 127.0.0.1:<port> in the sandbox's namespace to the proxy socket."""
+
+    port: int
+    socket_path: str
+    python: str
+    forwarder_script: str
+
+
+@dataclass(frozen=True)
+class GvisorSettings:
+    """Everything the argv depends on."""
+
+    command: tuple[str, ...]
+    managed_settings_dir: str | None = None
+    profile_dirs: tuple[str, ...] = ()
+    working_dir: str | None = None
+    home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES
+    tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES
+    uid: int = layout.SANDBOX_UID
+    traverse: tuple[str, ...] = ()
+    proxy: ProxyBridge | None = None
+    runsc_path: str = "runsc"
+    bwrap_path: str = "bwrap"
+
+
+def setup_script(settings: GvisorSettings) -> str:
+    """The ``sh -c`` run as gVisor's root: mounts, copies, then drop to the step's uid."""
+    if not settings.command:
+        raise errors.ConfigError("the sandbox needs a command to run")
+    for size, name in ((settings.home_size_bytes, "home"), (settings.tmp_size_bytes, "tmp")):
+        if size <= 0:
+            raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
+    uid = settings.uid
+    lines = ["set -e"]
+    # Copies come first: the host temp dirs holding them live under the /tmp we hide next.
+    if settings.managed_settings_dir is not None:
+        dest = _Q(layout.MANAGED_SETTINGS_DIR)
+        lines.append(f"mkdir -p {dest} && cp -RL {_Q(settings.managed_settings_dir)}/. {dest}/")
+        lines.append(f"chmod -R a+rX,a-w {dest}")
+    for index, profile_dir in enumerate(settings.profile_dirs):
+        dest = _Q(f"{layout.PROFILE_MOUNT_DIR}/{index}")
+        lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
+    for path in sorted(set(settings.traverse)):
+        for root in _TRAVERSE_ROOTS:
+            if path == root or path.startswith(root + "/"):
+                lines.append(f"chmod o+x {_Q(root)}")
+    home, tmp = _Q(layout.SANDBOX_HOME), _Q(layout.SANDBOX_TMP)
+    lines += [
+        "mount -t tmpfs -o mode=0755,size=1m tmpfs /home",
+        f"mkdir {home}",
+        f"mount -t tmpfs -o mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes} tmpfs {home}",
+        f"mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs {tmp}",
+        "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
+        f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
+    ]
+    drop = (
+        f"exec setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
+    )
+    lines.append(" ".join([drop, *(_Q(a) for a in settings.command)]))
+    return "\n".join(lines)
+
+
+def gvisor_argv(settings: GvisorSettings) -> list[str]:
+    """The full argv: ``runsc … do sh -c SETUP``, inside the relay's namespace with a proxy."""
+    script = setup_script(settings)
+    network = "host" if settings.proxy is not None else "none"
+    runsc = [settings.runsc_path, "--rootless", f"--network={network}", "do", "sh", "-c", script]
+    if settings.proxy is None:
+        return runsc
+    bridge = settings.proxy
+    if not posixpath.isabs(bridge.socket_path):
+        raise errors.ConfigError(f"the proxy socket path must be absolute, got '{bridge.socket_path}'")
+    return [
+        settings.bwrap_path,
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-net",  # a namespace with only lo: --network=host then reaches nothing else
+        "--die-with-parent",
+        "--",
+        bridge.python,
+        "-I",
+        "-S",
+        bridge.forwarder_script,
+        str(bridge.port),
+        bridge.socket_path,
+        "--",
+        *runsc,
+    ]
