@@ -1,0 +1,49 @@
+"""Durable workflows of agent steps: plain async Python, runs kept in SQLite or PostgreSQL.
+
+Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` (step
+values, the ``ctx`` object) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) →
+``accounts``, ``loading`` → ``runner`` (one execution of a run) → ``worker`` (leases,
+concurrency) → ``cli/run.py``. Nothing here imports a provider implementation: the
+runner sees only :class:`~ironflow.provider.AgentProvider`.
+"""
+
+from ironflow.engine.accounts import AccountPool, CredentialRef, ProviderAccount, choose_account
+from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
+from ironflow.engine.loading import load_workflow, workflow_ref
+from ironflow.engine.model import RunRecord, RunStatus, StepKind, StepRecord, StepStatus, new_id, uuid7
+from ironflow.engine.retry import DEFAULT_RETRY, RetryPolicy, is_retryable
+from ironflow.engine.runner import Outcome, Runner, scope_step_config
+from ironflow.engine.store import Store, default_store_url, open_store
+from ironflow.engine.worker import Worker
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "AccountPool",
+    "AgentStep",
+    "Context",
+    "CredentialRef",
+    "OpStep",
+    "Outcome",
+    "ProviderAccount",
+    "RetryPolicy",
+    "RunRecord",
+    "RunStatus",
+    "Runner",
+    "Step",
+    "StepKind",
+    "StepRecord",
+    "StepStatus",
+    "Store",
+    "SubWorkflowStep",
+    "Worker",
+    "Workflow",
+    "choose_account",
+    "default_store_url",
+    "is_retryable",
+    "load_workflow",
+    "new_id",
+    "open_store",
+    "scope_step_config",
+    "uuid7",
+    "workflow_ref",
+]

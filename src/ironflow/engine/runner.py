@@ -1,0 +1,395 @@
+"""Execute one run: release, replay finished steps by position, run the rest, record all.
+
+The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
+
+* ``provider.release_run(run_id)`` before every execution of a run, the first included;
+  a failure puts the run back in the queue with backoff (the next attempt releases again);
+* every agent step carries ``ironflow.io/run-id`` and ``ironflow.io/root-run-id`` (the
+  UUIDs as they are) and ``ironflow.io/step`` (the sanitised name); retries reuse that
+  scoped config so the provider's previous-attempt cleanup finds the earlier pod;
+* a wave with two steps of one name is refused before anything is created;
+* a finished step is never run again: its stored result is returned on replay, and a
+  step whose name or kind differs from the stored one fails the run (``ReplayDivergence``);
+* a cancelled run's in-flight steps are cancelled and the run is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ironflow import errors
+from ironflow.agent import AgentConfig
+from ironflow.engine import loading, model, retry
+from ironflow.engine.accounts import AccountPool
+from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
+from ironflow.engine.store import Store
+from ironflow.k8s import labels
+from ironflow.provider import AgentProvider, LogSink
+
+__all__ = [
+    "Outcome",
+    "Runner",
+    "duplicate_name",
+    "scope_step_config",
+    "wave_duplicate_message",
+]
+
+log = logging.getLogger("ironflow.engine")
+
+
+class Outcome(enum.StrEnum):
+    """How one execution of a run ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REQUEUED = "requeued"  # release failed: the run is pending again, due after a backoff
+    ABANDONED = "abandoned"  # lease lost or worker stopping: another worker takes the run
+
+
+class _ReleaseFailed(Exception):
+    """``release_run`` failed somewhere in the run tree; the whole run is requeued."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        self.run_id = run_id
+        self.cause = cause
+        super().__init__(f"could not release run {run_id} before executing it: {cause}")
+
+
+# --- pure parts --------------------------------------------------------------------------
+
+
+def scope_step_config(config: AgentConfig, *, run_id: str, root_run_id: str, step: str) -> AgentConfig:
+    """Label a step as §2: run and root ids unsanitised (UUIDs are valid), the step name sanitised."""
+    return (
+        config.pod_label(labels.LABEL_RUN_ID, run_id)
+        .pod_label(labels.LABEL_ROOT_RUN_ID, root_run_id)
+        .pod_label(labels.LABEL_STEP, labels.sanitize_label_value(step))
+    )
+
+
+def duplicate_name(names: Sequence[str]) -> str | None:
+    """The first raw name that repeats in a wave, or None."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def wave_duplicate_message(name: str) -> str:
+    """The reference's refusal, word for word (Rust ``{name:?}`` quoting)."""
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'parallel wave has two steps named "{quoted}"; each step of a wave needs its own name'
+
+
+def _describe(kind: model.StepKind, name: str) -> str:
+    return f'{kind} step "{name}"'
+
+
+def _check_replay(stored: model.StepRecord | None, position: int, step: Step) -> None:
+    if stored is not None and (stored.name != step.name or stored.kind != step.kind):
+        raise errors.ReplayDivergence(position, _describe(stored.kind, stored.name), _describe(step.kind, step.name))
+
+
+# --- one execution -----------------------------------------------------------------------
+
+
+class _Execution:
+    """The state of one execution of one run (a sub-workflow gets its own)."""
+
+    def __init__(self, runner: Runner, run: model.RunRecord, history: list[model.StepRecord]) -> None:
+        self.runner = runner
+        self.run = run
+        self.history = {s.position: s for s in history}
+        self.next_position = 0
+
+    def _reserve(self, count: int) -> list[int]:
+        start = self.next_position
+        self.next_position += count
+        return list(range(start, start + count))
+
+    async def run_step(self, step: Step) -> Any:
+        (position,) = self._reserve(1)
+        stored = self.history.get(position)
+        _check_replay(stored, position, step)
+        return await self._execute(position, stored, step)
+
+    async def run_wave(self, steps: Sequence[Step], *, fail_fast: bool) -> list[Any]:
+        if not steps:
+            return []
+        repeated = duplicate_name([s.name for s in steps])
+        if repeated is not None:
+            raise errors.StepConfigError(wave_duplicate_message(repeated))
+        positions = self._reserve(len(steps))
+        stored = [self.history.get(p) for p in positions]
+        for position, record, step in zip(positions, stored, steps, strict=True):
+            _check_replay(record, position, step)
+        tasks = [
+            asyncio.create_task(self._execute(p, r, s), name=f"ironflow-step-{s.name}")
+            for p, r, s in zip(positions, stored, steps, strict=True)
+        ]
+        try:
+            if fail_fast:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception()), None)
+                if failed is not None:
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    raise failed.exception()  # type: ignore[misc]
+            else:
+                await asyncio.wait(tasks)
+                for task in tasks:
+                    if task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+            return [t.result() for t in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _execute(self, position: int, stored: model.StepRecord | None, step: Step) -> Any:
+        if stored is not None and stored.status is model.StepStatus.SUCCEEDED:
+            return stored.result
+        store = self.runner.store
+        record = model.StepRecord(
+            run_id=self.run.id,
+            position=position,
+            name=step.name,
+            kind=step.kind,
+            id=stored.id if stored else model.new_id(),
+            status=model.StepStatus.RUNNING,
+            child_run_id=(stored.child_run_id if stored else None)
+            or (model.new_id() if isinstance(step, SubWorkflowStep) else None),
+            labels=self._labels(step.name) if isinstance(step, AgentStep) else None,
+            attempts=stored.attempts if stored else 0,
+            started_at=time.time(),
+        )
+        await store.save_step(record)
+        attempts = 0
+        try:
+            if isinstance(step, AgentStep):
+                result, attempts = await self._agent(step)
+            elif isinstance(step, OpStep):
+                result, attempts = await self._op(step)
+            else:
+                assert record.child_run_id is not None
+                result, attempts = await self._sub_workflow(step, record.child_run_id), 1
+        except asyncio.CancelledError:
+            raise
+        except _ReleaseFailed:
+            raise
+        except Exception as exc:
+            failed = _replace(
+                record, status=model.StepStatus.FAILED, error=model.error_record(exc), attempts=record.attempts + 1
+            )
+            await store.save_step(failed)
+            raise
+        done = _replace(
+            record,
+            status=model.StepStatus.SUCCEEDED,
+            result=result,
+            attempts=record.attempts + attempts,
+            finished_at=time.time(),
+        )
+        try:
+            await store.save_step(done)
+        except errors.ConfigError as exc:  # a result that cannot be stored fails the step, by name
+            await store.save_step(_replace(record, status=model.StepStatus.FAILED, error=model.error_record(exc)))
+            raise
+        return result
+
+    def _labels(self, name: str) -> dict[str, str]:
+        return {
+            labels.LABEL_RUN_ID: self.run.id,
+            labels.LABEL_ROOT_RUN_ID: self.run.root_run_id,
+            labels.LABEL_STEP: labels.sanitize_label_value(name),
+        }
+
+    async def _agent(self, step: AgentStep) -> tuple[Any, int]:
+        runner = self.runner
+        config = scope_step_config(step.config, run_id=self.run.id, root_run_id=self.run.root_run_id, step=step.name)
+        retries = 0
+        while True:
+            session = None
+            if runner.accounts is not None and runner.provider.account_kind() is not None:
+                session = await runner.accounts.acquire(step.name)
+                config = config.account_session(session)
+            try:
+                if runner.sink is not None:
+                    result = await runner.provider.invoke_with_logs(config, runner.sink)
+                else:
+                    result = await runner.provider.invoke(config)
+                return result, retries + 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not retry.should_retry(step.retry, exc, retries):
+                    raise
+                assert step.retry is not None
+                log.info("step %s of run %s failed (%s); retrying", step.name, self.run.id, type(exc).__name__)
+                await asyncio.sleep(step.retry.delay(retries))
+                retries += 1
+            finally:
+                if session is not None and runner.accounts is not None:
+                    await runner.accounts.release(session)
+
+    async def _op(self, step: OpStep) -> tuple[Any, int]:
+        operation: Any = step.operation
+        if callable(getattr(operation, "label", None)):  # PodRun/JobRun: stamp the run's labels
+            for key, value in self._labels(step.name).items():
+                operation = operation.label(key, value)
+        retries = 0
+        while True:
+            try:
+                runnable = getattr(operation, "run", None)
+                if callable(runnable):
+                    return await runnable(), retries + 1
+                return await operation(), retries + 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not retry.should_retry(step.retry, exc, retries):
+                    raise
+                assert step.retry is not None
+                await asyncio.sleep(step.retry.delay(retries))
+                retries += 1
+
+    async def _sub_workflow(self, step: SubWorkflowStep, child_id: str) -> Any:
+        child = await self.runner.store.start_child_run(
+            model.RunRecord(
+                id=child_id,
+                workflow=loading.workflow_ref(step.workflow),
+                input=step.input,
+                status=model.RunStatus.RUNNING,
+                root_run_id=self.run.root_run_id,
+                parent_run_id=self.run.id,
+                backend=self.run.backend,
+            )
+        )
+        return await self.runner._execute_child(child, step.workflow)
+
+
+def _replace(record: model.StepRecord, **changes: Any) -> model.StepRecord:
+    import dataclasses
+
+    return dataclasses.replace(record, **changes)
+
+
+# --- the runner --------------------------------------------------------------------------
+
+
+@dataclass
+class Runner:
+    """Executes runs against one provider and one store."""
+
+    store: Store
+    provider: AgentProvider
+    accounts: AccountPool | None = None
+    sink: LogSink | None = None
+
+    async def _release(self, run_id: str) -> None:
+        try:
+            await self.provider.release_run(run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _ReleaseFailed(run_id, exc) from exc
+
+    async def _workflow_body(self, run: model.RunRecord, workflow: Workflow) -> Any:
+        history = await self.store.steps(run.id)
+        execution = _Execution(self, run, history)
+        ctx = Context(
+            run_id=run.id,
+            root_run_id=run.root_run_id,
+            parent_run_id=run.parent_run_id,
+            provider=self.provider,
+            executor=execution,
+        )
+        return await workflow(ctx, run.input)
+
+    async def _execute_child(self, child: model.RunRecord, workflow: Workflow) -> Any:
+        """A sub-workflow run, inline in its parent's execution; its failure is the parent step's."""
+        try:
+            await self._release(child.id)
+            output = await self._workflow_body(child, workflow)
+            await self.store.finish_run(child.id, None, status=model.RunStatus.SUCCEEDED, output=output)
+            return output
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.finish_run(child.id, None, status=model.RunStatus.CANCELLED))
+            raise
+        except _ReleaseFailed as exc:
+            await self.store.finish_run(
+                child.id, None, status=model.RunStatus.FAILED, error=model.error_record(exc.cause)
+            )
+            raise
+        except Exception as exc:
+            await self.store.finish_run(child.id, None, status=model.RunStatus.FAILED, error=model.error_record(exc))
+            raise
+
+    async def execute(self, run: model.RunRecord, *, worker: str, cancel: asyncio.Event | None = None) -> Outcome:
+        """Execute a run claimed by ``worker`` to its end, or until ``cancel`` is set.
+
+        Returns what happened; the store already holds the new state. A ``CancelledError``
+        from outside (worker stopping, lease lost) leaves the run to its lease.
+        """
+        workflow: Workflow
+        try:
+            workflow = loading.load_workflow(run.workflow)
+        except Exception as exc:
+            await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
+            return Outcome.FAILED
+        body = asyncio.create_task(self._top_level(run, workflow), name=f"ironflow-run-{run.id}")
+        waiter = asyncio.create_task(cancel.wait()) if cancel is not None else None
+        try:
+            await asyncio.wait([body, *([waiter] if waiter else [])], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            body.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+            raise
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+                await asyncio.gather(waiter, return_exceptions=True)
+        if not body.done():  # cancel requested: stop the in-flight steps, then release the run
+            body.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.provider.release_run(run.id)
+            await self.store.finish_run(run.id, worker, status=model.RunStatus.CANCELLED)
+            return Outcome.CANCELLED
+        return await self._settle(run, worker, body)
+
+    async def _top_level(self, run: model.RunRecord, workflow: Workflow) -> Any:
+        await self._release(run.id)
+        return await self._workflow_body(run, workflow)
+
+    async def _settle(self, run: model.RunRecord, worker: str, body: asyncio.Task[Any]) -> Outcome:
+        exc = body.exception()
+        if exc is None:
+            try:
+                await self.store.finish_run(run.id, worker, status=model.RunStatus.SUCCEEDED, output=body.result())
+            except errors.ConfigError as bad_output:
+                await self.store.finish_run(
+                    run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(bad_output)
+                )
+                return Outcome.FAILED
+            return Outcome.SUCCEEDED
+        if isinstance(exc, _ReleaseFailed):
+            delay = retry.requeue_delay(run.attempt)
+            log.warning("run %s requeued in %.1fs: %s", run.id, delay, exc)
+            error = model.error_record(errors.CleanupError(str(exc)))
+            await self.store.requeue_run(run.id, worker, error=error, delay_s=delay)
+            return Outcome.REQUEUED
+        await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
+        return Outcome.FAILED

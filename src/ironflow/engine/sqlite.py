@@ -1,0 +1,419 @@
+"""The default store: one SQLite file, stdlib ``sqlite3`` on one dedicated thread.
+
+Why a thread and no new dependency: every call is a few microseconds of SQLite work; one
+thread owning the connection keeps calls ordered and the event loop free. Several worker
+processes may share the file (WAL mode, ``BEGIN IMMEDIATE`` for claims, a busy timeout),
+which is what the crash-recovery tests do; for several machines use PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from ironflow import errors
+from ironflow.engine import model
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+#: Schema versions, applied in order and recorded in ``PRAGMA user_version``.
+_MIGRATIONS: Final[tuple[str, ...]] = (
+    """
+    CREATE TABLE ironflow_runs (
+        id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        input TEXT,
+        status TEXT NOT NULL,
+        root_run_id TEXT NOT NULL,
+        parent_run_id TEXT,
+        backend TEXT,
+        output TEXT,
+        error TEXT,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        worker TEXT,
+        lease_until REAL,
+        available_at REAL NOT NULL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX ironflow_runs_due ON ironflow_runs (status, available_at) WHERE parent_run_id IS NULL;
+    CREATE INDEX ironflow_runs_root ON ironflow_runs (root_run_id);
+    CREATE TABLE ironflow_steps (
+        run_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result TEXT,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        child_run_id TEXT,
+        labels TEXT,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        PRIMARY KEY (run_id, position)
+    );
+    CREATE TABLE ironflow_rate_limits (
+        account TEXT NOT NULL,
+        window TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        status TEXT NOT NULL,
+        utilization REAL NOT NULL,
+        resets_at REAL,
+        recorded_at REAL NOT NULL,
+        PRIMARY KEY (account, window, scope)
+    );
+    """,
+)
+
+_RUN_COLUMNS: Final = (
+    "id, workflow, input, status, root_run_id, parent_run_id, backend, output, error, attempt, worker, "
+    "lease_until, available_at, cancel_requested, created_at, updated_at"
+)
+
+
+# Only constants are interpolated into these statements; every value is a parameter.
+_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ironflow_runs"  # noqa: S608
+_SELECT_RUN_BY_ID: Final = f"{_SELECT_RUN} WHERE id = ?"
+_INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 16)})"  # noqa: S608
+_RENEW: Final = (
+    "UPDATE ironflow_runs SET lease_until = ?, updated_at = ? "  # noqa: S608
+    f"WHERE id = ? AND worker = ? AND status = 'running' RETURNING {_RUN_COLUMNS}"
+)
+_START_CHILD: Final = (
+    f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) "  # noqa: S608
+    "VALUES (?,?,?,'running',?,?,?,NULL,NULL,1,NULL,NULL,?,0,?,?) "
+    "ON CONFLICT (id) DO UPDATE SET status = 'running', attempt = attempt + 1, error = NULL, "
+    f"output = NULL, cancel_requested = 0, updated_at = excluded.updated_at RETURNING {_RUN_COLUMNS}"
+)
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _run_from_row(row: sqlite3.Row) -> model.RunRecord:
+    return model.RunRecord(
+        id=row["id"],
+        workflow=row["workflow"],
+        input=model.from_json(row["input"]),
+        status=model.RunStatus(row["status"]),
+        root_run_id=row["root_run_id"],
+        parent_run_id=row["parent_run_id"],
+        backend=row["backend"],
+        output=model.from_json(row["output"]),
+        error=json.loads(row["error"]) if row["error"] else None,
+        attempt=row["attempt"],
+        worker=row["worker"],
+        lease_until=row["lease_until"],
+        available_at=row["available_at"],
+        cancel_requested=bool(row["cancel_requested"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _step_from_row(row: sqlite3.Row) -> model.StepRecord:
+    return model.StepRecord(
+        run_id=row["run_id"],
+        position=row["position"],
+        id=row["id"],
+        name=row["name"],
+        kind=model.StepKind(row["kind"]),
+        status=model.StepStatus(row["status"]),
+        result=model.from_json(row["result"]),
+        error=json.loads(row["error"]) if row["error"] else None,
+        attempts=row["attempts"],
+        child_run_id=row["child_run_id"],
+        labels=json.loads(row["labels"]) if row["labels"] else None,
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+class SqliteStore:
+    """A :class:`~ironflow.engine.store.Store` in one SQLite file."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    # -- plumbing --
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._executor is None or self._conn is None:
+            raise errors.ConfigError("the SQLite store is not open; call `await store.open()` first")
+        conn = self._conn
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")  # one process migrates at a time
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(_MIGRATIONS, start=1):
+                if number > version:
+                    for statement in filter(str.strip, script.split(";")):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ironflow-sqlite")
+        loop = asyncio.get_running_loop()
+        try:
+            self._conn = await loop.run_in_executor(self._executor, self._connect)
+            await loop.run_in_executor(self._executor, self._migrate, self._conn)
+        except sqlite3.Error as exc:
+            await self.close()
+            raise errors.ConfigError(f"cannot open the SQLite store {str(self.path)!r}: {exc}") from exc
+
+    async def close(self) -> None:
+        conn, executor = self._conn, self._executor
+        self._conn, self._executor = None, None
+        if executor is not None:
+            if conn is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+            executor.shutdown(wait=True)
+
+    # -- runs --
+
+    async def create_run(self, run: model.RunRecord) -> model.RunRecord:
+        now = time.time()
+        input_json = model.to_json(run.input, what="the run input")
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                _INSERT_RUN,
+                (
+                    run.id, run.workflow, input_json, str(run.status), run.root_run_id, run.parent_run_id,
+                    run.backend, None, _dumps(run.error), run.attempt, run.worker, run.lease_until,
+                    run.available_at or now, int(run.cancel_requested), now, now,
+                ),
+            )  # fmt: skip
+
+        await self._call(insert)
+        stored = await self.get_run(run.id)
+        assert stored is not None
+        return stored
+
+    async def get_run(self, run_id: str) -> model.RunRecord | None:
+        def get(conn: sqlite3.Connection) -> model.RunRecord | None:
+            row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
+            return _run_from_row(row) if row else None
+
+        return await self._call(get)
+
+    async def list_runs(
+        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+    ) -> list[model.RunRecord]:
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(str(status))
+        if root_run_id is not None:
+            clauses.append("root_run_id = ?")
+            params.append(root_run_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+
+        def list_(conn: sqlite3.Connection) -> list[model.RunRecord]:
+            rows = conn.execute(f"{_SELECT_RUN} {where} ORDER BY id DESC LIMIT ?", (*params, limit)).fetchall()
+            return [_run_from_row(r) for r in rows]
+
+        return await self._call(list_)
+
+    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
+        def claim(conn: sqlite3.Connection) -> model.RunRecord | None:
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT id FROM ironflow_runs WHERE parent_run_id IS NULL AND ("
+                    " (status = 'pending' AND available_at <= ?) OR (status = 'running' AND lease_until < ?))"
+                    " ORDER BY available_at, id LIMIT 1",
+                    (now, now),
+                ).fetchone()
+                if row is None:
+                    conn.execute("COMMIT")
+                    return None
+                conn.execute(
+                    "UPDATE ironflow_runs SET status = 'running', worker = ?, lease_until = ?, "
+                    "attempt = attempt + 1, updated_at = ? WHERE id = ?",
+                    (worker, now + lease_s, now, row["id"]),
+                )
+                claimed = conn.execute(_SELECT_RUN_BY_ID, (row["id"],)).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return _run_from_row(claimed)
+
+        return await self._call(claim)
+
+    async def renew_lease(self, run_id: str, worker: str, lease_s: float) -> model.RunRecord | None:
+        def renew(conn: sqlite3.Connection) -> model.RunRecord | None:
+            now = time.time()
+            row = conn.execute(
+                _RENEW,
+                (now + lease_s, now, run_id, worker),
+            ).fetchone()
+            return _run_from_row(row) if row else None
+
+        return await self._call(renew)
+
+    async def start_child_run(self, run: model.RunRecord) -> model.RunRecord:
+        now = time.time()
+        input_json = model.to_json(run.input, what="the sub-workflow input")
+
+        def start(conn: sqlite3.Connection) -> model.RunRecord:
+            row = conn.execute(
+                _START_CHILD,
+                (run.id, run.workflow, input_json, run.root_run_id, run.parent_run_id, run.backend, now, now, now),
+            ).fetchone()
+            return _run_from_row(row)
+
+        return await self._call(start)
+
+    async def finish_run(
+        self,
+        run_id: str,
+        worker: str | None,
+        *,
+        status: model.RunStatus,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        output_json = model.to_json(output, what="the workflow's return value") if output is not None else None
+
+        def finish(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE ironflow_runs SET status = ?, output = ?, error = ?, worker = NULL, lease_until = NULL, "
+                "updated_at = ? WHERE id = ? AND status = 'running' AND worker IS ?",
+                (str(status), output_json, _dumps(error), time.time(), run_id, worker),
+            )
+            return cur.rowcount == 1
+
+        return await self._call(finish)
+
+    async def requeue_run(self, run_id: str, worker: str, *, error: dict[str, Any], delay_s: float) -> bool:
+        def requeue(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            cur = conn.execute(
+                "UPDATE ironflow_runs SET status = 'pending', error = ?, worker = NULL, lease_until = NULL, "
+                "available_at = ?, updated_at = ? WHERE id = ? AND status = 'running' AND worker = ?",
+                (_dumps(error), now + delay_s, now, run_id, worker),
+            )
+            return cur.rowcount == 1
+
+        return await self._call(requeue)
+
+    async def cancel_run(self, run_id: str) -> model.RunRecord | None:
+        def cancel(conn: sqlite3.Connection) -> model.RunRecord | None:
+            now = time.time()
+            conn.execute(
+                "UPDATE ironflow_runs SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END, "
+                "cancel_requested = CASE WHEN status = 'running' THEN 1 ELSE cancel_requested END, updated_at = ? "
+                "WHERE id = ?",
+                (now, run_id),
+            )
+            row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
+            return _run_from_row(row) if row else None
+
+        return await self._call(cancel)
+
+    async def retry_run(self, run_id: str) -> model.RunRecord | None:
+        def retry(conn: sqlite3.Connection) -> model.RunRecord | None:
+            now = time.time()
+            conn.execute(
+                "UPDATE ironflow_runs SET status = 'pending', error = NULL, output = NULL, cancel_requested = 0, "
+                "available_at = ?, updated_at = ? WHERE id = ? AND status IN ('failed', 'cancelled') "
+                "AND parent_run_id IS NULL",
+                (now, now, run_id),
+            )
+            row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
+            return _run_from_row(row) if row else None
+
+        return await self._call(retry)
+
+    # -- steps --
+
+    async def steps(self, run_id: str) -> list[model.StepRecord]:
+        def list_(conn: sqlite3.Connection) -> list[model.StepRecord]:
+            rows = conn.execute("SELECT * FROM ironflow_steps WHERE run_id = ? ORDER BY position", (run_id,)).fetchall()
+            return [_step_from_row(r) for r in rows]
+
+        return await self._call(list_)
+
+    async def save_step(self, step: model.StepRecord) -> None:
+        result_json = model.to_json(step.result, what=f"the result of step {step.name!r}")
+        params = (
+            step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result_json,
+            _dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
+            _dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
+        )  # fmt: skip
+
+        def save(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO ironflow_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", params)
+
+        await self._call(save)
+
+    # -- rate limits --
+
+    async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
+        rows = [
+            (w.account, w.window, w.scope, str(w.status), w.utilization, w.resets_at, w.recorded_at or time.time())
+            for w in windows
+        ]
+
+        def record(conn: sqlite3.Connection) -> None:
+            conn.executemany("INSERT OR REPLACE INTO ironflow_rate_limits VALUES (?,?,?,?,?,?,?)", rows)
+
+        if rows:
+            await self._call(record)
+
+    async def rate_limits(self) -> list[model.RateWindow]:
+        def list_(conn: sqlite3.Connection) -> list[model.RateWindow]:
+            rows = conn.execute("SELECT * FROM ironflow_rate_limits ORDER BY account, window, scope").fetchall()
+            return [
+                model.RateWindow(
+                    account=r["account"],
+                    window=r["window"],
+                    scope=r["scope"],
+                    status=model.WindowStatus(r["status"]),
+                    utilization=r["utilization"],
+                    resets_at=r["resets_at"],
+                    recorded_at=r["recorded_at"],
+                )
+                for r in rows
+            ]
+
+        return await self._call(list_)

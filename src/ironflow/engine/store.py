@@ -1,0 +1,144 @@
+"""The Store protocol the runner and the workers talk to, and ``open_store(url)``.
+
+A store keeps runs, their steps' results and the rate-limit windows of Provider
+Accounts; it never keeps a credential. Two backends implement it: SQLite (one file,
+the default) and PostgreSQL (several workers on several machines). Both pass the same
+tests (``tests/integration/test_engine_stores.py``).
+
+Lease rule: a top-level run is taken by one worker at a time (``claim_run``); the worker
+renews its lease while it executes; a run whose lease ran out is taken again by any
+worker. Sub-workflow runs are never claimed: their parent's execution drives them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from ironflow import errors
+from ironflow.engine import model
+
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "STORE_ENV",
+    "Store",
+    "default_store_url",
+    "open_store",
+]
+
+#: Environment variable naming the store when ``--store`` is not given.
+STORE_ENV: Final = "IRONFLOW_STORE"
+#: How long a worker holds a run without renewing; renewals come every third of it.
+DEFAULT_LEASE_S: Final = 30.0
+
+
+class Store(Protocol):
+    """Durable runs and steps. Every method is atomic on its own."""
+
+    async def open(self) -> None:
+        """Connect and bring the schema up to date (idempotent, safe with several workers)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def create_run(self, run: model.RunRecord) -> model.RunRecord:
+        """Insert a new run (pending, or running for a sub-workflow its parent executes)."""
+        ...
+
+    async def get_run(self, run_id: str) -> model.RunRecord | None: ...
+
+    async def list_runs(
+        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+    ) -> list[model.RunRecord]:
+        """Newest first."""
+        ...
+
+    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
+        """Take one due pending run, or a running one whose lease expired; None when idle.
+
+        The returned record is running, held by ``worker``, with ``attempt`` counted up.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, worker: str, lease_s: float) -> model.RunRecord | None:
+        """Extend the lease; None when ``worker`` lost it (the run must stop)."""
+        ...
+
+    async def start_child_run(self, run: model.RunRecord) -> model.RunRecord:
+        """Create a sub-workflow run as running, or mark the existing one running again (replay)."""
+        ...
+
+    async def finish_run(
+        self,
+        run_id: str,
+        worker: str | None,
+        *,
+        status: model.RunStatus,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a run held by ``worker`` (None: a sub-workflow run). False when the lease was lost."""
+        ...
+
+    async def requeue_run(self, run_id: str, worker: str, *, error: dict[str, Any], delay_s: float) -> bool:
+        """Put a run back in the queue after a replayable failure; it is due after ``delay_s``."""
+        ...
+
+    async def cancel_run(self, run_id: str) -> model.RunRecord | None:
+        """Pending → cancelled; running → cancel requested (its worker stops it). None if unknown."""
+        ...
+
+    async def retry_run(self, run_id: str) -> model.RunRecord | None:
+        """Failed or cancelled → pending again; finished steps will replay. None if unknown."""
+        ...
+
+    async def steps(self, run_id: str) -> list[model.StepRecord]:
+        """The steps of a run in position order."""
+        ...
+
+    async def save_step(self, step: model.StepRecord) -> None:
+        """Insert or replace the step at ``(run_id, position)``."""
+        ...
+
+    async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
+        """Keep the latest state per (account, window, scope)."""
+        ...
+
+    async def rate_limits(self) -> list[model.RateWindow]: ...
+
+
+def default_store_url() -> str:
+    """``$IRONFLOW_STORE``, else a SQLite file under the user's data directory."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return env
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{base / 'ironflow' / 'engine.db'}"
+
+
+def open_store(url: str | None = None, **options: Any) -> Store:
+    """A store for ``url``: ``sqlite:///path``, a plain file path, or ``postgresql://…``.
+
+    The store is not opened yet; ``await store.open()`` connects and migrates.
+    """
+    url = url or default_store_url()
+    if url.startswith(("postgres://", "postgresql://")):
+        from ironflow.engine import postgres
+
+        return postgres.PostgresStore(url, **options)
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")  # sqlite:///abs/file → /abs/file
+        if not path or path == "/":
+            raise errors.ConfigError(f"store URL {url!r} names no file; use sqlite:///path/to/engine.db")
+        from ironflow.engine import sqlite
+
+        return sqlite.SqliteStore(path, **options)
+    if "://" in url:
+        raise errors.ConfigError(
+            f"unknown store URL scheme in {url.split('://')[0]!r}; use sqlite:///path or postgresql://…"
+        )
+    from ironflow.engine import sqlite
+
+    return sqlite.SqliteStore(url, **options)

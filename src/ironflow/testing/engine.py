@@ -1,0 +1,120 @@
+"""A recording provider for workflow tests: it keeps pretend pods and logs every call in order.
+
+``RecordingProvider`` implements :class:`~ironflow.provider.AgentProvider` without
+running anything: ``invoke`` "creates a pod" carrying the step's labels, waits
+``delay_s``, answers ``done <step>`` and "deletes" the pod; ``release_run`` deletes the
+pods whose run or root-run label is the run. Every call is appended to ``events`` and,
+with ``log_path``, to a JSON-lines file, so a test can check the order of releases and
+invocations across processes (e.g. a worker killed with SIGKILL and the one that resumes).
+
+Nothing in the library imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ironflow import errors
+from ironflow.agent import AgentConfig, AgentResult
+from ironflow.k8s import labels
+from ironflow.provider import LogSink
+
+__all__ = ["RecordingProvider", "read_events"]
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """The events a provider wrote to ``path``, in order (a torn last line is skipped)."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+class RecordingProvider:
+    """A provider that records; ``failures`` maps a step name to errors raised on its next calls."""
+
+    def __init__(
+        self,
+        *,
+        log_path: str | Path | None = None,
+        delay_s: float = 0.0,
+        step_delays: Mapping[str, float] | None = None,
+        failures: Mapping[str, Sequence[BaseException]] | None = None,
+        release_failures: int = 0,
+        account_kind: str | None = None,
+    ) -> None:
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.delay_s = delay_s
+        self.step_delays = dict(step_delays or {})
+        self.failures = {k: list(v) for k, v in (failures or {}).items()}
+        self.release_failures = release_failures
+        self._account_kind = account_kind
+        self.events: list[dict[str, Any]] = []
+        self.pods: dict[str, dict[str, str]] = {}
+        self.configs: list[AgentConfig] = []
+        self._counter = 0
+
+    def _record(self, event: str, **fields: Any) -> None:
+        entry = {"event": event, "pid": os.getpid(), "t": time.time(), **fields}
+        self.events.append(entry)
+        if self.log_path is not None:
+            with self.log_path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+                f.flush()
+
+    def account_kind(self) -> str | None:
+        return self._account_kind
+
+    async def invoke(self, config: AgentConfig) -> AgentResult:
+        return await self._invoke(config, None)
+
+    async def invoke_with_logs(self, config: AgentConfig, sink: LogSink) -> AgentResult:
+        return await self._invoke(config, sink)
+
+    async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
+        pod_labels = dict(config.pod_labels)
+        step = pod_labels.get(labels.LABEL_STEP, "")
+        self._counter += 1
+        pod = f"pod-{os.getpid()}-{self._counter}"
+        self.configs.append(config)
+        self.pods[pod] = pod_labels
+        self._record("invoke", pod=pod, step=step, labels=pod_labels, account=config.account.account_id
+                     if config.account else None)  # fmt: skip
+        try:
+            await asyncio.sleep(self.step_delays.get(step, self.delay_s))
+            pending = self.failures.get(step)
+            if pending:
+                raise pending.pop(0)
+            if sink is not None:
+                sink.log("stdout", json.dumps({"type": "result", "result": f"done {step}"}))
+            self._record("finished", pod=pod, step=step)
+            return AgentResult(value=f"done {step}", duration_ms=1, model=config.model)
+        except asyncio.CancelledError:
+            self._record("cancelled", pod=pod, step=step)
+            raise
+        finally:
+            self.pods.pop(pod, None)  # the provider deletes its pod however the step ends
+
+    async def release_run(self, run_id: str) -> int:
+        if self.release_failures > 0:
+            self.release_failures -= 1
+            self._record("release_failed", run=run_id)
+            raise errors.CleanupError(f"pods of run {run_id} still terminating after 1s")
+        gone = [
+            name
+            for name, pod_labels in self.pods.items()
+            if run_id in (pod_labels.get(labels.LABEL_RUN_ID), pod_labels.get(labels.LABEL_ROOT_RUN_ID))
+        ]
+        for name in gone:
+            del self.pods[name]
+        self._record("release", run=run_id, deleted=gone)
+        return len(gone)
