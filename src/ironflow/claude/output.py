@@ -337,4 +337,3 @@ def handle_nonzero_exit(code: int, stdout: str, stderr: str, config: AgentConfig
             if isinstance(exc.partial, PartialUsage) and exc.partial.has_usage:
                 raise
     raise errors.ProcessFailed(code, text if text.strip() else _NO_OUTPUT)
-
