@@ -1,0 +1,556 @@
+"""Run an agent step or a plain command in a single-use local sandbox (bubblewrap or gVisor).
+
+The same ``AgentConfig`` as on Kubernetes, the same ``AgentResult`` and errors: the
+command comes from :mod:`ironflow.claude.command`, the output is read by
+:mod:`ironflow.claude.output`. Each run gets a fresh sandbox (see
+:mod:`ironflow.local.bwrap`, :mod:`ironflow.local.gvisor`) and a temp dir, both gone
+when the call returns, on every path: success, failure, timeout, cancellation.
+
+Credentials stay outside: an agent step gets an in-process auth proxy on a unix socket
+(bridged to 127.0.0.1:<port> inside the sandbox's own network namespace) and only an
+opaque ``ifap_`` token; the key is handed to the proxy, never to the sandbox. Settings
+that only mean something on Kubernetes are accepted, logged as a warning and listed in
+``AgentResult.ignored_settings``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ironflow import errors
+from ironflow.agent import AgentConfig, AgentResult, HostPathSource
+from ironflow.claude import cli, command, layout, output, profile
+from ironflow.k8s import labels
+from ironflow.local import bwrap, forwarder, gvisor, proxy_session
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink
+from ironflow.secrets import Secret, looks_like_claude_credential
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "PROXY_PORT",
+    "CommandResult",
+    "Isolation",
+    "LocalProfile",
+    "LocalSandboxProvider",
+    "ProxyCredential",
+    "ignored_settings",
+    "sandbox_env",
+]
+
+log = logging.getLogger("ironflow.local")
+
+Isolation = Literal["bwrap", "gvisor"]
+DEFAULT_TIMEOUT_S: Final = 600.0
+#: Where the proxy relay listens inside the sandbox's own network namespace.
+PROXY_PORT: Final = 18080
+_SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+_KILL_GRACE_S: Final = 5.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a plain command in the sandbox produced; ``duration`` in seconds."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+
+
+@dataclass(frozen=True)
+class LocalProfile:
+    """A host directory copied into ``~/.claude/<subdir>``, as a profile ConfigMap is in the pod."""
+
+    path: str
+    subdir: str = ""
+
+
+@dataclass(frozen=True)
+class ProxyCredential:
+    """The credential only the in-process auth proxy sees, and where it relays to."""
+
+    value: Secret = dataclasses.field(repr=False)
+    kind: Literal["api_key", "oauth_token"] = "api_key"
+    upstream: str = "https://api.anthropic.com"
+
+
+# --- pure decisions ----------------------------------------------------------------------
+
+
+def ignored_settings(config: AgentConfig, *, isolation: Isolation = "bwrap") -> tuple[str, ...]:
+    """The step's settings a local sandbox accepts but cannot apply, named for the report."""
+    pod = config.pod
+    out: list[str] = []
+    if pod.service_account is not None:
+        out.append("service_account")
+    if pod.runtime_class is not None:
+        out.append(f"runtime_class (local isolation is {isolation})")
+    if pod.secret_env:
+        out.append("secret_env (" + ", ".join(e.name for e in pod.secret_env) + ")")
+    for vol in pod.read_only_volumes:
+        if not isinstance(vol.source, HostPathSource):
+            out.append(f"read_only_volume at {vol.mount_path} ({type(vol.source).__name__})")
+    out.extend(f"pvc_volume {v.claim_name} at {v.mount_path}" for v in pod.pvc_volumes)
+    if pod.without_provider_volumes:
+        out.append("without_provider_volumes")
+    out.extend(f"input {i.mount_path}" for i in config.inputs)
+    if labels.LABEL_EGRESS_PROFILE in config.pod_labels:
+        out.append(f"egress_profile {config.pod_labels[labels.LABEL_EGRESS_PROFILE]} (no network but the proxy)")
+    return tuple(out)
+
+
+def sandbox_env(
+    extra: Mapping[str, str] | None = None, *, proxy_token: str | None = None, proxy_port: int = PROXY_PORT
+) -> dict[str, str]:
+    """The whole environment of the sandbox: nothing inherited from the worker.
+
+    Raises:
+        StepConfigError: ``extra`` names a credential variable or holds a ``sk-ant`` value.
+    """
+    env = {"PATH": _SANDBOX_PATH, "HOME": layout.SANDBOX_HOME, "TMPDIR": layout.SANDBOX_TMP, "LANG": "C.UTF-8"}
+    for name, value in (extra or {}).items():
+        if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
+            raise errors.StepConfigError(
+                f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
+            )
+        env[name] = value
+    if proxy_token is not None:
+        env.update(
+            {
+                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
+                "ANTHROPIC_AUTH_TOKEN": proxy_token,
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+            }
+        )
+    return env
+
+
+def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
+    out = []
+    with os.scandir(directory) as it:
+        for e in it:
+            link = os.readlink(e.path) if e.is_symlink() else None
+            out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
+    return tuple(out)
+
+
+def _hidden(path: str) -> bool:
+    parts = Path(path).parts
+    return len(parts) > 1 and parts[1] in bwrap.HIDDEN_ROOT_ENTRIES - {"etc", "proc", "dev"}
+
+
+def _run_id(config: AgentConfig | None) -> str | None:
+    if config is None:
+        return None
+    return config.pod_labels.get(labels.LABEL_RUN_ID)
+
+
+# --- the provider ------------------------------------------------------------------------
+
+
+class LocalSandboxProvider:
+    """Agent steps and plain commands in a fresh bubblewrap (default) or gVisor sandbox.
+
+    Args:
+        isolation: ``"bwrap"`` or ``"gvisor"`` (``runsc``).
+        timeout: seconds a step may run; past it the whole process tree is killed.
+        credential: the key the in-process proxy injects; None reads the worker's
+            ``CLAUDE_CODE_OAUTH_TOKEN`` then ``ANTHROPIC_API_KEY`` at invocation (§6.8).
+        managed_settings: a managed-settings document mounted read-only at /etc/claude-code.
+        profiles: host directories copied into ``~/.claude`` before the CLI starts.
+        env: extra plain variables for the sandbox (credential names are refused).
+        allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
+    """
+
+    def __init__(
+        self,
+        *,
+        isolation: Isolation = "bwrap",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        credential: ProxyCredential | None = None,
+        managed_settings: Mapping[str, Any] | None = None,
+        profiles: Sequence[LocalProfile] = (),
+        env: Mapping[str, str] | None = None,
+        home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES,
+        tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
+        claude_path: str | None = None,
+        allow_bypass: bool | None = None,
+    ) -> None:
+        if isolation not in ("bwrap", "gvisor"):
+            raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
+        if not timeout > 0:
+            raise errors.ConfigError(f"timeout must be a positive number of seconds, got {timeout}")
+        for p in profiles:
+            reason = profile.validate_profile_subdir(p.subdir)
+            if reason is not None:
+                raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
+        sandbox_env(env)  # refuse credential variables now, not at the first step
+        self.isolation: Isolation = isolation
+        self.timeout = float(timeout)
+        self.credential = credential
+        self.managed_settings = None if managed_settings is None else dict(managed_settings)
+        self.profiles = tuple(profiles)
+        self.env = dict(env or {})
+        self.home_size_bytes = home_size_bytes
+        self.tmp_size_bytes = tmp_size_bytes
+        self.claude_path = claude_path
+        self.allow_bypass = allow_bypass
+        self._running: dict[asyncio.subprocess.Process, str | None] = {}
+
+    def account_kind(self) -> str | None:
+        """Credentials always go through the in-process proxy, so accounts can be attached."""
+        return ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
+
+    # -- plain commands --
+
+    async def run_command(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        working_dir: str | None = None,
+        read_only_mounts: Sequence[bwrap.ReadOnlyMount] = (),
+        stdin: bytes | None = None,
+    ) -> CommandResult:
+        """Run ``argv`` in a fresh sandbox without network; a non-zero exit is a result.
+
+        Raises:
+            AgentTimeout: it ran past ``timeout_s`` (its process tree is gone by then).
+            SandboxError: the sandbox runtime could not start it.
+        """
+        if not argv:
+            raise errors.ConfigError("run_command needs a command")
+        limit = self.timeout if timeout_s is None else timeout_s
+        with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
+            full = self._argv(
+                tuple(argv), tmp=tmp, working_dir=working_dir, mounts=tuple(read_only_mounts), proxy_socket=None
+            )
+            start = time.monotonic()
+            code, out, err = await self._execute(full, {**sandbox_env(self.env), **(env or {})}, stdin, limit, None)
+        return CommandResult(code, out, err, time.monotonic() - start)
+
+    # -- agent steps --
+
+    async def invoke(self, config: AgentConfig) -> AgentResult:
+        """Run one agent step to completion and leave nothing behind."""
+        return await self._invoke(config, None)
+
+    async def invoke_with_logs(self, config: AgentConfig, sink: LogSink) -> AgentResult:
+        """Like :meth:`invoke`, in stream-json, each line handed to ``sink`` as it arrives."""
+        return await self._invoke(config.replace(verbose=True), sink)
+
+    async def release_run(self, run_id: str) -> int:
+        """Kill every sandbox of ``run_id`` still running; returns how many were killed."""
+        victims = [p for p, r in self._running.items() if r == run_id and p.returncode is None]
+        for proc in victims:
+            _kill_tree(proc)
+        for proc in victims:
+            with contextlib.suppress(ProcessLookupError):
+                await proc.wait()
+        return len(victims)
+
+    async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
+        command.validate_prompt_size(config)
+        allow = self.allow_bypass
+        if allow is None:
+            allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
+        args = command.build_args(config, allow_bypass=allow)
+        ignored = ignored_settings(config, isolation=self.isolation)
+        if ignored:
+            log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
+        mounts = self._step_mounts(config)
+        credential = self._credential(config)
+        claude = self._claude()
+        stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
+        prefix = command.trace_prefix(config.trace_context) + profile.profile_copy_prefix(
+            [profile.ClaudeProfile(os.path.basename(p.path) or "profile", p.subdir) for p in self.profiles]
+        )
+        script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
+        run_id = _run_id(config)
+        step = config.pod_labels.get(labels.LABEL_STEP, "agent")
+        with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
+            async with _proxy(
+                credential,
+                socket_path=os.path.join(tmp, "proxy.sock"),
+                run_id=run_id,
+                step=step,
+                expires_in=self.timeout + 60,
+            ) as (socket_path, token):
+                token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
+                log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
+                full = self._argv(
+                    ("sh", "-c", script),
+                    tmp=tmp,
+                    working_dir=None,
+                    mounts=mounts,
+                    proxy_socket=socket_path,
+                    extra_tools=(claude,),
+                )
+                env = sandbox_env(self.env, proxy_token=token.reveal())
+                start = time.monotonic()
+                code, out, err = await self._execute(full, env, stdin, self.timeout, sink, run_id=run_id)
+                wall_ms = int((time.monotonic() - start) * 1000)
+            log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
+        _record_rate_limits(config, out)
+        _raise_if_sandbox_failed(code, err, self.isolation)
+        if code == 0:
+            result = output.parse_output(out, config, wall_ms=wall_ms)
+        else:
+            result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
+        account_id = config.account.account_id if config.account is not None else result.account_id
+        return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id)
+
+    def _claude(self) -> str:
+        # The real file: inside the sandbox only its package directory is exposed.
+        return os.path.realpath(self.claude_path or cli.find_claude_cli())
+
+    def _credential(self, config: AgentConfig) -> ProxyCredential:
+        base = self.credential
+        upstream = base.upstream if base is not None else "https://api.anthropic.com"
+        if config.account is not None:
+            kind: Literal["api_key", "oauth_token"] = (
+                "api_key" if config.account.credential_kind == "api_key" else "oauth_token"
+            )
+            return ProxyCredential(config.account.value, kind, upstream)
+        if base is not None:
+            return base
+        if os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"):
+            return ProxyCredential(Secret(os.environ["CLAUDE_CODE_OAUTH_TOKEN"]), "oauth_token", upstream)
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            return ProxyCredential(Secret(os.environ["ANTHROPIC_API_KEY"]), "api_key", upstream)
+        raise errors.AuthProxyError(
+            "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY",
+            retryable=False,
+        )
+
+    def _step_mounts(self, config: AgentConfig) -> tuple[bwrap.ReadOnlyMount, ...]:
+        mounts: list[bwrap.ReadOnlyMount] = []
+        for vol in config.pod.read_only_volumes:
+            if not isinstance(vol.source, HostPathSource):
+                continue
+            problem = bwrap.mount_path_problem(vol.mount_path)
+            if problem is not None:
+                raise errors.StepConfigError(problem)
+            source = vol.source.path if vol.sub_path is None else os.path.join(vol.source.path, vol.sub_path)
+            if not os.path.isdir(source):
+                raise errors.StepConfigError(
+                    f"read-only host path '{source}' is not a directory on this machine; "
+                    "create it or drop read_only_host_path from the step"
+                )
+            if self.isolation == "gvisor" and os.path.normpath(source) != os.path.normpath(vol.mount_path):
+                raise errors.StepConfigError(
+                    f"gVisor isolation shows host paths only where they are: mount '{source}' at itself, "
+                    f"not at '{vol.mount_path}', or use isolation='bwrap'"
+                )
+            mounts.append(bwrap.ReadOnlyMount(source, vol.mount_path))
+        return tuple(mounts)
+
+    # -- rendering the sandbox argv (reads the host listing, writes the temp dir) --
+
+    def _argv(
+        self,
+        cmd: tuple[str, ...],
+        *,
+        tmp: str,
+        working_dir: str | None,
+        mounts: tuple[bwrap.ReadOnlyMount, ...],
+        proxy_socket: str | None,
+        extra_tools: tuple[str, ...] = (),
+    ) -> list[str]:
+        managed_dir: str | None = None
+        if self.managed_settings is not None:
+            managed_dir = os.path.join(tmp, "managed-settings")
+            os.mkdir(managed_dir)
+            target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
+            Path(target).write_text(json.dumps(self.managed_settings, indent=2))
+        profile_dirs = tuple(p.path for p in self.profiles)
+        python = os.path.realpath(sys.executable)
+        script = os.path.realpath(forwarder.__file__)
+        if proxy_socket is not None:
+            inner_socket = bwrap.PROXY_SOCKET_PATH if self.isolation == "bwrap" else proxy_socket
+            relay = (python, "-I", "-S", script, str(PROXY_PORT), inner_socket, "--")
+        tools = (*extra_tools, python, script) if proxy_socket is not None else extra_tools
+        if self.isolation == "gvisor":
+            bridge = None
+            if proxy_socket is not None:
+                bridge = gvisor.ProxyBridge(PROXY_PORT, proxy_socket, python, script)
+            return gvisor.gvisor_argv(
+                gvisor.GvisorSettings(
+                    command=cmd,
+                    managed_settings_dir=managed_dir,
+                    profile_dirs=profile_dirs,
+                    working_dir=working_dir,
+                    home_size_bytes=self.home_size_bytes,
+                    tmp_size_bytes=self.tmp_size_bytes,
+                    traverse=tools,
+                    proxy=bridge,
+                    bwrap_path=_which("bwrap"),
+                    runsc_path=_which("runsc"),
+                )
+            )
+        exposed = []
+        for tool in tools:
+            if _hidden(tool):
+                # The tool's package or interpreter prefix, at the same path, read-only.
+                root = _tool_root(tool)
+                exposed.append(bwrap.ReadOnlyMount(root, root))
+        unique = {m.target: m for m in (*exposed, *mounts)}
+        full_cmd = (*relay, *cmd) if proxy_socket is not None else cmd
+        return bwrap.bwrap_argv(
+            bwrap.BwrapSettings(
+                command=full_cmd,
+                root_entries=_host_entries("/"),
+                etc_entries=_host_entries("/etc"),
+                read_only_mounts=tuple(unique.values()),
+                managed_settings_dir=managed_dir,
+                profile_dirs=profile_dirs,
+                proxy_socket=proxy_socket,
+                working_dir=working_dir,
+                home_size_bytes=self.home_size_bytes,
+                tmp_size_bytes=self.tmp_size_bytes,
+                bwrap_path=_which("bwrap"),
+            )
+        )
+
+    # -- running it (the one place processes start and die) --
+
+    async def _execute(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        stdin: bytes | None,
+        limit: float,
+        sink: LogSink | None,
+        *,
+        run_id: str | None = None,
+    ) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=dict(env),  # the whole sandbox environment: never on the argv
+            cwd="/",
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # one process group to kill on timeout or cancellation
+        )
+        self._running[proc] = run_id
+        try:
+            async with asyncio.timeout(limit):
+                return await _communicate(proc, stdin, sink)
+        except TimeoutError:
+            raise errors.AgentTimeout(limit) from None
+        finally:
+            self._running.pop(proc, None)
+            if proc.returncode is None:
+                _kill_tree(proc)
+                # Shielded: a cancelled caller still waits for the tree to be gone.
+                await asyncio.shield(_reap(proc))
+
+
+def _which(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        package = "bubblewrap" if name == "bwrap" else name
+        raise errors.SandboxError(f"{name} is not installed: install it (apt-get install -y {package})")
+    return found
+
+
+def _tool_root(path: str) -> str:
+    """The directory to expose for a tool: its package dir (``…/claude-code``) or prefix."""
+    real = Path(path)
+    if real.parent.name == "bin":
+        return str(real.parent.parent)
+    return str(real.parent)
+
+
+def _kill_tree(proc: asyncio.subprocess.Process) -> None:
+    # bwrap/runsc lead their own process group; --die-with-parent and the pid namespace
+    # take everything inside with them.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(TimeoutError, ProcessLookupError):
+        async with asyncio.timeout(_KILL_GRACE_S):
+            await proc.wait()
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, stdin: bytes | None, sink: LogSink | None
+) -> tuple[int, str, str]:
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    async def read(stream: asyncio.StreamReader, name: str) -> str:
+        chunks: list[str] = []
+        while line := await stream.readline():
+            text = line.decode(errors="replace")
+            chunks.append(text)
+            if sink is not None:
+                sink.log(name, text.rstrip("\n"))
+        return "".join(chunks)
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(feed())
+        out = group.create_task(read(proc.stdout, "stdout"))
+        err = group.create_task(read(proc.stderr, "stderr"))
+    code = await proc.wait()
+    return code, out.result(), err.result()
+
+
+def _raise_if_sandbox_failed(code: int, stderr: str, isolation: Isolation) -> None:
+    """bubblewrap reports its own failures as ``bwrap: …`` with exit code 1."""
+    first = stderr.strip().splitlines()[0] if stderr.strip() else ""
+    if code != 0 and first.startswith("bwrap:"):
+        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(first, 500)}")
+
+
+def _record_rate_limits(config: AgentConfig, logs: str) -> None:
+    try:
+        from ironflow.claude import rate_limits
+    except ImportError:  # pragma: no cover - landed with the foundation
+        return
+    rate_limits.record_rate_limits(config, logs)
+
+
+@contextlib.asynccontextmanager
+async def _proxy(
+    credential: ProxyCredential, *, socket_path: str, run_id: str | None, step: str, expires_in: float
+) -> AsyncIterator[tuple[str, Secret]]:
+    """The in-process auth proxy on a unix socket, and one token for this step, revoked after."""
+    async with proxy_session.proxy_session(
+        credential.value,
+        kind=credential.kind,
+        upstream=credential.upstream,
+        socket_path=socket_path,
+        run_id=run_id or "local",
+        step=step,
+        expires_in=expires_in,
+    ) as token:
+        yield socket_path, token

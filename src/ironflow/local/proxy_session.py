@@ -1,0 +1,64 @@
+"""One step's in-process auth proxy: serve on a unix socket, issue one token, revoke it.
+
+The local sandbox runs the auth proxy (:mod:`ironflow.auth_proxy`) inside the worker
+process with the in-memory registry; the step's sandbox reaches it only through the
+socket bind-mounted into its network namespace. The credential goes into the registry
+and nowhere else; the caller gets the opaque ``ifap_`` token. The token is revoked and
+the socket removed when the block ends, whatever happened inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from ironflow import errors
+from ironflow.secrets import Secret
+
+__all__ = ["proxy_session"]
+
+log = logging.getLogger("ironflow.local")
+
+
+@contextlib.asynccontextmanager
+async def proxy_session(
+    credential: Secret,
+    *,
+    kind: Literal["api_key", "oauth_token"],
+    upstream: str,
+    socket_path: str,
+    run_id: str,
+    step: str,
+    expires_in: float,
+) -> AsyncIterator[Secret]:
+    """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds."""
+    try:
+        from ironflow.auth_proxy import app, config, registry, tokens
+    except ImportError as exc:  # pragma: no cover - the auth proxy ships with ironflow
+        raise errors.SandboxError(f"the in-process auth proxy is not available: {exc}") from None
+    settings = config.AuthProxyConfig(
+        admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
+        upstream=upstream,
+        metrics_enabled=False,
+        registry=registry.MemoryRegistry(),
+    )
+    async with app.run_auth_proxy(settings, unix_socket=socket_path) as running:
+        # Whole seconds, at most the 24 h the proxy accepts.
+        expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
+        request = tokens.TokenRequest(
+            run_id=run_id,
+            step=step,
+            expires_at=expires_at,
+            credential=tokens.ClaudeCredential(kind, credential),
+        )
+        grant, token = await registry.issue(running.registry, request)
+        log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)
+        try:
+            yield token
+        finally:
+            await running.registry.revoke(grant.id)
+            log.info("auth proxy token revoked: token=%s", grant.id[:12])
