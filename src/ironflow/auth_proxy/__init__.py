@@ -1,0 +1,37 @@
+"""The auth proxy: no Claude credential ever enters a sandbox.
+
+The pod holds an opaque ``ifap_`` token bound to its run, step and expiry; the proxy
+alone holds the credential and alone reaches the Anthropic API. Layers point one way:
+``tokens``/``policy``/``config`` (pure) → ``crypto``/``registry``/``postgres`` (state)
+→ ``handlers`` → ``app`` → ``__main__``; ``client`` is the worker side and imports
+only ``tokens``.
+"""
+
+from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
+from ironflow.auth_proxy.client import AdminClient, Credential, IssuedToken, admin_key_from, resolve_credential
+from ironflow.auth_proxy.config import AuthProxyConfig
+from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
+from ironflow.auth_proxy.registry import GrantRegistry, MemoryRegistry, RegistryUnavailable, Resolution
+from ironflow.auth_proxy.tokens import Grant, Injection, Limits, SecretCredential
+
+__all__ = [
+    "AdminClient",
+    "AuthProxyConfig",
+    "Credential",
+    "Grant",
+    "GrantRegistry",
+    "Injection",
+    "IssuedToken",
+    "KeyRing",
+    "Limits",
+    "MemoryRegistry",
+    "MissingKeyVersion",
+    "RegistryUnavailable",
+    "Resolution",
+    "RunningProxy",
+    "SecretCredential",
+    "admin_key_from",
+    "create_app",
+    "resolve_credential",
+    "run_auth_proxy",
+]

@@ -1,0 +1,207 @@
+"""The proxy application: routes, typed state keys, resources paired in cleanup contexts.
+
+``create_app(config)`` returns an aiohttp app whose registry, upstream HTTP session and
+purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
+serves it inside the current event loop (the local sandbox provider runs the proxy in
+the worker process this way); ``__main__`` serves it as a process.
+
+The app never follows redirects, never sets a total timeout on a stream (an idle read
+timeout ends a silent one), and disables aiohttp's access log: it would print query
+strings, which the proxy never logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+
+from ironflow.auth_proxy import client as client_mod
+from ironflow.auth_proxy import config as config_mod
+from ironflow.auth_proxy import handlers, logs, registry
+
+__all__ = [
+    "CONFIG_KEY",
+    "HANDLERS_KEY",
+    "REGISTRY_KEY",
+    "SESSION_KEY",
+    "RunningProxy",
+    "create_app",
+    "make_runner",
+    "open_registry",
+    "run_auth_proxy",
+]
+
+CONFIG_KEY: Final = web.AppKey("config", config_mod.AuthProxyConfig)
+HANDLERS_KEY: Final = web.AppKey("handlers", handlers.ProxyHandlers)
+REGISTRY_KEY: Final = web.AppKey("registry", registry.GrantRegistry)
+SESSION_KEY: Final = web.AppKey("session", aiohttp.ClientSession)
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def open_registry(config: config_mod.AuthProxyConfig) -> registry.GrantRegistry:
+    """The registry the config asks for: PostgreSQL with a database URL, else in memory."""
+    if config.database_url is None:
+        return registry.MemoryRegistry()
+    from ironflow.auth_proxy import postgres  # asyncpg only where a database is configured
+
+    assert config.key_ring is not None  # AuthProxyConfig refuses a database without keys
+    return await postgres.PostgresRegistry.open(
+        config.database_url, config.key_ring, cache_ttl_s=config.token_cache_ttl_s
+    )
+
+
+async def _registry_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    owned = config.registry is None
+    grants = config.registry if config.registry is not None else await open_registry(config)
+    app[HANDLERS_KEY].registry = grants
+    app[REGISTRY_KEY] = grants
+    try:
+        yield
+    finally:
+        app[HANDLERS_KEY].registry = None
+        if owned:
+            await grants.close()
+
+
+
+async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=False)
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout_s, sock_read=config.idle_timeout_s
+        ),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+    app[HANDLERS_KEY].session = session
+    app[SESSION_KEY] = session
+    try:
+        yield
+    finally:
+        app[HANDLERS_KEY].session = None
+        await session.close()
+
+
+
+async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
+    async def purge_forever() -> None:
+        interval = app[CONFIG_KEY].purge_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                purged = await app[REGISTRY_KEY].purge_expired(int(time.time()))
+            except registry.RegistryUnavailable:
+                logs.event("token registry unavailable", logging.ERROR, operation="purge")
+                continue
+            if purged:
+                logs.event("expired auth proxy tokens purged", count=purged)
+
+    task = asyncio.create_task(purge_forever(), name="ironflow-auth-proxy-purge")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+
+def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
+    """The proxy as an aiohttp application (not started)."""
+    proxy = handlers.ProxyHandlers(config)
+
+    @web.middleware
+    async def other_hosts(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        # Row 1 for targets the router cannot route at all (CONNECT host:443, OPTIONS *).
+        if request.match_info.http_exception is not None:
+            refused = await proxy.refuse_other_host(request)
+            if refused is not None:
+                return refused
+        return await handler(request)
+
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[other_hosts])
+    app[CONFIG_KEY] = config
+    app[HANDLERS_KEY] = proxy
+    app.router.add_get("/healthz", proxy.healthz, allow_head=False)
+    app.router.add_get("/metrics", proxy.metrics_page, allow_head=False)
+    app.router.add_post("/admin/v1/tokens", proxy.issue)
+    app.router.add_delete("/admin/v1/tokens/{id}", proxy.revoke)
+    app.router.add_delete("/admin/v1/runs/{run_id}/tokens", proxy.revoke_run)
+    app.router.add_route("*", "/{tail:.*}", proxy.relay)
+    app.cleanup_ctx.append(_registry_ctx)
+    app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_purge_ctx)
+    return app
+
+
+def make_runner(app: web.Application) -> web.AppRunner:
+    """A runner that cancels a handler when its client goes away and logs no access lines."""
+    return web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+
+
+@dataclass(frozen=True)
+class RunningProxy:
+    """A proxy serving in this event loop: where it listens, and an admin client for it."""
+
+    url: str
+    config: config_mod.AuthProxyConfig
+    app: web.Application
+    unix_socket: str | None = None
+
+    @property
+    def registry(self) -> registry.GrantRegistry:
+        return self.app[REGISTRY_KEY]
+
+    def admin_client(self) -> client_mod.AdminClient:
+        """An :class:`AdminClient` holding this proxy's admin key (close it, or use ``async with``)."""
+        return client_mod.AdminClient(self.url, self.config.admin_key, unix_socket=self.unix_socket)
+
+
+@contextlib.asynccontextmanager
+async def run_auth_proxy(
+    config: config_mod.AuthProxyConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    unix_socket: str | None = None,
+    reuse_port: bool = False,
+) -> AsyncIterator[RunningProxy]:
+    """Serve the proxy on ``host:port`` (0 = a free port) or a unix socket until the block ends.
+
+    >>> async def demo(config):  # doctest: +SKIP
+    ...     async with run_auth_proxy(config) as running:
+    ...         async with running.admin_client() as admin:
+    ...             token_id, token = await admin.issue("run-1", "plan", expires_at)
+    """
+    app = create_app(config)
+    runner = make_runner(app)
+    await runner.setup()
+    try:
+        if unix_socket is not None:
+            site: web.BaseSite = web.UnixSite(runner, unix_socket)
+            await site.start()
+            os.chmod(unix_socket, 0o666)  # noqa: S103 - the sandboxed uid must connect; the dir guards access
+            url = "http://localhost"
+        else:
+            site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+            await site.start()
+            bound = runner.addresses[0]
+            shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+            url = f"http://{shown}:{bound[1]}"
+        yield RunningProxy(url=url, config=config, app=app, unix_socket=unix_socket)
+    finally:
+        await runner.cleanup()

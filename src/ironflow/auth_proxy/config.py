@@ -1,0 +1,154 @@
+"""The proxy's configuration: a frozen value, and its parsing from the environment (pure).
+
+``AuthProxyConfig.from_env`` reads the variables of §6.1 plus
+``IRONFLOW_AUTH_PROXY_UPSTREAM``; every refusal is a :class:`~ironflow.errors.ConfigError`
+naming the variable and the fix. The admin key, the database URL and the key ring are
+held redacted: ``repr(config)`` shows the upstream and the listen address, never a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from ironflow.auth_proxy import crypto, policy
+from ironflow.errors import ConfigError
+from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.auth_proxy.registry import GrantRegistry
+
+__all__ = [
+    "ADMIN_KEY_ENV",
+    "DATABASE_URL_ENV",
+    "DEFAULT_UPSTREAM",
+    "LISTEN_ENV",
+    "MIN_ADMIN_KEY_CHARS",
+    "SECRET_ACTIVE_KEY_VERSION_ENV",
+    "SECRET_KEYS_ENV",
+    "SECRET_KEY_ENV",
+    "UPSTREAM_ENV",
+    "AuthProxyConfig",
+    "parse_listen",
+]
+
+ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
+LISTEN_ENV: Final = "IRONFLOW_AUTH_PROXY_LISTEN"
+DATABASE_URL_ENV: Final = "IRONFLOW_AUTH_PROXY_DATABASE_URL"
+UPSTREAM_ENV: Final = "IRONFLOW_AUTH_PROXY_UPSTREAM"
+METRICS_ENV: Final = "IRONFLOW_AUTH_PROXY_METRICS"
+SECRET_KEYS_ENV: Final = "IRONFLOW_SECRET_KEYS"  # noqa: S105 - a variable name
+SECRET_ACTIVE_KEY_VERSION_ENV: Final = "IRONFLOW_SECRET_ACTIVE_KEY_VERSION"  # noqa: S105 - a variable name
+SECRET_KEY_ENV: Final = "IRONFLOW_SECRET_KEY"  # noqa: S105 - a variable name
+LOG_ENV: Final = "RUST_LOG"
+DEFAULT_UPSTREAM: Final = "https://api.anthropic.com"
+MIN_ADMIN_KEY_CHARS: Final = 32
+_NO_KEY_RING: Final = (
+    "IRONFLOW_AUTH_PROXY_DATABASE_URL is set but no encryption key is configured: "
+    "set IRONFLOW_SECRET_KEYS (or IRONFLOW_SECRET_KEY)"
+)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) into a pair; ConfigError names the variable."""
+    host, sep, port_text = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"{LISTEN_ENV} must be host:port, e.g. 0.0.0.0:8080 (got {value[:100]!r})")
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class AuthProxyConfig:
+    """Everything the server needs; build it directly in tests or with :meth:`from_env`.
+
+    ``registry`` lets an embedding process (the local sandbox provider, tests with
+    replicas) share one registry object between app instances; when it is ``None`` the
+    app builds one from ``database_url`` (PostgreSQL) or in memory.
+    """
+
+    admin_key: Secret
+    host: str = "0.0.0.0"
+    port: int = 8080
+    upstream: str = DEFAULT_UPSTREAM
+    database_url: Secret | None = None
+    key_ring: crypto.KeyRing | None = field(default=None, repr=False)
+    max_body_bytes: int = policy.DEFAULT_MAX_BODY_BYTES
+    metrics_enabled: bool = True
+    log_level: str = "info"
+    #: No total timeout on a stream; a read silent this long ends it.
+    idle_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    purge_interval_s: float = 60.0
+    #: How long a replica trusts a cached grant without revocation news (PostgreSQL only).
+    token_cache_ttl_s: float = 30.0
+    warnings: tuple[str, ...] = ()
+    #: Tests only: send ``/r/<host>/…`` to ``<secret_upstream>/<host>/…`` instead of ``https://<host>/…``.
+    secret_upstream: str | None = None
+    registry: GrantRegistry | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = self.admin_key.reveal() if isinstance(self.admin_key, Secret) else str(self.admin_key)
+        object.__setattr__(self, "admin_key", Secret(key.strip()))
+        if len(self.admin_key) < MIN_ADMIN_KEY_CHARS:
+            raise ConfigError(
+                f"{ADMIN_KEY_ENV} must be at least {MIN_ADMIN_KEY_CHARS} characters "
+                f"(got {len(self.admin_key)}): generate one with `openssl rand -hex 32`"
+            )
+        if not self.upstream.startswith(("http://", "https://")):
+            raise ConfigError(f"{UPSTREAM_ENV} must be an http(s) URL (got {self.upstream[:100]!r})")
+        object.__setattr__(self, "upstream", self.upstream.rstrip("/"))
+        if self.secret_upstream is not None:
+            object.__setattr__(self, "secret_upstream", self.secret_upstream.rstrip("/"))
+        if self.database_url is not None and self.key_ring is None:
+            raise ConfigError(_NO_KEY_RING)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AuthProxyConfig:
+        """Read §6.1's variables; blank values count as unset."""
+        admin_key = env.get(ADMIN_KEY_ENV, "").strip()
+        if not admin_key:
+            raise ConfigError(f"{ADMIN_KEY_ENV} is required: set it to a random key of at least 32 characters")
+        host, port = parse_listen(env.get(LISTEN_ENV, "") or "0.0.0.0:8080")
+        database_url = env.get(DATABASE_URL_ENV, "").strip()
+        if database_url and not database_url.startswith(("postgres://", "postgresql://")):
+            raise ConfigError(f"{DATABASE_URL_ENV} must be a postgres:// or postgresql:// URL")
+        key_ring, warnings = _key_ring_from_env(env)
+        if database_url and key_ring is None:
+            raise ConfigError(_NO_KEY_RING)
+        metrics = env.get(METRICS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+        return cls(
+            admin_key=Secret(admin_key),
+            host=host,
+            port=port,
+            upstream=env.get(UPSTREAM_ENV, "").strip() or DEFAULT_UPSTREAM,
+            database_url=Secret(database_url) if database_url else None,
+            key_ring=key_ring,
+            metrics_enabled=metrics,
+            log_level=(env.get(LOG_ENV, "").strip() or "info").lower(),
+            warnings=warnings,
+        )
+
+
+def _key_ring_from_env(env: Mapping[str, str]) -> tuple[crypto.KeyRing | None, tuple[str, ...]]:
+    active_text = env.get(SECRET_ACTIVE_KEY_VERSION_ENV, "").strip()
+    active: int | None = None
+    if active_text:
+        if not active_text.isdigit() or int(active_text) < 1:
+            raise ConfigError(f"{SECRET_ACTIVE_KEY_VERSION_ENV} must be a positive integer")
+        active = int(active_text)
+    spec = env.get(SECRET_KEYS_ENV, "").strip()
+    legacy = env.get(SECRET_KEY_ENV, "").strip()
+    warnings: tuple[str, ...] = ()
+    try:
+        if spec:
+            if legacy:
+                warnings = (f"{SECRET_KEY_ENV} is ignored because {SECRET_KEYS_ENV} is set",)
+            return crypto.KeyRing.from_spec(spec, active), warnings
+        if legacy:
+            return crypto.KeyRing.from_legacy(legacy, active), warnings
+    except crypto.KeyRingError as exc:
+        variable = SECRET_KEYS_ENV if spec else SECRET_KEY_ENV
+        raise ConfigError(f"{variable}: {exc}") from None
+    return None, warnings

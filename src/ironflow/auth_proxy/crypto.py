@@ -1,0 +1,130 @@
+"""Key ring and AES-256-GCM sealing of the credentials the PostgreSQL registry stores.
+
+Each value gets a fresh random 96-bit nonce, no associated data; the ciphertext holds
+the 16-byte tag. The key version travels with the row, so keys rotate without a
+flag day: new grants use the active key, old rows open with theirs until
+``rotate-keys`` re-seals them. A row whose version is not in the ring cannot be
+opened: :class:`MissingKeyVersion`, which the proxy answers with 503, never 401.
+
+Invariant: no error text, repr or log carries key material (keys print as ``1:***``).
+
+>>> ring = KeyRing.from_spec("1:" + "00" * 32 + ", 2:" + "11" * 32)
+>>> ring.active_version, ring
+(2, KeyRing(1:***, 2:***, active=2))
+>>> sealed = ring.seal(b"sk-ant-example")
+>>> ring.open(sealed)
+b'sk-ant-example'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+__all__ = ["KeyRing", "KeyRingError", "MissingKeyVersion", "Sealed"]
+
+_NONCE_BYTES = 12
+
+
+class KeyRingError(ValueError):
+    """The key ring spec cannot be used; the message never holds key material."""
+
+
+class MissingKeyVersion(LookupError):
+    """A sealed value names a key version the ring does not hold (or fails to open)."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        super().__init__(f"auth proxy grant uses key version {version} which is not configured")
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """An encrypted value as stored: ciphertext (with tag), nonce and key version."""
+
+    ciphertext: bytes = field(repr=False)
+    nonce: bytes = field(repr=False)
+    key_version: int
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """Versioned 32-byte keys; ``active_version`` encrypts, any version decrypts."""
+
+    keys: Mapping[int, bytes] = field(repr=False)
+    active_version: int
+
+    def __repr__(self) -> str:
+        versions = ", ".join(f"{v}:***" for v in sorted(self.keys))
+        return f"KeyRing({versions}, active={self.active_version})"
+
+    @classmethod
+    def from_spec(cls, spec: str, active: int | None = None) -> KeyRing:
+        """Parse ``version:hex,version:hex`` (64 hex chars per key; blank entries skipped)."""
+        keys: dict[int, bytes] = {}
+        for position, entry in enumerate(spec.split(","), start=1):
+            entry = entry.strip()
+            if not entry:
+                continue
+            version_text, sep, hex_key = entry.partition(":")
+            if not sep:
+                raise KeyRingError(f"key ring entry #{position} must be version:hex (e.g. 1:***)")
+            try:
+                version = int(version_text.strip())
+            except ValueError:
+                raise KeyRingError(f"key ring entry #{position} has a version that is not an integer") from None
+            if version < 1 or version > 2**31 - 1:
+                raise KeyRingError(f"key ring entry #{position}: version must be a positive 32-bit integer")
+            hex_key = hex_key.strip()
+            try:
+                key = bytes.fromhex(hex_key)
+            except ValueError:
+                key = b""
+            if len(hex_key) != 64 or len(key) != 32:
+                raise KeyRingError(f"key {version}:*** must be exactly 64 hex characters (32 bytes)")
+            if version in keys:
+                raise KeyRingError(f"key version {version} appears twice in the key ring")
+            keys[version] = key
+        if not keys:
+            raise KeyRingError("the key ring is empty: give at least one version:hex key")
+        return cls._with_active(keys, active)
+
+    @classmethod
+    def from_legacy(cls, hex_key: str, active: int | None = None) -> KeyRing:
+        """``IRONFLOW_SECRET_KEY``: one key at version 1, or at the active version if given."""
+        version = active if active is not None else 1
+        return cls.from_spec(f"{version}:{hex_key}", active)
+
+    @classmethod
+    def _with_active(cls, keys: dict[int, bytes], active: int | None) -> KeyRing:
+        if active is None:
+            return cls(keys, max(keys))
+        if active < 1:
+            raise KeyRingError("the active key version must be a positive integer")
+        if active not in keys:
+            raise KeyRingError(f"the active key version {active} is not in the key ring")
+        return cls(keys, active)
+
+    def seal(self, plaintext: bytes) -> Sealed:
+        """Encrypt under the active key with a fresh random nonce."""
+        nonce = os.urandom(_NONCE_BYTES)
+        ciphertext = AESGCM(self.keys[self.active_version]).encrypt(nonce, plaintext, None)
+        return Sealed(ciphertext, nonce, self.active_version)
+
+    def open(self, sealed: Sealed) -> bytes:
+        """Decrypt with the key of ``sealed.key_version``.
+
+        Raises:
+            MissingKeyVersion: the version is not in the ring, or the tag does not verify.
+        """
+        key = self.keys.get(sealed.key_version)
+        if key is None:
+            raise MissingKeyVersion(sealed.key_version)
+        try:
+            return AESGCM(key).decrypt(sealed.nonce, sealed.ciphertext, None)
+        except InvalidTag:
+            raise MissingKeyVersion(sealed.key_version) from None

@@ -1,0 +1,60 @@
+"""JSON log lines for the proxy: one object per event, only the fields §6.10 allows.
+
+Callers pass an event name and a few named fields (short token id, run id, step,
+method, path without query, status, reason); nothing else reaches a line, so a token,
+a credential, a header value or a query string cannot slip in through a format string.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, Final
+
+__all__ = ["LOGGER_NAME", "JsonFormatter", "configure", "event", "logger"]
+
+LOGGER_NAME: Final = "ironflow.auth_proxy"
+logger: Final = logging.getLogger(LOGGER_NAME)
+_LEVELS: Final = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "off": logging.CRITICAL + 10,
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "event", ...fields}`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line.update(fields)
+        return json.dumps(line, separators=(",", ":"), default=str)
+
+
+def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one event with named fields (never a token, a value or a query string)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={"fields": fields})
+
+
+def configure(level: str = "info") -> None:
+    """JSON lines on stderr at ``level`` (``RUST_LOG``-style: its first word, e.g. ``info``)."""
+    name = level.split(",")[0].split("=")[-1].strip().lower() or "info"
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logger.handlers[:] = [handler]
+    logger.setLevel(_LEVELS.get(name, logging.INFO))
+    logger.propagate = False
+    logging.Formatter.converter = time.gmtime

@@ -1,0 +1,384 @@
+"""What the proxy relays, and with which headers: the security policy, as pure functions.
+
+Never does I/O, never logs; every function is a function of its inputs, so the whole
+policy is tested without a socket. The handlers apply it in this order (the first
+matching row answers; later rows are never reached):
+
+==  =============================================  ======  =====================  ==================================
+#   condition                                      status  error type             message (abridged)
+==  =============================================  ======  =====================  ==================================
+1   absolute-form target (an authority) / CONNECT  403     permission_error       only api.anthropic.com is …
+2   path starts with ``/r/``                       →       secret relay           rows S1–S5 below
+3   no opaque token in any accepted header         401     authentication_error   invalid or expired … token
+4   token unknown / expired / revoked              401     authentication_error   (same text: no oracle)
+4b  registry down, or key version missing          503     api_error              auth proxy token registry …
+5   the grant holds a proxied secret               403     permission_error       this token only reaches its …
+6   path not ``/v1/`` + ``[A-Za-z0-9/_.-]``, or    403     permission_error       only the Anthropic API under …
+    ``//``, or a ``..`` segment (query unchecked)
+7   method other than GET and POST                 405     invalid_request_error  only GET and POST are relayed
+L1  token limits: model not in the allowlist       403     permission_error       this model is not allowed …
+L2  token limits: requests or output tokens spent  429     rate_limit_error       this token has used its …
+8   body over 32 MiB or unreadable                 413     request_too_large      request body too large or …
+9   upstream transport failure                     502     api_error              the Anthropic API is unreachable
+10  otherwise: relay; upstream status, body streamed
+==  =============================================  ======  =====================  ==================================
+
+Secret relay (``/r/<host>/<path>``), after the token rows 3–4b:
+
+==  =================================================  ======  =====================================================
+S1  grant holds a Claude credential                    403     a Claude token only reaches the Anthropic API
+S2  host not in the secret's allowlist                 403     host not allowed for this secret
+S3  path with ``..``, ``//``, ``%`` or other chars     403     path not allowed: no '..', '//' or percent-encoding
+S4  method not GET/HEAD/POST/PUT/PATCH/DELETE          405     only GET, HEAD, POST, PUT, PATCH and DELETE are relayed
+S5  upstream failure                                   502     upstream unreachable (``upstream_error``)
+==  =================================================  ======  =====================================================
+
+Headers: the pod's ``authorization``, ``x-api-key``, ``private-token``, ``cookie``,
+``host``, ``content-length``, ``accept-encoding`` and hop-by-hop headers never go
+upstream; the proxy injects the real credential instead. Responses go back without
+hop-by-hop headers and ``content-length`` (the body is streamed), so rate-limit
+headers reach the pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from ironflow.auth_proxy import tokens
+
+__all__ = [
+    "ANTHROPIC_PATH_REFUSED",
+    "BODY_TOO_LARGE",
+    "CLAUDE_METHODS",
+    "CLAUDE_TOKEN_ON_SECRET_RELAY",
+    "DEFAULT_MAX_BODY_BYTES",
+    "HOP_BY_HOP",
+    "INVALID_TOKEN",
+    "METHOD_REFUSED",
+    "OAUTH_BETA_FLAG",
+    "OTHER_HOST_REFUSED",
+    "REGISTRY_UNAVAILABLE",
+    "SECRET_HOST_REFUSED",
+    "SECRET_METHODS",
+    "SECRET_METHOD_REFUSED",
+    "SECRET_ON_ANTHROPIC",
+    "SECRET_PATH_REFUSED",
+    "SECRET_UPSTREAM_UNREACHABLE",
+    "UPSTREAM_UNREACHABLE",
+    "Refusal",
+    "check_claude_request",
+    "check_limits",
+    "check_secret_request",
+    "check_target",
+    "downstream_headers",
+    "error_body",
+    "extract_opaque_token",
+    "is_absolute_form",
+    "is_allowed_path",
+    "is_relay_path_allowed",
+    "merge_beta",
+    "secret_headers",
+    "split_secret_target",
+    "upstream_headers",
+]
+
+#: Largest request body relayed (the reference's ``DEFAULT_MAX_BODY_BYTES``).
+DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+OAUTH_BETA_FLAG: Final = "oauth-2025-04-20"
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# The pod's own credential headers carry the opaque token: they must never go upstream.
+_NEVER_UPSTREAM: Final = HOP_BY_HOP | {
+    "authorization",
+    "x-api-key",
+    "private-token",
+    "host",
+    "content-length",
+    "accept-encoding",
+    "cookie",
+}
+_NEVER_DOWNSTREAM: Final = HOP_BY_HOP | {"content-length"}
+CLAUDE_METHODS: Final = frozenset({"GET", "POST"})
+SECRET_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+_API_PATH = re.compile(r"/v1/[A-Za-z0-9/_.-]*")
+_RELAY_PATH = re.compile(r"/[A-Za-z0-9/_.~@+-]*")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the proxy gives instead of relaying: status, Anthropic error type, text.
+
+    ``event`` is the log line's event and ``result`` the metrics label.
+    """
+
+    status: int
+    kind: str
+    message: str
+    event: str
+    result: str
+
+    def body(self) -> bytes:
+        return error_body(self.kind, self.message)
+
+
+OTHER_HOST_REFUSED: Final = Refusal(
+    403,
+    "permission_error",
+    "only api.anthropic.com is reachable through this proxy",
+    "request for another host refused",
+    "forbidden_host",
+)
+INVALID_TOKEN: Final = Refusal(
+    401,
+    "authentication_error",
+    "invalid or expired ironflow auth proxy token",
+    "request with an invalid token rejected",
+    "unauthorized",
+)
+REGISTRY_UNAVAILABLE: Final = Refusal(
+    503, "api_error", "auth proxy token registry unavailable", "token registry unavailable", "unavailable"
+)
+SECRET_ON_ANTHROPIC: Final = Refusal(
+    403,
+    "permission_error",
+    "this token only reaches its allowlisted hosts under /r/",
+    "secret token on the Anthropic API refused",
+    "forbidden_token",
+)
+ANTHROPIC_PATH_REFUSED: Final = Refusal(
+    403,
+    "permission_error",
+    "only the Anthropic API under /v1/ is reachable through this proxy",
+    "path outside the API refused",
+    "forbidden_path",
+)
+METHOD_REFUSED: Final = Refusal(
+    405, "invalid_request_error", "only GET and POST are relayed", "method refused", "forbidden_method"
+)
+BODY_TOO_LARGE: Final = Refusal(
+    413, "request_too_large", "request body too large or unreadable", "request body refused", "body_too_large"
+)
+UPSTREAM_UNREACHABLE: Final = Refusal(
+    502, "api_error", "the Anthropic API is unreachable", "upstream request failed", "upstream_error"
+)
+CLAUDE_TOKEN_ON_SECRET_RELAY: Final = Refusal(
+    403,
+    "permission_error",
+    "a Claude token only reaches the Anthropic API",
+    "secret relay",
+    "forbidden_token",
+)
+SECRET_HOST_REFUSED: Final = Refusal(
+    403, "permission_error", "host not allowed for this secret", "secret relay", "forbidden_host"
+)
+SECRET_PATH_REFUSED: Final = Refusal(
+    403,
+    "permission_error",
+    "path not allowed: no '..', '//' or percent-encoding",
+    "secret relay",
+    "forbidden_path",
+)
+SECRET_METHOD_REFUSED: Final = Refusal(
+    405,
+    "invalid_request_error",
+    "only GET, HEAD, POST, PUT, PATCH and DELETE are relayed",
+    "secret relay",
+    "forbidden_method",
+)
+SECRET_UPSTREAM_UNREACHABLE: Final = Refusal(
+    502, "upstream_error", "upstream unreachable", "secret relay", "upstream_error"
+)
+
+
+def error_body(kind: str, message: str) -> bytes:
+    """The Anthropic error shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+def is_absolute_form(target: str) -> bool:
+    """The request-target names an authority (``http://host/…``, ``host:443``), not just a path."""
+    return not target.startswith("/") and target != "*"
+
+
+def check_target(method: str, target: str) -> Refusal | None:
+    """Row 1: a request for another host is refused before any token check."""
+    if method.upper() == "CONNECT" or is_absolute_form(target):
+        return OTHER_HOST_REFUSED
+    return None
+
+
+def _has_dot_dot(path: str) -> bool:
+    return any(segment == ".." for segment in path.split("/"))
+
+
+def is_allowed_path(path: str) -> bool:
+    """Row 6: ``/v1/`` then only ``[A-Za-z0-9/_.-]``, no ``//``, no ``..`` segment."""
+    return bool(_API_PATH.fullmatch(path)) and "//" not in path and not _has_dot_dot(path)
+
+
+def is_relay_path_allowed(path: str) -> bool:
+    """Row S3: a plain path under the secret's host: no ``..``, ``//`` or percent-encoding."""
+    return bool(_RELAY_PATH.fullmatch(path)) and "//" not in path and not _has_dot_dot(path)
+
+
+def split_secret_target(path: str) -> tuple[str, str] | None:
+    """``/r/<host>/<rest>`` into ``(host, "/<rest>")``; ``None`` when no host can be read."""
+    rest = path[3:]
+    host, slash, tail = rest.partition("/")
+    if not host:
+        return None
+    try:
+        checked = tokens.validate_host_pattern(host)
+    except tokens.InvalidTokenRequest:
+        return None
+    if checked.startswith("*."):
+        return None
+    return checked, slash + tail if slash else "/"
+
+
+def extract_opaque_token(headers: Mapping[str, str]) -> str | None:
+    """Row 3: the first non-empty of Bearer, ``x-api-key``, ``Private-Token``, Basic password.
+
+    ``headers`` must be case-insensitive (aiohttp's ``CIMultiDict``).
+    """
+    authorization = headers.get("authorization", "")
+    bearer = ""
+    basic = ""
+    scheme, _, rest = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        bearer = rest.strip()
+    elif scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(rest.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            decoded = ""
+        basic = decoded.partition(":")[2].strip()
+    for candidate in (bearer, headers.get("x-api-key", "").strip(), headers.get("private-token", "").strip(), basic):
+        if candidate:
+            return candidate
+    return None
+
+
+def check_claude_request(method: str, path: str, grant: tokens.Grant) -> Refusal | None:
+    """Rows 5–7 for a token that resolved to ``grant``."""
+    if isinstance(grant.credential, tokens.SecretCredential):
+        return SECRET_ON_ANTHROPIC
+    if not is_allowed_path(path):
+        return ANTHROPIC_PATH_REFUSED
+    if method not in CLAUDE_METHODS:
+        return METHOD_REFUSED
+    return None
+
+
+def check_secret_request(method: str, path: str, grant: tokens.Grant) -> tuple[Refusal | None, str, str]:
+    """Rows S1–S4 for ``/r/…``; also returns the host (``<invalid>`` if unreadable) and path."""
+    target = split_secret_target(path)
+    host, rest = target if target is not None else ("<invalid>", "")
+    credential = grant.credential
+    if not isinstance(credential, tokens.SecretCredential):
+        return CLAUDE_TOKEN_ON_SECRET_RELAY, host, rest
+    if target is None or not tokens.host_allowed(host, credential.hosts):
+        return SECRET_HOST_REFUSED, host, rest
+    if not is_relay_path_allowed(rest):
+        return SECRET_PATH_REFUSED, host, rest
+    if method not in SECRET_METHODS:
+        return SECRET_METHOD_REFUSED, host, rest
+    return None, host, rest
+
+
+def check_limits(
+    limits: tokens.Limits, *, requests_used: int, output_tokens_used: int, model: str | None
+) -> Refusal | None:
+    """Rows L: the limits fixed at issue time, checked before a request is relayed."""
+    if limits.models is not None and model not in limits.models:
+        return Refusal(
+            403, "permission_error", "this model is not allowed for this token", "limit refused", "limit_model"
+        )
+    if limits.max_requests is not None and requests_used >= limits.max_requests:
+        return Refusal(
+            429,
+            "rate_limit_error",
+            f"this token has used its {limits.max_requests} requests",
+            "limit refused",
+            "limit_requests",
+        )
+    if limits.max_output_tokens is not None and output_tokens_used >= limits.max_output_tokens:
+        return Refusal(
+            429,
+            "rate_limit_error",
+            f"this token has used its {limits.max_output_tokens} output tokens",
+            "limit refused",
+            "limit_output_tokens",
+        )
+    return None
+
+
+def merge_beta(values: Iterable[str]) -> str:
+    """Existing ``anthropic-beta`` values joined by ``,``, plus the OAuth flag once."""
+    joined = ",".join(values)
+    flags = [flag.strip() for flag in joined.split(",")]
+    if OAUTH_BETA_FLAG in flags:
+        return joined
+    return f"{joined},{OAUTH_BETA_FLAG}" if joined else OAUTH_BETA_FLAG
+
+
+def _passed(headers: Iterable[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in headers if name.lower() not in drop]
+
+
+def upstream_headers(headers: Iterable[tuple[str, str]], credential: tokens.ClaudeCredential) -> list[tuple[str, str]]:
+    """The request headers sent to the Anthropic API: the pod's minus its token, plus the credential."""
+    items = list(headers)
+    if credential.kind == "api_key":
+        out = _passed(items, _NEVER_UPSTREAM)
+        out.append(("x-api-key", credential.value.reveal()))
+        return out
+    out = _passed(items, _NEVER_UPSTREAM | {"anthropic-beta"})
+    betas = [value for name, value in items if name.lower() == "anthropic-beta"]
+    out.append(("authorization", "Bearer " + credential.value.reveal()))
+    out.append(("anthropic-beta", merge_beta(betas)))
+    return out
+
+
+def secret_headers(headers: Iterable[tuple[str, str]], secret: tokens.SecretCredential) -> list[tuple[str, str]]:
+    """Request headers for a proxied secret's host: the pod's minus its token, plus the secret."""
+    injection = secret.injection
+    drop = _NEVER_UPSTREAM
+    if injection.kind == "header" and injection.header is not None:
+        drop = drop | {injection.header.lower()}
+    out = _passed(headers, drop)
+    value = secret.value.reveal()
+    if injection.kind == "bearer":
+        out.append(("authorization", "Bearer " + value))
+    elif injection.kind == "private_token":
+        out.append(("private-token", value))
+    elif injection.kind == "x_api_key":
+        out.append(("x-api-key", value))
+    elif injection.kind == "header" and injection.header is not None:
+        out.append((injection.header, value))
+    elif injection.kind == "basic":
+        pair = f"{injection.username or ''}:{value}".encode()
+        out.append(("authorization", "Basic " + base64.b64encode(pair).decode()))
+    return out
+
+
+def downstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The response headers the pod gets: all but hop-by-hop and ``content-length``."""
+    return _passed(headers, _NEVER_DOWNSTREAM)

@@ -1,0 +1,157 @@
+"""The grant registry: its protocol, its semantics, and the in-memory backend.
+
+Semantics (§6.4), the same for every backend: a registry maps token ids to grants and
+never sees a token. ``resolve`` answers the grant, or why not: ``UNKNOWN`` (never
+issued, or purged), ``EXPIRED`` (the grant is dropped, no tombstone), ``REVOKED`` (a
+tombstone exists). ``revoke`` drops the grant and keeps a tombstone until the grant's
+own expiry; ``purge_expired`` drops both once expired. A backend failure raises
+:class:`RegistryUnavailable`, which the proxy answers with 503, never with 401: a pod
+must not conclude its token was revoked because a database blinked.
+
+The in-memory backend serves one process; share one instance between app objects
+(replicas in one process). Several processes need the PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ironflow.auth_proxy import tokens
+from ironflow.secrets import Secret
+
+__all__ = [
+    "GrantRegistry",
+    "MemoryRegistry",
+    "RegistryUnavailable",
+    "Resolution",
+    "Usage",
+    "issue",
+]
+
+
+class RegistryUnavailable(Exception):
+    """The backend failed (or a key version is missing); the text is safe to log."""
+
+
+class Resolution(enum.Enum):
+    """Why a token id resolved to no grant; each reads as the same 401 to the caller."""
+
+    UNKNOWN = "unknown"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a token has consumed so far (counted only for tokens issued with limits)."""
+
+    requests: int = 0
+    output_tokens: int = 0
+
+
+@runtime_checkable
+class GrantRegistry(Protocol):
+    """Where grants live. Every method may raise :class:`RegistryUnavailable`."""
+
+    async def insert(self, grant: tokens.Grant) -> None: ...
+
+    async def resolve(self, grant_id: str, now: int) -> tokens.Grant | Resolution: ...
+
+    async def revoke(self, grant_id: str) -> bool: ...
+
+    async def revoke_run(self, run_id: str) -> int: ...
+
+    async def purge_expired(self, now: int) -> int: ...
+
+    async def count(self) -> int: ...
+
+    async def take_request(self, grant_id: str) -> Usage:
+        """Count one request against the grant; return the usage *before* it."""
+        ...
+
+    async def add_output_tokens(self, grant_id: str, count: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def issue(registry: GrantRegistry, request: tokens.TokenRequest) -> tuple[tokens.Grant, Secret]:
+    """Mint a token for a validated request and store its grant; the token leaves only here."""
+    token = tokens.new_token()
+    grant = tokens.Grant(
+        id=tokens.token_id(token.reveal()),
+        run_id=request.run_id,
+        step=request.step,
+        expires_at=request.expires_at,
+        credential=request.credential,
+        limits=request.limits,
+    )
+    await registry.insert(grant)
+    return grant, token
+
+
+class MemoryRegistry:
+    """Grants in a dict: one process, lost on restart; the default registry."""
+
+    def __init__(self) -> None:
+        self._grants: dict[str, tokens.Grant] = {}
+        self._tombstones: dict[str, tuple[str, int]] = {}
+        self._usage: dict[str, Usage] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryRegistry(grants={len(self._grants)}, tombstones={len(self._tombstones)})"
+
+    async def insert(self, grant: tokens.Grant) -> None:
+        self._grants[grant.id] = grant
+
+    async def resolve(self, grant_id: str, now: int) -> tokens.Grant | Resolution:
+        grant = self._grants.get(grant_id)
+        if grant is None:
+            return Resolution.REVOKED if grant_id in self._tombstones else Resolution.UNKNOWN
+        if grant.expires_at <= now:
+            self._drop(grant_id)
+            return Resolution.EXPIRED
+        return grant
+
+    def _drop(self, grant_id: str) -> tokens.Grant | None:
+        self._usage.pop(grant_id, None)
+        return self._grants.pop(grant_id, None)
+
+    async def revoke(self, grant_id: str) -> bool:
+        grant = self._drop(grant_id)
+        if grant is None:
+            return False
+        self._tombstones[grant_id] = (grant.run_id, grant.expires_at)
+        return True
+
+    async def revoke_run(self, run_id: str) -> int:
+        ids = [grant_id for grant_id, grant in self._grants.items() if grant.run_id == run_id]
+        for grant_id in ids:
+            await self.revoke(grant_id)
+        return len(ids)
+
+    async def purge_expired(self, now: int) -> int:
+        expired = [grant_id for grant_id, grant in self._grants.items() if grant.expires_at <= now]
+        for grant_id in expired:
+            self._drop(grant_id)
+        for grant_id in [t for t, (_, expires_at) in self._tombstones.items() if expires_at <= now]:
+            del self._tombstones[grant_id]
+        return len(expired)
+
+    async def count(self) -> int:
+        return len(self._grants)
+
+    async def take_request(self, grant_id: str) -> Usage:
+        before = self._usage.get(grant_id, Usage())
+        if grant_id in self._grants:
+            self._usage[grant_id] = Usage(before.requests + 1, before.output_tokens)
+        return before
+
+    async def add_output_tokens(self, grant_id: str, count: int) -> None:
+        if grant_id in self._grants:
+            before = self._usage.get(grant_id, Usage())
+            self._usage[grant_id] = Usage(before.requests, before.output_tokens + count)
+
+    async def close(self) -> None:
+        return None

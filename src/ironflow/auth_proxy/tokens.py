@@ -1,0 +1,330 @@
+"""Opaque ``ifap_`` tokens, token ids, grants and token requests (pure, apart from the CSPRNG).
+
+A token is ``ifap_`` + 64 lowercase hex chars from the OS CSPRNG; its id is the
+SHA-256 hex of the whole token string, and logs carry only the first 12 chars of the
+id. The proxy stores the id, never the token: a leaked registry cannot be replayed.
+
+A :class:`Grant` binds a token to a run, a step, an expiry and exactly one credential:
+a Claude credential (``oauth_token`` or ``api_key``) or a proxied secret (§6.9), plus
+optional :class:`Limits` fixed at issue time. :func:`parse_token_request` validates the
+admin API body in the contract's order; its errors never echo the body.
+
+>>> token = new_token()
+>>> token.reveal().startswith("ifap_") and len(token.reveal())
+69
+>>> len(token_id(token.reveal()))
+64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets as _secrets
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from ironflow.secrets import Secret
+
+__all__ = [
+    "FORBIDDEN_CUSTOM_HEADERS",
+    "MAX_LIFETIME_S",
+    "TOKEN_PREFIX",
+    "ClaudeCredential",
+    "Grant",
+    "Injection",
+    "InvalidTokenRequest",
+    "Limits",
+    "SecretCredential",
+    "TokenRequest",
+    "host_allowed",
+    "is_header_safe",
+    "new_token",
+    "parse_token_request",
+    "short_id",
+    "token_id",
+    "validate_host_pattern",
+]
+
+TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a secret
+#: Longest lifetime of a token (exactly 24 h is accepted).
+MAX_LIFETIME_S: Final = 86_400
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_HOST_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: A proxied secret may not be injected as one of these headers.
+FORBIDDEN_CUSTOM_HEADERS: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "cookie",
+        "accept-encoding",
+    }
+)
+
+ClaudeKind = Literal["oauth_token", "api_key"]
+InjectionKind = Literal["bearer", "private_token", "x_api_key", "header", "basic"]
+
+
+def new_token() -> Secret:
+    """A fresh opaque token from the OS CSPRNG."""
+    return Secret(TOKEN_PREFIX + _secrets.token_hex(32))
+
+
+def token_id(token: str) -> str:
+    """Lowercase SHA-256 hex of the whole token (prefix included): what the registry stores."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def short_id(grant_id: str) -> str:
+    """The 12 chars of a token id that logs may carry."""
+    return grant_id[:12]
+
+
+def is_header_safe(value: str) -> bool:
+    """Every char printable ASCII (0x21..0x7E): a header can carry it unchanged."""
+    return bool(value) and all(0x21 <= ord(ch) <= 0x7E for ch in value)
+
+
+@dataclass(frozen=True)
+class ClaudeCredential:
+    """The Anthropic credential the proxy injects: an OAuth token or an API key."""
+
+    kind: ClaudeKind
+    value: Secret = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """How a proxied secret reaches its host: a known header, a custom one, or Basic auth."""
+
+    kind: InjectionKind
+    header: str | None = None
+    username: str | None = None
+
+    def to_json(self) -> Any:
+        if self.kind == "header":
+            return {"header": self.header}
+        if self.kind == "basic":
+            return {"basic": {"username": self.username}}
+        return self.kind
+
+
+@dataclass(frozen=True)
+class SecretCredential:
+    """A proxied secret (§6.9): relayed under ``/r/<host>/`` to its allowlisted hosts only."""
+
+    name: str
+    value: Secret = field(repr=False)
+    injection: Injection
+    hosts: tuple[str, ...]
+
+    def spec(self) -> dict[str, Any]:
+        """Everything but the value: stored in clear (``secret_spec``)."""
+        return {"name": self.name, "injection": self.injection.to_json(), "hosts": list(self.hosts)}
+
+
+Credential = ClaudeCredential | SecretCredential
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-token limits fixed at issue time; ``None`` means unlimited.
+
+    ``models`` is an allowlist of exact model names; ``max_output_tokens`` counts the
+    output tokens reported in the streamed usage of every relayed response.
+    """
+
+    models: tuple[str, ...] | None = None
+    max_requests: int | None = None
+    max_output_tokens: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.models is None and self.max_requests is None and self.max_output_tokens is None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.models is not None:
+            out["models"] = list(self.models)
+        if self.max_requests is not None:
+            out["max_requests"] = self.max_requests
+        if self.max_output_tokens is not None:
+            out["max_output_tokens"] = self.max_output_tokens
+        return out
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a token id unlocks; its repr shows no credential value."""
+
+    id: str
+    run_id: str
+    step: str
+    expires_at: int
+    credential: Credential
+    limits: Limits = Limits()
+
+    @property
+    def short_id(self) -> str:
+        return short_id(self.id)
+
+
+@dataclass(frozen=True)
+class TokenRequest:
+    """A validated ``POST /admin/v1/tokens`` body."""
+
+    run_id: str
+    step: str
+    expires_at: int
+    credential: Credential
+    limits: Limits = Limits()
+
+
+class InvalidTokenRequest(ValueError):
+    """A token request the admin API refuses with 400; the message is the contract's text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def validate_host_pattern(host: str) -> str:
+    """Lowercased DNS name with ≥ 2 labels, or ``*.`` + such a name; no IP, port, scheme or path."""
+    lowered = host.strip().lower()
+    name = lowered[2:] if lowered.startswith("*.") else lowered
+    labels = name.split(".")
+    if (
+        len(labels) < 2
+        or len(name) > 253
+        or not all(_HOST_LABEL.fullmatch(label) for label in labels)
+        or labels[-1].isdigit()
+    ):
+        raise InvalidTokenRequest(f"invalid secret host {host[:100]!r}: expected a DNS name like git.example.com")
+    return lowered
+
+
+def host_allowed(host: str, patterns: tuple[str, ...]) -> bool:
+    """Exact match, or ``*.name`` matching strict subdomains of ``name`` only."""
+    host = host.lower()
+    for pattern in patterns:
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]) and len(host) > len(pattern) - 1:
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def _parse_injection(raw: Any) -> Injection:
+    if raw in ("bearer", "private_token", "x_api_key"):
+        return Injection(raw)
+    if isinstance(raw, dict) and len(raw) == 1:
+        if isinstance(raw.get("header"), str):
+            header = raw["header"]
+            if not _HEADER_NAME.fullmatch(header) or header.lower() in FORBIDDEN_CUSTOM_HEADERS:
+                raise InvalidTokenRequest("invalid secret injection: this header cannot carry a secret")
+            return Injection("header", header=header)
+        basic = raw.get("basic")
+        if isinstance(basic, dict) and set(basic) == {"username"} and isinstance(basic["username"], str):
+            username = basic["username"]
+            if ":" in username or not all(0x20 <= ord(ch) <= 0x7E for ch in username):
+                raise InvalidTokenRequest(
+                    "invalid secret injection: Basic username must be printable ASCII without ':'"
+                )
+            return Injection("basic", username=username)
+    raise InvalidTokenRequest(
+        'invalid secret injection: expected "bearer", "private_token", "x_api_key", '
+        '{"header": name} or {"basic": {"username": name}}'
+    )
+
+
+def _parse_limits(raw: Any) -> Limits:
+    if raw is None:
+        return Limits()
+    if not isinstance(raw, dict) or not set(raw) <= {"models", "max_requests", "max_output_tokens"}:
+        raise InvalidTokenRequest("invalid limits: allowed keys are models, max_requests, max_output_tokens")
+    models = raw.get("models")
+    if models is not None and (
+        not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models)
+    ):
+        raise InvalidTokenRequest("invalid limits: models must be a non-empty list of model names")
+    numbers: dict[str, int | None] = {}
+    for key in ("max_requests", "max_output_tokens"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InvalidTokenRequest(f"invalid limits: {key} must be a positive integer")
+        numbers[key] = value
+    return Limits(
+        models=tuple(models) if models is not None else None,
+        max_requests=numbers["max_requests"],
+        max_output_tokens=numbers["max_output_tokens"],
+    )
+
+
+def _parse_credential(raw: Any) -> tuple[Credential, str]:
+    """The credential and its value (validated by the caller in the contract's order)."""
+    if not isinstance(raw, dict):
+        raise InvalidTokenRequest("invalid token request body")
+    value = raw.get("value")
+    if not isinstance(value, str):
+        raise InvalidTokenRequest("invalid token request body")
+    if set(raw) == {"kind", "value"}:
+        if raw["kind"] not in ("oauth_token", "api_key"):
+            raise InvalidTokenRequest("invalid token request body")
+        return ClaudeCredential(raw["kind"], Secret(value)), value
+    if set(raw) == {"name", "value", "injection", "hosts"}:
+        name = raw["name"]
+        if not isinstance(name, str) or not _SECRET_NAME.fullmatch(name):
+            raise InvalidTokenRequest("invalid secret name: 1 to 64 of [A-Za-z0-9_.-]")
+        hosts = raw["hosts"]
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise InvalidTokenRequest("invalid secret hosts: give at least one host")
+        patterns = tuple(validate_host_pattern(h) for h in hosts)
+        return SecretCredential(name, Secret(value), _parse_injection(raw["injection"]), patterns), value
+    raise InvalidTokenRequest("invalid token request body")
+
+
+def parse_token_request(body: bytes, now: int) -> TokenRequest:
+    """Validate an issue request in the contract's order; unknown fields are refused.
+
+    Raises:
+        InvalidTokenRequest: with the contract's message; never the body or a value.
+    """
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidTokenRequest("invalid token request body") from None
+    required = {"run_id", "step", "expires_at", "credential"}
+    if not isinstance(raw, dict) or not required <= set(raw) or not set(raw) <= required | {"limits"}:
+        raise InvalidTokenRequest("invalid token request body")
+    run_id, step, expires_at = raw["run_id"], raw["step"], raw["expires_at"]
+    if not isinstance(run_id, str) or not isinstance(step, str):
+        raise InvalidTokenRequest("invalid token request body")
+    if isinstance(expires_at, bool) or not isinstance(expires_at, int) or not 0 <= expires_at < 2**63:
+        raise InvalidTokenRequest("invalid token request body")
+    credential, value = _parse_credential(raw["credential"])
+    limits = _parse_limits(raw.get("limits"))
+    if expires_at <= now:
+        raise InvalidTokenRequest("expires_at is in the past")
+    if expires_at - now > MAX_LIFETIME_S:
+        raise InvalidTokenRequest("expires_at is more than 24 hours away")
+    if not run_id:
+        raise InvalidTokenRequest("run_id is empty")
+    if not step:
+        raise InvalidTokenRequest("step is empty")
+    if not value:
+        raise InvalidTokenRequest("credential is empty")
+    if not is_header_safe(value):
+        raise InvalidTokenRequest("credential holds characters a header cannot carry")
+    return TokenRequest(run_id, step, expires_at, credential, limits)
