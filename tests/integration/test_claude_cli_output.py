@@ -39,7 +39,6 @@ async def run_claude(
     fake: FakeAnthropic, home: Path, *args: str, prompt: str = "Say hello", oauth: bool = False
 ) -> tuple[int, str, str]:
     """Run the CLI like a sandbox would; returns (exit code, stdout, stderr)."""
-    home.mkdir(exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
         _cli(),
         "-p",
@@ -67,7 +66,7 @@ STREAM = ("--output-format", "stream-json", "--verbose", "--model", "sonnet")
 
 async def test_json_output_parses_into_text_model_and_usage(tmp_path: Path) -> None:
     async with FakeAnthropic(Script.of("Hello from the fake.", usage=Usage(123, 45))) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *JSON)
+        code, out, err = await run_claude(fake, tmp_path, *JSON)
     assert code == 0, err
     result = output.parse_response(out, AgentConfig("Say hello"), wall_ms=1)
     assert result.value == "Hello from the fake."
@@ -85,7 +84,7 @@ async def test_json_output_parses_into_text_model_and_usage(tmp_path: Path) -> N
 
 async def test_stream_json_output_parses_with_a_debug_turn(tmp_path: Path) -> None:
     async with FakeAnthropic(Script.of("Streamed hello.")) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *STREAM)
+        code, out, err = await run_claude(fake, tmp_path, *STREAM)
     assert code == 0, err
     result = output.parse_output(out, AgentConfig("Say hello", verbose=True), wall_ms=1)
     assert result.value == "Streamed hello."
@@ -97,7 +96,7 @@ async def test_stream_json_output_parses_with_a_debug_turn(tmp_path: Path) -> No
 async def test_tool_turn_runs_bash_and_sends_the_tool_result_back(tmp_path: Path) -> None:
     script = Script.of(ToolUseTurn("Bash", {"command": "echo marker-$((6*7))"}), "Saw marker-42.")
     async with FakeAnthropic(script) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *STREAM, "--allowedTools", "Bash", prompt="Run it")
+        code, out, err = await run_claude(fake, tmp_path, *STREAM, "--allowedTools", "Bash", prompt="Run it")
     assert code == 0, err
     first, second = fake.message_requests
     assert first.tool_results() == []
@@ -120,7 +119,7 @@ async def test_api_error_exits_nonzero_and_maps_to_api_error(
     tmp_path: Path, status: int, kind: str, retryable: bool
 ) -> None:
     async with FakeAnthropic(Script.of(ErrorTurn(status, kind, "injected"), default=None)) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *JSON)
+        code, out, err = await run_claude(fake, tmp_path, *JSON)
     assert code != 0
     with pytest.raises(errors.ApiError) as caught:
         output.handle_nonzero_exit(code, out, err, AgentConfig("Say hello"), wall_ms=1)
@@ -131,7 +130,7 @@ async def test_api_error_exits_nonzero_and_maps_to_api_error(
 
 async def test_wrong_credential_gets_401_and_a_non_retryable_api_error(tmp_path: Path) -> None:
     async with FakeAnthropic(required_credential=Secret("some-other-key")) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *JSON)
+        code, out, err = await run_claude(fake, tmp_path, *JSON)
     assert code != 0
     with pytest.raises(errors.ApiError) as caught:
         output.handle_nonzero_exit(code, out, err, AgentConfig("Say hello"), wall_ms=1)
@@ -144,7 +143,7 @@ async def test_budget_overrun_maps_to_budget_exceeded(tmp_path: Path) -> None:
     script = Script.of(TextTurn("Expensive.", usage=Usage(2_000_000, 2_000_000)))
     config = AgentConfig("Say hello", max_budget_usd=0.01)
     async with FakeAnthropic(script) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *JSON, "--max-budget-usd", "0.01")
+        code, out, err = await run_claude(fake, tmp_path, *JSON, "--max-budget-usd", "0.01")
     assert code != 0
     with pytest.raises(errors.BudgetExceeded) as caught:
         output.handle_nonzero_exit(code, out, err, config, wall_ms=1)
@@ -174,7 +173,7 @@ async def test_subscription_rate_limit_headers_reach_the_account_recorder(tmp_pa
         AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(API_KEY), recorder)
     )
     async with FakeAnthropic(Script.of(TextTurn("Hi.", headers=headers))) as fake:
-        code, out, err = await run_claude(fake, tmp_path / "home", *STREAM, oauth=True)
+        code, out, err = await run_claude(fake, tmp_path, *STREAM, oauth=True)
     assert code == 0, err
     assert fake.message_requests[0].header("authorization") == f"Bearer {API_KEY}"
     windows = rate_limits.record_rate_limits(config, out)
