@@ -1,0 +1,39 @@
+"""Kubernetes: the ephemeral agent pod, its labels, and (added by the runtime) running it.
+
+Layering: ``labels``, ``hardening`` and ``manifests`` are pure (values in, dicts out);
+``provider`` is configuration plus rendering; only ``api`` talks to the cluster, and
+the runtime modules build on it. Nothing pure imports an I/O module.
+"""
+
+from ironflow.claude.profile import ClaudeProfile
+from ironflow.k8s.hardening import SandboxSettings
+from ironflow.k8s.labels import (
+    ANNOTATION_EXPIRES_AT,
+    LABEL_COMPONENT,
+    LABEL_EGRESS_PROFILE,
+    LABEL_MANAGED_BY,
+    LABEL_ROOT_RUN_ID,
+    LABEL_RUN_ID,
+    LABEL_STEP,
+    sanitize_label_value,
+)
+from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
+from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
+
+__all__ = [
+    "ANNOTATION_EXPIRES_AT",
+    "LABEL_COMPONENT",
+    "LABEL_EGRESS_PROFILE",
+    "LABEL_MANAGED_BY",
+    "LABEL_ROOT_RUN_ID",
+    "LABEL_RUN_ID",
+    "LABEL_STEP",
+    "ClaudeProfile",
+    "ImagePullPolicy",
+    "K8sEphemeralProvider",
+    "K8sResources",
+    "ProviderSettings",
+    "SandboxSettings",
+    "Toleration",
+    "sanitize_label_value",
+]

@@ -1,0 +1,532 @@
+"""The objects an agent step creates, as plain dicts: the Pod and its prompt ConfigMap (pure).
+
+Functions of their inputs only: the provider settings, the step, the worker environment,
+the clock value and the random bits are all passed in, so a dry run renders exactly what
+a launch would create. The step's invocation-time checks live here too
+(:func:`merged_pod_inputs`, :func:`validate_hardening`, :func:`validate_inputs`): they
+refuse with :class:`~ironflow.errors.StepConfigError` and the reference's message, and
+name variables, never their values.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+
+from ironflow import agent, errors
+from ironflow.claude import command, layout, profile
+from ironflow.k8s import hardening, labels
+from ironflow.secrets import looks_like_claude_credential
+
+if TYPE_CHECKING:
+    from ironflow.k8s.provider import ProviderSettings
+
+__all__ = [
+    "CONTAINER_NAME",
+    "DEFAULT_EXPIRY_MARGIN_S",
+    "INIT_CONTAINER_NAME",
+    "POD_NAME_PREFIX",
+    "ImagePullPolicy",
+    "K8sResources",
+    "PodInputs",
+    "Toleration",
+    "active_deadline_seconds",
+    "build_env",
+    "build_pod",
+    "generate_pod_name",
+    "lifetime_seconds",
+    "merged_pod_inputs",
+    "parent_dir",
+    "prompt_configmap",
+    "prompt_configmap_name",
+    "proxy_forbidden_message",
+    "validate_hardening",
+    "validate_inputs",
+    "validate_mount_path",
+]
+
+CONTAINER_NAME: Final = "claude-code"
+INIT_CONTAINER_NAME: Final = "ironflow-input-fetch"
+POD_NAME_PREFIX: Final = "claude-code"
+#: Added to the timeout for the expiry annotation even without a sandbox (reference).
+DEFAULT_EXPIRY_MARGIN_S: Final = 60.0
+_I64_MAX: Final = 2**63 - 1
+_PROMPT_VOLUME: Final = "ironflow-prompt"
+_MANAGED_SETTINGS_VOLUME: Final = "ironflow-managed-settings"
+_RESERVED_MOUNTS: Final = (
+    layout.SANDBOX_HOME,
+    layout.SANDBOX_TMP,
+    layout.MANAGED_SETTINGS_DIR,
+    layout.PROFILE_MOUNT_DIR,
+)
+
+
+class ImagePullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+@dataclass(frozen=True)
+class K8sResources:
+    """Container limits (Kubernetes quantities); no requests, as the reference."""
+
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
+
+    def render(self) -> dict[str, Any] | None:
+        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v is not None}
+        return {"limits": limits} if limits else None
+
+
+_OPERATORS: Final = ("Equal", "Exists")
+_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration; fields left None are omitted from the manifest."""
+
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator is not None and self.operator not in _OPERATORS:
+            raise errors.ConfigError(
+                f"toleration operator must be one of {', '.join(_OPERATORS)}, got '{self.operator}'"
+            )
+        if self.effect is not None and self.effect not in _EFFECTS:
+            raise errors.ConfigError(f"toleration effect must be one of {', '.join(_EFFECTS)}, got '{self.effect}'")
+        if self.operator == "Exists" and self.value:
+            raise errors.ConfigError("a toleration with operator Exists must not have a value")
+        if self.key is None and self.operator != "Exists":
+            raise errors.ConfigError("a toleration without a key must use operator Exists (it matches every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise errors.ConfigError("toleration_seconds only applies to effect NoExecute")
+
+    def render(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field, key in (
+            ("key", "key"),
+            ("operator", "operator"),
+            ("value", "value"),
+            ("effect", "effect"),
+            ("toleration_seconds", "tolerationSeconds"),
+        ):
+            value = getattr(self, field)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """The provider's settings merged with the step's, after the invocation checks (§1.3)."""
+
+    secret_env: tuple[agent.SecretEnvVar, ...]
+    service_account: str | None
+    runtime_class: str | None
+    host_volumes: tuple[tuple[str, str], ...]
+    pvc_volumes: tuple[tuple[str, str], ...]
+    step_pvc_volumes: tuple[agent.PvcVolume, ...]
+    read_only_volumes: tuple[agent.ReadOnlyVolume, ...]
+    managed_settings_configmap: str | None
+    labels: Mapping[str, str]
+
+
+def proxy_forbidden_message(name: str) -> str:
+    return f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
+
+
+def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> PodInputs:
+    """Merge provider and step pod settings, refusing what would weaken the sandbox.
+
+    Raises:
+        StepConfigError: in the reference's order and words (credentials under an auth
+            proxy or a sandbox, blank runtime class, unknown preset, reserved label).
+    """
+    fail = errors.StepConfigError
+    if settings.auth_proxy_url is not None:
+        if settings.oauth_credentials is not None:
+            raise fail(proxy_forbidden_message("oauth_credentials"))
+        if settings.oauth_credentials_secret is not None:
+            raise fail(proxy_forbidden_message(layout.CREDENTIALS_ENV))
+        for name, value in settings.env_vars:
+            if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
+                raise fail(proxy_forbidden_message(name))
+    if settings.sandbox is not None:
+        if settings.oauth_credentials is not None:
+            raise fail("sandboxed provider refuses inline oauth_credentials; use oauth_credentials_from_secret")
+        for name, _ in settings.env_vars:
+            if name in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"):
+                raise fail(f"sandboxed provider refuses {name} as a plain env var; use env_from_secret")
+
+    secret_env = list(settings.secret_env)
+    if settings.oauth_credentials_secret is not None:
+        secret, key = settings.oauth_credentials_secret
+        secret_env.append(agent.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
+    for entry in config.pod.secret_env:
+        for i, existing in enumerate(secret_env):
+            if existing.name == entry.name:
+                secret_env[i] = entry
+                break
+        else:
+            secret_env.append(entry)
+    if settings.auth_proxy_url is not None:
+        for entry in secret_env:
+            if entry.name in layout.PROXY_FORBIDDEN_ENV:
+                raise fail(proxy_forbidden_message(entry.name))
+
+    service_account = config.pod.service_account or settings.service_account
+    runtime_class = config.pod.runtime_class if config.pod.runtime_class is not None else settings.runtime_class
+    if runtime_class is not None and not runtime_class.strip():
+        raise fail("runtime class must not be empty")
+
+    keep = not config.pod.without_provider_volumes
+    preset = config.pod.managed_settings or settings.default_managed_settings
+    configmap: str | None = None
+    if preset is not None:
+        if preset not in settings.managed_settings_presets:
+            known = ", ".join(sorted(settings.managed_settings_presets))
+            raise fail(f"unknown managed settings preset '{preset}', known presets: [{known}]")
+        configmap = settings.managed_settings_presets[preset]
+
+    for key in config.pod_labels:
+        if labels.is_reserved_label(key):
+            raise fail(labels.reserved_label_message(key))
+    merged_labels = dict(settings.pod_labels)
+    if settings.egress_profile is not None:
+        merged_labels[labels.LABEL_EGRESS_PROFILE] = settings.egress_profile
+    merged_labels.update(config.pod_labels)
+
+    return PodInputs(
+        secret_env=tuple(secret_env),
+        service_account=service_account,
+        runtime_class=runtime_class,
+        host_volumes=settings.volumes if keep else (),
+        pvc_volumes=settings.pvc_volumes if keep else (),
+        step_pvc_volumes=config.pod.pvc_volumes,
+        read_only_volumes=(*settings.read_only_volumes, *config.pod.read_only_volumes),
+        managed_settings_configmap=configmap,
+        labels=MappingProxyType(merged_labels),
+    )
+
+
+def _trim(path: str) -> str:
+    return path.rstrip("/")
+
+
+def validate_mount_path(kind: str, path: str) -> str | None:
+    """Why ``path`` cannot hold a ``kind`` mount, or None (absolute, normal, not reserved).
+
+    Beyond the reference, ``.``/``..``/empty segments are refused: ``/tmp/../etc/claude-code``
+    would otherwise reach a reserved path under another spelling.
+    """
+    if not path.startswith("/"):
+        return f"{kind} mount_path must be absolute, got '{path}'"
+    normalized = _trim(path)
+    if normalized and any(seg in ("", ".", "..") for seg in normalized[1:].split("/")):
+        return f"{kind} mount_path must not contain empty, '.' or '..' segments, got '{path}'"
+    if (
+        not normalized
+        or normalized in _RESERVED_MOUNTS
+        or normalized.startswith(layout.PROFILE_MOUNT_DIR + "/")
+        or normalized == layout.PROMPT_MOUNT_DIR
+    ):
+        return f"{kind} cannot be mounted at reserved path '{path}'"
+    return None
+
+
+def validate_hardening(settings: ProviderSettings, inputs: PodInputs) -> None:
+    """Refuse mounts that would hide or replace a sandbox path, and incomplete secret refs.
+
+    Raises:
+        StepConfigError: the first problem, in the reference's order.
+    """
+    fail = errors.StepConfigError
+    seen = {_trim(path) for _, path in (*inputs.host_volumes, *inputs.pvc_volumes)}
+    if settings.sessions_claim is not None:
+        seen.add(layout.SESSIONS_MOUNT_PATH)
+        for p in settings.claude_profiles:
+            if p.subdir == "projects" or p.subdir.startswith("projects/"):
+                raise fail(
+                    f"claude profile subdir '{p.subdir}' overlaps the sessions volume at '{layout.SESSIONS_MOUNT_PATH}'"
+                )
+    for volume in inputs.step_pvc_volumes:
+        problem = volume.problem()
+        if problem is not None:
+            raise fail(f"step pvc volume: {problem}")
+    checked = [("read-only volume", v.mount_path) for v in inputs.read_only_volumes]
+    checked += [("step pvc volume", v.mount_path) for v in inputs.step_pvc_volumes]
+    for kind, path in checked:
+        problem = validate_mount_path(kind, path)
+        if problem is not None:
+            raise fail(problem)
+        if _trim(path) in seen:
+            raise fail(f"duplicate volume mount path '{path}'")
+        seen.add(_trim(path))
+    for entry in inputs.secret_env:
+        if not (entry.name and entry.secret and entry.key):
+            raise fail(
+                "secret env entry needs a non-empty name, secret and key, "
+                f"got name='{entry.name}' secret='{entry.secret}' key='{entry.key}'"
+            )
+
+
+def parent_dir(path: str) -> str:
+    """The directory part of ``path`` (``""`` for ``/file``)."""
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def validate_inputs(inputs: Sequence[agent.AgentInput]) -> None:
+    """Each input lands in a file under a directory the init container can mount.
+
+    Raises:
+        StepConfigError: a relative path, a file directly under ``/``, or a path
+            that is not a plain file path.
+    """
+    for item in inputs:
+        path = item.mount_path
+        if not path.startswith("/"):
+            raise errors.StepConfigError(f"agent input mount_path must be absolute, got '{path}'")
+        if parent_dir(path) in ("", "/"):
+            raise errors.StepConfigError(f"agent input mount_path must live under a directory (not '/'), got '{path}'")
+        if posixpath.normpath(path) != path:
+            raise errors.StepConfigError(
+                f"agent input mount_path must be a normalized file path (no '.', '..', '//' or trailing '/'), "
+                f"got '{path}'"
+            )
+
+
+def generate_pod_name(now_ms: int, rand32: int, prefix: str = POD_NAME_PREFIX) -> str:
+    """``<prefix>-<unix ms hex>-<8 hex random>``: sortable by creation, unique per call.
+
+    >>> generate_pod_name(0x18F2A3B4C5D, 0xAB)
+    'claude-code-18f2a3b4c5d-000000ab'
+    """
+    return f"{prefix}-{now_ms:x}-{rand32 & 0xFFFFFFFF:08x}"
+
+
+def prompt_configmap_name(pod_name: str) -> str:
+    return f"{pod_name}-prompt"
+
+
+def lifetime_seconds(settings: ProviderSettings) -> int:
+    """Timeout plus margin, whole seconds: how long the objects may live (expiry annotation)."""
+    margin = settings.sandbox.deadline_margin_s if settings.sandbox is not None else DEFAULT_EXPIRY_MARGIN_S
+    return int(settings.timeout_s + margin)
+
+
+def active_deadline_seconds(settings: ProviderSettings) -> int | None:
+    """Explicit deadline (truncated, saturating), else timeout + margin when sandboxed, else none."""
+    if settings.active_deadline_s is not None:
+        return min(int(settings.active_deadline_s), _I64_MAX)
+    if settings.sandbox is not None:
+        return int(settings.timeout_s + settings.sandbox.deadline_margin_s)
+    return None
+
+
+def prompt_configmap(
+    *, pod_name: str, namespace: str, prompt: str, pod_labels: Mapping[str, str], expires_at: int
+) -> dict[str, Any]:
+    """The ConfigMap holding a large prompt; labelled so run cleanup and the reaper find it."""
+    cm_labels = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE, labels.LABEL_COMPONENT: labels.COMPONENT_PROMPT_DATA}
+    if labels.LABEL_ROOT_RUN_ID in pod_labels:
+        cm_labels[labels.LABEL_ROOT_RUN_ID] = pod_labels[labels.LABEL_ROOT_RUN_ID]
+    if labels.LABEL_RUN_ID in pod_labels and labels.LABEL_STEP in pod_labels:
+        cm_labels[labels.LABEL_RUN_ID] = pod_labels[labels.LABEL_RUN_ID]
+        cm_labels[labels.LABEL_STEP] = pod_labels[labels.LABEL_STEP]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": prompt_configmap_name(pod_name),
+            "namespace": namespace,
+            "labels": cm_labels,
+            "annotations": {labels.ANNOTATION_EXPIRES_AT: str(expires_at)},
+        },
+        "data": {layout.PROMPT_KEY: prompt},
+    }
+
+
+def build_env(
+    *,
+    worker_env: Mapping[str, str],
+    plain: Sequence[tuple[str, str]],
+    secret: Sequence[agent.SecretEnvVar],
+) -> list[dict[str, Any]]:
+    """Blanking entries, then plain values, then secret references (§1.5 order).
+
+    A worker variable starting with ``CLAUDE`` (and always ``IRONFLOW_ALLOW_BYPASS``) is
+    set to ``""`` in the pod unless the step sets it, so the image's or the node's value
+    can never reach the agent by accident. Values of ``worker_env`` are never read.
+    """
+    explicit = {name for name, _ in plain} | {entry.name for entry in secret}
+    blank = sorted({name for name in worker_env if name.startswith("CLAUDE")})
+    blank.append(layout.ALLOW_BYPASS_ENV)
+    env: list[dict[str, Any]] = [{"name": name, "value": ""} for name in dict.fromkeys(blank) if name not in explicit]
+    env += [{"name": name, "value": value} for name, value in plain]
+    env += [
+        {"name": entry.name, "valueFrom": {"secretKeyRef": {"name": entry.secret, "key": entry.key}}}
+        for entry in secret
+    ]
+    return env
+
+
+def _ro_volume_source(volume: agent.ReadOnlyVolume) -> dict[str, Any]:
+    source = volume.source
+    if isinstance(source, agent.ConfigMapSource):
+        return {"configMap": {"name": source.name}}
+    if isinstance(source, agent.HostPathSource):
+        return {"hostPath": {"path": source.path, "type": "Directory"}}
+    return {"persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True}}
+
+
+def _mount(name: str, path: str, *, sub_path: str | None = None, read_only: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "mountPath": path}
+    if sub_path is not None:
+        out["subPath"] = sub_path
+    if read_only:
+        out["readOnly"] = True
+    return out
+
+
+def _volumes(
+    settings: ProviderSettings, inputs: PodInputs, config: agent.AgentConfig, prompt_cm: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes, main-container mounts and init-container mounts, in the §1.5 table order."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    init_mounts: list[dict[str, Any]] = []
+    for i, (host, path) in enumerate(inputs.host_volumes):
+        volumes.append({"name": f"vol-{i}", "hostPath": {"path": host, "type": "Directory"}})
+        mounts.append(_mount(f"vol-{i}", path))
+    claim_volume: dict[str, str] = {}
+    for i, (claim, path) in enumerate(inputs.pvc_volumes):
+        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append(_mount(f"pvc-{i}", path))
+        claim_volume.setdefault(claim, f"pvc-{i}")
+    for i, pvc in enumerate(inputs.step_pvc_volumes):
+        name = claim_volume.get(pvc.claim_name)
+        if name is None:  # one volume per claim: a second mount reuses it
+            name = f"step-pvc-{i}"
+            claim_volume[pvc.claim_name] = name
+            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": pvc.claim_name}})
+        mounts.append(_mount(name, pvc.mount_path, sub_path=pvc.sub_path, read_only=pvc.read_only))
+    for i, directory in enumerate(sorted({parent_dir(item.mount_path) for item in config.inputs})):
+        volumes.append({"name": f"ironflow-input-{i}", "emptyDir": {}})
+        mounts.append(_mount(f"ironflow-input-{i}", directory))
+        init_mounts.append(_mount(f"ironflow-input-{i}", directory))
+    if prompt_cm is not None:
+        volumes.append({"name": _PROMPT_VOLUME, "configMap": {"name": prompt_cm}})
+        mounts.append(_mount(_PROMPT_VOLUME, layout.PROMPT_MOUNT_DIR, read_only=True))
+    for i, ro in enumerate(inputs.read_only_volumes):
+        volumes.append({"name": f"ro-{i}", **_ro_volume_source(ro)})
+        mounts.append(_mount(f"ro-{i}", ro.mount_path, sub_path=ro.sub_path, read_only=True))
+    if inputs.managed_settings_configmap is not None:
+        item = {"key": layout.MANAGED_SETTINGS_FILE, "path": layout.MANAGED_SETTINGS_FILE}
+        volumes.append(
+            {
+                "name": _MANAGED_SETTINGS_VOLUME,
+                "configMap": {"name": inputs.managed_settings_configmap, "items": [item]},
+            }
+        )
+        mounts.append(_mount(_MANAGED_SETTINGS_VOLUME, layout.MANAGED_SETTINGS_DIR, read_only=True))
+    for i, prof in enumerate(settings.claude_profiles):
+        volumes.append({"name": f"ironflow-claude-profile-{i}", "configMap": {"name": prof.configmap}})
+        mounts.append(_mount(f"ironflow-claude-profile-{i}", profile.profile_mount_path(i), read_only=True))
+    return volumes, mounts, init_mounts
+
+
+def _input_script(inputs: Sequence[agent.AgentInput]) -> str:
+    lines = "".join(
+        f"curl -sSfL --retry 3 --max-time 300 {command.shell_quote(i.url)} -o {command.shell_quote(i.mount_path)}\n"
+        for i in inputs
+    )
+    return "set -e\n" + lines
+
+
+def build_pod(
+    settings: ProviderSettings,
+    inputs: PodInputs,
+    config: agent.AgentConfig,
+    *,
+    name: str,
+    shell_command: str,
+    plain_env: Sequence[tuple[str, str]],
+    worker_env: Mapping[str, str],
+    expires_at: int | None,
+    prompt_configmap: str | None = None,
+) -> dict[str, Any]:
+    """The agent Pod (§1.5), hardened when the provider is sandboxed.
+
+    Raises:
+        StepConfigError: :func:`validate_hardening`, then :func:`validate_inputs`.
+    """
+    validate_hardening(settings, inputs)
+    validate_inputs(config.inputs)
+    pull_policy = str(settings.image_pull_policy)
+
+    volumes, mounts, init_mounts = _volumes(settings, inputs, config, prompt_configmap)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": settings.image,
+        "imagePullPolicy": pull_policy,
+        "command": ["sh", "-c", shell_command],
+        "env": build_env(worker_env=worker_env, plain=plain_env, secret=inputs.secret_env),
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    resources = settings.resources.render()
+    if resources is not None:
+        container["resources"] = resources
+
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if config.inputs:
+        spec["initContainers"] = [
+            {
+                "name": INIT_CONTAINER_NAME,
+                "image": settings.input_init_image,
+                "imagePullPolicy": pull_policy,
+                "command": ["sh", "-c", _input_script(config.inputs)],
+                "volumeMounts": init_mounts,
+            }
+        ]
+    if volumes:
+        spec["volumes"] = volumes
+    if inputs.service_account:
+        spec["serviceAccountName"] = inputs.service_account
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        spec["tolerations"] = [t.render() for t in settings.tolerations]
+    if settings.sandbox is not None:
+        spec = hardening.harden_pod_spec(spec, settings.sandbox, sessions_claim=settings.sessions_claim)
+    deadline = active_deadline_seconds(settings)
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    if inputs.runtime_class is not None:
+        spec["runtimeClassName"] = inputs.runtime_class
+
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": settings.namespace,
+        # The two app.kubernetes.io keys come last: they always win (reaper and cleanup select on them).
+        "labels": {
+            **inputs.labels,
+            labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE,
+            labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER,
+        },
+    }
+    if expires_at is not None:
+        metadata["annotations"] = {labels.ANNOTATION_EXPIRES_AT: str(expires_at)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

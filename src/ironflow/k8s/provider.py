@@ -1,0 +1,711 @@
+"""The ephemeral Kubernetes provider as configuration: builders, YAML loading, rendering.
+
+``K8sEphemeralProvider(image)`` is the reference's ``new``; ``.sandboxed(image)`` adds
+the hardened posture. Every builder returns a new frozen provider; a value that can
+never work raises :class:`~ironflow.errors.ConfigError` at the call, with the
+reference's text. :meth:`K8sEphemeralProvider.manifests` renders, without any I/O, the
+objects a step would create. The runtime (``invoke``, ``release_run``,
+``reap_orphans``) delegates to ``k8s/runner.py`` and is added there, not here.
+
+Invariant: the provider's ``repr`` holds no credential: the inline OAuth credentials
+and the auth-proxy admin key are :class:`~ironflow.secrets.Secret` values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets as _random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import yaml
+
+from ironflow import agent, errors
+from ironflow.claude import command, layout, profile
+from ironflow.k8s import hardening, labels, manifests
+from ironflow.secrets import Secret
+
+__all__ = [
+    "DEFAULT_INPUT_INIT_IMAGE",
+    "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "K8sEphemeralProvider",
+    "ProviderSettings",
+]
+
+DEFAULT_TIMEOUT_S: Final = 300.0
+DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S: Final = 60.0
+DEFAULT_INPUT_INIT_IMAGE: Final = "curlimages/curl:8.10.1"
+
+Seconds = float | int | timedelta
+
+
+def _frozen(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Every setting of the provider (§1.1); build it through the provider's builders."""
+
+    image: str
+    namespace: str = "default"
+    claude_path: str = "claude"
+    working_dir: str | None = None
+    resources: manifests.K8sResources = field(default_factory=manifests.K8sResources)
+    service_account: str | None = None
+    image_pull_policy: manifests.ImagePullPolicy = manifests.ImagePullPolicy.IF_NOT_PRESENT
+    #: (name, value) in insertion order; duplicates are the caller's choice.
+    env_vars: tuple[tuple[str, str], ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    oauth_credentials: Secret | None = None
+    #: Cluster selection; an opaque value until ``k8s/api.py`` defines ``ClusterConfig``.
+    cluster: object | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
+    #: (host path, mount path)
+    volumes: tuple[tuple[str, str], ...] = ()
+    #: (claim name, mount path)
+    pvc_volumes: tuple[tuple[str, str], ...] = ()
+    input_init_image: str = DEFAULT_INPUT_INIT_IMAGE
+    node_selector: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
+    tolerations: tuple[manifests.Toleration, ...] = ()
+    active_deadline_s: float | None = None
+    sandbox: hardening.SandboxSettings | None = None
+    sessions_claim: str | None = None
+    secret_env: tuple[agent.SecretEnvVar, ...] = ()
+    #: (secret, key) holding the credentials JSON
+    oauth_credentials_secret: tuple[str, str] | None = None
+    read_only_volumes: tuple[agent.ReadOnlyVolume, ...] = ()
+    managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
+    default_managed_settings: str | None = None
+    claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
+    egress_profile: str | None = None
+    previous_attempt_timeout_s: float = DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S
+    runtime_class: str | None = None
+    auth_proxy_url: str | None = None
+    auth_proxy_admin_key: Secret | None = None
+    orphan_reaper_interval_s: float | None = None
+
+
+def _seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise errors.ConfigError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise errors.ConfigError(f"{name} must be a finite number of seconds {bound}, got {seconds!r}")
+    return float(seconds)
+
+
+def _secret(value: str | Secret) -> Secret:
+    return value if isinstance(value, Secret) else Secret(value)
+
+
+def _check_labels(pod_labels: Mapping[str, str]) -> None:
+    for key in pod_labels:
+        if labels.is_reserved_label(key):
+            raise errors.ConfigError(labels.reserved_label_message(key))
+
+
+@dataclass(frozen=True, init=False)
+class K8sEphemeralProvider:
+    """One pod per step; create, wait, read, delete. This part is the configuration.
+
+    >>> p = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace("agents")
+    >>> p.settings.namespace, p.settings.sandbox.run_as_user
+    ('agents', 10001)
+    """
+
+    settings: ProviderSettings
+
+    def __init__(self, image: str | ProviderSettings) -> None:
+        settings = image if isinstance(image, ProviderSettings) else ProviderSettings(image=image)
+        if not settings.image.strip():
+            raise errors.ConfigError("image must not be empty: name the claude-runner image to run")
+        object.__setattr__(self, "settings", settings)
+
+    @classmethod
+    def sandboxed(cls, image: str) -> K8sEphemeralProvider:
+        """The hardened provider: non-root uid 10001, read-only root, no SA token, size-limited HOME."""
+        return cls(image)._with(sandbox=hardening.SandboxSettings())
+
+    @property
+    def is_sandboxed(self) -> bool:
+        return self.settings.sandbox is not None
+
+    def _with(self, **changes: Any) -> K8sEphemeralProvider:
+        return K8sEphemeralProvider(dataclasses.replace(self.settings, **changes))
+
+    def _relax(self, method: str, **changes: Any) -> K8sEphemeralProvider:
+        sandbox = self.settings.sandbox
+        if sandbox is None:
+            raise errors.ConfigError(f"{method} requires a provider built with K8sEphemeralProvider.sandboxed")
+        return self._with(sandbox=dataclasses.replace(sandbox, **changes))
+
+    # -- sandbox relaxations (sandboxed providers only) --
+
+    def allow_writable_root(self) -> K8sEphemeralProvider:
+        """Let the agent write its root filesystem (for images that need it)."""
+        return self._relax("allow_writable_root", writable_root=True)
+
+    def home_size_limit(self, quantity: str) -> K8sEphemeralProvider:
+        return self._relax("home_size_limit", home_size_limit=quantity)
+
+    def tmp_size_limit(self, quantity: str) -> K8sEphemeralProvider:
+        return self._relax("tmp_size_limit", tmp_size_limit=quantity)
+
+    def deadline_margin(self, margin: Seconds) -> K8sEphemeralProvider:
+        """Time added to the step timeout for ``activeDeadlineSeconds`` and the expiry."""
+        return self._relax("deadline_margin", deadline_margin_s=_seconds("deadline_margin", margin, allow_zero=True))
+
+    def run_as_user(self, uid: int) -> K8sEphemeralProvider:
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid <= 0:
+            raise errors.ConfigError("run_as_user must be greater than 0")
+        return self._relax("run_as_user", run_as_user=uid)
+
+    def sessions_volume(self, claim: str) -> K8sEphemeralProvider:
+        """Keep session transcripts on a PVC at ``~/.claude/projects`` (enables resume)."""
+        if not claim:
+            raise errors.ConfigError("sessions_volume claim name must not be empty")
+        self._relax("sessions_volume")
+        return self._with(sessions_claim=claim)
+
+    # -- credentials --
+
+    def env_from_secret(self, var: str, secret: str, key: str) -> K8sEphemeralProvider:
+        """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""
+        entry = agent.SecretEnvVar(var, secret, key)
+        current = list(self.settings.secret_env)
+        for i, existing in enumerate(current):
+            if existing.name == var:
+                current[i] = entry
+                break
+        else:
+            current.append(entry)
+        return self._with(secret_env=tuple(current))
+
+    def oauth_credentials_from_secret(self, secret: str, key: str) -> K8sEphemeralProvider:
+        """Credentials JSON from a Secret, written to ``~/.claude/.credentials.json`` in the pod."""
+        return self._with(oauth_credentials_secret=(secret, key))
+
+    def oauth_token_from_secret(self, secret: str, key: str) -> K8sEphemeralProvider:
+        return self.env_from_secret("CLAUDE_CODE_OAUTH_TOKEN", secret, key)
+
+    def oauth_credentials(self, credentials_json: str | Secret) -> K8sEphemeralProvider:
+        """Inline credentials JSON: written into the pod command (refused when sandboxed or proxied)."""
+        return self._with(oauth_credentials=_secret(credentials_json))
+
+    def auth_proxy(self, url: str) -> K8sEphemeralProvider:
+        """Send the agent's API calls through the ironflow auth proxy; the pod gets no credential."""
+        if not (url.startswith("http://") or url.startswith("https://")):
+            raise errors.ConfigError("auth_proxy url must start with http:// or https://")
+        return self._with(auth_proxy_url=url.rstrip("/"))
+
+    def auth_proxy_admin_key(self, key: str | Secret) -> K8sEphemeralProvider:
+        """Admin key for issuing tokens; overrides ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``."""
+        return self._with(auth_proxy_admin_key=_secret(key))
+
+    # -- volumes and settings files --
+
+    def read_only_volume(self, volume: agent.ReadOnlyVolume) -> K8sEphemeralProvider:
+        return self._with(read_only_volumes=(*self.settings.read_only_volumes, volume))
+
+    def read_only_pvc(self, claim: str, mount_path: str) -> K8sEphemeralProvider:
+        return self.read_only_volume(agent.ReadOnlyVolume(agent.PvcSource(claim), mount_path))
+
+    def read_only_host_path(self, path: str, mount_path: str) -> K8sEphemeralProvider:
+        return self.read_only_volume(agent.ReadOnlyVolume(agent.HostPathSource(path), mount_path))
+
+    def read_only_config_map(self, name: str, mount_path: str) -> K8sEphemeralProvider:
+        return self.read_only_volume(agent.ReadOnlyVolume(agent.ConfigMapSource(name), mount_path))
+
+    def volume(self, host_path: str, mount_path: str) -> K8sEphemeralProvider:
+        """A hostPath directory, read-write (steps may drop it with ``without_provider_volumes``)."""
+        return self._with(volumes=(*self.settings.volumes, (host_path, mount_path)))
+
+    def pvc_volume(self, claim: str, mount_path: str) -> K8sEphemeralProvider:
+        return self._with(pvc_volumes=(*self.settings.pvc_volumes, (claim, mount_path)))
+
+    def managed_settings_preset(self, name: str, configmap: str) -> K8sEphemeralProvider:
+        """Register a ConfigMap (key ``managed-settings.json``) under a preset name."""
+        return self._with(managed_settings_presets=_frozen({**self.settings.managed_settings_presets, name: configmap}))
+
+    def default_managed_settings(self, name: str) -> K8sEphemeralProvider:
+        """Preset for steps that name none; an unknown name fails each invocation."""
+        return self._with(default_managed_settings=name)
+
+    def claude_profile_configmap(self, configmap: str) -> K8sEphemeralProvider:
+        """Copy a ConfigMap's files into ``~/.claude``."""
+        return self.claude_profile_configmap_at(configmap, "")
+
+    def claude_profile_configmap_at(self, configmap: str, subdir: str) -> K8sEphemeralProvider:
+        """Copy a ConfigMap's files into ``~/.claude/<subdir>``; each subdir takes one ConfigMap."""
+        return self._with(claude_profiles=profile.add_profile(self.settings.claude_profiles, configmap, subdir))
+
+    # -- labels, scheduling, runtime --
+
+    def pod_label(self, key: str, value: str) -> K8sEphemeralProvider:
+        _check_labels({key: value})
+        return self._with(pod_labels=_frozen({**self.settings.pod_labels, key: value}))
+
+    def pod_labels(self, pod_labels: Mapping[str, str]) -> K8sEphemeralProvider:
+        """Replace every provider label."""
+        _check_labels(pod_labels)
+        return self._with(pod_labels=_frozen(pod_labels))
+
+    def egress_profile(self, name: str) -> K8sEphemeralProvider:
+        """Default ``ironflow.io/egress-profile`` label (network policies select on it)."""
+        return self._with(egress_profile=name)
+
+    def runtime_class(self, name: str) -> K8sEphemeralProvider:
+        """``spec.runtimeClassName``, e.g. ``gvisor``."""
+        if not name.strip():
+            raise errors.ConfigError("runtime class must not be empty")
+        return self._with(runtime_class=name)
+
+    def node_selector(self, key: str, value: str) -> K8sEphemeralProvider:
+        return self._with(node_selector=_frozen({**self.settings.node_selector, key: value}))
+
+    def toleration(self, toleration: manifests.Toleration) -> K8sEphemeralProvider:
+        return self._with(tolerations=(*self.settings.tolerations, toleration))
+
+    def image_pull_secret(self, name: str) -> K8sEphemeralProvider:
+        return self._with(image_pull_secrets=(*self.settings.image_pull_secrets, name))
+
+    def image_pull_policy(self, policy: manifests.ImagePullPolicy | str) -> K8sEphemeralProvider:
+        try:
+            value = manifests.ImagePullPolicy(policy)
+        except ValueError:
+            known = ", ".join(p.value for p in manifests.ImagePullPolicy)
+            raise errors.ConfigError(f"image_pull_policy must be one of {known}, got '{policy}'") from None
+        return self._with(image_pull_policy=value)
+
+    def resources(self, resources: manifests.K8sResources) -> K8sEphemeralProvider:
+        return self._with(resources=resources)
+
+    def namespace(self, namespace: str) -> K8sEphemeralProvider:
+        if not namespace:
+            raise errors.ConfigError("namespace must not be empty")
+        return self._with(namespace=namespace)
+
+    def claude_path(self, path: str) -> K8sEphemeralProvider:
+        return self._with(claude_path=path)
+
+    def working_dir(self, path: str) -> K8sEphemeralProvider:
+        """Default working directory; a step's ``working_dir`` wins."""
+        return self._with(working_dir=path)
+
+    def service_account(self, name: str) -> K8sEphemeralProvider:
+        """Run pods as this account; the token is then mounted as the account decides."""
+        return self._with(service_account=name)
+
+    def env(self, name: str, value: str) -> K8sEphemeralProvider:
+        """A plain env var (visible in the pod spec: use ``env_from_secret`` for credentials)."""
+        return self._with(env_vars=(*self.settings.env_vars, (name, value)))
+
+    def input_init_image(self, image: str) -> K8sEphemeralProvider:
+        return self._with(input_init_image=image)
+
+    def timeout(self, timeout: Seconds) -> K8sEphemeralProvider:
+        return self._with(timeout_s=_seconds("timeout", timeout))
+
+    def active_deadline_seconds(self, deadline: Seconds) -> K8sEphemeralProvider:
+        """Explicit ``activeDeadlineSeconds`` (whole seconds); the expiry still uses timeout + margin."""
+        return self._with(active_deadline_s=_seconds("active_deadline_seconds", deadline))
+
+    def previous_attempt_timeout(self, limit: Seconds) -> K8sEphemeralProvider:
+        """How long to wait for a step's previous attempt to be deleted before relaunching."""
+        return self._with(previous_attempt_timeout_s=_seconds("previous_attempt_timeout", limit))
+
+    def cluster(self, cluster: object) -> K8sEphemeralProvider:
+        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``)."""
+        return self._with(cluster=cluster)
+
+    def orphan_reaper(self, interval: Seconds) -> K8sEphemeralProvider:
+        """Reap expired objects every ``interval`` (the runtime starts the task)."""
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        if not isinstance(seconds, bool) and isinstance(seconds, int | float) and seconds <= 0:
+            raise errors.ConfigError("orphan reaper interval must be greater than zero")
+        return self._with(orphan_reaper_interval_s=_seconds("orphan reaper interval", interval))
+
+    # -- what this provider offers --
+
+    def account_kind(self) -> str | None:
+        """``claude_subscription`` only with an auth proxy: accounts reach only the proxy."""
+        # Imported here: ironflow.provider imports ironflow.agent, which imports this package.
+        from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
+
+        return ACCOUNT_KIND_CLAUDE_SUBSCRIPTION if self.settings.auth_proxy_url is not None else None
+
+    def manifests(
+        self,
+        config: agent.AgentConfig,
+        *,
+        now: int | None = None,
+        proxy_token: str | Secret | None = None,
+        worker_env: Mapping[str, str] | None = None,
+        pod_name: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The objects a step creates, in creation order: the prompt ConfigMap (prompts
+        over 100,000 bytes), then the Pod. No I/O.
+
+        ``now`` is unix seconds (default: the clock); ``worker_env`` is the worker's
+        environment (only the names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``proxy_token``
+        is the ``ifap_`` token the proxy issued for this step.
+
+        Raises:
+            PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
+            ConfigError: ``proxy_token`` without ``auth_proxy``.
+        """
+        s = self.settings
+        env = worker_env if worker_env is not None else {}
+        command.validate_prompt_size(config)
+        args = command.build_args(config, allow_bypass=env.get(layout.ALLOW_BYPASS_ENV) == "1")
+        inputs = manifests.merged_pod_inputs(s, config)
+        if proxy_token is not None and s.auth_proxy_url is None:
+            raise errors.ConfigError("proxy_token needs a provider with auth_proxy(url): the pod would not reach it")
+        now_s = int(time.time()) if now is None else now
+        name = pod_name or manifests.generate_pod_name(now_s * 1000, _random.randbits(32))
+
+        from_secret = s.oauth_credentials_secret is not None
+        prefix = (
+            command.trace_prefix(config.trace_context)
+            + profile.profile_copy_prefix(s.claude_profiles)
+            + command.credentials_prefix(from_secret=from_secret, inline=None if from_secret else s.oauth_credentials)
+        )
+        stdin = command.prompt_via_stdin(config)
+        shell = command.agent_shell_command(
+            args,
+            claude_path=s.claude_path,
+            working_dir=config.working_dir or s.working_dir,
+            prefix=prefix,
+            prompt_file=command.prompt_file_path() if stdin else None,
+        )
+        expires_at = now_s + manifests.lifetime_seconds(s)
+        plain = list(s.env_vars)
+        if proxy_token is not None and s.auth_proxy_url is not None:
+            token = proxy_token.reveal() if isinstance(proxy_token, Secret) else proxy_token
+            plain += [
+                ("ANTHROPIC_BASE_URL", s.auth_proxy_url),
+                ("ANTHROPIC_AUTH_TOKEN", token),  # opaque ifap_ token, useless outside the proxy
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ]
+        out: list[dict[str, Any]] = []
+        configmap_name: str | None = None
+        if stdin:
+            cm = manifests.prompt_configmap(
+                pod_name=name,
+                namespace=s.namespace,
+                prompt=config.prompt,
+                pod_labels=inputs.labels,
+                expires_at=expires_at,
+            )
+            configmap_name = cm["metadata"]["name"]
+            out.append(cm)
+        out.append(
+            manifests.build_pod(
+                s,
+                inputs,
+                config,
+                name=name,
+                shell_command=shell,
+                plain_env=plain,
+                worker_env=env,
+                expires_at=expires_at,
+                prompt_configmap=configmap_name,
+            )
+        )
+        return out
+
+    # -- runtime: invoke / invoke_with_logs / release_run / reap_orphans are added by
+    #    k8s/runner.py's engineer and delegate there; nothing below this line yet. --
+
+    # -- loading from YAML --
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> K8sEphemeralProvider:
+        """Load provider settings from a YAML file (schema: docs/k8s-provider.md).
+
+        Raises:
+            ConfigError: unreadable file, bad YAML, an unknown key (named), a wrong type.
+        """
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot read provider file '{path}': {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> K8sEphemeralProvider:
+        """Build from a mapping of settings (the YAML schema); every builder's check applies."""
+        return _from_dict(data)
+
+
+# --- YAML schema ---------------------------------------------------------------------------
+
+_REFUSED_KEYS: Final = {
+    "oauth_credentials": "inline credentials do not belong in a settings file; "
+    "use oauth_credentials_secret: {secret: ..., key: ...}",
+    "auth_proxy_admin_key": "the admin key does not belong in a settings file; "
+    "set IRONFLOW_AUTH_PROXY_ADMIN_KEY in the worker environment",
+}
+
+
+class _Reader:
+    """Typed access to one mapping of the YAML, naming the setting in every error."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, known: Sequence[str]) -> None:
+        if not isinstance(data, Mapping):
+            raise errors.ConfigError(f"setting '{where}' must be a mapping")
+        for key in data:
+            if key in _REFUSED_KEYS and not where:
+                raise errors.ConfigError(f"setting '{key}' is refused: {_REFUSED_KEYS[key]}")
+            if key not in known:
+                raise errors.ConfigError(f"unknown setting '{where}{key}'; known: {', '.join(sorted(known))}")
+        self.data = data
+        self.where = where
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def _fail(self, key: str, what: str) -> errors.ConfigError:
+        return errors.ConfigError(f"setting '{self.where}{key}' must be {what}, got {type(self.data[key]).__name__}")
+
+    def text(self, key: str) -> str:
+        value = self.data[key]
+        if not isinstance(value, str):
+            raise self._fail(key, "a string")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.data[key]
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false")
+        return value
+
+    def number(self, key: str) -> float:
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._fail(key, "a number")
+        return float(value)
+
+    def integer(self, key: str) -> int:
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._fail(key, "an integer")
+        return value
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.data[key]
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self._fail(key, "a mapping of strings to strings (quote numbers and booleans)")
+        return dict(value)
+
+    def str_list(self, key: str) -> list[str]:
+        value = self.data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "a list of strings")
+        return list(value)
+
+    def items(self, key: str, known: Sequence[str]) -> list[_Reader]:
+        value = self.data[key]
+        if not isinstance(value, list):
+            raise self._fail(key, "a list")
+        return [_Reader(item, f"{self.where}{key}[{i}].", known) for i, item in enumerate(value)]
+
+    def section(self, key: str, known: Sequence[str]) -> _Reader:
+        return _Reader(self.data[key], f"{self.where}{key}.", known)
+
+    def require(self, *keys: str) -> None:
+        for key in keys:
+            if not self.has(key):
+                raise errors.ConfigError(f"setting '{self.where}{key}' is required")
+
+
+_TOP_KEYS: Final = (
+    "image",
+    "sandboxed",
+    "sandbox",
+    "namespace",
+    "claude_path",
+    "working_dir",
+    "resources",
+    "service_account",
+    "image_pull_policy",
+    "env",
+    "image_pull_secrets",
+    "timeout_seconds",
+    "pod_labels",
+    "volumes",
+    "pvc_volumes",
+    "input_init_image",
+    "node_selector",
+    "tolerations",
+    "active_deadline_seconds",
+    "secret_env",
+    "oauth_credentials_secret",
+    "oauth_token_secret",
+    "read_only_volumes",
+    "managed_settings_presets",
+    "default_managed_settings",
+    "claude_profiles",
+    "egress_profile",
+    "previous_attempt_timeout_seconds",
+    "runtime_class",
+    "auth_proxy",
+    "orphan_reaper_interval_seconds",
+)
+_SANDBOX_KEYS: Final = (
+    "run_as_user",
+    "writable_root",
+    "home_size_limit",
+    "tmp_size_limit",
+    "deadline_margin_seconds",
+    "sessions_claim",
+)
+
+
+def _ro_volume(item: _Reader) -> agent.ReadOnlyVolume:
+    sources = [k for k in ("pvc", "host_path", "config_map") if item.has(k)]
+    if len(sources) != 1:
+        raise errors.ConfigError(
+            f"setting '{item.where}' needs exactly one of pvc, host_path, config_map (got {len(sources)})"
+        )
+    item.require("mount_path")
+    kind = sources[0]
+    source: agent.VolumeSource
+    if kind == "pvc":
+        source = agent.PvcSource(item.text("pvc"))
+    elif kind == "host_path":
+        source = agent.HostPathSource(item.text("host_path"))
+    else:
+        source = agent.ConfigMapSource(item.text("config_map"))
+    sub_path = item.text("sub_path") if item.has("sub_path") else None
+    return agent.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
+
+
+def _from_dict(data: Mapping[str, Any]) -> K8sEphemeralProvider:
+    top = _Reader(data, "", _TOP_KEYS)
+    top.require("image")
+    sandboxed = top.flag("sandboxed") if top.has("sandboxed") else top.has("sandbox")
+    if top.has("sandbox") and not sandboxed:
+        raise errors.ConfigError("setting 'sandbox' needs 'sandboxed: true' (or remove 'sandboxed: false')")
+    p = K8sEphemeralProvider.sandboxed(top.text("image")) if sandboxed else K8sEphemeralProvider(top.text("image"))
+
+    simple: list[tuple[str, Callable[[_Reader, str], Any], Callable[[K8sEphemeralProvider, Any], K8sEphemeralProvider]]]
+    simple = [
+        ("namespace", _Reader.text, K8sEphemeralProvider.namespace),
+        ("claude_path", _Reader.text, K8sEphemeralProvider.claude_path),
+        ("working_dir", _Reader.text, K8sEphemeralProvider.working_dir),
+        ("service_account", _Reader.text, K8sEphemeralProvider.service_account),
+        ("image_pull_policy", _Reader.text, K8sEphemeralProvider.image_pull_policy),
+        ("timeout_seconds", _Reader.number, K8sEphemeralProvider.timeout),
+        ("input_init_image", _Reader.text, K8sEphemeralProvider.input_init_image),
+        ("active_deadline_seconds", _Reader.number, K8sEphemeralProvider.active_deadline_seconds),
+        ("default_managed_settings", _Reader.text, K8sEphemeralProvider.default_managed_settings),
+        ("egress_profile", _Reader.text, K8sEphemeralProvider.egress_profile),
+        ("previous_attempt_timeout_seconds", _Reader.number, K8sEphemeralProvider.previous_attempt_timeout),
+        ("runtime_class", _Reader.text, K8sEphemeralProvider.runtime_class),
+        ("auth_proxy", _Reader.text, K8sEphemeralProvider.auth_proxy),
+        ("orphan_reaper_interval_seconds", _Reader.number, K8sEphemeralProvider.orphan_reaper),
+    ]
+    for key, read, apply in simple:
+        if top.has(key):
+            p = apply(p, read(top, key))
+
+    if top.has("sandbox"):
+        sb = top.section("sandbox", _SANDBOX_KEYS)
+        if sb.has("run_as_user"):
+            p = p.run_as_user(sb.integer("run_as_user"))
+        if sb.has("writable_root") and sb.flag("writable_root"):
+            p = p.allow_writable_root()
+        if sb.has("home_size_limit"):
+            p = p.home_size_limit(sb.text("home_size_limit"))
+        if sb.has("tmp_size_limit"):
+            p = p.tmp_size_limit(sb.text("tmp_size_limit"))
+        if sb.has("deadline_margin_seconds"):
+            p = p.deadline_margin(sb.number("deadline_margin_seconds"))
+        if sb.has("sessions_claim"):
+            p = p.sessions_volume(sb.text("sessions_claim"))
+    if top.has("resources"):
+        res = top.section("resources", ("cpu_limit", "memory_limit"))
+        p = p.resources(
+            manifests.K8sResources(
+                cpu_limit=res.text("cpu_limit") if res.has("cpu_limit") else None,
+                memory_limit=res.text("memory_limit") if res.has("memory_limit") else None,
+            )
+        )
+    if top.has("env"):
+        if isinstance(data["env"], Mapping):
+            for name, value in top.str_map("env").items():
+                p = p.env(name, value)
+        else:
+            for item in top.items("env", ("name", "value")):
+                item.require("name", "value")
+                p = p.env(item.text("name"), item.text("value"))
+    if top.has("image_pull_secrets"):
+        for name in top.str_list("image_pull_secrets"):
+            p = p.image_pull_secret(name)
+    if top.has("pod_labels"):
+        p = p.pod_labels(top.str_map("pod_labels"))
+    if top.has("node_selector"):
+        for k, v in top.str_map("node_selector").items():
+            p = p.node_selector(k, v)
+    if top.has("volumes"):
+        for item in top.items("volumes", ("host_path", "mount_path")):
+            item.require("host_path", "mount_path")
+            p = p.volume(item.text("host_path"), item.text("mount_path"))
+    if top.has("pvc_volumes"):
+        for item in top.items("pvc_volumes", ("claim_name", "mount_path")):
+            item.require("claim_name", "mount_path")
+            p = p.pvc_volume(item.text("claim_name"), item.text("mount_path"))
+    if top.has("tolerations"):
+        fields = ("key", "operator", "value", "effect", "toleration_seconds")
+        for item in top.items("tolerations", fields):
+            p = p.toleration(
+                manifests.Toleration(
+                    key=item.text("key") if item.has("key") else None,
+                    operator=item.text("operator") if item.has("operator") else None,
+                    value=item.text("value") if item.has("value") else None,
+                    effect=item.text("effect") if item.has("effect") else None,
+                    toleration_seconds=item.integer("toleration_seconds") if item.has("toleration_seconds") else None,
+                )
+            )
+    if top.has("secret_env"):
+        for item in top.items("secret_env", ("name", "secret", "key")):
+            item.require("name", "secret", "key")
+            p = p.env_from_secret(item.text("name"), item.text("secret"), item.text("key"))
+    if top.has("oauth_credentials_secret"):
+        ref = top.section("oauth_credentials_secret", ("secret", "key"))
+        ref.require("secret", "key")
+        p = p.oauth_credentials_from_secret(ref.text("secret"), ref.text("key"))
+    if top.has("oauth_token_secret"):
+        ref = top.section("oauth_token_secret", ("secret", "key"))
+        ref.require("secret", "key")
+        p = p.oauth_token_from_secret(ref.text("secret"), ref.text("key"))
+    if top.has("read_only_volumes"):
+        for item in top.items("read_only_volumes", ("pvc", "host_path", "config_map", "mount_path", "sub_path")):
+            p = p.read_only_volume(_ro_volume(item))
+    if top.has("managed_settings_presets"):
+        for name, configmap in top.str_map("managed_settings_presets").items():
+            p = p.managed_settings_preset(name, configmap)
+    if top.has("claude_profiles"):
+        for item in top.items("claude_profiles", ("configmap", "subdir")):
+            item.require("configmap")
+            p = p.claude_profile_configmap_at(item.text("configmap"), item.text("subdir") if item.has("subdir") else "")
+    return p
