@@ -28,17 +28,16 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-import yaml
 from aiohttp import web
 
-from ironflow import errors
 from ironflow.secrets import Secret
+from ironflow.testing.fake_anthropic_script import ErrorTurn, Script, TextTurn, ToolUseTurn, Turn, Usage
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -55,205 +54,6 @@ __all__ = [
 #: Models ``GET /v1/models`` lists (the CLI resolves aliases itself; any model is answered).
 DEFAULT_MODELS: Final = ("claude-sonnet-5-5", "claude-opus-5-1", "claude-haiku-5-0")
 _CREDENTIAL_HEADERS: Final = frozenset({"x-api-key", "authorization", "proxy-authorization", "cookie"})
-
-
-# --- the script (pure values) ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts put in a reply; big numbers drive the CLI's cost and budget checks."""
-
-    input_tokens: int = 10
-    output_tokens: int = 5
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-        }
-
-
-@dataclass(frozen=True)
-class TextTurn:
-    """The model answers ``text`` and stops (``stop_reason``)."""
-
-    text: str
-    stop_reason: str = "end_turn"
-    usage: Usage | None = None
-    delay_s: float = 0.0
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ToolUseTurn:
-    """The model calls tool ``name`` with ``input`` (optionally after some ``text``)."""
-
-    name: str
-    input: Mapping[str, Any] = field(default_factory=dict)
-    text: str | None = None
-    id: str | None = None
-    usage: Usage | None = None
-    delay_s: float = 0.0
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ErrorTurn:
-    """The API refuses the request with ``status`` and an Anthropic-shaped error body."""
-
-    status: int
-    type: str = "api_error"
-    message: str = "injected error"
-    delay_s: float = 0.0
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "type": "error",
-            "error": {"type": self.type, "message": self.message},
-            "request_id": f"req_fake_{uuid.uuid4().hex[:20]}",
-        }
-
-
-Turn = TextTurn | ToolUseTurn | ErrorTurn
-
-_TURN_KEYS: Final = frozenset({"text", "tool_use", "error", "stop_reason", "usage", "delay_s", "headers"})
-_SCRIPT_KEYS: Final = frozenset({"turns", "default", "usage"})
-
-
-def _problem(where: str, what: str) -> errors.ConfigError:
-    return errors.ConfigError(f"fake-anthropic script: {where}: {what}")
-
-
-def _usage_from(data: Any, where: str) -> Usage:
-    if not isinstance(data, Mapping):
-        raise _problem(where, "usage must be a mapping of token counts")
-    known = {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise _problem(where, f"unknown usage key '{unknown[0]}'; known: {', '.join(sorted(known))}")
-    for key, value in data.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise _problem(where, f"usage.{key} must be a non-negative integer, got {value!r}")
-    return Usage(**data)
-
-
-def _turn_from(data: Any, where: str) -> Turn:
-    if isinstance(data, str):
-        return TextTurn(data)
-    if not isinstance(data, Mapping):
-        raise _problem(where, "a turn is a text or a mapping with one of text, tool_use, error")
-    unknown = sorted(set(data) - _TURN_KEYS)
-    if unknown:
-        raise _problem(where, f"unknown turn key '{unknown[0]}'; known: {', '.join(sorted(_TURN_KEYS))}")
-    delay = data.get("delay_s", 0.0)
-    if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
-        raise _problem(where, f"delay_s must be a non-negative number, got {delay!r}")
-    headers = data.get("headers", {})
-    if not isinstance(headers, Mapping):
-        raise _problem(where, "headers must be a mapping of header names to values")
-    headers = {str(k): str(v) for k, v in headers.items()}
-    usage = _usage_from(data["usage"], where) if "usage" in data else None
-    if "error" in data:
-        err = data["error"]
-        if "tool_use" in data or "text" in data:
-            raise _problem(where, "an error turn cannot also have text or tool_use")
-        if not isinstance(err, Mapping) or not isinstance(err.get("status"), int):
-            raise _problem(where, "error needs an integer status, e.g. {status: 529, type: overloaded_error}")
-        if not 400 <= err["status"] <= 599:
-            raise _problem(where, f"error status must be 400-599, got {err['status']}")
-        return ErrorTurn(
-            status=err["status"],
-            type=str(err.get("type", "api_error")),
-            message=str(err.get("message", "injected error")),
-            delay_s=float(delay),
-            headers=headers,
-        )
-    if "tool_use" in data:
-        tool = data["tool_use"]
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-            raise _problem(where, "tool_use needs a name, e.g. {name: Bash, input: {command: 'ls'}}")
-        tool_input = tool.get("input", {})
-        if not isinstance(tool_input, Mapping):
-            raise _problem(where, "tool_use.input must be a mapping")
-        text = data.get("text")
-        return ToolUseTurn(
-            name=tool["name"],
-            input=dict(tool_input),
-            text=None if text is None else str(text),
-            id=None if tool.get("id") is None else str(tool["id"]),
-            usage=usage,
-            delay_s=float(delay),
-            headers=headers,
-        )
-    if "text" in data:
-        return TextTurn(
-            str(data["text"]),
-            stop_reason=str(data.get("stop_reason", "end_turn")),
-            usage=usage,
-            delay_s=float(delay),
-            headers=headers,
-        )
-    raise _problem(where, "a turn needs one of text, tool_use, error")
-
-
-@dataclass(frozen=True)
-class Script:
-    """What the fake answers: ``turns`` in order, then ``default`` forever (None: a 500)."""
-
-    turns: tuple[Turn, ...] = ()
-    default: Turn | None = TextTurn("OK")
-    usage: Usage = Usage()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "turns", tuple(self.turns))
-
-    @classmethod
-    def of(cls, *turns: Turn | str, default: Turn | str | None = "OK", usage: Usage | None = None) -> Script:
-        """A script from turns; a plain string is a text turn."""
-        as_turn = [TextTurn(t) if isinstance(t, str) else t for t in turns]
-        dflt = TextTurn(default) if isinstance(default, str) else default
-        return cls(tuple(as_turn), dflt, usage or Usage())
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Script:
-        """Build from the YAML schema (see docs/claude.md); an unknown key is refused by name."""
-        if data is None:
-            return cls()
-        if isinstance(data, Sequence) and not isinstance(data, str):
-            data = {"turns": list(data)}
-        if not isinstance(data, Mapping):
-            raise _problem("top level", "expected a mapping with turns, default, usage (or a list of turns)")
-        unknown = sorted(set(data) - _SCRIPT_KEYS)
-        if unknown:
-            raise _problem("top level", f"unknown key '{unknown[0]}'; known: {', '.join(sorted(_SCRIPT_KEYS))}")
-        raw_turns = data.get("turns") or []
-        if not isinstance(raw_turns, Sequence) or isinstance(raw_turns, str):
-            raise _problem("turns", "must be a list of turns")
-        turns = tuple(_turn_from(t, f"turns[{i}]") for i, t in enumerate(raw_turns))
-        default: Turn | None = TextTurn("OK")
-        if "default" in data:
-            default = None if data["default"] is None else _turn_from(data["default"], "default")
-        usage = _usage_from(data["usage"], "usage") if "usage" in data else Usage()
-        return cls(turns, default, usage)
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> Script:
-        """Load a YAML script file; a missing or malformed file raises ConfigError naming it."""
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise errors.ConfigError(f"cannot read fake-anthropic script {path}: {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise errors.ConfigError(f"fake-anthropic script {path} is not valid YAML: {exc}") from None
-        return cls.from_dict(data)
 
 
 # --- recorded requests ------------------------------------------------------------------
