@@ -125,9 +125,9 @@ def open_store(url: str | None = None, **options: Any) -> Store:
     """
     url = url or default_store_url()
     if url.startswith(("postgres://", "postgresql://")):
-        from ironflow.engine import postgres
+        from ironflow.engine.postgres import PostgresStore
 
-        return postgres.PostgresStore(url, **options)
+        return PostgresStore(url, **options)
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite://")  # sqlite:///abs/file → /abs/file
         if not path or path == "/":

@@ -1,0 +1,355 @@
+"""The PostgreSQL store: several workers on several machines share one queue of runs.
+
+Claims use ``FOR UPDATE SKIP LOCKED`` so workers never wait on each other's rows; leases
+and due times use the server's clock, so workers with skewed clocks agree on expiry.
+The schema is the versioned SQL under ``engine/migrations/``, applied under a
+transaction-scoped advisory lock so several workers starting at once migrate once.
+The DSN (which may hold a password) never appears in a message or a repr.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Final
+
+import asyncpg
+
+from ironflow import errors
+from ironflow.engine import model
+
+__all__ = ["MIGRATIONS_COMPONENT", "PostgresStore", "migration_files"]
+
+#: The (component, version) key the schema versions are recorded under.
+MIGRATIONS_COMPONENT: Final = "engine"
+_ADVISORY_LOCK_KEY: Final = 0x1F10_E46E  # "ironflow engine" migrations
+
+_NOW: Final = "extract(epoch from clock_timestamp())::float8"
+_RETURN_RUN: Final = (
+    "RETURNING id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
+    "output::text AS output, error::text AS error, attempt, worker, lease_until, available_at, "
+    "cancel_requested, created_at, updated_at"
+)
+# Only constants are interpolated below; every value is a parameter.
+_SELECT_RUN: Final = (
+    "SELECT id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
+    "output::text AS output, error::text AS error, attempt, worker, lease_until, available_at, "
+    "cancel_requested, created_at, updated_at FROM ironflow_runs"
+)
+_CLAIM: Final = f"""
+UPDATE ironflow_runs r
+SET status = 'running', worker = $1, lease_until = {_NOW} + $2, attempt = r.attempt + 1, updated_at = {_NOW}
+FROM (
+    SELECT id FROM ironflow_runs
+    WHERE parent_run_id IS NULL AND status IN ('pending', 'running')
+      AND ((status = 'pending' AND available_at <= {_NOW}) OR (status = 'running' AND lease_until < {_NOW}))
+    ORDER BY available_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) due
+WHERE r.id = due.id
+RETURNING r.id, r.workflow, r.input::text AS input, r.status, r.root_run_id, r.parent_run_id, r.backend,
+    r.output::text AS output, r.error::text AS error, r.attempt, r.worker, r.lease_until, r.available_at,
+    r.cancel_requested, r.created_at, r.updated_at
+"""  # noqa: S608
+_RENEW: Final = (
+    f"UPDATE ironflow_runs SET lease_until = {_NOW} + $3, updated_at = {_NOW} "  # noqa: S608
+    f"WHERE id = $1 AND worker = $2 AND status = 'running' {_RETURN_RUN}"
+)
+_CREATE: Final = (
+    "INSERT INTO ironflow_runs (id, workflow, input, status, root_run_id, parent_run_id, backend, attempt, "  # noqa: S608
+    f"available_at, created_at, updated_at) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, "
+    f"COALESCE($9, {_NOW}), {_NOW}, {_NOW}) {_RETURN_RUN}"
+)
+_START_CHILD: Final = (
+    "INSERT INTO ironflow_runs (id, workflow, input, status, root_run_id, parent_run_id, backend, attempt, "  # noqa: S608
+    f"available_at, created_at, updated_at) VALUES ($1, $2, $3::jsonb, 'running', $4, $5, $6, 1, {_NOW}, {_NOW}, "
+    f"{_NOW}) ON CONFLICT (id) DO UPDATE SET status = 'running', attempt = ironflow_runs.attempt + 1, "
+    f"error = NULL, output = NULL, cancel_requested = false, updated_at = {_NOW} {_RETURN_RUN}"
+)
+_FINISH: Final = (
+    "UPDATE ironflow_runs SET status = $3, output = $4::jsonb, error = $5::jsonb, worker = NULL, "  # noqa: S608
+    f"lease_until = NULL, updated_at = {_NOW} WHERE id = $1 AND status = 'running' AND worker IS NOT DISTINCT FROM $2"
+)
+_REQUEUE: Final = (
+    "UPDATE ironflow_runs SET status = 'pending', error = $3::jsonb, worker = NULL, lease_until = NULL, "  # noqa: S608
+    f"available_at = {_NOW} + $4, updated_at = {_NOW} WHERE id = $1 AND status = 'running' AND worker = $2"
+)
+_CANCEL: Final = (
+    "UPDATE ironflow_runs SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END, "  # noqa: S608
+    "cancel_requested = (cancel_requested OR status = 'running'), "
+    f"updated_at = {_NOW} WHERE id = $1 {_RETURN_RUN}"
+)
+_RETRY: Final = (
+    "UPDATE ironflow_runs SET status = 'pending', error = NULL, output = NULL, cancel_requested = false, "  # noqa: S608
+    f"available_at = {_NOW}, updated_at = {_NOW} WHERE id = $1 AND status IN ('failed', 'cancelled') "
+    "AND parent_run_id IS NULL"
+)
+_SAVE_STEP: Final = """
+INSERT INTO ironflow_steps (run_id, position, id, name, kind, status, result, error, attempts, child_run_id,
+    labels, started_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11::jsonb, $12, $13)
+ON CONFLICT (run_id, position) DO UPDATE SET id = excluded.id, name = excluded.name, kind = excluded.kind,
+    status = excluded.status, result = excluded.result, error = excluded.error, attempts = excluded.attempts,
+    child_run_id = excluded.child_run_id, labels = excluded.labels, started_at = excluded.started_at,
+    finished_at = excluded.finished_at
+"""
+_SELECT_STEPS: Final = (
+    "SELECT run_id, position, id, name, kind, status, result::text AS result, error::text AS error, attempts, "
+    "child_run_id, labels::text AS labels, started_at, finished_at FROM ironflow_steps WHERE run_id = $1 "
+    "ORDER BY position"
+)
+_RECORD_WINDOW: Final = """
+INSERT INTO ironflow_rate_limits (account, "window", scope, status, utilization, resets_at, recorded_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (account, "window", scope) DO UPDATE SET status = excluded.status,
+    utilization = excluded.utilization, resets_at = excluded.resets_at, recorded_at = excluded.recorded_at
+"""
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` of every ``NNNN_name.sql`` in ``engine/migrations``, in order."""
+    out = []
+    for entry in resources.files("ironflow.engine.migrations").iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            out.append((int(name[:4]), name[5:-4], entry.read_text()))
+    return sorted(out)
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _loads(raw: str | None) -> Any:
+    return json.loads(raw) if raw is not None else None
+
+
+def _run(row: asyncpg.Record) -> model.RunRecord:
+    return model.RunRecord(
+        id=row["id"],
+        workflow=row["workflow"],
+        input=model.from_json(row["input"]),
+        status=model.RunStatus(row["status"]),
+        root_run_id=row["root_run_id"],
+        parent_run_id=row["parent_run_id"],
+        backend=row["backend"],
+        output=model.from_json(row["output"]),
+        error=_loads(row["error"]),
+        attempt=row["attempt"],
+        worker=row["worker"],
+        lease_until=row["lease_until"],
+        available_at=row["available_at"],
+        cancel_requested=row["cancel_requested"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _step(row: asyncpg.Record) -> model.StepRecord:
+    return model.StepRecord(
+        run_id=row["run_id"],
+        position=row["position"],
+        id=row["id"],
+        name=row["name"],
+        kind=model.StepKind(row["kind"]),
+        status=model.StepStatus(row["status"]),
+        result=model.from_json(row["result"]),
+        error=_loads(row["error"]),
+        attempts=row["attempts"],
+        child_run_id=row["child_run_id"],
+        labels=_loads(row["labels"]),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+class PostgresStore:
+    """A :class:`~ironflow.engine.store.Store` on PostgreSQL through an asyncpg pool."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+
+    def __repr__(self) -> str:
+        return "PostgresStore(<dsn hidden>)"
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise errors.ConfigError("the PostgreSQL store is not open; call `await store.open()` first")
+        return self._pool
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(self._dsn, min_size=self._min_size, max_size=self._max_size)
+        except (OSError, asyncpg.PostgresError) as exc:
+            # The exception text of a failed connect can echo the DSN; name only its type.
+            raise errors.InfrastructureError(
+                f"cannot connect to the PostgreSQL store ({type(exc).__name__}); check the URL and that "
+                "the server is reachable"
+            ) from None
+        await self._migrate()
+
+    async def _migrate(self) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADVISORY_LOCK_KEY)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS ironflow_engine_schema (component text NOT NULL, version integer "
+                "NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (component, version))"
+            )
+            applied = {
+                r["version"]
+                for r in await conn.fetch(
+                    "SELECT version FROM ironflow_engine_schema WHERE component = $1", MIGRATIONS_COMPONENT
+                )
+            }
+            for version, name, sql in migration_files():
+                if version not in applied:
+                    await conn.execute(sql)
+                    await conn.execute(
+                        "INSERT INTO ironflow_engine_schema (component, version, name) VALUES ($1, $2, $3)",
+                        MIGRATIONS_COMPONENT,
+                        version,
+                        name,
+                    )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- runs --
+
+    async def create_run(self, run: model.RunRecord) -> model.RunRecord:
+        row = await self.pool.fetchrow(
+            _CREATE,
+            run.id,
+            run.workflow,
+            model.to_json(run.input, what="the run input"),
+            str(run.status),
+            run.root_run_id,
+            run.parent_run_id,
+            run.backend,
+            run.attempt,
+            run.available_at or None,
+        )
+        return _run(row)
+
+    async def get_run(self, run_id: str) -> model.RunRecord | None:
+        row = await self.pool.fetchrow(f"{_SELECT_RUN} WHERE id = $1", run_id)
+        return _run(row) if row else None
+
+    async def list_runs(
+        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+    ) -> list[model.RunRecord]:
+        rows = await self.pool.fetch(
+            f"{_SELECT_RUN} WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR root_run_id = $2) "
+            "ORDER BY id DESC LIMIT $3",
+            str(status) if status is not None else None,
+            root_run_id,
+            limit,
+        )
+        return [_run(r) for r in rows]
+
+    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
+        row = await self.pool.fetchrow(_CLAIM, worker, float(lease_s))
+        return _run(row) if row else None
+
+    async def renew_lease(self, run_id: str, worker: str, lease_s: float) -> model.RunRecord | None:
+        row = await self.pool.fetchrow(_RENEW, run_id, worker, float(lease_s))
+        return _run(row) if row else None
+
+    async def start_child_run(self, run: model.RunRecord) -> model.RunRecord:
+        row = await self.pool.fetchrow(
+            _START_CHILD,
+            run.id,
+            run.workflow,
+            model.to_json(run.input, what="the sub-workflow input"),
+            run.root_run_id,
+            run.parent_run_id,
+            run.backend,
+        )
+        return _run(row)
+
+    async def finish_run(
+        self,
+        run_id: str,
+        worker: str | None,
+        *,
+        status: model.RunStatus,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        output_json = model.to_json(output, what="the workflow's return value") if output is not None else None
+        result = await self.pool.execute(_FINISH, run_id, worker, str(status), output_json, _dumps(error))
+        return bool(result.endswith(" 1"))
+
+    async def requeue_run(self, run_id: str, worker: str, *, error: dict[str, Any], delay_s: float) -> bool:
+        result = await self.pool.execute(_REQUEUE, run_id, worker, _dumps(error), float(delay_s))
+        return bool(result.endswith(" 1"))
+
+    async def cancel_run(self, run_id: str) -> model.RunRecord | None:
+        row = await self.pool.fetchrow(_CANCEL, run_id)
+        return _run(row) if row else None
+
+    async def retry_run(self, run_id: str) -> model.RunRecord | None:
+        await self.pool.execute(_RETRY, run_id)
+        return await self.get_run(run_id)
+
+    # -- steps --
+
+    async def steps(self, run_id: str) -> list[model.StepRecord]:
+        return [_step(r) for r in await self.pool.fetch(_SELECT_STEPS, run_id)]
+
+    async def save_step(self, step: model.StepRecord) -> None:
+        await self.pool.execute(
+            _SAVE_STEP,
+            step.run_id,
+            step.position,
+            step.id,
+            step.name,
+            str(step.kind),
+            str(step.status),
+            model.to_json(step.result, what=f"the result of step {step.name!r}") if step.result is not None else None,
+            _dumps(dict(step.error) if step.error else None),
+            step.attempts,
+            step.child_run_id,
+            _dumps(dict(step.labels) if step.labels else None),
+            step.started_at,
+            step.finished_at,
+        )
+
+    # -- rate limits --
+
+    async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
+        if not windows:
+            return
+        await self.pool.executemany(
+            _RECORD_WINDOW,
+            [(w.account, w.window, w.scope, str(w.status), w.utilization, w.resets_at, w.recorded_at) for w in windows],
+        )
+
+    async def rate_limits(self) -> list[model.RateWindow]:
+        rows = await self.pool.fetch(
+            'SELECT account, "window", scope, status, utilization, resets_at, recorded_at FROM ironflow_rate_limits '
+            'ORDER BY account, "window", scope'
+        )
+        return [
+            model.RateWindow(
+                account=r["account"],
+                window=r["window"],
+                scope=r["scope"],
+                status=model.WindowStatus(r["status"]),
+                utilization=r["utilization"],
+                resets_at=r["resets_at"],
+                recorded_at=r["recorded_at"],
+            )
+            for r in rows
+        ]
