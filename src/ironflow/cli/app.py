@@ -22,6 +22,10 @@ app = typer.Typer(
 
 def _register_all() -> None:
     # One line per topic module; each adds its commands to the app.
+    from ironflow.cli import render
+
+    render.register(app)
+    from ironflow.cli import dev; dev.register(app)  # noqa: E702, I001
     pass
 
 

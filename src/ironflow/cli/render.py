@@ -1,0 +1,86 @@
+"""``ironflow render``: print the objects a step would create, without touching a cluster.
+
+A dry run of :meth:`~ironflow.k8s.K8sEphemeralProvider.manifests`: the provider comes from
+a YAML file, the step from ``--prompt`` and an optional step YAML. The manifests go to
+stdout (YAML documents or a JSON list); a refused setting exits 2 with one line on
+stderr that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn
+
+import typer
+import yaml
+
+from ironflow import agent, errors
+from ironflow.k8s import provider as k8s_provider
+
+__all__ = ["DRY_RUN_PROXY_TOKEN", "OutputFormat", "register", "render"]
+
+#: Stands in for the ``ifap_`` token the auth proxy issues at launch, so a dry run of a
+#: proxied provider shows the env the pod will get.
+DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"
+
+
+class OutputFormat(StrEnum):
+    YAML = "yaml"
+    JSON = "json"
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            _bad_input(f"cannot read step file '{path}': {exc.strerror}")
+        except yaml.YAMLError as exc:
+            _bad_input(f"step file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+        if loaded is not None and not isinstance(loaded, dict):
+            _bad_input(f"step file '{path}' must hold a mapping of step settings")
+        data = dict(loaded or {})
+    if prompt is not None:
+        data["prompt"] = prompt
+    if not data.get("prompt"):
+        _bad_input("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
+    return agent.AgentConfig.from_dict(data)
+
+
+def render(
+    provider_file: Annotated[
+        Path, typer.Option("--provider", help="Provider settings (YAML, see docs/k8s-provider.md).")
+    ],
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="The step's prompt (overrides the step file's).")
+    ] = None,
+    step_file: Annotated[
+        Path | None, typer.Option("--step", help="Step settings (YAML, AgentConfig.from_dict).")
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="yaml or json.")] = OutputFormat.YAML,
+) -> None:
+    """Print the Kubernetes objects a step would create (dry run; nothing is sent)."""
+    try:
+        provider = k8s_provider.K8sEphemeralProvider.from_file(provider_file)
+        config = _load_step(step_file, prompt)
+        token = DRY_RUN_PROXY_TOKEN if provider.settings.auth_proxy_url is not None else None
+        objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ))
+    except errors.IronflowError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    if output is OutputFormat.JSON:
+        typer.echo(json.dumps(objects, indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render)
