@@ -24,7 +24,7 @@ __all__ = ["DRY_RUN_PROXY_TOKEN", "OutputFormat", "register", "render"]
 
 #: Stands in for the ``ifap_`` token the auth proxy issues at launch, so a dry run of a
 #: proxied provider shows the env the pod will get.
-DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"
+DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"  # noqa: S105 - a visible placeholder, not a credential
 
 
 class OutputFormat(StrEnum):
@@ -60,12 +60,8 @@ def render(
     provider_file: Annotated[
         Path, typer.Option("--provider", help="Provider settings (YAML, see docs/k8s-provider.md).")
     ],
-    prompt: Annotated[
-        str | None, typer.Option("--prompt", help="The step's prompt (overrides the step file's).")
-    ] = None,
-    step_file: Annotated[
-        Path | None, typer.Option("--step", help="Step settings (YAML, AgentConfig.from_dict).")
-    ] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="The step prompt (wins over the step file).")] = None,
+    step_file: Annotated[Path | None, typer.Option("--step", help="Step settings (YAML).")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="yaml or json.")] = OutputFormat.YAML,
 ) -> None:
     """Print the Kubernetes objects a step would create (dry run; nothing is sent)."""
