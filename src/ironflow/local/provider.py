@@ -228,22 +228,47 @@ class LocalSandboxProvider:
         working_dir: str | None = None,
         read_only_mounts: Sequence[bwrap.ReadOnlyMount] = (),
         stdin: bytes | None = None,
+        auth_proxy: bool = False,
+        run_id: str | None = None,
     ) -> CommandResult:
-        """Run ``argv`` in a fresh sandbox without network; a non-zero exit is a result.
+        """Run ``argv`` in a fresh sandbox; a non-zero exit is a result, not an error.
+
+        No network at all, or with ``auth_proxy`` only the in-process proxy (the
+        provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
+        agent step has. ``run_id`` lets :meth:`release_run` kill it.
 
         Raises:
             AgentTimeout: it ran past ``timeout_s`` (its process tree is gone by then).
             SandboxError: the sandbox runtime could not start it.
+            StepConfigError: ``env`` names a credential variable.
         """
         if not argv:
             raise errors.ConfigError("run_command needs a command")
         limit = self.timeout if timeout_s is None else timeout_s
+        variables = {**self.env, **(env or {})}
+        sandbox_env(variables)
+        mounts = tuple(read_only_mounts)
         with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
-            full = self._argv(
-                tuple(argv), tmp=tmp, working_dir=working_dir, mounts=tuple(read_only_mounts), proxy_socket=None
-            )
-            start = time.monotonic()
-            code, out, err = await self._execute(full, {**sandbox_env(self.env), **(env or {})}, stdin, limit, None)
+            async with contextlib.AsyncExitStack() as stack:
+                socket_path: str | None = None
+                token: Secret | None = None
+                if auth_proxy:
+                    socket_path, token = await stack.enter_async_context(
+                        _proxy(
+                            self._credential(None),
+                            socket_path=os.path.join(tmp, "proxy.sock"),
+                            run_id=run_id,
+                            step="command",
+                            expires_in=limit + 60,
+                        )
+                    )
+                full = self._argv(
+                    tuple(argv), tmp=tmp, working_dir=working_dir, mounts=mounts, proxy_socket=socket_path
+                )
+                run_env = sandbox_env(variables, proxy_token=None if token is None else token.reveal())
+                start = time.monotonic()
+                code, out, err = await self._execute(full, run_env, stdin, limit, None, run_id=run_id)
+        _raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
     # -- agent steps --
@@ -321,10 +346,10 @@ class LocalSandboxProvider:
         # The real file: inside the sandbox only its package directory is exposed.
         return os.path.realpath(self.claude_path or cli.find_claude_cli())
 
-    def _credential(self, config: AgentConfig) -> ProxyCredential:
+    def _credential(self, config: AgentConfig | None) -> ProxyCredential:
         base = self.credential
         upstream = base.upstream if base is not None else "https://api.anthropic.com"
-        if config.account is not None:
+        if config is not None and config.account is not None:
             kind: Literal["api_key", "oauth_token"] = (
                 "api_key" if config.account.credential_kind == "api_key" else "oauth_token"
             )
