@@ -1,0 +1,219 @@
+"""The whole local path with the real Claude Code CLI: sandbox, in-process proxy, offline model,
+and nothing left behind on any path (success, failure, timeout, cancellation, release_run)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ironflow import errors
+from ironflow.agent import AccountSession, AgentConfig
+from ironflow.claude import cli
+from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.secrets import Secret
+from ironflow.testing import assert_no_leaks
+from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+
+KEY = "sk-ant-api03-local-agent-test-key-abcdef"
+
+
+def _claude() -> str | None:
+    try:
+        return cli.find_claude_cli()
+    except errors.ConfigError:
+        return None
+
+
+needs_cli = pytest.mark.skipif(_claude() is None, reason="Claude Code CLI not installed (run scripts/install)")
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+]
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def log(self, stream: str, line: str) -> None:
+        self.lines.append((stream, line))
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic(Script.of("Hello from the sandbox"), required_credential=KEY) as server:
+        yield server
+
+
+def _provider(fake: FakeAnthropic, isolation: str = "bwrap", timeout: float = 60) -> LocalSandboxProvider:
+    return LocalSandboxProvider(
+        isolation=isolation,  # type: ignore[arg-type]
+        timeout=timeout,
+        credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
+        env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+    )
+
+
+def _leftovers(marker: str) -> tuple[list[str], list[str]]:
+    """Processes whose command line holds ``marker``, and our temp dirs still on disk."""
+    procs = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        procs.append(pid)
+            except OSError:
+                continue
+    return procs, glob.glob(os.path.join(tempfile.gettempdir(), "ironflow-local-*"))
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_real_cli_answers_through_sandbox_proxy_and_fake_model(
+    fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    result = await _provider(fake).invoke(AgentConfig("Say hello from the sandbox"))
+    assert result.text == "Hello from the sandbox"
+    assert result.model == fake.message_requests[0].body["model"]
+    request = fake.message_requests[0]
+    assert request.header("x-api-key") == KEY  # injected by the proxy, outside the sandbox
+    assert request.header("authorization") is None
+    ids = {r.getMessage().split("token=")[1].split()[0] for r in caplog.records if "token=" in r.getMessage()}
+    assert ids, "no token id was logged"
+    assert all(len(i) == 12 and all(c in "0123456789abcdef" for c in i) for i in ids)
+    assert "ifap_" not in caplog.text
+    assert_no_leaks([KEY], caplog.text, result)
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_stream_json_lines_reach_the_sink_and_debug_messages(fake: FakeAnthropic) -> None:
+    sink = Lines()
+    result = await _provider(fake).invoke_with_logs(AgentConfig("hi"), sink)
+    assert result.text == "Hello from the sandbox"
+    assert result.debug_messages
+    assert any('"type":"result"' in line.replace(" ", "") for _, line in sink.lines)
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_kubernetes_only_settings_are_reported_as_ignored(
+    fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = (
+        AgentConfig("hi")
+        .service_account("agent")
+        .runtime_class("gvisor")
+        .egress_profile("anthropic-only")
+        .read_only_pvc("repos", "/data/repos")
+        .env_from_secret("GITHUB_TOKEN", "gh", "token")
+    )
+    result = await _provider(fake).invoke(config)
+    assert result.text == "Hello from the sandbox"
+    joined = " | ".join(result.ignored_settings)
+    for name in ("service_account", "runtime_class", "egress_profile", "/data/repos", "GITHUB_TOKEN"):
+        assert name in joined
+    assert "ignores settings" in caplog.text
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_read_only_host_path_is_bound_read_only(fake: FakeAnthropic, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "note.txt").write_text("from the host")
+    provider = _provider(fake)
+    config = AgentConfig("hi").read_only_host_path(str(data), "/data/in")
+    assert (await provider.invoke(config)).text == "Hello from the sandbox"
+    mounts = provider._step_mounts(config)
+    result = await provider.run_command(
+        ["sh", "-c", "cat /data/in/note.txt; touch /data/in/x 2>&1"], read_only_mounts=mounts
+    )
+    assert result.stdout.startswith("from the host")
+    assert "Read-only file system" in result.stdout
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_account_session_credential_goes_to_the_proxy_only(fake: FakeAnthropic) -> None:
+    fake.reset()
+    other = "sk-ant-oat01-account-session-token"
+    provider = _provider(fake)
+    config = AgentConfig("hi").account_session(AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(other)))
+    with pytest.raises(errors.ApiError) as info:  # the fake only knows KEY: a 401 from upstream
+        await provider.invoke(config)
+    assert info.value.status == 401 or "401" in str(info.value)
+    assert fake.message_requests[0].header("authorization") == f"Bearer {other}"
+    assert_no_leaks([other], info.value)
+
+
+async def test_timeout_kills_the_whole_tree_and_leaves_nothing(fake: FakeAnthropic) -> None:
+    marker = "ironflow-timeout-marker-7f3a"
+    provider = _provider(fake)
+    with pytest.raises(errors.AgentTimeout):
+        await provider.run_command(["sh", "-c", f"sleep 60 & sleep 61 # {marker}"], timeout_s=0.5, auth_proxy=True)
+    assert _leftovers(marker) == ([], [])
+
+
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_gvisor_timeout_leaves_nothing(fake: FakeAnthropic) -> None:
+    marker = "ironflow-gvisor-marker-51c2"
+    provider = _provider(fake, "gvisor")
+    with pytest.raises(errors.AgentTimeout):
+        await provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], timeout_s=1.5, auth_proxy=True)
+    await asyncio.sleep(0.3)
+    procs, dirs = _leftovers(marker)
+    assert procs == []
+    assert dirs == []
+    assert _leftovers("runsc")[0] == []
+
+
+async def test_cancellation_kills_the_sandbox_and_removes_its_files(fake: FakeAnthropic) -> None:
+    marker = "ironflow-cancel-marker-2b9e"
+    provider = _provider(fake)
+    task = asyncio.create_task(provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], auth_proxy=True))
+    await asyncio.sleep(0.5)
+    assert _leftovers(marker)[0], "the sandbox did not start"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _leftovers(marker) == ([], [])
+
+
+async def test_release_run_kills_what_the_run_still_has(fake: FakeAnthropic) -> None:
+    marker = "ironflow-release-marker-9d01"
+    provider = _provider(fake)
+    task = asyncio.create_task(provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], run_id="run-7"))
+    await asyncio.sleep(0.5)
+    assert await provider.release_run("other-run") == 0
+    assert await provider.release_run("run-7") == 1
+    result = await task
+    assert result.exit_code != 0
+    assert _leftovers(marker) == ([], [])
+
+
+@needs_cli
+async def test_a_missing_working_dir_is_a_failed_step_not_a_hang(fake: FakeAnthropic) -> None:
+    provider = _provider(fake)
+    with pytest.raises(errors.ProcessFailed) as info:
+        await provider.invoke(AgentConfig("hi").replace(working_dir="/does/not/exist"))
+    assert info.value.exit_code != 0
+    assert _leftovers("ironflow-local-")[1] == []
+
+
+async def test_credential_variables_are_refused_for_the_sandbox(fake: FakeAnthropic) -> None:
+    with pytest.raises(errors.StepConfigError, match="must not receive ANTHROPIC_API_KEY"):
+        await _provider(fake).run_command(["true"], env={"ANTHROPIC_API_KEY": "x"})
+    with pytest.raises(errors.StepConfigError, match="must not receive SOME_TOKEN"):
+        await _provider(fake).run_command(["true"], env={"SOME_TOKEN": KEY})
