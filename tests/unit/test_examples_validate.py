@@ -1,0 +1,92 @@
+"""Every manifest under ``examples/`` validates offline: core kinds against the Kubernetes 1.30
+and 1.37 schemas in strict mode (unknown fields refused), CiliumNetworkPolicies against
+``ironflow.k8s.cilium``'s structural check, kustomizations by the files they reference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ironflow.k8s import cilium, cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+VERSIONS = ("1.30.0", "1.37.0")
+KUSTOMIZATION = ("kustomize.config.k8s.io/v1beta1", "Kustomization")
+
+
+def _documents() -> Iterator[tuple[str, int, dict[str, Any]]]:
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+            if doc is not None:
+                yield str(path.relative_to(EXAMPLES)), index, doc
+
+
+DOCUMENTS = list(_documents())
+CORE = [
+    (p, i, d) for p, i, d in DOCUMENTS if not d["apiVersion"].startswith(("cilium.io/", "kustomize.config.k8s.io/"))
+]
+CILIUM = [(p, i, d) for p, i, d in DOCUMENTS if d["apiVersion"].startswith("cilium.io/")]
+KUSTOMIZATIONS = [(p, d) for p, _, d in DOCUMENTS if (d["apiVersion"], d["kind"]) == KUSTOMIZATION]
+
+
+def test_the_example_set_is_found() -> None:
+    assert len(CORE) >= 15
+    assert len(CILIUM) == 5
+    assert len(KUSTOMIZATIONS) == 2
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("path", "index", "doc"), CORE, ids=[f"{p}#{i}" for p, i, _ in CORE])
+def test_core_manifest_validates_strictly(path: str, index: int, doc: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize(("path", "index", "doc"), CILIUM, ids=[f"{p}#{i}" for p, i, _ in CILIUM])
+def test_cilium_policy_passes_the_structural_check(path: str, index: int, doc: dict[str, Any]) -> None:
+    assert cilium.check_cilium_network_policy(doc) == []
+
+
+@pytest.mark.parametrize(("path", "doc"), KUSTOMIZATIONS, ids=[p for p, _ in KUSTOMIZATIONS])
+def test_kustomization_references_only_existing_files(path: str, doc: dict[str, Any]) -> None:
+    base = (EXAMPLES / path).parent
+    assert set(doc) <= {"apiVersion", "kind", "namespace", "resources", "generatorOptions", "configMapGenerator"}
+    for resource in doc.get("resources", []):
+        target = base / resource
+        assert target.is_file() or (target / "kustomization.yaml").is_file(), f"{path}: {resource} does not exist"
+    for generator in doc.get("configMapGenerator", []):
+        for file in generator["files"]:
+            assert (base / file).is_file(), f"{path}: {file} does not exist"
+
+
+def test_strict_validation_refuses_an_unknown_field() -> None:
+    """The validator used above is strict: a typo in a NetworkPolicy is caught, not ignored."""
+    doc = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "x"},
+        "spec": {"podSelector": {}, "policyTypo": ["Egress"]},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, VERSIONS[-1], strict=True)
+
+
+VARIANTS = [
+    cluster.ClusterConfig(),
+    cluster.ClusterConfig(cilium=True, gvisor=True, check_rbac=True),
+    cluster.ClusterConfig(auth_proxy_url="https://proxy.security", environment_claims=True),
+    cluster.ClusterConfig(namespace="agents", auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL, cilium=True),
+]
+
+
+@pytest.mark.parametrize("config", VARIANTS)
+def test_every_rendered_variant_validates(config: cluster.ClusterConfig) -> None:
+    for obj in cluster.render(config, profile={"CLAUDE.md": "# hi\n", "rules/a.md": "a\n"}):
+        if obj["apiVersion"].startswith("cilium.io/"):
+            assert cilium.check_cilium_network_policy(obj) == []
+        else:
+            kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
