@@ -1,0 +1,137 @@
+"""``ironflow reap``: delete the expired objects ironflow left in a namespace, once or periodically.
+
+A thin face over :func:`ironflow.k8s.reaper.reap_namespace`: the report goes to stdout
+(a table or JSON), warnings and progress to stderr. ``--dry-run`` lists what a pass
+would delete and deletes nothing. Bad input exits 2 with one line naming the problem;
+an API failure exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Final, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ironflow import errors
+from ironflow.k8s import api as kube
+from ironflow.k8s import reaper
+
+__all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"]
+
+_INTERVAL: Final = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def parse_interval(text: str) -> float:
+    """``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds into seconds (pure); > 0 or ValueError."""
+    match = _INTERVAL.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"invalid interval '{text}': use a number with s, m or h, e.g. 5m")
+    seconds = float(match["num"]) * _UNITS[match["unit"] or "s"]
+    if seconds <= 0:
+        raise ValueError("orphan reaper interval must be greater than zero")
+    return seconds
+
+
+def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) -> str:
+    """The report as stdout text: a JSON object, or a table of kinds, counts and names (pure)."""
+    if fmt is OutputFormat.JSON:
+        return json.dumps({"namespace": namespace, **report.to_dict()})
+    verb = "would delete" if report.dry_run else "deleted"
+    table = Table(title=f"ironflow reap {namespace} ({verb})", title_justify="left")
+    table.add_column("kind")
+    table.add_column(verb, justify="right")
+    table.add_column("names")
+    rows = (
+        ("Job", report.jobs_deleted, report.jobs),
+        ("Pod", report.pods_deleted, report.pods),
+        ("ConfigMap", report.configmaps_deleted, report.configmaps),
+        ("PersistentVolumeClaim", report.pvcs_deleted, report.pvcs),
+    )
+    for kind, count, names in rows:
+        table.add_row(kind, str(count), ", ".join(names))
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text().rstrip("\n")
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _cluster(kubeconfig: Path | None, context: str | None) -> kube.ClusterConfig:
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
+        return kube.KubeconfigFile(str(kubeconfig), context)
+    return kube.DefaultCluster(context)
+
+
+async def _reap(
+    cluster: kube.ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
+) -> None:
+    err = Console(stderr=True)
+    api = await kube.KubeApi.connect(cluster)
+    async with api:
+        while True:
+            with err.status(f"reaping {namespace}..."):
+                report = await reaper.reap_namespace(api, namespace, dry_run=dry_run)
+            for warning in report.warnings:
+                err.print(f"warning: {warning}", highlight=False)
+            typer.echo(render_report(report, namespace, fmt))
+            if every is None:
+                return
+            await asyncio.sleep(every)
+
+
+def reap(
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace to reap.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
+    every: Annotated[
+        str | None, typer.Option("--every", help="Run a pass every interval (e.g. 5m) until interrupted.")
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+) -> None:
+    """Delete expired ironflow pods, Jobs, prompt ConfigMaps and environment claims in a namespace."""
+    if not _DNS_LABEL.fullmatch(namespace):
+        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    interval: float | None = None
+    if every is not None:
+        try:
+            interval = parse_interval(every)
+        except ValueError as exc:
+            _bad_input(str(exc))
+    cluster = _cluster(kubeconfig, context)
+    try:
+        asyncio.run(_reap(cluster, namespace, dry_run=dry_run, every=interval, fmt=output))
+    except errors.KubeClientConfigError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    except errors.IronflowError as exc:
+        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ironflow reap`` to the app."""
+    app.command("reap")(reap)

@@ -1,0 +1,107 @@
+"""Pod lifecycle over the API: wait on the namespace's shared watch, delete and never leak.
+
+I/O helpers shared by the step runner, ``PodRun`` / ``JobRun`` and the cleanup: they
+wait through the shared pod informer (one watch per namespace, whatever the number of
+waiting steps), and delete objects in a way a cancellation cannot cut short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from ironflow import errors
+from ironflow.k8s import api as kube
+
+__all__ = ["delete_quietly", "phase", "shielded", "wait_for_pod", "wait_gone"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def phase(pod: Mapping[str, Any] | None) -> str:
+    """The pod's phase, ``Unknown`` when absent."""
+    return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
+
+
+async def wait_for_pod(
+    api: kube.KubeApi, namespace: str, name: str, predicate: Callable[[Mapping[str, Any] | None], bool]
+) -> dict[str, Any]:
+    """The pod as soon as ``predicate`` holds for it (on the shared watch); no time limit here.
+
+    Raises :class:`~ironflow.errors.KubeNotFound` if the pod is deleted first.
+    """
+    from ironflow.k8s import informer
+
+    shared = await informer.pod_informer(api, namespace)
+    result: dict[str, Any] = await shared.wait_for(name, predicate)
+    return result
+
+
+async def wait_gone(api: kube.KubeApi, namespace: str, name: str, uid: str) -> None:
+    """Return once the pod ``name`` with this ``uid`` no longer exists (a new pod of that name does not count)."""
+    from ironflow.k8s import informer
+
+    shared = await informer.pod_informer(api, namespace)
+    await shared.wait_gone(name, uid)
+
+
+async def _delete_once(
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    name: str,
+    *,
+    background: bool,
+    expires_at: str | None,
+) -> bool:
+    try:
+        await api.delete(resource, namespace, name, propagation_policy="Background" if background else None)
+    except errors.KubeNotFound:
+        return True
+    except errors.KubernetesError as exc:
+        when = f" (expires at {expires_at})" if expires_at else ""
+        _log.warning(
+            "could not delete %s %s/%s: %s; left for the orphan reaper%s", resource.kind, namespace, name, exc, when
+        )
+        return False
+    return True
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile, then re-raise.
+
+    For cleanup that must not be cut short: the pod of a cancelled step is still deleted.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True  # finish first, propagate after
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+async def delete_quietly(
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    name: str,
+    *,
+    background: bool = False,
+    expires_at: str | None = None,
+) -> bool:
+    """Delete one object and never raise; False when it could not be deleted (logged).
+
+    Runs to the end even when the caller is cancelled (see :func:`shielded`).
+    """
+    return await shielded(_delete_once(api, resource, namespace, name, background=background, expires_at=expires_at))

@@ -1,0 +1,312 @@
+"""The orphan reaper: delete what a crashed worker left behind, once its expiry has passed.
+
+Decisions are pure (``reap_reason(pod, now)`` and friends take the raw object and the
+clock and return an answer); ``reap_namespace`` lists, decides, deletes and counts.
+Order of passes: Jobs (a live Job would recreate its pods), pods, prompt ConfigMaps,
+environment claims. An object without a parseable ``ironflow.io/expires-at`` annotation
+is never deleted for expiry; a pod a Job controls is left to its Job; a pod already
+terminating is not deleted twice.
+
+403 on Jobs or claims skips that pass with a warning (the worker's Role may lack those
+verbs); any other listing error fails the whole pass. A failed delete is logged and not
+counted: the next pass tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.k8s import api as kube
+from ironflow.k8s import labels
+
+__all__ = [
+    "OrphanReaper",
+    "ReapReason",
+    "ReapReport",
+    "claim_expired",
+    "configmap_expired",
+    "job_reap_reason",
+    "reap_namespace",
+    "reap_orphans",
+    "reap_reason",
+    "spawn_orphan_reaper",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Page size for every listing of a pass: a namespace with 100k pods is read in pieces.
+PAGE_SIZE: Final = 500
+
+
+class ReapReason(StrEnum):
+    """Why an object is deleted."""
+
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    EXPIRED = "Expired"
+
+
+# --- pure decisions ----------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _expiry(obj: Mapping[str, Any]) -> int | None:
+    annotations = _meta(obj).get("annotations")
+    return labels.expires_at(annotations if isinstance(annotations, Mapping) else None)
+
+
+def _expired(obj: Mapping[str, Any], now: int) -> bool:
+    expiry = _expiry(obj)
+    return expiry is not None and expiry < now
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return _meta(obj).get("deletionTimestamp") is not None
+
+
+def _controlled_by_job(obj: Mapping[str, Any]) -> bool:
+    refs = _meta(obj).get("ownerReferences") or ()
+    return any(isinstance(r, Mapping) and r.get("kind") == "Job" and r.get("controller") is True for r in refs)
+
+
+def reap_reason(pod: Mapping[str, Any], now: int) -> ReapReason | None:
+    """Why this pod should be deleted now, or None to keep it.
+
+    Terminating pods and pods of a Job are never chosen; a pod the kubelet killed for
+    its deadline goes whatever its annotation; otherwise the expiry decides, whatever
+    the phase (a pod on a lost node reports ``Unknown`` forever).
+    """
+    if _deleting(pod) or _controlled_by_job(pod):
+        return None
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed" and status.get("reason") == "DeadlineExceeded":
+        return ReapReason.DEADLINE_EXCEEDED
+    if _expired(pod, now):
+        return ReapReason.EXPIRED
+    return None
+
+
+def job_reap_reason(job: Mapping[str, Any], now: int) -> ReapReason | None:
+    """A Job failed for its deadline goes at once; any other Job waits for its expiry."""
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == "Failed"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "DeadlineExceeded"
+        ):
+            return ReapReason.DEADLINE_EXCEEDED
+    if _expired(job, now):
+        return ReapReason.EXPIRED
+    return None
+
+
+def configmap_expired(cm: Mapping[str, Any], now: int) -> bool:
+    """A prompt ConfigMap goes once its (strictly past) expiry has passed."""
+    return _expired(cm, now)
+
+
+def claim_expired(pvc: Mapping[str, Any], now: int) -> bool:
+    """An environment claim goes once expired, unless it is already being deleted."""
+    return not _deleting(pvc) and _expired(pvc, now)
+
+
+# --- the pass ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReapReport:
+    """What one pass deleted (or, in a dry run, would delete), and the names."""
+
+    pods_deleted: int = 0
+    jobs_deleted: int = 0
+    configmaps_deleted: int = 0
+    pvcs_deleted: int = 0
+    dry_run: bool = False
+    pods: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()
+    configmaps: tuple[str, ...] = ()
+    pvcs: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.pods_deleted + self.jobs_deleted + self.configmaps_deleted + self.pvcs_deleted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pods_deleted": self.pods_deleted,
+            "jobs_deleted": self.jobs_deleted,
+            "configmaps_deleted": self.configmaps_deleted,
+            "pvcs_deleted": self.pvcs_deleted,
+            "dry_run": self.dry_run,
+            "pods": list(self.pods),
+            "jobs": list(self.jobs),
+            "configmaps": list(self.configmaps),
+            "pvcs": list(self.pvcs),
+            "warnings": list(self.warnings),
+        }
+
+
+_JOBS_FORBIDDEN: Final = "cannot list Jobs: orphan JobRun Jobs are not reaped; grant list and delete on jobs"
+_CLAIMS_FORBIDDEN: Final = (
+    "cannot list environment claims: expired claims are not reaped; grant list and delete on persistentvolumeclaims"
+)
+
+
+async def _list_all(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, label_selector: str
+) -> list[dict[str, Any]]:
+    return (await api.list_all(resource, namespace, label_selector=label_selector, page_size=PAGE_SIZE)).items
+
+
+async def _delete(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str, *, background: bool, what: str
+) -> bool:
+    try:
+        await api.delete(resource, namespace, name, propagation_policy="Background" if background else None)
+    except errors.KubeNotFound:
+        return False  # gone already: someone else reaped it
+    except errors.KubernetesError as exc:
+        _log.warning("failed to reap %s '%s': %s", what, name, exc)
+        return False
+    return True
+
+
+async def reap_namespace(
+    api: kube.KubeApi, namespace: str, *, now: int | None = None, dry_run: bool = False
+) -> ReapReport:
+    """One pass over ``namespace``: Jobs, pods, prompt ConfigMaps, environment claims.
+
+    Raises :class:`~ironflow.errors.CleanupError` when pods, ConfigMaps, or (other than
+    with 403) Jobs or claims cannot be listed.
+    """
+    clock = int(time.time()) if now is None else now
+    warnings: list[str] = []
+
+    async def listing(
+        resource: kube.Resource, selector: str, failure: str, forbidden: str | None
+    ) -> list[dict[str, Any]]:
+        try:
+            return await _list_all(api, resource, namespace, selector)
+        except errors.KubeForbidden as exc:
+            if forbidden is None:
+                raise errors.CleanupError(f"{failure}: {exc}") from exc
+            _log.warning("%s", forbidden)
+            warnings.append(forbidden)
+            return []
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"{failure}: {exc}") from exc
+
+    async def apply(resource: kube.Resource, chosen: list[str], *, background: bool, what: str) -> list[str]:
+        if dry_run:
+            return chosen
+        done = await asyncio.gather(
+            *(_delete(api, resource, namespace, n, background=background, what=what) for n in chosen)
+        )
+        return [n for n, ok in zip(chosen, done, strict=True) if ok]
+
+    def name(obj: Mapping[str, Any]) -> str:
+        return str(_meta(obj).get("name", ""))
+
+    jobs = await listing(kube.JOBS, labels.MANAGED_SELECTOR, "failed to list ironflow Jobs", _JOBS_FORBIDDEN)
+    jobs_done = await apply(
+        kube.JOBS, [name(j) for j in jobs if job_reap_reason(j, clock)], background=True, what="Job"
+    )
+    pods = await listing(kube.PODS, labels.MANAGED_SELECTOR, "failed to list ironflow pods", None)
+    pods_done = await apply(kube.PODS, [name(p) for p in pods if reap_reason(p, clock)], background=False, what="pod")
+    cms = await listing(kube.CONFIGMAPS, labels.PROMPT_SELECTOR, "failed to list prompt ConfigMaps", None)
+    cms_done = await apply(
+        kube.CONFIGMAPS, sorted(name(c) for c in cms if configmap_expired(c, clock)), background=False, what="ConfigMap"
+    )
+    pvcs = await listing(
+        kube.PERSISTENTVOLUMECLAIMS, labels.ENVIRONMENT_SELECTOR, "failed to list environment claims", _CLAIMS_FORBIDDEN
+    )
+    pvcs_done = await apply(
+        kube.PERSISTENTVOLUMECLAIMS,
+        [name(c) for c in pvcs if claim_expired(c, clock)],
+        background=False,
+        what="environment claim",
+    )
+    report = ReapReport(
+        pods_deleted=len(pods_done),
+        jobs_deleted=len(jobs_done),
+        configmaps_deleted=len(cms_done),
+        pvcs_deleted=len(pvcs_done),
+        dry_run=dry_run,
+        pods=tuple(pods_done),
+        jobs=tuple(jobs_done),
+        configmaps=tuple(cms_done),
+        pvcs=tuple(pvcs_done),
+        warnings=tuple(warnings),
+    )
+    if report.total and not dry_run:
+        _log.info(
+            "reaped orphans in %s: %d pods, %d Jobs, %d ConfigMaps, %d claims",
+            namespace,
+            report.pods_deleted,
+            report.jobs_deleted,
+            report.configmaps_deleted,
+            report.pvcs_deleted,
+        )
+    return report
+
+
+async def reap_orphans(cluster: kube.ClusterConfig, namespace: str, *, dry_run: bool = False) -> ReapReport:
+    """One pass without a provider, e.g. in a worker that only runs ``PodRun``."""
+    async with await kube.KubeApi.connect(cluster) as api:
+        return await reap_namespace(api, namespace, dry_run=dry_run)
+
+
+class OrphanReaper:
+    """A background reaping loop; ``await handle.stop()`` ends it.
+
+    The first pass runs at once, then one every ``interval``; a failing pass is logged
+    and the loop goes on.
+    """
+
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self._task = task
+
+    @property
+    def running(self) -> bool:
+        return not self._task.done()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def spawn_orphan_reaper(
+    api: kube.KubeApi | Callable[[], Awaitable[kube.KubeApi]], namespace: str, interval_s: float
+) -> OrphanReaper:
+    """Start the loop on the running event loop; zero or negative ``interval_s`` is refused.
+
+    ``api`` is a client, or a function connecting one (called before each pass, so a
+    cluster that is down at start-up is retried).
+    """
+    if not interval_s > 0:
+        raise errors.ConfigError("orphan reaper interval must be greater than zero")
+
+    async def loop() -> None:
+        while True:
+            try:
+                client = api if isinstance(api, kube.KubeApi) else await api()
+                await reap_namespace(client, namespace)
+            except errors.IronflowError as exc:
+                _log.warning("orphan reaping pass failed: %s", exc)
+            await asyncio.sleep(interval_s)
+
+    return OrphanReaper(asyncio.get_running_loop().create_task(loop(), name=f"ironflow-reaper-{namespace}"))

@@ -1,0 +1,393 @@
+"""Run one agent step in a single-use pod: render, clean the previous attempt, create, wait,
+read, delete, finalize (§1.4, §1.9).
+
+The runner is the I/O half of ``K8sEphemeralProvider``; the provider's pure
+``manifests()`` decides what to create. Invariants:
+
+* nothing is created before the step is validated and rendered;
+* no auth-proxy token, no pod: with a token issuer, a refused issue fails the step first;
+* once the prompt ConfigMap or the pod exists, it is deleted on every path, a
+  cancellation included (the cleanup runs shielded, then the cancellation goes on);
+* when the API cannot be reached to delete it, the pod is left with its
+  ``ironflow.io/expires-at`` for the orphan reaper and the error says so;
+* waiting uses the namespace's shared pod watch, never a watch or a poll per pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ironflow import agent, errors
+from ironflow.claude import output, rate_limits
+from ironflow.k8s import api as kube
+from ironflow.k8s import cleanup, labels, pods, reaper
+from ironflow.provider import LogSink
+from ironflow.secrets import Secret
+
+__all__ = [
+    "LOG_CAP_BYTES",
+    "Renderer",
+    "StepRunner",
+    "TokenIssuer",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Lines beyond this many bytes are still streamed to the sink but not kept for parsing.
+LOG_CAP_BYTES: Final = 50 * 1024 * 1024
+#: After the pod ended, the log stream may still hold lines: wait this long for each.
+_DRAIN_LINE_S: Final = 2.0
+
+
+class TokenIssuer(Protocol):
+    """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
+
+    async def issue(self, run_id: str, step: str, expires_at: int) -> tuple[str, Secret]:
+        """A new token bound to the run, the step and the pod's expiry: ``(token_id, token)``."""
+        ...
+
+    async def revoke(self, token_id: str) -> None: ...
+
+    async def revoke_run(self, run_id: str) -> int: ...
+
+
+class Renderer(Protocol):
+    """The provider's pure rendering: the objects of a step, in creation order."""
+
+    def __call__(
+        self, config: agent.AgentConfig, *, now: int, proxy_token: str | None, pod_name: str | None
+    ) -> list[dict[str, Any]]: ...
+
+
+ApiSource = Callable[[], Awaitable[kube.KubeApi]]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The rendered objects of one launch and what the runner needs to know about them."""
+
+    configmap: dict[str, Any] | None
+    pod: dict[str, Any]
+
+    @property
+    def pod_name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def pod_labels(self) -> Mapping[str, str]:
+        result: Mapping[str, str] = self.pod["metadata"].get("labels") or {}
+        return result
+
+    @property
+    def expires_at(self) -> str | None:
+        result: str | None = (self.pod["metadata"].get("annotations") or {}).get(labels.ANNOTATION_EXPIRES_AT)
+        return result
+
+
+def _plan(objects: Sequence[dict[str, Any]]) -> _Plan:
+    pods = [o for o in objects if o.get("kind") == "Pod"]
+    cms = [o for o in objects if o.get("kind") == "ConfigMap"]
+    if len(pods) != 1 or len(cms) > 1:
+        raise errors.ConfigError(
+            "the provider rendered an unexpected set of objects: need one Pod, at most one ConfigMap"
+        )
+    return _Plan(cms[0] if cms else None, pods[0])
+
+
+def _phase(pod: Mapping[str, Any] | None) -> str:
+    return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
+
+
+def _ended(pod: Mapping[str, Any] | None) -> bool:
+    return _phase(pod) in ("Succeeded", "Failed")
+
+
+def _started(pod: Mapping[str, Any] | None) -> bool:
+    return _phase(pod) in ("Running", "Succeeded", "Failed")
+
+
+def _with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesError:
+    """The same error class, its message prefixed with what the runner was doing."""
+    return type(exc)(f"{prefix}: {exc.message}", status=exc.status, reason=exc.reason)
+
+
+@dataclass
+class _Outcome:
+    phase: str = "Unknown"
+    timed_out: bool = False
+    logs: str = ""
+
+
+@dataclass(frozen=True)
+class StepRunner:
+    """The I/O of ``K8sEphemeralProvider``: ``invoke``, ``invoke_with_logs``, ``release_run``, reaping.
+
+    Args:
+        api: connects (once) to the cluster; the same client serves every step.
+        render: the provider's ``manifests`` (validation included; pure).
+        namespace: where the pods go.
+        timeout_s: the step's wait limit once the pod is created.
+        previous_attempt_timeout_s: how long a cleanup waits for pods to be gone.
+        issuer: auth-proxy tokens; None when the provider has no auth proxy.
+    """
+
+    api: ApiSource
+    render: Renderer
+    namespace: str
+    timeout_s: float
+    previous_attempt_timeout_s: float = 60.0
+    issuer: TokenIssuer | None = field(default=None, repr=False)
+
+    # -- the provider protocol --
+
+    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+        """Run the step to completion and leave nothing behind."""
+        return await self._run(config, None)
+
+    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+        """Like :meth:`invoke` with ``--verbose`` stream-json; each line goes to ``sink`` as it arrives."""
+        return await self._run(config.replace(verbose=True), sink)
+
+    async def release_run(self, run_id: str) -> int:
+        """Delete every object of the run (and of runs whose root it is), wait for the pods to go.
+
+        Then revoke the run's proxy tokens (a failure is only logged: they expire on their own).
+        Raises :class:`~ironflow.errors.CleanupError` (replayable) naming the run.
+        """
+        api = await self._connect(f"run {run_id}")
+        deleted = await cleanup.delete_and_wait(
+            api, self.namespace, cleanup.run_selection(run_id), self.previous_attempt_timeout_s
+        )
+        if self.issuer is not None:
+            try:
+                await self.issuer.revoke_run(run_id)
+            except errors.IronflowError as exc:
+                _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+        return deleted
+
+    async def reap_orphans(self, *, dry_run: bool = False) -> reaper.ReapReport:
+        """One reaping pass over the provider's namespace."""
+        return await reaper.reap_namespace(await self.api(), self.namespace, dry_run=dry_run)
+
+    def spawn_orphan_reaper(self, interval_s: float) -> reaper.OrphanReaper:
+        """A background reaping loop on this namespace (first pass at once); stop it with ``await h.stop()``."""
+        return reaper.spawn_orphan_reaper(self.api, self.namespace, interval_s)
+
+    # -- one launch --
+
+    async def _connect(self, what: str) -> kube.KubeApi:
+        try:
+            return await self.api()
+        except errors.KubernetesError as exc:
+            if isinstance(exc, errors.KubeClientConfigError):
+                raise
+            raise errors.CleanupError(f"cannot reach the Kubernetes API for {what}: {exc}") from exc
+
+    async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
+        # 1. Validate and render before anything exists (StepConfigError, PromptTooLarge...).
+        draft_now = int(time.time())
+        draft = _plan(self.render(config, now=draft_now, proxy_token=None, pod_name=None))
+        started = time.monotonic()
+        api = await self.api()
+
+        # 2. The previous attempt of this step must be gone first: two agents never overlap.
+        run_id = draft.pod_labels.get(labels.LABEL_RUN_ID)
+        step = draft.pod_labels.get(labels.LABEL_STEP)
+        if run_id and step:
+            deleted = await cleanup.delete_and_wait(
+                api, self.namespace, cleanup.step_selection(run_id, step), self.previous_attempt_timeout_s
+            )
+            if deleted:
+                _log.info(
+                    "deleted pods of a previous attempt before retrying: %d (step %s of run %s)", deleted, step, run_id
+                )
+
+        # 3. The expiry counts from now (after the cleanup); the token lives as long as the pod.
+        now = int(time.time())
+        token_id: str | None = None
+        token: Secret | None = None
+        if self.issuer is not None:
+            lifetime = int(draft.expires_at or draft_now) - draft_now
+            try:
+                token_id, token = await self.issuer.issue(run_id or draft.pod_name, step or "agent", now + lifetime)
+            except errors.AuthProxyError as exc:
+                raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
+        try:
+            plan = _plan(
+                self.render(
+                    config,
+                    now=now,
+                    proxy_token=token.reveal() if token is not None else None,
+                    pod_name=draft.pod_name,
+                )
+            )
+            result = await self._launch(api, plan, config, sink, started)
+        finally:
+            if token_id is not None and self.issuer is not None:
+                await pods.shielded(self._revoke(token_id))
+        return result
+
+    async def _revoke(self, token_id: str) -> None:
+        assert self.issuer is not None
+        try:
+            await self.issuer.revoke(token_id)
+        except errors.IronflowError as exc:
+            _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
+
+    async def _launch(
+        self,
+        api: kube.KubeApi,
+        plan: _Plan,
+        config: agent.AgentConfig,
+        sink: LogSink | None,
+        started: float,
+    ) -> agent.AgentResult:
+        ns = self.namespace
+        cm_name = plan.configmap["metadata"]["name"] if plan.configmap is not None else None
+        pod_created = False
+        outcome = _Outcome()
+        failure: BaseException | None = None
+        try:
+            if plan.configmap is not None:
+                try:
+                    await api.create(kube.CONFIGMAPS, ns, plan.configmap)
+                except errors.KubernetesError as exc:
+                    raise _with_prefix(exc, "failed to create prompt ConfigMap") from exc
+            try:
+                await api.create(kube.PODS, ns, plan.pod)
+                pod_created = True
+            except errors.KubeUnavailable as exc:
+                pod_created = True  # no answer: it may exist all the same; the cleanup below tries
+                raise _with_prefix(exc, "failed to create K8s pod") from exc
+            except errors.KubernetesError as exc:
+                raise _with_prefix(exc, "failed to create K8s pod") from exc
+            if sink is None:
+                outcome = await self._wait(api, plan.pod_name)
+            else:
+                outcome = await self._stream(api, plan.pod_name, sink)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            pod_gone = True
+            if pod_created:
+                pod_gone = await pods.delete_quietly(api, kube.PODS, ns, plan.pod_name, expires_at=plan.expires_at)
+            if cm_name is not None:
+                await pods.delete_quietly(api, kube.CONFIGMAPS, ns, cm_name, expires_at=plan.expires_at)
+            if not pod_gone and isinstance(failure, errors.KubernetesError):
+                raise type(failure)(
+                    f"{failure.message}; pod '{plan.pod_name}' could not be deleted and is left for the orphan "
+                    f"reaper (expires at {plan.expires_at})",
+                    status=failure.status,
+                    reason=failure.reason,
+                ) from failure
+        return self._finalize(config, outcome, started)
+
+    async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
+        """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
+        try:
+            pod = await asyncio.wait_for(
+                pods.wait_for_pod(api, self.namespace, pod_name, _ended), timeout=self.timeout_s
+            )
+        except TimeoutError:
+            return _Outcome(phase="TimedOut", timed_out=True)
+        except errors.KubernetesError as exc:
+            raise _with_prefix(exc, "failed waiting for pod completion") from exc
+        try:
+            logs = await api.read_log(self.namespace, pod_name)
+        except errors.KubernetesError as exc:
+            _log.warning("could not read the log of pod %s: %s", pod_name, exc)
+            logs = ""
+        return _Outcome(phase=_phase(pod), logs=logs)
+
+    async def _stream(self, api: kube.KubeApi, pod_name: str, sink: LogSink) -> _Outcome:
+        """Follow the log to ``sink`` while the pod runs; the result is parsed from the kept lines."""
+        ns = self.namespace
+        try:
+            pod = await asyncio.wait_for(pods.wait_for_pod(api, ns, pod_name, _started), timeout=self.timeout_s)
+        except TimeoutError:
+            return _Outcome(phase="TimedOut", timed_out=True)
+        except errors.KubernetesError as exc:
+            raise _with_prefix(exc, "failed waiting for pod to start") from exc
+
+        if _ended(pod):
+            logs = await self._read_log_quietly(api, pod_name)
+            for line in logs.splitlines():
+                sink.log("stdout", line)
+            return _Outcome(phase=_phase(pod), logs=logs)
+
+        kept: list[str] = []
+        kept_bytes = 0
+        count = 0
+
+        async def pump() -> None:
+            nonlocal kept_bytes, count
+            async for line in api.follow_log(ns, pod_name):
+                sink.log("stdout", line)
+                count += 1
+                if kept_bytes + len(line) + 1 <= LOG_CAP_BYTES:
+                    kept.append(line)
+                    kept_bytes += len(line) + 1
+
+        pump_task = asyncio.ensure_future(pump())
+        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, _ended))
+        try:
+            done, _ = await asyncio.wait({pump_task, end_task}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
+            if not done:
+                return _Outcome(phase="TimedOut", timed_out=True, logs="\n".join(kept))
+            if pump_task.done() and pump_task.exception() is not None and not end_task.done():
+                # The stream could not be opened or broke: wait for the end, then read in one go.
+                _log.warning(
+                    "log stream of pod %s failed (%s); reading the log at the end", pod_name, pump_task.exception()
+                )
+                try:
+                    pod = await asyncio.wait_for(end_task, timeout=self.timeout_s)
+                except TimeoutError:
+                    return _Outcome(phase="TimedOut", timed_out=True)
+                logs = await self._read_log_quietly(api, pod_name)
+                for line in logs.splitlines()[count:]:
+                    sink.log("stdout", line)
+                return _Outcome(phase=_phase(pod), logs=logs)
+            if not end_task.done():
+                # The stream ended (the container exited): the phase follows within moments.
+                try:
+                    pod = await asyncio.wait_for(end_task, timeout=self.timeout_s)
+                except TimeoutError:
+                    return _Outcome(phase="TimedOut", timed_out=True, logs="\n".join(kept))
+            else:
+                pod = end_task.result()
+                # The pod ended: drain what is left, as long as lines keep coming.
+                while not pump_task.done():
+                    before = count
+                    await asyncio.wait({pump_task}, timeout=_DRAIN_LINE_S)
+                    if count == before:
+                        break
+            return _Outcome(phase=_phase(pod), logs="\n".join(kept))
+        except errors.KubernetesError as exc:
+            raise _with_prefix(exc, "failed waiting for pod completion") from exc
+        finally:
+            for task in (pump_task, end_task):
+                task.cancel()
+            await asyncio.gather(pump_task, end_task, return_exceptions=True)
+
+    async def _read_log_quietly(self, api: kube.KubeApi, pod_name: str) -> str:
+        try:
+            return await api.read_log(self.namespace, pod_name)
+        except errors.KubernetesError as exc:
+            _log.warning("could not read the log of pod %s: %s", pod_name, exc)
+            return ""
+
+    def _finalize(self, config: agent.AgentConfig, outcome: _Outcome, started: float) -> agent.AgentResult:
+        """Rate limits first, then: timed out, succeeded (parse), or anything else (exit code 1)."""
+        rate_limits.record_rate_limits(config, outcome.logs)
+        if outcome.timed_out:
+            raise errors.AgentTimeout(self.timeout_s)
+        wall_ms = int((time.monotonic() - started) * 1000)
+        if outcome.phase == "Succeeded":
+            return output.parse_output(outcome.logs, config, wall_ms=wall_ms)
+        return output.handle_nonzero_exit(1, outcome.logs, "", config, wall_ms=wall_ms)
