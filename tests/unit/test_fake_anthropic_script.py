@@ -93,3 +93,12 @@ def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
     path.write_text("turns: [unclosed")
     with pytest.raises(errors.ConfigError, match=r"bad\.yaml is not valid YAML"):
         Script.from_yaml(path)
+
+
+def test_the_documented_example_script_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "fake-anthropic" / "tool-turn.yaml"
+    script = Script.from_yaml(example)
+    assert isinstance(script.turns[0], ToolUseTurn)
+    assert script.turns[0].name == "Bash"
+    assert isinstance(script.turns[2], ErrorTurn)
+    assert script.default == TextTurn("OK")
