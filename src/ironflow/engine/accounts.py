@@ -126,7 +126,8 @@ def choose_account(
             resets = [w.resets_at for w in rejecting]
             blocked.append((account.name, None if None in resets else max(r for r in resets if r is not None)))
             continue
-        peak = max((w.utilization for w in mine), default=0.0)
+        current = [w for w in mine if w.resets_at is None or w.resets_at > now]  # a reset window starts empty
+        peak = max((w.utilization for w in current), default=0.0)
         free.append((peak, in_use.get(account.name, 0), account.name, account))
     if free:
         return AccountChoice(min(free, key=lambda t: t[:3])[3])

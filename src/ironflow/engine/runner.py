@@ -20,7 +20,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
 from ironflow.k8s import labels
-from ironflow.provider import AgentProvider, LogSink
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider, LogSink
 
 __all__ = [
     "Outcome",
@@ -221,7 +221,7 @@ class _Execution:
         retries = 0
         while True:
             session = None
-            if runner.accounts is not None and runner.provider.account_kind() is not None:
+            if runner.accounts is not None and runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
                 session = await runner.accounts.acquire(step.name)
                 config = config.account_session(session)
             try:
@@ -296,6 +296,8 @@ class Runner:
     provider: AgentProvider
     accounts: AccountPool | None = None
     sink: LogSink | None = None
+    #: Seconds before a run whose release failed is due again, by execution attempt.
+    requeue_delay: Callable[[int], float] = retry.requeue_delay
 
     async def _release(self, run_id: str) -> None:
         try:
@@ -386,7 +388,7 @@ class Runner:
                 return Outcome.FAILED
             return Outcome.SUCCEEDED
         if isinstance(exc, _ReleaseFailed):
-            delay = retry.requeue_delay(run.attempt)
+            delay = self.requeue_delay(run.attempt)
             log.warning("run %s requeued in %.1fs: %s", run.id, delay, exc)
             error = model.error_record(errors.CleanupError(str(exc)))
             await self.store.requeue_run(run.id, worker, error=error, delay_s=delay)

@@ -1,0 +1,94 @@
+"""Step retry policy and retryable classification (§7.2)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ironflow import errors
+from ironflow.engine import retry
+
+
+def test_delay_doubles_from_200ms_and_caps_at_30s() -> None:
+    policy = retry.RetryPolicy(max_retries=5)
+    assert [policy.delay(n) for n in range(4)] == [0.2, 0.4, 0.8, 1.6]
+    assert policy.delay(50) == 30.0
+    assert policy.delay(100_000) == 30.0
+
+
+@given(st.integers(min_value=0, max_value=10_000))
+def test_delay_never_exceeds_the_maximum_and_never_shrinks(attempt: int) -> None:
+    policy = retry.RetryPolicy(max_retries=3, initial_backoff_s=0.1, max_backoff_s=5.0, multiplier=3.0)
+    assert 0.1 <= policy.delay(attempt) <= 5.0
+    assert policy.delay(attempt) <= policy.delay(attempt + 1)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        errors.ProcessFailed(1, "crash"),
+        errors.AgentTimeout(30),
+        errors.SchemaValidation("object", "text"),
+        errors.RateLimited("rejected"),
+        errors.HttpProviderError(0, "no response"),
+        errors.HttpProviderError(503, "unavailable"),
+        errors.ApiError(None, None, "no status"),
+        errors.ApiError(429, "rate_limit", "slow down"),
+        errors.ApiError(529, "overloaded", "overloaded"),
+        errors.KubeUnavailable("api down", status=503),
+        errors.CleanupError("pods still terminating"),
+    ],
+)
+def test_retryable_errors_are_retried(exc: Exception) -> None:
+    assert retry.is_retryable(exc)
+    assert retry.RetryPolicy(max_retries=1).should_retry(exc, 0)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        errors.PromptTooLarge(10, 5, 1),
+        errors.BudgetExceeded(2.0, 1.0),
+        errors.StepConfigError("bad step"),
+        errors.ToolProfileUnsupported("no profiles here"),
+        errors.ApiError(400, "invalid_request_error", "bad"),
+        errors.ApiError(401, "authentication_error", "no"),
+        errors.HttpProviderError(404, "not found"),
+        errors.ConfigError("bad"),
+        ValueError("not ours"),
+    ],
+)
+def test_permanent_errors_are_not_retried(exc: Exception) -> None:
+    assert not retry.is_retryable(exc)
+    assert not retry.RetryPolicy(max_retries=3).should_retry(exc, 0)
+
+
+def test_retries_stop_after_max_retries() -> None:
+    policy = retry.RetryPolicy(max_retries=2)
+    exc = errors.ProcessFailed(1, "crash")
+    assert [policy.should_retry(exc, n) for n in range(4)] == [True, True, False, False]
+
+
+def test_no_policy_means_no_retry() -> None:
+    assert not retry.should_retry(None, errors.ProcessFailed(1, "crash"), 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_retries": 0}, "max_retries must be at least 1, got 0; pass retry=None"),
+        ({"initial_backoff_s": -1}, "backoff must satisfy"),
+        ({"initial_backoff_s": 5, "max_backoff_s": 1}, "backoff must satisfy"),
+        ({"multiplier": 0.5}, "multiplier must be at least 1.0"),
+    ],
+)
+def test_a_policy_that_cannot_work_is_refused(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        retry.RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_requeue_backoff_grows_from_one_second_to_a_minute() -> None:
+    assert retry.requeue_delay(1) == 1.0
+    assert retry.requeue_delay(2) == 2.0
+    assert retry.requeue_delay(100) == 60.0
