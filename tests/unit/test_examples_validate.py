@@ -19,10 +19,15 @@ VERSIONS = ("1.30.0", "1.37.0")
 KUSTOMIZATION = ("kustomize.config.k8s.io/v1beta1", "Kustomization")
 
 
+def _is_manifest(doc: object) -> bool:
+    """A Kubernetes object (other YAML under examples/, e.g. fake-API scripts, is not)."""
+    return isinstance(doc, dict) and bool({"apiVersion", "kind", "metadata"} & set(doc))
+
+
 def _documents() -> Iterator[tuple[str, int, dict[str, Any]]]:
-    for path in sorted(EXAMPLES.rglob("*.yaml")):
+    for path in sorted(EXAMPLES.rglob("*.y*ml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
-            if doc is not None:
+            if _is_manifest(doc):
                 yield str(path.relative_to(EXAMPLES)), index, doc
 
 
@@ -32,6 +37,13 @@ CORE = [
 ]
 CILIUM = [(p, i, d) for p, i, d in DOCUMENTS if d["apiVersion"].startswith("cilium.io/")]
 KUSTOMIZATIONS = [(p, d) for p, _, d in DOCUMENTS if (d["apiVersion"], d["kind"]) == KUSTOMIZATION]
+
+
+def test_every_yaml_document_under_examples_k8s_is_a_manifest() -> None:
+    for path in (EXAMPLES / "k8s").rglob("*.y*ml"):
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+        assert docs
+        assert all(_is_manifest(d) and "apiVersion" in d and "kind" in d for d in docs), path
 
 
 def test_the_example_set_is_found() -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "profile_configmaps",
     "proxy_namespace_from_url",
     "render",
+    "render_documents",
 ]
 
 AGENTS_NAMESPACE: Final = "ironflow-agents"
@@ -410,8 +411,8 @@ def _check_profile_path(path: str, subdir: str, key: str) -> None:
             )
 
 
-def render(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every object of ``config``, in apply order (namespaces first)."""
+def render_documents(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -> list[documents.Document]:
+    """Every object of ``config`` with its comment, in apply order (namespaces first)."""
     docs = namespaces(config) + worker_rbac(config)
     if config.check_rbac:
         docs += check_rbac(config)
@@ -419,7 +420,11 @@ def render(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -
     if config.gvisor:
         docs += runtime_class()
     docs += managed_settings(config)
-    objects = [dict(d.body) for d in docs]
     if profile:
-        objects += profile_configmaps(config.namespace, profile)
-    return objects
+        docs += [documents.Document(cm) for cm in profile_configmaps(config.namespace, profile)]
+    return docs
+
+
+def render(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every object of ``config``, in apply order (namespaces first), as plain dicts."""
+    return [dict(d.body) for d in render_documents(config, profile=profile)]

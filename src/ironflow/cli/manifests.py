@@ -1,0 +1,137 @@
+"""``ironflow manifests``: print what a cluster administrator applies once, for given names.
+
+Thin over :func:`ironflow.k8s.cluster.render_documents`: options become a
+:class:`~ironflow.k8s.cluster.ClusterConfig`, the objects go to stdout as commented YAML
+documents or one JSON ``List`` (both ``kubectl apply -f -`` ready). Reading a profile
+directory is the only I/O. Bad input exits 2 with one line on stderr naming the problem.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from ironflow import errors
+from ironflow.k8s import cluster, cluster_network, documents
+
+__all__ = ["OutputFormat", "manifests", "parse_egress_profile", "read_profile_dir", "register"]
+
+
+class OutputFormat(StrEnum):
+    YAML = "yaml"
+    JSON = "json"
+
+
+def _bad_input(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def parse_egress_profile(text: str) -> cluster_network.EgressProfile:
+    """``NAME=HOST[,HOST...]`` as an egress profile.
+
+    >>> parse_egress_profile("gitlab=gitlab.com").hosts
+    ('gitlab.com',)
+    """
+    name, sep, hosts = text.partition("=")
+    if not sep:
+        raise errors.ConfigError(f"--egress-profile '{text}' must read NAME=HOST[,HOST...], e.g. gitlab=gitlab.com")
+    return cluster_network.EgressProfile(name.strip(), tuple(h.strip() for h in hosts.split(",") if h.strip()))
+
+
+def read_profile_dir(root: Path) -> dict[str, str]:
+    """Every file below ``root`` by relative path (hidden files such as ``.mcp.json`` included)."""
+    if not root.is_dir():
+        raise errors.ConfigError(f"--profile-dir {root} is not a directory")
+    files: dict[str, str] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        try:
+            files[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise errors.ConfigError(
+                f"--profile-dir: {path} is not UTF-8 text; a profile ConfigMap holds text files only"
+            ) from None
+    if not files:
+        raise errors.ConfigError(f"--profile-dir {root} holds no file")
+    return files
+
+
+def manifests(
+    namespace: Annotated[
+        str, typer.Option("-n", "--namespace", help="Namespace of the agent pods.")
+    ] = cluster.AGENTS_NAMESPACE,
+    worker_namespace: Annotated[
+        str, typer.Option("--worker-namespace", help="Namespace of the worker's ServiceAccount.")
+    ] = cluster.WORKER_NAMESPACE,
+    worker_service_account: Annotated[
+        str, typer.Option("--worker-service-account", help="The worker's ServiceAccount.")
+    ] = cluster.WORKER_SERVICE_ACCOUNT,
+    auth_proxy: Annotated[
+        str | None,
+        typer.Option(
+            "--auth-proxy",
+            help="In-cluster proxy URL, http://<service>.<namespace>: agents then reach only the proxy.",
+        ),
+    ] = None,
+    cilium: Annotated[bool, typer.Option("--cilium", help="Cilium FQDN policies instead of plain ones.")] = False,
+    gvisor: Annotated[bool, typer.Option("--gvisor", help="Add the gVisor RuntimeClass (handler runsc).")] = False,
+    preset: Annotated[
+        list[str] | None,
+        typer.Option("--preset", help="Managed-settings preset to include (repeat); default: locked and readonly."),
+    ] = None,
+    egress_profile: Annotated[
+        list[str] | None,
+        typer.Option("--egress-profile", help="NAME=HOST[,HOST] opened to pods with that profile (Cilium; repeat)."),
+    ] = None,
+    no_egress_profiles: Annotated[
+        bool, typer.Option("--no-egress-profiles", help="Render no per-profile opening (not even gitlab).")
+    ] = False,
+    environment_claims: Annotated[
+        bool, typer.Option("--environment-claims", help="Grant the PVC verbs of persistent environments.")
+    ] = False,
+    check_rbac: Annotated[
+        bool, typer.Option("--check-rbac", help="Add the account `ironflow check` runs with (pods/exec).")
+    ] = False,
+    profile_dir: Annotated[
+        Path | None,
+        typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="yaml or json.")] = OutputFormat.YAML,
+) -> None:
+    """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster."""
+    try:
+        profiles: tuple[cluster_network.EgressProfile, ...] | None = None
+        if no_egress_profiles:
+            profiles = ()
+        elif egress_profile:
+            profiles = tuple(parse_egress_profile(p) for p in egress_profile)
+        config = cluster.ClusterConfig(
+            namespace=namespace,
+            worker_namespace=worker_namespace,
+            worker_service_account=worker_service_account,
+            auth_proxy_url=auth_proxy,
+            cilium=cilium,
+            gvisor=gvisor,
+            presets=tuple(preset) if preset else cluster.ClusterConfig().presets,
+            egress_profiles=profiles if profiles is not None else cluster.ClusterConfig().egress_profiles,
+            environment_claims=environment_claims,
+            check_rbac=check_rbac,
+        )
+        profile = read_profile_dir(profile_dir) if profile_dir is not None else None
+        docs = cluster.render_documents(config, profile=profile)
+    except errors.ConfigError as exc:
+        _bad_input(exc.message)
+    if output is OutputFormat.JSON:
+        sys.stdout.write(documents.dump_json(d.body for d in docs))
+    else:
+        sys.stdout.write(documents.file_text(docs))
+    kinds = sorted({str(d.body["kind"]) for d in docs})
+    print(f"rendered {len(docs)} objects ({', '.join(kinds)})", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("manifests")(manifests)
