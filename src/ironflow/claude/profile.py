@@ -77,9 +77,9 @@ def add_profile(profiles: Sequence[ClaudeProfile], configmap: str, subdir: str =
     return (*profiles, ClaudeProfile(configmap, subdir))
 
 
-def profile_mount_path(index: int) -> str:
+def profile_mount_path(index: int, *, mount_root: str = layout.PROFILE_MOUNT_DIR) -> str:
     """Read-only mount of the ``index``-th profile: siblings, so none hides another."""
-    return f"{layout.PROFILE_MOUNT_DIR}/{index}"
+    return f"{mount_root}/{index}"
 
 
 def profile_destination(subdir: str) -> str:
@@ -89,15 +89,16 @@ def profile_destination(subdir: str) -> str:
     return '"$HOME/.claude/"' + command.shell_quote(subdir)
 
 
-def profile_copy_prefix(profiles: Sequence[ClaudeProfile]) -> str:
+def profile_copy_prefix(profiles: Sequence[ClaudeProfile], *, mount_root: str = layout.PROFILE_MOUNT_DIR) -> str:
     """Shell that copies each profile's keys into HOME, aborting the command on a failure.
 
     The glob pair takes regular and dot files (``.mcp.json``) but skips the kubelet's
     ``..data`` link and ``..<timestamp>`` dir; ``cp -L`` copies the files, not the links.
+    ``mount_root`` is where the sandbox mounts the profiles (the pod's layout by default).
     """
     parts: list[str] = []
     for index, profile in enumerate(profiles):
-        src = command.shell_quote(profile_mount_path(index))
+        src = command.shell_quote(profile_mount_path(index, mount_root=mount_root))
         dest = profile_destination(profile.subdir)
         parts.append(
             f"mkdir -p {dest} && for f in {src}/* {src}/.[!.]*; do "
