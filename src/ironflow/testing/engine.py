@@ -6,6 +6,8 @@ running anything: ``invoke`` "creates a pod" carrying the step's labels, waits
 pods whose run or root-run label is the run. Every call is appended to ``events`` and,
 with ``log_path``, to a JSON-lines file, so a test can check the order of releases and
 invocations across processes (e.g. a worker killed with SIGKILL and the one that resumes).
+With a log, ``release_run`` also deletes the pods another process left behind (an
+``invoke`` with no end and no earlier release), as a real cluster would still hold them.
 
 Nothing in the library imports this module.
 """
@@ -93,7 +95,9 @@ class RecordingProvider:
             await asyncio.sleep(self.step_delays.get(step, self.delay_s))
             pending = self.failures.get(step)
             if pending:
-                raise pending.pop(0)
+                exc = pending.pop(0)
+                self._record("failed", pod=pod, step=step, error=type(exc).__name__)
+                raise exc
             if sink is not None:
                 sink.log("stdout", json.dumps({"type": "result", "result": f"done {step}"}))
             self._record("finished", pod=pod, step=step)
@@ -104,17 +108,31 @@ class RecordingProvider:
         finally:
             self.pods.pop(pod, None)  # the provider deletes its pod however the step ends
 
+    def _live_pods(self) -> dict[str, dict[str, str]]:
+        """Pods still there: in memory, plus (with a log) those other processes left behind."""
+        live = dict(self.pods)
+        if self.log_path is not None and self.log_path.exists():
+            for event in read_events(self.log_path):
+                if event["event"] == "invoke":
+                    live.setdefault(event["pod"], event["labels"])
+                elif event["event"] in ("finished", "cancelled", "failed"):
+                    live.pop(event["pod"], None)
+                elif event["event"] == "release":
+                    for pod in event["deleted"]:
+                        live.pop(pod, None)
+        return live
+
     async def release_run(self, run_id: str) -> int:
         if self.release_failures > 0:
             self.release_failures -= 1
             self._record("release_failed", run=run_id)
             raise errors.CleanupError(f"pods of run {run_id} still terminating after 1s")
-        gone = [
+        gone = sorted(
             name
-            for name, pod_labels in self.pods.items()
+            for name, pod_labels in self._live_pods().items()
             if run_id in (pod_labels.get(labels.LABEL_RUN_ID), pod_labels.get(labels.LABEL_ROOT_RUN_ID))
-        ]
+        )
         for name in gone:
-            del self.pods[name]
+            self.pods.pop(name, None)
         self._record("release", run=run_id, deleted=gone)
         return len(gone)

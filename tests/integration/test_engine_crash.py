@@ -1,0 +1,140 @@
+"""A worker killed with SIGKILL mid-run: another worker process finishes the run.
+
+Real worker subprocesses, a real store (SQLite file or PostgreSQL), and a recording
+provider that logs every call to a shared file. The Kubernetes-test-server variant of
+this test (pods really deleted) comes with the Kubernetes runtime provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from ironflow.engine import model
+from ironflow.engine.store import Store, open_store
+from ironflow.testing.engine import read_events
+from ironflow.testing.pytest_plugin import postgres_dsn  # noqa: F401  (fixture)
+
+HERE = Path(__file__).parent
+WORKER = HERE / "engine_crash_worker.py"
+WORKFLOWS = HERE / "engine_workflows.py"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'engine.db'}"
+        return
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    database = f"crash_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {database}")
+    finally:
+        await conn.close()
+    yield dsn.rsplit("/", 1)[0] + "/" + database
+
+
+@contextmanager
+def worker_process(store_url: str, log: Path, slow_delay_s: float) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKER), store_url, str(log), str(slow_delay_s)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+async def until(check: Any) -> Any:
+    """Poll ``check`` (sync or async) until it returns something truthy (a log file has no event)."""
+    async with asyncio.timeout(20.0):
+        while True:
+            value = check()
+            if asyncio.iscoroutine(value):
+                value = await value
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+
+
+async def run_status(store: Store, run_id: str) -> model.RunStatus | None:
+    run = await store.get_run(run_id)
+    return run.status if run is not None and run.finished else None
+
+
+async def test_a_killed_workers_run_is_finished_by_another_without_repeating_steps(
+    store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "provider.jsonl"
+    log.touch()
+    store = open_store(store_url)
+    await store.open()
+    try:
+        run_id = model.new_id()
+        await store.create_run(
+            model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "two", "slow", "four"]})
+        )
+        with worker_process(store_url, log, slow_delay_s=60) as first:
+            await until(lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)))
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(timeout=5)
+        with worker_process(store_url, log, slow_delay_s=0) as second:
+            status = await until(lambda: run_status(store, run_id))
+            assert status is model.RunStatus.SUCCEEDED
+            second_pid = second.pid
+        run = await store.get_run(run_id)
+        steps = await store.steps(run_id)
+    finally:
+        await store.close()
+
+    assert run is not None
+    assert run.output == ["done one", "done two", "done slow", "done four"]
+    assert run.attempt == 2
+    events = read_events(log)
+    first_events = [e for e in events if e["pid"] == first.pid]
+    second_events = [e for e in events if e["pid"] == second_pid]
+    assert [(e["event"], e.get("step")) for e in first_events] == [
+        ("release", None),
+        ("invoke", "one"),
+        ("finished", "one"),
+        ("invoke", "two"),
+        ("finished", "two"),
+        ("invoke", "slow"),  # killed here: no end
+    ]
+    dead_pod = first_events[-1]["pod"]
+    # The new attempt releases the run first, deleting the dead attempt's pod, then resumes.
+    assert second_events[0] == {**second_events[0], "event": "release", "run": run_id, "deleted": [dead_pod]}
+    assert [(e["event"], e.get("step")) for e in second_events[1:]] == [
+        ("invoke", "slow"),
+        ("finished", "slow"),
+        ("invoke", "four"),
+        ("finished", "four"),
+    ]
+    assert [(s.name, s.status, s.attempts) for s in steps] == [
+        ("one", model.StepStatus.SUCCEEDED, 1),
+        ("two", model.StepStatus.SUCCEEDED, 1),
+        ("slow", model.StepStatus.SUCCEEDED, 1),
+        ("four", model.StepStatus.SUCCEEDED, 1),
+    ]
