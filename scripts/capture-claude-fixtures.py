@@ -64,6 +64,15 @@ SCENARIOS = (
         prompt="Run echo",
     ),
     Scenario(
+        "stream_thinking_tool",
+        Script.of(
+            ToolUseTurn("Bash", {"command": "echo thought"}, thinking="I should run echo."),
+            TextTurn("It printed thought.", thinking="The tool answered."),
+        ),
+        (*STREAM, "--model", "sonnet", "--allowedTools", "Bash"),
+        prompt="Think, then run echo",
+    ),
+    Scenario(
         "json_api_error_529",
         Script.of(ErrorTurn(529, "overloaded_error", "Overloaded")),
         (*JSON, "--model", "sonnet"),

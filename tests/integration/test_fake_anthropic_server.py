@@ -215,3 +215,24 @@ async def test_second_server_on_a_busy_port_fails_and_the_first_keeps_serving() 
         with pytest.raises(OSError, match="in use"):
             await FakeAnthropic(port=first.port).start()
         assert (await post(first, BODY))[0] == 200
+
+
+async def test_thinking_turn_streams_thinking_and_signature_deltas() -> None:
+    async with FakeAnthropic(Script.of(TextTurn("answer", thinking="pondering"))) as fake:
+        _, _, raw = await post(fake, {**BODY, "stream": True})
+        _, _, plain = await post(fake, BODY)
+    deltas = [data["delta"]["type"] for name, data in sse_events(raw) if name == "content_block_delta"]
+    assert deltas == ["thinking_delta", "signature_delta", "text_delta"]
+    assert [b["type"] for b in json.loads(plain)["content"]] == ["text"]  # the default turn has no thinking
+
+
+async def test_mid_stream_error_sends_message_start_then_an_error_event() -> None:
+    turn = ErrorTurn(529, "overloaded_error", "Overloaded", mid_stream=True)
+    async with FakeAnthropic(Script.of(turn, turn)) as fake:
+        status, _, raw = await post(fake, {**BODY, "stream": True})
+        plain_status, _, _ = await post(fake, BODY)
+    assert status == 200
+    events = sse_events(raw)
+    assert [name for name, _ in events] == ["message_start", "error"]
+    assert events[1][1]["error"]["type"] == "overloaded_error"
+    assert plain_status == 529

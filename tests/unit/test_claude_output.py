@@ -351,3 +351,16 @@ def test_nonzero_exit_stream_without_result_line_is_process_failed() -> None:
     text = fixture("stream_tool").splitlines()[0]
     with pytest.raises(errors.ProcessFailed):
         output.handle_nonzero_exit(1, text, "", VERBOSE, wall_ms=1)
+
+
+def test_stream_thinking_blocks_land_in_the_turn_with_their_tool_call() -> None:
+    result = output.parse_stream_response(fixture("stream_thinking_tool"), VERBOSE, wall_ms=1)
+    debug = result.debug_messages
+    assert debug is not None
+    assert [(d.thinking, d.text) for d in debug] == [
+        ("I should run echo.", None),
+        ("The tool answered.", "It printed thought."),
+    ]
+    assert debug[0].tool_calls[0].name == "Bash"
+    assert debug[0].tool_results[0].content == "thought"
+    assert result.value == "It printed thought."

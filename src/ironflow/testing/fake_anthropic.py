@@ -53,6 +53,8 @@ __all__ = [
 
 #: Models ``GET /v1/models`` lists (the CLI resolves aliases itself; any model is answered).
 DEFAULT_MODELS: Final = ("claude-sonnet-5-5", "claude-opus-5-1", "claude-haiku-5-0")
+#: Sent with thinking blocks; the CLI passes it back on the next request unchanged.
+_SIGNATURE: Final = "ZmFrZS1hbnRocm9waWMtc2lnbmF0dXJl"
 _CREDENTIAL_HEADERS: Final = frozenset({"x-api-key", "authorization", "proxy-authorization", "cookie"})
 
 
@@ -100,6 +102,8 @@ def _sse(event: str, data: Mapping[str, Any]) -> bytes:
 
 def _blocks(turn: TextTurn | ToolUseTurn, tool_id: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if turn.thinking is not None:
+        blocks.append({"type": "thinking", "thinking": turn.thinking, "signature": _SIGNATURE})
     if turn.text is not None:
         blocks.append({"type": "text", "text": turn.text})
     if isinstance(turn, ToolUseTurn):
@@ -251,10 +255,15 @@ class FakeAnthropic:
             return _error_response(500, "api_error", "fake-anthropic script exhausted and no default turn set")
         if turn.delay_s:
             await asyncio.sleep(turn.delay_s)
+        msg_id = f"msg_fake_{next(self._ids):06d}"
         if isinstance(turn, ErrorTurn):
+            if turn.mid_stream and record.body.get("stream"):
+                response = await self._start_stream(request, model, msg_id, self.script.usage, turn.headers)
+                await response.write(_sse("error", turn.body()))
+                await response.write_eof()
+                return response
             return web.json_response(turn.body(), status=turn.status, headers=dict(turn.headers))
         usage = turn.usage or self.script.usage
-        msg_id = f"msg_fake_{next(self._ids):06d}"
         tool_id = (turn.id if isinstance(turn, ToolUseTurn) else None) or f"toolu_fake_{uuid.uuid4().hex[:20]}"
         if record.body.get("stream"):
             return await self._stream(request, turn, model, msg_id, tool_id, usage)
@@ -272,11 +281,11 @@ class FakeAnthropic:
             headers=dict(turn.headers),
         )
 
-    async def _stream(
-        self, request: web.Request, turn: TextTurn | ToolUseTurn, model: str, msg_id: str, tool_id: str, usage: Usage
+    async def _start_stream(
+        self, request: web.Request, model: str, msg_id: str, usage: Usage, headers: Mapping[str, str]
     ) -> web.StreamResponse:
         response = web.StreamResponse(
-            headers={"content-type": "text/event-stream", "cache-control": "no-cache", **turn.headers}
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache", **headers}
         )
         await response.prepare(request)
         start_usage = {**usage.to_json(), "output_tokens": 1}
@@ -298,21 +307,34 @@ class FakeAnthropic:
                 },
             )
         )
+        return response
+
+    async def _stream(
+        self, request: web.Request, turn: TextTurn | ToolUseTurn, model: str, msg_id: str, tool_id: str, usage: Usage
+    ) -> web.StreamResponse:
+        response = await self._start_stream(request, model, msg_id, usage, turn.headers)
         for index, block in enumerate(_blocks(turn, tool_id)):
             start: dict[str, Any]
-            delta: dict[str, Any]
+            deltas: list[dict[str, Any]]
             if block["type"] == "text":
                 start = {"type": "text", "text": ""}
-                delta = {"type": "text_delta", "text": block["text"]}
+                deltas = [{"type": "text_delta", "text": block["text"]}]
+            elif block["type"] == "thinking":
+                start = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [
+                    {"type": "thinking_delta", "thinking": block["thinking"]},
+                    {"type": "signature_delta", "signature": block["signature"]},
+                ]
             else:
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
             await response.write(
                 _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
             )
-            await response.write(
-                _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-            )
+            for delta in deltas:
+                await response.write(
+                    _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                )
             await response.write(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         await response.write(
             _sse(
@@ -379,9 +401,7 @@ class FakeAnthropic:
             await runner.cleanup()
             raise
         if self.unix_socket is None:
-            server = site._server  # the bound socket tells the port when 0 was asked for
-            assert isinstance(server, asyncio.base_events.Server)
-            self.port = server.sockets[0].getsockname()[1]
+            self.port = int(runner.addresses[0][1])  # the bound port, when 0 was asked for
         self._runner = runner
         return self
 

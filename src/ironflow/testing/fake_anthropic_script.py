@@ -47,6 +47,8 @@ class TextTurn:
     usage: Usage | None = None
     delay_s: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: A thinking block sent before the text (with a fake signature).
+    thinking: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,17 +62,24 @@ class ToolUseTurn:
     usage: Usage | None = None
     delay_s: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: A thinking block sent before the text and the call (with a fake signature).
+    thinking: str | None = None
 
 
 @dataclass(frozen=True)
 class ErrorTurn:
-    """The API refuses the request with ``status`` and an Anthropic-shaped error body."""
+    """The API refuses the request with ``status`` and an Anthropic-shaped error body.
+
+    With ``mid_stream`` a streaming request gets 200, ``message_start``, then an SSE
+    ``error`` event, as the real API does when it overloads during a reply.
+    """
 
     status: int
     type: str = "api_error"
     message: str = "injected error"
     delay_s: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    mid_stream: bool = False
 
     def body(self) -> dict[str, Any]:
         return {
@@ -82,7 +91,9 @@ class ErrorTurn:
 
 Turn = TextTurn | ToolUseTurn | ErrorTurn
 
-_TURN_KEYS: Final = frozenset({"text", "tool_use", "error", "stop_reason", "usage", "delay_s", "headers"})
+_ERROR_KEYS: Final = frozenset({"status", "type", "message", "mid_stream"})
+_TOOL_KEYS: Final = frozenset({"name", "input", "id"})
+_TURN_KEYS: Final = frozenset({"text", "tool_use", "error", "stop_reason", "usage", "delay_s", "headers", "thinking"})
 _SCRIPT_KEYS: Final = frozenset({"turns", "default", "usage"})
 
 
@@ -103,6 +114,12 @@ def _usage_from(data: Any, where: str) -> Usage:
     return Usage(**data)
 
 
+def _no_unknown(data: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise _problem(where, f"unknown key '{unknown[0]}'; known: {', '.join(sorted(known))}")
+
+
 def _turn_from(data: Any, where: str) -> Turn:
     if isinstance(data, str):
         return TextTurn(data)
@@ -119,12 +136,16 @@ def _turn_from(data: Any, where: str) -> Turn:
         raise _problem(where, "headers must be a mapping of header names to values")
     headers = {str(k): str(v) for k, v in headers.items()}
     usage = _usage_from(data["usage"], where) if "usage" in data else None
+    thinking = data.get("thinking")
+    if thinking is not None and not isinstance(thinking, str):
+        raise _problem(where, "thinking must be a text")
     if "error" in data:
         err = data["error"]
-        if "tool_use" in data or "text" in data:
-            raise _problem(where, "an error turn cannot also have text or tool_use")
+        if "tool_use" in data or "text" in data or thinking is not None:
+            raise _problem(where, "an error turn cannot also have text, thinking or tool_use")
         if not isinstance(err, Mapping) or not isinstance(err.get("status"), int):
             raise _problem(where, "error needs an integer status, e.g. {status: 529, type: overloaded_error}")
+        _no_unknown(err, _ERROR_KEYS, f"{where}.error")
         if not 400 <= err["status"] <= 599:
             raise _problem(where, f"error status must be 400-599, got {err['status']}")
         return ErrorTurn(
@@ -133,11 +154,13 @@ def _turn_from(data: Any, where: str) -> Turn:
             message=str(err.get("message", "injected error")),
             delay_s=float(delay),
             headers=headers,
+            mid_stream=bool(err.get("mid_stream", False)),
         )
     if "tool_use" in data:
         tool = data["tool_use"]
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise _problem(where, "tool_use needs a name, e.g. {name: Bash, input: {command: 'ls'}}")
+        _no_unknown(tool, _TOOL_KEYS, f"{where}.tool_use")
         tool_input = tool.get("input", {})
         if not isinstance(tool_input, Mapping):
             raise _problem(where, "tool_use.input must be a mapping")
@@ -150,6 +173,7 @@ def _turn_from(data: Any, where: str) -> Turn:
             usage=usage,
             delay_s=float(delay),
             headers=headers,
+            thinking=thinking,
         )
     if "text" in data:
         return TextTurn(
@@ -158,6 +182,7 @@ def _turn_from(data: Any, where: str) -> Turn:
             usage=usage,
             delay_s=float(delay),
             headers=headers,
+            thinking=thinking,
         )
     raise _problem(where, "a turn needs one of text, tool_use, error")
 
