@@ -1,0 +1,257 @@
+"""``ironflow agent`` and ``ironflow exec``: one agent step or one command in a sandbox.
+
+Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
+``--backend k8s``, the Kubernetes provider). The answer goes to stdout; progress to
+stderr (rich, only on a terminal). Exit codes:
+
+====  ==========================================================================
+0     the step succeeded (``exec``: the command's own exit code is passed through)
+1     the step failed: the agent or the model reported an error, or it timed out
+2     bad input: an option, a missing file, no credential, a refused setting
+3     infrastructure: the sandbox runtime, the proxy or the cluster failed
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn
+
+import typer
+from typer.core import TyperCommand
+
+from ironflow import errors
+from ironflow.agent import AgentConfig, AgentResult
+from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
+from ironflow.secrets import Secret
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "exit_code_for", "register"]
+
+EXIT_STEP_FAILED: Final = 1
+EXIT_BAD_INPUT: Final = 2
+EXIT_INFRASTRUCTURE: Final = 3
+#: The key the in-process proxy hands the offline model server (it checks it).
+FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
+_DEFAULT_SCRIPT: Final = ":builtin:"
+
+
+class Backend(StrEnum):
+    LOCAL = "local"
+    K8S = "k8s"
+
+
+class Isolation(StrEnum):
+    BWRAP = "bwrap"
+    GVISOR = "gvisor"
+
+
+class Output(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Map an error to the documented exit code: bad input 2, infrastructure 3, else 1."""
+    if isinstance(exc, errors.ConfigError | errors.StepConfigError | errors.ToolProfileUnsupported):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, errors.PromptTooLarge):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, errors.AuthProxyError) and not exc.retryable:
+        return EXIT_BAD_INPUT
+    if isinstance(exc, errors.InfrastructureError | errors.AuthProxyError):
+        return EXIT_INFRASTRUCTURE
+    return EXIT_STEP_FAILED
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _progress(message: str) -> Iterator[None]:
+    """A spinner on stderr when it is a terminal; nothing otherwise (scripts, CI)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _fake_model(script_path: str | None) -> AsyncIterator[str]:
+    from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+
+    if script_path is None or script_path == _DEFAULT_SCRIPT:
+        script = Script.of("Hello from the sandbox! (offline fake model)")
+    else:
+        script = Script.from_yaml(script_path)
+    async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
+        yield fake.url
+
+
+def _require_credential_env() -> None:
+    # The provider reads these itself, at invocation; this only turns "none" into bad input.
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("CLAUDE_CODE_OAUTH_TOKEN")):
+        _fail(
+            "no credential: set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN (it stays outside the sandbox), "
+            "or use --fake-model for the offline model server"
+        )
+
+
+class _AgentCommand(TyperCommand):
+    """Reads ``--fake-model=FILE`` as the flag plus its script: the bare flag takes no value,
+    so ``ironflow agent --fake-model "a prompt"`` keeps its prompt."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rewritten: list[str] = []
+        for index, arg in enumerate(args):
+            if arg == "--":
+                rewritten += args[index:]
+                break
+            if arg.startswith("--fake-model="):
+                rewritten += ["--fake-model", "--fake-model-script", arg.split("=", 1)[1]]
+            else:
+                rewritten.append(arg)
+        return super().parse_args(ctx, rewritten)
+
+
+def _script(fake_model: bool, script: Path | None) -> str | None:
+    """The fake model's script: None (no fake), ``:builtin:``, or an existing YAML file."""
+    if script is not None:
+        if not script.is_file():
+            _fail(f"fake model script '{script}' not found: pass an existing YAML file as --fake-model=FILE")
+        return str(script)
+    return _DEFAULT_SCRIPT if fake_model else None
+
+
+def _result_json(result: AgentResult) -> dict[str, Any]:
+    return {
+        "value": result.value,
+        "model": result.model,
+        "session_id": result.session_id,
+        "duration_ms": result.duration_ms,
+        "cost_usd": result.cost_usd,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "ignored_settings": list(result.ignored_settings),
+    }
+
+
+async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:
+    if script is None:
+        return await provider.invoke(config)  # type: ignore[no-any-return]
+    async with _fake_model(script) as url:
+        provider.credential = ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", url)
+        return await provider.invoke(config)  # type: ignore[no-any-return]
+
+
+def _k8s_provider(path: Path | None) -> Any:
+    if path is None:
+        _fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
+    try:
+        from ironflow.k8s.provider import K8sEphemeralProvider
+    except ImportError:
+        _fail("--backend k8s is not available yet in this build; use --backend local")
+    if not hasattr(K8sEphemeralProvider, "invoke"):
+        _fail("--backend k8s is not available yet in this build (the provider cannot run steps); use --backend local")
+    if not path.is_file():
+        _fail(f"provider file '{path}' not found")
+    return K8sEphemeralProvider.from_file(path)
+
+
+def agent(
+    prompt: Annotated[str | None, typer.Argument(help="What to ask the agent.", show_default=False)] = None,
+    backend: Annotated[Backend, typer.Option(help="Where the step runs.")] = Backend.LOCAL,
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+        Isolation.BWRAP
+    ),
+    fake_model: Annotated[
+        bool,
+        typer.Option(
+            "--fake-model",
+            help="Answer from the offline model server; --fake-model=FILE scripts it (YAML). No key needed.",
+        ),
+    ] = False,
+    fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
+    model: Annotated[str | None, typer.Option(help="Model name, e.g. sonnet or claude-sonnet-5-5.")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text: the answer; json: answer and usage.")] = (
+        Output.TEXT
+    ),
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the step is stopped.")] = (
+        DEFAULT_TIMEOUT_S
+    ),
+    provider_file: Annotated[
+        Path | None, typer.Option("--provider", help="--backend k8s: provider YAML (K8sEphemeralProvider).")
+    ] = None,
+) -> None:
+    """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
+    if prompt is None:
+        _fail("missing PROMPT: ironflow agent [OPTIONS] PROMPT")
+    text, script = prompt, _script(fake_model, fake_model_script)
+    try:
+        config = AgentConfig(text) if model is None else AgentConfig(text, model=model)
+        if backend is Backend.K8S:
+            if script is not None:
+                _fail("--fake-model runs only with --backend local")
+            provider: Any = _k8s_provider(provider_file)
+        else:
+            if script is None:
+                _require_credential_env()
+            provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
+        with _progress(f"running the step in a {isolation.value} sandbox"):
+            result = asyncio.run(_run_agent(config, provider, script))
+    except errors.IronflowError as exc:
+        _fail(exc.message, exit_code_for(exc))
+    for ignored in result.ignored_settings:
+        print(f"note: ignored locally: {ignored}", file=sys.stderr)
+    if output is Output.JSON:
+        print(json.dumps(_result_json(result), indent=2, default=str))
+    else:
+        print(result.text if result.text else json.dumps(result.value, default=str))
+
+
+def exec_command(
+    ctx: typer.Context,
+    backend: Annotated[Backend, typer.Option(help="Where the command runs (local only for now).")] = Backend.LOCAL,
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+        Isolation.BWRAP
+    ),
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the command is killed.")] = (
+        DEFAULT_TIMEOUT_S
+    ),
+) -> None:
+    """Run ``-- CMD ARGS…`` in a single-use sandbox without network; exit with its exit code."""
+    argv = list(ctx.args)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        _fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
+    if backend is not Backend.LOCAL:
+        _fail("ironflow exec --backend k8s is not available yet; use --backend local (PodRun/JobRun on Kubernetes)")
+    try:
+        provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
+        result = asyncio.run(provider.run_command(argv))
+    except errors.IronflowError as exc:
+        _fail(exc.message, exit_code_for(exc))
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    raise typer.Exit(result.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``agent`` and ``exec`` to the ``ironflow`` app."""
+    app.command("agent", cls=_AgentCommand)(agent)
+    app.command(
+        "exec",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(exec_command)
