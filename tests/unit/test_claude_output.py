@@ -190,6 +190,46 @@ def test_parse_response_never_raises_anything_but_ironflow_errors(text: str) -> 
     assert isinstance(result, AgentResult)
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+RESULT_KEYS = st.sampled_from(
+    ["result", "usage", "total_cost_usd", "duration_ms", "is_error", "subtype", "modelUsage", "structured_output",
+     "api_error_status", "api_error_code", "session_id"]
+)  # fmt: skip
+RESULT_OBJECTS = st.dictionaries(RESULT_KEYS, JSON_VALUES, max_size=6).map(lambda d: {"type": "result", **d})
+LINE_OBJECTS = st.fixed_dictionaries(
+    {"type": st.sampled_from(["assistant", "user", "system", "rate_limit_event", "result"])},
+    optional={"message": JSON_VALUES | st.fixed_dictionaries({"content": JSON_VALUES}), "subtype": JSON_VALUES},
+)
+
+
+@given(RESULT_OBJECTS, st.booleans())
+def test_any_result_object_gives_a_result_or_an_ironflow_error(obj: dict[str, Any], with_schema: bool) -> None:
+    config = WITH_SCHEMA if with_schema else PLAIN
+    try:
+        result = output.parse_response(json.dumps(obj), config, wall_ms=1)
+    except errors.IronflowError:
+        return
+    assert isinstance(result, AgentResult)
+
+
+@given(st.lists(LINE_OBJECTS | RESULT_OBJECTS, max_size=8))
+def test_any_stream_gives_a_result_or_an_ironflow_error(lines: list[dict[str, Any]]) -> None:
+    try:
+        result = output.parse_stream_response("\n".join(json.dumps(o) for o in lines), VERBOSE, wall_ms=1)
+    except errors.IronflowError:
+        return
+    assert isinstance(result, AgentResult)
+
+
+def test_non_finite_numbers_are_a_parse_error() -> None:
+    with pytest.raises(errors.SchemaValidation, match="finite"):
+        output.parse_response('{"type":"result","result":"x","total_cost_usd":1e400}', PLAIN, wall_ms=1)
+
+
 # --- stream-json output ----------------------------------------------------------------------
 
 

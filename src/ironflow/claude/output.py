@@ -23,6 +23,7 @@ model), else the ``system/init`` line's ``model`` in stream-json.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -84,13 +85,20 @@ def _kind_name(kinds: type | tuple[type, ...]) -> str:
     return " or ".join(names)
 
 
-def _int(obj: Mapping[str, Any], key: str) -> int | None:
+def _number(obj: Mapping[str, Any], key: str) -> float | int | None:
     value = _field(obj, key, (int, float))
+    if isinstance(value, float) and not math.isfinite(value):  # json accepts NaN and 1e400
+        raise _Malformed(f"field '{key}' must be a finite number, got {value}")
+    return value  # type: ignore[no-any-return]
+
+
+def _int(obj: Mapping[str, Any], key: str) -> int | None:
+    value = _number(obj, key)
     return None if value is None else int(value)
 
 
 def _float(obj: Mapping[str, Any], key: str) -> float | None:
-    value = _field(obj, key, (int, float))
+    value = _number(obj, key)
     return None if value is None else float(value)
 
 
