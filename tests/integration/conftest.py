@@ -11,9 +11,9 @@ kube-apiserver with kwok behind the same interface. Tests that need test-server-
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
@@ -94,3 +94,35 @@ async def kube(request: pytest.FixtureRequest) -> AsyncIterator[KubeCase]:
             yield KubeCase(kube_api, namespace, ServerControl(server), server)
         finally:
             await kube_api.close()
+
+
+def pod_manifest(
+    name: str | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    generate_name: str | None = None,
+    active_deadline_seconds: int | None = None,
+    containers: tuple[str, ...] = ("main",),
+) -> dict[str, Any]:
+    """A minimal valid Pod (busybox, one container by default)."""
+    meta: dict[str, Any] = {"labels": labels or {}}
+    if name:
+        meta["name"] = name
+    if generate_name:
+        meta["generateName"] = generate_name
+    spec: dict[str, Any] = {
+        "containers": [{"name": c, "image": "busybox:1.36", "command": ["true"]} for c in containers],
+        "restartPolicy": "Never",
+    }
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+PodMaker = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def make_pod() -> PodMaker:
+    """``make_pod(name, labels=..., ...)``: a minimal valid Pod manifest (see :func:`pod_manifest`)."""
+    return pod_manifest

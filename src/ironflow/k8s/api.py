@@ -16,7 +16,7 @@ import asyncio
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -532,7 +532,7 @@ class KubeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         timeout_seconds: int = _WATCH_TIMEOUT_S,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """One watch connection: its events until the server closes it. ``KubeGone`` on 410."""
         what = f"watch {resource.plural} {_where(namespace, None)}"
         query = _params(
@@ -578,7 +578,7 @@ class KubeApi:
         relist_on_gone: bool = True,
         max_retries: int = 5,
         timeout_seconds: int = _WATCH_TIMEOUT_S,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Watch forever: reconnect from the last resourceVersion when a connection ends, with backoff
         after failures (``max_retries`` in a row, then the error); on 410 Gone list again and yield a
         ``RELISTED`` event. Without ``resource_version`` it starts with a list (a ``RELISTED`` event)."""
@@ -637,7 +637,7 @@ class KubeApi:
             resp.release()
         return raw.decode(errors="replace")
 
-    async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncIterator[str]:
+    async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncGenerator[str, None]:
         """The pod's log lines (without the newline) as they are written, until the container ends."""
         what = f"follow log of pods {_where(namespace, pod)}"
         query = _params(container=container, follow="true")

@@ -1,0 +1,150 @@
+"""Contract: watch from a resourceVersion, typed events, 410 re-list and reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from ironflow import errors
+from ironflow.k8s import api
+
+
+async def _collect(events: Any, count: int) -> list[api.WatchEvent]:
+    out: list[api.WatchEvent] = []
+    async with asyncio.timeout(3.0):
+        async for event in events:
+            out.append(event)
+            if len(out) >= count:
+                break
+    return out
+
+
+async def test_watch_from_resource_version_yields_typed_events(kube: Any, make_pod: Any) -> None:
+    """Changes after a list's resourceVersion arrive as ADDED, MODIFIED, DELETED, in order."""
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("w1"))
+    await kube.api.patch(api.PODS, kube.namespace, "w1", {"metadata": {"labels": {"x": "y"}}})
+    await kube.api.delete(api.PODS, kube.namespace, "w1")
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    ) as events:
+        got = await _collect(events, 3)
+    assert [e.type for e in got] == ["ADDED", "MODIFIED", "DELETED"]
+    assert {e.object["metadata"]["name"] for e in got} == {"w1"}
+    assert int(got[0].resource_version) < int(got[1].resource_version) < int(got[2].resource_version)
+
+
+async def test_watch_without_resource_version_starts_with_a_list(kube: Any, make_pod: Any) -> None:
+    """A watch with no resourceVersion first yields RELISTED with the current objects."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("existing"))
+    async with contextlib.aclosing(kube.api.watch(api.PODS, kube.namespace)) as events:
+        first = await _collect(events, 1)
+        await kube.api.create(api.PODS, kube.namespace, make_pod("new"))
+        second = await _collect(events, 1)
+    assert first[0].type == "RELISTED"
+    assert [o["metadata"]["name"] for o in first[0].items] == ["existing"]
+    assert second[0].type == "ADDED"
+    assert second[0].object["metadata"]["name"] == "new"
+
+
+async def test_watch_label_selector_reports_objects_leaving_the_selection(kube: Any, make_pod: Any) -> None:
+    """An object relabelled out of a watch's selector arrives as DELETED."""
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("sel", labels={"keep": "yes"}))
+    await kube.api.patch(api.PODS, kube.namespace, "sel", {"metadata": {"labels": {"keep": "no"}}})
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version, label_selector="keep=yes")
+    ) as events:
+        got = await _collect(events, 2)
+    assert [e.type for e in got] == ["ADDED", "DELETED"]
+
+
+async def test_watch_from_expired_version_relists(kube: Any, make_pod: Any) -> None:
+    """A 410 Gone on a watch makes watch() list again and yield the whole state as RELISTED."""
+    server = kube.need_server()
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("after-compaction"))
+    server.compact()
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    ) as events:
+        got = await _collect(events, 1)
+    assert got[0].type == "RELISTED"
+    assert [o["metadata"]["name"] for o in got[0].items] == ["after-compaction"]
+
+
+async def test_watch_without_relist_raises_gone(kube: Any) -> None:
+    """With relist_on_gone=False a 410 surfaces as KubeGone."""
+    server = kube.need_server()
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    await kube.api.create(
+        api.CONFIGMAPS, kube.namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump"}}
+    )
+    server.compact()
+    with pytest.raises(errors.KubeGone):
+        async with contextlib.aclosing(
+            kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version, relist_on_gone=False)
+        ) as events:
+            await _collect(events, 1)
+
+
+async def test_watch_reconnects_after_the_connection_drops(kube: Any, make_pod: Any) -> None:
+    """When the server ends a watch, watch() reconnects from the last resourceVersion and misses nothing."""
+    server = kube.need_server()
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    ) as events:
+        await kube.api.create(api.PODS, kube.namespace, make_pod("before-drop"))
+        first = await _collect(events, 1)
+        assert server.drop_watches() == 1
+        await kube.api.create(api.PODS, kube.namespace, make_pod("after-drop"))
+        second = await _collect(events, 1)
+    assert first[0].object["metadata"]["name"] == "before-drop"
+    assert second[0].object["metadata"]["name"] == "after-drop"
+    assert kube.api.counters.watches_opened == 2
+
+
+async def test_watch_retries_failed_connections_with_backoff(kube: Any, make_pod: Any) -> None:
+    """Two 503s on watch are retried; the events still arrive."""
+    server = kube.need_server()
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    rule = server.fail("watch", "pods", nth=1, times=2, status=503)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("after-retry"))
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    ) as events:
+        got = await _collect(events, 1)
+    assert rule.fired == 2
+    assert got[0].object["metadata"]["name"] == "after-retry"
+
+
+async def test_watch_gives_up_after_max_retries(kube: Any) -> None:
+    """A watch that keeps failing raises KubeUnavailable after max_retries attempts."""
+    server = kube.need_server()
+    server.fail("watch", "pods", nth=1, times=10, status=500)
+    with pytest.raises(errors.KubeUnavailable):
+        async with contextlib.aclosing(
+            kube.api.watch(api.PODS, kube.namespace, resource_version="1", max_retries=1)
+        ) as events:
+            await _collect(events, 1)
+
+
+async def test_open_watch_connections_are_counted(kube: Any) -> None:
+    """counters.open_watches rises while a watch is open and falls when it is closed."""
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    events = kube.api.watch_stream(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    task = asyncio.create_task(anext(events))
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if kube.api.counters.open_watches == 1:
+            break
+    assert kube.api.counters.open_watches == 1
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await events.aclose()
+    assert kube.api.counters.open_watches == 0
