@@ -169,3 +169,13 @@ def test_utilization_is_always_within_zero_and_one(value: float, status: str) ->
     window = parse_rate_limit_event(event({"status": status, "rateLimitType": "five_hour", "utilization": value}))
     if window is not None:
         assert 0.0 <= window.utilization <= 1.0
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    from ironflow.claude import rate_limits
+
+    outcome = doctest.testmod(rate_limits)
+    assert outcome.attempted >= 1
+    assert outcome.failed == 0
