@@ -22,7 +22,7 @@ def test_k8s_reserved_provider_pod_label_panics(key: str) -> None:
 
 
 def test_k8s_reserved_provider_pod_labels_map_panics() -> None:
-    with pytest.raises(errors.ConfigError, match="pod label 'app.kubernetes.io/component' is reserved"):
+    with pytest.raises(errors.ConfigError, match=r"pod label 'app\.kubernetes\.io/component' is reserved"):
         K8sEphemeralProvider(IMAGE).pod_labels({"team": "a", labels.LABEL_COMPONENT: "x"})
 
 
