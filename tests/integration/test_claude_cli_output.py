@@ -180,3 +180,24 @@ async def test_subscription_rate_limit_headers_reach_the_account_recorder(tmp_pa
     assert [(w.window, w.status, w.utilization) for w in windows] == [("five_hour", "allowed_warning", 0.87)]
     assert recorder.windows == windows
     assert output.parse_output(out, config, wall_ms=1).value == "Hi."
+
+
+async def test_structured_output_tool_call_becomes_the_structured_value(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    config = AgentConfig("What is six times seven?", json_schema=schema)
+    script = Script.of(ToolUseTurn("StructuredOutput", {"answer": 42}), "Done.")
+    async with FakeAnthropic(script) as fake:
+        code, out, err = await run_claude(fake, tmp_path, *JSON, "--json-schema", json.dumps(schema))
+    assert code == 0, err
+    result = output.parse_response(out, config, wall_ms=1)
+    assert result.value == {"answer": 42}
+    assert result.json() == {"answer": 42}
+
+
+async def test_stream_json_api_error_carries_the_status(tmp_path: Path) -> None:
+    async with FakeAnthropic(Script.of(ErrorTurn(529, "overloaded_error", "Overloaded"), default=None)) as fake:
+        code, out, err = await run_claude(fake, tmp_path, *STREAM)
+    assert code != 0
+    with pytest.raises(errors.ApiError) as caught:
+        output.handle_nonzero_exit(code, out, err, AgentConfig("Say hello", verbose=True), wall_ms=1)
+    assert caught.value.status == 529
