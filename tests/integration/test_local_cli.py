@@ -1,0 +1,114 @@
+"""`ironflow agent` and `ironflow exec` as a user runs them: answer on stdout, documented exit codes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ironflow import errors
+from ironflow.claude import cli
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+]
+
+
+def _has_cli() -> bool:
+    try:
+        cli.find_claude_cli()
+    except errors.ConfigError:
+        return False
+    return True
+
+
+needs_cli = pytest.mark.skipif(not _has_cli(), reason="Claude Code CLI not installed (run scripts/install)")
+
+
+def ironflow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    return subprocess.run(
+        [sys.executable, "-c", "from ironflow.cli.app import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=60,
+    )
+
+
+@needs_cli
+@pytest.mark.claude_cli
+def test_quickstart_prints_the_fake_models_answer_from_the_real_cli() -> None:
+    done = ironflow("agent", "--fake-model", "Say hello from the sandbox")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Hello from the sandbox! (offline fake model)"
+    assert done.stderr == ""  # not a terminal: no progress output
+
+
+@needs_cli
+@pytest.mark.claude_cli
+def test_fake_model_script_file_and_json_output(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text("turns:\n  - text: scripted answer\n")
+    done = ironflow("agent", "hi", f"--fake-model={script}", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert '"value": "scripted answer"' in done.stdout
+    assert '"model": ' in done.stdout
+
+
+@needs_cli
+@pytest.mark.claude_cli
+def test_a_model_error_is_a_failed_step_exit_1(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        "turns:\n  - error: {status: 400, type: invalid_request_error, message: bad}\n"
+        "default: {error: {status: 400, type: invalid_request_error, message: bad}}\n"
+    )
+    done = ironflow("agent", "hi", f"--fake-model={script}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("error: ")
+
+
+def test_no_credential_and_no_fake_model_is_bad_input_naming_the_fix() -> None:
+    done = ironflow("agent", "hi")
+    assert done.returncode == 2
+    assert "ANTHROPIC_API_KEY" in done.stderr
+    assert "CLAUDE_CODE_OAUTH_TOKEN" in done.stderr
+    assert "--fake-model" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_script_file_is_bad_input() -> None:
+    done = ironflow("agent", "hi", "--fake-model=/does/not/exist.yaml")
+    assert done.returncode == 2
+    assert "/does/not/exist.yaml" in done.stderr
+
+
+def test_k8s_backend_without_provider_file_is_bad_input() -> None:
+    done = ironflow("agent", "--backend", "k8s", "hi")
+    assert done.returncode == 2
+    assert "--provider" in done.stderr
+
+
+def test_exec_passes_the_commands_output_and_exit_code_through() -> None:
+    done = ironflow("exec", "--", "sh", "-c", "id -u; echo oops >&2; exit 7")
+    assert done.returncode == 7
+    assert done.stdout == "10001\n"
+    assert done.stderr == "oops\n"
+
+
+def test_exec_timeout_is_a_failed_step() -> None:
+    done = ironflow("exec", "--timeout", "0.5", "--", "sleep", "30")
+    assert done.returncode == 1
+    assert "timed out" in done.stderr
+
+
+def test_exec_without_a_command_is_bad_input() -> None:
+    done = ironflow("exec")
+    assert done.returncode == 2
+    assert "missing command" in done.stderr

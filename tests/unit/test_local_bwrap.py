@@ -1,0 +1,170 @@
+"""The bubblewrap and gVisor argv builders: posture flags, mounts, and no value on the argv."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ironflow import errors
+from ironflow.local import bwrap, gvisor
+
+ROOT = (
+    bwrap.HostEntry("usr", is_dir=True),
+    bwrap.HostEntry("bin", "usr/bin"),
+    bwrap.HostEntry("etc", is_dir=True),
+    bwrap.HostEntry("root", is_dir=True),
+    bwrap.HostEntry("home", is_dir=True),
+    bwrap.HostEntry("run", is_dir=True),
+    bwrap.HostEntry("tmp", is_dir=True),
+    bwrap.HostEntry("var", is_dir=True),
+)
+ETC = (
+    bwrap.HostEntry("passwd"),
+    bwrap.HostEntry("shadow"),
+    bwrap.HostEntry("claude-code", is_dir=True),
+    bwrap.HostEntry("os-release", "../usr/lib/os-release"),
+)
+
+
+def _settings(**changes: object) -> bwrap.BwrapSettings:
+    base = bwrap.BwrapSettings(command=("sh", "-c", "true"), root_entries=ROOT, etc_entries=ETC)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_every_namespace_is_new_and_no_capability_kept() -> None:
+    argv = bwrap.bwrap_argv(_settings())
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[argv.index("--uid") + 1] == argv[argv.index("--gid") + 1] == "10001"
+    assert "--share-net" not in argv
+
+
+def test_root_entries_bound_read_only_except_hidden_ones() -> None:
+    argv = bwrap.bwrap_argv(_settings())
+    bound = {dest for _, dest in _pairs(argv, "--ro-bind")}
+    assert {"/usr", "/var"} <= bound
+    assert not {"/root", "/home", "/run", "/tmp"} & bound
+    assert ("usr/bin", "/bin") in _pairs(argv, "--symlink")
+    assert tuple(argv[argv.index("--chdir") - 2 : argv.index("--chdir")]) == ("--remount-ro", "/")
+
+
+def test_home_and_tmp_are_size_limited_private_tmpfs() -> None:
+    argv = bwrap.bwrap_argv(_settings(home_size_bytes=1234, tmp_size_bytes=5678))
+    home = argv.index("/home/claude")
+    assert argv[home - 5 : home] == ["--perms", "0700", "--size", "1234", "--tmpfs"]
+    tmp = next(i for i, a in enumerate(argv) if a == "/tmp" and argv[i - 1] == "--tmpfs")
+    assert argv[tmp - 5 : tmp] == ["--perms", "1777", "--size", "5678", "--tmpfs"]
+
+
+def test_etc_is_one_bind_with_shadow_masked_when_nothing_is_placed_in_it() -> None:
+    argv = bwrap.bwrap_argv(_settings())
+    assert ("/etc", "/etc") in _pairs(argv, "--ro-bind")
+    assert ("/dev/null", "/etc/shadow") in _pairs(argv, "--ro-bind")
+    assert argv[argv.index("/etc/claude-code") - 1] == "--tmpfs"
+
+
+def test_managed_settings_and_profiles_are_mounted_read_only_where_the_pod_has_them() -> None:
+    argv = bwrap.bwrap_argv(_settings(managed_settings_dir="/t/ms", profile_dirs=("/t/p0", "/t/p1")))
+    pairs = _pairs(argv, "--ro-bind")
+    assert ("/t/ms", "/etc/claude-code") in pairs
+    assert ("/t/p0", "/etc/ironflow/claude-profile/0") in pairs
+    assert ("/t/p1", "/etc/ironflow/claude-profile/1") in pairs
+    assert ("/etc/passwd", "/etc/passwd") in pairs
+    assert ("/etc/shadow", "/etc/shadow") not in pairs
+    assert ("../usr/lib/os-release", "/etc/os-release") in _pairs(argv, "--symlink")
+    assert "--remount-ro" in argv[argv.index("/etc/ironflow/claude-profile/1") :]
+
+
+def test_proxy_socket_appears_at_a_fixed_path() -> None:
+    argv = bwrap.bwrap_argv(_settings(proxy_socket="/x/proxy.sock"))
+    assert ("/x/proxy.sock", bwrap.PROXY_SOCKET_PATH) in _pairs(argv, "--ro-bind")
+
+
+def test_the_command_follows_the_separator_untouched() -> None:
+    argv = bwrap.bwrap_argv(_settings(command=("echo", "--uid", "0")))
+    assert argv[argv.index("--") + 1 :] == ["echo", "--uid", "0"]
+
+
+def test_no_env_flag_is_ever_emitted() -> None:
+    argv = bwrap.bwrap_argv(_settings(managed_settings_dir="/m", proxy_socket="/s"))
+    assert "--setenv" not in argv
+    assert "--clearenv" not in argv
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("relative/path", "must be absolute"),
+        ("/home/claude", "reserved path"),
+        ("/home/claude/x", "reserved path"),
+        ("/tmp", "reserved path"),
+        ("/etc/claude-code", "reserved path"),
+        ("/etc/ironflow/claude-profile/0", "reserved path"),
+        ("/", "reserved path"),
+    ],
+)
+def test_a_step_mount_at_a_reserved_or_relative_path_is_refused(target: str, problem: str) -> None:
+    with pytest.raises(errors.ConfigError, match=problem):
+        bwrap.bwrap_argv(_settings(read_only_mounts=(bwrap.ReadOnlyMount("/src", target),)))
+
+
+def test_duplicate_mount_paths_are_refused() -> None:
+    mounts = (bwrap.ReadOnlyMount("/a", "/data"), bwrap.ReadOnlyMount("/b", "/data/"))
+    with pytest.raises(errors.ConfigError, match="duplicate volume mount path"):
+        bwrap.bwrap_argv(_settings(read_only_mounts=mounts))
+
+
+def test_empty_command_and_bad_sizes_are_refused() -> None:
+    with pytest.raises(errors.ConfigError, match="needs a command"):
+        bwrap.bwrap_argv(_settings(command=()))
+    with pytest.raises(errors.ConfigError, match="home size limit"):
+        bwrap.bwrap_argv(_settings(home_size_bytes=0))
+
+
+@given(st.lists(st.from_regex(r"[a-z][a-z0-9.-]{0,12}", fullmatch=True), max_size=12, unique=True))
+def test_hidden_root_entries_never_bound_whatever_the_host_holds(names: list[str]) -> None:
+    entries = tuple(bwrap.HostEntry(n, is_dir=True) for n in [*names, "root", "home", "run"])
+    argv = bwrap.bwrap_argv(_settings(root_entries=entries))
+    bound = {dest for _, dest in _pairs(argv, "--ro-bind")}
+    assert not {"/root", "/home", "/run"} & bound
+
+
+# --- gVisor --------------------------------------------------------------------------------
+
+
+def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
+    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("id",)))
+    assert argv[:4] == ["runsc", "--rootless", "--network=none", "do"]
+    script = argv[-1]
+    assert "setpriv --reuid 10001 --regid 10001 --clear-groups" in script
+    assert "--bounding-set=-all" in script
+    assert "--no-new-privs" in script
+    assert script.rstrip().endswith("'id'")
+
+
+def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() -> None:
+    bridge = gvisor.ProxyBridge(18080, "/t/proxy.sock", "/py/bin/python3", "/src/forwarder.py")
+    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), proxy=bridge))
+    assert argv[:6] == ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent"]
+    runsc = argv.index("runsc")
+    assert argv[runsc : runsc + 4] == ["runsc", "--rootless", "--network=host", "do"]
+    assert argv[argv.index("/src/forwarder.py") + 1 : runsc] == ["18080", "/t/proxy.sock", "--"]
+
+
+def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> None:
+    script = gvisor.setup_script(
+        gvisor.GvisorSettings(command=("true",), managed_settings_dir="/tmp/x/ms", home_size_bytes=99)
+    )
+    copy = script.index("/etc/claude-code")
+    hide_tmp = script.index("tmpfs '/tmp'")
+    assert copy < hide_tmp
+    assert "uid=10001,gid=10001,size=99 tmpfs '/home/claude'" in script
+    assert script.startswith("set -e")

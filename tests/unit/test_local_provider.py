@@ -1,0 +1,104 @@
+"""Pure decisions of the local provider and the CLI: ignored settings, sandbox env, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ironflow import errors
+from ironflow.agent import AgentConfig
+from ironflow.cli import agent as cli_agent
+from ironflow.local import provider
+from ironflow.provider import AgentProvider
+
+
+def test_a_plain_step_ignores_nothing() -> None:
+    assert provider.ignored_settings(AgentConfig("hi")) == ()
+
+
+def test_kubernetes_only_settings_are_each_named() -> None:
+    config = (
+        AgentConfig("hi")
+        .service_account("sa")
+        .runtime_class("gvisor")
+        .env_from_secret("GH", "gh", "token")
+        .read_only_pvc("repos", "/data/repos")
+        .read_only_config_map("cm", "/data/cm")
+        .pvc_volume("work", "/work")
+        .egress_profile("anthropic-only")
+        .input("https://example.com/a", "/in/a")
+    )
+    ignored = " | ".join(provider.ignored_settings(config, isolation="gvisor"))
+    for needle in (
+        "service_account",
+        "runtime_class (local isolation is gvisor)",
+        "GH",
+        "/data/repos",
+        "/data/cm",
+        "pvc_volume work",
+        "anthropic-only",
+        "input /in/a",
+    ):
+        assert needle in ignored
+
+
+def test_a_host_path_volume_is_applied_not_ignored() -> None:
+    config = AgentConfig("hi").read_only_host_path("/srv/data", "/data")
+    assert provider.ignored_settings(config) == ()
+
+
+def test_sandbox_env_holds_only_what_it_is_given_and_the_proxy_address() -> None:
+    env = provider.sandbox_env({"FOO": "1"}, proxy_token="ifap_abc")
+    assert env["HOME"] == "/home/claude"
+    assert env["TMPDIR"] == "/tmp"
+    assert env["FOO"] == "1"
+    assert env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{provider.PROXY_PORT}"
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_abc"
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert "ANTHROPIC_API_KEY" not in env
+
+
+@pytest.mark.parametrize("name", ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"])
+def test_sandbox_env_refuses_credential_variables_by_name(name: str) -> None:
+    with pytest.raises(errors.StepConfigError, match=f"must not receive {name}"):
+        provider.sandbox_env({name: "x"})
+
+
+def test_sandbox_env_refuses_a_credential_value_without_echoing_it() -> None:
+    with pytest.raises(errors.StepConfigError) as info:
+        provider.sandbox_env({"HARMLESS": "sk-ant-secret-value"})
+    assert "sk-ant-secret-value" not in str(info.value)
+
+
+def test_provider_refuses_bad_construction_values() -> None:
+    with pytest.raises(errors.ConfigError, match="isolation must be"):
+        provider.LocalSandboxProvider(isolation="docker")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="timeout must be"):
+        provider.LocalSandboxProvider(timeout=0)
+    with pytest.raises(errors.ConfigError, match="profile subdir"):
+        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/p", "../x")])
+    with pytest.raises(errors.StepConfigError, match="ANTHROPIC_API_KEY"):
+        provider.LocalSandboxProvider(env={"ANTHROPIC_API_KEY": "k"})
+
+
+def test_the_provider_satisfies_the_protocol_and_takes_accounts() -> None:
+    local = provider.LocalSandboxProvider()
+    assert isinstance(local, AgentProvider)
+    assert local.account_kind() == "claude_subscription"
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (errors.ConfigError("x"), 2),
+        (errors.StepConfigError("x"), 2),
+        (errors.PromptTooLarge(1, 1, 1), 2),
+        (errors.AuthProxyError("no credential", retryable=False), 2),
+        (errors.SandboxError("x"), 3),
+        (errors.AuthProxyError("down"), 3),
+        (errors.ProcessFailed(1, "x"), 1),
+        (errors.AgentTimeout(1), 1),
+        (errors.ApiError(500, None, "x"), 1),
+    ],
+)
+def test_exit_codes_tell_bad_input_from_failed_step_from_infrastructure(exc: Exception, code: int) -> None:
+    assert cli_agent.exit_code_for(exc) == code
