@@ -12,6 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ironflow.cli.app import app
+from ironflow.testing import FakeAnthropic
 
 BODY = json.dumps({"model": "claude-dev-1", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
@@ -71,3 +72,11 @@ def test_missing_script_file_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["dev", "fake-anthropic", "--script", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2
     assert "cannot read fake-anthropic script" in result.stderr
+
+
+def test_busy_port_exits_2_naming_the_port() -> None:
+    with FakeAnthropic() as busy:
+        result = CliRunner().invoke(app, ["dev", "fake-anthropic", "--port", str(busy.port)])
+    assert result.exit_code == 2
+    assert f"127.0.0.1:{busy.port} is already in use" in result.stderr
+    assert "--port" in result.stderr

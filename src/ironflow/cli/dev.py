@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+from ironflow.testing import fake_anthropic as fakes
 
 __all__ = ["register"]
 
@@ -29,7 +29,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-async def _serve(fake: FakeAnthropic) -> None:
+async def _serve(fake: fakes.FakeAnthropic) -> None:
     await fake.start()
     try:
         where = fake.unix_socket if fake.unix_socket is not None else fake.url
@@ -56,12 +56,12 @@ def fake_anthropic(
 ) -> None:
     """Serve an offline Anthropic Messages API with scripted replies until Ctrl-C."""
     try:
-        loaded = Script.from_yaml(script) if script is not None else Script()
+        loaded = fakes.Script.from_yaml(script) if script is not None else fakes.Script()
     except errors.ConfigError as exc:
         raise _fail(str(exc)) from None
     if unix_socket is not None and unix_socket.exists():
         raise _fail(f"--unix-socket {unix_socket} already exists; remove it or pick another path")
-    fake = FakeAnthropic(loaded, host=host, port=port, unix_socket=unix_socket)
+    fake = fakes.FakeAnthropic(loaded, host=host, port=port, unix_socket=unix_socket)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve(fake))
