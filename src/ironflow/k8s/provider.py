@@ -93,6 +93,19 @@ class ProviderSettings:
     auth_proxy_admin_key: Secret | None = None
     orphan_reaper_interval_s: float | None = None
 
+    def __repr__(self) -> str:
+        # Plain env values show as '***': a caller may still put a credential there
+        # (refused at invocation when sandboxed or proxied, but a repr comes first).
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "env_vars":
+                value = tuple((name, "***") for name, _ in value)
+            elif isinstance(value, MappingProxyType):
+                value = dict(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"ProviderSettings({', '.join(parts)})"
+
 
 def _seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
