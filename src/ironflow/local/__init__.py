@@ -1,0 +1,24 @@
+"""The local sandbox: agent steps and plain commands under bubblewrap or gVisor.
+
+Layers point one way: ``bwrap`` and ``gvisor`` render argv (pure); ``forwarder`` runs
+inside the sandbox (stdlib only); ``proxy_session`` serves the in-process auth proxy;
+``provider`` starts, watches and tears down the sandbox.
+"""
+
+from ironflow.local.bwrap import ReadOnlyMount
+from ironflow.local.provider import (
+    CommandResult,
+    Isolation,
+    LocalProfile,
+    LocalSandboxProvider,
+    ProxyCredential,
+)
+
+__all__ = [
+    "CommandResult",
+    "Isolation",
+    "LocalProfile",
+    "LocalSandboxProvider",
+    "ProxyCredential",
+    "ReadOnlyMount",
+]
