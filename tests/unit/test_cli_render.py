@@ -1,0 +1,130 @@
+"""``ironflow render``: manifests on stdout as YAML or JSON; bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from ironflow.cli import render
+from ironflow.testing.k8s_validate import validate_manifests
+
+PROVIDER = """
+image: ghcr.io/acme/claude-runner:2.1.332-1
+sandboxed: true
+namespace: agents
+"""
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    """The command on its own app (a group, as in ``ironflow`` once several topics register)."""
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    render.register(app)
+    return app
+
+
+@pytest.fixture
+def provider_file(tmp_path: Path) -> Path:
+    path = tmp_path / "provider.yaml"
+    path.write_text(PROVIDER)
+    return path
+
+
+def invoke(app: typer.Typer, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["render", *args], env={"CLAUDE_CODE_ENTRYPOINT": "cli"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_render_prints_valid_yaml_documents(app: typer.Typer, provider_file: Path) -> None:
+    code, out, err = invoke(app, "--provider", str(provider_file), "--prompt", "Summarise the repo")
+    assert code == 0, err
+    docs = list(yaml.safe_load_all(out))
+    validate_manifests(docs)
+    assert [d["kind"] for d in docs] == ["Pod"]
+    assert docs[0]["metadata"]["namespace"] == "agents"
+    assert "'-p' 'Summarise the repo'" in docs[0]["spec"]["containers"][0]["command"][2]
+
+
+def test_render_blanks_the_callers_claude_variables(app: typer.Typer, provider_file: Path) -> None:
+    code, out, _ = invoke(app, "--provider", str(provider_file), "--prompt", "x")
+    assert code == 0
+    env = next(iter(yaml.safe_load_all(out)))["spec"]["containers"][0]["env"]
+    assert {"name": "CLAUDE_CODE_ENTRYPOINT", "value": ""} in env
+
+
+def test_render_json_lists_configmap_then_pod_for_a_large_prompt(
+    app: typer.Typer, provider_file: Path, tmp_path: Path
+) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text(yaml.safe_dump({"prompt": "p" * 100_001, "model": "opus", "max_turns": 4}))
+    code, out, err = invoke(app, "--provider", str(provider_file), "--step", str(step), "-o", "json")
+    assert code == 0, err
+    objs = json.loads(out)
+    validate_manifests(objs)
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Pod"]
+    assert "'--model' 'opus'" in objs[1]["spec"]["containers"][0]["command"][2]
+
+
+def test_prompt_option_wins_over_the_step_file(app: typer.Typer, provider_file: Path, tmp_path: Path) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text("prompt: from-file\n")
+    code, out, _ = invoke(app, "--provider", str(provider_file), "--step", str(step), "--prompt", "from-flag")
+    assert code == 0
+    assert "'from-flag'" in out
+    assert "from-file" not in out
+
+
+def test_proxied_provider_renders_a_placeholder_token(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(PROVIDER + "auth_proxy: http://ironflow-auth-proxy:8080\n")
+    code, out, _ = invoke(app, "--provider", str(path), "--prompt", "x")
+    assert code == 0
+    env = next(iter(yaml.safe_load_all(out)))["spec"]["containers"][0]["env"]
+    assert {"name": "ANTHROPIC_AUTH_TOKEN", "value": render.DRY_RUN_PROXY_TOKEN} in env
+
+
+@pytest.mark.parametrize(
+    ("provider_text", "extra", "message"),
+    [
+        (PROVIDER + "bogus: 1\n", ["--prompt", "x"], "error: unknown setting 'bogus'"),
+        (PROVIDER, [], "error: no prompt: pass --prompt TEXT"),
+        (PROVIDER + "env: {ANTHROPIC_API_KEY: sk-ant-x}\n", ["--prompt", "x"], "refuses ANTHROPIC_API_KEY"),
+        (PROVIDER + "default_managed_settings: nope\n", ["--prompt", "x"], "unknown managed settings preset 'nope'"),
+        ("image: [", ["--prompt", "x"], "is not valid YAML"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    app: typer.Typer, tmp_path: Path, provider_text: str, extra: list[str], message: str
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(provider_text)
+    code, out, err = invoke(app, "--provider", str(path), *extra)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+    assert "sk-ant-x" not in err
+
+
+def test_missing_provider_file_exits_2(app: typer.Typer, tmp_path: Path) -> None:
+    code, _, err = invoke(app, "--provider", str(tmp_path / "none.yaml"), "--prompt", "x")
+    assert code == 2
+    assert "cannot read provider file" in err
+
+
+def test_bad_step_file_exits_2(app: typer.Typer, provider_file: Path, tmp_path: Path) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text("prompt: x\nmodle: opus\n")
+    code, _, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
+    assert code == 2
+    assert "unknown step setting 'modle'" in err
