@@ -262,16 +262,14 @@ class _Turn:
         )
 
 
-def _attach_results(turns: list[_Turn], message: Mapping[str, Any]) -> None:
+def _attach_results(turns: list[_Turn], callers: Mapping[str, _Turn], message: Mapping[str, Any]) -> None:
+    """Give each ``tool_result`` to the turn that made the call (``callers``: id → turn), else the last."""
     content = message.get("content")
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, Mapping) or block.get("type") != "tool_result":
             continue
         result = ToolResult(str(block.get("tool_use_id", "")), block.get("content"), bool(block.get("is_error")))
-        owner = next(
-            (t for t in reversed(turns) if any(c.id == result.tool_use_id for c in t.tool_calls)),
-            turns[-1] if turns else None,
-        )
+        owner = callers.get(result.tool_use_id) or (turns[-1] if turns else None)
         if owner is not None:
             owner.tool_results.append(result)
 
@@ -282,6 +280,7 @@ def parse_stream_response(text: str, config: AgentConfig, *, wall_ms: int) -> Ag
     Lines that are not JSON objects are skipped (the pod log may mix in stderr).
     """
     turns: list[_Turn] = []
+    callers: dict[str, _Turn] = {}
     result_line: str | None = None
     model_hint: str | None = None
     for raw in text.splitlines():
@@ -303,12 +302,13 @@ def parse_stream_response(text: str, config: AgentConfig, *, wall_ms: int) -> Ag
             if not turns or turns[-1].closed:
                 turns.append(_Turn())
             turns[-1].add(message)
+            callers.update((call.id, turns[-1]) for call in turns[-1].tool_calls)
             if model_hint is None and isinstance(message.get("model"), str):
                 model_hint = message["model"]
         elif kind == "user" and isinstance(message, Mapping):
             if turns:
                 turns[-1].closed = True
-            _attach_results(turns, message)
+            _attach_results(turns, callers, message)
         elif kind == "result":
             result_line = line
     debug = tuple(t.freeze() for t in turns)
