@@ -17,7 +17,7 @@ import pytest
 from ironflow import errors
 from ironflow.agent import AccountSession, AgentConfig
 from ironflow.claude import cli
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script
@@ -217,3 +217,32 @@ async def test_credential_variables_are_refused_for_the_sandbox(fake: FakeAnthro
         await _provider(fake).run_command(["true"], env={"ANTHROPIC_API_KEY": "x"})
     with pytest.raises(errors.StepConfigError, match="must not receive SOME_TOKEN"):
         await _provider(fake).run_command(["true"], env={"SOME_TOKEN": KEY})
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", pytest.param("gvisor", marks=pytest.mark.gvisor)])
+async def test_managed_settings_are_placed_read_only_at_etc_claude_code(fake: FakeAnthropic, isolation: str) -> None:
+    if isolation == "gvisor" and shutil.which("runsc") is None:
+        pytest.skip("runsc (gVisor) not installed")
+    provider = LocalSandboxProvider(isolation=isolation, managed_settings={"model": "haiku"})  # type: ignore[arg-type]
+    result = await provider.run_command(
+        ["sh", "-c", "cat /etc/claude-code/managed-settings.json; echo x > /etc/claude-code/managed-settings.json"]
+    )
+    assert '"model": "haiku"' in result.stdout
+    assert result.exit_code != 0  # not writable by the step
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_profile_directory_is_copied_into_home_claude_before_the_cli_starts(
+    fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    profile_dir = tmp_path / "profile"
+    profile_dir.mkdir()
+    (profile_dir / "CLAUDE.md").write_text("Always mention PROFILE-MARKER-4242.\n")
+    provider = LocalSandboxProvider(
+        credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
+        profiles=[LocalProfile(str(profile_dir))],
+        env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+    )
+    assert (await provider.invoke(AgentConfig("hi"))).text == "Hello from the sandbox"
+    assert "PROFILE-MARKER-4242" in str(fake.message_requests[-1].body)
