@@ -236,3 +236,13 @@ async def test_mid_stream_error_sends_message_start_then_an_error_event() -> Non
     assert [name for name, _ in events] == ["message_start", "error"]
     assert events[1][1]["error"]["type"] == "overloaded_error"
     assert plain_status == 529
+
+
+def test_thread_start_on_a_busy_port_raises_and_leaves_no_thread() -> None:
+    with FakeAnthropic() as first:
+        second = FakeAnthropic(port=first.port)
+        with pytest.raises(OSError, match="in use"):
+            second.start_in_thread()
+        second.stop_thread()  # nothing to stop: idempotent
+        with pytest.raises(RuntimeError, match="not started"):
+            _ = second.url
