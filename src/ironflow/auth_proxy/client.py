@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal, NamedTuple
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 
 from ironflow.agent import AccountSession
 from ironflow.auth_proxy import tokens
-from ironflow.errors import AuthProxyError
+from ironflow.errors import AuthProxyError, ConfigError
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -114,6 +114,9 @@ class AdminClient:
         unix_socket: str | None = None,
         timeout_s: float = _TIMEOUT_S,
     ) -> None:
+        parsed = urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.username or parsed.password:
+            raise ConfigError("auth proxy URL must be http(s)://host[:port] without credentials in it")
         self.base_url = base_url.rstrip("/")
         self._admin_key = admin_key_from(admin_key)
         self._credential = credential
@@ -153,7 +156,7 @@ class AdminClient:
                 return response.status, await response.text(errors="replace")
         except TimeoutError:
             raise AuthProxyError(f"auth proxy admin call {method} timed out") from None
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, ValueError) as exc:
             # Stripped of the URL and the request: only the failure's class reaches the message.
             raise AuthProxyError(f"auth proxy unreachable ({type(exc).__name__})") from None
 
