@@ -84,8 +84,8 @@ class RecordedRequest:
     def tool_results(self) -> list[dict[str, Any]]:
         """The ``tool_result`` blocks of the last user message of a Messages request."""
         messages = self.body.get("messages", []) if isinstance(self.body, Mapping) else []
-        for message in reversed(messages):
-            if message.get("role") == "user":
+        for message in reversed(messages if isinstance(messages, list) else []):
+            if isinstance(message, Mapping) and message.get("role") == "user":
                 content = message.get("content")
                 if isinstance(content, list):
                     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
