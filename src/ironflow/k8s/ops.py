@@ -584,13 +584,9 @@ async def _run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
     body = run.build_pod()
     await _create(api, kube.PODS, s.namespace, body)
     try:
-        try:
-            pod = await asyncio.wait_for(
-                pods.wait_for_pod(api, s.namespace, run.name, _pod_ended),
-                timeout=s.timeout_s,
-            )
-        except TimeoutError:
-            raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s") from None
+        pod = await pods.wait_for_pod(api, s.namespace, run.name, _pod_ended, s.timeout_s)
+        if pod is None:
+            raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
         phase = pods.phase(pod)
         logs = await _read_log(api, s.namespace, run.name)
         return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
@@ -609,7 +605,7 @@ async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
             if event.type == "DELETED":
                 raise errors.KubeNotFound(f"job '{name}' was deleted before it finished", status=404)
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
     raise errors.KubeUnavailable(f"the watch on job '{name}' ended", status=0)
 
 

@@ -8,14 +8,15 @@ waiting steps), and delete objects in a way a cancellation cannot cut short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from ironflow import errors
 from ironflow.k8s import api as kube
 
-__all__ = ["delete_quietly", "phase", "shielded", "wait_for_pod", "wait_gone"]
+__all__ = ["delete_quietly", "phase", "shielded", "wait_for_pod", "wait_gone", "watching"]
 
 _log = logging.getLogger(__name__)
 
@@ -28,25 +29,39 @@ def phase(pod: Mapping[str, Any] | None) -> str:
 
 
 async def wait_for_pod(
-    api: kube.KubeApi, namespace: str, name: str, predicate: Callable[[Mapping[str, Any] | None], bool]
-) -> dict[str, Any]:
-    """The pod as soon as ``predicate`` holds for it (on the shared watch); no time limit here.
+    api: kube.KubeApi,
+    namespace: str,
+    name: str,
+    predicate: Callable[[Mapping[str, Any]], bool],
+    timeout_s: float | None,
+) -> dict[str, Any] | None:
+    """The pod as soon as ``predicate`` holds for it (on the shared watch); None after ``timeout_s``.
 
-    Raises :class:`~ironflow.errors.KubeNotFound` if the pod is deleted first.
+    Raises :class:`~ironflow.errors.KubeNotFound` if the pod is deleted first, and the
+    watch's error if the watch fails for good.
     """
     from ironflow.k8s import informer
 
-    shared = await informer.pod_informer(api, namespace)
-    result: dict[str, Any] = await shared.wait_for(name, predicate)
-    return result
+    return await informer.informer_for(api, namespace).wait_for(name, predicate, timeout_s)
 
 
 async def wait_gone(api: kube.KubeApi, namespace: str, name: str, uid: str) -> None:
     """Return once the pod ``name`` with this ``uid`` no longer exists (a new pod of that name does not count)."""
     from ironflow.k8s import informer
 
-    shared = await informer.pod_informer(api, namespace)
-    await shared.wait_gone(name, uid)
+    await informer.informer_for(api, namespace).wait_deleted(name, uid, None)
+
+
+@contextlib.asynccontextmanager
+async def watching(api: kube.KubeApi, namespace: str) -> AsyncIterator[None]:
+    """Keep the namespace's shared pod watch open for the block (one list, then events only).
+
+    A step holds it from its cleanup to its end, so waiting twice does not list twice.
+    """
+    from ironflow.k8s import informer
+
+    async with informer.informer_for(api, namespace).hold():
+        yield
 
 
 async def _delete_once(

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import agent, errors
 from ironflow.claude import output, rate_limits
@@ -29,11 +31,17 @@ from ironflow.k8s import cleanup, labels, pods, reaper
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
+if TYPE_CHECKING:
+    from ironflow.k8s.provider import K8sEphemeralProvider
+
 __all__ = [
     "LOG_CAP_BYTES",
+    "ApiSource",
     "Renderer",
     "StepRunner",
     "TokenIssuer",
+    "close_shared_apis",
+    "shared_api",
 ]
 
 _log = logging.getLogger(__name__)
@@ -47,11 +55,14 @@ _DRAIN_LINE_S: Final = 2.0
 class TokenIssuer(Protocol):
     """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
 
-    async def issue(self, run_id: str, step: str, expires_at: int) -> tuple[str, Secret]:
-        """A new token bound to the run, the step and the pod's expiry: ``(token_id, token)``."""
+    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+        """A new token bound to the run, the step and the pod's expiry: ``(token_id, token)``.
+
+        ``credential`` is the step's Provider Account credential, or None for the issuer's default.
+        """
         ...
 
-    async def revoke(self, token_id: str) -> None: ...
+    async def revoke(self, token_id: str) -> object: ...
 
     async def revoke_run(self, run_id: str) -> int: ...
 
@@ -65,6 +76,43 @@ class Renderer(Protocol):
 
 
 ApiSource = Callable[[], Awaitable[kube.KubeApi]]
+
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, kube.KubeApi]] = weakref.WeakKeyDictionary()
+
+
+def shared_api(cluster: object | None) -> ApiSource:
+    """Connect once per (event loop, cluster) and hand the same client to every step.
+
+    One client means one connection pool and, through the informer registry, one pod
+    watch per namespace for the whole process.
+    """
+    key = cluster if cluster is not None else kube.DefaultCluster()
+
+    async def connect() -> kube.KubeApi:
+        clients = _shared.setdefault(asyncio.get_running_loop(), {})
+        client = clients.get(key)
+        if client is None:
+            fresh = await kube.KubeApi.connect(key)  # type: ignore[arg-type]
+            client = clients.setdefault(key, fresh)
+            if client is not fresh:  # another step connected meanwhile
+                await fresh.close()
+        return client
+
+    return connect
+
+
+async def close_shared_apis() -> None:
+    """Close the shared clients of the running event loop (at worker shutdown)."""
+    clients = _shared.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        await client.close()
+
+
+def _constant(client: kube.KubeApi) -> ApiSource:
+    async def source() -> kube.KubeApi:
+        return client
+
+    return source
 
 
 @dataclass(frozen=True)
@@ -142,6 +190,57 @@ class StepRunner:
     timeout_s: float
     previous_attempt_timeout_s: float = 60.0
     issuer: TokenIssuer | None = field(default=None, repr=False)
+    #: Closed by :meth:`aclose`: the admin client this runner made for itself.
+    owned: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def for_provider(
+        cls,
+        provider: K8sEphemeralProvider,
+        *,
+        api: kube.KubeApi | ApiSource | None = None,
+        issuer: TokenIssuer | None = None,
+        worker_env: Mapping[str, str] | None = None,
+    ) -> StepRunner:
+        """The runner of ``provider``: its rendering, namespace, timeouts and auth proxy.
+
+        ``api`` defaults to one shared client per cluster and event loop; with an auth
+        proxy and no ``issuer``, an ``AdminClient`` is made (it needs the admin key:
+        builder value or ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``), closed by :meth:`aclose`.
+        """
+        s = provider.settings
+        if api is None:
+            source = shared_api(s.cluster)
+        elif isinstance(api, kube.KubeApi):
+            source = _constant(api)
+        else:
+            source = api
+        owned: Any = None
+        if issuer is None and s.auth_proxy_url is not None:
+            from ironflow.auth_proxy.client import AdminClient
+
+            issuer = owned = AdminClient(s.auth_proxy_url, s.auth_proxy_admin_key)
+        env = dict(os.environ) if worker_env is None else dict(worker_env)
+
+        def render(
+            config: agent.AgentConfig, *, now: int, proxy_token: str | None, pod_name: str | None
+        ) -> list[dict[str, Any]]:
+            return provider.manifests(config, now=now, proxy_token=proxy_token, worker_env=env, pod_name=pod_name)
+
+        return cls(
+            source,
+            render,
+            s.namespace,
+            s.timeout_s,
+            s.previous_attempt_timeout_s,
+            issuer,
+            owned,
+        )
+
+    async def aclose(self) -> None:
+        """Close what the runner made for itself (the admin client); the API client stays shared."""
+        if self.owned is not None:
+            await self.owned.close()
 
     # -- the provider protocol --
 
@@ -194,6 +293,18 @@ class StepRunner:
         draft = _plan(self.render(config, now=draft_now, proxy_token=None, pod_name=None))
         started = time.monotonic()
         api = await self.api()
+        async with pods.watching(api, self.namespace):
+            return await self._attempt(api, config, sink, draft, draft_now, started)
+
+    async def _attempt(
+        self,
+        api: kube.KubeApi,
+        config: agent.AgentConfig,
+        sink: LogSink | None,
+        draft: _Plan,
+        draft_now: int,
+        started: float,
+    ) -> agent.AgentResult:
 
         # 2. The previous attempt of this step must be gone first: two agents never overlap.
         run_id = draft.pod_labels.get(labels.LABEL_RUN_ID)
@@ -213,8 +324,15 @@ class StepRunner:
         token: Secret | None = None
         if self.issuer is not None:
             lifetime = int(draft.expires_at or draft_now) - draft_now
+            credential: Any = None
+            if config.account is not None:
+                from ironflow.auth_proxy.client import Credential
+
+                credential = Credential.from_account(config.account)
             try:
-                token_id, token = await self.issuer.issue(run_id or draft.pod_name, step or "agent", now + lifetime)
+                token_id, token = await self.issuer.issue(
+                    run_id or draft.pod_name, step or "agent", now + lifetime, credential=credential
+                )
             except errors.AuthProxyError as exc:
                 raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
         try:
@@ -291,13 +409,11 @@ class StepRunner:
     async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
         """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
         try:
-            pod = await asyncio.wait_for(
-                pods.wait_for_pod(api, self.namespace, pod_name, _ended), timeout=self.timeout_s
-            )
-        except TimeoutError:
-            return _Outcome(phase="TimedOut", timed_out=True)
+            pod = await pods.wait_for_pod(api, self.namespace, pod_name, _ended, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod completion") from exc
+        if pod is None:
+            return _Outcome(phase="TimedOut", timed_out=True)
         try:
             logs = await api.read_log(self.namespace, pod_name)
         except errors.KubernetesError as exc:
@@ -309,11 +425,11 @@ class StepRunner:
         """Follow the log to ``sink`` while the pod runs; the result is parsed from the kept lines."""
         ns = self.namespace
         try:
-            pod = await asyncio.wait_for(pods.wait_for_pod(api, ns, pod_name, _started), timeout=self.timeout_s)
-        except TimeoutError:
-            return _Outcome(phase="TimedOut", timed_out=True)
+            pod = await pods.wait_for_pod(api, ns, pod_name, _started, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod to start") from exc
+        if pod is None:
+            return _Outcome(phase="TimedOut", timed_out=True)
 
         if _ended(pod):
             logs = await self._read_log_quietly(api, pod_name)
@@ -335,7 +451,7 @@ class StepRunner:
                     kept_bytes += len(line) + 1
 
         pump_task = asyncio.ensure_future(pump())
-        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, _ended))
+        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, _ended, None))
         try:
             done, _ = await asyncio.wait({pump_task, end_task}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
             if not done:
