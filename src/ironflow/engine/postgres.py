@@ -44,6 +44,7 @@ FROM (
     SELECT id FROM ironflow_runs
     WHERE parent_run_id IS NULL AND status IN ('pending', 'running')
       AND ((status = 'pending' AND available_at <= {_NOW}) OR (status = 'running' AND lease_until < {_NOW}))
+      AND ($3::text IS NULL OR id = $3)
     ORDER BY available_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -258,8 +259,8 @@ class PostgresStore:
         )
         return [_run(r) for r in rows]
 
-    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
-        row = await self.pool.fetchrow(_CLAIM, worker, float(lease_s))
+    async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
+        row = await self.pool.fetchrow(_CLAIM, worker, float(lease_s), run_id)
         return _run(row) if row else None
 
     async def renew_lease(self, run_id: str, worker: str, lease_s: float) -> model.RunRecord | None:

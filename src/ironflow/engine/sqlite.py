@@ -251,7 +251,7 @@ class SqliteStore:
 
         return await self._call(list_)
 
-    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
+    async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
         def claim(conn: sqlite3.Connection) -> model.RunRecord | None:
             now = time.time()
             conn.execute("BEGIN IMMEDIATE")
@@ -259,8 +259,8 @@ class SqliteStore:
                 row = conn.execute(
                     "SELECT id FROM ironflow_runs WHERE parent_run_id IS NULL AND ("
                     " (status = 'pending' AND available_at <= ?) OR (status = 'running' AND lease_until < ?))"
-                    " ORDER BY available_at, id LIMIT 1",
-                    (now, now),
+                    " AND (? IS NULL OR id = ?) ORDER BY available_at, id LIMIT 1",
+                    (now, now, run_id, run_id),
                 ).fetchone()
                 if row is None:
                     conn.execute("COMMIT")

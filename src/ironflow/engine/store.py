@@ -55,10 +55,11 @@ class Store(Protocol):
         """Newest first."""
         ...
 
-    async def claim_run(self, worker: str, lease_s: float) -> model.RunRecord | None:
+    async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
         """Take one due pending run, or a running one whose lease expired; None when idle.
 
         The returned record is running, held by ``worker``, with ``attempt`` counted up.
+        With ``run_id`` only that run is taken (``ironflow run --wait`` executes its own run).
         """
         ...
 
