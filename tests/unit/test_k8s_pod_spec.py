@@ -536,3 +536,11 @@ def test_mount_path_validation_never_accepts_an_escape(segments: list[str], abso
         assert resolved != "/"
         assert resolved not in _RESERVED
         assert not resolved.startswith("/etc/ironflow/claude-profile/")
+
+
+def test_input_directory_on_a_sandbox_mount_is_refused_before_the_api_would() -> None:
+    """An input under /tmp would mount a second volume at /tmp: refused with the path named."""
+    assert refused(SANDBOXED, AgentConfig("hi").input("u", "/tmp/a.txt")) == "duplicate volume mount path '/tmp'"
+    assert refused(PLAIN.pvc_volume("c", "/cache"), AgentConfig("hi").input("u", "/cache/a")) == (
+        "duplicate volume mount path '/cache'"
+    )

@@ -445,6 +445,20 @@ def _volumes(
     return volumes, mounts, init_mounts
 
 
+def _refuse_shared_mount_paths(mounts: Sequence[Mapping[str, Any]]) -> None:
+    """Last check on the rendered mounts: two at one path would make the API refuse the pod.
+
+    :func:`validate_hardening` catches the reference's cases; this also catches an input
+    directory at ``/tmp`` or ``/home/claude`` or on a volume's path.
+    """
+    seen: set[str] = set()
+    for mount in mounts:
+        path = _trim(mount["mountPath"]) or "/"
+        if path in seen:
+            raise errors.StepConfigError(f"duplicate volume mount path '{mount['mountPath']}'")
+        seen.add(path)
+
+
 def _input_script(inputs: Sequence[agent.AgentInput]) -> str:
     lines = "".join(
         f"curl -sSfL --retry 3 --max-time 300 {command.shell_quote(i.url)} -o {command.shell_quote(i.mount_path)}\n"
@@ -511,6 +525,7 @@ def build_pod(
         spec["tolerations"] = [t.render() for t in settings.tolerations]
     if settings.sandbox is not None:
         spec = hardening.harden_pod_spec(spec, settings.sandbox, sessions_claim=settings.sessions_claim)
+    _refuse_shared_mount_paths(spec["containers"][0].get("volumeMounts", []))
     deadline = active_deadline_seconds(settings)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
