@@ -1,0 +1,92 @@
+"""``ironflow auth-proxy``: serve the auth proxy, and re-seal its grants under a new key.
+
+Thin over :mod:`ironflow.auth_proxy.__main__` and :func:`ironflow.auth_proxy.postgres.rotate_keys`;
+configured by the environment of §6.1 (``IRONFLOW_AUTH_PROXY_ADMIN_KEY``, ``…_LISTEN``,
+``…_DATABASE_URL``, ``…_UPSTREAM``, ``IRONFLOW_SECRET_KEYS``…), never by flags that
+would put a secret in a process listing. A refused configuration exits 2 with one line
+on stderr; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated, NoReturn
+
+import typer
+
+from ironflow.auth_proxy import __main__ as proxy_main
+from ironflow.auth_proxy import config, registry
+from ironflow.errors import ConfigError
+
+__all__ = ["register"]
+
+auth_proxy_app = typer.Typer(
+    name="auth-proxy",
+    help="The auth proxy: pods hold an opaque token, the proxy holds the Claude credential.",
+    no_args_is_help=False,
+    add_completion=False,
+)
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _serve(workers: int) -> None:
+    code = proxy_main.main(["--workers", str(workers)])
+    if code:
+        raise typer.Exit(code)
+
+
+@auth_proxy_app.callback(invoke_without_command=True)
+def _default(
+    ctx: typer.Context,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port (needs PostgreSQL).")] = 1,
+) -> None:
+    """Serve the proxy when no subcommand is given."""
+    if ctx.invoked_subcommand is None:
+        _serve(workers)
+
+
+@auth_proxy_app.command("serve")
+def serve(
+    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port (needs PostgreSQL).")] = 1,
+) -> None:
+    """Serve the proxy on IRONFLOW_AUTH_PROXY_LISTEN until SIGINT/SIGTERM."""
+    _serve(workers)
+
+
+@auth_proxy_app.command("rotate-keys")
+def rotate_keys() -> None:
+    """Re-seal every grant under the active key of IRONFLOW_SECRET_KEYS (PostgreSQL registry)."""
+    try:
+        cfg = config.AuthProxyConfig.from_env(os.environ)
+    except ConfigError as exc:
+        _bad_input(exc.message)
+    if cfg.database_url is None or cfg.key_ring is None:
+        _bad_input(f"rotate-keys needs {config.DATABASE_URL_ENV} and {config.SECRET_KEYS_ENV}")
+    from ironflow.auth_proxy import postgres
+
+    try:
+        report = asyncio.run(postgres.rotate_keys(cfg.database_url, cfg.key_ring))
+    except registry.RegistryUnavailable as exc:
+        typer.echo(f"error: {exc}: check {config.DATABASE_URL_ENV} and the database", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"resealed={report.resealed} already_current={report.current} unreadable={report.unreadable} "
+        f"active_key_version={cfg.key_ring.active_version}"
+    )
+    if report.unreadable:
+        typer.echo(
+            f"error: {report.unreadable} grant(s) use a key version missing from {config.SECRET_KEYS_ENV}: "
+            "add the old key to the ring and run rotate-keys again",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ironflow auth-proxy`` to the main app."""
+    app.add_typer(auth_proxy_app, name="auth-proxy")
