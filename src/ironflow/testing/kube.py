@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime
 import json
 import secrets
@@ -109,7 +110,7 @@ class RequestRecord:
     resource: str
     namespace: str | None
     name: str | None
-    status: int
+    status: int  # 0 while the request is still being answered (an open watch), or when dropped
     at: float
 
 
@@ -287,7 +288,9 @@ class KubeTestServer:
         """Listen on a free loopback port."""
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=1.0, handler_cancellation=True
+        )
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1016,10 +1019,14 @@ class KubeTestServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         verb, resource, namespace, name = "?", request.path, None, None
         status = 500
+        record: RequestRecord | None = None
         try:
             t, namespace, name, sub = self._route(request.path)
             verb = _verb(request, name)
             resource = t.plural + (f"/{sub}" if sub else "")
+            # Recorded on arrival (status 0 until answered), so open watches are counted too.
+            record = RequestRecord(verb, resource, namespace, name, 0, time.monotonic())
+            self.requests.append(record)
             if request.headers.get("Authorization", "") != f"Bearer {self.token}":
                 raise _Refusal(401, "Unauthorized", "Unauthorized")
             if (resource, verb, namespace) in self._denied or (resource, verb, None) in self._denied:
@@ -1048,12 +1055,24 @@ class KubeTestServer:
         except rules.InvalidInput as invalid:
             status = invalid.code
             return _json_response(invalid.code, rules.status_body(invalid.code, invalid.reason, invalid.message))
+        except asyncio.CancelledError:
+            status = 499  # the client went away (a closed watch or log stream)
+            raise
         except Exception as exc:  # a bug in this server: answer 500 and keep it for the test to see
             self.internal_errors.append(exc)
             status = 500
             return _json_response(500, rules.status_body(500, "InternalError", f"kube test server bug: {exc!r}"))
         finally:
-            self.requests.append(RequestRecord(verb, resource, namespace, name, status, time.monotonic()))
+            self._answered(record, RequestRecord(verb, resource, namespace, name, status, time.monotonic()))
+
+    def _answered(self, record: RequestRecord | None, final: RequestRecord) -> None:
+        if record is None:
+            self.requests.append(final)
+            return
+        for index in range(len(self.requests) - 1, -1, -1):
+            if self.requests[index] is record:
+                self.requests[index] = dataclasses.replace(final, at=record.at)
+                return
 
     async def _dispatch(
         self, request: web.Request, t: _Type, namespace: str | None, name: str | None, sub: str | None, verb: str

@@ -1,0 +1,154 @@
+"""Contract: one shared pod watch per namespace serves every waiter."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ironflow import errors
+from ironflow.k8s import api, informer
+
+
+async def test_many_waiters_share_one_watch_connection(kube: Any, make_pod: Any) -> None:
+    """Fifty steps waiting in one namespace open exactly one watch and one list."""
+    server = kube.need_server()
+    pods = informer.informer_for(kube.api, kube.namespace)
+    names = [f"many-{i}" for i in range(50)]
+    for name in names:
+        await kube.api.create(api.PODS, kube.namespace, make_pod(name))
+    server.reset_requests()
+    waits = [asyncio.create_task(pods.wait_for(n, informer.pod_finished, 5)) for n in names]
+    await asyncio.sleep(0.05)
+    for name in names:
+        await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
+    results = await asyncio.gather(*waits)
+    assert [r["metadata"]["name"] for r in results if r] == names
+    assert server.count("watch", "pods") == 1
+    assert server.count("list", "pods") == 1
+    assert server.max_open_watches == 1
+    assert not pods.running
+    assert server.open_watches == 0 or await _eventually(lambda: server.open_watches == 0)
+
+
+async def _eventually(check: Any) -> bool:
+    for _ in range(100):
+        if check():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_informer_for_returns_one_instance_per_namespace(kube: Any) -> None:
+    """The registry hands the same informer to every caller of a (client, resource, namespace)."""
+    first = informer.informer_for(kube.api, kube.namespace)
+    assert informer.informer_for(kube.api, kube.namespace) is first
+    assert isinstance(first, informer.PodInformer)
+    assert informer.informer_for(kube.api, "default") is not first
+    assert informer.informer_for(kube.api, kube.namespace, api.JOBS) is not first
+
+
+async def test_wait_for_returns_none_on_timeout(kube: Any, make_pod: Any) -> None:
+    """A predicate that never holds gives None after the timeout."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("stuck"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    assert await pods.wait_for("stuck", informer.pod_finished, 0.2) is None
+    assert not pods.running
+
+
+async def test_wait_for_sees_an_object_already_in_the_state(kube: Any, make_pod: Any) -> None:
+    """A pod that finished before the wait began is returned at once from the first list."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("early"))
+    await kube.control.set_pod_phase(kube.namespace, "early", "Succeeded")
+    pods = informer.informer_for(kube.api, kube.namespace)
+    pod = await pods.wait_for("early", informer.pod_finished, 2)
+    assert pod is not None
+    assert pod["status"]["phase"] == "Succeeded"
+
+
+async def test_wait_for_a_deleted_object_raises_not_found(kube: Any, make_pod: Any) -> None:
+    """Deleting the pod a step waits on wakes the step with KubeNotFound."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("vanishing"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    wait = asyncio.create_task(pods.wait_for("vanishing", informer.pod_finished, 5))
+    await asyncio.sleep(0.05)
+    await kube.api.delete(api.PODS, kube.namespace, "vanishing")
+    with pytest.raises(errors.KubeNotFound):
+        await wait
+
+
+async def test_wait_deleted_by_uid(kube: Any, make_pod: Any) -> None:
+    """wait_deleted is True once the pod with that uid is gone, even if the name is reused."""
+    created = await kube.api.create(api.PODS, kube.namespace, make_pod("reused"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    async with pods.hold():
+        assert not await pods.wait_deleted("reused", created["metadata"]["uid"], 0.1)
+        wait = asyncio.create_task(pods.wait_deleted("reused", created["metadata"]["uid"], 5))
+        await kube.api.delete(api.PODS, kube.namespace, "reused")
+        await kube.api.create(api.PODS, kube.namespace, make_pod("reused"))
+        assert await wait
+    assert await pods.wait_deleted("never-existed", timeout=1)
+
+
+async def test_informer_relists_after_gone_and_keeps_serving(kube: Any, make_pod: Any) -> None:
+    """After a compaction and a dropped watch the informer re-lists, and waiters still wake."""
+    server = kube.need_server()
+    pods = informer.informer_for(kube.api, kube.namespace)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("relist"))
+    async with pods.hold():
+        await pods.wait_synced()
+        assert pods.relists == 1
+        wait = asyncio.create_task(pods.wait_for("relist", informer.pod_finished, 5))
+        await asyncio.sleep(0.05)
+        server.fail("watch", "pods", status=503)  # the reconnect waits out a backoff...
+        server.drop_watches()
+        await kube.api.create(api.PODS, kube.namespace, make_pod("other"))
+        server.compact()  # ...while the history it needs is compacted away: 410, re-list
+        await asyncio.sleep(0.5)
+        await kube.control.set_pod_phase(kube.namespace, "relist", "Succeeded")
+        pod = await wait
+    assert pod is not None
+    assert pods.relists == 2
+    assert pods.get("relist") is None or not pods.running
+
+
+async def test_informer_surfaces_a_dead_watch_to_waiters(kube: Any, make_pod: Any) -> None:
+    """When the watch fails for good, every waiter gets the API error instead of hanging."""
+    server = kube.need_server()
+    await kube.api.create(api.PODS, kube.namespace, make_pod("doomed"))
+    server.deny("pods", "list")
+    pods = informer.informer_for(kube.api, kube.namespace)
+    with pytest.raises(errors.KubeForbidden):
+        await pods.wait_for("doomed", informer.pod_finished, 5)
+    server.allow("pods", "list")
+    await kube.control.set_pod_phase(kube.namespace, "doomed", "Failed")
+    pod = await pods.wait_for("doomed", informer.pod_finished, 5)
+    assert pod is not None
+
+
+async def test_hold_keeps_one_watch_across_sequential_waits(kube: Any, make_pod: Any) -> None:
+    """Inside hold(), back-to-back waits reuse the open watch (no new list or watch)."""
+    server = kube.need_server()
+    pods = informer.informer_for(kube.api, kube.namespace)
+    async with pods.hold():
+        for i in range(3):
+            await kube.api.create(api.PODS, kube.namespace, make_pod(f"seq-{i}"))
+            await kube.control.set_pod_phase(kube.namespace, f"seq-{i}", "Succeeded")
+            assert await pods.wait_for(f"seq-{i}", informer.pod_finished, 2) is not None
+        assert pods.users == 1
+    assert server.count("watch", "pods") == 1
+    assert not pods.running
+
+
+async def test_generic_informer_waits_for_custom_state(kube: Any) -> None:
+    """An informer over ConfigMaps (any resource) waits on any predicate."""
+    configmaps = informer.informer_for(kube.api, kube.namespace, api.CONFIGMAPS)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flag"}, "data": {"ready": "no"}}
+    await kube.api.create(api.CONFIGMAPS, kube.namespace, body)
+    wait = asyncio.create_task(configmaps.wait_for("flag", lambda o: o.get("data", {}).get("ready") == "yes", 3))
+    await asyncio.sleep(0.05)
+    await kube.api.patch(api.CONFIGMAPS, kube.namespace, "flag", {"data": {"ready": "yes"}})
+    found = await wait
+    assert found is not None
+    assert found["data"]["ready"] == "yes"
