@@ -27,6 +27,7 @@ def _register_all() -> None:
     render.register(app)
     from ironflow.cli import dev; dev.register(app)  # noqa: E702, I001
     from ironflow.cli import manifests; manifests.register(app)  # noqa: E702, I001
+    from ironflow.cli import check; check.register(app)  # noqa: E702, I001
     from ironflow.cli import reap; reap.register(app)  # noqa: E702, I001
     from ironflow.cli import agent; agent.register(app)  # noqa: E702, I001
     from ironflow.cli import run; run.register(app)  # noqa: E702, I001

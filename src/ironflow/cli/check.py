@@ -1,0 +1,193 @@
+"""``ironflow check``: run the seed's cluster checks against a live namespace and print a table.
+
+Fetches the agent pods (or ``--pod``), asks the API server whether the worker could create
+NetworkPolicies (a SubjectAccessReview), and with ``--auth-proxy`` sends the proxy an
+unknown token; :mod:`ironflow.k8s.checks` decides. Exec probes are listed as skipped.
+
+Exit codes: 0 every check passed; 1 a check failed; 2 bad input; 3 nothing failed but a
+check could not run (skipped), or the cluster could not be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Final, NoReturn
+
+import aiohttp
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ironflow import errors
+from ironflow.k8s import api as kube
+from ironflow.k8s import checks, cluster, labels
+
+__all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "run_checks"]
+
+SUBJECT_ACCESS_REVIEWS: Final = kube.custom_resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False
+)
+#: Not a credential: a token no proxy ever issued, so the proxy must answer 401.
+UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube.KubeObject]:
+    if pod is not None:
+        return [await api.get(kube.PODS, namespace, pod)]
+    listed = await api.list(kube.PODS, namespace, label_selector=labels.RUNNER_SELECTOR)
+    return listed.items
+
+
+async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.KubeObject | None, str]:
+    try:
+        return await api.create(SUBJECT_ACCESS_REVIEWS, None, body), ""
+    except errors.KubeNotFound:
+        return None, "the API server does not serve SubjectAccessReview"
+    except errors.KubeForbidden:
+        return None, (
+            "this account may not create SubjectAccessReviews: run as ironflow-check (check-rbac.yaml) "
+            "or a cluster admin"
+        )
+
+
+async def _probe_proxy(url: str, timeout_s: float) -> tuple[int | None, str]:
+    headers = {"Authorization": f"Bearer {UNKNOWN_TOKEN}", "anthropic-version": "2023-06-01"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.get(f"{url.rstrip('/')}/v1/messages", headers=headers, allow_redirects=False) as resp,
+        ):
+            return resp.status, ""
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return None, type(exc).__name__
+
+
+async def run_checks(
+    api: kube.KubeApi,
+    *,
+    namespace: str,
+    pod: str | None = None,
+    auth_proxy_url: str | None = None,
+    worker_namespace: str = cluster.WORKER_NAMESPACE,
+    worker_service_account: str = cluster.WORKER_SERVICE_ACCOUNT,
+    proxy_timeout_s: float = 5.0,
+) -> list[checks.CheckResult]:
+    """Fetch what the checks need and return every result, in table order."""
+    pods = await _pods(api, namespace, pod)
+    results = checks.check_pods(pods, auth_proxy=auth_proxy_url is not None)
+    body = checks.subject_access_review(
+        namespace=namespace, service_account=worker_service_account, service_account_namespace=worker_namespace
+    )
+    review, why = await _review(api, body)
+    results.append(checks.check_worker_cannot_create_networkpolicies(review, unavailable=why))
+    if auth_proxy_url is not None:
+        status, error = await _probe_proxy(auth_proxy_url, proxy_timeout_s)
+        results.append(checks.check_proxy_refuses_unknown_token(status, error=error))
+    return results + checks.exec_probes_skipped()
+
+
+def exit_code(results: list[checks.CheckResult]) -> int:
+    """0 all passed, 1 any failed, 3 none failed but some were skipped (pure)."""
+    if any(r.outcome is checks.Outcome.FAIL for r in results):
+        return 1
+    return 0 if checks.all_passed(results) else 3
+
+
+def render_results(results: list[checks.CheckResult], namespace: str, fmt: OutputFormat) -> str:
+    """A table (check, result, why) or a JSON list (pure)."""
+    if fmt is OutputFormat.JSON:
+        return json.dumps([{"check": r.check, "result": r.outcome.value, "why": r.why} for r in results], indent=2)
+    table = Table(title=f"ironflow check {namespace}", title_justify="left")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("why")
+    for r in results:
+        table.add_row(r.check, r.outcome.value, r.why)
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text().rstrip("\n")
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+async def _check(
+    cluster_config: kube.ClusterConfig,
+    *,
+    namespace: str,
+    pod: str | None,
+    auth_proxy_url: str | None,
+    worker_namespace: str,
+    worker_service_account: str,
+) -> list[checks.CheckResult]:
+    api = await kube.KubeApi.connect(cluster_config)
+    async with api:
+        return await run_checks(
+            api,
+            namespace=namespace,
+            pod=pod,
+            auth_proxy_url=auth_proxy_url,
+            worker_namespace=worker_namespace,
+            worker_service_account=worker_service_account,
+        )
+
+
+def check(
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Agent namespace.")] = cluster.AGENTS_NAMESPACE,
+    pod: Annotated[str | None, typer.Option("--pod", help="Check this pod (default: every agent pod).")] = None,
+    auth_proxy: Annotated[
+        str | None, typer.Option("--auth-proxy", help="Proxy URL reachable from here: must answer 401 to a bad token.")
+    ] = None,
+    worker_namespace: Annotated[str, typer.Option("--worker-namespace")] = cluster.WORKER_NAMESPACE,
+    worker_service_account: Annotated[str, typer.Option("--worker-service-account")] = cluster.WORKER_SERVICE_ACCOUNT,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+) -> None:
+    """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy."""
+    for name, value in (("namespace", namespace), ("worker namespace", worker_namespace)):
+        if not _DNS_LABEL.fullmatch(value):
+            _bad_input(f"invalid {name} '{value}': use 1-63 lowercase letters, digits and '-'")
+    if auth_proxy is not None and not auth_proxy.startswith(("http://", "https://")):
+        _bad_input(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
+    target = kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig else kube.DefaultCluster(context)
+    try:
+        results = asyncio.run(
+            _check(
+                target,
+                namespace=namespace,
+                pod=pod,
+                auth_proxy_url=auth_proxy,
+                worker_namespace=worker_namespace,
+                worker_service_account=worker_service_account,
+            )
+        )
+    except errors.KubeNotFound:
+        _bad_input(f"pod '{pod}' not found in namespace {namespace}")
+    except errors.IronflowError as exc:
+        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        raise typer.Exit(3) from None
+    typer.echo(render_results(results, namespace, output))
+    raise typer.Exit(exit_code(results))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ironflow check`` to the app."""
+    app.command("check")(check)

@@ -1,0 +1,181 @@
+"""``ironflow check`` against the Kubernetes API test server and the real auth proxy: a provider-
+rendered pod passes the pod checks, a broken pod fails them, the proxy answers 401 to an unknown
+token, and the command exits 0/1/3 as documented (exec probes are reported as skipped)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from ironflow.agent import AgentConfig
+from ironflow.auth_proxy import app as proxy_app
+from ironflow.auth_proxy import config as proxy_config
+from ironflow.cli import check as check_cli
+from ironflow.k8s import api, checks, labels
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.secrets import Secret
+
+IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
+STEP = AgentConfig("review").run_scope("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
+POD_CHECKS = {"security context", "secrets by reference", "no service-account token", "run/root/step labels and expiry"}
+
+
+def _pod(namespace: str, name: str) -> dict[str, Any]:
+    provider = K8sEphemeralProvider.sandboxed(IMAGE).namespace(namespace).oauth_token_from_secret("claude", "token")
+    return provider.manifests(STEP, now=2_000_000_000, pod_name=name)[-1]
+
+
+def _by_check(results: list[checks.CheckResult]) -> dict[str, checks.CheckResult]:
+    return {r.check: r for r in results}
+
+
+async def test_a_provider_pod_passes_and_the_run_exits_3_for_what_could_not_run(kube: Any) -> None:
+    await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
+    results = await check_cli.run_checks(kube.api, namespace=kube.namespace)
+    by_check = _by_check(results)
+    assert {by_check[c].outcome for c in POD_CHECKS} == {checks.Outcome.PASS}
+    review = by_check["worker cannot create networkpolicies"]
+    assert review.outcome is checks.Outcome.SKIPPED, "the test server serves no SubjectAccessReview"
+    assert "SubjectAccessReview" in review.why
+    assert check_cli.exit_code(results) == 3
+
+
+async def test_a_broken_pod_fails_its_checks_and_the_run_exits_1(kube: Any) -> None:
+    await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
+    bad = copy.deepcopy(_pod(kube.namespace, "claude-code-bad"))
+    container = bad["spec"]["containers"][0]
+    container["securityContext"]["readOnlyRootFilesystem"] = False
+    container["env"] = [*container["env"], {"name": "ANTHROPIC_API_KEY", "value": "plain-key-value"}]
+    del bad["metadata"]["annotations"]
+    await kube.api.create(api.PODS, kube.namespace, bad)
+    results = await check_cli.run_checks(kube.api, namespace=kube.namespace)
+    by_check = _by_check(results)
+    for name in ("security context", "secrets by reference", "run/root/step labels and expiry"):
+        assert by_check[name].outcome is checks.Outcome.FAIL
+        assert "claude-code-bad" in by_check[name].why
+        assert "claude-code-good" not in by_check[name].why
+    assert "plain-key-value" not in json.dumps([r.why for r in results])
+    assert check_cli.exit_code(results) == 1
+
+
+async def test_only_agent_pods_are_checked_unless_a_pod_is_named(kube: Any, make_pod: Any) -> None:
+    await kube.api.create(api.PODS, kube.namespace, make_pod("unrelated"))
+    results = await check_cli.run_checks(kube.api, namespace=kube.namespace)
+    assert _by_check(results)["security context"].why.startswith("no agent pod")
+    named = await check_cli.run_checks(kube.api, namespace=kube.namespace, pod="unrelated")
+    assert _by_check(named)["security context"].outcome is checks.Outcome.FAIL
+    assert "unrelated/main" in _by_check(named)["security context"].why
+
+
+async def test_the_real_auth_proxy_refuses_an_unknown_token(kube: Any) -> None:
+    config = proxy_config.AuthProxyConfig(admin_key=Secret("a" * 40), upstream="http://127.0.0.1:9")
+    async with proxy_app.run_auth_proxy(config) as running:
+        results = await check_cli.run_checks(kube.api, namespace=kube.namespace, auth_proxy_url=running.url)
+    proxy = _by_check(results)["auth proxy refuses an unknown token"]
+    assert proxy.outcome is checks.Outcome.PASS, proxy.why
+
+
+async def _accept_anything(_: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def test_a_proxy_that_lets_an_unknown_token_through_fails(kube: Any) -> None:
+    app = web.Application()
+    app.router.add_get("/v1/messages", _accept_anything)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        results = await check_cli.run_checks(
+            kube.api, namespace=kube.namespace, auth_proxy_url=f"http://127.0.0.1:{port}"
+        )
+    finally:
+        await runner.cleanup()
+    proxy = _by_check(results)["auth proxy refuses an unknown token"]
+    assert proxy.outcome is checks.Outcome.FAIL
+    assert "HTTP 200" in proxy.why
+
+
+async def test_an_unreachable_proxy_fails(kube: Any) -> None:
+    results = await check_cli.run_checks(
+        kube.api, namespace=kube.namespace, auth_proxy_url="http://127.0.0.1:9", proxy_timeout_s=2
+    )
+    assert _by_check(results)["auth proxy refuses an unknown token"].outcome is checks.Outcome.FAIL
+
+
+async def test_the_command_prints_the_table_and_exits_3(kube: Any, tmp_path: Path) -> None:
+    server = kube.need_server()
+    await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig_yaml())
+    program = "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
+    program += "check.register(app); app()"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        program,
+        "check",
+        "-n",
+        kube.namespace,
+        "--kubeconfig",
+        str(kubeconfig),
+        "-o",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 3, err.decode()
+    rows = {row["check"]: row["result"] for row in json.loads(out)}
+    assert rows["security context"] == "pass"
+    assert rows["root filesystem read-only (exec)"] == "skipped"
+
+
+async def test_a_missing_pod_is_bad_input(kube: Any, tmp_path: Path) -> None:
+    server = kube.need_server()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig_yaml())
+    program = "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
+    program += "check.register(app); app()"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        program,
+        "check",
+        "-n",
+        kube.namespace,
+        "--pod",
+        "nope",
+        "--kubeconfig",
+        str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 2
+    assert err.decode().strip() == f"error: pod 'nope' not found in namespace {kube.namespace}"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["-n", "Bad"], "invalid namespace 'Bad'"), (["--auth-proxy", "proxy:8080"], "must start with http://")],
+)
+def test_bad_options_exit_2(args: list[str], fragment: str) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    check_cli.register(app)
+    result = CliRunner().invoke(app, ["check", *args])
+    assert result.exit_code == 2
+    assert fragment in result.stderr
