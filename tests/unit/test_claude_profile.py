@@ -20,6 +20,7 @@ from ironflow import AgentConfig, errors
 from ironflow.claude import profile
 from ironflow.claude.profile import ClaudeProfile
 from ironflow.k8s import K8sEphemeralProvider
+from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 
@@ -96,7 +97,9 @@ def test_k8s_profile_copied_before_credentials(tmp_path: Path) -> None:
         .claude_profile_configmap("base")
         .oauth_credentials_from_secret("creds", "credentials.json")
     )
-    script = p.manifests(AgentConfig("hi"), now=0)[-1]["spec"]["containers"][0]["command"][2]
+    objs = p.manifests(AgentConfig("hi"), now=0)
+    validate_manifests(objs)
+    script = objs[-1]["spec"]["containers"][0]["command"][2]
     copy_at = script.index("cp -L")
     creds_at = script.index("IRONFLOW_CLAUDE_CREDENTIALS")
     assert copy_at < creds_at
@@ -113,7 +116,9 @@ def test_k8s_profile_copied_before_credentials(tmp_path: Path) -> None:
 
 def test_k8s_profile_absent_leaves_only_credentials() -> None:
     p = K8sEphemeralProvider.sandboxed(IMAGE).oauth_credentials_from_secret("creds", "k")
-    script = p.manifests(AgentConfig("hi"), now=0)[-1]["spec"]["containers"][0]["command"][2]
+    objs = p.manifests(AgentConfig("hi"), now=0)
+    validate_manifests(objs)
+    script = objs[-1]["spec"]["containers"][0]["command"][2]
     assert script.startswith('mkdir -p "$HOME/.claude" && printf')
     assert "claude-profile" not in script
 

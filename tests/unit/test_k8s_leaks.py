@@ -88,6 +88,7 @@ def test_refusals_name_the_variable_not_the_value() -> None:
 def test_the_proxy_token_appears_only_as_the_auth_token_env() -> None:
     objs = outcome(SCENARIOS["proxy with admin key, clean"](), proxy_token=PROXY_TOKEN)
     assert not isinstance(objs, errors.IronflowError)
+    validate_manifests(objs)
     (pod,) = objs
     env = pod["spec"]["containers"][0]["env"]
     holders = [e["name"] for e in env if e.get("value") == PROXY_TOKEN]
@@ -101,6 +102,7 @@ def test_inline_credentials_on_a_plain_provider_stay_out_of_reprs() -> None:
     """By the reference's design the command writes them; the provider's repr never shows them."""
     provider = K8sEphemeralProvider(IMAGE).oauth_credentials(CREDENTIALS)
     (pod,) = provider.manifests(AgentConfig("hi"), now=0)
+    validate_manifests([pod])
     assert CREDENTIALS.replace("'", "'\\''") in pod["spec"]["containers"][0]["command"][2]
     assert find_leaks([CREDENTIALS], repr(provider), repr(provider.settings)) == []
     env_and_meta = {"env": pod["spec"]["containers"][0]["env"], "metadata": pod["metadata"]}

@@ -64,7 +64,9 @@ def test_generate_pod_name_has_prefix() -> None:
 def test_generate_pod_name_unique_same_millisecond() -> None:
     assert manifests.generate_pod_name(5, 1) != manifests.generate_pod_name(5, 2)
     rendered = {pod_of(PLAIN.namespace("a"), None)["metadata"]["name"]}
-    names = {PLAIN.manifests(AgentConfig("x"), now=NOW)[-1]["metadata"]["name"] for _ in range(20)}
+    pods = [PLAIN.manifests(AgentConfig("x"), now=NOW)[-1] for _ in range(20)]
+    validate_manifests(pods)
+    names = {pod["metadata"]["name"] for pod in pods}
     assert len(names) == 20
     assert all(n.startswith(f"claude-code-{NOW * 1000:x}-") for n in names)
     assert rendered == {"claude-code-test-00000001"}
@@ -269,6 +271,7 @@ def test_build_pod_spec_with_prompt_configmap_mounts_volume() -> None:
 
 def test_build_pod_spec_without_prompt_configmap_no_extra_volume() -> None:
     objs = PLAIN.manifests(AgentConfig("p" * 100_000), now=NOW)
+    validate_manifests(objs)
     assert [o["kind"] for o in objs] == ["Pod"]
     assert "volumes" not in objs[0]["spec"]
 

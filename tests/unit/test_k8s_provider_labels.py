@@ -62,4 +62,5 @@ def test_prompt_configmap_carries_run_labels_only_when_both_present() -> None:
     assert cm["data"] == {"prompt": big}
     only_run = AgentConfig(big).pod_label(labels.LABEL_RUN_ID, "run-1")
     cm2 = p.manifests(only_run, now=10)[0]
+    validate_manifests([cm2])
     assert labels.LABEL_RUN_ID not in cm2["metadata"]["labels"]
