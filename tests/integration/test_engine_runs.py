@@ -484,3 +484,12 @@ async def test_an_account_whose_env_variable_is_unset_is_refused_by_name(
         errors.StepConfigError, match="provider account 'a': env variable IRONFLOW_TEST_UNSET is not set"
     ):
         await pool.acquire("x")
+
+
+async def test_a_run_can_be_claimed_by_id_leaving_the_others_queued(store: Store) -> None:
+    first = await submit(store, "linear", {"steps": []})
+    second = await submit(store, "linear", {"steps": []})
+    claimed = await store.claim_run("w", 5, run_id=second)
+    assert claimed is not None
+    assert claimed.id == second
+    assert (await get(store, first)).status is model.RunStatus.PENDING

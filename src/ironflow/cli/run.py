@@ -45,7 +45,7 @@ EXIT_INFRASTRUCTURE: Final = 3
 _FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 _FAKE_REPLY: Final = "Looks good to me. (offline fake model)"
 
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 class Backend(StrEnum):
