@@ -179,3 +179,60 @@ def test_bad_options_exit_2(args: list[str], fragment: str) -> None:
     result = CliRunner().invoke(app, ["check", *args])
     assert result.exit_code == 2
     assert fragment in result.stderr
+
+
+class _ReviewServer:
+    """A strict loopback stand-in for the one API call the test server lacks: it answers a
+    SubjectAccessReview for the worker creating NetworkPolicies, and 404 to anything else."""
+
+    def __init__(self, *, allowed: bool | None, status: int = 201) -> None:
+        self.allowed = allowed
+        self.status = status
+        self.bodies: list[dict[str, Any]] = []
+
+    async def review(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        if self.status != 201:
+            return web.json_response({"kind": "Status", "code": self.status, "reason": "Forbidden"}, status=self.status)
+        return web.json_response({**body, "status": {"allowed": self.allowed}}, status=201)
+
+    async def pods(self, _: web.Request) -> web.Response:
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+
+
+async def _review_results(allowed: bool | None, status: int = 201) -> tuple[list[checks.CheckResult], _ReviewServer]:
+    fake = _ReviewServer(allowed=allowed, status=status)
+    app = web.Application()
+    app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", fake.review)
+    app.router.add_get("/api/v1/namespaces/agents/pods", fake.pods)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    kubeconfig = (
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:"
+        f"{port}\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
+        "    user: u\ncurrent-context: x\n"
+    )
+    try:
+        kube_api = await api.KubeApi.connect(api.KubeconfigInline(kubeconfig))
+        async with kube_api:
+            results = await check_cli.run_checks(kube_api, namespace="agents", worker_namespace="wk")
+    finally:
+        await runner.cleanup()
+    return results, fake
+
+
+@pytest.mark.parametrize(
+    ("allowed", "status", "outcome"),
+    [(False, 201, checks.Outcome.PASS), (True, 201, checks.Outcome.FAIL), (None, 403, checks.Outcome.SKIPPED)],
+)
+async def test_networkpolicy_check_follows_the_api_servers_review(
+    allowed: bool | None, status: int, outcome: checks.Outcome
+) -> None:
+    results, fake = await _review_results(allowed, status)
+    assert fake.bodies[0]["spec"]["user"] == "system:serviceaccount:wk:ironflow-worker"
+    assert fake.bodies[0]["spec"]["resourceAttributes"]["resource"] == "networkpolicies"
+    result = _by_check(results)["worker cannot create networkpolicies"]
+    assert result.outcome is outcome, result.why
