@@ -81,9 +81,7 @@ async def migrate(connection: Any, component: str, migrations: Sequence[Migratio
     await connection.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
     try:
         await connection.execute(_BOOKKEEPING)
-        rows = await connection.fetch(
-            "SELECT version FROM ironflow.schema_migrations WHERE component = $1", component
-        )
+        rows = await connection.fetch("SELECT version FROM ironflow.schema_migrations WHERE component = $1", component)
         applied_now: list[int] = []
         for migration in plan(todo_source, {int(r["version"]) for r in rows}):
             async with connection.transaction():

@@ -62,7 +62,10 @@ async def test_claude_cli_runs_through_the_proxy_with_only_the_opaque_token(
         config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=fake.url)
         async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin:
             issued = await admin.issue(
-                "run-cli", "agent", int(time.time()) + 300, credential=Credential(kind, Secret(value))  # type: ignore[arg-type]
+                "run-cli",
+                "agent",
+                int(time.time()) + 300,
+                credential=Credential(kind, Secret(value)),  # type: ignore[arg-type]
             )
             token = issued.token.reveal()
             code, stdout, stderr = await _run_cli(cli, proxy.url, token, tmp_path)

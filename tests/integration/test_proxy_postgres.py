@@ -308,7 +308,8 @@ async def test_lost_listener_disables_the_cache_so_no_revocation_is_missed(dsn: 
 async def test_missing_key_version_answers_503_never_401(dsn: str) -> None:
     """A grant sealed under key 2 read by a replica that only has key 1: 503, the pod retries later."""
     async with (
-        FakeAnthropic() as fake, run_auth_proxy(_config(dsn, fake.url, f"{KEY1},{KEY2}")) as new,
+        FakeAnthropic() as fake,
+        run_auth_proxy(_config(dsn, fake.url, f"{KEY1},{KEY2}")) as new,
         run_auth_proxy(_config(dsn, fake.url, KEY1)) as old,
         new.admin_client() as admin,
         aiohttp.ClientSession() as http,

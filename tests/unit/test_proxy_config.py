@@ -55,8 +55,11 @@ def test_blank_database_url_means_memory() -> None:
 
 def test_config_debug_shows_secret_upstream_not_admin_key() -> None:
     cfg = config.AuthProxyConfig.from_env(
-        _env(IRONFLOW_AUTH_PROXY_UPSTREAM="http://127.0.0.1:9/", IRONFLOW_AUTH_PROXY_DATABASE_URL="postgres://u:pw@h/d",
-             IRONFLOW_SECRET_KEYS=f"1:{KEY1}")
+        _env(
+            IRONFLOW_AUTH_PROXY_UPSTREAM="http://127.0.0.1:9/",
+            IRONFLOW_AUTH_PROXY_DATABASE_URL="postgres://u:pw@h/d",
+            IRONFLOW_SECRET_KEYS=f"1:{KEY1}",
+        )
     )
     shown = repr(cfg)
     assert "http://127.0.0.1:9" in shown

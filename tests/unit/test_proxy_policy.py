@@ -231,8 +231,20 @@ def test_allowed_paths_are_always_plain_api_paths(path: str) -> None:
 
 @given(
     st.dictionaries(
-        st.sampled_from(["Authorization", "X-Api-Key", "private-token", "Cookie", "Host", "anthropic-beta",
-                         "Connection", "Proxy-Authorization", "content-type", "x-custom"]),
+        st.sampled_from(
+            [
+                "Authorization",
+                "X-Api-Key",
+                "private-token",
+                "Cookie",
+                "Host",
+                "anthropic-beta",
+                "Connection",
+                "Proxy-Authorization",
+                "content-type",
+                "x-custom",
+            ]
+        ),
         st.text(alphabet="abcdefghij_ ,-", min_size=0, max_size=12).map(lambda s: "ifap_" + s),
     ),
     st.sampled_from([OAUTH, API_KEY]),

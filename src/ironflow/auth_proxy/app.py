@@ -74,15 +74,12 @@ async def _registry_ctx(app: web.Application) -> AsyncIterator[None]:
             await grants.close()
 
 
-
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=False)
     session = aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(
-            total=None, connect=config.connect_timeout_s, sock_read=config.idle_timeout_s
-        ),
+        timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_read=config.idle_timeout_s),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -94,7 +91,6 @@ async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
     finally:
         app[HANDLERS_KEY].session = None
         await session.close()
-
 
 
 async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -117,7 +113,6 @@ async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
 
 
 def create_app(config: config_mod.AuthProxyConfig) -> web.Application:

@@ -36,9 +36,7 @@ __all__ = [
 
 ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
 _TIMEOUT_S: Final = 30.0
-_NO_CREDENTIAL: Final = (
-    "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
-)
+_NO_CREDENTIAL: Final = "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
 
 
 @dataclass(frozen=True)
