@@ -83,6 +83,8 @@ def test_runs_show_lists_steps_with_their_pod_selector_and_result(store: str) ->
         (["run", "no_colon"], "error: workflow reference 'no_colon' must look like FILE.py:function"),
         (["run", f"{WORKFLOWS}:linear", "--fake-model"], "error: --fake-model only applies with --wait"),
         (["run", f"{WORKFLOWS}:linear", "--store", "mysql://x"], "error: unknown store URL scheme in 'mysql'"),
+        (["run", f"{WORKFLOWS}:linear", "--wait", "--account", "x=nope"], "error: account 'x=nope' must look like"),
+        (["run", f"{WORKFLOWS}:linear", "--account", "x=env:X"], "error: --account only applies with --wait"),
         (["runs", "show", "0000"], "error: no run 0000 in the store; list runs with `ironflow runs list`"),
         (["runs", "cancel", "0000"], "error: no run 0000 in the store"),
     ],

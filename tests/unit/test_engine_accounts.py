@@ -85,3 +85,37 @@ def test_a_cli_rate_limit_event_becomes_a_stored_window() -> None:
         "a", "seven_day", REJECTED, 1.0, scope="opus",
         resets_at=datetime(2030, 1, 1, tzinfo=UTC).timestamp(), recorded_at=5.0,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("main=env:CLAUDE_TOKEN", accounts.ProviderAccount("main", accounts.CredentialRef(env="CLAUDE_TOKEN"))),
+        (
+            "ci=secret:claude/token,kind=api_key",
+            accounts.ProviderAccount("ci", accounts.CredentialRef(secret="claude", key="token"), kind="api_key"),
+        ),
+        (
+            "ci=secret:agents/claude/token",
+            accounts.ProviderAccount("ci", accounts.CredentialRef(secret="claude", key="token", namespace="agents")),
+        ),
+    ],
+)
+def test_an_account_is_read_from_its_command_line_form(spec: str, expected: accounts.ProviderAccount) -> None:
+    assert accounts.parse_account(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("main", "account 'main' must look like NAME=env:VAR or NAME=secret:"),
+        ("main=CLAUDE_TOKEN", "account 'main=CLAUDE_TOKEN' must look like"),
+        ("main=file:/tmp/x", "the source must be env: or secret:, got 'file'"),
+        ("main=secret:token", "a Secret reference is [NAMESPACE/]SECRET/KEY"),
+        ("main=env:X,kind=password", "unknown option 'kind=password'"),
+    ],
+)
+def test_a_malformed_account_is_refused_with_the_accepted_forms(spec: str, message: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        accounts.parse_account(spec)
+    assert message in caught.value.message

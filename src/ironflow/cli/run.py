@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
-from ironflow.engine import loading, model
+from ironflow.engine import accounts, loading, model
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
@@ -66,6 +66,28 @@ StoreOption = Annotated[
     ),
 ]
 OutputOption = Annotated[Output, typer.Option("-o", "--output", help="table or json.")]
+AccountOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--account",
+        help="A Provider Account: NAME=env:VAR or NAME=secret:[NS/]SECRET/KEY[,kind=api_key]; repeatable.",
+        show_default=False,
+    ),
+]
+CapacityWaitOption = Annotated[
+    float, typer.Option("--max-capacity-wait", help="Seconds a step waits for an account outside a rejected window.")
+]
+
+
+def _parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
+    try:
+        return [accounts.parse_account(s) for s in specs or ()]
+    except errors.ConfigError as exc:
+        _fail(exc.message)
+
+
+def _pool(store: Store, parsed: list[accounts.ProviderAccount], max_wait_s: float) -> accounts.AccountPool | None:
+    return accounts.AccountPool(store, parsed, max_wait_s=max_wait_s) if parsed else None
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -235,9 +257,18 @@ def _resolve_ref(ref: str) -> str:
 
 
 async def _run(
-    ref: str, input: Any, backend: Backend, store_url: str | None, wait: bool, providers: _Providers, lease_s: float
+    ref: str,
+    input: Any,
+    backend: Backend,
+    store_url: str | None,
+    wait: bool,
+    providers: _Providers,
+    lease_s: float,
+    parsed_accounts: list[accounts.ProviderAccount],
+    max_wait_s: float,
 ) -> int:
     async with _opened(store_url) as store, providers:
+        pool = _pool(store, parsed_accounts, max_wait_s)
         if wait:
             providers.check(backend)
         run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
@@ -245,7 +276,7 @@ async def _run(
             print(run.id)
             return 0
         _err.print(f"run {run.id} ({ref}) on {backend}", highlight=False)
-        worker = Worker(store, lambda r: Runner(store, providers.get(r.backend)), lease_s=lease_s)
+        worker = Worker(store, lambda r: Runner(store, providers.get(r.backend), accounts=pool), lease_s=lease_s)
         claimed = await store.claim_run(worker.id, lease_s, run_id=run.id)
         assert claimed is not None
         stop = asyncio.Event()
@@ -279,23 +310,39 @@ def run(
         Path | None, typer.Option("--provider", help="Provider settings file for --backend k8s / agent-sandbox.")
     ] = None,
     lease: Annotated[float, typer.Option(help="Lease seconds while executing.", min=1.0)] = 30.0,
+    account: AccountOption = None,
+    max_capacity_wait: CapacityWaitOption = 300.0,
 ) -> None:
     """Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."""
     if fake_model and not wait:
         _fail("--fake-model only applies with --wait (a worker has its own --fake-model)")
     value = _parse_input(input)
     ref = _resolve_ref(workflow)
+    parsed = _parse_accounts(account)
+    if parsed and not wait:
+        _fail("--account only applies with --wait (give the worker its accounts)")
     providers = _Providers(isolation=isolation, provider_file=provider_file, fake_model=fake_model)
-    raise typer.Exit(_run_async(_run(ref, value, backend, store, wait, providers, lease)))
+    raise typer.Exit(_run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait)))
 
 
 # --- ironflow worker ---------------------------------------------------------------------
 
 
-async def _work(store_url: str | None, concurrency: int, lease_s: float, providers: _Providers) -> int:
+async def _work(
+    store_url: str | None,
+    concurrency: int,
+    lease_s: float,
+    providers: _Providers,
+    parsed_accounts: list[accounts.ProviderAccount],
+    max_wait_s: float,
+) -> int:
     async with _opened(store_url) as store, providers:
+        pool = _pool(store, parsed_accounts, max_wait_s)
         worker = Worker(
-            store, lambda r: Runner(store, providers.get(r.backend)), concurrency=concurrency, lease_s=lease_s
+            store,
+            lambda r: Runner(store, providers.get(r.backend), accounts=pool),
+            concurrency=concurrency,
+            lease_s=lease_s,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -315,10 +362,13 @@ def worker(
     ] = False,
     isolation: Annotated[str, typer.Option(help="Local sandbox: bwrap or gvisor.")] = "bwrap",
     provider_file: Annotated[Path | None, typer.Option("--provider", help="Provider settings file for k8s.")] = None,
+    account: AccountOption = None,
+    max_capacity_wait: CapacityWaitOption = 300.0,
 ) -> None:
     """Take queued runs from the store and execute them until Ctrl-C."""
+    parsed = _parse_accounts(account)
     providers = _Providers(isolation=isolation, provider_file=provider_file, fake_model=fake_model)
-    raise typer.Exit(_run_async(_work(store, concurrency, lease, providers)))
+    raise typer.Exit(_run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait)))
 
 
 # --- ironflow runs -----------------------------------------------------------------------

@@ -37,6 +37,7 @@ __all__ = [
     "ProviderAccount",
     "SecretReader",
     "choose_account",
+    "parse_account",
     "window_from_claude",
 ]
 
@@ -86,6 +87,41 @@ class ProviderAccount:
     @property
     def env_name(self) -> str:
         return _ENV_NAMES[self.kind]
+
+
+_ACCOUNT_FORMS: Final = "NAME=env:VAR or NAME=secret:[NAMESPACE/]SECRET/KEY, optionally followed by ,kind=api_key"
+
+
+def parse_account(spec: str) -> ProviderAccount:
+    """An account from its command-line form (see ``_ACCOUNT_FORMS``); the value is never in it.
+
+    >>> parse_account("main=env:CLAUDE_TOKEN_MAIN").credential.env
+    'CLAUDE_TOKEN_MAIN'
+    >>> parse_account("ci=secret:ironflow/claude/token,kind=api_key").credential.describe()
+    'Secret ironflow/claude key token'
+    """
+    body, _, options = spec.partition(",")
+    name, eq, source = body.partition("=")
+    kind = "oauth_token"
+    if options:
+        key, _, value = options.partition("=")
+        if key != "kind" or value not in _ENV_NAMES:
+            raise errors.ConfigError(f"account {spec!r}: unknown option {options!r}; use {_ACCOUNT_FORMS}")
+        kind = value
+    where, colon, ref = source.partition(":")
+    if not eq or not name or not colon or not ref:
+        raise errors.ConfigError(f"account {spec!r} must look like {_ACCOUNT_FORMS}")
+    if where == "env":
+        credential = CredentialRef(env=ref)
+    elif where == "secret":
+        parts = ref.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise errors.ConfigError(f"account {spec!r}: a Secret reference is [NAMESPACE/]SECRET/KEY")
+        namespace = parts[0] if len(parts) == 3 else None
+        credential = CredentialRef(secret=parts[-2], key=parts[-1], namespace=namespace)
+    else:
+        raise errors.ConfigError(f"account {spec!r}: the source must be env: or secret:, got {where!r}")
+    return ProviderAccount(name, credential, kind)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
