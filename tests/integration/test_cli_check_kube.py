@@ -112,57 +112,44 @@ async def test_an_unreachable_proxy_fails(kube: Any) -> None:
     assert _by_check(results)["auth proxy refuses an unknown token"].outcome is checks.Outcome.FAIL
 
 
-async def test_the_command_prints_the_table_and_exits_3(kube: Any, tmp_path: Path) -> None:
-    server = kube.need_server()
-    await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
+# Only this topic's command, in a child process, so the parent's loop keeps serving the API.
+_PROGRAM = (
+    "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
+    "check.register(app); app()"
+)
+
+
+async def _command(server: Any, tmp_path: Path, *args: str) -> tuple[int | None, str, str]:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig_yaml())
-    program = "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
-    program += "check.register(app); app()"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        program,
+        _PROGRAM,
         "check",
-        "-n",
-        kube.namespace,
         "--kubeconfig",
         str(kubeconfig),
-        "-o",
-        "json",
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 3, err.decode()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_prints_the_table_and_exits_3(kube: Any, tmp_path: Path) -> None:
+    await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
+    code, out, err = await _command(kube.need_server(), tmp_path, "-n", kube.namespace, "-o", "json")
+    assert code == 3, err
     rows = {row["check"]: row["result"] for row in json.loads(out)}
     assert rows["security context"] == "pass"
     assert rows["root filesystem read-only (exec)"] == "skipped"
 
 
 async def test_a_missing_pod_is_bad_input(kube: Any, tmp_path: Path) -> None:
-    server = kube.need_server()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(server.kubeconfig_yaml())
-    program = "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
-    program += "check.register(app); app()"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        program,
-        "check",
-        "-n",
-        kube.namespace,
-        "--pod",
-        "nope",
-        "--kubeconfig",
-        str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 2
-    assert err.decode().strip() == f"error: pod 'nope' not found in namespace {kube.namespace}"
+    code, _, err = await _command(kube.need_server(), tmp_path, "-n", kube.namespace, "--pod", "nope")
+    assert code == 2
+    assert err.strip() == f"error: pod 'nope' not found in namespace {kube.namespace}"
 
 
 @pytest.mark.parametrize(

@@ -146,6 +146,16 @@ def test_profile_refuses_a_file_a_configmap_cannot_hold(files: dict[str, str], f
         ({"worker_namespace": "a_b"}, "worker namespace 'a_b'"),
         ({"auth_proxy_url": "ftp://proxy.ns"}, "must start with http:// or https://"),
         ({"auth_proxy_url": "http://proxy"}, "does not name the proxy's namespace"),
+        ({"presets": ("locked", "locked")}, "managed settings preset 'locked' is given twice"),
+        (
+            {
+                "egress_profiles": (
+                    cluster_network.EgressProfile("g", ("a.com",)),
+                    cluster_network.EgressProfile("g", ("b.com",)),
+                )
+            },
+            "egress profile 'g' is given twice",
+        ),
         ({"presets": ("strict",)}, r"unknown managed settings preset 'strict', known presets: \[locked, readonly\]"),
     ],
 )

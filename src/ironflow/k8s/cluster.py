@@ -169,6 +169,11 @@ class ClusterConfig:
             raise errors.ConfigError(f"worker service account '{self.worker_service_account}' is not a DNS label")
         if self.auth_proxy_url is not None:
             proxy_namespace_from_url(self.auth_proxy_url)
+        names = [p.name for p in self.egress_profiles]
+        for label, values in (("managed settings preset", list(self.presets)), ("egress profile", names)):
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise errors.ConfigError(f"{label} '{repeated[0]}' is given twice: name each once")
         for preset in self.presets:
             if preset not in MANAGED_SETTINGS_PRESETS:
                 known = ", ".join(sorted(MANAGED_SETTINGS_PRESETS))
