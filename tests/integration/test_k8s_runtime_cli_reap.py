@@ -1,0 +1,91 @@
+"""``ironflow reap`` end to end: the command against the Kubernetes API test server (in a thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from typer.testing import CliRunner
+
+from ironflow.cli.app import app
+from ironflow.k8s import api as k8s
+from ironflow.k8s.ops import PodRun
+from ironflow.testing.kube import KubeTestServer
+
+T = TypeVar("T")
+NS = "agents"
+
+
+class ServerThread:
+    """A KubeTestServer on its own event loop, so the CLI can run its own ``asyncio.run``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = self.call(self._start())
+
+    async def _start(self) -> KubeTestServer:
+        return await KubeTestServer(namespaces=("default", NS)).start()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    async def _create(self, resource: k8s.Resource, body: dict[str, Any]) -> None:
+        client = await k8s.KubeApi.connect(self.server.cluster_config())
+        async with client:
+            await client.create(resource, NS, body)
+
+    def create(self, resource: k8s.Resource, body: dict[str, Any]) -> None:
+        self.call(self._create(resource, body))
+
+    def close(self) -> None:
+        self.call(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ServerThread, Path]]:
+    st = ServerThread()
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(st.server.kubeconfig_yaml())
+    try:
+        yield st, kubeconfig
+    finally:
+        st.close()
+
+
+def test_reap_deletes_expired_pods_and_prints_json(served: tuple[ServerThread, Path]) -> None:
+    st, kubeconfig = served
+    st.create(k8s.PODS, PodRun("old", "busybox", "true").namespace(NS).build_pod(now=1000))
+    st.create(k8s.PODS, PodRun("live", "busybox", "true").namespace(NS).build_pod())
+    result = CliRunner().invoke(app, ["reap", "-n", NS, "--kubeconfig", str(kubeconfig), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["pods"] == ["old"]
+    assert [p["metadata"]["name"] for p in st.server.objects(k8s.PODS, NS)] == ["live"]
+
+
+def test_reap_dry_run_deletes_nothing(served: tuple[ServerThread, Path]) -> None:
+    st, kubeconfig = served
+    st.create(k8s.PODS, PodRun("old", "busybox", "true").namespace(NS).build_pod(now=1000))
+    result = CliRunner().invoke(app, ["reap", "-n", NS, "--kubeconfig", str(kubeconfig), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "would delete" in result.stdout
+    assert "old" in result.stdout
+    assert len(st.server.objects(k8s.PODS, NS)) == 1
+
+
+def test_reap_reports_an_api_failure_with_exit_1(served: tuple[ServerThread, Path]) -> None:
+    st, kubeconfig = served
+    st.server.fail("list", "pods", status=500)
+    result = CliRunner().invoke(app, ["reap", "-n", NS, "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 1
+    assert "failed to list ironflow pods" in result.output
