@@ -15,7 +15,6 @@ that only mean something on Kubernetes are accepted, logged as a warning and lis
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -23,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -36,9 +34,10 @@ from ironflow import errors
 from ironflow.agent import AgentConfig, AgentResult, HostPathSource
 from ironflow.claude import cli, command, layout, output, profile
 from ironflow.k8s import labels
-from ironflow.local import bwrap, forwarder, gvisor, proxy_session
+from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, settings
+from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink
-from ironflow.secrets import Secret, looks_like_claude_credential
+from ironflow.secrets import Secret
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -54,12 +53,7 @@ __all__ = [
 
 log = logging.getLogger("ironflow.local")
 
-Isolation = Literal["bwrap", "gvisor"]
 DEFAULT_TIMEOUT_S: Final = 600.0
-#: Where the proxy relay listens inside the sandbox's own network namespace.
-PROXY_PORT: Final = 18080
-_SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
-_KILL_GRACE_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -72,75 +66,6 @@ class CommandResult:
     duration: float
 
 
-@dataclass(frozen=True)
-class LocalProfile:
-    """A host directory copied into ``~/.claude/<subdir>``, as a profile ConfigMap is in the pod."""
-
-    path: str
-    subdir: str = ""
-
-
-@dataclass(frozen=True)
-class ProxyCredential:
-    """The credential only the in-process auth proxy sees, and where it relays to."""
-
-    value: Secret = dataclasses.field(repr=False)
-    kind: Literal["api_key", "oauth_token"] = "api_key"
-    upstream: str = "https://api.anthropic.com"
-
-
-# --- pure decisions ----------------------------------------------------------------------
-
-
-def ignored_settings(config: AgentConfig, *, isolation: Isolation = "bwrap") -> tuple[str, ...]:
-    """The step's settings a local sandbox accepts but cannot apply, named for the report."""
-    pod = config.pod
-    out: list[str] = []
-    if pod.service_account is not None:
-        out.append("service_account")
-    if pod.runtime_class is not None:
-        out.append(f"runtime_class (local isolation is {isolation})")
-    if pod.secret_env:
-        out.append("secret_env (" + ", ".join(e.name for e in pod.secret_env) + ")")
-    for vol in pod.read_only_volumes:
-        if not isinstance(vol.source, HostPathSource):
-            out.append(f"read_only_volume at {vol.mount_path} ({type(vol.source).__name__})")
-    out.extend(f"pvc_volume {v.claim_name} at {v.mount_path}" for v in pod.pvc_volumes)
-    if pod.without_provider_volumes:
-        out.append("without_provider_volumes")
-    out.extend(f"input {i.mount_path}" for i in config.inputs)
-    if labels.LABEL_EGRESS_PROFILE in config.pod_labels:
-        out.append(f"egress_profile {config.pod_labels[labels.LABEL_EGRESS_PROFILE]} (no network but the proxy)")
-    return tuple(out)
-
-
-def sandbox_env(
-    extra: Mapping[str, str] | None = None, *, proxy_token: str | None = None, proxy_port: int = PROXY_PORT
-) -> dict[str, str]:
-    """The whole environment of the sandbox: nothing inherited from the worker.
-
-    Raises:
-        StepConfigError: ``extra`` names a credential variable or holds a ``sk-ant`` value.
-    """
-    env = {"PATH": _SANDBOX_PATH, "HOME": layout.SANDBOX_HOME, "TMPDIR": layout.SANDBOX_TMP, "LANG": "C.UTF-8"}
-    for name, value in (extra or {}).items():
-        if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
-            raise errors.StepConfigError(
-                f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
-            )
-        env[name] = value
-    if proxy_token is not None:
-        env.update(
-            {
-                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
-                "ANTHROPIC_AUTH_TOKEN": proxy_token,
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-            }
-        )
-    return env
-
-
 def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
     out = []
     with os.scandir(directory) as it:
@@ -148,11 +73,6 @@ def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
             link = os.readlink(e.path) if e.is_symlink() else None
             out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
     return tuple(out)
-
-
-def _hidden(path: str) -> bool:
-    parts = Path(path).parts
-    return len(parts) > 1 and parts[1] in bwrap.HIDDEN_ROOT_ENTRIES - {"etc", "proc", "dev"}
 
 
 def _run_id(config: AgentConfig | None) -> str | None:
@@ -181,11 +101,11 @@ class LocalSandboxProvider:
     def __init__(
         self,
         *,
-        isolation: Isolation = "bwrap",
+        isolation: settings.Isolation = "bwrap",
         timeout: float = DEFAULT_TIMEOUT_S,
-        credential: ProxyCredential | None = None,
+        credential: settings.ProxyCredential | None = None,
         managed_settings: Mapping[str, Any] | None = None,
-        profiles: Sequence[LocalProfile] = (),
+        profiles: Sequence[settings.LocalProfile] = (),
         env: Mapping[str, str] | None = None,
         home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES,
         tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
@@ -200,8 +120,8 @@ class LocalSandboxProvider:
             reason = profile.validate_profile_subdir(p.subdir)
             if reason is not None:
                 raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
-        sandbox_env(env)  # refuse credential variables now, not at the first step
-        self.isolation: Isolation = isolation
+        settings.sandbox_env(env)  # refuse credential variables now, not at the first step
+        self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
         self.managed_settings = None if managed_settings is None else dict(managed_settings)
@@ -211,7 +131,7 @@ class LocalSandboxProvider:
         self.tmp_size_bytes = tmp_size_bytes
         self.claude_path = claude_path
         self.allow_bypass = allow_bypass
-        self._running: dict[asyncio.subprocess.Process, str | None] = {}
+        self._processes = runner.SandboxProcesses()
 
     def account_kind(self) -> str | None:
         """Credentials always go through the in-process proxy, so accounts can be attached."""
@@ -246,7 +166,7 @@ class LocalSandboxProvider:
             raise errors.ConfigError("run_command needs a command")
         limit = self.timeout if timeout_s is None else timeout_s
         variables = {**self.env, **(env or {})}
-        sandbox_env(variables)
+        settings.sandbox_env(variables)
         mounts = tuple(read_only_mounts)
         with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
             async with contextlib.AsyncExitStack() as stack:
@@ -265,9 +185,11 @@ class LocalSandboxProvider:
                 full = self._argv(
                     tuple(argv), tmp=tmp, working_dir=working_dir, mounts=mounts, proxy_socket=socket_path
                 )
-                run_env = sandbox_env(variables, proxy_token=None if token is None else token.reveal())
+                run_env = settings.sandbox_env(variables, proxy_token=None if token is None else token.reveal())
                 start = time.monotonic()
-                code, out, err = await self._execute(full, run_env, stdin, limit, None, run_id=run_id)
+                code, out, err = await self._processes.run(
+                    full, run_env, stdin=stdin, limit_s=limit, sink=None, run_id=run_id
+                )
         _raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
@@ -283,13 +205,7 @@ class LocalSandboxProvider:
 
     async def release_run(self, run_id: str) -> int:
         """Kill every sandbox of ``run_id`` still running; returns how many were killed."""
-        victims = [p for p, r in self._running.items() if r == run_id and p.returncode is None]
-        for proc in victims:
-            _kill_tree(proc)
-        for proc in victims:
-            with contextlib.suppress(ProcessLookupError):
-                await proc.wait()
-        return len(victims)
+        return await self._processes.kill_run(run_id)
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         command.validate_prompt_size(config)
@@ -297,7 +213,7 @@ class LocalSandboxProvider:
         if allow is None:
             allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
         args = command.build_args(config, allow_bypass=allow)
-        ignored = ignored_settings(config, isolation=self.isolation)
+        ignored = settings.ignored_settings(config, isolation=self.isolation)
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
@@ -328,9 +244,11 @@ class LocalSandboxProvider:
                     proxy_socket=socket_path,
                     extra_tools=(claude,),
                 )
-                env = sandbox_env(self.env, proxy_token=token.reveal())
+                env = settings.sandbox_env(self.env, proxy_token=token.reveal())
                 start = time.monotonic()
-                code, out, err = await self._execute(full, env, stdin, self.timeout, sink, run_id=run_id)
+                code, out, err = await self._processes.run(
+                    full, env, stdin=stdin, limit_s=self.timeout, sink=sink, run_id=run_id
+                )
                 wall_ms = int((time.monotonic() - start) * 1000)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
         _record_rate_limits(config, out)
@@ -346,20 +264,20 @@ class LocalSandboxProvider:
         # The real file: inside the sandbox only its package directory is exposed.
         return os.path.realpath(self.claude_path or cli.find_claude_cli())
 
-    def _credential(self, config: AgentConfig | None) -> ProxyCredential:
+    def _credential(self, config: AgentConfig | None) -> settings.ProxyCredential:
         base = self.credential
         upstream = base.upstream if base is not None else "https://api.anthropic.com"
         if config is not None and config.account is not None:
             kind: Literal["api_key", "oauth_token"] = (
                 "api_key" if config.account.credential_kind == "api_key" else "oauth_token"
             )
-            return ProxyCredential(config.account.value, kind, upstream)
+            return settings.ProxyCredential(config.account.value, kind, upstream)
         if base is not None:
             return base
         if os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"):
-            return ProxyCredential(Secret(os.environ["CLAUDE_CODE_OAUTH_TOKEN"]), "oauth_token", upstream)
+            return settings.ProxyCredential(Secret(os.environ["CLAUDE_CODE_OAUTH_TOKEN"]), "oauth_token", upstream)
         if os.environ.get("ANTHROPIC_API_KEY"):
-            return ProxyCredential(Secret(os.environ["ANTHROPIC_API_KEY"]), "api_key", upstream)
+            return settings.ProxyCredential(Secret(os.environ["ANTHROPIC_API_KEY"]), "api_key", upstream)
         raise errors.AuthProxyError(
             "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY",
             retryable=False,
@@ -410,12 +328,12 @@ class LocalSandboxProvider:
         script = os.path.realpath(forwarder.__file__)
         if proxy_socket is not None:
             inner_socket = bwrap.PROXY_SOCKET_PATH if self.isolation == "bwrap" else proxy_socket
-            relay = (python, "-I", "-S", script, str(PROXY_PORT), inner_socket, "--")
+            relay = (python, "-I", "-S", script, str(settings.PROXY_PORT), inner_socket, "--")
         tools = (*extra_tools, python, script) if proxy_socket is not None else extra_tools
         if self.isolation == "gvisor":
             bridge = None
             if proxy_socket is not None:
-                bridge = gvisor.ProxyBridge(PROXY_PORT, proxy_socket, python, script)
+                bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script)
             return gvisor.gvisor_argv(
                 gvisor.GvisorSettings(
                     command=cmd,
@@ -432,9 +350,9 @@ class LocalSandboxProvider:
             )
         exposed = []
         for tool in tools:
-            if _hidden(tool):
+            if settings.hidden_from_sandbox(tool):
                 # The tool's package or interpreter prefix, at the same path, read-only.
-                root = _tool_root(tool)
+                root = settings.tool_root(tool)
                 exposed.append(bwrap.ReadOnlyMount(root, root))
         unique = {m.target: m for m in (*exposed, *mounts)}
         full_cmd = (*relay, *cmd) if proxy_socket is not None else cmd
@@ -456,38 +374,6 @@ class LocalSandboxProvider:
 
     # -- running it (the one place processes start and die) --
 
-    async def _execute(
-        self,
-        argv: list[str],
-        env: Mapping[str, str],
-        stdin: bytes | None,
-        limit: float,
-        sink: LogSink | None,
-        *,
-        run_id: str | None = None,
-    ) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=dict(env),  # the whole sandbox environment: never on the argv
-            cwd="/",
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # one process group to kill on timeout or cancellation
-        )
-        self._running[proc] = run_id
-        try:
-            async with asyncio.timeout(limit):
-                return await _communicate(proc, stdin, sink)
-        except TimeoutError:
-            raise errors.AgentTimeout(limit) from None
-        finally:
-            self._running.pop(proc, None)
-            if proc.returncode is None:
-                _kill_tree(proc)
-                # Shielded: a cancelled caller still waits for the tree to be gone.
-                await asyncio.shield(_reap(proc))
-
 
 def _which(name: str) -> str:
     found = shutil.which(name)
@@ -497,59 +383,7 @@ def _which(name: str) -> str:
     return found
 
 
-def _tool_root(path: str) -> str:
-    """The directory to expose for a tool: its package dir (``…/claude-code``) or prefix."""
-    real = Path(path)
-    if real.parent.name == "bin":
-        return str(real.parent.parent)
-    return str(real.parent)
-
-
-def _kill_tree(proc: asyncio.subprocess.Process) -> None:
-    # bwrap/runsc lead their own process group; --die-with-parent and the pid namespace
-    # take everything inside with them.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(TimeoutError, ProcessLookupError):
-        async with asyncio.timeout(_KILL_GRACE_S):
-            await proc.wait()
-
-
-async def _communicate(
-    proc: asyncio.subprocess.Process, stdin: bytes | None, sink: LogSink | None
-) -> tuple[int, str, str]:
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-
-    async def feed() -> None:
-        if proc.stdin is None:
-            return
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.write(stdin or b"")
-            await proc.stdin.drain()
-        proc.stdin.close()
-
-    async def read(stream: asyncio.StreamReader, name: str) -> str:
-        chunks: list[str] = []
-        while line := await stream.readline():
-            text = line.decode(errors="replace")
-            chunks.append(text)
-            if sink is not None:
-                sink.log(name, text.rstrip("\n"))
-        return "".join(chunks)
-
-    async with asyncio.TaskGroup() as group:
-        group.create_task(feed())
-        out = group.create_task(read(proc.stdout, "stdout"))
-        err = group.create_task(read(proc.stderr, "stderr"))
-    code = await proc.wait()
-    return code, out.result(), err.result()
-
-
-def _raise_if_sandbox_failed(code: int, stderr: str, isolation: Isolation) -> None:
+def _raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolation) -> None:
     """bubblewrap reports its own failures as ``bwrap: …`` with exit code 1."""
     first = stderr.strip().splitlines()[0] if stderr.strip() else ""
     if code != 0 and first.startswith("bwrap:"):
@@ -566,7 +400,7 @@ def _record_rate_limits(config: AgentConfig, logs: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _proxy(
-    credential: ProxyCredential, *, socket_path: str, run_id: str | None, step: str, expires_in: float
+    credential: settings.ProxyCredential, *, socket_path: str, run_id: str | None, step: str, expires_in: float
 ) -> AsyncIterator[tuple[str, Secret]]:
     """The in-process auth proxy on a unix socket, and one token for this step, revoked after."""
     async with proxy_session.proxy_session(

@@ -1,0 +1,118 @@
+"""Step settings into local-sandbox decisions (pure): what is ignored, the environment.
+
+What a Kubernetes-only setting becomes locally is decided here, once: applied
+(``read_only_host_path`` → a read-only bind), or accepted and named in
+``AgentResult.ignored_settings``. The sandbox environment is built from nothing: the
+worker's own variables never reach a step, and credential variables are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Final, Literal
+
+from ironflow import errors
+from ironflow.agent import AgentConfig, HostPathSource
+from ironflow.claude import layout
+from ironflow.k8s import labels
+from ironflow.local import bwrap
+from ironflow.secrets import Secret, looks_like_claude_credential
+
+__all__ = [
+    "PROXY_PORT",
+    "Isolation",
+    "LocalProfile",
+    "ProxyCredential",
+    "hidden_from_sandbox",
+    "ignored_settings",
+    "sandbox_env",
+    "tool_root",
+]
+
+Isolation = Literal["bwrap", "gvisor"]
+#: Where the proxy relay listens inside the sandbox's own network namespace.
+PROXY_PORT: Final = 18080
+_SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class LocalProfile:
+    """A host directory copied into ``~/.claude/<subdir>``, as a profile ConfigMap is in the pod."""
+
+    path: str
+    subdir: str = ""
+
+
+@dataclass(frozen=True)
+class ProxyCredential:
+    """The credential only the in-process auth proxy sees, and where it relays to."""
+
+    value: Secret = dataclasses.field(repr=False)
+    kind: Literal["api_key", "oauth_token"] = "api_key"
+    upstream: str = "https://api.anthropic.com"
+
+
+def ignored_settings(config: AgentConfig, *, isolation: Isolation = "bwrap") -> tuple[str, ...]:
+    """The step's settings a local sandbox accepts but cannot apply, named for the report."""
+    pod = config.pod
+    out: list[str] = []
+    if pod.service_account is not None:
+        out.append("service_account")
+    if pod.runtime_class is not None:
+        out.append(f"runtime_class (local isolation is {isolation})")
+    if pod.secret_env:
+        out.append("secret_env (" + ", ".join(e.name for e in pod.secret_env) + ")")
+    for vol in pod.read_only_volumes:
+        if not isinstance(vol.source, HostPathSource):
+            out.append(f"read_only_volume at {vol.mount_path} ({type(vol.source).__name__})")
+    out.extend(f"pvc_volume {v.claim_name} at {v.mount_path}" for v in pod.pvc_volumes)
+    if pod.without_provider_volumes:
+        out.append("without_provider_volumes")
+    out.extend(f"input {i.mount_path}" for i in config.inputs)
+    if labels.LABEL_EGRESS_PROFILE in config.pod_labels:
+        out.append(f"egress_profile {config.pod_labels[labels.LABEL_EGRESS_PROFILE]} (no network but the proxy)")
+    return tuple(out)
+
+
+def sandbox_env(
+    extra: Mapping[str, str] | None = None, *, proxy_token: str | None = None, proxy_port: int = PROXY_PORT
+) -> dict[str, str]:
+    """The whole environment of the sandbox: nothing inherited from the worker.
+
+    Raises:
+        StepConfigError: ``extra`` names a credential variable or holds a ``sk-ant`` value.
+    """
+    env = {"PATH": _SANDBOX_PATH, "HOME": layout.SANDBOX_HOME, "TMPDIR": layout.SANDBOX_TMP, "LANG": "C.UTF-8"}
+    for name, value in (extra or {}).items():
+        if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
+            raise errors.StepConfigError(
+                f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
+            )
+        env[name] = value
+    if proxy_token is not None:
+        env.update(
+            {
+                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
+                "ANTHROPIC_AUTH_TOKEN": proxy_token,
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+            }
+        )
+    return env
+
+
+def hidden_from_sandbox(path: str) -> bool:
+    """Whether ``path`` lies under a host directory the bubblewrap sandbox does not show."""
+    parts = PurePosixPath(path).parts
+    return len(parts) > 1 and parts[1] in bwrap.HIDDEN_ROOT_ENTRIES - {"etc", "proc", "dev"}
+
+
+def tool_root(path: str) -> str:
+    """The directory to expose for a tool: its package dir (``…/claude-code``) or prefix."""
+    real = PurePosixPath(path)
+    if real.parent.name == "bin":
+        return str(real.parent.parent)
+    return str(real.parent)
