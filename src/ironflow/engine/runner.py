@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import time
@@ -280,8 +281,6 @@ class _Execution:
 
 
 def _replace(record: model.StepRecord, **changes: Any) -> model.StepRecord:
-    import dataclasses
-
     return dataclasses.replace(record, **changes)
 
 
@@ -377,6 +376,8 @@ class Runner:
         return await self._workflow_body(run, workflow)
 
     async def _settle(self, run: model.RunRecord, worker: str, body: asyncio.Task[Any]) -> Outcome:
+        if body.cancelled():  # a step cancelled its own run's task: leave the run to its lease
+            return Outcome.ABANDONED
         exc = body.exception()
         if exc is None:
             try:
