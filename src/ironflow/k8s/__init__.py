@@ -18,6 +18,7 @@ from ironflow.k8s.labels import (
     sanitize_label_value,
 )
 from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
+from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
 from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
 
 __all__ = [
@@ -30,8 +31,11 @@ __all__ = [
     "LABEL_STEP",
     "ClaudeProfile",
     "ImagePullPolicy",
+    "JobRun",
     "K8sEphemeralProvider",
     "K8sResources",
+    "PodRun",
+    "PodRunOutput",
     "ProviderSettings",
     "SandboxSettings",
     "Toleration",

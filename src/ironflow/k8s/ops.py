@@ -22,11 +22,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
-from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods
+from ironflow.k8s import labels
+
+if TYPE_CHECKING:  # the builders stay pure: the API is imported only when a run starts
+    from ironflow.k8s import api as kube
 
 __all__ = [
     "LABEL_ROOT_RUN_ID",
@@ -545,7 +547,7 @@ def _need_api(kind: str, api: kube.KubeApi | None) -> kube.KubeApi:
 
 
 def _pod_ended(pod: Mapping[str, Any] | None) -> bool:
-    return pod is not None and pods.phase(pod) in ("Succeeded", "Failed")
+    return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _job_outcome(job: Mapping[str, Any]) -> str | None:
@@ -557,6 +559,9 @@ def _job_outcome(job: Mapping[str, Any]) -> str | None:
 
 
 async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, body: dict[str, Any]) -> None:
+    from ironflow.k8s import api as kube
+    from ironflow.k8s import pods
+
     name = body["metadata"]["name"]
     try:
         await api.create(resource, namespace, body)
@@ -573,6 +578,7 @@ def _expiry_of(body: Mapping[str, Any]) -> str | None:
 
 
 async def _read_log(api: kube.KubeApi, namespace: str, pod: str) -> str:
+
     try:
         return await api.read_log(namespace, pod)
     except errors.KubernetesError:
@@ -580,6 +586,9 @@ async def _read_log(api: kube.KubeApi, namespace: str, pod: str) -> str:
 
 
 async def _run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
+    from ironflow.k8s import api as kube
+    from ironflow.k8s import pods
+
     s = run.settings
     body = run.build_pod()
     await _create(api, kube.PODS, s.namespace, body)
@@ -596,6 +605,8 @@ async def _run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
 
 async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
     """The Job's outcome, from a watch on that one Job (it starts with a list: no race)."""
+    from ironflow.k8s import api as kube
+
     events = api.watch(kube.JOBS, namespace, field_selector=f"metadata.name={name}")
     try:
         async for event in events:
@@ -610,6 +621,9 @@ async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
 
 
 async def _run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
+    from ironflow.k8s import api as kube
+    from ironflow.k8s import pods
+
     s = run.settings
     body = run.build_job()
     await _create(api, kube.JOBS, s.namespace, body)
