@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +47,17 @@ class Lines:
         self.lines.append((stream, line))
 
 
+#: This test module's own parent for run temp dirs (others may run sandboxes meanwhile);
+#: short, because the proxy's unix socket lives there.
+TEMP = tempfile.mkdtemp(prefix="ifl-test-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_temp() -> Iterator[None]:
+    yield
+    shutil.rmtree(TEMP, ignore_errors=True)
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeAnthropic]:
     async with FakeAnthropic(Script.of("Hello from the sandbox"), required_credential=KEY) as server:
@@ -59,11 +70,12 @@ def _provider(fake: FakeAnthropic, isolation: str = "bwrap", timeout: float = 60
         timeout=timeout,
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+        temp_dir=TEMP,
     )
 
 
 def _leftovers(marker: str) -> tuple[list[str], list[str]]:
-    """Processes whose command line holds ``marker``, and our temp dirs still on disk."""
+    """Processes whose command line holds ``marker``, and this module's run temp dirs still on disk."""
     procs = []
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
@@ -73,7 +85,7 @@ def _leftovers(marker: str) -> tuple[list[str], list[str]]:
                         procs.append(pid)
             except OSError:
                 continue
-    return procs, glob.glob(os.path.join(tempfile.gettempdir(), "ironflow-local-*"))
+    return procs, glob.glob(os.path.join(TEMP, "ironflow-local-*"))
 
 
 @needs_cli
@@ -246,3 +258,56 @@ async def test_profile_directory_is_copied_into_home_claude_before_the_cli_start
     )
     assert (await provider.invoke(AgentConfig("hi"))).text == "Hello from the sandbox"
     assert "PROFILE-MARKER-4242" in str(fake.message_requests[-1].body)
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "message"),
+    [
+        ("/usr/share/ironflow-nope", "comes read-only from the host"),
+        ("/home/claude/data", "reserved path"),
+        ("data", "must be absolute"),
+    ],
+)
+async def test_unusable_host_path_mounts_are_refused_before_anything_starts(
+    fake: FakeAnthropic, tmp_path: Path, mount_path: str, message: str
+) -> None:
+    config = AgentConfig("hi").read_only_host_path(str(tmp_path), mount_path)
+    with pytest.raises(errors.StepConfigError, match=message):
+        await _provider(fake).invoke(config)
+    assert fake.requests == []
+
+
+async def test_a_missing_host_path_is_refused_naming_it(fake: FakeAnthropic) -> None:
+    config = AgentConfig("hi").read_only_host_path("/does/not/exist", "/data")
+    with pytest.raises(errors.StepConfigError, match="'/does/not/exist' is not a directory"):
+        await _provider(fake).invoke(config)
+
+
+async def test_a_missing_sandbox_runtime_is_an_infrastructure_error(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(
+        errors.SandboxError, match=r"bwrap is not installed: install it \(apt-get install -y bubblewrap\)"
+    ):
+        await _provider(fake).run_command(["true"])
+    assert _leftovers("ironflow-local-")[1] == []
+
+
+async def test_parallel_steps_each_get_their_own_sandbox_and_proxy(fake: FakeAnthropic) -> None:
+    provider = _provider(fake)
+    results = await asyncio.gather(
+        *(provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"'], auth_proxy=True) for _ in range(3))
+    )
+    tokens = {r.stdout.strip() for r in results}
+    assert len(tokens) == 3
+    assert all(t.startswith("ifap_") for t in tokens)
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_a_prompt_over_the_argv_threshold_goes_through_stdin(fake: FakeAnthropic) -> None:
+    prompt = "word " * 25_000  # 125,000 bytes: above the 100,000-byte argv threshold
+    result = await _provider(fake).invoke(AgentConfig(prompt))
+    assert result.text == "Hello from the sandbox"
+    assert "word word word" in str(fake.message_requests[-1].body)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from ironflow import errors
-from ironflow.agent import AgentConfig, AgentResult, HostPathSource
+from ironflow.agent import AgentConfig, AgentResult, HostPathSource, validate_sub_path
 from ironflow.claude import cli, command, layout, output, profile
 from ironflow.k8s import labels
 from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, settings
@@ -96,6 +96,8 @@ class LocalSandboxProvider:
         profiles: host directories copied into ``~/.claude`` before the CLI starts.
         env: extra plain variables for the sandbox (credential names are refused).
         allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
+        temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
+            system's. Keep it short: a unix socket path holds at most 107 bytes.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class LocalSandboxProvider:
         tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
         claude_path: str | None = None,
         allow_bypass: bool | None = None,
+        temp_dir: str | None = None,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -131,6 +134,7 @@ class LocalSandboxProvider:
         self.tmp_size_bytes = tmp_size_bytes
         self.claude_path = claude_path
         self.allow_bypass = allow_bypass
+        self.temp_dir = temp_dir
         self._processes = runner.SandboxProcesses()
 
     def account_kind(self) -> str | None:
@@ -168,7 +172,7 @@ class LocalSandboxProvider:
         variables = {**self.env, **(env or {})}
         settings.sandbox_env(variables)
         mounts = tuple(read_only_mounts)
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
             async with contextlib.AsyncExitStack() as stack:
                 socket_path: str | None = None
                 token: Secret | None = None
@@ -226,7 +230,7 @@ class LocalSandboxProvider:
         script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
         run_id = _run_id(config)
         step = config.pod_labels.get(labels.LABEL_STEP, "agent")
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
             async with _proxy(
                 credential,
                 socket_path=os.path.join(tmp, "proxy.sock"),
@@ -291,6 +295,8 @@ class LocalSandboxProvider:
             problem = bwrap.mount_path_problem(vol.mount_path)
             if problem is not None:
                 raise errors.StepConfigError(problem)
+            if vol.sub_path is not None and (reason := validate_sub_path(vol.sub_path)) is not None:
+                raise errors.StepConfigError(f"read-only volume: {reason}")
             source = vol.source.path if vol.sub_path is None else os.path.join(vol.source.path, vol.sub_path)
             if not os.path.isdir(source):
                 raise errors.StepConfigError(
@@ -301,6 +307,18 @@ class LocalSandboxProvider:
                 raise errors.StepConfigError(
                     f"gVisor isolation shows host paths only where they are: mount '{source}' at itself, "
                     f"not at '{vol.mount_path}', or use isolation='bwrap'"
+                )
+            top = "/" + vol.mount_path.strip("/").split("/")[0]
+            if (
+                self.isolation == "bwrap"
+                and not settings.hidden_from_sandbox(vol.mount_path)
+                and os.path.lexists(top)
+                and not os.path.isdir(vol.mount_path)
+            ):
+                # bubblewrap cannot create a mount point inside a read-only host directory.
+                raise errors.StepConfigError(
+                    f"read-only volume cannot be mounted at '{vol.mount_path}': '{top}' comes read-only from "
+                    f"the host and has no such directory; use a path under a new top-level directory such as /data"
                 )
             mounts.append(bwrap.ReadOnlyMount(source, vol.mount_path))
         return tuple(mounts)
