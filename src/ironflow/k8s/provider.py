@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
@@ -30,6 +30,10 @@ from ironflow import agent, errors
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import hardening, labels, manifests
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.k8s.reaper import OrphanReaper, ReapReport
+    from ironflow.provider import LogSink
 
 __all__ = [
     "DEFAULT_INPUT_INIT_IMAGE",
@@ -437,8 +441,44 @@ class K8sEphemeralProvider:
         )
         return out
 
-    # -- runtime: invoke / invoke_with_logs / release_run / reap_orphans are added by
-    #    k8s/runner.py's engineer and delegate there; nothing below this line yet. --
+    # -- runtime: thin delegations to k8s/runner.py (imported on use: rendering needs no client) --
+
+    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+        """Run the step in a single-use pod and delete everything it created (``k8s.runner``)."""
+        from ironflow.k8s.runner import StepRunner
+
+        async with StepRunner.using(self) as runner:
+            return await runner.invoke(config)
+
+    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+        """Like :meth:`invoke`, handing each stream-json line to ``sink`` as it arrives."""
+        from ironflow.k8s.runner import StepRunner
+
+        async with StepRunner.using(self) as runner:
+            return await runner.invoke_with_logs(config, sink)
+
+    async def release_run(self, run_id: str) -> int:
+        """Delete every pod, JobRun Job and prompt of the run (and its sub-runs); pods deleted."""
+        from ironflow.k8s.runner import StepRunner
+
+        async with StepRunner.using(self) as runner:
+            return await runner.release_run(run_id)
+
+    async def reap_orphans(self, *, dry_run: bool = False) -> ReapReport:
+        """One reaping pass over the provider's namespace."""
+        from ironflow.k8s.runner import StepRunner
+
+        return await StepRunner.for_provider(self, tokens=False).reap_orphans(dry_run=dry_run)
+
+    def spawn_orphan_reaper(self, interval: Seconds | None = None) -> OrphanReaper:
+        """Reap every ``interval`` (default: :meth:`orphan_reaper`'s) in the background; ``await h.stop()``."""
+        from ironflow.k8s.runner import StepRunner
+
+        chosen = self.settings.orphan_reaper_interval_s if interval is None else interval
+        if chosen is None:
+            raise errors.ConfigError("spawn_orphan_reaper needs an interval: pass one or set orphan_reaper(interval)")
+        seconds = chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
+        return StepRunner.for_provider(self, tokens=False).spawn_orphan_reaper(seconds)
 
     # -- loading from YAML --
 

@@ -16,11 +16,12 @@ The runner is the I/O half of ``K8sEphemeralProvider``; the provider's pure
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -201,12 +202,14 @@ class StepRunner:
         api: kube.KubeApi | ApiSource | None = None,
         issuer: TokenIssuer | None = None,
         worker_env: Mapping[str, str] | None = None,
+        tokens: bool = True,
     ) -> StepRunner:
         """The runner of ``provider``: its rendering, namespace, timeouts and auth proxy.
 
         ``api`` defaults to one shared client per cluster and event loop; with an auth
         proxy and no ``issuer``, an ``AdminClient`` is made (it needs the admin key:
-        builder value or ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``), closed by :meth:`aclose`.
+        builder value or ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``), closed by :meth:`aclose`;
+        ``tokens=False`` skips it (reaping needs no token).
         """
         s = provider.settings
         if api is None:
@@ -216,7 +219,7 @@ class StepRunner:
         else:
             source = api
         owned: Any = None
-        if issuer is None and s.auth_proxy_url is not None:
+        if issuer is None and tokens and s.auth_proxy_url is not None:
             from ironflow.auth_proxy.client import AdminClient
 
             issuer = owned = AdminClient(s.auth_proxy_url, s.auth_proxy_admin_key)
@@ -236,6 +239,16 @@ class StepRunner:
             issuer,
             owned,
         )
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def using(cls, provider: K8sEphemeralProvider) -> AsyncIterator[StepRunner]:
+        """The provider's runner for one call, closed after it (what the provider's methods use)."""
+        runner = cls.for_provider(provider)
+        try:
+            yield runner
+        finally:
+            await runner.aclose()
 
     async def aclose(self) -> None:
         """Close what the runner made for itself (the admin client); the API client stays shared."""
