@@ -311,3 +311,14 @@ async def test_a_prompt_over_the_argv_threshold_goes_through_stdin(fake: FakeAnt
     result = await _provider(fake).invoke(AgentConfig(prompt))
     assert result.text == "Hello from the sandbox"
     assert "word word word" in str(fake.message_requests[-1].body)
+
+
+@needs_cli
+@pytest.mark.claude_cli
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
+    result = await _provider(fake, "gvisor").invoke(AgentConfig("Say hello from the sandbox"))
+    assert result.text == "Hello from the sandbox"
+    assert fake.message_requests[-1].header("x-api-key") == KEY
+    assert _leftovers("ironflow-local-")[1] == []
