@@ -476,3 +476,15 @@ async def test_secret_relay_logs_result_and_never_the_secret(
     results = [json.loads(line)["result"] for line in lines if json.loads(line)["event"] == "secret relay"]
     assert results == ["relayed", "unknown_token"]
     assert not find_leaks(["ghp_SECRETVALUE", issued.token.reveal(), "service=Q1", ADMIN], lines)
+
+
+async def test_framework_logs_of_a_bad_request_carry_no_request_line(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp logs unparseable requests with their request line; the proxy scrubs that text."""
+    caplog.set_level(logging.DEBUG)
+    answer = await _raw(env.proxy, b"GET /v1/x?q=QUERYSECRET9\x01 HTTP/1.1\r\nx-api-key: ifap_LEAKED\r\n\r\n")
+    assert answer.split(b" ")[1] == b"400"
+    texts = [logging.Formatter().format(r) for r in caplog.records]
+    assert any("framework error" in text for text in texts)
+    assert not find_leaks(["QUERYSECRET9", "ifap_LEAKED"], texts)

@@ -117,15 +117,16 @@ async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     """The proxy as an aiohttp application (not started)."""
+    logs.scrub_framework_logs()
     proxy = handlers.ProxyHandlers(config)
 
     @web.middleware
     async def other_hosts(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        # Row 1 for targets the router cannot route at all (CONNECT host:443, OPTIONS *).
-        if request.match_info.http_exception is not None:
-            refused = await proxy.refuse_other_host(request)
-            if refused is not None:
-                return refused
+        # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
+        # through the relay's decision order, so they get its refusals, not a bare 404.
+        failed = request.match_info.http_exception
+        if failed is not None and failed.status == 404:
+            return await proxy.relay(request)
         return await handler(request)
 
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[other_hosts])

@@ -155,15 +155,6 @@ class ProxyHandlers:
 
     # --- relays ---------------------------------------------------------------------
 
-    async def refuse_other_host(self, request: web.Request) -> web.Response | None:
-        """Row 1, for targets the router cannot even route (``CONNECT host:443``, ``*``)."""
-        refusal = policy.check_target(request.method, request.raw_path)
-        if refusal is None:
-            return None
-        logs.event(refusal.event, logging.WARNING, method=request.method)
-        self.metrics.count(refusal.result)
-        return _refuse(refusal)
-
     async def _resolve(self, request: web.Request, path: str) -> tokens.Grant | _Denied:
         """Rows 3–4b: the grant behind the request's opaque token, or the refusal and why."""
         token = policy.extract_opaque_token(request.headers)

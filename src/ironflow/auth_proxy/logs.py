@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Final
 
-__all__ = ["LOGGER_NAME", "JsonFormatter", "configure", "event", "logger"]
+__all__ = ["LOGGER_NAME", "JsonFormatter", "configure", "event", "logger", "scrub_framework_logs"]
 
 LOGGER_NAME: Final = "ironflow.auth_proxy"
 logger: Final = logging.getLogger(LOGGER_NAME)
@@ -49,6 +49,34 @@ def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
         logger.log(level, message, extra={"fields": fields})
 
 
+#: aiohttp's own loggers print the raw request line (query string included) of a bad request.
+_FRAMEWORK_LOGGERS: Final = ("aiohttp.server", "aiohttp.web", "aiohttp.access", "aiohttp.client", "aiohttp.internal")
+
+
+class _Scrub(logging.Filter):
+    """Keep a framework record's level and logger, drop its text, arguments and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+        record.msg = "framework error" + (f" ({kind})" if kind else "")
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+_SCRUB: Final = _Scrub()
+
+
+def scrub_framework_logs() -> None:
+    """Make aiohttp's records carry no request line, header or traceback text (idempotent)."""
+    for name in _FRAMEWORK_LOGGERS:
+        framework = logging.getLogger(name)
+        if _SCRUB not in framework.filters:
+            framework.addFilter(_SCRUB)
+
+
 def configure(level: str = "info") -> None:
     """JSON lines on stderr at ``level`` (``RUST_LOG``-style: its first word, e.g. ``info``)."""
     name = level.split(",")[0].split("=")[-1].strip().lower() or "info"
@@ -57,4 +85,8 @@ def configure(level: str = "info") -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS.get(name, logging.INFO))
     logger.propagate = False
+    scrub_framework_logs()
+    for name in _FRAMEWORK_LOGGERS:
+        logging.getLogger(name).handlers[:] = [handler]
+        logging.getLogger(name).propagate = False
     logging.Formatter.converter = time.gmtime
