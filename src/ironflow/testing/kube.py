@@ -272,6 +272,8 @@ class KubeTestServer:
         self._signals: dict[tuple[str, str], asyncio.Event] = {}
         self._timers: dict[str, list[asyncio.TimerHandle]] = {}  # uid -> pending transitions
         self._terminating: dict[str, asyncio.TimerHandle | None] = {}  # pod uid -> kubelet stopping it
+        self._by_uid: dict[str, tuple[_Key, tuple[str, str]]] = {}
+        self._children: dict[str, set[tuple[_Key, tuple[str, str]]]] = {}  # owner uid -> dependents
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -617,7 +619,7 @@ class KubeTestServer:
             meta["generation"] = 1
         obj["apiVersion"], obj["kind"] = t.api_version, t.kind
         self._defaults(t, obj)
-        self._objects[t.key][(namespace or "", meta["name"])] = obj
+        self._put(t, (namespace or "", meta["name"]), obj, None)
         self._emit(t, "ADDED", obj, None)
         return obj
 
@@ -655,7 +657,7 @@ class KubeTestServer:
         if new.get("spec") != old.get("spec") and "generation" in meta:
             meta["generation"] = int(meta["generation"]) + 1
         meta["resourceVersion"] = str(self._next_rv())
-        self._objects[t.key][key] = new
+        self._put(t, key, new, old)
         self._emit(t, "MODIFIED", new, old)
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self._waits_for_kubelet(t, new):
             self._remove(t, new)
@@ -669,7 +671,7 @@ class KubeTestServer:
         key = (meta.get("namespace") or "", meta["name"])
         if self._objects[t.key].get(key) is None:
             return
-        del self._objects[t.key][key]
+        self._put(t, key, None, self._objects[t.key][key])
         gone = copy.deepcopy(obj)
         gone["metadata"]["resourceVersion"] = str(self._next_rv())
         self._emit(t, "DELETED", gone, obj)
@@ -688,38 +690,46 @@ class KubeTestServer:
                 for (ns, _), child in list(store.items()):
                     if ns == meta["name"]:
                         self._remove(self._kinds[store_key], child)
-        asyncio.get_running_loop().call_soon(self._collect_dependents, uid)
+        owners = [str(ref.get("uid", "")) for ref in meta.get("ownerReferences") or []]
+        asyncio.get_running_loop().call_soon(self._collect_dependents, uid, owners)
+
+    def _put(self, t: _Type, key: tuple[str, str], obj: Obj | None, old: Obj | None) -> None:
+        """Store (or, with ``obj`` None, drop) an object, keeping the uid and owner indexes."""
+        if old is not None:
+            self._by_uid.pop(old["metadata"]["uid"], None)
+            for ref in old["metadata"].get("ownerReferences") or []:
+                children = self._children.get(str(ref.get("uid", "")))
+                if children is not None:
+                    children.discard((t.key, key))
+                    if not children:
+                        del self._children[str(ref.get("uid", ""))]
+        if obj is None:
+            del self._objects[t.key][key]
+            return
+        self._objects[t.key][key] = obj
+        self._by_uid[obj["metadata"]["uid"]] = (t.key, key)
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            self._children.setdefault(str(ref.get("uid", "")), set()).add((t.key, key))
 
     def _dependents(self, uid: str) -> list[tuple[_Type, Obj]]:
-        out = []
-        for store_key, store in self._objects.items():
-            for obj in store.values():
-                if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or []):
-                    out.append((self._kinds[store_key], obj))
-        return out
+        return [(self._kinds[tk], self._objects[tk][key]) for tk, key in sorted(self._children.get(uid, ()))]
 
-    def _collect_dependents(self, owner_uid: str) -> None:
-        """The garbage collector: dependents whose owners are all gone are deleted (Background)."""
+    def _collect_dependents(self, owner_uid: str, owners_of_removed: list[str]) -> None:
+        """The garbage collector: dependents whose owners are all gone are deleted (Background);
+        an owner in foreground deletion goes once its last dependent has."""
         for t, obj in self._dependents(owner_uid):
             owners = obj["metadata"].get("ownerReferences") or []
-            if all(not self._uid_exists(ref.get("uid", "")) for ref in owners):
+            if all(str(ref.get("uid", "")) not in self._by_uid for ref in owners):
                 self._delete(t, obj, grace=None, policy="Background")
-        for t, obj in self._foreground_owners():
-            if not self._dependents(obj["metadata"]["uid"]):
-                new = copy.deepcopy(obj)
+        for uid in owners_of_removed:
+            where = self._by_uid.get(uid)
+            if where is None or self._dependents(uid):
+                continue
+            owner = self._objects[where[0]][where[1]]
+            if "foregroundDeletion" in (owner["metadata"].get("finalizers") or []):
+                new = copy.deepcopy(owner)
                 new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"] if f != "foregroundDeletion"]
-                self._replace(t, new)
-
-    def _foreground_owners(self) -> list[tuple[_Type, Obj]]:
-        return [
-            (self._kinds[k], o)
-            for k, store in self._objects.items()
-            for o in store.values()
-            if "foregroundDeletion" in (o["metadata"].get("finalizers") or [])
-        ]
-
-    def _uid_exists(self, uid: str) -> bool:
-        return any(o["metadata"]["uid"] == uid for store in self._objects.values() for o in store.values())
+                self._replace(self._kinds[where[0]], new)
 
     def _delete(self, t: _Type, obj: Obj, *, grace: int | None, policy: str | None) -> tuple[Obj, bool]:
         """Delete as the API server would; returns (the object as it now is, whether it is gone)."""
