@@ -24,7 +24,6 @@ import pytest
 from ironflow.engine import model
 from ironflow.engine.store import Store, open_store
 from ironflow.testing.engine import read_events
-from ironflow.testing.pytest_plugin import postgres_dsn  # noqa: F401  (fixture)
 
 HERE = Path(__file__).parent
 WORKER = HERE / "engine_crash_worker.py"

@@ -28,7 +28,6 @@ from ironflow.k8s import labels
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 from ironflow.testing import find_leaks
 from ironflow.testing.engine import RecordingProvider
-from ironflow.testing.pytest_plugin import postgres_dsn  # noqa: F401  (fixture)
 
 WORKFLOWS = Path(__file__).parent / "engine_workflows.py"
 CHILD_STEP = labels.sanitize_label_value("child step")
@@ -493,3 +492,36 @@ async def test_a_run_can_be_claimed_by_id_leaving_the_others_queued(store: Store
     assert claimed is not None
     assert claimed.id == second
     assert (await get(store, first)).status is model.RunStatus.PENDING
+
+
+@pytest.mark.postgres
+async def test_stores_opening_together_apply_the_postgres_schema_once(postgres_dsn: str) -> None:
+    database = f"engine_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {database}")
+    finally:
+        await conn.close()
+    dsn = postgres_dsn.rsplit("/", 1)[0] + "/" + database
+    stores = [PostgresStore(dsn, max_size=2) for _ in range(3)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+        rows = await stores[0].pool.fetch(
+            "SELECT component, version, name FROM ironflow.schema_migrations WHERE component = 'engine'"
+        )
+        assert [tuple(r) for r in rows] == [("engine", 1, "engine")]
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
+def test_the_postgres_store_never_shows_its_url() -> None:
+    store = PostgresStore("postgresql://user:hunter2-secret@db/ironflow")
+    assert "hunter2" not in repr(store)
+
+
+async def test_an_unreachable_postgres_store_fails_without_echoing_the_url() -> None:
+    store = PostgresStore("postgresql://user:hunter2-secret@127.0.0.1:1/ironflow")
+    with pytest.raises(errors.InfrastructureError) as caught:
+        await store.open()
+    assert "hunter2" not in str(caught.value)
+    assert "cannot connect to the PostgreSQL store" in caught.value.message

@@ -2,8 +2,9 @@
 
 Claims use ``FOR UPDATE SKIP LOCKED`` so workers never wait on each other's rows; leases
 and due times use the server's clock, so workers with skewed clocks agree on expiry.
-The schema is the versioned SQL under ``engine/migrations/``, applied under a
-transaction-scoped advisory lock so several workers starting at once migrate once.
+The schema is the versioned SQL under ``engine/migrations/``, applied by the shared
+runner :mod:`ironflow.migrations` (an advisory lock, ``(component, version)`` records) so
+several workers starting at once migrate once.
 The DSN (which may hold a password) never appears in a message or a repr.
 """
 
@@ -11,19 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any, Final
 
 import asyncpg
 
-from ironflow import errors
+from ironflow import errors, migrations
 from ironflow.engine import model
 
-__all__ = ["MIGRATIONS_COMPONENT", "PostgresStore", "migration_files"]
+__all__ = ["MIGRATIONS_COMPONENT", "PostgresStore"]
 
 #: The (component, version) key the schema versions are recorded under.
 MIGRATIONS_COMPONENT: Final = "engine"
-_ADVISORY_LOCK_KEY: Final = 0x1F10_E46E  # "ironflow engine" migrations
+_MIGRATIONS_PACKAGE: Final = "ironflow.engine.migrations"
 
 _NOW: Final = "extract(epoch from clock_timestamp())::float8"
 _RETURN_RUN: Final = (
@@ -109,16 +109,6 @@ ON CONFLICT (account, "window", scope) DO UPDATE SET status = excluded.status,
 """
 
 
-def migration_files() -> list[tuple[int, str, str]]:
-    """``(version, name, sql)`` of every ``NNNN_name.sql`` in ``engine/migrations``, in order."""
-    out = []
-    for entry in resources.files("ironflow.engine.migrations").iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            out.append((int(name[:4]), name[5:-4], entry.read_text()))
-    return sorted(out)
-
-
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
@@ -198,28 +188,8 @@ class PostgresStore:
         await self._migrate()
 
     async def _migrate(self) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADVISORY_LOCK_KEY)
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS ironflow_engine_schema (component text NOT NULL, version integer "
-                "NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), "
-                "PRIMARY KEY (component, version))"
-            )
-            applied = {
-                r["version"]
-                for r in await conn.fetch(
-                    "SELECT version FROM ironflow_engine_schema WHERE component = $1", MIGRATIONS_COMPONENT
-                )
-            }
-            for version, name, sql in migration_files():
-                if version not in applied:
-                    await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO ironflow_engine_schema (component, version, name) VALUES ($1, $2, $3)",
-                        MIGRATIONS_COMPONENT,
-                        version,
-                        name,
-                    )
+        async with self.pool.acquire() as conn:
+            await migrations.migrate(conn, MIGRATIONS_COMPONENT, _MIGRATIONS_PACKAGE)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
