@@ -95,6 +95,14 @@ def test_k8s_backend_without_provider_file_is_bad_input() -> None:
     assert "--provider" in done.stderr
 
 
+def test_k8s_backend_with_an_unknown_provider_setting_is_bad_input(tmp_path: Path) -> None:
+    provider_file = tmp_path / "provider.yaml"
+    provider_file.write_text("imagez: x\n")
+    done = ironflow("agent", "--backend", "k8s", "--provider", str(provider_file), "hi")
+    assert done.returncode == 2
+    assert "imagez" in done.stderr
+
+
 def test_exec_passes_the_commands_output_and_exit_code_through() -> None:
     done = ironflow("exec", "--", "sh", "-c", "id -u; echo oops >&2; exit 7")
     assert done.returncode == 7

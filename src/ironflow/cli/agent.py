@@ -208,7 +208,8 @@ def agent(
             if script is None:
                 _require_credential_env()
             provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
-        with _progress(f"running the step in a {isolation.value} sandbox"):
+        where = "a Kubernetes pod" if backend is Backend.K8S else f"a {isolation.value} sandbox"
+        with _progress(f"running the step in {where}"):
             result = asyncio.run(_run_agent(config, provider, script))
     except errors.IronflowError as exc:
         _fail(exc.message, exit_code_for(exc))
