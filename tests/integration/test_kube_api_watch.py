@@ -148,3 +148,30 @@ async def test_open_watch_connections_are_counted(kube: Any) -> None:
         await task
     await events.aclose()
     assert kube.api.counters.open_watches == 0
+
+
+async def test_watch_retries_a_failing_initial_list(kube: Any, make_pod: Any) -> None:
+    """A 503 on the list that starts a watch is retried like a failed connection."""
+    server = kube.need_server()
+    await kube.api.create(api.PODS, kube.namespace, make_pod("listed"))
+    rule = server.fail("list", "pods", status=503)
+    async with contextlib.aclosing(kube.api.watch(api.PODS, kube.namespace)) as events:
+        got = await _collect(events, 1)
+    assert rule.fired == 1
+    assert got[0].type == "RELISTED"
+    assert [o["metadata"]["name"] for o in got[0].items] == ["listed"]
+
+
+async def test_watch_closed_early_releases_its_connection(kube: Any, make_pod: Any) -> None:
+    """Leaving a watch (aclosing) closes its connection on both sides."""
+    server = kube.need_server()
+    await kube.api.create(api.PODS, kube.namespace, make_pod("one"))
+    async with contextlib.aclosing(kube.api.watch(api.PODS, kube.namespace, resource_version="1")) as events:
+        await _collect(events, 1)
+        assert kube.api.counters.open_watches == 1
+    assert kube.api.counters.open_watches == 0
+    for _ in range(100):
+        if server.open_watches == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert server.open_watches == 0

@@ -13,6 +13,7 @@ benchmarks can assert "at most N requests per step" and "one watch per namespace
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections import Counter
@@ -584,26 +585,36 @@ class KubeApi:
         ``RELISTED`` event. Without ``resource_version`` it starts with a list (a ``RELISTED`` event)."""
         rv = resource_version
         failures = 0
+        quick_ends = 0
+        loop = asyncio.get_running_loop()
         while True:
-            if rv is None:
-                listed = await self.list_all(
-                    resource, namespace, label_selector=label_selector, field_selector=field_selector
-                )
-                rv = listed.resource_version
-                yield WatchEvent("RELISTED", {}, tuple(listed.items), rv)
             try:
-                async for event in self.watch_stream(
+                if rv is None:
+                    listed = await self.list_all(
+                        resource, namespace, label_selector=label_selector, field_selector=field_selector
+                    )
+                    rv = listed.resource_version
+                    yield WatchEvent("RELISTED", {}, tuple(listed.items), rv)
+                started, seen = loop.time(), 0
+                stream = self.watch_stream(
                     resource,
                     namespace,
                     resource_version=rv,
                     label_selector=label_selector,
                     field_selector=field_selector,
                     timeout_seconds=timeout_seconds,
-                ):
-                    failures = 0
-                    rv = event.resource_version or rv
-                    yield event
-                failures = 0  # a clean end: the server's timeout; reconnect at once
+                )
+                async with contextlib.aclosing(stream) as events:
+                    async for event in events:
+                        failures = quick_ends = 0
+                        seen += 1
+                        rv = event.resource_version or rv
+                        yield event
+                failures = 0  # a clean end (the server's timeout): reconnect at once...
+                if not seen and loop.time() - started < 1.0:
+                    # ...unless the server keeps closing at once: then pace the reconnects.
+                    await asyncio.sleep(backoff_delay(quick_ends))
+                    quick_ends += 1
             except errors.KubeGone:
                 if not relist_on_gone:
                     raise
