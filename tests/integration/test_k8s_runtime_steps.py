@@ -211,6 +211,54 @@ async def test_cancelled_step_leaves_nothing(kube: Case, server: KubeTestServer,
     assert leftovers(server, kube.namespace) == []
 
 
+async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
+    kube: Case, server: KubeTestServer
+) -> None:
+    """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    original = kube.api.create
+    sent = asyncio.Event()
+
+    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        created = await original(resource, namespace, body)
+        if resource == k8s.PODS:
+            sent.set()
+            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
+        return created
+
+    kube.api.create = slow_answer  # type: ignore[method-assign]
+    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000)))
+    await sent.wait()
+    assert len(server.objects(k8s.PODS, kube.namespace)) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
+    kube: Case, server: KubeTestServer
+) -> None:
+    from ironflow.k8s.ops import PodRun
+
+    original = kube.api.create
+    sent = asyncio.Event()
+
+    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        created = await original(resource, namespace, body)
+        sent.set()
+        await asyncio.sleep(30)
+        return created
+
+    kube.api.create = slow_answer  # type: ignore[method-assign]
+    task = asyncio.ensure_future(PodRun("check", "busybox", "true").namespace(kube.namespace).run(kube.api))
+    await sent.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
 async def test_cancelled_streaming_step_leaves_nothing(kube: Case, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
     sink = Lines()

@@ -565,8 +565,8 @@ async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, bo
     name = body["metadata"]["name"]
     try:
         await api.create(resource, namespace, body)
-    except errors.KubeUnavailable:
-        # No answer: the object may exist all the same. Remove it (best effort), then fail.
+    except (errors.KubeUnavailable, asyncio.CancelledError):
+        # No answer (or no time to read it): the object may exist all the same. Remove it, then fail.
         await pods.delete_quietly(
             api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
         )

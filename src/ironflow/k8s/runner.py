@@ -389,13 +389,15 @@ class StepRunner:
                     await api.create(kube.CONFIGMAPS, ns, plan.configmap)
                 except errors.KubernetesError as exc:
                     raise _with_prefix(exc, "failed to create prompt ConfigMap") from exc
+            # From the moment the request leaves, the pod may exist (a cancellation or a lost
+            # answer tells us nothing): only a refusal with a status proves it does not.
+            pod_created = True
             try:
                 await api.create(kube.PODS, ns, plan.pod)
-                pod_created = True
             except errors.KubeUnavailable as exc:
-                pod_created = True  # no answer: it may exist all the same; the cleanup below tries
                 raise _with_prefix(exc, "failed to create K8s pod") from exc
             except errors.KubernetesError as exc:
+                pod_created = False
                 raise _with_prefix(exc, "failed to create K8s pod") from exc
             if sink is None:
                 outcome = await self._wait(api, plan.pod_name)
