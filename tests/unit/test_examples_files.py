@@ -12,7 +12,14 @@ from ironflow.k8s import cluster, documents, examples
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "k8s" / "sandbox"
 HOME = ROOT / examples.PROFILE_DIR / examples.PROFILE_HOME
 PROFILE_PATHS = sorted(str(p.relative_to(HOME)) for p in HOME.rglob("*") if p.is_file())
-RENDERED = examples.example_files(PROFILE_PATHS, with_auth_proxy=(ROOT / examples.AUTH_PROXY_FILE).is_file())
+PROXY_FILE = ROOT / examples.AUTH_PROXY_FILE
+RENDERED = examples.example_files(
+    PROFILE_PATHS,
+    with_auth_proxy=PROXY_FILE.is_file(),
+    namespaces_elsewhere=examples.namespaces_defined_in(PROXY_FILE.read_text())
+    if PROXY_FILE.is_file()
+    else frozenset(),
+)
 
 
 def test_every_rendered_file_is_committed_byte_for_byte() -> None:
@@ -61,3 +68,16 @@ def test_cilium_files_keep_the_commented_postgres_rules_under_the_proxy_egress()
     uncommented = text.replace("    # - ", "    - ").replace("    #   ", "      ").replace("    #     ", "        ")
     proxy = next(d for d in yaml.safe_load_all(uncommented) if d["metadata"]["name"] == "ironflow-auth-proxy")
     assert len(proxy["spec"]["egress"]) == 4, "uncommenting must add the two 5432 rules to the proxy's egress"
+
+
+def test_a_namespace_the_proxy_file_creates_is_left_out_of_namespace_yaml() -> None:
+    """kustomize refuses one object twice, so namespace.yaml yields to auth-proxy.yaml."""
+    proxy_text = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ironflow-system\n"
+    elsewhere = examples.namespaces_defined_in(proxy_text)
+    files = {
+        f.path: f for f in examples.example_files(PROFILE_PATHS, with_auth_proxy=True, namespaces_elsewhere=elsewhere)
+    }
+    names = [o["metadata"]["name"] for o in files["namespace.yaml"].objects]
+    assert names == ["ironflow-agents", "ironflow"]
+    resources = yaml.safe_load(documents.file_text(files["kustomization.yaml"].documents))["resources"]
+    assert resources[-1] == examples.AUTH_PROXY_FILE

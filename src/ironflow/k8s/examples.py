@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from ironflow.k8s import cluster, cluster_network, documents
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "PROFILE_HOME",
     "example_files",
     "kustomize_resources",
+    "namespaces_defined_in",
     "profile_kustomization",
 ]
 
@@ -103,13 +106,26 @@ def _top_kustomization(*, with_auth_proxy: bool) -> documents.Document:
     return documents.Document(body, comment)
 
 
-def example_files(profile_paths: Sequence[str], *, with_auth_proxy: bool = False) -> list[documents.ManifestFile]:
-    """Every rendered file of the example set, paths relative to ``examples/k8s/sandbox/``."""
+def namespaces_defined_in(text: str) -> frozenset[str]:
+    """The Namespaces a YAML file (``auth-proxy.yaml``) creates itself, so namespace.yaml leaves them out."""
+    docs = yaml.safe_load_all(text)
+    return frozenset(str(d["metadata"]["name"]) for d in docs if isinstance(d, dict) and d.get("kind") == "Namespace")
+
+
+def example_files(
+    profile_paths: Sequence[str], *, with_auth_proxy: bool = False, namespaces_elsewhere: frozenset[str] = frozenset()
+) -> list[documents.ManifestFile]:
+    """Every rendered file of the example set, paths relative to ``examples/k8s/sandbox/``.
+
+    ``namespaces_elsewhere``: Namespaces another file of the set creates (kustomize refuses
+    one object twice).
+    """
     config = EXAMPLE_CONFIG
     top = cluster.topology(config)
     direct = cluster_network.Topology(top.namespace, top.worker_namespace, None, top.profiles)
+    own_namespaces = [d for d in cluster.namespaces(config) if d.body["metadata"]["name"] not in namespaces_elsewhere]
     files = {
-        "namespace.yaml": cluster.namespaces(config),
+        "namespace.yaml": own_namespaces,
         "namespace-rbac.yaml": cluster.worker_rbac(config),
         "check-rbac.yaml": cluster.check_rbac(config),
         "networkpolicy-deny-all.yaml": cluster.deny_all(config),
@@ -134,7 +150,9 @@ def _main(argv: list[str]) -> int:
     root = Path(argv[0])
     home = root / PROFILE_DIR / PROFILE_HOME
     paths = sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
-    for file in example_files(paths, with_auth_proxy=(root / AUTH_PROXY_FILE).is_file()):
+    proxy_file = root / AUTH_PROXY_FILE
+    elsewhere = namespaces_defined_in(proxy_file.read_text(encoding="utf-8")) if proxy_file.is_file() else frozenset()
+    for file in example_files(paths, with_auth_proxy=proxy_file.is_file(), namespaces_elsewhere=elsewhere):
         target = root / file.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(documents.file_text(file.documents), encoding="utf-8")
