@@ -1,8 +1,9 @@
 """A worker killed with SIGKILL mid-run: another worker process finishes the run.
 
-Real worker subprocesses, a real store (SQLite file or PostgreSQL), and a recording
-provider that logs every call to a shared file. The Kubernetes-test-server variant of
-this test (pods really deleted) comes with the Kubernetes runtime provider.
+Real worker subprocesses and a real store (SQLite file or PostgreSQL), with two
+providers: a recording provider that logs every call to a shared file, and the
+Kubernetes provider against the in-process Kubernetes API test server, where the dead
+attempt's pod really exists until the new attempt's ``release_run`` deletes it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import pytest
 
 from ironflow.engine import model
 from ironflow.engine.store import Store, open_store
+from ironflow.k8s import api, labels
 from ironflow.testing.engine import read_events
+from ironflow.testing.kube import KubeTestServer, PodScript
 
 HERE = Path(__file__).parent
 WORKER = HERE / "engine_crash_worker.py"
 WORKFLOWS = HERE / "engine_workflows.py"
+JSON_TEXT = (HERE.parent / "fixtures" / "claude" / "json_text.out").read_text()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -46,9 +50,9 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @contextmanager
-def worker_process(store_url: str, log: Path, slow_delay_s: float) -> Iterator[subprocess.Popen[bytes]]:
+def worker_process(store_url: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), store_url, str(log), str(slow_delay_s)],
+        [sys.executable, str(WORKER), store_url, *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -95,11 +99,11 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
         await store.create_run(
             model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "two", "slow", "four"]})
         )
-        with worker_process(store_url, log, slow_delay_s=60) as first:
+        with worker_process(store_url, str(log), "60") as first:
             await until(lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)))
             os.kill(first.pid, signal.SIGKILL)
             first.wait(timeout=5)
-        with worker_process(store_url, log, slow_delay_s=0) as second:
+        with worker_process(store_url, str(log), "0") as second:
             status = await until(lambda: run_status(store, run_id))
             assert status is model.RunStatus.SUCCEEDED
             second_pid = second.pid
@@ -137,3 +141,51 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
         ("slow", model.StepStatus.SUCCEEDED, 1),
         ("four", model.StepStatus.SUCCEEDED, 1),
     ]
+
+
+def _step_pods(server: KubeTestServer, namespace: str, step: str) -> list[dict[str, Any]]:
+    return [p for p in server.objects(api.PODS, namespace) if p["metadata"]["labels"].get(labels.LABEL_STEP) == step]
+
+
+async def test_on_kubernetes_the_dead_attempts_pod_is_deleted_before_the_new_attempt_creates_any(
+    store_url: str, tmp_path: Path
+) -> None:
+    namespace = "engine-crash"
+    async with KubeTestServer() as server:
+        server.create_namespace(namespace)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(server.kubeconfig_yaml(namespace=namespace))
+        server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
+        forever = server.script_pods(PodScript(labels={labels.LABEL_STEP: "slow"}, run_for=None))
+        store = open_store(store_url)
+        await store.open()
+        try:
+            run_id = model.new_id()
+            await store.create_run(
+                model.RunRecord(
+                    id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "two", "slow", "four"]}
+                )
+            )
+            with worker_process(store_url, "--kubeconfig", str(kubeconfig), namespace) as first:
+                await until(lambda: _step_pods(server, namespace, "slow"))
+                os.kill(first.pid, signal.SIGKILL)
+                first.wait(timeout=5)
+            (dead_pod,) = _step_pods(server, namespace, "slow")
+            assert dead_pod["metadata"]["labels"][labels.LABEL_RUN_ID] == run_id
+            server.unscript(forever)  # the next "slow" pod finishes like the others
+            resumed_from = len(server.requests)
+            with worker_process(store_url, "--kubeconfig", str(kubeconfig), namespace):
+                status = await until(lambda: run_status(store, run_id))
+            run = await store.get_run(run_id)
+        finally:
+            await store.close()
+        assert status is model.RunStatus.SUCCEEDED
+        assert run is not None
+        assert run.output == ["Hello from the fake model."] * 4
+        pod_calls = [(r.verb, r.name) for r in server.requests[resumed_from:] if r.resource == "pods"]
+        deletes = [i for i, (verb, _) in enumerate(pod_calls) if verb == "delete"]
+        creates = [i for i, (verb, _) in enumerate(pod_calls) if verb == "create"]
+        assert pod_calls[deletes[0]][1] == dead_pod["metadata"]["name"]
+        assert deletes[0] < creates[0]  # released before the new attempt created anything
+        assert len(creates) == 2  # "slow" again and "four": "one" and "two" are replayed
+        assert server.objects(api.PODS, namespace) == []
