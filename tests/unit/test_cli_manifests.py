@@ -48,6 +48,10 @@ def test_example_options_reproduce_the_example_files() -> None:
         for d in yaml.safe_load_all((ROOT / name).read_text(encoding="utf-8"))
         if d
     ]
+    proxy_file = ROOT / examples.AUTH_PROXY_FILE
+    if proxy_file.is_file():  # a Namespace the proxy's file creates is left out of namespace.yaml
+        elsewhere = examples.namespaces_defined_in(proxy_file.read_text(encoding="utf-8"))
+        printed = [d for d in printed if not (d["kind"] == "Namespace" and d["metadata"]["name"] in elsewhere)]
     assert sorted(map(json.dumps, printed)) == sorted(map(json.dumps, from_files))
 
 
