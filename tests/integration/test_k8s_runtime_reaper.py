@@ -264,3 +264,10 @@ async def test_spawn_orphan_reaper_logs_failures_and_keeps_going(
 def test_spawn_orphan_reaper_zero_interval_is_refused() -> None:
     with pytest.raises(errors.ConfigError, match="orphan reaper interval must be greater than zero"):
         reaper.spawn_orphan_reaper(None, ns, 0)  # type: ignore[arg-type]
+
+
+async def test_reap_orphans_connects_from_a_cluster_config(server: KubeTestServer, api: k8s.KubeApi, ns: str) -> None:
+    """The module-level pass needs no provider: a cluster config and a namespace."""
+    await api.create(k8s.PODS, ns, runner_pod("expired", expires_at=PAST))
+    report = await reaper.reap_orphans(server.cluster_config(), ns)
+    assert report.pods == ("expired",)

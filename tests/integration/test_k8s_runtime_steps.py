@@ -196,6 +196,21 @@ async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(kube
     assert leftovers(server, kube.namespace) == []
 
 
+async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
+    kube: Case, server: KubeTestServer
+) -> None:
+    """The follow request fails: the runner waits for the end, reads the log once, still feeds the sink."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.3, log=STREAM_TEXT))
+    rule = server.fail("get", "pods/log", status=500)  # the first log call is the follow
+    sink = Lines()
+    result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
+    assert rule.fired == 1
+    assert server.count("get", "pods/log") == 2
+    assert result.text
+    assert [line for _, line in sink.lines] == STREAM_TEXT.splitlines()
+    assert leftovers(server, kube.namespace) == []
+
+
 # --- cancellation ---------------------------------------------------------------------
 
 

@@ -251,6 +251,11 @@ def test_timeouts_must_be_positive(bad: float) -> None:
         job_run().timeout(bad)
 
 
+def test_kind_is_k8s() -> None:
+    assert pod_run().kind == "k8s"
+    assert job_run().kind == "k8s"
+
+
 def test_input_exposes_metadata_no_secret() -> None:
     assert pod_run().namespace("ci").input() == {
         "image": "rust:1.94",

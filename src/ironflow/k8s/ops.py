@@ -225,6 +225,11 @@ class PodRun:
         if not self.image.strip():
             raise errors.ConfigError("PodRun image must not be empty")
 
+    @property
+    def kind(self) -> str:
+        """The operation kind recorded with the step: ``k8s``."""
+        return "k8s"
+
     def _set(self, **changes: Any) -> PodRun:
         return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
 
@@ -419,6 +424,11 @@ class JobRun:
         _check_name("JobRun", self.name)
         if not self.image.strip():
             raise errors.ConfigError("JobRun image must not be empty")
+
+    @property
+    def kind(self) -> str:
+        """The operation kind recorded with the step: ``k8s``."""
+        return "k8s"
 
     def _set(self, **changes: Any) -> JobRun:
         return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
