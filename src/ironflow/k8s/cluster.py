@@ -4,8 +4,8 @@ The agent namespace (Pod Security ``restricted`` enforced), the worker's RBAC (t
 least the runtime needs, nothing on NetworkPolicies or Secrets), a default deny, egress
 openings (Cilium FQDN rules, or plain NetworkPolicies), the gVisor RuntimeClass, and the
 managed-settings preset ConfigMaps. ``ironflow manifests`` prints :func:`render`;
-``examples/k8s/sandbox/`` is :func:`example_files` written out by
-``scripts/render-examples``, and a unit test keeps the two identical.
+``examples/k8s/sandbox/`` is :func:`ironflow.k8s.examples.example_files` written out by
+``scripts/render-examples``, and unit tests keep the two identical.
 
 Never talks to a cluster and never reads files: a Claude profile arrives as a mapping of
 relative paths to contents. Every function returns fresh dicts.
