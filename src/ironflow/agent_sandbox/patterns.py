@@ -1,0 +1,527 @@
+"""The seed's agent-sandbox patterns, rendered around ironflow's hardened pod (pure).
+
+Every pod inside a pattern is the pod :class:`~ironflow.k8s.provider.K8sEphemeralProvider`
+renders for a step (uid 10001, read-only root, capabilities dropped, no service-account
+token, egress-profile label, runtime class, managed settings, profile copy): the pattern
+calls the provider's ``manifests()`` and takes the Pod's spec and labels, so the two can
+never drift. A pod that waits in a warm pool runs an idle loop instead of the agent (the
+provider execs the agent into it per step) and has no ``activeDeadlineSeconds``.
+
+=======================  ================================================================
+pattern                  objects
+=======================  ================================================================
+ephemeral                Sandbox, emptyDir workspace, shutdownPolicy Delete
+standalone-pvc           PVCs (workspace, memory) + Sandbox mounting them (they survive it)
+warm-pool                SandboxTemplate + SandboxWarmPool + SandboxClaim
+network-secure           SandboxTemplate, managed NetworkPolicy, secure default rules
+network-air-gapped       SandboxTemplate, managed NetworkPolicy, no traffic either way
+network-custom-egress    SandboxTemplate, router ingress + the given egress CIDRs/ports
+kro-raw                  concept 07: Runner RGD (owns a Sandbox) + user RGD (PVC siblings,
+                         ConfigMap, Runner, optional CronJob orchestrator)
+kro-template             concept 08: one RGD (SandboxTemplate, SandboxWarmPool, ConfigMaps,
+                         SandboxClaim with TTL, optional CronJob creating claims)
+=======================  ================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ironflow import agent, errors
+from ironflow.agent_sandbox import manifests, models
+from ironflow.k8s import labels
+from ironflow.k8s.provider import K8sEphemeralProvider
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "IDLE_COMMAND",
+    "PATTERNS",
+    "WORKSPACE_PATH",
+    "PatternOptions",
+    "agent_pod_template",
+    "idle_pod_template",
+    "render_pattern",
+    "router_ingress",
+    "secure_default_egress",
+]
+
+DEFAULT_IMAGE: Final = "ghcr.io/ironflow/claude-runner:2.1.332"
+WORKSPACE_PATH: Final = "/workspace"
+#: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
+IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+_KRO_API: Final = "kro.run/v1alpha1"
+_NOW: Final = 0  # patterns carry no expiry: the clock value never reaches them
+_PRIVATE_V4: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+
+
+@dataclass(frozen=True)
+class PatternOptions:
+    """Knobs of :func:`render_pattern`; ``provider`` defaults to ``K8sEphemeralProvider.sandboxed(image)``."""
+
+    name: str = "claude-agent"
+    namespace: str = "default"
+    image: str = DEFAULT_IMAGE
+    api_version: models.ApiVersion = models.ApiVersion.V1BETA1
+    prompt: str = "Summarise the repository in /workspace."
+    provider: K8sEphemeralProvider | None = None
+    replicas: int = 2
+    storage: str = "5Gi"
+    #: Custom egress: (cidr, port or None) pairs, TCP.
+    egress: tuple[tuple[str, int | None], ...] = ()
+    schedule: str | None = None
+    ttl_seconds_after_finished: int = 300
+    extra_labels: Mapping[str, str] = field(default_factory=models.frozen_map)
+
+    def resolved_provider(self) -> K8sEphemeralProvider:
+        base = self.provider or K8sEphemeralProvider.sandboxed(self.image)
+        return base.namespace(self.namespace)
+
+
+def _pod(provider: K8sEphemeralProvider, config: agent.AgentConfig) -> dict[str, Any]:
+    objects = provider.manifests(config, now=_NOW, worker_env={}, pod_name="pattern")
+    pods = [o for o in objects if o.get("kind") == "Pod"]
+    return pods[0]
+
+
+def agent_pod_template(
+    provider: K8sEphemeralProvider, config: agent.AgentConfig, *, workspace: Mapping[str, Any] | None = None
+) -> models.PodTemplate:
+    """The provider's pod for ``config`` as a pod template (the agent runs as the container's command).
+
+    ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``.
+    """
+    pod = _pod(provider, config)
+    spec = pod["spec"]
+    if workspace is not None:
+        spec.setdefault("volumes", []).append({"name": "workspace", **copy.deepcopy(dict(workspace))})
+        spec["containers"][0].setdefault("volumeMounts", []).append({"name": "workspace", "mountPath": WORKSPACE_PATH})
+    return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))
+
+
+def idle_pod_template(
+    provider: K8sEphemeralProvider, *, workspace_vct: str | None = None, config: agent.AgentConfig | None = None
+) -> models.PodTemplate:
+    """The provider's hardened pod, idle: what a template and its warm pool keep ready for ``exec``.
+
+    ``workspace_vct`` mounts the PVC of that volume claim template at ``/workspace`` (the
+    controller injects the volume itself).
+    """
+    pod = _pod(provider, config or agent.AgentConfig(prompt="idle"))
+    spec = pod["spec"]
+    spec.pop("activeDeadlineSeconds", None)  # a pool member waits for as long as it takes
+    main = spec["containers"][0]
+    main["command"] = ["sh", "-c", IDLE_COMMAND]
+    if workspace_vct is not None:
+        main.setdefault("volumeMounts", []).append({"name": workspace_vct, "mountPath": WORKSPACE_PATH})
+    return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))
+
+
+def router_ingress() -> dict[str, Any]:
+    """Ingress from the sandbox router only (as the controller's default policy)."""
+    return {
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agent-sandbox-system"}},
+                "podSelector": {"matchLabels": {"app": "sandbox-router"}},
+            }
+        ]
+    }
+
+
+def secure_default_egress() -> dict[str, Any]:
+    """The public internet minus private, link-local and ULA ranges (the controller's default egress)."""
+    return {
+        "to": [
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(_PRIVATE_V4)}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}},
+        ]
+    }
+
+
+def _config(opts: PatternOptions) -> agent.AgentConfig:
+    return agent.AgentConfig(prompt=opts.prompt, working_dir=WORKSPACE_PATH)
+
+
+def _labels(opts: PatternOptions) -> Mapping[str, str]:
+    return models.frozen_map({labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE, **opts.extra_labels})
+
+
+def _template(
+    opts: PatternOptions,
+    *,
+    policy: models.NetworkPolicyRules | None = None,
+    management: models.NetworkPolicyManagement | None = models.NetworkPolicyManagement.MANAGED,
+) -> models.SandboxTemplate:
+    return models.SandboxTemplate(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=idle_pod_template(opts.resolved_provider(), workspace_vct="workspace"),
+        volume_claim_templates=(models.VolumeClaimTemplate("workspace", storage=opts.storage),),
+        network_policy_management=management,
+        network_policy=policy,
+        labels=_labels(opts),
+    )
+
+
+def _pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": dict(_labels(opts))},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}},
+    }
+
+
+def _ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
+    template = agent_pod_template(opts.resolved_provider(), _config(opts), workspace={"emptyDir": {}})
+    sandbox = models.Sandbox(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=template,
+        shutdown_policy=models.ShutdownPolicy.DELETE,
+        labels=_labels(opts),
+    )
+    return [manifests.render(sandbox)]
+
+
+def _standalone(opts: PatternOptions) -> list[dict[str, Any]]:
+    workspace, memory = f"{opts.name}-workspace", f"{opts.name}-memory"
+    provider = opts.resolved_provider().pvc_volume(workspace, WORKSPACE_PATH).sessions_volume(memory)
+    sandbox = models.Sandbox(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=agent_pod_template(provider, _config(opts)),
+        shutdown_policy=models.ShutdownPolicy.RETAIN,
+        labels=_labels(opts),
+    )
+    return [_pvc(opts, workspace), _pvc(opts, memory), manifests.render(sandbox)]
+
+
+def _pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> list[models.AgentSandboxObject]:
+    alpha = opts.api_version is models.ApiVersion.V1ALPHA1
+    pool = models.SandboxWarmPool(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        template=template.name,
+        replicas=opts.replicas,
+        labels=_labels(opts),
+    )
+    claim = models.SandboxClaim(
+        name=f"{opts.name}-run",
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        warm_pool=pool.name,
+        template=template.name if alpha else None,
+        lifecycle=models.Lifecycle(
+            ttl_seconds_after_finished=opts.ttl_seconds_after_finished, shutdown_policy=models.ShutdownPolicy.DELETE
+        ),
+        labels=_labels(opts),
+    )
+    return [template, pool, claim]
+
+
+def _warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
+    return manifests.render_all(_pool_and_claim(opts, _template(opts)))
+
+
+def _network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
+    def render(opts: PatternOptions) -> list[dict[str, Any]]:
+        return [manifests.render(_template(opts, policy=policy))]
+
+    return render
+
+
+def _custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
+    if not opts.egress:
+        raise errors.ConfigError("network-custom-egress needs at least one --egress CIDR[:PORT]")
+    rules: list[Mapping[str, Any]] = []
+    for cidr, port in opts.egress:
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
+        if port is not None:
+            rule["ports"] = [{"protocol": "TCP", "port": port}]
+        rules.append(rule)
+    policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
+    return [manifests.render(_template(opts, policy=policy))]
+
+
+def _cel(expr: str) -> str:
+    return "${" + expr + "}"
+
+
+def _cronjob(opts: PatternOptions, script: str, account: str) -> dict[str, Any]:
+    """A CronJob whose pod runs ``script`` with kubectl (the orchestrator); hardened as well."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": _cel("schema.metadata.name") + "-orchestrator", "namespace": opts.namespace},
+        "spec": {
+            "schedule": _cel("schema.spec.schedule"),
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "serviceAccountName": account,
+                            "restartPolicy": "Never",
+                            "securityContext": {
+                                "runAsNonRoot": True,
+                                "runAsUser": 1001,
+                                "seccompProfile": {"type": "RuntimeDefault"},
+                            },
+                            "containers": [
+                                {
+                                    "name": "orchestrator",
+                                    "image": "bitnami/kubectl:latest",
+                                    "command": ["bash", "-c", script],
+                                    "securityContext": {
+                                        "allowPrivilegeEscalation": False,
+                                        "readOnlyRootFilesystem": True,
+                                        "capabilities": {"drop": ["ALL"]},
+                                    },
+                                }
+                            ],
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def _rbac(opts: PatternOptions, account: str, resources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    ns = opts.namespace
+    rules = [
+        {"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}
+        for group, plural in resources
+    ]
+    rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": account, "namespace": ns},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": account, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        },
+    ]
+
+
+def _resource(rid: str, template: Mapping[str, Any], *, when: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": rid, "template": dict(template)}
+    if when is not None:
+        out["includeWhen"] = [_cel(when)]
+    return out
+
+
+def _named(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = name
+    return out
+
+
+def _kro_raw(opts: PatternOptions) -> list[dict[str, Any]]:
+    """Concept 07: the Runner RGD owns one Sandbox mounting PVCs it is given; the user RGD owns the
+    PVCs (siblings: they survive the Runner), the prompt ConfigMap, the Runner or a CronJob."""
+    runner_kind, user_kind = "ClaudeCodeAgentSandboxRunner", "ClaudeCodeAgentSandbox"
+    # The pod mounts the workspace and memory claims named by the Runner's spec.
+    provider = opts.resolved_provider().pvc_volume("workspace-claim", WORKSPACE_PATH).sessions_volume("memory-claim")
+    sandbox = models.Sandbox(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=agent_pod_template(provider, _config(opts)),
+        shutdown_policy=models.ShutdownPolicy.RETAIN,
+        labels=_labels(opts),
+    )
+    rendered = manifests.render(sandbox)  # checked with concrete names, then templated
+    rendered["metadata"]["name"] = _cel("schema.metadata.name")
+    volumes = rendered["spec"]["podTemplate"]["spec"]["volumes"]
+    for volume in volumes:
+        claim = volume.get("persistentVolumeClaim")
+        if claim is not None and claim["claimName"] == "workspace-claim":
+            claim["claimName"] = _cel("schema.spec.workspacePVC")
+        elif claim is not None and claim["claimName"] == "memory-claim":
+            claim["claimName"] = _cel("schema.spec.memoryPVC")
+    runner_rgd = {
+        "apiVersion": _KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "claudecodeagentsandboxrunner"},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": runner_kind,
+                "spec": {"workspacePVC": "string | required=true", "memoryPVC": "string | required=true"},
+                "status": {
+                    "finished": _cel("sandbox.status.conditions.exists(c, c.type == 'Finished' && c.status == 'True')")
+                },
+            },
+            "resources": [_resource("sandbox", rendered)],
+        },
+    }
+    name = _cel("schema.metadata.name")
+    runner = {
+        "apiVersion": "kro.run/v1alpha1",
+        "kind": runner_kind,
+        "metadata": {"name": name, "namespace": opts.namespace},
+        "spec": {"workspacePVC": name + "-workspace", "memoryPVC": name + "-memory"},
+    }
+    script = (
+        f"set -euo pipefail; n={name}; "
+        f"kubectl create -f - <<EOF\napiVersion: kro.run/v1alpha1\nkind: {runner_kind}\nmetadata: {{name: $n}}\n"
+        "spec: {workspacePVC: $n-workspace, memoryPVC: $n-memory}\nEOF\n"
+        "kubectl wait --for=condition=Finished sandbox/$n --timeout=3600s; "
+        "kubectl logs $n || true; kubectl delete " + runner_kind.lower() + " $n"
+    )
+    account = name + "-orchestrator"
+    user_rgd = {
+        "apiVersion": _KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "claudecodeagentsandbox"},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": user_kind,
+                "spec": {
+                    "prompt": "string | required=true",
+                    "schedule": 'string | default=""',
+                    "storage": f'string | default="{opts.storage}"',
+                },
+            },
+            "resources": [
+                _resource("workspace", _named(_pvc(opts, "x"), name + "-workspace")),
+                _resource("memory", _named(_pvc(opts, "x"), name + "-memory")),
+                _resource(
+                    "prompt",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name + "-prompt", "namespace": opts.namespace},
+                        "data": {"prompt": _cel("schema.spec.prompt")},
+                    },
+                ),
+                _resource("runner", runner, when="schema.spec.schedule == ''"),
+                *(
+                    _resource(f"rbac{i}", obj, when="schema.spec.schedule != ''")
+                    for i, obj in enumerate(
+                        _rbac(opts, account, [("kro.run", runner_kind.lower() + "s"), ("agents.x-k8s.io", "sandboxes")])
+                    )
+                ),
+                _resource("orchestrator", _cronjob(opts, script, account), when="schema.spec.schedule != ''"),
+            ],
+        },
+    }
+    return [runner_rgd, user_rgd]
+
+
+def _kro_template(opts: PatternOptions) -> list[dict[str, Any]]:
+    """Concept 08: one RGD owns the SandboxTemplate (managed policy), its warm pool, the ConfigMaps,
+    and a SandboxClaim with a TTL, or a CronJob that creates such claims."""
+    values = _pool_and_claim(opts, _template(opts))
+    rendered = manifests.render_all(values)
+    name = _cel("schema.metadata.name")
+    template, pool, claim = rendered
+    template["metadata"]["name"] = name
+    pool["metadata"]["name"] = name
+    pool["spec"]["sandboxTemplateRef"]["name"] = name
+    claim["metadata"]["name"] = name + "-run"
+    if "warmPoolRef" in claim["spec"]:
+        claim["spec"]["warmPoolRef"]["name"] = name
+    else:
+        claim["spec"]["sandboxTemplateRef"]["name"] = name
+        claim["spec"]["warmpool"] = name
+    claim_yaml = (
+        f"apiVersion: {claim['apiVersion']}\nkind: SandboxClaim\nmetadata: {{generateName: $n-}}\n"
+        + (
+            "spec: {warmPoolRef: {name: $n}, lifecycle: {ttlSecondsAfterFinished: "
+            if "warmPoolRef" in claim["spec"]
+            else "spec: {sandboxTemplateRef: {name: $n}, warmpool: $n, lifecycle: {ttlSecondsAfterFinished: "
+        )
+        + f"{opts.ttl_seconds_after_finished}, shutdownPolicy: Delete}}}}\n"
+    )
+    script = f"set -euo pipefail; n={name}; kubectl create -f - <<EOF\n{claim_yaml}EOF\n"
+    account = name + "-orchestrator"
+    rgd = {
+        "apiVersion": _KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "claudecodeagenttemplate"},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": "ClaudeCodeAgentTemplate",
+                "spec": {
+                    "prompt": "string | required=true",
+                    "schedule": 'string | default=""',
+                    "replicas": f"integer | default={opts.replicas}",
+                    "proxyURL": 'string | default=""',
+                },
+            },
+            "resources": [
+                _resource("template", template),
+                _resource("pool", pool),
+                _resource(
+                    "prompt",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name + "-prompt", "namespace": opts.namespace},
+                        "data": {"prompt": _cel("schema.spec.prompt")},
+                    },
+                ),
+                _resource(
+                    "proxy",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name + "-proxy", "namespace": opts.namespace},
+                        "data": {"ANTHROPIC_BASE_URL": _cel("schema.spec.proxyURL")},
+                    },
+                ),
+                _resource("claim", claim, when="schema.spec.schedule == ''"),
+                *(
+                    _resource(f"rbac{i}", obj, when="schema.spec.schedule != ''")
+                    for i, obj in enumerate(_rbac(opts, account, [("extensions.agents.x-k8s.io", "sandboxclaims")]))
+                ),
+                _resource("orchestrator", _cronjob(opts, script, account), when="schema.spec.schedule != ''"),
+            ],
+        },
+    }
+    return [rgd]
+
+
+PATTERNS: Final[Mapping[str, Callable[[PatternOptions], list[dict[str, Any]]]]] = {
+    "ephemeral": _ephemeral,
+    "standalone-pvc": _standalone,
+    "warm-pool": _warm_pool,
+    "network-secure": _network(None),
+    "network-air-gapped": _network(models.NetworkPolicyRules(ingress=(), egress=())),
+    "network-custom-egress": _custom_egress,
+    "kro-raw": _kro_raw,
+    "kro-template": _kro_template,
+}
+
+
+def render_pattern(pattern: str, options: PatternOptions | None = None) -> list[dict[str, Any]]:
+    """The objects of ``pattern`` (a key of :data:`PATTERNS`), in apply order.
+
+    Raises:
+        ConfigError: an unknown pattern (the known ones named), or a refused option.
+    """
+    render = PATTERNS.get(pattern)
+    if render is None:
+        raise errors.ConfigError(f"unknown pattern '{pattern}'; known: {', '.join(PATTERNS)}")
+    return render(options or PatternOptions())
