@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import signal
 import sys
@@ -192,12 +193,14 @@ class _Providers:
             provider: Any = K8sEphemeralProvider.from_file(self.provider_file)  # checked for invoke above
             return cast(AgentProvider, provider)
         if backend == Backend.AGENT_SANDBOX:
-            try:
-                from ironflow.agent_sandbox import provider as sandbox_provider  # type: ignore[import-not-found]
+            try:  # imported by name: the agent-sandbox provider is optional in this build
+                module = importlib.import_module("ironflow.agent_sandbox.provider")
             except ImportError:
                 _fail("--backend agent-sandbox is not available in this build yet; use --backend local or k8s")
-            built: AgentProvider = sandbox_provider.from_file(self.provider_file)
-            return built
+            factory = getattr(getattr(module, "AgentSandboxProvider", None), "from_file", None)
+            if factory is None or self.provider_file is None:
+                _fail("--backend agent-sandbox needs --provider provider.yaml and a provider that reads it")
+            return cast(AgentProvider, factory(self.provider_file))
         _fail(f"unknown backend {backend!r}; use local, k8s or agent-sandbox")
 
 
