@@ -67,6 +67,12 @@ async def test_no_capability_is_left(provider: LocalSandboxProvider) -> None:
     assert [line.split()[1] for line in result.stdout.splitlines()] == ["0000000000000000"] * 3
 
 
+async def test_no_nested_user_namespace_can_be_created_under_bubblewrap() -> None:
+    """gVisor is left out on purpose: a namespace made there lives in gVisor's kernel, not the host's."""
+    result = await LocalSandboxProvider().run_command(["unshare", "--user", "true"])
+    assert result.exit_code != 0
+
+
 @pytest.mark.parametrize("path", ["/usr/local/probe", "/etc/probe", "/probe"])
 async def test_writing_to_the_root_filesystem_fails(provider: LocalSandboxProvider, path: str) -> None:
     result = await provider.run_command(["touch", path])

@@ -40,7 +40,7 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 
 def test_every_namespace_is_new_and_no_capability_kept() -> None:
     argv = bwrap.bwrap_argv(_settings())
-    for flag in ("--unshare-all", "--die-with-parent", "--new-session"):
+    for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"):
         assert flag in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[argv.index("--uid") + 1] == argv[argv.index("--gid") + 1] == "10001"

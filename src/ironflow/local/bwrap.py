@@ -165,6 +165,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv = [
         settings.bwrap_path,
         "--unshare-all",  # user, pid, ipc, uts, net, cgroup: only `lo` in the network namespace
+        "--unshare-user",  # explicit: as root, --unshare-all alone keeps the host's user namespace
+        "--disable-userns",  # no nested user namespace (the pod's RuntimeDefault seccomp refuses them too)
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the caller's terminal
         "--cap-drop",
