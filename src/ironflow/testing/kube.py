@@ -26,23 +26,23 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import datetime
 import json
 import secrets
 import socket
 import time
-import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
 from aiohttp import web
 
 from ironflow.k8s import api
+from ironflow.testing import _kube_kubelet as kubelet_mod
 from ironflow.testing import _kube_rules as rules
 from ironflow.testing import _kube_schemas as schemas
+from ironflow.testing import _kube_store as store_mod
+from ironflow.testing._kube_kubelet import PodScript
 
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
@@ -53,53 +53,11 @@ __all__ = [
 ]
 
 DEFAULT_KUBERNETES_VERSION: Final = "1.37"
-_GENERATE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 _CONFIGMAP_LIMIT: Final = 1024 * 1024
 _ANNOTATIONS_LIMIT: Final = 256 * 1024
-_TERMINAL: Final = frozenset({"Succeeded", "Failed"})
-_DEADLINE_MESSAGE: Final = "Pod was active on the node longer than the specified deadline"
-_JOB_LABELS: Final = (
-    "batch.kubernetes.io/controller-uid",
-    "batch.kubernetes.io/job-name",
-    "controller-uid",
-    "job-name",
-)
 
-Obj = dict[str, Any]
-_Key = tuple[str, str]  # (group, plural): objects of every served version share storage
-
-
-@dataclass(frozen=True)
-class _Type:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-    crd_validator: schemas.SchemaValidator | None = field(default=None, compare=False)
-    builtin: bool = True
-
-    @property
-    def key(self) -> _Key:
-        return (self.group, self.plural)
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-_BUILTINS: Final = (
-    _Type("", "v1", "pods", "Pod", True),
-    _Type("", "v1", "configmaps", "ConfigMap", True),
-    _Type("", "v1", "secrets", "Secret", True),
-    _Type("", "v1", "events", "Event", True),
-    _Type("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True),
-    _Type("", "v1", "serviceaccounts", "ServiceAccount", True),
-    _Type("", "v1", "services", "Service", True),
-    _Type("", "v1", "namespaces", "Namespace", False),
-    _Type("batch", "v1", "jobs", "Job", True),
-    _Type("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
-)
+Obj = store_mod.Obj
+_Type = store_mod.Type
 
 
 @dataclass(frozen=True)
@@ -138,58 +96,6 @@ class FaultRule:
         return False
 
 
-@dataclass(frozen=True)
-class PodScript:
-    """What the fake kubelet does with new pods matching ``name_prefix`` and ``labels``:
-    Pending for ``start_after`` s, Running with ``log`` for ``run_for`` s (``None``: until
-    deleted or past its deadline), then ``phase``. ``terminates=False`` keeps a deleted pod
-    in Terminating for ever (a node that never answers)."""
-
-    name_prefix: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    start_after: float = 0.0
-    run_for: float | None = 0.0
-    phase: str = "Succeeded"
-    exit_code: int | None = None
-    log: str = ""
-    reason: str | None = None
-    terminates: bool = True
-
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        meta = obj.get("metadata", {})
-        labels = meta.get("labels") or {}
-        return str(meta.get("name", "")).startswith(self.name_prefix) and all(
-            labels.get(k) == v for k, v in self.labels.items()
-        )
-
-
-@dataclass(eq=False)
-class _Watcher:
-    type_key: _Key
-    api_version: str
-    namespace: str | None
-    labels: tuple[rules.LabelRequirement, ...]
-    fields: tuple[rules.FieldRequirement, ...]
-    queue: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
-
-    def selects(self, obj: Mapping[str, Any] | None) -> bool:
-        if obj is None:
-            return False
-        meta = obj.get("metadata", {})
-        if self.namespace is not None and meta.get("namespace") != self.namespace:
-            return False
-        return rules.matches_labels(self.labels, meta.get("labels")) and rules.matches_fields(self.fields, obj)
-
-
-@dataclass(frozen=True)
-class _Event:
-    rv: int
-    type_key: _Key
-    kind: str  # ADDED, MODIFIED, DELETED
-    obj: Obj
-    old: Obj | None
-
-
 class _Refusal(Exception):
     """A request refused with a Status body."""
 
@@ -197,15 +103,6 @@ class _Refusal(Exception):
         super().__init__(message)
         self.body = rules.status_body(code, reason, message, details=details)
         self.code = code
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _later(seconds: float) -> str:
-    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _json_response(status: int, body: Any) -> web.Response:
@@ -250,39 +147,18 @@ class KubeTestServer:
         namespaces: Iterable[str] = ("default", "kube-system"),
     ) -> None:
         self.kubernetes_version = kubernetes_version
-        self.pod_termination_s = pod_termination_s
         self.token = "kube-test-" + secrets.token_urlsafe(18)
         self.requests: list[RequestRecord] = []
         self.max_open_watches = 0
         #: Exceptions raised by the server's own handlers (answered with 500); a test may assert it is empty.
         self.internal_errors: list[Exception] = []
-        self._types: dict[tuple[str, str, str], _Type] = {(t.group, t.version, t.plural): t for t in _BUILTINS}
-        self._kinds: dict[_Key, _Type] = {t.key: t for t in _BUILTINS}
-        self._objects: dict[_Key, dict[tuple[str, str], Obj]] = {t.key: {} for t in _BUILTINS}
-        self._rv = 0
-        self._history: deque[_Event] = deque(maxlen=history_size)
-        self._compacted_rv = 0
-        self._watchers: set[_Watcher] = set()
+        self.store = store_mod.Store(history_size=history_size, namespaces=namespaces)
+        self.kubelet = kubelet_mod.Kubelet(self.store, pod_termination_s=pod_termination_s)
         self._denied: set[tuple[str, str, str | None]] = set()
         self._faults: list[FaultRule] = []
-        self._pod_scripts: list[PodScript] = []
-        self._job_scripts: list[PodScript] = []
-        self._assigned: dict[str, PodScript] = {}  # pod uid -> its script
-        self._logs: dict[tuple[str, str, str], str] = {}
-        self._signals: dict[tuple[str, str], asyncio.Event] = {}
-        self._timers: dict[str, list[asyncio.TimerHandle]] = {}  # uid -> pending transitions
-        self._terminating: dict[str, asyncio.TimerHandle | None] = {}  # pod uid -> kubelet stopping it
-        self._by_uid: dict[str, tuple[_Key, tuple[str, str]]] = {}
-        self._children: dict[str, set[tuple[_Key, tuple[str, str]]]] = {}  # owner uid -> dependents
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._port = 0
-        for ns in namespaces:
-            self._insert(
-                self._kinds[("", "namespaces")],
-                None,
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            )
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -304,18 +180,9 @@ class KubeTestServer:
     async def stop(self) -> None:
         """End every watch and log stream, cancel scripted transitions, stop listening."""
         self._closing.set()
-        for watcher in list(self._watchers):
+        for watcher in list(self.store.watchers):
             watcher.queue.put_nowait(None)
-        for signal in self._signals.values():
-            signal.set()
-        for handles in self._timers.values():
-            for handle in handles:
-                handle.cancel()
-        self._timers.clear()
-        for pending in self._terminating.values():
-            if pending is not None:
-                pending.cancel()
-        self._terminating.clear()
+        self.kubelet.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -366,26 +233,24 @@ class KubeTestServer:
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             validator = schemas.crd_validator(schema) if schema else None
             t = _Type(group, version["name"], plural, kind, namespaced, validator, builtin=False)
-            self._types[(group, version["name"], plural)] = t
-            self._kinds.setdefault(t.key, t)
-            self._objects.setdefault(t.key, {})
+            self.store.register(t)
             out.append(api.custom_resource(group, version["name"], plural, kind=kind, namespaced=namespaced))
         return out
 
     def create_namespace(self, name: str) -> None:
         """Create a namespace (idempotent)."""
-        t = self._kinds[("", "namespaces")]
-        if (("", name)) not in self._objects[t.key]:
-            self._insert(t, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        t = self.store.kinds[("", "namespaces")]
+        if self.store.get(t, None, name) is None:
+            self.store.insert(t, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def objects(self, resource: api.Resource, namespace: str | None = None) -> list[Obj]:
         """Copies of the stored objects of a resource (in ``namespace``, or all)."""
-        store = self._objects.get((resource.group, resource.plural), {})
-        return [copy.deepcopy(o) for (ns, _), o in sorted(store.items()) if namespace is None or ns == namespace]
+        stored = self.store.objects.get((resource.group, resource.plural), {})
+        return [copy.deepcopy(o) for (ns, _), o in sorted(stored.items()) if namespace is None or ns == namespace]
 
     def get_object(self, resource: api.Resource, namespace: str | None, name: str) -> Obj | None:
         """A copy of one stored object, or None."""
-        obj = self._objects.get((resource.group, resource.plural), {}).get((namespace or "", name))
+        obj = self.store.objects.get((resource.group, resource.plural), {}).get((namespace or "", name))
         return copy.deepcopy(obj) if obj is not None else None
 
     # --- test controls: faults, denials, watches ---------------------------------------
@@ -415,24 +280,23 @@ class KubeTestServer:
 
     def compact(self) -> None:
         """Forget the watch history: a watch from any older resourceVersion now gets 410 Gone."""
-        self._history.clear()
-        self._compacted_rv = self._rv
+        self.store.compact()
 
     def drop_watches(self) -> int:
         """End every open watch connection (clients must reconnect); returns how many."""
-        for watcher in self._watchers:
+        for watcher in self.store.watchers:
             watcher.queue.put_nowait(None)
-        return len(self._watchers)
+        return len(self.store.watchers)
 
     @property
     def open_watches(self) -> int:
         """Watch connections open right now."""
-        return len(self._watchers)
+        return len(self.store.watchers)
 
     @property
     def resource_version(self) -> int:
         """The last resourceVersion handed out."""
-        return self._rv
+        return self.store.rv
 
     def count(self, verb: str | None = None, resource: str | None = None, *, namespace: str | None = None) -> int:
         """Requests received, filtered by verb, resource and namespace."""
@@ -447,39 +311,30 @@ class KubeTestServer:
     def reset_requests(self) -> None:
         """Clear the request log (and the open-watch high-water mark)."""
         self.requests.clear()
-        self.max_open_watches = len(self._watchers)
+        self.max_open_watches = len(self.store.watchers)
 
-    # --- test controls: pods, logs, jobs -----------------------------------------------
+    # --- test controls: pods, logs, jobs (the fake kubelet and Job controller) ---------------
 
     def script_pods(self, script: PodScript | None = None, /, **kwargs: Any) -> PodScript:
         """Run every new pod that matches ``script`` (or ``PodScript(**kwargs)``); newest script wins."""
-        chosen = script if script is not None else PodScript(**kwargs)
-        self._pod_scripts.insert(0, chosen)
-        return chosen
+        return self.kubelet.script_pods(script, **kwargs)
 
     def script_jobs(self, script: PodScript | None = None, /, **kwargs: Any) -> PodScript:
         """Act as the Job controller for new Jobs matching the script: create one pod from the
         template and run it with the script; the Job's status follows its pod."""
-        chosen = script if script is not None else PodScript(**kwargs)
-        self._job_scripts.insert(0, chosen)
-        return chosen
+        return self.kubelet.script_jobs(script, **kwargs)
 
     def unscript(self, script: PodScript) -> None:
         """Stop applying a pod or job script to new objects."""
-        for scripts in (self._pod_scripts, self._job_scripts):
-            if script in scripts:
-                scripts.remove(script)
+        self.kubelet.unscript(script)
 
     def set_log(self, namespace: str, pod: str, text: str, *, container: str | None = None) -> None:
         """Replace a container's log (the pod's only or first container by default)."""
-        self._logs[(namespace, pod, container or self._default_container(namespace, pod))] = text
-        self._signal(namespace, pod)
+        self.kubelet.set_log(namespace, pod, text, container=container)
 
     def append_log(self, namespace: str, pod: str, text: str, *, container: str | None = None) -> None:
         """Append to a container's log; followers receive it at once."""
-        key = (namespace, pod, container or self._default_container(namespace, pod))
-        self._logs[key] = self._logs.get(key, "") + text
-        self._signal(namespace, pod)
+        self.kubelet.append_log(namespace, pod, text, container=container)
 
     def set_pod_phase(
         self,
@@ -491,518 +346,14 @@ class KubeTestServer:
         reason: str | None = None,
         message: str | None = None,
     ) -> Obj:
-        """Move a pod to ``Pending``, ``Running``, ``Succeeded`` or ``Failed`` as a kubelet would report it."""
-        if phase not in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-            raise ValueError(f"unknown pod phase {phase!r}: use Pending, Running, Succeeded, Failed or Unknown")
-        t = self._kinds[("", "pods")]
-        pod = self._objects[t.key].get((namespace, name))
-        if pod is None:
-            raise KeyError(f"no pod {namespace}/{name}")
-        new = copy.deepcopy(pod)
-        status = new.setdefault("status", {})
-        status["phase"] = phase
-        for key, value in (("reason", reason), ("message", message)):
-            if value is not None:
-                status[key] = value
-        containers = [c.get("name", "") for c in new.get("spec", {}).get("containers", [])]
-        if phase == "Running":
-            new["spec"].setdefault("nodeName", "kube-test-node")
-            status.setdefault("startTime", _now())
-            status["containerStatuses"] = [
-                {
-                    "name": c,
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "image": "",
-                    "imageID": "",
-                    "state": {"running": {"startedAt": _now()}},
-                }
-                for c in containers
-            ]
-        elif phase in _TERMINAL:
-            new["spec"].setdefault("nodeName", "kube-test-node")
-            code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
-            status["containerStatuses"] = [
-                {
-                    "name": c,
-                    "ready": False,
-                    "started": False,
-                    "restartCount": 0,
-                    "image": "",
-                    "imageID": "",
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": "Completed" if code == 0 else "Error",
-                            "finishedAt": _now(),
-                        }
-                    },
-                }
-                for c in containers
-            ]
-        stored = self._replace(t, new)
-        if phase == "Running":
-            self._arm_deadline(stored)
-        if phase in _TERMINAL:
-            self._cancel_timers(stored["metadata"]["uid"])
-            self._signal(namespace, name)
-            self._job_pod_finished(stored)
-        return copy.deepcopy(stored)
+        """Move a pod to ``Pending``, ``Running``, ``Succeeded`` or ``Failed`` as a kubelet would
+        report it (container statuses, start time, node name); returns a copy of the pod."""
+        return self.kubelet.set_pod_phase(namespace, name, phase, exit_code=exit_code, reason=reason, message=message)
 
-    def run_job(
-        self,
-        namespace: str,
-        job: str,
-        script: PodScript | None = None,
-        /,
-        **kwargs: Any,
-    ) -> Obj:
+    def run_job(self, namespace: str, job: str, script: PodScript | None = None, /, **kwargs: Any) -> Obj:
         """Act as the Job controller once: create a pod for Job ``job`` from its template and run
         it with ``script`` (or ``PodScript(**kwargs)``). Returns the pod."""
-        t = self._kinds[("batch", "jobs")]
-        stored = self._objects[t.key].get((namespace, job))
-        if stored is None:
-            raise KeyError(f"no job {namespace}/{job}")
-        return self._start_job_pod(stored, script if script is not None else PodScript(**kwargs))
-
-    # --- storage -----------------------------------------------------------------------
-
-    def _next_rv(self) -> int:
-        self._rv += 1
-        return self._rv
-
-    def _emit(self, t: _Type, kind: str, obj: Obj, old: Obj | None) -> None:
-        rv = int(obj["metadata"]["resourceVersion"])
-        event = _Event(rv, t.key, kind, obj, old)
-        if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
-            self._compacted_rv = self._history[0].rv
-        self._history.append(event)
-        for watcher in self._watchers:
-            if watcher.type_key == t.key:
-                line = self._event_line(watcher, event)
-                if line is not None:
-                    watcher.queue.put_nowait(line)
-
-    @staticmethod
-    def _event_line(watcher: _Watcher, event: _Event) -> str | None:
-        """What this watcher sees of an event: a change that makes an object match or stop
-        matching its selectors arrives as ADDED or DELETED, as from a real API server."""
-        now, before = watcher.selects(event.obj), watcher.selects(event.old)
-        kind: str | None
-        if event.kind == "MODIFIED":
-            kind = ("MODIFIED" if before else "ADDED") if now else ("DELETED" if before else None)
-        else:
-            kind = event.kind if (now or before) else None
-        if kind is None:
-            return None
-        obj = dict(event.obj, apiVersion=watcher.api_version)
-        return json.dumps({"type": kind, "object": obj}) + "\n"
-
-    def _insert(self, t: _Type, namespace: str | None, body: Obj) -> Obj:
-        """Store a new object with the server's fields set, and announce it."""
-        obj = copy.deepcopy(body)
-        meta = obj.setdefault("metadata", {})
-        if not meta.get("name"):
-            prefix = str(meta.get("generateName", ""))[:58]
-            meta["name"] = prefix + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
-        if t.namespaced:
-            meta["namespace"] = namespace
-        else:
-            meta.pop("namespace", None)
-        for server_field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
-            meta.pop(server_field, None)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now()
-        meta["resourceVersion"] = str(self._next_rv())
-        if "spec" in obj:
-            meta["generation"] = 1
-        obj["apiVersion"], obj["kind"] = t.api_version, t.kind
-        self._defaults(t, obj)
-        self._put(t, (namespace or "", meta["name"]), obj, None)
-        self._emit(t, "ADDED", obj, None)
-        return obj
-
-    def _defaults(self, t: _Type, obj: Obj) -> None:
-        meta = obj["metadata"]
-        if t.key == ("", "pods"):
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("restartPolicy", "Always")
-            spec.setdefault("terminationGracePeriodSeconds", 30)
-            spec.setdefault("dnsPolicy", "ClusterFirst")
-            spec.setdefault("schedulerName", "default-scheduler")
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-        elif t.key == ("", "namespaces"):
-            obj["status"] = {"phase": "Active"}
-            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
-        elif t.key == ("batch", "jobs"):
-            spec = obj.setdefault("spec", {})
-            uid = meta["uid"]
-            spec.setdefault("backoffLimit", 6)
-            spec.setdefault("completions", 1)
-            spec.setdefault("parallelism", 1)
-            spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
-            template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
-            labels = template_meta.setdefault("labels", {})
-            for key in _JOB_LABELS:
-                labels[key] = uid if key.endswith("controller-uid") else meta["name"]
-            obj["status"] = {}
-
-    def _replace(self, t: _Type, new: Obj) -> Obj:
-        """Store a changed object under a new resourceVersion and announce it; finish its
-        deletion when the last finalizer went away."""
-        meta = new["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        old = self._objects[t.key][key]
-        if new.get("spec") != old.get("spec") and "generation" in meta:
-            meta["generation"] = int(meta["generation"]) + 1
-        meta["resourceVersion"] = str(self._next_rv())
-        self._put(t, key, new, old)
-        self._emit(t, "MODIFIED", new, old)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self._waits_for_kubelet(t, new):
-            self._remove(t, new)
-        return new
-
-    def _waits_for_kubelet(self, t: _Type, obj: Obj) -> bool:
-        return t.key == ("", "pods") and obj["metadata"]["uid"] in self._terminating
-
-    def _remove(self, t: _Type, obj: Obj) -> None:
-        meta = obj["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        if self._objects[t.key].get(key) is None:
-            return
-        self._put(t, key, None, self._objects[t.key][key])
-        gone = copy.deepcopy(obj)
-        gone["metadata"]["resourceVersion"] = str(self._next_rv())
-        self._emit(t, "DELETED", gone, obj)
-        uid = meta["uid"]
-        self._cancel_timers(uid)
-        if (pending := self._terminating.pop(uid, None)) is not None:
-            pending.cancel()
-        self._assigned.pop(uid, None)
-        if t.key == ("", "pods"):
-            for log_key in [k for k in self._logs if k[:2] == key]:
-                del self._logs[log_key]
-            self._signal(key[0], key[1])
-            self._signals.pop(key, None)
-        if t.key == ("", "namespaces"):
-            for store_key, store in self._objects.items():
-                for (ns, _), child in list(store.items()):
-                    if ns == meta["name"]:
-                        self._remove(self._kinds[store_key], child)
-        owners = [str(ref.get("uid", "")) for ref in meta.get("ownerReferences") or []]
-        asyncio.get_running_loop().call_soon(self._collect_dependents, uid, owners)
-
-    def _put(self, t: _Type, key: tuple[str, str], obj: Obj | None, old: Obj | None) -> None:
-        """Store (or, with ``obj`` None, drop) an object, keeping the uid and owner indexes."""
-        if old is not None:
-            self._by_uid.pop(old["metadata"]["uid"], None)
-            for ref in old["metadata"].get("ownerReferences") or []:
-                children = self._children.get(str(ref.get("uid", "")))
-                if children is not None:
-                    children.discard((t.key, key))
-                    if not children:
-                        del self._children[str(ref.get("uid", ""))]
-        if obj is None:
-            del self._objects[t.key][key]
-            return
-        self._objects[t.key][key] = obj
-        self._by_uid[obj["metadata"]["uid"]] = (t.key, key)
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            self._children.setdefault(str(ref.get("uid", "")), set()).add((t.key, key))
-
-    def _dependents(self, uid: str) -> list[tuple[_Type, Obj]]:
-        return [(self._kinds[tk], self._objects[tk][key]) for tk, key in sorted(self._children.get(uid, ()))]
-
-    def _collect_dependents(self, owner_uid: str, owners_of_removed: list[str]) -> None:
-        """The garbage collector: dependents whose owners are all gone are deleted (Background);
-        an owner in foreground deletion goes once its last dependent has."""
-        for t, obj in self._dependents(owner_uid):
-            owners = obj["metadata"].get("ownerReferences") or []
-            if all(str(ref.get("uid", "")) not in self._by_uid for ref in owners):
-                self._delete(t, obj, grace=None, policy="Background")
-        for uid in owners_of_removed:
-            where = self._by_uid.get(uid)
-            if where is None or self._dependents(uid):
-                continue
-            owner = self._objects[where[0]][where[1]]
-            if "foregroundDeletion" in (owner["metadata"].get("finalizers") or []):
-                new = copy.deepcopy(owner)
-                new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"] if f != "foregroundDeletion"]
-                self._replace(self._kinds[where[0]], new)
-
-    def _delete(self, t: _Type, obj: Obj, *, grace: int | None, policy: str | None) -> tuple[Obj, bool]:
-        """Delete as the API server would; returns (the object as it now is, whether it is gone)."""
-        meta = obj["metadata"]
-        if policy is None:
-            policy = "Orphan" if t.key == ("batch", "jobs") else "Background"  # batch/v1 Jobs orphan by default
-        if meta.get("deletionTimestamp"):
-            return obj, False  # already being deleted
-        if policy == "Orphan":
-            for dep_t, dep in self._dependents(meta["uid"]):
-                new = copy.deepcopy(dep)
-                refs = [r for r in new["metadata"]["ownerReferences"] if r.get("uid") != meta["uid"]]
-                new["metadata"]["ownerReferences"] = refs
-                if not refs:
-                    del new["metadata"]["ownerReferences"]
-                self._replace(dep_t, new)
-        if t.key == ("", "pods"):
-            phase = obj.get("status", {}).get("phase")
-            scheduled = bool(obj.get("spec", {}).get("nodeName"))
-            period = grace if grace is not None else int(obj["spec"].get("terminationGracePeriodSeconds", 30))
-            if not scheduled or phase in _TERMINAL:
-                period = 0
-        else:
-            period = 0
-        finalizers = list(meta.get("finalizers") or [])
-        if policy == "Foreground" and self._dependents(meta["uid"]):
-            finalizers.append("foregroundDeletion")
-        if not finalizers and period == 0:
-            new = copy.deepcopy(obj)
-            new["metadata"]["deletionTimestamp"] = _now()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            self._remove(t, new)
-            return new, True
-        new = copy.deepcopy(obj)
-        new["metadata"]["deletionTimestamp"] = _later(period)
-        new["metadata"]["deletionGracePeriodSeconds"] = period
-        new["metadata"]["finalizers"] = finalizers
-        if not finalizers:
-            del new["metadata"]["finalizers"]
-        if period > 0:
-            self._arm_termination(t, new, period)
-        stored = self._replace(t, new)
-        if policy == "Foreground":
-            for dep_t, dep in self._dependents(meta["uid"]):
-                self._delete(dep_t, dep, grace=None, policy="Background")
-        return stored, False
-
-    # --- the fake kubelet and Job controller -------------------------------------------
-
-    def _timer(self, uid: str, delay: float, callback: Any, *args: Any) -> None:
-        handle = asyncio.get_running_loop().call_later(max(0.0, delay), callback, *args)
-        self._timers.setdefault(uid, []).append(handle)
-
-    def _cancel_timers(self, uid: str) -> None:
-        for handle in self._timers.pop(uid, []):
-            handle.cancel()
-
-    def _signal(self, namespace: str, pod: str) -> None:
-        event = self._signals.pop((namespace, pod), None)
-        if event is not None:
-            event.set()
-
-    def _wait_signal(self, namespace: str, pod: str) -> asyncio.Event:
-        return self._signals.setdefault((namespace, pod), asyncio.Event())
-
-    def _default_container(self, namespace: str, pod: str) -> str:
-        obj = self._objects[("", "pods")].get((namespace, pod))
-        containers = (obj or {}).get("spec", {}).get("containers") or [{}]
-        return str(containers[0].get("name", ""))
-
-    def _arm_termination(self, t: _Type, obj: Obj, period: int) -> None:
-        uid = obj["metadata"]["uid"]
-        script = self._assigned.get(uid)
-        if script is not None and not script.terminates:
-            self._terminating[uid] = None  # a node that never confirms the kill
-            return
-        delay = min(float(period), self.pod_termination_s)
-        ns, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-        self._terminating[uid] = asyncio.get_running_loop().call_later(delay, self._terminated, t, ns, name, uid)
-
-    def _terminated(self, t: _Type, namespace: str, name: str, uid: str) -> None:
-        self._terminating.pop(uid, None)
-        obj = self._objects[t.key].get((namespace, name))
-        if obj is not None and obj["metadata"]["uid"] == uid and not obj["metadata"].get("finalizers"):
-            self._remove(t, obj)
-
-    def _apply_pod_script(self, pod: Obj) -> None:
-        for script in self._pod_scripts:
-            if script.matches(pod):
-                self._run_script(pod, script)
-                return
-
-    def _run_script(self, pod: Obj, script: PodScript) -> None:
-        meta = pod["metadata"]
-        uid, ns, name = meta["uid"], meta.get("namespace", ""), meta["name"]
-        self._assigned[uid] = script
-
-        def start() -> None:
-            if not self._alive(ns, name, uid):
-                return
-            if script.log:
-                self.set_log(ns, name, script.log)
-            self.set_pod_phase(ns, name, "Running")
-            if script.run_for is not None:
-                self._timer(uid, script.run_for, finish)
-
-        def finish() -> None:
-            if self._alive(ns, name, uid):
-                self.set_pod_phase(ns, name, script.phase, exit_code=script.exit_code, reason=script.reason)
-
-        self._timer(uid, script.start_after, start)
-
-    def _alive(self, namespace: str, name: str, uid: str) -> bool:
-        obj = self._objects[("", "pods")].get((namespace, name))
-        return obj is not None and obj["metadata"]["uid"] == uid and not obj["metadata"].get("deletionTimestamp")
-
-    def _arm_deadline(self, pod: Obj) -> None:
-        seconds = pod.get("spec", {}).get("activeDeadlineSeconds")
-        if seconds is None:
-            return
-        meta = pod["metadata"]
-        uid, ns, name = meta["uid"], meta.get("namespace", ""), meta["name"]
-
-        def expire() -> None:
-            current = self._objects[("", "pods")].get((ns, name))
-            if current is None or current["metadata"]["uid"] != uid:
-                return
-            if current.get("status", {}).get("phase") in _TERMINAL:
-                return
-            self.set_pod_phase(ns, name, "Failed", exit_code=137, reason="DeadlineExceeded", message=_DEADLINE_MESSAGE)
-            self._record_event(current, "DeadlineExceeded", _DEADLINE_MESSAGE)
-
-        self._timer(uid, float(seconds), expire)
-
-    def _record_event(self, about: Obj, reason: str, message: str) -> None:
-        meta = about["metadata"]
-        t = self._kinds[("", "events")]
-        self._insert(
-            t,
-            meta.get("namespace"),
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": meta["name"] + "."},
-                "involvedObject": {
-                    "kind": about.get("kind", ""),
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "namespace": meta.get("namespace", ""),
-                },
-                "reason": reason,
-                "message": message,
-                "type": "Warning",
-                "count": 1,
-                "source": {"component": "kube-test-server"},
-            },
-        )
-
-    def _start_job_pod(self, job: Obj, script: PodScript) -> Obj:
-        meta = job["metadata"]
-        template = copy.deepcopy(job.get("spec", {}).get("template", {}))
-        pod_meta = template.get("metadata", {})
-        pod_meta["generateName"] = meta["name"] + "-"
-        pod_meta.pop("name", None)
-        pod_meta["ownerReferences"] = [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template.get("spec", {})}
-        pod = self._insert(self._kinds[("", "pods")], meta.get("namespace"), body)
-        self._job_update(
-            job,
-            lambda status: status.update(
-                active=int(status.get("active", 0)) + 1, startTime=status.get("startTime", _now())
-            ),
-        )
-        self._run_script(pod, script)
-        return copy.deepcopy(pod)
-
-    def _job_update(self, job: Obj, change: Any) -> Obj | None:
-        t = self._kinds[("batch", "jobs")]
-        meta = job["metadata"]
-        current = self._objects[t.key].get((meta.get("namespace", ""), meta["name"]))
-        if current is None or current["metadata"]["uid"] != meta["uid"]:
-            return None
-        new = copy.deepcopy(current)
-        change(new.setdefault("status", {}))
-        return self._replace(t, new)
-
-    def _job_pod_finished(self, pod: Obj) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") != "Job":
-                continue
-            job = self._objects[("batch", "jobs")].get((pod["metadata"].get("namespace", ""), ref.get("name", "")))
-            if job is None or job["metadata"]["uid"] != ref.get("uid"):
-                continue
-            succeeded = pod["status"]["phase"] == "Succeeded"
-            backoff = int(job["spec"].get("backoffLimit", 6))
-
-            def change(status: Obj, ok: bool = succeeded, limit: int = backoff) -> None:
-                status["active"] = max(0, int(status.get("active", 0)) - 1)
-                if ok:
-                    status["succeeded"] = int(status.get("succeeded", 0)) + 1
-                    status["completionTime"] = _now()
-                    status["conditions"] = [
-                        {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": _now()},
-                        {"type": "Complete", "status": "True", "lastTransitionTime": _now()},
-                    ]
-                else:
-                    status["failed"] = int(status.get("failed", 0)) + 1
-                    if status["failed"] > limit:
-                        status["conditions"] = [
-                            {
-                                "type": "FailureTarget",
-                                "status": "True",
-                                "reason": "BackoffLimitExceeded",
-                                "lastTransitionTime": _now(),
-                            },
-                            {
-                                "type": "Failed",
-                                "status": "True",
-                                "reason": "BackoffLimitExceeded",
-                                "message": "Job has reached the specified backoff limit",
-                                "lastTransitionTime": _now(),
-                            },
-                        ]
-
-            if not _job_finished(job):
-                self._job_update(job, change)
-
-    def _arm_job_deadline(self, job: Obj) -> None:
-        seconds = job.get("spec", {}).get("activeDeadlineSeconds")
-        if seconds is None:
-            return
-        meta = job["metadata"]
-
-        def expire() -> None:
-            current = self._objects[("batch", "jobs")].get((meta.get("namespace", ""), meta["name"]))
-            if current is None or current["metadata"]["uid"] != meta["uid"] or _job_finished(current):
-                return
-            message = "Job was active longer than specified deadline"
-
-            def change(status: Obj) -> None:
-                status["active"] = 0
-                status["conditions"] = [
-                    {
-                        "type": "FailureTarget",
-                        "status": "True",
-                        "reason": "DeadlineExceeded",
-                        "message": message,
-                        "lastTransitionTime": _now(),
-                    },
-                    {
-                        "type": "Failed",
-                        "status": "True",
-                        "reason": "DeadlineExceeded",
-                        "message": message,
-                        "lastTransitionTime": _now(),
-                    },
-                ]
-
-            self._job_update(current, change)
-            for dep_t, dep in self._dependents(meta["uid"]):
-                if dep_t.key == ("", "pods"):
-                    self._delete(dep_t, dep, grace=None, policy="Background")
-
-        self._timer(meta["uid"], float(seconds), expire)
+        return self.kubelet.run_job(namespace, job, script, **kwargs)
 
     # --- HTTP ----------------------------------------------------------------------------
 
@@ -1015,11 +366,11 @@ class KubeTestServer:
         else:
             raise _Refusal(404, "NotFound", "the server could not find the requested resource")
         namespace: str | None = None
-        if len(rest) >= 3 and rest[0] == "namespaces" and (group, version, rest[2]) in self._types:
+        if len(rest) >= 3 and rest[0] == "namespaces" and (group, version, rest[2]) in self.store.types:
             namespace, rest = rest[1], rest[2:]
-        if not rest or (group, version, rest[0]) not in self._types or len(rest) > 3:
+        if not rest or (group, version, rest[0]) not in self.store.types or len(rest) > 3:
             raise _Refusal(404, "NotFound", "the server could not find the requested resource")
-        t = self._types[(group, version, rest[0])]
+        t = self.store.types[(group, version, rest[0])]
         if namespace is not None and not t.namespaced:
             raise _Refusal(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else None
@@ -1087,7 +438,7 @@ class KubeTestServer:
     async def _dispatch(
         self, request: web.Request, t: _Type, namespace: str | None, name: str | None, sub: str | None, verb: str
     ) -> web.StreamResponse:
-        if verb == "create" and t.namespaced and ("", namespace or "") not in self._objects[("", "namespaces")]:
+        if verb == "create" and t.namespaced and ("", namespace or "") not in self.store.objects[("", "namespaces")]:
             raise _Refusal(
                 404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
             )
@@ -1124,7 +475,7 @@ class KubeTestServer:
                     "Conflict",
                     f"Precondition failed: UID in precondition: {uid}, UID in object meta: {obj['metadata']['uid']}",
                 )
-            result, gone = self._delete(
+            result, gone = self.store.delete(
                 t, obj, grace=options.get("gracePeriodSeconds"), policy=options.get("propagationPolicy")
             )
             return _json_response(200 if gone else 202, self._versioned(t, result))
@@ -1133,11 +484,11 @@ class KubeTestServer:
             labels = rules.parse_label_selector(query.get("labelSelector"))
             fields = rules.parse_field_selector(query.get("fieldSelector"), t.plural)
             deleted = []
-            for (ns, _), obj in sorted(self._objects[t.key].items()):
+            for (ns, _), obj in sorted(self.store.objects[t.key].items()):
                 if namespace is not None and ns != namespace:
                     continue
                 if rules.matches_labels(labels, obj["metadata"].get("labels")) and rules.matches_fields(fields, obj):
-                    result, _ = self._delete(
+                    result, _ = self.store.delete(
                         t, obj, grace=options.get("gracePeriodSeconds"), policy=options.get("propagationPolicy")
                     )
                     deleted.append(self._versioned(t, result))
@@ -1146,7 +497,7 @@ class KubeTestServer:
                 {
                     "kind": f"{t.kind}List",
                     "apiVersion": t.api_version,
-                    "metadata": {"resourceVersion": str(self._rv)},
+                    "metadata": {"resourceVersion": str(self.store.rv)},
                     "items": deleted,
                 },
             )
@@ -1156,7 +507,7 @@ class KubeTestServer:
         return dict(obj, apiVersion=t.api_version)
 
     def _lookup(self, t: _Type, namespace: str | None, name: str) -> Obj:
-        obj = self._objects[t.key].get((namespace or "", name))
+        obj = self.store.objects[t.key].get((namespace or "", name))
         if obj is None:
             raise _not_found(t, name)
         return obj
@@ -1218,23 +569,19 @@ class KubeTestServer:
                     "the namespace of the provided object does not match the namespace sent on the request",
                 )
         self._validate(t, body, name)
-        if meta.get("name") and (namespace or "", meta["name"]) in self._objects[t.key]:
+        if meta.get("name") and (namespace or "", meta["name"]) in self.store.objects[t.key]:
             raise _Refusal(
                 409,
                 "AlreadyExists",
                 f'{t.plural}{"." + t.group if t.group else ""} "{name}" already exists',
                 {"name": name, "group": t.group, "kind": t.plural},
             )
-        obj = self._insert(t, namespace, body)
+        obj = self.store.insert(t, namespace, body)
         if t.key == ("", "pods"):
-            self._apply_pod_script(obj)
+            self.kubelet.pod_created(obj)
         elif t.key == ("batch", "jobs"):
-            self._arm_job_deadline(obj)
-            for script in self._job_scripts:
-                if script.matches(obj):
-                    self._start_job_pod(obj, script)
-                    break
-            obj = self._objects[t.key][(namespace or "", obj["metadata"]["name"])]
+            self.kubelet.job_created(obj)
+            obj = self.store.objects[t.key][(namespace or "", obj["metadata"]["name"])]
         return self._versioned(t, obj)
 
     async def _update(
@@ -1292,7 +639,7 @@ class KubeTestServer:
         self._validate(t, new, name)
         if t.key == ("", "pods") and sub != "status":
             self._check_pod_update(t, current, new, name)
-        return self._replace(t, new)
+        return self.store.replace(t, new)
 
     @staticmethod
     def _check_pod_update(t: _Type, current: Obj, new: Obj, name: str) -> None:
@@ -1321,10 +668,10 @@ class KubeTestServer:
         labels = rules.parse_label_selector(query.get("labelSelector"))
         fields = rules.parse_field_selector(query.get("fieldSelector"), t.plural)
         limit = _int_param(query, "limit")
-        list_rv, after = self._rv, ""
+        list_rv, after = self.store.rv, ""
         if query.get("continue"):
             list_rv, after = rules.decode_continue(query["continue"])
-            if list_rv < self._compacted_rv:
+            if list_rv < self.store.compacted_rv:
                 raise _Refusal(
                     410,
                     "Expired",
@@ -1333,7 +680,7 @@ class KubeTestServer:
                 )
         items: list[Obj] = []
         token = None
-        for (ns, name), obj in sorted(self._objects[t.key].items()):
+        for (ns, name), obj in sorted(self.store.objects[t.key].items()):
             if namespace is not None and ns != namespace:
                 continue
             if after and f"{ns}/{name}" <= after:
@@ -1358,37 +705,24 @@ class KubeTestServer:
         rv_text = query.get("resourceVersion", "")
         if rv_text not in ("", "0") and not rv_text.isdigit():
             raise _Refusal(400, "BadRequest", f'invalid resource version "{rv_text}"')
-        watcher = _Watcher(t.key, t.api_version, namespace, labels, fields)
+        watcher = store_mod.Watcher(t.key, t.api_version, namespace, labels, fields)
         # Synchronously, with no await in between: the initial events and the live feed join without a gap.
-        initial: list[str] = []
-        gone = False
-        if rv_text in ("", "0"):
-            for _, obj in sorted(self._objects[t.key].items()):
-                if watcher.selects(obj):
-                    initial.append(json.dumps({"type": "ADDED", "object": self._versioned(t, obj)}) + "\n")
-        elif int(rv_text) < self._compacted_rv:
-            gone = True
-        else:
-            since = int(rv_text)
-            for event in self._history:
-                if event.rv > since and event.type_key == t.key:
-                    line = self._event_line(watcher, event)
-                    if line is not None:
-                        initial.append(line)
-        if not gone:
-            self._watchers.add(watcher)
-            self.max_open_watches = max(self.max_open_watches, len(self._watchers))
+        initial = self.store.initial_lines(watcher, t, rv_text)
+        gone = initial is None
+        if initial is not None:
+            self.store.watchers.add(watcher)
+            self.max_open_watches = max(self.max_open_watches, len(self.store.watchers))
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
             if gone:
                 status = rules.status_body(
-                    410, "Expired", f"too old resource version: {rv_text} ({self._compacted_rv})"
+                    410, "Expired", f"too old resource version: {rv_text} ({self.store.compacted_rv})"
                 )
                 await response.write((json.dumps({"type": "ERROR", "object": status}) + "\n").encode())
                 return response
-            for line in initial:
+            for line in initial or ():
                 await response.write(line.encode())
             deadline = asyncio.get_running_loop().time() + timeout
             while not self._closing.is_set():
@@ -1405,13 +739,13 @@ class KubeTestServer:
         except (ConnectionResetError, ConnectionError):
             pass
         finally:
-            self._watchers.discard(watcher)
+            self.store.watchers.discard(watcher)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
 
     async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
-        t = self._kinds[("", "pods")]
+        t = self.store.kinds[("", "pods")]
         pod = self._lookup(t, namespace, name)
         containers = [c.get("name", "") for c in pod.get("spec", {}).get("containers", [])]
         container = request.query.get("container")
@@ -1430,7 +764,7 @@ class KubeTestServer:
                 400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
             )
         key = (namespace, name, container)
-        text = self._logs.get(key, "")
+        text = self.kubelet.logs.get(key, "")
         if (tail := _int_param(request.query, "tailLines")) is not None:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail:]) if tail > 0 else ""
@@ -1441,22 +775,22 @@ class KubeTestServer:
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
         uid = pod["metadata"]["uid"]
-        sent = len(self._logs.get(key, ""))
+        sent = len(self.kubelet.logs.get(key, ""))
         try:
             await response.prepare(request)
             if text:
                 await response.write(text.encode())
             while not self._closing.is_set():
-                signal = self._wait_signal(namespace, name)
-                current = self._objects[t.key].get((namespace, name))
-                full = self._logs.get(key, "")
+                signal = self.kubelet.wait_signal(namespace, name)
+                current = self.store.objects[t.key].get((namespace, name))
+                full = self.kubelet.logs.get(key, "")
                 if len(full) > sent:
                     await response.write(full[sent:].encode())
                     sent = len(full)
                     continue
                 if current is None or current["metadata"]["uid"] != uid:
                     break
-                if current.get("status", {}).get("phase") in _TERMINAL:
+                if current.get("status", {}).get("phase") in kubelet_mod.TERMINAL:
                     break
                 await signal.wait()
         except (ConnectionResetError, ConnectionError):
@@ -1464,13 +798,6 @@ class KubeTestServer:
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
-
-
-def _job_finished(job: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in job.get("status", {}).get("conditions") or []
-    )
 
 
 def _verb(request: web.Request, name: str | None) -> str:
