@@ -7,7 +7,8 @@ component (``pod-run`` / ``job-run``) and an ``ironflow.io/expires-at`` annotati
 ``LABEL_ROOT_RUN_ID`` and a run release deletes them too.
 
 The values are frozen and their builders return copies; ``build_pod`` / ``build_job``
-are pure (``now`` in, manifest out). ``run`` is the only I/O: create, wait on the
+are pure (``now`` in, manifest out), and importing this module loads no API client.
+``run`` is the only I/O (in :mod:`ironflow.k8s.ops_runtime`): create, wait on the
 namespace's shared pod watch (never one poll loop per object), read the logs, delete on
 every path after the create. A command that fails is a result with ``success=False``;
 only the API or the clock failing is an error.
@@ -15,14 +16,13 @@ only the API or the clock failing is an error.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 from ironflow import errors
 from ironflow.k8s import labels
@@ -179,6 +179,81 @@ def _volumes(pvcs: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
     ]
 
 
+# --- builders both share ----------------------------------------------------------------
+
+
+class _CommonSettings(Protocol):
+    @property
+    def pvcs(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+class _Builders:
+    """The builders ``PodRun`` and ``JobRun`` share; each returns a changed copy."""
+
+    settings: _CommonSettings
+
+    @property
+    def kind(self) -> str:
+        """The operation kind recorded with the step: ``k8s``."""
+        return "k8s"
+
+    def _set(self, **changes: Any) -> Self:
+        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(self, settings=settings)  # type: ignore[type-var]
+
+    def client(self, api: kube.KubeApi) -> Self:
+        """The API connection ``run()`` uses."""
+        return dataclasses.replace(self, api=api)  # type: ignore[type-var]
+
+    def namespace(self, namespace: str) -> Self:
+        return self._set(namespace=namespace)
+
+    def pvc(self, claim: str, mount_path: str) -> Self:
+        """Mount a claim; volumes are named ``workspace``, ``workspace-1``... in call order."""
+        if not claim:
+            raise errors.ConfigError("pvc claim name must not be empty")
+        _check_path(mount_path)
+        return self._set(pvcs=(*self.settings.pvcs, (claim, mount_path)))
+
+    def automount_service_account_token(self, enabled: bool) -> Self:
+        return self._set(automount_service_account_token=enabled)
+
+    def allow_privilege_escalation(self, allowed: bool) -> Self:
+        return self._set(allow_privilege_escalation=allowed)
+
+    def active_deadline_seconds(self, seconds: float) -> Self:
+        """Deadline enforced by the kubelet (pod) or the Job controller, in whole seconds."""
+        _check_duration("active_deadline_seconds", seconds)
+        return self._set(active_deadline_seconds=max(1, int(seconds)))
+
+    def timeout(self, seconds: float) -> Self:
+        """How long ``run()`` waits for the end; also sets the expiry annotation."""
+        return self._set(timeout_s=_check_duration("timeout", seconds))
+
+    def poll_interval(self, seconds: float) -> Self:
+        """Kept for the reference's API; unused: ``run()`` waits on a watch, it never polls."""
+        return self._set(poll_interval_s=_check_duration("poll_interval", seconds))
+
+    def label(self, key: str, value: str) -> Self:
+        """Add a label; the two ``app.kubernetes.io/*`` keys ironflow sets are refused."""
+        _check_labels({key: value})
+        return self._set(labels=_frozen({**self.settings.labels, key: value}))
+
+    def labels(self, pairs: Mapping[str, str]) -> Self:
+        """Replace the caller labels; a reserved key anywhere in the map is refused."""
+        _check_labels(pairs)
+        return self._set(labels=_frozen(pairs))
+
+    def expiry_margin(self, seconds: float) -> Self:
+        """Added to the timeout for the ``expires-at`` annotation the reaper reads."""
+        if seconds < 0:
+            raise errors.ConfigError(f"expiry_margin must not be negative, got {seconds}")
+        return self._set(expiry_margin_s=float(seconds))
+
+
 # --- PodRun ------------------------------------------------------------------------------
 
 
@@ -205,7 +280,7 @@ class PodRunSettings:
 
 
 @dataclass(frozen=True)
-class PodRun:
+class PodRun(_Builders):
     """One pod running ``/bin/sh -c command``; deleted when it ends, whatever happens.
 
     >>> run = PodRun("check", "rust:1.94", "cargo test").label(LABEL_RUN_ID, "r1")
@@ -225,22 +300,7 @@ class PodRun:
         if not self.image.strip():
             raise errors.ConfigError("PodRun image must not be empty")
 
-    @property
-    def kind(self) -> str:
-        """The operation kind recorded with the step: ``k8s``."""
-        return "k8s"
-
-    def _set(self, **changes: Any) -> PodRun:
-        return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
-
     # -- builders --
-
-    def client(self, api: kube.KubeApi) -> PodRun:
-        """The API connection ``run()`` uses."""
-        return dataclasses.replace(self, api=api)
-
-    def namespace(self, namespace: str) -> PodRun:
-        return self._set(namespace=namespace)
 
     def working_dir(self, path: str) -> PodRun:
         return self._set(working_dir=path)
@@ -251,52 +311,11 @@ class PodRun:
     def image_pull_secret(self, name: str) -> PodRun:
         return self._set(image_pull_secret=name)
 
-    def pvc(self, claim: str, mount_path: str) -> PodRun:
-        """Mount a claim; volumes are named ``workspace``, ``workspace-1``... in call order."""
-        if not claim:
-            raise errors.ConfigError("pvc claim name must not be empty")
-        _check_path(mount_path)
-        return self._set(pvcs=(*self.settings.pvcs, (claim, mount_path)))
-
     def resources(self, spec: ResourceSpec) -> PodRun:
         return self._set(resources=spec)
 
     def security(self, spec: SecuritySpec) -> PodRun:
         return self._set(security=spec)
-
-    def automount_service_account_token(self, enabled: bool) -> PodRun:
-        return self._set(automount_service_account_token=enabled)
-
-    def allow_privilege_escalation(self, allowed: bool) -> PodRun:
-        return self._set(allow_privilege_escalation=allowed)
-
-    def active_deadline_seconds(self, seconds: float) -> PodRun:
-        """Kubelet-enforced deadline, in whole seconds (truncated)."""
-        _check_duration("active_deadline_seconds", seconds)
-        return self._set(active_deadline_seconds=max(1, int(seconds)))
-
-    def timeout(self, seconds: float) -> PodRun:
-        return self._set(timeout_s=_check_duration("timeout", seconds))
-
-    def poll_interval(self, seconds: float) -> PodRun:
-        """How often the watch cache is re-read if no event arrives (a safety net, not polling)."""
-        return self._set(poll_interval_s=_check_duration("poll_interval", seconds))
-
-    def label(self, key: str, value: str) -> PodRun:
-        """Add a label; the two ``app.kubernetes.io/*`` keys ironflow sets are refused."""
-        _check_labels({key: value})
-        return self._set(labels=_frozen({**self.settings.labels, key: value}))
-
-    def labels(self, pairs: Mapping[str, str]) -> PodRun:
-        """Replace the caller labels; a reserved key anywhere in the map is refused."""
-        _check_labels(pairs)
-        return self._set(labels=_frozen(pairs))
-
-    def expiry_margin(self, seconds: float) -> PodRun:
-        """Added to the timeout for the ``expires-at`` annotation the reaper reads."""
-        if seconds < 0:
-            raise errors.ConfigError(f"expiry_margin must not be negative, got {seconds}")
-        return self._set(expiry_margin_s=float(seconds))
 
     def runtime_class(self, name: str) -> PodRun:
         if not name.strip():
@@ -383,7 +402,9 @@ class PodRun:
 
     async def run(self, api: kube.KubeApi | None = None) -> PodRunOutput:
         """Create the pod, wait for it to end on the shared watch, read logs, delete it."""
-        return await _run_pod(self, _need_api("PodRun", api or self.api))
+        from ironflow.k8s import ops_runtime
+
+        return await ops_runtime.run_pod(self, _need_api("PodRun", api or self.api))
 
 
 # --- JobRun ------------------------------------------------------------------------------
@@ -406,7 +427,7 @@ class JobRunSettings:
 
 
 @dataclass(frozen=True)
-class JobRun:
+class JobRun(_Builders):
     """A ``batch/v1`` Job running ``/bin/sh -c command``; deleted (with its pods) when done.
 
     >>> job = JobRun("migrate", "postgres:16", "psql -f m.sql").build_job(now=0)
@@ -425,59 +446,10 @@ class JobRun:
         if not self.image.strip():
             raise errors.ConfigError("JobRun image must not be empty")
 
-    @property
-    def kind(self) -> str:
-        """The operation kind recorded with the step: ``k8s``."""
-        return "k8s"
-
-    def _set(self, **changes: Any) -> JobRun:
-        return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
-
-    def client(self, api: kube.KubeApi) -> JobRun:
-        return dataclasses.replace(self, api=api)
-
-    def namespace(self, namespace: str) -> JobRun:
-        return self._set(namespace=namespace)
-
     def backoff_limit(self, limit: int) -> JobRun:
         if limit < 0:
             raise errors.ConfigError(f"backoff_limit must not be negative, got {limit}")
         return self._set(backoff_limit=limit)
-
-    def pvc(self, claim: str, mount_path: str) -> JobRun:
-        if not claim:
-            raise errors.ConfigError("pvc claim name must not be empty")
-        _check_path(mount_path)
-        return self._set(pvcs=(*self.settings.pvcs, (claim, mount_path)))
-
-    def automount_service_account_token(self, enabled: bool) -> JobRun:
-        return self._set(automount_service_account_token=enabled)
-
-    def allow_privilege_escalation(self, allowed: bool) -> JobRun:
-        return self._set(allow_privilege_escalation=allowed)
-
-    def active_deadline_seconds(self, seconds: float) -> JobRun:
-        _check_duration("active_deadline_seconds", seconds)
-        return self._set(active_deadline_seconds=max(1, int(seconds)))
-
-    def timeout(self, seconds: float) -> JobRun:
-        return self._set(timeout_s=_check_duration("timeout", seconds))
-
-    def poll_interval(self, seconds: float) -> JobRun:
-        return self._set(poll_interval_s=_check_duration("poll_interval", seconds))
-
-    def label(self, key: str, value: str) -> JobRun:
-        _check_labels({key: value})
-        return self._set(labels=_frozen({**self.settings.labels, key: value}))
-
-    def labels(self, pairs: Mapping[str, str]) -> JobRun:
-        _check_labels(pairs)
-        return self._set(labels=_frozen(pairs))
-
-    def expiry_margin(self, seconds: float) -> JobRun:
-        if seconds < 0:
-            raise errors.ConfigError(f"expiry_margin must not be negative, got {seconds}")
-        return self._set(expiry_margin_s=float(seconds))
 
     def input(self) -> dict[str, Any]:
         return {
@@ -544,111 +516,12 @@ class JobRun:
 
     async def run(self, api: kube.KubeApi | None = None) -> PodRunOutput:
         """Create the Job, wait for Complete/Failed, read its pod's logs, delete the Job."""
-        return await _run_job(self, _need_api("JobRun", api or self.api))
+        from ironflow.k8s import ops_runtime
+
+        return await ops_runtime.run_job(self, _need_api("JobRun", api or self.api))
 
 
 def _need_api(kind: str, api: kube.KubeApi | None) -> kube.KubeApi:
     if api is None:
         raise errors.ConfigError(f"{kind}.run needs an API client: pass run(api) or build with .client(api)")
     return api
-
-
-# --- running (the only I/O) --------------------------------------------------------------
-
-
-def _pod_ended(pod: Mapping[str, Any] | None) -> bool:
-    return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _job_outcome(job: Mapping[str, Any]) -> str | None:
-    """``Succeeded`` / ``Failed`` once the Job has a true Complete / Failed condition."""
-    for cond in (job.get("status") or {}).get("conditions") or ():
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
-            return "Succeeded" if cond["type"] == "Complete" else "Failed"
-    return None
-
-
-async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, body: dict[str, Any]) -> None:
-    from ironflow.k8s import api as kube
-    from ironflow.k8s import pods
-
-    name = body["metadata"]["name"]
-    try:
-        await api.create(resource, namespace, body)
-    except (errors.KubeUnavailable, asyncio.CancelledError):
-        # No answer (or no time to read it): the object may exist all the same. Remove it, then fail.
-        await pods.delete_quietly(
-            api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
-        )
-        raise
-
-
-def _expiry_of(body: Mapping[str, Any]) -> str | None:
-    return (body.get("metadata", {}).get("annotations") or {}).get(labels.ANNOTATION_EXPIRES_AT)
-
-
-async def _read_log(api: kube.KubeApi, namespace: str, pod: str) -> str:
-
-    try:
-        return await api.read_log(namespace, pod)
-    except errors.KubernetesError:
-        return ""  # logs are best effort: the outcome is the phase
-
-
-async def _run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
-    from ironflow.k8s import api as kube
-    from ironflow.k8s import pods
-
-    s = run.settings
-    body = run.build_pod()
-    await _create(api, kube.PODS, s.namespace, body)
-    try:
-        pod = await pods.wait_for_pod(api, s.namespace, run.name, _pod_ended, s.timeout_s)
-        if pod is None:
-            raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
-        phase = pods.phase(pod)
-        logs = await _read_log(api, s.namespace, run.name)
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
-    finally:
-        await pods.delete_quietly(api, kube.PODS, s.namespace, run.name, expires_at=_expiry_of(body))
-
-
-async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
-    """The Job's outcome, from a watch on that one Job (it starts with a list: no race)."""
-    from ironflow.k8s import api as kube
-
-    events = api.watch(kube.JOBS, namespace, field_selector=f"metadata.name={name}")
-    try:
-        async for event in events:
-            for job in event.items if event.type == "RELISTED" else (event.object,):
-                if event.type != "DELETED" and (outcome := _job_outcome(job)) is not None:
-                    return outcome
-            if event.type == "DELETED":
-                raise errors.KubeNotFound(f"job '{name}' was deleted before it finished", status=404)
-    finally:
-        await events.aclose()
-    raise errors.KubeUnavailable(f"the watch on job '{name}' ended", status=0)
-
-
-async def _run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
-    from ironflow.k8s import api as kube
-    from ironflow.k8s import pods
-
-    s = run.settings
-    body = run.build_job()
-    await _create(api, kube.JOBS, s.namespace, body)
-    try:
-        try:
-            phase = await asyncio.wait_for(_wait_job(api, s.namespace, run.name), timeout=s.timeout_s)
-        except TimeoutError:
-            raise errors.OperationTimeout(f"job '{run.name}' did not finish within {s.timeout_s:g}s") from None
-        logs = ""
-        try:
-            job_pods = (await api.list(kube.PODS, s.namespace, label_selector=f"job-name={run.name}")).items
-        except errors.KubernetesError:
-            job_pods = []
-        if job_pods:
-            logs = await _read_log(api, s.namespace, str(job_pods[0]["metadata"]["name"]))
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
-    finally:
-        await pods.delete_quietly(api, kube.JOBS, s.namespace, run.name, background=True, expires_at=_expiry_of(body))

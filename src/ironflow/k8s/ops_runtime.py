@@ -1,0 +1,107 @@
+"""Running a ``PodRun`` or a ``JobRun``: create, wait on a watch, read the logs, delete (I/O).
+
+The values and their pure rendering live in :mod:`ironflow.k8s.ops`; this is what their
+``run()`` does. Invariant: once the create request has left, the object is deleted on
+every path (a failed command, a timeout, an API error, a cancellation); a lost create
+answer counts as "maybe created".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from ironflow import errors
+from ironflow.k8s import api as kube
+from ironflow.k8s import labels, pods
+from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+
+__all__ = ["run_job", "run_pod"]
+
+
+def _pod_ended(pod: Mapping[str, Any] | None) -> bool:
+    return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _job_outcome(job: Mapping[str, Any]) -> str | None:
+    """``Succeeded`` / ``Failed`` once the Job has a true Complete / Failed condition."""
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return "Succeeded" if cond["type"] == "Complete" else "Failed"
+    return None
+
+
+async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    try:
+        await api.create(resource, namespace, body)
+    except (errors.KubeUnavailable, asyncio.CancelledError):
+        # No answer (or no time to read it): the object may exist all the same. Remove it, then fail.
+        await pods.delete_quietly(
+            api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
+        )
+        raise
+
+
+def _expiry_of(body: Mapping[str, Any]) -> str | None:
+    return (body.get("metadata", {}).get("annotations") or {}).get(labels.ANNOTATION_EXPIRES_AT)
+
+
+async def _read_log(api: kube.KubeApi, namespace: str, pod: str) -> str:
+
+    try:
+        return await api.read_log(namespace, pod)
+    except errors.KubernetesError:
+        return ""  # logs are best effort: the outcome is the phase
+
+
+async def run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
+    s = run.settings
+    body = run.build_pod()
+    await _create(api, kube.PODS, s.namespace, body)
+    try:
+        pod = await pods.wait_for_pod(api, s.namespace, run.name, _pod_ended, s.timeout_s)
+        if pod is None:
+            raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
+        phase = pods.phase(pod)
+        logs = await _read_log(api, s.namespace, run.name)
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
+    finally:
+        await pods.delete_quietly(api, kube.PODS, s.namespace, run.name, expires_at=_expiry_of(body))
+
+
+async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
+    """The Job's outcome, from a watch on that one Job (it starts with a list: no race)."""
+    events = api.watch(kube.JOBS, namespace, field_selector=f"metadata.name={name}")
+    try:
+        async for event in events:
+            for job in event.items if event.type == "RELISTED" else (event.object,):
+                if event.type != "DELETED" and (outcome := _job_outcome(job)) is not None:
+                    return outcome
+            if event.type == "DELETED":
+                raise errors.KubeNotFound(f"job '{name}' was deleted before it finished", status=404)
+    finally:
+        await events.aclose()
+    raise errors.KubeUnavailable(f"the watch on job '{name}' ended", status=0)
+
+
+async def run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
+    s = run.settings
+    body = run.build_job()
+    await _create(api, kube.JOBS, s.namespace, body)
+    try:
+        try:
+            phase = await asyncio.wait_for(_wait_job(api, s.namespace, run.name), timeout=s.timeout_s)
+        except TimeoutError:
+            raise errors.OperationTimeout(f"job '{run.name}' did not finish within {s.timeout_s:g}s") from None
+        logs = ""
+        try:
+            job_pods = (await api.list(kube.PODS, s.namespace, label_selector=f"job-name={run.name}")).items
+        except errors.KubernetesError:
+            job_pods = []
+        if job_pods:
+            logs = await _read_log(api, s.namespace, str(job_pods[0]["metadata"]["name"]))
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
+    finally:
+        await pods.delete_quietly(api, kube.JOBS, s.namespace, run.name, background=True, expires_at=_expiry_of(body))
