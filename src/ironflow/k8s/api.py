@@ -39,6 +39,7 @@ __all__ = [
     "PODS",
     "ClusterConfig",
     "DefaultCluster",
+    "ExecResult",
     "InCluster",
     "KubeApi",
     "KubeObject",
@@ -661,6 +662,94 @@ class KubeApi:
         finally:
             self.counters.open_streams -= 1
             resp.release()
+
+    # -- exec (added for agent-sandbox: run the step in a running sandbox pod) --
+
+    async def exec(
+        self,
+        namespace: str,
+        pod: str,
+        command: tuple[str, ...],
+        *,
+        container: str | None = None,
+        stdin: bytes | None = None,
+        max_output_bytes: int = 64 * 1024 * 1024,
+    ) -> ExecResult:
+        """Run ``command`` in a container of a running pod (pods/exec over a websocket,
+        ``v4.channel.k8s.io``) and return its exit code, stdout and stderr.
+
+        ``stdin`` is sent in full right after the connection opens; v4 cannot signal its end,
+        so the command must read a known length (``head -c N``), never wait for EOF. Output
+        beyond ``max_output_bytes`` per stream is dropped (``truncated``). Bound the call with
+        ``asyncio.timeout``: a cancelled exec closes the connection. Errors map like every call
+        (404 pod gone, 403 denied, ``KubeUnavailable`` when the connection breaks).
+        """
+        from kubernetes_asyncio.stream import WsApiClient
+
+        what = f"exec in pods {_where(namespace, pod)}"
+        self.counters.by_verb["exec"] += 1
+        query: list[tuple[str, Any]] = [("command", list(command))]
+        query += _params(container=container, stdin=stdin is not None, stdout=True, stderr=True, tty=False)
+        out = {1: bytearray(), 2: bytearray()}
+        truncated = False
+        status: dict[str, Any] | None = None
+        async with WsApiClient(configuration=self._client.configuration) as ws_client:
+            try:
+                connecting = await ws_client.call_api(
+                    PODS.path(namespace, pod, "exec"),
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": "*/*"},
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+                async with connecting as ws:
+                    if stdin:
+                        for start in range(0, len(stdin), 256 * 1024):
+                            await ws.send_bytes(b"\x00" + stdin[start : start + 256 * 1024])
+                    async for message in ws:
+                        if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                            break
+                        data = message.data if isinstance(message.data, bytes) else str(message.data).encode()
+                        if not data:
+                            continue
+                        channel, payload = data[0], data[1:]
+                        if channel in out:
+                            room = max_output_bytes - len(out[channel])
+                            truncated = truncated or len(payload) > room
+                            out[channel] += payload[: max(room, 0)]
+                        elif channel == 3 and payload:
+                            status = json.loads(payload)
+            except aiohttp.WSServerHandshakeError as exc:
+                raise error_for_status(exc.status, what, message=str(exc.message)[:_MESSAGE_LIMIT]) from exc
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                raise error_for_status(0, what, message=type(exc).__name__ + _short(exc)) from exc
+        if status is None:
+            raise error_for_status(0, what, message="the connection closed without an exit status")
+        return ExecResult(_exit_code(status), bytes(out[1]), bytes(out[2]), truncated=truncated)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What :meth:`KubeApi.exec` returns: the command's exit code and its two output streams."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    truncated: bool = False
+
+
+def _exit_code(status: Mapping[str, Any]) -> int:
+    """The exit code in an exec's v4 error-channel Status (pure): 0 on Success, the ExitCode cause else."""
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or ():
+        if isinstance(cause, Mapping) and cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message", ""))
+            except ValueError:
+                break
+    raise errors.KubernetesError(f"exec failed: {str(status.get('message', ''))[:_MESSAGE_LIMIT]}", status=500)
 
 
 def _where(namespace: str | None, name: str | None) -> str:
