@@ -1,6 +1,7 @@
 """Every manifest under ``examples/`` validates offline: core kinds against the Kubernetes 1.30
-and 1.37 schemas in strict mode (unknown fields refused), CiliumNetworkPolicies against
-``ironflow.k8s.cilium``'s structural check, kustomizations by the files they reference."""
+and 1.37 schemas in strict mode (unknown fields refused), agent-sandbox kinds against the CRD
+schemas ironflow ships, CiliumNetworkPolicies against ``ironflow.k8s.cilium``'s structural
+check, kustomizations by the files they reference. A kind none of these knows fails."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def _documents() -> Iterator[tuple[str, int, dict[str, Any]]]:
 
 
 DOCUMENTS = list(_documents())
-CORE = [
-    (p, i, d) for p, i, d in DOCUMENTS if not d["apiVersion"].startswith(("cilium.io/", "kustomize.config.k8s.io/"))
-]
+_OTHER = ("cilium.io/", "kustomize.config.k8s.io/", "agents.x-k8s.io/", "extensions.agents.x-k8s.io/")
+CORE = [(p, i, d) for p, i, d in DOCUMENTS if not d["apiVersion"].startswith(_OTHER)]
+AGENT_SANDBOX = [(p, i, d) for p, i, d in DOCUMENTS if d["apiVersion"].split("/")[0].endswith("agents.x-k8s.io")]
 CILIUM = [(p, i, d) for p, i, d in DOCUMENTS if d["apiVersion"].startswith("cilium.io/")]
 KUSTOMIZATIONS = [(p, d) for p, _, d in DOCUMENTS if (d["apiVersion"], d["kind"]) == KUSTOMIZATION]
 
@@ -56,6 +57,13 @@ def test_the_example_set_is_found() -> None:
 @pytest.mark.parametrize(("path", "index", "doc"), CORE, ids=[f"{p}#{i}" for p, i, _ in CORE])
 def test_core_manifest_validates_strictly(path: str, index: int, doc: dict[str, Any], version: str) -> None:
     kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize(("path", "index", "doc"), AGENT_SANDBOX, ids=[f"{p}#{i}" for p, i, _ in AGENT_SANDBOX])
+def test_agent_sandbox_manifest_matches_the_shipped_crd_schema(path: str, index: int, doc: dict[str, Any]) -> None:
+    from ironflow.agent_sandbox import schemas
+
+    assert schemas.schema_problems(doc) == []
 
 
 @pytest.mark.parametrize(("path", "index", "doc"), CILIUM, ids=[f"{p}#{i}" for p, i, _ in CILIUM])
