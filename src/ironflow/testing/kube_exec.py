@@ -43,7 +43,7 @@ def local_exec(env: Mapping[str, str] | None = None, *, cwd: str | None = None) 
     overrides = dict(env or {})
 
     async def run(pod: Obj, container: str, command: list[str]) -> asyncio.subprocess.Process:
-        spec = next(
+        spec: Obj = next(
             (c for c in pod.get("spec", {}).get("containers", []) if c.get("name") == container),
             {},
         )
