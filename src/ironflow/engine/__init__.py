@@ -1,7 +1,7 @@
 """Durable workflows of agent steps: plain async Python, runs kept in SQLite or PostgreSQL.
 
 Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` (step
-values, the ``ctx`` object) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) →
+values, the ``ctx`` object) → ``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) →
 ``accounts``, ``loading`` → ``runner`` (one execution of a run) → ``worker`` (leases,
 concurrency) → ``cli/run.py``. Nothing here imports a provider implementation: the
 runner sees only :class:`~ironflow.provider.AgentProvider`.

@@ -10,14 +10,13 @@ The DSN (which may hold a password) never appears in a message or a repr.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
 import asyncpg
 
 from ironflow import errors, migrations
-from ironflow.engine import model
+from ironflow.engine import model, rows
 
 __all__ = ["MIGRATIONS_COMPONENT", "PostgresStore"]
 
@@ -109,53 +108,6 @@ ON CONFLICT (account, "window", scope) DO UPDATE SET status = excluded.status,
 """
 
 
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _loads(raw: str | None) -> Any:
-    return json.loads(raw) if raw is not None else None
-
-
-def _run(row: asyncpg.Record) -> model.RunRecord:
-    return model.RunRecord(
-        id=row["id"],
-        workflow=row["workflow"],
-        input=model.from_json(row["input"]),
-        status=model.RunStatus(row["status"]),
-        root_run_id=row["root_run_id"],
-        parent_run_id=row["parent_run_id"],
-        backend=row["backend"],
-        output=model.from_json(row["output"]),
-        error=_loads(row["error"]),
-        attempt=row["attempt"],
-        worker=row["worker"],
-        lease_until=row["lease_until"],
-        available_at=row["available_at"],
-        cancel_requested=row["cancel_requested"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _step(row: asyncpg.Record) -> model.StepRecord:
-    return model.StepRecord(
-        run_id=row["run_id"],
-        position=row["position"],
-        id=row["id"],
-        name=row["name"],
-        kind=model.StepKind(row["kind"]),
-        status=model.StepStatus(row["status"]),
-        result=model.from_json(row["result"]),
-        error=_loads(row["error"]),
-        attempts=row["attempts"],
-        child_run_id=row["child_run_id"],
-        labels=_loads(row["labels"]),
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-    )
-
-
 class PostgresStore:
     """A :class:`~ironflow.engine.store.Store` on PostgreSQL through an asyncpg pool."""
 
@@ -211,31 +163,31 @@ class PostgresStore:
             run.attempt,
             run.available_at or None,
         )
-        return _run(row)
+        return rows.run_from_row(row)
 
     async def get_run(self, run_id: str) -> model.RunRecord | None:
         row = await self.pool.fetchrow(f"{_SELECT_RUN} WHERE id = $1", run_id)
-        return _run(row) if row else None
+        return rows.run_from_row(row) if row else None
 
     async def list_runs(
         self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
     ) -> list[model.RunRecord]:
-        rows = await self.pool.fetch(
+        found = await self.pool.fetch(
             f"{_SELECT_RUN} WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR root_run_id = $2) "
             "ORDER BY id DESC LIMIT $3",
             str(status) if status is not None else None,
             root_run_id,
             limit,
         )
-        return [_run(r) for r in rows]
+        return [rows.run_from_row(r) for r in found]
 
     async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
         row = await self.pool.fetchrow(_CLAIM, worker, float(lease_s), run_id)
-        return _run(row) if row else None
+        return rows.run_from_row(row) if row else None
 
     async def renew_lease(self, run_id: str, worker: str, lease_s: float) -> model.RunRecord | None:
         row = await self.pool.fetchrow(_RENEW, run_id, worker, float(lease_s))
-        return _run(row) if row else None
+        return rows.run_from_row(row) if row else None
 
     async def start_child_run(self, run: model.RunRecord) -> model.RunRecord:
         row = await self.pool.fetchrow(
@@ -247,7 +199,7 @@ class PostgresStore:
             run.parent_run_id,
             run.backend,
         )
-        return _run(row)
+        return rows.run_from_row(row)
 
     async def finish_run(
         self,
@@ -259,16 +211,16 @@ class PostgresStore:
         error: dict[str, Any] | None = None,
     ) -> bool:
         output_json = model.to_json(output, what="the workflow's return value") if output is not None else None
-        result = await self.pool.execute(_FINISH, run_id, worker, str(status), output_json, _dumps(error))
+        result = await self.pool.execute(_FINISH, run_id, worker, str(status), output_json, rows.dumps(error))
         return bool(result.endswith(" 1"))
 
     async def requeue_run(self, run_id: str, worker: str, *, error: dict[str, Any], delay_s: float) -> bool:
-        result = await self.pool.execute(_REQUEUE, run_id, worker, _dumps(error), float(delay_s))
+        result = await self.pool.execute(_REQUEUE, run_id, worker, rows.dumps(error), float(delay_s))
         return bool(result.endswith(" 1"))
 
     async def cancel_run(self, run_id: str) -> model.RunRecord | None:
         row = await self.pool.fetchrow(_CANCEL, run_id)
-        return _run(row) if row else None
+        return rows.run_from_row(row) if row else None
 
     async def retry_run(self, run_id: str) -> model.RunRecord | None:
         await self.pool.execute(_RETRY, run_id)
@@ -277,7 +229,7 @@ class PostgresStore:
     # -- steps --
 
     async def steps(self, run_id: str) -> list[model.StepRecord]:
-        return [_step(r) for r in await self.pool.fetch(_SELECT_STEPS, run_id)]
+        return [rows.step_from_row(r) for r in await self.pool.fetch(_SELECT_STEPS, run_id)]
 
     async def save_step(self, step: model.StepRecord) -> None:
         await self.pool.execute(
@@ -289,10 +241,10 @@ class PostgresStore:
             str(step.kind),
             str(step.status),
             model.to_json(step.result, what=f"the result of step {step.name!r}") if step.result is not None else None,
-            _dumps(dict(step.error) if step.error else None),
+            rows.dumps(dict(step.error) if step.error else None),
             step.attempts,
             step.child_run_id,
-            _dumps(dict(step.labels) if step.labels else None),
+            rows.dumps(dict(step.labels) if step.labels else None),
             step.started_at,
             step.finished_at,
         )
@@ -308,19 +260,8 @@ class PostgresStore:
         )
 
     async def rate_limits(self) -> list[model.RateWindow]:
-        rows = await self.pool.fetch(
+        found = await self.pool.fetch(
             'SELECT account, "window", scope, status, utilization, resets_at, recorded_at FROM ironflow_rate_limits '
             'ORDER BY account, "window", scope'
         )
-        return [
-            model.RateWindow(
-                account=r["account"],
-                window=r["window"],
-                scope=r["scope"],
-                status=model.WindowStatus(r["status"]),
-                utilization=r["utilization"],
-                resets_at=r["resets_at"],
-                recorded_at=r["recorded_at"],
-            )
-            for r in rows
-        ]
+        return [rows.window_from_row(r) for r in found]

@@ -9,7 +9,6 @@ which is what the crash-recovery tests do; for several machines use PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from ironflow import errors
-from ironflow.engine import model
+from ironflow.engine import model, rows
 
 __all__ = ["SqliteStore"]
 
@@ -98,49 +97,6 @@ _START_CHILD: Final = (
 )
 
 
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _run_from_row(row: sqlite3.Row) -> model.RunRecord:
-    return model.RunRecord(
-        id=row["id"],
-        workflow=row["workflow"],
-        input=model.from_json(row["input"]),
-        status=model.RunStatus(row["status"]),
-        root_run_id=row["root_run_id"],
-        parent_run_id=row["parent_run_id"],
-        backend=row["backend"],
-        output=model.from_json(row["output"]),
-        error=json.loads(row["error"]) if row["error"] else None,
-        attempt=row["attempt"],
-        worker=row["worker"],
-        lease_until=row["lease_until"],
-        available_at=row["available_at"],
-        cancel_requested=bool(row["cancel_requested"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _step_from_row(row: sqlite3.Row) -> model.StepRecord:
-    return model.StepRecord(
-        run_id=row["run_id"],
-        position=row["position"],
-        id=row["id"],
-        name=row["name"],
-        kind=model.StepKind(row["kind"]),
-        status=model.StepStatus(row["status"]),
-        result=model.from_json(row["result"]),
-        error=json.loads(row["error"]) if row["error"] else None,
-        attempts=row["attempts"],
-        child_run_id=row["child_run_id"],
-        labels=json.loads(row["labels"]) if row["labels"] else None,
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-    )
-
-
 class SqliteStore:
     """A :class:`~ironflow.engine.store.Store` in one SQLite file."""
 
@@ -216,7 +172,7 @@ class SqliteStore:
                 _INSERT_RUN,
                 (
                     run.id, run.workflow, input_json, str(run.status), run.root_run_id, run.parent_run_id,
-                    run.backend, None, _dumps(run.error), run.attempt, run.worker, run.lease_until,
+                    run.backend, None, rows.dumps(run.error), run.attempt, run.worker, run.lease_until,
                     run.available_at or now, int(run.cancel_requested), now, now,
                 ),
             )  # fmt: skip
@@ -229,7 +185,7 @@ class SqliteStore:
     async def get_run(self, run_id: str) -> model.RunRecord | None:
         def get(conn: sqlite3.Connection) -> model.RunRecord | None:
             row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
-            return _run_from_row(row) if row else None
+            return rows.run_from_row(row) if row else None
 
         return await self._call(get)
 
@@ -246,8 +202,8 @@ class SqliteStore:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
         def list_(conn: sqlite3.Connection) -> list[model.RunRecord]:
-            rows = conn.execute(f"{_SELECT_RUN} {where} ORDER BY id DESC LIMIT ?", (*params, limit)).fetchall()
-            return [_run_from_row(r) for r in rows]
+            found = conn.execute(f"{_SELECT_RUN} {where} ORDER BY id DESC LIMIT ?", (*params, limit)).fetchall()
+            return [rows.run_from_row(r) for r in found]
 
         return await self._call(list_)
 
@@ -275,7 +231,7 @@ class SqliteStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            return _run_from_row(claimed)
+            return rows.run_from_row(claimed)
 
         return await self._call(claim)
 
@@ -286,7 +242,7 @@ class SqliteStore:
                 _RENEW,
                 (now + lease_s, now, run_id, worker),
             ).fetchone()
-            return _run_from_row(row) if row else None
+            return rows.run_from_row(row) if row else None
 
         return await self._call(renew)
 
@@ -299,7 +255,7 @@ class SqliteStore:
                 _START_CHILD,
                 (run.id, run.workflow, input_json, run.root_run_id, run.parent_run_id, run.backend, now, now, now),
             ).fetchone()
-            return _run_from_row(row)
+            return rows.run_from_row(row)
 
         return await self._call(start)
 
@@ -318,7 +274,7 @@ class SqliteStore:
             cur = conn.execute(
                 "UPDATE ironflow_runs SET status = ?, output = ?, error = ?, worker = NULL, lease_until = NULL, "
                 "updated_at = ? WHERE id = ? AND status = 'running' AND worker IS ?",
-                (str(status), output_json, _dumps(error), time.time(), run_id, worker),
+                (str(status), output_json, rows.dumps(error), time.time(), run_id, worker),
             )
             return cur.rowcount == 1
 
@@ -330,7 +286,7 @@ class SqliteStore:
             cur = conn.execute(
                 "UPDATE ironflow_runs SET status = 'pending', error = ?, worker = NULL, lease_until = NULL, "
                 "available_at = ?, updated_at = ? WHERE id = ? AND status = 'running' AND worker = ?",
-                (_dumps(error), now + delay_s, now, run_id, worker),
+                (rows.dumps(error), now + delay_s, now, run_id, worker),
             )
             return cur.rowcount == 1
 
@@ -346,7 +302,7 @@ class SqliteStore:
                 (now, run_id),
             )
             row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
-            return _run_from_row(row) if row else None
+            return rows.run_from_row(row) if row else None
 
         return await self._call(cancel)
 
@@ -360,7 +316,7 @@ class SqliteStore:
                 (now, now, run_id),
             )
             row = conn.execute(_SELECT_RUN_BY_ID, (run_id,)).fetchone()
-            return _run_from_row(row) if row else None
+            return rows.run_from_row(row) if row else None
 
         return await self._call(retry)
 
@@ -368,8 +324,8 @@ class SqliteStore:
 
     async def steps(self, run_id: str) -> list[model.StepRecord]:
         def list_(conn: sqlite3.Connection) -> list[model.StepRecord]:
-            rows = conn.execute("SELECT * FROM ironflow_steps WHERE run_id = ? ORDER BY position", (run_id,)).fetchall()
-            return [_step_from_row(r) for r in rows]
+            found = conn.execute("SELECT * FROM ironflow_steps WHERE run_id = ? ORDER BY position", (run_id,))
+            return [rows.step_from_row(r) for r in found.fetchall()]
 
         return await self._call(list_)
 
@@ -377,8 +333,8 @@ class SqliteStore:
         result_json = model.to_json(step.result, what=f"the result of step {step.name!r}")
         params = (
             step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result_json,
-            _dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
-            _dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
+            rows.dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
+            rows.dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
         )  # fmt: skip
 
         def save(conn: sqlite3.Connection) -> None:
@@ -389,31 +345,20 @@ class SqliteStore:
     # -- rate limits --
 
     async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
-        rows = [
+        values = [
             (w.account, w.window, w.scope, str(w.status), w.utilization, w.resets_at, w.recorded_at or time.time())
             for w in windows
         ]
 
         def record(conn: sqlite3.Connection) -> None:
-            conn.executemany("INSERT OR REPLACE INTO ironflow_rate_limits VALUES (?,?,?,?,?,?,?)", rows)
+            conn.executemany("INSERT OR REPLACE INTO ironflow_rate_limits VALUES (?,?,?,?,?,?,?)", values)
 
-        if rows:
+        if values:
             await self._call(record)
 
     async def rate_limits(self) -> list[model.RateWindow]:
         def list_(conn: sqlite3.Connection) -> list[model.RateWindow]:
-            rows = conn.execute("SELECT * FROM ironflow_rate_limits ORDER BY account, window, scope").fetchall()
-            return [
-                model.RateWindow(
-                    account=r["account"],
-                    window=r["window"],
-                    scope=r["scope"],
-                    status=model.WindowStatus(r["status"]),
-                    utilization=r["utilization"],
-                    resets_at=r["resets_at"],
-                    recorded_at=r["recorded_at"],
-                )
-                for r in rows
-            ]
+            found = conn.execute("SELECT * FROM ironflow_rate_limits ORDER BY account, window, scope").fetchall()
+            return [rows.window_from_row(r) for r in found]
 
         return await self._call(list_)
