@@ -1,0 +1,178 @@
+"""kwok Stages for :mod:`ironflow.testing.kubeenv`: how fake pods move from phase to phase.
+Pure: stock stage documents in, kwok's ``--config`` YAML out; plus the CRI log format kwok serves.
+
+The rule table (first match by weight; a stage of weight > 0 always beats weight 0):
+
+=========================  ======  =====================================================
+stage                      weight  applies to
+=========================  ======  =====================================================
+node-initialize/heartbeat  0       every Node (stock): Ready, addresses, kubelet port
+pod-ready                  0       scheduled Pending pods -> Running (stock)
+pod-delete                 0       pods with a deletionTimestamp -> deleted (stock)
+pod-complete               0       Running pods owned by a Job -> Succeeded (stock)
+ironflow-pod-exit          1000    Running pods labelled ``EXIT_CODE_LABEL``: after
+                                   ``RUN_FOR_LABEL`` (a Go duration, default 100ms),
+                                   Succeeded if the code is 0 else Failed, that exit code
+ironflow-pod-deadline      1000    Running pods with ``activeDeadlineSeconds``, no exit
+                                   label, not Job-owned: Failed/DeadlineExceeded, as a
+                                   kubelet does (kwok enforces no deadline by itself)
+=========================  ======  =====================================================
+
+Pods in namespaces starting with ``MANUAL_NAMESPACE_PREFIX`` are left to the test (only
+pod-delete applies): the contract suite's kubelet control patches their status itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import yaml
+
+__all__ = [
+    "EXIT_CODE_LABEL",
+    "MANUAL_NAMESPACE_PREFIX",
+    "RUN_FOR_LABEL",
+    "cri_log",
+    "kwok_config",
+]
+
+#: Pod label: the exit code the fake container ends with ("0" -> Succeeded, else Failed).
+EXIT_CODE_LABEL: Final = "kubeenv.ironflow.io/exit-code"
+#: Pod label: how long the fake container runs, as a Go duration ("200ms", "2s").
+RUN_FOR_LABEL: Final = "kubeenv.ironflow.io/run-for"
+#: Namespaces whose pods kwok leaves alone (their "kubelet" is the test).
+MANUAL_NAMESPACE_PREFIX: Final = "kubelet-manual-"
+
+_NOT_MANUAL: Final = {
+    "key": f'.metadata.namespace | startswith("{MANUAL_NAMESPACE_PREFIX}")',
+    "operator": "NotIn",
+    "values": ["true"],
+}
+_NO_EXIT_LABEL: Final = {"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "DoesNotExist"}
+_ALIVE: Final = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_RUNNING: Final = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
+
+_TERMINATED_TEMPLATE: Final = """{{{{ $now := Now }}}}
+{{{{ $code := {code} }}}}
+phase: {{{{ if eq $code "0" }}}}Succeeded{{{{ else }}}}Failed{{{{ end }}}}
+{extra}conditions:
+- {{type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{{{ $now | Quote }}}}}}
+- {{type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{{{ $now | Quote }}}}}}
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- name: {{{{ .name | Quote }}}}
+  image: {{{{ .image | Quote }}}}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: {{{{ $code }}}}
+      reason: {{{{ if eq $code "0" }}}}Completed{{{{ else }}}}{reason}{{{{ end }}}}
+      startedAt: {{{{ $now | Quote }}}}
+      finishedAt: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+"""
+
+
+def _exit_stage() -> dict[str, Any]:
+    code = f'index .metadata.labels "{EXIT_CODE_LABEL}"'
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "ironflow-pod-exit"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    _ALIVE,
+                    _RUNNING,
+                    _NOT_MANUAL,
+                    {"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "Exists"},
+                ]
+            },
+            "weight": 1000,
+            "delay": {
+                "durationMilliseconds": 100,
+                "durationFrom": {"expressionFrom": f'.metadata.labels["{RUN_FOR_LABEL}"]'},
+            },
+            "next": {"statusTemplate": _TERMINATED_TEMPLATE.format(code=code, extra="", reason="Error")},
+        },
+    }
+
+
+def _deadline_stage() -> dict[str, Any]:
+    extra = 'reason: DeadlineExceeded\nmessage: "Pod was active on the node longer than the specified deadline"\n'
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "ironflow-pod-deadline"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    _ALIVE,
+                    _RUNNING,
+                    _NOT_MANUAL,
+                    _NO_EXIT_LABEL,
+                    {"key": ".spec.activeDeadlineSeconds", "operator": "Exists"},
+                    {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]},
+                ]
+            },
+            "weight": 1000,
+            "delay": {
+                "durationMilliseconds": 1000,
+                "durationFrom": {"expressionFrom": '(.spec.activeDeadlineSeconds | tostring) + "s"'},
+            },
+            "next": {
+                "event": {
+                    "type": "Normal",
+                    "reason": "DeadlineExceeded",
+                    "message": "Pod was active on the node longer than the specified deadline",
+                },
+                "statusTemplate": _TERMINATED_TEMPLATE.format(code='"137"', extra=extra, reason="DeadlineExceeded"),
+            },
+        },
+    }
+
+
+def _scoped(stage: Mapping[str, Any]) -> dict[str, Any]:
+    """A stock pod stage restricted to non-manual namespaces (pod-complete also to unlabelled pods)."""
+    out = copy.deepcopy(dict(stage))
+    exprs = out["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
+    exprs.append(dict(_NOT_MANUAL))
+    if out["metadata"]["name"] == "pod-complete":
+        exprs.append(dict(_NO_EXIT_LABEL))
+    return out
+
+
+def kwok_config(stock: Sequence[Mapping[str, Any]]) -> str:
+    """kwok's ``--config`` document stream: the stock stages (node stages as shipped, pod
+    stages scoped as the table says) plus the two ironflow stages.
+
+    >>> text = kwok_config([{"kind": "Stage", "metadata": {"name": "pod-ready"},
+    ...                      "spec": {"resourceRef": {"kind": "Pod"}}}])
+    >>> [d["metadata"]["name"] for d in yaml.safe_load_all(text)]
+    ['pod-ready', 'ironflow-pod-exit', 'ironflow-pod-deadline']
+    """
+    docs: list[dict[str, Any]] = []
+    for stage in stock:
+        if stage.get("kind") != "Stage":
+            continue
+        is_pod = stage.get("spec", {}).get("resourceRef", {}).get("kind") == "Pod"
+        docs.append(_scoped(stage) if is_pod and stage["metadata"]["name"] != "pod-delete" else dict(stage))
+    docs += [_exit_stage(), _deadline_stage()]
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def cri_log(text: str, *, stream: str = "stdout", at: datetime.datetime | None = None) -> str:
+    """``text`` in the CRI log format kwok reads (one ``<time> <stream> F <line>`` per line).
+
+    >>> cri_log("a\\nb\\n", at=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    '2026-01-01T00:00:00.000000000Z stdout F a\\n2026-01-01T00:00:00.000000000Z stdout F b\\n'
+    """
+    when = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    return "".join(f"{when} {stream} F {line}\n" for line in text.splitlines())
