@@ -335,6 +335,17 @@ async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(kube: C
     assert report.pods_deleted == 1
 
 
+async def test_timed_out_pod_the_api_will_not_delete_is_noted_on_the_timeout(
+    kube: Case, server: KubeTestServer
+) -> None:
+    """The timeout stays an AgentTimeout; its note says the pod is left for the reaper."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    server.fail("delete", "pods", status=503, times=10)
+    with pytest.raises(errors.AgentTimeout) as caught:
+        await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("hi"))
+    assert any("left for the orphan reaper" in note for note in getattr(caught.value, "__notes__", []))
+
+
 # --- retries, release_run -------------------------------------------------------------
 
 

@@ -347,7 +347,9 @@ class StepRunner:
                     run_id or draft.pod_name, step or "agent", now + lifetime, credential=credential
                 )
             except errors.AuthProxyError as exc:
-                raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
+                raise errors.AuthProxyError(
+                    f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable
+                ) from exc
         try:
             plan = _plan(
                 self.render(
@@ -412,14 +414,22 @@ class StepRunner:
                 pod_gone = await pods.delete_quietly(api, kube.PODS, ns, plan.pod_name, expires_at=plan.expires_at)
             if cm_name is not None:
                 await pods.delete_quietly(api, kube.CONFIGMAPS, ns, cm_name, expires_at=plan.expires_at)
+            left = (
+                f"pod '{plan.pod_name}' could not be deleted and is left for the orphan reaper "
+                f"(expires at {plan.expires_at})"
+            )
             if not pod_gone and isinstance(failure, errors.KubernetesError):
                 raise type(failure)(
-                    f"{failure.message}; pod '{plan.pod_name}' could not be deleted and is left for the orphan "
-                    f"reaper (expires at {plan.expires_at})",
-                    status=failure.status,
-                    reason=failure.reason,
+                    f"{failure.message}; {left}", status=failure.status, reason=failure.reason
                 ) from failure
-        return self._finalize(config, outcome, started)
+            if not pod_gone and failure is not None:
+                failure.add_note(left)
+        try:
+            return self._finalize(config, outcome, started)
+        except errors.IronflowError as exc:
+            if not pod_gone:
+                exc.add_note(left)  # e.g. a timeout whose pod the API would not delete
+            raise
 
     async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
         """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
