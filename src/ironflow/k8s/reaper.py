@@ -28,6 +28,8 @@ from ironflow.k8s import api as kube
 from ironflow.k8s import labels
 
 __all__ = [
+    "DELETE_CONCURRENCY",
+    "PAGE_SIZE",
     "OrphanReaper",
     "ReapReason",
     "ReapReport",
@@ -44,6 +46,8 @@ _log = logging.getLogger(__name__)
 
 #: Page size for every listing of a pass: a namespace with 100k pods is read in pieces.
 PAGE_SIZE: Final = 500
+#: Deletes in flight at once: a pass after an outage must not flood the API server.
+DELETE_CONCURRENCY: Final = 16
 
 
 class ReapReason(StrEnum):
@@ -212,9 +216,13 @@ async def reap_namespace(
     async def apply(resource: kube.Resource, chosen: list[str], *, background: bool, what: str) -> list[str]:
         if dry_run:
             return chosen
-        done = await asyncio.gather(
-            *(_delete(api, resource, namespace, n, background=background, what=what) for n in chosen)
-        )
+        gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+        async def one(name: str) -> bool:
+            async with gate:
+                return await _delete(api, resource, namespace, name, background=background, what=what)
+
+        done = await asyncio.gather(*(one(n) for n in chosen))
         return [n for n, ok in zip(chosen, done, strict=True) if ok]
 
     def name(obj: Mapping[str, Any]) -> str:
