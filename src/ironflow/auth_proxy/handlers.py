@@ -269,26 +269,33 @@ class ProxyHandlers:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             return web.StreamResponse(), 0
         used = 0
+        response: web.StreamResponse = web.StreamResponse()
         try:
             self.metrics.upstream_latency.observe(time.perf_counter() - started)
-            response = web.StreamResponse(
-                status=upstream.status, headers=CIMultiDict(policy.downstream_headers(upstream.headers.items()))
-            )
+            downstream = CIMultiDict(policy.downstream_headers(upstream.headers.items()))
             self.metrics.open_streams.inc()
             try:
+                first = await upstream.content.readany()
+                if count_tokens:
+                    used = _output_tokens(first, used)
+                if upstream.content.at_eof() and method != "HEAD":
+                    # The whole answer is already here: headers and body leave in one write.
+                    response = web.Response(status=upstream.status, headers=downstream, body=first)
+                    return response, upstream.status
+                response = web.StreamResponse(status=upstream.status, headers=downstream)
                 await response.prepare(request)
-                tail = b""
+                await response.write(first)
+                tail = first[-48:]
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
                     if count_tokens:
-                        window = tail + chunk
-                        for match in _OUTPUT_TOKENS.finditer(window):
-                            used = max(used, int(match.group(1)))
-                        tail = window[-48:]
+                        used = _output_tokens(tail + chunk, used)
+                        tail = (tail + chunk)[-48:]
                 await response.write_eof()
             except (aiohttp.ClientError, TimeoutError, ConnectionError):
-                # Upstream died or the pod went away mid-stream: the status is already sent.
-                pass
+                # Upstream died or the pod went away mid-stream.
+                if not response.prepared:
+                    return web.StreamResponse(), 0
             finally:
                 self.metrics.open_streams.dec()
         finally:
@@ -352,6 +359,13 @@ class ProxyHandlers:
             upstream_status=upstream_status,
         )
         self.metrics.count(result, secret)
+
+
+def _output_tokens(window: bytes, seen: int) -> int:
+    """The largest ``"output_tokens": N`` in a stream window: the usage is cumulative."""
+    for match in _OUTPUT_TOKENS.finditer(window):
+        seen = max(seen, int(match.group(1)))
+    return seen
 
 
 def _host_for_log(path: str) -> str:
