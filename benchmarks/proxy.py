@@ -66,7 +66,8 @@ def _stream_body() -> str:
     def event(name: str, data: dict[str, object]) -> str:
         return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
-    words = "The deployment rolled out cleanly across all three regions with no failed checks".split(" ")
+    words = ["The", "deployment", "rolled", "out", "cleanly", "across", "all", "regions", "with"]
+    words += ["no", "failed", "health", "checks"]
     parts = [
         event(
             "message_start",
