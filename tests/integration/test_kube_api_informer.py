@@ -152,3 +152,25 @@ async def test_generic_informer_waits_for_custom_state(kube: Any) -> None:
     found = await wait
     assert found is not None
     assert found["data"]["ready"] == "yes"
+
+
+async def test_linger_keeps_the_watch_between_users_then_stops(kube: Any, make_pod: Any) -> None:
+    """With linger_s, a second wait right after the first reuses the watch; later it stops."""
+    server = kube.need_server()
+    pods = informer.Informer(kube.api, api.PODS, kube.namespace, linger_s=0.3)
+    for name in ("l1", "l2"):
+        await kube.api.create(api.PODS, kube.namespace, make_pod(name))
+        await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
+        assert await pods.wait_for(name, informer.pod_finished, 2) is not None
+    assert server.count("watch", "pods") == 1
+    assert pods.running
+    assert await _eventually_async(lambda: not pods.running)
+    assert await _eventually_async(lambda: server.open_watches == 0)
+
+
+async def _eventually_async(check: Any) -> bool:
+    for _ in range(200):
+        if check():
+            return True
+        await asyncio.sleep(0.01)
+    return False
