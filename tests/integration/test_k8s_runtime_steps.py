@@ -287,27 +287,28 @@ async def test_cancelled_streaming_step_leaves_nothing(kube: Case, server: KubeT
 
 # --- fault injection ------------------------------------------------------------------
 
-STEP_CALLS = [
-    ("list", "pods"),
-    ("list", "configmaps"),
-    ("watch", "pods"),
-    ("create", "configmaps"),
-    ("create", "pods"),
-    ("get", "pods/log"),
-    ("delete", "pods"),
-    ("delete", "configmaps"),
+STEP_CALLS = [  # (verb, resource, nth call): every request a step with a large prompt makes
+    ("list", "pods", 1),  # the cleanup's listing or the shared watch's first list, whichever is first
+    ("list", "pods", 2),  # ... and the other one
+    ("list", "configmaps", 1),
+    ("watch", "pods", 1),
+    ("create", "configmaps", 1),
+    ("create", "pods", 1),
+    ("get", "pods/log", 1),
+    ("delete", "pods", 1),
+    ("delete", "configmaps", 1),
 ]
 
 
-@pytest.mark.parametrize(("verb", "resource"), STEP_CALLS)
+@pytest.mark.parametrize(("verb", "resource", "nth"), STEP_CALLS)
 @pytest.mark.parametrize("drop", [False, True], ids=["500", "dropped"])
 async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
-    kube: Case, server: KubeTestServer, verb: str, resource: str, drop: bool
+    kube: Case, server: KubeTestServer, verb: str, resource: str, nth: int, drop: bool
 ) -> None:
     """Each API call of a step fails in turn: whatever the step reports, one reaper pass
     (at a time past the expiry) finds nothing of it, or removes what the API refused to."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
-    rule = server.fail(verb, resource, status=500, drop=drop, times=1)
+    rule = server.fail(verb, resource, nth=nth, status=500, drop=drop, times=1)
     config = AgentConfig("x" * 120_000).run_scope(RUN, "faulty")
     outcome: object
     try:
