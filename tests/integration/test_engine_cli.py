@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,23 @@ def test_the_review_example_runs_offline_on_the_local_sandbox(tmp_path: Path) ->
     assert output["summary"] == "Looks good to me. (offline fake model)"
     for step in ("plan", "review correctness", "review security", "review tests", "summarise", "summary"):
         assert f"✓ {step} (" in proc.stderr
+
+
+def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str) -> None:
+    run_id = cli("run", f"{WORKFLOWS}:with_op", "--input", '{"a": 20, "b": 22}', "--store", store)[1].strip()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from ironflow.cli.app import main; main()", "worker", "--store", store],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        status = "pending"
+        while status != "succeeded" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = json.loads(cli("runs", "show", run_id, "--store", store, "-o", "json")[1])["status"]
+        assert status == "succeeded"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=10)
+    assert worker.returncode == 0, err
+    assert "taking runs (concurrency 1)" in err

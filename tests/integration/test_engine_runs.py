@@ -377,6 +377,29 @@ async def test_cancelling_a_running_run_cancels_its_steps_and_releases_it(store:
     assert (await get(store, run_id)).status is model.RunStatus.CANCELLED
     events = [(e["event"], e.get("step") or e.get("run")) for e in provider.events]
     assert events == [("release", run_id), ("invoke", "a"), ("cancelled", "a"), ("release", run_id)]
+    (step,) = await store.steps(run_id)
+    assert (step.name, step.status) == ("a", model.StepStatus.FAILED)
+    assert step.error is not None
+    assert step.error["type"] == "Cancelled"
+
+
+async def test_a_stopping_worker_hands_its_run_back_and_the_next_one_resumes_it(store: Store) -> None:
+    provider = RecordingProvider(step_delays={"b": 30.0})
+    run_id = await submit(store, "linear", {"steps": ["a", "b"]})
+    stop = asyncio.Event()
+    worker = Worker(store, runner_for(store, provider), lease_s=30)
+    task = asyncio.create_task(worker.run(stop=stop))
+    await wait_for(lambda: any(e["event"] == "invoke" and e["step"] == "b" for e in provider.events))
+    stop.set()
+    await task
+    handed_back = await get(store, run_id)
+    assert handed_back.status is model.RunStatus.PENDING  # due now, not after the 30 s lease
+    assert handed_back.error is not None
+    assert handed_back.error["type"] == "WorkerStopped"
+    provider.step_delays.clear()
+    await run_all(store, provider)
+    assert (await get(store, run_id)).output == ["done a", "done b"]
+    assert invoked_steps(provider) == ["a", "b", "b"]
 
 
 async def test_cancelling_a_pending_run_means_it_never_runs(store: Store) -> None:

@@ -367,9 +367,21 @@ class Runner:
             await asyncio.gather(body, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.provider.release_run(run.id)
+            await self._mark_cancelled(run.id)
             await self.store.finish_run(run.id, worker, status=model.RunStatus.CANCELLED)
             return Outcome.CANCELLED
         return await self._settle(run, worker, body)
+
+    async def _mark_cancelled(self, run_id: str) -> None:
+        """Record the steps that were in flight (here and in sub-workflows) as cancelled."""
+        error = {"type": "Cancelled", "message": "the run was cancelled while this step ran", "retryable": False}
+        for step in await self.store.steps(run_id):
+            if step.status is model.StepStatus.RUNNING:
+                await self.store.save_step(
+                    dataclasses.replace(step, status=model.StepStatus.FAILED, error=error, finished_at=time.time())
+                )
+                if step.child_run_id is not None:
+                    await self._mark_cancelled(step.child_run_id)
 
     async def _top_level(self, run: model.RunRecord, workflow: Workflow) -> Any:
         await self._release(run.id)

@@ -78,7 +78,14 @@ class Worker:
         work = asyncio.create_task(self.runner_for(run).execute(run, worker=self.id, cancel=cancel))
         lost_wait = asyncio.create_task(lost.wait())
         try:
-            await asyncio.wait([work, lost_wait], return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait([work, lost_wait], return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # the worker is stopping: hand the run back at once
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._hand_back(run))
+                raise
             if not work.done():  # lease lost: another worker owns the run now
                 log.warning("lost the lease of run %s; leaving it to the worker that took it", run.id)
                 work.cancel()
@@ -89,6 +96,10 @@ class Worker:
             for task in (renewer, lost_wait, work):
                 task.cancel()
             await asyncio.gather(renewer, lost_wait, work, return_exceptions=True)
+
+    async def _hand_back(self, run: model.RunRecord) -> None:
+        error = {"type": "WorkerStopped", "message": f"worker {self.id} stopped during the run", "retryable": True}
+        await self.store.requeue_run(run.id, self.id, error=error, delay_s=0.0)
 
     async def run_once(self) -> bool:
         """Claim and execute one run; False when none was due."""
@@ -102,8 +113,8 @@ class Worker:
     async def run(self, *, stop: asyncio.Event | None = None, until_idle: bool = False) -> None:
         """Take runs until ``stop`` is set (or, with ``until_idle``, until nothing is due).
 
-        Runs in flight when stopping are cancelled; their leases expire and another
-        worker resumes them.
+        Runs in flight when stopping are cancelled (their steps' sandboxes go with them)
+        and put back in the queue at once; the next worker releases and resumes them.
         """
         stop = stop or asyncio.Event()
         running: set[asyncio.Task[bool]] = set()
