@@ -211,6 +211,26 @@ async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
     assert leftovers(server, kube.namespace) == []
 
 
+async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
+    kube: Case, server: KubeTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ironflow.k8s import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "LOG_CAP_BYTES", 10)
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    sink = Lines()
+    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
+    await wait_until(lambda: len(server.objects(k8s.PODS, kube.namespace)) == 1)
+    name = server.objects(k8s.PODS, kube.namespace)[0]["metadata"]["name"]
+    await wait_until(lambda: phase_of(server, kube.namespace, name) == "Running")
+    server.append_log(kube.namespace, name, STREAM_TEXT)
+    await wait_until(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
+    server.set_pod_phase(kube.namespace, name, "Succeeded")
+    with pytest.raises(errors.SchemaValidation, match="no result line"):
+        await task  # the result line was streamed, not kept
+    assert leftovers(server, kube.namespace) == []
+
+
 # --- cancellation ---------------------------------------------------------------------
 
 
@@ -473,8 +493,12 @@ class FakeIssuer:
         return 1
 
 
-def proxied(ns: str) -> K8sEphemeralProvider:
-    return provider(ns).auth_proxy("http://auth-proxy.ironflow:8080").auth_proxy_admin_key("admin-key-value")
+def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
+    return (
+        provider(ns, timeout=timeout)
+        .auth_proxy("http://auth-proxy.ironflow:8080")
+        .auth_proxy_admin_key("admin-key-value")
+    )
 
 
 async def test_no_token_no_pod(kube: Case, server: KubeTestServer) -> None:
@@ -503,6 +527,27 @@ async def test_token_is_revoked_when_the_step_fails(kube: Case, server: KubeTest
         await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
     assert issuer.revoked == ["tok-000000000001"]
     assert find_leaks(["ifap_secret_value_1", "admin-key-value"], str(caught.value), repr(caught.value)) == []
+
+
+async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
+    kube: Case, server: KubeTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failures on every side of a proxied step: no log line or error holds the token or the key."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    issuer = FakeIssuer()
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    server.fail("delete", "pods", status=503, times=10)
+    with pytest.raises(errors.AgentTimeout) as timed_out:
+        await runner(kube, proxied(kube.namespace, timeout=0.3), issuer=issuer).invoke(AgentConfig("hi"))
+    server.clear_faults()
+    server.fail("create", "pods", status=500)
+    with pytest.raises(errors.KubernetesError) as refused:
+        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
+    secrets = ["ifap_secret_value_1", "ifap_secret_value_2", "admin-key-value"]
+    haystacks = [caplog.text, str(timed_out.value), repr(timed_out.value), str(refused.value), repr(refused.value)]
+    assert find_leaks(secrets, *haystacks, getattr(timed_out.value, "__notes__", [])) == []
 
 
 async def test_release_run_revokes_the_run_tokens(kube: Case, server: KubeTestServer) -> None:
