@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ironflow import errors
@@ -17,6 +17,7 @@ def test_delay_doubles_from_200ms_and_caps_at_30s() -> None:
     assert policy.delay(100_000) == 30.0
 
 
+@settings(deadline=None)  # a shared 2-core machine: timing is not the property
 @given(st.integers(min_value=0, max_value=10_000))
 def test_delay_never_exceeds_the_maximum_and_never_shrinks(attempt: int) -> None:
     policy = retry.RetryPolicy(max_retries=3, initial_backoff_s=0.1, max_backoff_s=5.0, multiplier=3.0)

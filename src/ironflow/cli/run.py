@@ -259,6 +259,24 @@ def _resolve_ref(ref: str) -> str:
     return loading.workflow_ref(workflow)
 
 
+async def _execute_until_finished(store: Store, worker: Worker, run_id: str) -> None:
+    """Execute the run here; a run put back in the queue (its release failed) is taken again when due."""
+    while True:
+        claimed = await store.claim_run(worker.id, worker.lease_s, run_id=run_id)
+        if claimed is not None:
+            await worker.execute(claimed)
+            continue
+        current = await store.get_run(run_id)
+        if current is None or current.finished:
+            return
+        if current.status is model.RunStatus.RUNNING:  # another worker holds it now: follow it
+            await asyncio.sleep(0.5)
+            continue
+        if current.error:
+            _err.print(f"[yellow]run requeued:[/] {current.error['message']}; trying again when due", markup=True)
+        await asyncio.sleep(max(current.available_at - time.time(), 0.05))
+
+
 async def _run(
     ref: str,
     input: Any,
@@ -280,12 +298,10 @@ async def _run(
             return 0
         _err.print(f"run {run.id} ({ref}) on {backend}", highlight=False)
         worker = Worker(store, lambda r: Runner(store, providers.get(r.backend), accounts=pool), lease_s=lease_s)
-        claimed = await store.claim_run(worker.id, lease_s, run_id=run.id)
-        assert claimed is not None
         stop = asyncio.Event()
         watcher = asyncio.create_task(_watch(store, run.id, stop))
         try:
-            await worker.execute(claimed)
+            await _execute_until_finished(store, worker, run.id)
         finally:
             stop.set()
             await watcher
