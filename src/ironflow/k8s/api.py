@@ -60,6 +60,8 @@ KubeObject: TypeAlias = dict[str, Any]
 
 #: Longest API message copied into an error (a Status body can hold a whole object).
 _MESSAGE_LIMIT: Final = 600
+#: Writes refuse unknown fields (a real API server's default is to drop them with a warning).
+_STRICT: Final = (("fieldValidation", "Strict"),)
 #: The server closes each watch after this long (plus jitter by the server); we reconnect.
 _WATCH_TIMEOUT_S: Final = 290
 
@@ -410,10 +412,12 @@ class KubeApi:
     # -- verbs --
 
     async def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> KubeObject:
-        """Create an object; 409 (``KubeConflict``) when the name is taken."""
+        """Create an object; 409 (``KubeConflict``) when the name is taken, 422 when it is invalid
+        (unknown fields included: writes ask for strict field validation, so a typo fails loudly
+        instead of being dropped)."""
         name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "") + "*"
         what = f"create {resource.plural} {_where(namespace, name)}"
-        return await self._json("create", "POST", resource.path(namespace), what, body=dict(body))
+        return await self._json("create", "POST", resource.path(namespace), what, query=list(_STRICT), body=dict(body))
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> KubeObject:
         """Read one object; ``KubeNotFound`` when it does not exist."""
@@ -484,6 +488,7 @@ class KubeApi:
             "PATCH",
             resource.path(namespace, name),
             what,
+            query=list(_STRICT),
             body=dict(patch),
             content_type="application/merge-patch+json",
         )
