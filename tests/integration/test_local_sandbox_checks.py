@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
 
+from ironflow.local.bwrap import ReadOnlyMount
 from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script
 
 KEY = "sk-ant-api03-local-sandbox-test-key-0123456789"
+PYTHON = os.path.realpath(sys.executable)
 
 pytestmark = pytest.mark.bwrap
 
@@ -175,3 +178,24 @@ async def test_secrets_never_appear_on_any_command_line(provider: LocalSandboxPr
     assert token.startswith("ifap_")
     assert any("sleep" in c for c in cmdlines), "the sandbox was not seen running"
     assert_no_leaks([KEY, token], cmdlines)
+
+
+async def test_bubblewrap_seccomp_refuses_what_runtime_default_refuses() -> None:
+    """ptrace, keyctl and mount answer EPERM; ordinary calls work."""
+    probe = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for name, nr in (('ptrace', 101), ('keyctl', 250), ('mount', 165), ('bpf', 321)):\n"
+        "    rc = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
+        "    print(name, rc, ctypes.get_errno())\n"
+        "print('getpid', os.getpid() > 0)\n"
+    )
+    python = PYTHON
+    prefix = os.path.dirname(os.path.dirname(python))
+    mounts = (ReadOnlyMount(prefix, prefix),) if prefix.startswith(("/root", "/home")) else ()
+    result = await LocalSandboxProvider().run_command([python, "-I", "-S", "-c", probe], read_only_mounts=mounts)
+    assert result.exit_code == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    for name in ("ptrace", "keyctl", "mount", "bpf"):
+        assert lines[name] == "-1 1", (name, lines[name])  # EPERM
+    assert lines["getpid"] == "True"

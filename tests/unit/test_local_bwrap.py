@@ -168,3 +168,9 @@ def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> No
     assert copy < hide_tmp
     assert "uid=10001,gid=10001,size=99 tmpfs '/home/claude'" in script
     assert script.startswith("set -e")
+
+
+def test_a_seccomp_program_is_read_from_the_given_descriptor() -> None:
+    argv = bwrap.bwrap_argv(_settings(seccomp_fd=7))
+    assert argv[argv.index("--seccomp") + 1] == "7"
+    assert "--seccomp" not in bwrap.bwrap_argv(_settings())

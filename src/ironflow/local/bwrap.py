@@ -98,6 +98,8 @@ class BwrapSettings:
     uid: int = layout.SANDBOX_UID
     hostname: str = "ironflow-sandbox"
     bwrap_path: str = "bwrap"
+    #: An open descriptor holding a seccomp BPF program (:mod:`ironflow.local.seccomp`).
+    seccomp_fd: int | None = None
 
 
 def mount_path_problem(path: str) -> str | None:
@@ -178,6 +180,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
         "--hostname",
         settings.hostname,
     ]
+    if settings.seccomp_fd is not None:
+        argv += ["--seccomp", str(settings.seccomp_fd)]
     argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += _etc(settings)

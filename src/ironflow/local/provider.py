@@ -21,11 +21,12 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -34,7 +35,7 @@ from ironflow import errors
 from ironflow.agent import AgentConfig, AgentResult, HostPathSource, validate_sub_path
 from ironflow.claude import cli, command, layout, output, profile
 from ironflow.k8s import labels
-from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, settings
+from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, seccomp, settings
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink
 from ironflow.secrets import Secret
@@ -186,13 +187,14 @@ class LocalSandboxProvider:
                             expires_in=limit + 60,
                         )
                     )
+                fds = stack.enter_context(self._seccomp())
                 full = self._argv(
-                    tuple(argv), tmp=tmp, working_dir=working_dir, mounts=mounts, proxy_socket=socket_path
+                    tuple(argv), tmp=tmp, working_dir=working_dir, mounts=mounts, proxy_socket=socket_path, fds=fds
                 )
                 run_env = settings.sandbox_env(variables, proxy_token=None if token is None else token.reveal())
                 start = time.monotonic()
                 code, out, err = await self._processes.run(
-                    full, run_env, stdin=stdin, limit_s=limit, sink=None, run_id=run_id
+                    full, run_env, stdin=stdin, limit_s=limit, sink=None, run_id=run_id, pass_fds=fds
                 )
         _raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
@@ -240,19 +242,21 @@ class LocalSandboxProvider:
             ) as (socket_path, token):
                 token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
-                full = self._argv(
-                    ("sh", "-c", script),
-                    tmp=tmp,
-                    working_dir=None,
-                    mounts=mounts,
-                    proxy_socket=socket_path,
-                    extra_tools=(claude,),
-                )
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
-                start = time.monotonic()
-                code, out, err = await self._processes.run(
-                    full, env, stdin=stdin, limit_s=self.timeout, sink=sink, run_id=run_id
-                )
+                with self._seccomp() as fds:
+                    full = self._argv(
+                        ("sh", "-c", script),
+                        tmp=tmp,
+                        working_dir=None,
+                        mounts=mounts,
+                        proxy_socket=socket_path,
+                        extra_tools=(claude,),
+                        fds=fds,
+                    )
+                    start = time.monotonic()
+                    code, out, err = await self._processes.run(
+                        full, env, stdin=stdin, limit_s=self.timeout, sink=sink, run_id=run_id, pass_fds=fds
+                    )
                 wall_ms = int((time.monotonic() - start) * 1000)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
         _record_rate_limits(config, out)
@@ -334,6 +338,7 @@ class LocalSandboxProvider:
         mounts: tuple[bwrap.ReadOnlyMount, ...],
         proxy_socket: str | None,
         extra_tools: tuple[str, ...] = (),
+        fds: tuple[int, ...] = (),
     ) -> list[str]:
         managed_dir: str | None = None
         if self.managed_settings is not None:
@@ -387,8 +392,26 @@ class LocalSandboxProvider:
                 home_size_bytes=self.home_size_bytes,
                 tmp_size_bytes=self.tmp_size_bytes,
                 bwrap_path=_which("bwrap"),
+                seccomp_fd=fds[0] if fds else None,
             )
         )
+
+    @contextlib.contextmanager
+    def _seccomp(self) -> Iterator[tuple[int, ...]]:
+        """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
+        program = seccomp.filter_program(platform.machine()) if self.isolation == "bwrap" else None
+        if program is None:
+            if self.isolation == "bwrap":
+                log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
+            yield ()
+            return
+        fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, program)
+            os.lseek(fd, 0, os.SEEK_SET)
+            yield (fd,)
+        finally:
+            os.close(fd)
 
     # -- running it (the one place processes start and die) --
 

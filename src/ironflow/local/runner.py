@@ -39,6 +39,7 @@ class SandboxProcesses:
         limit_s: float,
         sink: LogSink | None,
         run_id: str | None,
+        pass_fds: tuple[int, ...] = (),
     ) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of ``argv``; lines go to ``sink`` as they arrive.
 
@@ -53,6 +54,7 @@ class SandboxProcesses:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # one process group to kill on timeout or cancellation
+            pass_fds=pass_fds,
         )
         self._running[proc] = run_id
         try:
