@@ -89,3 +89,23 @@ def test_reap_reports_an_api_failure_with_exit_1(served: tuple[ServerThread, Pat
     result = CliRunner().invoke(app, ["reap", "-n", NS, "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 1
     assert "failed to list ironflow pods" in result.output
+
+
+async def test_reap_every_runs_pass_after_pass_until_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--every``: one report per pass on stdout, until the command is interrupted."""
+    from ironflow.cli import reap as reap_cli
+
+    async with KubeTestServer(namespaces=("default", NS)) as server:
+        task = asyncio.ensure_future(
+            reap_cli._reap(server.cluster_config(), NS, dry_run=True, every=0.05, fmt=reap_cli.OutputFormat.JSON)
+        )
+        for _ in range(200):
+            if server.count("list", "pods") >= 3:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(reports) >= 2
+    assert all(r["namespace"] == NS and r["dry_run"] for r in reports)
