@@ -164,3 +164,28 @@ def test_builtin_validator_refuses_unknown_pod_fields() -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [], "nope": 1}}
     assert any("nope" in p for p in schemas.validation_messages(validator, pod))
     assert schemas.builtin_validator("NoSuchKind", "v1", "1.37") is None
+
+
+def test_object_problems_check_name_labels_and_configmap_size() -> None:
+    """A valid object has no problems; a bad name, no name, or 1 MiB of data each give one."""
+    ok = {"metadata": {"name": "a", "labels": {"x": "y"}}, "data": {"k": "v"}}
+    assert rules.object_problems(ok, "a", name_is_label=False, is_configmap=True) == []
+    assert rules.object_problems({"metadata": {"name": "A_"}}, "A_", name_is_label=False, is_configmap=False)
+    nameless = rules.object_problems({"metadata": {}}, "", name_is_label=False, is_configmap=False)
+    assert nameless == ["metadata.name: Required value: name or generateName is required"]
+    big = {"metadata": {"name": "big"}, "data": {"k": "x" * (1024 * 1024)}}
+    assert rules.object_problems(big, "big", name_is_label=False, is_configmap=True) == [
+        "[]: Too long: must have at most 1048576 bytes"
+    ]
+    assert (
+        rules.object_problems({"metadata": {"generateName": "gen-"}}, "gen-", name_is_label=False, is_configmap=False)
+        == []
+    )
+
+
+def test_pod_update_problems_allow_images_and_deadline_only() -> None:
+    """Changing an image or activeDeadlineSeconds is allowed; changing a command is not."""
+    spec = {"containers": [{"name": "c", "image": "a", "command": ["x"]}]}
+    assert rules.pod_update_problems(spec, {**spec, "activeDeadlineSeconds": 5}) == []
+    assert rules.pod_update_problems(spec, {"containers": [{"name": "c", "image": "b", "command": ["x"]}]}) == []
+    assert rules.pod_update_problems(spec, {"containers": [{"name": "c", "image": "a", "command": ["y"]}]})

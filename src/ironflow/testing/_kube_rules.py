@@ -28,11 +28,15 @@ __all__ = [
     "matches_labels",
     "merge_patch",
     "name_errors",
+    "object_problems",
     "parse_field_selector",
     "parse_label_selector",
+    "pod_update_problems",
     "status_body",
 ]
 
+_CONFIGMAP_LIMIT: Final = 1024 * 1024
+_ANNOTATIONS_LIMIT: Final = 256 * 1024
 _LABEL_VALUE: Final = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -292,6 +296,56 @@ def label_errors(labels: Mapping[str, Any] | None) -> list[str]:
         else:
             problems += [f"metadata.labels: {p}" for p in _value_errors(value)]
     return problems
+
+
+def object_problems(obj: Mapping[str, Any], name: str, *, name_is_label: bool, is_configmap: bool) -> list[str]:
+    """What the API server's object validation refuses beyond the schema: the name (or
+    generateName), labels, the annotations' total size, and a ConfigMap's 1 MiB of data."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ["metadata: Required value"]
+    problems: list[str] = []
+    if meta.get("name"):
+        problems += [f'metadata.name: Invalid value: "{name}": {p}' for p in name_errors(name, label=name_is_label)]
+    elif meta.get("generateName"):
+        prefix = str(meta["generateName"])
+        problems += [
+            f'metadata.generateName: Invalid value: "{prefix}": {p}'
+            for p in name_errors(prefix.rstrip("-") + "x" if prefix else "x")
+        ]
+    else:
+        problems.append("metadata.name: Required value: name or generateName is required")
+    problems += label_errors(meta.get("labels"))
+    annotations = meta.get("annotations") or {}
+    if sum(len(str(k)) + len(str(v)) for k, v in annotations.items()) > _ANNOTATIONS_LIMIT:
+        problems.append(f"metadata.annotations: Too long: must have at most {_ANNOTATIONS_LIMIT} bytes")
+    if is_configmap:
+        size = sum(len(str(k)) + len(str(v).encode()) for k, v in (obj.get("data") or {}).items())
+        size += sum(len(str(k)) + len(str(v)) * 3 // 4 for k, v in (obj.get("binaryData") or {}).items())
+        if size > _CONFIGMAP_LIMIT:
+            problems.append(f"[]: Too long: must have at most {_CONFIGMAP_LIMIT} bytes")
+    return problems
+
+
+def pod_update_problems(current: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """A pod's spec is immutable but for images, activeDeadlineSeconds, tolerations (and the
+    scheduler's nodeName); any other change is refused."""
+
+    def mutable_view(spec: Mapping[str, Any]) -> Any:
+        view = copy.deepcopy(dict(spec))
+        for key in ("activeDeadlineSeconds", "tolerations", "nodeName"):
+            view.pop(key, None)
+        for container in view.get("containers", []) + view.get("initContainers", []):
+            container.pop("image", None)
+        return view
+
+    if mutable_view(current) == mutable_view(new):
+        return []
+    return [
+        "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
+        "to existing tolerations)"
+    ]
 
 
 # --- patches, tokens, Status -------------------------------------------------------------

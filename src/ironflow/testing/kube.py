@@ -53,9 +53,6 @@ __all__ = [
 ]
 
 DEFAULT_KUBERNETES_VERSION: Final = "1.37"
-_CONFIGMAP_LIMIT: Final = 1024 * 1024
-_ANNOTATIONS_LIMIT: Final = 256 * 1024
-
 Obj = store_mod.Obj
 _Type = store_mod.Type
 
@@ -513,36 +510,16 @@ class KubeTestServer:
         return obj
 
     def _validate(self, t: _Type, obj: Obj, name: str) -> None:
-        problems: list[str] = []
-        meta = obj.get("metadata")
-        if not isinstance(meta, dict):
-            raise _invalid(t, name, ["metadata: Required value"])
-        if meta.get("name"):
-            problems += [
-                f'metadata.name: Invalid value: "{name}": {p}'
-                for p in rules.name_errors(name, label=t.key in (("", "namespaces"), ("batch", "jobs")))
-            ]
-        elif meta.get("generateName"):
-            prefix = str(meta["generateName"])
-            problems += [
-                f'metadata.generateName: Invalid value: "{prefix}": {p}'
-                for p in rules.name_errors(prefix.rstrip("-") + "x" if prefix else "x")
-            ]
-        else:
-            problems.append("metadata.name: Required value: name or generateName is required")
-        problems += rules.label_errors(meta.get("labels"))
-        annotations = meta.get("annotations") or {}
-        if sum(len(str(k)) + len(str(v)) for k, v in annotations.items()) > _ANNOTATIONS_LIMIT:
-            problems.append(f"metadata.annotations: Too long: must have at most {_ANNOTATIONS_LIMIT} bytes")
-        if t.key == ("", "configmaps"):
-            size = sum(len(str(k)) + len(str(v).encode()) for k, v in (obj.get("data") or {}).items())
-            size += sum(len(str(k)) + len(str(v)) * 3 // 4 for k, v in (obj.get("binaryData") or {}).items())
-            if size > _CONFIGMAP_LIMIT:
-                problems.append(f"[]: Too long: must have at most {_CONFIGMAP_LIMIT} bytes")
+        problems = rules.object_problems(
+            obj,
+            name,
+            name_is_label=t.key in (("", "namespaces"), ("batch", "jobs")),
+            is_configmap=t.key == ("", "configmaps"),
+        )
         validator = (
             schemas.builtin_validator(t.kind, t.api_version, self.kubernetes_version) if t.builtin else t.crd_validator
         )
-        if validator is not None:
+        if validator is not None and isinstance(obj.get("metadata"), dict):
             problems += schemas.validation_messages(validator, obj)
         if problems:
             raise _invalid(t, name, problems)
@@ -643,26 +620,8 @@ class KubeTestServer:
 
     @staticmethod
     def _check_pod_update(t: _Type, current: Obj, new: Obj, name: str) -> None:
-        def mutable_view(spec: Obj) -> Obj:
-            view = copy.deepcopy(spec)
-            view.pop("activeDeadlineSeconds", None)
-            view.pop("tolerations", None)
-            view.pop("nodeName", None)
-            for container in view.get("containers", []) + view.get("initContainers", []):
-                container.pop("image", None)
-            return view
-
-        if mutable_view(current.get("spec", {})) != mutable_view(new.get("spec", {})):
-            raise _invalid(
-                t,
-                name,
-                [
-                    "spec: Forbidden: pod updates may not change fields other than "
-                    "`spec.containers[*].image`, `spec.initContainers[*].image`, "
-                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
-                    "existing tolerations)"
-                ],
-            )
+        if problems := rules.pod_update_problems(current.get("spec", {}), new.get("spec", {})):
+            raise _invalid(t, name, problems)
 
     def _list(self, t: _Type, namespace: str | None, query: Mapping[str, str]) -> Obj:
         labels = rules.parse_label_selector(query.get("labelSelector"))
