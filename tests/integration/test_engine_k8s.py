@@ -7,6 +7,7 @@ run deletes its in-flight pods. The store is SQLite (the stores have their own s
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from ironflow.engine import model
+from ironflow import errors
+from ironflow.engine import accounts, model
 from ironflow.engine.runner import Outcome, Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.k8s import api, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
+from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer, PodScript
 
 HERE = Path(__file__).parent
@@ -142,3 +145,31 @@ async def test_a_whole_run_on_kubernetes_labels_every_pod_and_leaves_nothing(
     steps = {(d[labels.LABEL_RUN_ID], d[labels.LABEL_ROOT_RUN_ID], d[labels.LABEL_STEP]) for d in seen}
     assert steps == {(run_id, run_id, "before"), (run_id, run_id, "lint"), (run_id, run_id, "tests")}
     assert pods(server) == []
+
+
+async def test_an_account_credential_is_read_from_a_kubernetes_secret_and_never_stored(
+    server: KubeTestServer, store: SqliteStore
+) -> None:
+    token = "sk-ant-oat01-from-a-secret-0123456789"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "claude"},
+        "data": {"token": base64.b64encode(token.encode()).decode()},
+    }
+    async with await api.KubeApi.connect(server.cluster_config()) as kube:
+        await kube.create(api.Resource("", "v1", "secrets", "Secret"), NAMESPACE, secret)
+        reader = accounts.KubeSecretReader(kube, default_namespace=NAMESPACE)
+        pool = accounts.AccountPool(store, [accounts.parse_account("main=secret:claude/token")], secret_reader=reader)
+        session = await pool.acquire("plan")
+        assert (session.account_id, session.value.reveal()) == ("main", token)
+        await pool.release(session)
+        missing_key = accounts.AccountPool(
+            store, [accounts.parse_account("x=secret:claude/nope")], secret_reader=reader
+        )
+        with pytest.raises(errors.StepConfigError, match="Secret engine/claude has no key 'nope'"):
+            await missing_key.acquire("plan")
+        no_secret = accounts.AccountPool(store, [accounts.parse_account("x=secret:other/gone/k")], secret_reader=reader)
+        with pytest.raises(errors.StepConfigError, match="Secret other/gone not found"):
+            await no_secret.acquire("plan")
+    assert not find_leaks([token], repr(session), *map(repr, await store.rate_limits()))

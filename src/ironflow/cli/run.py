@@ -87,8 +87,28 @@ def _parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
         _fail(exc.message)
 
 
-def _pool(store: Store, parsed: list[accounts.ProviderAccount], max_wait_s: float) -> accounts.AccountPool | None:
-    return accounts.AccountPool(store, parsed, max_wait_s=max_wait_s) if parsed else None
+@contextlib.asynccontextmanager
+async def _pool(
+    store: Store, parsed: list[accounts.ProviderAccount], max_wait_s: float
+) -> AsyncIterator[accounts.AccountPool | None]:
+    """The accounts' pool; a Kubernetes client (the default kubeconfig) only if a Secret is referenced."""
+    if not parsed:
+        yield None
+        return
+    if not any(a.credential.secret is not None for a in parsed):
+        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s)
+        return
+    from ironflow.k8s import api as k8s_api
+
+    try:
+        kube = await k8s_api.KubeApi.connect()
+    except errors.IronflowError as exc:
+        _fail(f"an account reads a Kubernetes Secret, but no cluster is configured: {exc.message}")
+    try:
+        reader = accounts.KubeSecretReader(kube)
+        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s, secret_reader=reader)
+    finally:
+        await kube.close()
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -288,8 +308,7 @@ async def _run(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
 ) -> int:
-    async with _opened(store_url) as store, providers:
-        pool = _pool(store, parsed_accounts, max_wait_s)
+    async with _opened(store_url) as store, providers, _pool(store, parsed_accounts, max_wait_s) as pool:
         if wait:
             providers.check(backend)
         run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
@@ -355,8 +374,7 @@ async def _work(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
 ) -> int:
-    async with _opened(store_url) as store, providers:
-        pool = _pool(store, parsed_accounts, max_wait_s)
+    async with _opened(store_url) as store, providers, _pool(store, parsed_accounts, max_wait_s) as pool:
         worker = Worker(
             store,
             lambda r: Runner(store, providers.get(r.backend), accounts=pool),

@@ -16,13 +16,15 @@ accounts and their reset times.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow.agent import AccountSession
@@ -30,10 +32,14 @@ from ironflow.engine import model
 from ironflow.engine.store import Store
 from ironflow.secrets import Secret
 
+if TYPE_CHECKING:
+    from ironflow.k8s.api import KubeApi
+
 __all__ = [
     "AccountChoice",
     "AccountPool",
     "CredentialRef",
+    "KubeSecretReader",
     "ProviderAccount",
     "SecretReader",
     "choose_account",
@@ -196,6 +202,35 @@ def window_from_claude(account: str, window: Any, now: float) -> model.RateWindo
         resets_at=_timestamp(getattr(window, "resets_at", None)),
         recorded_at=now,
     )
+
+
+class KubeSecretReader:
+    """Reads an account's credential from a Kubernetes Secret when a step starts.
+
+    Errors name the Secret and the key, never the value; a missing Secret or key is a
+    step configuration error (a retry cannot help), an API failure keeps its own class.
+    """
+
+    def __init__(self, api: KubeApi, *, default_namespace: str = "default") -> None:
+        self.api = api
+        self.default_namespace = default_namespace
+
+    async def __call__(self, namespace: str | None, name: str, key: str) -> str:
+        from ironflow.k8s import api as k8s_api
+
+        ns = namespace or self.default_namespace
+        secrets = k8s_api.Resource("", "v1", "secrets", "Secret")
+        try:
+            obj = await self.api.get(secrets, ns, name)
+        except errors.KubeNotFound:
+            raise errors.StepConfigError(f"Secret {ns}/{name} not found; create it or fix the account") from None
+        encoded = (obj.get("data") or {}).get(key)
+        if encoded is None:
+            raise errors.StepConfigError(f"Secret {ns}/{name} has no key {key!r}; fix the account's key")
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise errors.StepConfigError(f"Secret {ns}/{name} key {key!r} is not base64 UTF-8 text") from None
 
 
 class _Recorder:
