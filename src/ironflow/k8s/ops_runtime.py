@@ -14,7 +14,7 @@ from typing import Any
 
 from ironflow import errors
 from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods
+from ironflow.k8s import informer, labels, pods
 from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
 
 __all__ = ["run_job", "run_pod"]
@@ -32,10 +32,10 @@ def _job_outcome(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, body: dict[str, Any]) -> None:
+async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     name = body["metadata"]["name"]
     try:
-        await api.create(resource, namespace, body)
+        return await api.create(resource, namespace, body)
     except (errors.KubeUnavailable, asyncio.CancelledError):
         # No answer (or no time to read it): the object may exist all the same. Remove it, then fail.
         await pods.delete_quietly(
@@ -71,30 +71,21 @@ async def run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
         await pods.delete_quietly(api, kube.PODS, s.namespace, run.name, expires_at=_expiry_of(body))
 
 
-async def _wait_job(api: kube.KubeApi, namespace: str, name: str) -> str:
-    """The Job's outcome, from a watch on that one Job (it starts with a list: no race)."""
-    events = api.watch(kube.JOBS, namespace, field_selector=f"metadata.name={name}")
-    try:
-        async for event in events:
-            for job in event.items if event.type == "RELISTED" else (event.object,):
-                if event.type != "DELETED" and (outcome := _job_outcome(job)) is not None:
-                    return outcome
-            if event.type == "DELETED":
-                raise errors.KubeNotFound(f"job '{name}' was deleted before it finished", status=404)
-    finally:
-        await events.aclose()
-    raise errors.KubeUnavailable(f"the watch on job '{name}' ended", status=0)
+def _job_ended(job: Mapping[str, Any]) -> bool:
+    return _job_outcome(job) is not None
 
 
 async def run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
     s = run.settings
     body = run.build_job()
-    await _create(api, kube.JOBS, s.namespace, body)
+    created = await _create(api, kube.JOBS, s.namespace, body)
     try:
-        try:
-            phase = await asyncio.wait_for(_wait_job(api, s.namespace, run.name), timeout=s.timeout_s)
-        except TimeoutError:
-            raise errors.OperationTimeout(f"job '{run.name}' did not finish within {s.timeout_s:g}s") from None
+        # The namespace's shared Job watch, as pods have theirs: no watch and no poll per Job.
+        jobs = informer.informer_for(api, s.namespace, kube.JOBS)
+        job = await jobs.wait_for(run.name, _job_ended, s.timeout_s, uid=created["metadata"].get("uid"))
+        if job is None:
+            raise errors.OperationTimeout(f"job '{run.name}' did not finish within {s.timeout_s:g}s")
+        phase = _job_outcome(job) or "Unknown"
         logs = ""
         try:
             job_pods = (await api.list(kube.PODS, s.namespace, label_selector=f"job-name={run.name}")).items
