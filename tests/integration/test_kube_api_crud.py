@@ -275,3 +275,24 @@ async def test_unregistered_custom_resource_is_not_found(kube: Any) -> None:
     things = api.custom_resource("example.test", "v1", "things", kind="Thing")
     with pytest.raises(errors.KubeNotFound):
         await kube.api.list(things, kube.namespace)
+
+
+async def test_expired_token_is_reloaded_from_the_kubeconfig_once(tmp_path: Path) -> None:
+    """After a 401 the client reloads its kubeconfig (an exec plugin's or a rotated token) and
+    retries once; with no new credentials the 401 surfaces, without the token in it."""
+    async with KubeTestServer() as server:
+        path = tmp_path / "kubeconfig"
+        path.write_text(server.kubeconfig_yaml())
+        async with await api.KubeApi.connect(api.KubeconfigFile(str(path))) as kube_api:
+            await kube_api.get(api.NAMESPACES, None, "default")
+            old = server.token
+            server.rotate_token()
+            path.write_text(server.kubeconfig_yaml())
+            assert (await kube_api.get(api.NAMESPACES, None, "default"))["metadata"]["name"] == "default"
+            assert server.count("get", "namespaces") == 3  # ok, 401, retried ok
+            stale = server.token
+            server.rotate_token()  # the file keeps the stale token: nothing better to load
+            with pytest.raises(errors.KubernetesError) as caught:
+                await kube_api.get(api.NAMESPACES, None, "default")
+        assert caught.value.status == 401
+        assert not find_leaks([old, stale, server.token], caught.value, repr(caught.value), caught.value.args)

@@ -311,10 +311,19 @@ class KubeApi:
     One instance holds one connection pool; share it across steps and close it once.
     """
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, host: str, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient,
+        *,
+        host: str,
+        request_timeout_s: float = 30.0,
+        cluster: ClusterConfig | None = None,
+    ) -> None:
         self._client = api_client
         self.host = host
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10)
+        self._cluster = cluster
+        self._refreshing = asyncio.Lock()
         self.counters = RequestCounters()
 
     @classmethod
@@ -322,11 +331,31 @@ class KubeApi:
         cls, cluster: ClusterConfig | None = None, *, max_connections: int = 128, request_timeout_s: float = 30.0
     ) -> KubeApi:
         """Load the cluster's configuration and open a client; no request is sent yet."""
-        configuration = await _load_configuration(cluster if cluster is not None else DefaultCluster())
+        cluster = cluster if cluster is not None else DefaultCluster()
+        configuration = await _load_configuration(cluster)
         # Watches and log follows each hold a connection for their whole life.
         configuration.connection_pool_maxsize = max_connections
         api_client = k8s_client.ApiClient(configuration=configuration)
-        return cls(api_client, host=str(configuration.host), request_timeout_s=request_timeout_s)
+        return cls(api_client, host=str(configuration.host), request_timeout_s=request_timeout_s, cluster=cluster)
+
+    async def _refresh_credentials(self, used: object) -> bool:
+        """After a 401, load the cluster's credentials again (an exec plugin's short-lived token,
+        a rotated token file) and say whether they changed. Concurrent 401s reload once."""
+        if self._cluster is None:
+            return False
+        keys = self._client.configuration.api_key
+        async with self._refreshing:
+            if keys.get("BearerToken") != used:
+                return True  # another request already refreshed it
+            try:
+                fresh = await _load_configuration(self._cluster)
+            except errors.KubeClientConfigError:
+                return False
+            token = fresh.api_key.get("BearerToken")
+            if not token or token == used:
+                return False
+            keys["BearerToken"] = token
+            return True
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -358,20 +387,29 @@ class KubeApi:
         read_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response, raising the mapped error on non-2xx."""
-        self.counters.by_verb[verb] += 1
-        try:
-            resp: aiohttp.ClientResponse = await self._client.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=read_timeout or self._timeout,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise error_for_status(0, what, message=type(exc).__name__ + _short(exc)) from exc
+        for attempt in range(2):
+            self.counters.by_verb[verb] += 1
+            used = self._client.configuration.api_key.get("BearerToken")
+            try:
+                resp: aiohttp.ClientResponse = await self._client.call_api(
+                    path,
+                    method,
+                    query_params=list(query or []),
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=read_timeout or self._timeout,
+                )
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                raise error_for_status(0, what, message=type(exc).__name__ + _short(exc)) from exc
+            if resp.status != 401 or attempt > 0:
+                break
+            resp.release()  # an expired token: nothing was done, so the request can be sent again
+            if not await self._refresh_credentials(used):
+                raise error_for_status(
+                    401, what, reason="Unauthorized", message="the cluster's credentials were refused"
+                )
         if not 200 <= resp.status < 300:
             try:
                 raw = await resp.read()
@@ -556,7 +594,12 @@ class KubeApi:
         self.counters.watches_opened += 1
         try:
             async for line in _lines(resp, what):
-                event = json.loads(line)
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:  # a torn stream: reconnecting from the last version is safe
+                    raise error_for_status(0, what, message="the watch stream sent an unreadable event") from exc
                 kind = event.get("type")
                 obj = event.get("object") or {}
                 if kind == "ERROR":

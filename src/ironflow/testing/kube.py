@@ -208,6 +208,12 @@ class KubeTestServer:
             "current-context: kube-test\n"
         )
 
+    def rotate_token(self) -> str:
+        """Issue a new bearer token and refuse the old one (401), as when a short-lived token
+        expires; returns the new token (write a new kubeconfig for clients to pick it up)."""
+        self.token = "kube-test-" + secrets.token_urlsafe(18)
+        return self.token
+
     def cluster_config(self) -> api.KubeconfigInline:
         """The :class:`ironflow.k8s.api.ClusterConfig` that reaches this server."""
         return api.KubeconfigInline(self.kubeconfig_yaml())
