@@ -86,6 +86,10 @@ class ExecKubeTestServer(KubeTestServer):
         self.execs: list[ExecRecord] = []
         self._processes: set[asyncio.subprocess.Process] = set()
 
+    async def __aenter__(self) -> ExecKubeTestServer:
+        await self.start()
+        return self
+
     def serve_exec(self, runner: ExecRunner | None) -> None:
         """Run execs with ``runner`` (e.g. :func:`local_exec`); None refuses them again."""
         self._exec_runner = runner

@@ -1,0 +1,224 @@
+"""SandboxClaims over the API: wait for a condition, delete a selection and wait, reap expired ones.
+
+The I/O helpers of :class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`. Waiting uses
+the shared informer of the namespace's claims (one watch however many steps wait), never a
+poll. Decisions are pure (:func:`has_condition`, :func:`claim_reap_reason`); the passes list,
+decide, delete and count. A claim's deletion cascades to its Sandbox and pod through their
+ownerReferences, so deleting claims is how a step or a run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.agent_sandbox import models
+from ironflow.k8s import api as kube
+from ironflow.k8s import informer, labels, pods
+
+__all__ = [
+    "CLAIM_SELECTOR",
+    "COMPONENT_SANDBOX_CLAIM",
+    "ClaimReapReport",
+    "claim_reap_reason",
+    "condition",
+    "delete_claims_and_wait",
+    "has_condition",
+    "reap_claims",
+    "resources",
+    "run_claim_selectors",
+    "step_claim_selector",
+    "wait_for",
+]
+
+_log = logging.getLogger(__name__)
+
+#: ``app.kubernetes.io/component`` of the claims ironflow creates (one per step).
+COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
+CLAIM_SELECTOR: Final = f"{labels.MANAGED_SELECTOR},{labels.LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """The four resources of one API version."""
+
+    sandboxes: kube.Resource
+    templates: kube.Resource
+    claims: kube.Resource
+    pools: kube.Resource
+
+
+def resources(version: models.ApiVersion | str = models.ApiVersion.V1BETA1) -> Resources:
+    """Where the four kinds live in the API for ``version``."""
+    v = str(version)
+    core, ext = models.CORE_GROUP, models.EXTENSIONS_GROUP
+    return Resources(
+        kube.custom_resource(core, v, "sandboxes", kind="Sandbox"),
+        kube.custom_resource(ext, v, "sandboxtemplates", kind="SandboxTemplate"),
+        kube.custom_resource(ext, v, "sandboxclaims", kind="SandboxClaim"),
+        kube.custom_resource(ext, v, "sandboxwarmpools", kind="SandboxWarmPool"),
+    )
+
+
+# --- pure decisions ----------------------------------------------------------------------
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The status condition of type ``kind``, or None."""
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
+            return cond
+    return None
+
+
+def has_condition(obj: Mapping[str, Any], kind: str, status: str = "True") -> bool:
+    """Whether condition ``kind`` has ``status`` (what ``kubectl wait --for=condition=kind`` checks).
+
+    >>> has_condition({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, "Ready")
+    True
+    """
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == status
+
+
+def claim_reap_reason(claim: Mapping[str, Any], now: int) -> str | None:
+    """``Expired`` when the claim's ``ironflow.io/expires-at`` has passed and it is not already going."""
+    meta = claim.get("metadata") or {}
+    if meta.get("deletionTimestamp") is not None:
+        return None
+    expiry = labels.expires_at(meta.get("annotations"))
+    return "Expired" if expiry is not None and expiry < now else None
+
+
+def run_claim_selectors(run_id: str) -> tuple[str, ...]:
+    """The claims of a run and of runs whose root it is."""
+    run = labels.sanitize_label_value(run_id)
+    return (
+        labels.selector(CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run}),
+        labels.selector(CLAIM_SELECTOR, {labels.LABEL_ROOT_RUN_ID: run}),
+    )
+
+
+def step_claim_selector(run: str, step: str) -> str:
+    """The claim of one step of one run (label values as written on it)."""
+    return labels.selector(CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run, labels.LABEL_STEP: step})
+
+
+# --- I/O ---------------------------------------------------------------------------------
+
+
+async def wait_for(
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    name: str,
+    condition_type: str = "Finished",
+    *,
+    timeout_s: float | None = None,
+    status: str = "True",
+) -> dict[str, Any]:
+    """Like ``kubectl wait --for=condition=<type>``: the object once the condition holds.
+
+    Raises:
+        OperationTimeout: not met within ``timeout_s`` (the message names object and condition).
+        KubeNotFound: the object was deleted first.
+    """
+    shared = informer.informer_for(api, namespace, resource)
+    found = await shared.wait_for(name, lambda o: has_condition(o, condition_type, status), timeout_s)
+    if found is None:
+        raise errors.OperationTimeout(
+            f"timed out after {timeout_s:g}s waiting for condition {condition_type}={status} on "
+            f"{resource.plural}/{name} in {namespace}"
+        )
+    return found
+
+
+async def delete_claims_and_wait(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, selectors: tuple[str, ...], what: str, limit_s: float
+) -> int:
+    """Delete every claim matching ``selectors``, then wait until each (this uid) is gone.
+
+    Raises:
+        CleanupError: a listing or delete failed, or claims remain after ``limit_s``.
+    """
+    seen: dict[str, str] = {}
+    for selector in selectors:
+        try:
+            listed = (await api.list_all(resource, namespace, label_selector=selector)).items
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"failed to list SandboxClaims of {what}: {exc}") from exc
+        for claim in listed:
+            meta = claim.get("metadata") or {}
+            seen.setdefault(str(meta.get("uid")), str(meta.get("name")))
+    deleted: dict[str, str] = {}
+    for uid, name in seen.items():
+        try:
+            await api.delete(resource, namespace, name, propagation_policy="Background")
+        except errors.KubeNotFound:
+            continue
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"failed to delete SandboxClaim '{name}' of {what}: {exc}") from exc
+        deleted[uid] = name
+    if deleted:
+        shared = informer.informer_for(api, namespace, resource)
+        try:
+            gone = await asyncio.gather(*(shared.wait_deleted(name, uid, limit_s) for uid, name in deleted.items()))
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"failed waiting for the SandboxClaims of {what}: {exc}") from exc
+        if not all(gone):
+            raise errors.CleanupError(f"SandboxClaims of {what} still present after {limit_s:g}s")
+        _log.info("deleted %d SandboxClaims of %s", len(deleted), what)
+    return len(deleted)
+
+
+async def delete_quietly(api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str) -> bool:
+    """Delete one claim (cascading in the background), never raising; runs to the end under cancellation."""
+    return await pods.delete_quietly(api, resource, namespace, name, background=True)
+
+
+@dataclass(frozen=True)
+class ClaimReapReport:
+    """What one reaping pass deleted (or would, in a dry run)."""
+
+    claims: tuple[str, ...] = ()
+    dry_run: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.claims)
+
+
+async def reap_claims(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, *, now: int | None = None, dry_run: bool = False
+) -> ClaimReapReport:
+    """Delete ironflow's claims whose ``ironflow.io/expires-at`` has passed (a crashed worker's).
+
+    Raises:
+        CleanupError: the claims cannot be listed. A failed delete is logged; the next pass retries.
+    """
+    clock = int(time.time()) if now is None else now
+    try:
+        listed = (await api.list_all(resource, namespace, label_selector=CLAIM_SELECTOR)).items
+    except errors.KubernetesError as exc:
+        raise errors.CleanupError(f"failed to list SandboxClaims in {namespace}: {exc}") from exc
+    chosen = sorted(str(c["metadata"]["name"]) for c in listed if claim_reap_reason(c, clock))
+    if dry_run:
+        return ClaimReapReport(tuple(chosen), dry_run=True)
+    done = []
+    for name in chosen:
+        try:
+            await api.delete(resource, namespace, name, propagation_policy="Background")
+        except errors.KubeNotFound:
+            continue
+        except errors.KubernetesError as exc:
+            _log.warning("failed to reap SandboxClaim '%s': %s", name, exc)
+            continue
+        done.append(name)
+    if done:
+        _log.info("reaped %d expired SandboxClaims in %s", len(done), namespace)
+    return ClaimReapReport(tuple(done))

@@ -1,0 +1,547 @@
+"""Run agent steps through SandboxClaims: claim, wait Ready, deliver the token, exec, parse, delete.
+
+``AgentSandboxProvider(pod)`` takes the same :class:`~ironflow.k8s.provider.K8sEphemeralProvider`
+that describes the hardened pod; the SandboxTemplate and its SandboxWarmPool are rendered
+from it (:meth:`AgentSandboxProvider.template_objects`, applied by ``ironflow sandbox
+apply-template``), so a warm sandbox is the very pod the ephemeral provider would create.
+
+A step (:meth:`AgentSandboxProvider.invoke`):
+
+1. renders and validates the step first (nothing exists before it is accepted); a step that
+   would change the pod (volumes, runtime class, egress profile...) is refused: a warm pod's
+   spec is fixed by the template;
+2. deletes the previous attempt's claim of the same run and step, and waits until it is gone;
+3. creates a SandboxClaim (run/step labels, ``ironflow.io/expires-at``, ``lifecycle.shutdownTime``
+   at the same moment, shutdownPolicy Delete) and waits for Ready on the shared claim watch;
+4. only then issues the auth-proxy token and writes it into the sandbox over exec (stdin, file
+   mode 0600 under ``$HOME/.ironflow``): never into the claim, whose env would force a cold start
+   and is readable by anyone who can read claims; a large prompt goes the same way;
+5. execs the agent (the same ``claude`` command line as every sandbox), parses its output;
+6. always: revokes the token and deletes the claim (the Sandbox and pod follow by cascade),
+   shielded from cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import secrets as _random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ironflow import agent, errors
+from ironflow.agent_sandbox import claims, manifests, models, patterns
+from ironflow.claude import command, layout, output, profile, rate_limits
+from ironflow.k8s import api as kube
+from ironflow.k8s import labels, pods
+from ironflow.k8s import manifests as pod_manifests
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.provider import LogSink
+from ironflow.secrets import Secret
+
+__all__ = [
+    "DEFAULT_READY_TIMEOUT_S",
+    "TOKEN_DIR",
+    "AgentSandboxProvider",
+    "AgentSandboxSettings",
+    "ExecPlan",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_READY_TIMEOUT_S: Final = 120.0
+#: Under HOME (an emptyDir of the hardened pod): where the token and a large prompt land.
+TOKEN_DIR: Final = ".ironflow"  # noqa: S105 - a directory name
+_CLAIM_PREFIX: Final = "claude-claim"
+_RUN_LABELS: Final = (labels.LABEL_RUN_ID, labels.LABEL_STEP, labels.LABEL_ROOT_RUN_ID)
+
+
+@dataclass(frozen=True)
+class AgentSandboxSettings:
+    """The provider's settings; the pod itself is ``pod``'s (image, hardening, proxy, profiles...)."""
+
+    pod: K8sEphemeralProvider
+    template: str = "ironflow-agent"
+    #: The pool claims name (v1beta1 ``warmPoolRef``; v1alpha1 ``warmpool`` policy); default: the template's name.
+    warm_pool: str | None = None
+    replicas: int = 1
+    api_version: models.ApiVersion = models.ApiVersion.V1BETA1
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    update_strategy: models.UpdateStrategy | None = models.UpdateStrategy.RECREATE
+    network_policy_management: models.NetworkPolicyManagement | None = None
+    network_policy: models.NetworkPolicyRules | None = None
+    cluster: object | None = field(default=None, repr=False)
+
+    @property
+    def namespace(self) -> str:
+        return self.pod.settings.namespace
+
+    @property
+    def pool(self) -> str:
+        return self.warm_pool or self.template
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    """The execs of one step, in order: ``(argv, stdin)``; the last one runs the agent."""
+
+    deliveries: tuple[tuple[tuple[str, ...], bytes], ...]
+    agent: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        # stdin holds the token: show sizes only.
+        sizes = [len(stdin) for _, stdin in self.deliveries]
+        return f"ExecPlan(deliveries={sizes} bytes, agent={self.agent[:2]!r}...)"
+
+
+def _write_file_command(name: str, size: int) -> tuple[str, ...]:
+    """Read exactly ``size`` bytes of stdin into ``$HOME/.ironflow/<name>`` (0600); v4 exec has no EOF."""
+    target = f'"$HOME/{TOKEN_DIR}/{name}"'
+    script = f'umask 077 && mkdir -p "$HOME/{TOKEN_DIR}" && head -c {size} > {target}.part && mv {target}.part {target}'
+    return ("sh", "-c", script)
+
+
+@dataclass(frozen=True, init=False)
+class AgentSandboxProvider:
+    """Agent steps in agent-sandbox sandboxes: one SandboxClaim per step, warm when the pool has one.
+
+    >>> p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("ghcr.io/acme/runner:1").namespace("agents"))
+    >>> p.settings.namespace, p.settings.pool, [o["kind"] for o in p.template_objects()]
+    ('agents', 'ironflow-agent', ['SandboxTemplate', 'SandboxWarmPool'])
+    """
+
+    settings: AgentSandboxSettings
+
+    def __init__(self, pod: K8sEphemeralProvider | AgentSandboxSettings) -> None:
+        settings = pod if isinstance(pod, AgentSandboxSettings) else AgentSandboxSettings(pod=pod)
+        if not settings.pod.is_sandboxed:
+            raise errors.ConfigError(
+                "AgentSandboxProvider needs the hardened pod: build it with K8sEphemeralProvider.sandboxed(image)"
+            )
+        object.__setattr__(self, "settings", settings)
+
+    def _with(self, **changes: Any) -> AgentSandboxProvider:
+        return AgentSandboxProvider(dataclasses.replace(self.settings, **changes))
+
+    # -- builders --
+
+    def template(self, name: str) -> AgentSandboxProvider:
+        """The SandboxTemplate (and default pool) name."""
+        manifests.check(models.SandboxWarmPool(name=name, template=name))
+        return self._with(template=name)
+
+    def warm_pool(self, name: str | None = None, *, replicas: int = 1) -> AgentSandboxProvider:
+        """Keep ``replicas`` sandboxes ready in pool ``name`` (default: the template's name); 0 = cold only."""
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise errors.ConfigError(f"warm pool replicas must be an integer >= 0, got {replicas!r}")
+        return self._with(warm_pool=name, replicas=replicas)
+
+    def api_version(self, version: models.ApiVersion | str) -> AgentSandboxProvider:
+        """``v1beta1`` (agent-sandbox 0.5+, 1.0) or ``v1alpha1`` (0.4.x)."""
+        try:
+            return self._with(api_version=models.ApiVersion(version))
+        except ValueError:
+            raise errors.ConfigError(f"api_version must be v1alpha1 or v1beta1, got '{version}'") from None
+
+    def ready_timeout(self, seconds: float) -> AgentSandboxProvider:
+        """How long a claim may take to become Ready before the step fails (and the claim is deleted)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise errors.ConfigError(f"ready_timeout must be a number of seconds > 0, got {seconds!r}")
+        return self._with(ready_timeout_s=float(seconds))
+
+    def network_policy(self, rules: models.NetworkPolicyRules | None, *, managed: bool = True) -> AgentSandboxProvider:
+        """The template's NetworkPolicy: custom ``rules`` (None: the controller's secure default), or unmanaged."""
+        management = models.NetworkPolicyManagement.MANAGED if managed else models.NetworkPolicyManagement.UNMANAGED
+        return self._with(network_policy=rules, network_policy_management=management)
+
+    def cluster(self, cluster: object) -> AgentSandboxProvider:
+        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``)."""
+        return self._with(cluster=cluster)
+
+    def account_kind(self) -> str | None:
+        """As the pod provider: ``claude_subscription`` only with an auth proxy."""
+        return self.settings.pod.account_kind()
+
+    # -- pure rendering --
+
+    @property
+    def resources(self) -> claims.Resources:
+        return claims.resources(self.settings.api_version)
+
+    def template_values(self) -> tuple[models.SandboxTemplate, models.SandboxWarmPool]:
+        """The SandboxTemplate (the idle hardened pod) and its SandboxWarmPool."""
+        s = self.settings
+        managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
+        template = models.SandboxTemplate(
+            name=s.template,
+            namespace=s.namespace,
+            api_version=s.api_version,
+            pod_template=patterns.idle_pod_template(s.pod),
+            network_policy_management=s.network_policy_management,
+            network_policy=s.network_policy,
+            labels=models.frozen_map(managed),
+        )
+        pool = models.SandboxWarmPool(
+            name=s.pool,
+            namespace=s.namespace,
+            api_version=s.api_version,
+            template=s.template,
+            replicas=s.replicas,
+            update_strategy=s.update_strategy,
+            labels=models.frozen_map(managed),
+        )
+        return template, pool
+
+    def template_objects(self) -> list[dict[str, Any]]:
+        """The SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated)."""
+        return manifests.render_all(list(self.template_values()))
+
+    def _step_pod(self, config: agent.AgentConfig, worker_env: Mapping[str, str]) -> dict[str, Any]:
+        objects = self.settings.pod.manifests(config, now=0, worker_env=worker_env, pod_name=_CLAIM_PREFIX)
+        return next(o for o in objects if o["kind"] == "Pod")
+
+    def check_step(self, config: agent.AgentConfig) -> None:
+        """Refuse a step the provider's pod cannot run, before anything is created.
+
+        Raises:
+            PromptTooLarge, ToolProfileUnsupported, StepConfigError: as the pod provider refuses;
+            StepConfigError also when the step changes the pod (a warm pod's spec is the template's).
+        """
+        step = patterns.idle_pod_template(self.settings.pod, config=config)
+        base = patterns.idle_pod_template(self.settings.pod)
+        step_labels = {k: v for k, v in step.labels.items() if k not in _RUN_LABELS}
+        if step.spec != base.spec or step_labels != dict(base.labels):
+            raise errors.StepConfigError(
+                "the step changes the sandbox pod (pod labels, volumes, secret env, runtime class, managed "
+                "settings or inputs); agent-sandbox steps run in the template's pod: set it on the provider and "
+                "run 'ironflow sandbox apply-template'"
+            )
+
+    def claim_manifest(self, config: agent.AgentConfig, *, name: str, now: int) -> dict[str, Any]:
+        """The step's SandboxClaim: run/step labels, expiry annotation and ``lifecycle.shutdownTime`` (pure)."""
+        s = self.settings
+        pod = self._step_pod(config, {})
+        pod_labels = pod["metadata"].get("labels") or {}
+        claim_labels = {k: pod_labels[k] for k in _RUN_LABELS if k in pod_labels}
+        claim_labels[labels.LABEL_MANAGED_BY] = labels.MANAGED_BY_VALUE
+        claim_labels[labels.LABEL_COMPONENT] = claims.COMPONENT_SANDBOX_CLAIM
+        expires = now + pod_manifests.lifetime_seconds(s.pod.settings) + int(s.ready_timeout_s)
+        alpha = s.api_version is models.ApiVersion.V1ALPHA1
+        claim = models.SandboxClaim(
+            name=name,
+            namespace=s.namespace,
+            api_version=s.api_version,
+            warm_pool=s.pool,
+            template=s.template if alpha else None,
+            lifecycle=models.Lifecycle(
+                shutdown_time=manifests.rfc3339(datetime.fromtimestamp(expires, UTC)),
+                shutdown_policy=models.ShutdownPolicy.DELETE,
+            ),
+            labels=models.frozen_map(claim_labels),
+            annotations=models.frozen_map({labels.ANNOTATION_EXPIRES_AT: str(expires)}),
+        )
+        return manifests.render(claim)
+
+    def exec_plan(
+        self,
+        config: agent.AgentConfig,
+        *,
+        proxy_token: Secret | None = None,
+        worker_env: Mapping[str, str] | None = None,
+    ) -> ExecPlan:
+        """The execs of a step (pure): token file, prompt file (large prompts), then the agent.
+
+        The agent's shell reads the token file into ``ANTHROPIC_AUTH_TOKEN`` and removes it, so the
+        token lives only in the agent's environment; stdin is the prompt file or ``/dev/null``.
+        """
+        s = self.settings.pod.settings
+        env = worker_env or {}
+        command.validate_prompt_size(config)
+        args = command.build_args(config, allow_bypass=env.get(layout.ALLOW_BYPASS_ENV) == "1")
+        deliveries: list[tuple[tuple[str, ...], bytes]] = []
+        token_prefix = ""
+        if proxy_token is not None:
+            if s.auth_proxy_url is None:
+                raise errors.ConfigError("proxy_token needs a pod provider with auth_proxy(url)")
+            raw = proxy_token.reveal().encode()
+            deliveries.append((_write_file_command("proxy-token", len(raw)), raw))
+            file = f'"$HOME/{TOKEN_DIR}/proxy-token"'
+            token_prefix = (
+                f'ANTHROPIC_AUTH_TOKEN="$(cat {file})" && rm -f {file} && '
+                f"export ANTHROPIC_AUTH_TOKEN ANTHROPIC_BASE_URL={command.shell_quote(s.auth_proxy_url)} "
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 && "
+            )
+        stdin = "/dev/null"
+        if command.prompt_via_stdin(config):
+            prompt = config.prompt.encode()
+            deliveries.append((_write_file_command("prompt", len(prompt)), prompt))
+            stdin = f'"$HOME/{TOKEN_DIR}/prompt"'
+        prefix = (
+            f"exec <{stdin}; "
+            + command.trace_prefix(config.trace_context)
+            + profile.profile_copy_prefix(s.claude_profiles)
+            + token_prefix
+        )
+        shell = command.agent_shell_command(
+            args, claude_path=s.claude_path, working_dir=config.working_dir or s.working_dir, prefix=prefix
+        )
+        return ExecPlan(tuple(deliveries), ("sh", "-c", shell))
+
+    # -- runtime --
+
+    async def _api(self) -> kube.KubeApi:
+        from ironflow.k8s import runner
+
+        return await runner.shared_api(self.settings.cluster)()
+
+    def runner(
+        self, *, api: kube.KubeApi | None = None, issuer: Any = None, worker_env: Mapping[str, str] | None = None
+    ) -> SandboxStepRunner:
+        """The I/O half: ``invoke``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and issuer."""
+        return SandboxStepRunner(self, api=api, issuer=issuer, worker_env=worker_env)
+
+    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+        """Run one step in a claimed sandbox and delete the claim (shared client, admin client from settings)."""
+        async with self._default_runner() as r:
+            return await r.invoke(config)
+
+    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+        async with self._default_runner() as r:
+            return await r.invoke_with_logs(config, sink)
+
+    async def release_run(self, run_id: str) -> int:
+        async with self._default_runner() as r:
+            return await r.release_run(run_id)
+
+    def _default_runner(self) -> SandboxStepRunner:
+        issuer = None
+        pod = self.settings.pod.settings
+        if pod.auth_proxy_url is not None:
+            from ironflow.auth_proxy.client import AdminClient
+
+            issuer = AdminClient(pod.auth_proxy_url, pod.auth_proxy_admin_key)
+        return SandboxStepRunner(self, api=None, issuer=issuer, worker_env=None, owns_issuer=issuer is not None)
+
+
+class SandboxStepRunner:
+    """One provider's steps over one API client; ``async with`` closes an admin client it made."""
+
+    def __init__(
+        self,
+        provider: AgentSandboxProvider,
+        *,
+        api: kube.KubeApi | None,
+        issuer: Any,
+        worker_env: Mapping[str, str] | None,
+        owns_issuer: bool = False,
+    ) -> None:
+        self.provider = provider
+        self._client = api
+        self.issuer = issuer
+        self.worker_env = dict(os.environ) if worker_env is None else dict(worker_env)
+        self._owns_issuer = owns_issuer
+
+    async def __aenter__(self) -> SandboxStepRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._owns_issuer and self.issuer is not None:
+            await self.issuer.close()
+
+    @property
+    def namespace(self) -> str:
+        return self.provider.settings.namespace
+
+    async def api(self) -> kube.KubeApi:
+        if self._client is None:
+            self._client = await self.provider._api()
+        return self._client
+
+    # -- the provider protocol --
+
+    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+        return await self._run(config, None)
+
+    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+        """Like :meth:`invoke` with ``--verbose`` stream-json; lines reach ``sink`` when the exec ends."""
+        return await self._run(config.replace(verbose=True), sink)
+
+    async def release_run(self, run_id: str) -> int:
+        """Delete the run's claims (and its child runs'), wait until gone, revoke the run's tokens."""
+        api = await self.api()
+        p = self.provider
+        deleted = await claims.delete_claims_and_wait(
+            api,
+            p.resources.claims,
+            self.namespace,
+            claims.run_claim_selectors(run_id),
+            f"run {run_id}",
+            p.settings.pod.settings.previous_attempt_timeout_s,
+        )
+        if self.issuer is not None:
+            try:
+                await self.issuer.revoke_run(run_id)
+            except errors.IronflowError as exc:
+                _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+        return deleted
+
+    async def reap_orphans(self, *, dry_run: bool = False) -> claims.ClaimReapReport:
+        """One pass deleting expired claims of this namespace."""
+        return await claims.reap_claims(
+            await self.api(), self.provider.resources.claims, self.namespace, dry_run=dry_run
+        )
+
+    async def wait_for(
+        self, claim: str, condition: str = "Finished", *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """``kubectl wait --for=condition=<condition> sandboxclaim/<claim>``."""
+        return await claims.wait_for(
+            await self.api(), self.provider.resources.claims, self.namespace, claim, condition, timeout_s=timeout_s
+        )
+
+    # -- one step --
+
+    async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
+        p = self.provider
+        p.check_step(config)
+        p.exec_plan(config, worker_env=self.worker_env)  # refuses the step before anything exists
+        started = time.monotonic()
+        api = await self.api()
+        res = p.resources
+        async with claims_watch(api, self.namespace, res.claims):
+            draft = p.claim_manifest(config, name="draft", now=int(time.time()))
+            run, step = (draft["metadata"]["labels"].get(k) for k in (labels.LABEL_RUN_ID, labels.LABEL_STEP))
+            if run and step:
+                await claims.delete_claims_and_wait(
+                    api,
+                    res.claims,
+                    self.namespace,
+                    (claims.step_claim_selector(run, step),),
+                    f"the previous attempt of step {step} of run {run}",
+                    p.settings.pod.settings.previous_attempt_timeout_s,
+                )
+            now = int(time.time())
+            name = pod_manifests.generate_pod_name(now * 1000, _random.randbits(32), prefix=_CLAIM_PREFIX)
+            claim = p.claim_manifest(config, name=name, now=now)
+            created = False
+            try:
+                try:
+                    await api.create(res.claims, self.namespace, claim)
+                    created = True
+                except errors.KubeUnavailable:
+                    created = True  # no answer: it may exist all the same; delete it below
+                    raise
+                ready = await self._wait_ready(api, name)
+                return await self._in_sandbox(api, config, claim, ready, sink, started)
+            finally:
+                if created:
+                    await claims.delete_quietly(api, res.claims, self.namespace, name)
+
+    async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
+        timeout = self.provider.settings.ready_timeout_s
+        try:
+            return await claims.wait_for(
+                api, self.provider.resources.claims, self.namespace, name, "Ready", timeout_s=timeout
+            )
+        except errors.OperationTimeout:
+            from ironflow.k8s import informer
+
+            last = informer.informer_for(api, self.namespace, self.provider.resources.claims).get(name) or {}
+            cond = claims.condition(last, "Ready") or {}
+            why = f" (Ready={cond.get('status', 'unknown')}, reason {cond.get('reason', 'none')})" if cond else ""
+            raise errors.OperationTimeout(
+                f"SandboxClaim '{name}' did not become Ready within {timeout:g}s{why}; it was deleted. "
+                "Check the warm pool and the agent-sandbox controller"
+            ) from None
+
+    async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
+        try:
+            obj = await api.get(self.provider.resources.sandboxes, self.namespace, sandbox)
+        except errors.KubeNotFound:
+            return sandbox
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        return str(annotations.get("agents.x-k8s.io/pod-name") or sandbox)
+
+    async def _in_sandbox(
+        self,
+        api: kube.KubeApi,
+        config: agent.AgentConfig,
+        claim: Mapping[str, Any],
+        ready: Mapping[str, Any],
+        sink: LogSink | None,
+        started: float,
+    ) -> agent.AgentResult:
+        p = self.provider
+        sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
+        if not sandbox:
+            raise errors.KubernetesError(
+                f"SandboxClaim '{claim['metadata']['name']}' is Ready without status.sandbox.name"
+            )
+        pod = await self._pod_name(api, str(sandbox))
+        token_id: str | None = None
+        token: Secret | None = None
+        meta_labels = claim["metadata"]["labels"]
+        if self.issuer is not None:
+            credential: Any = None
+            if config.account is not None:
+                from ironflow.auth_proxy.client import Credential
+
+                credential = Credential.from_account(config.account)
+            expires = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
+            try:
+                token_id, token = await self.issuer.issue(
+                    meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
+                    meta_labels.get(labels.LABEL_STEP) or "agent",
+                    expires,
+                    credential=credential,
+                )
+            except errors.AuthProxyError as exc:
+                raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
+        try:
+            plan = p.exec_plan(config, proxy_token=token, worker_env=self.worker_env)
+            container = pod_manifests.CONTAINER_NAME
+            for argv, stdin in plan.deliveries:
+                result = await api.exec(self.namespace, pod, argv, container=container, stdin=stdin)
+                if result.exit_code != 0:
+                    raise errors.KubernetesError(
+                        f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
+                    )
+            timeout = p.settings.pod.settings.timeout_s
+            try:
+                async with asyncio.timeout(timeout):
+                    result = await api.exec(self.namespace, pod, plan.agent, container=container)
+            except TimeoutError:
+                raise errors.AgentTimeout(timeout) from None
+        finally:
+            if token_id is not None:
+                await pods.shielded(self._revoke(token_id))
+        stdout = result.stdout.decode(errors="replace")
+        stderr = result.stderr.decode(errors="replace")
+        if sink is not None:
+            for line in stdout.splitlines():
+                sink.log("stdout", line)
+            for line in stderr.splitlines():
+                sink.log("stderr", line)
+        rate_limits.record_rate_limits(config, stdout)
+        wall_ms = int((time.monotonic() - started) * 1000)
+        if result.exit_code == 0:
+            return output.parse_output(stdout, config, wall_ms=wall_ms)
+        return output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
+
+    async def _revoke(self, token_id: str) -> None:
+        try:
+            await self.issuer.revoke(token_id)
+        except errors.IronflowError as exc:
+            _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
+
+
+def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:
+    """Hold the namespace's shared claim watch for the block (one list, then events)."""
+    from ironflow.k8s import informer
+
+    return informer.informer_for(api, namespace, resource).hold()

@@ -1,0 +1,412 @@
+"""A scripted stand-in for the agent-sandbox controllers, for tests against the Kubernetes test server.
+
+It does, through the API like the real controllers, the part of their work ironflow depends on
+(see the reference's section 2): a SandboxWarmPool keeps ``replicas`` member Sandboxes
+(``<pool>-<5 chars>``, labelled ``agents.x-k8s.io/warm-pool-sandbox=<FNV-1a(pool)>``, owned by
+the pool), each with a pod named after it; a SandboxClaim without env adopts the oldest Ready
+member (labels and ownerReference moved to the claim, ``launch-type=warm``) and the pool
+replenishes; otherwise it cold-starts a Sandbox named after the claim. Sandbox ``Ready``
+follows its pod; the claim mirrors it with ``status.sandbox.name``. Deleting a claim
+cascades (ownerReferences) to its Sandbox and pod through the server's garbage collector.
+
+The test scripts the timing: ``cold_start_s``, ``warm_start_s``, and ``stall(claim)`` to keep
+a claim's pod Pending for ever. It reconciles by listing every ``interval_s`` (a stand-in
+needs no watch); it never touches objects outside its namespace. The real controller will be
+compared against the same tests later; what it does and this does not (expiry, TTL, suspend,
+NetworkPolicies, Services, PVCs) is out of scope here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Final
+
+import aiohttp
+
+from ironflow import errors
+from ironflow.agent_sandbox import models, schemas
+from ironflow.k8s import api
+from ironflow.testing.kube import KubeTestServer
+
+__all__ = ["AgentSandboxController", "name_hash"]
+
+Obj = dict[str, Any]
+_P: Final = "agents.x-k8s.io/"
+LABEL_WARM_POOL: Final = _P + "warm-pool-sandbox"
+LABEL_NAME_HASH: Final = _P + "sandbox-name-hash"
+LABEL_TEMPLATE_REF_HASH: Final = _P + "sandbox-template-ref-hash"
+LABEL_LAUNCH_TYPE: Final = _P + "launch-type"
+LABEL_CLAIM_UID: Final = _P + "claim-uid"
+ANNOTATION_POD_NAME: Final = _P + "pod-name"
+ANNOTATION_SANDBOX_NAME: Final = _P + "sandbox-name"
+_ip = itertools.count(2)
+
+
+def name_hash(name: str) -> str:
+    """``NameHash``: 32-bit FNV-1a, 8 lowercase hex digits.
+
+    >>> name_hash(""), name_hash("a"), name_hash("my-sandbox")
+    ('811c9dc5', 'e40c292c', '374de8f5')
+    """
+    h = 0x811C9DC5
+    for byte in name.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def _ready(obj: Mapping[str, Any]) -> bool:
+    cond = _condition(obj, "Ready")
+    return cond is not None and cond.get("status") == "True"
+
+
+def _owner(obj: Mapping[str, Any], controller: bool = True) -> Obj:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
+    return any(r.get("uid") == owner_uid for r in obj["metadata"].get("ownerReferences") or ())
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _cond(kind: str, status: bool, reason: str, message: str = "") -> Obj:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": _now(),
+    }
+
+
+class AgentSandboxController:
+    """``async with AgentSandboxController(server, namespace="ns"):`` runs the stand-in.
+
+    Registers the CRDs of ``release`` on the server (v0.5.6 serves v1beta1 and v1alpha1).
+    ``version`` is the API version the stand-in reads and writes.
+    """
+
+    def __init__(
+        self,
+        server: KubeTestServer,
+        *,
+        namespace: str = "default",
+        version: models.ApiVersion = models.ApiVersion.V1BETA1,
+        release: str = "v0.5.6",
+        cold_start_s: float = 0.05,
+        warm_start_s: float = 0.0,
+        interval_s: float = 0.02,
+        stall: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        self.server = server
+        self.namespace = namespace
+        self.version = version
+        self.release = release
+        self.cold_start_s = cold_start_s
+        self.warm_start_s = warm_start_s
+        self.interval_s = interval_s
+        self.stall = stall
+        #: What happened, in order: ("cold", claim, sandbox), ("warm", claim, sandbox), ("member", pool, sandbox).
+        self.events: list[tuple[str, str, str]] = []
+        self._ready_at: dict[str, float] = {}  # sandbox uid -> when its pod runs
+        self._task: asyncio.Task[None] | None = None
+        self._api: api.KubeApi | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self.failures: list[BaseException] = []
+        core, ext = models.CORE_GROUP, models.EXTENSIONS_GROUP
+        v = str(version)
+        self.sandboxes = api.custom_resource(core, v, "sandboxes", kind="Sandbox")
+        self.templates = api.custom_resource(ext, v, "sandboxtemplates", kind="SandboxTemplate")
+        self.claims = api.custom_resource(ext, v, "sandboxclaims", kind="SandboxClaim")
+        self.pools = api.custom_resource(ext, v, "sandboxwarmpools", kind="SandboxWarmPool")
+
+    # -- lifecycle --
+
+    async def start(self) -> AgentSandboxController:
+        for crd in schemas.crd_documents(self.release):
+            self.server.register_crd(crd)
+        self.server.create_namespace(self.namespace)
+        self._api = await api.KubeApi.connect(self.server.cluster_config())
+        self._http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.server.token}"})
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="agent-sandbox-controller")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._http is not None:
+            await self._http.close()
+        if self._api is not None:
+            await self._api.close()
+
+    async def __aenter__(self) -> AgentSandboxController:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- the loop --
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except (errors.KubernetesError, aiohttp.ClientError) as exc:
+                self.failures.append(exc)  # the next pass retries, as a controller would
+            await asyncio.sleep(self.interval_s)
+
+    async def _list(self, resource: api.Resource) -> list[Obj]:
+        assert self._api is not None
+        return (await self._api.list_all(resource, self.namespace)).items
+
+    async def _patch_status(self, resource: api.Resource, name: str, status: Obj) -> None:
+        assert self._http is not None
+        url = self.server.url + resource.path(self.namespace, name, "status")
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self._http.patch(url, data=json.dumps({"status": status}), headers=headers) as resp:
+            if resp.status == 404:
+                return  # deleted meanwhile
+            if resp.status >= 300:
+                raise errors.KubernetesError(f"status patch of {name}: HTTP {resp.status}", status=resp.status)
+
+    async def reconcile(self) -> None:
+        """One pass: pools, then sandbox readiness, then claims."""
+        assert self._api is not None
+        templates = {t["metadata"]["name"]: t for t in await self._list(self.templates)}
+        pools = {p["metadata"]["name"]: p for p in await self._list(self.pools)}
+        sandboxes = await self._list(self.sandboxes)
+        for pool in pools.values():
+            await self._keep_pool(pool, templates, sandboxes)
+        sandboxes = await self._list(self.sandboxes)
+        pods = {p["metadata"]["name"]: p for p in (await self._api.list_all(api.PODS, self.namespace)).items}
+        for sandbox in sandboxes:
+            await self._sync_sandbox(sandbox, pods.get(sandbox["metadata"]["name"]))
+        by_name = {s["metadata"]["name"]: s for s in await self._list(self.sandboxes)}
+        for claim in await self._list(self.claims):
+            if not claim["metadata"].get("deletionTimestamp"):
+                await self._sync_claim(claim, pools, templates, by_name)
+
+    def _template_of_pool(self, pool: Mapping[str, Any], templates: Mapping[str, Obj]) -> Obj | None:
+        return templates.get(pool["spec"]["sandboxTemplateRef"]["name"])
+
+    async def _keep_pool(self, pool: Obj, templates: Mapping[str, Obj], sandboxes: list[Obj]) -> None:
+        template = self._template_of_pool(pool, templates)
+        if template is None:
+            return
+        pool_hash = name_hash(pool["metadata"]["name"])
+        members = [
+            s
+            for s in sandboxes
+            if (s["metadata"].get("labels") or {}).get(LABEL_WARM_POOL) == pool_hash
+            and _owned_by(s, pool["metadata"]["uid"])
+        ]
+        wanted = pool["spec"].get("replicas", 1)
+        for _ in range(max(0, wanted - len(members))):
+            labels = {
+                LABEL_WARM_POOL: pool_hash,
+                LABEL_TEMPLATE_REF_HASH: name_hash(template["metadata"]["name"]),
+                LABEL_LAUNCH_TYPE: "warm",
+            }
+            sandbox = await self._create_sandbox(
+                {"generateName": pool["metadata"]["name"] + "-"}, template, labels, _owner(pool), self.warm_start_s
+            )
+            self.events.append(("member", pool["metadata"]["name"], sandbox["metadata"]["name"]))
+
+    async def _create_sandbox(
+        self, naming: Obj, template: Mapping[str, Any], labels: Mapping[str, str], owner: Obj, start_s: float
+    ) -> Obj:
+        assert self._api is not None
+        blueprint = template["spec"]
+        pod_template = json.loads(json.dumps(blueprint["podTemplate"]))
+        pod_template.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
+        body: Obj = {
+            "apiVersion": self.sandboxes.api_version,
+            "kind": "Sandbox",
+            "metadata": {
+                **naming,
+                "labels": dict(labels),
+                "annotations": {_P + "sandbox-template-ref": template["metadata"]["name"]},
+                "ownerReferences": [owner],
+            },
+            "spec": {"podTemplate": pod_template},
+        }
+        sandbox = await self._api.create(self.sandboxes, self.namespace, body)
+        name = sandbox["metadata"]["name"]
+        pod_labels = {k: v for k, v in (pod_template["metadata"].get("labels") or {}).items() if not k.startswith(_P)}
+        pod_labels[LABEL_NAME_HASH] = name_hash(name)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": pod_labels,
+                "annotations": dict(pod_template["metadata"].get("annotations") or {}),
+                "ownerReferences": [_owner(sandbox)],
+            },
+            "spec": pod_template["spec"],
+        }
+        await self._api.create(api.PODS, self.namespace, pod)
+        self._ready_at[sandbox["metadata"]["uid"]] = time.monotonic() + start_s
+        return sandbox
+
+    async def _sync_sandbox(self, sandbox: Obj, pod: Obj | None) -> None:
+        uid = sandbox["metadata"]["uid"]
+        name = sandbox["metadata"]["name"]
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        ready_at = self._ready_at.get(uid)
+        if phase == "Pending" and ready_at is not None and time.monotonic() >= ready_at:
+            self.server.set_pod_phase(self.namespace, name, "Running")
+            phase = "Running"
+        status: Obj
+        if phase == "Running":
+            ip = (sandbox.get("status") or {}).get("podIPs") or [f"10.244.0.{next(_ip) % 250 + 2}"]
+            status = {"conditions": [_cond("Ready", True, "DependenciesReady")], "podIPs": ip}
+        elif phase in ("Succeeded", "Failed"):
+            reason = "PodSucceeded" if phase == "Succeeded" else "PodFailed"
+            status = {"conditions": [_cond("Ready", False, reason), _cond("Finished", True, reason)]}
+        else:
+            status = {"conditions": [_cond("Ready", False, "DependenciesNotReady", "pod is not ready")]}
+        if self._changed(sandbox, status):
+            await self._patch_status(self.sandboxes, name, status)
+
+    @staticmethod
+    def _changed(obj: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        old = obj.get("status") or {}
+        kinds = {c["type"]: (c["status"], c["reason"]) for c in old.get("conditions") or ()}
+        new = {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions") or ()}
+        extra = {k: v for k, v in status.items() if k != "conditions"}
+        return kinds != new or any(old.get(k) != v for k, v in extra.items())
+
+    async def _sync_claim(
+        self, claim: Obj, pools: Mapping[str, Obj], templates: Mapping[str, Obj], sandboxes: Mapping[str, Obj]
+    ) -> None:
+        name = claim["metadata"]["name"]
+        bound = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+        if bound:
+            sandbox = sandboxes.get(bound)
+            if sandbox is None:
+                status: Obj = {"conditions": [_cond("Ready", False, "SandboxMissing")]}
+            else:
+                conditions = [c for c in (sandbox.get("status") or {}).get("conditions") or ()]
+                status = {
+                    "conditions": conditions or [_cond("Ready", False, "SandboxNotReady")],
+                    "sandbox": {"name": bound, "podIPs": (sandbox.get("status") or {}).get("podIPs") or []},
+                }
+            if self._changed(claim, status):
+                await self._patch_status(self.claims, name, status)
+            return
+        spec = claim["spec"]
+        if "warmPoolRef" in spec:
+            pool = pools.get(spec["warmPoolRef"]["name"])
+            if pool is None:
+                await self._not_ready(claim, "WarmPoolNotFound")
+                return
+            template = self._template_of_pool(pool, templates)
+        else:
+            policy = spec.get("warmpool", "default")
+            template = templates.get(spec["sandboxTemplateRef"]["name"])
+            candidates = [
+                p
+                for p in pools.values()
+                if template and p["spec"]["sandboxTemplateRef"]["name"] == template["metadata"]["name"]
+            ]
+            pool = (
+                None
+                if policy == "none"
+                else next((p for p in candidates if policy == "default" or p["metadata"]["name"] == policy), None)
+            )
+        if template is None:
+            await self._not_ready(claim, "TemplateNotFound")
+            return
+        member = None
+        if pool is not None and not spec.get("env") and not spec.get("volumeClaimTemplates"):
+            pool_hash = name_hash(pool["metadata"]["name"])
+            ready = [
+                s
+                for s in sandboxes.values()
+                if (s["metadata"].get("labels") or {}).get(LABEL_WARM_POOL) == pool_hash and _ready(s)
+            ]
+            ready.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
+            member = ready[0] if ready else None
+        if member is not None:
+            await self._adopt(claim, member)
+            return
+        labels = {
+            LABEL_LAUNCH_TYPE: "cold",
+            LABEL_CLAIM_UID: claim["metadata"]["uid"],
+            LABEL_TEMPLATE_REF_HASH: name_hash(template["metadata"]["name"]),
+        }
+        stalled = self.stall is not None and self.stall(claim)
+        if spec.get("env"):
+            template = json.loads(json.dumps(template))
+            main = template["spec"]["podTemplate"]["spec"]["containers"][0]
+            main.setdefault("env", []).extend({"name": e["name"], "value": e["value"]} for e in spec["env"])
+        sandbox = await self._create_sandbox(
+            {"name": name}, template, labels, _owner(claim), float("inf") if stalled else self.cold_start_s
+        )
+        self.events.append(("cold", name, sandbox["metadata"]["name"]))
+        status = {"conditions": [_cond("Ready", False, "SandboxNotReady")], "sandbox": {"name": name}}
+        await self._patch_status(self.claims, name, status)
+
+    async def _not_ready(self, claim: Obj, reason: str) -> None:
+        status = {"conditions": [_cond("Ready", False, reason)]}
+        if self._changed(claim, status):
+            await self._patch_status(self.claims, claim["metadata"]["name"], status)
+
+    async def _adopt(self, claim: Obj, member: Obj) -> None:
+        assert self._api is not None
+        name, sandbox = claim["metadata"]["name"], member["metadata"]["name"]
+        labels: dict[str, Any] = {
+            LABEL_WARM_POOL: None,
+            LABEL_LAUNCH_TYPE: "warm",
+            LABEL_CLAIM_UID: claim["metadata"]["uid"],
+        }
+        await self._api.patch(
+            self.claims, self.namespace, name, {"metadata": {"annotations": {ANNOTATION_SANDBOX_NAME: sandbox}}}
+        )
+        await self._api.patch(
+            self.sandboxes,
+            self.namespace,
+            sandbox,
+            {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {ANNOTATION_POD_NAME: sandbox},
+                    "ownerReferences": [_owner(claim)],
+                }
+            },
+        )
+        self.events.append(("warm", name, sandbox))
+        status = {
+            "conditions": (member.get("status") or {}).get("conditions") or [],
+            "sandbox": {"name": sandbox, "podIPs": (member.get("status") or {}).get("podIPs") or []},
+        }
+        await self._patch_status(self.claims, name, status)

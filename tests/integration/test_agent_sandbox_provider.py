@@ -1,0 +1,266 @@
+"""AgentSandboxProvider on the Kubernetes test server with the scripted agent-sandbox controller.
+
+The controller stand-in turns claims into Sandboxes and pods (cold, or adopted from the warm
+pool); execs run as local subprocesses standing in for the container, so the step's real
+shell command runs, with a small ``claude`` stand-in that prints output the real CLI printed
+(tests/fixtures/claude) and records the environment it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ironflow import errors
+from ironflow.agent import AgentConfig
+from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.k8s import api as k8s
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.secrets import Secret
+from ironflow.testing import find_leaks
+from ironflow.testing.agent_sandbox_controller import AgentSandboxController
+from ironflow.testing.kube_exec import ExecKubeTestServer, local_exec
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
+JSON_TEXT = (FIXTURES / "json_text.out").read_text()
+RUN = "01a0e906-1f85-7000-8000-00000000a5b0"
+_ns = itertools.count(1)
+
+
+class FakeIssuer:
+    """Records issue/revoke calls, like the auth proxy's admin client would see them."""
+
+    def __init__(self) -> None:
+        self.issued: list[tuple[str, str, int]] = []
+        self.revoked: list[str] = []
+        self.runs_revoked: list[str] = []
+        self.tokens: list[str] = []
+
+    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+        self.issued.append((run_id, step, expires_at))
+        token = f"ifap_secret_value_{len(self.issued)}"
+        self.tokens.append(token)
+        return f"tok-{len(self.issued):012d}", Secret(token)
+
+    async def revoke(self, token_id: str) -> bool:
+        self.revoked.append(token_id)
+        return True
+
+    async def revoke_run(self, run_id: str) -> int:
+        self.runs_revoked.append(run_id)
+        return 1
+
+
+@dataclass
+class Env:
+    server: ExecKubeTestServer
+    controller: AgentSandboxController
+    api: k8s.KubeApi
+    ns: str
+    home: Path
+    claude: Path
+
+    def provider(self, *, replicas: int = 1, timeout: float = 10, proxied: bool = False) -> AgentSandboxProvider:
+        pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(self.ns)
+        pod = pod.claude_path(str(self.claude)).timeout(timeout).previous_attempt_timeout(2)
+        if proxied:
+            pod = pod.auth_proxy("http://auth-proxy.ironflow:8080")
+        return AgentSandboxProvider(pod).warm_pool(replicas=replicas).ready_timeout(2)
+
+    async def apply_template(self, provider: AgentSandboxProvider) -> None:
+        res = provider.resources
+        for obj in provider.template_objects():
+            resource = res.templates if obj["kind"] == "SandboxTemplate" else res.pools
+            await self.api.create(resource, self.ns, obj)
+
+    def claims(self) -> list[dict[str, Any]]:
+        return self.server.objects(claims.resources().claims, self.ns)
+
+    def step_sandboxes(self) -> list[str]:
+        """Sandboxes bound to a claim (pool members waiting for one excluded)."""
+        out = []
+        for s in self.server.objects(claims.resources().sandboxes, self.ns):
+            refs = s["metadata"].get("ownerReferences") or []
+            if any(r.get("kind") == "SandboxClaim" for r in refs):
+                out.append(s["metadata"]["name"])
+        return out
+
+    def seen_env(self) -> dict[str, str]:
+        return dict(json.loads((self.home / "seen-env.json").read_text()))
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    home = tmp_path / "home"
+    home.mkdir()
+    claude = tmp_path / "claude"
+    fixture = tmp_path / "out.json"
+    fixture.write_text(JSON_TEXT)
+    # Records what the agent got (token variables included), then prints real CLI output.
+    claude.write_text(
+        "#!/bin/sh\n"
+        'python3 -c \'import json,os,sys; json.dump({k: os.environ.get(k, "") for k in '
+        '("ANTHROPIC_AUTH_TOKEN","ANTHROPIC_BASE_URL")} | {"args": " ".join(sys.argv[1:])}, '
+        f'open("{home}/seen-env.json","w"))\' "$@"\n'
+        f'cat "{fixture}"\n'
+    )
+    claude.chmod(0o755)
+    ns = f"as-{next(_ns)}"
+    async with ExecKubeTestServer() as server:
+        server.serve_exec(local_exec({"HOME": str(home), "TMPDIR": str(tmp_path)}))
+        controller = AgentSandboxController(server, namespace=ns, cold_start_s=0.05)
+        async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
+            yield Env(server, controller, api, ns, home, claude)
+            assert not controller.failures, controller.failures
+            assert not server.internal_errors, server.internal_errors
+
+
+async def wait_until(check: Any, *, limit: float = 3.0) -> None:
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_cold_start_runs_the_step_in_the_claimed_sandbox_and_deletes_the_claim(env: Env) -> None:
+    """No pool members: the claim cold-starts a Sandbox; the result is parsed; nothing stays."""
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "cold"))
+    assert result.text
+    kinds = [e[0] for e in env.controller.events]
+    assert kinds == ["cold"]
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    assert env.server.objects(k8s.PODS, env.ns) == []
+
+
+async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env: Env) -> None:
+    p = env.provider(replicas=1)
+    await env.apply_template(p)
+    sandboxes = claims.resources().sandboxes
+    await wait_until(lambda: len(env.server.objects(sandboxes, env.ns)) == 1)
+    await wait_until(lambda: claims.has_condition(env.server.objects(sandboxes, env.ns)[0], "Ready"))
+    member = env.server.objects(sandboxes, env.ns)[0]["metadata"]["name"]
+    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "warm"))
+    assert result.text
+    events = env.controller.events
+    assert ("warm", member) == (events[1][0], events[1][2])
+    assert env.server.execs[-1].pod == member  # the agent ran in the adopted pod
+    # The adopted member went with the claim; the pool made a new one.
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await wait_until(lambda: [e[0] for e in events].count("member") == 2)
+
+
+async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_revoked(env: Env) -> None:
+    p = env.provider(replicas=1, proxied=True)
+    await env.apply_template(p)
+    issuer = FakeIssuer()
+    created: list[dict[str, Any]] = []
+    original = env.api.create
+
+    async def spy(resource: k8s.Resource, namespace: str | None, body: Any) -> Any:
+        if resource.plural == "sandboxclaims":
+            created.append(json.loads(json.dumps(body)))
+            assert not issuer.issued, "the token must be issued after the claim exists and is Ready"
+        return await original(resource, namespace, body)
+
+    env.api.create = spy  # type: ignore[method-assign]
+    await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "tok"))
+    assert issuer.issued
+    assert issuer.issued[0][:2] == (RUN, "tok")
+    assert issuer.revoked == ["tok-000000000001"]
+    seen = env.seen_env()
+    assert seen["ANTHROPIC_AUTH_TOKEN"] == issuer.tokens[0]
+    assert seen["ANTHROPIC_BASE_URL"] == "http://auth-proxy.ironflow:8080"
+    # Delivered over exec stdin, then removed; never in the claim or an exec's argv.
+    assert not (env.home / ".ironflow" / "proxy-token").exists()
+    assert find_leaks(issuer.tokens, created, [e.command for e in env.server.execs]) == []
+    assert any(issuer.tokens[0].encode() in bytes(e.stdin) for e in env.server.execs)
+
+
+async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env) -> None:
+    env.controller.stall = lambda claim: True
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 2s \(Ready=False"):
+        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "stuck"))
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    assert env.server.execs == []
+
+
+async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
+    env.controller.stall = lambda claim: True
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
+    await wait_until(lambda: bool(env.claims()))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
+    env.controller.stall = lambda claim: True
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    issuer = FakeIssuer()
+    for step in ("a", "b"):
+        claim = p.claim_manifest(AgentConfig("x").run_scope(RUN, step), name=f"left-{step}", now=int(time.time()))
+        await env.api.create(p.resources.claims, env.ns, claim)
+    other = p.claim_manifest(AgentConfig("x").run_scope("other-run", "a"), name="other", now=int(time.time()))
+    await env.api.create(p.resources.claims, env.ns, other)
+    assert await p.runner(api=env.api, issuer=issuer, worker_env={}).release_run(RUN) == 2
+    assert [c["metadata"]["name"] for c in env.claims()] == ["other"]
+    assert issuer.runs_revoked == [RUN]
+
+
+async def test_retry_deletes_the_previous_attempts_claim_first(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    config = AgentConfig("hi").run_scope(RUN, "again")
+    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(config, name="old-attempt", now=int(time.time())))
+    await p.runner(api=env.api, worker_env={}).invoke(config)
+    assert all(c["metadata"]["name"] != "old-attempt" for c in env.claims())
+
+
+async def test_reaper_deletes_only_expired_claims(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    now = int(time.time())
+    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="old", now=now - 10_000))
+    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="fresh", now=now))
+    report = await p.runner(api=env.api, worker_env={}).reap_orphans()
+    assert report.claims == ("old",)
+    assert [c["metadata"]["name"] for c in env.claims()] == ["fresh"]
+
+
+async def test_wait_for_finished_like_kubectl_wait(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    r = p.runner(api=env.api, worker_env={})
+    claim = p.claim_manifest(AgentConfig("x"), name="waited", now=int(time.time()))
+    await env.api.create(p.resources.claims, env.ns, claim)
+    await r.wait_for("waited", "Ready", timeout_s=3)
+    with pytest.raises(errors.OperationTimeout, match="condition Finished=True on sandboxclaims/waited"):
+        await r.wait_for("waited", "Finished", timeout_s=0.2)
+    env.server.set_pod_phase(env.ns, "waited", "Succeeded")
+    done = await r.wait_for("waited", "Finished", timeout_s=3)
+    assert claims.condition(done, "Finished")["reason"] == "PodSucceeded"  # type: ignore[index]
+
+
+async def test_step_that_changes_the_pod_is_refused_before_any_claim(env: Env) -> None:
+    p = env.provider(replicas=0)
+    config = AgentConfig("hi").run_scope(RUN, "x").pod_label("team", "a")
+    with pytest.raises(errors.StepConfigError, match="changes the sandbox pod"):
+        await p.runner(api=env.api, worker_env={}).invoke(config)
+    assert env.claims() == []
