@@ -176,7 +176,7 @@ class KubeEnv:
                 self._spawn(
                     "agent-sandbox-controller",
                     [
-                        f"--kubeconfig={self._kubeconfig_path}",
+                        f"--kubeconfig={self.kubeconfig_path}",
                         "--leader-elect=false",
                         "--metrics-bind-address=0",
                         "--health-probe-bind-address=0",
@@ -286,7 +286,8 @@ class KubeEnv:
         return self.workdir / name
 
     @property
-    def _kubeconfig_path(self) -> Path:
+    def kubeconfig_path(self) -> Path:
+        """The admin kubeconfig file (client certificate by path), for Go tools and other clients."""
         return self._path("admin.kubeconfig")
 
     def _context(self) -> ssl.SSLContext:
@@ -311,7 +312,7 @@ class KubeEnv:
             self._path(name).chmod(0o600)
         paths = (str(self._path("admin.crt")), str(self._path("admin.key")))
         text = pki.kubeconfig_yaml(self.server, p.ca.cert_pem, user=pki.ADMIN_USER, cert_paths=paths)
-        self._kubeconfig_path.write_text(text)
+        self.kubeconfig_path.write_text(text)
         stock = [
             d
             for f in sorted((self.share_dir / "kwok" / "stages").glob("*.yaml"))
@@ -409,7 +410,7 @@ class KubeEnv:
 
     def _start_controllers(self) -> None:
         common = [
-            f"--kubeconfig={self._kubeconfig_path}",
+            f"--kubeconfig={self.kubeconfig_path}",
             "--bind-address=127.0.0.1",
             "--leader-elect=false",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
@@ -431,7 +432,7 @@ class KubeEnv:
         self._spawn(
             "kwok",
             [
-                f"--kubeconfig={self._kubeconfig_path}",
+                f"--kubeconfig={self.kubeconfig_path}",
                 f"--config={self._path('kwok.yaml')}",
                 "--manage-all-nodes=true",
                 "--node-ip=127.0.0.1",

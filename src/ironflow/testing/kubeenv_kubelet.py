@@ -15,19 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import itertools
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from ironflow.k8s import api
 from ironflow.testing import _kwok_stages as stages
 from ironflow.testing.kube import PodScript
 from ironflow.testing.kubeenv import KubeEnv, KubeEnvNotAvailable
 
-__all__ = ["KubeletControl", "kube_env"]
+__all__ = ["KubeletControl", "kube_env", "manual_namespace", "pod_status"]
+
+_namespaces = itertools.count(1)
 
 
 def _now() -> str:
@@ -192,6 +196,23 @@ class KubeletControl:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+@contextlib.asynccontextmanager
+async def manual_namespace(env: KubeEnv) -> AsyncIterator[tuple[api.KubeApi, str, KubeletControl]]:
+    """A fresh namespace kwok leaves alone, an admin :class:`KubeApi` and the kubelet control;
+    everything is closed and the namespace deleted afterwards."""
+    namespace = f"{stages.MANUAL_NAMESPACE_PREFIX}{next(_namespaces)}"
+    await asyncio.to_thread(env.create_namespace, namespace)
+    control = KubeletControl(env, namespace)
+    kube_api = await api.KubeApi.connect(env.cluster_config())
+    try:
+        yield kube_api, namespace, control
+    finally:
+        await control.aclose()
+        await kube_api.close()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(env.request, "DELETE", f"/api/v1/namespaces/{namespace}")
 
 
 @pytest.fixture(scope="session")
