@@ -290,6 +290,8 @@ async def test_retries_stop_at_max_retries(store: Store) -> None:
     await run_all(store, provider)
     assert (await get(store, run_id)).status is model.RunStatus.FAILED
     assert invoked_steps(provider) == ["flaky"] * 2
+    (step,) = await store.steps(run_id)
+    assert (step.status, step.attempts) == (model.StepStatus.FAILED, 2)
 
 
 async def test_a_permanent_failure_is_not_retried(store: Store) -> None:

@@ -21,7 +21,7 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,22 +176,26 @@ class _Execution:
             started_at=time.time(),
         )
         await store.save_step(record)
-        attempts = 0
+        tries = _Tries()
         try:
             if isinstance(step, AgentStep):
-                result, attempts = await self._agent(step)
+                result = await self._agent(step, tries)
             elif isinstance(step, OpStep):
-                result, attempts = await self._op(step)
+                result = await self._op(step, tries)
             else:
                 assert record.child_run_id is not None
-                result, attempts = await self._sub_workflow(step, record.child_run_id), 1
+                tries.count = 1
+                result = await self._sub_workflow(step, record.child_run_id)
         except asyncio.CancelledError:
             raise
         except _ReleaseFailed:
             raise
         except Exception as exc:
             failed = _replace(
-                record, status=model.StepStatus.FAILED, error=model.error_record(exc), attempts=record.attempts + 1
+                record,
+                status=model.StepStatus.FAILED,
+                error=model.error_record(exc),
+                attempts=record.attempts + tries.count,
             )
             await store.save_step(failed)
             raise
@@ -199,7 +203,7 @@ class _Execution:
             record,
             status=model.StepStatus.SUCCEEDED,
             result=result,
-            attempts=record.attempts + attempts,
+            attempts=record.attempts + tries.count,
             finished_at=time.time(),
         )
         try:
@@ -216,54 +220,51 @@ class _Execution:
             labels.LABEL_STEP: labels.sanitize_label_value(name),
         }
 
-    async def _agent(self, step: AgentStep) -> tuple[Any, int]:
-        runner = self.runner
-        config = scope_step_config(step.config, run_id=self.run.id, root_run_id=self.run.root_run_id, step=step.name)
-        retries = 0
+    async def _with_retries(
+        self, name: str, policy: retry.RetryPolicy | None, tries: _Tries, attempt: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Run ``attempt`` until it succeeds or the policy gives up; ``tries`` counts the attempts."""
         while True:
-            session = None
-            if runner.accounts is not None and runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
-                session = await runner.accounts.acquire(step.name)
-                config = config.account_session(session)
+            tries.count += 1
             try:
-                if runner.sink is not None:
-                    result = await runner.provider.invoke_with_logs(config, runner.sink)
-                else:
-                    result = await runner.provider.invoke(config)
-                return result, retries + 1
+                return await attempt()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not retry.should_retry(step.retry, exc, retries):
+                if not retry.should_retry(policy, exc, tries.count - 1):
                     raise
-                assert step.retry is not None
-                log.info("step %s of run %s failed (%s); retrying", step.name, self.run.id, type(exc).__name__)
-                await asyncio.sleep(step.retry.delay(retries))
-                retries += 1
-            finally:
-                if session is not None and runner.accounts is not None:
-                    await runner.accounts.release(session)
+                assert policy is not None
+                log.info("step %s of run %s failed (%s); retrying", name, self.run.id, type(exc).__name__)
+                await asyncio.sleep(policy.delay(tries.count - 1))
 
-    async def _op(self, step: OpStep) -> tuple[Any, int]:
+    async def _agent(self, step: AgentStep, tries: _Tries) -> Any:
+        runner = self.runner
+        # One scoped config for every attempt: the same labels let the provider find the previous pod.
+        config = scope_step_config(step.config, run_id=self.run.id, root_run_id=self.run.root_run_id, step=step.name)
+        use_accounts = runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
+
+        async def attempt() -> Any:
+            pool = runner.accounts if use_accounts else None
+            session = await pool.acquire(step.name) if pool is not None else None
+            scoped = config.account_session(session) if session is not None else config
+            try:
+                if runner.sink is not None:
+                    return await runner.provider.invoke_with_logs(scoped, runner.sink)
+                return await runner.provider.invoke(scoped)
+            finally:
+                if pool is not None and session is not None:
+                    await pool.release(session)
+
+        return await self._with_retries(step.name, step.retry, tries, attempt)
+
+    async def _op(self, step: OpStep, tries: _Tries) -> Any:
         operation: Any = step.operation
         if callable(getattr(operation, "label", None)):  # PodRun/JobRun: stamp the run's labels
             for key, value in self._labels(step.name).items():
                 operation = operation.label(key, value)
-        retries = 0
-        while True:
-            try:
-                runnable = getattr(operation, "run", None)
-                if callable(runnable):
-                    return await runnable(), retries + 1
-                return await operation(), retries + 1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not retry.should_retry(step.retry, exc, retries):
-                    raise
-                assert step.retry is not None
-                await asyncio.sleep(step.retry.delay(retries))
-                retries += 1
+        runnable = getattr(operation, "run", None)
+        call = runnable if callable(runnable) else operation
+        return await self._with_retries(step.name, step.retry, tries, call)
 
     async def _sub_workflow(self, step: SubWorkflowStep, child_id: str) -> Any:
         child = await self.runner.store.start_child_run(
@@ -278,6 +279,13 @@ class _Execution:
             )
         )
         return await self.runner._execute_child(child, step.workflow)
+
+
+@dataclasses.dataclass
+class _Tries:
+    """Attempts made by one step in this execution (kept when the last one raises)."""
+
+    count: int = 0
 
 
 def _replace(record: model.StepRecord, **changes: Any) -> model.StepRecord:
