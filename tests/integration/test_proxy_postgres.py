@@ -305,7 +305,7 @@ async def test_lost_listener_disables_the_cache_so_no_revocation_is_missed(dsn: 
             assert await _status(http, second.url, token) == 401
 
 
-async def test_missing_key_version_answers_503_never_401(dsn: str) -> None:
+async def test_missing_key_version_answers_503_never_401(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     """A grant sealed under key 2 read by a replica that only has key 1: 503, the pod retries later."""
     async with (
         FakeAnthropic() as fake,

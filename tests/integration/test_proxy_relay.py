@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import time
@@ -489,3 +490,56 @@ async def test_framework_logs_of_a_bad_request_carry_no_request_line(
     texts = [logging.Formatter().format(r) for r in caplog.records]
     assert any("framework error" in text for text in texts)
     assert not find_leaks(["QUERYSECRET9", "ifap_LEAKED"], texts)
+
+
+async def test_silent_stream_ends_after_the_idle_timeout_not_a_total_timeout() -> None:
+    """A stream that goes quiet longer than the idle timeout is cut; a slow but live one is not."""
+
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        pace = float(request.query.get("pace", "0"))
+        for _ in range(6):
+            await response.write(b"event: ping\ndata: {}\n\n")
+            await asyncio.sleep(pace)
+        await asyncio.sleep(float(request.query.get("stall", "0")))
+        await response.write_eof()
+        return response
+
+    upstream = web.Application()
+    upstream.router.add_post("/v1/messages", stalls)
+    runner = web.AppRunner(upstream)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        upstream_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=upstream_url, idle_timeout_s=0.3)
+        async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
+            issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
+            headers = {"x-api-key": issued.token.reveal()}
+            # Live: 6 events 0.1 s apart (0.6 s in all, longer than the idle timeout) arrive whole.
+            async with http.post(proxy.url + "/v1/messages?pace=0.1", data=b"{}", headers=headers) as response:
+                assert (await asyncio.wait_for(response.read(), 5)).count(b"event: ping") == 6
+            # Silent for 1.5 s after the events: cut after about 0.3 s.
+            started = time.monotonic()
+            async with http.post(proxy.url + "/v1/messages?stall=1.5", data=b"{}", headers=headers) as response:
+                with contextlib.suppress(aiohttp.ClientPayloadError):
+                    await asyncio.wait_for(response.read(), 5)
+            assert time.monotonic() - started < 1.2
+    finally:
+        await runner.cleanup()
+
+
+async def test_purge_task_drops_expired_grants(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=proxy_logs.LOGGER_NAME)
+    shared = MemoryRegistry()
+    credential = tokens.ClaudeCredential("api_key", Secret(API_KEY))
+    await shared.insert(tokens.Grant("e" * 64, "run-old", "s", int(time.time()) - 1, credential))
+    config = AuthProxyConfig(admin_key=Secret(ADMIN), registry=shared, purge_interval_s=0.05)
+    async with run_auth_proxy(config):
+        for _ in range(100):
+            if await shared.count() == 0:
+                break
+            await asyncio.sleep(0.02)
+    assert await shared.count() == 0
+    assert any(json.loads(line)["event"] == "expired auth proxy tokens purged" for line in _log_lines(caplog))

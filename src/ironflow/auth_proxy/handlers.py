@@ -118,8 +118,8 @@ class ProxyHandlers:
             return _json_response(400, policy.error_body("invalid_request_error", "invalid token request body"))
         try:
             grant, token = await registry.issue(self._registry(), token_request)
-        except (registry.RegistryUnavailable, crypto.MissingKeyVersion):
-            logs.event("token registry unavailable", logging.ERROR, operation="issue")
+        except (registry.RegistryUnavailable, crypto.MissingKeyVersion) as exc:
+            logs.event("token registry unavailable", logging.ERROR, operation="issue", reason=str(exc))
             return _json_response(503, policy.error_body("api_error", "token registry unavailable"))
         except (OSError, NotImplementedError):  # the OS random source failed
             return _json_response(500, policy.error_body("api_error", "token issuance failed"))
@@ -163,8 +163,9 @@ class ProxyHandlers:
             return _Denied(policy.INVALID_TOKEN, "unknown_token")
         try:
             found = await self._registry().resolve(tokens.token_id(token), int(time.time()))
-        except (registry.RegistryUnavailable, crypto.MissingKeyVersion):
-            logs.event(policy.REGISTRY_UNAVAILABLE.event, logging.ERROR, path=path)
+        except (registry.RegistryUnavailable, crypto.MissingKeyVersion) as exc:
+            # Fixed texts only: no URL, no key material, no query values.
+            logs.event(policy.REGISTRY_UNAVAILABLE.event, logging.ERROR, path=path, reason=str(exc))
             return _Denied(policy.REGISTRY_UNAVAILABLE, "unavailable")
         if isinstance(found, registry.Resolution):
             logs.event(policy.INVALID_TOKEN.event, logging.WARNING, reason=found.value, path=path)
@@ -228,7 +229,8 @@ class ProxyHandlers:
                 return policy.check_limits(grant.limits, requests_used=0, output_tokens_used=0, model=model)
         try:
             usage = await self._registry().take_request(grant.id)
-        except (registry.RegistryUnavailable, crypto.MissingKeyVersion):
+        except (registry.RegistryUnavailable, crypto.MissingKeyVersion) as exc:
+            logs.event(policy.REGISTRY_UNAVAILABLE.event, logging.ERROR, operation="count request", reason=str(exc))
             return policy.REGISTRY_UNAVAILABLE
         return policy.check_limits(
             grant.limits,
