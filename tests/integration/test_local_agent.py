@@ -322,3 +322,27 @@ async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
     assert result.text == "Hello from the sandbox"
     assert fake.message_requests[-1].header("x-api-key") == KEY
     assert _leftovers("ironflow-local-")[1] == []
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: FakeAnthropic, tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    provider = LocalSandboxProvider(
+        credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
+        env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+        sessions_dir=str(sessions),
+        temp_dir=TEMP,
+    )
+    first = await provider.invoke(AgentConfig("remember FIRST-TURN-MARKER"))
+    assert first.session_id
+    assert list(sessions.rglob("*.jsonl")), "the session was not kept on the host"
+    second = await provider.invoke(AgentConfig("and now?").replace(resume_session_id=first.session_id))
+    assert second.text == "OK"  # the script's default once its one turn is used
+    assert "FIRST-TURN-MARKER" in str(fake.message_requests[-1].body)
+
+
+def test_sessions_dir_needs_bubblewrap() -> None:
+    with pytest.raises(errors.ConfigError, match="sessions_dir needs isolation='bwrap'"):
+        LocalSandboxProvider(isolation="gvisor", sessions_dir="/tmp")

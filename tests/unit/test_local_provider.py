@@ -7,7 +7,7 @@ import pytest
 from ironflow import errors
 from ironflow.agent import AgentConfig
 from ironflow.cli import agent as cli_agent
-from ironflow.local import provider
+from ironflow.local import provider, settings
 from ironflow.provider import AgentProvider
 
 
@@ -102,3 +102,25 @@ def test_the_provider_satisfies_the_protocol_and_takes_accounts() -> None:
 )
 def test_exit_codes_tell_bad_input_from_failed_step_from_infrastructure(exc: Exception, code: int) -> None:
     assert cli_agent.exit_code_for(exc) == code
+
+
+def test_a_preset_is_ignored_only_when_the_provider_has_no_local_presets() -> None:
+    config = AgentConfig("hi").managed_settings("strict")
+    assert "managed_settings preset 'strict'" in " ".join(provider.ignored_settings(config))
+    assert provider.ignored_settings(config, presets={"strict": {}}) == ()
+
+
+def test_a_known_preset_replaces_the_default_managed_settings() -> None:
+    config = AgentConfig("hi").managed_settings("strict")
+    presets = {"strict": {"permissions": {"deny": ["Bash"]}}}
+    assert settings.managed_settings_for(config, {"x": 1}, presets) == presets["strict"]
+    assert settings.managed_settings_for(AgentConfig("hi"), {"x": 1}, presets) == {"x": 1}
+    assert settings.managed_settings_for(config, {"x": 1}, {}) == {"x": 1}
+
+
+def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
+    config = AgentConfig("hi").managed_settings("nope")
+    with pytest.raises(
+        errors.StepConfigError, match=r"unknown managed settings preset 'nope', known presets: \[a, b\]"
+    ):
+        settings.managed_settings_for(config, None, {"b": {}, "a": {}})

@@ -100,6 +100,8 @@ class BwrapSettings:
     bwrap_path: str = "bwrap"
     #: An open descriptor holding a seccomp BPF program (:mod:`ironflow.local.seccomp`).
     seccomp_fd: int | None = None
+    #: A host directory bound read-write at ~/.claude/projects (the pod's sessions claim).
+    sessions_dir: str | None = None
 
 
 def mount_path_problem(path: str) -> str | None:
@@ -187,6 +189,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += _etc(settings)
     argv += ["--tmpfs", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]
+    if settings.sessions_dir is not None:
+        argv += ["--bind", settings.sessions_dir, layout.SESSIONS_MOUNT_PATH]  # the one writable host path
     argv += ["--perms", "1777", "--size", str(settings.tmp_size_bytes), "--tmpfs", layout.SANDBOX_TMP]
     argv += ["--tmpfs", "/run"]
     if settings.proxy_socket is not None:

@@ -94,9 +94,13 @@ class LocalSandboxProvider:
         credential: the key the in-process proxy injects; None reads the worker's
             ``CLAUDE_CODE_OAUTH_TOKEN`` then ``ANTHROPIC_API_KEY`` at invocation (§6.8).
         managed_settings: a managed-settings document mounted read-only at /etc/claude-code.
+        managed_settings_presets: named documents a step picks with
+            ``AgentConfig.managed_settings(name)`` (the local counterpart of preset ConfigMaps).
         profiles: host directories copied into ``~/.claude`` before the CLI starts.
         env: extra plain variables for the sandbox (credential names are refused).
         allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
+        sessions_dir: a host directory kept as ``~/.claude/projects`` across steps, so
+            ``resume_session_id`` finds its conversation (bubblewrap only; the pod's sessions claim).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
             system's. Keep it short: a unix socket path holds at most 107 bytes.
     """
@@ -108,12 +112,14 @@ class LocalSandboxProvider:
         timeout: float = DEFAULT_TIMEOUT_S,
         credential: settings.ProxyCredential | None = None,
         managed_settings: Mapping[str, Any] | None = None,
+        managed_settings_presets: Mapping[str, Mapping[str, Any]] | None = None,
         profiles: Sequence[settings.LocalProfile] = (),
         env: Mapping[str, str] | None = None,
         home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES,
         tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
         claude_path: str | None = None,
         allow_bypass: bool | None = None,
+        sessions_dir: str | None = None,
         temp_dir: str | None = None,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
@@ -129,6 +135,7 @@ class LocalSandboxProvider:
         self.timeout = float(timeout)
         self.credential = credential
         self.managed_settings = None if managed_settings is None else dict(managed_settings)
+        self.managed_settings_presets = {k: dict(v) for k, v in (managed_settings_presets or {}).items()}
         self.profiles = tuple(profiles)
         self.env = dict(env or {})
         self.home_size_bytes = home_size_bytes
@@ -136,6 +143,9 @@ class LocalSandboxProvider:
         self.claude_path = claude_path
         self.allow_bypass = allow_bypass
         self.temp_dir = temp_dir
+        if sessions_dir is not None and isolation != "bwrap":
+            raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
+        self.sessions_dir = sessions_dir
         self._processes = runner.SandboxProcesses()
 
     def account_kind(self) -> str | None:
@@ -189,7 +199,13 @@ class LocalSandboxProvider:
                     )
                 fds = stack.enter_context(self._seccomp())
                 full = self._argv(
-                    tuple(argv), tmp=tmp, working_dir=working_dir, mounts=mounts, proxy_socket=socket_path, fds=fds
+                    tuple(argv),
+                    tmp=tmp,
+                    working_dir=working_dir,
+                    mounts=mounts,
+                    proxy_socket=socket_path,
+                    fds=fds,
+                    managed=self.managed_settings,
                 )
                 run_env = settings.sandbox_env(variables, proxy_token=None if token is None else token.reveal())
                 start = time.monotonic()
@@ -219,7 +235,8 @@ class LocalSandboxProvider:
         if allow is None:
             allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
         args = command.build_args(config, allow_bypass=allow)
-        ignored = settings.ignored_settings(config, isolation=self.isolation)
+        ignored = settings.ignored_settings(config, isolation=self.isolation, presets=self.managed_settings_presets)
+        managed = settings.managed_settings_for(config, self.managed_settings, self.managed_settings_presets)
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
@@ -252,6 +269,7 @@ class LocalSandboxProvider:
                         proxy_socket=socket_path,
                         extra_tools=(claude,),
                         fds=fds,
+                        managed=managed,
                     )
                     start = time.monotonic()
                     code, out, err = await self._processes.run(
@@ -339,13 +357,14 @@ class LocalSandboxProvider:
         proxy_socket: str | None,
         extra_tools: tuple[str, ...] = (),
         fds: tuple[int, ...] = (),
+        managed: Mapping[str, Any] | None = None,
     ) -> list[str]:
         managed_dir: str | None = None
-        if self.managed_settings is not None:
+        if managed is not None:
             managed_dir = os.path.join(tmp, "managed-settings")
             os.mkdir(managed_dir)
             target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
-            Path(target).write_text(json.dumps(self.managed_settings, indent=2))
+            Path(target).write_text(json.dumps(managed, indent=2))
         profile_dirs = tuple(p.path for p in self.profiles)
         python = os.path.realpath(sys.executable)
         script = os.path.realpath(forwarder.__file__)
@@ -393,6 +412,7 @@ class LocalSandboxProvider:
                 tmp_size_bytes=self.tmp_size_bytes,
                 bwrap_path=_which("bwrap"),
                 seccomp_fd=fds[0] if fds else None,
+                sessions_dir=self.sessions_dir,
             )
         )
 

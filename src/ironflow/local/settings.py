@@ -9,10 +9,10 @@ worker's own variables never reach a step, and credential variables are refused.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.agent import AgentConfig, HostPathSource
@@ -28,6 +28,7 @@ __all__ = [
     "ProxyCredential",
     "hidden_from_sandbox",
     "ignored_settings",
+    "managed_settings_for",
     "sandbox_env",
     "tool_root",
 ]
@@ -55,10 +56,19 @@ class ProxyCredential:
     upstream: str = "https://api.anthropic.com"
 
 
-def ignored_settings(config: AgentConfig, *, isolation: Isolation = "bwrap") -> tuple[str, ...]:
-    """The step's settings a local sandbox accepts but cannot apply, named for the report."""
+def ignored_settings(
+    config: AgentConfig, *, isolation: Isolation = "bwrap", presets: Collection[str] = ()
+) -> tuple[str, ...]:
+    """The step's settings a local sandbox accepts but cannot apply, named for the report.
+
+    A managed-settings preset is ignored only when the provider has no local presets at
+    all (on Kubernetes presets name ConfigMaps); otherwise :func:`managed_settings_for`
+    applies it or refuses it.
+    """
     pod = config.pod
     out: list[str] = []
+    if pod.managed_settings is not None and not presets:
+        out.append(f"managed_settings preset '{pod.managed_settings}' (no local presets on the provider)")
     if pod.service_account is not None:
         out.append("service_account")
     if pod.runtime_class is not None:
@@ -102,6 +112,23 @@ def sandbox_env(
             }
         )
     return env
+
+
+def managed_settings_for(
+    config: AgentConfig, default: Mapping[str, Any] | None, presets: Mapping[str, Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The managed-settings document of a step: its preset, else the provider's default.
+
+    Raises:
+        StepConfigError: the step names a preset the provider's (non-empty) presets lack.
+    """
+    name = config.pod.managed_settings
+    if name is None or not presets:
+        return default
+    if name not in presets:
+        known = ", ".join(sorted(presets))
+        raise errors.StepConfigError(f"unknown managed settings preset '{name}', known presets: [{known}]")
+    return presets[name]
 
 
 def hidden_from_sandbox(path: str) -> bool:
