@@ -138,3 +138,15 @@ def test_auth_proxy_client_refuses_credentials_in_the_url() -> None:
     with pytest.raises(ConfigError) as caught:
         AdminClient("http://user:pw-in-url@proxy:8080", ADMIN)
     assert "pw-in-url" not in str(caught.value)
+
+
+async def test_admin_client_satisfies_the_launch_sequence_token_issuer(fake_admin: FakeAdmin) -> None:
+    """mypy checks the assignment; the call goes through the hook's own signature."""
+    from ironflow.k8s.runner import TokenIssuer
+
+    async with AdminClient(fake_admin.url, ADMIN) as admin:
+        issuer: TokenIssuer = admin
+        token_id, token = await issuer.issue(
+            "run-1", "agent", 1_900_000_000, credential=Credential("api_key", Secret("k"))
+        )
+    assert (token_id, token.reveal()) == (TOKEN_ID, TOKEN)
