@@ -8,8 +8,17 @@ from ironflow.secrets import find_leaks
 from ironflow.testing.engine import RecordingProvider
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.postgres import PostgresServer
 
-__all__ = ["FakeAnthropic", "KubeTestServer", "RecordingProvider", "Script", "assert_no_leaks", "find_leaks"]
+__all__ = [
+    "FakeAnthropic",
+    "KubeTestServer",
+    "PostgresServer",
+    "RecordingProvider",
+    "Script",
+    "assert_no_leaks",
+    "find_leaks",
+]
 
 
 def assert_no_leaks(secrets: list[str], *haystacks: object) -> None:
