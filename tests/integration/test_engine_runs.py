@@ -550,3 +550,33 @@ async def test_an_unreachable_postgres_store_fails_without_echoing_the_url() -> 
         await store.open()
     assert "hunter2" not in str(caught.value)
     assert "cannot connect to the PostgreSQL store" in caught.value.message
+
+
+async def test_a_retried_wave_runs_again_only_the_steps_that_did_not_finish(store: Store) -> None:
+    provider = RecordingProvider(failures={"bad": [errors.BudgetExceeded(2, 1)]})
+    run_id = await submit(store, "wave", {"names": ["good", "bad"], "fail_fast": False})
+    await run_all(store, provider)
+    assert (await get(store, run_id)).status is model.RunStatus.FAILED
+    await store.retry_run(run_id)
+    await run_all(store, provider)
+    assert (await get(store, run_id)).output == ["done good", "done bad"]
+    assert invoked_steps(provider) == ["before", "good", "bad", "bad"]
+
+
+async def test_a_retried_sub_workflow_keeps_its_child_run_and_replays_the_parents_steps(store: Store) -> None:
+    provider = RecordingProvider(failures={CHILD_STEP: [errors.BudgetExceeded(2, 1)]})
+    run_id = await submit(store, "parent", {})
+    await run_all(store, provider)
+    assert (await get(store, run_id)).status is model.RunStatus.FAILED
+    (_, failed_step) = await store.steps(run_id)
+    assert failed_step.child_run_id is not None
+    child = await get(store, failed_step.child_run_id)
+    assert child.status is model.RunStatus.FAILED
+
+    await store.retry_run(run_id)
+    await run_all(store, provider)
+    run = await get(store, run_id)
+    assert run.status is model.RunStatus.SUCCEEDED
+    assert run.output["run_id"] == failed_step.child_run_id  # the same child run, executed again
+    assert (await get(store, failed_step.child_run_id)).attempt == 2
+    assert invoked_steps(provider) == ["plan", CHILD_STEP, CHILD_STEP]
