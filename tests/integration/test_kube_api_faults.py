@@ -63,12 +63,33 @@ async def test_injected_status_maps_to_its_error(
 ) -> None:
     """Each HTTP status becomes its ironflow error class, with the status kept and retryable set."""
     server = kube.need_server()
-    server.fail("create", "pods", status=status)
+    server.fail("create", "pods", status=status, times=10, retry_after=0)
     with pytest.raises(error_type) as caught:
         await kube.api.create(api.PODS, kube.namespace, make_pod("f"))
     assert caught.value.status == status
     assert caught.value.retryable is retryable
     assert caught.value.__cause__ is None or isinstance(caught.value.__cause__, Exception)
+
+
+async def test_throttled_request_is_sent_again_after_retry_after(kube: Any, make_pod: Any) -> None:
+    """A 429 (API priority and fairness) is retried after Retry-After; the object is created once."""
+    server = kube.need_server()
+    rule = server.fail("create", "pods", status=429, times=2, retry_after=0)
+    created = await kube.api.create(api.PODS, kube.namespace, make_pod("throttled"))
+    assert rule.fired == 2
+    assert created["metadata"]["name"] == "throttled"
+    assert server.count("create", "pods") == 3
+
+
+async def test_persistent_throttling_surfaces_as_retryable_error(kube: Any, make_pod: Any) -> None:
+    """After three retries a 429 surfaces: a retryable KubernetesError with status 429."""
+    server = kube.need_server()
+    server.fail("get", "pods", status=429, times=10, retry_after=0)
+    with pytest.raises(errors.KubernetesError) as caught:
+        await kube.api.get(api.PODS, kube.namespace, "x")
+    assert caught.value.status == 429
+    assert caught.value.retryable
+    assert server.count("get", "pods") == 4
 
 
 async def test_fault_hits_only_the_nth_call(kube: Any, make_pod: Any) -> None:

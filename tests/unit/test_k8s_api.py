@@ -91,3 +91,11 @@ def test_inline_kubeconfig_repr_hides_the_yaml() -> None:
     """The YAML (which holds credentials) is not in the repr."""
     config = api.KubeconfigInline("users: [{user: {token: abc123secret}}]", context="c")
     assert "abc123secret" not in repr(config)
+
+
+def test_retry_after_is_obeyed_and_capped() -> None:
+    """Retry-After seconds are used up to 10 s; without one the backoff applies."""
+    assert api.retry_after_delay("2", 0) == 2.0
+    assert api.retry_after_delay("600", 0) == 10.0
+    assert api.retry_after_delay(None, 1) == api.backoff_delay(1)
+    assert api.retry_after_delay("Wed, 21 Oct 2015 07:28:00 GMT", 0) == api.backoff_delay(0)

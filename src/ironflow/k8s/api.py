@@ -53,6 +53,7 @@ __all__ = [
     "backoff_delay",
     "custom_resource",
     "error_for_status",
+    "retry_after_delay",
 ]
 
 #: Raw Kubernetes JSON as the API returns it.
@@ -60,6 +61,8 @@ KubeObject: TypeAlias = dict[str, Any]
 
 #: Longest API message copied into an error (a Status body can hold a whole object).
 _MESSAGE_LIMIT: Final = 600
+#: Times a throttled (429) request is sent again before the error surfaces.
+_THROTTLE_RETRIES: Final = 3
 #: Writes refuse unknown fields (a real API server's default is to drop them with a warning).
 _STRICT: Final = (("fieldValidation", "Strict"),)
 #: The server closes each watch after this long (plus jitter by the server); we reconnect.
@@ -293,6 +296,14 @@ def backoff_delay(attempt: int, *, base: float = 0.2, cap: float = 5.0) -> float
     return float(min(cap, base * (2 ** max(0, attempt))))
 
 
+def retry_after_delay(header: str | None, attempt: int) -> float:
+    """Seconds to wait after a 429 (pure): the server's ``Retry-After`` seconds, capped at 10,
+    else the reconnect backoff for ``attempt``."""
+    if header is not None and header.strip().isdigit():
+        return float(min(int(header.strip()), 10))
+    return backoff_delay(attempt)
+
+
 def _params(**kwargs: object) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for key, value in kwargs.items():
@@ -387,7 +398,8 @@ class KubeApi:
         read_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response, raising the mapped error on non-2xx."""
-        for attempt in range(2):
+        refreshed, throttled = False, 0
+        while True:
             self.counters.by_verb[verb] += 1
             used = self._client.configuration.api_key.get("BearerToken")
             try:
@@ -403,13 +415,22 @@ class KubeApi:
                 )
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 raise error_for_status(0, what, message=type(exc).__name__ + _short(exc)) from exc
-            if resp.status != 401 or attempt > 0:
-                break
-            resp.release()  # an expired token: nothing was done, so the request can be sent again
-            if not await self._refresh_credentials(used):
-                raise error_for_status(
-                    401, what, reason="Unauthorized", message="the cluster's credentials were refused"
-                )
+            # 401 and 429 mean the request was not acted on, so sending it again is safe.
+            if resp.status == 401 and not refreshed:
+                resp.release()  # an expired token (exec plugin, rotated file): load it again, once
+                refreshed = True
+                if not await self._refresh_credentials(used):
+                    raise error_for_status(
+                        401, what, reason="Unauthorized", message="the cluster's credentials were refused"
+                    )
+                continue
+            if resp.status == 429 and throttled < _THROTTLE_RETRIES:
+                delay = retry_after_delay(resp.headers.get("Retry-After"), throttled)
+                throttled += 1
+                resp.release()  # API priority and fairness: wait as told, like client-go
+                await asyncio.sleep(delay)
+                continue
+            break
         if not 200 <= resp.status < 300:
             try:
                 raw = await resp.read()

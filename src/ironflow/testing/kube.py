@@ -80,6 +80,7 @@ class FaultRule:
     status: int = 500
     times: int = 1
     drop: bool = False
+    retry_after: int | None = None  # seconds, sent as Retry-After (e.g. with 429)
     seen: int = 0
     fired: int = 0
 
@@ -268,11 +269,20 @@ class KubeTestServer:
         self._denied.discard((resource, verb, namespace))
 
     def fail(
-        self, verb: str, resource: str, *, nth: int = 1, status: int = 500, times: int = 1, drop: bool = False
+        self,
+        verb: str,
+        resource: str,
+        *,
+        nth: int = 1,
+        status: int = 500,
+        times: int = 1,
+        drop: bool = False,
+        retry_after: int | None = None,
     ) -> FaultRule:
-        """Fail the ``nth`` next call of ``verb`` on ``resource`` (and ``times - 1`` more) with ``status``,
-        or close the connection without an answer when ``drop``. Returns the rule (``fired`` counts)."""
-        rule = FaultRule(verb, resource, nth=nth, status=status, times=times, drop=drop)
+        """Fail the ``nth`` next call of ``verb`` on ``resource`` (and ``times - 1`` more) with ``status``
+        (and a ``Retry-After`` header when given), or close the connection without an answer when
+        ``drop``. Returns the rule (``fired`` counts)."""
+        rule = FaultRule(verb, resource, nth=nth, status=status, times=times, drop=drop, retry_after=retry_after)
         self._faults.append(rule)
         return rule
 
@@ -409,7 +419,12 @@ class KubeTestServer:
                         if request.transport is not None:
                             request.transport.abort()
                         return web.Response(status=500)
-                    raise _Refusal(rule.status, _reason_for(rule.status), f"injected fault on {verb} {resource}")
+                    status = rule.status
+                    body = rules.status_body(status, _reason_for(status), f"injected fault on {verb} {resource}")
+                    refused = _json_response(status, body)
+                    if rule.retry_after is not None:
+                        refused.headers["Retry-After"] = str(rule.retry_after)
+                    return refused
             response = await self._dispatch(request, t, namespace, name, sub, verb)
             status = response.status
             return response
