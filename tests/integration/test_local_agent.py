@@ -20,7 +20,7 @@ from ironflow.claude import cli
 from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
-from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn
 
 KEY = "sk-ant-api03-local-agent-test-key-abcdef"
 
@@ -346,3 +346,17 @@ async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: Fake
 def test_sessions_dir_needs_bubblewrap() -> None:
     with pytest.raises(errors.ConfigError, match="sessions_dir needs isolation='bwrap'"):
         LocalSandboxProvider(isolation="gvisor", sessions_dir="/tmp")
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
+    fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    fake.reset(Script.of(TextTurn("late", delay_s=3)))
+    with pytest.raises(errors.AgentTimeout, match="agent timed out after 1s"):
+        await _provider(fake, timeout=1).invoke(AgentConfig("hi"))
+    assert _leftovers("claude.exe")[0] == []  # no claude process left
+    assert _leftovers("ironflow-local-")[1] == []
+    assert "auth proxy token revoked" in caplog.text
