@@ -41,7 +41,7 @@ async def main(store_url: str, args: list[str]) -> None:
     await store.open()
     provider = _provider(args)
     try:
-        await Worker(store, lambda run: Runner(store, provider), lease_s=0.6, poll_s=0.05).run()
+        await Worker(store, lambda run: Runner(store, provider), lease_s=1.5, poll_s=0.05).run()
     finally:
         await store.close()
 

@@ -73,7 +73,7 @@ async def wait_for(predicate: Callable[[], object]) -> None:
 
 @contextlib.asynccontextmanager
 async def running_worker(store: SqliteStore, provider: K8sEphemeralProvider) -> AsyncIterator[Worker]:
-    worker = Worker(store, lambda run: Runner(store, provider), lease_s=0.3, poll_s=0.05)
+    worker = Worker(store, lambda run: Runner(store, provider), lease_s=1.0, poll_s=0.05)
     task = asyncio.create_task(worker.run())
     try:
         yield worker

@@ -328,7 +328,7 @@ async def test_sub_workflow_steps_carry_the_parents_root_run_id(store: Store) ->
 async def test_release_of_the_root_removes_the_in_flight_pods_of_a_sub_workflow(store: Store) -> None:
     provider = RecordingProvider(step_delays={CHILD_STEP: 30.0})
     run_id = await submit(store, "parent", {})
-    worker = Worker(store, runner_for(store, provider), lease_s=0.3)
+    worker = Worker(store, runner_for(store, provider), lease_s=1.0)
     task = asyncio.create_task(worker.run())
     try:
         await wait_for(lambda: any(p.get(labels.LABEL_STEP) == CHILD_STEP for p in provider.pods.values()))
@@ -364,7 +364,7 @@ async def test_sub_workflow_runs_are_never_claimed_by_a_worker(store: Store) -> 
 async def test_cancelling_a_running_run_cancels_its_steps_and_releases_it(store: Store) -> None:
     provider = RecordingProvider(step_delays={"a": 30.0})
     run_id = await submit(store, "linear", {"steps": ["a", "b"]})
-    worker = Worker(store, runner_for(store, provider), lease_s=0.3)
+    worker = Worker(store, runner_for(store, provider), lease_s=1.0)
     task = asyncio.create_task(worker.run())
     try:
         await wait_for(lambda: bool(provider.pods))
