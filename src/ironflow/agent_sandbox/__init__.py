@@ -1,6 +1,63 @@
 """agent-sandbox (kubernetes-sigs/agent-sandbox): typed values, checked manifests, patterns, provider.
 
-Layering: ``models`` (values) and ``schemas`` (shipped CRDs) are pure data; ``manifests``
-and ``patterns`` render them (pure); ``provider`` does the I/O through
-:mod:`ironflow.k8s.api`. Nothing here imports ``kubernetes_asyncio``.
+Layering: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
+``manifests`` and ``patterns`` render them (pure); ``claims`` and ``provider`` do the
+I/O through :mod:`ironflow.k8s.api`. Nothing here imports ``kubernetes_asyncio``.
 """
+
+from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
+from ironflow.agent_sandbox.manifests import check, claim_warnings, pvc_name, render, render_all, rfc3339
+from ironflow.agent_sandbox.models import (
+    ApiVersion,
+    ClaimEnvVar,
+    EnvVarsInjectionPolicy,
+    Lifecycle,
+    NetworkPolicyManagement,
+    NetworkPolicyRules,
+    OperatingMode,
+    PodTemplate,
+    Sandbox,
+    SandboxClaim,
+    SandboxTemplate,
+    SandboxWarmPool,
+    ShutdownPolicy,
+    UpdateStrategy,
+    VolumeClaimTemplate,
+)
+from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
+from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings, SandboxStepRunner
+from ironflow.agent_sandbox.schemas import schema_problems, validate
+
+__all__ = [
+    "PATTERNS",
+    "AgentSandboxProvider",
+    "AgentSandboxSettings",
+    "ApiVersion",
+    "ClaimEnvVar",
+    "ClaimReapReport",
+    "EnvVarsInjectionPolicy",
+    "Lifecycle",
+    "NetworkPolicyManagement",
+    "NetworkPolicyRules",
+    "OperatingMode",
+    "PatternOptions",
+    "PodTemplate",
+    "Sandbox",
+    "SandboxClaim",
+    "SandboxStepRunner",
+    "SandboxTemplate",
+    "SandboxWarmPool",
+    "ShutdownPolicy",
+    "UpdateStrategy",
+    "VolumeClaimTemplate",
+    "check",
+    "claim_warnings",
+    "has_condition",
+    "pvc_name",
+    "render",
+    "render_all",
+    "render_pattern",
+    "rfc3339",
+    "schema_problems",
+    "validate",
+]

@@ -85,7 +85,9 @@ def rfc3339(moment: datetime) -> str:
     """
     if moment.tzinfo is None:
         raise errors.ConfigError("shutdown time needs a timezone (a naive datetime is ambiguous); use UTC")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    m = moment.astimezone(UTC)
+    # Not strftime: it writes year 999 as "999", which RFC 3339 (four digits) refuses.
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}Z"
 
 
 def is_rfc3339(text: str) -> bool:

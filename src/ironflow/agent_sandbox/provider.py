@@ -50,6 +50,7 @@ __all__ = [
     "AgentSandboxProvider",
     "AgentSandboxSettings",
     "ExecPlan",
+    "SandboxStepRunner",
 ]
 
 _log = logging.getLogger(__name__)

@@ -1,0 +1,306 @@
+"""Rendering agent-sandbox values: both API versions validate against the shipped CRD schemas,
+and every rule the schema cannot express refuses its failing case with a clear message."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ironflow import errors
+from ironflow.agent_sandbox import manifests, models, schemas
+from ironflow.agent_sandbox.models import ApiVersion
+
+A, B = ApiVersion.V1ALPHA1, ApiVersion.V1BETA1
+POD = models.PodTemplate(
+    {"containers": [{"name": "agent", "image": "ghcr.io/acme/runner:1", "env": [{"name": "REPO", "value": "x"}]}]}
+)
+
+
+def template(**kw: Any) -> models.SandboxTemplate:
+    return models.SandboxTemplate(name=kw.pop("name", "tpl"), pod_template=kw.pop("pod_template", POD), **kw)
+
+
+def claim(version: ApiVersion = B, **kw: Any) -> models.SandboxClaim:
+    if version is A:
+        kw.setdefault("template", "tpl")
+    else:
+        kw.setdefault("warm_pool", "pool")
+    return models.SandboxClaim(name=kw.pop("name", "run-1"), api_version=version, **kw)
+
+
+def refused(value: models.AgentSandboxObject, match: str, **kw: Any) -> None:
+    with pytest.raises(errors.ConfigError, match=match):
+        manifests.render(value, **kw)
+
+
+# --- both versions validate ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [A, B])
+def test_every_kind_renders_and_validates_in_both_versions(version: ApiVersion) -> None:
+    vct = (models.VolumeClaimTemplate("workspace", storage="1Gi", storage_class_name="standard"),)
+    values: list[models.AgentSandboxObject] = [
+        models.Sandbox(
+            "sb",
+            POD,
+            api_version=version,
+            volume_claim_templates=vct,
+            shutdown_time="2026-12-31T23:59:59Z",
+            shutdown_policy=models.ShutdownPolicy.DELETE,
+            service=True,
+            **({"replicas": 1} if version is A else {"operating_mode": models.OperatingMode.RUNNING}),
+        ),
+        template(
+            api_version=version,
+            volume_claim_templates=vct,
+            network_policy_management=models.NetworkPolicyManagement.MANAGED,
+            network_policy=models.NetworkPolicyRules(
+                ingress=(), egress=({"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 5432}]},)
+            ),
+            env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES,
+        ),
+        models.SandboxWarmPool(
+            "pool", "tpl", api_version=version, replicas=3, update_strategy=models.UpdateStrategy.RECREATE
+        ),
+        claim(
+            version,
+            lifecycle=models.Lifecycle("2026-12-31T23:59:59Z", models.ShutdownPolicy.DELETE_FOREGROUND, 300),
+            pod_labels={"team.sandbox.users.io/name": "a"},
+            pod_annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+            env=(models.ClaimEnvVar("REPO", "y"),),
+        ),
+    ]
+    rendered = manifests.render_all(values)
+    assert [o["apiVersion"].rsplit("/", 1)[1] for o in rendered] == [str(version)] * 4
+    for obj in rendered:
+        assert schemas.schema_problems(obj) == []
+
+
+def test_v1beta1_claim_names_a_pool_and_v1alpha1_a_template_and_policy() -> None:
+    beta = manifests.render(claim(B, lifecycle=models.Lifecycle(ttl_seconds_after_finished=60)))
+    assert beta["spec"] == {"warmPoolRef": {"name": "pool"}, "lifecycle": {"ttlSecondsAfterFinished": 60}}
+    alpha = manifests.render(claim(A, warm_pool="none"))
+    assert alpha["spec"] == {"sandboxTemplateRef": {"name": "tpl"}, "warmpool": "none"}
+
+
+def test_sandbox_lifecycle_fields_stay_inline_in_spec() -> None:
+    obj = manifests.render(models.Sandbox("sb", POD, shutdown_time="2026-01-01T00:00:00+02:00"))
+    assert obj["spec"]["shutdownTime"] == "2026-01-01T00:00:00+02:00"
+    assert "lifecycle" not in obj["spec"]
+
+
+def test_schema_refuses_an_unknown_pod_field_naming_its_path() -> None:
+    bad = models.PodTemplate({"containers": [{"name": "a", "image": "i", "imagePolicy": "x"}]})
+    refused(models.Sandbox("sb", bad), r"spec\.podTemplate\.spec\.containers\[0\]: Additional properties")
+
+
+def test_int_or_string_fields_accept_both() -> None:
+    pod = models.PodTemplate(
+        {
+            "containers": [
+                {
+                    "name": "a",
+                    "image": "i",
+                    "resources": {"limits": {"cpu": 2, "memory": "1Gi"}},
+                    "ports": [{"containerPort": 8888}],
+                }
+            ]
+        }
+    )
+    manifests.render(models.Sandbox("sb", pod))
+
+
+def test_warm_pool_replicas_below_zero_is_refused_by_our_rule_and_the_schema() -> None:
+    refused(models.SandboxWarmPool("p", "tpl", replicas=-1), "replicas must be 0 or more")
+    assert schemas.schema_problems(
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "p"},
+            "spec": {"replicas": -1, "sandboxTemplateRef": {"name": "t"}},
+        }
+    )
+
+
+# --- rules the schema cannot express ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-12-31", "2026-12-31 23:59:59", "tomorrow", "2026-13-01T00:00:00Z", "2026-12-31T23:59:59"]
+)
+def test_shutdown_time_must_be_rfc3339(text: str) -> None:
+    refused(
+        models.Sandbox("sb", POD, shutdown_time=text), "not an RFC 3339 date-time; write it like 2026-12-31T23:59:59Z"
+    )
+    refused(claim(lifecycle=models.Lifecycle(shutdown_time=text)), "claim lifecycle.shutdownTime")
+
+
+def test_rfc3339_formats_aware_datetimes_and_refuses_naive_ones() -> None:
+    assert manifests.rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    with pytest.raises(errors.ConfigError, match="needs a timezone"):
+        manifests.rfc3339(datetime(2026, 1, 2))
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_rfc3339_output_is_always_accepted(moment: datetime) -> None:
+    assert manifests.is_rfc3339(manifests.rfc3339(moment))
+
+
+def test_pvc_name_is_vct_dash_sandbox() -> None:
+    assert manifests.pvc_name("workspace", "claude-dev-sandbox") == "workspace-claude-dev-sandbox"
+
+
+def test_vct_name_must_be_a_dns_label() -> None:
+    refused(
+        models.Sandbox("sb", POD, volume_claim_templates=(models.VolumeClaimTemplate("Work_Space"),)),
+        "not a valid DNS label",
+    )
+    refused(models.Sandbox("sb", POD, volume_claim_templates=(models.VolumeClaimTemplate("w" * 64),)), "at most 63")
+
+
+def test_pvc_name_longer_than_253_is_refused() -> None:
+    long_name = ".".join(["a" * 60] * 4)  # 243 characters: a valid Sandbox name
+    vct = (models.VolumeClaimTemplate("workspace-data"),)
+    refused(models.Sandbox(long_name, POD, volume_claim_templates=vct), r"PVC name .* exceeds 253")
+
+
+def test_pvc_name_of_a_warm_pool_member_counts_the_random_suffix() -> None:
+    pool = "p" * 240
+    vct = (models.VolumeClaimTemplate("workspace"),)
+    refused(claim(warm_pool=pool), r"exceeds 253", template=template(volume_claim_templates=vct))
+
+
+def test_duplicate_vct_names_are_refused() -> None:
+    vct = (models.VolumeClaimTemplate("w"), models.VolumeClaimTemplate("w"))
+    refused(models.Sandbox("sb", POD, volume_claim_templates=vct), "two volume claim templates named 'w'")
+
+
+def test_service_needs_a_dns_label_sandbox_name() -> None:
+    refused(models.Sandbox("a.b", POD, service=True), "its Service takes the name")
+    manifests.render(models.Sandbox("a.b", POD))
+
+
+def test_claim_env_is_refused_when_the_template_disallows_it() -> None:
+    c = claim(env=(models.ClaimEnvVar("TASK", "fix"),))
+    refused(c, "envVarsInjectionPolicy Disallowed", template=template())
+
+
+def test_claim_env_may_not_override_a_template_var_under_allowed() -> None:
+    t = template(env_vars_injection_policy=models.EnvVarsInjectionPolicy.ALLOWED)
+    refused(claim(env=(models.ClaimEnvVar("REPO", "y"),)), "Allowed refuses: use Overrides", template=t)
+    manifests.render(claim(env=(models.ClaimEnvVar("TASK", "y"),)), template=t)
+    manifests.render(
+        claim(env=(models.ClaimEnvVar("REPO", "y"),)),
+        template=t.replace(env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES),
+    )
+
+
+def test_claim_env_under_allowed_refuses_a_container_using_env_from() -> None:
+    pod = models.PodTemplate(
+        {"containers": [{"name": "a", "image": "i", "envFrom": [{"configMapRef": {"name": "c"}}]}]}
+    )
+    t = template(pod_template=pod, env_vars_injection_policy=models.EnvVarsInjectionPolicy.ALLOWED)
+    refused(claim(env=(models.ClaimEnvVar("X", "1"),)), "uses envFrom", template=t)
+
+
+def test_claim_env_naming_an_unknown_container_is_refused() -> None:
+    t = template(env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES)
+    refused(
+        claim(env=(models.ClaimEnvVar("X", "1", container_name="sidecar"),)), "names container 'sidecar'", template=t
+    )
+
+
+def test_claim_env_warns_about_the_cold_start() -> None:
+    (warning,) = manifests.claim_warnings(claim(env=(models.ClaimEnvVar("X", "secret-ish"),)))
+    assert "cold-starts" in warning
+    assert "secret-ish" not in warning
+    assert manifests.claim_warnings(claim()) == ()
+
+
+def test_claim_env_repr_hides_values() -> None:
+    assert "v4lue" not in repr(models.ClaimEnvVar("X", "v4lue"))
+
+
+@pytest.mark.parametrize("policy", ["Default", "pool_1", "-x"])
+def test_v1alpha1_warm_pool_policy_is_none_default_or_a_pool_name(policy: str) -> None:
+    refused(claim(A, warm_pool=policy), "must be 'none', 'default' or the name of a SandboxWarmPool")
+
+
+@pytest.mark.parametrize("policy", ["none", "default", "my-pool"])
+def test_v1alpha1_warm_pool_policies_render(policy: str) -> None:
+    assert manifests.render(claim(A, warm_pool=policy))["spec"]["warmpool"] == policy
+
+
+def test_v1beta1_warm_pool_ref_is_a_pool_not_a_policy_word() -> None:
+    refused(claim(B, warm_pool="none"), "v1alpha1 policy word, not a pool")
+    refused(claim(B, warm_pool=None), "needs warm_pool")
+    refused(claim(B, template="tpl"), "names a pool, not a template")
+
+
+@pytest.mark.parametrize("key", ["agents.x-k8s.io/sandbox-name-hash", "extensions.agents.x-k8s.io/x"])
+def test_reserved_agents_labels_are_refused_everywhere(key: str) -> None:
+    refused(models.Sandbox("sb", POD, labels={key: "v"}), "reserved")
+    refused(models.Sandbox("sb", models.PodTemplate(POD.spec, labels={key: "v"})), "pod template label")
+    refused(template(annotations={key: "v"}), "reserved")
+    refused(models.SandboxWarmPool("p", "t", labels={key: "v"}), "reserved")
+    refused(claim(pod_labels={key: "v"}), "reserved")
+
+
+def test_claim_pod_labels_need_an_allowed_domain() -> None:
+    refused(claim(pod_labels={"team": "a"}), "needs a domain prefix the controller allows")
+    refused(claim(pod_labels={"ironflow.io/run-id": "a"}), "allowed-label-domains")
+    manifests.render(claim(pod_labels={"ironflow.io/run-id": "a"}), allowed_label_domains=("ironflow.io",))
+
+
+def test_claim_pod_annotations_in_protected_domains_are_refused() -> None:
+    refused(claim(pod_annotations={"kubernetes.io/x": "1"}), "protected domain")
+    refused(claim(pod_annotations={"node.k8s.io/x": "1"}), "protected domain")
+
+
+def test_fields_of_the_other_api_version_are_refused() -> None:
+    refused(
+        models.Sandbox("sb", POD, api_version=A, operating_mode=models.OperatingMode.SUSPENDED),
+        "operating_mode is v1beta1",
+    )
+    refused(models.Sandbox("sb", POD, replicas=0), "replicas is v1alpha1")
+    refused(models.Sandbox("sb", POD, api_version=A, replicas=2), "replicas must be 0 or 1")
+    refused(
+        template(api_version=A, volume_claim_templates_policy=models.VolumeClaimTemplatesPolicy.ALLOWED), "v1beta1 only"
+    )
+    refused(claim(A, volume_claim_templates=(models.VolumeClaimTemplate("w"),)), "need API version v1beta1")
+    refused(models.SandboxWarmPool("p", "t", api_version=A), "needs replicas")
+
+
+def test_sandbox_shutdown_policy_delete_foreground_is_for_claims_only() -> None:
+    refused(
+        models.Sandbox("sb", POD, shutdown_policy=models.ShutdownPolicy.DELETE_FOREGROUND),
+        "DeleteForeground is for claims",
+    )
+
+
+def test_unmanaged_network_policy_with_rules_is_refused() -> None:
+    rules = models.NetworkPolicyRules()
+    refused(
+        template(network_policy=rules, network_policy_management=models.NetworkPolicyManagement.UNMANAGED),
+        "need network_policy_management Managed",
+    )
+
+
+def test_names_must_be_valid() -> None:
+    refused(models.Sandbox("My_Sandbox", POD), "not a valid DNS subdomain")
+    refused(models.Sandbox("", POD), "must not be empty")
+    refused(models.Sandbox("sb", models.PodTemplate({"containers": []})), "at least one container")
+
+
+def test_render_all_checks_a_v1beta1_claim_against_the_template_behind_its_pool() -> None:
+    values: list[models.AgentSandboxObject] = [
+        template(),
+        models.SandboxWarmPool("pool", "tpl"),
+        claim(env=(models.ClaimEnvVar("X", "1"),)),
+    ]
+    with pytest.raises(errors.ConfigError, match="template 'tpl' has envVarsInjectionPolicy Disallowed"):
+        manifests.render_all(values)
