@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.agent import AgentConfig
+from ironflow.claude import layout
 from ironflow.cli import agent as cli_agent
 from ironflow.local import provider, settings
 from ironflow.provider import AgentProvider
@@ -124,3 +127,25 @@ def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
         errors.StepConfigError, match=r"unknown managed settings preset 'nope', known presets: \[a, b\]"
     ):
         settings.managed_settings_for(config, None, {"b": {}, "a": {}})
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(lambda n: n not in layout.PROXY_FORBIDDEN_ENV),
+        st.text(max_size=20),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], poison: bool) -> None:
+    if poison:
+        extra = {**extra, "INNOCENT": "sk-ant-" + "x" * 10}
+    if any(v.startswith("sk-ant") for v in extra.values()):
+        with pytest.raises(errors.StepConfigError):
+            provider.sandbox_env(extra, proxy_token="ifap_t")
+        return
+    env = provider.sandbox_env(extra, proxy_token="ifap_t")
+    assert not any(v.startswith("sk-ant") for v in env.values())
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_t"
+    proxy_keys = {"ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"}
+    assert all(env[k] == v for k, v in extra.items() if k not in proxy_keys)
