@@ -65,7 +65,7 @@ def test_k8s_reap_running_without_annotation_is_kept() -> None:
     assert reap_reason(pod("Running"), NOW) is None
 
 
-@pytest.mark.parametrize("garbage", ["soon", "", "-5", "1.5", "0x10"])
+@pytest.mark.parametrize("garbage", ["soon", "", "-5", "1.5", "0x10", "+5", "²", "١٢٣"])
 def test_k8s_reap_garbage_annotation_is_kept(garbage: str) -> None:
     assert reap_reason(pod("Running", expires=garbage), NOW) is None
 
@@ -154,3 +154,30 @@ def test_k8s_reap_report_total_and_dict() -> None:
     assert report.total == 7
     assert report.to_dict()["pods"] == ["a", "b"]
     assert report.to_dict()["pvcs_deleted"] == 1
+
+
+# --- properties ---------------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+phases = st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed", "Unknown"])
+reasons = st.sampled_from([None, "DeadlineExceeded", "Evicted", "OOMKilled"])
+expiries = st.one_of(st.none(), st.integers(0, 2 * NOW).map(str), st.text(max_size=12))
+
+
+@given(phase=phases, reason=reasons, expires=expiries)
+def test_terminating_pods_and_job_pods_are_never_chosen(
+    phase: str | None, reason: str | None, expires: str | None
+) -> None:
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+    assert reap_reason(pod(phase, expires=expires, reason=reason, deleting=True), NOW) is None
+    assert reap_reason(pod(phase, expires=expires, reason=reason, owner=owner), NOW) is None
+
+
+@given(phase=phases, expires=expiries)
+def test_without_a_deadline_kill_only_a_past_parseable_expiry_reaps(phase: str | None, expires: str | None) -> None:
+    expected = expires is not None and expires.isascii() and expires.isdigit() and int(expires) < NOW
+    got = reap_reason(pod(phase, expires=expires), NOW)
+    assert (got is ReapReason.EXPIRED) == expected
+    assert got in (None, ReapReason.EXPIRED)

@@ -121,6 +121,6 @@ def selector(base: str, pairs: Mapping[str, str]) -> str:
 def expires_at(annotations: Mapping[str, str] | None) -> int | None:
     """The expiry of an object, or None when absent or unparseable (never reaped then)."""
     raw = (annotations or {}).get(ANNOTATION_EXPIRES_AT)
-    if raw is None or not raw.isdigit():
+    if raw is None or not (raw.isascii() and raw.isdigit()):  # "²".isdigit() is True; int() refuses it
         return None
     return int(raw)

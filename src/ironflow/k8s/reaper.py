@@ -315,6 +315,8 @@ def spawn_orphan_reaper(
                 await reap_namespace(client, namespace)
             except errors.IronflowError as exc:
                 _log.warning("orphan reaping pass failed: %s", exc)
+            except Exception:  # a bug must not end the loop: the next pass may still work
+                _log.exception("orphan reaping pass failed unexpectedly")
             await asyncio.sleep(interval_s)
 
     return OrphanReaper(asyncio.get_running_loop().create_task(loop(), name=f"ironflow-reaper-{namespace}"))
