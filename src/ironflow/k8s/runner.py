@@ -148,16 +148,12 @@ def _plan(objects: Sequence[dict[str, Any]]) -> _Plan:
     return _Plan(cms[0] if cms else None, pods[0])
 
 
-def _phase(pod: Mapping[str, Any] | None) -> str:
-    return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
-
-
 def _ended(pod: Mapping[str, Any] | None) -> bool:
-    return _phase(pod) in ("Succeeded", "Failed")
+    return pods.phase(pod) in ("Succeeded", "Failed")
 
 
 def _started(pod: Mapping[str, Any] | None) -> bool:
-    return _phase(pod) in ("Running", "Succeeded", "Failed")
+    return pods.phase(pod) in ("Running", "Succeeded", "Failed")
 
 
 def _with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesError:
@@ -444,7 +440,7 @@ class StepRunner:
         except errors.KubernetesError as exc:
             _log.warning("could not read the log of pod %s: %s", pod_name, exc)
             logs = ""
-        return _Outcome(phase=_phase(pod), logs=logs)
+        return _Outcome(phase=pods.phase(pod), logs=logs)
 
     async def _stream(self, api: kube.KubeApi, pod_name: str, sink: LogSink) -> _Outcome:
         """Follow the log to ``sink`` while the pod runs; the result is parsed from the kept lines."""
@@ -460,7 +456,7 @@ class StepRunner:
             logs = await self._read_log_quietly(api, pod_name)
             for line in logs.splitlines():
                 sink.log("stdout", line)
-            return _Outcome(phase=_phase(pod), logs=logs)
+            return _Outcome(phase=pods.phase(pod), logs=logs)
 
         kept: list[str] = []
         kept_bytes = 0
@@ -493,7 +489,7 @@ class StepRunner:
                 logs = await self._read_log_quietly(api, pod_name)
                 for line in logs.splitlines()[count:]:
                     sink.log("stdout", line)
-                return _Outcome(phase=_phase(pod), logs=logs)
+                return _Outcome(phase=pods.phase(pod), logs=logs)
             if not end_task.done():
                 # The stream ended (the container exited): the phase follows within moments.
                 try:
@@ -508,7 +504,7 @@ class StepRunner:
                     await asyncio.wait({pump_task}, timeout=_DRAIN_LINE_S)
                     if count == before:
                         break
-            return _Outcome(phase=_phase(pod), logs="\n".join(kept))
+            return _Outcome(phase=pods.phase(pod), logs="\n".join(kept))
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod completion") from exc
         finally:
