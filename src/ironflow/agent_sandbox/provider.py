@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import agent, errors
-from ironflow.agent_sandbox import claims, manifests, models, patterns
+from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
 from ironflow.claude import command, layout, output, profile, rate_limits
 from ironflow.k8s import api as kube
 from ironflow.k8s import labels, pods
@@ -201,6 +201,13 @@ class AgentSandboxProvider:
     def template_objects(self) -> list[dict[str, Any]]:
         """The SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated)."""
         return manifests.render_all(list(self.template_values()))
+
+    async def apply_template(self, api: kube.KubeApi | None = None) -> list[apply.Applied]:
+        """Create or update the SandboxTemplate and SandboxWarmPool these settings describe."""
+        client = api if api is not None else await self._api()
+        res = self.resources
+        kinds = {"SandboxTemplate": res.templates, "SandboxWarmPool": res.pools}
+        return await apply.apply_objects(client, kinds, self.settings.namespace, self.template_objects())
 
     def _step_pod(self, config: agent.AgentConfig, worker_env: Mapping[str, str]) -> dict[str, Any]:
         objects = self.settings.pod.manifests(config, now=0, worker_env=worker_env, pod_name=_CLAIM_PREFIX)

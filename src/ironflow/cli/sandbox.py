@@ -1,0 +1,201 @@
+"""``ironflow sandbox``: render the seed's agent-sandbox patterns, apply the provider's template.
+
+``ironflow sandbox render PATTERN`` prints the objects of a pattern (YAML documents or a JSON
+list) without touching a cluster; ``ironflow sandbox apply-template`` creates or updates the
+SandboxTemplate and SandboxWarmPool an :class:`~ironflow.agent_sandbox.AgentSandboxProvider`
+with the given pod settings uses. Results go to stdout, warnings and progress to stderr; bad
+input exits 2 with one line naming the problem, an API failure exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn
+
+import typer
+import yaml
+from rich.console import Console
+
+from ironflow import errors
+from ironflow.agent_sandbox import apply, models, patterns
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.k8s import api as kube
+from ironflow.k8s.provider import K8sEphemeralProvider
+
+__all__ = ["OutputFormat", "apply_template", "parse_egress", "register", "render"]
+
+_EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,5}))?")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+sandbox_app = typer.Typer(
+    name="sandbox", help="agent-sandbox: render patterns, apply the provider's template.", no_args_is_help=True
+)
+
+
+class OutputFormat(StrEnum):
+    YAML = "yaml"
+    JSON = "json"
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def parse_egress(text: str) -> tuple[str, int | None]:
+    """``CIDR`` or ``CIDR:PORT`` (IPv4 ``10.0.0.1/32:5432``; an IPv6 CIDR takes no port) (pure).
+
+    >>> parse_egress("10.10.10.100/32:5432"), parse_egress("0.0.0.0/0")
+    (('10.10.10.100/32', 5432), ('0.0.0.0/0', None))
+    """
+    match = _EGRESS.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"invalid --egress '{text}': use CIDR or CIDR:PORT, e.g. 10.10.10.100/32:5432")
+    port = int(match["port"]) if match["port"] else None
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"invalid --egress '{text}': port must be 1-65535")
+    return match["cidr"], port
+
+
+def _pod_provider(path: Path | None, image: str, namespace: str) -> K8sEphemeralProvider:
+    if path is None:
+        return K8sEphemeralProvider.sandboxed(image).namespace(namespace)
+    provider = K8sEphemeralProvider.from_file(path)
+    if not provider.is_sandboxed:
+        _bad_input(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
+    return provider
+
+
+def _emit(objects: list[dict[str, Any]], output: OutputFormat) -> None:
+    if output is OutputFormat.JSON:
+        typer.echo(json.dumps(objects, indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
+
+
+@sandbox_app.command("render")
+def render(
+    pattern: Annotated[str, typer.Argument(help=f"One of: {', '.join(patterns.PATTERNS)}.")],
+    name: Annotated[str, typer.Option("--name", help="Name of the sandbox/template/pool.")] = "claude-agent",
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Default: the provider file's, else 'default'.")
+    ] = None,
+    image: Annotated[str, typer.Option("--image", help="Runner image (without --provider).")] = patterns.DEFAULT_IMAGE,
+    provider_file: Annotated[
+        Path | None, typer.Option("--provider", help="Pod settings (the ephemeral provider's YAML, sandboxed).")
+    ] = None,
+    api_version: Annotated[
+        str, typer.Option("--api-version", help="v1beta1 (0.5+, 1.0) or v1alpha1 (0.4.x).")
+    ] = "v1beta1",
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Prompt of patterns that run the agent.")] = None,
+    replicas: Annotated[int, typer.Option("--replicas", help="Warm pool size.")] = 2,
+    storage: Annotated[str, typer.Option("--storage", help="PVC size.")] = "5Gi",
+    egress: Annotated[
+        list[str] | None, typer.Option("--egress", help="network-custom-egress: CIDR[:PORT], repeatable.")
+    ] = None,
+    ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="yaml or json.")] = OutputFormat.YAML,
+) -> None:
+    """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
+    if pattern not in patterns.PATTERNS:
+        _bad_input(f"unknown pattern '{pattern}'; known: {', '.join(patterns.PATTERNS)}")
+    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
+        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    try:
+        version = models.ApiVersion(api_version)
+    except ValueError:
+        _bad_input(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+    if replicas < 0:
+        _bad_input(f"invalid --replicas {replicas}: use 0 or more")
+    if ttl < 0:
+        _bad_input(f"invalid --ttl {ttl}: use 0 or more seconds")
+    try:
+        rules = tuple(parse_egress(e) for e in egress or ())
+    except ValueError as exc:
+        _bad_input(str(exc))
+    try:
+        pod = _pod_provider(provider_file, image, namespace or "default") if provider_file is not None else None
+        opts = patterns.PatternOptions(
+            name=name,
+            namespace=namespace or (pod.settings.namespace if pod is not None else "default"),
+            image=image,
+            api_version=version,
+            provider=pod,
+            replicas=replicas,
+            storage=storage,
+            egress=rules,
+            ttl_seconds_after_finished=ttl,
+            prompt=prompt or patterns.PatternOptions.prompt,
+        )
+        objects = patterns.render_pattern(pattern, opts)
+    except errors.IronflowError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    _emit(objects, output)
+
+
+async def _apply(provider: AgentSandboxProvider, cluster: kube.ClusterConfig) -> list[apply.Applied]:
+    async with await kube.KubeApi.connect(cluster) as api:
+        return await provider.apply_template(api)
+
+
+@sandbox_app.command("apply-template")
+def apply_template(
+    provider_file: Annotated[
+        Path | None, typer.Option("--provider", help="Pod settings (the ephemeral provider's YAML, sandboxed).")
+    ] = None,
+    image: Annotated[str, typer.Option("--image", help="Runner image (without --provider).")] = patterns.DEFAULT_IMAGE,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Overrides the provider's.")] = None,
+    template: Annotated[str, typer.Option("--template", help="SandboxTemplate name.")] = "ironflow-agent",
+    pool: Annotated[str | None, typer.Option("--pool", help="SandboxWarmPool name (default: the template's).")] = None,
+    replicas: Annotated[int, typer.Option("--replicas", help="Warm sandboxes to keep ready.")] = 1,
+    api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 or v1alpha1.")] = "v1beta1",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the objects; send nothing.")] = False,
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
+    ] = OutputFormat.YAML,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+) -> None:
+    """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""
+    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
+        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
+    try:
+        pod = _pod_provider(provider_file, image, namespace or "default")
+        if namespace is not None:
+            pod = pod.namespace(namespace)
+        provider = (
+            AgentSandboxProvider(pod).template(template).warm_pool(pool, replicas=replicas).api_version(api_version)
+        )
+        objects = provider.template_objects()
+    except errors.IronflowError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    if dry_run:
+        _emit(objects, output)
+        return
+    cluster: kube.ClusterConfig = (
+        kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig is not None else kube.DefaultCluster(context)
+    )
+    err = Console(stderr=True)
+    try:
+        with err.status(f"applying template {template} in {provider.settings.namespace}..."):
+            applied = asyncio.run(_apply(provider, cluster))
+    except errors.KubeClientConfigError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    except errors.IronflowError as exc:
+        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        raise typer.Exit(1) from None
+    for item in applied:
+        typer.echo(f"{item.kind.lower()}/{item.name} {item.action}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ironflow sandbox render`` and ``ironflow sandbox apply-template`` to the app."""
+    app.add_typer(sandbox_app, name="sandbox")

@@ -1,0 +1,122 @@
+"""``ironflow sandbox render`` and ``apply-template --dry-run``: objects on stdout; bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from ironflow.agent_sandbox import apply, patterns, schemas
+from ironflow.cli import sandbox
+
+PROVIDER = """
+image: ghcr.io/acme/claude-runner:2.1.332-1
+sandboxed: true
+namespace: agents
+runtime_class: gvisor
+egress_profile: anthropic-only
+"""
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    sandbox.register(app)
+    return app
+
+
+def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["sandbox", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("pattern", list(patterns.PATTERNS))
+def test_render_prints_yaml_documents_for_every_pattern(app: typer.Typer, pattern: str) -> None:
+    code, out, err = run(app, "render", pattern, "--egress", "10.10.10.100/32:5432")
+    assert code == 0, err
+    docs = list(yaml.safe_load_all(out))
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"].startswith(("agents.x-k8s.io", "extensions.agents.x-k8s.io")):
+            assert schemas.schema_problems(doc) == []
+
+
+def test_render_json_uses_the_provider_file_and_version(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "provider.yaml"
+    path.write_text(PROVIDER)
+    code, out, _ = run(app, "render", "warm-pool", "--provider", str(path), "--api-version", "v1alpha1", "-o", "json")
+    assert code == 0
+    template, _pool, claim = json.loads(out)
+    assert template["apiVersion"] == "extensions.agents.x-k8s.io/v1alpha1"
+    assert template["metadata"]["namespace"] == "agents"
+    assert template["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
+    assert claim["spec"]["sandboxTemplateRef"] == {"name": "claude-agent"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["render", "nope"], "unknown pattern 'nope'; known: ephemeral"),
+        (["render", "ephemeral", "--api-version", "v2"], "invalid --api-version 'v2'"),
+        (["render", "ephemeral", "-n", "Bad_NS"], "invalid namespace 'Bad_NS'"),
+        (["render", "network-custom-egress", "--egress", "10.0.0.1"], "invalid --egress '10.0.0.1'"),
+        (["render", "network-custom-egress", "--egress", "10.0.0.1/32:70000"], "port must be 1-65535"),
+        (["render", "network-custom-egress"], "needs at least one --egress"),
+        (["render", "ephemeral", "--name", "Bad_Name"], "not a valid DNS subdomain"),
+        (["render", "warm-pool", "--replicas", "-1"], "invalid --replicas -1"),
+        (["apply-template", "--template", "Bad"], "not a valid DNS subdomain"),
+        (
+            ["apply-template", "--kubeconfig", "/nonexistent/kubeconfig"],
+            "kubeconfig file '/nonexistent/kubeconfig' does not exist",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(app: typer.Typer, args: list[str], message: str) -> None:
+    code, out, err = run(app, *args)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+
+
+def test_unsandboxed_provider_file_is_refused(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "provider.yaml"
+    path.write_text("image: img\n")
+    code, _, err = run(app, "apply-template", "--provider", str(path), "--dry-run")
+    assert code == 2
+    assert "must set 'sandboxed: true'" in err
+
+
+def test_apply_template_dry_run_prints_template_and_pool(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "provider.yaml"
+    path.write_text(PROVIDER)
+    code, out, _ = run(app, "apply-template", "--provider", str(path), "--pool", "hot", "--replicas", "4", "--dry-run")
+    assert code == 0
+    template, pool = yaml.safe_load_all(out)
+    assert (template["kind"], pool["kind"]) == ("SandboxTemplate", "SandboxWarmPool")
+    assert pool["metadata"] == {
+        "name": "hot",
+        "namespace": "agents",
+        "labels": {"app.kubernetes.io/managed-by": "ironflow"},
+    }
+    assert pool["spec"]["replicas"] == 4
+
+
+def test_merge_patch_removes_dropped_fields_and_keeps_foreign_labels() -> None:
+    current = {
+        "metadata": {"labels": {"a": "1", "agents.x-k8s.io/sandbox-template-ref-hash": "x"}},
+        "spec": {"replicas": 1, "updateStrategy": {"type": "Recreate"}},
+        "status": {"replicas": 1},
+    }
+    desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 2}}
+    assert apply.merge_patch_to(current, desired) == {"spec": {"replicas": 2, "updateStrategy": None}}
+    assert apply.merge_patch_to(desired, desired) == {}
