@@ -3,8 +3,9 @@
 Exit 0 after a graceful shutdown (SIGINT/SIGTERM), 2 when the configuration is refused
 (one line on stderr naming the variable), 1 when the registry cannot be opened.
 With ``--workers N`` (N > 1) the parent starts N server processes sharing the port
-through ``SO_REUSEPORT`` and forwards signals to them; that needs the PostgreSQL
-registry, since an in-memory registry lives in one process.
+through ``SO_REUSEPORT`` and forwards signals to them. They share the PostgreSQL
+registry, or, without a database, the parent's in-memory registry through a private
+unix socket (:mod:`ironflow.auth_proxy.hub`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 
-from ironflow.auth_proxy import app, config, logs, registry
+from ironflow.auth_proxy import app, config, hub, logs, registry
 from ironflow.errors import ConfigError
 
 __all__ = ["main", "run_workers", "serve"]
@@ -48,20 +49,37 @@ async def serve(cfg: config.AuthProxyConfig, *, reuse_port: bool = False) -> Non
             loop.remove_signal_handler(signum)
 
 
-def run_workers(workers: int, env: Mapping[str, str] | None = None) -> int:
-    """Start ``workers`` server processes on one port; forward SIGINT/SIGTERM; the worst exit code."""
+async def _supervise(workers: int, env: dict[str, str], hub_socket: str | None) -> int:
     argv = [sys.executable, "-m", "ironflow.auth_proxy", "--reuse-port"]
-    children = [subprocess.Popen(argv, env=dict(os.environ if env is None else env)) for _ in range(workers)]
+    async with contextlib.AsyncExitStack() as stack:
+        if hub_socket is not None:
+            await stack.enter_async_context(hub.serve_hub(hub_socket))
+            env = {**env, config.HUB_ENV: hub_socket}
+        children = [await asyncio.create_subprocess_exec(*argv, env=env) for _ in range(workers)]
 
-    def forward(signum: int, _frame: object) -> None:
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
+        def forward(signum: int) -> None:
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signum)
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
-    codes = [child.wait() for child in children]
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, forward, signum)
+        codes = await asyncio.gather(*(child.wait() for child in children))
     return max(codes, key=abs)
+
+
+def run_workers(workers: int, env: Mapping[str, str] | None = None, *, shared_memory: bool = False) -> int:
+    """Start ``workers`` server processes on one port; forward SIGINT/SIGTERM; the worst exit code.
+
+    With ``shared_memory`` this process keeps the in-memory registry and serves it to the
+    workers over a private unix socket (:mod:`ironflow.auth_proxy.hub`).
+    """
+    source = dict(os.environ if env is None else env)
+    with tempfile.TemporaryDirectory(prefix="ironflow-auth-proxy-") as private:
+        os.chmod(private, 0o700)
+        hub_socket = os.path.join(private, "registry.sock") if shared_memory else None
+        return asyncio.run(_supervise(workers, source, hub_socket))
 
 
 def _use_uvloop() -> None:
@@ -84,10 +102,6 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         cfg = config.AuthProxyConfig.from_env(source)
         if args.workers < 1:
             raise ConfigError("--workers must be at least 1")
-        if args.workers > 1 and cfg.database_url is None:
-            raise ConfigError(
-                f"--workers {args.workers} needs {config.DATABASE_URL_ENV}: the in-memory registry lives in one process"
-            )
     except ConfigError as exc:
         print(f"ironflow auth-proxy: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
@@ -95,7 +109,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     for warning in cfg.warnings:
         logs.event(warning, 30)
     if args.workers > 1:
-        return run_workers(args.workers, source)
+        return run_workers(args.workers, source, shared_memory=cfg.database_url is None)
     _use_uvloop()
     try:
         asyncio.run(serve(cfg, reuse_port=args.reuse_port))

@@ -49,8 +49,12 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def open_registry(config: config_mod.AuthProxyConfig) -> registry.GrantRegistry:
-    """The registry the config asks for: PostgreSQL with a database URL, else in memory."""
+    """The registry the config asks for: PostgreSQL, the parent's hub, else in memory."""
     if config.database_url is None:
+        if config.hub_socket is not None:
+            from ironflow.auth_proxy import hub
+
+            return hub.HubRegistry(config.hub_socket, cache_ttl_s=config.token_cache_ttl_s)
         return registry.MemoryRegistry()
     from ironflow.auth_proxy import postgres  # asyncpg only where a database is configured
 

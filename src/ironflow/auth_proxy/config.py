@@ -23,6 +23,7 @@ __all__ = [
     "ADMIN_KEY_ENV",
     "DATABASE_URL_ENV",
     "DEFAULT_UPSTREAM",
+    "HUB_ENV",
     "LISTEN_ENV",
     "MIN_ADMIN_KEY_CHARS",
     "SECRET_ACTIVE_KEY_VERSION_ENV",
@@ -42,6 +43,8 @@ SECRET_KEYS_ENV: Final = "IRONFLOW_SECRET_KEYS"  # noqa: S105 - a variable name
 SECRET_ACTIVE_KEY_VERSION_ENV: Final = "IRONFLOW_SECRET_ACTIVE_KEY_VERSION"  # noqa: S105 - a variable name
 SECRET_KEY_ENV: Final = "IRONFLOW_SECRET_KEY"  # noqa: S105 - a variable name
 LOG_ENV: Final = "RUST_LOG"
+#: Set by ``--workers N`` for its workers; not for operators.
+HUB_ENV: Final = "IRONFLOW_AUTH_PROXY_HUB"
 DEFAULT_UPSTREAM: Final = "https://api.anthropic.com"
 MIN_ADMIN_KEY_CHARS: Final = 32
 _NO_KEY_RING: Final = (
@@ -84,6 +87,8 @@ class AuthProxyConfig:
     #: How long a replica trusts a cached grant without revocation news (PostgreSQL only).
     token_cache_ttl_s: float = 30.0
     warnings: tuple[str, ...] = ()
+    #: Unix socket of the parent's registry hub (``--workers N`` without a database).
+    hub_socket: str | None = None
     #: Tests only: send ``/r/<host>/…`` to ``<secret_upstream>/<host>/…`` instead of ``https://<host>/…``.
     secret_upstream: str | None = None
     registry: GrantRegistry | None = field(default=None, repr=False, compare=False)
@@ -117,6 +122,7 @@ class AuthProxyConfig:
         key_ring, warnings = _key_ring_from_env(env)
         if database_url and key_ring is None:
             raise ConfigError(_NO_KEY_RING)
+        hub_socket = env.get(HUB_ENV, "").strip() or None
         metrics = env.get(METRICS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
         return cls(
             admin_key=Secret(admin_key),
@@ -128,6 +134,7 @@ class AuthProxyConfig:
             metrics_enabled=metrics,
             log_level=(env.get(LOG_ENV, "").strip() or "info").lower(),
             warnings=warnings,
+            hub_socket=None if database_url else hub_socket,
         )
 
 

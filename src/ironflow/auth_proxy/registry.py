@@ -125,8 +125,12 @@ class MemoryRegistry:
         self._tombstones[grant_id] = (grant.run_id, grant.expires_at)
         return True
 
+    def run_grant_ids(self, run_id: str) -> list[str]:
+        """Ids of the live grants of a run (what ``revoke_run`` would revoke now)."""
+        return [grant_id for grant_id, grant in self._grants.items() if grant.run_id == run_id]
+
     async def revoke_run(self, run_id: str) -> int:
-        ids = [grant_id for grant_id, grant in self._grants.items() if grant.run_id == run_id]
+        ids = self.run_grant_ids(run_id)
         for grant_id in ids:
             await self.revoke(grant_id)
         return len(ids)

@@ -38,6 +38,8 @@ __all__ = [
     "Limits",
     "SecretCredential",
     "TokenRequest",
+    "grant_from_wire",
+    "grant_to_wire",
     "host_allowed",
     "is_header_safe",
     "new_token",
@@ -328,3 +330,37 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     if not is_header_safe(value):
         raise InvalidTokenRequest("credential holds characters a header cannot carry")
     return TokenRequest(run_id, step, expires_at, credential, limits)
+
+
+def grant_to_wire(grant: Grant) -> dict[str, Any]:
+    """A grant as JSON for the local registry hub's socket (the credential value included)."""
+    credential = grant.credential
+    wire_credential: dict[str, Any]
+    if isinstance(credential, SecretCredential):
+        wire_credential = {**credential.spec(), "value": credential.value.reveal()}
+    else:
+        wire_credential = {"kind": credential.kind, "value": credential.value.reveal()}
+    return {
+        "id": grant.id,
+        "run_id": grant.run_id,
+        "step": grant.step,
+        "expires_at": grant.expires_at,
+        "credential": wire_credential,
+        "limits": grant.limits.to_json() or None,
+    }
+
+
+def grant_from_wire(data: dict[str, Any]) -> Grant:
+    """The inverse of :func:`grant_to_wire`; raises :class:`InvalidTokenRequest` on a bad shape."""
+    try:
+        credential, _ = _parse_credential(data["credential"])
+        return Grant(
+            id=str(data["id"]),
+            run_id=str(data["run_id"]),
+            step=str(data["step"]),
+            expires_at=int(data["expires_at"]),
+            credential=credential,
+            limits=_parse_limits(data.get("limits")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidTokenRequest("invalid grant on the registry hub socket") from exc

@@ -43,7 +43,7 @@ def _serve(workers: int) -> None:
 @auth_proxy_app.callback(invoke_without_command=True)
 def _default(
     ctx: typer.Context,
-    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port (needs PostgreSQL).")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port.")] = 1,
 ) -> None:
     """Serve the proxy when no subcommand is given."""
     if ctx.invoked_subcommand is None:
@@ -52,7 +52,7 @@ def _default(
 
 @auth_proxy_app.command("serve")
 def serve(
-    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port (needs PostgreSQL).")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes sharing the port.")] = 1,
 ) -> None:
     """Serve the proxy on IRONFLOW_AUTH_PROXY_LISTEN until SIGINT/SIGTERM."""
     _serve(workers)
