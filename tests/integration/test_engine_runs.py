@@ -37,6 +37,17 @@ def ref(name: str) -> str:
     return f"{WORKFLOWS}:{name}"
 
 
+async def fresh_database(server_dsn: str) -> str:
+    """The DSN of a new, empty database on the session's server (tests do not share tables)."""
+    database = f"engine_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {database}")
+    finally:
+        await conn.close()
+    return server_dsn.rsplit("/", 1)[0] + "/" + database
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """A fresh store: a SQLite file, or a new database on the session's PostgreSQL server."""
@@ -44,14 +55,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "sqlite":
         opened = SqliteStore(tmp_path / "engine.db")
     else:
-        dsn: str = request.getfixturevalue("postgres_dsn")
-        database = f"engine_{uuid.uuid4().hex[:12]}"
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {database}")
-        finally:
-            await conn.close()
-        opened = PostgresStore(dsn.rsplit("/", 1)[0] + "/" + database, max_size=4)
+        opened = PostgresStore(await fresh_database(request.getfixturevalue("postgres_dsn")), max_size=4)
     await opened.open()
     try:
         yield opened
@@ -521,13 +525,7 @@ async def test_a_run_can_be_claimed_by_id_leaving_the_others_queued(store: Store
 
 @pytest.mark.postgres
 async def test_stores_opening_together_apply_the_postgres_schema_once(postgres_dsn: str) -> None:
-    database = f"engine_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres_dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {database}")
-    finally:
-        await conn.close()
-    dsn = postgres_dsn.rsplit("/", 1)[0] + "/" + database
+    dsn = await fresh_database(postgres_dsn)
     stores = [PostgresStore(dsn, max_size=2) for _ in range(3)]
     try:
         await asyncio.gather(*(s.open() for s in stores))
@@ -580,3 +578,16 @@ async def test_a_retried_sub_workflow_keeps_its_child_run_and_replays_the_parent
     assert run.output["run_id"] == failed_step.child_run_id  # the same child run, executed again
     assert (await get(store, failed_step.child_run_id)).attempt == 2
     assert invoked_steps(provider) == ["plan", CHILD_STEP, CHILD_STEP]
+
+
+@pytest.mark.postgres
+async def test_a_postgres_failure_is_a_retryable_infrastructure_error(postgres_dsn: str) -> None:
+    store = PostgresStore(await fresh_database(postgres_dsn), max_size=2)
+    await store.open()
+    try:
+        await store.pool.execute("DROP TABLE ironflow_steps")
+        with pytest.raises(errors.InfrastructureError, match="the PostgreSQL store failed: UndefinedTableError") as e:
+            await store.steps("r")
+        assert e.value.retryable
+    finally:
+        await store.close()

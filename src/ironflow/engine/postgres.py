@@ -108,6 +108,52 @@ ON CONFLICT (account, "window", scope) DO UPDATE SET status = excluded.status,
 """
 
 
+_DB_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+class _Db:
+    """The pool's query methods, with driver errors turned into ``InfrastructureError`` (retryable)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @staticmethod
+    def _error(exc: BaseException) -> errors.InfrastructureError:
+        # asyncpg messages name tables and constraints, never the DSN.
+        return errors.InfrastructureError(f"the PostgreSQL store failed: {type(exc).__name__}: {exc}")
+
+    async def fetchone(self, query: str, *args: Any) -> asyncpg.Record:
+        row = await self.fetchrow(query, *args)
+        if row is None:
+            raise errors.InfrastructureError("the PostgreSQL store returned no row where one was written")
+        return row
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        try:
+            return list(await self._pool.fetch(query, *args))
+        except _DB_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        """One row, or None (an INSERT … RETURNING always has one)."""
+        try:
+            return await self._pool.fetchrow(query, *args)
+        except _DB_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    async def execute(self, query: str, *args: Any) -> str:
+        try:
+            return str(await self._pool.execute(query, *args))
+        except _DB_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    async def executemany(self, query: str, args: Any) -> None:
+        try:
+            await self._pool.executemany(query, args)
+        except _DB_ERRORS as exc:
+            raise self._error(exc) from exc
+
+
 class PostgresStore:
     """A :class:`~ironflow.engine.store.Store` on PostgreSQL through an asyncpg pool."""
 
@@ -116,15 +162,16 @@ class PostgresStore:
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        self._db: _Db | None = None
 
     def __repr__(self) -> str:
         return "PostgresStore(<dsn hidden>)"
 
     @property
-    def pool(self) -> asyncpg.Pool:
-        if self._pool is None:
+    def pool(self) -> _Db:
+        if self._db is None:
             raise errors.ConfigError("the PostgreSQL store is not open; call `await store.open()` first")
-        return self._pool
+        return self._db
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -137,21 +184,23 @@ class PostgresStore:
                 f"cannot connect to the PostgreSQL store ({type(exc).__name__}); check the URL and that "
                 "the server is reachable"
             ) from None
+        self._db = _Db(self._pool)
         await self._migrate()
 
     async def _migrate(self) -> None:
-        async with self.pool.acquire() as conn:
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
             await migrations.migrate(conn, MIGRATIONS_COMPONENT, _MIGRATIONS_PACKAGE)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._db = self._pool, None, None
         if pool is not None:
             await pool.close()
 
     # -- runs --
 
     async def create_run(self, run: model.RunRecord) -> model.RunRecord:
-        row = await self.pool.fetchrow(
+        row = await self.pool.fetchone(
             _CREATE,
             run.id,
             run.workflow,
@@ -190,7 +239,7 @@ class PostgresStore:
         return rows.run_from_row(row) if row else None
 
     async def start_child_run(self, run: model.RunRecord) -> model.RunRecord:
-        row = await self.pool.fetchrow(
+        row = await self.pool.fetchone(
             _START_CHILD,
             run.id,
             run.workflow,

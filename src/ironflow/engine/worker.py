@@ -122,7 +122,14 @@ class Worker:
         try:
             while not stop.is_set():
                 while len(running) < self.concurrency:
-                    run = await self.store.claim_run(self.id, self.lease_s)
+                    try:
+                        run = await self.store.claim_run(self.id, self.lease_s)
+                    except errors.IronflowError as exc:  # the store is away: try again after a poll
+                        log.warning("cannot take runs from the store: %s", exc)
+                        run = None
+                    except OSError as exc:
+                        log.warning("cannot reach the store: %s", type(exc).__name__)
+                        run = None
                     if run is None:
                         break
                     running.add(asyncio.create_task(self._execute_and_record(run)))
