@@ -115,7 +115,10 @@ class SqliteStore:
         if self._executor is None or self._conn is None:
             raise errors.ConfigError("the SQLite store is not open; call `await store.open()` first")
         conn = self._conn
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        except sqlite3.Error as exc:  # e.g. still locked by another process after the busy timeout
+            raise errors.InfrastructureError(f"the SQLite store failed: {type(exc).__name__}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
