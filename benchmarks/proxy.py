@@ -6,8 +6,9 @@ with a Lua script, 64 concurrent connections, a few seconds per scenario:
 
 * ``direct``     wrk → upstream
 * ``nginx``      wrk → nginx (proxy_buffering off, keep-alive upstream) → upstream
-* ``memory``     wrk → ``python -m ironflow.auth_proxy`` (in-memory registry, one process) → upstream
-* ``postgres``   wrk → ``ironflow auth-proxy --workers N`` (PostgreSQL registry) → upstream
+* ``memory``     wrk → ``python -m ironflow.auth_proxy --workers N`` (in-memory registry in the
+                 parent, shared over the hub socket, cached in each worker) → upstream
+* ``postgres``   wrk → ``python -m ironflow.auth_proxy --workers N`` (PostgreSQL registry) → upstream
 
 Every feature of the proxy is on: token check, header policy, metrics, and JSON logs
 at ``info`` (one ``relayed`` line per request, written to a file). Proxy CPU per
@@ -308,7 +309,7 @@ def _fmt(run: Run) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each wrk run")
-    parser.add_argument("--workers", type=int, default=2, help="proxy processes with the PostgreSQL registry")
+    parser.add_argument("--workers", type=int, default=2, help="proxy worker processes (both registries)")
     parser.add_argument("--connections", type=int, default=64)
     args = parser.parse_args()
     for tool in ("nginx", "wrk"):
@@ -338,14 +339,16 @@ def main() -> None:
                             cpu_pids=[])  # fmt: skip
             runs.append(_wrk("nginx", f"http://127.0.0.1:{nginx_port}{url}", plain, connections=c, seconds=s,
                              cpu_pids=[]))  # fmt: skip
-            memory_argv = [sys.executable, "-m", "ironflow.auth_proxy"]
+            memory_argv = [sys.executable, "-m", "ironflow.auth_proxy", "--workers", str(args.workers)]
             with _proxy(memory_argv, _proxy_env(memory_port, upstream_port), memory_port, workdir / "memory.log") as p:
+                time.sleep(1.0)  # every worker bound
                 token = asyncio.run(_issue(f"http://127.0.0.1:{memory_port}"))
                 script = _wrk_script(workdir, token)
                 target = f"http://127.0.0.1:{memory_port}{url}"
-                runs.append(_wrk("ironflow memory (1 proc)", target, script, connections=c, seconds=s,
-                                 cpu_pids=[p.pid]))  # fmt: skip
-                memory_8 = _wrk("ironflow memory @8", target, script, connections=8, seconds=s, cpu_pids=[p.pid])
+                pids = _children(p.pid)
+                name = f"ironflow memory ({args.workers} proc)"
+                runs.append(_wrk(name, target, script, connections=c, seconds=s, cpu_pids=pids))
+                memory_8 = _wrk("ironflow memory @8", target, script, connections=8, seconds=s, cpu_pids=pids)
             with PostgresServer() as dsn:
                 pg_argv = [sys.executable, "-m", "ironflow.auth_proxy", "--workers", str(args.workers)]
                 env = _proxy_env(pg_port, upstream_port, dsn)
