@@ -167,10 +167,10 @@ async def test_without_auth_proxy_nothing_at_all_is_reachable(provider: LocalSan
 async def test_secrets_never_appear_on_any_command_line(provider: LocalSandboxProvider) -> None:
     """While a sandbox runs, no /proc/<pid>/cmdline on the host holds the key or the token."""
     task = asyncio.create_task(
-        provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"; sleep 2'], auth_proxy=True, run_id="cmdline")
+        provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"; sleep 1'], auth_proxy=True, run_id="cmdline")
     )
     cmdlines: list[str] = []
-    for _ in range(40):
+    while not task.done():
         await asyncio.sleep(0.05)
         cmdlines += _all_cmdlines()
     result = await task
