@@ -21,6 +21,8 @@ PYTHON = os.path.realpath(sys.executable)
 
 pytestmark = pytest.mark.bwrap
 
+needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (the probes use it)")
+
 ISOLATIONS = [
     pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")),
     pytest.param(
@@ -109,6 +111,7 @@ async def test_no_credential_in_the_sandbox_environment(provider: LocalSandboxPr
     assert_no_leaks([KEY], result.stdout, result.stderr, token.stdout)
 
 
+@needs_curl
 async def test_the_proxy_refuses_an_unknown_token_with_401(provider: LocalSandboxProvider) -> None:
     probe = (
         'curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer invalide" '
@@ -118,6 +121,7 @@ async def test_the_proxy_refuses_an_unknown_token_with_401(provider: LocalSandbo
     assert result.stdout.strip() == "401", result.stderr
 
 
+@needs_curl
 async def test_the_proxy_relays_the_sandbox_token_with_the_key_injected(
     provider: LocalSandboxProvider, fake: FakeAnthropic
 ) -> None:
@@ -132,6 +136,7 @@ async def test_the_proxy_relays_the_sandbox_token_with_the_key_injected(
     assert fake.message_requests[-1].header("x-api-key") == KEY
 
 
+@needs_curl
 async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
     """A loopback service of the host and an outside address are unreachable; the proxy is."""
 
@@ -158,6 +163,7 @@ async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
     assert "200 proxy=0" in result.stdout, result.stdout + result.stderr
 
 
+@needs_curl
 async def test_without_auth_proxy_nothing_at_all_is_reachable(provider: LocalSandboxProvider) -> None:
     result = await provider.run_command(["sh", "-c", "curl -s -m 2 http://1.1.1.1/; echo $?; env"])
     assert result.stdout.splitlines()[0] != "0"
