@@ -22,12 +22,15 @@ import pytest
 from ironflow import errors
 from ironflow.agent import AgentConfig
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.claude.cli import find_claude_cli
 from ironflow.k8s import api as k8s
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.secrets import Secret
 from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
+from ironflow.testing.fake_anthropic import FakeAnthropic
 from ironflow.testing.kube_exec import ExecKubeTestServer, local_exec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
@@ -109,7 +112,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     claude.write_text(
         "#!/bin/sh\n"
         'python3 -c \'import json,os,sys; json.dump({k: os.environ.get(k, "") for k in '
-        '("ANTHROPIC_AUTH_TOKEN","ANTHROPIC_BASE_URL")} | {"args": " ".join(sys.argv[1:])}, '
+        '("ANTHROPIC_AUTH_TOKEN","ANTHROPIC_BASE_URL")} | {"args": " ".join(sys.argv[1:]), '
+        '"stdin": sys.stdin.read()}, '
         f'open("{home}/seen-env.json","w"))\' "$@"\n'
         f'cat "{fixture}"\n'
     )
@@ -264,3 +268,95 @@ async def test_step_that_changes_the_pod_is_refused_before_any_claim(env: Env) -
     with pytest.raises(errors.StepConfigError, match="changes the sandbox pod"):
         await p.runner(api=env.api, worker_env={}).invoke(config)
     assert env.claims() == []
+
+
+async def test_large_prompt_reaches_the_agent_through_a_file_written_over_exec(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    prompt = "review this: " + "x" * 120_000
+    await p.runner(api=env.api, worker_env={}).invoke(AgentConfig(prompt).run_scope(RUN, "big"))
+    seen = env.seen_env()
+    assert seen["stdin"] == prompt
+    assert "-p" not in seen["args"].split()
+    assert all(len(" ".join(e.command)) < 10_000 for e in env.server.execs)
+
+
+async def test_failing_agent_is_a_process_failure_and_the_claim_goes(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\necho 'boom' >&2\nexit 3\n")
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    with pytest.raises(errors.ProcessFailed) as caught:
+        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "fail"))
+    assert caught.value.exit_code == 3
+    await wait_until(lambda: not env.claims())
+
+
+async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\nsleep 30\n")
+    p = env.provider(replicas=0, timeout=0.5)
+    await env.apply_template(p)
+    with pytest.raises(errors.AgentTimeout):
+        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "slow"))
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_apply_template_creates_then_updates_then_leaves_unchanged(env: Env) -> None:
+    p = env.provider(replicas=1)
+    first = await p.apply_template(env.api)
+    assert [(a.kind, a.action) for a in first] == [("SandboxTemplate", "created"), ("SandboxWarmPool", "created")]
+    again = await p.apply_template(env.api)
+    assert [a.action for a in again] == ["unchanged", "unchanged"]
+    bigger = p.warm_pool(replicas=3)
+    assert [a.action for a in await bigger.apply_template(env.api)] == ["unchanged", "updated"]
+    pool = env.server.get_object(p.resources.pools, env.ns, p.settings.pool)
+    assert pool is not None
+    assert pool["spec"]["replicas"] == 3
+    sandboxes = p.resources.sandboxes
+    await wait_until(lambda: len(env.server.objects(sandboxes, env.ns)) == 3)
+
+
+async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
+    """The seed's API: claim -> sandboxTemplateRef + warmpool policy."""
+    async with ExecKubeTestServer() as server:
+        server.serve_exec(local_exec({"HOME": str(tmp_path)}))
+        controller = AgentSandboxController(server, namespace="alpha", version=ApiVersion.V1ALPHA1)
+        async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
+            claude = tmp_path / "claude"
+            claude.write_text(f"#!/bin/sh\ncat '{FIXTURES / 'json_text.out'}'\n")
+            claude.chmod(0o755)
+            pod = K8sEphemeralProvider.sandboxed("img").namespace("alpha").claude_path(str(claude))
+            p = AgentSandboxProvider(pod).api_version("v1alpha1").warm_pool(replicas=1).ready_timeout(3)
+            await p.apply_template(api)
+            await wait_until(lambda: bool(server.objects(p.resources.sandboxes, "alpha")))
+            result = await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))
+            assert result.text
+            assert [e[0] for e in controller.events][:2] == ["member", "warm"]
+            assert not controller.failures
+
+
+@pytest.mark.claude_cli
+async def test_real_claude_cli_reaches_the_api_only_with_the_token_delivered_over_exec(env: Env) -> None:
+    """The fake Messages API accepts only the issued token: the CLI got it from the exec'd file."""
+    cli = _claude_cli()
+    issuer = FakeIssuer()
+    async with FakeAnthropic(required_credential="ifap_secret_value_1") as fake:
+        env.server.serve_exec(
+            local_exec({"HOME": str(env.home), "CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"})
+        )
+        pod = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).claude_path(cli).timeout(60).auth_proxy(fake.url)
+        p = AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(3)
+        await env.apply_template(p)
+        result = await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(
+            AgentConfig("Say hello").run_scope(RUN, "real")
+        )
+        assert result.text == "OK"
+        assert [r.header("authorization") for r in fake.message_requests] == ["Bearer ifap_secret_value_1"]
+        assert issuer.revoked == ["tok-000000000001"]
+    await wait_until(lambda: not env.claims())
+
+
+def _claude_cli() -> str:
+    try:
+        return find_claude_cli()
+    except errors.ConfigError as exc:
+        pytest.skip(f"Claude Code CLI not installed: {exc}")

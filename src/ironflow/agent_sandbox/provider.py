@@ -220,7 +220,9 @@ class AgentSandboxProvider:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: as the pod provider refuses;
             StepConfigError also when the step changes the pod (a warm pod's spec is the template's).
         """
-        step = patterns.idle_pod_template(self.settings.pod, config=config)
+        self._step_pod(config, {})  # the pod provider's refusals, the prompt's size included
+        # The prompt never shapes the pod here (a large one goes over exec, not a ConfigMap).
+        step = patterns.idle_pod_template(self.settings.pod, config=config.replace(prompt="idle"))
         base = patterns.idle_pod_template(self.settings.pod)
         step_labels = {k: v for k, v in step.labels.items() if k not in _RUN_LABELS}
         if step.spec != base.spec or step_labels != dict(base.labels):

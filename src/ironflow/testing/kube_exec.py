@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ def local_exec(env: Mapping[str, str] | None = None, *, cwd: str | None = None) 
             stderr=asyncio.subprocess.PIPE,
             env=process_env,
             cwd=cwd,
+            start_new_session=True,  # one process group: killing it reaches the command's children
         )
 
     return run
@@ -96,8 +98,7 @@ class ExecKubeTestServer(KubeTestServer):
 
     async def stop(self) -> None:
         for process in list(self._processes):
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+            _kill(process)
         await super().stop()
 
     async def _dispatch(
@@ -150,9 +151,22 @@ class ExecKubeTestServer(KubeTestServer):
             while stream is not None and (chunk := await stream.read(64 * 1024)):
                 await ws.send_bytes(bytes([channel]) + chunk)
 
-        reader = asyncio.ensure_future(pump_in())
-        try:
+        if request.query.get("stdin") not in ("true", "1") and process.stdin is not None:
+            process.stdin.close()  # no stdin attached: the command reads EOF at once
+        async def pump_both() -> None:
             await asyncio.gather(pump_out(process.stdout, 1), pump_out(process.stderr, 2))
+
+        reader = asyncio.ensure_future(pump_in())
+        writer = asyncio.ensure_future(pump_both())
+        try:
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if not writer.done():  # the client went away: stop the command, as a deleted pod would
+                _kill(process)
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await writer
+                return ws
+            await writer
             code = await process.wait()
             record.exit_code = code
             if code == 0:
@@ -167,13 +181,18 @@ class ExecKubeTestServer(KubeTestServer):
                 }
             await ws.send_bytes(b"\x03" + json.dumps(status).encode())
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+            for task in (reader, writer):
+                task.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
+            _kill(process)
+            await process.wait()
             self._processes.discard(process)
-            await ws.close()
+            with contextlib.suppress(ConnectionError):
+                await asyncio.wait_for(ws.close(), 1.0)
         return ws
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill the command and everything it started (its own process group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
