@@ -78,7 +78,7 @@ def test_provider_refuses_bad_construction_values() -> None:
     with pytest.raises(errors.ConfigError, match="timeout must be"):
         provider.LocalSandboxProvider(timeout=0)
     with pytest.raises(errors.ConfigError, match="profile subdir"):
-        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/p", "../x")])
+        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/", "../x")])
     with pytest.raises(errors.StepConfigError, match="ANTHROPIC_API_KEY"):
         provider.LocalSandboxProvider(env={"ANTHROPIC_API_KEY": "k"})
 
@@ -149,3 +149,12 @@ def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], po
     assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_t"
     proxy_keys = {"ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"}
     assert all(env[k] == v for k, v in extra.items() if k not in proxy_keys)
+
+
+def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings() -> None:
+    with pytest.raises(errors.ConfigError, match="profile directory '/does/not/exist' does not exist"):
+        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/does/not/exist")])
+    with pytest.raises(errors.ConfigError, match="home_size_bytes must be a positive"):
+        provider.LocalSandboxProvider(home_size_bytes=0)
+    with pytest.raises(errors.ConfigError, match="managed settings 'strict' is not JSON"):
+        provider.LocalSandboxProvider(managed_settings_presets={"strict": {"x": object()}})

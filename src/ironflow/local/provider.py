@@ -130,6 +130,16 @@ class LocalSandboxProvider:
             reason = profile.validate_profile_subdir(p.subdir)
             if reason is not None:
                 raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
+            if not os.path.isdir(p.path):
+                raise errors.ConfigError(f"claude profile directory '{p.path}' does not exist; create it or drop it")
+        for size, name in ((home_size_bytes, "home_size_bytes"), (tmp_size_bytes, "tmp_size_bytes")):
+            if size <= 0:
+                raise errors.ConfigError(f"{name} must be a positive number of bytes, got {size}")
+        for label, doc in [("managed_settings", managed_settings), *(managed_settings_presets or {}).items()]:
+            try:
+                json.dumps(doc)
+            except (TypeError, ValueError) as exc:
+                raise errors.ConfigError(f"managed settings '{label}' is not JSON: {exc}") from None
         settings.sandbox_env(env)  # refuse credential variables now, not at the first step
         self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
