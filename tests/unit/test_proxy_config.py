@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ironflow.agent import AccountSession
-from ironflow.auth_proxy import config, crypto, registry
+from ironflow.auth_proxy import config, crypto, registry, tokens
 from ironflow.auth_proxy.app import open_registry
 from ironflow.auth_proxy.client import Credential, admin_key_from, resolve_credential
 from ironflow.errors import AuthProxyError, ConfigError
@@ -189,3 +189,58 @@ def test_admin_key_from_builder_then_env_else_refusal() -> None:
     assert admin_key_from(None, {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": " env-key "}).reveal() == "env-key"
     with pytest.raises(AuthProxyError, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
         admin_key_from(None, {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": "  "})
+
+
+# --- pod env (§6.8, §6.9) and stable labels (lib.rs) ---------------------------------------
+
+
+def test_claude_pod_env_has_base_url_and_opaque_token_only() -> None:
+    from ironflow.auth_proxy.client import claude_pod_env
+
+    env = claude_pod_env("http://proxy.ns/", Secret("ifap_abc"))
+    assert env == {
+        "ANTHROPIC_BASE_URL": "http://proxy.ns",
+        "ANTHROPIC_AUTH_TOKEN": "ifap_abc",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    assert not any("sk-ant" in v for v in env.values())
+
+
+def test_secret_pod_env_sends_git_through_the_proxy_for_basic_secrets() -> None:
+    import base64
+
+    from ironflow.auth_proxy.client import secret_pod_env
+    from ironflow.auth_proxy.tokens import Injection, SecretCredential
+
+    secret = SecretCredential(
+        "gitlab", Secret("glpat-real"), Injection("basic", username="oauth2"), ("gitlab.com", "*.corp.example")
+    )
+    env = secret_pod_env("GITLAB_TOKEN", "http://proxy:8080/", Secret("ifap_tok"), secret)
+    expected_header = "Authorization: Basic " + base64.b64encode(b"oauth2:ifap_tok").decode()
+    assert env == {
+        "GITLAB_TOKEN": "ifap_tok",
+        "GITLAB_TOKEN_URL": "http://proxy:8080/r",
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "url.http://proxy:8080/r/gitlab.com/.insteadOf",
+        "GIT_CONFIG_VALUE_0": "https://gitlab.com/",
+        "GIT_CONFIG_KEY_1": "http.http://proxy:8080/r/gitlab.com/.extraHeader",
+        "GIT_CONFIG_VALUE_1": expected_header,
+    }
+    assert "glpat-real" not in repr(env)
+
+
+def test_relay_results_have_stable_labels() -> None:
+    from ironflow.auth_proxy import policy
+
+    refusals = [v for v in vars(policy).values() if isinstance(v, policy.Refusal)]
+    assert len(refusals) >= 12
+    assert {r.result for r in refusals} <= policy.RESULTS
+    limits = policy.check_limits(
+        tokens.Limits(models=("a",)),
+        requests_used=0,
+        output_tokens_used=0,
+        model="b",
+    )
+    assert limits is not None
+    assert limits.result in policy.RESULTS
+    assert {"relayed", "unknown_token", "expired", "revoked", "unavailable", "upstream_error"} <= policy.RESULTS

@@ -10,6 +10,7 @@ admin key, the credential or the token; admin error bodies are cut to 200 charac
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping
@@ -31,7 +32,9 @@ __all__ = [
     "Credential",
     "IssuedToken",
     "admin_key_from",
+    "claude_pod_env",
     "resolve_credential",
+    "secret_pod_env",
 ]
 
 ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
@@ -84,6 +87,43 @@ def admin_key_from(value: Secret | str | None, env: Mapping[str, str] | None = N
     if not key:
         raise AuthProxyError(f"auth_proxy requires {ADMIN_KEY_ENV}", retryable=False)
     return Secret(key)
+
+
+def claude_pod_env(proxy_url: str, token: Secret) -> dict[str, str]:
+    """The only Claude-related env a proxied pod gets (§6.8): the proxy URL and the opaque token."""
+    return {
+        "ANTHROPIC_BASE_URL": proxy_url.rstrip("/"),
+        "ANTHROPIC_AUTH_TOKEN": token.reveal(),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+
+
+def secret_pod_env(env_name: str, proxy_url: str, token: Secret, secret: tokens.SecretCredential) -> dict[str, str]:
+    """Env for a proxied secret (§6.9): ``<env>=<token>``, ``<env>_URL=<proxy>/r``, and for a Basic
+    secret a git config that sends each exact host through the proxy with the token as password.
+
+    >>> from ironflow.auth_proxy.tokens import Injection, SecretCredential
+    >>> gl = SecretCredential("gitlab", Secret("glpat"), Injection("bearer"), ("gitlab.com",))
+    >>> sorted(secret_pod_env("GITLAB_TOKEN", "http://proxy", Secret("ifap_1"), gl))
+    ['GITLAB_TOKEN', 'GITLAB_TOKEN_URL']
+    """
+    base = proxy_url.rstrip("/")
+    env = {env_name: token.reveal(), f"{env_name}_URL": f"{base}/r"}
+    if secret.injection.kind != "basic":
+        return env
+    pair = f"{secret.injection.username or ''}:{token.reveal()}".encode()
+    header = "Authorization: Basic " + base64.b64encode(pair).decode()
+    index = 0
+    for host in secret.hosts:
+        if host.startswith("*."):
+            continue  # git's insteadOf needs an exact host
+        env[f"GIT_CONFIG_KEY_{index}"] = f"url.{base}/r/{host}/.insteadOf"
+        env[f"GIT_CONFIG_VALUE_{index}"] = f"https://{host}/"
+        env[f"GIT_CONFIG_KEY_{index + 1}"] = f"http.{base}/r/{host}/.extraHeader"
+        env[f"GIT_CONFIG_VALUE_{index + 1}"] = header
+        index += 2
+    env["GIT_CONFIG_COUNT"] = str(index)
+    return env
 
 
 class IssuedToken(NamedTuple):

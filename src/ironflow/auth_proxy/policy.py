@@ -64,6 +64,7 @@ __all__ = [
     "OAUTH_BETA_FLAG",
     "OTHER_HOST_REFUSED",
     "REGISTRY_UNAVAILABLE",
+    "RESULTS",
     "SECRET_HOST_REFUSED",
     "SECRET_METHODS",
     "SECRET_METHOD_REFUSED",
@@ -119,6 +120,30 @@ CLAUDE_METHODS: Final = frozenset({"GET", "POST"})
 SECRET_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 _API_PATH = re.compile(r"/v1/[A-Za-z0-9/_.-]*")
 _RELAY_PATH = re.compile(r"/[A-Za-z0-9/_.~@+-]*")
+
+
+#: Every value of the metrics label ``result`` (and of a secret relay's log ``result``):
+#: dashboards and alerts key on them, so they only ever grow.
+RESULTS: Final = frozenset(
+    {
+        "relayed",
+        "unauthorized",
+        "unknown_token",
+        "expired",
+        "revoked",
+        "unavailable",
+        "forbidden_host",
+        "forbidden_token",
+        "forbidden_path",
+        "forbidden_method",
+        "body_too_large",
+        "upstream_error",
+        "limit_model",
+        "limit_requests",
+        "limit_output_tokens",
+        "admin_unauthorized",
+    }
+)
 
 
 @dataclass(frozen=True)
