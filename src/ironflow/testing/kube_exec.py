@@ -92,6 +92,11 @@ class ExecKubeTestServer(KubeTestServer):
         await self.start()
         return self
 
+    @property
+    def running_execs(self) -> int:
+        """Commands still running (a client that left must not leave one behind)."""
+        return len(self._processes)
+
     def serve_exec(self, runner: ExecRunner | None) -> None:
         """Run execs with ``runner`` (e.g. :func:`local_exec`); None refuses them again."""
         self._exec_runner = runner
