@@ -174,3 +174,8 @@ def test_a_seccomp_program_is_read_from_the_given_descriptor() -> None:
     argv = bwrap.bwrap_argv(_settings(seccomp_fd=7))
     assert argv[argv.index("--seccomp") + 1] == "7"
     assert "--seccomp" not in bwrap.bwrap_argv(_settings())
+
+
+def test_gvisor_bounds_the_world_writable_var_tmp() -> None:
+    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), tmp_size_bytes=4096))
+    assert "mount -t tmpfs -o mode=1777,size=4096 tmpfs /var/tmp" in script
