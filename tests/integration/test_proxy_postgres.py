@@ -345,3 +345,44 @@ async def test_unreachable_database_is_unavailable_not_a_crash() -> None:
     with pytest.raises(registry.RegistryUnavailable) as caught:
         await PostgresRegistry.open(Secret("postgresql://u:hunter2@127.0.0.1:9/x"), KeyRing.from_spec(KEY1))
     assert "hunter2" not in str(caught.value)
+
+
+# --- store-level checks (the reference's ironflow-store unit names) ------------------------------
+
+
+async def test_credential_kind_round_trips(dsn: str) -> None:
+    opened = await PostgresRegistry.open(Secret(dsn), KeyRing.from_spec(KEY1))
+    try:
+        for kind in ("oauth_token", "api_key"):
+            token = tokens.new_token().reveal()
+            credential = tokens.ClaudeCredential(kind, Secret(f"sk-ant-{kind}"))
+            grant = tokens.Grant(tokens.token_id(token), "r", "s", NOW + 60, credential)
+            await opened.insert(grant)
+            assert await opened.resolve(grant.id, NOW) == grant
+    finally:
+        await opened.close()
+
+
+async def test_claude_credential_has_no_secret_spec_and_schema_refuses_bad_rows(dsn: str) -> None:
+    """The CHECK constraints: a known kind, and a secret spec exactly for secrets."""
+    opened = await PostgresRegistry.open(Secret(dsn), KeyRing.from_spec(KEY1))
+    grant, _ = _grant()
+    try:
+        await opened.insert(grant)
+    finally:
+        await opened.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT secret_spec FROM ironflow.auth_proxy_grants WHERE id = $1", grant.id) is None
+        insert = (
+            "INSERT INTO ironflow.auth_proxy_grants (id, run_id, step, expires_at, credential_kind, secret_spec,"
+            " encrypted_credential, nonce, key_version) VALUES ($1, 'r', 's', 1, $2, $3::jsonb, '\\x00', '\\x00', 1)"
+        )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(insert, "x1", "bogus_kind", None)  # unknown_credential_kind_is_an_error
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(insert, "x2", "secret", None)  # secret_row_without_spec_is_an_error
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(insert, "x3", "api_key", '{"name": "n"}')
+    finally:
+        await conn.close()

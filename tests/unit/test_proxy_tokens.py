@@ -237,3 +237,8 @@ async def test_take_request_counts_before_and_after() -> None:
     assert await reg.take_request(grant_id) == registry.Usage(0, 0)
     await reg.add_output_tokens(grant_id, 40)
     assert await reg.take_request(grant_id) == registry.Usage(1, 40)
+
+
+def test_expires_at_beyond_i64_is_an_error() -> None:
+    assert _refusal(_body(expires_at=2**63)) == "invalid token request body"
+    assert _refusal(_body(expires_at=-1)) == "invalid token request body"
