@@ -32,7 +32,7 @@ from ironflow.agent import AgentConfig, AgentResult
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "exit_code_for", "register"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
 
 EXIT_STEP_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = 2
