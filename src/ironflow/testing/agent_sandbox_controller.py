@@ -185,6 +185,13 @@ class AgentSandboxController:
         assert self._api is not None
         return (await self._api.list_all(resource, self.namespace)).items
 
+    async def _get(self, resource: api.Resource, name: str) -> Obj | None:
+        assert self._api is not None
+        try:
+            return await self._api.get(resource, self.namespace, name)
+        except errors.KubeNotFound:
+            return None
+
     async def _patch_status(self, resource: api.Resource, name: str, status: Obj) -> None:
         assert self._http is not None
         url = self.server.url + resource.path(self.namespace, name, "status")
@@ -325,11 +332,14 @@ class AgentSandboxController:
             return
         spec = claim["spec"]
         if "warmPoolRef" in spec:
-            pool = pools.get(spec["warmPoolRef"]["name"])
+            # Read again when the pass's listing lacks it: it may be newer than the listing.
+            pool = pools.get(spec["warmPoolRef"]["name"]) or await self._get(self.pools, spec["warmPoolRef"]["name"])
             if pool is None:
                 await self._not_ready(claim, "WarmPoolNotFound")
                 return
-            template = self._template_of_pool(pool, templates)
+            template = self._template_of_pool(pool, templates) or await self._get(
+                self.templates, pool["spec"]["sandboxTemplateRef"]["name"]
+            )
         else:
             policy = spec.get("warmpool", "default")
             template = templates.get(spec["sandboxTemplateRef"]["name"])
