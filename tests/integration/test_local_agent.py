@@ -17,6 +17,7 @@ import pytest
 from ironflow import errors
 from ironflow.agent import AccountSession, AgentConfig
 from ironflow.claude import cli
+from ironflow.k8s import labels
 from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
@@ -360,3 +361,21 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
     assert _leftovers("claude.exe")[0] == []  # no claude process left
     assert _leftovers("ironflow-local-")[1] == []
     assert "auth proxy token revoked" in caplog.text
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_releasing_a_root_run_kills_the_steps_of_its_sub_runs(fake: FakeAnthropic) -> None:
+    fake.reset(Script.of(TextTurn("late", delay_s=3)))
+    provider = _provider(fake)
+    config = AgentConfig("hi").run_scope("child-run", "plan").pod_label(labels.LABEL_ROOT_RUN_ID, "root-run")
+    task = asyncio.create_task(provider.invoke(config))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if fake.message_requests:
+            break
+    assert await provider.release_run("unrelated") == 0
+    assert await provider.release_run("root-run") == 1
+    with pytest.raises(errors.ProcessFailed):
+        await task
+    assert _leftovers("claude.exe")[0] == []

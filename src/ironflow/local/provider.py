@@ -76,6 +76,12 @@ def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
     return tuple(out)
 
 
+def _release_scope(config: AgentConfig) -> frozenset[str]:
+    """The run ids whose release kills this step: its run, and its root run."""
+    keys = (labels.LABEL_RUN_ID, labels.LABEL_ROOT_RUN_ID)
+    return frozenset(config.pod_labels[k] for k in keys if config.pod_labels.get(k))
+
+
 def _run_id(config: AgentConfig | None) -> str | None:
     if config is None:
         return None
@@ -220,7 +226,13 @@ class LocalSandboxProvider:
                 run_env = settings.sandbox_env(variables, proxy_token=None if token is None else token.reveal())
                 start = time.monotonic()
                 code, out, err = await self._processes.run(
-                    full, run_env, stdin=stdin, limit_s=limit, sink=None, run_id=run_id, pass_fds=fds
+                    full,
+                    run_env,
+                    stdin=stdin,
+                    limit_s=limit,
+                    sink=None,
+                    run_ids=frozenset({run_id} if run_id else ()),
+                    pass_fds=fds,
                 )
         _raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
@@ -283,7 +295,13 @@ class LocalSandboxProvider:
                     )
                     start = time.monotonic()
                     code, out, err = await self._processes.run(
-                        full, env, stdin=stdin, limit_s=self.timeout, sink=sink, run_id=run_id, pass_fds=fds
+                        full,
+                        env,
+                        stdin=stdin,
+                        limit_s=self.timeout,
+                        sink=sink,
+                        run_ids=_release_scope(config),
+                        pass_fds=fds,
                     )
                 wall_ms = int((time.monotonic() - start) * 1000)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)

@@ -25,10 +25,11 @@ _KILL_GRACE_S: Final = 5.0
 
 
 class SandboxProcesses:
-    """The sandboxes one provider started and that have not ended, with their run ids."""
+    """The sandboxes one provider started and that have not ended, with the run ids they
+    belong to (their own run and its root run, so releasing a root takes its sub-runs)."""
 
     def __init__(self) -> None:
-        self._running: dict[asyncio.subprocess.Process, str | None] = {}
+        self._running: dict[asyncio.subprocess.Process, frozenset[str]] = {}
 
     async def run(
         self,
@@ -38,7 +39,7 @@ class SandboxProcesses:
         stdin: bytes | None,
         limit_s: float,
         sink: LogSink | None,
-        run_id: str | None,
+        run_ids: frozenset[str] = frozenset(),
         pass_fds: tuple[int, ...] = (),
     ) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of ``argv``; lines go to ``sink`` as they arrive.
@@ -56,7 +57,7 @@ class SandboxProcesses:
             start_new_session=True,  # one process group to kill on timeout or cancellation
             pass_fds=pass_fds,
         )
-        self._running[proc] = run_id
+        self._running[proc] = run_ids
         try:
             async with asyncio.timeout(limit_s):
                 return await _communicate(proc, stdin, sink)
@@ -70,8 +71,8 @@ class SandboxProcesses:
                 await asyncio.shield(_reap(proc))
 
     async def kill_run(self, run_id: str) -> int:
-        """Kill every sandbox of ``run_id`` still running; returns how many were killed."""
-        victims = [p for p, r in self._running.items() if r == run_id and p.returncode is None]
+        """Kill every sandbox of ``run_id`` (or of a run whose root it is); returns how many."""
+        victims = [p for p, ids in self._running.items() if run_id in ids and p.returncode is None]
         for proc in victims:
             _kill_tree(proc)
         for proc in victims:
