@@ -85,6 +85,12 @@ def configure(level: str = "info") -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS.get(name, logging.INFO))
     logger.propagate = False
+    # The proxy's own process logs one line per relayed request: skip what no line shows
+    # (caller lookup walks the stack; thread and process names cost a call each).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     scrub_framework_logs()
     for name in _FRAMEWORK_LOGGERS:
         logging.getLogger(name).handlers[:] = [handler]
