@@ -18,6 +18,10 @@ log"), ``run_job``/``script_jobs``; and breaks things on purpose: ``deny`` (403)
 
 It never does: TLS, RBAC beyond ``deny``, admission webhooks, server-side apply, scheduling.
 Continued list pages are served from the current state (a real server serves its snapshot).
+
+This module is the HTTP face (routing, auth, denials, faults, the verbs); the objects and
+their write semantics live in :mod:`._kube_store`, the kubelet and Job controller in
+:mod:`._kube_kubelet`, the pure API rules in :mod:`._kube_rules` and :mod:`._kube_schemas`.
 """
 
 from __future__ import annotations
