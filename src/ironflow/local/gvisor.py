@@ -88,9 +88,10 @@ def setup_script(settings: GvisorSettings) -> str:
         f"mkdir {home}",
         f"mount -t tmpfs -o mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes} tmpfs {home}",
         f"mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs {tmp}",
-        "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
         # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs.
         f"if [ -d /var/tmp ]; then mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs /var/tmp; fi",
+        # Last: util-linux's mount records state under /run, which must start empty.
+        "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
         f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
     ]
     drop = (
