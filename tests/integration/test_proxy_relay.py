@@ -347,6 +347,10 @@ async def test_limit_on_models_refuses_other_models_with_403(env: Env) -> None:
     status, kind, _ = await _error(response)
     assert (status, kind) == (403, "permission_error")
     assert env.fake.requests == []
+    async with env.http.get(env.proxy.url + "/v1/models", headers={"x-api-key": token}) as listing:
+        assert listing.status == 200  # a GET names no model: the allowlist does not apply
+    allowed = await env.token(limits=Limits(models=("claude-haiku-5-0",)))
+    assert (await env.post(allowed)).status == 200
 
 
 async def test_limit_on_requests_answers_429_once_spent(env: Env) -> None:

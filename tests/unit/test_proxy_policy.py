@@ -261,3 +261,22 @@ def test_upstream_headers_never_forward_the_pod_credential_headers(
             assert credential.value.reveal() in value
         assert name.lower() not in {"cookie", "host", "private-token", "connection", "proxy-authorization"}
     assert names.count("authorization") + names.count("x-api-key") == 1
+
+
+def test_requested_model_reads_only_the_top_level_model() -> None:
+    """A nested "model" (metadata, tool input) or a duplicated key cannot pass an allowlist."""
+    assert policy.requested_model(b'{"model": "claude-haiku", "max_tokens": 5}') == "claude-haiku"
+    assert policy.requested_model(b'{"metadata": {"model": "claude-haiku"}, "model": "claude-opus"}') == "claude-opus"
+    assert policy.requested_model(b'{"metadata": {"model": "claude-haiku"}}') is None
+    assert policy.requested_model(b'{"model": "claude-haiku", "model": "claude-opus"}') is None
+    assert policy.requested_model(b'{"model": 7}') is None
+    assert policy.requested_model(b"not json") is None
+    assert policy.requested_model(b'["model"]') is None
+
+
+@given(st.text(alphabet="abc-", min_size=1, max_size=8), st.text(alphabet="abc-", min_size=1, max_size=8))
+def test_allowlist_is_decided_by_the_top_level_model_only(allowed: str, other: str) -> None:
+    limits = tokens.Limits(models=(allowed,))
+    nested = json.dumps({"model": other, "metadata": {"model": allowed}, "tools": [{"model": allowed}]}).encode()
+    expected_refused = other != allowed
+    assert (policy.check_model(limits, policy.requested_model(nested)) is not None) is expected_refused

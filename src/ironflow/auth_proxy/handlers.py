@@ -33,7 +33,6 @@ __all__ = ["ProxyHandlers"]
 
 _JSON: Final = "application/json"
 _OUTPUT_TOKENS = re.compile(rb'"output_tokens"\s*:\s*(\d+)')
-_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _ADMIN_UNAUTHORIZED: Final = policy.error_body("authentication_error", "invalid or missing admin key")
 
 
@@ -219,25 +218,20 @@ class ProxyHandlers:
         return response
 
     async def _check_limits(self, request: web.Request, grant: tokens.Grant) -> policy.Refusal | None:
-        """Rows L1–L2: model allowlist from the body, then the counted usage."""
-        model: str | None = None
-        if grant.limits.models is not None:
-            body = await self._read_body(request) or b""
-            match = _MODEL.search(body[:65536])
-            model = match.group(1).decode() if match else None
-            if model is not None and model not in grant.limits.models:
-                return policy.check_limits(grant.limits, requests_used=0, output_tokens_used=0, model=model)
+        """Rows L1–L2: the model of a POST body against the allowlist, then the counted usage."""
+        if grant.limits.models is not None and request.method == "POST":
+            # Parsed only for tokens issued with a model allowlist: others pay nothing here.
+            refusal = policy.check_model(grant.limits, policy.requested_model(await self._read_body(request) or b""))
+            if refusal is not None:
+                return refusal
+        if grant.limits.max_requests is None and grant.limits.max_output_tokens is None:
+            return None
         try:
             usage = await self._registry().take_request(grant.id)
         except (registry.RegistryUnavailable, crypto.MissingKeyVersion) as exc:
             logs.event(policy.REGISTRY_UNAVAILABLE.event, logging.ERROR, operation="count request", reason=str(exc))
             return policy.REGISTRY_UNAVAILABLE
-        return policy.check_limits(
-            grant.limits,
-            requests_used=usage.requests,
-            output_tokens_used=usage.output_tokens,
-            model=model if grant.limits.models is not None else None,
-        )
+        return policy.check_usage(grant.limits, requests_used=usage.requests, output_tokens_used=usage.output_tokens)
 
     async def _read_body(self, request: web.Request) -> bytes | None:
         """Row 8: the whole body (≤ the configured limit), or ``None``."""

@@ -16,7 +16,7 @@ matching row answers; later rows are never reached):
 6   path not ``/v1/`` + ``[A-Za-z0-9/_.-]``, or    403     permission_error       only the Anthropic API under …
     ``//``, or a ``..`` segment (query unchecked)
 7   method other than GET and POST                 405     invalid_request_error  only GET and POST are relayed
-L1  token limits: model not in the allowlist       403     permission_error       this model is not allowed …
+L1  limits: a POST whose model is not allowed     403     permission_error       this model is not allowed …
 L2  token limits: requests or output tokens spent  429     rate_limit_error       this token has used its …
 8   body over 32 MiB or unreadable                 413     request_too_large      request body too large or …
 9   upstream transport failure                     502     api_error              the Anthropic API is unreachable
@@ -61,6 +61,7 @@ __all__ = [
     "HOP_BY_HOP",
     "INVALID_TOKEN",
     "METHOD_REFUSED",
+    "MODEL_REFUSED",
     "OAUTH_BETA_FLAG",
     "OTHER_HOST_REFUSED",
     "REGISTRY_UNAVAILABLE",
@@ -75,8 +76,10 @@ __all__ = [
     "Refusal",
     "check_claude_request",
     "check_limits",
+    "check_model",
     "check_secret_request",
     "check_target",
+    "check_usage",
     "downstream_headers",
     "error_body",
     "extract_opaque_token",
@@ -84,6 +87,7 @@ __all__ = [
     "is_allowed_path",
     "is_relay_path_allowed",
     "merge_beta",
+    "requested_model",
     "secret_headers",
     "split_secret_target",
     "upstream_headers",
@@ -328,14 +332,41 @@ def check_secret_request(method: str, path: str, grant: tokens.Grant) -> tuple[R
     return None, host, rest
 
 
-def check_limits(
-    limits: tokens.Limits, *, requests_used: int, output_tokens_used: int, model: str | None
-) -> Refusal | None:
-    """Rows L: the limits fixed at issue time, checked before a request is relayed."""
+MODEL_REFUSED: Final = Refusal(
+    403, "permission_error", "this model is not allowed for this token", "limit refused", "limit_model"
+)
+
+
+def requested_model(body: bytes) -> str | None:
+    """The top-level ``model`` of a JSON request body; ``None`` when absent, not a string,
+    given twice, or the body is not a JSON object (a limited token then fails closed)."""
+    duplicate = False
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        nonlocal duplicate
+        keys = [key for key, _ in items]
+        duplicate = duplicate or keys.count("model") > 1
+        return dict(items)
+
+    try:
+        data = json.loads(body, object_pairs_hook=pairs)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if duplicate or not isinstance(data, dict) or not isinstance(data.get("model"), str):
+        return None
+    model: str = data["model"]
+    return model
+
+
+def check_model(limits: tokens.Limits, model: str | None) -> Refusal | None:
+    """Row L1: with a model allowlist, a request naming another model (or none) is refused."""
     if limits.models is not None and model not in limits.models:
-        return Refusal(
-            403, "permission_error", "this model is not allowed for this token", "limit refused", "limit_model"
-        )
+        return MODEL_REFUSED
+    return None
+
+
+def check_usage(limits: tokens.Limits, *, requests_used: int, output_tokens_used: int) -> Refusal | None:
+    """Row L2: the counted requests and output tokens, checked before a request is relayed."""
     if limits.max_requests is not None and requests_used >= limits.max_requests:
         return Refusal(
             429,
@@ -353,6 +384,15 @@ def check_limits(
             "limit_output_tokens",
         )
     return None
+
+
+def check_limits(
+    limits: tokens.Limits, *, requests_used: int, output_tokens_used: int, model: str | None
+) -> Refusal | None:
+    """Rows L1–L2 together, for a request that names a model (a POST with a body)."""
+    return check_model(limits, model) or check_usage(
+        limits, requests_used=requests_used, output_tokens_used=output_tokens_used
+    )
 
 
 def merge_beta(values: Iterable[str]) -> str:
