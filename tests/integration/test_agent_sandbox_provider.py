@@ -360,3 +360,37 @@ def _claude_cli() -> str:
         return find_claude_cli()
     except errors.ConfigError as exc:
         pytest.skip(f"Claude Code CLI not installed: {exc}")
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def log(self, stream: str, line: str) -> None:
+        self.lines.append((stream, line))
+
+
+async def test_invoke_with_logs_runs_verbose_and_hands_every_line_to_the_sink(env: Env) -> None:
+    stream = (FIXTURES / "stream_text.out").read_text()
+    (env.home / "out.json").write_text(stream)
+    env.claude.write_text(f"#!/bin/sh\necho \"$@\" > '{env.home}/args'\ncat '{env.home}/out.json'\n")
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    sink = Lines()
+    result = await p.runner(api=env.api, worker_env={}).invoke_with_logs(AgentConfig("hi").run_scope(RUN, "v"), sink)
+    assert result.text
+    assert "--output-format stream-json --verbose" in (env.home / "args").read_text()
+    assert [line for _, line in sink.lines] == stream.splitlines()
+
+
+async def test_periodic_reaper_deletes_expired_claims_and_stops(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    stale = p.claim_manifest(AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
+    await env.api.create(p.resources.claims, env.ns, stale)
+    handle = p.runner(api=env.api, worker_env={}).spawn_orphan_reaper(60)
+    try:
+        await wait_until(lambda: not env.claims())
+    finally:
+        await handle.stop()
+    assert not handle.running

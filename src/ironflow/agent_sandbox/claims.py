@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors
 from ironflow.agent_sandbox import models
 from ironflow.k8s import api as kube
-from ironflow.k8s import informer, labels, pods
+from ironflow.k8s import informer, labels, pods, reaper
 
 __all__ = [
     "CLAIM_SELECTOR",
@@ -32,6 +32,7 @@ __all__ = [
     "reap_claims",
     "resources",
     "run_claim_selectors",
+    "spawn_claim_reaper",
     "step_claim_selector",
     "wait_for",
 ]
@@ -222,3 +223,25 @@ async def reap_claims(
     if done:
         _log.info("reaped %d expired SandboxClaims in %s", len(done), namespace)
     return ClaimReapReport(tuple(done))
+
+
+def spawn_claim_reaper(
+    api: Callable[[], Awaitable[kube.KubeApi]], resource: kube.Resource, namespace: str, interval_s: float
+) -> reaper.OrphanReaper:
+    """Reap expired claims now and every ``interval_s`` (the pod reaper's handle; a failing pass is logged).
+
+    ``api`` connects (called before each pass, so an API that is down at start-up is retried).
+    """
+    if not interval_s > 0:
+        raise errors.ConfigError("orphan reaper interval must be greater than zero")
+
+    async def loop() -> None:
+        while True:
+            try:
+                await reap_claims(await api(), resource, namespace)
+            except errors.IronflowError as exc:
+                _log.warning("claim reaping pass failed: %s", exc)
+            await asyncio.sleep(interval_s)
+
+    task = asyncio.get_running_loop().create_task(loop(), name=f"ironflow-claim-reaper-{namespace}")
+    return reaper.OrphanReaper(task)

@@ -38,7 +38,7 @@ from ironflow import agent, errors
 from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
 from ironflow.claude import command, layout, output, profile, rate_limits
 from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods
+from ironflow.k8s import labels, pods, reaper
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.provider import LogSink
@@ -161,7 +161,7 @@ class AgentSandboxProvider:
         return self._with(network_policy=rules, network_policy_management=management)
 
     def cluster(self, cluster: object) -> AgentSandboxProvider:
-        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``)."""
+        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``); default: the pod provider's."""
         return self._with(cluster=cluster)
 
     def account_kind(self) -> str | None:
@@ -307,7 +307,8 @@ class AgentSandboxProvider:
     async def _api(self) -> kube.KubeApi:
         from ironflow.k8s import runner
 
-        return await runner.shared_api(self.settings.cluster)()
+        cluster = self.settings.cluster if self.settings.cluster is not None else self.settings.pod.settings.cluster
+        return await runner.shared_api(cluster)()
 
     def runner(
         self, *, api: kube.KubeApi | None = None, issuer: Any = None, worker_env: Mapping[str, str] | None = None
@@ -405,6 +406,10 @@ class SandboxStepRunner:
         return await claims.reap_claims(
             await self.api(), self.provider.resources.claims, self.namespace, dry_run=dry_run
         )
+
+    def spawn_orphan_reaper(self, interval_s: float) -> reaper.OrphanReaper:
+        """A background loop deleting expired claims (first pass at once); stop it with ``await h.stop()``."""
+        return claims.spawn_claim_reaper(self.api, self.provider.resources.claims, self.namespace, interval_s)
 
     async def wait_for(
         self, claim: str, condition: str = "Finished", *, timeout_s: float | None = None
