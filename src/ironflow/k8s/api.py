@@ -454,12 +454,7 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> KubeObject:
         resp = await self._open(verb, method, path, what, query=query, body=body, content_type=content_type)
-        try:
-            raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise error_for_status(0, what, message="connection lost reading the answer" + _short(exc)) from exc
-        finally:
-            resp.release()
+        raw = await _read_all(resp, what)
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -710,13 +705,7 @@ class KubeApi:
         what = f"read log of pods {_where(namespace, pod)}"
         query = _params(container=container, tailLines=tail_lines, limitBytes=limit_bytes)
         resp = await self._open("log", "GET", PODS.path(namespace, pod, "log"), what, query=query)
-        try:
-            raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise error_for_status(0, what, message="connection lost reading the log" + _short(exc)) from exc
-        finally:
-            resp.release()
-        return raw.decode(errors="replace")
+        return (await _read_all(resp, what)).decode(errors="replace")
 
     async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncGenerator[str, None]:
         """The pod's log lines (without the newline) as they are written, until the container ends."""
@@ -829,6 +818,16 @@ def _where(namespace: str | None, name: str | None) -> str:
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0][:200] if str(exc) else ""
     return f": {text}" if text else ""
+
+
+async def _read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:
+    """The whole body of an answer, then the connection back to the pool."""
+    try:
+        return await resp.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise error_for_status(0, what, message="connection lost reading the answer" + _short(exc)) from exc
+    finally:
+        resp.release()
 
 
 async def _lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]:
