@@ -85,7 +85,7 @@ async def test_wait_deleted_by_uid(kube: Any, make_pod: Any) -> None:
     async with pods.hold():
         assert not await pods.wait_deleted("reused", created["metadata"]["uid"], 0.1)
         wait = asyncio.create_task(pods.wait_deleted("reused", created["metadata"]["uid"], 5))
-        await kube.api.delete(api.PODS, kube.namespace, "reused")
+        await kube.api.delete(api.PODS, kube.namespace, "reused", grace_period_seconds=0)
         await kube.api.create(api.PODS, kube.namespace, make_pod("reused"))
         assert await wait
     assert await pods.wait_deleted("never-existed", timeout=1)
