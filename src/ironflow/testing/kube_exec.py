@@ -158,6 +158,7 @@ class ExecKubeTestServer(KubeTestServer):
 
         if request.query.get("stdin") not in ("true", "1") and process.stdin is not None:
             process.stdin.close()  # no stdin attached: the command reads EOF at once
+
         async def pump_both() -> None:
             await asyncio.gather(pump_out(process.stdout, 1), pump_out(process.stderr, 2))
 
