@@ -1,7 +1,7 @@
 """What the local sandbox adds to a short command: bare, under bubblewrap, under gVisor.
 
-The same command (``true``) runs ``--runs`` times each way through the same asyncio
-subprocess path; the bubblewrap and gVisor cases go through
+The same command (``true``) runs ``--runs`` times each way, interleaved, through the same
+asyncio subprocess path; the bubblewrap and gVisor cases go through
 ``LocalSandboxProvider.run_command`` (argv rendering, temp dir, fresh namespaces,
 teardown included). A case whose runtime is missing is reported as skipped.
 
@@ -26,40 +26,47 @@ COMMAND = ["true"]
 TARGET_BWRAP_ADDED_MS = 30.0
 
 
-async def _bare(runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(
-            *COMMAND, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-        await proc.communicate()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+async def _bare_once() -> float:
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *COMMAND, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    await proc.communicate()
+    return (time.perf_counter() - start) * 1000
 
 
-async def _sandboxed(isolation: str, runs: int) -> list[float]:
-    provider = LocalSandboxProvider(isolation=isolation, timeout=30)  # type: ignore[arg-type]
-    out = []
+async def _sandboxed_once(provider: LocalSandboxProvider) -> float:
+    start = time.perf_counter()
+    result = await provider.run_command(COMMAND)
+    elapsed = (time.perf_counter() - start) * 1000
+    if result.exit_code != 0:
+        raise SystemExit(f"{provider.isolation}: {COMMAND} failed: {result.stderr.strip()}")
+    return elapsed
+
+
+async def _measure(runs: int, isolations: list[str]) -> dict[str, list[float]]:
+    """Interleaved, so a busy machine slows every case alike rather than one of them."""
+    providers = {i: LocalSandboxProvider(isolation=i, timeout=30) for i in isolations}  # type: ignore[arg-type]
+    times: dict[str, list[float]] = {"bare": [], **{i: [] for i in isolations}}
     for _ in range(runs):
-        start = time.perf_counter()
-        result = await provider.run_command(COMMAND)
-        out.append((time.perf_counter() - start) * 1000)
-        if result.exit_code != 0:
-            raise SystemExit(f"{isolation}: {COMMAND} failed: {result.stderr.strip()}")
-    return out
+        times["bare"].append(await _bare_once())
+        for isolation, provider in providers.items():
+            times[isolation].append(await _sandboxed_once(provider))
+    return times
 
 
 async def main(runs: int) -> None:
-    bare = statistics.median(await _bare(runs))
+    available = [i for i, binary in (("bwrap", "bwrap"), ("gvisor", "runsc")) if shutil.which(binary) is not None]
+    times = await _measure(runs, available)
+    bare = statistics.median(times["bare"])
     rows: list[tuple[str, float, float]] = [("bare", bare, 0.0)]
     added: dict[str, float] = {}
     for isolation, binary in (("bwrap", "bwrap"), ("gvisor", "runsc")):
-        if shutil.which(binary) is None:
+        if isolation not in times:
             rows.append((f"{isolation} (skipped: {binary} missing)", math.nan, math.nan))
             added[isolation] = math.nan
             continue
-        median = statistics.median(await _sandboxed(isolation, runs))
+        median = statistics.median(times[isolation])
         added[isolation] = median - bare
         rows.append((isolation, median, median - bare))
     print(f"{'case':<34} {'median ms':>10} {'added ms':>10}   ({runs} runs each, `{' '.join(COMMAND)}`)")
