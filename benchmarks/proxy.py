@@ -9,6 +9,7 @@ with a Lua script, 64 concurrent connections, a few seconds per scenario:
 * ``memory``     wrk → ``python -m ironflow.auth_proxy --workers N`` (in-memory registry in the
                  parent, shared over the hub socket, cached in each worker) → upstream
 * ``postgres``   wrk → ``python -m ironflow.auth_proxy --workers N`` (PostgreSQL registry) → upstream
+* ``bare``       reference only: a minimal aiohttp relay (no token, policy, metrics or logs), N processes
 
 Every feature of the proxy is on: token check, header policy, metrics, and JSON logs
 at ``info`` (one ``relayed`` line per request, written to a file). Proxy CPU per
@@ -133,7 +134,7 @@ def _nginx(workdir: Path, name: str, server_block: str) -> Iterator[None]:
     conf.write_text(
         f"""
 daemon off;
-worker_processes 1;
+worker_processes auto;
 pid {root}/nginx.pid;
 error_log {root}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -285,6 +286,41 @@ async def _issue(url: str) -> str:
         return issued.token.reveal()
 
 
+#: Reference point only (not ironflow): the smallest aiohttp relay, no token, policy, metrics or logs.
+BARE_RELAY = """
+import asyncio, sys
+import aiohttp
+from aiohttp import web
+
+UPSTREAM = sys.argv[2]
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+async def relay(request):
+    session = request.app["session"]
+    body = await request.read()
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+    async with session.request(request.method, UPSTREAM + request.rel_url.raw_path_qs, headers=headers,
+                               data=body or None) as upstream:
+        response = web.StreamResponse(status=upstream.status,
+                                      headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP})
+        await response.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+async def session_ctx(app):
+    app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+    yield
+    await app["session"].close()
+
+app = web.Application()
+app.router.add_route("*", "/{tail:.*}", relay)
+app.cleanup_ctx.append(session_ctx)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), reuse_port=True, access_log=None, print=None)
+"""
+
+
 def _proxy_env(port: int, upstream_port: int, database_url: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IRONFLOW_", "ANTHROPIC_", "CLAUDE_"))}
     env.update(
@@ -320,7 +356,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ironflow-bench-") as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o755)  # noqa: S103 - nginx workers run as nobody and read the stream file
-        upstream_port, nginx_port, memory_port, pg_port = (_free_port() for _ in range(4))
+        upstream_port, nginx_port, memory_port, pg_port, bare_port = (_free_port() for _ in range(5))
         plain = _wrk_script(workdir, None)
         body_file = workdir / "stream.txt"
         body_file.write_text(body)
@@ -339,6 +375,24 @@ def main() -> None:
                             cpu_pids=[])  # fmt: skip
             runs.append(_wrk("nginx", f"http://127.0.0.1:{nginx_port}{url}", plain, connections=c, seconds=s,
                              cpu_pids=[]))  # fmt: skip
+            bare = [
+                subprocess.Popen(
+                    [sys.executable, "-c", BARE_RELAY, str(bare_port), f"http://127.0.0.1:{upstream_port}"],
+                    stderr=subprocess.DEVNULL,
+                )
+                for _ in range(args.workers)
+            ]
+            try:
+                _wait_port(bare_port)
+                time.sleep(0.5)
+                runs.append(
+                    _wrk(f"bare aiohttp relay ({args.workers} proc)", f"http://127.0.0.1:{bare_port}{url}", plain,
+                         connections=c, seconds=s, cpu_pids=[b.pid for b in bare])
+                )  # fmt: skip
+            finally:
+                for proc in bare:
+                    proc.terminate()
+                    proc.wait(10)
             memory_argv = [sys.executable, "-m", "ironflow.auth_proxy", "--workers", str(args.workers)]
             with _proxy(memory_argv, _proxy_env(memory_port, upstream_port), memory_port, workdir / "memory.log") as p:
                 time.sleep(1.0)  # every worker bound
