@@ -120,3 +120,22 @@ def test_merge_patch_removes_dropped_fields_and_keeps_foreign_labels() -> None:
     desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 2}}
     assert apply.merge_patch_to(current, desired) == {"spec": {"replicas": 2, "updateStrategy": None}}
     assert apply.merge_patch_to(desired, desired) == {}
+
+
+def test_apply_template_reads_agent_sandbox_settings_and_warns_about_the_proxy(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text(
+        "pod:\n  image: img\n  sandboxed: true\n  namespace: agents\n  auth_proxy: http://auth-proxy:8080\n"
+        "template: claude\nreplicas: 2\n"
+    )
+    code, out, err = run(app, "apply-template", "--provider", str(path), "--dry-run", "-o", "json")
+    assert code == 0
+    template, pool = json.loads(out)
+    assert template["metadata"]["name"] == "claude"
+    assert pool["spec"]["replicas"] == 2
+    assert err.startswith("warning: the controller's default NetworkPolicy")
+    code, out, _ = run(app, "apply-template", "--provider", str(path), "--dry-run", "--replicas", "5", "-n", "other")
+    _, pool = yaml.safe_load_all(out)
+    assert (pool["metadata"]["namespace"], pool["spec"]["replicas"]) == ("other", 5)

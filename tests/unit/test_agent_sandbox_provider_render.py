@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ironflow import errors
@@ -143,3 +145,63 @@ def test_has_condition_reads_status_conditions() -> None:
     assert claims.has_condition(obj, "Finished")
     assert not claims.has_condition(obj, "Ready")
     assert not claims.has_condition({}, "Finished")
+
+
+SETTINGS = {
+    "pod": {"image": "ghcr.io/acme/claude-runner:1", "sandboxed": True, "namespace": "agents"},
+    "template": "claude",
+    "warm_pool": "hot",
+    "replicas": 4,
+    "api_version": "v1alpha1",
+    "ready_timeout_seconds": 30,
+    "network_policy": {"ingress": [], "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}]}]},
+}
+
+
+def test_settings_load_from_a_mapping() -> None:
+    p = AgentSandboxProvider.from_dict(SETTINGS)
+    s = p.settings
+    assert (s.namespace, s.template, s.pool, s.replicas, str(s.api_version), s.ready_timeout_s) == (
+        "agents",
+        "claude",
+        "hot",
+        4,
+        "v1alpha1",
+        30.0,
+    )
+    template, _ = p.template_objects()
+    assert template["spec"]["networkPolicy"]["egress"] == SETTINGS["network_policy"]["egress"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"replica": 1}, "unknown setting 'replica'"),
+        ({"pod": None}, "setting 'pod' is required"),
+        ({"pod": {"image": "img"}}, "must set 'sandboxed: true'"),
+        ({"replicas": "3"}, "setting 'replicas' must be an integer, got str"),
+        ({"replicas": True}, "setting 'replicas' must be an integer, got bool"),
+        ({"network_policy": "open"}, "must be default, unmanaged"),
+        ({"network_policy": {"egress": {}}}, "takes lists 'ingress' and 'egress' only"),
+        ({"api_version": "v2"}, "v1alpha1 or v1beta1"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(change: dict[str, object], message: str) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        AgentSandboxProvider.from_dict({**SETTINGS, **change})
+
+
+def test_settings_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError, match="cannot read provider file"):
+        AgentSandboxProvider.from_file(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pod: [\n")
+    with pytest.raises(errors.ConfigError, match="is not valid YAML"):
+        AgentSandboxProvider.from_file(bad)
+
+
+def test_a_proxied_pod_under_the_default_network_policy_is_warned_about() -> None:
+    (warning,) = AgentSandboxProvider(PROXIED).template_warnings()
+    assert "may not reach the auth proxy at http://auth-proxy.ironflow:8080" in warning
+    assert AgentSandboxProvider(PROXIED).network_policy(None, managed=False).template_warnings() == ()
+    assert AgentSandboxProvider(POD).template_warnings() == ()

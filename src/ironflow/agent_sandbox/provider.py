@@ -32,7 +32,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
+
+import yaml
 
 from ironflow import agent, errors
 from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
@@ -60,6 +63,15 @@ DEFAULT_READY_TIMEOUT_S: Final = 120.0
 TOKEN_DIR: Final = ".ironflow"  # noqa: S105 - a directory name
 _CLAIM_PREFIX: Final = "claude-claim"
 _RUN_LABELS: Final = (labels.LABEL_RUN_ID, labels.LABEL_STEP, labels.LABEL_ROOT_RUN_ID)
+_YAML_KEYS: Final = (
+    "pod",
+    "template",
+    "warm_pool",
+    "replicas",
+    "api_version",
+    "ready_timeout_seconds",
+    "network_policy",
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,10 @@ class AgentSandboxProvider:
 
     # -- builders --
 
+    def namespace(self, namespace: str) -> AgentSandboxProvider:
+        """Where claims, the template and the pool live (the pod provider's namespace)."""
+        return self._with(pod=self.settings.pod.namespace(namespace))
+
     def template(self, name: str) -> AgentSandboxProvider:
         """The SandboxTemplate (and default pool) name."""
         manifests.check(models.SandboxWarmPool(name=name, template=name))
@@ -167,6 +183,85 @@ class AgentSandboxProvider:
     def account_kind(self) -> str | None:
         """As the pod provider: ``claude_subscription`` only with an auth proxy."""
         return self.settings.pod.account_kind()
+
+    # -- loading from YAML --
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> AgentSandboxProvider:
+        """Load settings from YAML: ``pod:`` (the ephemeral provider's schema, ``sandboxed: true``),
+        and ``template``, ``warm_pool``, ``replicas``, ``api_version``, ``ready_timeout_seconds``,
+        ``network_policy`` (``default``, ``unmanaged``, or ``{ingress: [...], egress: [...]}``).
+
+        Raises:
+            ConfigError: unreadable file, bad YAML, an unknown key (named), a wrong type.
+        """
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot read provider file '{path}': {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, Mapping):
+            raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentSandboxProvider:
+        """Build from a mapping of settings (see :meth:`from_file`); every builder's check applies."""
+        unknown = sorted(set(data) - set(_YAML_KEYS))
+        if unknown:
+            raise errors.ConfigError(f"unknown setting '{unknown[0]}'; known: {', '.join(_YAML_KEYS)}")
+        if not isinstance(data.get("pod"), Mapping):
+            raise errors.ConfigError("setting 'pod' is required: the pod settings (image, sandboxed: true, ...)")
+        pod = K8sEphemeralProvider.from_dict(data["pod"])
+        if not pod.is_sandboxed:
+            raise errors.ConfigError("setting 'pod' must set 'sandboxed: true': agent-sandbox pods are always hardened")
+        p = cls(pod)
+
+        def typed(key: str, kind: type | tuple[type, ...], what: str) -> Any:
+            value = data[key]
+            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+                raise errors.ConfigError(f"setting '{key}' must be {what}, got {type(value).__name__}")
+            return value
+
+        if data.get("template") is not None:
+            p = p.template(typed("template", str, "a string"))
+        if data.get("warm_pool") is not None or data.get("replicas") is not None:
+            pool = typed("warm_pool", str, "a string") if data.get("warm_pool") is not None else None
+            replicas = typed("replicas", int, "an integer") if data.get("replicas") is not None else 1
+            p = p.warm_pool(pool, replicas=replicas)
+        if data.get("api_version") is not None:
+            p = p.api_version(typed("api_version", str, "v1alpha1 or v1beta1"))
+        if data.get("ready_timeout_seconds") is not None:
+            p = p.ready_timeout(typed("ready_timeout_seconds", (int, float), "a number"))
+        policy = data.get("network_policy")
+        if policy == "unmanaged":
+            p = p.network_policy(None, managed=False)
+        elif isinstance(policy, Mapping):
+            extra = sorted(set(policy) - {"ingress", "egress"})
+            if extra or not all(isinstance(policy.get(k, []), list) for k in ("ingress", "egress")):
+                raise errors.ConfigError("setting 'network_policy' takes lists 'ingress' and 'egress' only")
+            rules = models.NetworkPolicyRules(tuple(policy.get("ingress", [])), tuple(policy.get("egress", [])))
+            p = p.network_policy(rules)
+        elif policy not in (None, "default"):
+            raise errors.ConfigError("setting 'network_policy' must be default, unmanaged, or {ingress, egress}")
+        return p
+
+    def template_warnings(self) -> tuple[str, ...]:
+        """What the template allows but the steps probably cannot live with (pure)."""
+        s = self.settings
+        proxy = s.pod.settings.auth_proxy_url
+        default_policy = s.network_policy is None and s.network_policy_management in (
+            None,
+            models.NetworkPolicyManagement.MANAGED,
+        )
+        if proxy is not None and default_policy:
+            return (
+                f"the controller's default NetworkPolicy blocks cluster DNS and private addresses: the agent may not "
+                f"reach the auth proxy at {proxy}; allow it with network_policy rules, or set the policy unmanaged "
+                "and rely on ironflow's egress-profile policies",
+            )
+        return ()
 
     # -- pure rendering --
 

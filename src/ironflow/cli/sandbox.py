@@ -61,13 +61,24 @@ def parse_egress(text: str) -> tuple[str, int | None]:
     return match["cidr"], port
 
 
-def _pod_provider(path: Path | None, image: str, namespace: str) -> K8sEphemeralProvider:
+def _load(path: Path | None, image: str) -> AgentSandboxProvider:
+    """The provider of a settings file: agent-sandbox settings (a ``pod:`` section) or pod settings alone."""
     if path is None:
-        return K8sEphemeralProvider.sandboxed(image).namespace(namespace)
-    provider = K8sEphemeralProvider.from_file(path)
-    if not provider.is_sandboxed:
+        return AgentSandboxProvider(K8sEphemeralProvider.sandboxed(image))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        _bad_input(f"cannot read provider file '{path}': {exc.strerror}")
+    except yaml.YAMLError as exc:
+        _bad_input(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+    if not isinstance(data, dict):
+        _bad_input(f"provider file '{path}' must hold a mapping of settings")
+    if "pod" in data:
+        return AgentSandboxProvider.from_dict(data)
+    pod = K8sEphemeralProvider.from_dict(data)
+    if not pod.is_sandboxed:
         _bad_input(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
-    return provider
+    return AgentSandboxProvider(pod)
 
 
 def _emit(objects: list[dict[str, Any]], output: OutputFormat) -> None:
@@ -118,7 +129,7 @@ def render(
     except ValueError as exc:
         _bad_input(str(exc))
     try:
-        pod = _pod_provider(provider_file, image, namespace or "default") if provider_file is not None else None
+        pod = _load(provider_file, image).settings.pod if provider_file is not None else None
         opts = patterns.PatternOptions(
             name=name,
             namespace=namespace or (pod.settings.namespace if pod is not None else "default"),
@@ -149,10 +160,14 @@ def apply_template(
     ] = None,
     image: Annotated[str, typer.Option("--image", help="Runner image (without --provider).")] = patterns.DEFAULT_IMAGE,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Overrides the provider's.")] = None,
-    template: Annotated[str, typer.Option("--template", help="SandboxTemplate name.")] = "ironflow-agent",
+    template: Annotated[
+        str | None, typer.Option("--template", help="SandboxTemplate name (default: the file's, else ironflow-agent).")
+    ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="SandboxWarmPool name (default: the template's).")] = None,
-    replicas: Annotated[int, typer.Option("--replicas", help="Warm sandboxes to keep ready.")] = 1,
-    api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 or v1alpha1.")] = "v1beta1",
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", help="Warm sandboxes to keep ready (default 1).")
+    ] = None,
+    api_version: Annotated[str | None, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the objects; send nothing.")] = False,
     output: Annotated[
         OutputFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
@@ -168,15 +183,21 @@ def apply_template(
     if kubeconfig is not None and not kubeconfig.is_file():
         _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
     try:
-        pod = _pod_provider(provider_file, image, namespace or "default")
+        provider = _load(provider_file, image)
         if namespace is not None:
-            pod = pod.namespace(namespace)
-        provider = (
-            AgentSandboxProvider(pod).template(template).warm_pool(pool, replicas=replicas).api_version(api_version)
-        )
+            provider = provider.namespace(namespace)
+        if template is not None:
+            provider = provider.template(template)
+        if pool is not None or replicas is not None:
+            s = provider.settings
+            provider = provider.warm_pool(pool or s.warm_pool, replicas=s.replicas if replicas is None else replicas)
+        if api_version is not None:
+            provider = provider.api_version(api_version)
         objects = provider.template_objects()
     except errors.IronflowError as exc:
         _bad_input(" ".join(exc.message.split()))
+    for warning in provider.template_warnings():
+        typer.echo(f"warning: {warning}", err=True)
     if dry_run:
         _emit(objects, output)
         return
@@ -185,7 +206,7 @@ def apply_template(
     )
     err = Console(stderr=True)
     try:
-        with err.status(f"applying template {template} in {provider.settings.namespace}..."):
+        with err.status(f"applying template {provider.settings.template} in {provider.settings.namespace}..."):
             applied = asyncio.run(_apply(provider, cluster))
     except errors.KubeClientConfigError as exc:
         _bad_input(" ".join(exc.message.split()))
