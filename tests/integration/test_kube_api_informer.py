@@ -174,3 +174,22 @@ async def _eventually_async(check: Any) -> bool:
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+async def test_wait_deleted_does_not_trust_a_lagging_cache(kube: Any, make_pod: Any) -> None:
+    """A pod the API shows but the cache has not seen yet is not reported gone: the informer asks
+    the API once, then waits for the DELETED event."""
+    server = kube.need_server()
+    pods = informer.informer_for(kube.api, kube.namespace)
+    async with pods.hold():
+        await pods.wait_synced()
+        server.fail("watch", "pods", status=503, times=3)  # the watch is down for a while...
+        server.drop_watches()
+        created = await kube.api.create(api.PODS, kube.namespace, make_pod("lagging"))  # ...and misses this
+        uid = created["metadata"]["uid"]
+        assert pods.get("lagging") is None
+        assert not await pods.wait_deleted("lagging", uid, 0.1)
+        wait = asyncio.create_task(pods.wait_deleted("lagging", uid, 5))
+        await kube.api.delete(api.PODS, kube.namespace, "lagging", grace_period_seconds=0)
+        assert await wait
+        assert await pods.wait_deleted("lagging", uid, 1)  # gone for good: confirmed by the API too

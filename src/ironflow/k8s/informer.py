@@ -44,6 +44,8 @@ class _Waiter:
     name: str
     predicate: Predicate | None  # None: waiting for deletion
     uid: str | None
+    #: The API showed the object while the cache did not (yet): absence proves nothing then.
+    present: bool = False
     future: asyncio.Future[api.KubeObject | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -201,11 +203,25 @@ class Informer:
 
     async def _wait(self, waiter: _Waiter, timeout: float | None) -> api.KubeObject | None:  # noqa: ASYNC109
         async with self.hold():
+            was_synced = self._synced.is_set() and self.running
             try:
                 async with asyncio.timeout(timeout):
                     await self._wait_synced()
                     self._waiters.setdefault(waiter.name, set()).add(waiter)
-                    self._check(waiter, self._cache.get(waiter.name), deleted=False)
+                    cached = self._cache.get(waiter.name)
+                    if (
+                        was_synced
+                        and waiter.predicate is None
+                        and waiter.uid is not None
+                        and not _has_uid(cached, waiter.uid)
+                    ):
+                        # The cache may lag behind what the caller just read from the API: ask once.
+                        # The waiter is registered first, so a DELETED event during the GET counts.
+                        waiter.present = True
+                        if not await self._exists(waiter.name, waiter.uid) and not waiter.future.done():
+                            waiter.future.set_result(None)
+                    else:
+                        self._check(waiter, cached, deleted=False)
                     return await waiter.future
             except TimeoutError:
                 if waiter.predicate is None:
@@ -217,6 +233,13 @@ class Informer:
                     waiters.discard(waiter)
                     if not waiters:
                         del self._waiters[waiter.name]
+
+    async def _exists(self, name: str, uid: str) -> bool:
+        try:
+            obj = await self.api.get(self.resource, self.namespace, name)
+        except errors.KubeNotFound:
+            return False
+        return _has_uid(obj, uid)
 
     # -- the watch --
 
@@ -249,6 +272,11 @@ class Informer:
                 self._notify(obj, deleted=True)
             for obj in fresh.values():
                 self._notify(obj, deleted=False)
+            for waiters in list(self._waiters.values()):  # a fresh list is newer than any GET
+                for waiter in list(waiters):
+                    if waiter.present:
+                        waiter.present = False
+                        self._check(waiter, fresh.get(waiter.name), deleted=False)
             return
         name = event.object.get("metadata", {}).get("name", "")
         if event.type == "DELETED":
@@ -268,6 +296,8 @@ class Informer:
             return
         uid_matches = obj is not None and (waiter.uid is None or obj["metadata"].get("uid") == waiter.uid)
         if waiter.predicate is None:  # waiting for deletion
+            if waiter.present and not deleted:
+                return  # the cache has not caught up with the API yet: only a DELETED event counts
             if obj is None and not deleted:
                 waiter.future.set_result(None)  # synced and absent: already gone
             elif obj is not None and not deleted and waiter.uid is not None and not uid_matches:
@@ -291,6 +321,10 @@ class Informer:
             for waiter in waiters:
                 if not waiter.future.done():
                     waiter.future.set_exception(exc)
+
+
+def _has_uid(obj: api.KubeObject | None, uid: str) -> bool:
+    return obj is not None and obj.get("metadata", {}).get("uid") == uid
 
 
 class PodInformer(Informer):
