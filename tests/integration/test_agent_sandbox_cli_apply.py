@@ -1,0 +1,51 @@
+"""``ironflow sandbox apply-template`` against the Kubernetes test server (with the shipped CRDs)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from ironflow.agent_sandbox import claims, schemas
+from ironflow.cli import sandbox
+from ironflow.testing.kube import KubeTestServer
+
+
+def app() -> typer.Typer:
+    application = typer.Typer()
+
+    @application.callback()
+    def _root() -> None:
+        pass
+
+    sandbox.register(application)
+    return application
+
+
+async def run(*args: str) -> tuple[int, str, str]:
+    result = await asyncio.to_thread(CliRunner().invoke, app(), ["sandbox", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_apply_template_creates_updates_and_reports_api_failures(tmp_path: Path) -> None:
+    async with KubeTestServer() as server:
+        for crd in schemas.crd_documents("v0.5.6"):
+            server.register_crd(crd)
+        server.create_namespace("agents")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(server.kubeconfig_yaml())
+        base = ("apply-template", "--kubeconfig", str(kubeconfig), "-n", "agents", "--template", "claude")
+        code, out, err = await run(*base, "--replicas", "2")
+        assert code == 0, err
+        assert out.splitlines() == ["sandboxtemplate/claude created", "sandboxwarmpool/claude created"]
+        code, out, _ = await run(*base, "--replicas", "3")
+        assert out.splitlines() == ["sandboxtemplate/claude unchanged", "sandboxwarmpool/claude updated"]
+        pool = server.get_object(claims.resources().pools, "agents", "claude")
+        assert pool is not None
+        assert pool["spec"]["replicas"] == 3
+        server.deny("sandboxwarmpools", "patch")
+        code, out, err = await run(*base, "--replicas", "4")
+        assert code == 1
+        assert "error: patch sandboxwarmpools agents/claude: HTTP 403" in err
