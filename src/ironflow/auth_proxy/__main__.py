@@ -28,6 +28,12 @@ EXIT_CONFIG = 2
 EXIT_REGISTRY = 1
 
 
+async def _flush_logs_forever(interval_s: float = 0.2) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        logs.flush()
+
+
 async def serve(cfg: config.AuthProxyConfig, *, reuse_port: bool = False) -> None:
     """Serve until SIGINT or SIGTERM, then drain and close the registry."""
     stop = asyncio.Event()
@@ -42,11 +48,16 @@ async def serve(cfg: config.AuthProxyConfig, *, reuse_port: bool = False) -> Non
                 registry="postgres" if cfg.database_url is not None else "memory",
                 pid=os.getpid(),
             )
-            await stop.wait()
+            flusher = loop.create_task(_flush_logs_forever(), name="ironflow-auth-proxy-log-flush")
+            try:
+                await stop.wait()
+            finally:
+                flusher.cancel()
             logs.event("auth proxy shutting down")
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+        logs.flush()
 
 
 async def _supervise(workers: int, env: dict[str, str], hub_socket: str | None) -> int:
@@ -105,7 +116,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except ConfigError as exc:
         print(f"ironflow auth-proxy: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, batched=True)
     for warning in cfg.warnings:
         logs.event(warning, 30)
     if args.workers > 1:

@@ -7,13 +7,23 @@ a credential, a header value or a query string cannot slip in through a format s
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import sys
 import time
 from typing import Any, Final
 
-__all__ = ["LOGGER_NAME", "JsonFormatter", "configure", "event", "logger", "scrub_framework_logs"]
+__all__ = [
+    "LOGGER_NAME",
+    "BatchingHandler",
+    "JsonFormatter",
+    "configure",
+    "event",
+    "flush",
+    "logger",
+    "scrub_framework_logs",
+]
 
 LOGGER_NAME: Final = "ironflow.auth_proxy"
 logger: Final = logging.getLogger(LOGGER_NAME)
@@ -77,10 +87,53 @@ def scrub_framework_logs() -> None:
             framework.addFilter(_SCRUB)
 
 
-def configure(level: str = "info") -> None:
-    """JSON lines on stderr at ``level`` (``RUST_LOG``-style: its first word, e.g. ``info``)."""
+class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each line into the stream's buffer; :func:`flush` (called a few times a second
+    by the server, and at exit) pushes them out: one write per batch, not per request.
+    Warnings and errors are flushed at once."""
+
+    def flush(self) -> None:
+        pass
+
+    def flush_now(self) -> None:
+        with self.lock or _NO_LOCK:
+            super().flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if record.levelno >= logging.WARNING:
+            self.flush_now()
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK: Final = _NoLock()
+
+
+def flush() -> None:
+    """Push buffered log lines out (see :class:`BatchingHandler`)."""
+    for handler in logger.handlers:
+        if isinstance(handler, BatchingHandler):
+            handler.flush_now()
+
+
+def configure(level: str = "info", *, batched: bool = False) -> None:
+    """JSON lines on stderr at ``level`` (``RUST_LOG``-style: its first word, e.g. ``info``).
+
+    ``batched`` buffers info lines until :func:`flush`; the server process flushes every 0.2 s.
+    """
     name = level.split(",")[0].split("=")[-1].strip().lower() or "info"
-    handler = logging.StreamHandler(sys.stderr)
+    stream = sys.stderr
+    if batched:
+        stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False, encoding="utf-8")  # noqa: SIM115
+        atexit.register(stream.close)  # flushes what is left; stderr itself stays open
+    handler: logging.StreamHandler = (BatchingHandler if batched else logging.StreamHandler)(stream)  # type: ignore[type-arg]
     handler.setFormatter(JsonFormatter())
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS.get(name, logging.INFO))
