@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ironflow.agent_sandbox import apply, patterns, schemas
@@ -139,3 +142,39 @@ def test_apply_template_reads_agent_sandbox_settings_and_warns_about_the_proxy(
     code, out, _ = run(app, "apply-template", "--provider", str(path), "--dry-run", "--replicas", "5", "-n", "other")
     _, pool = yaml.safe_load_all(out)
     assert (pool["metadata"]["namespace"], pool["spec"]["replicas"]) == ("other", 5)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+    max_leaves=12,
+)
+_spec = st.dictionaries(st.text(max_size=4), _json, max_size=5)
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+@settings(max_examples=60)
+@given(_spec, _spec)
+def test_merge_patch_applied_to_the_stored_spec_gives_the_desired_spec(current: Any, desired: Any) -> None:
+    """Null values cannot be sent in a merge patch, so desired specs carry none (as rendered ones)."""
+    desired = _no_nulls(desired)
+    patch = apply.merge_patch_to({"spec": current}, {"spec": desired})
+    assert _merge(current, patch.get("spec", {})) == desired
