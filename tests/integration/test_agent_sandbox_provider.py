@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -394,3 +395,18 @@ async def test_periodic_reaper_deletes_expired_claims_and_stops(env: Env) -> Non
     finally:
         await handle.stop()
     assert not handle.running
+
+
+async def test_the_token_never_reaches_logs_errors_or_api_objects(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    env.claude.write_text("#!/bin/sh\necho 'agent crashed' >&2\nexit 2\n")
+    p = env.provider(replicas=1, proxied=True)
+    await env.apply_template(p)
+    issuer = FakeIssuer()
+    with pytest.raises(errors.ProcessFailed) as caught:
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "leak"))
+    objects = [env.server.objects(r, env.ns) for r in (*vars(p.resources).values(), k8s.PODS, k8s.CONFIGMAPS)]
+    haystacks = [caplog.text, str(caught.value), repr(caught.value), objects, [e.command for e in env.server.execs]]
+    assert issuer.tokens
+    assert find_leaks(issuer.tokens, *haystacks) == []
+    assert issuer.revoked == ["tok-000000000001"]

@@ -205,3 +205,9 @@ def test_a_proxied_pod_under_the_default_network_policy_is_warned_about() -> Non
     assert "may not reach the auth proxy at http://auth-proxy.ironflow:8080" in warning
     assert AgentSandboxProvider(PROXIED).network_policy(None, managed=False).template_warnings() == ()
     assert AgentSandboxProvider(POD).template_warnings() == ()
+
+
+def test_provider_repr_holds_no_admin_key_or_env_value() -> None:
+    pod = PROXIED.auth_proxy_admin_key("admin-key-value-123").env("API_HINT", "plain-value-456")
+    text = repr(AgentSandboxProvider(pod))
+    assert find_leaks(["admin-key-value-123", "plain-value-456"], text) == []
