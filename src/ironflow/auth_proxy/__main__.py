@@ -96,7 +96,7 @@ def run_workers(workers: int, env: Mapping[str, str] | None = None, *, shared_me
 def _use_uvloop() -> None:
     """uvloop when installed (about a third less CPU per relayed request); asyncio's loop otherwise."""
     try:
-        import uvloop
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # optional dependency
     except ImportError:
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
