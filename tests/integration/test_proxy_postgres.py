@@ -187,7 +187,7 @@ async def test_limits_and_usage_survive_in_the_database(dsn: str) -> None:
         await opened.close()
 
 
-async def test_secret_grant_round_trips_through_columns(dsn: str) -> None:
+async def test_secret_credential_round_trips_through_columns(dsn: str) -> None:
     opened = await PostgresRegistry.open(Secret(dsn), KeyRing.from_spec(KEY1))
     try:
         token = tokens.new_token().reveal()
