@@ -379,3 +379,13 @@ async def test_releasing_a_root_run_kills_the_steps_of_its_sub_runs(fake: FakeAn
     with pytest.raises(errors.ProcessFailed):
         await task
     assert _leftovers("claude.exe")[0] == []
+
+
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_a_gvisor_setup_failure_is_a_sandbox_error_not_a_failed_step(fake: FakeAnthropic) -> None:
+    provider = _provider(fake, "gvisor")
+    with pytest.raises(errors.SandboxError, match="setup failed: cd '/does/not/exist'"):
+        await provider.run_command(["true"], working_dir="/does/not/exist")
+    missing = await provider.run_command(["/does/not/exist"])  # the step's own failure: a result
+    assert missing.exit_code != 0

@@ -167,7 +167,16 @@ def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> No
     hide_tmp = script.index("tmpfs '/tmp'")
     assert copy < hide_tmp
     assert "uid=10001,gid=10001,size=99 tmpfs '/home/claude'" in script
-    assert script.startswith("set -e")
+    assert script.startswith("_ifl_fail()")
+
+
+def test_every_gvisor_setup_line_reports_its_own_failure() -> None:
+    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), managed_settings_dir="/m"))
+    body = script.splitlines()[1:-1]
+    assert body
+    assert all(line.startswith("{ ") and " || _ifl_fail '" in line for line in body)
+    assert gvisor.SETUP_FAILED in script.splitlines()[0]
+    assert script.splitlines()[-1].startswith("exec setpriv")
 
 
 def test_a_seccomp_program_is_read_from_the_given_descriptor() -> None:

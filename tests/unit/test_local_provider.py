@@ -158,3 +158,22 @@ def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings()
         provider.LocalSandboxProvider(home_size_bytes=0)
     with pytest.raises(errors.ConfigError, match="managed settings 'strict' is not JSON"):
         provider.LocalSandboxProvider(managed_settings_presets={"strict": {"x": object()}})
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "is_sandbox_error"),
+    [
+        (1, "bwrap: Can't mkdir /x: Read-only file system\n", True),
+        (125, "ironflow-sandbox: setup failed: cd '/nope'\n", True),
+        (128, "starting container: starting root container: starting sandbox: boom\n", True),
+        (128, "my tool exits 128 on its own\n", False),
+        (1, "some step error mentioning bwrap: later\n", False),
+        (0, "bwrap: warnings on success do not matter\n", False),
+    ],
+)
+def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is_sandbox_error: bool) -> None:
+    if is_sandbox_error:
+        with pytest.raises(errors.SandboxError, match="sandbox could not start the step"):
+            provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+    else:
+        provider._raise_if_sandbox_failed(code, stderr, "gvisor")

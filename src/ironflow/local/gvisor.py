@@ -26,9 +26,11 @@ from ironflow import errors
 from ironflow.claude import command, layout
 from ironflow.local import bwrap
 
-__all__ = ["GvisorSettings", "ProxyBridge", "gvisor_argv", "setup_script"]
+__all__ = ["SETUP_FAILED", "GvisorSettings", "ProxyBridge", "gvisor_argv", "setup_script"]
 
 _Q = command.shell_quote
+#: What the setup script prints (then exit 125) when one of its lines fails.
+SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
@@ -69,7 +71,7 @@ def setup_script(settings: GvisorSettings) -> str:
         if size <= 0:
             raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
     uid = settings.uid
-    lines = ["set -e"]
+    lines: list[str] = []
     # Copies come first: the host temp dirs holding them live under the /tmp we hide next.
     if settings.managed_settings_dir is not None:
         dest = _Q(layout.MANAGED_SETTINGS_DIR)
@@ -97,8 +99,10 @@ def setup_script(settings: GvisorSettings) -> str:
     drop = (
         f"exec setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
     )
-    lines.append(" ".join([drop, *(_Q(a) for a in settings.command)]))
-    return "\n".join(lines)
+    # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
+    guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
+    fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'
+    return "\n".join([fail, *guarded, " ".join([drop, *(_Q(a) for a in settings.command)])])
 
 
 def gvisor_argv(settings: GvisorSettings) -> list[str]:

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -55,6 +56,7 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 DEFAULT_TIMEOUT_S: Final = 600.0
+_RUNSC_FAILURE: Final = re.compile(r"(starting|running|creating) (root )?container: ")
 
 
 @dataclass(frozen=True)
@@ -473,10 +475,17 @@ def _which(name: str) -> str:
 
 
 def _raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolation) -> None:
-    """bubblewrap reports its own failures as ``bwrap: …`` with exit code 1."""
-    first = stderr.strip().splitlines()[0] if stderr.strip() else ""
-    if code != 0 and first.startswith("bwrap:"):
-        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(first, 500)}")
+    """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
+    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
+    if code == 0:
+        return
+    lines = stderr.strip().splitlines()
+    first = lines[0] if lines else ""
+    runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
+    setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
+    if first.startswith("bwrap:") or runsc_failed or setup_failed:
+        reason = next((line for line in lines if _RUNSC_FAILURE.match(line) or gvisor.SETUP_FAILED in line), first)
+        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(reason, 500)}")
 
 
 def _record_rate_limits(config: AgentConfig, logs: str) -> None:
