@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -547,3 +548,22 @@ async def test_purge_task_drops_expired_grants(caplog: pytest.LogCaptureFixture)
             await asyncio.sleep(0.02)
     assert await shared.count() == 0
     assert any(json.loads(line)["event"] == "expired auth proxy tokens purged" for line in _log_lines(caplog))
+
+
+async def test_unix_socket_proxy_issues_and_relays(tmp_path: Path) -> None:
+    """The local sandbox's shape: the proxy on a unix socket, its admin client on the same socket."""
+    socket_path = str(tmp_path / "proxy.sock")
+    async with FakeAnthropic() as fake:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=fake.url)
+        async with run_auth_proxy(config, unix_socket=socket_path) as proxy, proxy.admin_client() as admin:
+            assert proxy.unix_socket == socket_path
+            issued = await admin.issue("run-u", "s", int(time.time()) + 60, credential=API_CRED)
+            connector = aiohttp.UnixConnector(path=socket_path)
+            async with (
+                aiohttp.ClientSession(connector=connector) as http,
+                http.post(proxy.url + "/v1/messages", json=MESSAGE, headers={"x-api-key": issued.token.reveal()}) as r,
+            ):
+                assert r.status == 200
+                assert "OK" in await r.text()
+            assert await admin.revoke(issued.id)
+    assert fake.message_requests[0].header("x-api-key") == API_KEY
