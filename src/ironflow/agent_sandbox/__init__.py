@@ -25,7 +25,8 @@ from ironflow.agent_sandbox.models import (
     VolumeClaimTemplate,
 )
 from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
-from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings, SandboxStepRunner
+from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
+from ironflow.agent_sandbox.runner import SandboxStepRunner
 from ironflow.agent_sandbox.schemas import schema_problems, validate
 
 __all__ = [

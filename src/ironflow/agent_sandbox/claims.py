@@ -22,6 +22,7 @@ from ironflow.k8s import api as kube
 from ironflow.k8s import informer, labels, pods, reaper
 
 __all__ = [
+    "CLAIM_NAME_PREFIX",
     "CLAIM_SELECTOR",
     "COMPONENT_SANDBOX_CLAIM",
     "ClaimReapReport",
@@ -41,6 +42,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+#: Step claims are named ``claude-claim-<unix ms hex>-<8 hex random>``.
+CLAIM_NAME_PREFIX: Final = "claude-claim"
 #: ``app.kubernetes.io/component`` of the claims ironflow creates (one per step).
 COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 CLAIM_SELECTOR: Final = f"{labels.MANAGED_SELECTOR},{labels.LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"

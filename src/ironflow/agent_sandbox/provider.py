@@ -23,29 +23,28 @@ A step (:meth:`AgentSandboxProvider.invoke`):
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import os
-import secrets as _random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
 from ironflow import agent, errors
 from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
-from ironflow.claude import command, layout, output, profile, rate_limits
+from ironflow.claude import command, layout, profile
 from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods, reaper
+from ironflow.k8s import labels
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox.runner import SandboxStepRunner
 
 __all__ = [
     "DEFAULT_READY_TIMEOUT_S",
@@ -53,7 +52,6 @@ __all__ = [
     "AgentSandboxProvider",
     "AgentSandboxSettings",
     "ExecPlan",
-    "SandboxStepRunner",
 ]
 
 _log = logging.getLogger(__name__)
@@ -61,7 +59,6 @@ _log = logging.getLogger(__name__)
 DEFAULT_READY_TIMEOUT_S: Final = 120.0
 #: Under HOME (an emptyDir of the hardened pod): where the token and a large prompt land.
 TOKEN_DIR: Final = ".ironflow"  # noqa: S105 - a directory name
-_CLAIM_PREFIX: Final = "claude-claim"
 _RUN_LABELS: Final = (labels.LABEL_RUN_ID, labels.LABEL_STEP, labels.LABEL_ROOT_RUN_ID)
 _YAML_KEYS: Final = (
     "pod",
@@ -305,7 +302,7 @@ class AgentSandboxProvider:
         return await apply.apply_objects(client, kinds, self.settings.namespace, self.template_objects())
 
     def _step_pod(self, config: agent.AgentConfig, worker_env: Mapping[str, str]) -> dict[str, Any]:
-        objects = self.settings.pod.manifests(config, now=0, worker_env=worker_env, pod_name=_CLAIM_PREFIX)
+        objects = self.settings.pod.manifests(config, now=0, worker_env=worker_env, pod_name=claims.CLAIM_NAME_PREFIX)
         return next(o for o in objects if o["kind"] == "Pod")
 
     def check_step(self, config: agent.AgentConfig) -> None:
@@ -409,6 +406,8 @@ class AgentSandboxProvider:
         self, *, api: kube.KubeApi | None = None, issuer: Any = None, worker_env: Mapping[str, str] | None = None
     ) -> SandboxStepRunner:
         """The I/O half: ``invoke``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and issuer."""
+        from ironflow.agent_sandbox.runner import SandboxStepRunner
+
         return SandboxStepRunner(self, api=api, issuer=issuer, worker_env=worker_env)
 
     async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
@@ -425,6 +424,8 @@ class AgentSandboxProvider:
             return await r.release_run(run_id)
 
     def _default_runner(self) -> SandboxStepRunner:
+        from ironflow.agent_sandbox.runner import SandboxStepRunner
+
         issuer = None
         pod = self.settings.pod.settings
         if pod.auth_proxy_url is not None:
@@ -432,226 +433,3 @@ class AgentSandboxProvider:
 
             issuer = AdminClient(pod.auth_proxy_url, pod.auth_proxy_admin_key)
         return SandboxStepRunner(self, api=None, issuer=issuer, worker_env=None, owns_issuer=issuer is not None)
-
-
-class SandboxStepRunner:
-    """One provider's steps over one API client; ``async with`` closes an admin client it made."""
-
-    def __init__(
-        self,
-        provider: AgentSandboxProvider,
-        *,
-        api: kube.KubeApi | None,
-        issuer: Any,
-        worker_env: Mapping[str, str] | None,
-        owns_issuer: bool = False,
-    ) -> None:
-        self.provider = provider
-        self._client = api
-        self.issuer = issuer
-        self.worker_env = dict(os.environ) if worker_env is None else dict(worker_env)
-        self._owns_issuer = owns_issuer
-
-    async def __aenter__(self) -> SandboxStepRunner:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._owns_issuer and self.issuer is not None:
-            await self.issuer.close()
-
-    @property
-    def namespace(self) -> str:
-        return self.provider.settings.namespace
-
-    async def api(self) -> kube.KubeApi:
-        if self._client is None:
-            self._client = await self.provider._api()
-        return self._client
-
-    # -- the provider protocol --
-
-    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
-        return await self._run(config, None)
-
-    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
-        """Like :meth:`invoke` with ``--verbose`` stream-json; lines reach ``sink`` when the exec ends."""
-        return await self._run(config.replace(verbose=True), sink)
-
-    async def release_run(self, run_id: str) -> int:
-        """Delete the run's claims (and its child runs'), wait until gone, revoke the run's tokens."""
-        api = await self.api()
-        p = self.provider
-        deleted = await claims.delete_claims_and_wait(
-            api,
-            p.resources.claims,
-            self.namespace,
-            claims.run_claim_selectors(run_id),
-            f"run {run_id}",
-            p.settings.pod.settings.previous_attempt_timeout_s,
-        )
-        if self.issuer is not None:
-            try:
-                await self.issuer.revoke_run(run_id)
-            except errors.IronflowError as exc:
-                _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
-        return deleted
-
-    async def reap_orphans(self, *, dry_run: bool = False) -> claims.ClaimReapReport:
-        """One pass deleting expired claims of this namespace."""
-        return await claims.reap_claims(
-            await self.api(), self.provider.resources.claims, self.namespace, dry_run=dry_run
-        )
-
-    def spawn_orphan_reaper(self, interval_s: float) -> reaper.OrphanReaper:
-        """A background loop deleting expired claims (first pass at once); stop it with ``await h.stop()``."""
-        return claims.spawn_claim_reaper(self.api, self.provider.resources.claims, self.namespace, interval_s)
-
-    async def wait_for(
-        self, claim: str, condition: str = "Finished", *, timeout_s: float | None = None
-    ) -> dict[str, Any]:
-        """``kubectl wait --for=condition=<condition> sandboxclaim/<claim>``."""
-        return await claims.wait_for(
-            await self.api(), self.provider.resources.claims, self.namespace, claim, condition, timeout_s=timeout_s
-        )
-
-    # -- one step --
-
-    async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
-        p = self.provider
-        p.check_step(config)
-        p.exec_plan(config, worker_env=self.worker_env)  # refuses the step before anything exists
-        started = time.monotonic()
-        api = await self.api()
-        res = p.resources
-        async with claims_watch(api, self.namespace, res.claims):
-            draft = p.claim_manifest(config, name="draft", now=int(time.time()))
-            run, step = (draft["metadata"]["labels"].get(k) for k in (labels.LABEL_RUN_ID, labels.LABEL_STEP))
-            if run and step:
-                await claims.delete_claims_and_wait(
-                    api,
-                    res.claims,
-                    self.namespace,
-                    (claims.step_claim_selector(run, step),),
-                    f"the previous attempt of step {step} of run {run}",
-                    p.settings.pod.settings.previous_attempt_timeout_s,
-                )
-            now = int(time.time())
-            name = pod_manifests.generate_pod_name(now * 1000, _random.randbits(32), prefix=_CLAIM_PREFIX)
-            claim = p.claim_manifest(config, name=name, now=now)
-            created = False
-            try:
-                try:
-                    await api.create(res.claims, self.namespace, claim)
-                    created = True
-                except errors.KubeUnavailable:
-                    created = True  # no answer: it may exist all the same; delete it below
-                    raise
-                ready = await self._wait_ready(api, name)
-                return await self._in_sandbox(api, config, claim, ready, sink, started)
-            finally:
-                if created:
-                    await claims.delete_quietly(api, res.claims, self.namespace, name)
-
-    async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
-        timeout = self.provider.settings.ready_timeout_s
-        try:
-            return await claims.wait_for(
-                api, self.provider.resources.claims, self.namespace, name, "Ready", timeout_s=timeout
-            )
-        except errors.OperationTimeout:
-            from ironflow.k8s import informer
-
-            last = informer.informer_for(api, self.namespace, self.provider.resources.claims).get(name) or {}
-            cond = claims.condition(last, "Ready") or {}
-            why = f" (Ready={cond.get('status', 'unknown')}, reason {cond.get('reason', 'none')})" if cond else ""
-            raise errors.OperationTimeout(
-                f"SandboxClaim '{name}' did not become Ready within {timeout:g}s{why}; it was deleted. "
-                "Check the warm pool and the agent-sandbox controller"
-            ) from None
-
-    async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
-        try:
-            obj = await api.get(self.provider.resources.sandboxes, self.namespace, sandbox)
-        except errors.KubeNotFound:
-            return sandbox
-        annotations = obj.get("metadata", {}).get("annotations") or {}
-        return str(annotations.get("agents.x-k8s.io/pod-name") or sandbox)
-
-    async def _in_sandbox(
-        self,
-        api: kube.KubeApi,
-        config: agent.AgentConfig,
-        claim: Mapping[str, Any],
-        ready: Mapping[str, Any],
-        sink: LogSink | None,
-        started: float,
-    ) -> agent.AgentResult:
-        p = self.provider
-        sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
-        if not sandbox:
-            raise errors.KubernetesError(
-                f"SandboxClaim '{claim['metadata']['name']}' is Ready without status.sandbox.name"
-            )
-        pod = await self._pod_name(api, str(sandbox))
-        token_id: str | None = None
-        token: Secret | None = None
-        meta_labels = claim["metadata"]["labels"]
-        if self.issuer is not None:
-            credential: Any = None
-            if config.account is not None:
-                from ironflow.auth_proxy.client import Credential
-
-                credential = Credential.from_account(config.account)
-            expires = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
-            try:
-                token_id, token = await self.issuer.issue(
-                    meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
-                    meta_labels.get(labels.LABEL_STEP) or "agent",
-                    expires,
-                    credential=credential,
-                )
-            except errors.AuthProxyError as exc:
-                raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
-        try:
-            plan = p.exec_plan(config, proxy_token=token, worker_env=self.worker_env)
-            container = pod_manifests.CONTAINER_NAME
-            for argv, stdin in plan.deliveries:
-                result = await api.exec(self.namespace, pod, argv, container=container, stdin=stdin)
-                if result.exit_code != 0:
-                    raise errors.KubernetesError(
-                        f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
-                    )
-            timeout = p.settings.pod.settings.timeout_s
-            try:
-                async with asyncio.timeout(timeout):
-                    result = await api.exec(self.namespace, pod, plan.agent, container=container)
-            except TimeoutError:
-                raise errors.AgentTimeout(timeout) from None
-        finally:
-            if token_id is not None:
-                await pods.shielded(self._revoke(token_id))
-        stdout = result.stdout.decode(errors="replace")
-        stderr = result.stderr.decode(errors="replace")
-        if sink is not None:
-            for line in stdout.splitlines():
-                sink.log("stdout", line)
-            for line in stderr.splitlines():
-                sink.log("stderr", line)
-        rate_limits.record_rate_limits(config, stdout)
-        wall_ms = int((time.monotonic() - started) * 1000)
-        if result.exit_code == 0:
-            return output.parse_output(stdout, config, wall_ms=wall_ms)
-        return output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
-
-    async def _revoke(self, token_id: str) -> None:
-        try:
-            await self.issuer.revoke(token_id)
-        except errors.IronflowError as exc:
-            _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
-
-
-def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:
-    """Hold the namespace's shared claim watch for the block (one list, then events)."""
-    from ironflow.k8s import informer
-
-    return informer.informer_for(api, namespace, resource).hold()
