@@ -189,3 +189,14 @@ def test_pod_update_problems_allow_images_and_deadline_only() -> None:
     assert rules.pod_update_problems(spec, {**spec, "activeDeadlineSeconds": 5}) == []
     assert rules.pod_update_problems(spec, {"containers": [{"name": "c", "image": "b", "command": ["x"]}]}) == []
     assert rules.pod_update_problems(spec, {"containers": [{"name": "c", "image": "a", "command": ["y"]}]})
+
+
+def test_update_problems_guard_immutable_configmaps_and_job_templates() -> None:
+    """An immutable ConfigMap keeps its data; a Job keeps its template; labels may change."""
+    cm = {"immutable": True, "data": {"prompt": "a"}, "metadata": {"labels": {}}}
+    assert rules.update_problems("ConfigMap", cm, {**cm, "metadata": {"labels": {"x": "y"}}}) == []
+    assert rules.update_problems("ConfigMap", cm, {**cm, "data": {"prompt": "b"}})
+    assert rules.update_problems("ConfigMap", {"data": {"a": "1"}}, {"data": {"a": "2"}}) == []
+    job = {"spec": {"template": {"spec": {"containers": []}}, "backoffLimit": 1}}
+    assert rules.update_problems("Job", job, {"spec": {**job["spec"], "backoffLimit": 2}}) == []
+    assert rules.update_problems("Job", job, {"spec": {"template": {"spec": {}}, "backoffLimit": 1}})

@@ -33,6 +33,7 @@ __all__ = [
     "parse_label_selector",
     "pod_update_problems",
     "status_body",
+    "update_problems",
 ]
 
 _CONFIGMAP_LIMIT: Final = 1024 * 1024
@@ -346,6 +347,21 @@ def pod_update_problems(current: Mapping[str, Any], new: Mapping[str, Any]) -> l
         "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
         "to existing tolerations)"
     ]
+
+
+def update_problems(kind: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Fields an update may not change: a pod's spec (but images, deadline, tolerations), an
+    immutable ConfigMap's or Secret's data, a Job's selector and template."""
+    if kind == "Pod":
+        return pod_update_problems(current.get("spec", {}), new.get("spec", {}))
+    changed = [key for key in ("data", "binaryData", "stringData", "immutable") if current.get(key) != new.get(key)]
+    if kind in ("ConfigMap", "Secret") and current.get("immutable") and changed:
+        return ["data: Forbidden: field is immutable when `immutable` is set"]
+    if kind == "Job":
+        for key in ("selector", "template"):
+            if current.get("spec", {}).get(key) != new.get("spec", {}).get(key):
+                return [f"spec.{key}: Invalid value: field is immutable"]
+    return []
 
 
 # --- patches, tokens, Status -------------------------------------------------------------

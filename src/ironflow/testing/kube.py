@@ -639,14 +639,9 @@ class KubeTestServer:
         new["metadata"] = meta
         new["apiVersion"], new["kind"] = t.api_version, t.kind
         self._validate(t, new, name)
-        if t.key == ("", "pods") and sub != "status":
-            self._check_pod_update(t, current, new, name)
-        return self.store.replace(t, new)
-
-    @staticmethod
-    def _check_pod_update(t: _Type, current: Obj, new: Obj, name: str) -> None:
-        if problems := rules.pod_update_problems(current.get("spec", {}), new.get("spec", {})):
+        if sub != "status" and (problems := rules.update_problems(t.kind, current, new)):
             raise _invalid(t, name, problems)
+        return self.store.replace(t, new)
 
     def _list(self, t: _Type, namespace: str | None, query: Mapping[str, str]) -> Obj:
         labels = rules.parse_label_selector(query.get("labelSelector"))
