@@ -23,6 +23,7 @@ from ironflow.auth_proxy import AuthProxyConfig, Credential, KeyRing, MemoryRegi
 from ironflow.auth_proxy.postgres import MIGRATIONS_PACKAGE, PostgresRegistry, rotate_keys
 from ironflow.secrets import Secret
 from ironflow.testing.fake_anthropic import FakeAnthropic
+from ironflow.testing.postgres import PostgresServer
 
 pytest_plugins = ["ironflow.testing.pytest_plugin"]
 pytestmark = pytest.mark.postgres
@@ -386,3 +387,35 @@ async def test_claude_credential_has_no_secret_spec_and_schema_refuses_bad_rows(
             await conn.execute(insert, "x3", "api_key", '{"name": "n"}')
     finally:
         await conn.close()
+
+
+async def test_database_going_down_answers_503_never_401() -> None:
+    """Stop the registry's PostgreSQL under a running proxy: cached or not, no pod is told 401."""
+    server = PostgresServer()
+    dsn_own = await asyncio.to_thread(server.start)
+    try:
+        async with FakeAnthropic() as fake:
+            config = _config(dsn_own, fake.url)
+            async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
+                credential = Credential("oauth_token", Secret(OAUTH))
+                cached = (await admin.issue("run-d", "s", NOW + 300, credential=credential)).token.reveal()
+                never_seen = (await admin.issue("run-d", "t", NOW + 300, credential=credential)).token.reveal()
+                assert await _status(http, proxy.url, cached) == 200
+                await asyncio.to_thread(server.stop)
+                statuses = set()
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    status = await _status(http, proxy.url, cached)
+                    statuses.add(status)
+                    if status == 503:
+                        break
+                    await asyncio.sleep(0.05)
+                assert 503 in statuses
+                assert 401 not in statuses
+                assert await _status(http, proxy.url, never_seen) == 503
+                async with http.delete(
+                    proxy.url + "/admin/v1/runs/run-d/tokens", headers={"Authorization": f"Bearer {ADMIN}"}
+                ) as response:
+                    assert response.status == 503
+    finally:
+        await asyncio.to_thread(server.stop)

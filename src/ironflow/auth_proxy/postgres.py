@@ -38,6 +38,9 @@ COMPONENT: Final = "auth_proxy"
 MIGRATIONS_PACKAGE: Final = "ironflow.auth_proxy.migrations"
 NOTIFY_CHANNEL: Final = "ironflow_auth_proxy_revoked"
 _RECONNECT_S: Final = 1.0
+#: A hung database answers 503 after this long instead of holding the pod's request.
+_COMMAND_TIMEOUT_S: Final = 5.0
+_CONNECT_TIMEOUT_S: Final = 10.0
 _DB_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 _COLUMNS: Final = (
     "id, run_id, step, expires_at, credential_kind, secret_spec, encrypted_credential, nonce, key_version, limits"
@@ -133,7 +136,13 @@ class PostgresRegistry:
     ) -> PostgresRegistry:
         """Connect, apply the migrations, start listening for revocations."""
         async with _guard("connect"):
-            pool = await asyncpg.create_pool(dsn.reveal(), min_size=min_size, max_size=max_size)
+            pool = await asyncpg.create_pool(
+                dsn.reveal(),
+                min_size=min_size,
+                max_size=max_size,
+                timeout=_CONNECT_TIMEOUT_S,
+                command_timeout=_COMMAND_TIMEOUT_S,
+            )
         self = cls(pool, ring, dsn=dsn, cache_ttl_s=cache_ttl_s)
         try:
             async with _guard("migrate"), pool.acquire() as conn:
@@ -149,7 +158,7 @@ class PostgresRegistry:
 
     async def _listen(self) -> None:
         async with _guard("listen"):
-            conn = await asyncpg.connect(self._dsn.reveal())
+            conn = await asyncpg.connect(self._dsn.reveal(), timeout=_CONNECT_TIMEOUT_S)
         await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
         conn.add_termination_listener(self._on_listener_lost)
         self._listener = conn
