@@ -8,7 +8,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.agent import AgentConfig
-from ironflow.agent_sandbox import patterns, schemas
+from ironflow.agent_sandbox import kro, patterns, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
@@ -144,3 +144,22 @@ def test_kro_template_owns_template_pool_configmaps_and_a_ttl_claim() -> None:
     claim = rgd["spec"]["resources"][4]["template"]
     assert claim["spec"]["lifecycle"]["ttlSecondsAfterFinished"] == 300
     assert claim["spec"]["warmPoolRef"]["name"] == "${schema.metadata.name}"
+
+
+def test_kro_pods_read_the_prompt_from_the_graphs_configmap() -> None:
+    (rgd,) = patterns.render_pattern("kro-template")
+    spec = rgd["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
+    shell = spec["containers"][0]["command"][2]
+    assert "'-p' \"$(cat '/etc/ironflow/prompt/prompt')\"" in shell
+    volume = next(v for v in spec["volumes"] if "configMap" in v and v["configMap"]["name"].endswith("-prompt"))
+    assert volume["configMap"]["name"] == "${schema.metadata.name}-prompt"
+    assert {"name": "podinfo", "mountPath": kro.PODINFO_DIR, "readOnly": True} in spec["containers"][0]["volumeMounts"]
+    assert shell.startswith(f"while grep -q '^{kro.POOL_LABEL}=' '/etc/ironflow/podinfo/labels'; do sleep 1; done; ")
+    assert rgd["spec"]["resources"][1]["template"]["spec"]["replicas"] == "${schema.spec.replicas}"
+
+
+def test_kro_raw_sandbox_starts_the_agent_at_once() -> None:
+    runner, _ = patterns.render_pattern("kro-raw")
+    spec = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
+    assert not spec["containers"][0]["command"][2].startswith("while ")
+    assert all(v["name"] != "podinfo" for v in spec["volumes"])

@@ -41,18 +41,22 @@ __all__ = [
     "PATTERNS",
     "WORKSPACE_PATH",
     "PatternOptions",
+    "agent_config",
     "agent_pod_template",
     "idle_pod_template",
+    "pattern_labels",
+    "pool_and_claim",
     "render_pattern",
     "router_ingress",
+    "sandbox_template",
     "secure_default_egress",
+    "standalone_pvc",
 ]
 
 DEFAULT_IMAGE: Final = "ghcr.io/ironflow/claude-runner:2.1.332"
 WORKSPACE_PATH: Final = "/workspace"
 #: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
 IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
-_KRO_API: Final = "kro.run/v1alpha1"
 _NOW: Final = 0  # patterns carry no expiry: the clock value never reaches them
 _PRIVATE_V4: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
 
@@ -141,15 +145,15 @@ def secure_default_egress() -> dict[str, Any]:
     }
 
 
-def _config(opts: PatternOptions) -> agent.AgentConfig:
+def agent_config(opts: PatternOptions) -> agent.AgentConfig:
     return agent.AgentConfig(prompt=opts.prompt, working_dir=WORKSPACE_PATH)
 
 
-def _labels(opts: PatternOptions) -> Mapping[str, str]:
+def pattern_labels(opts: PatternOptions) -> Mapping[str, str]:
     return models.frozen_map({labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE, **opts.extra_labels})
 
 
-def _template(
+def sandbox_template(
     opts: PatternOptions,
     *,
     policy: models.NetworkPolicyRules | None = None,
@@ -163,28 +167,28 @@ def _template(
         volume_claim_templates=(models.VolumeClaimTemplate("workspace", storage=opts.storage),),
         network_policy_management=management,
         network_policy=policy,
-        labels=_labels(opts),
+        labels=pattern_labels(opts),
     )
 
 
-def _pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": opts.namespace, "labels": dict(_labels(opts))},
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": dict(pattern_labels(opts))},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}},
     }
 
 
 def _ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
-    template = agent_pod_template(opts.resolved_provider(), _config(opts), workspace={"emptyDir": {}})
+    template = agent_pod_template(opts.resolved_provider(), agent_config(opts), workspace={"emptyDir": {}})
     sandbox = models.Sandbox(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
         pod_template=template,
         shutdown_policy=models.ShutdownPolicy.DELETE,
-        labels=_labels(opts),
+        labels=pattern_labels(opts),
     )
     return [manifests.render(sandbox)]
 
@@ -196,14 +200,14 @@ def _standalone(opts: PatternOptions) -> list[dict[str, Any]]:
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
-        pod_template=agent_pod_template(provider, _config(opts)),
+        pod_template=agent_pod_template(provider, agent_config(opts)),
         shutdown_policy=models.ShutdownPolicy.RETAIN,
-        labels=_labels(opts),
+        labels=pattern_labels(opts),
     )
-    return [_pvc(opts, workspace), _pvc(opts, memory), manifests.render(sandbox)]
+    return [standalone_pvc(opts, workspace), standalone_pvc(opts, memory), manifests.render(sandbox)]
 
 
-def _pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> list[models.AgentSandboxObject]:
+def pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> list[models.AgentSandboxObject]:
     alpha = opts.api_version is models.ApiVersion.V1ALPHA1
     pool = models.SandboxWarmPool(
         name=opts.name,
@@ -211,7 +215,7 @@ def _pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> l
         api_version=opts.api_version,
         template=template.name,
         replicas=opts.replicas,
-        labels=_labels(opts),
+        labels=pattern_labels(opts),
     )
     claim = models.SandboxClaim(
         name=f"{opts.name}-run",
@@ -222,18 +226,18 @@ def _pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> l
         lifecycle=models.Lifecycle(
             ttl_seconds_after_finished=opts.ttl_seconds_after_finished, shutdown_policy=models.ShutdownPolicy.DELETE
         ),
-        labels=_labels(opts),
+        labels=pattern_labels(opts),
     )
     return [template, pool, claim]
 
 
 def _warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
-    return manifests.render_all(_pool_and_claim(opts, _template(opts)))
+    return manifests.render_all(pool_and_claim(opts, sandbox_template(opts)))
 
 
 def _network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
     def render(opts: PatternOptions) -> list[dict[str, Any]]:
-        return [manifests.render(_template(opts, policy=policy))]
+        return [manifests.render(sandbox_template(opts, policy=policy))]
 
     return render
 
@@ -248,259 +252,19 @@ def _custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
             rule["ports"] = [{"protocol": "TCP", "port": port}]
         rules.append(rule)
     policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
-    return [manifests.render(_template(opts, policy=policy))]
-
-
-def _cel(expr: str) -> str:
-    return "${" + expr + "}"
-
-
-def _cronjob(opts: PatternOptions, script: str, account: str) -> dict[str, Any]:
-    """A CronJob whose pod runs ``script`` with kubectl (the orchestrator); hardened as well."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": _cel("schema.metadata.name") + "-orchestrator", "namespace": opts.namespace},
-        "spec": {
-            "schedule": _cel("schema.spec.schedule"),
-            "concurrencyPolicy": "Forbid",
-            "jobTemplate": {
-                "spec": {
-                    "backoffLimit": 0,
-                    "template": {
-                        "spec": {
-                            "serviceAccountName": account,
-                            "restartPolicy": "Never",
-                            "securityContext": {
-                                "runAsNonRoot": True,
-                                "runAsUser": 1001,
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                            },
-                            "containers": [
-                                {
-                                    "name": "orchestrator",
-                                    "image": "bitnami/kubectl:latest",
-                                    "command": ["bash", "-c", script],
-                                    "securityContext": {
-                                        "allowPrivilegeEscalation": False,
-                                        "readOnlyRootFilesystem": True,
-                                        "capabilities": {"drop": ["ALL"]},
-                                    },
-                                }
-                            ],
-                        }
-                    },
-                }
-            },
-        },
-    }
-
-
-def _rbac(opts: PatternOptions, account: str, resources: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    ns = opts.namespace
-    rules = [
-        {"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}
-        for group, plural in resources
-    ]
-    rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": account, "namespace": ns},
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": account, "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
-        },
-    ]
-
-
-def _resource(rid: str, template: Mapping[str, Any], *, when: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": rid, "template": dict(template)}
-    if when is not None:
-        out["includeWhen"] = [_cel(when)]
-    return out
-
-
-def _named(obj: dict[str, Any], name: str) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    out["metadata"]["name"] = name
-    return out
+    return [manifests.render(sandbox_template(opts, policy=policy))]
 
 
 def _kro_raw(opts: PatternOptions) -> list[dict[str, Any]]:
-    """Concept 07: the Runner RGD owns one Sandbox mounting PVCs it is given; the user RGD owns the
-    PVCs (siblings: they survive the Runner), the prompt ConfigMap, the Runner or a CronJob."""
-    runner_kind, user_kind = "ClaudeCodeAgentSandboxRunner", "ClaudeCodeAgentSandbox"
-    # The pod mounts the workspace and memory claims named by the Runner's spec.
-    provider = opts.resolved_provider().pvc_volume("workspace-claim", WORKSPACE_PATH).sessions_volume("memory-claim")
-    sandbox = models.Sandbox(
-        name=opts.name,
-        namespace=opts.namespace,
-        api_version=opts.api_version,
-        pod_template=agent_pod_template(provider, _config(opts)),
-        shutdown_policy=models.ShutdownPolicy.RETAIN,
-        labels=_labels(opts),
-    )
-    rendered = manifests.render(sandbox)  # checked with concrete names, then templated
-    rendered["metadata"]["name"] = _cel("schema.metadata.name")
-    volumes = rendered["spec"]["podTemplate"]["spec"]["volumes"]
-    for volume in volumes:
-        claim = volume.get("persistentVolumeClaim")
-        if claim is not None and claim["claimName"] == "workspace-claim":
-            claim["claimName"] = _cel("schema.spec.workspacePVC")
-        elif claim is not None and claim["claimName"] == "memory-claim":
-            claim["claimName"] = _cel("schema.spec.memoryPVC")
-    runner_rgd = {
-        "apiVersion": _KRO_API,
-        "kind": "ResourceGraphDefinition",
-        "metadata": {"name": "claudecodeagentsandboxrunner"},
-        "spec": {
-            "schema": {
-                "apiVersion": "v1alpha1",
-                "kind": runner_kind,
-                "spec": {"workspacePVC": "string | required=true", "memoryPVC": "string | required=true"},
-                "status": {
-                    "finished": _cel("sandbox.status.conditions.exists(c, c.type == 'Finished' && c.status == 'True')")
-                },
-            },
-            "resources": [_resource("sandbox", rendered)],
-        },
-    }
-    name = _cel("schema.metadata.name")
-    runner = {
-        "apiVersion": "kro.run/v1alpha1",
-        "kind": runner_kind,
-        "metadata": {"name": name, "namespace": opts.namespace},
-        "spec": {"workspacePVC": name + "-workspace", "memoryPVC": name + "-memory"},
-    }
-    script = (
-        f"set -euo pipefail; n={name}; "
-        f"kubectl create -f - <<EOF\napiVersion: kro.run/v1alpha1\nkind: {runner_kind}\nmetadata: {{name: $n}}\n"
-        "spec: {workspacePVC: $n-workspace, memoryPVC: $n-memory}\nEOF\n"
-        "kubectl wait --for=condition=Finished sandbox/$n --timeout=3600s; "
-        "kubectl logs $n || true; kubectl delete " + runner_kind.lower() + " $n"
-    )
-    account = name + "-orchestrator"
-    user_rgd = {
-        "apiVersion": _KRO_API,
-        "kind": "ResourceGraphDefinition",
-        "metadata": {"name": "claudecodeagentsandbox"},
-        "spec": {
-            "schema": {
-                "apiVersion": "v1alpha1",
-                "kind": user_kind,
-                "spec": {
-                    "prompt": "string | required=true",
-                    "schedule": 'string | default=""',
-                    "storage": f'string | default="{opts.storage}"',
-                },
-            },
-            "resources": [
-                _resource("workspace", _named(_pvc(opts, "x"), name + "-workspace")),
-                _resource("memory", _named(_pvc(opts, "x"), name + "-memory")),
-                _resource(
-                    "prompt",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": name + "-prompt", "namespace": opts.namespace},
-                        "data": {"prompt": _cel("schema.spec.prompt")},
-                    },
-                ),
-                _resource("runner", runner, when="schema.spec.schedule == ''"),
-                *(
-                    _resource(f"rbac{i}", obj, when="schema.spec.schedule != ''")
-                    for i, obj in enumerate(
-                        _rbac(opts, account, [("kro.run", runner_kind.lower() + "s"), ("agents.x-k8s.io", "sandboxes")])
-                    )
-                ),
-                _resource("orchestrator", _cronjob(opts, script, account), when="schema.spec.schedule != ''"),
-            ],
-        },
-    }
-    return [runner_rgd, user_rgd]
+    from ironflow.agent_sandbox import kro  # kro builds on this module
+
+    return kro.raw_sandbox_rgds(opts)
 
 
 def _kro_template(opts: PatternOptions) -> list[dict[str, Any]]:
-    """Concept 08: one RGD owns the SandboxTemplate (managed policy), its warm pool, the ConfigMaps,
-    and a SandboxClaim with a TTL, or a CronJob that creates such claims."""
-    values = _pool_and_claim(opts, _template(opts))
-    rendered = manifests.render_all(values)
-    name = _cel("schema.metadata.name")
-    template, pool, claim = rendered
-    template["metadata"]["name"] = name
-    pool["metadata"]["name"] = name
-    pool["spec"]["sandboxTemplateRef"]["name"] = name
-    claim["metadata"]["name"] = name + "-run"
-    if "warmPoolRef" in claim["spec"]:
-        claim["spec"]["warmPoolRef"]["name"] = name
-    else:
-        claim["spec"]["sandboxTemplateRef"]["name"] = name
-        claim["spec"]["warmpool"] = name
-    claim_yaml = (
-        f"apiVersion: {claim['apiVersion']}\nkind: SandboxClaim\nmetadata: {{generateName: $n-}}\n"
-        + (
-            "spec: {warmPoolRef: {name: $n}, lifecycle: {ttlSecondsAfterFinished: "
-            if "warmPoolRef" in claim["spec"]
-            else "spec: {sandboxTemplateRef: {name: $n}, warmpool: $n, lifecycle: {ttlSecondsAfterFinished: "
-        )
-        + f"{opts.ttl_seconds_after_finished}, shutdownPolicy: Delete}}}}\n"
-    )
-    script = f"set -euo pipefail; n={name}; kubectl create -f - <<EOF\n{claim_yaml}EOF\n"
-    account = name + "-orchestrator"
-    rgd = {
-        "apiVersion": _KRO_API,
-        "kind": "ResourceGraphDefinition",
-        "metadata": {"name": "claudecodeagenttemplate"},
-        "spec": {
-            "schema": {
-                "apiVersion": "v1alpha1",
-                "kind": "ClaudeCodeAgentTemplate",
-                "spec": {
-                    "prompt": "string | required=true",
-                    "schedule": 'string | default=""',
-                    "replicas": f"integer | default={opts.replicas}",
-                    "proxyURL": 'string | default=""',
-                },
-            },
-            "resources": [
-                _resource("template", template),
-                _resource("pool", pool),
-                _resource(
-                    "prompt",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": name + "-prompt", "namespace": opts.namespace},
-                        "data": {"prompt": _cel("schema.spec.prompt")},
-                    },
-                ),
-                _resource(
-                    "proxy",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": name + "-proxy", "namespace": opts.namespace},
-                        "data": {"ANTHROPIC_BASE_URL": _cel("schema.spec.proxyURL")},
-                    },
-                ),
-                _resource("claim", claim, when="schema.spec.schedule == ''"),
-                *(
-                    _resource(f"rbac{i}", obj, when="schema.spec.schedule != ''")
-                    for i, obj in enumerate(_rbac(opts, account, [("extensions.agents.x-k8s.io", "sandboxclaims")]))
-                ),
-                _resource("orchestrator", _cronjob(opts, script, account), when="schema.spec.schedule != ''"),
-            ],
-        },
-    }
-    return [rgd]
+    from ironflow.agent_sandbox import kro
+
+    return kro.template_rgd(opts)
 
 
 PATTERNS: Final[Mapping[str, Callable[[PatternOptions], list[dict[str, Any]]]]] = {

@@ -414,6 +414,9 @@ class AgentSandboxController:
                 }
             },
         )
+        # The Sandbox controller re-syncs its pod's labels: the pool label goes, the claim's uid comes.
+        with contextlib.suppress(errors.KubeNotFound):
+            await self._api.patch(api.PODS, self.namespace, sandbox, {"metadata": {"labels": labels}})
         self.events.append(("warm", name, sandbox))
         status = {
             "conditions": (member.get("status") or {}).get("conditions") or [],

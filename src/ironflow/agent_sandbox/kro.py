@@ -1,0 +1,300 @@
+"""The seed's two KRO ResourceGraphDefinition architectures around ironflow's hardened pod (pure).
+
+* Concept 07 (:func:`raw_sandbox_rgds`): a Runner RGD owns one raw Sandbox that mounts the PVCs
+  it is given; the user-facing RGD owns those PVCs (siblings: they survive the Runner), the
+  prompt ConfigMap, and the Runner, or, with a ``schedule``, a CronJob orchestrator (and its
+  ServiceAccount, Role, RoleBinding) that creates a Runner, waits for ``Finished``, streams the
+  log and deletes it.
+* Concept 08 (:func:`template_rgd`): one RGD owns the SandboxTemplate (managed NetworkPolicy),
+  its SandboxWarmPool, the prompt and proxy ConfigMaps, and a SandboxClaim with a TTL, or a
+  CronJob creating such claims.
+
+The agent reads its prompt from the mounted prompt ConfigMap (``${schema.spec.prompt}``), so
+one graph serves any prompt. A warm-pool pod must not start the agent before a claim adopts it:
+it waits while it still carries ``agents.x-k8s.io/warm-pool-sandbox`` (the controller removes
+that label from the Sandbox and its pod on adoption; a cold-started pod never has it), read
+live through a downward-API volume. The objects are rendered and schema-checked with concrete names first,
+then the names become CEL expressions.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ironflow.agent import AgentConfig
+from ironflow.agent_sandbox import manifests, models, patterns
+from ironflow.claude import command
+from ironflow.k8s.provider import K8sEphemeralProvider
+
+__all__ = [
+    "KRO_API",
+    "PODINFO_DIR",
+    "POOL_LABEL",
+    "PROMPT_DIR",
+    "kro_pod_template",
+    "raw_sandbox_rgds",
+    "template_rgd",
+]
+
+KRO_API: Final = "kro.run/v1alpha1"
+#: On a warm-pool member and its pod until a claim adopts it (then removed by the controllers).
+POOL_LABEL: Final = "agents.x-k8s.io/warm-pool-sandbox"
+PROMPT_DIR: Final = "/etc/ironflow/prompt"
+PODINFO_DIR: Final = "/etc/ironflow/podinfo"
+_PROMPT_PLACEHOLDER: Final = "__IRONFLOW_PROMPT_FROM_CONFIGMAP__"
+_PROMPT_CM: Final = "ironflow-kro-prompt"  # rendered name, replaced by the CEL one
+_NAME: Final = "${schema.metadata.name}"
+
+
+def _cel(expr: str) -> str:
+    return "${" + expr + "}"
+
+
+def kro_pod_template(
+    provider: K8sEphemeralProvider, opts: patterns.PatternOptions, *, wait_for_claim: bool
+) -> models.PodTemplate:
+    """The provider's pod running the agent on the prompt of the mounted prompt ConfigMap.
+
+    ``wait_for_claim`` makes the agent start only once the pod no longer carries :data:`POOL_LABEL`
+    (warm-pool members wait idle until a claim adopts them).
+    """
+    mounted = provider.read_only_config_map(_PROMPT_CM, PROMPT_DIR)
+    config = AgentConfig(_PROMPT_PLACEHOLDER, working_dir=patterns.WORKSPACE_PATH)
+    template = patterns.agent_pod_template(mounted, config)
+    spec = copy.deepcopy(dict(template.spec))
+    main = spec["containers"][0]
+    shell = main["command"][2].replace(
+        command.shell_quote(_PROMPT_PLACEHOLDER), f'"$(cat {command.shell_quote(PROMPT_DIR + "/prompt")})"'
+    )
+    if wait_for_claim:
+        labels_file = command.shell_quote(PODINFO_DIR + "/labels")
+        shell = f"while grep -q '^{POOL_LABEL}=' {labels_file}; do sleep 1; done; " + shell
+        spec["volumes"].append(
+            {
+                "name": "podinfo",
+                "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+            }
+        )
+        main["volumeMounts"].append({"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True})
+    main["command"] = ["sh", "-c", shell]
+    return models.PodTemplate(spec=spec, labels=template.labels, annotations=template.annotations)
+
+
+def _templated(obj: dict[str, Any]) -> dict[str, Any]:
+    """Point the rendered prompt ConfigMap volume at the graph's ConfigMap."""
+    for volume in obj["spec"]["podTemplate"]["spec"]["volumes"]:
+        if (volume.get("configMap") or {}).get("name") == _PROMPT_CM:
+            volume["configMap"]["name"] = _NAME + "-prompt"
+    return obj
+
+
+def _resource(rid: str, template: Mapping[str, Any], *, when: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": rid, "template": dict(template)}
+    if when is not None:
+        out["includeWhen"] = [_cel(when)]
+    return out
+
+
+def _configmap(opts: patterns.PatternOptions, suffix: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{_NAME}-{suffix}", "namespace": opts.namespace},
+        "data": dict(data),
+    }
+
+
+def _orchestrator(opts: patterns.PatternOptions, script: str, resources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The scheduled mode: ServiceAccount, Role, RoleBinding and a hardened kubectl CronJob."""
+    ns, account = opts.namespace, f"{_NAME}-orchestrator"
+    rules = [
+        {"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}
+        for group, plural in resources
+    ]
+    rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
+    rbac = "rbac.authorization.k8s.io/v1"
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
+        {"apiVersion": rbac, "kind": "Role", "metadata": {"name": account, "namespace": ns}, "rules": rules},
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": account, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        },
+    ]
+    container = {
+        "name": "orchestrator",
+        "image": "bitnami/kubectl:latest",
+        "command": ["bash", "-c", script],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod_spec = {
+        "serviceAccountName": account,
+        "restartPolicy": "Never",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1001, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }
+    objects.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": account, "namespace": ns},
+            "spec": {
+                "schedule": _cel("schema.spec.schedule"),
+                "concurrencyPolicy": "Forbid",
+                "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": pod_spec}}},
+            },
+        }
+    )
+    ids = ("account", "role", "binding", "orchestrator")
+    return [_resource(rid, obj, when="schema.spec.schedule != ''") for rid, obj in zip(ids, objects, strict=True)]
+
+
+def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
+    """Concept 07: the Runner RGD (owns a Sandbox) and the user-facing RGD (PVCs, ConfigMap, Runner or CronJob)."""
+    runner_kind, user_kind = "ClaudeCodeAgentSandboxRunner", "ClaudeCodeAgentSandbox"
+    # The pod mounts the workspace and memory claims the Runner's spec names.
+    provider = (
+        opts.resolved_provider().pvc_volume("workspace-claim", patterns.WORKSPACE_PATH).sessions_volume("memory-claim")
+    )
+    sandbox = models.Sandbox(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=kro_pod_template(provider, opts, wait_for_claim=False),
+        shutdown_policy=models.ShutdownPolicy.RETAIN,
+        labels=patterns.pattern_labels(opts),
+    )
+    rendered = _templated(manifests.render(sandbox))
+    rendered["metadata"]["name"] = _NAME
+    for volume in rendered["spec"]["podTemplate"]["spec"]["volumes"]:
+        claim = volume.get("persistentVolumeClaim")
+        if claim is not None:
+            field = {"workspace-claim": "workspacePVC", "memory-claim": "memoryPVC"}[claim["claimName"]]
+            claim["claimName"] = _cel(f"schema.spec.{field}")
+    finished = "sandbox.status.conditions.exists(c, c.type == 'Finished' && c.status == 'True')"
+    runner_rgd = {
+        "apiVersion": KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": runner_kind.lower()},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": runner_kind,
+                "spec": {"workspacePVC": "string | required=true", "memoryPVC": "string | required=true"},
+                "status": {"finished": _cel(finished)},
+            },
+            "resources": [_resource("sandbox", rendered)],
+        },
+    }
+    runner = {
+        "apiVersion": KRO_API,
+        "kind": runner_kind,
+        "metadata": {"name": _NAME, "namespace": opts.namespace},
+        "spec": {"workspacePVC": _NAME + "-workspace", "memoryPVC": _NAME + "-memory"},
+    }
+    script = (
+        f"set -euo pipefail; n={_NAME}; "
+        f"kubectl create -f - <<EOF\napiVersion: {KRO_API}\nkind: {runner_kind}\nmetadata: {{name: $n}}\n"
+        "spec: {workspacePVC: $n-workspace, memoryPVC: $n-memory}\nEOF\n"
+        "kubectl wait --for=condition=Finished sandbox/$n --timeout=3600s; "
+        f"kubectl logs $n || true; kubectl delete {runner_kind.lower()} $n"
+    )
+
+    def pvc(suffix: str) -> dict[str, Any]:
+        obj = patterns.standalone_pvc(opts, "pvc")
+        obj["metadata"]["name"] = f"{_NAME}-{suffix}"
+        obj["spec"]["resources"]["requests"]["storage"] = _cel("schema.spec.storage")
+        return obj
+
+    user_rgd = {
+        "apiVersion": KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": user_kind.lower()},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": user_kind,
+                "spec": {
+                    "prompt": "string | required=true",
+                    "schedule": 'string | default=""',
+                    "storage": f'string | default="{opts.storage}"',
+                },
+            },
+            "resources": [
+                _resource("workspace", pvc("workspace")),
+                _resource("memory", pvc("memory")),
+                _resource("prompt", _configmap(opts, "prompt", {"prompt": _cel("schema.spec.prompt")})),
+                _resource("runner", runner, when="schema.spec.schedule == ''"),
+                *_orchestrator(
+                    opts, script, [("kro.run", runner_kind.lower() + "s"), ("agents.x-k8s.io", "sandboxes")]
+                ),
+            ],
+        },
+    }
+    return [runner_rgd, user_rgd]
+
+
+def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
+    """Concept 08: one RGD owning template, warm pool, ConfigMaps, and a TTL claim or a CronJob."""
+    template = models.SandboxTemplate(
+        name=opts.name,
+        namespace=opts.namespace,
+        api_version=opts.api_version,
+        pod_template=kro_pod_template(opts.resolved_provider(), opts, wait_for_claim=True),
+        network_policy_management=models.NetworkPolicyManagement.MANAGED,
+        labels=patterns.pattern_labels(opts),
+    )
+    rendered = manifests.render_all(patterns.pool_and_claim(opts, template))
+    tpl, pool, claim = rendered
+    _templated(tpl)
+    tpl["metadata"]["name"] = pool["metadata"]["name"] = pool["spec"]["sandboxTemplateRef"]["name"] = _NAME
+    pool["spec"]["replicas"] = _cel("schema.spec.replicas")
+    claim["metadata"]["name"] = _NAME + "-run"
+    beta = "warmPoolRef" in claim["spec"]
+    if beta:
+        claim["spec"]["warmPoolRef"]["name"] = _NAME
+        ref = "warmPoolRef: {name: $n}"
+    else:
+        claim["spec"]["sandboxTemplateRef"]["name"] = claim["spec"]["warmpool"] = _NAME
+        ref = "sandboxTemplateRef: {name: $n}, warmpool: $n"
+    lifecycle = f"lifecycle: {{ttlSecondsAfterFinished: {opts.ttl_seconds_after_finished}, shutdownPolicy: Delete}}"
+    script = (
+        f"set -euo pipefail; n={_NAME}; kubectl create -f - <<EOF\n"
+        f"apiVersion: {claim['apiVersion']}\nkind: SandboxClaim\nmetadata: {{generateName: $n-}}\n"
+        f"spec: {{{ref}, {lifecycle}}}\nEOF\n"
+    )
+    rgd = {
+        "apiVersion": KRO_API,
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": "claudecodeagenttemplate"},
+        "spec": {
+            "schema": {
+                "apiVersion": "v1alpha1",
+                "kind": "ClaudeCodeAgentTemplate",
+                "spec": {
+                    "prompt": "string | required=true",
+                    "schedule": 'string | default=""',
+                    "replicas": f"integer | default={opts.replicas}",
+                    "proxyURL": 'string | default=""',
+                },
+            },
+            "resources": [
+                _resource("template", tpl),
+                _resource("pool", pool),
+                _resource("prompt", _configmap(opts, "prompt", {"prompt": _cel("schema.spec.prompt")})),
+                _resource("proxy", _configmap(opts, "proxy", {"ANTHROPIC_BASE_URL": _cel("schema.spec.proxyURL")})),
+                _resource("claim", claim, when="schema.spec.schedule == ''"),
+                *_orchestrator(opts, script, [("extensions.agents.x-k8s.io", "sandboxclaims")]),
+            ],
+        },
+    }
+    return [rgd]
