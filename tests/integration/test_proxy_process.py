@@ -172,3 +172,31 @@ def test_cli_rotate_keys_reports_resealed_grants(postgres_dsn: str) -> None:
     assert int(done.stdout.split("resealed=")[1].split()[0]) >= 1
     again = subprocess.run([ironflow, "auth-proxy", "rotate-keys"], env=env, capture_output=True, text=True, timeout=30)
     assert "resealed=0" in again.stdout
+
+
+async def test_cli_revoke_run_and_revoke_reach_a_running_proxy() -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = await _start([sys.executable, "-m", "ironflow.auth_proxy"], _env(port))
+    ironflow = os.path.join(os.path.dirname(sys.executable), "ironflow")
+    try:
+        await _wait_healthy(url, proc)
+        async with AdminClient(url, ADMIN) as admin:
+            credential = Credential("api_key", Secret("sk-ant-cli"))
+            first = await admin.issue("run-cli", "a", int(time.time()) + 60, credential=credential)
+            await admin.issue("run-cli", "b", int(time.time()) + 60, credential=credential)
+        env = _env(port, IRONFLOW_AUTH_PROXY_URL=url)
+        one = await _start([ironflow, "auth-proxy", "revoke", first.id], env)
+        out, err = await asyncio.wait_for(one.communicate(), 30)
+        assert (one.returncode, out.decode().strip()) == (0, "revoked=1"), err.decode()
+        run = await _start([ironflow, "auth-proxy", "revoke-run", "run-cli", "--url", url], env)
+        out, err = await asyncio.wait_for(run.communicate(), 30)
+        assert (run.returncode, out.decode().strip()) == (0, "revoked=1"), err.decode()
+        no_url = await _start([ironflow, "auth-proxy", "revoke-run", "run-cli"], _env(port))
+        _, err = await asyncio.wait_for(no_url.communicate(), 30)
+        assert no_url.returncode == 2
+        assert "IRONFLOW_AUTH_PROXY_URL" in err.decode()
+        assert ADMIN not in err.decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 15)

@@ -87,6 +87,51 @@ def rotate_keys() -> None:
         raise typer.Exit(1)
 
 
+_URL_HELP = "Proxy URL (default: $IRONFLOW_AUTH_PROXY_URL); the admin key comes from $IRONFLOW_AUTH_PROXY_ADMIN_KEY."
+
+
+def _admin_call(url: str | None, call: str, argument: str) -> object:
+    from ironflow.auth_proxy import client
+    from ironflow.errors import AuthProxyError
+
+    target = url or os.environ.get("IRONFLOW_AUTH_PROXY_URL", "").strip()
+    if not target:
+        _bad_input("give --url or set IRONFLOW_AUTH_PROXY_URL to the proxy's URL")
+
+    async def run() -> object:
+        async with client.AdminClient(target) as admin:
+            method = admin.revoke if call == "revoke" else admin.revoke_run
+            return await method(argument)
+
+    try:
+        return asyncio.run(run())
+    except ConfigError as exc:
+        _bad_input(exc.message)
+    except AuthProxyError as exc:
+        if exc.status is None and "IRONFLOW_AUTH_PROXY_ADMIN_KEY" in exc.message:
+            _bad_input(exc.message)
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(1) from None
+
+
+@auth_proxy_app.command("revoke")
+def revoke(
+    token_id: Annotated[str, typer.Argument(help="Token id (64 hex chars, as issued).")],
+    url: Annotated[str | None, typer.Option(help=_URL_HELP)] = None,
+) -> None:
+    """Revoke one token now (prints revoked=1, or revoked=0 when it was already gone)."""
+    typer.echo(f"revoked={int(bool(_admin_call(url, 'revoke', token_id)))}")
+
+
+@auth_proxy_app.command("revoke-run")
+def revoke_run(
+    run_id: Annotated[str, typer.Argument(help="Run id whose tokens to revoke.")],
+    url: Annotated[str | None, typer.Option(help=_URL_HELP)] = None,
+) -> None:
+    """Revoke every live token of a run now (prints revoked=N)."""
+    typer.echo(f"revoked={_admin_call(url, 'revoke_run', run_id)}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``ironflow auth-proxy`` to the main app."""
     app.add_typer(auth_proxy_app, name="auth-proxy")
