@@ -410,3 +410,18 @@ async def test_the_token_never_reaches_logs_errors_or_api_objects(env: Env, capl
     assert issuer.tokens
     assert find_leaks(issuer.tokens, *haystacks) == []
     assert issuer.revoked == ["tok-000000000001"]
+
+
+async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the_claim(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\nsleep 30\n")
+    p = env.provider(replicas=1, proxied=True)
+    await env.apply_template(p)
+    issuer = FakeIssuer()
+    runner = p.runner(api=env.api, issuer=issuer, worker_env={})
+    task = asyncio.ensure_future(runner.invoke(AgentConfig("hi").run_scope(RUN, "cx")))
+    await wait_until(lambda: env.server.running_execs == 1 and len(env.server.execs) == 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert issuer.revoked == ["tok-000000000001"]
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes() and not env.server.running_execs)

@@ -211,3 +211,9 @@ def test_provider_repr_holds_no_admin_key_or_env_value() -> None:
     pod = PROXIED.auth_proxy_admin_key("admin-key-value-123").env("API_HINT", "plain-value-456")
     text = repr(AgentSandboxProvider(pod))
     assert find_leaks(["admin-key-value-123", "plain-value-456"], text) == []
+
+
+def test_the_provider_satisfies_the_agent_provider_protocol() -> None:
+    from ironflow.provider import AgentProvider
+
+    assert isinstance(AgentSandboxProvider(POD), AgentProvider)
