@@ -138,3 +138,43 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
     assert proc.returncode == 0, stderr.decode()[-2000:]
     pids = {line for line in stderr.decode().splitlines() if '"auth proxy listening"' in line}
     assert len(pids) == workers
+
+
+def _children_of(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "zombie" in status.read_text()
+
+
+async def test_a_worker_dying_stops_the_whole_process_group_with_a_failure() -> None:
+    """Half a proxy is worse than a restarted one: the parent stops the other worker and fails."""
+    import os
+    import signal
+    import socket
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IRONFLOW_", "ANTHROPIC_"))}
+    env.update({"IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "IRONFLOW_AUTH_PROXY_LISTEN": f"127.0.0.1:{port}"})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ironflow.auth_proxy", "--workers", "2", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    children: list[int] = []
+    for _ in range(100):
+        children = _children_of(proc.pid)
+        if len(children) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(children) == 2
+    await asyncio.sleep(0.5)
+    os.kill(children[0], signal.SIGKILL)
+    _, stderr = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode != 0
+    assert "auth proxy worker exited; stopping the others" in stderr.decode()
+    assert _gone(children[1])

@@ -68,7 +68,11 @@ async def _supervise(workers: int, env: dict[str, str], hub_socket: str | None) 
             env = {**env, config.HUB_ENV: hub_socket}
         children = [await asyncio.create_subprocess_exec(*argv, env=env) for _ in range(workers)]
 
+        stopping = False
+
         def forward(signum: int) -> None:
+            nonlocal stopping
+            stopping = True
             for child in children:
                 with contextlib.suppress(ProcessLookupError):
                     child.send_signal(signum)
@@ -76,8 +80,15 @@ async def _supervise(workers: int, env: dict[str, str], hub_socket: str | None) 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, forward, signum)
-        codes = await asyncio.gather(*(child.wait() for child in children))
-    return max(codes, key=abs)
+        waits = [asyncio.ensure_future(child.wait()) for child in children]
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if not stopping:
+            # A worker died on its own: stop the others so the pod restarts whole, not at half capacity.
+            logs.event("auth proxy worker exited; stopping the others", 40, code=next(iter(done)).result())
+            forward(signal.SIGTERM)
+        codes = await asyncio.gather(*waits)
+    worst = max(codes, key=abs)
+    return worst if stopping or worst else 1
 
 
 def run_workers(workers: int, env: Mapping[str, str] | None = None, *, shared_memory: bool = False) -> int:
