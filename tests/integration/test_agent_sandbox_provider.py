@@ -425,3 +425,12 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the
         await task
     assert issuer.revoked == ["tok-000000000001"]
     await wait_until(lambda: not env.claims() and not env.step_sandboxes() and not env.server.running_execs)
+
+
+async def test_a_cluster_without_agent_sandbox_says_so() -> None:
+    async with ExecKubeTestServer() as server, await k8s.KubeApi.connect(server.cluster_config()) as api:
+        p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img"))
+        with pytest.raises(
+            errors.KubeNotFound, match=r"does not serve sandboxclaims\.extensions\.agents\.x-k8s\.io/v1beta1"
+        ):
+            await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))

@@ -296,7 +296,7 @@ class AgentSandboxProvider:
 
     async def apply_template(self, api: kube.KubeApi | None = None) -> list[apply.Applied]:
         """Create or update the SandboxTemplate and SandboxWarmPool these settings describe."""
-        client = api if api is not None else await self._api()
+        client = api if api is not None else await self.connect()
         res = self.resources
         kinds = {"SandboxTemplate": res.templates, "SandboxWarmPool": res.pools}
         return await apply.apply_objects(client, kinds, self.settings.namespace, self.template_objects())
@@ -396,7 +396,8 @@ class AgentSandboxProvider:
 
     # -- runtime --
 
-    async def _api(self) -> kube.KubeApi:
+    async def connect(self) -> kube.KubeApi:
+        """The process's shared API client for this provider's cluster (one per cluster and event loop)."""
         from ironflow.k8s import runner
 
         cluster = self.settings.cluster if self.settings.cluster is not None else self.settings.pod.settings.cluster

@@ -68,7 +68,7 @@ class SandboxStepRunner:
 
     async def api(self) -> kube.KubeApi:
         if self._client is None:
-            self._client = await self.provider._api()
+            self._client = await self.provider.connect()
         return self._client
 
     # -- the provider protocol --
@@ -149,6 +149,16 @@ class SandboxStepRunner:
                 except errors.KubeUnavailable:
                     created = True  # no answer: it may exist all the same; delete it below
                     raise
+                except errors.KubeNotFound as exc:
+                    if exc.reason == "NotFound" and "namespaces" in exc.message:
+                        raise
+                    r = res.claims
+                    raise errors.KubeNotFound(
+                        f"{exc.message}; the API does not serve {r.plural}.{r.group}/{r.version}: install "
+                        "agent-sandbox with its extensions (or choose the API version it serves with api_version)",
+                        status=404,
+                        reason=exc.reason,
+                    ) from exc
                 ready = await self._wait_ready(api, name)
                 return await self._in_sandbox(api, config, claim, ready, sink, started)
             finally:
