@@ -2,13 +2,22 @@
 
 The pod holds an opaque ``ifap_`` token bound to its run, step and expiry; the proxy
 alone holds the credential and alone reaches the Anthropic API. Layers point one way:
-``tokens``/``policy``/``config`` (pure) → ``crypto``/``registry``/``postgres`` (state)
-→ ``handlers`` → ``app`` → ``__main__``; ``client`` is the worker side and imports
-only ``tokens``.
+``tokens``/``policy``/``config``/``crypto`` (values and pure decisions) →
+``registry``/``postgres``/``hub`` (where grants live) → ``logs``/``metrics`` →
+``handlers`` → ``app`` → ``__main__``. ``client`` is the worker side: of this package it
+imports only ``tokens``.
 """
 
 from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
-from ironflow.auth_proxy.client import AdminClient, Credential, IssuedToken, admin_key_from, resolve_credential
+from ironflow.auth_proxy.client import (
+    AdminClient,
+    Credential,
+    IssuedToken,
+    admin_key_from,
+    claude_pod_env,
+    resolve_credential,
+    secret_pod_env,
+)
 from ironflow.auth_proxy.config import AuthProxyConfig
 from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
 from ironflow.auth_proxy.registry import GrantRegistry, MemoryRegistry, RegistryUnavailable, Resolution
@@ -31,7 +40,9 @@ __all__ = [
     "RunningProxy",
     "SecretCredential",
     "admin_key_from",
+    "claude_pod_env",
     "create_app",
     "resolve_credential",
     "run_auth_proxy",
+    "secret_pod_env",
 ]
