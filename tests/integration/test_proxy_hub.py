@@ -178,3 +178,17 @@ async def test_a_worker_dying_stops_the_whole_process_group_with_a_failure() -> 
     assert proc.returncode != 0
     assert "auth proxy worker exited; stopping the others" in stderr.decode()
     assert _gone(children[1])
+
+
+async def test_purge_keeps_the_worker_cache_bounded(tmp_path: Path) -> None:
+    async with hub.serve_hub(str(tmp_path / "hub" / "registry.sock")) as path:
+        worker = hub.HubRegistry(path)
+        try:
+            short = tokens.Grant("a" * 64, "r", "s", NOW + 5, tokens.ClaudeCredential("api_key", Secret("sk-ant-c")))
+            await worker.insert(short)
+            await worker.resolve(short.id, NOW)
+            assert "cached=1" in repr(worker)
+            await worker.purge_expired(NOW + 5)
+            assert "cached=0" in repr(worker)
+        finally:
+            await worker.close()

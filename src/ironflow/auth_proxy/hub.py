@@ -204,7 +204,14 @@ class HubRegistry:
     async def revoke_run(self, run_id: str) -> int:
         return int(await self._call("revoke_run", run_id=run_id))
 
+    def _drop_stale_cache(self, now: int) -> None:
+        """Keep the cache bounded: the purge pass (every 60 s) drops expired and old entries."""
+        oldest = time.monotonic() - self._cache_ttl_s
+        for grant_id in [g for g, (grant, at) in self._cache.items() if grant.expires_at <= now or at < oldest]:
+            del self._cache[grant_id]
+
     async def purge_expired(self, now: int) -> int:
+        self._drop_stale_cache(now)
         return int(await self._call("purge_expired", now=now))
 
     async def count(self) -> int:

@@ -281,7 +281,14 @@ class PostgresRegistry:
             self._cache.pop(grant_id, None)
         return len(rows)
 
+    def _drop_stale_cache(self, now: int) -> None:
+        """Keep the cache bounded: the purge pass (every 60 s) drops expired and old entries."""
+        oldest = time.monotonic() - self._cache_ttl_s
+        for grant_id in [g for g, (grant, at) in self._cache.items() if grant.expires_at <= now or at < oldest]:
+            del self._cache[grant_id]
+
     async def purge_expired(self, now: int) -> int:
+        self._drop_stale_cache(now)
         async with _guard("purge"), self._pool.acquire() as conn, conn.transaction():
             status = await conn.execute("DELETE FROM ironflow.auth_proxy_grants WHERE expires_at <= $1", now)
             await conn.execute("DELETE FROM ironflow.auth_proxy_revocations WHERE expires_at <= $1", now)
