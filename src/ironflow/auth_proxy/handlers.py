@@ -211,9 +211,14 @@ class ProxyHandlers:
             self.metrics.count(policy.UPSTREAM_UNREACHABLE.result)
             return _refuse(policy.UPSTREAM_UNREACHABLE)
         logs.event(
-            "relayed", token=grant.short_id, run_id=grant.run_id, step=grant.step, method=method, path=path,
+            "relayed",
+            token=grant.short_id,
+            run_id=grant.run_id,
+            step=grant.step,
+            method=method,
+            path=path,
             status=status,
-        )  # fmt: skip
+        )
         self.metrics.count("relayed")
         return response
 
