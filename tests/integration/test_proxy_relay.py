@@ -25,6 +25,7 @@ from yarl import URL
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, Limits, MemoryRegistry, run_auth_proxy, tokens
 from ironflow.auth_proxy import logs as proxy_logs
 from ironflow.auth_proxy.app import RunningProxy
+from ironflow.auth_proxy.policy import error_body as policy_error
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn, Usage
 
@@ -567,3 +568,36 @@ async def test_unix_socket_proxy_issues_and_relays(tmp_path: Path) -> None:
                 assert "OK" in await r.text()
             assert await admin.revoke(issued.id)
     assert fake.message_requests[0].header("x-api-key") == API_KEY
+
+
+async def test_upstream_errors_and_redirects_pass_back_unfollowed() -> None:
+    """The pod sees the API's own 429 (with retry-after) and a redirect as is; nothing is followed."""
+    hits: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        if request.path == "/v1/moved":
+            return web.Response(status=302, headers={"Location": "http://evil.example/steal"})
+        body = policy_error("rate_limit_error", "slow down")
+        return web.Response(status=429, body=body, headers={"retry-after": "7", "content-type": "application/json"})
+
+    upstream = web.Application()
+    upstream.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(upstream)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=f"http://127.0.0.1:{runner.addresses[0][1]}")
+        async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
+            issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
+            headers = {"x-api-key": issued.token.reveal()}
+            async with http.post(proxy.url + "/v1/messages", json=MESSAGE, headers=headers) as response:
+                assert response.status == 429
+                assert response.headers["retry-after"] == "7"
+                assert (await response.json())["error"]["type"] == "rate_limit_error"
+            async with http.get(proxy.url + "/v1/moved", headers=headers, allow_redirects=False) as response:
+                assert response.status == 302
+                assert response.headers["location"] == "http://evil.example/steal"
+        assert hits == ["/v1/messages", "/v1/moved"]
+    finally:
+        await runner.cleanup()
