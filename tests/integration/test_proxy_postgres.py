@@ -419,3 +419,10 @@ async def test_database_going_down_answers_503_never_401() -> None:
                     assert response.status == 503
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def test_malformed_database_url_is_unavailable_without_echoing_it() -> None:
+    with pytest.raises(registry.RegistryUnavailable) as caught:
+        await PostgresRegistry.open(Secret("postgresql://u:hunter2@127.0.0.1:notaport/x"), KeyRing.from_spec(KEY1))
+    assert "hunter2" not in str(caught.value)
+    assert caught.value.__cause__ is None

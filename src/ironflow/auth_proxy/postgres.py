@@ -49,11 +49,19 @@ _COLUMNS: Final = (
 
 @contextlib.asynccontextmanager
 async def _guard(operation: str) -> AsyncIterator[None]:
-    """asyncpg failures as RegistryUnavailable with a fixed text (no URL, no query values)."""
+    """asyncpg failures as RegistryUnavailable with a fixed text (no URL, no query values).
+
+    On ``connect`` a malformed URL raises ValueError, whose text may quote the URL: it is
+    replaced too, and not chained.
+    """
     try:
         yield
     except _DB_ERRORS as exc:
         raise registry.RegistryUnavailable(f"registry database failed during {operation}") from exc
+    except ValueError:
+        if operation != "connect":
+            raise
+        raise registry.RegistryUnavailable("the registry database URL cannot be parsed") from None
 
 
 def _injection_from_json(raw: Any) -> tokens.Injection:
