@@ -434,3 +434,22 @@ async def test_a_cluster_without_agent_sandbox_says_so() -> None:
             errors.KubeNotFound, match=r"does not serve sandboxclaims\.extensions\.agents\.x-k8s\.io/v1beta1"
         ):
             await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))
+
+
+async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(env: Env) -> None:
+    p = env.provider(replicas=2)
+    await env.apply_template(p)
+    sandboxes = p.resources.sandboxes
+    await wait_until(lambda: sum(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)) == 2)
+    env.api.counters.reset()
+    runner = p.runner(api=env.api, worker_env={})
+    results = await asyncio.gather(*(runner.invoke(AgentConfig("hi").run_scope(RUN, f"p{i}")) for i in range(3)))
+    assert all(r.text for r in results)
+    kinds = [e[0] for e in env.controller.events]
+    # Two members were Ready; the third step takes a refilled member or a cold start.
+    assert kinds.count("warm") >= 2
+    assert kinds.count("warm") + kinds.count("cold") == 3
+    bound = [e[2] for e in env.controller.events if e[0] in ("warm", "cold")]
+    assert len(set(bound)) == 3  # each step had a sandbox of its own
+    assert env.api.counters.watches_opened == 1
+    await wait_until(lambda: not env.claims() and not env.step_sandboxes())

@@ -131,6 +131,7 @@ class AgentSandboxController:
         #: What happened, in order: ("cold", claim, sandbox), ("warm", claim, sandbox), ("member", pool, sandbox).
         self.events: list[tuple[str, str, str]] = []
         self._ready_at: dict[str, float] = {}  # sandbox uid -> when its pod runs
+        self._adopted: set[str] = set()  # sandbox names already given to a claim
         self._task: asyncio.Task[None] | None = None
         self._api: api.KubeApi | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -362,7 +363,9 @@ class AgentSandboxController:
             ready = [
                 s
                 for s in sandboxes.values()
-                if (s["metadata"].get("labels") or {}).get(LABEL_WARM_POOL) == pool_hash and _ready(s)
+                if (s["metadata"].get("labels") or {}).get(LABEL_WARM_POOL) == pool_hash
+                and _ready(s)
+                and s["metadata"]["name"] not in self._adopted
             ]
             ready.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
             member = ready[0] if ready else None
@@ -394,6 +397,7 @@ class AgentSandboxController:
     async def _adopt(self, claim: Obj, member: Obj) -> None:
         assert self._api is not None
         name, sandbox = claim["metadata"]["name"], member["metadata"]["name"]
+        self._adopted.add(sandbox)  # never twice, even before the next listing shows the change
         labels: dict[str, Any] = {
             LABEL_WARM_POOL: None,
             LABEL_LAUNCH_TYPE: "warm",
