@@ -9,9 +9,7 @@ cache, must agree within a second on every revocation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -23,7 +21,7 @@ from ironflow.auth_proxy import AuthProxyConfig, Credential, KeyRing, MemoryRegi
 from ironflow.auth_proxy.postgres import MIGRATIONS_PACKAGE, PostgresRegistry, rotate_keys
 from ironflow.secrets import Secret
 from ironflow.testing.fake_anthropic import FakeAnthropic
-from ironflow.testing.postgres import PostgresServer
+from ironflow.testing.postgres import PostgresServer, fresh_database
 
 pytest_plugins = ["ironflow.testing.pytest_plugin"]
 pytestmark = pytest.mark.postgres
@@ -36,23 +34,10 @@ NOW = int(time.time())
 MESSAGE = {"model": "claude-haiku-5-0", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 
-@contextlib.asynccontextmanager
-async def _fresh_database(server_dsn: str) -> AsyncIterator[str]:
-    name = "t_" + uuid.uuid4().hex[:12]
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield server_dsn.rsplit("/", 1)[0] + "/" + name
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
-async def dsn(postgres_dsn: str) -> AsyncIterator[str]:
+def dsn(postgres_database: str) -> str:
     """A fresh database per test on the session's server."""
-    async with _fresh_database(postgres_dsn) as url:
-        yield url
+    return postgres_database
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -60,7 +45,7 @@ async def backend(request: pytest.FixtureRequest, postgres_dsn: str) -> AsyncIte
     if request.param == "memory":
         yield MemoryRegistry()
         return
-    async with _fresh_database(postgres_dsn) as url:
+    async with fresh_database(postgres_dsn) as url:
         opened = await PostgresRegistry.open(Secret(url), KeyRing.from_spec(KEY1))
         try:
             yield opened

@@ -9,6 +9,7 @@ import pytest
 
 from ironflow.testing.postgres import PostgresNotAvailable, PostgresServer, find_pg_bin
 
+pytest_plugins = ["ironflow.testing.pytest_plugin"]
 pytestmark = pytest.mark.postgres
 
 
@@ -44,3 +45,16 @@ def test_missing_binaries_are_named_with_the_fix(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr("ironflow.testing.postgres._SEARCH_GLOB", "/nonexistent/*/bin")
     with pytest.raises(PostgresNotAvailable, match="apt-get install -y postgresql-15"):
         find_pg_bin("initdb")
+
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+async def test_postgres_database_fixture_is_fresh_for_each_test(postgres_database: str, attempt: int) -> None:
+    """Both runs find an empty database: the first run's table is gone."""
+    conn = await asyncpg.connect(postgres_database)
+    try:
+        tables = await conn.fetchval("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'")
+        await conn.execute("CREATE TABLE leftover (x int)")
+    finally:
+        await conn.close()
+    assert tables == 0

@@ -21,12 +21,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["PostgresNotAvailable", "PostgresServer", "find_pg_bin"]
+__all__ = ["PostgresNotAvailable", "PostgresServer", "find_pg_bin", "fresh_database"]
 
 _SEARCH_GLOB = "/usr/lib/postgresql/*/bin"
 _START_TIMEOUT_S = 30.0
@@ -175,3 +176,20 @@ class PostgresServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await asyncio.to_thread(self.stop)
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(server_dsn: str, *, prefix: str = "t_") -> AsyncIterator[str]:
+    """A new, empty database on a running server for one test; dropped (connections and all) after."""
+    import asyncpg  # only the async helpers need it
+
+    name = prefix + uuid.uuid4().hex[:12]
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield server_dsn.rsplit("/", 1)[0] + "/" + name
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

@@ -2,20 +2,20 @@
 
 Load it with ``-p ironflow.testing.pytest_plugin``. ``postgres_dsn`` starts one
 throwaway PostgreSQL server per test session (see :mod:`ironflow.testing.postgres`)
-and removes it at the end; tests that need isolation create their own database or
-schema on it. When PostgreSQL is not installed the test is skipped with a reason
+and removes it at the end; ``postgres_database`` gives each test a fresh, empty
+database on it (dropped afterwards). When PostgreSQL is not installed the test is skipped with a reason
 that says so, never silently passed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from ironflow.testing import postgres
 
-__all__ = ["postgres_dsn"]
+__all__ = ["postgres_database", "postgres_dsn"]
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,10 @@ def postgres_dsn() -> Iterator[str]:
         yield server.dsn
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def postgres_database(postgres_dsn: str) -> AsyncIterator[str]:
+    """DSN of a fresh, empty database for this test only."""
+    async with postgres.fresh_database(postgres_dsn) as dsn:
+        yield dsn
