@@ -242,3 +242,40 @@ async def test_take_request_counts_before_and_after() -> None:
 def test_expires_at_beyond_i64_is_an_error() -> None:
     assert _refusal(_body(expires_at=2**63)) == "invalid token request body"
     assert _refusal(_body(expires_at=-1)) == "invalid token request body"
+
+
+def _cached_grant(grant_id: str, run_id: str = "run-c", expires_at: int = NOW + 60) -> tokens.Grant:
+    return tokens.Grant(grant_id, run_id, "s", expires_at, tokens.ClaudeCredential("api_key", Secret("sk-ant-c")))
+
+
+def test_grant_cache_serves_only_while_enabled_and_until_expiry() -> None:
+    cache = registry.GrantCache(ttl_s=30)
+    grant = _cached_grant("a")
+    cache.put(grant, cache.ticket())
+    assert cache.get("a", NOW) is None  # not enabled: the revocation feed is not connected
+    cache.enabled = True
+    cache.put(grant, cache.ticket())
+    assert cache.get("a", NOW) == grant
+    assert cache.get("a", NOW + 60) is None  # expired grants are never served
+    assert len(cache) == 0
+
+
+def test_grant_cache_refuses_a_read_that_raced_a_revocation() -> None:
+    cache = registry.GrantCache(ttl_s=30)
+    cache.enabled = True
+    ticket = cache.ticket()  # a read starts...
+    cache.evict(["b"])  # ...a revocation is announced meanwhile...
+    cache.put(_cached_grant("b"), ticket)  # ...the read's answer must not be kept
+    assert cache.get("b", NOW) is None
+
+
+def test_grant_cache_evicts_by_run_and_drops_stale_entries() -> None:
+    cache = registry.GrantCache(ttl_s=30)
+    cache.enabled = True
+    for grant in (_cached_grant("x1", "run-x"), _cached_grant("x2", "run-x"), _cached_grant("y", "run-y", NOW + 5)):
+        cache.put(grant, cache.ticket())
+    cache.evict_run("run-x")
+    assert (cache.get("x1", NOW), cache.get("x2", NOW)) == (None, None)
+    assert cache.get("y", NOW) is not None
+    cache.drop_stale(NOW + 5)
+    assert len(cache) == 0

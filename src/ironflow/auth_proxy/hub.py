@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import json
 import os
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -112,13 +111,11 @@ class HubRegistry:
 
     def __init__(self, socket_path: str, *, cache_ttl_s: float = 30.0) -> None:
         self._path = socket_path
-        self._cache_ttl_s = cache_ttl_s
-        self._cache: dict[str, tuple[tokens.Grant, float]] = {}
+        self._cache = registry.GrantCache(cache_ttl_s)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._generation = 0
         self._connect_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -133,6 +130,7 @@ class HubRegistry:
             except OSError as exc:
                 raise registry.RegistryUnavailable("the registry hub is unreachable") from exc
             self._writer = writer
+            self._cache.enabled = True
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
             return writer
 
@@ -141,9 +139,7 @@ class HubRegistry:
             while line := await reader.readline():
                 message = json.loads(line)
                 if message.get("event") == "revoked":
-                    self._generation += 1
-                    for grant_id in message["ids"]:
-                        self._cache.pop(grant_id, None)
+                    self._cache.evict(message["ids"])
                     continue
                 future = self._pending.pop(message["id"], None)
                 if future is not None and not future.done():
@@ -155,7 +151,7 @@ class HubRegistry:
 
     def _lost(self) -> None:
         # Without the hub's announcements the cache could hide a revocation: drop it.
-        self._generation += 1
+        self._cache.enabled = False
         self._cache.clear()
         self._writer = None
         for future in self._pending.values():
@@ -183,35 +179,26 @@ class HubRegistry:
         await self._call("insert", grant=tokens.grant_to_wire(grant))
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
-        cached = self._cache.get(grant_id)
-        if cached is not None and time.monotonic() - cached[1] < self._cache_ttl_s:
-            if cached[0].expires_at > now:
-                return cached[0]
-            self._cache.pop(grant_id, None)
-        generation = self._generation
+        cached = self._cache.get(grant_id, now)
+        if cached is not None:
+            return cached
+        ticket = self._cache.ticket()
         answer = await self._call("resolve", id=grant_id, now=now)
         if "resolution" in answer:
             return registry.Resolution(answer["resolution"])
         grant = tokens.grant_from_wire(answer["grant"])
-        if generation == self._generation:
-            self._cache[grant_id] = (grant, time.monotonic())
+        self._cache.put(grant, ticket)
         return grant
 
     async def revoke(self, grant_id: str) -> bool:
-        self._cache.pop(grant_id, None)
+        self._cache.evict([grant_id])
         return bool(await self._call("revoke", id=grant_id))
 
     async def revoke_run(self, run_id: str) -> int:
         return int(await self._call("revoke_run", run_id=run_id))
 
-    def _drop_stale_cache(self, now: int) -> None:
-        """Keep the cache bounded: the purge pass (every 60 s) drops expired and old entries."""
-        oldest = time.monotonic() - self._cache_ttl_s
-        for grant_id in [g for g, (grant, at) in self._cache.items() if grant.expires_at <= now or at < oldest]:
-            del self._cache[grant_id]
-
     async def purge_expired(self, now: int) -> int:
-        self._drop_stale_cache(now)
+        self._cache.drop_stale(now)
         return int(await self._call("purge_expired", now=now))
 
     async def count(self) -> int:

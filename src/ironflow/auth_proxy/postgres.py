@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -121,9 +120,7 @@ class PostgresRegistry:
         self._pool = pool
         self._dsn = dsn
         self._ring = ring
-        self._cache_ttl_s = cache_ttl_s
-        self._cache: dict[str, tuple[tokens.Grant, float]] = {}
-        self._generation = 0
+        self._cache = registry.GrantCache(cache_ttl_s)
         self._listener: Any = None
         self._listening = False
         self._reconnect: asyncio.Task[None] | None = None
@@ -171,22 +168,21 @@ class PostgresRegistry:
         conn.add_termination_listener(self._on_listener_lost)
         self._listener = conn
         self._listening = True
+        self._cache.enabled = True
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        self._generation += 1
         kind, _, value = payload.partition(":")
         if kind == "id":
-            self._cache.pop(value, None)
+            self._cache.evict([value])
         elif kind == "run":
-            for grant_id in [g for g, (grant, _) in self._cache.items() if grant.run_id == value]:
-                del self._cache[grant_id]
+            self._cache.evict_run(value)
         else:
             self._cache.clear()
 
     def _on_listener_lost(self, conn: Any) -> None:
         # Without the listener a revocation could be missed: stop trusting the cache.
         self._listening = False
-        self._generation += 1
+        self._cache.enabled = False
         self._cache.clear()
         if not self._closed and (self._reconnect is None or self._reconnect.done()):
             self._reconnect = asyncio.get_running_loop().create_task(self._relisten())
@@ -229,14 +225,10 @@ class PostgresRegistry:
             )
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
-        if self._listening:
-            cached = self._cache.get(grant_id)
-            if cached is not None and time.monotonic() - cached[1] < self._cache_ttl_s:
-                grant = cached[0]
-                if grant.expires_at > now:
-                    return grant
-                self._cache.pop(grant_id, None)
-        generation = self._generation
+        cached = self._cache.get(grant_id, now)
+        if cached is not None:
+            return cached
+        ticket = self._cache.ticket()
         async with _guard("resolve"):
             row = await self._pool.fetchrow(
                 f"SELECT {_COLUMNS} FROM ironflow.auth_proxy_grants WHERE id = $1",  # noqa: S608 - fixed columns
@@ -251,8 +243,7 @@ class PostgresRegistry:
                 await self._pool.execute("DELETE FROM ironflow.auth_proxy_grants WHERE id = $1", grant_id)
                 return registry.Resolution.EXPIRED
         grant = _grant_from_row(row, self._ring)
-        if self._listening and generation == self._generation:
-            self._cache[grant_id] = (grant, time.monotonic())
+        self._cache.put(grant, ticket)
         return grant
 
     async def revoke(self, grant_id: str) -> bool:
@@ -270,7 +261,7 @@ class PostgresRegistry:
                 row["expires_at"],
             )
             await self._notify(conn, f"id:{grant_id}")
-        self._cache.pop(grant_id, None)
+        self._cache.evict([grant_id])
         return True
 
     async def revoke_run(self, run_id: str) -> int:
@@ -285,18 +276,11 @@ class PostgresRegistry:
                     [(r["id"], run_id, r["expires_at"]) for r in rows],
                 )
                 await self._notify(conn, f"run:{run_id}")
-        for grant_id in [r["id"] for r in rows]:
-            self._cache.pop(grant_id, None)
+        self._cache.evict([r["id"] for r in rows])
         return len(rows)
 
-    def _drop_stale_cache(self, now: int) -> None:
-        """Keep the cache bounded: the purge pass (every 60 s) drops expired and old entries."""
-        oldest = time.monotonic() - self._cache_ttl_s
-        for grant_id in [g for g, (grant, at) in self._cache.items() if grant.expires_at <= now or at < oldest]:
-            del self._cache[grant_id]
-
     async def purge_expired(self, now: int) -> int:
-        self._drop_stale_cache(now)
+        self._cache.drop_stale(now)
         async with _guard("purge"), self._pool.acquire() as conn, conn.transaction():
             status = await conn.execute("DELETE FROM ironflow.auth_proxy_grants WHERE expires_at <= $1", now)
             await conn.execute("DELETE FROM ironflow.auth_proxy_revocations WHERE expires_at <= $1", now)

@@ -15,6 +15,8 @@ The in-memory backend serves one process; share one instance between app objects
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -22,6 +24,7 @@ from ironflow.auth_proxy import tokens
 from ironflow.secrets import Secret
 
 __all__ = [
+    "GrantCache",
     "GrantRegistry",
     "MemoryRegistry",
     "RegistryUnavailable",
@@ -159,3 +162,59 @@ class MemoryRegistry:
 
     async def close(self) -> None:
         return None
+
+
+class GrantCache:
+    """Grants a replica reuses without asking its backend, kept honest by revocation news.
+
+    Only trusted while ``enabled`` (the backend's revocation feed is connected); entries
+    live ``ttl_s`` at most and never past their grant's expiry. A read that began before
+    a revocation was announced is not stored: :meth:`ticket` before the read, :meth:`put`
+    with it after.
+    """
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.enabled = False
+        self._entries: dict[str, tuple[tokens.Grant, float]] = {}
+        self._generation = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, grant_id: str, now: int) -> tokens.Grant | None:
+        if not self.enabled:
+            return None
+        entry = self._entries.get(grant_id)
+        if entry is None:
+            return None
+        grant, stored_at = entry
+        if grant.expires_at > now and time.monotonic() - stored_at < self.ttl_s:
+            return grant
+        self._entries.pop(grant_id, None)
+        return None
+
+    def ticket(self) -> int:
+        return self._generation
+
+    def put(self, grant: tokens.Grant, ticket: int) -> None:
+        if self.enabled and self.ttl_s > 0 and ticket == self._generation:
+            self._entries[grant.id] = (grant, time.monotonic())
+
+    def evict(self, grant_ids: Iterable[str]) -> None:
+        self._generation += 1
+        for grant_id in grant_ids:
+            self._entries.pop(grant_id, None)
+
+    def evict_run(self, run_id: str) -> None:
+        self.evict([g for g, (grant, _) in self._entries.items() if grant.run_id == run_id])
+
+    def clear(self) -> None:
+        self._generation += 1
+        self._entries.clear()
+
+    def drop_stale(self, now: int) -> None:
+        """Keep the cache bounded: the purge pass (every 60 s) drops expired and old entries."""
+        oldest = time.monotonic() - self.ttl_s
+        for grant_id in [g for g, (grant, at) in self._entries.items() if grant.expires_at <= now or at < oldest]:
+            del self._entries[grant_id]
