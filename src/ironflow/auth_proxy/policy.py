@@ -96,19 +96,7 @@ __all__ = [
 #: Largest request body relayed (the reference's ``DEFAULT_MAX_BODY_BYTES``).
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 OAUTH_BETA_FLAG: Final = "oauth-2025-04-20"
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
+HOP_BY_HOP: Final = tokens.HOP_BY_HOP
 # The pod's own credential headers carry the opaque token: they must never go upstream.
 _NEVER_UPSTREAM: Final = HOP_BY_HOP | {
     "authorization",

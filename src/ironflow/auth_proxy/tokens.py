@@ -29,6 +29,7 @@ from ironflow.secrets import Secret
 
 __all__ = [
     "FORBIDDEN_CUSTOM_HEADERS",
+    "HOP_BY_HOP",
     "MAX_LIFETIME_S",
     "TOKEN_PREFIX",
     "ClaudeCredential",
@@ -55,8 +56,8 @@ MAX_LIFETIME_S: Final = 86_400
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HOST_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-#: A proxied secret may not be injected as one of these headers.
-FORBIDDEN_CUSTOM_HEADERS: Final = frozenset(
+#: Headers that describe one connection, never forwarded in either direction.
+HOP_BY_HOP: Final = frozenset(
     {
         "connection",
         "keep-alive",
@@ -67,12 +68,10 @@ FORBIDDEN_CUSTOM_HEADERS: Final = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
-        "host",
-        "content-length",
-        "cookie",
-        "accept-encoding",
     }
 )
+#: A proxied secret may not be injected as one of these headers.
+FORBIDDEN_CUSTOM_HEADERS: Final = HOP_BY_HOP | {"host", "content-length", "cookie", "accept-encoding"}
 
 ClaudeKind = Literal["oauth_token", "api_key"]
 InjectionKind = Literal["bearer", "private_token", "x_api_key", "header", "basic"]
