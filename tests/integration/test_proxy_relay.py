@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,20 @@ OAUTH = "sk-ant-oat01-REAL-OAUTH-TOKEN"
 API_KEY = "sk-ant-api03-REAL-API-KEY"
 API_CRED = Credential("api_key", Secret(API_KEY))
 MESSAGE = {"model": "claude-haiku-5-0", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": ""}]}
+
+
+@contextlib.asynccontextmanager
+async def _upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """A throwaway upstream on loopback answering every route with ``handler``; its URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 @dataclass
@@ -174,13 +188,8 @@ async def test_sse_chunks_pass_through_before_the_stream_ends() -> None:
         await response.write_eof()
         return response
 
-    upstream = web.Application()
-    upstream.router.add_post("/v1/messages", slow_stream)
-    runner = web.AppRunner(upstream)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=f"http://127.0.0.1:{runner.addresses[0][1]}")
+    async with _upstream(slow_stream) as upstream_url:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=upstream_url)
         async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
             issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
             headers = {"x-api-key": issued.token.reveal()}
@@ -191,8 +200,6 @@ async def test_sse_chunks_pass_through_before_the_stream_ends() -> None:
                 assert first.startswith(b"event: one")
                 seen_first.set()
                 assert (await response.read()).startswith(b"event: two")
-    finally:
-        await runner.cleanup()
 
 
 async def test_path_outside_api_returns_403(env: Env) -> None:
@@ -320,13 +327,8 @@ async def test_client_going_away_ends_the_upstream_stream() -> None:
             upstream_closed.set()
             raise
 
-    upstream = web.Application()
-    upstream.router.add_post("/v1/messages", endless)
-    runner = web.AppRunner(upstream, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=f"http://127.0.0.1:{runner.addresses[0][1]}")
+    async with _upstream(endless) as upstream_url:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=upstream_url)
         async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin:
             issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
             async with aiohttp.ClientSession() as http:
@@ -336,8 +338,6 @@ async def test_client_going_away_ends_the_upstream_stream() -> None:
                 await response.content.readuntil(b"\n\n")
                 response.close()
             await asyncio.wait_for(upstream_closed.wait(), 5)
-    finally:
-        await runner.cleanup()
 
 
 # --- limits fixed at issue time ------------------------------------------------------------
@@ -418,15 +418,8 @@ async def git_host() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
         seen.append({"path": request.path_qs, **{k.lower(): v for k, v in request.headers.items()}})
         return web.Response(text="git says hi")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    finally:
-        await runner.cleanup()
+    async with _upstream(record) as url:
+        yield url, seen
 
 
 async def test_secret_relay_injects_the_secret_for_allowed_hosts_only(
@@ -512,13 +505,7 @@ async def test_silent_stream_ends_after_the_idle_timeout_not_a_total_timeout() -
         await response.write_eof()
         return response
 
-    upstream = web.Application()
-    upstream.router.add_post("/v1/messages", stalls)
-    runner = web.AppRunner(upstream)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        upstream_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    async with _upstream(stalls) as upstream_url:
         config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=upstream_url, idle_timeout_s=0.6)
         async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
             issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
@@ -532,8 +519,6 @@ async def test_silent_stream_ends_after_the_idle_timeout_not_a_total_timeout() -
                 with contextlib.suppress(aiohttp.ClientPayloadError):
                     await asyncio.wait_for(response.read(), 5)
             assert time.monotonic() - started < 2.0
-    finally:
-        await runner.cleanup()
 
 
 async def test_purge_task_drops_expired_grants(caplog: pytest.LogCaptureFixture) -> None:
@@ -581,13 +566,8 @@ async def test_upstream_errors_and_redirects_pass_back_unfollowed() -> None:
         body = policy_error("rate_limit_error", "slow down")
         return web.Response(status=429, body=body, headers={"retry-after": "7", "content-type": "application/json"})
 
-    upstream = web.Application()
-    upstream.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(upstream)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=f"http://127.0.0.1:{runner.addresses[0][1]}")
+    async with _upstream(answer) as upstream_url:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=upstream_url)
         async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
             issued = await admin.issue("r", "s", int(time.time()) + 60, credential=API_CRED)
             headers = {"x-api-key": issued.token.reveal()}
@@ -599,5 +579,3 @@ async def test_upstream_errors_and_redirects_pass_back_unfollowed() -> None:
                 assert response.status == 302
                 assert response.headers["location"] == "http://evil.example/steal"
         assert hits == ["/v1/messages", "/v1/moved"]
-    finally:
-        await runner.cleanup()
