@@ -200,8 +200,6 @@ def _check_claim_pod_metadata(claim: models.SandboxClaim, allowed_label_domains:
                 f"({', '.join(allowed_label_domains)}); add the domain to the controller's "
                 "/etc/sandbox-config/allowed-label-domains or put the label on the claim itself"
             )
-        if key == "app" or (key, claim.pod_labels[key]) == ("app", "sandbox-router"):
-            raise _fail("claim pod label app=sandbox-router is forbidden: it would admit router traffic")
     for key in claim.pod_annotations:
         domain = _domain(key)
         if key != ALLOWED_POD_ANNOTATION and domain is not None and _in_domains(domain, _PROTECTED_ANNOTATION_DOMAINS):
