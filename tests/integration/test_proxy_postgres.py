@@ -9,6 +9,7 @@ cache, must agree within a second on every revocation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -17,7 +18,17 @@ import asyncpg
 import pytest
 
 from ironflow import migrations
-from ironflow.auth_proxy import AuthProxyConfig, Credential, KeyRing, MemoryRegistry, registry, run_auth_proxy, tokens
+from ironflow.auth_proxy import (
+    AdminClient,
+    AuthProxyConfig,
+    Credential,
+    KeyRing,
+    MemoryRegistry,
+    registry,
+    run_auth_proxy,
+    tokens,
+)
+from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.postgres import MIGRATIONS_PACKAGE, PostgresRegistry, rotate_keys
 from ironflow.secrets import Secret
 from ironflow.testing.fake_anthropic import FakeAnthropic
@@ -209,6 +220,22 @@ async def test_migrations_apply_once_under_concurrency(dsn: str) -> None:
 # --- replicas over HTTP ------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def _replicas(
+    dsn: str,
+) -> AsyncIterator[tuple[FakeAnthropic, RunningProxy, RunningProxy, AdminClient, aiohttp.ClientSession]]:
+    """A fake upstream, two proxy replicas on one database, an admin client of the first, and HTTP."""
+    async with FakeAnthropic() as fake:
+        config = _config(dsn, fake.url)
+        async with (
+            run_auth_proxy(config) as first,
+            run_auth_proxy(config) as second,
+            first.admin_client() as admin,
+            aiohttp.ClientSession() as http,
+        ):
+            yield fake, first, second, admin, http
+
+
 def _config(dsn: str, upstream: str, ring: str = KEY1, active: int | None = None) -> AuthProxyConfig:
     return AuthProxyConfig(
         admin_key=Secret(ADMIN), upstream=upstream, database_url=Secret(dsn), key_ring=KeyRing.from_spec(ring, active)
@@ -223,72 +250,51 @@ async def _status(http: aiohttp.ClientSession, url: str, token: str) -> int:
 
 async def test_token_issued_by_one_replica_is_relayed_by_another_and_revocation_reaches_all(dsn: str) -> None:
     """Issue on A, relay on B (both cache it), revoke on A: B refuses within one second (measured)."""
-    async with FakeAnthropic() as fake:
-        config = _config(dsn, fake.url)
-        async with (
-            run_auth_proxy(config) as first,
-            run_auth_proxy(config) as second,
-            first.admin_client() as admin,
-            aiohttp.ClientSession() as http,
-        ):
-            issued = await admin.issue("run-r", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
-            token = issued.token.reveal()
-            assert await _status(http, second.url, token) == 200
-            assert await _status(http, first.url, token) == 200
-            assert await _status(http, second.url, token) == 200  # now served from B's cache
-            started = time.perf_counter()
-            assert await admin.revoke(issued.id)
-            while await _status(http, second.url, token) != 401:
-                assert time.perf_counter() - started < 1.0, "revocation did not reach the other replica within 1 s"
-                await asyncio.sleep(0.005)
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            print(f"revocation seen by the other replica after {elapsed_ms:.1f} ms")
-            assert await _status(http, first.url, token) == 401
-            assert fake.requests[0].header("authorization") == f"Bearer {OAUTH}"
+    async with _replicas(dsn) as (fake, first, second, admin, http):
+        issued = await admin.issue("run-r", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
+        token = issued.token.reveal()
+        assert await _status(http, second.url, token) == 200
+        assert await _status(http, first.url, token) == 200
+        assert await _status(http, second.url, token) == 200  # now served from B's cache
+        started = time.perf_counter()
+        assert await admin.revoke(issued.id)
+        while await _status(http, second.url, token) != 401:
+            assert time.perf_counter() - started < 1.0, "revocation did not reach the other replica within 1 s"
+            await asyncio.sleep(0.005)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        print(f"revocation seen by the other replica after {elapsed_ms:.1f} ms")
+        assert await _status(http, first.url, token) == 401
+        assert fake.requests[0].header("authorization") == f"Bearer {OAUTH}"
 
 
 async def test_revoke_run_on_one_replica_is_refused_by_the_other(dsn: str) -> None:
-    async with FakeAnthropic() as fake:
-        config = _config(dsn, fake.url)
-        async with (
-            run_auth_proxy(config) as first,
-            run_auth_proxy(config) as second,
-            first.admin_client() as admin,
-            aiohttp.ClientSession() as http,
-        ):
-            credential = Credential("api_key", Secret("sk-ant-api-x"))
-            issued = [await admin.issue("run-z", f"s{i}", NOW + 300, credential=credential) for i in range(3)]
-            assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [200] * 3
-            assert await admin.revoke_run("run-z") == 3
-            await asyncio.sleep(0.2)
-            assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [401] * 3
+    async with _replicas(dsn) as (_fake, _first, second, admin, http):
+        credential = Credential("api_key", Secret("sk-ant-api-x"))
+        issued = [await admin.issue("run-z", f"s{i}", NOW + 300, credential=credential) for i in range(3)]
+        assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [200] * 3
+        assert await admin.revoke_run("run-z") == 3
+        await asyncio.sleep(0.2)
+        assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [401] * 3
 
 
 async def test_lost_listener_disables_the_cache_so_no_revocation_is_missed(dsn: str) -> None:
     """If B's LISTEN connection dies, B reads the database on every request until it is back."""
-    async with FakeAnthropic() as fake:
-        config = _config(dsn, fake.url)
-        async with (
-            run_auth_proxy(config) as first,
-            run_auth_proxy(config) as second,
-            first.admin_client() as admin,
-            aiohttp.ClientSession() as http,
-        ):
-            issued = await admin.issue("run-l", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
-            token = issued.token.reveal()
-            assert await _status(http, second.url, token) == 200
-            conn = await asyncpg.connect(dsn)
-            try:
-                await conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE query LIKE 'LISTEN%' AND datname = current_database()"
-                )
-                await asyncio.sleep(0.1)
-                # Revoke straight in the database, bypassing NOTIFY: only a cache-less read sees it.
-                await conn.execute("DELETE FROM ironflow.auth_proxy_grants WHERE id = $1", issued.id)
-            finally:
-                await conn.close()
-            assert await _status(http, second.url, token) == 401
+    async with _replicas(dsn) as (_fake, _first, second, admin, http):
+        issued = await admin.issue("run-l", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
+        token = issued.token.reveal()
+        assert await _status(http, second.url, token) == 200
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+            )
+            await asyncio.sleep(0.1)
+            # Revoke straight in the database, bypassing NOTIFY: only a cache-less read sees it.
+            await conn.execute("DELETE FROM ironflow.auth_proxy_grants WHERE id = $1", issued.id)
+        finally:
+            await conn.close()
+        assert await _status(http, second.url, token) == 401
 
 
 async def test_missing_key_version_answers_503_never_401(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
