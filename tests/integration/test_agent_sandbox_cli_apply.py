@@ -1,15 +1,20 @@
-"""``ironflow sandbox apply-template`` against the Kubernetes test server (with the shipped CRDs)."""
+"""``ironflow sandbox apply-template`` and ``reap`` against the Kubernetes test server (with the shipped CRDs)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
 
+from ironflow.agent import AgentConfig
 from ironflow.agent_sandbox import claims, schemas
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import sandbox
+from ironflow.k8s import api as k8s
+from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.testing.kube import KubeTestServer
 
 
@@ -49,3 +54,32 @@ async def test_apply_template_creates_updates_and_reports_api_failures(tmp_path:
         code, out, err = await run(*base, "--replicas", "4")
         assert code == 1
         assert "error: patch sandboxwarmpools agents/claude: HTTP 403" in err
+
+
+async def test_sandbox_reap_deletes_only_expired_ironflow_claims(tmp_path: Path) -> None:
+    async with KubeTestServer() as server:
+        for crd in schemas.crd_documents("v0.5.6"):
+            server.register_crd(crd)
+        server.create_namespace("agents")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(server.kubeconfig_yaml())
+        p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace("agents"))
+        now = int(time.time())
+        async with await k8s.KubeApi.connect(server.cluster_config()) as api:
+            await api.create(
+                p.resources.claims, "agents", p.claim_manifest(AgentConfig("x"), name="old", now=now - 9000)
+            )
+            await api.create(p.resources.claims, "agents", p.claim_manifest(AgentConfig("x"), name="new", now=now))
+            foreign = p.claim_manifest(AgentConfig("x"), name="foreign", now=now - 9000)
+            foreign["metadata"]["labels"] = {"team": "a"}
+            await api.create(p.resources.claims, "agents", foreign)
+        base = ("reap", "--kubeconfig", str(kubeconfig), "-n", "agents")
+        code, out, _ = await run(*base, "--dry-run")
+        assert (code, out) == (0, "sandboxclaim/old would delete\n")
+        assert len(server.objects(p.resources.claims, "agents")) == 3
+        code, out, _ = await run(*base)
+        assert (code, out) == (0, "sandboxclaim/old deleted\n")
+        assert sorted(c["metadata"]["name"] for c in server.objects(p.resources.claims, "agents")) == ["foreign", "new"]
+        code, _, err = await run("reap", "-n", "Bad_NS")
+        assert code == 2
+        assert "invalid namespace 'Bad_NS'" in err

@@ -1,9 +1,10 @@
-"""``ironflow sandbox``: render the seed's agent-sandbox patterns, apply the provider's template.
+"""``ironflow sandbox``: render the seed's agent-sandbox patterns, apply the provider's template, reap claims.
 
 ``ironflow sandbox render PATTERN`` prints the objects of a pattern (YAML documents or a JSON
 list) without touching a cluster; ``ironflow sandbox apply-template`` creates or updates the
 SandboxTemplate and SandboxWarmPool an :class:`~ironflow.agent_sandbox.AgentSandboxProvider`
-with the given pod settings uses. Results go to stdout, warnings and progress to stderr; bad
+with the given pod settings uses; ``ironflow sandbox reap`` deletes expired step
+claims. Results go to stdout, warnings and progress to stderr; bad
 input exits 2 with one line naming the problem, an API failure exits 1.
 """
 
@@ -21,18 +22,20 @@ import yaml
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.agent_sandbox import apply, models, patterns
+from ironflow.agent_sandbox import apply, claims, models, patterns
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s import api as kube
 from ironflow.k8s.provider import K8sEphemeralProvider
 
-__all__ = ["OutputFormat", "apply_template", "parse_egress", "register", "render"]
+__all__ = ["OutputFormat", "apply_template", "parse_egress", "reap", "register", "render"]
 
 _EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,5}))?")
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 sandbox_app = typer.Typer(
-    name="sandbox", help="agent-sandbox: render patterns, apply the provider's template.", no_args_is_help=True
+    name="sandbox",
+    help="agent-sandbox: render patterns, apply the provider's template, reap expired claims.",
+    no_args_is_help=True,
 )
 
 
@@ -215,6 +218,47 @@ def apply_template(
         raise typer.Exit(1) from None
     for item in applied:
         typer.echo(f"{item.kind.lower()}/{item.name} {item.action}")
+
+
+async def _reap(
+    cluster: kube.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
+) -> claims.ClaimReapReport:
+    async with await kube.KubeApi.connect(cluster) as api:
+        return await claims.reap_claims(api, claims.resources(version).claims, namespace, dry_run=dry_run)
+
+
+@sandbox_app.command("reap")
+def reap(
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace to reap.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
+    api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = "v1beta1",
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+) -> None:
+    """Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's)."""
+    if not _DNS_LABEL.fullmatch(namespace):
+        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    try:
+        version = models.ApiVersion(api_version)
+    except ValueError:
+        _bad_input(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
+    cluster: kube.ClusterConfig = (
+        kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig is not None else kube.DefaultCluster(context)
+    )
+    try:
+        report = asyncio.run(_reap(cluster, namespace, version, dry_run=dry_run))
+    except errors.KubeClientConfigError as exc:
+        _bad_input(" ".join(exc.message.split()))
+    except errors.IronflowError as exc:
+        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        raise typer.Exit(1) from None
+    verb = "would delete" if dry_run else "deleted"
+    for name in report.claims:
+        typer.echo(f"sandboxclaim/{name} {verb}")
 
 
 def register(app: typer.Typer) -> None:
