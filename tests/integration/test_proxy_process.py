@@ -200,3 +200,37 @@ async def test_cli_revoke_run_and_revoke_reach_a_running_proxy() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.communicate(), 15)
+
+
+async def test_sigterm_lets_an_open_stream_finish() -> None:
+    """Graceful shutdown: a stream already relayed when SIGTERM arrives still completes."""
+    from ironflow.testing.fake_anthropic import Script, TextTurn
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with FakeAnthropic(Script.of(default=TextTurn("slow but whole", delay_s=1.0))) as fake:
+        proc = await _start(
+            [sys.executable, "-m", "ironflow.auth_proxy"], _env(port, IRONFLOW_AUTH_PROXY_UPSTREAM=fake.url)
+        )
+        try:
+            await _wait_healthy(url, proc)
+            async with AdminClient(url, ADMIN) as admin:
+                issued = await admin.issue(
+                    "run-g", "s", int(time.time()) + 60, credential=Credential("api_key", Secret("sk-ant-g"))
+                )
+            body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            async with aiohttp.ClientSession() as http:
+                request = asyncio.ensure_future(
+                    http.post(url + "/v1/messages", json=body, headers={"x-api-key": issued.token.reveal()})
+                )
+                await asyncio.sleep(0.4)  # the request is in flight, waiting on the upstream
+                proc.send_signal(signal.SIGTERM)
+                response = await asyncio.wait_for(request, 10)
+                async with response:
+                    assert response.status == 200
+                    assert "slow but whole" in await response.text()
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.communicate(), 15)
+    assert proc.returncode == 0
