@@ -193,3 +193,18 @@ async def test_wait_deleted_does_not_trust_a_lagging_cache(kube: Any, make_pod: 
         await kube.api.delete(api.PODS, kube.namespace, "lagging", grace_period_seconds=0)
         assert await wait
         assert await pods.wait_deleted("lagging", uid, 1)  # gone for good: confirmed by the API too
+
+
+async def test_cache_drops_managed_fields(kube: Any, make_pod: Any) -> None:
+    """Cached objects carry no metadata.managedFields (memory per in-flight step)."""
+    server = kube.need_server()
+    body = make_pod("managed")
+    body["metadata"]["managedFields"] = [{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1"}]
+    await kube.api.create(api.PODS, kube.namespace, body)
+    assert server.get_object(api.PODS, kube.namespace, "managed")["metadata"]["managedFields"]
+    pods = informer.informer_for(kube.api, kube.namespace)
+    async with pods.hold():
+        await pods.wait_synced()
+        cached = pods.get("managed")
+        assert cached is not None
+        assert "managedFields" not in cached["metadata"]

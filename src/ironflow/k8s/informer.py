@@ -264,7 +264,7 @@ class Informer:
     def _apply(self, event: api.WatchEvent) -> None:
         if event.type == "RELISTED":
             self.relists += 1
-            fresh = {obj["metadata"]["name"]: obj for obj in event.items}
+            fresh = {obj["metadata"]["name"]: _slim(obj) for obj in event.items}
             vanished = [obj for name, obj in self._cache.items() if name not in fresh]
             self._cache = fresh
             self._synced.set()
@@ -283,7 +283,7 @@ class Informer:
             self._cache.pop(name, None)
             self._notify(event.object, deleted=True)
         else:
-            self._cache[name] = event.object
+            self._cache[name] = _slim(event.object)
             self._notify(event.object, deleted=False)
 
     def _notify(self, obj: api.KubeObject, *, deleted: bool) -> None:
@@ -321,6 +321,13 @@ class Informer:
             for waiter in waiters:
                 if not waiter.future.done():
                     waiter.future.set_exception(exc)
+
+
+def _slim(obj: api.KubeObject) -> api.KubeObject:
+    """Drop ``metadata.managedFields`` (often the larger half of an object, never read here), so
+    a cache of hundreds of pods stays small."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
 
 
 def _has_uid(obj: api.KubeObject | None, uid: str) -> bool:
