@@ -99,3 +99,19 @@ async def test_cancelled_exec_stops_the_command(kube: tuple[ExecKubeTestServer, 
     while server.running_execs:
         assert time.monotonic() < deadline, "the command kept running after the client left"
         await asyncio.sleep(0.01)
+
+
+async def test_exec_hands_every_chunk_to_on_output_as_it_arrives(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+    server, api = kube
+    seen: list[tuple[int, bytes, int]] = []
+
+    def on_output(stream: int, chunk: bytes) -> None:
+        seen.append((stream, chunk, server.running_execs))
+
+    result = await api.exec(
+        "default", "box", ("sh", "-c", "echo one; sleep 0.3; echo two >&2"), on_output=on_output, max_output_bytes=2
+    )
+    assert [(s, c) for s, c, _ in seen] == [(1, b"one\n"), (2, b"two\n")]
+    assert seen[0][2] == 1  # the command was still running
+    assert result.stdout == b"on"
+    assert result.truncated

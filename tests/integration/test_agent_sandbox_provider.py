@@ -453,3 +453,27 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     assert len(set(bound)) == 3  # each step had a sandbox of its own
     assert env.api.counters.watches_opened == 1
     await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_invoke_with_logs_streams_lines_while_the_agent_runs(env: Env) -> None:
+    stream = (FIXTURES / "stream_text.out").read_text().splitlines()
+    (env.home / "first").write_text(stream[0] + "\n")
+    (env.home / "rest").write_text("\n".join(stream[1:]) + "\n")
+    env.claude.write_text(f"#!/bin/sh\ncat '{env.home}/first'\nsleep 0.5\ncat '{env.home}/rest'\n")
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+
+    class Live(Lines):
+        def __init__(self) -> None:
+            super().__init__()
+            self.running_at_first: bool | None = None
+
+        def log(self, stream: str, line: str) -> None:
+            if self.running_at_first is None:
+                self.running_at_first = env.server.running_execs == 1
+            super().log(stream, line)
+
+    sink = Live()
+    await p.runner(api=env.api, worker_env={}).invoke_with_logs(AgentConfig("hi").run_scope(RUN, "live"), sink)
+    assert sink.running_at_first is True
+    assert [line for _, line in sink.lines] == stream

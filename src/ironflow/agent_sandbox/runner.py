@@ -77,7 +77,7 @@ class SandboxStepRunner:
         return await self._run(config, None)
 
     async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
-        """Like :meth:`invoke` with ``--verbose`` stream-json; lines reach ``sink`` when the exec ends."""
+        """Like :meth:`invoke` with ``--verbose`` stream-json; each line reaches ``sink`` as the exec streams it."""
         return await self._run(config.replace(verbose=True), sink)
 
     async def release_run(self, run_id: str) -> int:
@@ -235,21 +235,26 @@ class SandboxStepRunner:
                         f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
                     )
             timeout = p.settings.pod.settings.timeout_s
+            lines = _LineSplitter(sink) if sink is not None else None
             try:
                 async with asyncio.timeout(timeout):
-                    result = await api.exec(self.namespace, pod, plan.agent, container=container)
+                    result = await api.exec(
+                        self.namespace,
+                        pod,
+                        plan.agent,
+                        container=container,
+                        on_output=lines.feed if lines is not None else None,
+                    )
             except TimeoutError:
                 raise errors.AgentTimeout(timeout) from None
+            finally:
+                if lines is not None:
+                    lines.flush()
         finally:
             if token_id is not None:
                 await pods.shielded(self._revoke(token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
-        if sink is not None:
-            for line in stdout.splitlines():
-                sink.log("stdout", line)
-            for line in stderr.splitlines():
-                sink.log("stderr", line)
         rate_limits.record_rate_limits(config, stdout)
         wall_ms = int((time.monotonic() - started) * 1000)
         if result.exit_code == 0:
@@ -261,6 +266,28 @@ class SandboxStepRunner:
             await self.issuer.revoke(token_id)
         except errors.IronflowError as exc:
             _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
+
+
+class _LineSplitter:
+    """Hands output to a sink line by line as the exec streams it (stream 1 stdout, 2 stderr)."""
+
+    def __init__(self, sink: LogSink) -> None:
+        self.sink = sink
+        self.pending = {1: b"", 2: b""}
+
+    def feed(self, stream: int, chunk: bytes) -> None:
+        *complete, self.pending[stream] = (self.pending[stream] + chunk).split(b"\n")
+        for line in complete:
+            self.sink.log(_STREAMS[stream], line.decode(errors="replace"))
+
+    def flush(self) -> None:
+        for stream, rest in self.pending.items():
+            if rest:
+                self.sink.log(_STREAMS[stream], rest.decode(errors="replace"))
+        self.pending = {1: b"", 2: b""}
+
+
+_STREAMS = {1: "stdout", 2: "stderr"}
 
 
 def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -732,13 +732,15 @@ class KubeApi:
         container: str | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int = 64 * 1024 * 1024,
+        on_output: Callable[[int, bytes], None] | None = None,
     ) -> ExecResult:
         """Run ``command`` in a container of a running pod (pods/exec over a websocket,
         ``v4.channel.k8s.io``) and return its exit code, stdout and stderr.
 
         ``stdin`` is sent in full right after the connection opens; v4 cannot signal its end,
         so the command must read a known length (``head -c N``), never wait for EOF. Output
-        beyond ``max_output_bytes`` per stream is dropped (``truncated``). Bound the call with
+        beyond ``max_output_bytes`` per stream is dropped (``truncated``); ``on_output(stream, chunk)``
+        sees every chunk as it arrives (1 stdout, 2 stderr), kept or not. Bound the call with
         ``asyncio.timeout``: a cancelled exec closes the connection. Errors map like every call
         (404 pod gone, 403 denied, ``KubeUnavailable`` when the connection breaks).
         """
@@ -772,6 +774,8 @@ class KubeApi:
                         if not data:
                             continue
                         channel, payload = data[0], data[1:]
+                        if channel in out and on_output is not None:
+                            on_output(channel, payload)
                         if channel in out:
                             room = max_output_bytes - len(out[channel])
                             truncated = truncated or len(payload) > room
