@@ -46,6 +46,14 @@ class Pki:
     admin: CertPair
     service_account_key_pem: bytes = field(repr=False)
 
+    @property
+    def service_account_public_pem(self) -> bytes:
+        """The verification key (the apiserver wants the public half in its own file)."""
+        key = serialization.load_pem_private_key(self.service_account_key_pem, password=None)
+        return key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
     def client(self, user: str, groups: Sequence[str] = ()) -> CertPair:
         """A client certificate for ``user`` in ``groups``, signed by the CA (for RBAC tests)."""
         return _leaf(self.ca, user, groups, server=False)

@@ -234,9 +234,12 @@ class KubeEnv:
         out = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
         return str(out["status"]["token"])
 
-    def create_namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> None:
+    def create_namespace(
+        self, name: str, *, labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None
+    ) -> None:
         """Create a namespace and wait for its ``default`` ServiceAccount (pods need it)."""
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
+        meta = {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})}
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
         self.request("POST", "/api/v1/namespaces", body)
         self._wait(lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), "kcm", f"SA in {name}")
 
@@ -306,6 +309,7 @@ class KubeEnv:
             "admin.crt": p.admin.cert_pem,
             "admin.key": p.admin.key_pem,
             "sa.key": p.service_account_key_pem,
+            "sa.pub": p.service_account_public_pem,
         }
         for name, content in files.items():
             self._path(name).write_bytes(content)
@@ -391,9 +395,12 @@ class KubeEnv:
                 f"--tls-private-key-file={self._path('admin.key')}",
                 f"--client-ca-file={self._path('ca.crt')}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={sa_key}",
+                f"--service-account-key-file={self._path('sa.pub')}",
                 f"--service-account-signing-key-file={sa_key}",
                 "--authorization-mode=Node,RBAC",
+                # on top of the defaults (PodSecurity, ServiceAccount, ...): lets a namespace keep
+                # its pods unscheduled (the contract suite's kubelet-manual-* namespaces)
+                "--enable-admission-plugins=PodNodeSelector",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--service-cluster-ip-range=10.96.0.0/16",
@@ -459,7 +466,7 @@ class KubeEnv:
 
     def _crd_established(self, name: str) -> bool:
         crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = crd.get("status", {}).get("conditions", [])
+        conds = crd.get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
     def _exists(self, path: str) -> bool:
@@ -501,6 +508,10 @@ class KubeEnv:
         name = f"{namespace}.{pod}" if pod else namespace
         path = self._path("pod-logs") / f"{name}.log"
         path.write_text(stages.cri_log(text))
+        self._log_rule_file(kind, namespace, pod, path)
+        return path
+
+    def _log_rule_file(self, kind: str, namespace: str, pod: str | None, path: Path) -> None:
         spec: dict[str, Any] = {"logs": [{"containers": [], "logsFile": str(path), "follow": True}]}
         meta: dict[str, Any] = {"name": pod or namespace}
         if kind == "ClusterLogs":
@@ -509,7 +520,6 @@ class KubeEnv:
             meta["namespace"] = namespace
         doc = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec}
         self.apply_objects([doc])
-        return path
 
     @contextlib.contextmanager
     def namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> Iterator[str]:

@@ -19,7 +19,7 @@ import itertools
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import pytest
@@ -27,11 +27,14 @@ import pytest
 from ironflow.k8s import api
 from ironflow.testing import _kwok_stages as stages
 from ironflow.testing.kube import PodScript
-from ironflow.testing.kubeenv import KubeEnv, KubeEnvNotAvailable
+from ironflow.testing.kubeenv import NODE_NAME, KubeEnv, KubeEnvNotAvailable
 
 __all__ = ["KubeletControl", "kube_env", "manual_namespace", "pod_status"]
 
 _namespaces = itertools.count(1)
+#: PodNodeSelector annotation that matches no node: pods in manual namespaces stay unscheduled
+#: (so, as on the test server, a Pending pod is deleted at once) until the control binds them.
+UNSCHEDULABLE: Final = {"scheduler.alpha.kubernetes.io/node-selector": "kubeenv.ironflow.io/never=true"}
 
 
 def _now() -> str:
@@ -115,11 +118,31 @@ class KubeletControl:
             resp.raise_for_status()
             return dict(await resp.json())
 
+    async def _bind(self, namespace: str, name: str) -> dict[str, Any]:
+        """Bind the pod to kwok's node (the scheduler's part), so the apiserver can reach its
+        "kubelet" for logs; returns the pod."""
+        pod = await self._get_pod(namespace, name)
+        if pod.get("spec", {}).get("nodeName"):
+            return pod
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+        }
+        http = await self._http()
+        async with http.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", json=body) as resp:
+            if resp.status >= 300:
+                raise RuntimeError(f"binding {namespace}/{name} failed: {resp.status} {await resp.text()}")
+        if name not in self._logs:  # a started container has a (possibly empty) log
+            self._logs[name] = await asyncio.to_thread(self.env.set_pod_log, namespace, name, "")
+        return await self._get_pod(namespace, name)
+
     async def set_pod_phase(
         self, namespace: str, name: str, phase: str, *, exit_code: int | None = None, reason: str | None = None
     ) -> None:
-        """Patch ``pods/status`` as a kubelet would."""
-        pod = await self._get_pod(namespace, name)
+        """Patch ``pods/status`` as a kubelet would (binding the pod first unless Pending)."""
+        pod = await self._get_pod(namespace, name) if phase == "Pending" else await self._bind(namespace, name)
         body = {"status": pod_status(pod, phase, exit_code=exit_code, reason=reason)}
         http = await self._http()
         headers = {"Content-Type": "application/merge-patch+json"}
@@ -129,6 +152,7 @@ class KubeletControl:
 
     async def set_log(self, namespace: str, pod: str, text: str) -> None:
         """Serve ``text`` as the pod's log (kwok ``Logs`` rule); wait until the API serves it."""
+        await self._bind(namespace, pod)
         self._logs[pod] = await asyncio.to_thread(self.env.set_pod_log, namespace, pod, text)
         await self._await_log(namespace, pod, text)
 
@@ -203,7 +227,7 @@ async def manual_namespace(env: KubeEnv) -> AsyncIterator[tuple[api.KubeApi, str
     """A fresh namespace kwok leaves alone, an admin :class:`KubeApi` and the kubelet control;
     everything is closed and the namespace deleted afterwards."""
     namespace = f"{stages.MANUAL_NAMESPACE_PREFIX}{next(_namespaces)}"
-    await asyncio.to_thread(env.create_namespace, namespace)
+    await asyncio.to_thread(env.create_namespace, namespace, annotations=UNSCHEDULABLE)
     control = KubeletControl(env, namespace)
     kube_api = await api.KubeApi.connect(env.cluster_config())
     try:

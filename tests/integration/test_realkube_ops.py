@@ -1,0 +1,128 @@
+"""PodRun and JobRun on a real kube-apiserver with the real Job controller and garbage
+collector (kube-controller-manager), kwok finishing the pods; and KubeEnv's own promise that
+stopping leaves no process behind. Skipped when the control-plane binaries are not built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ironflow.k8s import api as k8s
+from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.runner import close_shared_apis
+from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv, KubeEnvNotAvailable, find_bin_dir
+
+
+@pytest.fixture
+def ns(kube_env: KubeEnv) -> Iterator[str]:
+    with kube_env.namespace(f"ops-{uuid.uuid4().hex[:8]}") as name:
+        yield name
+
+
+@pytest.fixture
+async def api(kube_env: KubeEnv) -> AsyncIterator[k8s.KubeApi]:
+    client = await k8s.KubeApi.connect(kube_env.cluster_config())
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def eventually_empty(api: k8s.KubeApi, resource: k8s.Resource, ns: str, limit: float = 15.0) -> None:
+    deadline = time.monotonic() + limit
+    while True:
+        items = (await api.list(resource, ns)).items
+        if not items or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert [o["metadata"]["name"] for o in items] == []
+
+
+async def test_pod_run_succeeds_and_reads_the_log_through_the_api(kube_env: KubeEnv, ns: str, api: k8s.KubeApi) -> None:
+    kube_env.set_namespace_log(ns, "test result: ok\n")
+    out = (
+        await PodRun("check", "rust:1.94", "cargo test").namespace(ns).label(EXIT_CODE_LABEL, "0").timeout(30).run(api)
+    )
+    assert out.success
+    assert out.logs == "test result: ok\n"
+    await eventually_empty(api, k8s.PODS, ns)
+
+
+async def test_pod_run_failure_is_a_result(kube_env: KubeEnv, ns: str, api: k8s.KubeApi) -> None:
+    kube_env.set_namespace_log(ns, "FAILED\n")
+    run = PodRun("check", "rust:1.94", "cargo test").namespace(ns).label(EXIT_CODE_LABEL, "101").timeout(30)
+    out = await run.run(api)
+    assert not out.success
+    assert out.phase == "Failed"
+    await eventually_empty(api, k8s.PODS, ns)
+
+
+async def test_job_run_uses_the_real_job_controller_and_gc(kube_env: KubeEnv, ns: str, api: k8s.KubeApi) -> None:
+    """The Job controller makes the pod, kwok completes it, the Job succeeds; deleting the Job
+    lets the garbage collector remove its pod."""
+    kube_env.set_namespace_log(ns, "migrated\n")
+    out = await JobRun("migrate", "postgres:16", "psql -f m.sql").namespace(ns).timeout(60).run(api)
+    assert out.success
+    assert "migrated" in out.logs
+    await eventually_empty(api, k8s.JOBS, ns)
+    await eventually_empty(api, k8s.PODS, ns)
+
+
+def test_stop_leaves_no_process_running() -> None:
+    """A second cluster, started and stopped: every component's process group is gone."""
+    try:
+        find_bin_dir()
+    except KubeEnvNotAvailable as exc:
+        pytest.skip(str(exc))
+    env = KubeEnv(agent_sandbox=False)
+    with env:
+        pids = env.pids
+        workdir = env.workdir
+        assert len(pids) == 5
+        assert all(os.path.exists(f"/proc/{pid}") for pid in pids)
+    assert env.workdir is None
+    assert workdir is not None
+    assert not workdir.exists()
+    survivors = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+    assert survivors == []
+    for entry in os.listdir("/proc"):  # nothing else still points at the removed work dir
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            assert str(workdir).encode() not in cmdline, entry
+
+
+async def test_release_run_deletes_a_runs_job_and_the_gc_removes_its_pod(
+    kube_env: KubeEnv, ns: str, api: k8s.KubeApi
+) -> None:
+    """A JobRun Job and a PodRun pod of one run: release_run deletes both (the Job with
+    Background propagation, so the real garbage collector deletes the Job's pod)."""
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    job = JobRun("held-job", "busybox", "sleep 1d").namespace(ns).label(LABEL_RUN_ID, run).label(EXIT_CODE_LABEL, "0")
+    job = job.label(RUN_FOR_LABEL, "1h")  # the Job's pod stays Running until deleted
+    await api.create(k8s.JOBS, ns, job.build_job())
+    await api.create(
+        k8s.PODS, ns, PodRun("held", "busybox", "sleep 1d").namespace(ns).label(LABEL_RUN_ID, run).build_pod()
+    )
+    selector = f"{LABEL_RUN_ID}={run}"
+    deadline = time.monotonic() + 15
+    while len((await api.list(k8s.PODS, ns, label_selector=selector)).items) < 2:  # the Job controller's pod
+        assert time.monotonic() < deadline, "the Job controller made no pod"
+        await asyncio.sleep(0.2)
+    provider = K8sEphemeralProvider.sandboxed("busybox").namespace(ns).cluster(kube_env.cluster_config())
+    try:
+        assert await provider.release_run(run) >= 1
+    finally:
+        await close_shared_apis()
+    await eventually_empty(api, k8s.JOBS, ns)
+    await eventually_empty(api, k8s.PODS, ns)
