@@ -18,9 +18,11 @@ from typing import Any, Protocol
 import pytest
 
 from ironflow.k8s import api
+from ironflow.testing import kubeenv_kubelet
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kubeenv_kubelet import kube_env  # noqa: F401  (session fixture: the real cluster)
 
-KUBE_BACKENDS = ["test-server"]
+KUBE_BACKENDS = ["test-server", "real-apiserver"]
 
 _namespaces = itertools.count(1)
 
@@ -84,6 +86,11 @@ class KubeCase:
 @pytest.fixture(params=KUBE_BACKENDS)
 async def kube(request: pytest.FixtureRequest) -> AsyncIterator[KubeCase]:
     """A connected API and a fresh namespace on each backend."""
+    if request.param == "real-apiserver":  # skipped, with the reason, when the binaries are not built
+        env = request.getfixturevalue("kube_env")
+        async with kubeenv_kubelet.manual_namespace(env) as (kube_api, namespace, control):
+            yield KubeCase(kube_api, namespace, control, None)
+        return
     if request.param != "test-server":  # pragma: no cover - later backends plug in here
         pytest.skip(f"backend {request.param} not available")
     async with KubeTestServer() as server:

@@ -77,14 +77,15 @@ async def test_create_in_missing_namespace_is_not_found(kube: Any, make_pod: Any
         await kube.api.create(api.PODS, "no-such-ns", make_pod("p"))
 
 
-async def test_invalid_manifest_is_refused_with_422(kube: Any, make_pod: Any) -> None:
-    """A field the schema does not know is refused, naming the field path."""
+async def test_unknown_field_is_refused_with_400(kube: Any, make_pod: Any) -> None:
+    """A field the schema does not know fails strict decoding (400, as a real server answers),
+    naming the field path."""
     body = make_pod("bad")
     body["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     with pytest.raises(errors.KubernetesError) as caught:
         await kube.api.create(api.PODS, kube.namespace, body)
-    assert caught.value.status == 422
-    assert "imagePullPolicyy" in str(caught.value)
+    assert caught.value.status == 400
+    assert 'unknown field "spec.containers[0].imagePullPolicyy"' in str(caught.value)
     assert not caught.value.retryable
 
 
@@ -266,7 +267,7 @@ async def test_registered_crd_stores_and_validates_custom_objects(kube: Any) -> 
     bad["spec"]["notAField"] = True
     with pytest.raises(errors.KubernetesError) as caught:
         await kube.api.create(claims, kube.namespace, bad)
-    assert caught.value.status == 422
+    assert caught.value.status == 400  # strict decoding, as for built-in kinds
     assert "notAField" in str(caught.value)
 
 

@@ -214,8 +214,8 @@ async def test_namespace_deletion_removes_its_objects(kube: Any, make_pod: Any) 
     await kube.api.create(api.NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     await kube.api.create(api.PODS, name, make_pod("inside"))
     await kube.api.delete(api.NAMESPACES, None, name)
-    for _ in range(100):
+    for _ in range(1500):  # a real namespace controller takes seconds; the test server is immediate
         if not (await kube.api.list(api.PODS, name)).items:
             break
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
     assert not (await kube.api.list(api.PODS, name)).items

@@ -23,6 +23,16 @@ async def _collect(events: Any, count: int) -> list[api.WatchEvent]:
     return out
 
 
+async def _collect_until_deleted(events: Any) -> list[api.WatchEvent]:
+    out: list[api.WatchEvent] = []
+    async with asyncio.timeout(5.0):
+        async for event in events:
+            out.append(event)
+            if event.type == "DELETED":
+                break
+    return out
+
+
 async def test_watch_from_resource_version_yields_typed_events(kube: Any, make_pod: Any) -> None:
     """Changes after a list's resourceVersion arrive as ADDED, MODIFIED, DELETED, in order."""
     listed = await kube.api.list(api.PODS, kube.namespace)
@@ -32,10 +42,15 @@ async def test_watch_from_resource_version_yields_typed_events(kube: Any, make_p
     async with contextlib.aclosing(
         kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
     ) as events:
-        got = await _collect(events, 3)
-    assert [e.type for e in got] == ["ADDED", "MODIFIED", "DELETED"]
+        got = await _collect_until_deleted(events)
+    # a real scheduler may add its own MODIFIED (PodScheduled=False) between ours
+    types = [e.type for e in got]
+    assert types[0] == "ADDED"
+    assert types[-1] == "DELETED"
+    assert set(types[1:-1]) == {"MODIFIED"}
     assert {e.object["metadata"]["name"] for e in got} == {"w1"}
-    assert int(got[0].resource_version) < int(got[1].resource_version) < int(got[2].resource_version)
+    versions = [int(e.resource_version) for e in got]
+    assert versions == sorted(set(versions))
 
 
 async def test_watch_without_resource_version_starts_with_a_list(kube: Any, make_pod: Any) -> None:
@@ -59,8 +74,10 @@ async def test_watch_label_selector_reports_objects_leaving_the_selection(kube: 
     async with contextlib.aclosing(
         kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version, label_selector="keep=yes")
     ) as events:
-        got = await _collect(events, 2)
-    assert [e.type for e in got] == ["ADDED", "DELETED"]
+        got = await _collect_until_deleted(events)
+    types = [e.type for e in got]  # a real scheduler may add a MODIFIED before the relabel
+    assert (types[0], types[-1]) == ("ADDED", "DELETED")
+    assert set(types[1:-1]) <= {"MODIFIED"}
 
 
 async def test_watch_from_expired_version_relists(kube: Any, make_pod: Any) -> None:
@@ -182,7 +199,8 @@ async def test_watch_replay_rebuilds_the_listed_state(kube: Any, make_pod: Any) 
     """After a random sequence of writes, replaying the watch from the start rebuilds exactly
     what a list shows now (names, labels and resourceVersions)."""
     rng = random.Random(20261129)
-    start = await kube.api.list(api.CONFIGMAPS, kube.namespace)
+    # only ours (label "step"): a real namespace also holds kube-root-ca.crt
+    start = await kube.api.list(api.CONFIGMAPS, kube.namespace, label_selector="step")
     alive: set[str] = set()
     writes = 0
     for step in range(60):
@@ -199,14 +217,14 @@ async def test_watch_replay_rebuilds_the_listed_state(kube: Any, make_pod: Any) 
         writes += 1
     rebuilt: dict[str, dict[str, Any]] = {}
     async with contextlib.aclosing(
-        kube.api.watch(api.CONFIGMAPS, kube.namespace, resource_version=start.resource_version)
+        kube.api.watch(api.CONFIGMAPS, kube.namespace, resource_version=start.resource_version, label_selector="step")
     ) as events:
         for event in await _collect(events, writes):
             if event.type == "DELETED":
                 del rebuilt[event.object["metadata"]["name"]]
             else:
                 rebuilt[event.object["metadata"]["name"]] = event.object
-    listed = await kube.api.list(api.CONFIGMAPS, kube.namespace)
+    listed = await kube.api.list(api.CONFIGMAPS, kube.namespace, label_selector="step")
 
     def summary(objs: Any) -> list[tuple[str, str, str]]:
         return sorted(

@@ -120,6 +120,19 @@ def _not_found(t: _Type, name: str) -> _Refusal:
     )
 
 
+def _unknown_fields(validator: Any, obj: Obj) -> list[str]:
+    """Field paths the schema does not know (``spec.containers[0].imagePullPolicyy``): a real
+    server refuses them with 400 under ``fieldValidation=Strict``, before any 422 check."""
+    found: list[str] = []
+    for error in validator.iter_errors(obj):
+        if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+            continue
+        known = set(error.schema.get("properties", {}))
+        base = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        found += [f"{base}.{k}" if base else k for k in error.instance if k not in known]
+    return sorted(found)
+
+
 def _invalid(t: _Type, name: str, problems: list[str]) -> _Refusal:
     return _Refusal(
         422,
@@ -545,6 +558,12 @@ class KubeTestServer:
             schemas.builtin_validator(t.kind, t.api_version, self.kubernetes_version) if t.builtin else t.crd_validator
         )
         if validator is not None and isinstance(obj.get("metadata"), dict):
+            if unknown := _unknown_fields(validator, obj):  # strict decoding fails before validation: 400
+                version = t.api_version.rsplit("/", 1)[-1]
+                fields = ", ".join(f'unknown field "{f}"' for f in unknown)
+                message = f'{t.kind} in version "{version}" cannot be handled as a {t.kind}: '
+                message += f"strict decoding error: {fields}"
+                raise _Refusal(400, "BadRequest", message)
             problems += schemas.validation_messages(validator, obj)
         if problems:
             raise _invalid(t, name, problems)
@@ -738,6 +757,8 @@ class KubeTestServer:
             container = containers[0] if containers else ""
         elif container not in containers:
             raise _Refusal(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if pod.get("status", {}).get("phase", "Pending") == "Pending" and not pod.get("spec", {}).get("nodeName"):
+            return web.Response(status=200, text="", content_type="text/plain")  # unscheduled: no kubelet to ask
         if pod.get("status", {}).get("phase", "Pending") == "Pending":
             raise _Refusal(
                 400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
