@@ -212,6 +212,7 @@ async def test_sigterm_lets_an_open_stream_finish() -> None:
         proc = await _start(
             [sys.executable, "-m", "ironflow.auth_proxy"], _env(port, IRONFLOW_AUTH_PROXY_UPSTREAM=fake.url)
         )
+        signalled = False
         try:
             await _wait_healthy(url, proc)
             async with AdminClient(url, ADMIN) as admin:
@@ -225,12 +226,13 @@ async def test_sigterm_lets_an_open_stream_finish() -> None:
                 )
                 await asyncio.sleep(0.4)  # the request is in flight, waiting on the upstream
                 proc.send_signal(signal.SIGTERM)
+                signalled = True
                 response = await asyncio.wait_for(request, 10)
                 async with response:
                     assert response.status == 200
                     assert "slow but whole" in await response.text()
         finally:
-            if proc.returncode is None:
+            if not signalled:
                 proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.communicate(), 15)
     assert proc.returncode == 0

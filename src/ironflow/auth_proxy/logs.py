@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 __all__ = [
     "LOGGER_NAME",
@@ -53,10 +53,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, separators=(",", ":"), default=str)
 
 
+#: Set by ``configure(batched=True)`` in the proxy's own process: info lines go straight
+#: into the batched stream as the same JSON, without a LogRecord (one per relayed request).
+_direct: TextIO | None = None
+
+
 def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one event with named fields (never a token, a value or a query string)."""
-    if logger.isEnabledFor(level):
-        logger.log(level, message, extra={"fields": fields})
+    if not logger.isEnabledFor(level):
+        return
+    if _direct is not None and level == logging.INFO:
+        line = {"ts": round(time.time(), 3), "level": "info", "event": message, **fields}
+        _direct.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+        return
+    logger.log(level, message, extra={"fields": fields})
 
 
 #: aiohttp's own loggers print the raw request line (query string included) of a bad request.
@@ -133,6 +143,8 @@ def configure(level: str = "info", *, batched: bool = False) -> None:
     if batched:
         stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False, encoding="utf-8")  # noqa: SIM115
         atexit.register(stream.close)  # flushes what is left; stderr itself stays open
+    global _direct
+    _direct = stream if batched else None
     handler: logging.StreamHandler = (BatchingHandler if batched else logging.StreamHandler)(stream)  # type: ignore[type-arg]
     handler.setFormatter(JsonFormatter())
     logger.handlers[:] = [handler]
