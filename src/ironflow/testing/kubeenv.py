@@ -134,6 +134,7 @@ class KubeEnv:
         self._pki: pki.Pki | None = None
         self._procs: list[_Proc] = []
         self._ssl: ssl.SSLContext | None = None
+        self._volumes = 0
 
     def __repr__(self) -> str:
         return f"KubeEnv(api=https://127.0.0.1:{self.api_port}, running={len(self._procs)})"
@@ -258,6 +259,28 @@ class KubeEnv:
     def set_pod_log(self, namespace: str, pod: str, text: str) -> Path:
         """Make kwok serve ``text`` as the log of every container of one pod (a ``Logs`` rule)."""
         return self._log_rule("Logs", namespace, pod, text)
+
+    def provide_volumes(self, count: int, *, capacity: str = "10Gi") -> list[str]:
+        """Create ``count`` unclassed PersistentVolumes for PVCs to bind to (no provisioner
+        runs here; pods never mount them, so the hostPath is never touched)."""
+        names = []
+        for _ in range(count):
+            self._volumes += 1
+            name = f"kubeenv-pv-{self._volumes}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": capacity},
+                    "accessModes": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/nonexistent/kubeenv/{name}"},
+                },
+            }
+            self.request("POST", "/api/v1/persistentvolumes", body)
+            names.append(name)
+        return names
 
     def request(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
@@ -499,7 +522,15 @@ class KubeEnv:
     def _object_path(self, doc: Mapping[str, Any], namespace: str | None) -> str:
         version = str(doc["apiVersion"])
         kind = str(doc["kind"]).lower()
-        plural = kind if kind.endswith("s") else kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        plural = (  # enough for the kinds tests apply (Logs, Sandbox, NetworkPolicy, Role, ...)
+            kind
+            if kind.endswith("s")
+            else kind + "es"
+            if kind.endswith("x")
+            else kind[:-1] + "ies"
+            if kind.endswith("y")
+            else kind + "s"
+        )
         base = f"/apis/{version}" if "/" in version else f"/api/{version}"
         ns = f"/namespaces/{namespace}" if namespace else ""
         return f"{base}{ns}/{plural}/{doc['metadata']['name']}"
