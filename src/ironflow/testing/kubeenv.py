@@ -167,7 +167,8 @@ class KubeEnv:
             self._write_files()
             self._start_etcd()
             self._start_apiserver()
-            self._install_crds(sorted((self.share_dir / "kwok" / "crds").glob("*logs.yaml")))
+            kwok_crds = self.share_dir / "kwok" / "crds"
+            self._install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
             self._start_controllers()
             self.request("POST", "/api/v1/nodes", self._node())
             self._wait(self._node_schedulable, "node", "kwok to make the node Ready and KCM to untaint it")
@@ -259,6 +260,21 @@ class KubeEnv:
     def set_pod_log(self, namespace: str, pod: str, text: str) -> Path:
         """Make kwok serve ``text`` as the log of every container of one pod (a ``Logs`` rule)."""
         return self._log_rule("Logs", namespace, pod, text)
+
+    def allow_exec(self, namespace: str, work_dir: Path) -> None:
+        """Let ``pods/exec`` work in ``namespace``: kwok then runs the command **on this host**,
+        as kwok's user, in ``work_dir`` (a ``ClusterExec`` rule scoped to that namespace only,
+        since anyone allowed ``pods/exec`` there can run host commands)."""
+        doc = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterExec",
+            "metadata": {"name": f"exec-{namespace}"},
+            "spec": {
+                "selector": {"matchNamespaces": [namespace]},
+                "execs": [{"containers": [], "local": {"workDir": str(work_dir)}}],
+            },
+        }
+        self.apply_objects([doc])
 
     def provide_volumes(self, count: int, *, capacity: str = "10Gi") -> list[str]:
         """Create ``count`` unclassed PersistentVolumes for PVCs to bind to (no provisioner
@@ -472,7 +488,7 @@ class KubeEnv:
                 f"--tls-cert-file={self._path('admin.crt')}",
                 f"--tls-private-key-file={self._path('admin.key')}",
                 "--node-lease-duration-seconds=40",
-                "--enable-crds=Logs,ClusterLogs",
+                "--enable-crds=Logs,ClusterLogs,Exec,ClusterExec",
             ],
         )
 

@@ -1,0 +1,68 @@
+"""``KubeApi.exec`` through a real kube-apiserver to kwok, whose ``ClusterExec`` rule runs the
+command on this host (scoped to the test's namespace). Skipped when the binaries are not built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ironflow import errors
+from ironflow.k8s import api as k8s
+from ironflow.testing.kubeenv import KubeEnv
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "box"},
+    "spec": {"containers": [{"name": "main", "image": "img"}], "restartPolicy": "Never"},
+}
+
+
+@pytest.fixture
+def ns(kube_env: KubeEnv, tmp_path: Path) -> Iterator[str]:
+    with kube_env.namespace(f"exec-{uuid.uuid4().hex[:8]}") as name:
+        kube_env.allow_exec(name, tmp_path)
+        yield name
+
+
+@pytest.fixture
+async def api(kube_env: KubeEnv, ns: str) -> AsyncIterator[k8s.KubeApi]:
+    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as client:
+        await client.create(k8s.PODS, ns, POD)
+        deadline = time.monotonic() + 15
+        while (await client.get(k8s.PODS, ns, "box")).get("status", {}).get("phase") != "Running":
+            assert time.monotonic() < deadline, "kwok did not start the pod"
+            await asyncio.sleep(0.1)
+        yield client
+
+
+async def test_exec_returns_both_streams_from_the_work_dir(api: k8s.KubeApi, ns: str, tmp_path: Path) -> None:
+    async with asyncio.timeout(20):
+        out = await api.exec(ns, "box", ("sh", "-c", "pwd; echo oops >&2"))
+    assert out.exit_code == 0
+    assert out.stdout.decode().strip() == str(tmp_path)
+    assert out.stderr == b"oops\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=errors.KubernetesError,
+    reason="kwok reports a non-zero exit as an InternalError status; a kubelet answers NonZeroExitCode "
+    "with the code, which KubeApi.exec returns as exit_code",
+)
+async def test_exec_returns_a_non_zero_exit_code(api: k8s.KubeApi, ns: str) -> None:
+    async with asyncio.timeout(20):
+        out = await api.exec(ns, "box", ("sh", "-c", "exit 3"))
+    assert out.exit_code == 3
+
+
+async def test_exec_sends_stdin_of_a_known_length(api: k8s.KubeApi, ns: str) -> None:
+    async with asyncio.timeout(20):
+        out = await api.exec(ns, "box", ("head", "-c", "5"), stdin=b"hello")
+    assert (out.exit_code, out.stdout) == (0, b"hello")
