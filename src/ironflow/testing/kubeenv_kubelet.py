@@ -239,12 +239,32 @@ async def manual_namespace(env: KubeEnv) -> AsyncIterator[tuple[api.KubeApi, str
             await asyncio.to_thread(env.request, "DELETE", f"/api/v1/namespaces/{namespace}")
 
 
+class _RealServerTally:
+    """A pytest plugin, registered by ``kube_env``: counts the outcomes of the tests that ran
+    against the real server and prints them at the end of the session."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "real-apiserver" not in report.nodeid and "test_realkube_" not in report.nodeid:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.outcomes.items()))
+        terminalreporter.write_line(f"real kube-apiserver tier: {counts or 'no tests'}")
+
+
 @pytest.fixture(scope="session")
-def kube_env() -> Iterator[KubeEnv]:
+def kube_env(request: pytest.FixtureRequest) -> Iterator[KubeEnv]:
     """One real control plane for the session; skipped (with the fix) when not built."""
     try:
         env = KubeEnv()
     except KubeEnvNotAvailable as exc:
         pytest.skip(str(exc))
+    request.config.pluginmanager.register(_RealServerTally(), "ironflow-real-server-tally")
     with env:
         yield env
