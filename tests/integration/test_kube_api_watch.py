@@ -233,3 +233,30 @@ async def test_watch_replay_rebuilds_the_listed_state(kube: Any, make_pod: Any) 
 
     assert summary(rebuilt.values()) == summary(listed.items)
     assert set(rebuilt) == alive
+
+
+async def test_bookmarks_keep_a_quiet_watch_from_relisting(kube: Any, make_pod: Any) -> None:
+    """A bookmark moves a quiet watch's resourceVersion on, so after a compaction and a
+    reconnect it resumes without a 410 and without a list."""
+    server = kube.need_server()
+    listed = await kube.api.list(api.PODS, kube.namespace)
+    async with contextlib.aclosing(
+        kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
+    ) as events:
+        task = asyncio.create_task(_collect(events, 1))
+        for _ in range(100):
+            if server.open_watches:
+                break
+            await asyncio.sleep(0.01)
+        await kube.api.create(  # another kind moves the global resourceVersion; this watch hears nothing
+            api.CONFIGMAPS, kube.namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump"}}
+        )
+        assert server.send_bookmarks() == 1
+        await asyncio.sleep(0.1)  # the bookmark arrives (and is not yielded)
+        server.compact()
+        server.drop_watches()
+        await kube.api.create(api.PODS, kube.namespace, make_pod("after-bookmark"))
+        got = await task
+    assert got[0].type == "ADDED"
+    assert got[0].object["metadata"]["name"] == "after-bookmark"
+    assert server.count("list", "pods") == 1  # only the test's own list: no re-list

@@ -85,6 +85,7 @@ class Watcher:
     namespace: str | None
     labels: tuple[rules.LabelRequirement, ...]
     fields: tuple[rules.FieldRequirement, ...]
+    bookmarks: bool = False  # the client sent allowWatchBookmarks=true
     queue: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
 
     def selects(self, obj: Mapping[str, Any] | None) -> bool:

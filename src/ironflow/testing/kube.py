@@ -318,6 +318,19 @@ class KubeTestServer:
             watcher.queue.put_nowait(None)
         return len(self.store.watchers)
 
+    def send_bookmarks(self) -> int:
+        """Send a BOOKMARK (the current resourceVersion) to every watch that allows them, as a
+        real server does about once a minute; returns how many were sent."""
+        sent = 0
+        for watcher in self.store.watchers:
+            if watcher.bookmarks:
+                kind = self.store.kinds[watcher.type_key].kind
+                meta = {"resourceVersion": str(self.store.rv)}
+                obj = {"kind": kind, "apiVersion": watcher.api_version, "metadata": meta}
+                watcher.queue.put_nowait(json.dumps({"type": "BOOKMARK", "object": obj}) + "\n")
+                sent += 1
+        return sent
+
     @property
     def open_watches(self) -> int:
         """Watch connections open right now."""
@@ -703,7 +716,8 @@ class KubeTestServer:
         rv_text = query.get("resourceVersion", "")
         if rv_text not in ("", "0") and not rv_text.isdigit():
             raise _Refusal(400, "BadRequest", f'invalid resource version "{rv_text}"')
-        watcher = store_mod.Watcher(t.key, t.api_version, namespace, labels, fields)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
+        watcher = store_mod.Watcher(t.key, t.api_version, namespace, labels, fields, bookmarks)
         # Synchronously, with no await in between: the initial events and the live feed join without a gap.
         initial = self.store.initial_lines(watcher, t, rv_text)
         gone = initial is None
