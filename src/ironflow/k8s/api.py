@@ -467,8 +467,8 @@ class KubeApi:
     # -- verbs --
 
     async def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> KubeObject:
-        """Create an object; 409 (``KubeConflict``) when the name is taken, 422 when it is invalid
-        (unknown fields included: writes ask for strict field validation, so a typo fails loudly
+        """Create an object; 409 (``KubeConflict``) when the name is taken, 422 when it is invalid,
+        400 for an unknown field (writes ask for strict field validation, so a typo fails loudly
         instead of being dropped)."""
         name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "") + "*"
         what = f"create {resource.plural} {_where(namespace, name)}"
