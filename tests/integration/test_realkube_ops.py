@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ironflow.k8s import api as k8s
+from ironflow.k8s import reaper
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
@@ -126,3 +127,24 @@ async def test_release_run_deletes_a_runs_job_and_the_gc_removes_its_pod(
         await close_shared_apis()
     await eventually_empty(api, k8s.JOBS, ns)
     await eventually_empty(api, k8s.PODS, ns)
+
+
+async def test_reaper_deletes_an_expired_job_and_the_gc_removes_its_pod(
+    kube_env: KubeEnv, ns: str, api: k8s.KubeApi
+) -> None:
+    """An expired JobRun Job (its pod kept Running) is reaped; the real GC deletes the pod;
+    a live Job stays."""
+    old = JobRun("old-job", "busybox", "sleep 1d").namespace(ns).label(EXIT_CODE_LABEL, "0").label(RUN_FOR_LABEL, "1h")
+    await api.create(k8s.JOBS, ns, old.build_job(now=int(time.time()) - 100_000))
+    await api.create(k8s.JOBS, ns, JobRun("live-job", "busybox", "true").namespace(ns).build_job())
+    deadline = time.monotonic() + 15
+    while not (await api.list(k8s.PODS, ns, label_selector="job-name=old-job")).items:
+        assert time.monotonic() < deadline, "the Job controller made no pod"
+        await asyncio.sleep(0.2)
+    report = await reaper.reap_namespace(api, ns)
+    assert report.jobs == ("old-job",)
+    deadline = time.monotonic() + 15
+    while (await api.list(k8s.PODS, ns, label_selector="job-name=old-job")).items:
+        assert time.monotonic() < deadline, "the garbage collector left the reaped Job's pod"
+        await asyncio.sleep(0.2)
+    assert [j["metadata"]["name"] for j in (await api.list(k8s.JOBS, ns)).items] == ["live-job"]
