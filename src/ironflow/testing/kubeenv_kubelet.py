@@ -27,7 +27,7 @@ import pytest
 from ironflow.k8s import api
 from ironflow.testing import _kwok_stages as stages
 from ironflow.testing.kube import PodScript
-from ironflow.testing.kubeenv import NODE_NAME, KubeEnv, KubeEnvNotAvailable
+from ironflow.testing.kubeenv import NODE_NAME, KubeEnv, KubeEnvError, KubeEnvNotAvailable
 
 __all__ = ["KubeletControl", "kube_env", "manual_namespace", "pod_status"]
 
@@ -266,5 +266,11 @@ def kube_env(request: pytest.FixtureRequest) -> Iterator[KubeEnv]:
     except KubeEnvNotAvailable as exc:
         pytest.skip(str(exc))
     request.config.pluginmanager.register(_RealServerTally(), "ironflow-real-server-tally")
-    with env:
+    try:
+        env.start()
+    except KubeEnvError:  # one retry: a free port picked at start may be taken meanwhile
+        env.start()
+    try:
         yield env
+    finally:
+        env.stop()
