@@ -208,3 +208,16 @@ async def test_cache_drops_managed_fields(kube: Any, make_pod: Any) -> None:
         cached = pods.get("managed")
         assert cached is not None
         assert "managedFields" not in cached["metadata"]
+
+
+async def test_closing_the_client_stops_its_informers(kube: Any, make_pod: Any) -> None:
+    """KubeApi.close() stops a lingering informer's watch first: no task outlives the client."""
+    server = kube.need_server()
+    own = await api.KubeApi.connect(server.cluster_config())
+    pods = informer.informer_for(own, kube.namespace, linger_s=60)
+    await kube.api.create(api.PODS, kube.namespace, make_pod("c1"))
+    await kube.control.set_pod_phase(kube.namespace, "c1", "Succeeded")
+    assert await pods.wait_for("c1", informer.pod_finished, 2) is not None
+    assert pods.running  # lingering
+    await own.close()
+    assert not pods.running

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -336,6 +336,7 @@ class KubeApi:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10)
         self._cluster = cluster
         self._refreshing = asyncio.Lock()
+        self._close_hooks: list[Callable[[], Awaitable[None]]] = []
         self.counters = RequestCounters()
 
     @classmethod
@@ -369,8 +370,15 @@ class KubeApi:
             keys["BearerToken"] = token
             return True
 
+    def on_close(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` when the client closes, before its pool does (informers stop their watches)."""
+        self._close_hooks.append(hook)
+
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Stop what runs on this client (its informers), then close the connection pool."""
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in reversed(hooks):
+            await hook()
         await self._client.close()
 
     async def __aenter__(self) -> KubeApi:

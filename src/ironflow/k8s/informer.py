@@ -365,4 +365,5 @@ def informer_for(
         else:
             informer = Informer(kube, resource, namespace, linger_s=linger_s)
         informers[key] = informer
+        kube.on_close(informer.stop)  # closing the client ends the watch (no task outlives it)
     return informer
