@@ -221,3 +221,29 @@ async def test_closing_the_client_stops_its_informers(kube: Any, make_pod: Any) 
     assert pods.running  # lingering
     await own.close()
     assert not pods.running
+
+
+async def test_cancelled_wait_leaves_no_waiter_and_releases_the_watch(kube: Any, make_pod: Any) -> None:
+    """Cancelling a step's wait drops its waiter and its reference: the watch closes."""
+    server = kube.need_server()
+    await kube.api.create(api.PODS, kube.namespace, make_pod("cancelled"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    wait = asyncio.create_task(pods.wait_for("cancelled", informer.pod_finished, 30))
+    assert await _eventually_async(lambda: server.open_watches == 1)
+    wait.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await wait
+    assert pods.users == 0
+    assert not pods.running
+    assert await _eventually_async(lambda: server.open_watches == 0)
+
+
+async def test_explicit_stop_wakes_waiters_with_unavailable(kube: Any, make_pod: Any) -> None:
+    """stop() ends the watch now; a step still waiting gets KubeUnavailable, not a hang."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("stopped"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    wait = asyncio.create_task(pods.wait_for("stopped", informer.pod_finished, 30))
+    assert await _eventually_async(lambda: pods.get("stopped") is not None)
+    await pods.stop()
+    with pytest.raises(errors.KubeUnavailable):
+        await wait
