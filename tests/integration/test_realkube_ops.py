@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -148,3 +151,31 @@ async def test_reaper_deletes_an_expired_job_and_the_gc_removes_its_pod(
         assert time.monotonic() < deadline, "the garbage collector left the reaped Job's pod"
         await asyncio.sleep(0.2)
     assert [j["metadata"]["name"] for j in (await api.list(k8s.JOBS, ns)).items] == ["live-job"]
+
+
+def test_a_killed_test_process_takes_its_cluster_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the Python process that started the cluster: every component dies with it."""
+    try:
+        find_bin_dir()
+    except KubeEnvNotAvailable as exc:
+        pytest.skip(str(exc))
+    script = tmp_path / "holder.py"
+    script.write_text(
+        "import time\n"
+        "from ironflow.testing.kubeenv import KubeEnv\n"
+        "env = KubeEnv(agent_sandbox=False)\n"
+        "env.start()\n"
+        "print(' '.join(map(str, env.pids)), env.workdir, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) as holder:
+        assert holder.stdout is not None
+        *pids, workdir = holder.stdout.readline().split()
+        holder.kill()
+    try:
+        deadline = time.monotonic() + 10
+        while alive := [p for p in pids if Path(f"/proc/{p}").exists()]:
+            assert time.monotonic() < deadline, f"components survived their parent: {alive}"
+            time.sleep(0.1)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

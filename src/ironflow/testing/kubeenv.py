@@ -18,7 +18,9 @@ per-test event loops; tests talk to it through :meth:`KubeEnv.cluster_config`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -67,7 +69,8 @@ BINARIES: Final = (
 #: Name of the one fake node kwok manages.
 NODE_NAME: Final = "kwok-node-0"
 _START_TIMEOUT_S: Final = 120.0
-_STOP_GRACE_S: Final = 5.0
+_STOP_GRACE_S: Final = 2.0  # kube-apiserver drains watches for far longer; test data need no drain
+_PR_SET_PDEATHSIG: Final = 1
 
 
 class KubeEnvNotAvailable(RuntimeError):
@@ -95,6 +98,13 @@ def find_bin_dir() -> Path:
             return directory
     where = override or "the kube-testenv cache"
     raise KubeEnvNotAvailable(f"control-plane binaries not found in {where}: run scripts/kube-testenv build")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the thread that started it exits (Linux), so a
+    crashed or killed test run leaves no component behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _free_port() -> int:
@@ -163,6 +173,7 @@ class KubeEnv:
     def start(self) -> None:
         """Generate the PKI, start every component, wait until pods can be scheduled and run."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ironflow-kubeenv-"))
+        atexit.register(self.stop)
         try:
             self._write_files()
             self._start_etcd()
@@ -203,6 +214,7 @@ class KubeEnv:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(timeout=5)
         self._procs.clear()
+        atexit.unregister(self.stop)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -376,6 +388,7 @@ class KubeEnv:
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
                 start_new_session=True,  # its own process group: stop() kills it and its children
+                preexec_fn=_die_with_parent,  # only a prctl call: safe between fork and exec
             )
         proc = _Proc(name, popen, log)
         self._procs.append(proc)
