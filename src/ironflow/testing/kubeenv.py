@@ -171,7 +171,10 @@ class KubeEnv:
         return [p.popen.pid for p in self._procs]
 
     def start(self) -> None:
-        """Generate the PKI, start every component, wait until pods can be scheduled and run."""
+        """Generate the PKI, start every component, wait until pods can be scheduled and run.
+
+        Call it from a thread that outlives the cluster (the main thread): the components are
+        killed when the thread that started them exits."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ironflow-kubeenv-"))
         atexit.register(self.stop)
         try:
