@@ -17,6 +17,11 @@ ADMIN = "admin-key-" + "u" * 40
 NOW = int(time.time())
 
 
+def _soon(seconds: int) -> int:
+    """An expiry from the clock at call time: the suite may run long after import."""
+    return int(time.time()) + seconds
+
+
 def _grant(run_id: str = "run-1") -> tokens.Grant:
     token = tokens.new_token().reveal()
     credential = tokens.ClaudeCredential("oauth_token", Secret("sk-ant-hub"))
@@ -58,7 +63,7 @@ async def test_a_lost_hub_is_503_not_401(tmp_path: Path) -> None:
             config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=fake.url, hub_socket=path)
             async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin:
                 credential = Credential("api_key", Secret("sk-ant-k"))
-                issued = await admin.issue("r", "s", NOW + 60, credential=credential)
+                issued = await admin.issue("r", "s", _soon(60), credential=credential)
                 headers = {"x-api-key": issued.token.reveal()}
                 body = {"model": "m", "max_tokens": 1, "messages": []}
                 async with (
@@ -111,7 +116,7 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
                 await asyncio.sleep(0.5)  # both workers bound
                 async with AdminClient(url, ADMIN) as admin:
                     credential = Credential("oauth_token", Secret("sk-ant-workers"))
-                    issued = [await admin.issue("run-w", "s", NOW + 60, credential=credential) for _ in range(6)]
+                    issued = [await admin.issue("run-w", "s", _soon(60), credential=credential) for _ in range(6)]
                     body = {"model": "m", "max_tokens": 1, "messages": []}
                     statuses = []
                     for item in issued:  # fresh connections: the kernel spreads them over the workers

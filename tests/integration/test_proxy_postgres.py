@@ -42,6 +42,11 @@ KEY1 = "1:" + "ab" * 32
 KEY2 = "2:" + "cd" * 32
 OAUTH = "sk-ant-oat01-POSTGRES-TEST-CREDENTIAL"
 NOW = int(time.time())
+
+
+def _soon(seconds: int) -> int:
+    """An expiry from the clock at call time: the suite may run long after import."""
+    return int(time.time()) + seconds
 MESSAGE = {"model": "claude-haiku-5-0", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -251,7 +256,7 @@ async def _status(http: aiohttp.ClientSession, url: str, token: str) -> int:
 async def test_token_issued_by_one_replica_is_relayed_by_another_and_revocation_reaches_all(dsn: str) -> None:
     """Issue on A, relay on B (both cache it), revoke on A: B refuses within one second (measured)."""
     async with _replicas(dsn) as (fake, first, second, admin, http):
-        issued = await admin.issue("run-r", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
+        issued = await admin.issue("run-r", "s", _soon(300), credential=Credential("oauth_token", Secret(OAUTH)))
         token = issued.token.reveal()
         assert await _status(http, second.url, token) == 200
         assert await _status(http, first.url, token) == 200
@@ -270,7 +275,7 @@ async def test_token_issued_by_one_replica_is_relayed_by_another_and_revocation_
 async def test_revoke_run_on_one_replica_is_refused_by_the_other(dsn: str) -> None:
     async with _replicas(dsn) as (_fake, _first, second, admin, http):
         credential = Credential("api_key", Secret("sk-ant-api-x"))
-        issued = [await admin.issue("run-z", f"s{i}", NOW + 300, credential=credential) for i in range(3)]
+        issued = [await admin.issue("run-z", f"s{i}", _soon(300), credential=credential) for i in range(3)]
         assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [200] * 3
         assert await admin.revoke_run("run-z") == 3
         await asyncio.sleep(0.2)
@@ -280,7 +285,7 @@ async def test_revoke_run_on_one_replica_is_refused_by_the_other(dsn: str) -> No
 async def test_lost_listener_disables_the_cache_so_no_revocation_is_missed(dsn: str) -> None:
     """If B's LISTEN connection dies, B reads the database on every request until it is back."""
     async with _replicas(dsn) as (_fake, _first, second, admin, http):
-        issued = await admin.issue("run-l", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
+        issued = await admin.issue("run-l", "s", _soon(300), credential=Credential("oauth_token", Secret(OAUTH)))
         token = issued.token.reveal()
         assert await _status(http, second.url, token) == 200
         conn = await asyncpg.connect(dsn)
@@ -306,7 +311,7 @@ async def test_missing_key_version_answers_503_never_401(dsn: str, caplog: pytes
         new.admin_client() as admin,
         aiohttp.ClientSession() as http,
     ):
-        issued = await admin.issue("run-k", "s", NOW + 300, credential=Credential("oauth_token", Secret(OAUTH)))
+        issued = await admin.issue("run-k", "s", _soon(300), credential=Credential("oauth_token", Secret(OAUTH)))
         async with http.post(old.url + "/v1/messages", json=MESSAGE,
                              headers={"x-api-key": issued.token.reveal()}) as response:  # fmt: skip
             body = await response.json()
@@ -389,8 +394,8 @@ async def test_database_going_down_answers_503_never_401() -> None:
             config = _config(dsn_own, fake.url)
             async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
                 credential = Credential("oauth_token", Secret(OAUTH))
-                cached = (await admin.issue("run-d", "s", NOW + 300, credential=credential)).token.reveal()
-                never_seen = (await admin.issue("run-d", "t", NOW + 300, credential=credential)).token.reveal()
+                cached = (await admin.issue("run-d", "s", _soon(300), credential=credential)).token.reveal()
+                never_seen = (await admin.issue("run-d", "t", _soon(300), credential=credential)).token.reveal()
                 assert await _status(http, proxy.url, cached) == 200
                 await asyncio.to_thread(server.stop)
                 statuses = set()

@@ -87,6 +87,9 @@ async def _supervise(workers: int, env: dict[str, str], hub_socket: str | None) 
             logs.event("auth proxy worker exited; stopping the others", 40, code=next(iter(done)).result())
             forward(signal.SIGTERM)
         codes = await asyncio.gather(*waits)
+    if stopping:
+        # A worker still starting when the signal came dies of it before its handler exists: a clean stop.
+        codes = [0 if code in (-signal.SIGINT, -signal.SIGTERM) else code for code in codes]
     worst = max(codes, key=abs)
     return worst if stopping or worst else 1
 
