@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ironflow.agent import AgentConfig
-from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s import api as k8s
+from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer
@@ -45,7 +45,7 @@ async def test_sdk_lists_our_claims_and_reads_them_with_its_model() -> None:
             client = sdk_client(server)
             names = await asyncio.to_thread(client.list_all_sandboxes, "sdk")
             assert names == ["ours"]
-            mine = await asyncio.to_thread(client.list_all_sandboxes, "sdk", claims.CLAIM_SELECTOR)
+            mine = await asyncio.to_thread(client.list_all_sandboxes, "sdk", labels.SANDBOX_CLAIM_SELECTOR)
             assert mine == ["ours"]
             assert await asyncio.to_thread(client.list_all_sandboxes, "sdk", "app=other") == []
             # The SDK's constants name the same group, version and plural; its claim shape is ours.

@@ -31,8 +31,8 @@ def test_claims_without_a_parseable_expiry_or_already_going_are_kept() -> None:
 def test_run_selectors_cover_the_run_and_its_children_with_sanitised_values() -> None:
     run, root = claims.run_claim_selectors("fix bug/42")
     value = labels.sanitize_label_value("fix bug/42")
-    assert run == f"{claims.CLAIM_SELECTOR},{labels.LABEL_RUN_ID}={value}"
-    assert root == f"{claims.CLAIM_SELECTOR},{labels.LABEL_ROOT_RUN_ID}={value}"
+    assert run == f"{labels.SANDBOX_CLAIM_SELECTOR},{labels.LABEL_RUN_ID}={value}"
+    assert root == f"{labels.SANDBOX_CLAIM_SELECTOR},{labels.LABEL_ROOT_RUN_ID}={value}"
 
 
 def test_step_selector_names_run_and_step() -> None:

@@ -65,7 +65,7 @@ def test_claim_carries_run_labels_expiry_and_shutdown_time_and_no_env() -> None:
         labels.LABEL_RUN_ID: RUN,
         labels.LABEL_STEP: "review",
         labels.LABEL_MANAGED_BY: "ironflow",
-        labels.LABEL_COMPONENT: claims.COMPONENT_SANDBOX_CLAIM,
+        labels.LABEL_COMPONENT: labels.COMPONENT_SANDBOX_CLAIM,
     }
     expires = 1_800_000_000 + 300 + 60 + 60  # timeout + deadline margin + ready timeout
     assert meta["annotations"] == {labels.ANNOTATION_EXPIRES_AT: str(expires)}

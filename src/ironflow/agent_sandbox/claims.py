@@ -23,8 +23,6 @@ from ironflow.k8s import informer, labels, pods, reaper
 
 __all__ = [
     "CLAIM_NAME_PREFIX",
-    "CLAIM_SELECTOR",
-    "COMPONENT_SANDBOX_CLAIM",
     "ClaimReapReport",
     "Resources",
     "claim_reap_reason",
@@ -44,9 +42,6 @@ _log = logging.getLogger(__name__)
 
 #: Step claims are named ``claude-claim-<unix ms hex>-<8 hex random>``.
 CLAIM_NAME_PREFIX: Final = "claude-claim"
-#: ``app.kubernetes.io/component`` of the claims ironflow creates (one per step).
-COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
-CLAIM_SELECTOR: Final = f"{labels.MANAGED_SELECTOR},{labels.LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"
 
 
 @dataclass(frozen=True)
@@ -105,14 +100,14 @@ def run_claim_selectors(run_id: str) -> tuple[str, ...]:
     """The claims of a run and of runs whose root it is."""
     run = labels.sanitize_label_value(run_id)
     return (
-        labels.selector(CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run}),
-        labels.selector(CLAIM_SELECTOR, {labels.LABEL_ROOT_RUN_ID: run}),
+        labels.selector(labels.SANDBOX_CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run}),
+        labels.selector(labels.SANDBOX_CLAIM_SELECTOR, {labels.LABEL_ROOT_RUN_ID: run}),
     )
 
 
 def step_claim_selector(run: str, step: str) -> str:
     """The claim of one step of one run (label values as written on it)."""
-    return labels.selector(CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run, labels.LABEL_STEP: step})
+    return labels.selector(labels.SANDBOX_CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run, labels.LABEL_STEP: step})
 
 
 # --- I/O ---------------------------------------------------------------------------------
@@ -209,7 +204,7 @@ async def reap_claims(
     """
     clock = int(time.time()) if now is None else now
     try:
-        listed = (await api.list_all(resource, namespace, label_selector=CLAIM_SELECTOR)).items
+        listed = (await api.list_all(resource, namespace, label_selector=labels.SANDBOX_CLAIM_SELECTOR)).items
     except errors.KubernetesError as exc:
         raise errors.CleanupError(f"failed to list SandboxClaims in {namespace}: {exc}") from exc
     chosen = sorted(str(c["metadata"]["name"]) for c in listed if claim_reap_reason(c, clock))

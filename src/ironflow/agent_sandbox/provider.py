@@ -331,7 +331,7 @@ class AgentSandboxProvider:
         pod_labels = pod["metadata"].get("labels") or {}
         claim_labels = {k: pod_labels[k] for k in _RUN_LABELS if k in pod_labels}
         claim_labels[labels.LABEL_MANAGED_BY] = labels.MANAGED_BY_VALUE
-        claim_labels[labels.LABEL_COMPONENT] = claims.COMPONENT_SANDBOX_CLAIM
+        claim_labels[labels.LABEL_COMPONENT] = labels.COMPONENT_SANDBOX_CLAIM
         expires = now + pod_manifests.lifetime_seconds(s.pod.settings) + int(s.ready_timeout_s)
         alpha = s.api_version is models.ApiVersion.V1ALPHA1
         claim = models.SandboxClaim(

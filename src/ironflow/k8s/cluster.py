@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.k8s import cluster_network, documents
+from ironflow.k8s import cluster_network, documents, labels
 from ironflow.k8s.cluster_network import EgressProfile
 
 __all__ = [
@@ -73,7 +73,6 @@ AUTH_PROXY_NAME: Final = cluster_network.AUTH_PROXY_NAME
 AUTH_PROXY_PORT: Final = cluster_network.AUTH_PROXY_PORT
 DEFAULT_AUTH_PROXY_URL: Final = "http://ironflow-auth-proxy.ironflow-system"
 GVISOR_RUNTIME_CLASS: Final = "gvisor"
-LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -372,7 +371,9 @@ def managed_settings(config: ClusterConfig) -> list[documents.Document]:
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(preset_configmap_name(preset), config.namespace, labels={LABEL_PART_OF: "ironflow"}),
+            "metadata": _meta(
+                preset_configmap_name(preset), config.namespace, labels={labels.LABEL_PART_OF: labels.PART_OF_VALUE}
+            ),
             "data": {layout.MANAGED_SETTINGS_FILE: text},
         }
         comment = (

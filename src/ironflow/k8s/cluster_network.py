@@ -52,7 +52,6 @@ AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
 AUTH_PROXY_PORT: Final = 8080
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
-LABEL_NAME: Final = "app.kubernetes.io/name"
 #: Where a plain NetworkPolicy cannot send agents when it cannot name a host: private
 #: networks (the cluster), link-local (cloud metadata at 169.254.169.254), CGNAT.
 PRIVATE_RANGES: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
@@ -184,7 +183,7 @@ _POSTGRES_RULE: Final = """\
 def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
     """Agents reach only the proxy; the proxy alone reaches api.anthropic.com."""
     proxy_ns = top.proxy_namespace or ""
-    proxy_pods = {LABEL_NAME: AUTH_PROXY_NAME}
+    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"ports": [{"port": str(AUTH_PROXY_PORT), "protocol": "TCP"}]}]
     agents = _cilium(
         "claude-runner-egress-auth-proxy",
@@ -212,7 +211,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                         {
                             "matchLabels": {
                                 "k8s:io.kubernetes.pod.namespace": top.worker_namespace,
-                                LABEL_NAME: WORKER_POD_NAME,
+                                labels.LABEL_NAME: WORKER_POD_NAME,
                             }
                         },
                     ],
@@ -309,7 +308,7 @@ def plain_anthropic(top: Topology) -> list[documents.Document]:
 
 def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
-    proxy_pods = {LABEL_NAME: AUTH_PROXY_NAME}
+    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
 
     def ns(name: str) -> dict[str, Any]:
@@ -338,7 +337,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
                         {"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}},
                         {
                             "namespaceSelector": ns(top.worker_namespace),
-                            "podSelector": {"matchLabels": {LABEL_NAME: WORKER_POD_NAME}},
+                            "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
                         },
                     ],
                     "ports": port,

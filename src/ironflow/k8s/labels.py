@@ -17,18 +17,23 @@ __all__ = [
     "COMPONENT_JOB_RUN",
     "COMPONENT_POD_RUN",
     "COMPONENT_PROMPT_DATA",
+    "COMPONENT_SANDBOX_CLAIM",
     "ENVIRONMENT_SELECTOR",
     "LABEL_COMPONENT",
     "LABEL_EGRESS_PROFILE",
     "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_PART_OF",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_STEP",
     "MANAGED_BY_VALUE",
     "MANAGED_SELECTOR",
+    "PART_OF_VALUE",
     "PROMPT_SELECTOR",
     "RESERVED_LABELS",
     "RUNNER_SELECTOR",
+    "SANDBOX_CLAIM_SELECTOR",
     "expires_at",
     "is_reserved_label",
     "is_valid_label_value",
@@ -43,14 +48,21 @@ LABEL_STEP: Final = "ironflow.io/step"
 LABEL_EGRESS_PROFILE: Final = "ironflow.io/egress-profile"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+#: ``app.kubernetes.io/name`` of long-lived pods (auth proxy, worker) that policies select.
+LABEL_NAME: Final = "app.kubernetes.io/name"
+#: ``app.kubernetes.io/part-of`` of cluster set-up objects (``PART_OF_VALUE``), not step objects.
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 ANNOTATION_EXPIRES_AT: Final = "ironflow.io/expires-at"
 
 MANAGED_BY_VALUE: Final = "ironflow"
+PART_OF_VALUE: Final = "ironflow"
 COMPONENT_CLAUDE_RUNNER: Final = "claude-runner"
 COMPONENT_PROMPT_DATA: Final = "prompt-data"
 COMPONENT_POD_RUN: Final = "pod-run"
 COMPONENT_JOB_RUN: Final = "job-run"
 COMPONENT_ENVIRONMENT: Final = "environment"
+#: The agent-sandbox SandboxClaims ironflow creates (one per step).
+COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.
@@ -60,6 +72,7 @@ MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 RUNNER_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_CLAUDE_RUNNER}"
 PROMPT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_PROMPT_DATA}"
 ENVIRONMENT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_ENVIRONMENT}"
+SANDBOX_CLAIM_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"
 
 _MAX_LABEL_VALUE: Final = 63
 _HASH_SUFFIX_LEN: Final = 9  # "-" + 8 hex digits
