@@ -34,7 +34,6 @@ from ironflow.secrets import Secret
 from ironflow.testing.fake_anthropic import FakeAnthropic
 from ironflow.testing.postgres import PostgresServer, fresh_database
 
-pytest_plugins = ["ironflow.testing.pytest_plugin"]
 pytestmark = pytest.mark.postgres
 
 ADMIN = "admin-key-" + "p" * 40

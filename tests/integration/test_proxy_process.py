@@ -24,8 +24,6 @@ from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic
 
-pytest_plugins = ["ironflow.testing.pytest_plugin"]
-
 ADMIN = "admin-key-" + "m" * 40
 OAUTH = "sk-ant-oat01-PROCESS-CREDENTIAL"
 KEYS = "1:" + "ef" * 32

@@ -9,7 +9,6 @@ import pytest
 
 from ironflow.testing.postgres import PostgresNotAvailable, PostgresServer, find_pg_bin
 
-pytest_plugins = ["ironflow.testing.pytest_plugin"]
 pytestmark = pytest.mark.postgres
 
 
