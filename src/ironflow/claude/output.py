@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ironflow import errors
-from ironflow.agent import AgentConfig, AgentResult, DebugMessage, ToolCall, ToolResult
+from ironflow import agent, errors
 
 __all__ = [
     "MAX_TURNS_HINT",
@@ -135,12 +134,12 @@ def _structured_value(obj: Mapping[str, Any]) -> tuple[bool, Any]:
 
 def _parse_object(
     text: str,
-    config: AgentConfig,
+    config: agent.AgentConfig,
     *,
     wall_ms: int,
     model_hint: str | None = None,
-    debug: tuple[DebugMessage, ...] | None = None,
-) -> AgentResult:
+    debug: tuple[agent.DebugMessage, ...] | None = None,
+) -> agent.AgentResult:
     try:
         obj = json.loads(text)
         if not isinstance(obj, Mapping):
@@ -187,7 +186,7 @@ def _parse_object(
         result = obj.get("result")
         value = "" if result is None else result
 
-    return AgentResult(
+    return agent.AgentResult(
         value=value,
         duration_ms=cli_duration if cli_duration is not None else wall_ms,
         session_id=session_id,
@@ -201,7 +200,7 @@ def _parse_object(
     )
 
 
-def parse_response(text: str, config: AgentConfig, *, wall_ms: int) -> AgentResult:
+def parse_response(text: str, config: agent.AgentConfig, *, wall_ms: int) -> agent.AgentResult:
     """Read ``--output-format json`` (one result object) into a result, or raise its error."""
     return _parse_object(text.strip(), config, wall_ms=wall_ms)
 
@@ -216,8 +215,8 @@ class _Turn:
     texts: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     thinking_redacted: bool = False
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    tool_results: list[ToolResult] = field(default_factory=list)
+    tool_calls: list[agent.ToolCall] = field(default_factory=list)
+    tool_results: list[agent.ToolResult] = field(default_factory=list)
     stop_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -237,7 +236,7 @@ class _Turn:
                 self.thinking_redacted = True
             elif kind == "tool_use":
                 self.tool_calls.append(
-                    ToolCall(str(block.get("id", "")), str(block.get("name", "")), block.get("input"))
+                    agent.ToolCall(str(block.get("id", "")), str(block.get("name", "")), block.get("input"))
                 )
         if isinstance(message.get("stop_reason"), str):
             self.stop_reason = message["stop_reason"]
@@ -249,8 +248,8 @@ class _Turn:
                 if isinstance(value, int) and not isinstance(value, bool):
                     setattr(self, key, value)
 
-    def freeze(self) -> DebugMessage:
-        return DebugMessage(
+    def freeze(self) -> agent.DebugMessage:
+        return agent.DebugMessage(
             text="\n".join(self.texts) if self.texts else None,
             thinking="\n".join(self.thinking) if self.thinking else None,
             thinking_redacted=self.thinking_redacted,
@@ -268,13 +267,13 @@ def _attach_results(turns: list[_Turn], callers: Mapping[str, _Turn], message: M
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, Mapping) or block.get("type") != "tool_result":
             continue
-        result = ToolResult(str(block.get("tool_use_id", "")), block.get("content"), bool(block.get("is_error")))
+        result = agent.ToolResult(str(block.get("tool_use_id", "")), block.get("content"), bool(block.get("is_error")))
         owner = callers.get(result.tool_use_id) or (turns[-1] if turns else None)
         if owner is not None:
             owner.tool_results.append(result)
 
 
-def parse_stream_response(text: str, config: AgentConfig, *, wall_ms: int) -> AgentResult:
+def parse_stream_response(text: str, config: agent.AgentConfig, *, wall_ms: int) -> agent.AgentResult:
     """Read ``--output-format stream-json --verbose`` output: debug turns plus the last result line.
 
     Lines that are not JSON objects are skipped (the pod log may mix in stderr).
@@ -322,14 +321,16 @@ def parse_stream_response(text: str, config: AgentConfig, *, wall_ms: int) -> Ag
     return _parse_object(result_line, config, wall_ms=wall_ms, model_hint=model_hint, debug=debug)
 
 
-def parse_output(text: str, config: AgentConfig, *, wall_ms: int) -> AgentResult:
+def parse_output(text: str, config: agent.AgentConfig, *, wall_ms: int) -> agent.AgentResult:
     """``parse_stream_response`` when the step ran verbose (stream-json), else ``parse_response``."""
     if config.verbose:
         return parse_stream_response(text, config, wall_ms=wall_ms)
     return parse_response(text, config, wall_ms=wall_ms)
 
 
-def handle_nonzero_exit(code: int, stdout: str, stderr: str, config: AgentConfig, *, wall_ms: int) -> AgentResult:
+def handle_nonzero_exit(
+    code: int, stdout: str, stderr: str, config: agent.AgentConfig, *, wall_ms: int
+) -> agent.AgentResult:
     """What a non-zero exit means: a result the CLI still printed, its error, or ``ProcessFailed``.
 
     As the reference does, a parseable success is returned as a success; budget and API
