@@ -259,7 +259,7 @@ class PostgresStore:
         output: Any = None,
         error: dict[str, Any] | None = None,
     ) -> bool:
-        output_json = model.to_json(output, what="the workflow's return value") if output is not None else None
+        output_json = rows.output_value(output)
         result = await self.pool.execute(_FINISH, run_id, worker, str(status), output_json, rows.dumps(error))
         return bool(result.endswith(" 1"))
 
@@ -281,22 +281,7 @@ class PostgresStore:
         return [rows.step_from_row(r) for r in await self.pool.fetch(_SELECT_STEPS, run_id)]
 
     async def save_step(self, step: model.StepRecord) -> None:
-        await self.pool.execute(
-            _SAVE_STEP,
-            step.run_id,
-            step.position,
-            step.id,
-            step.name,
-            str(step.kind),
-            str(step.status),
-            model.to_json(step.result, what=f"the result of step {step.name!r}") if step.result is not None else None,
-            rows.dumps(dict(step.error) if step.error else None),
-            step.attempts,
-            step.child_run_id,
-            rows.dumps(dict(step.labels) if step.labels else None),
-            step.started_at,
-            step.finished_at,
-        )
+        await self.pool.execute(_SAVE_STEP, *rows.step_values(step))
 
     # -- rate limits --
 

@@ -1,7 +1,9 @@
-"""Database rows into run, step and window records, for both stores (pure).
+"""Database rows into run, step and window records and back, for both stores (pure).
 
 A row is anything indexable by column name (``sqlite3.Row``, ``asyncpg.Record``) whose
 JSON columns are text; both stores select the same column names, so one mapping serves.
+Going the other way, both stores bind the same column values in the same order, so one
+encoding serves too: a None value is SQL NULL in either store.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, Protocol
 
 from ironflow.engine import model
 
-__all__ = ["Row", "dumps", "run_from_row", "step_from_row", "window_from_row"]
+__all__ = ["Row", "dumps", "output_value", "run_from_row", "step_from_row", "step_values", "window_from_row"]
 
 
 class Row(Protocol):
@@ -21,6 +23,21 @@ class Row(Protocol):
 def dumps(value: Any) -> str | None:
     """Compact JSON of an engine-written value (errors, labels); None stays SQL NULL."""
     return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def output_value(output: Any) -> str | None:
+    """The ``output`` column of a finished run: its JSON, or NULL when the workflow returned None."""
+    return None if output is None else model.to_json(output, what="the workflow's return value")
+
+
+def step_values(step: model.StepRecord) -> tuple[Any, ...]:
+    """The 13 columns of ``ironflow_steps`` in table order, JSON columns as text (NULL for None)."""
+    result = None if step.result is None else model.to_json(step.result, what=f"the result of step {step.name!r}")
+    return (
+        step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result,
+        dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
+        dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
+    )  # fmt: skip
 
 
 def _loads(raw: str | None) -> Any:

@@ -271,7 +271,7 @@ class SqliteStore:
         output: Any = None,
         error: dict[str, Any] | None = None,
     ) -> bool:
-        output_json = model.to_json(output, what="the workflow's return value") if output is not None else None
+        output_json = rows.output_value(output)
 
         def finish(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
@@ -333,12 +333,7 @@ class SqliteStore:
         return await self._call(list_)
 
     async def save_step(self, step: model.StepRecord) -> None:
-        result_json = model.to_json(step.result, what=f"the result of step {step.name!r}")
-        params = (
-            step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result_json,
-            rows.dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
-            rows.dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
-        )  # fmt: skip
+        params = rows.step_values(step)
 
         def save(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT OR REPLACE INTO ironflow_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", params)
