@@ -179,16 +179,13 @@ class HubRegistry:
         await self._call("insert", grant=tokens.grant_to_wire(grant))
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
-        cached = self._cache.get(grant_id, now)
-        if cached is not None:
-            return cached
-        ticket = self._cache.ticket()
+        return await self._cache.read_through(grant_id, now, lambda: self._resolve_at_hub(grant_id, now))
+
+    async def _resolve_at_hub(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
         answer = await self._call("resolve", id=grant_id, now=now)
         if "resolution" in answer:
             return registry.Resolution(answer["resolution"])
-        grant = tokens.grant_from_wire(answer["grant"])
-        self._cache.put(grant, ticket)
-        return grant
+        return tokens.grant_from_wire(answer["grant"])
 
     async def revoke(self, grant_id: str) -> bool:
         self._cache.evict([grant_id])

@@ -225,10 +225,9 @@ class PostgresRegistry:
             )
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
-        cached = self._cache.get(grant_id, now)
-        if cached is not None:
-            return cached
-        ticket = self._cache.ticket()
+        return await self._cache.read_through(grant_id, now, lambda: self._resolve_row(grant_id, now))
+
+    async def _resolve_row(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
         async with _guard("resolve"):
             row = await self._pool.fetchrow(
                 f"SELECT {_COLUMNS} FROM ironflow.auth_proxy_grants WHERE id = $1",  # noqa: S608 - fixed columns
@@ -242,9 +241,7 @@ class PostgresRegistry:
             if int(row["expires_at"]) <= now:
                 await self._pool.execute("DELETE FROM ironflow.auth_proxy_grants WHERE id = $1", grant_id)
                 return registry.Resolution.EXPIRED
-        grant = _grant_from_row(row, self._ring)
-        self._cache.put(grant, ticket)
-        return grant
+        return _grant_from_row(row, self._ring)
 
     async def revoke(self, grant_id: str) -> bool:
         async with _guard("revoke"), self._pool.acquire() as conn, conn.transaction():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -196,6 +196,20 @@ class GrantCache:
 
     def ticket(self) -> int:
         return self._generation
+
+    async def read_through(
+        self, grant_id: str, now: int, load: Callable[[], Awaitable[tokens.Grant | Resolution]]
+    ) -> tokens.Grant | Resolution:
+        """The cached grant, else what ``load`` answers; a loaded grant is kept under the ticket
+        taken before the load, so a revocation announced meanwhile keeps it out."""
+        cached = self.get(grant_id, now)
+        if cached is not None:
+            return cached
+        ticket = self.ticket()
+        answer = await load()
+        if isinstance(answer, tokens.Grant):
+            self.put(answer, ticket)
+        return answer
 
     def put(self, grant: tokens.Grant, ticket: int) -> None:
         if self.enabled and self.ttl_s > 0 and ticket == self._generation:
