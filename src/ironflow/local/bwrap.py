@@ -19,7 +19,7 @@ the argv is a function of its inputs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,6 +37,7 @@ __all__ = [
     "HostEntry",
     "ReadOnlyMount",
     "bwrap_argv",
+    "check_command_and_sizes",
     "mount_path_problem",
 ]
 
@@ -149,13 +150,22 @@ def _etc(settings: BwrapSettings) -> list[str]:
     return [*args, "--remount-ro", "/etc"]
 
 
-def bwrap_argv(settings: BwrapSettings) -> list[str]:
-    """The full ``bwrap … -- COMMAND`` argv; raises ConfigError on an unusable setting."""
-    if not settings.command:
+def check_command_and_sizes(command: Sequence[str], home_size_bytes: int, tmp_size_bytes: int) -> None:
+    """Refuse an empty command or a non-positive tmpfs size (both runtimes share these rules).
+
+    Raises:
+        ConfigError: naming the setting and the value.
+    """
+    if not command:
         raise errors.ConfigError("the sandbox needs a command to run")
-    for size, name in ((settings.home_size_bytes, "home"), (settings.tmp_size_bytes, "tmp")):
+    for size, name in ((home_size_bytes, "home"), (tmp_size_bytes, "tmp")):
         if size <= 0:
             raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
+
+
+def bwrap_argv(settings: BwrapSettings) -> list[str]:
+    """The full ``bwrap … -- COMMAND`` argv; raises ConfigError on an unusable setting."""
+    check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     seen: set[str] = set()
     for mount in settings.read_only_mounts:
         problem = mount_path_problem(mount.target)

@@ -65,11 +65,7 @@ class GvisorSettings:
 
 def setup_script(settings: GvisorSettings) -> str:
     """The ``sh -c`` run as gVisor's root: mounts, copies, then drop to the step's uid."""
-    if not settings.command:
-        raise errors.ConfigError("the sandbox needs a command to run")
-    for size, name in ((settings.home_size_bytes, "home"), (settings.tmp_size_bytes, "tmp")):
-        if size <= 0:
-            raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
+    bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     uid = settings.uid
     lines: list[str] = []
     # Copies come first: the host temp dirs holding them live under the /tmp we hide next.
