@@ -241,12 +241,20 @@ class FakeAnthropic:
             self._requests.append(record)
         return record, bad
 
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    async def _admit_json(self, request: web.Request) -> tuple[RecordedRequest, web.Response | None]:
+        """Record the request, then the answer owed to a bad key (401) or a body that is not a
+        JSON object (400), in the real API's order; None when the request may go on."""
         record, bad = await self._record(request)
         if not self._authorised(request):
-            return _error_response(401, "authentication_error", "invalid x-api-key")
+            return record, _error_response(401, "authentication_error", "invalid x-api-key")
         if bad or not isinstance(record.body, Mapping):
-            return _error_response(400, "invalid_request_error", "request body must be a JSON object")
+            return record, _error_response(400, "invalid_request_error", "request body must be a JSON object")
+        return record, None
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        record, refusal = await self._admit_json(request)
+        if refusal is not None:
+            return refusal
         model = record.body.get("model")
         if not isinstance(model, str) or not model:
             return _error_response(400, "invalid_request_error", "model: Field required")
@@ -351,11 +359,9 @@ class FakeAnthropic:
         return response
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
-        record, bad = await self._record(request)
-        if not self._authorised(request):
-            return _error_response(401, "authentication_error", "invalid x-api-key")
-        if bad or not isinstance(record.body, Mapping):
-            return _error_response(400, "invalid_request_error", "request body must be a JSON object")
+        record, refusal = await self._admit_json(request)
+        if refusal is not None:
+            return refusal
         # Rough like the real thing: about four characters a token.
         return web.json_response({"input_tokens": max(1, len(json.dumps(record.body.get("messages", []))) // 4)})
 
