@@ -46,6 +46,8 @@ __all__ = [
 
 #: Longest text copied from the outside into an error (the reference's 50,000 bytes).
 TRUNCATE_BYTES = 50_000
+#: Longest message of a server's answer (Kubernetes API, auth proxy, HTTP provider) kept in an error.
+_SERVER_MESSAGE_BYTES = 2_000
 
 
 def truncate(text: str, limit: int = TRUNCATE_BYTES) -> str:
@@ -149,7 +151,7 @@ class HttpProviderError(AgentError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         self.retryable = status == 0 or status >= 500
-        super().__init__(f"HTTP provider error {status}: {truncate(message, 2000)}")
+        super().__init__(f"HTTP provider error {status}: {truncate(message, _SERVER_MESSAGE_BYTES)}")
 
 
 class ApiError(AgentError):
@@ -207,7 +209,7 @@ class KubernetesError(InfrastructureError):
         self.status = status
         self.reason = reason
         self.retryable = status == 0 or status == 409 or status == 429 or status >= 500
-        super().__init__(truncate(message, 2000))
+        super().__init__(truncate(message, _SERVER_MESSAGE_BYTES))
 
 
 class KubeForbidden(KubernetesError):
@@ -248,7 +250,7 @@ class AuthProxyError(IronflowError):
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
         self.status = status
         self.retryable = retryable
-        super().__init__(truncate(message, 2000))
+        super().__init__(truncate(message, _SERVER_MESSAGE_BYTES))
 
 
 class ReplayDivergence(IronflowError):
