@@ -326,8 +326,8 @@ def test_build_pod_spec_sandbox_home_tmp_emptydir_size_limits() -> None:
 
 
 def test_build_pod_spec_sandbox_keeps_user_home() -> None:
-    env = main_of(SANDBOXED.env("HOME", "/work/home"))["env"]
-    assert [e for e in env if e["name"] == "HOME"] == [{"name": "HOME", "value": "/work/home"}]
+    env = main_of(SANDBOXED.env("HOME", "/srv/home"))["env"]
+    assert [e for e in env if e["name"] == "HOME"] == [{"name": "HOME", "value": "/srv/home"}]
     assert env[-1] == {"name": "TMPDIR", "value": "/tmp"}
 
 
