@@ -26,6 +26,7 @@ from typing import Any, Final
 from ironflow.agent import AgentConfig
 from ironflow.agent_sandbox import manifests, models, patterns
 from ironflow.claude import command
+from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
 
 KRO_API: Final = "kro.run/v1alpha1"
 #: On a warm-pool member and its pod until a claim adopts it (then removed by the controllers).
-POOL_LABEL: Final = "agents.x-k8s.io/warm-pool-sandbox"
+POOL_LABEL: Final = labels.LABEL_WARM_POOL_SANDBOX
 PROMPT_DIR: Final = "/etc/ironflow/prompt"
 PODINFO_DIR: Final = "/etc/ironflow/podinfo"
 _PROMPT_PLACEHOLDER: Final = "__IRONFLOW_PROMPT_FROM_CONFIGMAP__"

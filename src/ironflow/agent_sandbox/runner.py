@@ -188,7 +188,7 @@ class SandboxStepRunner:
         except errors.KubeNotFound:
             return sandbox
         annotations = obj.get("metadata", {}).get("annotations") or {}
-        return str(annotations.get("agents.x-k8s.io/pod-name") or sandbox)
+        return str(annotations.get(labels.ANNOTATION_SANDBOX_POD_NAME) or sandbox)
 
     async def _in_sandbox(
         self,

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
+    "AGENT_SANDBOX_KEY_PREFIX",
     "ANNOTATION_EXPIRES_AT",
+    "ANNOTATION_SANDBOX_POD_NAME",
     "COMPONENT_CLAUDE_RUNNER",
     "COMPONENT_ENVIRONMENT",
     "COMPONENT_JOB_RUN",
@@ -27,6 +29,7 @@ __all__ = [
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_STEP",
+    "LABEL_WARM_POOL_SANDBOX",
     "MANAGED_BY_VALUE",
     "MANAGED_SELECTOR",
     "PART_OF_VALUE",
@@ -63,6 +66,14 @@ COMPONENT_JOB_RUN: Final = "job-run"
 COMPONENT_ENVIRONMENT: Final = "environment"
 #: The agent-sandbox SandboxClaims ironflow creates (one per step).
 COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
+
+#: Keys the agent-sandbox controllers own: ironflow reads them and refuses them in
+#: caller labels, never writes them.
+AGENT_SANDBOX_KEY_PREFIX: Final = "agents.x-k8s.io/"
+#: On a warm-pool member and its pod until a claim adopts it (then the controllers remove it).
+LABEL_WARM_POOL_SANDBOX: Final = AGENT_SANDBOX_KEY_PREFIX + "warm-pool-sandbox"
+#: On a Sandbox: the name of its pod (a warm-pool member's pod keeps its own name).
+ANNOTATION_SANDBOX_POD_NAME: Final = AGENT_SANDBOX_KEY_PREFIX + "pod-name"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.

@@ -32,18 +32,19 @@ import aiohttp
 from ironflow import errors
 from ironflow.agent_sandbox import models, schemas
 from ironflow.k8s import api
+from ironflow.k8s import labels as k8s_labels
 from ironflow.testing.kube import KubeTestServer
 
 __all__ = ["AgentSandboxController", "name_hash"]
 
 Obj = dict[str, Any]
-_P: Final = "agents.x-k8s.io/"
-LABEL_WARM_POOL: Final = _P + "warm-pool-sandbox"
+_P: Final = k8s_labels.AGENT_SANDBOX_KEY_PREFIX
+LABEL_WARM_POOL: Final = k8s_labels.LABEL_WARM_POOL_SANDBOX
 LABEL_NAME_HASH: Final = _P + "sandbox-name-hash"
 LABEL_TEMPLATE_REF_HASH: Final = _P + "sandbox-template-ref-hash"
 LABEL_LAUNCH_TYPE: Final = _P + "launch-type"
 LABEL_CLAIM_UID: Final = _P + "claim-uid"
-ANNOTATION_POD_NAME: Final = _P + "pod-name"
+ANNOTATION_POD_NAME: Final = k8s_labels.ANNOTATION_SANDBOX_POD_NAME
 ANNOTATION_SANDBOX_NAME: Final = _P + "sandbox-name"
 _ip = itertools.count(2)
 
