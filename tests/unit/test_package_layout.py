@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,20 @@ def test_every_name_in_all_exists(path: Path) -> None:
     module = importlib.import_module(_dotted(path))
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == [], f"{module.__name__}.__all__ lists names it does not define"
+
+
+#: Modules a user may import first; ``agent`` → ``k8s.labels`` → ``k8s`` → ``claude`` → ``agent``
+#: is a cycle that only holds while ``claude`` imports the ``agent`` module, not names from it.
+FIRST_IMPORTS = [
+    "ironflow.agent",
+    "ironflow.claude",
+    "ironflow.claude.output",
+    "ironflow.k8s.labels",
+    "ironflow.provider",
+]
+
+
+@pytest.mark.parametrize("name", FIRST_IMPORTS)
+def test_module_imports_first_in_a_fresh_interpreter(name: str) -> None:
+    done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
