@@ -8,10 +8,12 @@ from ironflow.secrets import find_leaks
 from ironflow.testing.engine import RecordingProvider
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.postgres import PostgresServer
 
 __all__ = [
     "FakeAnthropic",
+    "KubeEnv",
     "KubeTestServer",
     "PostgresServer",
     "RecordingProvider",
