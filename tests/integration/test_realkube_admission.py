@@ -118,16 +118,26 @@ async def test_everything_the_sandboxed_provider_renders_is_admitted_under_restr
             assert created["metadata"]["uid"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.KubeForbidden,
-    reason="PodRun/JobRun (§5.1) never set capabilities.drop=[ALL] nor seccompProfile, so even fully "
-    "hardened they are refused under restricted; they run in baseline namespaces",
-)
-async def test_hardened_pod_run_and_job_run_are_admitted_under_restricted(kube_env: KubeEnv, ns: str) -> None:
+async def test_restricted_pod_run_and_job_run_are_admitted_and_run_under_restricted(kube_env: KubeEnv, ns: str) -> None:
+    """``restricted()`` (§5.1 builders plus drop ALL and seccomp): the real PodSecurity
+    admission accepts the pod and the Job's pod, and both run to success."""
+    kube_env.set_namespace_log(ns, "ok\n")
     async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
-        for doc in hardened_ops(ns):
-            await api.create(_RESOURCES[doc["kind"]], ns, doc)
+        pod_run = PodRun("check", "rust:1.94", "cargo test").namespace(ns).restricted().label(EXIT_CODE_LABEL, "0")
+        out = await pod_run.timeout(30).run(api)
+        assert (out.success, out.logs) == (True, "ok\n")
+        job_run = JobRun("migrate", "postgres:16", "psql -f m.sql").namespace(ns).restricted()
+        out = await job_run.timeout(60).run(api)
+        assert out.success, out
+
+
+async def test_hardened_pod_run_without_restricted_is_refused_under_restricted(kube_env: KubeEnv, ns: str) -> None:
+    """The reference's builders alone (non-root, no escalation) still miss drop ALL and seccomp.
+    (Only the Pod: enforce applies to pods; a Job is admitted and its pods are refused later.)"""
+    pod = hardened_ops(ns)[0]
+    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
+        with pytest.raises(errors.KubeForbidden, match="PodSecurity"):
+            await api.create(k8s.PODS, ns, pod)
 
 
 async def test_pod_run_and_job_run_are_admitted_under_baseline(kube_env: KubeEnv) -> None:

@@ -12,6 +12,12 @@ are pure (``now`` in, manifest out), and importing this module loads no API clie
 namespace's shared pod watch (never one poll loop per object), read the logs, delete on
 every path after the create. A command that fails is a result with ``success=False``;
 only the API or the clock failing is an error.
+
+The reference's builders render exactly what they set, which Pod Security ``restricted``
+refuses (no ``capabilities.drop: [ALL]``, no ``seccompProfile``). ``restricted()`` adds
+what that profile demands — non-root uid, no privilege escalation, every capability
+dropped, ``RuntimeDefault`` seccomp, no service-account token — so a PodRun or JobRun is
+admitted in an agents namespace such as the example's ``ironflow-agents``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 from ironflow import errors
-from ironflow.k8s import labels
+from ironflow.claude import layout
+from ironflow.k8s import hardening, labels
 
 if TYPE_CHECKING:  # the builders stay pure: the API is imported only when a run starts
     from ironflow.k8s import api as kube
@@ -173,6 +180,39 @@ def _container(
     return container
 
 
+def _restricted_pod(uid: int, spec: SecuritySpec | None) -> dict[str, Any]:
+    # The agent pod's posture (hardening), with a SecuritySpec's own group/fsGroup winning.
+    out = hardening.pod_security_context(hardening.SandboxSettings(run_as_user=uid))
+    if spec is not None and spec.run_as_user not in (None, uid):
+        raise errors.ConfigError(
+            f"PodRun: restricted({uid}) and security(run_as_user={spec.run_as_user}) name two uids; pass one"
+        )
+    if spec is not None:
+        for key, value in (("runAsGroup", spec.run_as_group), ("fsGroup", spec.fs_group)):
+            if value is not None:
+                out[key] = value
+    return out
+
+
+def _restricted_container(uid: int, read_only_root: bool) -> dict[str, Any]:
+    settings = hardening.SandboxSettings(run_as_user=uid, writable_root=not read_only_root)
+    return {**hardening.container_security_context(settings), "runAsUser": uid}
+
+
+def _check_restricted(kind: str, uid: int | None, escalation: bool | None, token: bool | None) -> None:
+    # Builders are order-free, so a contradiction is found when the manifest is rendered.
+    if uid is None:
+        return
+    if escalation:
+        raise errors.ConfigError(
+            f"{kind}: restricted() forbids privilege escalation; drop allow_privilege_escalation(True)"
+        )
+    if token:
+        raise errors.ConfigError(
+            f"{kind}: restricted() mounts no service-account token; drop automount_service_account_token(True)"
+        )
+
+
 def _volumes(pvcs: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
     return [
         {"name": pvc_volume_name(i), "persistentVolumeClaim": {"claimName": claim}} for i, (claim, _) in enumerate(pvcs)
@@ -223,6 +263,15 @@ class _Builders:
 
     def allow_privilege_escalation(self, allowed: bool) -> Self:
         return self._set(allow_privilege_escalation=allowed)
+
+    def restricted(self, uid: int = layout.SANDBOX_UID, *, read_only_root: bool = False) -> Self:
+        """Meet Pod Security ``restricted``: run as ``uid`` (non-root; also group and
+        fsGroup), no privilege escalation, drop ALL capabilities, seccomp ``RuntimeDefault``,
+        no service-account token. The root filesystem stays writable (a build writes
+        caches there) unless ``read_only_root``."""
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid <= 0:
+            raise errors.ConfigError(f"restricted uid must be a positive integer (non-root), got {uid!r}")
+        return self._set(restricted_uid=uid, restricted_read_only_root=read_only_root)
 
     def active_deadline_seconds(self, seconds: float) -> Self:
         """Deadline enforced by the kubelet (pod) or the Job controller, in whole seconds."""
@@ -277,6 +326,8 @@ class PodRunSettings:
     expiry_margin_s: float = 60.0
     runtime_class: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    restricted_uid: int | None = None
+    restricted_read_only_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -345,10 +396,13 @@ class PodRun(_Builders):
     def build_pod(self, *, now: int | None = None) -> dict[str, Any]:
         """The Pod manifest; ``now`` (unix seconds) fixes the expiry annotation."""
         s = self.settings
+        _check_restricted("PodRun", s.restricted_uid, s.allow_privilege_escalation, s.automount_service_account_token)
         security_context: dict[str, Any] = {}
-        if s.allow_privilege_escalation is not None:
+        if s.restricted_uid is not None:
+            security_context = _restricted_container(s.restricted_uid, s.restricted_read_only_root)
+        elif s.allow_privilege_escalation is not None:
             security_context["allowPrivilegeEscalation"] = s.allow_privilege_escalation
-        if s.security is not None:
+        if s.security is not None and s.restricted_uid is None:
             security_context["runAsNonRoot"] = True
             if s.security.run_as_user is not None:
                 security_context["runAsUser"] = s.security.run_as_user
@@ -369,7 +423,10 @@ class PodRun(_Builders):
             ],
             "restartPolicy": "Never",
         }
-        if s.security is not None:
+        if s.restricted_uid is not None:
+            spec["securityContext"] = _restricted_pod(s.restricted_uid, s.security)
+            spec["automountServiceAccountToken"] = False
+        elif s.security is not None:
             pod_security: dict[str, Any] = {"runAsNonRoot": True}
             if s.security.fs_group is not None:
                 pod_security["fsGroup"] = s.security.fs_group
@@ -424,6 +481,8 @@ class JobRunSettings:
     poll_interval_s: float = 2.0
     labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     expiry_margin_s: float = 60.0
+    restricted_uid: int | None = None
+    restricted_read_only_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -470,11 +529,14 @@ class JobRun(_Builders):
     def build_job(self, *, now: int | None = None) -> dict[str, Any]:
         """The Job manifest; the expiry annotation sits on the Job only, not its pods."""
         s = self.settings
-        security_context = (
+        _check_restricted("JobRun", s.restricted_uid, s.allow_privilege_escalation, s.automount_service_account_token)
+        security_context: dict[str, Any] | None = (
             {"allowPrivilegeEscalation": s.allow_privilege_escalation}
             if s.allow_privilege_escalation is not None
             else None
         )
+        if s.restricted_uid is not None:
+            security_context = _restricted_container(s.restricted_uid, s.restricted_read_only_root)
         pod_spec: dict[str, Any] = {
             "containers": [
                 _container(
@@ -494,6 +556,9 @@ class JobRun(_Builders):
             pod_spec["volumes"] = _volumes(s.pvcs)
         if s.automount_service_account_token is not None:
             pod_spec["automountServiceAccountToken"] = s.automount_service_account_token
+        if s.restricted_uid is not None:
+            pod_spec["securityContext"] = _restricted_pod(s.restricted_uid, None)
+            pod_spec["automountServiceAccountToken"] = False
         spec: dict[str, Any] = {
             "backoffLimit": s.backoff_limit,
             "template": {"metadata": {"labels": self.object_labels()}, "spec": pod_spec},
