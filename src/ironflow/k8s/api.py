@@ -18,7 +18,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
@@ -29,6 +29,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from ironflow import errors
+from ironflow.k8s.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 
 __all__ = [
     "CONFIGMAPS",
@@ -118,35 +119,7 @@ def custom_resource(group: str, version: str, plural: str, *, kind: str, namespa
 # --- cluster selection -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DefaultCluster:
-    """The kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``), else the in-cluster service account."""
-
-    context: str | None = None
-
-
-@dataclass(frozen=True)
-class InCluster:
-    """The pod's service account token and the ``KUBERNETES_SERVICE_*`` variables."""
-
-
-@dataclass(frozen=True)
-class KubeconfigFile:
-    """An explicit kubeconfig file, optionally with a context other than the current one."""
-
-    path: str
-    context: str | None = None
-
-
-@dataclass(frozen=True)
-class KubeconfigInline:
-    """A kubeconfig given as YAML text (e.g. from a Secret); its repr hides the text."""
-
-    yaml: str = field(repr=False)
-    context: str | None = None
-
-
-ClusterConfig: TypeAlias = DefaultCluster | InCluster | KubeconfigFile | KubeconfigInline
+# The selection values are pure and live in k8s/clusters.py; re-exported here.
 
 
 def _default_kubeconfig_path() -> str | None:

@@ -28,7 +28,7 @@ import yaml
 
 from ironflow import agent, errors
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import hardening, labels, manifests
+from ironflow.k8s import clusters, hardening, labels, manifests
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class ProviderSettings:
     env_vars: tuple[tuple[str, str], ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     oauth_credentials: Secret | None = None
-    #: Cluster selection; an opaque value until ``k8s/api.py`` defines ``ClusterConfig``.
-    cluster: object | None = None
+    #: Which API server to talk to; None is :class:`~ironflow.k8s.clusters.DefaultCluster`.
+    cluster: clusters.ClusterConfig | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     #: (host path, mount path)
@@ -341,9 +341,19 @@ class K8sEphemeralProvider:
         """How long to wait for a step's previous attempt to be deleted before relaunching."""
         return self._with(previous_attempt_timeout_s=_seconds("previous_attempt_timeout", limit))
 
-    def cluster(self, cluster: object) -> K8sEphemeralProvider:
-        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``)."""
+    def cluster_config(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
+        """Which API server steps run on: ``DefaultCluster(context)``, ``InCluster()``,
+        ``KubeconfigFile(path, context)`` or ``KubeconfigInline(yaml, context)``."""
+        if not isinstance(cluster, clusters.CLUSTER_CONFIG_TYPES):
+            raise errors.ConfigError(
+                f"cluster_config takes DefaultCluster, InCluster, KubeconfigFile or KubeconfigInline "
+                f"(ironflow.k8s.clusters), got {type(cluster).__name__}"
+            )
         return self._with(cluster=cluster)
+
+    def cluster(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
+        """Short name of :meth:`cluster_config` (same check, same result)."""
+        return self.cluster_config(cluster)
 
     def orphan_reaper(self, interval: Seconds) -> K8sEphemeralProvider:
         """Reap expired objects every ``interval`` (the runtime starts the task)."""
@@ -484,7 +494,8 @@ class K8sEphemeralProvider:
 
     @classmethod
     def from_file(cls, path: str | Path) -> K8sEphemeralProvider:
-        """Load provider settings from a YAML file (schema: docs/k8s-provider.md).
+        """Load provider settings from a YAML file (schema: docs/k8s-provider.md); a relative
+        ``cluster.kubeconfig`` path is taken from the file's directory.
 
         Raises:
             ConfigError: unreadable file, bad YAML, an unknown key (named), a wrong type.
@@ -499,12 +510,16 @@ class K8sEphemeralProvider:
             raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {exc}") from None
         if not isinstance(data, Mapping):
             raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
-        return cls.from_dict(data)
+        return _from_dict(data, base=Path(path).parent)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> K8sEphemeralProvider:
-        """Build from a mapping of settings (the YAML schema); every builder's check applies."""
-        return _from_dict(data)
+    def from_dict(cls, data: Mapping[str, Any], *, base: str | Path | None = None) -> K8sEphemeralProvider:
+        """Build from a mapping of settings (the YAML schema); every builder's check applies.
+
+        ``base`` is the directory a relative ``cluster.kubeconfig`` path is taken from
+        (default: kept as written, i.e. the working directory).
+        """
+        return _from_dict(data, base=None if base is None else Path(base))
 
 
 # --- YAML schema ---------------------------------------------------------------------------
@@ -622,7 +637,9 @@ _TOP_KEYS: Final = (
     "runtime_class",
     "auth_proxy",
     "orphan_reaper_interval_seconds",
+    "cluster",
 )
+_CLUSTER_KEYS: Final = ("kubeconfig", "kubeconfig_inline", "in_cluster", "context")
 _SANDBOX_KEYS: Final = (
     "run_as_user",
     "writable_root",
@@ -652,7 +669,44 @@ def _ro_volume(item: _Reader) -> agent.ReadOnlyVolume:
     return agent.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
 
 
-def _from_dict(data: Mapping[str, Any]) -> K8sEphemeralProvider:
+def _cluster(section: _Reader, base: Path | None) -> clusters.ClusterConfig:
+    """``cluster:``: one source (``kubeconfig``, ``kubeconfig_inline``, ``in_cluster: true``)
+    or none (the default kubeconfig), plus an optional ``context``."""
+    in_cluster = section.flag("in_cluster") if section.has("in_cluster") else False
+    sources = [k for k in ("kubeconfig", "kubeconfig_inline") if section.has(k)] + (
+        ["in_cluster"] if in_cluster else []
+    )
+    if len(sources) > 1:
+        raise errors.ConfigError(
+            f"setting '{section.where}' takes one of kubeconfig, kubeconfig_inline, in_cluster: true "
+            f"(got {' and '.join(sources)})"
+        )
+    context = section.text("context") if section.has("context") else None
+    if context is not None and not context.strip():
+        raise errors.ConfigError(f"setting '{section.where}context' must not be empty; remove it for the current one")
+    if in_cluster:
+        if context is not None:
+            raise errors.ConfigError(
+                f"setting '{section.where}context' does not apply to in_cluster: true (a pod has one cluster)"
+            )
+        return clusters.InCluster()
+    if section.has("kubeconfig"):
+        raw = section.text("kubeconfig")
+        if not raw.strip():
+            raise errors.ConfigError(f"setting '{section.where}kubeconfig' must be a path to a kubeconfig file")
+        path = Path(raw).expanduser()
+        if base is not None and not path.is_absolute():
+            path = base / path
+        return clusters.KubeconfigFile(str(path), context)
+    if section.has("kubeconfig_inline"):
+        text = section.text("kubeconfig_inline")
+        if not text.strip():
+            raise errors.ConfigError(f"setting '{section.where}kubeconfig_inline' must hold a kubeconfig's YAML")
+        return clusters.KubeconfigInline(text, context)
+    return clusters.DefaultCluster(context)
+
+
+def _from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> K8sEphemeralProvider:
     top = _Reader(data, "", _TOP_KEYS)
     top.require("image")
     sandboxed = top.flag("sandboxed") if top.has("sandboxed") else top.has("sandbox")
@@ -681,6 +735,8 @@ def _from_dict(data: Mapping[str, Any]) -> K8sEphemeralProvider:
         if top.has(key):
             p = apply(p, read(top, key))
 
+    if top.has("cluster"):
+        p = p.cluster_config(_cluster(top.section("cluster", _CLUSTER_KEYS), base))
     if top.has("sandbox"):
         sb = top.section("sandbox", _SANDBOX_KEYS)
         if sb.has("run_as_user"):
