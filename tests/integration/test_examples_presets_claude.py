@@ -45,7 +45,7 @@ def _etc_with(settings_dir: Path) -> list[str]:
 
 
 def _preset(name: str) -> str:
-    text = cluster.render(cluster.ClusterConfig(presets=(name,)))[-1]["data"][layout.MANAGED_SETTINGS_FILE]
+    text = cluster.render(cluster.ClusterSetup(presets=(name,)))[-1]["data"][layout.MANAGED_SETTINGS_FILE]
     assert isinstance(text, str)
     return text
 

@@ -30,7 +30,7 @@ def _run(*args: str) -> tuple[int, str, str]:
 def test_default_output_is_the_rendered_default_configuration_as_yaml() -> None:
     code, out, err = _run()
     assert code == 0
-    assert out == documents.file_text(cluster.render_documents(cluster.ClusterConfig()))
+    assert out == documents.file_text(cluster.render_documents(cluster.ClusterSetup()))
     assert "rendered" in err
     assert "rendered" not in out
 

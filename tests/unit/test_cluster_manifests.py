@@ -23,7 +23,7 @@ def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_default_renders_plain_policies_and_no_proxy_namespace() -> None:
-    objects = cluster.render(cluster.ClusterConfig())
+    objects = cluster.render(cluster.ClusterSetup())
     assert [o["metadata"]["name"] for o in _by_kind(objects, "Namespace")] == ["ironflow-agents", "ironflow"]
     assert {n for k, n in _kinds(objects) if k == "NetworkPolicy"} == {
         "default-deny-all",
@@ -35,19 +35,19 @@ def test_default_renders_plain_policies_and_no_proxy_namespace() -> None:
 
 
 def test_namespaces_come_first_so_a_plain_apply_creates_them_before_their_objects() -> None:
-    kinds = [o["kind"] for o in cluster.render(cluster.ClusterConfig(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL))]
+    kinds = [o["kind"] for o in cluster.render(cluster.ClusterSetup(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL))]
     assert kinds[:3] == ["Namespace"] * 3
     assert "Namespace" not in kinds[3:]
 
 
 def test_agent_namespace_enforces_restricted_pod_security() -> None:
-    agents = cluster.render(cluster.ClusterConfig(namespace="agents"))[0]
+    agents = cluster.render(cluster.ClusterSetup(namespace="agents"))[0]
     assert agents["metadata"]["name"] == "agents"
     assert agents["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_custom_namespace_reaches_every_namespaced_object() -> None:
-    objects = cluster.render(cluster.ClusterConfig(namespace="agents", worker_namespace="wk", check_rbac=True))
+    objects = cluster.render(cluster.ClusterSetup(namespace="agents", worker_namespace="wk", check_rbac=True))
     namespaced = [o for o in objects if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}]
     assert {o["metadata"]["namespace"] for o in namespaced} == {"agents", "wk"}
     service_accounts = {o["metadata"]["namespace"] for o in _by_kind(objects, "ServiceAccount")}
@@ -55,7 +55,7 @@ def test_custom_namespace_reaches_every_namespaced_object() -> None:
 
 
 def test_cilium_with_auth_proxy_uses_the_proxy_variant_in_the_urls_namespace() -> None:
-    config = cluster.ClusterConfig(cilium=True, auth_proxy_url="http://proxy.sec.svc.cluster.local:8080")
+    config = cluster.ClusterSetup(cilium=True, auth_proxy_url="http://proxy.sec.svc.cluster.local:8080")
     objects = cluster.render(config)
     policies = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in _by_kind(objects, "CiliumNetworkPolicy")}
     assert policies == {
@@ -68,7 +68,7 @@ def test_cilium_with_auth_proxy_uses_the_proxy_variant_in_the_urls_namespace() -
 
 def test_agents_never_reach_the_api_directly_when_the_proxy_is_set() -> None:
     for cilium_on in (True, False):
-        config = cluster.ClusterConfig(cilium=cilium_on, auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)
+        config = cluster.ClusterSetup(cilium=cilium_on, auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)
         agent_policies = [
             o
             for o in cluster.render(config)
@@ -83,27 +83,27 @@ def test_agents_never_reach_the_api_directly_when_the_proxy_is_set() -> None:
 
 def test_egress_profiles_become_cilium_openings_selected_on_the_profile_label() -> None:
     profiles = (cluster_network.EgressProfile("git", ("gitlab.com", "github.com")),)
-    objects = cluster.render(cluster.ClusterConfig(cilium=True, egress_profiles=profiles))
+    objects = cluster.render(cluster.ClusterSetup(cilium=True, egress_profiles=profiles))
     policy = next(o for o in objects if o["metadata"]["name"] == "claude-runner-egress-git")
     assert policy["spec"]["endpointSelector"]["matchLabels"][labels.LABEL_EGRESS_PROFILE] == "git"
     assert policy["spec"]["egress"][1]["toFQDNs"] == [{"matchName": "gitlab.com"}, {"matchName": "github.com"}]
 
 
 def test_gvisor_adds_the_runsc_runtime_class() -> None:
-    runtime = _by_kind(cluster.render(cluster.ClusterConfig(gvisor=True)), "RuntimeClass")
+    runtime = _by_kind(cluster.render(cluster.ClusterSetup(gvisor=True)), "RuntimeClass")
     assert runtime == [
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc"}
     ]
 
 
 def test_render_never_emits_a_secret() -> None:
-    for config in (cluster.ClusterConfig(), cluster.ClusterConfig(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)):
+    for config in (cluster.ClusterSetup(), cluster.ClusterSetup(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)):
         assert not _by_kind(cluster.render(config), "Secret")
 
 
 @pytest.mark.parametrize("preset", sorted(cluster.MANAGED_SETTINGS_PRESETS))
 def test_every_preset_has_no_marketplace_no_hooks_and_no_bypass(preset: str) -> None:
-    objects = cluster.render(cluster.ClusterConfig(presets=(preset,)))
+    objects = cluster.render(cluster.ClusterSetup(presets=(preset,)))
     (configmap,) = _by_kind(objects, "ConfigMap")
     assert configmap["metadata"]["name"] == f"claude-managed-{preset}"
     settings = json.loads(configmap["data"][layout.MANAGED_SETTINGS_FILE])
@@ -121,7 +121,7 @@ def test_readonly_preset_denies_every_tool_that_writes_or_runs_commands() -> Non
 
 def test_profile_becomes_one_configmap_per_directory() -> None:
     files = {"CLAUDE.md": "top", "rules/a.md": "a", "rules/b.md": "b", "agents/x/y.md": "y"}
-    objects = cluster.render(cluster.ClusterConfig(), profile=files)
+    objects = cluster.render(cluster.ClusterSetup(), profile=files)
     profile = {o["metadata"]["name"]: o["data"] for o in objects if o["metadata"]["name"].startswith("claude-profile")}
     assert profile == {
         "claude-profile": {"CLAUDE.md": "top"},
@@ -161,7 +161,7 @@ def test_profile_refuses_a_file_a_configmap_cannot_hold(files: dict[str, str], f
 )
 def test_bad_configuration_is_refused_with_the_fix(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(errors.ConfigError, match=fragment):
-        cluster.ClusterConfig(**kwargs)
+        cluster.ClusterSetup(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_bad_egress_profile_is_refused(name: str, hosts: tuple[str, ...], fragme
 
 GOOD = next(
     o
-    for o in cluster.render(cluster.ClusterConfig(cilium=True))
+    for o in cluster.render(cluster.ClusterSetup(cilium=True))
     if o["metadata"]["name"] == "claude-runner-egress-anthropic"
 )
 

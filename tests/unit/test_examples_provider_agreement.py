@@ -59,7 +59,7 @@ def test_the_pod_lives_where_the_worker_role_applies() -> None:
 def test_agent_egress_policies_select_the_pod_and_profile_policies_only_with_the_label() -> None:
     policies = [
         o
-        for o in cluster.render(cluster.ClusterConfig(cilium=True))
+        for o in cluster.render(cluster.ClusterSetup(cilium=True))
         if o["kind"] == "CiliumNetworkPolicy" and o["metadata"]["namespace"] == CONFIG.namespace
     ]
     plain_labels = _pod(_provider())["metadata"]["labels"]

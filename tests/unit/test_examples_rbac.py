@@ -81,7 +81,7 @@ def test_worker_role_is_bound_to_the_worker_service_account_only() -> None:
 
 
 def test_environment_claims_add_only_the_pvc_verbs() -> None:
-    config = cluster.ClusterConfig(environment_claims=True)
+    config = cluster.ClusterSetup(environment_claims=True)
     role = next(o for o in cluster.render(config) if o["kind"] == "Role")
     extra = _grants(role) - RUNTIME_NEEDS
     assert extra == {("", "persistentvolumeclaims", v) for v in ("create", "get", "list", "patch", "delete")}

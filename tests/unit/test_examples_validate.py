@@ -96,15 +96,15 @@ def test_strict_validation_refuses_an_unknown_field() -> None:
 
 
 VARIANTS = [
-    cluster.ClusterConfig(),
-    cluster.ClusterConfig(cilium=True, gvisor=True, check_rbac=True),
-    cluster.ClusterConfig(auth_proxy_url="https://proxy.security", environment_claims=True),
-    cluster.ClusterConfig(namespace="agents", auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL, cilium=True),
+    cluster.ClusterSetup(),
+    cluster.ClusterSetup(cilium=True, gvisor=True, check_rbac=True),
+    cluster.ClusterSetup(auth_proxy_url="https://proxy.security", environment_claims=True),
+    cluster.ClusterSetup(namespace="agents", auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL, cilium=True),
 ]
 
 
 @pytest.mark.parametrize("config", VARIANTS)
-def test_every_rendered_variant_validates(config: cluster.ClusterConfig) -> None:
+def test_every_rendered_variant_validates(config: cluster.ClusterSetup) -> None:
     for obj in cluster.render(config, profile={"CLAUDE.md": "# hi\n", "rules/a.md": "a\n"}):
         if obj["apiVersion"].startswith("cilium.io/"):
             assert cilium.check_cilium_network_policy(obj) == []

@@ -1,7 +1,7 @@
 """``ironflow manifests``: print what a cluster administrator applies once, for given names.
 
 Thin over :func:`ironflow.k8s.cluster.render_documents`: options become a
-:class:`~ironflow.k8s.cluster.ClusterConfig`, the objects go to stdout as commented YAML
+:class:`~ironflow.k8s.cluster.ClusterSetup`, the objects go to stdout as commented YAML
 documents or one JSON ``List`` (both ``kubectl apply -f -`` ready). Reading a profile
 directory is the only I/O. Bad input exits 2 with one line on stderr naming the problem.
 """
@@ -109,15 +109,15 @@ def manifests(
             profiles = ()
         elif egress_profile:
             profiles = tuple(parse_egress_profile(p) for p in egress_profile)
-        config = cluster.ClusterConfig(
+        config = cluster.ClusterSetup(
             namespace=namespace,
             worker_namespace=worker_namespace,
             worker_service_account=worker_service_account,
             auth_proxy_url=auth_proxy,
             cilium=cilium,
             gvisor=gvisor,
-            presets=tuple(preset) if preset else cluster.ClusterConfig().presets,
-            egress_profiles=profiles if profiles is not None else cluster.ClusterConfig().egress_profiles,
+            presets=tuple(preset) if preset else cluster.ClusterSetup().presets,
+            egress_profiles=profiles if profiles is not None else cluster.ClusterSetup().egress_profiles,
             environment_claims=environment_claims,
             check_rbac=check_rbac,
         )

@@ -54,7 +54,7 @@ __all__ = [
     "WORKER_NAMESPACE",
     "WORKER_PERMISSIONS",
     "WORKER_SERVICE_ACCOUNT",
-    "ClusterConfig",
+    "ClusterSetup",
     "EgressProfile",
     "Permission",
     "preset_configmap_name",
@@ -141,7 +141,7 @@ MANAGED_SETTINGS_PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
 
 
 @dataclass(frozen=True)
-class ClusterConfig:
+class ClusterSetup:
     """Which manifests to render, and with which names."""
 
     namespace: str = AGENTS_NAMESPACE
@@ -239,7 +239,7 @@ def _namespace(name: str, enforce: str) -> dict[str, Any]:
     }
 
 
-def namespaces(config: ClusterConfig) -> list[documents.Document]:
+def namespaces(config: ClusterSetup) -> list[documents.Document]:
     docs = [
         documents.Document(
             _namespace(config.namespace, "restricted"),
@@ -286,17 +286,17 @@ def _service_account(name: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)}
 
 
-def topology(config: ClusterConfig) -> cluster_network.Topology:
+def topology(config: ClusterSetup) -> cluster_network.Topology:
     return cluster_network.Topology(
         config.namespace, config.worker_namespace, config.auth_proxy_namespace, config.egress_profiles
     )
 
 
-def worker_permissions(config: ClusterConfig) -> tuple[Permission, ...]:
+def worker_permissions(config: ClusterSetup) -> tuple[Permission, ...]:
     return WORKER_PERMISSIONS + (ENVIRONMENT_PERMISSIONS if config.environment_claims else ())
 
 
-def worker_rbac(config: ClusterConfig) -> list[documents.Document]:
+def worker_rbac(config: ClusterSetup) -> list[documents.Document]:
     sa, sa_ns = config.worker_service_account, config.worker_namespace
     table = "\n".join(f"  {p.resource}: {', '.join(p.verbs)} ({p.why})" for p in worker_permissions(config))
     return [
@@ -313,7 +313,7 @@ def worker_rbac(config: ClusterConfig) -> list[documents.Document]:
     ]
 
 
-def check_rbac(config: ClusterConfig) -> list[documents.Document]:
+def check_rbac(config: ClusterSetup) -> list[documents.Document]:
     sa, sa_ns = CHECK_SERVICE_ACCOUNT, config.worker_namespace
     cluster_role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -334,7 +334,7 @@ def check_rbac(config: ClusterConfig) -> list[documents.Document]:
     ]
 
 
-def deny_all(config: ClusterConfig) -> list[documents.Document]:
+def deny_all(config: ClusterSetup) -> list[documents.Document]:
     body = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -364,7 +364,7 @@ def runtime_class() -> list[documents.Document]:
     ]
 
 
-def managed_settings(config: ClusterConfig) -> list[documents.Document]:
+def managed_settings(config: ClusterSetup) -> list[documents.Document]:
     docs = []
     for preset in config.presets:
         text = json.dumps(MANAGED_SETTINGS_PRESETS[preset], indent=2) + "\n"
@@ -417,7 +417,7 @@ def _check_profile_path(path: str, subdir: str, key: str) -> None:
             )
 
 
-def render_documents(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -> list[documents.Document]:
+def render_documents(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[documents.Document]:
     """Every object of ``config`` with its comment, in apply order (namespaces first)."""
     docs = namespaces(config) + worker_rbac(config)
     if config.check_rbac:
@@ -431,6 +431,6 @@ def render_documents(config: ClusterConfig, *, profile: Mapping[str, str] | None
     return docs
 
 
-def render(config: ClusterConfig, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def render(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every object of ``config``, in apply order (namespaces first), as plain dicts."""
     return [dict(d.body) for d in render_documents(config, profile=profile)]

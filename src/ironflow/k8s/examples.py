@@ -34,7 +34,7 @@ __all__ = [
     "profile_kustomization",
 ]
 
-EXAMPLE_CONFIG: Final = cluster.ClusterConfig(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)
+EXAMPLE_CONFIG: Final = cluster.ClusterSetup(auth_proxy_url=cluster.DEFAULT_AUTH_PROXY_URL)
 #: Written by the auth proxy's own renderer; listed in kustomization.yaml only when present.
 AUTH_PROXY_FILE: Final = "auth-proxy.yaml"
 PROFILE_DIR: Final = "claude-profile"
