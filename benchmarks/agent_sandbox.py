@@ -26,7 +26,7 @@ from ironflow.k8s import api as k8s
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.secrets import Secret
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
-from ironflow.testing.kube_exec import ExecKubeTestServer, local_exec
+from ironflow.testing.kube import KubeTestServer, local_exec
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "claude" / "json_text.out"
 TARGET_REQUESTS_PER_STEP = 10
@@ -50,7 +50,7 @@ async def _steps(*, warm: bool, runs: int, cold_ms: float, work: Path) -> tuple[
     claude.write_text(f"#!/bin/sh\ncat '{FIXTURE}'\n")
     claude.chmod(0o755)
     ns = "warm" if warm else "cold"
-    async with ExecKubeTestServer() as server:
+    async with KubeTestServer() as server:
         server.serve_exec(local_exec({"HOME": str(work)}))
         controller = AgentSandboxController(server, namespace=ns, cold_start_s=cold_ms / 1000, interval_s=0.005)
         async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:

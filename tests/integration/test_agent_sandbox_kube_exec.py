@@ -14,7 +14,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s import api as k8s
-from ironflow.testing.kube_exec import ExecKubeTestServer, local_exec
+from ironflow.testing.kube import KubeTestServer, local_exec
 
 POD = {
     "apiVersion": "v1",
@@ -25,8 +25,8 @@ POD = {
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[tuple[ExecKubeTestServer, k8s.KubeApi]]:
-    async with ExecKubeTestServer() as server, await k8s.KubeApi.connect(server.cluster_config()) as api:
+async def kube() -> AsyncIterator[tuple[KubeTestServer, k8s.KubeApi]]:
+    async with KubeTestServer() as server, await k8s.KubeApi.connect(server.cluster_config()) as api:
         await api.create(k8s.PODS, "default", POD)
         server.set_pod_phase("default", "box", "Running")
         server.serve_exec(local_exec({"EXTRA": "1"}))
@@ -34,7 +34,7 @@ async def kube() -> AsyncIterator[tuple[ExecKubeTestServer, k8s.KubeApi]]:
 
 
 async def test_exec_returns_exit_code_stdout_and_stderr_separately(
-    kube: tuple[ExecKubeTestServer, k8s.KubeApi],
+    kube: tuple[KubeTestServer, k8s.KubeApi],
 ) -> None:
     _, api = kube
     result = await api.exec("default", "box", ("sh", "-c", "echo $GREETING $EXTRA; echo oops >&2; exit 7"))
@@ -44,7 +44,7 @@ async def test_exec_returns_exit_code_stdout_and_stderr_separately(
     assert api.counters.by_verb["exec"] == 2
 
 
-async def test_exec_sends_stdin_of_a_known_length(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_sends_stdin_of_a_known_length(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     server, api = kube
     payload = bytes(range(256)) * 4096  # 1 MiB, several frames
     result = await api.exec("default", "box", ("sh", "-c", f"head -c {len(payload)} | wc -c"), stdin=payload)
@@ -52,26 +52,26 @@ async def test_exec_sends_stdin_of_a_known_length(kube: tuple[ExecKubeTestServer
     assert bytes(server.execs[-1].stdin) == payload
 
 
-async def test_exec_without_stdin_reads_eof(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_without_stdin_reads_eof(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     _, api = kube
     result = await api.exec("default", "box", ("cat",))
     assert (result.exit_code, result.stdout) == (0, b"")
 
 
-async def test_exec_output_beyond_the_cap_is_dropped_and_flagged(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_output_beyond_the_cap_is_dropped_and_flagged(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     _, api = kube
     result = await api.exec("default", "box", ("sh", "-c", "head -c 100000 /dev/zero"), max_output_bytes=1000)
     assert len(result.stdout) == 1000
     assert result.truncated
 
 
-async def test_exec_in_a_missing_pod_is_not_found(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_in_a_missing_pod_is_not_found(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     _, api = kube
     with pytest.raises(errors.KubeNotFound, match="exec in pods default/nope: HTTP 404"):
         await api.exec("default", "nope", ("true",))
 
 
-async def test_exec_in_a_pod_that_is_not_running_is_refused(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_in_a_pod_that_is_not_running_is_refused(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     server, api = kube
     server.set_pod_phase("default", "box", "Succeeded")
     with pytest.raises(errors.KubernetesError, match="HTTP 400") as caught:
@@ -79,13 +79,13 @@ async def test_exec_in_a_pod_that_is_not_running_is_refused(kube: tuple[ExecKube
     assert caught.value.status == 400
 
 
-async def test_exec_in_an_unknown_container_is_refused(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_in_an_unknown_container_is_refused(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     _, api = kube
     with pytest.raises(errors.KubernetesError, match="HTTP 400"):
         await api.exec("default", "box", ("true",), container="sidecar")
 
 
-async def test_cancelled_exec_stops_the_command(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_cancelled_exec_stops_the_command(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     server, api = kube
     task = asyncio.ensure_future(api.exec("default", "box", ("sh", "-c", "sleep 30")))
     deadline = time.monotonic() + 3
@@ -101,7 +101,7 @@ async def test_cancelled_exec_stops_the_command(kube: tuple[ExecKubeTestServer, 
         await asyncio.sleep(0.01)
 
 
-async def test_exec_hands_every_chunk_to_on_output_as_it_arrives(kube: tuple[ExecKubeTestServer, k8s.KubeApi]) -> None:
+async def test_exec_hands_every_chunk_to_on_output_as_it_arrives(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     server, api = kube
     seen: list[tuple[int, bytes, int]] = []
 

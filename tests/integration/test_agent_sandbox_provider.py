@@ -32,7 +32,7 @@ from ironflow.secrets import Secret
 from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.fake_anthropic import FakeAnthropic
-from ironflow.testing.kube_exec import ExecKubeTestServer, local_exec
+from ironflow.testing.kube import KubeTestServer, local_exec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -66,7 +66,7 @@ class FakeIssuer:
 
 @dataclass
 class Env:
-    server: ExecKubeTestServer
+    server: KubeTestServer
     controller: AgentSandboxController
     api: k8s.KubeApi
     ns: str
@@ -120,7 +120,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     )
     claude.chmod(0o755)
     ns = f"as-{next(_ns)}"
-    async with ExecKubeTestServer() as server:
+    async with KubeTestServer() as server:
         server.serve_exec(local_exec({"HOME": str(home), "TMPDIR": str(tmp_path)}))
         controller = AgentSandboxController(server, namespace=ns, cold_start_s=0.05)
         async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
@@ -318,7 +318,7 @@ async def test_apply_template_creates_then_updates_then_leaves_unchanged(env: En
 
 async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
     """The seed's API: claim -> sandboxTemplateRef + warmpool policy."""
-    async with ExecKubeTestServer() as server:
+    async with KubeTestServer() as server:
         server.serve_exec(local_exec({"HOME": str(tmp_path)}))
         controller = AgentSandboxController(server, namespace="alpha", version=ApiVersion.V1ALPHA1)
         async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
@@ -428,7 +428,7 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the
 
 
 async def test_a_cluster_without_agent_sandbox_says_so() -> None:
-    async with ExecKubeTestServer() as server, await k8s.KubeApi.connect(server.cluster_config()) as api:
+    async with KubeTestServer() as server, await k8s.KubeApi.connect(server.cluster_config()) as api:
         p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img"))
         with pytest.raises(
             errors.KubeNotFound, match=r"does not serve sandboxclaims\.extensions\.agents\.x-k8s\.io/v1beta1"

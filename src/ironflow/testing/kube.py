@@ -6,7 +6,9 @@ It keeps namespaces, uids, a global resourceVersion, creationTimestamp and gener
 and field selectors; paginated lists; watches with a bounded event history (410 Gone when a
 resourceVersion is older than the history); graceful deletion with deletionTimestamp and
 finalizers; ownerReference cascades (Background, Foreground, Orphan); delete-collection; pod
-logs that tests write and clients follow; and pod phases that tests script. Writes are checked
+logs that tests write and clients follow; pods/exec (``serve_exec``: the command runs in a
+local subprocess standing in for the container, or is answered by a script, and a non-zero
+exit comes back as a kubelet's ``NonZeroExitCode`` Status); and pod phases that tests script. Writes are checked
 against ``kubernetes-validate``'s strict schemas (and registered CRDs' schemas), so what a real
 API server would refuse is refused here with the same Status body.
 
@@ -21,7 +23,7 @@ Continued list pages are served from the current state (a real server serves its
 
 This module is the HTTP face (routing, auth, denials, faults, the verbs); the objects and
 their write semantics live in :mod:`._kube_store`, the kubelet and Job controller in
-:mod:`._kube_kubelet`, the pure API rules in :mod:`._kube_rules` and :mod:`._kube_schemas`.
+:mod:`._kube_kubelet`, exec in :mod:`._kube_exec`, the pure API rules in :mod:`._kube_rules` and :mod:`._kube_schemas`.
 """
 
 from __future__ import annotations
@@ -42,18 +44,25 @@ from typing import Any, Final
 from aiohttp import web
 
 from ironflow.k8s import api
+from ironflow.testing import _kube_exec as exec_mod
 from ironflow.testing import _kube_kubelet as kubelet_mod
 from ironflow.testing import _kube_rules as rules
 from ironflow.testing import _kube_schemas as schemas
 from ironflow.testing import _kube_store as store_mod
+from ironflow.testing._kube_exec import ExecRecord, ExecReply, ExecRunner, local_exec, scripted_exec
 from ironflow.testing._kube_kubelet import PodScript
 
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
+    "ExecRecord",
+    "ExecReply",
+    "ExecRunner",
     "FaultRule",
     "KubeTestServer",
     "PodScript",
     "RequestRecord",
+    "local_exec",
+    "scripted_exec",
 ]
 
 DEFAULT_KUBERNETES_VERSION: Final = "1.37"
@@ -169,6 +178,7 @@ class KubeTestServer:
         self.internal_errors: list[Exception] = []
         self.store = store_mod.Store(history_size=history_size, namespaces=namespaces)
         self.kubelet = kubelet_mod.Kubelet(self.store, pod_termination_s=pod_termination_s)
+        self._exec = exec_mod.ExecService()
         self._denied: set[tuple[str, str, str | None]] = set()
         self._faults: list[FaultRule] = []
         self._closing = asyncio.Event()
@@ -198,6 +208,7 @@ class KubeTestServer:
         for watcher in list(self.store.watchers):
             watcher.queue.put_nowait(None)
         self.kubelet.stop()
+        self._exec.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -393,6 +404,21 @@ class KubeTestServer:
         report it (container statuses, start time, node name); returns a copy of the pod."""
         return self.kubelet.set_pod_phase(namespace, name, phase, exit_code=exit_code, reason=reason, message=message)
 
+    def serve_exec(self, runner: ExecRunner | None) -> None:
+        """Answer pods/exec with ``runner`` (:func:`local_exec` or :func:`scripted_exec`);
+        None refuses exec again (400, the default)."""
+        self._exec.runner = runner
+
+    @property
+    def execs(self) -> list[ExecRecord]:
+        """Every exec the server ran, in order."""
+        return self._exec.execs
+
+    @property
+    def running_execs(self) -> int:
+        """Commands still running (a client that left must not leave one behind)."""
+        return len(self._exec.processes)
+
     def run_job(self, namespace: str, job: str, script: PodScript | None = None, /, **kwargs: Any) -> Obj:
         """Act as the Job controller once: create a pod for Job ``job`` from its template and run
         it with ``script`` (or ``PodScript(**kwargs)``). Returns the pod."""
@@ -498,6 +524,8 @@ class KubeTestServer:
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
             return await self._log(request, namespace or "", name)
+        if sub == "exec" and t.key == ("", "pods") and name is not None:
+            return await self._exec.handle(request, namespace or "", name, self.get_object(api.PODS, namespace, name))
         if sub not in (None, "status"):
             raise _Refusal(404, "NotFound", "the server could not find the requested resource")
         query = request.query

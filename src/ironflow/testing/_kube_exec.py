@@ -1,16 +1,17 @@
-"""pods/exec for the Kubernetes test server: a local subprocess stands in for the container.
+"""pods/exec for the Kubernetes test server: what a kubelet answers, with a stand-in container.
 
-:class:`ExecKubeTestServer` is a :class:`~ironflow.testing.kube.KubeTestServer` that also
-answers ``GET .../pods/<name>/exec`` websocket upgrades with the ``v4.channel.k8s.io``
-protocol, as a kubelet would through the API server: stdin frames (channel 0) are piped to
-the process as they arrive, stdout and stderr come back on channels 1 and 2 as they are
-written, and the exit status ends the session on channel 3 (``Success``, or ``Failure`` with
-an ``ExitCode`` cause). A pod that is not Running, an unknown container, or an exec the test
-did not enable is refused with 400 like a real server.
+:class:`ExecService` answers ``GET .../pods/<name>/exec`` websocket upgrades with the
+``v4.channel.k8s.io`` protocol, as a kubelet would through the API server: stdin frames
+(channel 0) reach the command as they arrive, stdout and stderr come back on channels 1
+and 2, and the exit status ends the session on channel 3 (``Success``, or ``Failure`` with
+reason ``NonZeroExitCode`` and an ``ExitCode`` cause, so ``KubeApi.exec`` returns the code).
+A pod that is not Running, an unknown container, or an exec the test did not enable is
+refused with 400 like a real server.
 
-:func:`local_exec` runs the command on this machine with the container's plain env values
-and the overrides the test gives (``HOME`` on a temporary directory, say). It is a stand-in:
-no isolation; use it only for commands the test wrote or the provider under test renders.
+The "container" is whatever the test's runner says: :func:`local_exec` starts the command
+on this machine (no isolation: only for commands the test wrote or the code under test
+renders); :func:`scripted_exec` answers from a pure function of the pod and the command,
+to play a container state this machine does not have (a token file, a read-only root).
 """
 
 from __future__ import annotations
@@ -21,18 +22,27 @@ import json
 import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from ironflow.k8s import api
-from ironflow.testing.kube import KubeTestServer
-
-__all__ = ["ExecKubeTestServer", "ExecRecord", "ExecRunner", "local_exec"]
+__all__ = ["ExecRecord", "ExecReply", "ExecRunner", "ExecService", "exit_status", "local_exec", "scripted_exec"]
 
 Obj = dict[str, Any]
-#: Starts the process standing in for ``command`` in ``container`` of ``pod``.
-ExecRunner = Callable[[Obj, str, list[str]], Awaitable[asyncio.subprocess.Process]]
+
+
+@dataclass(frozen=True)
+class ExecReply:
+    """A scripted command's whole answer: its output streams and exit code."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+
+
+#: Starts what stands in for ``command`` in ``container`` of ``pod``: a process, or a reply.
+ExecRunner = Callable[[Obj, str, list[str]], Awaitable["asyncio.subprocess.Process | ExecReply"]]
 
 
 def local_exec(env: Mapping[str, str] | None = None, *, cwd: str | None = None) -> ExecRunner:
@@ -43,7 +53,7 @@ def local_exec(env: Mapping[str, str] | None = None, *, cwd: str | None = None) 
     """
     overrides = dict(env or {})
 
-    async def run(pod: Obj, container: str, command: list[str]) -> asyncio.subprocess.Process:
+    async def run(pod: Obj, container: str, command: list[str]) -> asyncio.subprocess.Process | ExecReply:
         spec: Obj = next(
             (c for c in pod.get("spec", {}).get("containers", []) if c.get("name") == container),
             {},
@@ -64,6 +74,15 @@ def local_exec(env: Mapping[str, str] | None = None, *, cwd: str | None = None) 
     return run
 
 
+def scripted_exec(answer: Callable[[Obj, str, list[str]], ExecReply]) -> ExecRunner:
+    """A runner that answers every exec with ``answer(pod, container, command)``; nothing runs."""
+
+    async def run(pod: Obj, container: str, command: list[str]) -> asyncio.subprocess.Process | ExecReply:
+        return answer(pod, container, command)
+
+    return run
+
+
 class ExecRecord:
     """One exec the server ran: where, what, the stdin it got, and the exit code."""
 
@@ -79,68 +98,79 @@ class ExecRecord:
         return f"ExecRecord({self.namespace}/{self.pod}, {self.command[:2]!r}, exit={self.exit_code})"
 
 
-class ExecKubeTestServer(KubeTestServer):
-    """The test server with pods/exec. Enable it with :meth:`serve_exec`; every exec is in ``execs``."""
+def exit_status(code: int) -> Obj:
+    """The channel-3 Status a kubelet sends when the command ends with ``code`` (pure)."""
+    if code == 0:
+        return {"metadata": {}, "status": "Success"}
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: exit status {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._exec_runner: ExecRunner | None = None
+
+def _refuse(message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": 400}
+    return web.Response(status=400, text=json.dumps(body), content_type="application/json")
+
+
+class ExecService:
+    """The exec state of one test server: the runner, every exec seen, commands still running."""
+
+    def __init__(self) -> None:
+        self.runner: ExecRunner | None = None
         self.execs: list[ExecRecord] = []
-        self._processes: set[asyncio.subprocess.Process] = set()
+        self.processes: set[asyncio.subprocess.Process] = set()
 
-    async def __aenter__(self) -> ExecKubeTestServer:
-        await self.start()
-        return self
-
-    @property
-    def running_execs(self) -> int:
-        """Commands still running (a client that left must not leave one behind)."""
-        return len(self._processes)
-
-    def serve_exec(self, runner: ExecRunner | None) -> None:
-        """Run execs with ``runner`` (e.g. :func:`local_exec`); None refuses them again."""
-        self._exec_runner = runner
-
-    async def stop(self) -> None:
-        for process in list(self._processes):
+    def stop(self) -> None:
+        """Kill every command still running (the server is going away)."""
+        for process in list(self.processes):
             _kill(process)
-        await super().stop()
 
-    async def _dispatch(
-        self, request: web.Request, t: Any, namespace: str | None, name: str | None, sub: str | None, verb: str
-    ) -> web.StreamResponse:
-        if sub == "exec" and t.plural == "pods" and t.group == "" and name is not None:
-            return await self._exec(request, namespace or "", name)
-        return await super()._dispatch(request, t, namespace, name, sub, verb)
-
-    def _refuse(self, message: str) -> web.Response:
-        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": 400}
-        return web.Response(status=400, text=json.dumps(body), content_type="application/json")
-
-    async def _exec(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
-        pod = self.get_object(api.PODS, namespace, name)
+    async def handle(self, request: web.Request, namespace: str, name: str, pod: Obj | None) -> web.StreamResponse:
         if pod is None:
             body = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
             body["message"] = f'pods "{name}" not found'
             return web.Response(status=404, text=json.dumps(body), content_type="application/json")
         phase = pod.get("status", {}).get("phase")
         if phase != "Running":
-            return self._refuse(f"unable to upgrade connection: pod {name} is not running (phase {phase})")
+            return _refuse(f"unable to upgrade connection: pod {name} is not running (phase {phase})")
         containers = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
         container = request.query.get("container") or (containers[0] if containers else "")
         if container not in containers:
-            return self._refuse(f"container {container} is not valid for pod {name}")
+            return _refuse(f"container {container} is not valid for pod {name}")
         command = request.query.getall("command", [])
         if not command:
-            return self._refuse("you must specify at least one command for the container")
-        if self._exec_runner is None:
-            return self._refuse("exec is not enabled on this test server: call serve_exec(local_exec(...))")
+            return _refuse("you must specify at least one command for the container")
+        if self.runner is None:
+            return _refuse("exec is not enabled on this test server: call serve_exec(local_exec(...))")
         record = ExecRecord(namespace, name, container, list(command))
         self.execs.append(record)
         ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",))
         await ws.prepare(request)
-        process = await self._exec_runner(pod, container, list(command))
-        self._processes.add(process)
+        started = await self.runner(pod, container, list(command))
+        if isinstance(started, ExecReply):
+            return await self._reply(ws, record, started)
+        return await self._pump(request, ws, record, started)
+
+    async def _reply(self, ws: web.WebSocketResponse, record: ExecRecord, reply: ExecReply) -> web.WebSocketResponse:
+        try:
+            for channel, data in ((1, reply.stdout), (2, reply.stderr)):
+                if data:
+                    await ws.send_bytes(bytes([channel]) + data)
+            record.exit_code = reply.exit_code
+            await ws.send_bytes(b"\x03" + json.dumps(exit_status(reply.exit_code)).encode())
+        finally:
+            with contextlib.suppress(ConnectionError):
+                await asyncio.wait_for(ws.close(), 1.0)
+        return ws
+
+    async def _pump(
+        self, request: web.Request, ws: web.WebSocketResponse, record: ExecRecord, process: asyncio.subprocess.Process
+    ) -> web.WebSocketResponse:
+        self.processes.add(process)
 
         async def pump_in() -> None:
             async for message in ws:
@@ -174,25 +204,16 @@ class ExecKubeTestServer(KubeTestServer):
                 return ws
             await writer
             code = await process.wait()
+            code = 128 - code if code < 0 else code  # killed by signal N: 128+N, as a shell reports it
             record.exit_code = code
-            if code == 0:
-                status: Obj = {"metadata": {}, "status": "Success"}
-            else:
-                status = {
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": f"command terminated with non-zero exit code: exit status {code}",
-                    "reason": "NonZeroExitCode",
-                    "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
-                }
-            await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+            await ws.send_bytes(b"\x03" + json.dumps(exit_status(code)).encode())
         finally:
             for task in (reader, writer):
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
             _kill(process)
             await process.wait()
-            self._processes.discard(process)
+            self.processes.discard(process)
             with contextlib.suppress(ConnectionError):
                 await asyncio.wait_for(ws.close(), 1.0)
         return ws
