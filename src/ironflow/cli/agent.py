@@ -22,20 +22,21 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final
 
 import typer
 from typer.core import TyperCommand
 
 from ironflow import errors
 from ironflow.agent import AgentConfig, AgentResult
+from ironflow.cli import options
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
 
 EXIT_STEP_FAILED: Final = 1
-EXIT_BAD_INPUT: Final = 2
+EXIT_BAD_INPUT: Final = options.EXIT_BAD_INPUT
 EXIT_INFRASTRUCTURE: Final = 3
 #: The key the in-process proxy hands the offline model server (it checks it).
 FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
@@ -70,9 +71,7 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_STEP_FAILED
 
 
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
+_fail = options.fail
 
 
 @contextlib.contextmanager
@@ -155,20 +154,6 @@ async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> 
         return await provider.invoke(config)  # type: ignore[no-any-return]
 
 
-def _k8s_provider(path: Path | None) -> Any:
-    if path is None:
-        _fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
-    try:
-        from ironflow.k8s.provider import K8sEphemeralProvider
-    except ImportError:
-        _fail("--backend k8s is not available yet in this build; use --backend local")
-    if not hasattr(K8sEphemeralProvider, "invoke"):
-        _fail("--backend k8s is not available yet in this build (the provider cannot run steps); use --backend local")
-    if not path.is_file():
-        _fail(f"provider file '{path}' not found")
-    return K8sEphemeralProvider.from_file(path)
-
-
 def agent(
     prompt: Annotated[str | None, typer.Argument(help="What to ask the agent.", show_default=False)] = None,
     backend: Annotated[Backend, typer.Option(help="Where the step runs.")] = Backend.LOCAL,
@@ -203,7 +188,7 @@ def agent(
         if backend is Backend.K8S:
             if script is not None:
                 _fail("--fake-model runs only with --backend local")
-            provider: Any = _k8s_provider(provider_file)
+            provider: Any = options.k8s_provider(provider_file)
         else:
             if script is None:
                 _require_credential_env()

@@ -16,18 +16,18 @@ import contextlib
 import importlib
 import json
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn, TypeVar, cast
+from typing import Annotated, Any, Final, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
+from ironflow.cli import options
 from ironflow.engine import accounts, loading, model
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store, open_store
@@ -40,7 +40,7 @@ __all__ = ["register", "step_pod_selector"]
 T = TypeVar("T")
 
 EXIT_FAILED: Final = 1
-EXIT_BAD_INPUT: Final = 2
+EXIT_BAD_INPUT: Final = options.EXIT_BAD_INPUT
 EXIT_INFRASTRUCTURE: Final = 3
 #: The key the in-process proxy hands the offline model server (it checks it).
 _FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
@@ -111,9 +111,7 @@ async def _pool(
         await kube.close()
 
 
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
+_fail = options.fail
 
 
 def step_pod_selector(run_id: str, step: model.StepRecord) -> str | None:
@@ -202,16 +200,7 @@ class _Providers:
                 credential = ProxyCredential(Secret(_FAKE_MODEL_KEY), "api_key", self.fake_url)
             return LocalSandboxProvider(isolation=self.isolation, credential=credential)  # type: ignore[arg-type]
         if backend == Backend.K8S:
-            if self.provider_file is None:
-                _fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
-            if not self.provider_file.is_file():
-                _fail(f"provider file '{self.provider_file}' not found")
-            from ironflow.k8s.provider import K8sEphemeralProvider
-
-            if not hasattr(K8sEphemeralProvider, "from_file") or not hasattr(K8sEphemeralProvider, "invoke"):
-                _fail("--backend k8s cannot run steps in this build yet; use --backend local")
-            provider: Any = K8sEphemeralProvider.from_file(self.provider_file)  # checked for invoke above
-            return cast(AgentProvider, provider)
+            return options.k8s_provider(self.provider_file)
         if backend == Backend.AGENT_SANDBOX:
             try:  # imported by name: the agent-sandbox provider is optional in this build
                 module = importlib.import_module("ironflow.agent_sandbox.provider")

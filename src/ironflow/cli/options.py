@@ -1,0 +1,39 @@
+"""What several commands share: the one-line bad-input exit, and ``--provider FILE`` for
+``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``).
+
+One place so every command refuses the same input with the same words: a missing or
+unreadable provider file, an unknown setting, a wrong type — all exit 2 with one
+``error: …`` line on stderr that names the setting (the messages are
+:meth:`K8sEphemeralProvider.from_file`'s).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Final, NoReturn
+
+import typer
+
+from ironflow import errors
+from ironflow.k8s.provider import K8sEphemeralProvider
+
+__all__ = ["EXIT_BAD_INPUT", "fail", "k8s_provider"]
+
+EXIT_BAD_INPUT: Final = 2
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code`` (bad input by default)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
+    """The provider ``--provider FILE`` names, or exit 2 naming what is wrong with it."""
+    if path is None:
+        fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
+    try:
+        return K8sEphemeralProvider.from_file(path)
+    except errors.ConfigError as exc:
+        fail(exc.message)

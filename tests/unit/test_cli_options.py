@@ -1,0 +1,75 @@
+"""``--provider FILE`` for ``--backend k8s``: one loader for ``agent``, ``run`` and ``exec``,
+every problem an exit 2 with one ``error:`` line naming it (no traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from ironflow.cli import options
+from ironflow.cli.app import app
+from ironflow.k8s.clusters import KubeconfigFile
+
+WORKFLOWS = Path(__file__).resolve().parents[1] / "integration" / "engine_workflows.py"
+
+
+def test_fail_prints_one_error_line_and_exits_with_the_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as info:
+        options.fail("setting 'x' is wrong", 3)
+    assert info.value.exit_code == 3
+    assert capsys.readouterr().err == "error: setting 'x' is wrong\n"
+
+
+def test_k8s_provider_loads_the_file_with_its_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "provider.yaml"
+    path.write_text("image: busybox\nnamespace: agents\ncluster: {kubeconfig: kc.yaml}\n")
+    provider = options.k8s_provider(path)
+    assert provider.settings.namespace == "agents"
+    assert provider.settings.cluster == KubeconfigFile(str(tmp_path / "kc.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, "--backend k8s needs --provider provider.yaml"),
+        ("", "cannot read provider file"),
+        ("imagez: x\n", "unknown setting 'imagez'"),
+        ("image: x\ncluster: {server: y}\n", "unknown setting 'cluster.server'"),
+    ],
+)
+def test_k8s_provider_problems_exit_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, words: str
+) -> None:
+    path: Path | None = None
+    if content is not None:
+        path = tmp_path / ("provider.yaml" if content else "missing.yaml")
+        if content:
+            path.write_text(content)
+    with pytest.raises(typer.Exit) as info:
+        options.k8s_provider(path)
+    assert info.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert words in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["agent", "--backend", "k8s", "hi"],
+        ["run", f"{WORKFLOWS}:linear", "--backend", "k8s", "--wait"],
+    ],
+)
+def test_every_command_refuses_a_bad_provider_file_the_same_way(tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "provider.yaml"
+    path.write_text("image: busybox\ncluster: {in_cluster: true, context: prod}\n")
+    store = ["--store", f"sqlite:///{tmp_path / 'engine.db'}"] if command[0] == "run" else []
+    args = [*command[:1], "--provider", str(path), *store, *command[1:]]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    expected = "error: setting 'cluster.context' does not apply to in_cluster: true (a pod has one cluster)\n"
+    assert result.stderr == expected
