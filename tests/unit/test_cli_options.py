@@ -61,6 +61,7 @@ def test_k8s_provider_problems_exit_2_naming_them(
     "command",
     [
         ["agent", "--backend", "k8s", "hi"],
+        ["exec", "--backend", "k8s", "--", "true"],
         ["run", f"{WORKFLOWS}:linear", "--backend", "k8s", "--wait"],
     ],
 )

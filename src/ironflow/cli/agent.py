@@ -1,11 +1,13 @@
 """``ironflow agent`` and ``ironflow exec``: one agent step or one command in a sandbox.
 
 Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
-``--backend k8s``, the Kubernetes provider). The answer goes to stdout; progress to
-stderr (rich, only on a terminal). Exit codes:
+``--backend k8s``, the Kubernetes provider; ``exec`` runs a ``PodRun`` shaped by the
+provider file, see :mod:`ironflow.k8s.command_pods`). The answer goes to stdout;
+progress to stderr (rich, only on a terminal). Exit codes:
 
 ====  ==========================================================================
-0     the step succeeded (``exec``: the command's own exit code is passed through)
+0     the step succeeded (``exec``: the command's own exit code is passed through;
+      on k8s, whose pod reports only its phase, a failed command is 1)
 1     the step failed: the agent or the model reported an error, or it timed out
 2     bad input: an option, a missing file, no credential, a refused setting
 3     infrastructure: the sandbox runtime, the proxy or the cluster failed
@@ -18,11 +20,13 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
 from typer.core import TyperCommand
@@ -30,8 +34,13 @@ from typer.core import TyperCommand
 from ironflow import errors
 from ironflow.agent import AgentConfig, AgentResult
 from ironflow.cli import options
+from ironflow.k8s import command_pods
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.k8s.clusters import ClusterConfig
+    from ironflow.k8s.ops import PodRun, PodRunOutput
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
 
@@ -206,15 +215,45 @@ def agent(
         print(result.text if result.text else json.dumps(result.value, default=str))
 
 
+async def _run_pod(run: PodRun, cluster: ClusterConfig | None) -> PodRunOutput:
+    from ironflow.k8s import api as kube  # the API client loads only when a pod is run
+
+    async with await kube.KubeApi.connect(cluster) as client:
+        return await run.run(client)
+
+
+def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> NoReturn:
+    """Run ``argv`` once in a hardened pod placed as the provider file says; exit like local."""
+    provider = options.k8s_provider(provider_file)
+    try:
+        run = command_pods.exec_pod_run(
+            provider, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
+        )
+        with _progress(f"running the command in pod {run.name} ({run.settings.namespace})"):
+            result = asyncio.run(_run_pod(run, provider.settings.cluster))
+    except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
+        _fail(f"timed out: {exc.message}", EXIT_STEP_FAILED)
+    except errors.IronflowError as exc:
+        _fail(exc.message, exit_code_for(exc))
+    sys.stdout.write(result.logs)
+    if result.success:
+        raise typer.Exit(0)
+    _fail(f"the command failed in pod {run.name} (phase {result.phase})", EXIT_STEP_FAILED)
+
+
 def exec_command(
     ctx: typer.Context,
-    backend: Annotated[Backend, typer.Option(help="Where the command runs (local only for now).")] = Backend.LOCAL,
+    backend: Annotated[Backend, typer.Option(help="Where the command runs.")] = Backend.LOCAL,
     isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
         Isolation.BWRAP
     ),
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the command is killed.")] = (
         DEFAULT_TIMEOUT_S
     ),
+    provider_file: Annotated[
+        Path | None,
+        typer.Option("--provider", help="--backend k8s: provider YAML (image, namespace, cluster, hardening)."),
+    ] = None,
 ) -> None:
     """Run ``-- CMD ARGS…`` in a single-use sandbox without network; exit with its exit code."""
     argv = list(ctx.args)
@@ -222,8 +261,8 @@ def exec_command(
         argv = argv[1:]
     if not argv:
         _fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
-    if backend is not Backend.LOCAL:
-        _fail("ironflow exec --backend k8s is not available yet; use --backend local (PodRun/JobRun on Kubernetes)")
+    if backend is Backend.K8S:
+        _exec_k8s(argv, provider_file, timeout)
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
         result = asyncio.run(provider.run_command(argv))
