@@ -4,51 +4,33 @@ exit codes as the local backend's, and nothing left behind."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from ironflow.cli.app import app
 from ironflow.k8s import api as k8s
-from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kube import PodScript
+from ironflow.testing.threaded_kube import ThreadedKube
 
-T = TypeVar("T")
 NS = "agents"
 
 
-class ServerThread:
-    """A KubeTestServer on its own event loop, so the CLI can run its own ``asyncio.run``."""
+def _script(kube: ThreadedKube, **kwargs: Any) -> None:
+    kube.soon(lambda: kube.server.script_pods(PodScript(name_prefix="exec-", **kwargs)))
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = self.call(KubeTestServer(namespaces=("default", NS)).start())
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    def script(self, **kwargs: Any) -> None:
-        self.loop.call_soon_threadsafe(lambda: self.server.script_pods(PodScript(name_prefix="exec-", **kwargs)))
-
-    def created_pods(self) -> list[dict[str, Any]]:
-        return [e.obj for e in list(self.server.store.history) if e.kind == "ADDED" and e.obj.get("kind") == "Pod"]
-
-    def close(self) -> None:
-        self.call(self.server.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
+def _created_pods(kube: ThreadedKube) -> list[dict[str, Any]]:
+    history = kube.soon(lambda: list(kube.server.store.history))
+    return [e.obj for e in history if e.kind == "ADDED" and e.obj.get("kind") == "Pod"]
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[ServerThread, Path]]:
-    st = ServerThread()
+def served(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path]]:
+    st = ThreadedKube(namespaces=("default", NS))
     (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(
@@ -67,13 +49,13 @@ def _exec(provider: Path, *argv: str, timeout: str = "5") -> Any:
     return CliRunner().invoke(app, args)
 
 
-def test_succeeding_command_prints_its_log_exits_0_and_leaves_no_pod(served: tuple[ServerThread, Path]) -> None:
+def test_succeeding_command_prints_its_log_exits_0_and_leaves_no_pod(served: tuple[ThreadedKube, Path]) -> None:
     st, provider = served
-    st.script(run_for=0.05, log="10001\nhello\n")
+    _script(st, run_for=0.05, log="10001\nhello\n")
     result = _exec(provider, "sh", "-c", "id -u; echo hello")
     assert result.exit_code == 0, result.output
     assert result.stdout == "10001\nhello\n"
-    (pod,) = st.created_pods()
+    (pod,) = _created_pods(st)
     assert pod["metadata"]["namespace"] == NS
     assert pod["metadata"]["labels"]["team"] == "infra"
     assert pod["spec"]["runtimeClassName"] == "gvisor"
@@ -83,9 +65,9 @@ def test_succeeding_command_prints_its_log_exits_0_and_leaves_no_pod(served: tup
     assert st.server.objects(k8s.PODS, NS) == []
 
 
-def test_failing_command_prints_its_log_and_exits_1_naming_the_pod(served: tuple[ServerThread, Path]) -> None:
+def test_failing_command_prints_its_log_and_exits_1_naming_the_pod(served: tuple[ThreadedKube, Path]) -> None:
     st, provider = served
-    st.script(run_for=0.05, phase="Failed", exit_code=7, log="oops\n")
+    _script(st, run_for=0.05, phase="Failed", exit_code=7, log="oops\n")
     result = _exec(provider, "sh", "-c", "echo oops; exit 7")
     assert result.exit_code == 1
     assert result.stdout == "oops\n"
@@ -95,10 +77,10 @@ def test_failing_command_prints_its_log_and_exits_1_naming_the_pod(served: tuple
 
 
 def test_command_past_its_timeout_exits_1_timed_out_and_its_pod_is_deleted(
-    served: tuple[ServerThread, Path],
+    served: tuple[ThreadedKube, Path],
 ) -> None:
     st, provider = served
-    st.script(run_for=None)
+    _script(st, run_for=None)
     result = _exec(provider, "sleep", "30", timeout="0.3")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: timed out: pod 'exec-")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -16,25 +15,16 @@ from ironflow.cli.app import app
 from ironflow.k8s import api as k8s
 from ironflow.k8s.ops import PodRun
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.threaded_kube import ThreadedKube
 
-T = TypeVar("T")
 NS = "agents"
 
 
-class ServerThread:
-    """A KubeTestServer on its own event loop, so the CLI can run its own ``asyncio.run``."""
+class ServerThread(ThreadedKube):
+    """The test server in a thread, plus object creation through a real client."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = self.call(self._start())
-
-    async def _start(self) -> KubeTestServer:
-        return await KubeTestServer(namespaces=("default", NS)).start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+        super().__init__(namespaces=("default", NS))
 
     async def _create(self, resource: k8s.Resource, body: dict[str, Any]) -> None:
         client = await k8s.KubeApi.connect(self.server.cluster_config())
@@ -43,12 +33,6 @@ class ServerThread:
 
     def create(self, resource: k8s.Resource, body: dict[str, Any]) -> None:
         self.call(self._create(resource, body))
-
-    def close(self) -> None:
-        self.call(self.server.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from ironflow.testing.fake_anthropic import FakeAnthropic, Script
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.postgres import PostgresServer
+from ironflow.testing.threaded_kube import ThreadedKube
 
 __all__ = [
     "FakeAnthropic",
@@ -18,6 +19,7 @@ __all__ = [
     "PostgresServer",
     "RecordingProvider",
     "Script",
+    "ThreadedKube",
     "assert_no_leaks",
     "find_leaks",
 ]
