@@ -146,3 +146,21 @@ def test_provider_with_a_cluster_imports_no_api_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_agent_sandbox_provider_types_its_cluster_with_the_same_check() -> None:
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+    p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed(IMAGE))
+    assert p.cluster(InCluster()).settings.cluster == InCluster()
+    with pytest.raises(errors.ConfigError, match=r"^cluster takes DefaultCluster, InCluster, .* got dict$"):
+        p.cluster({"in_cluster": True})  # type: ignore[arg-type]
+
+
+def test_agent_sandbox_file_reads_pod_cluster_relative_to_its_directory(tmp_path: Path) -> None:
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+    path = tmp_path / "sandbox.yaml"
+    path.write_text(f"pod: {{image: {IMAGE}, sandboxed: true, cluster: {{kubeconfig: kc.yaml}}}}\n")
+    provider = AgentSandboxProvider.from_file(path)
+    assert provider.settings.pod.settings.cluster == KubeconfigFile(str(tmp_path / "kc.yaml"))

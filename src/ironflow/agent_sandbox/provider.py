@@ -37,7 +37,7 @@ from ironflow import agent, errors
 from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import api as kube
-from ironflow.k8s import labels
+from ironflow.k8s import clusters, labels
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.provider import LogSink
@@ -85,7 +85,7 @@ class AgentSandboxSettings:
     update_strategy: models.UpdateStrategy | None = models.UpdateStrategy.RECREATE
     network_policy_management: models.NetworkPolicyManagement | None = None
     network_policy: models.NetworkPolicyRules | None = None
-    cluster: object | None = field(default=None, repr=False)
+    cluster: clusters.ClusterConfig | None = field(default=None, repr=False)
 
     @property
     def namespace(self) -> str:
@@ -173,9 +173,9 @@ class AgentSandboxProvider:
         management = models.NetworkPolicyManagement.MANAGED if managed else models.NetworkPolicyManagement.UNMANAGED
         return self._with(network_policy=rules, network_policy_management=management)
 
-    def cluster(self, cluster: object) -> AgentSandboxProvider:
-        """Which cluster to talk to (a ``ClusterConfig`` of ``k8s/api.py``); default: the pod provider's."""
-        return self._with(cluster=cluster)
+    def cluster(self, cluster: clusters.ClusterConfig) -> AgentSandboxProvider:
+        """Which cluster to talk to (a :data:`~ironflow.k8s.clusters.ClusterConfig`); default: the pod provider's."""
+        return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))
 
     def account_kind(self) -> str | None:
         """As the pod provider: ``claude_subscription`` only with an auth proxy."""
@@ -200,17 +200,20 @@ class AgentSandboxProvider:
             raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(data, Mapping):
             raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
-        return cls.from_dict(data)
+        return cls.from_dict(data, base=Path(path).parent)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgentSandboxProvider:
-        """Build from a mapping of settings (see :meth:`from_file`); every builder's check applies."""
+    def from_dict(cls, data: Mapping[str, Any], *, base: str | Path | None = None) -> AgentSandboxProvider:
+        """Build from a mapping of settings (see :meth:`from_file`); every builder's check applies.
+
+        ``base`` is the directory a relative ``pod.cluster.kubeconfig`` path is taken from.
+        """
         unknown = sorted(set(data) - set(_YAML_KEYS))
         if unknown:
             raise errors.ConfigError(f"unknown setting '{unknown[0]}'; known: {', '.join(_YAML_KEYS)}")
         if not isinstance(data.get("pod"), Mapping):
             raise errors.ConfigError("setting 'pod' is required: the pod settings (image, sandboxed: true, ...)")
-        pod = K8sEphemeralProvider.from_dict(data["pod"])
+        pod = K8sEphemeralProvider.from_dict(data["pod"], base=base)
         if not pod.is_sandboxed:
             raise errors.ConfigError("setting 'pod' must set 'sandboxed: true': agent-sandbox pods are always hardened")
         p = cls(pod)

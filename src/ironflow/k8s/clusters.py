@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from ironflow import errors
+
 __all__ = [
-    "CLUSTER_CONFIG_TYPES",
     "ClusterConfig",
     "DefaultCluster",
     "InCluster",
     "KubeconfigFile",
     "KubeconfigInline",
+    "check_cluster",
     "describe_cluster",
 ]
 
@@ -54,8 +56,15 @@ class KubeconfigInline:
 
 ClusterConfig: TypeAlias = DefaultCluster | InCluster | KubeconfigFile | KubeconfigInline
 
-#: For ``isinstance`` checks of a caller's value.
-CLUSTER_CONFIG_TYPES: tuple[type, ...] = (DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline)
+
+def check_cluster(value: object, *, method: str) -> ClusterConfig:
+    """``value`` if it is a cluster selection, else a ``ConfigError`` naming ``method`` and the types."""
+    if not isinstance(value, DefaultCluster | InCluster | KubeconfigFile | KubeconfigInline):
+        raise errors.ConfigError(
+            f"{method} takes DefaultCluster, InCluster, KubeconfigFile or KubeconfigInline "
+            f"(ironflow.k8s.clusters), got {type(value).__name__}"
+        )
+    return value
 
 
 def describe_cluster(cluster: ClusterConfig) -> str:

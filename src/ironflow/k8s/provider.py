@@ -344,12 +344,7 @@ class K8sEphemeralProvider:
     def cluster_config(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
         """Which API server steps run on: ``DefaultCluster(context)``, ``InCluster()``,
         ``KubeconfigFile(path, context)`` or ``KubeconfigInline(yaml, context)``."""
-        if not isinstance(cluster, clusters.CLUSTER_CONFIG_TYPES):
-            raise errors.ConfigError(
-                f"cluster_config takes DefaultCluster, InCluster, KubeconfigFile or KubeconfigInline "
-                f"(ironflow.k8s.clusters), got {type(cluster).__name__}"
-            )
-        return self._with(cluster=cluster)
+        return self._with(cluster=clusters.check_cluster(cluster, method="cluster_config"))
 
     def cluster(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
         """Short name of :meth:`cluster_config` (same check, same result)."""
