@@ -220,9 +220,9 @@ def test_proxy_check_passes_only_on_401(status: int | None, outcome: checks.Outc
     assert checks.check_proxy_refuses_unknown_token(status, error="ClientConnectorError").outcome is outcome
 
 
-def test_exec_probes_are_skipped_never_passed() -> None:
-    probes = checks.exec_probes_skipped()
+def test_exec_probes_not_run_are_skipped_never_passed() -> None:
+    probes = checks.exec_probes_skipped("not run (--no-exec)")
     assert len(probes) == 4
     assert {p.outcome for p in probes} == {checks.Outcome.SKIPPED}
-    assert all("needs exec" in p.why for p in probes)
+    assert all(p.why == "not run (--no-exec)" for p in probes)
     assert not checks.all_passed(probes)

@@ -2,7 +2,8 @@
 
 Fetches the agent pods (or ``--pod``), asks the API server whether the worker could create
 NetworkPolicies (a SubjectAccessReview), and with ``--auth-proxy`` sends the proxy an
-unknown token; :mod:`ironflow.k8s.checks` decides. Exec probes are listed as skipped.
+unknown token, and runs the four exec probes (a short ``sh`` script per probe) in every
+Running agent pod through ``pods/exec``; :mod:`ironflow.k8s.checks` decides.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 bad input; 3 nothing failed but a
 check could not run (skipped), or the cluster could not be reached.
@@ -14,9 +15,10 @@ import asyncio
 import io
 import json
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import aiohttp
 import typer
@@ -73,6 +75,49 @@ async def _probe_proxy(url: str, timeout_s: float) -> tuple[int | None, str]:
         return None, type(exc).__name__
 
 
+async def _exec_probe(
+    api: kube.KubeApi, namespace: str, pod: Mapping[str, Any], command: tuple[str, ...], timeout_s: float
+) -> checks.ProbeRun:
+    name = str(pod["metadata"]["name"])
+    containers = pod.get("spec", {}).get("containers") or [{}]
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await api.exec(
+                namespace,
+                name,
+                command,
+                container=containers[0].get("name"),
+                max_output_bytes=64 * 1024,
+            )
+    except TimeoutError:
+        return checks.ProbeRun(name, error=f"no answer within {timeout_s:g}s")
+    except errors.KubeForbidden:
+        return checks.ProbeRun(name, error="this account may not exec (pods/exec create): run as ironflow-check")
+    except errors.KubeNotFound:
+        return checks.ProbeRun(name, error="the pod is gone")
+    except errors.KubernetesError as exc:
+        return checks.ProbeRun(name, error=f"exec failed: {' '.join(exc.message.split())[:200]}")
+    return checks.ProbeRun(name, result.exit_code, result.stdout.decode(errors="replace"))
+
+
+async def _exec_probes(
+    api: kube.KubeApi,
+    namespace: str,
+    pods: list[kube.KubeObject],
+    probes: tuple[checks.ExecProbe, ...],
+    *,
+    timeout_s: float,
+    egress_url: str,
+) -> list[checks.CheckResult]:
+    running = checks.running_pods(pods)
+    results = []
+    for probe in probes:  # probes in table order; pods of one probe at once
+        command = checks.probe_command(probe, egress_url=egress_url)
+        runs = await asyncio.gather(*(_exec_probe(api, namespace, pod, command, timeout_s) for pod in running))
+        results.append(checks.decide_exec_probe(probe, runs))
+    return results
+
+
 async def run_checks(
     api: kube.KubeApi,
     *,
@@ -82,8 +127,15 @@ async def run_checks(
     worker_namespace: str = cluster.WORKER_NAMESPACE,
     worker_service_account: str = cluster.WORKER_SERVICE_ACCOUNT,
     proxy_timeout_s: float = 5.0,
+    exec_probes: bool = True,
+    exec_timeout_s: float = 20.0,
+    egress_url: str = checks.EGRESS_PROBE_URL,
 ) -> list[checks.CheckResult]:
-    """Fetch what the checks need and return every result, in table order."""
+    """Fetch what the checks need and return every result, in table order.
+
+    ``exec_probes=False`` reports the four exec rows as skipped (an account without
+    ``pods/exec``); each exec is bounded by ``exec_timeout_s``; the egress probe must fail
+    to reach ``egress_url``."""
     pods = await _pods(api, namespace, pod)
     results = checks.check_pods(pods, auth_proxy=auth_proxy_url is not None)
     body = checks.subject_access_review(
@@ -94,7 +146,11 @@ async def run_checks(
     if auth_proxy_url is not None:
         status, error = await _probe_proxy(auth_proxy_url, proxy_timeout_s)
         results.append(checks.check_proxy_refuses_unknown_token(status, error=error))
-    return results + checks.exec_probes_skipped()
+    proxied = auth_proxy_url is not None
+    if not exec_probes:
+        return results + checks.exec_probes_skipped("not run (--no-exec)", auth_proxy=proxied)
+    probes = checks.exec_probes(auth_proxy=proxied)
+    return results + await _exec_probes(api, namespace, pods, probes, timeout_s=exec_timeout_s, egress_url=egress_url)
 
 
 def exit_code(results: list[checks.CheckResult]) -> int:
@@ -132,6 +188,8 @@ async def _check(
     auth_proxy_url: str | None,
     worker_namespace: str,
     worker_service_account: str,
+    exec_probes: bool,
+    egress_url: str,
 ) -> list[checks.CheckResult]:
     api = await kube.KubeApi.connect(cluster_config)
     async with api:
@@ -142,6 +200,8 @@ async def _check(
             auth_proxy_url=auth_proxy_url,
             worker_namespace=worker_namespace,
             worker_service_account=worker_service_account,
+            exec_probes=exec_probes,
+            egress_url=egress_url,
         )
 
 
@@ -154,15 +214,23 @@ def check(
     worker_namespace: Annotated[str, typer.Option("--worker-namespace")] = cluster.WORKER_NAMESPACE,
     worker_service_account: Annotated[str, typer.Option("--worker-service-account")] = cluster.WORKER_SERVICE_ACCOUNT,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    exec_probes: Annotated[
+        bool, typer.Option("--exec/--no-exec", help="Run the exec probes in Running agent pods (pods/exec).")
+    ] = True,
+    egress_url: Annotated[
+        str, typer.Option("--egress-url", help="A URL outside every profile: the egress probe must not reach it.")
+    ] = checks.EGRESS_PROBE_URL,
     kubeconfig: Annotated[
         Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
-    """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy."""
+    """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy, exec probes."""
     for name, value in (("namespace", namespace), ("worker namespace", worker_namespace)):
         if not _DNS_LABEL.fullmatch(value):
             _bad_input(f"invalid {name} '{value}': use 1-63 lowercase letters, digits and '-'")
+    if not egress_url.startswith(("http://", "https://")):
+        _bad_input(f"--egress-url '{egress_url}' must start with http:// or https://")
     if auth_proxy is not None and not auth_proxy.startswith(("http://", "https://")):
         _bad_input(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
     if kubeconfig is not None and not kubeconfig.is_file():
@@ -177,6 +245,8 @@ def check(
                 auth_proxy_url=auth_proxy,
                 worker_namespace=worker_namespace,
                 worker_service_account=worker_service_account,
+                exec_probes=exec_probes,
+                egress_url=egress_url,
             )
         )
     except errors.KubeNotFound:

@@ -20,17 +20,22 @@ no Claude credential    (auth proxy) no credential variable at all in the pod   
 worker and policies     a SubjectAccessReview says the worker cannot create          API
                         NetworkPolicies in the agent namespace
 proxy refuses tokens    (auth proxy) an unknown token gets 401                       HTTP
-exec probes             SA token directory absent, ``touch`` on / fails, egress      skipped
-                        outside the profile fails, ``env`` holds no ``sk-ant``
+exec probes             SA token directory absent, root mounted read-only and        exec
+                        ``touch`` under it refused, egress outside the profile
+                        fails, (auth proxy) ``env`` holds no ``sk-ant``
 ======================  ==========================================================  =========
 
-The exec probes need ``pods/exec``, which the API layer does not offer yet: they are
-reported as skipped, never as passed.
+The exec probes run a POSIX ``sh`` script in each Running agent pod (``pods/exec``) that
+always exits 0 and prints one ``key=value`` line per fact: the decision is made here, from
+the words, never from an exit code (which some runtimes do not report), and never from an
+environment value (the env probe prints a count). A probe that could not run (exec
+denied, the pod gone, no ``sh``, no HTTP client for egress) is skipped, never passed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -40,10 +45,13 @@ from ironflow.k8s import labels
 
 __all__ = [
     "CREDENTIAL_ENV",
+    "EGRESS_PROBE_URL",
     "EXEC_PROBES",
     "SA_TOKEN_DIR",
     "CheckResult",
+    "ExecProbe",
     "Outcome",
+    "ProbeRun",
     "all_passed",
     "check_labels_and_expiry",
     "check_no_claude_credential",
@@ -53,7 +61,11 @@ __all__ = [
     "check_secrets_by_reference",
     "check_security_context",
     "check_worker_cannot_create_networkpolicies",
+    "decide_exec_probe",
+    "exec_probes",
     "exec_probes_skipped",
+    "probe_command",
+    "running_pods",
     "subject_access_review",
 ]
 
@@ -62,12 +74,9 @@ SA_TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S
 CREDENTIAL_ENV: Final = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", layout.CREDENTIALS_ENV)
 _CLAUDE_KEY_PREFIX: Final = "sk-ant"
 _PROXY_TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a token
-EXEC_PROBES: Final = (
-    ("SA token directory absent (exec)", f"ls {SA_TOKEN_DIR}"),
-    ("root filesystem read-only (exec)", "touch /usr/local/probe"),
-    ("egress limited to the profile (exec)", "curl -sS -m 5 https://example.com"),
-    ("no sk-ant in the pod env (exec)", "env | grep -c sk-ant"),
-)
+#: Outside every profile's allow-list: the egress probe must not reach it.
+EGRESS_PROBE_URL: Final = "https://example.com"
+_ROOT_PROBE_FILE: Final = "/usr/local/.ironflow-check-probe"
 
 Pod = Mapping[str, Any]
 
@@ -280,12 +289,175 @@ def check_proxy_refuses_unknown_token(status: int | None, *, error: str = "") ->
     return CheckResult(check, Outcome.FAIL, f"got HTTP {status} for an unknown token, expected 401")
 
 
-def exec_probes_skipped() -> list[CheckResult]:
-    """The probes run inside a pod: reported, never faked, until the API layer offers exec."""
+# --- exec probes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One probe's exec in one pod: the exit code and stdout, or why the exec could not run."""
+
+    pod: str
+    exit_code: int | None = None
+    stdout: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ExecProbe:
+    """A probe: its row name, the ``sh`` script it runs, and the words that decide it.
+
+    ``judge(facts)`` returns a problem (fail), ``None`` (pass), or raises :class:`_Unknown`
+    for an answer that decides nothing (skipped).
+    """
+
+    name: str
+    script: str
+    judge: Callable[[Mapping[str, str]], str | None]
+    ok: str
+
+
+class _Unknown(Exception):
+    """The probe answered, but not with something that decides the check."""
+
+
+def _judge_token(facts: Mapping[str, str]) -> str | None:
+    state = facts.get("sa-token")
+    if state == "absent":
+        return None
+    if state == "present":
+        return f"{SA_TOKEN_DIR} exists (a service-account token is mounted)"
+    raise _Unknown("no sa-token answer")
+
+
+def _judge_root(facts: Mapping[str, str]) -> str | None:
+    touch, root = facts.get("touch"), facts.get("root")
+    if touch == "ok":
+        return f"touch {_ROOT_PROBE_FILE} succeeded: the root filesystem is writable"
+    if touch != "refused":
+        raise _Unknown("no touch answer")
+    if root and root.split(",")[0] == "rw":
+        return "/ is mounted read-write (touch failed only for lack of permission)"
+    return None
+
+
+def _judge_egress(facts: Mapping[str, str]) -> str | None:
+    state = facts.get("egress")
+    if state == "blocked":
+        return None
+    if state == "open":
+        return "the probe URL answered: egress is not limited to the profile"
+    if state == "no-client":
+        raise _Unknown("neither curl nor wget in the image")
+    raise _Unknown("no egress answer")
+
+
+def _judge_env(facts: Mapping[str, str]) -> str | None:
+    count = facts.get("sk-ant", "")
+    if not count.isdigit():
+        raise _Unknown("no sk-ant count")
+    if int(count) == 0:
+        return None
+    return f"{count} environment variable(s) contain sk-ant"
+
+
+EXEC_PROBES: Final = (
+    ExecProbe(
+        "SA token directory absent (exec)",
+        f"if [ -e {SA_TOKEN_DIR} ]; then echo sa-token=present; else echo sa-token=absent; fi",
+        _judge_token,
+        "{n} pod(s): no service-account token directory",
+    ),
+    ExecProbe(
+        "root filesystem read-only (exec)",
+        'root=; while read -r _dev mnt _fs opts _rest; do [ "$mnt" = / ] && root=$opts; done < /proc/self/mounts;'
+        ' echo "root=$root";'
+        f" if touch {_ROOT_PROBE_FILE} 2>/dev/null; then rm -f {_ROOT_PROBE_FILE}; echo touch=ok;"
+        " else echo touch=refused; fi",
+        _judge_root,
+        "{n} pod(s): / mounted read-only, touch refused",
+    ),
+    ExecProbe(
+        "egress limited to the profile (exec)",
+        "if command -v curl >/dev/null 2>&1; then"
+        " if curl -sS -o /dev/null -m 5 {url} 2>/dev/null; then echo egress=open;"
+        " else echo egress=blocked; fi;"
+        " elif command -v wget >/dev/null 2>&1; then"
+        " if wget -q -T 5 -O /dev/null {url} 2>/dev/null; then echo egress=open;"
+        " else echo egress=blocked; fi;"
+        " else echo egress=no-client; fi",
+        _judge_egress,
+        "{n} pod(s): the probe URL is unreachable",
+    ),
+    ExecProbe(
+        "no sk-ant in the pod env (exec)",
+        'n=$(env | grep -c sk-ant); echo "sk-ant=${n:-0}"',
+        _judge_env,
+        "{n} pod(s): no variable contains sk-ant",
+    ),
+)
+
+
+def probe_command(probe: ExecProbe, *, egress_url: str = EGRESS_PROBE_URL) -> tuple[str, ...]:
+    """The argv exec runs: ``sh -c <script>`` (the script always exits 0); ``egress_url`` is
+    the address the egress probe must fail to reach (one outside every profile)."""
+    return ("sh", "-c", probe.script.replace("{url}", shlex.quote(egress_url)))
+
+
+def running_pods(pods: Sequence[Pod]) -> list[Pod]:
+    """The pods an exec can reach: phase Running and not being deleted."""
     return [
-        CheckResult(name, Outcome.SKIPPED, f"needs exec (`{command}` in the pod); the API layer has no pods/exec yet")
-        for name, command in EXEC_PROBES
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and not p.get("metadata", {}).get("deletionTimestamp")
     ]
+
+
+def _facts(stdout: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def decide_exec_probe(probe: ExecProbe, runs: Sequence[ProbeRun], *, no_pod: str = "") -> CheckResult:
+    """Fail on any pod's problem; pass only if every pod answered and none had one; else skip."""
+    if not runs:
+        why = no_pod or "no Running agent pod to exec into: check while a step runs (or pass --pod)"
+        return CheckResult(probe.name, Outcome.SKIPPED, why)
+    problems: list[str] = []
+    unknown: list[str] = []
+    for run in runs:
+        if run.error:
+            unknown.append(f"{run.pod}: {run.error}")
+        elif run.exit_code != 0:
+            unknown.append(f"{run.pod}: the probe exited {run.exit_code} (is there a POSIX sh?)")
+        else:
+            try:
+                problem = probe.judge(_facts(run.stdout))
+            except _Unknown as exc:
+                unknown.append(f"{run.pod}: {exc}")
+            else:
+                if problem is not None:
+                    problems.append(f"{run.pod}: {problem}")
+    if problems:
+        return CheckResult(probe.name, Outcome.FAIL, "; ".join(problems))
+    if unknown:
+        return CheckResult(probe.name, Outcome.SKIPPED, "; ".join(unknown))
+    return CheckResult(probe.name, Outcome.PASS, probe.ok.format(n=len(runs)))
+
+
+def exec_probes(*, auth_proxy: bool) -> tuple[ExecProbe, ...]:
+    """The probes to run: the ``sk-ant`` env probe only with the auth proxy, as in the seed
+    (without it the pod holds its credential by secretKeyRef, and an OAuth token starts
+    with ``sk-ant`` by design)."""
+    return EXEC_PROBES if auth_proxy else EXEC_PROBES[:3]
+
+
+def exec_probes_skipped(why: str = "", *, auth_proxy: bool = True) -> list[CheckResult]:
+    """Every probe as skipped, with ``why`` (e.g. exec is not allowed): reported, never faked."""
+    return [decide_exec_probe(probe, (), no_pod=why) for probe in exec_probes(auth_proxy=auth_proxy)]
 
 
 def all_passed(results: Iterable[CheckResult]) -> bool:
