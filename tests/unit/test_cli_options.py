@@ -13,6 +13,7 @@ from ironflow.cli import options
 from ironflow.cli.app import app
 from ironflow.k8s.clusters import KubeconfigFile
 
+K8S_FILE = "image: busybox\ncluster: {kubeconfig: kc.yaml}\n"
 WORKFLOWS = Path(__file__).resolve().parents[1] / "integration" / "engine_workflows.py"
 
 
@@ -74,3 +75,27 @@ def test_every_command_refuses_a_bad_provider_file_the_same_way(tmp_path: Path, 
     assert result.exit_code == 2, result.output
     expected = "error: setting 'cluster.context' does not apply to in_cluster: true (a pod has one cluster)\n"
     assert result.stderr == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "provider_yaml"),
+    [
+        (["run", f"{WORKFLOWS}:linear", "--backend", "k8s", "--wait"], K8S_FILE),
+        (["worker"], K8S_FILE),
+        (["worker"], "pod: {image: busybox, sandboxed: true, cluster: {kubeconfig: kc.yaml}}\n"),
+    ],
+)
+def test_account_secrets_are_read_on_the_provider_files_cluster(
+    tmp_path: Path, command: list[str], provider_yaml: str
+) -> None:
+    """The pool's Secret reader connects where the pods run, not to the default kubeconfig."""
+    path = tmp_path / "provider.yaml"
+    path.write_text(provider_yaml)
+    store = ["--store", f"sqlite:///{tmp_path / 'engine.db'}"]
+    account = ["--account", "main=secret:agents/claude/token"]
+    result = CliRunner().invoke(app, [*command, "--provider", str(path), *store, *account])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        f"error: an account reads a Kubernetes Secret, but its cluster is unusable "
+        f"(kubeconfig file '{tmp_path / 'kc.yaml'}'): failed to create K8s client from kubeconfig file"
+    )

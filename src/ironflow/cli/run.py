@@ -17,12 +17,13 @@ import importlib
 import json
 import signal
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar, cast
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -33,6 +34,8 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
 from ironflow.k8s import labels
+from ironflow.k8s.clusters import ClusterConfig, describe_cluster
+from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.provider import AgentProvider
 
 __all__ = ["register", "step_pod_selector"]
@@ -89,9 +92,13 @@ def _parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
 
 @contextlib.asynccontextmanager
 async def _pool(
-    store: Store, parsed: list[accounts.ProviderAccount], max_wait_s: float
+    store: Store,
+    parsed: list[accounts.ProviderAccount],
+    max_wait_s: float,
+    cluster: Callable[[], ClusterConfig | None],
 ) -> AsyncIterator[accounts.AccountPool | None]:
-    """The accounts' pool; a Kubernetes client (the default kubeconfig) only if a Secret is referenced."""
+    """The accounts' pool; a Kubernetes client only if a Secret is referenced, on ``cluster()``
+    (the provider file's, so Secrets are read where the pods run; None: the default kubeconfig)."""
     if not parsed:
         yield None
         return
@@ -100,10 +107,14 @@ async def _pool(
         return
     from ironflow.k8s import api as k8s_api
 
+    chosen = cluster()
     try:
-        kube = await k8s_api.KubeApi.connect()
+        kube = await k8s_api.KubeApi.connect(chosen)
     except errors.IronflowError as exc:
-        _fail(f"an account reads a Kubernetes Secret, but no cluster is configured: {exc.message}")
+        where = (
+            "no cluster is configured" if chosen is None else f"its cluster is unusable ({describe_cluster(chosen)})"
+        )
+        _fail(f"an account reads a Kubernetes Secret, but {where}: {exc.message}")
     try:
         reader = accounts.KubeSecretReader(kube)
         yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s, secret_reader=reader)
@@ -189,6 +200,28 @@ class _Providers:
         if backend not in self._built:
             self._built[backend] = self._build(backend)
         return self._built[backend]
+
+    def cluster_for(self, backend: str | None) -> ClusterConfig | None:
+        """The cluster the provider file names for ``backend`` (None: local, or no file).
+
+        A worker serves every backend: with ``backend=None`` the file's own shape decides
+        (an agent-sandbox file has a ``pod:`` section, a k8s file never has).
+        """
+        if self.provider_file is None or backend == Backend.LOCAL:
+            return None
+        if backend is None:
+            with contextlib.suppress(OSError, yaml.YAMLError):
+                data = yaml.safe_load(self.provider_file.read_text())
+                backend = Backend.AGENT_SANDBOX if isinstance(data, dict) and "pod" in data else Backend.K8S
+            backend = backend or Backend.K8S  # unreadable: the k8s loader names the problem
+        provider = self.get(backend)
+        if isinstance(provider, K8sEphemeralProvider):
+            return provider.settings.cluster
+        from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+        if isinstance(provider, AgentSandboxProvider):
+            return provider.settings.cluster or provider.settings.pod.settings.cluster
+        return None
 
     def _build(self, backend: str) -> AgentProvider:
         if backend == Backend.LOCAL:
@@ -297,7 +330,11 @@ async def _run(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
 ) -> int:
-    async with _opened(store_url) as store, providers, _pool(store, parsed_accounts, max_wait_s) as pool:
+    async with (
+        _opened(store_url) as store,
+        providers,
+        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(backend)) as pool,
+    ):
         if wait:
             providers.check(backend)
         run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
@@ -363,7 +400,11 @@ async def _work(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
 ) -> int:
-    async with _opened(store_url) as store, providers, _pool(store, parsed_accounts, max_wait_s) as pool:
+    async with (
+        _opened(store_url) as store,
+        providers,
+        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None)) as pool,
+    ):
         worker = Worker(
             store,
             lambda r: Runner(store, providers.get(r.backend), accounts=pool),
