@@ -207,7 +207,7 @@ async def test_each_broken_pod_state_fails_its_exec_probe(
     assert failed == {row}
     assert results[row].why == f"claude-code-bad: {results[row].why.split(': ', 1)[1]}"
     assert fragment in results[row].why
-    assert find_leaks([r.why for r in results.values()], [SECRET_VALUE]) == []
+    assert find_leaks([SECRET_VALUE], [r.why for r in results.values()]) == []
 
 
 async def test_no_exec_and_no_running_pod_are_skipped(cluster: Cluster) -> None:

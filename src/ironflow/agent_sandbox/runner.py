@@ -13,7 +13,6 @@ cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invarian
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets as _random
 import time
@@ -26,6 +25,7 @@ from ironflow.claude import output, rate_limits
 from ironflow.k8s import api as kube
 from ironflow.k8s import labels, pods, reaper
 from ironflow.k8s import manifests as pod_manifests
+from ironflow.k8s import runner as k8s_runner
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
 __all__ = ["SandboxStepRunner", "claims_watch"]
-
-_log = logging.getLogger(__name__)
 
 
 class SandboxStepRunner:
@@ -92,11 +90,7 @@ class SandboxStepRunner:
             f"run {run_id}",
             p.settings.pod.settings.previous_attempt_timeout_s,
         )
-        if self.issuer is not None:
-            try:
-                await self.issuer.revoke_run(run_id)
-            except errors.IronflowError as exc:
-                _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+        await k8s_runner.revoke_run_tokens(self.issuer, run_id)
         return deleted
 
     async def reap_orphans(self, *, dry_run: bool = False) -> claims.ClaimReapReport:
@@ -252,7 +246,7 @@ class SandboxStepRunner:
                     lines.flush()
         finally:
             if token_id is not None:
-                await pods.shielded(self._revoke(token_id))
+                await pods.shielded(k8s_runner.revoke_step_token(self.issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         rate_limits.record_rate_limits(config, stdout)
@@ -260,12 +254,6 @@ class SandboxStepRunner:
         if result.exit_code == 0:
             return output.parse_output(stdout, config, wall_ms=wall_ms)
         return output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
-
-    async def _revoke(self, token_id: str) -> None:
-        try:
-            await self.issuer.revoke(token_id)
-        except errors.IronflowError as exc:
-            _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
 
 
 class _LineSplitter:

@@ -42,6 +42,8 @@ __all__ = [
     "StepRunner",
     "TokenIssuer",
     "close_shared_apis",
+    "revoke_run_tokens",
+    "revoke_step_token",
     "shared_api",
 ]
 
@@ -66,6 +68,25 @@ class TokenIssuer(Protocol):
     async def revoke(self, token_id: str) -> object: ...
 
     async def revoke_run(self, run_id: str) -> int: ...
+
+
+async def revoke_run_tokens(issuer: TokenIssuer | None, run_id: str) -> None:
+    """Revoke a released run's proxy tokens; a failure is logged, never raised: the run's
+    objects are already gone and its tokens expire on their own (both providers' release)."""
+    if issuer is None:
+        return
+    try:
+        await issuer.revoke_run(run_id)
+    except errors.IronflowError as exc:
+        _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+
+
+async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:
+    """Revoke a finished step's proxy token; a failure is logged (short id only), never raised."""
+    try:
+        await issuer.revoke(token_id)
+    except errors.IronflowError as exc:
+        _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
 
 
 class Renderer(Protocol):
@@ -271,11 +292,7 @@ class StepRunner:
         deleted = await cleanup.delete_and_wait(
             api, self.namespace, cleanup.run_selection(run_id), self.previous_attempt_timeout_s
         )
-        if self.issuer is not None:
-            try:
-                await self.issuer.revoke_run(run_id)
-            except errors.IronflowError as exc:
-                _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+        await revoke_run_tokens(self.issuer, run_id)
         return deleted
 
     async def reap_orphans(self, *, dry_run: bool = False) -> reaper.ReapReport:
@@ -358,15 +375,8 @@ class StepRunner:
             result = await self._launch(api, plan, config, sink, started)
         finally:
             if token_id is not None and self.issuer is not None:
-                await pods.shielded(self._revoke(token_id))
+                await pods.shielded(revoke_step_token(self.issuer, token_id))
         return result
-
-    async def _revoke(self, token_id: str) -> None:
-        assert self.issuer is not None
-        try:
-            await self.issuer.revoke(token_id)
-        except errors.IronflowError as exc:
-            _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
 
     async def _launch(
         self,
