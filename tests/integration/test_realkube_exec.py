@@ -1,5 +1,6 @@
 """``KubeApi.exec`` through a real kube-apiserver to kwok, whose ``ClusterExec`` rule runs the
-command on this host (scoped to the test's namespace). Skipped when the binaries are not built.
+command on this host (scoped to the test's namespace); and ``ironflow check``'s exec probes over
+that path. Skipped when the binaries are not built.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from ironflow import errors
+from ironflow.cli import check as check_cli
 from ironflow.k8s import api as k8s
+from ironflow.k8s import checks
 from ironflow.testing.kubeenv import KubeEnv
 
 POD = {
@@ -66,3 +71,28 @@ async def test_exec_sends_stdin_of_a_known_length(api: k8s.KubeApi, ns: str) -> 
     async with asyncio.timeout(20):
         out = await api.exec(ns, "box", ("head", "-c", "5"), stdin=b"hello")
     assert (out.exit_code, out.stdout) == (0, b"hello")
+
+
+async def test_check_exec_probes_round_trip_through_the_real_apiserver(api: k8s.KubeApi, ns: str) -> None:
+    """kwok runs each probe on this host, not in a container, so only the round trip is
+    meaningful: every probe is decided (never skipped), the SA-token row follows this host's own
+    directory, and a target this host reaches is reported as open egress. The posture itself
+    (read-only root, isolation) is tested with bubblewrap in ``test_cli_check_exec.py``."""
+    app = web.Application()
+    app.router.add_get("/", _unauthorized)
+    async with TestServer(app, host="127.0.0.1") as target:
+        url = str(target.make_url("/"))
+        results = await check_cli.run_checks(api, namespace=ns, pod="box", auth_proxy_url=url, egress_url=url)
+    rows = {r.check: r for r in results}
+    exec_rows = {p.name: rows[p.name] for p in checks.EXEC_PROBES}
+    assert {r.outcome for r in exec_rows.values()} <= {checks.Outcome.PASS, checks.Outcome.FAIL}, exec_rows
+    host_has_token_dir = await asyncio.to_thread(Path(checks.SA_TOKEN_DIR).exists)
+    expected = checks.Outcome.FAIL if host_has_token_dir else checks.Outcome.PASS
+    assert exec_rows["SA token directory absent (exec)"].outcome is expected
+    egress = exec_rows["egress limited to the profile (exec)"]
+    assert egress.outcome is checks.Outcome.FAIL
+    assert "egress is not limited" in egress.why
+
+
+async def _unauthorized(_: web.Request) -> web.Response:
+    return web.Response(status=401)
