@@ -88,6 +88,13 @@ def test_proxy_socket_appears_at_a_fixed_path() -> None:
     assert ("/x/proxy.sock", bwrap.PROXY_SOCKET_PATH) in _pairs(argv, "--ro-bind")
 
 
+def test_relay_script_appears_at_a_fixed_path_wherever_the_package_lives() -> None:
+    """A package under /tmp (hidden in the sandbox) still gets its relay in: bound at a fixed path."""
+    argv = bwrap.bwrap_argv(_settings(proxy_socket="/x/proxy.sock", forwarder_script="/tmp/clone/forwarder.py"))
+    assert ("/tmp/clone/forwarder.py", bwrap.FORWARDER_PATH) in _pairs(argv, "--ro-bind")
+    assert bwrap.FORWARDER_PATH.startswith("/run/ironflow/")
+
+
 def test_the_command_follows_the_separator_untouched() -> None:
     argv = bwrap.bwrap_argv(_settings(command=("echo", "--uid", "0")))
     assert argv[argv.index("--") + 1 :] == ["echo", "--uid", "0"]

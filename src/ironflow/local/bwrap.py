@@ -29,6 +29,7 @@ from ironflow.claude import layout
 __all__ = [
     "DEFAULT_HOME_SIZE_BYTES",
     "DEFAULT_TMP_SIZE_BYTES",
+    "FORWARDER_PATH",
     "HIDDEN_ETC_ENTRIES",
     "HIDDEN_ROOT_ENTRIES",
     "PROXY_SOCKET_PATH",
@@ -53,6 +54,9 @@ HIDDEN_ROOT_ENTRIES: Final = frozenset({"root", "home", "run", "tmp", "proc", "d
 HIDDEN_ETC_ENTRIES: Final = frozenset({"shadow", "shadow-", "gshadow", "gshadow-", "claude-code", "ironflow"})
 #: Where the auth proxy's unix socket appears inside the sandbox.
 PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
+#: Where the relay script appears inside the sandbox: a fixed path, because the package
+#: may live anywhere on the host, /tmp (hidden in the sandbox) included.
+FORWARDER_PATH: Final = "/run/ironflow/forwarder.py"
 #: Paths a step's read-only mount may not take: the sandbox's own mounts.
 RESERVED_MOUNT_PATHS: Final = (
     layout.SANDBOX_HOME,
@@ -93,6 +97,8 @@ class BwrapSettings:
     managed_settings_dir: str | None = None
     profile_dirs: tuple[str, ...] = ()
     proxy_socket: str | None = None
+    #: The host file of :mod:`ironflow.local.forwarder`, bound at :data:`FORWARDER_PATH`.
+    forwarder_script: str | None = None
     working_dir: str | None = None
     home_size_bytes: int = DEFAULT_HOME_SIZE_BYTES
     tmp_size_bytes: int = DEFAULT_TMP_SIZE_BYTES
@@ -205,6 +211,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += ["--tmpfs", "/run"]
     if settings.proxy_socket is not None:
         argv += ["--ro-bind", settings.proxy_socket, PROXY_SOCKET_PATH]
+    if settings.forwarder_script is not None:
+        argv += ["--ro-bind", settings.forwarder_script, FORWARDER_PATH]
     for mount in settings.read_only_mounts:
         argv += ["--ro-bind", mount.source, mount.target]
     # Read-only only now: the mounts above may need mount points under /run or /home.

@@ -400,8 +400,9 @@ class LocalSandboxProvider:
         script = os.path.realpath(forwarder.__file__)
         if proxy_socket is not None:
             inner_socket = bwrap.PROXY_SOCKET_PATH if self.isolation == "bwrap" else proxy_socket
-            relay = (python, "-I", "-S", script, str(settings.PROXY_PORT), inner_socket, "--")
-        tools = (*extra_tools, python, script) if proxy_socket is not None else extra_tools
+            inner_script = bwrap.FORWARDER_PATH if self.isolation == "bwrap" else script
+            relay = (python, "-I", "-S", inner_script, str(settings.PROXY_PORT), inner_socket, "--")
+        tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
         if self.isolation == "gvisor":
             bridge = None
             if proxy_socket is not None:
@@ -437,6 +438,7 @@ class LocalSandboxProvider:
                 managed_settings_dir=managed_dir,
                 profile_dirs=profile_dirs,
                 proxy_socket=proxy_socket,
+                forwarder_script=script if proxy_socket is not None else None,
                 working_dir=working_dir,
                 home_size_bytes=self.home_size_bytes,
                 tmp_size_bytes=self.tmp_size_bytes,
