@@ -12,7 +12,9 @@ import asyncio
 import base64
 import copy
 import itertools
+import json
 import shutil
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,11 @@ EXEC_ROWS = {p.name for p in checks.EXEC_PROBES}
 #: The pods the namespace's egress policy selects (sound pods carry it).
 ISOLATED = {"example.com/egress": "isolated"}
 _dirs = itertools.count()
+# Only this topic's command, in a child process, so this loop keeps serving the API.
+_PROGRAM = (
+    "from ironflow.cli import check; import typer; app = typer.Typer(); app.callback()(lambda: None); "
+    "check.register(app); app()"
+)
 
 
 def _egress_isolated(server: KubeTestServer, pod: dict[str, Any]) -> bool:
@@ -149,20 +156,39 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             server.serve_exec(bwrap_runtime(server, tmp_path))
             async with await api.KubeApi.connect(server.cluster_config()) as kube_api:
                 await kube_api.create(NETWORK_POLICIES, NS, EGRESS_POLICY)
+                server.deny("networkpolicies", "create", NS)  # the worker Role grants no NetworkPolicy
                 yield Cluster(server, kube_api, url)
             assert server.running_execs == 0
     finally:
         await runner.cleanup()
 
 
-async def test_a_sound_pod_passes_every_exec_probe(cluster: Cluster) -> None:
-    """Every row passes but the SubjectAccessReview, which the test server does not serve."""
+async def test_a_sound_pod_passes_every_check_and_the_command_exits_0(cluster: Cluster, tmp_path: Path) -> None:
+    """run_checks: every row passes; ``ironflow check`` in a child process prints them and exits 0."""
     await cluster.add_running(sound_pod())
     results = await cluster.results()
     assert {name: results[name].outcome for name in EXEC_ROWS} == dict.fromkeys(EXEC_ROWS, checks.Outcome.PASS)
-    not_passed = {r.check for r in results.values() if r.outcome is not checks.Outcome.PASS}
-    assert not_passed == {"worker cannot create networkpolicies"}
+    assert {r.check: r.outcome for r in results.values()} == dict.fromkeys(results, checks.Outcome.PASS)
     assert len(cluster.server.execs) == 4
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(cluster.server.kubeconfig_yaml())
+    args = ["--kubeconfig", str(kubeconfig), "-n", NS, "--auth-proxy", cluster.egress_url]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _PROGRAM,
+        "check",
+        *args,
+        "--egress-url",
+        cluster.egress_url,
+        "-o",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert {row["result"] for row in json.loads(out)} == {"pass"}
 
 
 def _writable_root(pod: dict[str, Any]) -> None:

@@ -1,6 +1,8 @@
 """``ironflow check`` against the Kubernetes API test server and the real auth proxy: a provider-
 rendered pod passes the pod checks, a broken pod fails them, the proxy answers 401 to an unknown
-token, and the command exits 0/1/3 as documented (exec probes are reported as skipped)."""
+token, and the command exits 0/1/3 as documented (no pod is Running here, so the exec probes are
+skipped; they run in test_cli_check_exec.py). On the test server the worker's NetworkPolicy
+grant is its ``deny`` rule, which its SubjectAccessReview answers from."""
 
 from __future__ import annotations
 
@@ -36,18 +38,32 @@ def _by_check(results: list[checks.CheckResult]) -> dict[str, checks.CheckResult
     return {r.check: r for r in results}
 
 
+def _deny_networkpolicies(kube: Any) -> None:
+    """On the test server, the worker Role's missing grant (a real server has no such Role)."""
+    if kube.server is not None:
+        kube.server.deny("networkpolicies", "create", kube.namespace)
+
+
 async def test_a_provider_pod_passes_and_the_run_exits_3_for_what_could_not_run(kube: Any) -> None:
+    _deny_networkpolicies(kube)
     await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
     results = await check_cli.run_checks(kube.api, namespace=kube.namespace)
     by_check = _by_check(results)
     assert {by_check[c].outcome for c in POD_CHECKS} == {checks.Outcome.PASS}
     review = by_check["worker cannot create networkpolicies"]
-    if kube.server is None:  # a real API server answers the SubjectAccessReview: not allowed
-        assert review.outcome is checks.Outcome.PASS
-    else:
-        assert review.outcome is checks.Outcome.SKIPPED, "the test server serves no SubjectAccessReview"
+    assert review.outcome is checks.Outcome.PASS
     assert "SubjectAccessReview" in review.why
+    assert "no Running agent pod" in by_check["root filesystem read-only (exec)"].why
     assert check_cli.exit_code(results) == 3
+
+
+async def test_the_test_servers_review_follows_its_deny_rules(kube: Any) -> None:
+    server = kube.need_server()
+    review = _by_check(await check_cli.run_checks(kube.api, namespace=kube.namespace))
+    assert review["worker cannot create networkpolicies"].outcome is checks.Outcome.FAIL
+    server.deny("networkpolicies", "create")  # cluster-wide
+    review = _by_check(await check_cli.run_checks(kube.api, namespace=kube.namespace))
+    assert review["worker cannot create networkpolicies"].outcome is checks.Outcome.PASS
 
 
 async def test_a_broken_pod_fails_its_checks_and_the_run_exits_1(kube: Any) -> None:
@@ -141,6 +157,7 @@ async def _command(server: Any, tmp_path: Path, *args: str) -> tuple[int | None,
 
 
 async def test_the_command_prints_the_table_and_exits_3(kube: Any, tmp_path: Path) -> None:
+    _deny_networkpolicies(kube)
     await kube.api.create(api.PODS, kube.namespace, _pod(kube.namespace, "claude-code-good"))
     code, out, err = await _command(kube.need_server(), tmp_path, "-n", kube.namespace, "-o", "json")
     assert code == 3, err

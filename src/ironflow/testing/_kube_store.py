@@ -73,6 +73,8 @@ BUILTINS: Final = (
     Type("", "v1", "namespaces", "Namespace", False),
     Type("batch", "v1", "jobs", "Job", True),
     Type("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
+    # Create-only and never stored: answered from the server's deny rules (KubeTestServer._review).
+    Type("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False),
 )
 
 

@@ -18,6 +18,9 @@ log"), ``run_job``/``script_jobs``; and breaks things on purpose: ``deny`` (403)
 (any status, or a dropped connection, on the Nth call), ``compact`` (410 for old watches),
 ``drop_watches``. Every request is recorded (``requests``, ``count``).
 
+A SubjectAccessReview is answered from the same ``deny`` rules (every user has the test
+token's rights): ``allowed`` unless that resource and verb are denied there.
+
 It never does: TLS, RBAC beyond ``deny``, admission webhooks, server-side apply, scheduling.
 Continued list pages are served from the current state (a real server serves its snapshot).
 
@@ -524,6 +527,12 @@ class KubeTestServer:
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
             return await self._log(request, namespace or "", name)
+        if t.key == ("authorization.k8s.io", "subjectaccessreviews"):
+            if verb != "create" or name is not None:
+                raise _Refusal(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            return _json_response(201, self._review(await _body(request)))
         if sub == "exec" and t.key == ("", "pods") and name is not None:
             return await self._exec.handle(request, namespace or "", name, self.get_object(api.PODS, namespace, name))
         if sub not in (None, "status"):
@@ -578,6 +587,20 @@ class KubeTestServer:
                 },
             )
         raise _Refusal(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _review(self, body: Any) -> Obj:
+        """A SubjectAccessReview's answer: allowed unless ``deny`` covers the resource and verb."""
+        attrs = (body.get("spec") or {}).get("resourceAttributes") if isinstance(body, dict) else None
+        if not isinstance(attrs, dict):
+            raise _Refusal(
+                400, "BadRequest", "spec.resourceAttributes: Required value: this test server reviews resources only"
+            )
+        resource = str(attrs.get("resource", "")) + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+        verb, namespace = str(attrs.get("verb", "")), attrs.get("namespace") or None
+        denied = (resource, verb, namespace) in self._denied or (resource, verb, None) in self._denied
+        if denied:
+            return {**body, "status": {"allowed": False, "denied": True, "reason": "denied by the kube test server"}}
+        return {**body, "status": {"allowed": True, "reason": "allowed by the kube test server (no deny rule)"}}
 
     def _versioned(self, t: _Type, obj: Obj) -> Obj:
         return dict(obj, apiVersion=t.api_version)
