@@ -363,10 +363,15 @@ class AgentConfig:
 
 
 def _plain(value: Any) -> Any:
+    """JSON-able form; fields at their default are left out, so stored configs stay short."""
     if isinstance(value, StrEnum):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out = {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default
+        }
         if isinstance(value, ReadOnlyVolume):
             out["source"] = {type(value.source).__name__: _plain(value.source)}
         return out

@@ -13,6 +13,7 @@ from ironflow.agent import (
     ConfigMapSource,
     HostPathSource,
     PermissionMode,
+    PodSettings,
     PvcSource,
     PvcVolume,
     validate_sub_path,
@@ -102,10 +103,41 @@ def test_pvc_volume_refuses_bad_sub_path_and_empty_claim() -> None:
         AgentConfig("x").pvc_volume("c", "/data", sub_path="../etc")
 
 
-def test_validate_sub_path_accepts_nested_and_spaces() -> None:
+def test_k8s_validate_pvc_sub_path_accepts_nested_and_spaces() -> None:
     assert validate_sub_path("a/b c/d") is None
-    for bad in ("/abs", "a//b", "a/./b", "a/..", ""):
-        assert validate_sub_path(bad) is not None
+    assert validate_sub_path("repos/my project") is None
+
+
+def test_k8s_validate_pvc_sub_path_refuses_structural_errors() -> None:
+    for bad in ("/abs", "a//b", "a/./b", "a/..", "", "../x", "a/"):
+        assert validate_sub_path(bad) is not None, bad
+
+
+def test_k8s_pod_settings_is_empty() -> None:
+    assert PodSettings().is_empty()
+    assert not AgentConfig("x").service_account("sa").pod.is_empty()
+    assert not AgentConfig("x").without_provider_volumes().pod.is_empty()
+
+
+def test_k8s_pvc_volume_serde_skips_defaults() -> None:
+    cfg = AgentConfig("x").pvc_volume("work", "/work")
+    assert cfg.to_dict()["pod"] == {"pvc_volumes": [{"claim_name": "work", "mount_path": "/work"}]}
+    full = AgentConfig("x").pvc_volume("work", "/work", sub_path="a", read_only=True)
+    assert full.to_dict()["pod"]["pvc_volumes"][0] == {
+        "claim_name": "work",
+        "mount_path": "/work",
+        "sub_path": "a",
+        "read_only": True,
+    }
+    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_k8s_pod_volume_source_serde_is_tagged() -> None:
+    cfg = AgentConfig("x").read_only_pvc("repos", "/data/repos").read_only_host_path("/srv", "/data/srv")
+    volumes = cfg.to_dict()["pod"]["read_only_volumes"]
+    assert volumes[0]["source"] == {"PvcSource": {"claim_name": "repos"}}
+    assert volumes[1]["source"] == {"HostPathSource": {"path": "/srv"}}
+    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
 
 
 @given(st.lists(st.sampled_from(["a", "b", "..", ".", "", "x y"]), min_size=1, max_size=5))
@@ -155,6 +187,6 @@ def test_result_text_and_json() -> None:
         AgentResult("not json", duration_ms=1).json()
 
 
-def test_pvc_volume_problem() -> None:
+def test_k8s_pvc_volume_validate() -> None:
     assert PvcVolume("", "/x").problem() == "pvc volume needs a non-empty claim_name"
     assert PvcVolume("c", "/x").problem() is None

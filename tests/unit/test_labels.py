@@ -8,34 +8,34 @@ from hypothesis import strategies as st
 from ironflow.k8s import labels
 
 
-def test_sanitize_keeps_valid_value() -> None:
+def test_k8s_sanitize_label_value_keeps_valid_value() -> None:
     for value in ("review", "a", "fix-bug-42", "A.b_c-9", "x" * 63):
         assert labels.sanitize_label_value(value) == value
 
 
-def test_sanitize_replaces_invalid_chars_and_adds_hash() -> None:
+def test_k8s_sanitize_label_value_replaces_invalid_chars_and_adds_hash() -> None:
     out = labels.sanitize_label_value("fix bug/42")
     assert out.startswith("fix-bug-42-")
     assert len(out) == len("fix-bug-42-") + 8
 
 
-def test_sanitize_distinguishes_similar_inputs() -> None:
+def test_k8s_sanitize_label_value_distinguishes_similar_inputs() -> None:
     assert labels.sanitize_label_value("fix bug") != labels.sanitize_label_value("fix/bug")
 
 
-def test_sanitize_truncates_long_input() -> None:
+def test_k8s_sanitize_label_value_truncates_long_input() -> None:
     out = labels.sanitize_label_value("x" * 100)
     assert len(out) <= 63
     assert out.startswith("x" * 54 + "-")
 
 
-def test_sanitize_trims_non_alphanumeric_edges() -> None:
+def test_k8s_sanitize_label_value_trims_non_alphanumeric_edges() -> None:
     out = labels.sanitize_label_value("--hello--")
     assert out.startswith("hello-")
     assert len(out) == len("hello-") + 8
 
 
-def test_sanitize_empty_and_unicode_only() -> None:
+def test_k8s_sanitize_label_value_empty_and_unicode_only() -> None:
     assert labels.sanitize_label_value("").startswith("unnamed-")
     assert labels.sanitize_label_value("日本語").startswith("unnamed-")
     assert labels.sanitize_label_value("") != labels.sanitize_label_value("日本語")
@@ -47,7 +47,7 @@ def test_fnv_suffix_matches_reference_vector() -> None:
 
 
 @given(st.text())
-def test_sanitize_always_valid_and_deterministic(raw: str) -> None:
+def test_k8s_sanitize_label_value_is_deterministic(raw: str) -> None:
     out = labels.sanitize_label_value(raw)
     assert labels.is_valid_label_value(out)
     assert out == labels.sanitize_label_value(raw)
