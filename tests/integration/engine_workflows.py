@@ -9,9 +9,15 @@ from ironflow.agent import AgentConfig
 from ironflow.engine import AgentStep, Context, RetryPolicy
 
 
+def _config(input: dict[str, Any], name: str, prompt: str) -> AgentConfig:
+    """``prompt`` with the pod labels ``input["pod_labels"][name]`` asks for (a real cluster's
+    fake kubelet reads how long the pod runs and how it ends from labels)."""
+    return AgentConfig(prompt).with_pod_labels(dict(input.get("pod_labels", {}).get(name, {})))
+
+
 async def linear(ctx: Context, input: dict[str, Any]) -> list[str]:
     """One agent step per name, in order."""
-    return [(await ctx.agent(name, AgentConfig(f"do {name}"))).text for name in input["steps"]]
+    return [(await ctx.agent(name, _config(input, name, f"do {name}"))).text for name in input["steps"]]
 
 
 async def wave(ctx: Context, input: dict[str, Any]) -> list[str]:
@@ -24,14 +30,15 @@ async def wave(ctx: Context, input: dict[str, Any]) -> list[str]:
 
 
 async def child(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
-    result = await ctx.agent("child step", AgentConfig("inside"))
+    result = await ctx.agent("child step", _config(input, "child step", "inside"))
     return {"text": result.text, "run_id": ctx.run_id, "root": ctx.root_run_id, "parent": ctx.parent_run_id}
 
 
 async def parent(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
     """An agent step, then a sub-workflow."""
-    await ctx.agent("plan", AgentConfig("plan"))
-    return dict(await ctx.sub_workflow("child", child, {"from": ctx.run_id}))
+    await ctx.agent("plan", _config(input, "plan", "plan"))
+    child_input = {"from": ctx.run_id, "pod_labels": input.get("pod_labels", {})}
+    return dict(await ctx.sub_workflow("child", child, child_input))
 
 
 async def flaky(ctx: Context, input: dict[str, Any]) -> str:

@@ -1,0 +1,304 @@
+"""The engine's crash-recovery contract on a real kube-apiserver (etcd, controllers, kwok).
+
+A worker subprocess runs a workflow of agent steps with the Kubernetes provider and is
+SIGKILLed while a step's pod runs; a second worker subprocess takes the run once the lease
+has expired. A watch on the namespace records every pod event with its resourceVersion, so
+the order "the dead attempt's pod is gone, then the new attempt creates its first pod" is
+read from the API server itself, and the pods created per step label show which steps ran
+again. kwok ends each pod as its labels say (``EXIT_CODE_LABEL``, ``RUN_FOR_LABEL``), and
+serves the prepared CLI output as its log. Skipped when the control plane is not built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from ironflow.engine import model
+from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine.sqlite import SqliteStore
+from ironflow.engine.store import Store, open_store
+from ironflow.engine.worker import Worker
+from ironflow.k8s import api, labels
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.runner import close_shared_apis
+from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
+
+HERE = Path(__file__).parent
+WORKER = HERE / "engine_crash_worker.py"
+WORKFLOWS = HERE / "engine_workflows.py"
+JSON_TEXT = (HERE.parent / "fixtures" / "claude" / "json_text.out").read_text()
+ANSWER = "Hello from the fake model."
+IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+QUICK = {EXIT_CODE_LABEL: "0", RUN_FOR_LABEL: "200ms"}
+#: Long enough that the killed attempt's pod still runs when the next attempt releases the
+#: run (lease 1.5 s + a worker's start), short enough to keep the resumed step quick.
+SLOW = {EXIT_CODE_LABEL: "0", RUN_FOR_LABEL: "6s"}
+CHILD_STEP = labels.sanitize_label_value("child step")
+
+
+@pytest.fixture
+def ns(kube_env: KubeEnv) -> Iterator[str]:
+    """A fresh namespace enforcing PodSecurity ``restricted``, serving the CLI's JSON output as every log."""
+    with kube_env.namespace(f"engine-crash-{uuid.uuid4().hex[:8]}", labels=RESTRICTED) as name:
+        kube_env.set_namespace_log(name, JSON_TEXT)
+        yield name
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    await close_shared_apis()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store both worker processes share: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'engine.db'}"
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    database = f"realkube_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {database}")
+    finally:
+        await conn.close()
+    return dsn.rsplit("/", 1)[0] + "/" + database
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """One watch event of a pod, as the API server ordered it."""
+
+    type: str
+    name: str
+    step: str
+    run_id: str
+    rv: int
+    phase: str
+    deleting: bool
+
+
+@dataclass
+class PodLog:
+    """Every pod event of a namespace from a watch started before the run."""
+
+    events: list[PodEvent] = field(default_factory=list)
+
+    def of(self, name: str) -> list[PodEvent]:
+        return [e for e in self.events if e.name == name]
+
+    def created(self) -> list[PodEvent]:
+        return [e for e in self.events if e.type == "ADDED"]
+
+    def running(self, step: str) -> PodEvent | None:
+        return next((e for e in self.events if e.step == step and e.phase == "Running"), None)
+
+
+@contextlib.asynccontextmanager
+async def watching_pods(env: KubeEnv, namespace: str) -> AsyncIterator[PodLog]:
+    """Record the namespace's pod events until the block ends."""
+    log = PodLog()
+    kube = await api.KubeApi.connect(env.cluster_config())
+    listed = await kube.list(api.PODS, namespace)
+    assert listed.items == []
+
+    async def record() -> None:
+        async for event in kube.watch(api.PODS, namespace, resource_version=listed.resource_version):
+            meta = event.object.get("metadata", {})
+            pod_labels = meta.get("labels", {})
+            log.events.append(
+                PodEvent(
+                    event.type,
+                    meta.get("name", ""),
+                    pod_labels.get(labels.LABEL_STEP, ""),
+                    pod_labels.get(labels.LABEL_RUN_ID, ""),
+                    int(event.resource_version),
+                    event.object.get("status", {}).get("phase", ""),
+                    "deletionTimestamp" in meta,
+                )
+            )
+
+    task = asyncio.create_task(record())
+    try:
+        yield log
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await kube.close()
+
+
+@contextlib.contextmanager
+def worker(store_url: str, kubeconfig: Path, namespace: str, stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker process running the Kubernetes provider on the kubeconfig's cluster."""
+    with stderr.open("ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER), store_url, "--kubeconfig", str(kubeconfig), namespace],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def eventually(check: Callable[[], Any], *, limit_s: float = 40.0, what: str | Callable[[], str] = "") -> Any:
+    """Poll ``check`` (sync or returning an awaitable) until it gives something truthy; on
+    timeout fail with ``what`` (or what it returns then: e.g. the workers' stderr)."""
+    try:
+        async with asyncio.timeout(limit_s):
+            while True:
+                value = check()
+                if isinstance(value, Awaitable):
+                    value = await value
+                if value:
+                    return value
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(
+            f"timed out after {limit_s}s waiting for {what if isinstance(what, str) else what()}"
+        ) from None
+
+
+async def finished_status(store: Store, run_id: str) -> model.RunStatus | None:
+    run = await store.get_run(run_id)
+    return run.status if run is not None and run.finished else None
+
+
+async def pods_left(env: KubeEnv, namespace: str) -> list[str]:
+    async with await api.KubeApi.connect(env.cluster_config()) as kube:
+        return [p["metadata"]["name"] for p in (await kube.list(api.PODS, namespace)).items]
+
+
+async def test_a_killed_worker_s_run_resumes_after_its_pod_is_gone_without_repeating_steps(
+    kube_env: KubeEnv, ns: str, store_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL while step "slow"'s pod runs: the next worker deletes that pod (and waits for it to
+    be gone) before it creates any, then runs only "slow" again and "four"; the run succeeds."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kube_env.cluster_config().yaml)
+    kubeconfig.chmod(0o600)
+    stderr = tmp_path / "workers.err"
+    steps = ["one", "two", "slow", "four"]
+    pod_labels = {name: SLOW if name == "slow" else QUICK for name in steps}
+    store = open_store(store_url)
+    await store.open()
+    try:
+        run_id = model.new_id()
+        await store.create_run(
+            model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": steps, "pod_labels": pod_labels})
+        )
+        async with watching_pods(kube_env, ns) as pods:
+            with worker(store_url, kubeconfig, ns, stderr) as first:
+                dead = await eventually(lambda: pods.running("slow"), what="step slow's pod to run")
+                os.kill(first.pid, signal.SIGKILL)
+                first.wait(timeout=5)
+            killed_at = len(pods.events)
+            with worker(store_url, kubeconfig, ns, stderr):
+                status = await eventually(
+                    lambda: finished_status(store, run_id),
+                    what=lambda: f"the run to finish; workers said:\n{stderr.read_text()}",
+                )
+            await eventually(lambda: not [e for e in pods.created() if pods.of(e.name)[-1].type != "DELETED"])
+        run = await store.get_run(run_id)
+        stored_steps = await store.steps(run_id)
+    finally:
+        await store.close()
+
+    assert status is model.RunStatus.SUCCEEDED, stderr.read_text()
+    assert run is not None
+    assert (run.output, run.attempt) == ([ANSWER] * 4, 2)
+    assert [(s.name, s.status, s.attempts) for s in stored_steps] == [
+        (name, model.StepStatus.SUCCEEDED, 1) for name in steps
+    ]
+    assert dead.run_id == run_id
+    # The dead attempt's pod was still running after the kill: only the release ended it.
+    dead_events = pods.of(dead.name)
+    assert {e.phase for e in dead_events if e.rv >= dead.rv} == {"Running"}
+    (deletion_requested, *_) = [e for e in dead_events if e.deleting]
+    gone = dead_events[-1]
+    assert gone.type == "DELETED"
+    resumed = [e for e in pods.created() if e.rv > dead.rv]
+    assert resumed, "the new attempt created no pod"
+    assert [e.step for e in resumed] == ["slow", "four"]
+    # Ordered by the API server: delete requested, pod gone, and only then the first new pod.
+    assert deletion_requested.rv < gone.rv < resumed[0].rv
+    assert all(e.rv < resumed[0].rv for e in pods.events[:killed_at])
+    assert Counter(e.step for e in pods.created()) == {"one": 1, "two": 1, "slow": 2, "four": 1}
+    assert {e.run_id for e in pods.created()} == {run_id}
+    assert await pods_left(kube_env, ns) == []
+
+
+@contextlib.asynccontextmanager
+async def in_process_worker(store: SqliteStore, provider: K8sEphemeralProvider) -> AsyncIterator[Worker]:
+    running = Worker(store, lambda run: Runner(store, provider), lease_s=3.0, poll_s=0.05)
+    task = asyncio.create_task(running.run())
+    try:
+        yield running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_removes_them(
+    kube_env: KubeEnv, ns: str, tmp_path: Path
+) -> None:
+    """The child run's pod is labelled with its own run id and the parent's root id; on the real
+    server ``release_run(root)`` deletes it and returns only once it is gone."""
+    provider = K8sEphemeralProvider.sandboxed(IMAGE).namespace(ns).timeout(60).cluster(kube_env.cluster_config())
+    store = SqliteStore(tmp_path / "engine.db")
+    await store.open()
+    try:
+        run_id = model.new_id()
+        pod_labels = {"plan": QUICK, "child step": {EXIT_CODE_LABEL: "0", RUN_FOR_LABEL: "60s"}}
+        await store.create_run(
+            model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:parent", input={"pod_labels": pod_labels})
+        )
+        async with watching_pods(kube_env, ns) as pods, in_process_worker(store, provider) as running:
+            child_pod = await eventually(lambda: pods.running(CHILD_STEP), what="the child step's pod to run")
+            child = await store.get_run(child_pod.run_id)
+            assert child is not None
+            assert (child.parent_run_id, child.root_run_id) == (run_id, run_id)
+            async with await api.KubeApi.connect(kube_env.cluster_config()) as kube:
+                live = await kube.get(api.PODS, ns, child_pod.name)
+            assert live["metadata"]["labels"][labels.LABEL_ROOT_RUN_ID] == run_id
+            assert child_pod.run_id != run_id
+
+            assert await provider.release_run(run_id) == 1
+            assert await pods_left(kube_env, ns) == []  # gone when release_run returned
+            await eventually(lambda: running.outcomes, what="the run's outcome")
+        # Released under a live execution, the in-flight step loses its pod: it fails, naming it.
+        assert running.outcomes == [(run_id, Outcome.FAILED)]
+        (child_step,) = await store.steps(child_pod.run_id)
+    finally:
+        await store.close()
+    assert child_step.error is not None
+    assert child_step.error["type"] == "KubeNotFound"
+    assert f"{child_pod.name} (Pod) was deleted while waiting for it" in child_step.error["message"]
+    assert Counter(e.step for e in pods.created()) == {"plan": 1, CHILD_STEP: 1}
