@@ -46,11 +46,23 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "VolumeSource",
+    "environment_id_valid",
+    "invalid_environment_id_message",
     "validate_sub_path",
 ]
 
 DEFAULT_MODEL: Final = "sonnet"
 _RESUME_ID = re.compile(r"[A-Za-z0-9_-]+")
+_ENVIRONMENT_ID = re.compile(r"[a-z0-9-]{1,253}")
+
+
+def environment_id_valid(environment_id: str) -> bool:
+    """A persistent environment id is a claim name ironflow could have made: ``[a-z0-9-]{1,253}``."""
+    return _ENVIRONMENT_ID.fullmatch(environment_id) is not None
+
+
+def invalid_environment_id_message(environment_id: str) -> str:
+    return f"environment id must match [a-z0-9-]{{1,253}}, got {environment_id!r}"
 
 
 class PermissionMode(StrEnum):
@@ -206,6 +218,8 @@ class AgentConfig:
     json_schema: Mapping[str, Any] | None = None
     resume_session_id: str | None = None
     session_id: str | None = None
+    #: Mount this persistent environment (an earlier ``AgentResult.environment_id``) instead of a new one.
+    resume_environment_id: str | None = None
     verbose: bool = False
     pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
     pod: PodSettings = PodSettings()
@@ -237,6 +251,8 @@ class AgentConfig:
             value = getattr(self, name)
             if value is not None and not _RESUME_ID.fullmatch(value):
                 raise errors.ConfigError(f"{name} must only hold [A-Za-z0-9_-], got {value!r}")
+        if self.resume_environment_id is not None and not environment_id_valid(self.resume_environment_id):
+            raise errors.ConfigError(invalid_environment_id_message(self.resume_environment_id))
         if self.json_schema is not None and self.allowed_tools:
             raise errors.ConfigError(
                 "json_schema and allowed_tools cannot be combined: a structured-output step runs no tools"
@@ -322,6 +338,11 @@ class AgentConfig:
     def input(self, url: str, mount_path: str) -> AgentConfig:
         """Fetch ``url`` to ``mount_path`` before the agent starts (checked at invocation)."""
         return dataclasses.replace(self, inputs=(*self.inputs, AgentInput(url, mount_path)))
+
+    def resume_environment(self, environment_id: str) -> AgentConfig:
+        """Mount the persistent environment an earlier step returned (its ``environment_id``);
+        the provider needs an environment volume. An id outside ``[a-z0-9-]{1,253}`` raises ConfigError."""
+        return dataclasses.replace(self, resume_environment_id=environment_id)
 
     def account_session(self, session: AccountSession) -> AgentConfig:
         return dataclasses.replace(self, account=session)

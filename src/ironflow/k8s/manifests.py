@@ -153,6 +153,8 @@ def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> 
             proxy or a sandbox, blank runtime class, unknown preset, reserved label).
     """
     fail = errors.StepConfigError
+    if config.resume_environment_id is not None and settings.environment is None:
+        raise fail("resume_environment needs K8sEphemeralProvider.environment_volume")
     if settings.auth_proxy_url is not None:
         if settings.oauth_credentials is not None:
             raise fail(proxy_forbidden_message("oauth_credentials"))

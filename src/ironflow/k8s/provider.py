@@ -28,7 +28,7 @@ import yaml
 
 from ironflow import agent, errors
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import clusters, hardening, labels, manifests
+from ironflow.k8s import clusters, environments, hardening, labels, manifests
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ class ProviderSettings:
     auth_proxy_url: str | None = None
     auth_proxy_admin_key: Secret | None = None
     orphan_reaper_interval_s: float | None = None
+    #: A persistent per-step PVC (§1.12); None: steps get none.
+    environment: environments.EnvironmentVolume | None = None
 
     def __repr__(self) -> str:
         # Plain env values show as '***': a caller may still put a credential there
@@ -186,6 +188,18 @@ class K8sEphemeralProvider:
         if isinstance(uid, bool) or not isinstance(uid, int) or uid <= 0:
             raise errors.ConfigError("run_as_user must be greater than 0")
         return self._relax("run_as_user", run_as_user=uid)
+
+    def environment_volume(self, volume: environments.EnvironmentVolume) -> K8sEphemeralProvider:
+        """Give every step a persistent read-write PVC at ``volume.mount_path``: a new claim,
+        or the one named by the step's ``resume_environment(id)``; its id is returned as
+        ``AgentResult.environment_id``. The worker then needs create/get/patch/list/delete on
+        persistentvolumeclaims (``ironflow manifests --environment-claims``).
+
+        Raises:
+            ConfigError: ``invalid environment volume: {reason}``.
+        """
+        volume.validate()
+        return self._with(environment=volume)
 
     def sessions_volume(self, claim: str) -> K8sEphemeralProvider:
         """Keep session transcripts on a PVC at ``~/.claude/projects`` (enables resume)."""
@@ -374,13 +388,16 @@ class K8sEphemeralProvider:
         proxy_token: str | Secret | None = None,
         worker_env: Mapping[str, str] | None = None,
         pod_name: str | None = None,
+        environment_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """The objects a step creates, in creation order: the prompt ConfigMap (prompts
-        over 100,000 bytes), then the Pod. No I/O.
+        over 100,000 bytes), the new environment claim (with ``environment_volume``, unless
+        the step resumes one: that claim exists already), then the Pod. No I/O.
 
         ``now`` is unix seconds (default: the clock); ``worker_env`` is the worker's
         environment (only the names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``proxy_token``
-        is the ``ifap_`` token the proxy issued for this step.
+        is the ``ifap_`` token the proxy issued for this step; ``environment_id`` names a
+        new environment claim (default: generated, ``ironflow-env-{ms hex}-{8 hex}``).
 
         Raises:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
@@ -395,6 +412,15 @@ class K8sEphemeralProvider:
             raise errors.ConfigError("proxy_token needs a provider with auth_proxy(url): the pod would not reach it")
         now_s = int(time.time()) if now is None else now
         name = pod_name or manifests.generate_pod_name(now_s * 1000, _random.randbits(32))
+        claim: environments.EnvironmentClaim | None = None
+        if s.environment is not None:
+            claim = environments.environment_claim_for(
+                config.resume_environment_id, now_ms=now_s * 1000, rand32=_random.randbits(32)
+            )
+            if not claim.resumed and environment_id is not None:
+                claim = environments.EnvironmentClaim(environment_id, resumed=False)
+            mount = environments.environment_mount(s.environment, claim.name)
+            inputs = dataclasses.replace(inputs, step_pvc_volumes=(*inputs.step_pvc_volumes, mount))
 
         from_secret = s.oauth_credentials_secret is not None
         prefix = (
@@ -431,6 +457,18 @@ class K8sEphemeralProvider:
             )
             configmap_name = cm["metadata"]["name"]
             out.append(cm)
+        if s.environment is not None and claim is not None and not claim.resumed:
+            out.append(
+                environments.build_environment_claim(
+                    claim.name,
+                    namespace=s.namespace,
+                    volume=s.environment,
+                    pod_labels=inputs.labels,
+                    expires_at=environments.environment_expires_at(
+                        s.environment, now=now_s, lifetime_s=expires_at - now_s
+                    ),
+                )
+            )
         out.append(
             manifests.build_pod(
                 s,
@@ -633,6 +671,7 @@ _TOP_KEYS: Final = (
     "auth_proxy",
     "orphan_reaper_interval_seconds",
     "cluster",
+    "environment_volume",
 )
 _CLUSTER_KEYS: Final = ("kubeconfig", "kubeconfig_inline", "in_cluster", "context")
 _SANDBOX_KEYS: Final = (
@@ -808,6 +847,19 @@ def _from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> K8sEphem
     if top.has("managed_settings_presets"):
         for name, configmap in top.str_map("managed_settings_presets").items():
             p = p.managed_settings_preset(name, configmap)
+    if top.has("environment_volume"):
+        env = top.section("environment_volume", ("mount_path", "size", "storage_class", "ttl_seconds"))
+        env.require("mount_path")
+        p = p.environment_volume(
+            environments.EnvironmentVolume(
+                env.text("mount_path"),
+                size=env.text("size") if env.has("size") else environments.DEFAULT_ENVIRONMENT_SIZE,
+                storage_class=env.text("storage_class") if env.has("storage_class") else None,
+                ttl=timedelta(seconds=env.number("ttl_seconds"))
+                if env.has("ttl_seconds")
+                else environments.DEFAULT_ENVIRONMENT_TTL,
+            )
+        )
     if top.has("claude_profiles"):
         for item in top.items("claude_profiles", ("configmap", "subdir")):
             item.require("configmap")

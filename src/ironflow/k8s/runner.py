@@ -5,6 +5,9 @@ The runner is the I/O half of ``K8sEphemeralProvider``; the provider's pure
 ``manifests()`` decides what to create. Invariants:
 
 * nothing is created before the step is validated and rendered;
+* a step's persistent environment claim (§1.12) is created (or checked and its expiry
+  refreshed) after the prompt ConfigMap and before the pod; it outlives the step, except
+  when the API refused the pod: then a claim this step created is deleted;
 * no auth-proxy token, no pod: with a token issuer, a refused issue fails the step first;
 * once the prompt ConfigMap or the pod exists, it is deleted on every path, a
   cancellation included (the cleanup runs shielded, then the cancellation goes on);
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ironflow import agent, errors
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import api as kube
-from ironflow.k8s import cleanup, labels, pods, reaper
+from ironflow.k8s import cleanup, environments, labels, pods, reaper
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -93,7 +96,13 @@ class Renderer(Protocol):
     """The provider's pure rendering: the objects of a step, in creation order."""
 
     def __call__(
-        self, config: agent.AgentConfig, *, now: int, proxy_token: str | None, pod_name: str | None
+        self,
+        config: agent.AgentConfig,
+        *,
+        now: int,
+        proxy_token: str | None,
+        pod_name: str | None,
+        environment_id: str | None = None,
     ) -> list[dict[str, Any]]: ...
 
 
@@ -143,6 +152,8 @@ class _Plan:
 
     configmap: dict[str, Any] | None
     pod: dict[str, Any]
+    #: A new environment claim to create (None: no environment, or a resumed one).
+    claim: dict[str, Any] | None = None
 
     @property
     def pod_name(self) -> str:
@@ -162,11 +173,13 @@ class _Plan:
 def _plan(objects: Sequence[dict[str, Any]]) -> _Plan:
     pods = [o for o in objects if o.get("kind") == "Pod"]
     cms = [o for o in objects if o.get("kind") == "ConfigMap"]
-    if len(pods) != 1 or len(cms) > 1:
+    claims = [o for o in objects if o.get("kind") == "PersistentVolumeClaim"]
+    if len(pods) != 1 or len(cms) > 1 or len(claims) > 1:
         raise errors.ConfigError(
-            "the provider rendered an unexpected set of objects: need one Pod, at most one ConfigMap"
+            "the provider rendered an unexpected set of objects: "
+            "need one Pod, at most one ConfigMap and one PersistentVolumeClaim"
         )
-    return _Plan(cms[0] if cms else None, pods[0])
+    return _Plan(cms[0] if cms else None, pods[0], claims[0] if claims else None)
 
 
 def _ended(pod: Mapping[str, Any] | None) -> bool:
@@ -210,6 +223,8 @@ class StepRunner:
     issuer: TokenIssuer | None = field(default=None, repr=False)
     #: Closed by :meth:`aclose`: the admin client this runner made for itself.
     owned: Any = field(default=None, repr=False, compare=False)
+    #: The provider's persistent environment volume (its ttl sets a resumed claim's expiry).
+    environment: environments.EnvironmentVolume | None = None
 
     @classmethod
     def for_provider(
@@ -243,9 +258,21 @@ class StepRunner:
         env = dict(os.environ) if worker_env is None else dict(worker_env)
 
         def render(
-            config: agent.AgentConfig, *, now: int, proxy_token: str | None, pod_name: str | None
+            config: agent.AgentConfig,
+            *,
+            now: int,
+            proxy_token: str | None,
+            pod_name: str | None,
+            environment_id: str | None = None,
         ) -> list[dict[str, Any]]:
-            return provider.manifests(config, now=now, proxy_token=proxy_token, worker_env=env, pod_name=pod_name)
+            return provider.manifests(
+                config,
+                now=now,
+                proxy_token=proxy_token,
+                worker_env=env,
+                pod_name=pod_name,
+                environment_id=environment_id,
+            )
 
         return cls(
             source,
@@ -255,6 +282,7 @@ class StepRunner:
             s.previous_attempt_timeout_s,
             issuer,
             owned,
+            s.environment,
         )
 
     @classmethod
@@ -370,9 +398,10 @@ class StepRunner:
                     now=now,
                     proxy_token=token.reveal() if token is not None else None,
                     pod_name=draft.pod_name,
+                    environment_id=draft.claim["metadata"]["name"] if draft.claim is not None else None,
                 )
             )
-            result = await self._launch(api, plan, config, sink, started)
+            result = await self._launch(api, plan, config, sink, started, now=now)
         finally:
             if token_id is not None and self.issuer is not None:
                 await pods.shielded(revoke_step_token(self.issuer, token_id))
@@ -385,9 +414,13 @@ class StepRunner:
         config: agent.AgentConfig,
         sink: LogSink | None,
         started: float,
+        *,
+        now: int,
     ) -> agent.AgentResult:
         ns = self.namespace
         cm_name = plan.configmap["metadata"]["name"] if plan.configmap is not None else None
+        environment_id: str | None = None
+        claim_created = False
         pod_created = False
         outcome = _Outcome()
         failure: BaseException | None = None
@@ -397,6 +430,16 @@ class StepRunner:
                     await api.create(kube.CONFIGMAPS, ns, plan.configmap)
                 except errors.KubernetesError as exc:
                     raise _with_prefix(exc, "failed to create prompt ConfigMap") from exc
+            if plan.claim is not None:
+                environment_id = str(plan.claim["metadata"]["name"])
+                try:
+                    await api.create(kube.PERSISTENTVOLUMECLAIMS, ns, plan.claim)
+                except errors.KubernetesError as exc:
+                    raise _with_prefix(exc, f"failed to create environment claim '{environment_id}'") from exc
+                claim_created = True
+            elif config.resume_environment_id is not None and self.environment is not None:
+                environment_id = config.resume_environment_id
+                await self._resume_environment(api, plan, environment_id, now)
             # From the moment the request leaves, the pod may exist (a cancellation or a lost
             # answer tells us nothing): only a refusal with a status proves it does not.
             pod_created = True
@@ -418,6 +461,9 @@ class StepRunner:
             pod_gone = True
             if pod_created:
                 pod_gone = await pods.delete_quietly(api, kube.PODS, ns, plan.pod_name, expires_at=plan.expires_at)
+            elif claim_created and environment_id is not None:
+                # The API refused the pod: the environment this step created holds nothing yet.
+                await pods.delete_quietly(api, kube.PERSISTENTVOLUMECLAIMS, ns, environment_id)
             if cm_name is not None:
                 await pods.delete_quietly(api, kube.CONFIGMAPS, ns, cm_name, expires_at=plan.expires_at)
             left = (
@@ -431,11 +477,40 @@ class StepRunner:
             if not pod_gone and failure is not None:
                 failure.add_note(left)
         try:
-            return self._finalize(config, outcome, started)
+            return environments.with_environment(self._finalize(config, outcome, started), environment_id)
         except errors.IronflowError as exc:
             if not pod_gone:
                 exc.add_note(left)  # e.g. a timeout whose pod the API would not delete
             raise
+
+    async def _resume_environment(self, api: kube.KubeApi, plan: _Plan, environment_id: str, now: int) -> None:
+        """The resumed claim must be ours and alive; its expiry restarts from now (§1.12).
+
+        Raises:
+            StepConfigError: ``environment '{id}' not found or expired`` (missing, being
+                deleted, or not an ironflow environment claim).
+        """
+        assert self.environment is not None
+        gone = errors.StepConfigError(environments.not_found_message(environment_id))
+        ns = self.namespace
+        try:
+            claim = await api.get(kube.PERSISTENTVOLUMECLAIMS, ns, environment_id)
+        except errors.KubeNotFound:
+            raise gone from None
+        except errors.KubernetesError as exc:
+            raise _with_prefix(exc, f"failed to read environment claim '{environment_id}'") from exc
+        if not environments.is_live_environment_claim(claim):
+            raise gone
+        lifetime = int(plan.expires_at or now) - now
+        expires_at = environments.environment_expires_at(self.environment, now=now, lifetime_s=lifetime)
+        try:
+            await api.patch(
+                kube.PERSISTENTVOLUMECLAIMS, ns, environment_id, environments.environment_expiry_patch(expires_at)
+            )
+        except errors.KubeNotFound:
+            raise gone from None
+        except errors.KubernetesError as exc:
+            raise _with_prefix(exc, f"failed to refresh the expiry of environment claim '{environment_id}'") from exc
 
     async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
         """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
