@@ -98,7 +98,8 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: Case, s
     before = int(time.time())
     first = await runner(kube).invoke(AgentConfig("Set up").run_scope(RUN, "setup"))
     env_id = first.environment_id
-    assert env_id is not None and env_id.startswith("ironflow-env-")
+    assert env_id is not None
+    assert env_id.startswith("ironflow-env-")
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == [env_id]
     claim = server.get_object(k8s.PERSISTENTVOLUMECLAIMS, ns, env_id)
     assert claim is not None
@@ -121,7 +122,8 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: Case, s
     assert [o["kind"] for o in created] == ["Pod"]
     assert mounted_claims(server, ns, created) == [env_id]
     assert expiry(server, ns, env_id) >= before + WEEK
-    assert names(server, k8s.PODS, ns) == [] and names(server, k8s.CONFIGMAPS, ns) == []
+    assert names(server, k8s.PODS, ns) == []
+    assert names(server, k8s.CONFIGMAPS, ns) == []
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == [env_id]
 
 
@@ -173,7 +175,8 @@ async def test_a_resumed_environment_that_is_not_live_fails_the_step(
         await runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "s").resume_environment(env_id))
     assert server.count("create", "pods") == 0
     assert server.count("patch", "persistentvolumeclaims") == 0
-    assert names(server, k8s.PODS, ns) == [] and names(server, k8s.CONFIGMAPS, ns) == []  # prompt deleted
+    assert names(server, k8s.PODS, ns) == []
+    assert names(server, k8s.CONFIGMAPS, ns) == []
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == claims_before
     if case == "foreign":
         assert expiry(server, ns, env_id) == 7  # not touched
@@ -204,8 +207,8 @@ async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: Ca
     config = proxy_config.AuthProxyConfig(admin_key=Secret(ADMIN_KEY), upstream="http://127.0.0.1:9")
     async with proxy_app.run_auth_proxy(config) as running, AdminClient(running.url, ADMIN_KEY) as admin:
         p = provider(ns).auth_proxy(running.url)
+        step = AgentConfig("x" * 120_000).run_scope(RUN, "s").account_session(ACCOUNT)
         with pytest.raises(errors.KubeForbidden, match="failed to create environment claim 'ironflow-env-"):
-            step = AgentConfig("x" * 120_000).run_scope(RUN, "s").account_session(ACCOUNT)
             await runner(kube, p, issuer=admin).invoke(step)
         assert await admin.revoke_run(RUN) == 0  # the step's token was already revoked
     assert server.count("create", "configmaps") == 1
@@ -220,7 +223,7 @@ async def test_resume_without_environment_volume_fails_before_anything_exists(
     plain = K8sEphemeralProvider.sandboxed("img").namespace(kube.namespace)
     server.reset_requests()
     with pytest.raises(
-        errors.StepConfigError, match="resume_environment needs K8sEphemeralProvider.environment_volume"
+        errors.StepConfigError, match=r"resume_environment needs K8sEphemeralProvider\.environment_volume"
     ):
         await runner(kube, plain).invoke(AgentConfig("hi").resume_environment("ironflow-env-1-2"))
     assert [r for r in server.requests if r.verb in ("create", "patch", "delete")] == []
