@@ -1,7 +1,7 @@
 """K8sEphemeralProvider as configuration: builders, invocation-time merging and refusals.
 
 Counterparts of the reference's ``k8s/ephemeral.rs`` unit tests (the [newest]
-environment-volume cases are not ported: that feature is not implemented). Every pod
+environment-volume cases are in ``test_k8s_environments.py``). Every pod
 rendered here is validated strictly for Kubernetes 1.30 and 1.37.
 """
 

@@ -6,6 +6,7 @@ the runtime modules build on it. Nothing pure imports an I/O module.
 """
 
 from ironflow.claude.profile import ClaudeProfile
+from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.hardening import SandboxSettings
 from ironflow.k8s.labels import (
     ANNOTATION_EXPIRES_AT,
@@ -30,6 +31,7 @@ __all__ = [
     "LABEL_RUN_ID",
     "LABEL_STEP",
     "ClaudeProfile",
+    "EnvironmentVolume",
     "ImagePullPolicy",
     "JobRun",
     "K8sEphemeralProvider",
