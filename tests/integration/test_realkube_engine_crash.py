@@ -195,63 +195,123 @@ async def pods_left(env: KubeEnv, namespace: str) -> list[str]:
         return [p["metadata"]["name"] for p in (await kube.list(api.PODS, namespace)).items]
 
 
+@dataclass(frozen=True)
+class Crash:
+    """What a kill-and-resume left: the run, the stored steps of every run whose pod was seen,
+    the pod events, and the killed attempt's running pod."""
+
+    run: model.RunRecord
+    steps: dict[str, list[model.StepRecord]]
+    pods: PodLog
+    dead: PodEvent
+    killed_at: int
+
+
+async def kill_and_resume(
+    env: KubeEnv, namespace: str, store_url: str, tmp_path: Path, workflow: str, input: Any, kill_in: str
+) -> Crash:
+    """Run ``workflow`` in a worker process, SIGKILL it once step ``kill_in``'s pod runs, then let a
+    second worker process finish the run; every pod is gone when this returns."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(env.cluster_config().yaml)
+    kubeconfig.chmod(0o600)
+    stderr = tmp_path / "workers.err"
+    store = open_store(store_url)
+    await store.open()
+    try:
+        run_id = model.new_id()
+        await store.create_run(model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:{workflow}", input=input))
+        async with watching_pods(env, namespace) as pods:
+            with worker(store_url, kubeconfig, namespace, stderr) as first:
+                dead = await eventually(lambda: pods.running(kill_in), what=f"step {kill_in}'s pod to run")
+                os.kill(first.pid, signal.SIGKILL)
+                first.wait(timeout=5)
+            killed_at = len(pods.events)
+            with worker(store_url, kubeconfig, namespace, stderr):
+                status = await eventually(
+                    lambda: finished_status(store, run_id),
+                    what=lambda: f"the run to finish; workers said:\n{stderr.read_text()}",
+                )
+            await eventually(
+                lambda: all(pods.of(e.name)[-1].type == "DELETED" for e in pods.created()), what="every pod to go"
+            )
+        run = await store.get_run(run_id)
+        steps = {r: await store.steps(r) for r in {run_id, *(e.run_id for e in pods.created())}}
+    finally:
+        await store.close()
+    assert status is model.RunStatus.SUCCEEDED, stderr.read_text()
+    assert run is not None
+    assert await pods_left(env, namespace) == []
+    return Crash(run, steps, pods, dead, killed_at)
+
+
+def assert_released_before_resumed(crash: Crash) -> list[PodEvent]:
+    """The dead attempt's pod still ran after the kill, its deletion and its end precede (by
+    resourceVersion) the first pod of the new attempt; returns the new attempt's creations."""
+    dead_events = crash.pods.of(crash.dead.name)
+    assert {e.phase for e in dead_events if e.rv >= crash.dead.rv} == {"Running"}  # only the release ended it
+    (deletion_requested, *_) = [e for e in dead_events if e.deleting]
+    gone = dead_events[-1]
+    assert gone.type == "DELETED"
+    resumed = [e for e in crash.pods.created() if e.rv > crash.dead.rv]
+    assert resumed, "the new attempt created no pod"
+    assert deletion_requested.rv < gone.rv < resumed[0].rv
+    assert all(e.rv < resumed[0].rv for e in crash.pods.events[: crash.killed_at])
+    return resumed
+
+
 async def test_a_killed_worker_s_run_resumes_after_its_pod_is_gone_without_repeating_steps(
     kube_env: KubeEnv, ns: str, store_url: str, tmp_path: Path
 ) -> None:
     """SIGKILL while step "slow"'s pod runs: the next worker deletes that pod (and waits for it to
     be gone) before it creates any, then runs only "slow" again and "four"; the run succeeds."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(kube_env.cluster_config().yaml)
-    kubeconfig.chmod(0o600)
-    stderr = tmp_path / "workers.err"
     steps = ["one", "two", "slow", "four"]
     pod_labels = {name: SLOW if name == "slow" else QUICK for name in steps}
-    store = open_store(store_url)
-    await store.open()
-    try:
-        run_id = model.new_id()
-        await store.create_run(
-            model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": steps, "pod_labels": pod_labels})
-        )
-        async with watching_pods(kube_env, ns) as pods:
-            with worker(store_url, kubeconfig, ns, stderr) as first:
-                dead = await eventually(lambda: pods.running("slow"), what="step slow's pod to run")
-                os.kill(first.pid, signal.SIGKILL)
-                first.wait(timeout=5)
-            killed_at = len(pods.events)
-            with worker(store_url, kubeconfig, ns, stderr):
-                status = await eventually(
-                    lambda: finished_status(store, run_id),
-                    what=lambda: f"the run to finish; workers said:\n{stderr.read_text()}",
-                )
-            await eventually(lambda: not [e for e in pods.created() if pods.of(e.name)[-1].type != "DELETED"])
-        run = await store.get_run(run_id)
-        stored_steps = await store.steps(run_id)
-    finally:
-        await store.close()
-
-    assert status is model.RunStatus.SUCCEEDED, stderr.read_text()
-    assert run is not None
-    assert (run.output, run.attempt) == ([ANSWER] * 4, 2)
-    assert [(s.name, s.status, s.attempts) for s in stored_steps] == [
+    crash = await kill_and_resume(
+        kube_env, ns, store_url, tmp_path, "linear", {"steps": steps, "pod_labels": pod_labels}, "slow"
+    )
+    run_id = crash.run.id
+    assert (crash.run.output, crash.run.attempt) == ([ANSWER] * 4, 2)
+    assert [(s.name, s.status, s.attempts) for s in crash.steps[run_id]] == [
         (name, model.StepStatus.SUCCEEDED, 1) for name in steps
     ]
-    assert dead.run_id == run_id
-    # The dead attempt's pod was still running after the kill: only the release ended it.
-    dead_events = pods.of(dead.name)
-    assert {e.phase for e in dead_events if e.rv >= dead.rv} == {"Running"}
-    (deletion_requested, *_) = [e for e in dead_events if e.deleting]
-    gone = dead_events[-1]
-    assert gone.type == "DELETED"
-    resumed = [e for e in pods.created() if e.rv > dead.rv]
-    assert resumed, "the new attempt created no pod"
+    assert crash.dead.run_id == run_id
+    resumed = assert_released_before_resumed(crash)
     assert [e.step for e in resumed] == ["slow", "four"]
-    # Ordered by the API server: delete requested, pod gone, and only then the first new pod.
-    assert deletion_requested.rv < gone.rv < resumed[0].rv
-    assert all(e.rv < resumed[0].rv for e in pods.events[:killed_at])
-    assert Counter(e.step for e in pods.created()) == {"one": 1, "two": 1, "slow": 2, "four": 1}
-    assert {e.run_id for e in pods.created()} == {run_id}
-    assert await pods_left(kube_env, ns) == []
+    assert Counter(e.step for e in crash.pods.created()) == {"one": 1, "two": 1, "slow": 2, "four": 1}
+    assert {e.run_id for e in crash.pods.created()} == {run_id}
+
+
+async def test_a_killed_worker_s_sub_workflow_pod_is_released_through_the_root_run(
+    kube_env: KubeEnv, ns: str, tmp_path: Path
+) -> None:
+    """SIGKILL while the child run's step runs: the resumed parent's ``release_run(root)`` deletes the
+    child's pod (it carries the root's id), "plan" is not run again, the child step is; success."""
+    pod_labels = {"plan": QUICK, "child step": SLOW}
+    crash = await kill_and_resume(
+        kube_env, ns, f"sqlite:///{tmp_path / 'engine.db'}", tmp_path, "parent", {"pod_labels": pod_labels}, CHILD_STEP
+    )
+    run_id = crash.run.id
+    child_run_id = crash.dead.run_id
+    assert child_run_id != run_id
+    assert crash.run.attempt == 2
+    assert crash.run.output is not None
+    assert crash.run.output["text"] == ANSWER
+    assert (crash.run.output["run_id"], crash.run.output["root"], crash.run.output["parent"]) == (
+        child_run_id,
+        run_id,
+        run_id,
+    )
+    resumed = assert_released_before_resumed(crash)
+    assert [(e.step, e.run_id) for e in resumed] == [(CHILD_STEP, child_run_id)]
+    assert Counter(e.step for e in crash.pods.created()) == {"plan": 1, CHILD_STEP: 2}
+    assert [(s.name, s.status, s.attempts) for s in crash.steps[run_id]] == [
+        ("plan", model.StepStatus.SUCCEEDED, 1),
+        ("child", model.StepStatus.SUCCEEDED, 1),
+    ]
+    assert [(s.name, s.status, s.attempts) for s in crash.steps[child_run_id]] == [
+        ("child step", model.StepStatus.SUCCEEDED, 1)  # resumed, not retried: still one attempt
+    ]
 
 
 @contextlib.asynccontextmanager
