@@ -236,3 +236,11 @@ async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: Case,
     env_id = (await runner(kube, p).invoke(AgentConfig("hi"))).environment_id
     assert env_id is not None
     assert expiry(server, kube.namespace, env_id) >= before + 5 + 60  # timeout + margin
+
+
+async def test_release_run_keeps_the_environment_claims_of_the_run(kube: Case, server: KubeTestServer) -> None:
+    """Environments outlive their run on purpose (a later run may resume them); the reaper ends them."""
+    server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
+    env_id = (await runner(kube).invoke(AgentConfig("hi").run_scope(RUN, "s"))).environment_id
+    await runner(kube).release_run(RUN)
+    assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == [env_id]

@@ -6,6 +6,7 @@ Counterparts of the reference's environment cases in ``k8s/ephemeral.rs`` and
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from ironflow.k8s.environments import (
     is_live_environment_claim,
     with_environment,
 )
+from ironflow.secrets import find_leaks
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -313,3 +315,12 @@ def test_environment_mount_path_conflicts_are_refused() -> None:
     p = sandboxed().environment_volume(EnvironmentVolume("/data"))
     with pytest.raises(errors.StepConfigError, match="duplicate volume mount path '/data'"):
         render(p, AgentConfig("p").pvc_volume("other", "/data"))
+
+
+def test_environment_claim_holds_no_credential() -> None:
+    """The proxy token reaches the pod env only; the claim carries names, labels and an expiry."""
+    token = "ifap_" + "t" * 40
+    p = sandboxed().environment_volume(EnvironmentVolume("/workspace")).auth_proxy("http://proxy:8080")
+    claim, pod = render(p, AgentConfig("p").run_scope("run", "step"), proxy_token=token)
+    assert find_leaks([token], [json.dumps(claim)]) == []
+    assert find_leaks([token], [json.dumps(pod)]) != []  # the scan can see it where it is
