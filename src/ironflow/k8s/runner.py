@@ -439,7 +439,7 @@ class StepRunner:
                 claim_created = True
             elif config.resume_environment_id is not None and self.environment is not None:
                 environment_id = config.resume_environment_id
-                await self._resume_environment(api, plan, environment_id, now)
+                await self._resume_environment(api, plan, self.environment, environment_id, now)
             # From the moment the request leaves, the pod may exist (a cancellation or a lost
             # answer tells us nothing): only a refusal with a status proves it does not.
             pod_created = True
@@ -483,14 +483,20 @@ class StepRunner:
                 exc.add_note(left)  # e.g. a timeout whose pod the API would not delete
             raise
 
-    async def _resume_environment(self, api: kube.KubeApi, plan: _Plan, environment_id: str, now: int) -> None:
+    async def _resume_environment(
+        self,
+        api: kube.KubeApi,
+        plan: _Plan,
+        volume: environments.EnvironmentVolume,
+        environment_id: str,
+        now: int,
+    ) -> None:
         """The resumed claim must be ours and alive; its expiry restarts from now (§1.12).
 
         Raises:
             StepConfigError: ``environment '{id}' not found or expired`` (missing, being
                 deleted, or not an ironflow environment claim).
         """
-        assert self.environment is not None
         gone = errors.StepConfigError(environments.not_found_message(environment_id))
         ns = self.namespace
         try:
@@ -502,7 +508,7 @@ class StepRunner:
         if not environments.is_live_environment_claim(claim):
             raise gone
         lifetime = int(plan.expires_at or now) - now
-        expires_at = environments.environment_expires_at(self.environment, now=now, lifetime_s=lifetime)
+        expires_at = environments.environment_expires_at(volume, now=now, lifetime_s=lifetime)
         try:
             await api.patch(
                 kube.PERSISTENTVOLUMECLAIMS, ns, environment_id, environments.environment_expiry_patch(expires_at)
