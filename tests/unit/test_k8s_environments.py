@@ -324,3 +324,12 @@ def test_environment_claim_holds_no_credential() -> None:
     claim, pod = render(p, AgentConfig("p").run_scope("run", "step"), proxy_token=token)
     assert find_leaks([token], [json.dumps(claim)]) == []
     assert find_leaks([token], [json.dumps(pod)]) != []  # the scan can see it where it is
+
+
+def test_local_sandbox_reports_resume_environment_as_ignored() -> None:
+    """A local step cannot mount a Kubernetes claim: the result says so instead of pretending."""
+    from ironflow.local.settings import ignored_settings
+
+    ignored = ignored_settings(AgentConfig("p").resume_environment("ironflow-env-1-2"))
+    assert ignored == ("resume_environment ironflow-env-1-2 (no persistent environments locally)",)
+    assert ignored_settings(AgentConfig("p")) == ()

@@ -82,6 +82,8 @@ def ignored_settings(
     if pod.without_provider_volumes:
         out.append("without_provider_volumes")
     out.extend(f"input {i.mount_path}" for i in config.inputs)
+    if config.resume_environment_id is not None:
+        out.append(f"resume_environment {config.resume_environment_id} (no persistent environments locally)")
     if labels.LABEL_EGRESS_PROFILE in config.pod_labels:
         out.append(f"egress_profile {config.pod_labels[labels.LABEL_EGRESS_PROFILE]} (no network but the proxy)")
     return tuple(out)
