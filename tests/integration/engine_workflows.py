@@ -22,9 +22,10 @@ async def linear(ctx: Context, input: dict[str, Any]) -> list[str]:
 
 async def wave(ctx: Context, input: dict[str, Any]) -> list[str]:
     """A first step, then one parallel wave of the given names."""
-    await ctx.agent("before", AgentConfig("first"))
+    await ctx.agent("before", _config(input, "before", "first"))
     results = await ctx.parallel(
-        [AgentStep(name, AgentConfig(f"do {name}")) for name in input["names"]], fail_fast=input.get("fail_fast", True)
+        [AgentStep(name, _config(input, name, f"do {name}")) for name in input["names"]],
+        fail_fast=input.get("fail_fast", True),
     )
     return [r.text for r in results]
 

@@ -198,20 +198,20 @@ async def pods_left(env: KubeEnv, namespace: str) -> list[str]:
 @dataclass(frozen=True)
 class Crash:
     """What a kill-and-resume left: the run, the stored steps of every run whose pod was seen,
-    the pod events, and the killed attempt's running pod."""
+    the pod events, and the killed attempt's running pods (first ``Running`` event of each)."""
 
     run: model.RunRecord
     steps: dict[str, list[model.StepRecord]]
     pods: PodLog
-    dead: PodEvent
+    dead: tuple[PodEvent, ...]
     killed_at: int
 
 
 async def kill_and_resume(
-    env: KubeEnv, namespace: str, store_url: str, tmp_path: Path, workflow: str, input: Any, kill_in: str
+    env: KubeEnv, namespace: str, store_url: str, tmp_path: Path, workflow: str, input: Any, kill_in: tuple[str, ...]
 ) -> Crash:
-    """Run ``workflow`` in a worker process, SIGKILL it once step ``kill_in``'s pod runs, then let a
-    second worker process finish the run; every pod is gone when this returns."""
+    """Run ``workflow`` in a worker process, SIGKILL it once the pods of the steps ``kill_in`` run,
+    then let a second worker process finish the run; every pod is gone when this returns."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(env.cluster_config().yaml)
     kubeconfig.chmod(0o600)
@@ -223,7 +223,10 @@ async def kill_and_resume(
         await store.create_run(model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:{workflow}", input=input))
         async with watching_pods(env, namespace) as pods:
             with worker(store_url, kubeconfig, namespace, stderr) as first:
-                dead = await eventually(lambda: pods.running(kill_in), what=f"step {kill_in}'s pod to run")
+                dead = await eventually(
+                    lambda: all(map(pods.running, kill_in)) and tuple(map(pods.running, kill_in)),
+                    what=f"the pods of {kill_in} to run",
+                )
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait(timeout=5)
             killed_at = len(pods.events)
@@ -246,16 +249,18 @@ async def kill_and_resume(
 
 
 def assert_released_before_resumed(crash: Crash) -> list[PodEvent]:
-    """The dead attempt's pod still ran after the kill, its deletion and its end precede (by
-    resourceVersion) the first pod of the new attempt; returns the new attempt's creations."""
-    dead_events = crash.pods.of(crash.dead.name)
-    assert {e.phase for e in dead_events if e.rv >= crash.dead.rv} == {"Running"}  # only the release ended it
-    (deletion_requested, *_) = [e for e in dead_events if e.deleting]
-    gone = dead_events[-1]
-    assert gone.type == "DELETED"
-    resumed = [e for e in crash.pods.created() if e.rv > crash.dead.rv]
+    """The dead attempt's pods still ran after the kill; their deletions and their ends precede
+    (by resourceVersion) the first pod of the new attempt. Returns the new attempt's creations."""
+    last_dead = max(d.rv for d in crash.dead)
+    resumed = [e for e in crash.pods.created() if e.rv > last_dead]
     assert resumed, "the new attempt created no pod"
-    assert deletion_requested.rv < gone.rv < resumed[0].rv
+    for dead in crash.dead:
+        dead_events = crash.pods.of(dead.name)
+        assert {e.phase for e in dead_events if e.rv >= dead.rv} == {"Running"}  # only the release ended it
+        (deletion_requested, *_) = [e for e in dead_events if e.deleting]
+        gone = dead_events[-1]
+        assert gone.type == "DELETED"
+        assert deletion_requested.rv < gone.rv < resumed[0].rv
     assert all(e.rv < resumed[0].rv for e in crash.pods.events[: crash.killed_at])
     return resumed
 
@@ -268,14 +273,14 @@ async def test_a_killed_worker_s_run_resumes_after_its_pod_is_gone_without_repea
     steps = ["one", "two", "slow", "four"]
     pod_labels = {name: SLOW if name == "slow" else QUICK for name in steps}
     crash = await kill_and_resume(
-        kube_env, ns, store_url, tmp_path, "linear", {"steps": steps, "pod_labels": pod_labels}, "slow"
+        kube_env, ns, store_url, tmp_path, "linear", {"steps": steps, "pod_labels": pod_labels}, ("slow",)
     )
     run_id = crash.run.id
     assert (crash.run.output, crash.run.attempt) == ([ANSWER] * 4, 2)
     assert [(s.name, s.status, s.attempts) for s in crash.steps[run_id]] == [
         (name, model.StepStatus.SUCCEEDED, 1) for name in steps
     ]
-    assert crash.dead.run_id == run_id
+    assert [d.run_id for d in crash.dead] == [run_id]
     resumed = assert_released_before_resumed(crash)
     assert [e.step for e in resumed] == ["slow", "four"]
     assert Counter(e.step for e in crash.pods.created()) == {"one": 1, "two": 1, "slow": 2, "four": 1}
@@ -289,10 +294,16 @@ async def test_a_killed_worker_s_sub_workflow_pod_is_released_through_the_root_r
     child's pod (it carries the root's id), "plan" is not run again, the child step is; success."""
     pod_labels = {"plan": QUICK, "child step": SLOW}
     crash = await kill_and_resume(
-        kube_env, ns, f"sqlite:///{tmp_path / 'engine.db'}", tmp_path, "parent", {"pod_labels": pod_labels}, CHILD_STEP
+        kube_env,
+        ns,
+        f"sqlite:///{tmp_path / 'engine.db'}",
+        tmp_path,
+        "parent",
+        {"pod_labels": pod_labels},
+        (CHILD_STEP,),
     )
     run_id = crash.run.id
-    child_run_id = crash.dead.run_id
+    (child_run_id,) = (d.run_id for d in crash.dead)
     assert child_run_id != run_id
     assert crash.run.attempt == 2
     assert crash.run.output is not None
@@ -311,6 +322,32 @@ async def test_a_killed_worker_s_sub_workflow_pod_is_released_through_the_root_r
     ]
     assert [(s.name, s.status, s.attempts) for s in crash.steps[child_run_id]] == [
         ("child step", model.StepStatus.SUCCEEDED, 1)  # resumed, not retried: still one attempt
+    ]
+
+
+async def test_a_killed_worker_s_parallel_wave_is_released_whole_and_run_again(
+    kube_env: KubeEnv, ns: str, tmp_path: Path
+) -> None:
+    """SIGKILL while both pods of a wave run: the next attempt deletes both (and waits for both to
+    go) before creating any; "before" is not run again, the wave is; success."""
+    pod_labels = {"before": QUICK, "lint": SLOW, "tests": SLOW}
+    crash = await kill_and_resume(
+        kube_env,
+        ns,
+        f"sqlite:///{tmp_path / 'engine.db'}",
+        tmp_path,
+        "wave",
+        {"names": ["lint", "tests"], "pod_labels": pod_labels},
+        ("lint", "tests"),
+    )
+    assert (crash.run.output, crash.run.attempt) == ([ANSWER] * 2, 2)
+    resumed = assert_released_before_resumed(crash)
+    assert sorted(e.step for e in resumed) == ["lint", "tests"]
+    assert Counter(e.step for e in crash.pods.created()) == {"before": 1, "lint": 2, "tests": 2}
+    assert [(s.name, s.status, s.attempts) for s in crash.steps[crash.run.id]] == [
+        ("before", model.StepStatus.SUCCEEDED, 1),
+        ("lint", model.StepStatus.SUCCEEDED, 1),
+        ("tests", model.StepStatus.SUCCEEDED, 1),
     ]
 
 
