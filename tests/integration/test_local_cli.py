@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -57,8 +58,10 @@ def test_fake_model_script_file_and_json_output(tmp_path: Path) -> None:
     script.write_text("turns:\n  - text: scripted answer\n")
     done = ironflow("agent", "hi", f"--fake-model={script}", "-o", "json")
     assert done.returncode == 0, done.stderr
-    assert '"value": "scripted answer"' in done.stdout
-    assert '"model": ' in done.stdout
+    out = json.loads(done.stdout)
+    assert out["value"] == "scripted answer"
+    assert out["model"]
+    assert set(out) >= {"session_id", "duration_ms", "cost_usd", "environment_id", "ignored_settings"}
 
 
 @needs_cli

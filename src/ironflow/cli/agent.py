@@ -151,6 +151,7 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
         "cost_usd": result.cost_usd,
         "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens,
+        "environment_id": result.environment_id,
         "ignored_settings": list(result.ignored_settings),
     }
 
