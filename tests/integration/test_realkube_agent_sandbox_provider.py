@@ -39,7 +39,9 @@ from ironflow.k8s import api as k8s
 from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.secrets import Secret, find_leaks
+from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.fake_anthropic import FakeAnthropic
+from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.kubeenv_kubelet import UNSCHEDULABLE
 
@@ -310,7 +312,8 @@ async def test_claim_whose_pod_cannot_be_scheduled_times_out_and_leaves_nothing(
     env.record_execs()
     p = env.provider(replicas=0, ready=3)
     await env.apply_template(p)
-    with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 3s \(Ready=False"):
+    why = r"did not become Ready within 3s \(Ready=False, reason DependenciesNotReady\)"
+    with pytest.raises(errors.OperationTimeout, match=why):
         await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "stuck"))
     assert env.execs == []
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
@@ -319,7 +322,8 @@ async def test_claim_whose_pod_cannot_be_scheduled_times_out_and_leaves_nothing(
 async def test_claim_on_an_unknown_pool_times_out_and_is_deleted(env: RealEnv) -> None:
     """No SandboxTemplate or pool of that name: the claim never becomes Ready."""
     p = env.provider(replicas=0, ready=3).template("no-such-template")
-    with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 3s"):
+    why = r"did not become Ready within 3s \(Ready=False, reason WarmPoolNotFound\)"
+    with pytest.raises(errors.OperationTimeout, match=why):
         await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "unknown"))
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
@@ -469,3 +473,65 @@ async def test_sdk_lists_the_claims_our_provider_creates_and_resolves_the_adopte
         api_client.close()
     await claims.delete_quietly(env.api, p.resources.claims, env.ns, "ours")
     await wait_until(env.nothing_left)
+
+
+# -- what the real controller revealed, and the stand-in now does alike --
+
+
+async def test_the_controller_deletes_a_claim_past_its_shutdown_time_before_the_reaper(env: RealEnv) -> None:
+    """``lifecycle.shutdownTime`` passed with policy Delete: the controller deletes the claim
+    itself (ironflow's reaper is the backstop for a controller that is down)."""
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    now = int(time.time())
+    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="old", now=now - 10_000))
+    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="fresh", now=now))
+    await wait_until(lambda: [c["metadata"]["name"] for c in env.claims()] == ["fresh"])
+    report = await p.runner(api=env.api, worker_env={}).reap_orphans()
+    assert report.claims == ()
+
+
+async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_the_real_controller(
+    tmp_path: Path,
+) -> None:
+    """The stand-in (``expire_claims=True``) against the facts above: an expired claim goes, an
+    unknown pool is ``WarmPoolNotFound`` with the real message, an unschedulable pod's claim says
+    ``Pod exists with phase: Pending``, and an adopted member gets no ``pod-name`` annotation."""
+    async with KubeTestServer() as server:
+        controller = AgentSandboxController(server, namespace="std", expire_claims=True)
+        controller.stall = lambda claim: claim["metadata"]["name"] == "stuck"
+        async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
+            p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace("std")).warm_pool(replicas=1)
+            await p.apply_template(api)
+            res, now = p.resources, int(time.time())
+
+            def claim(name: str, provider: AgentSandboxProvider = p, at: int = now) -> dict[str, Any]:
+                return provider.claim_manifest(AgentConfig("x"), name=name, now=at)
+
+            await suite.wait_until(
+                lambda: any(claims.has_condition(s, "Ready") for s in server.objects(res.sandboxes, "std"))
+            )
+            for body in (claim("old", at=now - 10_000), claim("warm"), claim("nopool", p.template("nope"))):
+                await api.create(res.claims, "std", body)
+
+            def settled() -> bool:
+                names = {c["metadata"]["name"] for c in server.objects(res.claims, "std")}
+                nopool = server.get_object(res.claims, "std", "nopool") or {}
+                return names == {"warm", "nopool"} and claims.condition(nopool, "Ready") is not None
+
+            await suite.wait_until(settled)
+            cond = claims.condition(server.get_object(res.claims, "std", "nopool") or {}, "Ready") or {}
+            assert (cond["reason"], cond["message"]) == ("WarmPoolNotFound", 'SandboxWarmPool "nope" not found')
+            warm = server.get_object(res.claims, "std", "warm") or {}
+            member = server.get_object(res.sandboxes, "std", warm["status"]["sandbox"]["name"]) or {}
+            assert labels.ANNOTATION_SANDBOX_POD_NAME not in (member["metadata"].get("annotations") or {})
+            await p.warm_pool(replicas=0).apply_template(api)
+            await api.create(res.claims, "std", claim("stuck", p.warm_pool(replicas=0)))
+
+            def stuck_reason() -> tuple[str, str] | None:
+                c = claims.condition(server.get_object(res.claims, "std", "stuck") or {}, "Ready") or {}
+                return (str(c["reason"]), str(c.get("message"))) if c.get("reason") == "DependenciesNotReady" else None
+
+            await suite.wait_until(lambda: stuck_reason() is not None)
+            assert stuck_reason() == ("DependenciesNotReady", "Pod exists with phase: Pending")
+            assert ("expired", "old", "") in controller.events

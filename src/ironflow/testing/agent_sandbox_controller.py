@@ -11,14 +11,17 @@ cascades (ownerReferences) to its Sandbox and pod through the server's garbage c
 
 The test scripts the timing: ``cold_start_s``, ``warm_start_s``, and ``stall(claim)`` to keep
 a claim's pod Pending for ever. It reconciles by listing every ``interval_s`` (a stand-in
-needs no watch); it never touches objects outside its namespace. The real controller will be
-compared against the same tests later; what it does and this does not (expiry, TTL, suspend,
-NetworkPolicies, Services, PVCs) is out of scope here.
+needs no watch); it never touches objects outside its namespace. Compared against the real
+controller (v1.0.3, ``tests/integration/test_realkube_agent_sandbox_provider.py``): conditions,
+reasons and messages as it writes them; no ``pod-name`` annotation on adoption; claim expiry
+(``lifecycle.shutdownTime`` with policy Delete) only with ``expire_claims=True``. What it does
+and this does not (TTL, suspend, NetworkPolicies, Services, PVCs) is out of scope here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import itertools
 import json
@@ -88,6 +91,15 @@ def _owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
     return any(r.get("uid") == owner_uid for r in obj["metadata"].get("ownerReferences") or ())
 
 
+def _expired(claim: Mapping[str, Any]) -> bool:
+    """``lifecycle.shutdownTime`` has passed and the policy deletes the claim."""
+    lifecycle = claim.get("spec", {}).get("lifecycle") or {}
+    when = lifecycle.get("shutdownTime")
+    if not when or lifecycle.get("shutdownPolicy", "Retain") != "Delete":
+        return False
+    return calendar.timegm(time.strptime(when, "%Y-%m-%dT%H:%M:%SZ")) <= time.time()
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -120,6 +132,7 @@ class AgentSandboxController:
         warm_start_s: float = 0.0,
         interval_s: float = 0.02,
         stall: Callable[[Mapping[str, Any]], bool] | None = None,
+        expire_claims: bool = False,
     ) -> None:
         self.server = server
         self.namespace = namespace
@@ -129,6 +142,9 @@ class AgentSandboxController:
         self.warm_start_s = warm_start_s
         self.interval_s = interval_s
         self.stall = stall
+        #: Delete a claim once its ``lifecycle.shutdownTime`` passes (shutdownPolicy Delete), as the
+        #: real controller (v1.0.3) does; off by default, so reaper tests can play a controller that is down.
+        self.expire_claims = expire_claims
         #: What happened, in order: ("cold", claim, sandbox), ("warm", claim, sandbox), ("member", pool, sandbox).
         self.events: list[tuple[str, str, str]] = []
         self._ready_at: dict[str, float] = {}  # sandbox uid -> when its pod runs
@@ -218,8 +234,14 @@ class AgentSandboxController:
             await self._sync_sandbox(sandbox, pods.get(sandbox["metadata"]["name"]))
         by_name = {s["metadata"]["name"]: s for s in await self._list(self.sandboxes)}
         for claim in await self._list(self.claims):
-            if not claim["metadata"].get("deletionTimestamp"):
-                await self._sync_claim(claim, pools, templates, by_name)
+            if claim["metadata"].get("deletionTimestamp"):
+                continue
+            if self.expire_claims and _expired(claim):
+                with contextlib.suppress(errors.KubeNotFound):
+                    await self._api.delete(self.claims, self.namespace, claim["metadata"]["name"])
+                self.events.append(("expired", claim["metadata"]["name"], ""))
+                continue
+            await self._sync_claim(claim, pools, templates, by_name)
 
     def _template_of_pool(self, pool: Mapping[str, Any], templates: Mapping[str, Obj]) -> Obj | None:
         return templates.get(pool["spec"]["sandboxTemplateRef"]["name"])
@@ -302,7 +324,8 @@ class AgentSandboxController:
             reason = "PodSucceeded" if phase == "Succeeded" else "PodFailed"
             status = {"conditions": [_cond("Ready", False, reason), _cond("Finished", True, reason)]}
         else:
-            status = {"conditions": [_cond("Ready", False, "DependenciesNotReady", "pod is not ready")]}
+            waiting = f"Pod exists with phase: {phase or 'Pending'}"
+            status = {"conditions": [_cond("Ready", False, "DependenciesNotReady", waiting)]}
         if self._changed(sandbox, status):
             await self._patch_status(self.sandboxes, name, status)
 
@@ -337,7 +360,8 @@ class AgentSandboxController:
             # Read again when the pass's listing lacks it: it may be newer than the listing.
             pool = pools.get(spec["warmPoolRef"]["name"]) or await self._get(self.pools, spec["warmPoolRef"]["name"])
             if pool is None:
-                await self._not_ready(claim, "WarmPoolNotFound")
+                pool_name = spec["warmPoolRef"]["name"]
+                await self._not_ready(claim, "WarmPoolNotFound", f'SandboxWarmPool "{pool_name}" not found')
                 return
             template = self._template_of_pool(pool, templates) or await self._get(
                 self.templates, pool["spec"]["sandboxTemplateRef"]["name"]
@@ -390,8 +414,8 @@ class AgentSandboxController:
         status = {"conditions": [_cond("Ready", False, "SandboxNotReady")], "sandbox": {"name": name}}
         await self._patch_status(self.claims, name, status)
 
-    async def _not_ready(self, claim: Obj, reason: str) -> None:
-        status = {"conditions": [_cond("Ready", False, reason)]}
+    async def _not_ready(self, claim: Obj, reason: str, message: str = "") -> None:
+        status = {"conditions": [_cond("Ready", False, reason, message)]}
         if self._changed(claim, status):
             await self._patch_status(self.claims, claim["metadata"]["name"], status)
 
@@ -414,7 +438,7 @@ class AgentSandboxController:
             {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {ANNOTATION_POD_NAME: sandbox},
+                    # v1.0.3 sets no pod-name annotation here: the pod keeps the member's name.
                     "ownerReferences": [_owner(claim)],
                 }
             },
