@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from ironflow.engine import model
@@ -36,6 +35,7 @@ from ironflow.k8s import api, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
+from ironflow.testing.postgres import fresh_database
 
 HERE = Path(__file__).parent
 WORKER = HERE / "engine_crash_worker.py"
@@ -69,18 +69,13 @@ async def _close_clients() -> AsyncIterator[None]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A store both worker processes share: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'engine.db'}"
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    database = f"realkube_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {database}")
-    finally:
-        await conn.close()
-    return dsn.rsplit("/", 1)[0] + "/" + database
+        yield f"sqlite:///{tmp_path / 'engine.db'}"
+        return
+    async with fresh_database(request.getfixturevalue("postgres_dsn"), prefix="realkube_") as url:
+        yield url
 
 
 @dataclass(frozen=True)
@@ -148,23 +143,14 @@ async def watching_pods(env: KubeEnv, namespace: str) -> AsyncIterator[PodLog]:
 
 @contextlib.contextmanager
 def worker(store_url: str, kubeconfig: Path, namespace: str, stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A worker process running the Kubernetes provider on the kubeconfig's cluster."""
-    with stderr.open("ab") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WORKER), store_url, "--kubeconfig", str(kubeconfig), namespace],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
+    """A worker process running the Kubernetes provider on the kubeconfig's cluster; killed at the
+    end (a worker keeps nothing of its own: the store and the cluster hold the state)."""
+    argv = [sys.executable, str(WORKER), store_url, "--kubeconfig", str(kubeconfig), namespace]
+    with stderr.open("ab") as err, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err) as proc:
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            yield proc
+        finally:
+            proc.kill()  # Popen's exit then reaps it
 
 
 async def eventually(check: Callable[[], Any], *, limit_s: float = 40.0, what: str | Callable[[], str] = "") -> Any:
@@ -351,18 +337,6 @@ async def test_a_killed_worker_s_parallel_wave_is_released_whole_and_run_again(
     ]
 
 
-@contextlib.asynccontextmanager
-async def in_process_worker(store: SqliteStore, provider: K8sEphemeralProvider) -> AsyncIterator[Worker]:
-    running = Worker(store, lambda run: Runner(store, provider), lease_s=3.0, poll_s=0.05)
-    task = asyncio.create_task(running.run())
-    try:
-        yield running
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_removes_them(
     kube_env: KubeEnv, ns: str, tmp_path: Path
 ) -> None:
@@ -377,7 +351,9 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
         await store.create_run(
             model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:parent", input={"pod_labels": pod_labels})
         )
-        async with watching_pods(kube_env, ns) as pods, in_process_worker(store, provider) as running:
+        running = Worker(store, lambda run: Runner(store, provider), lease_s=3.0)
+        async with watching_pods(kube_env, ns) as pods, asyncio.TaskGroup() as tasks:
+            execution = tasks.create_task(running.run_once())
             child_pod = await eventually(lambda: pods.running(CHILD_STEP), what="the child step's pod to run")
             child = await store.get_run(child_pod.run_id)
             assert child is not None
@@ -389,7 +365,8 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
 
             assert await provider.release_run(run_id) == 1
             assert await pods_left(kube_env, ns) == []  # gone when release_run returned
-            await eventually(lambda: running.outcomes, what="the run's outcome")
+            async with asyncio.timeout(30):
+                assert await execution
         # Released under a live execution, the in-flight step loses its pod: it fails, naming it.
         assert running.outcomes == [(run_id, Outcome.FAILED)]
         (child_step,) = await store.steps(child_pod.run_id)
