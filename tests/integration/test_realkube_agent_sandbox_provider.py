@@ -35,12 +35,13 @@ from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.auth_proxy.app import run_auth_proxy
 from ironflow.auth_proxy.config import AuthProxyConfig
+from ironflow.claude.cli import find_claude_cli
 from ironflow.k8s import api as k8s
 from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
-from ironflow.testing.fake_anthropic import FakeAnthropic
+from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.kubeenv_kubelet import UNSCHEDULABLE
@@ -163,9 +164,10 @@ def _namespace(kube: KubeEnv, annotations: Mapping[str, str] | None = None) -> I
             kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def _allow_exec(kube: KubeEnv, ns: str, work_dir: Path, home: Path) -> None:
+def _allow_exec(kube: KubeEnv, ns: str, work_dir: Path, home: Path, env: Mapping[str, str] | None = None) -> None:
     """``KubeEnv.allow_exec`` with ``HOME`` (the sandbox's emptyDir home) set to the test's dir."""
-    local = {"workDir": str(work_dir), "envs": [{"name": "HOME", "value": str(home)}]}
+    envs = [{"name": k, "value": v} for k, v in {"HOME": str(home), **(env or {})}.items()]
+    local = {"workDir": str(work_dir), "envs": envs}
     doc = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "ClusterExec",
@@ -535,3 +537,38 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
             await suite.wait_until(lambda: stuck_reason() is not None)
             assert stuck_reason() == ("DependenciesNotReady", "Pod exists with phase: Pending")
             assert ("expired", "old", "") in controller.events
+
+
+@pytest.mark.claude_cli
+async def test_the_real_claude_cli_in_an_adopted_sandbox_reaches_the_model_only_through_the_proxy(
+    env: RealEnv, tmp_path: Path
+) -> None:
+    """The pinned CLI, exec'd through the real apiserver into an adopted warm sandbox, gets the
+    token from the exec'd file and its request reaches the fake model with the upstream key."""
+    cli = _claude_cli()
+    upstream_key = "sk-ant-api03-" + "c" * 24
+    quiet = {"CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"}
+    await asyncio.to_thread(_allow_exec, env.kube, env.ns, tmp_path, env.home, quiet)
+    async with FakeAnthropic(Script.of(default=TextTurn("OK")), required_credential=upstream_key) as fake:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN_KEY), upstream=fake.url)
+        async with run_auth_proxy(config) as proxy:
+            credential = Credential("api_key", Secret(upstream_key))
+            async with AdminClient(proxy.url, ADMIN_KEY, credential=credential) as admin:
+                pod = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).claude_path(cli).timeout(60)
+                p = AgentSandboxProvider(pod.auth_proxy(proxy.url)).warm_pool(replicas=1).ready_timeout(20)
+                await env.apply_template(p)
+                await _ready_members(env, 1)
+                result = await p.runner(api=env.api, issuer=admin, worker_env={}).invoke(
+                    AgentConfig("Say hello").run_scope(RUN, "real")
+                )
+        assert result.text == "OK"
+        assert fake.message_requests
+        assert {r.header("x-api-key") for r in fake.message_requests} == {upstream_key}
+    await wait_until(env.nothing_left)
+
+
+def _claude_cli() -> str:
+    try:
+        return find_claude_cli()
+    except errors.ConfigError as exc:
+        pytest.skip(f"Claude Code CLI not installed: {exc}")
