@@ -109,14 +109,17 @@ class PodLog:
 
 @contextlib.asynccontextmanager
 async def watching_pods(env: KubeEnv, namespace: str) -> AsyncIterator[PodLog]:
-    """Record the namespace's pod events until the block ends."""
+    """Record the namespace's pod events until the block ends. No relist on 410: a gap in the
+    record would make the order unprovable, so the watch fails instead. resourceVersions are
+    compared as numbers: opaque by contract, they are etcd revisions on this server."""
     log = PodLog()
     kube = await api.KubeApi.connect(env.cluster_config())
     listed = await kube.list(api.PODS, namespace)
     assert listed.items == []
 
     async def record() -> None:
-        async for event in kube.watch(api.PODS, namespace, resource_version=listed.resource_version):
+        events = kube.watch(api.PODS, namespace, resource_version=listed.resource_version, relist_on_gone=False)
+        async for event in events:
             meta = event.object.get("metadata", {})
             pod_labels = meta.get("labels", {})
             log.events.append(
