@@ -118,21 +118,22 @@ async def watching_pods(env: KubeEnv, namespace: str) -> AsyncIterator[PodLog]:
     assert listed.items == []
 
     async def record() -> None:
-        events = kube.watch(api.PODS, namespace, resource_version=listed.resource_version, relist_on_gone=False)
-        async for event in events:
-            meta = event.object.get("metadata", {})
-            pod_labels = meta.get("labels", {})
-            log.events.append(
-                PodEvent(
-                    event.type,
-                    meta.get("name", ""),
-                    pod_labels.get(labels.LABEL_STEP, ""),
-                    pod_labels.get(labels.LABEL_RUN_ID, ""),
-                    int(event.resource_version),
-                    event.object.get("status", {}).get("phase", ""),
-                    "deletionTimestamp" in meta,
+        stream = kube.watch(api.PODS, namespace, resource_version=listed.resource_version, relist_on_gone=False)
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                meta = event.object.get("metadata", {})
+                pod_labels = meta.get("labels", {})
+                log.events.append(
+                    PodEvent(
+                        event.type,
+                        meta.get("name", ""),
+                        pod_labels.get(labels.LABEL_STEP, ""),
+                        pod_labels.get(labels.LABEL_RUN_ID, ""),
+                        int(event.resource_version),
+                        event.object.get("status", {}).get("phase", ""),
+                        "deletionTimestamp" in meta,
+                    )
                 )
-            )
 
     task = asyncio.create_task(record())
     try:
