@@ -8,20 +8,25 @@ alone holds the credential and alone reaches the Anthropic API. Layers point one
 imports only ``tokens``.
 """
 
-from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
-from ironflow.auth_proxy.client import (
-    AdminClient,
-    Credential,
-    IssuedToken,
-    admin_key_from,
-    claude_pod_env,
-    resolve_credential,
-    secret_pod_env,
-)
-from ironflow.auth_proxy.config import AuthProxyConfig
-from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
-from ironflow.auth_proxy.registry import GrantRegistry, MemoryRegistry, RegistryUnavailable, Resolution
-from ironflow.auth_proxy.tokens import Grant, Injection, Limits, SecretCredential
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
+    from ironflow.auth_proxy.client import (
+        AdminClient,
+        Credential,
+        IssuedToken,
+        admin_key_from,
+        claude_pod_env,
+        resolve_credential,
+        secret_pod_env,
+    )
+    from ironflow.auth_proxy.config import AuthProxyConfig
+    from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
+    from ironflow.auth_proxy.registry import GrantRegistry, MemoryRegistry, RegistryUnavailable, Resolution
+    from ironflow.auth_proxy.tokens import Grant, Injection, Limits, SecretCredential
 
 __all__ = [
     "AdminClient",
@@ -46,3 +51,23 @@ __all__ = [
     "run_auth_proxy",
     "secret_pod_env",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "app": ("RunningProxy", "create_app", "run_auth_proxy"),
+        "client": (
+            "AdminClient",
+            "Credential",
+            "IssuedToken",
+            "admin_key_from",
+            "claude_pod_env",
+            "resolve_credential",
+            "secret_pod_env",
+        ),
+        "config": ("AuthProxyConfig",),
+        "crypto": ("KeyRing", "MissingKeyVersion"),
+        "registry": ("GrantRegistry", "MemoryRegistry", "RegistryUnavailable", "Resolution"),
+        "tokens": ("Grant", "Injection", "Limits", "SecretCredential"),
+    },
+)

@@ -7,14 +7,19 @@ concurrency) → ``cli/run.py``. Nothing here imports a provider implementation:
 runner sees only :class:`~ironflow.provider.AgentProvider`.
 """
 
-from ironflow.engine.accounts import AccountPool, CredentialRef, ProviderAccount, choose_account
-from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
-from ironflow.engine.loading import load_workflow, workflow_ref
-from ironflow.engine.model import RunRecord, RunStatus, StepKind, StepRecord, StepStatus, new_id, uuid7
-from ironflow.engine.retry import DEFAULT_RETRY, RetryPolicy, is_retryable
-from ironflow.engine.runner import Outcome, Runner, scope_step_config
-from ironflow.engine.store import Store, default_store_url, open_store
-from ironflow.engine.worker import Worker
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ironflow.engine.accounts import AccountPool, CredentialRef, ProviderAccount, choose_account
+    from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
+    from ironflow.engine.loading import load_workflow, workflow_ref
+    from ironflow.engine.model import RunRecord, RunStatus, StepKind, StepRecord, StepStatus, new_id, uuid7
+    from ironflow.engine.retry import DEFAULT_RETRY, RetryPolicy, is_retryable
+    from ironflow.engine.runner import Outcome, Runner, scope_step_config
+    from ironflow.engine.store import Store, default_store_url, open_store
+    from ironflow.engine.worker import Worker
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -47,3 +52,17 @@ __all__ = [
     "uuid7",
     "workflow_ref",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "accounts": ("AccountPool", "CredentialRef", "ProviderAccount", "choose_account"),
+        "context": ("AgentStep", "Context", "OpStep", "Step", "SubWorkflowStep", "Workflow"),
+        "loading": ("load_workflow", "workflow_ref"),
+        "model": ("RunRecord", "RunStatus", "StepKind", "StepRecord", "StepStatus", "new_id", "uuid7"),
+        "retry": ("DEFAULT_RETRY", "RetryPolicy", "is_retryable"),
+        "runner": ("Outcome", "Runner", "scope_step_config"),
+        "store": ("Store", "default_store_url", "open_store"),
+        "worker": ("Worker",),
+    },
+)

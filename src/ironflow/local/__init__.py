@@ -5,14 +5,19 @@ inside the sandbox (stdlib only); ``proxy_session`` serves the in-process auth p
 ``provider`` starts, watches and tears down the sandbox.
 """
 
-from ironflow.local.bwrap import ReadOnlyMount
-from ironflow.local.provider import (
-    CommandResult,
-    Isolation,
-    LocalProfile,
-    LocalSandboxProvider,
-    ProxyCredential,
-)
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ironflow.local.bwrap import ReadOnlyMount
+    from ironflow.local.provider import (
+        CommandResult,
+        Isolation,
+        LocalProfile,
+        LocalSandboxProvider,
+        ProxyCredential,
+    )
 
 __all__ = [
     "CommandResult",
@@ -22,3 +27,11 @@ __all__ = [
     "ProxyCredential",
     "ReadOnlyMount",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "bwrap": ("ReadOnlyMount",),
+        "provider": ("CommandResult", "Isolation", "LocalProfile", "LocalSandboxProvider", "ProxyCredential"),
+    },
+)

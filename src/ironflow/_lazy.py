@@ -1,0 +1,30 @@
+"""Lazy package facades: a package exports its public names without importing their modules.
+
+Importing ``ironflow.auth_proxy.policy`` must not start an HTTP stack because the
+package facade re-exports the server: pure modules stay importable (and testable) alone.
+A facade lists ``{submodule: names}``; a name is imported on first use (PEP 562) and
+cached in the package. Type checkers read the same names from a ``TYPE_CHECKING`` block.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[[str], object]:
+    """The module ``__getattr__`` of ``package``, resolving each name from its submodule."""
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

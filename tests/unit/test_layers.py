@@ -1,0 +1,70 @@
+"""Layers point one way (STYLE.md): the pure modules never reach an I/O library.
+
+Each module listed as pure must not import, directly or through any ironflow module it
+imports at load time, an HTTP/database/Kubernetes client, a socket, a subprocess or
+asyncio. A fresh interpreter imports the module and the test reads ``sys.modules``, so a
+lazy import inside a function (an I/O edge) is allowed, an import at load time is not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PURE = [
+    "ironflow.agent",
+    "ironflow.errors",
+    "ironflow.secrets",
+    "ironflow.k8s.labels",
+    "ironflow.k8s.hardening",
+    "ironflow.k8s.manifests",
+    "ironflow.k8s.environments",
+    "ironflow.k8s.clusters",
+    "ironflow.k8s.cluster",
+    "ironflow.k8s.checks",
+    "ironflow.k8s.cilium",
+    "ironflow.claude.layout",
+    "ironflow.claude.command",
+    "ironflow.claude.output",
+    "ironflow.claude.profile",
+    "ironflow.claude.rate_limits",
+    "ironflow.auth_proxy.policy",
+    "ironflow.auth_proxy.tokens",
+    "ironflow.local.bwrap",
+    "ironflow.local.gvisor",
+    "ironflow.agent_sandbox.models",
+    "ironflow.engine.model",
+    "ironflow.engine.retry",
+    "ironflow.dockerfile",
+]
+
+#: Load-time imports that mean I/O: network clients, databases, processes, the event loop.
+IO_MODULES = {"aiohttp", "asyncpg", "kubernetes_asyncio", "socket", "subprocess", "asyncio", "sqlite3", "ssl"}
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_module_imports_no_io_library(module: str) -> None:
+    probe = (
+        "import json, sys\n"
+        f"before = set(sys.modules)\n"
+        f"import {module}\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    offending = sorted({name.split(".")[0] for name in loaded} & IO_MODULES)
+    assert offending == [], f"{module} pulls in {offending} at import time: move that import to an I/O edge"
+
+
+def test_only_the_api_module_imports_kubernetes_asyncio() -> None:
+    done = subprocess.run(
+        ["git", "grep", "-lE", r"^\s*(import|from) kubernetes_asyncio", "--", "src"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.stdout.split() == ["src/ironflow/k8s/api.py"]
