@@ -477,6 +477,45 @@ async def test_sdk_lists_the_claims_our_provider_creates_and_resolves_the_adopte
     await wait_until(env.nothing_left)
 
 
+async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(env: RealEnv) -> None:
+    p = env.provider(replicas=2)
+    await env.apply_template(p)
+    await _ready_members(env, 2)
+    env.record_execs()
+    env.api.counters.reset()
+    runner = p.runner(api=env.api, worker_env={})
+    results = await asyncio.gather(*(runner.invoke(AgentConfig("hi").run_scope(RUN, f"p{i}")) for i in range(3)))
+    assert all(r.text for r in results)
+    agent_pods = [e.pod for e in env.execs if e.command[0] == "sh"]
+    assert len(agent_pods) == len(set(agent_pods)) == 3  # each step had a sandbox of its own
+    assert env.api.counters.watches_opened == 1
+    await wait_until(env.nothing_left)
+
+
+async def test_large_prompt_reaches_the_agent_through_a_file_written_over_exec(env: RealEnv) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    env.record_execs()
+    prompt = "review this: " + "x" * 120_000
+    await p.runner(api=env.api, worker_env={}).invoke(AgentConfig(prompt).run_scope(RUN, "big"))
+    seen = env.seen_env()
+    assert seen["stdin"] == prompt
+    assert "-p" not in seen["args"].split()
+    assert all(len(" ".join(e.command)) < 10_000 for e in env.execs)
+    assert any(e.stdin == prompt.encode() for e in env.execs)
+
+
+async def test_apply_template_creates_then_leaves_unchanged_then_updates_on_the_real_apiserver(env: RealEnv) -> None:
+    """The apiserver's defaults (and the controller's status) never look like a change."""
+    p = env.provider(replicas=1)
+    first = await p.apply_template(env.api)
+    assert [(a.kind, a.action) for a in first] == [("SandboxTemplate", "created"), ("SandboxWarmPool", "created")]
+    await _ready_members(env, 1)
+    assert [a.action for a in await p.apply_template(env.api)] == ["unchanged", "unchanged"]
+    assert [a.action for a in await p.warm_pool(replicas=2).apply_template(env.api)] == ["unchanged", "updated"]
+    await _ready_members(env, 2)
+
+
 # -- what the real controller revealed, and the stand-in now does alike --
 
 
@@ -519,7 +558,9 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
             def settled() -> bool:
                 names = {c["metadata"]["name"] for c in server.objects(res.claims, "std")}
                 nopool = server.get_object(res.claims, "std", "nopool") or {}
-                return names == {"warm", "nopool"} and claims.condition(nopool, "Ready") is not None
+                warm = server.get_object(res.claims, "std", "warm") or {}
+                bound = ((warm.get("status") or {}).get("sandbox") or {}).get("name")
+                return names == {"warm", "nopool"} and claims.condition(nopool, "Ready") is not None and bool(bound)
 
             await suite.wait_until(settled)
             cond = claims.condition(server.get_object(res.claims, "std", "nopool") or {}, "Ready") or {}

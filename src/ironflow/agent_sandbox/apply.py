@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ironflow import errors
+from ironflow.agent_sandbox import schemas
 from ironflow.k8s import api as kube
 
 __all__ = ["Applied", "apply_objects", "merge_patch_to"]
@@ -27,25 +28,40 @@ class Applied:
     action: Literal["created", "updated", "unchanged"]
 
 
-def _diff(current: Any, desired: Any) -> Any:
+def _defaulted(schema: Mapping[str, Any], key: str, value: Any) -> bool:
+    """The server filled ``key`` with its schema default (our object leaves it out)."""
+    prop = (schema.get("properties") or {}).get(key) or {}
+    return "default" in prop and prop["default"] == value
+
+
+def _diff(current: Any, desired: Any, schema: Mapping[str, Any]) -> Any:
     if isinstance(current, Mapping) and isinstance(desired, Mapping):
         patch: dict[str, Any] = {}
         for key in current:
-            if key not in desired:
+            if key not in desired and not _defaulted(schema, key, current[key]):
                 patch[key] = None
+        props = schema.get("properties") or {}
         for key, value in desired.items():
             if key not in current:
                 patch[key] = value
             elif current[key] != value:
-                patch[key] = _diff(current[key], value)
+                sub = _diff(current[key], value, props.get(key) or {})
+                both = isinstance(current[key], Mapping) and isinstance(value, Mapping)
+                if sub != {} or not both:  # two maps differing only by defaults: no change
+                    patch[key] = sub
         return patch
     return desired
 
 
-def merge_patch_to(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+def merge_patch_to(
+    current: Mapping[str, Any], desired: Mapping[str, Any], *, spec_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The merge patch turning ``current`` into ``desired`` for labels, annotations and spec (pure).
 
-    Returns ``{}`` when nothing differs.
+    Returns ``{}`` when nothing differs. With ``spec_schema`` (the CRD's schema of ``spec``), a
+    field ``desired`` leaves out that holds its schema default is no difference: the apiserver
+    fills defaults in (v1beta1 SandboxTemplate: ``envVarsInjectionPolicy``...), so without the
+    schema a re-apply would always "update".
 
     >>> merge_patch_to({"spec": {"a": 1, "b": 2}}, {"spec": {"a": 1, "c": [3]}})
     {'spec': {'b': None, 'c': [3]}}
@@ -61,7 +77,7 @@ def merge_patch_to(current: Mapping[str, Any], desired: Mapping[str, Any]) -> di
             meta[key] = changed
     if meta:
         patch["metadata"] = meta
-    spec = _diff(current.get("spec") or {}, desired.get("spec") or {})
+    spec = _diff(current.get("spec") or {}, desired.get("spec") or {}, spec_schema or {})
     if spec:
         patch["spec"] = spec
     return patch
@@ -88,10 +104,20 @@ async def apply_objects(
             await api.create(resource, namespace, obj)
             out.append(Applied(kind, name, "created"))
             continue
-        patch = merge_patch_to(current, obj)
+        patch = merge_patch_to(current, obj, spec_schema=_spec_schema(kind, str(obj.get("apiVersion", ""))))
         if patch:
             await api.patch(resource, namespace, name, patch)
             out.append(Applied(kind, name, "updated"))
         else:
             out.append(Applied(kind, name, "unchanged"))
     return out
+
+
+def _spec_schema(kind: str, api_version: str) -> Mapping[str, Any]:
+    """The shipped CRD schema of ``spec`` for this kind and version (empty when unknown)."""
+    try:
+        schema = schemas.openapi_schema(kind, api_version.rpartition("/")[2])
+    except (errors.ConfigError, KeyError):
+        return {}
+    spec: Mapping[str, Any] = (schema.get("properties") or {}).get("spec") or {}
+    return spec
