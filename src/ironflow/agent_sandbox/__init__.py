@@ -5,29 +5,34 @@ Layering: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
 I/O through :mod:`ironflow.k8s.api`. Nothing here imports ``kubernetes_asyncio``.
 """
 
-from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
-from ironflow.agent_sandbox.manifests import check, claim_warnings, pvc_name, render, render_all, rfc3339
-from ironflow.agent_sandbox.models import (
-    ApiVersion,
-    ClaimEnvVar,
-    EnvVarsInjectionPolicy,
-    Lifecycle,
-    NetworkPolicyManagement,
-    NetworkPolicyRules,
-    OperatingMode,
-    PodTemplate,
-    Sandbox,
-    SandboxClaim,
-    SandboxTemplate,
-    SandboxWarmPool,
-    ShutdownPolicy,
-    UpdateStrategy,
-    VolumeClaimTemplate,
-)
-from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
-from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
-from ironflow.agent_sandbox.runner import SandboxStepRunner
-from ironflow.agent_sandbox.schemas import schema_problems, validate
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
+    from ironflow.agent_sandbox.manifests import check, claim_warnings, pvc_name, render, render_all, rfc3339
+    from ironflow.agent_sandbox.models import (
+        ApiVersion,
+        ClaimEnvVar,
+        EnvVarsInjectionPolicy,
+        Lifecycle,
+        NetworkPolicyManagement,
+        NetworkPolicyRules,
+        OperatingMode,
+        PodTemplate,
+        Sandbox,
+        SandboxClaim,
+        SandboxTemplate,
+        SandboxWarmPool,
+        ShutdownPolicy,
+        UpdateStrategy,
+        VolumeClaimTemplate,
+    )
+    from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
+    from ironflow.agent_sandbox.runner import SandboxStepRunner
+    from ironflow.agent_sandbox.schemas import schema_problems, validate
 
 __all__ = [
     "PATTERNS",
@@ -62,3 +67,32 @@ __all__ = [
     "schema_problems",
     "validate",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "claims": ("ClaimReapReport", "has_condition"),
+        "manifests": ("check", "claim_warnings", "pvc_name", "render", "render_all", "rfc3339"),
+        "models": (
+            "ApiVersion",
+            "ClaimEnvVar",
+            "EnvVarsInjectionPolicy",
+            "Lifecycle",
+            "NetworkPolicyManagement",
+            "NetworkPolicyRules",
+            "OperatingMode",
+            "PodTemplate",
+            "Sandbox",
+            "SandboxClaim",
+            "SandboxTemplate",
+            "SandboxWarmPool",
+            "ShutdownPolicy",
+            "UpdateStrategy",
+            "VolumeClaimTemplate",
+        ),
+        "patterns": ("PATTERNS", "PatternOptions", "render_pattern"),
+        "provider": ("AgentSandboxProvider", "AgentSandboxSettings"),
+        "runner": ("SandboxStepRunner",),
+        "schemas": ("schema_problems", "validate"),
+    },
+)
