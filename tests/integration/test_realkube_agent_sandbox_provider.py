@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import sys
 import time
 import uuid
@@ -514,6 +515,41 @@ async def test_apply_template_creates_then_leaves_unchanged_then_updates_on_the_
     assert [a.action for a in await p.apply_template(env.api)] == ["unchanged", "unchanged"]
     assert [a.action for a in await p.warm_pool(replicas=2).apply_template(env.api)] == ["unchanged", "updated"]
     await _ready_members(env, 2)
+
+
+async def test_a_failing_agent_leaks_the_token_nowhere_and_the_claim_goes(
+    env: RealEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kwok answers a non-zero exit with an InternalError quoting the argv (a kubelet sends the
+    code), so this is a KubernetesError here, ProcessFailed on a kubelet; either way the token is
+    in no log, error, API object or argv, it is revoked, and the claim goes."""
+    caplog.set_level(logging.DEBUG)
+    env.claude.write_text("#!/bin/sh\necho 'agent crashed' >&2\nexit 2\n")
+    p = env.provider(replicas=1, proxied=True)
+    await env.apply_template(p)
+    await _ready_members(env, 1)
+    env.record_execs()
+    issuer = FakeIssuer()
+    with pytest.raises(errors.KubernetesError, match="exit status 2") as caught:
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "leak"))
+    objects = [env.claims(), env.sandboxes(), env.pods()]
+    haystacks = [caplog.text, str(caught.value), repr(caught.value), objects, [e.command for e in env.execs]]
+    assert issuer.tokens
+    assert find_leaks(issuer.tokens, *haystacks) == []
+    assert issuer.revoked == ["tok-000000000001"]
+    await wait_until(env.nothing_left)
+
+
+async def test_wait_for_ready_then_a_finished_timeout_like_kubectl_wait(env: RealEnv) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    r = p.runner(api=env.api, worker_env={})
+    claim = p.claim_manifest(AgentConfig("x"), name="waited", now=int(time.time()))
+    await env.api.create(p.resources.claims, env.ns, claim)
+    ready = await r.wait_for("waited", "Ready", timeout_s=20)
+    assert ready["status"]["sandbox"]["name"] == "waited"
+    with pytest.raises(errors.OperationTimeout, match="condition Finished=True on sandboxclaims/waited"):
+        await r.wait_for("waited", "Finished", timeout_s=0.5)
 
 
 # -- what the real controller revealed, and the stand-in now does alike --
