@@ -102,14 +102,14 @@ class Env:
         return dict(json.loads((self.home / "seen-env.json").read_text()))
 
 
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
+def write_agent_stand_in(tmp_path: Path) -> tuple[Path, Path]:
+    """``(home, claude)``: a ``claude`` that records what it got (token variables included) in
+    ``home/seen-env.json``, then prints real CLI output (shared with the real-controller suite)."""
     home = tmp_path / "home"
     home.mkdir()
     claude = tmp_path / "claude"
     fixture = tmp_path / "out.json"
     fixture.write_text(JSON_TEXT)
-    # Records what the agent got (token variables included), then prints real CLI output.
     claude.write_text(
         "#!/bin/sh\n"
         'python3 -c \'import json,os,sys; json.dump({k: os.environ.get(k, "") for k in '
@@ -119,6 +119,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         f'cat "{fixture}"\n'
     )
     claude.chmod(0o755)
+    return home, claude
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    home, claude = write_agent_stand_in(tmp_path)
     ns = f"as-{next(_ns)}"
     async with KubeTestServer() as server:
         server.serve_exec(local_exec({"HOME": str(home), "TMPDIR": str(tmp_path)}))

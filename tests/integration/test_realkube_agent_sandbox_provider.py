@@ -182,21 +182,7 @@ def _allow_exec(kube: KubeEnv, ns: str, work_dir: Path, home: Path, env: Mapping
 async def _real_env(
     kube: KubeEnv, tmp_path: Path, annotations: Mapping[str, str] | None = None
 ) -> AsyncIterator[RealEnv]:
-    home = tmp_path / "home"
-    home.mkdir()
-    claude = tmp_path / "claude"
-    fixture = tmp_path / "out.json"
-    fixture.write_text(suite.JSON_TEXT)
-    # The stand-in suite's agent: records what it got (token variables included), prints real CLI output.
-    claude.write_text(
-        "#!/bin/sh\n"
-        'python3 -c \'import json,os,sys; json.dump({k: os.environ.get(k, "") for k in '
-        '("ANTHROPIC_AUTH_TOKEN","ANTHROPIC_BASE_URL")} | {"args": " ".join(sys.argv[1:]), '
-        '"stdin": sys.stdin.read()}, '
-        f'open("{home}/seen-env.json","w"))\' "$@"\n'
-        f'cat "{fixture}"\n'
-    )
-    claude.chmod(0o755)
+    home, claude = suite.write_agent_stand_in(tmp_path)  # the stand-in suite's agent
     with _namespace(kube, annotations) as ns:
         await asyncio.to_thread(_allow_exec, kube, ns, tmp_path, home)
         async with await k8s.KubeApi.connect(kube.cluster_config()) as api:
