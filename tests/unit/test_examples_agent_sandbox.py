@@ -1,0 +1,33 @@
+"""``examples/agent-sandbox/`` is exactly what ``ironflow sandbox render`` prints for each pattern
+(regenerate with scripts/render-examples), so the examples cannot drift from the renderer; the
+CRD-schema check of every example lives in test_examples_validate.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ironflow.cli.app import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "agent-sandbox"
+PATTERNS = {
+    "ephemeral": [],
+    "standalone-pvc": [],
+    "warm-pool": [],
+    "network-secure": [],
+    "network-air-gapped": [],
+    "network-custom-egress": ["--egress", "10.0.0.0/24:5432"],
+}
+
+
+def test_every_example_file_is_a_rendered_pattern() -> None:
+    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(PATTERNS)
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def test_example_equals_the_rendered_pattern(pattern: str) -> None:
+    done = CliRunner().invoke(app, ["sandbox", "render", pattern, *PATTERNS[pattern]])
+    assert done.exit_code == 0, done.output
+    assert (EXAMPLES / f"{pattern}.yaml").read_text() == done.stdout
