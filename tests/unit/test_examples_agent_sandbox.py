@@ -31,3 +31,10 @@ def test_example_equals_the_rendered_pattern(pattern: str) -> None:
     done = CliRunner().invoke(app, ["sandbox", "render", pattern, *PATTERNS[pattern]])
     assert done.exit_code == 0, done.output
     assert (EXAMPLES / f"{pattern}.yaml").read_text() == done.stdout
+
+
+def test_default_image_is_the_runner_image_tag() -> None:
+    from ironflow.agent_sandbox import patterns
+
+    tag = (EXAMPLES.parents[1] / "docker" / "claude-runner" / "IMAGE_TAG").read_text().strip()
+    assert f"ironflow-claude-runner:{tag}" == patterns.DEFAULT_IMAGE

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from ironflow import agent, errors
 from ironflow.agent_sandbox import manifests, models
+from ironflow.claude import cli
 from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 
@@ -53,7 +54,9 @@ __all__ = [
     "standalone_pvc",
 ]
 
-DEFAULT_IMAGE: Final = "ghcr.io/ironflow/claude-runner:2.1.332"
+#: The runner image built from docker/claude-runner/ (tag ``<claude-code-version>-<n>`` of its
+#: IMAGE_TAG file, never ``latest``); pass ``--image`` with your registry's name.
+DEFAULT_IMAGE: Final = f"ironflow-claude-runner:{cli.CLAUDE_CODE_VERSION}-1"
 WORKSPACE_PATH: Final = "/workspace"
 #: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
 IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
