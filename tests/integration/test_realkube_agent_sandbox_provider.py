@@ -191,11 +191,12 @@ async def _real_env(
 
 @pytest.fixture(scope="module")
 def gc_knows_sandboxes(kube_env: KubeEnv) -> None:
-    """The garbage collector cascades through agent-sandbox objects before any test relies on it.
+    """Wait until the garbage collector cascades through agent-sandbox objects.
 
-    Its discovery learns a CRD installed after kube-controller-manager started only on its next
-    pass (up to 30 s), leaving a deleted claim's Sandbox and pod; KubeEnv installs the CRDs first,
-    and one SandboxTemplate owned by a ConfigMap proves the cascade works."""
+    kube-controller-manager starts before the CRDs are installed, and its garbage collector
+    picks new resources up on its next discovery pass (every 30 s): until then a deleted
+    claim leaves its Sandbox and pod. A production cluster has its CRDs long before; here one
+    SandboxTemplate owned by a ConfigMap shows when the cascade works."""
     with _namespace(kube_env) as ns:
         owner = kube_env.request(
             "POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "owner"}, "data": {}}

@@ -182,17 +182,13 @@ class KubeEnv:
             self._start_etcd()
             self._start_apiserver()
             kwok_crds = self.share_dir / "kwok" / "crds"
-            crds = [*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]
-            if self.agent_sandbox:
-                # Before the controller manager: its garbage collector learns CRDs installed later
-                # only on its next discovery pass (up to 30 s), leaving a deleted claim's pods behind.
-                crds += (self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")
-            self._install_crds(sorted(crds))
+            self._install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
             self._start_controllers()
             self.request("POST", "/api/v1/nodes", self._node())
             self._wait(self._node_schedulable, "node", "kwok to make the node Ready and KCM to untaint it")
             self._wait(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), "kcm", "default SA")
             if self.agent_sandbox:
+                self._install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
                 self._spawn(
                     "agent-sandbox-controller",
                     [
