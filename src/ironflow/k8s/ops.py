@@ -147,9 +147,17 @@ def _check_path(mount_path: str) -> None:
         raise errors.ConfigError(f"pvc mount_path must be absolute, got '{mount_path}'")
 
 
-def _expiry(now: int | None, timeout_s: float, margin_s: float) -> str:
+def _metadata(
+    name: str, namespace: str, object_labels: dict[str, str], *, now: int | None, timeout_s: float, margin_s: float
+) -> dict[str, Any]:
+    """The object's name and labels, and the expiry the reaper reads: now + timeout + margin."""
     base = int(time.time()) if now is None else now
-    return str(base + int(timeout_s) + int(margin_s))
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": object_labels,
+        "annotations": {labels.ANNOTATION_EXPIRES_AT: str(base + int(timeout_s) + int(margin_s))},
+    }
 
 
 def _container(
@@ -446,14 +454,14 @@ class PodRun(_Builders):
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "name": self.name,
-                "namespace": s.namespace,
-                "labels": self.object_labels(),
-                "annotations": {
-                    labels.ANNOTATION_EXPIRES_AT: _expiry(now, s.timeout_s, s.expiry_margin_s),
-                },
-            },
+            "metadata": _metadata(
+                self.name,
+                s.namespace,
+                self.object_labels(),
+                now=now,
+                timeout_s=s.timeout_s,
+                margin_s=s.expiry_margin_s,
+            ),
             "spec": spec,
         }
 
@@ -568,14 +576,14 @@ class JobRun(_Builders):
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {
-                "name": self.name,
-                "namespace": s.namespace,
-                "labels": self.object_labels(),
-                "annotations": {
-                    labels.ANNOTATION_EXPIRES_AT: _expiry(now, s.timeout_s, s.expiry_margin_s),
-                },
-            },
+            "metadata": _metadata(
+                self.name,
+                s.namespace,
+                self.object_labels(),
+                now=now,
+                timeout_s=s.timeout_s,
+                margin_s=s.expiry_margin_s,
+            ),
             "spec": spec,
         }
 
