@@ -19,7 +19,7 @@ from typing import Any, Final
 from ironflow import errors
 from ironflow.agent_sandbox import models
 from ironflow.k8s import api as kube
-from ironflow.k8s import informer, labels, pods, reaper
+from ironflow.k8s import cleanup, informer, labels, pods, reaper
 
 __all__ = [
     "CLAIM_NAME_PREFIX",
@@ -147,24 +147,9 @@ async def delete_claims_and_wait(
     Raises:
         CleanupError: a listing or delete failed, or claims remain after ``limit_s``.
     """
-    seen: dict[str, str] = {}
-    for selector in selectors:
-        try:
-            listed = (await api.list_all(resource, namespace, label_selector=selector)).items
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed to list SandboxClaims of {what}: {exc}") from exc
-        for claim in listed:
-            meta = claim.get("metadata") or {}
-            seen.setdefault(str(meta.get("uid")), str(meta.get("name")))
-    deleted: dict[str, str] = {}
-    for uid, name in seen.items():
-        try:
-            await api.delete(resource, namespace, name, propagation_policy="Background")
-        except errors.KubeNotFound:
-            continue
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed to delete SandboxClaim '{name}' of {what}: {exc}") from exc
-        deleted[uid] = name
+    deleted = await cleanup.delete_matching(
+        api, resource, namespace, selectors, what=what, noun="SandboxClaim", propagation_policy="Background"
+    )
     if deleted:
         shared = informer.informer_for(api, namespace, resource)
         try:

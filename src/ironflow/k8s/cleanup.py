@@ -15,15 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ironflow import errors
 from ironflow.k8s import api as kube
 from ironflow.k8s import labels, pods
 
-__all__ = ["Selection", "delete_and_wait", "run_selection", "step_selection"]
+__all__ = [
+    "Selection",
+    "delete_and_wait",
+    "delete_matching",
+    "run_selection",
+    "step_selection",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +82,44 @@ def _format_limit(limit_s: float) -> str:
     return f"{limit_s:g}s"
 
 
+async def delete_matching(
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    selectors: Sequence[str],
+    *,
+    what: str,
+    noun: str,
+    propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+) -> dict[str, str]:
+    """Delete every object matching any selector, once each (deduplicated by uid).
+
+    Returns ``{uid: name}`` of what was deleted (already gone: skipped), for the caller to wait on.
+
+    Raises:
+        CleanupError: a listing or a delete failed, naming the ``noun`` and ``what``.
+    """
+    seen: dict[str, str] = {}
+    for sel in selectors:
+        try:
+            listed = (await api.list_all(resource, namespace, label_selector=sel)).items
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"failed to list {noun}s of {what}: {exc}") from exc
+        for obj in listed:
+            meta = _meta(obj)
+            seen.setdefault(str(meta.get("uid") or meta.get("name")), str(meta.get("name")))
+    deleted: dict[str, str] = {}
+    for uid, name in seen.items():
+        try:
+            await api.delete(resource, namespace, name, propagation_policy=propagation_policy)
+        except errors.KubeNotFound:
+            continue
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"failed to delete {noun} '{name}' of {what}: {exc}") from exc
+        deleted[uid] = name
+    return deleted
+
+
 async def delete_and_wait(api: kube.KubeApi, namespace: str, selection: Selection, limit_s: float) -> int:
     """Apply ``selection`` in ``namespace``; returns how many pods were deleted.
 
@@ -102,24 +146,7 @@ async def delete_and_wait(api: kube.KubeApi, namespace: str, selection: Selectio
                 raise errors.CleanupError(f"failed to delete Job '{name}' of {what}: {exc}") from exc
 
     # 2. Pods, deduplicated by uid (a child run's pod matches both selectors).
-    seen: dict[str, str] = {}
-    for sel in selection.pods:
-        try:
-            listed = (await api.list_all(kube.PODS, namespace, label_selector=sel)).items
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed to list pods of {what}: {exc}") from exc
-        for pod in listed:
-            meta = _meta(pod)
-            seen.setdefault(str(meta.get("uid") or meta.get("name")), str(meta.get("name")))
-    deleted: dict[str, str] = {}
-    for uid, name in seen.items():
-        try:
-            await api.delete(kube.PODS, namespace, name)
-        except errors.KubeNotFound:
-            continue
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed to delete pod '{name}' of {what}: {exc}") from exc
-        deleted[uid] = name
+    deleted = await delete_matching(api, kube.PODS, namespace, selection.pods, what=what, noun="pod")
 
     # 3. Wait until each deleted pod (this uid) is gone, on the namespace's shared watch.
     if deleted:
