@@ -135,7 +135,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
             assert not server.internal_errors, server.internal_errors
 
 
-async def wait_until(check: Any, *, limit: float = 3.0) -> None:
+async def wait_until(check: Any, *, limit: float = 15.0) -> None:
     deadline = time.monotonic() + limit
     while not check():
         assert time.monotonic() < deadline, "condition not reached in time"
