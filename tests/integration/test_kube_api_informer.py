@@ -247,3 +247,16 @@ async def test_explicit_stop_wakes_waiters_with_unavailable(kube: Any, make_pod:
     await pods.stop()
     with pytest.raises(errors.KubeUnavailable):
         await wait
+
+
+async def test_stop_between_sync_and_waiter_registration_still_wakes_the_waiter(kube: Any, make_pod: Any) -> None:
+    """The waiter's task has acquired the informer but not yet registered when stop() runs (the
+    cache just filled): it must still get KubeUnavailable, not wait out its timeout."""
+    await kube.api.create(api.PODS, kube.namespace, make_pod("racing"))
+    pods = informer.informer_for(kube.api, kube.namespace)
+    wait = asyncio.create_task(pods.wait_for("racing", informer.pod_finished, 30))
+    while pods.get("racing") is None:
+        await asyncio.sleep(0)
+    await pods.stop()
+    with pytest.raises(errors.KubeUnavailable):
+        await asyncio.wait_for(wait, 5)

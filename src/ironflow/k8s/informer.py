@@ -143,7 +143,8 @@ class Informer:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._fail_waiters(errors.KubeUnavailable(f"the {self.resource.plural} informer of {self.namespace} stopped"))
+        self._failure = errors.KubeUnavailable(f"the {self.resource.plural} informer of {self.namespace} stopped")
+        self._fail_waiters(self._failure)
 
     # -- reading --
 
@@ -207,6 +208,9 @@ class Informer:
             try:
                 async with asyncio.timeout(timeout):
                     await self._wait_synced()
+                    if not self.running:
+                        # Stopped (or failed) between our hold and now: nothing will wake this waiter.
+                        raise self._failure or errors.KubeUnavailable(f"the {self.resource.plural} informer stopped")
                     self._waiters.setdefault(waiter.name, set()).add(waiter)
                     cached = self._cache.get(waiter.name)
                     if (
