@@ -255,8 +255,11 @@ async def test_stop_between_sync_and_waiter_registration_still_wakes_the_waiter(
     await kube.api.create(api.PODS, kube.namespace, make_pod("racing"))
     pods = informer.informer_for(kube.api, kube.namespace)
     wait = asyncio.create_task(pods.wait_for("racing", informer.pod_finished, 30))
-    while pods.get("racing") is None:
+    for _ in range(100_000):  # yield only one loop turn at a time, to stop before the waiter resumes
+        if pods.get("racing") is not None:
+            break
         await asyncio.sleep(0)
+    assert pods.get("racing") is not None
     await pods.stop()
     with pytest.raises(errors.KubeUnavailable):
         await asyncio.wait_for(wait, 5)
