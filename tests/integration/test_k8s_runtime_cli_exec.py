@@ -65,12 +65,23 @@ def test_succeeding_command_prints_its_log_exits_0_and_leaves_no_pod(served: tup
     assert st.server.objects(k8s.PODS, NS) == []
 
 
-def test_failing_command_prints_its_log_and_exits_1_naming_the_pod(served: tuple[ThreadedKube, Path]) -> None:
+def test_failing_command_exits_with_its_own_code_and_prints_its_log(served: tuple[ThreadedKube, Path]) -> None:
+    """As with the local backend, ``exit 7`` in the pod is exit 7 here."""
     st, provider = served
     _script(st, run_for=0.05, phase="Failed", exit_code=7, log="oops\n")
     result = _exec(provider, "sh", "-c", "echo oops; exit 7")
-    assert result.exit_code == 1
+    assert result.exit_code == 7
     assert result.stdout == "oops\n"
+    assert result.stderr.startswith("error: the command exited with 7 in pod exec-")
+    assert st.server.objects(k8s.PODS, NS) == []
+
+
+def test_failed_pod_without_an_exit_code_exits_1_naming_the_pod_and_phase(served: tuple[ThreadedKube, Path]) -> None:
+    """A failed pod with no failing exit code to pass on (e.g. evicted) is a failed step: exit 1."""
+    st, provider = served
+    _script(st, run_for=0.05, phase="Failed", exit_code=0, log="")
+    result = _exec(provider, "true")
+    assert result.exit_code == 1
     assert result.stderr.startswith("error: the command failed in pod exec-")
     assert "(phase Failed)" in result.stderr
     assert st.server.objects(k8s.PODS, NS) == []

@@ -54,6 +54,7 @@ async def test_run_failed_is_ok_with_success_false(kube: Case, server: KubeTestS
     out = await check(kube.namespace).client(kube.api).run()
     assert not out.success
     assert out.phase == "Failed"
+    assert out.exit_code == 101
     assert "FAILED" in out.logs
     assert server.objects(k8s.PODS, kube.namespace) == []
 

@@ -57,6 +57,7 @@ async def test_pod_run_succeeds_and_reads_the_log_through_the_api(kube_env: Kube
     )
     assert out.success
     assert out.logs == "test result: ok\n"
+    assert out.exit_code == 0
     await eventually_empty(api, k8s.PODS, ns)
 
 
@@ -66,6 +67,7 @@ async def test_pod_run_failure_is_a_result(kube_env: KubeEnv, ns: str, api: k8s.
     out = await run.run(api)
     assert not out.success
     assert out.phase == "Failed"
+    assert out.exit_code == 101  # as the kubelet recorded it in the container's terminated state
     await eventually_empty(api, k8s.PODS, ns)
 
 

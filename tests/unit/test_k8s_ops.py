@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.k8s import labels
+from ironflow.k8s import labels, pods
 from ironflow.k8s.ops import LABEL_ROOT_RUN_ID, LABEL_RUN_ID, JobRun, PodRun, ResourceSpec, SecuritySpec
 
 NOW = 1_700_000_000
@@ -312,3 +312,32 @@ def test_build_job_backoff_limit_defaults_to_zero() -> None:
 def test_backoff_limit_refuses_negative() -> None:
     with pytest.raises(errors.ConfigError, match="backoff_limit must not be negative"):
         job_run().backoff_limit(-1)
+
+
+def _pod_with(*statuses: dict[str, Any]) -> dict[str, Any]:
+    return {"status": {"phase": "Failed", "containerStatuses": list(statuses)}}
+
+
+def test_exit_code_is_the_named_containers_terminated_code() -> None:
+    pod = _pod_with(
+        {"name": "sidecar", "state": {"terminated": {"exitCode": 0}}},
+        {"name": "check", "state": {"terminated": {"exitCode": 101}}},
+    )
+    assert pods.exit_code(pod, "check") == 101
+    assert pods.exit_code(pod, "sidecar") == 0
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        None,
+        {},
+        {"status": {"phase": "Pending"}},
+        _pod_with({"name": "check", "state": {"running": {}}}),
+        _pod_with({"name": "other", "state": {"terminated": {"exitCode": 3}}}),
+        _pod_with({"name": "check", "state": {"terminated": {"exitCode": "3"}}}),
+        _pod_with({"name": "check", "state": {"terminated": {"exitCode": True}}}),
+    ],
+)
+def test_exit_code_is_none_until_the_container_terminated_with_an_integer(pod: dict[str, Any] | None) -> None:
+    assert pods.exit_code(pod, "check") is None

@@ -239,6 +239,9 @@ def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> No
     sys.stdout.write(result.logs)
     if result.success:
         raise typer.Exit(0)
+    if result.exit_code:  # exit like the command did, as the local backend does
+        print(f"error: the command exited with {result.exit_code} in pod {run.name}", file=sys.stderr)
+        raise typer.Exit(result.exit_code)
     _fail(f"the command failed in pod {run.name} (phase {result.phase})", EXIT_STEP_FAILED)
 
 

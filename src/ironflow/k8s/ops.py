@@ -101,11 +101,15 @@ class SecuritySpec:
 
 @dataclass(frozen=True)
 class PodRunOutput:
-    """How the command ended: ``phase`` is ``Succeeded`` or ``Failed``; logs are best effort."""
+    """How the command ended: ``phase`` is ``Succeeded`` or ``Failed``; logs are best effort.
+
+    ``exit_code`` is the container's, when the kubelet recorded one (None otherwise).
+    """
 
     success: bool
     logs: str
     phase: str
+    exit_code: int | None = None
 
 
 def pvc_volume_name(index: int) -> str:

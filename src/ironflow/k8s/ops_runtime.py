@@ -66,7 +66,8 @@ async def run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
             raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
         phase = pods.phase(pod)
         logs = await _read_log(api, s.namespace, run.name)
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
+        code = pods.exit_code(pod, run.name)
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:
         await pods.delete_quietly(api, kube.PODS, s.namespace, run.name, expires_at=_expiry_of(body))
 
@@ -86,13 +87,16 @@ async def run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
         if job is None:
             raise errors.OperationTimeout(f"job '{run.name}' did not finish within {s.timeout_s:g}s")
         phase = _job_outcome(job) or "Unknown"
-        logs = ""
+        logs, code = "", None
         try:
             job_pods = (await api.list(kube.PODS, s.namespace, label_selector=f"job-name={run.name}")).items
         except errors.KubernetesError:
             job_pods = []
         if job_pods:
-            logs = await _read_log(api, s.namespace, str(job_pods[0]["metadata"]["name"]))
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase)
+            # A Job retries in new pods: the newest says how it ended.
+            last = max(job_pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
+            logs = await _read_log(api, s.namespace, str(last["metadata"]["name"]))
+            code = pods.exit_code(last, run.name)
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:
         await pods.delete_quietly(api, kube.JOBS, s.namespace, run.name, background=True, expires_at=_expiry_of(body))

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from ironflow import errors
 from ironflow.k8s import api as kube
 
-__all__ = ["delete_quietly", "phase", "shielded", "wait_for_pod", "wait_gone", "watching"]
+__all__ = ["delete_quietly", "exit_code", "phase", "shielded", "wait_for_pod", "wait_gone", "watching"]
 
 _log = logging.getLogger(__name__)
 
@@ -26,6 +26,15 @@ T = TypeVar("T")
 def phase(pod: Mapping[str, Any] | None) -> str:
     """The pod's phase, ``Unknown`` when absent."""
     return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
+
+
+def exit_code(pod: Mapping[str, Any] | None, container: str) -> int | None:
+    """The exit code the kubelet recorded for ``container`` once it terminated, else None."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or ():
+        if status.get("name") == container:
+            code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
+            return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return None
 
 
 async def wait_for_pod(
