@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 from ironflow.k8s import api
 from ironflow.testing import kubeenv_kubelet
-from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.kubecase import KubeCase, ServerControl
 from ironflow.testing.kubeenv_kubelet import kube_env  # noqa: F401  (session fixture: the real cluster)
 
 KUBE_BACKENDS = ["test-server", "real-apiserver"]
@@ -27,60 +27,10 @@ KUBE_BACKENDS = ["test-server", "real-apiserver"]
 _namespaces = itertools.count(1)
 
 
-class ClusterControl(Protocol):
-    """What a contract test may ask of a cluster beyond the API: the kubelet's part."""
-
-    async def set_pod_phase(
-        self, namespace: str, name: str, phase: str, *, exit_code: int | None = None, reason: str | None = None
-    ) -> None:
-        """Report a pod as Pending, Running, Succeeded or Failed."""
-
-    async def set_log(self, namespace: str, pod: str, text: str) -> None:
-        """Replace the log of the pod's (only) container."""
-
-    async def append_log(self, namespace: str, pod: str, text: str) -> None:
-        """Append to the log of the pod's (only) container; followers see it at once."""
-
-    async def script_pods(self, script: PodScript) -> None:
-        """Run every new pod matching ``script`` as it says."""
-
-
-class ServerControl:
-    """:class:`ClusterControl` over a :class:`KubeTestServer`."""
-
-    def __init__(self, server: KubeTestServer) -> None:
-        self.server = server
-
-    async def set_pod_phase(
-        self, namespace: str, name: str, phase: str, *, exit_code: int | None = None, reason: str | None = None
-    ) -> None:
-        self.server.set_pod_phase(namespace, name, phase, exit_code=exit_code, reason=reason)
-
-    async def set_log(self, namespace: str, pod: str, text: str) -> None:
-        self.server.set_log(namespace, pod, text)
-
-    async def append_log(self, namespace: str, pod: str, text: str) -> None:
-        self.server.append_log(namespace, pod, text)
-
-    async def script_pods(self, script: PodScript) -> None:
-        self.server.script_pods(script)
-
-
-@dataclass
-class KubeCase:
-    """One contract test's cluster: the API, a fresh namespace, the control handle, and the
-    test server when the backend is one (``None`` on a real cluster)."""
-
-    api: api.KubeApi
-    namespace: str
-    control: ClusterControl
-    server: KubeTestServer | None
-
-    def need_server(self) -> KubeTestServer:
-        """The test server, or skip: fault injection and denial exist only there."""
-        if self.server is None:
-            pytest.skip("needs the in-process KubeTestServer (fault injection / denial)")
-        return self.server
+@pytest.fixture
+def server(kube: KubeCase) -> KubeTestServer:
+    """The case's in-process test server; skips on a real cluster."""
+    return kube.need_server()
 
 
 @pytest.fixture(params=KUBE_BACKENDS)

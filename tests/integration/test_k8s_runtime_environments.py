@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
@@ -30,6 +30,7 @@ from ironflow.k8s.runner import StepRunner
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kubecase import KubeCase
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -37,18 +38,6 @@ RUN = "01a0e906-1f85-7000-8000-0000000000ee"
 WEEK = 7 * 24 * 3600
 ADMIN_KEY = "e" * 40
 ACCOUNT = AccountSession("acct-1", "ANTHROPIC_API_KEY", Secret("sk-ant-api03-" + "k" * 20))
-
-
-class Case(Protocol):
-    api: k8s.KubeApi
-    namespace: str
-
-    def need_server(self) -> KubeTestServer: ...
-
-
-@pytest.fixture
-def server(kube: Case) -> KubeTestServer:
-    return kube.need_server()
 
 
 def provider(ns: str) -> K8sEphemeralProvider:
@@ -60,7 +49,7 @@ def provider(ns: str) -> K8sEphemeralProvider:
     )
 
 
-def runner(kube: Case, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
+def runner(kube: KubeCase, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
     return StepRunner.for_provider(p or provider(kube.namespace), api=kube.api, worker_env={}, **kwargs)
 
 
@@ -91,7 +80,7 @@ def spy_creates(api: k8s.KubeApi) -> list[dict[str, Any]]:
     return created
 
 
-async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: Case, server: KubeTestServer) -> None:
+async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: KubeCase, server: KubeTestServer) -> None:
     ns = kube.namespace
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     created = spy_creates(kube.api)
@@ -127,7 +116,7 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: Case, s
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == [env_id]
 
 
-async def test_invoke_with_logs_also_returns_the_environment_id(kube: Case, server: KubeTestServer) -> None:
+async def test_invoke_with_logs_also_returns_the_environment_id(kube: KubeCase, server: KubeTestServer) -> None:
     stream = (FIXTURES / "stream_text.out").read_text()
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=stream))
 
@@ -148,7 +137,7 @@ def foreign_claim(name: str) -> dict[str, Any]:
     }
 
 
-async def deleting_claim(kube: Case, name: str) -> None:
+async def deleting_claim(kube: KubeCase, name: str) -> None:
     body = foreign_claim(name)
     body["metadata"]["labels"] = {
         labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE,
@@ -161,7 +150,7 @@ async def deleting_claim(kube: Case, name: str) -> None:
 
 @pytest.mark.parametrize("case", ["missing", "deleting", "foreign"])
 async def test_a_resumed_environment_that_is_not_live_fails_the_step(
-    kube: Case, server: KubeTestServer, case: str
+    kube: KubeCase, server: KubeTestServer, case: str
 ) -> None:
     ns = kube.namespace
     env_id = f"env-{case}"
@@ -182,7 +171,9 @@ async def test_a_resumed_environment_that_is_not_live_fails_the_step(
         assert expiry(server, ns, env_id) == 7  # not touched
 
 
-async def test_a_pod_the_api_refuses_deletes_the_claim_this_step_created(kube: Case, server: KubeTestServer) -> None:
+async def test_a_pod_the_api_refuses_deletes_the_claim_this_step_created(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
     server.fail("create", "pods", status=422)
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod"):
         await runner(kube).invoke(AgentConfig("hi").run_scope(RUN, "s"))
@@ -190,7 +181,7 @@ async def test_a_pod_the_api_refuses_deletes_the_claim_this_step_created(kube: C
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == []
 
 
-async def test_a_pod_the_api_refuses_keeps_a_resumed_claim(kube: Case, server: KubeTestServer) -> None:
+async def test_a_pod_the_api_refuses_keeps_a_resumed_claim(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     env_id = (await runner(kube).invoke(AgentConfig("hi"))).environment_id
     assert env_id is not None
@@ -200,7 +191,7 @@ async def test_a_pod_the_api_refuses_keeps_a_resumed_claim(kube: Case, server: K
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == [env_id]
 
 
-async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: Case, server: KubeTestServer) -> None:
+async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: KubeCase, server: KubeTestServer) -> None:
     """With the real auth proxy: the step's token is revoked, nothing is left in the namespace."""
     ns = kube.namespace
     server.fail("create", "persistentvolumeclaims", status=403)
@@ -218,7 +209,7 @@ async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: Ca
 
 
 async def test_resume_without_environment_volume_fails_before_anything_exists(
-    kube: Case, server: KubeTestServer
+    kube: KubeCase, server: KubeTestServer
 ) -> None:
     plain = K8sEphemeralProvider.sandboxed("img").namespace(kube.namespace)
     server.reset_requests()
@@ -229,7 +220,7 @@ async def test_resume_without_environment_volume_fails_before_anything_exists(
     assert [r for r in server.requests if r.verb in ("create", "patch", "delete")] == []
 
 
-async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: Case, server: KubeTestServer) -> None:
+async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     p = provider(kube.namespace).environment_volume(EnvironmentVolume("/workspace", ttl=timedelta(seconds=1)))
     before = int(time.time())
@@ -238,7 +229,7 @@ async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: Case,
     assert expiry(server, kube.namespace, env_id) >= before + 5 + 60  # timeout + margin
 
 
-async def test_release_run_keeps_the_environment_claims_of_the_run(kube: Case, server: KubeTestServer) -> None:
+async def test_release_run_keeps_the_environment_claims_of_the_run(kube: KubeCase, server: KubeTestServer) -> None:
     """Environments outlive their run on purpose (a later run may resume them); the reaper ends them."""
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     env_id = (await runner(kube).invoke(AgentConfig("hi").run_scope(RUN, "s"))).environment_id

@@ -7,7 +7,6 @@ watch), reads the logs and deletes the object on every path.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 import pytest
 
@@ -17,18 +16,7 @@ from ironflow.k8s import labels
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
-
-
-class Case(Protocol):
-    api: k8s.KubeApi
-    namespace: str
-
-    def need_server(self) -> KubeTestServer: ...
-
-
-@pytest.fixture
-def server(kube: Case) -> KubeTestServer:
-    return kube.need_server()
+from ironflow.testing.kubecase import KubeCase
 
 
 def check(ns: str) -> PodRun:
@@ -39,7 +27,7 @@ def migrate(ns: str) -> JobRun:
     return JobRun("migrate", "postgres:16", "psql -f m.sql").namespace(ns).timeout(5)
 
 
-async def test_run_succeeded_collects_logs_and_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_run_succeeded_collects_logs_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="check", run_for=0.05, log="test result: ok\n"))
     out = await check(kube.namespace).run(kube.api)
     assert out.success
@@ -48,7 +36,7 @@ async def test_run_succeeded_collects_logs_and_deletes(kube: Case, server: KubeT
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_failed_is_ok_with_success_false(kube: Case, server: KubeTestServer) -> None:
+async def test_run_failed_is_ok_with_success_false(kube: KubeCase, server: KubeTestServer) -> None:
     """A failing command is a result, not an error."""
     server.script_pods(PodScript(name_prefix="check", run_for=0.05, phase="Failed", exit_code=101, log="FAILED\n"))
     out = await check(kube.namespace).client(kube.api).run()
@@ -59,7 +47,7 @@ async def test_run_failed_is_ok_with_success_false(kube: Case, server: KubeTestS
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_create_error_is_external(kube: Case, server: KubeTestServer) -> None:
+async def test_run_create_error_is_external(kube: KubeCase, server: KubeTestServer) -> None:
     """The create is refused: the API error comes back and nothing is left."""
     server.fail("create", "pods", status=422)
     with pytest.raises(errors.KubernetesError) as caught:
@@ -68,7 +56,7 @@ async def test_run_create_error_is_external(kube: Case, server: KubeTestServer) 
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_create_without_answer_still_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_run_create_without_answer_still_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     """A dropped connection on create may still have created the pod: it is deleted anyway."""
     server.fail("create", "pods", drop=True)
     with pytest.raises(errors.KubeUnavailable):
@@ -76,14 +64,14 @@ async def test_run_create_without_answer_still_deletes(kube: Case, server: KubeT
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_timeout_is_external_and_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_run_timeout_is_external_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="check", run_for=None))
     with pytest.raises(errors.OperationTimeout, match=r"pod 'check' did not finish within 0\.3s"):
         await check(kube.namespace).timeout(0.3).run(kube.api)
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_pod_uses_the_shared_watch_not_polling(kube: Case, server: KubeTestServer) -> None:
+async def test_run_pod_uses_the_shared_watch_not_polling(kube: KubeCase, server: KubeTestServer) -> None:
     """One create, one list + one watch (the shared informer), one log read, one delete: no GET loop."""
     server.script_pods(PodScript(name_prefix="check", run_for=0.3, log="ok\n"))
     server.reset_requests()
@@ -94,7 +82,7 @@ async def test_run_pod_uses_the_shared_watch_not_polling(kube: Case, server: Kub
     assert server.count("delete", "pods") == 1
 
 
-async def test_cancelled_pod_run_deletes_its_pod(kube: Case, server: KubeTestServer) -> None:
+async def test_cancelled_pod_run_deletes_its_pod(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="check", run_for=None))
     task = asyncio.ensure_future(check(kube.namespace).run(kube.api))
     for _ in range(200):
@@ -107,7 +95,7 @@ async def test_cancelled_pod_run_deletes_its_pod(kube: Case, server: KubeTestSer
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, log="migrated\n"))
     out = await migrate(kube.namespace).run(kube.api)
     assert (out.success, out.phase, out.logs) == (True, "Succeeded", "migrated\n")
@@ -119,21 +107,21 @@ async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: Case, serve
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_job_run_failed_is_ok_with_success_false(kube: Case, server: KubeTestServer) -> None:
+async def test_job_run_failed_is_ok_with_success_false(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, phase="Failed", log="boom\n"))
     out = await migrate(kube.namespace).run(kube.api)
     assert (out.success, out.phase) == (False, "Failed")
     assert server.objects(k8s.JOBS, kube.namespace) == []
 
 
-async def test_job_run_timeout_names_the_job_and_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_job_run_timeout_names_the_job_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_jobs(PodScript(name_prefix="migrate", run_for=None))
     with pytest.raises(errors.OperationTimeout, match=r"job 'migrate' did not finish within 0\.3s"):
         await migrate(kube.namespace).timeout(0.3).run(kube.api)
     assert server.objects(k8s.JOBS, kube.namespace) == []
 
 
-async def test_job_run_without_logs_returns_empty_logs(kube: Case, server: KubeTestServer) -> None:
+async def test_job_run_without_logs_returns_empty_logs(kube: KubeCase, server: KubeTestServer) -> None:
     """Logs are best effort: a refused log read still gives the outcome."""
     server.deny("pods/log", "get")
     server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, log="hidden\n"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
 
 import pytest
 
@@ -15,21 +14,15 @@ from ironflow.k8s import api as k8s
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.provider import AgentProvider
-from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kube import PodScript
+from ironflow.testing.kubecase import KubeCase
 
 JSON_TEXT = (Path(__file__).resolve().parents[1] / "fixtures" / "claude" / "json_text.out").read_text()
 RUN = "01a0e906-1f85-7000-8000-0000000000bb"
 
 
-class Case(Protocol):
-    api: k8s.KubeApi
-    namespace: str
-
-    def need_server(self) -> KubeTestServer: ...
-
-
 @pytest.fixture
-async def provider(kube: Case) -> AsyncIterator[K8sEphemeralProvider]:
+async def provider(kube: KubeCase) -> AsyncIterator[K8sEphemeralProvider]:
     server = kube.need_server()
     yield (
         K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1")
@@ -44,7 +37,7 @@ def test_provider_satisfies_the_agent_provider_protocol() -> None:
     assert isinstance(K8sEphemeralProvider("img"), AgentProvider)
 
 
-async def test_agent_runs_on_the_provider_and_leaves_nothing(kube: Case, provider: K8sEphemeralProvider) -> None:
+async def test_agent_runs_on_the_provider_and_leaves_nothing(kube: KubeCase, provider: K8sEphemeralProvider) -> None:
     server = kube.need_server()
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     result = await Agent.from_config(AgentConfig("Say hello").run_scope(RUN, "greet")).run(provider)
@@ -52,7 +45,7 @@ async def test_agent_runs_on_the_provider_and_leaves_nothing(kube: Case, provide
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_provider_release_run_and_reap_orphans(kube: Case, provider: K8sEphemeralProvider) -> None:
+async def test_provider_release_run_and_reap_orphans(kube: KubeCase, provider: K8sEphemeralProvider) -> None:
     from ironflow.k8s.ops import LABEL_RUN_ID, PodRun
 
     server = kube.need_server()
@@ -71,7 +64,7 @@ async def test_provider_release_run_and_reap_orphans(kube: Case, provider: K8sEp
 
 
 async def test_provider_spawn_orphan_reaper_uses_the_configured_interval(
-    kube: Case, provider: K8sEphemeralProvider
+    kube: KubeCase, provider: K8sEphemeralProvider
 ) -> None:
     from ironflow.k8s.ops import PodRun
 
@@ -100,7 +93,7 @@ async def test_spawn_orphan_reaper_without_any_interval_names_the_fix() -> None:
 
 
 async def test_auth_proxy_without_admin_key_fails_before_any_pod(
-    kube: Case, provider: K8sEphemeralProvider, monkeypatch: pytest.MonkeyPatch
+    kube: KubeCase, provider: K8sEphemeralProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("IRONFLOW_AUTH_PROXY_ADMIN_KEY", raising=False)
     server = kube.need_server()

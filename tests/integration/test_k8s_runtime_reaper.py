@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
@@ -12,32 +12,19 @@ from ironflow.k8s import api as k8s
 from ironflow.k8s import labels, reaper
 from ironflow.k8s.ops import JobRun, PodRun
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.kubecase import KubeCase
 
 PAST = 1_000  # a "now" long ago: objects built then expired long ago
 FUTURE_NOW = None  # built now: expire in the future
 
 
-class Case(Protocol):
-    """What these tests use of the swappable ``kube`` fixture (tests/integration/conftest.py)."""
-
-    api: k8s.KubeApi
-    namespace: str
-
-    def need_server(self) -> KubeTestServer: ...
-
-
 @pytest.fixture
-def server(kube: Case) -> KubeTestServer:
-    return kube.need_server()
-
-
-@pytest.fixture
-def api(kube: Case) -> k8s.KubeApi:
+def api(kube: KubeCase) -> k8s.KubeApi:
     return kube.api
 
 
 @pytest.fixture
-def ns(kube: Case) -> str:
+def ns(kube: KubeCase) -> str:
     return kube.namespace
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
@@ -23,6 +23,7 @@ from ironflow.secrets import Secret
 from ironflow.testing import find_leaks
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.kubecase import KubeCase
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -33,23 +34,11 @@ RUNNER_PODS = "claude-code"
 FAR_FUTURE = 2**40
 
 
-class Case(Protocol):
-    api: k8s.KubeApi
-    namespace: str
-
-    def need_server(self) -> KubeTestServer: ...
-
-
-@pytest.fixture
-def server(kube: Case) -> KubeTestServer:
-    return kube.need_server()
-
-
 def provider(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
     return K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(ns).timeout(timeout)
 
 
-def runner(kube: Case, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
+def runner(kube: KubeCase, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
     return StepRunner.for_provider(p or provider(kube.namespace), api=kube.api, worker_env={}, **kwargs)
 
 
@@ -80,7 +69,7 @@ async def wait_until(check: Any, *, limit: float = 3.0) -> None:
 # --- the happy path -----------------------------------------------------------------
 
 
-async def test_invoke_runs_the_step_and_leaves_nothing(kube: Case, server: KubeTestServer) -> None:
+async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     created: list[dict[str, Any]] = []
     original = kube.api.create
@@ -100,7 +89,7 @@ async def test_invoke_runs_the_step_and_leaves_nothing(kube: Case, server: KubeT
     assert labels.ANNOTATION_EXPIRES_AT in pod["metadata"]["annotations"]
 
 
-async def test_invoke_uses_at_most_six_requests_per_step(kube: Case, server: KubeTestServer) -> None:
+async def test_invoke_uses_at_most_six_requests_per_step(kube: KubeCase, server: KubeTestServer) -> None:
     """Concurrent steps with run labels: cleanup lists, create, log read, delete; one shared watch."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.2, log=JSON_TEXT))
     server.reset_requests()
@@ -114,7 +103,9 @@ async def test_invoke_uses_at_most_six_requests_per_step(kube: Case, server: Kub
     assert (non_watch - informer_list) / steps <= 6, [(x.verb, x.resource) for x in server.requests]
 
 
-async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(kube: Case, server: KubeTestServer) -> None:
+async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     await runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "big"))
     assert server.count("create", "configmaps") == 1
@@ -122,7 +113,7 @@ async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(kube: 
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_failed_pod_with_api_error_output_raises_api_error(kube: Case, server: KubeTestServer) -> None:
+async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=API_ERROR))
     with pytest.raises(errors.ApiError) as caught:
         await runner(kube).invoke(AgentConfig("Say hello"))
@@ -131,21 +122,21 @@ async def test_failed_pod_with_api_error_output_raises_api_error(kube: Case, ser
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_failed_pod_without_output_is_process_failed(kube: Case, server: KubeTestServer) -> None:
+async def test_failed_pod_without_output_is_process_failed(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=""))
     with pytest.raises(errors.ProcessFailed, match="no output captured"):
         await runner(kube).invoke(AgentConfig("Say hello"))
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_timeout_raises_agent_timeout_and_deletes(kube: Case, server: KubeTestServer) -> None:
+async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     with pytest.raises(errors.AgentTimeout):
         await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("Say hello"))
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_refused_step_creates_nothing(kube: Case, server: KubeTestServer) -> None:
+async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     """Validation happens before any request: a reserved label fails with the reference's text."""
     server.reset_requests()
     with pytest.raises(errors.StepConfigError, match="is reserved"):
@@ -153,7 +144,7 @@ async def test_refused_step_creates_nothing(kube: Case, server: KubeTestServer) 
     assert server.requests == []
 
 
-async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: Case, server: KubeTestServer) -> None:
+async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase, server: KubeTestServer) -> None:
     """activeDeadlineSeconds kills the pod: the step fails (nonzero exit), nothing remains."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     p = provider(kube.namespace).active_deadline_seconds(1)
@@ -165,7 +156,7 @@ async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: Case, ser
 # --- streaming ------------------------------------------------------------------------
 
 
-async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: Case, server: KubeTestServer) -> None:
+async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
@@ -187,7 +178,9 @@ async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: Case, server:
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(kube: Case, server: KubeTestServer) -> None:
+async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.0, log=STREAM_TEXT))
     sink = Lines()
     result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
@@ -197,7 +190,7 @@ async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(kube
 
 
 async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
-    kube: Case, server: KubeTestServer
+    kube: KubeCase, server: KubeTestServer
 ) -> None:
     """The follow request fails: the runner waits for the end, reads the log once, still feeds the sink."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.3, log=STREAM_TEXT))
@@ -212,7 +205,7 @@ async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
 
 
 async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
-    kube: Case, server: KubeTestServer, monkeypatch: pytest.MonkeyPatch
+    kube: KubeCase, server: KubeTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ironflow.k8s import runner as runner_module
 
@@ -235,7 +228,7 @@ async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1])
-async def test_cancelled_step_leaves_nothing(kube: Case, server: KubeTestServer, delay: float) -> None:
+async def test_cancelled_step_leaves_nothing(kube: KubeCase, server: KubeTestServer, delay: float) -> None:
     """Cancelled at any point (cleanup, create, wait): the pod and its prompt ConfigMap are deleted."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "c")))
@@ -247,7 +240,7 @@ async def test_cancelled_step_leaves_nothing(kube: Case, server: KubeTestServer,
 
 
 async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
-    kube: Case, server: KubeTestServer
+    kube: KubeCase, server: KubeTestServer
 ) -> None:
     """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
@@ -272,7 +265,7 @@ async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothin
 
 
 async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
-    kube: Case, server: KubeTestServer
+    kube: KubeCase, server: KubeTestServer
 ) -> None:
     from ironflow.k8s.ops import PodRun
 
@@ -294,7 +287,7 @@ async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_not
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_cancelled_streaming_step_leaves_nothing(kube: Case, server: KubeTestServer) -> None:
+async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("hi"), sink))
@@ -323,7 +316,7 @@ STEP_CALLS = [  # (verb, resource, nth call): every request a step with a large 
 @pytest.mark.parametrize(("verb", "resource", "nth"), STEP_CALLS)
 @pytest.mark.parametrize("drop", [False, True], ids=["500", "dropped"])
 async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
-    kube: Case, server: KubeTestServer, verb: str, resource: str, nth: int, drop: bool
+    kube: KubeCase, server: KubeTestServer, verb: str, resource: str, nth: int, drop: bool
 ) -> None:
     """Each API call of a step fails in turn: whatever the step reports, one reaper pass
     (at a time past the expiry) finds nothing of it, or removes what the API refused to."""
@@ -342,7 +335,9 @@ async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
     await wait_until(lambda: leftovers(server, kube.namespace) == [])
 
 
-async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(kube: Case, server: KubeTestServer) -> None:
+async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
     """The wait fails and the delete cannot reach the API: the error names the pod and its expiry."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     server.fail("delete", "pods", status=503, times=10)
@@ -357,7 +352,7 @@ async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(kube: C
 
 
 async def test_timed_out_pod_the_api_will_not_delete_is_noted_on_the_timeout(
-    kube: Case, server: KubeTestServer
+    kube: KubeCase, server: KubeTestServer
 ) -> None:
     """The timeout stays an AgentTimeout; its note says the pod is left for the reaper."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
@@ -383,7 +378,7 @@ def old_attempt(ns: str, name: str, run: str, step: str, *, root: str | None = N
     }
 
 
-async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: KubeCase, server: KubeTestServer) -> None:
     """The old pod of the same run and step is gone before the new one is created."""
     await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "old", RUN, "greet"))
     await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "other-step", RUN, "other"))
@@ -396,7 +391,7 @@ async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: Case, ser
     assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, kube.namespace)] == ["other-step"]
 
 
-async def test_previous_attempt_still_terminating_fails_the_step(kube: Case, server: KubeTestServer) -> None:
+async def test_previous_attempt_still_terminating_fails_the_step(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="old", run_for=None, terminates=False))
     await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "old", RUN, "greet"))
     await wait_until(lambda: phase_of(server, kube.namespace, "old") == "Running")
@@ -407,7 +402,9 @@ async def test_previous_attempt_still_terminating_fails_the_step(kube: Case, ser
     assert server.count("create", "pods") == 1  # only the old one: no second agent
 
 
-async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
     ns = kube.namespace
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "child", "child-run", "b", root=RUN))
@@ -417,7 +414,7 @@ async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(kube
     assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, ns)] == ["someone-else"]
 
 
-async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: KubeCase, server: KubeTestServer) -> None:
     from ironflow.k8s.ops import JobRun
 
     ns = kube.namespace
@@ -432,7 +429,7 @@ async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: Case, server
     assert server.objects(k8s.JOBS, ns) == []
 
 
-async def test_k8s_release_run_without_job_rights_still_releases_pods(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_without_job_rights_still_releases_pods(kube: KubeCase, server: KubeTestServer) -> None:
     ns = kube.namespace
     server.deny("jobs", "list")
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
@@ -440,7 +437,7 @@ async def test_k8s_release_run_without_job_rights_still_releases_pods(kube: Case
     assert server.objects(k8s.PODS, ns) == []
 
 
-async def test_k8s_release_run_fails_while_a_pod_is_still_there(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_fails_while_a_pod_is_still_there(kube: KubeCase, server: KubeTestServer) -> None:
     """A pod that will not terminate: a replayable error naming the run."""
     ns = kube.namespace
     server.script_pods(PodScript(name_prefix="stuck", run_for=None, terminates=False))
@@ -452,13 +449,13 @@ async def test_k8s_release_run_fails_while_a_pod_is_still_there(kube: Case, serv
     assert caught.value.retryable
 
 
-async def test_k8s_release_run_fails_when_pods_cannot_be_listed(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_fails_when_pods_cannot_be_listed(kube: KubeCase, server: KubeTestServer) -> None:
     server.fail("list", "pods", status=500)
     with pytest.raises(errors.CleanupError, match=f"failed to list pods of run {RUN}"):
         await runner(kube).release_run(RUN)
 
 
-async def test_k8s_release_run_fails_when_a_pod_cannot_be_deleted(kube: Case, server: KubeTestServer) -> None:
+async def test_k8s_release_run_fails_when_a_pod_cannot_be_deleted(kube: KubeCase, server: KubeTestServer) -> None:
     ns = kube.namespace
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
     server.fail("delete", "pods", status=500)
@@ -501,7 +498,7 @@ def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
     )
 
 
-async def test_no_token_no_pod(kube: Case, server: KubeTestServer) -> None:
+async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
     issuer = FakeIssuer(refuse=True)
     with pytest.raises(errors.AuthProxyError, match="auth proxy: "):
         await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi").run_scope(RUN, "s"))
@@ -509,7 +506,7 @@ async def test_no_token_no_pod(kube: Case, server: KubeTestServer) -> None:
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: Case, server: KubeTestServer) -> None:
+async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     issuer = FakeIssuer()
     before = int(time.time())
@@ -520,7 +517,7 @@ async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: Case, serve
     assert issuer.revoked == ["tok-000000000001"]
 
 
-async def test_token_is_revoked_when_the_step_fails(kube: Case, server: KubeTestServer) -> None:
+async def test_token_is_revoked_when_the_step_fails(kube: KubeCase, server: KubeTestServer) -> None:
     server.fail("create", "pods", status=500)
     issuer = FakeIssuer()
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod") as caught:
@@ -530,7 +527,7 @@ async def test_token_is_revoked_when_the_step_fails(kube: Case, server: KubeTest
 
 
 async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
-    kube: Case, server: KubeTestServer, caplog: pytest.LogCaptureFixture
+    kube: KubeCase, server: KubeTestServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Failures on every side of a proxied step: no log line or error holds the token or the key."""
     import logging
@@ -550,7 +547,7 @@ async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
     assert find_leaks(secrets, *haystacks, getattr(timed_out.value, "__notes__", [])) == []
 
 
-async def test_release_run_revokes_the_run_tokens(kube: Case, server: KubeTestServer) -> None:
+async def test_release_run_revokes_the_run_tokens(kube: KubeCase, server: KubeTestServer) -> None:
     issuer = FakeIssuer()
     await runner(kube, proxied(kube.namespace), issuer=issuer).release_run(RUN)
     assert issuer.runs_revoked == [RUN]
