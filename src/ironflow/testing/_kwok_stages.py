@@ -78,65 +78,53 @@ containerStatuses:
 """
 
 
-def _exit_stage() -> dict[str, Any]:
-    code = f'index .metadata.labels "{EXIT_CODE_LABEL}"'
+def _pod_stage(
+    name: str, conditions: list[dict[str, Any]], delay_ms: int, delay_from: str, nxt: dict[str, Any]
+) -> dict[str, Any]:
+    """An ironflow pod Stage: a running, live pod in a kwok-driven namespace that also matches
+    ``conditions`` ends after ``delay_from`` (else ``delay_ms``) as ``nxt`` says."""
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
-        "metadata": {"name": "ironflow-pod-exit"},
+        "metadata": {"name": name},
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-            "selector": {
-                "matchExpressions": [
-                    _ALIVE,
-                    _RUNNING,
-                    _NOT_MANUAL,
-                    {"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "Exists"},
-                ]
-            },
+            "selector": {"matchExpressions": [_ALIVE, _RUNNING, _NOT_MANUAL, *conditions]},
             "weight": 1000,
-            "delay": {
-                "durationMilliseconds": 100,
-                "durationFrom": {"expressionFrom": f'.metadata.labels["{RUN_FOR_LABEL}"]'},
-            },
-            "next": {"statusTemplate": _TERMINATED_TEMPLATE.format(code=code, extra="", reason="Error")},
+            "delay": {"durationMilliseconds": delay_ms, "durationFrom": {"expressionFrom": delay_from}},
+            "next": nxt,
         },
     }
+
+
+def _exit_stage() -> dict[str, Any]:
+    code = f'index .metadata.labels "{EXIT_CODE_LABEL}"'
+    return _pod_stage(
+        "ironflow-pod-exit",
+        [{"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "Exists"}],
+        100,
+        f'.metadata.labels["{RUN_FOR_LABEL}"]',
+        {"statusTemplate": _TERMINATED_TEMPLATE.format(code=code, extra="", reason="Error")},
+    )
 
 
 def _deadline_stage() -> dict[str, Any]:
-    extra = 'reason: DeadlineExceeded\nmessage: "Pod was active on the node longer than the specified deadline"\n'
-    return {
-        "apiVersion": "kwok.x-k8s.io/v1alpha1",
-        "kind": "Stage",
-        "metadata": {"name": "ironflow-pod-deadline"},
-        "spec": {
-            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-            "selector": {
-                "matchExpressions": [
-                    _ALIVE,
-                    _RUNNING,
-                    _NOT_MANUAL,
-                    _NO_EXIT_LABEL,
-                    {"key": ".spec.activeDeadlineSeconds", "operator": "Exists"},
-                    {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]},
-                ]
-            },
-            "weight": 1000,
-            "delay": {
-                "durationMilliseconds": 1000,
-                "durationFrom": {"expressionFrom": '(.spec.activeDeadlineSeconds | tostring) + "s"'},
-            },
-            "next": {
-                "event": {
-                    "type": "Normal",
-                    "reason": "DeadlineExceeded",
-                    "message": "Pod was active on the node longer than the specified deadline",
-                },
-                "statusTemplate": _TERMINATED_TEMPLATE.format(code='"137"', extra=extra, reason="DeadlineExceeded"),
-            },
+    message = "Pod was active on the node longer than the specified deadline"
+    extra = f'reason: DeadlineExceeded\nmessage: "{message}"\n'
+    return _pod_stage(
+        "ironflow-pod-deadline",
+        [
+            _NO_EXIT_LABEL,
+            {"key": ".spec.activeDeadlineSeconds", "operator": "Exists"},
+            {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]},
+        ],
+        1000,
+        '(.spec.activeDeadlineSeconds | tostring) + "s"',
+        {
+            "event": {"type": "Normal", "reason": "DeadlineExceeded", "message": message},
+            "statusTemplate": _TERMINATED_TEMPLATE.format(code='"137"', extra=extra, reason="DeadlineExceeded"),
         },
-    }
+    )
 
 
 def _scoped(stage: Mapping[str, Any]) -> dict[str, Any]:
