@@ -9,6 +9,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s import api, informer
+from ironflow.testing.polling import eventually
 
 
 async def test_many_waiters_share_one_watch_connection(kube: Any, make_pod: Any) -> None:
@@ -29,15 +30,7 @@ async def test_many_waiters_share_one_watch_connection(kube: Any, make_pod: Any)
     assert server.count("list", "pods") == 1
     assert server.max_open_watches == 1
     assert not pods.running
-    assert server.open_watches == 0 or await _eventually(lambda: server.open_watches == 0)
-
-
-async def _eventually(check: Any) -> bool:
-    for _ in range(100):
-        if check():
-            return True
-        await asyncio.sleep(0.01)
-    return False
+    assert server.open_watches == 0 or await eventually(lambda: server.open_watches == 0)
 
 
 async def test_informer_for_returns_one_instance_per_namespace(kube: Any) -> None:
@@ -164,16 +157,8 @@ async def test_linger_keeps_the_watch_between_users_then_stops(kube: Any, make_p
         assert await pods.wait_for(name, informer.pod_finished, 2) is not None
     assert server.count("watch", "pods") == 1
     assert pods.running
-    assert await _eventually_async(lambda: not pods.running)
-    assert await _eventually_async(lambda: server.open_watches == 0)
-
-
-async def _eventually_async(check: Any) -> bool:
-    for _ in range(200):
-        if check():
-            return True
-        await asyncio.sleep(0.01)
-    return False
+    assert await eventually(lambda: not pods.running)
+    assert await eventually(lambda: server.open_watches == 0)
 
 
 async def test_wait_deleted_does_not_trust_a_lagging_cache(kube: Any, make_pod: Any) -> None:
@@ -229,13 +214,13 @@ async def test_cancelled_wait_leaves_no_waiter_and_releases_the_watch(kube: Any,
     await kube.api.create(api.PODS, kube.namespace, make_pod("cancelled"))
     pods = informer.informer_for(kube.api, kube.namespace)
     wait = asyncio.create_task(pods.wait_for("cancelled", informer.pod_finished, 30))
-    assert await _eventually_async(lambda: server.open_watches == 1)
+    assert await eventually(lambda: server.open_watches == 1)
     wait.cancel()
     with pytest.raises(asyncio.CancelledError):
         await wait
     assert pods.users == 0
     assert not pods.running
-    assert await _eventually_async(lambda: server.open_watches == 0)
+    assert await eventually(lambda: server.open_watches == 0)
 
 
 async def test_explicit_stop_wakes_waiters_with_unavailable(kube: Any, make_pod: Any) -> None:
@@ -243,7 +228,7 @@ async def test_explicit_stop_wakes_waiters_with_unavailable(kube: Any, make_pod:
     await kube.api.create(api.PODS, kube.namespace, make_pod("stopped"))
     pods = informer.informer_for(kube.api, kube.namespace)
     wait = asyncio.create_task(pods.wait_for("stopped", informer.pod_finished, 30))
-    assert await _eventually_async(lambda: pods.get("stopped") is not None)
+    assert await eventually(lambda: pods.get("stopped") is not None)
     await pods.stop()
     with pytest.raises(errors.KubeUnavailable):
         await wait

@@ -10,16 +10,18 @@ import pytest
 from ironflow import errors
 from ironflow.k8s import api
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.polling import eventually
 
 
 async def _gone(kube: Any, resource: api.Resource, name: str) -> bool:
-    for _ in range(200):
+    async def absent() -> bool:
         try:
             await kube.api.get(resource, kube.namespace, name)
         except errors.KubeNotFound:
             return True
-        await asyncio.sleep(0.01)
-    return False
+        return False
+
+    return bool(await eventually(absent, what=f"{resource.plural}/{name} to be gone"))
 
 
 def _job(name: str, *, deadline: int | None = None) -> dict[str, Any]:
@@ -131,12 +133,12 @@ async def test_scripted_pods_run_and_succeed_on_their_own(kube: Any, make_pod: A
     await kube.control.script_pods(PodScript(name_prefix="auto-", run_for=0.05, log="done\n"))
     await kube.api.create(api.PODS, kube.namespace, make_pod("auto-1"))
     await kube.api.create(api.PODS, kube.namespace, make_pod("manual-1"))
-    for _ in range(100):
+
+    async def succeeded() -> bool:
         pod = await kube.api.get(api.PODS, kube.namespace, "auto-1")
-        if pod["status"]["phase"] == "Succeeded":
-            break
-        await asyncio.sleep(0.01)
-    assert pod["status"]["phase"] == "Succeeded"
+        return bool(pod["status"]["phase"] == "Succeeded")
+
+    await eventually(succeeded, what="pod auto-1 to succeed")
     assert await kube.api.read_log(kube.namespace, "auto-1") == "done\n"
     assert (await kube.api.get(api.PODS, kube.namespace, "manual-1"))["status"]["phase"] == "Pending"
 
@@ -214,8 +216,9 @@ async def test_namespace_deletion_removes_its_objects(kube: Any, make_pod: Any) 
     await kube.api.create(api.NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     await kube.api.create(api.PODS, name, make_pod("inside"))
     await kube.api.delete(api.NAMESPACES, None, name)
-    for _ in range(1500):  # a real namespace controller takes seconds; the test server is immediate
-        if not (await kube.api.list(api.PODS, name)).items:
-            break
-        await asyncio.sleep(0.02)
-    assert not (await kube.api.list(api.PODS, name)).items
+
+    async def emptied() -> bool:
+        return not (await kube.api.list(api.PODS, name)).items
+
+    # A real namespace controller takes seconds; the test server is immediate.
+    await eventually(emptied, limit_s=30, interval_s=0.02, what=f"namespace {name} to be emptied")

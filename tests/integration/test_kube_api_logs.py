@@ -11,6 +11,7 @@ import pytest
 from ironflow import errors
 from ironflow.k8s import api
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.polling import eventually
 
 
 async def _running_pod(kube: Any, make_pod: Any, name: str, **kwargs: Any) -> None:
@@ -78,16 +79,10 @@ async def test_follow_log_streams_lines_until_the_pod_ends(kube: Any, make_pod: 
             seen.append(line)
 
     task = asyncio.create_task(follow())
-    for _ in range(100):
-        if seen:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: seen, what="the first line")
     assert seen == ["first"]
     await kube.control.append_log(kube.namespace, "follow", "second\nthird\n")
-    for _ in range(100):
-        if len(seen) == 3:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: len(seen) >= 3, what="the appended lines")
     assert seen == ["first", "second", "third"]
     await kube.control.set_pod_phase(kube.namespace, "follow", "Succeeded")
     if kube.server is None:  # kwok keeps following after the pod ends (its CRI stub has no status)

@@ -11,6 +11,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s import api
+from ironflow.testing.polling import eventually
 
 
 async def _collect(events: Any, count: int) -> list[api.WatchEvent]:
@@ -159,11 +160,7 @@ async def test_open_watch_connections_are_counted(kube: Any) -> None:
     listed = await kube.api.list(api.PODS, kube.namespace)
     events = kube.api.watch_stream(api.PODS, kube.namespace, resource_version=listed.resource_version)
     task = asyncio.create_task(anext(events))
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if kube.api.counters.open_watches == 1:
-            break
-    assert kube.api.counters.open_watches == 1
+    await eventually(lambda: kube.api.counters.open_watches == 1, what="the watch to open")
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ironflow.k8s import api, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
+from ironflow.testing.polling import eventually
 from ironflow.testing.postgres import fresh_database
 
 HERE = Path(__file__).parent
@@ -157,24 +158,6 @@ def worker(store_url: str, kubeconfig: Path, namespace: str, stderr: Path) -> It
             proc.kill()  # Popen's exit then reaps it
 
 
-async def eventually(check: Callable[[], Any], *, limit_s: float = 40.0, what: str | Callable[[], str] = "") -> Any:
-    """Poll ``check`` (sync or returning an awaitable) until it gives something truthy; on
-    timeout fail with ``what`` (or what it returns then: e.g. the workers' stderr)."""
-    try:
-        async with asyncio.timeout(limit_s):
-            while True:
-                value = check()
-                if isinstance(value, Awaitable):
-                    value = await value
-                if value:
-                    return value
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(
-            f"timed out after {limit_s}s waiting for {what if isinstance(what, str) else what()}"
-        ) from None
-
-
 async def finished_status(store: Store, run_id: str) -> model.RunStatus | None:
     run = await store.get_run(run_id)
     return run.status if run is not None and run.finished else None
@@ -215,6 +198,7 @@ async def kill_and_resume(
             with worker(store_url, kubeconfig, namespace, stderr) as first:
                 dead = await eventually(
                     lambda: all(map(pods.running, kill_in)) and tuple(map(pods.running, kill_in)),
+                    limit_s=40,
                     what=f"the pods of {kill_in} to run",
                 )
                 os.kill(first.pid, signal.SIGKILL)
@@ -223,10 +207,13 @@ async def kill_and_resume(
             with worker(store_url, kubeconfig, namespace, stderr):
                 status = await eventually(
                     lambda: finished_status(store, run_id),
+                    limit_s=40,
                     what=lambda: f"the run to finish; workers said:\n{stderr.read_text()}",
                 )
             await eventually(
-                lambda: all(pods.of(e.name)[-1].type == "DELETED" for e in pods.created()), what="every pod to go"
+                lambda: all(pods.of(e.name)[-1].type == "DELETED" for e in pods.created()),
+                limit_s=40,
+                what="every pod to go",
             )
         run = await store.get_run(run_id)
         steps = {r: await store.steps(r) for r in {run_id, *(e.run_id for e in pods.created())}}
@@ -358,7 +345,9 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
         running = Worker(store, lambda run: Runner(store, provider), lease_s=3.0)
         async with watching_pods(kube_env, ns) as pods, asyncio.TaskGroup() as tasks:
             execution = tasks.create_task(running.run_once())
-            child_pod = await eventually(lambda: pods.running(CHILD_STEP), what="the child step's pod to run")
+            child_pod = await eventually(
+                lambda: pods.running(CHILD_STEP), limit_s=40, what="the child step's pod to run"
+            )
             child = await store.get_run(child_pod.run_id)
             assert child is not None
             assert (child.parent_run_id, child.root_run_id) == (run_id, run_id)
