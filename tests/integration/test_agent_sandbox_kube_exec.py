@@ -7,7 +7,6 @@ output streams, stdin of a known length, refusals as the API server answers them
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from ironflow import errors
 from ironflow.k8s import api as k8s
 from ironflow.testing.kube import KubeTestServer, local_exec
+from ironflow.testing.polling import eventually
 
 POD = {
     "apiVersion": "v1",
@@ -88,17 +88,11 @@ async def test_exec_in_an_unknown_container_is_refused(kube: tuple[KubeTestServe
 async def test_cancelled_exec_stops_the_command(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:
     server, api = kube
     task = asyncio.ensure_future(api.exec("default", "box", ("sh", "-c", "sleep 30")))
-    deadline = time.monotonic() + 3
-    while not server.execs:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    await eventually(lambda: server.execs, what="the command to start")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 3
-    while server.running_execs:
-        assert time.monotonic() < deadline, "the command kept running after the client left"
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not server.running_execs, what="the command to stop after the client left")
 
 
 async def test_exec_hands_every_chunk_to_on_output_as_it_arrives(kube: tuple[KubeTestServer, k8s.KubeApi]) -> None:

@@ -15,6 +15,7 @@ from ironflow.cli.app import app
 from ironflow.k8s import api as k8s
 from ironflow.k8s.ops import PodRun
 from ironflow.testing.kube import KubeTestServer
+from ironflow.testing.polling import eventually
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
@@ -83,10 +84,7 @@ async def test_reap_every_runs_pass_after_pass_until_stopped(capsys: pytest.Capt
         task = asyncio.ensure_future(
             reap_cli._reap(server.cluster_config(), NS, dry_run=True, every=0.05, fmt=reap_cli.OutputFormat.JSON)
         )
-        for _ in range(200):
-            if server.count("list", "pods") >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.count("list", "pods") >= 3, what="three passes")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -17,6 +17,7 @@ from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
 from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.polling import eventually
 
 
 def check(ns: str) -> PodRun:
@@ -85,10 +86,10 @@ async def test_run_pod_uses_the_shared_watch_not_polling(kube: KubeCase, server:
 async def test_cancelled_pod_run_deletes_its_pod(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="check", run_for=None))
     task = asyncio.ensure_future(check(kube.namespace).run(kube.api))
-    for _ in range(200):
-        if any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace)):
-            break
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace)),
+        what="the pod to run",
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -99,12 +100,9 @@ async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: KubeCase, s
     server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, log="migrated\n"))
     out = await migrate(kube.namespace).run(kube.api)
     assert (out.success, out.phase, out.logs) == (True, "Succeeded", "migrated\n")
-    for _ in range(100):  # Background propagation: the pods follow the Job
-        if not server.objects(k8s.PODS, kube.namespace):
-            break
-        await asyncio.sleep(0.01)
+    # Background propagation: the pods follow the Job.
+    await eventually(lambda: not server.objects(k8s.PODS, kube.namespace), what="the Job's pods to go")
     assert server.objects(k8s.JOBS, kube.namespace) == []
-    assert server.objects(k8s.PODS, kube.namespace) == []
 
 
 async def test_job_run_failed_is_ok_with_success_false(kube: KubeCase, server: KubeTestServer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ironflow.k8s.runner import close_shared_apis
 from ironflow.provider import AgentProvider
 from ironflow.testing.kube import PodScript
 from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.polling import eventually
 
 JSON_TEXT = (Path(__file__).resolve().parents[1] / "fixtures" / "claude" / "json_text.out").read_text()
 RUN = "01a0e906-1f85-7000-8000-0000000000bb"
@@ -73,10 +73,7 @@ async def test_provider_spawn_orphan_reaper_uses_the_configured_interval(
         k8s.PODS, kube.namespace, PodRun("old", "busybox", "true").namespace(kube.namespace).build_pod(now=1000)
     )
     handle = provider.orphan_reaper(3600).spawn_orphan_reaper()
-    for _ in range(200):
-        if not server.objects(k8s.PODS, kube.namespace):
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not server.objects(k8s.PODS, kube.namespace), what="the first pass to reap the pod")
     await handle.stop()
     assert server.objects(k8s.PODS, kube.namespace) == []
 

@@ -13,6 +13,7 @@ from ironflow.k8s import labels, reaper
 from ironflow.k8s.ops import JobRun, PodRun
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.polling import eventually
 
 PAST = 1_000  # a "now" long ago: objects built then expired long ago
 FUTURE_NOW = None  # built now: expire in the future
@@ -218,15 +219,9 @@ async def test_k8s_reaper_failed_delete_is_not_counted(server: KubeTestServer, a
 async def test_spawn_orphan_reaper_runs_first_pass_at_once_and_stops(
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:
-    import asyncio
-
     await api.create(k8s.PODS, ns, runner_pod("expired", expires_at=PAST))
     handle = reaper.spawn_orphan_reaper(api, ns, 3600)
-    for _ in range(100):
-        if not server.objects(k8s.PODS, ns):
-            break
-        await asyncio.sleep(0.02)
-    assert server.objects(k8s.PODS, ns) == []
+    await eventually(lambda: not server.objects(k8s.PODS, ns), interval_s=0.02, what="the first pass to reap the pod")
     assert handle.running
     await handle.stop()
     assert not handle.running
@@ -235,15 +230,10 @@ async def test_spawn_orphan_reaper_runs_first_pass_at_once_and_stops(
 async def test_spawn_orphan_reaper_logs_failures_and_keeps_going(
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:
-    import asyncio
-
     server.fail("list", "pods", status=500)
     await api.create(k8s.PODS, ns, runner_pod("expired", expires_at=PAST))
     handle = reaper.spawn_orphan_reaper(api, ns, 0.05)
-    for _ in range(100):
-        if not server.objects(k8s.PODS, ns):
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: not server.objects(k8s.PODS, ns), interval_s=0.02, what="a later pass to reap the pod")
     await handle.stop()
     assert server.objects(k8s.PODS, ns) == []
 

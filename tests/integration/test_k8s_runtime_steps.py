@@ -24,6 +24,7 @@ from ironflow.testing import find_leaks
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
 from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.polling import eventually
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -57,13 +58,6 @@ class Lines:
 
     def log(self, stream: str, line: str) -> None:
         self.lines.append((stream, line))
-
-
-async def wait_until(check: Any, *, limit: float = 3.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 # --- the happy path -----------------------------------------------------------------
@@ -160,17 +154,17 @@ async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase, ser
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
-    await wait_until(
+    await eventually(
         lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace))
     )
     (pod,) = server.objects(k8s.PODS, kube.namespace)
     name = pod["metadata"]["name"]
     first, *rest = STREAM_TEXT.splitlines(keepends=True)
     server.append_log(kube.namespace, name, first)
-    await wait_until(lambda: len(sink.lines) == 1)  # streamed before the pod ended
+    await eventually(lambda: len(sink.lines) == 1)  # streamed before the pod ended
     assert not task.done()
     server.append_log(kube.namespace, name, "".join(rest))
-    await wait_until(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
+    await eventually(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
     server.set_pod_phase(kube.namespace, name, "Succeeded")
     result = await task
     assert result.text
@@ -213,11 +207,11 @@ async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
-    await wait_until(lambda: len(server.objects(k8s.PODS, kube.namespace)) == 1)
+    await eventually(lambda: len(server.objects(k8s.PODS, kube.namespace)) == 1)
     name = server.objects(k8s.PODS, kube.namespace)[0]["metadata"]["name"]
-    await wait_until(lambda: phase_of(server, kube.namespace, name) == "Running")
+    await eventually(lambda: phase_of(server, kube.namespace, name) == "Running")
     server.append_log(kube.namespace, name, STREAM_TEXT)
-    await wait_until(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
+    await eventually(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
     server.set_pod_phase(kube.namespace, name, "Succeeded")
     with pytest.raises(errors.SchemaValidation, match="no result line"):
         await task  # the result line was streamed, not kept
@@ -291,7 +285,7 @@ async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase, server: K
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("hi"), sink))
-    await wait_until(lambda: sink.lines != [])
+    await eventually(lambda: sink.lines != [])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -332,7 +326,10 @@ async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
     assert rule.fired == 1
     server.clear_faults()
     await reaper.reap_namespace(kube.api, kube.namespace, now=FAR_FUTURE)
-    await wait_until(lambda: leftovers(server, kube.namespace) == [])
+    await eventually(
+        lambda: leftovers(server, kube.namespace) == [],
+        what=lambda: f"the reaper pass to leave nothing; left: {leftovers(server, kube.namespace)}",
+    )
 
 
 async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(
@@ -394,7 +391,7 @@ async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: KubeCase,
 async def test_previous_attempt_still_terminating_fails_the_step(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="old", run_for=None, terminates=False))
     await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "old", RUN, "greet"))
-    await wait_until(lambda: phase_of(server, kube.namespace, "old") == "Running")
+    await eventually(lambda: phase_of(server, kube.namespace, "old") == "Running")
     p = provider(kube.namespace).previous_attempt_timeout(0.2)
     with pytest.raises(errors.CleanupError, match="the previous attempt of step greet of run") as caught:
         await runner(kube, p).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
@@ -425,7 +422,7 @@ async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: KubeCase, se
     await runner(kube).release_run(RUN)
     deletes = [(r.verb, r.resource) for r in server.requests if r.verb in ("delete", "list")]
     assert deletes.index(("delete", "jobs")) < deletes.index(("list", "pods"))
-    await wait_until(lambda: server.objects(k8s.PODS, ns) == [])
+    await eventually(lambda: server.objects(k8s.PODS, ns) == [])
     assert server.objects(k8s.JOBS, ns) == []
 
 
@@ -442,7 +439,7 @@ async def test_k8s_release_run_fails_while_a_pod_is_still_there(kube: KubeCase, 
     ns = kube.namespace
     server.script_pods(PodScript(name_prefix="stuck", run_for=None, terminates=False))
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "stuck", RUN, "a"))
-    await wait_until(lambda: phase_of(server, ns, "stuck") == "Running")
+    await eventually(lambda: phase_of(server, ns, "stuck") == "Running")
     p = provider(ns).previous_attempt_timeout(0.2)
     with pytest.raises(errors.CleanupError, match=f"pods of run {RUN} still terminating after 0.2s") as caught:
         await runner(kube, p).release_run(RUN)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +23,21 @@ async def _gone(kube: Any, resource: api.Resource, name: str) -> bool:
         return False
 
     return bool(await eventually(absent, what=f"{resource.plural}/{name} to be gone"))
+
+
+async def _when(
+    kube: Any, resource: api.Resource, name: str, holds: Callable[[dict[str, Any]], object], what: str
+) -> dict[str, Any]:
+    """The object once ``holds`` is true of it; on timeout the failure shows its last status."""
+    last: dict[str, Any] = {}
+
+    async def matching() -> bool:
+        nonlocal last
+        last = await kube.api.get(resource, kube.namespace, name)
+        return bool(holds(last))
+
+    await eventually(matching, what=lambda: f"{what}; status: {last.get('status')}")
+    return last
 
 
 def _job(name: str, *, deadline: int | None = None) -> dict[str, Any]:
@@ -148,12 +164,7 @@ async def test_active_deadline_fails_a_running_pod(kube: Any, make_pod: Any) -> 
     server = kube.need_server()
     server.script_pods(name_prefix="slow-", run_for=None)
     await kube.api.create(api.PODS, kube.namespace, make_pod("slow-1", active_deadline_seconds=1))
-    for _ in range(300):
-        pod = await kube.api.get(api.PODS, kube.namespace, "slow-1")
-        if pod["status"]["phase"] == "Failed":
-            break
-        await asyncio.sleep(0.01)
-    assert pod["status"]["phase"] == "Failed"
+    pod = await _when(kube, api.PODS, "slow-1", lambda p: p["status"]["phase"] == "Failed", "pod slow-1 to fail")
     assert pod["status"]["reason"] == "DeadlineExceeded"
     events = await kube.api.list(api.EVENTS, kube.namespace, field_selector="involvedObject.name=slow-1")
     assert [e["reason"] for e in events.items] == ["DeadlineExceeded"]
@@ -166,11 +177,7 @@ async def test_run_job_creates_an_owned_pod_and_completes_the_job(kube: Any) -> 
     pod = server.run_job(kube.namespace, "scripted", run_for=0.02, log="job says hi\n")
     assert pod["metadata"]["ownerReferences"][0]["name"] == "scripted"
     assert pod["metadata"]["labels"]["job-name"] == "scripted"
-    for _ in range(200):
-        job = await kube.api.get(api.JOBS, kube.namespace, "scripted")
-        if job["status"].get("succeeded"):
-            break
-        await asyncio.sleep(0.01)
+    job = await _when(kube, api.JOBS, "scripted", lambda j: j["status"].get("succeeded"), "job scripted to succeed")
     assert job["status"]["succeeded"] == 1
     assert {c["type"] for c in job["status"]["conditions"]} >= {"Complete"}
     listed = await kube.api.list(api.PODS, kube.namespace, label_selector="job-name=scripted")
@@ -182,11 +189,7 @@ async def test_job_script_fails_the_job_past_its_backoff_limit(kube: Any) -> Non
     server = kube.need_server()
     server.script_jobs(name_prefix="failing-", run_for=0.01, phase="Failed", exit_code=2)
     await kube.api.create(api.JOBS, kube.namespace, _job("failing-1"))
-    for _ in range(200):
-        job = await kube.api.get(api.JOBS, kube.namespace, "failing-1")
-        if job["status"].get("conditions"):
-            break
-        await asyncio.sleep(0.01)
+    job = await _when(kube, api.JOBS, "failing-1", lambda j: j["status"].get("conditions"), "job failing-1 to end")
     failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
     assert failed
     assert failed[0]["reason"] == "BackoffLimitExceeded"
@@ -197,17 +200,13 @@ async def test_job_active_deadline_fails_the_job_and_removes_its_pods(kube: Any)
     server = kube.need_server()
     server.script_jobs(name_prefix="late-", run_for=None)
     await kube.api.create(api.JOBS, kube.namespace, _job("late-1", deadline=1))
-    for _ in range(300):
-        job = await kube.api.get(api.JOBS, kube.namespace, "late-1")
-        if job["status"].get("conditions"):
-            break
-        await asyncio.sleep(0.01)
+    job = await _when(kube, api.JOBS, "late-1", lambda j: j["status"].get("conditions"), "job late-1 to end")
     assert [c["reason"] for c in job["status"]["conditions"] if c["type"] == "Failed"] == ["DeadlineExceeded"]
-    for _ in range(100):
-        if not (await kube.api.list(api.PODS, kube.namespace, label_selector="job-name=late-1")).items:
-            break
-        await asyncio.sleep(0.01)
-    assert not (await kube.api.list(api.PODS, kube.namespace, label_selector="job-name=late-1")).items
+
+    async def no_pods() -> bool:
+        return not (await kube.api.list(api.PODS, kube.namespace, label_selector="job-name=late-1")).items
+
+    await eventually(no_pods, what="the pods of job late-1 to go")
 
 
 async def test_namespace_deletion_removes_its_objects(kube: Any, make_pod: Any) -> None:

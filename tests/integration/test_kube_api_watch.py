@@ -188,11 +188,7 @@ async def test_watch_closed_early_releases_its_connection(kube: Any, make_pod: A
         await _collect(events, 1)
         assert kube.api.counters.open_watches == 1
     assert kube.api.counters.open_watches == 0
-    for _ in range(100):
-        if server.open_watches == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert server.open_watches == 0
+    await eventually(lambda: server.open_watches == 0, what="the server to close its side of the watch")
 
 
 async def test_watch_replay_rebuilds_the_listed_state(kube: Any, make_pod: Any) -> None:
@@ -244,10 +240,7 @@ async def test_bookmarks_keep_a_quiet_watch_from_relisting(kube: Any, make_pod: 
         kube.api.watch(api.PODS, kube.namespace, resource_version=listed.resource_version)
     ) as events:
         task = asyncio.create_task(_collect(events, 1))
-        for _ in range(100):
-            if server.open_watches:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.open_watches, what="the watch to open")
         await kube.api.create(  # another kind moves the global resourceVersion; this watch hears nothing
             api.CONFIGMAPS, kube.namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump"}}
         )

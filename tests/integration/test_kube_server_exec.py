@@ -15,6 +15,7 @@ from ironflow import errors
 from ironflow.k8s import api as k8s
 from ironflow.testing._kube_exec import exit_status
 from ironflow.testing.kube import ExecReply, KubeTestServer, local_exec, scripted_exec
+from ironflow.testing.polling import eventually
 
 POD = {
     "apiVersion": "v1",
@@ -97,10 +98,7 @@ async def test_stop_kills_a_command_still_running_and_reports_137(kube: tuple[Ku
     server, api = kube
     server.serve_exec(local_exec())
     task = asyncio.ensure_future(api.exec("default", "box", ("sleep", "30")))
-    for _ in range(100):
-        if server.running_execs:
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: server.running_execs, interval_s=0.02, what="the command to start")
     assert server.running_execs == 1
     await server.stop()
     assert server.running_execs == 0
