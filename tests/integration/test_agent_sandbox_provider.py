@@ -33,6 +33,7 @@ from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.fake_anthropic import FakeAnthropic
 from ironflow.testing.kube import KubeTestServer, local_exec
+from ironflow.testing.polling import eventually
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -135,13 +136,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
             assert not server.internal_errors, server.internal_errors
 
 
-async def wait_until(check: Any, *, limit: float = 15.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_cold_start_runs_the_step_in_the_claimed_sandbox_and_deletes_the_claim(env: Env) -> None:
     """No pool members: the claim cold-starts a Sandbox; the result is parsed; nothing stays."""
     p = env.provider(replicas=0)
@@ -150,7 +144,7 @@ async def test_cold_start_runs_the_step_in_the_claimed_sandbox_and_deletes_the_c
     assert result.text
     kinds = [e[0] for e in env.controller.events]
     assert kinds == ["cold"]
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
     assert env.server.objects(k8s.PODS, env.ns) == []
 
 
@@ -158,8 +152,8 @@ async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env:
     p = env.provider(replicas=1)
     await env.apply_template(p)
     sandboxes = claims.resources().sandboxes
-    await wait_until(lambda: len(env.server.objects(sandboxes, env.ns)) == 1)
-    await wait_until(lambda: claims.has_condition(env.server.objects(sandboxes, env.ns)[0], "Ready"))
+    await eventually(lambda: len(env.server.objects(sandboxes, env.ns)) == 1)
+    await eventually(lambda: claims.has_condition(env.server.objects(sandboxes, env.ns)[0], "Ready"))
     member = env.server.objects(sandboxes, env.ns)[0]["metadata"]["name"]
     result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "warm"))
     assert result.text
@@ -167,8 +161,8 @@ async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env:
     assert ("warm", member) == (events[1][0], events[1][2])
     assert env.server.execs[-1].pod == member  # the agent ran in the adopted pod
     # The adopted member went with the claim; the pool made a new one.
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
-    await wait_until(lambda: [e[0] for e in events].count("member") == 2)
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: [e[0] for e in events].count("member") == 2)
 
 
 async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_revoked(env: Env) -> None:
@@ -204,7 +198,7 @@ async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env)
     await env.apply_template(p)
     with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 2s \(Ready=False"):
         await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "stuck"))
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
     assert env.server.execs == []
 
 
@@ -213,11 +207,11 @@ async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
     task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
-    await wait_until(lambda: bool(env.claims()))
+    await eventually(lambda: bool(env.claims()))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
 async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
@@ -295,7 +289,7 @@ async def test_failing_agent_is_a_process_failure_and_the_claim_goes(env: Env) -
     with pytest.raises(errors.ProcessFailed) as caught:
         await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "fail"))
     assert caught.value.exit_code == 3
-    await wait_until(lambda: not env.claims())
+    await eventually(lambda: not env.claims())
 
 
 async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env: Env) -> None:
@@ -304,7 +298,7 @@ async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env
     await env.apply_template(p)
     with pytest.raises(errors.AgentTimeout):
         await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "slow"))
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
 async def test_apply_template_creates_then_updates_then_leaves_unchanged(env: Env) -> None:
@@ -319,7 +313,7 @@ async def test_apply_template_creates_then_updates_then_leaves_unchanged(env: En
     assert pool is not None
     assert pool["spec"]["replicas"] == 3
     sandboxes = p.resources.sandboxes
-    await wait_until(lambda: len(env.server.objects(sandboxes, env.ns)) == 3)
+    await eventually(lambda: len(env.server.objects(sandboxes, env.ns)) == 3)
 
 
 async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
@@ -334,7 +328,7 @@ async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
             pod = K8sEphemeralProvider.sandboxed("img").namespace("alpha").claude_path(str(claude))
             p = AgentSandboxProvider(pod).api_version("v1alpha1").warm_pool(replicas=1).ready_timeout(3)
             await p.apply_template(api)
-            await wait_until(lambda: bool(server.objects(p.resources.sandboxes, "alpha")))
+            await eventually(lambda: bool(server.objects(p.resources.sandboxes, "alpha")))
             result = await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))
             assert result.text
             assert [e[0] for e in controller.events][:2] == ["member", "warm"]
@@ -359,7 +353,7 @@ async def test_real_claude_cli_reaches_the_api_only_with_the_token_delivered_ove
         assert result.text == "OK"
         assert [r.header("authorization") for r in fake.message_requests] == ["Bearer ifap_secret_value_1"]
         assert issuer.revoked == ["tok-000000000001"]
-    await wait_until(lambda: not env.claims())
+    await eventually(lambda: not env.claims())
 
 
 def _claude_cli() -> str:
@@ -397,7 +391,7 @@ async def test_periodic_reaper_deletes_expired_claims_and_stops(env: Env) -> Non
     await env.api.create(p.resources.claims, env.ns, stale)
     handle = p.runner(api=env.api, worker_env={}).spawn_orphan_reaper(60)
     try:
-        await wait_until(lambda: not env.claims())
+        await eventually(lambda: not env.claims())
     finally:
         await handle.stop()
     assert not handle.running
@@ -425,12 +419,12 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the
     issuer = FakeIssuer()
     runner = p.runner(api=env.api, issuer=issuer, worker_env={})
     task = asyncio.ensure_future(runner.invoke(AgentConfig("hi").run_scope(RUN, "cx")))
-    await wait_until(lambda: env.server.running_execs == 1 and len(env.server.execs) == 2)
+    await eventually(lambda: env.server.running_execs == 1 and len(env.server.execs) == 2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert issuer.revoked == ["tok-000000000001"]
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes() and not env.server.running_execs)
+    await eventually(lambda: not env.claims() and not env.step_sandboxes() and not env.server.running_execs)
 
 
 async def test_a_cluster_without_agent_sandbox_says_so() -> None:
@@ -446,7 +440,7 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     p = env.provider(replicas=2)
     await env.apply_template(p)
     sandboxes = p.resources.sandboxes
-    await wait_until(lambda: sum(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)) == 2)
+    await eventually(lambda: sum(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)) == 2)
     env.api.counters.reset()
     runner = p.runner(api=env.api, worker_env={})
     results = await asyncio.gather(*(runner.invoke(AgentConfig("hi").run_scope(RUN, f"p{i}")) for i in range(3)))
@@ -458,7 +452,7 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     bound = [e[2] for e in env.controller.events if e[0] in ("warm", "cold")]
     assert len(set(bound)) == 3  # each step had a sandbox of its own
     assert env.api.counters.watches_opened == 1
-    await wait_until(lambda: not env.claims() and not env.step_sandboxes())
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
 async def test_invoke_with_logs_streams_lines_while_the_agent_runs(env: Env) -> None:

@@ -7,7 +7,6 @@ control-plane binaries are not built.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from ironflow.agent_sandbox import patterns
 from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.polling import eventually_sync
 
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -37,13 +37,17 @@ def _ready(obj: dict[str, Any]) -> bool:
 
 
 def _wait_ready(env: KubeEnv, path: str, limit: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + limit
-    while True:
+    obj: dict[str, Any] = {}
+
+    def ready() -> bool:
+        nonlocal obj
         obj = env.request("GET", path)
-        if _ready(obj):
-            return obj
-        assert time.monotonic() < deadline, f"{path} not Ready: {obj.get('status')}"
-        time.sleep(0.2)
+        return _ready(obj)
+
+    eventually_sync(
+        ready, limit_s=limit, interval_s=0.2, what=lambda: f"{path} to be Ready; status: {obj.get('status')}"
+    )
+    return obj
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)

@@ -22,7 +22,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.kubeenv_kubelet import UNSCHEDULABLE
+from ironflow.testing.polling import eventually, eventually_sync
 
 
 def _stand_in_suite() -> Any:
@@ -73,12 +74,10 @@ SETTLE_S = 30.0
 _SANDBOX = claims.resources().sandboxes
 
 
-async def wait_until(check: Any, *, limit: float = SETTLE_S) -> None:
-    """Poll ``check`` (sync, may call the API through ``KubeEnv.request``) until true."""
-    deadline = time.monotonic() + limit
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
+async def wait_until(check: Callable[[], object]) -> None:
+    """``eventually`` for a check that blocks (it calls the API through ``KubeEnv.request``):
+    each poll runs in a thread, and the cluster gets ``SETTLE_S`` to settle."""
+    await eventually(lambda: asyncio.to_thread(check), limit_s=SETTLE_S, interval_s=0.1)
 
 
 @dataclass
@@ -212,10 +211,12 @@ def gc_knows_sandboxes(kube_env: KubeEnv) -> None:
         path = f"/apis/{res.group}/{res.version}/namespaces/{ns}/{res.plural}"
         kube_env.request("POST", path, template)
         kube_env.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/owner")
-        deadline = time.monotonic() + 90
-        while kube_env.request("GET", path)["items"]:
-            assert time.monotonic() < deadline, "the garbage collector never picked up the agent-sandbox CRDs"
-            time.sleep(0.5)
+        eventually_sync(
+            lambda: not kube_env.request("GET", path)["items"],
+            limit_s=90,
+            interval_s=0.5,
+            what="the garbage collector to pick up the agent-sandbox CRDs",
+        )
 
 
 @pytest.fixture
@@ -571,7 +572,7 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
             def claim(name: str, provider: AgentSandboxProvider = p, at: int = now) -> dict[str, Any]:
                 return provider.claim_manifest(AgentConfig("x"), name=name, now=at)
 
-            await suite.wait_until(
+            await eventually(
                 lambda: any(claims.has_condition(s, "Ready") for s in server.objects(res.sandboxes, "std"))
             )
             for body in (claim("old", at=now - 10_000), claim("warm"), claim("nopool", p.template("nope"))):
@@ -584,7 +585,7 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
                 bound = ((warm.get("status") or {}).get("sandbox") or {}).get("name")
                 return names == {"warm", "nopool"} and claims.condition(nopool, "Ready") is not None and bool(bound)
 
-            await suite.wait_until(settled)
+            await eventually(settled)
             cond = claims.condition(server.get_object(res.claims, "std", "nopool") or {}, "Ready") or {}
             assert (cond["reason"], cond["message"]) == ("WarmPoolNotFound", 'SandboxWarmPool "nope" not found')
             warm = server.get_object(res.claims, "std", "warm") or {}
@@ -597,7 +598,7 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
                 c = claims.condition(server.get_object(res.claims, "std", "stuck") or {}, "Ready") or {}
                 return (str(c["reason"]), str(c.get("message"))) if c.get("reason") == "DependenciesNotReady" else None
 
-            await suite.wait_until(lambda: stuck_reason() is not None)
+            await eventually(lambda: stuck_reason() is not None)
             assert stuck_reason() == ("DependenciesNotReady", "Pod exists with phase: Pending")
             assert ("expired", "old", "") in controller.events
 

@@ -6,7 +6,6 @@ that path. Skipped when the binaries are not built.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from ironflow.cli import check as check_cli
 from ironflow.k8s import api as k8s
 from ironflow.k8s import checks
 from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.polling import eventually
 
 POD = {
     "apiVersion": "v1",
@@ -40,10 +40,11 @@ def ns(kube_env: KubeEnv, tmp_path: Path) -> Iterator[str]:
 async def api(kube_env: KubeEnv, ns: str) -> AsyncIterator[k8s.KubeApi]:
     async with await k8s.KubeApi.connect(kube_env.cluster_config()) as client:
         await client.create(k8s.PODS, ns, POD)
-        deadline = time.monotonic() + 15
-        while (await client.get(k8s.PODS, ns, "box")).get("status", {}).get("phase") != "Running":
-            assert time.monotonic() < deadline, "kwok did not start the pod"
-            await asyncio.sleep(0.1)
+
+        async def running() -> bool:
+            return bool((await client.get(k8s.PODS, ns, "box")).get("status", {}).get("phase") == "Running")
+
+        await eventually(running, interval_s=0.1, what="kwok to start the pod")
         yield client
 
 

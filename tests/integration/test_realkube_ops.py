@@ -5,7 +5,6 @@ stopping leaves no process behind. Skipped when the control-plane binaries are n
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv, KubeEnvNotAvailable, find_bin_dir
+from ironflow.testing.polling import eventually, eventually_sync
 
 
 @pytest.fixture
@@ -41,13 +41,13 @@ async def api(kube_env: KubeEnv) -> AsyncIterator[k8s.KubeApi]:
 
 
 async def eventually_empty(api: k8s.KubeApi, resource: k8s.Resource, ns: str, limit: float = 15.0) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        items = (await api.list(resource, ns)).items
-        if not items or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    assert [o["metadata"]["name"] for o in items] == []
+    left: list[str] = []
+
+    async def empty() -> bool:
+        left[:] = [o["metadata"]["name"] for o in (await api.list(resource, ns)).items]
+        return not left
+
+    await eventually(empty, limit_s=limit, interval_s=0.2, what=lambda: f"no {resource.plural} in {ns}; left: {left}")
 
 
 async def test_pod_run_succeeds_and_reads_the_log_through_the_api(kube_env: KubeEnv, ns: str, api: k8s.KubeApi) -> None:
@@ -121,10 +121,11 @@ async def test_release_run_deletes_a_runs_job_and_the_gc_removes_its_pod(
         k8s.PODS, ns, PodRun("held", "busybox", "sleep 1d").namespace(ns).label(LABEL_RUN_ID, run).build_pod()
     )
     selector = f"{LABEL_RUN_ID}={run}"
-    deadline = time.monotonic() + 15
-    while len((await api.list(k8s.PODS, ns, label_selector=selector)).items) < 2:  # the Job controller's pod
-        assert time.monotonic() < deadline, "the Job controller made no pod"
-        await asyncio.sleep(0.2)
+
+    async def both_pods() -> bool:  # the held pod and the Job controller's
+        return len((await api.list(k8s.PODS, ns, label_selector=selector)).items) >= 2
+
+    await eventually(both_pods, interval_s=0.2, what="the Job controller to make a pod")
     provider = K8sEphemeralProvider.sandboxed("busybox").namespace(ns).cluster(kube_env.cluster_config())
     try:
         assert await provider.release_run(run) >= 1
@@ -142,16 +143,17 @@ async def test_reaper_deletes_an_expired_job_and_the_gc_removes_its_pod(
     old = JobRun("old-job", "busybox", "sleep 1d").namespace(ns).label(EXIT_CODE_LABEL, "0").label(RUN_FOR_LABEL, "1h")
     await api.create(k8s.JOBS, ns, old.build_job(now=int(time.time()) - 100_000))
     await api.create(k8s.JOBS, ns, JobRun("live-job", "busybox", "true").namespace(ns).build_job())
-    deadline = time.monotonic() + 15
-    while not (await api.list(k8s.PODS, ns, label_selector="job-name=old-job")).items:
-        assert time.monotonic() < deadline, "the Job controller made no pod"
-        await asyncio.sleep(0.2)
+
+    async def old_job_has_a_pod() -> bool:
+        return bool((await api.list(k8s.PODS, ns, label_selector="job-name=old-job")).items)
+
+    async def old_job_pod_gone() -> bool:
+        return not await old_job_has_a_pod()
+
+    await eventually(old_job_has_a_pod, interval_s=0.2, what="the Job controller to make a pod")
     report = await reaper.reap_namespace(api, ns)
     assert report.jobs == ("old-job",)
-    deadline = time.monotonic() + 15
-    while (await api.list(k8s.PODS, ns, label_selector="job-name=old-job")).items:
-        assert time.monotonic() < deadline, "the garbage collector left the reaped Job's pod"
-        await asyncio.sleep(0.2)
+    await eventually(old_job_pod_gone, interval_s=0.2, what="the garbage collector to remove the reaped Job's pod")
     assert [j["metadata"]["name"] for j in (await api.list(k8s.JOBS, ns)).items] == ["live-job"]
 
 
@@ -174,10 +176,11 @@ def test_a_killed_test_process_takes_its_cluster_with_it(tmp_path: Path) -> None
         assert holder.stdout is not None
         *pids, workdir = holder.stdout.readline().split()
         holder.kill()
+
+    def alive() -> list[str]:
+        return [p for p in pids if Path(f"/proc/{p}").exists()]
+
     try:
-        deadline = time.monotonic() + 10
-        while alive := [p for p in pids if Path(f"/proc/{p}").exists()]:
-            assert time.monotonic() < deadline, f"components survived their parent: {alive}"
-            time.sleep(0.1)
+        eventually_sync(lambda: not alive(), interval_s=0.1, what=lambda: f"every component to die; alive: {alive()}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
