@@ -11,13 +11,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from ironflow.cli.app import app
+from ironflow.testing.polling import eventually_sync
 
 HERE = Path(__file__).parent
 WORKFLOWS = HERE / "engine_workflows.py"
@@ -136,17 +136,21 @@ def test_the_review_example_runs_offline_on_the_local_sandbox(tmp_path: Path) ->
 
 def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str) -> None:
     run_id = cli("run", f"{WORKFLOWS}:with_op", "--input", '{"a": 20, "b": 22}', "--store", store)[1].strip()
+
+    def status() -> str:
+        return str(json.loads(cli("runs", "show", run_id, "--store", store, "-o", "json")[1])["status"])
+
     worker = subprocess.Popen(
         [sys.executable, "-c", "from ironflow.cli.app import main; main()", "worker", "--store", store],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 20
-        status = "pending"
-        while status != "succeeded" and time.monotonic() < deadline:
-            time.sleep(0.1)
-            status = json.loads(cli("runs", "show", run_id, "--store", store, "-o", "json")[1])["status"]
-        assert status == "succeeded"
+        eventually_sync(
+            lambda: status() == "succeeded",
+            limit_s=20,
+            interval_s=0.1,
+            what=lambda: f"the run to succeed; it is {status()}",
+        )
     finally:
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=10)

@@ -8,7 +8,6 @@ attempt's pod really exists until the new attempt's ``release_run`` deletes it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from ironflow.engine.store import Store, open_store
 from ironflow.k8s import api, labels
 from ironflow.testing.engine import read_events
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.polling import eventually
 
 HERE = Path(__file__).parent
 WORKER = HERE / "engine_crash_worker.py"
@@ -70,18 +70,6 @@ def worker_process(store_url: str, *args: str) -> Iterator[subprocess.Popen[byte
             proc.stderr.close()
 
 
-async def until(check: Any) -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy (a log file has no event)."""
-    async with asyncio.timeout(20.0):
-        while True:
-            value = check()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-
-
 async def run_status(store: Store, run_id: str) -> model.RunStatus | None:
     run = await store.get_run(run_id)
     return run.status if run is not None and run.finished else None
@@ -100,11 +88,18 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
             model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "two", "slow", "four"]})
         )
         with worker_process(store_url, str(log), "60") as first:
-            await until(lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)))
+            await eventually(
+                lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)),
+                limit_s=20,
+                interval_s=0.05,
+                what="the first worker to invoke step slow",
+            )
             os.kill(first.pid, signal.SIGKILL)
             first.wait(timeout=5)
         with worker_process(store_url, str(log), "0") as second:
-            status = await until(lambda: run_status(store, run_id))
+            status = await eventually(
+                lambda: run_status(store, run_id), limit_s=20, interval_s=0.05, what="the run to finish"
+            )
             assert status is model.RunStatus.SUCCEEDED
             second_pid = second.pid
         run = await store.get_run(run_id)
@@ -167,7 +162,12 @@ async def test_on_kubernetes_the_dead_attempts_pod_is_deleted_before_the_new_att
                 )
             )
             with worker_process(store_url, "--kubeconfig", str(kubeconfig), namespace) as first:
-                await until(lambda: _step_pods(server, namespace, "slow"))
+                await eventually(
+                    lambda: _step_pods(server, namespace, "slow"),
+                    limit_s=20,
+                    interval_s=0.05,
+                    what="the pod of step slow",
+                )
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait(timeout=5)
             (dead_pod,) = _step_pods(server, namespace, "slow")
@@ -175,7 +175,9 @@ async def test_on_kubernetes_the_dead_attempts_pod_is_deleted_before_the_new_att
             server.unscript(forever)  # the next "slow" pod finishes like the others
             resumed_from = len(server.requests)
             with worker_process(store_url, "--kubeconfig", str(kubeconfig), namespace):
-                status = await until(lambda: run_status(store, run_id))
+                status = await eventually(
+                    lambda: run_status(store, run_id), limit_s=20, interval_s=0.05, what="the run to finish"
+                )
             run = await store.get_run(run_id)
         finally:
             await store.close()

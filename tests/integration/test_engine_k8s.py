@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.polling import eventually
 
 HERE = Path(__file__).parent
 WORKFLOWS = HERE / "engine_workflows.py"
@@ -64,13 +65,6 @@ def pods(server: KubeTestServer) -> list[dict[str, Any]]:
     return server.objects(api.PODS, NAMESPACE)
 
 
-async def wait_for(predicate: Callable[[], object]) -> None:
-    """Poll the test server's state (it offers no event to wait on)."""
-    async with asyncio.timeout(10.0):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-
 @contextlib.asynccontextmanager
 async def running_worker(store: SqliteStore, provider: K8sEphemeralProvider) -> AsyncIterator[Worker]:
     worker = Worker(store, lambda run: Runner(store, provider), lease_s=1.0, poll_s=0.05)
@@ -95,7 +89,7 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
     server.script_pods(PodScript(labels={labels.LABEL_STEP: CHILD_STEP}, run_for=None))
     run_id = await submit(store, "parent", {})
     async with running_worker(store, provider) as worker:
-        await wait_for(lambda: any(p["metadata"]["labels"][labels.LABEL_STEP] == CHILD_STEP for p in pods(server)))
+        await eventually(lambda: any(p["metadata"]["labels"][labels.LABEL_STEP] == CHILD_STEP for p in pods(server)))
         (child_pod,) = pods(server)
         pod_labels = child_pod["metadata"]["labels"]
         assert pod_labels[labels.LABEL_ROOT_RUN_ID] == run_id
@@ -108,7 +102,7 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
         assert await provider.release_run(run_id) == 1
         assert pods(server) == []
         await store.cancel_run(run_id)
-        await wait_for(lambda: worker.outcomes)
+        await eventually(lambda: worker.outcomes)
     assert worker.outcomes[0][0] == run_id
 
 
@@ -118,9 +112,9 @@ async def test_cancelling_a_running_run_deletes_its_pod_and_releases_the_run(
     server.script_pods(PodScript(labels={labels.LABEL_STEP: "a"}, run_for=None))
     run_id = await submit(store, "linear", {"steps": ["a", "b"]})
     async with running_worker(store, provider) as worker:
-        await wait_for(lambda: pods(server))
+        await eventually(lambda: pods(server))
         await store.cancel_run(run_id)
-        await wait_for(lambda: worker.outcomes)
+        await eventually(lambda: worker.outcomes)
     assert worker.outcomes == [(run_id, Outcome.CANCELLED)]
     assert pods(server) == []
     run = await store.get_run(run_id)

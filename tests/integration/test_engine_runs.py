@@ -28,6 +28,7 @@ from ironflow.k8s import labels
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 from ironflow.testing import find_leaks
 from ironflow.testing.engine import RecordingProvider
+from ironflow.testing.polling import eventually
 
 WORKFLOWS = Path(__file__).parent / "engine_workflows.py"
 CHILD_STEP = labels.sanitize_label_value("child step")
@@ -83,13 +84,6 @@ async def get(store: Store, run_id: str) -> model.RunRecord:
     run = await store.get_run(run_id)
     assert run is not None
     return run
-
-
-async def wait_for(predicate: Callable[[], bool]) -> None:
-    """Poll a condition on the provider's in-memory state (it offers no event to wait on)."""
-    async with asyncio.timeout(5.0):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 def invoked_steps(provider: RecordingProvider) -> list[str]:
@@ -335,14 +329,14 @@ async def test_release_of_the_root_removes_the_in_flight_pods_of_a_sub_workflow(
     worker = Worker(store, runner_for(store, provider), lease_s=1.0)
     task = asyncio.create_task(worker.run())
     try:
-        await wait_for(lambda: any(p.get(labels.LABEL_STEP) == CHILD_STEP for p in provider.pods.values()))
+        await eventually(lambda: any(p.get(labels.LABEL_STEP) == CHILD_STEP for p in provider.pods.values()))
         (child_pod,) = provider.pods.values()
         assert child_pod[labels.LABEL_ROOT_RUN_ID] == run_id
         assert child_pod[labels.LABEL_RUN_ID] != run_id
         assert await provider.release_run(run_id) == 1
         assert provider.pods == {}
         await store.cancel_run(run_id)
-        await wait_for(lambda: bool(worker.outcomes))
+        await eventually(lambda: bool(worker.outcomes))
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -371,11 +365,11 @@ async def test_cancelling_a_running_run_cancels_its_steps_and_releases_it(store:
     worker = Worker(store, runner_for(store, provider), lease_s=1.0)
     task = asyncio.create_task(worker.run())
     try:
-        await wait_for(lambda: bool(provider.pods))
+        await eventually(lambda: bool(provider.pods))
         cancelling = await store.cancel_run(run_id)
         assert cancelling is not None
         assert cancelling.cancel_requested
-        await wait_for(lambda: bool(worker.outcomes))
+        await eventually(lambda: bool(worker.outcomes))
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -395,7 +389,7 @@ async def test_a_stopping_worker_hands_its_run_back_and_the_next_one_resumes_it(
     stop = asyncio.Event()
     worker = Worker(store, runner_for(store, provider), lease_s=30)
     task = asyncio.create_task(worker.run(stop=stop))
-    await wait_for(lambda: any(e["event"] == "invoke" and e["step"] == "b" for e in provider.events))
+    await eventually(lambda: any(e["event"] == "invoke" and e["step"] == "b" for e in provider.events))
     stop.set()
     await task
     handed_back = await get(store, run_id)
