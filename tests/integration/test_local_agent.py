@@ -22,6 +22,7 @@ from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCre
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn
+from ironflow.testing.polling import eventually
 
 KEY = "sk-ant-api03-local-agent-test-key-abcdef"
 
@@ -370,10 +371,7 @@ async def test_releasing_a_root_run_kills_the_steps_of_its_sub_runs(fake: FakeAn
     provider = _provider(fake)
     config = AgentConfig("hi").run_scope("child-run", "plan").pod_label(labels.LABEL_ROOT_RUN_ID, "root-run")
     task = asyncio.create_task(provider.invoke(config))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if fake.message_requests:
-            break
+    await eventually(lambda: fake.message_requests, interval_s=0.05, what="the step to reach the model")
     assert await provider.release_run("unrelated") == 0
     assert await provider.release_run("root-run") == 1
     with pytest.raises(errors.ProcessFailed):

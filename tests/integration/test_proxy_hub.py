@@ -12,6 +12,7 @@ import pytest
 from ironflow.auth_proxy import AuthProxyConfig, Credential, hub, registry, run_auth_proxy, tokens
 from ironflow.secrets import Secret
 from ironflow.testing.fake_anthropic import FakeAnthropic
+from ironflow.testing.polling import eventually
 
 ADMIN = "admin-key-" + "u" * 40
 NOW = int(time.time())
@@ -106,13 +107,15 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
         url = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as http:
-                for _ in range(200):
+
+                async def healthy() -> bool:
                     try:
                         async with http.get(url + "/healthz") as response:
-                            if response.status == 200:
-                                break
+                            return response.status == 200
                     except aiohttp.ClientError:
-                        await asyncio.sleep(0.05)
+                        return False
+
+                await eventually(healthy, interval_s=0.05, what="the proxy to answer /healthz")
                 await asyncio.sleep(0.5)  # both workers bound
                 async with AdminClient(url, ADMIN) as admin:
                     credential = Credential("oauth_token", Secret("sk-ant-workers"))
@@ -170,13 +173,12 @@ async def test_a_worker_dying_stops_the_whole_process_group_with_a_failure() -> 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ironflow.auth_proxy", "--workers", "2", env=env, stderr=asyncio.subprocess.PIPE
     )
-    children: list[int] = []
-    for _ in range(100):
+
+    def two_workers() -> list[int] | None:
         children = _children_of(proc.pid)
-        if len(children) == 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(children) == 2
+        return children if len(children) == 2 else None
+
+    children: list[int] = await eventually(two_workers, interval_s=0.05, what="the two workers to start")
     await asyncio.sleep(0.5)
     os.kill(children[0], signal.SIGKILL)
     _, stderr = await asyncio.wait_for(proc.communicate(), 20)

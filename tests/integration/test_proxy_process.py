@@ -23,6 +23,7 @@ import pytest
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic
+from ironflow.testing.polling import eventually
 
 ADMIN = "admin-key-" + "m" * 40
 OAUTH = "sk-ant-oat01-PROCESS-CREDENTIAL"
@@ -42,18 +43,17 @@ def _env(port: int, **extra: str) -> dict[str, str]:
 
 
 async def _wait_healthy(url: str, proc: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + 20
     async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
+
+        async def healthy() -> bool:
             assert proc.returncode is None, "the proxy process exited early"
             try:
                 async with http.get(url + "/healthz") as response:
-                    if response.status == 200:
-                        return
+                    return response.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("the proxy never answered /healthz")
+                return False
+
+        await eventually(healthy, limit_s=20, interval_s=0.1, what="the proxy to answer /healthz")
 
 
 async def _start(argv: list[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:

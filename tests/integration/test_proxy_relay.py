@@ -28,6 +28,7 @@ from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.policy import error_body as policy_error
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.fake_anthropic import FakeAnthropic, Script, TextTurn, Usage
+from ironflow.testing.polling import eventually
 
 ADMIN = "admin-key-" + "x" * 40
 OAUTH = "sk-ant-oat01-REAL-OAUTH-TOKEN"
@@ -527,11 +528,12 @@ async def test_purge_task_drops_expired_grants(caplog: pytest.LogCaptureFixture)
     credential = tokens.ClaudeCredential("api_key", Secret(API_KEY))
     await shared.insert(tokens.Grant("e" * 64, "run-old", "s", int(time.time()) - 1, credential))
     config = AuthProxyConfig(admin_key=Secret(ADMIN), registry=shared, purge_interval_s=0.05)
+
+    async def purged() -> bool:
+        return await shared.count() == 0
+
     async with run_auth_proxy(config):
-        for _ in range(100):
-            if await shared.count() == 0:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(purged, interval_s=0.02, what="the purge task to drop the expired grant")
     assert await shared.count() == 0
     assert any(json.loads(line)["event"] == "expired auth proxy tokens purged" for line in _log_lines(caplog))
 
