@@ -186,10 +186,7 @@ async def test_gvisor_timeout_leaves_nothing(fake: FakeAnthropic) -> None:
     provider = _provider(fake, "gvisor")
     with pytest.raises(errors.AgentTimeout):
         await provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], timeout_s=1.5, auth_proxy=True)
-    await asyncio.sleep(0.3)
-    procs, dirs = _leftovers(marker)
-    assert procs == []
-    assert dirs == []
+    await eventually(lambda: _leftovers(marker) == ([], []), what=lambda: f"no leftovers, still {_leftovers(marker)}")
     assert _leftovers("runsc")[0] == []
 
 
@@ -197,8 +194,7 @@ async def test_cancellation_kills_the_sandbox_and_removes_its_files(fake: FakeAn
     marker = "ironflow-cancel-marker-2b9e"
     provider = _provider(fake)
     task = asyncio.create_task(provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], auth_proxy=True))
-    await asyncio.sleep(0.5)
-    assert _leftovers(marker)[0], "the sandbox did not start"
+    await eventually(lambda: _leftovers(marker)[0], what="the sandbox to start")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -209,7 +205,7 @@ async def test_release_run_kills_what_the_run_still_has(fake: FakeAnthropic) -> 
     marker = "ironflow-release-marker-9d01"
     provider = _provider(fake)
     task = asyncio.create_task(provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], run_id="run-7"))
-    await asyncio.sleep(0.5)
+    await eventually(lambda: _leftovers(marker)[0], what="the sandbox to start")
     assert await provider.release_run("other-run") == 0
     assert await provider.release_run("run-7") == 1
     result = await task

@@ -105,6 +105,19 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
             env=env, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
+        assert proc.stderr is not None
+        log_lines: list[str] = []
+
+        async def read_log() -> None:
+            assert proc.stderr is not None
+            async for raw in proc.stderr:
+                log_lines.append(raw.decode())
+
+        reader = asyncio.create_task(read_log())
+
+        def listening() -> int:
+            return sum('"auth proxy listening"' in line for line in log_lines)
+
         try:
             async with aiohttp.ClientSession() as http:
 
@@ -116,7 +129,7 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
                         return False
 
                 await eventually(healthy, interval_s=0.05, what="the proxy to answer /healthz")
-                await asyncio.sleep(0.5)  # both workers bound
+                await eventually(lambda: listening() == workers, what=f"{workers} workers to listen")
                 async with AdminClient(url, ADMIN) as admin:
                     credential = Credential("oauth_token", Secret("sk-ant-workers"))
                     issued = [await admin.issue("run-w", "s", _soon(60), credential=credential) for _ in range(6)]
@@ -142,10 +155,10 @@ async def test_module_entry_with_workers_and_no_database_shares_the_memory_regis
                             assert response.status == 401
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, stderr = await asyncio.wait_for(proc.communicate(), 20)
-    assert proc.returncode == 0, stderr.decode()[-2000:]
-    pids = {line for line in stderr.decode().splitlines() if '"auth proxy listening"' in line}
-    assert len(pids) == workers
+            await asyncio.wait_for(proc.wait(), 20)
+            await asyncio.wait_for(reader, 20)
+    assert proc.returncode == 0, "".join(log_lines)[-2000:]
+    assert listening() == workers
 
 
 def _children_of(pid: int) -> list[int]:

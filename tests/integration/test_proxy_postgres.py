@@ -278,8 +278,11 @@ async def test_revoke_run_on_one_replica_is_refused_by_the_other(dsn: str) -> No
         issued = [await admin.issue("run-z", f"s{i}", _soon(300), credential=credential) for i in range(3)]
         assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [200] * 3
         assert await admin.revoke_run("run-z") == 3
-        await asyncio.sleep(0.2)
-        assert [await _status(http, second.url, t.token.reveal()) for t in issued] == [401] * 3
+
+        async def all_refused() -> bool:  # the bound itself (1 s) is measured by the test above
+            return [await _status(http, second.url, t.token.reveal()) for t in issued] == [401] * 3
+
+        await eventually(all_refused, what="the other replica to refuse every revoked token")
 
 
 async def test_lost_listener_disables_the_cache_so_no_revocation_is_missed(dsn: str) -> None:
