@@ -1,5 +1,5 @@
-"""``--provider FILE`` for ``--backend k8s``: one loader for ``agent``, ``run`` and ``exec``,
-every problem an exit 2 with one ``error:`` line naming it (no traceback)."""
+"""``--provider FILE`` for ``--backend k8s`` / ``agent-sandbox``: one loader each for ``agent``,
+``run``, ``exec`` and ``worker``, every problem an exit 2 with one ``error:`` line naming it (no traceback)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,47 @@ def test_k8s_provider_problems_exit_2_naming_them(
     assert err.startswith("error: ")
     assert words in err
     assert err.count("\n") == 1
+
+
+def test_agent_sandbox_provider_loads_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "sandbox.yaml"
+    path.write_text("pod: {image: busybox, sandboxed: true, cluster: {kubeconfig: kc.yaml}}\nwarm_pool: pool\n")
+    provider = options.agent_sandbox_provider(path)
+    assert provider.settings.pod.settings.cluster == KubeconfigFile(str(tmp_path / "kc.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, "--backend agent-sandbox needs --provider provider.yaml"),
+        ("", "cannot read provider file"),
+        ("pod: [\n", "is not valid YAML"),
+    ],
+)
+def test_agent_sandbox_provider_problems_exit_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, words: str
+) -> None:
+    path: Path | None = None
+    if content is not None:
+        path = tmp_path / ("sandbox.yaml" if content else "missing.yaml")
+        if content:
+            path.write_text(content)
+    with pytest.raises(typer.Exit) as info:
+        options.agent_sandbox_provider(path)
+    assert info.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert words in err
+    assert err.count("\n") == 1
+
+
+def test_run_on_agent_sandbox_without_a_provider_file_exits_2(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'engine.db'}"
+    args = ["run", f"{WORKFLOWS}:linear", "--backend", "agent-sandbox", "--store", store, "--wait"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    expected = "error: --backend agent-sandbox needs --provider provider.yaml (see docs/agent-sandbox.md)\n"
+    assert result.stderr == expected
 
 
 @pytest.mark.parametrize(

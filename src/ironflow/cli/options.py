@@ -1,5 +1,6 @@
 """What several commands share: the one-line bad-input exit, and ``--provider FILE`` for
-``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``).
+``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and ``--backend agent-sandbox``
+(``run``, ``worker``).
 
 One place so every command refuses the same input with the same words: a missing or
 unreadable provider file, an unknown setting, a wrong type — all exit 2 with one
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 import typer
 
 from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
 
-__all__ = ["EXIT_BAD_INPUT", "fail", "k8s_provider"]
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+__all__ = ["EXIT_BAD_INPUT", "agent_sandbox_provider", "fail", "k8s_provider"]
 
 EXIT_BAD_INPUT: Final = 2
 
@@ -35,5 +39,17 @@ def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
         fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
     try:
         return K8sEphemeralProvider.from_file(path)
+    except errors.ConfigError as exc:
+        fail(exc.message)
+
+
+def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
+    """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads only for this backend
+
+    if path is None:
+        fail("--backend agent-sandbox needs --provider provider.yaml (see docs/agent-sandbox.md)")
+    try:
+        return AgentSandboxProvider.from_file(path)
     except errors.ConfigError as exc:
         fail(exc.message)

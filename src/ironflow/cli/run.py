@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar, cast
+from typing import Annotated, Any, Final, TypeVar
 
 import typer
 import yaml
@@ -235,14 +234,7 @@ class _Providers:
         if backend == Backend.K8S:
             return options.k8s_provider(self.provider_file)
         if backend == Backend.AGENT_SANDBOX:
-            try:  # imported by name: the agent-sandbox provider is optional in this build
-                module = importlib.import_module("ironflow.agent_sandbox.provider")
-            except ImportError:
-                _fail("--backend agent-sandbox is not available in this build yet; use --backend local or k8s")
-            factory = getattr(getattr(module, "AgentSandboxProvider", None), "from_file", None)
-            if factory is None or self.provider_file is None:
-                _fail("--backend agent-sandbox needs --provider provider.yaml and a provider that reads it")
-            return cast(AgentProvider, factory(self.provider_file))
+            return options.agent_sandbox_provider(self.provider_file)
         _fail(f"unknown backend {backend!r}; use local, k8s or agent-sandbox")
 
 
