@@ -244,10 +244,10 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _wrk(name: str, url: str, script: Path, *, connections: int, seconds: float, cpu_pids: list[int]) -> Run:
+def _wrk(name: str, url: str, script: Path, *, connections: int, seconds: int, cpu_pids: list[int]) -> Run:
     before = _cpu_ticks(cpu_pids)
     done = subprocess.run(
-        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), url],
+        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url],
         capture_output=True,
         text=True,
         timeout=seconds + 60,
@@ -344,10 +344,12 @@ def _fmt(run: Run) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each wrk run")
+    parser.add_argument("--seconds", type=int, default=4, help="duration of each wrk run (whole seconds: wrk's -d)")
     parser.add_argument("--workers", type=int, default=2, help="proxy worker processes (both registries)")
     parser.add_argument("--connections", type=int, default=64)
     args = parser.parse_args()
+    if args.seconds < 1:
+        parser.error("--seconds must be at least 1")
     for tool in ("nginx", "wrk"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed: apt-get install -y {tool}")
