@@ -10,7 +10,8 @@ What it measures, on one cluster started by ``ironflow.testing.kubeenv.KubeEnv``
   ``k8s-agent-sandbox==1.0.8``) to ready, for claims against a warm pool whose sandboxes
   are already Ready (the real agent-sandbox controller, pods made Running by kwok).
 
-Prints a table and a last line ``RESULT step_p50_ms=… step_p95_ms=… sdk_claim_p50_ms=…``.
+Prints a table and a last line ``RESULT step_p50_ms=… step_p95_ms=… single_step_p50_ms=…
+sdk_claim_p50_ms=… cluster_start_s=…`` (step_* over the concurrent steps).
 Needs ``scripts/kube-testenv build`` first. Run: ``python benchmarks/real_step_latency.py``.
 """
 
