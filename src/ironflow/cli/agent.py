@@ -259,7 +259,7 @@ def exec_command(
         typer.Option("--provider", help="--backend k8s: provider YAML (image, namespace, cluster, hardening)."),
     ] = None,
 ) -> None:
-    """Run ``-- CMD ARGS…`` in a single-use sandbox without network; exit with its exit code."""
+    """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code."""
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
         argv = argv[1:]
