@@ -199,6 +199,21 @@ async def test_default_cluster_reads_kubeconfig_env(tmp_path: Path, monkeypatch:
             assert {"default", "kube-system"} <= {n["metadata"]["name"] for n in listed.items}
 
 
+async def test_default_cluster_with_no_kubeconfig_outside_a_pod_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No $KUBECONFIG file, no ~/.kube/config and no in-cluster service: the error names all three."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(errors.KubeClientConfigError) as caught:
+        await api.KubeApi.connect(api.DefaultCluster())
+    message = str(caught.value)
+    assert message.startswith("failed to create K8s client from default config: no kubeconfig")
+    assert "KUBERNETES_SERVICE_HOST is unset" in message
+    assert not caught.value.retryable
+
+
 async def test_missing_kubeconfig_file_is_a_config_error(tmp_path: Path) -> None:
     """A kubeconfig path that does not exist is not retryable and names the file."""
     missing = tmp_path / "nope.yaml"

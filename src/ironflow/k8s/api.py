@@ -143,6 +143,11 @@ async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuratio
                     await k8s_config.load_kube_config(
                         config_file=path, context=context, client_configuration=configuration, persist_config=False
                     )
+                elif not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                    raise ValueError(
+                        "no kubeconfig ($KUBECONFIG or ~/.kube/config) and not inside a pod "
+                        "(KUBERNETES_SERVICE_HOST is unset)"
+                    )
                 else:
                     k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             case InCluster():
