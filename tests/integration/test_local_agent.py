@@ -383,3 +383,17 @@ async def test_a_gvisor_setup_failure_is_a_sandbox_error_not_a_failed_step(fake:
         await provider.run_command(["true"], working_dir="/does/not/exist")
     missing = await provider.run_command(["/does/not/exist"])  # the step's own failure: a result
     assert missing.exit_code != 0
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", pytest.param("gvisor", marks=pytest.mark.gvisor)])
+async def test_a_program_that_cannot_run_exits_127_or_126_like_in_a_shell(fake: FakeAnthropic, isolation: str) -> None:
+    """Both runtimes agree: a missing program is exit 127, one that cannot be executed 126; both
+    are the command's failure (a result), not the sandbox's."""
+    if isolation == "gvisor" and shutil.which("runsc") is None:
+        pytest.skip("runsc (gVisor) not installed")
+    provider = _provider(fake, isolation)
+    missing = await provider.run_command(["/does/not/exist"])
+    assert missing.exit_code == 127
+    assert "/does/not/exist" in missing.stderr
+    not_executable = await provider.run_command(["/etc/passwd"])
+    assert not_executable.exit_code == 126

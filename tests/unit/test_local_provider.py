@@ -168,6 +168,7 @@ def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings()
         (128, "starting container: starting root container: starting sandbox: boom\n", True),
         (128, "my tool exits 128 on its own\n", False),
         (1, "some step error mentioning bwrap: later\n", False),
+        (2, "bwrap: printed by the step itself, which exits 2\n", False),
         (0, "bwrap: warnings on success do not matter\n", False),
     ],
 )
@@ -177,3 +178,19 @@ def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is
             provider._raise_if_sandbox_failed(code, stderr, "gvisor")
     else:
         provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "expected"),
+    [
+        (1, "bwrap: execvp /nope: No such file or directory\n", 127),
+        (1, "bwrap: execvp /etc/passwd: Permission denied\n", 126),
+        (1, "bwrap: execvp /bin/x: Exec format error\n", 126),
+        (1, "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n", 1),
+        (3, "bwrap: execvp /nope: No such file or directory\n", 3),  # the command's own output
+        (0, "", 0),
+    ],
+)
+def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
+    assert provider._command_exit_code(code, stderr) == expected
+

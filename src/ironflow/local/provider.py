@@ -236,6 +236,7 @@ class LocalSandboxProvider:
                     run_ids=frozenset({run_id} if run_id else ()),
                     pass_fds=fds,
                 )
+        code = _command_exit_code(code, err)
         _raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
@@ -476,6 +477,15 @@ def _which(name: str) -> str:
     return found
 
 
+def _command_exit_code(code: int, stderr: str) -> int:
+    """A plain command bubblewrap could not execute is the command's failure, as in a shell and
+    under gVisor: 127 when it does not exist, 126 when it cannot run (bwrap itself exits 1)."""
+    first = (stderr.strip().splitlines() or [""])[0]
+    if code != 1 or not first.startswith("bwrap: execvp "):
+        return code
+    return 127 if first.endswith(": No such file or directory") else 126
+
+
 def _raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolation) -> None:
     """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
     gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
@@ -485,7 +495,8 @@ def _raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolati
     first = lines[0] if lines else ""
     runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
     setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
-    if first.startswith("bwrap:") or runsc_failed or setup_failed:
+    bwrap_failed = first.startswith("bwrap:") and code == 1
+    if bwrap_failed or runsc_failed or setup_failed:
         reason = next((line for line in lines if _RUNSC_FAILURE.match(line) or gvisor.SETUP_FAILED in line), first)
         raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(reason, 500)}")
 
