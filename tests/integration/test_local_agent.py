@@ -187,7 +187,7 @@ async def test_gvisor_timeout_leaves_nothing(fake: FakeAnthropic) -> None:
     with pytest.raises(errors.AgentTimeout):
         await provider.run_command(["sh", "-c", f"sleep 60 # {marker}"], timeout_s=1.5, auth_proxy=True)
     await eventually(lambda: _leftovers(marker) == ([], []), what=lambda: f"no leftovers, still {_leftovers(marker)}")
-    assert _leftovers("runsc")[0] == []
+    await eventually(lambda: _leftovers("runsc")[0] == [], what=lambda: f"no runsc left, still {_leftovers('runsc')}")
 
 
 async def test_cancellation_kills_the_sandbox_and_removes_its_files(fake: FakeAnthropic) -> None:
