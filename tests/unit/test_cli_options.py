@@ -24,6 +24,13 @@ def test_fail_prints_one_error_line_and_exits_with_the_code(capsys: pytest.Captu
     assert capsys.readouterr().err == "error: setting 'x' is wrong\n"
 
 
+def test_fail_ends_the_line_once_when_the_message_ends_with_a_newline(capsys: pytest.CaptureFixture[str]) -> None:
+    """A failed agent's message carries its stderr, newline included."""
+    with pytest.raises(typer.Exit):
+        options.fail("claude process exited with code 3: boom\n", 1)
+    assert capsys.readouterr().err == "error: claude process exited with code 3: boom\n"
+
+
 def test_k8s_provider_loads_the_file_with_its_cluster(tmp_path: Path) -> None:
     path = tmp_path / "provider.yaml"
     path.write_text("image: busybox\nnamespace: agents\ncluster: {kubeconfig: kc.yaml}\n")

@@ -28,8 +28,11 @@ EXIT_BAD_INPUT: Final = 2
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code`` (bad input by default)."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print ``error: message`` on stderr and exit with ``code`` (bad input by default).
+
+    Trailing whitespace goes (a failed agent's stderr ends with a newline): the line ends once.
+    """
+    print(f"error: {message.rstrip()}", file=sys.stderr)
     raise typer.Exit(code)
 
 
