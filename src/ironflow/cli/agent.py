@@ -1,9 +1,12 @@
 """``ironflow agent`` and ``ironflow exec``: one agent step or one command in a sandbox.
 
 Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
-``--backend k8s``, the Kubernetes provider; ``exec`` runs a ``PodRun`` shaped by the
-provider file, see :mod:`ironflow.k8s.command_pods`). The answer goes to stdout;
-progress to stderr (rich, only on a terminal). Exit codes:
+``--backend k8s``, the Kubernetes provider; with ``--backend agent-sandbox``,
+:class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`: a claimed sandbox, warm
+from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
+a ``PodRun`` shaped by the provider file (see :mod:`ironflow.k8s.command_pods`); it does
+not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
+terminal). Exit codes:
 
 ====  ==========================================================================
 0     the step succeeded (``exec``: the command's own exit code is passed through;
@@ -34,6 +37,7 @@ from typer.core import TyperCommand
 from ironflow import errors
 from ironflow.agent import AgentConfig, AgentResult
 from ironflow.cli import options
+from ironflow.cli.options import Backend
 from ironflow.k8s import command_pods
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
@@ -50,11 +54,6 @@ EXIT_INFRASTRUCTURE: Final = 3
 #: The key the in-process proxy hands the offline model server (it checks it).
 FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 _DEFAULT_SCRIPT: Final = ":builtin:"
-
-
-class Backend(StrEnum):
-    LOCAL = "local"
-    K8S = "k8s"
 
 
 class Isolation(StrEnum):
@@ -156,6 +155,16 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
     }
 
 
+async def _run_on_cluster(config: AgentConfig, provider: Any) -> AgentResult:
+    """``provider.invoke`` on a cluster, then close the shared API client it opened on this loop."""
+    from ironflow.k8s.runner import close_shared_apis  # the API client loads only for a cluster
+
+    try:
+        return await provider.invoke(config)  # type: ignore[no-any-return]
+    finally:
+        await close_shared_apis()
+
+
 async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:
     if script is None:
         return await provider.invoke(config)  # type: ignore[no-any-return]
@@ -186,7 +195,11 @@ def agent(
         DEFAULT_TIMEOUT_S
     ),
     provider_file: Annotated[
-        Path | None, typer.Option("--provider", help="--backend k8s: provider YAML (K8sEphemeralProvider).")
+        Path | None,
+        typer.Option(
+            "--provider",
+            help="--backend k8s: provider YAML (K8sEphemeralProvider); agent-sandbox: AgentSandboxProvider's YAML.",
+        ),
     ] = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
@@ -195,17 +208,23 @@ def agent(
     text, script = prompt, _script(fake_model, fake_model_script)
     try:
         config = AgentConfig(text) if model is None else AgentConfig(text, model=model)
-        if backend is Backend.K8S:
-            if script is not None:
-                _fail("--fake-model runs only with --backend local")
-            provider: Any = options.k8s_provider(provider_file)
-        else:
+        if backend is Backend.LOCAL:
             if script is None:
                 _require_credential_env()
-            provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
-        where = "a Kubernetes pod" if backend is Backend.K8S else f"a {isolation.value} sandbox"
-        with _progress(f"running the step in {where}"):
-            result = asyncio.run(_run_agent(config, provider, script))
+            provider: Any = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
+            with _progress(f"running the step in a {isolation.value} sandbox"):
+                result = asyncio.run(_run_agent(config, provider, script))
+        else:
+            if script is not None:
+                _fail("--fake-model runs only with --backend local")
+            if backend is Backend.K8S:
+                provider = options.k8s_provider(provider_file)
+                where = "a Kubernetes pod"
+            else:
+                provider = options.agent_sandbox_provider(provider_file)
+                where = f"a sandbox claimed from warm pool {provider.settings.pool} ({provider.settings.namespace})"
+            with _progress(f"running the step in {where}"):
+                result = asyncio.run(_run_on_cluster(config, provider))
     except errors.IronflowError as exc:
         _fail(exc.message, exit_code_for(exc))
     for ignored in result.ignored_settings:
@@ -247,7 +266,7 @@ def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> No
 
 def exec_command(
     ctx: typer.Context,
-    backend: Annotated[Backend, typer.Option(help="Where the command runs.")] = Backend.LOCAL,
+    backend: Annotated[Backend, typer.Option(help="Where the command runs: local or k8s.")] = Backend.LOCAL,
     isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
         Isolation.BWRAP
     ),
@@ -265,6 +284,11 @@ def exec_command(
         argv = argv[1:]
     if not argv:
         _fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
+    if backend is Backend.AGENT_SANDBOX:
+        _fail(
+            "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
+            "(ironflow agent --backend agent-sandbox)"
+        )
     if backend is Backend.K8S:
         _exec_k8s(argv, provider_file, timeout)
     try:

@@ -1,6 +1,6 @@
-"""What several commands share: the one-line bad-input exit, and ``--provider FILE`` for
-``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and ``--backend agent-sandbox``
-(``run``, ``worker``).
+"""What several commands share: the ``--backend`` choices, the one-line bad-input exit, and
+``--provider FILE`` for ``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and
+``--backend agent-sandbox`` (``agent``, ``run``, ``worker``).
 
 One place so every command refuses the same input with the same words: a missing or
 unreadable provider file, an unknown setting, a wrong type — all exit 2 with one
@@ -11,6 +11,7 @@ unreadable provider file, an unknown setting, a wrong type — all exit 2 with o
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn
 
@@ -22,9 +23,17 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
-__all__ = ["EXIT_BAD_INPUT", "agent_sandbox_provider", "fail", "k8s_provider"]
+__all__ = ["EXIT_BAD_INPUT", "Backend", "agent_sandbox_provider", "fail", "k8s_provider"]
 
 EXIT_BAD_INPUT: Final = 2
+
+
+class Backend(StrEnum):
+    """Where a step runs: ``--backend`` of ``agent``, ``exec`` and ``run`` (``exec``: local or k8s only)."""
+
+    LOCAL = "local"
+    K8S = "k8s"
+    AGENT_SANDBOX = "agent-sandbox"
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

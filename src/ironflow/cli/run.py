@@ -28,6 +28,7 @@ from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import options
+from ironflow.cli.options import Backend
 from ironflow.engine import accounts, loading, model
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store, open_store
@@ -49,12 +50,6 @@ _FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 _FAKE_REPLY: Final = "Looks good to me. (offline fake model)"
 
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-class Backend(StrEnum):
-    LOCAL = "local"
-    K8S = "k8s"
-    AGENT_SANDBOX = "agent-sandbox"
 
 
 class Output(StrEnum):
