@@ -56,6 +56,30 @@ async def test_apply_template_creates_updates_and_reports_api_failures(tmp_path:
         assert "error: patch sandboxwarmpools agents/claude: HTTP 403" in err
 
 
+async def test_apply_template_talks_to_the_cluster_the_provider_file_names(tmp_path: Path) -> None:
+    """Without --kubeconfig the file's cluster is used, as `agent` and `run` use it; --kubeconfig wins."""
+    async with KubeTestServer() as server, KubeTestServer() as other:
+        for s in (server, other):
+            for crd in schemas.crd_documents("v0.5.6"):
+                s.register_crd(crd)
+            s.create_namespace("agents")
+        (tmp_path / "kc.yaml").write_text(server.kubeconfig_yaml())
+        (tmp_path / "other.yaml").write_text(other.kubeconfig_yaml())
+        provider = tmp_path / "sandbox.yaml"
+        provider.write_text(
+            "image: busybox\nsandboxed: true\nnamespace: agents\ncluster: {kubeconfig: kc.yaml, context: kube-test}\n"
+        )
+        code, out, err = await run("apply-template", "--provider", str(provider), "--template", "claude")
+        assert code == 0, err
+        assert out.splitlines() == ["sandboxtemplate/claude created", "sandboxwarmpool/claude created"]
+        assert server.get_object(claims.resources().templates, "agents", "claude") is not None
+        assert other.get_object(claims.resources().templates, "agents", "claude") is None
+        args = ("apply-template", "--provider", str(provider), "--template", "claude")
+        code, _, err = await run(*args, "--kubeconfig", str(tmp_path / "other.yaml"))
+        assert code == 0, err
+        assert other.get_object(claims.resources().templates, "agents", "claude") is not None
+
+
 async def test_sandbox_reap_deletes_only_expired_ironflow_claims(tmp_path: Path) -> None:
     async with KubeTestServer() as server:
         for crd in schemas.crd_documents("v0.5.6"):

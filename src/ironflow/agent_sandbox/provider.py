@@ -177,6 +177,12 @@ class AgentSandboxProvider:
         """Which cluster to talk to (a :data:`~ironflow.k8s.clusters.ClusterConfig`); default: the pod provider's."""
         return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))
 
+    @property
+    def cluster_config(self) -> clusters.ClusterConfig | None:
+        """The cluster steps and ``apply-template`` talk to: this provider's, else the pod provider's
+        (None: the default kubeconfig or in-cluster config)."""
+        return self.settings.cluster if self.settings.cluster is not None else self.settings.pod.settings.cluster
+
     def account_kind(self) -> str | None:
         """As the pod provider: ``claude_subscription`` only with an auth proxy."""
         return self.settings.pod.account_kind()
@@ -403,8 +409,7 @@ class AgentSandboxProvider:
         """The process's shared API client for this provider's cluster (one per cluster and event loop)."""
         from ironflow.k8s import runner
 
-        cluster = self.settings.cluster if self.settings.cluster is not None else self.settings.pod.settings.cluster
-        return await runner.shared_api(cluster)()
+        return await runner.shared_api(self.cluster_config)()
 
     def runner(
         self, *, api: kube.KubeApi | None = None, issuer: Any = None, worker_env: Mapping[str, str] | None = None

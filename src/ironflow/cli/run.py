@@ -214,7 +214,7 @@ class _Providers:
         from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
         if isinstance(provider, AgentSandboxProvider):
-            return provider.settings.cluster or provider.settings.pod.settings.cluster
+            return provider.cluster_config
         return None
 
     def _build(self, backend: str) -> AgentProvider:

@@ -76,9 +76,11 @@ def _load(path: Path | None, image: str) -> AgentSandboxProvider:
         _bad_input(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, dict):
         _bad_input(f"provider file '{path}' must hold a mapping of settings")
+    # A relative cluster.kubeconfig is taken from the file's directory, as every other loader does.
+    base = path.resolve().parent
     if "pod" in data:
-        return AgentSandboxProvider.from_dict(data)
-    pod = K8sEphemeralProvider.from_dict(data)
+        return AgentSandboxProvider.from_dict(data, base=base)
+    pod = K8sEphemeralProvider.from_dict(data, base=base)
     if not pod.is_sandboxed:
         _bad_input(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
     return AgentSandboxProvider(pod)
@@ -176,7 +178,8 @@ def apply_template(
         OutputFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
     ] = OutputFormat.YAML,
     kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
+        Path | None,
+        typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
@@ -204,9 +207,11 @@ def apply_template(
     if dry_run:
         _emit(objects, output)
         return
-    cluster: kube.ClusterConfig = (
-        kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig is not None else kube.DefaultCluster(context)
-    )
+    # --kubeconfig / --context win; else the cluster the provider file names (as `agent` and `run` use).
+    cluster: kube.ClusterConfig | None = None if context is None else kube.DefaultCluster(context)
+    if kubeconfig is not None:
+        cluster = kube.KubeconfigFile(str(kubeconfig), context)
+    cluster = cluster or provider.cluster_config or kube.DefaultCluster()
     err = Console(stderr=True)
     try:
         with err.status(f"applying template {provider.settings.template} in {provider.settings.namespace}..."):
