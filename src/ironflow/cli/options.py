@@ -11,9 +11,10 @@ unreadable provider file, an unknown setting, a wrong type — all exit 2 with o
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 import typer
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_BAD_INPUT", "Backend", "agent_sandbox_provider", "fail", "k8s_provider"]
 
 EXIT_BAD_INPUT: Final = 2
+
+_P = TypeVar("_P")
 
 
 class Backend(StrEnum):
@@ -47,21 +50,20 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
     """The provider ``--provider FILE`` names, or exit 2 naming what is wrong with it."""
-    if path is None:
-        fail("--backend k8s needs --provider provider.yaml (see docs/k8s-provider.md)")
-    try:
-        return K8sEphemeralProvider.from_file(path)
-    except errors.ConfigError as exc:
-        fail(exc.message)
+    return _provider_file(path, Backend.K8S, "docs/k8s-provider.md", K8sEphemeralProvider.from_file)
 
 
 def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
     """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
     from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads only for this backend
 
+    return _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
+
+
+def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
     if path is None:
-        fail("--backend agent-sandbox needs --provider provider.yaml (see docs/agent-sandbox.md)")
+        fail(f"--backend {backend} needs --provider provider.yaml (see {doc})")
     try:
-        return AgentSandboxProvider.from_file(path)
+        return load(path)
     except errors.ConfigError as exc:
         fail(exc.message)
