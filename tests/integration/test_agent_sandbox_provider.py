@@ -214,6 +214,31 @@ async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
+async def test_step_cancelled_while_the_claim_create_answer_is_in_flight_deletes_the_claim(env: Env) -> None:
+    """The claim exists on the server but its create has not returned yet: it is deleted anyway."""
+    env.controller.stall = lambda claim: True
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    original = env.api.create
+    sent = asyncio.Event()
+
+    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        created = await original(resource, namespace, body)
+        if resource == claims.resources().claims:
+            sent.set()
+            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
+        return created
+
+    env.api.create = slow_answer  # type: ignore[method-assign]
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
+    await sent.wait()
+    assert len(env.claims()) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not env.claims() and not env.step_sandboxes(), what="the claim and its sandbox to go")
+
+
 async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)

@@ -10,6 +10,7 @@ step created with it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -114,6 +115,31 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: KubeCas
     assert names(server, k8s.PODS, ns) == []
     assert names(server, k8s.CONFIGMAPS, ns) == []
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == [env_id]
+
+
+async def test_a_step_cancelled_while_its_new_claims_create_answer_is_in_flight_deletes_the_claim(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The claim exists on the server but its create has not returned: it holds nothing yet and goes."""
+    original = kube.api.create
+    sent = asyncio.Event()
+
+    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        created = await original(resource, namespace, body)
+        if resource == k8s.PERSISTENTVOLUMECLAIMS:
+            sent.set()
+            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
+        return created
+
+    kube.api.create = slow_answer  # type: ignore[method-assign]
+    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("Set up").run_scope(RUN, "setup")))
+    await sent.wait()
+    assert len(names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace)) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == []
+    assert names(server, k8s.PODS, kube.namespace) == []
 
 
 async def test_invoke_with_logs_also_returns_the_environment_id(kube: KubeCase, server: KubeTestServer) -> None:

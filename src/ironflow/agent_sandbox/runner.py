@@ -140,8 +140,9 @@ class SandboxStepRunner:
                 try:
                     await api.create(res.claims, self.namespace, claim)
                     created = True
-                except errors.KubeUnavailable:
-                    created = True  # no answer: it may exist all the same; delete it below
+                except (errors.KubeUnavailable, asyncio.CancelledError):
+                    # No answer (or cancelled while waiting for it): it may exist all the same; delete it below.
+                    created = True
                     raise
                 except errors.KubeNotFound as exc:
                     if exc.reason == "NotFound" and "namespaces" in exc.message:

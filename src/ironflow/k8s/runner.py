@@ -432,11 +432,12 @@ class StepRunner:
                     raise _with_prefix(exc, "failed to create prompt ConfigMap") from exc
             if plan.claim is not None:
                 environment_id = str(plan.claim["metadata"]["name"])
+                claim_created = True  # as for the pod below: only a refusal with a status proves it does not exist
                 try:
                     await api.create(kube.PERSISTENTVOLUMECLAIMS, ns, plan.claim)
                 except errors.KubernetesError as exc:
+                    claim_created = isinstance(exc, errors.KubeUnavailable)
                     raise _with_prefix(exc, f"failed to create environment claim '{environment_id}'") from exc
-                claim_created = True
             elif config.resume_environment_id is not None and self.environment is not None:
                 environment_id = config.resume_environment_id
                 await self._resume_environment(api, plan, self.environment, environment_id, now)
