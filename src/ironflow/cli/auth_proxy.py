@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
 from ironflow.auth_proxy import __main__ as proxy_main
 from ironflow.auth_proxy import config, registry
+from ironflow.cli.options import fail
 from ironflow.errors import ConfigError
 
 __all__ = ["register"]
@@ -27,11 +28,6 @@ auth_proxy_app = typer.Typer(
     no_args_is_help=False,
     add_completion=False,
 )
-
-
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _serve(workers: int) -> None:
@@ -64,9 +60,9 @@ def rotate_keys() -> None:
     try:
         cfg = config.AuthProxyConfig.from_env(os.environ)
     except ConfigError as exc:
-        _bad_input(exc.message)
+        fail(exc.message)
     if cfg.database_url is None or cfg.key_ring is None:
-        _bad_input(f"rotate-keys needs {config.DATABASE_URL_ENV} and {config.SECRET_KEYS_ENV}")
+        fail(f"rotate-keys needs {config.DATABASE_URL_ENV} and {config.SECRET_KEYS_ENV}")
     from ironflow.auth_proxy import postgres
 
     try:
@@ -96,7 +92,7 @@ def _admin_call(url: str | None, call: str, argument: str) -> object:
 
     target = url or os.environ.get("IRONFLOW_AUTH_PROXY_URL", "").strip()
     if not target:
-        _bad_input("give --url or set IRONFLOW_AUTH_PROXY_URL to the proxy's URL")
+        fail("give --url or set IRONFLOW_AUTH_PROXY_URL to the proxy's URL")
 
     async def run() -> object:
         async with client.AdminClient(target) as admin:
@@ -106,10 +102,10 @@ def _admin_call(url: str | None, call: str, argument: str) -> object:
     try:
         return asyncio.run(run())
     except ConfigError as exc:
-        _bad_input(exc.message)
+        fail(exc.message)
     except AuthProxyError as exc:
         if exc.status is None and "IRONFLOW_AUTH_PROXY_ADMIN_KEY" in exc.message:
-            _bad_input(exc.message)
+            fail(exc.message)
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(1) from None
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final
 
 import aiohttp
 import typer
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
+from ironflow.cli import options
 from ironflow.k8s import api as kube
 from ironflow.k8s import checks, cluster, labels
 
@@ -38,7 +38,6 @@ SUBJECT_ACCESS_REVIEWS: Final = kube.custom_resource(
 UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
 #: Execs open at once (each is a websocket through the API server to a kubelet).
 _EXEC_CONCURRENCY: Final = 8
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class OutputFormat(StrEnum):
@@ -183,10 +182,6 @@ def render_results(results: list[checks.CheckResult], namespace: str, fmt: Outpu
     return console.export_text().rstrip("\n")
 
 
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
 
 async def _check(
     cluster_config: kube.ClusterConfig,
@@ -234,16 +229,13 @@ def check(
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
     """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy, exec probes."""
-    for name, value in (("namespace", namespace), ("worker namespace", worker_namespace)):
-        if not _DNS_LABEL.fullmatch(value):
-            _bad_input(f"invalid {name} '{value}': use 1-63 lowercase letters, digits and '-'")
+    options.dns_label(namespace)
+    options.dns_label(worker_namespace, "worker namespace")
     if not egress_url.startswith(("http://", "https://")):
-        _bad_input(f"--egress-url '{egress_url}' must start with http:// or https://")
+        options.fail(f"--egress-url '{egress_url}' must start with http:// or https://")
     if auth_proxy is not None and not auth_proxy.startswith(("http://", "https://")):
-        _bad_input(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
-    target = kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig else kube.DefaultCluster(context)
+        options.fail(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
+    target = options.kube_cluster(kubeconfig, context)
     try:
         results = asyncio.run(
             _check(
@@ -258,7 +250,7 @@ def check(
             )
         )
     except errors.KubeNotFound:
-        _bad_input(f"pod '{pod}' not found in namespace {namespace}")
+        options.fail(f"pod '{pod}' not found in namespace {namespace}")
     except errors.IronflowError as exc:
         typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
         raise typer.Exit(3) from None

@@ -17,16 +17,12 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
+from ironflow.cli.options import fail
 from ironflow.testing import fake_anthropic as fakes
 
 __all__ = ["register"]
 
 dev_app = typer.Typer(help="Development helpers: an offline Anthropic API.", no_args_is_help=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    print(f"error: {message}", file=sys.stderr)
-    return typer.Exit(2)
 
 
 async def _serve(fake: fakes.FakeAnthropic) -> None:
@@ -58,17 +54,17 @@ def fake_anthropic(
     try:
         loaded = fakes.Script.from_yaml(script) if script is not None else fakes.Script()
     except errors.ConfigError as exc:
-        raise _fail(str(exc)) from None
+        fail(str(exc))
     if unix_socket is not None and unix_socket.exists():
-        raise _fail(f"--unix-socket {unix_socket} already exists; remove it or pick another path")
+        fail(f"--unix-socket {unix_socket} already exists; remove it or pick another path")
     fake = fakes.FakeAnthropic(loaded, host=host, port=port, unix_socket=unix_socket)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve(fake))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise _fail(f"{host}:{port} is already in use; pick another with --port (0 picks a free one)") from None
-        raise _fail(f"cannot serve on {unix_socket or f'{host}:{port}'}: {exc.strerror or exc}") from None
+            fail(f"{host}:{port} is already in use; pick another with --port (0 picks a free one)")
+        fail(f"cannot serve on {unix_socket or f'{host}:{port}'}: {exc.strerror or exc}")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
 from ironflow import errors
+from ironflow.cli.options import fail
 from ironflow.k8s import cluster, cluster_network, documents
 
 __all__ = ["OutputFormat", "manifests", "parse_egress_profile", "read_profile_dir", "register"]
@@ -25,10 +26,6 @@ class OutputFormat(StrEnum):
     YAML = "yaml"
     JSON = "json"
 
-
-def _bad_input(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(2)
 
 
 def parse_egress_profile(text: str) -> cluster_network.EgressProfile:
@@ -124,7 +121,7 @@ def manifests(
         profile = read_profile_dir(profile_dir) if profile_dir is not None else None
         docs = cluster.render_documents(config, profile=profile)
     except errors.ConfigError as exc:
-        _bad_input(exc.message)
+        fail(exc.message)
     if output is OutputFormat.JSON:
         sys.stdout.write(documents.dump_json(d.body for d in docs))
     else:

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 import typer
 
 from ironflow import errors
+from ironflow.k8s import clusters, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
-__all__ = ["EXIT_BAD_INPUT", "Backend", "agent_sandbox_provider", "fail", "k8s_provider"]
+__all__ = ["EXIT_BAD_INPUT", "Backend", "agent_sandbox_provider", "dns_label", "fail", "k8s_provider", "kube_cluster"]
 
 EXIT_BAD_INPUT: Final = 2
 
@@ -67,3 +68,20 @@ def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable
         return load(path)
     except errors.ConfigError as exc:
         fail(exc.message)
+
+
+def dns_label(value: str, what: str = "namespace") -> str:
+    """``value`` if it is a valid namespace-style name, else exit 2 naming ``what``."""
+    if not labels.is_dns_label(value):
+        fail(f"invalid {what} '{value}': use 1-63 lowercase letters, digits and '-'")
+    return value
+
+
+def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.ClusterConfig:
+    """``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
+    file (``reap``, ``check``, ``sandbox``); exit 2 when the named kubeconfig file is missing."""
+    if kubeconfig is None:
+        return clusters.DefaultCluster(context)
+    if not kubeconfig.is_file():
+        fail(f"kubeconfig file '{kubeconfig}' does not exist")
+    return clusters.KubeconfigFile(str(kubeconfig), context)

@@ -14,13 +14,14 @@ import json
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final, NoReturn
+from typing import Annotated, Final
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
+from ironflow.cli import options
 from ironflow.k8s import api as kube
 from ironflow.k8s import reaper
 
@@ -28,7 +29,6 @@ __all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"
 
 _INTERVAL: Final = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?")
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class OutputFormat(StrEnum):
@@ -69,18 +69,6 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
     return console.export_text().rstrip("\n")
 
 
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _cluster(kubeconfig: Path | None, context: str | None) -> kube.ClusterConfig:
-    if kubeconfig is not None:
-        if not kubeconfig.is_file():
-            _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
-        return kube.KubeconfigFile(str(kubeconfig), context)
-    return kube.DefaultCluster(context)
-
 
 async def _reap(
     cluster: kube.ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
@@ -112,19 +100,18 @@ def reap(
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
     """Delete expired ironflow pods, Jobs, prompt ConfigMaps and environment claims in a namespace."""
-    if not _DNS_LABEL.fullmatch(namespace):
-        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    options.dns_label(namespace)
     interval: float | None = None
     if every is not None:
         try:
             interval = parse_interval(every)
         except ValueError as exc:
-            _bad_input(str(exc))
-    cluster = _cluster(kubeconfig, context)
+            options.fail(str(exc))
+    cluster = options.kube_cluster(kubeconfig, context)
     try:
         asyncio.run(_reap(cluster, namespace, dry_run=dry_run, every=interval, fmt=output))
     except errors.KubeClientConfigError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
         typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
         raise typer.Exit(1) from None

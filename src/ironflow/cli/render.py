@@ -12,12 +12,13 @@ import json
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final
 
 import typer
 import yaml
 
 from ironflow import agent, errors
+from ironflow.cli.options import fail
 from ironflow.k8s import provider as k8s_provider
 
 __all__ = ["DRY_RUN_PROXY_TOKEN", "OutputFormat", "register", "render"]
@@ -32,10 +33,6 @@ class OutputFormat(StrEnum):
     JSON = "json"
 
 
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
 
 def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
     data: dict[str, Any] = {}
@@ -43,16 +40,16 @@ def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
         try:
             loaded = yaml.safe_load(path.read_text())
         except OSError as exc:
-            _bad_input(f"cannot read step file '{path}': {exc.strerror}")
+            fail(f"cannot read step file '{path}': {exc.strerror}")
         except yaml.YAMLError as exc:
-            _bad_input(f"step file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+            fail(f"step file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
         if loaded is not None and not isinstance(loaded, dict):
-            _bad_input(f"step file '{path}' must hold a mapping of step settings")
+            fail(f"step file '{path}' must hold a mapping of step settings")
         data = dict(loaded or {})
     if prompt is not None:
         data["prompt"] = prompt
     if not data.get("prompt"):
-        _bad_input("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
+        fail("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
     return agent.AgentConfig.from_dict(data)
 
 
@@ -71,7 +68,7 @@ def render(
         token = DRY_RUN_PROXY_TOKEN if provider.settings.auth_proxy_url is not None else None
         objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ))
     except errors.IronflowError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        fail(" ".join(exc.message.split()))
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(objects, indent=2))
     else:

@@ -15,7 +15,7 @@ import json
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final
 
 import typer
 import yaml
@@ -24,13 +24,13 @@ from rich.console import Console
 from ironflow import errors
 from ironflow.agent_sandbox import apply, claims, models, patterns
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.cli import options
 from ironflow.k8s import api as kube
 from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = ["OutputFormat", "apply_template", "parse_egress", "reap", "register", "render"]
 
 _EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,5}))?")
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 sandbox_app = typer.Typer(
     name="sandbox",
@@ -43,10 +43,6 @@ class OutputFormat(StrEnum):
     YAML = "yaml"
     JSON = "json"
 
-
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def parse_egress(text: str) -> tuple[str, int | None]:
@@ -71,18 +67,18 @@ def _load(path: Path | None, image: str) -> AgentSandboxProvider:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
-        _bad_input(f"cannot read provider file '{path}': {exc.strerror}")
+        options.fail(f"cannot read provider file '{path}': {exc.strerror}")
     except yaml.YAMLError as exc:
-        _bad_input(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+        options.fail(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, dict):
-        _bad_input(f"provider file '{path}' must hold a mapping of settings")
+        options.fail(f"provider file '{path}' must hold a mapping of settings")
     # A relative cluster.kubeconfig is taken from the file's directory, as every other loader does.
     base = path.resolve().parent
     if "pod" in data:
         return AgentSandboxProvider.from_dict(data, base=base)
     pod = K8sEphemeralProvider.from_dict(data, base=base)
     if not pod.is_sandboxed:
-        _bad_input(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
+        options.fail(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
     return AgentSandboxProvider(pod)
 
 
@@ -118,21 +114,21 @@ def render(
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
     if pattern not in patterns.PATTERNS:
-        _bad_input(f"unknown pattern '{pattern}'; known: {', '.join(patterns.PATTERNS)}")
-    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
-        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+        options.fail(f"unknown pattern '{pattern}'; known: {', '.join(patterns.PATTERNS)}")
+    if namespace is not None:
+        options.dns_label(namespace)
     try:
         version = models.ApiVersion(api_version)
     except ValueError:
-        _bad_input(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+        options.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
     if replicas < 0:
-        _bad_input(f"invalid --replicas {replicas}: use 0 or more")
+        options.fail(f"invalid --replicas {replicas}: use 0 or more")
     if ttl < 0:
-        _bad_input(f"invalid --ttl {ttl}: use 0 or more seconds")
+        options.fail(f"invalid --ttl {ttl}: use 0 or more seconds")
     try:
         rules = tuple(parse_egress(e) for e in egress or ())
     except ValueError as exc:
-        _bad_input(str(exc))
+        options.fail(str(exc))
     try:
         pod = _load(provider_file, image).settings.pod if provider_file is not None else None
         opts = patterns.PatternOptions(
@@ -149,7 +145,7 @@ def render(
         )
         objects = patterns.render_pattern(pattern, opts)
     except errors.IronflowError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        options.fail(" ".join(exc.message.split()))
     _emit(objects, output)
 
 
@@ -184,10 +180,10 @@ def apply_template(
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
     """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""
-    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
-        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
+    if namespace is not None:
+        options.dns_label(namespace)
+    # --kubeconfig / --context win; else the cluster the provider file names (as `agent` and `run` use).
+    explicit = options.kube_cluster(kubeconfig, context) if kubeconfig is not None or context is not None else None
     try:
         provider = _load(provider_file, image)
         if namespace is not None:
@@ -201,23 +197,19 @@ def apply_template(
             provider = provider.api_version(api_version)
         objects = provider.template_objects()
     except errors.IronflowError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        options.fail(" ".join(exc.message.split()))
     for warning in provider.template_warnings():
         typer.echo(f"warning: {warning}", err=True)
     if dry_run:
         _emit(objects, output)
         return
-    # --kubeconfig / --context win; else the cluster the provider file names (as `agent` and `run` use).
-    cluster: kube.ClusterConfig | None = None if context is None else kube.DefaultCluster(context)
-    if kubeconfig is not None:
-        cluster = kube.KubeconfigFile(str(kubeconfig), context)
-    cluster = cluster or provider.cluster_config or kube.DefaultCluster()
+    cluster = explicit or provider.cluster_config or kube.DefaultCluster()
     err = Console(stderr=True)
     try:
         with err.status(f"applying template {provider.settings.template} in {provider.settings.namespace}..."):
             applied = asyncio.run(_apply(provider, cluster))
     except errors.KubeClientConfigError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
         typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
         raise typer.Exit(1) from None
@@ -243,21 +235,16 @@ def reap(
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
 ) -> None:
     """Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's)."""
-    if not _DNS_LABEL.fullmatch(namespace):
-        _bad_input(f"invalid namespace '{namespace}': use 1-63 lowercase letters, digits and '-'")
+    options.dns_label(namespace)
     try:
         version = models.ApiVersion(api_version)
     except ValueError:
-        _bad_input(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        _bad_input(f"kubeconfig file '{kubeconfig}' does not exist")
-    cluster: kube.ClusterConfig = (
-        kube.KubeconfigFile(str(kubeconfig), context) if kubeconfig is not None else kube.DefaultCluster(context)
-    )
+        options.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+    cluster = options.kube_cluster(kubeconfig, context)
     try:
         report = asyncio.run(_reap(cluster, namespace, version, dry_run=dry_run))
     except errors.KubeClientConfigError as exc:
-        _bad_input(" ".join(exc.message.split()))
+        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
         typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
         raise typer.Exit(1) from None

@@ -74,7 +74,6 @@ AUTH_PROXY_PORT: Final = cluster_network.AUTH_PROXY_PORT
 DEFAULT_AUTH_PROXY_URL: Final = "http://ironflow-auth-proxy.ironflow-system"
 GVISOR_RUNTIME_CLASS: Final = "gvisor"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -162,9 +161,9 @@ class ClusterSetup:
 
     def __post_init__(self) -> None:
         for name, value in (("namespace", self.namespace), ("worker namespace", self.worker_namespace)):
-            if not _DNS_LABEL.fullmatch(value):
+            if not labels.is_dns_label(value):
                 raise errors.ConfigError(f"{name} '{value}' is not a DNS label (lower-case letters, digits, '-')")
-        if not _DNS_LABEL.fullmatch(self.worker_service_account):
+        if not labels.is_dns_label(self.worker_service_account):
             raise errors.ConfigError(f"worker service account '{self.worker_service_account}' is not a DNS label")
         if self.auth_proxy_url is not None:
             proxy_namespace_from_url(self.auth_proxy_url)
@@ -194,7 +193,7 @@ def proxy_namespace_from_url(url: str) -> str:
     labels_ = host.split(".")
     if parts.scheme not in {"http", "https"}:
         raise errors.ConfigError(f"auth proxy url '{url}' must start with http:// or https://")
-    if len(labels_) < 2 or not all(_DNS_LABEL.fullmatch(p) for p in labels_[:2]):
+    if len(labels_) < 2 or not all(labels.is_dns_label(p) for p in labels_[:2]):
         raise errors.ConfigError(
             f"auth proxy url '{url}' does not name the proxy's namespace: use "
             "http://<service>.<namespace>, e.g. http://ironflow-auth-proxy.ironflow-system"

@@ -38,6 +38,7 @@ __all__ = [
     "RUNNER_SELECTOR",
     "SANDBOX_CLAIM_SELECTOR",
     "expires_at",
+    "is_dns_label",
     "is_reserved_label",
     "is_valid_label_value",
     "reserved_label_message",
@@ -89,6 +90,7 @@ _MAX_LABEL_VALUE: Final = 63
 _HASH_SUFFIX_LEN: Final = 9  # "-" + 8 hex digits
 _ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 _VALID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def is_reserved_label(key: str) -> bool:
@@ -102,6 +104,11 @@ def reserved_label_message(key: str) -> str:
 def is_valid_label_value(value: str) -> bool:
     """A non-empty Kubernetes label value (the empty value, valid for the API, is refused)."""
     return len(value.encode()) <= _MAX_LABEL_VALUE and _VALID.fullmatch(value) is not None
+
+
+def is_dns_label(value: str) -> bool:
+    """An RFC 1123 DNS label: what namespaces, container and most object names must be (1-63 chars)."""
+    return _DNS_LABEL.fullmatch(value) is not None
 
 
 def _fnv1a_32(data: bytes) -> int:

@@ -23,7 +23,6 @@ admitted in an agents namespace such as the example's ``ironflow-agents``.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,8 +54,6 @@ LABEL_RUN_ID: Final = labels.LABEL_RUN_ID
 LABEL_ROOT_RUN_ID: Final = labels.LABEL_ROOT_RUN_ID
 LABEL_STEP: Final = labels.LABEL_STEP
 
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_MAX_NAME: Final = 63
 
 
 # --- values ------------------------------------------------------------------------------
@@ -123,7 +120,7 @@ def _frozen(value: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def _check_name(kind: str, name: str) -> None:
     # The name is also the container name (and for a Job, the job-name label value).
-    if len(name) > _MAX_NAME or not _DNS_LABEL.fullmatch(name):
+    if not labels.is_dns_label(name):
         raise errors.ConfigError(
             f"{kind} name '{name}' is not a valid name: use 1-63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit"
