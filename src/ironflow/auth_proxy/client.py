@@ -14,9 +14,9 @@ import base64
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -43,19 +43,16 @@ _NO_CREDENTIAL: Final = "no credential: attach a Provider Account or set CLAUDE_
 
 
 @dataclass(frozen=True)
-class Credential:
+class Credential(tokens.ClaudeCredential):
     """A Claude credential on the worker side: its kind and its redacted value."""
-
-    kind: Literal["oauth_token", "api_key"]
-    value: Secret = field(repr=False)
 
     @classmethod
     def from_account(cls, session: AccountSession) -> Credential:
         """``ANTHROPIC_API_KEY`` accounts are API keys; every other env name is an OAuth token."""
         return cls("api_key" if session.env_name == "ANTHROPIC_API_KEY" else "oauth_token", session.value)
 
-    def to_json(self) -> dict[str, str]:
-        return {"kind": self.kind, "value": self.value.reveal()}
+    def to_json(self) -> dict[str, Any]:
+        return tokens.credential_to_wire(self)
 
 
 def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | None = None) -> Credential:
@@ -217,12 +214,12 @@ class AdminClient:
     ) -> IssuedToken:
         """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order)."""
         chosen = credential or self._credential or resolve_credential(None)
-        wire: dict[str, Any]
-        if isinstance(chosen, tokens.SecretCredential):
-            wire = {**chosen.spec(), "value": chosen.value.reveal()}
-        else:
-            wire = chosen.to_json()
-        body: dict[str, Any] = {"run_id": run_id, "step": step, "expires_at": int(expires_at), "credential": wire}
+        body: dict[str, Any] = {
+            "run_id": run_id,
+            "step": step,
+            "expires_at": int(expires_at),
+            "credential": tokens.credential_to_wire(chosen),
+        }
         if limits is not None and not limits.empty:
             body["limits"] = limits.to_json()
         status, text = await self._call("POST", "/admin/v1/tokens", body)

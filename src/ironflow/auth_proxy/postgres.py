@@ -63,45 +63,29 @@ async def _guard(operation: str) -> AsyncIterator[None]:
         raise registry.RegistryUnavailable("the registry database URL cannot be parsed") from None
 
 
-def _injection_from_json(raw: Any) -> tokens.Injection:
-    if isinstance(raw, str):
-        return tokens.Injection(raw)  # type: ignore[arg-type]  # values written by _spec_json
-    if "header" in raw:
-        return tokens.Injection("header", header=raw["header"])
-    return tokens.Injection("basic", username=raw["basic"]["username"])
-
-
-def _limits_from_json(raw: str | None) -> tokens.Limits:
-    if raw is None:
-        return tokens.Limits()
-    data = json.loads(raw)
-    models = data.get("models")
-    return tokens.Limits(
-        models=tuple(models) if models is not None else None,
-        max_requests=data.get("max_requests"),
-        max_output_tokens=data.get("max_output_tokens"),
-    )
+def _sealed(row: Any) -> crypto.Sealed:
+    """The stored ciphertext, nonce and key version of a grant row."""
+    return crypto.Sealed(bytes(row["encrypted_credential"]), bytes(row["nonce"]), row["key_version"])
 
 
 def _grant_from_row(row: Any, ring: crypto.KeyRing) -> tokens.Grant:
-    value = ring.open(crypto.Sealed(bytes(row["encrypted_credential"]), bytes(row["nonce"]), row["key_version"]))
-    secret = Secret(value.decode())
-    credential: tokens.Credential
+    """A stored grant, opened and read back through the wire format (:func:`tokens.grant_from_wire`)."""
+    value = ring.open(_sealed(row)).decode()
+    credential: dict[str, Any]
     if row["credential_kind"] == "secret":
-        spec = json.loads(row["secret_spec"])
-        credential = tokens.SecretCredential(
-            spec["name"], secret, _injection_from_json(spec["injection"]), tuple(spec["hosts"])
-        )
+        credential = {**json.loads(row["secret_spec"]), "value": value}
     else:
-        credential = tokens.ClaudeCredential(row["credential_kind"], secret)
-    return tokens.Grant(
-        id=row["id"],
-        run_id=row["run_id"],
-        step=row["step"],
-        expires_at=int(row["expires_at"]),
-        credential=credential,
-        limits=_limits_from_json(row["limits"]),
-    )
+        credential = {"kind": row["credential_kind"], "value": value}
+    limits = row["limits"]
+    wire = {
+        "id": row["id"],
+        "run_id": row["run_id"],
+        "step": row["step"],
+        "expires_at": row["expires_at"],
+        "credential": credential,
+        "limits": None if limits is None else json.loads(limits),
+    }
+    return tokens.grant_from_wire(wire, source="in the registry database")
 
 
 @dataclass(frozen=True)
@@ -338,9 +322,7 @@ async def rotate_keys(dsn: Secret, ring: crypto.KeyRing) -> RotationReport:
                     current += 1
                     continue
                 try:
-                    plain = ring.open(
-                        crypto.Sealed(bytes(row["encrypted_credential"]), bytes(row["nonce"]), row["key_version"])
-                    )
+                    plain = ring.open(_sealed(row))
                 except crypto.MissingKeyVersion:
                     unreadable += 1
                     continue

@@ -39,6 +39,7 @@ __all__ = [
     "Limits",
     "SecretCredential",
     "TokenRequest",
+    "credential_to_wire",
     "grant_from_wire",
     "grant_to_wire",
     "host_allowed",
@@ -331,26 +332,30 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     return TokenRequest(run_id, step, expires_at, credential, limits)
 
 
+def credential_to_wire(credential: Credential) -> dict[str, Any]:
+    """A credential as the admin API body and the hub socket carry it (the value included)."""
+    if isinstance(credential, SecretCredential):
+        return {**credential.spec(), "value": credential.value.reveal()}
+    return {"kind": credential.kind, "value": credential.value.reveal()}
+
+
 def grant_to_wire(grant: Grant) -> dict[str, Any]:
     """A grant as JSON for the local registry hub's socket (the credential value included)."""
-    credential = grant.credential
-    wire_credential: dict[str, Any]
-    if isinstance(credential, SecretCredential):
-        wire_credential = {**credential.spec(), "value": credential.value.reveal()}
-    else:
-        wire_credential = {"kind": credential.kind, "value": credential.value.reveal()}
     return {
         "id": grant.id,
         "run_id": grant.run_id,
         "step": grant.step,
         "expires_at": grant.expires_at,
-        "credential": wire_credential,
+        "credential": credential_to_wire(grant.credential),
         "limits": grant.limits.to_json() or None,
     }
 
 
-def grant_from_wire(data: dict[str, Any]) -> Grant:
-    """The inverse of :func:`grant_to_wire`; raises :class:`InvalidTokenRequest` on a bad shape."""
+def grant_from_wire(data: dict[str, Any], *, source: str = "on the registry hub socket") -> Grant:
+    """The inverse of :func:`grant_to_wire`; raises :class:`InvalidTokenRequest` on a bad shape.
+
+    ``source`` names where the grant came from in that error's text.
+    """
     try:
         credential, _ = _parse_credential(data["credential"])
         return Grant(
@@ -362,4 +367,4 @@ def grant_from_wire(data: dict[str, Any]) -> Grant:
             limits=_parse_limits(data.get("limits")),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidTokenRequest("invalid grant on the registry hub socket") from exc
+        raise InvalidTokenRequest(f"invalid grant {source}") from exc
