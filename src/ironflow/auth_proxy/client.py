@@ -48,8 +48,8 @@ class Credential(tokens.ClaudeCredential):
 
     @classmethod
     def from_account(cls, session: AccountSession) -> Credential:
-        """``ANTHROPIC_API_KEY`` accounts are API keys; every other env name is an OAuth token."""
-        return cls("api_key" if session.env_name == "ANTHROPIC_API_KEY" else "oauth_token", session.value)
+        """The account's kind as :attr:`AccountSession.credential_kind` tells it."""
+        return cls("api_key" if session.credential_kind == "api_key" else "oauth_token", session.value)
 
     def to_json(self) -> dict[str, Any]:
         return tokens.credential_to_wire(self)
