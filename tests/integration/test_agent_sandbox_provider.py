@@ -192,6 +192,26 @@ async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_r
     assert any(issuer.tokens[0].encode() in bytes(e.stdin) for e in env.server.execs)
 
 
+class RefusingIssuer(FakeIssuer):
+    """The auth proxy refuses for good (a missing admin key, a 4xx): retrying cannot help."""
+
+    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+        raise errors.AuthProxyError("admin key missing", status=401, retryable=False)
+
+
+async def test_a_refused_token_stays_non_retryable_and_the_claim_goes(env: Env) -> None:
+    p = env.provider(replicas=0, proxied=True)
+    await env.apply_template(p)
+    with pytest.raises(errors.AuthProxyError, match=r"^auth proxy: admin key missing$") as caught:
+        await p.runner(api=env.api, issuer=RefusingIssuer(), worker_env={}).invoke(
+            AgentConfig("hi").run_scope(RUN, "refused")
+        )
+    assert caught.value.retryable is False
+    assert caught.value.status == 401
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+    assert env.server.execs == []
+
+
 async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env) -> None:
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)

@@ -205,21 +205,13 @@ class SandboxStepRunner:
         token: Secret | None = None
         meta_labels = claim["metadata"]["labels"]
         if self.issuer is not None:
-            credential: Any = None
-            if config.account is not None:
-                from ironflow.auth_proxy.client import Credential
-
-                credential = Credential.from_account(config.account)
-            expires = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
-            try:
-                token_id, token = await self.issuer.issue(
-                    meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
-                    meta_labels.get(labels.LABEL_STEP) or "agent",
-                    expires,
-                    credential=credential,
-                )
-            except errors.AuthProxyError as exc:
-                raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status) from exc
+            token_id, token = await k8s_runner.issue_step_token(
+                self.issuer,
+                config,
+                meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
+                meta_labels.get(labels.LABEL_STEP) or "agent",
+                int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
+            )
         try:
             plan = p.exec_plan(config, proxy_token=token, worker_env=self.worker_env)
             container = pod_manifests.CONTAINER_NAME

@@ -45,6 +45,7 @@ __all__ = [
     "StepRunner",
     "TokenIssuer",
     "close_shared_apis",
+    "issue_step_token",
     "revoke_run_tokens",
     "revoke_step_token",
     "shared_api",
@@ -82,6 +83,25 @@ async def revoke_run_tokens(issuer: TokenIssuer | None, run_id: str) -> None:
         await issuer.revoke_run(run_id)
     except errors.IronflowError as exc:
         _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+
+
+async def issue_step_token(
+    issuer: TokenIssuer, config: agent.AgentConfig, run_id: str, step: str, expires_at: int
+) -> tuple[str, Secret]:
+    """Issue a step's proxy token with its Provider Account credential (both providers' runners).
+
+    Raises:
+        AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
+    """
+    credential: Any = None
+    if config.account is not None:
+        from ironflow.auth_proxy.client import Credential
+
+        credential = Credential.from_account(config.account)
+    try:
+        return await issuer.issue(run_id, step, expires_at, credential=credential)
+    except errors.AuthProxyError as exc:
+        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
 
 
 async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:
@@ -378,19 +398,9 @@ class StepRunner:
         token: Secret | None = None
         if self.issuer is not None:
             lifetime = int(draft.expires_at or draft_now) - draft_now
-            credential: Any = None
-            if config.account is not None:
-                from ironflow.auth_proxy.client import Credential
-
-                credential = Credential.from_account(config.account)
-            try:
-                token_id, token = await self.issuer.issue(
-                    run_id or draft.pod_name, step or "agent", now + lifetime, credential=credential
-                )
-            except errors.AuthProxyError as exc:
-                raise errors.AuthProxyError(
-                    f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable
-                ) from exc
+            token_id, token = await issue_step_token(
+                self.issuer, config, run_id or draft.pod_name, step or "agent", now + lifetime
+            )
         try:
             plan = _plan(
                 self.render(
