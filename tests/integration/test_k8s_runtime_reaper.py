@@ -8,9 +8,13 @@ from typing import Any
 import pytest
 
 from ironflow import errors
+from ironflow.agent import AgentConfig
+from ironflow.agent_sandbox import claims, schemas
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s import api as k8s
 from ironflow.k8s import labels, reaper
 from ironflow.k8s.ops import JobRun, PodRun
+from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubecase import KubeCase
 from ironflow.testing.polling import eventually
@@ -236,6 +240,35 @@ async def test_spawn_orphan_reaper_logs_failures_and_keeps_going(
     await eventually(lambda: not server.objects(k8s.PODS, ns), interval_s=0.02, what="a later pass to reap the pod")
     await handle.stop()
     assert server.objects(k8s.PODS, ns) == []
+
+
+async def test_claim_reaper_survives_an_unexpected_error_and_reaps_on_a_later_pass(
+    server: KubeTestServer, api: k8s.KubeApi, ns: str
+) -> None:
+    """The agent-sandbox claim reaper runs on this loop: a bug in one pass (not an IronflowError) does not end it."""
+    for crd in schemas.crd_documents("v0.5.6"):
+        server.register_crd(crd)
+    p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace(ns))
+    stale = p.claim_manifest(AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
+    await api.create(p.resources.claims, ns, stale)
+    calls = 0
+
+    async def connect() -> k8s.KubeApi:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in the first pass")
+        return api
+
+    handle = claims.spawn_claim_reaper(connect, p.resources.claims, ns, 0.05)
+    try:
+        await eventually(
+            lambda: not server.objects(p.resources.claims, ns), interval_s=0.02, what="a later pass to reap the claim"
+        )
+        assert handle.running
+    finally:
+        await handle.stop()
+    assert calls >= 2
 
 
 def test_spawn_orphan_reaper_zero_interval_is_refused() -> None:

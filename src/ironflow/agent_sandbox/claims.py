@@ -2,8 +2,9 @@
 
 The I/O helpers of :class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`. Waiting uses
 the shared informer of the namespace's claims (one watch however many steps wait), never a
-poll. Decisions are pure (:func:`has_condition`, :func:`claim_reap_reason`); the passes list,
-decide, delete and count. A claim's deletion cascades to its Sandbox and pod through their
+poll. Decisions are pure (:func:`has_condition`, :func:`claim_reap_reason`, the k8s reaper's
+``claim_expired``); the passes list, decide, delete and count, with the k8s reaper's delete
+step and loop. A claim's deletion cascades to its Sandbox and pod through their
 ownerReferences, so deleting claims is how a step or a run leaves nothing behind.
 """
 
@@ -87,13 +88,9 @@ def has_condition(obj: Mapping[str, Any], kind: str, status: str = "True") -> bo
     return cond is not None and cond.get("status") == status
 
 
-def claim_reap_reason(claim: Mapping[str, Any], now: int) -> str | None:
+def claim_reap_reason(claim: Mapping[str, Any], now: int) -> reaper.ReapReason | None:
     """``Expired`` when the claim's ``ironflow.io/expires-at`` has passed and it is not already going."""
-    meta = claim.get("metadata") or {}
-    if meta.get("deletionTimestamp") is not None:
-        return None
-    expiry = labels.expires_at(meta.get("annotations"))
-    return "Expired" if expiry is not None and expiry < now else None
+    return reaper.ReapReason.EXPIRED if reaper.claim_expired(claim, now) else None
 
 
 def run_claim_selectors(run_id: str) -> tuple[str, ...]:
@@ -195,16 +192,7 @@ async def reap_claims(
     chosen = sorted(str(c["metadata"]["name"]) for c in listed if claim_reap_reason(c, clock))
     if dry_run:
         return ClaimReapReport(tuple(chosen), dry_run=True)
-    done = []
-    for name in chosen:
-        try:
-            await api.delete(resource, namespace, name, propagation_policy="Background")
-        except errors.KubeNotFound:
-            continue
-        except errors.KubernetesError as exc:
-            _log.warning("failed to reap SandboxClaim '%s': %s", name, exc)
-            continue
-        done.append(name)
+    done = await reaper.delete_each(api, resource, namespace, chosen, background=True, what="SandboxClaim")
     if done:
         _log.info("reaped %d expired SandboxClaims in %s", len(done), namespace)
     return ClaimReapReport(tuple(done))
@@ -213,20 +201,12 @@ async def reap_claims(
 def spawn_claim_reaper(
     api: Callable[[], Awaitable[kube.KubeApi]], resource: kube.Resource, namespace: str, interval_s: float
 ) -> reaper.OrphanReaper:
-    """Reap expired claims now and every ``interval_s`` (the pod reaper's handle; a failing pass is logged).
+    """Reap expired claims now and every ``interval_s`` on the k8s reaper's loop (a failing pass is logged).
 
     ``api`` connects (called before each pass, so an API that is down at start-up is retried).
     """
-    if not interval_s > 0:
-        raise errors.ConfigError("orphan reaper interval must be greater than zero")
 
-    async def loop() -> None:
-        while True:
-            try:
-                await reap_claims(await api(), resource, namespace)
-            except errors.IronflowError as exc:
-                _log.warning("claim reaping pass failed: %s", exc)
-            await asyncio.sleep(interval_s)
+    async def reap(client: kube.KubeApi, ns: str) -> ClaimReapReport:
+        return await reap_claims(client, resource, ns)
 
-    task = asyncio.get_running_loop().create_task(loop(), name=f"ironflow-claim-reaper-{namespace}")
-    return reaper.OrphanReaper(task)
+    return reaper.spawn_orphan_reaper(api, namespace, interval_s, reap=reap, kind="claim")

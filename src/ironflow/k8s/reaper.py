@@ -1,7 +1,9 @@
 """The orphan reaper: delete what a crashed worker left behind, once its expiry has passed.
 
 Decisions are pure (``reap_reason(pod, now)`` and friends take the raw object and the
-clock and return an answer); ``reap_namespace`` lists, decides, deletes and counts.
+clock and return an answer); ``reap_namespace`` lists, decides, deletes and counts;
+``delete_each`` is its delete step and ``spawn_orphan_reaper`` its loop, both also serving
+the agent-sandbox claim reaper.
 Order of passes: Jobs (a live Job would recreate its pods), pods, prompt ConfigMaps,
 environment claims. An object without a parseable ``ironflow.io/expires-at`` annotation
 is never deleted for expiry; a pod a Job controls is left to its Job; a pod already
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -35,6 +37,7 @@ __all__ = [
     "ReapReport",
     "claim_expired",
     "configmap_expired",
+    "delete_each",
     "job_reap_reason",
     "reap_namespace",
     "reap_orphans",
@@ -188,6 +191,24 @@ async def _delete(
     return True
 
 
+async def delete_each(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, names: Sequence[str], *, background: bool, what: str
+) -> list[str]:
+    """Delete each named object, at most ``DELETE_CONCURRENCY`` at once; the names deleted, in order.
+
+    Never raises for one object: one already gone is left out, a failed delete is logged (naming
+    ``what``) and left out for the next pass to retry.
+    """
+    gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def one(name: str) -> bool:
+        async with gate:
+            return await _delete(api, resource, namespace, name, background=background, what=what)
+
+    done = await asyncio.gather(*(one(n) for n in names))
+    return [n for n, ok in zip(names, done, strict=True) if ok]
+
+
 async def reap_namespace(
     api: kube.KubeApi, namespace: str, *, now: int | None = None, dry_run: bool = False
 ) -> ReapReport:
@@ -216,14 +237,7 @@ async def reap_namespace(
     async def apply(resource: kube.Resource, chosen: list[str], *, background: bool, what: str) -> list[str]:
         if dry_run:
             return chosen
-        gate = asyncio.Semaphore(DELETE_CONCURRENCY)
-
-        async def one(name: str) -> bool:
-            async with gate:
-                return await _delete(api, resource, namespace, name, background=background, what=what)
-
-        done = await asyncio.gather(*(one(n) for n in chosen))
-        return [n for n, ok in zip(chosen, done, strict=True) if ok]
+        return await delete_each(api, resource, namespace, chosen, background=background, what=what)
 
     def name(obj: Mapping[str, Any]) -> str:
         return str(_meta(obj).get("name", ""))
@@ -298,12 +312,19 @@ class OrphanReaper:
 
 
 def spawn_orphan_reaper(
-    api: kube.KubeApi | Callable[[], Awaitable[kube.KubeApi]], namespace: str, interval_s: float
+    api: kube.KubeApi | Callable[[], Awaitable[kube.KubeApi]],
+    namespace: str,
+    interval_s: float,
+    *,
+    reap: Callable[[kube.KubeApi, str], Awaitable[object]] = reap_namespace,
+    kind: str = "orphan",
 ) -> OrphanReaper:
     """Start the loop on the running event loop; zero or negative ``interval_s`` is refused.
 
     ``api`` is a client, or a function connecting one (called before each pass, so a
-    cluster that is down at start-up is retried).
+    cluster that is down at start-up is retried). ``reap`` is the pass (``reap_namespace``
+    unless told, e.g. the agent-sandbox claim pass); ``kind`` names it in the log and the
+    task name (``ironflow-reaper-<ns>`` for orphans, ``ironflow-<kind>-reaper-<ns>`` else).
     """
     if not interval_s > 0:
         raise errors.ConfigError("orphan reaper interval must be greater than zero")
@@ -312,11 +333,12 @@ def spawn_orphan_reaper(
         while True:
             try:
                 client = api if isinstance(api, kube.KubeApi) else await api()
-                await reap_namespace(client, namespace)
+                await reap(client, namespace)
             except errors.IronflowError as exc:
-                _log.warning("orphan reaping pass failed: %s", exc)
+                _log.warning("%s reaping pass failed: %s", kind, exc)
             except Exception:  # a bug must not end the loop: the next pass may still work
-                _log.exception("orphan reaping pass failed unexpectedly")
+                _log.exception("%s reaping pass failed unexpectedly", kind)
             await asyncio.sleep(interval_s)
 
-    return OrphanReaper(asyncio.get_running_loop().create_task(loop(), name=f"ironflow-reaper-{namespace}"))
+    task_name = f"ironflow-reaper-{namespace}" if kind == "orphan" else f"ironflow-{kind}-reaper-{namespace}"
+    return OrphanReaper(asyncio.get_running_loop().create_task(loop(), name=task_name))
