@@ -25,22 +25,20 @@ MIGRATIONS_COMPONENT: Final = "engine"
 _MIGRATIONS_PACKAGE: Final = "ironflow.engine.migrations"
 
 _NOW: Final = "extract(epoch from clock_timestamp())::float8"
-_RETURN_RUN: Final = (
-    "RETURNING id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
+#: A run's columns as :func:`rows.run_from_row` reads them (JSON as text).
+_RUN_COLUMNS: Final = (
+    "id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
     "output::text AS output, error::text AS error, attempt, worker, lease_until, available_at, "
     "cancel_requested, created_at, updated_at"
 )
+_RETURN_RUN: Final = f"RETURNING {_RUN_COLUMNS}"
 # Only constants are interpolated below; every value is a parameter.
-_SELECT_RUN: Final = (
-    "SELECT id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
-    "output::text AS output, error::text AS error, attempt, worker, lease_until, available_at, "
-    "cancel_requested, created_at, updated_at FROM ironflow_runs"
-)
+_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ironflow_runs"  # noqa: S608
 _CLAIM: Final = f"""
 UPDATE ironflow_runs r
 SET status = 'running', worker = $1, lease_until = {_NOW} + $2, attempt = r.attempt + 1, updated_at = {_NOW}
 FROM (
-    SELECT id FROM ironflow_runs
+    SELECT id AS due_id FROM ironflow_runs
     WHERE parent_run_id IS NULL AND status IN ('pending', 'running')
       AND ((status = 'pending' AND available_at <= {_NOW}) OR (status = 'running' AND lease_until < {_NOW}))
       AND ($3::text IS NULL OR id = $3)
@@ -48,10 +46,8 @@ FROM (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ) due
-WHERE r.id = due.id
-RETURNING r.id, r.workflow, r.input::text AS input, r.status, r.root_run_id, r.parent_run_id, r.backend,
-    r.output::text AS output, r.error::text AS error, r.attempt, r.worker, r.lease_until, r.available_at,
-    r.cancel_requested, r.created_at, r.updated_at
+WHERE r.id = due.due_id
+{_RETURN_RUN}
 """  # noqa: S608
 _RENEW: Final = (
     f"UPDATE ironflow_runs SET lease_until = {_NOW} + $3, updated_at = {_NOW} "  # noqa: S608
