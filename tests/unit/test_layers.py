@@ -68,3 +68,40 @@ def test_only_the_api_module_imports_kubernetes_asyncio() -> None:
         check=False,
     )
     assert done.stdout.split() == ["src/ironflow/k8s/api.py"]
+
+
+#: What ``ironflow --help`` (every command's start-up) must not load: the Kubernetes client, the
+#: HTTP stack, the auth proxy's server and the test servers load inside the commands that use them.
+CLI_STARTUP_SPARES = [
+    "kubernetes_asyncio",
+    "aiohttp",
+    "ironflow.k8s.api",
+    "ironflow.auth_proxy.app",
+    "ironflow.testing.fake_anthropic",
+    "ironflow.testing.kube",
+    "ironflow.testing.kubeenv",
+    "ironflow.testing.postgres",
+]
+
+
+def test_the_cli_starts_without_the_clients_and_test_servers() -> None:
+    probe = (
+        "import json, sys\n"
+        "import ironflow.cli.app\n"
+        f"print(json.dumps(sorted(set(sys.modules) & {set(CLI_STARTUP_SPARES)!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], "import these inside the commands that need them"
+
+
+def test_the_testing_package_loads_its_helpers_on_first_use() -> None:
+    probe = (
+        "import json, sys\n"
+        "import ironflow.testing as t\n"
+        "before = sorted(m for m in ('ironflow.testing.kube', 'ironflow.testing.postgres') if m in sys.modules)\n"
+        "print(json.dumps([before, sorted(n for n in t.__all__ if getattr(t, n, None) is None)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[], []]

@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 
-from ironflow.auth_proxy import __main__ as proxy_main
 from ironflow.auth_proxy import config, registry
 from ironflow.cli.options import fail
 from ironflow.errors import ConfigError
@@ -31,6 +30,8 @@ auth_proxy_app = typer.Typer(
 
 
 def _serve(workers: int) -> None:
+    from ironflow.auth_proxy import __main__ as proxy_main  # the HTTP server loads only when serving
+
     code = proxy_main.main(["--workers", str(workers)])
     if code:
         raise typer.Exit(code)

@@ -17,23 +17,21 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import aiohttp
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import options
-from ironflow.k8s import api as kube
 from ironflow.k8s import checks, cluster, labels
+
+if TYPE_CHECKING:
+    from ironflow.k8s import api as kube
 
 __all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "run_checks"]
 
-SUBJECT_ACCESS_REVIEWS: Final = kube.custom_resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False
-)
 #: Not a credential: a token no proxy ever issued, so the proxy must answer 401.
 UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
 #: Execs open at once (each is a websocket through the API server to a kubelet).
@@ -46,6 +44,8 @@ class OutputFormat(StrEnum):
 
 
 async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube.KubeObject]:
+    from ironflow.k8s import api as kube  # the API client loads only when a cluster is checked
+
     if pod is not None:
         return [await api.get(kube.PODS, namespace, pod)]
     listed = await api.list(kube.PODS, namespace, label_selector=labels.RUNNER_SELECTOR)
@@ -53,8 +53,13 @@ async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube
 
 
 async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.KubeObject | None, str]:
+    from ironflow.k8s import api as kube
+
+    reviews = kube.custom_resource(
+        "authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False
+    )
     try:
-        return await api.create(SUBJECT_ACCESS_REVIEWS, None, body), ""
+        return await api.create(reviews, None, body), ""
     except errors.KubeNotFound:
         return None, "the API server does not serve SubjectAccessReview"
     except errors.KubeForbidden:
@@ -65,6 +70,8 @@ async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.Kube
 
 
 async def _probe_proxy(url: str, timeout_s: float) -> tuple[int | None, str]:
+    import aiohttp  # the HTTP client loads only when a proxy is probed
+
     headers = {"Authorization": f"Bearer {UNKNOWN_TOKEN}", "anthropic-version": "2023-06-01"}
     try:
         async with (
@@ -194,6 +201,8 @@ async def _check(
     exec_probes: bool,
     egress_url: str,
 ) -> list[checks.CheckResult]:
+    from ironflow.k8s import api as kube
+
     api = await kube.KubeApi.connect(cluster_config)
     async with api:
         return await run_checks(

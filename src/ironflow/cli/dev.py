@@ -12,13 +12,15 @@ import contextlib
 import errno
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ironflow import errors
 from ironflow.cli.options import fail
-from ironflow.testing import fake_anthropic as fakes
+
+if TYPE_CHECKING:
+    from ironflow.testing import fake_anthropic as fakes
 
 __all__ = ["register"]
 
@@ -51,6 +53,8 @@ def fake_anthropic(
     ] = None,
 ) -> None:
     """Serve an offline Anthropic Messages API with scripted replies until Ctrl-C."""
+    from ironflow.testing import fake_anthropic as fakes  # the HTTP server loads only when serving
+
     try:
         loaded = fakes.Script.from_yaml(script) if script is not None else fakes.Script()
     except errors.ConfigError as exc:

@@ -14,7 +14,7 @@ import json
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.console import Console
@@ -22,8 +22,10 @@ from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import options
-from ironflow.k8s import api as kube
-from ironflow.k8s import reaper
+
+if TYPE_CHECKING:
+    from ironflow.k8s import reaper
+    from ironflow.k8s.clusters import ClusterConfig
 
 __all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"]
 
@@ -71,8 +73,11 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
 
 
 async def _reap(
-    cluster: kube.ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
+    cluster: ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
 ) -> None:
+    from ironflow.k8s import api as kube  # the API client loads only when a namespace is reaped
+    from ironflow.k8s import reaper
+
     err = Console(stderr=True)
     api = await kube.KubeApi.connect(cluster)
     async with api:

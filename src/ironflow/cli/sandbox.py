@@ -15,18 +15,21 @@ import json
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 import yaml
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.agent_sandbox import apply, claims, models, patterns
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox import models, patterns
 from ironflow.cli import options
-from ironflow.k8s import api as kube
+from ironflow.k8s import clusters
 from ironflow.k8s.provider import K8sEphemeralProvider
+
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox import apply, claims
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
 __all__ = ["OutputFormat", "apply_template", "parse_egress", "reap", "register", "render"]
 
@@ -62,6 +65,8 @@ def parse_egress(text: str) -> tuple[str, int | None]:
 
 def _load(path: Path | None, image: str) -> AgentSandboxProvider:
     """The provider of a settings file: agent-sandbox settings (a ``pod:`` section) or pod settings alone."""
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads the API client: only when used
+
     if path is None:
         return AgentSandboxProvider(K8sEphemeralProvider.sandboxed(image))
     try:
@@ -149,7 +154,9 @@ def render(
     _emit(objects, output)
 
 
-async def _apply(provider: AgentSandboxProvider, cluster: kube.ClusterConfig) -> list[apply.Applied]:
+async def _apply(provider: AgentSandboxProvider, cluster: clusters.ClusterConfig) -> list[apply.Applied]:
+    from ironflow.k8s import api as kube
+
     async with await kube.KubeApi.connect(cluster) as api:
         return await provider.apply_template(api)
 
@@ -203,7 +210,7 @@ def apply_template(
     if dry_run:
         _emit(objects, output)
         return
-    cluster = explicit or provider.cluster_config or kube.DefaultCluster()
+    cluster = explicit or provider.cluster_config or clusters.DefaultCluster()
     err = Console(stderr=True)
     try:
         with err.status(f"applying template {provider.settings.template} in {provider.settings.namespace}..."):
@@ -218,8 +225,11 @@ def apply_template(
 
 
 async def _reap(
-    cluster: kube.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
+    cluster: clusters.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
 ) -> claims.ClaimReapReport:
+    from ironflow.agent_sandbox import claims
+    from ironflow.k8s import api as kube
+
     async with await kube.KubeApi.connect(cluster) as api:
         return await claims.reap_claims(api, claims.resources(version).claims, namespace, dry_run=dry_run)
 

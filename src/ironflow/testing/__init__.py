@@ -1,16 +1,23 @@
 """Test helpers users can rely on: an offline Anthropic API, a Kubernetes API test server,
 a throwaway PostgreSQL server, and secret-leak assertions.
 
-Nothing here is imported by the library itself.
+Nothing here is imported by the library itself. The helpers load on first use (see
+:mod:`ironflow._lazy`): ``ironflow dev fake-anthropic`` does not start the Kubernetes
+test server's stack, nor PostgreSQL's.
 """
 
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
 from ironflow.secrets import find_leaks
-from ironflow.testing.engine import RecordingProvider
-from ironflow.testing.fake_anthropic import FakeAnthropic, Script
-from ironflow.testing.kube import KubeTestServer
-from ironflow.testing.kubeenv import KubeEnv
-from ironflow.testing.postgres import PostgresServer
-from ironflow.testing.threaded_kube import ThreadedKube
+
+if TYPE_CHECKING:
+    from ironflow.testing.engine import RecordingProvider
+    from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+    from ironflow.testing.kube import KubeTestServer
+    from ironflow.testing.kubeenv import KubeEnv
+    from ironflow.testing.postgres import PostgresServer
+    from ironflow.testing.threaded_kube import ThreadedKube
 
 __all__ = [
     "FakeAnthropic",
@@ -23,6 +30,18 @@ __all__ = [
     "assert_no_leaks",
     "find_leaks",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "engine": ("RecordingProvider",),
+        "fake_anthropic": ("FakeAnthropic", "Script"),
+        "kube": ("KubeTestServer",),
+        "kubeenv": ("KubeEnv",),
+        "postgres": ("PostgresServer",),
+        "threaded_kube": ("ThreadedKube",),
+    },
+)
 
 
 def assert_no_leaks(secrets: list[str], *haystacks: object) -> None:
