@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -477,6 +478,20 @@ async def test_windows_a_step_reported_are_recorded_for_its_account(store: Store
     assert (window.account, window.window, window.status, window.utilization, window.resets_at) == (
         "a", "five_hour", model.WindowStatus.ALLOWED_WARNING, 0.8, 4e9
     )  # fmt: skip
+
+
+async def test_a_window_without_recorded_at_is_stamped_with_the_recording_time_by_either_store(store: Store) -> None:
+    before = time.time()
+    await store.record_rate_limits(
+        [
+            model.RateWindow("a", "five_hour", model.WindowStatus.ALLOWED, 0.1),
+            model.RateWindow("a", "seven_day", model.WindowStatus.ALLOWED, 0.2, recorded_at=5.0),
+        ]
+    )
+    after = time.time()
+    stamped, given = await store.rate_limits()
+    assert before <= stamped.recorded_at <= after
+    assert given.recorded_at == 5.0
 
 
 async def test_every_account_rejected_fails_with_rate_limited_after_the_wait(store: Store) -> None:

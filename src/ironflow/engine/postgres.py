@@ -10,6 +10,7 @@ The DSN (which may hold a password) never appears in a message or a repr.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -284,10 +285,8 @@ class PostgresStore:
     async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
         if not windows:
             return
-        await self.pool.executemany(
-            _RECORD_WINDOW,
-            [(w.account, w.window, w.scope, str(w.status), w.utilization, w.resets_at, w.recorded_at) for w in windows],
-        )
+        now = time.time()
+        await self.pool.executemany(_RECORD_WINDOW, [rows.window_values(w, now) for w in windows])
 
     async def rate_limits(self) -> list[model.RateWindow]:
         found = await self.pool.fetch(

@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 from ironflow.engine import model
 
-__all__ = ["Row", "dumps", "output_value", "run_from_row", "step_from_row", "step_values", "window_from_row"]
+__all__ = [
+    "Row",
+    "dumps",
+    "output_value",
+    "run_from_row",
+    "step_from_row",
+    "step_values",
+    "window_from_row",
+    "window_values",
+]
 
 
 class Row(Protocol):
@@ -37,6 +46,15 @@ def step_values(step: model.StepRecord) -> tuple[Any, ...]:
         step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result,
         dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
         dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
+    )  # fmt: skip
+
+
+def window_values(window: model.RateWindow, now: float) -> tuple[Any, ...]:
+    """The 7 columns of ``ironflow_rate_limits`` in table order; a window with no ``recorded_at``
+    (0, the model's default) is recorded at ``now``."""
+    return (
+        window.account, window.window, window.scope, str(window.status), window.utilization, window.resets_at,
+        window.recorded_at or now,
     )  # fmt: skip
 
 

@@ -343,10 +343,8 @@ class SqliteStore:
     # -- rate limits --
 
     async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:
-        values = [
-            (w.account, w.window, w.scope, str(w.status), w.utilization, w.resets_at, w.recorded_at or time.time())
-            for w in windows
-        ]
+        now = time.time()
+        values = [rows.window_values(w, now) for w in windows]
 
         def record(conn: sqlite3.Connection) -> None:
             conn.executemany("INSERT OR REPLACE INTO ironflow_rate_limits VALUES (?,?,?,?,?,?,?)", values)
