@@ -10,7 +10,6 @@ ownerReferences, so deleting claims is how a step or a run leaves nothing behind
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -147,14 +146,8 @@ async def delete_claims_and_wait(
     deleted = await cleanup.delete_matching(
         api, resource, namespace, selectors, what=what, noun="SandboxClaim", propagation_policy="Background"
     )
+    await cleanup.wait_deleted(api, resource, namespace, deleted, limit_s, what=what, noun="SandboxClaim")
     if deleted:
-        shared = informer.informer_for(api, namespace, resource)
-        try:
-            gone = await asyncio.gather(*(shared.wait_deleted(name, uid, limit_s) for uid, name in deleted.items()))
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed waiting for the SandboxClaims of {what}: {exc}") from exc
-        if not all(gone):
-            raise errors.CleanupError(f"SandboxClaims of {what} still present after {limit_s:g}s")
         _log.info("deleted %d SandboxClaims of %s", len(deleted), what)
     return len(deleted)
 

@@ -3,7 +3,8 @@
 A :class:`Selection` says what to delete and how to name it in messages; it is a pure
 value (``run_selection``, ``step_selection``). One routine, ``delete_and_wait``,
 applies any selection: Jobs first (a live Job would recreate its pods), then pods,
-then it waits until every deleted pod is gone, then ConfigMaps, best effort.
+then it waits until every deleted pod is gone, then ConfigMaps, best effort. Its steps
+``delete_matching`` and ``wait_deleted`` also serve the agent-sandbox claims.
 
 Invariant: when ``delete_and_wait`` returns, no pod of the selection is running, so a
 retry that resets shared state never runs next to an agent of the dead attempt. Every
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from ironflow import errors
 from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods
+from ironflow.k8s import informer, labels
 
 __all__ = [
     "Selection",
@@ -29,6 +30,7 @@ __all__ = [
     "delete_matching",
     "run_selection",
     "step_selection",
+    "wait_deleted",
 ]
 
 _log = logging.getLogger(__name__)
@@ -91,18 +93,25 @@ async def delete_matching(
     what: str,
     noun: str,
     propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+    forbidden: str | None = None,
 ) -> dict[str, str]:
     """Delete every object matching any selector, once each (deduplicated by uid).
 
     Returns ``{uid: name}`` of what was deleted (already gone: skipped), for the caller to wait on.
+    With ``forbidden``, a 403 on a listing skips that selector with this warning.
 
     Raises:
-        CleanupError: a listing or a delete failed, naming the ``noun`` and ``what``.
+        CleanupError: a listing (other than a tolerated 403) or a delete failed, naming the ``noun`` and ``what``.
     """
     seen: dict[str, str] = {}
     for sel in selectors:
         try:
             listed = (await api.list_all(resource, namespace, label_selector=sel)).items
+        except errors.KubeForbidden as exc:
+            if forbidden is None:
+                raise errors.CleanupError(f"failed to list {noun}s of {what}: {exc}") from exc
+            _log.warning("%s", forbidden)
+            continue
         except errors.KubernetesError as exc:
             raise errors.CleanupError(f"failed to list {noun}s of {what}: {exc}") from exc
         for obj in listed:
@@ -120,6 +129,38 @@ async def delete_matching(
     return deleted
 
 
+async def wait_deleted(
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    deleted: Mapping[str, str],
+    limit_s: float,
+    *,
+    what: str,
+    noun: str,
+) -> None:
+    """Return once each object of ``deleted`` (``{uid: name}``; this uid) is gone, on the shared watch.
+
+    Raises:
+        CleanupError: some are still there after ``limit_s`` (naming the time elapsed), or the watch failed.
+    """
+    if not deleted:
+        return
+    shared = informer.informer_for(api, namespace, resource)
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(shared.wait_deleted(name, uid) for uid, name in deleted.items())), timeout=limit_s
+        )
+    except TimeoutError:
+        elapsed = time.monotonic() - started
+        raise errors.CleanupError(
+            f"{noun}s of {what} still terminating after {_format_limit(limit_s)}: {elapsed:.1f}s elapsed"
+        ) from None
+    except errors.KubernetesError as exc:
+        raise errors.CleanupError(f"failed waiting for the {noun}s of {what}: {exc}") from exc
+
+
 async def delete_and_wait(api: kube.KubeApi, namespace: str, selection: Selection, limit_s: float) -> int:
     """Apply ``selection`` in ``namespace``; returns how many pods were deleted.
 
@@ -127,42 +168,24 @@ async def delete_and_wait(api: kube.KubeApi, namespace: str, selection: Selectio
     when the pods are still there after ``limit_s`` seconds.
     """
     what = selection.what
-    # 1. Jobs, with their pods in the background (the Job controller's garbage).
-    for sel in selection.jobs:
-        try:
-            jobs = (await api.list_all(kube.JOBS, namespace, label_selector=sel)).items
-        except errors.KubeForbidden:
-            _log.warning("cannot list Jobs: JobRun Jobs of %s are not deleted; grant list and delete on jobs", what)
-            continue
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed to list Jobs of {what}: {exc}") from exc
-        for job in jobs:
-            name = str(_meta(job).get("name"))
-            try:
-                await api.delete(kube.JOBS, namespace, name, propagation_policy="Background")
-            except errors.KubeNotFound:
-                pass
-            except errors.KubernetesError as exc:
-                raise errors.CleanupError(f"failed to delete Job '{name}' of {what}: {exc}") from exc
+    # 1. Jobs, with their pods in the background (the Job controller's garbage), once each.
+    await delete_matching(
+        api,
+        kube.JOBS,
+        namespace,
+        selection.jobs,
+        what=what,
+        noun="Job",
+        propagation_policy="Background",
+        forbidden=f"cannot list Jobs: JobRun Jobs of {what} are not deleted; grant list and delete on jobs",
+    )
 
     # 2. Pods, deduplicated by uid (a child run's pod matches both selectors).
     deleted = await delete_matching(api, kube.PODS, namespace, selection.pods, what=what, noun="pod")
 
     # 3. Wait until each deleted pod (this uid) is gone, on the namespace's shared watch.
+    await wait_deleted(api, kube.PODS, namespace, deleted, limit_s, what=what, noun="pod")
     if deleted:
-        started = time.monotonic()
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(*(pods.wait_gone(api, namespace, name, uid) for uid, name in deleted.items())),
-                timeout=limit_s,
-            )
-        except TimeoutError:
-            elapsed = time.monotonic() - started
-            raise errors.CleanupError(
-                f"pods of {what} still terminating after {_format_limit(limit_s)}: {elapsed:.1f}s elapsed"
-            ) from None
-        except errors.KubernetesError as exc:
-            raise errors.CleanupError(f"failed waiting for the pods of {what}: {exc}") from exc
         _log.info("deleted %d pods of %s", len(deleted), what)
 
     # 4. ConfigMaps last, best effort: the reaper takes any leftover.
