@@ -290,8 +290,9 @@ class ProxyHandlers:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
                     if count_tokens:
-                        used = _output_tokens(tail + chunk, used)
-                        tail = (tail + chunk)[-48:]
+                        window = tail + chunk
+                        used = _output_tokens(window, used)
+                        tail = window[-48:]
                 await response.write_eof()
             except (aiohttp.ClientError, TimeoutError, ConnectionError):
                 # Upstream died or the pod went away mid-stream.
