@@ -47,6 +47,7 @@ __all__ = [
     "validate_hardening",
     "validate_inputs",
     "validate_mount_path",
+    "with_secret_env",
 ]
 
 CONTAINER_NAME: Final = "claude-code"
@@ -141,6 +142,19 @@ class PodInputs:
     labels: Mapping[str, str]
 
 
+def with_secret_env(current: Sequence[agent.SecretEnvVar], entry: agent.SecretEnvVar) -> tuple[agent.SecretEnvVar, ...]:
+    """``current`` with ``entry``: it replaces the variable of its name in place, else goes last.
+
+    >>> a, b = agent.SecretEnvVar("A", "s", "k"), agent.SecretEnvVar("A", "t", "k")
+    >>> with_secret_env([a], b) == (b,)
+    True
+    """
+    for i, existing in enumerate(current):
+        if existing.name == entry.name:
+            return (*current[:i], entry, *current[i + 1 :])
+    return (*current, entry)
+
+
 def proxy_forbidden_message(name: str) -> str:
     return f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
 
@@ -170,17 +184,12 @@ def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> 
             if name in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"):
                 raise fail(f"sandboxed provider refuses {name} as a plain env var; use env_from_secret")
 
-    secret_env = list(settings.secret_env)
+    secret_env = settings.secret_env
     if settings.oauth_credentials_secret is not None:
         secret, key = settings.oauth_credentials_secret
-        secret_env.append(agent.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
+        secret_env = (*secret_env, agent.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
     for entry in config.pod.secret_env:
-        for i, existing in enumerate(secret_env):
-            if existing.name == entry.name:
-                secret_env[i] = entry
-                break
-        else:
-            secret_env.append(entry)
+        secret_env = with_secret_env(secret_env, entry)
     if settings.auth_proxy_url is not None:
         for entry in secret_env:
             if entry.name in layout.PROXY_FORBIDDEN_ENV:
@@ -209,7 +218,7 @@ def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> 
     merged_labels.update(config.pod_labels)
 
     return PodInputs(
-        secret_env=tuple(secret_env),
+        secret_env=secret_env,
         service_account=service_account,
         runtime_class=runtime_class,
         host_volumes=settings.volumes if keep else (),

@@ -213,14 +213,7 @@ class K8sEphemeralProvider:
     def env_from_secret(self, var: str, secret: str, key: str) -> K8sEphemeralProvider:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""
         entry = agent.SecretEnvVar(var, secret, key)
-        current = list(self.settings.secret_env)
-        for i, existing in enumerate(current):
-            if existing.name == var:
-                current[i] = entry
-                break
-        else:
-            current.append(entry)
-        return self._with(secret_env=tuple(current))
+        return self._with(secret_env=manifests.with_secret_env(self.settings.secret_env, entry))
 
     def oauth_credentials_from_secret(self, secret: str, key: str) -> K8sEphemeralProvider:
         """Credentials JSON from a Secret, written to ``~/.claude/.credentials.json`` in the pod."""
