@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.agent import AgentConfig
+from ironflow.agent import AgentConfig, PermissionMode
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.claude.cli import find_claude_cli
 from ironflow.k8s import api as k8s
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.runner import StepRunner
 from ironflow.secrets import Secret
 from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
@@ -314,6 +315,31 @@ async def test_step_that_changes_the_pod_is_refused_before_any_claim(env: Env) -
     with pytest.raises(errors.StepConfigError, match="changes the sandbox pod"):
         await p.runner(api=env.api, worker_env={}).invoke(config)
     assert env.claims() == []
+
+
+async def test_bypass_step_runs_when_the_worker_allows_it(env: Env) -> None:
+    """IRONFLOW_ALLOW_BYPASS=1 in the worker's env: accepted, as the k8s provider accepts it."""
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "bypass")
+    result = await p.runner(api=env.api, worker_env={"IRONFLOW_ALLOW_BYPASS": "1"}).invoke(config)
+    assert result.text
+    assert "--dangerously-skip-permissions" in env.seen_env()["args"].split()
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_bypass_step_is_refused_as_on_k8s_when_the_worker_does_not_allow_it(env: Env) -> None:
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "bypass")
+    with pytest.raises(errors.StepConfigError) as on_k8s:
+        await StepRunner.for_provider(p.settings.pod, api=env.api, worker_env={}).invoke(config)
+    with pytest.raises(errors.StepConfigError) as on_sandbox:
+        await p.runner(api=env.api, worker_env={}).invoke(config)
+    assert str(on_sandbox.value) == str(on_k8s.value)
+    assert "IRONFLOW_ALLOW_BYPASS=1" in str(on_sandbox.value)
+    assert env.claims() == []
+    assert env.server.objects(k8s.PODS, env.ns) == []
 
 
 async def test_large_prompt_reaches_the_agent_through_a_file_written_over_exec(env: Env) -> None:

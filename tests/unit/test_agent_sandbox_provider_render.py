@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ironflow import errors
-from ironflow.agent import AgentConfig
+from ironflow.agent import AgentConfig, PermissionMode
 from ironflow.agent_sandbox import claims, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
@@ -133,6 +133,30 @@ def test_a_step_that_changes_the_pod_is_refused(config: AgentConfig) -> None:
 def test_pod_provider_refusals_still_apply() -> None:
     with pytest.raises(errors.StepConfigError, match="reserved"):
         AgentSandboxProvider(POD).check_step(AgentConfig("hi").pod_label(labels.LABEL_MANAGED_BY, "x"))
+
+
+def test_bypass_follows_the_worker_env_as_on_the_pod_provider() -> None:
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "a")
+    allowed = {"IRONFLOW_ALLOW_BYPASS": "1", "CLAUDE_CODE_USE_BEDROCK": "1"}
+    AgentSandboxProvider(POD).check_step(config, worker_env=allowed)
+    POD.manifests(config, worker_env=allowed)  # the reference accepts it too
+    with pytest.raises(errors.StepConfigError) as on_pod:
+        POD.manifests(config, worker_env={})
+    with pytest.raises(errors.StepConfigError) as on_sandbox:
+        AgentSandboxProvider(POD).check_step(config, worker_env={})
+    assert str(on_sandbox.value) == str(on_pod.value)
+
+
+def test_claim_labels_come_from_the_provider_and_the_step() -> None:
+    pod = POD.pod_label(labels.LABEL_ROOT_RUN_ID, "root")
+    claim = AgentSandboxProvider(pod).claim_manifest(AgentConfig("hi").run_scope(RUN, "s"), name="c1", now=0)
+    assert claim["metadata"]["labels"] == {
+        labels.LABEL_ROOT_RUN_ID: "root",
+        labels.LABEL_RUN_ID: RUN,
+        labels.LABEL_STEP: "s",
+        labels.LABEL_MANAGED_BY: "ironflow",
+        labels.LABEL_COMPONENT: labels.COMPONENT_SANDBOX_CLAIM,
+    }
 
 
 def test_account_kind_follows_the_auth_proxy() -> None:

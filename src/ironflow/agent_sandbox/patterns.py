@@ -87,8 +87,10 @@ class PatternOptions:
         return base.namespace(self.namespace)
 
 
-def _pod(provider: K8sEphemeralProvider, config: agent.AgentConfig) -> dict[str, Any]:
-    objects = provider.manifests(config, now=_NOW, worker_env={}, pod_name="pattern")
+def _pod(
+    provider: K8sEphemeralProvider, config: agent.AgentConfig, worker_env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    objects = provider.manifests(config, now=_NOW, worker_env=worker_env or {}, pod_name="pattern")
     pods = [o for o in objects if o.get("kind") == "Pod"]
     return pods[0]
 
@@ -109,14 +111,19 @@ def agent_pod_template(
 
 
 def idle_pod_template(
-    provider: K8sEphemeralProvider, *, workspace_vct: str | None = None, config: agent.AgentConfig | None = None
+    provider: K8sEphemeralProvider,
+    *,
+    workspace_vct: str | None = None,
+    config: agent.AgentConfig | None = None,
+    worker_env: Mapping[str, str] | None = None,
 ) -> models.PodTemplate:
     """The provider's hardened pod, idle: what a template and its warm pool keep ready for ``exec``.
 
     ``workspace_vct`` mounts the PVC of that volume claim template at ``/workspace`` (the
-    controller injects the volume itself).
+    controller injects the volume itself). ``worker_env`` is the worker's environment, as the
+    provider's ``manifests()`` takes it (default: none, so a bypass-permissions step is refused).
     """
-    pod = _pod(provider, config or agent.AgentConfig(prompt="idle"))
+    pod = _pod(provider, config or agent.AgentConfig(prompt="idle"), worker_env)
     spec = pod["spec"]
     spec.pop("activeDeadlineSeconds", None)  # a pool member waits for as long as it takes
     main = spec["containers"][0]

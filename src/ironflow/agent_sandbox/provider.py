@@ -310,21 +310,22 @@ class AgentSandboxProvider:
         kinds = {"SandboxTemplate": res.templates, "SandboxWarmPool": res.pools}
         return await apply.apply_objects(client, kinds, self.settings.namespace, self.template_objects())
 
-    def _step_pod(self, config: agent.AgentConfig, worker_env: Mapping[str, str]) -> dict[str, Any]:
-        objects = self.settings.pod.manifests(config, now=0, worker_env=worker_env, pod_name=claims.CLAIM_NAME_PREFIX)
-        return next(o for o in objects if o["kind"] == "Pod")
-
-    def check_step(self, config: agent.AgentConfig) -> None:
+    def check_step(self, config: agent.AgentConfig, *, worker_env: Mapping[str, str] | None = None) -> None:
         """Refuse a step the provider's pod cannot run, before anything is created.
+
+        ``worker_env`` is the worker's environment, as the pod provider's ``manifests()`` takes
+        it: ``IRONFLOW_ALLOW_BYPASS=1`` there accepts a bypass-permissions step (default: none).
 
         Raises:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: as the pod provider refuses;
             StepConfigError also when the step changes the pod (a warm pod's spec is the template's).
         """
-        self._step_pod(config, {})  # the pod provider's refusals, the prompt's size included
-        # The prompt never shapes the pod here (a large one goes over exec, not a ConfigMap).
-        step = patterns.idle_pod_template(self.settings.pod, config=config.replace(prompt="idle"))
-        base = patterns.idle_pod_template(self.settings.pod)
+        env = worker_env if worker_env is not None else {}
+        # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
+        command.validate_prompt_size(config)
+        # The pod provider's other refusals, in its order, with this worker's bypass decision.
+        step = patterns.idle_pod_template(self.settings.pod, config=config.replace(prompt="idle"), worker_env=env)
+        base = patterns.idle_pod_template(self.settings.pod, worker_env=env)
         step_labels = {k: v for k, v in step.labels.items() if k not in _RUN_LABELS}
         if step.spec != base.spec or step_labels != dict(base.labels):
             raise errors.StepConfigError(
@@ -333,12 +334,18 @@ class AgentSandboxProvider:
                 "run 'ironflow sandbox apply-template'"
             )
 
+    def run_labels(self, config: agent.AgentConfig) -> dict[str, str]:
+        """The run labels (run id, step, root run id) the step's pod and claim carry (pure)."""
+        pod_labels = {**self.settings.pod.settings.pod_labels, **config.pod_labels}
+        return {k: pod_labels[k] for k in _RUN_LABELS if k in pod_labels}
+
     def claim_manifest(self, config: agent.AgentConfig, *, name: str, now: int) -> dict[str, Any]:
-        """The step's SandboxClaim: run/step labels, expiry annotation and ``lifecycle.shutdownTime`` (pure)."""
+        """The step's SandboxClaim: run/step labels, expiry annotation and ``lifecycle.shutdownTime`` (pure).
+
+        The step is not validated here: :meth:`check_step` does it first.
+        """
         s = self.settings
-        pod = self._step_pod(config, {})
-        pod_labels = pod["metadata"].get("labels") or {}
-        claim_labels = {k: pod_labels[k] for k in _RUN_LABELS if k in pod_labels}
+        claim_labels = self.run_labels(config)
         claim_labels[labels.LABEL_MANAGED_BY] = labels.MANAGED_BY_VALUE
         claim_labels[labels.LABEL_COMPONENT] = labels.COMPONENT_SANDBOX_CLAIM
         expires = now + pod_manifests.lifetime_seconds(s.pod.settings) + int(s.ready_timeout_s)

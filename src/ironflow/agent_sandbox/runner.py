@@ -115,14 +115,13 @@ class SandboxStepRunner:
 
     async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
         p = self.provider
-        p.check_step(config)
-        p.exec_plan(config, worker_env=self.worker_env)  # refuses the step before anything exists
+        p.check_step(config, worker_env=self.worker_env)  # refuses the step before anything exists
         started = time.monotonic()
         api = await self.api()
         res = p.resources
         async with claims_watch(api, self.namespace, res.claims):
-            draft = p.claim_manifest(config, name="draft", now=int(time.time()))
-            run, step = (draft["metadata"]["labels"].get(k) for k in (labels.LABEL_RUN_ID, labels.LABEL_STEP))
+            run_labels = p.run_labels(config)
+            run, step = (run_labels.get(k) for k in (labels.LABEL_RUN_ID, labels.LABEL_STEP))
             if run and step:
                 await claims.delete_claims_and_wait(
                     api,
