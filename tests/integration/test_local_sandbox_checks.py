@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from ironflow import errors
 from ironflow.local.bwrap import ReadOnlyMount
 from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
@@ -18,6 +19,8 @@ from ironflow.testing.fake_anthropic import FakeAnthropic, Script
 
 KEY = "sk-ant-api03-local-sandbox-test-key-0123456789"
 PYTHON = os.path.realpath(sys.executable)
+#: A host directory outside what either sandbox hides, holding this file.
+HERE = os.path.dirname(os.path.realpath(__file__))
 
 pytestmark = pytest.mark.bwrap
 
@@ -205,3 +208,22 @@ async def test_bubblewrap_seccomp_refuses_what_runtime_default_refuses() -> None
     for name in ("ptrace", "keyctl", "mount", "bpf"):
         assert lines[name] == "-1 1", (name, lines[name])  # EPERM
     assert lines["getpid"] == "True"
+
+
+async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dropped(
+    provider: LocalSandboxProvider,
+) -> None:
+    name = os.path.basename(__file__)
+    at_itself = await provider.run_command(
+        ["test", "-f", f"{HERE}/{name}"], read_only_mounts=[ReadOnlyMount(HERE, HERE)]
+    )
+    assert at_itself.exit_code == 0, at_itself.stderr
+    moved = [ReadOnlyMount(HERE, "/data")]
+    if provider.isolation == "gvisor":
+        with pytest.raises(errors.ConfigError, match="gVisor isolation shows host paths only where they are"):
+            await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
+    else:
+        result = await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
+        assert result.exit_code == 0, result.stderr
+    with pytest.raises(errors.ConfigError, match="reserved path '/etc/claude-code'"):
+        await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(HERE, "/etc/claude-code")])

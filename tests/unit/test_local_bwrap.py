@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import given
@@ -195,3 +196,27 @@ def test_a_seccomp_program_is_read_from_the_given_descriptor() -> None:
 def test_gvisor_bounds_the_world_writable_var_tmp() -> None:
     script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), tmp_size_bytes=4096))
     assert "mount -t tmpfs -o mode=1777,size=4096 tmpfs /var/tmp" in script
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "message"),
+    [
+        ("/srv/data", "/data", "shows host paths only where they are"),
+        ("/home/me/repo", "/home/me/repo", "hides '/home'"),
+        ("/run/user", "/run/user/", "hides '/run'"),
+        ("/var/tmp/x", "/var/tmp/x", "hides '/var/tmp'"),
+    ],
+)
+def test_gvisor_refuses_a_host_path_it_would_not_show(source: str, target: str, message: str) -> None:
+    problem = gvisor.host_path_problem(source, target)
+    assert problem is not None
+    assert message in problem
+    assert gvisor.host_path_problem("/srv/data", "/srv/data/") is None
+    assert gvisor.host_path_problem("/var/lib/x", "/var/lib/x") is None
+
+
+def test_gvisor_setup_tmpfs_are_the_paths_it_hides() -> None:
+    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",)))
+    setup = [line.split(" || _ifl_fail ")[0] for line in script.splitlines()]
+    mounted = {m for line in setup for m in re.findall(r" tmpfs '?(/[^';\s]*)", line)}
+    assert {m for m in mounted if not m.startswith("/home/")} == set(gvisor.SETUP_TMPFS)

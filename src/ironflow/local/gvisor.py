@@ -26,7 +26,15 @@ from ironflow import errors
 from ironflow.claude import command, layout
 from ironflow.local import bwrap
 
-__all__ = ["SETUP_FAILED", "GvisorSettings", "ProxyBridge", "gvisor_argv", "setup_script"]
+__all__ = [
+    "SETUP_FAILED",
+    "SETUP_TMPFS",
+    "GvisorSettings",
+    "ProxyBridge",
+    "gvisor_argv",
+    "host_path_problem",
+    "setup_script",
+]
 
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
@@ -34,6 +42,8 @@ SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
+#: Where the setup script mounts its own tmpfs: host paths under them are hidden from the step.
+SETUP_TMPFS: Final = ("/home", layout.SANDBOX_TMP, "/var/tmp", "/run")
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,27 @@ class GvisorSettings:
     proxy: ProxyBridge | None = None
     runsc_path: str = "runsc"
     bwrap_path: str = "bwrap"
+
+
+def host_path_problem(source: str, target: str) -> str | None:
+    """Why the step cannot see host path ``source`` at ``target`` under gVisor, or None.
+
+    ``runsc do`` makes no bind mount: it shows the host root where it is, less what the
+    setup script hides under its own tmpfs (:data:`SETUP_TMPFS`).
+    """
+    if posixpath.normpath(source) != posixpath.normpath(target):
+        return (
+            f"gVisor isolation shows host paths only where they are: mount '{source}' at itself, "
+            f"not at '{target}', or use isolation='bwrap'"
+        )
+    norm = posixpath.normpath(target)
+    for hidden in SETUP_TMPFS:
+        if norm == hidden or norm.startswith(hidden + "/"):
+            return (
+                f"gVisor isolation hides '{hidden}' under the sandbox's own tmpfs: '{target}' cannot be shown "
+                "there; use a path outside it or isolation='bwrap'"
+            )
+    return None
 
 
 def setup_script(settings: GvisorSettings) -> str:

@@ -194,6 +194,7 @@ class LocalSandboxProvider:
             AgentTimeout: it ran past ``timeout_s`` (its process tree is gone by then).
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
+            ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
         """
         if not argv:
             raise errors.ConfigError("run_command needs a command")
@@ -201,6 +202,10 @@ class LocalSandboxProvider:
         variables = {**self.env, **(env or {})}
         settings.sandbox_env(variables)
         mounts = tuple(read_only_mounts)
+        for mount in mounts:
+            problem = self._mount_problem(mount)
+            if problem is not None:
+                raise errors.ConfigError(problem)
         with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
             async with contextlib.AsyncExitStack() as stack:
                 socket_path: str | None = None
@@ -345,9 +350,6 @@ class LocalSandboxProvider:
         for vol in config.pod.read_only_volumes:
             if not isinstance(vol.source, HostPathSource):
                 continue
-            problem = bwrap.mount_path_problem(vol.mount_path)
-            if problem is not None:
-                raise errors.StepConfigError(problem)
             if vol.sub_path is not None and (reason := validate_sub_path(vol.sub_path)) is not None:
                 raise errors.StepConfigError(f"read-only volume: {reason}")
             source = vol.source.path if vol.sub_path is None else os.path.join(vol.source.path, vol.sub_path)
@@ -356,25 +358,28 @@ class LocalSandboxProvider:
                     f"read-only host path '{source}' is not a directory on this machine; "
                     "create it or drop read_only_host_path from the step"
                 )
-            if self.isolation == "gvisor" and os.path.normpath(source) != os.path.normpath(vol.mount_path):
-                raise errors.StepConfigError(
-                    f"gVisor isolation shows host paths only where they are: mount '{source}' at itself, "
-                    f"not at '{vol.mount_path}', or use isolation='bwrap'"
-                )
-            top = "/" + vol.mount_path.strip("/").split("/")[0]
-            if (
-                self.isolation == "bwrap"
-                and not settings.hidden_from_sandbox(vol.mount_path)
-                and os.path.lexists(top)
-                and not os.path.isdir(vol.mount_path)
-            ):
-                # bubblewrap cannot create a mount point inside a read-only host directory.
-                raise errors.StepConfigError(
-                    f"read-only volume cannot be mounted at '{vol.mount_path}': '{top}' comes read-only from "
-                    f"the host and has no such directory; use a path under a new top-level directory such as /data"
-                )
-            mounts.append(bwrap.ReadOnlyMount(source, vol.mount_path))
+            mount = bwrap.ReadOnlyMount(source, vol.mount_path)
+            problem = self._mount_problem(mount)
+            if problem is not None:
+                raise errors.StepConfigError(problem)
+            mounts.append(mount)
         return tuple(mounts)
+
+    def _mount_problem(self, mount: bwrap.ReadOnlyMount) -> str | None:
+        """Why this runtime cannot show ``mount`` to the step, or None (agent steps and plain commands)."""
+        problem = bwrap.mount_path_problem(mount.target)
+        if problem is not None:
+            return problem
+        if self.isolation == "gvisor":
+            return gvisor.host_path_problem(mount.source, mount.target)
+        top = "/" + mount.target.strip("/").split("/")[0]
+        if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
+            # bubblewrap cannot create a mount point inside a read-only host directory.
+            return (
+                f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
+                f"the host and has no such directory; use a path under a new top-level directory such as /data"
+            )
+        return None
 
     # -- rendering the sandbox argv (reads the host listing, writes the temp dir) --
 
@@ -405,6 +410,7 @@ class LocalSandboxProvider:
             relay = (python, "-I", "-S", inner_script, str(settings.PROXY_PORT), inner_socket, "--")
         tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
         if self.isolation == "gvisor":
+            # No bind mount: gVisor shows each of ``mounts`` where it is (``_mount_problem`` made sure).
             bridge = None
             if proxy_socket is not None:
                 bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script)
