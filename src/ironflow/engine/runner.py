@@ -67,13 +67,19 @@ class _ReleaseFailed(Exception):
 # --- pure parts --------------------------------------------------------------------------
 
 
+def _step_labels(*, run_id: str, root_run_id: str, step: str) -> dict[str, str]:
+    """A step's §2 labels: run and root ids unsanitised (UUIDs are valid), the step name sanitised."""
+    return {
+        labels.LABEL_RUN_ID: run_id,
+        labels.LABEL_ROOT_RUN_ID: root_run_id,
+        labels.LABEL_STEP: labels.sanitize_label_value(step),
+    }
+
+
 def scope_step_config(config: AgentConfig, *, run_id: str, root_run_id: str, step: str) -> AgentConfig:
     """Label a step as §2: run and root ids unsanitised (UUIDs are valid), the step name sanitised."""
-    return (
-        config.pod_label(labels.LABEL_RUN_ID, run_id)
-        .pod_label(labels.LABEL_ROOT_RUN_ID, root_run_id)
-        .pod_label(labels.LABEL_STEP, labels.sanitize_label_value(step))
-    )
+    scoped = _step_labels(run_id=run_id, root_run_id=root_run_id, step=step)
+    return config.with_pod_labels({**config.pod_labels, **scoped})
 
 
 def duplicate_name(names: Sequence[str]) -> str | None:
@@ -214,11 +220,7 @@ class _Execution:
         return result
 
     def _labels(self, name: str) -> dict[str, str]:
-        return {
-            labels.LABEL_RUN_ID: self.run.id,
-            labels.LABEL_ROOT_RUN_ID: self.run.root_run_id,
-            labels.LABEL_STEP: labels.sanitize_label_value(name),
-        }
+        return _step_labels(run_id=self.run.id, root_run_id=self.run.root_run_id, step=name)
 
     async def _with_retries(
         self, name: str, policy: retry.RetryPolicy | None, tries: _Tries, attempt: Callable[[], Awaitable[Any]]
