@@ -26,7 +26,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
@@ -39,12 +39,12 @@ from ironflow.agent import AgentConfig, AgentResult
 from ironflow.cli import options
 from ironflow.cli.options import Backend
 from ironflow.k8s import command_pods
-from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
-from ironflow.secrets import Secret
+from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 
 if TYPE_CHECKING:
     from ironflow.k8s.clusters import ClusterConfig
     from ironflow.k8s.ops import PodRun, PodRunOutput
+    from ironflow.testing.fake_anthropic import Script
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
 
@@ -52,7 +52,7 @@ EXIT_STEP_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = options.EXIT_BAD_INPUT
 EXIT_INFRASTRUCTURE: Final = 3
 #: The key the in-process proxy hands the offline model server (it checks it).
-FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
+FAKE_MODEL_KEY: Final = options.FAKE_MODEL_KEY
 _DEFAULT_SCRIPT: Final = ":builtin:"
 
 
@@ -94,16 +94,12 @@ def _progress(message: str) -> Iterator[None]:
         yield
 
 
-@contextlib.asynccontextmanager
-async def _fake_model(script_path: str | None) -> AsyncIterator[str]:
-    from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+def _fake_script(script_path: str | None) -> Script:
+    from ironflow.testing.fake_anthropic import Script
 
     if script_path is None or script_path == _DEFAULT_SCRIPT:
-        script = Script.of("Hello from the sandbox! (offline fake model)")
-    else:
-        script = Script.from_yaml(script_path)
-    async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
-        yield fake.url
+        return Script.of("Hello from the sandbox! (offline fake model)")
+    return Script.from_yaml(script_path)
 
 
 def _require_credential_env() -> None:
@@ -168,8 +164,8 @@ async def _run_on_cluster(config: AgentConfig, provider: Any) -> AgentResult:
 async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:
     if script is None:
         return await provider.invoke(config)  # type: ignore[no-any-return]
-    async with _fake_model(script) as url:
-        provider.credential = ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", url)
+    async with options.fake_model(_fake_script(script)) as credential:
+        provider.credential = credential
         return await provider.invoke(config)  # type: ignore[no-any-return]
 
 

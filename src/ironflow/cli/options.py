@@ -1,6 +1,7 @@
-"""What several commands share: the ``--backend`` choices, the one-line bad-input exit, and
-``--provider FILE`` for ``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and
-``--backend agent-sandbox`` (``agent``, ``run``, ``worker``).
+"""What several commands share: the ``--backend`` choices, the one-line bad-input exit, the
+offline model of ``--fake-model`` (``agent``, ``run``, ``worker``), and ``--provider FILE`` for
+``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and ``--backend agent-sandbox``
+(``agent``, ``run``, ``worker``).
 
 One place so every command refuses the same input with the same words: a missing or
 unreadable provider file, an unknown setting, a wrong type — all exit 2 with one
@@ -10,8 +11,9 @@ unreadable provider file, an unknown setting, a wrong type — all exit 2 with o
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
@@ -21,13 +23,28 @@ import typer
 from ironflow import errors
 from ironflow.k8s import clusters, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.local.provider import ProxyCredential
+    from ironflow.testing.fake_anthropic import Script
 
-__all__ = ["EXIT_BAD_INPUT", "Backend", "agent_sandbox_provider", "dns_label", "fail", "k8s_provider", "kube_cluster"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "FAKE_MODEL_KEY",
+    "Backend",
+    "agent_sandbox_provider",
+    "dns_label",
+    "fail",
+    "fake_model",
+    "k8s_provider",
+    "kube_cluster",
+]
 
 EXIT_BAD_INPUT: Final = 2
+#: The key the in-process proxy hands the offline model server (it checks it).
+FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 
 _P = TypeVar("_P")
 
@@ -47,6 +64,17 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """
     print(f"error: {message.rstrip()}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+@contextlib.asynccontextmanager
+async def fake_model(script: Script) -> AsyncIterator[ProxyCredential]:
+    """Serve the offline model server answering ``script`` while the block runs; yield the
+    credential a provider's proxy uses to reach it (the server admits :data:`FAKE_MODEL_KEY` only)."""
+    from ironflow.local.provider import ProxyCredential
+    from ironflow.testing.fake_anthropic import FakeAnthropic  # the HTTP server loads only when used
+
+    async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
+        yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)
 
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import typer
 import yaml
@@ -38,6 +38,9 @@ from ironflow.k8s.clusters import ClusterConfig, describe_cluster
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.provider import AgentProvider
 
+if TYPE_CHECKING:
+    from ironflow.local.provider import ProxyCredential
+
 __all__ = ["register", "step_pod_selector"]
 
 T = TypeVar("T")
@@ -45,8 +48,6 @@ T = TypeVar("T")
 EXIT_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = options.EXIT_BAD_INPUT
 EXIT_INFRASTRUCTURE: Final = 3
-#: The key the in-process proxy hands the offline model server (it checks it).
-_FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 _FAKE_REPLY: Final = "Looks good to me. (offline fake model)"
 
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -168,18 +169,16 @@ class _Providers:
         self.isolation = isolation
         self.provider_file = provider_file
         self.fake_model = fake_model
-        self.fake_url: str | None = None
+        self.fake_credential: ProxyCredential | None = None
         self._built: dict[str, AgentProvider] = {}
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> _Providers:
         if self.fake_model:
-            from ironflow.testing.fake_anthropic import FakeAnthropic, Script
+            from ironflow.testing.fake_anthropic import Script
 
-            fake = await self._stack.enter_async_context(
-                FakeAnthropic(Script.of(default=_FAKE_REPLY), required_credential=_FAKE_MODEL_KEY)
-            )
-            self.fake_url = fake.url
+            fake = options.fake_model(Script.of(default=_FAKE_REPLY))
+            self.fake_credential = await self._stack.enter_async_context(fake)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -219,13 +218,12 @@ class _Providers:
 
     def _build(self, backend: str) -> AgentProvider:
         if backend == Backend.LOCAL:
-            from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
-            from ironflow.secrets import Secret
+            from ironflow.local.provider import LocalSandboxProvider
 
-            credential = None
-            if self.fake_url is not None:
-                credential = ProxyCredential(Secret(_FAKE_MODEL_KEY), "api_key", self.fake_url)
-            return LocalSandboxProvider(isolation=self.isolation, credential=credential)  # type: ignore[arg-type]
+            return LocalSandboxProvider(
+                isolation=self.isolation,  # type: ignore[arg-type]
+                credential=self.fake_credential,
+            )
         if backend == Backend.K8S:
             return options.k8s_provider(self.provider_file)
         if backend == Backend.AGENT_SANDBOX:
