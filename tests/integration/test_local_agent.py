@@ -292,6 +292,21 @@ async def test_a_missing_sandbox_runtime_is_an_infrastructure_error(
     assert _leftovers("ironflow-local-")[1] == []
 
 
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_gvisor_without_the_proxy_needs_no_bubblewrap(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    runsc = shutil.which("runsc")
+    assert runsc is not None
+    (tmp_path / "runsc").symlink_to(runsc)
+    monkeypatch.setenv("PATH", str(tmp_path))  # runsc only: no bwrap on this host
+    result = await _provider(fake, "gvisor").run_command(["echo", "ok"])
+    assert (result.exit_code, result.stdout) == (0, "ok\n")
+    with pytest.raises(errors.SandboxError, match="bwrap is not installed"):
+        await _provider(fake, "gvisor").run_command(["true"], auth_proxy=True)
+
+
 async def test_parallel_steps_each_get_their_own_sandbox_and_proxy(fake: FakeAnthropic) -> None:
     provider = _provider(fake)
     results = await asyncio.gather(

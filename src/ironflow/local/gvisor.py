@@ -54,6 +54,8 @@ class ProxyBridge:
     socket_path: str
     python: str
     forwarder_script: str
+    #: bubblewrap makes the relay's network namespace: needed with a proxy only.
+    bwrap_path: str = "bwrap"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,6 @@ class GvisorSettings:
     traverse: tuple[str, ...] = ()
     proxy: ProxyBridge | None = None
     runsc_path: str = "runsc"
-    bwrap_path: str = "bwrap"
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -143,7 +144,7 @@ def gvisor_argv(settings: GvisorSettings) -> list[str]:
     if not posixpath.isabs(bridge.socket_path):
         raise errors.ConfigError(f"the proxy socket path must be absolute, got '{bridge.socket_path}'")
     return [
-        settings.bwrap_path,
+        bridge.bwrap_path,
         "--dev-bind",
         "/",
         "/",

@@ -413,7 +413,7 @@ class LocalSandboxProvider:
             # No bind mount: gVisor shows each of ``mounts`` where it is (``_mount_problem`` made sure).
             bridge = None
             if proxy_socket is not None:
-                bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script)
+                bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, _which("bwrap"))
             return gvisor.gvisor_argv(
                 gvisor.GvisorSettings(
                     command=cmd,
@@ -424,7 +424,6 @@ class LocalSandboxProvider:
                     tmp_size_bytes=self.tmp_size_bytes,
                     traverse=tools,
                     proxy=bridge,
-                    bwrap_path=_which("bwrap"),
                     runsc_path=_which("runsc"),
                 )
             )
