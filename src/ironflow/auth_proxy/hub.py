@@ -23,11 +23,10 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from ironflow.auth_proxy import config, registry, tokens
+from ironflow.auth_proxy import registry, tokens
 
-__all__ = ["HUB_ENV", "HubRegistry", "serve_hub"]
+__all__ = ["HubRegistry", "serve_hub"]
 
-HUB_ENV: Final = config.HUB_ENV
 _LIMIT: Final = 1 << 20
 
 
