@@ -149,10 +149,7 @@ class _Execution:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
                 failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception()), None)
                 if failed is not None:
-                    for task in tasks:
-                        task.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
-                    raise failed.exception()  # type: ignore[misc]
+                    raise failed.exception()  # type: ignore[misc]  # the finally cancels the rest
             else:
                 await asyncio.wait(tasks)
                 for task in tasks:
