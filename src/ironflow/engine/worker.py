@@ -106,9 +106,7 @@ class Worker:
         run = await self.store.claim_run(self.id, self.lease_s)
         if run is None:
             return False
-        outcome = await self.execute(run)
-        self.outcomes.append((run.id, outcome))
-        return True
+        return await self._execute_and_record(run)
 
     async def run(self, *, stop: asyncio.Event | None = None, until_idle: bool = False) -> None:
         """Take runs until ``stop`` is set (or, with ``until_idle``, until nothing is due).
