@@ -34,6 +34,7 @@ from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.fake_anthropic import FakeAnthropic
 from ironflow.testing.kube import KubeTestServer, local_exec
+from ironflow.testing.kubecase import hold_create_answers
 from ironflow.testing.polling import eventually
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
@@ -240,17 +241,7 @@ async def test_step_cancelled_while_the_claim_create_answer_is_in_flight_deletes
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    original = env.api.create
-    sent = asyncio.Event()
-
-    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
-        created = await original(resource, namespace, body)
-        if resource == claims.resources().claims:
-            sent.set()
-            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
-        return created
-
-    env.api.create = slow_answer  # type: ignore[method-assign]
+    sent = hold_create_answers(env.api, claims.resources().claims)
     task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
     await sent.wait()
     assert len(env.claims()) == 1

@@ -31,7 +31,7 @@ from ironflow.k8s.runner import StepRunner
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
-from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.kubecase import KubeCase, hold_create_answers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
@@ -121,17 +121,7 @@ async def test_a_step_cancelled_while_its_new_claims_create_answer_is_in_flight_
     kube: KubeCase, server: KubeTestServer
 ) -> None:
     """The claim exists on the server but its create has not returned: it holds nothing yet and goes."""
-    original = kube.api.create
-    sent = asyncio.Event()
-
-    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
-        created = await original(resource, namespace, body)
-        if resource == k8s.PERSISTENTVOLUMECLAIMS:
-            sent.set()
-            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
-        return created
-
-    kube.api.create = slow_answer  # type: ignore[method-assign]
+    sent = hold_create_answers(kube.api, k8s.PERSISTENTVOLUMECLAIMS)
     task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("Set up").run_scope(RUN, "setup")))
     await sent.wait()
     assert len(names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace)) == 1

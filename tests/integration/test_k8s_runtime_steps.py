@@ -23,7 +23,7 @@ from ironflow.secrets import Secret
 from ironflow.testing import find_leaks
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
-from ironflow.testing.kubecase import KubeCase
+from ironflow.testing.kubecase import KubeCase, hold_create_answers
 from ironflow.testing.polling import eventually
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
@@ -238,17 +238,7 @@ async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothin
 ) -> None:
     """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
-    original = kube.api.create
-    sent = asyncio.Event()
-
-    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
-        created = await original(resource, namespace, body)
-        if resource == k8s.PODS:
-            sent.set()
-            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
-        return created
-
-    kube.api.create = slow_answer  # type: ignore[method-assign]
+    sent = hold_create_answers(kube.api, k8s.PODS)
     task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000)))
     await sent.wait()
     assert len(server.objects(k8s.PODS, kube.namespace)) == 1
@@ -263,16 +253,7 @@ async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_not
 ) -> None:
     from ironflow.k8s.ops import PodRun
 
-    original = kube.api.create
-    sent = asyncio.Event()
-
-    async def slow_answer(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
-        created = await original(resource, namespace, body)
-        sent.set()
-        await asyncio.sleep(30)
-        return created
-
-    kube.api.create = slow_answer  # type: ignore[method-assign]
+    sent = hold_create_answers(kube.api)
     task = asyncio.ensure_future(PodRun("check", "busybox", "true").namespace(kube.namespace).run(kube.api))
     await sent.wait()
     task.cancel()

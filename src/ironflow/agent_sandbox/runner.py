@@ -138,13 +138,11 @@ class SandboxStepRunner:
             try:
                 try:
                     await api.create(res.claims, self.namespace, claim)
-                    created = True
-                except (errors.KubeUnavailable, asyncio.CancelledError):
-                    # No answer (or cancelled while waiting for it): it may exist all the same; delete it below.
-                    created = True
-                    raise
-                except errors.KubeNotFound as exc:
-                    if exc.reason == "NotFound" and "namespaces" in exc.message:
+                except BaseException as exc:
+                    created = pods.may_exist_after(exc)  # then it is deleted below
+                    if not isinstance(exc, errors.KubeNotFound) or (
+                        exc.reason == "NotFound" and "namespaces" in exc.message
+                    ):
                         raise
                     r = res.claims
                     raise errors.KubeNotFound(
@@ -153,6 +151,7 @@ class SandboxStepRunner:
                         status=404,
                         reason=exc.reason,
                     ) from exc
+                created = True
                 ready = await self._wait_ready(api, name)
                 return await self._in_sandbox(api, config, claim, ready, sink, started)
             finally:

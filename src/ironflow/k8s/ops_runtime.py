@@ -8,7 +8,6 @@ answer counts as "maybe created".
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,11 +35,11 @@ async def _create(api: kube.KubeApi, resource: kube.Resource, namespace: str, bo
     name = body["metadata"]["name"]
     try:
         return await api.create(resource, namespace, body)
-    except (errors.KubeUnavailable, asyncio.CancelledError):
-        # No answer (or no time to read it): the object may exist all the same. Remove it, then fail.
-        await pods.delete_quietly(
-            api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
-        )
+    except BaseException as exc:
+        if pods.may_exist_after(exc):  # no answer, or no time to read it: remove it, then fail
+            await pods.delete_quietly(
+                api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
+            )
         raise
 
 

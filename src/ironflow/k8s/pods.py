@@ -16,7 +16,16 @@ from typing import Any, TypeVar
 from ironflow import errors
 from ironflow.k8s import api as kube
 
-__all__ = ["delete_quietly", "exit_code", "phase", "shielded", "wait_for_pod", "wait_gone", "watching"]
+__all__ = [
+    "delete_quietly",
+    "exit_code",
+    "may_exist_after",
+    "phase",
+    "shielded",
+    "wait_for_pod",
+    "wait_gone",
+    "watching",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -35,6 +44,16 @@ def exit_code(pod: Mapping[str, Any] | None, container: str) -> int | None:
             code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
             return code if isinstance(code, int) and not isinstance(code, bool) else None
     return None
+
+
+def may_exist_after(exc: BaseException) -> bool:
+    """Whether the object of a create request that ended in ``exc`` may exist all the same.
+
+    Once the create request has left, the object may exist: a cancellation or a lost answer
+    (:class:`~ironflow.errors.KubeUnavailable`) tells nothing; only a refusal with a status
+    (any other :class:`~ironflow.errors.KubernetesError`) proves it does not.
+    """
+    return not isinstance(exc, errors.KubernetesError) or isinstance(exc, errors.KubeUnavailable)
 
 
 async def wait_for_pod(

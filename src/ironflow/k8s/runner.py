@@ -442,25 +442,25 @@ class StepRunner:
                     raise _with_prefix(exc, "failed to create prompt ConfigMap") from exc
             if plan.claim is not None:
                 environment_id = str(plan.claim["metadata"]["name"])
-                claim_created = True  # as for the pod below: only a refusal with a status proves it does not exist
                 try:
                     await api.create(kube.PERSISTENTVOLUMECLAIMS, ns, plan.claim)
-                except errors.KubernetesError as exc:
-                    claim_created = isinstance(exc, errors.KubeUnavailable)
-                    raise _with_prefix(exc, f"failed to create environment claim '{environment_id}'") from exc
+                except BaseException as exc:
+                    claim_created = pods.may_exist_after(exc)
+                    if isinstance(exc, errors.KubernetesError):
+                        raise _with_prefix(exc, f"failed to create environment claim '{environment_id}'") from exc
+                    raise
+                claim_created = True
             elif config.resume_environment_id is not None and self.environment is not None:
                 environment_id = config.resume_environment_id
                 await self._resume_environment(api, plan, self.environment, environment_id, now)
-            # From the moment the request leaves, the pod may exist (a cancellation or a lost
-            # answer tells us nothing): only a refusal with a status proves it does not.
-            pod_created = True
             try:
                 await api.create(kube.PODS, ns, plan.pod)
-            except errors.KubeUnavailable as exc:
-                raise _with_prefix(exc, "failed to create K8s pod") from exc
-            except errors.KubernetesError as exc:
-                pod_created = False
-                raise _with_prefix(exc, "failed to create K8s pod") from exc
+            except BaseException as exc:
+                pod_created = pods.may_exist_after(exc)
+                if isinstance(exc, errors.KubernetesError):
+                    raise _with_prefix(exc, "failed to create K8s pod") from exc
+                raise
+            pod_created = True
             if sink is None:
                 outcome = await self._wait(api, plan.pod_name)
             else:

@@ -2,20 +2,24 @@
 
 ``tests/integration/conftest.py``'s ``kube`` fixture yields a :class:`KubeCase` on every
 backend (the in-process :class:`KubeTestServer`, a real kube-apiserver with kwok); test
-modules import the type from here, since a conftest is not importable.
+modules import the type from here, since a conftest is not importable. Also
+:func:`hold_create_answers`, the "create sent, answer not back yet" of the cancel tests.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
 from ironflow.k8s import api
+from ironflow.k8s.api import KubeApi, KubeObject, Resource
 from ironflow.testing.kube import KubeTestServer, PodScript
 
-__all__ = ["ClusterControl", "KubeCase", "ServerControl"]
+__all__ = ["ClusterControl", "KubeCase", "ServerControl", "hold_create_answers"]
 
 
 class ClusterControl(Protocol):
@@ -72,3 +76,25 @@ class KubeCase:
         if self.server is None:
             pytest.skip("needs the in-process KubeTestServer (fault injection / denial)")
         return self.server
+
+
+def hold_create_answers(client: KubeApi, resource: Resource | None = None) -> asyncio.Event:
+    """Let ``client.create`` create the object, then hold its answer back (30 s) for ``resource``
+    (None: every resource): the object exists on the server but the create has not returned.
+
+    The returned event is set once such an object was created: cancel then, while the answer is
+    "still on its way".
+    """
+    original = client.create
+    held = resource
+    sent = asyncio.Event()
+
+    async def slow_answer(resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> KubeObject:
+        answer = await original(resource, namespace, body)
+        if held is None or resource == held:
+            sent.set()
+            await asyncio.sleep(30)  # the answer is "still on its way" when the cancel lands
+        return answer
+
+    client.create = slow_answer  # type: ignore[method-assign]
+    return sent
