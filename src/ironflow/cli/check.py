@@ -16,7 +16,6 @@ import io
 import json
 from collections.abc import Mapping
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
@@ -232,10 +231,8 @@ def check(
     egress_url: Annotated[
         str, typer.Option("--egress-url", help="A URL outside every profile: the egress probe must not reach it.")
     ] = checks.EGRESS_PROBE_URL,
-    kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+    kubeconfig: options.KubeconfigOption = None,
+    context: options.ContextOption = None,
 ) -> None:
     """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy, exec probes."""
     options.dns_label(namespace)

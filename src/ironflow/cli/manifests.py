@@ -9,23 +9,16 @@ directory is the only I/O. Bad input exits 2 with one line on stderr naming the 
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ironflow import errors
-from ironflow.cli.options import fail
+from ironflow.cli.options import ManifestFormat, fail
 from ironflow.k8s import cluster, cluster_network, documents
 
-__all__ = ["OutputFormat", "manifests", "parse_egress_profile", "read_profile_dir", "register"]
-
-
-class OutputFormat(StrEnum):
-    YAML = "yaml"
-    JSON = "json"
-
+__all__ = ["manifests", "parse_egress_profile", "read_profile_dir", "register"]
 
 
 def parse_egress_profile(text: str) -> cluster_network.EgressProfile:
@@ -97,7 +90,7 @@ def manifests(
         Path | None,
         typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="yaml or json.")] = OutputFormat.YAML,
+    output: Annotated[ManifestFormat, typer.Option("-o", "--output", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster."""
     try:
@@ -122,7 +115,7 @@ def manifests(
         docs = cluster.render_documents(config, profile=profile)
     except errors.ConfigError as exc:
         fail(exc.message)
-    if output is OutputFormat.JSON:
+    if output is ManifestFormat.JSON:
         sys.stdout.write(documents.dump_json(d.body for d in docs))
     else:
         sys.stdout.write(documents.file_text(docs))

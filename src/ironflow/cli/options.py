@@ -1,5 +1,7 @@
 """What several commands share: the ``--backend`` choices, the one-line bad-input exit, the
-offline model of ``--fake-model`` (``agent``, ``run``, ``worker``), and ``--provider FILE`` for
+offline model of ``--fake-model`` (``agent``, ``run``, ``worker``), the YAML-or-JSON output of the
+commands that print Kubernetes objects (``render``, ``manifests``, ``sandbox``), ``--kubeconfig`` /
+``--context`` (``check``, ``reap``, ``sandbox``), and ``--provider FILE`` for
 ``--backend k8s`` (``ironflow agent``, ``exec``, ``run``, ``worker``) and ``--backend agent-sandbox``
 (``agent``, ``run``, ``worker``).
 
@@ -12,13 +14,15 @@ unreadable provider file, an unknown setting, a wrong type — all exit 2 with o
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TypeVar
 
 import typer
+import yaml
 
 from ironflow import errors
 from ironflow.k8s import clusters, labels
@@ -34,8 +38,12 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "FAKE_MODEL_KEY",
     "Backend",
+    "ContextOption",
+    "KubeconfigOption",
+    "ManifestFormat",
     "agent_sandbox_provider",
     "dns_label",
+    "emit_objects",
     "fail",
     "fake_model",
     "k8s_provider",
@@ -57,6 +65,19 @@ class Backend(StrEnum):
     AGENT_SANDBOX = "agent-sandbox"
 
 
+class ManifestFormat(StrEnum):
+    """``--output`` of the commands that print Kubernetes objects: YAML documents or one JSON list."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
+#: ``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
+#: file; :func:`kube_cluster` turns them into a cluster.
+KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")]
+ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code`` (bad input by default).
 
@@ -64,6 +85,14 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """
     print(f"error: {message.rstrip()}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
+    """Print Kubernetes objects on stdout as ``fmt`` says: YAML documents, or one JSON list."""
+    if fmt is ManifestFormat.JSON:
+        typer.echo(json.dumps(objects, indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,6 @@ import io
 import json
 import re
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
@@ -99,10 +98,8 @@ def reap(
         str | None, typer.Option("--every", help="Run a pass every interval (e.g. 5m) until interrupted.")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
-    kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+    kubeconfig: options.KubeconfigOption = None,
+    context: options.ContextOption = None,
 ) -> None:
     """Delete expired ironflow pods, Jobs, prompt ConfigMaps and environment claims in a namespace."""
     options.dns_label(namespace)

@@ -8,9 +8,7 @@ stderr that names it.
 
 from __future__ import annotations
 
-import json
 import os
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -18,20 +16,14 @@ import typer
 import yaml
 
 from ironflow import agent, errors
-from ironflow.cli.options import fail
+from ironflow.cli.options import ManifestFormat, emit_objects, fail
 from ironflow.k8s import provider as k8s_provider
 
-__all__ = ["DRY_RUN_PROXY_TOKEN", "OutputFormat", "register", "render"]
+__all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render"]
 
 #: Stands in for the ``ifap_`` token the auth proxy issues at launch, so a dry run of a
 #: proxied provider shows the env the pod will get.
 DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"  # noqa: S105 - a visible placeholder, not a credential
-
-
-class OutputFormat(StrEnum):
-    YAML = "yaml"
-    JSON = "json"
-
 
 
 def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
@@ -59,7 +51,7 @@ def render(
     ],
     prompt: Annotated[str | None, typer.Option("--prompt", help="The step prompt (wins over the step file).")] = None,
     step_file: Annotated[Path | None, typer.Option("--step", help="Step settings (YAML).")] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="yaml or json.")] = OutputFormat.YAML,
+    output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the Kubernetes objects a step would create (dry run; nothing is sent)."""
     try:
@@ -69,10 +61,7 @@ def render(
         objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ))
     except errors.IronflowError as exc:
         fail(" ".join(exc.message.split()))
-    if output is OutputFormat.JSON:
-        typer.echo(json.dumps(objects, indent=2))
-    else:
-        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
+    emit_objects(objects, output)
 
 
 def register(app: typer.Typer) -> None:

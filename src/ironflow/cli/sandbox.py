@@ -11,11 +11,9 @@ input exits 2 with one line naming the problem, an API failure exits 1.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 import yaml
@@ -31,7 +29,7 @@ if TYPE_CHECKING:
     from ironflow.agent_sandbox import apply, claims
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
-__all__ = ["OutputFormat", "apply_template", "parse_egress", "reap", "register", "render"]
+__all__ = ["apply_template", "parse_egress", "reap", "register", "render"]
 
 _EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,5}))?")
 
@@ -40,12 +38,6 @@ sandbox_app = typer.Typer(
     help="agent-sandbox: render patterns, apply the provider's template, reap expired claims.",
     no_args_is_help=True,
 )
-
-
-class OutputFormat(StrEnum):
-    YAML = "yaml"
-    JSON = "json"
-
 
 
 def parse_egress(text: str) -> tuple[str, int | None]:
@@ -87,13 +79,6 @@ def _load(path: Path | None, image: str) -> AgentSandboxProvider:
     return AgentSandboxProvider(pod)
 
 
-def _emit(objects: list[dict[str, Any]], output: OutputFormat) -> None:
-    if output is OutputFormat.JSON:
-        typer.echo(json.dumps(objects, indent=2))
-    else:
-        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
-
-
 @sandbox_app.command("render")
 def render(
     pattern: Annotated[str, typer.Argument(help=f"One of: {', '.join(patterns.PATTERNS)}.")],
@@ -115,7 +100,9 @@ def render(
         list[str] | None, typer.Option("--egress", help="network-custom-egress: CIDR[:PORT], repeatable.")
     ] = None,
     ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="yaml or json.")] = OutputFormat.YAML,
+    output: Annotated[
+        options.ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")
+    ] = options.ManifestFormat.YAML,
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
     if pattern not in patterns.PATTERNS:
@@ -151,7 +138,7 @@ def render(
         objects = patterns.render_pattern(pattern, opts)
     except errors.IronflowError as exc:
         options.fail(" ".join(exc.message.split()))
-    _emit(objects, output)
+    options.emit_objects(objects, output)
 
 
 async def _apply(provider: AgentSandboxProvider, cluster: clusters.ClusterConfig) -> list[apply.Applied]:
@@ -178,13 +165,13 @@ def apply_template(
     api_version: Annotated[str | None, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the objects; send nothing.")] = False,
     output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
-    ] = OutputFormat.YAML,
+        options.ManifestFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
+    ] = options.ManifestFormat.YAML,
     kubeconfig: Annotated[
         Path | None,
         typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
     ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+    context: options.ContextOption = None,
 ) -> None:
     """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""
     if namespace is not None:
@@ -208,7 +195,7 @@ def apply_template(
     for warning in provider.template_warnings():
         typer.echo(f"warning: {warning}", err=True)
     if dry_run:
-        _emit(objects, output)
+        options.emit_objects(objects, output)
         return
     cluster = explicit or provider.cluster_config or clusters.DefaultCluster()
     err = Console(stderr=True)
@@ -239,10 +226,8 @@ def reap(
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace to reap.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
     api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = "v1beta1",
-    kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+    kubeconfig: options.KubeconfigOption = None,
+    context: options.ContextOption = None,
 ) -> None:
     """Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's)."""
     options.dns_label(namespace)
