@@ -24,7 +24,7 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import command, layout
-from ironflow.local import bwrap
+from ironflow.local import bwrap, forwarder
 
 __all__ = [
     "SETUP_FAILED",
@@ -151,12 +151,6 @@ def gvisor_argv(settings: GvisorSettings) -> list[str]:
         "--unshare-net",  # a namespace with only lo: --network=host then reaches nothing else
         "--die-with-parent",
         "--",
-        bridge.python,
-        "-I",
-        "-S",
-        bridge.forwarder_script,
-        str(bridge.port),
-        bridge.socket_path,
-        "--",
+        *forwarder.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path),
         *runsc,
     ]

@@ -404,10 +404,6 @@ class LocalSandboxProvider:
         profile_dirs = tuple(p.path for p in self.profiles)
         python = os.path.realpath(sys.executable)
         script = os.path.realpath(forwarder.__file__)
-        if proxy_socket is not None:
-            inner_socket = bwrap.PROXY_SOCKET_PATH if self.isolation == "bwrap" else proxy_socket
-            inner_script = bwrap.FORWARDER_PATH if self.isolation == "bwrap" else script
-            relay = (python, "-I", "-S", inner_script, str(settings.PROXY_PORT), inner_socket, "--")
         tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
         if self.isolation == "gvisor":
             # No bind mount: gVisor shows each of ``mounts`` where it is (``_mount_problem`` made sure).
@@ -434,7 +430,10 @@ class LocalSandboxProvider:
                 root = settings.tool_root(tool)
                 exposed.append(bwrap.ReadOnlyMount(root, root))
         unique = {m.target: m for m in (*exposed, *mounts)}
-        full_cmd = (*relay, *cmd) if proxy_socket is not None else cmd
+        full_cmd = cmd
+        if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
+            relay = forwarder.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
+            full_cmd = (*relay, *cmd)
         return bwrap.bwrap_argv(
             bwrap.BwrapSettings(
                 command=full_cmd,
