@@ -18,6 +18,7 @@ from ironflow import errors
 from ironflow.agent import AccountSession, AgentConfig
 from ironflow.claude import cli
 from ironflow.k8s import labels
+from ironflow.local.bwrap import ReadOnlyMount
 from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
@@ -279,6 +280,15 @@ async def test_a_missing_host_path_is_refused_naming_it(fake: FakeAnthropic) -> 
     config = AgentConfig("hi").read_only_host_path("/does/not/exist", "/data")
     with pytest.raises(errors.StepConfigError, match="'/does/not/exist' is not a directory"):
         await _provider(fake).invoke(config)
+
+
+@pytest.mark.parametrize("second", ["/data", "/data/"])
+async def test_two_mounts_at_the_same_target_are_refused(fake: FakeAnthropic, tmp_path: Path, second: str) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mounts = [ReadOnlyMount(str(tmp_path / "a"), "/data"), ReadOnlyMount(str(tmp_path / "b"), second)]
+    with pytest.raises(errors.ConfigError, match=f"duplicate volume mount path '{second}'"):
+        await _provider(fake).run_command(["true"], read_only_mounts=mounts)
 
 
 async def test_a_missing_sandbox_runtime_is_an_infrastructure_error(

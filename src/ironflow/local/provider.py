@@ -423,13 +423,15 @@ class LocalSandboxProvider:
                     runsc_path=_which("runsc"),
                 )
             )
-        exposed = []
+        # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
+        # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
+        taken = {os.path.normpath(m.target) for m in mounts}
+        exposed: dict[str, bwrap.ReadOnlyMount] = {}
         for tool in tools:
             if settings.hidden_from_sandbox(tool):
-                # The tool's package or interpreter prefix, at the same path, read-only.
                 root = settings.tool_root(tool)
-                exposed.append(bwrap.ReadOnlyMount(root, root))
-        unique = {m.target: m for m in (*exposed, *mounts)}
+                if root not in taken:
+                    exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
         full_cmd = cmd
         if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
             relay = forwarder.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
@@ -439,7 +441,7 @@ class LocalSandboxProvider:
                 command=full_cmd,
                 root_entries=_host_entries("/"),
                 etc_entries=_host_entries("/etc"),
-                read_only_mounts=tuple(unique.values()),
+                read_only_mounts=(*exposed.values(), *mounts),
                 managed_settings_dir=managed_dir,
                 profile_dirs=profile_dirs,
                 proxy_socket=proxy_socket,
