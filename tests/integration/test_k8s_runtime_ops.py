@@ -12,7 +12,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s import api as k8s
-from ironflow.k8s import labels
+from ironflow.k8s import informer, labels
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
@@ -126,6 +126,16 @@ async def test_job_run_without_logs_returns_empty_logs(kube: KubeCase, server: K
     out = await migrate(kube.namespace).run(kube.api)
     assert out.success
     assert out.logs == ""
+
+
+def test_the_pod_predicates_runs_wait_with_take_a_pod_without_status() -> None:
+    """PodRun and the step runner wait with the informer's predicates: a ``status: null`` is not an end."""
+    for pod in ({}, {"status": None}, {"status": {"phase": None}}, None):
+        assert not informer.pod_finished(pod)
+        assert not informer.pod_started(pod)
+    assert informer.pod_started({"status": {"phase": "Running"}})
+    assert not informer.pod_finished({"status": {"phase": "Running"}})
+    assert informer.pod_finished({"status": {"phase": "Failed"}})
 
 
 def test_rendered_pod_and_job_validate_strictly() -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ironflow import errors
-from ironflow.k8s import api
+from ironflow.k8s import api, pods
 
 __all__ = ["Informer", "PodInformer", "informer_for", "pod_finished", "pod_started"]
 
@@ -29,14 +29,17 @@ Predicate = Callable[[api.KubeObject], bool]
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
 
-def pod_finished(pod: Mapping[str, Any]) -> bool:
-    """True once a pod is Succeeded or Failed (pure; a predicate for :meth:`Informer.wait_for`)."""
-    return pod.get("status", {}).get("phase") in _TERMINAL
+def pod_finished(pod: Mapping[str, Any] | None) -> bool:
+    """True once a pod is Succeeded or Failed (pure; a predicate for :meth:`Informer.wait_for`).
+
+    A pod without a status yet (absent or ``null``) has not finished.
+    """
+    return pods.phase(pod) in _TERMINAL
 
 
-def pod_started(pod: Mapping[str, Any]) -> bool:
+def pod_started(pod: Mapping[str, Any] | None) -> bool:
     """True once a pod is Running or finished."""
-    return pod.get("status", {}).get("phase") in _TERMINAL | {"Running"}
+    return pods.phase(pod) in _TERMINAL | {"Running"}
 
 
 @dataclass(eq=False)

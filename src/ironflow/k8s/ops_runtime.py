@@ -19,10 +19,6 @@ from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
 __all__ = ["run_job", "run_pod"]
 
 
-def _pod_ended(pod: Mapping[str, Any] | None) -> bool:
-    return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
 def _job_outcome(job: Mapping[str, Any]) -> str | None:
     """``Succeeded`` / ``Failed`` once the Job has a true Complete / Failed condition."""
     for cond in (job.get("status") or {}).get("conditions") or ():
@@ -47,24 +43,16 @@ def _expiry_of(body: Mapping[str, Any]) -> str | None:
     return (body.get("metadata", {}).get("annotations") or {}).get(labels.ANNOTATION_EXPIRES_AT)
 
 
-async def _read_log(api: kube.KubeApi, namespace: str, pod: str) -> str:
-
-    try:
-        return await api.read_log(namespace, pod)
-    except errors.KubernetesError:
-        return ""  # logs are best effort: the outcome is the phase
-
-
 async def run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
     s = run.settings
     body = run.build_pod()
     await _create(api, kube.PODS, s.namespace, body)
     try:
-        pod = await pods.wait_for_pod(api, s.namespace, run.name, _pod_ended, s.timeout_s)
+        pod = await pods.wait_for_pod(api, s.namespace, run.name, informer.pod_finished, s.timeout_s)
         if pod is None:
             raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
         phase = pods.phase(pod)
-        logs = await _read_log(api, s.namespace, run.name)
+        logs = await pods.read_log_quietly(api, s.namespace, run.name)
         code = pods.exit_code(pod, run.name)
         return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:
@@ -94,7 +82,7 @@ async def run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
         if job_pods:
             # A Job retries in new pods: the newest says how it ended.
             last = max(job_pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
-            logs = await _read_log(api, s.namespace, str(last["metadata"]["name"]))
+            logs = await pods.read_log_quietly(api, s.namespace, str(last["metadata"]["name"]))
             code = pods.exit_code(last, run.name)
         return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:

@@ -21,6 +21,7 @@ __all__ = [
     "exit_code",
     "may_exist_after",
     "phase",
+    "read_log_quietly",
     "shielded",
     "wait_for_pod",
     "wait_gone",
@@ -54,6 +55,15 @@ def may_exist_after(exc: BaseException) -> bool:
     (any other :class:`~ironflow.errors.KubernetesError`) proves it does not.
     """
     return not isinstance(exc, errors.KubernetesError) or isinstance(exc, errors.KubeUnavailable)
+
+
+async def read_log_quietly(api: kube.KubeApi, namespace: str, pod: str) -> str:
+    """The pod's log, or ``""`` when the API will not give it (logged): logs are best effort."""
+    try:
+        return await api.read_log(namespace, pod)
+    except errors.KubernetesError as exc:
+        _log.warning("could not read the log of pod %s: %s", pod, exc)
+        return ""
 
 
 async def wait_for_pod(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ironflow import agent, errors
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import api as kube
-from ironflow.k8s import cleanup, environments, labels, pods, reaper
+from ironflow.k8s import cleanup, environments, informer, labels, pods, reaper
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -200,14 +200,6 @@ def _plan(objects: Sequence[dict[str, Any]]) -> _Plan:
             "need one Pod, at most one ConfigMap and one PersistentVolumeClaim"
         )
     return _Plan(cms[0] if cms else None, pods[0], claims[0] if claims else None)
-
-
-def _ended(pod: Mapping[str, Any] | None) -> bool:
-    return pods.phase(pod) in ("Succeeded", "Failed")
-
-
-def _started(pod: Mapping[str, Any] | None) -> bool:
-    return pods.phase(pod) in ("Running", "Succeeded", "Failed")
 
 
 def _with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesError:
@@ -532,30 +524,26 @@ class StepRunner:
     async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
         """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
         try:
-            pod = await pods.wait_for_pod(api, self.namespace, pod_name, _ended, self.timeout_s)
+            pod = await pods.wait_for_pod(api, self.namespace, pod_name, informer.pod_finished, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod completion") from exc
         if pod is None:
             return _Outcome(phase="TimedOut", timed_out=True)
-        try:
-            logs = await api.read_log(self.namespace, pod_name)
-        except errors.KubernetesError as exc:
-            _log.warning("could not read the log of pod %s: %s", pod_name, exc)
-            logs = ""
+        logs = await pods.read_log_quietly(api, self.namespace, pod_name)
         return _Outcome(phase=pods.phase(pod), logs=logs)
 
     async def _stream(self, api: kube.KubeApi, pod_name: str, sink: LogSink) -> _Outcome:
         """Follow the log to ``sink`` while the pod runs; the result is parsed from the kept lines."""
         ns = self.namespace
         try:
-            pod = await pods.wait_for_pod(api, ns, pod_name, _started, self.timeout_s)
+            pod = await pods.wait_for_pod(api, ns, pod_name, informer.pod_started, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod to start") from exc
         if pod is None:
             return _Outcome(phase="TimedOut", timed_out=True)
 
-        if _ended(pod):
-            logs = await self._read_log_quietly(api, pod_name)
+        if informer.pod_finished(pod):
+            logs = await pods.read_log_quietly(api, ns, pod_name)
             for line in logs.splitlines():
                 sink.log("stdout", line)
             return _Outcome(phase=pods.phase(pod), logs=logs)
@@ -574,7 +562,7 @@ class StepRunner:
                     kept_bytes += len(line) + 1
 
         pump_task = asyncio.ensure_future(pump())
-        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, _ended, None))
+        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, informer.pod_finished, None))
         try:
             done, _ = await asyncio.wait({pump_task, end_task}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
             if not done:
@@ -588,7 +576,7 @@ class StepRunner:
                     pod = await asyncio.wait_for(end_task, timeout=self.timeout_s)
                 except TimeoutError:
                     return _Outcome(phase="TimedOut", timed_out=True)
-                logs = await self._read_log_quietly(api, pod_name)
+                logs = await pods.read_log_quietly(api, ns, pod_name)
                 for line in logs.splitlines()[count:]:
                     sink.log("stdout", line)
                 return _Outcome(phase=pods.phase(pod), logs=logs)
@@ -613,13 +601,6 @@ class StepRunner:
             for task in (pump_task, end_task):
                 task.cancel()
             await asyncio.gather(pump_task, end_task, return_exceptions=True)
-
-    async def _read_log_quietly(self, api: kube.KubeApi, pod_name: str) -> str:
-        try:
-            return await api.read_log(self.namespace, pod_name)
-        except errors.KubernetesError as exc:
-            _log.warning("could not read the log of pod %s: %s", pod_name, exc)
-            return ""
 
     def _finalize(self, config: agent.AgentConfig, outcome: _Outcome, started: float) -> agent.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or anything else (exit code 1)."""
