@@ -53,7 +53,7 @@ __all__ = [
 
 CLAUDE_CODE_VERSION_ARG: Final = "CLAUDE_CODE_VERSION"
 _NPM_PACKAGE: Final = "@anthropic-ai/claude-code"
-_ROOT_OWNED_DIRS: Final = ("/etc/claude-code", "/etc/ironflow", layout.PROFILE_MOUNT_DIR)
+_ROOT_OWNED_DIRS: Final = (layout.MANAGED_SETTINGS_DIR, "/etc/ironflow", layout.PROFILE_MOUNT_DIR)
 _MANAGED_SETTINGS_PATH: Final = f"{layout.MANAGED_SETTINGS_DIR}/{layout.MANAGED_SETTINGS_FILE}"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 _REQUIRED_ENV: Final = {

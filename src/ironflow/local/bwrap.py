@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ironflow import errors
-from ironflow.claude import layout
+from ironflow.claude import layout, profile
 
 __all__ = [
     "DEFAULT_HOME_SIZE_BYTES",
@@ -152,7 +152,7 @@ def _etc(settings: BwrapSettings) -> list[str]:
     if settings.managed_settings_dir is not None:
         args += ["--ro-bind", settings.managed_settings_dir, layout.MANAGED_SETTINGS_DIR]
     for index, profile_dir in enumerate(settings.profile_dirs):
-        args += ["--ro-bind", profile_dir, f"{layout.PROFILE_MOUNT_DIR}/{index}"]
+        args += ["--ro-bind", profile_dir, profile.profile_mount_path(index)]
     return [*args, "--remount-ro", "/etc"]
 
 

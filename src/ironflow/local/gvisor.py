@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ironflow import errors
-from ironflow.claude import command, layout
+from ironflow.claude import command, layout, profile
 from ironflow.local import bwrap, forwarder
 
 __all__ = [
@@ -106,7 +106,7 @@ def setup_script(settings: GvisorSettings) -> str:
         lines.append(f"mkdir -p {dest} && cp -RL {_Q(settings.managed_settings_dir)}/. {dest}/")
         lines.append(f"chmod -R a+rX,a-w {dest}")
     for index, profile_dir in enumerate(settings.profile_dirs):
-        dest = _Q(f"{layout.PROFILE_MOUNT_DIR}/{index}")
+        dest = _Q(profile.profile_mount_path(index))
         lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
     for path in sorted(set(settings.traverse)):
         for root in _TRAVERSE_ROOTS:
