@@ -39,6 +39,7 @@ __all__ = [
     "ReadOnlyMount",
     "bwrap_argv",
     "check_command_and_sizes",
+    "check_size",
     "mount_path_problem",
 ]
 
@@ -164,9 +165,18 @@ def check_command_and_sizes(command: Sequence[str], home_size_bytes: int, tmp_si
     """
     if not command:
         raise errors.ConfigError("the sandbox needs a command to run")
-    for size, name in ((home_size_bytes, "home"), (tmp_size_bytes, "tmp")):
-        if size <= 0:
-            raise errors.ConfigError(f"{name} size limit must be a positive number of bytes, got {size}")
+    check_size("home size limit", home_size_bytes)
+    check_size("tmp size limit", tmp_size_bytes)
+
+
+def check_size(name: str, size: int) -> None:
+    """Refuse a tmpfs size that is not a positive number of bytes, naming the setting.
+
+    Raises:
+        ConfigError: ``size`` is zero or negative.
+    """
+    if size <= 0:
+        raise errors.ConfigError(f"{name} must be a positive number of bytes, got {size}")
 
 
 def bwrap_argv(settings: BwrapSettings) -> list[str]:

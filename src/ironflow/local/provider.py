@@ -140,9 +140,8 @@ class LocalSandboxProvider:
                 raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
             if not os.path.isdir(p.path):
                 raise errors.ConfigError(f"claude profile directory '{p.path}' does not exist; create it or drop it")
-        for size, name in ((home_size_bytes, "home_size_bytes"), (tmp_size_bytes, "tmp_size_bytes")):
-            if size <= 0:
-                raise errors.ConfigError(f"{name} must be a positive number of bytes, got {size}")
+        bwrap.check_size("home_size_bytes", home_size_bytes)
+        bwrap.check_size("tmp_size_bytes", tmp_size_bytes)
         for label, doc in [("managed_settings", managed_settings), *(managed_settings_presets or {}).items()]:
             try:
                 json.dumps(doc)
@@ -200,7 +199,7 @@ class LocalSandboxProvider:
             raise errors.ConfigError("run_command needs a command")
         limit = self.timeout if timeout_s is None else timeout_s
         variables = {**self.env, **(env or {})}
-        settings.sandbox_env(variables)
+        run_env = settings.sandbox_env(variables)  # refuses credential variables before anything starts
         mounts = tuple(read_only_mounts)
         for mount in mounts:
             problem = self._mount_problem(mount)
@@ -230,7 +229,8 @@ class LocalSandboxProvider:
                     fds=fds,
                     managed=self.managed_settings,
                 )
-                run_env = settings.sandbox_env(variables, proxy_token=None if token is None else token.reveal())
+                if token is not None:
+                    run_env.update(settings.proxy_env(token.reveal()))
                 start = time.monotonic()
                 code, out, err = await self._processes.run(
                     full,

@@ -29,6 +29,7 @@ __all__ = [
     "hidden_from_sandbox",
     "ignored_settings",
     "managed_settings_for",
+    "proxy_env",
     "sandbox_env",
     "tool_root",
 ]
@@ -105,15 +106,18 @@ def sandbox_env(
             )
         env[name] = value
     if proxy_token is not None:
-        env.update(
-            {
-                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
-                "ANTHROPIC_AUTH_TOKEN": proxy_token,
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-            }
-        )
+        env.update(proxy_env(proxy_token, proxy_port))
     return env
+
+
+def proxy_env(proxy_token: str, proxy_port: int = PROXY_PORT) -> dict[str, str]:
+    """The variables that point the sandbox at the auth proxy's relay with its opaque token."""
+    return {
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
+        "ANTHROPIC_AUTH_TOKEN": proxy_token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
 
 
 def managed_settings_for(
