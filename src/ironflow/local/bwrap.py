@@ -40,6 +40,7 @@ __all__ = [
     "bwrap_argv",
     "check_command_and_sizes",
     "check_size",
+    "relay_argv",
     "mount_path_problem",
 ]
 
@@ -110,6 +111,12 @@ class BwrapSettings:
     seccomp_fd: int | None = None
     #: A host directory bound read-write at ~/.claude/projects (the pod's sessions claim).
     sessions_dir: str | None = None
+
+
+def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[str, ...]:
+    """The argv that runs the proxy relay (``ironflow.local.forwarder`` at ``script``, as the sandbox sees
+    it) under either runtime; the step's command follows it."""
+    return (python, "-I", "-S", script, str(port), socket_path, "--")
 
 
 def mount_path_problem(path: str) -> str | None:

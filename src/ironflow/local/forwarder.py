@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["main", "relay_argv"]
+__all__ = ["main"]
 
 _CHUNK = 65536
 
@@ -49,11 +49,6 @@ def _serve(listener: socket.socket, unix_path: str) -> None:
             continue
         threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-
-
-def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[str, ...]:
-    """The argv that runs this script (at ``script``, as the sandbox sees it); the command follows it."""
-    return (python, "-I", "-S", script, str(port), socket_path, "--")
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import command, layout, profile
-from ironflow.local import bwrap, forwarder
+from ironflow.local import bwrap
 
 __all__ = [
     "SETUP_FAILED",
@@ -151,6 +151,6 @@ def gvisor_argv(settings: GvisorSettings) -> list[str]:
         "--unshare-net",  # a namespace with only lo: --network=host then reaches nothing else
         "--die-with-parent",
         "--",
-        *forwarder.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path),
+        *bwrap.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path),
         *runsc,
     ]

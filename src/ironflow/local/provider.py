@@ -434,7 +434,7 @@ class LocalSandboxProvider:
                     exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
         full_cmd = cmd
         if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
-            relay = forwarder.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
+            relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
             full_cmd = (*relay, *cmd)
         return bwrap.bwrap_argv(
             bwrap.BwrapSettings(
