@@ -40,8 +40,8 @@ __all__ = [
     "bwrap_argv",
     "check_command_and_sizes",
     "check_size",
-    "relay_argv",
     "mount_path_problem",
+    "relay_argv",
 ]
 
 DEFAULT_HOME_SIZE_BYTES: Final = 1 << 30
