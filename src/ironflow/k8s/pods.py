@@ -24,7 +24,6 @@ __all__ = [
     "read_log_quietly",
     "shielded",
     "wait_for_pod",
-    "wait_gone",
     "watching",
 ]
 
@@ -81,13 +80,6 @@ async def wait_for_pod(
     from ironflow.k8s import informer
 
     return await informer.informer_for(api, namespace).wait_for(name, predicate, timeout_s)
-
-
-async def wait_gone(api: kube.KubeApi, namespace: str, name: str, uid: str) -> None:
-    """Return once the pod ``name`` with this ``uid`` no longer exists (a new pod of that name does not count)."""
-    from ironflow.k8s import informer
-
-    await informer.informer_for(api, namespace).wait_deleted(name, uid, None)
 
 
 @contextlib.asynccontextmanager
