@@ -21,6 +21,9 @@ KEY = "sk-ant-api03-local-sandbox-test-key-0123456789"
 PYTHON = os.path.realpath(sys.executable)
 #: A host directory outside what either sandbox hides, holding this file.
 HERE = os.path.dirname(os.path.realpath(__file__))
+#: A host directory (and a file in it) any user may read, outside every path the sandbox reserves
+#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout).
+MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/bin", "env"
 
 pytestmark = pytest.mark.bwrap
 
@@ -213,12 +216,12 @@ async def test_bubblewrap_seccomp_refuses_what_runtime_default_refuses() -> None
 async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dropped(
     provider: LocalSandboxProvider,
 ) -> None:
-    name = os.path.basename(__file__)
+    here, name = MOUNTABLE_DIR, MOUNTABLE_FILE
     at_itself = await provider.run_command(
-        ["test", "-f", f"{HERE}/{name}"], read_only_mounts=[ReadOnlyMount(HERE, HERE)]
+        ["test", "-f", f"{here}/{name}"], read_only_mounts=[ReadOnlyMount(here, here)]
     )
     assert at_itself.exit_code == 0, at_itself.stderr
-    moved = [ReadOnlyMount(HERE, "/data")]
+    moved = [ReadOnlyMount(here, "/data")]
     if provider.isolation == "gvisor":
         with pytest.raises(errors.ConfigError, match="gVisor isolation shows host paths only where they are"):
             await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
@@ -226,4 +229,4 @@ async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dr
         result = await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
         assert result.exit_code == 0, result.stderr
     with pytest.raises(errors.ConfigError, match="reserved path '/etc/claude-code'"):
-        await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(HERE, "/etc/claude-code")])
+        await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/etc/claude-code")])
