@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ironflow.agent import AgentConfig
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s import api as k8s
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
+from ironflow.steps import AgentConfig
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 

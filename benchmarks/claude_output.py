@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ironflow.agent import AgentConfig
 from ironflow.claude import output, rate_limits
+from ironflow.steps import AgentConfig
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "claude"
 

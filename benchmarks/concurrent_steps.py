@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow.agent import AgentConfig
-from ironflow.k8s import api as kube
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import StepRunner
+from ironflow.kube import api as kube
+from ironflow.steps import AgentConfig
 
 NAMESPACE = "bench"
 RESULT_LINE = json.dumps(

@@ -24,8 +24,8 @@ from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
 from typing import Any
 
-from ironflow.agent import AgentConfig, AgentResult
 from ironflow.engine import Context, Runner, Worker, load_workflow, model, open_store
+from ironflow.steps import AgentConfig, AgentResult
 
 DURATIONS: list[float] = []
 

@@ -21,7 +21,7 @@ import statistics
 import time
 from typing import Any
 
-from ironflow.k8s import api, informer
+from ironflow.kube import api, informer, pod_status
 from ironflow.testing.kube import KubeTestServer
 
 NAMESPACE = "bench"
@@ -41,13 +41,13 @@ async def _per_pod_wait(kube: api.KubeApi, name: str, rv: str) -> float:
         kube.watch(api.PODS, NAMESPACE, resource_version=rv, field_selector=f"metadata.name={name}")
     ) as events:
         async for event in events:
-            if informer.pod_finished(event.object):
+            if pod_status.pod_finished(event.object):
                 return time.perf_counter()
     raise RuntimeError("watch ended")
 
 
 async def _shared_wait(kube: api.KubeApi, name: str) -> float:
-    pod = await informer.informer_for(kube, NAMESPACE).wait_for(name, informer.pod_finished, 60)
+    pod = await informer.informer_for(kube, NAMESPACE).wait_for(name, pod_status.pod_finished, 60)
     if pod is None:
         raise RuntimeError(f"{name} did not finish")
     return time.perf_counter()

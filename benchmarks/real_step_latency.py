@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ironflow.agent import Agent, AgentConfig
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
+from ironflow.steps import Agent, AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 
 __all__ = ["main"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ironflow.claude.cli import CLAUDE_CODE_VERSION, find_claude_cli
-from ironflow.testing.fake_anthropic import ErrorTurn, FakeAnthropic, Script, TextTurn, ToolUseTurn, Usage
+from ironflow.fake_model.server import ErrorTurn, FakeAnthropic, Script, TextTurn, ToolUseTurn, Usage
 
 HOME_PLACEHOLDER = "/tmp/claude-home"
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}

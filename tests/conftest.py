@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+pytest_plugins = ["tests.fakes.kube_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 async def _no_leaked_tasks() -> AsyncIterator[None]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ironflow.agent import AgentConfig
 from ironflow.engine import AgentStep, Context, RetryPolicy
+from ironflow.steps import AgentConfig
 
 REVIEWERS = ("correctness", "security", "tests")
 

@@ -6,7 +6,9 @@ errors. Providers live in their packages (``ironflow.k8s``, ``ironflow.local``,
 """
 
 from ironflow import errors
-from ironflow.agent import (
+from ironflow.provider import AgentProvider, LogSink
+from ironflow.secrets import Secret
+from ironflow.steps import (
     Agent,
     AgentConfig,
     AgentInput,
@@ -17,8 +19,6 @@ from ironflow.agent import (
     ReadOnlyVolume,
     SecretEnvVar,
 )
-from ironflow.provider import AgentProvider, LogSink
-from ironflow.secrets import Secret
 
 __all__ = [
     "Agent",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ironflow.agent import AgentConfig, AgentResult
+from ironflow.steps import AgentConfig, AgentResult
 
 __all__ = ["ACCOUNT_KIND_CLAUDE_SUBSCRIPTION", "AgentProvider", "LogSink"]
 

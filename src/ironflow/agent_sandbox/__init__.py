@@ -2,7 +2,7 @@
 
 Layering: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
 ``manifests`` and ``patterns`` render them (pure); ``claims`` and ``provider`` do the
-I/O through :mod:`ironflow.k8s.api`. Nothing here imports ``kubernetes_asyncio``.
+I/O through :mod:`ironflow.kube.api`. Nothing here imports ``kubernetes_asyncio``.
 """
 
 from typing import TYPE_CHECKING

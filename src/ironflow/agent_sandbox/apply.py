@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ironflow import errors
 from ironflow.agent_sandbox import schemas
-from ironflow.k8s import api as kube
+from ironflow.kube import api as kube
 
 __all__ = ["Applied", "apply_objects", "merge_patch_to"]
 

@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.agent_sandbox import models
-from ironflow.k8s import api as kube
-from ironflow.k8s import cleanup, informer, labels, pods, reaper
+from ironflow.k8s import cleanup, pods, reaper
+from ironflow.kube import api as kube
+from ironflow.kube import informer
 
 __all__ = [
     "CLAIM_NAME_PREFIX",

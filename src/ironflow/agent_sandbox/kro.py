@@ -23,11 +23,11 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow.agent import AgentConfig
+from ironflow import labels
 from ironflow.agent_sandbox import manifests, models, patterns
 from ironflow.claude import command
-from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.steps import AgentConfig
 
 __all__ = [
     "KRO_API",

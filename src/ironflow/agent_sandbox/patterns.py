@@ -30,10 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import manifests, models
 from ironflow.claude import cli
-from ironflow.k8s import labels
 from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
@@ -88,7 +87,7 @@ class PatternOptions:
 
 
 def _pod(
-    provider: K8sEphemeralProvider, config: agent.AgentConfig, worker_env: Mapping[str, str] | None = None
+    provider: K8sEphemeralProvider, config: steps.AgentConfig, worker_env: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     objects = provider.manifests(config, now=_NOW, worker_env=worker_env or {}, pod_name="pattern")
     pods = [o for o in objects if o.get("kind") == "Pod"]
@@ -96,7 +95,7 @@ def _pod(
 
 
 def agent_pod_template(
-    provider: K8sEphemeralProvider, config: agent.AgentConfig, *, workspace: Mapping[str, Any] | None = None
+    provider: K8sEphemeralProvider, config: steps.AgentConfig, *, workspace: Mapping[str, Any] | None = None
 ) -> models.PodTemplate:
     """The provider's pod for ``config`` as a pod template (the agent runs as the container's command).
 
@@ -114,7 +113,7 @@ def idle_pod_template(
     provider: K8sEphemeralProvider,
     *,
     workspace_vct: str | None = None,
-    config: agent.AgentConfig | None = None,
+    config: steps.AgentConfig | None = None,
     worker_env: Mapping[str, str] | None = None,
 ) -> models.PodTemplate:
     """The provider's hardened pod, idle: what a template and its warm pool keep ready for ``exec``.
@@ -123,7 +122,7 @@ def idle_pod_template(
     controller injects the volume itself). ``worker_env`` is the worker's environment, as the
     provider's ``manifests()`` takes it (default: none, so a bypass-permissions step is refused).
     """
-    pod = _pod(provider, config or agent.AgentConfig(prompt="idle"), worker_env)
+    pod = _pod(provider, config or steps.AgentConfig(prompt="idle"), worker_env)
     spec = pod["spec"]
     spec.pop("activeDeadlineSeconds", None)  # a pool member waits for as long as it takes
     main = spec["containers"][0]
@@ -155,8 +154,8 @@ def secure_default_egress() -> dict[str, Any]:
     }
 
 
-def agent_config(opts: PatternOptions) -> agent.AgentConfig:
-    return agent.AgentConfig(prompt=opts.prompt, working_dir=WORKSPACE_PATH)
+def agent_config(opts: PatternOptions) -> steps.AgentConfig:
+    return steps.AgentConfig(prompt=opts.prompt, working_dir=WORKSPACE_PATH)
 
 
 def pattern_labels(opts: PatternOptions) -> Mapping[str, str]:

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import apply, claims, manifests, models, patterns
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import api as kube
-from ironflow.k8s import clusters, labels
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube import api as kube
+from ironflow.kube import clusters
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -174,7 +174,7 @@ class AgentSandboxProvider:
         return self._with(network_policy=rules, network_policy_management=management)
 
     def cluster(self, cluster: clusters.ClusterConfig) -> AgentSandboxProvider:
-        """Which cluster to talk to (a :data:`~ironflow.k8s.clusters.ClusterConfig`); default: the pod provider's."""
+        """Which cluster to talk to (a :data:`~ironflow.kube.clusters.ClusterConfig`); default: the pod provider's."""
         return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))
 
     @property
@@ -310,7 +310,7 @@ class AgentSandboxProvider:
         kinds = {"SandboxTemplate": res.templates, "SandboxWarmPool": res.pools}
         return await apply.apply_objects(client, kinds, self.settings.namespace, self.template_objects())
 
-    def check_step(self, config: agent.AgentConfig, *, worker_env: Mapping[str, str] | None = None) -> None:
+    def check_step(self, config: steps.AgentConfig, *, worker_env: Mapping[str, str] | None = None) -> None:
         """Refuse a step the provider's pod cannot run, before anything is created.
 
         ``worker_env`` is the worker's environment, as the pod provider's ``manifests()`` takes
@@ -334,12 +334,12 @@ class AgentSandboxProvider:
                 "run 'ironflow sandbox apply-template'"
             )
 
-    def run_labels(self, config: agent.AgentConfig) -> dict[str, str]:
+    def run_labels(self, config: steps.AgentConfig) -> dict[str, str]:
         """The run labels (run id, step, root run id) the step's pod and claim carry (pure)."""
         pod_labels = {**self.settings.pod.settings.pod_labels, **config.pod_labels}
         return {k: pod_labels[k] for k in _RUN_LABELS if k in pod_labels}
 
-    def claim_manifest(self, config: agent.AgentConfig, *, name: str, now: int) -> dict[str, Any]:
+    def claim_manifest(self, config: steps.AgentConfig, *, name: str, now: int) -> dict[str, Any]:
         """The step's SandboxClaim: run/step labels, expiry annotation and ``lifecycle.shutdownTime`` (pure).
 
         The step is not validated here: :meth:`check_step` does it first.
@@ -367,7 +367,7 @@ class AgentSandboxProvider:
 
     def exec_plan(
         self,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         *,
         proxy_token: Secret | None = None,
         worker_env: Mapping[str, str] | None = None,
@@ -426,12 +426,12 @@ class AgentSandboxProvider:
 
         return SandboxStepRunner(self, api=api, issuer=issuer, worker_env=worker_env)
 
-    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
         """Run one step in a claimed sandbox and delete the claim (shared client, admin client from settings)."""
         async with self._default_runner() as r:
             return await r.invoke(config)
 
-    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
         async with self._default_runner() as r:
             return await r.invoke_with_logs(config, sink)
 

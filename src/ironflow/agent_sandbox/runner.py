@@ -19,13 +19,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import claims
 from ironflow.claude import output, rate_limits
-from ironflow.k8s import api as kube
-from ironflow.k8s import labels, pods, reaper
 from ironflow.k8s import manifests as pod_manifests
+from ironflow.k8s import pods, reaper
 from ironflow.k8s import runner as k8s_runner
+from ironflow.kube import api as kube
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -71,10 +71,10 @@ class SandboxStepRunner:
 
     # -- the provider protocol --
 
-    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
         return await self._run(config, None)
 
-    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
         """Like :meth:`invoke` with ``--verbose`` stream-json; each line reaches ``sink`` as the exec streams it."""
         return await self._run(config.replace(verbose=True), sink)
 
@@ -113,7 +113,7 @@ class SandboxStepRunner:
 
     # -- one step --
 
-    async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
+    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> steps.AgentResult:
         p = self.provider
         p.check_step(config, worker_env=self.worker_env)  # refuses the step before anything exists
         started = time.monotonic()
@@ -165,7 +165,7 @@ class SandboxStepRunner:
                 api, self.provider.resources.claims, self.namespace, name, "Ready", timeout_s=timeout
             )
         except errors.OperationTimeout:
-            from ironflow.k8s import informer
+            from ironflow.kube import informer
 
             last = informer.informer_for(api, self.namespace, self.provider.resources.claims).get(name) or {}
             cond = claims.condition(last, "Ready") or {}
@@ -186,12 +186,12 @@ class SandboxStepRunner:
     async def _in_sandbox(
         self,
         api: kube.KubeApi,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         claim: Mapping[str, Any],
         ready: Mapping[str, Any],
         sink: LogSink | None,
         started: float,
-    ) -> agent.AgentResult:
+    ) -> steps.AgentResult:
         p = self.provider
         sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
         if not sandbox:
@@ -271,6 +271,6 @@ _STREAMS = {1: "stdout", 2: "stderr"}
 
 def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:
     """Hold the namespace's shared claim watch for the block (one list, then events)."""
-    from ironflow.k8s import informer
+    from ironflow.kube import informer
 
     return informer.informer_for(api, namespace, resource).hold()

@@ -21,10 +21,10 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from ironflow.agent import AccountSession
 from ironflow.auth_proxy import tokens
 from ironflow.errors import AuthProxyError, ConfigError
 from ironflow.secrets import Secret
+from ironflow.steps import AccountSession
 
 __all__ = [
     "ADMIN_KEY_ENV",

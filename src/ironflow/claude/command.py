@@ -15,7 +15,7 @@ import json
 from decimal import Decimal
 from typing import Final
 
-from ironflow import agent, errors
+from ironflow import errors, steps
 from ironflow.claude import layout
 from ironflow.secrets import Secret
 
@@ -42,7 +42,7 @@ CONTEXT_LIMIT_1M: Final = 1_000_000
 _CHARS_PER_TOKEN: Final = 4
 
 
-def validate_prompt_size(config: agent.AgentConfig) -> None:
+def validate_prompt_size(config: steps.AgentConfig) -> None:
     """Refuse a prompt that cannot fit the model's context, before anything is created.
 
     The estimate is the reference's (bytes / 4), cheap and deliberately rough: it only
@@ -60,7 +60,7 @@ def validate_prompt_size(config: agent.AgentConfig) -> None:
         raise errors.PromptTooLarge(chars, estimated, limit)
 
 
-def prompt_via_stdin(config: agent.AgentConfig) -> bool:
+def prompt_via_stdin(config: steps.AgentConfig) -> bool:
     """Whether the prompt is too long for argv and must be piped in."""
     return len(config.prompt.encode()) > PROMPT_STDIN_THRESHOLD
 
@@ -77,7 +77,7 @@ def format_f64(value: float) -> str:
     return text
 
 
-def build_args(config: agent.AgentConfig, *, allow_bypass: bool) -> list[str]:
+def build_args(config: steps.AgentConfig, *, allow_bypass: bool) -> list[str]:
     """The CLI arguments for ``config`` (without the ``claude`` path), in the reference's order.
 
     ``allow_bypass`` is the worker's ``IRONFLOW_ALLOW_BYPASS == "1"`` decision, passed in
@@ -119,11 +119,11 @@ def build_args(config: agent.AgentConfig, *, allow_bypass: bool) -> list[str]:
     if config.bare:
         args.append("--bare")
     mode = config.permission_mode
-    if mode is agent.PermissionMode.AUTO:
+    if mode is steps.PermissionMode.AUTO:
         args += ["--permission-mode", "auto"]
-    elif mode is agent.PermissionMode.DONT_ASK:
+    elif mode is steps.PermissionMode.DONT_ASK:
         args += ["--permission-mode", "dontAsk"]
-    elif mode is agent.PermissionMode.BYPASS_PERMISSIONS:
+    elif mode is steps.PermissionMode.BYPASS_PERMISSIONS:
         if not allow_bypass:
             raise errors.StepConfigError(f"BypassPermissions requires {layout.ALLOW_BYPASS_ENV}=1 environment variable")
         args.append("--dangerously-skip-permissions")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ironflow import agent
+from ironflow import steps
 
 __all__ = [
     "EVENT_TYPE",
@@ -135,7 +135,7 @@ def collect_rate_limits(text: str) -> list[RateLimitWindow]:
     return list(latest.values())
 
 
-def record_rate_limits(config: agent.AgentConfig, logs: str) -> list[RateLimitWindow]:
+def record_rate_limits(config: steps.AgentConfig, logs: str) -> list[RateLimitWindow]:
     """Push the log's windows to the step's account recorder; returns what was found.
 
     Nothing is recorded for a step without an account (or whose account has no recorder),

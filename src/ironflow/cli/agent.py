@@ -35,16 +35,16 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors
-from ironflow.agent import AgentConfig, AgentResult
 from ironflow.cli import options
 from ironflow.cli.options import Backend
 from ironflow.k8s import command_pods
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
+from ironflow.steps import AgentConfig, AgentResult
 
 if TYPE_CHECKING:
-    from ironflow.k8s.clusters import ClusterConfig
+    from ironflow.fake_model.server import Script
     from ironflow.k8s.ops import PodRun, PodRunOutput
-    from ironflow.testing.fake_anthropic import Script
+    from ironflow.kube.clusters import ClusterConfig
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
 
@@ -95,7 +95,7 @@ def _progress(message: str) -> Iterator[None]:
 
 
 def _fake_script(script_path: str | None) -> Script:
-    from ironflow.testing.fake_anthropic import Script
+    from ironflow.fake_model.server import Script
 
     if script_path is None or script_path == _DEFAULT_SCRIPT:
         return Script.of("Hello from the sandbox! (offline fake model)")
@@ -232,7 +232,7 @@ def agent(
 
 
 async def _run_pod(run: PodRun, cluster: ClusterConfig | None) -> PodRunOutput:
-    from ironflow.k8s import api as kube  # the API client loads only when a pod is run
+    from ironflow.kube import api as kube  # the API client loads only when a pod is run
 
     async with await kube.KubeApi.connect(cluster) as client:
         return await run.run(client)

@@ -3,7 +3,7 @@
 Fetches the agent pods (or ``--pod``), asks the API server whether the worker could create
 NetworkPolicies (a SubjectAccessReview), and with ``--auth-proxy`` sends the proxy an
 unknown token, and runs the four exec probes (a short ``sh`` script per probe) in every
-Running agent pod through ``pods/exec``; :mod:`ironflow.k8s.checks` decides.
+Running agent pod through ``pods/exec``; :mod:`ironflow.cluster.checks` decides.
 
 Exit codes: 0 every check passed; 1 a check failed; 2 bad input; 3 nothing failed but a
 check could not run (skipped), or the cluster could not be reached.
@@ -22,12 +22,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.cli import options
-from ironflow.k8s import checks, cluster, labels
+from ironflow.cluster import checks, setup
 
 if TYPE_CHECKING:
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
 __all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "run_checks"]
 
@@ -43,7 +43,7 @@ class OutputFormat(StrEnum):
 
 
 async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube.KubeObject]:
-    from ironflow.k8s import api as kube  # the API client loads only when a cluster is checked
+    from ironflow.kube import api as kube  # the API client loads only when a cluster is checked
 
     if pod is not None:
         return [await api.get(kube.PODS, namespace, pod)]
@@ -52,7 +52,7 @@ async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube
 
 
 async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.KubeObject | None, str]:
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
     reviews = kube.custom_resource(
         "authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False
@@ -137,8 +137,8 @@ async def run_checks(
     namespace: str,
     pod: str | None = None,
     auth_proxy_url: str | None = None,
-    worker_namespace: str = cluster.WORKER_NAMESPACE,
-    worker_service_account: str = cluster.WORKER_SERVICE_ACCOUNT,
+    worker_namespace: str = setup.WORKER_NAMESPACE,
+    worker_service_account: str = setup.WORKER_SERVICE_ACCOUNT,
     proxy_timeout_s: float = 5.0,
     exec_probes: bool = True,
     exec_timeout_s: float = 20.0,
@@ -200,7 +200,7 @@ async def _check(
     exec_probes: bool,
     egress_url: str,
 ) -> list[checks.CheckResult]:
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
     api = await kube.KubeApi.connect(cluster_config)
     async with api:
@@ -217,13 +217,13 @@ async def _check(
 
 
 def check(
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Agent namespace.")] = cluster.AGENTS_NAMESPACE,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Agent namespace.")] = setup.AGENTS_NAMESPACE,
     pod: Annotated[str | None, typer.Option("--pod", help="Check this pod (default: every agent pod).")] = None,
     auth_proxy: Annotated[
         str | None, typer.Option("--auth-proxy", help="Proxy URL reachable from here: must answer 401 to a bad token.")
     ] = None,
-    worker_namespace: Annotated[str, typer.Option("--worker-namespace")] = cluster.WORKER_NAMESPACE,
-    worker_service_account: Annotated[str, typer.Option("--worker-service-account")] = cluster.WORKER_SERVICE_ACCOUNT,
+    worker_namespace: Annotated[str, typer.Option("--worker-namespace")] = setup.WORKER_NAMESPACE,
+    worker_service_account: Annotated[str, typer.Option("--worker-service-account")] = setup.WORKER_SERVICE_ACCOUNT,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
     exec_probes: Annotated[
         bool, typer.Option("--exec/--no-exec", help="Run the exec probes in Running agent pods (pods/exec).")

@@ -1,6 +1,6 @@
 """``ironflow dev …``: helpers for building workflows without a key, such as the offline model.
 
-``ironflow dev fake-anthropic`` serves :class:`~ironflow.testing.fake_anthropic.FakeAnthropic`
+``ironflow dev fake-anthropic`` serves :class:`~ironflow.fake_model.server.FakeAnthropic`
 until interrupted: the URL goes to stdout (so ``URL=$(…)`` style scripting works with a
 background job), notes to stderr. Bad input exits 2 with one line naming the problem.
 """
@@ -20,7 +20,7 @@ from ironflow import errors
 from ironflow.cli.options import fail
 
 if TYPE_CHECKING:
-    from ironflow.testing import fake_anthropic as fakes
+    from ironflow.fake_model import server as fakes
 
 __all__ = ["register"]
 
@@ -53,7 +53,7 @@ def fake_anthropic(
     ] = None,
 ) -> None:
     """Serve an offline Anthropic Messages API with scripted replies until Ctrl-C."""
-    from ironflow.testing import fake_anthropic as fakes  # the HTTP server loads only when serving
+    from ironflow.fake_model import server as fakes  # the HTTP server loads only when serving
 
     try:
         loaded = fakes.Script.from_yaml(script) if script is not None else fakes.Script()

@@ -1,7 +1,7 @@
 """``ironflow manifests``: print what a cluster administrator applies once, for given names.
 
-Thin over :func:`ironflow.k8s.cluster.render_documents`: options become a
-:class:`~ironflow.k8s.cluster.ClusterSetup`, the objects go to stdout as commented YAML
+Thin over :func:`ironflow.cluster.setup.render_documents`: options become a
+:class:`~ironflow.cluster.setup.ClusterSetup`, the objects go to stdout as commented YAML
 documents or one JSON ``List`` (both ``kubectl apply -f -`` ready). Reading a profile
 directory is the only I/O. Bad input exits 2 with one line on stderr naming the problem.
 """
@@ -16,12 +16,12 @@ import typer
 
 from ironflow import errors
 from ironflow.cli.options import ManifestFormat, fail
-from ironflow.k8s import cluster, cluster_network, documents
+from ironflow.cluster import documents, network, setup
 
 __all__ = ["manifests", "parse_egress_profile", "read_profile_dir", "register"]
 
 
-def parse_egress_profile(text: str) -> cluster_network.EgressProfile:
+def parse_egress_profile(text: str) -> network.EgressProfile:
     """``NAME=HOST[,HOST...]`` as an egress profile.
 
     >>> parse_egress_profile("gitlab=gitlab.com").hosts
@@ -30,7 +30,7 @@ def parse_egress_profile(text: str) -> cluster_network.EgressProfile:
     name, sep, hosts = text.partition("=")
     if not sep:
         raise errors.ConfigError(f"--egress-profile '{text}' must read NAME=HOST[,HOST...], e.g. gitlab=gitlab.com")
-    return cluster_network.EgressProfile(name.strip(), tuple(h.strip() for h in hosts.split(",") if h.strip()))
+    return network.EgressProfile(name.strip(), tuple(h.strip() for h in hosts.split(",") if h.strip()))
 
 
 def read_profile_dir(root: Path) -> dict[str, str]:
@@ -53,13 +53,13 @@ def read_profile_dir(root: Path) -> dict[str, str]:
 def manifests(
     namespace: Annotated[
         str, typer.Option("-n", "--namespace", help="Namespace of the agent pods.")
-    ] = cluster.AGENTS_NAMESPACE,
+    ] = setup.AGENTS_NAMESPACE,
     worker_namespace: Annotated[
         str, typer.Option("--worker-namespace", help="Namespace of the worker's ServiceAccount.")
-    ] = cluster.WORKER_NAMESPACE,
+    ] = setup.WORKER_NAMESPACE,
     worker_service_account: Annotated[
         str, typer.Option("--worker-service-account", help="The worker's ServiceAccount.")
-    ] = cluster.WORKER_SERVICE_ACCOUNT,
+    ] = setup.WORKER_SERVICE_ACCOUNT,
     auth_proxy: Annotated[
         str | None,
         typer.Option(
@@ -94,25 +94,25 @@ def manifests(
 ) -> None:
     """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster."""
     try:
-        profiles: tuple[cluster_network.EgressProfile, ...] | None = None
+        profiles: tuple[network.EgressProfile, ...] | None = None
         if no_egress_profiles:
             profiles = ()
         elif egress_profile:
             profiles = tuple(parse_egress_profile(p) for p in egress_profile)
-        config = cluster.ClusterSetup(
+        config = setup.ClusterSetup(
             namespace=namespace,
             worker_namespace=worker_namespace,
             worker_service_account=worker_service_account,
             auth_proxy_url=auth_proxy,
             cilium=cilium,
             gvisor=gvisor,
-            presets=tuple(preset) if preset else cluster.ClusterSetup().presets,
-            egress_profiles=profiles if profiles is not None else cluster.ClusterSetup().egress_profiles,
+            presets=tuple(preset) if preset else setup.ClusterSetup().presets,
+            egress_profiles=profiles if profiles is not None else setup.ClusterSetup().egress_profiles,
             environment_claims=environment_claims,
             check_rbac=check_rbac,
         )
         profile = read_profile_dir(profile_dir) if profile_dir is not None else None
-        docs = cluster.render_documents(config, profile=profile)
+        docs = setup.render_documents(config, profile=profile)
     except errors.ConfigError as exc:
         fail(exc.message)
     if output is ManifestFormat.JSON:

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TypeVar
 import typer
 import yaml
 
-from ironflow import errors
-from ironflow.k8s import clusters, labels
+from ironflow import errors, labels
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube import clusters
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.fake_model.server import Script
     from ironflow.local.provider import ProxyCredential
-    from ironflow.testing.fake_anthropic import Script
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -99,8 +99,8 @@ def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
 async def fake_model(script: Script) -> AsyncIterator[ProxyCredential]:
     """Serve the offline model server answering ``script`` while the block runs; yield the
     credential a provider's proxy uses to reach it (the server admits :data:`FAKE_MODEL_KEY` only)."""
+    from ironflow.fake_model.server import FakeAnthropic  # the HTTP server loads only when used
     from ironflow.local.provider import ProxyCredential
-    from ironflow.testing.fake_anthropic import FakeAnthropic  # the HTTP server loads only when used
 
     async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
         yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)

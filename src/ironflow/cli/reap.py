@@ -24,7 +24,7 @@ from ironflow.cli import options
 
 if TYPE_CHECKING:
     from ironflow.k8s import reaper
-    from ironflow.k8s.clusters import ClusterConfig
+    from ironflow.kube.clusters import ClusterConfig
 
 __all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"]
 
@@ -74,8 +74,8 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
 async def _reap(
     cluster: ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
 ) -> None:
-    from ironflow.k8s import api as kube  # the API client loads only when a namespace is reaped
     from ironflow.k8s import reaper
+    from ironflow.kube import api as kube  # the API client loads only when a namespace is reaped
 
     err = Console(stderr=True)
     api = await kube.KubeApi.connect(cluster)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final
 import typer
 import yaml
 
-from ironflow import agent, errors
+from ironflow import errors, steps
 from ironflow.cli.options import ManifestFormat, emit_objects, fail
 from ironflow.k8s import provider as k8s_provider
 
@@ -26,7 +26,7 @@ __all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render"]
 DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"  # noqa: S105 - a visible placeholder, not a credential
 
 
-def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
+def _load_step(path: Path | None, prompt: str | None) -> steps.AgentConfig:
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -42,7 +42,7 @@ def _load_step(path: Path | None, prompt: str | None) -> agent.AgentConfig:
         data["prompt"] = prompt
     if not data.get("prompt"):
         fail("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
-    return agent.AgentConfig.from_dict(data)
+    return steps.AgentConfig.from_dict(data)
 
 
 def render(

@@ -26,16 +26,15 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.cli import options
 from ironflow.cli.options import Backend
 from ironflow.engine import accounts, loading, model
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
-from ironflow.k8s import labels
-from ironflow.k8s.clusters import ClusterConfig, describe_cluster
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube.clusters import ClusterConfig, describe_cluster
 from ironflow.provider import AgentProvider
 
 if TYPE_CHECKING:
@@ -100,7 +99,7 @@ async def _pool(
     if not any(a.credential.secret is not None for a in parsed):
         yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s)
         return
-    from ironflow.k8s import api as k8s_api
+    from ironflow.kube import api as k8s_api
 
     chosen = cluster()
     try:
@@ -175,7 +174,7 @@ class _Providers:
 
     async def __aenter__(self) -> _Providers:
         if self.fake_model:
-            from ironflow.testing.fake_anthropic import Script
+            from ironflow.fake_model.server import Script
 
             fake = options.fake_model(Script.of(default=_FAKE_REPLY))
             self.fake_credential = await self._stack.enter_async_context(fake)

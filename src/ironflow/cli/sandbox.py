@@ -22,8 +22,8 @@ from rich.console import Console
 from ironflow import errors
 from ironflow.agent_sandbox import models, patterns
 from ironflow.cli import options
-from ironflow.k8s import clusters
 from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube import clusters
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox import apply, claims
@@ -142,7 +142,7 @@ def render(
 
 
 async def _apply(provider: AgentSandboxProvider, cluster: clusters.ClusterConfig) -> list[apply.Applied]:
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
     async with await kube.KubeApi.connect(cluster) as api:
         return await provider.apply_template(api)
@@ -215,7 +215,7 @@ async def _reap(
     cluster: clusters.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
 ) -> claims.ClaimReapReport:
     from ironflow.agent_sandbox import claims
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
     async with await kube.KubeApi.connect(cluster) as api:
         return await claims.reap_claims(api, claims.resources(version).claims, namespace, dry_run=dry_run)

@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
-from ironflow.agent import AccountSession
 from ironflow.engine import model
 from ironflow.engine.store import Store
 from ironflow.secrets import Secret
+from ironflow.steps import AccountSession
 
 if TYPE_CHECKING:
-    from ironflow.k8s.api import KubeApi
+    from ironflow.kube.api import KubeApi
 
 __all__ = [
     "AccountChoice",
@@ -216,7 +216,7 @@ class KubeSecretReader:
         self.default_namespace = default_namespace
 
     async def __call__(self, namespace: str | None, name: str, key: str) -> str:
-        from ironflow.k8s import api as k8s_api
+        from ironflow.kube import api as k8s_api
 
         ns = namespace or self.default_namespace
         secrets = k8s_api.Resource("", "v1", "secrets", "Secret")

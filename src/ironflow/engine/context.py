@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ironflow.agent import AgentConfig, AgentResult
 from ironflow.engine import model
 from ironflow.engine.retry import RetryPolicy
 from ironflow.provider import AgentProvider
+from ironflow.steps import AgentConfig, AgentResult
 
 __all__ = [
     "AgentStep",

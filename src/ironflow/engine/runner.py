@@ -25,14 +25,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow import errors
-from ironflow.agent import AgentConfig
+from ironflow import errors, labels
 from ironflow.engine import loading, model, retry
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
-from ironflow.k8s import labels
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider, LogSink
+from ironflow.steps import AgentConfig
 
 __all__ = [
     "Outcome",

@@ -3,7 +3,7 @@
 A store keeps runs, their steps' results and the rate-limit windows of Provider
 Accounts; it never keeps a credential. Two backends implement it: SQLite (one file,
 the default) and PostgreSQL (several workers on several machines). Both pass the same
-tests (``tests/integration/test_engine_stores.py``).
+tests (``tests/engine/integration/test_engine_runs.py``).
 
 Lease rule: a top-level run is taken by one worker at a time (``claim_run``); the worker
 renews its lease while it executes; a run whose lease ran out is taken again by any

@@ -8,7 +8,10 @@ the runtime modules build on it. Nothing pure imports an I/O module.
 from ironflow.claude.profile import ClaudeProfile
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.hardening import SandboxSettings
-from ironflow.k8s.labels import (
+from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
+from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
+from ironflow.labels import (
     ANNOTATION_EXPIRES_AT,
     LABEL_COMPONENT,
     LABEL_EGRESS_PROFILE,
@@ -18,9 +21,6 @@ from ironflow.k8s.labels import (
     LABEL_STEP,
     sanitize_label_value,
 )
-from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
-from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
-from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
 
 __all__ = [
     "ANNOTATION_EXPIRES_AT",

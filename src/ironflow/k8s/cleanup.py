@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ironflow import errors
-from ironflow.k8s import api as kube
-from ironflow.k8s import informer, labels
+from ironflow import errors, labels
+from ironflow.kube import api as kube
+from ironflow.kube import informer
 
 __all__ = [
     "Selection",

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ironflow import agent, errors
-from ironflow.k8s import labels
+from ironflow import errors, labels, steps
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_SIZE",
@@ -98,7 +97,7 @@ def generate_environment_name(now_ms: int, rand32: int) -> str:
 
 def environment_id_valid(environment_id: str) -> bool:
     """``[a-z0-9-]{1,253}``: a claim name ironflow could have made (the rule lives in ``agent``)."""
-    return agent.environment_id_valid(environment_id)
+    return steps.environment_id_valid(environment_id)
 
 
 def environment_claim_for(resume_id: str | None, *, now_ms: int, rand32: int) -> EnvironmentClaim:
@@ -110,13 +109,13 @@ def environment_claim_for(resume_id: str | None, *, now_ms: int, rand32: int) ->
     if resume_id is None:
         return EnvironmentClaim(generate_environment_name(now_ms, rand32), resumed=False)
     if not environment_id_valid(resume_id):
-        raise errors.StepConfigError(agent.invalid_environment_id_message(resume_id))
+        raise errors.StepConfigError(steps.invalid_environment_id_message(resume_id))
     return EnvironmentClaim(resume_id, resumed=True)
 
 
-def environment_mount(volume: EnvironmentVolume, claim_name: str) -> agent.PvcVolume:
+def environment_mount(volume: EnvironmentVolume, claim_name: str) -> steps.PvcVolume:
     """The claim as a step PVC: the whole claim (no subPath), read-write, at the mount path."""
-    return agent.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
+    return steps.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
 
 
 def environment_expires_at(volume: EnvironmentVolume, *, now: int, lifetime_s: int) -> int:
@@ -177,7 +176,7 @@ def not_found_message(environment_id: str) -> str:
     return f"environment '{environment_id}' not found or expired"
 
 
-def with_environment(result: agent.AgentResult, environment_id: str | None) -> agent.AgentResult:
+def with_environment(result: steps.AgentResult, environment_id: str | None) -> steps.AgentResult:
     """The step's result carrying the claim it used (§1.9 step 6); unchanged without one."""
     if environment_id is None:
         return result

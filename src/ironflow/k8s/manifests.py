@@ -17,9 +17,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import hardening, labels
+from ironflow.k8s import hardening
 from ironflow.secrets import looks_like_claude_credential
 
 if TYPE_CHECKING:
@@ -131,21 +131,21 @@ class Toleration:
 class PodInputs:
     """The provider's settings merged with the step's, after the invocation checks (§1.3)."""
 
-    secret_env: tuple[agent.SecretEnvVar, ...]
+    secret_env: tuple[steps.SecretEnvVar, ...]
     service_account: str | None
     runtime_class: str | None
     host_volumes: tuple[tuple[str, str], ...]
     pvc_volumes: tuple[tuple[str, str], ...]
-    step_pvc_volumes: tuple[agent.PvcVolume, ...]
-    read_only_volumes: tuple[agent.ReadOnlyVolume, ...]
+    step_pvc_volumes: tuple[steps.PvcVolume, ...]
+    read_only_volumes: tuple[steps.ReadOnlyVolume, ...]
     managed_settings_configmap: str | None
     labels: Mapping[str, str]
 
 
-def with_secret_env(current: Sequence[agent.SecretEnvVar], entry: agent.SecretEnvVar) -> tuple[agent.SecretEnvVar, ...]:
+def with_secret_env(current: Sequence[steps.SecretEnvVar], entry: steps.SecretEnvVar) -> tuple[steps.SecretEnvVar, ...]:
     """``current`` with ``entry``: it replaces the variable of its name in place, else goes last.
 
-    >>> a, b = agent.SecretEnvVar("A", "s", "k"), agent.SecretEnvVar("A", "t", "k")
+    >>> a, b = steps.SecretEnvVar("A", "s", "k"), steps.SecretEnvVar("A", "t", "k")
     >>> with_secret_env([a], b) == (b,)
     True
     """
@@ -159,7 +159,7 @@ def proxy_forbidden_message(name: str) -> str:
     return f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
 
 
-def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> PodInputs:
+def merged_pod_inputs(settings: ProviderSettings, config: steps.AgentConfig) -> PodInputs:
     """Merge provider and step pod settings, refusing what would weaken the sandbox.
 
     Raises:
@@ -187,7 +187,7 @@ def merged_pod_inputs(settings: ProviderSettings, config: agent.AgentConfig) -> 
     secret_env = settings.secret_env
     if settings.oauth_credentials_secret is not None:
         secret, key = settings.oauth_credentials_secret
-        secret_env = (*secret_env, agent.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
+        secret_env = (*secret_env, steps.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
     for entry in config.pod.secret_env:
         secret_env = with_secret_env(secret_env, entry)
     if settings.auth_proxy_url is not None:
@@ -296,7 +296,7 @@ def parent_dir(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else ""
 
 
-def validate_inputs(inputs: Sequence[agent.AgentInput]) -> None:
+def validate_inputs(inputs: Sequence[steps.AgentInput]) -> None:
     """Each input lands in a file under a directory the init container can mount.
 
     Raises:
@@ -371,7 +371,7 @@ def build_env(
     *,
     worker_env: Mapping[str, str],
     plain: Sequence[tuple[str, str]],
-    secret: Sequence[agent.SecretEnvVar],
+    secret: Sequence[steps.SecretEnvVar],
 ) -> list[dict[str, Any]]:
     """Blanking entries, then plain values, then secret references (§1.5 order).
 
@@ -391,11 +391,11 @@ def build_env(
     return env
 
 
-def _ro_volume_source(volume: agent.ReadOnlyVolume) -> dict[str, Any]:
+def _ro_volume_source(volume: steps.ReadOnlyVolume) -> dict[str, Any]:
     source = volume.source
-    if isinstance(source, agent.ConfigMapSource):
+    if isinstance(source, steps.ConfigMapSource):
         return {"configMap": {"name": source.name}}
-    if isinstance(source, agent.HostPathSource):
+    if isinstance(source, steps.HostPathSource):
         return {"hostPath": {"path": source.path, "type": "Directory"}}
     return {"persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True}}
 
@@ -410,7 +410,7 @@ def _mount(name: str, path: str, *, sub_path: str | None = None, read_only: bool
 
 
 def _volumes(
-    settings: ProviderSettings, inputs: PodInputs, config: agent.AgentConfig, prompt_cm: str | None
+    settings: ProviderSettings, inputs: PodInputs, config: steps.AgentConfig, prompt_cm: str | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes, main-container mounts and init-container mounts, in the §1.5 table order."""
     volumes: list[dict[str, Any]] = []
@@ -470,7 +470,7 @@ def _refuse_shared_mount_paths(mounts: Sequence[Mapping[str, Any]]) -> None:
         seen.add(path)
 
 
-def _input_script(inputs: Sequence[agent.AgentInput]) -> str:
+def _input_script(inputs: Sequence[steps.AgentInput]) -> str:
     lines = "".join(
         f"curl -sSfL --retry 3 --max-time 300 {command.shell_quote(i.url)} -o {command.shell_quote(i.mount_path)}\n"
         for i in inputs
@@ -481,7 +481,7 @@ def _input_script(inputs: Sequence[agent.AgentInput]) -> str:
 def build_pod(
     settings: ProviderSettings,
     inputs: PodInputs,
-    config: agent.AgentConfig,
+    config: steps.AgentConfig,
     *,
     name: str,
     shell_command: str,

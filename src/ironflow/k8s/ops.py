@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.k8s import hardening, labels
+from ironflow.k8s import hardening
 
 if TYPE_CHECKING:  # the builders stay pure: the API is imported only when a run starts
-    from ironflow.k8s import api as kube
+    from ironflow.kube import api as kube
 
 __all__ = [
     "LABEL_ROOT_RUN_ID",

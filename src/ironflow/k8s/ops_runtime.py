@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ironflow import errors
-from ironflow.k8s import api as kube
-from ironflow.k8s import informer, labels, pods
+from ironflow import errors, labels
+from ironflow.k8s import pods
 from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+from ironflow.kube import api as kube
+from ironflow.kube import informer, pod_status
 
 __all__ = ["run_job", "run_pod"]
 
@@ -48,12 +49,12 @@ async def run_pod(run: PodRun, api: kube.KubeApi) -> PodRunOutput:
     body = run.build_pod()
     await _create(api, kube.PODS, s.namespace, body)
     try:
-        pod = await pods.wait_for_pod(api, s.namespace, run.name, informer.pod_finished, s.timeout_s)
+        pod = await pods.wait_for_pod(api, s.namespace, run.name, pod_status.pod_finished, s.timeout_s)
         if pod is None:
             raise errors.OperationTimeout(f"pod '{run.name}' did not finish within {s.timeout_s:g}s")
-        phase = pods.phase(pod)
+        phase = pod_status.phase(pod)
         logs = await pods.read_log_quietly(api, s.namespace, run.name)
-        code = pods.exit_code(pod, run.name)
+        code = pod_status.exit_code(pod, run.name)
         return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:
         await pods.delete_quietly(api, kube.PODS, s.namespace, run.name, expires_at=_expiry_of(body))
@@ -83,7 +84,7 @@ async def run_job(run: JobRun, api: kube.KubeApi) -> PodRunOutput:
             # A Job retries in new pods: the newest says how it ended.
             last = max(job_pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
             logs = await pods.read_log_quietly(api, s.namespace, str(last["metadata"]["name"]))
-            code = pods.exit_code(last, run.name)
+            code = pod_status.exit_code(last, run.name)
         return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
     finally:
         await pods.delete_quietly(api, kube.JOBS, s.namespace, run.name, background=True, expires_at=_expiry_of(body))

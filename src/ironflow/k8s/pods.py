@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from ironflow import errors
-from ironflow.k8s import api as kube
+from ironflow.kube import api as kube
+from ironflow.kube import informer
 
 __all__ = [
     "delete_quietly",
-    "exit_code",
     "may_exist_after",
-    "phase",
     "read_log_quietly",
     "shielded",
     "wait_for_pod",
@@ -30,20 +29,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def phase(pod: Mapping[str, Any] | None) -> str:
-    """The pod's phase, ``Unknown`` when absent."""
-    return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
-
-
-def exit_code(pod: Mapping[str, Any] | None, container: str) -> int | None:
-    """The exit code the kubelet recorded for ``container`` once it terminated, else None."""
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or ():
-        if status.get("name") == container:
-            code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
-            return code if isinstance(code, int) and not isinstance(code, bool) else None
-    return None
 
 
 def may_exist_after(exc: BaseException) -> bool:
@@ -77,7 +62,6 @@ async def wait_for_pod(
     Raises :class:`~ironflow.errors.KubeNotFound` if the pod is deleted first, and the
     watch's error if the watch fails for good.
     """
-    from ironflow.k8s import informer
 
     return await informer.informer_for(api, namespace).wait_for(name, predicate, timeout_s)
 
@@ -88,7 +72,6 @@ async def watching(api: kube.KubeApi, namespace: str) -> AsyncIterator[None]:
 
     A step holds it from its cleanup to its end, so waiting twice does not list twice.
     """
-    from ironflow.k8s import informer
 
     async with informer.informer_for(api, namespace).hold():
         yield

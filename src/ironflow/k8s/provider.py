@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import clusters, environments, hardening, labels, manifests
+from ironflow.k8s import environments, hardening, manifests
+from ironflow.kube import clusters
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ProviderSettings:
     env_vars: tuple[tuple[str, str], ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     oauth_credentials: Secret | None = None
-    #: Which API server to talk to; None is :class:`~ironflow.k8s.clusters.DefaultCluster`.
+    #: Which API server to talk to; None is :class:`~ironflow.kube.clusters.DefaultCluster`.
     cluster: clusters.ClusterConfig | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
@@ -83,10 +84,10 @@ class ProviderSettings:
     active_deadline_s: float | None = None
     sandbox: hardening.SandboxSettings | None = None
     sessions_claim: str | None = None
-    secret_env: tuple[agent.SecretEnvVar, ...] = ()
+    secret_env: tuple[steps.SecretEnvVar, ...] = ()
     #: (secret, key) holding the credentials JSON
     oauth_credentials_secret: tuple[str, str] | None = None
-    read_only_volumes: tuple[agent.ReadOnlyVolume, ...] = ()
+    read_only_volumes: tuple[steps.ReadOnlyVolume, ...] = ()
     managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     default_managed_settings: str | None = None
     claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
@@ -212,7 +213,7 @@ class K8sEphemeralProvider:
 
     def env_from_secret(self, var: str, secret: str, key: str) -> K8sEphemeralProvider:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""
-        entry = agent.SecretEnvVar(var, secret, key)
+        entry = steps.SecretEnvVar(var, secret, key)
         return self._with(secret_env=manifests.with_secret_env(self.settings.secret_env, entry))
 
     def oauth_credentials_from_secret(self, secret: str, key: str) -> K8sEphemeralProvider:
@@ -238,17 +239,17 @@ class K8sEphemeralProvider:
 
     # -- volumes and settings files --
 
-    def read_only_volume(self, volume: agent.ReadOnlyVolume) -> K8sEphemeralProvider:
+    def read_only_volume(self, volume: steps.ReadOnlyVolume) -> K8sEphemeralProvider:
         return self._with(read_only_volumes=(*self.settings.read_only_volumes, volume))
 
     def read_only_pvc(self, claim: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(agent.ReadOnlyVolume(agent.PvcSource(claim), mount_path))
+        return self.read_only_volume(steps.ReadOnlyVolume(steps.PvcSource(claim), mount_path))
 
     def read_only_host_path(self, path: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(agent.ReadOnlyVolume(agent.HostPathSource(path), mount_path))
+        return self.read_only_volume(steps.ReadOnlyVolume(steps.HostPathSource(path), mount_path))
 
     def read_only_config_map(self, name: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(agent.ReadOnlyVolume(agent.ConfigMapSource(name), mount_path))
+        return self.read_only_volume(steps.ReadOnlyVolume(steps.ConfigMapSource(name), mount_path))
 
     def volume(self, host_path: str, mount_path: str) -> K8sEphemeralProvider:
         """A hostPath directory, read-write (steps may drop it with ``without_provider_volumes``)."""
@@ -368,14 +369,14 @@ class K8sEphemeralProvider:
 
     def account_kind(self) -> str | None:
         """``claude_subscription`` only with an auth proxy: accounts reach only the proxy."""
-        # Imported here: ironflow.provider imports ironflow.agent, which imports this package.
+        # Imported here: ironflow.provider imports ironflow.steps, which imports this package.
         from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 
         return ACCOUNT_KIND_CLAUDE_SUBSCRIPTION if self.settings.auth_proxy_url is not None else None
 
     def manifests(
         self,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         *,
         now: int | None = None,
         proxy_token: str | Secret | None = None,
@@ -479,14 +480,14 @@ class K8sEphemeralProvider:
 
     # -- runtime: thin delegations to k8s/runner.py (imported on use: rendering needs no client) --
 
-    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
         """Run the step in a single-use pod and delete everything it created (``k8s.runner``)."""
         from ironflow.k8s.runner import StepRunner
 
         async with StepRunner.using(self) as runner:
             return await runner.invoke(config)
 
-    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
         """Like :meth:`invoke`, handing each stream-json line to ``sink`` as it arrives."""
         from ironflow.k8s.runner import StepRunner
 
@@ -677,7 +678,7 @@ _SANDBOX_KEYS: Final = (
 )
 
 
-def _ro_volume(item: _Reader) -> agent.ReadOnlyVolume:
+def _ro_volume(item: _Reader) -> steps.ReadOnlyVolume:
     sources = [k for k in ("pvc", "host_path", "config_map") if item.has(k)]
     if len(sources) != 1:
         raise errors.ConfigError(
@@ -685,15 +686,15 @@ def _ro_volume(item: _Reader) -> agent.ReadOnlyVolume:
         )
     item.require("mount_path")
     kind = sources[0]
-    source: agent.VolumeSource
+    source: steps.VolumeSource
     if kind == "pvc":
-        source = agent.PvcSource(item.text("pvc"))
+        source = steps.PvcSource(item.text("pvc"))
     elif kind == "host_path":
-        source = agent.HostPathSource(item.text("host_path"))
+        source = steps.HostPathSource(item.text("host_path"))
     else:
-        source = agent.ConfigMapSource(item.text("config_map"))
+        source = steps.ConfigMapSource(item.text("config_map"))
     sub_path = item.text("sub_path") if item.has("sub_path") else None
-    return agent.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
+    return steps.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
 
 
 def _cluster(section: _Reader, base: Path | None) -> clusters.ClusterConfig:

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from ironflow import errors
-from ironflow.k8s import api as kube
-from ironflow.k8s import labels
+from ironflow import errors, labels
+from ironflow.kube import api as kube
 
 __all__ = [
     "DELETE_CONCURRENCY",

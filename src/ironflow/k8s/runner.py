@@ -28,10 +28,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ironflow import agent, errors
+from ironflow import errors, labels, steps
 from ironflow.claude import output, rate_limits
-from ironflow.k8s import api as kube
-from ironflow.k8s import cleanup, environments, informer, labels, pods, reaper
+from ironflow.k8s import cleanup, environments, pods, reaper
+from ironflow.kube import api as kube
+from ironflow.kube import pod_status
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -86,7 +87,7 @@ async def revoke_run_tokens(issuer: TokenIssuer | None, run_id: str) -> None:
 
 
 async def issue_step_token(
-    issuer: TokenIssuer, config: agent.AgentConfig, run_id: str, step: str, expires_at: int
+    issuer: TokenIssuer, config: steps.AgentConfig, run_id: str, step: str, expires_at: int
 ) -> tuple[str, Secret]:
     """Issue a step's proxy token with its Provider Account credential (both providers' runners).
 
@@ -117,7 +118,7 @@ class Renderer(Protocol):
 
     def __call__(
         self,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         *,
         now: int,
         proxy_token: str | None,
@@ -270,7 +271,7 @@ class StepRunner:
         env = dict(os.environ) if worker_env is None else dict(worker_env)
 
         def render(
-            config: agent.AgentConfig,
+            config: steps.AgentConfig,
             *,
             now: int,
             proxy_token: str | None,
@@ -314,11 +315,11 @@ class StepRunner:
 
     # -- the provider protocol --
 
-    async def invoke(self, config: agent.AgentConfig) -> agent.AgentResult:
+    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
         """Run the step to completion and leave nothing behind."""
         return await self._run(config, None)
 
-    async def invoke_with_logs(self, config: agent.AgentConfig, sink: LogSink) -> agent.AgentResult:
+    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
         """Like :meth:`invoke` with ``--verbose`` stream-json; each line goes to ``sink`` as it arrives."""
         return await self._run(config.replace(verbose=True), sink)
 
@@ -353,7 +354,7 @@ class StepRunner:
                 raise
             raise errors.CleanupError(f"cannot reach the Kubernetes API for {what}: {exc}") from exc
 
-    async def _run(self, config: agent.AgentConfig, sink: LogSink | None) -> agent.AgentResult:
+    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> steps.AgentResult:
         # 1. Validate and render before anything exists (StepConfigError, PromptTooLarge...).
         draft_now = int(time.time())
         draft = _plan(self.render(config, now=draft_now, proxy_token=None, pod_name=None))
@@ -365,12 +366,12 @@ class StepRunner:
     async def _attempt(
         self,
         api: kube.KubeApi,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         sink: LogSink | None,
         draft: _Plan,
         draft_now: int,
         started: float,
-    ) -> agent.AgentResult:
+    ) -> steps.AgentResult:
 
         # 2. The previous attempt of this step must be gone first: two agents never overlap.
         run_id = draft.pod_labels.get(labels.LABEL_RUN_ID)
@@ -413,12 +414,12 @@ class StepRunner:
         self,
         api: kube.KubeApi,
         plan: _Plan,
-        config: agent.AgentConfig,
+        config: steps.AgentConfig,
         sink: LogSink | None,
         started: float,
         *,
         now: int,
-    ) -> agent.AgentResult:
+    ) -> steps.AgentResult:
         ns = self.namespace
         cm_name = plan.configmap["metadata"]["name"] if plan.configmap is not None else None
         environment_id: str | None = None
@@ -524,29 +525,29 @@ class StepRunner:
     async def _wait(self, api: kube.KubeApi, pod_name: str) -> _Outcome:
         """Wait for Succeeded/Failed on the shared watch (bounded by the timeout), then read the log."""
         try:
-            pod = await pods.wait_for_pod(api, self.namespace, pod_name, informer.pod_finished, self.timeout_s)
+            pod = await pods.wait_for_pod(api, self.namespace, pod_name, pod_status.pod_finished, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod completion") from exc
         if pod is None:
             return _Outcome(phase="TimedOut", timed_out=True)
         logs = await pods.read_log_quietly(api, self.namespace, pod_name)
-        return _Outcome(phase=pods.phase(pod), logs=logs)
+        return _Outcome(phase=pod_status.phase(pod), logs=logs)
 
     async def _stream(self, api: kube.KubeApi, pod_name: str, sink: LogSink) -> _Outcome:
         """Follow the log to ``sink`` while the pod runs; the result is parsed from the kept lines."""
         ns = self.namespace
         try:
-            pod = await pods.wait_for_pod(api, ns, pod_name, informer.pod_started, self.timeout_s)
+            pod = await pods.wait_for_pod(api, ns, pod_name, pod_status.pod_started, self.timeout_s)
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod to start") from exc
         if pod is None:
             return _Outcome(phase="TimedOut", timed_out=True)
 
-        if informer.pod_finished(pod):
+        if pod_status.pod_finished(pod):
             logs = await pods.read_log_quietly(api, ns, pod_name)
             for line in logs.splitlines():
                 sink.log("stdout", line)
-            return _Outcome(phase=pods.phase(pod), logs=logs)
+            return _Outcome(phase=pod_status.phase(pod), logs=logs)
 
         kept: list[str] = []
         kept_bytes = 0
@@ -562,7 +563,7 @@ class StepRunner:
                     kept_bytes += len(line) + 1
 
         pump_task = asyncio.ensure_future(pump())
-        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, informer.pod_finished, None))
+        end_task = asyncio.ensure_future(pods.wait_for_pod(api, ns, pod_name, pod_status.pod_finished, None))
         try:
             done, _ = await asyncio.wait({pump_task, end_task}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
             if not done:
@@ -579,7 +580,7 @@ class StepRunner:
                 logs = await pods.read_log_quietly(api, ns, pod_name)
                 for line in logs.splitlines()[count:]:
                     sink.log("stdout", line)
-                return _Outcome(phase=pods.phase(pod), logs=logs)
+                return _Outcome(phase=pod_status.phase(pod), logs=logs)
             if not end_task.done():
                 # The stream ended (the container exited): the phase follows within moments.
                 try:
@@ -594,7 +595,7 @@ class StepRunner:
                     await asyncio.wait({pump_task}, timeout=_DRAIN_LINE_S)
                     if count == before:
                         break
-            return _Outcome(phase=pods.phase(pod), logs="\n".join(kept))
+            return _Outcome(phase=pod_status.phase(pod), logs="\n".join(kept))
         except errors.KubernetesError as exc:
             raise _with_prefix(exc, "failed waiting for pod completion") from exc
         finally:
@@ -602,7 +603,7 @@ class StepRunner:
                 task.cancel()
             await asyncio.gather(pump_task, end_task, return_exceptions=True)
 
-    def _finalize(self, config: agent.AgentConfig, outcome: _Outcome, started: float) -> agent.AgentResult:
+    def _finalize(self, config: steps.AgentConfig, outcome: _Outcome, started: float) -> steps.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or anything else (exit code 1)."""
         rate_limits.record_rate_limits(config, outcome.logs)
         if outcome.timed_out:

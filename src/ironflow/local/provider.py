@@ -32,14 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from ironflow import errors
-from ironflow.agent import AgentConfig, AgentResult, HostPathSource, validate_sub_path
+from ironflow import errors, labels
 from ironflow.claude import cli, command, layout, output, profile
-from ironflow.k8s import labels
 from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, seccomp, settings
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink
 from ironflow.secrets import Secret
+from ironflow.steps import AgentConfig, AgentResult, HostPathSource, validate_sub_path
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final, Literal
 
-from ironflow import errors
-from ironflow.agent import AgentConfig, HostPathSource
+from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.k8s import labels
 from ironflow.local import bwrap
 from ironflow.secrets import Secret, looks_like_claude_credential
+from ironflow.steps import AgentConfig, HostPathSource
 
 __all__ = [
     "PROXY_PORT",

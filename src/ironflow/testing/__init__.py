@@ -1,9 +1,9 @@
-"""Test helpers users can rely on: an offline Anthropic API, a Kubernetes API test server,
-a throwaway PostgreSQL server, and secret-leak assertions.
+"""Test helpers users can rely on: a Kubernetes API test server, a real control plane,
+a throwaway PostgreSQL server, a recording provider, and secret-leak assertions.
 
 Nothing here is imported by the library itself. The helpers load on first use (see
-:mod:`ironflow._lazy`): ``ironflow dev fake-anthropic`` does not start the Kubernetes
-test server's stack, nor PostgreSQL's.
+:mod:`ironflow._lazy`): a test of PostgreSQL alone does not load the Kubernetes
+test server's stack.
 """
 
 from typing import TYPE_CHECKING
@@ -13,19 +13,16 @@ from ironflow.secrets import find_leaks
 
 if TYPE_CHECKING:
     from ironflow.testing.engine import RecordingProvider
-    from ironflow.testing.fake_anthropic import FakeAnthropic, Script
     from ironflow.testing.kube import KubeTestServer
     from ironflow.testing.kubeenv import KubeEnv
     from ironflow.testing.postgres import PostgresServer
     from ironflow.testing.threaded_kube import ThreadedKube
 
 __all__ = [
-    "FakeAnthropic",
     "KubeEnv",
     "KubeTestServer",
     "PostgresServer",
     "RecordingProvider",
-    "Script",
     "ThreadedKube",
     "assert_no_leaks",
     "find_leaks",
@@ -35,7 +32,6 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "engine": ("RecordingProvider",),
-        "fake_anthropic": ("FakeAnthropic", "Script"),
         "kube": ("KubeTestServer",),
         "kubeenv": ("KubeEnv",),
         "postgres": ("PostgresServer",),

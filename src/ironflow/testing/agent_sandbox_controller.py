@@ -12,7 +12,7 @@ cascades (ownerReferences) to its Sandbox and pod through the server's garbage c
 The test scripts the timing: ``cold_start_s``, ``warm_start_s``, and ``stall(claim)`` to keep
 a claim's pod Pending for ever. It reconciles by listing every ``interval_s`` (a stand-in
 needs no watch); it never touches objects outside its namespace. Compared against the real
-controller (v1.0.3, ``tests/integration/test_realkube_agent_sandbox_provider.py``): conditions,
+controller (v1.0.3, ``tests/agent_sandbox/integration/test_realkube_agent_sandbox_provider.py``): conditions,
 reasons and messages as it writes them; no ``pod-name`` annotation on adoption; claim expiry
 (``lifecycle.shutdownTime`` with policy Delete) only with ``expire_claims=True``. What it does
 and this does not (TTL, suspend, NetworkPolicies, Services, PVCs) is out of scope here.
@@ -33,9 +33,9 @@ from typing import Any, Final
 import aiohttp
 
 from ironflow import errors
+from ironflow import labels as k8s_labels
 from ironflow.agent_sandbox import models, schemas
-from ironflow.k8s import api
-from ironflow.k8s import labels as k8s_labels
+from ironflow.kube import api
 from ironflow.testing.kube import KubeTestServer
 
 __all__ = ["AgentSandboxController", "name_hash"]

@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ironflow import errors
-from ironflow.agent import AgentConfig, AgentResult
-from ironflow.k8s import labels
+from ironflow import errors, labels
 from ironflow.provider import LogSink
+from ironflow.steps import AgentConfig, AgentResult
 
 __all__ = ["RecordingProvider", "read_events"]
 

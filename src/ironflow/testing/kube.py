@@ -46,7 +46,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ironflow.k8s import api
+from ironflow.kube import api
 from ironflow.testing import _kube_exec as exec_mod
 from ironflow.testing import _kube_kubelet as kubelet_mod
 from ironflow.testing import _kube_rules as rules
@@ -247,7 +247,7 @@ class KubeTestServer:
         return self.token
 
     def cluster_config(self) -> api.KubeconfigInline:
-        """The :class:`ironflow.k8s.api.ClusterConfig` that reaches this server."""
+        """The :class:`ironflow.kube.api.ClusterConfig` that reaches this server."""
         return api.KubeconfigInline(self.kubeconfig_yaml())
 
     # --- test controls: resources and namespaces ---------------------------------------

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.k8s import api
+from ironflow.kube import api
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _kwok_stages as stages
 
@@ -225,7 +225,7 @@ class KubeEnv:
     # --- what tests use -----------------------------------------------------------------
 
     def cluster_config(self) -> api.KubeconfigInline:
-        """An :mod:`ironflow.k8s.api` cluster config for the admin (``system:masters``)."""
+        """An :mod:`ironflow.kube.api` cluster config for the admin (``system:masters``)."""
         return self.user_config(pki.ADMIN_USER, ["system:masters"])
 
     def user_config(self, user: str, groups: Sequence[str] = ()) -> api.KubeconfigInline:

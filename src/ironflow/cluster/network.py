@@ -1,0 +1,383 @@
+"""Egress of agent pods and of the auth proxy: Cilium FQDN policies or plain NetworkPolicies (pure).
+
+Rule table (the namespace-wide default deny is in ``cluster.deny_all``):
+
+===================  ==========================================  ======================================
+variant              agent pods (component=claude-runner) reach  auth proxy pods
+===================  ==========================================  ======================================
+Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
+Cilium, auth proxy   kube-dns; proxy pods :8080                  in: agents, worker on 8080;
+                                                                 out: kube-dns, api.anthropic.com:443
+plain, direct        kube-dns; any public address :443           (no proxy)
+plain, auth proxy    kube-dns; proxy pods :8080                  in: agents, worker on 8080;
+                                                                 out: kube-dns, public addresses :443
+===================  ==========================================  ======================================
+
+Egress profiles (``ironflow.io/egress-profile=<name>``) add FQDN openings under Cilium
+only. A plain NetworkPolicy cannot name a host: its "public :443" excludes private,
+link-local (cloud metadata) and CGNAT ranges but lets an agent reach any public HTTPS
+server. That trade-off is why the auth-proxy variant, where agents reach only the proxy,
+is the recommended one without Cilium. PostgreSQL egress for a shared proxy registry
+is a commented rule to uncomment, as in the seed manifests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ironflow import errors, labels
+from ironflow.cluster import documents
+
+__all__ = [
+    "ANTHROPIC_HOST",
+    "AUTH_PROXY_NAME",
+    "AUTH_PROXY_PORT",
+    "PRIVATE_RANGES",
+    "PRIVATE_RANGES_V6",
+    "WORKER_POD_NAME",
+    "EgressProfile",
+    "Topology",
+    "cilium_anthropic",
+    "cilium_auth_proxy",
+    "egress",
+    "plain_anthropic",
+    "plain_auth_proxy",
+    "plain_dns",
+]
+
+ANTHROPIC_HOST: Final = "api.anthropic.com"
+AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
+AUTH_PROXY_PORT: Final = 8080
+#: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
+WORKER_POD_NAME: Final = "ironflow-worker"
+#: Where a plain NetworkPolicy cannot send agents when it cannot name a host: private
+#: networks (the cluster), link-local (cloud metadata at 169.254.169.254), CGNAT.
+PRIVATE_RANGES: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
+PRIVATE_RANGES_V6: Final = ("fc00::/7", "fe80::/10")
+_HOST = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}")
+
+
+@dataclass(frozen=True)
+class EgressProfile:
+    """Pods labelled ``ironflow.io/egress-profile=<name>`` may also reach ``hosts`` on 443 (Cilium only)."""
+
+    name: str
+    hosts: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not labels.is_valid_label_value(self.name):
+            raise errors.ConfigError(f"egress profile name '{self.name}' is not a valid label value")
+        if not self.hosts:
+            raise errors.ConfigError(f"egress profile '{self.name}' names no host: give at least one")
+        for host in self.hosts:
+            if not _HOST.fullmatch(host):
+                raise errors.ConfigError(
+                    f"egress profile '{self.name}': '{host}' is not a lower-case DNS name like gitlab.com"
+                )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The names the policies select on."""
+
+    namespace: str
+    worker_namespace: str
+    proxy_namespace: str | None
+    profiles: tuple[EgressProfile, ...]
+
+
+_RUNNER = {labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}
+
+
+def _cilium(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def _cilium_dns() -> dict[str, Any]:
+    return {
+        "toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}],
+        "toPorts": [{"ports": [{"port": "53", "protocol": "ANY"}], "rules": {"dns": [{"matchPattern": "*"}]}}],
+    }
+
+
+def _cilium_fqdn(hosts: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "toFQDNs": [{"matchName": host} for host in hosts],
+        "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"}]}],
+    }
+
+
+def _cilium_profiles(top: Topology, *, seed_wording: str) -> list[documents.Document]:
+    docs = []
+    for profile in top.profiles:
+        hosts = ", ".join(profile.hosts)
+        body = _cilium(
+            f"claude-runner-egress-{profile.name}",
+            top.namespace,
+            {
+                "endpointSelector": {"matchLabels": {**_RUNNER, labels.LABEL_EGRESS_PROFILE: profile.name}},
+                "egress": [_cilium_dns(), _cilium_fqdn(profile.hosts)],
+            },
+        )
+        docs.append(documents.Document(body, seed_wording.format(name=profile.name, hosts=hosts)))
+    return docs
+
+
+def cilium_anthropic(top: Topology) -> list[documents.Document]:
+    """Agents resolve names and reach api.anthropic.com directly (no auth proxy)."""
+    main = _cilium(
+        "claude-runner-egress-anthropic",
+        top.namespace,
+        {
+            "endpointSelector": {"matchLabels": dict(_RUNNER)},
+            "egress": [_cilium_dns(), _cilium_fqdn((ANTHROPIC_HOST,))],
+        },
+    )
+    comment = (
+        "FQDN egress for agent pods with Cilium.\n\n"
+        "Every claude-runner pod may resolve names through kube-dns and reach\n"
+        'api.anthropic.com on 443. The DNS rule with `matchPattern: "*"` is required:\n'
+        "Cilium learns the IPs behind toFQDNs names by inspecting DNS answers."
+    )
+    wording = (
+        "Per-profile opening: pods labelled ironflow.io/egress-profile={name} (set\n"
+        'with `.egress_profile("{name}")` on the provider or the step) may also reach\n'
+        "{hosts}. Cilium policies are additive: this adds to the rule above."
+    )
+    return [documents.Document(main, comment), *_cilium_profiles(top, seed_wording=wording)]
+
+
+_POSTGRES_RULE: Final = """\
+    # Shared PostgreSQL registry (IRONFLOW_AUTH_PROXY_DATABASE_URL set in
+    # auth-proxy.yaml): uncomment ONE of the two rules below, else the proxy
+    # times out at startup. Not needed with the in-memory registry. If the
+    # database has its own ingress policy, open 5432 there to the proxy pods.
+    #
+    # In-cluster database: adjust its namespace and pod labels.
+    # - toEndpoints:
+    #     - matchLabels:
+    #         k8s:io.kubernetes.pod.namespace: ironflow-db
+    #         app.kubernetes.io/name: postgresql
+    #   toPorts:
+    #     - ports:
+    #         - port: "5432"
+    #           protocol: TCP
+    #
+    # Managed database outside the cluster: adjust to its subnet.
+    # - toCIDR:
+    #     - 10.0.0.0/24
+    #   toPorts:
+    #     - ports:
+    #         - port: "5432"
+    #           protocol: TCP
+"""
+
+
+def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
+    """Agents reach only the proxy; the proxy alone reaches api.anthropic.com."""
+    proxy_ns = top.proxy_namespace or ""
+    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+    port = [{"ports": [{"port": str(AUTH_PROXY_PORT), "protocol": "TCP"}]}]
+    agents = _cilium(
+        "claude-runner-egress-auth-proxy",
+        top.namespace,
+        {
+            "endpointSelector": {"matchLabels": dict(_RUNNER)},
+            "egress": [
+                _cilium_dns(),
+                {
+                    "toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": proxy_ns, **proxy_pods}}],
+                    "toPorts": port,
+                },
+            ],
+        },
+    )
+    proxy = _cilium(
+        AUTH_PROXY_NAME,
+        proxy_ns,
+        {
+            "endpointSelector": {"matchLabels": dict(proxy_pods)},
+            "ingress": [
+                {
+                    "fromEndpoints": [
+                        {"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_RUNNER}},
+                        {
+                            "matchLabels": {
+                                "k8s:io.kubernetes.pod.namespace": top.worker_namespace,
+                                labels.LABEL_NAME: WORKER_POD_NAME,
+                            }
+                        },
+                    ],
+                    "toPorts": port,
+                }
+            ],
+            "egress": [_cilium_dns(), _cilium_fqdn((ANTHROPIC_HOST,))],
+        },
+    )
+    head = (
+        "Cilium egress for the auth proxy variant.\n\n"
+        "Use INSTEAD of cilium-egress-anthropic.yaml: the agent pods no longer reach\n"
+        "api.anthropic.com, only the auth proxy, which alone holds the credential\n"
+        "and alone reaches the API. The per-profile policies (gitlab below) are\n"
+        "unchanged and stay additive.\n\n"
+        f"(a) Agent pods: DNS, and the auth proxy pods on {AUTH_PROXY_PORT}."
+    )
+    wording = (
+        "Per-profile opening, as in cilium-egress-anthropic.yaml: pods labelled\n"
+        "ironflow.io/egress-profile={name} may also reach {hosts}."
+    )
+    proxy_comment = (
+        "(b) The auth proxy pods: egress to DNS and api.anthropic.com:443 only, plus\n"
+        "PostgreSQL on 5432 with the shared registry (commented-out rule below);\n"
+        f"ingress on {AUTH_PROXY_PORT} only from the agent pods and from the worker. Adjust the\n"
+        "worker selector to the namespace and labels the worker runs under."
+    )
+    return [
+        documents.Document(agents, head),
+        *_cilium_profiles(top, seed_wording=wording),
+        documents.Document(proxy, proxy_comment, _POSTGRES_RULE),
+    ]
+
+
+def _np(name: str, namespace: str, selector: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": selector}, **spec},
+    }
+
+
+def _np_dns() -> dict[str, Any]:
+    return {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    }
+
+
+def _np_public_https() -> dict[str, Any]:
+    return {
+        "to": [
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}},
+            {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_RANGES_V6)}},
+        ],
+        "ports": [{"port": 443, "protocol": "TCP"}],
+    }
+
+
+def plain_dns(top: Topology) -> list[documents.Document]:
+    body = _np(
+        "claude-runner-egress-dns", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [_np_dns()]}
+    )
+    comment = (
+        "Plain NetworkPolicy (clusters without Cilium): agent pods may resolve names\n"
+        "through kube-dns. Needed by both networkpolicy-egress-*.yaml variants."
+    )
+    return [documents.Document(body, comment)]
+
+
+def plain_anthropic(top: Topology) -> list[documents.Document]:
+    body = _np(
+        "claude-runner-egress-https",
+        top.namespace,
+        dict(_RUNNER),
+        {"policyTypes": ["Egress"], "egress": [_np_public_https()]},
+    )
+    comment = (
+        "Plain NetworkPolicy, direct variant: agent pods reach public addresses on 443.\n\n"
+        "A NetworkPolicy cannot name api.anthropic.com: this lets an agent reach ANY\n"
+        "public HTTPS server, while private, link-local (cloud metadata) and CGNAT\n"
+        "ranges stay closed. Prefer the auth proxy variant\n"
+        "(networkpolicy-egress-auth-proxy.yaml) or Cilium (cilium-egress-*.yaml).\n"
+        "Egress profiles (ironflow.io/egress-profile) need Cilium: nothing here."
+    )
+    return [documents.Document(body, comment)]
+
+
+def plain_auth_proxy(top: Topology) -> list[documents.Document]:
+    proxy_ns = top.proxy_namespace or ""
+    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+    port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
+
+    def ns(name: str) -> dict[str, Any]:
+        return {"matchLabels": {"kubernetes.io/metadata.name": name}}
+
+    agents = _np(
+        "claude-runner-egress-auth-proxy",
+        top.namespace,
+        dict(_RUNNER),
+        {
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": port}
+            ],
+        },
+    )
+    proxy = _np(
+        AUTH_PROXY_NAME,
+        proxy_ns,
+        dict(proxy_pods),
+        {
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}},
+                        {
+                            "namespaceSelector": ns(top.worker_namespace),
+                            "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
+                        },
+                    ],
+                    "ports": port,
+                }
+            ],
+            "egress": [_np_dns(), _np_public_https()],
+        },
+    )
+    postgres = """\
+    # Shared PostgreSQL registry (IRONFLOW_AUTH_PROXY_DATABASE_URL set in
+    # auth-proxy.yaml): uncomment and adjust, else the proxy times out at startup.
+    # - to:
+    #     - namespaceSelector:
+    #         matchLabels:
+    #           kubernetes.io/metadata.name: ironflow-db
+    #       podSelector:
+    #         matchLabels:
+    #           app.kubernetes.io/name: postgresql
+    #   ports:
+    #     - port: 5432
+    #       protocol: TCP
+"""
+    return [
+        documents.Document(
+            agents,
+            "Plain NetworkPolicy, auth proxy variant (with networkpolicy-egress-dns.yaml):\n"
+            f"agent pods reach only the auth proxy pods on {AUTH_PROXY_PORT}; they hold no credential.",
+        ),
+        documents.Document(
+            proxy,
+            f"The auth proxy pods: ingress on {AUTH_PROXY_PORT} only from agent pods and the worker;\n"
+            "egress to kube-dns and public addresses on 443. A NetworkPolicy cannot name\n"
+            "api.anthropic.com: the proxy itself only relays to it (and refuses other hosts).",
+            postgres,
+        ),
+    ]
+
+
+def egress(top: Topology, *, cilium: bool) -> list[documents.Document]:
+    """The egress policies of one variant of the rule table."""
+    if cilium:
+        return cilium_auth_proxy(top) if top.proxy_namespace else cilium_anthropic(top)
+    return plain_dns(top) + (plain_auth_proxy(top) if top.proxy_namespace else plain_anthropic(top))

@@ -1,0 +1,435 @@
+"""What a cluster administrator applies once for ironflow, for one configuration (pure).
+
+The agent namespace (Pod Security ``restricted`` enforced), the worker's RBAC (the
+least the runtime needs, nothing on NetworkPolicies or Secrets), a default deny, egress
+openings (Cilium FQDN rules, or plain NetworkPolicies), the gVisor RuntimeClass, and the
+managed-settings preset ConfigMaps. ``ironflow manifests`` prints :func:`render`;
+``examples/k8s/sandbox/`` is :func:`ironflow.cluster.examples.example_files` written out by
+``scripts/render-examples``, and unit tests keep the two identical.
+
+Never talks to a cluster and never reads files: a Claude profile arrives as a mapping of
+relative paths to contents. Every function returns fresh dicts.
+
+Worker permissions (``WORKER_PERMISSIONS``; a test compares the Role with this table):
+
+==========================  ====================================  =================================
+resource                    verbs                                 used by
+==========================  ====================================  =================================
+pods                        create get list watch delete          launch, wait, release_run, reaper,
+                                                                  JobRun's pod lookup
+pods/log                    get                                   reading the agent's output
+configmaps                  create get list delete                prompt ConfigMaps, cleanup, reaper
+batch/jobs                  create get list watch delete          JobRun, release_run, reaper
+persistentvolumeclaims      create get list patch delete          environment claims (opt-in only)
+==========================  ====================================  =================================
+
+``ironflow check`` gets its own ServiceAccount and Role (pods get/list, pods/exec create,
+SubjectAccessReview create): the worker never execs into an agent pod.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ironflow import errors, labels
+from ironflow.claude import layout
+from ironflow.cluster import documents, network
+from ironflow.cluster.network import EgressProfile
+
+__all__ = [
+    "AGENTS_NAMESPACE",
+    "AUTH_PROXY_NAME",
+    "AUTH_PROXY_PORT",
+    "CHECK_PERMISSIONS",
+    "CHECK_SERVICE_ACCOUNT",
+    "DEFAULT_AUTH_PROXY_URL",
+    "ENVIRONMENT_PERMISSIONS",
+    "GVISOR_RUNTIME_CLASS",
+    "MANAGED_SETTINGS_PRESETS",
+    "WORKER_NAMESPACE",
+    "WORKER_PERMISSIONS",
+    "WORKER_SERVICE_ACCOUNT",
+    "ClusterSetup",
+    "EgressProfile",
+    "Permission",
+    "preset_configmap_name",
+    "profile_configmap_name",
+    "profile_configmaps",
+    "proxy_namespace_from_url",
+    "render",
+    "render_documents",
+]
+
+AGENTS_NAMESPACE: Final = "ironflow-agents"
+WORKER_NAMESPACE: Final = "ironflow"
+WORKER_SERVICE_ACCOUNT: Final = "ironflow-worker"
+CHECK_SERVICE_ACCOUNT: Final = "ironflow-check"
+AUTH_PROXY_NAME: Final = network.AUTH_PROXY_NAME
+AUTH_PROXY_PORT: Final = network.AUTH_PROXY_PORT
+DEFAULT_AUTH_PROXY_URL: Final = "http://ironflow-auth-proxy.ironflow-system"
+GVISOR_RUNTIME_CLASS: Final = "gvisor"
+
+_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One Role rule and the reason the runtime needs it."""
+
+    api_group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+
+    def rule(self) -> dict[str, Any]:
+        return {"apiGroups": [self.api_group], "resources": [self.resource], "verbs": list(self.verbs)}
+
+
+WORKER_PERMISSIONS: Final = (
+    Permission("", "pods", ("create", "get", "list", "watch", "delete"), "launch, wait, release_run, reaper"),
+    Permission("", "pods/log", ("get",), "read the agent's output"),
+    Permission("", "configmaps", ("create", "get", "list", "delete"), "prompt ConfigMaps, cleanup, reaper"),
+    Permission("batch", "jobs", ("create", "get", "list", "watch", "delete"), "JobRun, release_run, reaper"),
+)
+ENVIRONMENT_PERMISSIONS: Final = (
+    Permission(
+        "", "persistentvolumeclaims", ("create", "get", "list", "patch", "delete"), "persistent environment claims"
+    ),
+)
+CHECK_PERMISSIONS: Final = (
+    Permission("", "pods", ("get", "list"), "find the agent pods to inspect"),
+    Permission("", "pods/exec", ("create",), "probe the root filesystem, the SA token and egress from inside"),
+)
+
+#: managed-settings.json of each preset. Shared rules: no plugin marketplace, no hooks,
+#: no bypass mode, no web tools, never read the credentials file.
+_LOCKED: Final[dict[str, Any]] = {
+    "strictKnownMarketplaces": [],
+    "disableAllHooks": True,
+    "permissions": {
+        "disableBypassPermissionsMode": "disable",
+        "deny": ["WebFetch", "WebSearch", "Read(~/.claude/.credentials.json)"],
+    },
+}
+MANAGED_SETTINGS_PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "locked": _LOCKED,
+    # Reads, searches and answers; changes nothing: no edit tool and no shell.
+    "readonly": {
+        **_LOCKED,
+        "permissions": {
+            "disableBypassPermissionsMode": "disable",
+            "deny": [
+                "Bash",
+                "Edit",
+                "MultiEdit",
+                "NotebookEdit",
+                "Write",
+                "WebFetch",
+                "WebSearch",
+                "Read(~/.claude/.credentials.json)",
+            ],
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class ClusterSetup:
+    """Which manifests to render, and with which names."""
+
+    namespace: str = AGENTS_NAMESPACE
+    worker_namespace: str = WORKER_NAMESPACE
+    worker_service_account: str = WORKER_SERVICE_ACCOUNT
+    #: The proxy's in-cluster URL; its host names the namespace (``<service>.<namespace>``).
+    auth_proxy_url: str | None = None
+    cilium: bool = False
+    gvisor: bool = False
+    presets: tuple[str, ...] = ("locked", "readonly")
+    egress_profiles: tuple[EgressProfile, ...] = field(
+        default_factory=lambda: (EgressProfile("gitlab", ("gitlab.com",)),)
+    )
+    #: Grant the PVC verbs persistent environment claims need.
+    environment_claims: bool = False
+    #: Add the ServiceAccount and Roles ``ironflow check`` runs with.
+    check_rbac: bool = False
+
+    def __post_init__(self) -> None:
+        for name, value in (("namespace", self.namespace), ("worker namespace", self.worker_namespace)):
+            if not labels.is_dns_label(value):
+                raise errors.ConfigError(f"{name} '{value}' is not a DNS label (lower-case letters, digits, '-')")
+        if not labels.is_dns_label(self.worker_service_account):
+            raise errors.ConfigError(f"worker service account '{self.worker_service_account}' is not a DNS label")
+        if self.auth_proxy_url is not None:
+            proxy_namespace_from_url(self.auth_proxy_url)
+        names = [p.name for p in self.egress_profiles]
+        for label, values in (("managed settings preset", list(self.presets)), ("egress profile", names)):
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise errors.ConfigError(f"{label} '{repeated[0]}' is given twice: name each once")
+        for preset in self.presets:
+            if preset not in MANAGED_SETTINGS_PRESETS:
+                known = ", ".join(sorted(MANAGED_SETTINGS_PRESETS))
+                raise errors.ConfigError(f"unknown managed settings preset '{preset}', known presets: [{known}]")
+
+    @property
+    def auth_proxy_namespace(self) -> str | None:
+        return None if self.auth_proxy_url is None else proxy_namespace_from_url(self.auth_proxy_url)
+
+
+def proxy_namespace_from_url(url: str) -> str:
+    """The namespace of an in-cluster proxy URL ``http(s)://<service>.<namespace>[.svc...]``.
+
+    >>> proxy_namespace_from_url("http://ironflow-auth-proxy.ironflow-system")
+    'ironflow-system'
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    labels_ = host.split(".")
+    if parts.scheme not in {"http", "https"}:
+        raise errors.ConfigError(f"auth proxy url '{url}' must start with http:// or https://")
+    if len(labels_) < 2 or not all(labels.is_dns_label(p) for p in labels_[:2]):
+        raise errors.ConfigError(
+            f"auth proxy url '{url}' does not name the proxy's namespace: use "
+            "http://<service>.<namespace>, e.g. http://ironflow-auth-proxy.ironflow-system"
+        )
+    return labels_[1]
+
+
+def preset_configmap_name(preset: str) -> str:
+    """The ConfigMap a preset lives in, as registered on the provider (``claude-managed-locked``)."""
+    return f"claude-managed-{preset}"
+
+
+def profile_configmap_name(subdir: str) -> str:
+    """``claude-profile`` for ``~/.claude``, ``claude-profile-rules`` for ``rules``, and so on."""
+    return "claude-profile" + "".join(f"-{s.lower()}" for s in subdir.split("/") if s)
+
+
+# --- objects ------------------------------------------------------------------------------
+
+
+def _meta(name: str, namespace: str | None = None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta.update(extra)
+    return meta
+
+
+def _namespace(name: str, enforce: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": _meta(
+            name,
+            labels={
+                "pod-security.kubernetes.io/enforce": enforce,
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        ),
+    }
+
+
+def namespaces(config: ClusterSetup) -> list[documents.Document]:
+    docs = [
+        documents.Document(
+            _namespace(config.namespace, "restricted"),
+            "Agent pods. Pod Security `restricted` is enforced: a pod that is not\n"
+            "non-root, seccomp RuntimeDefault and capability-free is refused.",
+        ),
+        documents.Document(
+            _namespace(config.worker_namespace, "baseline"),
+            "The worker (your deployment, running as ServiceAccount "
+            f"{config.worker_service_account}).\n"
+            "`baseline` is enforced and `restricted` only warned: the worker is your pod.",
+        ),
+    ]
+    if config.auth_proxy_namespace is not None:
+        docs.append(
+            documents.Document(
+                _namespace(config.auth_proxy_namespace, "restricted"),
+                "The auth proxy, which alone holds the Claude credential (auth-proxy.yaml).",
+            )
+        )
+    return docs
+
+
+def _role(name: str, namespace: str, permissions: tuple[Permission, ...]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(name, namespace),
+        "rules": [p.rule() for p in permissions],
+    }
+
+
+def _binding(kind: str, name: str, namespace: str | None, sa: str, sa_namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": _meta(name, namespace),
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+    }
+
+
+def _service_account(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)}
+
+
+def topology(config: ClusterSetup) -> network.Topology:
+    return network.Topology(
+        config.namespace, config.worker_namespace, config.auth_proxy_namespace, config.egress_profiles
+    )
+
+
+def worker_permissions(config: ClusterSetup) -> tuple[Permission, ...]:
+    return WORKER_PERMISSIONS + (ENVIRONMENT_PERMISSIONS if config.environment_claims else ())
+
+
+def worker_rbac(config: ClusterSetup) -> list[documents.Document]:
+    sa, sa_ns = config.worker_service_account, config.worker_namespace
+    table = "\n".join(f"  {p.resource}: {', '.join(p.verbs)} ({p.why})" for p in worker_permissions(config))
+    return [
+        documents.Document(
+            _service_account(sa, sa_ns), "The worker's identity: the only account that creates agent pods."
+        ),
+        documents.Document(
+            _role(sa, config.namespace, worker_permissions(config)),
+            "What the runtime does in the agent namespace, and nothing else:\n"
+            f"{table}\n"
+            "No access to Secrets (pods only carry secretKeyRef), NetworkPolicies or exec.",
+        ),
+        documents.Document(_binding("Role", sa, config.namespace, sa, sa_ns)),
+    ]
+
+
+def check_rbac(config: ClusterSetup) -> list[documents.Document]:
+    sa, sa_ns = CHECK_SERVICE_ACCOUNT, config.worker_namespace
+    cluster_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": _meta(CHECK_SERVICE_ACCOUNT),
+        "rules": [{"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}],
+    }
+    return [
+        documents.Document(
+            _service_account(sa, sa_ns),
+            "Optional: the account `ironflow check` runs with, kept apart from the worker\n"
+            "because it needs pods/exec. Not in kustomization.yaml: apply it when needed.",
+        ),
+        documents.Document(_role(sa, config.namespace, CHECK_PERMISSIONS)),
+        documents.Document(_binding("Role", sa, config.namespace, sa, sa_ns)),
+        documents.Document(cluster_role, "Asks the API server whether the worker could create NetworkPolicies."),
+        documents.Document(_binding("ClusterRole", sa, None, sa, sa_ns)),
+    ]
+
+
+def deny_all(config: ClusterSetup) -> list[documents.Document]:
+    body = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("default-deny-all", config.namespace),
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+    }
+    return [
+        documents.Document(
+            body,
+            "Default deny: no pod of the agent namespace sends or receives anything\n"
+            "unless another policy opens it. The worker cannot change this (no RBAC on\n"
+            "networkpolicies).",
+        )
+    ]
+
+
+def runtime_class() -> list[documents.Document]:
+    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": _meta(GVISOR_RUNTIME_CLASS)}
+    body["handler"] = "runsc"
+    return [
+        documents.Document(
+            body,
+            "gVisor: agent pods run against a user-space kernel. Install runsc on the\n"
+            "nodes first (Talos: the gvisor system extension). Select it with\n"
+            '`runtime_class("gvisor")` on the provider or the step.',
+        )
+    ]
+
+
+def managed_settings(config: ClusterSetup) -> list[documents.Document]:
+    docs = []
+    for preset in config.presets:
+        text = json.dumps(MANAGED_SETTINGS_PRESETS[preset], indent=2) + "\n"
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(
+                preset_configmap_name(preset), config.namespace, labels={labels.LABEL_PART_OF: labels.PART_OF_VALUE}
+            ),
+            "data": {layout.MANAGED_SETTINGS_FILE: text},
+        }
+        comment = (
+            f'Managed-settings preset "{preset}": register it with\n'
+            f'managed_settings_preset("{preset}", "{preset_configmap_name(preset)}"). Mounted read-only at\n'
+            f"{layout.MANAGED_SETTINGS_DIR}, it replaces the image's baked file."
+        )
+        docs.append(documents.Document(body, comment))
+    return docs
+
+
+def profile_configmaps(namespace: str, files: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One ConfigMap per directory of a Claude profile, as kustomize's configMapGenerator makes them.
+
+    ``files`` maps paths relative to the profile root (``CLAUDE.md``, ``rules/python.md``)
+    to their contents. A key cannot contain ``/``, hence one ConfigMap per directory.
+    """
+    by_dir: dict[str, dict[str, str]] = {}
+    for path in sorted(files):
+        subdir, _, key = path.rpartition("/")
+        _check_profile_path(path, subdir, key)
+        by_dir.setdefault(subdir, {})[key] = files[path]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(profile_configmap_name(subdir), namespace),
+            "data": data,
+        }
+        for subdir, data in by_dir.items()
+    ]
+
+
+def _check_profile_path(path: str, subdir: str, key: str) -> None:
+    if not _KEY.fullmatch(key):
+        raise errors.ConfigError(f"profile file '{path}': '{key}' is not a valid ConfigMap key; rename it")
+    for segment in subdir.split("/") if subdir else ():
+        if segment in {".", ".."} or not _SEGMENT.fullmatch(segment):
+            raise errors.ConfigError(
+                f"profile file '{path}': directory segment '{segment}' must be made of [A-Za-z0-9._-]"
+            )
+
+
+def render_documents(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[documents.Document]:
+    """Every object of ``config`` with its comment, in apply order (namespaces first)."""
+    docs = namespaces(config) + worker_rbac(config)
+    if config.check_rbac:
+        docs += check_rbac(config)
+    docs += deny_all(config) + network.egress(topology(config), cilium=config.cilium)
+    if config.gvisor:
+        docs += runtime_class()
+    docs += managed_settings(config)
+    if profile:
+        docs += [documents.Document(cm) for cm in profile_configmaps(config.namespace, profile)]
+    return docs
+
+
+def render(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every object of ``config``, in apply order (namespaces first), as plain dicts."""
+    return [dict(d.body) for d in render_documents(config, profile=profile)]

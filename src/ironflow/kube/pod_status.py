@@ -1,0 +1,41 @@
+"""What a pod's status says: its phase, whether it started or finished, a container's exit code (pure).
+
+Every reader of pod status goes through here, so ``status: null`` (a pod the kubelet has
+not seen yet) means the same thing everywhere: not started, no exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = ["exit_code", "phase", "pod_finished", "pod_started"]
+
+_TERMINAL: Final = frozenset({"Succeeded", "Failed"})
+
+
+def phase(pod: Mapping[str, Any] | None) -> str:
+    """The pod's phase, ``Unknown`` when absent."""
+    return str(((pod or {}).get("status") or {}).get("phase") or "Unknown")
+
+
+def exit_code(pod: Mapping[str, Any] | None, container: str) -> int | None:
+    """The exit code the kubelet recorded for ``container`` once it terminated, else None."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or ():
+        if status.get("name") == container:
+            code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
+            return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return None
+
+
+def pod_finished(pod: Mapping[str, Any] | None) -> bool:
+    """True once a pod is Succeeded or Failed (a predicate for :meth:`Informer.wait_for`).
+
+    A pod without a status yet (absent or ``null``) has not finished.
+    """
+    return phase(pod) in _TERMINAL
+
+
+def pod_started(pod: Mapping[str, Any] | None) -> bool:
+    """True once a pod is Running or finished."""
+    return phase(pod) in _TERMINAL | {"Running"}

@@ -1,0 +1,513 @@
+"""An agent step as a value: what to ask, how to run it, what came back (pure).
+
+``AgentConfig`` is frozen: every builder returns a new config, so a config shared
+between steps or retries never changes under anyone's feet. Values that can never work
+raise :class:`~ironflow.errors.ConfigError` at the call that received them; settings
+that depend on the provider (a preset name, a reserved mount path) are checked by the
+provider when the step is invoked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from ironflow import errors, labels
+from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.provider import AgentProvider, LogSink
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "AccountSession",
+    "Agent",
+    "AgentConfig",
+    "AgentInput",
+    "AgentResult",
+    "ConfigMapSource",
+    "DebugMessage",
+    "HostPathSource",
+    "PermissionMode",
+    "PodSettings",
+    "PvcSource",
+    "PvcVolume",
+    "RateLimitRecorder",
+    "ReadOnlyVolume",
+    "SecretEnvVar",
+    "ToolCall",
+    "ToolResult",
+    "VolumeSource",
+    "environment_id_valid",
+    "invalid_environment_id_message",
+    "validate_sub_path",
+]
+
+DEFAULT_MODEL: Final = "sonnet"
+_RESUME_ID = re.compile(r"[A-Za-z0-9_-]+")
+_ENVIRONMENT_ID = re.compile(r"[a-z0-9-]{1,253}")
+
+
+def environment_id_valid(environment_id: str) -> bool:
+    """A persistent environment id is a claim name ironflow could have made: ``[a-z0-9-]{1,253}``."""
+    return _ENVIRONMENT_ID.fullmatch(environment_id) is not None
+
+
+def invalid_environment_id_message(environment_id: str) -> str:
+    return f"environment id must match [a-z0-9-]{{1,253}}, got {environment_id!r}"
+
+
+class PermissionMode(StrEnum):
+    """How the CLI asks for permission; ``bypassPermissions`` needs IRONFLOW_ALLOW_BYPASS=1."""
+
+    DEFAULT = "default"
+    AUTO = "auto"
+    DONT_ASK = "dontAsk"
+    BYPASS_PERMISSIONS = "bypassPermissions"
+
+
+# --- pod-side settings -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SecretEnvVar:
+    """An env variable read from a Kubernetes Secret: the pod spec holds only the reference."""
+
+    name: str
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PvcSource:
+    claim_name: str
+
+
+@dataclass(frozen=True)
+class HostPathSource:
+    path: str
+
+
+@dataclass(frozen=True)
+class ConfigMapSource:
+    name: str
+
+
+VolumeSource = PvcSource | HostPathSource | ConfigMapSource
+
+
+@dataclass(frozen=True)
+class ReadOnlyVolume:
+    """A volume mounted read-only into the agent container."""
+
+    source: VolumeSource
+    mount_path: str
+    sub_path: str | None = None
+
+
+def validate_sub_path(sub_path: str) -> str | None:
+    """Why ``sub_path`` is unsafe, or None: it must be relative, without empty/./.. segments."""
+    if sub_path.startswith("/") or any(seg in ("", ".", "..") for seg in sub_path.split("/")):
+        return f"sub_path '{sub_path}' must be relative, without empty, '.' or '..' segments"
+    return None
+
+
+@dataclass(frozen=True)
+class PvcVolume:
+    """A step's PersistentVolumeClaim mount, read-write unless ``read_only``."""
+
+    claim_name: str
+    mount_path: str
+    sub_path: str | None = None
+    read_only: bool = False
+
+    def problem(self) -> str | None:
+        """Why this volume cannot be mounted, or None."""
+        if not self.claim_name:
+            return "pvc volume needs a non-empty claim_name"
+        if self.sub_path is not None:
+            return validate_sub_path(self.sub_path)
+        return None
+
+
+@dataclass(frozen=True)
+class AgentInput:
+    """A file fetched by the input init container before the agent starts."""
+
+    url: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Per-step settings for the sandbox; providers that cannot apply one report it."""
+
+    secret_env: tuple[SecretEnvVar, ...] = ()
+    service_account: str | None = None
+    read_only_volumes: tuple[ReadOnlyVolume, ...] = ()
+    managed_settings: str | None = None
+    runtime_class: str | None = None
+    pvc_volumes: tuple[PvcVolume, ...] = ()
+    without_provider_volumes: bool = False
+
+    def is_empty(self) -> bool:
+        return self == PodSettings()
+
+
+# --- provider accounts -------------------------------------------------------------------
+
+
+class RateLimitRecorder(Protocol):
+    """Receives the rate-limit windows a step's output reported (see ``claude.rate_limits``)."""
+
+    def record(self, windows: Iterable[Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class AccountSession:
+    """A Provider Account attached to one step: the credential reaches only the auth proxy."""
+
+    account_id: str
+    env_name: str
+    value: Secret = field(repr=False)
+    recorder: RateLimitRecorder | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def credential_kind(self) -> str:
+        return "api_key" if self.env_name == "ANTHROPIC_API_KEY" else "oauth_token"
+
+
+# --- the step configuration --------------------------------------------------------------
+
+
+def _frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One agent step: the prompt, CLI options and the pod settings it brings.
+
+    >>> cfg = AgentConfig("List the repos").read_only_pvc("repos", "/data/repos")
+    >>> cfg.model, cfg.pod.read_only_volumes[0].mount_path
+    ('sonnet', '/data/repos')
+    """
+
+    prompt: str
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    model: str = DEFAULT_MODEL
+    allowed_tools: tuple[str, ...] = ()
+    disallowed_tools: tuple[str, ...] = ()
+    tool_profile: str | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    working_dir: str | None = None
+    mcp_config: str | None = None
+    strict_mcp_config: bool = False
+    bare: bool = False
+    permission_mode: PermissionMode = PermissionMode.DEFAULT
+    json_schema: Mapping[str, Any] | None = None
+    resume_session_id: str | None = None
+    session_id: str | None = None
+    #: Mount this persistent environment (an earlier ``AgentResult.environment_id``) instead of a new one.
+    resume_environment_id: str | None = None
+    verbose: bool = False
+    pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
+    pod: PodSettings = PodSettings()
+    inputs: tuple[AgentInput, ...] = ()
+    trace_context: str | None = None
+    account: AccountSession | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "allowed_tools", tuple(self.allowed_tools))
+        set_(self, "disallowed_tools", tuple(self.disallowed_tools))
+        set_(self, "inputs", tuple(self.inputs))
+        set_(self, "pod_labels", _frozen_map(self.pod_labels))
+        set_(self, "permission_mode", PermissionMode(self.permission_mode))
+        if self.json_schema is not None:
+            schema = json.loads(self.json_schema) if isinstance(self.json_schema, str) else self.json_schema
+            if not isinstance(schema, Mapping):
+                raise errors.ConfigError("json_schema must be a JSON object")
+            set_(self, "json_schema", MappingProxyType(dict(schema)))
+        if not self.prompt:
+            raise errors.ConfigError("prompt must not be empty")
+        if self.max_turns is not None and self.max_turns <= 0:
+            raise errors.ConfigError("max_turns must be greater than 0")
+        if self.max_budget_usd is not None and not (
+            math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0
+        ):
+            raise errors.ConfigError("budget must be a positive finite number")
+        for name in ("resume_session_id", "session_id"):
+            value = getattr(self, name)
+            if value is not None and not _RESUME_ID.fullmatch(value):
+                raise errors.ConfigError(f"{name} must only hold [A-Za-z0-9_-], got {value!r}")
+        if self.resume_environment_id is not None and not environment_id_valid(self.resume_environment_id):
+            raise errors.ConfigError(invalid_environment_id_message(self.resume_environment_id))
+        if self.json_schema is not None and self.allowed_tools:
+            raise errors.ConfigError(
+                "json_schema and allowed_tools cannot be combined: a structured-output step runs no tools"
+            )
+
+    # -- generic --
+
+    def replace(self, **changes: Any) -> AgentConfig:
+        """A copy with ``changes`` applied and validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def _pod(self, **changes: Any) -> AgentConfig:
+        return dataclasses.replace(self, pod=dataclasses.replace(self.pod, **changes))
+
+    # -- pod settings --
+
+    def env_from_secret(self, name: str, secret: str, key: str) -> AgentConfig:
+        """Read ``name`` from ``secret``/``key``; the same name again replaces it in place."""
+        entry = SecretEnvVar(name, secret, key)
+        current = list(self.pod.secret_env)
+        for i, existing in enumerate(current):
+            if existing.name == name:
+                current[i] = entry
+                break
+        else:
+            current.append(entry)
+        return self._pod(secret_env=tuple(current))
+
+    def service_account(self, name: str) -> AgentConfig:
+        return self._pod(service_account=name)
+
+    def runtime_class(self, name: str) -> AgentConfig:
+        """Set the RuntimeClass (e.g. ``gvisor``); a blank name fails the invocation."""
+        return self._pod(runtime_class=name)
+
+    def read_only_volume(self, volume: ReadOnlyVolume) -> AgentConfig:
+        return self._pod(read_only_volumes=(*self.pod.read_only_volumes, volume))
+
+    def read_only_pvc(self, claim_name: str, mount_path: str) -> AgentConfig:
+        return self.read_only_volume(ReadOnlyVolume(PvcSource(claim_name), mount_path))
+
+    def read_only_host_path(self, path: str, mount_path: str) -> AgentConfig:
+        return self.read_only_volume(ReadOnlyVolume(HostPathSource(path), mount_path))
+
+    def read_only_config_map(self, name: str, mount_path: str) -> AgentConfig:
+        return self.read_only_volume(ReadOnlyVolume(ConfigMapSource(name), mount_path))
+
+    def pvc_volume(
+        self, claim_name: str, mount_path: str, *, sub_path: str | None = None, read_only: bool = False
+    ) -> AgentConfig:
+        volume = PvcVolume(claim_name, mount_path, sub_path, read_only)
+        problem = volume.problem()
+        if problem is not None:
+            raise errors.ConfigError(f"invalid pvc_volume: {problem}")
+        return self._pod(pvc_volumes=(*self.pod.pvc_volumes, volume))
+
+    def without_provider_volumes(self) -> AgentConfig:
+        """Drop the provider's hostPath and PVC volumes for this step."""
+        return self._pod(without_provider_volumes=True)
+
+    def managed_settings(self, preset: str) -> AgentConfig:
+        """Use a managed-settings preset registered on the provider (unknown: the step fails)."""
+        return self._pod(managed_settings=preset)
+
+    def egress_profile(self, name: str) -> AgentConfig:
+        """Label the pod ``ironflow.io/egress-profile=name`` for the network policies."""
+        return self.pod_label(labels.LABEL_EGRESS_PROFILE, name)
+
+    def pod_label(self, key: str, value: str) -> AgentConfig:
+        """Add a pod label. A reserved key is refused when the step is invoked."""
+        return dataclasses.replace(self, pod_labels={**self.pod_labels, key: value})
+
+    def with_pod_labels(self, pod_labels: Mapping[str, str]) -> AgentConfig:
+        """Replace every pod label."""
+        return dataclasses.replace(self, pod_labels=pod_labels)
+
+    def run_scope(self, run_id: str, step: str) -> AgentConfig:
+        """Label the step as the engine would, for use outside the engine (both sanitised)."""
+        return self.pod_label(labels.LABEL_RUN_ID, labels.sanitize_label_value(run_id)).pod_label(
+            labels.LABEL_STEP, labels.sanitize_label_value(step)
+        )
+
+    def input(self, url: str, mount_path: str) -> AgentConfig:
+        """Fetch ``url`` to ``mount_path`` before the agent starts (checked at invocation)."""
+        return dataclasses.replace(self, inputs=(*self.inputs, AgentInput(url, mount_path)))
+
+    def resume_environment(self, environment_id: str) -> AgentConfig:
+        """Mount the persistent environment an earlier step returned (its ``environment_id``);
+        the provider needs an environment volume. An id outside ``[a-z0-9-]{1,253}`` raises ConfigError."""
+        return dataclasses.replace(self, resume_environment_id=environment_id)
+
+    def account_session(self, session: AccountSession) -> AgentConfig:
+        return dataclasses.replace(self, account=session)
+
+    # -- serialisation --
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict; the account session (a credential) is never included."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "account":
+                continue
+            value = getattr(self, f.name)
+            if value == f.default or (
+                f.default_factory is not dataclasses.MISSING and value == f.default_factory()
+            ):
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
+        """Build from :meth:`to_dict` output or a step YAML; an unknown key is refused by name."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"account"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise errors.ConfigError(f"unknown step setting '{unknown[0]}'; known: {', '.join(sorted(known))}")
+        if "prompt" not in data:
+            raise errors.ConfigError("step setting 'prompt' is required")
+        kwargs = dict(data)
+        try:
+            if "pod" in kwargs:
+                kwargs["pod"] = _pod_from_dict(kwargs["pod"])
+            if "inputs" in kwargs:
+                kwargs["inputs"] = tuple(AgentInput(**i) for i in kwargs["inputs"])
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise errors.ConfigError(f"invalid step settings: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able form; fields at their default are left out, so stored configs stay short."""
+    if isinstance(value, StrEnum):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default
+        }
+        if isinstance(value, ReadOnlyVolume):
+            out["source"] = {type(value.source).__name__: _plain(value.source)}
+        return out
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+_SOURCES: Final[dict[str, type[PvcSource] | type[HostPathSource] | type[ConfigMapSource]]] = {
+    "PvcSource": PvcSource,
+    "HostPathSource": HostPathSource,
+    "ConfigMapSource": ConfigMapSource,
+}
+
+
+def _pod_from_dict(data: Mapping[str, Any]) -> PodSettings:
+    def ro(v: Mapping[str, Any]) -> ReadOnlyVolume:
+        ((kind, spec),) = v["source"].items()
+        if kind not in _SOURCES:
+            raise errors.ConfigError(f"unknown read-only volume source '{kind}'; known: {', '.join(_SOURCES)}")
+        return ReadOnlyVolume(_SOURCES[kind](**spec), v["mount_path"], v.get("sub_path"))
+
+    return PodSettings(
+        secret_env=tuple(SecretEnvVar(**e) for e in data.get("secret_env", ())),
+        service_account=data.get("service_account"),
+        read_only_volumes=tuple(ro(v) for v in data.get("read_only_volumes", ())),
+        managed_settings=data.get("managed_settings"),
+        runtime_class=data.get("runtime_class"),
+        pvc_volumes=tuple(PvcVolume(**v) for v in data.get("pvc_volumes", ())),
+        without_provider_volumes=bool(data.get("without_provider_volumes", False)),
+    )
+
+
+# --- results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    input: Any
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    tool_use_id: str
+    content: Any
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class DebugMessage:
+    """One assistant turn of a stream-json run, with the tool results it received."""
+
+    text: str | None = None
+    thinking: str | None = None
+    thinking_redacted: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What a step produced. ``value`` is the text, or the structured value with a schema."""
+
+    value: Any
+    duration_ms: int
+    session_id: str | None = None
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    model: str | None = None
+    debug_messages: tuple[DebugMessage, ...] | None = None
+    account_id: str | None = None
+    environment_id: str | None = None
+    #: Settings the provider accepted but cannot apply (e.g. a runtime class locally).
+    ignored_settings: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The answer as text; empty when the value is structured."""
+        return self.value if isinstance(self.value, str) else ""
+
+    def json(self) -> Any:
+        """The structured value; a text value is parsed as JSON."""
+        if isinstance(self.value, str):
+            try:
+                return json.loads(self.value)
+            except json.JSONDecodeError as exc:
+                raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
+        return self.value
+
+
+# --- the runnable step -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A configured step, run on any provider: ``await Agent.from_config(cfg).run(provider)``."""
+
+    config: AgentConfig
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> Agent:
+        return cls(config)
+
+    async def run(self, provider: AgentProvider) -> AgentResult:
+        return await provider.invoke(self.config)
+
+    async def run_with_logs(self, provider: AgentProvider, sink: LogSink) -> AgentResult:
+        """Run with stream-json output, each line handed to ``sink`` as it arrives."""
+        return await provider.invoke_with_logs(self.config, sink)

@@ -1,0 +1,164 @@
+"""The seed's patterns: the right objects, valid against the CRDs, each pod the provider's hardened pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ironflow import errors, labels
+from ironflow.agent_sandbox import kro, patterns, schemas
+from ironflow.agent_sandbox.models import ApiVersion
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.steps import AgentConfig
+
+OPTS = patterns.PatternOptions(egress=(("10.10.10.100/32", 5432), ("0.0.0.0/0", None)))
+AGENT_SANDBOX_KINDS = {"Sandbox", "SandboxTemplate", "SandboxClaim", "SandboxWarmPool"}
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pod spec inside Sandboxes and SandboxTemplates (KRO resources included)."""
+    out = []
+    for obj in objects:
+        if obj.get("kind") == "ResourceGraphDefinition":
+            out += pod_specs([r["template"] for r in obj["spec"]["resources"]])
+        elif obj.get("kind") in ("Sandbox", "SandboxTemplate"):
+            out.append(obj["spec"]["podTemplate"]["spec"])
+    return out
+
+
+def assert_hardened(spec: dict[str, Any]) -> None:
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsUser"] == 10001
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    for container in spec["containers"]:
+        ctx = container["securityContext"]
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert ctx["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize("version", list(ApiVersion))
+@pytest.mark.parametrize("pattern", list(patterns.PATTERNS))
+def test_every_pattern_renders_valid_objects_with_hardened_pods(pattern: str, version: ApiVersion) -> None:
+    objects = patterns.render_pattern(pattern, patterns.PatternOptions(api_version=version, egress=OPTS.egress))
+    assert objects
+    specs = pod_specs(objects)
+    assert specs, "every pattern holds at least one pod"
+    for spec in specs:
+        assert_hardened(spec)
+    for obj in objects:
+        if obj["kind"] in AGENT_SANDBOX_KINDS:
+            assert schemas.schema_problems(obj) == []
+            assert obj["apiVersion"].endswith(str(version))
+
+
+def test_pattern_pod_is_the_ephemeral_providers_pod() -> None:
+    """Same code: the Sandbox's pod spec equals the provider's pod plus the workspace volume."""
+    provider = (
+        K8sEphemeralProvider.sandboxed(patterns.DEFAULT_IMAGE)
+        .runtime_class("gvisor")
+        .egress_profile("anthropic-only")
+        .managed_settings_preset("strict", "managed-strict")
+        .default_managed_settings("strict")
+        .claude_profile_configmap("team-profile")
+    )
+    opts = patterns.PatternOptions(provider=provider)
+    (sandbox,) = patterns.render_pattern("ephemeral", opts)
+    config = AgentConfig(opts.prompt, working_dir=patterns.WORKSPACE_PATH)
+    pod = next(o for o in provider.manifests(config, now=0, worker_env={}, pod_name="x") if o["kind"] == "Pod")
+    spec = sandbox["spec"]["podTemplate"]["spec"]
+    assert spec["runtimeClassName"] == "gvisor"
+    assert spec["volumes"][:-1] == pod["spec"]["volumes"]
+    assert spec["volumes"][-1] == {"name": "workspace", "emptyDir": {}}
+    assert spec["containers"][0]["command"] == pod["spec"]["containers"][0]["command"]
+    assert "cp -L" in spec["containers"][0]["command"][2]  # the profile copy
+    assert sandbox["spec"]["podTemplate"]["metadata"]["labels"][labels.LABEL_EGRESS_PROFILE] == "anthropic-only"
+    assert sandbox["spec"]["shutdownPolicy"] == "Delete"
+
+
+def test_warm_pool_pattern_pod_idles_without_a_deadline() -> None:
+    template, pool, claim = patterns.render_pattern("warm-pool")
+    spec = template["spec"]["podTemplate"]["spec"]
+    assert spec["containers"][0]["command"] == ["sh", "-c", patterns.IDLE_COMMAND]
+    assert "activeDeadlineSeconds" not in spec
+    assert pool["spec"] == {"replicas": 2, "sandboxTemplateRef": {"name": "claude-agent"}}
+    assert claim["spec"]["warmPoolRef"] == {"name": "claude-agent"}
+    assert claim["spec"]["lifecycle"] == {"ttlSecondsAfterFinished": 300, "shutdownPolicy": "Delete"}
+
+
+def test_standalone_pvc_pattern_creates_pvcs_the_sandbox_does_not_own() -> None:
+    pvc1, pvc2, sandbox = patterns.render_pattern("standalone-pvc")
+    assert (pvc1["kind"], pvc2["kind"]) == ("PersistentVolumeClaim", "PersistentVolumeClaim")
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in sandbox["spec"]["podTemplate"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    assert claims == {pvc1["metadata"]["name"], pvc2["metadata"]["name"]}
+    assert "volumeClaimTemplates" not in sandbox["spec"]
+    assert sandbox["spec"]["shutdownPolicy"] == "Retain"
+
+
+def test_network_variants() -> None:
+    (secure,) = patterns.render_pattern("network-secure")
+    assert secure["spec"]["networkPolicyManagement"] == "Managed"
+    assert "networkPolicy" not in secure["spec"]
+    (gapped,) = patterns.render_pattern("network-air-gapped")
+    assert gapped["spec"]["networkPolicy"] == {"ingress": [], "egress": []}
+    (custom,) = patterns.render_pattern("network-custom-egress", OPTS)
+    egress = custom["spec"]["networkPolicy"]["egress"]
+    assert egress[0] == {"to": [{"ipBlock": {"cidr": "10.10.10.100/32"}}], "ports": [{"protocol": "TCP", "port": 5432}]}
+    assert "ports" not in egress[1]
+    assert custom["spec"]["networkPolicy"]["ingress"] == [patterns.router_ingress()]
+
+
+def test_custom_egress_without_rules_is_refused() -> None:
+    with pytest.raises(errors.ConfigError, match="needs at least one --egress"):
+        patterns.render_pattern("network-custom-egress")
+
+
+def test_unknown_pattern_names_the_known_ones() -> None:
+    with pytest.raises(errors.ConfigError, match="unknown pattern 'x'; known: ephemeral, standalone-pvc"):
+        patterns.render_pattern("x")
+
+
+def test_kro_raw_runner_owns_a_sandbox_and_the_user_rgd_owns_sibling_pvcs_and_a_cronjob() -> None:
+    runner, user = patterns.render_pattern("kro-raw")
+    assert [r["template"]["kind"] for r in runner["spec"]["resources"]] == ["Sandbox"]
+    ids = {r["id"]: r for r in user["spec"]["resources"]}
+    assert ids["workspace"]["template"]["kind"] == ids["memory"]["template"]["kind"] == "PersistentVolumeClaim"
+    assert ids["runner"]["includeWhen"] == ["${schema.spec.schedule == ''}"]
+    assert ids["orchestrator"]["template"]["kind"] == "CronJob"
+    assert ids["orchestrator"]["includeWhen"] == ["${schema.spec.schedule != ''}"]
+    volumes = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]["volumes"]
+    assert {"name": "pvc-0", "persistentVolumeClaim": {"claimName": "${schema.spec.workspacePVC}"}} in volumes
+
+
+def test_kro_template_owns_template_pool_configmaps_and_a_ttl_claim() -> None:
+    (rgd,) = patterns.render_pattern("kro-template")
+    kinds = [r["template"]["kind"] for r in rgd["spec"]["resources"]]
+    assert kinds[:5] == ["SandboxTemplate", "SandboxWarmPool", "ConfigMap", "ConfigMap", "SandboxClaim"]
+    assert kinds[-1] == "CronJob"
+    claim = rgd["spec"]["resources"][4]["template"]
+    assert claim["spec"]["lifecycle"]["ttlSecondsAfterFinished"] == 300
+    assert claim["spec"]["warmPoolRef"]["name"] == "${schema.metadata.name}"
+
+
+def test_kro_pods_read_the_prompt_from_the_graphs_configmap() -> None:
+    (rgd,) = patterns.render_pattern("kro-template")
+    spec = rgd["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
+    shell = spec["containers"][0]["command"][2]
+    assert "'-p' \"$(cat '/etc/ironflow/prompt/prompt')\"" in shell
+    volume = next(v for v in spec["volumes"] if "configMap" in v and v["configMap"]["name"].endswith("-prompt"))
+    assert volume["configMap"]["name"] == "${schema.metadata.name}-prompt"
+    assert {"name": "podinfo", "mountPath": kro.PODINFO_DIR, "readOnly": True} in spec["containers"][0]["volumeMounts"]
+    assert shell.startswith(f"while grep -q '^{kro.POOL_LABEL}=' '/etc/ironflow/podinfo/labels'; do sleep 1; done; ")
+    assert rgd["spec"]["resources"][1]["template"]["spec"]["replicas"] == "${schema.spec.replicas}"
+
+
+def test_kro_raw_sandbox_starts_the_agent_at_once() -> None:
+    runner, _ = patterns.render_pattern("kro-raw")
+    spec = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
+    assert not spec["containers"][0]["command"][2].startswith("while ")
+    assert all(v["name"] != "podinfo" for v in spec["volumes"])

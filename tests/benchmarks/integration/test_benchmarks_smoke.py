@@ -1,0 +1,172 @@
+"""Every benchmark still runs: ``benchmarks/*.py`` as a subprocess, with its smallest parameters.
+
+A benchmark is runnable with one command and ends with ``RESULT key=value ...``; nothing else
+runs them, so they would rot silently when the code they drive changes. Each case here runs
+one with parameters that shorten it (never its defaults) and checks only that it exits 0 and
+that its last line is ``RESULT`` with exactly the keys it documents, each a finite number.
+Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
+part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
+binaries, the agent-sandbox SDK) is skipped with the reason; CI installs all of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ironflow.testing import kubeenv, postgres
+
+ROOT = Path(__file__).resolve().parents[3]
+BENCHMARKS = ROOT / "benchmarks"
+INTERRUPT_GRACE_S = 30.0  # after SIGINT, for the benchmark's own cleanup (servers, temp dirs)
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    args: tuple[str, ...]
+    keys: frozenset[str]
+    needs: tuple[str, ...] = ()
+    timeout_s: float = 120.0
+
+
+CASES = (
+    Bench("agent_sandbox", ("--runs", "2", "--cold-ms", "20"),
+          frozenset({"cold_ms", "warm_ms", "saved_ms", "requests_per_step"})),
+    Bench("claude_output", ("--repeat", "1"),
+          frozenset({"json_us", "stream_small_us", "stream_10mib_ms", "stream_mb_per_s", "rate_limits_10mib_ms"})),
+    Bench("concurrent_steps", ("--sizes", "1,3", "--run-for", "0"),
+          frozenset({"requests_per_step", "watch_connections", "rss_kib_per_step"})),
+    Bench("engine", ("--steps", "20", "--runs-4w", "1", "--steps-4w", "20"),
+          frozenset({"sqlite_step_ms", "pg_step_ms", "pg_steps_per_s_4w"}), needs=("postgres",), timeout_s=180),
+    Bench("kube_informer", ("--sizes", "1,3"),
+          frozenset({"shared_watch_connections", "shared_requests_per_wait", "shared_wake_p99_ms",
+                     "per_pod_watch_connections"})),
+    Bench("local_sandbox", ("--runs", "2"), frozenset({"bwrap_added_ms", "gvisor_added_ms"}), needs=("bwrap", "runsc")),
+    Bench("proxy", ("--seconds", "1", "--workers", "1", "--connections", "8"),
+          frozenset({"rps_vs_nginx_memory", "rps_vs_nginx_postgres", "cpu_us_per_request", "p50_added_ms_at_8"}),
+          needs=("nginx", "wrk", "postgres"), timeout_s=300),
+    Bench("real_step_latency", ("--sequential", "1", "--concurrent", "2", "--claims", "1"),
+          frozenset({"step_p50_ms", "step_p95_ms", "single_step_p50_ms", "sdk_claim_p50_ms", "cluster_start_s"}),
+          needs=("kube-testenv", "agent-sandbox-sdk"), timeout_s=300),
+)  # fmt: skip
+
+MARKS = {"postgres": pytest.mark.postgres, "bwrap": pytest.mark.bwrap, "runsc": pytest.mark.gvisor}
+
+
+def _params(with_timeout: bool) -> list[object]:
+    return [
+        pytest.param(
+            case,
+            id=case.name,
+            marks=[MARKS[n] for n in case.needs if n in MARKS]
+            + ([pytest.mark.timeout(case.timeout_s + INTERRUPT_GRACE_S + 30)] if with_timeout else []),
+        )
+        for case in CASES
+    ]
+
+
+def _missing(part: str) -> str | None:
+    """Why ``part`` is unavailable here, or None when it is there."""
+    if part == "postgres":
+        try:
+            postgres.find_pg_bin("initdb")
+            postgres.find_pg_bin("pg_ctl")
+        except postgres.PostgresNotAvailable as exc:
+            return f"PostgreSQL is not installed: {exc}"
+        return None
+    if part == "kube-testenv":
+        try:
+            kubeenv.find_bin_dir()
+        except kubeenv.KubeEnvNotAvailable as exc:
+            return str(exc)
+        return None
+    if part == "agent-sandbox-sdk":
+        if importlib.util.find_spec("k8s_agent_sandbox") is None or importlib.util.find_spec("kubernetes") is None:
+            return "the agent-sandbox SDK is not installed: pip install k8s-agent-sandbox==1.0.8"
+        return None
+    return None if shutil.which(part) is not None else f"{part} is not installed"
+
+
+def _run(case: Bench) -> subprocess.CompletedProcess[str]:
+    """Runs the benchmark in its own session; past the timeout, SIGINT (so its context managers stop
+    the servers it started), then SIGKILL to the whole group."""
+    argv = [sys.executable, str(BENCHMARKS / f"{case.name}.py"), *case.args]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=case.timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=INTERRUPT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(
+            f"{case.name} still running after {case.timeout_s:g}s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        )
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _result_fields(stdout: str) -> dict[str, str]:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert lines, "no output"
+    last = lines[-1]
+    assert last.startswith("RESULT "), f"last line is not a RESULT line: {last!r}"
+    pairs = [field.partition("=") for field in last.removeprefix("RESULT ").split()]
+    assert all(sep == "=" and key for key, sep, _ in pairs), f"not key=value fields: {last!r}"
+    keys = [key for key, _, _ in pairs]
+    assert len(keys) == len(set(keys)), f"a key repeats: {last!r}"
+    return {key: value for key, _, value in pairs}
+
+
+def _documented_keys(name: str) -> set[str]:
+    """The keys of the ``RESULT ...`` line the benchmark's module docstring documents."""
+    doc = ast.get_docstring(ast.parse((BENCHMARKS / f"{name}.py").read_text())) or ""
+    found = re.search(r"``RESULT (.*?)``", doc, re.DOTALL)
+    assert found is not None, f"benchmarks/{name}.py does not document its RESULT line"
+    return set(re.findall(r"(\w+)=", found.group(1)))
+
+
+def test_every_benchmark_has_a_case() -> None:
+    assert {p.stem for p in BENCHMARKS.glob("*.py")} == {case.name for case in CASES}
+
+
+@pytest.mark.parametrize("case", _params(with_timeout=False))
+def test_benchmark_documents_the_keys_checked_here(case: Bench) -> None:
+    assert _documented_keys(case.name) == case.keys
+
+
+@pytest.mark.parametrize("case", _params(with_timeout=True))
+def test_benchmark_runs_and_reports(case: Bench) -> None:
+    reasons = [reason for reason in map(_missing, case.needs) if reason is not None]
+    if reasons:
+        pytest.skip(f"benchmarks/{case.name}.py: " + "; ".join(reasons))
+    started = time.monotonic()
+    done = _run(case)
+    took = time.monotonic() - started
+    assert done.returncode == 0, (
+        f"exit {done.returncode} after {took:.1f}s\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    )
+    fields = _result_fields(done.stdout)
+    assert set(fields) == case.keys, f"RESULT keys {sorted(fields)}, documented {sorted(case.keys)}"
+    for key, value in fields.items():
+        try:
+            number = float(value)
+        except ValueError:
+            pytest.fail(f"{key}={value!r} is not a number")
+        assert math.isfinite(number), f"{key}={value} is not finite"
+    print(f"benchmarks/{case.name}.py {' '.join(case.args)}: {took:.1f}s")

@@ -1,0 +1,60 @@
+"""Workflows the engine tests run; loaded by path, like ``ironflow run FILE.py:workflow`` does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ironflow.engine import AgentStep, Context, RetryPolicy
+from ironflow.steps import AgentConfig
+
+
+def _config(input: dict[str, Any], name: str, prompt: str) -> AgentConfig:
+    """``prompt`` with the pod labels ``input["pod_labels"][name]`` asks for (a real cluster's
+    fake kubelet reads how long the pod runs and how it ends from labels)."""
+    return AgentConfig(prompt).with_pod_labels(dict(input.get("pod_labels", {}).get(name, {})))
+
+
+async def linear(ctx: Context, input: dict[str, Any]) -> list[str]:
+    """One agent step per name, in order."""
+    return [(await ctx.agent(name, _config(input, name, f"do {name}"))).text for name in input["steps"]]
+
+
+async def wave(ctx: Context, input: dict[str, Any]) -> list[str]:
+    """A first step, then one parallel wave of the given names."""
+    await ctx.agent("before", _config(input, "before", "first"))
+    results = await ctx.parallel(
+        [AgentStep(name, _config(input, name, f"do {name}")) for name in input["names"]],
+        fail_fast=input.get("fail_fast", True),
+    )
+    return [r.text for r in results]
+
+
+async def child(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
+    result = await ctx.agent("child step", _config(input, "child step", "inside"))
+    return {"text": result.text, "run_id": ctx.run_id, "root": ctx.root_run_id, "parent": ctx.parent_run_id}
+
+
+async def parent(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
+    """An agent step, then a sub-workflow."""
+    await ctx.agent("plan", _config(input, "plan", "plan"))
+    child_input = {"from": ctx.run_id, "pod_labels": input.get("pod_labels", {})}
+    return dict(await ctx.sub_workflow("child", child, child_input))
+
+
+async def flaky(ctx: Context, input: dict[str, Any]) -> str:
+    """One step with the given number of retries."""
+    retry = RetryPolicy(max_retries=input["retries"], initial_backoff_s=0.01) if input["retries"] else None
+    return (await ctx.agent("flaky", AgentConfig("try"), retry=retry)).text
+
+
+async def with_op(ctx: Context, input: dict[str, Any]) -> Any:
+    async def add() -> int:
+        await asyncio.sleep(0)
+        return int(input["a"]) + int(input["b"])
+
+    return await ctx.op("add", add)
+
+
+async def not_storable(ctx: Context, input: Any) -> Any:
+    return object()

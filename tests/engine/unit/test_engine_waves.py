@@ -1,0 +1,61 @@
+"""The sandbox contract's pure parts: step labels (§2) and the duplicate-name refusal (§3.4)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironflow import labels
+from ironflow.engine import runner
+from ironflow.steps import AgentConfig
+
+RUN = "01a0e906-1f85-7000-8000-000000000001"
+ROOT = "01a0e906-1f85-7000-8000-000000000000"
+
+
+def test_step_labels_carry_run_and_root_unsanitised_and_the_step_sanitised() -> None:
+    scoped = runner.scope_step_config(AgentConfig("go"), run_id=RUN, root_run_id=ROOT, step="fix bug/42")
+    assert dict(scoped.pod_labels) == {
+        labels.LABEL_RUN_ID: RUN,
+        labels.LABEL_ROOT_RUN_ID: ROOT,
+        labels.LABEL_STEP: "fix-bug-42-b8a85051",
+    }
+
+
+def test_scoping_keeps_the_callers_labels() -> None:
+    config = AgentConfig("go").egress_profile("github")
+    scoped = runner.scope_step_config(config, run_id=RUN, root_run_id=RUN, step="plan")
+    assert scoped.pod_labels[labels.LABEL_EGRESS_PROFILE] == "github"
+    assert scoped.pod_labels[labels.LABEL_ROOT_RUN_ID] == RUN
+
+
+def test_the_duplicate_message_is_the_references_word_for_word() -> None:
+    assert runner.wave_duplicate_message("review") == (
+        'parallel wave has two steps named "review"; each step of a wave needs its own name'
+    )
+
+
+def test_the_duplicate_message_quotes_like_rust_debug() -> None:
+    assert runner.wave_duplicate_message('a "b"') == (
+        'parallel wave has two steps named "a \\"b\\""; each step of a wave needs its own name'
+    )
+
+
+def test_the_first_repeated_raw_name_is_reported() -> None:
+    assert runner.duplicate_name(["a", "b", "c", "b", "a"]) == "b"
+    assert runner.duplicate_name(["a", "b"]) is None
+    assert runner.duplicate_name([]) is None
+
+
+def test_names_that_sanitise_alike_are_not_duplicates() -> None:
+    # Raw names are compared; the sanitiser's hash keeps their labels apart.
+    assert runner.duplicate_name(["fix bug", "fix/bug"]) is None
+
+
+@settings(deadline=None)  # a shared 2-core machine: timing is not the property
+@given(st.lists(st.text(max_size=5), max_size=8))
+def test_a_duplicate_is_found_exactly_when_names_repeat(names: list[str]) -> None:
+    found = runner.duplicate_name(names)
+    assert (found is not None) == (len(set(names)) != len(names))
+    if found is not None:
+        assert names.count(found) >= 2

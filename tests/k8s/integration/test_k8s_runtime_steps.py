@@ -1,0 +1,531 @@
+"""Agent steps on the Kubernetes API test server: launch, wait, logs, delete, finalize (§1.4, §1.9).
+
+The pod logs are output captured from the real Claude Code CLI (tests/fixtures/claude);
+the test server plays the kubelet. Every test ends by checking that nothing is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.fakes.kubecase import KubeCase, hold_create_answers
+
+from ironflow import errors, labels
+from ironflow.k8s import reaper
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.runner import StepRunner
+from ironflow.kube import api as k8s
+from ironflow.secrets import Secret
+from ironflow.steps import AgentConfig
+from ironflow.testing import find_leaks
+from ironflow.testing.k8s_validate import validate_manifest
+from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.polling import eventually
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
+JSON_TEXT = (FIXTURES / "json_text.out").read_text()
+API_ERROR = (FIXTURES / "json_api_error_529.out").read_text()
+STREAM_TEXT = (FIXTURES / "stream_text.out").read_text()
+RUN = "01a0e906-1f85-7000-8000-0000000000aa"
+RUNNER_PODS = "claude-code"
+FAR_FUTURE = 2**40
+
+
+def provider(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
+    return K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(ns).timeout(timeout)
+
+
+def runner(kube: KubeCase, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
+    return StepRunner.for_provider(p or provider(kube.namespace), api=kube.api, worker_env={}, **kwargs)
+
+
+def phase_of(server: KubeTestServer, ns: str, name: str) -> str | None:
+    pod = server.get_object(k8s.PODS, ns, name)
+    return None if pod is None else pod.get("status", {}).get("phase")
+
+
+def leftovers(server: KubeTestServer, ns: str) -> list[str]:
+    return [o["metadata"]["name"] for r in (k8s.PODS, k8s.CONFIGMAPS) for o in server.objects(r, ns)]
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def log(self, stream: str, line: str) -> None:
+        self.lines.append((stream, line))
+
+
+# --- the happy path -----------------------------------------------------------------
+
+
+async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    created: list[dict[str, Any]] = []
+    original = kube.api.create
+
+    async def spy(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        created.append(body)
+        return await original(resource, namespace, body)
+
+    kube.api.create = spy  # type: ignore[method-assign]
+    result = await runner(kube).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+    assert result.text == "Hello from the fake model."
+    assert result.session_id == "a988eb09-b85d-479d-b363-a28fcc17dc0a"
+    assert leftovers(server, kube.namespace) == []
+    (pod,) = created
+    validate_manifest(pod)
+    assert pod["metadata"]["labels"][labels.LABEL_RUN_ID] == RUN
+    assert labels.ANNOTATION_EXPIRES_AT in pod["metadata"]["annotations"]
+
+
+async def test_invoke_uses_at_most_six_requests_per_step(kube: KubeCase, server: KubeTestServer) -> None:
+    """Concurrent steps with run labels: cleanup lists, create, log read, delete; one shared watch."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.2, log=JSON_TEXT))
+    server.reset_requests()
+    steps = 5
+    r = runner(kube)
+    await asyncio.gather(*(r.invoke(AgentConfig("Say hello").run_scope(RUN, f"s{i}")) for i in range(steps)))
+    assert server.count("watch", "pods") == 1
+    assert server.count("get", "pods") == 0  # no polling
+    non_watch = len([x for x in server.requests if x.verb != "watch"])
+    informer_list = 1  # the shared watch's initial list, once for all steps
+    assert (non_watch - informer_list) / steps <= 6, [(x.verb, x.resource) for x in server.requests]
+
+
+async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    await runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "big"))
+    assert server.count("create", "configmaps") == 1
+    assert server.count("delete", "configmaps") == 1
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=API_ERROR))
+    with pytest.raises(errors.ApiError) as caught:
+        await runner(kube).invoke(AgentConfig("Say hello"))
+    assert caught.value.status == 529
+    assert caught.value.retryable
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_failed_pod_without_output_is_process_failed(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=""))
+    with pytest.raises(errors.ProcessFailed, match="no output captured"):
+        await runner(kube).invoke(AgentConfig("Say hello"))
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    with pytest.raises(errors.AgentTimeout):
+        await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("Say hello"))
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServer) -> None:
+    """Validation happens before any request: a reserved label fails with the reference's text."""
+    server.reset_requests()
+    with pytest.raises(errors.StepConfigError, match="is reserved"):
+        await runner(kube).invoke(AgentConfig("hi").pod_label(labels.LABEL_COMPONENT, "x"))
+    assert server.requests == []
+
+
+async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase, server: KubeTestServer) -> None:
+    """activeDeadlineSeconds kills the pod: the step fails (nonzero exit), nothing remains."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    p = provider(kube.namespace).active_deadline_seconds(1)
+    with pytest.raises(errors.ProcessFailed):
+        await runner(kube, p).invoke(AgentConfig("hi"))
+    assert leftovers(server, kube.namespace) == []
+
+
+# --- streaming ------------------------------------------------------------------------
+
+
+async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    sink = Lines()
+    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
+    await eventually(
+        lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace))
+    )
+    (pod,) = server.objects(k8s.PODS, kube.namespace)
+    name = pod["metadata"]["name"]
+    first, *rest = STREAM_TEXT.splitlines(keepends=True)
+    server.append_log(kube.namespace, name, first)
+    await eventually(lambda: len(sink.lines) == 1)  # streamed before the pod ended
+    assert not task.done()
+    server.append_log(kube.namespace, name, "".join(rest))
+    await eventually(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
+    server.set_pod_phase(kube.namespace, name, "Succeeded")
+    result = await task
+    assert result.text
+    assert all(stream == "stdout" for stream, _ in sink.lines)
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.0, log=STREAM_TEXT))
+    sink = Lines()
+    result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
+    assert [line for _, line in sink.lines] == STREAM_TEXT.splitlines()
+    assert result.text
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The follow request fails: the runner waits for the end, reads the log once, still feeds the sink."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.3, log=STREAM_TEXT))
+    rule = server.fail("get", "pods/log", status=500)  # the first log call is the follow
+    sink = Lines()
+    result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
+    assert rule.fired == 1
+    assert server.count("get", "pods/log") == 2
+    assert result.text
+    assert [line for _, line in sink.lines] == STREAM_TEXT.splitlines()
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
+    kube: KubeCase, server: KubeTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ironflow.k8s import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "LOG_CAP_BYTES", 10)
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    sink = Lines()
+    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
+    await eventually(lambda: len(server.objects(k8s.PODS, kube.namespace)) == 1)
+    name = server.objects(k8s.PODS, kube.namespace)[0]["metadata"]["name"]
+    await eventually(lambda: phase_of(server, kube.namespace, name) == "Running")
+    server.append_log(kube.namespace, name, STREAM_TEXT)
+    await eventually(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
+    server.set_pod_phase(kube.namespace, name, "Succeeded")
+    with pytest.raises(errors.SchemaValidation, match="no result line"):
+        await task  # the result line was streamed, not kept
+    assert leftovers(server, kube.namespace) == []
+
+
+# --- cancellation ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1])
+async def test_cancelled_step_leaves_nothing(kube: KubeCase, server: KubeTestServer, delay: float) -> None:
+    """Cancelled at any point (cleanup, create, wait): the pod and its prompt ConfigMap are deleted."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "c")))
+    await asyncio.sleep(delay)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    sent = hold_create_answers(kube.api, k8s.PODS)
+    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000)))
+    await sent.wait()
+    assert len(server.objects(k8s.PODS, kube.namespace)) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    from ironflow.k8s.ops import PodRun
+
+    sent = hold_create_answers(kube.api)
+    task = asyncio.ensure_future(PodRun("check", "busybox", "true").namespace(kube.namespace).run(kube.api))
+    await sent.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
+    sink = Lines()
+    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("hi"), sink))
+    await eventually(lambda: sink.lines != [])
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert leftovers(server, kube.namespace) == []
+
+
+# --- fault injection ------------------------------------------------------------------
+
+STEP_CALLS = [  # (verb, resource, nth call): every request a step with a large prompt makes
+    ("list", "pods", 1),  # the cleanup's listing or the shared watch's first list, whichever is first
+    ("list", "pods", 2),  # ... and the other one
+    ("list", "configmaps", 1),
+    ("watch", "pods", 1),
+    ("create", "configmaps", 1),
+    ("create", "pods", 1),
+    ("get", "pods/log", 1),
+    ("delete", "pods", 1),
+    ("delete", "configmaps", 1),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource", "nth"), STEP_CALLS)
+@pytest.mark.parametrize("drop", [False, True], ids=["500", "dropped"])
+async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
+    kube: KubeCase, server: KubeTestServer, verb: str, resource: str, nth: int, drop: bool
+) -> None:
+    """Each API call of a step fails in turn: whatever the step reports, one reaper pass
+    (at a time past the expiry) finds nothing of it, or removes what the API refused to."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    rule = server.fail(verb, resource, nth=nth, status=500, drop=drop, times=1)
+    config = AgentConfig("x" * 120_000).run_scope(RUN, "faulty")
+    outcome: object
+    try:
+        outcome = await runner(kube, provider(kube.namespace, timeout=2)).invoke(config)
+    except errors.IronflowError as exc:  # a typed error, and a message that names the problem
+        outcome = exc.message
+    assert outcome
+    assert rule.fired == 1
+    server.clear_faults()
+    await reaper.reap_namespace(kube.api, kube.namespace, now=FAR_FUTURE)
+    await eventually(
+        lambda: leftovers(server, kube.namespace) == [],
+        what=lambda: f"the reaper pass to leave nothing; left: {leftovers(server, kube.namespace)}",
+    )
+
+
+async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The wait fails and the delete cannot reach the API: the error names the pod and its expiry."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    server.fail("delete", "pods", status=503, times=10)
+    server.deny("pods", "watch")
+    with pytest.raises(errors.KubernetesError, match="left for the orphan reaper") as caught:
+        await runner(kube).invoke(AgentConfig("hi"))
+    assert "failed waiting for pod completion" in caught.value.message
+    assert "expires at" in caught.value.message
+    server.clear_faults()
+    report = await reaper.reap_namespace(kube.api, kube.namespace, now=FAR_FUTURE)
+    assert report.pods_deleted == 1
+
+
+async def test_timed_out_pod_the_api_will_not_delete_is_noted_on_the_timeout(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The timeout stays an AgentTimeout; its note says the pod is left for the reaper."""
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    server.fail("delete", "pods", status=503, times=10)
+    with pytest.raises(errors.AgentTimeout) as caught:
+        await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("hi"))
+    assert any("left for the orphan reaper" in note for note in getattr(caught.value, "__notes__", []))
+
+
+# --- retries, release_run -------------------------------------------------------------
+
+
+def old_attempt(ns: str, name: str, run: str, step: str, *, root: str | None = None) -> dict[str, Any]:
+    lab = {labels.LABEL_MANAGED_BY: "ironflow", labels.LABEL_COMPONENT: "claude-runner", labels.LABEL_RUN_ID: run}
+    lab[labels.LABEL_STEP] = step
+    if root is not None:
+        lab[labels.LABEL_ROOT_RUN_ID] = root
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": lab},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: KubeCase, server: KubeTestServer) -> None:
+    """The old pod of the same run and step is gone before the new one is created."""
+    await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "old", RUN, "greet"))
+    await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "other-step", RUN, "other"))
+    server.set_pod_phase(kube.namespace, "old", "Running")
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    server.reset_requests()
+    await runner(kube).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+    order = [(r.verb, r.resource, r.name) for r in server.requests if r.verb in ("delete", "create")]
+    assert order.index(("delete", "pods", "old")) < order.index(("create", "pods", None))
+    assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, kube.namespace)] == ["other-step"]
+
+
+async def test_previous_attempt_still_terminating_fails_the_step(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix="old", run_for=None, terminates=False))
+    await kube.api.create(k8s.PODS, kube.namespace, old_attempt(kube.namespace, "old", RUN, "greet"))
+    await eventually(lambda: phase_of(server, kube.namespace, "old") == "Running")
+    p = provider(kube.namespace).previous_attempt_timeout(0.2)
+    with pytest.raises(errors.CleanupError, match="the previous attempt of step greet of run") as caught:
+        await runner(kube, p).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+    assert caught.value.retryable
+    assert server.count("create", "pods") == 1  # only the old one: no second agent
+
+
+async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    ns = kube.namespace
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "child", "child-run", "b", root=RUN))
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "someone-else", "other-run", "a"))
+    deleted = await runner(kube).release_run(RUN)
+    assert deleted == 2
+    assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, ns)] == ["someone-else"]
+
+
+async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: KubeCase, server: KubeTestServer) -> None:
+    from ironflow.k8s.ops import JobRun
+
+    ns = kube.namespace
+    job = JobRun("check", "busybox", "true").namespace(ns).label(labels.LABEL_RUN_ID, RUN)
+    await kube.api.create(k8s.JOBS, ns, job.build_job())
+    server.run_job(ns, "check", run_for=None)
+    server.reset_requests()
+    await runner(kube).release_run(RUN)
+    deletes = [(r.verb, r.resource) for r in server.requests if r.verb in ("delete", "list")]
+    assert deletes.index(("delete", "jobs")) < deletes.index(("list", "pods"))
+    await eventually(lambda: server.objects(k8s.PODS, ns) == [])
+    assert server.objects(k8s.JOBS, ns) == []
+
+
+async def test_k8s_release_run_without_job_rights_still_releases_pods(kube: KubeCase, server: KubeTestServer) -> None:
+    ns = kube.namespace
+    server.deny("jobs", "list")
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
+    assert await runner(kube).release_run(RUN) == 1
+    assert server.objects(k8s.PODS, ns) == []
+
+
+async def test_k8s_release_run_fails_while_a_pod_is_still_there(kube: KubeCase, server: KubeTestServer) -> None:
+    """A pod that will not terminate: a replayable error naming the run."""
+    ns = kube.namespace
+    server.script_pods(PodScript(name_prefix="stuck", run_for=None, terminates=False))
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "stuck", RUN, "a"))
+    await eventually(lambda: phase_of(server, ns, "stuck") == "Running")
+    p = provider(ns).previous_attempt_timeout(0.2)
+    with pytest.raises(errors.CleanupError, match=f"pods of run {RUN} still terminating after 0.2s") as caught:
+        await runner(kube, p).release_run(RUN)
+    assert caught.value.retryable
+
+
+async def test_k8s_release_run_fails_when_pods_cannot_be_listed(kube: KubeCase, server: KubeTestServer) -> None:
+    server.fail("list", "pods", status=500)
+    with pytest.raises(errors.CleanupError, match=f"failed to list pods of run {RUN}"):
+        await runner(kube).release_run(RUN)
+
+
+async def test_k8s_release_run_fails_when_a_pod_cannot_be_deleted(kube: KubeCase, server: KubeTestServer) -> None:
+    ns = kube.namespace
+    await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
+    server.fail("delete", "pods", status=500)
+    with pytest.raises(errors.CleanupError, match=f"failed to delete pod 'mine' of run {RUN}"):
+        await runner(kube).release_run(RUN)
+
+
+# --- auth proxy tokens ----------------------------------------------------------------
+
+
+class FakeIssuer:
+    """Records issue/revoke calls; optionally refuses to issue."""
+
+    def __init__(self, *, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.issued: list[tuple[str, str, int]] = []
+        self.revoked: list[str] = []
+        self.runs_revoked: list[str] = []
+
+    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+        if self.refuse:
+            raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)
+        self.issued.append((run_id, step, expires_at))
+        return f"tok-{len(self.issued):012d}", Secret(f"ifap_secret_value_{len(self.issued)}")
+
+    async def revoke(self, token_id: str) -> bool:
+        self.revoked.append(token_id)
+        return True
+
+    async def revoke_run(self, run_id: str) -> int:
+        self.runs_revoked.append(run_id)
+        return 1
+
+
+def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
+    return (
+        provider(ns, timeout=timeout)
+        .auth_proxy("http://auth-proxy.ironflow:8080")
+        .auth_proxy_admin_key("admin-key-value")
+    )
+
+
+async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
+    issuer = FakeIssuer(refuse=True)
+    with pytest.raises(errors.AuthProxyError, match="auth proxy: "):
+        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi").run_scope(RUN, "s"))
+    assert server.count("create", "pods") == 0
+    assert leftovers(server, kube.namespace) == []
+
+
+async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase, server: KubeTestServer) -> None:
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    issuer = FakeIssuer()
+    before = int(time.time())
+    await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi").run_scope(RUN, "s"))
+    ((run, step, expires_at),) = issuer.issued
+    assert (run, step) == (RUN, "s")
+    assert before + 5 + 60 <= expires_at <= int(time.time()) + 5 + 60
+    assert issuer.revoked == ["tok-000000000001"]
+
+
+async def test_token_is_revoked_when_the_step_fails(kube: KubeCase, server: KubeTestServer) -> None:
+    server.fail("create", "pods", status=500)
+    issuer = FakeIssuer()
+    with pytest.raises(errors.KubernetesError, match="failed to create K8s pod") as caught:
+        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
+    assert issuer.revoked == ["tok-000000000001"]
+    assert find_leaks(["ifap_secret_value_1", "admin-key-value"], str(caught.value), repr(caught.value)) == []
+
+
+async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
+    kube: KubeCase, server: KubeTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failures on every side of a proxied step: no log line or error holds the token or the key."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    issuer = FakeIssuer()
+    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    server.fail("delete", "pods", status=503, times=10)
+    with pytest.raises(errors.AgentTimeout) as timed_out:
+        await runner(kube, proxied(kube.namespace, timeout=0.3), issuer=issuer).invoke(AgentConfig("hi"))
+    server.clear_faults()
+    server.fail("create", "pods", status=500)
+    with pytest.raises(errors.KubernetesError) as refused:
+        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
+    secrets = ["ifap_secret_value_1", "ifap_secret_value_2", "admin-key-value"]
+    haystacks = [caplog.text, str(timed_out.value), repr(timed_out.value), str(refused.value), repr(refused.value)]
+    assert find_leaks(secrets, *haystacks, getattr(timed_out.value, "__notes__", [])) == []
+
+
+async def test_release_run_revokes_the_run_tokens(kube: KubeCase, server: KubeTestServer) -> None:
+    issuer = FakeIssuer()
+    await runner(kube, proxied(kube.namespace), issuer=issuer).release_run(RUN)
+    assert issuer.runs_revoked == [RUN]

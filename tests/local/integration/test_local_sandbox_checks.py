@@ -1,0 +1,232 @@
+"""The seed's live-pod "Checks", asserted for real in the local sandbox (bubblewrap and gVisor)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ironflow import errors
+from ironflow.fake_model.server import FakeAnthropic, Script
+from ironflow.local.bwrap import ReadOnlyMount
+from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.secrets import Secret
+from ironflow.testing import assert_no_leaks
+
+KEY = "sk-ant-api03-local-sandbox-test-key-0123456789"
+PYTHON = os.path.realpath(sys.executable)
+#: A host directory outside what either sandbox hides, holding this file.
+HERE = os.path.dirname(os.path.realpath(__file__))
+#: A host directory (and a file in it) any user may read, outside every path the sandbox reserves
+#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout).
+MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/bin", "env"
+
+pytestmark = pytest.mark.bwrap
+
+needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (the probes use it)")
+
+ISOLATIONS = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")),
+    pytest.param(
+        "gvisor",
+        marks=[
+            pytest.mark.gvisor,
+            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
+        ],
+    ),
+]
+
+
+def _all_cmdlines() -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    out.append(fh.read().decode(errors="replace"))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic(Script.of("hi"), required_credential=KEY) as server:
+        yield server
+
+
+@pytest.fixture(params=ISOLATIONS)
+def provider(request: pytest.FixtureRequest, fake: FakeAnthropic) -> LocalSandboxProvider:
+    return LocalSandboxProvider(
+        isolation=request.param, timeout=30, credential=ProxyCredential(Secret(KEY), "api_key", fake.url)
+    )
+
+
+async def test_step_runs_as_non_root_uid_10001(provider: LocalSandboxProvider) -> None:
+    result = await provider.run_command(["sh", "-c", "id -u; id -g"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split() == ["10001", "10001"]
+
+
+async def test_no_capability_is_left(provider: LocalSandboxProvider) -> None:
+    result = await provider.run_command(["sh", "-c", "grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"])
+    assert result.exit_code == 0, result.stderr
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["0000000000000000"] * 3
+
+
+async def test_no_nested_user_namespace_can_be_created_under_bubblewrap() -> None:
+    """gVisor is left out on purpose: a namespace made there lives in gVisor's kernel, not the host's."""
+    result = await LocalSandboxProvider().run_command(["unshare", "--user", "true"])
+    assert result.exit_code != 0
+
+
+@pytest.mark.parametrize("path", ["/usr/local/probe", "/etc/probe", "/probe"])
+async def test_writing_to_the_root_filesystem_fails(provider: LocalSandboxProvider, path: str) -> None:
+    result = await provider.run_command(["touch", path])
+    assert result.exit_code != 0
+    assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
+
+
+async def test_home_and_tmp_are_private_writable_and_size_limited(fake: FakeAnthropic) -> None:
+    provider = LocalSandboxProvider(home_size_bytes=2 << 20, tmp_size_bytes=2 << 20)
+    script = "echo ok > $HOME/f && echo ok > /tmp/f && dd if=/dev/zero of=$HOME/big bs=1M count=4 2>&1; echo $?"
+    result = await provider.run_command(["sh", "-c", script])
+    assert result.stdout.strip().splitlines()[-1] != "0", "a 4 MiB write fit in a 2 MiB HOME"
+    assert "No space left on device" in result.stdout
+
+
+async def test_host_homes_and_runtime_sockets_are_hidden(provider: LocalSandboxProvider) -> None:
+    # Globs, not ls: coreutils' ls fails with EINVAL on this gVisor release.
+    result = await provider.run_command(["sh", "-c", "echo /home/* /run/*; cat /etc/shadow 2>&1; echo /root/.ssh/*"])
+    first = result.stdout.splitlines()[0].split()
+    assert first[0] == "/home/claude"  # /home holds only the sandbox's HOME
+    assert all(not p.startswith("/run/") or p == "/run/*" for p in first[1:]), first
+    assert "root:" not in result.stdout
+    assert "/root/.ssh/id" not in result.stdout
+
+
+async def test_no_credential_in_the_sandbox_environment(provider: LocalSandboxProvider) -> None:
+    result = await provider.run_command(["sh", "-c", "env | grep -c sk-ant"], auth_proxy=True)
+    assert result.stdout.strip() == "0"
+    token = await provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"'], auth_proxy=True)
+    assert token.stdout.startswith("ifap_")
+    assert_no_leaks([KEY], result.stdout, result.stderr, token.stdout)
+
+
+@needs_curl
+async def test_the_proxy_refuses_an_unknown_token_with_401(provider: LocalSandboxProvider) -> None:
+    probe = (
+        'curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer invalide" '
+        '-H "content-type: application/json" -d "{}" "$ANTHROPIC_BASE_URL/v1/messages"'
+    )
+    result = await provider.run_command(["sh", "-c", probe], auth_proxy=True)
+    assert result.stdout.strip() == "401", result.stderr
+
+
+@needs_curl
+async def test_the_proxy_relays_the_sandbox_token_with_the_key_injected(
+    provider: LocalSandboxProvider, fake: FakeAnthropic
+) -> None:
+    probe = (
+        'curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" '
+        '-H "content-type: application/json" '
+        '-d \'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}\' '
+        '"$ANTHROPIC_BASE_URL/v1/messages"'
+    )
+    result = await provider.run_command(["sh", "-c", probe], auth_proxy=True)
+    assert result.stdout.strip() == "200", result.stderr
+    assert fake.message_requests[-1].header("x-api-key") == KEY
+
+
+@needs_curl
+async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
+    """A loopback service of the host and an outside address are unreachable; the proxy is."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\nhost-service")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        script = (
+            f"curl -s -m 2 http://127.0.0.1:{port}/ ; echo host=$?; "
+            "curl -s -m 2 http://1.1.1.1/ ; echo outside=$?; "
+            'curl -s -m 2 -o /dev/null -w "%{http_code}" "$ANTHROPIC_BASE_URL/healthz"; echo " proxy=$?"'
+        )
+        result = await provider.run_command(["sh", "-c", script], auth_proxy=True)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert "host-service" not in result.stdout
+    assert "host=0" not in result.stdout
+    assert "outside=0" not in result.stdout
+    assert "200 proxy=0" in result.stdout, result.stdout + result.stderr
+
+
+@needs_curl
+async def test_without_auth_proxy_nothing_at_all_is_reachable(provider: LocalSandboxProvider) -> None:
+    result = await provider.run_command(["sh", "-c", "curl -s -m 2 http://1.1.1.1/; echo $?; env"])
+    assert result.stdout.splitlines()[0] != "0"
+    assert "ANTHROPIC" not in result.stdout
+
+
+async def test_secrets_never_appear_on_any_command_line(provider: LocalSandboxProvider) -> None:
+    """While a sandbox runs, no /proc/<pid>/cmdline on the host holds the key or the token."""
+    task = asyncio.create_task(
+        provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"; sleep 1'], auth_proxy=True, run_id="cmdline")
+    )
+    cmdlines: list[str] = []
+    while not task.done():
+        await asyncio.sleep(0.05)
+        cmdlines += _all_cmdlines()
+    result = await task
+    token = result.stdout.strip()
+    assert token.startswith("ifap_")
+    assert any("sleep" in c for c in cmdlines), "the sandbox was not seen running"
+    assert_no_leaks([KEY, token], cmdlines)
+
+
+async def test_bubblewrap_seccomp_refuses_what_runtime_default_refuses() -> None:
+    """ptrace, keyctl and mount answer EPERM; ordinary calls work."""
+    probe = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for name, nr in (('ptrace', 101), ('keyctl', 250), ('mount', 165), ('bpf', 321)):\n"
+        "    rc = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
+        "    print(name, rc, ctypes.get_errno())\n"
+        "print('getpid', os.getpid() > 0)\n"
+    )
+    python = PYTHON
+    prefix = os.path.dirname(os.path.dirname(python))
+    mounts = (ReadOnlyMount(prefix, prefix),) if prefix.startswith(("/root", "/home")) else ()
+    result = await LocalSandboxProvider().run_command([python, "-I", "-S", "-c", probe], read_only_mounts=mounts)
+    assert result.exit_code == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    for name in ("ptrace", "keyctl", "mount", "bpf"):
+        assert lines[name] == "-1 1", (name, lines[name])  # EPERM
+    assert lines["getpid"] == "True"
+
+
+async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dropped(
+    provider: LocalSandboxProvider,
+) -> None:
+    here, name = MOUNTABLE_DIR, MOUNTABLE_FILE
+    at_itself = await provider.run_command(
+        ["test", "-f", f"{here}/{name}"], read_only_mounts=[ReadOnlyMount(here, here)]
+    )
+    assert at_itself.exit_code == 0, at_itself.stderr
+    moved = [ReadOnlyMount(here, "/data")]
+    if provider.isolation == "gvisor":
+        with pytest.raises(errors.ConfigError, match="gVisor isolation shows host paths only where they are"):
+            await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
+    else:
+        result = await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
+        assert result.exit_code == 0, result.stderr
+    with pytest.raises(errors.ConfigError, match="reserved path '/etc/claude-code'"):
+        await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/etc/claude-code")])

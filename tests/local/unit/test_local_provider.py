@@ -1,0 +1,196 @@
+"""Pure decisions of the local provider and the CLI: ignored settings, sandbox env, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.cli import agent as cli_agent
+from ironflow.local import provider, settings
+from ironflow.provider import AgentProvider
+from ironflow.steps import AgentConfig
+
+
+def test_a_plain_step_ignores_nothing() -> None:
+    assert provider.ignored_settings(AgentConfig("hi")) == ()
+
+
+def test_kubernetes_only_settings_are_each_named() -> None:
+    config = (
+        AgentConfig("hi")
+        .service_account("sa")
+        .runtime_class("gvisor")
+        .env_from_secret("GH", "gh", "token")
+        .read_only_pvc("repos", "/data/repos")
+        .read_only_config_map("cm", "/data/cm")
+        .pvc_volume("work", "/work")
+        .egress_profile("anthropic-only")
+        .input("https://example.com/a", "/in/a")
+    )
+    ignored = " | ".join(provider.ignored_settings(config, isolation="gvisor"))
+    for needle in (
+        "service_account",
+        "runtime_class (local isolation is gvisor)",
+        "GH",
+        "/data/repos",
+        "/data/cm",
+        "pvc_volume work",
+        "anthropic-only",
+        "input /in/a",
+    ):
+        assert needle in ignored
+
+
+def test_a_host_path_volume_is_applied_not_ignored() -> None:
+    config = AgentConfig("hi").read_only_host_path("/srv/data", "/data")
+    assert provider.ignored_settings(config) == ()
+
+
+def test_sandbox_env_holds_only_what_it_is_given_and_the_proxy_address() -> None:
+    env = provider.sandbox_env({"FOO": "1"}, proxy_token="ifap_abc")
+    assert env["HOME"] == "/home/claude"
+    assert env["TMPDIR"] == "/tmp"
+    assert env["FOO"] == "1"
+    assert env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{provider.PROXY_PORT}"
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_abc"
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert "ANTHROPIC_API_KEY" not in env
+
+
+@pytest.mark.parametrize("name", ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"])
+def test_sandbox_env_refuses_credential_variables_by_name(name: str) -> None:
+    with pytest.raises(errors.StepConfigError, match=f"must not receive {name}"):
+        provider.sandbox_env({name: "x"})
+
+
+def test_sandbox_env_refuses_a_credential_value_without_echoing_it() -> None:
+    with pytest.raises(errors.StepConfigError) as info:
+        provider.sandbox_env({"HARMLESS": "sk-ant-secret-value"})
+    assert "sk-ant-secret-value" not in str(info.value)
+
+
+def test_provider_refuses_bad_construction_values() -> None:
+    with pytest.raises(errors.ConfigError, match="isolation must be"):
+        provider.LocalSandboxProvider(isolation="docker")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="timeout must be"):
+        provider.LocalSandboxProvider(timeout=0)
+    with pytest.raises(errors.ConfigError, match="profile subdir"):
+        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/", "../x")])
+    with pytest.raises(errors.StepConfigError, match="ANTHROPIC_API_KEY"):
+        provider.LocalSandboxProvider(env={"ANTHROPIC_API_KEY": "k"})
+
+
+def test_the_provider_satisfies_the_protocol_and_takes_accounts() -> None:
+    local = provider.LocalSandboxProvider()
+    assert isinstance(local, AgentProvider)
+    assert local.account_kind() == "claude_subscription"
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (errors.ConfigError("x"), 2),
+        (errors.StepConfigError("x"), 2),
+        (errors.PromptTooLarge(1, 1, 1), 2),
+        (errors.AuthProxyError("no credential", retryable=False), 2),
+        (errors.SandboxError("x"), 3),
+        (errors.AuthProxyError("down"), 3),
+        (errors.ProcessFailed(1, "x"), 1),
+        (errors.AgentTimeout(1), 1),
+        (errors.ApiError(500, None, "x"), 1),
+    ],
+)
+def test_exit_codes_tell_bad_input_from_failed_step_from_infrastructure(exc: Exception, code: int) -> None:
+    assert cli_agent.exit_code_for(exc) == code
+
+
+def test_a_preset_is_ignored_only_when_the_provider_has_no_local_presets() -> None:
+    config = AgentConfig("hi").managed_settings("strict")
+    assert "managed_settings preset 'strict'" in " ".join(provider.ignored_settings(config))
+    assert provider.ignored_settings(config, presets={"strict": {}}) == ()
+
+
+def test_a_known_preset_replaces_the_default_managed_settings() -> None:
+    config = AgentConfig("hi").managed_settings("strict")
+    presets = {"strict": {"permissions": {"deny": ["Bash"]}}}
+    assert settings.managed_settings_for(config, {"x": 1}, presets) == presets["strict"]
+    assert settings.managed_settings_for(AgentConfig("hi"), {"x": 1}, presets) == {"x": 1}
+    assert settings.managed_settings_for(config, {"x": 1}, {}) == {"x": 1}
+
+
+def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
+    config = AgentConfig("hi").managed_settings("nope")
+    with pytest.raises(
+        errors.StepConfigError, match=r"unknown managed settings preset 'nope', known presets: \[a, b\]"
+    ):
+        settings.managed_settings_for(config, None, {"b": {}, "a": {}})
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(lambda n: n not in layout.PROXY_FORBIDDEN_ENV),
+        st.text(max_size=20),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], poison: bool) -> None:
+    if poison:
+        extra = {**extra, "INNOCENT": "sk-ant-" + "x" * 10}
+    if any(v.startswith("sk-ant") for v in extra.values()):
+        with pytest.raises(errors.StepConfigError):
+            provider.sandbox_env(extra, proxy_token="ifap_t")
+        return
+    env = provider.sandbox_env(extra, proxy_token="ifap_t")
+    assert not any(v.startswith("sk-ant") for v in env.values())
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_t"
+    proxy_keys = {"ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"}
+    assert all(env[k] == v for k, v in extra.items() if k not in proxy_keys)
+
+
+def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings() -> None:
+    with pytest.raises(errors.ConfigError, match="profile directory '/does/not/exist' does not exist"):
+        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/does/not/exist")])
+    with pytest.raises(errors.ConfigError, match="home_size_bytes must be a positive"):
+        provider.LocalSandboxProvider(home_size_bytes=0)
+    with pytest.raises(errors.ConfigError, match="managed settings 'strict' is not JSON"):
+        provider.LocalSandboxProvider(managed_settings_presets={"strict": {"x": object()}})
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "is_sandbox_error"),
+    [
+        (1, "bwrap: Can't mkdir /x: Read-only file system\n", True),
+        (125, "ironflow-sandbox: setup failed: cd '/nope'\n", True),
+        (128, "starting container: starting root container: starting sandbox: boom\n", True),
+        (128, "my tool exits 128 on its own\n", False),
+        (1, "some step error mentioning bwrap: later\n", False),
+        (2, "bwrap: printed by the step itself, which exits 2\n", False),
+        (0, "bwrap: warnings on success do not matter\n", False),
+    ],
+)
+def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is_sandbox_error: bool) -> None:
+    if is_sandbox_error:
+        with pytest.raises(errors.SandboxError, match="sandbox could not start the step"):
+            provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+    else:
+        provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "expected"),
+    [
+        (1, "bwrap: execvp /nope: No such file or directory\n", 127),
+        (1, "bwrap: execvp /etc/passwd: Permission denied\n", 126),
+        (1, "bwrap: execvp /bin/x: Exec format error\n", 126),
+        (1, "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n", 1),
+        (3, "bwrap: execvp /nope: No such file or directory\n", 3),  # the command's own output
+        (0, "", 0),
+    ],
+)
+def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
+    assert provider._command_exit_code(code, stderr) == expected
+

@@ -1,0 +1,66 @@
+"""Every module of the package states its job and its public names (STYLE.md: Public surface).
+
+A module docstring comes first and every module declares ``__all__``; each name listed
+there exists, so a facade never re-exports something that was renamed away.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ironflow
+
+PACKAGE = Path(ironflow.__file__).parent
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _declares_all(tree: ast.Module) -> bool:
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_dotted)
+def test_module_has_a_docstring_and_declares_all(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    assert ast.get_docstring(tree), f"{_dotted(path)}: start with a docstring saying what the module does"
+    assert _declares_all(tree), f"{_dotted(path)}: declare __all__"
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "__main__.py"], ids=_dotted)
+def test_every_name_in_all_exists(path: Path) -> None:
+    module = importlib.import_module(_dotted(path))
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == [], f"{module.__name__}.__all__ lists names it does not define"
+
+
+#: Modules a user may import first; ``agent`` → ``k8s.labels`` → ``k8s`` → ``claude`` → ``agent``
+#: is a cycle that only holds while ``claude`` imports the ``agent`` module, not names from it.
+FIRST_IMPORTS = [
+    "ironflow.steps",
+    "ironflow.claude",
+    "ironflow.claude.output",
+    "ironflow.labels",
+    "ironflow.provider",
+]
+
+
+@pytest.mark.parametrize("name", FIRST_IMPORTS)
+def test_module_imports_first_in_a_fresh_interpreter(name: str) -> None:
+    done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
