@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import claims
+from ironflow.auth_proxy import issuing
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s import pods, reaper
-from ironflow.k8s import runner as k8s_runner
 from ironflow.kube import api as kube
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
@@ -90,7 +90,7 @@ class SandboxStepRunner:
             f"run {run_id}",
             p.settings.pod.settings.previous_attempt_timeout_s,
         )
-        await k8s_runner.revoke_run_tokens(self.issuer, run_id)
+        await issuing.revoke_run_tokens(self.issuer, run_id)
         return deleted
 
     async def reap_orphans(self, *, dry_run: bool = False) -> claims.ClaimReapReport:
@@ -203,7 +203,7 @@ class SandboxStepRunner:
         token: Secret | None = None
         meta_labels = claim["metadata"]["labels"]
         if self.issuer is not None:
-            token_id, token = await k8s_runner.issue_step_token(
+            token_id, token = await issuing.issue_step_token(
                 self.issuer,
                 config,
                 meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
@@ -237,7 +237,7 @@ class SandboxStepRunner:
                     lines.flush()
         finally:
             if token_id is not None:
-                await pods.shielded(k8s_runner.revoke_step_token(self.issuer, token_id))
+                await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         rate_limits.record_rate_limits(config, stdout)

@@ -4,8 +4,9 @@ The pod holds an opaque ``ifap_`` token bound to its run, step and expiry; the p
 alone holds the credential and alone reaches the Anthropic API. Layers point one way:
 ``tokens``/``policy``/``config``/``crypto`` (values and pure decisions) →
 ``registry``/``postgres``/``hub`` (where grants live) → ``logs``/``metrics`` →
-``handlers`` → ``app`` → ``__main__``. ``client`` is the worker side: of this package it
-imports only ``tokens``.
+``handlers`` → ``app`` → ``__main__``. The worker side is ``issuing`` (a step's token from
+issue to revoke, for every backend) over ``client`` (the admin API over HTTP); of this
+package they import only ``tokens``.
 """
 
 from typing import TYPE_CHECKING
@@ -14,17 +15,10 @@ from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
-    from ironflow.auth_proxy.client import (
-        AdminClient,
-        Credential,
-        IssuedToken,
-        admin_key_from,
-        claude_pod_env,
-        resolve_credential,
-        secret_pod_env,
-    )
+    from ironflow.auth_proxy.client import AdminClient, IssuedToken, admin_key_from
     from ironflow.auth_proxy.config import AuthProxyConfig
     from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
+    from ironflow.auth_proxy.issuing import Credential, TokenIssuer, resolve_credential, secret_pod_env
     from ironflow.auth_proxy.registry import GrantRegistry, MemoryRegistry, RegistryUnavailable, Resolution
     from ironflow.auth_proxy.tokens import Grant, Injection, Limits, SecretCredential
 
@@ -44,8 +38,8 @@ __all__ = [
     "Resolution",
     "RunningProxy",
     "SecretCredential",
+    "TokenIssuer",
     "admin_key_from",
-    "claude_pod_env",
     "create_app",
     "resolve_credential",
     "run_auth_proxy",
@@ -56,15 +50,8 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "app": ("RunningProxy", "create_app", "run_auth_proxy"),
-        "client": (
-            "AdminClient",
-            "Credential",
-            "IssuedToken",
-            "admin_key_from",
-            "claude_pod_env",
-            "resolve_credential",
-            "secret_pod_env",
-        ),
+        "client": ("AdminClient", "IssuedToken", "admin_key_from"),
+        "issuing": ("Credential", "TokenIssuer", "resolve_credential", "secret_pod_env"),
         "config": ("AuthProxyConfig",),
         "crypto": ("KeyRing", "MissingKeyVersion"),
         "registry": ("GrantRegistry", "MemoryRegistry", "RegistryUnavailable", "Resolution"),

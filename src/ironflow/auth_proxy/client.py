@@ -1,8 +1,8 @@
-"""Worker side of the auth proxy: the admin client that issues and revokes tokens, and the
-choice of which Claude credential a step's token stands for (§6.8).
+"""Worker side of the auth proxy: the admin client that issues and revokes tokens over HTTP.
 
 The worker holds the credential and the admin key; the pod gets only the opaque token.
-``AdminClient`` satisfies the launch sequence's ``TokenIssuer`` hook
+Which credential a token stands for, and the token's lifecycle around a step, live in
+:mod:`ironflow.auth_proxy.issuing`. ``AdminClient`` satisfies its ``TokenIssuer`` hook
 (``issue(run_id, step, expires_at) -> (token_id, token)``, ``revoke``, ``revoke_run``).
 Its errors are :class:`~ironflow.errors.AuthProxyError` and never hold the URL, the
 admin key, the credential or the token; admin error bodies are cut to 200 characters.
@@ -10,11 +10,9 @@ admin key, the credential or the token; admin error bodies are cut to 200 charac
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlsplit
@@ -22,55 +20,19 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 
 from ironflow.auth_proxy import tokens
+from ironflow.auth_proxy.issuing import Credential, resolve_credential
 from ironflow.errors import AuthProxyError, ConfigError
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession
 
 __all__ = [
     "ADMIN_KEY_ENV",
     "AdminClient",
-    "Credential",
     "IssuedToken",
     "admin_key_from",
-    "claude_pod_env",
-    "resolve_credential",
-    "secret_pod_env",
 ]
 
 ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
 _TIMEOUT_S: Final = 30.0
-_NO_CREDENTIAL: Final = "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
-
-
-@dataclass(frozen=True)
-class Credential(tokens.ClaudeCredential):
-    """A Claude credential on the worker side: its kind and its redacted value."""
-
-    @classmethod
-    def from_account(cls, session: AccountSession) -> Credential:
-        """The account's kind as :attr:`AccountSession.credential_kind` tells it."""
-        return cls("api_key" if session.credential_kind == "api_key" else "oauth_token", session.value)
-
-    def to_json(self) -> dict[str, Any]:
-        return tokens.credential_to_wire(self)
-
-
-def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | None = None) -> Credential:
-    """The step's Provider Account, else ``CLAUDE_CODE_OAUTH_TOKEN``, else ``ANTHROPIC_API_KEY``.
-
-    Raises:
-        AuthProxyError: none of them is set (not retryable: the worker must be configured).
-    """
-    if account is not None:
-        return Credential.from_account(account)
-    source = os.environ if env is None else env
-    oauth = source.get("CLAUDE_CODE_OAUTH_TOKEN", "")
-    if oauth:
-        return Credential("oauth_token", Secret(oauth))
-    api_key = source.get("ANTHROPIC_API_KEY", "")
-    if api_key:
-        return Credential("api_key", Secret(api_key))
-    raise AuthProxyError(_NO_CREDENTIAL, retryable=False)
 
 
 def admin_key_from(value: Secret | str | None, env: Mapping[str, str] | None = None) -> Secret:
@@ -84,43 +46,6 @@ def admin_key_from(value: Secret | str | None, env: Mapping[str, str] | None = N
     if not key:
         raise AuthProxyError(f"auth_proxy requires {ADMIN_KEY_ENV}", retryable=False)
     return Secret(key)
-
-
-def claude_pod_env(proxy_url: str, token: Secret) -> dict[str, str]:
-    """The only Claude-related env a proxied pod gets (§6.8): the proxy URL and the opaque token."""
-    return {
-        "ANTHROPIC_BASE_URL": proxy_url.rstrip("/"),
-        "ANTHROPIC_AUTH_TOKEN": token.reveal(),
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
-
-
-def secret_pod_env(env_name: str, proxy_url: str, token: Secret, secret: tokens.SecretCredential) -> dict[str, str]:
-    """Env for a proxied secret (§6.9): ``<env>=<token>``, ``<env>_URL=<proxy>/r``, and for a Basic
-    secret a git config that sends each exact host through the proxy with the token as password.
-
-    >>> from ironflow.auth_proxy.tokens import Injection, SecretCredential
-    >>> gl = SecretCredential("gitlab", Secret("glpat"), Injection("bearer"), ("gitlab.com",))
-    >>> sorted(secret_pod_env("GITLAB_TOKEN", "http://proxy", Secret("ifap_1"), gl))
-    ['GITLAB_TOKEN', 'GITLAB_TOKEN_URL']
-    """
-    base = proxy_url.rstrip("/")
-    env = {env_name: token.reveal(), f"{env_name}_URL": f"{base}/r"}
-    if secret.injection.kind != "basic":
-        return env
-    pair = f"{secret.injection.username or ''}:{token.reveal()}".encode()
-    header = "Authorization: Basic " + base64.b64encode(pair).decode()
-    index = 0
-    for host in secret.hosts:
-        if host.startswith("*."):
-            continue  # git's insteadOf needs an exact host
-        env[f"GIT_CONFIG_KEY_{index}"] = f"url.{base}/r/{host}/.insteadOf"
-        env[f"GIT_CONFIG_VALUE_{index}"] = f"https://{host}/"
-        env[f"GIT_CONFIG_KEY_{index + 1}"] = f"http.{base}/r/{host}/.extraHeader"
-        env[f"GIT_CONFIG_VALUE_{index + 1}"] = header
-        index += 2
-    env["GIT_CONFIG_COUNT"] = str(index)
-    return env
 
 
 class IssuedToken(NamedTuple):

@@ -21,6 +21,7 @@ __all__ = [
     "SANDBOX_TMP",
     "SANDBOX_UID",
     "SESSIONS_MOUNT_PATH",
+    "proxy_env",
 ]
 
 #: uid, gid and fsGroup of the agent in every sandbox.
@@ -49,3 +50,14 @@ PROXY_FORBIDDEN_ENV: Final = (
     "ANTHROPIC_BASE_URL",
     CREDENTIALS_ENV,
 )
+
+
+def proxy_env(base_url: str, token: str) -> dict[str, str]:
+    """The only Claude variables a proxied sandbox gets (§6.8): the proxy's URL and the opaque
+    ``ifap_`` token (useless outside the proxy), and no non-essential traffic. Every backend
+    writes them through here."""
+    return {
+        "ANTHROPIC_BASE_URL": base_url.rstrip("/"),
+        "ANTHROPIC_AUTH_TOKEN": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }

@@ -434,11 +434,7 @@ class K8sEphemeralProvider:
         plain = list(s.env_vars)
         if proxy_token is not None and s.auth_proxy_url is not None:
             token = proxy_token.reveal() if isinstance(proxy_token, Secret) else proxy_token
-            plain += [
-                ("ANTHROPIC_BASE_URL", s.auth_proxy_url),
-                ("ANTHROPIC_AUTH_TOKEN", token),  # opaque ifap_ token, useless outside the proxy
-                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-            ]
+            plain += list(layout.proxy_env(s.auth_proxy_url, token).items())
         out: list[dict[str, Any]] = []
         configmap_name: str | None = None
         if stdin:

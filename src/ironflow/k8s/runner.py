@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import errors, labels, steps
+from ironflow.auth_proxy import issuing
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import cleanup, environments, pods, reaper
 from ironflow.kube import api as kube
@@ -44,11 +45,7 @@ __all__ = [
     "ApiSource",
     "Renderer",
     "StepRunner",
-    "TokenIssuer",
     "close_shared_apis",
-    "issue_step_token",
-    "revoke_run_tokens",
-    "revoke_step_token",
     "shared_api",
 ]
 
@@ -58,59 +55,6 @@ _log = logging.getLogger(__name__)
 LOG_CAP_BYTES: Final = 50 * 1024 * 1024
 #: After the pod ended, the log stream may still hold lines: wait this long for each.
 _DRAIN_LINE_S: Final = 2.0
-
-
-class TokenIssuer(Protocol):
-    """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
-
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
-        """A new token bound to the run, the step and the pod's expiry: ``(token_id, token)``.
-
-        ``credential`` is the step's Provider Account credential, or None for the issuer's default.
-        """
-        ...
-
-    async def revoke(self, token_id: str) -> object: ...
-
-    async def revoke_run(self, run_id: str) -> int: ...
-
-
-async def revoke_run_tokens(issuer: TokenIssuer | None, run_id: str) -> None:
-    """Revoke a released run's proxy tokens; a failure is logged, never raised: the run's
-    objects are already gone and its tokens expire on their own (both providers' release)."""
-    if issuer is None:
-        return
-    try:
-        await issuer.revoke_run(run_id)
-    except errors.IronflowError as exc:
-        _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
-
-
-async def issue_step_token(
-    issuer: TokenIssuer, config: steps.AgentConfig, run_id: str, step: str, expires_at: int
-) -> tuple[str, Secret]:
-    """Issue a step's proxy token with its Provider Account credential (both providers' runners).
-
-    Raises:
-        AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
-    """
-    credential: Any = None
-    if config.account is not None:
-        from ironflow.auth_proxy.client import Credential
-
-        credential = Credential.from_account(config.account)
-    try:
-        return await issuer.issue(run_id, step, expires_at, credential=credential)
-    except errors.AuthProxyError as exc:
-        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
-
-
-async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:
-    """Revoke a finished step's proxy token; a failure is logged (short id only), never raised."""
-    try:
-        await issuer.revoke(token_id)
-    except errors.IronflowError as exc:
-        _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
 
 
 class Renderer(Protocol):
@@ -233,7 +177,7 @@ class StepRunner:
     namespace: str
     timeout_s: float
     previous_attempt_timeout_s: float = 60.0
-    issuer: TokenIssuer | None = field(default=None, repr=False)
+    issuer: issuing.TokenIssuer | None = field(default=None, repr=False)
     #: Closed by :meth:`aclose`: the admin client this runner made for itself.
     owned: Any = field(default=None, repr=False, compare=False)
     #: The provider's persistent environment volume (its ttl sets a resumed claim's expiry).
@@ -245,7 +189,7 @@ class StepRunner:
         provider: K8sEphemeralProvider,
         *,
         api: kube.KubeApi | ApiSource | None = None,
-        issuer: TokenIssuer | None = None,
+        issuer: issuing.TokenIssuer | None = None,
         worker_env: Mapping[str, str] | None = None,
         tokens: bool = True,
     ) -> StepRunner:
@@ -333,7 +277,7 @@ class StepRunner:
         deleted = await cleanup.delete_and_wait(
             api, self.namespace, cleanup.run_selection(run_id), self.previous_attempt_timeout_s
         )
-        await revoke_run_tokens(self.issuer, run_id)
+        await issuing.revoke_run_tokens(self.issuer, run_id)
         return deleted
 
     async def reap_orphans(self, *, dry_run: bool = False) -> reaper.ReapReport:
@@ -391,7 +335,7 @@ class StepRunner:
         token: Secret | None = None
         if self.issuer is not None:
             lifetime = int(draft.expires_at or draft_now) - draft_now
-            token_id, token = await issue_step_token(
+            token_id, token = await issuing.issue_step_token(
                 self.issuer, config, run_id or draft.pod_name, step or "agent", now + lifetime
             )
         try:
@@ -407,7 +351,7 @@ class StepRunner:
             result = await self._launch(api, plan, config, sink, started, now=now)
         finally:
             if token_id is not None and self.issuer is not None:
-                await pods.shielded(revoke_step_token(self.issuer, token_id))
+                await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
         return result
 
     async def _launch(

@@ -111,12 +111,7 @@ def sandbox_env(
 
 def proxy_env(proxy_token: str, proxy_port: int = PROXY_PORT) -> dict[str, str]:
     """The variables that point the sandbox at the auth proxy's relay with its opaque token."""
-    return {
-        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{proxy_port}",
-        "ANTHROPIC_AUTH_TOKEN": proxy_token,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
+    return {**layout.proxy_env(f"http://127.0.0.1:{proxy_port}", proxy_token), "DISABLE_AUTOUPDATER": "1"}
 
 
 def managed_settings_for(

@@ -142,7 +142,7 @@ def test_auth_proxy_client_refuses_credentials_in_the_url() -> None:
 
 async def test_admin_client_satisfies_the_launch_sequence_token_issuer(fake_admin: FakeAdmin) -> None:
     """mypy checks the assignment; the call goes through the hook's own signature."""
-    from ironflow.k8s.runner import TokenIssuer
+    from ironflow.auth_proxy.issuing import TokenIssuer
 
     async with AdminClient(fake_admin.url, ADMIN) as admin:
         issuer: TokenIssuer = admin

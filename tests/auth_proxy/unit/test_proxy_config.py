@@ -10,7 +10,8 @@ import pytest
 
 from ironflow.auth_proxy import config, crypto, registry, tokens
 from ironflow.auth_proxy.app import open_registry
-from ironflow.auth_proxy.client import Credential, admin_key_from, resolve_credential
+from ironflow.auth_proxy.client import admin_key_from
+from ironflow.auth_proxy.issuing import Credential, resolve_credential
 from ironflow.errors import AuthProxyError, ConfigError
 from ironflow.secrets import Secret
 from ironflow.steps import AccountSession
@@ -194,10 +195,10 @@ def test_admin_key_from_builder_then_env_else_refusal() -> None:
 # --- pod env (§6.8, §6.9) and stable labels (lib.rs) ---------------------------------------
 
 
-def test_claude_pod_env_has_base_url_and_opaque_token_only() -> None:
-    from ironflow.auth_proxy.client import claude_pod_env
+def test_proxy_env_has_base_url_and_opaque_token_only() -> None:
+    from ironflow.claude.layout import proxy_env
 
-    env = claude_pod_env("http://proxy.ns/", Secret("ifap_abc"))
+    env = proxy_env("http://proxy.ns/", Secret("ifap_abc").reveal())
     assert env == {
         "ANTHROPIC_BASE_URL": "http://proxy.ns",
         "ANTHROPIC_AUTH_TOKEN": "ifap_abc",
@@ -209,7 +210,7 @@ def test_claude_pod_env_has_base_url_and_opaque_token_only() -> None:
 def test_secret_pod_env_sends_git_through_the_proxy_for_basic_secrets() -> None:
     import base64
 
-    from ironflow.auth_proxy.client import secret_pod_env
+    from ironflow.auth_proxy.issuing import secret_pod_env
     from ironflow.auth_proxy.tokens import Injection, SecretCredential
 
     secret = SecretCredential(

@@ -1,4 +1,4 @@
-"""The token revocation both providers' runners share (``k8s.runner.revoke_run_tokens`` /
+"""The token revocation every backend shares (``auth_proxy.issuing.revoke_run_tokens`` /
 ``revoke_step_token``), against the real auth proxy: a released run's tokens and a finished
 step's token are revoked; a proxy that cannot be reached is a logged warning (the tokens
 expire on their own), never an error, and the log names the run, never the admin key."""
@@ -14,7 +14,7 @@ import pytest
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
-from ironflow.k8s.runner import revoke_run_tokens, revoke_step_token
+from ironflow.auth_proxy.issuing import revoke_run_tokens, revoke_step_token
 from ironflow.secrets import Secret, find_leaks
 
 ADMIN_KEY = "a" * 40
@@ -44,7 +44,7 @@ async def test_a_runs_tokens_and_a_steps_token_are_revoked_at_the_real_proxy() -
 
 async def test_an_unreachable_proxy_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
     async with AdminClient(f"http://127.0.0.1:{_closed_port()}", ADMIN_KEY, timeout_s=2) as admin:
-        with caplog.at_level(logging.WARNING, logger="ironflow.k8s.runner"):
+        with caplog.at_level(logging.WARNING, logger="ironflow.auth_proxy.issuing"):
             await revoke_run_tokens(admin, "run-gone")
             await revoke_step_token(admin, "tok_0123456789abcdef")
     messages = [r.getMessage() for r in caplog.records]

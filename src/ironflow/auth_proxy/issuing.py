@@ -1,0 +1,145 @@
+"""A step's proxy token from issue to revoke, for every backend (§6.8, §6.9).
+
+Which Claude credential a token stands for (the step's Provider Account, else
+``CLAUDE_CODE_OAUTH_TOKEN``, else ``ANTHROPIC_API_KEY``), issuing it for a step, the env that
+delivers a proxied secret into a sandbox, and revoking a step's or a run's tokens. The k8s,
+agent-sandbox and local backends all go through here; the Claude variables themselves are
+written once, by :func:`ironflow.claude.layout.proxy_env`. No HTTP here: the issuer is a
+:class:`TokenIssuer` (the admin client, or a local proxy's registry).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from ironflow import errors
+from ironflow.auth_proxy import tokens
+from ironflow.secrets import Secret
+from ironflow.steps import AccountSession, AgentConfig
+
+__all__ = [
+    "Credential",
+    "TokenIssuer",
+    "issue_step_token",
+    "resolve_credential",
+    "revoke_run_tokens",
+    "revoke_step_token",
+    "secret_pod_env",
+]
+
+_log = logging.getLogger(__name__)
+
+_NO_CREDENTIAL: Final = "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
+
+
+@dataclass(frozen=True)
+class Credential(tokens.ClaudeCredential):
+    """A Claude credential on the worker side: its kind and its redacted value."""
+
+    @classmethod
+    def from_account(cls, session: AccountSession) -> Credential:
+        """The account's kind as :attr:`AccountSession.credential_kind` tells it."""
+        return cls("api_key" if session.credential_kind == "api_key" else "oauth_token", session.value)
+
+    def to_json(self) -> dict[str, Any]:
+        return tokens.credential_to_wire(self)
+
+
+def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | None = None) -> Credential:
+    """The step's Provider Account, else ``CLAUDE_CODE_OAUTH_TOKEN``, else ``ANTHROPIC_API_KEY``.
+
+    Raises:
+        AuthProxyError: none of them is set (not retryable: the worker must be configured).
+    """
+    if account is not None:
+        return Credential.from_account(account)
+    source = os.environ if env is None else env
+    oauth = source.get("CLAUDE_CODE_OAUTH_TOKEN", "")
+    if oauth:
+        return Credential("oauth_token", Secret(oauth))
+    api_key = source.get("ANTHROPIC_API_KEY", "")
+    if api_key:
+        return Credential("api_key", Secret(api_key))
+    raise errors.AuthProxyError(_NO_CREDENTIAL, retryable=False)
+
+
+class TokenIssuer(Protocol):
+    """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
+
+    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+        """A new token bound to the run, the step and the sandbox's expiry: ``(token_id, token)``.
+
+        ``credential`` is the step's Provider Account credential, or None for the issuer's default.
+        """
+        ...
+
+    async def revoke(self, token_id: str) -> object: ...
+
+    async def revoke_run(self, run_id: str) -> int: ...
+
+
+async def issue_step_token(
+    issuer: TokenIssuer, config: AgentConfig, run_id: str, step: str, expires_at: int
+) -> tuple[str, Secret]:
+    """Issue a step's proxy token with its Provider Account credential.
+
+    Raises:
+        AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
+    """
+    credential = None if config.account is None else Credential.from_account(config.account)
+    try:
+        return await issuer.issue(run_id, step, expires_at, credential=credential)
+    except errors.AuthProxyError as exc:
+        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
+
+
+async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:
+    """Revoke a finished step's proxy token; a failure is logged (short id only), never raised."""
+    try:
+        await issuer.revoke(token_id)
+    except errors.IronflowError as exc:
+        _log.warning("could not revoke proxy token %s (it expires on its own): %s", token_id[:12], exc)
+
+
+async def revoke_run_tokens(issuer: TokenIssuer | None, run_id: str) -> None:
+    """Revoke a released run's proxy tokens; a failure is logged, never raised: the run's
+    objects are already gone and its tokens expire on their own."""
+    if issuer is None:
+        return
+    try:
+        await issuer.revoke_run(run_id)
+    except errors.IronflowError as exc:
+        _log.warning("could not revoke the proxy tokens of run %s (they expire on their own): %s", run_id, exc)
+
+
+def secret_pod_env(env_name: str, proxy_url: str, token: Secret, secret: tokens.SecretCredential) -> dict[str, str]:
+    """Env for a proxied secret (§6.9): ``<env>=<token>``, ``<env>_URL=<proxy>/r``, and for a Basic
+    secret a git config that sends each exact host through the proxy with the token as password.
+
+    >>> from ironflow.auth_proxy.tokens import Injection, SecretCredential
+    >>> gl = SecretCredential("gitlab", Secret("glpat"), Injection("bearer"), ("gitlab.com",))
+    >>> sorted(secret_pod_env("GITLAB_TOKEN", "http://proxy", Secret("ifap_1"), gl))
+    ['GITLAB_TOKEN', 'GITLAB_TOKEN_URL']
+    """
+    base = proxy_url.rstrip("/")
+    env = {env_name: token.reveal(), f"{env_name}_URL": f"{base}/r"}
+    if secret.injection.kind != "basic":
+        return env
+    pair = f"{secret.injection.username or ''}:{token.reveal()}".encode()
+    header = "Authorization: Basic " + base64.b64encode(pair).decode()
+    index = 0
+    for host in secret.hosts:
+        if host.startswith("*."):
+            continue  # git's insteadOf needs an exact host
+        env[f"GIT_CONFIG_KEY_{index}"] = f"url.{base}/r/{host}/.insteadOf"
+        env[f"GIT_CONFIG_VALUE_{index}"] = f"https://{host}/"
+        env[f"GIT_CONFIG_KEY_{index + 1}"] = f"http.{base}/r/{host}/.extraHeader"
+        env[f"GIT_CONFIG_VALUE_{index + 1}"] = header
+        index += 2
+    env["GIT_CONFIG_COUNT"] = str(index)
+    return env
