@@ -77,7 +77,7 @@ async def _steps(*, warm: bool, runs: int, cold_ms: float, work: Path) -> tuple[
                         await asyncio.sleep(0.005)
                     await asyncio.sleep(0.05)
                 start = time.perf_counter()
-                await runner.invoke(AgentConfig("hi").run_scope("bench", f"s{i}"))
+                await runner.run(AgentConfig("hi").scoped("bench", f"s{i}"))
                 times.append((time.perf_counter() - start) * 1000)
             stats = api.counters.snapshot()
             requests = (stats.total - stats.by_verb.get("watch", 0)) / runs

@@ -100,7 +100,7 @@ async def batch(api: kube.KubeApi, runner: StepRunner, n: int, run_id: str) -> R
         in_flight += 1
         max_in_flight = max(max_in_flight, in_flight)
         try:
-            await runner.invoke(AgentConfig("Say hello").run_scope(run_id, f"step-{i}"))
+            await runner.run(AgentConfig("Say hello").scoped(run_id, f"step-{i}"))
             return True
         except Exception as exc:  # a failed step is counted, not fatal
             print(f"step {i} failed: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ironflow.engine import Context, Runner, Worker, load_workflow, model, open_store
+from ironflow.provider import ProviderBase
 from ironflow.steps import AgentConfig, AgentResult
 
 DURATIONS: list[float] = []
@@ -43,13 +44,10 @@ async def noops(ctx: Context, input: dict[str, Any]) -> int:
     return int(input["steps"])
 
 
-class NullProvider:
+class NullProvider(ProviderBase):
     """No agent steps run here; release_run is the only call the engine makes."""
 
-    async def invoke(self, config: AgentConfig) -> AgentResult:
-        raise NotImplementedError
-
-    async def invoke_with_logs(self, config: AgentConfig, sink: Any) -> AgentResult:
+    async def run(self, config: AgentConfig, *, logs: Any = None) -> AgentResult:
         raise NotImplementedError
 
     async def release_run(self, run_id: str) -> int:

@@ -2,7 +2,7 @@
 
 What it measures, on one cluster started by ``ironflow.testing.kubeenv.KubeEnv``:
 
-* ``step``: time from ``Agent.run(provider)`` to its result for one step (sequential runs),
+* ``step``: time from ``provider.run(config)`` to its result for one step (sequential runs),
   then p50/p95 over ``--concurrent`` (default 50) steps started together. kwok runs each pod
   for ``--run-for`` (default 0ms) then ends it Succeeded; the log is a captured stream-json
   output of the real Claude CLI, read through the apiserver.
@@ -28,7 +28,7 @@ from typing import Any
 
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
-from ironflow.steps import Agent, AgentConfig
+from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 
 __all__ = ["main"]
@@ -53,7 +53,7 @@ async def steps(env: KubeEnv, ns: str, *, sequential: int, concurrent: int, run_
 
     async def one() -> float:
         start = time.perf_counter()
-        result = await Agent.from_config(config).run(provider)
+        result = await provider.run(config)
         assert result.text
         return (time.perf_counter() - start) * 1000
 

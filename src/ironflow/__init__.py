@@ -2,14 +2,16 @@
 
 The public names: a step's configuration and result, the provider protocol, and the
 errors. Providers live in their packages (``ironflow.k8s``, ``ironflow.local``,
-``ironflow.agent_sandbox``); the CLI is ``ironflow``.
+``ironflow.agent_sandbox``); the CLI is ``ironflow``. The provider protocol loads on first
+use, so the pure values import without an event loop library.
 """
 
+from typing import TYPE_CHECKING
+
 from ironflow import errors
-from ironflow.provider import AgentProvider, LogSink
+from ironflow._lazy import lazy_exports
 from ironflow.secrets import Secret
 from ironflow.steps import (
-    Agent,
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -18,10 +20,13 @@ from ironflow.steps import (
     PvcVolume,
     ReadOnlyVolume,
     SecretEnvVar,
+    StepScope,
 )
 
+if TYPE_CHECKING:
+    from ironflow.provider import AgentProvider, LogSink, run_sync
+
 __all__ = [
-    "Agent",
     "AgentConfig",
     "AgentInput",
     "AgentProvider",
@@ -33,5 +38,9 @@ __all__ = [
     "ReadOnlyVolume",
     "Secret",
     "SecretEnvVar",
+    "StepScope",
     "errors",
+    "run_sync",
 ]
+
+__getattr__ = lazy_exports(__name__, {"provider": ("AgentProvider", "LogSink", "run_sync")})

@@ -43,6 +43,7 @@ __all__ = [
     "is_valid_label_value",
     "reserved_label_message",
     "sanitize_label_value",
+    "scope_labels",
     "selector",
 ]
 
@@ -155,3 +156,16 @@ def expires_at(annotations: Mapping[str, str] | None) -> int | None:
     if raw is None or not (raw.isascii() and raw.isdigit()):  # "²".isdigit() is True; int() refuses it
         return None
     return int(raw)
+
+
+def scope_labels(*, run_id: str, step: str, root_run_id: str | None = None) -> dict[str, str]:
+    """The §2 labels of a step's objects, each value sanitised by the one rule (a valid value,
+    such as a UUIDv7 run id, is kept as it is).
+
+    >>> scope_labels(run_id="r1", step="fix bug")
+    {'ironflow.io/run-id': 'r1', 'ironflow.io/step': 'fix-bug-ab32c9e2'}
+    """
+    out = {LABEL_RUN_ID: sanitize_label_value(run_id), LABEL_STEP: sanitize_label_value(step)}
+    if root_run_id is not None:
+        out[LABEL_ROOT_RUN_ID] = sanitize_label_value(root_run_id)
+    return out

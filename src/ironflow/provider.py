@@ -1,16 +1,21 @@
-"""What every sandbox backend offers: run a step, release a run, say which accounts it takes.
+"""What every sandbox backend offers: run a step, release a run, say which accounts it takes, close.
 
 The engine and the CLI only see this protocol, so a step runs unchanged on the local
-sandbox, an ephemeral pod or an agent-sandbox claim.
+sandbox, an ephemeral pod or an agent-sandbox claim. There is one way to run a step,
+``await provider.run(config)``; a provider holds clients (an API connection, an admin
+client) that ``aclose()`` releases, so use it as ``async with provider: ...``. Scripts
+without an event loop use :func:`run_sync`, the sync twin.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import asyncio
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
 
 from ironflow.steps import AgentConfig, AgentResult
 
-__all__ = ["ACCOUNT_KIND_CLAUDE_SUBSCRIPTION", "AgentProvider", "LogSink"]
+__all__ = ["ACCOUNT_KIND_CLAUDE_SUBSCRIPTION", "AgentProvider", "LogSink", "ProviderBase", "run_sync"]
 
 #: The only account kind a provider reports, and only when credentials go through the proxy.
 ACCOUNT_KIND_CLAUDE_SUBSCRIPTION = "claude_subscription"
@@ -24,18 +29,56 @@ class LogSink(Protocol):
 
 @runtime_checkable
 class AgentProvider(Protocol):
-    async def invoke(self, config: AgentConfig) -> AgentResult:
-        """Run one step to completion and leave nothing behind."""
-        ...
-
-    async def invoke_with_logs(self, config: AgentConfig, sink: LogSink) -> AgentResult:
-        """Like :meth:`invoke`, with stream-json lines handed to ``sink`` as they arrive."""
+    async def run(self, config: AgentConfig, *, logs: LogSink | None = None) -> AgentResult:
+        """Run one step to completion and leave nothing behind; with ``logs``, the CLI streams
+        stream-json and each line reaches the sink as it arrives."""
         ...
 
     async def release_run(self, run_id: str) -> int:
-        """Remove everything of a run (and of runs whose root it is); returns pods deleted."""
+        """Remove everything of a run (and of runs whose root it is); returns sandboxes removed."""
         ...
 
     def account_kind(self) -> str | None:
         """The Provider Account kind this provider can use, or None."""
         ...
+
+    async def aclose(self) -> None:
+        """Close the clients this provider opened; it can be used again afterwards (it reopens them)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class ProviderBase:
+    """``async with`` over :meth:`aclose`, for the backends (a provider with nothing to close
+    keeps the default)."""
+
+    async def aclose(self) -> None:
+        return None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def run_sync(provider: AgentProvider, config: AgentConfig, *, logs: LogSink | None = None) -> AgentResult:
+    """Run one step from synchronous code (a script, a notebook cell without a loop) and close
+    the provider's clients afterwards: the sync twin of ``async with provider: await provider.run(config)``.
+
+    Raises:
+        RuntimeError: called from inside a running event loop (await ``provider.run`` there).
+    """
+
+    async def _run() -> AgentResult:
+        async with provider:
+            return await provider.run(config, logs=logs)
+
+    return asyncio.run(_run())

@@ -17,18 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from ironflow import errors, labels
 from ironflow.secrets import Secret
 
-if TYPE_CHECKING:
-    from ironflow.provider import AgentProvider, LogSink
-
 __all__ = [
     "DEFAULT_MODEL",
     "AccountSession",
-    "Agent",
     "AgentConfig",
     "AgentInput",
     "AgentResult",
@@ -42,6 +38,7 @@ __all__ = [
     "RateLimitRecorder",
     "ReadOnlyVolume",
     "SecretEnvVar",
+    "StepScope",
     "ToolCall",
     "ToolResult",
     "VolumeSource",
@@ -192,6 +189,28 @@ def _frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 @dataclass(frozen=True)
+class StepScope:
+    """Which run a step belongs to: the run, the run's root (a sub-workflow's top run) and the
+    step's name. It travels with the step; backends derive their labels from it where they make
+    Kubernetes objects (:attr:`labels`), and nothing reads it back out of labels."""
+
+    run_id: str
+    step: str
+    root_run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("run_id", "step"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise errors.ConfigError(f"step scope {name} must be a non-empty string, got {value!r}")
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The §2 run, step and root-run labels (sanitised)."""
+        return labels.scope_labels(run_id=self.run_id, step=self.step, root_run_id=self.root_run_id)
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One agent step: the prompt, CLI options and the pod settings it brings.
 
@@ -221,6 +240,8 @@ class AgentConfig:
     resume_environment_id: str | None = None
     verbose: bool = False
     pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
+    #: The run and step this step belongs to (set by the engine, or by :meth:`scoped`).
+    scope: StepScope | None = None
     pod: PodSettings = PodSettings()
     inputs: tuple[AgentInput, ...] = ()
     trace_context: str | None = None
@@ -328,11 +349,11 @@ class AgentConfig:
         """Replace every pod label."""
         return dataclasses.replace(self, pod_labels=pod_labels)
 
-    def run_scope(self, run_id: str, step: str) -> AgentConfig:
-        """Label the step as the engine would, for use outside the engine (both sanitised)."""
-        return self.pod_label(labels.LABEL_RUN_ID, labels.sanitize_label_value(run_id)).pod_label(
-            labels.LABEL_STEP, labels.sanitize_label_value(step)
-        )
+    def scoped(self, run_id: str, step: str, *, root_run_id: str | None = None) -> AgentConfig:
+        """Place the step in a run, as the engine does (for use outside the engine)."""
+        scope = StepScope(run_id, step, root_run_id)
+        # Transitional: the labels ride along until every backend reads ``scope``.
+        return dataclasses.replace(self, scope=scope, pod_labels={**self.pod_labels, **scope.labels})
 
     def input(self, url: str, mount_path: str) -> AgentConfig:
         """Fetch ``url`` to ``mount_path`` before the agent starts (checked at invocation)."""
@@ -377,6 +398,8 @@ class AgentConfig:
                 kwargs["pod"] = _pod_from_dict(kwargs["pod"])
             if "inputs" in kwargs:
                 kwargs["inputs"] = tuple(AgentInput(**i) for i in kwargs["inputs"])
+            if isinstance(kwargs.get("scope"), Mapping):
+                kwargs["scope"] = StepScope(**kwargs["scope"])
             return cls(**kwargs)
         except TypeError as exc:
             raise errors.ConfigError(f"invalid step settings: {exc}") from None
@@ -490,24 +513,3 @@ class AgentResult:
             except json.JSONDecodeError as exc:
                 raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
         return self.value
-
-
-# --- the runnable step -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Agent:
-    """A configured step, run on any provider: ``await Agent.from_config(cfg).run(provider)``."""
-
-    config: AgentConfig
-
-    @classmethod
-    def from_config(cls, config: AgentConfig) -> Agent:
-        return cls(config)
-
-    async def run(self, provider: AgentProvider) -> AgentResult:
-        return await provider.invoke(self.config)
-
-    async def run_with_logs(self, provider: AgentProvider, sink: LogSink) -> AgentResult:
-        """Run with stream-json output, each line handed to ``sink`` as it arrives."""
-        return await provider.invoke_with_logs(self.config, sink)

@@ -40,7 +40,7 @@ from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters
-from ironflow.provider import LogSink
+from ironflow.provider import LogSink, ProviderBase
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _write_file_command(name: str, size: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, init=False)
-class AgentSandboxProvider:
+class AgentSandboxProvider(ProviderBase):
     """Agent steps in agent-sandbox sandboxes: one SandboxClaim per step, warm when the pool has one.
 
     >>> p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("ghcr.io/acme/runner:1").namespace("agents"))
@@ -426,14 +426,10 @@ class AgentSandboxProvider:
 
         return SandboxStepRunner(self, api=api, issuer=issuer, worker_env=worker_env)
 
-    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
         """Run one step in a claimed sandbox and delete the claim (shared client, admin client from settings)."""
         async with self._default_runner() as r:
-            return await r.invoke(config)
-
-    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
-        async with self._default_runner() as r:
-            return await r.invoke_with_logs(config, sink)
+            return await r.run(config, logs=logs)
 
     async def release_run(self, run_id: str) -> int:
         async with self._default_runner() as r:

@@ -71,12 +71,12 @@ class SandboxStepRunner:
 
     # -- the provider protocol --
 
-    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
-        return await self._run(config, None)
-
-    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
-        """Like :meth:`invoke` with ``--verbose`` stream-json; each line reaches ``sink`` as the exec streams it."""
-        return await self._run(config.replace(verbose=True), sink)
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+        """One step in a claimed sandbox; with ``logs``, ``--verbose`` stream-json and each line
+        reaches the sink as the exec streams it."""
+        if logs is None:
+            return await self._run(config, None)
+        return await self._run(config.replace(verbose=True), logs)
 
     async def release_run(self, run_id: str) -> int:
         """Delete the run's claims (and its child runs'), wait until gone, revoke the run's tokens."""

@@ -156,17 +156,17 @@ async def _run_on_cluster(config: AgentConfig, provider: Any) -> AgentResult:
     from ironflow.k8s.runner import close_shared_apis  # the API client loads only for a cluster
 
     try:
-        return await provider.invoke(config)  # type: ignore[no-any-return]
+        return await provider.run(config)  # type: ignore[no-any-return]
     finally:
         await close_shared_apis()
 
 
 async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:
     if script is None:
-        return await provider.invoke(config)  # type: ignore[no-any-return]
+        return await provider.run(config)  # type: ignore[no-any-return]
     async with options.fake_model(_fake_script(script)) as credential:
         provider.credential = credential
-        return await provider.invoke(config)  # type: ignore[no-any-return]
+        return await provider.run(config)  # type: ignore[no-any-return]
 
 
 def agent(

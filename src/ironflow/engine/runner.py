@@ -66,19 +66,9 @@ class _ReleaseFailed(Exception):
 # --- pure parts --------------------------------------------------------------------------
 
 
-def _step_labels(*, run_id: str, root_run_id: str, step: str) -> dict[str, str]:
-    """A step's §2 labels: run and root ids unsanitised (UUIDs are valid), the step name sanitised."""
-    return {
-        labels.LABEL_RUN_ID: run_id,
-        labels.LABEL_ROOT_RUN_ID: root_run_id,
-        labels.LABEL_STEP: labels.sanitize_label_value(step),
-    }
-
-
 def scope_step_config(config: AgentConfig, *, run_id: str, root_run_id: str, step: str) -> AgentConfig:
-    """Label a step as §2: run and root ids unsanitised (UUIDs are valid), the step name sanitised."""
-    scoped = _step_labels(run_id=run_id, root_run_id=root_run_id, step=step)
-    return config.with_pod_labels({**config.pod_labels, **scoped})
+    """Place a step in its run (§2): the one scoping rule, :meth:`AgentConfig.scoped`."""
+    return config.scoped(run_id, step, root_run_id=root_run_id)
 
 
 def duplicate_name(names: Sequence[str]) -> str | None:
@@ -216,7 +206,7 @@ class _Execution:
         return result
 
     def _labels(self, name: str) -> dict[str, str]:
-        return _step_labels(run_id=self.run.id, root_run_id=self.run.root_run_id, step=name)
+        return labels.scope_labels(run_id=self.run.id, step=name, root_run_id=self.run.root_run_id)
 
     async def _with_retries(
         self, name: str, policy: retry.RetryPolicy | None, tries: _Tries, attempt: Callable[[], Awaitable[Any]]
@@ -247,8 +237,8 @@ class _Execution:
             scoped = config.account_session(session) if session is not None else config
             try:
                 if runner.sink is not None:
-                    return await runner.provider.invoke_with_logs(scoped, runner.sink)
-                return await runner.provider.invoke(scoped)
+                    return await runner.provider.run(scoped, logs=runner.sink)
+                return await runner.provider.run(scoped)
             finally:
                 if pool is not None and session is not None:
                     await pool.release(session)

@@ -5,12 +5,13 @@ Layering: ``labels``, ``hardening`` and ``manifests`` are pure (values in, dicts
 the runtime modules build on it. Nothing pure imports an I/O module.
 """
 
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
 from ironflow.claude.profile import ClaudeProfile
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.hardening import SandboxSettings
 from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
-from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
-from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
 from ironflow.labels import (
     ANNOTATION_EXPIRES_AT,
     LABEL_COMPONENT,
@@ -21,6 +22,10 @@ from ironflow.labels import (
     LABEL_STEP,
     sanitize_label_value,
 )
+
+if TYPE_CHECKING:
+    from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+    from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
 
 __all__ = [
     "ANNOTATION_EXPIRES_AT",
@@ -43,3 +48,8 @@ __all__ = [
     "Toleration",
     "sanitize_label_value",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {"ops": ("JobRun", "PodRun", "PodRunOutput"), "provider": ("K8sEphemeralProvider", "ProviderSettings")},
+)

@@ -30,11 +30,11 @@ from ironflow import errors, labels, steps
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import environments, hardening, manifests
 from ironflow.kube import clusters
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
     from ironflow.k8s.reaper import OrphanReaper, ReapReport
-    from ironflow.provider import LogSink
 
 __all__ = [
     "DEFAULT_INPUT_INIT_IMAGE",
@@ -135,7 +135,7 @@ def _check_labels(pod_labels: Mapping[str, str]) -> None:
 
 
 @dataclass(frozen=True, init=False)
-class K8sEphemeralProvider:
+class K8sEphemeralProvider(ProviderBase):
     """One pod per step; create, wait, read, delete. This part is the configuration.
 
     >>> p = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace("agents")
@@ -369,9 +369,6 @@ class K8sEphemeralProvider:
 
     def account_kind(self) -> str | None:
         """``claude_subscription`` only with an auth proxy: accounts reach only the proxy."""
-        # Imported here: ironflow.provider imports ironflow.steps, which imports this package.
-        from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
-
         return ACCOUNT_KIND_CLAUDE_SUBSCRIPTION if self.settings.auth_proxy_url is not None else None
 
     def manifests(
@@ -476,19 +473,13 @@ class K8sEphemeralProvider:
 
     # -- runtime: thin delegations to k8s/runner.py (imported on use: rendering needs no client) --
 
-    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
-        """Run the step in a single-use pod and delete everything it created (``k8s.runner``)."""
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+        """Run the step in a single-use pod and delete everything it created (``k8s.runner``);
+        with ``logs``, each stream-json line reaches the sink as it arrives."""
         from ironflow.k8s.runner import StepRunner
 
         async with StepRunner.using(self) as runner:
-            return await runner.invoke(config)
-
-    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
-        """Like :meth:`invoke`, handing each stream-json line to ``sink`` as it arrives."""
-        from ironflow.k8s.runner import StepRunner
-
-        async with StepRunner.using(self) as runner:
-            return await runner.invoke_with_logs(config, sink)
+            return await runner.run(config, logs=logs)
 
     async def release_run(self, run_id: str) -> int:
         """Delete every pod, JobRun Job and prompt of the run (and its sub-runs); pods deleted."""

@@ -259,13 +259,12 @@ class StepRunner:
 
     # -- the provider protocol --
 
-    async def invoke(self, config: steps.AgentConfig) -> steps.AgentResult:
-        """Run the step to completion and leave nothing behind."""
-        return await self._run(config, None)
-
-    async def invoke_with_logs(self, config: steps.AgentConfig, sink: LogSink) -> steps.AgentResult:
-        """Like :meth:`invoke` with ``--verbose`` stream-json; each line goes to ``sink`` as it arrives."""
-        return await self._run(config.replace(verbose=True), sink)
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+        """Run the step to completion and leave nothing behind; with ``logs``, ``--verbose``
+        stream-json and each line goes to the sink as it arrives."""
+        if logs is None:
+            return await self._run(config, None)
+        return await self._run(config.replace(verbose=True), logs)
 
     async def release_run(self, run_id: str) -> int:
         """Delete every object of the run (and of runs whose root it is), wait for the pods to go.

@@ -36,7 +36,7 @@ from ironflow import errors, labels
 from ironflow.claude import cli, command, layout, output, profile
 from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, seccomp, settings
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, AgentResult, HostPathSource, validate_sub_path
 
@@ -92,7 +92,7 @@ def _run_id(config: AgentConfig | None) -> str | None:
 # --- the provider ------------------------------------------------------------------------
 
 
-class LocalSandboxProvider:
+class LocalSandboxProvider(ProviderBase):
     """Agent steps and plain commands in a fresh bubblewrap (default) or gVisor sandbox.
 
     Args:
@@ -246,13 +246,12 @@ class LocalSandboxProvider:
 
     # -- agent steps --
 
-    async def invoke(self, config: AgentConfig) -> AgentResult:
-        """Run one agent step to completion and leave nothing behind."""
-        return await self._invoke(config, None)
-
-    async def invoke_with_logs(self, config: AgentConfig, sink: LogSink) -> AgentResult:
-        """Like :meth:`invoke`, in stream-json, each line handed to ``sink`` as it arrives."""
-        return await self._invoke(config.replace(verbose=True), sink)
+    async def run(self, config: AgentConfig, *, logs: LogSink | None = None) -> AgentResult:
+        """Run one agent step to completion and leave nothing behind; with ``logs``, in
+        stream-json, each line handed to the sink as it arrives."""
+        if logs is None:
+            return await self._invoke(config, None)
+        return await self._invoke(config.replace(verbose=True), logs)
 
     async def release_run(self, run_id: str) -> int:
         """Kill every sandbox of ``run_id`` still running; returns how many were killed."""

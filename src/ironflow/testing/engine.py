@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ironflow import errors, labels
-from ironflow.provider import LogSink
+from ironflow.provider import LogSink, ProviderBase
 from ironflow.steps import AgentConfig, AgentResult
 
 __all__ = ["RecordingProvider", "read_events"]
@@ -40,7 +40,7 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-class RecordingProvider:
+class RecordingProvider(ProviderBase):
     """A provider that records; ``failures`` maps a step name to errors raised on its next calls."""
 
     def __init__(
@@ -75,11 +75,8 @@ class RecordingProvider:
     def account_kind(self) -> str | None:
         return self._account_kind
 
-    async def invoke(self, config: AgentConfig) -> AgentResult:
-        return await self._invoke(config, None)
-
-    async def invoke_with_logs(self, config: AgentConfig, sink: LogSink) -> AgentResult:
-        return await self._invoke(config, sink)
+    async def run(self, config: AgentConfig, *, logs: LogSink | None = None) -> AgentResult:
+        return await self._invoke(config, logs)
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         pod_labels = dict(config.pod_labels)

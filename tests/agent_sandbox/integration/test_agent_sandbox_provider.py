@@ -142,7 +142,7 @@ async def test_cold_start_runs_the_step_in_the_claimed_sandbox_and_deletes_the_c
     """No pool members: the claim cold-starts a Sandbox; the result is parsed; nothing stays."""
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "cold"))
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "cold"))
     assert result.text
     kinds = [e[0] for e in env.controller.events]
     assert kinds == ["cold"]
@@ -157,7 +157,7 @@ async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env:
     await eventually(lambda: len(env.server.objects(sandboxes, env.ns)) == 1)
     await eventually(lambda: claims.has_condition(env.server.objects(sandboxes, env.ns)[0], "Ready"))
     member = env.server.objects(sandboxes, env.ns)[0]["metadata"]["name"]
-    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "warm"))
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "warm"))
     assert result.text
     events = env.controller.events
     assert ("warm", member) == (events[1][0], events[1][2])
@@ -181,7 +181,7 @@ async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_r
         return await original(resource, namespace, body)
 
     env.api.create = spy  # type: ignore[method-assign]
-    await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "tok"))
+    await p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "tok"))
     assert issuer.issued
     assert issuer.issued[0][:2] == (RUN, "tok")
     assert issuer.revoked == ["tok-000000000001"]
@@ -205,8 +205,8 @@ async def test_a_refused_token_stays_non_retryable_and_the_claim_goes(env: Env) 
     p = env.provider(replicas=0, proxied=True)
     await env.apply_template(p)
     with pytest.raises(errors.AuthProxyError, match=r"^auth proxy: admin key missing$") as caught:
-        await p.runner(api=env.api, issuer=RefusingIssuer(), worker_env={}).invoke(
-            AgentConfig("hi").run_scope(RUN, "refused")
+        await p.runner(api=env.api, issuer=RefusingIssuer(), worker_env={}).run(
+            AgentConfig("hi").scoped(RUN, "refused")
         )
     assert caught.value.retryable is False
     assert caught.value.status == 401
@@ -219,7 +219,7 @@ async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env)
     p = env.provider(replicas=0)
     await env.apply_template(p)
     with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 2s \(Ready=False"):
-        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "stuck"))
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "stuck"))
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
     assert env.server.execs == []
 
@@ -228,7 +228,7 @@ async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "c")))
     await eventually(lambda: bool(env.claims()))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -242,7 +242,7 @@ async def test_step_cancelled_while_the_claim_create_answer_is_in_flight_deletes
     p = env.provider(replicas=0)
     await env.apply_template(p)
     sent = hold_create_answers(env.api, claims.resources().claims)
-    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "c")))
     await sent.wait()
     assert len(env.claims()) == 1
     task.cancel()
@@ -257,9 +257,9 @@ async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
     await env.apply_template(p)
     issuer = FakeIssuer()
     for step in ("a", "b"):
-        claim = p.claim_manifest(AgentConfig("x").run_scope(RUN, step), name=f"left-{step}", now=int(time.time()))
+        claim = p.claim_manifest(AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time()))
         await env.api.create(p.resources.claims, env.ns, claim)
-    other = p.claim_manifest(AgentConfig("x").run_scope("other-run", "a"), name="other", now=int(time.time()))
+    other = p.claim_manifest(AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time()))
     await env.api.create(p.resources.claims, env.ns, other)
     assert await p.runner(api=env.api, issuer=issuer, worker_env={}).release_run(RUN) == 2
     assert [c["metadata"]["name"] for c in env.claims()] == ["other"]
@@ -269,9 +269,9 @@ async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
 async def test_retry_deletes_the_previous_attempts_claim_first(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    config = AgentConfig("hi").run_scope(RUN, "again")
+    config = AgentConfig("hi").scoped(RUN, "again")
     await env.api.create(p.resources.claims, env.ns, p.claim_manifest(config, name="old-attempt", now=int(time.time())))
-    await p.runner(api=env.api, worker_env={}).invoke(config)
+    await p.runner(api=env.api, worker_env={}).run(config)
     assert all(c["metadata"]["name"] != "old-attempt" for c in env.claims())
 
 
@@ -302,9 +302,9 @@ async def test_wait_for_finished_like_kubectl_wait(env: Env) -> None:
 
 async def test_step_that_changes_the_pod_is_refused_before_any_claim(env: Env) -> None:
     p = env.provider(replicas=0)
-    config = AgentConfig("hi").run_scope(RUN, "x").pod_label("team", "a")
+    config = AgentConfig("hi").scoped(RUN, "x").pod_label("team", "a")
     with pytest.raises(errors.StepConfigError, match="changes the sandbox pod"):
-        await p.runner(api=env.api, worker_env={}).invoke(config)
+        await p.runner(api=env.api, worker_env={}).run(config)
     assert env.claims() == []
 
 
@@ -312,8 +312,8 @@ async def test_bypass_step_runs_when_the_worker_allows_it(env: Env) -> None:
     """IRONFLOW_ALLOW_BYPASS=1 in the worker's env: accepted, as the k8s provider accepts it."""
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "bypass")
-    result = await p.runner(api=env.api, worker_env={"IRONFLOW_ALLOW_BYPASS": "1"}).invoke(config)
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).scoped(RUN, "bypass")
+    result = await p.runner(api=env.api, worker_env={"IRONFLOW_ALLOW_BYPASS": "1"}).run(config)
     assert result.text
     assert "--dangerously-skip-permissions" in env.seen_env()["args"].split()
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
@@ -322,11 +322,11 @@ async def test_bypass_step_runs_when_the_worker_allows_it(env: Env) -> None:
 async def test_bypass_step_is_refused_as_on_k8s_when_the_worker_does_not_allow_it(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "bypass")
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).scoped(RUN, "bypass")
     with pytest.raises(errors.StepConfigError) as on_k8s:
-        await StepRunner.for_provider(p.settings.pod, api=env.api, worker_env={}).invoke(config)
+        await StepRunner.for_provider(p.settings.pod, api=env.api, worker_env={}).run(config)
     with pytest.raises(errors.StepConfigError) as on_sandbox:
-        await p.runner(api=env.api, worker_env={}).invoke(config)
+        await p.runner(api=env.api, worker_env={}).run(config)
     assert str(on_sandbox.value) == str(on_k8s.value)
     assert "IRONFLOW_ALLOW_BYPASS=1" in str(on_sandbox.value)
     assert env.claims() == []
@@ -337,7 +337,7 @@ async def test_large_prompt_reaches_the_agent_through_a_file_written_over_exec(e
     p = env.provider(replicas=0)
     await env.apply_template(p)
     prompt = "review this: " + "x" * 120_000
-    await p.runner(api=env.api, worker_env={}).invoke(AgentConfig(prompt).run_scope(RUN, "big"))
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig(prompt).scoped(RUN, "big"))
     seen = env.seen_env()
     assert seen["stdin"] == prompt
     assert "-p" not in seen["args"].split()
@@ -349,7 +349,7 @@ async def test_failing_agent_is_a_process_failure_and_the_claim_goes(env: Env) -
     p = env.provider(replicas=0)
     await env.apply_template(p)
     with pytest.raises(errors.ProcessFailed) as caught:
-        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "fail"))
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "fail"))
     assert caught.value.exit_code == 3
     await eventually(lambda: not env.claims())
 
@@ -359,7 +359,7 @@ async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env
     p = env.provider(replicas=0, timeout=0.5)
     await env.apply_template(p)
     with pytest.raises(errors.AgentTimeout):
-        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "slow"))
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "slow"))
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
@@ -391,7 +391,7 @@ async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
             p = AgentSandboxProvider(pod).api_version("v1alpha1").warm_pool(replicas=1).ready_timeout(3)
             await p.apply_template(api)
             await eventually(lambda: bool(server.objects(p.resources.sandboxes, "alpha")))
-            result = await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))
+            result = await p.runner(api=api, worker_env={}).run(AgentConfig("hi"))
             assert result.text
             assert [e[0] for e in controller.events][:2] == ["member", "warm"]
             assert not controller.failures
@@ -409,8 +409,8 @@ async def test_real_claude_cli_reaches_the_api_only_with_the_token_delivered_ove
         pod = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).claude_path(cli).timeout(60).auth_proxy(fake.url)
         p = AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(3)
         await env.apply_template(p)
-        result = await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(
-            AgentConfig("Say hello").run_scope(RUN, "real")
+        result = await p.runner(api=env.api, issuer=issuer, worker_env={}).run(
+            AgentConfig("Say hello").scoped(RUN, "real")
         )
         assert result.text == "OK"
         assert [r.header("authorization") for r in fake.message_requests] == ["Bearer ifap_secret_value_1"]
@@ -440,7 +440,7 @@ async def test_invoke_with_logs_runs_verbose_and_hands_every_line_to_the_sink(en
     p = env.provider(replicas=0)
     await env.apply_template(p)
     sink = Lines()
-    result = await p.runner(api=env.api, worker_env={}).invoke_with_logs(AgentConfig("hi").run_scope(RUN, "v"), sink)
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "v"), logs=sink)
     assert result.text
     assert "--output-format stream-json --verbose" in (env.home / "args").read_text()
     assert [line for _, line in sink.lines] == stream.splitlines()
@@ -466,7 +466,7 @@ async def test_the_token_never_reaches_logs_errors_or_api_objects(env: Env, capl
     await env.apply_template(p)
     issuer = FakeIssuer()
     with pytest.raises(errors.ProcessFailed) as caught:
-        await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "leak"))
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "leak"))
     objects = [env.server.objects(r, env.ns) for r in (*vars(p.resources).values(), k8s.PODS, k8s.CONFIGMAPS)]
     haystacks = [caplog.text, str(caught.value), repr(caught.value), objects, [e.command for e in env.server.execs]]
     assert issuer.tokens
@@ -480,7 +480,7 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the
     await env.apply_template(p)
     issuer = FakeIssuer()
     runner = p.runner(api=env.api, issuer=issuer, worker_env={})
-    task = asyncio.ensure_future(runner.invoke(AgentConfig("hi").run_scope(RUN, "cx")))
+    task = asyncio.ensure_future(runner.run(AgentConfig("hi").scoped(RUN, "cx")))
     await eventually(lambda: env.server.running_execs == 1 and len(env.server.execs) == 2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -495,7 +495,7 @@ async def test_a_cluster_without_agent_sandbox_says_so() -> None:
         with pytest.raises(
             errors.KubeNotFound, match=r"does not serve sandboxclaims\.extensions\.agents\.x-k8s\.io/v1beta1"
         ):
-            await p.runner(api=api, worker_env={}).invoke(AgentConfig("hi"))
+            await p.runner(api=api, worker_env={}).run(AgentConfig("hi"))
 
 
 async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(env: Env) -> None:
@@ -505,7 +505,7 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     await eventually(lambda: sum(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)) == 2)
     env.api.counters.reset()
     runner = p.runner(api=env.api, worker_env={})
-    results = await asyncio.gather(*(runner.invoke(AgentConfig("hi").run_scope(RUN, f"p{i}")) for i in range(3)))
+    results = await asyncio.gather(*(runner.run(AgentConfig("hi").scoped(RUN, f"p{i}")) for i in range(3)))
     assert all(r.text for r in results)
     kinds = [e[0] for e in env.controller.events]
     # Two members were Ready; the third step takes a refilled member or a cold start.
@@ -536,6 +536,6 @@ async def test_invoke_with_logs_streams_lines_while_the_agent_runs(env: Env) -> 
             super().log(stream, line)
 
     sink = Live()
-    await p.runner(api=env.api, worker_env={}).invoke_with_logs(AgentConfig("hi").run_scope(RUN, "live"), sink)
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "live"), logs=sink)
     assert sink.running_at_first is True
     assert [line for _, line in sink.lines] == stream

@@ -40,7 +40,7 @@ async def test_sdk_lists_our_claims_and_reads_them_with_its_model() -> None:
             pod = K8sEphemeralProvider.sandboxed("img").namespace("sdk")
             p = AgentSandboxProvider(pod).warm_pool(replicas=0)
             await p.apply_template(api)
-            claim = p.claim_manifest(AgentConfig("x").run_scope(RUN, "a"), name="ours", now=int(time.time()))
+            claim = p.claim_manifest(AgentConfig("x").scoped(RUN, "a"), name="ours", now=int(time.time()))
             await api.create(p.resources.claims, "sdk", claim)
             client = sdk_client(server)
             names = await asyncio.to_thread(client.list_all_sandboxes, "sdk")

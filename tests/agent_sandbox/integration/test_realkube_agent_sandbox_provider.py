@@ -267,7 +267,7 @@ async def test_cold_start_runs_the_step_in_a_sandbox_named_after_the_claim_and_l
         return await original(namespace, pod, command, **kwargs)
 
     env.api.exec = snapshot  # type: ignore[method-assign]
-    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "cold"))
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "cold"))
     assert result.text
     sandbox = seen[0]
     name = sandbox["metadata"]["name"]
@@ -286,7 +286,7 @@ async def test_warm_adoption_takes_the_ready_pool_member_and_the_pool_refills(en
     name = member["metadata"]["name"]
     assert member["metadata"]["labels"][labels.LABEL_WARM_POOL_SANDBOX]
     env.record_execs()
-    result = await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "warm"))
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "warm"))
     assert result.text
     assert {e.pod for e in env.execs} == {name}  # the agent ran in the adopted member's pod
     # The member went with the claim; the pool made a new one.
@@ -303,7 +303,7 @@ async def test_claim_whose_pod_cannot_be_scheduled_times_out_and_leaves_nothing(
     await env.apply_template(p)
     why = r"did not become Ready within 3s \(Ready=False, reason DependenciesNotReady\)"
     with pytest.raises(errors.OperationTimeout, match=why):
-        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "stuck"))
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "stuck"))
     assert env.execs == []
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
@@ -313,7 +313,7 @@ async def test_claim_on_an_unknown_pool_times_out_and_is_deleted(env: RealEnv) -
     p = env.provider(replicas=0, ready=3).template("no-such-template")
     why = r"did not become Ready within 3s \(Ready=False, reason WarmPoolNotFound\)"
     with pytest.raises(errors.OperationTimeout, match=why):
-        await p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "unknown"))
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "unknown"))
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
 
@@ -321,7 +321,7 @@ async def test_cancelled_while_waiting_for_ready_leaves_nothing(stuck_env: RealE
     env = stuck_env
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "c")))
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "c")))
     await wait_until(lambda: bool(env.step_sandboxes()) and bool(env.pods()))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -336,7 +336,7 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_leaves_noth
     await _ready_members(env, 1)
     issuer = FakeIssuer()
     task = asyncio.ensure_future(
-        p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "cx"))
+        p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "cx"))
     )
     await wait_until((env.home / "started").exists)
     task.cancel()
@@ -387,8 +387,8 @@ async def test_adopted_sandbox_gets_the_token_over_exec_reaches_the_model_throug
 
                 admin.issue = checked_issue  # type: ignore[method-assign]
                 env.record_execs()
-                result = await p.runner(api=env.api, issuer=admin, worker_env={}).invoke(
-                    AgentConfig("hi").run_scope(RUN, "tok")
+                result = await p.runner(api=env.api, issuer=admin, worker_env={}).run(
+                    AgentConfig("hi").scoped(RUN, "tok")
                 )
                 assert result.text
                 assert issued_when_ready == [True]
@@ -425,9 +425,9 @@ async def test_release_run_deletes_the_runs_claims_and_their_sandboxes(env: Real
     await env.apply_template(p)
     issuer = FakeIssuer()
     for step in ("a", "b"):
-        claim = p.claim_manifest(AgentConfig("x").run_scope(RUN, step), name=f"left-{step}", now=int(time.time()))
+        claim = p.claim_manifest(AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time()))
         await env.api.create(p.resources.claims, env.ns, claim)
-    other = p.claim_manifest(AgentConfig("x").run_scope("other-run", "a"), name="other", now=int(time.time()))
+    other = p.claim_manifest(AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time()))
     await env.api.create(p.resources.claims, env.ns, other)
     await wait_until(lambda: len(env.step_sandboxes()) == 3)
     assert await p.runner(api=env.api, issuer=issuer, worker_env={}).release_run(RUN) == 2
@@ -447,7 +447,7 @@ async def test_sdk_lists_the_claims_our_provider_creates_and_resolves_the_adopte
     p = env.provider(replicas=1)
     await env.apply_template(p)
     (member,) = await _ready_members(env, 1)
-    claim = p.claim_manifest(AgentConfig("x").run_scope(RUN, "sdk"), name="ours", now=int(time.time()))
+    claim = p.claim_manifest(AgentConfig("x").scoped(RUN, "sdk"), name="ours", now=int(time.time()))
     await env.api.create(p.resources.claims, env.ns, claim)
     api_client = kubernetes.config.new_client_from_config(config_file=str(env.kube.kubeconfig_path))
     try:
@@ -471,7 +471,7 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     env.record_execs()
     env.api.counters.reset()
     runner = p.runner(api=env.api, worker_env={})
-    results = await asyncio.gather(*(runner.invoke(AgentConfig("hi").run_scope(RUN, f"p{i}")) for i in range(3)))
+    results = await asyncio.gather(*(runner.run(AgentConfig("hi").scoped(RUN, f"p{i}")) for i in range(3)))
     assert all(r.text for r in results)
     agent_pods = [e.pod for e in env.execs if e.command[0] == "sh"]
     assert len(agent_pods) == len(set(agent_pods)) == 3  # each step had a sandbox of its own
@@ -484,7 +484,7 @@ async def test_large_prompt_reaches_the_agent_through_a_file_written_over_exec(e
     await env.apply_template(p)
     env.record_execs()
     prompt = "review this: " + "x" * 120_000
-    await p.runner(api=env.api, worker_env={}).invoke(AgentConfig(prompt).run_scope(RUN, "big"))
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig(prompt).scoped(RUN, "big"))
     seen = env.seen_env()
     assert seen["stdin"] == prompt
     assert "-p" not in seen["args"].split()
@@ -517,7 +517,7 @@ async def test_a_failing_agent_leaks_the_token_nowhere_and_the_claim_goes(
     env.record_execs()
     issuer = FakeIssuer()
     with pytest.raises(errors.KubernetesError, match="exit status 2") as caught:
-        await p.runner(api=env.api, issuer=issuer, worker_env={}).invoke(AgentConfig("hi").run_scope(RUN, "leak"))
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "leak"))
     objects = [env.claims(), env.sandboxes(), env.pods()]
     haystacks = [caplog.text, str(caught.value), repr(caught.value), objects, [e.command for e in env.execs]]
     assert issuer.tokens
@@ -621,8 +621,8 @@ async def test_the_real_claude_cli_in_an_adopted_sandbox_reaches_the_model_only_
                 p = AgentSandboxProvider(pod.auth_proxy(proxy.url)).warm_pool(replicas=1).ready_timeout(20)
                 await env.apply_template(p)
                 await _ready_members(env, 1)
-                result = await p.runner(api=env.api, issuer=admin, worker_env={}).invoke(
-                    AgentConfig("Say hello").run_scope(RUN, "real")
+                result = await p.runner(api=env.api, issuer=admin, worker_env={}).run(
+                    AgentConfig("Say hello").scoped(RUN, "real")
                 )
         assert result.text == "OK"
         assert fake.message_requests

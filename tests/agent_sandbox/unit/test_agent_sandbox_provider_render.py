@@ -58,7 +58,7 @@ def test_template_objects_are_the_idle_hardened_pod_and_its_pool(version: ApiVer
 
 def test_claim_carries_run_labels_expiry_and_shutdown_time_and_no_env() -> None:
     p = AgentSandboxProvider(PROXIED).ready_timeout(60)
-    claim = p.claim_manifest(AgentConfig("hi").run_scope(RUN, "review"), name="c1", now=1_800_000_000)
+    claim = p.claim_manifest(AgentConfig("hi").scoped(RUN, "review"), name="c1", now=1_800_000_000)
     meta = claim["metadata"]
     assert meta["labels"] == {
         labels.LABEL_RUN_ID: RUN,
@@ -113,7 +113,7 @@ def test_exec_plan_refuses_a_token_without_a_proxy() -> None:
 
 
 def test_run_labels_do_not_count_as_a_pod_change() -> None:
-    AgentSandboxProvider(POD).check_step(AgentConfig("hi").run_scope(RUN, "a"))
+    AgentSandboxProvider(POD).check_step(AgentConfig("hi").scoped(RUN, "a"))
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_pod_provider_refusals_still_apply() -> None:
 
 
 def test_bypass_follows_the_worker_env_as_on_the_pod_provider() -> None:
-    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).run_scope(RUN, "a")
+    config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).scoped(RUN, "a")
     allowed = {"IRONFLOW_ALLOW_BYPASS": "1", "CLAUDE_CODE_USE_BEDROCK": "1"}
     AgentSandboxProvider(POD).check_step(config, worker_env=allowed)
     POD.manifests(config, worker_env=allowed)  # the reference accepts it too
@@ -148,7 +148,7 @@ def test_bypass_follows_the_worker_env_as_on_the_pod_provider() -> None:
 
 def test_claim_labels_come_from_the_provider_and_the_step() -> None:
     pod = POD.pod_label(labels.LABEL_ROOT_RUN_ID, "root")
-    claim = AgentSandboxProvider(pod).claim_manifest(AgentConfig("hi").run_scope(RUN, "s"), name="c1", now=0)
+    claim = AgentSandboxProvider(pod).claim_manifest(AgentConfig("hi").scoped(RUN, "s"), name="c1", now=0)
     assert claim["metadata"]["labels"] == {
         labels.LABEL_ROOT_RUN_ID: "root",
         labels.LABEL_RUN_ID: RUN,

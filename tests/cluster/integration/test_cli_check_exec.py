@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 
 NS = "agents"
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
-STEP = AgentConfig("review").run_scope("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
+STEP = AgentConfig("review").scoped("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
 NETWORK_POLICIES = api.custom_resource(
     "networking.k8s.io", "v1", "networkpolicies", kind="NetworkPolicy", namespaced=True
 )

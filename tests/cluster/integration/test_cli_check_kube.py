@@ -27,7 +27,7 @@ from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
-STEP = AgentConfig("review").run_scope("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
+STEP = AgentConfig("review").scoped("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
 POD_CHECKS = {"security context", "secrets by reference", "no service-account token", "run/root/step labels and expiry"}
 
 

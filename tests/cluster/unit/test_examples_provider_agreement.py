@@ -20,7 +20,7 @@ HOME = (
 PROFILE = {str(p.relative_to(HOME)): p.read_text(encoding="utf-8") for p in HOME.rglob("*") if p.is_file()}
 CONFIG = examples.EXAMPLE_CONFIG
 OBJECTS = setup.render(CONFIG, profile=PROFILE)
-STEP = AgentConfig("review").run_scope("run-1", "review")
+STEP = AgentConfig("review").scoped("run-1", "review")
 
 
 def _provider() -> K8sEphemeralProvider:

@@ -18,7 +18,7 @@ from ironflow.testing import assert_no_leaks
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 PROXY = "http://ironflow-auth-proxy.ironflow-system"
 CLAUDE_KEY = "sk-ant-oat01-" + "x" * 40
-STEP = AgentConfig("review").run_scope("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
+STEP = AgentConfig("review").scoped("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "run-1")
 
 
 def _pod(*, proxy: bool = False) -> dict[str, Any]:

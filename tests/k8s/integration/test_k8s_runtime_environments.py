@@ -85,7 +85,7 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: KubeCas
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     created = spy_creates(kube.api)
     before = int(time.time())
-    first = await runner(kube).invoke(AgentConfig("Set up").run_scope(RUN, "setup"))
+    first = await runner(kube).run(AgentConfig("Set up").scoped(RUN, "setup"))
     env_id = first.environment_id
     assert env_id is not None
     assert env_id.startswith("ironflow-env-")
@@ -105,7 +105,7 @@ async def test_a_step_creates_a_claim_and_the_next_step_resumes_it(kube: KubeCas
         k8s.PERSISTENTVOLUMECLAIMS, ns, env_id, {"metadata": {"annotations": {labels.ANNOTATION_EXPIRES_AT: "5"}}}
     )
     created.clear()
-    second = await runner(kube).invoke(AgentConfig("Go on").run_scope(RUN, "build").resume_environment(env_id))
+    second = await runner(kube).run(AgentConfig("Go on").scoped(RUN, "build").resume_environment(env_id))
     assert second.environment_id == env_id
     assert second.text == "Hello from the fake model."
     assert [o["kind"] for o in created] == ["Pod"]
@@ -121,7 +121,7 @@ async def test_a_step_cancelled_while_its_new_claims_create_answer_is_in_flight_
 ) -> None:
     """The claim exists on the server but its create has not returned: it holds nothing yet and goes."""
     sent = hold_create_answers(kube.api, k8s.PERSISTENTVOLUMECLAIMS)
-    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("Set up").run_scope(RUN, "setup")))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("Set up").scoped(RUN, "setup")))
     await sent.wait()
     assert len(names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace)) == 1
     task.cancel()
@@ -139,7 +139,7 @@ async def test_invoke_with_logs_also_returns_the_environment_id(kube: KubeCase, 
         def log(self, stream: str, line: str) -> None:
             pass
 
-    result = await runner(kube).invoke_with_logs(AgentConfig("hi"), Sink())
+    result = await runner(kube).run(AgentConfig("hi"), logs=Sink())
     assert result.environment_id in names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace)
 
 
@@ -176,7 +176,7 @@ async def test_a_resumed_environment_that_is_not_live_fails_the_step(
     claims_before = names(server, k8s.PERSISTENTVOLUMECLAIMS, ns)
     server.reset_requests()
     with pytest.raises(errors.StepConfigError, match=f"^environment '{env_id}' not found or expired$"):
-        await runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "s").resume_environment(env_id))
+        await runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "s").resume_environment(env_id))
     assert server.count("create", "pods") == 0
     assert server.count("patch", "persistentvolumeclaims") == 0
     assert names(server, k8s.PODS, ns) == []
@@ -191,18 +191,18 @@ async def test_a_pod_the_api_refuses_deletes_the_claim_this_step_created(
 ) -> None:
     server.fail("create", "pods", status=422)
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod"):
-        await runner(kube).invoke(AgentConfig("hi").run_scope(RUN, "s"))
+        await runner(kube).run(AgentConfig("hi").scoped(RUN, "s"))
     assert server.count("create", "persistentvolumeclaims") == 1
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == []
 
 
 async def test_a_pod_the_api_refuses_keeps_a_resumed_claim(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
-    env_id = (await runner(kube).invoke(AgentConfig("hi"))).environment_id
+    env_id = (await runner(kube).run(AgentConfig("hi"))).environment_id
     assert env_id is not None
     server.fail("create", "pods", status=422)
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod"):
-        await runner(kube).invoke(AgentConfig("hi").resume_environment(env_id))
+        await runner(kube).run(AgentConfig("hi").resume_environment(env_id))
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == [env_id]
 
 
@@ -213,9 +213,9 @@ async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: Ku
     config = proxy_config.AuthProxyConfig(admin_key=Secret(ADMIN_KEY), upstream="http://127.0.0.1:9")
     async with proxy_app.run_auth_proxy(config) as running, AdminClient(running.url, ADMIN_KEY) as admin:
         p = provider(ns).auth_proxy(running.url)
-        step = AgentConfig("x" * 120_000).run_scope(RUN, "s").account_session(ACCOUNT)
+        step = AgentConfig("x" * 120_000).scoped(RUN, "s").account_session(ACCOUNT)
         with pytest.raises(errors.KubeForbidden, match="failed to create environment claim 'ironflow-env-"):
-            await runner(kube, p, issuer=admin).invoke(step)
+            await runner(kube, p, issuer=admin).run(step)
         assert await admin.revoke_run(RUN) == 0  # the step's token was already revoked
     assert server.count("create", "configmaps") == 1
     assert server.count("create", "pods") == 0
@@ -231,7 +231,7 @@ async def test_resume_without_environment_volume_fails_before_anything_exists(
     with pytest.raises(
         errors.StepConfigError, match=r"resume_environment needs K8sEphemeralProvider\.environment_volume"
     ):
-        await runner(kube, plain).invoke(AgentConfig("hi").resume_environment("ironflow-env-1-2"))
+        await runner(kube, plain).run(AgentConfig("hi").resume_environment("ironflow-env-1-2"))
     assert [r for r in server.requests if r.verb in ("create", "patch", "delete")] == []
 
 
@@ -239,7 +239,7 @@ async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: KubeC
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
     p = provider(kube.namespace).environment_volume(EnvironmentVolume("/workspace", ttl=timedelta(seconds=1)))
     before = int(time.time())
-    env_id = (await runner(kube, p).invoke(AgentConfig("hi"))).environment_id
+    env_id = (await runner(kube, p).run(AgentConfig("hi"))).environment_id
     assert env_id is not None
     assert expiry(server, kube.namespace, env_id) >= before + 5 + 60  # timeout + margin
 
@@ -247,6 +247,6 @@ async def test_a_short_ttl_claim_never_expires_under_its_running_pod(kube: KubeC
 async def test_release_run_keeps_the_environment_claims_of_the_run(kube: KubeCase, server: KubeTestServer) -> None:
     """Environments outlive their run on purpose (a later run may resume them); the reaper ends them."""
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
-    env_id = (await runner(kube).invoke(AgentConfig("hi").run_scope(RUN, "s"))).environment_id
+    env_id = (await runner(kube).run(AgentConfig("hi").scoped(RUN, "s"))).environment_id
     await runner(kube).release_run(RUN)
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, kube.namespace) == [env_id]

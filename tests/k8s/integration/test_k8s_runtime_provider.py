@@ -13,7 +13,7 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.provider import AgentProvider
-from ironflow.steps import Agent, AgentConfig
+from ironflow.steps import AgentConfig
 from ironflow.testing.kube import PodScript
 from ironflow.testing.polling import eventually
 
@@ -40,7 +40,7 @@ def test_provider_satisfies_the_agent_provider_protocol() -> None:
 async def test_agent_runs_on_the_provider_and_leaves_nothing(kube: KubeCase, provider: K8sEphemeralProvider) -> None:
     server = kube.need_server()
     server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
-    result = await Agent.from_config(AgentConfig("Say hello").run_scope(RUN, "greet")).run(provider)
+    result = await provider.run(AgentConfig("Say hello").scoped(RUN, "greet"))
     assert result.text == "Hello from the fake model."
     assert server.objects(k8s.PODS, kube.namespace) == []
 
@@ -95,5 +95,5 @@ async def test_auth_proxy_without_admin_key_fails_before_any_pod(
     monkeypatch.delenv("IRONFLOW_AUTH_PROXY_ADMIN_KEY", raising=False)
     server = kube.need_server()
     with pytest.raises(errors.AuthProxyError, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
-        await provider.auth_proxy("http://proxy.invalid:8080").invoke(AgentConfig("hi"))
+        await provider.auth_proxy("http://proxy.invalid:8080").run(AgentConfig("hi"))
     assert server.count("create") == 0

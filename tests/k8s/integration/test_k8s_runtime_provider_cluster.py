@@ -31,7 +31,7 @@ async def test_step_runs_on_the_kubeconfig_named_in_the_provider_file(tmp_path: 
         server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
         path = _provider_file(tmp_path, server, "{kubeconfig: kube/config.yaml, context: kube-test}")
         try:
-            result = await K8sEphemeralProvider.from_file(path).invoke(AgentConfig("Say hello"))
+            result = await K8sEphemeralProvider.from_file(path).run(AgentConfig("Say hello"))
         finally:
             await close_shared_apis()
         assert result.text == "Hello from the fake model."
@@ -44,7 +44,7 @@ async def test_unknown_context_in_the_provider_file_fails_before_any_pod(tmp_pat
         path = _provider_file(tmp_path, server, "{kubeconfig: kube/config.yaml, context: nowhere}")
         try:
             with pytest.raises(errors.KubeClientConfigError, match="failed to create K8s client from kubeconfig file"):
-                await K8sEphemeralProvider.from_file(path).invoke(AgentConfig("Say hello"))
+                await K8sEphemeralProvider.from_file(path).run(AgentConfig("Say hello"))
         finally:
             await close_shared_apis()
         assert server.count("create", "pods") == 0

@@ -73,7 +73,7 @@ async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase, server: K
         return await original(resource, namespace, body)
 
     kube.api.create = spy  # type: ignore[method-assign]
-    result = await runner(kube).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+    result = await runner(kube).run(AgentConfig("Say hello").scoped(RUN, "greet"))
     assert result.text == "Hello from the fake model."
     assert result.session_id == "a988eb09-b85d-479d-b363-a28fcc17dc0a"
     assert leftovers(server, kube.namespace) == []
@@ -89,7 +89,7 @@ async def test_invoke_uses_at_most_six_requests_per_step(kube: KubeCase, server:
     server.reset_requests()
     steps = 5
     r = runner(kube)
-    await asyncio.gather(*(r.invoke(AgentConfig("Say hello").run_scope(RUN, f"s{i}")) for i in range(steps)))
+    await asyncio.gather(*(r.run(AgentConfig("Say hello").scoped(RUN, f"s{i}")) for i in range(steps)))
     assert server.count("watch", "pods") == 1
     assert server.count("get", "pods") == 0  # no polling
     non_watch = len([x for x in server.requests if x.verb != "watch"])
@@ -101,7 +101,7 @@ async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(
     kube: KubeCase, server: KubeTestServer
 ) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
-    await runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "big"))
+    await runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "big"))
     assert server.count("create", "configmaps") == 1
     assert server.count("delete", "configmaps") == 1
     assert leftovers(server, kube.namespace) == []
@@ -110,7 +110,7 @@ async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(
 async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=API_ERROR))
     with pytest.raises(errors.ApiError) as caught:
-        await runner(kube).invoke(AgentConfig("Say hello"))
+        await runner(kube).run(AgentConfig("Say hello"))
     assert caught.value.status == 529
     assert caught.value.retryable
     assert leftovers(server, kube.namespace) == []
@@ -119,14 +119,14 @@ async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase,
 async def test_failed_pod_without_output_is_process_failed(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=""))
     with pytest.raises(errors.ProcessFailed, match="no output captured"):
-        await runner(kube).invoke(AgentConfig("Say hello"))
+        await runner(kube).run(AgentConfig("Say hello"))
     assert leftovers(server, kube.namespace) == []
 
 
 async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     with pytest.raises(errors.AgentTimeout):
-        await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("Say hello"))
+        await runner(kube, provider(kube.namespace, timeout=0.3)).run(AgentConfig("Say hello"))
     assert leftovers(server, kube.namespace) == []
 
 
@@ -134,7 +134,7 @@ async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServ
     """Validation happens before any request: a reserved label fails with the reference's text."""
     server.reset_requests()
     with pytest.raises(errors.StepConfigError, match="is reserved"):
-        await runner(kube).invoke(AgentConfig("hi").pod_label(labels.LABEL_COMPONENT, "x"))
+        await runner(kube).run(AgentConfig("hi").pod_label(labels.LABEL_COMPONENT, "x"))
     assert server.requests == []
 
 
@@ -143,7 +143,7 @@ async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase,
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     p = provider(kube.namespace).active_deadline_seconds(1)
     with pytest.raises(errors.ProcessFailed):
-        await runner(kube, p).invoke(AgentConfig("hi"))
+        await runner(kube, p).run(AgentConfig("hi"))
     assert leftovers(server, kube.namespace) == []
 
 
@@ -153,7 +153,7 @@ async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase,
 async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
-    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("Say hello"), logs=sink))
     await eventually(
         lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace))
     )
@@ -177,7 +177,7 @@ async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(
 ) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.0, log=STREAM_TEXT))
     sink = Lines()
-    result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
+    result = await runner(kube).run(AgentConfig("Say hello"), logs=sink)
     assert [line for _, line in sink.lines] == STREAM_TEXT.splitlines()
     assert result.text
     assert leftovers(server, kube.namespace) == []
@@ -190,7 +190,7 @@ async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.3, log=STREAM_TEXT))
     rule = server.fail("get", "pods/log", status=500)  # the first log call is the follow
     sink = Lines()
-    result = await runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink)
+    result = await runner(kube).run(AgentConfig("Say hello"), logs=sink)
     assert rule.fired == 1
     assert server.count("get", "pods/log") == 2
     assert result.text
@@ -206,7 +206,7 @@ async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
     monkeypatch.setattr(runner_module, "LOG_CAP_BYTES", 10)
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
-    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("Say hello"), sink))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("Say hello"), logs=sink))
     await eventually(lambda: len(server.objects(k8s.PODS, kube.namespace)) == 1)
     name = server.objects(k8s.PODS, kube.namespace)[0]["metadata"]["name"]
     await eventually(lambda: phase_of(server, kube.namespace, name) == "Running")
@@ -225,7 +225,7 @@ async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
 async def test_cancelled_step_leaves_nothing(kube: KubeCase, server: KubeTestServer, delay: float) -> None:
     """Cancelled at any point (cleanup, create, wait): the pod and its prompt ConfigMap are deleted."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
-    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000).run_scope(RUN, "c")))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "c")))
     await asyncio.sleep(delay)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -239,7 +239,7 @@ async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothin
     """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sent = hold_create_answers(kube.api, k8s.PODS)
-    task = asyncio.ensure_future(runner(kube).invoke(AgentConfig("x" * 120_000)))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("x" * 120_000)))
     await sent.wait()
     assert len(server.objects(k8s.PODS, kube.namespace)) == 1
     task.cancel()
@@ -265,7 +265,7 @@ async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_not
 async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
     sink = Lines()
-    task = asyncio.ensure_future(runner(kube).invoke_with_logs(AgentConfig("hi"), sink))
+    task = asyncio.ensure_future(runner(kube).run(AgentConfig("hi"), logs=sink))
     await eventually(lambda: sink.lines != [])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -297,10 +297,10 @@ async def test_a_failing_api_call_leaves_nothing_after_one_reaper_pass(
     (at a time past the expiry) finds nothing of it, or removes what the API refused to."""
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     rule = server.fail(verb, resource, nth=nth, status=500, drop=drop, times=1)
-    config = AgentConfig("x" * 120_000).run_scope(RUN, "faulty")
+    config = AgentConfig("x" * 120_000).scoped(RUN, "faulty")
     outcome: object
     try:
-        outcome = await runner(kube, provider(kube.namespace, timeout=2)).invoke(config)
+        outcome = await runner(kube, provider(kube.namespace, timeout=2)).run(config)
     except errors.IronflowError as exc:  # a typed error, and a message that names the problem
         outcome = exc.message
     assert outcome
@@ -321,7 +321,7 @@ async def test_unreachable_api_leaves_the_pod_for_the_reaper_and_says_so(
     server.fail("delete", "pods", status=503, times=10)
     server.deny("pods", "watch")
     with pytest.raises(errors.KubernetesError, match="left for the orphan reaper") as caught:
-        await runner(kube).invoke(AgentConfig("hi"))
+        await runner(kube).run(AgentConfig("hi"))
     assert "failed waiting for pod completion" in caught.value.message
     assert "expires at" in caught.value.message
     server.clear_faults()
@@ -336,7 +336,7 @@ async def test_timed_out_pod_the_api_will_not_delete_is_noted_on_the_timeout(
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     server.fail("delete", "pods", status=503, times=10)
     with pytest.raises(errors.AgentTimeout) as caught:
-        await runner(kube, provider(kube.namespace, timeout=0.3)).invoke(AgentConfig("hi"))
+        await runner(kube, provider(kube.namespace, timeout=0.3)).run(AgentConfig("hi"))
     assert any("left for the orphan reaper" in note for note in getattr(caught.value, "__notes__", []))
 
 
@@ -363,7 +363,7 @@ async def test_k8s_step_retry_still_deletes_the_previous_attempt(kube: KubeCase,
     server.set_pod_phase(kube.namespace, "old", "Running")
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     server.reset_requests()
-    await runner(kube).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+    await runner(kube).run(AgentConfig("Say hello").scoped(RUN, "greet"))
     order = [(r.verb, r.resource, r.name) for r in server.requests if r.verb in ("delete", "create")]
     assert order.index(("delete", "pods", "old")) < order.index(("create", "pods", None))
     assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, kube.namespace)] == ["other-step"]
@@ -375,7 +375,7 @@ async def test_previous_attempt_still_terminating_fails_the_step(kube: KubeCase,
     await eventually(lambda: phase_of(server, kube.namespace, "old") == "Running")
     p = provider(kube.namespace).previous_attempt_timeout(0.2)
     with pytest.raises(errors.CleanupError, match="the previous attempt of step greet of run") as caught:
-        await runner(kube, p).invoke(AgentConfig("Say hello").run_scope(RUN, "greet"))
+        await runner(kube, p).run(AgentConfig("Say hello").scoped(RUN, "greet"))
     assert caught.value.retryable
     assert server.count("create", "pods") == 1  # only the old one: no second agent
 
@@ -479,7 +479,7 @@ def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
 async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
     issuer = FakeIssuer(refuse=True)
     with pytest.raises(errors.AuthProxyError, match="auth proxy: "):
-        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi").run_scope(RUN, "s"))
+        await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
     assert server.count("create", "pods") == 0
     assert leftovers(server, kube.namespace) == []
 
@@ -488,7 +488,7 @@ async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase, s
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     issuer = FakeIssuer()
     before = int(time.time())
-    await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi").run_scope(RUN, "s"))
+    await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
     ((run, step, expires_at),) = issuer.issued
     assert (run, step) == (RUN, "s")
     assert before + 5 + 60 <= expires_at <= int(time.time()) + 5 + 60
@@ -499,7 +499,7 @@ async def test_token_is_revoked_when_the_step_fails(kube: KubeCase, server: Kube
     server.fail("create", "pods", status=500)
     issuer = FakeIssuer()
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod") as caught:
-        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
+        await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi"))
     assert issuer.revoked == ["tok-000000000001"]
     assert find_leaks(["ifap_secret_value_1", "admin-key-value"], str(caught.value), repr(caught.value)) == []
 
@@ -515,11 +515,11 @@ async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     server.fail("delete", "pods", status=503, times=10)
     with pytest.raises(errors.AgentTimeout) as timed_out:
-        await runner(kube, proxied(kube.namespace, timeout=0.3), issuer=issuer).invoke(AgentConfig("hi"))
+        await runner(kube, proxied(kube.namespace, timeout=0.3), issuer=issuer).run(AgentConfig("hi"))
     server.clear_faults()
     server.fail("create", "pods", status=500)
     with pytest.raises(errors.KubernetesError) as refused:
-        await runner(kube, proxied(kube.namespace), issuer=issuer).invoke(AgentConfig("hi"))
+        await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi"))
     secrets = ["ifap_secret_value_1", "ifap_secret_value_2", "admin-key-value"]
     haystacks = [caplog.text, str(timed_out.value), repr(timed_out.value), str(refused.value), repr(refused.value)]
     assert find_leaks(secrets, *haystacks, getattr(timed_out.value, "__notes__", [])) == []

@@ -21,7 +21,7 @@ from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun, SecuritySpec
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
-from ironflow.steps import Agent, AgentConfig
+from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, KubeEnv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,7 +89,7 @@ def rendered_agent_objects(ns: str) -> list[dict[str, Any]]:
     for config in (
         AgentConfig("Say hello"),
         AgentConfig("x" * 120_000),
-        AgentConfig("Review").run_scope("01a0e906-1f85-7000-8000-0000000000aa", "review"),
+        AgentConfig("Review").scoped("01a0e906-1f85-7000-8000-0000000000aa", "review"),
     ):
         docs += p.manifests(config, now=now, proxy_token=None, worker_env={}, pod_name=None)
     return docs
@@ -189,7 +189,7 @@ async def test_a_step_runs_with_only_the_worker_service_account_token(kube_env: 
     kube_env.set_namespace_log(worker_rbac, STREAM_TEXT)
     p = K8sEphemeralProvider.sandboxed(IMAGE).namespace(worker_rbac).timeout(30).cluster(kube_env.token_config(token))
     config = dataclasses.replace(AgentConfig("Say hello").pod_label(EXIT_CODE_LABEL, "0"), verbose=True)
-    result = await Agent.from_config(config).run(p)
+    result = await p.run(config)
     assert result.text
 
 
@@ -200,7 +200,7 @@ async def test_release_run_and_reaper_work_with_the_worker_token(kube_env: KubeE
     run = f"01a0e906-1f85-7000-8000-{uuid.uuid4().hex[:12]}"
     p = K8sEphemeralProvider.sandboxed(IMAGE).namespace(worker_rbac).timeout(30).cluster(kube_env.token_config(token))
     now = int(time.time())
-    held = p.manifests(AgentConfig("x" * 120_000).run_scope(run, "held"), now=now, proxy_token=None, worker_env={})
+    held = p.manifests(AgentConfig("x" * 120_000).scoped(run, "held"), now=now, proxy_token=None, worker_env={})
     expired = p.manifests(AgentConfig("old"), now=now - 100_000, proxy_token=None, worker_env={})
     async with await k8s.KubeApi.connect(kube_env.token_config(token)) as api:
         for doc in [*held, *expired]:

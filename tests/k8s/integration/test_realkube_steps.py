@@ -16,7 +16,7 @@ from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
-from ironflow.steps import Agent, AgentConfig
+from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
@@ -61,7 +61,7 @@ async def test_agent_run_completes_end_to_end_on_the_real_api(kube_env: KubeEnv,
     """Pod admitted under ``restricted``, Running then Succeeded by kwok, log read through the API."""
     kube_env.set_namespace_log(ns, STREAM_TEXT)
     config = verbose(AgentConfig("Say hello").pod_label(EXIT_CODE_LABEL, "0").pod_label(RUN_FOR_LABEL, "300ms"))
-    result = await Agent.from_config(config).run(provider(kube_env, ns))
+    result = await provider(kube_env, ns).run(config)
     assert result.text
     assert result.session_id == "e2e8a88a-55ea-451b-902e-cf3d115ed139"
     assert await leftovers(kube_env, ns) == []
@@ -71,7 +71,7 @@ async def test_large_prompt_configmap_is_admitted_and_removed(kube_env: KubeEnv,
     """A prompt too big for argv travels in a ConfigMap; both objects are gone afterwards."""
     kube_env.set_namespace_log(ns, STREAM_TEXT)
     config = verbose(AgentConfig("x" * 120_000).pod_label(EXIT_CODE_LABEL, "0"))
-    result = await Agent.from_config(config).run(provider(kube_env, ns))
+    result = await provider(kube_env, ns).run(config)
     assert result.text
     assert await leftovers(kube_env, ns) == []
 
@@ -81,7 +81,7 @@ async def test_failed_container_with_api_error_log_is_a_typed_error(kube_env: Ku
     kube_env.set_namespace_log(ns, STREAM_API_ERROR)
     config = verbose(AgentConfig("Say hello").pod_label(EXIT_CODE_LABEL, "1"))
     with pytest.raises(errors.IronflowError) as info:
-        await Agent.from_config(config).run(provider(kube_env, ns))
+        await provider(kube_env, ns).run(config)
     assert "529" in str(info.value) or isinstance(info.value, errors.ApiError)
     assert await leftovers(kube_env, ns) == []
 
@@ -91,6 +91,6 @@ async def test_pod_past_its_active_deadline_fails_the_step(kube_env: KubeEnv, ns
     kube_env.set_namespace_log(ns, "")
     p = provider(kube_env, ns, timeout=20).active_deadline_seconds(1)
     with pytest.raises(errors.IronflowError) as info:
-        await Agent.from_config(verbose(AgentConfig("Say hello"))).run(p)
+        await p.run(verbose(AgentConfig("Say hello")))
     assert not isinstance(info.value, errors.StepConfigError)
     assert await leftovers(kube_env, ns) == []

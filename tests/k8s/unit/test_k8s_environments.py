@@ -282,7 +282,7 @@ def test_merged_resume_environment_with_volume_is_accepted() -> None:
 
 def test_pod_spec_mounts_environment_claim_read_write() -> None:
     p = sandboxed().environment_volume(EnvironmentVolume("/workspace"))
-    claim, pod = render(p, AgentConfig("p").run_scope("run", "step"), environment_id="ironflow-env-1-2")
+    claim, pod = render(p, AgentConfig("p").scoped("run", "step"), environment_id="ironflow-env-1-2")
     assert claim["kind"] == "PersistentVolumeClaim"
     assert claim["metadata"]["name"] == "ironflow-env-1-2"
     assert claim["metadata"]["labels"][labels.LABEL_STEP] == "step"
@@ -321,7 +321,7 @@ def test_environment_claim_holds_no_credential() -> None:
     """The proxy token reaches the pod env only; the claim carries names, labels and an expiry."""
     token = "ifap_" + "t" * 40
     p = sandboxed().environment_volume(EnvironmentVolume("/workspace")).auth_proxy("http://proxy:8080")
-    claim, pod = render(p, AgentConfig("p").run_scope("run", "step"), proxy_token=token)
+    claim, pod = render(p, AgentConfig("p").scoped("run", "step"), proxy_token=token)
     assert find_leaks([token], [json.dumps(claim)]) == []
     assert find_leaks([token], [json.dumps(pod)]) != []  # the scan can see it where it is
 

@@ -429,7 +429,7 @@ def test_merged_step_egress_label_overrides_provider() -> None:
 
 
 def test_merged_labels_carry_run_scope() -> None:
-    pod = pod_of(K8sEphemeralProvider(IMAGE), AgentConfig("hi").run_scope("run-1", "fix bug/42"))
+    pod = pod_of(K8sEphemeralProvider(IMAGE), AgentConfig("hi").scoped("run-1", "fix bug/42"))
     assert pod["metadata"]["labels"][labels.LABEL_RUN_ID] == "run-1"
     assert pod["metadata"]["labels"][labels.LABEL_STEP] == labels.sanitize_label_value("fix bug/42")
 

@@ -144,7 +144,7 @@ def test_build_pod_spec_extra_labels_cannot_override_hardcoded() -> None:
 
 def test_build_pod_spec_merges_labels_correctly() -> None:
     p = PLAIN.pod_labels({"team": "infra", "tier": "a"}).egress_profile("none")
-    got = pod_of(p, AgentConfig("hi").pod_label("tier", "b").run_scope("r1", "s1"))["metadata"]["labels"]
+    got = pod_of(p, AgentConfig("hi").pod_label("tier", "b").scoped("r1", "s1"))["metadata"]["labels"]
     assert got == {
         "team": "infra",
         "tier": "b",

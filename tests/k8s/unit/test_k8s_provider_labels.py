@@ -48,7 +48,7 @@ def test_k8s_reserved_labels_leave_other_labels_alone() -> None:
 def test_prompt_configmap_carries_run_labels_only_when_both_present() -> None:
     big = "x" * 100_001
     p = K8sEphemeralProvider(IMAGE)
-    scoped = AgentConfig(big).run_scope("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "root-1")
+    scoped = AgentConfig(big).scoped("run-1", "review").pod_label(labels.LABEL_ROOT_RUN_ID, "root-1")
     cm = p.manifests(scoped, now=10)[0]
     validate_manifests([cm])
     assert cm["metadata"]["labels"] == {

@@ -96,7 +96,7 @@ async def test_real_cli_answers_through_sandbox_proxy_and_fake_model(
     fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    result = await _provider(fake).invoke(AgentConfig("Say hello from the sandbox"))
+    result = await _provider(fake).run(AgentConfig("Say hello from the sandbox"))
     assert result.text == "Hello from the sandbox"
     assert result.model == fake.message_requests[0].body["model"]
     request = fake.message_requests[0]
@@ -113,7 +113,7 @@ async def test_real_cli_answers_through_sandbox_proxy_and_fake_model(
 @pytest.mark.claude_cli
 async def test_stream_json_lines_reach_the_sink_and_debug_messages(fake: FakeAnthropic) -> None:
     sink = Lines()
-    result = await _provider(fake).invoke_with_logs(AgentConfig("hi"), sink)
+    result = await _provider(fake).run(AgentConfig("hi"), logs=sink)
     assert result.text == "Hello from the sandbox"
     assert result.debug_messages
     assert any('"type":"result"' in line.replace(" ", "") for _, line in sink.lines)
@@ -132,7 +132,7 @@ async def test_kubernetes_only_settings_are_reported_as_ignored(
         .read_only_pvc("repos", "/data/repos")
         .env_from_secret("GITHUB_TOKEN", "gh", "token")
     )
-    result = await _provider(fake).invoke(config)
+    result = await _provider(fake).run(config)
     assert result.text == "Hello from the sandbox"
     joined = " | ".join(result.ignored_settings)
     for name in ("service_account", "runtime_class", "egress_profile", "/data/repos", "GITHUB_TOKEN"):
@@ -148,7 +148,7 @@ async def test_read_only_host_path_is_bound_read_only(fake: FakeAnthropic, tmp_p
     (data / "note.txt").write_text("from the host")
     provider = _provider(fake)
     config = AgentConfig("hi").read_only_host_path(str(data), "/data/in")
-    assert (await provider.invoke(config)).text == "Hello from the sandbox"
+    assert (await provider.run(config)).text == "Hello from the sandbox"
     mounts = provider._step_mounts(config)
     result = await provider.run_command(
         ["sh", "-c", "cat /data/in/note.txt; touch /data/in/x 2>&1"], read_only_mounts=mounts
@@ -165,7 +165,7 @@ async def test_account_session_credential_goes_to_the_proxy_only(fake: FakeAnthr
     provider = _provider(fake)
     config = AgentConfig("hi").account_session(AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(other)))
     with pytest.raises(errors.ApiError) as info:  # the fake only knows KEY: a 401 from upstream
-        await provider.invoke(config)
+        await provider.run(config)
     assert info.value.status == 401 or "401" in str(info.value)
     assert fake.message_requests[0].header("authorization") == f"Bearer {other}"
     assert_no_leaks([other], info.value)
@@ -217,7 +217,7 @@ async def test_release_run_kills_what_the_run_still_has(fake: FakeAnthropic) -> 
 async def test_a_missing_working_dir_is_a_failed_step_not_a_hang(fake: FakeAnthropic) -> None:
     provider = _provider(fake)
     with pytest.raises(errors.ProcessFailed) as info:
-        await provider.invoke(AgentConfig("hi").replace(working_dir="/does/not/exist"))
+        await provider.run(AgentConfig("hi").replace(working_dir="/does/not/exist"))
     assert info.value.exit_code != 0
     assert _leftovers("ironflow-local-")[1] == []
 
@@ -254,7 +254,7 @@ async def test_profile_directory_is_copied_into_home_claude_before_the_cli_start
         profiles=[LocalProfile(str(profile_dir))],
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},
     )
-    assert (await provider.invoke(AgentConfig("hi"))).text == "Hello from the sandbox"
+    assert (await provider.run(AgentConfig("hi"))).text == "Hello from the sandbox"
     assert "PROFILE-MARKER-4242" in str(fake.message_requests[-1].body)
 
 
@@ -271,14 +271,14 @@ async def test_unusable_host_path_mounts_are_refused_before_anything_starts(
 ) -> None:
     config = AgentConfig("hi").read_only_host_path(str(tmp_path), mount_path)
     with pytest.raises(errors.StepConfigError, match=message):
-        await _provider(fake).invoke(config)
+        await _provider(fake).run(config)
     assert fake.requests == []
 
 
 async def test_a_missing_host_path_is_refused_naming_it(fake: FakeAnthropic) -> None:
     config = AgentConfig("hi").read_only_host_path("/does/not/exist", "/data")
     with pytest.raises(errors.StepConfigError, match="'/does/not/exist' is not a directory"):
-        await _provider(fake).invoke(config)
+        await _provider(fake).run(config)
 
 
 @pytest.mark.parametrize("second", ["/data", "/data/"])
@@ -330,7 +330,7 @@ async def test_parallel_steps_each_get_their_own_sandbox_and_proxy(fake: FakeAnt
 @pytest.mark.claude_cli
 async def test_a_prompt_over_the_argv_threshold_goes_through_stdin(fake: FakeAnthropic) -> None:
     prompt = "word " * 25_000  # 125,000 bytes: above the 100,000-byte argv threshold
-    result = await _provider(fake).invoke(AgentConfig(prompt))
+    result = await _provider(fake).run(AgentConfig(prompt))
     assert result.text == "Hello from the sandbox"
     assert "word word word" in str(fake.message_requests[-1].body)
 
@@ -340,7 +340,7 @@ async def test_a_prompt_over_the_argv_threshold_goes_through_stdin(fake: FakeAnt
 @pytest.mark.gvisor
 @pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
 async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
-    result = await _provider(fake, "gvisor").invoke(AgentConfig("Say hello from the sandbox"))
+    result = await _provider(fake, "gvisor").run(AgentConfig("Say hello from the sandbox"))
     assert result.text == "Hello from the sandbox"
     assert fake.message_requests[-1].header("x-api-key") == KEY
     assert _leftovers("ironflow-local-")[1] == []
@@ -357,10 +357,10 @@ async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: Fake
         sessions_dir=str(sessions),
         temp_dir=TEMP,
     )
-    first = await provider.invoke(AgentConfig("remember FIRST-TURN-MARKER"))
+    first = await provider.run(AgentConfig("remember FIRST-TURN-MARKER"))
     assert first.session_id
     assert list(sessions.rglob("*.jsonl")), "the session was not kept on the host"
-    second = await provider.invoke(AgentConfig("and now?").replace(resume_session_id=first.session_id))
+    second = await provider.run(AgentConfig("and now?").replace(resume_session_id=first.session_id))
     assert second.text == "OK"  # the script's default once its one turn is used
     assert "FIRST-TURN-MARKER" in str(fake.message_requests[-1].body)
 
@@ -378,7 +378,7 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
     caplog.set_level(logging.INFO)
     fake.reset(Script.of(TextTurn("late", delay_s=3)))
     with pytest.raises(errors.AgentTimeout, match="agent timed out after 1s"):
-        await _provider(fake, timeout=1).invoke(AgentConfig("hi"))
+        await _provider(fake, timeout=1).run(AgentConfig("hi"))
     assert _leftovers("claude.exe")[0] == []  # no claude process left
     assert _leftovers("ironflow-local-")[1] == []
     assert "auth proxy token revoked" in caplog.text
@@ -389,8 +389,8 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
 async def test_releasing_a_root_run_kills_the_steps_of_its_sub_runs(fake: FakeAnthropic) -> None:
     fake.reset(Script.of(TextTurn("late", delay_s=3)))
     provider = _provider(fake)
-    config = AgentConfig("hi").run_scope("child-run", "plan").pod_label(labels.LABEL_ROOT_RUN_ID, "root-run")
-    task = asyncio.create_task(provider.invoke(config))
+    config = AgentConfig("hi").scoped("child-run", "plan").pod_label(labels.LABEL_ROOT_RUN_ID, "root-run")
+    task = asyncio.create_task(provider.run(config))
     await eventually(lambda: fake.message_requests, interval_s=0.05, what="the step to reach the model")
     assert await provider.release_run("unrelated") == 0
     assert await provider.release_run("root-run") == 1

@@ -58,7 +58,7 @@ def test_read_only_sources() -> None:
 
 
 def test_run_scope_sanitises_both_labels() -> None:
-    cfg = AgentConfig("hi").run_scope("demo run", "fix bug/42")
+    cfg = AgentConfig("hi").scoped("demo run", "fix bug/42")
     assert cfg.pod_labels[labels.LABEL_RUN_ID] == labels.sanitize_label_value("demo run")
     assert cfg.pod_labels[labels.LABEL_STEP] == labels.sanitize_label_value("fix bug/42")
     assert labels.LABEL_ROOT_RUN_ID not in cfg.pod_labels
@@ -155,7 +155,7 @@ def test_round_trip_through_dict() -> None:
         .read_only_config_map("cm", "/data/cm")
         .pvc_volume("work", "/work", sub_path="a", read_only=True)
         .managed_settings("locked")
-        .run_scope("r", "s")
+        .scoped("r", "s")
         .input("https://example.com/x", "/inputs/x")
     )
     assert AgentConfig.from_dict(cfg.to_dict()) == cfg
