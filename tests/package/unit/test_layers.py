@@ -1,73 +1,153 @@
-"""Layers point one way (STYLE.md): the pure modules never reach an I/O library.
+"""Layers point one way (docs/architecture.md): the contracts in pyproject.toml hold, no module
+of ironflow takes part in an import circle, and the package faces load nothing they need not.
 
-Each module listed as pure must not import, directly or through any ironflow module it
-imports at load time, an HTTP/database/Kubernetes client, a socket, a subprocess or
-asyncio. A fresh interpreter imports the module and the test reads ``sys.modules``, so a
-lazy import inside a function (an I/O edge) is allowed, an import at load time is not.
+``lint-imports`` (import-linter, run by scripts/check and here) checks the layer contract, the
+one kubernetes_asyncio user and the pure modules' freedom from I/O libraries. The cycle check
+below counts every import, at module level or inside a function, so a circle cannot hide behind
+a lazy import. The start-up probes run a fresh interpreter and read ``sys.modules``.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-PURE = [
-    "ironflow.steps",
-    "ironflow.errors",
-    "ironflow.secrets",
-    "ironflow.labels",
-    "ironflow.k8s.hardening",
-    "ironflow.k8s.manifests",
-    "ironflow.k8s.environments",
-    "ironflow.kube.clusters",
-    "ironflow.cluster.setup",
-    "ironflow.cluster.checks",
-    "ironflow.cluster.cilium",
-    "ironflow.claude.layout",
-    "ironflow.claude.command",
-    "ironflow.claude.output",
-    "ironflow.claude.profile",
-    "ironflow.claude.rate_limits",
-    "ironflow.auth_proxy.policy",
-    "ironflow.auth_proxy.tokens",
-    "ironflow.local.bwrap",
-    "ironflow.local.gvisor",
-    "ironflow.agent_sandbox.models",
-    "ironflow.engine.model",
-    "ironflow.engine.retry",
-    "ironflow.cluster.dockerfile",
-]
+import ironflow
 
-#: Load-time imports that mean I/O: network clients, databases, processes, the event loop.
-IO_MODULES = {"aiohttp", "asyncpg", "kubernetes_asyncio", "socket", "subprocess", "asyncio", "sqlite3", "ssl"}
+PACKAGE = Path(ironflow.__file__).parent
+ROOT = PACKAGE.parents[1]
 
 
-@pytest.mark.parametrize("module", PURE)
-def test_pure_module_imports_no_io_library(module: str) -> None:
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, known: set[str]) -> Iterator[str]:
+    """The ironflow modules an import statement loads (a package's ``__init__`` counts as a module)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            anchor = here.split(".") if is_package else here.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name.startswith("ironflow"):
+            yield name
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the ironflow modules it imports anywhere in its body (pure: reads files only)."""
+    files = {_module_name(p, package): p for p in package.rglob("*.py")}
+    known = set(files)
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        edges = {
+            target
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for target in _imported(node, name, path.name == "__init__.py", known)
+        }
+        graph[name] = edges - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_check_finds_a_circle_through_a_function_level_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "ironflow"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from ironflow.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ironflow.sub.a import X\n")
+    (pkg / "c.py").write_text("from . import errors\n")
+    (pkg / "errors.py").write_text("")
+    assert circles(import_graph(pkg)) == [["ironflow.sub.a", "ironflow.sub.b"]]
+
+
+def test_no_module_of_ironflow_takes_part_in_an_import_circle() -> None:
+    assert circles(import_graph()) == []
+
+
+@pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter is not installed (pip install -e '.[test]')")
+def test_the_import_contracts_hold() -> None:
+    done = subprocess.run(
+        ["lint-imports", "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_import_ironflow_loads_no_backend_and_warns_nothing() -> None:
     probe = (
         "import json, sys\n"
-        f"before = set(sys.modules)\n"
-        f"import {module}\n"
-        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+        "import ironflow\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('ironflow.k8s', 'ironflow.kube',"
+        " 'ironflow.local', 'ironflow.agent_sandbox', 'ironflow.engine', 'kubernetes_asyncio', 'aiohttp')))))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout)
-    offending = sorted({name.split(".")[0] for name in loaded} & IO_MODULES)
-    assert offending == [], f"{module} pulls in {offending} at import time: move that import to an I/O edge"
-
-
-def test_only_the_api_module_imports_kubernetes_asyncio() -> None:
     done = subprocess.run(
-        ["git", "grep", "-lE", r"^\s*(import|from) kubernetes_asyncio", "--", "src"],
-        capture_output=True,
-        text=True,
-        check=False,
+        [sys.executable, "-X", "dev", "-W", "error", "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
-    assert done.stdout.split() == ["src/ironflow/kube/api.py"]
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
 
 
 #: What ``ironflow --help`` (every command's start-up) must not load: the Kubernetes client, the
