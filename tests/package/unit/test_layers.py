@@ -17,8 +17,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import ironflow
 
 PACKAGE = Path(ironflow.__file__).parent
