@@ -129,7 +129,8 @@ def test_no_module_of_ironflow_takes_part_in_an_import_circle() -> None:
 def test_the_import_contracts_hold() -> None:
     lint_imports = shutil.which("lint-imports")
     assert lint_imports, "import-linter is a test dependency: pip install -e '.[test]'"
-    done = subprocess.run([lint_imports, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    argv = [lint_imports, "--no-cache"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
