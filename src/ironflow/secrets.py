@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -62,9 +63,18 @@ class Secret:
         raise TypeError("a Secret is not pickled: it would leave the process in clear")
 
 
+#: Anthropic API keys and OAuth tokens start with ``sk-ant``: found anywhere in a value, in any
+#: case, not only as its prefix (``"Bearer sk-ant-…"``, ``" sk-ant-…"``), but not inside a word.
+_CLAUDE_CREDENTIAL: Final = re.compile(r"(?<![a-z0-9])sk-ant", re.IGNORECASE)
+
+
 def looks_like_claude_credential(value: str) -> bool:
-    """Anthropic API keys and OAuth tokens start with ``sk-ant``."""
-    return value.startswith("sk-ant")
+    """Whether ``value`` holds an Anthropic API key or OAuth token anywhere.
+
+    >>> [looks_like_claude_credential(v) for v in ("sk-ant-api03-x", "Bearer sk-ant-x", " SK-ANT-x", "task-ant")]
+    [True, True, True, False]
+    """
+    return _CLAUDE_CREDENTIAL.search(value) is not None
 
 
 def _flatten(obj: Any) -> Iterable[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ironflow.secrets import looks_like_claude_credential
+
 __all__ = [
     "ALLOW_BYPASS_ENV",
     "CREDENTIALS_ENV",
@@ -22,6 +24,7 @@ __all__ = [
     "SANDBOX_UID",
     "SESSIONS_MOUNT_PATH",
     "proxy_env",
+    "withheld_from_proxied_sandbox",
 ]
 
 #: uid, gid and fsGroup of the agent in every sandbox.
@@ -61,3 +64,18 @@ def proxy_env(base_url: str, token: str) -> dict[str, str]:
         "ANTHROPIC_AUTH_TOKEN": token,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
+
+
+def withheld_from_proxied_sandbox(name: str, value: str) -> bool:
+    """Whether a variable must not reach a sandbox behind the auth proxy: a Claude credential
+    variable, whatever its case (``anthropic_api_key`` too), or a value holding a Claude
+    credential anywhere. The one rule every backend applies.
+
+    >>> withheld_from_proxied_sandbox("anthropic_api_key", "x")
+    True
+    >>> withheld_from_proxied_sandbox("MY_VAR", "Bearer sk-ant-1")
+    True
+    >>> withheld_from_proxied_sandbox("GITLAB_TOKEN", "glpat-1")
+    False
+    """
+    return name.upper() in PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value)
