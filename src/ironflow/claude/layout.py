@@ -19,10 +19,13 @@ __all__ = [
     "PROMPT_KEY",
     "PROMPT_MOUNT_DIR",
     "PROXY_FORBIDDEN_ENV",
+    "RESERVED_MOUNT_PATHS",
     "SANDBOX_HOME",
+    "SANDBOX_PATH_DIRS",
     "SANDBOX_TMP",
     "SANDBOX_UID",
     "SESSIONS_MOUNT_PATH",
+    "mount_path_problem",
     "proxy_env",
     "withheld_from_proxied_sandbox",
 ]
@@ -79,3 +82,42 @@ def withheld_from_proxied_sandbox(name: str, value: str) -> bool:
     False
     """
     return name.upper() in PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value)
+
+
+#: The directories of the sandbox's ``PATH``: a mount over one replaces what runs as ``claude``.
+SANDBOX_PATH_DIRS: Final = ("/usr/local/bin", "/usr/bin", "/bin")
+
+#: Where a step's own mount may not go, on every backend: the sandbox's HOME and /tmp, the
+#: operator's managed settings, the profile and prompt mounts, the sandbox's own /proc, /dev and
+#: relay directory, and the ``PATH``. A mount at one of these or anywhere beneath it is refused,
+#: so ``/etc/claude-code/managed-settings.json`` (with a ``sub_path``) cannot cover the preset.
+RESERVED_MOUNT_PATHS: Final = (
+    SANDBOX_HOME,
+    SANDBOX_TMP,
+    MANAGED_SETTINGS_DIR,
+    PROFILE_MOUNT_DIR,
+    PROMPT_MOUNT_DIR,
+    "/proc",
+    "/dev",
+    "/run/ironflow",
+    *SANDBOX_PATH_DIRS,
+)
+
+
+def mount_path_problem(kind: str, path: str) -> str | None:
+    """Why a step's ``kind`` mount cannot go to ``path``, or None: absolute, no empty, ``.`` or
+    ``..`` segment (another spelling of a reserved path), not ``/``, not at or under a reserved path.
+
+    >>> mount_path_problem("read-only volume", "/etc/claude-code/managed-settings.json")
+    "read-only volume cannot be mounted at reserved path '/etc/claude-code/managed-settings.json'"
+    >>> mount_path_problem("PVC volume", "/data/repos") is None
+    True
+    """
+    if not path.startswith("/"):
+        return f"{kind} mount_path must be absolute, got '{path}'"
+    norm = path.rstrip("/")  # a trailing slash names the same directory
+    if norm and any(seg in ("", ".", "..") for seg in norm[1:].split("/")):
+        return f"{kind} mount_path must not contain empty, '.' or '..' segments, got '{path}'"
+    if not norm or any(norm == r or norm.startswith(r + "/") for r in RESERVED_MOUNT_PATHS):
+        return f"{kind} cannot be mounted at reserved path '{path}'"
+    return None
