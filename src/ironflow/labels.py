@@ -39,8 +39,11 @@ __all__ = [
     "SANDBOX_CLAIM_SELECTOR",
     "expires_at",
     "is_dns_label",
+    "is_dns_subdomain",
     "is_reserved_label",
     "is_valid_label_value",
+    "label_key_problem",
+    "label_value_problem",
     "reserved_label_message",
     "sanitize_label_value",
     "scope_labels",
@@ -92,6 +95,7 @@ _HASH_SUFFIX_LEN: Final = 9  # "-" + 8 hex digits
 _ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 _VALID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def is_reserved_label(key: str) -> bool:
@@ -110,6 +114,40 @@ def is_valid_label_value(value: str) -> bool:
 def is_dns_label(value: str) -> bool:
     """An RFC 1123 DNS label: what namespaces, container and most object names must be (1-63 chars)."""
     return _DNS_LABEL.fullmatch(value) is not None
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """An RFC 1123 DNS subdomain: what Secret, ConfigMap, PVC, ServiceAccount and RuntimeClass
+    names must be (dot-separated DNS labels, 1-253 chars)."""
+    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key, or None: an optional DNS-subdomain prefix and
+    ``/``, then a name of 1-63 characters ``[A-Za-z0-9._-]`` that begins and ends alphanumeric.
+
+    >>> label_key_problem("team"), label_key_problem("example.com/team")
+    (None, None)
+    >>> label_key_problem("bad key")
+    "label key 'bad key' is not valid: the name must be 1-63 characters [A-Za-z0-9._-], alphanumeric at both ends"
+    """
+    prefix, slash, name = key.rpartition("/")
+    if slash and not is_dns_subdomain(prefix):
+        return f"label key '{key}' is not valid: its prefix must be a DNS subdomain (lowercase, 1-253 characters)"
+    if len(name) > _MAX_LABEL_VALUE or _VALID.fullmatch(name) is None:
+        rule = "the name must be 1-63 characters [A-Za-z0-9._-], alphanumeric at both ends"
+        return f"label key '{key}' is not valid: {rule}"
+    return None
+
+
+def label_value_problem(key: str, value: str) -> str | None:
+    """Why ``value`` cannot be the value of label ``key``, or None (empty, or what
+    :func:`is_valid_label_value` accepts)."""
+    if value == "" or is_valid_label_value(value):
+        return None
+    return (
+        f"label '{key}' value {value!r} is not valid: up to 63 characters [A-Za-z0-9._-], alphanumeric at both ends"
+    )
 
 
 def _fnv1a_32(data: bytes) -> int:

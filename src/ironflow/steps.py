@@ -50,6 +50,15 @@ __all__ = [
 DEFAULT_MODEL: Final = "sonnet"
 _RESUME_ID = re.compile(r"[A-Za-z0-9_-]+")
 _ENVIRONMENT_ID = re.compile(r"[a-z0-9-]{1,253}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def _require_dns_subdomain(field_name: str, value: str) -> None:
+    if not isinstance(value, str) or not labels.is_dns_subdomain(value):
+        raise errors.ConfigError(
+            f"{field_name} must be a Kubernetes object name (lowercase DNS subdomain, 1-253 characters), got {value!r}"
+        )
 
 
 def environment_id_valid(environment_id: str) -> bool:
@@ -81,20 +90,37 @@ class SecretEnvVar:
     secret: str
     key: str
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _ENV_NAME.fullmatch(self.name):
+            raise errors.ConfigError(f"secret_env name must be an environment variable name, got {self.name!r}")
+        _require_dns_subdomain(f"secret_env {self.name}: secret", self.secret)
+        if not isinstance(self.key, str) or not _SECRET_KEY.fullmatch(self.key) or len(self.key) > 253:
+            raise errors.ConfigError(f"secret_env {self.name}: key must be a Secret data key, got {self.key!r}")
+
 
 @dataclass(frozen=True)
 class PvcSource:
     claim_name: str
+
+    def __post_init__(self) -> None:
+        _require_dns_subdomain("read-only volume claim_name", self.claim_name)
 
 
 @dataclass(frozen=True)
 class HostPathSource:
     path: str
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path.startswith("/") or ".." in self.path.split("/"):
+            raise errors.ConfigError(f"host_path must be an absolute path without '..', got {self.path!r}")
+
 
 @dataclass(frozen=True)
 class ConfigMapSource:
     name: str
+
+    def __post_init__(self) -> None:
+        _require_dns_subdomain("read-only volume ConfigMap name", self.name)
 
 
 VolumeSource = PvcSource | HostPathSource | ConfigMapSource
@@ -107,6 +133,11 @@ class ReadOnlyVolume:
     source: VolumeSource
     mount_path: str
     sub_path: str | None = None
+
+    def __post_init__(self) -> None:
+        problem = None if self.sub_path is None else validate_sub_path(self.sub_path)
+        if problem is not None:
+            raise errors.ConfigError(f"read-only volume at {self.mount_path}: {problem}")
 
 
 def validate_sub_path(sub_path: str) -> str | None:
@@ -153,6 +184,16 @@ class PodSettings:
     runtime_class: str | None = None
     pvc_volumes: tuple[PvcVolume, ...] = ()
     without_provider_volumes: bool = False
+
+    def __post_init__(self) -> None:
+        names = [var.name for var in self.secret_env]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise errors.ConfigError(f"secret_env sets {repeated[0]} twice")
+        if self.service_account is not None:
+            _require_dns_subdomain("service_account", self.service_account)
+        if self.runtime_class and self.runtime_class.strip():  # blank: refused by name when the step is invoked
+            _require_dns_subdomain("runtime_class", self.runtime_class)
 
     def is_empty(self) -> bool:
         return self == PodSettings()
@@ -253,6 +294,10 @@ class AgentConfig:
         set_(self, "disallowed_tools", tuple(self.disallowed_tools))
         set_(self, "inputs", tuple(self.inputs))
         set_(self, "pod_labels", _frozen_map(self.pod_labels))
+        for key, value in self.pod_labels.items():
+            problem = labels.label_key_problem(key) or labels.label_value_problem(key, value)
+            if problem is not None:
+                raise errors.ConfigError(f"pod_labels: {problem}")
         set_(self, "permission_mode", PermissionMode(self.permission_mode))
         if self.json_schema is not None:
             schema = json.loads(self.json_schema) if isinstance(self.json_schema, str) else self.json_schema

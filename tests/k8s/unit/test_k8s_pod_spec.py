@@ -514,12 +514,9 @@ def test_validate_hardening_step_pvc_rejects_bad_sub_path_and_empty_claim() -> N
     assert refused(PLAIN, empty) == "step pvc volume: pvc volume needs a non-empty claim_name"
 
 
-def test_validate_hardening_rejects_empty_secret_fields() -> None:
-    cfg = AgentConfig("hi").env_from_secret("GH", "", "token")
-    assert (
-        refused(PLAIN, cfg)
-        == "secret env entry needs a non-empty name, secret and key, got name='GH' secret='' key='token'"
-    )
+def test_an_empty_secret_field_is_refused_when_the_step_is_built() -> None:
+    with pytest.raises(errors.ConfigError, match=r"secret_env GH: secret must be a Kubernetes object name .* got ''"):
+        AgentConfig("hi").env_from_secret("GH", "", "token")
 
 
 _SEGMENTS = st.sampled_from(
