@@ -231,6 +231,8 @@ class Sandbox:
     async def kill(self) -> None:
         """SIGKILL every task in the cgroup at once and wait until it is empty (bounded)."""
         main = self._main()
+        if not _pids(main):
+            return  # the usual end: the sandbox exited and took its tree along
         if self.support.version == 2:
             with contextlib.suppress(OSError):
                 _write(os.path.join(main, "cgroup.kill"), "1")
