@@ -5,8 +5,9 @@ entry of the host root is bound read-only into it, except :data:`HIDDEN_ROOT_ENT
 (homes, ``/run`` with its sockets, ``/tmp``), which the sandbox never sees. ``/etc`` is
 rebuilt the same way so that ``/etc/claude-code`` (managed settings) and
 ``/etc/ironflow/claude-profile/<i>`` can be mounted like the pod's ConfigMaps, and so
-that ``/etc/shadow`` stays outside. HOME (``/home/claude``) and ``/tmp`` are private,
-size-limited tmpfs owned by uid 10001. Every namespace is new (user, pid, ipc, uts,
+that ``/etc/shadow`` stays outside. HOME (``/home/claude``), ``/tmp`` and ``/dev/shm`` are
+private, size-limited tmpfs; ``/dev`` is a small read-only tmpfs with the usual device nodes;
+every other tmpfs is read-only. Every namespace is new (user, pid, ipc, uts,
 net, cgroup), no capability is kept, the sandbox dies with its parent.
 
 Invariant: no environment value is ever on the argv (``/proc/<pid>/cmdline`` is world
@@ -54,6 +55,15 @@ HIDDEN_ROOT_ENTRIES: Final = frozenset({"root", "home", "run", "tmp", "proc", "d
 #: Host ``/etc`` entries left out of the sandbox's ``/etc`` (password hashes, and the
 #: managed-settings directory the step's own settings replace).
 HIDDEN_ETC_ENTRIES: Final = frozenset({"shadow", "shadow-", "gshadow", "gshadow-", "claude-code", "ironflow"})
+#: The device nodes the sandbox's /dev holds (bubblewrap's ``--dev`` set, without a pty), and its links.
+_DEV_NODES: Final = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS: Final = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
+_DEV_SIZE_BYTES: Final = 64 << 10
 #: Where the auth proxy's unix socket appears inside the sandbox.
 PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
 #: Where the relay script appears inside the sandbox: a fixed path, because the package
@@ -144,6 +154,17 @@ def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) ->
     return args
 
 
+def _dev(shm_size_bytes: int) -> list[str]:
+    """``/dev`` as bubblewrap's ``--dev`` makes it, but on a small tmpfs made read-only and with a
+    sized ``/dev/shm``: ``--dev`` gives an unsized writable tmpfs (host memory without a limit)."""
+    args = ["--size", str(_DEV_SIZE_BYTES), "--tmpfs", "/dev"]
+    for node in _DEV_NODES:
+        args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for name, target in _DEV_LINKS:
+        args += ["--symlink", target, f"/dev/{name}"]
+    return [*args, "--perms", "1777", "--size", str(shm_size_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+
+
 def _etc(settings: BwrapSettings) -> list[str]:
     """``/etc``: one read-only bind with the hidden entries masked, or, when the step
     brings managed settings or a profile (mount points that do not exist on the host),
@@ -218,7 +239,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     if settings.seccomp_fd is not None:
         argv += ["--seccomp", str(settings.seccomp_fd)]
     argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", *_dev(settings.tmp_size_bytes)]
     argv += _etc(settings)
     argv += ["--tmpfs", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]

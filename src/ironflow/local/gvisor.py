@@ -137,7 +137,8 @@ def gvisor_argv(settings: GvisorSettings) -> list[str]:
     """The full argv: ``runsc … do sh -c SETUP``, inside the relay's namespace with a proxy."""
     script = setup_script(settings)
     network = "host" if settings.proxy is not None else "none"
-    runsc = [settings.runsc_path, "--rootless", f"--network={network}", "do", "sh", "-c", script]
+    # --ignore-cgroups: runsc stays in the sandbox's own cgroup (limits, kill) and leaves no runsc-* cgroup.
+    runsc = [settings.runsc_path, "--rootless", "--ignore-cgroups", f"--network={network}", "do", "sh", "-c", script]
     if settings.proxy is None:
         return runsc
     bridge = settings.proxy

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from ironflow import errors, labels
+from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile
-from ironflow.local import bwrap, forwarder, gvisor, proxy_session, runner, seccomp, settings
+from ironflow.local import bwrap, cgroups, forwarder, gvisor, proxy_session, runner, seccomp, settings
+from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.secrets import Secret
@@ -79,14 +80,9 @@ def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
 
 def _release_scope(config: AgentConfig) -> frozenset[str]:
     """The run ids whose release kills this step: its run, and its root run."""
-    keys = (labels.LABEL_RUN_ID, labels.LABEL_ROOT_RUN_ID)
-    return frozenset(config.pod_labels[k] for k in keys if config.pod_labels.get(k))
-
-
-def _run_id(config: AgentConfig | None) -> str | None:
-    if config is None:
-        return None
-    return config.pod_labels.get(labels.LABEL_RUN_ID)
+    if config.scope is None:
+        return frozenset()
+    return frozenset(i for i in (config.scope.run_id, config.scope.root_run_id) if i)
 
 
 # --- the provider ------------------------------------------------------------------------
@@ -110,6 +106,8 @@ class LocalSandboxProvider(ProviderBase):
             ``resume_session_id`` finds its conversation (bubblewrap only; the pod's sessions claim).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
             system's. Keep it short: a unix socket path holds at most 107 bytes.
+        limits: what each sandbox may use (processes, memory, CPU, open files, file size);
+            :meth:`limits_report` says which hold on this machine and how.
     """
 
     def __init__(
@@ -128,6 +126,7 @@ class LocalSandboxProvider(ProviderBase):
         allow_bypass: bool | None = None,
         sessions_dir: str | None = None,
         temp_dir: str | None = None,
+        limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -147,6 +146,7 @@ class LocalSandboxProvider(ProviderBase):
             except (TypeError, ValueError) as exc:
                 raise errors.ConfigError(f"managed settings '{label}' is not JSON: {exc}") from None
         settings.sandbox_env(env)  # refuse credential variables now, not at the first step
+        sandbox_limits.check_limits(limits)
         self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
@@ -162,7 +162,13 @@ class LocalSandboxProvider(ProviderBase):
         if sessions_dir is not None and isolation != "bwrap":
             raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
         self.sessions_dir = sessions_dir
-        self._processes = runner.SandboxProcesses()
+        self.limits = limits
+        self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=None)
+        log.info("local sandbox limits: %s", self.limits_report())
+
+    def limits_report(self) -> str:
+        """Which per-sandbox limits hold on this machine, and by what mechanism (one line)."""
+        return self._processes.support.describe()
 
     def account_kind(self) -> str | None:
         """Credentials always go through the in-process proxy, so accounts can be attached."""
@@ -275,8 +281,8 @@ class LocalSandboxProvider(ProviderBase):
             [profile.ClaudeProfile(os.path.basename(p.path) or "profile", p.subdir) for p in self.profiles]
         )
         script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
-        run_id = _run_id(config)
-        step = config.pod_labels.get(labels.LABEL_STEP, "agent")
+        run_id = config.scope.run_id if config.scope is not None else None
+        step = config.scope.step if config.scope is not None else "agent"
         with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
             async with _proxy(
                 credential,

@@ -1,10 +1,12 @@
-"""Start a sandbox process, feed it, read it, and make sure it is gone (I/O).
+"""Start a sandbox process in its own cgroup, feed it, read it, and make sure it is gone (I/O).
 
-The one place sandbox processes start and die. Each sandbox leads its own process group
-(``start_new_session``): on a timeout, a cancellation or ``release_run`` the group gets
-``SIGKILL``, and the wait for it is shielded from the caller's cancellation, so no call
-returns while its sandbox still runs. bubblewrap's ``--die-with-parent`` and the pid
-namespace take everything inside the sandbox along.
+The one place sandbox processes start and die. Each sandbox gets its own cgroup
+(:mod:`ironflow.local.cgroups`: processes, memory, CPU) and rlimits, joined before the
+sandbox runtime executes, and leads its own process group. On the way out (exit,
+timeout, cancellation, ``release_run``) the whole cgroup is killed and removed, and the
+wait for it is shielded from the caller's cancellation: no call returns while anything
+of its sandbox still runs. A sandbox is registered before its process starts, so
+``release_run`` never misses one that is starting; it waits until that one is gone.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import contextlib
 import os
 import signal
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow import errors
+from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
 
 __all__ = ["SandboxProcesses"]
@@ -24,12 +28,36 @@ __all__ = ["SandboxProcesses"]
 _KILL_GRACE_S: Final = 5.0
 
 
+@dataclass(eq=False)
+class _Running:
+    """One sandbox from registration to teardown."""
+
+    run_ids: frozenset[str]
+    proc: asyncio.subprocess.Process | None = None
+    released: bool = False
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class SandboxProcesses:
     """The sandboxes one provider started and that have not ended, with the run ids they
-    belong to (their own run and its root run, so releasing a root takes its sub-runs)."""
+    belong to (their own run and its root run, so releasing a root takes its sub-runs).
 
-    def __init__(self) -> None:
-        self._running: dict[asyncio.subprocess.Process, frozenset[str]] = {}
+    Args:
+        support: where cgroups go on this machine (:func:`cgroups.probe`).
+        sandbox_limits: what each sandbox may use.
+        host_uid: on a root worker, the host uid the sandbox runtime drops to; None keeps root.
+    """
+
+    def __init__(self, support: cgroups.Support, sandbox_limits: limits.SandboxLimits, *, host_uid: int | None) -> None:
+        self._running: list[_Running] = []
+        self.support = support
+        self.limits = sandbox_limits
+        self.host_uid = host_uid
+        self._rlimits = limits.rlimits(
+            sandbox_limits,
+            nproc="pids" not in support.controllers,
+            data="memory" not in support.controllers,
+        )
 
     async def run(
         self,
@@ -45,44 +73,68 @@ class SandboxProcesses:
         """Exit code, stdout and stderr of ``argv``; lines go to ``sink`` as they arrive.
 
         Raises:
-            AgentTimeout: it ran past ``limit_s`` (its process group is gone by then).
+            AgentTimeout: it ran past ``limit_s`` (its cgroup is empty and gone by then).
+            SandboxError: its cgroup could not be made.
         """
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=dict(env),  # the whole sandbox environment: never on the argv
-            cwd="/",
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # one process group to kill on timeout or cancellation
-            pass_fds=pass_fds,
-        )
-        self._running[proc] = run_ids
+        entry = _Running(run_ids)
+        self._running.append(entry)  # before the process exists: release_run must see it
+        group: cgroups.Sandbox | None = None
         try:
+            if self.support.version:
+                try:
+                    group = cgroups.Sandbox(self.support, self.limits)
+                except OSError as exc:
+                    raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
+            entry.proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),  # the whole sandbox environment: never on the argv
+                cwd="/",
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # one process group to kill where there is no cgroup
+                pass_fds=pass_fds,
+                preexec_fn=cgroups.child_setup(
+                    group.procs_files if group is not None else (), self._rlimits, self.host_uid
+                ),
+            )
+            if entry.released:  # released while it started: it ends as killed, like the others
+                _kill_group(entry.proc)
             async with asyncio.timeout(limit_s):
-                return await _communicate(proc, stdin, sink)
+                return await _communicate(entry.proc, stdin, sink)
         except TimeoutError:
             raise errors.AgentTimeout(limit_s) from None
         finally:
-            self._running.pop(proc, None)
-            if proc.returncode is None:
-                _kill_tree(proc)
-                # Shielded: a cancelled caller still waits for the tree to be gone.
-                await asyncio.shield(_reap(proc))
+            # Shielded: a cancelled caller still waits for the tree to be gone.
+            await asyncio.shield(_teardown(entry.proc, group))
+            self._running.remove(entry)
+            entry.gone.set()
 
     async def kill_run(self, run_id: str) -> int:
-        """Kill every sandbox of ``run_id`` (or of a run whose root it is); returns how many."""
-        victims = [p for p, ids in self._running.items() if run_id in ids and p.returncode is None]
-        for proc in victims:
-            _kill_tree(proc)
-        for proc in victims:
-            await _reap(proc)
+        """Kill every sandbox of ``run_id`` (or of a run whose root it is), those still starting
+        included, and wait until they are gone; returns how many."""
+        victims = [e for e in self._running if run_id in e.run_ids and not e.released]
+        for entry in victims:
+            entry.released = True
+            if entry.proc is not None:
+                _kill_group(entry.proc)
+        for entry in victims:
+            await entry.gone.wait()
         return len(victims)
 
 
-def _kill_tree(proc: asyncio.subprocess.Process) -> None:
-    # bwrap/runsc lead their own process group; --die-with-parent and the pid namespace
-    # take everything inside with them.
+async def _teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+    """Kill the cgroup (everything the sandbox started) or the process group, reap, remove the cgroup."""
+    if proc is not None and proc.returncode is None:
+        _kill_group(proc)
+    if group is not None:
+        await group.remove()
+    if proc is not None:
+        await _reap(proc)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    # bwrap/runsc lead their own process group; the cgroup kill takes what left it.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 

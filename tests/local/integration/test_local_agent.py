@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ironflow import errors, labels
+from ironflow import errors
 from ironflow.claude import cli
 from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
 from ironflow.local.bwrap import ReadOnlyMount
@@ -389,7 +389,7 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
 async def test_releasing_a_root_run_kills_the_steps_of_its_sub_runs(fake: FakeAnthropic) -> None:
     fake.reset(Script.of(TextTurn("late", delay_s=3)))
     provider = _provider(fake)
-    config = AgentConfig("hi").scoped("child-run", "plan").pod_label(labels.LABEL_ROOT_RUN_ID, "root-run")
+    config = AgentConfig("hi").scoped("child-run", "plan", root_run_id="root-run")
     task = asyncio.create_task(provider.run(config))
     await eventually(lambda: fake.message_requests, interval_s=0.05, what="the step to reach the model")
     assert await provider.release_run("unrelated") == 0

@@ -150,7 +150,7 @@ def test_hidden_root_entries_never_bound_whatever_the_host_holds(names: list[str
 
 def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
     argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("id",)))
-    assert argv[:4] == ["runsc", "--rootless", "--network=none", "do"]
+    assert argv[:5] == ["runsc", "--rootless", "--ignore-cgroups", "--network=none", "do"]
     script = argv[-1]
     assert "setpriv --reuid 10001 --regid 10001 --clear-groups" in script
     assert "--bounding-set=-all" in script
@@ -163,7 +163,7 @@ def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() 
     argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), proxy=bridge))
     assert argv[:6] == ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent"]
     runsc = argv.index("runsc")
-    assert argv[runsc : runsc + 4] == ["runsc", "--rootless", "--network=host", "do"]
+    assert argv[runsc : runsc + 5] == ["runsc", "--rootless", "--ignore-cgroups", "--network=host", "do"]
     assert argv[argv.index("/src/forwarder.py") + 1 : runsc] == ["18080", "/t/proxy.sock", "--"]
 
 

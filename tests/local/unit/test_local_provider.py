@@ -193,4 +193,3 @@ def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is
 )
 def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
     assert provider._command_exit_code(code, stderr) == expected
-

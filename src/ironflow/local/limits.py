@@ -1,0 +1,128 @@
+"""Per-sandbox resource limits as values: what a cgroup gets written, what rlimits are set (pure).
+
+A hostile step may fork without end, allocate without end or fill a disk. Each sandbox
+gets its own cgroup (processes, memory, CPU) and its own rlimits (open files, file
+size); where no cgroup controller can be used, rlimits stand in:
+
+=================  =====================================  ===================================
+limit              cgroup (v2 file / v1 file)             fallback without the controller
+=================  =====================================  ===================================
+processes          ``pids.max`` / ``pids.max``            ``RLIMIT_NPROC`` (holds only for a
+                                                          non-root host uid, per uid)
+memory             ``memory.max`` + ``memory.swap.max``   ``RLIMIT_DATA`` per process
+                   / ``memory.limit_in_bytes``
+CPU                ``cpu.max`` + ``cpu.weight``           none (nice is not a limit)
+                   / ``cpu.cfs_quota_us`` + ``cpu.shares``
+open files         always ``RLIMIT_NOFILE``
+file size          always ``RLIMIT_FSIZE``
+=================  =====================================  ===================================
+
+This module never touches the host: :mod:`ironflow.local.cgroups` applies these values.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+from dataclasses import dataclass
+from typing import Final
+
+from ironflow import errors
+
+__all__ = [
+    "CPU_PERIOD_US",
+    "DEFAULT_LIMITS",
+    "SandboxLimits",
+    "check_limits",
+    "rlimits",
+    "v1_files",
+    "v2_files",
+]
+
+#: The CFS period the CPU quota is expressed in.
+CPU_PERIOD_US: Final = 100_000
+#: The sandbox's share of CPU against the worker's own processes: half of the default.
+_CPU_WEIGHT_V2: Final = 50
+_CPU_SHARES_V1: Final = 512
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one sandbox may use; ``cpus`` None means no quota (only a lower weight)."""
+
+    #: Tasks (processes and threads) in the sandbox's cgroup; gVisor's runsc needs ~100 itself.
+    pids: int = 1024
+    memory_bytes: int = 4 << 30
+    cpus: float | None = None
+    open_files: int = 4096
+    file_size_bytes: int = 1 << 30
+
+
+DEFAULT_LIMITS: Final = SandboxLimits()
+
+
+def check_limits(limits: SandboxLimits) -> None:
+    """Refuse a limit that is not a positive number, naming the setting.
+
+    Raises:
+        ConfigError: one line naming the setting and the value.
+    """
+    for name in ("pids", "memory_bytes", "open_files", "file_size_bytes"):
+        value = getattr(limits, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise errors.ConfigError(f"sandbox limit {name} must be a positive whole number, got {value!r}")
+    if limits.cpus is not None and not (isinstance(limits.cpus, int | float) and math.isfinite(limits.cpus)):
+        raise errors.ConfigError(f"sandbox limit cpus must be a number of cores, got {limits.cpus!r}")
+    if limits.cpus is not None and limits.cpus < 0.01:
+        raise errors.ConfigError(f"sandbox limit cpus must be at least 0.01 cores, got {limits.cpus!r}")
+
+
+def _quota_us(cpus: float) -> int:
+    return max(1000, round(cpus * CPU_PERIOD_US))
+
+
+def v2_files(limits: SandboxLimits, controllers: frozenset[str]) -> dict[str, str]:
+    """The cgroup v2 interface files and their values, for the controllers that are enabled."""
+    files: dict[str, str] = {}
+    if "pids" in controllers:
+        files["pids.max"] = str(limits.pids)
+    if "memory" in controllers:
+        files["memory.max"] = str(limits.memory_bytes)
+        files["memory.swap.max"] = "0"  # swap would let the step past memory.max
+    if "cpu" in controllers:
+        files["cpu.weight"] = str(_CPU_WEIGHT_V2)
+        if limits.cpus is not None:
+            files["cpu.max"] = f"{_quota_us(limits.cpus)} {CPU_PERIOD_US}"
+    return files
+
+
+def v1_files(limits: SandboxLimits, controllers: frozenset[str]) -> dict[str, dict[str, str]]:
+    """Per cgroup v1 controller, its files and values (in the order they must be written)."""
+    files: dict[str, dict[str, str]] = {}
+    if "pids" in controllers:
+        files["pids"] = {"pids.max": str(limits.pids)}
+    if "memory" in controllers:
+        # memsw (memory + swap) may only be set at or above the memory limit: set it after.
+        files["memory"] = {"memory.limit_in_bytes": str(limits.memory_bytes)}
+        files["memory"]["memory.memsw.limit_in_bytes"] = str(limits.memory_bytes)
+    if "cpu" in controllers:
+        files["cpu"] = {"cpu.shares": str(_CPU_SHARES_V1)}
+        if limits.cpus is not None:
+            files["cpu"]["cpu.cfs_period_us"] = str(CPU_PERIOD_US)
+            files["cpu"]["cpu.cfs_quota_us"] = str(_quota_us(limits.cpus))
+    if "freezer" in controllers:
+        files["freezer"] = {}  # no limit: it is how the whole tree is stopped before the kill
+    return files
+
+
+def rlimits(limits: SandboxLimits, *, nproc: bool, data: bool) -> tuple[tuple[int, int], ...]:
+    """The ``(resource, value)`` pairs set as soft and hard limits in the sandbox's first process.
+
+    ``nproc`` and ``data`` are the fallbacks for a missing pids or memory controller.
+    """
+    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_FSIZE, limits.file_size_bytes)]
+    if nproc:
+        pairs.append((resource.RLIMIT_NPROC, limits.pids))
+    if data:
+        pairs.append((resource.RLIMIT_DATA, limits.memory_bytes))
+    return tuple(pairs)

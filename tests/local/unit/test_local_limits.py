@@ -1,0 +1,72 @@
+"""Limits become the right cgroup files and rlimits, and bad limits are one clear line."""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+
+from ironflow import errors
+from ironflow.local import bwrap, cgroups, limits
+
+ALL = frozenset({"pids", "memory", "cpu", "freezer"})
+
+
+def test_v2_files_bound_processes_memory_swap_and_cpu() -> None:
+    files = limits.v2_files(limits.SandboxLimits(pids=7, memory_bytes=1 << 20, cpus=1.5), ALL)
+    assert files == {
+        "pids.max": "7",
+        "memory.max": str(1 << 20),
+        "memory.swap.max": "0",
+        "cpu.weight": "50",
+        "cpu.max": "150000 100000",
+    }
+
+
+def test_v1_files_write_memsw_after_memory_and_skip_missing_controllers() -> None:
+    files = limits.v1_files(limits.SandboxLimits(memory_bytes=1 << 20), frozenset({"pids", "memory"}))
+    assert list(files) == ["pids", "memory"]
+    assert list(files["memory"]) == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+
+
+def test_rlimits_fall_back_for_missing_controllers_only() -> None:
+    lim = limits.SandboxLimits()
+    held = dict(limits.rlimits(lim, nproc=False, data=False))
+    assert set(held) == {resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE}
+    fallback = dict(limits.rlimits(lim, nproc=True, data=True))
+    assert fallback[resource.RLIMIT_NPROC] == lim.pids
+    assert fallback[resource.RLIMIT_DATA] == lim.memory_bytes
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"pids": 0}, "sandbox limit pids must be a positive whole number, got 0"),
+        ({"memory_bytes": 1.5}, "sandbox limit memory_bytes must be a positive whole number, got 1.5"),
+        ({"cpus": 0.0}, "sandbox limit cpus must be at least 0.01 cores, got 0.0"),
+        ({"cpus": float("inf")}, "sandbox limit cpus must be a number of cores, got inf"),
+    ],
+)
+def test_bad_limits_are_refused_in_one_line(change: dict[str, object], message: str) -> None:
+    with pytest.raises(errors.ConfigError) as info:
+        limits.check_limits(limits.SandboxLimits(**change))  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_the_report_names_each_mechanism() -> None:
+    v1 = cgroups.Support(1, {"pids": "/x"}, frozenset({"pids", "freezer"}))
+    assert v1.describe() == (
+        "cgroup v1: pids; kill by freeze+kill; rlimit fallback for memory; rlimits: open files, file size"
+    )
+    none = cgroups.Support(0, why_not="no cgroup v2 mount")
+    assert none.describe() == (
+        "no cgroup; kill by process group; rlimit fallback for processes, memory; "
+        "rlimits: open files, file size; no cgroup v2 mount"
+    )
+
+
+def test_bwrap_dev_is_a_small_read_only_tmpfs_with_a_sized_shm() -> None:
+    argv = bwrap.bwrap_argv(bwrap.BwrapSettings(command=("true",), root_entries=(), tmp_size_bytes=12345))
+    assert "--dev" not in argv
+    shm = argv.index("/dev/shm")
+    assert argv[shm - 3 : shm + 3] == ["--size", "12345", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
