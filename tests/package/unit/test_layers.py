@@ -19,6 +19,7 @@ PURE = [
     "ironflow.errors",
     "ironflow.secrets",
     "ironflow.labels",
+    "ironflow.settings_file",
     "ironflow.k8s.hardening",
     "ironflow.k8s.manifests",
     "ironflow.k8s.environments",
