@@ -156,7 +156,7 @@ async def measure(kubeconfig: str, sizes: list[int]) -> list[Row]:
         provider = (
             K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(NAMESPACE).timeout(120)
         )
-        runner = StepRunner.for_provider(provider, api=api, worker_env={})
+        runner = StepRunner.of(provider.settings, api=api, worker_env={})
         await batch(api, runner, 1, "warm-up")  # imports, connection pool, first watch
         return [await batch(api, runner, n, f"bench-{n}") for n in sizes]
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 
@@ -62,7 +61,7 @@ async def steps(env: KubeEnv, ns: str, *, sequential: int, concurrent: int, run_
         single = [await one() for _ in range(sequential)]
         many = list(await asyncio.gather(*(one() for _ in range(concurrent))))
     finally:
-        await close_shared_apis()
+        await provider.aclose()
     return {"single": single, "concurrent": many}
 
 

@@ -39,7 +39,7 @@ from ironflow.claude import command, layout, profile
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
-from ironflow.kube import clusters
+from ironflow.kube import clusters, connections
 from ironflow.provider import LogSink, ProviderBase
 from ironflow.secrets import Secret
 
@@ -414,9 +414,7 @@ class AgentSandboxProvider(ProviderBase):
 
     async def connect(self) -> kube.KubeApi:
         """The process's shared API client for this provider's cluster (one per cluster and event loop)."""
-        from ironflow.k8s import runner
-
-        return await runner.shared_api(self.cluster_config)()
+        return await connections.SHARED.get(self.cluster_config)
 
     def runner(
         self, *, api: kube.KubeApi | None = None, issuer: Any = None, worker_env: Mapping[str, str] | None = None

@@ -38,6 +38,7 @@ from ironflow import errors
 from ironflow.cli import options
 from ironflow.cli.options import Backend
 from ironflow.k8s import command_pods
+from ironflow.kube import connections
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.steps import AgentConfig, AgentResult
 
@@ -153,12 +154,11 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
 
 async def _run_on_cluster(config: AgentConfig, provider: Any) -> AgentResult:
     """``provider.invoke`` on a cluster, then close the shared API client it opened on this loop."""
-    from ironflow.k8s.runner import close_shared_apis  # the API client loads only for a cluster
-
     try:
-        return await provider.run(config)  # type: ignore[no-any-return]
+        async with provider:
+            return await provider.run(config)  # type: ignore[no-any-return]
     finally:
-        await close_shared_apis()
+        await connections.SHARED.aclose()  # what a provider without its own clients opened
 
 
 async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:

@@ -11,7 +11,7 @@ from ironflow._lazy import lazy_exports
 from ironflow.claude.profile import ClaudeProfile
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.hardening import SandboxSettings
-from ironflow.k8s.manifests import ImagePullPolicy, K8sResources, Toleration
+from ironflow.k8s.settings import ImagePullPolicy, K8sResources, ProviderSettings, Toleration
 from ironflow.labels import (
     ANNOTATION_EXPIRES_AT,
     LABEL_COMPONENT,
@@ -25,7 +25,7 @@ from ironflow.labels import (
 
 if TYPE_CHECKING:
     from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
-    from ironflow.k8s.provider import K8sEphemeralProvider, ProviderSettings
+    from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
     "ANNOTATION_EXPIRES_AT",
@@ -51,5 +51,5 @@ __all__ = [
 
 __getattr__ = lazy_exports(
     __name__,
-    {"ops": ("JobRun", "PodRun", "PodRunOutput"), "provider": ("K8sEphemeralProvider", "ProviderSettings")},
+    {"ops": ("JobRun", "PodRun", "PodRunOutput"), "provider": ("K8sEphemeralProvider",)},
 )

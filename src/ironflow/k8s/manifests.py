@@ -13,27 +13,21 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ironflow import errors, labels, steps
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import hardening
+from ironflow.k8s.settings import ProviderSettings
 from ironflow.secrets import looks_like_claude_credential
-
-if TYPE_CHECKING:
-    from ironflow.k8s.provider import ProviderSettings
 
 __all__ = [
     "CONTAINER_NAME",
     "DEFAULT_EXPIRY_MARGIN_S",
     "INIT_CONTAINER_NAME",
     "POD_NAME_PREFIX",
-    "ImagePullPolicy",
-    "K8sResources",
     "PodInputs",
-    "Toleration",
     "active_deadline_seconds",
     "build_env",
     "build_pod",
@@ -64,67 +58,6 @@ _RESERVED_MOUNTS: Final = (
     layout.MANAGED_SETTINGS_DIR,
     layout.PROFILE_MOUNT_DIR,
 )
-
-
-class ImagePullPolicy(StrEnum):
-    ALWAYS = "Always"
-    IF_NOT_PRESENT = "IfNotPresent"
-    NEVER = "Never"
-
-
-@dataclass(frozen=True)
-class K8sResources:
-    """Container limits (Kubernetes quantities); no requests, as the reference."""
-
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
-
-    def render(self) -> dict[str, Any] | None:
-        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v is not None}
-        return {"limits": limits} if limits else None
-
-
-_OPERATORS: Final = ("Equal", "Exists")
-_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-@dataclass(frozen=True)
-class Toleration:
-    """A pod toleration; fields left None are omitted from the manifest."""
-
-    key: str | None = None
-    operator: str | None = None
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.operator is not None and self.operator not in _OPERATORS:
-            raise errors.ConfigError(
-                f"toleration operator must be one of {', '.join(_OPERATORS)}, got '{self.operator}'"
-            )
-        if self.effect is not None and self.effect not in _EFFECTS:
-            raise errors.ConfigError(f"toleration effect must be one of {', '.join(_EFFECTS)}, got '{self.effect}'")
-        if self.operator == "Exists" and self.value:
-            raise errors.ConfigError("a toleration with operator Exists must not have a value")
-        if self.key is None and self.operator != "Exists":
-            raise errors.ConfigError("a toleration without a key must use operator Exists (it matches every taint)")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise errors.ConfigError("toleration_seconds only applies to effect NoExecute")
-
-    def render(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for field, key in (
-            ("key", "key"),
-            ("operator", "operator"),
-            ("value", "value"),
-            ("effect", "effect"),
-            ("toleration_seconds", "tolerationSeconds"),
-        ):
-            value = getattr(self, field)
-            if value is not None:
-                out[key] = value
-        return out
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,6 @@ LABEL_ROOT_RUN_ID: Final = labels.LABEL_ROOT_RUN_ID
 LABEL_STEP: Final = labels.LABEL_STEP
 
 
-
 # --- values ------------------------------------------------------------------------------
 
 

@@ -4,8 +4,9 @@
 the hardened posture. Every builder returns a new frozen provider; a value that can
 never work raises :class:`~ironflow.errors.ConfigError` at the call, with the
 reference's text. :meth:`K8sEphemeralProvider.manifests` renders, without any I/O, the
-objects a step would create. The runtime (``invoke``, ``release_run``,
-``reap_orphans``) delegates to ``k8s/runner.py`` and is added there, not here.
+objects a step would create. The runtime (``run``, ``release_run``,
+``reap_orphans``) is a :class:`~ironflow.k8s.runner.StepRunner` over the provider's
+settings and its own API clients, which :meth:`~K8sEphemeralProvider.aclose` closes.
 
 Invariant: the provider's ``repr`` holds no credential: the inline OAuth credentials
 and the auth-proxy admin key are :class:`~ironflow.secrets.Secret` values.
@@ -14,114 +15,36 @@ and the auth-proxy admin key are :class:`~ironflow.secrets.Secret` values.
 from __future__ import annotations
 
 import dataclasses
-import math
 import secrets as _random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import yaml
 
 from ironflow import errors, labels, steps
-from ironflow.claude import command, layout, profile
-from ironflow.k8s import environments, hardening, manifests
-from ironflow.kube import clusters
+from ironflow.auth_proxy import issuing
+from ironflow.claude import profile
+from ironflow.k8s import environments, hardening, manifests, reaper, step_objects
+from ironflow.k8s import runner as runner_module
+from ironflow.k8s.settings import (
+    ImagePullPolicy,
+    K8sResources,
+    ProviderSettings,
+    Seconds,
+    Toleration,
+    frozen_map,
+    seconds,
+)
+from ironflow.kube import api as kube
+from ironflow.kube import clusters, connections
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.secrets import Secret
 
-if TYPE_CHECKING:
-    from ironflow.k8s.reaper import OrphanReaper, ReapReport
-
-__all__ = [
-    "DEFAULT_INPUT_INIT_IMAGE",
-    "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
-    "DEFAULT_TIMEOUT_S",
-    "K8sEphemeralProvider",
-    "ProviderSettings",
-]
-
-DEFAULT_TIMEOUT_S: Final = 300.0
-DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S: Final = 60.0
-DEFAULT_INPUT_INIT_IMAGE: Final = "curlimages/curl:8.10.1"
-
-Seconds = float | int | timedelta
-
-
-def _frozen(value: Mapping[str, str] | None) -> Mapping[str, str]:
-    return MappingProxyType(dict(value or {}))
-
-
-@dataclass(frozen=True)
-class ProviderSettings:
-    """Every setting of the provider (§1.1); build it through the provider's builders."""
-
-    image: str
-    namespace: str = "default"
-    claude_path: str = "claude"
-    working_dir: str | None = None
-    resources: manifests.K8sResources = field(default_factory=manifests.K8sResources)
-    service_account: str | None = None
-    image_pull_policy: manifests.ImagePullPolicy = manifests.ImagePullPolicy.IF_NOT_PRESENT
-    #: (name, value) in insertion order; duplicates are the caller's choice.
-    env_vars: tuple[tuple[str, str], ...] = ()
-    image_pull_secrets: tuple[str, ...] = ()
-    oauth_credentials: Secret | None = None
-    #: Which API server to talk to; None is :class:`~ironflow.kube.clusters.DefaultCluster`.
-    cluster: clusters.ClusterConfig | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
-    #: (host path, mount path)
-    volumes: tuple[tuple[str, str], ...] = ()
-    #: (claim name, mount path)
-    pvc_volumes: tuple[tuple[str, str], ...] = ()
-    input_init_image: str = DEFAULT_INPUT_INIT_IMAGE
-    node_selector: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
-    tolerations: tuple[manifests.Toleration, ...] = ()
-    active_deadline_s: float | None = None
-    sandbox: hardening.SandboxSettings | None = None
-    sessions_claim: str | None = None
-    secret_env: tuple[steps.SecretEnvVar, ...] = ()
-    #: (secret, key) holding the credentials JSON
-    oauth_credentials_secret: tuple[str, str] | None = None
-    read_only_volumes: tuple[steps.ReadOnlyVolume, ...] = ()
-    managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
-    default_managed_settings: str | None = None
-    claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
-    egress_profile: str | None = None
-    previous_attempt_timeout_s: float = DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S
-    runtime_class: str | None = None
-    auth_proxy_url: str | None = None
-    auth_proxy_admin_key: Secret | None = None
-    orphan_reaper_interval_s: float | None = None
-    #: A persistent per-step PVC (§1.12); None: steps get none.
-    environment: environments.EnvironmentVolume | None = None
-
-    def __repr__(self) -> str:
-        # Plain env values show as '***': a caller may still put a credential there
-        # (refused at invocation when sandboxed or proxied, but a repr comes first).
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "env_vars":
-                value = tuple((name, "***") for name, _ in value)
-            elif isinstance(value, MappingProxyType):
-                value = dict(value)
-            parts.append(f"{f.name}={value!r}")
-        return f"ProviderSettings({', '.join(parts)})"
-
-
-def _seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise errors.ConfigError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}")
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise errors.ConfigError(f"{name} must be a finite number of seconds {bound}, got {seconds!r}")
-    return float(seconds)
+__all__ = ["K8sEphemeralProvider"]
 
 
 def _secret(value: str | Secret) -> Secret:
@@ -144,12 +67,13 @@ class K8sEphemeralProvider(ProviderBase):
     """
 
     settings: ProviderSettings
+    #: The API clients this provider opened (one per loop and cluster), closed by :meth:`aclose`.
+    _connections: connections.Connections = field(repr=False, compare=False)
 
     def __init__(self, image: str | ProviderSettings) -> None:
         settings = image if isinstance(image, ProviderSettings) else ProviderSettings(image=image)
-        if not settings.image.strip():
-            raise errors.ConfigError("image must not be empty: name the claude-runner image to run")
         object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "_connections", connections.Connections())
 
     @classmethod
     def sandboxed(cls, image: str) -> K8sEphemeralProvider:
@@ -161,7 +85,10 @@ class K8sEphemeralProvider(ProviderBase):
         return self.settings.sandbox is not None
 
     def _with(self, **changes: Any) -> K8sEphemeralProvider:
-        return K8sEphemeralProvider(dataclasses.replace(self.settings, **changes))
+        """A new provider with changed settings; it shares this one's connections (closing either closes both)."""
+        built = K8sEphemeralProvider(dataclasses.replace(self.settings, **changes))
+        object.__setattr__(built, "_connections", self._connections)
+        return built
 
     def _relax(self, method: str, **changes: Any) -> K8sEphemeralProvider:
         sandbox = self.settings.sandbox
@@ -183,7 +110,7 @@ class K8sEphemeralProvider(ProviderBase):
 
     def deadline_margin(self, margin: Seconds) -> K8sEphemeralProvider:
         """Time added to the step timeout for ``activeDeadlineSeconds`` and the expiry."""
-        return self._relax("deadline_margin", deadline_margin_s=_seconds("deadline_margin", margin, allow_zero=True))
+        return self._relax("deadline_margin", deadline_margin_s=seconds("deadline_margin", margin, allow_zero=True))
 
     def run_as_user(self, uid: int) -> K8sEphemeralProvider:
         if isinstance(uid, bool) or not isinstance(uid, int) or uid <= 0:
@@ -260,7 +187,9 @@ class K8sEphemeralProvider(ProviderBase):
 
     def managed_settings_preset(self, name: str, configmap: str) -> K8sEphemeralProvider:
         """Register a ConfigMap (key ``managed-settings.json``) under a preset name."""
-        return self._with(managed_settings_presets=_frozen({**self.settings.managed_settings_presets, name: configmap}))
+        return self._with(
+            managed_settings_presets=frozen_map({**self.settings.managed_settings_presets, name: configmap})
+        )
 
     def default_managed_settings(self, name: str) -> K8sEphemeralProvider:
         """Preset for steps that name none; an unknown name fails each invocation."""
@@ -278,12 +207,12 @@ class K8sEphemeralProvider(ProviderBase):
 
     def pod_label(self, key: str, value: str) -> K8sEphemeralProvider:
         _check_labels({key: value})
-        return self._with(pod_labels=_frozen({**self.settings.pod_labels, key: value}))
+        return self._with(pod_labels=frozen_map({**self.settings.pod_labels, key: value}))
 
     def pod_labels(self, pod_labels: Mapping[str, str]) -> K8sEphemeralProvider:
         """Replace every provider label."""
         _check_labels(pod_labels)
-        return self._with(pod_labels=_frozen(pod_labels))
+        return self._with(pod_labels=frozen_map(pod_labels))
 
     def egress_profile(self, name: str) -> K8sEphemeralProvider:
         """Default ``ironflow.io/egress-profile`` label (network policies select on it)."""
@@ -296,23 +225,23 @@ class K8sEphemeralProvider(ProviderBase):
         return self._with(runtime_class=name)
 
     def node_selector(self, key: str, value: str) -> K8sEphemeralProvider:
-        return self._with(node_selector=_frozen({**self.settings.node_selector, key: value}))
+        return self._with(node_selector=frozen_map({**self.settings.node_selector, key: value}))
 
-    def toleration(self, toleration: manifests.Toleration) -> K8sEphemeralProvider:
+    def toleration(self, toleration: Toleration) -> K8sEphemeralProvider:
         return self._with(tolerations=(*self.settings.tolerations, toleration))
 
     def image_pull_secret(self, name: str) -> K8sEphemeralProvider:
         return self._with(image_pull_secrets=(*self.settings.image_pull_secrets, name))
 
-    def image_pull_policy(self, policy: manifests.ImagePullPolicy | str) -> K8sEphemeralProvider:
+    def image_pull_policy(self, policy: ImagePullPolicy | str) -> K8sEphemeralProvider:
         try:
-            value = manifests.ImagePullPolicy(policy)
+            value = ImagePullPolicy(policy)
         except ValueError:
-            known = ", ".join(p.value for p in manifests.ImagePullPolicy)
+            known = ", ".join(p.value for p in ImagePullPolicy)
             raise errors.ConfigError(f"image_pull_policy must be one of {known}, got '{policy}'") from None
         return self._with(image_pull_policy=value)
 
-    def resources(self, resources: manifests.K8sResources) -> K8sEphemeralProvider:
+    def resources(self, resources: K8sResources) -> K8sEphemeralProvider:
         return self._with(resources=resources)
 
     def namespace(self, namespace: str) -> K8sEphemeralProvider:
@@ -339,15 +268,15 @@ class K8sEphemeralProvider(ProviderBase):
         return self._with(input_init_image=image)
 
     def timeout(self, timeout: Seconds) -> K8sEphemeralProvider:
-        return self._with(timeout_s=_seconds("timeout", timeout))
+        return self._with(timeout_s=seconds("timeout", timeout))
 
     def active_deadline_seconds(self, deadline: Seconds) -> K8sEphemeralProvider:
         """Explicit ``activeDeadlineSeconds`` (whole seconds); the expiry still uses timeout + margin."""
-        return self._with(active_deadline_s=_seconds("active_deadline_seconds", deadline))
+        return self._with(active_deadline_s=seconds("active_deadline_seconds", deadline))
 
     def previous_attempt_timeout(self, limit: Seconds) -> K8sEphemeralProvider:
         """How long to wait for a step's previous attempt to be deleted before relaunching."""
-        return self._with(previous_attempt_timeout_s=_seconds("previous_attempt_timeout", limit))
+        return self._with(previous_attempt_timeout_s=seconds("previous_attempt_timeout", limit))
 
     def cluster_config(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
         """Which API server steps run on: ``DefaultCluster(context)``, ``InCluster()``,
@@ -360,10 +289,10 @@ class K8sEphemeralProvider(ProviderBase):
 
     def orphan_reaper(self, interval: Seconds) -> K8sEphemeralProvider:
         """Reap expired objects every ``interval`` (the runtime starts the task)."""
-        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
-        if not isinstance(seconds, bool) and isinstance(seconds, int | float) and seconds <= 0:
+        given = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        if not isinstance(given, bool) and isinstance(given, int | float) and given <= 0:
             raise errors.ConfigError("orphan reaper interval must be greater than zero")
-        return self._with(orphan_reaper_interval_s=_seconds("orphan reaper interval", interval))
+        return self._with(orphan_reaper_interval_s=seconds("orphan reaper interval", interval))
 
     # -- what this provider offers --
 
@@ -385,124 +314,78 @@ class K8sEphemeralProvider(ProviderBase):
         over 100,000 bytes), the new environment claim (with ``environment_volume``, unless
         the step resumes one: that claim exists already), then the Pod. No I/O.
 
-        ``now`` is unix seconds (default: the clock); ``worker_env`` is the worker's
-        environment (only the names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``proxy_token``
-        is the ``ifap_`` token the proxy issued for this step; ``environment_id`` names a
-        new environment claim (default: generated, ``ironflow-env-{ms hex}-{8 hex}``).
+        A dry run of :func:`~ironflow.k8s.step_objects.render_step`: ``now`` is unix seconds
+        (default: the clock); ``worker_env`` the worker's environment (default: none);
+        ``pod_name`` and ``environment_id`` default to generated names.
 
         Raises:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
             ConfigError: ``proxy_token`` without ``auth_proxy``.
         """
-        s = self.settings
-        env = worker_env if worker_env is not None else {}
-        command.validate_prompt_size(config)
-        args = command.build_args(config, allow_bypass=env.get(layout.ALLOW_BYPASS_ENV) == "1")
-        inputs = manifests.merged_pod_inputs(s, config)
-        if proxy_token is not None and s.auth_proxy_url is None:
-            raise errors.ConfigError("proxy_token needs a provider with auth_proxy(url): the pod would not reach it")
         now_s = int(time.time()) if now is None else now
         name = pod_name or manifests.generate_pod_name(now_s * 1000, _random.randbits(32))
-        claim: environments.EnvironmentClaim | None = None
-        if s.environment is not None:
-            claim = environments.environment_claim_for(
-                config.resume_environment_id, now_ms=now_s * 1000, rand32=_random.randbits(32)
-            )
-            if not claim.resumed and environment_id is not None:
-                claim = environments.EnvironmentClaim(environment_id, resumed=False)
-            mount = environments.environment_mount(s.environment, claim.name)
-            inputs = dataclasses.replace(inputs, step_pvc_volumes=(*inputs.step_pvc_volumes, mount))
+        env_id = environment_id or environments.generate_environment_name(now_s * 1000, _random.randbits(32))
+        token = Secret(proxy_token) if isinstance(proxy_token, str) else proxy_token
+        objects = step_objects.render_step(
+            self.settings,
+            config,
+            now=now_s,
+            pod_name=name,
+            token=token,
+            worker_env=worker_env if worker_env is not None else {},
+            environment_id=env_id,
+        )
+        return objects.in_creation_order()
 
-        from_secret = s.oauth_credentials_secret is not None
-        prefix = (
-            command.trace_prefix(config.trace_context)
-            + profile.profile_copy_prefix(s.claude_profiles)
-            + command.credentials_prefix(from_secret=from_secret, inline=None if from_secret else s.oauth_credentials)
-        )
-        stdin = command.prompt_via_stdin(config)
-        shell = command.agent_shell_command(
-            args,
-            claude_path=s.claude_path,
-            working_dir=config.working_dir or s.working_dir,
-            prefix=prefix,
-            prompt_file=command.prompt_file_path() if stdin else None,
-        )
-        expires_at = now_s + manifests.lifetime_seconds(s)
-        plain = list(s.env_vars)
-        if proxy_token is not None and s.auth_proxy_url is not None:
-            token = proxy_token.reveal() if isinstance(proxy_token, Secret) else proxy_token
-            plain += list(layout.proxy_env(s.auth_proxy_url, token).items())
-        out: list[dict[str, Any]] = []
-        configmap_name: str | None = None
-        if stdin:
-            cm = manifests.prompt_configmap(
-                pod_name=name,
-                namespace=s.namespace,
-                prompt=config.prompt,
-                pod_labels=inputs.labels,
-                expires_at=expires_at,
-            )
-            configmap_name = cm["metadata"]["name"]
-            out.append(cm)
-        if s.environment is not None and claim is not None and not claim.resumed:
-            out.append(
-                environments.build_environment_claim(
-                    claim.name,
-                    namespace=s.namespace,
-                    volume=s.environment,
-                    pod_labels=inputs.labels,
-                    expires_at=environments.environment_expires_at(
-                        s.environment, now=now_s, lifetime_s=expires_at - now_s
-                    ),
-                )
-            )
-        out.append(
-            manifests.build_pod(
-                s,
-                inputs,
-                config,
-                name=name,
-                shell_command=shell,
-                plain_env=plain,
-                worker_env=env,
-                expires_at=expires_at,
-                prompt_configmap=configmap_name,
-            )
-        )
-        return out
+    # -- runtime: a StepRunner over the provider's own connections --
 
-    # -- runtime: thin delegations to k8s/runner.py (imported on use: rendering needs no client) --
+    def runner(
+        self,
+        *,
+        api: kube.KubeApi | connections.ApiSource | None = None,
+        issuer: issuing.TokenIssuer | None = None,
+        worker_env: Mapping[str, str] | None = None,
+        tokens: bool = True,
+    ) -> runner_module.StepRunner:
+        """The runner of this provider; ``api`` defaults to the provider's own client for its
+        cluster (closed by :meth:`aclose`)."""
+        source = self._connections.source(self.settings.cluster) if api is None else api
+        return runner_module.StepRunner.of(
+            self.settings, api=source, issuer=issuer, worker_env=worker_env, tokens=tokens
+        )
 
     async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
         """Run the step in a single-use pod and delete everything it created (``k8s.runner``);
         with ``logs``, each stream-json line reaches the sink as it arrives."""
-        from ironflow.k8s.runner import StepRunner
-
-        async with StepRunner.using(self) as runner:
-            return await runner.run(config, logs=logs)
+        step_runner = self.runner()
+        try:
+            return await step_runner.run(config, logs=logs)
+        finally:
+            await step_runner.aclose()
 
     async def release_run(self, run_id: str) -> int:
         """Delete every pod, JobRun Job and prompt of the run (and its sub-runs); pods deleted."""
-        from ironflow.k8s.runner import StepRunner
+        step_runner = self.runner()
+        try:
+            return await step_runner.release_run(run_id)
+        finally:
+            await step_runner.aclose()
 
-        async with StepRunner.using(self) as runner:
-            return await runner.release_run(run_id)
-
-    async def reap_orphans(self, *, dry_run: bool = False) -> ReapReport:
+    async def reap_orphans(self, *, dry_run: bool = False) -> reaper.ReapReport:
         """One reaping pass over the provider's namespace."""
-        from ironflow.k8s.runner import StepRunner
+        return await self.runner(tokens=False).reap_orphans(dry_run=dry_run)
 
-        return await StepRunner.for_provider(self, tokens=False).reap_orphans(dry_run=dry_run)
-
-    def spawn_orphan_reaper(self, interval: Seconds | None = None) -> OrphanReaper:
+    def spawn_orphan_reaper(self, interval: Seconds | None = None) -> reaper.OrphanReaper:
         """Reap every ``interval`` (default: :meth:`orphan_reaper`'s) in the background; ``await h.stop()``."""
-        from ironflow.k8s.runner import StepRunner
-
         chosen = self.settings.orphan_reaper_interval_s if interval is None else interval
         if chosen is None:
             raise errors.ConfigError("spawn_orphan_reaper needs an interval: pass one or set orphan_reaper(interval)")
-        seconds = chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
-        return StepRunner.for_provider(self, tokens=False).spawn_orphan_reaper(seconds)
+        interval_s = chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
+        return self.runner(tokens=False).spawn_orphan_reaper(interval_s)
+
+    async def aclose(self) -> None:
+        """Close the API clients this provider opened on the running loop."""
+        await self._connections.aclose()
 
     # -- loading from YAML --
 
@@ -769,7 +652,7 @@ def _from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> K8sEphem
     if top.has("resources"):
         res = top.section("resources", ("cpu_limit", "memory_limit"))
         p = p.resources(
-            manifests.K8sResources(
+            K8sResources(
                 cpu_limit=res.text("cpu_limit") if res.has("cpu_limit") else None,
                 memory_limit=res.text("memory_limit") if res.has("memory_limit") else None,
             )
@@ -802,7 +685,7 @@ def _from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> K8sEphem
         fields = ("key", "operator", "value", "effect", "toleration_seconds")
         for item in top.items("tolerations", fields):
             p = p.toleration(
-                manifests.Toleration(
+                Toleration(
                     key=item.text("key") if item.has("key") else None,
                     operator=item.text("operator") if item.has("operator") else None,
                     value=item.text("value") if item.has("value") else None,

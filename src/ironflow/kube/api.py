@@ -21,15 +21,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import aiohttp
 import yaml
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from ironflow import errors
 from ironflow.kube.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client as k8s_client
 
 __all__ = [
     "CONFIGMAPS",
@@ -133,6 +134,11 @@ def _default_kubeconfig_path() -> str | None:
 
 async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuration:
     """Turn a :data:`ClusterConfig` into a client configuration; failures say which source failed."""
+    # Loaded on connect, not at import: kubernetes_asyncio takes about a second to import,
+    # and rendering or configuring a provider must not pay for it.
+    from kubernetes_asyncio import client as k8s_client
+    from kubernetes_asyncio import config as k8s_config
+
     configuration = k8s_client.Configuration()
     try:
         match cluster:
@@ -326,6 +332,8 @@ class KubeApi:
         configuration = await _load_configuration(cluster)
         # Watches and log follows each hold a connection for their whole life.
         configuration.connection_pool_maxsize = max_connections
+        from kubernetes_asyncio import client as k8s_client  # see _load_configuration
+
         api_client = k8s_client.ApiClient(configuration=configuration)
         return cls(api_client, host=str(configuration.host), request_timeout_s=request_timeout_s, cluster=cluster)
 

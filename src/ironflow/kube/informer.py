@@ -25,6 +25,7 @@ __all__ = ["Informer", "PodInformer", "informer_for"]
 
 Predicate = Callable[[api.KubeObject], bool]
 
+
 @dataclass(eq=False)
 class _Waiter:
     name: str

@@ -324,7 +324,7 @@ async def test_bypass_step_is_refused_as_on_k8s_when_the_worker_does_not_allow_i
     await env.apply_template(p)
     config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).scoped(RUN, "bypass")
     with pytest.raises(errors.StepConfigError) as on_k8s:
-        await StepRunner.for_provider(p.settings.pod, api=env.api, worker_env={}).run(config)
+        await StepRunner.of(p.settings.pod.settings, api=env.api, worker_env={}).run(config)
     with pytest.raises(errors.StepConfigError) as on_sandbox:
         await p.runner(api=env.api, worker_env={}).run(config)
     assert str(on_sandbox.value) == str(on_k8s.value)

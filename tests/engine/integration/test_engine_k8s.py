@@ -21,7 +21,6 @@ from ironflow.engine.runner import Outcome, Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api
 from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer, PodScript
@@ -44,13 +43,13 @@ async def server() -> AsyncIterator[KubeTestServer]:
 
 @pytest.fixture
 async def provider(server: KubeTestServer) -> AsyncIterator[K8sEphemeralProvider]:
-    yield (
+    async with (
         K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1")
         .namespace(NAMESPACE)
         .cluster(server.cluster_config())
         .timeout(30)
-    )
-    await close_shared_apis()
+    ) as made:
+        yield made
 
 
 @pytest.fixture

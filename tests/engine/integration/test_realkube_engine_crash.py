@@ -33,7 +33,6 @@ from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 from ironflow.testing.polling import eventually
@@ -62,12 +61,6 @@ def ns(kube_env: KubeEnv) -> Iterator[str]:
     with kube_env.namespace(f"engine-crash-{uuid.uuid4().hex[:8]}", labels=RESTRICTED) as name:
         kube_env.set_namespace_log(name, JSON_TEXT)
         yield name
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients() -> AsyncIterator[None]:
-    yield
-    await close_shared_apis()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -365,6 +358,7 @@ async def test_sub_workflow_pods_carry_the_root_run_id_and_release_of_the_root_r
         assert running.outcomes == [(run_id, Outcome.FAILED)]
         (child_step,) = await store.steps(child_pod.run_id)
     finally:
+        await provider.aclose()
         await store.close()
     assert child_step.error is not None
     assert child_step.error["type"] == "KubeNotFound"

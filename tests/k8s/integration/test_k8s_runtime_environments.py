@@ -50,7 +50,7 @@ def provider(ns: str) -> K8sEphemeralProvider:
 
 
 def runner(kube: KubeCase, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
-    return StepRunner.for_provider(p or provider(kube.namespace), api=kube.api, worker_env={}, **kwargs)
+    return StepRunner.of((p or provider(kube.namespace)).settings, api=kube.api, worker_env={}, **kwargs)
 
 
 def names(server: KubeTestServer, resource: k8s.Resource, ns: str) -> list[str]:

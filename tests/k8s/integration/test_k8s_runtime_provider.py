@@ -10,7 +10,6 @@ from tests.fakes.kubecase import KubeCase
 
 from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.provider import AgentProvider
 from ironflow.steps import AgentConfig
@@ -24,13 +23,13 @@ RUN = "01a0e906-1f85-7000-8000-0000000000bb"
 @pytest.fixture
 async def provider(kube: KubeCase) -> AsyncIterator[K8sEphemeralProvider]:
     server = kube.need_server()
-    yield (
+    async with (
         K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1")
         .namespace(kube.namespace)
         .cluster(server.cluster_config())
         .timeout(5)
-    )
-    await close_shared_apis()
+    ) as made:
+        yield made
 
 
 def test_provider_satisfies_the_agent_provider_protocol() -> None:

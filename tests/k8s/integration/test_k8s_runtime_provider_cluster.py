@@ -9,7 +9,6 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer, PodScript
@@ -30,10 +29,8 @@ async def test_step_runs_on_the_kubeconfig_named_in_the_provider_file(tmp_path: 
     async with KubeTestServer() as server:
         server.script_pods(PodScript(name_prefix="claude-code", run_for=0.05, log=JSON_TEXT))
         path = _provider_file(tmp_path, server, "{kubeconfig: kube/config.yaml, context: kube-test}")
-        try:
-            result = await K8sEphemeralProvider.from_file(path).run(AgentConfig("Say hello"))
-        finally:
-            await close_shared_apis()
+        async with K8sEphemeralProvider.from_file(path) as p:
+            result = await p.run(AgentConfig("Say hello"))
         assert result.text == "Hello from the fake model."
         assert server.count("create", "pods") == 1
         assert server.objects(k8s.PODS, "default") == []
@@ -42,9 +39,7 @@ async def test_step_runs_on_the_kubeconfig_named_in_the_provider_file(tmp_path: 
 async def test_unknown_context_in_the_provider_file_fails_before_any_pod(tmp_path: Path) -> None:
     async with KubeTestServer() as server:
         path = _provider_file(tmp_path, server, "{kubeconfig: kube/config.yaml, context: nowhere}")
-        try:
+        async with K8sEphemeralProvider.from_file(path) as p:
             with pytest.raises(errors.KubeClientConfigError, match="failed to create K8s client from kubeconfig file"):
-                await K8sEphemeralProvider.from_file(path).run(AgentConfig("Say hello"))
-        finally:
-            await close_shared_apis()
+                await p.run(AgentConfig("Say hello"))
         assert server.count("create", "pods") == 0

@@ -40,7 +40,7 @@ def provider(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
 
 
 def runner(kube: KubeCase, p: K8sEphemeralProvider | None = None, **kwargs: Any) -> StepRunner:
-    return StepRunner.for_provider(p or provider(kube.namespace), api=kube.api, worker_env={}, **kwargs)
+    return StepRunner.of((p or provider(kube.namespace)).settings, api=kube.api, worker_env={}, **kwargs)
 
 
 def phase_of(server: KubeTestServer, ns: str, name: str) -> str | None:
@@ -201,7 +201,7 @@ async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
 async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
     kube: KubeCase, server: KubeTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ironflow.k8s import runner as runner_module
+    from ironflow.k8s import pod_wait as runner_module
 
     monkeypatch.setattr(runner_module, "LOG_CAP_BYTES", 10)
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))

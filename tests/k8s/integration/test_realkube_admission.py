@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ import yaml
 from ironflow import errors
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun, SecuritySpec
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, KubeEnv
@@ -52,12 +51,6 @@ def worker_rbac(kube_env: KubeEnv) -> str:
             kube_env.create_namespace(doc["metadata"]["name"], labels=doc["metadata"].get("labels"))
     kube_env.apply_objects([d for d in yaml.safe_load_all(RBAC.read_text()) if d])
     return AGENTS_NS
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients() -> AsyncIterator[None]:
-    yield
-    await close_shared_apis()
 
 
 def sar(env: KubeEnv, *, verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
@@ -189,7 +182,8 @@ async def test_a_step_runs_with_only_the_worker_service_account_token(kube_env: 
     kube_env.set_namespace_log(worker_rbac, STREAM_TEXT)
     p = K8sEphemeralProvider.sandboxed(IMAGE).namespace(worker_rbac).timeout(30).cluster(kube_env.token_config(token))
     config = dataclasses.replace(AgentConfig("Say hello").pod_label(EXIT_CODE_LABEL, "0"), verbose=True)
-    result = await p.run(config)
+    async with p:
+        result = await p.run(config)
     assert result.text
 
 
@@ -210,4 +204,5 @@ async def test_release_run_and_reaper_work_with_the_worker_token(kube_env: KubeE
         assert (await api.list(k8s.PODS, worker_rbac, label_selector=selector)).items == []
         assert (await api.list(k8s.CONFIGMAPS, worker_rbac, label_selector=selector)).items == []
         report = await p.reap_orphans()
+        await p.aclose()
         assert report.pods == (expired[-1]["metadata"]["name"],)

@@ -19,7 +19,6 @@ import pytest
 from ironflow.k8s import reaper
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv, KubeEnvNotAvailable, find_bin_dir
 from ironflow.testing.polling import eventually, eventually_sync
@@ -127,10 +126,8 @@ async def test_release_run_deletes_a_runs_job_and_the_gc_removes_its_pod(
 
     await eventually(both_pods, interval_s=0.2, what="the Job controller to make a pod")
     provider = K8sEphemeralProvider.sandboxed("busybox").namespace(ns).cluster(kube_env.cluster_config())
-    try:
+    async with provider:
         assert await provider.release_run(run) >= 1
-    finally:
-        await close_shared_apis()
     await eventually_empty(api, k8s.JOBS, ns)
     await eventually_empty(api, k8s.PODS, ns)
 

@@ -14,7 +14,6 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import close_shared_apis
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
@@ -36,14 +35,21 @@ def ns(kube_env: KubeEnv) -> Iterator[str]:
         yield name
 
 
+#: Providers a test made: closed after it (their clients belong to them).
+_made: list[K8sEphemeralProvider] = []
+
+
 @pytest.fixture(autouse=True)
 async def _close_clients() -> AsyncIterator[None]:
     yield
-    await close_shared_apis()
+    while _made:
+        await _made.pop().aclose()
 
 
 def provider(env: KubeEnv, ns: str, *, timeout: float = 30) -> K8sEphemeralProvider:
-    return K8sEphemeralProvider.sandboxed(IMAGE).namespace(ns).timeout(timeout).cluster(env.cluster_config())
+    made = K8sEphemeralProvider.sandboxed(IMAGE).namespace(ns).timeout(timeout).cluster(env.cluster_config())
+    _made.append(made)
+    return made
 
 
 def verbose(config: AgentConfig) -> AgentConfig:

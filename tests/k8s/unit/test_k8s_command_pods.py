@@ -85,7 +85,7 @@ def test_no_env_secret_env_volume_or_egress_profile_reaches_the_command_pod() ->
 
 
 def test_limits_and_a_fractional_timeout_round_the_deadline_up() -> None:
-    from ironflow.k8s.manifests import K8sResources
+    from ironflow.k8s.settings import K8sResources
 
     pod = _pod(K8sEphemeralProvider(IMAGE).resources(K8sResources(cpu_limit="1", memory_limit="1Gi")), timeout_s=0.5)
     assert pod["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}

@@ -1,0 +1,148 @@
+"""Wait for a step's pod to end on the shared watch, reading or following its log.
+
+Returns a :class:`PodOutcome` (phase, exit code, the kept log, timed out or not); never
+creates or deletes anything (the runner does) and never polls: every wait goes through
+the namespace's shared pod watch (:func:`~ironflow.k8s.pods.wait_for_pod`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.k8s import manifests, pods
+from ironflow.kube import api as kube
+from ironflow.kube import pod_status
+from ironflow.provider import LogSink
+
+__all__ = ["LOG_CAP_BYTES", "PodOutcome", "follow", "wait", "with_prefix"]
+
+_log = logging.getLogger(__name__)
+
+#: Lines beyond this many bytes are still streamed to the sink but not kept for parsing.
+LOG_CAP_BYTES: Final = 50 * 1024 * 1024
+#: After the pod ended, the log stream may still hold lines: wait this long for each.
+_DRAIN_LINE_S: Final = 2.0
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """How a step's pod ended, as far as the runner needs to know."""
+
+    phase: str = "Unknown"
+    timed_out: bool = False
+    logs: str = ""
+    #: The agent container's exit code, when the kubelet recorded one.
+    exit_code: int | None = None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any] | None, logs: str) -> PodOutcome:
+        code = pod_status.exit_code(pod, manifests.CONTAINER_NAME)
+        return cls(phase=pod_status.phase(pod), logs=logs, exit_code=code)
+
+
+_TIMED_OUT: Final = PodOutcome(phase="TimedOut", timed_out=True)
+
+
+def with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesError:
+    """The same error class, its message prefixed with what the runner was doing."""
+    return type(exc)(f"{prefix}: {exc.message}", status=exc.status, reason=exc.reason)
+
+
+async def wait(api: kube.KubeApi, namespace: str, pod_name: str, timeout_s: float) -> PodOutcome:
+    """Wait for Succeeded/Failed (bounded by the timeout), then read the log."""
+    try:
+        pod = await pods.wait_for_pod(api, namespace, pod_name, pod_status.pod_finished, timeout_s)
+    except errors.KubernetesError as exc:
+        raise with_prefix(exc, "failed waiting for pod completion") from exc
+    if pod is None:
+        return _TIMED_OUT
+    return PodOutcome.of(pod, await pods.read_log_quietly(api, namespace, pod_name))
+
+
+async def follow(api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink, timeout_s: float) -> PodOutcome:
+    """Follow the log to ``sink`` while the pod runs; the outcome holds the kept lines."""
+    try:
+        pod = await pods.wait_for_pod(api, namespace, pod_name, pod_status.pod_started, timeout_s)
+    except errors.KubernetesError as exc:
+        raise with_prefix(exc, "failed waiting for pod to start") from exc
+    if pod is None:
+        return _TIMED_OUT
+    if pod_status.pod_finished(pod):
+        logs = await pods.read_log_quietly(api, namespace, pod_name)
+        for line in logs.splitlines():
+            sink.log("stdout", line)
+        return PodOutcome.of(pod, logs)
+    try:
+        return await _Follower(api, namespace, pod_name, sink, timeout_s).run()
+    except errors.KubernetesError as exc:
+        raise with_prefix(exc, "failed waiting for pod completion") from exc
+
+
+class _Follower:
+    """One running pod: a log pump and the end of the pod, raced against the timeout."""
+
+    def __init__(self, api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink, timeout_s: float) -> None:
+        self.api, self.namespace, self.pod_name, self.sink, self.timeout_s = api, namespace, pod_name, sink, timeout_s
+        self.kept: list[str] = []
+        self.kept_bytes = 0
+        self.count = 0
+
+    async def _pump(self) -> None:
+        async for line in self.api.follow_log(self.namespace, self.pod_name):
+            self.sink.log("stdout", line)
+            self.count += 1
+            if self.kept_bytes + len(line) + 1 <= LOG_CAP_BYTES:
+                self.kept.append(line)
+                self.kept_bytes += len(line) + 1
+
+    def _kept(self, pod: Mapping[str, Any] | None) -> PodOutcome:
+        return PodOutcome.of(pod, "\n".join(self.kept))
+
+    async def run(self) -> PodOutcome:
+        pump = asyncio.ensure_future(self._pump())
+        end = asyncio.ensure_future(
+            pods.wait_for_pod(self.api, self.namespace, self.pod_name, pod_status.pod_finished, None)
+        )
+        try:
+            done, _ = await asyncio.wait({pump, end}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
+            if not done:
+                return PodOutcome(phase="TimedOut", timed_out=True, logs="\n".join(self.kept))
+            if pump.done() and pump.exception() is not None and not end.done():
+                return await self._read_at_end(pump, end)
+            if not end.done():
+                # The stream ended (the container exited): the phase follows within moments.
+                try:
+                    return self._kept(await asyncio.wait_for(end, timeout=self.timeout_s))
+                except TimeoutError:
+                    return PodOutcome(phase="TimedOut", timed_out=True, logs="\n".join(self.kept))
+            await self._drain(pump)
+            return self._kept(end.result())
+        finally:
+            for task in (pump, end):
+                task.cancel()
+            await asyncio.gather(pump, end, return_exceptions=True)
+
+    async def _read_at_end(self, pump: asyncio.Future[None], end: asyncio.Future[Any]) -> PodOutcome:
+        """The stream could not be opened or broke: wait for the end, then read in one go."""
+        _log.warning("log stream of pod %s failed (%s); reading the log at the end", self.pod_name, pump.exception())
+        try:
+            pod = await asyncio.wait_for(end, timeout=self.timeout_s)
+        except TimeoutError:
+            return _TIMED_OUT
+        logs = await pods.read_log_quietly(self.api, self.namespace, self.pod_name)
+        for line in logs.splitlines()[self.count :]:
+            self.sink.log("stdout", line)
+        return PodOutcome.of(pod, logs)
+
+    async def _drain(self, pump: asyncio.Future[None]) -> None:
+        """The pod ended: take what is left of the stream, as long as lines keep coming."""
+        while not pump.done():
+            before = self.count
+            await asyncio.wait({pump}, timeout=_DRAIN_LINE_S)
+            if self.count == before:
+                break

@@ -1,0 +1,184 @@
+"""Every setting of the Kubernetes pod backend, as typed frozen values (pure).
+
+:class:`ProviderSettings` is what the provider's builders and the settings file build,
+once; the renderer (``manifests``) and the runner read it and never the provider.
+Values that can never work are refused at construction with
+:class:`~ironflow.errors.ConfigError`; checks that need the step happen at invocation.
+
+Invariant: the ``repr`` holds no credential (inline OAuth credentials and the
+auth-proxy admin key are :class:`~ironflow.secrets.Secret`; plain env values show ``***``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from ironflow import errors, steps
+from ironflow.claude import profile
+from ironflow.k8s import environments, hardening
+from ironflow.kube import clusters
+from ironflow.secrets import Secret
+
+__all__ = [
+    "DEFAULT_INPUT_INIT_IMAGE",
+    "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "ImagePullPolicy",
+    "K8sResources",
+    "ProviderSettings",
+    "Seconds",
+    "Toleration",
+    "frozen_map",
+    "seconds",
+]
+
+DEFAULT_TIMEOUT_S: Final = 300.0
+DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S: Final = 60.0
+DEFAULT_INPUT_INIT_IMAGE: Final = "curlimages/curl:8.10.1"
+
+Seconds = float | int | timedelta
+
+
+def frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+class ImagePullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+@dataclass(frozen=True)
+class K8sResources:
+    """Container limits (Kubernetes quantities); no requests, as the reference."""
+
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
+
+    def render(self) -> dict[str, Any] | None:
+        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v is not None}
+        return {"limits": limits} if limits else None
+
+
+_OPERATORS: Final = ("Equal", "Exists")
+_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration; fields left None are omitted from the manifest."""
+
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator is not None and self.operator not in _OPERATORS:
+            raise errors.ConfigError(
+                f"toleration operator must be one of {', '.join(_OPERATORS)}, got '{self.operator}'"
+            )
+        if self.effect is not None and self.effect not in _EFFECTS:
+            raise errors.ConfigError(f"toleration effect must be one of {', '.join(_EFFECTS)}, got '{self.effect}'")
+        if self.operator == "Exists" and self.value:
+            raise errors.ConfigError("a toleration with operator Exists must not have a value")
+        if self.key is None and self.operator != "Exists":
+            raise errors.ConfigError("a toleration without a key must use operator Exists (it matches every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise errors.ConfigError("toleration_seconds only applies to effect NoExecute")
+
+    def render(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, key in (
+            ("key", "key"),
+            ("operator", "operator"),
+            ("value", "value"),
+            ("effect", "effect"),
+            ("toleration_seconds", "tolerationSeconds"),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Every setting of the provider (§1.1); build it through the provider's builders."""
+
+    image: str
+    namespace: str = "default"
+    claude_path: str = "claude"
+    working_dir: str | None = None
+    resources: K8sResources = field(default_factory=K8sResources)
+    service_account: str | None = None
+    image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
+    #: (name, value) in insertion order; duplicates are the caller's choice.
+    env_vars: tuple[tuple[str, str], ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    oauth_credentials: Secret | None = None
+    #: Which API server to talk to; None is :class:`~ironflow.kube.clusters.DefaultCluster`.
+    cluster: clusters.ClusterConfig | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    pod_labels: Mapping[str, str] = field(default_factory=lambda: frozen_map(None))
+    #: (host path, mount path)
+    volumes: tuple[tuple[str, str], ...] = ()
+    #: (claim name, mount path)
+    pvc_volumes: tuple[tuple[str, str], ...] = ()
+    input_init_image: str = DEFAULT_INPUT_INIT_IMAGE
+    node_selector: Mapping[str, str] = field(default_factory=lambda: frozen_map(None))
+    tolerations: tuple[Toleration, ...] = ()
+    active_deadline_s: float | None = None
+    sandbox: hardening.SandboxSettings | None = None
+    sessions_claim: str | None = None
+    secret_env: tuple[steps.SecretEnvVar, ...] = ()
+    #: (secret, key) holding the credentials JSON
+    oauth_credentials_secret: tuple[str, str] | None = None
+    read_only_volumes: tuple[steps.ReadOnlyVolume, ...] = ()
+    managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: frozen_map(None))
+    default_managed_settings: str | None = None
+    claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
+    egress_profile: str | None = None
+    previous_attempt_timeout_s: float = DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S
+    runtime_class: str | None = None
+    auth_proxy_url: str | None = None
+    auth_proxy_admin_key: Secret | None = None
+    orphan_reaper_interval_s: float | None = None
+    #: A persistent per-step PVC (§1.12); None: steps get none.
+    environment: environments.EnvironmentVolume | None = None
+
+    def __post_init__(self) -> None:
+        if not self.image.strip():
+            raise errors.ConfigError("image must not be empty: name the claude-runner image to run")
+
+    def __repr__(self) -> str:
+        # Plain env values show as '***': a caller may still put a credential there
+        # (refused at invocation when sandboxed or proxied, but a repr comes first).
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "env_vars":
+                value = tuple((name, "***") for name, _ in value)
+            elif isinstance(value, MappingProxyType):
+                value = dict(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"ProviderSettings({', '.join(parts)})"
+
+
+def seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise errors.ConfigError(f"{name} must be a number of seconds or a timedelta, got {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise errors.ConfigError(f"{name} must be a finite number of seconds {bound}, got {seconds!r}")
+    return float(seconds)

@@ -1,0 +1,163 @@
+"""A step's Kubernetes objects, rendered once: :func:`render_step` → :class:`StepObjects` (pure).
+
+One function of the settings, the step (its :class:`~ironflow.steps.StepScope` gives the
+run and step labels), the clock, the pod name and the proxy token: a dry run
+(``K8sEphemeralProvider.manifests``) and a launch render exactly the same objects. The
+runner issues the token first and renders after, so there is never a draft render.
+
+Never does I/O and never reads run identity back out of rendered labels: callers read
+:attr:`StepObjects.scope`-free fields (names, expiry) from the value, not from dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ironflow import errors, steps
+from ironflow.claude import command, layout, profile
+from ironflow.k8s import environments, manifests
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.secrets import Secret
+
+__all__ = ["StepObjects", "check_step", "render_step"]
+
+
+@dataclass(frozen=True)
+class StepObjects:
+    """What one step creates: the pod, its prompt ConfigMap (large prompts) and a new
+    environment claim (``environment_volume``, unless the step resumes one)."""
+
+    pod: dict[str, Any]
+    prompt_configmap: dict[str, Any] | None
+    environment_claim: dict[str, Any] | None
+    #: The environment the step mounts (new or resumed); None without an environment volume.
+    environment_id: str | None
+    pod_name: str
+    #: Unix seconds of the ``ironflow.io/expires-at`` annotation on every object.
+    expires_at: int
+
+    @property
+    def prompt_configmap_name(self) -> str | None:
+        return None if self.prompt_configmap is None else str(self.prompt_configmap["metadata"]["name"])
+
+    def in_creation_order(self) -> list[dict[str, Any]]:
+        """ConfigMap, claim, pod: the order the runner creates them in."""
+        return [o for o in (self.prompt_configmap, self.environment_claim, self.pod) if o is not None]
+
+
+def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.PodInputs:
+    """The merged pod inputs, with the step's own labels and its scope's run/step labels."""
+    inputs = manifests.merged_pod_inputs(settings, config)
+    if config.scope is None:
+        return inputs
+    return dataclasses.replace(inputs, labels={**inputs.labels, **config.scope.labels})
+
+
+def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_env: Mapping[str, str]) -> None:
+    """Every invocation-time check of :func:`render_step`, before anything exists.
+
+    Raises:
+        PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
+    """
+    command.validate_prompt_size(config)
+    command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
+    inputs = _inputs(settings, config)
+    if settings.environment is not None and config.resume_environment_id is not None:
+        environments.environment_claim_for(config.resume_environment_id, now_ms=0, rand32=0)
+    manifests.validate_hardening(settings, inputs)
+    manifests.validate_inputs(config.inputs)
+
+
+def render_step(
+    settings: ProviderSettings,
+    config: steps.AgentConfig,
+    *,
+    now: int,
+    pod_name: str,
+    token: Secret | None,
+    worker_env: Mapping[str, str],
+    environment_id: str,
+) -> StepObjects:
+    """The objects of one step. ``now`` is unix seconds; ``worker_env`` is the worker's
+    environment (only names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``token`` is the
+    ``ifap_`` token the proxy issued for this step; ``environment_id`` names a new
+    environment claim (ignored without an environment volume or when the step resumes one).
+
+    Raises:
+        PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
+        ConfigError: ``token`` without ``auth_proxy``.
+    """
+    s = settings
+    command.validate_prompt_size(config)
+    args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
+    inputs = _inputs(s, config)
+    if token is not None and s.auth_proxy_url is None:
+        raise errors.ConfigError("proxy_token needs a provider with auth_proxy(url): the pod would not reach it")
+    claim: environments.EnvironmentClaim | None = None
+    if s.environment is not None:
+        resume = config.resume_environment_id
+        if resume is not None:
+            claim = environments.environment_claim_for(resume, now_ms=0, rand32=0)
+        else:
+            claim = environments.EnvironmentClaim(environment_id, resumed=False)
+        mount = environments.environment_mount(s.environment, claim.name)
+        inputs = dataclasses.replace(inputs, step_pvc_volumes=(*inputs.step_pvc_volumes, mount))
+
+    from_secret = s.oauth_credentials_secret is not None
+    prefix = (
+        command.trace_prefix(config.trace_context)
+        + profile.profile_copy_prefix(s.claude_profiles)
+        + command.credentials_prefix(from_secret=from_secret, inline=None if from_secret else s.oauth_credentials)
+    )
+    stdin = command.prompt_via_stdin(config)
+    shell = command.agent_shell_command(
+        args,
+        claude_path=s.claude_path,
+        working_dir=config.working_dir or s.working_dir,
+        prefix=prefix,
+        prompt_file=command.prompt_file_path() if stdin else None,
+    )
+    expires_at = now + manifests.lifetime_seconds(s)
+    plain = list(s.env_vars)
+    if token is not None and s.auth_proxy_url is not None:
+        plain += list(layout.proxy_env(s.auth_proxy_url, token.reveal()).items())
+    configmap: dict[str, Any] | None = None
+    if stdin:
+        configmap = manifests.prompt_configmap(
+            pod_name=pod_name,
+            namespace=s.namespace,
+            prompt=config.prompt,
+            pod_labels=inputs.labels,
+            expires_at=expires_at,
+        )
+    new_claim: dict[str, Any] | None = None
+    if s.environment is not None and claim is not None and not claim.resumed:
+        new_claim = environments.build_environment_claim(
+            claim.name,
+            namespace=s.namespace,
+            volume=s.environment,
+            pod_labels=inputs.labels,
+            expires_at=environments.environment_expires_at(s.environment, now=now, lifetime_s=expires_at - now),
+        )
+    pod = manifests.build_pod(
+        s,
+        inputs,
+        config,
+        name=pod_name,
+        shell_command=shell,
+        plain_env=plain,
+        worker_env=worker_env,
+        expires_at=expires_at,
+        prompt_configmap=None if configmap is None else str(configmap["metadata"]["name"]),
+    )
+    return StepObjects(
+        pod=pod,
+        prompt_configmap=configmap,
+        environment_claim=new_claim,
+        environment_id=None if claim is None else claim.name,
+        pod_name=pod_name,
+        expires_at=expires_at,
+    )
