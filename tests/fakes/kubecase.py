@@ -1,8 +1,9 @@
 """The swappable cluster of the Kubernetes contract suite, as tests type it.
 
-``tests/fakes/kube_fixtures.py``'s ``kube`` fixture yields a :class:`KubeCase` on every
-backend (the in-process :class:`KubeTestServer`, a real kube-apiserver with kwok); test
-modules import the type from here, since a conftest is not importable. Also
+``tests/fakes/kube_fixtures.py``'s ``kube`` fixture (that module is a plugin of
+``tests/conftest.py``) yields a :class:`KubeCase` on every backend (the in-process
+:class:`KubeTestServer`, a real kube-apiserver with kwok); test modules import the type from
+here, never from the plugin, so its fixtures stay registered once. Also
 :func:`hold_create_answers`, the "create sent, answer not back yet" of the cancel tests.
 """
 

@@ -4,10 +4,14 @@ pod scripts in a namespace kwok leaves alone (``MANUAL_NAMESPACE_PREFIX``).
 Why: the contract suite drives pods step by step (``set_pod_phase``), which kwok's
 automatic stages cannot. Here, as a kubelet would, the test patches ``pods/status`` through
 the real apiserver, and kwok still serves the logs (through ``Logs`` rules) and finishes
-graceful deletions. Same interface as the suite's control over ``KubeTestServer``.
+graceful deletions. :class:`KubeletControl` is the ``ClusterControl`` of
+``tests/fakes/kubecase.py``, as ``ServerControl`` is over ``KubeTestServer``.
 
 Also the ``kube_env`` session fixture: one cluster per test session, skipped with the reason
-when the binaries are not built.
+when the binaries are not built. It lives in ``tests/fakes/``, not in ``ironflow.testing``,
+because it imports pytest; ``tests/fakes/kube_fixtures.py`` (a plugin of ``tests/conftest.py``)
+imports ``kube_env`` and :func:`manual_namespace` from here for the ``kube`` fixture's real
+backend, and unit tests import :func:`pod_status` directly.
 """
 
 from __future__ import annotations

@@ -6,16 +6,18 @@ the same way (an object that lists its properties refuses others unless it says
 ``x-kubernetes-preserve-unknown-fields``). Validators are built once per kind and cached:
 the definitions file is large, and a benchmark creates hundreds of objects.
 
-``kubernetes-validate`` and ``jsonschema`` are test dependencies, so they are imported here
-lazily, never by the library.
+``kubernetes-validate`` is a test dependency, so it is imported here lazily, never by the library.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+import jsonschema
 
 __all__ = ["SchemaValidator", "builtin_validator", "crd_validator", "strict_crd_schema", "validation_messages"]
 
@@ -55,9 +57,6 @@ def _registry(version: str) -> Any:
 @functools.cache
 def builtin_validator(kind: str, api_version: str, version: str) -> SchemaValidator | None:
     """The strict validator of a built-in kind, or None when the version has no schema for it."""
-    import re
-
-    import jsonschema
     from kubernetes_validate import utils
 
     directory, _ = _schema_dir(version)
@@ -108,8 +107,6 @@ def strict_crd_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 def crd_validator(schema: Mapping[str, Any]) -> SchemaValidator:
     """A validator for one served version of a CRD (OpenAPI v3 schema, strict)."""
-    import jsonschema
-
     validator: SchemaValidator = jsonschema.validators.Draft7Validator(strict_crd_schema(schema))
     return validator
 

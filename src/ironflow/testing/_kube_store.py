@@ -73,7 +73,7 @@ BUILTINS: Final = (
     Type("", "v1", "namespaces", "Namespace", False),
     Type("batch", "v1", "jobs", "Job", True),
     Type("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
-    # Create-only and never stored: answered from the server's deny rules (KubeTestServer._review).
+    # Create-only and never stored: answered from the deny rules (:func:`._kube_verbs.review`).
     Type("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False),
 )
 
@@ -156,6 +156,7 @@ class Store:
         self.history: deque[Event] = deque(maxlen=history_size)
         self.compacted_rv = 0
         self.watchers: set[Watcher] = set()
+        self.max_watchers = 0  # the most watches open at once (reset by the server's reset_requests)
         self.by_uid: dict[str, tuple[Key, tuple[str, str]]] = {}
         self.children: dict[str, set[tuple[Key, tuple[str, str]]]] = {}  # owner uid -> dependents
         self.lifecycle: Lifecycle = _NoKubelet()
@@ -200,6 +201,11 @@ class Store:
                 if line is not None:
                     lines.append(line)
         return lines
+
+    def open_watch(self, watcher: Watcher) -> None:
+        """Start feeding ``watcher`` the live events (right after :meth:`initial_lines`)."""
+        self.watchers.add(watcher)
+        self.max_watchers = max(self.max_watchers, len(self.watchers))
 
     def next_rv(self) -> int:
         self.rv += 1

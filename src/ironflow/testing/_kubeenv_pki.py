@@ -10,6 +10,7 @@ and service-account signing). Nothing here is used outside tests.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 from collections.abc import Sequence
@@ -157,8 +158,6 @@ def kubeconfig_yaml(
     >>> "token: t" in kubeconfig_yaml("https://127.0.0.1:1", b"x", user="u", token="t")
     True
     """
-    import base64
-
     creds: dict[str, str] = {}
     if cert_paths is not None:
         creds = {"client-certificate": cert_paths[0], "client-key": cert_paths[1]}

@@ -12,6 +12,10 @@ fresh PKI (:mod:`._kubeenv_pki`); the RBAC authorizer and the default admission 
 dir, so nothing is left running. Pods never really run: kwok's stages (:mod:`._kwok_stages`)
 move them, and kwok serves the container logs a test prepares (:meth:`KubeEnv.set_namespace_log`).
 
+This module is the facade (lifecycle and what tests use); the binaries are found by
+:mod:`._kubeenv_bins`, the command lines rendered by :mod:`._kubeenv_argv`, the processes run by
+:mod:`._kubeenv_procs`.
+
 The lifecycle is synchronous on purpose, so one session-wide cluster outlives the
 per-test event loops; tests talk to it through :meth:`KubeEnv.cluster_config`.
 """
@@ -20,20 +24,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
+import functools
 import json
-import os
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -41,12 +39,16 @@ from typing import Any, Final
 import yaml
 
 from ironflow.kube import api
+from ironflow.testing import _kubeenv_argv as argv
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _kwok_stages as stages
+from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_bin_dir
+from ironflow.testing._kubeenv_procs import KubeEnvError, Processes, free_port
 
 __all__ = [
     "EXIT_CODE_LABEL",
     "MANUAL_NAMESPACE_PREFIX",
+    "NODE_NAME",
     "RUN_FOR_LABEL",
     "KubeEnv",
     "KubeEnvError",
@@ -58,72 +60,8 @@ EXIT_CODE_LABEL: Final = stages.EXIT_CODE_LABEL
 RUN_FOR_LABEL: Final = stages.RUN_FOR_LABEL
 MANUAL_NAMESPACE_PREFIX: Final = stages.MANUAL_NAMESPACE_PREFIX
 
-BINARIES: Final = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-    "agent-sandbox-controller",
-)
 #: Name of the one fake node kwok manages.
 NODE_NAME: Final = "kwok-node-0"
-_START_TIMEOUT_S: Final = 120.0
-_STOP_GRACE_S: Final = 2.0  # kube-apiserver drains watches for far longer; test data need no drain
-_PR_SET_PDEATHSIG: Final = 1
-
-
-class KubeEnvNotAvailable(RuntimeError):
-    """The binaries are not built: run ``scripts/kube-testenv build``."""
-
-
-class KubeEnvError(RuntimeError):
-    """A component did not start or an admin request failed; the message names the component
-    and the tail of its log."""
-
-
-def find_bin_dir() -> Path:
-    """Where the built binaries are: ``$IRONFLOW_KUBE_TESTENV_BIN``, else the newest complete
-    ``kube-testenv/*/bin`` in the cache. Raises :class:`KubeEnvNotAvailable` with the fix."""
-    override = os.environ.get("IRONFLOW_KUBE_TESTENV_BIN")
-    candidates: list[Path] = []
-    if override:
-        candidates.append(Path(override))
-    else:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ironflow" / "kube-testenv"
-        candidates += sorted(cache.glob("*/bin"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for directory in candidates:
-        share = directory.parent / "share"
-        if all(os.access(directory / b, os.X_OK) for b in BINARIES) and (share / "kwok" / "crds").is_dir():
-            return directory
-    where = override or "the kube-testenv cache"
-    raise KubeEnvNotAvailable(f"control-plane binaries not found in {where}: run scripts/kube-testenv build")
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the thread that started it exits (Linux), so a
-    crashed or killed test run leaves no component behind."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class _Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 class KubeEnv:
@@ -142,7 +80,7 @@ class KubeEnv:
         self.api_port = 0
         self.kwok_port = 0
         self._pki: pki.Pki | None = None
-        self._procs: list[_Proc] = []
+        self._procs = Processes(self.bin_dir)
         self._ssl: ssl.SSLContext | None = None
         self._volumes = 0
 
@@ -168,7 +106,7 @@ class KubeEnv:
     @property
     def pids(self) -> list[int]:
         """Process ids (each the leader of its own process group) of the running components."""
-        return [p.popen.pid for p in self._procs]
+        return self._procs.pids
 
     def start(self) -> None:
         """Generate the PKI, start every component, wait until pods can be scheduled and run.
@@ -179,44 +117,25 @@ class KubeEnv:
         atexit.register(self.stop)
         try:
             self._write_files()
-            self._start_etcd()
-            self._start_apiserver()
+            self._start_apiserver(self._start_etcd())
             kwok_crds = self.share_dir / "kwok" / "crds"
             self._install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
             self._start_controllers()
             self.request("POST", "/api/v1/nodes", self._node())
-            self._wait(self._node_schedulable, "node", "kwok to make the node Ready and KCM to untaint it")
-            self._wait(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), "kcm", "default SA")
+            self._procs.wait(self._node_schedulable, "node", "kwok to make the node Ready and KCM to untaint it")
+            self._procs.wait(
+                lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), "kcm", "default SA"
+            )
             if self.agent_sandbox:
                 self._install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
-                self._spawn(
-                    "agent-sandbox-controller",
-                    [
-                        f"--kubeconfig={self.kubeconfig_path}",
-                        "--leader-elect=false",
-                        "--metrics-bind-address=0",
-                        "--health-probe-bind-address=0",
-                        "--extensions",
-                    ],
-                )
+                self._spawn("agent-sandbox-controller", argv.agent_sandbox_args(self._layout))
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
         """SIGTERM every process group (newest first), SIGKILL what is left, remove the work dir."""
-        for proc in reversed(self._procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_S
-        for proc in reversed(self._procs):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)  # the group: children die too
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.popen.wait(timeout=5)
-        self._procs.clear()
+        self._procs.stop()
         atexit.unregister(self.stop)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -258,7 +177,9 @@ class KubeEnv:
         meta = {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})}
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
         self.request("POST", "/api/v1/namespaces", body)
-        self._wait(lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), "kcm", f"SA in {name}")
+        self._procs.wait(
+            lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), "kcm", f"SA in {name}"
+        )
 
     def apply_objects(self, docs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> None:
         """Create each object (server-side apply, so a rerun is harmless) with the admin identity."""
@@ -338,14 +259,18 @@ class KubeEnv:
             raise KubeEnvError("KubeEnv is not started: use `with KubeEnv() as env:` or call start()")
         return self._pki
 
-    def _path(self, name: str) -> Path:
+    @property
+    def _layout(self) -> argv.Layout:
         assert self.workdir is not None
-        return self.workdir / name
+        return argv.Layout(self.workdir)
+
+    def _path(self, name: str) -> Path:
+        return self._layout.path(name)
 
     @property
     def kubeconfig_path(self) -> Path:
         """The admin kubeconfig file (client certificate by path), for Go tools and other clients."""
-        return self._path("admin.kubeconfig")
+        return self._layout.kubeconfig
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -357,7 +282,7 @@ class KubeEnv:
     def _write_files(self) -> None:
         self._pki = p = pki.new_pki()
         self._ssl = None
-        self.api_port, self.kwok_port = _free_port(), _free_port()
+        self.api_port, self.kwok_port = free_port(), free_port()
         files = {
             "ca.crt": p.ca.cert_pem,
             "admin.crt": p.admin.cert_pem,
@@ -381,132 +306,31 @@ class KubeEnv:
         self._path("logs").mkdir()
         self._path("pod-logs").mkdir()
 
-    def _spawn(self, name: str, args: list[str]) -> _Proc:
-        log = self._path("logs") / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,  # its own process group: stop() kills it and its children
-                preexec_fn=_die_with_parent,  # only a prctl call: safe between fork and exec
-            )
-        proc = _Proc(name, popen, log)
-        self._procs.append(proc)
-        return proc
+    def _spawn(self, name: str, args: list[str]) -> None:
+        assert self.workdir is not None
+        self._procs.spawn(name, args, cwd=self.workdir, log_dir=self._path("logs"))
 
-    def _wait(self, ready: Any, component: str, what: str, timeout: float = _START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            for proc in self._procs:
-                if proc.popen.poll() is not None:
-                    raise KubeEnvError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
-            with contextlib.suppress(OSError, KubeEnvError, ValueError):
-                if ready():
-                    return
-            if time.monotonic() > deadline:
-                tails = "\n".join(f"--- {p.name}\n{p.tail(8)}" for p in self._procs if p.name == component)
-                raise KubeEnvError(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
-            time.sleep(0.1)
-
-    def _start_etcd(self) -> None:
-        client, peer = _free_port(), _free_port()
-        self._etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn(
-            "etcd",
-            [
-                "--name=node0",
-                f"--data-dir={self._path('etcd')}",
-                f"--listen-client-urls={self._etcd_url}",
-                f"--advertise-client-urls={self._etcd_url}",
-                f"--listen-peer-urls=http://127.0.0.1:{peer}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-                f"--initial-cluster=node0=http://127.0.0.1:{peer}",
-                "--listen-metrics-urls=",
-                "--unsafe-no-fsync",  # a test store need not survive a crash
-                "--auto-compaction-retention=1",
-                "--log-level=warn",
-            ],
-        )
+    def _start_etcd(self) -> str:
+        """Start etcd and wait until it is healthy; returns its client URL."""
+        client, peer = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn("etcd", argv.etcd_args(self._layout, client_url=etcd_url, peer_port=peer))
 
         def healthy() -> bool:
-            with urllib.request.urlopen(f"{self._etcd_url}/health", timeout=2) as resp:  # noqa: S310
+            with urllib.request.urlopen(f"{etcd_url}/health", timeout=2) as resp:  # noqa: S310
                 return bool(resp.status == 200)
 
-        self._wait(healthy, "etcd", "etcd /health")
+        self._procs.wait(healthy, "etcd", "etcd /health")
+        return etcd_url
 
-    def _start_apiserver(self) -> None:
-        sa_key = str(self._path("sa.key"))
-        self._spawn(
-            "kube-apiserver",
-            [
-                f"--etcd-servers={self._etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.api_port}",
-                f"--tls-cert-file={self._path('admin.crt')}",
-                f"--tls-private-key-file={self._path('admin.key')}",
-                f"--client-ca-file={self._path('ca.crt')}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={self._path('sa.pub')}",
-                f"--service-account-signing-key-file={sa_key}",
-                "--authorization-mode=Node,RBAC",
-                # on top of the defaults (PodSecurity, ServiceAccount, ...): lets a namespace keep
-                # its pods unscheduled (the contract suite's kubelet-manual-* namespaces)
-                "--enable-admission-plugins=PodNodeSelector",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--kubelet-preferred-address-types=InternalIP,Hostname",
-                "--enable-priority-and-fairness=false",
-                "--max-requests-inflight=0",
-                "--max-mutating-requests-inflight=0",
-                "--profiling=false",
-                "--logging-format=text",
-                "-v=1",
-            ],
-        )
-        self._wait(lambda: self.request("GET", "/readyz") is not None, "kube-apiserver", "kube-apiserver /readyz")
+    def _start_apiserver(self, etcd_url: str) -> None:
+        self._spawn("kube-apiserver", argv.apiserver_args(self._layout, etcd_url=etcd_url, port=self.api_port))
+        self._procs.wait(lambda: self.request("GET", "/readyz") is not None, "kube-apiserver", "kube-apiserver /readyz")
 
     def _start_controllers(self) -> None:
-        common = [
-            f"--kubeconfig={self.kubeconfig_path}",
-            "--bind-address=127.0.0.1",
-            "--leader-elect=false",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            "--kube-api-qps=500",
-            "--kube-api-burst=1000",
-        ]
-        self._spawn(
-            "kube-controller-manager",
-            [
-                *common,
-                f"--secure-port={_free_port()}",
-                f"--root-ca-file={self._path('ca.crt')}",
-                f"--service-account-private-key-file={self._path('sa.key')}",
-                "--use-service-account-credentials=false",
-                "--node-monitor-grace-period=60s",
-            ],
-        )
-        self._spawn("kube-scheduler", [*common, f"--secure-port={_free_port()}"])
-        self._spawn(
-            "kwok",
-            [
-                f"--kubeconfig={self.kubeconfig_path}",
-                f"--config={self._path('kwok.yaml')}",
-                "--manage-all-nodes=true",
-                "--node-ip=127.0.0.1",
-                "--node-name=localhost",
-                f"--node-port={self.kwok_port}",
-                f"--server-address=127.0.0.1:{self.kwok_port}",
-                f"--tls-cert-file={self._path('admin.crt')}",
-                f"--tls-private-key-file={self._path('admin.key')}",
-                "--node-lease-duration-seconds=40",
-                "--enable-crds=Logs,ClusterLogs,Exec,ClusterExec",
-            ],
-        )
+        self._spawn("kube-controller-manager", argv.controller_manager_args(self._layout, port=free_port()))
+        self._spawn("kube-scheduler", argv.scheduler_args(self._layout, port=free_port()))
+        self._spawn("kwok", argv.kwok_args(self._layout, port=self.kwok_port))
 
     def _install_crds(self, files: Sequence[Path]) -> None:
         names = []
@@ -517,7 +341,9 @@ class KubeEnv:
                     self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
                     names.append(doc["metadata"]["name"])
         for name in names:
-            self._wait(lambda n=name: self._crd_established(n), "kube-apiserver", f"CRD {name} Established")
+            self._procs.wait(
+                functools.partial(self._crd_established, name), "kube-apiserver", f"CRD {name} Established"
+            )
 
     def _crd_established(self, name: str) -> bool:
         crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")

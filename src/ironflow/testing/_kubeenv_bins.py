@@ -1,0 +1,45 @@
+"""Where the real control plane's binaries are: ``$IRONFLOW_KUBE_TESTENV_BIN`` or the kube-testenv cache.
+
+``scripts/kube-testenv build`` builds them from pinned Go modules into
+``${XDG_CACHE_HOME:-~/.cache}/ironflow/kube-testenv/<versions>/{bin,share}``; a directory
+counts only when every binary is executable and kwok's CRDs are beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+__all__ = ["BINARIES", "KubeEnvNotAvailable", "find_bin_dir"]
+
+BINARIES: Final = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "agent-sandbox-controller",
+)
+
+
+class KubeEnvNotAvailable(RuntimeError):
+    """The binaries are not built: run ``scripts/kube-testenv build``."""
+
+
+def find_bin_dir() -> Path:
+    """Where the built binaries are: ``$IRONFLOW_KUBE_TESTENV_BIN``, else the newest complete
+    ``kube-testenv/*/bin`` in the cache. Raises :class:`KubeEnvNotAvailable` with the fix."""
+    override = os.environ.get("IRONFLOW_KUBE_TESTENV_BIN")
+    candidates: list[Path] = []
+    if override:
+        candidates.append(Path(override))
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ironflow" / "kube-testenv"
+        candidates += sorted(cache.glob("*/bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for directory in candidates:
+        share = directory.parent / "share"
+        if all(os.access(directory / b, os.X_OK) for b in BINARIES) and (share / "kwok" / "crds").is_dir():
+            return directory
+    where = override or "the kube-testenv cache"
+    raise KubeEnvNotAvailable(f"control-plane binaries not found in {where}: run scripts/kube-testenv build")
