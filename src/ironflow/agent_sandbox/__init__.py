@@ -1,8 +1,8 @@
 """agent-sandbox (kubernetes-sigs/agent-sandbox): typed values, checked manifests, patterns, provider.
 
 Layering: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
-``manifests`` and ``patterns`` render them (pure); ``claims`` and ``provider`` do the
-I/O through :mod:`ironflow.kube.api`. Nothing here imports ``kubernetes_asyncio``.
+``manifests``, ``patterns`` and ``kro`` render them and ``catalog`` names the patterns (pure);
+``claims`` and ``provider`` do the I/O through :mod:`ironflow.kube.api`. Nothing here imports ``kubernetes_asyncio``.
 """
 
 from typing import TYPE_CHECKING
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ironflow.agent_sandbox.catalog import PATTERNS, render_pattern
     from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
     from ironflow.agent_sandbox.manifests import check, claim_warnings, pvc_name, render, render_all, rfc3339
     from ironflow.agent_sandbox.models import (
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
         UpdateStrategy,
         VolumeClaimTemplate,
     )
-    from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
+    from ironflow.agent_sandbox.patterns import PatternOptions
     from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
     from ironflow.agent_sandbox.runner import SandboxStepRunner
     from ironflow.agent_sandbox.schemas import schema_problems, validate
@@ -90,7 +91,8 @@ __getattr__ = lazy_exports(
             "UpdateStrategy",
             "VolumeClaimTemplate",
         ),
-        "patterns": ("PATTERNS", "PatternOptions", "render_pattern"),
+        "catalog": ("PATTERNS", "render_pattern"),
+        "patterns": ("PatternOptions",),
         "provider": ("AgentSandboxProvider", "AgentSandboxSettings"),
         "runner": ("SandboxStepRunner",),
         "schemas": ("schema_problems", "validate"),
