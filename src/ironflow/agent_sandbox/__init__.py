@@ -31,9 +31,10 @@ if TYPE_CHECKING:
         VolumeClaimTemplate,
     )
     from ironflow.agent_sandbox.patterns import PatternOptions
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
     from ironflow.agent_sandbox.runner import SandboxStepRunner
     from ironflow.agent_sandbox.schemas import schema_problems, validate
+    from ironflow.agent_sandbox.steps import AgentSandboxSettings
 
 __all__ = [
     "PATTERNS",
@@ -93,8 +94,9 @@ __getattr__ = lazy_exports(
         ),
         "catalog": ("PATTERNS", "render_pattern"),
         "patterns": ("PatternOptions",),
-        "provider": ("AgentSandboxProvider", "AgentSandboxSettings"),
+        "provider": ("AgentSandboxProvider",),
         "runner": ("SandboxStepRunner",),
         "schemas": ("schema_problems", "validate"),
+        "steps": ("AgentSandboxSettings",),
     },
 )

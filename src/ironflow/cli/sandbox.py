@@ -21,6 +21,7 @@ from rich.console import Console
 
 from ironflow import errors
 from ironflow.agent_sandbox import catalog, models, patterns
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.cli import options
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
@@ -189,10 +190,10 @@ def apply_template(
             provider = provider.warm_pool(pool or s.warm_pool, replicas=s.replicas if replicas is None else replicas)
         if api_version is not None:
             provider = provider.api_version(api_version)
-        objects = provider.template_objects()
+        objects = sandbox_steps.template_objects(provider.settings)
     except errors.IronflowError as exc:
         options.fail(" ".join(exc.message.split()))
-    for warning in provider.template_warnings():
+    for warning in sandbox_steps.template_warnings(provider.settings):
         typer.echo(f"warning: {warning}", err=True)
     if dry_run:
         options.emit_objects(objects, output)
