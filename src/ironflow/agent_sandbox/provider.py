@@ -34,7 +34,7 @@ from typing import Any, Final
 import yaml
 
 from ironflow import errors, steps
-from ironflow.agent_sandbox import apply, claims, manifests, models
+from ironflow.agent_sandbox import apply, claims, models, rules
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.runner import SandboxStepRunner
 from ironflow.auth_proxy import issuing
@@ -88,7 +88,7 @@ class AgentSandboxProvider(ProviderBase):
 
     def template(self, name: str) -> AgentSandboxProvider:
         """The SandboxTemplate (and default pool) name."""
-        manifests.check(models.SandboxWarmPool(name=name, template=name))
+        rules.check(models.SandboxWarmPool(name=name, template=name))
         return self._with(template=name)
 
     def warm_pool(self, name: str | None = None, *, replicas: int = 1) -> AgentSandboxProvider:
