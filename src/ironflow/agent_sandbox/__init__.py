@@ -1,8 +1,10 @@
 """agent-sandbox (kubernetes-sigs/agent-sandbox): typed values, checked manifests, patterns, provider.
 
-Layering: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
-``manifests`` and ``patterns`` render them (pure); ``claims`` and ``provider`` do the
-I/O through :mod:`ironflow.kube.api`. Nothing here imports ``kubernetes_asyncio``.
+Layering, one way: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
+``rules`` check them; ``manifests``, ``patterns``, ``kro`` and ``steps`` (the settings and a
+step's claim and execs) render them, ``catalog`` names the patterns (all pure); ``claims``,
+``apply`` and ``runner`` do the I/O through :mod:`ironflow.kube.api`; ``provider`` builds the
+settings and runs steps through the runner. Nothing here imports ``kubernetes_asyncio``.
 """
 
 from typing import TYPE_CHECKING
@@ -10,8 +12,9 @@ from typing import TYPE_CHECKING
 from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ironflow.agent_sandbox.catalog import PATTERNS, render_pattern
     from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
-    from ironflow.agent_sandbox.manifests import check, claim_warnings, pvc_name, render, render_all, rfc3339
+    from ironflow.agent_sandbox.manifests import render, render_all, rfc3339
     from ironflow.agent_sandbox.models import (
         ApiVersion,
         ClaimEnvVar,
@@ -29,10 +32,12 @@ if TYPE_CHECKING:
         UpdateStrategy,
         VolumeClaimTemplate,
     )
-    from ironflow.agent_sandbox.patterns import PATTERNS, PatternOptions, render_pattern
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider, AgentSandboxSettings
+    from ironflow.agent_sandbox.patterns import PatternOptions
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.agent_sandbox.rules import check, claim_warnings, pvc_name
     from ironflow.agent_sandbox.runner import SandboxStepRunner
     from ironflow.agent_sandbox.schemas import schema_problems, validate
+    from ironflow.agent_sandbox.steps import AgentSandboxSettings
 
 __all__ = [
     "PATTERNS",
@@ -72,7 +77,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "claims": ("ClaimReapReport", "has_condition"),
-        "manifests": ("check", "claim_warnings", "pvc_name", "render", "render_all", "rfc3339"),
+        "manifests": ("render", "render_all", "rfc3339"),
         "models": (
             "ApiVersion",
             "ClaimEnvVar",
@@ -90,9 +95,12 @@ __getattr__ = lazy_exports(
             "UpdateStrategy",
             "VolumeClaimTemplate",
         ),
-        "patterns": ("PATTERNS", "PatternOptions", "render_pattern"),
-        "provider": ("AgentSandboxProvider", "AgentSandboxSettings"),
+        "catalog": ("PATTERNS", "render_pattern"),
+        "patterns": ("PatternOptions",),
+        "provider": ("AgentSandboxProvider",),
+        "rules": ("check", "claim_warnings", "pvc_name"),
         "runner": ("SandboxStepRunner",),
         "schemas": ("schema_problems", "validate"),
+        "steps": ("AgentSandboxSettings",),
     },
 )

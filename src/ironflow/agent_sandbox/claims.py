@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ironflow import errors, labels
+from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import models
 from ironflow.k8s import cleanup, pods, reaper
 from ironflow.kube import api as kube
@@ -102,9 +102,11 @@ def run_claim_selectors(run_id: str) -> tuple[str, ...]:
     )
 
 
-def step_claim_selector(run: str, step: str) -> str:
-    """The claim of one step of one run (label values as written on it)."""
-    return labels.selector(labels.SANDBOX_CLAIM_SELECTOR, {labels.LABEL_RUN_ID: run, labels.LABEL_STEP: step})
+def step_claim_selector(scope: steps.StepScope) -> str:
+    """The claims of one step of one run: an earlier attempt's, labelled from the same scope."""
+    scoped = scope.labels
+    keys = (labels.LABEL_RUN_ID, labels.LABEL_STEP)
+    return labels.selector(labels.SANDBOX_CLAIM_SELECTOR, {k: scoped[k] for k in keys})
 
 
 # --- I/O ---------------------------------------------------------------------------------

@@ -7,20 +7,7 @@ calls the provider's ``manifests()`` and takes the Pod's spec and labels, so the
 never drift. A pod that waits in a warm pool runs an idle loop instead of the agent (the
 provider execs the agent into it per step) and has no ``activeDeadlineSeconds``.
 
-=======================  ================================================================
-pattern                  objects
-=======================  ================================================================
-ephemeral                Sandbox, emptyDir workspace, shutdownPolicy Delete
-standalone-pvc           PVCs (workspace, memory) + Sandbox mounting them (they survive it)
-warm-pool                SandboxTemplate + SandboxWarmPool + SandboxClaim
-network-secure           SandboxTemplate, managed NetworkPolicy, secure default rules
-network-air-gapped       SandboxTemplate, managed NetworkPolicy, no traffic either way
-network-custom-egress    SandboxTemplate, router ingress + the given egress CIDRs/ports
-kro-raw                  concept 07: Runner RGD (owns a Sandbox) + user RGD (PVC siblings,
-                         ConfigMap, Runner, optional CronJob orchestrator)
-kro-template             concept 08: one RGD (SandboxTemplate, SandboxWarmPool, ConfigMaps,
-                         SandboxClaim with TTL, optional CronJob creating claims)
-=======================  ================================================================
+The registry of patterns by name is :mod:`~ironflow.agent_sandbox.catalog`.
 """
 
 from __future__ import annotations
@@ -38,7 +25,6 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 __all__ = [
     "DEFAULT_IMAGE",
     "IDLE_COMMAND",
-    "PATTERNS",
     "WORKSPACE_PATH",
     "PatternOptions",
     "agent_config",
@@ -46,7 +32,11 @@ __all__ = [
     "idle_pod_template",
     "pattern_labels",
     "pool_and_claim",
-    "render_pattern",
+    "render_custom_egress",
+    "render_ephemeral",
+    "render_network",
+    "render_standalone",
+    "render_warm_pool",
     "router_ingress",
     "sandbox_template",
     "secure_default_egress",
@@ -189,7 +179,7 @@ def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
     }
 
 
-def _ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
+def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
     template = agent_pod_template(opts.resolved_provider(), agent_config(opts), workspace={"emptyDir": {}})
     sandbox = models.Sandbox(
         name=opts.name,
@@ -202,7 +192,7 @@ def _ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
     return [manifests.render(sandbox)]
 
 
-def _standalone(opts: PatternOptions) -> list[dict[str, Any]]:
+def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
     workspace, memory = f"{opts.name}-workspace", f"{opts.name}-memory"
     provider = opts.resolved_provider().pvc_volume(workspace, WORKSPACE_PATH).sessions_volume(memory)
     sandbox = models.Sandbox(
@@ -240,18 +230,18 @@ def pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> li
     return [template, pool, claim]
 
 
-def _warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
+def render_warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
     return manifests.render_all(pool_and_claim(opts, sandbox_template(opts)))
 
 
-def _network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
+def render_network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
     def render(opts: PatternOptions) -> list[dict[str, Any]]:
         return [manifests.render(sandbox_template(opts, policy=policy))]
 
     return render
 
 
-def _custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
+def render_custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
     if not opts.egress:
         raise errors.ConfigError("network-custom-egress needs at least one --egress CIDR[:PORT]")
     rules: list[Mapping[str, Any]] = []
@@ -262,39 +252,3 @@ def _custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
         rules.append(rule)
     policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
     return [manifests.render(sandbox_template(opts, policy=policy))]
-
-
-def _kro_raw(opts: PatternOptions) -> list[dict[str, Any]]:
-    from ironflow.agent_sandbox import kro  # kro builds on this module
-
-    return kro.raw_sandbox_rgds(opts)
-
-
-def _kro_template(opts: PatternOptions) -> list[dict[str, Any]]:
-    from ironflow.agent_sandbox import kro
-
-    return kro.template_rgd(opts)
-
-
-PATTERNS: Final[Mapping[str, Callable[[PatternOptions], list[dict[str, Any]]]]] = {
-    "ephemeral": _ephemeral,
-    "standalone-pvc": _standalone,
-    "warm-pool": _warm_pool,
-    "network-secure": _network(None),
-    "network-air-gapped": _network(models.NetworkPolicyRules(ingress=(), egress=())),
-    "network-custom-egress": _custom_egress,
-    "kro-raw": _kro_raw,
-    "kro-template": _kro_template,
-}
-
-
-def render_pattern(pattern: str, options: PatternOptions | None = None) -> list[dict[str, Any]]:
-    """The objects of ``pattern`` (a key of :data:`PATTERNS`), in apply order.
-
-    Raises:
-        ConfigError: an unknown pattern (the known ones named), or a refused option.
-    """
-    render = PATTERNS.get(pattern)
-    if render is None:
-        raise errors.ConfigError(f"unknown pattern '{pattern}'; known: {', '.join(PATTERNS)}")
-    return render(options or PatternOptions())

@@ -1,4 +1,4 @@
-"""The I/O half of :class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`: one step per claim.
+"""The I/O half of the agent-sandbox backend: one step per claim, on the settings it is given.
 
 Claim, wait for Ready on the shared claim watch, issue the token, exec the deliveries and the
 agent, parse, and on every path revoke the token and delete the claim (shielded from
@@ -17,56 +17,78 @@ import os
 import secrets as _random
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s import pods, reaper
 from ironflow.kube import api as kube
+from ironflow.kube import connections, informer
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
-if TYPE_CHECKING:
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+__all__ = ["SandboxStepRunner", "claims_watch", "connect"]
 
-__all__ = ["SandboxStepRunner", "claims_watch"]
+
+async def connect(settings: sandbox_steps.AgentSandboxSettings) -> kube.KubeApi:
+    """The process's shared API client for the settings' cluster (one per cluster and event loop)."""
+    return await connections.SHARED.get(settings.cluster_config)
 
 
 class SandboxStepRunner:
-    """One provider's steps over one API client; ``async with`` closes an admin client it made."""
+    """Steps of one settings value over one API client; ``async with`` closes an admin client it made.
+
+    Without an ``issuer``, :meth:`for_settings` makes an admin client when the pod has an auth
+    proxy; the API client, when not given, is the shared one (closed at worker shutdown).
+    """
 
     def __init__(
         self,
-        provider: AgentSandboxProvider,
+        settings: sandbox_steps.AgentSandboxSettings,
         *,
         api: kube.KubeApi | None,
-        issuer: Any,
+        issuer: issuing.TokenIssuer | None,
         worker_env: Mapping[str, str] | None,
-        owns_issuer: bool = False,
+        owned: AdminClient | None = None,
     ) -> None:
-        self.provider = provider
+        self.settings = settings
+        self.resources = claims.resources(settings.api_version)
         self._client = api
         self.issuer = issuer
         self.worker_env = dict(os.environ) if worker_env is None else dict(worker_env)
-        self._owns_issuer = owns_issuer
+        self._owned = owned
+
+    @classmethod
+    def for_settings(cls, settings: sandbox_steps.AgentSandboxSettings) -> SandboxStepRunner:
+        """The runner a provider call uses: the shared API client, an admin client when proxied."""
+        owned = None
+        if settings.auth_proxy_url is not None:
+            owned = AdminClient(settings.auth_proxy_url, settings.auth_proxy_admin_key)
+        return cls(settings, api=None, issuer=owned, worker_env=None, owned=owned)
 
     async def __aenter__(self) -> SandboxStepRunner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._owns_issuer and self.issuer is not None:
-            await self.issuer.close()
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the admin client this runner made (the API client stays shared)."""
+        if self._owned is not None:
+            await self._owned.close()
 
     @property
     def namespace(self) -> str:
-        return self.provider.settings.namespace
+        return self.settings.namespace
 
     async def api(self) -> kube.KubeApi:
         if self._client is None:
-            self._client = await self.provider.connect()
+            self._client = await connect(self.settings)
         return self._client
 
     # -- the provider protocol --
@@ -81,59 +103,55 @@ class SandboxStepRunner:
     async def release_run(self, run_id: str) -> int:
         """Delete the run's claims (and its child runs'), wait until gone, revoke the run's tokens."""
         api = await self.api()
-        p = self.provider
         deleted = await claims.delete_claims_and_wait(
             api,
-            p.resources.claims,
+            self.resources.claims,
             self.namespace,
             claims.run_claim_selectors(run_id),
             f"run {run_id}",
-            p.settings.pod.settings.previous_attempt_timeout_s,
+            self.settings.previous_attempt_timeout_s,
         )
         await issuing.revoke_run_tokens(self.issuer, run_id)
         return deleted
 
     async def reap_orphans(self, *, dry_run: bool = False) -> claims.ClaimReapReport:
         """One pass deleting expired claims of this namespace."""
-        return await claims.reap_claims(
-            await self.api(), self.provider.resources.claims, self.namespace, dry_run=dry_run
-        )
+        return await claims.reap_claims(await self.api(), self.resources.claims, self.namespace, dry_run=dry_run)
 
     def spawn_orphan_reaper(self, interval_s: float) -> reaper.OrphanReaper:
         """A background loop deleting expired claims (first pass at once); stop it with ``await h.stop()``."""
-        return claims.spawn_claim_reaper(self.api, self.provider.resources.claims, self.namespace, interval_s)
+        return claims.spawn_claim_reaper(self.api, self.resources.claims, self.namespace, interval_s)
 
     async def wait_for(
         self, claim: str, condition: str = "Finished", *, timeout_s: float | None = None
     ) -> dict[str, Any]:
         """``kubectl wait --for=condition=<condition> sandboxclaim/<claim>``."""
         return await claims.wait_for(
-            await self.api(), self.provider.resources.claims, self.namespace, claim, condition, timeout_s=timeout_s
+            await self.api(), self.resources.claims, self.namespace, claim, condition, timeout_s=timeout_s
         )
 
     # -- one step --
 
     async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> steps.AgentResult:
-        p = self.provider
-        p.check_step(config, worker_env=self.worker_env)  # refuses the step before anything exists
+        s = self.settings
+        sandbox_steps.check_step(s, config, worker_env=self.worker_env)  # refuses the step before anything exists
         started = time.monotonic()
         api = await self.api()
-        res = p.resources
+        res = self.resources
         async with claims_watch(api, self.namespace, res.claims):
-            run_labels = p.run_labels(config)
-            run, step = (run_labels.get(k) for k in (labels.LABEL_RUN_ID, labels.LABEL_STEP))
-            if run and step:
+            scope = config.scope
+            if scope is not None:
                 await claims.delete_claims_and_wait(
                     api,
                     res.claims,
                     self.namespace,
-                    (claims.step_claim_selector(run, step),),
-                    f"the previous attempt of step {step} of run {run}",
-                    p.settings.pod.settings.previous_attempt_timeout_s,
+                    (claims.step_claim_selector(scope),),
+                    f"the previous attempt of step {scope.step} of run {scope.run_id}",
+                    s.previous_attempt_timeout_s,
                 )
             now = int(time.time())
             name = pod_manifests.generate_pod_name(now * 1000, _random.randbits(32), prefix=claims.CLAIM_NAME_PREFIX)
-            claim = p.claim_manifest(config, name=name, now=now)
+            claim = sandbox_steps.claim_manifest(s, config, name=name, now=now)
             created = False
             try:
                 try:
@@ -159,15 +177,11 @@ class SandboxStepRunner:
                     await claims.delete_quietly(api, res.claims, self.namespace, name)
 
     async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
-        timeout = self.provider.settings.ready_timeout_s
+        timeout = self.settings.ready_timeout_s
         try:
-            return await claims.wait_for(
-                api, self.provider.resources.claims, self.namespace, name, "Ready", timeout_s=timeout
-            )
+            return await claims.wait_for(api, self.resources.claims, self.namespace, name, "Ready", timeout_s=timeout)
         except errors.OperationTimeout:
-            from ironflow.kube import informer
-
-            last = informer.informer_for(api, self.namespace, self.provider.resources.claims).get(name) or {}
+            last = informer.informer_for(api, self.namespace, self.resources.claims).get(name) or {}
             cond = claims.condition(last, "Ready") or {}
             why = f" (Ready={cond.get('status', 'unknown')}, reason {cond.get('reason', 'none')})" if cond else ""
             raise errors.OperationTimeout(
@@ -177,7 +191,7 @@ class SandboxStepRunner:
 
     async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
         try:
-            obj = await api.get(self.provider.resources.sandboxes, self.namespace, sandbox)
+            obj = await api.get(self.resources.sandboxes, self.namespace, sandbox)
         except errors.KubeNotFound:
             return sandbox
         annotations = obj.get("metadata", {}).get("annotations") or {}
@@ -192,7 +206,6 @@ class SandboxStepRunner:
         sink: LogSink | None,
         started: float,
     ) -> steps.AgentResult:
-        p = self.provider
         sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
         if not sandbox:
             raise errors.KubernetesError(
@@ -201,17 +214,18 @@ class SandboxStepRunner:
         pod = await self._pod_name(api, str(sandbox))
         token_id: str | None = None
         token: Secret | None = None
-        meta_labels = claim["metadata"]["labels"]
-        if self.issuer is not None:
+        issuer = self.issuer
+        if issuer is not None:
+            scope = config.scope
             token_id, token = await issuing.issue_step_token(
-                self.issuer,
+                issuer,
                 config,
-                meta_labels.get(labels.LABEL_RUN_ID) or claim["metadata"]["name"],
-                meta_labels.get(labels.LABEL_STEP) or "agent",
+                scope.run_id if scope is not None else claim["metadata"]["name"],
+                scope.step if scope is not None else "agent",
                 int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
             )
         try:
-            plan = p.exec_plan(config, proxy_token=token, worker_env=self.worker_env)
+            plan = sandbox_steps.exec_plan(self.settings, config, proxy_token=token, worker_env=self.worker_env)
             container = pod_manifests.CONTAINER_NAME
             for argv, stdin in plan.deliveries:
                 result = await api.exec(self.namespace, pod, argv, container=container, stdin=stdin)
@@ -219,7 +233,7 @@ class SandboxStepRunner:
                     raise errors.KubernetesError(
                         f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
                     )
-            timeout = p.settings.pod.settings.timeout_s
+            timeout = self.settings.step_timeout_s
             lines = _LineSplitter(sink) if sink is not None else None
             try:
                 async with asyncio.timeout(timeout):
@@ -236,8 +250,8 @@ class SandboxStepRunner:
                 if lines is not None:
                     lines.flush()
         finally:
-            if token_id is not None:
-                await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
+            if issuer is not None and token_id is not None:
+                await pods.shielded(issuing.revoke_step_token(issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         rate_limits.record_rate_limits(config, stdout)
@@ -271,6 +285,4 @@ _STREAMS = {1: "stdout", 2: "stderr"}
 
 def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:
     """Hold the namespace's shared claim watch for the block (one list, then events)."""
-    from ironflow.kube import informer
-
     return informer.informer_for(api, namespace, resource).hold()

@@ -20,7 +20,8 @@ import yaml
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.agent_sandbox import models, patterns
+from ironflow.agent_sandbox import catalog, models, patterns
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.cli import options
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
@@ -81,7 +82,7 @@ def _load(path: Path | None, image: str) -> AgentSandboxProvider:
 
 @sandbox_app.command("render")
 def render(
-    pattern: Annotated[str, typer.Argument(help=f"One of: {', '.join(patterns.PATTERNS)}.")],
+    pattern: Annotated[str, typer.Argument(help=f"One of: {', '.join(catalog.PATTERNS)}.")],
     name: Annotated[str, typer.Option("--name", help="Name of the sandbox/template/pool.")] = "claude-agent",
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Default: the provider file's, else 'default'.")
@@ -105,8 +106,8 @@ def render(
     ] = options.ManifestFormat.YAML,
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
-    if pattern not in patterns.PATTERNS:
-        options.fail(f"unknown pattern '{pattern}'; known: {', '.join(patterns.PATTERNS)}")
+    if pattern not in catalog.PATTERNS:
+        options.fail(f"unknown pattern '{pattern}'; known: {', '.join(catalog.PATTERNS)}")
     if namespace is not None:
         options.dns_label(namespace)
     try:
@@ -135,7 +136,7 @@ def render(
             ttl_seconds_after_finished=ttl,
             prompt=prompt or patterns.PatternOptions.prompt,
         )
-        objects = patterns.render_pattern(pattern, opts)
+        objects = catalog.render_pattern(pattern, opts)
     except errors.IronflowError as exc:
         options.fail(" ".join(exc.message.split()))
     options.emit_objects(objects, output)
@@ -189,10 +190,10 @@ def apply_template(
             provider = provider.warm_pool(pool or s.warm_pool, replicas=s.replicas if replicas is None else replicas)
         if api_version is not None:
             provider = provider.api_version(api_version)
-        objects = provider.template_objects()
+        objects = sandbox_steps.template_objects(provider.settings)
     except errors.IronflowError as exc:
         options.fail(" ".join(exc.message.split()))
-    for warning in provider.template_warnings():
+    for warning in sandbox_steps.template_warnings(provider.settings):
         typer.echo(f"warning: {warning}", err=True)
     if dry_run:
         options.emit_objects(objects, output)

@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from ironflow.agent_sandbox import claims, schemas
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import sandbox
 from ironflow.k8s.provider import K8sEphemeralProvider
@@ -91,10 +92,16 @@ async def test_sandbox_reap_deletes_only_expired_ironflow_claims(tmp_path: Path)
         now = int(time.time())
         async with await k8s.KubeApi.connect(server.cluster_config()) as api:
             await api.create(
-                p.resources.claims, "agents", p.claim_manifest(AgentConfig("x"), name="old", now=now - 9000)
+                p.resources.claims,
+                "agents",
+                sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="old", now=now - 9000),
             )
-            await api.create(p.resources.claims, "agents", p.claim_manifest(AgentConfig("x"), name="new", now=now))
-            foreign = p.claim_manifest(AgentConfig("x"), name="foreign", now=now - 9000)
+            await api.create(
+                p.resources.claims,
+                "agents",
+                sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="new", now=now),
+            )
+            foreign = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="foreign", now=now - 9000)
             foreign["metadata"]["labels"] = {"team": "a"}
             await api.create(p.resources.claims, "agents", foreign)
         base = ("reap", "--kubeconfig", str(kubeconfig), "-n", "agents")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ironflow.agent_sandbox import kro, patterns
+from ironflow.agent_sandbox import catalog, kro
 
 
 def wait_loop(labels_file: Path) -> str:
-    (rgd,) = patterns.render_pattern("kro-template")
+    (rgd,) = catalog.render_pattern("kro-template")
     shell: str = rgd["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]["containers"][0]["command"][2]
     loop = shell.split("done; ", 1)[0] + "done"
     return loop.replace(f"{kro.PODINFO_DIR}/labels", str(labels_file))

@@ -23,6 +23,7 @@ from tests.fakes.kubecase import hold_create_answers
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.claude.cli import find_claude_cli
@@ -85,7 +86,7 @@ class Env:
 
     async def apply_template(self, provider: AgentSandboxProvider) -> None:
         res = provider.resources
-        for obj in provider.template_objects():
+        for obj in sandbox_steps.template_objects(provider.settings):
             resource = res.templates if obj["kind"] == "SandboxTemplate" else res.pools
             await self.api.create(resource, self.ns, obj)
 
@@ -257,9 +258,13 @@ async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
     await env.apply_template(p)
     issuer = FakeIssuer()
     for step in ("a", "b"):
-        claim = p.claim_manifest(AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time()))
+        claim = sandbox_steps.claim_manifest(
+            p.settings, AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time())
+        )
         await env.api.create(p.resources.claims, env.ns, claim)
-    other = p.claim_manifest(AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time()))
+    other = sandbox_steps.claim_manifest(
+        p.settings, AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time())
+    )
     await env.api.create(p.resources.claims, env.ns, other)
     assert await p.runner(api=env.api, issuer=issuer, worker_env={}).release_run(RUN) == 2
     assert [c["metadata"]["name"] for c in env.claims()] == ["other"]
@@ -270,7 +275,11 @@ async def test_retry_deletes_the_previous_attempts_claim_first(env: Env) -> None
     p = env.provider(replicas=0)
     await env.apply_template(p)
     config = AgentConfig("hi").scoped(RUN, "again")
-    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(config, name="old-attempt", now=int(time.time())))
+    await env.api.create(
+        p.resources.claims,
+        env.ns,
+        sandbox_steps.claim_manifest(p.settings, config, name="old-attempt", now=int(time.time())),
+    )
     await p.runner(api=env.api, worker_env={}).run(config)
     assert all(c["metadata"]["name"] != "old-attempt" for c in env.claims())
 
@@ -279,8 +288,14 @@ async def test_reaper_deletes_only_expired_claims(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
     now = int(time.time())
-    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="old", now=now - 10_000))
-    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="fresh", now=now))
+    await env.api.create(
+        p.resources.claims,
+        env.ns,
+        sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="old", now=now - 10_000),
+    )
+    await env.api.create(
+        p.resources.claims, env.ns, sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="fresh", now=now)
+    )
     report = await p.runner(api=env.api, worker_env={}).reap_orphans()
     assert report.claims == ("old",)
     assert [c["metadata"]["name"] for c in env.claims()] == ["fresh"]
@@ -290,7 +305,7 @@ async def test_wait_for_finished_like_kubectl_wait(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
     r = p.runner(api=env.api, worker_env={})
-    claim = p.claim_manifest(AgentConfig("x"), name="waited", now=int(time.time()))
+    claim = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="waited", now=int(time.time()))
     await env.api.create(p.resources.claims, env.ns, claim)
     await r.wait_for("waited", "Ready", timeout_s=3)
     with pytest.raises(errors.OperationTimeout, match="condition Finished=True on sandboxclaims/waited"):
@@ -449,7 +464,7 @@ async def test_invoke_with_logs_runs_verbose_and_hands_every_line_to_the_sink(en
 async def test_periodic_reaper_deletes_expired_claims_and_stops(env: Env) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    stale = p.claim_manifest(AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
+    stale = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
     await env.api.create(p.resources.claims, env.ns, stale)
     handle = p.runner(api=env.api, worker_env={}).spawn_orphan_reaper(60)
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ironflow import labels
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -40,7 +41,9 @@ async def test_sdk_lists_our_claims_and_reads_them_with_its_model() -> None:
             pod = K8sEphemeralProvider.sandboxed("img").namespace("sdk")
             p = AgentSandboxProvider(pod).warm_pool(replicas=0)
             await p.apply_template(api)
-            claim = p.claim_manifest(AgentConfig("x").scoped(RUN, "a"), name="ours", now=int(time.time()))
+            claim = sandbox_steps.claim_manifest(
+                p.settings, AgentConfig("x").scoped(RUN, "a"), name="ours", now=int(time.time())
+            )
             await api.create(p.resources.claims, "sdk", claim)
             client = sdk_client(server)
             names = await asyncio.to_thread(client.list_all_sandboxes, "sdk")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ironflow.agent_sandbox import patterns
+from ironflow.agent_sandbox import catalog, patterns
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.polling import eventually_sync
 
@@ -22,7 +22,7 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 #: kro's CRDs are not installed here; every other pattern is.
-PATTERNS = [p for p in patterns.PATTERNS if not p.startswith("kro")]
+PATTERNS = [p for p in catalog.PATTERNS if not p.startswith("kro")]
 
 
 @pytest.fixture
@@ -55,12 +55,12 @@ def test_every_pattern_is_accepted_by_the_real_crds_and_pod_security(kube_env: K
     """Server-side apply of each pattern's objects: schema, CEL rules and admission all pass."""
     egress = (("10.20.0.0/16", 443),) if pattern == "network-custom-egress" else ()
     options = patterns.PatternOptions(namespace=ns, name=f"p-{pattern}"[:40], egress=egress)
-    docs = patterns.render_pattern(pattern, options)
+    docs = catalog.render_pattern(pattern, options)
     kube_env.apply_objects(docs, namespace=ns)
 
 
 def test_the_controller_makes_an_ephemeral_sandbox_ready(kube_env: KubeEnv, ns: str) -> None:
-    docs = patterns.render_pattern("ephemeral", patterns.PatternOptions(namespace=ns, name="eph"))
+    docs = catalog.render_pattern("ephemeral", patterns.PatternOptions(namespace=ns, name="eph"))
     kube_env.apply_objects(docs, namespace=ns)
     (sandbox,) = [d for d in docs if d["kind"] == "Sandbox"]
     _wait_ready(kube_env, f"/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes/{sandbox['metadata']['name']}")
@@ -70,7 +70,7 @@ def test_the_controller_makes_an_ephemeral_sandbox_ready(kube_env: KubeEnv, ns: 
 
 def test_a_claim_on_the_warm_pool_becomes_ready(kube_env: KubeEnv, ns: str) -> None:
     """SandboxTemplate + SandboxWarmPool (2 pods admitted under restricted) + SandboxClaim: Ready."""
-    docs = patterns.render_pattern("warm-pool", patterns.PatternOptions(namespace=ns, name="pool"))
+    docs = catalog.render_pattern("warm-pool", patterns.PatternOptions(namespace=ns, name="pool"))
     kube_env.provide_volumes(8)  # the pool's volumeClaimTemplates: no provisioner runs here
     kube_env.apply_objects(docs, namespace=ns)
     (claim,) = [d for d in docs if d["kind"] == "SandboxClaim"]

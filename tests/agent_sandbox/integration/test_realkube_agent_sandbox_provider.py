@@ -32,6 +32,7 @@ from tests.fakes.kubelet import UNSCHEDULABLE
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.auth_proxy.app import run_auth_proxy
@@ -425,9 +426,13 @@ async def test_release_run_deletes_the_runs_claims_and_their_sandboxes(env: Real
     await env.apply_template(p)
     issuer = FakeIssuer()
     for step in ("a", "b"):
-        claim = p.claim_manifest(AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time()))
+        claim = sandbox_steps.claim_manifest(
+            p.settings, AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time())
+        )
         await env.api.create(p.resources.claims, env.ns, claim)
-    other = p.claim_manifest(AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time()))
+    other = sandbox_steps.claim_manifest(
+        p.settings, AgentConfig("x").scoped("other-run", "a"), name="other", now=int(time.time())
+    )
     await env.api.create(p.resources.claims, env.ns, other)
     await wait_until(lambda: len(env.step_sandboxes()) == 3)
     assert await p.runner(api=env.api, issuer=issuer, worker_env={}).release_run(RUN) == 2
@@ -447,7 +452,9 @@ async def test_sdk_lists_the_claims_our_provider_creates_and_resolves_the_adopte
     p = env.provider(replicas=1)
     await env.apply_template(p)
     (member,) = await _ready_members(env, 1)
-    claim = p.claim_manifest(AgentConfig("x").scoped(RUN, "sdk"), name="ours", now=int(time.time()))
+    claim = sandbox_steps.claim_manifest(
+        p.settings, AgentConfig("x").scoped(RUN, "sdk"), name="ours", now=int(time.time())
+    )
     await env.api.create(p.resources.claims, env.ns, claim)
     api_client = kubernetes.config.new_client_from_config(config_file=str(env.kube.kubeconfig_path))
     try:
@@ -530,7 +537,7 @@ async def test_wait_for_ready_then_a_finished_timeout_like_kubectl_wait(env: Rea
     p = env.provider(replicas=0)
     await env.apply_template(p)
     r = p.runner(api=env.api, worker_env={})
-    claim = p.claim_manifest(AgentConfig("x"), name="waited", now=int(time.time()))
+    claim = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="waited", now=int(time.time()))
     await env.api.create(p.resources.claims, env.ns, claim)
     ready = await r.wait_for("waited", "Ready", timeout_s=20)
     assert ready["status"]["sandbox"]["name"] == "waited"
@@ -547,8 +554,14 @@ async def test_the_controller_deletes_a_claim_past_its_shutdown_time_before_the_
     p = env.provider(replicas=0)
     await env.apply_template(p)
     now = int(time.time())
-    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="old", now=now - 10_000))
-    await env.api.create(p.resources.claims, env.ns, p.claim_manifest(AgentConfig("x"), name="fresh", now=now))
+    await env.api.create(
+        p.resources.claims,
+        env.ns,
+        sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="old", now=now - 10_000),
+    )
+    await env.api.create(
+        p.resources.claims, env.ns, sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="fresh", now=now)
+    )
     await wait_until(lambda: [c["metadata"]["name"] for c in env.claims()] == ["fresh"])
     report = await p.runner(api=env.api, worker_env={}).reap_orphans()
     assert report.claims == ()
@@ -569,7 +582,7 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
             res, now = p.resources, int(time.time())
 
             def claim(name: str, provider: AgentSandboxProvider = p, at: int = now) -> dict[str, Any]:
-                return provider.claim_manifest(AgentConfig("x"), name=name, now=at)
+                return sandbox_steps.claim_manifest(provider.settings, AgentConfig("x"), name=name, now=at)
 
             await eventually(
                 lambda: any(claims.has_condition(s, "Ready") for s in server.objects(res.sandboxes, "std"))

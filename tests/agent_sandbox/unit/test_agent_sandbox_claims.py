@@ -6,6 +6,7 @@ from typing import Any
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims
+from ironflow.steps import StepScope
 
 
 def claim(expires: str | None, *, deleting: bool = False) -> dict[str, Any]:
@@ -35,11 +36,17 @@ def test_run_selectors_cover_the_run_and_its_children_with_sanitised_values() ->
     assert root == f"{labels.SANDBOX_CLAIM_SELECTOR},{labels.LABEL_ROOT_RUN_ID}={value}"
 
 
-def test_step_selector_names_run_and_step() -> None:
-    assert claims.step_claim_selector("r", "s") == (
+def test_step_selector_names_the_scopes_run_and_step_not_its_root() -> None:
+    assert claims.step_claim_selector(StepScope("r", "s", root_run_id="top")) == (
         "app.kubernetes.io/managed-by=ironflow,app.kubernetes.io/component=sandbox-claim,"
         "ironflow.io/run-id=r,ironflow.io/step=s"
     )
+
+
+def test_step_selector_matches_the_labels_a_claim_of_that_scope_carries() -> None:
+    scope = StepScope("fix bug/42", "review code")
+    selector = claims.step_claim_selector(scope)
+    assert all(f"{k}={v}" in selector for k, v in scope.labels.items())
 
 
 def test_condition_status_must_match_exactly() -> None:

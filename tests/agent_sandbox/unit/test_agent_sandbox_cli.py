@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ironflow.agent_sandbox import apply, patterns, schemas
+from ironflow.agent_sandbox import apply, catalog, schemas
 from ironflow.cli import sandbox
 
 PROVIDER = """
@@ -42,7 +42,7 @@ def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-@pytest.mark.parametrize("pattern", list(patterns.PATTERNS))
+@pytest.mark.parametrize("pattern", list(catalog.PATTERNS))
 def test_render_prints_yaml_documents_for_every_pattern(app: typer.Typer, pattern: str) -> None:
     code, out, err = run(app, "render", pattern, "--egress", "10.10.10.100/32:5432")
     assert code == 0, err

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.agent_sandbox import manifests, models, schemas
+from ironflow.agent_sandbox import manifests, models, rules, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 
 A, B = ApiVersion.V1ALPHA1, ApiVersion.V1BETA1
@@ -147,11 +147,11 @@ def test_rfc3339_formats_aware_datetimes_and_refuses_naive_ones() -> None:
 
 @given(st.datetimes(timezones=st.just(UTC)))
 def test_rfc3339_output_is_always_accepted(moment: datetime) -> None:
-    assert manifests.is_rfc3339(manifests.rfc3339(moment))
+    assert rules.is_rfc3339(manifests.rfc3339(moment))
 
 
 def test_pvc_name_is_vct_dash_sandbox() -> None:
-    assert manifests.pvc_name("workspace", "claude-dev-sandbox") == "workspace-claude-dev-sandbox"
+    assert rules.pvc_name("workspace", "claude-dev-sandbox") == "workspace-claude-dev-sandbox"
 
 
 def test_vct_name_must_be_a_dns_label() -> None:
@@ -215,10 +215,10 @@ def test_claim_env_naming_an_unknown_container_is_refused() -> None:
 
 
 def test_claim_env_warns_about_the_cold_start() -> None:
-    (warning,) = manifests.claim_warnings(claim(env=(models.ClaimEnvVar("X", "secret-ish"),)))
+    (warning,) = rules.claim_warnings(claim(env=(models.ClaimEnvVar("X", "secret-ish"),)))
     assert "cold-starts" in warning
     assert "secret-ish" not in warning
-    assert manifests.claim_warnings(claim()) == ()
+    assert rules.claim_warnings(claim()) == ()
 
 
 def test_claim_env_repr_hides_values() -> None:

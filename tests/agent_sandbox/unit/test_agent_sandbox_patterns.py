@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import kro, patterns, schemas
+from ironflow.agent_sandbox import catalog, kro, patterns, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
@@ -39,9 +39,9 @@ def assert_hardened(spec: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("version", list(ApiVersion))
-@pytest.mark.parametrize("pattern", list(patterns.PATTERNS))
+@pytest.mark.parametrize("pattern", list(catalog.PATTERNS))
 def test_every_pattern_renders_valid_objects_with_hardened_pods(pattern: str, version: ApiVersion) -> None:
-    objects = patterns.render_pattern(pattern, patterns.PatternOptions(api_version=version, egress=OPTS.egress))
+    objects = catalog.render_pattern(pattern, patterns.PatternOptions(api_version=version, egress=OPTS.egress))
     assert objects
     specs = pod_specs(objects)
     assert specs, "every pattern holds at least one pod"
@@ -64,7 +64,7 @@ def test_pattern_pod_is_the_ephemeral_providers_pod() -> None:
         .claude_profile_configmap("team-profile")
     )
     opts = patterns.PatternOptions(provider=provider)
-    (sandbox,) = patterns.render_pattern("ephemeral", opts)
+    (sandbox,) = catalog.render_pattern("ephemeral", opts)
     config = AgentConfig(opts.prompt, working_dir=patterns.WORKSPACE_PATH)
     pod = next(o for o in provider.manifests(config, now=0, worker_env={}, pod_name="x") if o["kind"] == "Pod")
     spec = sandbox["spec"]["podTemplate"]["spec"]
@@ -78,7 +78,7 @@ def test_pattern_pod_is_the_ephemeral_providers_pod() -> None:
 
 
 def test_warm_pool_pattern_pod_idles_without_a_deadline() -> None:
-    template, pool, claim = patterns.render_pattern("warm-pool")
+    template, pool, claim = catalog.render_pattern("warm-pool")
     spec = template["spec"]["podTemplate"]["spec"]
     assert spec["containers"][0]["command"] == ["sh", "-c", patterns.IDLE_COMMAND]
     assert "activeDeadlineSeconds" not in spec
@@ -88,7 +88,7 @@ def test_warm_pool_pattern_pod_idles_without_a_deadline() -> None:
 
 
 def test_standalone_pvc_pattern_creates_pvcs_the_sandbox_does_not_own() -> None:
-    pvc1, pvc2, sandbox = patterns.render_pattern("standalone-pvc")
+    pvc1, pvc2, sandbox = catalog.render_pattern("standalone-pvc")
     assert (pvc1["kind"], pvc2["kind"]) == ("PersistentVolumeClaim", "PersistentVolumeClaim")
     claims = {
         v["persistentVolumeClaim"]["claimName"]
@@ -101,12 +101,12 @@ def test_standalone_pvc_pattern_creates_pvcs_the_sandbox_does_not_own() -> None:
 
 
 def test_network_variants() -> None:
-    (secure,) = patterns.render_pattern("network-secure")
+    (secure,) = catalog.render_pattern("network-secure")
     assert secure["spec"]["networkPolicyManagement"] == "Managed"
     assert "networkPolicy" not in secure["spec"]
-    (gapped,) = patterns.render_pattern("network-air-gapped")
+    (gapped,) = catalog.render_pattern("network-air-gapped")
     assert gapped["spec"]["networkPolicy"] == {"ingress": [], "egress": []}
-    (custom,) = patterns.render_pattern("network-custom-egress", OPTS)
+    (custom,) = catalog.render_pattern("network-custom-egress", OPTS)
     egress = custom["spec"]["networkPolicy"]["egress"]
     assert egress[0] == {"to": [{"ipBlock": {"cidr": "10.10.10.100/32"}}], "ports": [{"protocol": "TCP", "port": 5432}]}
     assert "ports" not in egress[1]
@@ -115,16 +115,16 @@ def test_network_variants() -> None:
 
 def test_custom_egress_without_rules_is_refused() -> None:
     with pytest.raises(errors.ConfigError, match="needs at least one --egress"):
-        patterns.render_pattern("network-custom-egress")
+        catalog.render_pattern("network-custom-egress")
 
 
 def test_unknown_pattern_names_the_known_ones() -> None:
     with pytest.raises(errors.ConfigError, match="unknown pattern 'x'; known: ephemeral, standalone-pvc"):
-        patterns.render_pattern("x")
+        catalog.render_pattern("x")
 
 
 def test_kro_raw_runner_owns_a_sandbox_and_the_user_rgd_owns_sibling_pvcs_and_a_cronjob() -> None:
-    runner, user = patterns.render_pattern("kro-raw")
+    runner, user = catalog.render_pattern("kro-raw")
     assert [r["template"]["kind"] for r in runner["spec"]["resources"]] == ["Sandbox"]
     ids = {r["id"]: r for r in user["spec"]["resources"]}
     assert ids["workspace"]["template"]["kind"] == ids["memory"]["template"]["kind"] == "PersistentVolumeClaim"
@@ -136,7 +136,7 @@ def test_kro_raw_runner_owns_a_sandbox_and_the_user_rgd_owns_sibling_pvcs_and_a_
 
 
 def test_kro_template_owns_template_pool_configmaps_and_a_ttl_claim() -> None:
-    (rgd,) = patterns.render_pattern("kro-template")
+    (rgd,) = catalog.render_pattern("kro-template")
     kinds = [r["template"]["kind"] for r in rgd["spec"]["resources"]]
     assert kinds[:5] == ["SandboxTemplate", "SandboxWarmPool", "ConfigMap", "ConfigMap", "SandboxClaim"]
     assert kinds[-1] == "CronJob"
@@ -146,7 +146,7 @@ def test_kro_template_owns_template_pool_configmaps_and_a_ttl_claim() -> None:
 
 
 def test_kro_pods_read_the_prompt_from_the_graphs_configmap() -> None:
-    (rgd,) = patterns.render_pattern("kro-template")
+    (rgd,) = catalog.render_pattern("kro-template")
     spec = rgd["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
     shell = spec["containers"][0]["command"][2]
     assert "'-p' \"$(cat '/etc/ironflow/prompt/prompt')\"" in shell
@@ -158,7 +158,7 @@ def test_kro_pods_read_the_prompt_from_the_graphs_configmap() -> None:
 
 
 def test_kro_raw_sandbox_starts_the_agent_at_once() -> None:
-    runner, _ = patterns.render_pattern("kro-raw")
+    runner, _ = catalog.render_pattern("kro-raw")
     spec = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
     assert not spec["containers"][0]["command"][2].startswith("while ")
     assert all(v["name"] != "podinfo" for v in spec["volumes"])

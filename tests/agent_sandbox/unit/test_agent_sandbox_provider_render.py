@@ -8,6 +8,7 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, schemas
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s.provider import K8sEphemeralProvider
@@ -40,7 +41,7 @@ def test_builders_refuse_values_that_cannot_work() -> None:
 @pytest.mark.parametrize("version", list(ApiVersion))
 def test_template_objects_are_the_idle_hardened_pod_and_its_pool(version: ApiVersion) -> None:
     p = AgentSandboxProvider(POD).template("agents-tpl").warm_pool("hot", replicas=3).api_version(version)
-    template, pool = p.template_objects()
+    template, pool = sandbox_steps.template_objects(p.settings)
     assert template["metadata"] == {
         "name": "agents-tpl",
         "namespace": "agents",
@@ -58,7 +59,9 @@ def test_template_objects_are_the_idle_hardened_pod_and_its_pool(version: ApiVer
 
 def test_claim_carries_run_labels_expiry_and_shutdown_time_and_no_env() -> None:
     p = AgentSandboxProvider(PROXIED).ready_timeout(60)
-    claim = p.claim_manifest(AgentConfig("hi").scoped(RUN, "review"), name="c1", now=1_800_000_000)
+    claim = sandbox_steps.claim_manifest(
+        p.settings, AgentConfig("hi").scoped(RUN, "review"), name="c1", now=1_800_000_000
+    )
     meta = claim["metadata"]
     assert meta["labels"] == {
         labels.LABEL_RUN_ID: RUN,
@@ -77,7 +80,7 @@ def test_claim_carries_run_labels_expiry_and_shutdown_time_and_no_env() -> None:
 
 def test_v1alpha1_claim_names_the_template_and_pool_policy() -> None:
     p = AgentSandboxProvider(POD).api_version("v1alpha1").warm_pool("hot")
-    claim = p.claim_manifest(AgentConfig("hi"), name="c1", now=0)
+    claim = sandbox_steps.claim_manifest(p.settings, AgentConfig("hi"), name="c1", now=0)
     assert claim["apiVersion"] == "extensions.agents.x-k8s.io/v1alpha1"
     assert claim["spec"]["sandboxTemplateRef"] == {"name": "ironflow-agent"}
     assert claim["spec"]["warmpool"] == "hot"
@@ -86,7 +89,7 @@ def test_v1alpha1_claim_names_the_template_and_pool_policy() -> None:
 def test_exec_plan_delivers_the_token_over_stdin_never_in_argv() -> None:
     p = AgentSandboxProvider(PROXIED)
     token = "ifap_super_secret_token_value"
-    plan = p.exec_plan(AgentConfig("hi"), proxy_token=Secret(token))
+    plan = sandbox_steps.exec_plan(p.settings, AgentConfig("hi"), proxy_token=Secret(token))
     ((argv, stdin),) = plan.deliveries
     assert stdin == token.encode()
     assert f"head -c {len(token)}" in argv[2]
@@ -100,7 +103,7 @@ def test_exec_plan_delivers_the_token_over_stdin_never_in_argv() -> None:
 
 def test_exec_plan_sends_a_large_prompt_as_a_file() -> None:
     prompt = "x" * 100_001
-    plan = AgentSandboxProvider(POD).exec_plan(AgentConfig(prompt))
+    plan = sandbox_steps.exec_plan(AgentSandboxProvider(POD).settings, AgentConfig(prompt))
     ((_argv, stdin),) = plan.deliveries
     assert stdin == prompt.encode()
     assert plan.agent[2].startswith('exec <"$HOME/.ironflow/prompt"; ')
@@ -109,11 +112,11 @@ def test_exec_plan_sends_a_large_prompt_as_a_file() -> None:
 
 def test_exec_plan_refuses_a_token_without_a_proxy() -> None:
     with pytest.raises(errors.ConfigError, match="needs a pod provider with auth_proxy"):
-        AgentSandboxProvider(POD).exec_plan(AgentConfig("hi"), proxy_token=Secret("ifap_x"))
+        sandbox_steps.exec_plan(AgentSandboxProvider(POD).settings, AgentConfig("hi"), proxy_token=Secret("ifap_x"))
 
 
 def test_run_labels_do_not_count_as_a_pod_change() -> None:
-    AgentSandboxProvider(POD).check_step(AgentConfig("hi").scoped(RUN, "a"))
+    sandbox_steps.check_step(AgentSandboxProvider(POD).settings, AgentConfig("hi").scoped(RUN, "a"))
 
 
 @pytest.mark.parametrize(
@@ -126,29 +129,33 @@ def test_run_labels_do_not_count_as_a_pod_change() -> None:
 )
 def test_a_step_that_changes_the_pod_is_refused(config: AgentConfig) -> None:
     with pytest.raises(errors.StepConfigError, match="changes the sandbox pod"):
-        AgentSandboxProvider(POD).check_step(config)
+        sandbox_steps.check_step(AgentSandboxProvider(POD).settings, config)
 
 
 def test_pod_provider_refusals_still_apply() -> None:
     with pytest.raises(errors.StepConfigError, match="reserved"):
-        AgentSandboxProvider(POD).check_step(AgentConfig("hi").pod_label(labels.LABEL_MANAGED_BY, "x"))
+        sandbox_steps.check_step(
+            AgentSandboxProvider(POD).settings, AgentConfig("hi").pod_label(labels.LABEL_MANAGED_BY, "x")
+        )
 
 
 def test_bypass_follows_the_worker_env_as_on_the_pod_provider() -> None:
     config = AgentConfig("hi", permission_mode=PermissionMode.BYPASS_PERMISSIONS).scoped(RUN, "a")
     allowed = {"IRONFLOW_ALLOW_BYPASS": "1", "CLAUDE_CODE_USE_BEDROCK": "1"}
-    AgentSandboxProvider(POD).check_step(config, worker_env=allowed)
+    sandbox_steps.check_step(AgentSandboxProvider(POD).settings, config, worker_env=allowed)
     POD.manifests(config, worker_env=allowed)  # the reference accepts it too
     with pytest.raises(errors.StepConfigError) as on_pod:
         POD.manifests(config, worker_env={})
     with pytest.raises(errors.StepConfigError) as on_sandbox:
-        AgentSandboxProvider(POD).check_step(config, worker_env={})
+        sandbox_steps.check_step(AgentSandboxProvider(POD).settings, config, worker_env={})
     assert str(on_sandbox.value) == str(on_pod.value)
 
 
-def test_claim_labels_come_from_the_provider_and_the_step() -> None:
-    pod = POD.pod_label(labels.LABEL_ROOT_RUN_ID, "root")
-    claim = AgentSandboxProvider(pod).claim_manifest(AgentConfig("hi").scoped(RUN, "s"), name="c1", now=0)
+def test_claim_labels_come_from_the_steps_scope_only() -> None:
+    """Run identity is the scope's: a run label on the pod provider or the step's pod labels is not read back."""
+    pod = POD.pod_label(labels.LABEL_ROOT_RUN_ID, "elsewhere")
+    config = AgentConfig("hi").scoped(RUN, "s", root_run_id="root").pod_label(labels.LABEL_RUN_ID, "other")
+    claim = sandbox_steps.claim_manifest(AgentSandboxProvider(pod).settings, config, name="c1", now=0)
     assert claim["metadata"]["labels"] == {
         labels.LABEL_ROOT_RUN_ID: "root",
         labels.LABEL_RUN_ID: RUN,
@@ -156,6 +163,11 @@ def test_claim_labels_come_from_the_provider_and_the_step() -> None:
         labels.LABEL_MANAGED_BY: "ironflow",
         labels.LABEL_COMPONENT: labels.COMPONENT_SANDBOX_CLAIM,
     }
+
+
+def test_an_unscoped_step_claim_carries_no_run_labels() -> None:
+    claim = sandbox_steps.claim_manifest(AgentSandboxProvider(POD).settings, AgentConfig("hi"), name="c1", now=0)
+    assert set(claim["metadata"]["labels"]) == {labels.LABEL_MANAGED_BY, labels.LABEL_COMPONENT}
 
 
 def test_account_kind_follows_the_auth_proxy() -> None:
@@ -192,7 +204,7 @@ def test_settings_load_from_a_mapping() -> None:
         "v1alpha1",
         30.0,
     )
-    template, _ = p.template_objects()
+    template, _ = sandbox_steps.template_objects(p.settings)
     assert template["spec"]["networkPolicy"]["egress"] == SETTINGS["network_policy"]["egress"]  # type: ignore[index]
 
 
@@ -224,10 +236,11 @@ def test_settings_file_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_a_proxied_pod_under_the_default_network_policy_is_warned_about() -> None:
-    (warning,) = AgentSandboxProvider(PROXIED).template_warnings()
+    (warning,) = sandbox_steps.template_warnings(AgentSandboxProvider(PROXIED).settings)
     assert "may not reach the auth proxy at http://auth-proxy.ironflow:8080" in warning
-    assert AgentSandboxProvider(PROXIED).network_policy(None, managed=False).template_warnings() == ()
-    assert AgentSandboxProvider(POD).template_warnings() == ()
+    unmanaged = AgentSandboxProvider(PROXIED).network_policy(None, managed=False)
+    assert sandbox_steps.template_warnings(unmanaged.settings) == ()
+    assert sandbox_steps.template_warnings(AgentSandboxProvider(POD).settings) == ()
 
 
 def test_provider_repr_holds_no_admin_key_or_env_value() -> None:

@@ -10,6 +10,7 @@ from tests.fakes.kubecase import KubeCase
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, schemas
+from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s import reaper
 from ironflow.k8s.ops import JobRun, PodRun
@@ -249,7 +250,7 @@ async def test_claim_reaper_survives_an_unexpected_error_and_reaps_on_a_later_pa
     for crd in schemas.crd_documents("v0.5.6"):
         server.register_crd(crd)
     p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace(ns))
-    stale = p.claim_manifest(AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
+    stale = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
     await api.create(p.resources.claims, ns, stale)
     calls = 0
 
