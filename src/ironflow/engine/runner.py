@@ -200,7 +200,7 @@ class _Execution:
         )
         try:
             await store.save_step(done)
-        except errors.ConfigError as exc:  # a result that cannot be stored fails the step, by name
+        except errors.UnstorableValue as exc:  # a result that cannot be stored fails the step, by name
             await store.save_step(_replace(record, status=model.StepStatus.FAILED, error=model.error_record(exc)))
             raise
         return result
@@ -390,7 +390,7 @@ class Runner:
         if exc is None:
             try:
                 await self.store.finish_run(run.id, worker, status=model.RunStatus.SUCCEEDED, output=body.result())
-            except errors.ConfigError as bad_output:
+            except errors.UnstorableValue as bad_output:
                 await self.store.finish_run(
                     run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(bad_output)
                 )
