@@ -1,8 +1,19 @@
 """Every public exception of ironflow, sorted by what the caller can do about it.
 
-One root, :class:`IronflowError`. Each error says whether retrying the same step can
-help (``retryable``), following the reference's classification: a crashed agent or an
-unreachable API may succeed next time, a refused configuration never will.
+One root, :class:`IronflowError`, and three branches, one per answer to "what now?":
+
+============================  ==============================================  =========  ========
+branch                        the caller should                               retryable  CLI exit
+============================  ==============================================  =========  ========
+:class:`UsageError`           fix the input: a setting, a file, a credential  never      2
+:class:`InfrastructureError`  retry: the API server, runtime or proxy failed  mostly     3
+:class:`AgentError`           look at the step: it ran and did not succeed    some       1
+============================  ==============================================  =========  ========
+
+Every leaf hangs under exactly one branch, so one ``isinstance`` answers the question,
+and each leaf says whether retrying the same step can help (``retryable``), following the
+reference's classification: a crashed agent or an unreachable API may succeed next time,
+a refused configuration never will.
 
 Invariant: no error's ``str()``, ``repr()`` or ``args`` carries a secret value. Errors
 name the variable, the Secret or the key, never the value; texts that come from the
@@ -32,6 +43,7 @@ __all__ = [
     "KubeNotFound",
     "KubeUnavailable",
     "KubernetesError",
+    "MissingCredential",
     "OperationTimeout",
     "ProcessFailed",
     "PromptTooLarge",
@@ -41,6 +53,8 @@ __all__ = [
     "SchemaValidation",
     "StepConfigError",
     "ToolProfileUnsupported",
+    "UnstorableValue",
+    "UsageError",
     "truncate",
 ]
 
@@ -71,21 +85,28 @@ class IronflowError(Exception):
         return f"{type(self).__name__}({self.message!r})"
 
 
-class ConfigError(IronflowError, ValueError):
+# --- the caller's fault: fix the input (exit 2) ---------------------------------------------
+
+
+class UsageError(IronflowError):
+    """The input can never work as given (a setting, a file, a missing credential); never retryable."""
+
+
+class ConfigError(UsageError, ValueError):
     """A builder was given a value that can never work (the reference panics here).
 
     Raised at the call that received the value, so the traceback points at the mistake.
     """
 
 
-# --- agent step errors -------------------------------------------------------------------
+class UnstorableValue(UsageError, ValueError):
+    """A run input, step result or workflow output is not JSON the store can keep.
+
+    The workflow's code chose the value; the message names it and the types that work.
+    """
 
 
-class AgentError(IronflowError):
-    """A step did not produce a result."""
-
-
-class StepConfigError(AgentError):
+class StepConfigError(UsageError):
     """The provider refused the step before creating anything.
 
     The reference reports these as ``ProcessFailed`` with exit code -1 (and so retries
@@ -94,6 +115,59 @@ class StepConfigError(AgentError):
     """
 
     exit_code = -1
+
+
+class ToolProfileUnsupported(UsageError):
+    """This provider cannot apply a tool profile."""
+
+
+class PromptTooLarge(UsageError):
+    """The prompt would not fit the model's context window."""
+
+    def __init__(self, chars: int, estimated_tokens: int, model_limit: int) -> None:
+        self.chars = chars
+        self.estimated_tokens = estimated_tokens
+        self.model_limit = model_limit
+        super().__init__(
+            f"prompt too large: {chars} chars (~{estimated_tokens} tokens) "
+            f"exceeds model limit of {model_limit} tokens"
+        )
+
+
+class MissingCredential(UsageError):
+    """No Claude credential (or auth-proxy admin key) is configured; the message names the variables."""
+
+
+class KubeClientConfigError(UsageError):
+    """No usable cluster configuration (missing kubeconfig, unknown context, no service account).
+
+    The same configuration fails the same way; the message names the source.
+    """
+
+
+class ReplayDivergence(UsageError):
+    """A resumed run asked for a different step than the stored one at the same position.
+
+    The workflow code changed under a run (or is not deterministic); replaying would mix
+    two histories, so the run fails. Fix: finish old runs before changing a workflow, or
+    start a new run.
+    """
+
+    def __init__(self, position: int, stored: str, requested: str) -> None:
+        self.position = position
+        self.stored = stored
+        self.requested = requested
+        super().__init__(
+            f"replay diverged at step {position}: the run recorded {stored} but the workflow now asks for "
+            f"{requested}; start a new run or restore the workflow code of this run"
+        )
+
+
+# --- the step itself failed: look at it (exit 1) --------------------------------------------
+
+
+class AgentError(IronflowError):
+    """The step ran and did not produce a result; ``retryable`` says if running it again may."""
 
 
 class ProcessFailed(AgentError):
@@ -166,19 +240,6 @@ class ApiError(AgentError):
         super().__init__(f"{label}: {self.detail}")
 
 
-class PromptTooLarge(AgentError):
-    """The prompt would not fit the model's context window."""
-
-    def __init__(self, chars: int, estimated_tokens: int, model_limit: int) -> None:
-        self.chars = chars
-        self.estimated_tokens = estimated_tokens
-        self.model_limit = model_limit
-        super().__init__(
-            f"prompt too large: {chars} chars (~{estimated_tokens} tokens) "
-            f"exceeds model limit of {model_limit} tokens"
-        )
-
-
 class BudgetExceeded(AgentError):
     """The step spent its ``max_budget_usd``."""
 
@@ -189,11 +250,7 @@ class BudgetExceeded(AgentError):
         super().__init__(f"budget exceeded: spent ${spent_usd:g} of ${limit_usd:g}")
 
 
-class ToolProfileUnsupported(AgentError):
-    """This provider cannot apply a tool profile."""
-
-
-# --- infrastructure ----------------------------------------------------------------------
+# --- infrastructure: retry (exit 3) ---------------------------------------------------------
 
 
 class InfrastructureError(IronflowError):
@@ -244,42 +301,17 @@ class SandboxError(InfrastructureError):
     """The local sandbox runtime (bubblewrap, gVisor) could not start the step."""
 
 
-class AuthProxyError(IronflowError):
-    """Talking to the auth proxy failed; the message never holds a token or a key."""
+class AuthProxyError(InfrastructureError):
+    """Talking to the auth proxy failed; the message never holds a token or a key.
+
+    ``retryable`` follows the proxy's answer (no answer, 429, 5xx: yes); a missing
+    credential is :class:`MissingCredential`, not this.
+    """
 
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
         self.status = status
         self.retryable = retryable
         super().__init__(truncate(message, _SERVER_MESSAGE_BYTES))
-
-
-class ReplayDivergence(IronflowError):
-    """A resumed run asked for a different step than the stored one at the same position.
-
-    The workflow code changed under a run (or is not deterministic); replaying would mix
-    two histories, so the run fails. Fix: finish old runs before changing a workflow, or
-    start a new run.
-    """
-
-    def __init__(self, position: int, stored: str, requested: str) -> None:
-        self.position = position
-        self.stored = stored
-        self.requested = requested
-        super().__init__(
-            f"replay diverged at step {position}: the run recorded {stored} but the workflow now asks for "
-            f"{requested}; start a new run or restore the workflow code of this run"
-        )
-
-
-class KubeClientConfigError(KubernetesError):
-    """No usable cluster configuration (missing kubeconfig, unknown context, no service account).
-
-    Not retryable: the same configuration fails the same way; the message names the source.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=0)
-        self.retryable = False
 
 
 class OperationTimeout(InfrastructureError):

@@ -21,7 +21,7 @@ import aiohttp
 
 from ironflow.auth_proxy import tokens
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
-from ironflow.errors import AuthProxyError, ConfigError
+from ironflow.errors import AuthProxyError, ConfigError, MissingCredential
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -44,7 +44,7 @@ def admin_key_from(value: Secret | str | None, env: Mapping[str, str] | None = N
     source = os.environ if env is None else env
     key = source.get(ADMIN_KEY_ENV, "").strip()
     if not key:
-        raise AuthProxyError(f"auth_proxy requires {ADMIN_KEY_ENV}", retryable=False)
+        raise MissingCredential(f"auth_proxy requires {ADMIN_KEY_ENV}")
     return Secret(key)
 
 

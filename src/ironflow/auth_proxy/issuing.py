@@ -54,7 +54,7 @@ def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | 
     """The step's Provider Account, else ``CLAUDE_CODE_OAUTH_TOKEN``, else ``ANTHROPIC_API_KEY``.
 
     Raises:
-        AuthProxyError: none of them is set (not retryable: the worker must be configured).
+        MissingCredential: none of them is set (the worker must be configured).
     """
     if account is not None:
         return Credential.from_account(account)
@@ -65,7 +65,7 @@ def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | 
     api_key = source.get("ANTHROPIC_API_KEY", "")
     if api_key:
         return Credential("api_key", Secret(api_key))
-    raise errors.AuthProxyError(_NO_CREDENTIAL, retryable=False)
+    raise errors.MissingCredential(_NO_CREDENTIAL)
 
 
 class TokenIssuer(Protocol):

@@ -92,41 +92,16 @@ def build_args(config: steps.AgentConfig, *, allow_bypass: bool) -> list[str]:
             f"tool profile '{config.tool_profile}' is not supported by the Claude Code provider; "
             "list the tools with allowed_tools/disallowed_tools instead"
         )
-    args: list[str] = []
-    if not prompt_via_stdin(config):
-        args += ["-p", config.prompt]
-    if config.verbose:
-        args += ["--output-format", "stream-json", "--verbose"]
-    else:
-        args += ["--output-format", "json"]
-    if config.system_prompt is not None:
-        args += ["--system-prompt", config.system_prompt]
-    if config.append_system_prompt is not None:
-        args += ["--append-system-prompt", config.append_system_prompt]
-    args += ["--model", config.model]
-    if config.allowed_tools:
-        args += ["--allowedTools", ",".join(config.allowed_tools)]
-    if config.disallowed_tools:
-        args += ["--disallowedTools", ",".join(config.disallowed_tools)]
-    if config.max_turns is not None:
-        args += ["--max-turns", str(config.max_turns)]
-    if config.max_budget_usd is not None:
-        args += ["--max-budget-usd", format_f64(config.max_budget_usd)]
-    if config.mcp_config is not None:
-        args += ["--mcp-config", config.mcp_config]
+    args: list[str] = [] if prompt_via_stdin(config) else ["-p", config.prompt]
+    args += ["--output-format", "stream-json", "--verbose"] if config.verbose else ["--output-format", "json"]
+    for flag, value in _valued_options(config):
+        if value is not None:
+            args += [flag, value]
     if config.strict_mcp_config:
         args.append("--strict-mcp-config")
     if config.bare:
         args.append("--bare")
-    mode = config.permission_mode
-    if mode is steps.PermissionMode.AUTO:
-        args += ["--permission-mode", "auto"]
-    elif mode is steps.PermissionMode.DONT_ASK:
-        args += ["--permission-mode", "dontAsk"]
-    elif mode is steps.PermissionMode.BYPASS_PERMISSIONS:
-        if not allow_bypass:
-            raise errors.StepConfigError(f"BypassPermissions requires {layout.ALLOW_BYPASS_ENV}=1 environment variable")
-        args.append("--dangerously-skip-permissions")
+    args += _permission_args(config.permission_mode, allow_bypass=allow_bypass)
     if config.json_schema is not None:
         # Compact JSON, keys in the caller's order: one argv entry, no shell surprises.
         args += ["--json-schema", json.dumps(dict(config.json_schema), separators=(",", ":"))]
@@ -135,6 +110,33 @@ def build_args(config: steps.AgentConfig, *, allow_bypass: bool) -> list[str]:
     elif config.session_id is not None:
         args += ["--session-id", config.session_id]
     return args
+
+
+def _valued_options(config: steps.AgentConfig) -> list[tuple[str, str | None]]:
+    """The flags that take a value, in the reference's order; None leaves the flag out."""
+    return [
+        ("--system-prompt", config.system_prompt),
+        ("--append-system-prompt", config.append_system_prompt),
+        ("--model", config.model),
+        ("--allowedTools", ",".join(config.allowed_tools) or None),
+        ("--disallowedTools", ",".join(config.disallowed_tools) or None),
+        ("--max-turns", None if config.max_turns is None else str(config.max_turns)),
+        ("--max-budget-usd", None if config.max_budget_usd is None else format_f64(config.max_budget_usd)),
+        ("--mcp-config", config.mcp_config),
+    ]
+
+
+def _permission_args(mode: steps.PermissionMode, *, allow_bypass: bool) -> list[str]:
+    """The permission flags of ``mode``; bypassing needs the worker's opt-in."""
+    if mode is steps.PermissionMode.AUTO:
+        return ["--permission-mode", "auto"]
+    if mode is steps.PermissionMode.DONT_ASK:
+        return ["--permission-mode", "dontAsk"]
+    if mode is steps.PermissionMode.BYPASS_PERMISSIONS:
+        if not allow_bypass:
+            raise errors.StepConfigError(f"BypassPermissions requires {layout.ALLOW_BYPASS_ENV}=1 environment variable")
+        return ["--dangerously-skip-permissions"]
+    return []
 
 
 def shell_quote(value: str) -> str:

@@ -6,15 +6,9 @@ Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
 from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
 a ``PodRun`` shaped by the provider file (see :mod:`ironflow.k8s.command_pods`); it does
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
-terminal). Exit codes:
-
-====  ==========================================================================
-0     the step succeeded (``exec``: the command's own exit code is passed through;
-      on k8s, whose pod reports only its phase, a failed command is 1)
-1     the step failed: the agent or the model reported an error, or it timed out
-2     bad input: an option, a missing file, no credential, a refused setting
-3     infrastructure: the sandbox runtime, the proxy or the cluster failed
-====  ==========================================================================
+terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
+through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
+timed-out command as a failed step (1), as the local backend does.
 """
 
 from __future__ import annotations
@@ -35,11 +29,11 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors
-from ironflow.cli import options
-from ironflow.cli.options import Backend
+from ironflow.cli import backends, exits, inputs
+from ironflow.cli.backends import Backend, Isolation
 from ironflow.k8s import command_pods
-from ironflow.kube import connections
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
+from ironflow.provider import AgentProvider
 from ironflow.steps import AgentConfig, AgentResult
 
 if TYPE_CHECKING:
@@ -47,40 +41,16 @@ if TYPE_CHECKING:
     from ironflow.k8s.ops import PodRun, PodRunOutput
     from ironflow.kube.clusters import ClusterConfig
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INFRASTRUCTURE", "EXIT_STEP_FAILED", "FAKE_MODEL_KEY", "exit_code_for", "register"]
+__all__ = ["register"]
 
-EXIT_STEP_FAILED: Final = 1
-EXIT_BAD_INPUT: Final = options.EXIT_BAD_INPUT
-EXIT_INFRASTRUCTURE: Final = 3
-#: The key the in-process proxy hands the offline model server (it checks it).
-FAKE_MODEL_KEY: Final = options.FAKE_MODEL_KEY
 _DEFAULT_SCRIPT: Final = ":builtin:"
 
 
-class Isolation(StrEnum):
-    BWRAP = "bwrap"
-    GVISOR = "gvisor"
-
-
 class Output(StrEnum):
+    """``--output`` of ``agent``: the answer alone, or the answer with its usage as JSON."""
+
     TEXT = "text"
     JSON = "json"
-
-
-def exit_code_for(exc: BaseException) -> int:
-    """Map an error to the documented exit code: bad input 2, infrastructure 3, else 1."""
-    if isinstance(exc, errors.ConfigError | errors.StepConfigError | errors.ToolProfileUnsupported):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, errors.PromptTooLarge):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, errors.AuthProxyError) and not exc.retryable:
-        return EXIT_BAD_INPUT
-    if isinstance(exc, errors.InfrastructureError | errors.AuthProxyError):
-        return EXIT_INFRASTRUCTURE
-    return EXIT_STEP_FAILED
-
-
-_fail = options.fail
 
 
 @contextlib.contextmanager
@@ -95,10 +65,10 @@ def _progress(message: str) -> Iterator[None]:
         yield
 
 
-def _fake_script(script_path: str | None) -> Script:
+def _fake_script(script_path: str) -> Script:
     from ironflow.fake_model.server import Script
 
-    if script_path is None or script_path == _DEFAULT_SCRIPT:
+    if script_path == _DEFAULT_SCRIPT:
         return Script.of("Hello from the sandbox! (offline fake model)")
     return Script.from_yaml(script_path)
 
@@ -106,7 +76,7 @@ def _fake_script(script_path: str | None) -> Script:
 def _require_credential_env() -> None:
     # The provider reads these itself, at invocation; this only turns "none" into bad input.
     if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("CLAUDE_CODE_OAUTH_TOKEN")):
-        _fail(
+        exits.fail(
             "no credential: set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN (it stays outside the sandbox), "
             "or use --fake-model for the offline model server"
         )
@@ -133,9 +103,20 @@ def _script(fake_model: bool, script: Path | None) -> str | None:
     """The fake model's script: None (no fake), ``:builtin:``, or an existing YAML file."""
     if script is not None:
         if not script.is_file():
-            _fail(f"fake model script '{script}' not found: pass an existing YAML file as --fake-model=FILE")
+            exits.fail(f"fake model script '{script}' not found: pass an existing YAML file as --fake-model=FILE")
         return str(script)
     return _DEFAULT_SCRIPT if fake_model else None
+
+
+def _prompt(prompt: str | None) -> str:
+    """The PROMPT argument, or exit 2: missing, or not UTF-8 (the shell passed raw bytes)."""
+    if prompt is None:
+        exits.fail("missing PROMPT: ironflow agent [OPTIONS] PROMPT")
+    try:
+        prompt.encode()
+    except UnicodeEncodeError:
+        exits.fail("PROMPT is not valid UTF-8 text; pass the prompt as UTF-8")
+    return prompt
 
 
 def _result_json(result: AgentResult) -> dict[str, Any]:
@@ -152,21 +133,21 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
     }
 
 
-async def _run_on_cluster(config: AgentConfig, provider: Any) -> AgentResult:
-    """``provider.invoke`` on a cluster, then close the shared API client it opened on this loop."""
+async def _run_step(config: AgentConfig, provider: AgentProvider) -> AgentResult:
+    """Run the step, close the provider, then the cluster clients it shared on this loop."""
     try:
         async with provider:
-            return await provider.run(config)  # type: ignore[no-any-return]
+            return await provider.run(config)
     finally:
-        await connections.SHARED.aclose()  # what a provider without its own clients opened
+        if not isinstance(provider, LocalSandboxProvider):
+            await backends.close_cluster_clients()
 
 
-async def _run_agent(config: AgentConfig, provider: Any, script: str | None) -> AgentResult:
-    if script is None:
-        return await provider.run(config)  # type: ignore[no-any-return]
-    async with options.fake_model(_fake_script(script)) as credential:
-        provider.credential = credential
-        return await provider.run(config)  # type: ignore[no-any-return]
+async def _run_faked(config: AgentConfig, script: str, isolation: Isolation, timeout_s: float) -> AgentResult:
+    """Run the step locally against the offline model server answering ``script``."""
+    async with backends.fake_model(_fake_script(script)) as credential:
+        provider = backends.build_provider(Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential)
+        return await _run_step(config, provider)
 
 
 def agent(
@@ -199,30 +180,27 @@ def agent(
     ] = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
-    if prompt is None:
-        _fail("missing PROMPT: ironflow agent [OPTIONS] PROMPT")
-    text, script = prompt, _script(fake_model, fake_model_script)
+    text, script = _prompt(prompt), _script(fake_model, fake_model_script)
+    if model is not None and not model.strip():
+        exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
+    inputs.seconds(timeout, "--timeout")
+    if script is not None and backend is not Backend.LOCAL:
+        exits.fail("--fake-model runs only with --backend local")
     try:
         config = AgentConfig(text) if model is None else AgentConfig(text, model=model)
-        if backend is Backend.LOCAL:
-            if script is None:
-                _require_credential_env()
-            provider: Any = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
+        if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox"):
-                result = asyncio.run(_run_agent(config, provider, script))
+                result = asyncio.run(_run_faked(config, script, isolation, timeout))
         else:
-            if script is not None:
-                _fail("--fake-model runs only with --backend local")
-            if backend is Backend.K8S:
-                provider = options.k8s_provider(provider_file)
-                where = "a Kubernetes pod"
-            else:
-                provider = options.agent_sandbox_provider(provider_file)
-                where = f"a sandbox claimed from warm pool {provider.settings.pool} ({provider.settings.namespace})"
-            with _progress(f"running the step in {where}"):
-                result = asyncio.run(_run_on_cluster(config, provider))
+            if backend is Backend.LOCAL:
+                _require_credential_env()
+            provider = backends.build_provider(
+                backend, provider_file=provider_file, isolation=isolation, timeout=timeout
+            )
+            with _progress(f"running the step in {backends.where(provider)}"):
+                result = asyncio.run(_run_step(config, provider))
     except errors.IronflowError as exc:
-        _fail(exc.message, exit_code_for(exc))
+        exits.fail_for(exc)
     for ignored in result.ignored_settings:
         print(f"note: ignored locally: {ignored}", file=sys.stderr)
     if output is Output.JSON:
@@ -232,15 +210,13 @@ def agent(
 
 
 async def _run_pod(run: PodRun, cluster: ClusterConfig | None) -> PodRunOutput:
-    from ironflow.kube import api as kube  # the API client loads only when a pod is run
-
-    async with await kube.KubeApi.connect(cluster) as client:
+    async with await backends.connect(cluster) as client:
         return await run.run(client)
 
 
 def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> NoReturn:
     """Run ``argv`` once in a hardened pod placed as the provider file says; exit like local."""
-    provider = options.k8s_provider(provider_file)
+    provider = backends.k8s_provider(provider_file)
     try:
         run = command_pods.exec_pod_run(
             provider, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
@@ -248,16 +224,16 @@ def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> No
         with _progress(f"running the command in pod {run.name} ({run.settings.namespace})"):
             result = asyncio.run(_run_pod(run, provider.settings.cluster))
     except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
-        _fail(f"timed out: {exc.message}", EXIT_STEP_FAILED)
+        exits.fail(f"timed out: {exc.message}", exits.EXIT_STEP_FAILED)
     except errors.IronflowError as exc:
-        _fail(exc.message, exit_code_for(exc))
+        exits.fail_for(exc)
     sys.stdout.write(result.logs)
     if result.success:
         raise typer.Exit(0)
     if result.exit_code:  # exit like the command did, as the local backend does
         print(f"error: the command exited with {result.exit_code} in pod {run.name}", file=sys.stderr)
         raise typer.Exit(result.exit_code)
-    _fail(f"the command failed in pod {run.name} (phase {result.phase})", EXIT_STEP_FAILED)
+    exits.fail(f"the command failed in pod {run.name} (phase {result.phase})", exits.EXIT_STEP_FAILED)
 
 
 def exec_command(
@@ -275,13 +251,14 @@ def exec_command(
     ] = None,
 ) -> None:
     """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code."""
+    inputs.seconds(timeout, "--timeout")
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        _fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
+        exits.fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
     if backend is Backend.AGENT_SANDBOX:
-        _fail(
+        exits.fail(
             "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
             "(ironflow agent --backend agent-sandbox)"
         )
@@ -291,7 +268,7 @@ def exec_command(
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
         result = asyncio.run(provider.run_command(argv))
     except errors.IronflowError as exc:
-        _fail(exc.message, exit_code_for(exc))
+        exits.fail_for(exc)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)

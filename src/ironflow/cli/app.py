@@ -31,6 +31,7 @@ def _register_all() -> None:
     from ironflow.cli import reap; reap.register(app)  # noqa: E702, I001
     from ironflow.cli import agent; agent.register(app)  # noqa: E702, I001
     from ironflow.cli import run; run.register(app)  # noqa: E702, I001
+    from ironflow.cli import runs; runs.register(app)  # noqa: E702, I001
     from ironflow.cli import auth_proxy; auth_proxy.register(app)  # noqa: E702, I001
     from ironflow.cli import sandbox; sandbox.register(app)  # noqa: E702, I001
     pass

@@ -15,9 +15,9 @@ from typing import Annotated
 
 import typer
 
+from ironflow import errors
 from ironflow.auth_proxy import config, registry
-from ironflow.cli.options import fail
-from ironflow.errors import ConfigError
+from ironflow.cli.exits import fail, fail_for
 
 __all__ = ["register"]
 
@@ -60,7 +60,7 @@ def rotate_keys() -> None:
     """Re-seal every grant under the active key of IRONFLOW_SECRET_KEYS (PostgreSQL registry)."""
     try:
         cfg = config.AuthProxyConfig.from_env(os.environ)
-    except ConfigError as exc:
+    except errors.ConfigError as exc:
         fail(exc.message)
     if cfg.database_url is None or cfg.key_ring is None:
         fail(f"rotate-keys needs {config.DATABASE_URL_ENV} and {config.SECRET_KEYS_ENV}")
@@ -88,8 +88,7 @@ _URL_HELP = "Proxy URL (default: $IRONFLOW_AUTH_PROXY_URL); the admin key comes 
 
 
 def _admin_call(url: str | None, call: str, argument: str) -> object:
-    from ironflow.auth_proxy import client
-    from ironflow.errors import AuthProxyError
+    from ironflow.auth_proxy import client  # the HTTP client loads only for an admin call
 
     target = url or os.environ.get("IRONFLOW_AUTH_PROXY_URL", "").strip()
     if not target:
@@ -102,13 +101,8 @@ def _admin_call(url: str | None, call: str, argument: str) -> object:
 
     try:
         return asyncio.run(run())
-    except ConfigError as exc:
-        fail(exc.message)
-    except AuthProxyError as exc:
-        if exc.status is None and "IRONFLOW_AUTH_PROXY_ADMIN_KEY" in exc.message:
-            fail(exc.message)
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(1) from None
+    except errors.IronflowError as exc:  # no admin key: 2; the proxy unreachable or refusing: 3
+        fail_for(exc)
 
 
 @auth_proxy_app.command("revoke")

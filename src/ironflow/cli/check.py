@@ -15,7 +15,6 @@ import asyncio
 import io
 import json
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
@@ -23,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors, labels
-from ironflow.cli import options
+from ironflow.cli import backends, exits, inputs
+from ironflow.cli.formats import OutputFormat
 from ironflow.cluster import checks, setup
 
 if TYPE_CHECKING:
@@ -35,11 +35,6 @@ __all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "
 UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
 #: Execs open at once (each is a websocket through the API server to a kubelet).
 _EXEC_CONCURRENCY: Final = 8
-
-
-class OutputFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube.KubeObject]:
@@ -200,10 +195,7 @@ async def _check(
     exec_probes: bool,
     egress_url: str,
 ) -> list[checks.CheckResult]:
-    from ironflow.kube import api as kube
-
-    api = await kube.KubeApi.connect(cluster_config)
-    async with api:
+    async with await backends.connect(cluster_config) as api:
         return await run_checks(
             api,
             namespace=namespace,
@@ -231,17 +223,17 @@ def check(
     egress_url: Annotated[
         str, typer.Option("--egress-url", help="A URL outside every profile: the egress probe must not reach it.")
     ] = checks.EGRESS_PROBE_URL,
-    kubeconfig: options.KubeconfigOption = None,
-    context: options.ContextOption = None,
+    kubeconfig: backends.KubeconfigOption = None,
+    context: backends.ContextOption = None,
 ) -> None:
     """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy, exec probes."""
-    options.dns_label(namespace)
-    options.dns_label(worker_namespace, "worker namespace")
+    inputs.dns_label(namespace)
+    inputs.dns_label(worker_namespace, "worker namespace")
     if not egress_url.startswith(("http://", "https://")):
-        options.fail(f"--egress-url '{egress_url}' must start with http:// or https://")
+        exits.fail(f"--egress-url '{egress_url}' must start with http:// or https://")
     if auth_proxy is not None and not auth_proxy.startswith(("http://", "https://")):
-        options.fail(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
-    target = options.kube_cluster(kubeconfig, context)
+        exits.fail(f"--auth-proxy '{auth_proxy}' must start with http:// or https://")
+    target = backends.kube_cluster(kubeconfig, context)
     try:
         results = asyncio.run(
             _check(
@@ -256,10 +248,9 @@ def check(
             )
         )
     except errors.KubeNotFound:
-        options.fail(f"pod '{pod}' not found in namespace {namespace}")
+        exits.fail(f"pod '{pod}' not found in namespace {namespace}")
     except errors.IronflowError as exc:
-        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
-        raise typer.Exit(3) from None
+        exits.fail_for(exc)
     typer.echo(render_results(results, namespace, output))
     raise typer.Exit(exit_code(results))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ironflow import errors
-from ironflow.cli.options import fail
+from ironflow.cli.exits import fail
 
 if TYPE_CHECKING:
     from ironflow.fake_model import server as fakes

@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.cli.options import ManifestFormat, fail
+from ironflow.cli.exits import fail
+from ironflow.cli.formats import ManifestFormat
 from ironflow.cluster import documents, network, setup
 
 __all__ = ["manifests", "parse_egress_profile", "read_profile_dir", "register"]

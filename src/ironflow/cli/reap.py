@@ -2,8 +2,8 @@
 
 A thin face over :func:`ironflow.k8s.reaper.reap_namespace`: the report goes to stdout
 (a table or JSON), warnings and progress to stderr. ``--dry-run`` lists what a pass
-would delete and deletes nothing. Bad input exits 2 with one line naming the problem;
-an API failure exits 1.
+would delete and deletes nothing. Exit codes are :mod:`ironflow.cli.exits`'s: bad input
+(a missing kubeconfig included) 2, an API failure 3.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import io
 import json
 import re
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
@@ -20,7 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ironflow import errors
-from ironflow.cli import options
+from ironflow.cli import backends, exits, inputs
+from ironflow.cli.formats import OutputFormat
 
 if TYPE_CHECKING:
     from ironflow.k8s import reaper
@@ -30,11 +30,6 @@ __all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"
 
 _INTERVAL: Final = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?")
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class OutputFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 def parse_interval(text: str) -> float:
@@ -74,12 +69,10 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
 async def _reap(
     cluster: ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
 ) -> None:
-    from ironflow.k8s import reaper
-    from ironflow.kube import api as kube  # the API client loads only when a namespace is reaped
+    from ironflow.k8s import reaper  # loads the API client: only when a namespace is reaped
 
     err = Console(stderr=True)
-    api = await kube.KubeApi.connect(cluster)
-    async with api:
+    async with await backends.connect(cluster) as api:
         while True:
             with err.status(f"reaping {namespace}..."):
                 report = await reaper.reap_namespace(api, namespace, dry_run=dry_run)
@@ -98,27 +91,24 @@ def reap(
         str | None, typer.Option("--every", help="Run a pass every interval (e.g. 5m) until interrupted.")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
-    kubeconfig: options.KubeconfigOption = None,
-    context: options.ContextOption = None,
+    kubeconfig: backends.KubeconfigOption = None,
+    context: backends.ContextOption = None,
 ) -> None:
     """Delete expired ironflow pods, Jobs, prompt ConfigMaps and environment claims in a namespace."""
-    options.dns_label(namespace)
+    inputs.dns_label(namespace)
     interval: float | None = None
     if every is not None:
         try:
             interval = parse_interval(every)
         except ValueError as exc:
-            options.fail(str(exc))
-    cluster = options.kube_cluster(kubeconfig, context)
+            exits.fail(str(exc))
+    cluster = backends.kube_cluster(kubeconfig, context)
     try:
         asyncio.run(_reap(cluster, namespace, dry_run=dry_run, every=interval, fmt=output))
-    except errors.KubeClientConfigError as exc:
-        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
-        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
-        raise typer.Exit(1) from None
+        exits.fail_for(exc)
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(exits.EXIT_INTERRUPTED) from None
 
 
 def register(app: typer.Typer) -> None:

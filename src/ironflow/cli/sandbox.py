@@ -5,7 +5,7 @@ list) without touching a cluster; ``ironflow sandbox apply-template`` creates or
 SandboxTemplate and SandboxWarmPool an :class:`~ironflow.agent_sandbox.AgentSandboxProvider`
 with the given pod settings uses; ``ironflow sandbox reap`` deletes expired step
 claims. Results go to stdout, warnings and progress to stderr; bad
-input exits 2 with one line naming the problem, an API failure exits 1.
+input exits 2 with one line naming the problem, an API failure 3 (:mod:`ironflow.cli.exits`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from rich.console import Console
 from ironflow import errors
 from ironflow.agent_sandbox import catalog, models, patterns
 from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.cli import options
+from ironflow.cli import backends, exits, inputs
+from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 
@@ -65,18 +66,18 @@ def _load(path: Path | None, image: str) -> AgentSandboxProvider:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
-        options.fail(f"cannot read provider file '{path}': {exc.strerror}")
+        exits.fail(f"cannot read provider file '{path}': {exc.strerror}")
     except yaml.YAMLError as exc:
-        options.fail(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+        exits.fail(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, dict):
-        options.fail(f"provider file '{path}' must hold a mapping of settings")
+        exits.fail(f"provider file '{path}' must hold a mapping of settings")
     # A relative cluster.kubeconfig is taken from the file's directory, as every other loader does.
     base = path.resolve().parent
     if "pod" in data:
         return AgentSandboxProvider.from_dict(data, base=base)
     pod = K8sEphemeralProvider.from_dict(data, base=base)
     if not pod.is_sandboxed:
-        options.fail(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
+        exits.fail(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
     return AgentSandboxProvider(pod)
 
 
@@ -102,26 +103,26 @@ def render(
     ] = None,
     ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
     output: Annotated[
-        options.ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")
-    ] = options.ManifestFormat.YAML,
+        ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")
+    ] = ManifestFormat.YAML,
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
     if pattern not in catalog.PATTERNS:
-        options.fail(f"unknown pattern '{pattern}'; known: {', '.join(catalog.PATTERNS)}")
+        exits.fail(f"unknown pattern '{pattern}'; known: {', '.join(catalog.PATTERNS)}")
     if namespace is not None:
-        options.dns_label(namespace)
+        inputs.dns_label(namespace)
     try:
         version = models.ApiVersion(api_version)
     except ValueError:
-        options.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+        exits.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
     if replicas < 0:
-        options.fail(f"invalid --replicas {replicas}: use 0 or more")
+        exits.fail(f"invalid --replicas {replicas}: use 0 or more")
     if ttl < 0:
-        options.fail(f"invalid --ttl {ttl}: use 0 or more seconds")
+        exits.fail(f"invalid --ttl {ttl}: use 0 or more seconds")
     try:
         rules = tuple(parse_egress(e) for e in egress or ())
     except ValueError as exc:
-        options.fail(str(exc))
+        exits.fail(str(exc))
     try:
         pod = _load(provider_file, image).settings.pod if provider_file is not None else None
         opts = patterns.PatternOptions(
@@ -138,14 +139,12 @@ def render(
         )
         objects = catalog.render_pattern(pattern, opts)
     except errors.IronflowError as exc:
-        options.fail(" ".join(exc.message.split()))
-    options.emit_objects(objects, output)
+        exits.fail_for(exc)
+    emit_objects(objects, output)
 
 
 async def _apply(provider: AgentSandboxProvider, cluster: clusters.ClusterConfig) -> list[apply.Applied]:
-    from ironflow.kube import api as kube
-
-    async with await kube.KubeApi.connect(cluster) as api:
+    async with await backends.connect(cluster) as api:
         return await provider.apply_template(api)
 
 
@@ -166,19 +165,19 @@ def apply_template(
     api_version: Annotated[str | None, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the objects; send nothing.")] = False,
     output: Annotated[
-        options.ManifestFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
-    ] = options.ManifestFormat.YAML,
+        ManifestFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
+    ] = ManifestFormat.YAML,
     kubeconfig: Annotated[
         Path | None,
         typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
     ] = None,
-    context: options.ContextOption = None,
+    context: backends.ContextOption = None,
 ) -> None:
     """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""
     if namespace is not None:
-        options.dns_label(namespace)
+        inputs.dns_label(namespace)
     # --kubeconfig / --context win; else the cluster the provider file names (as `agent` and `run` use).
-    explicit = options.kube_cluster(kubeconfig, context) if kubeconfig is not None or context is not None else None
+    explicit = backends.kube_cluster(kubeconfig, context) if kubeconfig is not None or context is not None else None
     try:
         provider = _load(provider_file, image)
         if namespace is not None:
@@ -192,22 +191,19 @@ def apply_template(
             provider = provider.api_version(api_version)
         objects = sandbox_steps.template_objects(provider.settings)
     except errors.IronflowError as exc:
-        options.fail(" ".join(exc.message.split()))
+        exits.fail_for(exc)
     for warning in sandbox_steps.template_warnings(provider.settings):
         typer.echo(f"warning: {warning}", err=True)
     if dry_run:
-        options.emit_objects(objects, output)
+        emit_objects(objects, output)
         return
     cluster = explicit or provider.cluster_config or clusters.DefaultCluster()
     err = Console(stderr=True)
     try:
         with err.status(f"applying template {provider.settings.template} in {provider.settings.namespace}..."):
             applied = asyncio.run(_apply(provider, cluster))
-    except errors.KubeClientConfigError as exc:
-        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
-        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
-        raise typer.Exit(1) from None
+        exits.fail_for(exc)
     for item in applied:
         typer.echo(f"{item.kind.lower()}/{item.name} {item.action}")
 
@@ -215,10 +211,9 @@ def apply_template(
 async def _reap(
     cluster: clusters.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
 ) -> claims.ClaimReapReport:
-    from ironflow.agent_sandbox import claims
-    from ironflow.kube import api as kube
+    from ironflow.agent_sandbox import claims  # loads the API client: only when claims are reaped
 
-    async with await kube.KubeApi.connect(cluster) as api:
+    async with await backends.connect(cluster) as api:
         return await claims.reap_claims(api, claims.resources(version).claims, namespace, dry_run=dry_run)
 
 
@@ -227,23 +222,20 @@ def reap(
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace to reap.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
     api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = "v1beta1",
-    kubeconfig: options.KubeconfigOption = None,
-    context: options.ContextOption = None,
+    kubeconfig: backends.KubeconfigOption = None,
+    context: backends.ContextOption = None,
 ) -> None:
     """Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's)."""
-    options.dns_label(namespace)
+    inputs.dns_label(namespace)
     try:
         version = models.ApiVersion(api_version)
     except ValueError:
-        options.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
-    cluster = options.kube_cluster(kubeconfig, context)
+        exits.fail(f"invalid --api-version '{api_version}': use v1beta1 or v1alpha1")
+    cluster = backends.kube_cluster(kubeconfig, context)
     try:
         report = asyncio.run(_reap(cluster, namespace, version, dry_run=dry_run))
-    except errors.KubeClientConfigError as exc:
-        options.fail(" ".join(exc.message.split()))
     except errors.IronflowError as exc:
-        typer.echo(f"error: {' '.join(exc.message.split())}", err=True)
-        raise typer.Exit(1) from None
+        exits.fail_for(exc)
     verb = "would delete" if dry_run else "deleted"
     for name in report.claims:
         typer.echo(f"sandboxclaim/{name} {verb}")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ironflow.engine.loading import load_workflow, workflow_ref
     from ironflow.engine.model import RunRecord, RunStatus, StepKind, StepRecord, StepStatus, new_id, uuid7
     from ironflow.engine.retry import DEFAULT_RETRY, RetryPolicy, is_retryable
-    from ironflow.engine.runner import Outcome, Runner, scope_step_config
+    from ironflow.engine.runner import Outcome, Runner
     from ironflow.engine.store import Store, default_store_url, open_store
     from ironflow.engine.worker import Worker
 
@@ -48,7 +48,6 @@ __all__ = [
     "load_workflow",
     "new_id",
     "open_store",
-    "scope_step_config",
     "uuid7",
     "workflow_ref",
 ]
@@ -61,7 +60,7 @@ __getattr__ = lazy_exports(
         "loading": ("load_workflow", "workflow_ref"),
         "model": ("RunRecord", "RunStatus", "StepKind", "StepRecord", "StepStatus", "new_id", "uuid7"),
         "retry": ("DEFAULT_RETRY", "RetryPolicy", "is_retryable"),
-        "runner": ("Outcome", "Runner", "scope_step_config"),
+        "runner": ("Outcome", "Runner"),
         "store": ("Store", "default_store_url", "open_store"),
         "worker": ("Worker",),
     },

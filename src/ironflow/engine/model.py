@@ -248,12 +248,12 @@ def to_json(value: Any, *, what: str) -> str:
     """Encode a step result or run output for storage; ``what`` names it in the error.
 
     Raises:
-        ConfigError: the value cannot be stored; the message says what and how to fix it.
+        UnstorableValue: the value cannot be stored; the message says what and how to fix it.
     """
     try:
         return json.dumps(value, default=_json_default, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise errors.ConfigError(
+        raise errors.UnstorableValue(
             f"{what} cannot be stored: {exc}; return JSON values (dict, list, str, number, bool, None), "
             "an AgentResult or a dataclass"
         ) from None

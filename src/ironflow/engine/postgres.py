@@ -181,6 +181,11 @@ class PostgresStore:
                 f"cannot connect to the PostgreSQL store ({type(exc).__name__}); check the URL and that "
                 "the server is reachable"
             ) from None
+        except ValueError:  # the URL does not parse; its text holds the password, so it is not repeated
+            raise errors.ConfigError(
+                "the PostgreSQL store URL is not valid; use postgresql://USER:PASSWORD@HOST[:PORT]/DATABASE "
+                "(percent-encode special characters)"
+            ) from None
         self._db = _Db(self._pool)
         await self._migrate()
 

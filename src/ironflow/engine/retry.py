@@ -1,18 +1,25 @@
 """Step retry policy and retryable classification (§7.2), and the run requeue backoff (pure).
 
-Rule table (a failure is retried only when the policy has attempts left):
+Rule table (a failure is retried only when the policy has attempts left), by branch of
+:mod:`ironflow.errors`:
 
-| error                                   | retried |
-|-----------------------------------------|---------|
-| ProcessFailed, AgentTimeout             | yes     |
-| SchemaValidation, RateLimited           | yes     |
-| HttpProviderError status 0 or >= 500    | yes     |
-| ApiError no status, 429 or >= 500       | yes     |
-| InfrastructureError (Kubernetes 5xx...) | yes     |
-| PromptTooLarge, BudgetExceeded          | no      |
-| StepConfigError, ToolProfileUnsupported | no      |
-| ApiError other 4xx, ConfigError         | no      |
-| anything that is not an IronflowError   | no      |
+| error                                              | retried |
+|----------------------------------------------------|---------|
+| AgentError: ProcessFailed, AgentTimeout            | yes     |
+| AgentError: SchemaValidation, RateLimited          | yes     |
+| AgentError: HttpProviderError status 0 or >= 500   | yes     |
+| AgentError: ApiError no status, 429 or >= 500      | yes     |
+| AgentError: BudgetExceeded, ApiError other 4xx     | no      |
+| InfrastructureError: Kubernetes 0/409/429/5xx,     | yes     |
+|   CleanupError, SandboxError, OperationTimeout     |         |
+| InfrastructureError: Kubernetes other 4xx          | no      |
+| AuthProxyError: no answer, 429 or >= 500           | yes     |
+| AuthProxyError: other answers                      | no      |
+| UsageError: ConfigError, StepConfigError,          | no      |
+|   ToolProfileUnsupported, PromptTooLarge,          |         |
+|   MissingCredential, KubeClientConfigError,        |         |
+|   UnstorableValue, ReplayDivergence                |         |
+| anything that is not an IronflowError              | no      |
 
 Each error carries ``retryable``; this module reads it rather than keeping a second list,
 so a new error class decides for itself. A retry reuses the step's scoped config (same

@@ -31,13 +31,11 @@ from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider, LogSink
-from ironflow.steps import AgentConfig
 
 __all__ = [
     "Outcome",
     "Runner",
     "duplicate_name",
-    "scope_step_config",
     "wave_duplicate_message",
 ]
 
@@ -64,11 +62,6 @@ class _ReleaseFailed(Exception):
 
 
 # --- pure parts --------------------------------------------------------------------------
-
-
-def scope_step_config(config: AgentConfig, *, run_id: str, root_run_id: str, step: str) -> AgentConfig:
-    """Place a step in its run (§2): the one scoping rule, :meth:`AgentConfig.scoped`."""
-    return config.scoped(run_id, step, root_run_id=root_run_id)
 
 
 def duplicate_name(names: Sequence[str]) -> str | None:
@@ -200,7 +193,7 @@ class _Execution:
         )
         try:
             await store.save_step(done)
-        except errors.ConfigError as exc:  # a result that cannot be stored fails the step, by name
+        except errors.UnstorableValue as exc:  # a result that cannot be stored fails the step, by name
             await store.save_step(_replace(record, status=model.StepStatus.FAILED, error=model.error_record(exc)))
             raise
         return result
@@ -228,7 +221,7 @@ class _Execution:
     async def _agent(self, step: AgentStep, tries: _Tries) -> Any:
         runner = self.runner
         # One scoped config for every attempt: the same labels let the provider find the previous pod.
-        config = scope_step_config(step.config, run_id=self.run.id, root_run_id=self.run.root_run_id, step=step.name)
+        config = step.config.scoped(self.run.id, step.name, root_run_id=self.run.root_run_id)
         use_accounts = runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 
         async def attempt() -> Any:
@@ -236,9 +229,7 @@ class _Execution:
             session = await pool.acquire(step.name) if pool is not None else None
             scoped = config.account_session(session) if session is not None else config
             try:
-                if runner.sink is not None:
-                    return await runner.provider.run(scoped, logs=runner.sink)
-                return await runner.provider.run(scoped)
+                return await runner.provider.run(scoped, logs=runner.sink)
             finally:
                 if pool is not None and session is not None:
                     await pool.release(session)
@@ -390,7 +381,7 @@ class Runner:
         if exc is None:
             try:
                 await self.store.finish_run(run.id, worker, status=model.RunStatus.SUCCEEDED, output=body.result())
-            except errors.ConfigError as bad_output:
+            except errors.UnstorableValue as bad_output:
                 await self.store.finish_run(
                     run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(bad_output)
                 )

@@ -100,9 +100,10 @@ _START_CHILD: Final = (
 class SqliteStore:
     """A :class:`~ironflow.engine.store.Store` in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0, create: bool = True) -> None:
         self.path = Path(path)
         self._busy_timeout_s = busy_timeout_s
+        self._create = create
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -121,7 +122,12 @@ class SqliteStore:
             raise errors.InfrastructureError(f"the SQLite store failed: {type(exc).__name__}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.parent.is_dir():  # a reader never makes directories for a store it cannot find
+            raise errors.ConfigError(
+                f"no SQLite store at {str(self.path)!r}: its directory does not exist; check --store / IRONFLOW_STORE"
+            )
         conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
@@ -152,6 +158,9 @@ class SqliteStore:
         try:
             self._conn = await loop.run_in_executor(self._executor, self._connect)
             await loop.run_in_executor(self._executor, self._migrate, self._conn)
+        except errors.ConfigError:
+            await self.close()
+            raise
         except sqlite3.Error as exc:
             await self.close()
             raise errors.ConfigError(f"cannot open the SQLite store {str(self.path)!r}: {exc}") from exc

@@ -119,10 +119,12 @@ def default_store_url() -> str:
     return f"sqlite:///{base / 'ironflow' / 'engine.db'}"
 
 
-def open_store(url: str | None = None, **options: Any) -> Store:
+def open_store(url: str | None = None, *, create: bool = True, **options: Any) -> Store:
     """A store for ``url``: ``sqlite:///path``, a plain file path, or ``postgresql://…``.
 
-    The store is not opened yet; ``await store.open()`` connects and migrates.
+    The store is not opened yet; ``await store.open()`` connects and migrates. ``create=False``
+    (a command that only reads or changes runs) refuses a SQLite path whose directory is missing
+    rather than making it; a PostgreSQL database is never created.
     """
     url = url or default_store_url()
     if url.startswith(("postgres://", "postgresql://")):
@@ -135,11 +137,11 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             raise errors.ConfigError(f"store URL {url!r} names no file; use sqlite:///path/to/engine.db")
         from ironflow.engine import sqlite
 
-        return sqlite.SqliteStore(path, **options)
+        return sqlite.SqliteStore(path, create=create, **options)
     if "://" in url:
         raise errors.ConfigError(
             f"unknown store URL scheme in {url.split('://')[0]!r}; use sqlite:///path or postgresql://…"
         )
     from ironflow.engine import sqlite
 
-    return sqlite.SqliteStore(url, **options)
+    return sqlite.SqliteStore(url, create=create, **options)

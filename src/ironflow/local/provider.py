@@ -344,9 +344,8 @@ class LocalSandboxProvider(ProviderBase):
             return settings.ProxyCredential(Secret(os.environ["CLAUDE_CODE_OAUTH_TOKEN"]), "oauth_token", upstream)
         if os.environ.get("ANTHROPIC_API_KEY"):
             return settings.ProxyCredential(Secret(os.environ["ANTHROPIC_API_KEY"]), "api_key", upstream)
-        raise errors.AuthProxyError(
-            "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY",
-            retryable=False,
+        raise errors.MissingCredential(
+            "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
         )
 
     def _step_mounts(self, config: AgentConfig) -> tuple[bwrap.ReadOnlyMount, ...]:

@@ -12,7 +12,7 @@ from ironflow.auth_proxy import config, crypto, registry, tokens
 from ironflow.auth_proxy.app import open_registry
 from ironflow.auth_proxy.client import admin_key_from
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
-from ironflow.errors import AuthProxyError, ConfigError
+from ironflow.errors import ConfigError, MissingCredential
 from ironflow.secrets import Secret
 from ironflow.steps import AccountSession
 
@@ -160,7 +160,7 @@ def test_resolve_falls_back_to_oauth_env_then_api_key() -> None:
 
 
 def test_resolve_errors_without_credential() -> None:
-    with pytest.raises(AuthProxyError) as caught:
+    with pytest.raises(MissingCredential) as caught:
         resolve_credential(None, {})
     assert caught.value.message == (
         "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
@@ -188,7 +188,7 @@ def test_from_account_maps_kinds() -> None:
 def test_admin_key_from_builder_then_env_else_refusal() -> None:
     assert admin_key_from(" builder-key ", {}).reveal() == "builder-key"
     assert admin_key_from(None, {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": " env-key "}).reveal() == "env-key"
-    with pytest.raises(AuthProxyError, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
+    with pytest.raises(MissingCredential, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
         admin_key_from(None, {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": "  "})
 
 

@@ -78,7 +78,7 @@ def test_plain_json_values_round_trip_unchanged(value: object) -> None:
 
 
 def test_a_value_that_cannot_be_stored_is_refused_by_name() -> None:
-    with pytest.raises(errors.ConfigError, match="the result of step 'plan' cannot be stored: object is not"):
+    with pytest.raises(errors.UnstorableValue, match="the result of step 'plan' cannot be stored: object is not"):
         model.to_json(object(), what="the result of step 'plan'")
 
 

@@ -14,7 +14,7 @@ ROOT = "01a0e906-1f85-7000-8000-000000000000"
 
 
 def test_step_labels_carry_run_and_root_unsanitised_and_the_step_sanitised() -> None:
-    scoped = runner.scope_step_config(AgentConfig("go"), run_id=RUN, root_run_id=ROOT, step="fix bug/42")
+    scoped = AgentConfig("go").scoped(RUN, "fix bug/42", root_run_id=ROOT)
     assert dict(scoped.pod_labels) == {
         labels.LABEL_RUN_ID: RUN,
         labels.LABEL_ROOT_RUN_ID: ROOT,
@@ -24,7 +24,7 @@ def test_step_labels_carry_run_and_root_unsanitised_and_the_step_sanitised() -> 
 
 def test_scoping_keeps_the_callers_labels() -> None:
     config = AgentConfig("go").egress_profile("github")
-    scoped = runner.scope_step_config(config, run_id=RUN, root_run_id=RUN, step="plan")
+    scoped = config.scoped(RUN, "plan", root_run_id=RUN)
     assert scoped.pod_labels[labels.LABEL_EGRESS_PROFILE] == "github"
     assert scoped.pod_labels[labels.LABEL_ROOT_RUN_ID] == RUN
 

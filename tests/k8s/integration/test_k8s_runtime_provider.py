@@ -93,6 +93,6 @@ async def test_auth_proxy_without_admin_key_fails_before_any_pod(
 ) -> None:
     monkeypatch.delenv("IRONFLOW_AUTH_PROXY_ADMIN_KEY", raising=False)
     server = kube.need_server()
-    with pytest.raises(errors.AuthProxyError, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
+    with pytest.raises(errors.MissingCredential, match="auth_proxy requires IRONFLOW_AUTH_PROXY_ADMIN_KEY"):
         await provider.auth_proxy("http://proxy.invalid:8080").run(AgentConfig("hi"))
     assert server.count("create") == 0

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.cli import agent as cli_agent
 from ironflow.local import provider, settings
 from ironflow.provider import AgentProvider
 from ironflow.steps import AgentConfig
@@ -87,24 +86,6 @@ def test_the_provider_satisfies_the_protocol_and_takes_accounts() -> None:
     local = provider.LocalSandboxProvider()
     assert isinstance(local, AgentProvider)
     assert local.account_kind() == "claude_subscription"
-
-
-@pytest.mark.parametrize(
-    ("exc", "code"),
-    [
-        (errors.ConfigError("x"), 2),
-        (errors.StepConfigError("x"), 2),
-        (errors.PromptTooLarge(1, 1, 1), 2),
-        (errors.AuthProxyError("no credential", retryable=False), 2),
-        (errors.SandboxError("x"), 3),
-        (errors.AuthProxyError("down"), 3),
-        (errors.ProcessFailed(1, "x"), 1),
-        (errors.AgentTimeout(1), 1),
-        (errors.ApiError(500, None, "x"), 1),
-    ],
-)
-def test_exit_codes_tell_bad_input_from_failed_step_from_infrastructure(exc: Exception, code: int) -> None:
-    assert cli_agent.exit_code_for(exc) == code
 
 
 def test_a_preset_is_ignored_only_when_the_provider_has_no_local_presets() -> None:

@@ -1,4 +1,4 @@
-"""Errors: the retry classification of §7.2 and secret-free texts."""
+"""Errors: three branches by what the caller can do, the retry classification of §7.2, secret-free texts."""
 
 from __future__ import annotations
 
@@ -34,6 +34,58 @@ from ironflow.secrets import Secret, find_leaks
 )
 def test_retryable_classification(error: errors.IronflowError, retryable: bool) -> None:
     assert error.retryable is retryable
+
+
+_BRANCHES = (errors.UsageError, errors.InfrastructureError, errors.AgentError)
+
+
+@pytest.mark.parametrize(
+    ("error", "branch", "retryable"),
+    [
+        (errors.ConfigError("bad builder value"), errors.UsageError, False),
+        (errors.UnstorableValue("the result cannot be stored"), errors.UsageError, False),
+        (errors.StepConfigError("refused"), errors.UsageError, False),
+        (errors.ToolProfileUnsupported("no profiles here"), errors.UsageError, False),
+        (errors.PromptTooLarge(10, 3, 2), errors.UsageError, False),
+        (errors.MissingCredential("no credential"), errors.UsageError, False),
+        (errors.KubeClientConfigError("no kubeconfig"), errors.UsageError, False),
+        (errors.ReplayDivergence(0, "agent a", "agent b"), errors.UsageError, False),
+        (errors.ProcessFailed(1, "boom"), errors.AgentError, True),
+        (errors.AgentTimeout(300), errors.AgentError, True),
+        (errors.SchemaValidation("x", "y"), errors.AgentError, True),
+        (errors.RateLimited("rejected window"), errors.AgentError, True),
+        (errors.HttpProviderError(400, "bad request"), errors.AgentError, False),
+        (errors.ApiError(529, "overloaded_error", "overloaded"), errors.AgentError, True),
+        (errors.BudgetExceeded(1.0, 0.5), errors.AgentError, False),
+        (errors.KubeUnavailable("down", status=503), errors.InfrastructureError, True),
+        (errors.KubeForbidden("no", status=403), errors.InfrastructureError, False),
+        (errors.KubeConflict("exists", status=409), errors.InfrastructureError, True),
+        (errors.KubeNotFound("gone", status=404), errors.InfrastructureError, False),
+        (errors.KubeGone("too old", status=410), errors.InfrastructureError, False),
+        (errors.CleanupError("pods still terminating"), errors.InfrastructureError, True),
+        (errors.SandboxError("bwrap failed"), errors.InfrastructureError, True),
+        (errors.OperationTimeout("pod 'check' did not finish within 300s"), errors.InfrastructureError, True),
+        (errors.AuthProxyError("unreachable"), errors.InfrastructureError, True),
+        (errors.AuthProxyError("refused", status=403, retryable=False), errors.InfrastructureError, False),
+    ],
+)
+def test_every_leaf_hangs_under_exactly_one_branch(
+    error: errors.IronflowError, branch: type[errors.IronflowError], retryable: bool
+) -> None:
+    assert [b for b in _BRANCHES if isinstance(error, b)] == [branch]
+    assert error.retryable is retryable
+
+
+def test_every_public_error_class_has_a_branch() -> None:
+    classes = [getattr(errors, n) for n in errors.__all__ if isinstance(getattr(errors, n), type)]
+    leaves = [c for c in classes if c is not errors.IronflowError and c not in _BRANCHES]
+    assert leaves, "no leaves found"
+    assert [c.__name__ for c in leaves if sum(issubclass(c, b) for b in _BRANCHES) != 1] == []
+
+
+def test_a_usage_error_is_never_retryable() -> None:
+    usage = [getattr(errors, n) for n in errors.__all__ if isinstance(getattr(errors, n), type)]
+    assert [c.__name__ for c in usage if issubclass(c, errors.UsageError) and c.retryable] == []
 
 
 def test_messages_match_the_reference() -> None:

@@ -1,5 +1,6 @@
-"""``--provider FILE`` for ``--backend k8s`` / ``agent-sandbox``: one loader each for ``agent``,
-``run``, ``exec`` and ``worker``, every problem an exit 2 with one ``error:`` line naming it (no traceback)."""
+"""The one provider factory, :mod:`ironflow.cli.backends`: ``--provider FILE`` for ``--backend k8s`` /
+``agent-sandbox`` loads one way for ``agent``, ``run``, ``exec`` and ``worker``, every problem an
+exit 2 with one ``error:`` line naming it (no traceback)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ironflow.cli import options
+from ironflow.cli import backends
 from ironflow.cli.app import app
 from ironflow.kube.clusters import KubeconfigFile
 
@@ -17,24 +18,10 @@ K8S_FILE = "image: busybox\ncluster: {kubeconfig: kc.yaml}\n"
 WORKFLOWS = Path(__file__).resolve().parents[2] / "engine" / "integration" / "engine_workflows.py"
 
 
-def test_fail_prints_one_error_line_and_exits_with_the_code(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(typer.Exit) as info:
-        options.fail("setting 'x' is wrong", 3)
-    assert info.value.exit_code == 3
-    assert capsys.readouterr().err == "error: setting 'x' is wrong\n"
-
-
-def test_fail_ends_the_line_once_when_the_message_ends_with_a_newline(capsys: pytest.CaptureFixture[str]) -> None:
-    """A failed agent's message carries its stderr, newline included."""
-    with pytest.raises(typer.Exit):
-        options.fail("claude process exited with code 3: boom\n", 1)
-    assert capsys.readouterr().err == "error: claude process exited with code 3: boom\n"
-
-
 def test_k8s_provider_loads_the_file_with_its_cluster(tmp_path: Path) -> None:
     path = tmp_path / "provider.yaml"
     path.write_text("image: busybox\nnamespace: agents\ncluster: {kubeconfig: kc.yaml}\n")
-    provider = options.k8s_provider(path)
+    provider = backends.k8s_provider(path)
     assert provider.settings.namespace == "agents"
     assert provider.settings.cluster == KubeconfigFile(str(tmp_path / "kc.yaml"))
 
@@ -57,7 +44,7 @@ def test_k8s_provider_problems_exit_2_naming_them(
         if content:
             path.write_text(content)
     with pytest.raises(typer.Exit) as info:
-        options.k8s_provider(path)
+        backends.k8s_provider(path)
     assert info.value.exit_code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")
@@ -68,7 +55,7 @@ def test_k8s_provider_problems_exit_2_naming_them(
 def test_agent_sandbox_provider_loads_the_file(tmp_path: Path) -> None:
     path = tmp_path / "sandbox.yaml"
     path.write_text("pod: {image: busybox, sandboxed: true, cluster: {kubeconfig: kc.yaml}}\nwarm_pool: pool\n")
-    provider = options.agent_sandbox_provider(path)
+    provider = backends.agent_sandbox_provider(path)
     assert provider.settings.pod.settings.cluster == KubeconfigFile(str(tmp_path / "kc.yaml"))
 
 
@@ -89,7 +76,7 @@ def test_agent_sandbox_provider_problems_exit_2_naming_them(
         if content:
             path.write_text(content)
     with pytest.raises(typer.Exit) as info:
-        options.agent_sandbox_provider(path)
+        backends.agent_sandbox_provider(path)
     assert info.value.exit_code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")

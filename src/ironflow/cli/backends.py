@@ -1,0 +1,227 @@
+"""The one place the CLI builds what a command runs on: a provider per ``--backend`` (from
+``--provider FILE`` and the options), the offline model of ``--fake-model``, and the cluster of
+``--kubeconfig`` / ``--context``.
+
+Every command refuses the same input with the same words: a missing or unreadable provider
+file, an unknown setting, a wrong type all exit 2 with one ``error: …`` line naming the setting
+(the messages are the providers' ``from_file``).
+
+Lazy loading lives here: the agent-sandbox backend, the offline model server and the
+Kubernetes API client (``kubernetes_asyncio``, ``aiohttp``) are imported inside the functions
+that need them, so ``ironflow --help`` and the commands that never touch them start fast
+(``tests/package/unit/test_layers.py`` guards it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final, TypeVar
+
+import typer
+import yaml
+
+from ironflow import errors
+from ironflow.cli import exits
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.kube import clusters
+from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
+from ironflow.provider import AgentProvider
+from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.fake_model.server import Script
+    from ironflow.kube.api import KubeApi
+
+__all__ = [
+    "FAKE_MODEL_KEY",
+    "Backend",
+    "ContextOption",
+    "Isolation",
+    "KubeconfigOption",
+    "Providers",
+    "agent_sandbox_provider",
+    "build_provider",
+    "close_cluster_clients",
+    "cluster_of",
+    "connect",
+    "fake_model",
+    "k8s_provider",
+    "kube_cluster",
+    "where",
+]
+
+#: The key the in-process proxy hands the offline model server (it checks it).
+FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
+
+_P = TypeVar("_P")
+
+
+class Backend(StrEnum):
+    """Where a step runs: ``--backend`` of ``agent``, ``exec`` and ``run`` (``exec``: local or k8s only)."""
+
+    LOCAL = "local"
+    K8S = "k8s"
+    AGENT_SANDBOX = "agent-sandbox"
+
+
+class Isolation(StrEnum):
+    """``--isolation`` of the local backend: bubblewrap or gVisor (runsc)."""
+
+    BWRAP = "bwrap"
+    GVISOR = "gvisor"
+
+
+#: ``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
+#: file; :func:`kube_cluster` turns them into a cluster.
+KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")]
+ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+
+
+@contextlib.asynccontextmanager
+async def fake_model(script: Script) -> AsyncIterator[ProxyCredential]:
+    """Serve the offline model server answering ``script`` while the block runs; yield the
+    credential a provider's proxy uses to reach it (the server admits :data:`FAKE_MODEL_KEY` only)."""
+    from ironflow.fake_model.server import FakeAnthropic  # the HTTP server loads only when used
+
+    async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
+        yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)
+
+
+def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
+    """The provider ``--provider FILE`` names, or exit 2 naming what is wrong with it."""
+    return _provider_file(path, Backend.K8S, "docs/k8s-provider.md", K8sEphemeralProvider.from_file)
+
+
+def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
+    """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads the API client: only for this backend
+
+    return _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
+
+
+def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
+    if path is None:
+        exits.fail(f"--backend {backend} needs --provider provider.yaml (see {doc})")
+    try:
+        return load(path)
+    except errors.ConfigError as exc:
+        exits.fail(exc.message)
+
+
+def build_provider(
+    backend: Backend,
+    *,
+    provider_file: Path | None = None,
+    isolation: Isolation = Isolation.BWRAP,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    credential: ProxyCredential | None = None,
+) -> AgentProvider:
+    """The provider of ``--backend``: local from the options, k8s / agent-sandbox from the file."""
+    if backend is Backend.K8S:
+        return k8s_provider(provider_file)
+    if backend is Backend.AGENT_SANDBOX:
+        return agent_sandbox_provider(provider_file)
+    return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential)
+
+
+def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:
+    """The cluster a provider's steps run on (None: local, or the default kubeconfig)."""
+    if isinstance(provider, K8sEphemeralProvider):
+        return provider.settings.cluster
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+    if isinstance(provider, AgentSandboxProvider):
+        return provider.cluster_config
+    return None
+
+
+def where(provider: AgentProvider) -> str:
+    """Where ``provider``'s steps run, for a progress line."""
+    if isinstance(provider, LocalSandboxProvider):
+        return f"a {provider.isolation} sandbox"
+    if isinstance(provider, K8sEphemeralProvider):
+        return "a Kubernetes pod"
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+
+    if isinstance(provider, AgentSandboxProvider):
+        return f"a sandbox claimed from warm pool {provider.settings.pool} ({provider.settings.namespace})"
+    return type(provider).__name__
+
+
+class Providers:
+    """One provider per backend, built on first use (``run``, ``worker``); the offline model server if asked."""
+
+    def __init__(self, *, isolation: Isolation, provider_file: Path | None, fake_reply: str | None) -> None:
+        self.isolation = isolation
+        self.provider_file = provider_file
+        self.fake_reply = fake_reply
+        self.fake_credential: ProxyCredential | None = None
+        self._built: dict[Backend, AgentProvider] = {}
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Providers:
+        if self.fake_reply is not None:
+            from ironflow.fake_model.server import Script  # the HTTP server loads only when used
+
+            fake = fake_model(Script.of(default=self.fake_reply))
+            self.fake_credential = await self._stack.enter_async_context(fake)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def get(self, backend: str | None) -> AgentProvider:
+        """The provider of ``backend`` (a run's stored backend; None: local); exit 2 if it cannot be built."""
+        try:
+            chosen = Backend(backend or Backend.LOCAL)
+        except ValueError:
+            exits.fail(f"unknown backend {backend!r}; use local, k8s or agent-sandbox")
+        if chosen not in self._built:
+            self._built[chosen] = build_provider(
+                chosen, provider_file=self.provider_file, isolation=self.isolation, credential=self.fake_credential
+            )
+        return self._built[chosen]
+
+    def cluster_for(self, backend: Backend | None) -> clusters.ClusterConfig | None:
+        """The cluster the provider file names for ``backend`` (None: local, or no file).
+
+        A worker serves every backend: with ``backend=None`` the file's own shape decides
+        (an agent-sandbox file has a ``pod:`` section, a k8s file never has).
+        """
+        if self.provider_file is None or backend is Backend.LOCAL:
+            return None
+        if backend is None:
+            backend = Backend.K8S  # unreadable: the k8s loader names the problem
+            with contextlib.suppress(OSError, yaml.YAMLError):
+                data = yaml.safe_load(self.provider_file.read_text())
+                if isinstance(data, dict) and "pod" in data:
+                    backend = Backend.AGENT_SANDBOX
+        return cluster_of(self.get(backend))
+
+
+def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.ClusterConfig:
+    """``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
+    file (``reap``, ``check``, ``sandbox``); exit 2 when the named kubeconfig file is missing."""
+    if kubeconfig is None:
+        return clusters.DefaultCluster(context)
+    if not kubeconfig.is_file():
+        exits.fail(f"kubeconfig file '{kubeconfig}' does not exist")
+    return clusters.KubeconfigFile(str(kubeconfig), context)
+
+
+async def connect(cluster: clusters.ClusterConfig | None) -> KubeApi:
+    """A Kubernetes API client for ``cluster`` (None: the default kubeconfig); close it with ``async with``."""
+    from ironflow.kube import api as kube  # kubernetes_asyncio loads only when a command talks to a cluster
+
+    return await kube.KubeApi.connect(cluster)
+
+
+async def close_cluster_clients() -> None:
+    """Close the API clients the cluster providers shared on this event loop (before it ends)."""
+    from ironflow.kube import connections  # the API client loads only for a cluster
+
+    await connections.SHARED.aclose()

@@ -1,0 +1,68 @@
+"""The exit codes of every ``ironflow`` command, and the one way to leave with an error line.
+
+The code follows the error's branch (:mod:`ironflow.errors`), so every command answers the
+same failure the same way:
+
+====  ==========================================================================
+0     success (``exec``: the command's own exit code is passed through)
+1     the step or run failed (:class:`~ironflow.errors.AgentError`, anything else)
+2     bad input (:class:`~ironflow.errors.UsageError`): an option, a file, a credential
+3     infrastructure (:class:`~ironflow.errors.InfrastructureError`): the cluster, the
+      sandbox runtime, the proxy or the store could not be reached or failed
+130   interrupted (Ctrl-C)
+====  ==========================================================================
+
+Every failure is one ``error: …`` line on stderr; none prints a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final, NoReturn
+
+import typer
+
+from ironflow import errors
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INFRASTRUCTURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_STEP_FAILED",
+    "exit_code_for",
+    "fail",
+    "fail_for",
+]
+
+EXIT_STEP_FAILED: Final = 1
+EXIT_BAD_INPUT: Final = 2
+EXIT_INFRASTRUCTURE: Final = 3
+EXIT_INTERRUPTED: Final = 130
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code of an error: its branch decides (pure)."""
+    if isinstance(exc, errors.UsageError):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, errors.InfrastructureError):
+        return EXIT_INFRASTRUCTURE
+    return EXIT_STEP_FAILED
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code`` (bad input by default).
+
+    Trailing whitespace goes (a failed agent's stderr ends with a newline): the line ends once.
+    """
+    print(f"error: {message.rstrip()}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def fail_for(exc: errors.IronflowError) -> NoReturn:
+    """Leave with ``exc``'s message and its branch's exit code.
+
+    A step's failure keeps its lines (they carry the agent's stderr); any other error is
+    joined into one line (a Kubernetes message may wrap).
+    """
+    code = exit_code_for(exc)
+    fail(exc.message if code == EXIT_STEP_FAILED else " ".join(exc.message.split()), code)

@@ -1,0 +1,35 @@
+"""``--output`` of the commands: the table-or-JSON reports (``check``, ``reap``, ``runs``) and the
+YAML-or-JSON Kubernetes objects (``render``, ``manifests``, ``sandbox``), printed one way."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+import typer
+import yaml
+
+__all__ = ["ManifestFormat", "OutputFormat", "emit_objects"]
+
+
+class OutputFormat(StrEnum):
+    """A report for people (a table) or for programs (JSON)."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+class ManifestFormat(StrEnum):
+    """Kubernetes objects as YAML documents or one JSON list."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
+def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
+    """Print Kubernetes objects on stdout as ``fmt`` says: YAML documents, or one JSON list."""
+    if fmt is ManifestFormat.JSON:
+        typer.echo(json.dumps(objects, indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)

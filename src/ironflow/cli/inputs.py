@@ -1,0 +1,25 @@
+"""Checks of command-line values that the option types cannot express; each bad value
+exits 2 with one line naming the option and the fix (pure but for :func:`~ironflow.cli.exits.fail`)."""
+
+from __future__ import annotations
+
+import math
+
+from ironflow import labels
+from ironflow.cli import exits
+
+__all__ = ["dns_label", "seconds"]
+
+
+def dns_label(value: str, what: str = "namespace") -> str:
+    """``value`` if it is a valid namespace-style name, else exit 2 naming ``what``."""
+    if not labels.is_dns_label(value):
+        exits.fail(f"invalid {what} '{value}': use 1-63 lowercase letters, digits and '-'")
+    return value
+
+
+def seconds(value: float, option: str) -> float:
+    """``value`` if it is a finite, positive number of seconds, else exit 2 naming ``option``."""
+    if not math.isfinite(value) or value <= 0:
+        exits.fail(f"invalid {option} {value:g}: use a finite number of seconds greater than zero")
+    return value

@@ -1,0 +1,165 @@
+"""``ironflow runs …``: list, show, cancel and retry the runs of a store.
+
+Thin over :class:`~ironflow.engine.store.Store`; these commands never create a store's
+directory (a mistyped ``--store`` is an error, not a new empty store). Exit codes are
+:mod:`ironflow.cli.exits`'s; an unknown run id, or a change the run's state refuses, is bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ironflow import labels
+from ironflow.cli import exits
+from ironflow.cli.formats import OutputFormat
+from ironflow.cli.stores import StoreOption, opened, plain, run_async
+from ironflow.engine import model
+
+__all__ = ["register", "step_pod_selector"]
+
+OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+
+runs_app = typer.Typer(help="List, show, cancel and retry runs.", no_args_is_help=True)
+
+
+def step_pod_selector(run_id: str, step: model.StepRecord) -> str | None:
+    """The label selector of an agent step's pods (``kubectl get pods -l …``); None for other kinds."""
+    if step.kind is not model.StepKind.AGENT:
+        return None
+    return labels.selector(
+        labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: run_id, labels.LABEL_STEP: labels.sanitize_label_value(step.name)}
+    )
+
+
+def _age(ts: float) -> str:
+    seconds = max(time.time() - ts, 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _run_summary(run: model.RunRecord) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "attempt": run.attempt,
+        "root_run_id": run.root_run_id,
+        "parent_run_id": run.parent_run_id,
+        "backend": run.backend,
+        "created_at": run.created_at,
+    }
+
+
+async def _list(store_url: str | None, status: model.RunStatus | None, limit: int) -> list[model.RunRecord]:
+    async with opened(store_url, create=False) as store:
+        return await store.list_runs(status=status, limit=limit)
+
+
+@runs_app.command("list")
+def runs_list(
+    store: StoreOption = None,
+    status: Annotated[model.RunStatus | None, typer.Option(help="Only runs in this state.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.", min=1)] = 50,
+    output: OutputOption = OutputFormat.TABLE,
+) -> None:
+    """List runs, newest first."""
+    found = run_async(_list(store, status, limit))
+    if output is OutputFormat.JSON:
+        print(json.dumps([_run_summary(r) for r in found], indent=2))
+        return
+    table = Table("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE", box=None)
+    for r in found:
+        table.add_row(r.id, r.workflow.rsplit("/", 1)[-1], str(r.status), str(r.attempt), r.parent_run_id or "-",
+                      _age(r.created_at))  # fmt: skip
+    Console(width=200).print(table)
+
+
+async def _show(store_url: str | None, run_id: str) -> tuple[model.RunRecord, list[model.StepRecord]]:
+    async with opened(store_url, create=False) as store:
+        run = await store.get_run(run_id)
+        if run is None:
+            exits.fail(f"no run {run_id} in the store; list runs with `ironflow runs list`")
+        return run, await store.steps(run_id)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    store: StoreOption = None,
+    output: OutputOption = OutputFormat.TABLE,
+) -> None:
+    """Show a run: its state, its steps, their pods and their results."""
+    run, steps = run_async(_show(store, run_id))
+    step_rows = [{**plain(s.to_dict()), "pods": step_pod_selector(run.id, s)} for s in steps]
+    if output is OutputFormat.JSON:
+        print(json.dumps({**plain(run.to_dict()), "steps": step_rows}, indent=2))
+        return
+    console = Console(width=200)
+    console.print(f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})",
+                  highlight=False)  # fmt: skip
+    if run.parent_run_id:
+        console.print(f"parent    {run.parent_run_id}\nroot      {run.root_run_id}", highlight=False)
+    if run.error:
+        console.print(f"error     {run.error['type']}: {run.error['message']}", highlight=False, markup=False)
+    table = Table("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT", box=None)
+    for s, row in zip(steps, step_rows, strict=True):
+        result = s.result.text if hasattr(s.result, "text") else json.dumps(row["result"])
+        if s.error:
+            result = f"{s.error['type']}: {s.error['message']}"
+        table.add_row(str(s.position), s.name, str(s.kind), str(s.status), str(s.attempts),
+                      row["pods"] or s.child_run_id or "-", result[:80])  # fmt: skip
+    console.print(table)
+    if run.status is model.RunStatus.SUCCEEDED:
+        console.print("output", json.dumps(plain(run.output)), highlight=False, markup=False)
+
+
+async def _change(store_url: str | None, run_id: str, action: str) -> model.RunRecord:
+    async with opened(store_url, create=False) as store:
+        run = await store.get_run(run_id)
+        if run is None:
+            exits.fail(f"no run {run_id} in the store; list runs with `ironflow runs list`")
+        if run.parent_run_id is not None:
+            exits.fail(f"run {run_id} is a sub-workflow run; {action} its root run {run.root_run_id} instead")
+        if action == "cancel":
+            if run.finished:
+                exits.fail(f"run {run_id} already {run.status}; nothing to cancel")
+            changed = await store.cancel_run(run_id)
+        else:
+            if run.status not in (model.RunStatus.FAILED, model.RunStatus.CANCELLED):
+                exits.fail(f"run {run_id} is {run.status}; only failed or cancelled runs can be retried")
+            changed = await store.retry_run(run_id)
+        assert changed is not None
+        return changed
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    store: StoreOption = None,
+) -> None:
+    """Cancel a run: a pending one never runs; a running one's steps are stopped and the run released."""
+    run = run_async(_change(store, run_id, "cancel"))
+    print(f"run {run.id} {'cancelled' if run.status is model.RunStatus.CANCELLED else 'cancel requested'}")
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    store: StoreOption = None,
+) -> None:
+    """Queue a failed or cancelled run again; its finished steps replay from the store."""
+    run = run_async(_change(store, run_id, "retry"))
+    print(f"run {run.id} {run.status}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``runs`` group to the ``ironflow`` app."""
+    app.add_typer(runs_app, name="runs")

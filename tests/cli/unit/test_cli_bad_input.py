@@ -1,0 +1,77 @@
+"""Every bad input is one ``error:`` line and exit 2, never a traceback (issue 19 item 11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ironflow.cli.app import app
+
+PASSWORD = "s3cret-pw"
+
+
+def _invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.stderr
+
+
+def _assert_one_line(code: int, err: str, words: str) -> None:
+    assert code == 2, err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert words in err
+
+
+@pytest.fixture
+def provider_file(tmp_path: Path) -> Path:
+    path = tmp_path / "provider.yaml"
+    path.write_text("image: busybox\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("step_yaml", "words"),
+    [
+        ("prompt: 42\n", "step setting 'prompt' must be text, got 42"),
+        ("prompt: hi\nmax_turns: three\n", "step setting 'max_turns' must be a whole number, got 'three'"),
+        ("prompt: hi\nmax_turns: true\n", "step setting 'max_turns' must be a whole number, got True"),
+    ],
+)
+def test_a_step_file_setting_of_the_wrong_type_is_named(
+    tmp_path: Path, provider_file: Path, step_yaml: str, words: str
+) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text(step_yaml)
+    _assert_one_line(*_invoke("render", "--provider", str(provider_file), "--step", str(step)), words)
+
+
+def test_a_prompt_that_is_not_utf8_is_refused(provider_file: Path) -> None:
+    """The shell hands undecodable bytes over as surrogates; they cannot reach the step."""
+    _assert_one_line(*_invoke("agent", "--fake-model", "\udcff"), "PROMPT is not valid UTF-8")
+    _assert_one_line(*_invoke("render", "--provider", str(provider_file), "--prompt", "\udcff"), "not valid UTF-8")
+
+
+def test_an_unparsable_postgres_store_url_is_bad_input_and_keeps_the_password() -> None:
+    code, err = _invoke("runs", "list", env={"IRONFLOW_STORE": f"postgresql://u:{PASSWORD}@[bad"})
+    _assert_one_line(code, err, "the PostgreSQL store URL is not valid")
+    assert PASSWORD not in err
+
+
+@pytest.mark.parametrize("command", [["agent", "--fake-model", "hi"], ["exec", "--", "true"]])
+def test_an_infinite_timeout_is_refused(command: list[str]) -> None:
+    code, err = _invoke(command[0], "--timeout", "inf", *command[1:])
+    _assert_one_line(code, err, "invalid --timeout inf")
+
+
+def test_an_empty_model_is_bad_input() -> None:
+    _assert_one_line(*_invoke("agent", "--fake-model", "--model", "", "hi"), "--model must name a model")
+
+
+def test_runs_list_never_creates_the_directory_of_a_store(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir"
+    code, err = _invoke("runs", "list", "--store", f"sqlite:///{missing / 'x.db'}")
+    _assert_one_line(code, err, "its directory does not exist")
+    assert not (tmp_path / "no").exists()
