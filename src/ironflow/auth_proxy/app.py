@@ -26,7 +26,7 @@ from aiohttp import web
 
 from ironflow.auth_proxy import client as client_mod
 from ironflow.auth_proxy import config as config_mod
-from ironflow.auth_proxy import handlers, logs, registry
+from ironflow.auth_proxy import connections, handlers, logs, policy, registry
 
 __all__ = [
     "CONFIG_KEY",
@@ -60,7 +60,10 @@ async def open_registry(config: config_mod.AuthProxyConfig) -> registry.GrantReg
 
     assert config.key_ring is not None  # AuthProxyConfig refuses a database without keys
     return await postgres.PostgresRegistry.open(
-        config.database_url, config.key_ring, cache_ttl_s=config.token_cache_ttl_s
+        config.database_url,
+        config.key_ring,
+        cache_ttl_s=config.token_cache_ttl_s,
+        listen_keepalive_s=config.listen_keepalive_s,
     )
 
 
@@ -73,6 +76,7 @@ async def _registry_ctx(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await app[HANDLERS_KEY].settle_pending()  # output tokens still being charged
         app[HANDLERS_KEY].registry = None
         if owned:
             await grants.close()
@@ -125,6 +129,19 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     proxy = handlers.ProxyHandlers(config)
 
     @web.middleware
+    async def anthropic_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        # A bug must still answer in the Anthropic error shape, and log no request detail.
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            logs.event("request failed", logging.ERROR, method=request.method, error=type(exc).__name__)
+            proxy.metrics.count("internal_error")
+            body = policy.error_body("api_error", "internal error in the auth proxy")
+            return web.Response(status=500, body=body, content_type="application/json")
+
+    @web.middleware
     async def other_hosts(request: web.Request, handler: _Handler) -> web.StreamResponse:
         # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
         # through the relay's decision order, so they get its refusals, not a bare 404.
@@ -133,7 +150,7 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
             return await proxy.relay(request)
         return await handler(request)
 
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[other_hosts])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[anthropic_errors, other_hosts])
     app[CONFIG_KEY] = config
     app[HANDLERS_KEY] = proxy
     app.router.add_get("/healthz", proxy.healthz, allow_head=False)
@@ -149,8 +166,19 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
 
 
 def make_runner(app: web.Application) -> web.AppRunner:
-    """A runner that cancels a handler when its client goes away and logs no access lines."""
-    return web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    """A runner that cancels a handler when its client goes away, logs no access lines,
+    caps connections and bounds header reads and idle keep-alive (:mod:`connections`)."""
+    config = app[CONFIG_KEY]
+    cap = config.max_connections if config.max_connections is not None else connections.default_max_connections()
+    return connections.GuardedRunner(
+        app,
+        max_connections=cap,
+        header_timeout_s=config.header_timeout_s,
+        keepalive_timeout=config.client_idle_timeout_s,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=5.0,
+    )
 
 
 @dataclass(frozen=True)

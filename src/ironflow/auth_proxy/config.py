@@ -1,9 +1,11 @@
 """The proxy's configuration: a frozen value, and its parsing from the environment (pure).
 
 ``AuthProxyConfig.from_env`` reads the variables of §6.1 plus
-``IRONFLOW_AUTH_PROXY_UPSTREAM``; every refusal is a :class:`~ironflow.errors.ConfigError`
-naming the variable and the fix. The admin key, the database URL and the key ring are
-held redacted: ``repr(config)`` shows the upstream and the listen address, never a secret.
+``IRONFLOW_AUTH_PROXY_UPSTREAM`` and the limits that keep a replica up under hostile
+clients (connection cap, header and idle timeouts, request-body budget); every refusal
+is a :class:`~ironflow.errors.ConfigError` naming the variable and the fix. The admin
+key, the database URL and the key ring are held redacted: ``repr(config)`` shows the
+upstream and the listen address, never a secret.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADMIN_KEY_ENV",
+    "BODY_BUDGET_ENV",
+    "CLIENT_IDLE_TIMEOUT_ENV",
     "DATABASE_URL_ENV",
+    "DEFAULT_MAX_BUFFERED_BYTES",
     "DEFAULT_UPSTREAM",
+    "HEADER_TIMEOUT_ENV",
     "HUB_ENV",
     "LISTEN_ENV",
+    "MAX_CONNECTIONS_ENV",
     "MIN_ADMIN_KEY_CHARS",
     "SECRET_ACTIVE_KEY_VERSION_ENV",
     "SECRET_KEYS_ENV",
@@ -32,6 +39,7 @@ __all__ = [
     "UPSTREAM_ENV",
     "AuthProxyConfig",
     "parse_listen",
+    "registry_from_env",
 ]
 
 ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
@@ -43,6 +51,13 @@ SECRET_KEYS_ENV: Final = "IRONFLOW_SECRET_KEYS"  # noqa: S105 - a variable name
 SECRET_ACTIVE_KEY_VERSION_ENV: Final = "IRONFLOW_SECRET_ACTIVE_KEY_VERSION"  # noqa: S105 - a variable name
 SECRET_KEY_ENV: Final = "IRONFLOW_SECRET_KEY"  # noqa: S105 - a variable name
 LOG_ENV: Final = "RUST_LOG"
+MAX_CONNECTIONS_ENV: Final = "IRONFLOW_AUTH_PROXY_MAX_CONNECTIONS"
+HEADER_TIMEOUT_ENV: Final = "IRONFLOW_AUTH_PROXY_HEADER_TIMEOUT_S"
+CLIENT_IDLE_TIMEOUT_ENV: Final = "IRONFLOW_AUTH_PROXY_CLIENT_IDLE_TIMEOUT_S"
+BODY_BUDGET_ENV: Final = "IRONFLOW_AUTH_PROXY_MAX_BUFFERED_BYTES"
+#: Request bodies held at once, over all connections: 2 × the largest body, well inside
+#: the shipped 256Mi memory limit (a body is briefly held twice while it is joined).
+DEFAULT_MAX_BUFFERED_BYTES: Final = 2 * policy.DEFAULT_MAX_BODY_BYTES
 #: Set by ``--workers N`` for its workers; not for operators.
 HUB_ENV: Final = "IRONFLOW_AUTH_PROXY_HUB"
 DEFAULT_UPSTREAM: Final = "https://api.anthropic.com"
@@ -78,6 +93,21 @@ class AuthProxyConfig:
     database_url: Secret | None = None
     key_ring: crypto.KeyRing | None = field(default=None, repr=False)
     max_body_bytes: int = policy.DEFAULT_MAX_BODY_BYTES
+    #: Bytes of request bodies buffered at once over all requests; past it a 503.
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    #: Open client connections at once; ``None``: half the file descriptors left (each
+    #: relayed connection holds a second one upstream). Past it a 503 and close.
+    max_connections: int | None = None
+    #: A connection must deliver a request's headers this long after its first byte
+    #: (a new connection: after it opens), else it is closed: slowloris.
+    header_timeout_s: float = 10.0
+    #: A keep-alive connection with no request for this long is closed.
+    client_idle_timeout_s: float = 60.0
+    #: A request body that delivers nothing for this long is answered 408.
+    body_read_timeout_s: float = 30.0
+    #: A limited token's stream whose client left is read on (not relayed) this long at
+    #: most, for the usage its ``message_delta`` reports.
+    usage_drain_timeout_s: float = 30.0
     metrics_enabled: bool = True
     log_level: str = "info"
     #: No total timeout on a stream; a read silent this long ends it.
@@ -86,6 +116,8 @@ class AuthProxyConfig:
     purge_interval_s: float = 60.0
     #: How long a replica trusts a cached grant without revocation news (PostgreSQL only).
     token_cache_ttl_s: float = 30.0
+    #: The PostgreSQL revocation link is pinged this often; a ping unanswered as long drops the cache.
+    listen_keepalive_s: float = 2.0
     warnings: tuple[str, ...] = ()
     #: Unix socket of the parent's registry hub (``--workers N`` without a database).
     hub_socket: str | None = None
@@ -108,6 +140,13 @@ class AuthProxyConfig:
             object.__setattr__(self, "secret_upstream", self.secret_upstream.rstrip("/"))
         if self.database_url is not None and self.key_ring is None:
             raise ConfigError(_NO_KEY_RING)
+        if self.max_buffered_bytes < self.max_body_bytes:
+            raise ConfigError(
+                f"{BODY_BUDGET_ENV} ({self.max_buffered_bytes}) must be at least the largest body "
+                f"({self.max_body_bytes}), or no large request could ever be relayed"
+            )
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ConfigError(f"{MAX_CONNECTIONS_ENV} must be a positive integer")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuthProxyConfig:
@@ -124,6 +163,7 @@ class AuthProxyConfig:
             raise ConfigError(_NO_KEY_RING)
         hub_socket = env.get(HUB_ENV, "").strip() or None
         metrics = env.get(METRICS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+        max_connections = _positive(env, MAX_CONNECTIONS_ENV, int)
         return cls(
             admin_key=Secret(admin_key),
             host=host,
@@ -135,7 +175,36 @@ class AuthProxyConfig:
             log_level=(env.get(LOG_ENV, "").strip() or "info").lower(),
             warnings=warnings,
             hub_socket=None if database_url else hub_socket,
+            max_connections=None if max_connections is None else int(max_connections),
+            max_buffered_bytes=int(_positive(env, BODY_BUDGET_ENV, int) or DEFAULT_MAX_BUFFERED_BYTES),
+            header_timeout_s=float(_positive(env, HEADER_TIMEOUT_ENV, float) or 10.0),
+            client_idle_timeout_s=float(_positive(env, CLIENT_IDLE_TIMEOUT_ENV, float) or 60.0),
         )
+
+
+def _positive(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
+    """A positive number from ``name``, ``None`` when unset; ConfigError names the variable."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"{name} must be a positive {'integer' if kind is int else 'number'} (got {text[:40]!r})")
+    return value
+
+
+def registry_from_env(env: Mapping[str, str]) -> tuple[Secret, crypto.KeyRing]:
+    """The database URL and key ring alone (``rotate-keys``): no admin key is needed to re-seal."""
+    database_url = env.get(DATABASE_URL_ENV, "").strip()
+    key_ring, _ = _key_ring_from_env(env)
+    if not database_url or key_ring is None:
+        raise ConfigError(f"rotate-keys needs {DATABASE_URL_ENV} and {SECRET_KEYS_ENV} (or {SECRET_KEY_ENV})")
+    if not database_url.startswith(("postgres://", "postgresql://")):
+        raise ConfigError(f"{DATABASE_URL_ENV} must be a postgres:// or postgresql:// URL")
+    return Secret(database_url), key_ring
 
 
 def _key_ring_from_env(env: Mapping[str, str]) -> tuple[crypto.KeyRing | None, tuple[str, ...]]:

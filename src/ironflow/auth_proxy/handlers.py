@@ -12,27 +12,26 @@ session) are filled in by the app's cleanup contexts before the first request.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ironflow.auth_proxy import bodies, crypto, logs, metrics, policy, registry, tokens, usage_meter
 from ironflow.auth_proxy import config as config_mod
-from ironflow.auth_proxy import crypto, logs, metrics, policy, registry, tokens
 
 __all__ = ["ProxyHandlers"]
 
 _JSON: Final = "application/json"
-_OUTPUT_TOKENS = re.compile(rb'"output_tokens"\s*:\s*(\d+)')
 _ADMIN_UNAUTHORIZED: Final = policy.error_body("authentication_error", "invalid or missing admin key")
 
 
@@ -70,6 +69,8 @@ class ProxyHandlers:
         self.session: aiohttp.ClientSession | None = None
         self._admin_digest = hashlib.sha256(config.admin_key.reveal().encode()).digest()
         self._upstream = config.upstream
+        self.body_budget = bodies.BodyBudget(config.max_buffered_bytes)
+        self._settling: set[asyncio.Future[None]] = set()
 
     # --- health and metrics ---------------------------------------------------------
 
@@ -189,23 +190,25 @@ class ProxyHandlers:
             return _refuse(found.refusal)
         grant = found
         refusal = policy.check_claude_request(method, path, grant)
-        if refusal is None and not grant.limits.empty:
-            refusal = await self._check_limits(request, grant)
         if refusal is not None:
-            logs.event(refusal.event, logging.WARNING, token=grant.short_id, method=method, path=path)
-            self.metrics.count(refusal.result)
-            return _refuse(refusal)
-        credential = grant.credential
-        assert isinstance(credential, tokens.ClaudeCredential)  # check_claude_request refused secrets
-        body = await self._read_body(request)
-        if body is None:
-            self.metrics.count(policy.BODY_TOO_LARGE.result)
-            return _refuse(policy.BODY_TOO_LARGE)
-        headers = policy.upstream_headers(request.headers.items(), credential)
-        count_tokens = grant.limits.max_output_tokens is not None
-        response, status = await self._forward(
-            request, method, self._upstream + request.rel_url.raw_path_qs, headers, body, count_tokens, grant
-        )
+            return self._refused(refusal, grant, method, path)
+        read = await self._read_body(request)
+        if isinstance(read, policy.Refusal):
+            return self._refused(read, grant, method, path)
+        body = read
+        try:
+            if not grant.limits.empty:
+                refusal = await self._check_limits(method, path, body.data, grant)
+                if refusal is not None:
+                    return self._refused(refusal, grant, method, path)
+            credential = grant.credential
+            assert isinstance(credential, tokens.ClaudeCredential)  # check_claude_request refused secrets
+            headers = policy.upstream_headers(request.headers.items(), credential)
+            count_tokens = grant.limits.max_output_tokens is not None
+            url = self._upstream + request.rel_url.raw_path_qs
+            response, status = await self._forward(request, method, url, headers, body, grant, count_tokens)
+        finally:
+            body.release()
         if status == 0:
             logs.event(policy.UPSTREAM_UNREACHABLE.event, logging.ERROR, token=grant.short_id, path=path)
             self.metrics.count(policy.UPSTREAM_UNREACHABLE.result)
@@ -222,11 +225,16 @@ class ProxyHandlers:
         self.metrics.count("relayed")
         return response
 
-    async def _check_limits(self, request: web.Request, grant: tokens.Grant) -> policy.Refusal | None:
-        """Rows L1–L2: the model of a POST body against the allowlist, then the counted usage."""
-        if grant.limits.models is not None and request.method == "POST":
+    def _refused(self, refusal: policy.Refusal, grant: tokens.Grant, method: str, path: str) -> web.Response:
+        logs.event(refusal.event, logging.WARNING, token=grant.short_id, method=method, path=path)
+        self.metrics.count(refusal.result)
+        return _refuse(refusal)
+
+    async def _check_limits(self, method: str, path: str, body: bytes, grant: tokens.Grant) -> policy.Refusal | None:
+        """Rows L1–L2: every model a POST body names against the allowlist, then the counted usage."""
+        if grant.limits.models is not None and method == "POST":
             # Parsed only for tokens issued with a model allowlist: others pay nothing here.
-            refusal = policy.check_model(grant.limits, policy.requested_model(await self._read_body(request) or b""))
+            refusal = policy.check_models(grant.limits, policy.requested_models(path, body))
             if refusal is not None:
                 return refusal
         if grant.limits.max_requests is None and grant.limits.max_output_tokens is None:
@@ -238,14 +246,14 @@ class ProxyHandlers:
             return policy.REGISTRY_UNAVAILABLE
         return policy.check_usage(grant.limits, requests_used=usage.requests, output_tokens_used=usage.output_tokens)
 
-    async def _read_body(self, request: web.Request) -> bytes | None:
-        """Row 8: the whole body (≤ the configured limit), or ``None``."""
-        if not request.body_exists:
-            return b""
-        try:
-            return await request.read()
-        except (web.HTTPRequestEntityTooLarge, aiohttp.ClientError, ConnectionError, ValueError):
-            return None
+    async def _read_body(self, request: web.Request) -> bodies.Body | policy.Refusal:
+        """Row 8: the whole body under the replica's byte budget, or the refusal."""
+        return await bodies.read_body(
+            request,
+            self.body_budget,
+            max_bytes=self.config.max_body_bytes,
+            read_timeout_s=self.config.body_read_timeout_s,
+        )
 
     async def _forward(
         self,
@@ -253,61 +261,106 @@ class ProxyHandlers:
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        body: bytes,
-        count_tokens: bool,
+        body: bodies.Body,
         grant: tokens.Grant,
+        count_tokens: bool,
     ) -> tuple[web.StreamResponse, int]:
-        """Send upstream and stream the answer back; status 0 means nothing was sent back."""
+        """Send upstream and stream the answer back; status 0 means nothing was sent back.
+
+        A stream the upstream cuts short is cut short downstream too (the connection is
+        closed before the chunked terminator), never ended cleanly. With ``count_tokens``
+        the output tokens are metered from what the upstream sends and charged in a
+        shielded step, even when the client leaves first (:meth:`_settle`).
+        """
         session = self.session
         if session is None:
             return web.StreamResponse(), 0
         started = time.perf_counter()
         try:
             upstream_cm = session.request(
-                method, url, headers=CIMultiDict(headers), data=body or None, allow_redirects=False
+                method, url, headers=CIMultiDict(headers), data=body.data or None, allow_redirects=False
             )
             upstream = await upstream_cm.__aenter__()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             return web.StreamResponse(), 0
-        used = 0
+        finally:
+            body.release()  # sent: its bytes no longer count against the budget
+        meter = usage_meter.UsageMeter() if count_tokens else None
         response: web.StreamResponse = web.StreamResponse()
+        self.metrics.upstream_latency.observe(time.perf_counter() - started)
+        self.metrics.open_streams.inc()
         try:
-            self.metrics.upstream_latency.observe(time.perf_counter() - started)
             downstream = CIMultiDict(policy.downstream_headers(upstream.headers.items()))
-            self.metrics.open_streams.inc()
             try:
                 first = await upstream.content.readany()
-                if count_tokens:
-                    used = _output_tokens(first, used)
-                if upstream.content.at_eof() and method != "HEAD":
-                    # The whole answer is already here: headers and body leave in one write.
-                    response = web.Response(status=upstream.status, headers=downstream, body=first)
+            except (aiohttp.ClientError, TimeoutError):
+                return web.StreamResponse(), 0
+            if meter is not None:
+                meter.feed(first)
+            if upstream.content.at_eof() and method != "HEAD":
+                # The whole answer is already here: headers and body leave in one write.
+                if meter is not None:
+                    meter.ended()
+                return web.Response(status=upstream.status, headers=downstream, body=first), upstream.status
+            response = web.StreamResponse(status=upstream.status, headers=downstream)
+            await response.prepare(request)
+            await response.write(first)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientError, TimeoutError):
+                    # Truncated upstream: the pod must see a broken stream, not a clean end.
+                    logs.event("upstream stream cut short", logging.WARNING, token=grant.short_id)
+                    _cut_short(request)
                     return response, upstream.status
-                response = web.StreamResponse(status=upstream.status, headers=downstream)
-                await response.prepare(request)
-                await response.write(first)
-                tail = first[-48:]
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                    if count_tokens:
-                        window = tail + chunk
-                        used = _output_tokens(window, used)
-                        tail = window[-48:]
-                await response.write_eof()
-            except (aiohttp.ClientError, TimeoutError, ConnectionError):
-                # Upstream died or the pod went away mid-stream.
-                if not response.prepared:
-                    return web.StreamResponse(), 0
-            finally:
-                self.metrics.open_streams.dec()
+                if not chunk:
+                    break
+                if meter is not None:
+                    meter.feed(chunk)
+                await response.write(chunk)
+            if meter is not None:
+                meter.ended()
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the pod went away mid-stream; a cancelled handler raises CancelledError instead
+        finally:
+            self.metrics.open_streams.dec()
+            if meter is None:
+                await upstream_cm.__aexit__(None, None, None)
+            else:
+                settle = asyncio.ensure_future(self._settle(upstream, upstream_cm, meter, grant))
+                self._settling.add(settle)
+                settle.add_done_callback(self._settling.discard)
+                await asyncio.shield(settle)  # a cancelled handler still gets its usage charged
+        return response, upstream.status
+
+    async def _settle(
+        self,
+        upstream: aiohttp.ClientResponse,
+        upstream_cm: Any,
+        meter: usage_meter.UsageMeter,
+        grant: tokens.Grant,
+    ) -> None:
+        """Charge a limited token's output tokens; if the client left before the stream's
+        own usage (``message_delta``), read on for it, bounded by ``usage_drain_timeout_s``."""
+        try:
+            if not meter.final:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with asyncio.timeout(self.config.usage_drain_timeout_s):
+                        while not meter.final and (chunk := await upstream.content.readany()):
+                            meter.feed(chunk)
         finally:
             await upstream_cm.__aexit__(None, None, None)
-            if used and self.registry is not None:
+            if meter.tokens and self.registry is not None:
                 try:
-                    await self.registry.add_output_tokens(grant.id, used)
-                except registry.RegistryUnavailable:
+                    await self.registry.add_output_tokens(grant.id, meter.tokens)
+                except (registry.RegistryUnavailable, crypto.MissingKeyVersion):
                     logs.event("token registry unavailable", logging.ERROR, operation="count output tokens")
-        return response, upstream.status
+
+    async def settle_pending(self) -> None:
+        """Wait for output-token charges still being written (at shutdown, before the registry closes)."""
+        if self._settling:
+            await asyncio.wait(set(self._settling), timeout=self.config.usage_drain_timeout_s + 5)
 
     async def _secret_relay(self, request: web.Request, method: str, path: str) -> web.StreamResponse:
         """Rows S1–S5: ``/r/<host>/<path>`` with a proxied secret injected."""
@@ -323,15 +376,18 @@ class ProxyHandlers:
             self._secret_event(request, host=host, secret=name, grant=grant, result=refusal.result)
             return _refuse(refusal)
         assert isinstance(secret, tokens.SecretCredential)
-        body = await self._read_body(request)
-        if body is None:
-            self._secret_event(request, host=host, secret=name, grant=grant, result="body_too_large")
-            return _refuse(policy.BODY_TOO_LARGE)
+        read = await self._read_body(request)
+        if isinstance(read, policy.Refusal):
+            self._secret_event(request, host=host, secret=name, grant=grant, result=read.result)
+            return _refuse(read)
         query = request.rel_url.raw_query_string
         base = f"https://{host}" if self.config.secret_upstream is None else f"{self.config.secret_upstream}/{host}"
         url = base + rest + (f"?{query}" if query else "")
         headers = policy.secret_headers(request.headers.items(), secret)
-        response, status = await self._forward(request, method, url, headers, body, False, grant)
+        try:
+            response, status = await self._forward(request, method, url, headers, read, grant, False)
+        finally:
+            read.release()
         if status == 0:
             self._secret_event(request, host=host, secret=name, grant=grant, result="upstream_error")
             return _refuse(policy.SECRET_UPSTREAM_UNREACHABLE)
@@ -363,11 +419,12 @@ class ProxyHandlers:
         self.metrics.count(result, secret)
 
 
-def _output_tokens(window: bytes, seen: int) -> int:
-    """The largest ``"output_tokens": N`` in a stream window: the usage is cumulative."""
-    for match in _OUTPUT_TOKENS.finditer(window):
-        seen = max(seen, int(match.group(1)))
-    return seen
+def _cut_short(request: web.Request) -> None:
+    """Close the pod's connection before the response's end marker: a truncated answer
+    must read as truncated (no chunked terminator), never as a clean end of stream."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
 
 
 def _host_for_log(path: str) -> str:

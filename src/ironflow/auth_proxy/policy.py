@@ -54,6 +54,9 @@ from ironflow.auth_proxy import tokens
 
 __all__ = [
     "ANTHROPIC_PATH_REFUSED",
+    "BATCHES_PATH",
+    "BODY_BUDGET_EXHAUSTED",
+    "BODY_TIMEOUT",
     "BODY_TOO_LARGE",
     "CLAUDE_METHODS",
     "CLAUDE_TOKEN_ON_SECRET_RELAY",
@@ -77,9 +80,11 @@ __all__ = [
     "check_claude_request",
     "check_limits",
     "check_model",
+    "check_models",
     "check_secret_request",
     "check_target",
     "check_usage",
+    "connection_named",
     "downstream_headers",
     "error_body",
     "extract_opaque_token",
@@ -88,6 +93,7 @@ __all__ = [
     "is_relay_path_allowed",
     "merge_beta",
     "requested_model",
+    "requested_models",
     "secret_headers",
     "split_secret_target",
     "upstream_headers",
@@ -129,6 +135,10 @@ RESULTS: Final = frozenset(
         "forbidden_path",
         "forbidden_method",
         "body_too_large",
+        "body_timeout",
+        "overloaded",
+        "too_many_connections",
+        "internal_error",
         "upstream_error",
         "limit_model",
         "limit_requests",
@@ -191,6 +201,16 @@ METHOD_REFUSED: Final = Refusal(
 )
 BODY_TOO_LARGE: Final = Refusal(
     413, "request_too_large", "request body too large or unreadable", "request body refused", "body_too_large"
+)
+BODY_BUDGET_EXHAUSTED: Final = Refusal(
+    503,
+    "overloaded_error",
+    "the auth proxy is buffering too many request bodies; retry shortly",
+    "request body refused",
+    "overloaded",
+)
+BODY_TIMEOUT: Final = Refusal(
+    408, "invalid_request_error", "request body not received in time", "request body refused", "body_timeout"
 )
 UPSTREAM_UNREACHABLE: Final = Refusal(
     502, "api_error", "the Anthropic API is unreachable", "upstream request failed", "upstream_error"
@@ -325,31 +345,66 @@ MODEL_REFUSED: Final = Refusal(
 )
 
 
-def requested_model(body: bytes) -> str | None:
-    """The top-level ``model`` of a JSON request body; ``None`` when absent, not a string,
-    given twice, or the body is not a JSON object (a limited token then fails closed)."""
+#: The Message Batches API: each of ``requests[]`` names its model under ``params``.
+BATCHES_PATH: Final = "/v1/messages/batches"
+
+
+def _json_without_duplicates(body: bytes) -> object | None:
+    """The parsed body, or ``None`` when it is not JSON or any object repeats a key: two
+    ``model`` keys would let the allowlist read one and the upstream use the other."""
     duplicate = False
 
     def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
         nonlocal duplicate
         keys = [key for key, _ in items]
-        duplicate = duplicate or keys.count("model") > 1
+        duplicate = duplicate or len(set(keys)) != len(keys)
         return dict(items)
 
     try:
         data = json.loads(body, object_pairs_hook=pairs)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if duplicate or not isinstance(data, dict) or not isinstance(data.get("model"), str):
-        return None
-    model: str = data["model"]
-    return model
+    return None if duplicate else data
+
+
+def _model_of(data: object) -> str | None:
+    if isinstance(data, dict) and isinstance(data.get("model"), str):
+        model: str = data["model"]
+        return model
+    return None
+
+
+def requested_model(body: bytes) -> str | None:
+    """The top-level ``model`` of a JSON request body; ``None`` when absent, not a string,
+    given twice, or the body is not a JSON object (a limited token then fails closed)."""
+    return _model_of(_json_without_duplicates(body))
+
+
+def requested_models(path: str, body: bytes) -> tuple[str | None, ...]:
+    """Every model a POST asks for: the top-level ``model``, or for a batch each
+    ``requests[].params.model``; an unreadable entry reads ``None`` (refused)."""
+    if path.rstrip("/") != BATCHES_PATH:
+        return (requested_model(body),)
+    data = _json_without_duplicates(body)
+    requests = data.get("requests") if isinstance(data, dict) else None
+    if not isinstance(requests, list) or not requests:
+        return (None,)
+    return tuple(_model_of(entry.get("params")) if isinstance(entry, dict) else None for entry in requests)
 
 
 def check_model(limits: tokens.Limits, model: str | None) -> Refusal | None:
     """Row L1: with a model allowlist, a request naming another model (or none) is refused."""
     if limits.models is not None and model not in limits.models:
         return MODEL_REFUSED
+    return None
+
+
+def check_models(limits: tokens.Limits, models: Iterable[str | None]) -> Refusal | None:
+    """Row L1 for every model a request names (a batch names one per entry)."""
+    for model in models:
+        refusal = check_model(limits, model)
+        if refusal is not None:
+            return refusal
     return None
 
 
@@ -392,8 +447,21 @@ def merge_beta(values: Iterable[str]) -> str:
     return f"{joined},{OAUTH_BETA_FLAG}" if joined else OAUTH_BETA_FLAG
 
 
+def connection_named(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """Header names listed in ``Connection``: hop-by-hop for this one link (RFC 9110 §7.6.1)."""
+    return frozenset(
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+        if token.strip()
+    )
+
+
 def _passed(headers: Iterable[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
-    return [(name, value) for name, value in headers if name.lower() not in drop]
+    items = list(headers)
+    drop = drop | connection_named(items)
+    return [(name, value) for name, value in items if name.lower() not in drop]
 
 
 def upstream_headers(headers: Iterable[tuple[str, str]], credential: tokens.ClaudeCredential) -> list[tuple[str, str]]:

@@ -2,15 +2,22 @@
 
 Schema (§6.7) from the versioned migrations under ``auth_proxy/migrations``, applied at
 open under an advisory lock. Only the credential value is encrypted (AES-256-GCM, key
-ring of ``IRONFLOW_SECRET_KEYS``); a row naming a key version the ring lacks raises
-:class:`~ironflow.auth_proxy.crypto.MissingKeyVersion`, answered with 503.
+ring of ``IRONFLOW_SECRET_KEYS``), with the row's id, credential kind and expiry as
+associated data: someone who can write the table but holds no key cannot move a
+ciphertext into a forged row or another kind. Rows sealed before that
+(``seal_format = 0``) are re-sealed at open and never relayed as they are. A row the
+ring cannot open raises :class:`~ironflow.auth_proxy.crypto.MissingKeyVersion`
+(or its :class:`~ironflow.auth_proxy.crypto.SealBroken`), answered with 503.
 
 Each replica keeps a short-lived cache of resolved grants so a relayed request costs
 no database round trip. Revocations fan out with ``NOTIFY``: every replica ``LISTEN``s
 and drops the revoked entries at once. When the listening connection is lost the
 cache is switched off (every resolve reads the database) until it is back, so a
 revocation is never missed; a generation counter keeps a read that raced a
-revocation out of the cache.
+revocation out of the cache. A silently cut link (no FIN, a hung server) sends no
+termination: a keep-alive query on the listening connection every
+``listen_keepalive_s`` (bounded by the same time) declares it lost, so the cache is off
+within twice that interval and is rebuilt from the database once listening again.
 
 Never logs or repeats the database URL; asyncpg errors become
 :class:`~ironflow.auth_proxy.registry.RegistryUnavailable` with a fixed text.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,7 +39,15 @@ from ironflow import migrations
 from ironflow.auth_proxy import crypto, logs, registry, tokens
 from ironflow.secrets import Secret
 
-__all__ = ["COMPONENT", "NOTIFY_CHANNEL", "PostgresRegistry", "RotationReport", "rotate_keys"]
+__all__ = [
+    "COMPONENT",
+    "NOTIFY_CHANNEL",
+    "SEAL_FORMAT",
+    "PostgresRegistry",
+    "RotationReport",
+    "associated_data",
+    "rotate_keys",
+]
 
 COMPONENT: Final = "auth_proxy"
 MIGRATIONS_PACKAGE: Final = "ironflow.auth_proxy.migrations"
@@ -40,9 +56,14 @@ _RECONNECT_S: Final = 1.0
 #: A hung database answers 503 after this long instead of holding the pod's request.
 _COMMAND_TIMEOUT_S: Final = 5.0
 _CONNECT_TIMEOUT_S: Final = 10.0
+#: A resolve (both of its queries and the pool wait) answers 503 after this long.
+_RESOLVE_TIMEOUT_S: Final = 3.0
+#: ``seal_format`` of rows sealed with their id, kind and expiry as associated data.
+SEAL_FORMAT: Final = 1
 _DB_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 _COLUMNS: Final = (
-    "id, run_id, step, expires_at, credential_kind, secret_spec, encrypted_credential, nonce, key_version, limits"
+    "id, run_id, step, expires_at, credential_kind, secret_spec, encrypted_credential, nonce, key_version, limits,"
+    " seal_format"
 )
 
 
@@ -68,40 +89,78 @@ def _sealed(row: Any) -> crypto.Sealed:
     return crypto.Sealed(bytes(row["encrypted_credential"]), bytes(row["nonce"]), row["key_version"])
 
 
+def associated_data(grant_id: str, kind: str, expires_at: int) -> bytes:
+    """What a row's ciphertext is bound to: its id, credential kind and expiry."""
+    return f"ironflow-auth-proxy-grant\x00{grant_id}\x00{kind}\x00{int(expires_at)}".encode()
+
+
+def _row_associated_data(row: Any) -> bytes | None:
+    """The associated data a row was sealed with (``None`` for a ``seal_format = 0`` row)."""
+    if row["seal_format"] == 0:
+        return None
+    return associated_data(row["id"], row["credential_kind"], row["expires_at"])
+
+
 def _grant_from_row(row: Any, ring: crypto.KeyRing) -> tokens.Grant:
-    """A stored grant, opened and read back through the wire format (:func:`tokens.grant_from_wire`)."""
-    value = ring.open(_sealed(row)).decode()
-    credential: dict[str, Any]
-    if row["credential_kind"] == "secret":
-        credential = {**json.loads(row["secret_spec"]), "value": value}
-    else:
-        credential = {"kind": row["credential_kind"], "value": value}
-    limits = row["limits"]
-    wire = {
-        "id": row["id"],
-        "run_id": row["run_id"],
-        "step": row["step"],
-        "expires_at": row["expires_at"],
-        "credential": credential,
-        "limits": None if limits is None else json.loads(limits),
-    }
-    return tokens.grant_from_wire(wire, source="in the registry database")
+    """A stored grant, opened and read back through the wire format (:func:`tokens.grant_from_wire`).
+
+    Raises:
+        MissingKeyVersion: the row does not open (its key is missing, or it was sealed
+            without associated data and not yet re-sealed, or it was altered).
+        RegistryUnavailable: the row is malformed (bad limits, spec or value).
+    """
+    if row["seal_format"] != SEAL_FORMAT:
+        raise crypto.SealBroken(row["key_version"])
+    plain = ring.open(_sealed(row), _row_associated_data(row))
+    try:
+        value = plain.decode()
+        credential: dict[str, Any]
+        if row["credential_kind"] == "secret":
+            credential = {**json.loads(row["secret_spec"]), "value": value}
+        else:
+            credential = {"kind": row["credential_kind"], "value": value}
+        limits = row["limits"]
+        wire = {
+            "id": row["id"],
+            "run_id": row["run_id"],
+            "step": row["step"],
+            "expires_at": row["expires_at"],
+            "credential": credential,
+            "limits": None if limits is None else json.loads(limits),
+        }
+        return tokens.grant_from_wire(wire, source="in the registry database")
+    except (ValueError, TypeError) as exc:  # InvalidTokenRequest and JSON errors are ValueErrors
+        raise registry.RegistryUnavailable("a grant row in the registry database is malformed") from exc
 
 
 @dataclass(frozen=True)
 class RotationReport:
-    """What ``rotate-keys`` did: rows re-sealed, rows already under the active key, rows it could not open."""
+    """What ``rotate-keys`` did: rows re-sealed, rows already current, rows it could not open.
+
+    ``missing_key`` rows name a key version the ring lacks (add that key);
+    ``broken`` rows do not open with the key the ring has for their version (a different
+    key under that number, or an altered row).
+    """
 
     resealed: int
     current: int
-    unreadable: int
+    missing_key: int = 0
+    broken: int = 0
+
+    @property
+    def unreadable(self) -> int:
+        return self.missing_key + self.broken
 
 
 class PostgresRegistry:
     """Grants in ``ironflow.auth_proxy_grants``; open with :meth:`open`, close with :meth:`close`."""
 
-    def __init__(self, pool: Any, ring: crypto.KeyRing, *, dsn: Secret, cache_ttl_s: float) -> None:
+    def __init__(
+        self, pool: Any, ring: crypto.KeyRing, *, dsn: Secret, cache_ttl_s: float, listen_keepalive_s: float = 2.0
+    ) -> None:
         self._pool = pool
+        self._keepalive_s = listen_keepalive_s
+        self._keepalive: asyncio.Task[None] | None = None
         self._dsn = dsn
         self._ring = ring
         self._cache = registry.GrantCache(cache_ttl_s)
@@ -120,10 +179,11 @@ class PostgresRegistry:
         ring: crypto.KeyRing,
         *,
         cache_ttl_s: float = 30.0,
+        listen_keepalive_s: float = 2.0,
         min_size: int = 1,
         max_size: int = 10,
     ) -> PostgresRegistry:
-        """Connect, apply the migrations, start listening for revocations."""
+        """Connect, apply the migrations, re-seal rows sealed without associated data, listen."""
         async with _guard("connect"):
             pool = await asyncpg.create_pool(
                 dsn.reveal(),
@@ -132,12 +192,16 @@ class PostgresRegistry:
                 timeout=_CONNECT_TIMEOUT_S,
                 command_timeout=_COMMAND_TIMEOUT_S,
             )
-        self = cls(pool, ring, dsn=dsn, cache_ttl_s=cache_ttl_s)
+        self = cls(pool, ring, dsn=dsn, cache_ttl_s=cache_ttl_s, listen_keepalive_s=listen_keepalive_s)
         try:
             async with _guard("migrate"), pool.acquire() as conn:
                 await migrations.migrate(conn, COMPONENT, MIGRATIONS_PACKAGE)
+                await _reseal(conn, ring, only_legacy=True)
             if cache_ttl_s > 0:
                 await self._listen()
+                self._keepalive = asyncio.get_running_loop().create_task(
+                    self._keepalive_forever(), name="ironflow-auth-proxy-listen-keepalive"
+                )
         except BaseException:
             await pool.close()
             raise
@@ -163,8 +227,26 @@ class PostgresRegistry:
         else:
             self._cache.clear()
 
+    async def _keepalive_forever(self) -> None:
+        """Ping the listening connection: a silent cut never fires the termination listener."""
+        while not self._closed:
+            await asyncio.sleep(self._keepalive_s)
+            conn = self._listener
+            if conn is None or not self._listening:
+                continue
+            try:
+                await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=self._keepalive_s)
+            except (TimeoutError, *_DB_ERRORS):
+                if self._listener is conn and not self._closed:
+                    logs.event("registry revocation listener lost", logging.WARNING, reason="keep-alive failed")
+                    conn.terminate()
+                    self._on_listener_lost(conn)
+
     def _on_listener_lost(self, conn: Any) -> None:
         # Without the listener a revocation could be missed: stop trusting the cache.
+        if conn is not self._listener or not self._listening:
+            return
+        self._listener = None
         self._listening = False
         self._cache.enabled = False
         self._cache.clear()
@@ -185,17 +267,17 @@ class PostgresRegistry:
 
     async def insert(self, grant: tokens.Grant) -> None:
         credential = grant.credential
-        sealed = self._ring.seal(credential.value.reveal().encode())
         if isinstance(credential, tokens.SecretCredential):
             kind, spec = "secret", json.dumps(credential.spec())
         else:
             kind, spec = credential.kind, None
+        sealed = self._ring.seal(credential.value.reveal().encode(), associated_data(grant.id, kind, grant.expires_at))
         limits = None if grant.limits.empty else json.dumps(grant.limits.to_json())
         async with _guard("insert"):
             await self._pool.execute(
                 "INSERT INTO ironflow.auth_proxy_grants (id, run_id, step, expires_at, credential_kind, secret_spec,"
-                " encrypted_credential, nonce, key_version, limits)"
-                " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10::jsonb)",
+                " encrypted_credential, nonce, key_version, limits, seal_format)"
+                " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10::jsonb, $11)",
                 grant.id,
                 grant.run_id,
                 grant.step,
@@ -206,13 +288,14 @@ class PostgresRegistry:
                 sealed.nonce,
                 sealed.key_version,
                 limits,
+                SEAL_FORMAT,
             )
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
         return await self._cache.read_through(grant_id, now, lambda: self._resolve_row(grant_id, now))
 
     async def _resolve_row(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:
-        async with _guard("resolve"):
+        async with _guard("resolve"), asyncio.timeout(_RESOLVE_TIMEOUT_S):
             row = await self._pool.fetchrow(
                 f"SELECT {_COLUMNS} FROM ironflow.auth_proxy_grants WHERE id = $1",  # noqa: S608 - fixed columns
                 grant_id,
@@ -294,10 +377,11 @@ class PostgresRegistry:
     async def close(self) -> None:
         self._closed = True
         self._listening = False
-        if self._reconnect is not None:
-            self._reconnect.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconnect
+        for task in (self._reconnect, self._keepalive):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._listener is not None:
             with contextlib.suppress(*_DB_ERRORS):
                 await self._listener.close()
@@ -305,38 +389,59 @@ class PostgresRegistry:
         await self._pool.close()
 
 
+_RESEAL_ALL: Final = (
+    "SELECT id, credential_kind, expires_at, encrypted_credential, nonce, key_version, seal_format"
+    " FROM ironflow.auth_proxy_grants FOR UPDATE"
+)
+_RESEAL_LEGACY: Final = (
+    "SELECT id, credential_kind, expires_at, encrypted_credential, nonce, key_version, seal_format"
+    " FROM ironflow.auth_proxy_grants WHERE seal_format = 0 FOR UPDATE"
+)
+
+
+async def _reseal(conn: Any, ring: crypto.KeyRing, *, only_legacy: bool) -> RotationReport:
+    """Re-seal rows under the active key with their associated data, in one transaction.
+
+    ``only_legacy`` (at open) touches ``seal_format = 0`` rows only; ``rotate-keys`` also
+    moves rows under an older key. Rows that do not open are counted and left alone.
+    """
+    resealed = current = missing_key = broken = 0
+    async with _guard("reseal"), conn.transaction():
+        rows = await conn.fetch(_RESEAL_LEGACY if only_legacy else _RESEAL_ALL)
+        for row in rows:
+            if row["seal_format"] == SEAL_FORMAT and row["key_version"] == ring.active_version:
+                current += 1
+                continue
+            try:
+                plain = ring.open(_sealed(row), _row_associated_data(row))
+            except crypto.SealBroken:
+                broken += 1
+                continue
+            except crypto.MissingKeyVersion:
+                missing_key += 1
+                continue
+            sealed = ring.seal(plain, associated_data(row["id"], row["credential_kind"], row["expires_at"]))
+            await conn.execute(
+                "UPDATE ironflow.auth_proxy_grants SET encrypted_credential = $2, nonce = $3, key_version = $4,"
+                " seal_format = $5, updated_at = NOW() WHERE id = $1",
+                row["id"],
+                sealed.ciphertext,
+                sealed.nonce,
+                sealed.key_version,
+                SEAL_FORMAT,
+            )
+            resealed += 1
+    return RotationReport(resealed, current, missing_key, broken)
+
+
 async def rotate_keys(dsn: Secret, ring: crypto.KeyRing) -> RotationReport:
-    """Re-seal every grant not under the active key; rows with an unknown key are counted, left alone."""
+    """Re-seal every grant not under the active key; rows that do not open are counted, left alone."""
     async with _guard("connect"):
-        conn = await asyncpg.connect(dsn.reveal())
+        conn = await asyncpg.connect(dsn.reveal(), timeout=_CONNECT_TIMEOUT_S)
     try:
         async with _guard("migrate"):
             await migrations.migrate(conn, COMPONENT, MIGRATIONS_PACKAGE)
-        resealed = current = unreadable = 0
-        async with _guard("rotate"), conn.transaction():
-            rows = await conn.fetch(
-                "SELECT id, encrypted_credential, nonce, key_version FROM ironflow.auth_proxy_grants FOR UPDATE"
-            )
-            for row in rows:
-                if row["key_version"] == ring.active_version:
-                    current += 1
-                    continue
-                try:
-                    plain = ring.open(_sealed(row))
-                except crypto.MissingKeyVersion:
-                    unreadable += 1
-                    continue
-                sealed = ring.seal(plain)
-                await conn.execute(
-                    "UPDATE ironflow.auth_proxy_grants SET encrypted_credential = $2, nonce = $3, key_version = $4,"
-                    " updated_at = NOW() WHERE id = $1",
-                    row["id"],
-                    sealed.ciphertext,
-                    sealed.nonce,
-                    sealed.key_version,
-                )
-                resealed += 1
-        return RotationReport(resealed, current, unreadable)
+        return await _reseal(conn, ring, only_legacy=False)
     finally:
         with contextlib.suppress(*_DB_ERRORS):
             await conn.close()

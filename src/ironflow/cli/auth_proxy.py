@@ -59,28 +59,34 @@ def serve(
 def rotate_keys() -> None:
     """Re-seal every grant under the active key of IRONFLOW_SECRET_KEYS (PostgreSQL registry)."""
     try:
-        cfg = config.AuthProxyConfig.from_env(os.environ)
+        database_url, key_ring = config.registry_from_env(os.environ)  # no admin key: it serves nothing
     except errors.ConfigError as exc:
         fail(exc.message)
-    if cfg.database_url is None or cfg.key_ring is None:
-        fail(f"rotate-keys needs {config.DATABASE_URL_ENV} and {config.SECRET_KEYS_ENV}")
     from ironflow.auth_proxy import postgres
 
     try:
-        report = asyncio.run(postgres.rotate_keys(cfg.database_url, cfg.key_ring))
+        report = asyncio.run(postgres.rotate_keys(database_url, key_ring))
     except registry.RegistryUnavailable as exc:
         typer.echo(f"error: {exc}: check {config.DATABASE_URL_ENV} and the database", err=True)
         raise typer.Exit(1) from None
     typer.echo(
         f"resealed={report.resealed} already_current={report.current} unreadable={report.unreadable} "
-        f"active_key_version={cfg.key_ring.active_version}"
+        f"active_key_version={key_ring.active_version}"
     )
-    if report.unreadable:
+    if report.missing_key:
         typer.echo(
-            f"error: {report.unreadable} grant(s) use a key version missing from {config.SECRET_KEYS_ENV}: "
+            f"error: {report.missing_key} grant(s) use a key version missing from {config.SECRET_KEYS_ENV}: "
             "add the old key to the ring and run rotate-keys again",
             err=True,
         )
+    if report.broken:
+        typer.echo(
+            f"error: {report.broken} grant(s) do not open with the key {config.SECRET_KEYS_ENV} holds for their "
+            "version: that version's key differs from the one that sealed them (check the ring), or the rows "
+            "were altered",
+            err=True,
+        )
+    if report.unreadable:
         raise typer.Exit(1)
 
 

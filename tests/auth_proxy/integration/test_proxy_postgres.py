@@ -47,6 +47,8 @@ NOW = int(time.time())
 def _soon(seconds: int) -> int:
     """An expiry from the clock at call time: the suite may run long after import."""
     return int(time.time()) + seconds
+
+
 MESSAGE = {"model": "claude-haiku-5-0", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 

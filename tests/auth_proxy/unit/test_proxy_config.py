@@ -131,13 +131,26 @@ def test_key_ring_from_spec_refuses_bad_specs_without_key_material(spec: str, pr
 
 def test_seal_uses_a_fresh_nonce_and_opens_only_with_its_key_version() -> None:
     ring = crypto.KeyRing.from_spec(f"1:{KEY1},2:{KEY2}")
-    first, second = ring.seal(b"sk-ant-x"), ring.seal(b"sk-ant-x")
+    first, second = ring.seal(b"sk-ant-x", b"row"), ring.seal(b"sk-ant-x", b"row")
     assert first.nonce != second.nonce
     assert first.key_version == 2
     assert b"sk-ant-x" not in first.ciphertext
     assert len(first.ciphertext) == len(b"sk-ant-x") + 16
     with pytest.raises(crypto.MissingKeyVersion, match="key version 2 which is not configured"):
-        crypto.KeyRing.from_spec(f"1:{KEY1}").open(first)
+        crypto.KeyRing.from_spec(f"1:{KEY1}").open(first, b"row")
+
+
+def test_a_wrong_key_or_other_row_is_a_broken_seal_not_a_missing_version() -> None:
+    """Same version number, other key bytes (or another row's associated data): says so."""
+    sealed = crypto.KeyRing.from_spec(f"1:{KEY1}").seal(b"sk-ant-x", b"row-1")
+    for ring, associated in ((crypto.KeyRing.from_spec(f"1:{KEY2}"), b"row-1"),
+                             (crypto.KeyRing.from_spec(f"1:{KEY1}"), b"row-2")):  # fmt: skip
+        with pytest.raises(crypto.SealBroken) as caught:
+            ring.open(sealed, associated)
+        assert "not configured" not in str(caught.value)
+        assert "the key differs from the one that sealed it, or the row was altered" in str(caught.value)
+        assert KEY1 not in str(caught.value)
+        assert KEY2 not in str(caught.value)
 
 
 # --- credential.rs ---------------------------------------------------------------------
