@@ -26,7 +26,8 @@ from typing import Any
 
 from ironflow.engine import Context, Runner, Worker, load_workflow, model, open_store
 from ironflow.provider import ProviderBase
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 DURATIONS: list[float] = []
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from ironflow import errors
 from ironflow._lazy import lazy_exports
+from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.steps import (
     AgentConfig,
     AgentInput,
-    AgentResult,
     PermissionMode,
     PodSettings,
     PvcVolume,

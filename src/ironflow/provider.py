@@ -13,7 +13,8 @@ import asyncio
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 __all__ = ["ACCOUNT_KIND_CLAUDE_SUBSCRIPTION", "AgentProvider", "LogSink", "ProviderBase", "run_sync"]
 

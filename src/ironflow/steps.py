@@ -27,9 +27,7 @@ __all__ = [
     "AccountSession",
     "AgentConfig",
     "AgentInput",
-    "AgentResult",
     "ConfigMapSource",
-    "DebugMessage",
     "HostPathSource",
     "PermissionMode",
     "PodSettings",
@@ -39,8 +37,6 @@ __all__ = [
     "ReadOnlyVolume",
     "SecretEnvVar",
     "StepScope",
-    "ToolCall",
-    "ToolResult",
     "VolumeSource",
     "environment_id_valid",
     "invalid_environment_id_message",
@@ -493,68 +489,3 @@ def _pod_from_dict(data: Mapping[str, Any]) -> PodSettings:
         pvc_volumes=tuple(PvcVolume(**v) for v in data.get("pvc_volumes", ())),
         without_provider_volumes=bool(data.get("without_provider_volumes", False)),
     )
-
-
-# --- results -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    input: Any
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    tool_use_id: str
-    content: Any
-    is_error: bool = False
-
-
-@dataclass(frozen=True)
-class DebugMessage:
-    """One assistant turn of a stream-json run, with the tool results it received."""
-
-    text: str | None = None
-    thinking: str | None = None
-    thinking_redacted: bool = False
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_results: tuple[ToolResult, ...] = ()
-    stop_reason: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class AgentResult:
-    """What a step produced. ``value`` is the text, or the structured value with a schema."""
-
-    value: Any
-    duration_ms: int
-    session_id: str | None = None
-    cost_usd: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    model: str | None = None
-    debug_messages: tuple[DebugMessage, ...] | None = None
-    account_id: str | None = None
-    environment_id: str | None = None
-    #: Settings the provider accepted but cannot apply (e.g. a runtime class locally).
-    ignored_settings: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        """The answer as text; empty when the value is structured."""
-        return self.value if isinstance(self.value, str) else ""
-
-    def json(self) -> Any:
-        """The structured value; a text value is parsed as JSON."""
-        if isinstance(self.value, str):
-            try:
-                return json.loads(self.value)
-            except json.JSONDecodeError as exc:
-                raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
-        return self.value

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow import errors, steps
+from ironflow import errors, results, steps
 from ironflow.agent_sandbox import apply, claims, models, rules
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.runner import SandboxStepRunner
@@ -219,7 +219,7 @@ class AgentSandboxProvider(ProviderBase):
         """The I/O half: ``run``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and issuer."""
         return SandboxStepRunner(self.settings, api=api, issuer=issuer, worker_env=worker_env)
 
-    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
         """Run one step in a claimed sandbox and delete the claim (shared client, admin client from settings)."""
         async with SandboxStepRunner.for_settings(self.settings) as r:
             return await r.run(config, logs=logs)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ironflow import errors, labels, steps
+from ironflow import errors, labels, results, steps
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
@@ -93,7 +93,7 @@ class SandboxStepRunner:
 
     # -- the provider protocol --
 
-    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
         """One step in a claimed sandbox; with ``logs``, ``--verbose`` stream-json and each line
         reaches the sink as the exec streams it."""
         if logs is None:
@@ -132,7 +132,7 @@ class SandboxStepRunner:
 
     # -- one step --
 
-    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> steps.AgentResult:
+    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> results.AgentResult:
         s = self.settings
         sandbox_steps.check_step(s, config, worker_env=self.worker_env)  # refuses the step before anything exists
         started = time.monotonic()
@@ -205,7 +205,7 @@ class SandboxStepRunner:
         ready: Mapping[str, Any],
         sink: LogSink | None,
         started: float,
-    ) -> steps.AgentResult:
+    ) -> results.AgentResult:
         sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
         if not sandbox:
             raise errors.KubernetesError(

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ironflow import errors, steps
+from ironflow import errors, results, steps
 
 __all__ = [
     "MAX_TURNS_HINT",
@@ -138,8 +138,8 @@ def _parse_object(
     *,
     wall_ms: int,
     model_hint: str | None = None,
-    debug: tuple[steps.DebugMessage, ...] | None = None,
-) -> steps.AgentResult:
+    debug: tuple[results.DebugMessage, ...] | None = None,
+) -> results.AgentResult:
     try:
         obj = json.loads(text)
         if not isinstance(obj, Mapping):
@@ -186,7 +186,7 @@ def _parse_object(
         result = obj.get("result")
         value = "" if result is None else result
 
-    return steps.AgentResult(
+    return results.AgentResult(
         value=value,
         duration_ms=cli_duration if cli_duration is not None else wall_ms,
         session_id=session_id,
@@ -200,7 +200,7 @@ def _parse_object(
     )
 
 
-def parse_response(text: str, config: steps.AgentConfig, *, wall_ms: int) -> steps.AgentResult:
+def parse_response(text: str, config: steps.AgentConfig, *, wall_ms: int) -> results.AgentResult:
     """Read ``--output-format json`` (one result object) into a result, or raise its error."""
     return _parse_object(text.strip(), config, wall_ms=wall_ms)
 
@@ -215,8 +215,8 @@ class _Turn:
     texts: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     thinking_redacted: bool = False
-    tool_calls: list[steps.ToolCall] = field(default_factory=list)
-    tool_results: list[steps.ToolResult] = field(default_factory=list)
+    tool_calls: list[results.ToolCall] = field(default_factory=list)
+    tool_results: list[results.ToolResult] = field(default_factory=list)
     stop_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -236,7 +236,7 @@ class _Turn:
                 self.thinking_redacted = True
             elif kind == "tool_use":
                 self.tool_calls.append(
-                    steps.ToolCall(str(block.get("id", "")), str(block.get("name", "")), block.get("input"))
+                    results.ToolCall(str(block.get("id", "")), str(block.get("name", "")), block.get("input"))
                 )
         if isinstance(message.get("stop_reason"), str):
             self.stop_reason = message["stop_reason"]
@@ -248,8 +248,8 @@ class _Turn:
                 if isinstance(value, int) and not isinstance(value, bool):
                     setattr(self, key, value)
 
-    def freeze(self) -> steps.DebugMessage:
-        return steps.DebugMessage(
+    def freeze(self) -> results.DebugMessage:
+        return results.DebugMessage(
             text="\n".join(self.texts) if self.texts else None,
             thinking="\n".join(self.thinking) if self.thinking else None,
             thinking_redacted=self.thinking_redacted,
@@ -267,13 +267,15 @@ def _attach_results(turns: list[_Turn], callers: Mapping[str, _Turn], message: M
     for block in content if isinstance(content, list) else ():
         if not isinstance(block, Mapping) or block.get("type") != "tool_result":
             continue
-        result = steps.ToolResult(str(block.get("tool_use_id", "")), block.get("content"), bool(block.get("is_error")))
+        result = results.ToolResult(
+            str(block.get("tool_use_id", "")), block.get("content"), bool(block.get("is_error"))
+        )
         owner = callers.get(result.tool_use_id) or (turns[-1] if turns else None)
         if owner is not None:
             owner.tool_results.append(result)
 
 
-def parse_stream_response(text: str, config: steps.AgentConfig, *, wall_ms: int) -> steps.AgentResult:
+def parse_stream_response(text: str, config: steps.AgentConfig, *, wall_ms: int) -> results.AgentResult:
     """Read ``--output-format stream-json --verbose`` output: debug turns plus the last result line.
 
     Lines that are not JSON objects are skipped (the pod log may mix in stderr).
@@ -321,7 +323,7 @@ def parse_stream_response(text: str, config: steps.AgentConfig, *, wall_ms: int)
     return _parse_object(result_line, config, wall_ms=wall_ms, model_hint=model_hint, debug=debug)
 
 
-def parse_output(text: str, config: steps.AgentConfig, *, wall_ms: int) -> steps.AgentResult:
+def parse_output(text: str, config: steps.AgentConfig, *, wall_ms: int) -> results.AgentResult:
     """``parse_stream_response`` when the step ran verbose (stream-json), else ``parse_response``."""
     if config.verbose:
         return parse_stream_response(text, config, wall_ms=wall_ms)
@@ -330,7 +332,7 @@ def parse_output(text: str, config: steps.AgentConfig, *, wall_ms: int) -> steps
 
 def handle_nonzero_exit(
     code: int, stdout: str, stderr: str, config: steps.AgentConfig, *, wall_ms: int
-) -> steps.AgentResult:
+) -> results.AgentResult:
     """What a non-zero exit means: a result the CLI still printed, its error, or ``ProcessFailed``.
 
     As the reference does, a parseable success is returned as a success; budget and API

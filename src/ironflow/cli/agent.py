@@ -34,7 +34,8 @@ from ironflow.cli.backends import Backend, Isolation
 from ironflow.k8s import command_pods
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.provider import AgentProvider
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 if TYPE_CHECKING:
     from ironflow.fake_model.server import Script

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 from ironflow.engine import model
 from ironflow.engine.retry import RetryPolicy
 from ironflow.provider import AgentProvider
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 __all__ = [
     "AgentStep",

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, Final, NewType
 
 from ironflow import errors
-from ironflow.steps import AgentResult, DebugMessage, ToolCall, ToolResult
+from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
 
 __all__ = [
     "FINISHED_RUN_STATES",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ironflow import errors, labels, steps
+from ironflow import errors, labels, results, steps
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_SIZE",
@@ -176,7 +176,7 @@ def not_found_message(environment_id: str) -> str:
     return f"environment '{environment_id}' not found or expired"
 
 
-def with_environment(result: steps.AgentResult, environment_id: str | None) -> steps.AgentResult:
+def with_environment(result: results.AgentResult, environment_id: str | None) -> results.AgentResult:
     """The step's result carrying the claim it used (§1.9 step 6); unchanged without one."""
     if environment_id is None:
         return result

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow import errors, labels, steps
+from ironflow import errors, labels, results, steps
 from ironflow.auth_proxy import issuing
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening, manifests, reaper, step_objects
@@ -354,7 +354,7 @@ class K8sEphemeralProvider(ProviderBase):
             self.settings, api=source, issuer=issuer, worker_env=worker_env, tokens=tokens
         )
 
-    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
         """Run the step in a single-use pod and delete everything it created (``k8s.runner``);
         with ``logs``, each stream-json line reaches the sink as it arrives."""
         step_runner = self.runner()

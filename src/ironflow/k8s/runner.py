@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, steps
+from ironflow import errors, labels, results, steps
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
@@ -94,7 +94,7 @@ class StepRunner:
 
     # -- the provider protocol --
 
-    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> steps.AgentResult:
+    async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
         """Run the step to completion and leave nothing behind; with ``logs``, ``--verbose``
         stream-json and each line goes to the sink as it arrives."""
         if logs is None:
@@ -132,7 +132,7 @@ class StepRunner:
                 raise
             raise errors.CleanupError(f"cannot reach the Kubernetes API for {what}: {exc}") from exc
 
-    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> steps.AgentResult:
+    async def _run(self, config: steps.AgentConfig, sink: LogSink | None) -> results.AgentResult:
         # 1. Check before anything exists (StepConfigError, PromptTooLarge...).
         step_objects.check_step(self.settings, config, worker_env=self.worker_env)
         started = time.monotonic()
@@ -162,7 +162,7 @@ class StepRunner:
 
     async def _attempt(
         self, api: kube.KubeApi, config: steps.AgentConfig, sink: LogSink | None, started: float
-    ) -> steps.AgentResult:
+    ) -> results.AgentResult:
         # 2. The expiry counts from now (after the cleanup); the token lives as long as the pod.
         now = int(time.time())
         pod_name = manifests.generate_pod_name(now * 1000, _random.randbits(32))
@@ -196,7 +196,7 @@ class StepRunner:
         started: float,
         *,
         now: int,
-    ) -> steps.AgentResult:
+    ) -> results.AgentResult:
         launch = _Launch(self, api, objects)
         outcome = pod_wait.PodOutcome()
         failure: BaseException | None = None
@@ -220,7 +220,7 @@ class StepRunner:
                 exc.add_note(launch.left_message)  # e.g. a timeout whose pod the API would not delete
             raise
 
-    def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> steps.AgentResult:
+    def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> results.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code."""
         rate_limits.record_rate_limits(config, outcome.logs)
         if outcome.timed_out:

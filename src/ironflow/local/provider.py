@@ -38,8 +38,9 @@ from ironflow.local import bwrap, cgroups, forwarder, gvisor, proxy_session, run
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
+from ironflow.results import AgentResult
 from ironflow.secrets import Secret
-from ironflow.steps import AgentConfig, AgentResult, HostPathSource, validate_sub_path
+from ironflow.steps import AgentConfig, HostPathSource, validate_sub_path
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

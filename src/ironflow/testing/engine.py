@@ -24,7 +24,8 @@ from typing import Any
 
 from ironflow import errors, labels
 from ironflow.provider import LogSink, ProviderBase
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 __all__ = ["RecordingProvider", "read_events"]
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from ironflow import errors
 from ironflow.claude import output
 from ironflow.claude.output import PartialUsage
-from ironflow.steps import AgentConfig, AgentResult
+from ironflow.results import AgentResult
+from ironflow.steps import AgentConfig
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 CASES: dict[str, Any] = json.loads((FIXTURES / "cases.json").read_text())["cases"]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.engine import model
-from ironflow.steps import AgentResult, DebugMessage, ToolCall, ToolResult
+from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
 
 
 def test_uuid7_has_version_7_and_the_rfc_variant() -> None:

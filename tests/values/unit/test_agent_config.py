@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import AgentConfig, errors, labels
+from ironflow.results import AgentResult
 from ironflow.secrets import Secret, find_leaks
 from ironflow.steps import (
     AccountSession,
-    AgentResult,
     ConfigMapSource,
     HostPathSource,
     PermissionMode,
