@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import typer
 from typer.core import TyperCommand
@@ -31,16 +31,14 @@ from typer.core import TyperCommand
 from ironflow import errors
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.backends import Backend, Isolation
+from ironflow.fake_model.server import Script
 from ironflow.k8s import command_pods
+from ironflow.k8s.ops import PodRun, PodRunOutput
+from ironflow.kube.clusters import ClusterConfig
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.provider import AgentProvider
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
-
-if TYPE_CHECKING:
-    from ironflow.fake_model.server import Script
-    from ironflow.k8s.ops import PodRun, PodRunOutput
-    from ironflow.kube.clusters import ClusterConfig
 
 __all__ = ["register"]
 
@@ -67,7 +65,6 @@ def _progress(message: str) -> Iterator[None]:
 
 
 def _fake_script(script_path: str) -> Script:
-    from ironflow.fake_model.server import Script
 
     if script_path == _DEFAULT_SCRIPT:
         return Script.of("Hello from the sandbox! (offline fake model)")

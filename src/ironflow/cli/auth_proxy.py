@@ -16,7 +16,8 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.auth_proxy import config, registry
+from ironflow.auth_proxy import __main__ as proxy_main
+from ironflow.auth_proxy import client, config, postgres, registry
 from ironflow.cli.exits import fail, fail_for
 
 __all__ = ["register"]
@@ -30,7 +31,6 @@ auth_proxy_app = typer.Typer(
 
 
 def _serve(workers: int) -> None:
-    from ironflow.auth_proxy import __main__ as proxy_main  # the HTTP server loads only when serving
 
     code = proxy_main.main(["--workers", str(workers)])
     if code:
@@ -62,7 +62,6 @@ def rotate_keys() -> None:
         database_url, key_ring = config.registry_from_env(os.environ)  # no admin key: it serves nothing
     except errors.ConfigError as exc:
         fail(exc.message)
-    from ironflow.auth_proxy import postgres
 
     try:
         report = asyncio.run(postgres.rotate_keys(database_url, key_ring))
@@ -94,7 +93,6 @@ _URL_HELP = "Proxy URL (default: $IRONFLOW_AUTH_PROXY_URL); the admin key comes 
 
 
 def _admin_call(url: str | None, call: str, argument: str) -> object:
-    from ironflow.auth_proxy import client  # the HTTP client loads only for an admin call
 
     target = url or os.environ.get("IRONFLOW_AUTH_PROXY_URL", "").strip()
     if not target:

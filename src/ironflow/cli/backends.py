@@ -6,10 +6,8 @@ Every command refuses the same input with the same words: a missing or unreadabl
 file, an unknown setting, a wrong type all exit 2 with one ``error: …`` line naming the setting
 (the messages are the providers' ``from_file``).
 
-Lazy loading lives here: the agent-sandbox backend, the offline model server and the
-Kubernetes API client (``kubernetes_asyncio``, ``aiohttp``) are imported inside the functions
-that need them, so ``ironflow --help`` and the commands that never touch them start fast
-(``tests/package/unit/test_layers.py`` guards it).
+Nothing here loads lazily: the app (``cli/app.py``) imports a command's topic module only
+when that command runs, so ``ironflow --help`` starts without any backend.
 """
 
 from __future__ import annotations
@@ -18,23 +16,22 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, TypeVar
+from typing import Annotated, Final, TypeVar
 
 import typer
 import yaml
 
 from ironflow import errors
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import exits
+from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.kube import clusters
+from ironflow.kube import api as kube
+from ironflow.kube import clusters, connections
+from ironflow.kube.api import KubeApi
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.provider import AgentProvider
 from ironflow.secrets import Secret
-
-if TYPE_CHECKING:
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
-    from ironflow.fake_model.server import Script
-    from ironflow.kube.api import KubeApi
 
 __all__ = [
     "FAKE_MODEL_KEY",
@@ -85,7 +82,6 @@ ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig
 async def fake_model(script: Script) -> AsyncIterator[ProxyCredential]:
     """Serve the offline model server answering ``script`` while the block runs; yield the
     credential a provider's proxy uses to reach it (the server admits :data:`FAKE_MODEL_KEY` only)."""
-    from ironflow.fake_model.server import FakeAnthropic  # the HTTP server loads only when used
 
     async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
         yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)
@@ -98,7 +94,6 @@ def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
 
 def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
     """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads the API client: only for this backend
 
     return _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
 
@@ -132,7 +127,6 @@ def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:
     """The cluster a provider's steps run on (None: local, or the default kubeconfig)."""
     if isinstance(provider, K8sEphemeralProvider):
         return provider.settings.cluster
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
     if isinstance(provider, AgentSandboxProvider):
         return provider.cluster_config
@@ -145,7 +139,6 @@ def where(provider: AgentProvider) -> str:
         return f"a {provider.isolation} sandbox"
     if isinstance(provider, K8sEphemeralProvider):
         return "a Kubernetes pod"
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
     if isinstance(provider, AgentSandboxProvider):
         return f"a sandbox claimed from warm pool {provider.settings.pool} ({provider.settings.namespace})"
@@ -165,7 +158,6 @@ class Providers:
 
     async def __aenter__(self) -> Providers:
         if self.fake_reply is not None:
-            from ironflow.fake_model.server import Script  # the HTTP server loads only when used
 
             fake = fake_model(Script.of(default=self.fake_reply))
             self.fake_credential = await self._stack.enter_async_context(fake)
@@ -215,13 +207,11 @@ def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.Clust
 
 async def connect(cluster: clusters.ClusterConfig | None) -> KubeApi:
     """A Kubernetes API client for ``cluster`` (None: the default kubeconfig); close it with ``async with``."""
-    from ironflow.kube import api as kube  # kubernetes_asyncio loads only when a command talks to a cluster
 
     return await kube.KubeApi.connect(cluster)
 
 
 async def close_cluster_clients() -> None:
     """Close the API clients the cluster providers shared on this event loop (before it ends)."""
-    from ironflow.kube import connections  # the API client loads only for a cluster
 
     await connections.SHARED.aclose()

@@ -15,8 +15,9 @@ import asyncio
 import io
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
+import aiohttp
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -25,9 +26,7 @@ from ironflow import errors, labels
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.formats import OutputFormat
 from ironflow.cluster import checks, setup
-
-if TYPE_CHECKING:
-    from ironflow.kube import api as kube
+from ironflow.kube import api as kube
 
 __all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "run_checks"]
 
@@ -38,7 +37,6 @@ _EXEC_CONCURRENCY: Final = 8
 
 
 async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube.KubeObject]:
-    from ironflow.kube import api as kube  # the API client loads only when a cluster is checked
 
     if pod is not None:
         return [await api.get(kube.PODS, namespace, pod)]
@@ -47,7 +45,6 @@ async def _pods(api: kube.KubeApi, namespace: str, pod: str | None) -> list[kube
 
 
 async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.KubeObject | None, str]:
-    from ironflow.kube import api as kube
 
     reviews = kube.custom_resource(
         "authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False
@@ -64,8 +61,6 @@ async def _review(api: kube.KubeApi, body: dict[str, object]) -> tuple[kube.Kube
 
 
 async def _probe_proxy(url: str, timeout_s: float) -> tuple[int | None, str]:
-    import aiohttp  # the HTTP client loads only when a proxy is probed
-
     headers = {"Authorization": f"Bearer {UNKNOWN_TOKEN}", "anthropic-version": "2023-06-01"}
     try:
         async with (

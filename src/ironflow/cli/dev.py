@@ -12,15 +12,13 @@ import contextlib
 import errno
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from ironflow import errors
 from ironflow.cli.exits import fail
-
-if TYPE_CHECKING:
-    from ironflow.fake_model import server as fakes
+from ironflow.fake_model import server as fakes
 
 __all__ = ["register"]
 
@@ -53,7 +51,6 @@ def fake_anthropic(
     ] = None,
 ) -> None:
     """Serve an offline Anthropic Messages API with scripted replies until Ctrl-C."""
-    from ironflow.fake_model import server as fakes  # the HTTP server loads only when serving
 
     try:
         loaded = fakes.Script.from_yaml(script) if script is not None else fakes.Script()

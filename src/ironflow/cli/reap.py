@@ -12,7 +12,7 @@ import asyncio
 import io
 import json
 import re
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import Annotated, Final
 
 import typer
 from rich.console import Console
@@ -21,10 +21,8 @@ from rich.table import Table
 from ironflow import errors
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.formats import OutputFormat
-
-if TYPE_CHECKING:
-    from ironflow.k8s import reaper
-    from ironflow.kube.clusters import ClusterConfig
+from ironflow.k8s import reaper
+from ironflow.kube.clusters import ClusterConfig
 
 __all__ = ["OutputFormat", "parse_interval", "reap", "register", "render_report"]
 
@@ -69,7 +67,6 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
 async def _reap(
     cluster: ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
 ) -> None:
-    from ironflow.k8s import reaper  # loads the API client: only when a namespace is reaped
 
     err = Console(stderr=True)
     async with await backends.connect(cluster) as api:

@@ -13,23 +13,20 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import Annotated, Final
 
 import typer
 import yaml
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.agent_sandbox import catalog, models, patterns
+from ironflow.agent_sandbox import apply, catalog, claims, models, patterns
 from ironflow.agent_sandbox import steps as sandbox_steps
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
-
-if TYPE_CHECKING:
-    from ironflow.agent_sandbox import apply, claims
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
 
 __all__ = ["apply_template", "parse_egress", "reap", "register", "render"]
 
@@ -59,7 +56,6 @@ def parse_egress(text: str) -> tuple[str, int | None]:
 
 def _load(path: Path | None, image: str) -> AgentSandboxProvider:
     """The provider of a settings file: agent-sandbox settings (a ``pod:`` section) or pod settings alone."""
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider  # loads the API client: only when used
 
     if path is None:
         return AgentSandboxProvider(K8sEphemeralProvider.sandboxed(image))
@@ -211,7 +207,6 @@ def apply_template(
 async def _reap(
     cluster: clusters.ClusterConfig, namespace: str, version: models.ApiVersion, *, dry_run: bool
 ) -> claims.ClaimReapReport:
-    from ironflow.agent_sandbox import claims  # loads the API client: only when claims are reaped
 
     async with await backends.connect(cluster) as api:
         return await claims.reap_claims(api, claims.resources(version).claims, namespace, dry_run=dry_run)
