@@ -24,16 +24,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.engine import model
 from ironflow.engine.store import Store
+from ironflow.kube import api as k8s_api
+from ironflow.kube.api import KubeApi
 from ironflow.secrets import Secret
 from ironflow.steps import AccountSession
-
-if TYPE_CHECKING:
-    from ironflow.kube.api import KubeApi
 
 __all__ = [
     "AccountChoice",
@@ -216,8 +215,6 @@ class KubeSecretReader:
         self.default_namespace = default_namespace
 
     async def __call__(self, namespace: str | None, name: str, key: str) -> str:
-        from ironflow.kube import api as k8s_api
-
         ns = namespace or self.default_namespace
         secrets = k8s_api.Resource("", "v1", "secrets", "Secret")
         try:

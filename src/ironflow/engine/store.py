@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from ironflow import errors
-from ironflow.engine import model
+from ironflow.engine import model, sqlite
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -128,6 +128,8 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
     """
     url = url or default_store_url()
     if url.startswith(("postgres://", "postgresql://")):
+        # asyncpg (about 0.1 s) loads only for a PostgreSQL store: a named exception to top-level
+        # imports (tests/package/unit/test_layers.py lists them).
         from ironflow.engine.postgres import PostgresStore
 
         return PostgresStore(url, **options)
@@ -135,13 +137,9 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
         path = url.removeprefix("sqlite://")  # sqlite:///abs/file → /abs/file
         if not path or path == "/":
             raise errors.ConfigError(f"store URL {url!r} names no file; use sqlite:///path/to/engine.db")
-        from ironflow.engine import sqlite
-
         return sqlite.SqliteStore(path, create=create, **options)
     if "://" in url:
         raise errors.ConfigError(
             f"unknown store URL scheme in {url.split('://')[0]!r}; use sqlite:///path or postgresql://…"
         )
-    from ironflow.engine import sqlite
-
     return sqlite.SqliteStore(url, create=create, **options)

@@ -126,6 +126,33 @@ def test_no_module_of_ironflow_takes_part_in_an_import_circle() -> None:
     assert circles(import_graph()) == []
 
 
+#: The named exceptions to "imports at the top of the module": each defers a costly third-party
+#: library to the one path that needs it. (The CLI defers whole command modules through
+#: ``cli/app.py``'s table, with importlib, and ``kube/api.py`` defers ``kubernetes_asyncio``.)
+DEFERRED_IMPORTS = {
+    ("ironflow.engine.store", "ironflow.engine.postgres"): "asyncpg, only for a PostgreSQL store",
+    ("ironflow.auth_proxy.app", "ironflow.auth_proxy.postgres"): "asyncpg, only for a PostgreSQL registry",
+}
+
+
+def function_level_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(module, imported ironflow module) for every import made inside a function."""
+    files = {_module_name(p, package): p for p in package.rglob("*.py")}
+    found = set()
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        found |= {(name, t) for t in _imported(node, name, path.name == "__init__.py", set(files))}
+    return found
+
+
+def test_function_level_imports_are_only_the_named_exceptions() -> None:
+    assert function_level_imports() - set(DEFERRED_IMPORTS) == set(), "import at the top of the module"
+
+
 def test_the_import_contracts_hold() -> None:
     lint_imports = shutil.which("lint-imports")
     assert lint_imports, "import-linter is a test dependency: pip install -e '.[test]'"
