@@ -392,9 +392,7 @@ class AgentConfig:
 
     def scoped(self, run_id: str, step: str, *, root_run_id: str | None = None) -> AgentConfig:
         """Place the step in a run, as the engine does (for use outside the engine)."""
-        scope = StepScope(run_id, step, root_run_id)
-        # Transitional: the labels ride along until every backend reads ``scope``.
-        return dataclasses.replace(self, scope=scope, pod_labels={**self.pod_labels, **scope.labels})
+        return dataclasses.replace(self, scope=StepScope(run_id, step, root_run_id))
 
     def input(self, url: str, mount_path: str) -> AgentConfig:
         """Fetch ``url`` to ``mount_path`` before the agent starts (checked at invocation)."""

@@ -80,7 +80,8 @@ class RecordingProvider(ProviderBase):
         return await self._invoke(config, logs)
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
-        pod_labels = dict(config.pod_labels)
+        # A pod's labels, as a backend derives them: the step's own, then its scope's.
+        pod_labels = {**config.pod_labels, **(config.scope.labels if config.scope else {})}
         step = pod_labels.get(labels.LABEL_STEP, "")
         self._counter += 1
         pod = f"pod-{os.getpid()}-{self._counter}"

@@ -7,26 +7,26 @@ from hypothesis import strategies as st
 
 from ironflow import labels
 from ironflow.engine import runner
-from ironflow.steps import AgentConfig
+from ironflow.steps import AgentConfig, StepScope
 
 RUN = "01a0e906-1f85-7000-8000-000000000001"
 ROOT = "01a0e906-1f85-7000-8000-000000000000"
 
 
-def test_step_labels_carry_run_and_root_unsanitised_and_the_step_sanitised() -> None:
+def test_step_labels_keep_uuid_run_ids_and_sanitise_the_step() -> None:
     scoped = AgentConfig("go").scoped(RUN, "fix bug/42", root_run_id=ROOT)
-    assert dict(scoped.pod_labels) == {
+    assert scoped.scope == StepScope(RUN, "fix bug/42", ROOT)
+    assert scoped.scope.labels == {
         labels.LABEL_RUN_ID: RUN,
         labels.LABEL_ROOT_RUN_ID: ROOT,
         labels.LABEL_STEP: "fix-bug-42-b8a85051",
     }
 
 
-def test_scoping_keeps_the_callers_labels() -> None:
+def test_scoping_leaves_the_callers_labels_alone() -> None:
     config = AgentConfig("go").egress_profile("github")
     scoped = config.scoped(RUN, "plan", root_run_id=RUN)
-    assert scoped.pod_labels[labels.LABEL_EGRESS_PROFILE] == "github"
-    assert scoped.pod_labels[labels.LABEL_ROOT_RUN_ID] == RUN
+    assert scoped.pod_labels == config.pod_labels  # run identity travels as the scope, not as labels
 
 
 def test_the_duplicate_message_is_the_references_word_for_word() -> None:

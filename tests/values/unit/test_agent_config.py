@@ -57,11 +57,18 @@ def test_read_only_sources() -> None:
     assert [v.source for v in cfg.pod.read_only_volumes] == [HostPathSource("/srv"), ConfigMapSource("cm")]
 
 
-def test_run_scope_sanitises_both_labels() -> None:
+def test_scoped_labels_sanitise_run_and_step_by_the_one_rule() -> None:
     cfg = AgentConfig("hi").scoped("demo run", "fix bug/42")
-    assert cfg.pod_labels[labels.LABEL_RUN_ID] == labels.sanitize_label_value("demo run")
-    assert cfg.pod_labels[labels.LABEL_STEP] == labels.sanitize_label_value("fix bug/42")
-    assert labels.LABEL_ROOT_RUN_ID not in cfg.pod_labels
+    assert cfg.scope is not None
+    assert cfg.pod_labels == {}
+    assert cfg.scope.labels[labels.LABEL_RUN_ID] == labels.sanitize_label_value("demo run")
+    assert cfg.scope.labels[labels.LABEL_STEP] == labels.sanitize_label_value("fix bug/42")
+    assert labels.LABEL_ROOT_RUN_ID not in cfg.scope.labels
+
+
+def test_a_scope_needs_a_run_and_a_step() -> None:
+    with pytest.raises(errors.ConfigError, match="step scope run_id must be a non-empty string"):
+        AgentConfig("hi").scoped("", "s")
 
 
 def test_egress_profile_is_a_label() -> None:
