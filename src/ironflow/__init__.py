@@ -10,18 +10,10 @@ from typing import TYPE_CHECKING
 
 from ironflow import errors
 from ironflow._lazy import lazy_exports
+from ironflow.pod_settings import AgentInput, PodSettings, PvcVolume, ReadOnlyVolume, SecretEnvVar
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
-from ironflow.steps import (
-    AgentConfig,
-    AgentInput,
-    PermissionMode,
-    PodSettings,
-    PvcVolume,
-    ReadOnlyVolume,
-    SecretEnvVar,
-    StepScope,
-)
+from ironflow.steps import AgentConfig, PermissionMode, StepScope
 
 if TYPE_CHECKING:
     from ironflow.provider import AgentProvider, LogSink, run_sync

@@ -20,41 +20,71 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from ironflow import errors, labels
+from ironflow.pod_settings import (
+    AgentInput,
+    ConfigMapSource,
+    HostPathSource,
+    PodSettings,
+    PvcSource,
+    PvcVolume,
+    ReadOnlyVolume,
+    SecretEnvVar,
+)
 from ironflow.secrets import Secret
 
 __all__ = [
     "DEFAULT_MODEL",
     "AccountSession",
     "AgentConfig",
-    "AgentInput",
-    "ConfigMapSource",
-    "HostPathSource",
     "PermissionMode",
-    "PodSettings",
-    "PvcSource",
-    "PvcVolume",
     "RateLimitRecorder",
-    "ReadOnlyVolume",
-    "SecretEnvVar",
     "StepScope",
-    "VolumeSource",
     "environment_id_valid",
     "invalid_environment_id_message",
-    "validate_sub_path",
 ]
 
 DEFAULT_MODEL: Final = "sonnet"
 _RESUME_ID = re.compile(r"[A-Za-z0-9_-]+")
 _ENVIRONMENT_ID = re.compile(r"[a-z0-9-]{1,253}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
-def _require_dns_subdomain(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or not labels.is_dns_subdomain(value):
-        raise errors.ConfigError(
-            f"{field_name} must be a Kubernetes object name (lowercase DNS subdomain, 1-253 characters), got {value!r}"
-        )
+#: The scalar settings and the types each accepts (None: unset), checked first: the config's
+#: other checks compare and call methods on these, so ``max_turns: "three"`` must not reach them.
+_SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    **dict.fromkeys(
+        ("prompt", "system_prompt", "append_system_prompt", "model", "tool_profile", "working_dir", "mcp_config",
+         "permission_mode", "resume_session_id", "session_id", "resume_environment_id", "trace_context"),
+        (str,),
+    ),
+    "max_turns": (int,),
+    "max_budget_usd": (float, int),
+    **dict.fromkeys(("strict_mcp_config", "bare", "verbose"), (bool,)),
+}  # fmt: skip
+_TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _scalar_type_problem(config: object) -> str | None:
+    """The first scalar setting whose type is wrong, as one line (a step file's YAML types).
+
+    >>> from types import SimpleNamespace
+    >>> _scalar_type_problem(SimpleNamespace(prompt=42))
+    "step setting 'prompt' must be text, got 42"
+    """
+    for key, accepted in _SCALAR_TYPES.items():
+        value = getattr(config, key, None)
+        if value is None:
+            continue
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            return f"step setting '{key}' must be {_TYPE_NAMES[accepted[0]]}, got {value!r}"
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # lone surrogates, e.g. from undecodable argv bytes
+        return False
+    return True
 
 
 def environment_id_valid(environment_id: str) -> bool:
@@ -73,126 +103,6 @@ class PermissionMode(StrEnum):
     AUTO = "auto"
     DONT_ASK = "dontAsk"
     BYPASS_PERMISSIONS = "bypassPermissions"
-
-
-# --- pod-side settings -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SecretEnvVar:
-    """An env variable read from a Kubernetes Secret: the pod spec holds only the reference."""
-
-    name: str
-    secret: str
-    key: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _ENV_NAME.fullmatch(self.name):
-            raise errors.ConfigError(f"secret_env name must be an environment variable name, got {self.name!r}")
-        _require_dns_subdomain(f"secret_env {self.name}: secret", self.secret)
-        if not isinstance(self.key, str) or not _SECRET_KEY.fullmatch(self.key) or len(self.key) > 253:
-            raise errors.ConfigError(f"secret_env {self.name}: key must be a Secret data key, got {self.key!r}")
-
-
-@dataclass(frozen=True)
-class PvcSource:
-    claim_name: str
-
-    def __post_init__(self) -> None:
-        _require_dns_subdomain("read-only volume claim_name", self.claim_name)
-
-
-@dataclass(frozen=True)
-class HostPathSource:
-    path: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not self.path.startswith("/") or ".." in self.path.split("/"):
-            raise errors.ConfigError(f"host_path must be an absolute path without '..', got {self.path!r}")
-
-
-@dataclass(frozen=True)
-class ConfigMapSource:
-    name: str
-
-    def __post_init__(self) -> None:
-        _require_dns_subdomain("read-only volume ConfigMap name", self.name)
-
-
-VolumeSource = PvcSource | HostPathSource | ConfigMapSource
-
-
-@dataclass(frozen=True)
-class ReadOnlyVolume:
-    """A volume mounted read-only into the agent container."""
-
-    source: VolumeSource
-    mount_path: str
-    sub_path: str | None = None
-
-    def __post_init__(self) -> None:
-        problem = None if self.sub_path is None else validate_sub_path(self.sub_path)
-        if problem is not None:
-            raise errors.ConfigError(f"read-only volume at {self.mount_path}: {problem}")
-
-
-def validate_sub_path(sub_path: str) -> str | None:
-    """Why ``sub_path`` is unsafe, or None: it must be relative, without empty/./.. segments."""
-    if sub_path.startswith("/") or any(seg in ("", ".", "..") for seg in sub_path.split("/")):
-        return f"sub_path '{sub_path}' must be relative, without empty, '.' or '..' segments"
-    return None
-
-
-@dataclass(frozen=True)
-class PvcVolume:
-    """A step's PersistentVolumeClaim mount, read-write unless ``read_only``."""
-
-    claim_name: str
-    mount_path: str
-    sub_path: str | None = None
-    read_only: bool = False
-
-    def problem(self) -> str | None:
-        """Why this volume cannot be mounted, or None."""
-        if not self.claim_name:
-            return "pvc volume needs a non-empty claim_name"
-        if self.sub_path is not None:
-            return validate_sub_path(self.sub_path)
-        return None
-
-
-@dataclass(frozen=True)
-class AgentInput:
-    """A file fetched by the input init container before the agent starts."""
-
-    url: str
-    mount_path: str
-
-
-@dataclass(frozen=True)
-class PodSettings:
-    """Per-step settings for the sandbox; providers that cannot apply one report it."""
-
-    secret_env: tuple[SecretEnvVar, ...] = ()
-    service_account: str | None = None
-    read_only_volumes: tuple[ReadOnlyVolume, ...] = ()
-    managed_settings: str | None = None
-    runtime_class: str | None = None
-    pvc_volumes: tuple[PvcVolume, ...] = ()
-    without_provider_volumes: bool = False
-
-    def __post_init__(self) -> None:
-        names = [var.name for var in self.secret_env]
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise errors.ConfigError(f"secret_env sets {repeated[0]} twice")
-        if self.service_account is not None:
-            _require_dns_subdomain("service_account", self.service_account)
-        if self.runtime_class and self.runtime_class.strip():  # blank: refused by name when the step is invoked
-            _require_dns_subdomain("runtime_class", self.runtime_class)
-
-    def is_empty(self) -> bool:
-        return self == PodSettings()
 
 
 # --- provider accounts -------------------------------------------------------------------
@@ -279,12 +189,19 @@ class AgentConfig:
     pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen_map(None))
     #: The run and step this step belongs to (set by the engine, or by :meth:`scoped`).
     scope: StepScope | None = None
-    pod: PodSettings = PodSettings()
+    pod: PodSettings = field(default_factory=PodSettings)
     inputs: tuple[AgentInput, ...] = ()
     trace_context: str | None = None
     account: AccountSession | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        problem = _scalar_type_problem(self)
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        for name in ("prompt", "system_prompt", "append_system_prompt"):
+            text = getattr(self, name)
+            if text is not None and not _is_utf8(text):
+                raise errors.ConfigError(f"the {name.replace('_', ' ')} is not valid UTF-8 text; pass it as UTF-8")
         set_ = object.__setattr__
         set_(self, "allowed_tools", tuple(self.allowed_tools))
         set_(self, "disallowed_tools", tuple(self.disallowed_tools))

@@ -20,44 +20,11 @@ from ironflow.cli.exits import fail, fail_for
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s import provider as k8s_provider
 
-__all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render", "step_type_problem"]
+__all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render"]
 
 #: Stands in for the ``ifap_`` token the auth proxy issues at launch, so a dry run of a
 #: proxied provider shows the env the pod will get.
 DRY_RUN_PROXY_TOKEN: Final = "ifap_issued-at-launch"  # noqa: S105 - a visible placeholder, not a credential
-
-
-#: The step file's scalar settings and the YAML types each accepts (None: unset). The
-#: config's own checks compare and call methods on these, so a wrong type is caught here first.
-_SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
-    **dict.fromkeys(
-        ("prompt", "system_prompt", "append_system_prompt", "model", "tool_profile", "working_dir", "mcp_config",
-         "permission_mode", "resume_session_id", "session_id", "resume_environment_id", "trace_context"),
-        (str,),
-    ),
-    "max_turns": (int,),
-    "max_budget_usd": (int, float),
-    **dict.fromkeys(("strict_mcp_config", "bare", "verbose"), (bool,)),
-}  # fmt: skip
-_TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
-
-
-def step_type_problem(data: dict[str, Any]) -> str | None:
-    """The first scalar setting of a step file whose YAML type is wrong, as one line (pure).
-
-    >>> step_type_problem({"prompt": 42})
-    "step setting 'prompt' must be text, got 42"
-    >>> step_type_problem({"prompt": "hi", "max_turns": 3}) is None
-    True
-    """
-    for key, types in _SCALAR_TYPES.items():
-        value = data.get(key)
-        if value is None:
-            continue
-        is_bool = isinstance(value, bool)
-        if not isinstance(value, types) or (is_bool and bool not in types):
-            return f"step setting '{key}' must be {_TYPE_NAMES[types[0]]}, got {value!r}"
-    return None
 
 
 def _load_step(path: Path | None, prompt: str | None) -> steps.AgentConfig:
@@ -74,16 +41,9 @@ def _load_step(path: Path | None, prompt: str | None) -> steps.AgentConfig:
         data = dict(loaded or {})
     if prompt is not None:
         data["prompt"] = prompt
-    problem = step_type_problem(data)
-    if problem is not None:
-        fail(f"step file '{path}': {problem}")
     if not data.get("prompt"):
         fail("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
-    try:
-        data["prompt"].encode()
-    except UnicodeEncodeError:
-        fail("the prompt is not valid UTF-8 text; pass it as UTF-8")
-    return steps.AgentConfig.from_dict(data)
+    return steps.AgentConfig.from_dict(data)  # its type and text checks raise ConfigError, by name
 
 
 def render(

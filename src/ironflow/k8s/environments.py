@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ironflow import errors, labels, results, steps
+from ironflow import errors, labels, pod_settings, results, steps
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_SIZE",
@@ -113,9 +113,9 @@ def environment_claim_for(resume_id: str | None, *, now_ms: int, rand32: int) ->
     return EnvironmentClaim(resume_id, resumed=True)
 
 
-def environment_mount(volume: EnvironmentVolume, claim_name: str) -> steps.PvcVolume:
+def environment_mount(volume: EnvironmentVolume, claim_name: str) -> pod_settings.PvcVolume:
     """The claim as a step PVC: the whole claim (no subPath), read-write, at the mount path."""
-    return steps.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
+    return pod_settings.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
 
 
 def environment_expires_at(volume: EnvironmentVolume, *, now: int, lifetime_s: int) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from ironflow import errors, labels, steps
+from ironflow import errors, labels, pod_settings, steps
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import hardening
 from ironflow.k8s.settings import ProviderSettings
@@ -64,21 +64,23 @@ _RESERVED_MOUNTS: Final = (
 class PodInputs:
     """The provider's settings merged with the step's, after the invocation checks (§1.3)."""
 
-    secret_env: tuple[steps.SecretEnvVar, ...]
+    secret_env: tuple[pod_settings.SecretEnvVar, ...]
     service_account: str | None
     runtime_class: str | None
     host_volumes: tuple[tuple[str, str], ...]
     pvc_volumes: tuple[tuple[str, str], ...]
-    step_pvc_volumes: tuple[steps.PvcVolume, ...]
-    read_only_volumes: tuple[steps.ReadOnlyVolume, ...]
+    step_pvc_volumes: tuple[pod_settings.PvcVolume, ...]
+    read_only_volumes: tuple[pod_settings.ReadOnlyVolume, ...]
     managed_settings_configmap: str | None
     labels: Mapping[str, str]
 
 
-def with_secret_env(current: Sequence[steps.SecretEnvVar], entry: steps.SecretEnvVar) -> tuple[steps.SecretEnvVar, ...]:
+def with_secret_env(
+    current: Sequence[pod_settings.SecretEnvVar], entry: pod_settings.SecretEnvVar
+) -> tuple[pod_settings.SecretEnvVar, ...]:
     """``current`` with ``entry``: it replaces the variable of its name in place, else goes last.
 
-    >>> a, b = steps.SecretEnvVar("A", "s", "k"), steps.SecretEnvVar("A", "t", "k")
+    >>> a, b = pod_settings.SecretEnvVar("A", "s", "k"), pod_settings.SecretEnvVar("A", "t", "k")
     >>> with_secret_env([a], b) == (b,)
     True
     """
@@ -120,7 +122,7 @@ def merged_pod_inputs(settings: ProviderSettings, config: steps.AgentConfig) -> 
     secret_env = settings.secret_env
     if settings.oauth_credentials_secret is not None:
         secret, key = settings.oauth_credentials_secret
-        secret_env = (*secret_env, steps.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
+        secret_env = (*secret_env, pod_settings.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
     for entry in config.pod.secret_env:
         secret_env = with_secret_env(secret_env, entry)
     if settings.auth_proxy_url is not None:
@@ -229,7 +231,7 @@ def parent_dir(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else ""
 
 
-def validate_inputs(inputs: Sequence[steps.AgentInput]) -> None:
+def validate_inputs(inputs: Sequence[pod_settings.AgentInput]) -> None:
     """Each input lands in a file under a directory the init container can mount.
 
     Raises:
@@ -304,7 +306,7 @@ def build_env(
     *,
     worker_env: Mapping[str, str],
     plain: Sequence[tuple[str, str]],
-    secret: Sequence[steps.SecretEnvVar],
+    secret: Sequence[pod_settings.SecretEnvVar],
 ) -> list[dict[str, Any]]:
     """Blanking entries, then plain values, then secret references (§1.5 order).
 
@@ -324,11 +326,11 @@ def build_env(
     return env
 
 
-def _ro_volume_source(volume: steps.ReadOnlyVolume) -> dict[str, Any]:
+def _ro_volume_source(volume: pod_settings.ReadOnlyVolume) -> dict[str, Any]:
     source = volume.source
-    if isinstance(source, steps.ConfigMapSource):
+    if isinstance(source, pod_settings.ConfigMapSource):
         return {"configMap": {"name": source.name}}
-    if isinstance(source, steps.HostPathSource):
+    if isinstance(source, pod_settings.HostPathSource):
         return {"hostPath": {"path": source.path, "type": "Directory"}}
     return {"persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True}}
 
@@ -403,7 +405,7 @@ def _refuse_shared_mount_paths(mounts: Sequence[Mapping[str, Any]]) -> None:
         seen.add(path)
 
 
-def _input_script(inputs: Sequence[steps.AgentInput]) -> str:
+def _input_script(inputs: Sequence[pod_settings.AgentInput]) -> str:
     lines = "".join(
         f"curl -sSfL --retry 3 --max-time 300 {command.shell_quote(i.url)} -o {command.shell_quote(i.mount_path)}\n"
         for i in inputs

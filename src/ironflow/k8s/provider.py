@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow import errors, labels, results, steps
+from ironflow import errors, labels, pod_settings, results, steps
 from ironflow.auth_proxy import issuing
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening, manifests, reaper, step_objects
@@ -140,7 +140,7 @@ class K8sEphemeralProvider(ProviderBase):
 
     def env_from_secret(self, var: str, secret: str, key: str) -> K8sEphemeralProvider:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""
-        entry = steps.SecretEnvVar(var, secret, key)
+        entry = pod_settings.SecretEnvVar(var, secret, key)
         return self._with(secret_env=manifests.with_secret_env(self.settings.secret_env, entry))
 
     def oauth_credentials_from_secret(self, secret: str, key: str) -> K8sEphemeralProvider:
@@ -166,17 +166,17 @@ class K8sEphemeralProvider(ProviderBase):
 
     # -- volumes and settings files --
 
-    def read_only_volume(self, volume: steps.ReadOnlyVolume) -> K8sEphemeralProvider:
+    def read_only_volume(self, volume: pod_settings.ReadOnlyVolume) -> K8sEphemeralProvider:
         return self._with(read_only_volumes=(*self.settings.read_only_volumes, volume))
 
     def read_only_pvc(self, claim: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(steps.ReadOnlyVolume(steps.PvcSource(claim), mount_path))
+        return self.read_only_volume(pod_settings.ReadOnlyVolume(pod_settings.PvcSource(claim), mount_path))
 
     def read_only_host_path(self, path: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(steps.ReadOnlyVolume(steps.HostPathSource(path), mount_path))
+        return self.read_only_volume(pod_settings.ReadOnlyVolume(pod_settings.HostPathSource(path), mount_path))
 
     def read_only_config_map(self, name: str, mount_path: str) -> K8sEphemeralProvider:
-        return self.read_only_volume(steps.ReadOnlyVolume(steps.ConfigMapSource(name), mount_path))
+        return self.read_only_volume(pod_settings.ReadOnlyVolume(pod_settings.ConfigMapSource(name), mount_path))
 
     def volume(self, host_path: str, mount_path: str) -> K8sEphemeralProvider:
         """A hostPath directory, read-write (steps may drop it with ``without_provider_volumes``)."""
@@ -548,7 +548,7 @@ _SANDBOX_KEYS: Final = (
 )
 
 
-def _ro_volume(item: _Reader) -> steps.ReadOnlyVolume:
+def _ro_volume(item: _Reader) -> pod_settings.ReadOnlyVolume:
     sources = [k for k in ("pvc", "host_path", "config_map") if item.has(k)]
     if len(sources) != 1:
         raise errors.ConfigError(
@@ -556,15 +556,15 @@ def _ro_volume(item: _Reader) -> steps.ReadOnlyVolume:
         )
     item.require("mount_path")
     kind = sources[0]
-    source: steps.VolumeSource
+    source: pod_settings.VolumeSource
     if kind == "pvc":
-        source = steps.PvcSource(item.text("pvc"))
+        source = pod_settings.PvcSource(item.text("pvc"))
     elif kind == "host_path":
-        source = steps.HostPathSource(item.text("host_path"))
+        source = pod_settings.HostPathSource(item.text("host_path"))
     else:
-        source = steps.ConfigMapSource(item.text("config_map"))
+        source = pod_settings.ConfigMapSource(item.text("config_map"))
     sub_path = item.text("sub_path") if item.has("sub_path") else None
-    return steps.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
+    return pod_settings.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
 
 
 def _cluster(section: _Reader, base: Path | None) -> clusters.ClusterConfig:

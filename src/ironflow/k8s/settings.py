@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from ironflow import errors, steps
+from ironflow import errors, pod_settings
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
 from ironflow.kube import clusters
@@ -140,10 +140,10 @@ class ProviderSettings:
     active_deadline_s: float | None = None
     sandbox: hardening.SandboxSettings | None = None
     sessions_claim: str | None = None
-    secret_env: tuple[steps.SecretEnvVar, ...] = ()
+    secret_env: tuple[pod_settings.SecretEnvVar, ...] = ()
     #: (secret, key) holding the credentials JSON
     oauth_credentials_secret: tuple[str, str] | None = None
-    read_only_volumes: tuple[steps.ReadOnlyVolume, ...] = ()
+    read_only_volumes: tuple[pod_settings.ReadOnlyVolume, ...] = ()
     managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: frozen_map(None))
     default_managed_settings: str | None = None
     claude_profiles: tuple[profile.ClaudeProfile, ...] = ()

@@ -37,10 +37,11 @@ from ironflow.claude import cli, command, layout, output, profile
 from ironflow.local import bwrap, cgroups, forwarder, gvisor, proxy_session, runner, seccomp, settings
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
+from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
-from ironflow.steps import AgentConfig, HostPathSource, validate_sub_path
+from ironflow.steps import AgentConfig
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

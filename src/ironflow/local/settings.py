@@ -17,8 +17,9 @@ from typing import Any, Final, Literal
 from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.local import bwrap
+from ironflow.pod_settings import HostPathSource
 from ironflow.secrets import Secret, looks_like_claude_credential
-from ironflow.steps import AgentConfig, HostPathSource
+from ironflow.steps import AgentConfig
 
 __all__ = [
     "PROXY_PORT",

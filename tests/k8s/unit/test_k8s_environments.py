@@ -30,9 +30,9 @@ from ironflow.k8s.environments import (
     is_live_environment_claim,
     with_environment,
 )
+from ironflow.pod_settings import PvcVolume
 from ironflow.results import AgentResult
 from ironflow.secrets import find_leaks
-from ironflow.steps import PvcVolume
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"

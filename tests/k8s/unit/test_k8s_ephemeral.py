@@ -15,7 +15,7 @@ import pytest
 from ironflow import AgentConfig, errors, labels
 from ironflow.k8s import K8sEphemeralProvider, K8sResources, SandboxSettings, Toleration, manifests
 from ironflow.k8s.settings import ImagePullPolicy
-from ironflow.steps import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
+from ironflow.pod_settings import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"

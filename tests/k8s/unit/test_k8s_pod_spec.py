@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from ironflow import AgentConfig, PodSettings, PvcVolume, errors, labels
 from ironflow.claude import command, layout
 from ironflow.k8s import K8sEphemeralProvider, K8sResources, manifests
+from ironflow.pod_settings import SecretEnvVar
 from ironflow.secrets import Secret
-from ironflow.steps import SecretEnvVar
 from ironflow.testing.k8s_validate import validate_manifest, validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
