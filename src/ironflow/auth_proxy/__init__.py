@@ -2,7 +2,7 @@
 
 The pod holds an opaque ``ifap_`` token bound to its run, step and expiry; the proxy
 alone holds the credential and alone reaches the Anthropic API. Layers point one way:
-``tokens``/``policy``/``config``/``crypto`` (values and pure decisions) →
+``tokens``/``policy``/``header_policy``/``config``/``crypto`` (values and pure decisions) →
 ``registry``/``postgres``/``hub`` (where grants live) → ``logs``/``metrics`` →
 ``handlers`` → ``app`` → ``__main__``. The worker side is ``issuing`` (a step's token from
 issue to revoke, for every backend) over ``client`` (the admin API over HTTP); of this

@@ -129,28 +129,25 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     proxy = handlers.ProxyHandlers(config)
 
     @web.middleware
-    async def anthropic_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        # A bug must still answer in the Anthropic error shape, and log no request detail.
+    async def edge(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        # One middleware, not two: it runs on every relayed request.
         try:
+            # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
+            # through the relay's decision order, so they get its refusals, not a bare 404.
+            failed = request.match_info.http_exception
+            if failed is not None and failed.status == 404:
+                return await proxy.relay(request)
             return await handler(request)
         except web.HTTPException:
             raise
         except Exception as exc:
+            # A bug must still answer in the Anthropic error shape, and log no request detail.
             logs.event("request failed", logging.ERROR, method=request.method, error=type(exc).__name__)
             proxy.metrics.count("internal_error")
             body = policy.error_body("api_error", "internal error in the auth proxy")
             return web.Response(status=500, body=body, content_type="application/json")
 
-    @web.middleware
-    async def other_hosts(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
-        # through the relay's decision order, so they get its refusals, not a bare 404.
-        failed = request.match_info.http_exception
-        if failed is not None and failed.status == 404:
-            return await proxy.relay(request)
-        return await handler(request)
-
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[anthropic_errors, other_hosts])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[edge])
     app[CONFIG_KEY] = config
     app[HANDLERS_KEY] = proxy
     app.router.add_get("/healthz", proxy.healthz, allow_head=False)

@@ -17,6 +17,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Final
 
+from aiohttp import streams as web_streams
 from aiohttp import web
 
 from ironflow.auth_proxy import policy
@@ -73,20 +74,45 @@ async def read_body(
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         return policy.BODY_TOO_LARGE
+    content = request.content
+    if content.is_eof():
+        return _buffered(content, budget, max_bytes)
+    return await _read_chunks(content, budget, max_bytes=max_bytes, read_timeout_s=read_timeout_s)
+
+
+def _buffered(content: web_streams.StreamReader, budget: BodyBudget, max_bytes: int) -> Body | policy.Refusal:
+    """The usual case: the whole body came with the headers, so take it in one piece
+    (no read loop, no timer). It is already in memory, so it is counted now."""
+    try:
+        data = content.read_nowait()
+    except (ConnectionError, ValueError, web.HTTPException):
+        return policy.BODY_TOO_LARGE
+    if len(data) > max_bytes:
+        return policy.BODY_TOO_LARGE
+    if not budget.take(len(data)):
+        return policy.BODY_BUDGET_EXHAUSTED
+    return Body(data, budget, len(data))
+
+
+async def _read_chunks(
+    content: web_streams.StreamReader, budget: BodyBudget, *, max_bytes: int, read_timeout_s: float
+) -> Body | policy.Refusal:
+    """A body still arriving: each chunk is reserved as it comes (a declared length
+    reserves nothing, so headers alone cannot hold the budget), and the deadline moves
+    on with every chunk: only a body *silent* for ``read_timeout_s`` gets 408."""
+    loop = asyncio.get_running_loop()
     chunks: list[bytes] = []
     held = 0
     try:
-        while True:
-            async with asyncio.timeout(read_timeout_s):
-                chunk = await request.content.read(_CHUNK)
-            if not chunk:
-                break
-            if held + len(chunk) > max_bytes:
-                return policy.BODY_TOO_LARGE
-            if not budget.take(len(chunk)):
-                return policy.BODY_BUDGET_EXHAUSTED
-            held += len(chunk)
-            chunks.append(chunk)
+        async with asyncio.timeout(read_timeout_s) as deadline:
+            while chunk := await content.read(_CHUNK):
+                if held + len(chunk) > max_bytes:
+                    return policy.BODY_TOO_LARGE
+                if not budget.take(len(chunk)):
+                    return policy.BODY_BUDGET_EXHAUSTED
+                held += len(chunk)
+                chunks.append(chunk)
+                deadline.reschedule(loop.time() + read_timeout_s)
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         body = Body(data, budget, held)
         held = 0  # now the Body's to release

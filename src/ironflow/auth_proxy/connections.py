@@ -133,9 +133,7 @@ class GuardedServer(web.Server):
 class GuardedRunner(web.AppRunner):
     """An :class:`~aiohttp.web.AppRunner` whose server is a :class:`GuardedServer`."""
 
-    def __init__(
-        self, app: web.Application, *, max_connections: int, header_timeout_s: float, **kwargs: Any
-    ) -> None:
+    def __init__(self, app: web.Application, *, max_connections: int, header_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._max_connections = max_connections
         self._header_timeout_s = header_timeout_s

@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ironflow.auth_proxy import bodies, crypto, logs, metrics, policy, registry, tokens, usage_meter
+from ironflow.auth_proxy import bodies, crypto, header_policy, logs, metrics, policy, registry, tokens, usage_meter
 from ironflow.auth_proxy import config as config_mod
 
 __all__ = ["ProxyHandlers"]
@@ -203,7 +203,7 @@ class ProxyHandlers:
                     return self._refused(refusal, grant, method, path)
             credential = grant.credential
             assert isinstance(credential, tokens.ClaudeCredential)  # check_claude_request refused secrets
-            headers = policy.upstream_headers(request.headers.items(), credential)
+            headers = header_policy.upstream_headers(request.headers.items(), credential)
             count_tokens = grant.limits.max_output_tokens is not None
             url = self._upstream + request.rel_url.raw_path_qs
             response, status = await self._forward(request, method, url, headers, body, grant, count_tokens)
@@ -290,7 +290,7 @@ class ProxyHandlers:
         self.metrics.upstream_latency.observe(time.perf_counter() - started)
         self.metrics.open_streams.inc()
         try:
-            downstream = CIMultiDict(policy.downstream_headers(upstream.headers.items()))
+            downstream = CIMultiDict(header_policy.downstream_headers(upstream.headers.items()))
             try:
                 first = await upstream.content.readany()
             except (aiohttp.ClientError, TimeoutError):
@@ -383,7 +383,7 @@ class ProxyHandlers:
         query = request.rel_url.raw_query_string
         base = f"https://{host}" if self.config.secret_upstream is None else f"{self.config.secret_upstream}/{host}"
         url = base + rest + (f"?{query}" if query else "")
-        headers = policy.secret_headers(request.headers.items(), secret)
+        headers = header_policy.secret_headers(request.headers.items(), secret)
         try:
             response, status = await self._forward(request, method, url, headers, read, grant, False)
         finally:

@@ -1,4 +1,4 @@
-"""What the proxy relays, and with which headers: the security policy, as pure functions.
+"""What the proxy relays: the request half of the security policy, as pure functions.
 
 Never does I/O, never logs; every function is a function of its inputs, so the whole
 policy is tested without a socket. The handlers apply it in this order (the first
@@ -33,11 +33,8 @@ S4  method not GET/HEAD/POST/PUT/PATCH/DELETE          405     only GET, HEAD, P
 S5  upstream failure                                   502     upstream unreachable (``upstream_error``)
 ==  =================================================  ======  =====================================================
 
-Headers: the pod's ``authorization``, ``x-api-key``, ``private-token``, ``cookie``,
-``host``, ``content-length``, ``accept-encoding`` and hop-by-hop headers never go
-upstream; the proxy injects the real credential instead. Responses go back without
-hop-by-hop headers and ``content-length`` (the body is streamed), so rate-limit
-headers reach the pod.
+Which headers go with a relayed request, each way, is the header policy:
+:mod:`ironflow.auth_proxy.header_policy`.
 """
 
 from __future__ import annotations
@@ -61,11 +58,9 @@ __all__ = [
     "CLAUDE_METHODS",
     "CLAUDE_TOKEN_ON_SECRET_RELAY",
     "DEFAULT_MAX_BODY_BYTES",
-    "HOP_BY_HOP",
     "INVALID_TOKEN",
     "METHOD_REFUSED",
     "MODEL_REFUSED",
-    "OAUTH_BETA_FLAG",
     "OTHER_HOST_REFUSED",
     "REGISTRY_UNAVAILABLE",
     "RESULTS",
@@ -84,36 +79,18 @@ __all__ = [
     "check_secret_request",
     "check_target",
     "check_usage",
-    "connection_named",
-    "downstream_headers",
     "error_body",
     "extract_opaque_token",
     "is_absolute_form",
     "is_allowed_path",
     "is_relay_path_allowed",
-    "merge_beta",
     "requested_model",
     "requested_models",
-    "secret_headers",
     "split_secret_target",
-    "upstream_headers",
 ]
 
 #: Largest request body relayed (the reference's ``DEFAULT_MAX_BODY_BYTES``).
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-OAUTH_BETA_FLAG: Final = "oauth-2025-04-20"
-HOP_BY_HOP: Final = tokens.HOP_BY_HOP
-# The pod's own credential headers carry the opaque token: they must never go upstream.
-_NEVER_UPSTREAM: Final = HOP_BY_HOP | {
-    "authorization",
-    "x-api-key",
-    "private-token",
-    "host",
-    "content-length",
-    "accept-encoding",
-    "cookie",
-}
-_NEVER_DOWNSTREAM: Final = HOP_BY_HOP | {"content-length"}
 CLAUDE_METHODS: Final = frozenset({"GET", "POST"})
 SECRET_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 _API_PATH = re.compile(r"/v1/[A-Za-z0-9/_.-]*")
@@ -436,70 +413,3 @@ def check_limits(
     return check_model(limits, model) or check_usage(
         limits, requests_used=requests_used, output_tokens_used=output_tokens_used
     )
-
-
-def merge_beta(values: Iterable[str]) -> str:
-    """Existing ``anthropic-beta`` values joined by ``,``, plus the OAuth flag once."""
-    joined = ",".join(values)
-    flags = [flag.strip() for flag in joined.split(",")]
-    if OAUTH_BETA_FLAG in flags:
-        return joined
-    return f"{joined},{OAUTH_BETA_FLAG}" if joined else OAUTH_BETA_FLAG
-
-
-def connection_named(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
-    """Header names listed in ``Connection``: hop-by-hop for this one link (RFC 9110 §7.6.1)."""
-    return frozenset(
-        token.strip().lower()
-        for name, value in headers
-        if name.lower() == "connection"
-        for token in value.split(",")
-        if token.strip()
-    )
-
-
-def _passed(headers: Iterable[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
-    items = list(headers)
-    drop = drop | connection_named(items)
-    return [(name, value) for name, value in items if name.lower() not in drop]
-
-
-def upstream_headers(headers: Iterable[tuple[str, str]], credential: tokens.ClaudeCredential) -> list[tuple[str, str]]:
-    """The request headers sent to the Anthropic API: the pod's minus its token, plus the credential."""
-    items = list(headers)
-    if credential.kind == "api_key":
-        out = _passed(items, _NEVER_UPSTREAM)
-        out.append(("x-api-key", credential.value.reveal()))
-        return out
-    out = _passed(items, _NEVER_UPSTREAM | {"anthropic-beta"})
-    betas = [value for name, value in items if name.lower() == "anthropic-beta"]
-    out.append(("authorization", "Bearer " + credential.value.reveal()))
-    out.append(("anthropic-beta", merge_beta(betas)))
-    return out
-
-
-def secret_headers(headers: Iterable[tuple[str, str]], secret: tokens.SecretCredential) -> list[tuple[str, str]]:
-    """Request headers for a proxied secret's host: the pod's minus its token, plus the secret."""
-    injection = secret.injection
-    drop = _NEVER_UPSTREAM
-    if injection.kind == "header" and injection.header is not None:
-        drop = drop | {injection.header.lower()}
-    out = _passed(headers, drop)
-    value = secret.value.reveal()
-    if injection.kind == "bearer":
-        out.append(("authorization", "Bearer " + value))
-    elif injection.kind == "private_token":
-        out.append(("private-token", value))
-    elif injection.kind == "x_api_key":
-        out.append(("x-api-key", value))
-    elif injection.kind == "header" and injection.header is not None:
-        out.append((injection.header, value))
-    elif injection.kind == "basic":
-        pair = f"{injection.username or ''}:{value}".encode()
-        out.append(("authorization", "Basic " + base64.b64encode(pair).decode()))
-    return out
-
-
-def downstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The response headers the pod gets: all but hop-by-hop and ``content-length``."""
-    return _passed(headers, _NEVER_DOWNSTREAM)

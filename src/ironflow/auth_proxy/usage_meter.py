@@ -31,6 +31,8 @@ __all__ = ["UsageMeter"]
 _OUTPUT_TOKENS: Final = re.compile(rb'"output_tokens"\s*:\s*(\d+)')
 _DELTA_USAGE: Final = re.compile(rb'"type"\s*:\s*"message_delta".*?"output_tokens"\s*:\s*(\d+)', re.DOTALL)
 _BLOCK_DELTA: Final = b"event: content_block_delta"
+_OUTPUT_TOKENS_MARK: Final = b'"output_tokens"'
+_DELTA_MARK: Final = b'"message_delta"'
 #: Bytes of the previous chunk kept so a pattern split across two chunks is still seen;
 #: a ``message_delta`` event's JSON fits.
 _TAIL: Final = 512
@@ -51,12 +53,14 @@ class UsageMeter:
         return max(self.reported, self.block_deltas)
 
     def feed(self, chunk: bytes) -> None:
-        window = self._tail + chunk
-        for match in _OUTPUT_TOKENS.finditer(window):
-            self.reported = max(self.reported, int(match.group(1)))
+        """Count one chunk; the regular expressions run only where ``bytes.find`` saw their marker."""
+        window = self._tail + chunk if self._tail else chunk
+        if _OUTPUT_TOKENS_MARK in window:
+            for match in _OUTPUT_TOKENS.finditer(window):
+                self.reported = max(self.reported, int(match.group(1)))
+            if not self.final and _DELTA_MARK in window and _DELTA_USAGE.search(window):
+                self.final = True
         self.block_deltas += window.count(_BLOCK_DELTA) - self._tail.count(_BLOCK_DELTA)
-        if not self.final and _DELTA_USAGE.search(window):
-            self.final = True
         self._tail = window[-_TAIL:]
 
     def ended(self) -> None:

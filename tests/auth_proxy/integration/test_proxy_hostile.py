@@ -99,6 +99,48 @@ async def test_bodies_past_the_buffer_budget_get_503_in_the_anthropic_shape() ->
             assert budget.held == 0
 
 
+async def test_a_body_arriving_in_pieces_is_relayed_and_a_silent_one_gets_408() -> None:
+    """The read deadline is on silence, not on the whole body: pieces 0.2 s apart pass a
+    0.5 s deadline; a body that stops short gets 408 and gives its bytes back."""
+    received: list[bytes] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        received.append(await request.read())
+        return web.json_response({"ok": True})
+
+    async with _upstream(echo) as url:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), upstream=url, body_read_timeout_s=0.5)
+        async with run_auth_proxy(config) as proxy:
+            token = await _token(proxy)
+            budget = proxy.app[HANDLERS_KEY].body_budget
+            host, port = proxy.url.removeprefix("http://").split(":")
+            head = f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {token}\r\nContent-Length: 12\r\n\r\n"
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(head.encode())
+            for piece in (b"abcd", b"efgh", b"ijkl"):
+                writer.write(piece)
+                await asyncio.sleep(0.2)
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 200")
+            assert received == [b"abcdefghijkl"]
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(head.encode() + b"abcd")  # 8 bytes never come
+            started = time.perf_counter()
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            length = int(answer.lower().partition(b"content-length: ")[2].partition(b"\r\n")[0])
+            body = await asyncio.wait_for(reader.readexactly(length), 5)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 408")
+            assert _error(body) == (
+                "invalid_request_error",
+                "request body not received in time",
+            )
+            assert 0.4 < time.perf_counter() - started < 3
+            assert budget.held == 0
+            assert len(received) == 1
+
+
 # --- item 4: slowloris -------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The proxy's security policy (pure): token extraction, paths, methods, header rewriting.
+"""The proxy's security policy (pure): token extraction, paths, methods, limits; header rewriting (header_policy).
 
 Counterparts of the reference's ``policy.rs``, plus properties over generated inputs.
 """
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from ironflow.auth_proxy import policy, tokens
+from ironflow.auth_proxy import header_policy, policy, tokens
 from ironflow.secrets import Secret
 
 OAUTH = tokens.ClaudeCredential("oauth_token", Secret("sk-ant-oat01-real"))
@@ -83,23 +83,23 @@ def test_absolute_form_and_connect_are_refused_first() -> None:
 
 
 def test_upstream_headers_oauth_sets_bearer_and_beta() -> None:
-    out = dict(policy.upstream_headers([("Authorization", "Bearer ifap_x"), ("content-type", "json")], OAUTH))
+    out = dict(header_policy.upstream_headers([("Authorization", "Bearer ifap_x"), ("content-type", "json")], OAUTH))
     assert out["authorization"] == "Bearer sk-ant-oat01-real"
     assert out["anthropic-beta"] == "oauth-2025-04-20"
     assert out["content-type"] == "json"
 
 
 def test_upstream_headers_appends_existing_beta_once() -> None:
-    out = policy.upstream_headers([("anthropic-beta", "claude-code-20250219")], OAUTH)
+    out = header_policy.upstream_headers([("anthropic-beta", "claude-code-20250219")], OAUTH)
     assert [v for k, v in out if k == "anthropic-beta"] == ["claude-code-20250219,oauth-2025-04-20"]
-    out = policy.upstream_headers([("anthropic-beta", "oauth-2025-04-20, other")], OAUTH)
+    out = header_policy.upstream_headers([("anthropic-beta", "oauth-2025-04-20, other")], OAUTH)
     assert [v for k, v in out if k == "anthropic-beta"] == ["oauth-2025-04-20, other"]
-    out = policy.upstream_headers([("anthropic-beta", "a"), ("Anthropic-Beta", "b")], OAUTH)
+    out = header_policy.upstream_headers([("anthropic-beta", "a"), ("Anthropic-Beta", "b")], OAUTH)
     assert [v for k, v in out if k.lower() == "anthropic-beta"] == ["a,b,oauth-2025-04-20"]
 
 
 def test_upstream_headers_api_key_sets_x_api_key_and_drops_authorization() -> None:
-    out = policy.upstream_headers([("Authorization", "Bearer ifap_x"), ("anthropic-beta", "b1")], API_KEY)
+    out = header_policy.upstream_headers([("Authorization", "Bearer ifap_x"), ("anthropic-beta", "b1")], API_KEY)
     names = {k.lower() for k, _ in out}
     assert "authorization" not in names
     assert dict(out)["x-api-key"] == "sk-ant-api03-real"
@@ -108,9 +108,9 @@ def test_upstream_headers_api_key_sets_x_api_key_and_drops_authorization() -> No
 
 def test_upstream_headers_drops_opaque_token_and_hop_by_hop() -> None:
     incoming = [(name, "ifap_secret") for name in ("x-api-key", "private-token", "cookie", "host", "content-length",
-                                                   "accept-encoding", *policy.HOP_BY_HOP)]  # fmt: skip
+                                                   "accept-encoding", *header_policy.HOP_BY_HOP)]  # fmt: skip
     for credential in (OAUTH, API_KEY):
-        out = policy.upstream_headers(incoming, credential)
+        out = header_policy.upstream_headers(incoming, credential)
         assert all("ifap_secret" not in value for _, value in out)
 
 
@@ -124,7 +124,7 @@ def test_downstream_headers_keeps_ratelimit_headers() -> None:
         ("transfer-encoding", "chunked"),
         ("connection", "close"),
     ]
-    out = dict(policy.downstream_headers(upstream))
+    out = dict(header_policy.downstream_headers(upstream))
     assert set(out) == {
         "content-type",
         "request-id",
@@ -169,7 +169,7 @@ def test_wildcard_hosts_match_strict_subdomains_only() -> None:
 
 def _secret_out(injection: tokens.Injection) -> dict[str, str]:
     incoming = [("Authorization", "Bearer ifap_pod"), ("Private-Token", "ifap_pod"), ("accept", "*/*")]
-    return {k.lower(): v for k, v in policy.secret_headers(incoming, _secret(injection))}
+    return {k.lower(): v for k, v in header_policy.secret_headers(incoming, _secret(injection))}
 
 
 def test_secret_headers_bearer() -> None:
@@ -254,7 +254,7 @@ def test_upstream_headers_never_forward_the_pod_credential_headers(
 ) -> None:
     """The pod's credential, cookie, host and hop-by-hop headers never go upstream; exactly one
     credential header, carrying the real credential, does."""
-    out = policy.upstream_headers(headers.items(), credential)
+    out = header_policy.upstream_headers(headers.items(), credential)
     names = [k.lower() for k, _ in out]
     for name, value in out:
         if name.lower() in ("authorization", "x-api-key"):
