@@ -295,6 +295,12 @@ import asyncio, sys
 import aiohttp
 from aiohttp import web
 
+try:  # the same event loop as the proxy's (__main__._use_uvloop), or the floor is not comparable
+    import uvloop
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+except ImportError:
+    pass
+
 UPSTREAM = sys.argv[2]
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
