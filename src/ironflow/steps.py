@@ -13,13 +13,14 @@ import dataclasses
 import json
 import math
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from ironflow import errors, labels
+from ironflow import errors, labels, settings_file
 from ironflow.pod_settings import (
     AgentInput,
     ConfigMapSource,
@@ -75,8 +76,13 @@ def _scalar_type_problem(config: object) -> str | None:
         if value is None:
             continue
         if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            return f"step setting '{key}' must be {_TYPE_NAMES[accepted[0]]}, got {value!r}"
+            return f"step setting '{key}' must be {_TYPE_NAMES[accepted[0]]}, got {_SHORT.repr(value)}"
     return None
+
+
+#: Values in messages are cut short: a hostile document may nest thousands of levels deep.
+_SHORT: Final = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 60, 60
 
 
 def _is_utf8(text: str) -> bool:
@@ -342,6 +348,8 @@ class AgentConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
         """Build from :meth:`to_dict` output or a step YAML; an unknown key is refused by name."""
+        if not isinstance(data, Mapping):
+            raise errors.ConfigError(f"step settings must be a mapping of setting names, got {_SHORT.repr(data)}")
         known = {f.name for f in dataclasses.fields(cls)} - {"account"}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -349,15 +357,24 @@ class AgentConfig:
         if "prompt" not in data:
             raise errors.ConfigError("step setting 'prompt' is required")
         kwargs = dict(data)
+        top = settings_file.Section(data, known=known, path="")
+        if top.has("pod"):
+            kwargs["pod"] = _pod_from_dict(top.section("pod", _POD_KEYS))
+        if top.has("inputs"):
+            kwargs["inputs"] = tuple(
+                AgentInput(i.text("url"), i.text("mount_path")) for i in top.items("inputs", ("url", "mount_path"))
+            )
+        if top.has("scope"):
+            scope = top.section("scope", ("run_id", "step", "root_run_id"))
+            kwargs["scope"] = StepScope(scope.text("run_id"), scope.text("step"), scope.optional_text("root_run_id"))
+        for name in ("allowed_tools", "disallowed_tools"):
+            if top.has(name):
+                kwargs[name] = tuple(top.str_list(name))
+        if top.has("pod_labels"):
+            kwargs["pod_labels"] = top.str_map("pod_labels")
         try:
-            if "pod" in kwargs:
-                kwargs["pod"] = _pod_from_dict(kwargs["pod"])
-            if "inputs" in kwargs:
-                kwargs["inputs"] = tuple(AgentInput(**i) for i in kwargs["inputs"])
-            if isinstance(kwargs.get("scope"), Mapping):
-                kwargs["scope"] = StepScope(**kwargs["scope"])
             return cls(**kwargs)
-        except TypeError as exc:
+        except TypeError as exc:  # a setting of the wrong shape the field checks do not name
             raise errors.ConfigError(f"invalid step settings: {exc}") from None
 
 
@@ -388,19 +405,58 @@ _SOURCES: Final[dict[str, type[PvcSource] | type[HostPathSource] | type[ConfigMa
 }
 
 
-def _pod_from_dict(data: Mapping[str, Any]) -> PodSettings:
-    def ro(v: Mapping[str, Any]) -> ReadOnlyVolume:
-        ((kind, spec),) = v["source"].items()
-        if kind not in _SOURCES:
-            raise errors.ConfigError(f"unknown read-only volume source '{kind}'; known: {', '.join(_SOURCES)}")
-        return ReadOnlyVolume(_SOURCES[kind](**spec), v["mount_path"], v.get("sub_path"))
+_POD_KEYS: Final = (
+    "secret_env",
+    "service_account",
+    "read_only_volumes",
+    "managed_settings",
+    "runtime_class",
+    "pvc_volumes",
+    "without_provider_volumes",
+)
 
+
+def _pod_from_dict(pod: settings_file.Section) -> PodSettings:
+    """A step file's ``pod`` section (the form :meth:`AgentConfig.to_dict` writes)."""
     return PodSettings(
-        secret_env=tuple(SecretEnvVar(**e) for e in data.get("secret_env", ())),
-        service_account=data.get("service_account"),
-        read_only_volumes=tuple(ro(v) for v in data.get("read_only_volumes", ())),
-        managed_settings=data.get("managed_settings"),
-        runtime_class=data.get("runtime_class"),
-        pvc_volumes=tuple(PvcVolume(**v) for v in data.get("pvc_volumes", ())),
-        without_provider_volumes=bool(data.get("without_provider_volumes", False)),
+        secret_env=tuple(
+            SecretEnvVar(e.text("name"), e.text("secret"), e.text("key"))
+            for e in (pod.items("secret_env", ("name", "secret", "key")) if pod.has("secret_env") else ())
+        ),
+        service_account=pod.optional_text("service_account"),
+        read_only_volumes=tuple(
+            _read_only_volume(v)
+            for v in (pod.items("read_only_volumes", _RO_KEYS) if pod.has("read_only_volumes") else ())
+        ),
+        managed_settings=pod.optional_text("managed_settings"),
+        runtime_class=pod.optional_text("runtime_class"),
+        pvc_volumes=tuple(
+            PvcVolume(
+                v.text("claim_name"),
+                v.text("mount_path"),
+                v.optional_text("sub_path"),
+                v.flag("read_only") if v.has("read_only") else False,
+            )
+            for v in (pod.items("pvc_volumes", _PVC_KEYS) if pod.has("pvc_volumes") else ())
+        ),
+        without_provider_volumes=pod.flag("without_provider_volumes") if pod.has("without_provider_volumes") else False,
     )
+
+
+_RO_KEYS: Final = ("source", "mount_path", "sub_path")
+_PVC_KEYS: Final = ("claim_name", "mount_path", "sub_path", "read_only")
+_SOURCE_FIELDS: Final = {"PvcSource": "claim_name", "HostPathSource": "path", "ConfigMapSource": "name"}
+
+
+def _read_only_volume(volume: settings_file.Section) -> ReadOnlyVolume:
+    volume.require("source", "mount_path")
+    source = volume.section("source", tuple(_SOURCES))
+    if len(source.data) != 1:
+        raise volume.error("source", f"must name one of {', '.join(_SOURCES)}")
+    ((kind, _),) = source.data.items()
+    spec = source.section(kind, (_SOURCE_FIELDS[kind],))
+    return ReadOnlyVolume(
+        _SOURCES[kind](spec.text(_SOURCE_FIELDS[kind])), volume.text("mount_path"), volume.optional_text("sub_path")
+    )
+
+
