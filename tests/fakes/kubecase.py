@@ -4,7 +4,9 @@
 ``tests/conftest.py``) yields a :class:`KubeCase` on every backend (the in-process
 :class:`KubeTestServer`, a real kube-apiserver with kwok); test modules import the type from
 here, never from the plugin, so its fixtures stay registered once. Also
-:func:`hold_create_answers`, the "create sent, answer not back yet" of the cancel tests.
+:func:`hold_create_answers`, the "create sent, answer not back yet" of the cancel tests, and
+:func:`names` / :func:`nothing_left`, what a namespace holds, asked through the API (so the
+same assertion holds on every backend).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import pytest
 from ironflow.kube import api
 from ironflow.kube.api import KubeApi, KubeObject, Resource
 from ironflow.testing.kube import KubeTestServer, PodScript
+from ironflow.testing.polling import eventually
 
-__all__ = ["ClusterControl", "KubeCase", "ServerControl", "hold_create_answers"]
+__all__ = ["ClusterControl", "KubeCase", "ServerControl", "hold_create_answers", "names", "nothing_left"]
 
 
 class ClusterControl(Protocol):
@@ -39,6 +42,10 @@ class ClusterControl(Protocol):
 
     async def script_pods(self, script: PodScript) -> None:
         """Run every new pod matching ``script`` as it says."""
+
+    async def script_jobs(self, script: PodScript) -> None:
+        """Run the pods of every new Job whose name starts with ``script.name_prefix`` as it
+        says (the Job controller makes the pod: the test server's own, or the real one)."""
 
 
 class ServerControl:
@@ -60,6 +67,9 @@ class ServerControl:
 
     async def script_pods(self, script: PodScript) -> None:
         self.server.script_pods(script)
+
+    async def script_jobs(self, script: PodScript) -> None:
+        self.server.script_jobs(script)
 
 
 @dataclass
@@ -99,3 +109,46 @@ def hold_create_answers(client: KubeApi, resource: Resource | None = None) -> as
 
     client.create = slow_answer  # type: ignore[method-assign]
     return sent
+
+
+#: What a real namespace holds from birth (the root CA ConfigMap), not a test's object.
+NAMESPACE_OWN = frozenset({"kube-root-ca.crt"})
+
+
+async def _items(case: KubeCase, resource: Resource) -> list[KubeObject]:
+    return [
+        o for o in (await case.api.list(resource, case.namespace)).items if o["metadata"]["name"] not in NAMESPACE_OWN
+    ]
+
+
+async def names(case: KubeCase, *resources: Resource) -> list[str]:
+    """The names of the objects of ``resources`` in the case's namespace, through the API
+    (what every namespace holds on a real server, :data:`NAMESPACE_OWN`, left out)."""
+    found: list[str] = []
+    for resource in resources:
+        found += [o["metadata"]["name"] for o in await _items(case, resource)]
+    return found
+
+
+def _deleting(obj: KubeObject) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+async def nothing_left(case: KubeCase, *resources: Resource) -> None:
+    """Every object of ``resources`` in the namespace is deleted (none without a
+    ``deletionTimestamp``) and, once the kubelet has stopped the pods, gone.
+
+    The test server removes a deleted pod at once; a real kube-apiserver keeps a scheduled pod
+    until its kubelet (kwok) confirms it stopped: only that wait is "eventually"."""
+    live: list[str] = []
+    for resource in resources:
+        items = await _items(case, resource)
+        live += [f"{resource.plural}/{o['metadata']['name']}" for o in items if not _deleting(o)]
+    assert live == [], f"not deleted: {live}"
+    left: list[str] = []
+
+    async def gone() -> bool:
+        left[:] = await names(case, *resources)
+        return not left
+
+    await eventually(gone, interval_s=0.05, what=lambda: f"the deleted objects to go; left: {left}")

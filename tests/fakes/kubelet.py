@@ -32,8 +32,9 @@ from ironflow.kube import api
 from ironflow.testing import _kwok_stages as stages
 from ironflow.testing.kube import PodScript
 from ironflow.testing.kubeenv import NODE_NAME, KubeEnv, KubeEnvError, KubeEnvNotAvailable
+from ironflow.testing.polling import eventually
 
-__all__ = ["KubeletControl", "kube_env", "manual_namespace", "pod_status"]
+__all__ = ["KubeletControl", "PodGone", "kube_env", "manual_namespace", "pod_status"]
 
 _namespaces = itertools.count(1)
 #: PodNodeSelector annotation that matches no node: pods in manual namespaces stay unscheduled
@@ -92,6 +93,10 @@ def pod_status(pod: dict[str, Any], phase: str, *, exit_code: int | None, reason
     return status
 
 
+class PodGone(Exception):
+    """The pod the control was asked to move was deleted (a 404)."""
+
+
 class KubeletControl:
     """``ClusterControl`` for one manual namespace on a :class:`KubeEnv`."""
 
@@ -106,6 +111,7 @@ class KubeletControl:
         self._logs: dict[str, Path] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._scripts: list[PodScript] = []
+        self._job_scripts: list[PodScript] = []
         self._seen: set[str] = set()
 
     async def _http(self) -> aiohttp.ClientSession:
@@ -119,6 +125,8 @@ class KubeletControl:
     async def _get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         http = await self._http()
         async with http.get(f"/api/v1/namespaces/{namespace}/pods/{name}") as resp:
+            if resp.status == 404:
+                raise PodGone(f"pod {namespace}/{name} is gone")
             resp.raise_for_status()
             return dict(await resp.json())
 
@@ -136,6 +144,8 @@ class KubeletControl:
         }
         http = await self._http()
         async with http.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", json=body) as resp:
+            if resp.status == 404:
+                raise PodGone(f"pod {namespace}/{name} is gone")
             if resp.status >= 300:
                 raise RuntimeError(f"binding {namespace}/{name} failed: {resp.status} {await resp.text()}")
         if name not in self._logs:  # a started container has a (possibly empty) log
@@ -151,6 +161,8 @@ class KubeletControl:
         http = await self._http()
         headers = {"Content-Type": "application/merge-patch+json"}
         async with http.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", json=body, headers=headers) as resp:
+            if resp.status == 404:
+                raise PodGone(f"pod {namespace}/{name} is gone")
             if resp.status >= 300:
                 raise RuntimeError(f"status patch of {namespace}/{name} failed: {resp.status} {await resp.text()}")
 
@@ -170,19 +182,39 @@ class KubeletControl:
             f.write(stages.cri_log(text))
 
     async def _await_log(self, namespace: str, pod: str, text: str) -> None:
+        """Until the API serves ``text`` (kwok learns of a new ``Logs`` rule through its watch)."""
         http = await self._http()
-        for _ in range(50):  # kwok learns of a new Logs rule through its watch
+
+        async def served() -> bool:
             with contextlib.suppress(aiohttp.ClientError):
                 async with http.get(f"/api/v1/namespaces/{namespace}/pods/{pod}/log") as resp:
-                    if resp.status == 200 and (await resp.text()) == text:
-                        return
-            await asyncio.sleep(0.1)
+                    return resp.status == 200 and (await resp.text()) == text
+            return False
+
+        await eventually(served, interval_s=0.05, what=f"kwok to serve the log of {namespace}/{pod}")
 
     async def script_pods(self, script: PodScript) -> None:
         """Run every new pod of the namespace that matches ``script`` as it says."""
         self._scripts.insert(0, script)
+        self._start_watching()
+
+    async def script_jobs(self, script: PodScript) -> None:
+        """Run the pods the real Job controller makes for every new Job whose name starts with
+        ``script.name_prefix`` (its labels: the Job's) as ``script`` says."""
+        self._job_scripts.insert(0, script)
+        self._start_watching()
+
+    def _start_watching(self) -> None:
         if not self._tasks:
             self._spawn(self._watch_new_pods())
+
+    def _script_for(self, pod: dict[str, Any]) -> PodScript | None:
+        owners = pod["metadata"].get("ownerReferences") or []
+        job = next((o["name"] for o in owners if o.get("kind") == "Job"), None)
+        if job is not None:
+            as_job = {"metadata": {"name": job, "labels": pod["metadata"].get("labels") or {}}}
+            return next((s for s in self._job_scripts if s.matches(as_job)), None)
+        return next((s for s in self._scripts if s.matches(pod)), None)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -199,20 +231,35 @@ class KubeletControl:
                 if uid in self._seen:
                     continue
                 self._seen.add(uid)
-                script = next((s for s in self._scripts if s.matches(pod)), None)
+                script = self._script_for(pod)
                 if script is not None:
-                    self._spawn(self._run(pod["metadata"]["name"], script))
+                    self._spawn(self._run(pod, script))
             await asyncio.sleep(0.05)
 
-    async def _run(self, name: str, script: PodScript) -> None:
+    async def _run(self, pod: dict[str, Any], script: PodScript) -> None:
+        """As a kubelet: start the container (its log served before it reports Running), run it
+        for ``run_for`` s, end it as the script says; ``activeDeadlineSeconds`` ends it first
+        (Failed, ``DeadlineExceeded``, exit 137), as the kubelet enforces it. A pod deleted
+        meanwhile is left to the deletion."""
+        name = pod["metadata"]["name"]
         await asyncio.sleep(script.start_after)
-        if script.log:
-            self._logs[name] = await asyncio.to_thread(self.env.set_pod_log, self.namespace, name, script.log)
-        await self.set_pod_phase(self.namespace, name, "Running")
-        if script.run_for is None:
+        try:
+            if script.log:
+                await self.set_log(self.namespace, name, script.log)
+            await self.set_pod_phase(self.namespace, name, "Running")
+            deadline = pod.get("spec", {}).get("activeDeadlineSeconds")
+            if deadline is not None and (script.run_for is None or script.run_for >= deadline):
+                await asyncio.sleep(float(deadline))
+                await self.set_pod_phase(self.namespace, name, "Failed", exit_code=137, reason="DeadlineExceeded")
+                return
+            if script.run_for is None:
+                return
+            await asyncio.sleep(script.run_for)
+            await self.set_pod_phase(
+                self.namespace, name, script.phase, exit_code=script.exit_code, reason=script.reason
+            )
+        except PodGone:
             return
-        await asyncio.sleep(script.run_for)
-        await self.set_pod_phase(self.namespace, name, script.phase, exit_code=script.exit_code, reason=script.reason)
 
     async def aclose(self) -> None:
         """Stop the script tasks and close the HTTP session."""

@@ -1,7 +1,10 @@
-"""PodRun / JobRun ``run()`` against the Kubernetes API test server (``pod_run/tests.rs`` run cases).
+"""PodRun / JobRun ``run()`` on a cluster (``pod_run/tests.rs`` run cases).
 
 Each run creates its object, waits on the namespace's shared pod watch (or the Job's
-watch), reads the logs and deletes the object on every path.
+watch), reads the logs and deletes the object on every path. The tests run on every ``kube``
+backend: on the real kube-apiserver the real Job controller makes a Job's pod and the real
+garbage collector removes it after the Job; tests that count requests or inject faults take
+``server``.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.fakes.kubecase import KubeCase
+from tests.fakes.kubecase import KubeCase, names, nothing_left
 
 from ironflow import errors, labels
 from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
@@ -28,24 +31,26 @@ def migrate(ns: str) -> JobRun:
     return JobRun("migrate", "postgres:16", "psql -f m.sql").namespace(ns).timeout(5)
 
 
-async def test_run_succeeded_collects_logs_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix="check", run_for=0.05, log="test result: ok\n"))
+async def test_run_succeeded_collects_logs_and_deletes(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix="check", run_for=0.05, log="test result: ok\n"))
     out = await check(kube.namespace).run(kube.api)
     assert out.success
     assert out.phase == "Succeeded"
+    assert out.exit_code == 0
     assert out.logs == "test result: ok\n"
-    assert server.objects(k8s.PODS, kube.namespace) == []
+    await nothing_left(kube, k8s.PODS)
 
 
-async def test_run_failed_is_ok_with_success_false(kube: KubeCase, server: KubeTestServer) -> None:
-    """A failing command is a result, not an error."""
-    server.script_pods(PodScript(name_prefix="check", run_for=0.05, phase="Failed", exit_code=101, log="FAILED\n"))
+async def test_run_failed_is_ok_with_success_false(kube: KubeCase) -> None:
+    """A failing command is a result, not an error; the exit code is the container's."""
+    script = PodScript(name_prefix="check", run_for=0.05, phase="Failed", exit_code=101, log="FAILED\n")
+    await kube.control.script_pods(script)
     out = await check(kube.namespace).client(kube.api).run()
     assert not out.success
     assert out.phase == "Failed"
     assert out.exit_code == 101
     assert "FAILED" in out.logs
-    assert server.objects(k8s.PODS, kube.namespace) == []
+    await nothing_left(kube, k8s.PODS)
 
 
 async def test_run_create_error_is_external(kube: KubeCase, server: KubeTestServer) -> None:
@@ -65,11 +70,11 @@ async def test_run_create_without_answer_still_deletes(kube: KubeCase, server: K
     assert server.objects(k8s.PODS, kube.namespace) == []
 
 
-async def test_run_timeout_is_external_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix="check", run_for=None))
+async def test_run_timeout_is_external_and_deletes(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix="check", run_for=None))
     with pytest.raises(errors.OperationTimeout, match=r"pod 'check' did not finish within 0\.3s"):
         await check(kube.namespace).timeout(0.3).run(kube.api)
-    assert server.objects(k8s.PODS, kube.namespace) == []
+    await nothing_left(kube, k8s.PODS)
 
 
 async def test_run_pod_uses_the_shared_watch_not_polling(kube: KubeCase, server: KubeTestServer) -> None:
@@ -83,40 +88,53 @@ async def test_run_pod_uses_the_shared_watch_not_polling(kube: KubeCase, server:
     assert server.count("delete", "pods") == 1
 
 
-async def test_cancelled_pod_run_deletes_its_pod(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix="check", run_for=None))
+async def test_cancelled_pod_run_deletes_its_pod(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix="check", run_for=None))
     task = asyncio.ensure_future(check(kube.namespace).run(kube.api))
-    await eventually(
-        lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace)),
-        what="the pod to run",
-    )
+
+    async def running() -> bool:
+        pods = (await kube.api.list(k8s.PODS, kube.namespace)).items
+        return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+    await eventually(running, interval_s=0.05, what="the pod to run")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert server.objects(k8s.PODS, kube.namespace) == []
+    await nothing_left(kube, k8s.PODS)
 
 
-async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, log="migrated\n"))
-    out = await migrate(kube.namespace).run(kube.api)
+async def jobs_and_their_pods_gone(kube: KubeCase) -> None:
+    """The Job is gone at once; its pods follow (Background propagation: the garbage collector)."""
+    assert await names(kube, k8s.JOBS) == []
+    left: list[str] = []
+
+    async def pods_gone() -> bool:
+        left[:] = await names(kube, k8s.PODS)
+        return not left
+
+    await eventually(pods_gone, interval_s=0.1, limit_s=30, what=lambda: f"the Job's pods to go; left: {left}")
+
+
+async def test_job_run_succeeded_reads_its_pod_log_and_deletes(kube: KubeCase) -> None:
+    await kube.control.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, log="migrated\n"))
+    out = await migrate(kube.namespace).timeout(30).run(kube.api)
     assert (out.success, out.phase, out.logs) == (True, "Succeeded", "migrated\n")
-    # Background propagation: the pods follow the Job.
-    await eventually(lambda: not server.objects(k8s.PODS, kube.namespace), what="the Job's pods to go")
-    assert server.objects(k8s.JOBS, kube.namespace) == []
+    await jobs_and_their_pods_gone(kube)
 
 
-async def test_job_run_failed_is_ok_with_success_false(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_jobs(PodScript(name_prefix="migrate", run_for=0.05, phase="Failed", log="boom\n"))
-    out = await migrate(kube.namespace).run(kube.api)
+async def test_job_run_failed_is_ok_with_success_false(kube: KubeCase) -> None:
+    script = PodScript(name_prefix="migrate", run_for=0.05, phase="Failed", exit_code=1, log="boom\n")
+    await kube.control.script_jobs(script)
+    out = await migrate(kube.namespace).timeout(30).run(kube.api)
     assert (out.success, out.phase) == (False, "Failed")
-    assert server.objects(k8s.JOBS, kube.namespace) == []
+    await jobs_and_their_pods_gone(kube)
 
 
-async def test_job_run_timeout_names_the_job_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_jobs(PodScript(name_prefix="migrate", run_for=None))
+async def test_job_run_timeout_names_the_job_and_deletes(kube: KubeCase) -> None:
+    await kube.control.script_jobs(PodScript(name_prefix="migrate", run_for=None))
     with pytest.raises(errors.OperationTimeout, match=r"job 'migrate' did not finish within 0\.3s"):
         await migrate(kube.namespace).timeout(0.3).run(kube.api)
-    assert server.objects(k8s.JOBS, kube.namespace) == []
+    await jobs_and_their_pods_gone(kube)
 
 
 async def test_job_run_without_logs_returns_empty_logs(kube: KubeCase, server: KubeTestServer) -> None:

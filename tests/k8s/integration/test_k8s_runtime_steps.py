@@ -1,7 +1,9 @@
-"""Agent steps on the Kubernetes API test server: launch, wait, logs, delete, finalize (§1.4, §1.9).
+"""Agent steps on a cluster: launch, wait, logs, delete, finalize (§1.4, §1.9).
 
-The pod logs are output captured from the real Claude Code CLI (tests/fixtures/claude);
-the test server plays the kubelet. Every test ends by checking that nothing is left.
+Each test runs on every ``kube`` backend (the in-process test server, a real kube-apiserver
+whose kubelet is played by ``tests/fakes/kubelet.py``) unless it counts requests or injects
+faults (those take ``server``). The pod logs are output captured from the real Claude Code
+CLI (tests/fixtures/claude). Every test ends by checking that nothing is left.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakes.kubecase import KubeCase, hold_create_answers
+from tests.fakes.kubecase import KubeCase, hold_create_answers, names, nothing_left
 
 from ironflow import errors, labels
 from ironflow.k8s import reaper
@@ -48,6 +50,21 @@ def phase_of(server: KubeTestServer, ns: str, name: str) -> str | None:
     return None if pod is None else pod.get("status", {}).get("phase")
 
 
+async def step_objects_left(kube: KubeCase) -> None:
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+async def running_pod(kube: KubeCase) -> str:
+    """The name of the namespace's one pod once it is Running."""
+
+    async def running() -> str | None:
+        pods = (await kube.api.list(k8s.PODS, kube.namespace)).items
+        return next((p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running"), None)
+
+    name: str = await eventually(running, interval_s=0.05, what="the step's pod to run")
+    return name
+
+
 def leftovers(server: KubeTestServer, ns: str) -> list[str]:
     return [o["metadata"]["name"] for r in (k8s.PODS, k8s.CONFIGMAPS) for o in server.objects(r, ns)]
 
@@ -63,8 +80,8 @@ class Lines:
 # --- the happy path -----------------------------------------------------------------
 
 
-async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     created: list[dict[str, Any]] = []
     original = kube.api.create
 
@@ -76,7 +93,7 @@ async def test_invoke_runs_the_step_and_leaves_nothing(kube: KubeCase, server: K
     result = await runner(kube).run(AgentConfig("Say hello").scoped(RUN, "greet"))
     assert result.text == "Hello from the fake model."
     assert result.session_id == "a988eb09-b85d-479d-b363-a28fcc17dc0a"
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
     (pod,) = created
     validate_manifest(pod)
     assert pod["metadata"]["labels"][labels.LABEL_RUN_ID] == RUN
@@ -97,37 +114,51 @@ async def test_invoke_uses_at_most_six_requests_per_step(kube: KubeCase, server:
     assert (non_watch - informer_list) / steps <= 6, [(x.verb, x.resource) for x in server.requests]
 
 
-async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(
-    kube: KubeCase, server: KubeTestServer
-) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
-    await runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "big"))
-    assert server.count("create", "configmaps") == 1
-    assert server.count("delete", "configmaps") == 1
-    assert leftovers(server, kube.namespace) == []
+async def test_large_prompt_goes_through_a_configmap_deleted_with_the_pod(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+    calls: list[tuple[str, str]] = []
+    create, delete = kube.api.create, kube.api.delete
+
+    async def spy_create(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        calls.append(("create", resource.plural))
+        return await create(resource, namespace, body)
+
+    async def spy_delete(resource: k8s.Resource, namespace: str | None, name: str, **kw: Any) -> Any:
+        calls.append(("delete", resource.plural))
+        return await delete(resource, namespace, name, **kw)
+
+    kube.api.create = spy_create  # type: ignore[method-assign]
+    kube.api.delete = spy_delete  # type: ignore[method-assign]
+    result = await runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "big"))
+    assert result.text == "Hello from the fake model."
+    assert calls.count(("create", "configmaps")) == 1
+    assert calls.count(("delete", "configmaps")) == 1
+    await step_objects_left(kube)
 
 
-async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=API_ERROR))
+async def test_failed_pod_with_api_error_output_raises_api_error(kube: KubeCase) -> None:
+    await kube.control.script_pods(
+        PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", exit_code=1, log=API_ERROR)
+    )
     with pytest.raises(errors.ApiError) as caught:
         await runner(kube).run(AgentConfig("Say hello"))
     assert caught.value.status == 529
     assert caught.value.retryable
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_failed_pod_without_output_is_process_failed(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=""))
+async def test_failed_pod_without_output_is_process_failed(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, phase="Failed", log=""))
     with pytest.raises(errors.ProcessFailed, match="no output captured"):
         await runner(kube).run(AgentConfig("Say hello"))
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     with pytest.raises(errors.AgentTimeout):
         await runner(kube, provider(kube.namespace, timeout=0.3)).run(AgentConfig("Say hello"))
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
 async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServer) -> None:
@@ -138,49 +169,45 @@ async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServ
     assert server.requests == []
 
 
-async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase, server: KubeTestServer) -> None:
+async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase) -> None:
     """activeDeadlineSeconds kills the pod: the step fails (nonzero exit), nothing remains."""
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     p = provider(kube.namespace).active_deadline_seconds(1)
     with pytest.raises(errors.ProcessFailed):
         await runner(kube, p).run(AgentConfig("hi"))
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
 # --- streaming ------------------------------------------------------------------------
 
 
-async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+async def test_invoke_with_logs_streams_lines_as_they_arrive(kube: KubeCase) -> None:
+    """Lines reach the sink as the container writes them; the step ends with the pod (on the real
+    server too, where kwok's follow stream itself never ends: the runner ends on the phase)."""
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).run(AgentConfig("Say hello"), logs=sink))
-    await eventually(
-        lambda: any(p["status"].get("phase") == "Running" for p in server.objects(k8s.PODS, kube.namespace))
-    )
-    (pod,) = server.objects(k8s.PODS, kube.namespace)
-    name = pod["metadata"]["name"]
+    name = await running_pod(kube)
     first, *rest = STREAM_TEXT.splitlines(keepends=True)
-    server.append_log(kube.namespace, name, first)
+    await kube.control.append_log(kube.namespace, name, first)
     await eventually(lambda: len(sink.lines) == 1)  # streamed before the pod ended
     assert not task.done()
-    server.append_log(kube.namespace, name, "".join(rest))
+    await kube.control.append_log(kube.namespace, name, "".join(rest))
     await eventually(lambda: len(sink.lines) == len(STREAM_TEXT.splitlines()))
-    server.set_pod_phase(kube.namespace, name, "Succeeded")
+    await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
     result = await task
     assert result.text
     assert all(stream == "stdout" for stream, _ in sink.lines)
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(
-    kube: KubeCase, server: KubeTestServer
-) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.0, log=STREAM_TEXT))
+async def test_invoke_with_logs_on_an_already_finished_pod_sends_every_line(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.0, log=STREAM_TEXT))
     sink = Lines()
     result = await runner(kube).run(AgentConfig("Say hello"), logs=sink)
     assert [line for _, line in sink.lines] == STREAM_TEXT.splitlines()
     assert result.text
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
 async def test_invoke_with_logs_falls_back_to_one_read_when_the_stream_fails(
@@ -222,55 +249,52 @@ async def test_streamed_lines_beyond_the_cap_reach_the_sink_but_are_not_kept(
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1])
-async def test_cancelled_step_leaves_nothing(kube: KubeCase, server: KubeTestServer, delay: float) -> None:
+async def test_cancelled_step_leaves_nothing(kube: KubeCase, delay: float) -> None:
     """Cancelled at any point (cleanup, create, wait): the pod and its prompt ConfigMap are deleted."""
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     task = asyncio.ensure_future(runner(kube).run(AgentConfig("x" * 120_000).scoped(RUN, "c")))
-    await asyncio.sleep(delay)
+    await asyncio.sleep(delay)  # the point of the cancel, not a wait for something to happen
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
-    kube: KubeCase, server: KubeTestServer
-) -> None:
+async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(kube: KubeCase) -> None:
     """The pod exists on the server but its create has not returned yet: it is deleted anyway."""
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     sent = hold_create_answers(kube.api, k8s.PODS)
     task = asyncio.ensure_future(runner(kube).run(AgentConfig("x" * 120_000)))
     await sent.wait()
-    assert len(server.objects(k8s.PODS, kube.namespace)) == 1
+    assert len(await names(kube, k8s.PODS)) == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(
-    kube: KubeCase, server: KubeTestServer
-) -> None:
+async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(kube: KubeCase) -> None:
     from ironflow.k8s.ops import PodRun
 
     sent = hold_create_answers(kube.api)
     task = asyncio.ensure_future(PodRun("check", "busybox", "true").namespace(kube.namespace).run(kube.api))
     await sent.wait()
+    assert await names(kube, k8s.PODS) == ["check"]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
-async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
+async def test_cancelled_streaming_step_leaves_nothing(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None, log="partial\n"))
     sink = Lines()
     task = asyncio.ensure_future(runner(kube).run(AgentConfig("hi"), logs=sink))
     await eventually(lambda: sink.lines != [])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert leftovers(server, kube.namespace) == []
+    await step_objects_left(kube)
 
 
 # --- fault injection ------------------------------------------------------------------
@@ -380,16 +404,15 @@ async def test_previous_attempt_still_terminating_fails_the_step(kube: KubeCase,
     assert server.count("create", "pods") == 1  # only the old one: no second agent
 
 
-async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(
-    kube: KubeCase, server: KubeTestServer
-) -> None:
+async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(kube: KubeCase) -> None:
     ns = kube.namespace
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "mine", RUN, "a"))
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "child", "child-run", "b", root=RUN))
     await kube.api.create(k8s.PODS, ns, old_attempt(ns, "someone-else", "other-run", "a"))
+    await kube.control.set_pod_phase(ns, "mine", "Running")  # one scheduled, one still Pending
     deleted = await runner(kube).release_run(RUN)
     assert deleted == 2
-    assert [p["metadata"]["name"] for p in server.objects(k8s.PODS, ns)] == ["someone-else"]
+    assert await names(kube, k8s.PODS) == ["someone-else"]
 
 
 async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: KubeCase, server: KubeTestServer) -> None:
@@ -484,8 +507,8 @@ async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
     assert leftovers(server, kube.namespace) == []
 
 
-async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase, server: KubeTestServer) -> None:
-    server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
+async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
     issuer = FakeIssuer()
     before = int(time.time())
     await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
@@ -525,7 +548,7 @@ async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
     assert find_leaks(secrets, *haystacks, getattr(timed_out.value, "__notes__", [])) == []
 
 
-async def test_release_run_revokes_the_run_tokens(kube: KubeCase, server: KubeTestServer) -> None:
+async def test_release_run_revokes_the_run_tokens(kube: KubeCase) -> None:
     issuer = FakeIssuer()
     await runner(kube, proxied(kube.namespace), issuer=issuer).release_run(RUN)
     assert issuer.runs_revoked == [RUN]

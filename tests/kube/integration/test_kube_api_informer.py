@@ -11,6 +11,9 @@ from ironflow import errors
 from ironflow.kube import api, informer, pod_status
 from ironflow.testing.polling import eventually
 
+#: How long a waiter may wait: a bound for a loaded machine, not how long anything takes.
+WAIT_LIMIT_S = 30
+
 
 async def test_many_waiters_share_one_watch_connection(kube: Any, make_pod: Any) -> None:
     """Fifty steps waiting in one namespace open exactly one watch and one list."""
@@ -20,11 +23,13 @@ async def test_many_waiters_share_one_watch_connection(kube: Any, make_pod: Any)
     for name in names:
         await kube.api.create(api.PODS, kube.namespace, make_pod(name))
     server.reset_requests()
-    waits = [asyncio.create_task(pods.wait_for(n, pod_status.pod_finished, 5)) for n in names]
-    await asyncio.sleep(0.05)
-    for name in names:
-        await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
-    results = await asyncio.gather(*waits)
+    async with pods.hold():  # every waiter joins the one watch, open and listed (not "after 50 ms")
+        await pods.wait_synced()
+        waits = [asyncio.create_task(pods.wait_for(n, pod_status.pod_finished, WAIT_LIMIT_S)) for n in names]
+        await eventually(lambda: pods.users == 1 + len(names), what=lambda: f"50 waiters; {pods.users - 1} joined")
+        for name in names:
+            await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
+        results = await asyncio.gather(*waits)
     assert [r["metadata"]["name"] for r in results if r] == names
     assert server.count("watch", "pods") == 1
     assert server.count("list", "pods") == 1
@@ -64,11 +69,16 @@ async def test_wait_for_a_deleted_object_raises_not_found(kube: Any, make_pod: A
     """Deleting the pod a step waits on wakes the step with KubeNotFound."""
     await kube.api.create(api.PODS, kube.namespace, make_pod("vanishing"))
     pods = informer.informer_for(kube.api, kube.namespace)
-    wait = asyncio.create_task(pods.wait_for("vanishing", pod_status.pod_finished, 5))
-    await asyncio.sleep(0.05)
-    await kube.api.delete(api.PODS, kube.namespace, "vanishing")
-    with pytest.raises(errors.KubeNotFound):
-        await wait
+    async with pods.hold():
+        # The delete must come after the informer has the pod: deleted before its first list,
+        # the pod is simply absent and the waiter times out (what a 50 ms sleep let happen).
+        await pods.wait_synced()
+        await eventually(lambda: pods.get("vanishing") is not None, what="the informer to cache the pod")
+        wait = asyncio.create_task(pods.wait_for("vanishing", pod_status.pod_finished, WAIT_LIMIT_S))
+        await eventually(lambda: pods.users == 2, what="the waiter to join the informer")
+        await kube.api.delete(api.PODS, kube.namespace, "vanishing")
+        with pytest.raises(errors.KubeNotFound):
+            await wait
 
 
 async def test_wait_deleted_by_uid(kube: Any, make_pod: Any) -> None:
