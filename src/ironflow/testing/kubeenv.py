@@ -333,22 +333,38 @@ class KubeEnv:
         self._spawn("kwok", argv.kwok_args(self._layout, port=self.kwok_port))
 
     def _install_crds(self, files: Sequence[Path]) -> None:
-        names = []
+        crds = []
         for f in files:
             for doc in yaml.safe_load_all(f.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     # create, not apply: the big CRDs exceed the last-applied annotation limit
                     self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
-                    names.append(doc["metadata"]["name"])
-        for name in names:
+                    crds.append(doc)
+        for crd in crds:
+            name = crd["metadata"]["name"]
             self._procs.wait(
                 functools.partial(self._crd_established, name), "kube-apiserver", f"CRD {name} Established"
             )
+            # Established is not yet discoverable: a controller started now may find no kind in its
+            # REST mapping and exit ("no matches for kind"), so wait until discovery serves it too.
+            for version in (v["name"] for v in crd["spec"]["versions"] if v.get("served")):
+                self._procs.wait(
+                    functools.partial(self._crd_discoverable, crd["spec"]["group"], version, crd["spec"]["names"]),
+                    "kube-apiserver",
+                    f"CRD {name} {version} in discovery",
+                )
 
     def _crd_established(self, name: str) -> bool:
         crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         conds = crd.get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
+
+    def _crd_discoverable(self, group: str, version: str, names: dict[str, Any]) -> bool:
+        try:
+            listed = self.request("GET", f"/apis/{group}/{version}").get("resources") or []
+        except KubeEnvError:
+            return False
+        return any(r.get("name") == names["plural"] for r in listed)
 
     def _exists(self, path: str) -> bool:
         try:
