@@ -149,6 +149,10 @@ class Informer:
             await self._wait_synced()
 
     async def _wait_synced(self) -> None:
+        if self._synced.is_set():
+            # No yield when already synced: a waiter registers in the same step as it checked the
+            # cache, so no event (a DELETED, say) can land between the two and be missed.
+            return
         task = self._task
         synced = asyncio.ensure_future(self._synced.wait())
         try:
