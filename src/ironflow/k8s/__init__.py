@@ -24,7 +24,8 @@ from ironflow.labels import (
 )
 
 if TYPE_CHECKING:
-    from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+    from ironflow.k8s.command_runner import PodRunOutput
+    from ironflow.k8s.commands import JobRun, PodRun
     from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
@@ -51,5 +52,5 @@ __all__ = [
 
 __getattr__ = lazy_exports(
     __name__,
-    {"ops": ("JobRun", "PodRun", "PodRunOutput"), "provider": ("K8sEphemeralProvider",)},
+    {"commands": ("JobRun", "PodRun"), "command_runner": ("PodRunOutput",), "provider": ("K8sEphemeralProvider",)},
 )

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from ironflow.k8s import reaper
-from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
+from ironflow.labels import LABEL_RUN_ID
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv, KubeEnvNotAvailable, find_bin_dir
 from ironflow.testing.polling import eventually, eventually_sync
 
