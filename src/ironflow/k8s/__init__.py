@@ -1,8 +1,10 @@
-"""Kubernetes: the ephemeral agent pod, its labels, and (added by the runtime) running it.
+"""Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command pods.
 
-Layering: ``labels``, ``hardening`` and ``manifests`` are pure (values in, dicts out);
-``provider`` is configuration plus rendering; only ``api`` talks to the cluster, and
-the runtime modules build on it. Nothing pure imports an I/O module.
+Layering: ``settings``, ``settings_file``, ``hardening``, ``manifests``, ``step_objects``,
+``environments`` and ``command_manifests`` are pure (values in, dicts out); ``provider``
+is the builders over ``ProviderSettings`` plus ``run``; ``runner``, ``pods``, ``pod_wait``,
+``cleanup``, ``reaper`` and ``command_runner`` do the I/O through :mod:`ironflow.kube`.
+Nothing pure imports an I/O module.
 """
 
 from typing import TYPE_CHECKING
