@@ -4,7 +4,7 @@ Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
 ``--backend k8s``, the Kubernetes provider; with ``--backend agent-sandbox``,
 :class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`: a claimed sandbox, warm
 from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
-a ``PodRun`` shaped by the provider file (see :mod:`ironflow.k8s.command_pods`); it does
+a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.exec_pod_run`); it does
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
 terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
 through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
@@ -32,8 +32,9 @@ from ironflow import errors
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.fake_model.server import Script
-from ironflow.k8s import command_pods
-from ironflow.k8s.ops import PodRun, PodRunOutput
+from ironflow.k8s import commands
+from ironflow.k8s.command_runner import PodRunOutput
+from ironflow.k8s.commands import PodRun
 from ironflow.kube.clusters import ClusterConfig
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.provider import AgentProvider
@@ -216,8 +217,8 @@ def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> No
     """Run ``argv`` once in a hardened pod placed as the provider file says; exit like local."""
     provider = backends.k8s_provider(provider_file)
     try:
-        run = command_pods.exec_pod_run(
-            provider, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
+        run = commands.exec_pod_run(
+            provider.settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
         with _progress(f"running the command in pod {run.name} ({run.settings.namespace})"):
             result = asyncio.run(_run_pod(run, provider.settings.cluster))

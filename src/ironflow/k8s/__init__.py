@@ -1,8 +1,10 @@
-"""Kubernetes: the ephemeral agent pod, its labels, and (added by the runtime) running it.
+"""Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command pods.
 
-Layering: ``labels``, ``hardening`` and ``manifests`` are pure (values in, dicts out);
-``provider`` is configuration plus rendering; only ``api`` talks to the cluster, and
-the runtime modules build on it. Nothing pure imports an I/O module.
+Layering: ``settings``, ``settings_file``, ``hardening``, ``manifests``, ``step_objects``,
+``environments`` and ``command_manifests`` are pure (values in, dicts out); ``provider``
+is the builders over ``ProviderSettings`` plus ``run``; ``runner``, ``pods``, ``pod_wait``,
+``cleanup``, ``reaper`` and ``command_runner`` do the I/O through :mod:`ironflow.kube`.
+Nothing pure imports an I/O module.
 """
 
 from typing import TYPE_CHECKING
@@ -24,7 +26,8 @@ from ironflow.labels import (
 )
 
 if TYPE_CHECKING:
-    from ironflow.k8s.ops import JobRun, PodRun, PodRunOutput
+    from ironflow.k8s.command_runner import PodRunOutput
+    from ironflow.k8s.commands import JobRun, PodRun
     from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
@@ -51,5 +54,5 @@ __all__ = [
 
 __getattr__ = lazy_exports(
     __name__,
-    {"ops": ("JobRun", "PodRun", "PodRunOutput"), "provider": ("K8sEphemeralProvider",)},
+    {"commands": ("JobRun", "PodRun"), "command_runner": ("PodRunOutput",), "provider": ("K8sEphemeralProvider",)},
 )

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
+from ironflow.kube import quantities
 
 __all__ = [
     "DEFAULT_DEADLINE_MARGIN_S",
@@ -65,6 +66,9 @@ class SandboxSettings:
         for name in ("home_size_limit", "tmp_size_limit"):
             if not str(getattr(self, name)).strip():
                 raise errors.ConfigError(f"{name} must be a Kubernetes quantity such as '1Gi', got an empty value")
+            problem = quantities.quantity_problem(name, getattr(self, name), example="1Gi")
+            if problem is not None:
+                raise errors.ConfigError(problem)
         if not (math.isfinite(self.deadline_margin_s) and self.deadline_margin_s >= 0):
             raise errors.ConfigError(
                 f"deadline_margin must be a finite number of seconds >= 0, got {self.deadline_margin_s!r}"

@@ -20,7 +20,6 @@ from ironflow import errors, labels, pod_settings, steps
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import hardening
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.secrets import looks_like_claude_credential
 
 __all__ = [
     "CONTAINER_NAME",
@@ -40,7 +39,6 @@ __all__ = [
     "proxy_forbidden_message",
     "validate_hardening",
     "validate_inputs",
-    "validate_mount_path",
     "with_secret_env",
 ]
 
@@ -52,12 +50,6 @@ DEFAULT_EXPIRY_MARGIN_S: Final = 60.0
 _I64_MAX: Final = 2**63 - 1
 _PROMPT_VOLUME: Final = "ironflow-prompt"
 _MANAGED_SETTINGS_VOLUME: Final = "ironflow-managed-settings"
-_RESERVED_MOUNTS: Final = (
-    layout.SANDBOX_HOME,
-    layout.SANDBOX_TMP,
-    layout.MANAGED_SETTINGS_DIR,
-    layout.PROFILE_MOUNT_DIR,
-)
 
 
 @dataclass(frozen=True)
@@ -101,57 +93,16 @@ def merged_pod_inputs(settings: ProviderSettings, config: steps.AgentConfig) -> 
         StepConfigError: in the reference's order and words (credentials under an auth
             proxy or a sandbox, blank runtime class, unknown preset, reserved label).
     """
-    fail = errors.StepConfigError
     if config.resume_environment_id is not None and settings.environment is None:
-        raise fail("resume_environment needs K8sEphemeralProvider.environment_volume")
-    if settings.auth_proxy_url is not None:
-        if settings.oauth_credentials is not None:
-            raise fail(proxy_forbidden_message("oauth_credentials"))
-        if settings.oauth_credentials_secret is not None:
-            raise fail(proxy_forbidden_message(layout.CREDENTIALS_ENV))
-        for name, value in settings.env_vars:
-            if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
-                raise fail(proxy_forbidden_message(name))
-    if settings.sandbox is not None:
-        if settings.oauth_credentials is not None:
-            raise fail("sandboxed provider refuses inline oauth_credentials; use oauth_credentials_from_secret")
-        for name, _ in settings.env_vars:
-            if name in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"):
-                raise fail(f"sandboxed provider refuses {name} as a plain env var; use env_from_secret")
-
-    secret_env = settings.secret_env
-    if settings.oauth_credentials_secret is not None:
-        secret, key = settings.oauth_credentials_secret
-        secret_env = (*secret_env, pod_settings.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
-    for entry in config.pod.secret_env:
-        secret_env = with_secret_env(secret_env, entry)
-    if settings.auth_proxy_url is not None:
-        for entry in secret_env:
-            if entry.name in layout.PROXY_FORBIDDEN_ENV:
-                raise fail(proxy_forbidden_message(entry.name))
-
+        raise errors.StepConfigError("resume_environment needs K8sEphemeralProvider.environment_volume")
+    _refuse_plain_credentials(settings)
+    secret_env = _merged_secret_env(settings, config)
     service_account = config.pod.service_account or settings.service_account
     runtime_class = config.pod.runtime_class if config.pod.runtime_class is not None else settings.runtime_class
     if runtime_class is not None and not runtime_class.strip():
-        raise fail("runtime class must not be empty")
-
+        raise errors.StepConfigError("runtime class must not be empty")
     keep = not config.pod.without_provider_volumes
-    preset = config.pod.managed_settings or settings.default_managed_settings
-    configmap: str | None = None
-    if preset is not None:
-        if preset not in settings.managed_settings_presets:
-            known = ", ".join(sorted(settings.managed_settings_presets))
-            raise fail(f"unknown managed settings preset '{preset}', known presets: [{known}]")
-        configmap = settings.managed_settings_presets[preset]
-
-    for key in config.pod_labels:
-        if labels.is_reserved_label(key):
-            raise fail(labels.reserved_label_message(key))
-    merged_labels = dict(settings.pod_labels)
-    if settings.egress_profile is not None:
-        merged_labels[labels.LABEL_EGRESS_PROFILE] = settings.egress_profile
-    merged_labels.update(config.pod_labels)
-
+    configmap = _managed_settings_configmap(settings, config)
     return PodInputs(
         secret_env=secret_env,
         service_account=service_account,
@@ -161,33 +112,69 @@ def merged_pod_inputs(settings: ProviderSettings, config: steps.AgentConfig) -> 
         step_pvc_volumes=config.pod.pvc_volumes,
         read_only_volumes=(*settings.read_only_volumes, *config.pod.read_only_volumes),
         managed_settings_configmap=configmap,
-        labels=MappingProxyType(merged_labels),
+        labels=MappingProxyType(_merged_labels(settings, config)),
     )
+
+
+def _refuse_plain_credentials(settings: ProviderSettings) -> None:
+    """A credential in the pod spec under an auth proxy or a sandbox (the reference's order)."""
+    fail = errors.StepConfigError
+    if settings.auth_proxy_url is not None:
+        if settings.oauth_credentials is not None:
+            raise fail(proxy_forbidden_message("oauth_credentials"))
+        if settings.oauth_credentials_secret is not None:
+            raise fail(proxy_forbidden_message(layout.CREDENTIALS_ENV))
+        for name, value in settings.env_vars:
+            if layout.withheld_from_proxied_sandbox(name, value):
+                raise fail(proxy_forbidden_message(name))
+    if settings.sandbox is not None:
+        if settings.oauth_credentials is not None:
+            raise fail("sandboxed provider refuses inline oauth_credentials; use oauth_credentials_from_secret")
+        for name, _ in settings.env_vars:
+            if name in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"):
+                raise fail(f"sandboxed provider refuses {name} as a plain env var; use env_from_secret")
+
+
+def _merged_secret_env(settings: ProviderSettings, config: steps.AgentConfig) -> tuple[pod_settings.SecretEnvVar, ...]:
+    """Provider Secret env, the OAuth credentials Secret, then the step's (a step's entry wins by name)."""
+    secret_env = settings.secret_env
+    if settings.oauth_credentials_secret is not None:
+        secret, key = settings.oauth_credentials_secret
+        secret_env = (*secret_env, pod_settings.SecretEnvVar(layout.CREDENTIALS_ENV, secret, key))
+    for entry in config.pod.secret_env:
+        secret_env = with_secret_env(secret_env, entry)
+    if settings.auth_proxy_url is not None:
+        for entry in secret_env:
+            if layout.withheld_from_proxied_sandbox(entry.name, ""):  # the value is in a Secret
+                raise errors.StepConfigError(proxy_forbidden_message(entry.name))
+    return secret_env
+
+
+def _managed_settings_configmap(settings: ProviderSettings, config: steps.AgentConfig) -> str | None:
+    """The ConfigMap of the step's (or the provider's default) managed-settings preset, if any."""
+    preset = config.pod.managed_settings or settings.default_managed_settings
+    if preset is None:
+        return None
+    if preset not in settings.managed_settings_presets:
+        known = ", ".join(sorted(settings.managed_settings_presets))
+        raise errors.StepConfigError(f"unknown managed settings preset '{preset}', known presets: [{known}]")
+    return settings.managed_settings_presets[preset]
+
+
+def _merged_labels(settings: ProviderSettings, config: steps.AgentConfig) -> dict[str, str]:
+    """Provider labels, the egress-profile label, then the step's (no reserved key)."""
+    for key in config.pod_labels:
+        if labels.is_reserved_label(key):
+            raise errors.StepConfigError(labels.reserved_label_message(key))
+    merged = dict(settings.pod_labels)
+    if settings.egress_profile is not None:
+        merged[labels.LABEL_EGRESS_PROFILE] = settings.egress_profile
+    merged.update(config.pod_labels)
+    return merged
 
 
 def _trim(path: str) -> str:
     return path.rstrip("/")
-
-
-def validate_mount_path(kind: str, path: str) -> str | None:
-    """Why ``path`` cannot hold a ``kind`` mount, or None (absolute, normal, not reserved).
-
-    Beyond the reference, ``.``/``..``/empty segments are refused: ``/tmp/../etc/claude-code``
-    would otherwise reach a reserved path under another spelling.
-    """
-    if not path.startswith("/"):
-        return f"{kind} mount_path must be absolute, got '{path}'"
-    normalized = _trim(path)
-    if normalized and any(seg in ("", ".", "..") for seg in normalized[1:].split("/")):
-        return f"{kind} mount_path must not contain empty, '.' or '..' segments, got '{path}'"
-    if (
-        not normalized
-        or normalized in _RESERVED_MOUNTS
-        or normalized.startswith(layout.PROFILE_MOUNT_DIR + "/")
-        or normalized == layout.PROMPT_MOUNT_DIR
-    ):
-        return f"{kind} cannot be mounted at reserved path '{path}'"
-    return None
 
 
 def validate_hardening(settings: ProviderSettings, inputs: PodInputs) -> None:
@@ -212,7 +199,7 @@ def validate_hardening(settings: ProviderSettings, inputs: PodInputs) -> None:
     checked = [("read-only volume", v.mount_path) for v in inputs.read_only_volumes]
     checked += [("step pvc volume", v.mount_path) for v in inputs.step_pvc_volumes]
     for kind, path in checked:
-        problem = validate_mount_path(kind, path)
+        problem = layout.mount_path_problem(kind, path)
         if problem is not None:
             raise fail(problem)
         if _trim(path) in seen:
@@ -235,8 +222,8 @@ def validate_inputs(inputs: Sequence[pod_settings.AgentInput]) -> None:
     """Each input lands in a file under a directory the init container can mount.
 
     Raises:
-        StepConfigError: a relative path, a file directly under ``/``, or a path
-            that is not a plain file path.
+        StepConfigError: a relative path, a file directly under ``/``, a path that
+            is not a plain file path, or one at or under a reserved sandbox path.
     """
     for item in inputs:
         path = item.mount_path
@@ -249,6 +236,9 @@ def validate_inputs(inputs: Sequence[pod_settings.AgentInput]) -> None:
                 f"agent input mount_path must be a normalized file path (no '.', '..', '//' or trailing '/'), "
                 f"got '{path}'"
             )
+        problem = layout.mount_path_problem("agent input", path)
+        if problem is not None:
+            raise errors.StepConfigError(problem)
 
 
 def generate_pod_name(now_ms: int, rand32: int, prefix: str = POD_NAME_PREFIX) -> str:

@@ -1,9 +1,10 @@
-"""The ephemeral Kubernetes provider as configuration: builders, YAML loading, rendering.
+"""The ephemeral Kubernetes provider as configuration: builders, rendering, and its run.
 
 ``K8sEphemeralProvider(image)`` is the reference's ``new``; ``.sandboxed(image)`` adds
 the hardened posture. Every builder returns a new frozen provider; a value that can
 never work raises :class:`~ironflow.errors.ConfigError` at the call, with the
-reference's text. :meth:`K8sEphemeralProvider.manifests` renders, without any I/O, the
+reference's text; ``from_file`` reads a provider file onto these builders
+(:mod:`ironflow.k8s.settings_file`). :meth:`K8sEphemeralProvider.manifests` renders, without any I/O, the
 objects a step would create. The runtime (``run``, ``release_run``,
 ``reap_orphans``) is a :class:`~ironflow.k8s.runner.StepRunner` over the provider's
 settings and its own API clients, which :meth:`~K8sEphemeralProvider.aclose` closes.
@@ -17,18 +18,16 @@ from __future__ import annotations
 import dataclasses
 import secrets as _random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final
-
-import yaml
+from typing import Any
 
 from ironflow import errors, labels, pod_settings, results, steps
 from ironflow.auth_proxy import issuing
 from ironflow.claude import profile
-from ironflow.k8s import environments, hardening, manifests, reaper, step_objects
+from ironflow.k8s import environments, hardening, manifests, reaper, settings_file, step_objects
 from ironflow.k8s import runner as runner_module
 from ironflow.k8s.settings import (
     ImagePullPolicy,
@@ -395,19 +394,11 @@ class K8sEphemeralProvider(ProviderBase):
         ``cluster.kubeconfig`` path is taken from the file's directory.
 
         Raises:
-            ConfigError: unreadable file, bad YAML, an unknown key (named), a wrong type.
+            ConfigError: unreadable file, bad YAML, an unknown key (with the nearest known one),
+                a wrong type; each names the key path.
         """
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise errors.ConfigError(f"cannot read provider file '{path}': {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
-        return _from_dict(data, base=Path(path).parent)
+        top = settings_file.load(path)
+        return settings_file.read(top, start=cls._start, base=Path(path).parent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: str | Path | None = None) -> K8sEphemeralProvider:
@@ -416,316 +407,9 @@ class K8sEphemeralProvider(ProviderBase):
         ``base`` is the directory a relative ``cluster.kubeconfig`` path is taken from
         (default: kept as written, i.e. the working directory).
         """
-        return _from_dict(data, base=None if base is None else Path(base))
+        top = settings_file.top_section(data)
+        return settings_file.read(top, start=cls._start, base=None if base is None else Path(base))
 
-
-# --- YAML schema ---------------------------------------------------------------------------
-
-_REFUSED_KEYS: Final = {
-    "oauth_credentials": "inline credentials do not belong in a settings file; "
-    "use oauth_credentials_secret: {secret: ..., key: ...}",
-    "auth_proxy_admin_key": "the admin key does not belong in a settings file; "
-    "set IRONFLOW_AUTH_PROXY_ADMIN_KEY in the worker environment",
-}
-
-
-class _Reader:
-    """Typed access to one mapping of the YAML, naming the setting in every error."""
-
-    def __init__(self, data: Mapping[str, Any], where: str, known: Sequence[str]) -> None:
-        if not isinstance(data, Mapping):
-            raise errors.ConfigError(f"setting '{where}' must be a mapping")
-        for key in data:
-            if key in _REFUSED_KEYS and not where:
-                raise errors.ConfigError(f"setting '{key}' is refused: {_REFUSED_KEYS[key]}")
-            if key not in known:
-                raise errors.ConfigError(f"unknown setting '{where}{key}'; known: {', '.join(sorted(known))}")
-        self.data = data
-        self.where = where
-
-    def has(self, key: str) -> bool:
-        return key in self.data and self.data[key] is not None
-
-    def _fail(self, key: str, what: str) -> errors.ConfigError:
-        return errors.ConfigError(f"setting '{self.where}{key}' must be {what}, got {type(self.data[key]).__name__}")
-
-    def text(self, key: str) -> str:
-        value = self.data[key]
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self.data[key]
-        if not isinstance(value, bool):
-            raise self._fail(key, "true or false")
-        return value
-
-    def number(self, key: str) -> float:
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self._fail(key, "a number")
-        return float(value)
-
-    def integer(self, key: str) -> int:
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._fail(key, "an integer")
-        return value
-
-    def str_map(self, key: str) -> dict[str, str]:
-        value = self.data[key]
-        if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise self._fail(key, "a mapping of strings to strings (quote numbers and booleans)")
-        return dict(value)
-
-    def str_list(self, key: str) -> list[str]:
-        value = self.data[key]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._fail(key, "a list of strings")
-        return list(value)
-
-    def items(self, key: str, known: Sequence[str]) -> list[_Reader]:
-        value = self.data[key]
-        if not isinstance(value, list):
-            raise self._fail(key, "a list")
-        return [_Reader(item, f"{self.where}{key}[{i}].", known) for i, item in enumerate(value)]
-
-    def section(self, key: str, known: Sequence[str]) -> _Reader:
-        return _Reader(self.data[key], f"{self.where}{key}.", known)
-
-    def require(self, *keys: str) -> None:
-        for key in keys:
-            if not self.has(key):
-                raise errors.ConfigError(f"setting '{self.where}{key}' is required")
-
-
-_TOP_KEYS: Final = (
-    "image",
-    "sandboxed",
-    "sandbox",
-    "namespace",
-    "claude_path",
-    "working_dir",
-    "resources",
-    "service_account",
-    "image_pull_policy",
-    "env",
-    "image_pull_secrets",
-    "timeout_seconds",
-    "pod_labels",
-    "volumes",
-    "pvc_volumes",
-    "input_init_image",
-    "node_selector",
-    "tolerations",
-    "active_deadline_seconds",
-    "secret_env",
-    "oauth_credentials_secret",
-    "oauth_token_secret",
-    "read_only_volumes",
-    "managed_settings_presets",
-    "default_managed_settings",
-    "claude_profiles",
-    "egress_profile",
-    "previous_attempt_timeout_seconds",
-    "runtime_class",
-    "auth_proxy",
-    "orphan_reaper_interval_seconds",
-    "cluster",
-    "environment_volume",
-)
-_CLUSTER_KEYS: Final = ("kubeconfig", "kubeconfig_inline", "in_cluster", "context")
-_SANDBOX_KEYS: Final = (
-    "run_as_user",
-    "writable_root",
-    "home_size_limit",
-    "tmp_size_limit",
-    "deadline_margin_seconds",
-    "sessions_claim",
-)
-
-
-def _ro_volume(item: _Reader) -> pod_settings.ReadOnlyVolume:
-    sources = [k for k in ("pvc", "host_path", "config_map") if item.has(k)]
-    if len(sources) != 1:
-        raise errors.ConfigError(
-            f"setting '{item.where}' needs exactly one of pvc, host_path, config_map (got {len(sources)})"
-        )
-    item.require("mount_path")
-    kind = sources[0]
-    source: pod_settings.VolumeSource
-    if kind == "pvc":
-        source = pod_settings.PvcSource(item.text("pvc"))
-    elif kind == "host_path":
-        source = pod_settings.HostPathSource(item.text("host_path"))
-    else:
-        source = pod_settings.ConfigMapSource(item.text("config_map"))
-    sub_path = item.text("sub_path") if item.has("sub_path") else None
-    return pod_settings.ReadOnlyVolume(source, item.text("mount_path"), sub_path)
-
-
-def _cluster(section: _Reader, base: Path | None) -> clusters.ClusterConfig:
-    """``cluster:``: one source (``kubeconfig``, ``kubeconfig_inline``, ``in_cluster: true``)
-    or none (the default kubeconfig), plus an optional ``context``."""
-    in_cluster = section.flag("in_cluster") if section.has("in_cluster") else False
-    sources = [k for k in ("kubeconfig", "kubeconfig_inline") if section.has(k)] + (
-        ["in_cluster"] if in_cluster else []
-    )
-    if len(sources) > 1:
-        raise errors.ConfigError(
-            f"setting '{section.where}' takes one of kubeconfig, kubeconfig_inline, in_cluster: true "
-            f"(got {' and '.join(sources)})"
-        )
-    context = section.text("context") if section.has("context") else None
-    if context is not None and not context.strip():
-        raise errors.ConfigError(f"setting '{section.where}context' must not be empty; remove it for the current one")
-    if in_cluster:
-        if context is not None:
-            raise errors.ConfigError(
-                f"setting '{section.where}context' does not apply to in_cluster: true (a pod has one cluster)"
-            )
-        return clusters.InCluster()
-    if section.has("kubeconfig"):
-        raw = section.text("kubeconfig")
-        if not raw.strip():
-            raise errors.ConfigError(f"setting '{section.where}kubeconfig' must be a path to a kubeconfig file")
-        path = Path(raw).expanduser()
-        if base is not None and not path.is_absolute():
-            path = base / path
-        return clusters.KubeconfigFile(str(path), context)
-    if section.has("kubeconfig_inline"):
-        text = section.text("kubeconfig_inline")
-        if not text.strip():
-            raise errors.ConfigError(f"setting '{section.where}kubeconfig_inline' must hold a kubeconfig's YAML")
-        return clusters.KubeconfigInline(text, context)
-    return clusters.DefaultCluster(context)
-
-
-def _from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> K8sEphemeralProvider:
-    top = _Reader(data, "", _TOP_KEYS)
-    top.require("image")
-    sandboxed = top.flag("sandboxed") if top.has("sandboxed") else top.has("sandbox")
-    if top.has("sandbox") and not sandboxed:
-        raise errors.ConfigError("setting 'sandbox' needs 'sandboxed: true' (or remove 'sandboxed: false')")
-    p = K8sEphemeralProvider.sandboxed(top.text("image")) if sandboxed else K8sEphemeralProvider(top.text("image"))
-
-    simple: list[tuple[str, Callable[[_Reader, str], Any], Callable[[K8sEphemeralProvider, Any], K8sEphemeralProvider]]]
-    simple = [
-        ("namespace", _Reader.text, K8sEphemeralProvider.namespace),
-        ("claude_path", _Reader.text, K8sEphemeralProvider.claude_path),
-        ("working_dir", _Reader.text, K8sEphemeralProvider.working_dir),
-        ("service_account", _Reader.text, K8sEphemeralProvider.service_account),
-        ("image_pull_policy", _Reader.text, K8sEphemeralProvider.image_pull_policy),
-        ("timeout_seconds", _Reader.number, K8sEphemeralProvider.timeout),
-        ("input_init_image", _Reader.text, K8sEphemeralProvider.input_init_image),
-        ("active_deadline_seconds", _Reader.number, K8sEphemeralProvider.active_deadline_seconds),
-        ("default_managed_settings", _Reader.text, K8sEphemeralProvider.default_managed_settings),
-        ("egress_profile", _Reader.text, K8sEphemeralProvider.egress_profile),
-        ("previous_attempt_timeout_seconds", _Reader.number, K8sEphemeralProvider.previous_attempt_timeout),
-        ("runtime_class", _Reader.text, K8sEphemeralProvider.runtime_class),
-        ("auth_proxy", _Reader.text, K8sEphemeralProvider.auth_proxy),
-        ("orphan_reaper_interval_seconds", _Reader.number, K8sEphemeralProvider.orphan_reaper),
-    ]
-    for key, read, apply in simple:
-        if top.has(key):
-            p = apply(p, read(top, key))
-
-    if top.has("cluster"):
-        p = p.cluster_config(_cluster(top.section("cluster", _CLUSTER_KEYS), base))
-    if top.has("sandbox"):
-        sb = top.section("sandbox", _SANDBOX_KEYS)
-        if sb.has("run_as_user"):
-            p = p.run_as_user(sb.integer("run_as_user"))
-        if sb.has("writable_root") and sb.flag("writable_root"):
-            p = p.allow_writable_root()
-        if sb.has("home_size_limit"):
-            p = p.home_size_limit(sb.text("home_size_limit"))
-        if sb.has("tmp_size_limit"):
-            p = p.tmp_size_limit(sb.text("tmp_size_limit"))
-        if sb.has("deadline_margin_seconds"):
-            p = p.deadline_margin(sb.number("deadline_margin_seconds"))
-        if sb.has("sessions_claim"):
-            p = p.sessions_volume(sb.text("sessions_claim"))
-    if top.has("resources"):
-        res = top.section("resources", ("cpu_limit", "memory_limit"))
-        p = p.resources(
-            K8sResources(
-                cpu_limit=res.text("cpu_limit") if res.has("cpu_limit") else None,
-                memory_limit=res.text("memory_limit") if res.has("memory_limit") else None,
-            )
-        )
-    if top.has("env"):
-        if isinstance(data["env"], Mapping):
-            for name, value in top.str_map("env").items():
-                p = p.env(name, value)
-        else:
-            for item in top.items("env", ("name", "value")):
-                item.require("name", "value")
-                p = p.env(item.text("name"), item.text("value"))
-    if top.has("image_pull_secrets"):
-        for name in top.str_list("image_pull_secrets"):
-            p = p.image_pull_secret(name)
-    if top.has("pod_labels"):
-        p = p.pod_labels(top.str_map("pod_labels"))
-    if top.has("node_selector"):
-        for k, v in top.str_map("node_selector").items():
-            p = p.node_selector(k, v)
-    if top.has("volumes"):
-        for item in top.items("volumes", ("host_path", "mount_path")):
-            item.require("host_path", "mount_path")
-            p = p.volume(item.text("host_path"), item.text("mount_path"))
-    if top.has("pvc_volumes"):
-        for item in top.items("pvc_volumes", ("claim_name", "mount_path")):
-            item.require("claim_name", "mount_path")
-            p = p.pvc_volume(item.text("claim_name"), item.text("mount_path"))
-    if top.has("tolerations"):
-        fields = ("key", "operator", "value", "effect", "toleration_seconds")
-        for item in top.items("tolerations", fields):
-            p = p.toleration(
-                Toleration(
-                    key=item.text("key") if item.has("key") else None,
-                    operator=item.text("operator") if item.has("operator") else None,
-                    value=item.text("value") if item.has("value") else None,
-                    effect=item.text("effect") if item.has("effect") else None,
-                    toleration_seconds=item.integer("toleration_seconds") if item.has("toleration_seconds") else None,
-                )
-            )
-    if top.has("secret_env"):
-        for item in top.items("secret_env", ("name", "secret", "key")):
-            item.require("name", "secret", "key")
-            p = p.env_from_secret(item.text("name"), item.text("secret"), item.text("key"))
-    if top.has("oauth_credentials_secret"):
-        ref = top.section("oauth_credentials_secret", ("secret", "key"))
-        ref.require("secret", "key")
-        p = p.oauth_credentials_from_secret(ref.text("secret"), ref.text("key"))
-    if top.has("oauth_token_secret"):
-        ref = top.section("oauth_token_secret", ("secret", "key"))
-        ref.require("secret", "key")
-        p = p.oauth_token_from_secret(ref.text("secret"), ref.text("key"))
-    if top.has("read_only_volumes"):
-        for item in top.items("read_only_volumes", ("pvc", "host_path", "config_map", "mount_path", "sub_path")):
-            p = p.read_only_volume(_ro_volume(item))
-    if top.has("managed_settings_presets"):
-        for name, configmap in top.str_map("managed_settings_presets").items():
-            p = p.managed_settings_preset(name, configmap)
-    if top.has("environment_volume"):
-        env = top.section("environment_volume", ("mount_path", "size", "storage_class", "ttl_seconds"))
-        env.require("mount_path")
-        p = p.environment_volume(
-            environments.EnvironmentVolume(
-                env.text("mount_path"),
-                size=env.text("size") if env.has("size") else environments.DEFAULT_ENVIRONMENT_SIZE,
-                storage_class=env.text("storage_class") if env.has("storage_class") else None,
-                ttl=timedelta(seconds=env.number("ttl_seconds"))
-                if env.has("ttl_seconds")
-                else environments.DEFAULT_ENVIRONMENT_TTL,
-            )
-        )
-    if top.has("claude_profiles"):
-        for item in top.items("claude_profiles", ("configmap", "subdir")):
-            item.require("configmap")
-            p = p.claude_profile_configmap_at(item.text("configmap"), item.text("subdir") if item.has("subdir") else "")
-    return p
+    @classmethod
+    def _start(cls, image: str, sandboxed: bool) -> K8sEphemeralProvider:
+        return cls.sandboxed(image) if sandboxed else cls(image)

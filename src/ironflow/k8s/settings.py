@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from ironflow import errors, pod_settings
+from ironflow import errors, labels, pod_settings
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
-from ironflow.kube import clusters
+from ironflow.kube import clusters, quantities
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -62,6 +63,14 @@ class K8sResources:
 
     cpu_limit: str | None = None
     memory_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, example in (("cpu_limit", self.cpu_limit, "500m"), ("memory_limit", self.memory_limit, "4Gi")):
+            problem = (
+                None if value is None else quantities.quantity_problem(f"resources.{name}", value, example=example)
+            )
+            if problem is not None:
+                raise errors.ConfigError(problem)
 
     def render(self) -> dict[str, Any] | None:
         limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v is not None}
@@ -122,7 +131,7 @@ class ProviderSettings:
     resources: K8sResources = field(default_factory=K8sResources)
     service_account: str | None = None
     image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
-    #: (name, value) in insertion order; duplicates are the caller's choice.
+    #: (name, value) in insertion order; each name once.
     env_vars: tuple[tuple[str, str], ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     oauth_credentials: Secret | None = None
@@ -159,6 +168,10 @@ class ProviderSettings:
     def __post_init__(self) -> None:
         if not self.image.strip():
             raise errors.ConfigError("image must not be empty: name the claude-runner image to run")
+        for check in _CHECKS:
+            problem = check(self)
+            if problem is not None:
+                raise errors.ConfigError(problem)
 
     def __repr__(self) -> str:
         # Plain env values show as '***': a caller may still put a credential there
@@ -182,3 +195,63 @@ def seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
         bound = ">= 0" if allow_zero else "> 0"
         raise errors.ConfigError(f"{name} must be a finite number of seconds {bound}, got {seconds!r}")
     return float(seconds)
+
+
+# --- the checks ProviderSettings makes when it is built (each names the setting) ----------------
+
+#: What a container env var name may be (as ``steps`` checks a step's Secret env names).
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_LABEL_RULE: Final = "1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+_DNS_SUBDOMAIN_RULE: Final = "lowercase letters, digits, '-' and '.', 1-253 characters"
+
+
+def _names_problem(s: ProviderSettings) -> str | None:
+    if not labels.is_dns_label(s.namespace):
+        return f"namespace must be a DNS label ({_DNS_LABEL_RULE}), got '{s.namespace}'"
+    if s.runtime_class is not None and s.runtime_class.strip() and not labels.is_dns_subdomain(s.runtime_class):
+        return f"runtime_class must be a RuntimeClass name ({_DNS_SUBDOMAIN_RULE}), got '{s.runtime_class}'"
+    return None
+
+
+def _env_problem(s: ProviderSettings) -> str | None:
+    seen: set[str] = set()
+    for name, _ in s.env_vars:  # never the value: it may be a credential
+        if not _ENV_NAME.fullmatch(name):
+            return f"env name must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
+        if name in seen:
+            return f"env sets {name} twice; set each variable once"
+        seen.add(name)
+    return None
+
+
+def _labels_problem(s: ProviderSettings) -> str | None:
+    for where, pairs in (("pod_labels", s.pod_labels), ("node_selector", s.node_selector)):
+        for key, value in pairs.items():
+            problem = labels.label_key_problem(key) or labels.label_value_problem(key, value)
+            if problem is not None:
+                return f"{where}: {problem}"
+    if s.egress_profile is not None and (not s.egress_profile or not labels.is_valid_label_value(s.egress_profile)):
+        return (
+            f"egress_profile must be a label value (up to 63 characters [A-Za-z0-9._-], alphanumeric at both "
+            f"ends), got {s.egress_profile!r}"
+        )
+    return None
+
+
+def _paths_problem(s: ProviderSettings) -> str | None:
+    # A read-only host path is a pod_settings.HostPathSource, checked when it was made; a volume's is a
+    # plain string, checked here by the same rule.
+    for i, (host_path, _) in enumerate(s.volumes):
+        try:
+            pod_settings.HostPathSource(host_path)
+        except errors.ConfigError as exc:
+            return f"volumes[{i}]: {exc.message}"
+    return None
+
+
+_CHECKS: Final[tuple[Callable[[ProviderSettings], str | None], ...]] = (
+    _names_problem,
+    _env_problem,
+    _labels_problem,
+    _paths_problem,
+)

@@ -31,8 +31,8 @@ def test_k8s_provider_loads_the_file_with_its_cluster(tmp_path: Path) -> None:
     [
         (None, "--backend k8s needs --provider provider.yaml"),
         ("", "cannot read provider file"),
-        ("imagez: x\n", "unknown setting 'imagez'"),
-        ("image: x\ncluster: {server: y}\n", "unknown setting 'cluster.server'"),
+        ("imagez: x\n", "unknown key 'imagez'; did you mean 'image'?"),
+        ("image: x\ncluster: {server: y}\n", "cluster: unknown key 'server'"),
     ],
 )
 def test_k8s_provider_problems_exit_2_naming_them(
@@ -108,7 +108,7 @@ def test_every_command_refuses_a_bad_provider_file_the_same_way(tmp_path: Path, 
     args = [*command[:1], "--provider", str(path), *store, *command[1:]]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
-    expected = "error: setting 'cluster.context' does not apply to in_cluster: true (a pod has one cluster)\n"
+    expected = "error: cluster.context: does not apply to in_cluster: true (a pod has one cluster)\n"
     assert result.stderr == expected
 
 

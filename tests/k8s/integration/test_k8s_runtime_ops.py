@@ -15,9 +15,10 @@ import pytest
 from tests.fakes.kubecase import KubeCase, names, nothing_left
 
 from ironflow import errors, labels
-from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_status
+from ironflow.labels import LABEL_RUN_ID
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
 from ironflow.testing.polling import eventually
@@ -158,7 +159,7 @@ def test_the_pod_predicates_runs_wait_with_take_a_pod_without_status() -> None:
 
 def test_rendered_pod_and_job_validate_strictly() -> None:
     """Every PodRun / JobRun shape we render is a valid object for Kubernetes 1.30 and 1.37."""
-    from ironflow.k8s.ops import ResourceSpec, SecuritySpec
+    from ironflow.k8s.command_manifests import ResourceSpec, SecuritySpec
 
     pod = (
         PodRun("check", "rust:1.94", "cargo test")

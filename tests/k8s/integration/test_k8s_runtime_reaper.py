@@ -13,7 +13,7 @@ from ironflow.agent_sandbox import claims, schemas
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s import reaper
-from ironflow.k8s.ops import JobRun, PodRun
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig

@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from ironflow import errors
-from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun, SecuritySpec
+from ironflow.k8s.command_manifests import SecuritySpec
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
+from ironflow.labels import LABEL_RUN_ID
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, KubeEnv
 

@@ -163,9 +163,9 @@ def test_environment_volume_loads_from_yaml(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({}, "setting 'environment_volume.mount_path' is required"),
-        ({"mount_path": "/w", "size": 10}, "setting 'environment_volume.size' must be a string"),
-        ({"mount_path": "/w", "ttl": 1}, "unknown setting 'environment_volume.ttl'"),
+        ({}, "environment_volume.mount_path: is required"),
+        ({"mount_path": "/w", "size": 10}, "environment_volume.size: must be a string"),
+        ({"mount_path": "/w", "ttl": 1}, "environment_volume: unknown key 'ttl'; known: mount_path, size"),
         ({"mount_path": "/w", "ttl_seconds": 0}, "invalid environment volume: ttl must be greater than zero"),
         ({"mount_path": "rel"}, "invalid environment volume: mount_path must be absolute"),
     ],

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ironflow import AgentConfig, PodSettings, PvcVolume, errors, labels
 from ironflow.claude import command, layout
 from ironflow.k8s import K8sEphemeralProvider, K8sResources, manifests
-from ironflow.pod_settings import SecretEnvVar
+from ironflow.pod_settings import ConfigMapSource, ReadOnlyVolume, SecretEnvVar
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest, validate_manifests
 
@@ -401,9 +401,10 @@ def test_build_pod_spec_without_sessions_volume_has_none() -> None:
 
 
 def test_validate_hardening_rejects_step_pvc_at_sessions_mount() -> None:
+    """The sessions mount sits under HOME: a step PVC there is refused as a reserved path."""
     cfg = AgentConfig("hi").pvc_volume("x", "/home/claude/.claude/projects/")
     msg = refused(SANDBOXED.sessions_volume("sessions"), cfg)
-    assert msg == "duplicate volume mount path '/home/claude/.claude/projects/'"
+    assert msg == "step pvc volume cannot be mounted at reserved path '/home/claude/.claude/projects/'"
 
 
 def test_validate_hardening_rejects_projects_profile_with_sessions_volume() -> None:
@@ -522,25 +523,79 @@ def test_an_empty_secret_field_is_refused_when_the_step_is_built() -> None:
 _SEGMENTS = st.sampled_from(
     ["", ".", "..", "home", "claude", "tmp", "etc", "claude-code", "ironflow", "claude-profile", "mnt", "0", "x"]
 )
-_RESERVED = {"/home/claude", "/tmp", "/etc/claude-code", "/etc/ironflow/claude-profile", "/mnt/ironflow-prompt"}
+
+
+def _reserved(resolved: str) -> bool:
+    return any(resolved == r or resolved.startswith(r + "/") for r in layout.RESERVED_MOUNT_PATHS)
 
 
 @given(st.lists(_SEGMENTS, min_size=1, max_size=6), st.booleans(), st.booleans())
 def test_mount_path_validation_never_accepts_an_escape(segments: list[str], absolute: bool, slash: bool) -> None:
-    """An accepted mount path is absolute, already normal, and resolves to no reserved sandbox path."""
+    """An accepted step mount is absolute, already normal, and at or under no reserved sandbox path."""
     path = ("/" if absolute else "") + "/".join(segments) + ("/" if slash else "")
-    if manifests.validate_mount_path("read-only volume", path) is None:
-        resolved = posixpath.normpath(path)
-        assert path.startswith("/")
-        assert resolved == path.rstrip("/")
-        assert resolved != "/"
-        assert resolved not in _RESERVED
-        assert not resolved.startswith("/etc/ironflow/claude-profile/")
+    cfg = with_read_only(AgentConfig("hi"), ReadOnlyVolume(ConfigMapSource("cm"), path))
+    try:
+        SANDBOXED.manifests(cfg, now=NOW)
+    except errors.StepConfigError:
+        return
+    resolved = posixpath.normpath(path)
+    assert path.startswith("/")
+    assert resolved == path.rstrip("/")
+    assert resolved != "/"
+    assert not _reserved(resolved)
+
+
+def with_read_only(cfg: AgentConfig, volume: ReadOnlyVolume) -> AgentConfig:
+    return cfg.replace(pod=PodSettings(read_only_volumes=(volume,)))
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "sub_path"),
+    [
+        ("/etc/claude-code/managed-settings.json", "managed-settings.json"),
+        ("/home/claude/.claude", None),
+        ("/home/claude/.claude/settings.json", "settings.json"),
+        ("/usr/local/bin", None),
+    ],
+)
+def test_a_step_read_only_config_map_over_a_sandbox_path_is_refused(mount_path: str, sub_path: str | None) -> None:
+    """Managed settings, HOME and the PATH stay the sandbox's: a ConfigMap cannot cover them, even one file."""
+    cfg = with_read_only(AgentConfig("hi"), ReadOnlyVolume(ConfigMapSource("mine"), mount_path, sub_path))
+    for provider in (SANDBOXED, PLAIN):
+        assert refused(provider, cfg) == f"read-only volume cannot be mounted at reserved path '{mount_path}'"
+
+
+def test_a_step_pvc_under_a_path_dir_is_refused() -> None:
+    cfg = with_step_pvc(AgentConfig("hi"), PvcVolume("tools", "/usr/bin/extra"))
+    assert refused(SANDBOXED, cfg) == "step pvc volume cannot be mounted at reserved path '/usr/bin/extra'"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MY_VAR", "Bearer sk-ant-oat01-abcdef"),
+        ("anthropic_api_key", "plain-value-1"),
+        ("Claude_Code_OAuth_Token", "plain-value-2"),
+    ],
+)
+def test_a_credential_in_the_provider_env_is_refused_behind_the_proxy(name: str, value: str) -> None:
+    """Any case of a credential variable, or sk-ant anywhere in a value: named, the value never shown."""
+    p = K8sEphemeralProvider(IMAGE).env(name, value).auth_proxy("http://proxy:8080")
+    message = refused(p, AgentConfig("hi"))
+    assert message == manifests.proxy_forbidden_message(name)
+    assert value not in message
+
+
+def test_a_lowercase_credential_secret_env_is_refused_behind_the_proxy() -> None:
+    p = K8sEphemeralProvider(IMAGE).env_from_secret("anthropic_api_key", "s", "k").auth_proxy("http://proxy:8080")
+    assert refused(p, AgentConfig("hi")) == manifests.proxy_forbidden_message("anthropic_api_key")
 
 
 def test_input_directory_on_a_sandbox_mount_is_refused_before_the_api_would() -> None:
     """An input under /tmp would mount a second volume at /tmp: refused with the path named."""
-    assert refused(SANDBOXED, AgentConfig("hi").input("u", "/tmp/a.txt")) == "duplicate volume mount path '/tmp'"
+    assert refused(SANDBOXED, AgentConfig("hi").input("u", "/tmp/a.txt")) == (
+        "agent input cannot be mounted at reserved path '/tmp/a.txt'"
+    )
     assert refused(PLAIN.pvc_volume("c", "/cache"), AgentConfig("hi").input("u", "/cache/a")) == (
         "duplicate volume mount path '/cache'"
     )

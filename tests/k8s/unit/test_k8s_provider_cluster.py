@@ -77,7 +77,7 @@ def test_unknown_cluster_key_is_refused_by_name_with_the_known_keys() -> None:
     with pytest.raises(errors.ConfigError) as info:
         _load({"server": "https://10.0.0.1"})
     assert info.value.message == (
-        "unknown setting 'cluster.server'; known: context, in_cluster, kubeconfig, kubeconfig_inline"
+        "cluster: unknown key 'server'; known: context, in_cluster, kubeconfig, kubeconfig_inline"
     )
 
 
@@ -97,13 +97,13 @@ def test_two_sources_are_refused_naming_both(section: dict[str, Any], words: str
 @pytest.mark.parametrize(
     ("cluster", "message"),
     [
-        ({"in_cluster": True, "context": "prod"}, "setting 'cluster.context' does not apply to in_cluster: true"),
-        ({"in_cluster": "yes"}, "setting 'cluster.in_cluster' must be true or false, got str"),
-        ({"kubeconfig": 3}, "setting 'cluster.kubeconfig' must be a string, got int"),
-        ({"kubeconfig": " "}, "setting 'cluster.kubeconfig' must be a path to a kubeconfig file"),
-        ({"kubeconfig_inline": ""}, "setting 'cluster.kubeconfig_inline' must hold a kubeconfig's YAML"),
-        ({"context": ""}, "setting 'cluster.context' must not be empty"),
-        ("prod", "setting 'cluster.' must be a mapping"),
+        ({"in_cluster": True, "context": "prod"}, "cluster.context: does not apply to in_cluster: true"),
+        ({"in_cluster": "yes"}, "cluster.in_cluster: must be true or false, got str"),
+        ({"kubeconfig": 3}, "cluster.kubeconfig: must be a string, got int"),
+        ({"kubeconfig": " "}, "cluster.kubeconfig: must be a path to a kubeconfig file"),
+        ({"kubeconfig_inline": ""}, "cluster.kubeconfig_inline: must hold a kubeconfig's YAML"),
+        ({"context": ""}, "cluster.context: must not be empty"),
+        ("prod", "cluster: must be a mapping, got str"),
     ],
 )
 def test_bad_cluster_values_name_the_setting(cluster: Any, message: str) -> None:

@@ -12,6 +12,7 @@ values.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ _K8S_KEYS = [
     "cpu", "sandbox", "auth_proxy", "url", "runtime_class", "tolerations", "node_selector", "volumes",
     "claude_profiles", "presets", "managed_settings", "cluster", "kubeconfig", "context", "environment",
 ]  # fmt: skip
-_SANDBOX_KEYS = ["api_version", "template", "pool", "replicas", "namespace", "pod", "network_policy", "ingress", "egress"]
+_SANDBOX_KEYS = [
+    "api_version", "template", "pool", "replicas", "namespace", "pod", "network_policy", "ingress", "egress",
+]  # fmt: skip
 _STEP_KEYS = ["prompt", "model", "max_turns", "max_budget_usd", "allowed_tools", "pod", "secret_env", "inputs", "scope"]
 _SCRIPT_KEYS = ["turns", "default", "usage", "text", "tool_use", "error", "input_tokens", "output_tokens", "status"]
 
@@ -59,10 +62,9 @@ def _documents(keys: list[str]) -> st.SearchStrategy[Any]:
 
 
 def _must_be_usage_error(read: Callable[[Any], object], document: Any) -> None:
-    try:
+    """Accepted, or refused as the caller's mistake: any other exception fails the test."""
+    with contextlib.suppress(errors.UsageError):
         read(document)
-    except errors.UsageError:
-        pass
 
 
 READERS: dict[str, tuple[Callable[[Any], object], list[str]]] = {

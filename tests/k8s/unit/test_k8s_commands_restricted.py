@@ -10,7 +10,8 @@ import pytest
 
 from ironflow import errors
 from ironflow.claude.layout import SANDBOX_UID
-from ironflow.k8s.ops import JobRun, PodRun, SecuritySpec
+from ironflow.k8s.command_manifests import SecuritySpec
+from ironflow.k8s.commands import JobRun, PodRun
 
 NOW = 1_000
 

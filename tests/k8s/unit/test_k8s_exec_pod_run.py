@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors, labels
-from ironflow.k8s.command_pods import command_line, exec_pod_run
+from ironflow.k8s.commands import command_line, exec_pod_run
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.testing.k8s_validate import validate_manifests
 
@@ -18,7 +18,7 @@ IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 
 
 def _pod(provider: K8sEphemeralProvider, argv: list[str] | None = None, timeout_s: float = 30) -> dict[str, Any]:
-    run = exec_pod_run(provider, argv or ["true"], timeout_s=timeout_s, now_ms=0x18F2A3B4C5D, rand32=0xAB)
+    run = exec_pod_run(provider.settings, argv or ["true"], timeout_s=timeout_s, now_ms=0x18F2A3B4C5D, rand32=0xAB)
     return run.build_pod(now=1000)
 
 

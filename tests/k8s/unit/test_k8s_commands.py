@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from ironflow import errors, labels
-from ironflow.k8s.ops import LABEL_ROOT_RUN_ID, LABEL_RUN_ID, JobRun, PodRun, ResourceSpec, SecuritySpec
+from ironflow.k8s.command_manifests import ResourceSpec, SecuritySpec
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.kube import pod_status
+from ironflow.labels import LABEL_ROOT_RUN_ID, LABEL_RUN_ID
 
 NOW = 1_700_000_000
 EXPIRES = labels.ANNOTATION_EXPIRES_AT

@@ -1,0 +1,104 @@
+"""Running a rendered ``PodRun`` / ``JobRun`` manifest: create, wait on a watch, read the logs, delete (I/O).
+
+:mod:`ironflow.k8s.commands` renders the object (pure) and its ``run()`` hands the manifest
+here; this module never imports the values. Invariant: once the create request has left,
+the object is deleted on every path (a failed command, a timeout, an API error, a
+cancellation); a lost create answer counts as "maybe created". A command that fails is a
+result with ``success=False``; only the API or the clock failing is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ironflow import errors, labels
+from ironflow.k8s import pods
+from ironflow.kube import api as kube
+from ironflow.kube import informer, pod_status
+
+__all__ = ["PodRunOutput", "run_job", "run_pod"]
+
+
+@dataclass(frozen=True)
+class PodRunOutput:
+    """How the command ended: ``phase`` is ``Succeeded`` or ``Failed``; logs are best effort.
+
+    ``exit_code`` is the container's, when the kubelet recorded one (None otherwise).
+    """
+
+    success: bool
+    logs: str
+    phase: str
+    exit_code: int | None = None
+
+
+def _job_outcome(job: Mapping[str, Any]) -> str | None:
+    """``Succeeded`` / ``Failed`` once the Job has a true Complete / Failed condition."""
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return "Succeeded" if cond["type"] == "Complete" else "Failed"
+    return None
+
+
+def _job_ended(job: Mapping[str, Any]) -> bool:
+    return _job_outcome(job) is not None
+
+
+def _expiry_of(body: Mapping[str, Any]) -> str | None:
+    return (body.get("metadata", {}).get("annotations") or {}).get(labels.ANNOTATION_EXPIRES_AT)
+
+
+async def _create(api: kube.KubeApi, resource: kube.Resource, body: dict[str, Any]) -> dict[str, Any]:
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    try:
+        return await api.create(resource, namespace, body)
+    except BaseException as exc:
+        if pods.may_exist_after(exc):  # no answer, or no time to read it: remove it, then fail
+            await pods.delete_quietly(
+                api, resource, namespace, name, background=resource == kube.JOBS, expires_at=_expiry_of(body)
+            )
+        raise
+
+
+async def run_pod(api: kube.KubeApi, body: dict[str, Any], *, timeout_s: float) -> PodRunOutput:
+    """Create the pod ``body`` renders, wait for its end on the shared watch, read logs, delete it."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    await _create(api, kube.PODS, body)
+    try:
+        pod = await pods.wait_for_pod(api, namespace, name, pod_status.pod_finished, timeout_s)
+        if pod is None:
+            raise errors.OperationTimeout(f"pod '{name}' did not finish within {timeout_s:g}s")
+        phase = pod_status.phase(pod)
+        logs = await pods.read_log_quietly(api, namespace, name)
+        code = pod_status.exit_code(pod, name)  # the container is named as the pod
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
+    finally:
+        await pods.delete_quietly(api, kube.PODS, namespace, name, expires_at=_expiry_of(body))
+
+
+async def run_job(api: kube.KubeApi, body: dict[str, Any], *, timeout_s: float) -> PodRunOutput:
+    """Create the Job, wait for Complete/Failed, read its newest pod's logs, delete the Job."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    created = await _create(api, kube.JOBS, body)
+    try:
+        # The namespace's shared Job watch, as pods have theirs: no watch and no poll per Job.
+        jobs = informer.informer_for(api, namespace, kube.JOBS)
+        job = await jobs.wait_for(name, _job_ended, timeout_s, uid=created["metadata"].get("uid"))
+        if job is None:
+            raise errors.OperationTimeout(f"job '{name}' did not finish within {timeout_s:g}s")
+        phase = _job_outcome(job) or "Unknown"
+        logs, code = "", None
+        try:
+            job_pods = (await api.list(kube.PODS, namespace, label_selector=f"job-name={name}")).items
+        except errors.KubernetesError:
+            job_pods = []
+        if job_pods:
+            # A Job retries in new pods: the newest says how it ended.
+            last = max(job_pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
+            logs = await pods.read_log_quietly(api, namespace, str(last["metadata"]["name"]))
+            code = pod_status.exit_code(last, name)
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
+    finally:
+        await pods.delete_quietly(api, kube.JOBS, namespace, name, background=True, expires_at=_expiry_of(body))

@@ -1,0 +1,49 @@
+"""Reading the body of an open API answer: whole, or line by line as it streams (aiohttp).
+
+Used by :class:`~ironflow.kube.api.KubeApi` for JSON answers, watches and log follows. A
+connection lost mid-body is ``KubeUnavailable`` (status 0), so callers retry or
+reconnect; the connection always goes back to the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from ironflow.kube import responses
+
+__all__ = ["lines", "read_all"]
+
+
+async def read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:
+    """The whole body of an answer, then the connection back to the pool."""
+    try:
+        return await resp.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise responses.error_for_status(
+            0, what, message="connection lost reading the answer" + responses.short(exc)
+        ) from exc
+    finally:
+        resp.release()
+
+
+async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]:
+    """Split a streamed body into lines of any length (aiohttp's readline caps line length)."""
+    buffer = bytearray()
+    try:
+        while True:
+            chunk = await resp.content.readany()
+            if not chunk:
+                break
+            start = len(buffer)
+            buffer += chunk
+            while (cut := buffer.find(b"\n", start)) >= 0:
+                line = bytes(buffer[:cut])
+                del buffer[: cut + 1]
+                start = 0
+                yield line.rstrip(b"\r")
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise responses.error_for_status(0, what, message="stream interrupted" + responses.short(exc)) from exc
+    if buffer:
+        yield bytes(buffer)
