@@ -383,7 +383,7 @@ class LocalSandboxProvider(ProviderBase):
 
     def _mount_problem(self, mount: bwrap.ReadOnlyMount) -> str | None:
         """Why this runtime cannot show ``mount`` to the step, or None (agent steps and plain commands)."""
-        problem = bwrap.mount_path_problem(mount.target)
+        problem = layout.mount_path_problem("read-only volume", mount.target)
         if problem is not None:
             return problem
         if self.isolation == "gvisor":

@@ -23,8 +23,8 @@ PYTHON = os.path.realpath(sys.executable)
 #: A host directory outside what either sandbox hides, holding this file.
 HERE = os.path.dirname(os.path.realpath(__file__))
 #: A host directory (and a file in it) any user may read, outside every path the sandbox reserves
-#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout).
-MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/bin", "env"
+#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout; not a PATH directory: reserved).
+MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/lib", "os-release"
 
 pytestmark = pytest.mark.bwrap
 
