@@ -34,14 +34,12 @@ __all__ = [
     "HIDDEN_ETC_ENTRIES",
     "HIDDEN_ROOT_ENTRIES",
     "PROXY_SOCKET_PATH",
-    "RESERVED_MOUNT_PATHS",
     "BwrapSettings",
     "HostEntry",
     "ReadOnlyMount",
     "bwrap_argv",
     "check_command_and_sizes",
     "check_size",
-    "mount_path_problem",
     "relay_argv",
 ]
 
@@ -69,16 +67,6 @@ PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
 #: Where the relay script appears inside the sandbox: a fixed path, because the package
 #: may live anywhere on the host, /tmp (hidden in the sandbox) included.
 FORWARDER_PATH: Final = "/run/ironflow/forwarder.py"
-#: Paths a step's read-only mount may not take: the sandbox's own mounts.
-RESERVED_MOUNT_PATHS: Final = (
-    layout.SANDBOX_HOME,
-    layout.SANDBOX_TMP,
-    layout.MANAGED_SETTINGS_DIR,
-    layout.PROFILE_MOUNT_DIR,
-    "/proc",
-    "/dev",
-    "/run/ironflow",
-)
 
 
 @dataclass(frozen=True)
@@ -127,18 +115,6 @@ def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[s
     """The argv that runs the proxy relay (``ironflow.local.forwarder`` at ``script``, as the sandbox sees
     it) under either runtime; the step's command follows it."""
     return (python, "-I", "-S", script, str(port), socket_path, "--")
-
-
-def mount_path_problem(path: str) -> str | None:
-    """Why ``path`` cannot receive a read-only mount, or None (absolute, not reserved)."""
-    if not path.startswith("/"):
-        return f"read-only volume mount_path must be absolute, got '{path}'"
-    norm = posixpath.normpath(path)
-    if norm == "/" or any(norm == r or norm.startswith(r + "/") for r in RESERVED_MOUNT_PATHS):
-        return f"read-only volume cannot be mounted at reserved path '{path}'"
-    if ".." in path.split("/"):
-        return f"read-only volume mount_path must not hold '..', got '{path}'"
-    return None
 
 
 def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) -> list[str]:
@@ -212,7 +188,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     seen: set[str] = set()
     for mount in settings.read_only_mounts:
-        problem = mount_path_problem(mount.target)
+        problem = layout.mount_path_problem("read-only volume", mount.target)  # the rule every backend shares
         if problem is not None:
             raise errors.ConfigError(problem)
         norm = posixpath.normpath(mount.target)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from ironflow.local import limits
+from ironflow.local import identity, limits
 
 __all__ = ["Sandbox", "Support", "child_setup", "probe"]
 
@@ -284,11 +284,14 @@ class Sandbox:
 
 
 def child_setup(
-    procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int], ...], host_uid: int | None
+    procs_files: tuple[bytes, ...],
+    pairs: tuple[tuple[int, int], ...],
+    host_uid: int | None,
+    binds: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Callable[[], None]:
     """The function run in the sandbox's first process between fork and exec: join the cgroup,
-    set the rlimits, and on a root worker drop to ``host_uid``. It takes no lock and logs nothing
-    (the worker has threads)."""
+    set the rlimits, and on a root worker stage the bind sources (:mod:`ironflow.local.identity`)
+    and drop to ``host_uid``. It takes no lock and logs nothing (the worker has threads)."""
 
     def setup() -> None:
         for path in procs_files:
@@ -300,6 +303,7 @@ def child_setup(
         for which, value in pairs:
             resource.setrlimit(which, (value, value))
         if host_uid is not None:
+            identity.bind_staged(binds)
             os.setgroups([])
             os.setresgid(host_uid, host_uid, host_uid)
             os.setresuid(host_uid, host_uid, host_uid)

@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile
-from ironflow.local import bwrap, cgroups, forwarder, gvisor, proxy_session, runner, seccomp, settings
+from ironflow.local import bwrap, cgroups, forwarder, gvisor, identity, proxy_session, runner, seccomp, settings
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
@@ -110,6 +110,8 @@ class LocalSandboxProvider(ProviderBase):
             system's. Keep it short: a unix socket path holds at most 107 bytes.
         limits: what each sandbox may use (processes, memory, CPU, open files, file size);
             :meth:`limits_report` says which hold on this machine and how.
+        sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
+            (so root-only host files stay unreadable); ignored otherwise.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class LocalSandboxProvider(ProviderBase):
         sessions_dir: str | None = None,
         temp_dir: str | None = None,
         limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
+        sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -149,6 +152,9 @@ class LocalSandboxProvider(ProviderBase):
                 raise errors.ConfigError(f"managed settings '{label}' is not JSON: {exc}") from None
         settings.sandbox_env(env)  # refuse credential variables now, not at the first step
         sandbox_limits.check_limits(limits)
+        identity.check_host_uid(sandbox_host_uid)
+        # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
+        self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
         self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
@@ -163,9 +169,14 @@ class LocalSandboxProvider(ProviderBase):
         self.temp_dir = temp_dir
         if sessions_dir is not None and isolation != "bwrap":
             raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
+        if sessions_dir is not None and self._host_uid is not None and os.stat(sessions_dir).st_uid != self._host_uid:
+            raise errors.ConfigError(
+                f"sessions_dir '{sessions_dir}' must be owned by the sandbox's host uid on a root worker: "
+                f"chown {self._host_uid} '{sessions_dir}'"
+            )
         self.sessions_dir = sessions_dir
         self.limits = limits
-        self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=None)
+        self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
         log.info("local sandbox limits: %s", self.limits_report())
 
     def limits_report(self) -> str:
@@ -227,7 +238,7 @@ class LocalSandboxProvider(ProviderBase):
                         )
                     )
                 fds = stack.enter_context(self._seccomp())
-                full = self._argv(
+                full, binds = self._argv(
                     tuple(argv),
                     tmp=tmp,
                     working_dir=working_dir,
@@ -247,6 +258,7 @@ class LocalSandboxProvider(ProviderBase):
                     sink=None,
                     run_ids=frozenset({run_id} if run_id else ()),
                     pass_fds=fds,
+                    binds=binds,
                 )
         code = _command_exit_code(code, err)
         _raise_if_sandbox_failed(code, err, self.isolation)
@@ -297,7 +309,7 @@ class LocalSandboxProvider(ProviderBase):
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
                 with self._seccomp() as fds:
-                    full = self._argv(
+                    full, binds = self._argv(
                         ("sh", "-c", script),
                         tmp=tmp,
                         working_dir=None,
@@ -316,6 +328,7 @@ class LocalSandboxProvider(ProviderBase):
                         sink=sink,
                         run_ids=_release_scope(config),
                         pass_fds=fds,
+                        binds=binds,
                     )
                 wall_ms = int((time.monotonic() - start) * 1000)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
@@ -372,7 +385,7 @@ class LocalSandboxProvider(ProviderBase):
 
     def _mount_problem(self, mount: bwrap.ReadOnlyMount) -> str | None:
         """Why this runtime cannot show ``mount`` to the step, or None (agent steps and plain commands)."""
-        problem = bwrap.mount_path_problem(mount.target)
+        problem = layout.mount_path_problem("read-only volume", mount.target)
         if problem is not None:
             return problem
         if self.isolation == "gvisor":
@@ -399,7 +412,8 @@ class LocalSandboxProvider(ProviderBase):
         extra_tools: tuple[str, ...] = (),
         fds: tuple[int, ...] = (),
         managed: Mapping[str, Any] | None = None,
-    ) -> list[str]:
+    ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
+        """The runtime's argv, and on a root worker the binds its first process stages."""
         managed_dir: str | None = None
         if managed is not None:
             managed_dir = os.path.join(tmp, "managed-settings")
@@ -427,7 +441,7 @@ class LocalSandboxProvider(ProviderBase):
                     proxy=bridge,
                     runsc_path=_which("runsc"),
                 )
-            )
+            ), ()
         # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
         # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
         taken = {os.path.normpath(m.target) for m in mounts}
@@ -437,6 +451,23 @@ class LocalSandboxProvider(ProviderBase):
                 root = settings.tool_root(tool)
                 if root not in taken:
                     exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
+        read_only = (*exposed.values(), *mounts)
+        forwarder_script = script if proxy_socket is not None else None
+        sessions_dir = self.sessions_dir
+        binds: tuple[tuple[bytes, bytes], ...] = ()
+        if self._host_uid is not None:  # every source, staged where the dropped uid reaches it
+            if proxy_socket is not None:
+                os.chown(proxy_socket, self._host_uid, self._host_uid)
+                os.chmod(proxy_socket, 0o600)
+            optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
+            sources = [*(m.source for m in read_only), *profile_dirs, *(p for p in optional if p is not None)]
+            plan = identity.stage_plan(sources)
+            binds = identity.binds(plan)
+            read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
+            profile_dirs = tuple(plan[p] for p in profile_dirs)
+            managed_dir, proxy_socket, forwarder_script, sessions_dir = (
+                None if p is None else plan[p] for p in optional
+            )
         full_cmd = cmd
         if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
             relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
@@ -446,19 +477,19 @@ class LocalSandboxProvider(ProviderBase):
                 command=full_cmd,
                 root_entries=_host_entries("/"),
                 etc_entries=_host_entries("/etc"),
-                read_only_mounts=(*exposed.values(), *mounts),
+                read_only_mounts=read_only,
                 managed_settings_dir=managed_dir,
                 profile_dirs=profile_dirs,
                 proxy_socket=proxy_socket,
-                forwarder_script=script if proxy_socket is not None else None,
+                forwarder_script=forwarder_script,
                 working_dir=working_dir,
                 home_size_bytes=self.home_size_bytes,
                 tmp_size_bytes=self.tmp_size_bytes,
                 bwrap_path=_which("bwrap"),
                 seccomp_fd=fds[0] if fds else None,
-                sessions_dir=self.sessions_dir,
+                sessions_dir=sessions_dir,
             )
-        )
+        ), binds
 
     @contextlib.contextmanager
     def _seccomp(self) -> Iterator[tuple[int, ...]]:

@@ -69,6 +69,7 @@ class SandboxProcesses:
         sink: LogSink | None,
         run_ids: frozenset[str] = frozenset(),
         pass_fds: tuple[int, ...] = (),
+        binds: tuple[tuple[bytes, bytes], ...] = (),
     ) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of ``argv``; lines go to ``sink`` as they arrive.
 
@@ -85,19 +86,28 @@ class SandboxProcesses:
                     group = cgroups.Sandbox(self.support, self.limits)
                 except OSError as exc:
                     raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
-            entry.proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=dict(env),  # the whole sandbox environment: never on the argv
-                cwd="/",
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # one process group to kill where there is no cgroup
-                pass_fds=pass_fds,
-                preexec_fn=cgroups.child_setup(
-                    group.procs_files if group is not None else (), self._rlimits, self.host_uid
-                ),
+            spawn = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
+                    *argv,
+                    env=dict(env),  # the whole sandbox environment: never on the argv
+                    cwd="/",
+                    stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,  # one process group to kill where there is no cgroup
+                    pass_fds=pass_fds,
+                    preexec_fn=cgroups.child_setup(
+                        group.procs_files if group is not None else (), self._rlimits, self.host_uid, binds
+                    ),
+                )
             )
+            try:
+                entry.proc = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                # Cancelled while it starts: let it start, so the teardown below kills its cgroup now
+                # (asyncio's own clean-up would wait for the sandbox's pipes, i.e. for it to end).
+                entry.proc = await spawn
+                raise
             if entry.released:  # released while it started: it ends as killed, like the others
                 _kill_group(entry.proc)
             async with asyncio.timeout(limit_s):

@@ -18,7 +18,7 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.local import bwrap
 from ironflow.pod_settings import HostPathSource
-from ironflow.secrets import Secret, looks_like_claude_credential
+from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 
 __all__ = [
@@ -100,7 +100,7 @@ def sandbox_env(
     """
     env = {"PATH": _SANDBOX_PATH, "HOME": layout.SANDBOX_HOME, "TMPDIR": layout.SANDBOX_TMP, "LANG": "C.UTF-8"}
     for name, value in (extra or {}).items():
-        if name in layout.PROXY_FORBIDDEN_ENV or looks_like_claude_credential(value):
+        if layout.withheld_from_proxied_sandbox(name, value):
             raise errors.StepConfigError(
                 f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
             )

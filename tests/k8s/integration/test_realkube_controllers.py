@@ -11,11 +11,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from ironflow.k8s.ops import LABEL_RUN_ID, JobRun, PodRun
 
 from ironflow.k8s import reaper
+from ironflow.k8s.commands import JobRun, PodRun
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
+from ironflow.labels import LABEL_RUN_ID
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 from ironflow.testing.polling import eventually
 

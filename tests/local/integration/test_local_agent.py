@@ -351,6 +351,8 @@ async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
 async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: FakeAnthropic, tmp_path: Path) -> None:
     sessions = tmp_path / "sessions"
     sessions.mkdir()
+    if os.geteuid() == 0:  # a root worker's sandbox writes as its non-root host uid
+        os.chown(sessions, 10001, 10001)
     provider = LocalSandboxProvider(
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},

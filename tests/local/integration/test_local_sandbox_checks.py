@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,8 +23,8 @@ PYTHON = os.path.realpath(sys.executable)
 #: A host directory outside what either sandbox hides, holding this file.
 HERE = os.path.dirname(os.path.realpath(__file__))
 #: A host directory (and a file in it) any user may read, outside every path the sandbox reserves
-#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout).
-MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/bin", "env"
+#: (a checkout may lie under /tmp, /home or a 0700 home, so not this checkout; not a PATH directory: reserved).
+MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/lib", "os-release"
 
 pytestmark = pytest.mark.bwrap
 
@@ -230,3 +231,36 @@ async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dr
         assert result.exit_code == 0, result.stderr
     with pytest.raises(errors.ConfigError, match="reserved path '/etc/claude-code'"):
         await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/etc/claude-code")])
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the root-worker identity needs a worker running as root")
+
+
+@needs_root
+async def test_a_root_worker_sandbox_cannot_read_root_only_files(provider: LocalSandboxProvider) -> None:
+    """Issue 19: as root, bubblewrap's sandbox uid mapped to host root; now it is a non-root host uid."""
+    shown = tempfile.mkdtemp(prefix="root-only-", dir=HERE)  # outside every path either runtime hides
+    try:
+        os.chmod(shown, 0o755)  # noqa: S103 - the directory is listable, its file is not readable
+        fd = os.open(os.path.join(shown, "key"), os.O_CREAT | os.O_WRONLY, 0o600)
+        os.write(fd, b"root-only-content")
+        os.close(fd)
+        mounts = (ReadOnlyMount(shown, "/data-probe" if provider.isolation == "bwrap" else shown),)
+        where = mounts[0].target
+        script = f"echo {where}/*; cat {where}/key; head -c 4 /sys/firmware/acpi/tables/DSDT; id -u"
+        result = await provider.run_command(["sh", "-c", script], read_only_mounts=mounts)
+    finally:
+        shutil.rmtree(shown)
+    assert result.stdout.splitlines()[0].endswith("/key"), result.stderr  # the file is there (a glob: gVisor's ls)
+    assert "root-only-content" not in result.stdout
+    assert "DSDT" not in result.stdout
+    assert result.stdout.splitlines()[-1] == "10001"
+    assert "Permission denied" in result.stderr or "No such file" in result.stderr
+
+
+@needs_root
+async def test_the_readme_quickstart_tools_still_run_from_a_0700_root_home(provider: LocalSandboxProvider) -> None:
+    """Python (the proxy relay) may live under /root: the sandbox still runs it after the uid drop."""
+    result = await provider.run_command([PYTHON, "-I", "-S", "-c", "print('ran')"], auth_proxy=True)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "ran"

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import provider, settings
+from ironflow.local import bwrap, identity, provider, settings
 from ironflow.provider import AgentProvider
 from ironflow.steps import AgentConfig
 
@@ -174,3 +174,30 @@ def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is
 )
 def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
     assert provider._command_exit_code(code, stderr) == expected
+
+
+def test_staged_sources_are_numbered_once_each_under_tmp() -> None:
+    plan = identity.stage_plan(["/root/.pyenv/x", "/srv/a", "/root/.pyenv/x"])
+    assert plan == {"/root/.pyenv/x": "/tmp/0", "/srv/a": "/tmp/1"}
+
+
+@pytest.mark.parametrize("uid", [0, -1, True])
+def test_the_sandbox_host_uid_must_not_be_root(uid: int) -> None:
+    with pytest.raises(errors.ConfigError, match="sandbox_host_uid must be a non-root uid"):
+        identity.check_host_uid(uid)
+
+
+@pytest.mark.parametrize(("name", "value"), [("anthropic_api_key", "x"), ("MY_VAR", " sk-ant-x")])
+def test_sandbox_env_withholds_a_credential_in_any_case_or_anywhere_in_a_value(name: str, value: str) -> None:
+    with pytest.raises(errors.StepConfigError):
+        settings.sandbox_env({name: value})
+
+
+@pytest.mark.parametrize("path", ["/usr/bin", "/usr/local/bin/claude", "/mnt/ironflow-prompt", "/data/./x"])
+def test_a_read_only_mount_takes_the_shared_reserved_paths(path: str) -> None:
+    with pytest.raises(errors.ConfigError, match=r"reserved path|mount_path"):
+        bwrap.bwrap_argv(
+            bwrap.BwrapSettings(
+                command=("true",), root_entries=(), read_only_mounts=(bwrap.ReadOnlyMount("/srv", path),)
+            )
+        )
