@@ -21,20 +21,15 @@ import hashlib
 import json
 import logging
 import os
-import platform
-import re
-import shutil
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from ironflow import errors
-from ironflow.claude import cli, command, layout, output, profile
-from ironflow.local import bwrap, cgroups, forwarder, gvisor, identity, proxy_session, runner, seccomp, settings
+from ironflow.claude import cli, command, layout, output, profile, rate_limits
+from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
@@ -58,7 +53,7 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 DEFAULT_TIMEOUT_S: Final = 600.0
-_RUNSC_FAILURE: Final = re.compile(r"(starting|running|creating) (root )?container: ")
+
 
 
 @dataclass(frozen=True)
@@ -69,15 +64,6 @@ class CommandResult:
     stdout: str
     stderr: str
     duration: float
-
-
-def _host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
-    out = []
-    with os.scandir(directory) as it:
-        for e in it:
-            link = os.readlink(e.path) if e.is_symlink() else None
-            out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
-    return tuple(out)
 
 
 def _release_scope(config: AgentConfig) -> frozenset[str]:
@@ -237,8 +223,9 @@ class LocalSandboxProvider(ProviderBase):
                             expires_in=limit + 60,
                         )
                     )
-                fds = stack.enter_context(self._seccomp())
-                full, binds = self._argv(
+                fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
+                full, binds = sandbox_argv.render(
+                    self._shape(),
                     tuple(argv),
                     tmp=tmp,
                     working_dir=working_dir,
@@ -260,8 +247,8 @@ class LocalSandboxProvider(ProviderBase):
                     pass_fds=fds,
                     binds=binds,
                 )
-        code = _command_exit_code(code, err)
-        _raise_if_sandbox_failed(code, err, self.isolation)
+        code = sandbox_argv.command_exit_code(code, err)
+        sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
     # -- agent steps --
@@ -308,8 +295,9 @@ class LocalSandboxProvider(ProviderBase):
                 token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
-                with self._seccomp() as fds:
-                    full, binds = self._argv(
+                with sandbox_argv.seccomp_fds(self.isolation) as fds:
+                    full, binds = sandbox_argv.render(
+                        self._shape(),
                         ("sh", "-c", script),
                         tmp=tmp,
                         working_dir=None,
@@ -332,14 +320,19 @@ class LocalSandboxProvider(ProviderBase):
                     )
                 wall_ms = int((time.monotonic() - start) * 1000)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
-        _record_rate_limits(config, out)
-        _raise_if_sandbox_failed(code, err, self.isolation)
+        rate_limits.record_rate_limits(config, out)
+        sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
         if code == 0:
             result = output.parse_output(out, config, wall_ms=wall_ms)
         else:
             result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id)
+
+    def _shape(self) -> sandbox_argv.SandboxShape:
+        return sandbox_argv.SandboxShape(
+            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid
+        )
 
     def _claude(self) -> str:
         # The real file: inside the sandbox only its package directory is exposed.
@@ -399,156 +392,6 @@ class LocalSandboxProvider(ProviderBase):
             )
         return None
 
-    # -- rendering the sandbox argv (reads the host listing, writes the temp dir) --
-
-    def _argv(
-        self,
-        cmd: tuple[str, ...],
-        *,
-        tmp: str,
-        working_dir: str | None,
-        mounts: tuple[bwrap.ReadOnlyMount, ...],
-        proxy_socket: str | None,
-        extra_tools: tuple[str, ...] = (),
-        fds: tuple[int, ...] = (),
-        managed: Mapping[str, Any] | None = None,
-    ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
-        """The runtime's argv, and on a root worker the binds its first process stages."""
-        managed_dir: str | None = None
-        if managed is not None:
-            managed_dir = os.path.join(tmp, "managed-settings")
-            os.mkdir(managed_dir)
-            target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
-            Path(target).write_text(json.dumps(managed, indent=2))
-        profile_dirs = tuple(p.path for p in self.profiles)
-        python = os.path.realpath(sys.executable)
-        script = os.path.realpath(forwarder.__file__)
-        tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
-        if self.isolation == "gvisor":
-            # No bind mount: gVisor shows each of ``mounts`` where it is (``_mount_problem`` made sure).
-            bridge = None
-            if proxy_socket is not None:
-                bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, _which("bwrap"))
-            return gvisor.gvisor_argv(
-                gvisor.GvisorSettings(
-                    command=cmd,
-                    managed_settings_dir=managed_dir,
-                    profile_dirs=profile_dirs,
-                    working_dir=working_dir,
-                    home_size_bytes=self.home_size_bytes,
-                    tmp_size_bytes=self.tmp_size_bytes,
-                    traverse=tools,
-                    proxy=bridge,
-                    runsc_path=_which("runsc"),
-                )
-            ), ()
-        # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
-        # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
-        taken = {os.path.normpath(m.target) for m in mounts}
-        exposed: dict[str, bwrap.ReadOnlyMount] = {}
-        for tool in tools:
-            if settings.hidden_from_sandbox(tool):
-                root = settings.tool_root(tool)
-                if root not in taken:
-                    exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
-        read_only = (*exposed.values(), *mounts)
-        forwarder_script = script if proxy_socket is not None else None
-        sessions_dir = self.sessions_dir
-        binds: tuple[tuple[bytes, bytes], ...] = ()
-        if self._host_uid is not None:  # every source, staged where the dropped uid reaches it
-            if proxy_socket is not None:
-                os.chown(proxy_socket, self._host_uid, self._host_uid)
-                os.chmod(proxy_socket, 0o600)
-            optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
-            sources = [*(m.source for m in read_only), *profile_dirs, *(p for p in optional if p is not None)]
-            plan = identity.stage_plan(sources)
-            binds = identity.binds(plan)
-            read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
-            profile_dirs = tuple(plan[p] for p in profile_dirs)
-            managed_dir, proxy_socket, forwarder_script, sessions_dir = (
-                None if p is None else plan[p] for p in optional
-            )
-        full_cmd = cmd
-        if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
-            relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
-            full_cmd = (*relay, *cmd)
-        return bwrap.bwrap_argv(
-            bwrap.BwrapSettings(
-                command=full_cmd,
-                root_entries=_host_entries("/"),
-                etc_entries=_host_entries("/etc"),
-                read_only_mounts=read_only,
-                managed_settings_dir=managed_dir,
-                profile_dirs=profile_dirs,
-                proxy_socket=proxy_socket,
-                forwarder_script=forwarder_script,
-                working_dir=working_dir,
-                home_size_bytes=self.home_size_bytes,
-                tmp_size_bytes=self.tmp_size_bytes,
-                bwrap_path=_which("bwrap"),
-                seccomp_fd=fds[0] if fds else None,
-                sessions_dir=sessions_dir,
-            )
-        ), binds
-
-    @contextlib.contextmanager
-    def _seccomp(self) -> Iterator[tuple[int, ...]]:
-        """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
-        program = seccomp.filter_program(platform.machine()) if self.isolation == "bwrap" else None
-        if program is None:
-            if self.isolation == "bwrap":
-                log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
-            yield ()
-            return
-        fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)
-        try:
-            os.write(fd, program)
-            os.lseek(fd, 0, os.SEEK_SET)
-            yield (fd,)
-        finally:
-            os.close(fd)
-
-    # -- running it (the one place processes start and die) --
-
-
-def _which(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        package = "bubblewrap" if name == "bwrap" else name
-        raise errors.SandboxError(f"{name} is not installed: install it (apt-get install -y {package})")
-    return found
-
-
-def _command_exit_code(code: int, stderr: str) -> int:
-    """A plain command bubblewrap could not execute is the command's failure, as in a shell and
-    under gVisor: 127 when it does not exist, 126 when it cannot run (bwrap itself exits 1)."""
-    first = (stderr.strip().splitlines() or [""])[0]
-    if code != 1 or not first.startswith("bwrap: execvp "):
-        return code
-    return 127 if first.endswith(": No such file or directory") else 126
-
-
-def _raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolation) -> None:
-    """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
-    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
-    if code == 0:
-        return
-    lines = stderr.strip().splitlines()
-    first = lines[0] if lines else ""
-    runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
-    setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
-    bwrap_failed = first.startswith("bwrap:") and code == 1
-    if bwrap_failed or runsc_failed or setup_failed:
-        reason = next((line for line in lines if _RUNSC_FAILURE.match(line) or gvisor.SETUP_FAILED in line), first)
-        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(reason, 500)}")
-
-
-def _record_rate_limits(config: AgentConfig, logs: str) -> None:
-    try:
-        from ironflow.claude import rate_limits
-    except ImportError:  # pragma: no cover - landed with the foundation
-        return
-    rate_limits.record_rate_limits(config, logs)
 
 
 @contextlib.asynccontextmanager

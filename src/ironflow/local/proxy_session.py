@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from ironflow import errors
+from ironflow.auth_proxy import app, config, registry, tokens
 from ironflow.secrets import Secret
 
 __all__ = ["proxy_session"]
@@ -36,10 +36,6 @@ async def proxy_session(
     expires_in: float,
 ) -> AsyncIterator[Secret]:
     """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds."""
-    try:
-        from ironflow.auth_proxy import app, config, registry, tokens
-    except ImportError as exc:  # pragma: no cover - the auth proxy ships with ironflow
-        raise errors.SandboxError(f"the in-process auth proxy is not available: {exc}") from None
     settings = config.AuthProxyConfig(
         admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
         upstream=upstream,

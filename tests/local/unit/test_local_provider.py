@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, identity, provider, settings
+from ironflow.local import bwrap, identity, provider, sandbox_argv, settings
 from ironflow.provider import AgentProvider
 from ironflow.steps import AgentConfig
 
@@ -156,9 +156,9 @@ def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings()
 def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is_sandbox_error: bool) -> None:
     if is_sandbox_error:
         with pytest.raises(errors.SandboxError, match="sandbox could not start the step"):
-            provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+            sandbox_argv.raise_if_sandbox_failed(code, stderr, "gvisor")
     else:
-        provider._raise_if_sandbox_failed(code, stderr, "gvisor")
+        sandbox_argv.raise_if_sandbox_failed(code, stderr, "gvisor")
 
 
 @pytest.mark.parametrize(
@@ -173,7 +173,7 @@ def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is
     ],
 )
 def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
-    assert provider._command_exit_code(code, stderr) == expected
+    assert sandbox_argv.command_exit_code(code, stderr) == expected
 
 
 def test_staged_sources_are_numbered_once_each_under_tmp() -> None:

@@ -1,0 +1,204 @@
+"""A local sandbox's command line, rendered from the provider's shape: the runtime's argv
+(bubblewrap or ``runsc do``), the seccomp program's fd, and on a root worker the binds its
+first process stages for the dropped uid; and how to tell the runtime's own failures from
+the step's.
+
+It reads the host's ``/`` and ``/etc`` listings and writes the managed settings into the
+run's temp dir; the argv itself comes from the pure :mod:`~ironflow.local.bwrap` and
+:mod:`~ironflow.local.gvisor` builders. Nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.local import bwrap, forwarder, gvisor, identity, seccomp, settings
+
+__all__ = [
+    "SandboxShape",
+    "command_exit_code",
+    "host_entries",
+    "raise_if_sandbox_failed",
+    "render",
+    "seccomp_fds",
+    "which",
+]
+
+log = logging.getLogger("ironflow.local")
+
+_RUNSC_FAILURE: Final = re.compile(r"(starting|running|creating) (root )?container: ")
+
+
+@dataclass(frozen=True)
+class SandboxShape:
+    """What the provider's settings say about every sandbox it starts."""
+
+    isolation: settings.Isolation
+    profiles: tuple[settings.LocalProfile, ...]
+    home_size_bytes: int
+    tmp_size_bytes: int
+    sessions_dir: str | None
+    host_uid: int | None
+
+
+def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
+    out = []
+    with os.scandir(directory) as it:
+        for e in it:
+            link = os.readlink(e.path) if e.is_symlink() else None
+            out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
+    return tuple(out)
+
+
+def which(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        package = "bubblewrap" if name == "bwrap" else name
+        raise errors.SandboxError(f"{name} is not installed: install it (apt-get install -y {package})")
+    return found
+
+
+
+def render(
+    shape: SandboxShape,
+    cmd: tuple[str, ...],
+    *,
+    tmp: str,
+    working_dir: str | None,
+    mounts: tuple[bwrap.ReadOnlyMount, ...],
+    proxy_socket: str | None,
+    extra_tools: tuple[str, ...] = (),
+    fds: tuple[int, ...] = (),
+    managed: Mapping[str, Any] | None = None,
+) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
+    """The runtime's argv, and on a root worker the binds its first process stages."""
+    managed_dir: str | None = None
+    if managed is not None:
+        managed_dir = os.path.join(tmp, "managed-settings")
+        os.mkdir(managed_dir)
+        target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
+        Path(target).write_text(json.dumps(managed, indent=2))
+    profile_dirs = tuple(p.path for p in shape.profiles)
+    python = os.path.realpath(sys.executable)
+    script = os.path.realpath(forwarder.__file__)
+    tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
+    if shape.isolation == "gvisor":
+        # No bind mount: gVisor shows each of ``mounts`` where it is (the provider's mount check made sure).
+        bridge = None
+        if proxy_socket is not None:
+            bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
+        return gvisor.gvisor_argv(
+            gvisor.GvisorSettings(
+                command=cmd,
+                managed_settings_dir=managed_dir,
+                profile_dirs=profile_dirs,
+                working_dir=working_dir,
+                home_size_bytes=shape.home_size_bytes,
+                tmp_size_bytes=shape.tmp_size_bytes,
+                traverse=tools,
+                proxy=bridge,
+                runsc_path=which("runsc"),
+            )
+        ), ()
+    # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
+    # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
+    taken = {os.path.normpath(m.target) for m in mounts}
+    exposed: dict[str, bwrap.ReadOnlyMount] = {}
+    for tool in tools:
+        if settings.hidden_from_sandbox(tool):
+            root = settings.tool_root(tool)
+            if root not in taken:
+                exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
+    read_only = (*exposed.values(), *mounts)
+    forwarder_script = script if proxy_socket is not None else None
+    sessions_dir = shape.sessions_dir
+    binds: tuple[tuple[bytes, bytes], ...] = ()
+    if shape.host_uid is not None:  # every source, staged where the dropped uid reaches it
+        if proxy_socket is not None:
+            os.chown(proxy_socket, shape.host_uid, shape.host_uid)
+            os.chmod(proxy_socket, 0o600)
+        optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
+        sources = [*(m.source for m in read_only), *profile_dirs, *(p for p in optional if p is not None)]
+        plan = identity.stage_plan(sources)
+        binds = identity.binds(plan)
+        read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
+        profile_dirs = tuple(plan[p] for p in profile_dirs)
+        managed_dir, proxy_socket, forwarder_script, sessions_dir = (
+            None if p is None else plan[p] for p in optional
+        )
+    full_cmd = cmd
+    if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
+        relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
+        full_cmd = (*relay, *cmd)
+    return bwrap.bwrap_argv(
+        bwrap.BwrapSettings(
+            command=full_cmd,
+            root_entries=host_entries("/"),
+            etc_entries=host_entries("/etc"),
+            read_only_mounts=read_only,
+            managed_settings_dir=managed_dir,
+            profile_dirs=profile_dirs,
+            proxy_socket=proxy_socket,
+            forwarder_script=forwarder_script,
+            working_dir=working_dir,
+            home_size_bytes=shape.home_size_bytes,
+            tmp_size_bytes=shape.tmp_size_bytes,
+            bwrap_path=which("bwrap"),
+            seccomp_fd=fds[0] if fds else None,
+            sessions_dir=sessions_dir,
+        )
+    ), binds
+
+@contextlib.contextmanager
+def seccomp_fds(isolation: settings.Isolation) -> Iterator[tuple[int, ...]]:
+    """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
+    program = seccomp.filter_program(platform.machine()) if isolation == "bwrap" else None
+    if program is None:
+        if isolation == "bwrap":
+            log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
+        yield ()
+        return
+    fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield (fd,)
+    finally:
+        os.close(fd)
+
+
+def command_exit_code(code: int, stderr: str) -> int:
+    """A plain command bubblewrap could not execute is the command's failure, as in a shell and
+    under gVisor: 127 when it does not exist, 126 when it cannot run (bwrap itself exits 1)."""
+    first = (stderr.strip().splitlines() or [""])[0]
+    if code != 1 or not first.startswith("bwrap: execvp "):
+        return code
+    return 127 if first.endswith(": No such file or directory") else 126
+
+
+def raise_if_sandbox_failed(code: int, stderr: str, isolation: settings.Isolation) -> None:
+    """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
+    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
+    if code == 0:
+        return
+    lines = stderr.strip().splitlines()
+    first = lines[0] if lines else ""
+    runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
+    setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
+    bwrap_failed = first.startswith("bwrap:") and code == 1
+    if bwrap_failed or runsc_failed or setup_failed:
+        reason = next((line for line in lines if _RUNSC_FAILURE.match(line) or gvisor.SETUP_FAILED in line), first)
+        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(reason, 500)}")
