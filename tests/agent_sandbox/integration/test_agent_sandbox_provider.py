@@ -168,6 +168,21 @@ async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env:
     await eventually(lambda: [e[0] for e in events].count("member") == 2)
 
 
+async def test_a_pool_scaled_to_zero_deletes_its_ready_member_so_the_next_claim_cold_starts(env: Env) -> None:
+    """As v1.0.3 does: scaled down, the pool deletes idle members; a claim made afterwards finds
+    nothing to adopt (before, the stand-in kept the member and a later claim adopted it)."""
+    p = env.provider(replicas=1)
+    await env.apply_template(p)
+    sandboxes = claims.resources().sandboxes
+    await eventually(lambda: any(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)))
+    member = env.server.objects(sandboxes, env.ns)[0]["metadata"]["name"]
+    await env.api.patch(p.resources.pools, env.ns, p.settings.pool, {"spec": {"replicas": 0}})
+    await eventually(lambda: not env.server.objects(sandboxes, env.ns) and not env.server.objects(k8s.PODS, env.ns))
+    assert ("scaled-down", p.settings.pool, member) in env.controller.events
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "after"))
+    assert [e[0] for e in env.controller.events if e[0] in ("warm", "cold")] == ["cold"]
+
+
 async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_revoked(env: Env) -> None:
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
