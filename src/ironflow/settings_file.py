@@ -21,7 +21,7 @@ import yaml
 
 from ironflow import errors
 
-__all__ = ["Section", "load", "parse", "unknown_key_message"]
+__all__ = ["Section", "load", "parse", "read", "unknown_key_message"]
 
 
 def unknown_key_message(key: str, known: Collection[str]) -> str:
@@ -144,21 +144,39 @@ class Section:
         return [Section(item, known=known, path=f"{self.key_path(key)}[{i}]") for i, item in enumerate(value)]
 
 
-def parse(text: str, *, source: str, known: Collection[str], refused: Mapping[str, str] | None = None) -> Section:
-    """The top section of a YAML settings text; ``source`` names it in errors (a file name)."""
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line (PyYAML's message spans several, with a snippet of the file)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(exc).splitlines()[0]
+
+
+def _mapping(text: str, source: str) -> Mapping[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise errors.ConfigError(f"{source} is not valid YAML: {exc}") from None
+        raise errors.ConfigError(f"{source} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, Mapping):
         raise errors.ConfigError(f"{source} must hold a mapping of settings")
-    return Section(data, known=known, refused=refused)
+    return data
 
 
-def load(path: str | Path, *, what: str, known: Collection[str], refused: Mapping[str, str] | None = None) -> Section:
-    """Read and parse one settings file; ``what`` names its kind (``provider file``) in errors."""
+def parse(text: str, *, source: str, known: Collection[str], refused: Mapping[str, str] | None = None) -> Section:
+    """The top section of a YAML settings text; ``source`` names it in errors (a file name)."""
+    return Section(_mapping(text, source), known=known, refused=refused)
+
+
+def read(path: str | Path, *, what: str) -> Mapping[str, Any]:
+    """The top mapping of one settings file, keys not yet checked: for a file of two forms
+    whose known keys depend on which one it is. ``what`` names its kind in errors."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise errors.ConfigError(f"cannot read {what} '{path}': {exc.strerror}") from None
-    return parse(text, source=f"{what} '{path}'", known=known, refused=refused)
+    return _mapping(text, f"{what} '{path}'")
+
+
+def load(path: str | Path, *, what: str, known: Collection[str], refused: Mapping[str, str] | None = None) -> Section:
+    """Read and parse one settings file; ``what`` names its kind (``provider file``) in errors."""
+    return Section(read(path, what=what), known=known, refused=refused)

@@ -31,9 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
-from ironflow import errors, results, steps
+from ironflow import errors, results, settings_file, steps
 from ironflow.agent_sandbox import apply, claims, models, rules
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.runner import SandboxStepRunner
@@ -132,23 +130,28 @@ class AgentSandboxProvider(ProviderBase):
     # -- loading from YAML --
 
     @classmethod
-    def from_file(cls, path: str | Path) -> AgentSandboxProvider:
+    def from_file(cls, path: str | Path, *, pod_settings_alone: bool = False) -> AgentSandboxProvider:
         """Load settings from YAML: ``pod:`` (the ephemeral provider's schema, ``sandboxed: true``),
         and ``template``, ``warm_pool``, ``replicas``, ``api_version``, ``ready_timeout_seconds``,
         ``network_policy`` (``default``, ``unmanaged``, or ``{ingress: [...], egress: [...]}``).
 
+        With ``pod_settings_alone`` a file without ``pod:`` is read as the pod settings
+        (``ironflow sandbox render`` and ``apply-template`` take either form).
+
         Raises:
-            ConfigError: unreadable file, bad YAML, an unknown key (named), a wrong type.
+            ConfigError: unreadable file, bad YAML, an unknown key (with the nearest known one), a
+                wrong type; each names the key path.
         """
-        try:
-            data = yaml.safe_load(Path(path).read_text())
-        except OSError as exc:
-            raise errors.ConfigError(f"cannot read provider file '{path}': {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise errors.ConfigError(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, Mapping):
-            raise errors.ConfigError(f"provider file '{path}' must hold a mapping of settings")
-        return cls.from_dict(data, base=Path(path).parent)
+        data = settings_file.read(path, what="provider file")
+        base = Path(path).resolve().parent  # a relative kubeconfig is taken from the file's directory
+        if pod_settings_alone and "pod" not in data:
+            pod = K8sEphemeralProvider.from_dict(data, base=base)
+            if not pod.is_sandboxed:
+                raise errors.ConfigError(
+                    f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened"
+                )
+            return cls(pod)
+        return cls.from_dict(data, base=base)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: str | Path | None = None) -> AgentSandboxProvider:
@@ -156,44 +159,26 @@ class AgentSandboxProvider(ProviderBase):
 
         ``base`` is the directory a relative ``pod.cluster.kubeconfig`` path is taken from.
         """
-        unknown = sorted(set(data) - set(_YAML_KEYS))
-        if unknown:
-            raise errors.ConfigError(f"unknown setting '{unknown[0]}'; known: {', '.join(_YAML_KEYS)}")
+        top = settings_file.Section(data, known=_YAML_KEYS)
         if not isinstance(data.get("pod"), Mapping):
-            raise errors.ConfigError("setting 'pod' is required: the pod settings (image, sandboxed: true, ...)")
-        pod = K8sEphemeralProvider.from_dict(data["pod"], base=base)
+            raise top.error("pod", "is required: the pod settings (image, sandboxed: true, ...)")
+        try:
+            pod = K8sEphemeralProvider.from_dict(data["pod"], base=base)
+        except errors.ConfigError as exc:
+            raise top.error("pod", exc.message) from None  # the pod reader names keys inside 'pod'
         if not pod.is_sandboxed:
-            raise errors.ConfigError("setting 'pod' must set 'sandboxed: true': agent-sandbox pods are always hardened")
+            raise top.error("pod", "must set 'sandboxed: true': agent-sandbox pods are always hardened")
         p = cls(pod)
-
-        def typed(key: str, kind: type | tuple[type, ...], what: str) -> Any:
-            value = data[key]
-            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-                raise errors.ConfigError(f"setting '{key}' must be {what}, got {type(value).__name__}")
-            return value
-
-        if data.get("template") is not None:
-            p = p.template(typed("template", str, "a string"))
-        if data.get("warm_pool") is not None or data.get("replicas") is not None:
-            pool = typed("warm_pool", str, "a string") if data.get("warm_pool") is not None else None
-            replicas = typed("replicas", int, "an integer") if data.get("replicas") is not None else 1
-            p = p.warm_pool(pool, replicas=replicas)
-        if data.get("api_version") is not None:
-            p = p.api_version(typed("api_version", str, "v1alpha1 or v1beta1"))
-        if data.get("ready_timeout_seconds") is not None:
-            p = p.ready_timeout(typed("ready_timeout_seconds", (int, float), "a number"))
-        policy = data.get("network_policy")
-        if policy == "unmanaged":
-            p = p.network_policy(None, managed=False)
-        elif isinstance(policy, Mapping):
-            extra = sorted(set(policy) - {"ingress", "egress"})
-            if extra or not all(isinstance(policy.get(k, []), list) for k in ("ingress", "egress")):
-                raise errors.ConfigError("setting 'network_policy' takes lists 'ingress' and 'egress' only")
-            rules = models.NetworkPolicyRules(tuple(policy.get("ingress", [])), tuple(policy.get("egress", [])))
-            p = p.network_policy(rules)
-        elif policy not in (None, "default"):
-            raise errors.ConfigError("setting 'network_policy' must be default, unmanaged, or {ingress, egress}")
-        return p
+        if top.has("template"):
+            p = p.template(top.text("template"))
+        if top.has("warm_pool") or top.has("replicas"):
+            replicas = top.optional_integer("replicas")
+            p = p.warm_pool(top.optional_text("warm_pool"), replicas=1 if replicas is None else replicas)
+        if top.has("api_version"):
+            p = p.api_version(top.text("api_version"))
+        if top.has("ready_timeout_seconds"):
+            p = p.ready_timeout(top.number("ready_timeout_seconds"))
+        return _network_policy(p, top)
 
     # -- runtime --
 
@@ -227,3 +212,21 @@ class AgentSandboxProvider(ProviderBase):
     async def release_run(self, run_id: str) -> int:
         async with SandboxStepRunner.for_settings(self.settings) as r:
             return await r.release_run(run_id)
+
+
+def _network_policy(p: AgentSandboxProvider, top: settings_file.Section) -> AgentSandboxProvider:
+    """``network_policy``: ``default``, ``unmanaged``, or custom ``ingress`` / ``egress`` rules."""
+    if not top.has("network_policy"):
+        return p
+    policy = top.data["network_policy"]
+    if isinstance(policy, Mapping):
+        section = top.section("network_policy", ("ingress", "egress"))
+        ingress = section.items("ingress", ("from", "ports")) if section.has("ingress") else []
+        egress = section.items("egress", ("to", "ports")) if section.has("egress") else []
+        custom = models.NetworkPolicyRules(tuple(dict(r.data) for r in ingress), tuple(dict(r.data) for r in egress))
+        return p.network_policy(custom)
+    if policy == "unmanaged":
+        return p.network_policy(None, managed=False)
+    if policy != "default":
+        raise top.error("network_policy", "must be default, unmanaged, or {ingress: [...], egress: [...]}")
+    return p

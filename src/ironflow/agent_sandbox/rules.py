@@ -17,6 +17,7 @@ claim env needs the template's         ``Disallowed`` (the default) rejects the 
 warm-pool policy                       v1alpha1 ``warmpool`` is ``none``, ``default`` or a pool name;
                                        v1beta1 ``warmPoolRef`` names a pool (no policy words)
 reserved ``agents.x-k8s.io/*`` keys    the controllers own them (and drop them from pod templates)
+label keys and values                  the API's syntax, checked by the shared ``ironflow.labels`` rules
 claim pod metadata                     label keys need an allowed domain prefix; annotation keys in
                                        kubernetes.io, k8s.io, agents.x-k8s.io are rejected
 fields of the other API version        ``replicas`` vs ``operatingMode``, ``sandboxTemplateRef`` vs
@@ -31,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.agent_sandbox import models
 
 __all__ = [
@@ -53,8 +54,6 @@ ALLOWED_POD_ANNOTATION: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _PROTECTED_ANNOTATION_DOMAINS: Final = ("kubernetes.io", "k8s.io", "agents.x-k8s.io")
 #: A warm-pool member is named ``<pool>-`` plus this many random characters.
 WARM_MEMBER_SUFFIX_LEN: Final = 5
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _RFC3339: Final = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
 )
@@ -93,10 +92,12 @@ def _fail(message: str) -> errors.ConfigError:
 
 
 def _check_name(kind: str, name: str, *, label: bool = False) -> None:
-    limit, pattern, what = (63, _DNS_LABEL, "DNS label") if label else (253, _DNS_SUBDOMAIN, "DNS subdomain")
+    limit, valid, what = (
+        (63, labels.is_dns_label, "DNS label") if label else (253, labels.is_dns_subdomain, "DNS subdomain")
+    )
     if not name:
         raise _fail(f"{kind} name must not be empty")
-    if len(name) > limit or pattern.fullmatch(name) is None:
+    if not valid(name):
         raise _fail(
             f"{kind} name '{name}' is not a valid {what} (lowercase letters, digits, '-', at most {limit} characters)"
         )
@@ -109,6 +110,15 @@ def _check_keys(where: str, mapping: Mapping[str, str]) -> None:
                 f"{where} key '{key}' is reserved: the agent-sandbox controllers own agents.x-k8s.io/* keys; "
                 "use your own domain"
             )
+
+
+def _check_labels(where: str, mapping: Mapping[str, str]) -> None:
+    """Reserved keys first (the clearer fix), then the syntax the API server would refuse."""
+    _check_keys(where, mapping)
+    for key, value in mapping.items():
+        problem = labels.label_key_problem(key) or labels.label_value_problem(key, value)
+        if problem is not None:
+            raise _fail(f"{where}: {problem}")
 
 
 def _check_time(where: str, value: str | None) -> None:
@@ -126,7 +136,7 @@ def _check_vcts(kind: str, vcts: Sequence[models.VolumeClaimTemplate], sandbox_n
         if vct.name in seen:
             raise _fail(f"{kind} has two volume claim templates named '{vct.name}'")
         seen.add(vct.name)
-        _check_keys(f"volume claim template '{vct.name}' label", vct.labels)
+        _check_labels(f"volume claim template '{vct.name}' label", vct.labels)
         for sandbox in sandbox_names:
             pvc = pvc_name(vct.name, sandbox)
             if len(pvc) > 253:
@@ -139,12 +149,12 @@ def _check_vcts(kind: str, vcts: Sequence[models.VolumeClaimTemplate], sandbox_n
 def _check_metadata(kind: str, value: models.AgentSandboxObject) -> None:
     _check_name(kind, value.name)
     _check_name(f"{kind} namespace", value.namespace, label=True)
-    _check_keys(f"{kind} label", value.labels)
+    _check_labels(f"{kind} label", value.labels)
     _check_keys(f"{kind} annotation", value.annotations)
 
 
 def _check_pod_template(kind: str, template: models.PodTemplate) -> None:
-    _check_keys(f"{kind} pod template label", template.labels)
+    _check_labels(f"{kind} pod template label", template.labels)
     _check_keys(f"{kind} pod template annotation", template.annotations)
     containers = template.spec.get("containers") or []
     if not containers:
@@ -166,7 +176,7 @@ def _in_domains(domain: str, domains: Sequence[str]) -> bool:
 
 def _check_claim_pod_metadata(claim: models.SandboxClaim, allowed_label_domains: Sequence[str]) -> None:
     for key in claim.pod_labels:
-        _check_keys("claim pod label", {key: ""})
+        _check_labels("claim pod label", {key: ""})
         domain = _domain(key)
         if domain is None or not _in_domains(domain, allowed_label_domains):
             raise _fail(
@@ -227,11 +237,7 @@ def _check_pool_ref(claim: models.SandboxClaim) -> None:
             raise _fail(f"v1alpha1 claim '{claim.name}' needs template (spec.sandboxTemplateRef.name)")
         _check_name("claim template", claim.template)
         pool = claim.warm_pool
-        if (
-            pool is not None
-            and pool not in _POOL_POLICIES
-            and (_DNS_SUBDOMAIN.fullmatch(pool) is None or len(pool) > 253)
-        ):
+        if pool is not None and pool not in _POOL_POLICIES and not labels.is_dns_subdomain(pool):
             raise _fail(
                 f"warm pool policy '{pool}' must be 'none', 'default' or the name of a "
                 "SandboxWarmPool in the claim's namespace"

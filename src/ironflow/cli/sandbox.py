@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Final
 
 import typer
-import yaml
 from rich.console import Console
 
 from ironflow import errors
@@ -55,26 +54,11 @@ def parse_egress(text: str) -> tuple[str, int | None]:
 
 
 def _load(path: Path | None, image: str) -> AgentSandboxProvider:
-    """The provider of a settings file: agent-sandbox settings (a ``pod:`` section) or pod settings alone."""
+    """The provider of a settings file (agent-sandbox settings or pod settings alone), else of ``--image``."""
 
     if path is None:
         return AgentSandboxProvider(K8sEphemeralProvider.sandboxed(image))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        exits.fail(f"cannot read provider file '{path}': {exc.strerror}")
-    except yaml.YAMLError as exc:
-        exits.fail(f"provider file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
-    if not isinstance(data, dict):
-        exits.fail(f"provider file '{path}' must hold a mapping of settings")
-    # A relative cluster.kubeconfig is taken from the file's directory, as every other loader does.
-    base = path.resolve().parent
-    if "pod" in data:
-        return AgentSandboxProvider.from_dict(data, base=base)
-    pod = K8sEphemeralProvider.from_dict(data, base=base)
-    if not pod.is_sandboxed:
-        exits.fail(f"provider file '{path}' must set 'sandboxed: true': agent-sandbox pods are always hardened")
-    return AgentSandboxProvider(pod)
+    return AgentSandboxProvider.from_file(path, pod_settings_alone=True)
 
 
 @sandbox_app.command("render")

@@ -260,6 +260,7 @@ class Store:
         self.defaults(t, obj)
         self.put(t, (namespace or "", meta["name"]), obj, None)
         self.emit(t, "ADDED", obj, None)
+        self.collect_if_orphaned(t, obj)
         return obj
 
     def defaults(self, t: Type, obj: Obj) -> None:
@@ -300,6 +301,8 @@ class Store:
         self.emit(t, "MODIFIED", new, old)
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self.lifecycle.holds(meta["uid"]):
             self.remove(t, new)
+        else:
+            self.collect_if_orphaned(t, new)
         return new
 
     def remove(self, t: Type, obj: Obj) -> None:
@@ -342,12 +345,31 @@ class Store:
     def dependents(self, uid: str) -> list[tuple[Type, Obj]]:
         return [(self.kinds[tk], self.objects[tk][key]) for tk, key in sorted(self.children.get(uid, ()))]
 
+    def _owners_gone(self, obj: Obj) -> bool:
+        owners = obj["metadata"].get("ownerReferences") or []
+        return bool(owners) and all(str(ref.get("uid", "")) not in self.by_uid for ref in owners)
+
+    def collect_if_orphaned(self, t: Type, obj: Obj) -> None:
+        """An object stored with owners that are all gone is collected soon (Background), as the
+        real collector does: a controller that acted on a stale read (an owner deleted meanwhile)
+        leaves nothing behind."""
+        if not self._owners_gone(obj):
+            return
+        meta = obj["metadata"]
+        key, uid = (meta.get("namespace") or "", meta["name"]), meta["uid"]
+
+        def collect() -> None:
+            current = self.objects[t.key].get(key)
+            if current is not None and current["metadata"]["uid"] == uid and self._owners_gone(current):
+                self.delete(t, current, grace=None, policy="Background")
+
+        asyncio.get_running_loop().call_soon(collect)
+
     def collect_dependents(self, owner_uid: str, owners_of_removed: list[str]) -> None:
         """The garbage collector: dependents whose owners are all gone are deleted (Background);
         an owner in foreground deletion goes once its last dependent has."""
         for t, obj in self.dependents(owner_uid):
-            owners = obj["metadata"].get("ownerReferences") or []
-            if all(str(ref.get("uid", "")) not in self.by_uid for ref in owners):
+            if self._owners_gone(obj):
                 self.delete(t, obj, grace=None, policy="Background")
         for uid in owners_of_removed:
             where = self.by_uid.get(uid)

@@ -5,9 +5,10 @@ It does, through the API like the real controllers, the part of their work ironf
 (``<pool>-<5 chars>``, labelled ``agents.x-k8s.io/warm-pool-sandbox=<FNV-1a(pool)>``, owned by
 the pool), each with a pod named after it; a SandboxClaim without env adopts the oldest Ready
 member (labels and ownerReference moved to the claim, ``launch-type=warm``) and the pool
-replenishes; otherwise it cold-starts a Sandbox named after the claim. Sandbox ``Ready``
-follows its pod; the claim mirrors it with ``status.sandbox.name``. Deleting a claim
-cascades (ownerReferences) to its Sandbox and pod through the server's garbage collector.
+replenishes (scaled down, it deletes idle members, unready first, then newest); otherwise it
+cold-starts a Sandbox named after the claim. Sandbox ``Ready`` follows its pod; the claim
+mirrors it with ``status.sandbox.name``. Deleting a claim cascades (ownerReferences) to its
+Sandbox and pod through the server's garbage collector.
 
 The test scripts the timing: ``cold_start_s``, ``warm_start_s``, and ``stall(claim)`` to keep
 a claim's pod Pending for ever. It reconciles by listing every ``interval_s`` (a stand-in
@@ -145,7 +146,8 @@ class AgentSandboxController:
         #: Delete a claim once its ``lifecycle.shutdownTime`` passes (shutdownPolicy Delete), as the
         #: real controller (v1.0.3) does; off by default, so reaper tests can play a controller that is down.
         self.expire_claims = expire_claims
-        #: What happened, in order: ("cold", claim, sandbox), ("warm", claim, sandbox), ("member", pool, sandbox).
+        #: What happened, in order: ("cold", claim, sandbox), ("warm", claim, sandbox), ("member", pool, sandbox),
+        #: ("scaled-down", pool, sandbox), ("expired", claim, "").
         self.events: list[tuple[str, str, str]] = []
         self._ready_at: dict[str, float] = {}  # sandbox uid -> when its pod runs
         self._adopted: set[str] = set()  # sandbox names already given to a claim
@@ -258,6 +260,7 @@ class AgentSandboxController:
             and _owned_by(s, pool["metadata"]["uid"])
         ]
         wanted = pool["spec"].get("replicas", 1)
+        await self._scale_down(pool, [m for m in members if m["metadata"]["name"] not in self._adopted], wanted)
         for _ in range(max(0, wanted - len(members))):
             labels = {
                 LABEL_WARM_POOL: pool_hash,
@@ -268,6 +271,18 @@ class AgentSandboxController:
                 {"generateName": pool["metadata"]["name"] + "-"}, template, labels, _owner(pool), self.warm_start_s
             )
             self.events.append(("member", pool["metadata"]["name"], sandbox["metadata"]["name"]))
+
+    async def _scale_down(self, pool: Obj, members: list[Obj], wanted: int) -> None:
+        """Delete members past ``replicas``, unready first, then newest, as v1.0.3 does: a pool
+        scaled to 0 keeps no Ready member a later claim could adopt."""
+        assert self._api is not None
+        by_age = sorted(members, key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
+        newest = by_age[::-1]
+        order = [s for s in newest if not _ready(s)] + [s for s in newest if _ready(s)]
+        for sandbox in order[: max(0, len(members) - wanted)]:
+            with contextlib.suppress(errors.KubeNotFound):
+                await self._api.delete(self.sandboxes, self.namespace, sandbox["metadata"]["name"])
+            self.events.append(("scaled-down", pool["metadata"]["name"], sandbox["metadata"]["name"]))
 
     async def _create_sandbox(
         self, naming: Obj, template: Mapping[str, Any], labels: Mapping[str, str], owner: Obj, start_s: float

@@ -207,9 +207,10 @@ def test_a_claim_never_ready_within_the_files_timeout_is_one_error_line_and_noth
         (None, "--backend agent-sandbox needs --provider provider.yaml (see docs/agent-sandbox.md)"),
         ("", "cannot read provider file"),
         ("pod: [\n", "is not valid YAML"),
-        ("image: busybox\nsandboxed: true\n", "unknown setting 'image'"),
-        ("pod: {image: busybox}\n", "setting 'pod' must set 'sandboxed: true'"),
-        ("pod: {image: busybox, sandboxed: true}\nready_timeout_seconds: soon\n", "'ready_timeout_seconds' must be"),
+        ("image: busybox\nsandboxed: true\n", "unknown key 'image'"),
+        ("pod: {image: busybox}\n", "pod: must set 'sandboxed: true'"),
+        ("pod: {image: busybox, sandboxed: true}\nready_timeout_seconds: soon\n", "ready_timeout_seconds: must be"),
+        ("pod: {image: busybox, sandboxed: true}\nreplcas: 3\n", "unknown key 'replcas'; did you mean 'replicas'"),
     ],
 )
 def test_a_bad_or_missing_provider_file_is_exit_2_with_one_line(

@@ -168,6 +168,21 @@ async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env:
     await eventually(lambda: [e[0] for e in events].count("member") == 2)
 
 
+async def test_a_pool_scaled_to_zero_deletes_its_ready_member_so_the_next_claim_cold_starts(env: Env) -> None:
+    """As v1.0.3 does: scaled down, the pool deletes idle members; a claim made afterwards finds
+    nothing to adopt (before, the stand-in kept the member and a later claim adopted it)."""
+    p = env.provider(replicas=1)
+    await env.apply_template(p)
+    sandboxes = claims.resources().sandboxes
+    await eventually(lambda: any(claims.has_condition(s, "Ready") for s in env.server.objects(sandboxes, env.ns)))
+    member = env.server.objects(sandboxes, env.ns)[0]["metadata"]["name"]
+    await env.api.patch(p.resources.pools, env.ns, p.settings.pool, {"spec": {"replicas": 0}})
+    await eventually(lambda: not env.server.objects(sandboxes, env.ns) and not env.server.objects(k8s.PODS, env.ns))
+    assert ("scaled-down", p.settings.pool, member) in env.controller.events
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "after"))
+    assert [e[0] for e in env.controller.events if e[0] in ("warm", "cold")] == ["cold"]
+
+
 async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_revoked(env: Env) -> None:
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
@@ -235,6 +250,39 @@ async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_a_claim_deleted_before_its_sandbox_is_created_leaves_no_sandbox_or_pod(env: Env) -> None:
+    """The controller listed the claim, the step was cancelled and deleted it, then the cold start
+    landed: the Sandbox (and its pod) point at an owner already gone and the collector removes them,
+    as the real garbage collector does (issue 19: this interleaving left a Sandbox for good)."""
+    env.controller.stall = lambda claim: True
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    reached, release = asyncio.Event(), asyncio.Event()
+    controller_api = env.controller._api  # the stand-in's own client: hold its Sandbox create
+    assert controller_api is not None
+    original = controller_api.create
+
+    async def held(resource: k8s.Resource, namespace: str | None, body: Any) -> Any:
+        if resource.plural == "sandboxes":
+            reached.set()
+            await release.wait()
+        return await original(resource, namespace, body)
+
+    controller_api.create = held  # type: ignore[method-assign]
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "c")))
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not env.claims(), what="the runner to delete its claim")
+    release.set()
+    await eventually(lambda: [e[0] for e in env.controller.events] == ["cold"], what="the late cold start")
+    await eventually(
+        lambda: not env.step_sandboxes() and not env.server.objects(k8s.PODS, env.ns),
+        what="the late Sandbox and its pod to be collected",
+    )
 
 
 async def test_step_cancelled_while_the_claim_create_answer_is_in_flight_deletes_the_claim(env: Env) -> None:

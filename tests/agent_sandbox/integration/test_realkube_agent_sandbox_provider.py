@@ -603,8 +603,12 @@ async def test_the_stand_in_expires_claims_words_its_conditions_and_adopts_like_
             warm = server.get_object(res.claims, "std", "warm") or {}
             member = server.get_object(res.sandboxes, "std", warm["status"]["sandbox"]["name"]) or {}
             assert labels.ANNOTATION_SANDBOX_POD_NAME not in (member["metadata"].get("annotations") or {})
-            await p.warm_pool(replicas=0).apply_template(api)
-            await api.create(res.claims, "std", claim("stuck", p.warm_pool(replicas=0)))
+            # A pool that never had members: scaling the first pool to 0 would race its refill of
+            # the adopted member (a pass that read replicas=1 can still create one), and "stuck"
+            # would adopt that member and be Ready.
+            cold = p.template("cold-only").warm_pool(replicas=0)
+            await cold.apply_template(api)
+            await api.create(res.claims, "std", claim("stuck", cold))
 
             def stuck_reason() -> tuple[str, str] | None:
                 c = claims.condition(server.get_object(res.claims, "std", "stuck") or {}, "Ready") or {}

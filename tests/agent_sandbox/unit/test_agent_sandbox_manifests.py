@@ -250,6 +250,23 @@ def test_reserved_agents_labels_are_refused_everywhere(key: str) -> None:
     refused(claim(pod_labels={key: "v"}), "reserved")
 
 
+def test_label_keys_and_values_follow_the_kubernetes_syntax_everywhere() -> None:
+    """The shared label rules (ironflow.labels), named by where the label sits, before the API refuses it."""
+    refused(models.Sandbox("sb", POD, labels={"bad key": "v"}), r"^Sandbox label: label key 'bad key' is not valid")
+    refused(models.Sandbox("sb", POD, labels={"Bad_Domain/x": "v"}), "prefix must be a DNS subdomain")
+    refused(models.SandboxWarmPool("p", "t", labels={"team": "has space"}), r"label 'team' value 'has space'")
+    pod = models.PodTemplate(POD.spec, labels={"team": "-x"})
+    refused(models.Sandbox("sb", pod), r"pod template label: label 'team' value '-x' is not valid")
+    manifests.render(models.Sandbox("sb", POD, labels={"example.com/team": "a.b_c-1", "empty": ""}))
+
+
+def test_names_use_the_shared_dns_rules() -> None:
+    refused(models.Sandbox("Upper", POD), "not a valid DNS subdomain")
+    refused(models.Sandbox("a" * 254, POD), "at most 253 characters")
+    manifests.render(models.Sandbox("a.b-c", POD))
+    refused(claim(A, warm_pool="Not_A_Pool"), "warm pool policy 'Not_A_Pool' must be")
+
+
 def test_claim_pod_labels_need_an_allowed_domain() -> None:
     refused(claim(pod_labels={"team": "a"}), "needs a domain prefix the controller allows")
     refused(claim(pod_labels={"ironflow.io/run-id": "a"}), "allowed-label-domains")

@@ -211,19 +211,36 @@ def test_settings_load_from_a_mapping() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"replica": 1}, "unknown setting 'replica'"),
-        ({"pod": None}, "setting 'pod' is required"),
-        ({"pod": {"image": "img"}}, "must set 'sandboxed: true'"),
-        ({"replicas": "3"}, "setting 'replicas' must be an integer, got str"),
-        ({"replicas": True}, "setting 'replicas' must be an integer, got bool"),
-        ({"network_policy": "open"}, "must be default, unmanaged"),
-        ({"network_policy": {"egress": {}}}, "takes lists 'ingress' and 'egress' only"),
+        ({"replica": 1}, r"^unknown key 'replica'; did you mean 'replicas'\?$"),
+        ({"pod": None}, r"^pod: is required: the pod settings"),
+        ({"pod": {"image": "img"}}, r"^pod: must set 'sandboxed: true'"),
+        ({"pod": {"image": "img", "sandboxed": True, "namespace": 3}}, r"^pod: setting 'namespace' must be a string"),
+        ({"replicas": "3"}, r"^replicas: must be an integer, got str$"),
+        ({"replicas": True}, r"^replicas: must be an integer, got bool$"),
+        ({"template": 7}, r"^template: must be a string, got int$"),
+        ({"ready_timeout_seconds": "soon"}, r"^ready_timeout_seconds: must be a number, got str$"),
+        ({"network_policy": "open"}, r"^network_policy: must be default, unmanaged, or \{ingress"),
+        ({"network_policy": {"egress": {}}}, r"^network_policy\.egress: must be a list, got dict$"),
+        ({"network_policy": {"egres": []}}, r"^network_policy: unknown key 'egres'; did you mean 'egress'\?$"),
+        ({"network_policy": {"egress": [{"port": []}]}}, r"^network_policy\.egress\[0\]: unknown key 'port'; did you"),
         ({"api_version": "v2"}, "v1alpha1 or v1beta1"),
     ],
 )
-def test_bad_settings_are_refused_by_name(change: dict[str, object], message: str) -> None:
+def test_bad_settings_are_refused_by_key_path(change: dict[str, object], message: str) -> None:
     with pytest.raises(errors.ConfigError, match=message):
         AgentSandboxProvider.from_dict({**SETTINGS, **change})
+
+
+def test_a_pod_settings_file_alone_is_read_only_when_asked(tmp_path: Path) -> None:
+    """``sandbox render`` / ``apply-template`` take the pod settings alone; the step commands need ``pod:``."""
+    path = tmp_path / "pod.yaml"
+    path.write_text("image: img\nsandboxed: true\nnamespace: agents\n")
+    assert AgentSandboxProvider.from_file(path, pod_settings_alone=True).settings.namespace == "agents"
+    with pytest.raises(errors.ConfigError, match=r"^unknown key 'image'"):
+        AgentSandboxProvider.from_file(path)
+    path.write_text("image: img\n")
+    with pytest.raises(errors.ConfigError, match=r"^provider file '.*pod\.yaml' must set 'sandboxed: true'"):
+        AgentSandboxProvider.from_file(path, pod_settings_alone=True)
 
 
 def test_settings_file_errors_name_the_file(tmp_path: Path) -> None:

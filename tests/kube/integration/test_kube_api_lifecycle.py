@@ -112,6 +112,19 @@ async def test_background_propagation_deletes_a_jobs_pods(kube: Any, make_pod: A
     assert await _gone(kube, api.PODS, "cascade-p1")
 
 
+async def test_an_object_created_after_its_owner_was_deleted_is_collected(kube: Any) -> None:
+    """A controller acting on a stale read makes a dependent of an owner already gone: the
+    garbage collector deletes it all the same."""
+    cm = {"apiVersion": "v1", "kind": "ConfigMap"}
+    owner = await kube.api.create(api.CONFIGMAPS, kube.namespace, cm | {"metadata": {"name": "owner-gone"}})
+    await kube.api.delete(api.CONFIGMAPS, kube.namespace, "owner-gone")
+    assert await _gone(kube, api.CONFIGMAPS, "owner-gone")
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner-gone", "uid": owner["metadata"]["uid"]}
+    body = cm | {"metadata": {"name": "late-dependent", "ownerReferences": [ref]}}
+    await kube.api.create(api.CONFIGMAPS, kube.namespace, body)
+    assert await _gone(kube, api.CONFIGMAPS, "late-dependent")
+
+
 async def test_job_delete_without_policy_orphans_its_pods(kube: Any, make_pod: Any) -> None:
     """batch/v1 Jobs orphan their pods by default: the pods stay, without ownerReferences."""
     job = await kube.api.create(api.JOBS, kube.namespace, _job("orphaner"))

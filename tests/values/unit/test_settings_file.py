@@ -81,6 +81,20 @@ def test_parse_refuses_bad_yaml_and_non_mappings() -> None:
         settings_file.parse("- a", source="f.yaml", known=_POD)
 
 
+def test_a_yaml_error_is_one_line_naming_where() -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        settings_file.parse("a: 1\nb: [\n", source="f.yaml", known=_POD)
+    assert "\n" not in caught.value.message
+    assert caught.value.message.startswith("f.yaml is not valid YAML: ")
+    assert "(line 3, column 1)" in caught.value.message
+
+
+def test_read_gives_the_mapping_unchecked_for_a_file_of_two_forms(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("pod: {image: i}\nanything: 1\n")
+    assert dict(settings_file.read(path, what="provider file")) == {"pod": {"image": "i"}, "anything": 1}
+
+
 def test_load_names_an_unreadable_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(errors.ConfigError, match=r"^cannot read provider file '.*nope\.yaml': No such file"):
