@@ -214,7 +214,7 @@ def test_settings_load_from_a_mapping() -> None:
         ({"replica": 1}, r"^unknown key 'replica'; did you mean 'replicas'\?$"),
         ({"pod": None}, r"^pod: is required: the pod settings"),
         ({"pod": {"image": "img"}}, r"^pod: must set 'sandboxed: true'"),
-        ({"pod": {"image": "img", "sandboxed": True, "namespace": 3}}, r"^pod: setting 'namespace' must be a string"),
+        ({"pod": {"image": "img", "sandboxed": True, "namespace": 3}}, r"^pod: namespace: must be a string, got int$"),
         ({"replicas": "3"}, r"^replicas: must be an integer, got str$"),
         ({"replicas": True}, r"^replicas: must be an integer, got bool$"),
         ({"template": 7}, r"^template: must be a string, got int$"),
