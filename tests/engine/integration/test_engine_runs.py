@@ -100,7 +100,7 @@ async def test_every_agent_step_carries_run_root_and_sanitised_step_labels(store
     run = await get(store, run_id)
     assert run.status is model.RunStatus.SUCCEEDED
     assert run.output == ["done plan", "done fix-bug-42-b8a85051"]
-    assert [dict(c.pod_labels) for c in provider.configs] == [
+    assert [c.scope.labels if c.scope else None for c in provider.configs] == [
         {labels.LABEL_RUN_ID: run_id, labels.LABEL_ROOT_RUN_ID: run_id, labels.LABEL_STEP: "plan"},
         {labels.LABEL_RUN_ID: run_id, labels.LABEL_ROOT_RUN_ID: run_id, labels.LABEL_STEP: "fix-bug-42-b8a85051"},
     ]
@@ -313,7 +313,8 @@ async def test_sub_workflow_steps_carry_the_parents_root_run_id(store: Store) ->
     assert child_id != run_id
     assert run.output == {"text": f"done {CHILD_STEP}", "run_id": child_id, "root": run_id, "parent": run_id}
     child_config = provider.configs[1]
-    assert dict(child_config.pod_labels) == {
+    assert child_config.scope is not None
+    assert child_config.scope.labels == {
         labels.LABEL_RUN_ID: child_id, labels.LABEL_ROOT_RUN_ID: run_id, labels.LABEL_STEP: CHILD_STEP
     }  # fmt: skip
     child = await get(store, child_id)
