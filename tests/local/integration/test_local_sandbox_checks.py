@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from ironflow import errors
+from ironflow.claude import layout
 from ironflow.fake_model.server import FakeAnthropic, Script
+from ironflow.local import settings
 from ironflow.local.bwrap import ReadOnlyMount
 from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
@@ -233,13 +235,24 @@ async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dr
         await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/etc/claude-code")])
 
 
+def _probe_parent() -> str:
+    """A directory both runtimes show at itself: this checkout, unless it sits under /tmp (reserved)."""
+    return next(
+        d
+        for d in (HERE, "/srv", "/opt", "/var/lib")
+        if os.path.isdir(d) and layout.mount_path_problem("probe", d) is None and not settings.hidden_from_sandbox(d)
+    )
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the root-worker identity needs a worker running as root")
 
 
 @needs_root
 async def test_a_root_worker_sandbox_cannot_read_root_only_files(provider: LocalSandboxProvider) -> None:
     """Issue 19: as root, bubblewrap's sandbox uid mapped to host root; now it is a non-root host uid."""
-    shown = tempfile.mkdtemp(prefix="root-only-", dir=HERE)  # outside every path either runtime hides
+    # Outside every path either runtime hides or reserves (a checkout under /tmp is reserved).
+    parent = _probe_parent()
+    shown = tempfile.mkdtemp(prefix="root-only-", dir=parent)
     try:
         os.chmod(shown, 0o755)  # noqa: S103 - the directory is listable, its file is not readable
         fd = os.open(os.path.join(shown, "key"), os.O_CREAT | os.O_WRONLY, 0o600)
