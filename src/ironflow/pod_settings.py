@@ -24,11 +24,17 @@ __all__ = [
     "ReadOnlyVolume",
     "SecretEnvVar",
     "VolumeSource",
+    "is_env_name",
     "validate_sub_path",
 ]
 
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_KEY: Final = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def is_env_name(name: str) -> bool:
+    """What a container env var name may be: ``[A-Za-z_][A-Za-z0-9_]*`` (the one rule, for every backend)."""
+    return _ENV_NAME.fullmatch(name) is not None
 
 
 def _require_dns_subdomain(field_name: str, value: str) -> None:
@@ -47,7 +53,7 @@ class SecretEnvVar:
     key: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _ENV_NAME.fullmatch(self.name):
+        if not isinstance(self.name, str) or not is_env_name(self.name):
             raise errors.ConfigError(f"secret_env name must be an environment variable name, got {self.name!r}")
         _require_dns_subdomain(f"secret_env {self.name}: secret", self.secret)
         if not isinstance(self.key, str) or not _SECRET_KEY.fullmatch(self.key) or len(self.key) > 253:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -199,8 +198,6 @@ def seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:
 
 # --- the checks ProviderSettings makes when it is built (each names the setting) ----------------
 
-#: What a container env var name may be (as ``steps`` checks a step's Secret env names).
-_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_LABEL_RULE: Final = "1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 _DNS_SUBDOMAIN_RULE: Final = "lowercase letters, digits, '-' and '.', 1-253 characters"
 
@@ -216,7 +213,7 @@ def _names_problem(s: ProviderSettings) -> str | None:
 def _env_problem(s: ProviderSettings) -> str | None:
     seen: set[str] = set()
     for name, _ in s.env_vars:  # never the value: it may be a credential
-        if not _ENV_NAME.fullmatch(name):
+        if not pod_settings.is_env_name(name):
             return f"env name must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
         if name in seen:
             return f"env sets {name} twice; set each variable once"
