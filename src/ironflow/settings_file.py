@@ -86,29 +86,35 @@ class Section:
             if not self.has(key):
                 raise self.error(key, "is required")
 
+    def _get(self, key: str) -> Any:
+        """The value at ``key``; a missing or null key is "is required", never a KeyError."""
+        if not self.has(key):
+            raise self.error(key, "is required")
+        return self.data[key]
+
     def _wrong(self, key: str, what: str) -> errors.ConfigError:
         return self.error(key, f"must be {what}, got {type(self.data[key]).__name__}")
 
     def text(self, key: str) -> str:
-        value = self.data[key]
+        value = self._get(key)
         if not isinstance(value, str):
             raise self._wrong(key, "a string")
         return value
 
     def flag(self, key: str) -> bool:
-        value = self.data[key]
+        value = self._get(key)
         if not isinstance(value, bool):
             raise self._wrong(key, "true or false")
         return value
 
     def number(self, key: str) -> float:
-        value = self.data[key]
+        value = self._get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._wrong(key, "a number")
         return float(value)
 
     def integer(self, key: str) -> int:
-        value = self.data[key]
+        value = self._get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._wrong(key, "an integer")
         return value
@@ -120,7 +126,7 @@ class Section:
         return self.integer(key) if self.has(key) else None
 
     def str_map(self, key: str) -> dict[str, str]:
-        value = self.data[key]
+        value = self._get(key)
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
@@ -128,17 +134,17 @@ class Section:
         return dict(value)
 
     def str_list(self, key: str) -> list[str]:
-        value = self.data[key]
+        value = self._get(key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self._wrong(key, "a list of strings")
         return list(value)
 
     def section(self, key: str, known: Collection[str]) -> Section:
-        return Section(self.data[key], known=known, path=self.key_path(key))
+        return Section(self._get(key), known=known, path=self.key_path(key))
 
     def items(self, key: str, known: Collection[str]) -> list[Section]:
         """Each mapping of the list at ``key``, at ``key[i]``."""
-        value = self.data[key]
+        value = self._get(key)
         if not isinstance(value, list):
             raise self._wrong(key, "a list")
         return [Section(item, known=known, path=f"{self.key_path(key)}[{i}]") for i, item in enumerate(value)]

@@ -102,3 +102,10 @@ def test_load_names_an_unreadable_file(tmp_path: Path) -> None:
     good = tmp_path / "p.yaml"
     good.write_text("image: i\n")
     assert settings_file.load(good, what="provider file", known=_POD).text("image") == "i"
+
+
+def test_reading_a_missing_or_null_key_names_it_as_required_not_a_key_error() -> None:
+    section = settings_file.Section({"step": None}, known=("run_id", "step"), path="scope")
+    for key in ("run_id", "step"):
+        with pytest.raises(errors.ConfigError, match=rf"^scope\.{key}: is required$"):
+            section.text(key)
