@@ -12,7 +12,7 @@ values.
 The examples are derandomized so CI sees the same inputs every run (a property that found a new
 input on some day would be a red CI on that day); explore further with
 ``pytest tests/package/unit/test_hostile_inputs.py -p no:randomly --hypothesis-seed=N`` after
-dropping ``derandomize``, or under ``scripts/soak``.
+dropping ``derandomize``.
 """
 
 from __future__ import annotations
