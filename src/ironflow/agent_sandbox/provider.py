@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,7 +38,7 @@ from ironflow.agent_sandbox.runner import SandboxStepRunner
 from ironflow.auth_proxy import issuing
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
-from ironflow.kube import clusters
+from ironflow.kube import clusters, connections
 from ironflow.provider import LogSink, ProviderBase
 
 __all__ = ["AgentSandboxProvider"]
@@ -64,6 +64,8 @@ class AgentSandboxProvider(ProviderBase):
     """
 
     settings: sandbox_steps.AgentSandboxSettings
+    #: The API clients this provider opened (one per loop and cluster), closed by :meth:`aclose`.
+    _connections: connections.Connections = field(repr=False, compare=False)
 
     def __init__(self, pod: K8sEphemeralProvider | sandbox_steps.AgentSandboxSettings) -> None:
         settings = (
@@ -74,9 +76,13 @@ class AgentSandboxProvider(ProviderBase):
                 "AgentSandboxProvider needs the hardened pod: build it with K8sEphemeralProvider.sandboxed(image)"
             )
         object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "_connections", connections.Connections())
 
     def _with(self, **changes: Any) -> AgentSandboxProvider:
-        return AgentSandboxProvider(dataclasses.replace(self.settings, **changes))
+        """A new provider with changed settings; it shares this one's connections (closing either closes both)."""
+        built = AgentSandboxProvider(dataclasses.replace(self.settings, **changes))
+        object.__setattr__(built, "_connections", self._connections)
+        return built
 
     # -- builders --
 
@@ -201,17 +207,28 @@ class AgentSandboxProvider(ProviderBase):
         issuer: issuing.TokenIssuer | None = None,
         worker_env: Mapping[str, str] | None = None,
     ) -> SandboxStepRunner:
-        """The I/O half: ``run``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and issuer."""
-        return SandboxStepRunner(self.settings, api=api, issuer=issuer, worker_env=worker_env)
+        """The I/O half: ``run``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and
+        issuer; ``api`` defaults to the provider's own client (closed by :meth:`aclose`)."""
+        return SandboxStepRunner(
+            self.settings, api=self._source() if api is None else api, issuer=issuer, worker_env=worker_env
+        )
 
     async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
-        """Run one step in a claimed sandbox and delete the claim (shared client, admin client from settings)."""
-        async with SandboxStepRunner.for_settings(self.settings) as r:
+        """Run one step in a claimed sandbox and delete the claim (the provider's client, an admin
+        client from the settings)."""
+        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.run(config, logs=logs)
 
     async def release_run(self, run_id: str) -> int:
-        async with SandboxStepRunner.for_settings(self.settings) as r:
+        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.release_run(run_id)
+
+    async def aclose(self) -> None:
+        """Close the API clients this provider opened on the running loop."""
+        await self._connections.aclose()
+
+    def _source(self) -> connections.ApiSource:
+        return self._connections.source(self.settings.cluster_config)
 
 
 def _network_policy(p: AgentSandboxProvider, top: settings_file.Section) -> AgentSandboxProvider:

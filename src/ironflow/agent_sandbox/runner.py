@@ -32,44 +32,42 @@ from ironflow.kube import connections, informer
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
-__all__ = ["SandboxStepRunner", "claims_watch", "connect"]
-
-
-async def connect(settings: sandbox_steps.AgentSandboxSettings) -> kube.KubeApi:
-    """The process's shared API client for the settings' cluster (one per cluster and event loop)."""
-    return await connections.SHARED.get(settings.cluster_config)
+__all__ = ["SandboxStepRunner", "claims_watch"]
 
 
 class SandboxStepRunner:
     """Steps of one settings value over one API client; ``async with`` closes an admin client it made.
 
     Without an ``issuer``, :meth:`for_settings` makes an admin client when the pod has an auth
-    proxy; the API client, when not given, is the shared one (closed at worker shutdown).
+    proxy. The API client comes from ``api``: a client, or a source of the provider's own
+    connections (the provider's ``aclose`` closes those).
     """
 
     def __init__(
         self,
         settings: sandbox_steps.AgentSandboxSettings,
         *,
-        api: kube.KubeApi | None,
+        api: kube.KubeApi | connections.ApiSource,
         issuer: issuing.TokenIssuer | None,
         worker_env: Mapping[str, str] | None,
         owned: AdminClient | None = None,
     ) -> None:
         self.settings = settings
         self.resources = claims.resources(settings.api_version)
-        self._client = api
+        self._api = connections.constant(api) if isinstance(api, kube.KubeApi) else api
         self.issuer = issuer
         self.worker_env = dict(os.environ) if worker_env is None else dict(worker_env)
         self._owned = owned
 
     @classmethod
-    def for_settings(cls, settings: sandbox_steps.AgentSandboxSettings) -> SandboxStepRunner:
-        """The runner a provider call uses: the shared API client, an admin client when proxied."""
+    def for_settings(
+        cls, settings: sandbox_steps.AgentSandboxSettings, api: connections.ApiSource
+    ) -> SandboxStepRunner:
+        """The runner a provider call uses: the provider's API client, an admin client when proxied."""
         owned = None
         if settings.auth_proxy_url is not None:
             owned = AdminClient(settings.auth_proxy_url, settings.auth_proxy_admin_key)
-        return cls(settings, api=None, issuer=owned, worker_env=None, owned=owned)
+        return cls(settings, api=api, issuer=owned, worker_env=None, owned=owned)
 
     async def __aenter__(self) -> SandboxStepRunner:
         return self
@@ -78,7 +76,7 @@ class SandboxStepRunner:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the admin client this runner made (the API client stays shared)."""
+        """Close the admin client this runner made (the API client is the provider's to close)."""
         if self._owned is not None:
             await self._owned.close()
 
@@ -87,9 +85,7 @@ class SandboxStepRunner:
         return self.settings.namespace
 
     async def api(self) -> kube.KubeApi:
-        if self._client is None:
-            self._client = await connect(self.settings)
-        return self._client
+        return await self._api()
 
     # -- the provider protocol --
 

@@ -133,13 +133,9 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
 
 
 async def _run_step(config: AgentConfig, provider: AgentProvider) -> AgentResult:
-    """Run the step, close the provider, then the cluster clients it shared on this loop."""
-    try:
-        async with provider:
-            return await provider.run(config)
-    finally:
-        if not isinstance(provider, LocalSandboxProvider):
-            await backends.close_cluster_clients()
+    """Run the step, then close the provider (and the API clients it opened on this loop)."""
+    async with provider:
+        return await provider.run(config)
 
 
 async def _run_faked(config: AgentConfig, script: str, isolation: Isolation, timeout_s: float) -> AgentResult:

@@ -27,7 +27,7 @@ from ironflow.cli import exits
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
-from ironflow.kube import clusters, connections
+from ironflow.kube import clusters
 from ironflow.kube.api import KubeApi
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.provider import AgentProvider
@@ -42,7 +42,6 @@ __all__ = [
     "Providers",
     "agent_sandbox_provider",
     "build_provider",
-    "close_cluster_clients",
     "cluster_of",
     "connect",
     "fake_model",
@@ -158,7 +157,6 @@ class Providers:
 
     async def __aenter__(self) -> Providers:
         if self.fake_reply is not None:
-
             fake = fake_model(Script.of(default=self.fake_reply))
             self.fake_credential = await self._stack.enter_async_context(fake)
         return self
@@ -209,9 +207,3 @@ async def connect(cluster: clusters.ClusterConfig | None) -> KubeApi:
     """A Kubernetes API client for ``cluster`` (None: the default kubeconfig); close it with ``async with``."""
 
     return await kube.KubeApi.connect(cluster)
-
-
-async def close_cluster_clients() -> None:
-    """Close the API clients the cluster providers shared on this event loop (before it ends)."""
-
-    await connections.SHARED.aclose()

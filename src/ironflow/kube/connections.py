@@ -2,8 +2,7 @@
 
 A provider owns one :class:`Connections`: every step it runs on a loop shares one client
 per cluster (one connection pool and, through the informer registry, one pod watch per
-namespace), and the provider's ``aclose()`` closes them. Code with no provider to own its
-clients (the ``ironflow agent`` command, a worker's shutdown hook) uses :data:`SHARED`.
+namespace), and the provider's ``aclose()`` closes them.
 
 Invariant: a client is only ever used and closed on the loop that opened it; clients of a
 loop that has ended are dropped with it (their sessions died with the loop).
@@ -18,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from ironflow.kube import api as kube
 from ironflow.kube import clusters
 
-__all__ = ["SHARED", "ApiSource", "Connections", "constant"]
+__all__ = ["ApiSource", "Connections", "constant"]
 
 #: Connects (once) and returns the client; every step of a runner awaits it.
 ApiSource = Callable[[], Awaitable[kube.KubeApi]]
@@ -68,7 +67,3 @@ def constant(client: kube.KubeApi) -> ApiSource:
         return client
 
     return source
-
-
-#: For code with no provider to own its clients; close with ``await SHARED.aclose()``.
-SHARED = Connections()

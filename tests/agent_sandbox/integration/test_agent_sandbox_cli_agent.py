@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakes.unclosed import unclosed_after_collect
 from typer.testing import CliRunner
 
 from ironflow.agent_sandbox import claims
 from ironflow.cli.app import app
 from ironflow.kube import api as k8s
-from ironflow.kube import connections
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import local_exec
 from ironflow.testing.polling import eventually_sync
@@ -148,7 +148,7 @@ def test_answer_is_printed_from_a_warm_sandbox_of_the_files_pool_and_the_claim_i
     # The claim is gone with its Sandbox and pod; the pool keeps one (new) member.
     eventually_sync(lambda: cluster.nothing_left(members=1), what="no claim, no claimed sandbox, one pool pod")
     assert member not in [p["metadata"]["name"] for p in cluster.objects(k8s.PODS)]
-    assert repr(connections.SHARED) == "Connections(loops=0)"  # the CLI closed the API client it opened for the step
+    assert unclosed_after_collect() == []  # the CLI closed the API client it opened for the step
 
 
 def test_cold_start_from_the_files_template_with_json_output(cluster: Cluster) -> None:

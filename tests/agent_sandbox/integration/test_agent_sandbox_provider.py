@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from tests.fakes.kubecase import hold_create_answers
+from tests.fakes.unclosed import unclosed_after_collect
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims
@@ -602,3 +603,23 @@ async def test_invoke_with_logs_streams_lines_while_the_agent_runs(env: Env) -> 
     await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "live"), logs=sink)
     assert sink.running_at_first is True
     assert [line for _, line in sink.lines] == stream
+
+
+def test_the_provider_closes_the_api_client_it_opened() -> None:
+    """``aclose`` closes the client the provider opened for its calls; left open, the collector
+    finds it later (under ``filterwarnings = error``, in whichever test is running then)."""
+
+    async def release(*, close: bool) -> int:
+        async with KubeTestServer() as server, AgentSandboxController(server, namespace="leak"):
+            pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace("leak")
+            p = AgentSandboxProvider(pod.cluster(server.cluster_config()))
+            released = await p.release_run(RUN)
+            if close:
+                await p.aclose()
+            return released
+
+    assert asyncio.run(release(close=True)) == 0
+    assert unclosed_after_collect() == []
+    assert asyncio.run(release(close=False)) == 0
+    assert any("Unclosed client session" in found for found in unclosed_after_collect())
+
