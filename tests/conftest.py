@@ -1,12 +1,15 @@
-"""Suite-wide settings: every test has a timeout (pyproject), warnings are errors, and an
-asyncio test that leaves a task running fails."""
+"""Suite-wide settings: every test has a timeout (pyproject), warnings are errors, an
+asyncio test that leaves a task running fails, and a test file that leaves a client, socket
+or session open for the collector fails at its end (not in whichever later test the
+collector happens to run)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from tests.fakes.unclosed import unclosed_after_collect
 
 pytest_plugins = ["tests.fakes.kube_fixtures"]
 
@@ -20,3 +23,10 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     for task in leaked:
         task.cancel()
     assert not leaked, f"test leaked asyncio tasks: {[t.get_coro() for t in leaked]}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nothing_left_open() -> Iterator[None]:
+    yield
+    found = unclosed_after_collect()
+    assert not found, f"this test file left {len(found)} thing(s) open for the collector: {found[:3]}"

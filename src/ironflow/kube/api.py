@@ -373,7 +373,7 @@ class KubeApi:
                     yield event
         finally:
             self.counters.open_watches -= 1
-            resp.release()
+            streams.release_stream(resp)
 
     def watch(
         self,
@@ -433,7 +433,7 @@ class KubeApi:
                 yield line.decode(errors="replace")
         finally:
             self.counters.open_streams -= 1
-            resp.release()
+            streams.release_stream(resp)
 
     # -- exec (added for agent-sandbox: run the step in a running sandbox pod) --
 

@@ -13,7 +13,7 @@ import aiohttp
 
 from ironflow.kube import responses
 
-__all__ = ["lines", "read_all"]
+__all__ = ["lines", "read_all", "release_stream"]
 
 
 async def read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:
@@ -26,6 +26,23 @@ async def read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:
         ) from exc
     finally:
         resp.release()
+
+
+def release_stream(resp: aiohttp.ClientResponse) -> None:
+    """Give back a streamed answer's connection; one left before the end of its body is aborted.
+
+    A stream cut mid-body (a watch stopped, a log follow left) cannot go back to the pool, and
+    a graceful TLS close of it waits for the server's close_notify: when the event loop ends
+    first (a CLI command, a test), Python before 3.12.7 never closes that socket and the
+    collector finds it open later. Nothing more will be read from it, so there is nothing to
+    shut down gracefully.
+    """
+    connection = resp.connection
+    if connection is not None and not resp.content.at_eof():
+        transport = connection.transport
+        if transport is not None:
+            transport.abort()
+    resp.release()
 
 
 async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]:
