@@ -1,7 +1,7 @@
 """The proxy application: routes, typed state keys, resources paired in cleanup contexts.
 
-``create_app(config)`` returns an aiohttp app whose registry, upstream HTTP session and
-purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
+``create_app(config)`` returns an aiohttp app whose registry, upstream connection pool
+(:mod:`upstream`) and purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
 serves it inside the current event loop (the local sandbox provider runs the proxy in
 the worker process this way); ``__main__`` serves it as a process.
 
@@ -21,18 +21,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-import aiohttp
 from aiohttp import web
 
 from ironflow.auth_proxy import client as client_mod
 from ironflow.auth_proxy import config as config_mod
-from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry
+from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry, upstream
 
 __all__ = [
     "CONFIG_KEY",
     "HANDLERS_KEY",
     "REGISTRY_KEY",
-    "SESSION_KEY",
+    "UPSTREAM_KEY",
     "RunningProxy",
     "create_app",
     "make_runner",
@@ -43,7 +42,7 @@ __all__ = [
 CONFIG_KEY: Final = web.AppKey("config", config_mod.AuthProxyConfig)
 HANDLERS_KEY: Final = web.AppKey("handlers", handlers.ProxyHandlers)
 REGISTRY_KEY: Final = web.AppKey("registry", registry.GrantRegistry)
-SESSION_KEY: Final = web.AppKey("session", aiohttp.ClientSession)
+UPSTREAM_KEY: Final = web.AppKey("upstream", upstream.UpstreamPool)
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,23 +81,16 @@ async def _registry_ctx(app: web.Application) -> AsyncIterator[None]:
             await grants.close()
 
 
-async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
+async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=False)
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_read=config.idle_timeout_s),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-    app[HANDLERS_KEY].session = session
-    app[SESSION_KEY] = session
+    pool = upstream.UpstreamPool(connect_timeout_s=config.connect_timeout_s, idle_timeout_s=config.idle_timeout_s)
+    app[HANDLERS_KEY].pool = pool
+    app[UPSTREAM_KEY] = pool
     try:
         yield
     finally:
-        app[HANDLERS_KEY].session = None
-        await session.close()
+        app[HANDLERS_KEY].pool = None
+        await pool.close()
 
 
 async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -157,7 +149,7 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     app.router.add_delete("/admin/v1/runs/{run_id}/tokens", proxy.revoke_run)
     app.router.add_route("*", "/{tail:.*}", proxy.relay)
     app.cleanup_ctx.append(_registry_ctx)
-    app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_purge_ctx)
     return app
 
