@@ -41,7 +41,10 @@ _KEEPALIVE_S: Final = 15.0
 _MAX_PARSED: Final = 1024
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 _STATUS_LINE: Final = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: [^\r\n]*)?")
-_TOKEN: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Header lines: a token name, a colon, a value without CR or LF (no folding, no space before the colon).
+_FIELDS: Final = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
+_FIELD: Final = re.compile(r"([^:]+):[ \t]*(.*?)[ \t]*\r\n")
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding", "connection"})
 #: Any control byte but HT, and CR or LF not paired as CRLF.
 _BAD_HEAD: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
@@ -334,7 +337,7 @@ class UpstreamPool:
                     raise UpstreamError("the upstream sent a response head too large")
                 await conn.wait()
                 end = conn.buffer.find(b"\r\n\r\n")
-            response = _parse_head(self, upstream, conn, conn.take(end + 4)[:-4], method)
+            response = _parse_head(self, upstream, conn, conn.take(end + 4)[:-2], method)
             if response is not None:
                 return response
 
@@ -392,7 +395,7 @@ def _request_head(
 def _parse_head(
     pool: UpstreamPool, upstream: Upstream, conn: _Connection, head: bytes, method: str
 ) -> UpstreamResponse | None:
-    """The answer a head announces, with its body framing; ``None`` for a 1xx (read on)."""
+    """The answer a head (each line ending CRLF) announces, with its body framing; ``None`` for a 1xx."""
     if _BAD_HEAD.search(head):
         raise UpstreamError("the upstream sent a malformed response head")
     status_line, _, block = head.partition(b"\r\n")
@@ -420,26 +423,29 @@ def _parse_head(
 
 
 def _read_headers(block: bytes, into: list[tuple[str, str]]) -> tuple[int | None, bool, bool]:
-    """Append each header to ``into``; the body length, whether chunked, whether ``Connection: close``."""
+    """Append each header of ``block`` (lines ending CRLF) to ``into``; the body length,
+    whether chunked, whether ``Connection: close``. Two regular expressions do the
+    parsing; only the three framing headers are looked at one by one."""
+    if not _FIELDS.fullmatch(block):
+        raise UpstreamError("the upstream sent a malformed header")
+    fields = _FIELD.findall(block.decode("utf-8", "surrogateescape"))
+    into += fields
     lengths: set[int] = set()
     chunked = close = False
-    for line in block.split(b"\r\n") if block else ():
-        raw_name, colon, raw_value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(raw_name):
-            raise UpstreamError("the upstream sent a malformed header")
-        value = raw_value.strip(b" \t")
-        low = raw_name.lower()
-        if low == b"content-length":
-            if not value.isdigit() or len(value) > 18:
+    for name, value in fields:
+        low = name.lower()
+        if low not in _FRAMING:
+            continue
+        if low == "content-length":
+            if not (value.isascii() and value.isdigit()) or len(value) > 18:
                 raise UpstreamError("the upstream sent a malformed content-length")
             lengths.add(int(value))
-        elif low == b"transfer-encoding":
-            if value.lower() != b"chunked" or chunked:
+        elif low == "transfer-encoding":
+            if value.lower() != "chunked" or chunked:
                 raise UpstreamError("the upstream sent a transfer coding the proxy does not relay")
             chunked = True
-        elif low == b"connection" and b"close" in value.lower():
+        elif "close" in value.lower():
             close = True
-        into.append((raw_name.decode("ascii"), value.decode("utf-8", "surrogateescape")))
     if (chunked and lengths) or len(lengths) > 1:
         raise UpstreamError("the upstream sent conflicting body lengths")
     return (lengths.pop() if lengths else None), chunked, close
