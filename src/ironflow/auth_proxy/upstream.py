@@ -45,8 +45,8 @@ _STATUS_LINE: Final = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: [^\r\n]*
 _FIELDS: Final = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
 _FIELD: Final = re.compile(r"([^:]+):[ \t]*(.*?)[ \t]*\r\n")
 _FRAMING: Final = frozenset({"content-length", "transfer-encoding", "connection"})
-#: Any control byte but HT, and CR or LF not paired as CRLF.
-_BAD_HEAD: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
+#: Any control byte but HT, CR and LF (those two are checked to come only as CRLF).
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
 
 
@@ -396,7 +396,8 @@ def _parse_head(
     pool: UpstreamPool, upstream: Upstream, conn: _Connection, head: bytes, method: str
 ) -> UpstreamResponse | None:
     """The answer a head (each line ending CRLF) announces, with its body framing; ``None`` for a 1xx."""
-    if _BAD_HEAD.search(head):
+    pairs = head.count(b"\r\n")
+    if head.count(b"\r") != pairs or head.count(b"\n") != pairs or _CONTROL.search(head):
         raise UpstreamError("the upstream sent a malformed response head")
     status_line, _, block = head.partition(b"\r\n")
     matched = _STATUS_LINE.fullmatch(status_line)
