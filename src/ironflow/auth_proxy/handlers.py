@@ -6,8 +6,8 @@ response back chunk by chunk. Handlers never log a token, a credential, a header
 or a query string: log lines go through :func:`ironflow.auth_proxy.logs.event` with
 the 12-char token id only.
 
-The handlers live on one :class:`ProxyHandlers` object whose resources (registry, HTTP
-session) are filled in by the app's cleanup contexts before the first request.
+The handlers live on one :class:`ProxyHandlers` object whose resources (registry, upstream
+connection pool) are filled in by the app's cleanup contexts before the first request.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _path_of(request: web.Request) -> str:
 
 
 class ProxyHandlers:
-    """Handlers sharing one registry, one upstream session and one metrics set."""
+    """Handlers sharing one registry, one upstream connection pool and one metrics set."""
 
     def __init__(self, config: config_mod.AuthProxyConfig) -> None:
         self.config = config
