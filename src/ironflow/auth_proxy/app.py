@@ -1,7 +1,7 @@
 """The proxy application: routes, typed state keys, resources paired in cleanup contexts.
 
-``create_app(config)`` returns an aiohttp app whose registry, upstream HTTP session and
-purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
+``create_app(config)`` returns an aiohttp app whose registry, upstream connection pool
+(:mod:`upstream`) and purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
 serves it inside the current event loop (the local sandbox provider runs the proxy in
 the worker process this way); ``__main__`` serves it as a process.
 
@@ -21,18 +21,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from ironflow.auth_proxy import client as client_mod
 from ironflow.auth_proxy import config as config_mod
-from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry
+from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry, upstream
 
 __all__ = [
     "CONFIG_KEY",
     "HANDLERS_KEY",
     "REGISTRY_KEY",
-    "SESSION_KEY",
+    "UPSTREAM_KEY",
     "RunningProxy",
     "create_app",
     "make_runner",
@@ -43,9 +42,11 @@ __all__ = [
 CONFIG_KEY: Final = web.AppKey("config", config_mod.AuthProxyConfig)
 HANDLERS_KEY: Final = web.AppKey("handlers", handlers.ProxyHandlers)
 REGISTRY_KEY: Final = web.AppKey("registry", registry.GrantRegistry)
-SESSION_KEY: Final = web.AppKey("session", aiohttp.ClientSession)
+UPSTREAM_KEY: Final = web.AppKey("upstream", upstream.UpstreamPool)
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: Raw paths no route but the relay's catch-all matches.
+_RELAY_PREFIXES: Final = ("/v1/", "/r/")
 
 
 async def open_registry(config: config_mod.AuthProxyConfig) -> registry.GrantRegistry:
@@ -82,23 +83,16 @@ async def _registry_ctx(app: web.Application) -> AsyncIterator[None]:
             await grants.close()
 
 
-async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
+async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=False)
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s, sock_read=config.idle_timeout_s),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-    app[HANDLERS_KEY].session = session
-    app[SESSION_KEY] = session
+    pool = upstream.UpstreamPool(connect_timeout_s=config.connect_timeout_s, idle_timeout_s=config.idle_timeout_s)
+    app[HANDLERS_KEY].pool = pool
+    app[UPSTREAM_KEY] = pool
     try:
         yield
     finally:
-        app[HANDLERS_KEY].session = None
-        await session.close()
+        app[HANDLERS_KEY].pool = None
+        await pool.close()
 
 
 async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -123,6 +117,37 @@ async def _purge_ctx(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
+async def _or_internal_error(
+    proxy: handlers.ProxyHandlers, request: web.Request, handler: _Handler
+) -> web.StreamResponse:
+    """The handler's answer; a bug still answers in the Anthropic error shape, logging no request detail."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception as exc:
+        logs.event("request failed", logging.ERROR, method=request.method, error=type(exc).__name__)
+        proxy.metrics.count("internal_error")
+        body = policy.error_body("api_error", "internal error in the auth proxy")
+        return web.Response(status=500, body=body, content_type="application/json")
+
+
+def front_door(app: web.Application) -> _Handler:
+    """The server's request handler: a relay path goes straight to the relay, which is where
+    the router's catch-all route would send it (routing and the middleware chain cost about a
+    tenth of a relayed request); every other request, and one that expects ``100-continue``,
+    goes through the app."""
+    proxy = app[HANDLERS_KEY]
+    through_app = app._handle
+
+    async def front(request: web.Request) -> web.StreamResponse:
+        if request.raw_path.startswith(_RELAY_PREFIXES) and hdrs.EXPECT not in request.headers:
+            return await _or_internal_error(proxy, request, proxy.relay)
+        return await through_app(request)
+
+    return front
+
+
 def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     """The proxy as an aiohttp application (not started)."""
     logs.scrub_framework_logs()
@@ -130,22 +155,12 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
 
     @web.middleware
     async def edge(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        # One middleware, not two: it runs on every relayed request.
-        try:
-            # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
-            # through the relay's decision order, so they get its refusals, not a bare 404.
-            failed = request.match_info.http_exception
-            if failed is not None and failed.status == 404:
-                return await proxy.relay(request)
-            return await handler(request)
-        except web.HTTPException:
-            raise
-        except Exception as exc:
-            # A bug must still answer in the Anthropic error shape, and log no request detail.
-            logs.event("request failed", logging.ERROR, method=request.method, error=type(exc).__name__)
-            proxy.metrics.count("internal_error")
-            body = policy.error_body("api_error", "internal error in the auth proxy")
-            return web.Response(status=500, body=body, content_type="application/json")
+        # Targets the router cannot route at all (CONNECT host:443, OPTIONS *) still go
+        # through the relay's decision order, so they get its refusals, not a bare 404.
+        failed = request.match_info.http_exception
+        if failed is not None and failed.status == 404:
+            handler = proxy.relay
+        return await _or_internal_error(proxy, request, handler)
 
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[edge])
     app[CONFIG_KEY] = config
@@ -157,18 +172,20 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     app.router.add_delete("/admin/v1/runs/{run_id}/tokens", proxy.revoke_run)
     app.router.add_route("*", "/{tail:.*}", proxy.relay)
     app.cleanup_ctx.append(_registry_ctx)
-    app.cleanup_ctx.append(_session_ctx)
+    app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_purge_ctx)
     return app
 
 
 def make_runner(app: web.Application) -> web.AppRunner:
     """A runner that cancels a handler when its client goes away, logs no access lines,
-    caps connections and bounds header reads and idle keep-alive (:mod:`connections`)."""
+    caps connections and bounds header reads and idle keep-alive (:mod:`connections`),
+    and serves through :func:`front_door`."""
     config = app[CONFIG_KEY]
     cap = config.max_connections if config.max_connections is not None else connections.default_max_connections()
     return connections.GuardedRunner(
         app,
+        handler=front_door(app),
         max_connections=cap,
         header_timeout_s=config.header_timeout_s,
         keepalive_timeout=config.client_idle_timeout_s,

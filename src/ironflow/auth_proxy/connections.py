@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web, web_protocol
@@ -131,17 +132,27 @@ class GuardedServer(web.Server):
 
 
 class GuardedRunner(web.AppRunner):
-    """An :class:`~aiohttp.web.AppRunner` whose server is a :class:`GuardedServer`."""
+    """An :class:`~aiohttp.web.AppRunner` whose server is a :class:`GuardedServer`, calling
+    ``handler`` for each request when given (else the app's own)."""
 
-    def __init__(self, app: web.Application, *, max_connections: int, header_timeout_s: float, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        max_connections: int,
+        header_timeout_s: float,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(app, **kwargs)
         self._max_connections = max_connections
         self._header_timeout_s = header_timeout_s
+        self._handler = handler
 
     async def _make_server(self) -> web.Server:
         plain = await super()._make_server()
         return GuardedServer(
-            plain.request_handler,
+            self._handler or plain.request_handler,
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
             loop=plain._loop,

@@ -6,8 +6,8 @@ response back chunk by chunk. Handlers never log a token, a credential, a header
 or a query string: log lines go through :func:`ironflow.auth_proxy.logs.event` with
 the 12-char token id only.
 
-The handlers live on one :class:`ProxyHandlers` object whose resources (registry, HTTP
-session) are filled in by the app's cleanup contexts before the first request.
+The handlers live on one :class:`ProxyHandlers` object whose resources (registry, upstream
+connection pool) are filled in by the app's cleanup contexts before the first request.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
 from ironflow.auth_proxy import bodies, crypto, header_policy, logs, metrics, policy, registry, tokens, usage_meter
 from ironflow.auth_proxy import config as config_mod
+from ironflow.auth_proxy import upstream as upstream_mod
 
 __all__ = ["ProxyHandlers"]
 
@@ -60,13 +60,13 @@ def _path_of(request: web.Request) -> str:
 
 
 class ProxyHandlers:
-    """Handlers sharing one registry, one upstream session and one metrics set."""
+    """Handlers sharing one registry, one upstream connection pool and one metrics set."""
 
     def __init__(self, config: config_mod.AuthProxyConfig) -> None:
         self.config = config
         self.metrics = metrics.ProxyMetrics()
         self.registry: registry.GrantRegistry | None = None
-        self.session: aiohttp.ClientSession | None = None
+        self.pool: upstream_mod.UpstreamPool | None = None
         self._admin_digest = hashlib.sha256(config.admin_key.reveal().encode()).digest()
         self._upstream = config.upstream
         self.body_budget = bodies.BodyBudget(config.max_buffered_bytes)
@@ -205,8 +205,10 @@ class ProxyHandlers:
             assert isinstance(credential, tokens.ClaudeCredential)  # check_claude_request refused secrets
             headers = header_policy.upstream_headers(request.headers.items(), credential)
             count_tokens = grant.limits.max_output_tokens is not None
-            url = self._upstream + request.rel_url.raw_path_qs
-            response, status = await self._forward(request, method, url, headers, body, grant, count_tokens)
+            target = request.rel_url.raw_path_qs
+            response, status = await self._forward(
+                request, method, self._upstream, target, headers, body, grant, count_tokens
+            )
         finally:
             body.release()
         if status == 0:
@@ -259,7 +261,8 @@ class ProxyHandlers:
         self,
         request: web.Request,
         method: str,
-        url: str,
+        base: str,
+        target: str,
         headers: list[tuple[str, str]],
         body: bodies.Body,
         grant: tokens.Grant,
@@ -272,16 +275,13 @@ class ProxyHandlers:
         the output tokens are metered from what the upstream sends and charged in a
         shielded step, even when the client leaves first (:meth:`_settle`).
         """
-        session = self.session
-        if session is None:
+        pool = self.pool
+        if pool is None:
             return web.StreamResponse(), 0
         started = time.perf_counter()
         try:
-            upstream_cm = session.request(
-                method, url, headers=CIMultiDict(headers), data=body.data or None, allow_redirects=False
-            )
-            upstream = await upstream_cm.__aenter__()
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            upstream = await pool.request(method, base, target, headers, body.data)
+        except upstream_mod.UpstreamError:
             return web.StreamResponse(), 0
         finally:
             body.release()  # sent: its bytes no longer count against the budget
@@ -290,14 +290,14 @@ class ProxyHandlers:
         self.metrics.upstream_latency.observe(time.perf_counter() - started)
         self.metrics.open_streams.inc()
         try:
-            downstream = CIMultiDict(header_policy.downstream_headers(upstream.headers.items()))
+            downstream = CIMultiDict(header_policy.downstream_headers(upstream.headers))
             try:
-                first = await upstream.content.readany()
-            except (aiohttp.ClientError, TimeoutError):
+                first = await upstream.read()
+            except upstream_mod.UpstreamError:
                 return web.StreamResponse(), 0
             if meter is not None:
                 meter.feed(first)
-            if upstream.content.at_eof() and method != "HEAD":
+            if upstream.done and method != "HEAD":
                 # The whole answer is already here: headers and body leave in one write.
                 if meter is not None:
                     meter.ended()
@@ -307,8 +307,8 @@ class ProxyHandlers:
             await response.write(first)
             while True:
                 try:
-                    chunk = await upstream.content.readany()
-                except (aiohttp.ClientError, TimeoutError):
+                    chunk = await upstream.read()
+                except upstream_mod.UpstreamError:
                     # Truncated upstream: the pod must see a broken stream, not a clean end.
                     logs.event("upstream stream cut short", logging.WARNING, token=grant.short_id)
                     _cut_short(request)
@@ -326,31 +326,27 @@ class ProxyHandlers:
         finally:
             self.metrics.open_streams.dec()
             if meter is None:
-                await upstream_cm.__aexit__(None, None, None)
+                upstream.release()
             else:
-                settle = asyncio.ensure_future(self._settle(upstream, upstream_cm, meter, grant))
+                settle = asyncio.ensure_future(self._settle(upstream, meter, grant))
                 self._settling.add(settle)
                 settle.add_done_callback(self._settling.discard)
                 await asyncio.shield(settle)  # a cancelled handler still gets its usage charged
         return response, upstream.status
 
     async def _settle(
-        self,
-        upstream: aiohttp.ClientResponse,
-        upstream_cm: Any,
-        meter: usage_meter.UsageMeter,
-        grant: tokens.Grant,
+        self, upstream: upstream_mod.UpstreamResponse, meter: usage_meter.UsageMeter, grant: tokens.Grant
     ) -> None:
         """Charge a limited token's output tokens; if the client left before the stream's
         own usage (``message_delta``), read on for it, bounded by ``usage_drain_timeout_s``."""
         try:
             if not meter.final:
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                with contextlib.suppress(upstream_mod.UpstreamError, TimeoutError):
                     async with asyncio.timeout(self.config.usage_drain_timeout_s):
-                        while not meter.final and (chunk := await upstream.content.readany()):
+                        while not meter.final and (chunk := await upstream.read()):
                             meter.feed(chunk)
         finally:
-            await upstream_cm.__aexit__(None, None, None)
+            upstream.release()
             if meter.tokens and self.registry is not None:
                 try:
                     await self.registry.add_output_tokens(grant.id, meter.tokens)
@@ -382,10 +378,10 @@ class ProxyHandlers:
             return _refuse(read)
         query = request.rel_url.raw_query_string
         base = f"https://{host}" if self.config.secret_upstream is None else f"{self.config.secret_upstream}/{host}"
-        url = base + rest + (f"?{query}" if query else "")
+        target = rest + (f"?{query}" if query else "")
         headers = header_policy.secret_headers(request.headers.items(), secret)
         try:
-            response, status = await self._forward(request, method, url, headers, read, grant, False)
+            response, status = await self._forward(request, method, base, target, headers, read, grant, False)
         finally:
             read.release()
         if status == 0:

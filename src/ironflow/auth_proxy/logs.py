@@ -38,6 +38,10 @@ _LEVELS: Final = {
 }
 
 
+#: One encoder for every line: ``json.dumps`` with options builds a new one per call.
+_encode: Final = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "event", ...fields}`` on one line."""
 
@@ -50,7 +54,7 @@ class JsonFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             line.update(fields)
-        return json.dumps(line, separators=(",", ":"), default=str)
+        return _encode(line)
 
 
 #: Set by ``configure(batched=True)`` in the proxy's own process: info lines go straight
@@ -64,7 +68,7 @@ def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
         return
     if _direct is not None and level == logging.INFO:
         line = {"ts": round(time.time(), 3), "level": "info", "event": message, **fields}
-        _direct.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+        _direct.write(_encode(line) + "\n")
         return
     logger.log(level, message, extra={"fields": fields})
 
