@@ -50,6 +50,8 @@ __all__ = [
     "RateLimited",
     "ReplayDivergence",
     "SandboxError",
+    "SandboxFailed",
+    "SandboxRefused",
     "SchemaValidation",
     "StepConfigError",
     "ToolProfileUnsupported",
@@ -136,6 +138,20 @@ class PromptTooLarge(UsageError):
 
 class MissingCredential(UsageError):
     """No Claude credential (or auth-proxy admin key) is configured; the message names the variables."""
+
+
+class SandboxRefused(UsageError):
+    """The cluster will not start the step's pod or sandbox as configured: a missing Secret or
+    key, an invalid image name, an image that cannot be pulled. Never retryable.
+
+    Raised as soon as the cluster says so, not after the step's timeout; ``subject`` names
+    the object (``pod ironflow-ab12cd``), ``reason`` is the cluster's (``CreateContainerConfigError``)
+    and the message carries the cluster's words, never a Secret's value.
+    """
+
+    def __init__(self, subject: str, reason: str, detail: str, *, events: str = "") -> None:
+        self.subject, self.reason, self.detail = subject, reason, detail
+        super().__init__(_sandbox_message(subject, "cannot start", reason, detail, False, events))
 
 
 class KubeClientConfigError(UsageError):
@@ -299,6 +315,25 @@ class CleanupError(InfrastructureError):
 
 class SandboxError(InfrastructureError):
     """The local sandbox runtime (bubblewrap, gVisor) could not start the step."""
+
+
+class SandboxFailed(InfrastructureError):
+    """The cluster could not start or keep the step's pod or sandbox: unschedulable, evicted,
+    OOM-killed, past its deadline, a container runtime error. Retryable.
+
+    As :class:`SandboxRefused`: raised at once, ``subject``, ``reason`` and the cluster's words.
+    """
+
+    def __init__(self, subject: str, reason: str, detail: str, *, started: bool = False, events: str = "") -> None:
+        self.subject, self.reason, self.detail = subject, reason, detail
+        verb = "failed" if started else "cannot start"
+        super().__init__(_sandbox_message(subject, verb, reason, detail, True, events))
+
+
+def _sandbox_message(subject: str, verb: str, reason: str, detail: str, retryable: bool, events: str) -> str:
+    said = truncate(detail, _SERVER_MESSAGE_BYTES) if detail else "(no message)"
+    text = f"{subject} {verb}: {reason}: {said} ({'retryable' if retryable else 'not retryable'})"
+    return f"{text}\nrecent events:\n{truncate(events, _SERVER_MESSAGE_BYTES)}" if events else text
 
 
 class AuthProxyError(InfrastructureError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pytest
+from tests.fakes import kubelet_problems
 
 from ironflow.kube import api
 from ironflow.kube.api import KubeApi, KubeObject, Resource
@@ -43,6 +44,11 @@ class ClusterControl(Protocol):
     async def script_pods(self, script: PodScript) -> None:
         """Run every new pod matching ``script`` as it says."""
 
+    async def report_problem(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """Write the status and events a kubelet writes for ``reason`` (``ErrImagePull``,
+        ``CreateContainerConfigError``, ``OOMKilled``, ``Evicted``, ... see
+        ``tests/fakes/kubelet_problems.py``) on the pod."""
+
     async def script_jobs(self, script: PodScript) -> None:
         """Run the pods of every new Job whose name starts with ``script.name_prefix`` as it
         says (the Job controller makes the pod: the test server's own, or the real one)."""
@@ -67,6 +73,14 @@ class ServerControl:
 
     async def script_pods(self, script: PodScript) -> None:
         self.server.script_pods(script)
+
+    async def report_problem(self, namespace: str, name: str, reason: str, message: str) -> None:
+        pod = self.server.get_object(api.PODS, namespace, name)
+        if pod is None:
+            raise KeyError(f"no pod {namespace}/{name}")
+        for kind, why, said in kubelet_problems.problem_events(reason, message):  # events first, as a kubelet
+            self.server.record_event(namespace, name, kind, why, said)
+        self.server.set_pod_status(namespace, name, kubelet_problems.problem_status(pod, reason, message))
 
     async def script_jobs(self, script: PodScript) -> None:
         self.server.script_jobs(script)

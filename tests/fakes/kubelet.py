@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import aiohttp
 import pytest
+from tests.fakes import kubelet_problems
 
 from ironflow.kube import api
 from ironflow.testing import _kwok_stages as stages
@@ -90,6 +91,8 @@ def pod_status(pod: dict[str, Any], phase: str, *, exit_code: int | None, reason
     ]
     if reason:
         status["reason"] = reason
+    if reason == "DeadlineExceeded":  # the kubelet's words
+        status["message"] = "Pod was active on the node longer than the specified deadline"
     return status
 
 
@@ -163,6 +166,45 @@ class KubeletControl:
         async with http.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", json=body, headers=headers) as resp:
             if resp.status == 404:
                 raise PodGone(f"pod {namespace}/{name} is gone")
+            if resp.status >= 300:
+                raise RuntimeError(f"status patch of {namespace}/{name} failed: {resp.status} {await resp.text()}")
+
+    async def report_problem(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """Bind the pod, patch the status its kubelet writes for ``reason`` and record its events.
+
+        Not ``Unschedulable``: in a manual namespace the control plays the scheduler by binding;
+        the real scheduler writes that reason in a kwok-driven namespace (a node selector no node has).
+        """
+        if reason == "Unschedulable":
+            raise ValueError("the real scheduler reports Unschedulable: use a kwok-driven namespace")
+        pod = await self._bind(namespace, name)
+        http = await self._http()
+        for kind, why, said in kubelet_problems.problem_events(reason, message):
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{name}."},
+                "involvedObject": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": pod["metadata"]["uid"],
+                },
+                "type": kind,
+                "reason": why,
+                "message": said,
+                "count": 1,
+                "firstTimestamp": _now(),
+                "lastTimestamp": _now(),
+                "source": {"component": "kubelet", "host": NODE_NAME},
+            }
+            async with http.post(f"/api/v1/namespaces/{namespace}/events", json=event) as resp:
+                if resp.status >= 300:
+                    raise RuntimeError(f"event of {namespace}/{name} refused: {resp.status} {await resp.text()}")
+        body = {"status": kubelet_problems.problem_status(pod, reason, message)}
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with http.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", json=body, headers=headers) as resp:
             if resp.status >= 300:
                 raise RuntimeError(f"status patch of {namespace}/{name} failed: {resp.status} {await resp.text()}")
 

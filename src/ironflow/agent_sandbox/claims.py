@@ -20,12 +20,13 @@ from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import models
 from ironflow.k8s import cleanup, pods, reaper
 from ironflow.kube import api as kube
-from ironflow.kube import informer
+from ironflow.kube import events, informer, pod_problems
 
 __all__ = [
     "CLAIM_NAME_PREFIX",
     "ClaimReapReport",
     "Resources",
+    "claim_problem",
     "claim_reap_reason",
     "condition",
     "delete_claims_and_wait",
@@ -37,6 +38,7 @@ __all__ = [
     "spawn_claim_reaper",
     "step_claim_selector",
     "wait_for",
+    "wait_ready",
 ]
 
 _log = logging.getLogger(__name__)
@@ -88,6 +90,38 @@ def has_condition(obj: Mapping[str, Any], kind: str, status: str = "True") -> bo
     return cond is not None and cond.get("status") == status
 
 
+#: Ready=False reasons of the agent-sandbox controllers (v1.0.x) that say the claim will not
+#: become Ready, and whether a new claim (a retry) may: a configuration the controller refused
+#: will not work again; a sandbox that ended or expired may.
+_NEVER_READY: Final = {
+    "TemplateNotFound": False,
+    "WarmPoolNotFound": False,
+    "InvalidMetadata": False,
+    "EnvVarsInjectionRejected": False,
+    "VolumeClaimTemplatesError": False,
+    "ClaimExpired": True,
+    "SandboxExpired": True,
+    "PodFailed": True,
+    "PodSucceeded": True,
+    "MultiplePods": True,
+}
+
+
+def claim_problem(claim: Mapping[str, Any]) -> pod_problems.Verdict | None:
+    """Why ``claim`` will not become Ready, from its Ready condition, or None while it may.
+
+    >>> claim_problem({"status": {"conditions": [{"type": "Ready", "status": "False",
+    ...     "reason": "TemplateNotFound", "message": 'SandboxTemplate "t" not found'}]}}).retryable
+    False
+    """
+    cond = condition(claim, "Ready") or {}
+    reason = cond.get("reason")
+    if cond.get("status") != "False" or reason not in _NEVER_READY:
+        return None
+    message = str(cond.get("message") or "the controller gave no message")
+    return pod_problems.Verdict(str(reason), message, retryable=_NEVER_READY[reason], started=reason.startswith("Pod"))
+
+
 def claim_reap_reason(claim: Mapping[str, Any], now: int) -> reaper.ReapReason | None:
     """``Expired`` when the claim's ``ironflow.io/expires-at`` has passed and it is not already going."""
     return reaper.ReapReason.EXPIRED if reaper.claim_expired(claim, now) else None
@@ -135,6 +169,25 @@ async def wait_for(
             f"timed out after {timeout_s:g}s waiting for condition {condition_type}={status} on "
             f"{resource.plural}/{name} in {namespace}"
         )
+    return found
+
+
+async def wait_ready(
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str, *, timeout_s: float
+) -> dict[str, Any] | None:
+    """The claim once Ready; None after ``timeout_s``; at once the :func:`claim_problem` error
+    (``SandboxRefused`` / ``SandboxFailed``, with the claim's events) when its controller says
+    it will not become Ready."""
+    shared = informer.informer_for(api, namespace, resource)
+
+    def settled(claim: Mapping[str, Any]) -> bool:
+        return has_condition(claim, "Ready") or claim_problem(claim) is not None
+
+    found = await shared.wait_for(name, settled, timeout_s)
+    verdict = None if found is None or has_condition(found, "Ready") else claim_problem(found)
+    if verdict is not None:
+        said = await events.describe_recent(api, namespace, resource.kind, name)
+        raise verdict.error(f"SandboxClaim {name}", said)
     return found
 
 

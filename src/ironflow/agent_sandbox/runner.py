@@ -174,16 +174,16 @@ class SandboxStepRunner:
 
     async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
         timeout = self.settings.ready_timeout_s
-        try:
-            return await claims.wait_for(api, self.resources.claims, self.namespace, name, "Ready", timeout_s=timeout)
-        except errors.OperationTimeout:
+        ready = await claims.wait_ready(api, self.resources.claims, self.namespace, name, timeout_s=timeout)
+        if ready is None:
             last = informer.informer_for(api, self.namespace, self.resources.claims).get(name) or {}
             cond = claims.condition(last, "Ready") or {}
             why = f" (Ready={cond.get('status', 'unknown')}, reason {cond.get('reason', 'none')})" if cond else ""
             raise errors.OperationTimeout(
                 f"SandboxClaim '{name}' did not become Ready within {timeout:g}s{why}; it was deleted. "
                 "Check the warm pool and the agent-sandbox controller"
-            ) from None
+            )
+        return ready
 
     async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
         try:

@@ -18,6 +18,7 @@ resource                    verbs                                 used by
 pods                        create get list watch delete          launch, wait, release_run, reaper,
                                                                   JobRun's pod lookup
 pods/log                    get                                   reading the agent's output
+events                      list                                  why a step's pod cannot start
 configmaps                  create get list delete                prompt ConfigMaps, cleanup, reaper
 batch/jobs                  create get list watch delete          JobRun, release_run, reaper
 persistentvolumeclaims      create get list patch delete          environment claims (opt-in only)
@@ -94,6 +95,7 @@ class Permission:
 WORKER_PERMISSIONS: Final = (
     Permission("", "pods", ("create", "get", "list", "watch", "delete"), "launch, wait, release_run, reaper"),
     Permission("", "pods/log", ("get",), "read the agent's output"),
+    Permission("", "events", ("list",), "say why a step's pod cannot start"),
     Permission("", "configmaps", ("create", "get", "list", "delete"), "prompt ConfigMaps, cleanup, reaper"),
     Permission("batch", "jobs", ("create", "get", "list", "watch", "delete"), "JobRun, release_run, reaper"),
 )

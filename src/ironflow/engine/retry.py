@@ -11,14 +11,16 @@ Rule table (a failure is retried only when the policy has attempts left), by bra
 | AgentError: ApiError no status, 429 or >= 500      | yes     |
 | AgentError: BudgetExceeded, ApiError other 4xx     | no      |
 | InfrastructureError: Kubernetes 0/409/429/5xx,     | yes     |
-|   CleanupError, SandboxError, OperationTimeout     |         |
+|   CleanupError, SandboxError, OperationTimeout,    |         |
+|   SandboxFailed (unschedulable, evicted, OOM, ...) |         |
 | InfrastructureError: Kubernetes other 4xx          | no      |
 | AuthProxyError: no answer, 429 or >= 500           | yes     |
 | AuthProxyError: other answers                      | no      |
 | UsageError: ConfigError, StepConfigError,          | no      |
 |   ToolProfileUnsupported, PromptTooLarge,          |         |
 |   MissingCredential, KubeClientConfigError,        |         |
-|   UnstorableValue, ReplayDivergence                |         |
+|   UnstorableValue, ReplayDivergence,               |         |
+|   SandboxRefused (missing Secret, bad image, ...)  |         |
 | anything that is not an IronflowError              | no      |
 
 Each error carries ``retryable``; this module reads it rather than keeping a second list,

@@ -3,23 +3,32 @@
 Returns a :class:`PodOutcome` (phase, exit code, the kept log, timed out or not); never
 creates or deletes anything (the runner does) and never polls: every wait goes through
 the namespace's shared pod watch (:func:`~ironflow.k8s.pods.wait_for_pod`).
+
+Fails fast: every state the watch shows is classified (:mod:`ironflow.kube.pod_problems`),
+so a pod that will never start (a missing Secret, a bad image, no node) or that the node
+stopped (evicted, OOM-killed, past its deadline) ends the wait at once with
+:class:`~ironflow.errors.SandboxRefused` or :class:`~ironflow.errors.SandboxFailed`, naming
+the pod, the reason, the cluster's message and the pod's recent events, instead of
+looking like a slow agent until the timeout. A failing image pull is tolerated for the
+grace (the kubelet retries it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors
 from ironflow.k8s import manifests, pods
 from ironflow.kube import api as kube
-from ironflow.kube import pod_status
+from ironflow.kube import events, pod_problems, pod_status
 from ironflow.provider import LogSink
 
-__all__ = ["LOG_CAP_BYTES", "PodOutcome", "follow", "wait", "with_prefix"]
+__all__ = ["LOG_CAP_BYTES", "PodOutcome", "follow", "wait", "wait_for", "with_prefix"]
 
 _log = logging.getLogger(__name__)
 
@@ -27,6 +36,8 @@ _log = logging.getLogger(__name__)
 LOG_CAP_BYTES: Final = 50 * 1024 * 1024
 #: After the pod ended, the log stream may still hold lines: wait this long for each.
 _DRAIN_LINE_S: Final = 2.0
+#: Shortest wait between two looks at a pod (a grace that just ended is looked at once, not in a spin).
+_MIN_WAIT_S: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,65 @@ def with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesEr
     return type(exc)(f"{prefix}: {exc.message}", status=exc.status, reason=exc.reason)
 
 
-async def wait(api: kube.KubeApi, namespace: str, pod_name: str, timeout_s: float) -> PodOutcome:
-    """Wait for Succeeded/Failed (bounded by the timeout), then read the log."""
+async def wait_for(
+    api: kube.KubeApi,
+    namespace: str,
+    pod_name: str,
+    done: Callable[[Mapping[str, Any]], bool],
+    timeout_s: float | None,
+    grace: pod_problems.PullGrace,
+) -> dict[str, Any] | None:
+    """The pod once ``done`` holds (None after ``timeout_s``), unless the cluster says first that it
+    will not get there: then the verdict's error, with the pod's recent events.
+
+    A graced reason is looked at again when its grace ends, even if no event comes then.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    found: list[pod_problems.Verdict] = []
+    regraced = False
+
+    def settled(pod: Mapping[str, Any]) -> bool:
+        nonlocal regraced
+        before = grace.expires_at()
+        verdict = grace.fatal(pod, time.monotonic())
+        if verdict is not None:
+            found[:] = [verdict]
+        regraced = grace.expires_at() not in (None, before)  # a grace began: wait again, until its end
+        return verdict is not None or regraced or done(pod)
+
+    while True:
+        ends = [t for t in (deadline, grace.expires_at()) if t is not None]
+        limit = max(_MIN_WAIT_S, min(ends) - time.monotonic()) if ends else None
+        pod = await pods.wait_for_pod(api, namespace, pod_name, settled, limit)
+        if found:
+            raise await _failure(api, namespace, pod_name, found[0])
+        if pod is not None and not regraced:
+            return pod
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+
+
+async def _failure(
+    api: kube.KubeApi, namespace: str, pod_name: str, verdict: pod_problems.Verdict
+) -> errors.SandboxFailed | errors.SandboxRefused:
+    """The error that ends the step, with what the cluster said about the pod."""
+    said = await events.describe_recent(api, namespace, "Pod", pod_name)
+    _log.warning("pod %s/%s: %s: %s", namespace, pod_name, verdict.reason, verdict.message)
+    return verdict.error(f"pod {pod_name}", said)
+
+
+async def wait(
+    api: kube.KubeApi,
+    namespace: str,
+    pod_name: str,
+    timeout_s: float,
+    *,
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S,
+) -> PodOutcome:
+    """Wait for Succeeded/Failed (bounded by the timeout, ended early by a fatal verdict), then read the log."""
+    grace = pod_problems.PullGrace(image_pull_grace_s)
     try:
-        pod = await pods.wait_for_pod(api, namespace, pod_name, pod_status.pod_finished, timeout_s)
+        pod = await wait_for(api, namespace, pod_name, pod_status.pod_finished, timeout_s, grace)
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod completion") from exc
     if pod is None:
@@ -64,10 +130,19 @@ async def wait(api: kube.KubeApi, namespace: str, pod_name: str, timeout_s: floa
     return PodOutcome.of(pod, await pods.read_log_quietly(api, namespace, pod_name))
 
 
-async def follow(api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink, timeout_s: float) -> PodOutcome:
+async def follow(
+    api: kube.KubeApi,
+    namespace: str,
+    pod_name: str,
+    sink: LogSink,
+    timeout_s: float,
+    *,
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S,
+) -> PodOutcome:
     """Follow the log to ``sink`` while the pod runs; the outcome holds the kept lines."""
+    grace = pod_problems.PullGrace(image_pull_grace_s)
     try:
-        pod = await pods.wait_for_pod(api, namespace, pod_name, pod_status.pod_started, timeout_s)
+        pod = await wait_for(api, namespace, pod_name, pod_status.pod_started, timeout_s, grace)
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod to start") from exc
     if pod is None:
@@ -78,7 +153,7 @@ async def follow(api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink
             sink.log("stdout", line)
         return PodOutcome.of(pod, logs)
     try:
-        return await _Follower(api, namespace, pod_name, sink, timeout_s).run()
+        return await _Follower(api, namespace, pod_name, sink, timeout_s, grace).run()
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod completion") from exc
 
@@ -86,8 +161,17 @@ async def follow(api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink
 class _Follower:
     """One running pod: a log pump and the end of the pod, raced against the timeout."""
 
-    def __init__(self, api: kube.KubeApi, namespace: str, pod_name: str, sink: LogSink, timeout_s: float) -> None:
+    def __init__(
+        self,
+        api: kube.KubeApi,
+        namespace: str,
+        pod_name: str,
+        sink: LogSink,
+        timeout_s: float,
+        grace: pod_problems.PullGrace,
+    ) -> None:
         self.api, self.namespace, self.pod_name, self.sink, self.timeout_s = api, namespace, pod_name, sink, timeout_s
+        self.grace = grace
         self.kept: list[str] = []
         self.kept_bytes = 0
         self.count = 0
@@ -106,12 +190,14 @@ class _Follower:
     async def run(self) -> PodOutcome:
         pump = asyncio.ensure_future(self._pump())
         end = asyncio.ensure_future(
-            pods.wait_for_pod(self.api, self.namespace, self.pod_name, pod_status.pod_finished, None)
+            wait_for(self.api, self.namespace, self.pod_name, pod_status.pod_finished, None, self.grace)
         )
         try:
             done, _ = await asyncio.wait({pump, end}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")
             if not done:
                 return PodOutcome(phase="TimedOut", timed_out=True, logs="\n".join(self.kept))
+            if end.done() and end.exception() is not None:
+                end.result()  # the cluster stopped the pod (or the watch failed): at once, no draining
             if pump.done() and pump.exception() is not None and not end.done():
                 return await self._read_at_end(pump, end)
             if not end.done():

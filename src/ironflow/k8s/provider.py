@@ -277,6 +277,11 @@ class K8sEphemeralProvider(ProviderBase):
         """How long to wait for a step's previous attempt to be deleted before relaunching."""
         return self._with(previous_attempt_timeout_s=seconds("previous_attempt_timeout", limit))
 
+    def image_pull_grace(self, grace: Seconds) -> K8sEphemeralProvider:
+        """How long ErrImagePull / ImagePullBackOff is tolerated (the kubelet retries the pull)
+        before the step ends with the reason; 0 ends it at the first failed pull. Default 60 s."""
+        return self._with(image_pull_grace_s=seconds("image_pull_grace", grace, allow_zero=True))
+
     def cluster_config(self, cluster: clusters.ClusterConfig) -> K8sEphemeralProvider:
         """Which API server steps run on: ``DefaultCluster(context)``, ``InCluster()``,
         ``KubeconfigFile(path, context)`` or ``KubeconfigInline(yaml, context)``."""

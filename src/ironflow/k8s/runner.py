@@ -204,10 +204,13 @@ class StepRunner:
             await launch.create_prompt()
             await launch.prepare_environment(config, now)
             await launch.create_pod()
+            grace, limit = self.settings.image_pull_grace_s, self.settings.timeout_s
             if sink is None:
-                outcome = await pod_wait.wait(api, self.namespace, objects.pod_name, self.settings.timeout_s)
+                outcome = await pod_wait.wait(api, self.namespace, objects.pod_name, limit, image_pull_grace_s=grace)
             else:
-                outcome = await pod_wait.follow(api, self.namespace, objects.pod_name, sink, self.settings.timeout_s)
+                outcome = await pod_wait.follow(
+                    api, self.namespace, objects.pod_name, sink, limit, image_pull_grace_s=grace
+                )
         except BaseException as exc:
             failure = exc
             raise

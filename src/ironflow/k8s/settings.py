@@ -23,10 +23,11 @@ from typing import Any, Final
 from ironflow import errors, labels, pod_settings
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
-from ironflow.kube import clusters, quantities
+from ironflow.kube import clusters, pod_problems, quantities
 from ironflow.secrets import Secret
 
 __all__ = [
+    "DEFAULT_IMAGE_PULL_GRACE_S",
     "DEFAULT_INPUT_INIT_IMAGE",
     "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
@@ -42,6 +43,8 @@ __all__ = [
 DEFAULT_TIMEOUT_S: Final = 300.0
 DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S: Final = 60.0
 DEFAULT_INPUT_INIT_IMAGE: Final = "curlimages/curl:8.10.1"
+#: How long a failing image pull is tolerated before the step ends (the kubelet retries it).
+DEFAULT_IMAGE_PULL_GRACE_S: Final = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S
 
 Seconds = float | int | timedelta
 
@@ -157,6 +160,8 @@ class ProviderSettings:
     claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
     egress_profile: str | None = None
     previous_attempt_timeout_s: float = DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S
+    #: ErrImagePull / ImagePullBackOff end the step only after this long; other reasons at once.
+    image_pull_grace_s: float = DEFAULT_IMAGE_PULL_GRACE_S
     runtime_class: str | None = None
     auth_proxy_url: str | None = None
     auth_proxy_admin_key: Secret | None = None
@@ -246,7 +251,17 @@ def _paths_problem(s: ProviderSettings) -> str | None:
     return None
 
 
+def _grace_problem(s: ProviderSettings) -> str | None:
+    grace = s.image_pull_grace_s
+    if isinstance(grace, bool) or not isinstance(grace, int | float):
+        return f"image_pull_grace must be a number of seconds, got {type(grace).__name__}"
+    if not math.isfinite(grace) or grace < 0:
+        return f"image_pull_grace must be a finite number of seconds >= 0, got {grace!r}"
+    return None
+
+
 _CHECKS: Final[tuple[Callable[[ProviderSettings], str | None], ...]] = (
+    _grace_problem,
     _names_problem,
     _env_problem,
     _labels_problem,

@@ -48,6 +48,7 @@ _SIMPLE: Final[tuple[tuple[str, Callable[[Section, str], Any], str], ...]] = (
     ("default_managed_settings", Section.text, "default_managed_settings"),
     ("egress_profile", Section.text, "egress_profile"),
     ("previous_attempt_timeout_seconds", Section.number, "previous_attempt_timeout"),
+    ("image_pull_grace_seconds", Section.number, "image_pull_grace"),
     ("runtime_class", Section.text, "runtime_class"),
     ("auth_proxy", Section.text, "auth_proxy"),
     ("orphan_reaper_interval_seconds", Section.number, "orphan_reaper"),

@@ -218,6 +218,30 @@ class Kubelet:
             self._job_pod_finished(stored)
         return copy.deepcopy(stored)
 
+    def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Obj:
+        """Replace a pod's status with one a kubelet or the scheduler wrote (a waiting container, a
+        ``PodScheduled=False`` condition, an eviction); a scheduled one binds the pod to the node."""
+        t = self.store.kinds[("", "pods")]
+        pod = self.store.objects[t.key].get((namespace, name))
+        if pod is None:
+            raise KeyError(f"no pod {namespace}/{name}")
+        new = copy.deepcopy(pod)
+        new["status"] = copy.deepcopy(dict(status))
+        if status.get("hostIP"):
+            new["spec"].setdefault("nodeName", "kube-test-node")
+        stored = self.store.replace(t, new)
+        if status.get("phase") in TERMINAL:
+            self._cancel_timers(stored["metadata"]["uid"])
+            self._signal(namespace, name)
+        return copy.deepcopy(stored)
+
+    def record_event(self, namespace: str, name: str, kind: str, reason: str, message: str) -> None:
+        """Record an event about pod ``name``, as its kubelet would (``kind`` Normal or Warning)."""
+        pod = self.store.objects[("", "pods")].get((namespace, name))
+        if pod is None:
+            raise KeyError(f"no pod {namespace}/{name}")
+        self._record_event(pod, reason, message, kind)
+
     def run_job(
         self,
         namespace: str,
@@ -319,7 +343,7 @@ class Kubelet:
 
         self._timer(uid, float(seconds), expire)
 
-    def _record_event(self, about: Obj, reason: str, message: str) -> None:
+    def _record_event(self, about: Obj, reason: str, message: str, kind: str = "Warning") -> None:
         meta = about["metadata"]
         t = self.store.kinds[("", "events")]
         self.store.insert(
@@ -337,7 +361,7 @@ class Kubelet:
                 },
                 "reason": reason,
                 "message": message,
-                "type": "Warning",
+                "type": kind,
                 "count": 1,
                 "source": {"component": "kube-test-server"},
             },

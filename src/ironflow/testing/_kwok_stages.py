@@ -20,6 +20,10 @@ ironflow-pod-deadline      1000    Running pods with ``activeDeadlineSeconds``, 
 
 Pods in namespaces starting with ``MANUAL_NAMESPACE_PREFIX`` are left to the test (only
 pod-delete applies): the contract suite's kubelet control patches their status itself.
+Those pods are kept unscheduled by a node selector no node matches, until the control binds
+them; :func:`manual_namespace_policy` keeps the real scheduler from marking them
+``Unschedulable`` meanwhile (a step fails fast on that reason), so in those namespaces the
+test plays the scheduler's part too.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "RUN_FOR_LABEL",
     "cri_log",
     "kwok_config",
+    "manual_namespace_policy",
 ]
 
 #: Pod label: the exit code the fake container ends with ("0" -> Succeeded, else Failed).
@@ -164,3 +169,43 @@ def cri_log(text: str, *, stream: str = "stdout", at: datetime.datetime | None =
     """
     when = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
     return "".join(f"{when} {stream} F {line}\n" for line in text.splitlines())
+
+
+_POLICY: Final = "ironflow-kubeenv-manual-scheduling"
+
+
+def manual_namespace_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding: in manual namespaces, a pod status that says
+    ``PodScheduled=False, reason Unschedulable`` is refused (the scheduler retries, the pod
+    stays Pending without a verdict until the control binds it)."""
+    unschedulable = 'c.type == "PodScheduled" && c.status == "False" && c.reason == "Unschedulable"'
+    allowed = f"!has(object.status.conditions) || !object.status.conditions.exists(c, {unschedulable})"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": _POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/status"]}
+                ]
+            },
+            "matchConditions": [
+                {"name": "manual-namespace", "expression": f'request.namespace.startsWith("{MANUAL_NAMESPACE_PREFIX}")'}
+            ],
+            "validations": [
+                {
+                    "expression": allowed,
+                    "message": "in a kubelet-manual namespace the test plays the scheduler's part",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": _POLICY},
+        "spec": {"policyName": _POLICY, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]

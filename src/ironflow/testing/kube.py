@@ -338,6 +338,15 @@ class KubeTestServer:
         report it (container statuses, start time, node name); returns a copy of the pod."""
         return self.kubelet.set_pod_phase(namespace, name, phase, exit_code=exit_code, reason=reason, message=message)
 
+    def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Obj:
+        """Replace a pod's status as a kubelet or the scheduler would write it (a waiting container's
+        reason, ``PodScheduled=False``, an eviction); returns the pod."""
+        return self.kubelet.set_pod_status(namespace, name, status)
+
+    def record_event(self, namespace: str, pod: str, kind: str, reason: str, message: str) -> None:
+        """Record an event about ``pod`` as its kubelet would (``kind``: Normal or Warning)."""
+        self.kubelet.record_event(namespace, pod, kind, reason, message)
+
     def serve_exec(self, runner: ExecRunner | None) -> None:
         """Answer pods/exec with ``runner`` (:func:`local_exec` or :func:`scripted_exec`);
         None refuses exec again (400, the default)."""

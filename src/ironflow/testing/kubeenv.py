@@ -120,6 +120,7 @@ class KubeEnv:
             self._start_apiserver(self._start_etcd())
             kwok_crds = self.share_dir / "kwok" / "crds"
             self._install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
+            self.apply_objects(stages.manual_namespace_policy())  # before the scheduler starts
             self._start_controllers()
             self.request("POST", "/api/v1/nodes", self._node())
             self._procs.wait(self._node_schedulable, "node", "kwok to make the node Ready and KCM to untaint it")

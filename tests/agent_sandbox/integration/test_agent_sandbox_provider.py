@@ -241,6 +241,18 @@ async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env)
     assert env.server.execs == []
 
 
+async def test_claim_the_controller_refuses_fails_at_once_with_its_reason(env: Env) -> None:
+    """No template or pool applied: the controller says WarmPoolNotFound and the step ends with it,
+    not retryable, well before the ready timeout; the claim is deleted."""
+    p = env.provider(replicas=0).ready_timeout(60)
+    started = time.monotonic()
+    with pytest.raises(errors.SandboxRefused, match=r"^SandboxClaim claude-claim-\S+ cannot start: WarmPoolNotFound: "):
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "refused"))
+    assert time.monotonic() - started < 10
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+    assert env.server.execs == []
+
+
 async def test_cancelled_step_deletes_its_claim(env: Env) -> None:
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)

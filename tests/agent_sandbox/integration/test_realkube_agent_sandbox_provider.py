@@ -309,12 +309,16 @@ async def test_claim_whose_pod_cannot_be_scheduled_times_out_and_leaves_nothing(
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
 
-async def test_claim_on_an_unknown_pool_times_out_and_is_deleted(env: RealEnv) -> None:
-    """No SandboxTemplate or pool of that name: the claim never becomes Ready."""
-    p = env.provider(replicas=0, ready=3).template("no-such-template")
-    why = r"did not become Ready within 3s \(Ready=False, reason WarmPoolNotFound\)"
-    with pytest.raises(errors.OperationTimeout, match=why):
+async def test_claim_on_an_unknown_pool_fails_at_once_and_is_deleted(env: RealEnv) -> None:
+    """No SandboxTemplate or pool of that name: the controller says so, and the step ends with its
+    reason and message at once (not after the ready timeout), not retryable."""
+    p = env.provider(replicas=0, ready=60).template("no-such-template")
+    started = time.monotonic()
+    why = r"^SandboxClaim \S+ cannot start: WarmPoolNotFound: SandboxWarmPool \"no-such-template\" not found"
+    with pytest.raises(errors.SandboxRefused, match=why) as caught:
         await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "unknown"))
+    assert time.monotonic() - started < 10
+    assert not caught.value.retryable
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
 

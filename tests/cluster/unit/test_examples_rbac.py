@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[3] / "examples" / "k8s" / "sandbox"
 #: delete the prompt ConfigMap; §3 release_run and the previous-attempt cleanup list and
 #: delete pods, Jobs and ConfigMaps and watch pods until gone; §4 the reaper lists and
 #: deletes pods, Jobs and ConfigMaps; §5 PodRun creates, gets and deletes a pod and reads
-#: its log, JobRun creates, gets and deletes a Job and lists its pods.
+#: its log, JobRun creates, gets and deletes a Job and lists its pods. A step whose pod cannot
+#: start lists the pod's events for its error.
 RUNTIME_NEEDS = {
     ("", "pods", "create"),
     ("", "pods", "get"),
@@ -25,6 +26,7 @@ RUNTIME_NEEDS = {
     ("", "pods", "watch"),
     ("", "pods", "delete"),
     ("", "pods/log", "get"),
+    ("", "events", "list"),
     ("", "configmaps", "create"),
     ("", "configmaps", "get"),
     ("", "configmaps", "list"),

@@ -170,11 +170,12 @@ async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServ
 
 
 async def test_deadline_exceeded_pod_is_a_failure_and_is_deleted(kube: KubeCase) -> None:
-    """activeDeadlineSeconds kills the pod: the step fails (nonzero exit), nothing remains."""
+    """activeDeadlineSeconds kills the pod: the step fails with the kubelet's reason (retryable), nothing remains."""
     await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     p = provider(kube.namespace).active_deadline_seconds(1)
-    with pytest.raises(errors.ProcessFailed):
+    with pytest.raises(errors.SandboxFailed, match=r"^pod \S+ failed: DeadlineExceeded: Pod was active") as caught:
         await runner(kube, p).run(AgentConfig("hi"))
+    assert caught.value.retryable
     await step_objects_left(kube)
 
 

@@ -107,3 +107,29 @@ def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+@pytest.mark.parametrize(
+    ("grace", "message"),
+    [
+        (-1, "image_pull_grace must be a finite number of seconds >= 0, got -1"),
+        (float("inf"), "image_pull_grace must be a finite number of seconds >= 0, got inf"),
+        ("60", "image_pull_grace must be a number of seconds or a timedelta, got str"),
+        (True, "image_pull_grace must be a number of seconds or a timedelta, got bool"),
+    ],
+)
+def test_image_pull_grace_is_refused_at_build_naming_the_field(grace: Any, message: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        K8sEphemeralProvider("img").image_pull_grace(grace)
+    assert caught.value.message == message
+
+
+def test_image_pull_grace_defaults_to_60s_and_reads_from_a_file() -> None:
+    assert K8sEphemeralProvider("img").settings.image_pull_grace_s == 60.0
+    assert K8sEphemeralProvider("img").image_pull_grace(0).settings.image_pull_grace_s == 0.0
+    read = K8sEphemeralProvider.from_dict({"image": "img", "image_pull_grace_seconds": 15})
+    assert read.settings.image_pull_grace_s == 15.0
+    with pytest.raises(errors.ConfigError, match="image_pull_grace_seconds: must be a number, got str"):
+        K8sEphemeralProvider.from_dict({"image": "img", "image_pull_grace_seconds": "soon"})
+    with pytest.raises(errors.ConfigError, match="image_pull_grace must be a finite number of seconds >= 0"):
+        K8sEphemeralProvider.from_dict({"image": "img", "image_pull_grace_seconds": -5})

@@ -67,6 +67,8 @@ _BRANCHES = (errors.UsageError, errors.InfrastructureError, errors.AgentError)
         (errors.OperationTimeout("pod 'check' did not finish within 300s"), errors.InfrastructureError, True),
         (errors.AuthProxyError("unreachable"), errors.InfrastructureError, True),
         (errors.AuthProxyError("refused", status=403, retryable=False), errors.InfrastructureError, False),
+        (errors.SandboxFailed("pod p", "Evicted", "low on memory", started=True), errors.InfrastructureError, True),
+        (errors.SandboxRefused("pod p", "InvalidImageName", "bad name"), errors.UsageError, False),
     ],
 )
 def test_every_leaf_hangs_under_exactly_one_branch(
@@ -94,6 +96,19 @@ def test_messages_match_the_reference() -> None:
         "prompt too large: 800004 chars (~200001 tokens) exceeds model limit of 200000 tokens"
     )
     assert str(errors.AgentTimeout(300)) == "agent timed out after 300s"
+
+
+def test_sandbox_errors_name_the_object_the_reason_and_the_verdict() -> None:
+    refused = errors.SandboxRefused("pod p", "CreateContainerConfigError", 'secret "t" not found', events="Warning x")
+    assert str(refused) == (
+        'pod p cannot start: CreateContainerConfigError: secret "t" not found (not retryable)'
+        "\nrecent events:\nWarning x"
+    )
+    assert str(errors.SandboxFailed("pod p", "OOMKilled", "", started=True)) == (
+        "pod p failed: OOMKilled: (no message) (retryable)"
+    )
+    long = errors.SandboxFailed("pod p", "Unschedulable", "x" * 10_000, events="y" * 10_000)
+    assert len(long.message) < 4_200
 
 
 def test_outside_text_is_truncated() -> None:
