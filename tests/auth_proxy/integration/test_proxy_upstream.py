@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from ironflow.auth_proxy.upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from ironflow.testing import _kubeenv_pki as pki
 
 
 @dataclass
@@ -52,10 +55,12 @@ class Scripted:
 
 
 @contextlib.asynccontextmanager
-async def _scripted(*replies: bytes) -> AsyncIterator[Scripted]:
+async def _scripted(
+    *replies: bytes, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1", name: str = "127.0.0.1"
+) -> AsyncIterator[Scripted]:
     script = Scripted(list(replies))
-    server = await asyncio.start_server(script.serve, "127.0.0.1", 0)
-    script.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = await asyncio.start_server(script.serve, host, 0, ssl=tls)
+    script.url = f"{'https' if tls else 'http'}://{name}:{server.sockets[0].getsockname()[1]}"
     try:
         yield script
     finally:
@@ -184,3 +189,48 @@ async def test_a_body_cut_short_raises_and_a_header_with_a_line_break_is_never_s
 async def test_an_unreachable_upstream_is_an_upstream_error() -> None:
     with pytest.raises(UpstreamError):
         await _pool().request("GET", "http://127.0.0.1:9", "/x", [], b"")
+
+
+@pytest.fixture
+def serving_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context whose certificate (localhost, 127.0.0.1) is signed by a CA that the
+    default trust store of this test holds (``SSL_CERT_FILE``, as OpenSSL reads it)."""
+    keys = pki.new_pki()
+    (tmp_path / "ca.pem").write_bytes(keys.ca.cert_pem)
+    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
+    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    return context
+
+
+async def test_an_https_upstream_is_verified_by_name_and_its_connection_reused(serving_tls: ssl.SSLContext) -> None:
+    async with _scripted(OK, OK, tls=serving_tls, name="localhost") as script:
+        pool = _pool()
+        for _ in range(2):
+            response = await pool.request("POST", script.url, "/v1/messages", [("content-type", "text/plain")], b"hi")
+            assert (response.status, await _body(response)) == (200, b"hello")
+    assert script.connections == 1
+    assert script.requests[0].startswith(b"POST /v1/messages HTTP/1.1\r\n")
+    assert b"\r\nHost: localhost:" in script.requests[0]
+
+
+async def test_an_https_upstream_with_an_untrusted_certificate_gets_no_request(
+    serving_tls: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE")
+    async with _scripted(OK, tls=serving_tls) as script:
+        with pytest.raises(UpstreamError):
+            await _pool().request("POST", script.url, "/v1/messages", [], b"secret body")
+    assert script.requests == []
+
+
+async def test_an_https_upstream_whose_certificate_names_another_host_gets_no_request(
+    serving_tls: ssl.SSLContext,
+) -> None:
+    """Trusted CA, wrong name: 127.0.0.2 is loopback too, but the certificate does not name it."""
+    async with _scripted(OK, tls=serving_tls, host="127.0.0.2", name="127.0.0.2") as script:
+        with pytest.raises(UpstreamError):
+            await _pool().request("POST", script.url, "/v1/messages", [], b"secret body")
+    assert script.requests == []
