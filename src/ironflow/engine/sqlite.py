@@ -124,9 +124,10 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         if self._create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        elif not self.path.parent.is_dir():  # a reader never makes directories for a store it cannot find
+        elif not self.path.is_file():  # a reader never makes a store (or its directory) it cannot find
+            missing = "file" if self.path.parent.is_dir() else "directory"
             raise errors.ConfigError(
-                f"no SQLite store at {str(self.path)!r}: its directory does not exist; check --store / IRONFLOW_STORE"
+                f"no SQLite store at {str(self.path)!r}: its {missing} does not exist; check --store / IRONFLOW_STORE"
             )
         conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row

@@ -123,8 +123,8 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
     """A store for ``url``: ``sqlite:///path``, a plain file path, or ``postgresql://…``.
 
     The store is not opened yet; ``await store.open()`` connects and migrates. ``create=False``
-    (a command that only reads or changes runs) refuses a SQLite path whose directory is missing
-    rather than making it; a PostgreSQL database is never created.
+    (a command that only reads or changes runs) refuses a SQLite file that does not exist
+    rather than making it (or its directory); a PostgreSQL database is never created.
     """
     url = url or default_store_url()
     if url.startswith(("postgres://", "postgresql://")):

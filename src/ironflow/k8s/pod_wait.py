@@ -95,11 +95,23 @@ async def wait_for(
         limit = max(_MIN_WAIT_S, min(ends) - time.monotonic()) if ends else None
         pod = await pods.wait_for_pod(api, namespace, pod_name, settled, limit)
         if found:
-            raise await _failure(api, namespace, pod_name, found[0])
+            verdict = found.pop()
+            if verdict.reason == "Unschedulable" and await _node_coming(api, namespace, pod_name):
+                grace.hold_scheduling(time.monotonic() + pod_problems.SCALE_UP_RECHECK_S)
+                continue
+            raise await _failure(api, namespace, pod_name, verdict)
         if pod is not None and not regraced:
             return pod
         if deadline is not None and time.monotonic() >= deadline:
             return None
+
+
+async def _node_coming(api: kube.KubeApi, namespace: str, pod_name: str) -> bool:
+    """Whether a node autoscaler says it is adding a node for the pod (then it is waited for)."""
+    coming = pod_problems.scale_up_pending(await events.events_of(api, namespace, "Pod", pod_name))
+    if coming:
+        _log.info("pod %s/%s is unschedulable while a node is added for it: waiting", namespace, pod_name)
+    return coming
 
 
 async def _failure(

@@ -6,8 +6,9 @@ reads what the kubelet and the scheduler wrote instead (waiting and terminated c
 states, the ``PodScheduled`` condition, ``status.reason``) and returns a :class:`Verdict`:
 the reason, the message, whether retrying the step can help, and whether a grace applies
 (an image pull the kubelet retries may still succeed). :class:`PullGrace` holds that
-grace over the events of one pod; :func:`describe_events` puts a pod's events into an
-error message, bounded.
+grace over the events of one pod, and holds ``Unschedulable`` while a node autoscaler says
+it is adding a node for the pod (:func:`scale_up_pending`); :func:`describe_events` puts a
+pod's events into an error message, bounded.
 
 Values in, a verdict out: no I/O, no clock (the caller passes the time).
 """
@@ -24,10 +25,12 @@ from ironflow import errors
 __all__ = [
     "DEFAULT_IMAGE_PULL_GRACE_S",
     "GRACED",
+    "SCALE_UP_RECHECK_S",
     "PullGrace",
     "Verdict",
     "classify",
     "describe_events",
+    "scale_up_pending",
 ]
 
 #: How long ErrImagePull / ImagePullBackOff is tolerated before the step ends.
@@ -51,6 +54,13 @@ _TRANSIENT_PULL: Final = re.compile(
     r"connection reset|no such host|i/o timeout|unavailable",
     re.IGNORECASE,
 )
+#: Autoscaler events saying a node is coming for the pod (cluster-autoscaler, Karpenter)...
+_SCALING_UP: Final = frozenset({"TriggeredScaleUp", "Nominated"})
+#: ...and saying none is (cluster-autoscaler: no node group fits, or all are at their maximum).
+_NOT_SCALING_UP: Final = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+#: How long an Unschedulable pod is held after an autoscaler said a node is coming, before its
+#: events are read again.
+SCALE_UP_RECHECK_S: Final = 5.0
 _EVENT_LINE_BYTES: Final = 300
 _EVENTS_BYTES: Final = 1500
 
@@ -160,10 +170,17 @@ class PullGrace:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         self.since: float | None = None
+        self.scheduling_held_until: float | None = None
 
     def fatal(self, pod: Mapping[str, Any] | None, now: float) -> Verdict | None:
-        """The verdict that ends the step now, or None (nothing wrong yet, or within the grace)."""
+        """The verdict that ends the step now, or None (nothing wrong yet, or within a grace)."""
         verdict = classify(pod)
+        unschedulable = verdict is not None and verdict.reason == "Unschedulable"
+        if self.scheduling_held_until is not None:
+            if not unschedulable or now >= self.scheduling_held_until:
+                self.scheduling_held_until = None  # scheduled, or time to read the events again
+            else:
+                return None
         if verdict is None or not verdict.grace:
             self.since = None
             return verdict
@@ -171,9 +188,15 @@ class PullGrace:
             self.since = now
         return verdict if now - self.since >= self.grace_s else None
 
+    def hold_scheduling(self, until: float) -> None:
+        """Let ``Unschedulable`` pass until ``until`` (a node is being added for the pod)."""
+        self.scheduling_held_until = until
+
     def expires_at(self) -> float | None:
-        """When the running grace ends (the caller looks again then), or None."""
-        return None if self.since is None else self.since + self.grace_s
+        """When the running grace or hold ends (the caller looks again then), or None."""
+        pull = None if self.since is None else self.since + self.grace_s
+        ends = [t for t in (pull, self.scheduling_held_until) if t is not None]
+        return min(ends) if ends else None
 
 
 def _when(event: Mapping[str, Any]) -> str:
@@ -185,6 +208,22 @@ def _when(event: Mapping[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
+
+
+def scale_up_pending(events: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a node autoscaler's newest word on the pod is that a node is coming for it.
+
+    On a cluster that adds nodes on demand, ``Unschedulable`` is how every pod waits for
+    its node: cluster-autoscaler records ``TriggeredScaleUp`` (``NotTriggerScaleUp`` when
+    no node group fits), Karpenter ``Nominated``.
+
+    >>> scale_up_pending([{"reason": "FailedScheduling"}, {"reason": "TriggeredScaleUp"}])
+    True
+    >>> scale_up_pending([{"reason": "FailedScheduling"}])
+    False
+    """
+    said = [e for e in events if e.get("reason") in _SCALING_UP | _NOT_SCALING_UP]
+    return bool(said) and sorted(said, key=_when)[-1].get("reason") in _SCALING_UP
 
 
 def describe_events(events: Iterable[Mapping[str, Any]], *, limit: int = 5) -> str:

@@ -89,15 +89,22 @@ def test_runs_show_lists_steps_with_their_pod_selector_and_result(store: str) ->
         (["run", f"{WORKFLOWS}:linear", "--account", "x=env:X"], "error: --account only applies with --wait"),
         (["runs", "show", "0000"], "error: no run 0000 in the store; list runs with `ironflow runs list`"),
         (["runs", "cancel", "0000"], "error: no run 0000 in the store"),
+        (["runs", "list", "--store", "typo.db"], "error: no SQLite store at 'typo.db': its file does not exist"),
     ],
 )
-def test_bad_input_exits_2_with_one_line_naming_the_problem(store: str, args: list[str], message: str) -> None:
+def test_bad_input_exits_2_with_one_line_naming_the_problem(
+    store: str, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if args[:2] in (["runs", "show"], ["runs", "cancel"]):
+        assert cli("run", f"{WORKFLOWS}:linear", "--input", "{}", "--store", store)[0] == 0  # the store exists
     if "--store" not in args:
         args = [*args, "--store", store]
     code, out, err = cli(*args)
     assert code == 2
     assert out == ""
     assert err.startswith(message)
+    assert not (tmp_path / "typo.db").exists()  # a reader never makes the store it cannot find
     assert err.count("\n") == 1
 
 

@@ -24,6 +24,7 @@ from ironflow import errors
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.runner import StepRunner
 from ironflow.kube import api as k8s
+from ironflow.kube import pod_problems
 from ironflow.steps import AgentConfig
 from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer, PodScript
@@ -159,3 +160,65 @@ async def test_unschedulable_ends_the_step_with_the_schedulers_message(kube: Kub
     exc = await fails_fast(kube, problem)
     assert "0/3 nodes are available: 3 Insufficient memory" in exc.message
     assert "Warning FailedScheduling" in exc.message
+
+
+SCALE_UP = "pod triggered scale-up: [{pool-a 1->2 (max: 5)}]"
+NO_SCALE_UP = "pod didn't trigger scale-up: 1 max node group size reached"
+
+
+async def test_an_unschedulable_pod_a_node_is_being_added_for_waits_and_runs(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """On a cluster that adds nodes on demand, Unschedulable is how a pod waits for its node:
+    cluster-autoscaler said TriggeredScaleUp, so the step waits, and runs once the node is there."""
+    task = asyncio.ensure_future(runner(kube, provider(kube.namespace)).run(AgentConfig("hi")))
+    try:
+        name = (await the_pod(kube))["metadata"]["name"]
+        server.record_event(
+            kube.namespace, name, "Normal", "TriggeredScaleUp", "pod triggered scale-up: [{pool-a 1->2}]"
+        )
+        problem = next(p for p in PROBLEMS if p.reason == "Unschedulable")
+        await kube.control.report_problem(kube.namespace, name, problem.reason, problem.message)
+        await asyncio.sleep(1.5)
+        assert not task.done()
+        await kube.control.set_log(kube.namespace, name, JSON_TEXT)
+        await kube.control.set_pod_phase(kube.namespace, name, "Succeeded")
+        result = await asyncio.wait_for(task, timeout=STEP_TIMEOUT_S)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert result.text == "Hello from the fake model."
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+async def test_an_unschedulable_pod_no_node_can_be_added_for_ends_the_step(
+    kube: KubeCase, server: KubeTestServer
+) -> None:
+    """The autoscaler first adds a node, then says none fits: the step ends when it next looks."""
+    started = time.monotonic()
+    task = asyncio.ensure_future(runner(kube, provider(kube.namespace)).run(AgentConfig("hi")))
+    try:
+        name = (await the_pod(kube))["metadata"]["name"]
+        server.record_event(
+            kube.namespace, name, "Normal", "TriggeredScaleUp", "pod triggered scale-up: [{pool-a 1->2}]"
+        )
+        problem = next(p for p in PROBLEMS if p.reason == "Unschedulable")
+        await kube.control.report_problem(kube.namespace, name, problem.reason, problem.message)
+        await asyncio.sleep(1.5)
+        assert not task.done()
+        server.record_event(
+            kube.namespace,
+            name,
+            "Normal",
+            "NotTriggerScaleUp",
+            "pod didn't trigger scale-up: 1 max node group size reached",
+        )
+        with pytest.raises(errors.SandboxFailed) as caught:
+            await asyncio.wait_for(task, timeout=STEP_TIMEOUT_S)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert time.monotonic() - started < 10 + pod_problems.SCALE_UP_RECHECK_S, "the step waited for its timeout"
+    assert f"pod {name} cannot start: Unschedulable: " in caught.value.message
+    assert "NotTriggerScaleUp: pod didn't trigger scale-up" in caught.value.message
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)

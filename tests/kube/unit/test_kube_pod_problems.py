@@ -147,3 +147,40 @@ def test_events_are_newest_last_and_bounded() -> None:
     assert lines[-1].startswith("Warning Failed: m9 ")
     assert len(text.encode()) <= 1500 + len("...(truncated)")
     assert describe_events([]) == ""
+
+
+UNSCHEDULABLE = next(p for p in PROBLEMS if p.reason == "Unschedulable")
+
+
+def _event(reason: str, at: str) -> dict[str, Any]:
+    return {"reason": reason, "lastTimestamp": at}
+
+
+def test_a_node_is_coming_when_the_autoscalers_newest_word_says_so() -> None:
+    assert pod_problems.scale_up_pending([_event("FailedScheduling", "t1"), _event("TriggeredScaleUp", "t2")])
+    assert pod_problems.scale_up_pending([_event("Nominated", "t1")])  # Karpenter
+    assert not pod_problems.scale_up_pending([_event("TriggeredScaleUp", "t1"), _event("NotTriggerScaleUp", "t2")])
+    assert not pod_problems.scale_up_pending([_event("FailedScheduling", "t1")])
+    assert not pod_problems.scale_up_pending([])
+
+
+def test_unschedulable_is_held_while_a_node_is_coming_then_looked_at_again() -> None:
+    pod = {"status": problem_status({"spec": {"containers": []}}, UNSCHEDULABLE.reason, UNSCHEDULABLE.message)}
+    grace = PullGrace(60)
+    first = grace.fatal(pod, 0.0)
+    assert first is not None
+    assert first.reason == "Unschedulable"
+    grace.hold_scheduling(5.0)
+    assert grace.fatal(pod, 4.9) is None
+    assert grace.expires_at() == 5.0  # the waiter wakes then
+    again = grace.fatal(pod, 5.0)
+    assert again is not None
+    assert again.reason == "Unschedulable"
+    assert grace.expires_at() is None  # the hold is over: no wake-up left scheduled
+
+
+def test_a_hold_ends_once_the_pod_is_scheduled() -> None:
+    grace = PullGrace(60)
+    grace.hold_scheduling(5.0)
+    assert grace.fatal({"status": {"phase": "Running"}}, 1.0) is None
+    assert grace.expires_at() is None

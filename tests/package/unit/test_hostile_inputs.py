@@ -125,8 +125,11 @@ def test_random_argv_exits_with_a_documented_code_and_no_traceback(
     files["STEP"].write_text(yaml.safe_dump({"prompt": "hi", "max_turns": provider}, allow_unicode=True))
     store = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
     words = [str(files[w]) if w in files else store if w == "STORE" else w for w in argv]
-    result = CliRunner().invoke(app, words)
+    with contextlib.chdir(tmp_path):  # a bare word taken as a store path must land nowhere but here
+        result = CliRunner().invoke(app, words)
     assert result.exit_code in (0, 1, 2, 3), (words, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), (words, result.exception)
     assert "Traceback" not in result.output
     assert not (tmp_path / "missing-dir").exists(), "a read-only command created the store's directory"
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("provider.yaml", "step.yaml"))
+    assert made == [], f"the command left files in the working directory: {made}"
