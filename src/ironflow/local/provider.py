@@ -55,7 +55,6 @@ log = logging.getLogger("ironflow.local")
 DEFAULT_TIMEOUT_S: Final = 600.0
 
 
-
 @dataclass(frozen=True)
 class CommandResult:
     """What a plain command in the sandbox produced; ``duration`` in seconds."""
@@ -64,6 +63,11 @@ class CommandResult:
     stdout: str
     stderr: str
     duration: float
+
+
+def _text(raw: bytes) -> str:
+    """A sandbox's output as text; bytes that are not UTF-8 become U+FFFD, never an error."""
+    return raw.decode(errors="replace")
 
 
 def _release_scope(config: AgentConfig) -> frozenset[str]:
@@ -194,7 +198,8 @@ class LocalSandboxProvider(ProviderBase):
         agent step has. ``run_id`` lets :meth:`release_run` kill it.
 
         Raises:
-            AgentTimeout: it ran past ``timeout_s`` (its process tree is gone by then).
+            CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
+                error holds what it wrote until then (``output``, ``stderr``: bytes, bounded).
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
             ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
@@ -237,7 +242,7 @@ class LocalSandboxProvider(ProviderBase):
                 if token is not None:
                     run_env.update(settings.proxy_env(token.reveal()))
                 start = time.monotonic()
-                code, out, err = await self._processes.run(
+                finished = await self._processes.run(
                     full,
                     run_env,
                     stdin=stdin,
@@ -247,7 +252,10 @@ class LocalSandboxProvider(ProviderBase):
                     pass_fds=fds,
                     binds=binds,
                 )
-        code = sandbox_argv.command_exit_code(code, err)
+        if finished.timed_out:
+            raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
+        out, err = _text(finished.stdout), _text(finished.stderr)
+        code = sandbox_argv.command_exit_code(finished.code, err)
         sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
@@ -308,7 +316,7 @@ class LocalSandboxProvider(ProviderBase):
                         managed=managed,
                     )
                     start = time.monotonic()
-                    code, out, err = await self._processes.run(
+                    finished = await self._processes.run(
                         full,
                         env,
                         stdin=stdin,
@@ -319,6 +327,10 @@ class LocalSandboxProvider(ProviderBase):
                         binds=binds,
                     )
                 wall_ms = int((time.monotonic() - start) * 1000)
+            if finished.timed_out:
+                log.info("local sandbox step timed out: token=%s", token_id)
+                raise errors.AgentTimeout(self.timeout)
+            code, out, err = finished.code, _text(finished.stdout), _text(finished.stderr)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
         rate_limits.record_rate_limits(config, out)
         sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
@@ -391,7 +403,6 @@ class LocalSandboxProvider(ProviderBase):
                 f"the host and has no such directory; use a path under a new top-level directory such as /data"
             )
         return None
-
 
 
 @contextlib.asynccontextmanager
