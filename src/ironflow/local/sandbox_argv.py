@@ -71,7 +71,6 @@ def which(name: str) -> str:
     return found
 
 
-
 def render(
     shape: SandboxShape,
     cmd: tuple[str, ...],
@@ -136,9 +135,7 @@ def render(
         binds = identity.binds(plan)
         read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
         profile_dirs = tuple(plan[p] for p in profile_dirs)
-        managed_dir, proxy_socket, forwarder_script, sessions_dir = (
-            None if p is None else plan[p] for p in optional
-        )
+        managed_dir, proxy_socket, forwarder_script, sessions_dir = (None if p is None else plan[p] for p in optional)
     full_cmd = cmd
     if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
         relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
@@ -161,6 +158,7 @@ def render(
             sessions_dir=sessions_dir,
         )
     ), binds
+
 
 @contextlib.contextmanager
 def seccomp_fds(isolation: settings.Isolation) -> Iterator[tuple[int, ...]]:
