@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
-from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings
+from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
@@ -97,7 +96,8 @@ class LocalSandboxProvider(ProviderBase):
         sessions_dir: a host directory kept as ``~/.claude/projects`` across steps, so
             ``resume_session_id`` finds its conversation (bubblewrap only; the pod's sessions claim).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
-            system's. Keep it short: a unix socket path holds at most 107 bytes.
+            system's. Keep it short: a unix socket path holds at most 107 bytes. The ones left
+            there by a worker that was killed are removed at start (:mod:`ironflow.local.workdirs`).
         limits: what each sandbox may use (processes, memory, CPU, open files, file size);
             :meth:`limits_report` says which hold on this machine and how.
         sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
@@ -156,6 +156,8 @@ class LocalSandboxProvider(ProviderBase):
         self.tmp_size_bytes = tmp_size_bytes
         self.claude_path = claude_path
         self.allow_bypass = allow_bypass
+        if temp_dir is not None and not os.path.isdir(temp_dir):
+            raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
         self.temp_dir = temp_dir
         if sessions_dir is not None and isolation != "bwrap":
             raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
@@ -167,6 +169,7 @@ class LocalSandboxProvider(ProviderBase):
         self.sessions_dir = sessions_dir
         self.limits = limits
         self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
+        workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
     def limits_report(self) -> str:
@@ -214,7 +217,7 @@ class LocalSandboxProvider(ProviderBase):
             problem = self._mount_problem(mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
+        with workdirs.run_dir(self.temp_dir) as tmp:
             async with contextlib.AsyncExitStack() as stack:
                 socket_path: str | None = None
                 token: Secret | None = None
@@ -292,7 +295,7 @@ class LocalSandboxProvider(ProviderBase):
         script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
         run_id = config.scope.run_id if config.scope is not None else None
         step = config.scope.step if config.scope is not None else "agent"
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
+        with workdirs.run_dir(self.temp_dir) as tmp:
             async with _proxy(
                 credential,
                 socket_path=os.path.join(tmp, "proxy.sock"),
