@@ -6,7 +6,9 @@ there first, as gVisor's root (never the host's): private size-limited tmpfs ove
 ``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the
 managed settings and profiles copied to where the pod mounts them; then it drops to uid
 10001 with no capability and ``no_new_privs`` (``setpriv``), so the root filesystem is
-not writable by the step, and execs the command.
+not writable by the step, and execs the command. Before the setup, the seccomp loader
+(:mod:`ironflow.local.seccomp_exec`) installs the user-namespace rules of
+:mod:`ironflow.local.seccomp`, so a nested user namespace is refused as under bubblewrap.
 
 Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
 fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
@@ -24,21 +26,22 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import command, layout, profile
-from ironflow.local import bwrap
+from ironflow.local import bwrap, seccomp_exec
 
 __all__ = [
     "SETUP_FAILED",
     "SETUP_TMPFS",
     "GvisorSettings",
     "ProxyBridge",
+    "SeccompLoader",
     "gvisor_argv",
     "host_path_problem",
     "setup_script",
 ]
 
 _Q = command.shell_quote
-#: What the setup script prints (then exit 125) when one of its lines fails.
-SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: What the setup script (and the seccomp loader before it) prints, then exit 125, when a line fails.
+SETUP_FAILED: Final = seccomp_exec.SETUP_FAILED
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
@@ -59,6 +62,15 @@ class ProxyBridge:
 
 
 @dataclass(frozen=True)
+class SeccompLoader:
+    """The seccomp filter installed first inside the sandbox (:mod:`ironflow.local.seccomp_exec`)."""
+
+    python: str
+    script: str
+    program: bytes
+
+
+@dataclass(frozen=True)
 class GvisorSettings:
     """Everything the argv depends on."""
 
@@ -72,6 +84,7 @@ class GvisorSettings:
     traverse: tuple[str, ...] = ()
     proxy: ProxyBridge | None = None
     runsc_path: str = "runsc"
+    seccomp: SeccompLoader | None = None
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -138,7 +151,11 @@ def gvisor_argv(settings: GvisorSettings) -> list[str]:
     script = setup_script(settings)
     network = "host" if settings.proxy is not None else "none"
     # --ignore-cgroups: runsc stays in the sandbox's own cgroup (limits, kill) and leaves no runsc-* cgroup.
-    runsc = [settings.runsc_path, "--rootless", "--ignore-cgroups", f"--network={network}", "do", "sh", "-c", script]
+    runsc = [settings.runsc_path, "--rootless", "--ignore-cgroups", f"--network={network}", "do"]
+    if settings.seccomp is not None:  # before the setup: what it starts, the step included, is filtered
+        loader = settings.seccomp
+        runsc += [loader.python, "-I", "-S", loader.script, loader.program.hex(), "--"]
+    runsc += ["sh", "-c", script]
     if settings.proxy is None:
         return runsc
     bridge = settings.proxy

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, forwarder, gvisor, identity, seccomp, settings
+from ironflow.local import bwrap, forwarder, gvisor, identity, seccomp, seccomp_exec, settings
 
 __all__ = [
     "SandboxShape",
@@ -99,6 +99,10 @@ def render(
         bridge = None
         if proxy_socket is not None:
             bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
+        program = _filter("gvisor")
+        loader = None
+        if program is not None:
+            loader = gvisor.SeccompLoader(python, os.path.realpath(seccomp_exec.__file__), program)
         return gvisor.gvisor_argv(
             gvisor.GvisorSettings(
                 command=cmd,
@@ -110,6 +114,7 @@ def render(
                 traverse=tools,
                 proxy=bridge,
                 runsc_path=which("runsc"),
+                seccomp=loader,
             )
         ), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
@@ -160,13 +165,20 @@ def render(
     ), binds
 
 
+def _filter(isolation: settings.Isolation) -> bytes | None:
+    """The seccomp program of ``isolation``'s sandbox (gVisor: the user-namespace rules only, its own
+    kernel answers the rest), or None on a machine the filter does not cover (logged)."""
+    program = seccomp.filter_program(platform.machine(), seccomp.DENIED_X86_64 if isolation == "bwrap" else {})
+    if program is None:
+        log.warning("no seccomp filter for %s: the %s sandbox runs without one", platform.machine(), isolation)
+    return program
+
+
 @contextlib.contextmanager
 def seccomp_fds(isolation: settings.Isolation) -> Iterator[tuple[int, ...]]:
     """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
-    program = seccomp.filter_program(platform.machine()) if isolation == "bwrap" else None
+    program = _filter(isolation) if isolation == "bwrap" else None
     if program is None:
-        if isolation == "bwrap":
-            log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
         yield ()
         return
     fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)

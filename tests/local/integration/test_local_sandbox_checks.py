@@ -81,10 +81,12 @@ async def test_no_capability_is_left(provider: LocalSandboxProvider) -> None:
     assert [line.split()[1] for line in result.stdout.splitlines()] == ["0000000000000000"] * 3
 
 
-async def test_no_nested_user_namespace_can_be_created_under_bubblewrap() -> None:
-    """gVisor is left out on purpose: a namespace made there lives in gVisor's kernel, not the host's."""
-    result = await LocalSandboxProvider().run_command(["unshare", "--user", "true"])
-    assert result.exit_code != 0
+@pytest.mark.parametrize("command", [["unshare", "-r", "id"], ["unshare", "-U", "true"]])
+async def test_no_nested_user_namespace_can_be_created(provider: LocalSandboxProvider, command: list[str]) -> None:
+    """Both runtimes refuse it the same way (seccomp: EPERM), as the pod's RuntimeDefault profile does."""
+    result = await provider.run_command(command)
+    assert (result.exit_code, result.stdout) == (1, ""), result.stderr
+    assert result.stderr == "unshare: unshare failed: Operation not permitted\n"
 
 
 @pytest.mark.parametrize("path", ["/usr/local/probe", "/etc/probe", "/probe"])

@@ -167,6 +167,15 @@ def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() 
     assert argv[argv.index("/src/forwarder.py") + 1 : runsc] == ["18080", "/t/proxy.sock", "--"]
 
 
+def test_gvisor_installs_the_seccomp_filter_before_its_setup_runs() -> None:
+    loader = gvisor.SeccompLoader("/py/bin/python3", "/src/seccomp_exec.py", b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), seccomp=loader))
+    do = argv.index("do")
+    loader_argv = ["/py/bin/python3", "-I", "-S", "/src/seccomp_exec.py", "060000000000ff7f", "--", "sh", "-c"]
+    assert argv[do + 1 : do + 9] == loader_argv
+    assert argv[-1].rstrip().endswith("'true'")
+
+
 def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> None:
     script = gvisor.setup_script(
         gvisor.GvisorSettings(command=("true",), managed_settings_dir="/tmp/x/ms", home_size_bytes=99)
