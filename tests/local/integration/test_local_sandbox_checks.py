@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -279,3 +280,36 @@ async def test_the_readme_quickstart_tools_still_run_from_a_0700_root_home(provi
     result = await provider.run_command([PYTHON, "-I", "-S", "-c", "print('ran')"], auth_proxy=True)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == "ran"
+
+
+def _runtime_mount_namespace(marker: str) -> str | None:
+    """The mount namespace of the sandbox runtime this process started for ``marker``, if it runs."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            if parent == os.getpid() and marker.encode() in argv:
+                return os.readlink(f"/proc/{pid}/ns/mnt")
+    return None
+
+
+@needs_root
+async def test_a_root_worker_stages_in_a_mount_namespace_only_what_it_has_to_bind() -> None:
+    """Nothing to stage (a plain command, no mount): no private mount namespace is made for it."""
+    provider = LocalSandboxProvider()
+
+    async def runtime_namespace(marker: str, mounts: tuple[ReadOnlyMount, ...]) -> str | None:
+        task = asyncio.create_task(provider.run_command(["sleep", marker], read_only_mounts=mounts))
+        found = None
+        while not task.done():
+            found = found or _runtime_mount_namespace(marker)
+            await asyncio.sleep(0.02)
+        assert (await task).exit_code == 0
+        assert found, "the sandbox was not seen running"
+        return found
+
+    own = os.readlink("/proc/self/ns/mnt")
+    assert await runtime_namespace("1.0101", ()) == own
+    assert await runtime_namespace("1.0102", (ReadOnlyMount(MOUNTABLE_DIR, "/data"),)) != own
