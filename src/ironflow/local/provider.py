@@ -3,7 +3,8 @@
 The same ``AgentConfig`` as on Kubernetes, the same ``AgentResult`` and errors: the
 command comes from :mod:`ironflow.claude.command`, the output is read by
 :mod:`ironflow.claude.output`. Each run gets a fresh sandbox (see
-:mod:`ironflow.local.bwrap`, :mod:`ironflow.local.gvisor`) and a temp dir, both gone
+:mod:`ironflow.local.bwrap`, :mod:`ironflow.local.gvisor`) and, when something is written for
+it (the proxy socket, managed settings), a temp dir (:mod:`ironflow.local.workdirs`), both gone
 when the call returns, on every path: success, failure, timeout, cancellation.
 
 Credentials stay outside: an agent step gets an in-process auth proxy on a unix socket
@@ -217,44 +218,47 @@ class LocalSandboxProvider(ProviderBase):
             problem = self._mount_problem(mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
-        with workdirs.run_dir(self.temp_dir) as tmp:
-            async with contextlib.AsyncExitStack() as stack:
-                socket_path: str | None = None
-                token: Secret | None = None
-                if auth_proxy:
-                    socket_path, token = await stack.enter_async_context(
-                        _proxy(
-                            self._credential(None),
-                            socket_path=os.path.join(tmp, "proxy.sock"),
-                            run_id=run_id,
-                            step="command",
-                            expires_in=limit + 60,
-                        )
+        async with contextlib.AsyncExitStack() as stack:
+            # A temp dir only when something goes in it (the proxy socket, managed settings).
+            tmp: str | None = None
+            if auth_proxy or self.managed_settings is not None:
+                tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
+            socket_path: str | None = None
+            token: Secret | None = None
+            if auth_proxy and tmp is not None:
+                socket_path, token = await stack.enter_async_context(
+                    _proxy(
+                        self._credential(None),
+                        socket_path=os.path.join(tmp, "proxy.sock"),
+                        run_id=run_id,
+                        step="command",
+                        expires_in=limit + 60,
                     )
-                fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
-                full, binds = sandbox_argv.render(
-                    self._shape(),
-                    tuple(argv),
-                    tmp=tmp,
-                    working_dir=working_dir,
-                    mounts=mounts,
-                    proxy_socket=socket_path,
-                    fds=fds,
-                    managed=self.managed_settings,
                 )
-                if token is not None:
-                    run_env.update(settings.proxy_env(token.reveal()))
-                start = time.monotonic()
-                finished = await self._processes.run(
-                    full,
-                    run_env,
-                    stdin=stdin,
-                    limit_s=limit,
-                    sink=None,
-                    run_ids=frozenset({run_id} if run_id else ()),
-                    pass_fds=fds,
-                    binds=binds,
-                )
+            fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
+            full, binds = sandbox_argv.render(
+                self._shape(),
+                tuple(argv),
+                tmp=tmp,
+                working_dir=working_dir,
+                mounts=mounts,
+                proxy_socket=socket_path,
+                fds=fds,
+                managed=self.managed_settings,
+            )
+            if token is not None:
+                run_env.update(settings.proxy_env(token.reveal()))
+            start = time.monotonic()
+            finished = await self._processes.run(
+                full,
+                run_env,
+                stdin=stdin,
+                limit_s=limit,
+                sink=None,
+                run_ids=frozenset({run_id} if run_id else ()),
+                pass_fds=fds,
+                binds=binds,
+            )
         if finished.timed_out:
             raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
         out, err = _text(finished.stdout), _text(finished.stderr)

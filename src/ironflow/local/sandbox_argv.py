@@ -11,6 +11,7 @@ run's temp dir; the argv itself comes from the pure :mod:`~ironflow.local.bwrap`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -75,7 +76,7 @@ def render(
     shape: SandboxShape,
     cmd: tuple[str, ...],
     *,
-    tmp: str,
+    tmp: str | None,
     working_dir: str | None,
     mounts: tuple[bwrap.ReadOnlyMount, ...],
     proxy_socket: str | None,
@@ -83,9 +84,12 @@ def render(
     fds: tuple[int, ...] = (),
     managed: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
-    """The runtime's argv, and on a root worker the binds its first process stages."""
+    """The runtime's argv, and on a root worker the binds its first process stages; ``managed``
+    settings are written into the run's temp dir ``tmp`` (None when there are none)."""
     managed_dir: str | None = None
     if managed is not None:
+        if tmp is None:
+            raise ValueError("managed settings are written to the run's temp dir: pass tmp")
         managed_dir = os.path.join(tmp, "managed-settings")
         os.mkdir(managed_dir)
         target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
@@ -165,9 +169,10 @@ def render(
     ), binds
 
 
+@functools.cache
 def _filter(isolation: settings.Isolation) -> bytes | None:
     """The seccomp program of ``isolation``'s sandbox (gVisor: the user-namespace rules only, its own
-    kernel answers the rest), or None on a machine the filter does not cover (logged)."""
+    kernel answers the rest), or None on a machine the filter does not cover (logged once)."""
     program = seccomp.filter_program(platform.machine(), seccomp.DENIED_X86_64 if isolation == "bwrap" else {})
     if program is None:
         log.warning("no seccomp filter for %s: the %s sandbox runs without one", platform.machine(), isolation)

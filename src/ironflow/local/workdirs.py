@@ -14,6 +14,7 @@ sweep looks at a bounded number of entries.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -79,12 +80,18 @@ def _machine() -> tuple[str, str]:
 
 def current_owner() -> Owner | None:
     """This process as a marker names it, or None where /proc does not say."""
+    return _owner(os.getpid())  # by pid: a forked child is another owner
+
+
+@functools.cache
+def _owner(pid: int) -> Owner | None:
+    """Read once per process: none of it changes while the process lives."""
     try:
         boot_id, namespace = _machine()
     except OSError:
         return None
-    start = _start_time(os.getpid())
-    return None if start is None else Owner(boot_id, namespace, os.getpid(), start)
+    start = _start_time(pid)
+    return None if start is None else Owner(boot_id, namespace, pid, start)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from ironflow.local import workdirs
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.secrets import Secret
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -23,10 +25,14 @@ pytestmark = [
 
 #: A sleep no other process on the host runs, so the test can see the step running.
 _MARKER = "58.7654"
+#: A worker whose step has a temp dir (its proxy socket lives there).
 _WORKER = f"""
 import asyncio, sys
-from ironflow.local.provider import LocalSandboxProvider
-asyncio.run(LocalSandboxProvider(temp_dir=sys.argv[1]).run_command(["sleep", "{_MARKER}"]))
+from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.secrets import Secret
+credential = ProxyCredential(Secret("sk-ant-api03-workdirs-test"), "api_key", "http://127.0.0.1:9")
+provider = LocalSandboxProvider(temp_dir=sys.argv[1], credential=credential)
+asyncio.run(provider.run_command(["sleep", "{_MARKER}"], auth_proxy=True))
 """
 
 
@@ -64,3 +70,25 @@ def test_a_killed_workers_temp_dir_is_swept_at_the_next_start_and_a_live_one_kep
         assert not stale.exists()
         assert os.path.isdir(live)
     _wait_for("the killed worker's sandbox to end", lambda: not _step_running())
+
+
+def _names(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+async def test_a_plain_command_makes_no_temp_dir_and_one_with_the_proxy_does(tmp_path: Path) -> None:
+    credential = ProxyCredential(Secret("sk-ant-api03-workdirs-test"), "api_key", "http://127.0.0.1:9")
+    provider = LocalSandboxProvider(temp_dir=str(tmp_path), credential=credential)
+    seen: dict[bool, set[str]] = {}
+    for auth_proxy in (False, True):
+        task = asyncio.create_task(provider.run_command(["sleep", "1"], auth_proxy=auth_proxy))
+        names: set[str] = set()
+        while not task.done():
+            names |= _names(tmp_path)
+            await asyncio.sleep(0.02)
+        assert (await task).exit_code == 0
+        seen[auth_proxy] = names
+    assert seen[False] == set()
+    assert len(seen[True]) == 1
+    assert next(iter(seen[True])).startswith(workdirs.PREFIX)
+    assert _names(tmp_path) == set()

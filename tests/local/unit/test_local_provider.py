@@ -201,3 +201,9 @@ def test_a_read_only_mount_takes_the_shared_reserved_paths(path: str) -> None:
                 command=("true",), root_entries=(), read_only_mounts=(bwrap.ReadOnlyMount("/srv", path),)
             )
         )
+
+
+def test_managed_settings_without_a_run_dir_to_write_them_to_are_refused() -> None:
+    shape = sandbox_argv.SandboxShape("bwrap", (), 1 << 20, 1 << 20, None, None)
+    with pytest.raises(ValueError, match="managed settings are written to the run's temp dir"):
+        sandbox_argv.render(shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, managed={})
