@@ -219,9 +219,9 @@ class LocalSandboxProvider(ProviderBase):
             if problem is not None:
                 raise errors.ConfigError(problem)
         async with contextlib.AsyncExitStack() as stack:
-            # A temp dir only when something goes in it (the proxy socket, managed settings).
+            # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's bundle).
             tmp: str | None = None
-            if auth_proxy or self.managed_settings is not None:
+            if auth_proxy or self.managed_settings is not None or self.isolation == "gvisor":
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             socket_path: str | None = None
             token: Secret | None = None
@@ -235,6 +235,8 @@ class LocalSandboxProvider(ProviderBase):
                         expires_in=limit + 60,
                     )
                 )
+            if token is not None:
+                run_env.update(settings.proxy_env(token.reveal()))
             fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
             full, binds = sandbox_argv.render(
                 self._shape(),
@@ -243,11 +245,10 @@ class LocalSandboxProvider(ProviderBase):
                 working_dir=working_dir,
                 mounts=mounts,
                 proxy_socket=socket_path,
+                env=run_env,
                 fds=fds,
                 managed=self.managed_settings,
             )
-            if token is not None:
-                run_env.update(settings.proxy_env(token.reveal()))
             start = time.monotonic()
             finished = await self._processes.run(
                 full,
@@ -318,6 +319,7 @@ class LocalSandboxProvider(ProviderBase):
                         working_dir=None,
                         mounts=mounts,
                         proxy_socket=socket_path,
+                        env=env,
                         extra_tools=(claude,),
                         fds=fds,
                         managed=managed,

@@ -11,10 +11,10 @@ native x86-64 numbers.
 
 Only x86-64 is covered; on another machine :func:`filter_program` returns None and the
 sandbox runs without a filter (the provider logs it). bubblewrap reads the program from
-a file descriptor (``--seccomp FD``) as an array of ``struct sock_filter``; under gVisor
-:mod:`ironflow.local.seccomp_exec` installs it (without the deny list: gVisor's own kernel
-answers those calls, and the sandbox's setup must mount) so both runtimes refuse a nested
-user namespace the same way.
+a file descriptor (``--seccomp FD``) as an array of ``struct sock_filter``. gVisor takes the
+user-namespace rules as an OCI ``linux.seccomp`` section (:func:`oci_user_namespace_rules`;
+not the deny list: gVisor's own kernel answers those calls, and the sandbox's setup must
+mount), so both runtimes refuse a nested user namespace the same way.
 
 Rule table (x86-64 numbers):
 
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["DENIED_X86_64", "ENOSYS_X86_64", "NEW_USER_NAMESPACE_X86_64", "filter_program"]
+__all__ = ["DENIED_X86_64", "ENOSYS_X86_64", "NEW_USER_NAMESPACE_X86_64", "filter_program", "oci_user_namespace_rules"]
 
 #: Refused with EPERM: what Docker's default profile refuses without extra capabilities.
 DENIED_X86_64: Final[Mapping[str, int]] = {
@@ -167,3 +167,21 @@ def filter_program(machine: str, denied: Mapping[str, int] = DENIED_X86_64) -> b
         (_RET_K, None, None, _RET_KILL_PROCESS),
     ]
     return _assemble(program)
+
+
+def oci_user_namespace_rules() -> dict[str, Any]:
+    """The user-namespace rules as an OCI ``linux.seccomp`` section (by name: any machine),
+    for gVisor, whose own kernel answers the deny list's calls. ``clone3`` is left out: this
+    gVisor release answers it ENOSYS itself, and ignores ``errnoRet`` (its EPERM would stop
+    libc's fallback to ``clone`` and with it every new thread)."""
+    return {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {
+                "names": sorted(NEW_USER_NAMESPACE_X86_64),
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": _EPERM,
+                "args": [{"index": 0, "value": _CLONE_NEWUSER, "valueTwo": _CLONE_NEWUSER, "op": "SCMP_CMP_MASKED_EQ"}],
+            },
+        ],
+    }

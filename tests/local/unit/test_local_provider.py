@@ -203,7 +203,12 @@ def test_a_read_only_mount_takes_the_shared_reserved_paths(path: str) -> None:
         )
 
 
-def test_managed_settings_without_a_run_dir_to_write_them_to_are_refused() -> None:
-    shape = sandbox_argv.SandboxShape("bwrap", (), 1 << 20, 1 << 20, None, None)
-    with pytest.raises(ValueError, match="managed settings are written to the run's temp dir"):
-        sandbox_argv.render(shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, managed={})
+@pytest.mark.parametrize(("isolation", "managed"), [("bwrap", {}), ("gvisor", None)])
+def test_what_is_written_to_a_run_dir_is_refused_without_one(
+    isolation: settings.Isolation, managed: dict[str, str] | None
+) -> None:
+    shape = sandbox_argv.SandboxShape(isolation, (), 1 << 20, 1 << 20, None, None)
+    with pytest.raises(ValueError, match="are written to the run's temp dir"):
+        sandbox_argv.render(
+            shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env={}, managed=managed
+        )
