@@ -114,14 +114,7 @@ def render(
             proxy=bridge,
             runsc_path=which("runsc"),
         )
-        bundle = os.path.join(_run_dir(tmp), "gvisor")
-        os.mkdir(bundle, 0o700)
-        os.mkdir(os.path.join(bundle, "state"), 0o700)
-        # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
-        fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as spec:
-            json.dump(gvisor.oci_spec(shown, env), spec)
-        return gvisor.gvisor_argv(shown, bundle), ()
+        return gvisor.gvisor_argv(shown, _gvisor_bundle(_run_dir(tmp), shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
     # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
     taken = {os.path.normpath(m.target) for m in mounts}
@@ -170,7 +163,20 @@ def render(
     ), binds
 
 
+def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
+    """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
+    bundle = os.path.join(tmp, "gvisor")
+    os.mkdir(bundle, 0o700)
+    os.mkdir(os.path.join(bundle, "state"), 0o700)
+    # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
+    fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as spec:
+        json.dump(gvisor.oci_spec(shown, env), spec)
+    return bundle
+
+
 def _run_dir(tmp: str | None) -> str:
+    """The run's temp dir, which only the writes that need one ask for."""
     if tmp is None:
         raise ValueError("managed settings and gVisor's bundle are written to the run's temp dir: pass tmp")
     return tmp
