@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "PARTIAL_OUTPUT_BYTES",
     "TRUNCATE_BYTES",
     "AgentError",
     "AgentTimeout",
@@ -32,6 +33,7 @@ __all__ = [
     "AuthProxyError",
     "BudgetExceeded",
     "CleanupError",
+    "CommandTimeout",
     "ConfigError",
     "HttpProviderError",
     "InfrastructureError",
@@ -62,6 +64,8 @@ __all__ = [
 
 #: Longest text copied from the outside into an error (the reference's 50,000 bytes).
 TRUNCATE_BYTES = 50_000
+#: Most of each stream a timed-out command's error keeps (its first bytes).
+PARTIAL_OUTPUT_BYTES = 1 << 20
 #: Longest message of a server's answer (Kubernetes API, auth proxy, HTTP provider) kept in an error.
 _SERVER_MESSAGE_BYTES = 2_000
 
@@ -131,8 +135,7 @@ class PromptTooLarge(UsageError):
         self.estimated_tokens = estimated_tokens
         self.model_limit = model_limit
         super().__init__(
-            f"prompt too large: {chars} chars (~{estimated_tokens} tokens) "
-            f"exceeds model limit of {model_limit} tokens"
+            f"prompt too large: {chars} chars (~{estimated_tokens} tokens) exceeds model limit of {model_limit} tokens"
         )
 
 
@@ -205,6 +208,28 @@ class AgentTimeout(AgentError):
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
         super().__init__(f"agent timed out after {limit_s:g}s")
+
+
+class CommandTimeout(AgentTimeout):
+    """A plain command ran past its timeout and was killed, with what it wrote until then.
+
+    As :class:`subprocess.TimeoutExpired`: ``output`` (alias ``stdout``) and ``stderr`` are
+    bytes, at most :data:`PARTIAL_OUTPUT_BYTES` each (the message says when one was cut).
+    An ``AgentTimeout``, so callers that catch that keep working.
+    """
+
+    def __init__(self, limit_s: float, *, output: bytes = b"", stderr: bytes = b"") -> None:
+        self.limit_s = limit_s
+        self.output = output[:PARTIAL_OUTPUT_BYTES]
+        self.stderr = stderr[:PARTIAL_OUTPUT_BYTES]
+        cut = len(output) > PARTIAL_OUTPUT_BYTES or len(stderr) > PARTIAL_OUTPUT_BYTES
+        note = f" (output kept up to {PARTIAL_OUTPUT_BYTES} bytes per stream)" if cut else ""
+        AgentError.__init__(self, f"command timed out after {limit_s:g}s{note}")
+
+    @property
+    def stdout(self) -> bytes:
+        """``output``, under the name :class:`subprocess.TimeoutExpired` also gives it."""
+        return self.output
 
 
 class SchemaValidation(AgentError):

@@ -262,6 +262,12 @@ def exec_command(
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
         result = asyncio.run(provider.run_command(argv))
+    except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
+        sys.stdout.buffer.write(exc.output)
+        sys.stdout.flush()
+        sys.stderr.buffer.write(exc.stderr)
+        sys.stderr.flush()
+        exits.fail_for(exc)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     sys.stdout.write(result.stdout)

@@ -303,7 +303,8 @@ def child_setup(
         for which, value in pairs:
             resource.setrlimit(which, (value, value))
         if host_uid is not None:
-            identity.bind_staged(binds)
+            if binds:  # nothing to stage: no mount namespace to make (and to tear down after)
+                identity.bind_staged(binds)
             os.setgroups([])
             os.setresgid(host_uid, host_uid, host_uid)
             os.setresuid(host_uid, host_uid, host_uid)

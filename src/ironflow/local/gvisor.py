@@ -1,44 +1,65 @@
-"""Sandbox settings into a gVisor (``runsc do``) argv with the pod's posture (pure).
+"""Sandbox settings into a gVisor (``runsc run``) argv and OCI spec with the pod's posture (pure).
 
-``runsc do`` shows the host root read-only under a writable in-memory overlay and
-starts the command as root inside gVisor's own kernel. The setup script built here runs
-there first, as gVisor's root (never the host's): private size-limited tmpfs over
-``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the
-managed settings and profiles copied to where the pod mounts them; then it drops to uid
-10001 with no capability and ``no_new_privs`` (``setpriv``), so the root filesystem is
-not writable by the step, and execs the command.
+``runsc run`` starts the spec's process as root inside gVisor's own kernel, with the host
+root read-only under a writable in-memory overlay (``--overlay2=root:memory``), ``/proc``, a
+``/dev`` of gVisor's devices and a read-only ``/sys``. That process is the setup script built
+here, run as gVisor's root (never the host's) with only the capabilities it needs: private
+size-limited tmpfs over ``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and
+``/run``; the managed settings and profiles copied to where the pod mounts them; then it drops
+to uid 10001 with no capability and ``no_new_privs`` (``setpriv``), so the root filesystem is
+not writable by the step, and execs the command. The spec's ``linux.seccomp`` section
+(``--oci-seccomp``) holds the user-namespace rules of :mod:`ironflow.local.seccomp`, so a
+nested user namespace is refused as under bubblewrap.
 
 Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
 fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
 ``--network=host``, behind the relay of :mod:`ironflow.local.forwarder`: the step reaches
 127.0.0.1:<port> and nothing else (gVisor's own sandbox networking does not work on
-these hosts). Invariant: no environment value is on the argv; ``runsc do`` passes its
-own environment to the command.
+these hosts). Invariant: no environment value is on the argv; it is in the spec, which the
+caller writes into the run's private temp dir.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import command, layout, profile
-from ironflow.local import bwrap
+from ironflow.local import bwrap, seccomp
 
 __all__ = [
+    "SETUP_CAPABILITIES",
     "SETUP_FAILED",
     "SETUP_TMPFS",
     "GvisorSettings",
     "ProxyBridge",
     "gvisor_argv",
     "host_path_problem",
+    "oci_spec",
     "setup_script",
 ]
 
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: What the setup script may do as gVisor's root, and no more: mount its tmpfs, copy and chmod
+#: across owners, then drop to the step's uid (setpriv clears them all before the step runs).
+SETUP_CAPABILITIES: Final = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SETUID",
+    "CAP_SYS_ADMIN",
+)
+#: The container's name, unique in its own state directory (one per run).
+_CONTAINER_ID: Final = "ironflow"
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
@@ -77,7 +98,7 @@ class GvisorSettings:
 def host_path_problem(source: str, target: str) -> str | None:
     """Why the step cannot see host path ``source`` at ``target`` under gVisor, or None.
 
-    ``runsc do`` makes no bind mount: it shows the host root where it is, less what the
+    ``runsc`` makes no bind mount here: it shows the host root where it is, less what the
     setup script hides under its own tmpfs (:data:`SETUP_TMPFS`).
     """
     if posixpath.normpath(source) != posixpath.normpath(target):
@@ -133,12 +154,56 @@ def setup_script(settings: GvisorSettings) -> str:
     return "\n".join([fail, *guarded, " ".join([drop, *(_Q(a) for a in settings.command)])])
 
 
-def gvisor_argv(settings: GvisorSettings) -> list[str]:
-    """The full argv: ``runsc … do sh -c SETUP``, inside the relay's namespace with a proxy."""
-    script = setup_script(settings)
+def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``config.json`` of the run's bundle: the setup script as root, ``env`` for the step."""
+    capabilities = list(SETUP_CAPABILITIES)
+    network = () if settings.proxy is not None else ("network",)
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["sh", "-c", setup_script(settings)],
+            "env": [f"{name}={value}" for name, value in env.items()],
+            "cwd": "/",
+            "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")},
+        },
+        "root": {"path": "/", "readonly": False},  # under --overlay2=root:memory: writes stay in memory
+        "hostname": "ironflow-sandbox",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro"]},
+        ],
+        "linux": {
+            # With the proxy, --network=host: the relay's namespace (only lo), so no namespace of its own.
+            "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", *network)],
+            "seccomp": seccomp.oci_user_namespace_rules(),
+        },
+    }
+
+
+def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
+    """The full argv: ``runsc … run`` of the spec in ``bundle`` (its state under ``bundle/state``),
+    inside the relay's namespace with a proxy."""
+    if not posixpath.isabs(bundle):
+        raise errors.ConfigError(f"the gVisor bundle path must be absolute, got '{bundle}'")
     network = "host" if settings.proxy is not None else "none"
-    # --ignore-cgroups: runsc stays in the sandbox's own cgroup (limits, kill) and leaves no runsc-* cgroup.
-    runsc = [settings.runsc_path, "--rootless", "--ignore-cgroups", f"--network={network}", "do", "sh", "-c", script]
+    runsc = [
+        settings.runsc_path,
+        "--rootless",
+        "--ignore-cgroups",  # runsc stays in the sandbox's own cgroup (limits, kill) and leaves no runsc-* cgroup
+        f"--network={network}",
+        "--oci-seccomp",  # apply the spec's linux.seccomp to the step
+        "--overlay2=root:memory",
+        "--root",
+        posixpath.join(bundle, "state"),
+        "run",
+        "--bundle",
+        bundle,
+        _CONTAINER_ID,
+    ]
     if settings.proxy is None:
         return runsc
     bridge = settings.proxy

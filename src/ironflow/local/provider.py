@@ -3,7 +3,8 @@
 The same ``AgentConfig`` as on Kubernetes, the same ``AgentResult`` and errors: the
 command comes from :mod:`ironflow.claude.command`, the output is read by
 :mod:`ironflow.claude.output`. Each run gets a fresh sandbox (see
-:mod:`ironflow.local.bwrap`, :mod:`ironflow.local.gvisor`) and a temp dir, both gone
+:mod:`ironflow.local.bwrap`, :mod:`ironflow.local.gvisor`) and, when something is written for
+it (the proxy socket, managed settings), a temp dir (:mod:`ironflow.local.workdirs`), both gone
 when the call returns, on every path: success, failure, timeout, cancellation.
 
 Credentials stay outside: an agent step gets an in-process auth proxy on a unix socket
@@ -21,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
-from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings
+from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
@@ -55,7 +55,6 @@ log = logging.getLogger("ironflow.local")
 DEFAULT_TIMEOUT_S: Final = 600.0
 
 
-
 @dataclass(frozen=True)
 class CommandResult:
     """What a plain command in the sandbox produced; ``duration`` in seconds."""
@@ -64,6 +63,11 @@ class CommandResult:
     stdout: str
     stderr: str
     duration: float
+
+
+def _text(raw: bytes) -> str:
+    """A sandbox's output as text; bytes that are not UTF-8 become U+FFFD, never an error."""
+    return raw.decode(errors="replace")
 
 
 def _release_scope(config: AgentConfig) -> frozenset[str]:
@@ -93,7 +97,8 @@ class LocalSandboxProvider(ProviderBase):
         sessions_dir: a host directory kept as ``~/.claude/projects`` across steps, so
             ``resume_session_id`` finds its conversation (bubblewrap only; the pod's sessions claim).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
-            system's. Keep it short: a unix socket path holds at most 107 bytes.
+            system's. Keep it short: a unix socket path holds at most 107 bytes. The ones left
+            there by a worker that was killed are removed at start (:mod:`ironflow.local.workdirs`).
         limits: what each sandbox may use (processes, memory, CPU, open files, file size);
             :meth:`limits_report` says which hold on this machine and how.
         sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
@@ -152,6 +157,8 @@ class LocalSandboxProvider(ProviderBase):
         self.tmp_size_bytes = tmp_size_bytes
         self.claude_path = claude_path
         self.allow_bypass = allow_bypass
+        if temp_dir is not None and not os.path.isdir(temp_dir):
+            raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
         self.temp_dir = temp_dir
         if sessions_dir is not None and isolation != "bwrap":
             raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
@@ -163,6 +170,7 @@ class LocalSandboxProvider(ProviderBase):
         self.sessions_dir = sessions_dir
         self.limits = limits
         self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
+        workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
     def limits_report(self) -> str:
@@ -194,7 +202,8 @@ class LocalSandboxProvider(ProviderBase):
         agent step has. ``run_id`` lets :meth:`release_run` kill it.
 
         Raises:
-            AgentTimeout: it ran past ``timeout_s`` (its process tree is gone by then).
+            CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
+                error holds what it wrote until then (``output``, ``stderr``: bytes, bounded).
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
             ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
@@ -209,45 +218,52 @@ class LocalSandboxProvider(ProviderBase):
             problem = self._mount_problem(mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
-            async with contextlib.AsyncExitStack() as stack:
-                socket_path: str | None = None
-                token: Secret | None = None
-                if auth_proxy:
-                    socket_path, token = await stack.enter_async_context(
-                        _proxy(
-                            self._credential(None),
-                            socket_path=os.path.join(tmp, "proxy.sock"),
-                            run_id=run_id,
-                            step="command",
-                            expires_in=limit + 60,
-                        )
+        async with contextlib.AsyncExitStack() as stack:
+            # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's bundle).
+            tmp: str | None = None
+            if auth_proxy or self.managed_settings is not None or self.isolation == "gvisor":
+                tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
+            socket_path: str | None = None
+            token: Secret | None = None
+            if auth_proxy and tmp is not None:
+                socket_path, token = await stack.enter_async_context(
+                    _proxy(
+                        self._credential(None),
+                        socket_path=os.path.join(tmp, "proxy.sock"),
+                        run_id=run_id,
+                        step="command",
+                        expires_in=limit + 60,
                     )
-                fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
-                full, binds = sandbox_argv.render(
-                    self._shape(),
-                    tuple(argv),
-                    tmp=tmp,
-                    working_dir=working_dir,
-                    mounts=mounts,
-                    proxy_socket=socket_path,
-                    fds=fds,
-                    managed=self.managed_settings,
                 )
-                if token is not None:
-                    run_env.update(settings.proxy_env(token.reveal()))
-                start = time.monotonic()
-                code, out, err = await self._processes.run(
-                    full,
-                    run_env,
-                    stdin=stdin,
-                    limit_s=limit,
-                    sink=None,
-                    run_ids=frozenset({run_id} if run_id else ()),
-                    pass_fds=fds,
-                    binds=binds,
-                )
-        code = sandbox_argv.command_exit_code(code, err)
+            if token is not None:
+                run_env.update(settings.proxy_env(token.reveal()))
+            fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
+            full, binds = sandbox_argv.render(
+                self._shape(),
+                tuple(argv),
+                tmp=tmp,
+                working_dir=working_dir,
+                mounts=mounts,
+                proxy_socket=socket_path,
+                env=run_env,
+                fds=fds,
+                managed=self.managed_settings,
+            )
+            start = time.monotonic()
+            finished = await self._processes.run(
+                full,
+                run_env,
+                stdin=stdin,
+                limit_s=limit,
+                sink=None,
+                run_ids=frozenset({run_id} if run_id else ()),
+                pass_fds=fds,
+                binds=binds,
+            )
+        if finished.timed_out:
+            raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
+        out, err = _text(finished.stdout), _text(finished.stderr)
+        code = sandbox_argv.command_exit_code(finished.code, err)
         sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
         return CommandResult(code, out, err, time.monotonic() - start)
 
@@ -284,7 +300,7 @@ class LocalSandboxProvider(ProviderBase):
         script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
         run_id = config.scope.run_id if config.scope is not None else None
         step = config.scope.step if config.scope is not None else "agent"
-        with tempfile.TemporaryDirectory(prefix="ironflow-local-", dir=self.temp_dir) as tmp:
+        with workdirs.run_dir(self.temp_dir) as tmp:
             async with _proxy(
                 credential,
                 socket_path=os.path.join(tmp, "proxy.sock"),
@@ -303,12 +319,13 @@ class LocalSandboxProvider(ProviderBase):
                         working_dir=None,
                         mounts=mounts,
                         proxy_socket=socket_path,
+                        env=env,
                         extra_tools=(claude,),
                         fds=fds,
                         managed=managed,
                     )
                     start = time.monotonic()
-                    code, out, err = await self._processes.run(
+                    finished = await self._processes.run(
                         full,
                         env,
                         stdin=stdin,
@@ -319,6 +336,10 @@ class LocalSandboxProvider(ProviderBase):
                         binds=binds,
                     )
                 wall_ms = int((time.monotonic() - start) * 1000)
+            if finished.timed_out:
+                log.info("local sandbox step timed out: token=%s", token_id)
+                raise errors.AgentTimeout(self.timeout)
+            code, out, err = finished.code, _text(finished.stdout), _text(finished.stderr)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
         rate_limits.record_rate_limits(config, out)
         sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
@@ -391,7 +412,6 @@ class LocalSandboxProvider(ProviderBase):
                 f"the host and has no such directory; use a path under a new top-level directory such as /data"
             )
         return None
-
 
 
 @contextlib.asynccontextmanager

@@ -23,9 +23,21 @@ from ironflow import errors
 from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
 
-__all__ = ["SandboxProcesses"]
+__all__ = ["Finished", "SandboxProcesses"]
 
 _KILL_GRACE_S: Final = 5.0
+_READ_BYTES: Final = 1 << 16
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a sandbox ended: its exit code and raw output, or killed past its time limit
+    (``timed_out``, with what it wrote until then)."""
+
+    code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
 
 
 @dataclass(eq=False)
@@ -70,16 +82,20 @@ class SandboxProcesses:
         run_ids: frozenset[str] = frozenset(),
         pass_fds: tuple[int, ...] = (),
         binds: tuple[tuple[bytes, bytes], ...] = (),
-    ) -> tuple[int, str, str]:
-        """Exit code, stdout and stderr of ``argv``; lines go to ``sink`` as they arrive.
+    ) -> Finished:
+        """How ``argv`` ended; lines go to ``sink`` as they arrive. Past ``limit_s`` the whole
+        tree is killed and what it wrote until then is kept (``timed_out``): the caller says
+        what a timeout means for it.
 
         Raises:
-            AgentTimeout: it ran past ``limit_s`` (its cgroup is empty and gone by then).
             SandboxError: its cgroup could not be made.
         """
         entry = _Running(run_ids)
         self._running.append(entry)  # before the process exists: release_run must see it
         group: cgroups.Sandbox | None = None
+        out: list[bytes] = []
+        err: list[bytes] = []
+        reading: asyncio.Task[int] | None = None
         try:
             if self.support.version:
                 try:
@@ -110,11 +126,19 @@ class SandboxProcesses:
                 raise
             if entry.released:  # released while it started: it ends as killed, like the others
                 _kill_group(entry.proc)
-            async with asyncio.timeout(limit_s):
-                return await _communicate(entry.proc, stdin, sink)
-        except TimeoutError:
-            raise errors.AgentTimeout(limit_s) from None
+            reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err))
+            done, _ = await asyncio.wait({reading}, timeout=limit_s)
+            if reading in done:
+                return Finished(reading.result(), b"".join(out), b"".join(err))
+            # Past the limit: kill the tree, then read what it wrote up to the end of its pipes.
+            await _kill_tree(entry.proc, group)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_KILL_GRACE_S):
+                    await reading
+            return Finished(-signal.SIGKILL, b"".join(out), b"".join(err), timed_out=True)
         finally:
+            if reading is not None:
+                reading.cancel()  # a no-op once it ended; else the caller was cancelled
             # Shielded: a cancelled caller still waits for the tree to be gone.
             await asyncio.shield(_teardown(entry.proc, group))
             self._running.remove(entry)
@@ -131,6 +155,14 @@ class SandboxProcesses:
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
+
+
+async def _kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+    """Kill the cgroup (everything the sandbox started) and the process group."""
+    if proc is not None and proc.returncode is None:
+        _kill_group(proc)
+    if group is not None:
+        await group.kill()
 
 
 async def _teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
@@ -156,8 +188,14 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _communicate(
-    proc: asyncio.subprocess.Process, stdin: bytes | None, sink: LogSink | None
-) -> tuple[int, str, str]:
+    proc: asyncio.subprocess.Process,
+    stdin: bytes | None,
+    sink: LogSink | None,
+    out: list[bytes],
+    err: list[bytes],
+) -> int:
+    """Feed ``stdin``, read both pipes to their end into ``out`` and ``err`` (kept by the caller,
+    so a timeout keeps what was read), and return the exit code."""
     assert proc.stdout is not None
     assert proc.stderr is not None
 
@@ -169,18 +207,24 @@ async def _communicate(
             await proc.stdin.drain()
         proc.stdin.close()
 
-    async def read(stream: asyncio.StreamReader, name: str) -> str:
-        chunks: list[str] = []
-        while line := await stream.readline():
-            text = line.decode(errors="replace")
-            chunks.append(text)
-            if sink is not None:
-                sink.log(name, text.rstrip("\n"))
-        return "".join(chunks)
+    async def read(stream: asyncio.StreamReader, name: str, chunks: list[bytes]) -> None:
+        # Chunks, not readline: a line longer than the reader's buffer is still only output.
+        pending = bytearray()
+        while data := await stream.read(_READ_BYTES):
+            chunks.append(data)
+            if sink is None:
+                continue
+            pending += data
+            end = pending.rfind(b"\n")
+            if end >= 0:
+                for line in pending[:end].split(b"\n"):
+                    sink.log(name, line.decode(errors="replace"))
+                del pending[: end + 1]
+        if sink is not None and pending:
+            sink.log(name, pending.decode(errors="replace"))
 
     async with asyncio.TaskGroup() as group:
         group.create_task(feed())
-        out = group.create_task(read(proc.stdout, "stdout"))
-        err = group.create_task(read(proc.stderr, "stderr"))
-    code = await proc.wait()
-    return code, out.result(), err.result()
+        group.create_task(read(proc.stdout, "stdout", out))
+        group.create_task(read(proc.stderr, "stderr", err))
+    return await proc.wait()

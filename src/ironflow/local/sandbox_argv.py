@@ -1,16 +1,17 @@
 """A local sandbox's command line, rendered from the provider's shape: the runtime's argv
-(bubblewrap or ``runsc do``), the seccomp program's fd, and on a root worker the binds its
+(bubblewrap or ``runsc run``), the seccomp program's fd, and on a root worker the binds its
 first process stages for the dropped uid; and how to tell the runtime's own failures from
 the step's.
 
-It reads the host's ``/`` and ``/etc`` listings and writes the managed settings into the
-run's temp dir; the argv itself comes from the pure :mod:`~ironflow.local.bwrap` and
+It reads the host's ``/`` and ``/etc`` listings and writes the managed settings and gVisor's
+bundle (its OCI spec) into the run's temp dir; the argv itself comes from the pure :mod:`~ironflow.local.bwrap` and
 :mod:`~ironflow.local.gvisor` builders. Nothing here starts a process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -71,23 +72,25 @@ def which(name: str) -> str:
     return found
 
 
-
 def render(
     shape: SandboxShape,
     cmd: tuple[str, ...],
     *,
-    tmp: str,
+    tmp: str | None,
     working_dir: str | None,
     mounts: tuple[bwrap.ReadOnlyMount, ...],
     proxy_socket: str | None,
+    env: Mapping[str, str],
     extra_tools: tuple[str, ...] = (),
     fds: tuple[int, ...] = (),
     managed: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
-    """The runtime's argv, and on a root worker the binds its first process stages."""
+    """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
+    settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
+    ``tmp`` (None when neither is needed: bubblewrap without managed settings)."""
     managed_dir: str | None = None
     if managed is not None:
-        managed_dir = os.path.join(tmp, "managed-settings")
+        managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
         os.mkdir(managed_dir)
         target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
         Path(target).write_text(json.dumps(managed, indent=2))
@@ -100,19 +103,18 @@ def render(
         bridge = None
         if proxy_socket is not None:
             bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
-        return gvisor.gvisor_argv(
-            gvisor.GvisorSettings(
-                command=cmd,
-                managed_settings_dir=managed_dir,
-                profile_dirs=profile_dirs,
-                working_dir=working_dir,
-                home_size_bytes=shape.home_size_bytes,
-                tmp_size_bytes=shape.tmp_size_bytes,
-                traverse=tools,
-                proxy=bridge,
-                runsc_path=which("runsc"),
-            )
-        ), ()
+        shown = gvisor.GvisorSettings(
+            command=cmd,
+            managed_settings_dir=managed_dir,
+            profile_dirs=profile_dirs,
+            working_dir=working_dir,
+            home_size_bytes=shape.home_size_bytes,
+            tmp_size_bytes=shape.tmp_size_bytes,
+            traverse=tools,
+            proxy=bridge,
+            runsc_path=which("runsc"),
+        )
+        return gvisor.gvisor_argv(shown, _gvisor_bundle(_run_dir(tmp), shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
     # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
     taken = {os.path.normpath(m.target) for m in mounts}
@@ -136,9 +138,7 @@ def render(
         binds = identity.binds(plan)
         read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
         profile_dirs = tuple(plan[p] for p in profile_dirs)
-        managed_dir, proxy_socket, forwarder_script, sessions_dir = (
-            None if p is None else plan[p] for p in optional
-        )
+        managed_dir, proxy_socket, forwarder_script, sessions_dir = (None if p is None else plan[p] for p in optional)
     full_cmd = cmd
     if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
         relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, settings.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
@@ -162,13 +162,40 @@ def render(
         )
     ), binds
 
+
+def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
+    """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
+    bundle = os.path.join(tmp, "gvisor")
+    os.mkdir(bundle, 0o700)
+    os.mkdir(os.path.join(bundle, "state"), 0o700)
+    # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
+    fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as spec:
+        json.dump(gvisor.oci_spec(shown, env), spec)
+    return bundle
+
+
+def _run_dir(tmp: str | None) -> str:
+    """The run's temp dir, which only the writes that need one ask for."""
+    if tmp is None:
+        raise ValueError("managed settings and gVisor's bundle are written to the run's temp dir: pass tmp")
+    return tmp
+
+
+@functools.cache
+def _bwrap_filter() -> bytes | None:
+    """bubblewrap's seccomp program, built once; None on a machine it does not cover (logged once)."""
+    program = seccomp.filter_program(platform.machine())
+    if program is None:
+        log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
+    return program
+
+
 @contextlib.contextmanager
 def seccomp_fds(isolation: settings.Isolation) -> Iterator[tuple[int, ...]]:
     """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
-    program = seccomp.filter_program(platform.machine()) if isolation == "bwrap" else None
+    program = _bwrap_filter() if isolation == "bwrap" else None
     if program is None:
-        if isolation == "bwrap":
-            log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
         yield ()
         return
     fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)

@@ -113,10 +113,11 @@ def test_exec_passes_the_commands_output_and_exit_code_through() -> None:
     assert done.stderr == "oops\n"
 
 
-def test_exec_timeout_is_a_failed_step() -> None:
-    done = ironflow("exec", "--timeout", "0.5", "--", "sleep", "30")
+def test_exec_timeout_is_a_failed_step_that_prints_what_the_command_wrote() -> None:
+    done = ironflow("exec", "--timeout", "2", "--", "sh", "-c", "echo started; echo warming >&2; sleep 30")
     assert done.returncode == 1
-    assert "timed out" in done.stderr
+    assert done.stdout == "started\n"
+    assert done.stderr == "warming\nerror: command timed out after 2s\n"
 
 
 def test_exec_without_a_command_is_bad_input() -> None:

@@ -105,6 +105,30 @@ async def test_memory_past_the_limit_is_killed_and_no_runtime_cgroup_is_left(
     assert _runsc_cgroups() == runsc_before
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_a_timed_out_command_keeps_what_it_wrote_and_leaves_no_process(
+    isolation: str, host_processes: int
+) -> None:
+    provider = LocalSandboxProvider(isolation=isolation, timeout=60)  # type: ignore[arg-type]
+    marker = "29.4321"  # an argument no other process on the host has
+    with pytest.raises(errors.CommandTimeout) as caught:
+        await provider.run_command(["sh", "-c", f"echo started; printf 'no newline' >&2; sleep {marker}"], timeout_s=3)
+    assert isinstance(caught.value, errors.AgentTimeout)  # callers that catch the agent's timeout still do
+    assert str(caught.value) == "command timed out after 3s"
+    timed_out = caught.value
+    assert (timed_out.output, timed_out.stdout, timed_out.stderr) == (b"started\n", b"started\n", b"no newline")
+    assert not [c for c in _cmdlines() if marker in c], "the command's process outlived the call"
+    assert _our_cgroups() == []
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            out.append(f.read().decode(errors="replace"))
+    return out
+
+
 async def test_dev_is_read_only_and_dev_shm_is_sized() -> None:
     provider = LocalSandboxProvider(timeout=30, tmp_size_bytes=4 << 20)
     result = await provider.run_command(

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.local import bwrap, gvisor
+from ironflow.local import bwrap, gvisor, seccomp
 
 ROOT = (
     bwrap.HostEntry("usr", is_dir=True),
@@ -149,9 +149,11 @@ def test_hidden_root_entries_never_bound_whatever_the_host_holds(names: list[str
 
 
 def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
-    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("id",)))
-    assert argv[:5] == ["runsc", "--rootless", "--ignore-cgroups", "--network=none", "do"]
-    script = argv[-1]
+    shown = gvisor.GvisorSettings(command=("id",))
+    argv = gvisor.gvisor_argv(shown, "/t/gvisor")
+    assert argv[:4] == ["runsc", "--rootless", "--ignore-cgroups", "--network=none"]
+    assert argv[-6:] == ["--root", "/t/gvisor/state", "run", "--bundle", "/t/gvisor", "ironflow"]
+    script = gvisor.oci_spec(shown, {})["process"]["args"][-1]
     assert "setpriv --reuid 10001 --regid 10001 --clear-groups" in script
     assert "--bounding-set=-all" in script
     assert "--no-new-privs" in script
@@ -160,11 +162,33 @@ def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
 
 def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() -> None:
     bridge = gvisor.ProxyBridge(18080, "/t/proxy.sock", "/py/bin/python3", "/src/forwarder.py")
-    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), proxy=bridge))
+    argv = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), proxy=bridge), "/t/gvisor")
     assert argv[:6] == ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent"]
     runsc = argv.index("runsc")
-    assert argv[runsc : runsc + 5] == ["runsc", "--rootless", "--ignore-cgroups", "--network=host", "do"]
+    assert argv[runsc : runsc + 4] == ["runsc", "--rootless", "--ignore-cgroups", "--network=host"]
+    assert argv[-3:] == ["--bundle", "/t/gvisor", "ironflow"]
     assert argv[argv.index("/src/forwarder.py") + 1 : runsc] == ["18080", "/t/proxy.sock", "--"]
+
+
+def test_gvisor_spec_runs_the_setup_as_root_with_few_capabilities_and_refuses_user_namespaces() -> None:
+    spec = gvisor.oci_spec(gvisor.GvisorSettings(command=("true",)), {"HOME": "/home/claude", "A": "b=c"})
+    process = spec["process"]
+    assert process["user"] == {"uid": 0, "gid": 0}
+    assert process["args"][:2] == ["sh", "-c"]
+    assert process["args"][2].rstrip().endswith("'true'")
+    assert process["env"] == ["HOME=/home/claude", "A=b=c"]
+    assert set(process["capabilities"]["bounding"]) == set(gvisor.SETUP_CAPABILITIES)
+    assert "CAP_NET_RAW" not in gvisor.SETUP_CAPABILITIES
+    assert spec["root"] == {"path": "/", "readonly": False}
+    assert spec["linux"]["seccomp"] == seccomp.oci_user_namespace_rules()
+    assert {m["destination"]: m.get("options") for m in spec["mounts"]}["/sys"] == ["ro"]
+
+
+def test_the_environment_is_in_the_spec_never_on_the_gvisor_argv() -> None:
+    shown = gvisor.GvisorSettings(command=("true",))
+    argv = gvisor.gvisor_argv(shown, "/t/gvisor")
+    assert "ifap_secret" in str(gvisor.oci_spec(shown, {"ANTHROPIC_AUTH_TOKEN": "ifap_secret"}))
+    assert not [a for a in argv if "ifap_" in a or ("=" in a and not a.startswith("--"))]
 
 
 def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> None:

@@ -201,3 +201,14 @@ def test_a_read_only_mount_takes_the_shared_reserved_paths(path: str) -> None:
                 command=("true",), root_entries=(), read_only_mounts=(bwrap.ReadOnlyMount("/srv", path),)
             )
         )
+
+
+@pytest.mark.parametrize(("isolation", "managed"), [("bwrap", {}), ("gvisor", None)])
+def test_what_is_written_to_a_run_dir_is_refused_without_one(
+    isolation: settings.Isolation, managed: dict[str, str] | None
+) -> None:
+    shape = sandbox_argv.SandboxShape(isolation, (), 1 << 20, 1 << 20, None, None)
+    with pytest.raises(ValueError, match="are written to the run's temp dir"):
+        sandbox_argv.render(
+            shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env={}, managed=managed
+        )

@@ -117,6 +117,15 @@ def test_outside_text_is_truncated() -> None:
     assert len(err.stderr.encode()) < 50_100
 
 
+def test_a_timed_out_commands_output_is_bounded_and_the_message_says_so() -> None:
+    whole = errors.CommandTimeout(2, output=b"started\n", stderr=b"warn")
+    assert (str(whole), whole.output, whole.stderr) == ("command timed out after 2s", b"started\n", b"warn")
+    cut = errors.CommandTimeout(2.5, output=b"x" * (errors.PARTIAL_OUTPUT_BYTES + 1))
+    assert cut.output == b"x" * errors.PARTIAL_OUTPUT_BYTES
+    assert str(cut).startswith("command timed out after 2.5s (output kept up to ")
+    assert cut.retryable  # an AgentTimeout, retried as one
+
+
 def test_secret_redacts_everywhere() -> None:
     value = "sk-ant-api03-" + "y" * 50
     secret = Secret(value)

@@ -1,0 +1,162 @@
+"""Each run's temp dir (``ironflow-local-*``), marked with its owner, and the sweep of the ones
+whose owner is gone (I/O).
+
+A run's temp dir holds the proxy socket and the managed settings, and goes when the call
+returns; a worker that is SIGKILLed cannot remove it, so the next provider start does. Only a
+directory made here is ever swept: it holds a marker naming its owning process by boot, pid
+namespace, pid and start time (``/proc/<pid>/stat``), so a reused pid does not pass for the
+owner. A directory is kept when anything is unclear: no marker yet (it is written just after
+the directory is made), an unreadable one, another user's directory, an owner in another pid
+namespace (its pids are not ours to look up). Nothing is followed through a symlink, and one
+sweep looks at a bounded number of entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["PREFIX", "Owner", "current_owner", "format_marker", "parse_marker", "run_dir", "sweep"]
+
+log = logging.getLogger("ironflow.local")
+
+PREFIX: Final = "ironflow-local-"
+_MARKER: Final = ".ironflow-owner"
+_MARKER_VERSION: Final = "ironflow-local-owner/1"
+_MARKER_MAX_BYTES: Final = 256
+#: Entries of the temp dir one sweep looks at (a shared /tmp may hold many).
+_SCAN_MAX: Final = 4096
+#: Field 22 of /proc/<pid>/stat, counted after the command name (fields 1 and 2).
+_START_TIME_INDEX: Final = 22 - 3
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process a temp dir belongs to, as this machine names it while it runs."""
+
+    boot_id: str
+    pid_namespace: str
+    pid: int
+    start_time: int
+
+
+def format_marker(owner: Owner) -> str:
+    """The marker file's text (pure)."""
+    return f"{_MARKER_VERSION} {owner.boot_id} {owner.pid_namespace} {owner.pid} {owner.start_time}\n"
+
+
+def parse_marker(text: str) -> Owner | None:
+    """The owner a marker names, or None when it is not one of ours (pure)."""
+    fields = text.split()
+    if len(fields) != 5 or fields[0] != _MARKER_VERSION or not (fields[3].isdigit() and fields[4].isdigit()):
+        return None
+    return Owner(fields[1], fields[2], int(fields[3]), int(fields[4]))
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields follow the last ')'.
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    return int(fields[_START_TIME_INDEX]) if len(fields) > _START_TIME_INDEX else None
+
+
+def _machine() -> tuple[str, str]:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot_id = f.read().strip()
+    return boot_id, os.readlink("/proc/self/ns/pid")
+
+
+def current_owner() -> Owner | None:
+    """This process as a marker names it, or None where /proc does not say."""
+    return _owner(os.getpid())  # by pid: a forked child is another owner
+
+
+@functools.cache
+def _owner(pid: int) -> Owner | None:
+    """Read once per process: none of it changes while the process lives."""
+    try:
+        boot_id, namespace = _machine()
+    except OSError:
+        return None
+    start = _start_time(pid)
+    return None if start is None else Owner(boot_id, namespace, pid, start)
+
+
+@contextlib.contextmanager
+def run_dir(temp_dir: str | None) -> Iterator[str]:
+    """A fresh ``ironflow-local-*`` directory in ``temp_dir`` (None: the system's), marked as this
+    process's, removed when the block ends."""
+    with tempfile.TemporaryDirectory(prefix=PREFIX, dir=temp_dir) as path:
+        owner = current_owner()
+        if owner is not None:
+            fd = os.open(os.path.join(path, _MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, format_marker(owner).encode())
+            finally:
+                os.close(fd)
+        yield path
+
+
+def _marked_owner(path: str) -> Owner | None:
+    """The owner the marker of directory ``path`` names, opened without following a symlink."""
+    try:
+        directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fd = os.open(_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+        try:
+            return parse_marker(os.read(fd, _MARKER_MAX_BYTES).decode(errors="replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(directory)
+
+
+def _stale(owner: Owner, boot_id: str, namespace: str) -> bool:
+    """Whether ``owner`` is surely gone: another boot, or no process with its pid and start time."""
+    if owner.boot_id != boot_id:
+        return True
+    if owner.pid_namespace != namespace:
+        return False  # its pids mean nothing here
+    return _start_time(owner.pid) != owner.start_time
+
+
+def sweep(temp_dir: str | None) -> int:
+    """Remove the run dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
+    parent = temp_dir or tempfile.gettempdir()
+    try:
+        boot_id, namespace = _machine()
+    except OSError:
+        return 0  # no /proc to tell the living from the dead: keep everything
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for count, entry in enumerate(entries):
+            if count >= _SCAN_MAX:
+                break
+            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                    continue
+                owner = _marked_owner(entry.path)
+                if owner is None or not _stale(owner, boot_id, namespace):
+                    continue
+                shutil.rmtree(entry.path)  # fd-based on Linux: never follows a symlink inside
+                removed += 1
+                log.info("removed the stale sandbox temp dir %s (owner pid %d is gone)", entry.path, owner.pid)
+    return removed
