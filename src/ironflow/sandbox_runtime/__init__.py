@@ -1,0 +1,16 @@
+"""The runtime that runs inside a sandbox session: :mod:`ironflow.sandbox_runtime.server`.
+
+A file run by path (``python3 -I server.py``, with its sibling ``streams.py``), standard
+library only, importing nothing of ironflow: backends find it with :data:`SERVER_PATH` and
+show its directory to the sandbox. ``client`` is the ironflow side of the wire.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+__all__ = ["SERVER_PATH"]
+
+#: The host file of the runtime server, for a backend to bind into the sandbox.
+SERVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
