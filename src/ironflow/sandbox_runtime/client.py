@@ -17,7 +17,7 @@ import tarfile
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 import aiohttp
 
@@ -65,6 +65,7 @@ class RuntimeClient:
     def __init__(self, *, headers: Mapping[str, str], unix_path: str | None = None, base_url: str = "") -> None:
         connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
         self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
+        self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
         self._http = aiohttp.ClientSession(
             connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
         )
@@ -80,14 +81,13 @@ class RuntimeClient:
 
         Raises:
             FileNotFoundError: 404 on a path. PermissionError: 403 (the path leaves the workspace).
-            SessionNotFound: the server knows no such session. SandboxError: anything else.
+            SessionNotFound: the server knows no such session. ConfigError: 400, 401, 413.
+            SandboxError: anything else.
         """
         try:
             response = await self._http.request(method, self._base + path, **kwargs)
         except aiohttp.ClientError as exc:
-            raise errors.SandboxError(
-                f"the sandbox runtime could not be reached: {type(exc).__name__}: {exc}"
-            ) from None
+            raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:
             return response
         text = (await response.text(errors="replace"))[:500]
@@ -103,9 +103,11 @@ class RuntimeClient:
             raise PermissionError(message)
         if response.status == 502 and "Could not connect to the backend sandbox" in message:
             raise SessionNotFound(message)
-        if response.status == 413:
+        if response.status in (400, 413):
             raise errors.ConfigError(message)
-        raise errors.SandboxError(f"the sandbox runtime answered {response.status}: {message}")
+        if response.status == 401:
+            raise errors.ConfigError(f"the sandbox server refused the token: {message}")
+        raise errors.SandboxError(f"{self._name} answered {response.status}: {message}")
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self.request(method, path, **kwargs)
@@ -234,9 +236,10 @@ class AsyncFiles:
     def __init__(self, client: RuntimeClient) -> None:
         self._client = client
 
-    async def write(self, path: str, data: bytes | str) -> int:
-        """Write a whole file (parent directories made); returns its size."""
-        body = data.encode() if isinstance(data, str) else data
+    async def write(self, path: str, data: bytes | str | BinaryIO) -> int:
+        """Write a whole file (parent directories made); returns its size. A binary file
+        object is streamed from where it stands, never read whole."""
+        body: Any = data.encode() if isinstance(data, str) else data if isinstance(data, bytes) else _chunks(data)
         doc = await self._client.json("PUT", f"{_EXT}/files/{_quote(path)}?mkdir=1", data=body)
         return int(doc["size"])
 
@@ -244,6 +247,16 @@ class AsyncFiles:
         response = await self._client.request("GET", f"/download/{_quote(path)}")
         async with response:
             return await response.read()
+
+    async def read_to(self, path: str, dest: BinaryIO) -> int:
+        """Stream a file into ``dest`` (a binary file object); returns its size."""
+        response = await self._client.request("GET", f"/download/{_quote(path)}")
+        size = 0
+        async with response:
+            async for data in response.content.iter_chunked(_CHUNK):
+                dest.write(data)
+                size += len(data)
+        return size
 
     async def list(self, path: str = ".") -> list[FileEntry]:
         entries = await self._client.json("GET", f"/list/{_quote(path)}")
