@@ -86,17 +86,19 @@ async def serve(
     owned = sessions or LocalSessions()
     runner = web.AppRunner(build_app(owned, token), access_log=None, handle_signals=False, shutdown_timeout=2)
     await runner.setup()
+    loop = asyncio.get_running_loop()
     try:
         sock = _bind(host, port)
         site = web.SockSite(runner, sock)
         await site.start()
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         shown = f"[{host}]" if ":" in host else host
         ready(f"http://{shown}:{sock.getsockname()[1]}")
         await stop.wait()
     finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
         await owned.aclose()  # first: a streaming answer ends with its sandbox, and the runner stops at once
         await runner.cleanup()
