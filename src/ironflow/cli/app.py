@@ -50,7 +50,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "sandbox": (
         "ironflow.cli.sandbox",
-        "agent-sandbox: render patterns, apply the provider's template, reap expired claims.",
+        "Sandbox sessions (serve, open, exec, cp, ls, close) and agent-sandbox (render, apply-template, reap).",
     ),
     "dev": ("ironflow.cli.dev", "Development helpers: an offline Anthropic API."),
 }

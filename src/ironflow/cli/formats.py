@@ -1,5 +1,6 @@
-"""``--output`` of the commands: the table-or-JSON reports (``check``, ``reap``, ``runs``) and the
-YAML-or-JSON Kubernetes objects (``render``, ``manifests``, ``sandbox``), printed one way."""
+"""``--output`` of the commands: the table-or-JSON reports (``check``, ``reap``, ``runs``, ``sandbox ls``),
+the text-or-JSON single things (``sandbox open``) and the YAML-or-JSON Kubernetes objects (``render``,
+``manifests``, ``sandbox render``), printed one way."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ from typing import Any
 import typer
 import yaml
 
-__all__ = ["ManifestFormat", "OutputFormat", "emit_objects"]
+__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "emit_objects"]
 
 
 class OutputFormat(StrEnum):
     """A report for people (a table) or for programs (JSON)."""
 
     TABLE = "table"
+    JSON = "json"
+
+
+class TextFormat(StrEnum):
+    """One thing for a shell (a line of text, e.g. an id) or for programs (a JSON object)."""
+
+    TEXT = "text"
     JSON = "json"
 
 

@@ -1,5 +1,8 @@
 """``ironflow sandbox``: render the seed's agent-sandbox patterns, apply the provider's template, reap claims.
 
+The session commands (``serve``, ``open``, ``exec``, ``cp``, ``ls``, ``close``) are
+:mod:`ironflow.cli.sandbox_sessions`'s, registered into this group.
+
 ``ironflow sandbox render PATTERN`` prints the objects of a pattern (YAML documents or a JSON
 list) without touching a cluster; ``ironflow sandbox apply-template`` creates or updates the
 SandboxTemplate and SandboxWarmPool an :class:`~ironflow.agent_sandbox.AgentSandboxProvider`
@@ -22,7 +25,7 @@ from ironflow import errors
 from ironflow.agent_sandbox import apply, catalog, claims, models, patterns
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, sandbox_sessions
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
@@ -33,7 +36,7 @@ _EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,
 
 sandbox_app = typer.Typer(
     name="sandbox",
-    help="agent-sandbox: render patterns, apply the provider's template, reap expired claims.",
+    help="Sandbox sessions (serve, open, exec, cp, ls, close) and agent-sandbox (render, apply-template, reap).",
     no_args_is_help=True,
 )
 
@@ -220,6 +223,9 @@ def reap(
         typer.echo(f"sandboxclaim/{name} {verb}")
 
 
+sandbox_sessions.register(sandbox_app)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``ironflow sandbox render`` and ``ironflow sandbox apply-template`` to the app."""
+    """Add ``ironflow sandbox`` (sessions, render, apply-template, reap) to the app."""
     app.add_typer(sandbox_app, name="sandbox")

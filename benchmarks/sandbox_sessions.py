@@ -1,0 +1,199 @@
+"""What a local sandbox session costs and saves: opening, a command's round trip, the router, memory.
+
+One run measures, interleaved where two cases are compared:
+
+- opening a local session (``LocalSessions.open``, bubblewrap and the runtime ready), p50;
+- ``true`` in an open session (ironflow's client on the runtime socket) minus ``subprocess.run``
+  of ``true`` on the host, p50, and a fresh ``LocalSandboxProvider.run_command`` per command
+  against it (how many times faster the session is);
+- ``true`` through ``ironflow sandbox serve``'s router (in this process) by the upstream
+  ``k8s-agent-sandbox`` SDK minus ironflow's own client through the same router, p50, and
+  ironflow's client through the router minus the same client on the socket;
+- the proportional set size (PSS, every process of the session) per idle session, with
+  ``--idle`` of them open.
+
+    python benchmarks/sandbox_sessions.py [--runs 30] [--idle 10]
+
+Targets: open <= 50 ms; a session adds <= 3 ms to a command and is >= 5x faster than a fresh
+sandbox; the SDK adds <= 5 ms over ironflow's client; an idle session <= 10 MiB. Last line:
+``RESULT open_p50_ms=… rtt_added_ms=… vs_fresh_speedup=… sdk_added_ms=… router_added_ms=… idle_pss_mib=…``
+(``sdk_added_ms`` is ``nan`` without the SDK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import math
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sessions import LocalSessions
+from ironflow.sandbox_router.process import serve
+from ironflow.sandbox_runtime.remote import RemoteSessions
+from ironflow.secrets import Secret
+
+COMMAND = ["true"]
+TOKEN = Secret("benchmark-token-0123456789abcdef")
+TARGETS = {"open_p50_ms": 50.0, "rtt_added_ms": 3.0, "sdk_added_ms": 5.0, "idle_pss_mib": 10.0}
+TARGET_SPEEDUP = 5.0
+
+
+async def _ms(action: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    await action()
+    return (time.perf_counter() - start) * 1000
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("Pss:")), 0)
+
+
+async def _opening(sessions: LocalSessions, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        sandbox = await sessions.open(ttl=60)
+        times.append((time.perf_counter() - start) * 1000)
+        await sandbox.close()
+    return times
+
+
+async def _round_trips(sessions: LocalSessions, runs: int) -> dict[str, list[float]]:
+    """Host, session, fresh sandbox: interleaved, so a busy machine slows each alike."""
+    provider = LocalSandboxProvider(timeout=30)
+    times: dict[str, list[float]] = {"host": [], "session": [], "fresh": []}
+    async with await sessions.open(ttl=600) as sandbox:
+        await sandbox.commands.run(COMMAND)  # the first connection
+        for _ in range(runs):
+            times["host"].append(await _ms(lambda: asyncio.to_thread(subprocess.run, COMMAND, check=True)))
+            times["session"].append(await _ms(lambda: sandbox.commands.run(COMMAND)))
+            times["fresh"].append(await _ms(lambda: provider.run_command(COMMAND)))
+    return times
+
+
+def _sdk_runner(url: str, session_id: str) -> tuple[Callable[[], object], Callable[[], None]] | None:
+    """The SDK's ``commands.run`` against the router, and its closer; None without the SDK."""
+    if importlib.util.find_spec("k8s_agent_sandbox") is None:
+        return None
+    import kubernetes  # optional: the benchmark runs without the SDK
+    from k8s_agent_sandbox.k8s_helper import K8sHelper
+    from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
+    from k8s_agent_sandbox.sandbox import Sandbox
+
+    class Routed(Sandbox):
+        def get_pod_ip(self) -> str | None:  # no pod: no per-request Kubernetes lookup
+            return None
+
+    api: Any = kubernetes.client.ApiClient()  # the SDK's own (untyped) client, never used here
+    config = SandboxDirectConnectionConfig(api_url=url, extra_headers={"Authorization": f"Bearer {TOKEN.reveal()}"})
+    sdk = Routed(claim_name=session_id, sandbox_id=session_id, connection_config=config, k8s_helper=K8sHelper(api))
+
+    def close() -> None:
+        sdk.close_connection()
+        api.close()
+
+    def run() -> object:
+        commands = sdk.commands
+        assert commands is not None, "the SDK closed its connection"
+        return commands.run(" ".join(COMMAND))
+
+    return run, close
+
+
+async def _through_router(sessions: LocalSessions, runs: int) -> dict[str, list[float]]:
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(serve("127.0.0.1", 0, TOKEN, ready=ready.set_result, sessions=sessions))
+    times: dict[str, list[float]] = {"socket": [], "router": [], "sdk": []}
+    try:
+        url = await ready
+        async with RemoteSessions(url, token=TOKEN) as remote:
+            routed = await remote.open(ttl=600)
+            direct = sessions.connect(routed.id)
+            sdk = _sdk_runner(url, routed.id)
+            try:
+                for _ in range(runs + 1):  # the first round warms the connections
+                    times["socket"].append(await _ms(lambda: direct.commands.run(COMMAND)))
+                    times["router"].append(await _ms(lambda: routed.commands.run(COMMAND)))
+                    if sdk is not None:
+                        times["sdk"].append(await _ms(lambda: asyncio.to_thread(sdk[0])))
+            finally:
+                if sdk is not None:
+                    sdk[1]()
+                await direct.disconnect()
+                await routed.close()
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+    return {name: values[1:] for name, values in times.items()}
+
+
+async def _idle_pss(sessions: LocalSessions, count: int) -> float:
+    handles = [await sessions.open(ttl=600) for _ in range(count)]
+    try:
+        await asyncio.sleep(0.5)
+        total = sum(_pss_kib(pid) for h in handles for pid in sessions.host_pids(h.id))
+    finally:
+        for handle in handles:
+            await handle.close()
+    return total / count / 1024
+
+
+async def main(runs: int, idle: int) -> None:
+    if shutil.which("bwrap") is None:
+        raise SystemExit("bubblewrap is not installed")
+    state = tempfile.mkdtemp(prefix="ifs-bench-")
+    try:
+        async with LocalSessions(state_dir=state) as sessions:
+            opening = await _opening(sessions, runs)
+            trips = await _round_trips(sessions, runs)
+            pss = await _idle_pss(sessions, idle)
+        routed = await _through_router(LocalSessions(state_dir=state), runs)  # serve closes these sessions
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    p50 = {name: statistics.median(values) for name, values in {**trips, **routed}.items() if values}
+    result = {
+        "open_p50_ms": statistics.median(opening),
+        "rtt_added_ms": p50["session"] - p50["host"],
+        "vs_fresh_speedup": p50["fresh"] / p50["session"],
+        "sdk_added_ms": p50["sdk"] - p50["router"] if "sdk" in p50 else math.nan,
+        "router_added_ms": p50["router"] - p50["socket"],
+        "idle_pss_mib": pss,
+    }
+    print(f"{'case':<44} {'p50 ms':>8}   ({runs} runs each, `{' '.join(COMMAND)}`)")
+    for name, label in (
+        ("host", "subprocess.run on the host"),
+        ("session", "in an open session (socket)"),
+        ("fresh", "fresh LocalSandboxProvider.run_command"),
+        ("socket", "ironflow client on the socket (router run)"),
+        ("router", "ironflow client through sandbox serve"),
+        ("sdk", "upstream SDK through sandbox serve"),
+    ):
+        print(f"{label:<44} {p50.get(name, math.nan):>8.2f}")
+    print(f"{'open a session':<44} {result['open_p50_ms']:>8.2f}")
+    print(f"idle session PSS with {idle} open: {pss:.2f} MiB")
+    for key, limit in TARGETS.items():
+        print(f"target {key} <= {limit:g}: {'met' if result[key] <= limit else 'MISSED'} ({result[key]:.2f})")
+    speedup = result["vs_fresh_speedup"]
+    print(f"target vs_fresh_speedup >= {TARGET_SPEEDUP:g}: {'met' if speedup >= TARGET_SPEEDUP else 'MISSED'}")
+    print("RESULT " + " ".join(f"{key}={value:.2f}" for key, value in result.items()))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30, help="runs per case (default 30)")
+    parser.add_argument("--idle", type=int, default=10, help="idle sessions open for the memory figure (default 10)")
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.idle))

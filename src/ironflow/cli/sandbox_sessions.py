@@ -1,0 +1,316 @@
+"""``ironflow sandbox serve|open|exec|cp|ls|close``: sandbox sessions from the shell.
+
+A local session lives in the process that opened it, so ``serve`` runs that process (an
+HTTP server, :mod:`ironflow.sandbox_router`) and every other command is its client
+(:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`): ``--server`` defaults to
+``$IRONFLOW_SANDBOX_SERVER``, the token to ``$IRONFLOW_SANDBOX_TOKEN`` or the file ``serve``
+wrote. A token is never an option (it would be on the argv) and never printed. Bad input
+exits 2 with one line, an unreachable server 3 (:mod:`ironflow.cli.exits`); ``exec`` exits
+with the command's code, and 1 when it timed out, as ``ironflow exec`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import posixpath
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ironflow import errors
+from ironflow.cli import exits
+from ironflow.cli.formats import OutputFormat, TextFormat
+from ironflow.cli.stores import run_async
+from ironflow.sandbox_router import process
+from ironflow.sandbox_runtime.client import AsyncFiles
+from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
+from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
+
+__all__ = ["parse_pairs", "parse_remote", "register"]
+
+T = TypeVar("T")
+
+ServerOption = Annotated[
+    str | None,
+    typer.Option("--server", envvar=SERVER_ENV, help="The `ironflow sandbox serve` URL.", show_default=False),
+]
+
+
+def parse_pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    """``K=V`` strings as a dict; a value without ``=`` exits 2 naming ``option``."""
+    pairs: dict[str, str] = {}
+    for value in values or ():
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            exits.fail(f"invalid {option} '{errors.truncate(value, 60)}': use KEY=VALUE")
+        pairs[key] = rest
+    return pairs
+
+
+def parse_remote(text: str) -> tuple[str, str] | None:
+    """``(id, path)`` of ``sbx-…:PATH`` (an empty path is the workspace), else None (pure)."""
+    session_id, sep, path = text.partition(":")
+    if sep and SESSION_ID.match(session_id):
+        return session_id, path or "."
+    return None
+
+
+def _call(server: str | None, action: Callable[[RemoteSessions], Awaitable[T]]) -> T:
+    """Run ``action`` against the server; every error is one line with its exit code."""
+
+    async def go() -> T:
+        async with RemoteSessions(server) as sessions:
+            return await action(sessions)
+
+    try:
+        return run_async(go())
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+    except (FileNotFoundError, PermissionError) as exc:  # the runtime's 404 and 403 on a path
+        exits.fail(str(exc))
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback is reachable.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
+) -> None:
+    """Serve local sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
+    try:
+        token, path = process.server_token()
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+    except OSError as exc:
+        exits.fail(f"cannot write the token file: {exc.strerror or exc}")
+    if path is not None:
+        typer.echo(f"token: written to {path} (mode 0600; clients read it there)", err=True)
+    if not process.is_loopback(host):
+        typer.echo(f"warning: serving on {host}: any host that reaches it and holds the token runs commands", err=True)
+
+    def ready(url: str) -> None:
+        print(f"serving {url}", flush=True)
+
+    try:
+        asyncio.run(process.serve(host, port, token, ready=ready))
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+
+
+def open_session(
+    server: ServerOption = None,
+    backend: Annotated[str, typer.Option("--backend", help="Where the session runs (local only today).")] = "local",
+    ttl: Annotated[str, typer.Option("--ttl", help="Longest life, e.g. 90s, 30m, 2h.")] = "30m",
+    idle_timeout: Annotated[
+        str | None, typer.Option("--idle-timeout", help="Ends after this long with no request.")
+    ] = "5m",
+    label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE, repeatable.")] = None,
+    output: Annotated[TextFormat, typer.Option("-o", "--output", help="text (the id) or json.")] = TextFormat.TEXT,
+) -> None:
+    """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
+    if backend != "local":
+        exits.fail(
+            f"invalid --backend '{backend}': only local sessions are built (Kubernetes and agent-sandbox are not yet)"
+        )
+    try:
+        ttl_s = parse_duration(ttl)
+        idle_s = None if idle_timeout is None else parse_duration(idle_timeout)
+    except errors.ConfigError as exc:
+        exits.fail_for(exc)
+    session_labels = parse_pairs(label, "--label")
+
+    async def go(sessions: RemoteSessions) -> SessionInfo:
+        sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels)
+        await sandbox.disconnect()
+        return sandbox.info
+
+    info = _call(server, go)
+    print(json.dumps(info.to_json(), indent=2) if output is TextFormat.JSON else info.id)
+
+
+def exec_in(
+    ctx: typer.Context,
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="The session's id.", show_default=False)],
+    server: ServerOption = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the command is killed.")] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="Working directory, in the workspace.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable.")] = None,
+) -> None:
+    """Run -- CMD ARGS… in an open session; stream its output and exit with its exit code."""
+    _session_id(sandbox_id)
+    argv = list(ctx.args)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        exits.fail("missing command: ironflow sandbox exec ID [OPTIONS] -- CMD [ARGS...]")
+    if timeout is not None and not (0 < timeout < float("inf")):
+        exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
+    variables = parse_pairs(env, "--env")
+
+    async def go(sessions: RemoteSessions) -> tuple[int, bool]:
+        sandbox = await sessions.connect(sandbox_id)
+        try:
+            handle = await sandbox.commands.start(argv, env=variables, cwd=cwd)
+            try:
+                async for event in handle.events(timeout):
+                    if isinstance(event, Output):
+                        stream = sys.stdout if event.stream == "stdout" else sys.stderr
+                        stream.write(event.text)
+                        stream.flush()
+                    else:
+                        return event.exit_code, event.timed_out
+            except BaseException:  # Ctrl-C or a dropped stream: the command does not outlive the caller
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(handle.kill())
+                raise
+            raise errors.SandboxError("the command's stream ended without its exit")
+        finally:
+            await sandbox.disconnect()
+
+    code, timed_out = _call(server, go)
+    if timed_out:  # as `ironflow exec`: a timeout is a failed command, not the server's
+        message = f"timed out: the command ran past --timeout {timeout or 0:g}s in {sandbox_id}"
+        exits.fail(message, exits.EXIT_STEP_FAILED)
+    raise typer.Exit(code)
+
+
+async def _kind(files: AsyncFiles, path: str) -> str | None:
+    """``file``, ``directory`` or None: what ``path`` is in the sandbox."""
+    parent, name = posixpath.split(posixpath.normpath(path))
+    if name in ("", ".") or not await files.exists(path):
+        return "directory" if name in ("", ".") else None
+    for entry in await files.list(parent or "."):
+        if entry.name == name:
+            return entry.type
+    return None
+
+
+async def _upload(sessions: RemoteSessions, source: Path, is_dir: bool, session_id: str, dest: str) -> str:
+    sandbox = await sessions.connect(session_id)
+    try:
+        if is_dir:
+            count = await sandbox.files.upload_dir(str(source), dest)
+            return f"{source} -> {session_id}:{dest} ({count} entries)"
+        if dest.endswith("/") or await _kind(sandbox.files, dest) == "directory":
+            dest = posixpath.join(dest, source.name)
+        with source.open("rb") as f:
+            size = await sandbox.files.write(dest, f)
+        return f"{source} -> {session_id}:{dest} ({size} bytes)"
+    finally:
+        await sandbox.disconnect()
+
+
+async def _download(sessions: RemoteSessions, session_id: str, path: str, dest: Path, into: bool) -> str:
+    sandbox = await sessions.connect(session_id)
+    try:
+        kind = await _kind(sandbox.files, path)
+        if kind is None:
+            raise FileNotFoundError(f"no such file or directory in {session_id}: {path}")
+        if kind == "directory":
+            count = await sandbox.files.download_dir(path, str(dest))
+            return f"{session_id}:{path} -> {dest} ({count} entries)"
+        target = dest / posixpath.basename(path) if into else dest
+        temp = target.with_name(f".{target.name}.ironflow-{os.getpid()}")
+        try:
+            with temp.open("wb") as f:
+                size = await sandbox.files.read_to(path, f)
+            temp.replace(target)
+        finally:
+            temp.unlink(missing_ok=True)
+        return f"{session_id}:{path} -> {target} ({size} bytes)"
+    finally:
+        await sandbox.disconnect()
+
+
+def copy(
+    source: Annotated[str, typer.Argument(metavar="SRC", help="A host path, or ID:PATH.", show_default=False)],
+    dest: Annotated[str, typer.Argument(metavar="DST", help="ID:PATH, or a host path.", show_default=False)],
+    server: ServerOption = None,
+) -> None:
+    """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it."""
+    remote_src, remote_dst = parse_remote(source), parse_remote(dest)
+    if (remote_src is None) == (remote_dst is None):
+        exits.fail("cp copies between the host and one session: use SRC ID:DST or ID:SRC DST")
+    if remote_dst is not None:
+        local = Path(source)
+        if not local.exists():
+            exits.fail(f"no such file or directory: {source}")
+        is_dir = local.is_dir()
+        line = _call(server, lambda s: _upload(s, local, is_dir, remote_dst[0], remote_dst[1]))
+    else:
+        assert remote_src is not None
+        target = Path(dest)
+        if not target.parent.is_dir():
+            exits.fail(f"no such directory: {target.parent}")
+        into = target.is_dir()
+        line = _call(server, lambda s: _download(s, remote_src[0], remote_src[1], target, into))
+    typer.echo(line, err=True)
+
+
+def _expires(info: SessionInfo) -> str:
+    left = max(info.expires_at - time.time(), 0)
+    return f"{left / 60:.0f}m" if left >= 60 else f"{left:.0f}s"
+
+
+def list_sessions(
+    server: ServerOption = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = OutputFormat.TABLE,
+) -> None:
+    """List the open sessions of the server."""
+    found: list[SessionInfo] = _call(server, lambda s: s.list())
+    if output is OutputFormat.JSON:
+        print(json.dumps([info.to_json() for info in found], indent=2))
+        return
+    table = Table("ID", "BACKEND", "ISOLATION", "EXPIRES IN", "RUN", "LABELS", box=None)
+    for info in found:
+        shown = ",".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"
+        table.add_row(info.id, info.backend, info.isolation, _expires(info), info.run_id or "-", shown)
+    Console(width=200).print(table)
+
+
+def _session_id(value: str) -> str:
+    try:
+        return check_session_id(value)
+    except errors.ConfigError as exc:
+        exits.fail_for(exc)
+
+
+def close(
+    sandbox_id: Annotated[str | None, typer.Argument(metavar="[ID]", help="The session's id.", show_default=False)] = (
+        None
+    ),
+    all_sessions: Annotated[bool, typer.Option("--all", help="Close every open session.")] = False,
+    server: ServerOption = None,
+) -> None:
+    """Close a session (every process in it dies), or all of them with --all."""
+    if (sandbox_id is None) == (not all_sessions):
+        exits.fail("name one session: ironflow sandbox close ID, or every one with --all")
+    ids = [] if sandbox_id is None else [_session_id(sandbox_id)]
+
+    async def go(sessions: RemoteSessions) -> list[tuple[str, bool]]:
+        targets = ids or [info.id for info in await sessions.list()]
+        return [(session_id, await sessions.close(session_id)) for session_id in targets]
+
+    for session_id, closed in _call(server, go):
+        if not closed and not all_sessions:
+            exits.fail(f"no open sandbox session '{session_id}'")
+        typer.echo(f"closed {session_id}")
+
+
+def register(group: typer.Typer) -> None:
+    """Add the session commands to the ``ironflow sandbox`` group."""
+    group.command("serve")(serve)
+    group.command("open")(open_session)
+    group.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(exec_in)
+    group.command("cp")(copy)
+    group.command("ls")(list_sessions)
+    group.command("close")(close)

@@ -1,0 +1,354 @@
+"""Local sandbox sessions: a bubblewrap sandbox kept open, with the runtime inside it.
+
+The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox_argv`,
+the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
+network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
+:data:`RUNTIME_PATH`. It listens on a unix socket the worker made in the session's private
+directory (0700) and passed in as an inherited fd; the per-session token goes in on stdin,
+so neither is on an argv or in the environment of the commands the runtime starts.
+
+Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
+or the death of this process (bubblewrap ``--die-with-parent`` takes the sandbox's pid
+namespace down; the next :class:`LocalSessions` on the machine sweeps the directory and
+:func:`~ironflow.local.cgroups.probe` the cgroup). The sandbox is this process's child:
+sessions live as long as the process that opened them (``ironflow sandbox serve`` for the CLI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Final
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.local import bwrap, cgroups, runner, sandbox_argv, settings
+from ironflow.local import limits as sandbox_limits
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
+from ironflow.secrets import Secret
+from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions", "sweep"]
+
+log = logging.getLogger("ironflow.local")
+
+#: Where the runtime's directory appears inside the sandbox (a new top-level path: no host dir is touched).
+RUNTIME_DIR: Final = "/ironflow-runtime"
+RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
+#: The largest single upload the runtime accepts (413 past it).
+DEFAULT_MAX_UPLOAD_BYTES: Final = 1 << 30
+_READY: Final = b"ironflow-runtime: ready"
+_START_TIMEOUT_S: Final = 30.0
+_DIR: Final = re.compile(r"^ifs-(\d+)-([0-9a-f]{16})$")
+_SOCKET: Final = "rt.sock"
+_MAX_SOCKET_PATH: Final = 107
+
+
+@dataclasses.dataclass(eq=False)
+class _Session:
+    info: SessionInfo
+    directory: str
+    token: Secret
+    proc: asyncio.subprocess.Process
+    group: cgroups.Sandbox | None
+    watcher: asyncio.Task[None] | None = None
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.directory, _SOCKET)
+
+
+class LocalSessions:
+    """The sessions this process opened on the local provider, by id.
+
+    Args:
+        provider: its isolation, limits, sizes and host uid shape every session (bubblewrap only).
+        state_dir: where each session's private directory goes (its runtime socket); default the
+            system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
+        max_upload_bytes: the largest file a session accepts in one upload.
+    """
+
+    def __init__(
+        self,
+        provider: LocalSandboxProvider | None = None,
+        *,
+        state_dir: str | None = None,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    ) -> None:
+        self.provider = provider or LocalSandboxProvider()
+        if self.provider.isolation != "bwrap":
+            raise errors.ConfigError("sandbox sessions need isolation='bwrap': gVisor sessions are not built yet")
+        if self.provider.env:
+            settings.sandbox_env(self.provider.env)
+        self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
+        if len(os.path.join(self.state_dir, "ifs-4194304-0123456789abcdef", _SOCKET)) > _MAX_SOCKET_PATH:
+            raise errors.ConfigError(
+                f"state_dir '{self.state_dir}' is too long for a unix socket path: use a shorter one"
+            )
+        self.max_upload_bytes = max_upload_bytes
+        self._sessions: dict[str, _Session] = {}
+        # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
+        self._shape = self.provider._shape()
+        self._processes: runner.SandboxProcesses = self.provider._processes
+        self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
+        sweep(self.state_dir)
+
+    # -- opening --
+
+    async def open(
+        self,
+        *,
+        ttl: float = DEFAULT_TTL_S,
+        idle_timeout: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        run_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncSandbox:
+        """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
+
+        Raises:
+            SandboxError: bubblewrap or the runtime did not start.
+            StepConfigError: ``env`` names a credential variable.
+        """
+        if not ttl > 0 or (idle_timeout is not None and not idle_timeout > 0):
+            raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+        run_env = settings.sandbox_env({**self.provider.env, **(env or {})})
+        session_id = "sbx-" + secrets.token_hex(8)
+        directory = os.path.join(self.state_dir, f"ifs-{os.getpid()}-{session_id[4:]}")
+        os.mkdir(directory, 0o700)
+        try:
+            session = await self._start(session_id, directory, run_env, idle_timeout)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        now = time.time()
+        session.info = SessionInfo(
+            session_id, "local", self.provider.isolation, now, now + ttl, dict(labels or {}), run_id
+        )
+        self._sessions[session_id] = session
+        session.watcher = asyncio.create_task(self._watch(session, ttl))
+        log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
+        return self._handle(session)
+
+    async def _start(
+        self, session_id: str, directory: str, env: Mapping[str, str], idle_timeout: float | None
+    ) -> _Session:
+        token = Secret(secrets.token_urlsafe(32))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(os.path.join(directory, _SOCKET))
+            listener.listen(128)
+            python = self._python
+            command: tuple[str, ...] = (
+                python,
+                "-I",
+                "-S",
+                RUNTIME_PATH,
+                "--listen-fd",
+                str(listener.fileno()),
+                "--token-fd",
+                "0",
+            )
+            command += ("--workspace", layout.SANDBOX_HOME, "--max-upload-bytes", str(self.max_upload_bytes))
+            if idle_timeout is not None:
+                command += ("--idle-timeout", str(idle_timeout))
+            with sandbox_argv.seccomp_fds(self.provider.isolation) as fds:
+                argv, binds = sandbox_argv.render(
+                    self._shape,
+                    command,
+                    tmp=directory,
+                    working_dir=None,
+                    mounts=(bwrap.ReadOnlyMount(os.path.dirname(SERVER_PATH), RUNTIME_DIR),),
+                    proxy_socket=None,
+                    env=env,
+                    extra_tools=(python,),
+                    fds=fds,
+                )
+                proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
+        finally:
+            listener.close()  # the sandbox holds the only copy now: the socket dies with it
+        session = _Session(SessionInfo(session_id, "local", "", 0, 0), directory, token, proc, group)
+        try:
+            await self._handshake(session)
+        except BaseException:
+            await asyncio.shield(runner._teardown(proc, group))
+            raise
+        return session
+
+    async def _spawn(
+        self, argv: list[str], env: Mapping[str, str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
+    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None]:
+        """The sandbox in its own cgroup with the provider's rlimits, leading its own process group."""
+        processes = self._processes
+        group: cgroups.Sandbox | None = None
+        if processes.support.version:
+            try:
+                group = cgroups.Sandbox(processes.support, processes.limits)
+            except OSError as exc:
+                raise errors.SandboxError(f"could not make the session's cgroup: {exc.strerror}") from None
+        pairs = sandbox_limits.rlimits(
+            processes.limits,
+            nproc="pids" not in processes.support.controllers,
+            data="memory" not in processes.support.controllers,
+        )
+        setup = cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                cwd="/",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=fds,
+                preexec_fn=setup,
+            )
+        except BaseException:
+            if group is not None:
+                await group.remove()
+            raise
+        return proc, group
+
+    async def _handshake(self, session: _Session) -> None:
+        """Hand the token in on stdin, wait for the runtime's ready line (or its failure)."""
+        proc = session.proc
+        assert proc.stdin is not None
+        assert proc.stderr is not None
+        proc.stdin.write(session.token.reveal().encode() + b"\n")
+        with contextlib.suppress(ConnectionError):
+            await proc.stdin.drain()
+        proc.stdin.close()
+        lines: list[bytes] = []
+        async with asyncio.timeout(_START_TIMEOUT_S):
+            while line := await proc.stderr.readline():
+                if line.startswith(_READY):
+                    return
+                if len(lines) < 20:
+                    lines.append(line)
+        code = await proc.wait()
+        stderr = b"".join(lines).decode(errors="replace")
+        sandbox_argv.raise_if_sandbox_failed(code or 1, stderr, self.provider.isolation)
+        raise errors.SandboxError(f"the session runtime did not start: {errors.truncate(stderr.strip(), 500)}")
+
+    async def _watch(self, session: _Session, ttl: float) -> None:
+        """Until the sandbox ends or its TTL passes; then nothing of it is left."""
+        assert session.proc.stderr is not None
+        try:
+            async with asyncio.timeout(ttl):
+                while line := await session.proc.stderr.readline():
+                    log.debug("sandbox session %s: %s", session.info.id, line[:300].decode(errors="replace").rstrip())
+                await session.proc.wait()
+            log.info("sandbox session %s ended (exit %s)", session.info.id, session.proc.returncode)
+        except TimeoutError:
+            log.info("sandbox session %s expired (ttl %.0fs)", session.info.id, ttl)
+        finally:
+            await asyncio.shield(self._teardown(session))
+
+    async def _teardown(self, session: _Session) -> None:
+        await runner._teardown(session.proc, session.group)
+        shutil.rmtree(session.directory, ignore_errors=True)
+        self._sessions.pop(session.info.id, None)
+
+    # -- using --
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(check_session_id(session_id))
+        if session is None:
+            raise SessionNotFound(f"no open sandbox session '{session_id}'")
+        return session
+
+    def _handle(self, session: _Session) -> AsyncSandbox:
+        client = RuntimeClient(
+            unix_path=session.socket_path, headers={"Authorization": f"Bearer {session.token.reveal()}"}
+        )
+        session_id = session.info.id
+        return AsyncSandbox(session.info, client, lambda: self.close(session_id))
+
+    def connect(self, session_id: str) -> AsyncSandbox:
+        """A new handle on an open session (reattach by id).
+
+        Raises:
+            SessionNotFound: no such session is open here.
+        """
+        return self._handle(self._get(session_id))
+
+    def route(self, session_id: str) -> tuple[str, Secret]:
+        """The runtime socket of a session and its token, for a server that forwards to it."""
+        session = self._get(session_id)
+        return session.socket_path, session.token
+
+    def list(self) -> builtins.list[SessionInfo]:
+        return [s.info for s in self._sessions.values()]
+
+    def host_pids(self, session_id: str) -> builtins.list[int]:
+        """The host pids of every process of the session (its cgroup), bubblewrap first."""
+        session = self._get(session_id)
+        pids = [session.proc.pid]
+        if session.group is not None:
+            pids += cgroups._pids(session.group._main())
+        return list(dict.fromkeys(pids))
+
+    async def close(self, session_id: str) -> None:
+        """End a session: every process in it is dead when this returns. Closing twice is no error."""
+        session = self._sessions.get(check_session_id(session_id))
+        if session is None or session.watcher is None:
+            return
+        session.watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await session.watcher
+
+    async def close_run(self, run_id: str) -> int:
+        """Close every session opened for ``run_id``; returns how many."""
+        ids = [s.info.id for s in self._sessions.values() if s.info.run_id == run_id]
+        for session_id in ids:
+            await self.close(session_id)
+        return len(ids)
+
+    async def aclose(self) -> None:
+        """Close every session."""
+        for session_id in list(self._sessions):
+            await self.close(session_id)
+
+    async def __aenter__(self) -> LocalSessions:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def sweep(state_dir: str) -> int:
+    """Remove the session directories of processes that are gone; returns how many."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(state_dir) as entries:
+        for entry in entries:
+            match = _DIR.match(entry.name)
+            if match is None or _alive(int(match.group(1))):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,307 @@
+"""The HTTP face of local sessions: ironflow's session endpoints, and the upstream Sandbox Router.
+
+``/ironflow/v1/sandboxes`` opens, lists, shows and closes sessions. Every other path is a
+session's runtime API, routed by the headers agent-sandbox's Sandbox Router reads
+(``X-Sandbox-ID``, ``-Namespace``, ``-Port``, ``-Timeout``) with its error answers, so the
+upstream SDK works unchanged against a laptop. The raw escaped path goes through as sent;
+bodies stream both ways (the runtime enforces its upload limit); ``Authorization``,
+hop-by-hop and ``X-Sandbox-*`` headers stop here and the session's own token goes on.
+
+Every request but ``GET /healthz`` needs the server's bearer token (constant-time compare)
+before anything else is looked at, so a request without it never reaches a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from ironflow import errors, labels
+from ironflow.local.sessions import LocalSessions
+from ironflow.pod_settings import is_env_name
+from ironflow.sandbox_runtime.remote import API_PATH
+from ironflow.secrets import Secret
+from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionNotFound, parse_duration
+
+__all__ = ["DEFAULT_PORT", "PROXY_TIMEOUT_S", "build_app", "open_options"]
+
+log = logging.getLogger("ironflow.sandbox_router")
+
+#: What the upstream router caps every request at (its ``--proxy-timeout``).
+PROXY_TIMEOUT_S: Final = 180.0
+#: The runtime port the upstream SDK names by default (one runtime per local session: checked, not used).
+DEFAULT_PORT: Final = 8888
+_HOP_BY_HOP: Final = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+     "transfer-encoding", "upgrade", "host", "authorization", "expect"}
+)  # fmt: skip
+_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env"})
+_CHUNK: Final = 65536
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Refused(Exception):
+    """An answer of the router itself: status and detail."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def _detail(status: int, detail: str, **headers: str) -> web.Response:
+    return web.json_response({"detail": detail}, status=status, headers=headers or None)
+
+
+def _auth(token: Secret) -> Any:
+    expected = token.reveal().encode()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/healthz":
+            return await handler(request)
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return _detail(401, "Missing or invalid Authorization header.", **{"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(value.strip().encode(), expected):
+            return _detail(401, "Invalid token.", **{"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
+    return middleware
+
+
+# -- the session endpoints --
+
+
+def _seconds(doc: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = doc.get(name)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return parse_duration(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise errors.ConfigError(f"{name} must be a positive number of seconds or a duration like 30m")
+    return float(value)
+
+
+def _strings(doc: Mapping[str, Any], name: str) -> dict[str, str]:
+    value = doc.get(name) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise errors.ConfigError(f"{name} must be an object of strings")
+    return value
+
+
+def open_options(doc: object) -> dict[str, Any]:
+    """The keyword arguments of :meth:`LocalSessions.open` in a request body (pure).
+
+    Raises:
+        ConfigError: naming the first field that is wrong.
+    """
+    if not isinstance(doc, dict):
+        raise errors.ConfigError("the body must be a JSON object")
+    if unknown := sorted(set(doc) - _OPEN_FIELDS):
+        known = ", ".join(sorted(_OPEN_FIELDS))
+        raise errors.ConfigError(f"unknown field '{errors.truncate(unknown[0], 40)}': use {known}")
+    session_labels = _strings(doc, "labels")
+    for key, value in session_labels.items():
+        if problem := labels.label_key_problem(key) or labels.label_value_problem(key, value):
+            raise errors.ConfigError(problem)
+    env = _strings(doc, "env")
+    if bad := [name for name in env if not is_env_name(name)]:
+        raise errors.ConfigError(f"invalid env name '{errors.truncate(bad[0], 40)}': use [A-Za-z_][A-Za-z0-9_]*")
+    run_id = doc.get("run_id")
+    if run_id is not None and not (isinstance(run_id, str) and labels.is_valid_label_value(run_id)):
+        raise errors.ConfigError("run_id must be a label value: 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
+    return {
+        "ttl": _seconds(doc, "ttl", DEFAULT_TTL_S),
+        "idle_timeout": _seconds(doc, "idle_timeout", None),
+        "labels": session_labels,
+        "run_id": run_id,
+        "env": env,
+    }
+
+
+class _Router:
+    """The sessions, and one pooled client per session's runtime socket."""
+
+    def __init__(self, sessions: LocalSessions) -> None:
+        self.sessions = sessions
+        self._upstreams: dict[str, aiohttp.ClientSession] = {}
+
+    async def create(self, request: web.Request) -> web.Response:
+        try:
+            options = open_options(await request.json())
+        except ValueError as exc:  # a ConfigError too
+            message = exc.message if isinstance(exc, errors.ConfigError) else "the body must be JSON"
+            return _detail(400, message)
+        try:
+            sandbox = await self.sessions.open(**options)
+        except errors.UsageError as exc:
+            return _detail(400, exc.message)
+        except errors.IronflowError as exc:
+            return _detail(500, f"the sandbox did not start: {exc.message}")
+        await sandbox.disconnect()  # the server keeps the session; the handle was only its receipt
+        await self._prune()
+        return web.json_response(sandbox.info.to_json(), status=201)
+
+    async def listing(self, request: web.Request) -> web.Response:
+        return web.json_response({"sandboxes": [info.to_json() for info in self.sessions.list()]})
+
+    def _info(self, request: web.Request) -> dict[str, object]:
+        session_id = request.match_info["id"]
+        for info in self.sessions.list():
+            if info.id == session_id:
+                return info.to_json()
+        raise _Refused(404, f"no open sandbox '{errors.truncate(session_id, 80)}'")
+
+    async def show(self, request: web.Request) -> web.Response:
+        try:
+            return web.json_response(self._info(request))
+        except _Refused as exc:
+            return _detail(exc.status, exc.detail)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        try:
+            doc = self._info(request)
+        except _Refused as exc:
+            return _detail(exc.status, exc.detail)
+        await self.sessions.close(str(doc["id"]))
+        await self._prune()
+        return web.json_response({"id": doc["id"], "closed": True})
+
+    # -- the runtime API --
+
+    async def _prune(self) -> None:
+        """Drop the clients of sessions that ended (closed, expired, idle)."""
+        open_ids = {info.id for info in self.sessions.list()}
+        for session_id in [s for s in self._upstreams if s not in open_ids]:
+            await self._upstreams.pop(session_id).close()
+
+    def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret]:
+        if not SESSION_ID.match(session_id):
+            raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}")
+        try:
+            socket_path, token = self.sessions.route(session_id)
+        except SessionNotFound:
+            raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
+        client = self._upstreams.get(session_id)
+        if client is None:
+            client = self._upstreams[session_id] = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=socket_path),
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            )
+        return client, token
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        try:
+            session_id, timeout = _target(request.headers)
+            client, token = self._upstream(session_id)
+        except _Refused as exc:
+            return _detail(exc.status, exc.detail)
+        if not request.raw_path.startswith("/"):
+            return _detail(400, "Invalid path.")
+        headers = _forwarded(request.headers)
+        headers["Authorization"] = f"Bearer {token.reveal()}"
+        url = URL("http://sandbox" + request.raw_path, encoded=True)
+        body = request.content if request.body_exists else None
+        try:
+            async with asyncio.timeout(timeout):
+                upstream = await client.request(request.method, url, headers=headers, data=body, allow_redirects=False)
+        except TimeoutError:
+            return _detail(504, f"Timed out waiting for the backend sandbox: {session_id}")
+        except aiohttp.ClientError:
+            await self._prune()
+            return _detail(502, f"Could not connect to the backend sandbox: {session_id}")
+        async with upstream:
+            return await _relay(request, upstream)
+
+    async def aclose(self) -> None:
+        for client in self._upstreams.values():
+            await client.close()
+        self._upstreams.clear()
+
+
+def _target(headers: Mapping[str, str]) -> tuple[str, float]:
+    """The session id and the seconds to wait for its answer, from the router headers (pure)."""
+    session_id = headers.get("X-Sandbox-ID")
+    if not session_id:
+        raise _Refused(400, "X-Sandbox-ID header is required.")
+    if not labels.is_dns_label(session_id):
+        raise _Refused(400, "Invalid sandbox ID format.")
+    if not labels.is_dns_label(headers.get("X-Sandbox-Namespace", "default")):
+        raise _Refused(400, "Invalid namespace format.")
+    port = headers.get("X-Sandbox-Port", str(DEFAULT_PORT))
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise _Refused(400, "Invalid port format.")
+    timeout = PROXY_TIMEOUT_S
+    with contextlib.suppress(ValueError):  # as upstream: an unreadable value falls back to the cap
+        asked = float(headers.get("X-Sandbox-Timeout", ""))
+        if math.isfinite(asked) and asked > 0:
+            timeout = min(asked, PROXY_TIMEOUT_S)
+    return session_id, timeout
+
+
+def _hop_by_hop(headers: Mapping[str, str]) -> set[str]:
+    named = {name.strip().lower() for name in headers.get("Connection", "").split(",") if name.strip()}
+    return set(_HOP_BY_HOP) | named
+
+
+def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """The request headers a session's runtime may see (pure)."""
+    drop = _hop_by_hop(headers)
+    return CIMultiDict(
+        (k, v) for k, v in headers.items() if k.lower() not in drop and not k.lower().startswith("x-sandbox-")
+    )
+
+
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """The runtime's answer, streamed as it comes (command events, downloads, tar streams)."""
+    drop = _hop_by_hop(upstream.headers) | {"content-length"}
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    for name, value in upstream.headers.items():
+        if name.lower() not in drop:
+            response.headers.add(name, value)
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    else:
+        response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        async for data in upstream.content.iter_chunked(_CHUNK):
+            await response.write(data)
+        await response.write_eof()
+    except (aiohttp.ClientError, ConnectionError):
+        log.debug("a relayed answer ended early")  # the client or the sandbox went away mid-stream
+    return response
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def build_app(sessions: LocalSessions, token: Secret) -> web.Application:
+    """The server's application over ``sessions``; its clients close with the app."""
+    router = _Router(sessions)
+    app = web.Application(middlewares=[_auth(token)], handler_args={"max_field_size": 65536})
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_post(API_PATH, router.create)
+    app.router.add_get(API_PATH, router.listing)
+    app.router.add_get(API_PATH + "/{id}", router.show)
+    app.router.add_delete(API_PATH + "/{id}", router.delete)
+    app.router.add_route("*", "/{tail:.*}", router.proxy)
+
+    async def cleanup(_app: web.Application) -> None:
+        await router.aclose()
+
+    app.on_cleanup.append(cleanup)
+    return app

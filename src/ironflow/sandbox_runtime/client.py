@@ -1,0 +1,364 @@
+"""The async client of a session's runtime (:mod:`ironflow.sandbox_runtime.server`), and the
+session handle built on it: ``sandbox.commands`` and ``sandbox.files``.
+
+It speaks the ironflow extension (``/ironflow/v1/``), either straight to the runtime's unix
+socket with the session's own token, or through ``ironflow sandbox serve`` with the
+server's token and ``X-Sandbox-ID``: the same handle for both, and for any backend that
+serves the same runtime. A token is a header value only: never in a message or a repr.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import tarfile
+import tempfile
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, BinaryIO, Final, Literal
+
+import aiohttp
+
+from ironflow import errors
+from ironflow.sessions import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
+
+__all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
+
+#: The most a directory copy (tar stream) may hold, either way, unless the caller says otherwise.
+DEFAULT_MAX_TREE_BYTES: Final = 1 << 30
+_EXT: Final = "/ironflow/v1"
+_CHUNK: Final = 65536
+Callback = Callable[[str], object]
+
+
+def _quote(path: str) -> str:
+    return urllib.parse.quote(path, safe="")
+
+
+def _argv(cmd: str | Sequence[str]) -> list[str]:
+    """A string is split as the legacy runtime splits it (no shell); a sequence is the argv."""
+    argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+    if not argv:
+        raise errors.ConfigError("the command is empty")
+    return argv
+
+
+def _event(doc: Mapping[str, Any]) -> CommandEvent | None:
+    if "exit_code" in doc:
+        return Exit(int(doc["exit_code"]), bool(doc.get("timed_out")))
+    for name in ("stdout", "stderr"):
+        if name in doc:
+            stream: Literal["stdout", "stderr"] = "stdout" if name == "stdout" else "stderr"
+            return Output(stream, str(doc[name]))
+    return None
+
+
+class RuntimeClient:
+    """HTTP to one session's runtime. ``unix_path``: its socket; else ``base_url`` (a server).
+
+    Args:
+        headers: sent on every request (``Authorization``, and ``X-Sandbox-ID`` through a server).
+    """
+
+    def __init__(self, *, headers: Mapping[str, str], unix_path: str | None = None, base_url: str = "") -> None:
+        connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
+        self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
+        self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
+        self._http = aiohttp.ClientSession(
+            connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
+        )
+
+    def __repr__(self) -> str:
+        return f"RuntimeClient({self._base!r})"  # never the headers: they hold the token
+
+    async def aclose(self) -> None:
+        await self._http.close()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        """The response of a 2xx answer (the caller releases it); errors by status.
+
+        Raises:
+            FileNotFoundError: 404 on a path. PermissionError: 403 (the path leaves the workspace).
+            SessionNotFound: the server knows no such session. ConfigError: 400, 401, 413.
+            SandboxError: anything else.
+        """
+        try:
+            response = await self._http.request(method, self._base + path, **kwargs)
+        except aiohttp.ClientError as exc:
+            raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
+        if response.status < 300:
+            return response
+        text = (await response.text(errors="replace"))[:500]
+        response.release()
+        try:
+            doc = json.loads(text)
+            message = str(doc.get("message") or doc.get("detail") or text) if isinstance(doc, dict) else text
+        except ValueError:
+            message = text
+        if response.status == 404:
+            raise FileNotFoundError(message)
+        if response.status == 403:
+            raise PermissionError(message)
+        if response.status == 502 and "Could not connect to the backend sandbox" in message:
+            raise SessionNotFound(message)
+        if response.status in (400, 413):
+            raise errors.ConfigError(message)
+        if response.status == 401:
+            raise errors.ConfigError(f"the sandbox server refused the token: {message}")
+        raise errors.SandboxError(f"{self._name} answered {response.status}: {message}")
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self.request(method, path, **kwargs)
+        async with response:
+            return await response.json(content_type=None)
+
+    async def events(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[CommandEvent]:
+        """The newline-delimited JSON events of a command stream, as they arrive."""
+        response = await self.request(method, path, **kwargs)
+        async with response:
+            async for line in response.content:
+                if line.strip():
+                    event = _event(json.loads(line))
+                    if event is not None:
+                        yield event
+
+
+class CommandHandle:
+    """A background command: follow its events, wait for its result, kill it."""
+
+    def __init__(self, client: RuntimeClient, command_id: str) -> None:
+        self._client, self.id = client, command_id
+
+    def events(self, timeout: float | None = None) -> AsyncIterator[CommandEvent]:
+        """Every event from its start (output kept in the session, bounded), then the exit."""
+        query = "" if timeout is None else f"?timeout={timeout}"
+        return self._client.events("GET", f"{_EXT}/commands/{self.id}{query}")
+
+    async def wait(self, timeout: float | None = None) -> CommandResult:  # noqa: ASYNC109 - the command's own limit
+        return await _collect(self.events(timeout))
+
+    async def kill(self) -> bool:
+        """True when it was still running."""
+        return bool((await self._client.json("POST", f"{_EXT}/commands/{self.id}/kill"))["killed"])
+
+
+async def _collect(
+    events: AsyncIterator[CommandEvent], on_stdout: Callback | None = None, on_stderr: Callback | None = None
+) -> CommandResult:
+    out: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    end = Exit(-1)
+    async for event in events:
+        if isinstance(event, Output):
+            out[event.stream].append(event.text)
+            callback = on_stdout if event.stream == "stdout" else on_stderr
+            if callback is not None:
+                callback(event.text)
+        else:
+            end = event
+    return CommandResult("".join(out["stdout"]), "".join(out["stderr"]), end.exit_code, end.timed_out)
+
+
+class AsyncCommands:
+    """``sandbox.commands``: run to the end, stream, or start in the background."""
+
+    def __init__(self, client: RuntimeClient) -> None:
+        self._client = client
+
+    @staticmethod
+    def _spec(
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        timeout: float | None,
+        stdin: bytes | str | None,
+        background: bool,
+    ) -> dict[str, Any]:
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return {
+            "argv": _argv(cmd),
+            "env": dict(env or {}),
+            "cwd": cwd,
+            "timeout_seconds": timeout,
+            "stdin": None if data is None else base64.b64encode(data).decode(),
+            "background": background,
+        }
+
+    def stream(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> AsyncIterator[CommandEvent]:
+        """The command's events as they come: :class:`Output` pieces, then one :class:`Exit`."""
+        spec = self._spec(cmd, env, cwd, timeout, stdin, False)
+        return self._client.events("POST", f"{_EXT}/commands", json=spec)
+
+    async def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit, enforced in the sandbox
+        stdin: bytes | str | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+    ) -> CommandResult:
+        """Run to the end (``timeout``: seconds, then its process group is killed); a non-zero
+        exit is a result. A string is split like a shell would, but no shell runs: pass
+        ``["sh", "-c", "…"]`` for one."""
+        events = self.stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin)
+        return await _collect(events, on_stdout, on_stderr)
+
+    async def start(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit, enforced in the sandbox
+        stdin: bytes | str | None = None,
+    ) -> CommandHandle:
+        """Start in the background; the handle waits for it or kills it."""
+        spec = self._spec(cmd, env, cwd, timeout, stdin, True)
+        doc = await self._client.json("POST", f"{_EXT}/commands", json=spec)
+        return CommandHandle(self._client, str(doc["id"]))
+
+
+class AsyncFiles:
+    """``sandbox.files``: paths relative to the workspace, never outside it (PermissionError)."""
+
+    def __init__(self, client: RuntimeClient) -> None:
+        self._client = client
+
+    async def write(self, path: str, data: bytes | str | BinaryIO) -> int:
+        """Write a whole file (parent directories made); returns its size. A binary file
+        object is streamed from where it stands, never read whole."""
+        body: Any = data.encode() if isinstance(data, str) else data if isinstance(data, bytes) else _chunks(data)
+        doc = await self._client.json("PUT", f"{_EXT}/files/{_quote(path)}?mkdir=1", data=body)
+        return int(doc["size"])
+
+    async def read(self, path: str) -> bytes:
+        response = await self._client.request("GET", f"/download/{_quote(path)}")
+        async with response:
+            return await response.read()
+
+    async def read_to(self, path: str, dest: BinaryIO) -> int:
+        """Stream a file into ``dest`` (a binary file object); returns its size."""
+        response = await self._client.request("GET", f"/download/{_quote(path)}")
+        size = 0
+        async with response:
+            async for data in response.content.iter_chunked(_CHUNK):
+                dest.write(data)
+                size += len(data)
+        return size
+
+    async def list(self, path: str = ".") -> list[FileEntry]:
+        entries = await self._client.json("GET", f"/list/{_quote(path)}")
+        return [FileEntry(str(e["name"]), int(e["size"]), e["type"], float(e["mod_time"])) for e in entries]
+
+    async def exists(self, path: str) -> bool:
+        return bool((await self._client.json("GET", f"/exists/{_quote(path)}"))["exists"])
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, or a directory (with ``recursive``, its contents too).
+
+        Raises:
+            FileNotFoundError: nothing is there.
+        """
+        if not await self.exists(path):  # also refuses a path outside the workspace
+            raise FileNotFoundError(f"File not found: {path}")
+        await self._command(["rm", "-r" if recursive else "-d", "--", path])
+
+    async def mkdir(self, path: str) -> None:
+        """Make a directory and its parents (no error when it exists)."""
+        await self.exists(path)  # refuses a path outside the workspace
+        await self._command(["mkdir", "-p", "--", path])
+
+    async def _command(self, argv: Sequence[str]) -> None:
+        result = await AsyncCommands(self._client).run(argv)
+        if result.exit_code != 0:
+            raise errors.SandboxError(f"{argv[0]} failed in the sandbox: {errors.truncate(result.stderr.strip(), 300)}")
+
+    async def upload_dir(self, local_dir: str, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
+        """Copy a host directory's contents into ``path`` (a tar stream); returns the entries.
+
+        Raises:
+            ConfigError: the tar stream would pass ``max_bytes``.
+        """
+        if not os.path.isdir(local_dir):  # noqa: ASYNC240 - one stat before the copy
+            raise errors.ConfigError(f"'{local_dir}' is not a directory")
+        with tempfile.TemporaryFile() as spool:
+            with tarfile.open(fileobj=spool, mode="w") as tar:
+                tar.add(local_dir, arcname=".")
+            size = spool.tell()
+            if size > max_bytes:
+                raise errors.ConfigError(f"'{local_dir}' is {size} bytes as a tar stream, over the {max_bytes} limit")
+            spool.seek(0)
+            doc = await self._client.json("PUT", f"{_EXT}/tar/{_quote(path)}", data=_chunks(spool))
+        return int(doc["entries"])
+
+    async def download_dir(self, path: str, local_dir: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
+        """Copy ``path``'s contents into a host directory; nothing lands outside it.
+
+        Raises:
+            ConfigError: the tar stream passes ``max_bytes`` (nothing is extracted then).
+        """
+        os.makedirs(local_dir, exist_ok=True)
+        with tempfile.TemporaryFile() as spool:
+            response = await self._client.request("GET", f"{_EXT}/tar/{_quote(path)}")
+            async with response:
+                size = 0
+                async for data in response.content.iter_chunked(_CHUNK):
+                    size += len(data)
+                    if size > max_bytes:
+                        raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
+                    spool.write(data)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool, mode="r") as tar:
+                members = tar.getmembers()
+                tar.extractall(local_dir, filter="data")  # no absolute path, no '..', no link out
+        return len(members)
+
+
+async def _chunks(spool: Any) -> AsyncIterator[bytes]:
+    while data := spool.read(_CHUNK):
+        yield data
+
+
+class AsyncSandbox:
+    """An open session: ``commands``, ``files``; ``async with`` closes it.
+
+    ``close()`` ends the session (every process in it dies); ``disconnect()`` only drops
+    this handle's connection and leaves the session to its TTL, for a later reattach.
+    """
+
+    def __init__(self, info: SessionInfo, client: RuntimeClient, closer: Callable[[], Awaitable[None]]) -> None:
+        self.info = info
+        self.id = info.id
+        self._client, self._closer = client, closer
+        self.commands = AsyncCommands(client)
+        self.files = AsyncFiles(client)
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, backend={self.info.backend!r})"
+
+    async def disconnect(self) -> None:
+        await self._client.aclose()
+
+    async def close(self) -> None:
+        try:
+            await self._client.aclose()
+        finally:
+            await self._closer()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,153 @@
+"""The sessions of an ``ironflow sandbox serve`` process, over HTTP: open, connect, list, close.
+
+Local sessions live in the process that opened them, so every other process reaches them
+through a server: this is its client, with the same handles (:class:`AsyncSandbox`) as
+:class:`~ironflow.local.sessions.LocalSessions`. The server and its token come from the
+arguments, else ``$IRONFLOW_SANDBOX_SERVER`` and ``$IRONFLOW_SANDBOX_TOKEN``, else the
+token file the server wrote (:func:`token_file`). The token is a header value only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from ironflow import errors
+from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
+from ironflow.secrets import Secret
+from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+
+__all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
+
+SERVER_ENV: Final = "IRONFLOW_SANDBOX_SERVER"
+TOKEN_ENV: Final = "IRONFLOW_SANDBOX_TOKEN"  # noqa: S105 - a variable name
+#: The server's own endpoints (every other path is a session's runtime API).
+API_PATH: Final = "/ironflow/v1/sandboxes"
+_NO_SERVER: Final = (
+    "no sandbox server: local sessions live in the process that serves them; start `ironflow sandbox serve` "
+    f"and pass --server URL or set {SERVER_ENV}"
+)
+
+
+def token_file() -> Path:
+    """Where ``ironflow sandbox serve`` writes the token it made: the per-user runtime dir
+    (``$XDG_RUNTIME_DIR``, private and cleared at logout), else ``~/.cache/ironflow``."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    base = Path(runtime) / "ironflow" if runtime and os.path.isdir(runtime) else Path.home() / ".cache" / "ironflow"
+    return base / "sandbox-token"
+
+
+def resolve_server(server: str | None) -> str:
+    """``server``, else ``$IRONFLOW_SANDBOX_SERVER``: an ``http(s)://host:port`` URL.
+
+    Raises:
+        ConfigError: none is given, or it is not such a URL.
+    """
+    url = (server or os.environ.get(SERVER_ENV, "")).strip()
+    if not url:
+        raise errors.ConfigError(_NO_SERVER)
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise errors.ConfigError(f"invalid sandbox server '{errors.truncate(url, 80)}': use http://HOST:PORT")
+    return url.rstrip("/")
+
+
+def resolve_token(token: Secret | str | None = None) -> Secret:
+    """``token``, else ``$IRONFLOW_SANDBOX_TOKEN``, else the server's token file.
+
+    Raises:
+        ConfigError: none of them holds a token.
+    """
+    if token:
+        return token if isinstance(token, Secret) else Secret(token)
+    if value := os.environ.get(TOKEN_ENV, "").strip():
+        return Secret(value)
+    path = token_file()
+    try:
+        value = path.read_text().strip()
+    except OSError:
+        value = ""
+    if not value:
+        raise errors.ConfigError(
+            f"no sandbox server token: set {TOKEN_ENV}, or run `ironflow sandbox serve` (it writes {path})"
+        )
+    return Secret(value)
+
+
+class RemoteSessions:
+    """The sessions of one server. ``aclose()`` drops the connection, never a session."""
+
+    def __init__(self, server: str | None = None, *, token: Secret | str | None = None) -> None:
+        self.server = resolve_server(server)
+        self._token = resolve_token(token)
+        self._client = RuntimeClient(base_url=self.server, headers=self._headers())
+
+    def __repr__(self) -> str:
+        return f"RemoteSessions({self.server!r})"
+
+    def _headers(self, session_id: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self._token.reveal()}"}
+        if session_id is not None:
+            headers["X-Sandbox-ID"] = session_id
+        return headers
+
+    def _handle(self, info: SessionInfo) -> AsyncSandbox:
+        client = RuntimeClient(base_url=self.server, headers=self._headers(info.id))
+        session_id = info.id
+
+        async def closer() -> None:
+            await self.close(session_id)
+
+        return AsyncSandbox(info, client, closer)
+
+    async def open(
+        self,
+        *,
+        ttl: float = DEFAULT_TTL_S,
+        idle_timeout: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        run_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncSandbox:
+        """A new session on the server, as :meth:`LocalSessions.open` makes one there."""
+        body = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": dict(labels or {}), "run_id": run_id}
+        body["env"] = dict(env or {})
+        doc = await self._client.json("POST", API_PATH, json=body)
+        return self._handle(SessionInfo.from_json(doc))
+
+    async def info(self, session_id: str) -> SessionInfo:
+        """Raises: SessionNotFound: the server has no such open session."""
+        try:
+            doc = await self._client.json("GET", f"{API_PATH}/{check_session_id(session_id)}")
+        except FileNotFoundError:
+            raise SessionNotFound(f"no open sandbox session '{session_id}'") from None
+        return SessionInfo.from_json(doc)
+
+    async def connect(self, session_id: str) -> AsyncSandbox:
+        """A handle on an open session (reattach by id). Raises: SessionNotFound."""
+        return self._handle(await self.info(session_id))
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        doc = await self._client.json("GET", API_PATH)
+        return [SessionInfo.from_json(item) for item in doc["sandboxes"]]
+
+    async def close(self, session_id: str) -> bool:
+        """End a session (every process in it dies); False when it was not open."""
+        try:
+            await self._client.json("DELETE", f"{API_PATH}/{check_session_id(session_id)}")
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> RemoteSessions:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

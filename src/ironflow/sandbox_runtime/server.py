@@ -1,0 +1,499 @@
+"""Inside a sandbox session: agent-sandbox's legacy runtime API, plus ironflow's extension.
+
+Legacy endpoints, as the upstream python runtime (and its SDK) speak them: ``GET /``,
+``POST /execute``, ``POST /upload``, ``GET /download|list|exists/<quoted path>``. Extension
+(``/ironflow/v1/``): commands with argv, env, cwd and stdin that stream newline-delimited
+JSON events and may run in the background (wait, kill); raw file writes, removal, mkdir,
+directory tar streams in and out. Every path is confined to the workspace (403).
+
+Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
+an inherited fd or a file deleted once read, never the environment, so the commands run
+here (with the runtime's own scrubbed environment) never see it. Uploads stream to disk and
+stop at ``--max-upload-bytes`` (413); captured output keeps at most ``--max-output-bytes``
+per stream. A command not found exits 127, one that cannot run 126, as in a shell.
+
+Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
+standard library only, nothing of ironflow, threads rather than an event loop (idle cheap);
+its body plumbing is the sibling file ``streams.py`` (the module-size rule keeps them two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import hmac
+import itertools
+import json
+import os
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.parse
+from typing import Any, BinaryIO
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
+from streams import Body, Chunked, HttpError, Multipart  # type: ignore[import-not-found]
+
+__all__ = ["main"]
+
+_CHUNK = 65536
+_MAX_HEADER_BYTES = 65536
+_EXT = "/ironflow/v1/"
+
+
+class Command:
+    """One process and its events (bounded), for a waiter that streams them from the start."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None, cap: int) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.cond = threading.Condition()
+        self.sizes = {"stdout": 0, "stderr": 0}
+        self.cap, self.finished, self.timed_out = cap, False, False
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126 if isinstance(exc, PermissionError) else 1
+            self._push({"stderr": f"{argv[0]}: {exc.strerror or exc}\n"})
+            self._push({"exit_code": code, "timed_out": False})
+            return
+        streams = [(self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")]
+        readers = [threading.Thread(target=self._read, args=(s, n), daemon=True) for s, n in streams]
+        for reader in readers:
+            reader.start()
+        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        threading.Thread(target=self._wait, args=(readers,), daemon=True).start()
+
+    def _push(self, event: dict[str, Any]) -> None:
+        with self.cond:
+            self.events.append(event)
+            self.finished = self.finished or "exit_code" in event
+            self.cond.notify_all()
+
+    def _feed(self, data: bytes | None) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(OSError, AttributeError):  # no stdin pipe: nothing to feed
+            self.proc.stdin.write(data or b"")  # type: ignore[union-attr]
+            self.proc.stdin.close()  # type: ignore[union-attr]
+
+    def _read(self, stream: BinaryIO, name: str) -> None:
+        while data := stream.read1(_CHUNK):  # type: ignore[attr-defined]
+            room = self.cap - self.sizes[name]
+            if room > 0:
+                self._push({name: data[:room].decode(errors="replace")})
+                if len(data) >= room:
+                    self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
+            self.sizes[name] += len(data)
+
+    def _wait(self, readers: list[threading.Thread]) -> None:
+        assert self.proc is not None
+        code = self.proc.wait()
+        self.kill()  # what the command left in its process group goes with it, and its pipes close
+        for reader in readers:
+            reader.join()
+        self._push({"exit_code": 128 - code if code < 0 else code, "timed_out": self.timed_out})
+
+    def kill(self, *, timed_out: bool = False) -> bool:
+        if self.proc is None or self.finished:
+            return False
+        self.timed_out = self.timed_out or timed_out
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return True
+
+    def follow(self, timeout: float | None) -> Any:
+        """Each event from the first, as it comes; past ``timeout`` seconds the group is killed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        index = 0
+        while True:
+            with self.cond:
+                while index >= len(self.events):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        self.kill(timed_out=True)
+                        deadline = None
+                    self.cond.wait(left)
+                batch = self.events[index:]
+            index += len(batch)
+            for event in batch:
+                yield event
+                if "exit_code" in event:
+                    return
+
+
+class Runtime:
+    """The workspace, the token, the limits, and the commands that are running."""
+
+    def __init__(self, args: argparse.Namespace, token: bytes) -> None:
+        self.root = os.path.realpath(args.workspace)
+        self.expected = b"Bearer " + token
+        self.max_upload, self.max_output = args.max_upload_bytes, args.max_output_bytes
+        self.env = dict(os.environ)
+        self.commands: dict[str, Command] = {}
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()
+        self.last_active = time.monotonic()
+        self.busy = 0
+
+    def resolve(self, raw: str) -> str:
+        """A client path inside the workspace (symlinks followed), or 403."""
+        if "\x00" in raw:
+            raise HttpError(403, "Access denied")
+        path = os.path.realpath(os.path.join(self.root, raw))
+        if path != self.root and not path.startswith(self.root + os.sep):
+            raise HttpError(403, "Access denied")
+        return path
+
+    def start(self, spec: dict[str, Any]) -> tuple[str, Command]:
+        argv = spec.get("argv")
+        if argv is None:
+            argv = shlex.split(str(spec.get("command", "")))
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise HttpError(400, "the command is empty")
+        env = {**self.env, **{str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
+        cwd = self.resolve(str(spec.get("cwd") or "."))
+        stdin = spec.get("stdin")
+        data = None if stdin is None else base64.b64decode(stdin)
+        command = Command(argv, env, cwd, data, self.max_output)
+        with self.lock:
+            cid = f"c{next(self.ids)}"
+            self.commands[cid] = command
+            finished = [k for k, c in self.commands.items() if c.finished and k != cid]
+            for key in finished[:-64]:  # keep the last finished ones for a late wait
+                del self.commands[key]
+        return cid, command
+
+    def idle_for(self) -> float:
+        with self.lock:
+            running = any(not c.finished for c in self.commands.values())
+        return 0.0 if running or self.busy else time.monotonic() - self.last_active
+
+
+class Handler:
+    """One connection: requests in a loop while the client keeps it alive."""
+
+    def __init__(self, runtime: Runtime, conn: socket.socket) -> None:
+        self.rt, self.conn = runtime, conn
+        self.rfile: BinaryIO = conn.makefile("rb")
+        self.wfile: BinaryIO = conn.makefile("wb")
+        self.keep = True
+        self.started = False
+        self.body: Body | None = None
+
+    def serve(self) -> None:
+        try:
+            while self.keep and self.one():
+                pass
+        except (OSError, ValueError, ConnectionError):
+            pass
+        finally:
+            for f in (self.wfile, self.rfile):
+                with contextlib.suppress(OSError):
+                    f.close()
+            self.conn.close()
+
+    def one(self) -> bool:
+        line = self.rfile.readline(_MAX_HEADER_BYTES)
+        if not line.strip():
+            return False
+        method, target, version = line.decode("latin-1").split()
+        headers: dict[str, str] = {}
+        size = 0
+        while (h := self.rfile.readline(_MAX_HEADER_BYTES)) not in (b"\r\n", b"\n"):
+            size += len(h)
+            if not h or size > _MAX_HEADER_BYTES:
+                return False
+            name, _, value = h.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        self.keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        self.started = False
+        with self.rt.lock:
+            self.rt.busy += 1
+        try:
+            self.dispatch(method, target, headers)
+        finally:
+            with self.rt.lock:
+                self.rt.busy -= 1
+                self.rt.last_active = time.monotonic()
+        return True
+
+    def dispatch(self, method: str, target: str, headers: dict[str, str]) -> None:
+        got = headers.get("authorization", "").encode("latin-1")
+        if not hmac.compare_digest(got, self.rt.expected):
+            self.keep = False
+            return self.json(401, {"message": "Unauthorized"})
+        path, _, query = target.partition("?")
+        body: Body | None = None
+        try:
+            body = self.body = Body(self.rfile, headers, self.rt.max_upload)
+            if headers.get("expect", "").lower() == "100-continue":
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.route(method, path, urllib.parse.parse_qs(query), headers, body)
+        except HttpError as exc:
+            self.fail(exc.status, exc.message)
+        except (ValueError, KeyError, TypeError, tarfile.TarError) as exc:
+            self.fail(400, f"bad request: {exc}")
+        except FileNotFoundError:
+            self.fail(404, "File not found")
+        except OSError as exc:
+            client = isinstance(exc, NotADirectoryError | IsADirectoryError | FileExistsError) or exc.errno == 39
+            self.fail(400 if client else 500, exc.strerror or str(exc))
+        self.body = None
+
+    def fail(self, status: int, message: str) -> None:
+        """An error answer, unless the answer has begun (then only the connection ends)."""
+        if status in (401, 413) or status >= 500 or self.started:
+            self.keep = False
+        if not self.started:
+            self.json(status, {"message": message})
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], body: Body) -> None:
+        head, _, rest = path.lstrip("/").partition("/")
+        rel = urllib.parse.unquote(rest)
+        legacy = {
+            ("GET", ""): lambda: self.json(200, {"status": "ok", "message": "Sandbox Runtime is active."}),
+            ("POST", "execute"): lambda: self.execute(body),
+            ("POST", "upload"): lambda: self.upload(headers, body),
+            ("GET", "download"): lambda: self.download(rel),
+            ("GET", "list"): lambda: self.listing(rel),
+            ("GET", "exists"): lambda: self.json(200, {"path": rel, "exists": os.path.lexists(self.rt.resolve(rel))}),
+        }
+        if (method, head) in legacy:
+            return legacy[(method, head)]()
+        if path.startswith(_EXT):
+            return self.extension(method, path[len(_EXT) :], query, body)
+        raise HttpError(404, "Not found")
+
+    def extension(self, method: str, path: str, query: dict[str, list[str]], body: Body) -> None:
+        kind, _, rest = path.partition("/")
+        rel = urllib.parse.unquote(rest)
+        if (method, kind) == ("POST", "commands") and not rest:
+            spec = json.loads(body.all() or b"{}")
+            cid, command = self.rt.start(spec)
+            if spec.get("background"):
+                return self.json(200, {"id": cid})
+            return self.stream(command, spec.get("timeout_seconds"), cid)
+        if kind == "commands":
+            cid, _, action = rest.partition("/")
+            found = self.rt.commands.get(cid)
+            if found is None:
+                raise HttpError(404, f"no command {cid}")
+            if method == "POST" and action == "kill":
+                return self.json(200, {"killed": found.kill()})
+            timeout = float(query["timeout"][0]) if "timeout" in query else None
+            return self.stream(found, timeout, cid)
+        if (method, kind) == ("PUT", "files"):
+            return self.json(200, {"size": self.save(self.rt.resolve(rel), body, bool(query.get("mkdir")))})
+        if (method, kind) == ("GET", "tar"):
+            return self.tar_out(self.rt.resolve(rel))
+        if (method, kind) == ("PUT", "tar"):
+            return self.tar_in(self.rt.resolve(rel), body)
+        raise HttpError(404, "Not found")
+
+    def execute(self, body: Body) -> None:
+        spec = json.loads(body.all())
+        try:
+            argv, problem = shlex.split(str(spec["command"])), "No command provided"
+        except ValueError as exc:
+            argv, problem = [], f"Malformed command: {exc}"
+        if not argv:
+            return self.json(200, {"stdout": "", "stderr": problem, "exit_code": 1, "timed_out": False})
+        _, command = self.rt.start({"argv": argv})
+        out: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        result: dict[str, Any] = {}
+        for event in command.follow(spec.get("timeout_seconds")):
+            out["stdout"].append(event.get("stdout", ""))
+            out["stderr"].append(event.get("stderr", ""))
+            result = event
+        self.json(200, {"stdout": "".join(out["stdout"]), "stderr": "".join(out["stderr"]), **result})
+
+    def upload(self, headers: dict[str, str], body: Body) -> None:
+        ctype = headers.get("content-type", "")
+        boundary = next(
+            (p.split("=", 1)[1].strip('"') for p in ctype.split(";") if p.strip().startswith("boundary=")), ""
+        )
+        if not boundary:
+            raise HttpError(400, "multipart/form-data with a boundary expected")
+        parts = Multipart(body, boundary.encode("latin-1"))
+        while (part := parts.next_part()) is not None:
+            name, filename = part
+            if name != "file" or filename is None:
+                parts.skip()
+                continue
+            self.save(self.rt.resolve(filename), parts, True)
+            parts.skip_rest()
+            return self.json(200, {"message": f"File '{filename}' uploaded successfully."})
+        raise HttpError(400, "no 'file' field in the form")
+
+    def download(self, rel: str) -> None:
+        path = self.rt.resolve(rel)
+        if not os.path.isfile(path):
+            raise HttpError(404, "File not found")
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self.head(200, "application/octet-stream", length=size)
+            while data := f.read(_CHUNK):
+                self.wfile.write(data)
+        self.wfile.flush()
+
+    def listing(self, rel: str) -> None:
+        path = self.rt.resolve(rel)
+        if not os.path.isdir(path):
+            raise HttpError(404, "Path is not a directory")
+        entries = []
+        for name in sorted(os.listdir(path)):
+            with contextlib.suppress(OSError):
+                st = os.stat(os.path.join(path, name), follow_symlinks=False)
+                kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                entries.append({"name": name, "size": st.st_size, "type": kind, "mod_time": st.st_mtime})
+        self.json(200, entries)
+
+    def save(self, path: str, source: Any, mkdir: bool) -> int:
+        """Stream ``source`` to a temp file beside ``path``, then rename: no half-written file."""
+        if path == self.rt.root or os.path.isdir(path):
+            raise HttpError(400, "the path names a directory")
+        if mkdir:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        temp = f"{path}.ironflow-upload-{threading.get_ident()}"
+        size = 0
+        try:
+            with open(temp, "xb") as f:
+                while data := source.read(_CHUNK):
+                    f.write(data)
+                    size += len(data)
+            os.replace(temp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+        return size
+
+    def tar_out(self, path: str) -> None:
+        if not os.path.isdir(path):
+            raise HttpError(404, "Path is not a directory")
+        self.head(200, "application/x-tar", chunked=True)
+        chunks = Chunked(self.wfile)
+        with tarfile.open(fileobj=chunks, mode="w|") as tar:
+            tar.add(path, arcname=".", recursive=True)
+        chunks.end()
+
+    def tar_in(self, path: str, body: Body) -> None:
+        os.makedirs(path, exist_ok=True)
+        count = 0
+        with tarfile.open(fileobj=body, mode="r|") as tar:
+            for member in tar:
+                tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
+                count += 1
+        while body.read():  # the record's padding after the end-of-archive blocks
+            pass
+        self.json(200, {"path": os.path.relpath(path, self.rt.root), "entries": count})
+
+    def head(self, status: int, ctype: str, *, length: int | None = None, chunked: bool = False) -> None:
+        self.started = True
+        if self.body is None or not self.body.done:
+            self.keep = False  # an unread body: the connection cannot carry another request
+        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {ctype}"]
+        lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length or 0}")
+        lines.append("Connection: keep-alive" if self.keep else "Connection: close")
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+    def json(self, status: int, doc: Any) -> None:
+        data = json.dumps(doc).encode()
+        self.head(status, "application/json", length=len(data))
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def stream(self, command: Command, timeout: Any, cid: str) -> None:
+        self.head(200, "application/x-ndjson", chunked=True)
+        chunks = Chunked(self.wfile)
+        chunks.write(json.dumps({"id": cid}).encode() + b"\n")
+        for event in command.follow(None if timeout is None else float(timeout)):
+            chunks.write(json.dumps(event).encode() + b"\n")
+        chunks.end()
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
+
+
+def _read_token(args: argparse.Namespace) -> bytes:
+    if args.token_file:
+        with open(args.token_file, "rb") as f:
+            token = f.read().strip()
+        os.unlink(args.token_file)
+    else:
+        with os.fdopen(args.token_fd, "rb") as f:
+            token = f.readline().strip()
+    if not token:
+        raise SystemExit("ironflow-runtime: no token")
+    return token
+
+
+def _listener(args: argparse.Namespace) -> socket.socket:
+    if args.listen_fd is not None:
+        return socket.socket(fileno=args.listen_fd)
+    if args.unix:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(args.unix)
+        sock.bind(args.unix)
+        os.chmod(args.unix, 0o600)
+    else:
+        sock = socket.create_server((args.host, args.port), reuse_port=False)
+    sock.listen(64)
+    return sock
+
+
+def _watch_idle(runtime: Runtime, idle: float) -> None:
+    while True:
+        time.sleep(min(idle, 1.0))
+        if runtime.idle_for() >= idle:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
+def main(argv: list[str]) -> int:
+    """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
+    parser = argparse.ArgumentParser(prog="server.py")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--unix")
+    where.add_argument("--port", type=int)
+    where.add_argument("--listen-fd", type=int)
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--token-fd", type=int, default=0)
+    parser.add_argument("--token-file")
+    parser.add_argument("--workspace", default=".")
+    parser.add_argument("--max-upload-bytes", type=int, default=1 << 30)
+    parser.add_argument("--max-output-bytes", type=int, default=16 << 20)
+    parser.add_argument("--idle-timeout", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    runtime = Runtime(args, _read_token(args))
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    listener = _listener(args)
+
+    def stop(_signum: int, _frame: Any) -> None:
+        for command in list(runtime.commands.values()):
+            command.kill()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.idle_timeout > 0:
+        threading.Thread(target=_watch_idle, args=(runtime, args.idle_timeout), daemon=True).start()
+    print("ironflow-runtime: ready", file=sys.stderr, flush=True)
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=Handler(runtime, conn).serve, daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,171 @@
+"""``ironflow sandbox serve|open|exec|cp|ls|close`` as a user runs them: real processes, a real
+server, real bubblewrap. Every failure is one ``error:`` line with the documented exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from tests.sessions.integration.serving import (
+    CLI,
+    TOKEN,
+    Served,
+    cli_env,
+    descendants,
+    ironflow,
+    running,
+    start_serve,
+)
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+]
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    assert text in lines[0], lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def _open(served: Served, *args: str) -> str:
+    done = ironflow("sandbox", "open", *args, env=served.env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_open_exec_ls_and_close(served: Served) -> None:
+    sandbox_id = _open(served, "--ttl", "10m", "--label", "team=a")
+    assert sandbox_id.startswith("sbx-")
+    doc = json.loads(ironflow("sandbox", "open", "-o", "json", env=served.env).stdout)
+    assert set(doc) >= {"id", "backend", "expires_at", "labels"}
+    listed = json.loads(ironflow("sandbox", "ls", "-o", "json", env=served.env).stdout)
+    assert sorted(s["id"] for s in listed) == sorted([sandbox_id, doc["id"]])
+    assert next(s for s in listed if s["id"] == sandbox_id)["labels"] == {"team": "a"}
+    table = ironflow("sandbox", "ls", env=served.env).stdout
+    assert sandbox_id in table
+    assert "team=a" in table
+
+    done = ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", "echo out; echo err >&2; exit 5", env=served.env)
+    assert (done.returncode, done.stdout, done.stderr) == (5, "out\n", "err\n")
+    done = ironflow(
+        "sandbox", "exec", sandbox_id, "--env", "A=1", "--cwd", "sub", "--", "sh", "-c", "echo $A; pwd", env=served.env
+    )
+    assert done.returncode != 0, "the working directory must exist"
+    ironflow("sandbox", "exec", sandbox_id, "--", "mkdir", "sub", env=served.env)
+    done = ironflow(
+        "sandbox", "exec", sandbox_id, "--env", "A=1", "--cwd", "sub", "--", "sh", "-c", "echo $A; pwd", env=served.env
+    )
+    assert (done.returncode, done.stdout) == (0, "1\n/home/claude/sub\n")
+    slow = ironflow("sandbox", "exec", sandbox_id, "--timeout", "0.5", "--", "sleep", "30", env=served.env)
+    _one_error_line(slow, 1, "timed out")
+
+    closed = ironflow("sandbox", "close", sandbox_id, env=served.env)
+    assert (closed.returncode, closed.stdout) == (0, f"closed {sandbox_id}\n")
+    again = ironflow("sandbox", "close", sandbox_id, env=served.env)
+    _one_error_line(again, 2, f"no open sandbox session '{sandbox_id}'")
+    _one_error_line(ironflow("sandbox", "exec", sandbox_id, "--", "true", env=served.env), 2, "no open sandbox")
+    everything = ironflow("sandbox", "close", "--all", env=served.env)
+    assert (everything.returncode, everything.stdout) == (0, f"closed {doc['id']}\n")
+    assert json.loads(ironflow("sandbox", "ls", "-o", "json", env=served.env).stdout) == []
+
+
+def test_exec_streams_output_as_it_comes(served: Served) -> None:
+    sandbox_id = _open(served)
+    argv = [*CLI, "sandbox", "exec", sandbox_id, "--", "sh", "-c", "echo first; sleep 3; echo second"]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=served.env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    with proc.stdout:
+        assert proc.stdout.readline() == "first\n"
+        assert time.monotonic() - started < 2.9, "the first line came before the command ended"
+        assert proc.stdout.readline() == "second\n"
+    assert proc.wait(timeout=30) == 0
+
+
+def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> None:
+    sandbox_id = _open(served)
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    (tmp_path / "tree" / "sub" / "x.txt").write_text("x")
+    (tmp_path / "file.txt").write_bytes(b"\x00binary\xff" * 1000)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert ironflow("sandbox", "cp", "file.txt", f"{sandbox_id}:in/", env=served.env).returncode == 0
+        assert ironflow("sandbox", "cp", "tree", f"{sandbox_id}:copied", env=served.env).returncode == 0
+        assert ironflow("sandbox", "cp", f"{sandbox_id}:in/file.txt", "back.txt", env=served.env).returncode == 0
+        assert ironflow("sandbox", "cp", f"{sandbox_id}:copied", "out", env=served.env).returncode == 0
+        _one_error_line(ironflow("sandbox", "cp", f"{sandbox_id}:nope", "x", env=served.env), 2, "no such file")
+        _one_error_line(ironflow("sandbox", "cp", f"{sandbox_id}:../../etc/passwd", "x", env=served.env), 2, "denied")
+        _one_error_line(ironflow("sandbox", "cp", "a", "b", env=served.env), 2, "use SRC ID:DST or ID:SRC DST")
+        _one_error_line(ironflow("sandbox", "cp", "missing", f"{sandbox_id}:x", env=served.env), 2, "no such file")
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "back.txt").read_bytes() == (tmp_path / "file.txt").read_bytes()
+    assert (tmp_path / "out" / "sub" / "x.txt").read_text() == "x"
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_input_is_one_line_and_exit_2_an_unreachable_server_exit_3(served: Served) -> None:
+    bare = cli_env()
+    no_server = ironflow("sandbox", "ls", env=bare)
+    _one_error_line(no_server, 2, "no sandbox server: local sessions live in the process that serves them")
+    _one_error_line(ironflow("sandbox", "ls", "--server", "ftp://x", env=bare), 2, "invalid sandbox server")
+    down = {**served.env, "IRONFLOW_SANDBOX_SERVER": "http://127.0.0.1:9"}
+    _one_error_line(ironflow("sandbox", "ls", env=down), 3, "could not be reached")
+    wrong = {**served.env, "IRONFLOW_SANDBOX_TOKEN": "not-the-token-at-all"}
+    _one_error_line(ironflow("sandbox", "ls", env=wrong), 2, "refused the token")
+    for args, text in (
+        (["open", "--ttl", "5 parsecs"], "invalid duration"),
+        (["open", "--label", "novalue"], "invalid --label 'novalue'"),
+        (["open", "--label", "bad key=1"], "label key 'bad key' is not valid"),
+        (["open", "--backend", "k8s"], "only local sessions are built"),
+        (["exec", "not-an-id", "--", "true"], "invalid sandbox id 'not-an-id'"),
+        (["exec", "sbx-0000000000000000"], "missing command"),
+        (["exec", "sbx-0000000000000000", "--", "true"], "no open sandbox session"),
+        (["exec", "sbx-0000000000000000", "--env", "X", "--", "true"], "invalid --env 'X'"),
+        (["close"], "name one session"),
+    ):
+        _one_error_line(ironflow("sandbox", *args, env=served.env), 2, text)
+    outputs = ironflow("sandbox", "ls", env=wrong)
+    for text in (outputs.stdout, outputs.stderr):
+        assert TOKEN not in text
+
+
+def test_serve_makes_a_private_token_file_and_warns_off_loopback(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = cli_env(XDG_RUNTIME_DIR=str(runtime))
+    server = start_serve(env, "--host", "0.0.0.0")
+    try:
+        token_file = runtime / "ironflow" / "sandbox-token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert len(token) >= 32
+        assert token not in Path(f"/proc/{server.proc.pid}/cmdline").read_text()
+        url = server.url.replace("0.0.0.0", "127.0.0.1")
+        sandbox_id = ironflow("sandbox", "open", "--server", url, env=env).stdout.strip()  # the client reads the file
+        assert sandbox_id.startswith("sbx-")
+        detached = ["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 &"]
+        started = ironflow("sandbox", "exec", "--server", url, sandbox_id, "--", *detached, env=env)
+        assert started.returncode == 0, started.stderr
+        pids = descendants(server.proc.pid)
+        assert pids
+    finally:
+        assert server.stop() == 0  # SIGTERM closes every session
+        _, err = server.proc.communicate()
+    assert not any(running(pid) for pid in pids), "no process of any session outlives the server"
+    lines = err.strip().splitlines()
+    assert lines[0] == f"token: written to {token_file} (mode 0600; clients read it there)"
+    assert lines[1].startswith("warning: serving on 0.0.0.0")
+    assert token not in err

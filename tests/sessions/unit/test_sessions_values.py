@@ -1,0 +1,59 @@
+"""The session values: ids, durations, the wire form of a session; the runtime file stands alone."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from ironflow import errors
+from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sessions import SessionInfo, check_session_id, parse_duration
+
+
+@pytest.mark.parametrize("name", ["server.py", "streams.py"])
+def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None:
+    tree = ast.parse((Path(SERVER_PATH).parent / name).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import would need the package"
+            imported.add((node.module or "").split(".")[0])
+    imported -= {"__future__", "streams"}  # streams: the sibling file
+    assert "ironflow" not in imported
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("500ms", 0.5), ("30s", 30.0), ("30m", 1800.0), ("2h", 7200.0)]
+)
+def test_durations_read_as_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5m", "5d", "m", "1e9"])
+def test_a_bad_duration_is_a_config_error(text: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("value", ["sbx-0123456789abcdef"])
+def test_a_session_id_is_checked(value: str) -> None:
+    assert check_session_id(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "sbx-0123", "SBX-0123456789abcdef", "sbx-0123456789abcdeg", "../etc", "a" * 500])
+def test_a_bad_session_id_is_refused_in_one_short_line(value: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid sandbox id") as caught:
+        check_session_id(value)
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 200
+
+
+def test_a_session_survives_its_wire_form() -> None:
+    info = SessionInfo("sbx-0123456789abcdef", "local", "bwrap", 1.5, 61.5, {"team": "a"}, "run-1")
+    assert SessionInfo.from_json(info.to_json()) == info
