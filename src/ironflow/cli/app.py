@@ -2,18 +2,18 @@
 
 Each topic module (``cli/<topic>.py``) exposes ``register(app)``. A command's module imports
 its backend, and a backend the Kubernetes client or aiohttp (about a second), so the app
-imports a topic only when one of its commands runs or shows its own help: this is the CLI's
-one deferred import, and ``ironflow --help`` lists :data:`COMMANDS` without loading any of
-them. Results go to stdout, progress and errors to stderr; bad input exits 2 with one line.
+imports a topic only when one of its commands runs or shows its own help (the CLI's one
+deferred import, :mod:`ironflow.cli.lazy`), and ``ironflow --help`` lists :data:`COMMANDS`
+without loading any of them. Results go to stdout, progress and errors to stderr; bad input exits 2 with one line.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Final
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+
+from ironflow.cli import lazy
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
 
@@ -62,45 +62,12 @@ def load_command(name: str) -> Any:
     entry = COMMANDS.get(name)
     if entry is None:
         return None
-    return _registered(entry[0]).get(name)
-
-
-def _registered(module: str) -> dict[str, Any]:
-    """The commands a topic module registers, by name."""
-    scratch = typer.Typer()
-    scratch.callback()(_root)  # a group even for a one-command topic (Typer collapses those)
-    importlib.import_module(module).register(scratch)
-    return dict(getattr(typer.main.get_command(scratch), "commands", {}))
-
-
-class _LazyGroup(TyperGroup):
-    """Lists :data:`COMMANDS` from the table; imports a topic when one of its commands is used.
-
-    While the group's own help is drawn, each command is a stand-in carrying its table line,
-    so ``ironflow --help`` imports no topic.
-    """
-
-    _listing = False
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return list(COMMANDS)
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if self._listing and cmd_name in COMMANDS:
-            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
-        return load_command(cmd_name)
-
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        self._listing = True
-        try:
-            super().format_help(ctx, formatter)
-        finally:
-            self._listing = False
+    return lazy.registered(entry[0]).get(name)
 
 
 app = typer.Typer(
     name="ironflow",
-    cls=_LazyGroup,
+    cls=lazy.lazy_group(COMMANDS),
     help="Run AI-agent steps in hardened, single-use sandboxes.",
     no_args_is_help=True,
     add_completion=False,
@@ -115,7 +82,7 @@ def _root() -> None:
 
 def registered_commands() -> set[str]:
     """Every command the topic modules register (each must be listed in :data:`COMMANDS`)."""
-    return {name for module in dict.fromkeys(m for m, _ in COMMANDS.values()) for name in _registered(module)}
+    return {name for module in dict.fromkeys(m for m, _ in COMMANDS.values()) for name in lazy.registered(module)}
 
 
 def main() -> None:

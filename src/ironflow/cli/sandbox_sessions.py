@@ -1,7 +1,7 @@
-"""``ironflow sandbox serve|open|exec|cp|ls|close``: sandbox sessions from the shell.
+"""``ironflow sandbox open|exec|cp|ls|close``: sandbox sessions from the shell.
 
-A local session lives in the process that opened it, so ``serve`` runs that process (an
-HTTP server, :mod:`ironflow.sandbox_router`) and every other command is its client
+A local session lives in the process that opened it, so ``serve``
+(:mod:`ironflow.cli.sandbox_serve`) runs that process and every command here is its client
 (:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`): ``--server`` defaults to
 ``$IRONFLOW_SANDBOX_SERVER``, the token to ``$IRONFLOW_SANDBOX_TOKEN`` or the file ``serve``
 wrote. A token is never an option (it would be on the argv) and never printed. Bad input
@@ -30,7 +30,6 @@ from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import OutputFormat, TextFormat
 from ironflow.cli.stores import run_async
-from ironflow.sandbox_router import process
 from ironflow.sandbox_runtime.client import AsyncFiles
 from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
@@ -77,33 +76,6 @@ def _call(server: str | None, action: Callable[[RemoteSessions], Awaitable[T]]) 
         exits.fail_for(exc)
     except (FileNotFoundError, PermissionError) as exc:  # the runtime's 404 and 403 on a path
         exits.fail(str(exc))
-
-
-def serve(
-    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback is reachable.")] = (
-        "127.0.0.1"
-    ),
-    port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
-) -> None:
-    """Serve local sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
-    try:
-        token, path = process.server_token()
-    except errors.IronflowError as exc:
-        exits.fail_for(exc)
-    except OSError as exc:
-        exits.fail(f"cannot write the token file: {exc.strerror or exc}")
-    if path is not None:
-        typer.echo(f"token: written to {path} (mode 0600; clients read it there)", err=True)
-    if not process.is_loopback(host):
-        typer.echo(f"warning: serving on {host}: any host that reaches it and holds the token runs commands", err=True)
-
-    def ready(url: str) -> None:
-        print(f"serving {url}", flush=True)
-
-    try:
-        asyncio.run(process.serve(host, port, token, ready=ready))
-    except errors.IronflowError as exc:
-        exits.fail_for(exc)
 
 
 def open_session(
@@ -308,7 +280,6 @@ def close(
 
 def register(group: typer.Typer) -> None:
     """Add the session commands to the ``ironflow sandbox`` group."""
-    group.command("serve")(serve)
     group.command("open")(open_session)
     group.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(exec_in)
     group.command("cp")(copy)

@@ -1,14 +1,16 @@
-"""The ``ironflow`` app lists its commands from one table and loads a topic only to run it."""
+"""The ``ironflow`` app, and its ``sandbox`` group, list their commands from a table and load a
+command's module only to run it."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from ironflow.cli import app
+from ironflow.cli import app, lazy, sandbox
 
 
 @pytest.mark.parametrize("name", list(app.COMMANDS))
@@ -29,7 +31,7 @@ def test_help_lists_every_command_without_loading_a_topic() -> None:
         "sys.argv = ['ironflow', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('ironflow.cli.') and m not in "
-        "('ironflow.cli.app',)))\n"
+        "('ironflow.cli.app', 'ironflow.cli.lazy')))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -42,3 +44,35 @@ def test_an_unknown_command_is_one_line_and_exit_2() -> None:
     result = CliRunner().invoke(app.app, ["no-such-command"])
     assert result.exit_code == 2
     assert "No such command 'no-such-command'" in result.output
+
+
+@pytest.mark.parametrize("name", list(sandbox.COMMANDS))
+def test_each_sandbox_line_is_the_commands_own_help(name: str) -> None:
+    module, line = sandbox.COMMANDS[name]
+    command = lazy.registered(module).get(name)
+    assert command is not None, f"{module} does not register {name!r}"
+    assert command.get_short_help_str(limit=200) == line
+
+
+def test_every_registered_sandbox_command_is_listed() -> None:
+    modules = dict.fromkeys(m for m, _ in sandbox.COMMANDS.values())
+    assert {name for module in modules for name in lazy.registered(module)} == set(sandbox.COMMANDS)
+
+
+def _loaded_by(*argv: str) -> list[str]:
+    probe = (
+        "import sys\n"
+        "from ironflow.cli.app import main\n"
+        f"sys.argv = ['ironflow', *{list(argv)!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('ironflow.cli.sandbox_', 'ironflow.k8s', "
+        "'ironflow.local', 'ironflow.agent_sandbox', 'ironflow.sandbox_router'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return list(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+def test_a_session_command_loads_neither_the_server_nor_the_cluster_modules() -> None:
+    assert _loaded_by("sandbox", "--help") == []
+    assert _loaded_by("sandbox", "exec", "--help") == ["ironflow.cli.sandbox_sessions"]

@@ -128,7 +128,8 @@ def test_no_module_of_ironflow_takes_part_in_an_import_circle() -> None:
 
 #: The named exceptions to "imports at the top of the module": each defers a costly third-party
 #: library to the one path that needs it. (The CLI defers whole command modules through
-#: ``cli/app.py``'s table, with importlib, and ``kube/api.py`` defers ``kubernetes_asyncio``.)
+#: the tables of ``cli/app.py`` and ``cli/sandbox.py``, through ``cli/lazy.py``, and ``kube/api.py``
+#: defers ``kubernetes_asyncio``.)
 DEFERRED_IMPORTS = {
     ("ironflow.engine.store", "ironflow.engine.postgres"): "asyncpg, only for a PostgreSQL store",
     ("ironflow.auth_proxy.app", "ironflow.auth_proxy.postgres"): "asyncpg, only for a PostgreSQL registry",

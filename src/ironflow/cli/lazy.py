@@ -1,0 +1,66 @@
+"""Command groups that import a command's module only when that command runs.
+
+A group lists its commands from a table (name -> (module, one-line help)); ``--help`` draws
+the table's lines without importing anything, and a command's module is imported when the
+command is looked up to run. ``ironflow`` itself is such a group, and so is ``ironflow
+sandbox`` (its session client must not pay for the Kubernetes modules of its pattern commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+__all__ = ["LazyGroup", "lazy_group", "registered"]
+
+#: Command name -> (module whose ``register(group)`` adds it, the line ``--help`` shows).
+Table = Mapping[str, tuple[str, str]]
+
+
+def _group() -> None:
+    """A scratch group's callback (Typer collapses a one-command app without one)."""
+
+
+def registered(module: str) -> dict[str, Any]:
+    """The commands ``module`` registers (``module.register(group)``), by name."""
+    scratch = typer.Typer()
+    scratch.callback()(_group)
+    importlib.import_module(module).register(scratch)
+    return dict(getattr(typer.main.get_command(scratch), "commands", {}))
+
+
+class LazyGroup(TyperGroup):
+    """Lists :attr:`table`; imports a command's module when the command is used.
+
+    While the group's own help is drawn, each command is a stand-in carrying its table line.
+    """
+
+    table: ClassVar[Table] = {}
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.table)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = self.table.get(cmd_name)
+        if entry is None:
+            return None
+        if self._listing:
+            return TyperCommand(cmd_name, help=entry[1])
+        return registered(entry[0]).get(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
+def lazy_group(table: Table) -> type[LazyGroup]:
+    """A :class:`LazyGroup` class over ``table`` (Typer takes the class, ``cls=``)."""
+    return type("LazyGroup", (LazyGroup,), {"table": table})

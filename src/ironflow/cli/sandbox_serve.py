@@ -1,0 +1,52 @@
+"""``ironflow sandbox serve``: the process local sandbox sessions live in, over HTTP.
+
+It owns the sessions (:mod:`ironflow.sandbox_router`) and answers the session commands of
+:mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
+``$IRONFLOW_SANDBOX_TOKEN``, or is made and written to a 0600 file whose path (never the
+token) is printed. Bad input exits 2 with one line (:mod:`ironflow.cli.exits`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from ironflow import errors
+from ironflow.cli import exits
+from ironflow.sandbox_router import process
+
+__all__ = ["register", "serve"]
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback is reachable.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
+) -> None:
+    """Serve local sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
+    try:
+        token, path = process.server_token()
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+    except OSError as exc:
+        exits.fail(f"cannot write the token file: {exc.strerror or exc}")
+    if path is not None:
+        typer.echo(f"token: written to {path} (mode 0600; clients read it there)", err=True)
+    if not process.is_loopback(host):
+        typer.echo(f"warning: serving on {host}: any host that reaches it and holds the token runs commands", err=True)
+
+    def ready(url: str) -> None:
+        print(f"serving {url}", flush=True)
+
+    try:
+        asyncio.run(process.serve(host, port, token, ready=ready))
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+
+
+def register(group: typer.Typer) -> None:
+    """Add ``serve`` to the ``ironflow sandbox`` group."""
+    group.command("serve")(serve)
