@@ -228,6 +228,10 @@ class Sandbox:
     def _main(self) -> str:
         return self.dirs.get("") or self.dirs["pids"]
 
+    def pids(self) -> list[int]:
+        """The host pids of every task in the cgroup now."""
+        return _pids(self._main())
+
     async def kill(self) -> None:
         """SIGKILL every task in the cgroup at once and wait until it is empty (bounded)."""
         main = self._main()

@@ -169,13 +169,14 @@ class LocalSandboxProvider(ProviderBase):
             )
         self.sessions_dir = sessions_dir
         self.limits = limits
-        self._processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
+        #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
+        self.processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
     def limits_report(self) -> str:
         """Which per-sandbox limits hold on this machine, and by what mechanism (one line)."""
-        return self._processes.support.describe()
+        return self.processes.support.describe()
 
     def account_kind(self) -> str | None:
         """Credentials always go through the in-process proxy, so accounts can be attached."""
@@ -239,7 +240,7 @@ class LocalSandboxProvider(ProviderBase):
                 run_env.update(settings.proxy_env(token.reveal()))
             fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
             full, binds = sandbox_argv.render(
-                self._shape(),
+                self.shape(),
                 tuple(argv),
                 tmp=tmp,
                 working_dir=working_dir,
@@ -250,7 +251,7 @@ class LocalSandboxProvider(ProviderBase):
                 managed=self.managed_settings,
             )
             start = time.monotonic()
-            finished = await self._processes.run(
+            finished = await self.processes.run(
                 full,
                 run_env,
                 stdin=stdin,
@@ -278,7 +279,7 @@ class LocalSandboxProvider(ProviderBase):
 
     async def release_run(self, run_id: str) -> int:
         """Kill every sandbox of ``run_id`` still running; returns how many were killed."""
-        return await self._processes.kill_run(run_id)
+        return await self.processes.kill_run(run_id)
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         command.validate_prompt_size(config)
@@ -313,7 +314,7 @@ class LocalSandboxProvider(ProviderBase):
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
                 with sandbox_argv.seccomp_fds(self.isolation) as fds:
                     full, binds = sandbox_argv.render(
-                        self._shape(),
+                        self.shape(),
                         ("sh", "-c", script),
                         tmp=tmp,
                         working_dir=None,
@@ -325,7 +326,7 @@ class LocalSandboxProvider(ProviderBase):
                         managed=managed,
                     )
                     start = time.monotonic()
-                    finished = await self._processes.run(
+                    finished = await self.processes.run(
                         full,
                         env,
                         stdin=stdin,
@@ -350,7 +351,8 @@ class LocalSandboxProvider(ProviderBase):
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id)
 
-    def _shape(self) -> sandbox_argv.SandboxShape:
+    def shape(self) -> sandbox_argv.SandboxShape:
+        """What every sandbox of this provider is made of (its sessions' too)."""
         return sandbox_argv.SandboxShape(
             self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid
         )

@@ -23,7 +23,7 @@ from ironflow import errors
 from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
 
-__all__ = ["Finished", "SandboxProcesses"]
+__all__ = ["Finished", "SandboxProcesses", "teardown"]
 
 _KILL_GRACE_S: Final = 5.0
 _READ_BYTES: Final = 1 << 16
@@ -140,7 +140,7 @@ class SandboxProcesses:
             if reading is not None:
                 reading.cancel()  # a no-op once it ended; else the caller was cancelled
             # Shielded: a cancelled caller still waits for the tree to be gone.
-            await asyncio.shield(_teardown(entry.proc, group))
+            await asyncio.shield(teardown(entry.proc, group))
             self._running.remove(entry)
             entry.gone.set()
 
@@ -165,7 +165,7 @@ async def _kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.San
         await group.kill()
 
 
-async def _teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
     """Kill the cgroup (everything the sandbox started) or the process group, reap, remove the cgroup."""
     if proc is not None and proc.returncode is None:
         _kill_group(proc)

@@ -102,8 +102,8 @@ class LocalSessions:
         self.max_upload_bytes = max_upload_bytes
         self._sessions: dict[str, _Session] = {}
         # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
-        self._shape = self.provider._shape()
-        self._processes: runner.SandboxProcesses = self.provider._processes
+        self._shape = self.provider.shape()
+        self._processes: runner.SandboxProcesses = self.provider.processes
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
         sweep(self.state_dir)
 
@@ -185,7 +185,7 @@ class LocalSessions:
         try:
             await self._handshake(session)
         except BaseException:
-            await asyncio.shield(runner._teardown(proc, group))
+            await asyncio.shield(runner.teardown(proc, group))
             raise
         return session
 
@@ -260,7 +260,7 @@ class LocalSessions:
             await asyncio.shield(self._teardown(session))
 
     async def _teardown(self, session: _Session) -> None:
-        await runner._teardown(session.proc, session.group)
+        await runner.teardown(session.proc, session.group)
         shutil.rmtree(session.directory, ignore_errors=True)
         self._sessions.pop(session.info.id, None)
 
@@ -300,7 +300,7 @@ class LocalSessions:
         session = self._get(session_id)
         pids = [session.proc.pid]
         if session.group is not None:
-            pids += cgroups._pids(session.group._main())
+            pids += session.group.pids()
         return list(dict.fromkeys(pids))
 
     async def close(self, session_id: str) -> None:
