@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import secrets
 import shutil
 import socket
@@ -34,7 +33,7 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, cgroups, runner, sandbox_argv, settings
+from ironflow.local import bwrap, cgroups, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.sandbox_runtime import SERVER_PATH
@@ -42,7 +41,7 @@ from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
 
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions", "sweep"]
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -53,7 +52,8 @@ RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 DEFAULT_MAX_UPLOAD_BYTES: Final = 1 << 30
 _READY: Final = b"ironflow-runtime: ready"
 _START_TIMEOUT_S: Final = 30.0
-_DIR: Final = re.compile(r"^ifs-(\d+)-([0-9a-f]{16})$")
+#: A session directory's name starts so (short: its runtime socket's path has a length limit).
+_DIR_PREFIX: Final = "ifs-"
 _SOCKET: Final = "rt.sock"
 _MAX_SOCKET_PATH: Final = 107
 
@@ -95,7 +95,7 @@ class LocalSessions:
         if self.provider.env:
             settings.sandbox_env(self.provider.env)
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
-        if len(os.path.join(self.state_dir, "ifs-4194304-0123456789abcdef", _SOCKET)) > _MAX_SOCKET_PATH:
+        if len(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8, _SOCKET)) > _MAX_SOCKET_PATH:
             raise errors.ConfigError(
                 f"state_dir '{self.state_dir}' is too long for a unix socket path: use a shorter one"
             )
@@ -105,7 +105,7 @@ class LocalSessions:
         self._shape = self.provider.shape()
         self._processes: runner.SandboxProcesses = self.provider.processes
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
-        sweep(self.state_dir)
+        workdirs.sweep(self.state_dir, _DIR_PREFIX)
 
     # -- opening --
 
@@ -128,8 +128,7 @@ class LocalSessions:
             raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
         run_env = settings.sandbox_env({**self.provider.env, **(env or {})})
         session_id = "sbx-" + secrets.token_hex(8)
-        directory = os.path.join(self.state_dir, f"ifs-{os.getpid()}-{session_id[4:]}")
-        os.mkdir(directory, 0o700)
+        directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         try:
             session = await self._start(session_id, directory, run_env, idle_timeout)
         except BaseException:
@@ -330,25 +329,3 @@ class LocalSessions:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-
-def sweep(state_dir: str) -> int:
-    """Remove the session directories of processes that are gone; returns how many."""
-    removed = 0
-    with contextlib.suppress(OSError), os.scandir(state_dir) as entries:
-        for entry in entries:
-            match = _DIR.match(entry.name)
-            if match is None or _alive(int(match.group(1))):
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed += 1
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

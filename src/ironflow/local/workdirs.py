@@ -1,8 +1,9 @@
-"""Each run's temp dir (``ironflow-local-*``), marked with its owner, and the sweep of the ones
-whose owner is gone (I/O).
+"""Each run's temp dir (``ironflow-local-*``) and session dir (``ifs-*``), marked with its owner,
+and the sweep of the ones whose owner is gone (I/O).
 
 A run's temp dir holds the proxy socket and the managed settings, and goes when the call
-returns; a worker that is SIGKILLed cannot remove it, so the next provider start does. Only a
+returns; a session's holds its runtime socket and goes when the session closes. A worker that
+is SIGKILLed cannot remove either, so the next provider (or sessions) start does. Only a
 directory made here is ever swept: it holds a marker naming its owning process by boot, pid
 namespace, pid and start time (``/proc/<pid>/stat``), so a reused pid does not pass for the
 owner. A directory is kept when anything is unclear: no marker yet (it is written just after
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["PREFIX", "Owner", "current_owner", "format_marker", "parse_marker", "run_dir", "sweep"]
+__all__ = ["PREFIX", "Owner", "current_owner", "format_marker", "marked_dir", "parse_marker", "run_dir", "sweep"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -94,19 +95,28 @@ def _owner(pid: int) -> Owner | None:
     return None if start is None else Owner(boot_id, namespace, pid, start)
 
 
+def marked_dir(temp_dir: str | None, prefix: str = PREFIX) -> str:
+    """A fresh private (0700) ``prefix*`` directory in ``temp_dir`` (None: the system's), marked as
+    this process's; the caller removes it."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=temp_dir)
+    owner = current_owner()
+    if owner is not None:
+        fd = os.open(os.path.join(path, _MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, format_marker(owner).encode())
+        finally:
+            os.close(fd)
+    return path
+
+
 @contextlib.contextmanager
 def run_dir(temp_dir: str | None) -> Iterator[str]:
-    """A fresh ``ironflow-local-*`` directory in ``temp_dir`` (None: the system's), marked as this
-    process's, removed when the block ends."""
-    with tempfile.TemporaryDirectory(prefix=PREFIX, dir=temp_dir) as path:
-        owner = current_owner()
-        if owner is not None:
-            fd = os.open(os.path.join(path, _MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, format_marker(owner).encode())
-            finally:
-                os.close(fd)
+    """A fresh marked ``ironflow-local-*`` directory in ``temp_dir``, removed when the block ends."""
+    path = marked_dir(temp_dir)
+    try:
         yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _marked_owner(path: str) -> Owner | None:
@@ -136,8 +146,8 @@ def _stale(owner: Owner, boot_id: str, namespace: str) -> bool:
     return _start_time(owner.pid) != owner.start_time
 
 
-def sweep(temp_dir: str | None) -> int:
-    """Remove the run dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
+def sweep(temp_dir: str | None, prefix: str = PREFIX) -> int:
+    """Remove the ``prefix*`` dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
     parent = temp_dir or tempfile.gettempdir()
     try:
         boot_id, namespace = _machine()
@@ -148,7 +158,7 @@ def sweep(temp_dir: str | None) -> int:
         for count, entry in enumerate(entries):
             if count >= _SCAN_MAX:
                 break
-            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+            if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
                 continue
             with contextlib.suppress(OSError):
                 if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
