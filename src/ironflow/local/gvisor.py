@@ -21,6 +21,7 @@ caller writes into the run's private temp dir.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "SETUP_TMPFS",
     "GvisorSettings",
     "ProxyBridge",
+    "container_id",
     "gvisor_argv",
     "host_path_problem",
     "oci_spec",
@@ -58,8 +60,6 @@ SETUP_CAPABILITIES: Final = (
     "CAP_SETUID",
     "CAP_SYS_ADMIN",
 )
-#: The container's name, unique in its own state directory (one per run).
-_CONTAINER_ID: Final = "ironflow"
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
@@ -184,6 +184,16 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
     }
 
 
+def container_id(bundle: str) -> str:
+    """The run's container id: unique per bundle (a run's own temp dir), as it must be machine-wide,
+    since runsc names the sandbox's control socket (an abstract one) after it.
+
+    >>> container_id("/tmp/ironflow-local-x/gvisor") == container_id("/tmp/ironflow-local-y/gvisor")
+    False
+    """
+    return "ironflow-" + hashlib.sha256(bundle.encode()).hexdigest()[:16]
+
+
 def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
     """The full argv: ``runsc … run`` of the spec in ``bundle`` (its state under ``bundle/state``),
     inside the relay's namespace with a proxy."""
@@ -202,7 +212,7 @@ def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
         "run",
         "--bundle",
         bundle,
-        _CONTAINER_ID,
+        container_id(bundle),
     ]
     if settings.proxy is None:
         return runsc

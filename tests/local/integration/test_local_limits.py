@@ -171,3 +171,13 @@ def test_the_provider_says_which_limits_hold() -> None:
     report = LocalSandboxProvider().limits_report()
     assert report == SUPPORT.describe()
     assert "rlimits: open files, file size" in report
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_sandboxes_run_side_by_side(isolation: str) -> None:
+    """Several sandboxes at once on one machine (gVisor names each sandbox's control socket,
+    machine-wide, after its container id: one id for all refused every run but the first)."""
+    p = LocalSandboxProvider(isolation=isolation, timeout=60)
+    async with asyncio.TaskGroup() as group:  # one that fails takes the others down with it
+        runs = [group.create_task(p.run_command(["sh", "-c", f"sleep 1; echo {i}"])) for i in range(3)]
+    assert [(r.result().exit_code, r.result().stdout.strip()) for r in runs] == [(0, "0"), (0, "1"), (0, "2")]
