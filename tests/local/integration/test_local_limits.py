@@ -18,6 +18,7 @@ from ironflow import errors
 from ironflow.local import cgroups
 from ironflow.local.limits import SandboxLimits
 from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.settings import Isolation
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -174,7 +175,7 @@ def test_the_provider_says_which_limits_hold() -> None:
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-async def test_sandboxes_run_side_by_side(isolation: str) -> None:
+async def test_sandboxes_run_side_by_side(isolation: Isolation) -> None:
     """Several sandboxes at once on one machine (gVisor names each sandbox's control socket,
     machine-wide, after its container id: one id for all refused every run but the first)."""
     p = LocalSandboxProvider(isolation=isolation, timeout=60)

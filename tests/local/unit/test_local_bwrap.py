@@ -152,7 +152,7 @@ def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
     shown = gvisor.GvisorSettings(command=("id",))
     argv = gvisor.gvisor_argv(shown, "/t/gvisor")
     assert argv[:4] == ["runsc", "--rootless", "--ignore-cgroups", "--network=none"]
-    assert argv[-6:] == ["--root", "/t/gvisor/state", "run", "--bundle", "/t/gvisor", "ironflow"]
+    assert argv[-6:] == ["--root", "/t/gvisor/state", "run", "--bundle", "/t/gvisor", gvisor.container_id("/t/gvisor")]
     script = gvisor.oci_spec(shown, {})["process"]["args"][-1]
     assert "setpriv --reuid 10001 --regid 10001 --clear-groups" in script
     assert "--bounding-set=-all" in script
@@ -166,7 +166,7 @@ def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() 
     assert argv[:6] == ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent"]
     runsc = argv.index("runsc")
     assert argv[runsc : runsc + 4] == ["runsc", "--rootless", "--ignore-cgroups", "--network=host"]
-    assert argv[-3:] == ["--bundle", "/t/gvisor", "ironflow"]
+    assert argv[-3:] == ["--bundle", "/t/gvisor", gvisor.container_id("/t/gvisor")]
     assert argv[argv.index("/src/forwarder.py") + 1 : runsc] == ["18080", "/t/proxy.sock", "--"]
 
 
