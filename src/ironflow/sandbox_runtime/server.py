@@ -39,7 +39,7 @@ import urllib.parse
 from typing import Any, BinaryIO
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
-from streams import Body, Chunked, HttpError, Multipart  # type: ignore[import-not-found]
+from streams import Body, Chunked, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
 
 __all__ = ["main"]
 
@@ -188,6 +188,7 @@ class Handler:
         self.wfile: BinaryIO = conn.makefile("wb")
         self.keep = True
         self.started = False
+        self.unread = False
         self.body: Body | None = None
 
     def serve(self) -> None:
@@ -197,6 +198,8 @@ class Handler:
         except (OSError, ValueError, ConnectionError):
             pass
         finally:
+            if self.unread:
+                linger(self.conn, self.wfile)
             for f in (self.wfile, self.rfile):
                 with contextlib.suppress(OSError):
                     f.close()
@@ -401,10 +404,8 @@ class Handler:
         self.started = True
         if self.body is None or not self.body.done:
             self.keep = False  # an unread body: the connection cannot carry another request
-        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {ctype}"]
-        lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length or 0}")
-        lines.append("Connection: keep-alive" if self.keep else "Connection: close")
-        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            self.unread = True
+        self.wfile.write(response_head(status, ctype, length=length, chunked=chunked, keep=self.keep))
 
     def json(self, status: int, doc: Any) -> None:
         data = json.dumps(doc).encode()
@@ -419,9 +420,6 @@ class Handler:
         for event in command.follow(None if timeout is None else float(timeout)):
             chunks.write(json.dumps(event).encode() + b"\n")
         chunks.end()
-
-
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
 
 def _read_token(args: argparse.Namespace) -> bytes:

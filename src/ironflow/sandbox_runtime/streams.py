@@ -3,19 +3,50 @@
 Standard library only and nothing of ironflow, like the server beside it, which imports
 this file by path: a request body read in bounded pieces (Content-Length or chunked), a
 chunked response writer, and a streaming multipart/form-data reader. Nothing here buffers
-a whole body.
+a whole body; and the lingering close of a connection whose request body went unread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
 import urllib.parse
 from typing import BinaryIO
 
-__all__ = ["Body", "Chunked", "HttpError", "Multipart"]
+__all__ = ["Body", "Chunked", "HttpError", "Multipart", "linger", "response_head"]
 
 _CHUNK = 65536
 _MAX_HEADER_BYTES = 65536
 _MAX_JSON_BYTES = 8 << 20
+#: How long a connection closed with its request's body unread still takes (and drops) bytes.
+_LINGER_S = 5.0
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
+
+
+def response_head(status: int, ctype: str, *, length: int | None, chunked: bool, keep: bool) -> bytes:
+    """An answer's status line and headers, framed by Content-Length or chunked."""
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {ctype}"]
+    lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length or 0}")
+    lines.append("Connection: keep-alive" if keep else "Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def linger(conn: socket.socket, wfile: BinaryIO, seconds: float = _LINGER_S) -> None:
+    """Let the client read an answer sent before its request's body was read (a 413, a 401).
+
+    Closing a socket with bytes still unread resets the connection, and a client still sending
+    may then lose the answer for the broken connection. As a web server's lingering close: end
+    our side, then read and drop what still comes, for ``seconds`` at most.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        wfile.flush()
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(min(left, 1.0))
+            if not conn.recv(_CHUNK):
+                return
 
 
 class HttpError(Exception):

@@ -272,3 +272,22 @@ async def test_requests_to_a_session_run_concurrently(
     answers = await asyncio.gather(*(sleep() for _ in range(4)))
     assert [status for status, _ in answers] == [200] * 4
     assert time.monotonic() - started < 1.9, "four half-second commands ran side by side"
+
+
+async def test_an_upload_refused_midway_is_a_413_every_time(
+    served: tuple[str, LocalSessions], http: aiohttp.ClientSession
+) -> None:
+    """The runtime answers 413 while the body still streams in: the router must see that answer,
+    not a connection broken by the bytes the runtime left unread (then it said 502)."""
+    url, _ = served
+    routed = {**AUTH, "X-Sandbox-ID": await _open(url, http)}
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for _ in range(64):  # 4 MiB against the 1 MiB limit
+            yield b"x" * 65536
+
+    statuses = []
+    for _ in range(10):
+        async with http.put(url + "/ironflow/v1/files/huge", data=pieces(), headers=routed) as refused:
+            statuses.append(refused.status)
+    assert statuses == [413] * 10
