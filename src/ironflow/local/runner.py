@@ -46,6 +46,7 @@ class _Running:
 
     run_ids: frozenset[str]
     proc: asyncio.subprocess.Process | None = None
+    group: cgroups.Sandbox | None = None
     released: bool = False
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -99,7 +100,7 @@ class SandboxProcesses:
         try:
             if self.support.version:
                 try:
-                    group = cgroups.Sandbox(self.support, self.limits)
+                    group = entry.group = cgroups.Sandbox(self.support, self.limits)
                 except OSError as exc:
                     raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
             spawn = asyncio.ensure_future(
@@ -125,7 +126,7 @@ class SandboxProcesses:
                 entry.proc = await spawn
                 raise
             if entry.released:  # released while it started: it ends as killed, like the others
-                _kill_group(entry.proc)
+                await _kill_tree(entry.proc, group)
             reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err))
             done, _ = await asyncio.wait({reading}, timeout=limit_s)
             if reading in done:
@@ -152,6 +153,12 @@ class SandboxProcesses:
             entry.released = True
             if entry.proc is not None:
                 _kill_group(entry.proc)
+        for entry in victims:
+            if entry.proc is not None:
+                # The whole tree, as a teardown kills it: the sandbox's own processes are in a
+                # session of their own (bwrap --new-session), out of reach of the group kill, and
+                # bwrap's --die-with-parent alone let them outlive the release (once in a soak run).
+                await _kill_tree(entry.proc, entry.group)
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
