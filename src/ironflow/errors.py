@@ -22,6 +22,7 @@ outside (CLI output, API bodies) are truncated before they are stored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -59,6 +60,9 @@ __all__ = [
     "ToolProfileUnsupported",
     "UnstorableValue",
     "UsageError",
+    "WorkspaceConflict",
+    "WorkspaceRefused",
+    "WorkspaceUnsafe",
     "truncate",
 ]
 
@@ -139,6 +143,11 @@ class PromptTooLarge(UsageError):
         )
 
 
+class WorkspaceRefused(UsageError):
+    """A workspace's source cannot be taken in: not a directory, a special file, a file or a
+    tree over its size limit."""
+
+
 class MissingCredential(UsageError):
     """No Claude credential (or auth-proxy admin key) is configured; the message names the variables."""
 
@@ -198,6 +207,20 @@ class ProcessFailed(AgentError):
         self.exit_code = exit_code
         self.stderr = truncate(stderr)
         super().__init__(f"claude process exited with code {exit_code}: {self.stderr}")
+
+
+class WorkspaceUnsafe(AgentError):
+    """The step left in its workspace what a workspace may not hold (a special file, a file
+    over the size limit): no patch is made of it."""
+
+
+class WorkspaceConflict(AgentError):
+    """A workspace's changes cannot be made or applied: ``paths`` changed on the host while the
+    step ran, or would be written through a symlink or outside the tree. Nothing was written."""
+
+    def __init__(self, message: str, paths: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.paths = tuple(paths)
 
 
 class AgentTimeout(AgentError):

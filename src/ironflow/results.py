@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors
+from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["AgentResult", "DebugMessage", "ToolCall", "ToolResult"]
 
@@ -62,6 +63,8 @@ class AgentResult:
     environment_id: str | None = None
     #: Settings the provider accepted but cannot apply (e.g. a runtime class locally).
     ignored_settings: tuple[str, ...] = ()
+    #: What the step changed in its workspace (a step given one), as a patch.
+    workspace: WorkspaceChanges | None = None
 
     @property
     def text(self) -> str:

@@ -32,6 +32,7 @@ from ironflow.pod_settings import (
     SecretEnvVar,
 )
 from ironflow.secrets import Secret
+from ironflow.workspaces import Workspace
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -198,6 +199,8 @@ class AgentConfig:
     pod: PodSettings = field(default_factory=PodSettings)
     inputs: tuple[AgentInput, ...] = ()
     trace_context: str | None = None
+    #: A host directory the step works on as a private copy at /workspace (local backend).
+    workspace: Workspace | None = None
     account: AccountSession | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -227,9 +230,7 @@ class AgentConfig:
             raise errors.ConfigError("prompt must not be empty")
         if self.max_turns is not None and self.max_turns <= 0:
             raise errors.ConfigError("max_turns must be greater than 0")
-        if self.max_budget_usd is not None and not (
-            math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0
-        ):
+        if self.max_budget_usd is not None and not (math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0):
             raise errors.ConfigError("budget must be a positive finite number")
         for name in ("resume_session_id", "session_id"):
             value = getattr(self, name)
@@ -338,9 +339,7 @@ class AgentConfig:
             if f.name == "account":
                 continue
             value = getattr(self, f.name)
-            if value == f.default or (
-                f.default_factory is not dataclasses.MISSING and value == f.default_factory()
-            ):
+            if value == f.default or (f.default_factory is not dataclasses.MISSING and value == f.default_factory()):
                 continue
             out[f.name] = _plain(value)
         return out
@@ -372,6 +371,10 @@ class AgentConfig:
                 kwargs[name] = tuple(top.str_list(name))
         if top.has("pod_labels"):
             kwargs["pod_labels"] = top.str_map("pod_labels")
+        if top.has("workspace"):
+            ws = top.section("workspace", ("source", "apply", "max_file_bytes", "max_total_bytes"))
+            sizes = {k: ws.integer(k) for k in ("max_file_bytes", "max_total_bytes") if ws.has(k)}
+            kwargs["workspace"] = Workspace(ws.text("source"), ws.has("apply") and ws.flag("apply"), **sizes)
         try:
             return cls(**kwargs)
         except TypeError as exc:  # a setting of the wrong shape the field checks do not name
@@ -458,5 +461,3 @@ def _read_only_volume(volume: settings_file.Section) -> ReadOnlyVolume:
     return ReadOnlyVolume(
         _SOURCES[kind](spec.text(_SOURCE_FIELDS[kind])), volume.text("mount_path"), volume.optional_text("sub_path")
     )
-
-

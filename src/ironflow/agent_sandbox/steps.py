@@ -22,6 +22,7 @@ from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import manifests, models, patterns
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import manifests as pod_manifests
+from ironflow.k8s import step_objects
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 from ironflow.secrets import Secret
@@ -180,6 +181,7 @@ def check_step(
     env = worker_env if worker_env is not None else {}
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
     command.validate_prompt_size(config)
+    step_objects.refuse_workspace(config)
     # The pod provider's other refusals, in its order, with this worker's bypass decision.
     step = patterns.idle_pod_template(s.pod, config=config.replace(prompt="idle"), worker_env=env)
     base = patterns.idle_pod_template(s.pod, worker_env=env)

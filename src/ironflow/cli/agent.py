@@ -30,13 +30,14 @@ from typer.core import TyperCommand
 
 from ironflow import errors
 from ironflow.cli import backends, exits, inputs
+from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.fake_model.server import Script
 from ironflow.k8s import commands
 from ironflow.k8s.command_runner import PodRunOutput
 from ironflow.k8s.commands import PodRun
 from ironflow.kube.clusters import ClusterConfig
-from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
+from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
 from ironflow.provider import AgentProvider
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
@@ -118,6 +119,23 @@ def _prompt(prompt: str | None) -> str:
     return prompt
 
 
+def _tools(values: list[str] | None) -> tuple[str, ...]:
+    """``--allowed-tools`` values, each comma-separated outside parentheses (``Bash(a,b)`` is one)."""
+    out: list[str] = []
+    for value in values or ():
+        depth, start = 0, 0
+        for i, char in enumerate(value + ","):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                name = value[start:i].strip()
+                if name:
+                    out.append(name)
+                start = i + 1
+        if depth != 0:
+            exits.fail(f"--allowed-tools '{value}' has unbalanced parentheses")
+    return tuple(out)
+
+
 def _result_json(result: AgentResult) -> dict[str, Any]:
     return {
         "value": result.value,
@@ -129,6 +147,7 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
         "output_tokens": result.output_tokens,
         "environment_id": result.environment_id,
         "ignored_settings": list(result.ignored_settings),
+        **(result.workspace.to_json() if result.workspace is not None else {}),
     }
 
 
@@ -173,16 +192,29 @@ def agent(
             help="--backend k8s: provider YAML (K8sEphemeralProvider); agent-sandbox: AgentSandboxProvider's YAML.",
         ),
     ] = None,
+    workspace: ws.WorkspaceOption = None,
+    patch: ws.PatchOption = None,
+    apply: ws.ApplyOption = False,
+    allowed_tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-tools",
+            help="Tools the agent may use without asking, e.g. Edit,Write or 'Bash(git diff:*)'; repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text, script = _prompt(prompt), _script(fake_model, fake_model_script)
+    spec = ws.workspace(workspace, patch=patch, apply=apply)
+    tools = _tools(allowed_tools)
     if model is not None and not model.strip():
         exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
     inputs.seconds(timeout, "--timeout")
     if script is not None and backend is not Backend.LOCAL:
         exits.fail("--fake-model runs only with --backend local")
     try:
-        config = AgentConfig(text) if model is None else AgentConfig(text, model=model)
+        options: dict[str, Any] = {"workspace": spec, "allowed_tools": tools}
+        config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox"):
                 result = asyncio.run(_run_faked(config, script, isolation, timeout))
@@ -198,10 +230,12 @@ def agent(
         exits.fail_for(exc)
     for ignored in result.ignored_settings:
         print(f"note: ignored locally: {ignored}", file=sys.stderr)
+    ws.write_patch(result.workspace, patch)
+    answer = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
     if output is Output.JSON:
-        print(json.dumps(_result_json(result), indent=2, default=str))
+        print(json.dumps(_result_json(result), indent=2, default=str), file=answer)
     else:
-        print(result.text if result.text else json.dumps(result.value, default=str))
+        print(result.text if result.text else json.dumps(result.value, default=str), file=answer)
 
 
 async def _run_pod(run: PodRun, cluster: ClusterConfig | None) -> PodRunOutput:
@@ -231,6 +265,18 @@ def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> No
     exits.fail(f"the command failed in pod {run.name} (phase {result.phase})", exits.EXIT_STEP_FAILED)
 
 
+def _exec_json(result: CommandResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "exit_code": result.exit_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "duration_s": round(result.duration, 3),
+    }
+    if result.workspace is not None:
+        out.update(result.workspace.to_json())
+    return out
+
+
 def exec_command(
     ctx: typer.Context,
     backend: Annotated[Backend, typer.Option(help="Where the command runs: local or k8s.")] = Backend.LOCAL,
@@ -244,8 +290,17 @@ def exec_command(
         Path | None,
         typer.Option("--provider", help="--backend k8s: provider YAML (image, namespace, cluster, hardening)."),
     ] = None,
+    workspace: ws.WorkspaceOption = None,
+    patch: ws.PatchOption = None,
+    apply: ws.ApplyOption = False,
+    mount: ws.MountOption = None,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text: the command's own output; json: it, and the patch.")
+    ] = Output.TEXT,
 ) -> None:
-    """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code."""
+    """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code.
+
+    Piped standard input reaches the command (``echo x | ironflow exec -- cat``)."""
     inputs.seconds(timeout, "--timeout")
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
@@ -257,11 +312,20 @@ def exec_command(
             "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
             "(ironflow agent --backend agent-sandbox)"
         )
+    spec = ws.workspace(workspace, patch=patch, apply=apply)
+    read_only, writable = ws.mounts(mount)
     if backend is Backend.K8S:
+        if spec is not None or mount:
+            exits.fail("--workspace and --mount run on --backend local; on k8s mount a PVC in the provider file")
         _exec_k8s(argv, provider_file, timeout)
+    stdin = ws.read_stdin()
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
-        result = asyncio.run(provider.run_command(argv))
+        result = asyncio.run(
+            provider.run_command(
+                argv, stdin=stdin, workspace=spec, read_only_mounts=read_only, writable_mounts=writable
+            )
+        )
     except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
         sys.stdout.buffer.write(exc.output)
         sys.stdout.flush()
@@ -270,8 +334,12 @@ def exec_command(
         exits.fail_for(exc)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+    ws.write_patch(result.workspace, patch)
+    if output is Output.JSON:
+        print(json.dumps(_exec_json(result), indent=2), file=sys.stderr if patch == "-" else sys.stdout)
+    else:
+        (sys.stderr if patch == "-" else sys.stdout).write(result.stdout)
+        sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)
 
 

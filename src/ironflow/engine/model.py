@@ -21,6 +21,7 @@ from typing import Any, Final, NewType
 
 from ironflow import errors
 from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
+from ironflow.workspaces import WorkspaceChanges
 
 __all__ = [
     "FINISHED_RUN_STATES",
@@ -203,6 +204,7 @@ def result_to_dict(result: AgentResult) -> dict[str, Any]:
     """An ``AgentResult`` as JSON, marked so :func:`result_from_dict` knows it on replay."""
     out = dataclasses.asdict(result)
     out["ignored_settings"] = list(result.ignored_settings)
+    out["workspace"] = None if result.workspace is None else result.workspace.to_json()
     if result.debug_messages is not None:
         out["debug_messages"] = [dataclasses.asdict(m) for m in result.debug_messages]
     out[_RESULT_MARK] = 1
@@ -231,6 +233,8 @@ def result_from_dict(data: Any) -> Any:
     if kwargs.get("debug_messages") is not None:
         kwargs["debug_messages"] = tuple(_debug_message(m) for m in kwargs["debug_messages"])
     kwargs["ignored_settings"] = tuple(kwargs.get("ignored_settings", ()))
+    if kwargs.get("workspace") is not None:
+        kwargs["workspace"] = WorkspaceChanges.from_json(kwargs["workspace"])
     return AgentResult(**kwargs)
 
 

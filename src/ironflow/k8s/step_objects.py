@@ -22,7 +22,7 @@ from ironflow.k8s import environments, manifests
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.secrets import Secret
 
-__all__ = ["StepObjects", "check_step", "render_step"]
+__all__ = ["StepObjects", "check_step", "refuse_workspace", "render_step"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,19 @@ def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.
     return dataclasses.replace(inputs, labels={**inputs.labels, **config.scope.labels})
 
 
+def refuse_workspace(config: steps.AgentConfig) -> None:
+    """A host-directory workspace is the local backend's; a pod cannot reach the worker's disk.
+
+    Raises:
+        StepConfigError: the step has a workspace.
+    """
+    if config.workspace is not None:
+        raise errors.StepConfigError(
+            "a workspace runs on the local backend: a pod cannot see the worker's directory; "
+            "on Kubernetes mount the repository as a volume (read_only_pvc) instead"
+        )
+
+
 def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_env: Mapping[str, str]) -> None:
     """Every invocation-time check of :func:`render_step`, before anything exists.
 
@@ -63,6 +76,7 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
         PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
     """
     command.validate_prompt_size(config)
+    refuse_workspace(config)
     command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(settings, config)
     if settings.environment is not None and config.resume_environment_id is not None:
@@ -92,6 +106,7 @@ def render_step(
     """
     s = settings
     command.validate_prompt_size(config)
+    refuse_workspace(config)
     args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(s, config)
     if token is not None and s.auth_proxy_url is None:

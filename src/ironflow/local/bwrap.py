@@ -37,6 +37,7 @@ __all__ = [
     "BwrapSettings",
     "HostEntry",
     "ReadOnlyMount",
+    "WritableMount",
     "bwrap_argv",
     "check_command_and_sizes",
     "check_size",
@@ -87,6 +88,15 @@ class ReadOnlyMount:
 
 
 @dataclass(frozen=True)
+class WritableMount:
+    """A host path bound read-write at ``target``: a workspace's private copy, or a directory
+    the caller asked to share with the step (``ironflow exec --mount SRC:DST:rw``)."""
+
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
 class BwrapSettings:
     """Everything the argv depends on; listing the host is the caller's job."""
 
@@ -109,6 +119,8 @@ class BwrapSettings:
     seccomp_fd: int | None = None
     #: A host directory bound read-write at ~/.claude/projects (the pod's sessions claim).
     sessions_dir: str | None = None
+    #: Host paths bound read-write (after the read-only ones: a workspace at /workspace).
+    writable_mounts: tuple[WritableMount, ...] = ()
 
 
 def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[str, ...]:
@@ -187,8 +199,10 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     """The full ``bwrap … -- COMMAND`` argv; raises ConfigError on an unusable setting."""
     check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     seen: set[str] = set()
-    for mount in settings.read_only_mounts:
-        problem = layout.mount_path_problem("read-only volume", mount.target)  # the rule every backend shares
+    every: list[ReadOnlyMount | WritableMount] = [*settings.read_only_mounts, *settings.writable_mounts]
+    for mount in every:
+        kind = "writable volume" if isinstance(mount, WritableMount) else "read-only volume"
+        problem = layout.mount_path_problem(kind, mount.target)  # the rule every backend shares
         if problem is not None:
             raise errors.ConfigError(problem)
         norm = posixpath.normpath(mount.target)
@@ -227,8 +241,9 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
         argv += ["--ro-bind", settings.proxy_socket, PROXY_SOCKET_PATH]
     if settings.forwarder_script is not None:
         argv += ["--ro-bind", settings.forwarder_script, FORWARDER_PATH]
-    for mount in settings.read_only_mounts:
-        argv += ["--ro-bind", mount.source, mount.target]
+    # Parents first: a mount under another's target must come after it, or it is covered.
+    for mount in sorted(every, key=lambda m: posixpath.normpath(m.target).count("/")):
+        argv += ["--bind" if isinstance(mount, WritableMount) else "--ro-bind", mount.source, mount.target]
     # Read-only only now: the mounts above may need mount points under /run or /home.
     argv += ["--remount-ro", "/run", "--remount-ro", "/home", "--remount-ro", "/"]
     argv += ["--chdir", settings.working_dir or layout.SANDBOX_HOME]

@@ -35,6 +35,7 @@ __all__ = [
     "SETUP_CAPABILITIES",
     "SETUP_FAILED",
     "SETUP_TMPFS",
+    "WRITABLE_UNSUPPORTED",
     "GvisorSettings",
     "ProxyBridge",
     "container_id",
@@ -47,6 +48,10 @@ __all__ = [
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: gVisor shows host paths read-only here, so a workspace or a writable mount needs bubblewrap.
+WRITABLE_UNSUPPORTED: Final = (
+    "a workspace or a writable mount needs isolation 'bwrap': the gVisor sandbox shows host paths read-only"
+)
 #: What the setup script may do as gVisor's root, and no more: mount its tmpfs, copy and chmod
 #: across owners, then drop to the step's uid (setpriv clears them all before the step runs).
 SETUP_CAPABILITIES: Final = (

@@ -16,6 +16,7 @@ that only mean something on Kubernetes are accepted, logged as a warning and lis
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -31,12 +32,14 @@ from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
 from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
+from ironflow.local import workspaces as local_workspaces
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
+from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -57,12 +60,14 @@ DEFAULT_TIMEOUT_S: Final = 600.0
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a plain command in the sandbox produced; ``duration`` in seconds."""
+    """What a plain command in the sandbox produced; ``duration`` in seconds; with a
+    workspace, what it changed there (``workspace``)."""
 
     exit_code: int
     stdout: str
     stderr: str
     duration: float
+    workspace: WorkspaceChanges | None = None
 
 
 def _text(raw: bytes) -> str:
@@ -192,15 +197,20 @@ class LocalSandboxProvider(ProviderBase):
         timeout_s: float | None = None,
         working_dir: str | None = None,
         read_only_mounts: Sequence[bwrap.ReadOnlyMount] = (),
+        writable_mounts: Sequence[bwrap.WritableMount] = (),
         stdin: bytes | None = None,
         auth_proxy: bool = False,
         run_id: str | None = None,
+        workspace: Workspace | None = None,
     ) -> CommandResult:
         """Run ``argv`` in a fresh sandbox; a non-zero exit is a result, not an error.
 
         No network at all, or with ``auth_proxy`` only the in-process proxy (the
         provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
-        agent step has. ``run_id`` lets :meth:`release_run` kill it.
+        agent step has. ``run_id`` lets :meth:`release_run` kill it. With ``workspace`` it runs
+        in a private copy of that directory at ``/workspace`` (its working directory unless
+        ``working_dir`` says otherwise) and the result holds what it changed there; with
+        ``workspace.apply`` the changes are written back after a zero exit.
 
         Raises:
             CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
@@ -208,6 +218,7 @@ class LocalSandboxProvider(ProviderBase):
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
             ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
+            WorkspaceRefused, WorkspaceUnsafe, WorkspaceConflict: see :mod:`ironflow.local.workspaces`.
         """
         if not argv:
             raise errors.ConfigError("run_command needs a command")
@@ -219,11 +230,20 @@ class LocalSandboxProvider(ProviderBase):
             problem = self._mount_problem(mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
+        writable = tuple(writable_mounts)
+        local_workspaces.check_mounts(self.isolation, self._host_uid, writable, mounts, workspace)
         async with contextlib.AsyncExitStack() as stack:
-            # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's bundle).
+            # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
+            # bundle, a workspace's copy).
             tmp: str | None = None
-            if auth_proxy or self.managed_settings is not None or self.isolation == "gvisor":
+            needs_dir = auth_proxy or workspace is not None or self.managed_settings is not None
+            if needs_dir or self.isolation == "gvisor":
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
+            prepared: local_workspaces.PreparedWorkspace | None = None
+            if workspace is not None and tmp is not None:
+                prepared = await asyncio.to_thread(local_workspaces.prepare, workspace, tmp, sandbox_uid=self._host_uid)
+                writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH), *writable)
+                working_dir = working_dir or WORKSPACE_PATH
             socket_path: str | None = None
             token: Secret | None = None
             if auth_proxy and tmp is not None:
@@ -245,6 +265,7 @@ class LocalSandboxProvider(ProviderBase):
                 tmp=tmp,
                 working_dir=working_dir,
                 mounts=mounts,
+                writable=writable,
                 proxy_socket=socket_path,
                 env=run_env,
                 fds=fds,
@@ -261,12 +282,13 @@ class LocalSandboxProvider(ProviderBase):
                 pass_fds=fds,
                 binds=binds,
             )
-        if finished.timed_out:
-            raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
-        out, err = _text(finished.stdout), _text(finished.stderr)
-        code = sandbox_argv.command_exit_code(finished.code, err)
-        sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
-        return CommandResult(code, out, err, time.monotonic() - start)
+            if finished.timed_out:
+                raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
+            out, err = _text(finished.stdout), _text(finished.stderr)
+            code = sandbox_argv.command_exit_code(finished.code, err)
+            sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
+            changes = None if prepared is None else await local_workspaces.finish(prepared, succeeded=code == 0)
+        return CommandResult(code, out, err, time.monotonic() - start, changes)
 
     # -- agent steps --
 
@@ -292,16 +314,25 @@ class LocalSandboxProvider(ProviderBase):
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
+        local_workspaces.check_mounts(self.isolation, self._host_uid, (), mounts, config.workspace)
         credential = self._credential(config)
         claude = self._claude()
         stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
         prefix = command.trace_prefix(config.trace_context) + profile.profile_copy_prefix(
             [profile.ClaudeProfile(os.path.basename(p.path) or "profile", p.subdir) for p in self.profiles]
         )
-        script = command.agent_shell_command(args, claude_path=claude, working_dir=config.working_dir, prefix=prefix)
+        workdir = config.working_dir or (WORKSPACE_PATH if config.workspace is not None else None)
+        script = command.agent_shell_command(args, claude_path=claude, working_dir=workdir, prefix=prefix)
         run_id = config.scope.run_id if config.scope is not None else None
         step = config.scope.step if config.scope is not None else "agent"
         with workdirs.run_dir(self.temp_dir) as tmp:
+            prepared: local_workspaces.PreparedWorkspace | None = None
+            writable: tuple[bwrap.WritableMount, ...] = ()
+            if config.workspace is not None:
+                prepared = await asyncio.to_thread(
+                    local_workspaces.prepare, config.workspace, tmp, sandbox_uid=self._host_uid
+                )
+                writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             async with _proxy(
                 credential,
                 socket_path=os.path.join(tmp, "proxy.sock"),
@@ -319,6 +350,7 @@ class LocalSandboxProvider(ProviderBase):
                         tmp=tmp,
                         working_dir=None,
                         mounts=mounts,
+                        writable=writable,
                         proxy_socket=socket_path,
                         env=env,
                         extra_tools=(claude,),
@@ -342,14 +374,15 @@ class LocalSandboxProvider(ProviderBase):
                 raise errors.AgentTimeout(self.timeout)
             code, out, err = finished.code, _text(finished.stdout), _text(finished.stderr)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
-        rate_limits.record_rate_limits(config, out)
-        sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
-        if code == 0:
-            result = output.parse_output(out, config, wall_ms=wall_ms)
-        else:
-            result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
+            rate_limits.record_rate_limits(config, out)
+            sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
+            if code == 0:
+                result = output.parse_output(out, config, wall_ms=wall_ms)
+            else:
+                result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
+            changes = None if prepared is None else await local_workspaces.finish(prepared, succeeded=True)
         account_id = config.account.account_id if config.account is not None else result.account_id
-        return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id)
+        return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id, workspace=changes)
 
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""

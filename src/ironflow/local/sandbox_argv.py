@@ -81,6 +81,7 @@ def render(
     mounts: tuple[bwrap.ReadOnlyMount, ...],
     proxy_socket: str | None,
     env: Mapping[str, str],
+    writable: tuple[bwrap.WritableMount, ...] = (),
     extra_tools: tuple[str, ...] = (),
     fds: tuple[int, ...] = (),
     managed: Mapping[str, Any] | None = None,
@@ -99,6 +100,8 @@ def render(
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
     if shape.isolation == "gvisor":
+        if writable:
+            raise errors.ConfigError(gvisor.WRITABLE_UNSUPPORTED)
         # No bind mount: gVisor shows each of ``mounts`` where it is (the provider's mount check made sure).
         bridge = None
         if proxy_socket is not None:
@@ -133,10 +136,16 @@ def render(
             os.chown(proxy_socket, shape.host_uid, shape.host_uid)
             os.chmod(proxy_socket, 0o600)
         optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
-        sources = [*(m.source for m in read_only), *profile_dirs, *(p for p in optional if p is not None)]
+        sources = [
+            *(m.source for m in read_only),
+            *(w.source for w in writable),
+            *profile_dirs,
+            *(p for p in optional if p is not None),
+        ]
         plan = identity.stage_plan(sources)
         binds = identity.binds(plan)
         read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
+        writable = tuple(bwrap.WritableMount(plan[m.source], m.target) for m in writable)
         profile_dirs = tuple(plan[p] for p in profile_dirs)
         managed_dir, proxy_socket, forwarder_script, sessions_dir = (None if p is None else plan[p] for p in optional)
     full_cmd = cmd
@@ -149,6 +158,7 @@ def render(
             root_entries=host_entries("/"),
             etc_entries=host_entries("/etc"),
             read_only_mounts=read_only,
+            writable_mounts=writable,
             managed_settings_dir=managed_dir,
             profile_dirs=profile_dirs,
             proxy_socket=proxy_socket,

@@ -1,0 +1,126 @@
+"""The workspace options of ``ironflow agent`` and ``ironflow exec``, and where their patch goes.
+
+``--workspace DIR`` runs the step in a private copy of DIR at ``/workspace`` (its working
+directory); ``--patch FILE`` writes what it changed there as a git patch (``-``: stdout, and
+then the step's own output goes to stderr); ``--apply`` writes the changes into DIR after a
+successful step. ``--mount SRC:DST[:ro|rw]`` (``exec``) shows more host directories. Each bad
+value exits 2 with one line (:func:`~ironflow.cli.exits.fail`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+
+from ironflow.cli import exits
+from ironflow.local.bwrap import ReadOnlyMount, WritableMount
+from ironflow.workspaces import Workspace, WorkspaceChanges
+
+__all__ = [
+    "ApplyOption",
+    "MountOption",
+    "PatchOption",
+    "WorkspaceOption",
+    "mounts",
+    "read_stdin",
+    "workspace",
+    "write_patch",
+]
+
+#: The most of its standard input ``exec`` forwards (it is read before the sandbox starts).
+MAX_STDIN_BYTES: Final = 64 * 1024 * 1024
+
+WorkspaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--workspace",
+        help="Run in a private copy of this directory at /workspace; DIR itself is not written.",
+        show_default=False,
+    ),
+]
+PatchOption = Annotated[
+    str | None,
+    typer.Option("--patch", help="Write the workspace's changes as a git patch to FILE ('-': stdout).", metavar="FILE"),
+]
+ApplyOption = Annotated[
+    bool, typer.Option("--apply", help="After a successful step, write its changes into the --workspace directory.")
+]
+MountOption = Annotated[
+    list[str] | None,
+    typer.Option("--mount", help="Show host directory SRC at DST: SRC:DST[:ro|rw] (ro by default); repeatable."),
+]
+
+
+def workspace(text: str | None, *, patch: str | None, apply: bool) -> Workspace | None:
+    """The ``--workspace`` value, or None; exits 2 on a value that cannot work."""
+    if text is None:
+        if patch is not None or apply:
+            exits.fail("--patch and --apply need --workspace DIR")
+        return None
+    path = Path(text)
+    if "://" in text or text.startswith("git@"):
+        exits.fail(f"--workspace '{text}' is a git URL; workspaces take a host directory for now (clone it first)")
+    if not path.is_dir():
+        exits.fail(f"--workspace '{text}' is not a directory")
+    if patch is not None and patch != "-":
+        target = Path(patch)
+        if target.is_dir() or not target.parent.is_dir():
+            exits.fail(f"--patch '{patch}' must name a file in an existing directory")
+        inside = os.path.realpath(target.parent)
+        root = os.path.realpath(path)
+        if inside == root or inside.startswith(root + os.sep):
+            exits.fail(f"--patch '{patch}' is inside the workspace; write it elsewhere")
+    return Workspace(text, apply=apply)
+
+
+def mounts(values: list[str] | None) -> tuple[tuple[ReadOnlyMount, ...], tuple[WritableMount, ...]]:
+    """``--mount SRC:DST[:ro|rw]`` values split into read-only and writable mounts; exits 2 on a bad one."""
+    read_only: list[ReadOnlyMount] = []
+    writable: list[WritableMount] = []
+    for value in values or ():
+        parts = value.split(":")
+        mode = "ro"
+        if len(parts) == 3:
+            mode = parts.pop()
+        if len(parts) != 2 or not parts[0] or not parts[1] or mode not in ("ro", "rw"):
+            exits.fail(f"--mount '{value}' must be SRC:DST, SRC:DST:ro or SRC:DST:rw")
+        source, target = os.path.abspath(parts[0]), parts[1]
+        if not os.path.isdir(source):
+            exits.fail(f"--mount source '{parts[0]}' is not a directory")
+        if not target.startswith("/"):
+            exits.fail(f"--mount destination '{target}' must be an absolute path in the sandbox")
+        if mode == "rw":
+            writable.append(WritableMount(source, target))
+        else:
+            read_only.append(ReadOnlyMount(source, target))
+    return tuple(read_only), tuple(writable)
+
+
+def read_stdin() -> bytes | None:
+    """What is piped into the command: None on a terminal (nothing is forwarded), else all of
+    it, up to :data:`MAX_STDIN_BYTES` (more exits 2: it would sit in memory)."""
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    data = stream.buffer.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        exits.fail(f"standard input is over {MAX_STDIN_BYTES} bytes; pass a file with --mount instead")
+    return data
+
+
+def write_patch(changes: WorkspaceChanges | None, patch: str | None) -> None:
+    """Write the patch where ``--patch`` says (nothing without it); exits 2 when it cannot."""
+    if patch is None or changes is None:
+        return
+    if patch == "-":
+        sys.stdout.buffer.write(changes.patch)
+        sys.stdout.flush()
+        return
+    try:
+        Path(patch).write_bytes(changes.patch)
+    except OSError as exc:
+        exits.fail(f"--patch '{patch}' could not be written: {exc.strerror}")

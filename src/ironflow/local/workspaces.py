@@ -1,0 +1,464 @@
+"""A workspace on this machine: the private copy a step writes, its patch, its apply (I/O).
+
+:func:`prepare` copies the host directory into the run's temp dir (``cp -a``, reflinks where
+the filesystem has them) and takes the copy's snapshot; the sandbox binds the copy at
+``/workspace``, so the host tree is only ever read. :func:`collect` snapshots the copy again
+once the step's processes are gone, hashes only the paths whose ``lstat`` moved (the host's
+originals, checked to be the ones copied, and the copy's new bytes) into a private object
+store, and has git write the diff between the two trees (``git diff-tree --binary``).
+:func:`apply_changes` writes the changes into the host directory, all or none.
+
+Git never runs in the user's repository: its object store is a bare repository in the run's
+temp dir, with no system or global config, so no hook, ``core.fsmonitor`` or filter of the
+user's or the step's ever runs. Nothing from the copy is followed through a symlink, and the
+apply opens every directory on its way with ``O_NOFOLLOW``: a symlink on the host path fails
+the apply, it is never written through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.local import bwrap, gvisor
+from ironflow.workspaces import (
+    WORKSPACE_PATH,
+    Change,
+    ChangedFile,
+    Entry,
+    Kind,
+    Snapshot,
+    Workspace,
+    WorkspaceChanges,
+    candidates,
+    confirm,
+    escapes,
+    git_mode,
+)
+
+__all__ = [
+    "PreparedWorkspace",
+    "apply_changes",
+    "check_mounts",
+    "collect",
+    "finish",
+    "prepare",
+    "snapshot",
+]
+
+_COPY: Final = "workspace"
+_GIT_DIR: Final = "workspace.git"
+_SHOWN_PATHS: Final = 5
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class PreparedWorkspace:
+    """A workspace made for one run: the host source, its copy, and the copy's first snapshot."""
+
+    spec: Workspace
+    source: str
+    copy: str
+    git_dir: str
+    before: Snapshot
+
+
+def _shown(paths: Sequence[str]) -> str:
+    listed = ", ".join(f"'{p}'" for p in paths[:_SHOWN_PATHS])
+    more = len(paths) - _SHOWN_PATHS
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
+def _entry(st: os.stat_result, target: str | None) -> Entry | None:
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        kind = Kind.FILE
+    elif stat.S_ISDIR(mode):
+        kind = Kind.DIR
+    elif stat.S_ISLNK(mode):
+        kind = Kind.SYMLINK
+    else:
+        return None
+    return Entry(kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISBLK(mode) else "a special file"
+
+
+def snapshot(
+    root: str,
+    spec: Workspace,
+    *,
+    whose: str,
+    chown_to: int | None = None,
+    refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
+) -> dict[str, Entry]:
+    """Every path under ``root`` (never following a symlink); refuses what a workspace may not
+    hold: a special file, a file over ``max_file_bytes``, more than ``max_total_bytes`` in all.
+    ``whose`` names the tree in the message (the source, or the step's copy); ``chown_to``
+    gives each entry to that uid first (the sandbox's, on a root worker).
+
+    Raises:
+        WorkspaceRefused (or ``refusal``): the tree holds something a workspace may not.
+    """
+    out: dict[str, Entry] = {}
+    total = 0
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            for item in it:
+                path = f"{rel}/{item.name}" if rel else item.name
+                if chown_to is not None:
+                    os.lchown(item.path, chown_to, chown_to)
+                st = item.stat(follow_symlinks=False)
+                found = _entry(st, os.readlink(item.path) if stat.S_ISLNK(st.st_mode) else None)
+                if found is None:
+                    raise refusal(
+                        f"{whose} holds {_kind_of(st.st_mode)} at '{path}': a workspace takes only files, "
+                        "directories and symlinks"
+                    )
+                if found.kind is Kind.FILE:
+                    if found.size > spec.max_file_bytes:
+                        raise refusal(
+                            f"{whose} holds '{path}' of {found.size} bytes, over the workspace's "
+                            f"max_file_bytes ({spec.max_file_bytes})"
+                        )
+                    total += found.size
+                    if total > spec.max_total_bytes:
+                        raise refusal(
+                            f"{whose} holds over {spec.max_total_bytes} bytes (the workspace's max_total_bytes)"
+                        )
+                elif found.kind is Kind.DIR:
+                    pending.append(path)
+                out[path] = found
+    return out
+
+
+def prepare(spec: Workspace, run_dir: str, *, sandbox_uid: int | None) -> PreparedWorkspace:
+    """Copy ``spec.source`` into ``run_dir`` for a sandbox; ``sandbox_uid`` (a root worker's
+    sandbox uid) is given the copy, so the sandbox can write it.
+
+    Raises:
+        WorkspaceRefused: the source is no directory, or holds what a workspace may not.
+    """
+    source = os.path.realpath(spec.source)
+    if not os.path.isdir(source):
+        raise errors.WorkspaceRefused(f"workspace '{spec.source}' is not a directory")
+    try:
+        snapshot(source, spec, whose=f"workspace '{spec.source}'")  # refused before a byte is copied
+    except PermissionError as exc:
+        raise errors.WorkspaceRefused(f"workspace '{spec.source}' cannot be read: {exc.strerror}") from None
+    copy = os.path.join(run_dir, _COPY)
+    done = subprocess.run(
+        ["cp", "-a", "--reflink=auto", "--no-target-directory", "--", source, copy],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise errors.WorkspaceRefused(
+            f"workspace '{spec.source}' could not be copied: {errors.truncate(said[-1] if said else '', 300)}"
+        )
+    if sandbox_uid is not None:
+        os.lchown(copy, sandbox_uid, sandbox_uid)
+    before = snapshot(copy, spec, whose=f"workspace '{spec.source}'", chown_to=sandbox_uid)
+    return PreparedWorkspace(spec, source, copy, os.path.join(run_dir, _GIT_DIR), before)
+
+
+def check_mounts(
+    isolation: str,
+    host_uid: int | None,
+    writable: tuple[bwrap.WritableMount, ...],
+    mounts: tuple[bwrap.ReadOnlyMount, ...],
+    workspace: Workspace | None,
+) -> None:
+    """Writable host paths need bubblewrap; each must be a directory (owned by the sandbox's
+    ``host_uid`` on a root worker); no other mount may take the workspace's place.
+
+    Raises:
+        ConfigError: a mount that cannot work.
+    """
+    if workspace is not None:
+        for ro in mounts:
+            top = os.path.normpath(ro.target)
+            if top == WORKSPACE_PATH or top.startswith(WORKSPACE_PATH + "/"):
+                raise errors.ConfigError(
+                    f"a mount cannot go at '{ro.target}': the workspace is at {WORKSPACE_PATH}"
+                )
+    if not writable and workspace is None:
+        return
+    if isolation != "bwrap":
+        raise errors.ConfigError(gvisor.WRITABLE_UNSUPPORTED)
+    for mount in writable:
+        if not os.path.isdir(mount.source):
+            raise errors.ConfigError(f"writable mount source '{mount.source}' is not a directory")
+        problem = layout.mount_path_problem("writable volume", mount.target)
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        if host_uid is not None and os.stat(mount.source).st_uid != host_uid:
+            raise errors.ConfigError(
+                f"writable mount source '{mount.source}' must be owned by the sandbox's host uid on a root "
+                f"worker: chown {host_uid} '{mount.source}'"
+            )
+        top = os.path.normpath(mount.target)
+        if workspace is not None and (top == WORKSPACE_PATH or top.startswith(WORKSPACE_PATH + "/")):
+            raise errors.ConfigError(f"a mount cannot go at '{mount.target}': the workspace is at {WORKSPACE_PATH}")
+
+
+async def finish(prepared: PreparedWorkspace, *, succeeded: bool) -> WorkspaceChanges:
+    """What the step changed in its workspace, written back when it succeeded and the
+    workspace asks for it (in a thread: a copy can be large)."""
+    changes = await asyncio.to_thread(collect, prepared)
+    if succeeded and prepared.spec.apply and changes.files:
+        changes = await asyncio.to_thread(apply_changes, prepared, changes)
+    return changes
+
+
+# --- the diff ------------------------------------------------------------------------------
+
+
+def _git_env(git_dir: str) -> dict[str, str]:
+    """Git with nothing of the user's: no system or global config, no inherited ``GIT_*``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_DIR=git_dir,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        HOME=git_dir,
+        LC_ALL="C",
+    )
+    return env
+
+
+def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None) -> bytes:
+    done = subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args],
+        input=data,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()
+        raise errors.SandboxError(f"git {args[0]} failed on the workspace: {errors.truncate(said, 300)}")
+    return done.stdout
+
+
+def _host_entry(source: str, path: str) -> Entry | None:
+    try:
+        st = os.lstat(os.path.join(source, path))
+    except FileNotFoundError:
+        return None
+    return _entry(st, os.readlink(os.path.join(source, path)) if stat.S_ISLNK(st.st_mode) else None)
+
+
+def _object_file(git_dir: str, index: int, entry: Entry, path: str) -> str:
+    """What to hash for one side of a path: the file itself, or a symlink's text in a file."""
+    if entry.kind is not Kind.SYMLINK:
+        return path
+    holder = os.path.join(git_dir, f"link-{index}")
+    with open(holder, "wb") as out:
+        out.write(os.fsencode(entry.target or ""))
+    return holder
+
+
+def _tree(env: dict[str, str], git_dir: str, name: str, entries: Sequence[tuple[str, str, str]]) -> str:
+    index_env = {**env, "GIT_INDEX_FILE": os.path.join(git_dir, f"index-{name}")}
+    records = b"".join(f"{mode} {oid}\t".encode() + os.fsencode(path) + b"\0" for mode, oid, path in entries)
+    _git(["update-index", "-z", "--add", "--index-info"], index_env, records)
+    return _git(["write-tree"], index_env).decode().strip()
+
+
+def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
+    """What the step changed in its copy, as git's binary diff against the starting state.
+
+    Call only once every process of the step is gone (the copy must hold still).
+
+    Raises:
+        WorkspaceUnsafe: the step left a special file, or a file over the size limit.
+        WorkspaceConflict: a host original changed while the step ran (the diff's left side is gone).
+    """
+    after = snapshot(prepared.copy, prepared.spec, whose="the step's workspace", refusal=errors.WorkspaceUnsafe)
+    found = candidates(prepared.before, after)
+    if not found:
+        return WorkspaceChanges(b"", ())
+    moved = [
+        c.path
+        for c in found
+        if c.before is not None and not ((h := _host_entry(prepared.source, c.path)) and h.same_content_as(c.before))
+    ]
+    if moved:
+        raise errors.WorkspaceConflict(
+            f"workspace '{prepared.spec.source}' changed on the host while the step ran: {_shown(moved)}", moved
+        )
+    os.makedirs(prepared.git_dir, exist_ok=True)
+    env = _git_env(prepared.git_dir)
+    _git(["init", "-q", "--bare", prepared.git_dir], env)
+    files: list[str] = []
+    for i, c in enumerate(found):
+        if c.before is not None:
+            files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
+        if c.after is not None:
+            files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
+    ids = iter(_git(["hash-object", "-w", "--no-filters", "--stdin-paths"], env, "\n".join(files).encode()).split())
+    old_side: list[tuple[str, str, str]] = []
+    new_side: list[tuple[str, str, str]] = []
+    changed: list[ChangedFile] = []
+    for c in found:
+        old_id = next(ids).decode() if c.before is not None else None
+        new_id = next(ids).decode() if c.after is not None else None
+        kept = confirm(c, old_id, new_id)
+        if kept is None:
+            continue
+        changed.append(kept)
+        if c.before is not None and old_id is not None:
+            old_side.append((git_mode(c.before), old_id, c.path))
+        if c.after is not None and new_id is not None:
+            new_side.append((git_mode(c.after), new_id, c.path))
+    if not changed:
+        return WorkspaceChanges(b"", ())
+    old_tree = _tree(env, prepared.git_dir, "before", old_side)
+    new_tree = _tree(env, prepared.git_dir, "after", new_side)
+    patch = _git(["diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index", old_tree, new_tree], env)
+    return WorkspaceChanges(patch, tuple(changed))
+
+
+# --- the apply -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _parent(root_fd: int, path: str, *, create: bool) -> Iterator[int | None]:
+    """The directory holding ``path`` under ``root_fd``, each step opened with O_NOFOLLOW;
+    None when a step is missing and ``create`` is off. A symlink on the way raises."""
+    fd = os.dup(root_fd)
+    try:
+        for part in path.split("/")[:-1]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    yield None
+                    return
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _current(root_fd: int, path: str) -> Entry | None:
+    with _parent(root_fd, path, create=False) as fd:
+        if fd is None:
+            return None
+        name = path.rsplit("/", 1)[-1]
+        try:
+            st = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+        return _entry(st, target) or Entry(Kind.FILE, 0, -1, 0)  # a special file: never the expected one
+
+
+def _problems(root_fd: int, files: Sequence[ChangedFile]) -> list[str]:
+    out = []
+    for f in files:
+        try:
+            now = _current(root_fd, f.path)
+        except OSError:  # a symlink or a file where a directory should be
+            out.append(f.path)
+            continue
+        if f.before is None:
+            if now is not None and now.kind is not Kind.DIR:
+                out.append(f.path)
+        elif now is None or not now.same_content_as(f.before):
+            out.append(f.path)
+    return out
+
+
+def _write(root_fd: int, copy: str, f: ChangedFile) -> None:
+    assert f.after is not None
+    name = f.path.rsplit("/", 1)[-1]
+    temp = f".{name}.ironflow-apply"
+    with _parent(root_fd, f.path, create=True) as fd:
+        assert fd is not None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=fd)
+        if f.after.kind is Kind.SYMLINK:
+            os.symlink(f.after.target or "", temp, dir_fd=fd)
+        else:
+            src = os.open(os.path.join(copy, f.path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd)
+                try:
+                    while chunk := os.read(src, 1 << 20):
+                        os.write(dst, chunk)
+                    os.fchmod(dst, 0o755 if f.after.executable else 0o644)
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.rmdir(name, dir_fd=fd)  # an emptied directory the file replaces
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def _delete(root_fd: int, path: str) -> None:
+    parts = path.split("/")
+    with _parent(root_fd, path, create=False) as fd:
+        if fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(parts[-1], dir_fd=fd)
+    for depth in range(len(parts) - 1, 0, -1):  # directories the deletion emptied go too, as git apply does
+        parent = "/".join(parts[:depth])
+        with _parent(root_fd, parent, create=False) as fd, contextlib.suppress(OSError):
+            if fd is not None:
+                os.rmdir(parent.rsplit("/", 1)[-1], dir_fd=fd)
+
+
+def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> WorkspaceChanges:
+    """Write ``changes`` into the host directory: every path is checked first (still as it
+    was copied, or still absent; no symlink on its way), and one that is not fails the apply
+    with nothing written.
+
+    Raises:
+        WorkspaceConflict: a path changed on the host, or the step's symlink points outside the tree.
+    """
+    root_fd = os.open(prepared.source, _DIR_FLAGS)
+    try:
+        outside = [f.path for f in changes.files if f.after and f.after.target and escapes(f.path, f.after.target)]
+        if outside:
+            raise errors.WorkspaceConflict(
+                f"not applied: the step made symlinks pointing outside the workspace: {_shown(outside)}", outside
+            )
+        conflicts = _problems(root_fd, changes.files)
+        if conflicts:
+            raise errors.WorkspaceConflict(
+                f"not applied: changed on the host since the copy was made: {_shown(conflicts)}", conflicts
+            )
+        for f in changes.files:
+            if f.change is Change.DELETED or (f.before and f.after and f.before.kind is not f.after.kind):
+                _delete(root_fd, f.path)
+        for f in changes.files:
+            if f.after is not None:
+                _write(root_fd, prepared.copy, f)
+    finally:
+        os.close(root_fd)
+    return WorkspaceChanges(changes.patch, changes.files, applied=True)
+

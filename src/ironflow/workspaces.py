@@ -1,0 +1,227 @@
+"""Workspaces: a repository in, a reviewable change out (pure values and rules).
+
+A step given a :class:`Workspace` works on a private copy of a host directory, shown at
+:data:`WORKSPACE_PATH` in the sandbox; the host tree is never written while the step runs.
+What comes back is a :class:`WorkspaceChanges`: every file the step created, changed,
+deleted or made executable, as a unified diff in git's format (binary files as git binary
+patches) that ``git apply`` takes, and the list of changed paths.
+
+The change set is found by comparing two :data:`Snapshot` s of the copy, taken before and
+after the step, by type, mode, size, mtime and ctime (a step can reset a file's mtime, never
+its ctime), then by content: a file whose bytes and git mode did not change is no change.
+Git tracks files, not directories, so an empty directory never shows in a patch.
+Paths inside a ``.git`` directory are never part of a change: a patch or an apply that wrote
+``.git/config`` or ``.git/hooks`` would run the step's code on the host.
+
+The I/O (copying, walking, hashing, applying) is the backend's (:mod:`ironflow.local.workspaces`).
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from ironflow import errors
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_TOTAL_BYTES",
+    "WORKSPACE_PATH",
+    "Change",
+    "ChangedFile",
+    "Entry",
+    "Kind",
+    "Snapshot",
+    "Workspace",
+    "WorkspaceChanges",
+    "candidates",
+    "confirm",
+    "escapes",
+    "git_mode",
+    "is_git_internal",
+]
+
+#: Where a step sees its workspace, and its working directory.
+WORKSPACE_PATH: Final = "/workspace"
+#: The largest file a workspace takes in or gives back.
+DEFAULT_MAX_FILE_BYTES: Final = 100 * 1024 * 1024
+#: The most a workspace holds, all files together.
+DEFAULT_MAX_TOTAL_BYTES: Final = 4 * 1024 * 1024 * 1024
+_EXECUTABLE: Final = 0o111
+
+
+class Kind(StrEnum):
+    """What a workspace may hold: anything else (a device, a socket, a FIFO) is refused."""
+
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One path of a workspace as ``lstat`` saw it (``target``: a symlink's text)."""
+
+    kind: Kind
+    mode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int = 0
+    target: str | None = None
+
+    @property
+    def executable(self) -> bool:
+        return self.kind is Kind.FILE and bool(self.mode & _EXECUTABLE)
+
+    def same_content_as(self, other: Entry) -> bool:
+        """Same type, size, mtime, executable bit and link text: how the host's original is
+        checked to be the one the copy was made from (a copy keeps mtime, never ctime)."""
+        return (
+            self.kind is other.kind
+            and self.size == other.size
+            and self.mtime_ns == other.mtime_ns
+            and self.executable == other.executable
+            and self.target == other.target
+        )
+
+
+#: A workspace's entries by path relative to its root, ``/``-separated, no leading ``./``.
+Snapshot = Mapping[str, Entry]
+
+
+class Change(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    MODE = "mode"
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    """One path the step changed; ``before``/``after`` are None where it did not exist."""
+
+    path: str
+    change: Change
+    before: Entry | None
+    after: Entry | None
+
+
+@dataclass(frozen=True)
+class WorkspaceChanges:
+    """What a step did to its workspace: the diff (bytes: a text file need not be UTF-8),
+    and the paths it touched (sorted)."""
+
+    patch: bytes
+    files: tuple[ChangedFile, ...]
+    applied: bool = False
+
+    @property
+    def changed_paths(self) -> tuple[str, ...]:
+        return tuple(f.path for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON without loss: the patch as text, or as base64 (``patch_base64``) when it holds
+        bytes that are not UTF-8."""
+        out: dict[str, Any] = {}
+        try:
+            out["patch"] = self.patch.decode()
+        except UnicodeDecodeError:
+            out["patch_base64"] = base64.b64encode(self.patch).decode()
+        out["changed_files"] = [{"path": f.path, "change": f.change.value} for f in self.files]
+        out["applied"] = self.applied
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkspaceChanges:
+        """:meth:`to_json`'s output back (the entries' ``lstat`` are not kept)."""
+        raw = data.get("patch_base64")
+        patch = base64.b64decode(raw) if isinstance(raw, str) else str(data.get("patch", "")).encode()
+        files = tuple(ChangedFile(f["path"], Change(f["change"]), None, None) for f in data.get("changed_files", ()))
+        return cls(patch, files, bool(data.get("applied", False)))
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A host directory a step works on, as a private copy at :data:`WORKSPACE_PATH`.
+
+    Args:
+        source: the host directory; it is read, never written, while the step runs.
+        apply: after a successful step, write its changes into ``source`` (all or none:
+            a path changed on the host meanwhile fails the apply and changes nothing).
+        max_file_bytes: the largest file taken in or given back.
+        max_total_bytes: the most the copy may hold, all files together.
+    """
+
+    source: str
+    apply: bool = False
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip() or "\x00" in self.source:
+            raise errors.ConfigError("workspace source must be a host directory path")
+        for name in ("max_file_bytes", "max_total_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise errors.ConfigError(f"workspace {name} must be a positive whole number of bytes, got {value!r}")
+
+
+def is_git_internal(path: str) -> bool:
+    """Whether ``path`` lies in a ``.git`` directory (any case: a case-folding filesystem
+    reads ``.GIT`` as ``.git``), or is one."""
+    return any(part.lower() == ".git" for part in path.split("/"))
+
+
+def escapes(path: str, target: str) -> bool:
+    """Whether a symlink at ``path`` whose text is ``target`` points outside the tree it is in."""
+    if posixpath.isabs(target):
+        return True
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return joined == ".." or joined.startswith("../")
+
+
+def git_mode(entry: Entry) -> str:
+    """The mode git records for an entry: a symlink, an executable file, or a plain one."""
+    if entry.kind is Kind.SYMLINK:
+        return "120000"
+    return "100755" if entry.executable else "100644"
+
+
+def candidates(before: Snapshot, after: Snapshot) -> tuple[ChangedFile, ...]:
+    """Every file or symlink whose ``lstat`` differs between the snapshots, sorted by path:
+    the paths whose contents are worth hashing (:func:`confirm` keeps the real changes).
+
+    Directories are not changes of their own (git tracks none); a path that turned from a
+    file into a directory is the file's deletion plus the new files under it. Paths in a
+    ``.git`` directory are left out (:func:`is_git_internal`).
+    """
+    out: list[ChangedFile] = []
+    for path in sorted(before.keys() | after.keys()):
+        if is_git_internal(path):
+            continue
+        old, new = before.get(path), after.get(path)
+        old = old if old is not None and old.kind is not Kind.DIR else None
+        new = new if new is not None and new.kind is not Kind.DIR else None
+        if (old is None and new is None) or old == new:
+            continue
+        change = Change.ADDED if old is None else Change.DELETED if new is None else Change.MODIFIED
+        out.append(ChangedFile(path, change, old, new))
+    return tuple(out)
+
+
+def confirm(candidate: ChangedFile, old_id: str | None, new_id: str | None) -> ChangedFile | None:
+    """The change git sees, given the object ids of both sides, or None: a file whose
+    bytes and mode are the same (rewritten in place, or its timestamps moved) is no change."""
+    if candidate.before is None or candidate.after is None:
+        return candidate
+    old_mode, new_mode = git_mode(candidate.before), git_mode(candidate.after)
+    if old_id == new_id:
+        if old_mode == new_mode:
+            return None
+        if candidate.before.kind is candidate.after.kind:
+            return ChangedFile(candidate.path, Change.MODE, candidate.before, candidate.after)
+    return candidate

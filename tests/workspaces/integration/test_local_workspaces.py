@@ -1,0 +1,334 @@
+"""A workspace in a real bubblewrap sandbox: the host tree untouched, the patch exact, the host protected."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ironflow import errors
+from ironflow.local import workspaces as local_workspaces
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.workspaces import Change, Workspace
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+    pytest.mark.skipif(shutil.which("git") is None, reason="git not installed"),
+]
+
+#: What a command does to its workspace: every kind of change a patch must carry.
+EDITS = (
+    "echo more >> changed.txt; rm gone.txt; chmod +x tool.sh; printf '\\000\\001\\377' > blob.bin; "
+    "mkdir -p new/deep && echo hi > new/deep/file; ln -s changed.txt link; printf 'x\\000y' >> image.bin; "
+    "rm -r olddir"
+)
+
+
+def tree(root: Path, *, stat_too: bool = False) -> dict[str, tuple[object, ...]]:
+    """Every path under ``root``: its kind, bytes or link text, executable bit (and with
+    ``stat_too`` its mode and mtime: byte-identical means those too)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        extra = (st.st_mode, st.st_mtime_ns) if stat_too else ()
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path), *extra)
+        elif path.is_dir():
+            if stat_too:
+                out[rel] = ("dir", *extra)
+        else:
+            out[rel] = ("file", path.read_bytes(), bool(st.st_mode & 0o111), *extra)
+    return out
+
+
+def make_repo(root: Path) -> Path:
+    root.mkdir()
+    (root / "changed.txt").write_text("one\n")
+    (root / "gone.txt").write_text("bye\n")
+    (root / "tool.sh").write_text("#!/bin/sh\necho tool\n")
+    (root / "image.bin").write_bytes(bytes(range(256)) * 4)
+    (root / "olddir").mkdir()
+    (root / "olddir" / "inner.txt").write_text("inner\n")
+    (root / "kept").mkdir()
+    (root / "kept" / "same.txt").write_text("same\n")
+    return root
+
+
+def git_apply(patch: bytes, onto: Path) -> None:
+    done = subprocess.run(["git", "apply", "--binary", "-"], input=patch, cwd=onto, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_the_host_tree_is_untouched_and_the_patch_rebuilds_exactly_what_the_command_made(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    before = tree(repo, stat_too=True)
+    async with LocalSandboxProvider() as provider:
+        result = await provider.run_command(["sh", "-c", EDITS], workspace=Workspace(str(repo)))
+    assert result.exit_code == 0, result.stderr
+    assert tree(repo, stat_too=True) == before  # byte-identical: modes and times too
+    assert result.workspace is not None
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    git_apply(result.workspace.patch, copy)
+    expected = {
+        **{k: v for k, v in tree(repo).items() if not k.startswith(("gone.txt", "olddir"))},
+        "changed.txt": ("file", b"one\nmore\n", False),
+        "tool.sh": ("file", b"#!/bin/sh\necho tool\n", True),
+        "blob.bin": ("file", b"\x00\x01\xff", False),
+        "new/deep/file": ("file", b"hi\n", False),
+        "link": ("link", "changed.txt"),
+        "image.bin": ("file", bytes(range(256)) * 4 + b"x\x00y", False),
+    }
+    assert tree(copy) == expected
+    changes = {f.path: f.change for f in result.workspace.files}
+    assert changes == {
+        "blob.bin": Change.ADDED,
+        "changed.txt": Change.MODIFIED,
+        "gone.txt": Change.DELETED,
+        "image.bin": Change.MODIFIED,
+        "link": Change.ADDED,
+        "new/deep/file": Change.ADDED,
+        "olddir/inner.txt": Change.DELETED,
+        "tool.sh": Change.MODE,
+    }
+    assert b"GIT binary patch" in result.workspace.patch
+
+
+async def test_apply_writes_the_same_tree_into_the_host_directory(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    async with LocalSandboxProvider() as provider:
+        result = await provider.run_command(["sh", "-c", EDITS], workspace=Workspace(str(repo), apply=True))
+    assert result.workspace is not None
+    assert result.workspace.applied
+    git_apply(result.workspace.patch, copy)
+    assert tree(repo) == tree(copy)
+    assert not (repo / "olddir").exists()  # emptied by the deletion, as git apply leaves it
+
+
+async def test_a_failed_command_is_not_applied_and_each_run_starts_from_the_original(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    before = tree(repo)
+    async with LocalSandboxProvider() as provider:
+        failed = await provider.run_command(
+            ["sh", "-c", "echo x >> changed.txt; exit 3"], workspace=Workspace(str(repo), apply=True)
+        )
+        again = await provider.run_command(["cat", "changed.txt"], workspace=Workspace(str(repo)))
+    assert failed.exit_code == 3
+    assert failed.workspace is not None
+    assert failed.workspace.changed_paths == ("changed.txt",)
+    assert not failed.workspace.applied
+    assert tree(repo) == before
+    assert again.stdout == "one\n"  # a retry sees the original state, not the last attempt's
+    assert again.workspace is not None
+    assert again.workspace.files == ()
+
+
+async def test_symlinks_in_the_source_reach_nothing_outside_the_workspace(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-only secret\n")
+    repo = make_repo(tmp_path / "repo")
+    (repo / "abs").symlink_to(secret)
+    (repo / "rel").symlink_to("../secret.txt")
+    (repo / "updir").symlink_to("..")
+    async with LocalSandboxProvider() as provider:
+        result = await provider.run_command(
+            [
+                "sh",
+                "-c",
+                "cat abs rel updir/secret.txt; echo owned > abs; echo owned > rel; echo owned > updir/x; true",
+            ],
+            workspace=Workspace(str(repo), apply=True),
+        )
+    assert "host-only secret" not in result.stdout
+    assert secret.read_text() == "host-only secret\n"
+    assert not (tmp_path / "x").exists()
+    assert result.workspace is not None
+    assert result.workspace.files == ()
+
+
+async def test_the_steps_symlink_out_of_the_tree_is_in_the_patch_but_never_applied(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    async with LocalSandboxProvider() as provider:
+        with pytest.raises(errors.WorkspaceConflict, match=re.escape("outside the workspace: 'escape'")) as caught:
+            await provider.run_command(
+                ["sh", "-c", "ln -s /etc/shadow escape; echo x >> changed.txt"],
+                workspace=Workspace(str(repo), apply=True),
+            )
+    assert caught.value.paths == ("escape",)
+    assert not (repo / "escape").exists()
+    assert (repo / "changed.txt").read_text() == "one\n"  # nothing written
+
+
+def armed_repository(repo: Path, marker: Path) -> None:
+    """A git repository whose hook and ``core.fsmonitor`` touch ``marker`` if git ever runs them."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    subprocess.run(["git", "-C", str(repo), "config", "core.fsmonitor", f"touch {marker} #"], check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "core.hooksPath", str(hook.parent)], check=True)
+
+
+async def test_git_settings_and_hooks_never_run_and_never_come_back(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    marker = tmp_path / "hook-ran"
+    armed_repository(repo, marker)
+    git_before = tree(repo / ".git", stat_too=True)
+    evil = "[core]\\n\\tfsmonitor = touch /tmp/pwned #\\n"
+    async with LocalSandboxProvider() as provider:
+        result = await provider.run_command(
+            ["sh", "-c", f"echo fixed >> changed.txt; printf '{evil}' >> .git/config; "
+             "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/pre-commit; "
+             "mkdir -p sub/.git; echo x > sub/.git/HEAD"],
+            workspace=Workspace(str(repo), apply=True),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.workspace is not None
+    assert result.workspace.changed_paths == ("changed.txt",)
+    assert b".git" not in result.workspace.patch
+    assert (repo / "changed.txt").read_text() == "one\nfixed\n"
+    assert tree(repo / ".git", stat_too=True) == git_before  # the apply wrote nothing of git's
+    assert not marker.exists()  # no hook or fsmonitor of the repository ran for the diff or the apply
+    assert not (repo / "sub").exists()
+
+
+async def test_special_and_oversized_files_are_refused_both_ways(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    fifo = repo / "pipe"
+    os.mkfifo(fifo)
+    async with LocalSandboxProvider() as provider:
+        with pytest.raises(errors.WorkspaceRefused, match=re.escape("holds a FIFO at 'pipe'")):
+            await provider.run_command(["true"], workspace=Workspace(str(repo)))
+        fifo.unlink()
+        with pytest.raises(errors.WorkspaceRefused, match=re.escape("'image.bin' of 1024 bytes, over")):
+            await provider.run_command(["true"], workspace=Workspace(str(repo), max_file_bytes=1000))
+        with pytest.raises(errors.WorkspaceRefused, match="max_total_bytes"):
+            await provider.run_command(["true"], workspace=Workspace(str(repo), max_total_bytes=1000))
+        with pytest.raises(errors.WorkspaceUnsafe, match=re.escape("the step's workspace holds a FIFO at 'made'")):
+            await provider.run_command(["mkfifo", "made"], workspace=Workspace(str(repo), apply=True))
+        with pytest.raises(errors.WorkspaceUnsafe, match=re.escape("'big' of 4096 bytes")):
+            await provider.run_command(
+                ["sh", "-c", "head -c 4096 /dev/zero > big"], workspace=Workspace(str(repo), max_file_bytes=2048)
+            )
+    assert not (repo / "made").exists()
+    assert not (repo / "big").exists()
+
+
+def test_a_host_path_changed_during_the_step_fails_the_diff_and_the_apply_changes_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    run = tmp_path / "run"
+    run.mkdir()
+    spec = Workspace(str(repo), apply=True)
+    prepared = local_workspaces.prepare(spec, str(run), sandbox_uid=None)
+    (Path(prepared.copy) / "changed.txt").write_text("step\n")
+    (repo / "changed.txt").write_text("host edit\n")
+    moved = re.escape("changed on the host while the step ran: 'changed.txt'")
+    with pytest.raises(errors.WorkspaceConflict, match=moved):
+        local_workspaces.collect(prepared)
+
+    (repo / "changed.txt").write_text("one\n")
+    again = tmp_path / "again"
+    again.mkdir()
+    prepared = local_workspaces.prepare(spec, str(again), sandbox_uid=None)
+    (Path(prepared.copy) / "changed.txt").write_text("step\n")
+    (Path(prepared.copy) / "kept" / "new.txt").write_text("new\n")
+    changes = local_workspaces.collect(prepared)
+    before = tree(repo)
+    (repo / "kept" / "new.txt").write_text("the host made it first\n")
+    raced = re.escape("changed on the host since the copy was made: 'kept/new.txt'")
+    with pytest.raises(errors.WorkspaceConflict, match=raced):
+        local_workspaces.apply_changes(prepared, changes)
+    (repo / "kept" / "new.txt").unlink()
+    assert tree(repo) == before  # the other change was not written either
+
+
+def test_the_apply_never_writes_through_a_symlink_on_the_host(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    prepared = local_workspaces.prepare(Workspace(str(repo)), str(run), sandbox_uid=None)
+    (Path(prepared.copy) / "kept" / "same.txt").write_text("step\n")
+    changes = local_workspaces.collect(prepared)
+    shutil.move(repo / "kept", outside / "kept")
+    (repo / "kept").symlink_to(outside / "kept")  # swapped in after the copy was made
+    with pytest.raises(errors.WorkspaceConflict, match=re.escape("'kept/same.txt'")):
+        local_workspaces.apply_changes(prepared, changes)
+    assert (outside / "kept" / "same.txt").read_text() == "same\n"
+
+
+async def test_a_workspace_needs_bubblewrap(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    provider = LocalSandboxProvider(isolation="gvisor")
+    async with provider:
+        with pytest.raises(errors.ConfigError, match="needs isolation 'bwrap'"):
+            await provider.run_command(["true"], workspace=Workspace(str(repo)))
+
+
+def ironflow(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-c", "from ironflow.cli.app import main; main()", *args],
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_exec_with_workspace_patch_and_apply_from_the_command_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    before = tree(repo, stat_too=True)
+    out = tmp_path / "out.patch"
+    done = ironflow("exec", "--workspace", str(repo), "--patch", str(out), "--", "sh", "-c", EDITS)
+    assert done.returncode == 0, done.stderr
+    assert tree(repo, stat_too=True) == before
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    git_apply(out.read_bytes(), copy)
+    done = ironflow("exec", "--workspace", str(repo), "--apply", "--patch", "-", "--", "sh", "-c", EDITS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == out.read_bytes()  # with --patch -, stdout holds the patch alone
+    assert tree(repo) == tree(copy)
+
+
+def test_exec_forwards_piped_stdin_and_mounts(tmp_path: Path) -> None:
+    assert ironflow("exec", "--", "cat", stdin=b"x\n").stdout == b"x\n"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "in.txt").write_text("read me\n")
+    done = ironflow("exec", "--mount", f"{shared}:/data/in", "--", "sh", "-c", "cat /data/in/in.txt; touch /data/in/w")
+    assert done.stdout == b"read me\n"
+    assert b"Read-only file system" in done.stderr
+    assert not (shared / "w").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--patch", "p"), b"--patch and --apply need --workspace DIR"),
+        (("--workspace", "https://github.com/o/r.git"), b"is a git URL"),
+        (("--workspace", "/no/such/dir"), b"is not a directory"),
+        (("--mount", "/etc"), b"must be SRC:DST"),
+        (("--mount", "/etc:/data:rx"), b"must be SRC:DST"),
+        (("--mount", "/etc:data"), b"must be an absolute path"),
+    ],
+)
+def test_bad_workspace_options_are_one_line_and_exit_2(args: tuple[str, ...], message: bytes) -> None:
+    done = ironflow("exec", *args, "--", "true")
+    assert done.returncode == 2
+    assert done.stderr.startswith(b"error: ")
+    assert message in done.stderr
+    assert done.stderr.count(b"\n") == 1
