@@ -23,10 +23,9 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperCommand
 
 from ironflow import errors
 from ironflow.cli import backends, exits, inputs
@@ -43,9 +42,6 @@ from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 
 __all__ = ["register"]
-
-_DEFAULT_SCRIPT: Final = ":builtin:"
-
 
 class Output(StrEnum):
     """``--output`` of ``agent``: the answer alone, or the answer with its usage as JSON."""
@@ -66,13 +62,6 @@ def _progress(message: str) -> Iterator[None]:
         yield
 
 
-def _fake_script(script_path: str) -> Script:
-
-    if script_path == _DEFAULT_SCRIPT:
-        return Script.of("Hello from the sandbox! (offline fake model)")
-    return Script.from_yaml(script_path)
-
-
 def _require_credential_env() -> None:
     # The provider reads these itself, at invocation; this only turns "none" into bad input.
     if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("CLAUDE_CODE_OAUTH_TOKEN")):
@@ -80,32 +69,6 @@ def _require_credential_env() -> None:
             "no credential: set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN (it stays outside the sandbox), "
             "or use --fake-model for the offline model server"
         )
-
-
-class _AgentCommand(TyperCommand):
-    """Reads ``--fake-model=FILE`` as the flag plus its script: the bare flag takes no value,
-    so ``ironflow agent --fake-model "a prompt"`` keeps its prompt."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        rewritten: list[str] = []
-        for index, arg in enumerate(args):
-            if arg == "--":
-                rewritten += args[index:]
-                break
-            if arg.startswith("--fake-model="):
-                rewritten += ["--fake-model", "--fake-model-script", arg.split("=", 1)[1]]
-            else:
-                rewritten.append(arg)
-        return super().parse_args(ctx, rewritten)
-
-
-def _script(fake_model: bool, script: Path | None) -> str | None:
-    """The fake model's script: None (no fake), ``:builtin:``, or an existing YAML file."""
-    if script is not None:
-        if not script.is_file():
-            exits.fail(f"fake model script '{script}' not found: pass an existing YAML file as --fake-model=FILE")
-        return str(script)
-    return _DEFAULT_SCRIPT if fake_model else None
 
 
 def _prompt(prompt: str | None) -> str:
@@ -157,9 +120,9 @@ async def _run_step(config: AgentConfig, provider: AgentProvider) -> AgentResult
         return await provider.run(config)
 
 
-async def _run_faked(config: AgentConfig, script: str, isolation: Isolation, timeout_s: float) -> AgentResult:
+async def _run_faked(config: AgentConfig, script: Script, isolation: Isolation, timeout_s: float) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
-    async with backends.fake_model(_fake_script(script)) as credential:
+    async with backends.fake_model(script) as credential:
         provider = backends.build_provider(Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential)
         return await _run_step(config, provider)
 
@@ -204,7 +167,8 @@ def agent(
     ] = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
-    text, script = _prompt(prompt), _script(fake_model, fake_model_script)
+    text = _prompt(prompt)
+    script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)
     spec = ws.workspace(workspace, patch=patch, apply=apply)
     tools = _tools(allowed_tools)
     if model is not None and not model.strip():
@@ -345,7 +309,7 @@ def exec_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``agent`` and ``exec`` to the ``ironflow`` app."""
-    app.command("agent", cls=_AgentCommand)(agent)
+    app.command("agent", cls=backends.FakeModelCommand)(agent)
     app.command(
         "exec",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

@@ -16,10 +16,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import typer
 import yaml
+from typer.core import TyperCommand
 
 from ironflow import errors
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
@@ -144,21 +145,57 @@ def where(provider: AgentProvider) -> str:
     return type(provider).__name__
 
 
+#: What the offline model answers ``ironflow agent --fake-model`` with, unscripted.
+BUILTIN_AGENT_REPLY: Final = "Hello from the sandbox! (offline fake model)"
+#: ... and every agent step of ``ironflow run`` / ``worker --fake-model``.
+BUILTIN_RUN_REPLY: Final = "Looks good to me. (offline fake model)"
+
+
+class FakeModelCommand(TyperCommand):
+    """Reads ``--fake-model=FILE`` as the flag plus its script: the bare flag takes no value,
+    so ``ironflow agent --fake-model "a prompt"`` keeps its prompt."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rewritten: list[str] = []
+        for index, arg in enumerate(args):
+            if arg == "--":
+                rewritten += args[index:]
+                break
+            if arg.startswith("--fake-model="):
+                rewritten += ["--fake-model", "--fake-model-script", arg.split("=", 1)[1]]
+            else:
+                rewritten.append(arg)
+        parsed: list[str] = super().parse_args(ctx, rewritten)
+        return parsed
+
+
+def fake_script(fake_model: bool, script: Path | None, builtin: str) -> Script | None:
+    """The offline model's script: None (no fake), ``builtin`` as its one reply, or the YAML
+    file of ``--fake-model=FILE``; exits 2 on a missing or malformed file."""
+    if script is not None:
+        if not script.is_file():
+            exits.fail(f"fake model script '{script}' not found: pass an existing YAML file as --fake-model=FILE")
+        try:
+            return Script.from_yaml(str(script))
+        except errors.ConfigError as exc:
+            exits.fail_for(exc)
+    return Script.of(default=builtin) if fake_model else None
+
+
 class Providers:
     """One provider per backend, built on first use (``run``, ``worker``); the offline model server if asked."""
 
-    def __init__(self, *, isolation: Isolation, provider_file: Path | None, fake_reply: str | None) -> None:
+    def __init__(self, *, isolation: Isolation, provider_file: Path | None, fake: Script | None) -> None:
         self.isolation = isolation
         self.provider_file = provider_file
-        self.fake_reply = fake_reply
+        self.fake = fake
         self.fake_credential: ProxyCredential | None = None
         self._built: dict[Backend, AgentProvider] = {}
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Providers:
-        if self.fake_reply is not None:
-            fake = fake_model(Script.of(default=self.fake_reply))
-            self.fake_credential = await self._stack.enter_async_context(fake)
+        if self.fake is not None:
+            self.fake_credential = await self._stack.enter_async_context(fake_model(self.fake))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

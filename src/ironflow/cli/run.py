@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -34,8 +34,6 @@ from ironflow.engine.worker import Worker
 from ironflow.kube.clusters import ClusterConfig, describe_cluster
 
 __all__ = ["register"]
-
-_FAKE_REPLY: Final = "Looks good to me. (offline fake model)"
 
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -211,8 +209,12 @@ def run(
     store: StoreOption = None,
     wait: Annotated[bool, typer.Option("--wait", help="Execute the run here and print its output.")] = False,
     fake_model: Annotated[
-        bool, typer.Option("--fake-model", help="With --wait: answer agent steps from the offline model server.")
+        bool,
+        typer.Option(
+            "--fake-model", help="With --wait: answer agent steps from the offline model; --fake-model=FILE scripts it."
+        ),
     ] = False,
+    fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
         Isolation.BWRAP
     ),
@@ -226,14 +228,13 @@ def run(
     """Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."""
     if fake_model and not wait:
         exits.fail("--fake-model only applies with --wait (a worker has its own --fake-model)")
+    fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     value = _parse_input(input)
     ref = _resolve_ref(workflow)
     parsed = _parse_accounts(account)
     if parsed and not wait:
         exits.fail("--account only applies with --wait (give the worker its accounts)")
-    providers = backends.Providers(
-        isolation=isolation, provider_file=provider_file, fake_reply=_FAKE_REPLY if fake_model else None
-    )
+    providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     raise typer.Exit(run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait)))
 
 
@@ -273,8 +274,10 @@ def worker(
     concurrency: Annotated[int, typer.Option(help="Runs executed at once.", min=1)] = 1,
     lease: Annotated[float, typer.Option(help="Lease seconds; renewed every third.", min=1.0)] = 30.0,
     fake_model: Annotated[
-        bool, typer.Option("--fake-model", help="Answer agent steps from the offline model.")
+        bool,
+        typer.Option("--fake-model", help="Answer agent steps from the offline model; --fake-model=FILE scripts it."),
     ] = False,
+    fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
         Isolation.BWRAP
     ),
@@ -284,13 +287,12 @@ def worker(
 ) -> None:
     """Take queued runs from the store and execute them until Ctrl-C."""
     parsed = _parse_accounts(account)
-    providers = backends.Providers(
-        isolation=isolation, provider_file=provider_file, fake_reply=_FAKE_REPLY if fake_model else None
-    )
+    fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
+    providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     raise typer.Exit(run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait)))
 
 
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``worker`` to the ``ironflow`` app."""
-    app.command("run")(run)
-    app.command("worker")(worker)
+    app.command("run", cls=backends.FakeModelCommand)(run)
+    app.command("worker", cls=backends.FakeModelCommand)(worker)

@@ -178,6 +178,8 @@ class StepRecord:
         out["status"] = str(self.status)
         out["error"] = dict(self.error) if self.error is not None else None
         out["labels"] = dict(self.labels) if self.labels is not None else None
+        if isinstance(self.result, AgentResult):  # its own JSON form (a workspace patch is bytes)
+            out["result"] = result_to_dict(self.result)
         return out
 
 

@@ -22,6 +22,7 @@ from ironflow.testing.polling import eventually_sync
 HERE = Path(__file__).parent
 WORKFLOWS = HERE / "engine_workflows.py"
 EXAMPLE = HERE.parents[2] / "examples" / "workflows" / "review.py"
+FIX_EXAMPLE = HERE.parents[2] / "examples" / "workflows" / "fix.py"
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -139,6 +140,31 @@ def test_the_review_example_runs_offline_on_the_local_sandbox(tmp_path: Path) ->
     assert output["summary"] == "Looks good to me. (offline fake model)"
     for step in ("plan", "review correctness", "review security", "review tests", "summarise", "summary"):
         assert f"✓ {step} (" in proc.stderr
+
+
+@pytest.mark.claude_cli
+def test_the_fix_example_hands_its_patch_to_the_review_and_leaves_the_repo_untouched(
+    store: str, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(FIX_EXAMPLE.parent / "fix-demo", repo)
+    before = (repo / "calc.py").read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-c", "from ironflow.cli.app import main; main()", "run", f"{FIX_EXAMPLE}:fix",
+         "--input", json.dumps({"repo": str(repo), "bug": "add() subtracts"}), "--wait",
+         f"--fake-model={FIX_EXAMPLE.with_suffix('.yaml')}", "--store", store],
+        capture_output=True, text=True, timeout=180, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    output = json.loads(proc.stdout)
+    assert output["changed_files"] == ["calc.py"]
+    assert "-    return a - b\n+    return a + b\n" in output["patch"]
+    assert output["review"].startswith("Reviewed: the patch makes add() return a + b")
+    assert (repo / "calc.py").read_bytes() == before
+    (run,) = json.loads(cli("runs", "list", "--store", store, "-o", "json")[1])
+    shown = json.loads(cli("runs", "show", run["id"], "--store", store, "-o", "json")[1])
+    fix_step = next(s for s in shown["steps"] if s["name"] == "fix")
+    assert fix_step["result"]["workspace"]["changed_files"] == [{"path": "calc.py", "change": "modified"}]
 
 
 def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -332,3 +333,33 @@ def test_bad_workspace_options_are_one_line_and_exit_2(args: tuple[str, ...], me
     assert done.stderr.startswith(b"error: ")
     assert message in done.stderr
     assert done.stderr.count(b"\n") == 1
+
+
+@pytest.mark.claude_cli
+def test_the_real_claude_cli_edits_its_workspace_and_the_patch_comes_back(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    script = tmp_path / "fix.yaml"
+    script.write_text(
+        "turns:\n"
+        "  - tool_use: {name: Edit, input: {file_path: /workspace/calc.py, "
+        "old_string: 'return a - b', new_string: 'return a + b'}}\n"
+        "  - text: fixed add()\n"
+    )
+    out = tmp_path / "fix.patch"
+    done = ironflow(
+        "agent", "--workspace", str(repo), "--allowed-tools", "Edit", "--patch", str(out),
+        f"--fake-model={script}", "-o", "json", "fix the bug in calc.py",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["value"] == "fixed add()"
+    assert answer["changed_files"] == [{"path": "calc.py", "change": "modified"}]
+    assert out.read_bytes() == answer["patch"].encode()
+    assert b"-    return a - b\n+    return a + b\n" in out.read_bytes()
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy)
+    git_apply(out.read_bytes(), copy)
+    assert (copy / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
