@@ -517,6 +517,38 @@ async def test_secret_relay_forwards_an_encoded_body_byte_for_byte() -> None:
     assert received == [("gzip", encoded)]
 
 
+async def test_secret_relay_answers_100_continue_then_relays_the_chunked_body() -> None:
+    """A client that sends ``Expect: 100-continue`` and a chunked body (curl's way for a large
+    upload) gets its 100 first; the host gets the whole body with its length and the secret."""
+    received: list[tuple[str, str, bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        received.append((request.headers["Authorization"], request.headers["Content-Length"], await request.read()))
+        return web.Response(text="ok")
+
+    secret = tokens.SecretCredential("gh", Secret("ghp_SECRETVALUE"), tokens.Injection("bearer"), ("git.example.com",))
+    async with _upstream(record) as base:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=base)
+        async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin:
+            issued = await admin.issue("run-g", "push", int(time.time()) + 60, credential=secret)
+            host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(
+                    b"POST /r/git.example.com/org/repo.git/git-receive-pack HTTP/1.1\r\nHost: proxy\r\n"
+                    + f"Authorization: Bearer {issued.token.reveal()}\r\n".encode()
+                    + b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                writer.write(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 200 ")
+            finally:
+                writer.close()
+                await writer.wait_closed()
+    assert received == [("Bearer ghp_SECRETVALUE", "11", b"hello world")]
+
+
 async def test_framework_logs_of_a_bad_request_carry_no_request_line(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
