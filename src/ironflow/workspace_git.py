@@ -42,7 +42,7 @@ _HOST_LABEL: Final = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _PATH: Final = re.compile(r"(/[A-Za-z0-9._~+-]+)+/?")
 #: A branch or tag name: a safe subset of ``git check-ref-format`` (no option, no revision syntax).
 _REF: Final = re.compile(r"[A-Za-z0-9_+@][A-Za-z0-9._/+@-]{0,254}")
-#: A full commit id (SHA-1 or SHA-256): fetched by id, since ``clone --branch`` takes names only.
+#: A full commit id, lowercase as git prints it (SHA-1 or SHA-256): fetched by id, as ``clone --branch`` takes names.
 _COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _TOKEN: Final = re.compile(r"[!-~]+")
 #: The proxy as a sandbox sees it: a host name, an IPv4 or [IPv6] address, a port.

@@ -91,7 +91,8 @@ class GitServer:
 
     @property
     def pushes(self) -> list[GitRequest]:
-        """The receive-pack RPCs the backend answered: each one a push that reached the repository."""
+        """The receive-pack RPCs the backend answered (a large push's probe counts too); whether a
+        ref moved is in the repository, not here."""
         return [r for r in self.requests if r.method == "POST" and r.service == "git-receive-pack" and r.status == 200]
 
     async def __aenter__(self) -> GitServer:
