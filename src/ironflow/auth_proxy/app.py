@@ -180,7 +180,8 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
 def make_runner(app: web.Application) -> web.AppRunner:
     """A runner that cancels a handler when its client goes away, logs no access lines,
     caps connections and bounds header reads and idle keep-alive (:mod:`connections`),
-    and serves through :func:`front_door`."""
+    and serves through :func:`front_door`. Request bodies are never inflated: one sent with
+    a ``Content-Encoding`` (git gzips large fetch requests) is relayed as the bytes it came as."""
     config = app[CONFIG_KEY]
     cap = config.max_connections if config.max_connections is not None else connections.default_max_connections()
     return connections.GuardedRunner(
@@ -190,6 +191,7 @@ def make_runner(app: web.Application) -> web.AppRunner:
         header_timeout_s=config.header_timeout_s,
         keepalive_timeout=config.client_idle_timeout_s,
         handler_cancellation=True,
+        auto_decompress=False,  # an inflated body would go upstream still labelled gzip
         access_log=None,
         shutdown_timeout=5.0,
     )

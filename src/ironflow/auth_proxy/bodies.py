@@ -9,6 +9,10 @@ when its upstream request has been sent, not when its (possibly long) stream end
 
 A body that delivers nothing for ``read_timeout_s`` is answered 408, so a client
 trickling a body holds neither a buffer nor a task for long.
+
+A body is held as it came, still in its ``Content-Encoding`` (the server never inflates
+it): the limits count the bytes sent, and a compressed body names no model the allowlist
+could read, so a token with a model allowlist has it refused.
 """
 
 from __future__ import annotations

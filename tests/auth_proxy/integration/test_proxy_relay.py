@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gzip
 import json
 import logging
 import time
@@ -38,11 +39,14 @@ MESSAGE = {"model": "claude-haiku-5-0", "max_tokens": 9, "stream": True, "messag
 
 
 @contextlib.asynccontextmanager
-async def _upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
-    """A throwaway upstream on loopback answering every route with ``handler``; its URL."""
+async def _upstream(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], *, raw: bool = False
+) -> AsyncIterator[str]:
+    """A throwaway upstream on loopback answering every route with ``handler``; its URL.
+    With ``raw``, request bodies reach ``handler`` as sent (an encoded body is not inflated)."""
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, handler_cancellation=True)
+    runner = web.AppRunner(app, handler_cancellation=True, auto_decompress=not raw)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
@@ -356,6 +360,16 @@ async def test_limit_on_models_refuses_other_models_with_403(env: Env) -> None:
     assert (await env.post(allowed)).status == 200
 
 
+async def test_limit_on_models_refuses_a_compressed_body_it_cannot_read(env: Env) -> None:
+    """The proxy never inflates a body, so a gzip-encoded one names no model it can check: refused."""
+    allowed = await env.token(limits=Limits(models=("claude-haiku-5-0",)))
+    headers = {"x-api-key": allowed, "Content-Encoding": "gzip", "Content-Type": "application/json"}
+    body = gzip.compress(json.dumps(MESSAGE).encode())
+    async with env.http.post(env.proxy.url + "/v1/messages", data=body, headers=headers) as response:
+        assert (await _error(response))[:2] == (403, "permission_error")
+    assert env.fake.requests == []
+
+
 async def test_limit_on_requests_answers_429_once_spent(env: Env) -> None:
     token = await env.token(limits=Limits(max_requests=2))
     assert [(await env.post(token)).status for _ in range(2)] == [200, 200]
@@ -478,6 +492,61 @@ async def test_secret_relay_logs_result_and_never_the_secret(
     results = [json.loads(line)["result"] for line in lines if json.loads(line)["event"] == "secret relay"]
     assert results == ["relayed", "unknown_token"]
     assert not find_leaks(["ghp_SECRETVALUE", issued.token.reveal(), "service=Q1", ADMIN], lines)
+
+
+async def test_secret_relay_forwards_an_encoded_body_byte_for_byte() -> None:
+    """git gzips a large fetch request (``Content-Encoding: gzip``): the host must get the very
+    bytes sent, with their encoding header, not an inflated body still labelled gzip."""
+    received: list[tuple[str | None, bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        received.append((request.headers.get("Content-Encoding"), await request.read()))
+        return web.Response(text="ok")
+
+    plain = b"0032want " + b"f" * 40 + b"\n" * 2000
+    encoded = gzip.compress(plain)
+    secret = tokens.SecretCredential("gh", Secret("ghp_SECRETVALUE"), tokens.Injection("bearer"), ("git.example.com",))
+    async with _upstream(record, raw=True) as base:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=base)
+        async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin, aiohttp.ClientSession() as http:
+            issued = await admin.issue("run-g", "clone", int(time.time()) + 60, credential=secret)
+            headers = {"Authorization": f"Bearer {issued.token.reveal()}", "Content-Encoding": "gzip"}
+            url = proxy.url + "/r/git.example.com/org/repo.git/git-upload-pack"
+            async with http.post(url, data=encoded, headers=headers) as response:
+                assert response.status == 200
+    assert received == [("gzip", encoded)]
+
+
+async def test_secret_relay_answers_100_continue_then_relays_the_chunked_body() -> None:
+    """A client that sends ``Expect: 100-continue`` and a chunked body (curl's way for a large
+    upload) gets its 100 first; the host gets the whole body with its length and the secret."""
+    received: list[tuple[str, str, bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        received.append((request.headers["Authorization"], request.headers["Content-Length"], await request.read()))
+        return web.Response(text="ok")
+
+    secret = tokens.SecretCredential("gh", Secret("ghp_SECRETVALUE"), tokens.Injection("bearer"), ("git.example.com",))
+    async with _upstream(record) as base:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=base)
+        async with run_auth_proxy(config) as proxy, proxy.admin_client() as admin:
+            issued = await admin.issue("run-g", "push", int(time.time()) + 60, credential=secret)
+            host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(
+                    b"POST /r/git.example.com/org/repo.git/git-receive-pack HTTP/1.1\r\nHost: proxy\r\n"
+                    + f"Authorization: Bearer {issued.token.reveal()}\r\n".encode()
+                    + b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                writer.write(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 200 ")
+            finally:
+                writer.close()
+                await writer.wait_closed()
+    assert received == [("Bearer ghp_SECRETVALUE", "11", b"hello world")]
 
 
 async def test_framework_logs_of_a_bad_request_carry_no_request_line(

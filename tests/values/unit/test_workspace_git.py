@@ -1,0 +1,244 @@
+"""The git a sandbox runs through the relay: the source parser, the relay URL, clone and push argv and env."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ironflow import errors, workspace_git
+from ironflow.secrets import find_leaks
+
+PROXY = "http://127.0.0.1:8080"
+URL = "https://github.com/org/repo.git"
+RELAY = "http://127.0.0.1:8080/r/github.com/org/repo.git"
+TOKEN = "ifap_" + "ab" * 32
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_docstring_examples_hold() -> None:
+    assert doctest.testmod(workspace_git).failed == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("https://github.com/org/repo.git", ("https://github.com/org/repo.git", None)),
+        ("https://GitHub.COM/Org/Repo.git@main", ("https://github.com/Org/Repo.git", "main")),
+        ("HTTPS://gitlab.example.com/group/sub/proj", ("https://gitlab.example.com/group/sub/proj", None)),
+        ("http://git.example.test/org/repo.git/", ("http://git.example.test/org/repo.git", None)),
+        ("https://github.com/org/repo.git@v1.2.3", ("https://github.com/org/repo.git", "v1.2.3")),
+        ("https://github.com/org/repo.git@release/2024-01", ("https://github.com/org/repo.git", "release/2024-01")),
+        (f"https://github.com/org/repo.git@{SHA}", ("https://github.com/org/repo.git", SHA)),
+        ("https://github.com/o_r.g/re~po+x.git@user@work", ("https://github.com/o_r.g/re~po+x.git", "user@work")),
+    ],
+)
+def test_parse_git_source_splits_url_and_ref(text: str, expected: tuple[str, str | None]) -> None:
+    assert workspace_git.parse_git_source(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("file:///srv/repo.git", "only https:// and http://"),
+        ("ext::sh -c touch% /tmp/pwned", "printable ASCII without spaces"),
+        ("ext::sh", "only https:// and http://"),
+        ("ssh://git@github.com/org/repo.git", "only https:// and http://"),
+        ("git@github.com:org/repo.git", "only https:// and http://"),
+        ("github.com/org/repo.git", "only https:// and http://"),
+        ("https://user:hunter2PASSWORD@github.com/org/repo.git", "no user name or password"),
+        ("https://ghp_hunter2PASSWORD@github.com/org/repo.git", "no user name or password"),
+        ("https://github.com:8443/org/repo.git", "no port"),
+        ("https://[::1]/org/repo.git", "no port and no IP literal"),
+        ("https://10.0.0.1/org/repo.git", "DNS name"),
+        ("https://localhost/org/repo.git", "DNS name"),
+        ("https://github.com./org/repo.git", "DNS name"),
+        ("https://gith_ub.com/org/repo.git", "DNS name"),
+        ("https:///org/repo.git", "DNS name"),
+        ("https://github.com", "the path must name a repository"),
+        ("https://github.com/", "the path must name a repository"),
+        ("https://github.com/org/../other.git", "without '..'"),
+        ("https://github.com/org/./repo.git", "the path must name a repository"),
+        ("https://github.com//org/repo.git", "'//'"),
+        ("https://github.com/org/repo%2e%2e.git", "percent-encoding"),
+        ("https://github.com/org/repo.git?x=1", "'?'"),
+        ("https://github.com/org/repo.git#frag", "'#'"),
+        ("https://github.com/org/re\npo.git", "printable ASCII"),
+        ("https://github.com/org/repo.git\x00", "printable ASCII"),
+        ("https://github.com/org/répo.git", "printable ASCII"),
+        ("https://github.com/org/repo.git@", "invalid git source ref"),
+        ("https://github.com/org/repo.git@--upload-pack=touch", "not starting with '-'"),
+        ("https://github.com/org/repo.git@main..dev", "no '..'"),
+        ("https://github.com/org/repo.git@HEAD~1", "invalid git source ref"),
+        ("https://github.com/org/repo.git@main@{1}", "invalid git source ref"),
+        ("https://github.com/org/repo.git@x.lock", "'.lock'"),
+        ("https://github.com/org/repo.git@a/.hidden", "invalid git source ref"),
+        ("https://github.com/org/repo.git@a//b", "invalid git source ref"),
+        ("https://github.com/org/repo.git@@", "invalid git source ref"),
+        ("https://github.com/" + "a" * 2048, "up to 2048 characters"),
+    ],
+)
+def test_parse_git_source_refuses_with_the_rule_and_never_the_input(text: str, problem: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        workspace_git.parse_git_source(text)
+    assert problem in caught.value.message
+    assert isinstance(caught.value, ValueError)
+    assert not find_leaks(["hunter2PASSWORD", "touch"], caught.value)
+
+
+@given(st.text(max_size=300))
+def test_parse_git_source_raises_nothing_but_value_error(text: str) -> None:
+    try:
+        url, ref = workspace_git.parse_git_source(text)
+    except ValueError:
+        return
+    assert url.startswith(("https://", "http://"))
+    assert "@" not in url
+    assert url.isascii()
+    assert url.isprintable()
+    assert " " not in url
+    assert ref is None or not ref.startswith("-")
+    assert workspace_git.parse_git_source(url) == (url, None)
+
+
+_LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+_SEGMENT = st.from_regex(r"[A-Za-z0-9_~+-][A-Za-z0-9._~+-]{0,12}", fullmatch=True)
+_REF = st.from_regex(r"[A-Za-z0-9_+][A-Za-z0-9_+-]{0,12}(/[A-Za-z0-9_+][A-Za-z0-9_+-]{0,12}){0,2}", fullmatch=True)
+
+
+@given(
+    st.sampled_from(["https", "http"]),
+    st.lists(_LABEL, min_size=1, max_size=3),
+    st.sampled_from(["com", "org", "test"]),
+    st.lists(_SEGMENT, min_size=1, max_size=4),
+    st.none() | _REF,
+)
+def test_parse_git_source_keeps_a_valid_source_as_given(
+    scheme: str, labels: list[str], tld: str, segments: list[str], ref: str | None
+) -> None:
+    url = f"{scheme}://{'.'.join([*labels, tld])}/{'/'.join(segments)}"
+    assert workspace_git.parse_git_source(url if ref is None else f"{url}@{ref}") == (url, ref)
+
+
+def test_relay_url_puts_the_host_and_path_under_r() -> None:
+    assert workspace_git.relay_url(PROXY, URL) == RELAY
+    assert workspace_git.relay_url(PROXY + "/", "https://GitLab.Example.com/g/p") == (
+        "http://127.0.0.1:8080/r/gitlab.example.com/g/p"
+    )
+    assert workspace_git.relay_url("http://[::1]:9", URL) == "http://[::1]:9/r/github.com/org/repo.git"
+
+
+@pytest.mark.parametrize("proxy", ["127.0.0.1:8080", "ftp://proxy", "http://", "http://p/x?y", "http://u@p"])
+def test_relay_url_refuses_a_proxy_address_that_is_not_a_bare_origin(proxy: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid proxy address"):
+        workspace_git.relay_url(proxy, URL)
+
+
+def test_relay_url_refuses_a_url_still_carrying_its_ref() -> None:
+    with pytest.raises(errors.ConfigError, match="give the ref on its own"):
+        workspace_git.relay_url(PROXY, URL + "@main")
+
+
+def _config(invocation: workspace_git.GitInvocation) -> dict[str, str]:
+    env = invocation.env
+    return {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(int(env["GIT_CONFIG_COUNT"]))}
+
+
+def test_clone_at_a_name_is_one_clone_with_the_token_in_the_env_only() -> None:
+    invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="v1.2")
+    assert invocation.url == RELAY
+    assert invocation.commands == (("git", "clone", "--quiet", "--branch", "v1.2", "--", RELAY, "ws"),)
+    assert _config(invocation) == {
+        f"http.{RELAY}.extraHeader": f"Authorization: Bearer {TOKEN}",
+        "credential.helper": "",
+        "http.followRedirects": "false",
+    }
+    leaks_in_env = [v for k, v in invocation.env.items() if TOKEN in v and k != "GIT_CONFIG_VALUE_0"]
+    assert leaks_in_env == []
+    assert not find_leaks([TOKEN], invocation.commands, invocation.url, repr(invocation), str(invocation))
+
+
+def test_clone_environment_makes_git_non_interactive_and_hermetic() -> None:
+    env = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws").env
+    assert {k: env[k] for k in ("GIT_TERMINAL_PROMPT", "GIT_ASKPASS", "GIT_CONFIG_NOSYSTEM", "GIT_ALLOW_PROTOCOL")} == {
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_ALLOW_PROTOCOL": "http",
+    }
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+    https = workspace_git.clone_commands("https://proxy.example", URL, TOKEN, directory="ws").env
+    assert https["GIT_ALLOW_PROTOCOL"] == "https"
+
+
+def test_clone_of_the_default_branch_and_shallow() -> None:
+    plain = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="-odd dir")
+    assert plain.commands == (("git", "clone", "--quiet", "--", RELAY, "-odd dir"),)
+    shallow = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="main", depth=1)
+    assert shallow.commands == (("git", "clone", "--quiet", "--depth", "1", "--branch", "main", "--", RELAY, "ws"),)
+
+
+def test_clone_at_a_commit_fetches_it_by_id_and_checks_it_out_detached() -> None:
+    invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=SHA, depth=1)
+    assert invocation.commands == (
+        ("git", "init", "--quiet", "--", "ws"),
+        ("git", "-C", "ws", "remote", "add", "origin", RELAY),
+        ("git", "-C", "ws", "fetch", "--quiet", "--depth", "1", "origin", SHA),
+        ("git", "-C", "ws", "checkout", "--quiet", "--detach", "FETCH_HEAD"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"ref": "-b"}, "invalid ref"),
+        ({"ref": "--upload-pack=evil"}, "invalid ref"),
+        ({"ref": "a b"}, "invalid ref"),
+        ({"ref": "main^"}, "invalid ref"),
+        ({"depth": 0}, "invalid clone depth 0"),
+        ({"directory": ""}, "invalid clone directory"),
+        ({"directory": "ws\n"}, "invalid clone directory"),
+    ],
+)
+def test_clone_refuses_bad_arguments(kwargs: dict[str, object], problem: str) -> None:
+    args: dict[str, object] = {"directory": "ws", **kwargs}
+    with pytest.raises(errors.ConfigError, match=problem):
+        workspace_git.clone_commands(PROXY, URL, TOKEN, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("token", ["", "ifap_a\r\nX-Evil: 1", "ifap_a b", "ifap_é"])
+def test_a_token_that_could_break_the_header_is_refused_unrepeated(token: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid proxy token") as caught:
+        workspace_git.clone_commands(PROXY, URL, token, directory="ws")
+    assert not find_leaks([token], caught.value)
+
+
+def test_push_sends_head_to_a_new_branch_at_the_relay_url() -> None:
+    invocation = workspace_git.push_commands(PROXY, URL, TOKEN, directory="ws", branch="ironflow/run-1")
+    assert invocation.commands == (
+        ("git", "-C", "ws", "push", "--quiet", "--no-verify", "--force-with-lease=refs/heads/ironflow/run-1:",
+         "--", RELAY, "HEAD:refs/heads/ironflow/run-1"),
+    )  # fmt: skip
+    assert _config(invocation)[f"http.{RELAY}.extraHeader"] == f"Authorization: Bearer {TOKEN}"
+    assert not find_leaks([TOKEN], invocation.commands, repr(invocation))
+
+
+@pytest.mark.parametrize("branch", ["HEAD", SHA, "-f", "--mirror", "a..b", "a:b", "x.lock", "", "a/", ".a"])
+def test_push_refuses_a_branch_that_is_no_plain_new_name(branch: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid branch"):
+        workspace_git.push_commands(PROXY, URL, TOKEN, directory="ws", branch=branch)
+
+
+@given(st.text(max_size=80))
+def test_any_ref_is_refused_or_stays_one_plain_argument(ref: str) -> None:
+    try:
+        invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=ref)
+    except ValueError:
+        return
+    argv = [arg for command in invocation.commands for arg in command]
+    assert ref in argv
+    assert not ref.startswith("-")
+    assert ".." not in ref
+    assert ":" not in ref
