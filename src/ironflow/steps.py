@@ -372,9 +372,12 @@ class AgentConfig:
         if top.has("pod_labels"):
             kwargs["pod_labels"] = top.str_map("pod_labels")
         if top.has("workspace"):
-            ws = top.section("workspace", ("source", "apply", "max_file_bytes", "max_total_bytes"))
-            sizes = {k: ws.integer(k) for k in ("max_file_bytes", "max_total_bytes") if ws.has(k)}
-            kwargs["workspace"] = Workspace(ws.text("source"), ws.has("apply") and ws.flag("apply"), **sizes)
+            ws = top.section(
+                "workspace", ("source", "apply", "max_file_bytes", "max_total_bytes", "ref", "push_branch")
+            )
+            extra: dict[str, Any] = {k: ws.integer(k) for k in ("max_file_bytes", "max_total_bytes") if ws.has(k)}
+            extra.update({k: ws.text(k) for k in ("ref", "push_branch") if ws.has(k)})
+            kwargs["workspace"] = Workspace(ws.text("source"), ws.has("apply") and ws.flag("apply"), **extra)
         try:
             return cls(**kwargs)
         except TypeError as exc:  # a setting of the wrong shape the field checks do not name

@@ -33,7 +33,7 @@ from typing import Final
 
 from ironflow import errors
 
-__all__ = ["GitInvocation", "clone_commands", "parse_git_source", "push_commands", "relay_url"]
+__all__ = ["GitInvocation", "check_ref", "clone_commands", "parse_git_source", "push_commands", "relay_url"]
 
 _MAX_SOURCE: Final = 2048
 #: A DNS label as the proxy's host allowlist reads it (``tokens.validate_host_pattern``).
@@ -63,7 +63,7 @@ def _refuse(problem: str) -> errors.ConfigError:
     return errors.ConfigError(f"invalid git source: {problem}; {_USAGE}")
 
 
-def _check_ref(ref: str, what: str) -> str:
+def check_ref(ref: str, what: str) -> str:
     """``ref`` when git reads it as a plain name: never an option, a revision expression or a path trick."""
     segments = ref.split("/")
     if (
@@ -100,7 +100,7 @@ def _split_url(text: str) -> tuple[str, str, str, str | None]:
     path, at, ref = ("/" + tail).partition("@")
     if not slash or not _PATH.fullmatch(path) or any(s in (".", "..") for s in path.split("/")):
         raise _refuse("the path must name a repository, without '..', '//', '?', '#' or percent-encoding")
-    return scheme.lower(), host, path.rstrip("/"), _check_ref(ref, "git source ref") if at else None
+    return scheme.lower(), host, path.rstrip("/"), check_ref(ref, "git source ref") if at else None
 
 
 def parse_git_source(text: str) -> tuple[str, str | None]:
@@ -187,7 +187,7 @@ def clone_commands(
             ("git", "-C", place, "checkout", "--quiet", "--detach", "FETCH_HEAD"),
         )
     else:
-        branch = () if ref is None else ("--branch", _check_ref(ref, "ref"))
+        branch = () if ref is None else ("--branch", check_ref(ref, "ref"))
         commands = (("git", "clone", "--quiet", *shallow, *branch, "--", url, place),)
     return GitInvocation(url, commands, env)
 
@@ -201,7 +201,7 @@ def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, b
     """
     url = relay_url(proxy_url, git_url)
     env = _environment(proxy_url, url, token)
-    name = _check_ref(branch, "branch")
+    name = check_ref(branch, "branch")
     if name == "HEAD" or _COMMIT.fullmatch(name):
         raise errors.ConfigError("invalid branch: HEAD and commit ids cannot name a new branch")
     target = f"refs/heads/{name}"

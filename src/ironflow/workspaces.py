@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, workspace_git
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -118,6 +118,8 @@ class WorkspaceChanges:
     patch: bytes
     files: tuple[ChangedFile, ...]
     applied: bool = False
+    #: The branch of the git source the changes were pushed to (a git workspace's ``push_branch``).
+    pushed_branch: str | None = None
 
     @property
     def changed_paths(self) -> tuple[str, ...]:
@@ -133,6 +135,7 @@ class WorkspaceChanges:
             out["patch_base64"] = base64.b64encode(self.patch).decode()
         out["changed_files"] = [{"path": f.path, "change": f.change.value} for f in self.files]
         out["applied"] = self.applied
+        out["pushed_branch"] = self.pushed_branch
         return out
 
     @classmethod
@@ -141,33 +144,79 @@ class WorkspaceChanges:
         raw = data.get("patch_base64")
         patch = base64.b64decode(raw) if isinstance(raw, str) else str(data.get("patch", "")).encode()
         files = tuple(ChangedFile(f["path"], Change(f["change"]), None, None) for f in data.get("changed_files", ()))
-        return cls(patch, files, bool(data.get("applied", False)))
+        pushed = data.get("pushed_branch")
+        return cls(patch, files, bool(data.get("applied", False)), pushed if isinstance(pushed, str) else None)
 
 
 @dataclass(frozen=True)
 class Workspace:
-    """A host directory a step works on, as a private copy at :data:`WORKSPACE_PATH`.
+    """What a step works on at :data:`WORKSPACE_PATH`: a private copy of a host directory, or a
+    clone of a git repository made in a sandbox through the auth proxy's secret relay (the git
+    host's credential stays in the proxy).
 
     Args:
-        source: the host directory; it is read, never written, while the step runs.
-        apply: after a successful step, write its changes into ``source`` (all or none:
-            a path changed on the host meanwhile fails the apply and changes nothing).
+        source: a host directory (read, never written, while the step runs), or a git URL
+            ``https://host/org/repo.git``.
+        apply: after a successful step, write its changes into the host directory ``source``
+            (all or none: a path changed on the host meanwhile fails the apply, changing nothing).
         max_file_bytes: the largest file taken in or given back.
         max_total_bytes: the most the copy may hold, all files together.
+        ref: a git source's branch, tag or full commit id (None: its default branch).
+        push_branch: after a successful step, commit its changes and push them to this new
+            branch of the git source (a branch that exists is never moved).
     """
 
     source: str
     apply: bool = False
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    ref: str | None = None
+    push_branch: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source.strip() or "\x00" in self.source:
-            raise errors.ConfigError("workspace source must be a host directory path")
+            raise errors.ConfigError("workspace source must be a host directory path or a git URL")
         for name in ("max_file_bytes", "max_total_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise errors.ConfigError(f"workspace {name} must be a positive whole number of bytes, got {value!r}")
+        if not self.is_git:
+            if self.ref is not None or self.push_branch is not None:
+                raise errors.ConfigError("workspace ref and push_branch need a git URL source")
+            return
+        url, embedded = workspace_git.parse_git_source(self.source)
+        if embedded is not None:
+            raise errors.ConfigError("give a git workspace's ref as ref=, not as @<ref> in the source")
+        object.__setattr__(self, "source", url)
+        if self.apply:
+            raise errors.ConfigError(
+                "apply writes a host directory; a git workspace gives its change back by push_branch"
+            )
+        if self.ref is not None:
+            workspace_git.check_ref(self.ref, "workspace ref")
+        if self.push_branch is not None:
+            workspace_git.check_ref(self.push_branch, "workspace push_branch")
+
+    @classmethod
+    def parse(cls, text: str, **options: Any) -> Workspace:
+        """``DIR`` or ``GIT_URL[@REF]`` (the command line's form) as a workspace."""
+        if _looks_like_url(text):
+            url, ref = workspace_git.parse_git_source(text)
+            return cls(url, ref=ref, **options)
+        return cls(text, **options)
+
+    @property
+    def is_git(self) -> bool:
+        return _looks_like_url(self.source)
+
+    @property
+    def git_host(self) -> str:
+        """A git source's host, as the proxy's secret allowlist names it."""
+        return self.source.split("://", 1)[1].split("/", 1)[0]
+
+
+def _looks_like_url(text: str) -> bool:
+    return "://" in text or text.startswith("git@")
 
 
 def is_git_internal(path: str) -> bool:

@@ -36,12 +36,14 @@ from ironflow.k8s import commands
 from ironflow.k8s.command_runner import PodRunOutput
 from ironflow.k8s.commands import PodRun
 from ironflow.kube.clusters import ClusterConfig
+from ironflow.local.git_workspaces import GitHosts
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
 from ironflow.provider import AgentProvider
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 
 __all__ = ["register"]
+
 
 class Output(StrEnum):
     """``--output`` of ``agent``: the answer alone, or the answer with its usage as JSON."""
@@ -120,10 +122,14 @@ async def _run_step(config: AgentConfig, provider: AgentProvider) -> AgentResult
         return await provider.run(config)
 
 
-async def _run_faked(config: AgentConfig, script: Script, isolation: Isolation, timeout_s: float) -> AgentResult:
+async def _run_faked(
+    config: AgentConfig, script: Script, isolation: Isolation, timeout_s: float, git_hosts: GitHosts | None
+) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
     async with backends.fake_model(script) as credential:
-        provider = backends.build_provider(Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential)
+        provider = backends.build_provider(
+            Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential, git_hosts=git_hosts
+        )
         return await _run_step(config, provider)
 
 
@@ -158,6 +164,7 @@ def agent(
     workspace: ws.WorkspaceOption = None,
     patch: ws.PatchOption = None,
     apply: ws.ApplyOption = False,
+    push: ws.PushOption = None,
     allowed_tools: Annotated[
         list[str] | None,
         typer.Option(
@@ -169,7 +176,7 @@ def agent(
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = _prompt(prompt)
     script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)
-    spec = ws.workspace(workspace, patch=patch, apply=apply)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
     tools = _tools(allowed_tools)
     if model is not None and not model.strip():
         exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
@@ -181,12 +188,12 @@ def agent(
         config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox"):
-                result = asyncio.run(_run_faked(config, script, isolation, timeout))
+                result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec)))
         else:
             if backend is Backend.LOCAL:
                 _require_credential_env()
             provider = backends.build_provider(
-                backend, provider_file=provider_file, isolation=isolation, timeout=timeout
+                backend, provider_file=provider_file, isolation=isolation, timeout=timeout, git_hosts=ws.git_hosts(spec)
             )
             with _progress(f"running the step in {backends.where(provider)}"):
                 result = asyncio.run(_run_step(config, provider))
@@ -257,6 +264,7 @@ def exec_command(
     workspace: ws.WorkspaceOption = None,
     patch: ws.PatchOption = None,
     apply: ws.ApplyOption = False,
+    push: ws.PushOption = None,
     mount: ws.MountOption = None,
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text: the command's own output; json: it, and the patch.")
@@ -276,7 +284,7 @@ def exec_command(
             "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
             "(ironflow agent --backend agent-sandbox)"
         )
-    spec = ws.workspace(workspace, patch=patch, apply=apply)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
     read_only, writable = ws.mounts(mount)
     if backend is Backend.K8S:
         if spec is not None or mount:
@@ -284,7 +292,7 @@ def exec_command(
         _exec_k8s(argv, provider_file, timeout)
     stdin = ws.read_stdin()
     try:
-        provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout)
+        provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
         result = asyncio.run(
             provider.run_command(
                 argv, stdin=stdin, workspace=spec, read_only_mounts=read_only, writable_mounts=writable

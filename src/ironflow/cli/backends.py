@@ -30,6 +30,7 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters
 from ironflow.kube.api import KubeApi
+from ironflow.local.git_workspaces import GitHosts
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.provider import AgentProvider
 from ironflow.secrets import Secret
@@ -114,13 +115,14 @@ def build_provider(
     isolation: Isolation = Isolation.BWRAP,
     timeout: float = DEFAULT_TIMEOUT_S,
     credential: ProxyCredential | None = None,
+    git_hosts: GitHosts | None = None,
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options, k8s / agent-sandbox from the file."""
     if backend is Backend.K8S:
         return k8s_provider(provider_file)
     if backend is Backend.AGENT_SANDBOX:
         return agent_sandbox_provider(provider_file)
-    return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential)
+    return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)
 
 
 def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:

@@ -1,10 +1,12 @@
 """The workspace options of ``ironflow agent`` and ``ironflow exec``, and where their patch goes.
 
 ``--workspace DIR`` runs the step in a private copy of DIR at ``/workspace`` (its working
-directory); ``--patch FILE`` writes what it changed there as a git patch (``-``: stdout, and
-then the step's own output goes to stderr); ``--apply`` writes the changes into DIR after a
-successful step. ``--mount SRC:DST[:ro|rw]`` (``exec``) shows more host directories. Each bad
-value exits 2 with one line (:func:`~ironflow.cli.exits.fail`).
+directory); ``--workspace GIT_URL[@REF]`` in a clone made through the auth proxy, whose token
+for the host comes from ``IRONFLOW_GIT_TOKEN`` and stays in the proxy. ``--patch FILE``
+writes what the step changed there as a git patch (``-``: stdout, and then the step's own
+output goes to stderr); ``--apply`` writes the changes into DIR after a successful step, and
+``--push BRANCH`` commits and pushes a git workspace's. ``--mount SRC:DST[:ro|rw]`` (``exec``)
+shows more host directories. Each bad value exits 2 with one line (:func:`~ironflow.cli.exits.fail`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ from typing import Annotated, Final
 
 import typer
 
+from ironflow import errors
 from ironflow.cli import exits
 from ironflow.local.bwrap import ReadOnlyMount, WritableMount
+from ironflow.local.git_workspaces import GitCredential, GitHosts
+from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = [
     "ApplyOption",
     "MountOption",
     "PatchOption",
+    "PushOption",
     "WorkspaceOption",
+    "git_hosts",
     "mounts",
     "read_stdin",
     "workspace",
@@ -38,10 +45,24 @@ WorkspaceOption = Annotated[
     str | None,
     typer.Option(
         "--workspace",
-        help="Run in a private copy of this directory at /workspace; DIR itself is not written.",
+        help="Run in a private copy of DIR at /workspace (DIR is not written), or in a clone of "
+        "GIT_URL[@REF] made through the auth proxy (the host's token: IRONFLOW_GIT_TOKEN).",
+        metavar="DIR|GIT_URL[@REF]",
         show_default=False,
     ),
 ]
+PushOption = Annotated[
+    str | None,
+    typer.Option("--push", help="Git workspace: after a successful step, push its change to this new branch.",
+                 metavar="BRANCH"),
+]  # fmt: skip
+
+#: The git host token a git workspace's proxy injects, read from the worker's environment.
+GIT_TOKEN_ENV: Final = "IRONFLOW_GIT_TOKEN"  # noqa: S105 - a variable name
+#: The Basic user name sent with it (GitHub and GitLab take any; x-access-token by default).
+GIT_USERNAME_ENV: Final = "IRONFLOW_GIT_USERNAME"
+#: A mirror the proxy relays the git host to instead: ``<mirror>/<host>/<path>``.
+GIT_UPSTREAM_ENV: Final = "IRONFLOW_GIT_UPSTREAM"
 PatchOption = Annotated[
     str | None,
     typer.Option("--patch", help="Write the workspace's changes as a git patch to FILE ('-': stdout).", metavar="FILE"),
@@ -55,26 +76,44 @@ MountOption = Annotated[
 ]
 
 
-def workspace(text: str | None, *, patch: str | None, apply: bool) -> Workspace | None:
+def workspace(text: str | None, *, patch: str | None, apply: bool, push: str | None = None) -> Workspace | None:
     """The ``--workspace`` value, or None; exits 2 on a value that cannot work."""
     if text is None:
-        if patch is not None or apply:
-            exits.fail("--patch and --apply need --workspace DIR")
+        if patch is not None or apply or push is not None:
+            exits.fail("--patch, --apply and --push need --workspace DIR|GIT_URL")
         return None
-    path = Path(text)
-    if "://" in text or text.startswith("git@"):
-        exits.fail(f"--workspace '{text}' is a git URL; workspaces take a host directory for now (clone it first)")
-    if not path.is_dir():
-        exits.fail(f"--workspace '{text}' is not a directory")
+    git = "://" in text or text.startswith("git@")
+    if git and apply:
+        exits.fail("--apply writes a directory; a git workspace's change goes back with --push BRANCH")
+    if not git:
+        if push is not None:
+            exits.fail("--push needs a git workspace: --workspace https://host/org/repo.git[@REF]")
+        if not Path(text).is_dir():
+            exits.fail(f"--workspace '{text}' is not a directory")
     if patch is not None and patch != "-":
         target = Path(patch)
         if target.is_dir() or not target.parent.is_dir():
             exits.fail(f"--patch '{patch}' must name a file in an existing directory")
         inside = os.path.realpath(target.parent)
-        root = os.path.realpath(path)
-        if inside == root or inside.startswith(root + os.sep):
+        root = os.path.realpath(text)
+        if not git and (inside == root or inside.startswith(root + os.sep)):
             exits.fail(f"--patch '{patch}' is inside the workspace; write it elsewhere")
-    return Workspace(text, apply=apply)
+    try:
+        return Workspace.parse(text, apply=apply, push_branch=push) if git else Workspace(text, apply=apply)
+    except errors.ConfigError as exc:
+        exits.fail(f"--workspace: {exc.message}")
+
+
+def git_hosts(spec: Workspace | None) -> GitHosts | None:
+    """The git host credential of a git workspace, from :data:`GIT_TOKEN_ENV`; exits 2 without it."""
+    if spec is None or not spec.is_git:
+        return None
+    token = os.environ.get(GIT_TOKEN_ENV, "").strip()
+    if not token:
+        exits.fail(f"a git workspace needs the host's token in {GIT_TOKEN_ENV} (it stays in the proxy)")
+    username = os.environ.get(GIT_USERNAME_ENV, "").strip() or "x-access-token"
+    mirror = os.environ.get(GIT_UPSTREAM_ENV, "").strip() or None
+    return GitHosts({spec.git_host: GitCredential(Secret(token), username)}, upstream=mirror)
 
 
 def mounts(values: list[str] | None) -> tuple[tuple[ReadOnlyMount, ...], tuple[WritableMount, ...]]:

@@ -30,7 +30,18 @@ from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
-from ironflow.local import bwrap, cgroups, gvisor, identity, proxy_session, runner, sandbox_argv, settings, workdirs
+from ironflow.local import (
+    bwrap,
+    cgroups,
+    git_workspaces,
+    gvisor,
+    identity,
+    proxy_session,
+    runner,
+    sandbox_argv,
+    settings,
+    workdirs,
+)
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
@@ -108,6 +119,7 @@ class LocalSandboxProvider(ProviderBase):
             :meth:`limits_report` says which hold on this machine and how.
         sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
             (so root-only host files stay unreadable); ignored otherwise.
+        git_hosts: the git hosts' credentials (kept in the proxy) for git workspaces.
     """
 
     def __init__(
@@ -128,6 +140,7 @@ class LocalSandboxProvider(ProviderBase):
         temp_dir: str | None = None,
         limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
         sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
+        git_hosts: git_workspaces.GitHosts | None = None,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -174,6 +187,7 @@ class LocalSandboxProvider(ProviderBase):
             )
         self.sessions_dir = sessions_dir
         self.limits = limits
+        self.git_hosts = git_hosts or git_workspaces.GitHosts()
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
         self.processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
@@ -241,7 +255,7 @@ class LocalSandboxProvider(ProviderBase):
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             prepared: local_workspaces.PreparedWorkspace | None = None
             if workspace is not None and tmp is not None:
-                prepared = await asyncio.to_thread(local_workspaces.prepare, workspace, tmp, sandbox_uid=self._host_uid)
+                prepared = await self._open_workspace(workspace, tmp)
                 writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH), *writable)
                 working_dir = working_dir or WORKSPACE_PATH
             socket_path: str | None = None
@@ -287,7 +301,8 @@ class LocalSandboxProvider(ProviderBase):
             out, err = _text(finished.stdout), _text(finished.stderr)
             code = sandbox_argv.command_exit_code(finished.code, err)
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
-            changes = None if prepared is None else await local_workspaces.finish(prepared, succeeded=code == 0)
+            message = "ironflow exec: " + errors.truncate(" ".join(argv), 200)
+            changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
         return CommandResult(code, out, err, time.monotonic() - start, changes)
 
     # -- agent steps --
@@ -329,9 +344,7 @@ class LocalSandboxProvider(ProviderBase):
             prepared: local_workspaces.PreparedWorkspace | None = None
             writable: tuple[bwrap.WritableMount, ...] = ()
             if config.workspace is not None:
-                prepared = await asyncio.to_thread(
-                    local_workspaces.prepare, config.workspace, tmp, sandbox_uid=self._host_uid
-                )
+                prepared = await self._open_workspace(config.workspace, tmp)
                 writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             async with _proxy(
                 credential,
@@ -380,9 +393,30 @@ class LocalSandboxProvider(ProviderBase):
                 result = output.parse_output(out, config, wall_ms=wall_ms)
             else:
                 result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
-            changes = None if prepared is None else await local_workspaces.finish(prepared, succeeded=True)
+            message = f"ironflow {step}: " + errors.truncate(config.prompt.splitlines()[0], 200)
+            changes = None if prepared is None else await self._close_workspace(prepared, True, message)
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id, workspace=changes)
+
+    async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
+        # A host directory's copy, or a git source's clone (made in a sandbox of its own).
+        if spec.is_git:
+            return await git_workspaces.clone(
+                spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout
+            )
+        return await asyncio.to_thread(local_workspaces.prepare, spec, tmp, sandbox_uid=self._host_uid)
+
+    async def _close_workspace(
+        self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
+    ) -> WorkspaceChanges:
+        """What the step changed; applied to the host directory, or pushed, when it succeeded and asked."""
+        changes = await local_workspaces.finish(prepared, succeeded=succeeded)
+        if succeeded and prepared.spec.push_branch is not None:
+            changes = await git_workspaces.push(
+                prepared, changes, processes=self.processes, shape=self.shape(), hosts=self.git_hosts,
+                limit_s=self.timeout, message=message,
+            )  # fmt: skip
+        return changes
 
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""

@@ -19,7 +19,7 @@ from typing import Literal
 from ironflow.auth_proxy import app, config, registry, tokens
 from ironflow.secrets import Secret
 
-__all__ = ["proxy_session"]
+__all__ = ["proxy_session", "secret_session"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -36,25 +36,57 @@ async def proxy_session(
     expires_in: float,
 ) -> AsyncIterator[Secret]:
     """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds."""
+    async with (
+        _serving(socket_path, upstream, None) as running,
+        _token(running, tokens.ClaudeCredential(kind, credential), run_id, step, expires_in) as token,
+    ):
+        yield token
+
+
+@contextlib.asynccontextmanager
+async def secret_session(
+    secret: tokens.SecretCredential,
+    *,
+    socket_path: str,
+    run_id: str,
+    step: str,
+    expires_in: float,
+    secret_upstream: str | None = None,
+) -> AsyncIterator[Secret]:
+    """As :func:`proxy_session`, for a proxied secret relayed under ``/r/<host>/`` (a git host's
+    token for a workspace); ``secret_upstream`` sends ``/r/<host>/…`` to ``<secret_upstream>/<host>/…``
+    instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
+    async with (
+        _serving(socket_path, "https://api.anthropic.com", secret_upstream) as running,
+        _token(running, secret, run_id, step, expires_in) as token,
+    ):
+        yield token
+
+
+@contextlib.asynccontextmanager
+async def _serving(socket_path: str, upstream: str, secret_upstream: str | None) -> AsyncIterator[app.RunningProxy]:
     settings = config.AuthProxyConfig(
         admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
         upstream=upstream,
         metrics_enabled=False,
         registry=registry.MemoryRegistry(),
+        secret_upstream=secret_upstream,
     )
     async with app.run_auth_proxy(settings, unix_socket=socket_path) as running:
-        # Whole seconds, at most the 24 h the proxy accepts.
-        expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
-        request = tokens.TokenRequest(
-            run_id=run_id,
-            step=step,
-            expires_at=expires_at,
-            credential=tokens.ClaudeCredential(kind, credential),
-        )
-        grant, token = await registry.issue(running.registry, request)
-        log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)
-        try:
-            yield token
-        finally:
-            await running.registry.revoke(grant.id)
-            log.info("auth proxy token revoked: token=%s", grant.id[:12])
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def _token(
+    running: app.RunningProxy, credential: tokens.Credential, run_id: str, step: str, expires_in: float
+) -> AsyncIterator[Secret]:
+    # Whole seconds, at most the 24 h the proxy accepts.
+    expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
+    request = tokens.TokenRequest(run_id=run_id, step=step, expires_at=expires_at, credential=credential)
+    grant, token = await registry.issue(running.registry, request)
+    log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)
+    try:
+        yield token
+    finally:
+        await running.registry.revoke(grant.id)
+        log.info("auth proxy token revoked: token=%s", grant.id[:12])

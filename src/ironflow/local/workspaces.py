@@ -147,14 +147,14 @@ def snapshot(
     return out
 
 
-def prepare(spec: Workspace, run_dir: str, *, sandbox_uid: int | None) -> PreparedWorkspace:
-    """Copy ``spec.source`` into ``run_dir`` for a sandbox; ``sandbox_uid`` (a root worker's
-    sandbox uid) is given the copy, so the sandbox can write it.
+def prepare(spec: Workspace, run_dir: str, *, sandbox_uid: int | None, source: str | None = None) -> PreparedWorkspace:
+    """Copy ``spec.source`` (or ``source``: a git workspace's clone) into ``run_dir`` for a
+    sandbox; ``sandbox_uid`` (a root worker's sandbox uid) is given the copy, so the sandbox can write it.
 
     Raises:
         WorkspaceRefused: the source is no directory, or holds what a workspace may not.
     """
-    source = os.path.realpath(spec.source)
+    source = os.path.realpath(source or spec.source)
     if not os.path.isdir(source):
         raise errors.WorkspaceRefused(f"workspace '{spec.source}' is not a directory")
     try:

@@ -281,6 +281,7 @@ async def test_a_workspace_needs_bubblewrap(tmp_path: Path) -> None:
 def ironflow(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-c", "from ironflow.cli.app import main; main()", *args],
+        env={k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_GIT_")},
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
@@ -319,8 +320,11 @@ def test_exec_forwards_piped_stdin_and_mounts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--patch", "p"), b"--patch and --apply need --workspace DIR"),
-        (("--workspace", "https://github.com/o/r.git"), b"is a git URL"),
+        (("--patch", "p"), b"--patch, --apply and --push need --workspace"),
+        (("--workspace", "https://github.com/o/r.git"), b"needs the host's token in IRONFLOW_GIT_TOKEN"),
+        (("--workspace", "https://github.com/o/r.git", "--apply"), b"--push BRANCH"),
+        (("--workspace", "https://u:p@github.com/o/r.git"), b"no user name or password"),
+        (("--workspace", ".", "--push", "b"), b"--push needs a git workspace"),
         (("--workspace", "/no/such/dir"), b"is not a directory"),
         (("--mount", "/etc"), b"must be SRC:DST"),
         (("--mount", "/etc:/data:rx"), b"must be SRC:DST"),
