@@ -26,6 +26,7 @@ __all__ = [
     "CLAIM_NAME_PREFIX",
     "ClaimReapReport",
     "Resources",
+    "bound_sandbox",
     "claim_problem",
     "claim_reap_reason",
     "condition",
@@ -105,6 +106,12 @@ _NEVER_READY: Final = {
     "PodSucceeded": True,
     "MultiplePods": True,
 }
+
+
+def bound_sandbox(claim: Mapping[str, Any]) -> str | None:
+    """The Sandbox the claim's controller bound it to (``status.sandbox.name``), or None yet."""
+    name = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    return str(name) if name else None
 
 
 def claim_problem(claim: Mapping[str, Any]) -> pod_problems.Verdict | None:

@@ -26,9 +26,9 @@ from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import manifests as pod_manifests
-from ironflow.k8s import pods, reaper
+from ironflow.k8s import pod_wait, pods, reaper
 from ironflow.kube import api as kube
-from ironflow.kube import connections, informer
+from ironflow.kube import connections, informer, pod_problems, pod_status
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
@@ -173,8 +173,22 @@ class SandboxStepRunner:
                     await claims.delete_quietly(api, res.claims, self.namespace, name)
 
     async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
+        """The claim once Ready; at once the cluster's reason when the claim, or the pod of the
+        sandbox it is bound to, will not get there (a bad image, a missing Secret, no node)."""
         timeout = self.settings.ready_timeout_s
-        ready = await claims.wait_ready(api, self.resources.claims, self.namespace, name, timeout_s=timeout)
+        claim_wait = asyncio.ensure_future(
+            claims.wait_ready(api, self.resources.claims, self.namespace, name, timeout_s=timeout)
+        )
+        pod_watch = asyncio.ensure_future(self._watch_sandbox_pod(api, name, timeout))
+        try:
+            await asyncio.wait((claim_wait, pod_watch), return_when=asyncio.FIRST_COMPLETED)
+            if pod_watch.done() and not claim_wait.done():
+                pod_watch.result()  # the pod's verdict; a pod that runs leaves the answer to the claim
+            ready = await claim_wait
+        finally:
+            for task in (claim_wait, pod_watch):
+                task.cancel()
+            await asyncio.gather(claim_wait, pod_watch, return_exceptions=True)
         if ready is None:
             last = informer.informer_for(api, self.namespace, self.resources.claims).get(name) or {}
             cond = claims.condition(last, "Ready") or {}
@@ -184,6 +198,19 @@ class SandboxStepRunner:
                 "Check the warm pool and the agent-sandbox controller"
             )
         return ready
+
+    async def _watch_sandbox_pod(self, api: kube.KubeApi, claim: str, timeout_s: float) -> None:
+        """Once the claim is bound to a sandbox, classify its pod as a pod step's is classified
+        (:func:`ironflow.k8s.pod_wait.wait_for`): raises the verdict's error; returns once the pod
+        runs, or when the claim never binds (the claim's own wait decides then)."""
+        shared = informer.informer_for(api, self.namespace, self.resources.claims)
+        bound = await shared.wait_for(claim, lambda c: bool(claims.bound_sandbox(c)), timeout_s)
+        sandbox = claims.bound_sandbox(bound) if bound is not None else None
+        if sandbox is None:
+            return
+        pod = await self._pod_name(api, sandbox)
+        grace = pod_problems.PullGrace(self.settings.pod.settings.image_pull_grace_s)
+        await pod_wait.wait_for(api, self.namespace, pod, pod_status.pod_started, timeout_s, grace)
 
     async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
         try:
@@ -202,7 +229,7 @@ class SandboxStepRunner:
         sink: LogSink | None,
         started: float,
     ) -> results.AgentResult:
-        sandbox = ((ready.get("status") or {}).get("sandbox") or {}).get("name")
+        sandbox = claims.bound_sandbox(ready)
         if not sandbox:
             raise errors.KubernetesError(
                 f"SandboxClaim '{claim['metadata']['name']}' is Ready without status.sandbox.name"

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakes.kubecase import hold_create_answers
+from tests.fakes.kubecase import ServerControl, hold_create_answers
+from tests.fakes.kubelet_problems import PROBLEMS, Problem
 from tests.fakes.unclosed import unclosed_after_collect
 
 from ironflow import errors
@@ -78,9 +79,12 @@ class Env:
     home: Path
     claude: Path
 
-    def provider(self, *, replicas: int = 1, timeout: float = 10, proxied: bool = False) -> AgentSandboxProvider:
+    def provider(
+        self, *, replicas: int = 1, timeout: float = 10, proxied: bool = False, image_pull_grace: float = 60
+    ) -> AgentSandboxProvider:
         pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(self.ns)
         pod = pod.claude_path(str(self.claude)).timeout(timeout).previous_attempt_timeout(2)
+        pod = pod.image_pull_grace(image_pull_grace)
         if proxied:
             pod = pod.auth_proxy("http://auth-proxy.ironflow:8080")
         return AgentSandboxProvider(pod).warm_pool(replicas=replicas).ready_timeout(2)
@@ -249,6 +253,35 @@ async def test_claim_the_controller_refuses_fails_at_once_with_its_reason(env: E
     with pytest.raises(errors.SandboxRefused, match=r"^SandboxClaim claude-claim-\S+ cannot start: WarmPoolNotFound: "):
         await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "refused"))
     assert time.monotonic() - started < 10
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+    assert env.server.execs == []
+
+
+@pytest.mark.parametrize("problem", [p for p in PROBLEMS if p.where != "scheduler"], ids=lambda p: p.reason)
+async def test_a_sandbox_pod_that_cannot_start_ends_the_step_at_once_with_its_reason(
+    env: Env, problem: Problem
+) -> None:
+    """The claim is bound, its sandbox's pod shows what the kubelet wrote: the step ends within
+    5 s with the pod, the reason and the kubelet's message, not after the ready timeout."""
+    env.controller.stall = lambda claim: True  # the pod never runs by itself
+    p = env.provider(replicas=0, image_pull_grace=0).ready_timeout(60)
+    await env.apply_template(p)
+    task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "pull")))
+    try:
+        pods = await eventually(lambda: env.server.objects(k8s.PODS, env.ns), what="the sandbox's pod")
+        name = pods[0]["metadata"]["name"]
+        await ServerControl(env.server).report_problem(env.ns, name, problem.reason, problem.message)
+        shown = time.monotonic()
+        with pytest.raises(errors.IronflowError) as caught:
+            await asyncio.wait_for(task, timeout=30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert time.monotonic() - shown < 5
+    exc = caught.value
+    assert f"pod {name} " in exc.message
+    assert f": {problem.reason}: " in exc.message
+    assert isinstance(exc, errors.SandboxFailed if problem.retryable else errors.SandboxRefused)
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
     assert env.server.execs == []
 

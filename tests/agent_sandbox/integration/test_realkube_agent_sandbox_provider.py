@@ -45,7 +45,7 @@ from ironflow.secrets import Secret, find_leaks
 from ironflow.steps import AgentConfig
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer
-from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.kubeenv import MANUAL_NAMESPACE_PREFIX, KubeEnv
 from ironflow.testing.polling import eventually, eventually_sync
 
 
@@ -154,8 +154,8 @@ class RealEnv:
 
 
 @contextlib.contextmanager
-def _namespace(kube: KubeEnv, annotations: Mapping[str, str] | None = None) -> Iterator[str]:
-    name = f"asr-{uuid.uuid4().hex[:8]}"
+def _namespace(kube: KubeEnv, annotations: Mapping[str, str] | None = None, *, prefix: str = "") -> Iterator[str]:
+    name = f"{prefix}asr-{uuid.uuid4().hex[:8]}"
     kube.create_namespace(name, labels=RESTRICTED, annotations=annotations)
     try:
         yield name
@@ -179,10 +179,10 @@ def _allow_exec(kube: KubeEnv, ns: str, work_dir: Path, home: Path, env: Mapping
 
 @contextlib.asynccontextmanager
 async def _real_env(
-    kube: KubeEnv, tmp_path: Path, annotations: Mapping[str, str] | None = None
+    kube: KubeEnv, tmp_path: Path, annotations: Mapping[str, str] | None = None, *, prefix: str = ""
 ) -> AsyncIterator[RealEnv]:
     home, claude = suite.write_agent_stand_in(tmp_path)  # the stand-in suite's agent
-    with _namespace(kube, annotations) as ns:
+    with _namespace(kube, annotations, prefix=prefix) as ns:
         await asyncio.to_thread(_allow_exec, kube, ns, tmp_path, home)
         async with await k8s.KubeApi.connect(kube.cluster_config()) as api:
             yield RealEnv(kube, api, ns, home, claude)
@@ -229,6 +229,14 @@ async def env(kube_env: KubeEnv, gc_knows_sandboxes: None, tmp_path: Path) -> As
 async def stuck_env(kube_env: KubeEnv, gc_knows_sandboxes: None, tmp_path: Path) -> AsyncIterator[RealEnv]:
     """A namespace whose pods no node accepts: every Sandbox stays not Ready."""
     async with _real_env(kube_env, tmp_path, UNSCHEDULABLE) as real:
+        yield real
+
+
+@pytest.fixture
+async def held_env(kube_env: KubeEnv, gc_knows_sandboxes: None, tmp_path: Path) -> AsyncIterator[RealEnv]:
+    """A namespace whose pods stay Pending with no verdict: no node takes them, and the scheduler
+    is kept from calling them Unschedulable (a kubelet-manual namespace): every Sandbox waits."""
+    async with _real_env(kube_env, tmp_path, UNSCHEDULABLE, prefix=MANUAL_NAMESPACE_PREFIX) as real:
         yield real
 
 
@@ -297,14 +305,23 @@ async def test_warm_adoption_takes_the_ready_pool_member_and_the_pool_refills(en
     assert name not in {p["metadata"]["name"] for p in env.pods()}
 
 
-async def test_claim_whose_pod_cannot_be_scheduled_times_out_and_leaves_nothing(stuck_env: RealEnv) -> None:
+async def test_claim_whose_pod_cannot_be_scheduled_fails_at_once_with_the_schedulers_reason(
+    stuck_env: RealEnv,
+) -> None:
+    """The real controller makes the sandbox's pod, the real scheduler finds no node for it: the
+    step ends with Unschedulable and kube-scheduler's message well before the ready timeout."""
     env = stuck_env
     env.record_execs()
-    p = env.provider(replicas=0, ready=3)
+    p = env.provider(replicas=0, ready=60)
     await env.apply_template(p)
-    why = r"did not become Ready within 3s \(Ready=False, reason DependenciesNotReady\)"
-    with pytest.raises(errors.OperationTimeout, match=why):
+    started = time.monotonic()
+    with pytest.raises(errors.SandboxFailed) as caught:
         await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "stuck"))
+    assert time.monotonic() - started < 20, "the step waited for the ready timeout"
+    exc = caught.value
+    assert exc.reason == "Unschedulable"
+    assert exc.retryable
+    assert f"{exc.subject} cannot start: Unschedulable: 0/1 nodes are available" in exc.message
     assert env.execs == []
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
@@ -322,8 +339,8 @@ async def test_claim_on_an_unknown_pool_fails_at_once_and_is_deleted(env: RealEn
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
 
-async def test_cancelled_while_waiting_for_ready_leaves_nothing(stuck_env: RealEnv) -> None:
-    env = stuck_env
+async def test_cancelled_while_waiting_for_ready_leaves_nothing(held_env: RealEnv) -> None:
+    env = held_env
     p = env.provider(replicas=0)
     await env.apply_template(p)
     task = asyncio.ensure_future(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "c")))
