@@ -21,6 +21,7 @@ from typing import Any
 
 from ironflow import errors, labels
 from ironflow.k8s import hardening
+from ironflow.kube import pod_problems
 
 __all__ = [
     "JobRunSettings",
@@ -222,6 +223,8 @@ class PodRunSettings:
     env: tuple[tuple[str, str], ...] = ()
     restricted_uid: int | None = None
     restricted_read_only_root: bool = False
+    #: How long a failing image pull is tolerated (the kubelet retries it) before the run ends.
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S
 
 
 @dataclass(frozen=True)

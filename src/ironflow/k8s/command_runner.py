@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors, labels
-from ironflow.k8s import pods
+from ironflow.k8s import pod_wait, pods
 from ironflow.kube import api as kube
-from ironflow.kube import informer, pod_status
+from ironflow.kube import informer, pod_problems, pod_status
 
 __all__ = ["PodRunOutput", "run_job", "run_pod"]
 
@@ -62,12 +62,23 @@ async def _create(api: kube.KubeApi, resource: kube.Resource, body: dict[str, An
         raise
 
 
-async def run_pod(api: kube.KubeApi, body: dict[str, Any], *, timeout_s: float) -> PodRunOutput:
-    """Create the pod ``body`` renders, wait for its end on the shared watch, read logs, delete it."""
+async def run_pod(
+    api: kube.KubeApi,
+    body: dict[str, Any],
+    *,
+    timeout_s: float,
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S,
+) -> PodRunOutput:
+    """Create the pod ``body`` renders, wait for its end on the shared watch, read logs, delete it.
+
+    A pod that cannot start or that the node stopped ends the wait at once with the cluster's
+    reason (:func:`ironflow.k8s.pod_wait.wait_for`), as a step's pod does.
+    """
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     await _create(api, kube.PODS, body)
     try:
-        pod = await pods.wait_for_pod(api, namespace, name, pod_status.pod_finished, timeout_s)
+        grace = pod_problems.PullGrace(image_pull_grace_s)
+        pod = await pod_wait.wait_for(api, namespace, name, pod_status.pod_finished, timeout_s, grace)
         if pod is None:
             raise errors.OperationTimeout(f"pod '{name}' did not finish within {timeout_s:g}s")
         phase = pod_status.phase(pod)

@@ -147,6 +147,12 @@ class PodRun(_Builders):
     def image_pull_secret(self, name: str) -> PodRun:
         return self._set(image_pull_secret=name)
 
+    def image_pull_grace(self, seconds: float) -> PodRun:
+        """How long ``ErrImagePull`` / ``ImagePullBackOff`` is tolerated before the run ends with it."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise errors.ConfigError(f"image_pull_grace must be a finite number of seconds >= 0, got {seconds!r}")
+        return self._set(image_pull_grace_s=float(seconds))
+
     def resources(self, spec: command_manifests.ResourceSpec) -> PodRun:
         return self._set(resources=spec)
 
@@ -179,9 +185,18 @@ class PodRun(_Builders):
         return command_manifests.pod_manifest(self.name, self.image, self.command, self.settings, now=now)
 
     async def run(self, api: kube.KubeApi | None = None) -> command_runner.PodRunOutput:
-        """Create the pod, wait for it to end on the shared watch, read logs, delete it."""
+        """Create the pod, wait for it to end on the shared watch, read logs, delete it.
+
+        Raises:
+            SandboxRefused, SandboxFailed: the pod cannot start or the node stopped it (a bad
+                image, a missing Secret, Unschedulable, OOMKilled, Evicted), at once, with the reason.
+            OperationTimeout: it did not end within its timeout.
+        """
         client = _need_api("PodRun", api or self.api)
-        return await command_runner.run_pod(client, self.build_pod(), timeout_s=self.settings.timeout_s)
+        s = self.settings
+        return await command_runner.run_pod(
+            client, self.build_pod(), timeout_s=s.timeout_s, image_pull_grace_s=s.image_pull_grace_s
+        )
 
 
 @dataclass(frozen=True)
@@ -277,6 +292,7 @@ def exec_pod_run(
         .restricted(uid, read_only_root=read_only_root)
         .timeout(timeout_s)
         .active_deadline_seconds(math.ceil(timeout_s))
+        .image_pull_grace(settings.image_pull_grace_s)
     )
     if sandbox is not None:
         run = run.expiry_margin(sandbox.deadline_margin_s)

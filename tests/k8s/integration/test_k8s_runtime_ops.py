@@ -13,6 +13,7 @@ import asyncio
 
 import pytest
 from tests.fakes.kubecase import KubeCase, names, nothing_left
+from tests.fakes.kubelet_problems import PROBLEMS, Problem
 
 from ironflow import errors, labels
 from ironflow.k8s.commands import JobRun, PodRun
@@ -87,6 +88,28 @@ async def test_run_pod_uses_the_shared_watch_not_polling(kube: KubeCase, server:
     assert server.count("watch", "pods") == 1
     assert server.count("create", "pods") == 1
     assert server.count("delete", "pods") == 1
+
+
+@pytest.mark.parametrize(
+    "problem", [p for p in PROBLEMS if p.reason in ("ErrImagePull", "CreateContainerConfigError", "OOMKilled")],
+    ids=lambda p: p.reason,
+)  # fmt: skip
+async def test_a_pod_run_whose_pod_cannot_run_ends_at_once_with_the_reason(kube: KubeCase, problem: Problem) -> None:
+    """Not after its timeout: the kubelet's reason, the pod's name, retryable as the reason says; deleted."""
+    task = asyncio.ensure_future(check(kube.namespace).timeout(60).image_pull_grace(0).run(kube.api))
+    try:
+        await eventually(lambda: names(kube, k8s.PODS), what="the run's pod")
+        await kube.control.report_problem(kube.namespace, "check", problem.reason, problem.message)
+        with pytest.raises(errors.IronflowError) as caught:
+            await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    exc = caught.value
+    assert exc.message.startswith("pod check ")
+    assert f": {problem.reason}: " in exc.message
+    assert isinstance(exc, errors.SandboxFailed if problem.retryable else errors.SandboxRefused)
+    await nothing_left(kube, k8s.PODS)
 
 
 async def test_cancelled_pod_run_deletes_its_pod(kube: KubeCase) -> None:
