@@ -20,8 +20,9 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.engine import accounts, model
+from ironflow.engine.events import Outcome
 from ironflow.engine.postgres import PostgresStore
-from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
