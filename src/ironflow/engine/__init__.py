@@ -3,8 +3,8 @@
 Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` (step
 values, the ``ctx`` object) → ``events`` (what a worker reports; the observer protocol) →
 ``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) → ``accounts``, ``loading``
-→ ``runner`` (one execution of a run) → ``worker`` (leases, concurrency) → ``metrics``
-(an observer) → ``cli/run.py``.
+→ ``runner`` (one execution of a run) → ``worker`` (leases, concurrency) → ``metrics``,
+``run_log`` (observers) → ``cli/run.py``.
 Nothing here imports a provider implementation: the runner sees only
 :class:`~ironflow.provider.AgentProvider`.
 """
