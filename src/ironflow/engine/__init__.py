@@ -4,7 +4,7 @@ Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` 
 values, the ``ctx`` object) → ``events`` (what a worker reports; the observer protocol) →
 ``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) → ``accounts``, ``loading``
 → ``runner`` (one execution of a run) → ``worker`` (leases, concurrency) → ``metrics``,
-``run_log`` (observers) → ``cli/run.py``.
+``run_log`` (observers) → ``monitoring`` (the worker's ``/metrics`` and ``/healthz``) → ``cli/run.py``.
 Nothing here imports a provider implementation: the runner sees only
 :class:`~ironflow.provider.AgentProvider`.
 """

@@ -77,4 +77,3 @@ def test_run_log_writes_one_json_line_per_event_through_the_shared_formatter(
     parsed = json.loads(log_lines.JsonFormatter().format(record))
     assert parsed == {"ts": parsed["ts"], "level": "info", "event": "step started", **RUN_FIELDS, "step": "plan",
                       "kind": "agent"}  # fmt: skip
-
