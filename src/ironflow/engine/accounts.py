@@ -305,31 +305,33 @@ class AccountPool:
             RateLimited: every account stays rejected past the wait limit.
         """
         started = self.clock()
-        waiting = False  # told the observers a wait began: they hear how it ends
-        while True:
-            now = self.clock()
-            choice = choose_account(self.accounts, await self.store.rate_limits(), now, in_use=self._in_use)
-            if choice.account is not None:
-                if waiting:
-                    events.notify(self.observers, events.CapacityWaitEnded(step, now - started, acquired=True))
-                account = choice.account
-                value = await self._credential(account)
-                self._in_use[account.name] += 1
-                return AccountSession(account.name, account.env_name, value, _Recorder(account.name, self.clock))
-            waited = now - started
-            remaining = self.max_wait_s - waited
-            wait = (choice.wait_until - now) if choice.wait_until is not None else self.poll_s
-            if remaining <= 0 or wait > remaining:
-                if waiting:
-                    events.notify(self.observers, events.CapacityWaitEnded(step, waited, acquired=False))
-                raise errors.RateLimited(
-                    f"step {step!r} has no provider account to run on: {choice.reason}; waited {waited:.0f}s "
-                    f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait"
-                )
-            if not waiting and self.observers:
-                events.notify(self.observers, events.CapacityWaitStarted(step, choice.reason))
-                waiting = True
-            await asyncio.sleep(max(min(wait, self.poll_s), 0.01))
+        waiting = acquired = False  # a wait told to the observers is told how it ends, however it ends
+        try:
+            while True:
+                now = self.clock()
+                choice = choose_account(self.accounts, await self.store.rate_limits(), now, in_use=self._in_use)
+                if choice.account is not None:
+                    account = choice.account
+                    value = await self._credential(account)
+                    self._in_use[account.name] += 1
+                    acquired = True
+                    return AccountSession(account.name, account.env_name, value, _Recorder(account.name, self.clock))
+                waited = now - started
+                remaining = self.max_wait_s - waited
+                wait = (choice.wait_until - now) if choice.wait_until is not None else self.poll_s
+                if remaining <= 0 or wait > remaining:
+                    raise errors.RateLimited(
+                        f"step {step!r} has no provider account to run on: {choice.reason}; waited {waited:.0f}s "
+                        f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait"
+                    )
+                if not waiting and self.observers:
+                    events.notify(self.observers, events.CapacityWaitStarted(step, choice.reason))
+                    waiting = True
+                await asyncio.sleep(max(min(wait, self.poll_s), 0.01))
+        finally:
+            if waiting:
+                ended = events.CapacityWaitEnded(step, self.clock() - started, acquired=acquired)
+                events.notify(self.observers, ended)
 
     async def release(self, session: AccountSession) -> None:
         """Store the windows the step reported and free the account."""

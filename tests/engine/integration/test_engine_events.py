@@ -218,3 +218,20 @@ async def test_a_wait_that_gives_up_is_heard_ending_without_an_account(store: Sq
         events.CapacityWaitStarted("review", "main rejected until an unknown time"),
         events.CapacityWaitEnded("review", 10.0, acquired=False),
     ]
+
+
+async def test_a_wait_cut_short_by_a_cancel_is_heard_ending_too(store: SqliteStore) -> None:
+    """Else the metrics would count the step as waiting for ever."""
+    heard = Heard()
+    await store.record_rate_limits([model.RateWindow("main", "five_hour", model.WindowStatus.REJECTED, 1.0)])
+    main = accounts.ProviderAccount("main", accounts.CredentialRef(env="PATH"))
+    pool = accounts.AccountPool(store, [main], max_wait_s=600, poll_s=0.01, observers=[heard])
+    waiting = asyncio.create_task(pool.acquire("review"))
+    await eventually(lambda: heard.events)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    started, ended = heard.events
+    assert isinstance(started, events.CapacityWaitStarted)
+    assert isinstance(ended, events.CapacityWaitEnded)
+    assert (ended.step, ended.acquired) == ("review", False)
