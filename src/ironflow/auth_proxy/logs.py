@@ -3,21 +3,22 @@
 Callers pass an event name and a few named fields (short token id, run id, step,
 method, path without query, status, reason); nothing else reaches a line, so a token,
 a credential, a header value or a query string cannot slip in through a format string.
+The line's shape is :class:`ironflow.log_lines.JsonFormatter`'s (the worker's lines share it).
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import sys
 import time
 from typing import Any, Final, TextIO
 
+from ironflow import log_lines
+
 __all__ = [
     "LOGGER_NAME",
     "BatchingHandler",
-    "JsonFormatter",
     "configure",
     "event",
     "flush",
@@ -38,25 +39,6 @@ _LEVELS: Final = {
 }
 
 
-#: One encoder for every line: ``json.dumps`` with options builds a new one per call.
-_encode: Final = json.JSONEncoder(separators=(",", ":"), default=str).encode
-
-
-class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "event", ...fields}`` on one line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "event": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            line.update(fields)
-        return _encode(line)
-
-
 #: Set by ``configure(batched=True)`` in the proxy's own process: info lines go straight
 #: into the batched stream as the same JSON, without a LogRecord (one per relayed request).
 _direct: TextIO | None = None
@@ -68,7 +50,7 @@ def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
         return
     if _direct is not None and level == logging.INFO:
         line = {"ts": round(time.time(), 3), "level": "info", "event": message, **fields}
-        _direct.write(_encode(line) + "\n")
+        _direct.write(log_lines.encode(line) + "\n")
         return
     logger.log(level, message, extra={"fields": fields})
 
@@ -150,7 +132,7 @@ def configure(level: str = "info", *, batched: bool = False) -> None:
     global _direct
     _direct = stream if batched else None
     handler: logging.StreamHandler = (BatchingHandler if batched else logging.StreamHandler)(stream)  # type: ignore[type-arg]
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(log_lines.JsonFormatter())
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS.get(name, logging.INFO))
     logger.propagate = False

@@ -8,7 +8,7 @@ import math
 from ironflow import labels
 from ironflow.cli import exits
 
-__all__ = ["dns_label", "seconds"]
+__all__ = ["dns_label", "port", "seconds"]
 
 
 def dns_label(value: str, what: str = "namespace") -> str:
@@ -23,3 +23,10 @@ def seconds(value: float, option: str) -> float:
     if not math.isfinite(value) or value <= 0:
         exits.fail(f"invalid {option} {value:g}: use a finite number of seconds greater than zero")
     return value
+
+
+def port(value: str, option: str) -> int:
+    """``value`` as a TCP port, 0 (any free one) to 65535, else exit 2 naming ``option``."""
+    if not (value.isascii() and value.isdigit() and int(value) <= 65535):
+        exits.fail(f"invalid {option} {value!r}: use a port number from 0 (any free port) to 65535")
+    return int(value)

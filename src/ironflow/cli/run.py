@@ -2,8 +2,9 @@
 
 Thin over :mod:`ironflow.engine`. ``run`` queues a run (and with ``--wait`` executes it
 in this process, progress on stderr, the output as JSON on stdout); ``worker`` takes
-queued runs until Ctrl-C (``ironflow runs …`` in :mod:`ironflow.cli.runs` inspects them).
-The store is :mod:`ironflow.cli.stores`'s ``--store``.
+queued runs until Ctrl-C (``ironflow runs …`` in :mod:`ironflow.cli.runs` inspects them),
+logging a line per run and step start and end on stderr (text, or JSON objects), and with
+``--metrics-port`` serves ``/metrics`` and ``/healthz``. The store is :mod:`ironflow.cli.stores`'s ``--store``.
 
 Exit codes are :mod:`ironflow.cli.exits`'s: 0 done, 1 the run failed or was cancelled, 2 bad
 input (one line on stderr naming the problem), 3 the store or the sandbox runtime could not be reached.
@@ -14,20 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from ironflow import errors
-from ironflow.cli import backends, exits
+from ironflow import errors, log_lines
+from ironflow.cli import backends, exits, inputs
 from ironflow.cli.backends import Backend, Isolation
+from ironflow.cli.formats import TextFormat
 from ironflow.cli.stores import StoreOption, opened, plain, run_async
-from ironflow.engine import accounts, loading, model
+from ironflow.engine import accounts, events, loading, model, monitoring
+from ironflow.engine.metrics import WorkerMetrics
+from ironflow.engine.run_log import RunLog
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
@@ -36,6 +41,7 @@ from ironflow.kube.clusters import ClusterConfig, describe_cluster
 __all__ = ["register"]
 
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
+_log = logging.getLogger("ironflow.cli.worker")
 
 
 AccountOption = Annotated[
@@ -64,6 +70,7 @@ async def _pool(
     parsed: list[accounts.ProviderAccount],
     max_wait_s: float,
     cluster: Callable[[], ClusterConfig | None],
+    observers: Sequence[events.Observer] = (),
 ) -> AsyncIterator[accounts.AccountPool | None]:
     """The accounts' pool; a Kubernetes client only if a Secret is referenced, on ``cluster()``
     (the provider file's, so Secrets are read where the pods run; None: the default kubeconfig)."""
@@ -71,7 +78,7 @@ async def _pool(
         yield None
         return
     if not any(a.credential.secret is not None for a in parsed):
-        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s)
+        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s, observers=observers)
         return
     chosen = cluster()
     try:
@@ -83,7 +90,7 @@ async def _pool(
         exits.fail(f"an account reads a Kubernetes Secret, but {where}: {exc.message}")
     try:
         reader = accounts.KubeSecretReader(kube)
-        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s, secret_reader=reader)
+        yield accounts.AccountPool(store, parsed, max_wait_s=max_wait_s, secret_reader=reader, observers=observers)
     finally:
         await kube.close()
 
@@ -241,6 +248,40 @@ def run(
 # --- ironflow worker ---------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _log_lines_on_stderr(fmt: TextFormat) -> Iterator[None]:
+    """Every ``ironflow`` logger's records, info and up, as one line each on stderr while the worker runs."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(log_lines.JsonFormatter() if fmt is TextFormat.JSON else log_lines.TextFormatter())
+    root = logging.getLogger("ironflow")
+    saved = root.handlers[:], root.level, root.propagate
+    root.handlers[:], root.propagate = [handler], False
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        handler.flush()
+        root.handlers[:], level, root.propagate = saved
+        root.setLevel(level)
+
+
+@contextlib.asynccontextmanager
+async def _pages(
+    worker: Worker, store: Store, metrics: WorkerMetrics | None, at: tuple[str, int] | None
+) -> AsyncIterator[str | None]:
+    """``/metrics`` and ``/healthz`` on ``at`` (host, port) while the worker runs; the metrics URL, or None."""
+    if metrics is None or at is None:
+        yield None
+        return
+    pages = monitoring.serve(monitoring.create_app(worker, store, metrics), host=at[0], port=at[1])
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            serving = await stack.enter_async_context(pages)
+        except errors.ConfigError as exc:  # the address cannot be bound
+            exits.fail_for(exc)
+        yield f"{serving.url}/metrics"
+
+
 async def _work(
     store_url: str | None,
     concurrency: int,
@@ -248,24 +289,31 @@ async def _work(
     providers: backends.Providers,
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
+    metrics_at: tuple[str, int] | None,
 ) -> int:
+    metrics = WorkerMetrics() if metrics_at is not None else None
+    observers: list[events.Observer] = [RunLog(), *([metrics] if metrics is not None else [])]
     async with (
         opened(store_url) as store,
         providers,
-        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None)) as pool,
+        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None), observers) as pool,
     ):
         worker = Worker(
             store,
-            lambda r: Runner(store, providers.get(r.backend), accounts=pool),
+            lambda r: Runner(store, providers.get(r.backend), accounts=pool, observers=observers),
             concurrency=concurrency,
             lease_s=lease_s,
+            observers=observers,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        _err.print(f"worker {worker.id} taking runs (concurrency {concurrency}); Ctrl-C stops", highlight=False)
-        await worker.run(stop=stop)
+        async with _pages(worker, store, metrics, metrics_at) as url:
+            fields = {"worker": worker.id, "concurrency": concurrency, "metrics": url}
+            _log.info("worker taking runs; Ctrl-C stops", extra={"fields": fields})
+            await worker.run(stop=stop)
+        _log.info("worker stopped", extra={"fields": {"worker": worker.id}})
         return 0
 
 
@@ -284,12 +332,36 @@ def worker(
     provider_file: Annotated[Path | None, typer.Option("--provider", help="Provider settings file for k8s.")] = None,
     account: AccountOption = None,
     max_capacity_wait: CapacityWaitOption = 300.0,
+    metrics_port: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-port", help="Serve /metrics and /healthz on this port (0: any free one).", show_default=False
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-host",
+            help=f"With --metrics-port: the address to listen on (default {monitoring.DEFAULT_HOST}).",
+            show_default=False,
+        ),
+    ] = None,
+    log_format: Annotated[
+        TextFormat, typer.Option("--log-format", help="Log lines on stderr: text, or one JSON object each.")
+    ] = TextFormat.TEXT,
 ) -> None:
     """Take queued runs from the store and execute them until Ctrl-C."""
+    if metrics_host is not None and metrics_port is None:
+        exits.fail("--metrics-host only applies with --metrics-port")
+    metrics_at = None
+    if metrics_port is not None:
+        metrics_at = (metrics_host or monitoring.DEFAULT_HOST, inputs.port(metrics_port, "--metrics-port"))
     parsed = _parse_accounts(account)
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
-    raise typer.Exit(run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait)))
+    with _log_lines_on_stderr(log_format):
+        code = run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait, metrics_at))
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

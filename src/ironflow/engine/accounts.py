@@ -10,7 +10,7 @@ Choice rule (pure, :func:`choose_account`): skip accounts with a window rejected
 ``now``; among the rest take the lowest peak utilization, then the fewest steps in
 flight, then the name. When every account is rejected, wait until the earliest reset,
 up to ``max_wait_s``, then fail with :class:`~ironflow.errors.RateLimited` naming the
-accounts and their reset times.
+accounts and their reset times. A wait's start and end go to the pool's observers.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from ironflow import errors
-from ironflow.engine import model
+from ironflow.engine import events, model
 from ironflow.engine.store import Store
 from ironflow.kube import api as k8s_api
 from ironflow.kube.api import KubeApi
@@ -258,6 +258,7 @@ class AccountPool:
         max_wait_s: float = 300.0,
         poll_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        observers: Sequence[events.Observer] = (),
     ) -> None:
         names = [a.name for a in accounts]
         if len(set(names)) != len(names):
@@ -270,6 +271,7 @@ class AccountPool:
         self.max_wait_s = max_wait_s
         self.poll_s = poll_s
         self.clock = clock
+        self.observers = tuple(observers)
         self._in_use: Counter[str] = Counter()
 
     def __repr__(self) -> str:
@@ -303,23 +305,33 @@ class AccountPool:
             RateLimited: every account stays rejected past the wait limit.
         """
         started = self.clock()
-        while True:
-            now = self.clock()
-            choice = choose_account(self.accounts, await self.store.rate_limits(), now, in_use=self._in_use)
-            if choice.account is not None:
-                account = choice.account
-                value = await self._credential(account)
-                self._in_use[account.name] += 1
-                return AccountSession(account.name, account.env_name, value, _Recorder(account.name, self.clock))
-            waited = now - started
-            remaining = self.max_wait_s - waited
-            wait = (choice.wait_until - now) if choice.wait_until is not None else self.poll_s
-            if remaining <= 0 or wait > remaining:
-                raise errors.RateLimited(
-                    f"step {step!r} has no provider account to run on: {choice.reason}; waited {waited:.0f}s "
-                    f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait"
-                )
-            await asyncio.sleep(max(min(wait, self.poll_s), 0.01))
+        waiting = acquired = False  # a wait told to the observers is told how it ends, however it ends
+        try:
+            while True:
+                now = self.clock()
+                choice = choose_account(self.accounts, await self.store.rate_limits(), now, in_use=self._in_use)
+                if choice.account is not None:
+                    account = choice.account
+                    value = await self._credential(account)
+                    self._in_use[account.name] += 1
+                    acquired = True
+                    return AccountSession(account.name, account.env_name, value, _Recorder(account.name, self.clock))
+                waited = now - started
+                remaining = self.max_wait_s - waited
+                wait = (choice.wait_until - now) if choice.wait_until is not None else self.poll_s
+                if remaining <= 0 or wait > remaining:
+                    raise errors.RateLimited(
+                        f"step {step!r} has no provider account to run on: {choice.reason}; waited {waited:.0f}s "
+                        f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait"
+                    )
+                if not waiting and self.observers:
+                    events.notify(self.observers, events.CapacityWaitStarted(step, choice.reason))
+                    waiting = True
+                await asyncio.sleep(max(min(wait, self.poll_s), 0.01))
+        finally:
+            if waiting:
+                ended = events.CapacityWaitEnded(step, self.clock() - started, acquired=acquired)
+                events.notify(self.observers, ended)
 
     async def release(self, session: AccountSession) -> None:
         """Store the windows the step reported and free the account."""

@@ -269,6 +269,13 @@ class PostgresStore:
         result = await self.pool.execute(_REQUEUE, run_id, worker, rows.dumps(error), float(delay_s))
         return bool(result.endswith(" 1"))
 
+    async def queued_runs(self) -> int:
+        # Within the partial index ironflow_runs_due (pending and running top-level runs only).
+        row = await self.pool.fetchone(
+            "SELECT count(*) AS queued FROM ironflow_runs WHERE parent_run_id IS NULL AND status = 'pending'"
+        )
+        return int(row["queued"])
+
     async def cancel_run(self, run_id: str) -> model.RunRecord | None:
         row = await self.pool.fetchrow(_CANCEL, run_id)
         return rows.run_from_row(row) if row else None

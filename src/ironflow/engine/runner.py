@@ -11,6 +11,9 @@ The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
 * a finished step is never run again: its stored result is returned on replay, and a
   step whose name or kind differs from the stored one fails the run (``ReplayDivergence``);
 * a cancelled run's in-flight steps are cancelled and the run is released.
+
+Each step that runs (a replayed one does not) is reported to the runner's observers as it
+starts and as it ends (:mod:`ironflow.engine.events`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,30 +28,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors, labels
-from ironflow.engine import loading, model, retry
+from ironflow.engine import events, loading, model, retry
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider, LogSink
 
 __all__ = [
-    "Outcome",
     "Runner",
     "duplicate_name",
     "wave_duplicate_message",
 ]
 
 log = logging.getLogger("ironflow.engine")
-
-
-class Outcome(enum.StrEnum):
-    """How one execution of a run ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    REQUEUED = "requeued"  # release failed: the run is pending again, due after a backoff
-    ABANDONED = "abandoned"  # lease lost or worker stopping: another worker takes the run
 
 
 class _ReleaseFailed(Exception):
@@ -145,7 +136,26 @@ class _Execution:
 
     async def _execute(self, position: int, stored: model.StepRecord | None, step: Step) -> Any:
         if stored is not None and stored.status is model.StepStatus.SUCCEEDED:
-            return stored.result
+            return stored.result  # replayed: nothing runs, nothing is reported
+        tries, observers = _Tries(), self.runner.observers
+        if not observers:
+            return await self._run_and_record(position, stored, step, tries)
+        scope = events.RunScope.of(self.run)
+        events.notify(observers, events.StepStarted(scope, step.name, step.kind))
+        started = time.monotonic()
+        result: Any = None
+        failure: BaseException | None = None
+        try:
+            result = await self._run_and_record(position, stored, step, tries)
+            return result
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            took = time.monotonic() - started
+            events.notify(observers, events.step_finished(scope, step, took, tries.count, result, failure))
+
+    async def _run_and_record(self, position: int, stored: model.StepRecord | None, step: Step, tries: _Tries) -> Any:
         store = self.runner.store
         record = model.StepRecord(
             run_id=self.run.id,
@@ -161,7 +171,6 @@ class _Execution:
             started_at=time.time(),
         )
         await store.save_step(record)
-        tries = _Tries()
         try:
             if isinstance(step, AgentStep):
                 result = await self._agent(step, tries)
@@ -284,6 +293,8 @@ class Runner:
     sink: LogSink | None = None
     #: Seconds before a run whose release failed is due again, by execution attempt.
     requeue_delay: Callable[[int], float] = retry.requeue_delay
+    #: Hear each step start and end (:mod:`ironflow.engine.events`); none: no event is built.
+    observers: Sequence[events.Observer] = ()
 
     async def _release(self, run_id: str) -> None:
         try:
@@ -325,7 +336,9 @@ class Runner:
             await self.store.finish_run(child.id, None, status=model.RunStatus.FAILED, error=model.error_record(exc))
             raise
 
-    async def execute(self, run: model.RunRecord, *, worker: str, cancel: asyncio.Event | None = None) -> Outcome:
+    async def execute(
+        self, run: model.RunRecord, *, worker: str, cancel: asyncio.Event | None = None
+    ) -> events.Outcome:
         """Execute a run claimed by ``worker`` to its end, or until ``cancel`` is set.
 
         Returns what happened; the store already holds the new state. A ``CancelledError``
@@ -336,7 +349,7 @@ class Runner:
             workflow = loading.load_workflow(run.workflow)
         except Exception as exc:
             await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
-            return Outcome.FAILED
+            return events.Outcome.FAILED
         body = asyncio.create_task(self._top_level(run, workflow), name=f"ironflow-run-{run.id}")
         waiter = asyncio.create_task(cancel.wait()) if cancel is not None else None
         try:
@@ -356,7 +369,7 @@ class Runner:
                 await self.provider.release_run(run.id)
             await self._mark_cancelled(run.id)
             await self.store.finish_run(run.id, worker, status=model.RunStatus.CANCELLED)
-            return Outcome.CANCELLED
+            return events.Outcome.CANCELLED
         return await self._settle(run, worker, body)
 
     async def _mark_cancelled(self, run_id: str) -> None:
@@ -374,9 +387,9 @@ class Runner:
         await self._release(run.id)
         return await self._workflow_body(run, workflow)
 
-    async def _settle(self, run: model.RunRecord, worker: str, body: asyncio.Task[Any]) -> Outcome:
+    async def _settle(self, run: model.RunRecord, worker: str, body: asyncio.Task[Any]) -> events.Outcome:
         if body.cancelled():  # a step cancelled its own run's task: leave the run to its lease
-            return Outcome.ABANDONED
+            return events.Outcome.ABANDONED
         exc = body.exception()
         if exc is None:
             try:
@@ -385,13 +398,13 @@ class Runner:
                 await self.store.finish_run(
                     run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(bad_output)
                 )
-                return Outcome.FAILED
-            return Outcome.SUCCEEDED
+                return events.Outcome.FAILED
+            return events.Outcome.SUCCEEDED
         if isinstance(exc, _ReleaseFailed):
             delay = self.requeue_delay(run.attempt)
             log.warning("run %s requeued in %.1fs: %s", run.id, delay, exc)
             error = model.error_record(errors.CleanupError(str(exc)))
             await self.store.requeue_run(run.id, worker, error=error, delay_s=delay)
-            return Outcome.REQUEUED
+            return events.Outcome.REQUEUED
         await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
-        return Outcome.FAILED
+        return events.Outcome.FAILED

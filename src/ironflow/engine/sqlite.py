@@ -305,6 +305,16 @@ class SqliteStore:
 
         return await self._call(requeue)
 
+    async def queued_runs(self) -> int:
+        def count(conn: sqlite3.Connection) -> int:
+            # The partial index ironflow_runs_due (status, available_at) answers this alone.
+            row = conn.execute(
+                "SELECT count(*) FROM ironflow_runs WHERE parent_run_id IS NULL AND status = 'pending'"
+            ).fetchone()
+            return int(row[0])
+
+        return await self._call(count)
+
     async def cancel_run(self, run_id: str) -> model.RunRecord | None:
         def cancel(conn: sqlite3.Connection) -> model.RunRecord | None:
             now = time.time()

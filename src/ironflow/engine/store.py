@@ -87,6 +87,13 @@ class Store(Protocol):
         """Put a run back in the queue after a replayable failure; it is due after ``delay_s``."""
         ...
 
+    async def queued_runs(self) -> int:
+        """How many top-level runs are pending (due now or in a backoff): the queue's depth.
+
+        Cheap enough to ask at every metrics scrape: both stores count from their index of live runs.
+        """
+        ...
+
     async def cancel_run(self, run_id: str) -> model.RunRecord | None:
         """Pending → cancelled; running → cancel requested (its worker stops it). None if unknown."""
         ...

@@ -7,6 +7,9 @@ when it finds the lease gone (another worker took the run after we stalled), the
 execution is dropped without writing anything. A worker killed outright simply stops
 renewing: its runs' leases expire and another worker takes them, releasing the run
 before creating anything.
+
+Each run's start and end, and each lease renewal and loss, go to the worker's observers
+(:mod:`ironflow.engine.events`); ``alive`` says whether its loop is taking runs (``/healthz``).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ironflow import errors
-from ironflow.engine import model
-from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine import events, model
+from ironflow.engine.events import Outcome
+from ironflow.engine.runner import Runner
 from ironflow.engine.store import DEFAULT_LEASE_S, Store
 
 __all__ = ["RunnerFactory", "Worker", "worker_id"]
@@ -47,6 +52,8 @@ class Worker:
     lease_s: float = DEFAULT_LEASE_S
     poll_s: float = 0.5
     id: str = field(default_factory=worker_id)
+    #: Hear each run start and end and each lease renewal and loss; none: no event is built.
+    observers: Sequence[events.Observer] = ()
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -54,8 +61,11 @@ class Worker:
         if not self.lease_s > 0:
             raise errors.ConfigError(f"lease must be positive, got {self.lease_s}s")
         self.outcomes: list[tuple[str, Outcome]] = []
+        #: True while :meth:`run` takes runs (its loop has not stopped or crashed).
+        self.alive = False
 
     async def _renew(self, run: model.RunRecord, cancel: asyncio.Event, lost: asyncio.Event) -> None:
+        scope = events.RunScope.of(run) if self.observers else None
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
@@ -64,13 +74,29 @@ class Worker:
                 log.warning("could not renew the lease of run %s: %s", run.id, exc)
                 continue
             if current is None:
+                if scope is not None:
+                    events.notify(self.observers, events.LeaseLost(scope))
                 lost.set()
                 return
+            if scope is not None:
+                events.notify(self.observers, events.LeaseRenewed(scope))
             if current.cancel_requested:
                 cancel.set()
 
     async def execute(self, run: model.RunRecord) -> Outcome:
         """Execute one claimed run under lease renewal."""
+        if not self.observers:
+            return await self._execute(run)
+        scope = events.RunScope.of(run)
+        events.notify(self.observers, events.RunStarted(scope))
+        started, outcome = time.monotonic(), Outcome.ABANDONED  # stopped from outside: the lease decides
+        try:
+            outcome = await self._execute(run)
+            return outcome
+        finally:
+            events.notify(self.observers, events.RunFinished(scope, outcome, time.monotonic() - started))
+
+    async def _execute(self, run: model.RunRecord) -> Outcome:
         cancel, lost = asyncio.Event(), asyncio.Event()
         renewer = asyncio.create_task(self._renew(run, cancel, lost))
         if run.cancel_requested:
@@ -117,6 +143,7 @@ class Worker:
         stop = stop or asyncio.Event()
         running: set[asyncio.Task[bool]] = set()
         stop_wait = asyncio.create_task(stop.wait())
+        self.alive = True
         try:
             while not stop.is_set():
                 while len(running) < self.concurrency:
@@ -143,6 +170,7 @@ class Worker:
                         log.error("a run's execution failed in the worker: %s", task.exception())
                 running = {t for t in running if not t.done()}
         finally:
+            self.alive = False
             stop_wait.cancel()
             for task in running:
                 task.cancel()
@@ -150,7 +178,5 @@ class Worker:
                 await asyncio.gather(stop_wait, *running, return_exceptions=True)
 
     async def _execute_and_record(self, run: model.RunRecord) -> bool:
-        outcome = await self.execute(run)
-        self.outcomes.append((run.id, outcome))
-        log.info("run %s: %s", run.id, outcome)
+        self.outcomes.append((run.id, await self.execute(run)))
         return True

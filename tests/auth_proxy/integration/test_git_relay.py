@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from tests.fakes.git_server import GitServer
 
-from ironflow import workspace_git
+from ironflow import log_lines, workspace_git
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, run_auth_proxy, tokens
 from ironflow.auth_proxy import logs as proxy_logs
 from ironflow.auth_proxy.app import RunningProxy
@@ -186,7 +186,7 @@ async def test_clone_at_a_tag_then_push_a_new_branch_with_the_credential_injecte
     assert not find_leaks([token], [r.headers for r in seen])
     assert not find_leaks([PASSWORD], _sandbox_texts(site, clone, push, clone=ws), done.stderr)
     assert not find_leaks([token], _sandbox_texts(site, clone=ws))  # not kept in the clone's .git either
-    lines = [proxy_logs.JsonFormatter().format(r) for r in caplog.records if r.name == proxy_logs.LOGGER_NAME]
+    lines = [log_lines.JsonFormatter().format(r) for r in caplog.records if r.name == proxy_logs.LOGGER_NAME]
     assert lines
     assert not find_leaks([token, PASSWORD], lines)
 

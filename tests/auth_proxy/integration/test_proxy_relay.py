@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from ironflow import log_lines
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, Limits, MemoryRegistry, run_auth_proxy, tokens
 from ironflow.auth_proxy import logs as proxy_logs
 from ironflow.auth_proxy.app import RunningProxy
@@ -393,7 +394,7 @@ async def test_limit_on_output_tokens_counts_the_streamed_usage(env: Env) -> Non
 
 
 def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    formatter = proxy_logs.JsonFormatter()
+    formatter = log_lines.JsonFormatter()
     return [formatter.format(r) for r in caplog.records if r.name == proxy_logs.LOGGER_NAME]
 
 

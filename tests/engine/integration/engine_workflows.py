@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from ironflow.engine import AgentStep, Context, RetryPolicy
 from ironflow.steps import AgentConfig
+from ironflow.testing.polling import eventually
 
 
 def _config(input: dict[str, Any], name: str, prompt: str) -> AgentConfig:
@@ -58,3 +60,13 @@ async def with_op(ctx: Context, input: dict[str, Any]) -> Any:
 
 async def not_storable(ctx: Context, input: Any) -> Any:
     return object()
+
+
+async def gated(ctx: Context, input: dict[str, Any]) -> str:
+    """One op step that runs until the file ``input["gate"]`` exists (the test makes it when it is ready)."""
+
+    async def wait_for_the_gate() -> str:
+        await eventually(Path(input["gate"]).exists, limit_s=60, what="the test to open the gate")
+        return "opened"
+
+    return str(await ctx.op("wait for the gate", wait_for_the_gate))

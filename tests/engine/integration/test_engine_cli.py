@@ -91,6 +91,13 @@ def test_runs_show_lists_steps_with_their_pod_selector_and_result(store: str) ->
         (["runs", "show", "0000"], "error: no run 0000 in the store; list runs with `ironflow runs list`"),
         (["runs", "cancel", "0000"], "error: no run 0000 in the store"),
         (["runs", "list", "--store", "typo.db"], "error: no SQLite store at 'typo.db': its file does not exist"),
+        (["worker", "--metrics-port", "70000"], "error: invalid --metrics-port '70000': use a port number from 0"),
+        (["worker", "--metrics-port", "http"], "error: invalid --metrics-port 'http': use a port number from 0"),
+        (["worker", "--metrics-host", "0.0.0.0"], "error: --metrics-host only applies with --metrics-port"),
+        (
+            ["worker", "--metrics-port", "0", "--metrics-host", "192.0.2.1"],  # TEST-NET: no address of this machine
+            "error: cannot serve metrics on 192.0.2.1:0: Cannot assign requested address; choose another port",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(
@@ -188,4 +195,9 @@ def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=10)
     assert worker.returncode == 0, err
-    assert "taking runs (concurrency 1)" in err
+    lines = err.splitlines()
+    assert any(" info worker taking runs; Ctrl-C stops worker=" in line and " concurrency=1" in line for line in lines)
+    (finished,) = [line for line in lines if " info step finished " in line]
+    assert f"run_id={run_id} workflow={WORKFLOWS}:with_op backend=local attempt=1 step=add kind=op" in finished
+    assert " outcome=succeeded duration_s=" in finished
+    assert " info worker stopped worker=" in lines[-1]

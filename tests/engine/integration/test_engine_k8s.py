@@ -17,7 +17,8 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.engine import accounts, model
-from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine.events import Outcome
+from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.k8s.provider import K8sEphemeralProvider

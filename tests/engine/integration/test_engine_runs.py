@@ -20,8 +20,9 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.engine import accounts, model
+from ironflow.engine.events import Outcome
 from ironflow.engine.postgres import PostgresStore
-from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
@@ -530,6 +531,22 @@ async def test_a_run_can_be_claimed_by_id_leaving_the_others_queued(store: Store
     assert claimed is not None
     assert claimed.id == second
     assert (await get(store, first)).status is model.RunStatus.PENDING
+
+
+async def test_queued_runs_counts_pending_top_level_runs_due_or_in_backoff(store: Store) -> None:
+    assert await store.queued_runs() == 0
+    due = await submit(store, "linear", {"steps": []})
+    await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref("linear"), input={}, available_at=4e9))
+    claimed = await submit(store, "linear", {"steps": []})
+    assert await store.claim_run("w", 5, run_id=claimed) is not None
+    finished = await submit(store, "linear", {"steps": []})
+    assert await store.cancel_run(finished) is not None
+    await store.start_child_run(
+        model.RunRecord(id=model.new_id(), workflow=ref("child"), input={}, root_run_id=claimed, parent_run_id=claimed)
+    )
+    assert await store.queued_runs() == 2  # the due one and the one in backoff
+    assert await store.claim_run("w", 5, run_id=due) is not None
+    assert await store.queued_runs() == 1
 
 
 @pytest.mark.postgres

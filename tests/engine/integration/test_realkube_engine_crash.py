@@ -28,7 +28,8 @@ import pytest
 
 from ironflow import labels
 from ironflow.engine import model
-from ironflow.engine.runner import Outcome, Runner
+from ironflow.engine.events import Outcome
+from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
