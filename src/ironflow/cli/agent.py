@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import secrets
 import sys
@@ -52,16 +53,37 @@ class Output(StrEnum):
     JSON = "json"
 
 
+class _Progress(logging.Handler):
+    """Puts the newest ``ironflow.progress`` line (where the step's pod is) on the spinner."""
+
+    def __init__(self, status: Any, message: str) -> None:
+        super().__init__(logging.INFO)
+        self.status, self.message = status, message
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.status.update(f"{self.message}: {record.getMessage()}")
+
+
 @contextlib.contextmanager
 def _progress(message: str) -> Iterator[None]:
-    """A spinner on stderr when it is a terminal; nothing otherwise (scripts, CI)."""
+    """A spinner on stderr when it is a terminal, following the step's progress (queued, on
+    node X, pulling the image, running pod NAME); nothing otherwise (scripts, CI)."""
     if not sys.stderr.isatty():
         yield
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(message):
-        yield
+    progress = logging.getLogger("ironflow.progress")
+    with Console(stderr=True).status(message) as status:
+        handler = _Progress(status, message)
+        level = progress.level
+        progress.addHandler(handler)
+        progress.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            progress.removeHandler(handler)
+            progress.setLevel(level)
 
 
 def _require_credential_env() -> None:

@@ -28,9 +28,11 @@ from ironflow.kube import api as kube
 from ironflow.kube import events, pod_problems, pod_status
 from ironflow.provider import LogSink
 
-__all__ = ["LOG_CAP_BYTES", "PodOutcome", "follow", "wait", "wait_for", "with_prefix"]
+__all__ = ["LOG_CAP_BYTES", "PROGRESS", "PodOutcome", "follow", "wait", "wait_for", "with_prefix"]
 
 _log = logging.getLogger(__name__)
+#: Where a starting pod is, as it changes: the CLI shows these on its progress line.
+PROGRESS = logging.getLogger("ironflow.progress")
 
 #: Lines beyond this many bytes are still streamed to the sink but not kept for parsing.
 LOG_CAP_BYTES: Final = 50 * 1024 * 1024
@@ -80,9 +82,14 @@ async def wait_for(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     found: list[pod_problems.Verdict] = []
     regraced = False
+    shown = [""]
 
     def settled(pod: Mapping[str, Any]) -> bool:
         nonlocal regraced
+        where = pod_status.progress(pod)
+        if where != shown[0]:
+            shown[0] = where
+            PROGRESS.info("pod %s: %s", pod_name, where)
         before = grace.expires_at()
         verdict = grace.fatal(pod, time.monotonic())
         if verdict is not None:

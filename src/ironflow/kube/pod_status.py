@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["exit_code", "phase", "pod_finished", "pod_started"]
+__all__ = ["exit_code", "phase", "pod_finished", "pod_started", "progress"]
 
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
@@ -39,3 +39,36 @@ def pod_finished(pod: Mapping[str, Any] | None) -> bool:
 def pod_started(pod: Mapping[str, Any] | None) -> bool:
     """True once a pod is Running or finished."""
     return phase(pod) in _TERMINAL | {"Running"}
+
+
+def _scheduled_on(pod: Mapping[str, Any]) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def progress(pod: Mapping[str, Any] | None) -> str:
+    """Where a starting pod is, in a few words a person follows (the CLI's progress line).
+
+    >>> progress({"spec": {"nodeName": "n1"}, "status": {"phase": "Pending",
+    ...     "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}})
+    'scheduled on node n1: creating containers (pulling the image)'
+    """
+    status = (pod or {}).get("status") or {}
+    current = phase(pod)
+    node = _scheduled_on(pod or {})
+    if current in _TERMINAL:
+        return f"finished ({current})"
+    if current == "Running":
+        return f"running on node {node}" if node else "running"
+    if node is None:
+        return "waiting for a node"
+    waiting = [
+        str(((c.get("state") or {}).get("waiting") or {}).get("reason") or "")
+        for c in (*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ()))
+    ]
+    reasons = [w for w in waiting if w and w not in ("ContainerCreating", "PodInitializing")]
+    if reasons:
+        return f"scheduled on node {node}: {reasons[0]}"
+    if any(waiting):
+        return f"scheduled on node {node}: creating containers (pulling the image)"
+    return f"scheduled on node {node}"

@@ -10,6 +10,7 @@ garbage collector removes it after the Job; tests that count requests or inject 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from tests.fakes.kubecase import KubeCase, names, nothing_left
@@ -213,3 +214,15 @@ def test_rendered_pod_and_job_validate_strictly() -> None:
     )
     validate_manifest(job.build_job(now=0))
     validate_manifest(JobRun("bare", "busybox", "true").build_job(now=0))
+
+
+async def test_a_pod_runs_progress_is_reported_as_it_changes(kube: KubeCase, caplog: pytest.LogCaptureFixture) -> None:
+    """The CLI's progress line: each change of where the pod is, once, in order."""
+    caplog.set_level(logging.INFO, logger="ironflow.progress")
+    await kube.control.script_pods(PodScript(name_prefix="check", run_for=0.2, log="ok\n"))
+    await check(kube.namespace).run(kube.api)
+    said = [r.getMessage() for r in caplog.records if r.name == "ironflow.progress"]
+    assert said, "no progress reported"
+    assert said[-1] == "pod check: finished (Succeeded)"
+    assert len(said) == len(set(said))  # each change once
+    assert any(line.startswith("pod check: running") for line in said)
