@@ -164,7 +164,10 @@ def change(root: Path, plan: Plan) -> None:
 
 def _git(repo: Path, *args: str) -> bytes:
     return subprocess.run(
-        ["git", "-C", str(repo), *args], env={**os.environ, **GIT_ENV}, capture_output=True, check=True
+        ["git", "-C", str(repo), "-c", "gc.auto=0", *args],  # no gc left running in the background
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        check=True,
     ).stdout
 
 
