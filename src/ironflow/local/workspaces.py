@@ -5,7 +5,8 @@ the filesystem has them) and takes the copy's snapshot; the sandbox binds the co
 ``/workspace``, so the host tree is only ever read. :func:`collect` snapshots the copy again
 once the step's processes are gone, hashes only the paths whose ``lstat`` moved (the host's
 originals, checked to be the ones copied, and the copy's new bytes) into a private object
-store, and has git write the diff between the two trees (``git diff-tree --binary``).
+store (objects stored, not deflated: it lasts one run), and has git write the diff between
+the two trees (``git diff-tree --binary``).
 :func:`apply_changes` writes the changes into the host directory, all or none.
 
 Git never runs in the user's repository: its object store is a bare repository in the run's
@@ -244,9 +245,10 @@ def _git_env(git_dir: str) -> dict[str, str]:
     return env
 
 
-def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None) -> bytes:
+def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None, *, config: Sequence[str] = ()) -> bytes:
+    settings = [arg for item in ("core.hooksPath=/dev/null", "core.fsmonitor=false", *config) for arg in ("-c", item)]
     done = subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args],
+        ["git", *settings, *args],
         input=data,
         capture_output=True,
         env=env,
@@ -307,14 +309,17 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
         )
     os.makedirs(prepared.git_dir, exist_ok=True)
     env = _git_env(prepared.git_dir)
-    _git(["init", "-q", "--bare", prepared.git_dir], env)
+    _git(["init", "-q", "--bare", "--template=", prepared.git_dir], env)  # no sample hooks to copy: none runs
     files: list[str] = []
     for i, c in enumerate(found):
         if c.before is not None:
             files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
         if c.after is not None:
             files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
-    ids = iter(_git(["hash-object", "-w", "--no-filters", "--stdin-paths"], env, "\n".join(files).encode()).split())
+    # Stored, not deflated: the store lives as long as the run, and deflating a large file costs
+    # more than hashing it. Only the objects: the patch's binary hunks are deflated as git's are.
+    hashing = ["hash-object", "-w", "--no-filters", "--stdin-paths"]
+    ids = iter(_git(hashing, env, "\n".join(files).encode(), config=["core.looseCompression=0"]).split())
     old_side: list[tuple[str, str, str]] = []
     new_side: list[tuple[str, str, str]] = []
     changed: list[ChangedFile] = []
