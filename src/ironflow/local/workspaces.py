@@ -59,6 +59,7 @@ _COPY: Final = "workspace"
 _GIT_DIR: Final = "workspace.git"
 _SHOWN_PATHS: Final = 5
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_KINDS: Final = {stat.S_IFREG: Kind.FILE, stat.S_IFDIR: Kind.DIR, stat.S_IFLNK: Kind.SYMLINK}
 
 
 @dataclass
@@ -79,16 +80,10 @@ def _shown(paths: Sequence[str]) -> str:
 
 
 def _entry(st: os.stat_result, target: str | None) -> Entry | None:
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
-        kind = Kind.FILE
-    elif stat.S_ISDIR(mode):
-        kind = Kind.DIR
-    elif stat.S_ISLNK(mode):
-        kind = Kind.SYMLINK
-    else:
+    kind = _KINDS.get(stat.S_IFMT(st.st_mode))
+    if kind is None:
         return None
-    return Entry(kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
+    return Entry(kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
 
 
 def _kind_of(mode: int) -> str:
@@ -105,11 +100,14 @@ def snapshot(
     whose: str,
     chown_to: int | None = None,
     refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
+    earlier: Snapshot | None = None,
 ) -> dict[str, Entry]:
     """Every path under ``root`` (never following a symlink); refuses what a workspace may not
     hold: a special file, a file over ``max_file_bytes``, more than ``max_total_bytes`` in all.
     ``whose`` names the tree in the message (the source, or the step's copy); ``chown_to``
-    gives each entry to that uid first (the sandbox's, on a root worker).
+    gives each entry to that uid first (the sandbox's, on a root worker). A path whose
+    ``lstat`` is as in ``earlier`` gets ``earlier``'s own entry (equal, and no new object):
+    an entry that is not ``earlier``'s marks a path that moved.
 
     Raises:
         WorkspaceRefused (or ``refusal``): the tree holds something a workspace may not.
@@ -117,34 +115,52 @@ def snapshot(
     out: dict[str, Entry] = {}
     total = 0
     pending = [""]
-    while pending:
+    kinds, seen = _KINDS, earlier or {}
+    while pending:  # every path of the tree goes through this loop, twice a run: kept lean
         rel = pending.pop()
+        prefix = f"{rel}/" if rel else ""
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
             for item in it:
-                path = f"{rel}/{item.name}" if rel else item.name
+                path = prefix + item.name
                 if chown_to is not None:
                     os.lchown(item.path, chown_to, chown_to)
                 st = item.stat(follow_symlinks=False)
-                found = _entry(st, os.readlink(item.path) if stat.S_ISLNK(st.st_mode) else None)
-                if found is None:
-                    raise refusal(
-                        f"{whose} holds {_kind_of(st.st_mode)} at '{path}': a workspace takes only files, "
-                        "directories and symlinks"
-                    )
-                if found.kind is Kind.FILE:
-                    if found.size > spec.max_file_bytes:
+                mode = st.st_mode
+                kind = kinds.get(stat.S_IFMT(mode))
+                target = None
+                if kind is Kind.FILE:
+                    if st.st_size > spec.max_file_bytes:
                         raise refusal(
-                            f"{whose} holds '{path}' of {found.size} bytes, over the workspace's "
+                            f"{whose} holds '{path}' of {st.st_size} bytes, over the workspace's "
                             f"max_file_bytes ({spec.max_file_bytes})"
                         )
-                    total += found.size
+                    total += st.st_size
                     if total > spec.max_total_bytes:
                         raise refusal(
                             f"{whose} holds over {spec.max_total_bytes} bytes (the workspace's max_total_bytes)"
                         )
-                elif found.kind is Kind.DIR:
+                elif kind is Kind.DIR:
                     pending.append(path)
-                out[path] = found
+                elif kind is Kind.SYMLINK:
+                    target = os.readlink(item.path)
+                else:
+                    raise refusal(
+                        f"{whose} holds {_kind_of(mode)} at '{path}': a workspace takes only files, "
+                        "directories and symlinks"
+                    )
+                old = seen.get(path)
+                if (
+                    old is not None
+                    and old.mtime_ns == st.st_mtime_ns
+                    and old.ctime_ns == st.st_ctime_ns
+                    and old.size == st.st_size
+                    and old.mode == stat.S_IMODE(mode)
+                    and old.kind is kind
+                    and old.target == target
+                ):
+                    out[path] = old
+                else:
+                    out[path] = Entry(kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
     return out
 
 
@@ -294,8 +310,14 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
         WorkspaceUnsafe: the step left a special file, or a file over the size limit.
         WorkspaceConflict: a host original changed while the step ran (the diff's left side is gone).
     """
-    after = snapshot(prepared.copy, prepared.spec, whose="the step's workspace", refusal=errors.WorkspaceUnsafe)
-    found = candidates(prepared.before, after)
+    before = prepared.before
+    after = snapshot(
+        prepared.copy, prepared.spec, whose="the step's workspace", refusal=errors.WorkspaceUnsafe, earlier=before
+    )
+    # A path the step left alone has its first entry again: only the others can be changes.
+    was = {path: entry for path, entry in before.items() if after.get(path) is not entry}
+    now = {path: entry for path, entry in after.items() if before.get(path) is not entry}
+    found = candidates(was, now)
     if not found:
         return WorkspaceChanges(b"", ())
     moved = [
