@@ -19,13 +19,14 @@ the apply, it is never written through.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -59,6 +60,8 @@ _COPY: Final = "workspace"
 _GIT_DIR: Final = "workspace.git"
 _SHOWN_PATHS: Final = 5
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 _KINDS: Final = {stat.S_IFREG: Kind.FILE, stat.S_IFDIR: Kind.DIR, stat.S_IFLNK: Kind.SYMLINK}
 
 
@@ -301,6 +304,25 @@ def _tree(env: dict[str, str], git_dir: str, name: str, entries: Sequence[tuple[
     return _git(["write-tree"], index_env).decode().strip()
 
 
+def _hash(env: dict[str, str], files: Sequence[str]) -> list[str]:
+    """The object ids of ``files``, each written into the store: stored, not deflated (the store
+    lasts one run, and deflating a large file costs more than hashing it; only the objects: the
+    patch's binary hunks are deflated as git's are)."""
+    if not files:
+        return []
+    hashing = ["hash-object", "-w", "--no-filters", "--stdin-paths"]
+    return _git(hashing, env, "\n".join(files).encode(), config=["core.looseCompression=0"]).decode().split()
+
+
+def _side_by_side(work: Callable[[_In], _Out], left: _In, right: _In) -> tuple[_Out, _Out]:
+    """``work`` on both sides of the diff at once (each a git process: two cores halve the wait);
+    an error on either side is raised once both are done."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(work, left)
+        second = work(right)
+        return first.result(), second
+
+
 def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
     """What the step changed in its copy, as git's binary diff against the starting state.
 
@@ -332,22 +354,20 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
     os.makedirs(prepared.git_dir, exist_ok=True)
     env = _git_env(prepared.git_dir)
     _git(["init", "-q", "--bare", "--template=", prepared.git_dir], env)  # no sample hooks to copy: none runs
-    files: list[str] = []
+    old_files: list[str] = []
+    new_files: list[str] = []
     for i, c in enumerate(found):
         if c.before is not None:
-            files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
+            old_files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
         if c.after is not None:
-            files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
-    # Stored, not deflated: the store lives as long as the run, and deflating a large file costs
-    # more than hashing it. Only the objects: the patch's binary hunks are deflated as git's are.
-    hashing = ["hash-object", "-w", "--no-filters", "--stdin-paths"]
-    ids = iter(_git(hashing, env, "\n".join(files).encode(), config=["core.looseCompression=0"]).split())
+            new_files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
+    old_ids, new_ids = map(iter, _side_by_side(lambda files: _hash(env, files), old_files, new_files))
     old_side: list[tuple[str, str, str]] = []
     new_side: list[tuple[str, str, str]] = []
     changed: list[ChangedFile] = []
     for c in found:
-        old_id = next(ids).decode() if c.before is not None else None
-        new_id = next(ids).decode() if c.after is not None else None
+        old_id = next(old_ids) if c.before is not None else None
+        new_id = next(new_ids) if c.after is not None else None
         kept = confirm(c, old_id, new_id)
         if kept is None:
             continue
@@ -358,8 +378,9 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
             new_side.append((git_mode(c.after), new_id, c.path))
     if not changed:
         return WorkspaceChanges(b"", ())
-    old_tree = _tree(env, prepared.git_dir, "before", old_side)
-    new_tree = _tree(env, prepared.git_dir, "after", new_side)
+    old_tree, new_tree = _side_by_side(
+        lambda side: _tree(env, prepared.git_dir, *side), ("before", old_side), ("after", new_side)
+    )
     patch = _git(["diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index", old_tree, new_tree], env)
     return WorkspaceChanges(patch, tuple(changed))
 
