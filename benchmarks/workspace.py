@@ -9,8 +9,9 @@ cache warm and dirty pages written out (``sync``) before each timed case:
 - ready: ``ironflow.local.workspaces.prepare``, what the local provider calls (the source's
   walk, ``cp -a --reflink=auto``, the copy's snapshot; on a root worker the copy given to the
   sandbox's uid), against ``cp -a`` of the same tree into a fresh directory of the same temp
-  dir the provider uses. Whether reflinks were possible is tried with ``cp --reflink=always``
-  of one file there;
+  dir the provider uses: a copy of every byte (``--reflink=never``, what ``cp -a`` did before
+  coreutils 9 made reflinks its default; where there are none, the same). Whether reflinks
+  were possible is tried with ``cp --reflink=always`` of one file there;
 - diff: after a 10-file change to the copy (7 text files modified, 1 binary file modified,
   1 added, 1 deleted), ``collect`` (the copy's walk, the hashing, the patch) against
   ``git diff --binary`` in a host git repository of the same tree with the same change in its
@@ -211,7 +212,7 @@ def measure_ready(source: Path, runs: int, sandbox_uid: int | None) -> dict[str,
 
     def cp(run_dir: str) -> object:
         dest = os.path.join(run_dir, "copy")
-        return subprocess.run(["cp", "-a", "--no-target-directory", str(source), dest], check=True)
+        return subprocess.run(["cp", "-a", "--reflink=never", "--no-target-directory", str(source), dest], check=True)
 
     for i in range(runs):
         for name, action in sorted({"ready": ready, "cp": cp}.items(), reverse=i % 2 == 1):
@@ -306,7 +307,7 @@ def main(files: int, megabytes: int, runs: int) -> None:
     }
     print(f"{'case':<52} {'p50 ms':>9}   ({runs} runs each)")
     for label, key in (
-        ("cp -a of the tree", "cp_ms"),
+        ("cp -a --reflink=never of the tree", "cp_ms"),
         ("workspace ready (local_workspaces.prepare)", "ready_ms"),
         ("git diff --binary in the host repository", "git_diff_ms"),
         ("workspace diff (local_workspaces.collect)", "collect_ms"),
