@@ -5,7 +5,8 @@ the filesystem has them) and takes the copy's snapshot; the sandbox binds the co
 ``/workspace``, so the host tree is only ever read. :func:`collect` snapshots the copy again
 once the step's processes are gone, hashes only the paths whose ``lstat`` moved (the host's
 originals, checked to be the ones copied, and the copy's new bytes) into a private object
-store, and has git write the diff between the two trees (``git diff-tree --binary``).
+store (objects stored, not deflated: it lasts one run), and has git write the diff between
+the two trees (``git diff-tree --binary``).
 :func:`apply_changes` writes the changes into the host directory, all or none.
 
 Git never runs in the user's repository: its object store is a bare repository in the run's
@@ -18,13 +19,14 @@ the apply, it is never written through.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -58,6 +60,9 @@ _COPY: Final = "workspace"
 _GIT_DIR: Final = "workspace.git"
 _SHOWN_PATHS: Final = 5
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+_KINDS: Final = {stat.S_IFREG: Kind.FILE, stat.S_IFDIR: Kind.DIR, stat.S_IFLNK: Kind.SYMLINK}
 
 
 @dataclass
@@ -78,16 +83,10 @@ def _shown(paths: Sequence[str]) -> str:
 
 
 def _entry(st: os.stat_result, target: str | None) -> Entry | None:
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
-        kind = Kind.FILE
-    elif stat.S_ISDIR(mode):
-        kind = Kind.DIR
-    elif stat.S_ISLNK(mode):
-        kind = Kind.SYMLINK
-    else:
+    kind = _KINDS.get(stat.S_IFMT(st.st_mode))
+    if kind is None:
         return None
-    return Entry(kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
+    return Entry(kind, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
 
 
 def _kind_of(mode: int) -> str:
@@ -104,11 +103,14 @@ def snapshot(
     whose: str,
     chown_to: int | None = None,
     refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
+    earlier: Snapshot | None = None,
 ) -> dict[str, Entry]:
     """Every path under ``root`` (never following a symlink); refuses what a workspace may not
     hold: a special file, a file over ``max_file_bytes``, more than ``max_total_bytes`` in all.
     ``whose`` names the tree in the message (the source, or the step's copy); ``chown_to``
-    gives each entry to that uid first (the sandbox's, on a root worker).
+    gives each entry to that uid first (the sandbox's, on a root worker). A path whose
+    ``lstat`` is as in ``earlier`` gets ``earlier``'s own entry (equal, and no new object):
+    an entry that is not ``earlier``'s marks a path that moved.
 
     Raises:
         WorkspaceRefused (or ``refusal``): the tree holds something a workspace may not.
@@ -116,34 +118,52 @@ def snapshot(
     out: dict[str, Entry] = {}
     total = 0
     pending = [""]
-    while pending:
+    kinds, seen = _KINDS, earlier or {}
+    while pending:  # every path of the tree goes through this loop, twice a run: kept lean
         rel = pending.pop()
+        prefix = f"{rel}/" if rel else ""
         with os.scandir(os.path.join(root, rel) if rel else root) as it:
             for item in it:
-                path = f"{rel}/{item.name}" if rel else item.name
+                path = prefix + item.name
                 if chown_to is not None:
                     os.lchown(item.path, chown_to, chown_to)
                 st = item.stat(follow_symlinks=False)
-                found = _entry(st, os.readlink(item.path) if stat.S_ISLNK(st.st_mode) else None)
-                if found is None:
-                    raise refusal(
-                        f"{whose} holds {_kind_of(st.st_mode)} at '{path}': a workspace takes only files, "
-                        "directories and symlinks"
-                    )
-                if found.kind is Kind.FILE:
-                    if found.size > spec.max_file_bytes:
+                mode = st.st_mode
+                kind = kinds.get(stat.S_IFMT(mode))
+                target = None
+                if kind is Kind.FILE:
+                    if st.st_size > spec.max_file_bytes:
                         raise refusal(
-                            f"{whose} holds '{path}' of {found.size} bytes, over the workspace's "
+                            f"{whose} holds '{path}' of {st.st_size} bytes, over the workspace's "
                             f"max_file_bytes ({spec.max_file_bytes})"
                         )
-                    total += found.size
+                    total += st.st_size
                     if total > spec.max_total_bytes:
                         raise refusal(
                             f"{whose} holds over {spec.max_total_bytes} bytes (the workspace's max_total_bytes)"
                         )
-                elif found.kind is Kind.DIR:
+                elif kind is Kind.DIR:
                     pending.append(path)
-                out[path] = found
+                elif kind is Kind.SYMLINK:
+                    target = os.readlink(item.path)
+                else:
+                    raise refusal(
+                        f"{whose} holds {_kind_of(mode)} at '{path}': a workspace takes only files, "
+                        "directories and symlinks"
+                    )
+                old = seen.get(path)
+                if (
+                    old is not None
+                    and old.mtime_ns == st.st_mtime_ns
+                    and old.ctime_ns == st.st_ctime_ns
+                    and old.size == st.st_size
+                    and old.mode == stat.S_IMODE(mode)
+                    and old.kind is kind
+                    and old.target == target
+                ):
+                    out[path] = old
+                else:
+                    out[path] = Entry(kind, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
     return out
 
 
@@ -244,9 +264,10 @@ def _git_env(git_dir: str) -> dict[str, str]:
     return env
 
 
-def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None) -> bytes:
+def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None, *, config: Sequence[str] = ()) -> bytes:
+    settings = [arg for item in ("core.hooksPath=/dev/null", "core.fsmonitor=false", *config) for arg in ("-c", item)]
     done = subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args],
+        ["git", *settings, *args],
         input=data,
         capture_output=True,
         env=env,
@@ -283,6 +304,25 @@ def _tree(env: dict[str, str], git_dir: str, name: str, entries: Sequence[tuple[
     return _git(["write-tree"], index_env).decode().strip()
 
 
+def _hash(env: dict[str, str], files: Sequence[str]) -> list[str]:
+    """The object ids of ``files``, each written into the store: stored, not deflated (the store
+    lasts one run, and deflating a large file costs more than hashing it; only the objects: the
+    patch's binary hunks are deflated as git's are)."""
+    if not files:
+        return []
+    hashing = ["hash-object", "-w", "--no-filters", "--stdin-paths"]
+    return _git(hashing, env, "\n".join(files).encode(), config=["core.looseCompression=0"]).decode().split()
+
+
+def _side_by_side(work: Callable[[_In], _Out], left: _In, right: _In) -> tuple[_Out, _Out]:
+    """``work`` on both sides of the diff at once (each a git process: two cores halve the wait);
+    an error on either side is raised once both are done."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(work, left)
+        second = work(right)
+        return first.result(), second
+
+
 def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
     """What the step changed in its copy, as git's binary diff against the starting state.
 
@@ -292,8 +332,14 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
         WorkspaceUnsafe: the step left a special file, or a file over the size limit.
         WorkspaceConflict: a host original changed while the step ran (the diff's left side is gone).
     """
-    after = snapshot(prepared.copy, prepared.spec, whose="the step's workspace", refusal=errors.WorkspaceUnsafe)
-    found = candidates(prepared.before, after)
+    before = prepared.before
+    after = snapshot(
+        prepared.copy, prepared.spec, whose="the step's workspace", refusal=errors.WorkspaceUnsafe, earlier=before
+    )
+    # A path the step left alone has its first entry again: only the others can be changes.
+    was = {path: entry for path, entry in before.items() if after.get(path) is not entry}
+    now = {path: entry for path, entry in after.items() if before.get(path) is not entry}
+    found = candidates(was, now)
     if not found:
         return WorkspaceChanges(b"", ())
     moved = [
@@ -307,20 +353,21 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
         )
     os.makedirs(prepared.git_dir, exist_ok=True)
     env = _git_env(prepared.git_dir)
-    _git(["init", "-q", "--bare", prepared.git_dir], env)
-    files: list[str] = []
+    _git(["init", "-q", "--bare", "--template=", prepared.git_dir], env)  # no sample hooks to copy: none runs
+    old_files: list[str] = []
+    new_files: list[str] = []
     for i, c in enumerate(found):
         if c.before is not None:
-            files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
+            old_files.append(_object_file(prepared.git_dir, 2 * i, c.before, os.path.join(prepared.source, c.path)))
         if c.after is not None:
-            files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
-    ids = iter(_git(["hash-object", "-w", "--no-filters", "--stdin-paths"], env, "\n".join(files).encode()).split())
+            new_files.append(_object_file(prepared.git_dir, 2 * i + 1, c.after, os.path.join(prepared.copy, c.path)))
+    old_ids, new_ids = map(iter, _side_by_side(lambda files: _hash(env, files), old_files, new_files))
     old_side: list[tuple[str, str, str]] = []
     new_side: list[tuple[str, str, str]] = []
     changed: list[ChangedFile] = []
     for c in found:
-        old_id = next(ids).decode() if c.before is not None else None
-        new_id = next(ids).decode() if c.after is not None else None
+        old_id = next(old_ids) if c.before is not None else None
+        new_id = next(new_ids) if c.after is not None else None
         kept = confirm(c, old_id, new_id)
         if kept is None:
             continue
@@ -331,8 +378,9 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
             new_side.append((git_mode(c.after), new_id, c.path))
     if not changed:
         return WorkspaceChanges(b"", ())
-    old_tree = _tree(env, prepared.git_dir, "before", old_side)
-    new_tree = _tree(env, prepared.git_dir, "after", new_side)
+    old_tree, new_tree = _side_by_side(
+        lambda side: _tree(env, prepared.git_dir, *side), ("before", old_side), ("after", new_side)
+    )
     patch = _git(["diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index", old_tree, new_tree], env)
     return WorkspaceChanges(patch, tuple(changed))
 

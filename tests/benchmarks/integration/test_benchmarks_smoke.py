@@ -6,7 +6,7 @@ one with parameters that shorten it (never its defaults) and checks only that it
 that its last line is ``RESULT`` with exactly the keys it documents, each a finite number.
 Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
 part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
-binaries, the agent-sandbox SDK) is skipped with the reason; CI installs all of them.
+binaries, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ CASES = (
     Bench("real_step_latency", ("--sequential", "1", "--concurrent", "2", "--claims", "1"),
           frozenset({"step_p50_ms", "step_p95_ms", "single_step_p50_ms", "sdk_claim_p50_ms", "cluster_start_s"}),
           needs=("kube-testenv", "agent-sandbox-sdk"), timeout_s=300),
+    Bench("workspace", ("--files", "200", "--megabytes", "2", "--runs", "1"),
+          frozenset({"ready_vs_cp", "diff_vs_git", "reflink", "ready_ms", "cp_ms", "collect_ms", "git_diff_ms",
+                     "end_to_end_ms"}), needs=("bwrap", "git")),
 )  # fmt: skip
 
 MARKS = {"postgres": pytest.mark.postgres, "bwrap": pytest.mark.bwrap, "runsc": pytest.mark.gvisor}

@@ -254,6 +254,26 @@ def test_a_host_path_changed_during_the_step_fails_the_diff_and_the_apply_change
     assert tree(repo) == before  # the other change was not written either
 
 
+def test_a_snapshot_keeps_the_earlier_entry_of_each_path_that_did_not_move(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "link").symlink_to("changed.txt")
+    spec = Workspace(str(repo))
+    first = local_workspaces.snapshot(str(repo), spec, whose="the test's tree")
+    with (repo / "changed.txt").open("a") as f:
+        f.write("more\n")
+    (repo / "tool.sh").chmod(0o755)
+    os.utime(repo / "kept" / "same.txt", ns=(0, 0))
+    (repo / "link").unlink()
+    (repo / "link").symlink_to("gone.txt")
+    (repo / "image.bin").unlink()
+    (repo / "fresh.txt").write_text("new\n")
+    again = local_workspaces.snapshot(str(repo), spec, whose="the test's tree", earlier=first)
+    assert again == local_workspaces.snapshot(str(repo), spec, whose="the test's tree")
+    moved = {path for path, entry in again.items() if first.get(path) is not entry}
+    assert moved == {"changed.txt", "tool.sh", "kept/same.txt", "link", "fresh.txt"}
+    assert again.keys() - moved == {"gone.txt", "olddir", "olddir/inner.txt", "kept"}  # each first's own entry
+
+
 def test_the_apply_never_writes_through_a_symlink_on_the_host(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     outside = tmp_path / "outside"
