@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, NewType
 
-from ironflow import errors
+from ironflow import errors, secrets
 from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
 from ironflow.workspaces import WorkspaceChanges
 
@@ -186,13 +186,14 @@ class StepRecord:
 def error_record(exc: BaseException) -> dict[str, Any]:
     """How a failure is stored: its type, message and whether a retry could help.
 
-    Only the message is kept (never ``args`` or attributes), and ironflow errors already
-    keep secrets out of their messages.
+    Only the message is kept (never ``args`` or attributes). Ironflow errors keep secrets out of
+    their messages, but a failed agent's message carries its output: credential shapes in it
+    are redacted, as in a transcript.
     """
     message = exc.message if isinstance(exc, errors.IronflowError) else str(exc)
     return {
         "type": type(exc).__name__,
-        "message": errors.truncate(message, 4000),
+        "message": errors.truncate(secrets.redact(message), 4000),
         "retryable": bool(getattr(exc, "retryable", False)),
     }
 
