@@ -2,8 +2,8 @@
 
 Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` (step
 values, the ``ctx`` object) → ``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) →
-``accounts``, ``loading`` → ``runner`` (one execution of a run) → ``worker`` (leases,
-concurrency) → ``cli/run.py``. Nothing here imports a provider implementation: the
+``accounts``, ``loading``, ``transcripts`` (a step's stored output) → ``runner`` (one execution
+of a run) → ``worker`` (leases, concurrency) → ``cli/run.py``. Nothing here imports a provider implementation: the
 runner sees only :class:`~ironflow.provider.AgentProvider`.
 """
 

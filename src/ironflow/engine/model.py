@@ -33,6 +33,8 @@ __all__ = [
     "StepKind",
     "StepRecord",
     "StepStatus",
+    "TranscriptChunk",
+    "TranscriptStream",
     "WindowStatus",
     "error_record",
     "from_json",
@@ -181,6 +183,39 @@ class StepRecord:
         if isinstance(self.result, AgentResult):  # its own JSON form (a workspace patch is bytes)
             out["result"] = result_to_dict(self.result)
         return out
+
+
+class TranscriptStream(StrEnum):
+    """Where a transcript line came from: the agent's stdout (stream-json), its stderr, or the
+    engine's own notes (an attempt's end, what the size cap dropped)."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    IRONFLOW = "ironflow"
+
+
+@dataclass(frozen=True)
+class TranscriptChunk:
+    """Consecutive lines of one stream of one attempt of a step, stored as one row.
+
+    ``seq`` orders the chunks of a run; the store numbers them as it appends (0 before).
+    """
+
+    run_id: str
+    position: int
+    step: str
+    attempt: int
+    stream: TranscriptStream
+    text: str
+    at: float
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stream", TranscriptStream(self.stream))
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:

@@ -11,6 +11,10 @@ The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
 * a finished step is never run again: its stored result is returned on replay, and a
   step whose name or kind differs from the stored one fails the run (``ReplayDivergence``);
 * a cancelled run's in-flight steps are cancelled and the run is released.
+
+Each attempt of an agent step streams into its own :class:`~ironflow.engine.transcripts.StepTranscript`
+(redacted, capped, stored with the step); the debug turns a stream-json run also returns stay
+in the transcript, so a stored result keeps them only when the step's config asked ``verbose``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors, labels
-from ironflow.engine import loading, model, retry
+from ironflow.engine import loading, model, retry, transcripts
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
@@ -164,7 +168,7 @@ class _Execution:
         tries = _Tries()
         try:
             if isinstance(step, AgentStep):
-                result = await self._agent(step, tries)
+                result = await self._agent(step, record, tries)
             elif isinstance(step, OpStep):
                 result = await self._op(step, tries)
             else:
@@ -218,7 +222,7 @@ class _Execution:
                 log.info("step %s of run %s failed (%s); retrying", name, self.run.id, type(exc).__name__)
                 await asyncio.sleep(policy.delay(tries.count - 1))
 
-    async def _agent(self, step: AgentStep, tries: _Tries) -> Any:
+    async def _agent(self, step: AgentStep, record: model.StepRecord, tries: _Tries) -> Any:
         runner = self.runner
         # One scoped config for every attempt: the same labels let the provider find the previous pod.
         config = step.config.scoped(self.run.id, step.name, root_run_id=self.run.root_run_id)
@@ -228,11 +232,23 @@ class _Execution:
             pool = runner.accounts if use_accounts else None
             session = await pool.acquire(step.name) if pool is not None else None
             scoped = config.account_session(session) if session is not None else config
+            transcript = transcripts.StepTranscript(
+                runner.store,
+                run_id=self.run.id,
+                position=record.position,
+                step=step.name,
+                attempt=record.attempts + tries.count,
+                cap_bytes=runner.transcript_cap_bytes,
+                secrets=(session.value.reveal(),) if session is not None else (),  # revealed to be redacted
+                forward=runner.sink,
+            )
             try:
-                return await runner.provider.run(scoped, logs=runner.sink)
+                async with transcript:
+                    result = await runner.provider.run(scoped, logs=transcript)
             finally:
                 if pool is not None and session is not None:
                     await pool.release(session)
+            return result if step.config.verbose else dataclasses.replace(result, debug_messages=None)
 
         return await self._with_retries(step.name, step.retry, tries, attempt)
 
@@ -276,7 +292,11 @@ def _replace(record: model.StepRecord, **changes: Any) -> model.StepRecord:
 
 @dataclass
 class Runner:
-    """Executes runs against one provider and one store."""
+    """Executes runs against one provider and one store.
+
+    ``sink`` also gets every line agent steps stream, unredacted (the store gets them redacted);
+    ``transcript_cap_bytes`` is the most each attempt of a step stores.
+    """
 
     store: Store
     provider: AgentProvider
@@ -284,6 +304,11 @@ class Runner:
     sink: LogSink | None = None
     #: Seconds before a run whose release failed is due again, by execution attempt.
     requeue_delay: Callable[[int], float] = retry.requeue_delay
+    transcript_cap_bytes: int = transcripts.DEFAULT_CAP_BYTES
+
+    def __post_init__(self) -> None:
+        if self.transcript_cap_bytes < 0:
+            raise errors.ConfigError(f"transcript_cap_bytes must be 0 or more, got {self.transcript_cap_bytes}")
 
     async def _release(self, run_id: str) -> None:
         try:
