@@ -13,8 +13,8 @@ The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
 * a cancelled run's in-flight steps are cancelled and the run is released.
 
 Each attempt of an agent step streams into its own :class:`~ironflow.engine.transcripts.StepTranscript`
-(redacted, capped, stored with the step); the debug turns a stream-json run also returns stay
-in the transcript, so a stored result keeps them only when the step's config asked ``verbose``.
+(redacted, capped, stored with the step); the debug turns a stream-json run also returns are in
+the transcript, so a stored result keeps them (redacted alike) only when the step asked ``verbose``.
 """
 
 from __future__ import annotations
@@ -232,6 +232,7 @@ class _Execution:
             pool = runner.accounts if use_accounts else None
             session = await pool.acquire(step.name) if pool is not None else None
             scoped = config.account_session(session) if session is not None else config
+            known = (session.value.reveal(),) if session is not None else ()  # revealed to be redacted
             transcript = transcripts.StepTranscript(
                 runner.store,
                 run_id=self.run.id,
@@ -239,7 +240,7 @@ class _Execution:
                 step=step.name,
                 attempt=record.attempts + tries.count,
                 cap_bytes=runner.transcript_cap_bytes,
-                secrets=(session.value.reveal(),) if session is not None else (),  # revealed to be redacted
+                secrets=known,
                 forward=runner.sink,
             )
             try:
@@ -248,7 +249,9 @@ class _Execution:
             finally:
                 if pool is not None and session is not None:
                     await pool.release(session)
-            return result if step.config.verbose else dataclasses.replace(result, debug_messages=None)
+            if not step.config.verbose:
+                return dataclasses.replace(result, debug_messages=None)
+            return transcripts.redacted_turns(result, known)
 
         return await self._with_retries(step.name, step.retry, tries, attempt)
 

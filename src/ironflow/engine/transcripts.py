@@ -8,14 +8,18 @@ redacts and buffers; a flusher task writes what waits every ``flush_every_s``, o
 attempt ends, however it ends (success, failure, timeout, cancellation). Lines past
 ``cap_bytes`` are dropped, and everything after them: the stored transcript is the attempt's
 beginning, then one note saying how much was not stored. Invariant: no line reaches the store
-before :func:`ironflow.secrets.redact` has seen it. Writing is best effort: lines a failing
-store refuses are lost (a warning says how many); the step is not failed for them.
+before :func:`ironflow.secrets.redact` has seen it; the debug turns a verbose step's result
+carries (the same tool inputs and results) are redacted alike (:func:`redacted_turns`). Writing is
+best effort: lines a failing store refuses are lost (a warning says how many); the step is not
+failed for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -26,6 +30,7 @@ from ironflow import errors, secrets
 from ironflow.engine import model
 from ironflow.engine.store import Store
 from ironflow.provider import LogSink
+from ironflow.results import AgentResult
 
 __all__ = [
     "CHUNK_BYTES",
@@ -35,6 +40,7 @@ __all__ = [
     "chunk_lines",
     "dropped_note",
     "ending_note",
+    "redacted_turns",
 ]
 
 log = logging.getLogger("ironflow.engine")
@@ -101,6 +107,19 @@ def ending_note(attempt: int, exc: BaseException | None) -> str | None:
     message = (exc.message if isinstance(exc, errors.IronflowError) else str(exc)).strip()
     said = f": {errors.truncate(message.splitlines()[0], _NOTE_CHARS)}" if message else ""
     return f"attempt {attempt} failed: {type(exc).__name__}{said}"
+
+
+def redacted_turns(result: AgentResult, known: Iterable[str] = ()) -> AgentResult:
+    """``result`` with its debug turns redacted as its transcript is: they hold the same tool inputs
+    and results. The answer itself (``value``) is the workflow's and stays as it is."""
+    if not result.debug_messages:
+        return result
+    data = model.result_to_dict(dataclasses.replace(result, workspace=None))
+    try:
+        data["debug_messages"] = json.loads(secrets.redact(json.dumps(data["debug_messages"]), known))
+    except json.JSONDecodeError:  # a known value that cut a JSON escape in two: keep no turns, not a secret
+        return dataclasses.replace(result, debug_messages=None)
+    return dataclasses.replace(result, debug_messages=model.result_from_dict(data).debug_messages)
 
 
 def _error_output(exc: BaseException) -> str:

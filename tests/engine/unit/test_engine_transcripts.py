@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import itertools
 
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.engine import model, transcripts
+from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
+from ironflow.secrets import REDACTED
 
 OUT = model.TranscriptStream.STDOUT
 ERR = model.TranscriptStream.STDERR
@@ -57,3 +60,23 @@ def test_the_ending_note_names_the_error_by_its_first_line(exc: BaseException | 
 
 def test_docstring_examples_hold() -> None:
     assert doctest.testmod(transcripts).failed == 0
+
+
+def test_a_verbose_results_turns_are_redacted_and_its_answer_is_kept() -> None:
+    key = "sk-ant-api03-" + "k" * 40
+    turn = DebugMessage(
+        text="running it",
+        tool_calls=(ToolCall("t1", "Bash", {"command": f"echo {key}"}),),
+        tool_results=(ToolResult("t1", [{"type": "text", "text": f"{key}\nand hunter22-password"}]),),
+    )
+    result = AgentResult(value=f"the answer mentions {key}", duration_ms=1, debug_messages=(turn,))
+    redacted = transcripts.redacted_turns(result, ["hunter22-password"])
+    assert redacted.value == result.value
+    assert redacted.debug_messages == (
+        DebugMessage(
+            text="running it",
+            tool_calls=(ToolCall("t1", "Bash", {"command": f"echo {REDACTED}"}),),
+            tool_results=(ToolResult("t1", [{"type": "text", "text": f"{REDACTED}\nand {REDACTED}"}]),),
+        ),
+    )
+    assert transcripts.redacted_turns(dataclasses.replace(result, debug_messages=None)).debug_messages is None
