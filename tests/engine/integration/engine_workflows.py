@@ -58,3 +58,8 @@ async def with_op(ctx: Context, input: dict[str, Any]) -> Any:
 
 async def not_storable(ctx: Context, input: Any) -> Any:
     return object()
+
+
+async def shell(ctx: Context, input: Any) -> str:
+    """One agent step that may use Bash (the offline model's script says what it runs)."""
+    return (await ctx.agent("shell", AgentConfig("run the command", allowed_tools=("Bash",)))).text
