@@ -77,11 +77,14 @@ async def find_run(store: Store, ref: str) -> model.RunRecord:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` for a command: Ctrl-C exits 130 with one line."""
+    """``asyncio.run`` for a command: Ctrl-C exits 130 with one line, and an ironflow error that
+    escapes it (the store failing mid-command) exits with its branch's code and one line."""
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
         exits.fail("interrupted", exits.EXIT_INTERRUPTED)
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
 
 
 def plain(value: Any) -> Any:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -114,6 +115,27 @@ def test_logs_of_a_run_without_a_transcript_says_so_and_a_bad_step_is_exit_2(sto
     assert cli("logs", run_id, "--store", store_url) == (0, "", f"run {run_id} has no stored transcript (succeeded)\n")
     code, out, err = cli("logs", run_id, "nope", "--store", store_url)
     assert (code, out, err) == (2, "", f"error: run {run_id} has no step 'nope'; its steps: 0 'add'\n")
+
+
+def test_logs_names_the_run_a_sub_workflow_steps_transcript_is_in(store_url: str) -> None:
+    run_id = execute(store_url, "parent", {}, RecordingProvider())
+    (_, child) = with_store(store_url, lambda store: store.steps(run_id))
+    code, out, err = cli("logs", run_id, "--store", store_url)
+    assert (code, out.splitlines()[0]) == (0, "── step 0 'plan', attempt 1")
+    assert err == f"step 'child' is a sub-workflow: its transcript is `ironflow logs {child.child_run_id}`\n"
+    code, out, _ = cli("logs", str(child.child_run_id), "--store", store_url)
+    step_label = labels.sanitize_label_value("child step")
+    assert out.splitlines() == ["── step 0 'child step', attempt 1", f"  result: done {step_label}"]
+
+
+def test_a_store_failing_mid_command_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'engine.db'}"
+    run_id = execute(url, "linear", {"steps": ["a"]}, RecordingProvider())
+    with sqlite3.connect(tmp_path / "engine.db") as conn:
+        conn.execute("DROP TABLE ironflow_transcripts")
+    code, out, err = cli("logs", run_id, "--store", url)
+    assert (code, out) == (3, "")
+    assert err == "error: the SQLite store failed: OperationalError: no such table: ironflow_transcripts\n"
 
 
 # --- run ids by prefix -----------------------------------------------------------------------
