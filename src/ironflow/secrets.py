@@ -1,8 +1,12 @@
-"""Secret values that cannot leak by accident, and the scanner the tests share.
+"""Secret values that cannot leak by accident, the scanner the tests share, and redaction.
 
 A :class:`Secret` prints as ``Secret('***')`` in ``str``, ``repr``, f-strings and
 tracebacks; only :meth:`Secret.reveal` gives the value, so every place that sends a
 credential anywhere is a call to ``reveal`` that a reviewer can find with grep.
+
+Text that comes from a sandbox (a step's transcript, its stderr) may hold a secret the
+step saw; :func:`redact` replaces the values :func:`find_leaks` would find, and anything
+shaped like a credential, with :data:`REDACTED` before such text is stored.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-__all__ = ["Secret", "find_leaks", "looks_like_claude_credential"]
+__all__ = ["REDACTED", "Secret", "find_leaks", "looks_like_claude_credential", "redact"]
 
 _REDACTED: Final = "***"
 
@@ -75,6 +79,38 @@ def looks_like_claude_credential(value: str) -> bool:
     [True, True, True, False]
     """
     return _CLAUDE_CREDENTIAL.search(value) is not None
+
+
+#: What a redacted value reads as in stored text.
+REDACTED: Final = "[redacted]"
+#: Credential shapes hidden wherever they appear, even inside a word: a JSON escape (``\\nsk-ant-…``)
+#: or a terminal colour code (``\x1b[0msk-ant-…``) puts a letter before them. Hiding a word
+#: that merely looks like one is the safe mistake.
+_CREDENTIAL_SHAPES: Final = re.compile(
+    r"sk-ant[\w-]*"  # Anthropic API keys and OAuth tokens
+    r"|ifap_[\w-]+",  # the auth proxy's opaque tokens
+    re.IGNORECASE,
+)
+#: A bearer token: the word stays, the token goes. It ends at a quote, a separator or a JSON escape,
+#: and is 12 characters or more (tokens are; "a bearer of news" is prose).
+_BEARER: Final = re.compile(r"(\bbearer\s+)([^\s\"',;\\]{12,})", re.IGNORECASE)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with each of ``secrets`` and each credential-shaped value replaced by :data:`REDACTED`.
+
+    Known values go first, as they are and as a JSON string holds them (longest first, so one
+    inside another is not left half shown), then the shapes: ``sk-ant…``, ``ifap_…`` and the
+    token after ``Bearer``.
+
+    >>> redact("key=sk-ant-api03-abc, auth: Bearer tok.123456789 and hunter22", ["hunter22"])
+    'key=[redacted], auth: Bearer [redacted] and [redacted]'
+    """
+    values = sorted({form for s in secrets if s for form in (s, json.dumps(s)[1:-1])}, key=len, reverse=True)
+    if values:
+        text = re.sub("|".join(map(re.escape, values)), REDACTED, text)
+    text = _CREDENTIAL_SHAPES.sub(REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def _flatten(obj: Any) -> Iterable[str]:

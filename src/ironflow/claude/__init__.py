@@ -2,8 +2,9 @@
 
 Layering rule: these modules are pure functions of their inputs about the CLI — they
 build its command line (``command``), read its ``json``/``stream-json`` output
-(``output``), its ``rate_limit_event`` lines (``rate_limits``), place profile
-ConfigMaps (``profile``) and name the sandbox paths and variables (``layout``). None
+(``output``) and show it condensed, a line at a time (``turns``), read its
+``rate_limit_event`` lines (``rate_limits``), place profile ConfigMaps (``profile``)
+and name the sandbox paths and variables (``layout``). None
 of them runs a process, opens a socket or reads the environment; the one exception is
 :func:`~ironflow.claude.cli.find_claude_cli`, which looks for the pinned executable on
 disk. Providers (``ironflow.k8s``, ``ironflow.local``, ``ironflow.agent_sandbox``) import

@@ -32,6 +32,14 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "run": ("ironflow.cli.run", "Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."),
     "worker": ("ironflow.cli.run", "Take queued runs from the store and execute them until Ctrl-C."),
     "runs": ("ironflow.cli.runs", "List, show, cancel and retry runs."),
+    "logs": (
+        "ironflow.cli.logs",
+        "Print the transcripts of a run's agent steps; -f follows the run until it is finished.",
+    ),
+    "ps": (
+        "ironflow.cli.ps",
+        "List what is running now: running runs and steps (any backend), and this machine's local sandboxes.",
+    ),
     "manifests": (
         "ironflow.cli.manifests",
         "Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster.",

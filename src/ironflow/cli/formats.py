@@ -1,6 +1,6 @@
 """``--output`` of the commands: the table-or-JSON reports (``check``, ``reap``, ``runs``, ``sandbox ls``),
 the text-or-JSON single things (``sandbox open``) and the YAML-or-JSON Kubernetes objects (``render``,
-``manifests``, ``sandbox render``), printed one way."""
+``manifests``, ``sandbox render``), printed one way; and how long ago something started, as their tables say it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import typer
 import yaml
 
-__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "emit_objects"]
+__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "age", "emit_objects"]
 
 
 class OutputFormat(StrEnum):
@@ -41,3 +41,16 @@ def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
         typer.echo(json.dumps(objects, indent=2))
     else:
         typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
+
+
+def age(seconds: float) -> str:
+    """A duration in its largest whole unit, as a table shows an age (a clock skew's negative is 0s).
+
+    >>> [age(s) for s in (-5, 59, 90, 7200, 3 * 86400)]
+    ['0s', '59s', '2m', '2h', '3d']
+    """
+    seconds = max(seconds, 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"

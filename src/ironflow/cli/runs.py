@@ -1,8 +1,10 @@
 """``ironflow runs …``: list, show, cancel and retry the runs of a store.
 
 Thin over :class:`~ironflow.engine.store.Store`; these commands never create a store's
-directory (a mistyped ``--store`` is an error, not a new empty store). Exit codes are
-:mod:`ironflow.cli.exits`'s; an unknown run id, or a change the run's state refuses, is bad input.
+directory (a mistyped ``--store`` is an error, not a new empty store). A run is named by its id
+or a unique start of it (:func:`~ironflow.cli.stores.find_run`). Exit codes are
+:mod:`ironflow.cli.exits`'s; an unknown or ambiguous run id, or a change the run's state refuses,
+is bad input.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from rich.table import Table
 
 from ironflow import labels
 from ironflow.cli import exits
-from ironflow.cli.formats import OutputFormat
-from ironflow.cli.stores import StoreOption, opened, plain, run_async
+from ironflow.cli.formats import OutputFormat, age
+from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
 from ironflow.engine import model
 
 __all__ = ["register", "step_pod_selector"]
@@ -35,14 +37,6 @@ def step_pod_selector(run_id: str, step: model.StepRecord) -> str | None:
     return labels.selector(
         labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: run_id, labels.LABEL_STEP: labels.sanitize_label_value(step.name)}
     )
-
-
-def _age(ts: float) -> str:
-    seconds = max(time.time() - ts, 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
 
 
 def _run_summary(run: model.RunRecord) -> dict[str, Any]:
@@ -76,23 +70,22 @@ def runs_list(
         print(json.dumps([_run_summary(r) for r in found], indent=2))
         return
     table = Table("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE", box=None)
+    now = time.time()
     for r in found:
         table.add_row(r.id, r.workflow.rsplit("/", 1)[-1], str(r.status), str(r.attempt), r.parent_run_id or "-",
-                      _age(r.created_at))  # fmt: skip
+                      age(now - r.created_at))  # fmt: skip
     Console(width=200).print(table)
 
 
-async def _show(store_url: str | None, run_id: str) -> tuple[model.RunRecord, list[model.StepRecord]]:
+async def _show(store_url: str | None, ref: str) -> tuple[model.RunRecord, list[model.StepRecord]]:
     async with opened(store_url, create=False) as store:
-        run = await store.get_run(run_id)
-        if run is None:
-            exits.fail(f"no run {run_id} in the store; list runs with `ironflow runs list`")
-        return run, await store.steps(run_id)
+        run = await find_run(store, ref)
+        return run, await store.steps(run.id)
 
 
 @runs_app.command("show")
 def runs_show(
-    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    run_id: RunArgument,
     store: StoreOption = None,
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:
@@ -121,11 +114,10 @@ def runs_show(
         console.print("output", json.dumps(plain(run.output)), highlight=False, markup=False)
 
 
-async def _change(store_url: str | None, run_id: str, action: str) -> model.RunRecord:
+async def _change(store_url: str | None, ref: str, action: str) -> model.RunRecord:
     async with opened(store_url, create=False) as store:
-        run = await store.get_run(run_id)
-        if run is None:
-            exits.fail(f"no run {run_id} in the store; list runs with `ironflow runs list`")
+        run = await find_run(store, ref)
+        run_id = run.id
         if run.parent_run_id is not None:
             exits.fail(f"run {run_id} is a sub-workflow run; {action} its root run {run.root_run_id} instead")
         if action == "cancel":
@@ -142,7 +134,7 @@ async def _change(store_url: str | None, run_id: str, action: str) -> model.RunR
 
 @runs_app.command("cancel")
 def runs_cancel(
-    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    run_id: RunArgument,
     store: StoreOption = None,
 ) -> None:
     """Cancel a run: a pending one never runs; a running one's steps are stopped and the run released."""
@@ -152,7 +144,7 @@ def runs_cancel(
 
 @runs_app.command("retry")
 def runs_retry(
-    run_id: Annotated[str, typer.Argument(help="The run's id.", show_default=False)],
+    run_id: RunArgument,
     store: StoreOption = None,
 ) -> None:
     """Queue a failed or cancelled run again; its finished steps replay from the store."""

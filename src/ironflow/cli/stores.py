@@ -1,7 +1,10 @@
-"""``--store`` of ``run``, ``worker`` and ``runs …``: the option, opening the store with the
-documented exit codes (a bad URL 2, an unreachable database 3), and running a command's coroutine.
+"""``--store`` of ``run``, ``worker``, ``runs …``, ``logs`` and ``ps``: the option, opening the
+store with the documented exit codes (a bad URL 2, an unreachable database 3), finding the run a
+command names, and running a command's coroutine.
 
 The store is ``--store URL``, else ``$IRONFLOW_STORE``, else a SQLite file in the user's data dir.
+Every command that takes a run id takes it through :func:`find_run`: the whole id, or its start
+when exactly one run's id starts so.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import typer
 
@@ -19,9 +22,16 @@ from ironflow.cli import exits
 from ironflow.engine import model
 from ironflow.engine.store import Store, open_store
 
-__all__ = ["StoreOption", "opened", "plain", "run_async"]
+__all__ = ["RunArgument", "StoreOption", "find_run", "opened", "plain", "run_async"]
 
 T = TypeVar("T")
+
+#: How many runs an ambiguous prefix's error names.
+_CANDIDATES: Final = 5
+
+RunArgument = Annotated[
+    str, typer.Argument(metavar="RUN", help="The run's id, or its start (unique).", show_default=False)
+]
 
 StoreOption = Annotated[
     str | None,
@@ -48,12 +58,33 @@ async def opened(url: str | None, *, create: bool = True) -> AsyncIterator[Store
         await store.close()
 
 
+async def find_run(store: Store, ref: str) -> model.RunRecord:
+    """The run ``ref`` names: its whole id, else the one run whose id starts with it; exits 2 on
+    none, naming a few when several do."""
+    if not ref:
+        exits.fail("a run id cannot be empty; list runs with `ironflow runs list`")
+    run = await store.get_run(ref)
+    if run is not None:
+        return run
+    matches = await store.match_run_ids(ref, limit=_CANDIDATES + 1)
+    if len(matches) > 1:
+        named = ", ".join(matches[:_CANDIDATES]) + (", …" if len(matches) > _CANDIDATES else "")
+        exits.fail(f"run id {ref} is the start of several runs' ids ({named}); give more of it")
+    run = await store.get_run(matches[0]) if matches else None
+    if run is None:
+        exits.fail(f"no run {ref} in the store; list runs with `ironflow runs list`")
+    return run
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` for a command: Ctrl-C exits 130 with one line."""
+    """``asyncio.run`` for a command: Ctrl-C exits 130 with one line, and an ironflow error that
+    escapes it (the store failing mid-command) exits with its branch's code and one line."""
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
         exits.fail("interrupted", exits.EXIT_INTERRUPTED)
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
 
 
 def plain(value: Any) -> Any:

@@ -2,11 +2,11 @@
 
 Layering (imports point down only): ``model``, ``retry`` (pure) → ``context`` (step
 values, the ``ctx`` object) → ``events`` (what a worker reports; the observer protocol) →
-``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) → ``accounts``, ``loading``
-→ ``runner`` (one execution of a run) → ``worker`` (leases, concurrency) → ``metrics``,
-``run_log`` (observers) → ``monitoring`` (the worker's ``/metrics`` and ``/healthz``) → ``cli/run.py``.
-Nothing here imports a provider implementation: the runner sees only
-:class:`~ironflow.provider.AgentProvider`.
+``rows`` (pure) → ``store``, ``sqlite``, ``postgres`` (I/O adapters) → ``accounts``, ``loading``,
+``transcripts`` (a step's stored output) → ``runner`` (one execution of a run) → ``worker``
+(leases, concurrency) → ``metrics``, ``run_log`` (observers) → ``monitoring`` (the worker's
+``/metrics`` and ``/healthz``) → ``cli/run.py``. Nothing here imports a provider implementation:
+the runner sees only :class:`~ironflow.provider.AgentProvider`.
 """
 
 from typing import TYPE_CHECKING

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, NewType
 
-from ironflow import errors
+from ironflow import errors, secrets
 from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
 from ironflow.workspaces import WorkspaceChanges
 
@@ -33,6 +33,8 @@ __all__ = [
     "StepKind",
     "StepRecord",
     "StepStatus",
+    "TranscriptChunk",
+    "TranscriptStream",
     "WindowStatus",
     "error_record",
     "from_json",
@@ -183,16 +185,50 @@ class StepRecord:
         return out
 
 
+class TranscriptStream(StrEnum):
+    """Where a transcript line came from: the agent's stdout (stream-json), its stderr, or the
+    engine's own notes (an attempt's end, what the size cap dropped)."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    IRONFLOW = "ironflow"
+
+
+@dataclass(frozen=True)
+class TranscriptChunk:
+    """Consecutive lines of one stream of one attempt of a step, stored as one row.
+
+    ``seq`` orders the chunks of a run; the store numbers them as it appends (0 before).
+    """
+
+    run_id: str
+    position: int
+    step: str
+    attempt: int
+    stream: TranscriptStream
+    text: str
+    at: float
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stream", TranscriptStream(self.stream))
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+
 def error_record(exc: BaseException) -> dict[str, Any]:
     """How a failure is stored: its type, message and whether a retry could help.
 
-    Only the message is kept (never ``args`` or attributes), and ironflow errors already
-    keep secrets out of their messages.
+    Only the message is kept (never ``args`` or attributes). Ironflow errors keep secrets out of
+    their messages, but a failed agent's message carries its output: credential shapes in it
+    are redacted, as in a transcript.
     """
     message = exc.message if isinstance(exc, errors.IronflowError) else str(exc)
     return {
         "type": type(exc).__name__,
-        "message": errors.truncate(message, 4000),
+        "message": errors.truncate(secrets.redact(message), 4000),
         "retryable": bool(getattr(exc, "retryable", False)),
     }
 

@@ -11,8 +11,8 @@ The DSN (which may hold a password) never appears in a message or a repr.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
 
 import asyncpg
 
@@ -20,6 +20,8 @@ from ironflow import errors, migrations
 from ironflow.engine import model, rows
 
 __all__ = ["MIGRATIONS_COMPONENT", "PostgresStore"]
+
+T = TypeVar("T")
 
 #: The (component, version) key the schema versions are recorded under.
 MIGRATIONS_COMPONENT: Final = "engine"
@@ -97,6 +99,19 @@ _SELECT_STEPS: Final = (
     "child_run_id, labels::text AS labels, started_at, finished_at FROM ironflow_steps WHERE run_id = $1 "
     "ORDER BY position"
 )
+#: First key of the advisory lock that serialises the appends to one run's transcript (the second is
+#: the run id's hash); two-key locks never meet the one-key lock of :mod:`ironflow.migrations`.
+_TRANSCRIPT_LOCK: Final = 0x1F0F
+_LAST_SEQS: Final = (
+    "SELECT run_id, MAX(seq) AS seq FROM ironflow_transcripts WHERE run_id = ANY($1::text[]) GROUP BY run_id"
+)
+_INSERT_TRANSCRIPT: Final = (
+    f"INSERT INTO ironflow_transcripts ({rows.TRANSCRIPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"  # noqa: S608
+)
+_SELECT_TRANSCRIPT: Final = (
+    f"SELECT {rows.TRANSCRIPT_COLUMNS} FROM ironflow_transcripts "  # noqa: S608
+    "WHERE run_id = $1 AND seq > $2 AND ($3::integer IS NULL OR position = $3) ORDER BY seq LIMIT $4"
+)
 _RECORD_WINDOW: Final = """
 INSERT INTO ironflow_rate_limits (account, "window", scope, status, utilization, resets_at, recorded_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -147,6 +162,14 @@ class _Db:
     async def executemany(self, query: str, args: Any) -> None:
         try:
             await self._pool.executemany(query, args)
+        except _DB_ERRORS as exc:
+            raise self._error(exc) from exc
+
+    async def transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``work`` on one connection inside one transaction (committed when it returns)."""
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                return await work(conn)
         except _DB_ERRORS as exc:
             raise self._error(exc) from exc
 
@@ -232,6 +255,12 @@ class PostgresStore:
         )
         return [rows.run_from_row(r) for r in found]
 
+    async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
+        found = await self.pool.fetch(
+            "SELECT id FROM ironflow_runs WHERE left(id, length($1)) = $1 ORDER BY id LIMIT $2", prefix, limit
+        )
+        return [r["id"] for r in found]
+
     async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
         row = await self.pool.fetchrow(_CLAIM, worker, float(lease_s), run_id)
         return rows.run_from_row(row) if row else None
@@ -291,6 +320,26 @@ class PostgresStore:
 
     async def save_step(self, step: model.StepRecord) -> None:
         await self.pool.execute(_SAVE_STEP, *rows.step_values(step))
+
+    # -- transcripts --
+
+    async def append_transcript(self, chunks: Sequence[model.TranscriptChunk]) -> None:
+        run_ids = sorted({c.run_id for c in chunks})  # locked in one order: two appends never deadlock
+
+        async def append(conn: asyncpg.Connection) -> None:
+            for run_id in run_ids:
+                await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _TRANSCRIPT_LOCK, run_id)
+            last = {r["run_id"]: r["seq"] for r in await conn.fetch(_LAST_SEQS, run_ids)}
+            await conn.executemany(_INSERT_TRANSCRIPT, rows.transcript_values(chunks, last))
+
+        if chunks:
+            await self.pool.transaction(append)
+
+    async def transcript(
+        self, run_id: str, *, position: int | None = None, after: int = 0, limit: int = 500
+    ) -> list[model.TranscriptChunk]:
+        found = await self.pool.fetch(_SELECT_TRANSCRIPT, run_id, after, position, limit)
+        return [rows.transcript_from_row(r) for r in found]
 
     # -- rate limits --
 

@@ -1,4 +1,4 @@
-"""Database rows into run, step and window records and back, for both stores (pure).
+"""Database rows into run, step, transcript and window records and back, for both stores (pure).
 
 A row is anything indexable by column name (``sqlite3.Row``, ``asyncpg.Record``) whose
 JSON columns are text; both stores select the same column names, so one mapping serves.
@@ -9,17 +9,21 @@ encoding serves too: a None value is SQL NULL in either store.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from ironflow.engine import model
 
 __all__ = [
+    "TRANSCRIPT_COLUMNS",
     "Row",
     "dumps",
     "output_value",
     "run_from_row",
     "step_from_row",
     "step_values",
+    "transcript_from_row",
+    "transcript_values",
     "window_from_row",
     "window_values",
 ]
@@ -47,6 +51,21 @@ def step_values(step: model.StepRecord) -> tuple[Any, ...]:
         dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,
         dumps(dict(step.labels) if step.labels else None), step.started_at, step.finished_at,
     )  # fmt: skip
+
+
+#: The columns of ``ironflow_transcripts`` in table order, as both stores select and insert them.
+TRANSCRIPT_COLUMNS: Final = "run_id, seq, position, step, attempt, stream, content, at"
+
+
+def transcript_values(chunks: Sequence[model.TranscriptChunk], last: Mapping[str, int]) -> list[tuple[Any, ...]]:
+    """The 8 columns of ``ironflow_transcripts`` per chunk, in table order: each run's chunks are
+    numbered in the given order after ``last[run_id]`` (its highest stored ``seq``; none: 0)."""
+    seqs = dict(last)
+    out = []
+    for c in chunks:
+        seqs[c.run_id] = seq = seqs.get(c.run_id, 0) + 1
+        out.append((c.run_id, seq, c.position, c.step, c.attempt, str(c.stream), c.text, c.at))
+    return out
 
 
 def window_values(window: model.RateWindow, now: float) -> tuple[Any, ...]:
@@ -98,6 +117,19 @@ def step_from_row(row: Row) -> model.StepRecord:
         labels=_loads(row["labels"]),
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+    )
+
+
+def transcript_from_row(row: Row) -> model.TranscriptChunk:
+    return model.TranscriptChunk(
+        run_id=row["run_id"],
+        seq=row["seq"],
+        position=row["position"],
+        step=row["step"],
+        attempt=row["attempt"],
+        stream=model.TranscriptStream(row["stream"]),
+        text=row["content"],
+        at=row["at"],
     )
 
 

@@ -14,6 +14,10 @@ The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
 
 Each step that runs (a replayed one does not) is reported to the runner's observers as it
 starts and as it ends (:mod:`ironflow.engine.events`).
+
+Each attempt of an agent step streams into its own :class:`~ironflow.engine.transcripts.StepTranscript`
+(redacted, capped, stored with the step); the debug turns a stream-json run also returns are in
+the transcript, so a stored result keeps them (redacted alike) only when the step asked ``verbose``.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors, labels
-from ironflow.engine import events, loading, model, retry
+from ironflow.engine import events, loading, model, retry, transcripts
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
@@ -173,7 +177,7 @@ class _Execution:
         await store.save_step(record)
         try:
             if isinstance(step, AgentStep):
-                result = await self._agent(step, tries)
+                result = await self._agent(step, record, tries)
             elif isinstance(step, OpStep):
                 result = await self._op(step, tries)
             else:
@@ -227,7 +231,7 @@ class _Execution:
                 log.info("step %s of run %s failed (%s); retrying", name, self.run.id, type(exc).__name__)
                 await asyncio.sleep(policy.delay(tries.count - 1))
 
-    async def _agent(self, step: AgentStep, tries: _Tries) -> Any:
+    async def _agent(self, step: AgentStep, record: model.StepRecord, tries: _Tries) -> Any:
         runner = self.runner
         # One scoped config for every attempt: the same labels let the provider find the previous pod.
         config = step.config.scoped(self.run.id, step.name, root_run_id=self.run.root_run_id)
@@ -237,11 +241,26 @@ class _Execution:
             pool = runner.accounts if use_accounts else None
             session = await pool.acquire(step.name) if pool is not None else None
             scoped = config.account_session(session) if session is not None else config
+            known = (session.value.reveal(),) if session is not None else ()  # revealed to be redacted
+            transcript = transcripts.StepTranscript(
+                runner.store,
+                run_id=self.run.id,
+                position=record.position,
+                step=step.name,
+                attempt=record.attempts + tries.count,
+                cap_bytes=runner.transcript_cap_bytes,
+                secrets=known,
+                forward=runner.sink,
+            )
             try:
-                return await runner.provider.run(scoped, logs=runner.sink)
+                async with transcript:
+                    result = await runner.provider.run(scoped, logs=transcript)
             finally:
                 if pool is not None and session is not None:
                     await pool.release(session)
+            if not step.config.verbose:
+                return dataclasses.replace(result, debug_messages=None)
+            return transcripts.redacted_turns(result, known)
 
         return await self._with_retries(step.name, step.retry, tries, attempt)
 
@@ -285,7 +304,11 @@ def _replace(record: model.StepRecord, **changes: Any) -> model.StepRecord:
 
 @dataclass
 class Runner:
-    """Executes runs against one provider and one store."""
+    """Executes runs against one provider and one store.
+
+    ``sink`` also gets every line agent steps stream, unredacted (the store gets them redacted);
+    ``transcript_cap_bytes`` is the most each attempt of a step stores.
+    """
 
     store: Store
     provider: AgentProvider
@@ -295,6 +318,11 @@ class Runner:
     requeue_delay: Callable[[int], float] = retry.requeue_delay
     #: Hear each step start and end (:mod:`ironflow.engine.events`); none: no event is built.
     observers: Sequence[events.Observer] = ()
+    transcript_cap_bytes: int = transcripts.DEFAULT_CAP_BYTES
+
+    def __post_init__(self) -> None:
+        if self.transcript_cap_bytes < 0:
+            raise errors.ConfigError(f"transcript_cap_bytes must be 0 or more, got {self.transcript_cap_bytes}")
 
     async def _release(self, run_id: str) -> None:
         try:

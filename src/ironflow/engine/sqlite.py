@@ -73,6 +73,20 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (account, window, scope)
     );
     """,
+    # 2: the transcripts of agent steps (engine/migrations/0002_transcripts.sql says what a row is).
+    """
+    CREATE TABLE ironflow_transcripts (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        step TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        stream TEXT NOT NULL,
+        content TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
 )
 
 _RUN_COLUMNS: Final = (
@@ -85,6 +99,11 @@ _RUN_COLUMNS: Final = (
 _SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ironflow_runs"  # noqa: S608
 _SELECT_RUN_BY_ID: Final = f"{_SELECT_RUN} WHERE id = ?"
 _INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 16)})"  # noqa: S608
+_INSERT_TRANSCRIPT: Final = f"INSERT INTO ironflow_transcripts ({rows.TRANSCRIPT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"  # noqa: S608
+_SELECT_TRANSCRIPT: Final = (
+    f"SELECT {rows.TRANSCRIPT_COLUMNS} FROM ironflow_transcripts "  # noqa: S608
+    "WHERE run_id = ? AND seq > ? AND (? IS NULL OR position = ?) ORDER BY seq LIMIT ?"
+)
 _RENEW: Final = (
     "UPDATE ironflow_runs SET lease_until = ?, updated_at = ? "  # noqa: S608
     f"WHERE id = ? AND worker = ? AND status = 'running' RETURNING {_RUN_COLUMNS}"
@@ -219,6 +238,16 @@ class SqliteStore:
             return [rows.run_from_row(r) for r in found]
 
         return await self._call(list_)
+
+    async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
+        def match(conn: sqlite3.Connection) -> list[str]:
+            found = conn.execute(
+                "SELECT id FROM ironflow_runs WHERE substr(id, 1, length(?)) = ? ORDER BY id LIMIT ?",
+                (prefix, prefix, limit),
+            )
+            return [r["id"] for r in found.fetchall()]
+
+        return await self._call(match)
 
     async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
         def claim(conn: sqlite3.Connection) -> model.RunRecord | None:
@@ -359,6 +388,36 @@ class SqliteStore:
             conn.execute("INSERT OR REPLACE INTO ironflow_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", params)
 
         await self._call(save)
+
+    # -- transcripts --
+
+    async def append_transcript(self, chunks: Sequence[model.TranscriptChunk]) -> None:
+        def append(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")  # numbering and inserting are one step, across processes too
+            try:
+                last = {
+                    run_id: conn.execute(
+                        "SELECT COALESCE(MAX(seq), 0) FROM ironflow_transcripts WHERE run_id = ?", (run_id,)
+                    ).fetchone()[0]
+                    for run_id in {c.run_id for c in chunks}
+                }
+                conn.executemany(_INSERT_TRANSCRIPT, rows.transcript_values(chunks, last))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        if chunks:
+            await self._call(append)
+
+    async def transcript(
+        self, run_id: str, *, position: int | None = None, after: int = 0, limit: int = 500
+    ) -> list[model.TranscriptChunk]:
+        def read(conn: sqlite3.Connection) -> list[model.TranscriptChunk]:
+            found = conn.execute(_SELECT_TRANSCRIPT, (run_id, after, position, position, limit)).fetchall()
+            return [rows.transcript_from_row(r) for r in found]
+
+        return await self._call(read)
 
     # -- rate limits --
 

@@ -1,9 +1,9 @@
 """The Store protocol the runner and the workers talk to, and ``open_store(url)``.
 
-A store keeps runs, their steps' results and the rate-limit windows of Provider
-Accounts; it never keeps a credential. Two backends implement it: SQLite (one file,
-the default) and PostgreSQL (several workers on several machines). Both pass the same
-tests (``tests/engine/integration/test_engine_runs.py``).
+A store keeps runs, their steps' results and transcripts, and the rate-limit windows of
+Provider Accounts; it never keeps a credential (a transcript is redacted before it is
+appended). Two backends implement it: SQLite (one file, the default) and PostgreSQL (several
+workers on several machines). Both pass the same tests (``tests/engine/integration/``).
 
 Lease rule: a top-level run is taken by one worker at a time (``claim_run``); the worker
 renews its lease while it executes; a run whose lease ran out is taken again by any
@@ -53,6 +53,10 @@ class Store(Protocol):
         self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
     ) -> list[model.RunRecord]:
         """Newest first."""
+        ...
+
+    async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
+        """The ids of the runs (sub-workflow runs too) that start with ``prefix``, sorted; at most ``limit``."""
         ...
 
     async def claim_run(self, worker: str, lease_s: float, *, run_id: str | None = None) -> model.RunRecord | None:
@@ -108,6 +112,18 @@ class Store(Protocol):
 
     async def save_step(self, step: model.StepRecord) -> None:
         """Insert or replace the step at ``(run_id, position)``."""
+        ...
+
+    async def append_transcript(self, chunks: Sequence[model.TranscriptChunk]) -> None:
+        """Add ``chunks`` to their runs' transcripts in the given order, numbering each run's after
+        its last ``seq`` (atomic: concurrent appends to one run never share or skip a number)."""
+        ...
+
+    async def transcript(
+        self, run_id: str, *, position: int | None = None, after: int = 0, limit: int = 500
+    ) -> list[model.TranscriptChunk]:
+        """The run's chunks numbered above ``after``, in order, at most ``limit``; with ``position``,
+        only that step's. A follower passes the last ``seq`` it saw as ``after``."""
         ...
 
     async def record_rate_limits(self, windows: Sequence[model.RateWindow]) -> None:

@@ -29,7 +29,7 @@ from ironflow.engine.events import Outcome
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import DEFAULT_LEASE_S, Store
 
-__all__ = ["RunnerFactory", "Worker", "worker_id"]
+__all__ = ["RunnerFactory", "Worker", "worker_id", "worker_process"]
 
 log = logging.getLogger("ironflow.engine.worker")
 
@@ -40,6 +40,18 @@ RunnerFactory = Callable[[model.RunRecord], Runner]
 def worker_id() -> str:
     """``host:pid:random`` — unique per process, readable in ``runs show``."""
     return f"{socket.gethostname()}:{os.getpid()}:{model.new_id()[-6:]}"
+
+
+def worker_process(worker: str) -> tuple[str, int] | None:
+    """The host and pid a :func:`worker_id` names, or None for an id of another form.
+
+    >>> worker_process("box:4242:a1b2c3"), worker_process("my-worker")
+    (('box', 4242), None)
+    """
+    parts = worker.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Each run's temp dir (``ironflow-local-*``) and session dir (``ifs-*``), marked with its owner,
-and the sweep of the ones whose owner is gone (I/O).
+the sweep of the ones whose owner is gone, and the list of those whose owner lives (I/O).
 
 A run's temp dir holds the proxy socket and the managed settings, and goes when the call
 returns; a session's holds its runtime socket and goes when the session closes. A worker that
@@ -9,7 +9,8 @@ namespace, pid and start time (``/proc/<pid>/stat``), so a reused pid does not p
 owner. A directory is kept when anything is unclear: no marker yet (it is written just after
 the directory is made), an unreadable one, another user's directory, an owner in another pid
 namespace (its pids are not ours to look up). Nothing is followed through a symlink, and one
-sweep looks at a bounded number of entries.
+sweep looks at a bounded number of entries. :func:`live_dirs` (``ironflow ps``) lists, by the
+same markers, the directories whose owner surely runs now: one per running local agent step.
 """
 
 from __future__ import annotations
@@ -24,7 +25,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["PREFIX", "Owner", "current_owner", "format_marker", "marked_dir", "parse_marker", "run_dir", "sweep"]
+__all__ = [
+    "PREFIX",
+    "LiveDir",
+    "Owner",
+    "current_owner",
+    "format_marker",
+    "live_dirs",
+    "marked_dir",
+    "parse_marker",
+    "run_dir",
+    "sweep",
+]
 
 log = logging.getLogger("ironflow.local")
 
@@ -46,6 +58,15 @@ class Owner:
     pid_namespace: str
     pid: int
     start_time: int
+
+
+@dataclass(frozen=True)
+class LiveDir:
+    """A marked directory whose owner runs now, and when it was made (its marker's mtime)."""
+
+    path: str
+    owner: Owner
+    created_at: float
 
 
 def format_marker(owner: Owner) -> str:
@@ -119,8 +140,9 @@ def run_dir(temp_dir: str | None) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _marked_owner(path: str) -> Owner | None:
-    """The owner the marker of directory ``path`` names, opened without following a symlink."""
+def _marked_owner(path: str) -> tuple[Owner, float] | None:
+    """The owner the marker of directory ``path`` names and the marker's mtime, opened without
+    following a symlink."""
     try:
         directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
@@ -128,7 +150,8 @@ def _marked_owner(path: str) -> Owner | None:
     try:
         fd = os.open(_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
         try:
-            return parse_marker(os.read(fd, _MARKER_MAX_BYTES).decode(errors="replace"))
+            owner = parse_marker(os.read(fd, _MARKER_MAX_BYTES).decode(errors="replace"))
+            return None if owner is None else (owner, os.fstat(fd).st_mtime)
         finally:
             os.close(fd)
     except OSError:
@@ -146,15 +169,10 @@ def _stale(owner: Owner, boot_id: str, namespace: str) -> bool:
     return _start_time(owner.pid) != owner.start_time
 
 
-def sweep(temp_dir: str | None, prefix: str = PREFIX) -> int:
-    """Remove the ``prefix*`` dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
-    parent = temp_dir or tempfile.gettempdir()
-    try:
-        boot_id, namespace = _machine()
-    except OSError:
-        return 0  # no /proc to tell the living from the dead: keep everything
-    removed = 0
-    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+def _marked_dirs(temp_dir: str | None, prefix: str) -> Iterator[LiveDir]:
+    """This user's marked ``prefix*`` dirs in ``temp_dir`` (None: the system's), owner alive or not;
+    at most :data:`_SCAN_MAX` entries looked at."""
+    with contextlib.suppress(OSError), os.scandir(temp_dir or tempfile.gettempdir()) as entries:
         for count, entry in enumerate(entries):
             if count >= _SCAN_MAX:
                 break
@@ -163,10 +181,37 @@ def sweep(temp_dir: str | None, prefix: str = PREFIX) -> int:
             with contextlib.suppress(OSError):
                 if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
                     continue
-                owner = _marked_owner(entry.path)
-                if owner is None or not _stale(owner, boot_id, namespace):
-                    continue
-                shutil.rmtree(entry.path)  # fd-based on Linux: never follows a symlink inside
-                removed += 1
-                log.info("removed the stale sandbox temp dir %s (owner pid %d is gone)", entry.path, owner.pid)
+                marked = _marked_owner(entry.path)
+                if marked is not None:
+                    yield LiveDir(entry.path, *marked)
+
+
+def sweep(temp_dir: str | None, prefix: str = PREFIX) -> int:
+    """Remove the ``prefix*`` dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
+    try:
+        boot_id, namespace = _machine()
+    except OSError:
+        return 0  # no /proc to tell the living from the dead: keep everything
+    removed = 0
+    for found in _marked_dirs(temp_dir, prefix):
+        if not _stale(found.owner, boot_id, namespace):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(found.path)  # fd-based on Linux: never follows a symlink inside
+            removed += 1
+            log.info("removed the stale sandbox temp dir %s (owner pid %d is gone)", found.path, found.owner.pid)
     return removed
+
+
+def live_dirs(temp_dir: str | None, prefix: str = PREFIX) -> list[LiveDir]:
+    """The ``prefix*`` dirs in ``temp_dir`` (None: the system's) whose owner surely runs now: this
+    boot, this pid namespace, its pid's start time; oldest first."""
+    try:
+        boot_id, namespace = _machine()
+    except OSError:
+        return []
+    alive = [
+        d for d in _marked_dirs(temp_dir, prefix)
+        if d.owner.boot_id == boot_id and d.owner.pid_namespace == namespace and not _stale(d.owner, boot_id, namespace)
+    ]  # fmt: skip
+    return sorted(alive, key=lambda d: d.created_at)

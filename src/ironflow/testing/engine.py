@@ -1,8 +1,9 @@
 """A recording provider for workflow tests: it keeps pretend pods and logs every call in order.
 
 ``RecordingProvider`` implements :class:`~ironflow.provider.AgentProvider` without
-running anything: ``invoke`` "creates a pod" carrying the step's labels, waits
-``delay_s``, answers ``done <step>`` and "deletes" the pod; ``release_run`` deletes the
+running anything: ``invoke`` "creates a pod" carrying the step's labels, streams the step's
+``output`` lines to the sink, waits ``delay_s``, answers ``done <step>`` (a stream-json result
+line to the sink, then the result) and "deletes" the pod; ``release_run`` deletes the
 pods whose run or root-run label is the run. Every call is appended to ``events`` and,
 with ``log_path``, to a JSON-lines file, so a test can check the order of releases and
 invocations across processes (e.g. a worker killed with SIGKILL and the one that resumes).
@@ -42,7 +43,8 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 
 
 class RecordingProvider(ProviderBase):
-    """A provider that records; ``failures`` maps a step name to errors raised on its next calls."""
+    """A provider that records; ``failures`` maps a step name to errors raised on its next calls,
+    ``output`` a step name to the ``(stream, line)`` pairs each call streams first."""
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class RecordingProvider(ProviderBase):
         failures: Mapping[str, Sequence[BaseException]] | None = None,
         release_failures: int = 0,
         account_kind: str | None = None,
+        output: Mapping[str, Sequence[tuple[str, str]]] | None = None,
     ) -> None:
         self.log_path = Path(log_path) if log_path is not None else None
         self.delay_s = delay_s
@@ -60,6 +63,7 @@ class RecordingProvider(ProviderBase):
         self.failures = {k: list(v) for k, v in (failures or {}).items()}
         self.release_failures = release_failures
         self._account_kind = account_kind
+        self.output = {k: list(v) for k, v in (output or {}).items()}
         self.events: list[dict[str, Any]] = []
         self.pods: dict[str, dict[str, str]] = {}
         self.configs: list[AgentConfig] = []
@@ -90,6 +94,9 @@ class RecordingProvider(ProviderBase):
         self._record("invoke", pod=pod, step=step, labels=pod_labels, account=config.account.account_id
                      if config.account else None)  # fmt: skip
         try:
+            if sink is not None:
+                for stream, line in self.output.get(step, ()):
+                    sink.log(stream, line)
             await asyncio.sleep(self.step_delays.get(step, self.delay_s))
             pending = self.failures.get(step)
             if pending:

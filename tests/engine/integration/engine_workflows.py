@@ -70,3 +70,8 @@ async def gated(ctx: Context, input: dict[str, Any]) -> str:
         return "opened"
 
     return str(await ctx.op("wait for the gate", wait_for_the_gate))
+
+
+async def shell(ctx: Context, input: Any) -> str:
+    """One agent step that may use Bash (the offline model's script says what it runs)."""
+    return (await ctx.agent("shell", AgentConfig("run the command", allowed_tools=("Bash",)))).text

@@ -71,3 +71,18 @@ def test_a_run_dir_is_marked_as_this_processes_and_removed_after(tmp_path: Path)
 def test_a_temp_dir_that_does_not_exist_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match=r"temp_dir '.*missing' is not a directory"):
         LocalSandboxProvider(temp_dir=str(tmp_path / "missing"))
+
+
+def test_live_dirs_lists_only_the_dirs_whose_owner_surely_runs_now(tmp_path: Path) -> None:
+    assert OWNER is not None
+    _marked(tmp_path, "dead", dataclasses.replace(OWNER, pid=_dead_pid()))
+    _marked(tmp_path, "rebooted", dataclasses.replace(OWNER, boot_id="another-boot"))
+    _marked(tmp_path, "other-ns", dataclasses.replace(OWNER, pid_namespace="pid:[1]"))
+    (tmp_path / f"{workdirs.PREFIX}unmarked").mkdir()
+    older = _marked(tmp_path, "older", OWNER)
+    os.utime(older / ".ironflow-owner", (1000.0, 1000.0))
+    with workdirs.run_dir(str(tmp_path)) as newer:
+        found = workdirs.live_dirs(str(tmp_path))
+    assert [(d.path, d.owner) for d in found] == [(str(older), OWNER), (newer, OWNER)]
+    assert found[0].created_at == 1000.0
+    assert workdirs.live_dirs(str(tmp_path / "missing")) == []
