@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ironflow import errors, workspace_git
 from ironflow.auth_proxy import tokens
 from ironflow.claude import command
-from ironflow.local import bwrap, proxy_session, runner, sandbox_argv, settings
+from ironflow.local import bwrap, proxy_session, runner, sandbox_argv, settings, workspace_apply
 from ironflow.local import workspaces as local_workspaces
 from ironflow.secrets import Secret
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
@@ -170,7 +170,7 @@ async def push(
     branch = prepared.spec.push_branch
     if branch is None or not changes.files:
         return changes
-    local_workspaces.apply_changes(prepared, changes)
+    workspace_apply.apply_changes(prepared, changes)
 
     def render(proxy_url: str, token: str) -> workspace_git.GitInvocation:
         return workspace_git.push_commands(

@@ -41,6 +41,7 @@ from ironflow.local import (
     sandbox_argv,
     settings,
     workdirs,
+    workspace_apply,
 )
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
@@ -221,10 +222,8 @@ class LocalSandboxProvider(ProviderBase):
 
         No network at all, or with ``auth_proxy`` only the in-process proxy (the
         provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
-        agent step has. ``run_id`` lets :meth:`release_run` kill it. With ``workspace`` it runs
-        in a private copy of that directory at ``/workspace`` (its working directory unless
-        ``working_dir`` says otherwise) and the result holds what it changed there; with
-        ``workspace.apply`` the changes are written back after a zero exit.
+        agent step has. ``run_id`` lets :meth:`release_run` kill it. A ``workspace`` is its
+        working directory at ``/workspace``; the result holds what it changed there.
 
         Raises:
             CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
@@ -410,7 +409,7 @@ class LocalSandboxProvider(ProviderBase):
         self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
     ) -> WorkspaceChanges:
         """What the step changed; applied to the host directory, or pushed, when it succeeded and asked."""
-        changes = await local_workspaces.finish(prepared, succeeded=succeeded)
+        changes = await workspace_apply.finish(prepared, succeeded=succeeded)
         if succeeded and prepared.spec.push_branch is not None:
             changes = await git_workspaces.push(
                 prepared, changes, processes=self.processes, shape=self.shape(), hosts=self.git_hosts,

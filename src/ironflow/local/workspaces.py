@@ -1,4 +1,4 @@
-"""A workspace on this machine: the private copy a step writes, its patch, its apply (I/O).
+"""A workspace on this machine: the private copy a step writes, and its patch (I/O).
 
 :func:`prepare` copies the host directory into the run's temp dir (``cp -a``, reflinks where
 the filesystem has them) and takes the copy's snapshot; the sandbox binds the copy at
@@ -7,7 +7,7 @@ once the step's processes are gone, hashes only the paths whose ``lstat`` moved 
 originals, checked to be the ones copied, and the copy's new bytes) into a private object
 store (objects stored, not deflated: it lasts one run), and has git write the diff between
 the two trees (``git diff-tree --binary``).
-:func:`apply_changes` writes the changes into the host directory, all or none.
+:mod:`ironflow.local.workspace_apply` writes them into the host directory, all or none.
 
 Git never runs in the user's repository: its object store is a bare repository in the run's
 temp dir, with no system or global config, so no hook, ``core.fsmonitor`` or filter of the
@@ -18,13 +18,11 @@ the apply, it is never written through.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import os
 import stat
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -33,7 +31,6 @@ from ironflow.claude import layout
 from ironflow.local import bwrap, gvisor
 from ironflow.workspaces import (
     WORKSPACE_PATH,
-    Change,
     ChangedFile,
     Entry,
     Kind,
@@ -42,24 +39,24 @@ from ironflow.workspaces import (
     WorkspaceChanges,
     candidates,
     confirm,
-    escapes,
     git_mode,
 )
 
 __all__ = [
+    "DIR_FLAGS",
     "PreparedWorkspace",
-    "apply_changes",
     "check_mounts",
     "collect",
-    "finish",
+    "entry_of",
     "prepare",
+    "shown",
     "snapshot",
 ]
 
 _COPY: Final = "workspace"
 _GIT_DIR: Final = "workspace.git"
 _SHOWN_PATHS: Final = 5
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 _KINDS: Final = {stat.S_IFREG: Kind.FILE, stat.S_IFDIR: Kind.DIR, stat.S_IFLNK: Kind.SYMLINK}
@@ -76,13 +73,13 @@ class PreparedWorkspace:
     before: Snapshot
 
 
-def _shown(paths: Sequence[str]) -> str:
+def shown(paths: Sequence[str]) -> str:
     listed = ", ".join(f"'{p}'" for p in paths[:_SHOWN_PATHS])
     more = len(paths) - _SHOWN_PATHS
     return listed + (f" and {more} more" if more > 0 else "")
 
 
-def _entry(st: os.stat_result, target: str | None) -> Entry | None:
+def entry_of(st: os.stat_result, target: str | None) -> Entry | None:
     kind = _KINDS.get(stat.S_IFMT(st.st_mode))
     if kind is None:
         return None
@@ -238,15 +235,6 @@ def check_mounts(
             raise errors.ConfigError(f"a mount cannot go at '{mount.target}': the workspace is at {WORKSPACE_PATH}")
 
 
-async def finish(prepared: PreparedWorkspace, *, succeeded: bool) -> WorkspaceChanges:
-    """What the step changed in its workspace, written back when it succeeded and the
-    workspace asks for it (in a thread: a copy can be large)."""
-    changes = await asyncio.to_thread(collect, prepared)
-    if succeeded and prepared.spec.apply and changes.files:
-        changes = await asyncio.to_thread(apply_changes, prepared, changes)
-    return changes
-
-
 # --- the diff ------------------------------------------------------------------------------
 
 
@@ -279,12 +267,12 @@ def _git(args: Sequence[str], env: dict[str, str], data: bytes | None = None, *,
     return done.stdout
 
 
-def _host_entry(source: str, path: str) -> Entry | None:
+def _hostentry_of(source: str, path: str) -> Entry | None:
     try:
         st = os.lstat(os.path.join(source, path))
     except FileNotFoundError:
         return None
-    return _entry(st, os.readlink(os.path.join(source, path)) if stat.S_ISLNK(st.st_mode) else None)
+    return entry_of(st, os.readlink(os.path.join(source, path)) if stat.S_ISLNK(st.st_mode) else None)
 
 
 def _object_file(git_dir: str, index: int, entry: Entry, path: str) -> str:
@@ -345,11 +333,11 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
     moved = [
         c.path
         for c in found
-        if c.before is not None and not ((h := _host_entry(prepared.source, c.path)) and h.same_content_as(c.before))
+        if c.before is not None and not ((h := _hostentry_of(prepared.source, c.path)) and h.same_content_as(c.before))
     ]
     if moved:
         raise errors.WorkspaceConflict(
-            f"workspace '{prepared.spec.source}' changed on the host while the step ran: {_shown(moved)}", moved
+            f"workspace '{prepared.spec.source}' changed on the host while the step ran: {shown(moved)}", moved
         )
     os.makedirs(prepared.git_dir, exist_ok=True)
     env = _git_env(prepared.git_dir)
@@ -383,130 +371,3 @@ def collect(prepared: PreparedWorkspace) -> WorkspaceChanges:
     )
     patch = _git(["diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index", old_tree, new_tree], env)
     return WorkspaceChanges(patch, tuple(changed))
-
-
-# --- the apply -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _parent(root_fd: int, path: str, *, create: bool) -> Iterator[int | None]:
-    """The directory holding ``path`` under ``root_fd``, each step opened with O_NOFOLLOW;
-    None when a step is missing and ``create`` is off. A symlink on the way raises."""
-    fd = os.dup(root_fd)
-    try:
-        for part in path.split("/")[:-1]:
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    yield None
-                    return
-                os.mkdir(part, 0o755, dir_fd=fd)
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _current(root_fd: int, path: str) -> Entry | None:
-    with _parent(root_fd, path, create=False) as fd:
-        if fd is None:
-            return None
-        name = path.rsplit("/", 1)[-1]
-        try:
-            st = os.lstat(name, dir_fd=fd)
-        except FileNotFoundError:
-            return None
-        target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
-        return _entry(st, target) or Entry(Kind.FILE, 0, -1, 0)  # a special file: never the expected one
-
-
-def _problems(root_fd: int, files: Sequence[ChangedFile]) -> list[str]:
-    out = []
-    for f in files:
-        try:
-            now = _current(root_fd, f.path)
-        except OSError:  # a symlink or a file where a directory should be
-            out.append(f.path)
-            continue
-        if f.before is None:
-            if now is not None and now.kind is not Kind.DIR:
-                out.append(f.path)
-        elif now is None or not now.same_content_as(f.before):
-            out.append(f.path)
-    return out
-
-
-def _write(root_fd: int, copy: str, f: ChangedFile) -> None:
-    assert f.after is not None
-    name = f.path.rsplit("/", 1)[-1]
-    temp = f".{name}.ironflow-apply"
-    with _parent(root_fd, f.path, create=True) as fd:
-        assert fd is not None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp, dir_fd=fd)
-        if f.after.kind is Kind.SYMLINK:
-            os.symlink(f.after.target or "", temp, dir_fd=fd)
-        else:
-            src = os.open(os.path.join(copy, f.path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd)
-                try:
-                    while chunk := os.read(src, 1 << 20):
-                        os.write(dst, chunk)
-                    os.fchmod(dst, 0o755 if f.after.executable else 0o644)
-                finally:
-                    os.close(dst)
-            finally:
-                os.close(src)
-        with contextlib.suppress(FileNotFoundError, OSError):
-            os.rmdir(name, dir_fd=fd)  # an emptied directory the file replaces
-        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
-
-
-def _delete(root_fd: int, path: str) -> None:
-    parts = path.split("/")
-    with _parent(root_fd, path, create=False) as fd:
-        if fd is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(parts[-1], dir_fd=fd)
-    for depth in range(len(parts) - 1, 0, -1):  # directories the deletion emptied go too, as git apply does
-        parent = "/".join(parts[:depth])
-        with _parent(root_fd, parent, create=False) as fd, contextlib.suppress(OSError):
-            if fd is not None:
-                os.rmdir(parent.rsplit("/", 1)[-1], dir_fd=fd)
-
-
-def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> WorkspaceChanges:
-    """Write ``changes`` into the host directory: every path is checked first (still as it
-    was copied, or still absent; no symlink on its way), and one that is not fails the apply
-    with nothing written.
-
-    Raises:
-        WorkspaceConflict: a path changed on the host, or the step's symlink points outside the tree.
-    """
-    root_fd = os.open(prepared.source, _DIR_FLAGS)
-    try:
-        outside = [f.path for f in changes.files if f.after and f.after.target and escapes(f.path, f.after.target)]
-        if outside:
-            raise errors.WorkspaceConflict(
-                f"not applied: the step made symlinks pointing outside the workspace: {_shown(outside)}", outside
-            )
-        conflicts = _problems(root_fd, changes.files)
-        if conflicts:
-            raise errors.WorkspaceConflict(
-                f"not applied: changed on the host since the copy was made: {_shown(conflicts)}", conflicts
-            )
-        for f in changes.files:
-            if f.change is Change.DELETED or (f.before and f.after and f.before.kind is not f.after.kind):
-                _delete(root_fd, f.path)
-        for f in changes.files:
-            if f.after is not None:
-                _write(root_fd, prepared.copy, f)
-    finally:
-        os.close(root_fd)
-    return WorkspaceChanges(changes.patch, changes.files, applied=True)
-

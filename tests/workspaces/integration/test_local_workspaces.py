@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ironflow import errors
+from ironflow.local import workspace_apply
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.workspaces import Change, Workspace
@@ -249,7 +250,7 @@ def test_a_host_path_changed_during_the_step_fails_the_diff_and_the_apply_change
     (repo / "kept" / "new.txt").write_text("the host made it first\n")
     raced = re.escape("changed on the host since the copy was made: 'kept/new.txt'")
     with pytest.raises(errors.WorkspaceConflict, match=raced):
-        local_workspaces.apply_changes(prepared, changes)
+        workspace_apply.apply_changes(prepared, changes)
     (repo / "kept" / "new.txt").unlink()
     assert tree(repo) == before  # the other change was not written either
 
@@ -286,7 +287,7 @@ def test_the_apply_never_writes_through_a_symlink_on_the_host(tmp_path: Path) ->
     shutil.move(repo / "kept", outside / "kept")
     (repo / "kept").symlink_to(outside / "kept")  # swapped in after the copy was made
     with pytest.raises(errors.WorkspaceConflict, match=re.escape("'kept/same.txt'")):
-        local_workspaces.apply_changes(prepared, changes)
+        workspace_apply.apply_changes(prepared, changes)
     assert (outside / "kept" / "same.txt").read_text() == "same\n"
 
 

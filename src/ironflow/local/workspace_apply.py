@@ -1,0 +1,154 @@
+"""A workspace's changes written into the host directory, all or none (I/O).
+
+Every path is checked first: still as it was copied (or still absent), and no symlink on the
+way to it (each directory is opened with ``O_NOFOLLOW``); one that is not fails the apply with
+the paths named, and nothing is written. A symlink the step made that points outside the tree
+is never applied. Files are written under a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+from collections.abc import Iterator, Sequence
+
+from ironflow import errors
+from ironflow.local.workspaces import DIR_FLAGS, PreparedWorkspace, collect, entry_of, shown
+from ironflow.workspaces import Change, ChangedFile, Entry, Kind, WorkspaceChanges, escapes
+
+__all__ = ["apply_changes", "finish"]
+
+
+async def finish(prepared: PreparedWorkspace, *, succeeded: bool) -> WorkspaceChanges:
+    """What the step changed in its workspace, written back when it succeeded and the
+    workspace asks for it (in a thread: a copy can be large)."""
+    changes = await asyncio.to_thread(collect, prepared)
+    if succeeded and prepared.spec.apply and changes.files:
+        changes = await asyncio.to_thread(apply_changes, prepared, changes)
+    return changes
+
+
+@contextlib.contextmanager
+def _parent(root_fd: int, path: str, *, create: bool) -> Iterator[int | None]:
+    """The directory holding ``path`` under ``root_fd``, each step opened with O_NOFOLLOW;
+    None when a step is missing and ``create`` is off. A symlink on the way raises."""
+    fd = os.dup(root_fd)
+    try:
+        for part in path.split("/")[:-1]:
+            try:
+                nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    yield None
+                    return
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _current(root_fd: int, path: str) -> Entry | None:
+    with _parent(root_fd, path, create=False) as fd:
+        if fd is None:
+            return None
+        name = path.rsplit("/", 1)[-1]
+        try:
+            st = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+        return entry_of(st, target) or Entry(Kind.FILE, 0, -1, 0)  # a special file: never the expected one
+
+
+def _problems(root_fd: int, files: Sequence[ChangedFile]) -> list[str]:
+    out = []
+    for f in files:
+        try:
+            now = _current(root_fd, f.path)
+        except OSError:  # a symlink or a file where a directory should be
+            out.append(f.path)
+            continue
+        if f.before is None:
+            if now is not None and now.kind is not Kind.DIR:
+                out.append(f.path)
+        elif now is None or not now.same_content_as(f.before):
+            out.append(f.path)
+    return out
+
+
+def _write(root_fd: int, copy: str, f: ChangedFile) -> None:
+    assert f.after is not None
+    name = f.path.rsplit("/", 1)[-1]
+    temp = f".{name}.ironflow-apply"
+    with _parent(root_fd, f.path, create=True) as fd:
+        assert fd is not None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=fd)
+        if f.after.kind is Kind.SYMLINK:
+            os.symlink(f.after.target or "", temp, dir_fd=fd)
+        else:
+            src = os.open(os.path.join(copy, f.path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd)
+                try:
+                    while chunk := os.read(src, 1 << 20):
+                        os.write(dst, chunk)
+                    os.fchmod(dst, 0o755 if f.after.executable else 0o644)
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.rmdir(name, dir_fd=fd)  # an emptied directory the file replaces
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def _delete(root_fd: int, path: str) -> None:
+    parts = path.split("/")
+    with _parent(root_fd, path, create=False) as fd:
+        if fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(parts[-1], dir_fd=fd)
+    for depth in range(len(parts) - 1, 0, -1):  # directories the deletion emptied go too, as git apply does
+        parent = "/".join(parts[:depth])
+        with _parent(root_fd, parent, create=False) as fd, contextlib.suppress(OSError):
+            if fd is not None:
+                os.rmdir(parent.rsplit("/", 1)[-1], dir_fd=fd)
+
+
+def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> WorkspaceChanges:
+    """Write ``changes`` into the host directory: every path is checked first (still as it
+    was copied, or still absent; no symlink on its way), and one that is not fails the apply
+    with nothing written.
+
+    Raises:
+        WorkspaceConflict: a path changed on the host, or the step's symlink points outside the tree.
+    """
+    root_fd = os.open(prepared.source, DIR_FLAGS)
+    try:
+        outside = [f.path for f in changes.files if f.after and f.after.target and escapes(f.path, f.after.target)]
+        if outside:
+            raise errors.WorkspaceConflict(
+                f"not applied: the step made symlinks pointing outside the workspace: {shown(outside)}", outside
+            )
+        conflicts = _problems(root_fd, changes.files)
+        if conflicts:
+            raise errors.WorkspaceConflict(
+                f"not applied: changed on the host since the copy was made: {shown(conflicts)}", conflicts
+            )
+        for f in changes.files:
+            if f.change is Change.DELETED or (f.before and f.after and f.before.kind is not f.after.kind):
+                _delete(root_fd, f.path)
+        for f in changes.files:
+            if f.after is not None:
+                _write(root_fd, prepared.copy, f)
+    finally:
+        os.close(root_fd)
+    return WorkspaceChanges(changes.patch, changes.files, applied=True)
+
