@@ -29,6 +29,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ironflow import errors
+from ironflow.claude import turns
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
@@ -39,8 +40,9 @@ from ironflow.k8s.commands import PodRun
 from ironflow.kube.clusters import ClusterConfig
 from ironflow.local.git_workspaces import GitHosts
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
-from ironflow.provider import AgentProvider
+from ironflow.provider import AgentProvider, LogSink
 from ironflow.results import AgentResult
+from ironflow.secrets import redact
 from ironflow.steps import AgentConfig
 
 __all__ = ["register"]
@@ -65,10 +67,11 @@ class _Progress(logging.Handler):
 
 
 @contextlib.contextmanager
-def _progress(message: str) -> Iterator[None]:
+def _progress(message: str, *, quiet: bool = False) -> Iterator[None]:
     """A spinner on stderr when it is a terminal, following the step's progress (queued, on
-    node X, pulling the image, running pod NAME); nothing otherwise (scripts, CI)."""
-    if not sys.stderr.isatty():
+    node X, pulling the image, running pod NAME); nothing otherwise (scripts, CI, ``-v``,
+    whose turns take stderr)."""
+    if quiet or not sys.stderr.isatty():
         yield
         return
     from rich.console import Console
@@ -138,21 +141,36 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
     }
 
 
-async def _run_step(config: AgentConfig, provider: AgentProvider) -> AgentResult:
+class _Turns:
+    """``-v``: the agent's turns on stderr as they arrive, condensed as ``ironflow logs`` shows
+    them (:mod:`ironflow.claude.turns`), credential-shaped values redacted."""
+
+    def log(self, stream: str, line: str) -> None:
+        shown = turns.describe(line) if stream == "stdout" else [f"stderr: {line}"]
+        for text in shown:
+            print(redact(text), file=sys.stderr, flush=True)
+
+
+async def _run_step(config: AgentConfig, provider: AgentProvider, sink: LogSink | None) -> AgentResult:
     """Run the step, then close the provider (and the API clients it opened on this loop)."""
     async with provider:
-        return await provider.run(config)
+        return await provider.run(config, logs=sink)
 
 
 async def _run_faked(
-    config: AgentConfig, script: Script, isolation: Isolation, timeout_s: float, git_hosts: GitHosts | None
+    config: AgentConfig,
+    script: Script,
+    isolation: Isolation,
+    timeout_s: float,
+    git_hosts: GitHosts | None,
+    sink: LogSink | None,
 ) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
     async with backends.fake_model(script) as credential:
         provider = backends.build_provider(
             Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential, git_hosts=git_hosts
         )
-        return await _run_step(config, provider)
+        return await _run_step(config, provider, sink)
 
 
 def agent(
@@ -194,6 +212,9 @@ def agent(
             help="Tools the agent may use without asking, e.g. Edit,Write or 'Bash(git diff:*)'; repeatable.",
         ),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show the agent's turns on stderr as they happen.")
+    ] = False,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = _prompt(prompt)
@@ -208,17 +229,18 @@ def agent(
     try:
         options: dict[str, Any] = {"workspace": spec, "allowed_tools": tools}
         config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
+        sink = _Turns() if verbose else None
         if script is not None:
-            with _progress(f"running the step in a {isolation.value} sandbox"):
-                result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec)))
+            with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose):
+                result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec), sink))
         else:
             if backend is Backend.LOCAL:
                 _require_credential_env()
             provider = backends.build_provider(
                 backend, provider_file=provider_file, isolation=isolation, timeout=timeout, git_hosts=ws.git_hosts(spec)
             )
-            with _progress(f"running the step in {backends.where(provider)}"):
-                result = asyncio.run(_run_step(config, provider))
+            with _progress(f"running the step in {backends.where(provider)}", quiet=verbose):
+                result = asyncio.run(_run_step(config, provider, sink))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     for ignored in result.ignored_settings:

@@ -124,3 +124,21 @@ def test_exec_without_a_command_is_bad_input() -> None:
     done = ironflow("exec")
     assert done.returncode == 2
     assert "missing command" in done.stderr
+
+
+@needs_cli
+@pytest.mark.claude_cli
+def test_verbose_shows_the_agents_turns_on_stderr_as_they_happen(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        "turns:\n"
+        "  - tool_use: {name: Bash, input: {command: 'echo sk-ant-api03-SHOWN-NOWHERE-0123456789'}}\n"
+        "  - text: listed it\n"
+    )
+    done = ironflow("agent", "-v", "--allowed-tools", "Bash", f"--fake-model={script}", "run it")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "listed it"  # the answer alone on stdout
+    lines = done.stderr.splitlines()
+    assert '→ Bash command="echo [redacted]"' in lines
+    assert any(line.startswith("result (2 turns") for line in lines)
+    assert "sk-ant-api03-SHOWN-NOWHERE" not in done.stderr
