@@ -39,6 +39,7 @@ def ironflow(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         text=True,
         env={**base, **(env or {})},
         timeout=60,
+        stdin=subprocess.DEVNULL,  # exec forwards a piped stdin: never the test runner's
     )
 
 
