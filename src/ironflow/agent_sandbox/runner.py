@@ -134,7 +134,8 @@ class SandboxStepRunner:
         started = time.monotonic()
         api = await self.api()
         res = self.resources
-        async with claims_watch(api, self.namespace, res.claims):
+        # Held for the step: the claim's Ready, and the pod of the sandbox it is bound to (fail fast).
+        async with claims_watch(api, self.namespace, res.claims), pods.watching(api, self.namespace):
             scope = config.scope
             if scope is not None:
                 await claims.delete_claims_and_wait(

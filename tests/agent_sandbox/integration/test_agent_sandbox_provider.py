@@ -607,7 +607,7 @@ async def test_a_cluster_without_agent_sandbox_says_so() -> None:
             await p.runner(api=api, worker_env={}).run(AgentConfig("hi"))
 
 
-async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(env: Env) -> None:
+async def test_concurrent_steps_share_one_claim_watch_and_one_pod_watch_and_never_share_a_sandbox(env: Env) -> None:
     p = env.provider(replicas=2)
     await env.apply_template(p)
     sandboxes = p.resources.sandboxes
@@ -622,7 +622,9 @@ async def test_concurrent_steps_share_one_claim_watch_and_never_share_a_sandbox(
     assert kinds.count("warm") + kinds.count("cold") == 3
     bound = [e[2] for e in env.controller.events if e[0] in ("warm", "cold")]
     assert len(set(bound)) == 3  # each step had a sandbox of its own
-    assert env.api.counters.watches_opened == 1
+    # One watch of the claims and one of the pods (each bound sandbox's pod is classified), for all three.
+    assert env.api.counters.watches_opened == 2
+    assert env.server.count("watch", "pods") == 1
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
