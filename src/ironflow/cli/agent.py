@@ -313,6 +313,14 @@ def exec_command(
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text: the command's own output; json: it, and the patch.")
     ] = Output.TEXT,
+    stdin: Annotated[
+        bool | None,
+        typer.Option(
+            "--stdin/--no-stdin",
+            help="Forward standard input to the command (default: when it is piped, not a terminal).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code.
 
@@ -334,12 +342,12 @@ def exec_command(
         if spec is not None or mount:
             exits.fail("--workspace and --mount run on --backend local; on k8s mount a PVC in the provider file")
         _exec_k8s(argv, provider_file, timeout)
-    stdin = ws.read_stdin()
+    given = ws.read_stdin(stdin)
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
         result = asyncio.run(
             provider.run_command(
-                argv, stdin=stdin, workspace=spec, read_only_mounts=read_only, writable_mounts=writable
+                argv, stdin=given, workspace=spec, read_only_mounts=read_only, writable_mounts=writable
             )
         )
     except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped

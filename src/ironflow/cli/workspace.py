@@ -139,11 +139,13 @@ def mounts(values: list[str] | None) -> tuple[tuple[ReadOnlyMount, ...], tuple[W
     return tuple(read_only), tuple(writable)
 
 
-def read_stdin() -> bytes | None:
-    """What is piped into the command: None on a terminal (nothing is forwarded), else all of
-    it, up to :data:`MAX_STDIN_BYTES` (more exits 2: it would sit in memory)."""
+def read_stdin(forward: bool | None = None) -> bytes | None:
+    """What is piped into the command: all of it, up to :data:`MAX_STDIN_BYTES` (more exits 2:
+    it would sit in memory). ``forward`` None (the default) forwards a pipe or a file, never a
+    terminal; ``--no-stdin`` (False) nothing, for a loop that reads its own input; ``--stdin``
+    (True) a terminal's too, until end of input."""
     stream = sys.stdin
-    if stream is None or stream.isatty():
+    if forward is False or stream is None or (forward is None and stream.isatty()):
         return None
     data = stream.buffer.read(MAX_STDIN_BYTES + 1)
     if len(data) > MAX_STDIN_BYTES:

@@ -329,6 +329,7 @@ def test_exec_with_workspace_patch_and_apply_from_the_command_line(tmp_path: Pat
 
 def test_exec_forwards_piped_stdin_and_mounts(tmp_path: Path) -> None:
     assert ironflow("exec", "--", "cat", stdin=b"x\n").stdout == b"x\n"
+    assert ironflow("exec", "--no-stdin", "--", "sh", "-c", "cat; echo end", stdin=b"x\n").stdout == b"end\n"
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "in.txt").write_text("read me\n")
