@@ -373,7 +373,7 @@ class SandboxFailed(InfrastructureError):
     """
 
     def __init__(self, subject: str, reason: str, detail: str, *, started: bool = False, events: str = "") -> None:
-        self.subject, self.reason, self.detail = subject, reason, detail
+        self.subject, self.reason, self.detail, self.started = subject, reason, detail, started
         verb = "failed" if started else "cannot start"
         super().__init__(_sandbox_message(subject, verb, reason, detail, True, events))
 

@@ -243,6 +243,8 @@ class JobRunSettings:
     expiry_margin_s: float = 60.0
     restricted_uid: int | None = None
     restricted_read_only_root: bool = False
+    #: How long a pod's failing image pull is tolerated before the run ends with it.
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S
 
 
 def object_labels(component: str, caller: Mapping[str, str]) -> dict[str, str]:

@@ -9,6 +9,8 @@ result with ``success=False``; only the API or the clock failing is an error.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,14 +91,86 @@ async def run_pod(
         await pods.delete_quietly(api, kube.PODS, namespace, name, expires_at=_expiry_of(body))
 
 
-async def run_job(api: kube.KubeApi, body: dict[str, Any], *, timeout_s: float) -> PodRunOutput:
-    """Create the Job, wait for Complete/Failed, read its newest pod's logs, delete the Job."""
+def _more_pods_than(seen: int, job: Mapping[str, Any]) -> bool:
+    """Whether the Job controller has made more than ``seen`` pods, by its own counts."""
+    status = job.get("status") or {}
+    return sum(int(status.get(k) or 0) for k in ("active", "succeeded", "failed")) > seen
+
+
+async def _pod_may_start(api: kube.KubeApi, namespace: str, pod: str, grace_s: float) -> None:
+    """Return once ``pod`` runs, ends or goes; raise when it cannot start (a bad image, a missing
+    Secret, no node). A pod the node stopped (OOMKilled, Evicted) is the Job's to retry."""
+    try:
+        await pod_wait.wait_for(api, namespace, pod, pod_status.pod_started, None, pod_problems.PullGrace(grace_s))
+    except errors.SandboxFailed as exc:
+        if not exc.started:
+            raise
+    except errors.KubeNotFound:
+        pass
+
+
+async def _job_pods_start(api: kube.KubeApi, namespace: str, name: str, uid: str | None, grace_s: float) -> None:
+    """Watch each pod of the Job as the controller makes it; raise the first that cannot start.
+
+    Never returns by itself: the Job's own end ends the run (the caller cancels this)."""
+    jobs = informer.informer_for(api, namespace, kube.JOBS)
+    watching: dict[str, asyncio.Task[None]] = {}
+    try:
+        while True:
+            count = len(watching)
+            grown = asyncio.ensure_future(jobs.wait_for(name, functools.partial(_more_pods_than, count), None, uid=uid))
+            pending = {t for t in watching.values() if not t.done()}
+            await asyncio.wait({grown, *pending}, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                if task.done():
+                    task.result()  # a pod that cannot start ends the run
+            if not grown.done():
+                grown.cancel()
+                await asyncio.gather(grown, return_exceptions=True)
+                continue
+            grown.result()
+            made = (await api.list(kube.PODS, namespace, label_selector=f"job-name={name}")).items
+            for pod in made:
+                pod_name = str(pod["metadata"]["name"])
+                if pod_name not in watching:
+                    watching[pod_name] = asyncio.ensure_future(_pod_may_start(api, namespace, pod_name, grace_s))
+            if len(watching) == count:  # counted before the pod is listed: look again shortly
+                await asyncio.sleep(0.1)
+    finally:
+        for task in watching.values():
+            task.cancel()
+        await asyncio.gather(*watching.values(), return_exceptions=True)
+
+
+async def run_job(
+    api: kube.KubeApi,
+    body: dict[str, Any],
+    *,
+    timeout_s: float,
+    image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S,
+) -> PodRunOutput:
+    """Create the Job, wait for Complete/Failed, read its newest pod's logs, delete the Job.
+
+    A pod of the Job that cannot start ends the wait at once with the cluster's reason, as a
+    ``PodRun``'s does; a pod the node stopped is left to the Job's ``backoffLimit``.
+    """
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     created = await _create(api, kube.JOBS, body)
     try:
         # The namespace's shared Job watch, as pods have theirs: no watch and no poll per Job.
         jobs = informer.informer_for(api, namespace, kube.JOBS)
-        job = await jobs.wait_for(name, _job_ended, timeout_s, uid=created["metadata"].get("uid"))
+        uid = created["metadata"].get("uid")
+        ended = asyncio.ensure_future(jobs.wait_for(name, _job_ended, timeout_s, uid=uid))
+        pods_start = asyncio.ensure_future(_job_pods_start(api, namespace, name, uid, image_pull_grace_s))
+        try:
+            await asyncio.wait({ended, pods_start}, return_when=asyncio.FIRST_COMPLETED)
+            if pods_start.done() and not ended.done():
+                pods_start.result()
+            job = await ended
+        finally:
+            for task in (ended, pods_start):
+                task.cancel()
+            await asyncio.gather(ended, pods_start, return_exceptions=True)
         if job is None:
             raise errors.OperationTimeout(f"job '{name}' did not finish within {timeout_s:g}s")
         phase = _job_outcome(job) or "Unknown"

@@ -63,6 +63,12 @@ class _Builders:
     def namespace(self, namespace: str) -> Self:
         return self._set(namespace=namespace)
 
+    def image_pull_grace(self, seconds: float) -> Self:
+        """How long ``ErrImagePull`` / ``ImagePullBackOff`` is tolerated before the run ends with it."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise errors.ConfigError(f"image_pull_grace must be a finite number of seconds >= 0, got {seconds!r}")
+        return self._set(image_pull_grace_s=float(seconds))
+
     def pvc(self, claim: str, mount_path: str) -> Self:
         """Mount a claim; volumes are named ``workspace``, ``workspace-1``... in call order."""
         if not claim:
@@ -147,11 +153,6 @@ class PodRun(_Builders):
     def image_pull_secret(self, name: str) -> PodRun:
         return self._set(image_pull_secret=name)
 
-    def image_pull_grace(self, seconds: float) -> PodRun:
-        """How long ``ErrImagePull`` / ``ImagePullBackOff`` is tolerated before the run ends with it."""
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise errors.ConfigError(f"image_pull_grace must be a finite number of seconds >= 0, got {seconds!r}")
-        return self._set(image_pull_grace_s=float(seconds))
 
     def resources(self, spec: command_manifests.ResourceSpec) -> PodRun:
         return self._set(resources=spec)
@@ -244,7 +245,10 @@ class JobRun(_Builders):
     async def run(self, api: kube.KubeApi | None = None) -> command_runner.PodRunOutput:
         """Create the Job, wait for Complete/Failed, read its pod's logs, delete the Job."""
         client = _need_api("JobRun", api or self.api)
-        return await command_runner.run_job(client, self.build_job(), timeout_s=self.settings.timeout_s)
+        s = self.settings
+        return await command_runner.run_job(
+            client, self.build_job(), timeout_s=s.timeout_s, image_pull_grace_s=s.image_pull_grace_s
+        )
 
 
 def _need_api(kind: str, api: kube.KubeApi | None) -> kube.KubeApi:

@@ -162,6 +162,31 @@ async def test_job_run_timeout_names_the_job_and_deletes(kube: KubeCase) -> None
     await jobs_and_their_pods_gone(kube)
 
 
+async def test_a_job_run_whose_pod_cannot_start_ends_at_once_and_a_stopped_pod_is_the_jobs_to_retry(
+    kube: KubeCase,
+) -> None:
+    """A Secret the pod needs is missing: the run ends within seconds, naming the Job's pod and the
+    reason, and the Job goes. (An OOM-killed pod is the Job's backoffLimit's, not ours.)"""
+    problem = next(p for p in PROBLEMS if p.reason == "CreateContainerConfigError")
+    await kube.control.script_jobs(PodScript(name_prefix="migrate", start_after=3600))  # Pending: the kubelet's turn
+    task = asyncio.ensure_future(migrate(kube.namespace).timeout(60).image_pull_grace(0).run(kube.api))
+    try:
+
+        async def job_pod() -> str | None:
+            pods = await kube.api.list(k8s.PODS, kube.namespace, label_selector="job-name=migrate")
+            return str(pods.items[0]["metadata"]["name"]) if pods.items else None
+
+        pod = await eventually(job_pod, what="the Job's pod")
+        await kube.control.report_problem(kube.namespace, pod, problem.reason, problem.message)
+        with pytest.raises(errors.SandboxRefused) as caught:
+            await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert caught.value.message.startswith(f"pod {pod} cannot start: CreateContainerConfigError: ")
+    await jobs_and_their_pods_gone(kube)
+
+
 async def test_job_run_without_logs_returns_empty_logs(kube: KubeCase, server: KubeTestServer) -> None:
     """Logs are best effort: a refused log read still gives the outcome."""
     server.deny("pods/log", "get")
