@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -66,24 +67,34 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
         yield server
 
 
+#: In the environment of every sandbox this module starts, so its process checks see only them.
+RUN_MARK = f"ironflow-test-{uuid.uuid4().hex}"
+
+
 def _provider(fake: FakeAnthropic, isolation: str = "bwrap", timeout: float = 60) -> LocalSandboxProvider:
     return LocalSandboxProvider(
         isolation=isolation,  # type: ignore[arg-type]
         timeout=timeout,
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
-        env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+        env={"CLAUDE_CODE_MAX_RETRIES": "0", "IRONFLOW_TEST_MARK": RUN_MARK},
         temp_dir=TEMP,
     )
 
 
 def _leftovers(marker: str) -> tuple[list[str], list[str]]:
-    """Processes whose command line holds ``marker``, and this module's run temp dirs still on disk."""
+    """Processes of this test session's sandboxes (their environment holds :data:`RUN_MARK`, or
+    their command line this module's :data:`TEMP`: another suite running beside this one has its
+    own) whose command line holds ``marker``, and this module's run temp dirs still on disk."""
     procs = []
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
+                    cmdline = fh.read()
+                if marker.encode() not in cmdline:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as fh:  # gVisor's gofer drops it, but names our run dir
+                    if RUN_MARK.encode() in fh.read() or TEMP.encode() in cmdline:
                         procs.append(pid)
             except OSError:
                 continue
