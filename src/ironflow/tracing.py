@@ -52,7 +52,8 @@ class Span:
 
 
 _NOOP = Span(None)
-
+#: What :func:`span` returns without OpenTelemetry: one shared, reusable block.
+_NOOP_BLOCK = contextlib.nullcontext(_NOOP)
 
 def context_from(traceparent: str | None) -> Context | None:
     """The OpenTelemetry context a W3C ``traceparent`` names, or None (none given, or no OpenTelemetry)."""
@@ -70,13 +71,16 @@ def current_traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
-@contextlib.contextmanager
-def span(name: str, *, parent: str | None = None, **attributes: Attribute) -> Iterator[Span]:
+def span(name: str, *, parent: str | None = None, **attributes: Attribute) -> contextlib.AbstractContextManager[Span]:
     """A span named ``name``, current inside the block; a child of ``parent`` (a ``traceparent``)
     when given, else of the current span. An exception leaving the block is recorded on it."""
     if not ENABLED:
-        yield _NOOP
-        return
+        return _NOOP_BLOCK
+    return _recording(name, parent, attributes)
+
+
+@contextlib.contextmanager
+def _recording(name: str, parent: str | None, attributes: dict[str, Attribute]) -> Iterator[Span]:
     tracer = trace.get_tracer("ironflow")
     with tracer.start_as_current_span(name, context=context_from(parent), attributes=_attributes(attributes)) as s:
         yield Span(s)
