@@ -6,6 +6,10 @@ response back chunk by chunk. Handlers never log a token, a credential, a header
 or a query string: log lines go through :func:`ironflow.auth_proxy.logs.event` with
 the 12-char token id only.
 
+With OpenTelemetry (:mod:`ironflow.tracing`) each relayed Anthropic request whose token resolved
+is an ``ironflow.proxy.request`` span (method, path, status, token id), a child of the request's
+own ``traceparent`` header, else of the one its token was issued with; without it, no span work.
+
 The handlers live on one :class:`ProxyHandlers` object whose resources (registry, upstream
 connection pool) are filled in by the app's cleanup contexts before the first request.
 """
@@ -25,6 +29,7 @@ from typing import Final
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ironflow import tracing
 from ironflow.auth_proxy import bodies, crypto, header_policy, logs, metrics, policy, registry, tokens, usage_meter
 from ironflow.auth_proxy import config as config_mod
 from ironflow.auth_proxy import upstream as upstream_mod
@@ -188,7 +193,20 @@ class ProxyHandlers:
         if isinstance(found, _Denied):
             self.metrics.count(found.refusal.result)
             return _refuse(found.refusal)
-        grant = found
+        if not tracing.ENABLED:
+            return await self._claude_relay(request, method, path, found)
+        parent = request.headers.get("traceparent") or found.trace_context
+        with tracing.span(
+            "ironflow.proxy.request", parent=parent, method=method, path=path, token=found.short_id
+        ) as span:
+            response = await self._claude_relay(request, method, path, found)
+            span.set(status=response.status)
+            return response
+
+    async def _claude_relay(
+        self, request: web.Request, method: str, path: str, grant: tokens.Grant
+    ) -> web.StreamResponse:
+        """Rows 5 on: check, read, forward and stream back one Anthropic request of a resolved grant."""
         refusal = policy.check_claude_request(method, path, grant)
         if refusal is not None:
             return self._refused(refusal, grant, method, path)

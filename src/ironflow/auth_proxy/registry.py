@@ -89,6 +89,7 @@ async def issue(registry: GrantRegistry, request: tokens.TokenRequest) -> tuple[
         expires_at=request.expires_at,
         credential=request.credential,
         limits=request.limits,
+        trace_context=request.trace_context,
     )
     await registry.insert(grant)
     return grant, token

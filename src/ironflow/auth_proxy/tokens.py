@@ -6,7 +6,8 @@ id. The proxy stores the id, never the token: a leaked registry cannot be replay
 
 A :class:`Grant` binds a token to a run, a step, an expiry and exactly one credential:
 a Claude credential (``oauth_token`` or ``api_key``) or a proxied secret (§6.9), plus
-optional :class:`Limits` fixed at issue time. :func:`parse_token_request` validates the
+optional :class:`Limits` fixed at issue time, and optionally the W3C ``traceparent`` of the step
+it was issued for (the parent of the proxy's request spans). :func:`parse_token_request` validates the
 admin API body in the contract's order; its errors never echo the body.
 
 >>> token = new_token()
@@ -56,6 +57,7 @@ TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a secret
 MAX_LIFETIME_S: Final = 86_400
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HOST_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Headers that describe one connection, never forwarded in either direction.
 HOP_BY_HOP: Final = frozenset(
@@ -176,6 +178,7 @@ class Grant:
     expires_at: int
     credential: Credential
     limits: Limits = Limits()
+    trace_context: str | None = None
 
     @property
     def short_id(self) -> str:
@@ -191,6 +194,7 @@ class TokenRequest:
     expires_at: int
     credential: Credential
     limits: Limits = Limits()
+    trace_context: str | None = None
 
 
 class InvalidTokenRequest(ValueError):
@@ -308,7 +312,7 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     except (ValueError, UnicodeDecodeError):
         raise InvalidTokenRequest("invalid token request body") from None
     required = {"run_id", "step", "expires_at", "credential"}
-    if not isinstance(raw, dict) or not required <= set(raw) or not set(raw) <= required | {"limits"}:
+    if not isinstance(raw, dict) or not required <= set(raw) or not set(raw) <= required | {"limits", "trace_context"}:
         raise InvalidTokenRequest("invalid token request body")
     run_id, step, expires_at = raw["run_id"], raw["step"], raw["expires_at"]
     if not isinstance(run_id, str) or not isinstance(step, str):
@@ -317,6 +321,7 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
         raise InvalidTokenRequest("invalid token request body")
     credential, value = _parse_credential(raw["credential"])
     limits = _parse_limits(raw.get("limits"))
+    trace_context = _parse_trace_context(raw.get("trace_context"))
     if expires_at <= now:
         raise InvalidTokenRequest("expires_at is in the past")
     if expires_at - now > MAX_LIFETIME_S:
@@ -329,7 +334,15 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
         raise InvalidTokenRequest("credential is empty")
     if not is_header_safe(value):
         raise InvalidTokenRequest("credential holds characters a header cannot carry")
-    return TokenRequest(run_id, step, expires_at, credential, limits)
+    return TokenRequest(run_id, step, expires_at, credential, limits, trace_context)
+
+
+def _parse_trace_context(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not _TRACEPARENT.fullmatch(raw):
+        raise InvalidTokenRequest("trace_context is not a W3C traceparent")
+    return raw
 
 
 def credential_to_wire(credential: Credential) -> dict[str, Any]:
@@ -348,6 +361,7 @@ def grant_to_wire(grant: Grant) -> dict[str, Any]:
         "expires_at": grant.expires_at,
         "credential": credential_to_wire(grant.credential),
         "limits": grant.limits.to_json() or None,
+        "trace_context": grant.trace_context,
     }
 
 
@@ -365,6 +379,7 @@ def grant_from_wire(data: dict[str, Any], *, source: str = "on the registry hub 
             expires_at=int(data["expires_at"]),
             credential=credential,
             limits=_parse_limits(data.get("limits")),
+            trace_context=_parse_trace_context(data.get("trace_context")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidTokenRequest(f"invalid grant {source}") from exc

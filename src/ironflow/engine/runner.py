@@ -15,6 +15,10 @@ The sandbox contract this module keeps (ironflow-behaviour §2, §3.4, §7):
 Each step that runs (a replayed one does not) is reported to the runner's observers as it
 starts and as it ends (:mod:`ironflow.engine.events`).
 
+Each execution of a run is an ``ironflow.run`` span and each step that runs an ``ironflow.step``
+span inside it (:mod:`ironflow.tracing`); an agent step without a ``trace_context`` gets its
+step span's, so the sandbox, the proxy and the agent join the trace.
+
 Each attempt of an agent step streams into its own :class:`~ironflow.engine.transcripts.StepTranscript`
 (redacted, capped, stored with the step); the debug turns a stream-json run also returns are in
 the transcript, so a stored result keeps them (redacted alike) only when the step asked ``verbose``.
@@ -31,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow import errors, labels
+from ironflow import errors, labels, tracing
 from ironflow.engine import events, loading, model, retry, transcripts
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
@@ -141,7 +145,15 @@ class _Execution:
     async def _execute(self, position: int, stored: model.StepRecord | None, step: Step) -> Any:
         if stored is not None and stored.status is model.StepStatus.SUCCEEDED:
             return stored.result  # replayed: nothing runs, nothing is reported
-        tries, observers = _Tries(), self.runner.observers
+        tries = _Tries()
+        with tracing.span("ironflow.step", step=step.name, kind=step.kind.value, position=position) as span:
+            try:
+                return await self._observed(position, stored, step, tries)
+            finally:
+                span.set(attempts=tries.count)
+
+    async def _observed(self, position: int, stored: model.StepRecord | None, step: Step, tries: _Tries) -> Any:
+        observers = self.runner.observers
         if not observers:
             return await self._run_and_record(position, stored, step, tries)
         scope = events.RunScope.of(self.run)
@@ -235,6 +247,8 @@ class _Execution:
         runner = self.runner
         # One scoped config for every attempt: the same labels let the provider find the previous pod.
         config = step.config.scoped(self.run.id, step.name, root_run_id=self.run.root_run_id)
+        if config.trace_context is None:
+            config = config.replace(trace_context=tracing.current_traceparent())
         use_accounts = runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 
         async def attempt() -> Any:
@@ -347,8 +361,9 @@ class Runner:
     async def _execute_child(self, child: model.RunRecord, workflow: Workflow) -> Any:
         """A sub-workflow run, inline in its parent's execution; its failure is the parent step's."""
         try:
-            await self._release(child.id)
-            output = await self._workflow_body(child, workflow)
+            with tracing.span("ironflow.run", run_id=child.id, workflow=child.workflow, backend=child.backend):
+                await self._release(child.id)
+                output = await self._workflow_body(child, workflow)
             await self.store.finish_run(child.id, None, status=model.RunStatus.SUCCEEDED, output=output)
             return output
         except asyncio.CancelledError:
@@ -372,6 +387,12 @@ class Runner:
         Returns what happened; the store already holds the new state. A ``CancelledError``
         from outside (worker stopping, lease lost) leaves the run to its lease.
         """
+        with tracing.span("ironflow.run", run_id=run.id, workflow=run.workflow, backend=run.backend) as span:
+            outcome = await self._execute(run, worker, cancel)
+            span.set(outcome=outcome.value)
+            return outcome
+
+    async def _execute(self, run: model.RunRecord, worker: str, cancel: asyncio.Event | None) -> events.Outcome:
         workflow: Workflow
         try:
             workflow = loading.load_workflow(run.workflow)

@@ -24,11 +24,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ironflow import errors
+from ironflow import errors, tracing
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
 from ironflow.local import (
     bwrap,
@@ -260,10 +260,11 @@ class LocalSandboxProvider(ProviderBase):
             socket_path: str | None = None
             token: Secret | None = None
             if auth_proxy and tmp is not None:
-                socket_path, token = await stack.enter_async_context(
-                    _proxy(
+                socket_path = os.path.join(tmp, "proxy.sock")
+                token = await stack.enter_async_context(
+                    proxy_session.proxy_session(
                         self._credential(None),
-                        socket_path=os.path.join(tmp, "proxy.sock"),
+                        socket_path=socket_path,
                         run_id=run_id,
                         step="command",
                         expires_in=limit + 60,
@@ -345,17 +346,22 @@ class LocalSandboxProvider(ProviderBase):
             if config.workspace is not None:
                 prepared = await self._open_workspace(config.workspace, tmp)
                 writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
-            async with _proxy(
+            socket_path = os.path.join(tmp, "proxy.sock")
+            async with proxy_session.proxy_session(
                 credential,
-                socket_path=os.path.join(tmp, "proxy.sock"),
+                socket_path=socket_path,
                 run_id=run_id,
                 step=step,
                 expires_in=self.timeout + 60,
-            ) as (socket_path, token):
+                trace_context=config.trace_context,
+            ) as token:
                 token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
-                with sandbox_argv.seccomp_fds(self.isolation) as fds:
+                with (
+                    tracing.span("ironflow.sandbox", parent=config.trace_context, isolation=self.isolation) as span,
+                    sandbox_argv.seccomp_fds(self.isolation) as fds,
+                ):
                     full, binds = sandbox_argv.render(
                         self.shape(),
                         ("sh", "-c", script),
@@ -380,6 +386,7 @@ class LocalSandboxProvider(ProviderBase):
                         pass_fds=fds,
                         binds=binds,
                     )
+                    span.set(exit_code=finished.code, timed_out=finished.timed_out)
                 wall_ms = int((time.monotonic() - start) * 1000)
             if finished.timed_out:
                 log.info("local sandbox step timed out: token=%s", token_id)
@@ -480,20 +487,3 @@ class LocalSandboxProvider(ProviderBase):
                 f"the host and has no such directory; use a path under a new top-level directory such as /data"
             )
         return None
-
-
-@contextlib.asynccontextmanager
-async def _proxy(
-    credential: settings.ProxyCredential, *, socket_path: str, run_id: str | None, step: str, expires_in: float
-) -> AsyncIterator[tuple[str, Secret]]:
-    """The in-process auth proxy on a unix socket, and one token for this step, revoked after."""
-    async with proxy_session.proxy_session(
-        credential.value,
-        kind=credential.kind,
-        upstream=credential.upstream,
-        socket_path=socket_path,
-        run_id=run_id or "local",
-        step=step,
-        expires_in=expires_in,
-    ) as token:
-        yield socket_path, token

@@ -14,9 +14,9 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Literal
 
 from ironflow.auth_proxy import app, config, registry, tokens
+from ironflow.local import settings
 from ironflow.secrets import Secret
 
 __all__ = ["proxy_session", "secret_session"]
@@ -26,19 +26,21 @@ log = logging.getLogger("ironflow.local")
 
 @contextlib.asynccontextmanager
 async def proxy_session(
-    credential: Secret,
+    credential: settings.ProxyCredential,
     *,
-    kind: Literal["api_key", "oauth_token"],
-    upstream: str,
     socket_path: str,
-    run_id: str,
+    run_id: str | None,
     step: str,
     expires_in: float,
+    trace_context: str | None = None,
 ) -> AsyncIterator[Secret]:
-    """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds."""
+    """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds (of run
+    ``run_id``, ``local`` without one); the token's ``trace_context`` (the step's ``traceparent``)
+    parents the proxy's request spans."""
+    claude = tokens.ClaudeCredential(credential.kind, credential.value)
     async with (
-        _serving(socket_path, upstream, None) as running,
-        _token(running, tokens.ClaudeCredential(kind, credential), run_id, step, expires_in) as token,
+        _serving(socket_path, credential.upstream, None) as running,
+        _token(running, claude, run_id or "local", step, expires_in, trace_context) as token,
     ):
         yield token
 
@@ -58,7 +60,7 @@ async def secret_session(
     instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
     async with (
         _serving(socket_path, "https://api.anthropic.com", secret_upstream) as running,
-        _token(running, secret, run_id, step, expires_in) as token,
+        _token(running, secret, run_id, step, expires_in, None) as token,
     ):
         yield token
 
@@ -78,11 +80,18 @@ async def _serving(socket_path: str, upstream: str, secret_upstream: str | None)
 
 @contextlib.asynccontextmanager
 async def _token(
-    running: app.RunningProxy, credential: tokens.Credential, run_id: str, step: str, expires_in: float
+    running: app.RunningProxy,
+    credential: tokens.Credential,
+    run_id: str,
+    step: str,
+    expires_in: float,
+    trace_context: str | None,
 ) -> AsyncIterator[Secret]:
     # Whole seconds, at most the 24 h the proxy accepts.
     expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
-    request = tokens.TokenRequest(run_id=run_id, step=step, expires_at=expires_at, credential=credential)
+    request = tokens.TokenRequest(
+        run_id=run_id, step=step, expires_at=expires_at, credential=credential, trace_context=trace_context
+    )
     grant, token = await registry.issue(running.registry, request)
     log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)
     try:

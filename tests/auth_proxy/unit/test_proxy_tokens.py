@@ -231,6 +231,17 @@ def test_limits_are_parsed_and_validated() -> None:
     assert "allowed keys" in _refusal(_body(limits={"budget": 1}))
 
 
+async def test_a_trace_context_is_a_w3c_traceparent_kept_on_the_grant_and_its_wire_form() -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    parsed = tokens.parse_token_request(_body(trace_context=traceparent), NOW)
+    grant, _ = await registry.issue(registry.MemoryRegistry(), parsed)
+    assert grant.trace_context == traceparent
+    assert tokens.grant_from_wire(tokens.grant_to_wire(grant)) == grant
+    assert tokens.parse_token_request(_body(), NOW).trace_context is None
+    for bad in ("not-a-traceparent", 7, traceparent + "\r\nx: y"):
+        assert _refusal(_body(trace_context=bad)) == "trace_context is not a W3C traceparent"
+
+
 async def test_take_request_counts_before_and_after() -> None:
     reg = registry.MemoryRegistry()
     grant_id, _ = await _issued(reg)
