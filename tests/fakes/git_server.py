@@ -183,6 +183,7 @@ class GitServer:
         feeding = asyncio.ensure_future(_feed(request, proc.stdin))
         complaints = asyncio.ensure_future(proc.stderr.read())
         answered = 502  # until the backend's own answer has been sent on
+        recorded = False
         try:
             status, headers, rest = await _cgi_head(proc.stdout)
             response = web.StreamResponse(status=status, headers=headers)
@@ -192,18 +193,33 @@ class GitServer:
                 await response.write(rest)
             while chunk := await proc.stdout.read(_CHUNK):
                 await response.write(chunk)
-            await response.write_eof()
             await proc.wait()  # a push is done only once the backend has exited
+            # Recorded before the answer ends: a client that has its whole answer finds it in requests.
+            await self._settle(request, service, user, feeding, complaints, answered)
+            recorded = True
+            await response.write_eof()
             return response
         finally:
             if proc.returncode is None:  # the answer failed midway: stop the backend
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-            sent = await feeding
-            if stderr := (await complaints).decode(errors="replace").strip():
-                self.errors.append(stderr)
-            self._record(request, service, user=user, ok=True, sent=sent, status=answered)
+            if not recorded:
+                await self._settle(request, service, user, feeding, complaints, answered)
+
+    async def _settle(
+        self,
+        request: web.Request,
+        service: str | None,
+        user: str,
+        feeding: asyncio.Future[int],
+        complaints: asyncio.Future[bytes],
+        status: int,
+    ) -> None:
+        sent = await feeding
+        if stderr := (await complaints).decode(errors="replace").strip():
+            self.errors.append(stderr)
+        self._record(request, service, user=user, ok=True, sent=sent, status=status)
 
 
 async def _feed(request: web.Request, stdin: asyncio.StreamWriter) -> int:
