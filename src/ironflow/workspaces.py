@@ -43,6 +43,7 @@ __all__ = [
     "escapes",
     "git_mode",
     "is_git_internal",
+    "is_git_source",
 ]
 
 #: Where a step sees its workspace, and its working directory.
@@ -200,14 +201,14 @@ class Workspace:
     @classmethod
     def parse(cls, text: str, **options: Any) -> Workspace:
         """``DIR`` or ``GIT_URL[@REF]`` (the command line's form) as a workspace."""
-        if _looks_like_url(text):
+        if is_git_source(text):
             url, ref = workspace_git.parse_git_source(text)
             return cls(url, ref=ref, **options)
         return cls(text, **options)
 
     @property
     def is_git(self) -> bool:
-        return _looks_like_url(self.source)
+        return is_git_source(self.source)
 
     @property
     def git_host(self) -> str:
@@ -215,7 +216,8 @@ class Workspace:
         return self.source.split("://", 1)[1].split("/", 1)[0]
 
 
-def _looks_like_url(text: str) -> bool:
+def is_git_source(text: str) -> bool:
+    """Whether a workspace source names a git URL rather than a host directory."""
     return "://" in text or text.startswith("git@")
 
 

@@ -23,7 +23,7 @@ from ironflow.cli import exits
 from ironflow.local.bwrap import ReadOnlyMount, WritableMount
 from ironflow.local.git_workspaces import GitCredential, GitHosts
 from ironflow.secrets import Secret
-from ironflow.workspaces import Workspace, WorkspaceChanges
+from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source
 
 __all__ = [
     "ApplyOption",
@@ -82,7 +82,7 @@ def workspace(text: str | None, *, patch: str | None, apply: bool, push: str | N
         if patch is not None or apply or push is not None:
             exits.fail("--patch, --apply and --push need --workspace DIR|GIT_URL")
         return None
-    git = "://" in text or text.startswith("git@")
+    git = is_git_source(text)
     if git and apply:
         exits.fail("--apply writes a directory; a git workspace's change goes back with --push BRANCH")
     if not git:
