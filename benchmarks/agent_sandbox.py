@@ -41,7 +41,9 @@ TARGET_REQUESTS_PER_STEP = 10
 class Issuer:
     """Issues constant tokens instantly: the auth proxy's cost is benchmarks/proxy.py's business."""
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         return "tok", Secret("ifap_benchmark_token")
 
     async def revoke(self, token_id: str) -> bool:

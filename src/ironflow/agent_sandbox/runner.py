@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ironflow import errors, labels, results, steps
+from ironflow import errors, labels, results, steps, tracing
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
@@ -149,29 +149,27 @@ class SandboxStepRunner:
             now = int(time.time())
             name = pod_manifests.generate_pod_name(now * 1000, _random.randbits(32), prefix=claims.CLAIM_NAME_PREFIX)
             claim = sandbox_steps.claim_manifest(s, config, name=name, now=now)
-            created = False
-            try:
+            where = {"backend": "agent-sandbox", "namespace": self.namespace, "claim": name}
+            with tracing.span("ironflow.sandbox", parent=config.trace_context, **where):
+                created = False
                 try:
-                    await api.create(res.claims, self.namespace, claim)
-                except BaseException as exc:
-                    created = pods.may_exist_after(exc)  # then it is deleted below
-                    if not isinstance(exc, errors.KubeNotFound) or (
-                        exc.reason == "NotFound" and "namespaces" in exc.message
-                    ):
-                        raise
-                    r = res.claims
-                    raise errors.KubeNotFound(
-                        f"{exc.message}; the API does not serve {r.plural}.{r.group}/{r.version}: install "
-                        "agent-sandbox with its extensions (or choose the API version it serves with api_version)",
-                        status=404,
-                        reason=exc.reason,
-                    ) from exc
-                created = True
-                ready = await self._wait_ready(api, name)
-                return await self._in_sandbox(api, config, claim, ready, sink, started)
-            finally:
-                if created:
-                    await claims.delete_quietly(api, res.claims, self.namespace, name)
+                    try:
+                        with tracing.span("ironflow.claim.create", claim=name):
+                            await api.create(res.claims, self.namespace, claim)
+                    except BaseException as exc:
+                        created = pods.may_exist_after(exc)  # then it is deleted below
+                        unserved = _unserved(exc, res.claims)
+                        if unserved is None:
+                            raise
+                        raise unserved from exc
+                    created = True
+                    with tracing.span("ironflow.claim.ready", claim=name) as span:
+                        ready = await self._wait_ready(api, name)
+                        span.set(sandbox=claims.bound_sandbox(ready))
+                    return await self._in_sandbox(api, config, claim, ready, sink, started)
+                finally:
+                    if created:
+                        await claims.delete_quietly(api, res.claims, self.namespace, name)
 
     async def _wait_ready(self, api: kube.KubeApi, name: str) -> dict[str, Any]:
         """The claim once Ready; at once the cluster's reason when the claim, or the pod of the
@@ -260,14 +258,16 @@ class SandboxStepRunner:
             timeout = self.settings.step_timeout_s
             lines = _LineSplitter(sink) if sink is not None else None
             try:
-                async with asyncio.timeout(timeout):
-                    result = await api.exec(
-                        self.namespace,
-                        pod,
-                        plan.agent,
-                        container=container,
-                        on_output=lines.feed if lines is not None else None,
-                    )
+                with tracing.span("ironflow.sandbox.exec", pod=pod) as span:
+                    async with asyncio.timeout(timeout):
+                        result = await api.exec(
+                            self.namespace,
+                            pod,
+                            plan.agent,
+                            container=container,
+                            on_output=lines.feed if lines is not None else None,
+                        )
+                    span.set(exit_code=result.exit_code)
             except TimeoutError:
                 raise errors.AgentTimeout(timeout) from None
             finally:
@@ -310,3 +310,16 @@ _STREAMS = {1: "stdout", 2: "stderr"}
 def claims_watch(api: kube.KubeApi, namespace: str, resource: kube.Resource) -> Any:
     """Hold the namespace's shared claim watch for the block (one list, then events)."""
     return informer.informer_for(api, namespace, resource).hold()
+
+
+def _unserved(exc: BaseException, resource: kube.Resource) -> errors.KubeNotFound | None:
+    """For a 404 that is not a missing namespace, the error naming the claim API the cluster does
+    not serve (agent-sandbox or its extensions are not installed); None for any other failure."""
+    if not isinstance(exc, errors.KubeNotFound) or (exc.reason == "NotFound" and "namespaces" in exc.message):
+        return None
+    return errors.KubeNotFound(
+        f"{exc.message}; the API does not serve {resource.plural}.{resource.group}/{resource.version}: install "
+        "agent-sandbox with its extensions (or choose the API version it serves with api_version)",
+        status=404,
+        reason=exc.reason,
+    )

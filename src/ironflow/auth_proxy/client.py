@@ -136,8 +136,10 @@ class AdminClient:
         *,
         credential: Credential | tokens.SecretCredential | None = None,
         limits: tokens.Limits | None = None,
+        trace_context: str | None = None,
     ) -> IssuedToken:
-        """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order)."""
+        """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order);
+        ``trace_context``, the step's ``traceparent``, parents the proxy's spans of its requests."""
         chosen = credential or self._credential or resolve_credential(None)
         body: dict[str, Any] = {
             "run_id": run_id,
@@ -147,6 +149,8 @@ class AdminClient:
         }
         if limits is not None and not limits.empty:
             body["limits"] = limits.to_json()
+        if trace_context is not None:
+            body["trace_context"] = trace_context
         status, text = await self._call("POST", "/admin/v1/tokens", body)
         if status != 201:
             raise self._admin_error(status, text)

@@ -71,10 +71,13 @@ def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | 
 class TokenIssuer(Protocol):
     """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         """A new token bound to the run, the step and the sandbox's expiry: ``(token_id, token)``.
 
-        ``credential`` is the step's Provider Account credential, or None for the issuer's default.
+        ``credential`` is the step's Provider Account credential, or None for the issuer's default;
+        ``trace_context`` the step's W3C ``traceparent`` (the proxy's request spans are its children).
         """
         ...
 
@@ -93,7 +96,7 @@ async def issue_step_token(
     """
     credential = None if config.account is None else Credential.from_account(config.account)
     try:
-        return await issuer.issue(run_id, step, expires_at, credential=credential)
+        return await issuer.issue(run_id, step, expires_at, credential=credential, trace_context=config.trace_context)
     except errors.AuthProxyError as exc:
         raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow import errors, labels
+from ironflow import errors, labels, tracing
 from ironflow.k8s import pod_wait, pods
 from ironflow.kube import api as kube
 from ironflow.kube import informer, pod_problems, pod_status
@@ -77,18 +77,21 @@ async def run_pod(
     reason (:func:`ironflow.k8s.pod_wait.wait_for`), as a step's pod does.
     """
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    await _create(api, kube.PODS, body)
-    try:
-        grace = pod_problems.PullGrace(image_pull_grace_s)
-        pod = await pod_wait.wait_for(api, namespace, name, pod_status.pod_finished, timeout_s, grace)
-        if pod is None:
-            raise errors.OperationTimeout(f"pod '{name}' did not finish within {timeout_s:g}s")
-        phase = pod_status.phase(pod)
-        logs = await pods.read_log_quietly(api, namespace, name)
-        code = pod_status.exit_code(pod, name)  # the container is named as the pod
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
-    finally:
-        await pods.delete_quietly(api, kube.PODS, namespace, name, expires_at=_expiry_of(body))
+    with tracing.span("ironflow.sandbox", backend="k8s", namespace=namespace, pod=name) as span:
+        with tracing.span("ironflow.pod.create", pod=name):
+            await _create(api, kube.PODS, body)
+        try:
+            grace = pod_problems.PullGrace(image_pull_grace_s)
+            pod = await pod_wait.until_finished(api, namespace, name, timeout_s, grace)
+            if pod is None:
+                raise errors.OperationTimeout(f"pod '{name}' did not finish within {timeout_s:g}s")
+            phase = pod_status.phase(pod)
+            logs = await pods.read_log_quietly(api, namespace, name)
+            code = pod_status.exit_code(pod, name)  # the container is named as the pod
+            span.set(phase=phase, exit_code=code)
+            return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
+        finally:
+            await pods.delete_quietly(api, kube.PODS, namespace, name, expires_at=_expiry_of(body))
 
 
 def _more_pods_than(seen: int, job: Mapping[str, Any]) -> bool:

@@ -22,13 +22,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, tracing
 from ironflow.k8s import manifests, pods
 from ironflow.kube import api as kube
 from ironflow.kube import events, pod_problems, pod_status
 from ironflow.provider import LogSink
 
-__all__ = ["LOG_CAP_BYTES", "PROGRESS", "PodOutcome", "follow", "wait", "wait_for", "with_prefix"]
+__all__ = [
+    "LOG_CAP_BYTES",
+    "PROGRESS",
+    "PodOutcome",
+    "Progress",
+    "follow",
+    "until_finished",
+    "wait",
+    "wait_for",
+    "with_prefix",
+]
 
 _log = logging.getLogger(__name__)
 #: Where a starting pod is, as it changes: the CLI shows these on its progress line.
@@ -61,6 +71,21 @@ class PodOutcome:
 _TIMED_OUT: Final = PodOutcome(phase="TimedOut", timed_out=True)
 
 
+@dataclass
+class Progress:
+    """Where one pod was last reported to be, so that the waits of one step (until it starts,
+    then until it ends) report each change once."""
+
+    pod_name: str
+    shown: str = ""
+
+    def report(self, pod: Mapping[str, Any]) -> None:
+        where = pod_status.progress(pod)
+        if where != self.shown:
+            self.shown = where
+            PROGRESS.info("pod %s: %s", self.pod_name, where)
+
+
 def with_prefix(exc: errors.KubernetesError, prefix: str) -> errors.KubernetesError:
     """The same error class, its message prefixed with what the runner was doing."""
     return type(exc)(f"{prefix}: {exc.message}", status=exc.status, reason=exc.reason)
@@ -73,6 +98,7 @@ async def wait_for(
     done: Callable[[Mapping[str, Any]], bool],
     timeout_s: float | None,
     grace: pod_problems.PullGrace,
+    progress: Progress | None = None,
 ) -> dict[str, Any] | None:
     """The pod once ``done`` holds (None after ``timeout_s``), unless the cluster says first that it
     will not get there: then the verdict's error, with the pod's recent events.
@@ -82,14 +108,11 @@ async def wait_for(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     found: list[pod_problems.Verdict] = []
     regraced = False
-    shown = [""]
+    shown = progress or Progress(pod_name)
 
     def settled(pod: Mapping[str, Any]) -> bool:
         nonlocal regraced
-        where = pod_status.progress(pod)
-        if where != shown[0]:
-            shown[0] = where
-            PROGRESS.info("pod %s: %s", pod_name, where)
+        shown.report(pod)
         before = grace.expires_at()
         verdict = grace.fatal(pod, time.monotonic())
         if verdict is not None:
@@ -141,12 +164,43 @@ async def wait(
     """Wait for Succeeded/Failed (bounded by the timeout, ended early by a fatal verdict), then read the log."""
     grace = pod_problems.PullGrace(image_pull_grace_s)
     try:
-        pod = await wait_for(api, namespace, pod_name, pod_status.pod_finished, timeout_s, grace)
+        pod = await until_finished(api, namespace, pod_name, timeout_s, grace)
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod completion") from exc
     if pod is None:
         return _TIMED_OUT
     return PodOutcome.of(pod, await pods.read_log_quietly(api, namespace, pod_name))
+
+
+async def until_finished(
+    api: kube.KubeApi, namespace: str, pod_name: str, timeout_s: float, grace: pod_problems.PullGrace
+) -> dict[str, Any] | None:
+    """The pod once it has ended (None after ``timeout_s``), as :func:`wait_for` fails fast, in
+    two spans: ``ironflow.pod.ready`` until it runs, ``ironflow.pod.run`` until it ends."""
+    progress = Progress(pod_name)
+    deadline = time.monotonic() + timeout_s
+    pod = await _until_started(api, namespace, pod_name, timeout_s, grace, progress)
+    if pod is None or pod_status.pod_finished(pod):
+        return pod
+    with tracing.span("ironflow.pod.run", pod=pod_name):
+        left = max(0.0, deadline - time.monotonic())
+        return await wait_for(api, namespace, pod_name, pod_status.pod_finished, left, grace, progress)
+
+
+async def _until_started(
+    api: kube.KubeApi,
+    namespace: str,
+    pod_name: str,
+    timeout_s: float | None,
+    grace: pod_problems.PullGrace,
+    progress: Progress,
+) -> dict[str, Any] | None:
+    """The pod once it runs (or has ended), in the span ``ironflow.pod.ready`` with its node."""
+    with tracing.span("ironflow.pod.ready", pod=pod_name) as span:
+        pod = await wait_for(api, namespace, pod_name, pod_status.pod_started, timeout_s, grace, progress)
+        if pod is not None:
+            span.set(node=(pod.get("spec") or {}).get("nodeName"))
+        return pod
 
 
 async def follow(
@@ -160,8 +214,9 @@ async def follow(
 ) -> PodOutcome:
     """Follow the log to ``sink`` while the pod runs; the outcome holds the kept lines."""
     grace = pod_problems.PullGrace(image_pull_grace_s)
+    progress = Progress(pod_name)
     try:
-        pod = await wait_for(api, namespace, pod_name, pod_status.pod_started, timeout_s, grace)
+        pod = await _until_started(api, namespace, pod_name, timeout_s, grace, progress)
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod to start") from exc
     if pod is None:
@@ -172,7 +227,8 @@ async def follow(
             sink.log("stdout", line)
         return PodOutcome.of(pod, logs)
     try:
-        return await _Follower(api, namespace, pod_name, sink, timeout_s, grace).run()
+        with tracing.span("ironflow.pod.run", pod=pod_name):
+            return await _Follower(api, namespace, pod_name, sink, timeout_s, grace, progress).run()
     except errors.KubernetesError as exc:
         raise with_prefix(exc, "failed waiting for pod completion") from exc
 
@@ -188,9 +244,10 @@ class _Follower:
         sink: LogSink,
         timeout_s: float,
         grace: pod_problems.PullGrace,
+        progress: Progress,
     ) -> None:
         self.api, self.namespace, self.pod_name, self.sink, self.timeout_s = api, namespace, pod_name, sink, timeout_s
-        self.grace = grace
+        self.grace, self.progress = grace, progress
         self.kept: list[str] = []
         self.kept_bytes = 0
         self.count = 0
@@ -209,7 +266,7 @@ class _Follower:
     async def run(self) -> PodOutcome:
         pump = asyncio.ensure_future(self._pump())
         end = asyncio.ensure_future(
-            wait_for(self.api, self.namespace, self.pod_name, pod_status.pod_finished, None, self.grace)
+            wait_for(self.api, self.namespace, self.pod_name, pod_status.pod_finished, None, self.grace, self.progress)
         )
         try:
             done, _ = await asyncio.wait({pump, end}, timeout=self.timeout_s, return_when="FIRST_COMPLETED")

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, results, steps
+from ironflow import errors, labels, results, steps, tracing
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
@@ -200,22 +200,28 @@ class StepRunner:
         launch = _Launch(self, api, objects)
         outcome = pod_wait.PodOutcome()
         failure: BaseException | None = None
-        try:
-            await launch.create_prompt()
-            await launch.prepare_environment(config, now)
-            await launch.create_pod()
-            grace, limit = self.settings.image_pull_grace_s, self.settings.timeout_s
-            if sink is None:
-                outcome = await pod_wait.wait(api, self.namespace, objects.pod_name, limit, image_pull_grace_s=grace)
-            else:
-                outcome = await pod_wait.follow(
-                    api, self.namespace, objects.pod_name, sink, limit, image_pull_grace_s=grace
-                )
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            await launch.clean_up(failure)
+        where = {"backend": "k8s", "namespace": self.namespace, "pod": objects.pod_name}
+        with tracing.span("ironflow.sandbox", parent=config.trace_context, **where) as span:
+            try:
+                await launch.create_prompt()
+                await launch.prepare_environment(config, now)
+                with tracing.span("ironflow.pod.create", pod=objects.pod_name):
+                    await launch.create_pod()
+                grace, limit = self.settings.image_pull_grace_s, self.settings.timeout_s
+                if sink is None:
+                    outcome = await pod_wait.wait(
+                        api, self.namespace, objects.pod_name, limit, image_pull_grace_s=grace
+                    )
+                else:
+                    outcome = await pod_wait.follow(
+                        api, self.namespace, objects.pod_name, sink, limit, image_pull_grace_s=grace
+                    )
+                span.set(phase=outcome.phase, exit_code=outcome.exit_code, timed_out=outcome.timed_out)
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                await launch.clean_up(failure)
         try:
             return environments.with_environment(self._finalize(config, outcome, started), objects.environment_id)
         except errors.IronflowError as exc:

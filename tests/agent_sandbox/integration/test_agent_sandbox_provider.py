@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.fakes.kubecase import ServerControl, hold_create_answers
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
+from tests.fakes.spans import by_name, finished_spans
 from tests.fakes.unclosed import unclosed_after_collect
 
-from ironflow import errors
+from ironflow import errors, tracing
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.models import ApiVersion
@@ -40,6 +42,8 @@ from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 from ironflow.testing.polling import eventually
 
+__all__ = ["finished_spans"]  # the fixture, imported to be found
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
 RUN = "01a0e906-1f85-7000-8000-00000000a5b0"
@@ -54,9 +58,13 @@ class FakeIssuer:
         self.revoked: list[str] = []
         self.runs_revoked: list[str] = []
         self.tokens: list[str] = []
+        self.trace_contexts: list[str | None] = []
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         self.issued.append((run_id, step, expires_at))
+        self.trace_contexts.append(trace_context)
         token = f"ifap_secret_value_{len(self.issued)}"
         self.tokens.append(token)
         return f"tok-{len(self.issued):012d}", Secret(token)
@@ -156,6 +164,31 @@ async def test_cold_start_runs_the_step_in_the_claimed_sandbox_and_deletes_the_c
     assert env.server.objects(k8s.PODS, env.ns) == []
 
 
+async def test_a_claimed_step_is_a_sandbox_span_with_create_ready_and_exec_under_the_step(
+    env: Env, finished_spans: InMemorySpanExporter
+) -> None:
+    p = env.provider(replicas=0, proxied=True)
+    await env.apply_template(p)
+    issuer = FakeIssuer()
+    with tracing.span("ironflow.step", step="traced"):
+        traceparent = tracing.current_traceparent()
+        config = AgentConfig("hi", trace_context=traceparent).scoped(RUN, "traced")
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).run(config)
+    spans = finished_spans.get_finished_spans()
+    (step,), (sandbox,) = by_name(spans, "ironflow.step"), by_name(spans, "ironflow.sandbox")
+    stages = [by_name(spans, n) for n in ("ironflow.claim.create", "ironflow.claim.ready", "ironflow.sandbox.exec")]
+    assert [len(found) for found in stages] == [1, 1, 1], [s.name for s in spans]
+    create, ready, run = (found[0] for found in stages)
+    assert sandbox.parent is not None
+    assert sandbox.parent.span_id == step.context.span_id
+    assert {s.parent.span_id for s in (create, ready, run) if s.parent} == {sandbox.context.span_id}
+    attrs = sandbox.attributes or {}
+    assert attrs["ironflow.backend"] == "agent-sandbox"
+    assert (ready.attributes or {})["ironflow.sandbox"] == next(e[2] for e in env.controller.events if e[0] == "cold")
+    assert (run.attributes or {})["ironflow.exit_code"] == 0
+    assert issuer.trace_contexts == [traceparent]
+
+
 async def test_warm_adoption_takes_a_ready_pool_member_and_the_pool_refills(env: Env) -> None:
     p = env.provider(replicas=1)
     await env.apply_template(p)
@@ -218,7 +251,9 @@ async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_r
 class RefusingIssuer(FakeIssuer):
     """The auth proxy refuses for good (a missing admin key, a 4xx): retrying cannot help."""
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         raise errors.AuthProxyError("admin key missing", status=401, retryable=False)
 
 

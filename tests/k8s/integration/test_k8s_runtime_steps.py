@@ -474,13 +474,17 @@ class FakeIssuer:
     def __init__(self, *, refuse: bool = False) -> None:
         self.refuse = refuse
         self.issued: list[tuple[str, str, int]] = []
+        self.trace_contexts: list[str | None] = []
         self.revoked: list[str] = []
         self.runs_revoked: list[str] = []
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         if self.refuse:
             raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)
         self.issued.append((run_id, step, expires_at))
+        self.trace_contexts.append(trace_context)
         return f"tok-{len(self.issued):012d}", Secret(f"ifap_secret_value_{len(self.issued)}")
 
     async def revoke(self, token_id: str) -> bool:
