@@ -9,6 +9,7 @@ CLI (tests/fixtures/claude). Every test ends by checking that nothing is left.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -557,3 +558,17 @@ async def test_release_run_revokes_the_run_tokens(kube: KubeCase) -> None:
     issuer = FakeIssuer()
     await runner(kube, proxied(kube.namespace), issuer=issuer).release_run(RUN)
     assert issuer.runs_revoked == [RUN]
+
+
+async def test_a_followed_steps_progress_is_reported_once_per_change(
+    kube: KubeCase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Following the log waits twice (until the pod runs, then until it ends): the progress line
+    still shows each change of where the pod is once."""
+    caplog.set_level(logging.INFO, logger="ironflow.progress")
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.3, log=STREAM_TEXT))
+    await runner(kube).run(AgentConfig("Say hello"), logs=Lines())
+    said = [r.getMessage() for r in caplog.records if r.name == "ironflow.progress"]
+    assert any(": running on node " in line for line in said), said
+    assert len(said) == len(set(said)), said
+    await step_objects_left(kube)
