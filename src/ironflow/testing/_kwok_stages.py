@@ -16,7 +16,15 @@ ironflow-pod-exit          1000    Running pods labelled ``EXIT_CODE_LABEL``: af
 ironflow-pod-deadline      1000    Running pods with ``activeDeadlineSeconds``, no exit
                                    label, not Job-owned: Failed/DeadlineExceeded, as a
                                    kubelet does (kwok enforces no deadline by itself)
+ironflow-pod-waiting       1000    scheduled Pending pods labelled ``WAITING_REASON_LABEL``:
+                                   their containers wait with that reason (a missing
+                                   Secret, a bad image) and stay Pending, with a Warning
+                                   event, as a kubelet reports a container it cannot start
 =========================  ======  =====================================================
+
+``EXIT_REASON_LABEL`` names the terminated reason of a failed exit (default ``Error``;
+``OOMKilled`` as the kubelet writes for a container the kernel killed). pod-ready leaves pods
+labelled ``WAITING_REASON_LABEL`` alone.
 
 Pods in namespaces starting with ``MANUAL_NAMESPACE_PREFIX`` are left to the test (only
 pod-delete applies): the contract suite's kubelet control patches their status itself.
@@ -37,8 +45,10 @@ import yaml
 
 __all__ = [
     "EXIT_CODE_LABEL",
+    "EXIT_REASON_LABEL",
     "MANUAL_NAMESPACE_PREFIX",
     "RUN_FOR_LABEL",
+    "WAITING_REASON_LABEL",
     "cri_log",
     "kwok_config",
     "manual_namespace_policy",
@@ -48,6 +58,10 @@ __all__ = [
 EXIT_CODE_LABEL: Final = "kubeenv.ironflow.io/exit-code"
 #: Pod label: how long the fake container runs, as a Go duration ("200ms", "2s").
 RUN_FOR_LABEL: Final = "kubeenv.ironflow.io/run-for"
+#: Pod label: the terminated reason of a failed exit (``OOMKilled``; default ``Error``).
+EXIT_REASON_LABEL: Final = "kubeenv.ironflow.io/exit-reason"
+#: Pod label: the reason its containers wait with once scheduled (``CreateContainerConfigError``...).
+WAITING_REASON_LABEL: Final = "kubeenv.ironflow.io/waiting-reason"
 #: Namespaces whose pods kwok leaves alone (their "kubelet" is the test).
 MANUAL_NAMESPACE_PREFIX: Final = "kubelet-manual-"
 
@@ -57,6 +71,7 @@ _NOT_MANUAL: Final = {
     "values": ["true"],
 }
 _NO_EXIT_LABEL: Final = {"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "DoesNotExist"}
+_NO_WAITING_LABEL: Final = {"key": f'.metadata.labels["{WAITING_REASON_LABEL}"]', "operator": "DoesNotExist"}
 _ALIVE: Final = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _RUNNING: Final = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
 
@@ -102,6 +117,12 @@ def _pod_stage(
     }
 
 
+#: The terminated reason of a failed exit: the pod's ``EXIT_REASON_LABEL``, else ``Error``.
+_EXIT_REASON: Final = (
+    f'{{{{ with index $.metadata.labels "{EXIT_REASON_LABEL}" }}}}{{{{ . }}}}{{{{ else }}}}Error{{{{ end }}}}'
+)
+
+
 def _exit_stage() -> dict[str, Any]:
     code = f'index .metadata.labels "{EXIT_CODE_LABEL}"'
     return _pod_stage(
@@ -109,8 +130,60 @@ def _exit_stage() -> dict[str, Any]:
         [{"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "Exists"}],
         100,
         f'.metadata.labels["{RUN_FOR_LABEL}"]',
-        {"statusTemplate": _TERMINATED_TEMPLATE.format(code=code, extra="", reason="Error")},
+        {"statusTemplate": _TERMINATED_TEMPLATE.format(code=code, extra="", reason=_EXIT_REASON)},
     )
+
+
+_WAITING_TEMPLATE: Final = """{{{{ $now := Now }}}}
+{{{{ $reason := {reason} }}}}
+phase: Pending
+conditions:
+- {{type: PodScheduled, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
+- {{type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{{{ $now | Quote }}}}}}
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- name: {{{{ .name | Quote }}}}
+  image: {{{{ .image | Quote }}}}
+  imageID: ""
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    waiting:
+      reason: {{{{ $reason | Quote }}}}
+      message: {{{{ printf "{message}" $reason | Quote }}}}
+{{{{ end }}}}
+"""
+#: What the waiting stage's containers and event say, ``%s`` the reason.
+WAITING_MESSAGE: Final = "kwok stage ironflow-pod-waiting: the container waits with %s"
+
+
+def _waiting_stage() -> dict[str, Any]:
+    reason = f'index .metadata.labels "{WAITING_REASON_LABEL}"'
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "ironflow-pod-waiting"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    _ALIVE,
+                    _NOT_MANUAL,
+                    {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                    {"key": ".spec.nodeName", "operator": "Exists"},
+                    {"key": f'.metadata.labels["{WAITING_REASON_LABEL}"]', "operator": "Exists"},
+                    {"key": ".status.containerStatuses", "operator": "DoesNotExist"},
+                ]
+            },
+            "weight": 1000,
+            "delay": {"durationMilliseconds": 100},
+            "next": {
+                "event": {"type": "Warning", "reason": "Failed", "message": "Error: the container cannot start"},
+                "statusTemplate": _WAITING_TEMPLATE.format(reason=reason, message=WAITING_MESSAGE),
+            },
+        },
+    }
 
 
 def _deadline_stage() -> dict[str, Any]:
@@ -139,17 +212,19 @@ def _scoped(stage: Mapping[str, Any]) -> dict[str, Any]:
     exprs.append(dict(_NOT_MANUAL))
     if out["metadata"]["name"] == "pod-complete":
         exprs.append(dict(_NO_EXIT_LABEL))
+    if out["metadata"]["name"] == "pod-ready":
+        exprs.append(dict(_NO_WAITING_LABEL))
     return out
 
 
 def kwok_config(stock: Sequence[Mapping[str, Any]]) -> str:
     """kwok's ``--config`` document stream: the stock stages (node stages as shipped, pod
-    stages scoped as the table says) plus the two ironflow stages.
+    stages scoped as the table says) plus the ironflow stages.
 
     >>> text = kwok_config([{"kind": "Stage", "metadata": {"name": "pod-ready"},
     ...                      "spec": {"resourceRef": {"kind": "Pod"}}}])
     >>> [d["metadata"]["name"] for d in yaml.safe_load_all(text)]
-    ['pod-ready', 'ironflow-pod-exit', 'ironflow-pod-deadline']
+    ['pod-ready', 'ironflow-pod-exit', 'ironflow-pod-deadline', 'ironflow-pod-waiting']
     """
     docs: list[dict[str, Any]] = []
     for stage in stock:
@@ -157,7 +232,7 @@ def kwok_config(stock: Sequence[Mapping[str, Any]]) -> str:
             continue
         is_pod = stage.get("spec", {}).get("resourceRef", {}).get("kind") == "Pod"
         docs.append(_scoped(stage) if is_pod and stage["metadata"]["name"] != "pod-delete" else dict(stage))
-    docs += [_exit_stage(), _deadline_stage()]
+    docs += [_exit_stage(), _deadline_stage(), _waiting_stage()]
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 

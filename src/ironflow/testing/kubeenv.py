@@ -47,9 +47,12 @@ from ironflow.testing._kubeenv_procs import KubeEnvError, Processes, free_port
 
 __all__ = [
     "EXIT_CODE_LABEL",
+    "EXIT_REASON_LABEL",
     "MANUAL_NAMESPACE_PREFIX",
     "NODE_NAME",
     "RUN_FOR_LABEL",
+    "WAITING_MESSAGE",
+    "WAITING_REASON_LABEL",
     "KubeEnv",
     "KubeEnvError",
     "KubeEnvNotAvailable",
@@ -58,6 +61,9 @@ __all__ = [
 
 EXIT_CODE_LABEL: Final = stages.EXIT_CODE_LABEL
 RUN_FOR_LABEL: Final = stages.RUN_FOR_LABEL
+EXIT_REASON_LABEL: Final = stages.EXIT_REASON_LABEL
+WAITING_REASON_LABEL: Final = stages.WAITING_REASON_LABEL
+WAITING_MESSAGE: Final = stages.WAITING_MESSAGE
 MANUAL_NAMESPACE_PREFIX: Final = stages.MANUAL_NAMESPACE_PREFIX
 
 #: Name of the one fake node kwok manages.

@@ -86,7 +86,7 @@ def _exprs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return list(doc["spec"].get("selector", {}).get("matchExpressions", []))
 
 
-def test_kwok_config_scopes_pod_stages_and_adds_exit_and_deadline() -> None:
+def test_kwok_config_scopes_pod_stages_and_adds_exit_deadline_and_waiting() -> None:
     docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(stages.kwok_config(_stock()))}
     assert list(docs) == [
         "node-initialize",
@@ -95,6 +95,7 @@ def test_kwok_config_scopes_pod_stages_and_adds_exit_and_deadline() -> None:
         "pod-delete",
         "ironflow-pod-exit",
         "ironflow-pod-deadline",
+        "ironflow-pod-waiting",
     ]
     manual = [e for e in _exprs(docs["pod-ready"]) if "startswith" in e["key"]]
     assert manual
@@ -108,6 +109,12 @@ def test_kwok_config_scopes_pod_stages_and_adds_exit_and_deadline() -> None:
     assert docs["ironflow-pod-exit"]["spec"]["weight"] == docs["ironflow-pod-deadline"]["spec"]["weight"] == 1000
     assert stages.RUN_FOR_LABEL in docs["ironflow-pod-exit"]["spec"]["delay"]["durationFrom"]["expressionFrom"]
     assert "DeadlineExceeded" in docs["ironflow-pod-deadline"]["spec"]["next"]["statusTemplate"]
+    # A pod labelled to wait is left Pending by pod-ready, for the waiting stage.
+    assert any(
+        stages.WAITING_REASON_LABEL in e["key"] and e["operator"] == "DoesNotExist" for e in _exprs(docs["pod-ready"])
+    )
+    assert any(stages.WAITING_REASON_LABEL in e["key"] for e in _exprs(docs["ironflow-pod-waiting"]))
+    assert stages.EXIT_REASON_LABEL in docs["ironflow-pod-exit"]["spec"]["next"]["statusTemplate"]
 
 
 def test_kwok_config_does_not_modify_the_stock_documents() -> None:
