@@ -18,6 +18,9 @@ from ironflow.steps import AgentConfig, PermissionMode, StepScope
 if TYPE_CHECKING:
     from ironflow.provider import AgentProvider, LogSink, run_sync
 
+#: The release; the package metadata takes it from here (pyproject's dynamic version).
+__version__ = "0.1.0"
+
 __all__ = [
     "AgentConfig",
     "AgentInput",
@@ -31,6 +34,7 @@ __all__ = [
     "Secret",
     "SecretEnvVar",
     "StepScope",
+    "__version__",
     "errors",
     "run_sync",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import typer
 
+from ironflow import __version__
 from ironflow.cli import lazy
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
@@ -80,11 +81,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ironflow {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Run AI-agent steps in hardened, single-use sandboxes."""
 
 

@@ -76,3 +76,19 @@ def _loaded_by(*argv: str) -> list[str]:
 def test_a_session_command_loads_neither_the_server_nor_the_cluster_modules() -> None:
     assert _loaded_by("sandbox", "--help") == []
     assert _loaded_by("sandbox", "exec", "--help") == ["ironflow.cli.sandbox_sessions"]
+
+
+def test_version_prints_the_packages_version_and_loads_no_topic() -> None:
+    import ironflow
+
+    result = CliRunner().invoke(app.app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"ironflow {ironflow.__version__}\n"
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["exec", "-h"], ["sandbox", "-h"], ["runs", "list", "-h"]])
+def test_dash_h_is_help_on_every_level(argv: list[str]) -> None:
+    result = CliRunner().invoke(app.app, argv)
+    assert result.exit_code == 0, result.output
+    assert "Usage: " in result.output
+    assert result.output == CliRunner().invoke(app.app, [*argv[:-1], "--help"]).output
