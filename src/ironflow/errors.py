@@ -166,6 +166,11 @@ class SandboxRefused(UsageError):
         super().__init__(_sandbox_message(subject, "cannot start", reason, detail, False, events))
 
 
+class NamespaceNotFound(UsageError):
+    """The namespace a command was pointed at does not exist (a list there answers empty, as if
+    all were well, so the command says so instead)."""
+
+
 class KubeClientConfigError(UsageError):
     """No usable cluster configuration (missing kubeconfig, unknown context, no service account).
 

@@ -49,6 +49,7 @@ __all__ = [
     "fake_model",
     "k8s_provider",
     "kube_cluster",
+    "require_namespace",
     "where",
 ]
 
@@ -246,3 +247,18 @@ async def connect(cluster: clusters.ClusterConfig | None) -> KubeApi:
     """A Kubernetes API client for ``cluster`` (None: the default kubeconfig); close it with ``async with``."""
 
     return await kube.KubeApi.connect(cluster)
+
+
+async def require_namespace(api: KubeApi, namespace: str) -> None:
+    """Refuse a namespace the cluster does not have; an account that may not read namespaces is
+    let through (its own calls decide then).
+
+    Raises:
+        NamespaceNotFound: the API answered 404 for it.
+    """
+    try:
+        await api.get(kube.NAMESPACES, None, namespace)
+    except errors.KubeForbidden:
+        return
+    except errors.KubeNotFound:
+        raise errors.NamespaceNotFound(f"namespace '{namespace}' does not exist in this cluster") from None

@@ -5,8 +5,9 @@ NetworkPolicies (a SubjectAccessReview), and with ``--auth-proxy`` sends the pro
 unknown token, and runs the four exec probes (a short ``sh`` script per probe) in every
 Running agent pod through ``pods/exec``; :mod:`ironflow.cluster.checks` decides.
 
-Exit codes: 0 every check passed; 1 a check failed; 2 bad input; 3 nothing failed but a
-check could not run (skipped), or the cluster could not be reached.
+Exit codes: 0 every check passed; 1 a check failed; 2 bad input (a namespace that does not
+exist included); 3 nothing failed but a check could not run (skipped: no agent pod to inspect,
+no rights for a review), or the cluster could not be reached.
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ async def _check(
     egress_url: str,
 ) -> list[checks.CheckResult]:
     async with await backends.connect(cluster_config) as api:
+        await backends.require_namespace(api, namespace)
         return await run_checks(
             api,
             namespace=namespace,

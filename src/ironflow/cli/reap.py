@@ -3,7 +3,7 @@
 A thin face over :func:`ironflow.k8s.reaper.reap_namespace`: the report goes to stdout
 (a table or JSON), warnings and progress to stderr. ``--dry-run`` lists what a pass
 would delete and deletes nothing. Exit codes are :mod:`ironflow.cli.exits`'s: bad input
-(a missing kubeconfig included) 2, an API failure 3.
+(a missing kubeconfig, a namespace that does not exist) 2, an API failure 3.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ async def _reap(
 
     err = Console(stderr=True)
     async with await backends.connect(cluster) as api:
+        await backends.require_namespace(api, namespace)
         while True:
             with err.status(f"reaping {namespace}..."):
                 report = await reaper.reap_namespace(api, namespace, dry_run=dry_run)

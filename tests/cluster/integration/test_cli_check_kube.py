@@ -174,6 +174,26 @@ async def test_a_missing_pod_is_bad_input(kube: Any, tmp_path: Path) -> None:
     assert err.strip() == f"error: pod 'nope' not found in namespace {kube.namespace}"
 
 
+async def test_a_namespace_that_does_not_exist_is_bad_input(kube: Any, tmp_path: Path) -> None:
+    """A list in a missing namespace answers empty: without this the check would look at nothing."""
+    code, out, err = await _command(kube.need_server(), tmp_path, "-n", "no-such-namespace")
+    assert code == 2
+    assert out == ""
+    assert err.strip() == "error: namespace 'no-such-namespace' does not exist in this cluster"
+
+
+async def test_nothing_to_inspect_exits_3_not_1(kube: Any, tmp_path: Path) -> None:
+    """No agent pod in the namespace: nothing failed, the pod checks could not run (exit 3)."""
+    _deny_networkpolicies(kube)
+    code, out, err = await _command(kube.need_server(), tmp_path, "-n", kube.namespace, "-o", "json")
+    assert code == 3, err
+    rows = {row["check"]: row for row in json.loads(out)}
+    for name in POD_CHECKS:
+        assert rows[name]["result"] == "skipped"
+        assert rows[name]["why"].startswith("no agent pod to inspect")
+    assert "fail" not in {row["result"] for row in rows.values()}
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [(["-n", "Bad"], "invalid namespace 'Bad'"), (["--auth-proxy", "proxy:8080"], "must start with http://")],

@@ -68,6 +68,15 @@ def test_reap_dry_run_deletes_nothing(served: tuple[ServerThread, Path]) -> None
     assert len(st.server.objects(k8s.PODS, NS)) == 1
 
 
+def test_reap_in_a_namespace_that_does_not_exist_is_bad_input(served: tuple[ServerThread, Path]) -> None:
+    st, kubeconfig = served
+    result = CliRunner().invoke(app, ["reap", "-n", "no-such-namespace", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == "error: namespace 'no-such-namespace' does not exist in this cluster"
+    assert st.server.count("list", "pods") == 0
+
+
 def test_reap_reports_an_api_failure_with_exit_3(served: tuple[ServerThread, Path]) -> None:
     st, kubeconfig = served
     st.server.fail("list", "pods", status=500)
