@@ -168,6 +168,20 @@ async def _execute_until_finished(store: Store, worker: Worker, run_id: str) -> 
         await asyncio.sleep(max(current.available_at - time.time(), 0.05))
 
 
+def queued_note(run_id: str, backend: Backend) -> str:
+    """What happens to a queued run, for stderr (pure; the store's URL is not repeated: it may
+    hold a password).
+
+    >>> print(queued_note("01a", Backend.LOCAL))
+    run 01a queued: an `ironflow worker` on the same --store takes it (backend local);
+    `ironflow logs 01a -f` follows it, `ironflow runs cancel 01a` cancels it
+    """
+    return (
+        f"run {run_id} queued: an `ironflow worker` on the same --store takes it (backend {backend});\n"
+        f"`ironflow logs {run_id} -f` follows it, `ironflow runs cancel {run_id}` cancels it"
+    )
+
+
 async def _run(
     ref: str,
     input: Any,
@@ -189,6 +203,7 @@ async def _run(
         run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
         if not wait:
             print(run.id)
+            typer.echo(queued_note(run.id, backend), err=True)
             return 0
         _err.print(f"run {run.id} ({ref}) on {backend}", highlight=False)
         worker = Worker(store, lambda r: Runner(store, providers.get(r.backend), accounts=pool), lease_s=lease_s)

@@ -49,9 +49,11 @@ def test_a_failed_run_exits_1_and_says_why(store: str) -> None:
 
 
 def test_run_without_wait_queues_the_run_and_prints_its_id(store: str) -> None:
-    code, out, _ = cli("run", f"{WORKFLOWS}:linear", "--input", '{"steps": ["a"]}', "--store", store)
+    code, out, err = cli("run", f"{WORKFLOWS}:linear", "--input", '{"steps": ["a"]}', "--store", store)
     assert code == 0
     run_id = out.strip()
+    assert f"run {run_id} queued: an `ironflow worker` on the same --store takes it" in err
+    assert store not in err
     code, out, _ = cli("runs", "list", "--store", store, "-o", "json")
     (listed,) = json.loads(out)
     assert (listed["id"], listed["status"], listed["workflow"]) == (run_id, "pending", f"{WORKFLOWS}:linear")
