@@ -54,7 +54,9 @@ def _token(token_file: Path | None) -> str | None:
 async def _serve(store_url: str | None, host: str, port: int, guard: security.UiSecurity) -> None:
     async with opened(store_url, create=False) as store, contextlib.AsyncExitStack() as stack:
         try:
-            serving = await stack.enter_async_context(ui_app.serve(store, guard, host=host, port=port))
+            serving = await stack.enter_async_context(
+                ui_app.serve(store, guard, host=host, port=port, base_dir=os.getcwd())
+            )
         except errors.ConfigError as exc:  # the address cannot be bound
             exits.fail_for(exc)
         stop = asyncio.Event()

@@ -62,9 +62,9 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.update(SECURITY_HEADERS)
 
 
-def create_app(store: Store, security: UiSecurity) -> web.Application:
-    """The UI over an open ``store``."""
-    pages = handlers.Handlers(store, security)
+def create_app(store: Store, security: UiSecurity, *, base_dir: str = "") -> web.Application:
+    """The UI over an open ``store``; workflow files under ``base_dir`` are named relative to it."""
+    pages = handlers.Handlers(store, security, base_dir=base_dir)
     app = web.Application(middlewares=[_guard(security)], client_max_size=64 * 1024)
     app.on_response_prepare.append(_headers)
     app.router.add_get("/", pages.runs)
@@ -79,12 +79,13 @@ def create_app(store: Store, security: UiSecurity) -> web.Application:
 
 @contextlib.asynccontextmanager
 async def serve(
-    store: Store, security: UiSecurity, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+    store: Store, security: UiSecurity, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, base_dir: str = ""
 ) -> AsyncIterator[monitoring.Serving]:
     """Serve the UI of ``store`` on ``host:port`` for the block (port 0: any free one).
 
     Raises:
         ConfigError: the address cannot be bound.
     """
-    async with monitoring.serve(create_app(store, security), host=host, port=port, what="the UI") as serving:
+    app = create_app(store, security, base_dir=base_dir)
+    async with monitoring.serve(app, host=host, port=port, what="the UI") as serving:
         yield serving

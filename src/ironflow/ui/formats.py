@@ -12,7 +12,16 @@ import datetime as dt
 
 from ironflow.engine import model
 
-__all__ = ["cost", "duration", "run_duration", "short_workflow", "step_duration", "timestamp", "tokens"]
+__all__ = [
+    "cost",
+    "duration",
+    "run_duration",
+    "short_workflow",
+    "step_duration",
+    "timestamp",
+    "tokens",
+    "workflow_label",
+]
 
 
 def timestamp(at: float | None) -> str:
@@ -57,6 +66,16 @@ def tokens(count: int) -> str:
 
 def cost(usd: float) -> str:
     return f"${usd:.4f}" if usd else "-"
+
+
+def workflow_label(ref: str, base_dir: str) -> str:
+    """A workflow reference relative to ``base_dir`` (where the UI was started) when it lies under it.
+
+    >>> workflow_label("/src/proj/examples/review.py:review", "/src/proj")
+    'examples/review.py:review'
+    """
+    prefix = base_dir.rstrip("/") + "/"
+    return ref.removeprefix(prefix) if base_dir and ref.startswith(prefix) else ref
 
 
 def short_workflow(ref: str) -> str:

@@ -44,9 +44,10 @@ def _field(form: object, name: str) -> str | None:
 class Handlers:
     """The pages of one store, under one :class:`~ironflow.ui.security.UiSecurity`."""
 
-    def __init__(self, store: Store, security: UiSecurity) -> None:
+    def __init__(self, store: Store, security: UiSecurity, *, base_dir: str = "") -> None:
         self.store = store
         self.security = security
+        self.base_dir = base_dir
         self.stylesheet = (resources.files("ironflow.ui") / "static" / "style.css").read_text()
 
     async def runs(self, request: web.Request) -> web.Response:
@@ -101,6 +102,7 @@ class Handlers:
             refusals={str(a): run_changes.refusal(run, a) for a in run_changes.RunAction},
             csrf={str(a): self.security.csrf_token(f"/runs/{run.id}/{a}") for a in run_changes.RunAction},
             transcript_cut=cut,
+            base_dir=self.base_dir,
         )
         return html_response(run_page.render(view))
 

@@ -45,6 +45,8 @@ class RunView:
     #: The CSRF field of each action's form, by action name.
     csrf: Mapping[str, str] = field(default_factory=dict)
     transcript_cut: bool = False
+    #: Where the UI was started: workflow files under it are named relative to it.
+    base_dir: str = ""
 
 
 def turn_kind(line: str) -> str:
@@ -77,7 +79,8 @@ def _facts(view: RunView) -> Safe:
     rows: list[tuple[str, Safe | str]] = [
         ("Status", join([status_badge(str(run.status)),
                          _CANCEL_REQUESTED if run.cancel_requested else Safe("")])),
-        ("Workflow", fmt("<code>{w}</code>", w=run.workflow)),
+        ("Workflow", fmt('<code title="{full}">{w}</code>', full=run.workflow,
+                         w=formats.workflow_label(run.workflow, view.base_dir))),
         ("Backend", run.backend or "local"),
         ("Attempt", str(run.attempt)),
         ("Queued", formats.timestamp(run.created_at)),
