@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 __all__ = ["IRONFLOW", "running_ui"]
 
@@ -18,10 +19,17 @@ _URL = re.compile(r"^ironflow ui on (http://\S+?)/")
 
 
 @contextmanager
-def running_ui(*args: str, env: dict[str, str] | None = None, start_s: float = 30.0) -> Iterator[str]:
+def running_ui(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, start_s: float = 30.0
+) -> Iterator[str]:
     """The UI's base URL (no trailing slash) while ``ironflow ui --port 0 ARGS`` runs."""
     proc = subprocess.Popen(
-        [*IRONFLOW, "ui", "--port", "0", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+        [*IRONFLOW, "ui", "--port", "0", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
     )
     try:
         assert proc.stderr is not None
