@@ -59,14 +59,17 @@ _LIST_RUNS: Final = (
     "ORDER BY id DESC LIMIT $6"
 )
 #: The usage of run trees, summed over the agent steps that stored a result (``model.Usage.of_step``).
+#: The steps are summed per run (LATERAL) so the plan starts from the page's runs (the ``root_run_id``
+#: index), never from a scan of every step: the planner guesses the JSON test's selectivity far too low.
 _RUN_TOTALS: Final = (
-    "SELECT r.root_run_id AS run_id, "  # noqa: S608
-    "COALESCE(SUM((s.result->>'input_tokens')::bigint), 0) AS input_tokens, "
-    "COALESCE(SUM((s.result->>'output_tokens')::bigint), 0) AS output_tokens, "
-    "COALESCE(SUM((s.result->>'cost_usd')::float8), 0) AS cost_usd, count(*) AS agent_steps "
-    "FROM ironflow_runs r JOIN ironflow_steps s ON s.run_id = r.id "
-    "WHERE r.root_run_id = ANY($1::text[]) AND s.kind = 'agent' "
-    f"AND s.result->>'{model.AGENT_RESULT_MARK}' = '1' GROUP BY r.root_run_id"
+    "SELECT r.root_run_id AS run_id, COALESCE(SUM(u.input_tokens), 0) AS input_tokens, "  # noqa: S608
+    "COALESCE(SUM(u.output_tokens), 0) AS output_tokens, COALESCE(SUM(u.cost_usd), 0) AS cost_usd, "
+    "COALESCE(SUM(u.agent_steps), 0) AS agent_steps FROM ironflow_runs r CROSS JOIN LATERAL ("
+    "SELECT SUM((s.result->>'input_tokens')::bigint) AS input_tokens, "
+    "SUM((s.result->>'output_tokens')::bigint) AS output_tokens, SUM((s.result->>'cost_usd')::float8) AS cost_usd, "
+    "count(*) AS agent_steps FROM ironflow_steps s WHERE s.run_id = r.id AND s.kind = 'agent' "
+    f"AND s.result->>'{model.AGENT_RESULT_MARK}' = '1') u "
+    "WHERE r.root_run_id = ANY($1::text[]) GROUP BY r.root_run_id"
 )
 _RENEW: Final = (
     f"UPDATE ironflow_runs SET lease_until = {_NOW} + $3, updated_at = {_NOW} "  # noqa: S608

@@ -253,3 +253,15 @@ async def test_a_secret_a_step_printed_is_in_no_page(store: Store, client: Clien
     pages = [await (await client.get(path)).text() for path in ("/", f"/runs/{run.id}", "/sandboxes")]
     assert "assistant: the key is " + REDACTED in pages[1]
     assert find_leaks([FAKE_KEY, FAKE_KEY[:24]], *pages) == []
+
+
+async def test_a_store_that_fails_answers_503_with_one_line(store: Store, client: Client) -> None:
+    await store.close()  # every call now fails as a store that went away does
+    try:
+        response = await client.get("/")
+        assert response.status == 503
+        page = await response.text()
+        assert "the store failed: the " in page
+        assert "Traceback" not in page
+    finally:
+        await store.open()
