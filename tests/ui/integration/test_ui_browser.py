@@ -95,8 +95,8 @@ def stored_status(store_url: str, run_id: str) -> model.RunStatus:
 
 def screenshot(driver: WebDriver, path: Path) -> None:
     """The whole page, not only the window: the viewport is stretched to the page's height first."""
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    metrics = {"width": 1400, "height": max(height, 600), "deviceScaleFactor": 1, "mobile": False}
+    height = int(driver.execute_script("return Math.ceil(document.body.getBoundingClientRect().height)"))
+    metrics = {"width": 1400, "height": max(height, 300), "deviceScaleFactor": 1, "mobile": False}
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     try:
         assert driver.save_screenshot(str(path)), path
