@@ -265,3 +265,22 @@ async def test_a_store_that_fails_answers_503_with_one_line(store: Store, client
         assert "Traceback" not in page
     finally:
         await store.open()
+
+
+async def test_a_running_run_is_on_the_live_page_and_cancel_asks_its_worker(store: Store, client: Client) -> None:
+    run = await add_run(store, backend="k8s")
+    claimed = await store.claim_run("elsewhere:4242:w", 30.0, run_id=run.id)
+    assert claimed is not None
+    await store.save_step(model.StepRecord(run.id, 0, "plan", model.StepKind.AGENT, started_at=claimed.created_at))
+    live = await (await client.get("/sandboxes")).text()
+    assert f'href="/runs/{run.id}"' in live
+    assert "0 plan" in live
+    assert f"ironflow.io/run-id={run.id}" in live  # the pods' selector, as ps shows it
+    page = await (await client.get(f"/runs/{run.id}")).text()
+    assert '<meta http-equiv="refresh" content="5">' in page
+    response = await client.post(f"/runs/{run.id}/cancel", data={"csrf": csrf_of(page, "cancel")})
+    assert response.status == 200
+    assert "cancel requested" in await response.text()
+    stored = await store.get_run(run.id)
+    assert stored is not None
+    assert (stored.status, stored.cancel_requested) == (model.RunStatus.RUNNING, True)
