@@ -52,6 +52,7 @@ __all__ = [
     "PromptTooLarge",
     "RateLimited",
     "ReplayDivergence",
+    "RunStateConflict",
     "SandboxError",
     "SandboxFailed",
     "SandboxRefused",
@@ -194,6 +195,11 @@ class ReplayDivergence(UsageError):
             f"replay diverged at step {position}: the run recorded {stored} but the workflow now asks for "
             f"{requested}; start a new run or restore the workflow code of this run"
         )
+
+
+class RunStateConflict(UsageError):
+    """A change the run's state refuses: cancelling a finished run, retrying one that did not fail,
+    changing a sub-workflow's run instead of its root. The message names the state and what to do."""
 
 
 # --- the step itself failed: look at it (exit 1) --------------------------------------------

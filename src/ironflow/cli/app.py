@@ -41,6 +41,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "ironflow.cli.ps",
         "List what is running now: running runs and steps (any backend), and this machine's local sandboxes.",
     ),
+    "ui": (
+        "ironflow.cli.ui",
+        "Serve a web dashboard of the store's runs, steps, transcripts and live sandboxes.",
+    ),
     "manifests": (
         "ironflow.cli.manifests",
         "Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster.",

@@ -17,26 +17,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ironflow import labels
+from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import OutputFormat, age
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
-from ironflow.engine import model
+from ironflow.engine import model, run_changes, running
 
-__all__ = ["register", "step_pod_selector"]
+__all__ = ["register"]
 
 OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
 runs_app = typer.Typer(help="List, show, cancel and retry runs.", no_args_is_help=True)
-
-
-def step_pod_selector(run_id: str, step: model.StepRecord) -> str | None:
-    """The label selector of an agent step's pods (``kubectl get pods -l …``); None for other kinds."""
-    if step.kind is not model.StepKind.AGENT:
-        return None
-    return labels.selector(
-        labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: run_id, labels.LABEL_STEP: labels.sanitize_label_value(step.name)}
-    )
 
 
 def _run_summary(run: model.RunRecord) -> dict[str, Any]:
@@ -91,7 +82,7 @@ def runs_show(
 ) -> None:
     """Show a run: its state, its steps, their pods and their results."""
     run, steps = run_async(_show(store, run_id))
-    step_rows = [{**plain(s.to_dict()), "pods": step_pod_selector(run.id, s)} for s in steps]
+    step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run.id, s)} for s in steps]
     if output is OutputFormat.JSON:
         print(json.dumps({**plain(run.to_dict()), "steps": step_rows}, indent=2))
         return
@@ -114,22 +105,13 @@ def runs_show(
         console.print("output", json.dumps(plain(run.output)), highlight=False, markup=False)
 
 
-async def _change(store_url: str | None, ref: str, action: str) -> model.RunRecord:
+async def _change(store_url: str | None, ref: str, action: run_changes.RunAction) -> model.RunRecord:
     async with opened(store_url, create=False) as store:
         run = await find_run(store, ref)
-        run_id = run.id
-        if run.parent_run_id is not None:
-            exits.fail(f"run {run_id} is a sub-workflow run; {action} its root run {run.root_run_id} instead")
-        if action == "cancel":
-            if run.finished:
-                exits.fail(f"run {run_id} already {run.status}; nothing to cancel")
-            changed = await store.cancel_run(run_id)
-        else:
-            if run.status not in (model.RunStatus.FAILED, model.RunStatus.CANCELLED):
-                exits.fail(f"run {run_id} is {run.status}; only failed or cancelled runs can be retried")
-            changed = await store.retry_run(run_id)
-        assert changed is not None
-        return changed
+        try:
+            return await run_changes.change_run(store, run, action)
+        except errors.RunStateConflict as exc:
+            exits.fail_for(exc)
 
 
 @runs_app.command("cancel")
@@ -138,7 +120,7 @@ def runs_cancel(
     store: StoreOption = None,
 ) -> None:
     """Cancel a run: a pending one never runs; a running one's steps are stopped and the run released."""
-    run = run_async(_change(store, run_id, "cancel"))
+    run = run_async(_change(store, run_id, run_changes.RunAction.CANCEL))
     print(f"run {run.id} {'cancelled' if run.status is model.RunStatus.CANCELLED else 'cancel requested'}")
 
 
@@ -148,7 +130,7 @@ def runs_retry(
     store: StoreOption = None,
 ) -> None:
     """Queue a failed or cancelled run again; its finished steps replay from the store."""
-    run = run_async(_change(store, run_id, "retry"))
+    run = run_async(_change(store, run_id, run_changes.RunAction.RETRY))
     print(f"run {run.id} {run.status}")
 
 

@@ -24,6 +24,7 @@ from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
 from ironflow.workspaces import WorkspaceChanges
 
 __all__ = [
+    "AGENT_RESULT_MARK",
     "FINISHED_RUN_STATES",
     "RateWindow",
     "RunId",
@@ -35,6 +36,7 @@ __all__ = [
     "StepStatus",
     "TranscriptChunk",
     "TranscriptStream",
+    "Usage",
     "WindowStatus",
     "error_record",
     "from_json",
@@ -185,6 +187,39 @@ class StepRecord:
         return out
 
 
+@dataclass(frozen=True)
+class Usage:
+    """Tokens and cost of agent steps, summed: one step's, a run's, a run tree's.
+
+    Only an agent step that returned a result counts (a failed attempt's usage is not stored);
+    the stores' ``run_totals`` sum the same fields in SQL, so both agree with :meth:`of_step`.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    agent_steps: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+            self.agent_steps + other.agent_steps,
+        )
+
+    @classmethod
+    def of_step(cls, step: StepRecord) -> Usage:
+        result = step.result
+        if step.kind is not StepKind.AGENT or not isinstance(result, AgentResult):
+            return cls()
+        return cls(result.input_tokens or 0, result.output_tokens or 0, result.cost_usd or 0.0, 1)
+
+
 class TranscriptStream(StrEnum):
     """Where a transcript line came from: the agent's stdout (stream-json), its stderr, or the
     engine's own notes (an attempt's end, what the size cap dropped)."""
@@ -235,7 +270,8 @@ def error_record(exc: BaseException) -> dict[str, Any]:
 
 # --- AgentResult <-> dict ----------------------------------------------------------------
 
-_RESULT_MARK: Final = "__ironflow_agent_result__"
+#: The key that marks a stored agent result (its JSON form), for the stores' SQL too.
+AGENT_RESULT_MARK: Final = "__ironflow_agent_result__"
 
 
 def result_to_dict(result: AgentResult) -> dict[str, Any]:
@@ -245,7 +281,7 @@ def result_to_dict(result: AgentResult) -> dict[str, Any]:
     out["workspace"] = None if result.workspace is None else result.workspace.to_json()
     if result.debug_messages is not None:
         out["debug_messages"] = [dataclasses.asdict(m) for m in result.debug_messages]
-    out[_RESULT_MARK] = 1
+    out[AGENT_RESULT_MARK] = 1
     return out
 
 
@@ -264,7 +300,7 @@ def _debug_message(data: Mapping[str, Any]) -> DebugMessage:
 
 def result_from_dict(data: Any) -> Any:
     """The stored form back: an ``AgentResult`` when marked, any other JSON value as is."""
-    if not isinstance(data, Mapping) or data.get(_RESULT_MARK) != 1:
+    if not isinstance(data, Mapping) or data.get(AGENT_RESULT_MARK) != 1:
         return data
     fields = {f.name for f in dataclasses.fields(AgentResult)}
     kwargs = {k: v for k, v in data.items() if k in fields}

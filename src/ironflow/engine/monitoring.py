@@ -100,8 +100,10 @@ class Serving:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: web.Application, *, host: str = DEFAULT_HOST, port: int) -> AsyncIterator[Serving]:
-    """Serve ``app`` on ``host:port`` for the block.
+async def serve(
+    app: web.Application, *, host: str = DEFAULT_HOST, port: int, what: str = "metrics"
+) -> AsyncIterator[Serving]:
+    """Serve ``app`` on ``host:port`` for the block; ``what`` names it in the bind error (the UI uses it too).
 
     Raises:
         ConfigError: the address cannot be bound (in use, or not an address of this machine).
@@ -115,7 +117,7 @@ async def serve(app: web.Application, *, host: str = DEFAULT_HOST, port: int) ->
             # asyncio rewords a bind error around its errno; a lookup error (gaierror) has its own text.
             why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
             raise errors.ConfigError(
-                f"cannot serve metrics on {host}:{port}: {why}; choose another port or address"
+                f"cannot serve {what} on {host}:{port}: {why}; choose another port or address"
             ) from None
         yield Serving(host, int(runner.addresses[0][1]))
     finally:

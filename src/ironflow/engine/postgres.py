@@ -52,6 +52,25 @@ FROM (
 WHERE r.id = due.due_id
 {_RETURN_RUN}
 """  # noqa: S608
+_LIST_RUNS: Final = (
+    f"{_SELECT_RUN} WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR root_run_id = $2) "
+    "AND ($3::text IS NULL OR workflow = $3 OR right(workflow, length($3) + 1) = '/' || $3) "
+    "AND (NOT $4::boolean OR parent_run_id IS NULL) AND ($5::text IS NULL OR id < $5) "
+    "ORDER BY id DESC LIMIT $6"
+)
+#: The usage of run trees, summed over the agent steps that stored a result (``model.Usage.of_step``).
+#: The steps are summed per run (LATERAL) so the plan starts from the page's runs (the ``root_run_id``
+#: index), never from a scan of every step: the planner guesses the JSON test's selectivity far too low.
+_RUN_TOTALS: Final = (
+    "SELECT r.root_run_id AS run_id, COALESCE(SUM(u.input_tokens), 0) AS input_tokens, "  # noqa: S608
+    "COALESCE(SUM(u.output_tokens), 0) AS output_tokens, COALESCE(SUM(u.cost_usd), 0) AS cost_usd, "
+    "COALESCE(SUM(u.agent_steps), 0) AS agent_steps FROM ironflow_runs r CROSS JOIN LATERAL ("
+    "SELECT SUM((s.result->>'input_tokens')::bigint) AS input_tokens, "
+    "SUM((s.result->>'output_tokens')::bigint) AS output_tokens, SUM((s.result->>'cost_usd')::float8) AS cost_usd, "
+    "count(*) AS agent_steps FROM ironflow_steps s WHERE s.run_id = r.id AND s.kind = 'agent' "
+    f"AND s.result->>'{model.AGENT_RESULT_MARK}' = '1') u "
+    "WHERE r.root_run_id = ANY($1::text[]) GROUP BY r.root_run_id"
+)
 _RENEW: Final = (
     f"UPDATE ironflow_runs SET lease_until = {_NOW} + $3, updated_at = {_NOW} "  # noqa: S608
     f"WHERE id = $1 AND worker = $2 AND status = 'running' {_RETURN_RUN}"
@@ -244,16 +263,29 @@ class PostgresStore:
         return rows.run_from_row(row) if row else None
 
     async def list_runs(
-        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: model.RunStatus | None = None,
+        root_run_id: str | None = None,
+        workflow: str | None = None,
+        top_level: bool = False,
+        before: str | None = None,
+        limit: int = 50,
     ) -> list[model.RunRecord]:
         found = await self.pool.fetch(
-            f"{_SELECT_RUN} WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR root_run_id = $2) "
-            "ORDER BY id DESC LIMIT $3",
+            _LIST_RUNS,
             str(status) if status is not None else None,
             root_run_id,
+            workflow,
+            top_level,
+            before,
             limit,
         )
         return [rows.run_from_row(r) for r in found]
+
+    async def run_totals(self, root_run_ids: Sequence[str]) -> dict[str, model.Usage]:
+        ids = list(dict.fromkeys(root_run_ids))
+        return rows.usage_by_run(ids, await self.pool.fetch(_RUN_TOTALS, ids)) if ids else {}
 
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         found = await self.pool.fetch(

@@ -24,6 +24,7 @@ __all__ = [
     "step_values",
     "transcript_from_row",
     "transcript_values",
+    "usage_by_run",
     "window_from_row",
     "window_values",
 ]
@@ -143,3 +144,13 @@ def window_from_row(row: Row) -> model.RateWindow:
         resets_at=row["resets_at"],
         recorded_at=row["recorded_at"],
     )
+
+
+def usage_by_run(run_ids: Sequence[str], found: Sequence[Row]) -> dict[str, model.Usage]:
+    """``run_totals`` rows (``run_id``, the summed usage columns) by run id; a run with no row is zero."""
+    out = {run_id: model.Usage() for run_id in run_ids}
+    for row in found:
+        out[row["run_id"]] = model.Usage(
+            int(row["input_tokens"]), int(row["output_tokens"]), float(row["cost_usd"]), int(row["agent_steps"])
+        )
+    return out

@@ -104,6 +104,16 @@ _SELECT_TRANSCRIPT: Final = (
     f"SELECT {rows.TRANSCRIPT_COLUMNS} FROM ironflow_transcripts "  # noqa: S608
     "WHERE run_id = ? AND seq > ? AND (? IS NULL OR position = ?) ORDER BY seq LIMIT ?"
 )
+#: The usage of run trees, summed over the agent steps that stored a result (``model.Usage.of_step``).
+_RUN_TOTALS: Final = (
+    "SELECT r.root_run_id AS run_id, "  # noqa: S608
+    "COALESCE(SUM(json_extract(s.result, '$.input_tokens')), 0) AS input_tokens, "
+    "COALESCE(SUM(json_extract(s.result, '$.output_tokens')), 0) AS output_tokens, "
+    "COALESCE(SUM(json_extract(s.result, '$.cost_usd')), 0.0) AS cost_usd, count(*) AS agent_steps "
+    "FROM ironflow_runs r JOIN ironflow_steps s ON s.run_id = r.id "
+    "WHERE r.root_run_id IN ({ids}) AND s.kind = 'agent' "
+    f"AND json_extract(s.result, '$.{model.AGENT_RESULT_MARK}') = 1 GROUP BY r.root_run_id"
+)
 _RENEW: Final = (
     "UPDATE ironflow_runs SET lease_until = ?, updated_at = ? "  # noqa: S608
     f"WHERE id = ? AND worker = ? AND status = 'running' RETURNING {_RUN_COLUMNS}"
@@ -222,15 +232,31 @@ class SqliteStore:
         return await self._call(get)
 
     async def list_runs(
-        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: model.RunStatus | None = None,
+        root_run_id: str | None = None,
+        workflow: str | None = None,
+        top_level: bool = False,
+        before: str | None = None,
+        limit: int = 50,
     ) -> list[model.RunRecord]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if status is not None:
             clauses.append("status = ?")
             params.append(str(status))
         if root_run_id is not None:
             clauses.append("root_run_id = ?")
             params.append(root_run_id)
+        if workflow is not None:
+            clauses.append("(workflow = ? OR substr(workflow, -(length(?) + 1)) = '/' || ?)")
+            params += [workflow, workflow, workflow]
+        if top_level:
+            clauses.append("parent_run_id IS NULL")
+        if before is not None:
+            clauses.append("id < ?")
+            params.append(before)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
         def list_(conn: sqlite3.Connection) -> list[model.RunRecord]:
@@ -238,6 +264,18 @@ class SqliteStore:
             return [rows.run_from_row(r) for r in found]
 
         return await self._call(list_)
+
+    async def run_totals(self, root_run_ids: Sequence[str]) -> dict[str, model.Usage]:
+        ids = list(dict.fromkeys(root_run_ids))
+
+        def totals(conn: sqlite3.Connection) -> dict[str, model.Usage]:
+            found = conn.execute(
+                _RUN_TOTALS.format(ids=",".join("?" * len(ids))),  # only placeholders are interpolated
+                ids,
+            ).fetchall()
+            return rows.usage_by_run(ids, found)
+
+        return await self._call(totals) if ids else {}
 
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         def match(conn: sqlite3.Connection) -> list[str]:

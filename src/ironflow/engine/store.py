@@ -50,9 +50,29 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> model.RunRecord | None: ...
 
     async def list_runs(
-        self, *, status: model.RunStatus | None = None, root_run_id: str | None = None, limit: int = 50
+        self,
+        *,
+        status: model.RunStatus | None = None,
+        root_run_id: str | None = None,
+        workflow: str | None = None,
+        top_level: bool = False,
+        before: str | None = None,
+        limit: int = 50,
     ) -> list[model.RunRecord]:
-        """Newest first."""
+        """Newest first (by id), at most ``limit``.
+
+        ``workflow`` matches the reference whole or its end after a ``/`` (``review.py:review``);
+        ``top_level`` leaves out sub-workflow runs; ``before`` is a run id: only older runs, so a
+        page of runs continues where the last one ended (a cursor, never an offset).
+        """
+        ...
+
+    async def run_totals(self, root_run_ids: Sequence[str]) -> dict[str, model.Usage]:
+        """The :class:`~ironflow.engine.model.Usage` of each top-level run's tree (its agent steps and
+        those of its sub-workflow runs), by run id; a run without agent results sums to zero.
+
+        One query for a page of runs: the runs' ``root_run_id`` index and the steps' primary key answer it.
+        """
         ...
 
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:

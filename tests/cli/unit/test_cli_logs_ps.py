@@ -9,8 +9,8 @@ import pytest
 import typer
 
 from ironflow import labels
-from ironflow.cli import logs, ps
-from ironflow.engine import model
+from ironflow.cli import logs
+from ironflow.engine import model, running
 from ironflow.local import workdirs
 
 OUT, ERR, NOTE = model.TranscriptStream.STDOUT, model.TranscriptStream.STDERR, model.TranscriptStream.IRONFLOW
@@ -89,7 +89,7 @@ def test_the_report_says_where_each_running_steps_sandbox_is() -> None:
     }
     dirs = [workdirs.LiveDir("/tmp/ironflow-local-a", OWNER, 105.0),
             workdirs.LiveDir("/tmp/ironflow-local-b", dataclasses.replace(OWNER, pid=1), 106.0)]  # fmt: skip
-    shown = ps.report(runs, steps, dirs, host="here", now=130.0)
+    shown = running.report(runs, steps, dirs, host="here", now=130.0)
     where = {(r["id"], s["position"]): s["sandbox"] for r in shown["runs"] for s in r["steps"]}
     assert where == {
         ("k", 1): {"pods": labels.selector(labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: "k", STEP_LABEL: "s1"})},

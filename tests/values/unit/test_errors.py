@@ -50,6 +50,7 @@ _BRANCHES = (errors.UsageError, errors.InfrastructureError, errors.AgentError)
         (errors.MissingCredential("no credential"), errors.UsageError, False),
         (errors.KubeClientConfigError("no kubeconfig"), errors.UsageError, False),
         (errors.ReplayDivergence(0, "agent a", "agent b"), errors.UsageError, False),
+        (errors.RunStateConflict("run r is pending; only failed runs can be retried"), errors.UsageError, False),
         (errors.ProcessFailed(1, "boom"), errors.AgentError, True),
         (errors.AgentTimeout(300), errors.AgentError, True),
         (errors.SchemaValidation("x", "y"), errors.AgentError, True),

@@ -1,0 +1,166 @@
+"""The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Selenium through Debian's
+``chromium-driver``): the offline review workflow runs, then a person's clicks.
+
+The runs page lists the review run; its page shows each step and each agent step's transcript
+as turns, and its sub-workflow's run is one click away; a queued run is cancelled and then
+retried through the buttons, and the store changes each time. Screenshots of the runs page and
+the run page go to the test's temp dir, or to ``$IRONFLOW_UI_SCREENSHOTS`` (docs/images/ was made so).
+
+Why Selenium: ``selenium`` is pure Python and drives the chromium-driver Debian ships for the very
+chromium it installs (versions always match); Playwright would bring its own Node driver, a
+~40 MB wheel, and is tied to its own browser builds. ``--no-sandbox`` only when the test runs as
+root (as in CI's containers): Chromium refuses to start its sandbox as root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from tests.ui.integration.ui_process import IRONFLOW, running_ui
+
+from ironflow.engine import model
+from ironflow.engine.store import open_store
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "workflows" / "review.py"
+AGENT_STEPS = ("plan", "review correctness", "review security", "review tests")
+OFFLINE_ANSWER = "Looks good to me. (offline fake model)"
+SCREENSHOTS_ENV = "IRONFLOW_UI_SCREENSHOTS"
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.claude_cli, pytest.mark.timeout(300)]
+
+
+def _needs() -> None:
+    """Skip, with the reason, when a part this test drives is missing (CI installs all of them)."""
+    for binary, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
+        if shutil.which(binary) is None:
+            pytest.skip(f"{binary} is not installed (apt-get install {package})")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    from ironflow.claude.cli import find_claude_cli
+
+    try:
+        find_claude_cli()
+    except Exception as exc:
+        pytest.skip(f"the pinned Claude Code CLI is not installed: {exc}")
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    _needs()
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(shutil.which("chromium"))
+    for argument in ("--headless=new", "--window-size=1400,900", "--disable-gpu", "--hide-scrollbars"):
+        options.add_argument(argument)
+    if os.geteuid() == 0:
+        options.add_argument("--no-sandbox")  # Chromium will not start its sandbox as root
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(shutil.which("chromedriver"))))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def ironflow(*args: str) -> str:
+    done = subprocess.run([*IRONFLOW, *args], capture_output=True, text=True, timeout=180, check=False,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def stored_status(store_url: str, run_id: str) -> model.RunStatus:
+    async def read() -> model.RunStatus:
+        store = open_store(store_url, create=False)
+        await store.open()
+        try:
+            run = await store.get_run(run_id)
+        finally:
+            await store.close()
+        assert run is not None
+        return run.status
+
+    return asyncio.run(read())
+
+
+def screenshot(driver: WebDriver, path: Path) -> None:
+    """The whole page, not only the window: the viewport is stretched to the page's height first."""
+    height = int(driver.execute_script("return Math.ceil(document.body.getBoundingClientRect().height)"))
+    metrics = {"width": 1400, "height": max(height, 300), "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        assert driver.save_screenshot(str(path)), path
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def wait_for_status(driver: WebDriver, status: str) -> None:
+    WebDriverWait(driver, 15).until(lambda d: d.find_element(By.CSS_SELECTOR, ".facts .status").text == status)
+
+
+def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_browser(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    shots = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    store = f"sqlite:///{tmp_path / 'engine.db'}"
+    output = json.loads(ironflow("run", f"{EXAMPLE}:review", "--input", '{"change": "add retries"}', "--wait",
+                                 "--fake-model", "--store", store))  # fmt: skip
+    review_id = output["run"]
+    queued_id = ironflow("run", f"{EXAMPLE}:review", "--input", '{"change": "drop retries"}', "--store", store).strip()
+
+    with running_ui("--store", store, cwd=ROOT) as url:
+        browser.get(f"{url}/")
+        rows = {r.get_attribute("data-run-id"): r for r in browser.find_elements(By.CSS_SELECTOR, "tr.run")}
+        assert list(rows) == [queued_id, review_id]  # newest first
+        cells = [c.text for c in rows[review_id].find_elements(By.TAG_NAME, "td")]
+        assert cells[1:3] == ["review.py:review", "succeeded"]
+        assert cells[6] != "-"  # its tokens, summed over its tree
+        assert cells[7].startswith("$")
+
+        rows[review_id].find_element(By.CSS_SELECTOR, "a[href^='/runs/']").click()
+        WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.step"))
+        assert browser.find_element(By.TAG_NAME, "h1").text == f"Run {review_id}"
+        assert "examples/workflows/review.py:review" in browser.find_element(By.CSS_SELECTOR, ".facts").text
+        steps = browser.find_elements(By.CSS_SELECTOR, "tr.step")
+        names = [s.find_elements(By.TAG_NAME, "td")[1].text.splitlines()[0] for s in steps]
+        assert names == [*AGENT_STEPS, "summarise"]
+        assert all("succeeded" in s.text for s in steps)
+        for position, name in enumerate(AGENT_STEPS):
+            transcript = browser.find_element(By.ID, f"transcript-{position}")
+            assert transcript.find_element(By.TAG_NAME, "summary").text == f"Step {position} {name}"
+            said = [t.text for t in transcript.find_elements(By.CSS_SELECTOR, "li.turn-assistant")]
+            assert said == [f"assistant: {OFFLINE_ANSWER}"]
+            assert transcript.find_elements(By.CSS_SELECTOR, "li.turn-result")
+        assert not browser.find_elements(By.CSS_SELECTOR, ".actions button")  # a succeeded run: neither button
+        screenshot(browser, shots / "ui-run.png")
+
+        steps[-1].find_element(By.CSS_SELECTOR, "a[href^='/runs/']").click()  # the sub-workflow's run
+        WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.ID, "transcript-0"))
+        assert "summary" in browser.find_element(By.CSS_SELECTOR, "tr.step").text
+        assert OFFLINE_ANSWER in browser.find_element(By.ID, "transcript-0").text
+
+        browser.get(f"{url}/runs/{queued_id}")
+        wait_for_status(browser, "pending")
+        browser.find_element(By.CSS_SELECTOR, "button[value='cancel']").click()
+        wait_for_status(browser, "cancelled")
+        assert stored_status(store, queued_id) is model.RunStatus.CANCELLED
+        browser.find_element(By.CSS_SELECTOR, "button[value='retry']").click()
+        wait_for_status(browser, "pending")
+        assert stored_status(store, queued_id) is model.RunStatus.PENDING
+
+        browser.get(f"{url}/")
+        WebDriverWait(browser, 15).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.run")) == 2)
+        screenshot(browser, shots / "ui-runs.png")
+    for name in ("ui-runs.png", "ui-run.png"):
+        assert (shots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
