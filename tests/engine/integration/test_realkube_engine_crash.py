@@ -50,9 +50,11 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 QUICK = {EXIT_CODE_LABEL: "0", RUN_FOR_LABEL: "200ms"}
-#: Long enough that the killed attempt's pod still runs when the next attempt releases the
-#: run (lease 1.5 s + a worker's start), short enough to keep the resumed step quick.
-SLOW = {EXIT_CODE_LABEL: "0", RUN_FOR_LABEL: "6s"}
+#: A step killed mid-run: its pod runs as long as its worker's provider says (no run-for of
+#: its own). The killed worker's pods run for an hour, so only the next attempt's release ends
+#: them, however long that worker takes to start; the next worker's pods end at once.
+SLOW = {EXIT_CODE_LABEL: "0"}
+HELD, PROMPT = "1h", "200ms"
 CHILD_STEP = labels.sanitize_label_value("child step")
 
 
@@ -142,10 +144,13 @@ async def watching_pods(env: KubeEnv, namespace: str) -> AsyncIterator[PodLog]:
 
 
 @contextlib.contextmanager
-def worker(store_url: str, kubeconfig: Path, namespace: str, stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A worker process running the Kubernetes provider on the kubeconfig's cluster; killed at the
-    end (a worker keeps nothing of its own: the store and the cluster hold the state)."""
-    argv = [sys.executable, str(WORKER), store_url, "--kubeconfig", str(kubeconfig), namespace]
+def worker(
+    store_url: str, kubeconfig: Path, namespace: str, stderr: Path, run_for: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker process running the Kubernetes provider on the kubeconfig's cluster, its pods
+    running for ``run_for`` unless their step says otherwise; killed at the end (a worker keeps
+    nothing of its own: the store and the cluster hold the state)."""
+    argv = [sys.executable, str(WORKER), store_url, "--kubeconfig", str(kubeconfig), namespace, run_for]
     with stderr.open("ab") as err, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err) as proc:
         try:
             yield proc
@@ -190,7 +195,7 @@ async def kill_and_resume(
         run_id = model.new_id()
         await store.create_run(model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:{workflow}", input=input))
         async with watching_pods(env, namespace) as pods:
-            with worker(store_url, kubeconfig, namespace, stderr) as first:
+            with worker(store_url, kubeconfig, namespace, stderr, HELD) as first:
                 dead = await eventually(
                     lambda: all(map(pods.running, kill_in)) and tuple(map(pods.running, kill_in)),
                     limit_s=40,
@@ -199,7 +204,7 @@ async def kill_and_resume(
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait(timeout=5)
             killed_at = len(pods.events)
-            with worker(store_url, kubeconfig, namespace, stderr):
+            with worker(store_url, kubeconfig, namespace, stderr, PROMPT):
                 status = await eventually(
                     lambda: finished_status(store, run_id),
                     limit_s=40,
