@@ -1,0 +1,210 @@
+"""A git workspace in a pod: the clone init container, the wrapped command and its report (pure).
+
+:func:`add_git_workspace` turns a rendered pod (an agent step's or an ``exec`` command's)
+into one that works on a clone of the workspace's repository:
+
+* an init container (the pod's own image, which has git, hardened as the main container)
+  clones ``GIT_URL@REF`` into an emptyDir at :data:`~ironflow.workspaces.WORKSPACE_PATH`
+  through the auth proxy's secret relay, with the ``ifap_`` token of a grant for the git
+  host only (:func:`ironflow.workspace_git.clone_commands`: the token in its environment,
+  never in a URL or the clone's ``.git/config``; the host's credential stays in the proxy).
+  It records the starting commit and copies the fresh ``.git`` into a second emptyDir, the
+  *base*, which the main container mounts read-only;
+* the main container runs in the workspace, its command wrapped: once the step's command
+  exits, every process it left is killed (the wrapper is the container's PID 1), then
+  :func:`report_script` diffs the work tree against the starting commit and prints the
+  frame :mod:`ironflow.workspace_frames` reads back from the pod's log.
+
+The diff never trusts what the step could rig: git runs with an empty environment
+(``env -i``), the base's git dir (read-only to the step), an index and object directory
+in a fresh temp dir, no system or global config, no hooks, no fsmonitor, no external diff
+or textconv, and ``info/attributes`` in the base that unsets ``text``, ``filter``,
+``ident`` and ``working-tree-encoding`` for every path, so a ``.gitattributes`` the step
+wrote cannot change the bytes git records. ``add --force`` takes ignored files too (a
+``.gitignore`` cannot hide a change). The workspace's own ``.git`` is never read.
+
+Never does I/O; a pod it cannot make is a :class:`~ironflow.errors.StepConfigError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ironflow import errors, workspace_git
+from ironflow.claude import command
+from ironflow.k8s import hardening
+from ironflow.workspaces import WORKSPACE_PATH, Workspace
+
+__all__ = [
+    "BASE_PATH",
+    "CLONE_CONTAINER_NAME",
+    "POD_PATCH_LIMIT",
+    "add_git_workspace",
+    "base_script",
+    "patch_limit",
+    "report_script",
+    "wrapped_command",
+]
+
+CLONE_CONTAINER_NAME: Final = "ironflow-workspace-clone"
+WORKSPACE_VOLUME: Final = "ironflow-workspace"
+BASE_VOLUME: Final = "ironflow-workspace-base"
+#: Where the pristine ``.git`` and the starting commit sit (read-only in the main container).
+BASE_PATH: Final = "/ironflow/workspace-base"
+#: The largest patch a pod reports: it travels in the pod's log, which the kubelet rotates
+#: at ``containerLogMaxSize`` (10 MiB by default); base64 makes it a third longer.
+POD_PATCH_LIMIT: Final = 6 * 1024 * 1024
+#: Attributes of every path in the diff: no conversion of the bytes the step left.
+_ATTRIBUTES: Final = "* -text -filter -ident -working-tree-encoding"
+_GIT_OPTIONS: Final = (
+    "-c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.untrackedCache=false "
+    "-c core.autocrlf=false -c core.symlinks=true -c core.fileMode=true -c core.quotePath=false"
+)
+_DIFF_OPTIONS: Final = "--cached --no-renames --no-ext-diff --no-textconv --no-color --full-index"
+
+
+def patch_limit(spec: Workspace) -> int:
+    """The most patch bytes a pod reports: the workspace's own limit, within the log's."""
+    return min(spec.max_total_bytes, POD_PATCH_LIMIT)
+
+
+def base_script(*, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH) -> str:
+    """After the clone: the starting commit and a pristine copy of ``.git``, for the report."""
+    w, b = command.shell_quote(workspace), command.shell_quote(base)
+    return (
+        f"git -C {w} rev-parse --verify 'HEAD^{{commit}}' > {b}/commit\n"
+        f"cp -a {w}/.git {b}/git\n"
+        f"rm -rf {b}/git/hooks\n"
+        f"mkdir -p {b}/git/info\n"
+        f"printf '%s\\n' {command.shell_quote(_ATTRIBUTES)} > {b}/git/info/attributes\n"
+    )
+
+
+def report_script(*, limit: int, max_file_bytes: int, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH) -> str:
+    """Print the workspace's frame: ``git diff --binary`` of the work tree against the
+    starting commit, and its ``--raw -z`` listing; or a frame with ``error`` (fixed words
+    and numbers only: nothing of the step's is quoted)."""
+    w, b = command.shell_quote(workspace), command.shell_quote(base)
+    frame = '{"type":"ironflow_workspace","version":1,'
+    return f"""ironflow_fail() {{ printf '\\n{frame}"error":"%s"}}\\n' "$1"; }}
+ironflow_git() {{
+  env -i PATH="$PATH" HOME="$ironflow_t/home" GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null \\
+    GIT_DIR={b}/git GIT_WORK_TREE={w} GIT_INDEX_FILE="$ironflow_t/index" \\
+    GIT_OBJECT_DIRECTORY="$ironflow_t/objects" GIT_ALTERNATE_OBJECT_DIRECTORIES={b}/git/objects \\
+    git {_GIT_OPTIONS} "$@"
+}}
+ironflow_report() {{
+  ironflow_t=$(mktemp -d) || {{ ironflow_fail "no temporary directory for the report"; return; }}
+  mkdir "$ironflow_t/objects" || {{ ironflow_fail "no temporary directory for the report"; return; }}
+  ironflow_base=$(cat {b}/commit) || {{ ironflow_fail "the starting commit was not recorded"; return; }}
+  if [ -n "$(find {w} -path {w}/.git -prune -o ! -type f ! -type d ! -type l -print)" ]; then
+    ironflow_fail "the step left a special file (a FIFO, socket or device) in the workspace"; return
+  fi
+  if [ -n "$(find {w} -path {w}/.git -prune -o -type f -size +{max_file_bytes}c -print)" ]; then
+    ironflow_fail "the step left a file over the workspace's max_file_bytes ({max_file_bytes})"; return
+  fi
+  ironflow_git read-tree "$ironflow_base" 2>"$ironflow_t/err" \\
+    && (cd {w} && ironflow_git add --all --force -- .) 2>"$ironflow_t/err" \\
+    && ironflow_git diff {_DIFF_OPTIONS} --binary "$ironflow_base" >"$ironflow_t/patch" 2>"$ironflow_t/err" \\
+    && ironflow_git diff {_DIFF_OPTIONS} --raw -z --no-abbrev "$ironflow_base" >"$ironflow_t/raw" 2>"$ironflow_t/err" \\
+    || {{ ironflow_fail "git could not diff the workspace"; return; }}
+  ironflow_size=$(wc -c < "$ironflow_t/patch")
+  if [ "$ironflow_size" -gt {limit} ]; then
+    ironflow_fail "the patch is $ironflow_size bytes, over the pod's limit of {limit} bytes"; return
+  fi
+  printf '\\n{frame}"patch_base64":"'
+  base64 -w0 < "$ironflow_t/patch"
+  printf '","raw_base64":"'
+  base64 -w0 < "$ironflow_t/raw"
+  printf '"}}\\n'
+}}
+"""
+
+
+def wrapped_command(
+    shell_command: str, spec: Workspace, *, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH
+) -> str:
+    """``shell_command``, then the report; the container exits with the command's own code.
+
+    As the container's PID 1 the wrapper first kills every process the step left running
+    (``kill -KILL -1`` spares the caller), so nothing of the step's writes after the frame.
+    """
+    report = report_script(limit=patch_limit(spec), max_file_bytes=spec.max_file_bytes, workspace=workspace, base=base)
+    return (
+        f"{report}( {shell_command}\n)\n"
+        "ironflow_code=$?\n"
+        'if [ "$$" = 1 ]; then kill -KILL -1 2>/dev/null; fi\n'
+        "ironflow_report\n"
+        'exit "$ironflow_code"\n'
+    )
+
+
+def _clone_script(invocation: workspace_git.GitInvocation) -> str:
+    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
+    return f"set -e\n{clone}\n{base_script()}"
+
+
+def _hardened(main: Mapping[str, Any]) -> dict[str, Any]:
+    """The main container's security context, else the sandbox's default posture (non-root,
+    read-only root, no capabilities, RuntimeDefault seccomp) with the runner image's uid."""
+    given = main.get("securityContext")
+    if given:
+        return copy.deepcopy(dict(given))
+    settings = hardening.SandboxSettings()
+    return {**hardening.container_security_context(settings), "runAsUser": settings.run_as_user}
+
+
+def add_git_workspace(
+    pod: Mapping[str, Any], spec: Workspace, invocation: workspace_git.GitInvocation
+) -> dict[str, Any]:
+    """A copy of ``pod`` (its first container is the step's) that works on ``spec``'s clone.
+
+    ``invocation`` is the clone (:func:`ironflow.workspace_git.clone_commands` into
+    :data:`WORKSPACE_PATH`), its environment the init container's only: the step never
+    holds the token that reaches the git host.
+
+    Raises:
+        StepConfigError: another volume is mounted at or under the workspace.
+    """
+    out = copy.deepcopy(dict(pod))
+    body: dict[str, Any] = out["spec"]
+    main: dict[str, Any] = body["containers"][0]
+    for mount in main.get("volumeMounts", []):
+        path = str(mount["mountPath"]).rstrip("/") or "/"
+        if path in (WORKSPACE_PATH, BASE_PATH) or path.startswith(WORKSPACE_PATH + "/"):
+            raise errors.StepConfigError(
+                f"a git workspace is mounted at {WORKSPACE_PATH}: the volume mount at '{mount['mountPath']}' "
+                "is in its way; mount it elsewhere"
+            )
+    main["command"] = [*main["command"][:-1], wrapped_command(main["command"][-1], spec)]
+    main["workingDir"] = WORKSPACE_PATH
+    main.setdefault("volumeMounts", []).extend(
+        [
+            {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_PATH},
+            {"name": BASE_VOLUME, "mountPath": BASE_PATH, "readOnly": True},
+        ]
+    )
+    body.setdefault("volumes", []).extend(
+        [{"name": WORKSPACE_VOLUME, "emptyDir": {}}, {"name": BASE_VOLUME, "emptyDir": {}}]
+    )
+    env = [{"name": name, "value": value} for name, value in invocation.env.items()]
+    env.append({"name": "HOME", "value": BASE_PATH})
+    clone: dict[str, Any] = {
+        "name": CLONE_CONTAINER_NAME,
+        "image": main["image"],
+        "command": ["sh", "-c", _clone_script(invocation)],
+        "env": env,
+        "volumeMounts": [
+            {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_PATH},
+            {"name": BASE_VOLUME, "mountPath": BASE_PATH},
+        ],
+        "securityContext": _hardened(main),
+    }
+    for key in ("imagePullPolicy", "resources"):
+        if key in main:
+            clone[key] = copy.deepcopy(main[key])
+    body["initContainers"] = [clone, *body.get("initContainers", [])]
+    return out
