@@ -3,8 +3,8 @@
 Why: the kube test servers play pod phases and scripted logs; a git workspace's pod is only
 proven when the very scripts its manifest holds run. :func:`run_pod` runs each init
 container, then the main one, each with its ``command``, ``env``, ``workingDir`` and mounts
-(an emptyDir is a host directory shared by the containers that mount it, ``readOnly`` a
-read-only bind), a fresh ``/tmp``, the host's ``/usr`` and ``/etc`` read-only, the main
+(an emptyDir is a host directory shared by the containers that mount it, a ConfigMap its
+keys' files, ``readOnly`` a read-only bind), a fresh ``/tmp``, the host's ``/usr`` and ``/etc`` read-only, the main
 container as its PID 1, and the host's network (to reach a proxy on loopback). It returns
 the main container's log (stdout and stderr as the kubelet merges them) and exit code, which
 a test then scripts the fake kubelet with.
@@ -15,6 +15,7 @@ Nothing else of the host is visible; the run is bounded by ``timeout_s``.
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from collections.abc import Mapping
@@ -61,15 +62,23 @@ def _env(container: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_pod(pod: Mapping[str, Any], root: Path, *, extra_binds: Mapping[str, str] | None = None,
-            timeout_s: float = 60) -> PodRun:  # fmt: skip
-    """Run ``pod``'s init containers, then its first container; each emptyDir under ``root``."""
+            configmaps: Mapping[str, Mapping[str, Any]] | None = None, timeout_s: float = 60) -> PodRun:  # fmt: skip
+    """Run ``pod``'s init containers, then its first container; each emptyDir under ``root``,
+    each ConfigMap volume (from ``configmaps``, by name) as its keys' files."""
     spec = pod["spec"]
     volumes: dict[str, Path] = {}
     for volume in spec.get("volumes", []):
-        assert "emptyDir" in volume, f"only emptyDir volumes run here, not {volume}"
         place = root / volume["name"]
         place.mkdir(parents=True)
         volumes[volume["name"]] = place
+        if "configMap" in volume:
+            found = (configmaps or {})[volume["configMap"]["name"]]
+            for key, text in (found.get("data") or {}).items():
+                (place / key).write_text(text)
+            for key, encoded in (found.get("binaryData") or {}).items():
+                (place / key).write_bytes(base64.b64decode(encoded))
+        else:
+            assert "emptyDir" in volume, f"only emptyDir and configMap volumes run here, not {volume}"
     binds = dict(extra_binds or {})
     init_logs: list[str] = []
     for container in spec.get("initContainers", []):

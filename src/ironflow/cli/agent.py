@@ -299,12 +299,10 @@ def _exec_k8s(
     exits.fail(f"the command failed in pod {run.name} (phase {result.phase})", exits.EXIT_STEP_FAILED)
 
 
-def _pod_workspace(spec: Workspace | None, push: str | None) -> Workspace | None:
-    """A pod's workspace: a git URL, no push (exits 2 otherwise, one line)."""
+def _pod_workspace(spec: Workspace | None) -> Workspace | None:
+    """A pod's workspace: a git URL (exits 2 otherwise, one line)."""
     if spec is not None and not spec.is_git:
         exits.fail("--workspace DIR runs on --backend local: a pod cannot see this machine; give a git URL")
-    if push is not None:
-        exits.fail("--push runs on --backend local; on k8s take the change with --patch and push it yourself")
     return spec
 
 
@@ -369,7 +367,7 @@ def exec_command(
     if backend is Backend.K8S:
         if mount:
             exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
-        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec, push), patch, output)
+        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
     given = ws.read_stdin(stdin)
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))

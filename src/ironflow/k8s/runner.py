@@ -32,12 +32,13 @@ from ironflow import errors, labels, results, steps, workspace_frames
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
-from ironflow.k8s import cleanup, environments, manifests, pod_wait, pods, reaper, step_objects
+from ironflow.k8s import cleanup, environments, manifests, pod_wait, pods, reaper, step_objects, workspace_push
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import connections
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
+from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["StepRunner"]
 
@@ -229,11 +230,29 @@ class StepRunner:
         finally:
             await launch.clean_up(failure)
         try:
-            return environments.with_environment(self._finalize(config, outcome, started), objects.environment_id)
+            result = environments.with_environment(self._finalize(config, outcome, started), objects.environment_id)
         except errors.IronflowError as exc:
             if not launch.pod_gone:
                 exc.add_note(launch.left_message)  # e.g. a timeout whose pod the API would not delete
             raise
+        spec = config.workspace
+        if spec is None or spec.push_branch is None or result.workspace is None or outcome.phase != "Succeeded":
+            return result
+        return dataclasses.replace(result, workspace=await self._push(api, config, spec, result.workspace, now))
+
+    async def _push(
+        self, api: kube.KubeApi, config: steps.AgentConfig, spec: Workspace, changes: WorkspaceChanges, now: int
+    ) -> WorkspaceChanges:
+        """A succeeded step's changes, pushed to its workspace's new branch from a pod of their own."""
+        secret = step_objects.workspace_secret(self.settings, config)
+        if self.issuer is None or secret is None:
+            raise errors.StepConfigError("a push needs the auth proxy's admin client to issue its grant")
+        run_id, step = (config.scope.run_id, config.scope.step) if config.scope else ("push", "agent")
+        message = f"ironflow {step}: " + errors.truncate(config.prompt.splitlines()[0] if config.prompt else "", 200)
+        return await workspace_push.push(
+            api, self.settings, spec, changes, issuer=self.issuer, secret=secret, run_id=run_id, step=step,
+            now=int(time.time()), message=message, pod_labels=config.scope.labels if config.scope else {},
+        )  # fmt: skip
 
     def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> results.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code.

@@ -76,7 +76,7 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
     """A pod's workspace is a git URL cloned through the auth proxy's relay: never a worker directory.
 
     Raises:
-        StepConfigError: a host directory, ``push_branch``, or no auth proxy to clone through.
+        StepConfigError: a host directory, or no auth proxy to clone through.
         WorkspaceRefused: no git credential for the workspace's host.
     """
     spec = config.workspace
@@ -86,11 +86,6 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
         raise errors.StepConfigError(
             "a pod cannot see the worker's directory: on Kubernetes give the workspace as a git URL "
             "(https://host/org/repo.git[@REF]), or mount the repository as a volume (read_only_pvc)"
-        )
-    if spec.push_branch is not None:
-        raise errors.StepConfigError(
-            "push_branch runs on the local backend: on Kubernetes take the step's patch "
-            "(AgentResult.workspace, --patch) and push it from the worker"
         )
     if settings.auth_proxy_url is None:
         raise errors.StepConfigError(

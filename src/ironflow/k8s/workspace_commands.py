@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 from ironflow import errors, workspace_frames, workspace_git
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
-from ironflow.k8s import command_runner, pods, step_objects, workspace_pods
+from ironflow.k8s import command_runner, pods, step_objects, workspace_pods, workspace_push
 from ironflow.k8s.commands import PodRun
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
@@ -26,8 +27,8 @@ __all__ = ["check", "run_in_workspace"]
 
 
 def check(settings: ProviderSettings, spec: Workspace) -> None:
-    """What a pod's workspace needs, before anything is made: a git URL, no push, an auth
-    proxy and a credential for the host.
+    """What a pod's workspace needs, before anything is made: a git URL, an auth proxy and a
+    credential for the host.
 
     Raises:
         StepConfigError, WorkspaceRefused: the workspace cannot run on this provider.
@@ -46,6 +47,7 @@ async def run_in_workspace(
 ) -> tuple[command_runner.PodRunOutput, WorkspaceChanges | None]:
     """Run ``run``'s command on a clone of ``spec`` and return its output (the report taken
     off) and its changes; a failed command whose report is missing returns None for them.
+    A succeeded command's changes are pushed to ``spec.push_branch``, when it is set.
 
     ``issuer`` defaults to an admin client of the provider's auth proxy (closed here).
 
@@ -75,13 +77,19 @@ async def run_in_workspace(
             )
         finally:
             await pods.shielded(issuing.revoke_step_token(grants, token_id))
+        try:
+            said, changes = workspace_frames.split_frame(done.logs)
+        except errors.WorkspaceUnsafe:
+            if done.success:
+                raise
+            return done, None
+        if done.success and spec.push_branch is not None:
+            message = "ironflow exec: " + errors.truncate(run.command, 200)
+            changes = await workspace_push.push(
+                api, settings, spec, changes, issuer=grants, secret=secret, run_id=run.name, step="exec",
+                now=int(time.time()), message=message, pod_labels=run.settings.labels,
+            )  # fmt: skip
+        return dataclasses.replace(done, logs=said), changes
     finally:
         if admin is not None:
             await admin.close()
-    try:
-        said, changes = workspace_frames.split_frame(done.logs)
-    except errors.WorkspaceUnsafe:
-        if done.success:
-            raise
-        return done, None
-    return dataclasses.replace(done, logs=said), changes

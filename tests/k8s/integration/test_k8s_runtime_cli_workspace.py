@@ -112,7 +112,6 @@ def test_a_log_without_its_report_fails_the_succeeded_command(served: tuple[Thre
     ("args", "env", "words"),
     [
         (["--workspace", ".", "--", "true"], {}, "--workspace DIR runs on --backend local"),
-        (["--workspace", SOURCE, "--push", "fix", "--", "true"], {}, "--push runs on --backend local"),
         (["--workspace", SOURCE, "--", "true"], {"IRONFLOW_GIT_TOKEN": ""}, "needs the host's token"),
         (["--workspace", SOURCE, "--apply", "--", "true"], {}, "--apply writes a directory"),
         (["--workspace", SOURCE, "--mount", ".:/x", "--", "true"], {}, "--mount runs on --backend local"),

@@ -8,6 +8,7 @@ Both tokens are revoked; the git host's password reaches no pod."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import subprocess
@@ -107,13 +108,17 @@ class Kubelet:
     def __init__(self, kube: KubeCase, root: Path, binds: dict[str, str]) -> None:
         self.kube, self.root, self.binds = kube, root, binds
         self.pods: list[dict[str, Any]] = []
+        self.configmaps: dict[str, dict[str, Any]] = {}
         original = kube.api.create
 
         async def create(resource: k8s.Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+            if resource == k8s.CONFIGMAPS:
+                self.configmaps[body["metadata"]["name"]] = body
             if resource == k8s.PODS:
                 self.pods.append(body)
                 name = body["metadata"]["name"]
-                done = await asyncio.to_thread(run_pod, body, root / name, extra_binds=binds)
+                run = functools.partial(run_pod, extra_binds=binds, configmaps=self.configmaps)
+                done = await asyncio.to_thread(run, body, root / name)
                 failed = done.exit_code != 0
                 await kube.control.script_pods(
                     PodScript(name_prefix=name, run_for=0.05, log=done.log, phase="Failed" if failed else "Succeeded",
@@ -255,3 +260,61 @@ async def test_a_failing_exec_command_keeps_its_exit_code_and_still_reports(kube
     assert changes is not None
     assert changes.changed_paths == ("calc.py",)
     await nothing_left(kube, k8s.PODS)
+
+
+def branch_file(forge: Forge, branch: str, path: str) -> bytes:
+    bare = forge.root / "forge" / HOST / "org" / "repo.git"
+    return subprocess.run(["git", "-C", str(bare), "show", f"{branch}:{path}"], env=ENV, check=True,
+                          capture_output=True).stdout  # fmt: skip
+
+
+async def test_a_succeeded_step_is_pushed_to_a_new_branch_from_a_pod_of_its_own(kube: KubeCase, forge: Forge) -> None:
+    binds = fake_claude(forge.root, EDITS)
+    kubelet = Kubelet(kube, forge.root / "pods", binds)
+    spec = Workspace(SOURCE, ref="main", push_branch="ironflow/fix-add")
+    async with forge.proxy.admin_client() as admin:
+        grants = Grants(admin)
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=grants, worker_env={})
+        result = await runner.run(AgentConfig("fix add()\nplease", workspace=spec).scoped(RUN, "fix"))
+    assert result.workspace is not None
+    assert result.workspace.pushed_branch == "ironflow/fix-add"
+    assert branch_file(forge, "ironflow/fix-add", "calc.py").endswith(b"fixed\n")
+    assert branch_file(forge, "ironflow/fix-add", "data.bin") == b"\0\xff"
+    bare = forge.root / "forge" / HOST / "org" / "repo.git"
+    log = git("-C", str(bare), "log", "-1", "--format=%an %s", "ironflow/fix-add", cwd=forge.root)
+    assert log == "ironflow ironflow fix: fix add()\n"
+    _, push_pod = kubelet.pods
+    validate_manifest(push_pod)
+    assert push_pod["metadata"]["labels"]["ironflow.io/run-id"] == RUN
+    assert find_leaks([PASSWORD], str(push_pod), str(kubelet.configmaps)) == []
+    assert len(grants.revoked) == 3  # the step's token, the clone's grant, the push's grant
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+async def test_a_push_to_a_branch_that_exists_never_moves_it(kube: KubeCase, forge: Forge) -> None:
+    binds = fake_claude(forge.root, EDITS)
+    Kubelet(kube, forge.root / "pods", binds)
+    before = branch_file(forge, "main", "calc.py")
+    async with forge.proxy.admin_client() as admin:
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        spec = Workspace(SOURCE, ref="main", push_branch="main")
+        with pytest.raises(errors.WorkspaceRefused, match=r"push of .* to 'main' failed"):
+            await runner.run(AgentConfig("fix", workspace=spec).scoped(RUN, "fix"))
+    assert branch_file(forge, "main", "calc.py") == before
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+async def test_exec_pushes_a_succeeded_commands_change(kube: KubeCase, forge: Forge) -> None:
+    Kubelet(kube, forge.root / "pods", {})
+    settings = forge.provider(kube.namespace).settings
+    run = commands.exec_pod_run(settings, ["sh", "-c", "echo more >> notes.txt"], timeout_s=30,
+                                now_ms=time.time_ns() // 1_000_000, rand32=9)  # fmt: skip
+    async with forge.proxy.admin_client() as admin:
+        _, changes = await workspace_commands.run_in_workspace(
+            kube.api, settings, run, Workspace(SOURCE, push_branch="exec-fix"), now=int(time.time()),
+            issuer=Grants(admin),
+        )  # fmt: skip
+    assert changes is not None
+    assert changes.pushed_branch == "exec-fix"
+    assert branch_file(forge, "exec-fix", "notes.txt") == b"old notes\nmore\n"
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)

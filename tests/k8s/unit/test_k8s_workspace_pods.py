@@ -4,18 +4,19 @@ refusals of what a pod cannot take. Every pod is validated against the real sche
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 
-from ironflow import AgentConfig, errors
+from ironflow import AgentConfig, errors, labels
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.k8s import K8sEphemeralProvider, commands, workspace_pods
+from ironflow.k8s import K8sEphemeralProvider, commands, push_pods, workspace_pods
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest, validate_manifests
 from ironflow.workspace_git import clone_commands
-from ironflow.workspaces import Workspace
+from ironflow.workspaces import Change, ChangedFile, Workspace, WorkspaceChanges
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 NOW = 1_700_000_000
@@ -118,16 +119,42 @@ def test_the_patch_limit_is_the_workspaces_within_the_logs() -> None:
     assert workspace_pods.patch_limit(Workspace(SPEC.source, max_total_bytes=10)) == 10
 
 
-@pytest.mark.parametrize(
-    ("config", "words"),
-    [
-        (AgentConfig("x", workspace=Workspace("/repo")), "a pod cannot see the worker's directory"),
-        (AgentConfig("x", workspace=Workspace(SPEC.source, push_branch="fix")), "push_branch runs on the local"),
-    ],
-)
-def test_a_pod_refuses_a_host_directory_and_a_push(config: AgentConfig, words: str) -> None:
-    with pytest.raises(errors.StepConfigError, match=words):
+def test_a_pod_refuses_a_host_directory() -> None:
+    config = AgentConfig("x", workspace=Workspace("/repo"))
+    with pytest.raises(errors.StepConfigError, match="a pod cannot see the worker's directory"):
         provider().manifests(config, now=NOW, proxy_token=STEP_TOKEN, workspace_token=GIT_TOKEN)
+
+
+def test_the_push_pod_clones_applies_to_the_index_and_pushes_a_new_branch_hardened() -> None:
+    spec = Workspace(SPEC.source, ref="main", push_branch="ironflow/fix-1")
+    changes = WorkspaceChanges(b"diff --git a/x b/x\n\x00binary", (ChangedFile("x", Change.MODIFIED, None, None),))
+    scope = {labels.LABEL_RUN_ID: "run-1", labels.LABEL_STEP: "fix", "team": "infra"}
+    configmap, pod = push_pods.push_objects(
+        provider().settings, spec, changes, token=GIT_TOKEN, message="ironflow fix: it", pod_labels=scope,
+        now=NOW, rand32=3,
+    )  # fmt: skip
+    validate_manifests([configmap, pod])
+    assert base64.b64decode(configmap["binaryData"]["patch"]) == changes.patch
+    assert configmap["metadata"]["labels"][labels.LABEL_COMPONENT] == labels.COMPONENT_PROMPT_DATA
+    assert configmap["metadata"]["labels"][labels.LABEL_RUN_ID] == "run-1"
+    assert pod["metadata"]["name"].startswith("ironflow-push-")
+    assert pod["metadata"]["labels"][labels.LABEL_STEP] == "fix"
+    main = pod["spec"]["containers"][0]
+    script = main["command"][-1]
+    assert script.index("git clone") < script.index("apply --cached --binary") < script.index("commit")
+    assert "--force-with-lease=refs/heads/ironflow/fix-1: -- " in script
+    assert "core.hooksPath=/dev/null" in script
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert HOST_TOKEN not in str(pod)
+
+
+def test_a_patch_too_large_for_a_configmap_is_refused() -> None:
+    spec = Workspace(SPEC.source, push_branch="fix")
+    big = WorkspaceChanges(b"x" * (push_pods.PUSH_PATCH_LIMIT + 1), (ChangedFile("x", Change.ADDED, None, None),))
+    with pytest.raises(errors.WorkspaceRefused, match="take it with --patch and push it yourself"):
+        push_pods.push_objects(provider().settings, spec, big, token=GIT_TOKEN, message="m", pod_labels={},
+                               now=NOW, rand32=1)  # fmt: skip
 
 
 def test_a_git_workspace_needs_an_auth_proxy_and_the_hosts_credential() -> None:
