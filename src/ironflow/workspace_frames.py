@@ -8,7 +8,8 @@ set and prints it as one JSON line, the *frame*, after everything the step print
 
 ``patch_base64`` is ``git diff --binary`` against the starting commit, ``raw_base64`` the
 same diff's ``--raw -z`` listing (one record per changed path, NUL-separated, so any byte
-of a path survives). A frame with ``"error"`` says the report could not be made.
+of a path survives). A frame with ``"error"`` says the report could not be made; one with
+``"git": false`` that the workspace (a PVC) holds no git repository to diff against.
 
 Invariants of :func:`split_frame`:
 
@@ -102,8 +103,9 @@ def parse_raw(raw: bytes) -> tuple[ChangedFile, ...]:
     return tuple(out)
 
 
-def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
-    """The step's own output, and the changes the frame that ends ``logs`` reports.
+def split_frame(logs: str) -> tuple[str, WorkspaceChanges | None]:
+    """The step's own output, and the changes the frame that ends ``logs`` reports (None: the
+    workspace holds no git repository, so there is nothing to diff against: ``"git": false``).
 
     Raises:
         WorkspaceUnsafe: no frame at the end, a cut or malformed one, or the pod's own
@@ -126,6 +128,8 @@ def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
     problem = frame.get("error")
     if problem is not None:
         raise _refused(f"the pod could not report its workspace: {errors.truncate(str(problem), 300)}")
+    if frame.get("git") is False:
+        return said, None
     patch = _decode(frame.get("patch_base64"), "patch")
     files = parse_raw(_decode(frame.get("raw_base64"), "change list"))
     if bool(patch) != bool(files):

@@ -47,7 +47,7 @@ def _argv(
         argv += ["--ro-bind", source, target]
     for mount in container.get("volumeMounts", []):
         flag = "--ro-bind" if mount.get("readOnly") else "--bind"
-        argv += [flag, str(volumes[mount["name"]]), mount["mountPath"]]
+        argv += [flag, str(volumes[mount["name"]] / mount.get("subPath", "")), mount["mountPath"]]
     if container.get("workingDir"):
         argv += ["--chdir", container["workingDir"]]
     if pid1:
@@ -62,12 +62,17 @@ def _env(container: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_pod(pod: Mapping[str, Any], root: Path, *, extra_binds: Mapping[str, str] | None = None,
-            configmaps: Mapping[str, Mapping[str, Any]] | None = None, timeout_s: float = 60) -> PodRun:  # fmt: skip
+            configmaps: Mapping[str, Mapping[str, Any]] | None = None, claims: Mapping[str, Path] | None = None,
+            timeout_s: float = 60) -> PodRun:  # fmt: skip
     """Run ``pod``'s init containers, then its first container; each emptyDir under ``root``,
-    each ConfigMap volume (from ``configmaps``, by name) as its keys' files."""
+    each ConfigMap volume (from ``configmaps``, by name) as its keys' files, each claim the
+    directory ``claims`` names for it."""
     spec = pod["spec"]
     volumes: dict[str, Path] = {}
     for volume in spec.get("volumes", []):
+        if "persistentVolumeClaim" in volume:
+            volumes[volume["name"]] = (claims or {})[volume["persistentVolumeClaim"]["claimName"]]
+            continue
         place = root / volume["name"]
         place.mkdir(parents=True)
         volumes[volume["name"]] = place

@@ -220,7 +220,7 @@ def agent(
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = _prompt(prompt)
     script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)
-    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     tools = _tools(allowed_tools)
     if model is not None and not model.strip():
         exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
@@ -301,8 +301,8 @@ def _exec_k8s(
 
 def _pod_workspace(spec: Workspace | None) -> Workspace | None:
     """A pod's workspace: a git URL (exits 2 otherwise, one line)."""
-    if spec is not None and not spec.is_git:
-        exits.fail("--workspace DIR runs on --backend local: a pod cannot see this machine; give a git URL")
+    if spec is not None and not spec.is_git and not spec.is_pvc:
+        exits.fail("--workspace DIR runs on --backend local: a pod cannot see this machine; give a git URL or pvc:NAME")
     return spec
 
 
@@ -362,7 +362,7 @@ def exec_command(
             "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
             "(ironflow agent --backend agent-sandbox)"
         )
-    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     read_only, writable = ws.mounts(mount)
     if backend is Backend.K8S:
         if mount:

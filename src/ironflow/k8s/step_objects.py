@@ -73,19 +73,19 @@ def refuse_workspace(config: steps.AgentConfig) -> None:
 
 
 def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> None:
-    """A pod's workspace is a git URL cloned through the auth proxy's relay: never a worker directory.
+    """A pod's workspace is a git URL cloned through the auth proxy's relay, or a PVC: never a worker directory.
 
     Raises:
         StepConfigError: a host directory, or no auth proxy to clone through.
         WorkspaceRefused: no git credential for the workspace's host.
     """
     spec = config.workspace
-    if spec is None:
+    if spec is None or spec.is_pvc:
         return
     if not spec.is_git:
         raise errors.StepConfigError(
             "a pod cannot see the worker's directory: on Kubernetes give the workspace as a git URL "
-            "(https://host/org/repo.git[@REF]), or mount the repository as a volume (read_only_pvc)"
+            "(https://host/org/repo.git[@REF]) or a PersistentVolumeClaim (pvc:NAME[/SUBPATH])"
         )
     if settings.auth_proxy_url is None:
         raise errors.StepConfigError(
@@ -95,8 +95,8 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
 
 
 def workspace_secret(settings: ProviderSettings, config: steps.AgentConfig) -> tokens.SecretCredential | None:
-    """The proxied secret a step's git workspace clones with (None: the step has no workspace)."""
-    if config.workspace is None:
+    """The proxied secret a step's git workspace clones with (None: no workspace, or a PVC)."""
+    if config.workspace is None or config.workspace.is_pvc:
         return None
     check_workspace(settings, config)
     return (settings.git_hosts or GitHosts()).secret_for(config.workspace.git_host)
@@ -121,6 +121,8 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
 def _with_workspace(
     settings: ProviderSettings, spec: Workspace, pod: dict[str, Any], token: Secret | None
 ) -> dict[str, Any]:
+    if spec.is_pvc:
+        return workspace_pods.add_pvc_workspace(pod, spec)
     if token is None or settings.auth_proxy_url is None:
         raise errors.ConfigError("a git workspace needs the token of its git-host grant (workspace_token)")
     invocation = workspace_git.clone_commands(

@@ -1,4 +1,4 @@
-"""``exec --backend k8s`` in a git workspace: the command's pod cloned, run, and its patch read back (I/O).
+"""``exec --backend k8s`` in a workspace: the command's pod cloned (or its PVC mounted), run, its patch read back (I/O).
 
 The ``PodRun`` of :func:`ironflow.k8s.commands.exec_pod_run` renders the pod; this module
 issues the clone's proxy grant (the workspace's git host only), turns the pod into a
@@ -57,6 +57,12 @@ async def run_in_workspace(
         AuthProxyError: the grant could not be issued.
     """
     check(settings, spec)
+    if spec.is_pvc:
+        body = workspace_pods.add_pvc_workspace(run.build_pod(now=now), spec)
+        done = await command_runner.run_pod(
+            api, body, timeout_s=run.settings.timeout_s, image_pull_grace_s=run.settings.image_pull_grace_s
+        )
+        return _split(done)
     proxy = settings.auth_proxy_url
     assert proxy is not None  # check() refuses a provider without one
     secret = step_objects.workspace_secret(settings, AgentConfig("exec", workspace=spec))
@@ -77,19 +83,25 @@ async def run_in_workspace(
             )
         finally:
             await pods.shielded(issuing.revoke_step_token(grants, token_id))
-        try:
-            said, changes = workspace_frames.split_frame(done.logs)
-        except errors.WorkspaceUnsafe:
-            if done.success:
-                raise
-            return done, None
-        if done.success and spec.push_branch is not None:
+        done, changes = _split(done)
+        if done.success and spec.push_branch is not None and changes is not None:
             message = "ironflow exec: " + errors.truncate(run.command, 200)
             changes = await workspace_push.push(
                 api, settings, spec, changes, issuer=grants, secret=secret, run_id=run.name, step="exec",
                 now=int(time.time()), message=message, pod_labels=run.settings.labels,
             )  # fmt: skip
-        return dataclasses.replace(done, logs=said), changes
+        return done, changes
     finally:
         if admin is not None:
             await admin.close()
+
+
+def _split(done: command_runner.PodRunOutput) -> tuple[command_runner.PodRunOutput, WorkspaceChanges | None]:
+    """The command's own output and its changes; a failed command's missing report is no change set."""
+    try:
+        said, changes = workspace_frames.split_frame(done.logs)
+    except errors.WorkspaceUnsafe:
+        if done.success:
+            raise
+        return done, None
+    return dataclasses.replace(done, logs=said), changes

@@ -43,6 +43,7 @@ __all__ = [
     "CLONE_CONTAINER_NAME",
     "POD_PATCH_LIMIT",
     "add_git_workspace",
+    "add_pvc_workspace",
     "base_script",
     "patch_limit",
     "report_script",
@@ -72,15 +73,23 @@ def patch_limit(spec: Workspace) -> int:
 
 
 def base_script(*, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH) -> str:
-    """After the clone: the starting commit and a pristine copy of ``.git``, for the report."""
+    """Before the step: the starting commit and a base git dir of a fresh config holding a copy
+    of the workspace's objects, for the report. The workspace's ``.git`` is read with git's
+    environment and config emptied (a PVC's may hold what an earlier step rigged); without a
+    ``.git`` there is no base (a marker says so) and the report says there is no patch."""
     w, b = command.shell_quote(workspace), command.shell_quote(base)
-    return (
-        f"git -C {w} rev-parse --verify 'HEAD^{{commit}}' > {b}/commit\n"
-        f"cp -a {w}/.git {b}/git\n"
-        f"rm -rf {b}/git/hooks\n"
-        f"mkdir -p {b}/git/info\n"
-        f"printf '%s\\n' {command.shell_quote(_ATTRIBUTES)} > {b}/git/info/attributes\n"
-    )
+    return f"""if [ ! -d {w}/.git ]; then : > {b}/no-git; exit 0; fi
+ironflow_git() {{
+  env -i PATH="$PATH" HOME={b} GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null "$@"
+}}
+ironflow_format=$(ironflow_git git --git-dir={w}/.git {_GIT_OPTIONS} rev-parse --show-object-format)
+ironflow_git git --git-dir={w}/.git {_GIT_OPTIONS} rev-parse --verify 'HEAD^{{commit}}' > {b}/commit
+ironflow_git git init --quiet --bare --object-format="$ironflow_format" {b}/git
+cp -RL {w}/.git/objects/. {b}/git/objects/
+rm -f {b}/git/objects/info/alternates
+rm -rf {b}/git/hooks
+printf '%s\\n' {command.shell_quote(_ATTRIBUTES)} > {b}/git/info/attributes
+"""
 
 
 def report_script(*, limit: int, max_file_bytes: int, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH) -> str:
@@ -97,6 +106,7 @@ ironflow_git() {{
     git {_GIT_OPTIONS} "$@"
 }}
 ironflow_report() {{
+  if [ -e {b}/no-git ]; then printf '\\n{frame}"git":false}}\\n'; return; fi
   ironflow_t=$(mktemp -d) || {{ ironflow_fail "no temporary directory for the report"; return; }}
   mkdir "$ironflow_t/objects" || {{ ironflow_fail "no temporary directory for the report"; return; }}
   ironflow_base=$(cat {b}/commit) || {{ ironflow_fail "the starting commit was not recorded"; return; }}
@@ -142,11 +152,6 @@ def wrapped_command(
     )
 
 
-def _clone_script(invocation: workspace_git.GitInvocation) -> str:
-    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
-    return f"set -e\n{clone}\n{base_script()}"
-
-
 def _hardened(main: Mapping[str, Any]) -> dict[str, Any]:
     """The main container's security context, else the sandbox's default posture (non-root,
     read-only root, no capabilities, RuntimeDefault seccomp) with the runner image's uid."""
@@ -169,6 +174,32 @@ def add_git_workspace(
     Raises:
         StepConfigError: another volume is mounted at or under the workspace.
     """
+    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
+    env = {**invocation.env, "HOME": BASE_PATH}
+    return _with_workspace(pod, spec, {"emptyDir": {}}, None, f"set -e\n{clone}\n{base_script()}", env)
+
+
+def add_pvc_workspace(pod: Mapping[str, Any], spec: Workspace) -> dict[str, Any]:
+    """A copy of ``pod`` whose step works on the PersistentVolumeClaim ``spec`` names, writable
+    at :data:`WORKSPACE_PATH` (its sub path, if given); the init container, which mounts it
+    read-only, takes the base from its git repository (none: the report says no patch).
+
+    Raises:
+        StepConfigError: another volume is mounted at or under the workspace.
+    """
+    claim, sub_path = spec.pvc
+    source = {"persistentVolumeClaim": {"claimName": claim}}
+    return _with_workspace(pod, spec, source, sub_path, f"set -e\n{base_script()}", {"HOME": BASE_PATH})
+
+
+def _with_workspace(
+    pod: Mapping[str, Any],
+    spec: Workspace,
+    source: Mapping[str, Any],
+    sub_path: str | None,
+    init_script: str,
+    init_env: Mapping[str, str],
+) -> dict[str, Any]:
     out = copy.deepcopy(dict(pod))
     body: dict[str, Any] = out["spec"]
     main: dict[str, Any] = body["containers"][0]
@@ -176,35 +207,32 @@ def add_git_workspace(
         path = str(mount["mountPath"]).rstrip("/") or "/"
         if path in (WORKSPACE_PATH, BASE_PATH) or path.startswith(WORKSPACE_PATH + "/"):
             raise errors.StepConfigError(
-                f"a git workspace is mounted at {WORKSPACE_PATH}: the volume mount at '{mount['mountPath']}' "
+                f"a workspace is mounted at {WORKSPACE_PATH}: the volume mount at '{mount['mountPath']}' "
                 "is in its way; mount it elsewhere"
             )
+    workspace_mount: dict[str, Any] = {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_PATH}
+    if sub_path is not None:
+        workspace_mount["subPath"] = sub_path
     main["command"] = [*main["command"][:-1], wrapped_command(main["command"][-1], spec)]
     main["workingDir"] = WORKSPACE_PATH
     main.setdefault("volumeMounts", []).extend(
-        [
-            {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_PATH},
-            {"name": BASE_VOLUME, "mountPath": BASE_PATH, "readOnly": True},
-        ]
+        [workspace_mount, {"name": BASE_VOLUME, "mountPath": BASE_PATH, "readOnly": True}]
     )
     body.setdefault("volumes", []).extend(
-        [{"name": WORKSPACE_VOLUME, "emptyDir": {}}, {"name": BASE_VOLUME, "emptyDir": {}}]
+        [{"name": WORKSPACE_VOLUME, **copy.deepcopy(dict(source))}, {"name": BASE_VOLUME, "emptyDir": {}}]
     )
-    env = [{"name": name, "value": value} for name, value in invocation.env.items()]
-    env.append({"name": "HOME", "value": BASE_PATH})
-    clone: dict[str, Any] = {
+    # The clone writes the workspace; a PVC's init container only reads it.
+    init_mount = {**workspace_mount, **({"readOnly": True} if "persistentVolumeClaim" in source else {})}
+    init: dict[str, Any] = {
         "name": CLONE_CONTAINER_NAME,
         "image": main["image"],
-        "command": ["sh", "-c", _clone_script(invocation)],
-        "env": env,
-        "volumeMounts": [
-            {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_PATH},
-            {"name": BASE_VOLUME, "mountPath": BASE_PATH},
-        ],
+        "command": ["sh", "-c", init_script],
+        "env": [{"name": name, "value": value} for name, value in init_env.items()],
+        "volumeMounts": [init_mount, {"name": BASE_VOLUME, "mountPath": BASE_PATH}],
         "securityContext": _hardened(main),
     }
     for key in ("imagePullPolicy", "resources"):
         if key in main:
-            clone[key] = copy.deepcopy(main[key])
-    body["initContainers"] = [clone, *body.get("initContainers", [])]
+            init[key] = copy.deepcopy(main[key])
+    body["initContainers"] = [init, *body.get("initContainers", [])]
     return out

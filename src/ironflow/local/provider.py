@@ -406,6 +406,10 @@ class LocalSandboxProvider(ProviderBase):
 
     async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
         # A host directory's copy, or a git source's clone (made in a sandbox of its own).
+        if spec.is_pvc:
+            raise errors.WorkspaceRefused(
+                f"workspace '{spec.source}' is a Kubernetes PersistentVolumeClaim: run the step on the k8s backend"
+            )
         if spec.is_git:
             return await git_workspaces.clone(
                 spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout

@@ -142,3 +142,26 @@ def test_a_provider_without_an_auth_proxy_is_refused(tmp_path: Path) -> None:
     assert result.stderr == (
         "error: a git workspace on --backend k8s needs auth_proxy in the provider file: the pod clones through it\n"
     )
+
+
+def test_a_pvc_workspace_runs_on_k8s_only_and_cannot_push(served: tuple[ThreadedKube, Path, RunningProxy]) -> None:
+    _, provider, _ = served
+    local = CliRunner().invoke(app, ["exec", "--workspace", "pvc:sources", "--", "true"])
+    assert local.exit_code == 2
+    assert local.stderr == (
+        "error: --workspace pvc:NAME runs on --backend k8s: a PersistentVolumeClaim is mounted in the pod\n"
+    )
+    pushed = _exec(provider, "--workspace", "pvc:sources", "--push", "fix", "--", "true")
+    assert pushed.exit_code == 2
+    assert pushed.stderr.startswith("error: --push needs a git workspace")
+
+
+def test_a_pvc_workspace_exec_prints_its_patch(served: tuple[ThreadedKube, Path, RunningProxy], tmp_path: Path) -> None:
+    st, provider, _ = served
+    _script(st, report(tmp_path, "echo fixed >> changed.txt"))
+    result = _exec(provider, "--workspace", "pvc:sources/repo", "--patch", "-", "--", "make")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("diff --git a/changed.txt b/changed.txt\n")
+    (created,) = _pods(st)
+    claim = next(v for v in created["spec"]["volumes"] if "persistentVolumeClaim" in v)
+    assert claim["persistentVolumeClaim"] == {"claimName": "sources"}

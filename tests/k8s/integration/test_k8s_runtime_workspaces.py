@@ -105,7 +105,9 @@ async def forge(tmp_path: Path) -> AsyncIterator[Forge]:
 class Kubelet:
     """Runs each pod the runner creates for real, then scripts the fake kubelet with what it printed."""
 
-    def __init__(self, kube: KubeCase, root: Path, binds: dict[str, str]) -> None:
+    def __init__(
+        self, kube: KubeCase, root: Path, binds: dict[str, str], claims: dict[str, Path] | None = None
+    ) -> None:
         self.kube, self.root, self.binds = kube, root, binds
         self.pods: list[dict[str, Any]] = []
         self.configmaps: dict[str, dict[str, Any]] = {}
@@ -117,7 +119,7 @@ class Kubelet:
             if resource == k8s.PODS:
                 self.pods.append(body)
                 name = body["metadata"]["name"]
-                run = functools.partial(run_pod, extra_binds=binds, configmaps=self.configmaps)
+                run = functools.partial(run_pod, extra_binds=binds, configmaps=self.configmaps, claims=claims)
                 done = await asyncio.to_thread(run, body, root / name)
                 failed = done.exit_code != 0
                 await kube.control.script_pods(
@@ -317,4 +319,24 @@ async def test_exec_pushes_a_succeeded_commands_change(kube: KubeCase, forge: Fo
     assert changes is not None
     assert changes.pushed_branch == "exec-fix"
     assert branch_file(forge, "exec-fix", "notes.txt") == b"old notes\nmore\n"
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+async def test_a_pvc_workspace_is_written_in_place_and_diffed_against_its_head(kube: KubeCase, forge: Forge) -> None:
+    """No clone, no grant: the claim is the workspace; its repository's HEAD is the patch's base."""
+    claim = forge.root / "claim"
+    git("clone", "-q", str(forge.seed), str(claim / "repo"), cwd=forge.root)
+    binds = fake_claude(forge.root, EDITS)
+    kubelet = Kubelet(kube, forge.root / "pods", binds, {"sources": claim})
+    async with forge.proxy.admin_client() as admin:
+        grants = Grants(admin)
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=grants, worker_env={})
+        result = await runner.run(AgentConfig("fix", workspace=Workspace("pvc:sources/repo")).scoped(RUN, "fix"))
+    assert result.workspace is not None
+    assert result.workspace.changed_paths == ("calc.py", "data.bin", "notes.txt", "run.sh")
+    assert (claim / "repo" / "calc.py").read_text().endswith("fixed\n")  # written in place
+    assert not (claim / "repo" / "notes.txt").exists()
+    (pod,) = kubelet.pods
+    validate_manifest(pod)
+    assert grants.credentials == [None]  # the step's own token only: nothing is cloned
     await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)

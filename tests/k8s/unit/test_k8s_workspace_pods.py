@@ -182,3 +182,26 @@ def test_a_git_upstream_mirror_is_refused_on_kubernetes() -> None:
 def test_the_provider_repr_holds_no_git_token() -> None:
     assert HOST_TOKEN not in repr(provider())
     assert HOST_TOKEN not in repr(provider().settings)
+
+
+def test_a_pvc_workspace_mounts_the_claim_writable_for_the_step_and_read_only_for_the_base() -> None:
+    p = K8sEphemeralProvider.sandboxed(IMAGE).namespace("agents")  # no proxy, no git credential needed
+    objs = p.manifests(AgentConfig("fix", workspace=Workspace("pvc:sources/team/repo")), now=NOW)
+    validate_manifests(objs)
+    spec = objs[-1]["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "ironflow-workspace")
+    assert volume == {"name": "ironflow-workspace", "persistentVolumeClaim": {"claimName": "sources"}}
+    main, init = spec["containers"][0], spec["initContainers"][0]
+    step_mount = next(m for m in main["volumeMounts"] if m["mountPath"] == "/workspace")
+    assert step_mount == {"name": "ironflow-workspace", "mountPath": "/workspace", "subPath": "team/repo"}
+    init_mount = next(m for m in init["volumeMounts"] if m["mountPath"] == "/workspace")
+    assert init_mount["readOnly"] is True
+    assert init["securityContext"] == main["securityContext"]
+    assert "git clone" not in init["command"][-1]
+    assert "ironflow_report" in main["command"][-1]
+
+
+@pytest.mark.parametrize("source", ["pvc:Bad", "pvc:ok/../up", "pvc:"])
+def test_a_bad_pvc_source_is_refused(source: str) -> None:
+    with pytest.raises(errors.ConfigError, match="invalid pvc workspace"):
+        Workspace(source)

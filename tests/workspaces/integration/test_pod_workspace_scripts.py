@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from tests.workspaces.integration.test_local_workspaces import EDITS, make_repo, tree
 
-from ironflow import errors
+from ironflow import errors, workspace_frames
 from ironflow.k8s import workspace_pods
-from ironflow.workspace_frames import split_frame
-from ironflow.workspaces import Change, Workspace
+from ironflow.workspaces import Change, Workspace, WorkspaceChanges
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -30,6 +29,13 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "t",
     "GIT_COMMITTER_EMAIL": "t@t",
 }
+
+
+def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
+    """The frame of a workspace that holds a git repository (so it always has a change set)."""
+    said, changes = workspace_frames.split_frame(logs)
+    assert changes is not None
+    return said, changes
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -178,3 +184,43 @@ def test_as_pid_1_the_wrapper_kills_what_the_step_left_before_it_reports(tmp_pat
     assert "started" in said.splitlines()
     assert set(said.splitlines()) <= {"noise", "started"}
     assert changes.files == ()
+
+
+def pvc(tmp_path: Path, *, rig: bool) -> tuple[Path, Path]:
+    """A PVC holding a repository an earlier step may have rigged, and the base its init container takes."""
+    work = cloned(upstream(tmp_path), tmp_path / "claim")
+    if rig:  # what an earlier step could have left in the claim's .git
+        git("config", "core.fsmonitor", f"touch {tmp_path}/pwned-fsmonitor; false", cwd=work)
+        git("config", "filter.evil.clean", f"touch {tmp_path}/pwned-filter; cat", cwd=work)
+        git("config", "core.worktree", str(tmp_path), cwd=work)
+        (work / ".git" / "info").mkdir(exist_ok=True)
+        (work / ".git" / "info" / "attributes").write_text("* text filter=evil\n")
+    base = tmp_path / "base"
+    base.mkdir()
+    script = workspace_pods.base_script(workspace=str(work), base=str(base))
+    subprocess.run(["sh", "-ec", script], env=GIT_ENV, check=True)
+    return work, base
+
+
+def test_a_pvc_repository_is_diffed_against_its_head_whatever_its_git_dir_holds(tmp_path: Path) -> None:
+    work, base = pvc(tmp_path, rig=True)
+    done = step(work, base, "printf 'a\\r\\n' > crlf.txt; echo more >> changed.txt")
+    _, changes = split_frame(done.stdout)
+    assert changes.changed_paths == ("changed.txt", "crlf.txt")
+    assert not (tmp_path / "pwned-fsmonitor").exists()
+    assert not (tmp_path / "pwned-filter").exists()
+    assert (base / "git" / "config").read_text().count("fsmonitor") == 0  # a fresh config, not the claim's
+    fresh = cloned(tmp_path / "upstream", tmp_path / "fresh")
+    subprocess.run(["git", "apply", "--binary", "-"], cwd=fresh, input=changes.patch, env=GIT_ENV, check=True)
+    assert (fresh / "crlf.txt").read_bytes() == b"a\r\n"
+
+
+def test_a_pvc_without_a_repository_reports_no_change_set(tmp_path: Path) -> None:
+    work = tmp_path / "claim"
+    work.mkdir()
+    (work / "data.txt").write_text("x\n")
+    base = tmp_path / "base"
+    base.mkdir()
+    subprocess.run(["sh", "-ec", workspace_pods.base_script(workspace=str(work), base=str(base))], check=True)
+    done = step(work, base, "echo y >> data.txt; echo said")
+    assert workspace_frames.split_frame(done.stdout) == ("said\n", None)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from ironflow import errors
-from ironflow.workspace_frames import FRAME_PREFIX, parse_raw, split_frame
-from ironflow.workspaces import Change
+from ironflow import errors, workspace_frames
+from ironflow.workspace_frames import FRAME_PREFIX, parse_raw
+from ironflow.workspaces import Change, WorkspaceChanges
 
 A, B = "a" * 40, "b" * 40
 RAW = (
@@ -21,6 +21,12 @@ RAW = (
     f":100644 120000 {A} {B} T\0link\0"
 ).encode()
 PATCH = b"diff --git a/new.txt b/new.txt\n..."
+
+
+def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
+    said, changes = workspace_frames.split_frame(logs)
+    assert changes is not None
+    return said, changes
 
 
 def frame(patch: bytes = PATCH, raw: bytes = RAW, **extra: object) -> str:
@@ -115,3 +121,8 @@ def test_a_gitlink_is_refused_as_a_nested_repository() -> None:
 def test_a_record_git_did_not_write_is_refused(raw: bytes) -> None:
     with pytest.raises(errors.WorkspaceUnsafe):
         parse_raw(raw)
+
+
+def test_a_workspace_without_git_reports_no_change_set() -> None:
+    line = FRAME_PREFIX + ',"version":1,"git":false}'
+    assert workspace_frames.split_frame("out\n\n" + line + "\n") == ("out\n", None)
