@@ -172,6 +172,10 @@ class Workspace:
         ref: a git source's branch, tag or full commit id (None: its default branch).
         push_branch: after a successful step, commit its changes and push them to this new
             branch of the git source (a branch that exists is never moved).
+        keep_on_retry: a retry of the step (same run and step) starts from the tree the failed
+            attempt left, not from the source; the change set stays relative to the source.
+            Default: each attempt starts afresh. The local backend keeps it; a pod's is gone
+            with its pod, so Kubernetes refuses it (a PVC workspace is kept by nature).
     """
 
     source: str
@@ -180,10 +184,13 @@ class Workspace:
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     ref: str | None = None
     push_branch: str | None = None
+    keep_on_retry: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source.strip() or "\x00" in self.source:
             raise errors.ConfigError("workspace source must be a host directory path or a git URL")
+        if not isinstance(self.keep_on_retry, bool):
+            raise errors.ConfigError("workspace keep_on_retry must be true or false")
         for name in ("max_file_bytes", "max_total_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

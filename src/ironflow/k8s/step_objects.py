@@ -82,6 +82,10 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
     spec = config.workspace
     if spec is None or spec.is_pvc:
         return
+    if spec.keep_on_retry:
+        raise errors.StepConfigError(
+            "keep_on_retry needs the local backend or a pvc: workspace: a pod's clone is gone with its pod"
+        )
     if not spec.is_git:
         raise errors.StepConfigError(
             "a pod cannot see the worker's directory: on Kubernetes give the workspace as a git URL "
