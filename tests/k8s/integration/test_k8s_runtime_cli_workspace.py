@@ -165,3 +165,31 @@ def test_a_pvc_workspace_exec_prints_its_patch(served: tuple[ThreadedKube, Path,
     (created,) = _pods(st)
     claim = next(v for v in created["spec"]["volumes"] if "persistentVolumeClaim" in v)
     assert claim["persistentVolumeClaim"] == {"claimName": "sources"}
+
+
+JSON_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "claude" / "json_text.out").read_text()
+
+
+def test_an_agent_step_on_k8s_writes_its_patch_and_answers_in_json(
+    served: tuple[ThreadedKube, Path, RunningProxy], tmp_path: Path
+) -> None:
+    """``ironflow agent --backend k8s --workspace GIT_URL``: the provider gets the host's token
+    (kept in the proxy), the pod clones, and the patch lands in the file ``--patch`` names."""
+    st, provider, _ = served
+    st.soon(
+        lambda: st.server.script_pods(
+            PodScript(name_prefix="claude-code-", run_for=0.05, log=JSON_TEXT + report(tmp_path, "rm gone.txt"))
+        )
+    )
+    out = tmp_path / "fix.patch"
+    argv = ["agent", "--backend", "k8s", "--provider", str(provider), "--workspace", SOURCE,
+            "--patch", str(out), "-o", "json", "fix it"]  # fmt: skip
+    env = {"IRONFLOW_GIT_TOKEN": GIT_TOKEN, "IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "ANTHROPIC_API_KEY": "sk-ant-x"}
+    result = CliRunner().invoke(app, argv, env=env)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["changed_files"] == [{"path": "gone.txt", "change": "deleted"}]
+    assert out.read_text() == answer["patch"]
+    (created,) = _pods(st)
+    assert created["spec"]["containers"][0]["workingDir"] == "/workspace"
+    assert GIT_TOKEN not in json.dumps(created)
