@@ -1,27 +1,30 @@
-"""A git workspace in a pod: the clone init container, the wrapped command and its report (pure).
+"""A workspace in a pod: the init container, the wrapped command and its report (pure).
 
 :func:`add_git_workspace` turns a rendered pod (an agent step's or an ``exec`` command's)
-into one that works on a clone of the workspace's repository:
+into one that works on a clone of the workspace's repository, :func:`add_pvc_workspace`
+into one that works on a PersistentVolumeClaim in place:
 
 * an init container (the pod's own image, which has git, hardened as the main container)
   clones ``GIT_URL@REF`` into an emptyDir at :data:`~ironflow.workspaces.WORKSPACE_PATH`
   through the auth proxy's secret relay, with the ``ifap_`` token of a grant for the git
   host only (:func:`ironflow.workspace_git.clone_commands`: the token in its environment,
-  never in a URL or the clone's ``.git/config``; the host's credential stays in the proxy).
-  It records the starting commit and copies the fresh ``.git`` into a second emptyDir, the
-  *base*, which the main container mounts read-only;
+  never in a URL or the clone's ``.git/config``; the host's credential stays in the proxy);
+  for a PVC it only reads the claim. Then it records the starting commit and makes the
+  *base* (:func:`base_script`): a new git dir holding a copy of the workspace's objects, in
+  a second emptyDir the main container mounts read-only;
 * the main container runs in the workspace, its command wrapped: once the step's command
   exits, every process it left is killed (the wrapper is the container's PID 1), then
   :func:`report_script` diffs the work tree against the starting commit and prints the
   frame :mod:`ironflow.workspace_frames` reads back from the pod's log.
 
 The diff never trusts what the step could rig: git runs with an empty environment
-(``env -i``), the base's git dir (read-only to the step), an index and object directory
-in a fresh temp dir, no system or global config, no hooks, no fsmonitor, no external diff
-or textconv, and ``info/attributes`` in the base that unsets ``text``, ``filter``,
-``ident`` and ``working-tree-encoding`` for every path, so a ``.gitattributes`` the step
-wrote cannot change the bytes git records. ``add --force`` takes ignored files too (a
-``.gitignore`` cannot hide a change). The workspace's own ``.git`` is never read.
+(``env -i``), the base's git dir (read-only to the step, its config fresh), an index and
+object directory in a fresh temp dir, no system or global config, no hooks, no fsmonitor,
+no external diff or textconv, and ``info/attributes`` in the base that unsets ``text``,
+``filter``, ``ident`` and ``working-tree-encoding`` for every path, so a ``.gitattributes``
+the step wrote cannot change the bytes git records. ``add --force`` takes ignored files too
+(a ``.gitignore`` cannot hide a change). The workspace's own ``.git`` lends its objects to
+the base, before the step runs, and is never read again.
 
 Never does I/O; a pod it cannot make is a :class:`~ironflow.errors.StepConfigError`.
 """
@@ -176,7 +179,9 @@ def add_git_workspace(
     """
     clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
     env = {**invocation.env, "HOME": BASE_PATH}
-    return _with_workspace(pod, spec, {"emptyDir": {}}, None, f"set -e\n{clone}\n{base_script()}", env)
+    # The clone, .git included, holds at most what the workspace may: a step cannot fill the node's disk.
+    source = {"emptyDir": {"sizeLimit": str(spec.max_total_bytes)}}
+    return _with_workspace(pod, spec, source, None, f"set -e\n{clone}\n{base_script()}", env)
 
 
 def add_pvc_workspace(pod: Mapping[str, Any], spec: Workspace) -> dict[str, Any]:
@@ -218,9 +223,8 @@ def _with_workspace(
     main.setdefault("volumeMounts", []).extend(
         [workspace_mount, {"name": BASE_VOLUME, "mountPath": BASE_PATH, "readOnly": True}]
     )
-    body.setdefault("volumes", []).extend(
-        [{"name": WORKSPACE_VOLUME, **copy.deepcopy(dict(source))}, {"name": BASE_VOLUME, "emptyDir": {}}]
-    )
+    base = {"name": BASE_VOLUME, "emptyDir": {"sizeLimit": str(spec.max_total_bytes)}}
+    body.setdefault("volumes", []).extend([{"name": WORKSPACE_VOLUME, **copy.deepcopy(dict(source))}, base])
     # The clone writes the workspace; a PVC's init container only reads it.
     init_mount = {**workspace_mount, **({"readOnly": True} if "persistentVolumeClaim" in source else {})}
     init: dict[str, Any] = {

@@ -76,6 +76,10 @@ def test_the_agent_works_in_the_clone_with_the_base_read_only_and_its_command_wr
     assert "readOnly" not in mounts["/workspace"]
     assert mounts[workspace_pods.BASE_PATH]["readOnly"] is True
     assert main["workingDir"] == "/workspace"
+    volumes = {v["name"]: v for v in pod_of(provider())["spec"]["volumes"]}
+    limit = str(SPEC.max_total_bytes)  # a step cannot fill the node's disk through its workspace
+    assert volumes["ironflow-workspace"] == {"name": "ironflow-workspace", "emptyDir": {"sizeLimit": limit}}
+    assert volumes["ironflow-workspace-base"]["emptyDir"] == {"sizeLimit": limit}
     script = main["command"][-1]
     assert "cd '/workspace' && " in script
     assert script.index("claude") < script.index("\nironflow_report\n")

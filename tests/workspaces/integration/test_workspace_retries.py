@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 from ironflow import errors
+from ironflow.engine import model
+from ironflow.engine.runner import Runner
+from ironflow.engine.sqlite import SqliteStore
+from ironflow.engine.worker import Worker
 from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
@@ -123,3 +127,34 @@ def test_a_step_file_names_keep_on_retry_and_a_pod_refuses_it() -> None:
     git = Workspace("https://github.com/org/repo.git", keep_on_retry=True)
     with pytest.raises(errors.StepConfigError, match="keep_on_retry needs the local backend or a pvc"):
         K8sEphemeralProvider("img").auth_proxy("http://proxy:1").manifests(AgentConfig("p", workspace=git), now=1)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_the_engines_retry_of_a_step_keeps_its_tree_only_when_asked(
+    tmp_path: Path, agent_dir: Path, keep: bool
+) -> None:
+    """Through the engine (a workflow whose step is retried once): with keep_on_retry the retry
+    sees the first attempt's note and succeeds; without, it starts afresh and fails again."""
+    store = SqliteStore(tmp_path / "engine.db")
+    await store.open()
+    try:
+        run_id = model.new_id()
+        workflow = f"{Path(__file__).parent / 'workspace_workflows.py'}:retried_fix"
+        given = {"repo": str(source(tmp_path)), "keep": keep}
+        await store.create_run(model.RunRecord(id=run_id, workflow=workflow, input=given))
+        p = provider(tmp_path, agent_dir)
+        worker = Worker(store, lambda run: Runner(store, p, requeue_delay=lambda attempt: 0.0), lease_s=5)
+        await worker.run(until_idle=True)
+        run = await store.get_run(run_id)
+        assert run is not None
+        (step,) = await store.steps(run_id)
+    finally:
+        await store.close()
+    assert step.attempts == 2
+    if keep:
+        assert run.status is model.RunStatus.SUCCEEDED
+        assert run.output["changed"] == ["attempts.txt"]
+        assert "+attempt\n+attempt\n" in run.output["patch"]
+    else:
+        assert run.status is model.RunStatus.FAILED
+    assert kept_dirs(tmp_path) == []  # nothing is left kept after the run
