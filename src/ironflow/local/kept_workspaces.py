@@ -7,7 +7,8 @@ attempt fails, the provider keeps it (the copy, its first snapshot, the private 
 and a git source's clean clone) under the step's run and name, and the next attempt of that
 step works on the very same copy, so it starts from the tree the failed attempt left while
 its change set stays relative to the source. An attempt that succeeds, and
-:meth:`KeptWorkspaces.release` of the run, remove it.
+:meth:`KeptWorkspaces.release` of the run, remove it; past :data:`MAX_KEPT` the oldest goes,
+and a killed worker's are swept by the next provider (the directories carry their owner).
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
 
 from ironflow.local import workdirs
 from ironflow.local.workspaces import PreparedWorkspace
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
 
-__all__ = ["KeptWorkspaces"]
+__all__ = ["MAX_KEPT", "PREFIX", "KeptWorkspaces"]
 
-_PREFIX = "ironflow-kept-"
+PREFIX: Final = "ironflow-kept-"
+#: The most workspaces one provider keeps: a step whose last attempt failed is not told to the
+#: provider (only ``release_run`` is), so the oldest kept one goes when a new one would pass this.
+MAX_KEPT: Final = 16
 #: Opens a workspace in a directory: the provider's copy or clone.
 Opener = Callable[[Workspace, str], Awaitable[PreparedWorkspace]]
 
@@ -31,9 +36,11 @@ Opener = Callable[[Workspace, str], Awaitable[PreparedWorkspace]]
 class KeptWorkspaces:
     """Kept workspaces by ``(run id, step)``; one provider's, in its temp dir."""
 
-    def __init__(self, temp_dir: str | None) -> None:
+    def __init__(self, temp_dir: str | None, *, limit: int = MAX_KEPT) -> None:
         self.temp_dir = temp_dir
+        self.limit = limit
         self._kept: dict[tuple[str, str], tuple[str, PreparedWorkspace]] = {}
+        workdirs.sweep(temp_dir, PREFIX)  # what a killed worker kept
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -54,7 +61,7 @@ class KeptWorkspaces:
         key = (scope.run_id, scope.step)
         kept = self._kept.pop(key, None)
         if kept is None:
-            place = workdirs.marked_dir(self.temp_dir, _PREFIX)
+            place = workdirs.marked_dir(self.temp_dir, PREFIX)
             try:
                 kept = (place, await open_(spec, place))
             except BaseException:
@@ -64,6 +71,9 @@ class KeptWorkspaces:
             yield kept[1]
         except BaseException:
             self._kept[key] = kept  # the next attempt of this step starts from this tree
+            while len(self._kept) > self.limit:  # dicts keep insertion order: the oldest first
+                place, _ = self._kept.pop(next(iter(self._kept)))
+                shutil.rmtree(place, ignore_errors=True)
             raise
         shutil.rmtree(kept[0], ignore_errors=True)
 

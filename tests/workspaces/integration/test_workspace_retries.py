@@ -158,3 +158,20 @@ async def test_the_engines_retry_of_a_step_keeps_its_tree_only_when_asked(
     else:
         assert run.status is model.RunStatus.FAILED
     assert kept_dirs(tmp_path) == []  # nothing is left kept after the run
+
+
+async def test_past_its_limit_the_provider_drops_the_oldest_kept_workspace(tmp_path: Path, agent_dir: Path) -> None:
+    p = provider(tmp_path, agent_dir)
+    p.kept.limit = 2
+    spec = Workspace(str(source(tmp_path)), keep_on_retry=True)
+    for step in ("a", "b", "c"):
+        with pytest.raises(errors.ProcessFailed):
+            await p.run(AgentConfig("fix", workspace=spec).scoped(RUN, step))
+    assert len(kept_dirs(tmp_path)) == 2
+    assert len(p.kept) == 2
+    result = await p.run(AgentConfig("fix", workspace=spec).scoped(RUN, "c"))  # the newest was kept
+    assert result.workspace is not None
+    with pytest.raises(errors.ProcessFailed):  # the oldest was dropped: "a" starts afresh
+        await p.run(AgentConfig("fix", workspace=spec).scoped(RUN, "a"))
+    await p.release_run(RUN)
+    assert kept_dirs(tmp_path) == []
