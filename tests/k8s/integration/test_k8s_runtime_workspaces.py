@@ -46,6 +46,7 @@ pytestmark = [
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
+STREAM_TEXT = (FIXTURES / "stream_text.out").read_text()
 ADMIN = "admin-key-" + "w" * 40
 HOST = "git.example.test"
 SOURCE = f"https://{HOST}/org/repo.git"
@@ -131,10 +132,10 @@ class Kubelet:
         kube.api.create = create  # type: ignore[method-assign]
 
 
-def fake_claude(root: Path, script: str) -> dict[str, str]:
+def fake_claude(root: Path, script: str, answer: str = JSON_TEXT) -> dict[str, str]:
     """A ``claude`` that runs ``script`` in its working directory, then answers as the real CLI does."""
     path = root / "claude"
-    path.write_text(f"#!/bin/sh\n{script}\ncat <<'EOF'\n{JSON_TEXT.rstrip()}\nEOF\n")
+    path.write_text(f"#!/bin/sh\n{script}\ncat <<'EOF'\n{answer.rstrip()}\nEOF\n")
     path.chmod(0o755)
     return {str(root): os.path.dirname(FAKE_CLAUDE)}
 
@@ -339,4 +340,27 @@ async def test_a_pvc_workspace_is_written_in_place_and_diffed_against_its_head(k
     (pod,) = kubelet.pods
     validate_manifest(pod)
     assert grants.credentials == [None]  # the step's own token only: nothing is cloned
+    await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, stream: str, line: str) -> None:
+        self.lines.append(line)
+
+
+async def test_a_followed_step_streams_its_turns_and_still_gets_its_patch(kube: KubeCase, forge: Forge) -> None:
+    """With a log sink the runner follows the log line by line (``agent -v``): the report is
+    still read off its end, and the turns before it reach the sink."""
+    binds = fake_claude(forge.root, "echo x >> calc.py", STREAM_TEXT)
+    Kubelet(kube, forge.root / "pods", binds)
+    sink = Lines()
+    async with forge.proxy.admin_client() as admin:
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        result = await runner.run(AgentConfig("fix", workspace=Workspace(SOURCE)).scoped(RUN, "fix"), logs=sink)
+    assert result.workspace is not None
+    assert result.workspace.changed_paths == ("calc.py",)
+    assert any('"type":"assistant"' in line or '"type": "assistant"' in line for line in sink.lines)
     await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)

@@ -51,6 +51,11 @@ def test_the_frame_gives_the_patch_and_each_change_and_the_output_before_it() ->
     ]
 
 
+def test_a_whole_frame_without_its_final_newline_is_read_as_a_followed_log_gives_it() -> None:
+    said, changes = split_frame("out\n\n" + frame())
+    assert (said, changes.patch) == ("out\n", PATCH)
+
+
 def test_output_without_a_final_newline_and_no_output_at_all_come_back_as_printed() -> None:
     assert split_frame("partial\n" + frame() + "\n")[0] == "partial"
     assert split_frame("\n" + frame() + "\n")[0] == ""
