@@ -76,20 +76,20 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
     """A pod's workspace is a git URL cloned through the auth proxy's relay, or a PVC: never a worker directory.
 
     Raises:
-        StepConfigError: a host directory, or no auth proxy to clone through.
+        StepConfigError: a host directory, ``keep_on_retry`` on a clone, or no auth proxy to clone through.
         WorkspaceRefused: no git credential for the workspace's host.
     """
     spec = config.workspace
     if spec is None or spec.is_pvc:
         return
-    if spec.keep_on_retry:
-        raise errors.StepConfigError(
-            "keep_on_retry needs the local backend or a pvc: workspace: a pod's clone is gone with its pod"
-        )
     if not spec.is_git:
         raise errors.StepConfigError(
             "a pod cannot see the worker's directory: on Kubernetes give the workspace as a git URL "
             "(https://host/org/repo.git[@REF]) or a PersistentVolumeClaim (pvc:NAME[/SUBPATH])"
+        )
+    if spec.keep_on_retry:
+        raise errors.StepConfigError(
+            "keep_on_retry needs the local backend or a pvc: workspace: a pod's clone is gone with its pod"
         )
     if settings.auth_proxy_url is None:
         raise errors.StepConfigError(
