@@ -145,9 +145,7 @@ def label_value_problem(key: str, value: str) -> str | None:
     :func:`is_valid_label_value` accepts)."""
     if value == "" or is_valid_label_value(value):
         return None
-    return (
-        f"label '{key}' value {value!r} is not valid: up to 63 characters [A-Za-z0-9._-], alphanumeric at both ends"
-    )
+    return f"label '{key}' value {value!r} is not valid: up to 63 characters [A-Za-z0-9._-], alphanumeric at both ends"
 
 
 def _fnv1a_32(data: bytes) -> int:

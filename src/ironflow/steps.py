@@ -199,7 +199,7 @@ class AgentConfig:
     pod: PodSettings = field(default_factory=PodSettings)
     inputs: tuple[AgentInput, ...] = ()
     trace_context: str | None = None
-    #: A host directory the step works on as a private copy at /workspace (local backend).
+    #: What the step works on at /workspace: a host directory's private copy, a git clone, a PVC.
     workspace: Workspace | None = None
     account: AccountSession | None = field(default=None, repr=False, compare=False)
 
@@ -373,10 +373,13 @@ class AgentConfig:
             kwargs["pod_labels"] = top.str_map("pod_labels")
         if top.has("workspace"):
             ws = top.section(
-                "workspace", ("source", "apply", "max_file_bytes", "max_total_bytes", "ref", "push_branch")
+                "workspace",
+                ("source", "apply", "max_file_bytes", "max_total_bytes", "ref", "push_branch", "keep_on_retry"),
             )
             extra: dict[str, Any] = {k: ws.integer(k) for k in ("max_file_bytes", "max_total_bytes") if ws.has(k)}
             extra.update({k: ws.text(k) for k in ("ref", "push_branch") if ws.has(k)})
+            if ws.has("keep_on_retry"):
+                extra["keep_on_retry"] = ws.flag("keep_on_retry")
             kwargs["workspace"] = Workspace(ws.text("source"), ws.has("apply") and ws.flag("apply"), **extra)
         try:
             return cls(**kwargs)

@@ -55,6 +55,7 @@ _NOOP = Span(None)
 #: What :func:`span` returns without OpenTelemetry: one shared, reusable block.
 _NOOP_BLOCK = contextlib.nullcontext(_NOOP)
 
+
 def context_from(traceparent: str | None) -> Context | None:
     """The OpenTelemetry context a W3C ``traceparent`` names, or None (none given, or no OpenTelemetry)."""
     if not ENABLED or not traceparent:

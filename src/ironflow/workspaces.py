@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +31,7 @@ from ironflow import errors, workspace_git
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_TOTAL_BYTES",
+    "PVC_PREFIX",
     "WORKSPACE_PATH",
     "Change",
     "ChangedFile",
@@ -44,8 +46,12 @@ __all__ = [
     "git_mode",
     "is_git_internal",
     "is_git_source",
+    "is_pvc_source",
 ]
 
+#: How a PersistentVolumeClaim source starts: ``pvc:NAME[/SUBPATH]``.
+PVC_PREFIX: Final = "pvc:"
+_CLAIM: Final = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 #: Where a step sees its workspace, and its working directory.
 WORKSPACE_PATH: Final = "/workspace"
 #: The largest file a workspace takes in or gives back.
@@ -156,8 +162,9 @@ class Workspace:
     host's credential stays in the proxy).
 
     Args:
-        source: a host directory (read, never written, while the step runs), or a git URL
-            ``https://host/org/repo.git``.
+        source: a host directory (read, never written, while the step runs), a git URL
+            ``https://host/org/repo.git``, or (Kubernetes only) a PersistentVolumeClaim
+            ``pvc:NAME[/SUBPATH]``, mounted writable: the step writes it in place.
         apply: after a successful step, write its changes into the host directory ``source``
             (all or none: a path changed on the host meanwhile fails the apply, changing nothing).
         max_file_bytes: the largest file taken in or given back.
@@ -165,6 +172,10 @@ class Workspace:
         ref: a git source's branch, tag or full commit id (None: its default branch).
         push_branch: after a successful step, commit its changes and push them to this new
             branch of the git source (a branch that exists is never moved).
+        keep_on_retry: a retry of the step (same run and step) starts from the tree the failed
+            attempt left, not from the source; the change set stays relative to the source.
+            Default: each attempt starts afresh. The local backend keeps it; a pod's is gone
+            with its pod, so Kubernetes refuses it (a PVC workspace is kept by nature).
     """
 
     source: str
@@ -173,10 +184,13 @@ class Workspace:
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     ref: str | None = None
     push_branch: str | None = None
+    keep_on_retry: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source.strip() or "\x00" in self.source:
             raise errors.ConfigError("workspace source must be a host directory path or a git URL")
+        if not isinstance(self.keep_on_retry, bool):
+            raise errors.ConfigError("workspace keep_on_retry must be true or false")
         for name in ("max_file_bytes", "max_total_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -184,6 +198,8 @@ class Workspace:
         if not self.is_git:
             if self.ref is not None or self.push_branch is not None:
                 raise errors.ConfigError("workspace ref and push_branch need a git URL source")
+            if self.is_pvc:
+                _check_pvc(self.source, apply=self.apply)
             return
         url, embedded = workspace_git.parse_git_source(self.source)
         if embedded is not None:
@@ -211,9 +227,40 @@ class Workspace:
         return is_git_source(self.source)
 
     @property
+    def is_pvc(self) -> bool:
+        """A Kubernetes PersistentVolumeClaim, ``pvc:NAME[/SUBPATH]``, mounted writable in the step's pod."""
+        return is_pvc_source(self.source)
+
+    @property
+    def pvc(self) -> tuple[str, str | None]:
+        """A PVC source's claim name and sub path (None: the claim's root)."""
+        claim, _, sub_path = self.source[len(PVC_PREFIX) :].partition("/")
+        return claim, sub_path or None
+
+    @property
     def git_host(self) -> str:
         """A git source's host, as the proxy's secret allowlist names it."""
         return self.source.split("://", 1)[1].split("/", 1)[0]
+
+
+def _check_pvc(source: str, *, apply: bool) -> None:
+    claim, _, sub_path = source[len(PVC_PREFIX) :].partition("/")
+    if not _CLAIM.fullmatch(claim) or len(claim) > 253:
+        raise errors.ConfigError(
+            f"invalid pvc workspace '{source}': expected pvc:NAME[/SUBPATH] with NAME a PersistentVolumeClaim's name"
+        )
+    parts = sub_path.split("/") if sub_path else []
+    if any(p in ("", ".", "..") for p in parts) or "\x00" in sub_path:
+        raise errors.ConfigError(
+            f"invalid pvc workspace '{source}': the sub path must be relative, without '.' or '..'"
+        )
+    if apply:
+        raise errors.ConfigError("a pvc workspace is written in place: apply has nothing to write")
+
+
+def is_pvc_source(text: str) -> bool:
+    """Whether a workspace source names a Kubernetes PersistentVolumeClaim (``pvc:NAME[/SUBPATH]``)."""
+    return text.startswith(PVC_PREFIX)
 
 
 def is_git_source(text: str) -> bool:

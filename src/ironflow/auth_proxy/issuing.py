@@ -25,6 +25,7 @@ from ironflow.steps import AccountSession, AgentConfig
 __all__ = [
     "Credential",
     "TokenIssuer",
+    "issue_secret_token",
     "issue_step_token",
     "resolve_credential",
     "revoke_run_tokens",
@@ -97,6 +98,21 @@ async def issue_step_token(
     credential = None if config.account is None else Credential.from_account(config.account)
     try:
         return await issuer.issue(run_id, step, expires_at, credential=credential, trace_context=config.trace_context)
+    except errors.AuthProxyError as exc:
+        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
+
+
+async def issue_secret_token(
+    issuer: TokenIssuer, secret: tokens.SecretCredential, run_id: str, step: str, expires_at: int
+) -> tuple[str, Secret]:
+    """Issue a token that reaches ``secret``'s hosts only, under ``/r/`` (§6.9): a git
+    workspace's clone holds it, the step's own token stays a Claude one.
+
+    Raises:
+        AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
+    """
+    try:
+        return await issuer.issue(run_id, step, expires_at, credential=secret)
     except errors.AuthProxyError as exc:
         raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
 

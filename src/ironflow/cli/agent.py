@@ -34,16 +34,17 @@ from ironflow.cli import backends, exits, inputs
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.fake_model.server import Script
-from ironflow.k8s import commands
+from ironflow.k8s import commands, workspace_commands
 from ironflow.k8s.command_runner import PodRunOutput
 from ironflow.k8s.commands import PodRun
-from ironflow.kube.clusters import ClusterConfig
+from ironflow.k8s.settings import ProviderSettings
 from ironflow.local.git_workspaces import GitHosts
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
 from ironflow.provider import AgentProvider, LogSink
 from ironflow.results import AgentResult
 from ironflow.secrets import redact
 from ironflow.steps import AgentConfig
+from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["register"]
 
@@ -219,7 +220,7 @@ def agent(
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = _prompt(prompt)
     script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)
-    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     tools = _tools(allowed_tools)
     if model is not None and not model.strip():
         exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
@@ -253,31 +254,56 @@ def agent(
         print(result.text if result.text else json.dumps(result.value, default=str), file=answer)
 
 
-async def _run_pod(run: PodRun, cluster: ClusterConfig | None) -> PodRunOutput:
-    async with await backends.connect(cluster) as client:
-        return await run.run(client)
+async def _run_pod(
+    run: PodRun, settings: ProviderSettings, spec: Workspace | None
+) -> tuple[PodRunOutput, WorkspaceChanges | None]:
+    async with await backends.connect(settings.cluster) as client:
+        if spec is None:
+            return await run.run(client), None
+        return await workspace_commands.run_in_workspace(client, settings, run, spec, now=int(time.time()))
 
 
-def _exec_k8s(argv: list[str], provider_file: Path | None, timeout: float) -> NoReturn:
-    """Run ``argv`` once in a hardened pod placed as the provider file says; exit like local."""
+def _exec_k8s(
+    argv: list[str], provider_file: Path | None, timeout: float, spec: Workspace | None, patch: str | None,
+    output: Output,
+) -> NoReturn:  # fmt: skip
+    """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
+    git workspace, if given); exit like local."""
     provider = backends.k8s_provider(provider_file)
+    hosts = ws.git_hosts(spec)
+    settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:
+        if spec is not None:
+            workspace_commands.check(settings, spec)
         run = commands.exec_pod_run(
-            provider.settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
+            settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
         with _progress(f"running the command in pod {run.name} ({run.settings.namespace})"):
-            result = asyncio.run(_run_pod(run, provider.settings.cluster))
+            result, changes = asyncio.run(_run_pod(run, settings, spec))
     except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
         exits.fail(f"timed out: {exc.message}", exits.EXIT_STEP_FAILED)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
-    sys.stdout.write(result.logs)
+    ws.write_patch(changes, patch)
+    shown = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
+    if output is Output.JSON:
+        out = {"exit_code": result.exit_code or (0 if result.success else 1), "stdout": result.logs, "stderr": ""}
+        print(json.dumps({**out, **(changes.to_json() if changes is not None else {})}, indent=2), file=shown)
+    else:
+        shown.write(result.logs)
     if result.success:
         raise typer.Exit(0)
     if result.exit_code:  # exit like the command did, as the local backend does
         print(f"error: the command exited with {result.exit_code} in pod {run.name}", file=sys.stderr)
         raise typer.Exit(result.exit_code)
     exits.fail(f"the command failed in pod {run.name} (phase {result.phase})", exits.EXIT_STEP_FAILED)
+
+
+def _pod_workspace(spec: Workspace | None) -> Workspace | None:
+    """A pod's workspace: a git URL (exits 2 otherwise, one line)."""
+    if spec is not None and not spec.is_git and not spec.is_pvc:
+        exits.fail("--workspace DIR runs on --backend local: a pod cannot see this machine; give a git URL or pvc:NAME")
+    return spec
 
 
 def _exec_json(result: CommandResult) -> dict[str, Any]:
@@ -336,12 +362,12 @@ def exec_command(
             "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
             "(ironflow agent --backend agent-sandbox)"
         )
-    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push)
+    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     read_only, writable = ws.mounts(mount)
     if backend is Backend.K8S:
-        if spec is not None or mount:
-            exits.fail("--workspace and --mount run on --backend local; on k8s mount a PVC in the provider file")
-        _exec_k8s(argv, provider_file, timeout)
+        if mount:
+            exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
+        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
     given = ws.read_stdin(stdin)
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))

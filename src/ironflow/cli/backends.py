@@ -51,6 +51,7 @@ __all__ = [
     "kube_cluster",
     "require_namespace",
     "where",
+    "with_git_hosts",
 ]
 
 #: The key the in-process proxy hands the offline model server (it checks it).
@@ -94,6 +95,17 @@ def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
     return _provider_file(path, Backend.K8S, "docs/k8s-provider.md", K8sEphemeralProvider.from_file)
 
 
+def with_git_hosts(provider: K8sEphemeralProvider, hosts: GitHosts) -> K8sEphemeralProvider:
+    """``provider`` cloning git workspaces with ``hosts``' tokens (kept in the auth proxy); exits 2
+    when that cannot work."""
+    if provider.settings.auth_proxy_url is None:
+        exits.fail("a git workspace on --backend k8s needs auth_proxy in the provider file: the pod clones through it")
+    try:
+        return provider.git_credentials(hosts)
+    except errors.ConfigError as exc:
+        exits.fail(exc.message)
+
+
 def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
     """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
 
@@ -120,7 +132,8 @@ def build_provider(
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options, k8s / agent-sandbox from the file."""
     if backend is Backend.K8S:
-        return k8s_provider(provider_file)
+        provider = k8s_provider(provider_file)
+        return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
         return agent_sandbox_provider(provider_file)
     return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)

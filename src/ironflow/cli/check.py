@@ -179,7 +179,6 @@ def render_results(results: list[checks.CheckResult], namespace: str, fmt: Outpu
     return console.export_text().rstrip("\n")
 
 
-
 async def _check(
     cluster_config: kube.ClusterConfig,
     *,

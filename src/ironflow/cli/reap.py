@@ -63,7 +63,6 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
     return console.export_text().rstrip("\n")
 
 
-
 async def _reap(
     cluster: ClusterConfig, namespace: str, *, dry_run: bool, every: float | None, fmt: OutputFormat
 ) -> None:

@@ -16,9 +16,11 @@ import typer
 import yaml
 
 from ironflow import errors, steps
+from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.cli.exits import fail, fail_for
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s import provider as k8s_provider
+from ironflow.secrets import Secret
 
 __all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render"]
 
@@ -59,7 +61,10 @@ def render(
         provider = k8s_provider.K8sEphemeralProvider.from_file(provider_file)
         config = _load_step(step_file, prompt)
         token = DRY_RUN_PROXY_TOKEN if provider.settings.auth_proxy_url is not None else None
-        objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ))
+        spec = config.workspace
+        if spec is not None and spec.is_git:  # the host's token is the proxy's: a dry run needs none
+            provider = provider.git_credentials(GitHosts({spec.git_host: GitCredential(Secret("dry-run"))}))
+        objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ), workspace_token=token)
     except errors.IronflowError as exc:
         fail_for(exc)
     emit_objects(objects, output)

@@ -2,7 +2,8 @@
 
 ``--workspace DIR`` runs the step in a private copy of DIR at ``/workspace`` (its working
 directory); ``--workspace GIT_URL[@REF]`` in a clone made through the auth proxy, whose token
-for the host comes from ``IRONFLOW_GIT_TOKEN`` and stays in the proxy. ``--patch FILE``
+for the host comes from ``IRONFLOW_GIT_TOKEN`` and stays in the proxy; ``--workspace
+pvc:NAME[/SUBPATH]`` (Kubernetes) on a PersistentVolumeClaim, written in place. ``--patch FILE``
 writes what the step changed there as a git patch (``-``: stdout, and then the step's own
 output goes to stderr); ``--apply`` writes the changes into DIR after a successful step, and
 ``--push BRANCH`` commits and pushes a git workspace's. ``--mount SRC:DST[:ro|rw]`` (``exec``)
@@ -23,7 +24,7 @@ from ironflow.cli import exits
 from ironflow.local.bwrap import ReadOnlyMount, WritableMount
 from ironflow.local.git_workspaces import GitCredential, GitHosts
 from ironflow.secrets import Secret
-from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source
+from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source, is_pvc_source
 
 __all__ = [
     "ApplyOption",
@@ -45,9 +46,10 @@ WorkspaceOption = Annotated[
     str | None,
     typer.Option(
         "--workspace",
-        help="Run in a private copy of DIR at /workspace (DIR is not written), or in a clone of "
-        "GIT_URL[@REF] made through the auth proxy (the host's token: IRONFLOW_GIT_TOKEN).",
-        metavar="DIR|GIT_URL[@REF]",
+        help="Run in a private copy of DIR at /workspace (DIR is not written), in a clone of "
+        "GIT_URL[@REF] made through the auth proxy (the host's token: IRONFLOW_GIT_TOKEN), or "
+        "(--backend k8s) on the PersistentVolumeClaim pvc:NAME[/SUBPATH], written in place.",
+        metavar="DIR|GIT_URL[@REF]|pvc:NAME",
         show_default=False,
     ),
 ]
@@ -76,12 +78,24 @@ MountOption = Annotated[
 ]
 
 
-def workspace(text: str | None, *, patch: str | None, apply: bool, push: str | None = None) -> Workspace | None:
-    """The ``--workspace`` value, or None; exits 2 on a value that cannot work."""
+def workspace(
+    text: str | None, *, patch: str | None, apply: bool, push: str | None = None, pods: bool = False
+) -> Workspace | None:
+    """The ``--workspace`` value, or None; exits 2 on a value that cannot work (a PVC unless
+    ``pods``: the backend runs steps in Kubernetes pods)."""
     if text is None:
         if patch is not None or apply or push is not None:
             exits.fail("--patch, --apply and --push need --workspace DIR|GIT_URL")
         return None
+    if is_pvc_source(text):
+        if not pods:
+            exits.fail("--workspace pvc:NAME runs on --backend k8s: a PersistentVolumeClaim is mounted in the pod")
+        if push is not None:
+            exits.fail("--push needs a git workspace: --workspace https://host/org/repo.git[@REF]")
+        try:
+            return Workspace(text, apply=apply)
+        except errors.ConfigError as exc:
+            exits.fail(f"--workspace: {exc.message}")
     git = is_git_source(text)
     if git and apply:
         exits.fail("--apply writes a directory; a git workspace's change goes back with --push BRANCH")

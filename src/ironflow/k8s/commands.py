@@ -153,7 +153,6 @@ class PodRun(_Builders):
     def image_pull_secret(self, name: str) -> PodRun:
         return self._set(image_pull_secret=name)
 
-
     def resources(self, spec: command_manifests.ResourceSpec) -> PodRun:
         return self._set(resources=spec)
 

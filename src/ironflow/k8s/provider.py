@@ -26,6 +26,7 @@ from typing import Any
 
 from ironflow import errors, labels, pod_settings, results, steps
 from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening, manifests, reaper, settings_file, step_objects
 from ironflow.k8s import runner as runner_module
@@ -136,6 +137,17 @@ class K8sEphemeralProvider(ProviderBase):
         return self._with(sessions_claim=claim)
 
     # -- credentials --
+
+    def git_credentials(self, hosts: GitHosts) -> K8sEphemeralProvider:
+        """The git hosts a git workspace may clone from (``Workspace("https://host/org/repo.git")``):
+        each step gets a proxy grant for its workspace's host, the token stays in the proxy.
+        Needs :meth:`auth_proxy`."""
+        if hosts.upstream is not None:
+            raise errors.ConfigError(
+                "a git upstream (IRONFLOW_GIT_UPSTREAM) is the local backend's: on Kubernetes the auth proxy "
+                "reaches the git host itself"
+            )
+        return self._with(git_hosts=hosts)
 
     def env_from_secret(self, var: str, secret: str, key: str) -> K8sEphemeralProvider:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""
@@ -313,6 +325,7 @@ class K8sEphemeralProvider(ProviderBase):
         worker_env: Mapping[str, str] | None = None,
         pod_name: str | None = None,
         environment_id: str | None = None,
+        workspace_token: str | Secret | None = None,
     ) -> list[dict[str, Any]]:
         """The objects a step creates, in creation order: the prompt ConfigMap (prompts
         over 100,000 bytes), the new environment claim (with ``environment_volume``, unless
@@ -320,7 +333,8 @@ class K8sEphemeralProvider(ProviderBase):
 
         A dry run of :func:`~ironflow.k8s.step_objects.render_step`: ``now`` is unix seconds
         (default: the clock); ``worker_env`` the worker's environment (default: none);
-        ``pod_name`` and ``environment_id`` default to generated names.
+        ``pod_name`` and ``environment_id`` default to generated names; ``workspace_token``
+        is the git-host grant's token a git workspace's clone uses.
 
         Raises:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
@@ -338,6 +352,7 @@ class K8sEphemeralProvider(ProviderBase):
             token=token,
             worker_env=worker_env if worker_env is not None else {},
             environment_id=env_id,
+            workspace_token=Secret(workspace_token) if isinstance(workspace_token, str) else workspace_token,
         )
         return objects.in_creation_order()
 

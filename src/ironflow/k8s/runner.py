@@ -10,6 +10,7 @@ auth-proxy token issuer. Invariants:
   refreshed) after the prompt ConfigMap and before the pod; it outlives the step, except
   when the API refused the pod: then a claim this step created is deleted;
 * no auth-proxy token, no pod: with a token issuer, a refused issue fails the step first;
+  a git workspace gets a second token, a grant for its git host only, for its clone;
 * once the prompt ConfigMap or the pod exists, it is deleted on every path, a
   cancellation included (the cleanup runs shielded, then the cancellation goes on);
 * when the API cannot be reached to delete it, the pod is left with its
@@ -19,6 +20,7 @@ auth-proxy token issuer. Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets as _random
@@ -26,16 +28,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, results, steps, tracing
+from ironflow import errors, labels, results, steps, tracing, workspace_frames
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
-from ironflow.k8s import cleanup, environments, manifests, pod_wait, pods, reaper, step_objects
+from ironflow.k8s import cleanup, environments, manifests, pod_wait, pods, reaper, step_objects, workspace_push
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import connections
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
+from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["StepRunner"]
 
@@ -166,13 +169,21 @@ class StepRunner:
         # 2. The expiry counts from now (after the cleanup); the token lives as long as the pod.
         now = int(time.time())
         pod_name = manifests.generate_pod_name(now * 1000, _random.randbits(32))
-        token_id: str | None = None
+        issued: list[str] = []
         token: Secret | None = None
-        if self.issuer is not None:
-            run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
-            expires_at = now + manifests.lifetime_seconds(self.settings)
-            token_id, token = await issuing.issue_step_token(self.issuer, config, run_id, step, expires_at)
+        workspace_token: Secret | None = None
+        secret = step_objects.workspace_secret(self.settings, config)
         try:
+            if self.issuer is not None:
+                run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
+                expires_at = now + manifests.lifetime_seconds(self.settings)
+                token_id, token = await issuing.issue_step_token(self.issuer, config, run_id, step, expires_at)
+                issued.append(token_id)
+                if secret is not None:  # the clone's own grant: the git host only, never the Claude API
+                    token_id, workspace_token = await issuing.issue_secret_token(
+                        self.issuer, secret, run_id, step, expires_at
+                    )
+                    issued.append(token_id)
             objects = step_objects.render_step(
                 self.settings,
                 config,
@@ -181,11 +192,13 @@ class StepRunner:
                 token=token,
                 worker_env=self.worker_env,
                 environment_id=environments.generate_environment_name(now * 1000, _random.randbits(32)),
+                workspace_token=workspace_token,
             )
             return await self._launch(api, objects, config, sink, started, now=now)
         finally:
-            if token_id is not None and self.issuer is not None:
-                await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
+            for token_id in issued:
+                if self.issuer is not None:
+                    await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
 
     async def _launch(
         self,
@@ -223,23 +236,55 @@ class StepRunner:
             finally:
                 await launch.clean_up(failure)
         try:
-            return environments.with_environment(self._finalize(config, outcome, started), objects.environment_id)
+            result = environments.with_environment(self._finalize(config, outcome, started), objects.environment_id)
         except errors.IronflowError as exc:
             if not launch.pod_gone:
                 exc.add_note(launch.left_message)  # e.g. a timeout whose pod the API would not delete
             raise
+        spec = config.workspace
+        if spec is None or spec.push_branch is None or result.workspace is None or outcome.phase != "Succeeded":
+            return result
+        return dataclasses.replace(result, workspace=await self._push(api, config, spec, result.workspace, now))
+
+    async def _push(
+        self, api: kube.KubeApi, config: steps.AgentConfig, spec: Workspace, changes: WorkspaceChanges, now: int
+    ) -> WorkspaceChanges:
+        """A succeeded step's changes, pushed to its workspace's new branch from a pod of their own."""
+        secret = step_objects.workspace_secret(self.settings, config)
+        if self.issuer is None or secret is None:
+            raise errors.StepConfigError("a push needs the auth proxy's admin client to issue its grant")
+        run_id, step = (config.scope.run_id, config.scope.step) if config.scope else ("push", "agent")
+        message = f"ironflow {step}: " + errors.truncate(config.prompt.splitlines()[0] if config.prompt else "", 200)
+        return await workspace_push.push(
+            api, self.settings, spec, changes, issuer=self.issuer, secret=secret, run_id=run_id, step=step,
+            now=int(time.time()), message=message, pod_labels=config.scope.labels if config.scope else {},
+        )  # fmt: skip
 
     def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> results.AgentResult:
-        """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code."""
-        rate_limits.record_rate_limits(config, outcome.logs)
+        """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code.
+
+        A git workspace's report ends the log (:mod:`ironflow.workspace_frames`): it is taken
+        off before the agent's output is parsed; a step that succeeded without a whole report
+        fails, a failed step's own failure wins over a missing report.
+        """
+        logs, changes = outcome.logs, None
+        if config.workspace is not None and not outcome.timed_out:
+            try:
+                logs, changes = workspace_frames.split_frame(outcome.logs)
+            except errors.WorkspaceUnsafe:
+                if outcome.phase == "Succeeded":
+                    raise
+        rate_limits.record_rate_limits(config, logs)
         if outcome.timed_out:
             raise errors.AgentTimeout(self.settings.timeout_s)
         wall_ms = int((time.monotonic() - started) * 1000)
         if outcome.phase == "Succeeded":
-            return output.parse_output(outcome.logs, config, wall_ms=wall_ms)
-        # No recorded code (evicted, deadline exceeded, never ran): 1, as a failed process.
-        code = outcome.exit_code if outcome.exit_code else 1
-        return output.handle_nonzero_exit(code, outcome.logs, "", config, wall_ms=wall_ms)
+            result = output.parse_output(logs, config, wall_ms=wall_ms)
+        else:
+            # No recorded code (evicted, deadline exceeded, never ran): 1, as a failed process.
+            code = outcome.exit_code if outcome.exit_code else 1
+            result = output.handle_nonzero_exit(code, logs, "", config, wall_ms=wall_ms)
+        return result if changes is None else dataclasses.replace(result, workspace=changes)
 
 
 class _Launch:

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ironflow import errors, labels, pod_settings
+from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
 from ironflow.kube import clusters, pod_problems, quantities
@@ -168,6 +169,8 @@ class ProviderSettings:
     orphan_reaper_interval_s: float | None = None
     #: A persistent per-step PVC (§1.12); None: steps get none.
     environment: environments.EnvironmentVolume | None = None
+    #: The git hosts a git workspace clones from, their tokens kept in the auth proxy (the repr shows none).
+    git_hosts: GitHosts | None = None
 
     def __post_init__(self) -> None:
         if not self.image.strip():

@@ -16,13 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow import errors, steps
+from ironflow import errors, steps, workspace_git
+from ironflow.auth_proxy import tokens
+from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import environments, manifests
+from ironflow.k8s import environments, manifests, workspace_pods
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.secrets import Secret
+from ironflow.workspaces import WORKSPACE_PATH, Workspace
 
-__all__ = ["StepObjects", "check_step", "refuse_workspace", "render_step"]
+__all__ = ["StepObjects", "check_step", "check_workspace", "refuse_workspace", "render_step", "workspace_secret"]
 
 
 @dataclass(frozen=True)
@@ -57,16 +60,50 @@ def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.
 
 
 def refuse_workspace(config: steps.AgentConfig) -> None:
-    """A host-directory workspace is the local backend's; a pod cannot reach the worker's disk.
+    """An agent-sandbox step takes no workspace: its pod is the warm pool's, made before the step.
 
     Raises:
         StepConfigError: the step has a workspace.
     """
     if config.workspace is not None:
         raise errors.StepConfigError(
-            "a workspace runs on the local backend: a pod cannot see the worker's directory; "
-            "on Kubernetes mount the repository as a volume (read_only_pvc) instead"
+            "agent-sandbox steps take no workspace (the warm pod exists before the step): run a git "
+            "workspace on --backend k8s, or a directory on --backend local"
         )
+
+
+def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> None:
+    """A pod's workspace is a git URL cloned through the auth proxy's relay, or a PVC: never a worker directory.
+
+    Raises:
+        StepConfigError: a host directory, ``keep_on_retry`` on a clone, or no auth proxy to clone through.
+        WorkspaceRefused: no git credential for the workspace's host.
+    """
+    spec = config.workspace
+    if spec is None or spec.is_pvc:
+        return
+    if not spec.is_git:
+        raise errors.StepConfigError(
+            "a pod cannot see the worker's directory: on Kubernetes give the workspace as a git URL "
+            "(https://host/org/repo.git[@REF]) or a PersistentVolumeClaim (pvc:NAME[/SUBPATH])"
+        )
+    if spec.keep_on_retry:
+        raise errors.StepConfigError(
+            "keep_on_retry needs the local backend or a pvc: workspace: a pod's clone is gone with its pod"
+        )
+    if settings.auth_proxy_url is None:
+        raise errors.StepConfigError(
+            "a git workspace on Kubernetes needs auth_proxy(url): the pod clones through the proxy's git relay"
+        )
+    (settings.git_hosts or GitHosts()).secret_for(spec.git_host)
+
+
+def workspace_secret(settings: ProviderSettings, config: steps.AgentConfig) -> tokens.SecretCredential | None:
+    """The proxied secret a step's git workspace clones with (None: no workspace, or a PVC)."""
+    if config.workspace is None or config.workspace.is_pvc:
+        return None
+    check_workspace(settings, config)
+    return (settings.git_hosts or GitHosts()).secret_for(config.workspace.git_host)
 
 
 def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_env: Mapping[str, str]) -> None:
@@ -76,13 +113,26 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
         PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
     """
     command.validate_prompt_size(config)
-    refuse_workspace(config)
+    check_workspace(settings, config)
     command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(settings, config)
     if settings.environment is not None and config.resume_environment_id is not None:
         environments.environment_claim_for(config.resume_environment_id, now_ms=0, rand32=0)
     manifests.validate_hardening(settings, inputs)
     manifests.validate_inputs(config.inputs)
+
+
+def _with_workspace(
+    settings: ProviderSettings, spec: Workspace, pod: dict[str, Any], token: Secret | None
+) -> dict[str, Any]:
+    if spec.is_pvc:
+        return workspace_pods.add_pvc_workspace(pod, spec)
+    if token is None or settings.auth_proxy_url is None:
+        raise errors.ConfigError("a git workspace needs the token of its git-host grant (workspace_token)")
+    invocation = workspace_git.clone_commands(
+        settings.auth_proxy_url, spec.source, token.reveal(), directory=WORKSPACE_PATH, ref=spec.ref
+    )
+    return workspace_pods.add_git_workspace(pod, spec, invocation)
 
 
 def render_step(
@@ -94,19 +144,22 @@ def render_step(
     token: Secret | None,
     worker_env: Mapping[str, str],
     environment_id: str,
+    workspace_token: Secret | None = None,
 ) -> StepObjects:
     """The objects of one step. ``now`` is unix seconds; ``worker_env`` is the worker's
     environment (only names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``token`` is the
     ``ifap_`` token the proxy issued for this step; ``environment_id`` names a new
-    environment claim (ignored without an environment volume or when the step resumes one).
+    environment claim (ignored without an environment volume or when the step resumes one);
+    ``workspace_token`` the token of the step's git-host grant (a git workspace needs it).
 
     Raises:
         PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
-        ConfigError: ``token`` without ``auth_proxy``.
+        ConfigError: ``token`` without ``auth_proxy``; a git workspace without ``workspace_token``.
+        WorkspaceRefused: no git credential for the workspace's host.
     """
     s = settings
     command.validate_prompt_size(config)
-    refuse_workspace(config)
+    check_workspace(s, config)
     args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(s, config)
     if token is not None and s.auth_proxy_url is None:
@@ -131,7 +184,7 @@ def render_step(
     shell = command.agent_shell_command(
         args,
         claude_path=s.claude_path,
-        working_dir=config.working_dir or s.working_dir,
+        working_dir=config.working_dir or (WORKSPACE_PATH if config.workspace is not None else s.working_dir),
         prefix=prefix,
         prompt_file=command.prompt_file_path() if stdin else None,
     )
@@ -168,6 +221,8 @@ def render_step(
         expires_at=expires_at,
         prompt_configmap=None if configmap is None else str(configmap["metadata"]["name"]),
     )
+    if config.workspace is not None:
+        pod = _with_workspace(s, config.workspace, pod, workspace_token)
     return StepObjects(
         pod=pod,
         prompt_configmap=configmap,

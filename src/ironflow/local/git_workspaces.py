@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from ironflow import errors, workspace_git
-from ironflow.auth_proxy import tokens
+from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.claude import command
 from ironflow.local import bwrap, proxy_session, runner, sandbox_argv, settings, workspace_apply
 from ironflow.local import workspaces as local_workspaces
-from ironflow.secrets import Secret
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = ["GitCredential", "GitHosts", "clone", "push"]
@@ -40,43 +38,6 @@ _COMMITTER = {
     "GIT_COMMITTER_NAME": "ironflow",
     "GIT_COMMITTER_EMAIL": "ironflow@localhost",
 }
-
-
-@dataclass(frozen=True)
-class GitCredential:
-    """A git host's token, sent by the proxy as HTTP Basic ``username:token`` (GitHub's and
-    GitLab's form for a token), never seen by a sandbox."""
-
-    value: Secret = field(repr=False)
-    username: str = "x-access-token"
-
-
-@dataclass(frozen=True)
-class GitHosts:
-    """The git hosts a provider's workspaces may clone from and push to, and how they are reached.
-
-    ``upstream`` sends the relay's ``/r/<host>/…`` to ``<upstream>/<host>/…`` instead of
-    ``https://<host>/…`` (a mirror, or a test's loopback server).
-    """
-
-    credentials: Mapping[str, GitCredential] = field(default_factory=dict)
-    upstream: str | None = None
-
-    def secret_for(self, host: str) -> tokens.SecretCredential:
-        """The proxied secret for ``host``.
-
-        Raises:
-            WorkspaceRefused: no credential is set for it.
-        """
-        found = self.credentials.get(host)
-        if found is None:
-            raise errors.WorkspaceRefused(
-                f"no git credential for '{host}': give the provider git_credentials for it "
-                "(ironflow's CLI reads IRONFLOW_GIT_TOKEN)"
-            )
-        return tokens.SecretCredential(
-            name="git", value=found.value, injection=tokens.Injection("basic", username=found.username), hosts=(host,)
-        )
 
 
 async def _in_sandbox(

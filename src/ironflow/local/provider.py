@@ -36,6 +36,7 @@ from ironflow.local import (
     git_workspaces,
     gvisor,
     identity,
+    kept_workspaces,
     proxy_session,
     runner,
     sandbox_argv,
@@ -189,6 +190,8 @@ class LocalSandboxProvider(ProviderBase):
         self.sessions_dir = sessions_dir
         self.limits = limits
         self.git_hosts = git_hosts or git_workspaces.GitHosts()
+        #: Workspaces kept for a retry of their step (``keep_on_retry``).
+        self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
         self.processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
@@ -315,7 +318,9 @@ class LocalSandboxProvider(ProviderBase):
         return await self._invoke(config.replace(verbose=True), logs)
 
     async def release_run(self, run_id: str) -> int:
-        """Kill every sandbox of ``run_id`` still running; returns how many were killed."""
+        """Kill every sandbox of ``run_id`` still running (returns how many were killed); its
+        workspaces kept for a retry go too."""
+        self.kept.release(run_id)
         return await self.processes.kill_run(run_id)
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
@@ -340,12 +345,10 @@ class LocalSandboxProvider(ProviderBase):
         script = command.agent_shell_command(args, claude_path=claude, working_dir=workdir, prefix=prefix)
         run_id = config.scope.run_id if config.scope is not None else None
         step = config.scope.step if config.scope is not None else "agent"
-        with workdirs.run_dir(self.temp_dir) as tmp:
-            prepared: local_workspaces.PreparedWorkspace | None = None
-            writable: tuple[bwrap.WritableMount, ...] = ()
-            if config.workspace is not None:
-                prepared = await self._open_workspace(config.workspace, tmp)
-                writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
+        async with contextlib.AsyncExitStack() as stack:
+            tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
+            prepared = await stack.enter_async_context(self.kept.attempt(config, tmp, self._open_workspace))
+            writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             socket_path = os.path.join(tmp, "proxy.sock")
             async with proxy_session.proxy_session(
                 credential,
@@ -406,6 +409,10 @@ class LocalSandboxProvider(ProviderBase):
 
     async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
         # A host directory's copy, or a git source's clone (made in a sandbox of its own).
+        if spec.is_pvc:
+            raise errors.WorkspaceRefused(
+                f"workspace '{spec.source}' is a Kubernetes PersistentVolumeClaim: run the step on the k8s backend"
+            )
         if spec.is_git:
             return await git_workspaces.clone(
                 spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout

@@ -328,4 +328,3 @@ class LocalSessions:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-

@@ -151,4 +151,3 @@ def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> Wor
     finally:
         os.close(root_fd)
     return WorkspaceChanges(changes.patch, changes.files, applied=True)
-

@@ -212,9 +212,7 @@ def check_mounts(
         for ro in mounts:
             top = os.path.normpath(ro.target)
             if top == WORKSPACE_PATH or top.startswith(WORKSPACE_PATH + "/"):
-                raise errors.ConfigError(
-                    f"a mount cannot go at '{ro.target}': the workspace is at {WORKSPACE_PATH}"
-                )
+                raise errors.ConfigError(f"a mount cannot go at '{ro.target}': the workspace is at {WORKSPACE_PATH}")
     if not writable and workspace is None:
         return
     if isolation != "bwrap":

@@ -24,6 +24,4 @@ __all__ = ["SERVER_PATH", "AsyncSandbox", "RemoteSessions", "Sandbox"]
 #: The host file of the runtime server, for a backend to bind into the sandbox.
 SERVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 
-__getattr__ = lazy_exports(
-    __name__, {"client": ("AsyncSandbox",), "remote": ("RemoteSessions",), "sync": ("Sandbox",)}
-)
+__getattr__ = lazy_exports(__name__, {"client": ("AsyncSandbox",), "remote": ("RemoteSessions",), "sync": ("Sandbox",)})

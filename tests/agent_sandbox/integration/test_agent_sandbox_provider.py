@@ -704,4 +704,3 @@ def test_the_provider_closes_the_api_client_it_opened() -> None:
     assert unclosed_after_collect() == []
     assert asyncio.run(release(close=False)) == 0
     assert any("Unclosed client session" in found for found in unclosed_after_collect())
-

@@ -128,3 +128,30 @@ def test_bad_step_file_exits_2(app: typer.Typer, provider_file: Path, tmp_path: 
     code, _, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
     assert code == 2
     assert "unknown step setting 'modle'" in err
+
+
+def test_render_shows_a_git_workspaces_clone_with_placeholder_tokens(app: typer.Typer, tmp_path: Path) -> None:
+    """A dry run needs no git host token: the clone's token is the visible placeholder."""
+    provider = tmp_path / "provider.yaml"
+    provider.write_text(PROVIDER + "auth_proxy: http://auth-proxy.ironflow:8080\n")
+    step = tmp_path / "step.yaml"
+    step.write_text('prompt: fix\nworkspace: {source: "https://github.com/org/repo.git", ref: main}\n')
+    code, out, err = invoke(app, "--provider", str(provider), "--step", str(step), "-o", "json")
+    assert code == 0, err
+    objects = json.loads(out)
+    validate_manifests(objects)
+    clone = objects[-1]["spec"]["initContainers"][0]
+    assert clone["name"] == "ironflow-workspace-clone"
+    env = {e["name"]: e["value"] for e in clone["env"]}
+    assert env["GIT_CONFIG_VALUE_0"] == f"Authorization: Bearer {render.DRY_RUN_PROXY_TOKEN}"
+    assert "dry-run" not in out
+
+
+def test_render_shows_a_pvc_workspace(app: typer.Typer, provider_file: Path, tmp_path: Path) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text('prompt: fix\nworkspace: {source: "pvc:sources/repo"}\n')
+    code, out, err = invoke(app, "--provider", str(provider_file), "--step", str(step), "-o", "json")
+    assert code == 0, err
+    pod = json.loads(out)[-1]
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/workspace")
+    assert mount["subPath"] == "repo"

@@ -46,7 +46,6 @@ def test_missing_binaries_are_named_with_the_fix(monkeypatch: pytest.MonkeyPatch
         find_pg_bin("initdb")
 
 
-
 @pytest.mark.parametrize("attempt", [1, 2])
 async def test_postgres_database_fixture_is_fresh_for_each_test(postgres_database: str, attempt: int) -> None:
     """Both runs find an empty database: the first run's table is gone."""

@@ -1,0 +1,117 @@
+"""The short pod that pushes a git workspace's patch to a new branch, and its patch ConfigMap (pure).
+
+The step's pod is gone, and its ``.git`` was the step's to rig (hooks, an ``insteadOf``), so
+the push never runs there: a second pod, placed and hardened as an ``exec`` pod
+(:func:`ironflow.k8s.commands.exec_pod_run`), clones the workspace's ref afresh through the
+auth proxy's relay with a grant of its own, applies the patch to the index only
+(``git apply --cached``: no work tree, no attribute or filter conversion), commits as
+``ironflow`` with hooks off, and pushes to the new branch with
+``--force-with-lease=<ref>:``, so a branch that exists is never moved
+(:func:`ironflow.workspace_git.push_commands`). The patch reaches it as a ConfigMap
+(``binaryData``), labelled as step data so ``release_run`` and the reaper find it.
+
+Never does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import shlex
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ironflow import errors, labels, workspace_git
+from ironflow.k8s import commands, manifests
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
+
+__all__ = ["PUSH_PATCH_LIMIT", "PUSH_POD_PREFIX", "push_objects"]
+
+PUSH_POD_PREFIX: Final = "ironflow-push"
+#: The largest patch a push pod takes: a ConfigMap holds at most 1 MiB, base64 included.
+PUSH_PATCH_LIMIT: Final = 700 * 1024
+_PATCH_DIR: Final = "/ironflow/patch"
+_PATCH_KEY: Final = "patch"
+_PATCH_VOLUME: Final = "ironflow-patch"
+_WORK_VOLUME: Final = "ironflow-workspace"
+_MESSAGE_ENV: Final = "IRONFLOW_PUSH_MESSAGE"
+_COMMITTER: Final = (
+    ("GIT_AUTHOR_NAME", "ironflow"),
+    ("GIT_AUTHOR_EMAIL", "ironflow@localhost"),
+    ("GIT_COMMITTER_NAME", "ironflow"),
+    ("GIT_COMMITTER_EMAIL", "ironflow@localhost"),
+)
+
+
+def _script(clone: workspace_git.GitInvocation, push: workspace_git.GitInvocation) -> str:
+    hooks_off = ("-c", "core.hooksPath=/dev/null")
+    apply = ("git", "-C", WORKSPACE_PATH, *hooks_off, "apply", "--cached", "--binary", f"{_PATCH_DIR}/{_PATCH_KEY}")
+    commit = ("git", "-C", WORKSPACE_PATH, *hooks_off, "commit", "--quiet", "--no-verify")
+    lines = [shlex.join(argv) for argv in (*clone.commands, apply)]
+    lines.append(shlex.join(commit) + f' --message "${_MESSAGE_ENV}"')
+    lines += [shlex.join(argv) for argv in push.commands]
+    return "set -e\n" + "\n".join(lines) + "\n"
+
+
+def push_objects(
+    settings: ProviderSettings,
+    spec: Workspace,
+    changes: WorkspaceChanges,
+    *,
+    token: str,
+    message: str,
+    pod_labels: Mapping[str, str],
+    now: int,
+    rand32: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The patch ConfigMap and the push pod for ``spec.push_branch``; ``token`` is the push's own grant.
+
+    Raises:
+        StepConfigError: no auth proxy or no branch to push to.
+        WorkspaceRefused: the patch is over :data:`PUSH_PATCH_LIMIT`.
+    """
+    proxy, branch = settings.auth_proxy_url, spec.push_branch
+    if proxy is None or branch is None:
+        raise errors.StepConfigError("a push needs auth_proxy(url) and the workspace's push_branch")
+    if len(changes.patch) > PUSH_PATCH_LIMIT:
+        raise errors.WorkspaceRefused(
+            f"the patch is {len(changes.patch)} bytes: a pod pushes at most {PUSH_PATCH_LIMIT}; "
+            "take it with --patch and push it yourself"
+        )
+    clone = workspace_git.clone_commands(proxy, spec.source, token, directory=WORKSPACE_PATH, ref=spec.ref)
+    push = workspace_git.push_commands(proxy, spec.source, token, directory=WORKSPACE_PATH, branch=branch)
+    # The placement and hardening of an exec pod; the name and the command are the push's.
+    run = commands.exec_pod_run(settings, ["true"], timeout_s=settings.timeout_s, now_ms=now * 1000, rand32=rand32)
+    name = manifests.generate_pod_name(now * 1000, rand32, PUSH_POD_PREFIX)
+    run = dataclasses.replace(run, name=name, command=_script(clone, push)).labels(dict(pod_labels))
+    for name, value in (*clone.env.items(), *_COMMITTER, (_MESSAGE_ENV, message)):
+        run = run.env(name, value)
+    pod = run.build_pod(now=now)
+    configmap_name = f"{run.name}-patch"
+    container = pod["spec"]["containers"][0]
+    container["volumeMounts"] = [
+        {"name": _WORK_VOLUME, "mountPath": WORKSPACE_PATH},
+        {"name": _PATCH_VOLUME, "mountPath": _PATCH_DIR, "readOnly": True},
+    ]
+    pod["spec"]["volumes"] = [
+        {"name": _WORK_VOLUME, "emptyDir": {}},
+        {"name": _PATCH_VOLUME, "configMap": {"name": configmap_name}},
+    ]
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name,
+            "namespace": settings.namespace,
+            "labels": {
+                **{k: v for k, v in pod_labels.items() if k in (labels.LABEL_RUN_ID, labels.LABEL_STEP,
+                                                               labels.LABEL_ROOT_RUN_ID)},
+                labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE,
+                labels.LABEL_COMPONENT: labels.COMPONENT_PROMPT_DATA,
+            },
+            "annotations": dict(pod["metadata"]["annotations"]),
+        },
+        "binaryData": {_PATCH_KEY: base64.b64encode(changes.patch).decode()},
+    }  # fmt: skip
+    return configmap, pod
