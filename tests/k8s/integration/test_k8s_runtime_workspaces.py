@@ -148,10 +148,12 @@ class Grants:
         self.credentials: list[Any] = []
         self.revoked: list[str] = []
 
-    async def issue(self, run_id: str, step: str, expires_at: int, *, credential: Any = None) -> tuple[str, Secret]:
+    async def issue(
+        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+    ) -> tuple[str, Secret]:
         self.credentials.append(credential)
         chosen = credential or Credential("api_key", Secret("sk-ant-api03-test"))
-        issued = await self.admin.issue(run_id, step, expires_at, credential=chosen)
+        issued = await self.admin.issue(run_id, step, expires_at, credential=chosen, trace_context=trace_context)
         return issued.id, issued.token
 
     async def revoke(self, token_id: str) -> object:
