@@ -27,6 +27,11 @@ __all__ = ["register"]
 
 OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
+#: Characters of a step's result in the table's cell; a longer or multi-line one follows in full.
+_RESULT_CELL = 80
+#: Where a local run's agent step ran (it has no pods).
+_LOCAL = "local sandbox"
+
 runs_app = typer.Typer(help="List, show, cancel and retry runs.", no_args_is_help=True)
 
 
@@ -82,7 +87,7 @@ def runs_show(
 ) -> None:
     """Show a run: its state, its steps, their pods and their results."""
     run, steps = run_async(_show(store, run_id))
-    step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run.id, s)} for s in steps]
+    step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run, s)} for s in steps]
     if output is OutputFormat.JSON:
         print(json.dumps({**plain(run.to_dict()), "steps": step_rows}, indent=2))
         return
@@ -94,13 +99,21 @@ def runs_show(
     if run.error:
         console.print(f"error     {run.error['type']}: {run.error['message']}", highlight=False, markup=False)
     table = Table("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT", box=None)
+    whole: list[tuple[model.StepRecord, str]] = []
     for s, row in zip(steps, step_rows, strict=True):
         result = s.result.text if hasattr(s.result, "text") else json.dumps(row["result"])
         if s.error:
             result = f"{s.error['type']}: {s.error['message']}"
-        table.add_row(str(s.position), s.name, str(s.kind), str(s.status), str(s.attempts),
-                      row["pods"] or s.child_run_id or "-", result[:80])  # fmt: skip
+        line = result.splitlines()[0] if result else ""
+        if line != result or len(line) > _RESULT_CELL:
+            line = line[: _RESULT_CELL - 1] + "…"
+            whole.append((s, result))
+        where = row["pods"] or s.child_run_id or (_LOCAL if s.kind is model.StepKind.AGENT else "-")
+        table.add_row(str(s.position), s.name, str(s.kind), str(s.status), str(s.attempts), where, line)
     console.print(table)
+    for s, result in whole:  # a cell holds one line; the whole result follows the table
+        console.print(f"\nstep {s.position} {s.name}:", highlight=False, markup=False)
+        console.print(result, highlight=False, markup=False)
     if run.status is model.RunStatus.SUCCEEDED:
         console.print("output", json.dumps(plain(run.output)), highlight=False, markup=False)
 

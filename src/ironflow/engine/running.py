@@ -36,12 +36,13 @@ __all__ = ["MAX_RUNS", "gather", "report", "step_pod_selector"]
 MAX_RUNS: Final = 1000
 
 
-def step_pod_selector(run_id: str, step: model.StepRecord) -> str | None:
-    """The label selector of an agent step's pods (``kubectl get pods -l …``); None for other kinds."""
-    if step.kind is not model.StepKind.AGENT:
+def step_pod_selector(run: model.RunRecord, step: model.StepRecord) -> str | None:
+    """The label selector of an agent step's pods (``kubectl get pods -l …``); None for other
+    kinds, and for a run on the local backend (its steps have no pods)."""
+    if step.kind is not model.StepKind.AGENT or (run.backend or "local") == "local":
         return None
     return labels.selector(
-        labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: run_id, labels.LABEL_STEP: labels.sanitize_label_value(step.name)}
+        labels.RUNNER_SELECTOR, {labels.LABEL_RUN_ID: run.id, labels.LABEL_STEP: labels.sanitize_label_value(step.name)}
     )
 
 
@@ -53,8 +54,9 @@ def _sandbox(
         return {"child_run_id": step.child_run_id}
     if step.kind is not model.StepKind.AGENT:
         return None
-    if (run.backend or "local") != "local":
-        return {"pods": step_pod_selector(run.id, step)}
+    selector = step_pod_selector(run, step)
+    if selector is not None:
+        return {"pods": selector}
     process = worker.worker_process(run.worker or "")
     if process is None or process[0] != host:
         return {"host": process[0] if process else None}

@@ -89,7 +89,6 @@ class Handlers:
             usage = (await self.store.run_totals([run.id]))[run.id]
         else:  # a sub-workflow's page: its own steps (its tree's totals are its root's)
             usage = sum((model.Usage.of_step(s) for s in steps), model.Usage())
-        local = (run.backend or "local") == "local"
         view = run_page.RunView(
             run=run,
             steps=steps,
@@ -98,7 +97,7 @@ class Handlers:
             now=time.time(),
             usage_of_tree=run.parent_run_id is None,
             children=children,
-            pod_selectors={} if local else {s.position: running.step_pod_selector(run.id, s) for s in steps},
+            pod_selectors={s.position: selector for s in steps if (selector := running.step_pod_selector(run, s))},
             refusals={str(a): run_changes.refusal(run, a) for a in run_changes.RunAction},
             csrf={str(a): self.security.csrf_token(f"/runs/{run.id}/{a}") for a in run_changes.RunAction},
             transcript_cut=cut,

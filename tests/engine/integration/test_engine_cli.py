@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ironflow import labels
 from ironflow.cli.app import app
+from ironflow.engine import model
+from ironflow.results import AgentResult
 from ironflow.testing.polling import eventually_sync
 
 HERE = Path(__file__).parent
@@ -203,3 +206,38 @@ def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str
     assert f"run_id={run_id} workflow={WORKFLOWS}:with_op backend=local attempt=1 step=add kind=op" in finished
     assert " outcome=succeeded duration_s=" in finished
     assert " info worker stopped worker=" in lines[-1]
+
+
+def test_runs_show_of_a_local_run_prints_whole_results_and_no_pod_selectors(store: str, tmp_path: Path) -> None:
+    """A local run's agent step has no pods (no selector is shown); a result longer than the
+    table's cell, or of several lines, follows the table in full."""
+    import asyncio
+
+    from ironflow.engine.sqlite import SqliteStore
+
+    answer = "first line of the answer\n" + "x" * 200 + "\nlast line"
+
+    async def seed() -> str:
+        opened = SqliteStore(tmp_path / "engine.db")
+        await opened.open()
+        try:
+            run = await opened.create_run(
+                model.RunRecord(id=model.new_id(), workflow="w.py:f", input=None, backend="local")
+            )
+            await opened.save_step(model.StepRecord(run.id, 0, "fix", model.StepKind.AGENT, id="s0",
+                                                    status=model.StepStatus.SUCCEEDED, attempts=1,
+                                                    result=AgentResult(answer, 10)))  # fmt: skip
+            return run.id
+        finally:
+            await opened.close()
+
+    run_id = asyncio.run(seed())
+    code, out, _ = cli("runs", "show", run_id, "--store", store)
+    assert code == 0
+    assert "local sandbox" in out
+    assert labels.LABEL_RUN_ID not in out
+    assert "first line of the answer…" in out
+    assert f"step 0 fix:\n{answer}" in out
+    code, out, _ = cli("runs", "show", run_id, "--store", store, "-o", "json")
+    (step,) = json.loads(out)["steps"]
+    assert step["pods"] is None
