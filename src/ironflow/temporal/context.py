@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 from ironflow import errors, results
 from ironflow.results import AgentResult
@@ -189,6 +190,15 @@ async def run(options: StepOptions | None = None) -> AsyncIterator[RunContext]:
     await ctx.release()
     try:
         yield ctx
-    except asyncio.CancelledError:
-        await ctx.release()  # the in-flight steps were cancelled and awaited; sweep what is left
+    except BaseException as exc:
+        if _is_cancel(exc):
+            await ctx.release()  # the in-flight steps were cancelled and awaited; sweep what is left
         raise
+
+
+def _is_cancel(exc: BaseException) -> bool:
+    """A cancelled workflow: the task's own cancel, or a step that ended because it was cancelled
+    (an activity or child awaited to its end reports the cancel as its failure's cause)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return True
+    return isinstance(exc, ActivityError | ChildWorkflowError) and isinstance(exc.cause, CancelledError)
