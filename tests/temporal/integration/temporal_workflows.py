@@ -1,0 +1,29 @@
+"""Workflows the Temporal tests run: a line of steps, each an agent step or a plain command."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+
+import ironflow.temporal as ift
+from ironflow.steps import AgentConfig
+
+
+@workflow.defn(name="Linear")
+class Linear:
+    """``input["steps"]``: ``{"name", "prompt"}`` (agent) or ``{"name", "argv"}`` (command), in order;
+    returns each step's text (an agent's answer, a command's stdout)."""
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> list[str]:
+        options = ift.StepOptions(heartbeat_timeout=timedelta(seconds=input.get("heartbeat_s", 10)))
+        out: list[str] = []
+        async with ift.run(options) as ctx:
+            for step in input["steps"]:
+                if "argv" in step:
+                    out.append((await ctx.command(step["name"], step["argv"]))["stdout"].strip())
+                else:
+                    out.append((await ctx.agent(step["name"], AgentConfig(step["prompt"]))).text)
+        return out
