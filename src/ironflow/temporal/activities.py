@@ -51,9 +51,9 @@ async def _heartbeating() -> AsyncIterator[None]:
     every = timeout.total_seconds() / 3 if timeout else DEFAULT_HEARTBEAT_S
 
     async def beat() -> None:
-        while True:
-            activity.heartbeat()
+        while True:  # not at once: a step that ends within a third of the timeout costs no heartbeat call
             await asyncio.sleep(every)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat(), name="ironflow-heartbeat")
     try:

@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +93,11 @@ def build_worker(
     provider: AgentProvider,
     workflows: Sequence[type] = (),
     activities: IronflowActivities | None = None,
+    more_activities: Sequence[Callable[..., Any]] = (),
     max_concurrent_activities: int = 16,
 ) -> Worker:
-    """A worker for ``task_queue`` running ``workflows`` and the ironflow activities on ``provider``."""
+    """A worker for ``task_queue`` running ``workflows``, the ironflow activities on ``provider``
+    and ``more_activities`` (the workflows' own, if any)."""
     modules = {"ironflow", *(w.__module__ for w in workflows)}
     runner = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
     acts = activities or IronflowActivities(provider)
@@ -103,7 +105,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
-        activities=acts.all(),
+        activities=[*acts.all(), *more_activities],
         workflow_runner=runner,
         max_concurrent_activities=max_concurrent_activities,
     )

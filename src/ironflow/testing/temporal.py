@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -81,9 +82,13 @@ class TemporalDevServer:
     default namespace answering, which the CLI's own ``operator namespace describe`` checks.
     """
 
-    def __init__(self, *, db_file: Path | None = None, namespace: str = "default") -> None:
+    def __init__(
+        self, *, db_file: Path | None = None, namespace: str = "default", sqlite_pragmas: Sequence[str] = ()
+    ) -> None:
         self.binary = find_temporal_cli()
         self.namespace = namespace
+        #: ``PRAGMA=VALUE`` for the server's SQLite (``synchronous=off``: no fsync, as the test PostgreSQL).
+        self.sqlite_pragmas = tuple(sqlite_pragmas)
         self._own_dir: str | None = None
         if db_file is None:
             self._own_dir = tempfile.mkdtemp(prefix="ironflow-temporal-")
@@ -120,6 +125,7 @@ class TemporalDevServer:
             self.namespace,
             "--log-level",
             "warn",
+            *(arg for pragma in self.sqlite_pragmas for arg in ("--sqlite-pragma", pragma)),
         ]
 
     def start(self) -> TemporalDevServer:
@@ -139,10 +145,11 @@ class TemporalDevServer:
             )
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            code = self._proc.poll()
+            if code is not None:
                 tail = self._tail()
                 self.stop()
-                raise TemporalNotAvailable(f"temporal server start-dev exited {self._proc.returncode}:\n{tail}")
+                raise TemporalNotAvailable(f"temporal server start-dev exited {code}:\n{tail}")
             if _accepts(self.port) and self._namespace_ready():
                 return self
             time.sleep(0.1)

@@ -6,7 +6,7 @@ one with parameters that shorten it (never its defaults) and checks only that it
 that its last line is ``RESULT`` with exactly the keys it documents, each a finite number.
 Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
 part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
-binaries, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
+binaries, the Temporal CLI, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.testing import kubeenv, postgres
+from ironflow.testing import kubeenv, postgres, temporal
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCHMARKS = ROOT / "benchmarks"
@@ -65,6 +65,9 @@ CASES = (
     Bench("real_step_latency", ("--sequential", "1", "--concurrent", "2", "--claims", "1"),
           frozenset({"step_p50_ms", "step_p95_ms", "single_step_p50_ms", "sdk_claim_p50_ms", "cluster_start_s"}),
           needs=("kube-testenv", "agent-sandbox-sdk"), timeout_s=300),
+    Bench("temporal", ("--steps", "5"),
+          frozenset({"engine_pg_step_ms", "temporal_step_ms", "temporal_bare_step_ms", "ratio"}),
+          needs=("postgres", "temporal-cli"), timeout_s=180),
     Bench("workspace", ("--files", "200", "--megabytes", "2", "--runs", "1"),
           frozenset({"ready_vs_cp", "diff_vs_git", "reflink", "ready_ms", "cp_ms", "collect_ms", "git_diff_ms",
                      "end_to_end_ms"}), needs=("bwrap", "git")),
@@ -98,6 +101,12 @@ def _missing(part: str) -> str | None:
         try:
             kubeenv.find_bin_dir()
         except kubeenv.KubeEnvNotAvailable as exc:
+            return str(exc)
+        return None
+    if part == "temporal-cli":
+        try:
+            temporal.find_temporal_cli()
+        except temporal.TemporalNotAvailable as exc:
             return str(exc)
         return None
     if part == "agent-sandbox-sdk":
