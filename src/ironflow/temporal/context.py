@@ -58,6 +58,7 @@ DEFAULT_RETRY: Final = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=3,
 )
+_RELEASE_HEARTBEAT: Final = timedelta(seconds=30)
 #: The release of a run retries until it succeeds (the engine requeues a run whose release failed).
 _RELEASE_RETRY: Final = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=60)
@@ -115,7 +116,9 @@ class RunContext:
             requests.ReleaseRequest(self.run_id),
             result_type=int,
             start_to_close_timeout=self.options.timeout,
-            heartbeat_timeout=self.options.heartbeat_timeout,
+            # Often a worker's first activity: it pays the provider's client start (kubeconfig,
+            # TLS) on the event loop, which a short step heartbeat timeout mistook for a dead worker.
+            heartbeat_timeout=max(self.options.heartbeat_timeout, _RELEASE_HEARTBEAT),
             retry_policy=_RELEASE_RETRY,
         )
         return int(removed)

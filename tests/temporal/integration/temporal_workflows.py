@@ -13,8 +13,9 @@ from ironflow.steps import AgentConfig
 
 @workflow.defn(name="Linear")
 class Linear:
-    """``input["steps"]``: ``{"name", "prompt"}`` (agent) or ``{"name", "argv"}`` (command), in order;
-    returns each step's text (an agent's answer, a command's stdout)."""
+    """``input["steps"]``: ``{"name", "prompt"[, "pod_labels"]}`` (agent; kwok reads how its pod runs
+    from the labels) or ``{"name", "argv"}`` (command), in order; returns each step's text (an
+    agent's answer, a command's stdout)."""
 
     @workflow.run
     async def run(self, input: dict[str, Any]) -> list[str]:
@@ -25,5 +26,6 @@ class Linear:
                 if "argv" in step:
                     out.append((await ctx.command(step["name"], step["argv"]))["stdout"].strip())
                 else:
-                    out.append((await ctx.agent(step["name"], AgentConfig(step["prompt"]))).text)
+                    config = AgentConfig(step["prompt"]).with_pod_labels(dict(step.get("pod_labels", {})))
+                    out.append((await ctx.agent(step["name"], config)).text)
         return out

@@ -125,7 +125,7 @@ async def test_a_killed_worker_s_step_is_run_again_once_by_the_next_worker_and_n
         {"name": "four", "prompt": "say four"},
     ]
     async with FakeAnthropic(Script.of(default="done"), required_credential=KEY) as fake:
-        argv = [sys.executable, str(WORKER), temporal_server.address, queue, fake.url, temp, str(events)]
+        argv = [sys.executable, str(WORKER), temporal_server.address, queue, str(events), "local", fake.url, temp]
         client = await Client.connect(temporal_server.address)
         with worker(argv, stderr) as first:
             handle = await client.start_workflow(
