@@ -15,7 +15,8 @@ Use it in a ``@workflow.run`` method::
   again); its attempts are Temporal's activity retries, its sandbox labelled with the run
   (workflow id), the root run (root workflow id) and the step name.
 * A wave with two steps of one name is refused before anything starts (two sandboxes with
-  one step label would delete each other), with the engine's words.
+  one step label would delete each other), with the engine's words: the workflow fails with a
+  non-retryable ``ApplicationError`` of type ``StepConfigError``.
 * A step's errors reach the workflow as ``ActivityError`` whose cause is an
   ``ApplicationError`` typed by the ironflow error.
 
@@ -39,7 +40,7 @@ from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowEr
 from ironflow import errors, results
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
-from ironflow.temporal import requests
+from ironflow.temporal import failures, requests
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -155,12 +156,14 @@ class RunContext:
         cancels the rest (their sandboxes are removed) and is raised.
 
         Raises:
-            StepConfigError: two steps of the wave share a name (nothing is started).
+            ApplicationError: type ``StepConfigError``, non-retryable: two steps of the wave share
+                a name (nothing is started). It fails the workflow; a plain exception would fail
+                only the workflow task, which Temporal retries for ever.
         """
         seen: set[str] = set()
         for step in steps:
             if step.name in seen:
-                raise errors.StepConfigError(wave_duplicate_message(step.name))
+                raise failures.application_error(errors.StepConfigError(wave_duplicate_message(step.name)))
             seen.add(step.name)
         tasks = [asyncio.ensure_future(self._one(step)) for step in steps]
         try:

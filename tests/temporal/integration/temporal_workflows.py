@@ -29,3 +29,14 @@ class Linear:
                     config = AgentConfig(step["prompt"]).with_pod_labels(dict(step.get("pod_labels", {})))
                     out.append((await ctx.agent(step["name"], config)).text)
         return out
+
+
+@workflow.defn(name="Wave")
+class Wave:
+    """One parallel wave of agent steps named ``input["names"]``."""
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> list[str]:
+        async with ift.run() as ctx:
+            results = await ctx.parallel([ift.AgentStep(n, AgentConfig(f"do {n}")) for n in input["names"]])
+        return [r.text for r in results]
