@@ -100,7 +100,8 @@ class IronflowActivities:
             raise errors.CleanupError(
                 f"could not release the previous attempt of step {scope.step} of run {scope.run_id}: {exc}"
             ) from exc
-        log.info("attempt %d of step %s of run %s: previous attempt released", attempt, scope.step, scope.run_id)
+        how = f"released ({removed} removed)" if callable(release_step) else "left to the provider's run (by labels)"
+        log.info("attempt %d of step %s of run %s: previous attempt %s", attempt, scope.step, scope.run_id, how)
         if self.on_release is not None:
             self.on_release("step", scope, removed)
 
