@@ -40,3 +40,25 @@ class Wave:
         async with ift.run() as ctx:
             results = await ctx.parallel([ift.AgentStep(n, AgentConfig(f"do {n}")) for n in input["names"]])
         return [r.text for r in results]
+
+
+@workflow.defn(name="Child")
+class Child:
+    """One agent step inside a child workflow; returns its ids as it sees them."""
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> dict[str, Any]:
+        async with ift.run() as ctx:
+            answer = await ctx.agent("child step", AgentConfig("inside"))
+            return {"text": answer.text, "run": ctx.run_id, "root": ctx.root_run_id, "parent": ctx.parent_run_id}
+
+
+@workflow.defn(name="Parent")
+class Parent:
+    """An agent step, then a child workflow."""
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> dict[str, Any]:
+        async with ift.run() as ctx:
+            await ctx.agent("plan", AgentConfig("plan"))
+            return dict(await ctx.sub_workflow("child", Child.run, {}))

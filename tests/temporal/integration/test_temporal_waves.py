@@ -1,5 +1,6 @@
-"""A wave on the real Temporal dev server: its steps run at once, and two steps of one name fail
-the workflow before any step starts (two sandboxes with one step label would delete each other)."""
+"""Waves and child workflows on the real Temporal dev server: a wave's steps run under the run's
+scope, two steps of one name fail the workflow before any step starts (two sandboxes with one
+step label would delete each other), and a child workflow's steps carry the root's id."""
 
 from __future__ import annotations
 
@@ -73,3 +74,14 @@ async def test_two_steps_of_one_name_fail_the_workflow_before_any_step_starts(
     assert cause.message == 'parallel wave has two steps named "lint"; each step of a wave needs its own name'
     assert provider.scopes == []
     assert await scheduled(client, "wave-2") == {"ironflow.release_run": 1}
+
+
+async def test_a_child_workflow_s_steps_carry_its_own_run_id_and_the_root_s(temporal_server: TemporalDevServer) -> None:
+    """So releasing the root (``release_run(root)``) removes the child's sandboxes too."""
+    client = await Client.connect(temporal_server.address)
+    provider = EchoProvider()
+    queue = f"wave-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue=queue, provider=provider, workflows=load_workflows(str(WORKFLOWS))):
+        output = await client.execute_workflow("Parent", {}, id="parent-1", task_queue=queue)
+    assert output == {"text": "inside", "run": "parent-1.child", "root": "parent-1", "parent": "parent-1"}
+    assert provider.scopes == [("parent-1", "plan", "parent-1"), ("parent-1.child", "child step", "parent-1")]
