@@ -12,10 +12,8 @@ reads it. Skipped when the control plane or the Temporal CLI is not built.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from collections import Counter
@@ -31,7 +29,7 @@ from tests.engine.integration.test_realkube_engine_crash import (
     pods_left,
     watching_pods,
 )
-from tests.temporal.integration.test_temporal_crash import started_attempts
+from tests.temporal.integration.watching import started_attempts, worker_process
 
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 from ironflow.testing.polling import eventually
@@ -53,17 +51,6 @@ def ns(kube_env: KubeEnv) -> Iterator[str]:
         yield name
 
 
-@contextlib.contextmanager
-def worker(argv: list[str], stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with stderr.open("ab") as err, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err) as proc:
-        try:
-            assert proc.stdout is not None
-            assert proc.stdout.readline() == b"ready\n", stderr.read_text()
-            yield proc
-        finally:
-            proc.kill()
-
-
 async def test_a_killed_worker_s_step_pod_is_deleted_before_the_next_attempt_creates_one(
     kube_env: KubeEnv, ns: str, temporal_server: TemporalDevServer, tmp_path: Path
 ) -> None:
@@ -78,7 +65,7 @@ async def test_a_killed_worker_s_step_pod_is_deleted_before_the_next_attempt_cre
     argv = [sys.executable, str(WORKER), temporal_server.address, queue, str(events), "k8s", str(kubeconfig), ns]
     client = await Client.connect(temporal_server.address)
     async with watching_pods(kube_env, ns) as pods:
-        with worker(argv, stderr) as first:
+        with worker_process(argv, stderr) as first:
             handle = await client.start_workflow(
                 "Linear", {"steps": steps, "heartbeat_s": 2}, id="crash-k8s", task_queue=queue
             )
@@ -86,7 +73,7 @@ async def test_a_killed_worker_s_step_pod_is_deleted_before_the_next_attempt_cre
             os.kill(first.pid, signal.SIGKILL)
             first.wait(timeout=5)
         killed_at = len(pods.events)
-        with worker(argv, stderr):
+        with worker_process(argv, stderr):
             output = await handle.result()
         await eventually(
             lambda: all(pods.of(e.name)[-1].type == "DELETED" for e in pods.created()),

@@ -12,18 +12,14 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Worker
-from tests.temporal.integration.conftest import LOCAL_SANDBOX
-from tests.temporal.integration.test_temporal_crash import alive, descendants
+from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, descendants, local_sandbox
 
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
@@ -40,15 +36,9 @@ from ironflow.testing.temporal import TemporalDevServer
 pytestmark = pytest.mark.timeout(180)
 
 HERE = Path(__file__).parent
-WORKFLOWS = HERE / "temporal_workflows.py"
 JSON_TEXT = (HERE.parents[1] / "fixtures" / "claude" / "json_text.out").read_text()
 ADMIN_KEY = "c" * 40
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
-
-
-async def activity_events(client: Client, workflow_id: str) -> Counter[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return Counter(EventType.Name(e.event_type) for e in history.events if "ACTIVITY" in EventType.Name(e.event_type))
 
 
 async def cancel_and_wait(handle: WorkflowHandle[object, object]) -> None:
@@ -109,12 +99,6 @@ def temp() -> Iterator[str]:
     made = tempfile.mkdtemp(prefix="ifl-tx-")
     yield made
     shutil.rmtree(made, ignore_errors=True)
-
-
-def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
-    for mark in LOCAL_SANDBOX:
-        test = mark(test)
-    return test
 
 
 @local_sandbox

@@ -10,12 +10,10 @@ history shows every other step started once, and nothing of the dead worker is l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -24,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
-from tests.temporal.integration.conftest import LOCAL_SANDBOX
+from tests.temporal.integration.watching import LOCAL_SANDBOX, alive, descendants, started_attempts, worker_process
 
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.testing.polling import eventually
@@ -47,68 +45,12 @@ def temp() -> Iterator[str]:
     shutil.rmtree(made, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def worker(argv: list[str], stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with stderr.open("ab") as err, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err) as proc:
-        try:
-            assert proc.stdout is not None
-            assert proc.stdout.readline() == b"ready\n", stderr.read_text()
-            yield proc
-        finally:
-            proc.kill()
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    return {p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
-
-
 async def started_command(handle: WorkflowHandle[Any, Any]) -> bool:
     description = await handle.describe()
     return any(
         p.activity_type.name == "ironflow.command" and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
         for p in description.raw_description.pending_activities
     )
-
-
-async def started_attempts(client: Client, workflow_id: str) -> list[tuple[str, int]]:
-    """(activity summary or type, attempt of its last start) for each activity, from the history."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    scheduled: dict[int, str] = {}
-    out: list[tuple[str, int]] = []
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            attrs = event.activity_task_scheduled_event_attributes
-            summary = event.user_metadata.summary.data.decode().strip('"') if event.user_metadata.summary.data else ""
-            scheduled[event.event_id] = summary or attrs.activity_type.name
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            attrs_started = event.activity_task_started_event_attributes
-            out.append((scheduled[attrs_started.scheduled_event_id], attrs_started.attempt))
-    return out
 
 
 async def test_a_killed_worker_s_step_is_run_again_once_by_the_next_worker_and_nothing_is_left(
@@ -127,7 +69,7 @@ async def test_a_killed_worker_s_step_is_run_again_once_by_the_next_worker_and_n
     async with FakeAnthropic(Script.of(default="done"), required_credential=KEY) as fake:
         argv = [sys.executable, str(WORKER), temporal_server.address, queue, str(events), "local", fake.url, temp]
         client = await Client.connect(temporal_server.address)
-        with worker(argv, stderr) as first:
+        with worker_process(argv, stderr) as first:
             handle = await client.start_workflow(
                 "Linear", {"steps": steps, "heartbeat_s": 2}, id="crash-1", task_queue=queue
             )
@@ -139,7 +81,7 @@ async def test_a_killed_worker_s_step_is_run_again_once_by_the_next_worker_and_n
             first.wait(timeout=5)
         # The dead attempt's sandbox goes with its worker, before any other attempt can start.
         await eventually(lambda: not alive(sandbox), limit_s=10, what=lambda: f"sandbox {alive(sandbox)} to go")
-        with worker(argv, stderr) as second:
+        with worker_process(argv, stderr) as second:
             output = await handle.result()
             second_pid = second.pid
     assert output == ["done", "done", "slow done", "done"]

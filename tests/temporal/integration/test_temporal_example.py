@@ -8,14 +8,12 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from tests.temporal.integration.conftest import LOCAL_SANDBOX
+from tests.temporal.integration.watching import LOCAL_SANDBOX, scheduled
 
 from ironflow.testing.polling import eventually
 from ironflow.testing.temporal import TemporalDevServer
@@ -26,16 +24,6 @@ ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "examples" / "temporal" / "review.py"
 IRONFLOW = [sys.executable, "-c", "from ironflow.cli.app import main; main()"]
 REPLY = "Looks good to me. (offline fake model)"
-
-
-async def activity_types(client: Client, workflow_id: str) -> Counter[str]:
-    """The activities a workflow's history scheduled, by type."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return Counter(
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    )
 
 
 @contextlib.contextmanager
@@ -66,8 +54,8 @@ async def test_the_review_example_runs_end_to_end_on_the_dev_server_through_the_
     assert worker.returncode == 0, stderr.read_text()
     assert output == {"change": "add retries", "plan": REPLY, "summary": REPLY, "run": "review-1"}
     # One release per workflow run, then one activity per step: the wave's three and the child's one.
-    assert await activity_types(client, "review-1") == {"ironflow.release_run": 1, "ironflow.agent": 4}
-    assert await activity_types(client, "review-1.summarise") == {"ironflow.release_run": 1, "ironflow.agent": 1}
+    assert await scheduled(client, "review-1") == {"ironflow.release_run": 1, "ironflow.agent": 4}
+    assert await scheduled(client, "review-1.summarise") == {"ironflow.release_run": 1, "ironflow.agent": 1}
     child = await client.get_workflow_handle("review-1.summarise").describe()
     assert child.parent_id == "review-1"
     assert (await client.get_workflow_handle("review-1.summarise").result()) == {

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
-from tests.temporal.integration.test_temporal_cancel import WORKFLOWS
+from tests.temporal.integration.watching import WORKFLOWS
 
 from ironflow import errors
 from ironflow.provider import ProviderBase

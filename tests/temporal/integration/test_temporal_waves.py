@@ -5,13 +5,11 @@ step label would delete each other), and a child workflow's steps carry the root
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from tests.temporal.integration.test_temporal_cancel import WORKFLOWS
+from tests.temporal.integration.watching import WORKFLOWS, scheduled
 
 from ironflow.provider import ProviderBase
 from ironflow.results import AgentResult
@@ -38,15 +36,6 @@ class EchoProvider(ProviderBase):
 
     def account_kind(self) -> str | None:
         return None
-
-
-async def scheduled(client: Client, workflow_id: str) -> Counter[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return Counter(
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    )
 
 
 async def test_a_wave_runs_each_step_once_under_the_run_s_scope(temporal_server: TemporalDevServer) -> None:
