@@ -3,13 +3,18 @@
 It polls one task queue of a Temporal server for the workflows of ``--workflows FILE`` and for
 the ironflow activities (agent step, command, release), which run on the ``--backend``'s
 provider (``--provider FILE`` for k8s / agent-sandbox, the local sandbox otherwise). Ctrl-C or
-SIGTERM stops it: in-flight activities are cancelled, so their sandboxes are removed. Bad
+SIGTERM stops it: in-flight activities are cancelled, so their sandboxes are removed. With
+``--account``, agent steps take Provider Accounts whose rate-limit windows live in ``--store``
+(PostgreSQL to share them across workers); a step every account rejects waits on the
+workflow's timer. Bad
 input exits 2 with one line; a server that cannot be reached exits 3.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -21,9 +26,11 @@ from typing import Annotated, NoReturn
 import typer
 
 from ironflow import errors
-from ironflow.cli import backends, exits
+from ironflow.cli import backends, exits, stores
+from ironflow.cli import run as run_cli
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
+from ironflow.engine.accounts import ProviderAccount
 
 __all__ = ["register", "temporal_worker"]
 
@@ -45,8 +52,11 @@ async def _serve(
     providers: backends.Providers,
     backend: Backend,
     concurrency: int,
+    store_url: str | None,
+    parsed: list[ProviderAccount],
 ) -> int:
-    from ironflow.temporal import worker as temporal_worker_mod  # the optional extra, loaded here only
+    from ironflow.temporal import activities as temporal_activities  # the optional extra, loaded here only
+    from ironflow.temporal import worker as temporal_worker_mod
 
     try:
         workflows = [w for f in workflow_files for w in temporal_worker_mod.load_workflows(str(f))]
@@ -56,12 +66,19 @@ async def _serve(
         provider = providers.get(backend)  # bad provider input exits 2 before anything connects
         client = await temporal_worker_mod.connect(address, namespace=namespace)  # exit 3 if unreachable
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-        async with provider:
+        async with contextlib.AsyncExitStack() as stack:
+            pool = None
+            if parsed:  # windows shared through the store; a rejected step waits on the workflow's timer
+                store = await stack.enter_async_context(stores.opened(store_url))
+                cluster = functools.partial(providers.cluster_for, backend)
+                pool = await stack.enter_async_context(run_cli.account_pool(store, parsed, 0.0, cluster))
+            await stack.enter_async_context(provider)
             running = temporal_worker_mod.build_worker(
                 client,
                 task_queue=task_queue,
                 provider=provider,
                 workflows=workflows,
+                activities=temporal_activities.IronflowActivities(provider, accounts=pool),
                 max_concurrent_activities=concurrency,
             )
             stop = asyncio.Event()
@@ -102,6 +119,8 @@ def temporal_worker(
         typer.Option("--fake-model", help="Answer agent steps from the offline model; --fake-model=FILE scripts it."),
     ] = False,
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
+    store: stores.StoreOption = None,
+    account: run_cli.AccountOption = None,
 ) -> None:
     """Run ironflow steps (and the workflows of --workflows) for a Temporal task queue until Ctrl-C."""
     if not task_queue.strip():
@@ -114,10 +133,13 @@ def temporal_worker(
         exits.fail(f"provider file '{provider_file}' not found")
     if importlib.util.find_spec("temporalio") is None:
         exits.fail("ironflow temporal-worker needs the temporal extra: pip install 'ironflow-sandbox[temporal]'")
+    parsed = run_cli.parse_accounts(account)
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     try:
-        code = run_async(_serve(target, namespace, task_queue, list(workflows or []), providers, backend, concurrency))
+        code = run_async(
+            _serve(target, namespace, task_queue, list(workflows or []), providers, backend, concurrency, store, parsed)
+        )
     except typer.Exit as exc:
         code = exc.exit_code
     _leave(code)

@@ -27,16 +27,17 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from temporalio import activity
 
 from ironflow import errors, results
-from ironflow.provider import AgentProvider
-from ironflow.steps import StepScope
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider
+from ironflow.results import AgentResult
+from ironflow.steps import AccountSession, AgentConfig, StepScope
 from ironflow.temporal import failures, requests
 
-__all__ = ["DEFAULT_HEARTBEAT_S", "IronflowActivities"]
+__all__ = ["DEFAULT_HEARTBEAT_S", "AccountSource", "IronflowActivities"]
 
 log = logging.getLogger("ironflow.temporal")
 
@@ -73,17 +74,33 @@ async def _as_failure(work: Callable[[], Awaitable[Any]]) -> Any:
         raise failures.application_error(exc) from exc
 
 
+class AccountSource(Protocol):
+    """Where an agent step's Provider Account comes from: the engine's ``AccountPool`` over a
+    PostgreSQL store shares accounts and rate-limit windows across workers. ``acquire`` raises
+    ``RateLimited`` (with ``retry_after_s``) when every account is rejected."""
+
+    async def acquire(self, step: str) -> AccountSession: ...
+
+    async def release(self, session: AccountSession) -> None: ...
+
+
 class IronflowActivities:
     """The ironflow activities over one provider; register :meth:`all` with a Temporal worker.
 
-    ``on_release`` hears each release this worker makes (a run's, or a step's previous attempt),
-    for logs and tests; it must not raise.
+    ``accounts`` attaches a Provider Account to each agent step when the provider takes one
+    (``account_kind()`` is ``claude_subscription``). ``on_release`` hears each release this
+    worker makes (a run's, or a step's previous attempt), for logs and tests; it must not raise.
     """
 
     def __init__(
-        self, provider: AgentProvider, *, on_release: Callable[[str, StepScope | None, int], None] | None = None
+        self,
+        provider: AgentProvider,
+        *,
+        accounts: AccountSource | None = None,
+        on_release: Callable[[str, StepScope | None, int], None] | None = None,
     ) -> None:
         self.provider = provider
+        self.accounts = accounts
         self.on_release = on_release
 
     def all(self) -> list[Callable[..., Any]]:
@@ -105,6 +122,17 @@ class IronflowActivities:
         if self.on_release is not None:
             self.on_release("step", scope, removed)
 
+    async def _run_with_account(self, config: AgentConfig) -> AgentResult:
+        pool = self.accounts if self.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION else None
+        if pool is None:
+            return await self.provider.run(config)
+        assert config.scope is not None
+        session = await pool.acquire(config.scope.step)  # RateLimited: the workflow waits on a timer
+        try:
+            return await self.provider.run(config.account_session(session))
+        finally:
+            await pool.release(session)
+
     @activity.defn(name=requests.ACTIVITY_AGENT)
     async def agent(self, request: requests.AgentRequest) -> dict[str, Any]:
         """Run one agent step on the provider; returns the ``AgentResult`` as a dict."""
@@ -116,7 +144,7 @@ class IronflowActivities:
             async with _heartbeating():
                 if info.attempt > 1:
                     await self._release_previous_attempt(config.scope, info.attempt)
-                result = await self.provider.run(config)
+                result = await self._run_with_account(config)
             return results.result_to_dict(dataclasses.replace(result, debug_messages=None))
 
         return await _as_failure(work)  # type: ignore[no-any-return]

@@ -18,7 +18,9 @@ Use it in a ``@workflow.run`` method::
   one step label would delete each other), with the engine's words: the workflow fails with a
   non-retryable ``ApplicationError`` of type ``StepConfigError``.
 * A step's errors reach the workflow as ``ActivityError`` whose cause is an
-  ``ApplicationError`` typed by the ironflow error.
+  ``ApplicationError`` typed by the ironflow error. A step whose every Provider Account is
+  rate-limited waits for the earliest reset on a Temporal timer (up to ``max_capacity_wait``
+  in all) and runs again, instead of failing.
 
 Workflow code must be deterministic (Temporal's rule, the engine's too): branch on step
 results, never on the clock or randomness.
@@ -72,6 +74,8 @@ class StepOptions:
 
     timeout: timedelta = timedelta(minutes=15)
     heartbeat_timeout: timedelta = timedelta(seconds=10)
+    #: How long, in all, a step waits (on Temporal timers) for a rate-limited account's window.
+    max_capacity_wait: timedelta = timedelta(minutes=5)
     retry: RetryPolicy = field(default_factory=lambda: DEFAULT_RETRY)
 
 
@@ -136,9 +140,19 @@ class RunContext:
     async def agent(self, name: str, config: AgentConfig, *, retry: RetryPolicy | None = None) -> AgentResult:
         """Run ``config`` as step ``name`` on the worker's provider; returns its ``AgentResult``."""
         request = requests.AgentRequest.of(name, config, root_workflow_id=self.root_run_id)
-        raw = await workflow.execute_activity(
-            requests.ACTIVITY_AGENT, request, result_type=dict, summary=name, **self._activity_options(retry)
-        )
+        waited = 0.0
+        while True:
+            try:
+                raw = await workflow.execute_activity(
+                    requests.ACTIVITY_AGENT, request, result_type=dict, summary=name, **self._activity_options(retry)
+                )
+                break
+            except ActivityError as exc:
+                wait = failures.rate_limit_wait(exc)
+                if wait is None or waited + wait > self.options.max_capacity_wait.total_seconds():
+                    raise
+                await workflow.sleep(wait)  # a Temporal timer: no worker holds the step meanwhile
+                waited += wait
         result = results.result_from_dict(raw)
         assert isinstance(result, AgentResult)
         return result

@@ -27,9 +27,11 @@ REPLY = "Looks good to me. (offline fake model)"
 
 
 @contextlib.contextmanager
-def cli_worker(argv: list[str], stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
+def cli_worker(
+    argv: list[str], stderr: Path, *, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """``ironflow temporal-worker`` with its stderr in a file; SIGTERMed at the end."""
-    with stderr.open("wb") as err, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err) as proc:
+    with stderr.open("wb") as err, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env) as proc:
         try:
             yield proc
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from ironflow import errors
 from ironflow.temporal import failures
@@ -56,3 +56,37 @@ def test_a_rate_limited_step_waits_for_its_window_through_the_next_retry_delay()
 def test_temporal_s_own_failures_pass_unchanged() -> None:
     cancelled = CancelledError("cancelled")
     assert failures.application_error(cancelled) is cancelled
+
+
+def activity_error(cause: BaseException) -> ActivityError:
+    failed = ActivityError(
+        "activity failed",
+        scheduled_event_id=5,
+        started_event_id=6,
+        identity="worker",
+        activity_type="ironflow.agent",
+        activity_id="1",
+        retry_state=None,
+    )
+    failed.__cause__ = cause
+    return failed
+
+
+def test_a_rate_limited_step_with_a_known_reset_hands_the_wait_to_the_workflow() -> None:
+    failure = failures.application_error(errors.RateLimited("main rejected", retry_after_s=42.0))
+    assert isinstance(failure, ApplicationError)
+    assert (failure.type, failure.non_retryable, failure.details) == ("RateLimited", True, (42.0,))
+    assert failures.rate_limit_wait(activity_error(failure)) == 42.0
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        failures.application_error(errors.RateLimited("no reset known")),
+        failures.application_error(errors.ProcessFailed(1, "boom")),
+        ApplicationError("42 but not ours", 42.0, type="ProcessFailed"),
+    ],
+)
+def test_only_a_rate_limited_failure_with_its_wait_asks_the_workflow_to_wait(cause: BaseException) -> None:
+    assert failures.rate_limit_wait(activity_error(cause)) is None
+    assert failures.rate_limit_wait(cause) is None
