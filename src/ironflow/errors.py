@@ -289,9 +289,14 @@ class SchemaValidation(AgentError):
 
 
 class RateLimited(AgentError):
-    """The account is in a rejected rate-limit window."""
+    """The account is in a rejected rate-limit window; ``retry_after_s``, when known, is how long
+    until the earliest window resets (a Temporal workflow waits that long on a timer)."""
 
     retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class HttpProviderError(AgentError):

@@ -7,14 +7,24 @@ stored, compared and printed without the step that made it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ironflow import errors
 from ironflow.workspaces import WorkspaceChanges
 
-__all__ = ["AgentResult", "DebugMessage", "ToolCall", "ToolResult"]
+__all__ = [
+    "AGENT_RESULT_MARK",
+    "AgentResult",
+    "DebugMessage",
+    "ToolCall",
+    "ToolResult",
+    "result_from_dict",
+    "result_to_dict",
+]
 
 
 @dataclass(frozen=True)
@@ -79,3 +89,46 @@ class AgentResult:
             except json.JSONDecodeError as exc:
                 raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
         return self.value
+
+
+# --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------
+
+AGENT_RESULT_MARK: Final = "__ironflow_agent_result__"
+
+
+def result_to_dict(result: AgentResult) -> dict[str, Any]:
+    """An ``AgentResult`` as JSON, marked so :func:`result_from_dict` knows it on replay."""
+    out = dataclasses.asdict(result)
+    out["ignored_settings"] = list(result.ignored_settings)
+    out["workspace"] = None if result.workspace is None else result.workspace.to_json()
+    if result.debug_messages is not None:
+        out["debug_messages"] = [dataclasses.asdict(m) for m in result.debug_messages]
+    out[AGENT_RESULT_MARK] = 1
+    return out
+
+
+def _debug_message(data: Mapping[str, Any]) -> DebugMessage:
+    return DebugMessage(
+        text=data.get("text"),
+        thinking=data.get("thinking"),
+        thinking_redacted=bool(data.get("thinking_redacted", False)),
+        tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
+        tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
+        stop_reason=data.get("stop_reason"),
+        input_tokens=data.get("input_tokens"),
+        output_tokens=data.get("output_tokens"),
+    )
+
+
+def result_from_dict(data: Any) -> Any:
+    """The stored form back: an ``AgentResult`` when marked, any other JSON value as is."""
+    if not isinstance(data, Mapping) or data.get(AGENT_RESULT_MARK) != 1:
+        return data
+    fields = {f.name for f in dataclasses.fields(AgentResult)}
+    kwargs = {k: v for k, v in data.items() if k in fields}
+    if kwargs.get("debug_messages") is not None:
+        kwargs["debug_messages"] = tuple(_debug_message(m) for m in kwargs["debug_messages"])
+    kwargs["ignored_settings"] = tuple(kwargs.get("ignored_settings", ()))
+    if kwargs.get("workspace") is not None:
+        kwargs["workspace"] = WorkspaceChanges.from_json(kwargs["workspace"])
+    return AgentResult(**kwargs)

@@ -32,6 +32,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "render": ("ironflow.cli.render", "Print the Kubernetes objects a step would create (dry run; nothing is sent)."),
     "run": ("ironflow.cli.run", "Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."),
     "worker": ("ironflow.cli.run", "Take queued runs from the store and execute them until Ctrl-C."),
+    "temporal-worker": (
+        "ironflow.cli.temporal",
+        "Run ironflow steps (and the workflows of --workflows) for a Temporal task queue until Ctrl-C.",
+    ),
     "runs": ("ironflow.cli.runs", "List, show, cancel and retry runs."),
     "logs": (
         "ironflow.cli.logs",

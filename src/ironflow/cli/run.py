@@ -38,7 +38,7 @@ from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
 from ironflow.kube.clusters import ClusterConfig, describe_cluster
 
-__all__ = ["register"]
+__all__ = ["AccountOption", "account_pool", "parse_accounts", "register"]
 
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
 _log = logging.getLogger("ironflow.cli.worker")
@@ -57,7 +57,7 @@ CapacityWaitOption = Annotated[
 ]
 
 
-def _parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
+def parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
     try:
         return [accounts.parse_account(s) for s in specs or ()]
     except errors.ConfigError as exc:
@@ -65,7 +65,7 @@ def _parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
 
 
 @contextlib.asynccontextmanager
-async def _pool(
+async def account_pool(
     store: Store,
     parsed: list[accounts.ProviderAccount],
     max_wait_s: float,
@@ -196,7 +196,7 @@ async def _run(
     async with (
         opened(store_url) as store,
         providers,
-        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(backend)) as pool,
+        account_pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(backend)) as pool,
     ):
         if wait:
             providers.get(backend)  # fail now, with exit 2, when the backend cannot be built here
@@ -253,7 +253,7 @@ def run(
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     value = _parse_input(input)
     ref = _resolve_ref(workflow)
-    parsed = _parse_accounts(account)
+    parsed = parse_accounts(account)
     if parsed and not wait:
         exits.fail("--account only applies with --wait (give the worker its accounts)")
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
@@ -311,7 +311,7 @@ async def _work(
     async with (
         opened(store_url) as store,
         providers,
-        _pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None), observers) as pool,
+        account_pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None), observers) as pool,
     ):
         worker = Worker(
             store,
@@ -371,7 +371,7 @@ def worker(
     metrics_at = None
     if metrics_port is not None:
         metrics_at = (metrics_host or monitoring.DEFAULT_HOST, inputs.port(metrics_port, "--metrics-port"))
-    parsed = _parse_accounts(account)
+    parsed = parse_accounts(account)
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     with _log_lines_on_stderr(log_format):

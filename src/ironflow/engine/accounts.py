@@ -322,7 +322,8 @@ class AccountPool:
                 if remaining <= 0 or wait > remaining:
                     raise errors.RateLimited(
                         f"step {step!r} has no provider account to run on: {choice.reason}; waited {waited:.0f}s "
-                        f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait"
+                        f"of at most {self.max_wait_s:.0f}s. Add an account or raise the capacity wait",
+                        retry_after_s=max(choice.wait_until - now, 0.0) if choice.wait_until is not None else None,
                     )
                 if not waiting and self.observers:
                     events.notify(self.observers, events.CapacityWaitStarted(step, choice.reason))

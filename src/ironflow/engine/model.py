@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, NewType
 
-from ironflow import errors, secrets
-from ironflow.results import AgentResult, DebugMessage, ToolCall, ToolResult
-from ironflow.workspaces import WorkspaceChanges
+from ironflow import errors, results, secrets
+from ironflow.results import AgentResult
 
 __all__ = [
     "AGENT_RESULT_MARK",
@@ -268,48 +267,12 @@ def error_record(exc: BaseException) -> dict[str, Any]:
     }
 
 
-# --- AgentResult <-> dict ----------------------------------------------------------------
+# --- AgentResult <-> dict (ironflow.results, kept here under their engine names) ------------
 
 #: The key that marks a stored agent result (its JSON form), for the stores' SQL too.
-AGENT_RESULT_MARK: Final = "__ironflow_agent_result__"
-
-
-def result_to_dict(result: AgentResult) -> dict[str, Any]:
-    """An ``AgentResult`` as JSON, marked so :func:`result_from_dict` knows it on replay."""
-    out = dataclasses.asdict(result)
-    out["ignored_settings"] = list(result.ignored_settings)
-    out["workspace"] = None if result.workspace is None else result.workspace.to_json()
-    if result.debug_messages is not None:
-        out["debug_messages"] = [dataclasses.asdict(m) for m in result.debug_messages]
-    out[AGENT_RESULT_MARK] = 1
-    return out
-
-
-def _debug_message(data: Mapping[str, Any]) -> DebugMessage:
-    return DebugMessage(
-        text=data.get("text"),
-        thinking=data.get("thinking"),
-        thinking_redacted=bool(data.get("thinking_redacted", False)),
-        tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
-        tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
-        stop_reason=data.get("stop_reason"),
-        input_tokens=data.get("input_tokens"),
-        output_tokens=data.get("output_tokens"),
-    )
-
-
-def result_from_dict(data: Any) -> Any:
-    """The stored form back: an ``AgentResult`` when marked, any other JSON value as is."""
-    if not isinstance(data, Mapping) or data.get(AGENT_RESULT_MARK) != 1:
-        return data
-    fields = {f.name for f in dataclasses.fields(AgentResult)}
-    kwargs = {k: v for k, v in data.items() if k in fields}
-    if kwargs.get("debug_messages") is not None:
-        kwargs["debug_messages"] = tuple(_debug_message(m) for m in kwargs["debug_messages"])
-    kwargs["ignored_settings"] = tuple(kwargs.get("ignored_settings", ()))
-    if kwargs.get("workspace") is not None:
-        kwargs["workspace"] = WorkspaceChanges.from_json(kwargs["workspace"])
-    return AgentResult(**kwargs)
+AGENT_RESULT_MARK: Final = results.AGENT_RESULT_MARK
+result_to_dict = results.result_to_dict
+result_from_dict = results.result_from_dict
 
 
 def _json_default(value: Any) -> Any:

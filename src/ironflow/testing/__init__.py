@@ -1,5 +1,5 @@
 """Test helpers users can rely on: a Kubernetes API test server, a real control plane,
-a throwaway PostgreSQL server, a recording provider, and secret-leak assertions.
+a throwaway PostgreSQL server, a throwaway Temporal dev server, a recording provider, and secret-leak assertions.
 
 Nothing here is imported by the library itself. The helpers load on first use (see
 :mod:`ironflow._lazy`): a test of PostgreSQL alone does not load the Kubernetes
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ironflow.testing.kube import KubeTestServer
     from ironflow.testing.kubeenv import KubeEnv
     from ironflow.testing.postgres import PostgresServer
+    from ironflow.testing.temporal import TemporalDevServer
     from ironflow.testing.threaded_kube import ThreadedKube
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "KubeTestServer",
     "PostgresServer",
     "RecordingProvider",
+    "TemporalDevServer",
     "ThreadedKube",
     "assert_no_leaks",
     "find_leaks",
@@ -35,6 +37,7 @@ __getattr__ = lazy_exports(
         "kube": ("KubeTestServer",),
         "kubeenv": ("KubeEnv",),
         "postgres": ("PostgresServer",),
+        "temporal": ("TemporalDevServer",),
         "threaded_kube": ("ThreadedKube",),
     },
 )

@@ -6,7 +6,7 @@ one with parameters that shorten it (never its defaults) and checks only that it
 that its last line is ``RESULT`` with exactly the keys it documents, each a finite number.
 Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
 part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
-binaries, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
+binaries, the Temporal CLI, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.testing import kubeenv, postgres
+from ironflow.testing import kubeenv, postgres, temporal
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCHMARKS = ROOT / "benchmarks"
@@ -70,6 +70,9 @@ CASES = (
                      "list_runs_p50_ms_sqlite", "vs_list_runs_sqlite", "runs_page_p50_ms_postgres",
                      "runs_page_p95_ms_postgres", "filtered_p50_ms_postgres", "list_runs_p50_ms_postgres",
                      "vs_list_runs_postgres", "target_met"}), needs=("postgres",), timeout_s=180),
+    Bench("temporal", ("--steps", "5"),
+          frozenset({"engine_pg_step_ms", "temporal_step_ms", "temporal_bare_step_ms", "ratio"}),
+          needs=("postgres", "temporal-cli"), timeout_s=180),
     Bench("workspace", ("--files", "200", "--megabytes", "2", "--runs", "1"),
           frozenset({"ready_vs_cp", "diff_vs_git", "reflink", "ready_ms", "cp_ms", "collect_ms", "git_diff_ms",
                      "end_to_end_ms"}), needs=("bwrap", "git")),
@@ -103,6 +106,12 @@ def _missing(part: str) -> str | None:
         try:
             kubeenv.find_bin_dir()
         except kubeenv.KubeEnvNotAvailable as exc:
+            return str(exc)
+        return None
+    if part == "temporal-cli":
+        try:
+            temporal.find_temporal_cli()
+        except temporal.TemporalNotAvailable as exc:
             return str(exc)
         return None
     if part == "agent-sandbox-sdk":

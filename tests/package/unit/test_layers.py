@@ -133,6 +133,8 @@ def test_no_module_of_ironflow_takes_part_in_an_import_circle() -> None:
 DEFERRED_IMPORTS = {
     ("ironflow.engine.store", "ironflow.engine.postgres"): "asyncpg, only for a PostgreSQL store",
     ("ironflow.auth_proxy.app", "ironflow.auth_proxy.postgres"): "asyncpg, only for a PostgreSQL registry",
+    ("ironflow.cli.temporal", "ironflow.temporal.worker"): "temporalio, the optional extra `temporal`",
+    ("ironflow.cli.temporal", "ironflow.temporal.activities"): "temporalio, the optional extra `temporal`",
 }
 
 

@@ -1,0 +1,57 @@
+"""``ironflow temporal-worker`` refuses bad input with one line and exit 2, and an unreachable
+server with one line and exit 3, before it polls anything."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IRONFLOW = [sys.executable, "-c", "from ironflow.cli.app import main; main()"]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed again once the block ends
+
+
+def worker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*IRONFLOW, "temporal-worker", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task-queue", " "], "error: --task-queue must name a task queue"),
+        (["--task-queue", "q", "--address", "nowhere"], "error: --address must be HOST:PORT (e.g. 127.0.0.1:7233)"),
+        (["--task-queue", "q", "--address", "h:99999"], "error: --address must be HOST:PORT"),
+        (["--task-queue", "q", "--workflows", "missing.py"], "error: workflow file 'missing.py' not found"),
+        (["--task-queue", "q", "--provider", "missing.yaml"], "error: provider file 'missing.yaml' not found"),
+        (["--task-queue", "q", "--backend", "k8s"], "error: --backend k8s needs --provider provider.yaml"),
+        (["--task-queue", "q", "--account", "main"], "error: account 'main' must look like NAME=env:VAR"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    done = worker(*args, "--address", f"127.0.0.1:{closed_port()}") if "--address" not in args else worker(*args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(message)
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_workflow_file_without_workflows_is_bad_input(tmp_path: Path) -> None:
+    empty = tmp_path / "flows.py"
+    empty.write_text("X = 1\n")
+    done = worker("--task-queue", "q", "--workflows", str(empty), "--address", f"127.0.0.1:{closed_port()}")
+    assert (done.returncode, done.stderr.strip()) == (2, f"error: {empty} defines no @workflow.defn class")
+
+
+def test_an_unreachable_server_is_one_line_and_exit_3() -> None:
+    port = closed_port()
+    done = worker("--task-queue", "q", "--address", f"127.0.0.1:{port}")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith(f"error: cannot reach the Temporal server at 127.0.0.1:{port}: ")
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,127 @@
+"""What the Temporal tests watch and start: sandbox processes, a workflow's history, worker processes.
+
+Also the marks of the tests that run the local sandbox (real bubblewrap, the real Claude Code
+CLI) and the path of the tests' workflows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from ironflow import errors
+from ironflow.claude import cli
+
+WORKFLOWS = Path(__file__).parent / "temporal_workflows.py"
+
+
+def _claude() -> str | None:
+    try:
+        return cli.find_claude_cli()
+    except errors.ConfigError:
+        return None
+
+
+#: The local sandbox with the real Claude Code CLI, as the engine's tests run it.
+LOCAL_SANDBOX = [
+    pytest.mark.bwrap,
+    pytest.mark.claude_cli,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+    pytest.mark.skipif(_claude() is None, reason="Claude Code CLI not installed (run scripts/install)"),
+]
+
+
+def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
+    """:data:`LOCAL_SANDBOX` on one test."""
+    for mark in LOCAL_SANDBOX:
+        test = mark(test)
+    return test
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def alive(pids: set[int]) -> set[int]:
+    """The processes of ``pids`` that still run (a zombie is gone)."""
+    return {p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
+
+
+@contextlib.contextmanager
+def worker_process(argv: list[str], stderr: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``temporal_worker.py`` (argv) once it printed ``ready``; killed at the end."""
+    with stderr.open("ab") as err, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"ready\n", stderr.read_text()
+            yield proc
+        finally:
+            proc.kill()
+
+
+# --- history --------------------------------------------------------------------------------
+
+
+async def scheduled(client: Client, workflow_id: str) -> Counter[str]:
+    """The activities a workflow's history scheduled, by type."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return Counter(
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    )
+
+
+async def activity_events(client: Client, workflow_id: str) -> Counter[str]:
+    """The activity events of a workflow's history, by event type."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return Counter(EventType.Name(e.event_type) for e in history.events if "ACTIVITY" in EventType.Name(e.event_type))
+
+
+async def started_attempts(client: Client, workflow_id: str) -> list[tuple[str, int]]:
+    """(step name or activity type, attempt of its last start) for each activity, from the history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    names: dict[int, str] = {}
+    out: list[tuple[str, int]] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summary = event.user_metadata.summary.data.decode().strip('"') if event.user_metadata.summary.data else ""
+            names[event.event_id] = summary or event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes
+            out.append((names[started.scheduled_event_id], started.attempt))
+    return out
