@@ -92,3 +92,24 @@ def test_dash_h_is_help_on_every_level(argv: list[str]) -> None:
     assert result.exit_code == 0, result.output
     assert "Usage: " in result.output
     assert result.output == CliRunner().invoke(app.app, [*argv[:-1], "--help"]).output
+
+
+def _every_command_path() -> list[list[str]]:
+    """``[name]`` for every command, and ``[group, name]`` for every command of a group."""
+    import click
+
+    paths: list[list[str]] = []
+    for name in app.COMMANDS:
+        command = app.load_command(name)
+        paths.append([name])
+        if isinstance(command, click.Group):
+            paths += [[name, sub] for sub in command.list_commands(click.Context(command))]
+    return paths
+
+
+@pytest.mark.parametrize("argv", _every_command_path(), ids=" ".join)
+def test_every_commands_help_renders(argv: list[str]) -> None:
+    """Help text is rich markup: a ``[/WORD]`` in an option's help once made ``exec --help`` crash."""
+    result = CliRunner().invoke(app.app, [*argv, "--help"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert f"Usage: ironflow {' '.join(argv)} " in " ".join(result.output.split())
