@@ -1,0 +1,125 @@
+"""The swappable backend of the session contract suite (``test_session_contract.py``).
+
+:func:`session_case` yields a :class:`SessionCase` for each backend: local bubblewrap
+sessions, Kubernetes sessions on the in-process test server (``local_exec`` runs each exec on
+this machine, in the case's work dir), and on the real kube-apiserver with kwok (its
+``ClusterExec`` rule does the same; skipped with the reason when the binaries are not built).
+A case opens, reattaches and closes sessions, says what a command's working directory is,
+and what of its sessions is left once they are gone (processes and directories, or pods),
+asked the backend's own way so one assertion holds on every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ironflow import labels
+from ironflow.claude import layout
+from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube import api as kube
+from ironflow.local.sessions import LocalSessions
+from ironflow.sandbox_runtime.client import AsyncSandbox
+from ironflow.sessions import SessionInfo
+from ironflow.testing.kube import KubeTestServer, local_exec
+
+__all__ = ["BACKENDS", "SessionCase", "open_case"]
+
+BACKENDS = ["local", "k8s-test-server", "k8s-real-apiserver"]
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+@dataclass
+class SessionCase:
+    """One backend's sessions, with what the contract asks of it beyond the handle."""
+
+    backend: str
+    sessions: LocalSessions | K8sSessions
+    work_dir: str
+    state_dir: Path | None = None
+    api: kube.KubeApi | None = None
+    namespace: str = ""
+    _pids: dict[str, list[int]] = field(default_factory=dict)
+
+    async def open(self, **options: Any) -> AsyncSandbox:
+        sandbox = await self.sessions.open(**options)
+        if isinstance(self.sessions, LocalSessions):
+            self._pids[sandbox.id] = self.sessions.host_pids(sandbox.id)
+        return sandbox
+
+    async def connect(self, session_id: str) -> AsyncSandbox:
+        if isinstance(self.sessions, LocalSessions):
+            return self.sessions.connect(session_id)
+        return await self.sessions.connect(session_id)
+
+    def listed(self) -> list[SessionInfo]:
+        return self.sessions.list()
+
+    async def leftovers(self) -> list[str]:
+        """What is left of every session this case opened and that has ended."""
+        if self.api is not None:
+            listed = await self.api.list(kube.PODS, self.namespace, label_selector=labels.SANDBOX_SESSION_SELECTOR)
+            return [f"pod {p['metadata']['name']}" for p in listed.items]
+        open_ids = {info.id for info in self.listed()}
+        ended = [pid for sid, pids in self._pids.items() if sid not in open_ids for pid in pids]
+        assert self.state_dir is not None
+        entries = [] if open_ids else [f"dir {p.name}" for p in self.state_dir.iterdir()]
+        return entries + [f"pid {pid}" for pid in ended if _running(pid)]
+
+    async def nothing_left(self) -> bool:
+        return not await self.leftovers()
+
+
+def _k8s(api: kube.KubeApi, namespace: str, **options: Any) -> K8sSessions:
+    return K8sSessions(ProviderSettings(image="runner:test", namespace=namespace), api=api, **options)
+
+
+@contextlib.asynccontextmanager
+async def open_case(
+    request: pytest.FixtureRequest, backend: str, tmp_path: Path, **options: Any
+) -> AsyncIterator[SessionCase]:
+    """The case of ``backend``; every session it holds is closed at the end."""
+    if backend == "local":
+        if shutil.which("bwrap") is None:
+            pytest.skip("bubblewrap not installed")
+        short = Path(tempfile.mkdtemp(prefix="ifs-test-"))  # a unix socket path holds at most 107 bytes
+        try:
+            async with LocalSessions(state_dir=str(short), **options) as local:
+                yield SessionCase(backend, local, layout.SANDBOX_HOME, state_dir=short)
+        finally:
+            shutil.rmtree(short, ignore_errors=True)
+        return
+    work = tmp_path / "work"
+    work.mkdir()
+    if backend == "k8s-real-apiserver":
+        env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
+        with env.namespace(f"sessions-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(env.allow_exec, namespace, work)
+            client = await kube.KubeApi.connect(env.cluster_config())
+            async with client, _k8s(client, namespace, **options) as sessions:
+                yield SessionCase(backend, sessions, str(work), api=client, namespace=namespace)
+        return
+    async with KubeTestServer() as server:
+        server.create_namespace("sessions")
+        server.serve_exec(local_exec(cwd=str(work)))
+        server.script_pods(name_prefix="sbx-", run_for=None)  # Running until deleted
+        client = await kube.KubeApi.connect(server.cluster_config())
+        async with client, _k8s(client, "sessions", **options) as sessions:
+            yield SessionCase(backend, sessions, str(work), api=client, namespace="sessions")
