@@ -62,6 +62,8 @@ class K8sSessions:
         python: the image's Python (the runtime needs 3.11, the standard library only).
     """
 
+    backend: Final = session_pods.BACKEND
+
     def __init__(
         self,
         settings: ProviderSettings,
