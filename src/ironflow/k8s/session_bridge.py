@@ -1,8 +1,10 @@
 """A Kubernetes session's runtime API on a host unix socket, answered by exec in its pod (I/O).
 
 The pod runs no server (kwok and other API-only clusters run no container at all): this
-bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on a socket in a
-private 0700 directory, with its own bearer token, so the session handle
+bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on an abstract unix
+socket (no file: nothing is left on disk when this process is SIGKILLed) that admits only
+this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
+token, so the session handle
 (:class:`~ironflow.sandbox_runtime.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
 router talk to it exactly as to a local session. Each request becomes one ``pods/exec`` of
 the runtime itself (:mod:`ironflow.k8s.session_wire`): the pod does the path checks, the
@@ -24,8 +26,8 @@ import json
 import logging
 import os
 import secrets
-import shutil
-import tempfile
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
@@ -49,7 +51,7 @@ _MAX_OUTPUT_BYTES: Final = 16 << 20
 _KEEP_BYTES: Final = 64 << 10
 _EXT: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
-_SOCKET: Final = "rt.sock"
+_PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
 
 
 def _bundle() -> tuple[bytes, tuple[int, ...]]:
@@ -174,6 +176,7 @@ class _Command:
         self.finished = False
         self.timed_out = False
         self._changed = asyncio.Event()
+        self._pid_known = asyncio.Event()  # set once the first event named it, or the exec ended
         self._reply = _Reply(runtime, session_id)
         self._reply.start("POST", _EXT, json.dumps({**spec, "background": False}).encode(), "application/json")
         self.task = asyncio.create_task(self._collect())
@@ -201,11 +204,13 @@ class _Command:
                     event = json.loads(line)
                     if "id" in event:
                         self.pid = event.get("pid")
+                        self._pid_known.set()
                     else:
                         self._push(event)
             if not self.finished:
                 self._fail(self._reply.failure or "the command's stream ended without its exit")
         finally:
+            self._pid_known.set()
             await self._reply.aclose()
 
     def _fail(self, message: str) -> None:
@@ -213,10 +218,13 @@ class _Command:
         self._push({"exit_code": 1, "timed_out": False})
 
     async def kill(self, *, timed_out: bool = False) -> bool:
+        """True when it was still running. A command asked to die before its pid came waits for it:
+        the kill must reach the process, not be lost in the exec's first moments."""
         if self.finished:
             return False
         self.timed_out = self.timed_out or timed_out
-        if self.pid is not None:
+        await self._pid_known.wait()
+        if self.pid is not None and not self.finished:
             await self.runtime.kill_group(self.pid)
         return True
 
@@ -242,6 +250,18 @@ class _Command:
                     await changed.wait()
 
 
+def _same_user(request: web.Request) -> bool:
+    """Whether the peer of the request's unix socket runs as this process's user."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is None:
+        return False
+    try:
+        _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    except OSError:
+        return False
+    return bool(uid == os.getuid())
+
+
 def _message_of(text: str) -> str:
     with contextlib.suppress(ValueError, AttributeError):
         return str(json.loads(text).get("message") or text)
@@ -262,13 +282,12 @@ class Bridge:
         *,
         env: Mapping[str, str],
         max_upload_bytes: int,
-        state_dir: str | None = None,
     ) -> None:
         self.runtime, self.session_id, self.env = runtime, session_id, dict(env)
         self.max_upload_bytes = max_upload_bytes
         self.token = Secret(secrets.token_urlsafe(32))
-        self.directory = tempfile.mkdtemp(prefix="ifk-", dir=state_dir)  # 0700
-        self.socket_path = os.path.join(self.directory, _SOCKET)
+        # Abstract (a leading NUL): the socket dies with this process and never names a file.
+        self.socket_path = f"\0ironflow-k8s-session-{session_id}-{secrets.token_hex(8)}"
         self.commands: dict[str, _Command] = {}
         self._ids = 0
         self._busy = 0
@@ -281,7 +300,6 @@ class Bridge:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1)
         await self._runner.setup()
         await web.UnixSite(self._runner, self.socket_path).start()
-        os.chmod(self.socket_path, 0o600)
 
     async def aclose(self) -> None:
         """Stop serving; the commands' execs end (the pod's deletion ends the commands)."""
@@ -290,7 +308,6 @@ class Bridge:
         await asyncio.gather(*(c.task for c in self.commands.values()), return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     def idle_for(self) -> float:
         """Seconds with no request and no running command (0 while busy)."""
@@ -299,6 +316,8 @@ class Bridge:
         return time.monotonic() - self._last_active
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if not _same_user(request):  # an abstract socket has no file mode: the peer's uid stands in
+            return web.json_response({"message": "Forbidden"}, status=403)
         got = request.headers.get("Authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {self.token.reveal()}".encode()):
             return web.json_response({"message": "Unauthorized"}, status=401)

@@ -72,14 +72,12 @@ class K8sSessions:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
-        state_dir: str | None = None,
     ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
         self.start_timeout_s = start_timeout_s
         self.max_upload_bytes = max_upload_bytes
         self.python = python
-        self.state_dir = state_dir
         self._api = api
         self._owns_api = api is None
         self._sessions: dict[str, _Session] = {}
@@ -154,9 +152,7 @@ class K8sSessions:
             max_upload_bytes=self.max_upload_bytes,
             python=self.python,
         )
-        bridge = session_bridge.Bridge(
-            runtime, info.id, env=env, max_upload_bytes=self.max_upload_bytes, state_dir=self.state_dir
-        )
+        bridge = session_bridge.Bridge(runtime, info.id, env=env, max_upload_bytes=self.max_upload_bytes)
         await bridge.start()
         session = _Session(info, bridge, idle_timeout)
         if probe:

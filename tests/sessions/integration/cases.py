@@ -53,9 +53,11 @@ class SessionCase:
     backend: str
     sessions: LocalSessions | K8sSessions
     work_dir: str
-    state_dir: Path | None = None
     api: kube.KubeApi | None = None
     namespace: str = ""
+    #: A kubeconfig file of the cluster, for another process to reach it (k8s only).
+    kubeconfig: Path | None = None
+    state_dir: Path | None = None
     _pids: dict[str, list[int]] = field(default_factory=dict)
 
     async def open(self, **options: Any) -> AsyncSandbox:
@@ -114,12 +116,15 @@ async def open_case(
             await asyncio.to_thread(env.allow_exec, namespace, work)
             client = await kube.KubeApi.connect(env.cluster_config())
             async with client, _k8s(client, namespace, **options) as sessions:
-                yield SessionCase(backend, sessions, str(work), api=client, namespace=namespace)
+                kubeconfig = env.kubeconfig_path
+                yield SessionCase(backend, sessions, str(work), client, namespace, kubeconfig)
         return
     async with KubeTestServer() as server:
         server.create_namespace("sessions")
         server.serve_exec(local_exec(cwd=str(work)))
         server.script_pods(name_prefix="sbx-", run_for=None)  # Running until deleted
         client = await kube.KubeApi.connect(server.cluster_config())
+        kubeconfig = tmp_path / "kubeconfig.yaml"
+        kubeconfig.write_text(server.kubeconfig_yaml(namespace="sessions"))
         async with client, _k8s(client, "sessions", **options) as sessions:
-            yield SessionCase(backend, sessions, str(work), api=client, namespace="sessions")
+            yield SessionCase(backend, sessions, str(work), client, "sessions", kubeconfig)

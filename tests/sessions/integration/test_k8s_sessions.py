@@ -6,7 +6,11 @@ keeps is ``test_session_contract.py``."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +21,8 @@ from ironflow import errors
 from ironflow.k8s import reaper, session_bridge
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.testing.polling import eventually
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(params=["k8s-test-server", "k8s-real-apiserver"])
@@ -62,6 +68,48 @@ async def test_a_lost_supervisors_pod_goes_in_one_reaper_pass_after_its_ttl(case
     after = math.ceil(sandbox.info.expires_at) + 1
     report = await reaper.reap_namespace(case.api, case.namespace, now=after)
     assert report.pods == (sandbox.id,)
+    await eventually(case.nothing_left, interval_s=0.1, what="the pod reaped")
+
+
+_SUPERVISOR = """
+import asyncio, json, sys
+from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube.clusters import KubeconfigFile
+async def main():
+    cluster = KubeconfigFile(sys.argv[1])
+    sessions = K8sSessions(ProviderSettings(image="runner:test", namespace=sys.argv[2], cluster=cluster))
+    sandbox = await sessions.open(ttl=30)
+    print(json.dumps({"id": sandbox.id, "expires_at": sandbox.info.expires_at}), flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+async def test_after_a_sigkill_of_the_supervisor_one_reaper_pass_past_the_ttl_leaves_nothing(
+    case: SessionCase, tmp_path: Path
+) -> None:
+    """The supervisor dies with the session open: its pod stays (to its TTL), no socket of it is
+    left on this host (the bridge's is abstract), and one reaper pass past the TTL deletes it."""
+    assert case.api is not None
+    assert case.kubeconfig is not None
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "TMPDIR": str(scratch)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _SUPERVISOR, str(case.kubeconfig), case.namespace, stdout=asyncio.subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(60):
+            doc = json.loads(await proc.stdout.readline())
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert await case.leftovers() == [f"pod {doc['id']}"]
+    assert [p for p in scratch.rglob("*") if p.is_socket()] == []  # the bridge's socket was abstract
+    report = await reaper.reap_namespace(case.api, case.namespace, now=math.ceil(doc["expires_at"]) + 1)
+    assert report.pods == (doc["id"],)
     await eventually(case.nothing_left, interval_s=0.1, what="the pod reaped")
 
 
