@@ -1,11 +1,12 @@
 """Where the ``ironflow sandbox`` session commands find their sessions: a server, or a cluster.
 
-With ``--provider FILE`` (``--backend k8s``) they talk to the cluster the file names, as
-``ironflow exec --backend k8s`` does: a session is its pod, found by its id's labels, so no
-process has to hold it (opened so, it lives to its TTL; an idle timeout needs a server to
-watch it, and is refused). Otherwise they are clients of ``ironflow sandbox serve``
-(``--server``, ``$IRONFLOW_SANDBOX_SERVER``), whichever backend it serves. Every bad
-combination exits 2 with one line.
+With ``--provider FILE`` (``--backend k8s``, the default then, or ``agent-sandbox``) they
+talk to the cluster the file names, as ``ironflow exec --backend k8s`` does: a session is
+its pod (or its SandboxClaim), found by its id's labels, so no process has to hold it
+(opened so, it lives to its TTL; an idle timeout needs a server to watch it, and is
+refused). Otherwise they are clients of ``ironflow sandbox serve`` (``--server``,
+``$IRONFLOW_SANDBOX_SERVER``), whichever backend it serves. Every bad combination exits 2
+with one line.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ ServerOption = Annotated[
     typer.Option("--server", envvar=SERVER_ENV, help="The `ironflow sandbox serve` URL.", show_default=False),
 ]
 BackendOption = Annotated[
-    str | None, typer.Option("--backend", help="local or k8s (with --provider: k8s).", show_default=False)
+    str | None,
+    typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider: k8s).", show_default=False),
 ]
 ProviderOption = Annotated[
     Path | None,
-    typer.Option("--provider", help="k8s provider file: talk to its cluster, no server.", show_default=False),
+    typer.Option("--provider", help="k8s / agent-sandbox provider file: its cluster, no server.", show_default=False),
 ]
 
 
@@ -68,17 +70,13 @@ def choose(target: Target) -> Mode:
     """The cluster with ``--provider``, else the server; exits 2 naming a bad combination."""
     backend = target.backend
     if backend not in (None, "local", "k8s", "agent-sandbox"):
-        exits.fail(f"invalid --backend '{backend}': use local or k8s")
-    if backend == "agent-sandbox":
-        exits.fail("invalid --backend 'agent-sandbox': agent-sandbox sessions are not built yet (use k8s)")
+        exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
     if target.provider is not None:
         if backend == "local":
-            exits.fail("--provider is for --backend k8s: local sessions live in `ironflow sandbox serve`")
+            exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions live in `sandbox serve`")
         return Mode.CLUSTER
-    if backend == "k8s" and not target.server:
-        exits.fail(
-            "--backend k8s needs --provider provider.yaml, or --server of `ironflow sandbox serve --backend k8s`"
-        )
+    if backend in ("k8s", "agent-sandbox") and not target.server:
+        exits.fail(f"--backend {backend} needs --provider provider.yaml, or the --server of a `sandbox serve`")
     return Mode.SERVER
 
 
@@ -140,7 +138,13 @@ async def session_client(target: Target) -> AsyncIterator[SessionClient]:
         from ironflow.cli import backends
         from ironflow.k8s.sessions import K8sSessions
 
-        sessions = K8sSessions(backends.k8s_provider(target.provider).settings)
+        sessions: K8sSessions
+        if target.backend == "agent-sandbox":
+            from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+
+            sessions = AgentSandboxSessions(backends.agent_sandbox_provider(target.provider).settings)
+        else:
+            sessions = K8sSessions(backends.k8s_provider(target.provider).settings)
         try:
             yield ClusterSessions(sessions)
         finally:

@@ -26,13 +26,24 @@ from ironflow.k8s import command_manifests, hardening
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.sessions import SessionInfo
 
-__all__ = ["BACKEND", "CONTAINER", "IDLE_COMMAND", "check_env", "info_of", "session_pod"]
+__all__ = [
+    "BACKEND",
+    "CONTAINER",
+    "IDLE_COMMAND",
+    "OWN_KEYS",
+    "check_env",
+    "check_labels",
+    "created_at",
+    "info_of",
+    "session_pod",
+]
 
 BACKEND: Final = "k8s"
 CONTAINER: Final = "sandbox"
 #: The container's one process: waits, and ends at once on SIGTERM (pid 1 has no default handler).
 IDLE_COMMAND: Final = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
-_OWN_KEYS: Final = frozenset(
+#: The labels ironflow sets on a session's object: never the caller's.
+OWN_KEYS: Final = frozenset(
     {labels.LABEL_MANAGED_BY, labels.LABEL_COMPONENT, labels.LABEL_SESSION_ID, labels.LABEL_RUN_ID}
 )
 
@@ -51,6 +62,22 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
     return dict(env)
 
 
+def check_labels(caller_labels: Mapping[str, str] | None, run_id: str | None) -> dict[str, str]:
+    """The caller's labels of a session, and its run id, as Kubernetes takes them.
+
+    Raises:
+        ConfigError: a reserved or ironflow's own key, an invalid value, a run id that is no label value.
+    """
+    chosen = dict(caller_labels or {})
+    command_manifests.check_labels(chosen)
+    for key in chosen:
+        if key in OWN_KEYS:
+            raise errors.ConfigError(f"label '{key}' is set by ironflow: drop it from the session's labels")
+    if run_id is not None and not labels.is_valid_label_value(run_id):
+        raise errors.ConfigError(f"run id '{errors.truncate(run_id, 80)}' is not a Kubernetes label value")
+    return chosen
+
+
 def session_pod(
     session_id: str,
     settings: ProviderSettings,
@@ -67,13 +94,7 @@ def session_pod(
         ConfigError: a reserved or invalid label, a run id that is not a label value, a bad ttl.
     """
     command_manifests.check_duration("ttl", ttl_s)
-    chosen = dict(caller_labels or {})
-    command_manifests.check_labels(chosen)
-    for key in chosen:
-        if key in _OWN_KEYS:
-            raise errors.ConfigError(f"label '{key}' is set by ironflow: drop it from the session's labels")
-    if run_id is not None and not labels.is_valid_label_value(run_id):
-        raise errors.ConfigError(f"run id '{errors.truncate(run_id, 80)}' is not a Kubernetes label value")
+    chosen = check_labels(caller_labels, run_id)
     sandbox = settings.sandbox or hardening.SandboxSettings()
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -116,7 +137,8 @@ def session_pod(
     }
 
 
-def _created(meta: Mapping[str, Any]) -> float:
+def created_at(meta: Mapping[str, Any]) -> float:
+    """An object's creation time in epoch seconds (0 when unreadable)."""
     stamp = meta.get("creationTimestamp")
     try:
         return datetime.fromisoformat(str(stamp)).timestamp()
@@ -133,13 +155,13 @@ def info_of(pod: Mapping[str, Any], *, settings_labels: Mapping[str, str] | None
     session_id = pod_labels.get(labels.LABEL_SESSION_ID, "")
     if session_id != meta.get("name"):
         return None
-    skip = _OWN_KEYS | set(settings_labels or ())
+    skip = OWN_KEYS | set(settings_labels or ())
     expiry = labels.expires_at(meta.get("annotations"))
     return SessionInfo(
         id=session_id,
         backend=BACKEND,
         isolation=str((pod.get("spec") or {}).get("runtimeClassName") or "pod"),
-        created_at=_created(meta),
+        created_at=created_at(meta),
         expires_at=float(expiry or 0),
         labels={k: v for k, v in pod_labels.items() if k not in skip},
         run_id=pod_labels.get(labels.LABEL_RUN_ID),

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from ironflow import errors, labels
 from ironflow.k8s import pod_wait, pods, session_bridge, session_pods
@@ -33,7 +33,7 @@ from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
 
-__all__ = ["DEFAULT_START_TIMEOUT_S", "K8sSessions"]
+__all__ = ["DEFAULT_START_TIMEOUT_S", "Found", "K8sSessions"]
 
 log = logging.getLogger("ironflow.k8s")
 
@@ -42,6 +42,17 @@ DEFAULT_START_TIMEOUT_S: Final = 300.0
 _IDLE_CHECK_S: Final = 1.0
 #: What the hardening adds to the container's env: the pod's own, not the caller's.
 _HARDENING_ENV: Final = frozenset({"HOME", "TMPDIR"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A session as the cluster holds it: where its commands run, and whether it still can."""
+
+    info: SessionInfo
+    pod: str
+    container: str
+    env: Mapping[str, str]
+    running: bool = True
 
 
 @dataclasses.dataclass(eq=False)
@@ -56,13 +67,16 @@ class _Session:
 class K8sSessions:
     """The sandbox sessions of one provider's namespace; those this process holds, by id.
 
+    A subclass changes what a session is in the cluster (``open``, ``_lookup``, ``_delete``,
+    ``find``: agent-sandbox's claims); holding, bridging, watching and closing stay here.
+
     Args:
         settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
         api: a connected client; default one for ``settings.cluster``, owned and closed here.
         python: the image's Python (the runtime needs 3.11, the standard library only).
     """
 
-    backend: Final = session_pods.BACKEND
+    backend: ClassVar[str] = session_pods.BACKEND
 
     def __init__(
         self,
@@ -117,17 +131,25 @@ class K8sSessions:
             created = await api.create(kube.PODS, self.namespace, body)
         except BaseException as exc:
             if pods.may_exist_after(exc):
-                await self._delete_pod(session_id)
+                await self._delete(session_id)
             raise
         try:
             await self._wait_running(api, session_id)
-            session = await self._attach(created, env or {}, idle_timeout, probe=True)
+            info = session_pods.info_of(created, settings_labels=self.settings.pod_labels)
+            assert info is not None  # rendered as a session pod just now
+            found = Found(info, session_id, session_pods.CONTAINER, dict(env or {}))
+            session = await self._attach(found, idle_timeout, probe=True)
         except BaseException:
-            await self._delete_pod(session_id)
+            await self._delete(session_id)
             raise
+        return self._hold(session, now, ttl)
+
+    def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
+        """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
         session.info = dataclasses.replace(session.info, created_at=now, expires_at=now + ttl)
         session.watcher = asyncio.create_task(self._watch(session))
-        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session_id, self.namespace, session_id, ttl)
+        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session.info.id, self.namespace,
+                 session.bridge.runtime.pod, ttl)  # fmt: skip
         return self._handle(session)
 
     async def _wait_running(self, api: kube.KubeApi, name: str) -> None:
@@ -138,21 +160,17 @@ class K8sSessions:
         if pod_status.phase(pod) != "Running":
             raise errors.SandboxError(f"session pod {name} ended before it was used (phase {pod_status.phase(pod)})")
 
-    async def _attach(
-        self, pod: Mapping[str, Any], env: Mapping[str, str], idle_timeout: float | None, *, probe: bool
-    ) -> _Session:
-        info = session_pods.info_of(pod, settings_labels=self.settings.pod_labels)
-        if info is None:
-            raise SessionNotFound(f"pod {pod.get('metadata', {}).get('name')} holds no open sandbox session")
+    async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
+        info = found.info
         runtime = session_bridge.PodRuntime(
             await self._client(),
             self.namespace,
-            info.id,
-            session_pods.CONTAINER,
+            found.pod,
+            found.container,
             max_upload_bytes=self.max_upload_bytes,
             python=self.python,
         )
-        bridge = session_bridge.Bridge(runtime, info.id, env=env, max_upload_bytes=self.max_upload_bytes)
+        bridge = session_bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
         await bridge.start()
         session = _Session(info, bridge, idle_timeout)
         if probe:
@@ -190,9 +208,21 @@ class K8sSessions:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             await session.bridge.aclose()
-        await self._delete_pod(session_id)
+        await self._delete(session_id)
 
-    async def _delete_pod(self, name: str) -> None:
+    async def _lookup(self, session_id: str) -> Found | None:
+        """The session pod of this id, or None when there is none."""
+        try:
+            pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
+        except errors.KubeNotFound:
+            return None
+        info = session_pods.info_of(pod, settings_labels=self.settings.pod_labels)
+        if info is None:
+            return None
+        running = pod_status.phase(pod) == "Running"
+        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running)
+
+    async def _delete(self, name: str) -> None:
         """Delete the pod at once (no grace: a session's processes are disposable), even when cancelled;
         a failure is logged and left to the reaper, as the pod's expiry is set."""
         api = await self._client()
@@ -228,13 +258,12 @@ class K8sSessions:
         check_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is None:
-            try:
-                pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
-            except errors.KubeNotFound:
-                raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}") from None
-            if pod_status.phase(pod) != "Running":
-                raise SessionNotFound(f"sandbox session '{session_id}' has ended (pod {pod_status.phase(pod)})")
-            session = await self._attach(pod, _plain_env(pod), None, probe=False)
+            found = await self._lookup(session_id)
+            if found is None:
+                raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
+            if not found.running:
+                raise SessionNotFound(f"sandbox session '{session_id}' has ended (its pod no longer runs)")
+            session = await self._attach(found, None, probe=False)
         return self._handle(session)
 
     def route(self, session_id: str) -> tuple[str, Secret]:
@@ -266,13 +295,8 @@ class K8sSessions:
             with contextlib.suppress(asyncio.CancelledError):
                 await session.watcher
             return True
-        if session is None:
-            try:
-                pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
-            except errors.KubeNotFound:
-                return False
-            if session_pods.info_of(pod) is None:
-                return False
+        if session is None and await self._lookup(session_id) is None:
+            return False
         await self._teardown(session_id)
         return True
 

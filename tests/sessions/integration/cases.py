@@ -24,18 +24,23 @@ from typing import Any
 import pytest
 
 from ironflow import labels
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.steps import AgentSandboxSettings
 from ironflow.claude import layout
+from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import SessionInfo
+from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 
 __all__ = ["BACKENDS", "SessionCase", "open_case"]
 
-BACKENDS = ["local", "k8s-test-server", "k8s-real-apiserver"]
+BACKENDS = ["local", "k8s-test-server", "k8s-real-apiserver", "agent-sandbox-test-server"]
 
 
 def _running(pid: int) -> bool:
@@ -60,6 +65,11 @@ class SessionCase:
     state_dir: Path | None = None
     _pids: dict[str, list[int]] = field(default_factory=dict)
 
+    @property
+    def env(self) -> dict[str, str]:
+        """A session environment the backend takes (agent-sandbox's pod has the template's)."""
+        return {} if isinstance(self.sessions, AgentSandboxSessions) else {"B": "2"}
+
     async def open(self, **options: Any) -> AsyncSandbox:
         sandbox = await self.sessions.open(**options)
         if isinstance(self.sessions, LocalSessions):
@@ -76,6 +86,8 @@ class SessionCase:
 
     async def leftovers(self) -> list[str]:
         """What is left of every session this case opened and that has ended."""
+        if isinstance(self.sessions, AgentSandboxSessions):
+            return await _claim_leftovers(self.sessions)
         if self.api is not None:
             listed = await self.api.list(kube.PODS, self.namespace, label_selector=labels.SANDBOX_SESSION_SELECTOR)
             return [f"pod {p['metadata']['name']}" for p in listed.items]
@@ -87,6 +99,24 @@ class SessionCase:
 
     async def nothing_left(self) -> bool:
         return not await self.leftovers()
+
+
+async def _claim_leftovers(sessions: AgentSandboxSessions) -> list[str]:
+    """Session claims, and the Sandboxes (with their pods) still owned by a claim."""
+    api, res, namespace = await sessions._client(), sessions.resources, sessions.namespace
+    listed = await api.list(res.claims, namespace, label_selector=labels.SANDBOX_CLAIM_SELECTOR)
+    left = [f"claim {c['metadata']['name']}" for c in listed.items]
+    for sandbox in (await api.list(res.sandboxes, namespace)).items:
+        refs = sandbox["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == "SandboxClaim" for r in refs):
+            left.append(f"sandbox {sandbox['metadata']['name']}")
+    return left
+
+
+def agent_sandbox_settings(namespace: str) -> AgentSandboxSettings:
+    """A warm pool of one member, the test image (kwok and the stand-in never pull it)."""
+    pod = K8sEphemeralProvider.sandboxed("runner:test").namespace(namespace)
+    return AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(30).settings
 
 
 def _k8s(api: kube.KubeApi, namespace: str, **options: Any) -> K8sSessions:
@@ -110,6 +140,19 @@ async def open_case(
         return
     work = tmp_path / "work"
     work.mkdir()
+    if backend == "agent-sandbox-test-server":
+        async with KubeTestServer() as server:
+            server.create_namespace("pool")
+            server.serve_exec(local_exec(cwd=str(work)))
+            controller = AgentSandboxController(server, namespace="pool", cold_start_s=0.05)
+            client = await kube.KubeApi.connect(server.cluster_config())
+            async with controller, client:
+                settings = agent_sandbox_settings("pool")
+                await AgentSandboxProvider(settings).apply_template(client)
+                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                    yield SessionCase(backend, pooled, str(work), client, "pool")
+                assert not controller.failures, controller.failures
+        return
     if backend == "k8s-real-apiserver":
         env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
         with env.namespace(f"sessions-{uuid.uuid4().hex[:8]}") as namespace:

@@ -107,8 +107,9 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["open", "--backend", "bogus"], "invalid --backend 'bogus': use local or k8s"),
-        (["open", "--backend", "agent-sandbox"], "agent-sandbox sessions are not built yet"),
+        (["open", "--backend", "bogus"], "invalid --backend 'bogus': use local, k8s or agent-sandbox"),
+        (["open", "--backend", "agent-sandbox"], "--backend agent-sandbox needs --provider provider.yaml"),
+        (["open", "--backend", "agent-sandbox", "--provider", "{provider}"], "unknown key 'image'"),
         (["open", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
         (["open", "--backend", "local", "--provider", "{provider}"], "--provider is for --backend k8s"),
         (["open", "--provider", "{provider}", "--idle-timeout", "5m"], "--idle-timeout needs a server"),

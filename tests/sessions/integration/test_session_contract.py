@@ -26,12 +26,12 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 async def test_commands_run_one_after_another_in_the_same_sandbox(case: SessionCase) -> None:
-    async with await case.open(ttl=60, env={"B": "2"}) as sandbox:
+    async with await case.open(ttl=60, env=case.env) as sandbox:
         first = await sandbox.commands.run(["sh", "-c", "echo kept > note; pwd"])
         assert (first.exit_code, first.stdout.strip()) == (0, case.work_dir)
         assert (await sandbox.commands.run("cat note")).stdout == "kept\n"
         env = await sandbox.commands.run(["sh", "-c", "echo $A$B; cat"], env={"A": "1"}, stdin="in", cwd=".")
-        assert env.stdout == "12\nin"
+        assert env.stdout == "1" + case.env.get("B", "") + "\nin"
         failed = await sandbox.commands.run(["sh", "-c", "exit 7"])
         assert (failed.exit_code, failed.timed_out) == (7, False)
         assert (await sandbox.commands.run("no-such-tool")).exit_code == 127
