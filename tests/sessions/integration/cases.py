@@ -3,7 +3,9 @@
 :func:`session_case` yields a :class:`SessionCase` for each backend: local bubblewrap
 sessions, Kubernetes sessions on the in-process test server (``local_exec`` runs each exec on
 this machine, in the case's work dir), and on the real kube-apiserver with kwok (its
-``ClusterExec`` rule does the same; skipped with the reason when the binaries are not built).
+``ClusterExec`` rule does the same; skipped with the reason when the binaries are not built),
+and agent-sandbox sessions (a claim adopting a warm pool's pod) with the scripted stand-in
+controller on the test server and with the real controller on the kube-apiserver tier.
 A case opens, reattaches and closes sessions, says what a command's working directory is,
 and what of its sessions is left once they are gone (processes and directories, or pods),
 asked the backend's own way so one assertion holds on every backend.
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from ironflow import labels
+from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
@@ -40,7 +43,13 @@ from ironflow.testing.kube import KubeTestServer, local_exec
 
 __all__ = ["BACKENDS", "SessionCase", "open_case"]
 
-BACKENDS = ["local", "k8s-test-server", "k8s-real-apiserver", "agent-sandbox-test-server"]
+BACKENDS = [
+    "local",
+    "k8s-test-server",
+    "k8s-real-apiserver",
+    "agent-sandbox-test-server",
+    "agent-sandbox-real-controller",
+]
 
 
 def _running(pid: int) -> bool:
@@ -87,7 +96,8 @@ class SessionCase:
     async def leftovers(self) -> list[str]:
         """What is left of every session this case opened and that has ended."""
         if isinstance(self.sessions, AgentSandboxSessions):
-            return await _claim_leftovers(self.sessions)
+            assert self.api is not None
+            return await _claim_leftovers(self.api, self.namespace)
         if self.api is not None:
             listed = await self.api.list(kube.PODS, self.namespace, label_selector=labels.SANDBOX_SESSION_SELECTOR)
             return [f"pod {p['metadata']['name']}" for p in listed.items]
@@ -101,9 +111,9 @@ class SessionCase:
         return not await self.leftovers()
 
 
-async def _claim_leftovers(sessions: AgentSandboxSessions) -> list[str]:
+async def _claim_leftovers(api: kube.KubeApi, namespace: str) -> list[str]:
     """Session claims, and the Sandboxes (with their pods) still owned by a claim."""
-    api, res, namespace = await sessions._client(), sessions.resources, sessions.namespace
+    res = claims.resources()
     listed = await api.list(res.claims, namespace, label_selector=labels.SANDBOX_CLAIM_SELECTOR)
     left = [f"claim {c['metadata']['name']}" for c in listed.items]
     for sandbox in (await api.list(res.sandboxes, namespace)).items:
@@ -152,6 +162,17 @@ async def open_case(
                 async with AgentSandboxSessions(settings, api=client, **options) as pooled:
                     yield SessionCase(backend, pooled, str(work), client, "pool")
                 assert not controller.failures, controller.failures
+        return
+    if backend == "agent-sandbox-real-controller":
+        env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
+        with env.namespace(f"pool-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(env.allow_exec, namespace, work)
+            client = await kube.KubeApi.connect(env.cluster_config())
+            async with client:
+                settings = agent_sandbox_settings(namespace)
+                await AgentSandboxProvider(settings).apply_template(client)
+                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                    yield SessionCase(backend, pooled, str(work), client, namespace)
         return
     if backend == "k8s-real-apiserver":
         env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built

@@ -1,5 +1,6 @@
 """The sandbox session contract, on every backend (``cases.BACKENDS``): local bubblewrap,
-Kubernetes on the test server, Kubernetes on the real kube-apiserver with kwok. One handle:
+Kubernetes on the test server and on the real kube-apiserver with kwok, agent-sandbox with
+the stand-in controller and with the real one. One handle:
 commands one after another, streams, background commands, confined files, tar copies, reattach
 by id, close and close-run, TTL and idle timeout, and nothing left of a session once it ends."""
 
