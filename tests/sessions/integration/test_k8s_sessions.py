@@ -1,7 +1,8 @@
 """What only Kubernetes sessions have, on the test server and the real kube-apiserver with kwok
 (``cases.py``): another process reattaches by id from the pod's labels, a pod its supervisor
 lost goes in one reaper pass once its TTL passed, an upload past the limit never reaches the
-pod, and an image without Python fails the open and leaves no pod. The contract every backend
+pod, an image without Python fails the open and leaves no pod, and a pod that will never
+start (a missing Secret) fails it at once with the cluster's reason. The contract every backend
 keeps is ``test_session_contract.py``."""
 
 from __future__ import annotations
@@ -11,15 +12,20 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
 from ironflow.k8s import reaper, session_bridge
 from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube import api as kube
+from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.polling import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,6 +81,9 @@ _SUPERVISOR = """
 import asyncio, json, sys
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube import api as kube
+from ironflow.testing.kube import KubeTestServer
+from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube.clusters import KubeconfigFile
 async def main():
     cluster = KubeconfigFile(sys.argv[1])
@@ -126,3 +135,22 @@ async def test_an_image_without_python_fails_the_open_and_leaves_no_pod(case: Se
         await sessions.open(ttl=60)
     assert await case.nothing_left()
     await sessions.aclose()
+
+
+async def test_a_pod_that_will_never_start_fails_the_open_at_once_and_is_deleted(tmp_path: Path) -> None:
+    """The pod steps' fail-fast wait: a missing Secret is the cluster's reason at once, not a
+    wait to the start timeout; the pod is deleted."""
+    async with KubeTestServer() as server:
+        server.create_namespace("ff")
+        client = await kube.KubeApi.connect(server.cluster_config())
+        settings = ProviderSettings(image="runner:test", namespace="ff")
+        async with client, K8sSessions(settings, api=client, start_timeout_s=60) as sessions:
+            opening = asyncio.create_task(sessions.open(ttl=60))
+            (pod,) = await eventually(lambda: server.objects(kube.PODS, "ff"), what="the session pod")
+            problem = problem_status(pod, "CreateContainerConfigError", 'secret "claude-token" not found')
+            server.set_pod_status("ff", pod["metadata"]["name"], problem)
+            started = time.monotonic()
+            with pytest.raises(errors.SandboxRefused, match="CreateContainerConfigError"):
+                await opening
+            assert time.monotonic() - started < 10
+            assert server.objects(kube.PODS, "ff") == []
