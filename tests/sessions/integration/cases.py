@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims
@@ -166,6 +167,7 @@ async def open_case(
     if backend == "agent-sandbox-real-controller":
         env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
         with env.namespace(f"pool-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(wait_for_claim_cascade, env, namespace)  # or a closed claim leaves its Sandbox
             await asyncio.to_thread(env.allow_exec, namespace, work)
             client = await kube.KubeApi.connect(env.cluster_config())
             async with client:

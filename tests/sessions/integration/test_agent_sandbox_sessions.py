@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
 from tests.sessions.integration.cases import agent_sandbox_settings
 
 from ironflow import errors, labels
@@ -81,6 +82,7 @@ async def pool(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     if request.param == "real-controller":
         env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
         with env.namespace(f"as-sessions-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(wait_for_claim_cascade, env, namespace)
             await asyncio.to_thread(env.allow_exec, namespace, work)
             async with await kube.KubeApi.connect(env.cluster_config()) as client:
                 await AgentSandboxProvider(agent_sandbox_settings(namespace)).apply_template(client)
