@@ -20,6 +20,7 @@ __all__ = [
     "COMPONENT_POD_RUN",
     "COMPONENT_PROMPT_DATA",
     "COMPONENT_SANDBOX_CLAIM",
+    "COMPONENT_SANDBOX_SESSION",
     "ENVIRONMENT_SELECTOR",
     "LABEL_COMPONENT",
     "LABEL_EGRESS_PROFILE",
@@ -28,6 +29,7 @@ __all__ = [
     "LABEL_PART_OF",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
+    "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
     "MANAGED_BY_VALUE",
@@ -37,6 +39,7 @@ __all__ = [
     "RESERVED_LABELS",
     "RUNNER_SELECTOR",
     "SANDBOX_CLAIM_SELECTOR",
+    "SANDBOX_SESSION_SELECTOR",
     "expires_at",
     "is_dns_label",
     "is_dns_subdomain",
@@ -71,6 +74,9 @@ COMPONENT_JOB_RUN: Final = "job-run"
 COMPONENT_ENVIRONMENT: Final = "environment"
 #: The agent-sandbox SandboxClaims ironflow creates (one per step).
 COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
+#: A sandbox session's pod (ironflow.k8s.sessions), and its session id.
+COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
+LABEL_SESSION_ID: Final = "ironflow.io/session-id"
 
 #: Keys the agent-sandbox controllers own: ironflow reads them and refuses them in
 #: caller labels, never writes them.
@@ -89,6 +95,7 @@ RUNNER_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_CLAUD
 PROMPT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_PROMPT_DATA}"
 ENVIRONMENT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_ENVIRONMENT}"
 SANDBOX_CLAIM_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"
+SANDBOX_SESSION_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SANDBOX_SESSION}"
 
 _MAX_LABEL_VALUE: Final = 63
 _HASH_SUFFIX_LEN: Final = 9  # "-" + 8 hex digits

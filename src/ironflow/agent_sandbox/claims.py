@@ -36,6 +36,7 @@ __all__ = [
     "reap_claims",
     "resources",
     "run_claim_selectors",
+    "sandbox_pod",
     "spawn_claim_reaper",
     "step_claim_selector",
     "wait_for",
@@ -213,6 +214,16 @@ async def delete_claims_and_wait(
     if deleted:
         _log.info("deleted %d SandboxClaims of %s", len(deleted), what)
     return len(deleted)
+
+
+async def sandbox_pod(api: kube.KubeApi, res: Resources, namespace: str, sandbox: str) -> str:
+    """The pod of a Sandbox: its ``agents.x-k8s.io/pod-name`` annotation (an adopted warm pod), else its name."""
+    try:
+        obj = await api.get(res.sandboxes, namespace, sandbox)
+    except errors.KubeNotFound:
+        return sandbox
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(labels.ANNOTATION_SANDBOX_POD_NAME) or sandbox)
 
 
 async def delete_quietly(api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str) -> bool:

@@ -212,12 +212,7 @@ class SandboxStepRunner:
         await pod_wait.wait_for(api, self.namespace, pod, pod_status.pod_started, timeout_s, grace)
 
     async def _pod_name(self, api: kube.KubeApi, sandbox: str) -> str:
-        try:
-            obj = await api.get(self.resources.sandboxes, self.namespace, sandbox)
-        except errors.KubeNotFound:
-            return sandbox
-        annotations = obj.get("metadata", {}).get("annotations") or {}
-        return str(annotations.get(labels.ANNOTATION_SANDBOX_POD_NAME) or sandbox)
+        return await claims.sandbox_pod(api, self.resources, self.namespace, sandbox)
 
     async def _in_sandbox(
         self,

@@ -24,7 +24,7 @@ _PATTERNS: Final = "ironflow.cli.sandbox_patterns"
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "serve": (
         _SERVE,
-        "Serve local sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).",
+        "Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).",
     ),
     "open": (
         _SESSIONS,
@@ -40,7 +40,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "ls": (
         _SESSIONS,
-        "List the open sessions of the server.",
+        "List the open sessions of the server (with --provider: every session pod of its namespace).",
     ),
     "close": (
         _SESSIONS,

@@ -1,6 +1,8 @@
-"""``ironflow sandbox serve``: the process local sandbox sessions live in, over HTTP.
+"""``ironflow sandbox serve``: the process sandbox sessions live in, over HTTP.
 
-It owns the sessions (:mod:`ironflow.sandbox_router`) and answers the session commands of
+It owns the sessions of one backend (local; k8s or agent-sandbox from ``--provider FILE``,
+each session a pod, or a claim on a warm pool, of the file's cluster;
+:mod:`ironflow.sandbox_router`) and answers the session commands of
 :mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
 ``$IRONFLOW_SANDBOX_TOKEN``, or is made and written to a 0600 file whose path (never the
 token) is printed. Bad input exits 2 with one line (:mod:`ironflow.cli.exits`).
@@ -14,8 +16,12 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.cli import exits
+from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.cli import backends, exits
+from ironflow.cli.session_backends import ProviderOption
+from ironflow.k8s.sessions import K8sSessions
 from ironflow.sandbox_router import process
+from ironflow.sandbox_router.app import SessionHost
 
 __all__ = ["register", "serve"]
 
@@ -25,8 +31,19 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
+    backend: Annotated[str, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")] = "local",
+    provider: ProviderOption = None,
 ) -> None:
-    """Serve local sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
+    """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
+    sessions: SessionHost | None = None
+    if backend == "k8s":
+        sessions = K8sSessions(backends.k8s_provider(provider).settings)
+    elif backend == "agent-sandbox":
+        sessions = AgentSandboxSessions(backends.agent_sandbox_provider(provider).settings)
+    elif backend != "local":
+        exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
+    elif provider is not None:
+        exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
     try:
         token, path = process.server_token()
     except errors.IronflowError as exc:
@@ -42,7 +59,7 @@ def serve(
         print(f"serving {url}", flush=True)
 
     try:
-        asyncio.run(process.serve(host, port, token, ready=ready))
+        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 

@@ -4,9 +4,11 @@ A local session lives in the process that opened it, so ``serve``
 (:mod:`ironflow.cli.sandbox_serve`) runs that process and every command here is its client
 (:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`): ``--server`` defaults to
 ``$IRONFLOW_SANDBOX_SERVER``, the token to ``$IRONFLOW_SANDBOX_TOKEN`` or the file ``serve``
-wrote. A token is never an option (it would be on the argv) and never printed. Bad input
-exits 2 with one line, an unreachable server 3 (:mod:`ironflow.cli.exits`); ``exec`` exits
-with the command's code, and 1 when it timed out, as ``ironflow exec`` does.
+wrote. A Kubernetes session is its pod: with ``--provider FILE`` these commands talk to the
+file's cluster and need no server (:mod:`ironflow.cli.session_backends`). A token is never an
+option (it would be on the argv) and never printed. Bad input exits 2 with one line, an
+unreachable server or cluster 3 (:mod:`ironflow.cli.exits`); ``exec`` exits with the
+command's code, and 1 when it timed out, as ``ironflow exec`` does.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Final, TypeVar
 
 import typer
 from rich.console import Console
@@ -29,19 +31,26 @@ from rich.table import Table
 from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import OutputFormat, TextFormat
+from ironflow.cli.session_backends import (
+    BackendOption,
+    Mode,
+    ProviderOption,
+    ServerOption,
+    SessionClient,
+    Target,
+    choose,
+    session_client,
+)
 from ironflow.cli.stores import run_async
 from ironflow.sandbox_runtime.client import AsyncFiles
-from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
 
 __all__ = ["parse_pairs", "parse_remote", "register"]
 
 T = TypeVar("T")
 
-ServerOption = Annotated[
-    str | None,
-    typer.Option("--server", envvar=SERVER_ENV, help="The `ironflow sandbox serve` URL.", show_default=False),
-]
+#: The idle timeout of a session a server holds, unless ``--idle-timeout`` says otherwise.
+_DEFAULT_IDLE: Final = "5m"
 
 
 def parse_pairs(values: list[str] | None, option: str) -> dict[str, str]:
@@ -63,11 +72,12 @@ def parse_remote(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _call(server: str | None, action: Callable[[RemoteSessions], Awaitable[T]]) -> T:
-    """Run ``action`` against the server; every error is one line with its exit code."""
+def _call(target: Target, action: Callable[[SessionClient], Awaitable[T]]) -> T:
+    """Run ``action`` against the server or the cluster; every error is one line with its exit code."""
+    choose(target)  # a bad combination exits 2 before anything is reached
 
     async def go() -> T:
-        async with RemoteSessions(server) as sessions:
+        async with session_client(target) as sessions:
             return await action(sessions)
 
     try:
@@ -80,32 +90,37 @@ def _call(server: str | None, action: Callable[[RemoteSessions], Awaitable[T]]) 
 
 def open_session(
     server: ServerOption = None,
-    backend: Annotated[str, typer.Option("--backend", help="Where the session runs (local only today).")] = "local",
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
     ttl: Annotated[str, typer.Option("--ttl", help="Longest life, e.g. 90s, 30m, 2h.")] = "30m",
     idle_timeout: Annotated[
-        str | None, typer.Option("--idle-timeout", help="Ends after this long with no request.")
-    ] = "5m",
+        str | None,
+        typer.Option(
+            "--idle-timeout", help="Ends after this long with no request (a server's: 5m).", show_default=False
+        ),
+    ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE, repeatable.")] = None,
     output: Annotated[TextFormat, typer.Option("-o", "--output", help="text (the id) or json.")] = TextFormat.TEXT,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
-    if backend != "local":
-        exits.fail(
-            f"invalid --backend '{backend}': only local sessions are built (Kubernetes and agent-sandbox are not yet)"
-        )
+    target = Target(server, backend, provider)
+    mode = choose(target)
+    if mode is Mode.CLUSTER and idle_timeout is not None:
+        exits.fail("--idle-timeout needs a server to watch the session: use --server, or rely on --ttl")
     try:
         ttl_s = parse_duration(ttl)
-        idle_s = None if idle_timeout is None else parse_duration(idle_timeout)
+        idle = idle_timeout or (_DEFAULT_IDLE if mode is Mode.SERVER else None)
+        idle_s = None if idle is None else parse_duration(idle)
     except errors.ConfigError as exc:
         exits.fail_for(exc)
     session_labels = parse_pairs(label, "--label")
 
-    async def go(sessions: RemoteSessions) -> SessionInfo:
-        sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels)
+    async def go(sessions: SessionClient) -> SessionInfo:
+        sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend)
         await sandbox.disconnect()
         return sandbox.info
 
-    info = _call(server, go)
+    info = _call(target, go)
     print(json.dumps(info.to_json(), indent=2) if output is TextFormat.JSON else info.id)
 
 
@@ -113,6 +128,8 @@ def exec_in(
     ctx: typer.Context,
     sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="The session's id.", show_default=False)],
     server: ServerOption = None,
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the command is killed.")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Working directory, in the workspace.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable.")] = None,
@@ -128,7 +145,7 @@ def exec_in(
         exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
     variables = parse_pairs(env, "--env")
 
-    async def go(sessions: RemoteSessions) -> tuple[int, bool]:
+    async def go(sessions: SessionClient) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
         try:
             handle = await sandbox.commands.start(argv, env=variables, cwd=cwd)
@@ -148,7 +165,7 @@ def exec_in(
         finally:
             await sandbox.disconnect()
 
-    code, timed_out = _call(server, go)
+    code, timed_out = _call(Target(server, backend, provider), go)
     if timed_out:  # as `ironflow exec`: a timeout is a failed command, not the server's
         message = f"timed out: the command ran past --timeout {timeout or 0:g}s in {sandbox_id}"
         exits.fail(message, exits.EXIT_STEP_FAILED)
@@ -166,7 +183,7 @@ async def _kind(files: AsyncFiles, path: str) -> str | None:
     return None
 
 
-async def _upload(sessions: RemoteSessions, source: Path, is_dir: bool, session_id: str, dest: str) -> str:
+async def _upload(sessions: SessionClient, source: Path, is_dir: bool, session_id: str, dest: str) -> str:
     sandbox = await sessions.connect(session_id)
     try:
         if is_dir:
@@ -181,7 +198,7 @@ async def _upload(sessions: RemoteSessions, source: Path, is_dir: bool, session_
         await sandbox.disconnect()
 
 
-async def _download(sessions: RemoteSessions, session_id: str, path: str, dest: Path, into: bool) -> str:
+async def _download(sessions: SessionClient, session_id: str, path: str, dest: Path, into: bool) -> str:
     sandbox = await sessions.connect(session_id)
     try:
         kind = await _kind(sandbox.files, path)
@@ -207,8 +224,11 @@ def copy(
     source: Annotated[str, typer.Argument(metavar="SRC", help="A host path, or ID:PATH.", show_default=False)],
     dest: Annotated[str, typer.Argument(metavar="DST", help="ID:PATH, or a host path.", show_default=False)],
     server: ServerOption = None,
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
 ) -> None:
     """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it."""
+    target = Target(server, backend, provider)
     remote_src, remote_dst = parse_remote(source), parse_remote(dest)
     if (remote_src is None) == (remote_dst is None):
         exits.fail("cp copies between the host and one session: use SRC ID:DST or ID:SRC DST")
@@ -217,14 +237,14 @@ def copy(
         if not local.exists():
             exits.fail(f"no such file or directory: {source}")
         is_dir = local.is_dir()
-        line = _call(server, lambda s: _upload(s, local, is_dir, remote_dst[0], remote_dst[1]))
+        line = _call(target, lambda s: _upload(s, local, is_dir, remote_dst[0], remote_dst[1]))
     else:
         assert remote_src is not None
-        target = Path(dest)
-        if not target.parent.is_dir():
-            exits.fail(f"no such directory: {target.parent}")
-        into = target.is_dir()
-        line = _call(server, lambda s: _download(s, remote_src[0], remote_src[1], target, into))
+        dest_path = Path(dest)
+        if not dest_path.parent.is_dir():
+            exits.fail(f"no such directory: {dest_path.parent}")
+        into = dest_path.is_dir()
+        line = _call(target, lambda s: _download(s, remote_src[0], remote_src[1], dest_path, into))
     typer.echo(line, err=True)
 
 
@@ -235,10 +255,12 @@ def _expires(info: SessionInfo) -> str:
 
 def list_sessions(
     server: ServerOption = None,
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = OutputFormat.TABLE,
 ) -> None:
-    """List the open sessions of the server."""
-    found: list[SessionInfo] = _call(server, lambda s: s.list())
+    """List the open sessions of the server (with --provider: every session pod of its namespace)."""
+    found: list[SessionInfo] = _call(Target(server, backend, provider), lambda s: s.list())
     if output is OutputFormat.JSON:
         print(json.dumps([info.to_json() for info in found], indent=2))
         return
@@ -262,17 +284,19 @@ def close(
     ),
     all_sessions: Annotated[bool, typer.Option("--all", help="Close every open session.")] = False,
     server: ServerOption = None,
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
 ) -> None:
     """Close a session (every process in it dies), or all of them with --all."""
     if (sandbox_id is None) == (not all_sessions):
         exits.fail("name one session: ironflow sandbox close ID, or every one with --all")
     ids = [] if sandbox_id is None else [_session_id(sandbox_id)]
 
-    async def go(sessions: RemoteSessions) -> list[tuple[str, bool]]:
+    async def go(sessions: SessionClient) -> list[tuple[str, bool]]:
         targets = ids or [info.id for info in await sessions.list()]
         return [(session_id, await sessions.close(session_id)) for session_id in targets]
 
-    for session_id, closed in _call(server, go):
+    for session_id, closed in _call(Target(server, backend, provider), go):
         if not closed and not all_sessions:
             exits.fail(f"no open sandbox session '{session_id}'")
         typer.echo(f"closed {session_id}")

@@ -82,6 +82,8 @@ class LocalSessions:
         max_upload_bytes: the largest file a session accepts in one upload.
     """
 
+    backend: Final = "local"
+
     def __init__(
         self,
         provider: LocalSandboxProvider | None = None,

@@ -1,4 +1,4 @@
-"""The HTTP face of local sessions: ironflow's session endpoints, and the upstream Sandbox Router.
+"""The HTTP face of a backend's sessions: ironflow's session endpoints, and the upstream Sandbox Router.
 
 ``/ironflow/v1/sandboxes`` opens, lists, shows and closes sessions. Every other path is a
 session's runtime API, routed by the headers agent-sandbox's Sandbox Router reads
@@ -14,12 +14,13 @@ before anything else is looked at, so a request without it never reaches a sandb
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import hmac
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -27,13 +28,13 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from ironflow import errors, labels
-from ironflow.local.sessions import LocalSessions
 from ironflow.pod_settings import is_env_name
+from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionNotFound, parse_duration
+from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
 
-__all__ = ["DEFAULT_PORT", "PROXY_TIMEOUT_S", "build_app", "open_options"]
+__all__ = ["BACKENDS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "SessionHost", "build_app", "open_options"]
 
 log = logging.getLogger("ironflow.sandbox_router")
 
@@ -45,9 +46,39 @@ _HOP_BY_HOP: Final = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
      "transfer-encoding", "upgrade", "host", "authorization", "expect"}
 )  # fmt: skip
-_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env"})
+_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend"})
+#: The backends a session may name (``backend`` in an open request: the server's own, or refused).
+BACKENDS: Final = ("local", "k8s", "agent-sandbox")
 _CHUNK: Final = 65536
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class SessionHost(Protocol):
+    """What the server needs of a backend's sessions: ``LocalSessions``, ``K8sSessions``.
+
+    ``route`` names the unix socket of a session's runtime API and the token it takes.
+    """
+
+    @property
+    def backend(self) -> str: ...
+
+    async def open(
+        self,
+        *,
+        ttl: float = ...,
+        idle_timeout: float | None = ...,
+        labels: Mapping[str, str] | None = ...,
+        run_id: str | None = ...,
+        env: Mapping[str, str] | None = ...,
+    ) -> AsyncSandbox: ...
+
+    def list(self) -> builtins.list[SessionInfo]: ...
+
+    async def close(self, session_id: str) -> object: ...
+
+    def route(self, session_id: str) -> tuple[str, Secret]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Refused(Exception):
@@ -101,7 +132,8 @@ def _strings(doc: Mapping[str, Any], name: str) -> dict[str, str]:
 
 
 def open_options(doc: object) -> dict[str, Any]:
-    """The keyword arguments of :meth:`LocalSessions.open` in a request body (pure).
+    """The keyword arguments of a backend's ``open`` in a request body (pure); ``backend``, when
+    named, is checked here and left to the server to compare with its own.
 
     Raises:
         ConfigError: naming the first field that is wrong.
@@ -118,6 +150,9 @@ def open_options(doc: object) -> dict[str, Any]:
     env = _strings(doc, "env")
     if bad := [name for name in env if not is_env_name(name)]:
         raise errors.ConfigError(f"invalid env name '{errors.truncate(bad[0], 40)}': use [A-Za-z_][A-Za-z0-9_]*")
+    backend = doc.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise errors.ConfigError(f"invalid backend '{errors.truncate(str(backend), 40)}': use {', '.join(BACKENDS)}")
     run_id = doc.get("run_id")
     if run_id is not None and not (isinstance(run_id, str) and labels.is_valid_label_value(run_id)):
         raise errors.ConfigError("run_id must be a label value: 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
@@ -133,16 +168,24 @@ def open_options(doc: object) -> dict[str, Any]:
 class _Router:
     """The sessions, and one pooled client per session's runtime socket."""
 
-    def __init__(self, sessions: LocalSessions) -> None:
+    def __init__(self, sessions: SessionHost) -> None:
         self.sessions = sessions
         self._upstreams: dict[str, aiohttp.ClientSession] = {}
 
     async def create(self, request: web.Request) -> web.Response:
         try:
-            options = open_options(await request.json())
+            doc = await request.json()
+            options = open_options(doc)
         except ValueError as exc:  # a ConfigError too
             message = exc.message if isinstance(exc, errors.ConfigError) else "the body must be JSON"
             return _detail(400, message)
+        wanted = doc.get("backend") or self.sessions.backend
+        if wanted != self.sessions.backend:
+            return _detail(
+                400,
+                f"this server serves {self.sessions.backend} sessions, not {wanted}: "
+                f"start one with `ironflow sandbox serve --backend {wanted}`",
+            )
         try:
             sandbox = await self.sessions.open(**options)
         except errors.UsageError as exc:
@@ -289,7 +332,7 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def build_app(sessions: LocalSessions, token: Secret) -> web.Application:
+def build_app(sessions: SessionHost, token: Secret) -> web.Application:
     """The server's application over ``sessions``; its clients close with the app."""
     router = _Router(sessions)
     app = web.Application(middlewares=[_auth(token)], handler_args={"max_field_size": 65536})

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from ironflow import errors
 from ironflow.local.sessions import LocalSessions
-from ironflow.sandbox_router.app import build_app
+from ironflow.sandbox_router.app import SessionHost, build_app
 from ironflow.sandbox_runtime.remote import TOKEN_ENV, token_file
 from ironflow.secrets import Secret
 
@@ -76,14 +76,15 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(
-    host: str, port: int, token: Secret, *, ready: Callable[[str], None], sessions: LocalSessions | None = None
+    host: str, port: int, token: Secret, *, ready: Callable[[str], None], sessions: SessionHost | None = None
 ) -> None:
-    """Serve until SIGINT or SIGTERM, then close every session; ``ready`` gets the URL once listening.
+    """Serve ``sessions`` (default: local ones) until SIGINT or SIGTERM, then close every one of
+    them; ``ready`` gets the URL once listening.
 
     Raises:
         ConfigError: the address cannot be bound, or the sessions cannot be made here.
     """
-    owned = sessions or LocalSessions()
+    owned: SessionHost = sessions or LocalSessions()
     runner = web.AppRunner(build_app(owned, token), access_log=None, handle_signals=False, shutdown_timeout=2)
     await runner.setup()
     loop = asyncio.get_running_loop()

@@ -112,10 +112,14 @@ class RemoteSessions:
         labels: Mapping[str, str] | None = None,
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        backend: str | None = None,
     ) -> AsyncSandbox:
-        """A new session on the server, as :meth:`LocalSessions.open` makes one there."""
+        """A new session on the server, as its backend's ``open`` makes one there; ``backend``,
+        when named, must be the server's (else ConfigError)."""
         body = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": dict(labels or {}), "run_id": run_id}
         body["env"] = dict(env or {})
+        if backend is not None:
+            body["backend"] = backend
         doc = await self._client.json("POST", API_PATH, json=body)
         return self._handle(SessionInfo.from_json(doc))
 

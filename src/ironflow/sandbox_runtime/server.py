@@ -416,7 +416,8 @@ class Handler:
     def stream(self, command: Command, timeout: Any, cid: str) -> None:
         self.head(200, "application/x-ndjson", chunked=True)
         chunks = Chunked(self.wfile)
-        chunks.write(json.dumps({"id": cid}).encode() + b"\n")
+        pid = None if command.proc is None else command.proc.pid  # its group's id: a relay's kill names it
+        chunks.write(json.dumps({"id": cid, "pid": pid}).encode() + b"\n")
         for event in command.follow(None if timeout is None else float(timeout)):
             chunks.write(json.dumps(event).encode() + b"\n")
         chunks.end()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakes import agent_sandbox_gc
 from tests.fakes.kubelet import UNSCHEDULABLE
 
 from ironflow import errors, labels
@@ -46,7 +47,7 @@ from ironflow.steps import AgentConfig
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.kubeenv import MANUAL_NAMESPACE_PREFIX, KubeEnv
-from ironflow.testing.polling import eventually, eventually_sync
+from ironflow.testing.polling import eventually
 
 
 def _stand_in_suite() -> Any:
@@ -197,26 +198,7 @@ def gc_knows_sandboxes(kube_env: KubeEnv) -> None:
     claim leaves its Sandbox and pod. A production cluster has its CRDs long before; here one
     SandboxTemplate owned by a ConfigMap shows when the cascade works."""
     with _namespace(kube_env) as ns:
-        owner = kube_env.request(
-            "POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "owner"}, "data": {}}
-        )
-        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
-        res = claims.resources().templates
-        template = {
-            "apiVersion": f"{res.group}/{res.version}",
-            "kind": "SandboxTemplate",
-            "metadata": {"name": "gc-probe", "ownerReferences": [ref]},
-            "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "img"}]}}},
-        }
-        path = f"/apis/{res.group}/{res.version}/namespaces/{ns}/{res.plural}"
-        kube_env.request("POST", path, template)
-        kube_env.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/owner")
-        eventually_sync(
-            lambda: not kube_env.request("GET", path)["items"],
-            limit_s=90,
-            interval_s=0.5,
-            what="the garbage collector to pick up the agent-sandbox CRDs",
-        )
+        agent_sandbox_gc.wait_for_claim_cascade(kube_env, ns)
 
 
 @pytest.fixture

@@ -129,7 +129,7 @@ def test_bad_input_is_one_line_and_exit_2_an_unreachable_server_exit_3(served: S
         (["open", "--ttl", "5 parsecs"], "invalid duration"),
         (["open", "--label", "novalue"], "invalid --label 'novalue'"),
         (["open", "--label", "bad key=1"], "label key 'bad key' is not valid"),
-        (["open", "--backend", "k8s"], "only local sessions are built"),
+        (["open", "--backend", "k8s"], "this server serves local sessions, not k8s"),
         (["exec", "not-an-id", "--", "true"], "invalid sandbox id 'not-an-id'"),
         (["exec", "sbx-0000000000000000"], "missing command"),
         (["exec", "sbx-0000000000000000", "--", "true"], "no open sandbox session"),

@@ -1,0 +1,427 @@
+"""A Kubernetes session's runtime API on a host unix socket, answered by exec in its pod (I/O).
+
+The pod runs no server (kwok and other API-only clusters run no container at all): this
+bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on an abstract unix
+socket (no file: nothing is left on disk when this process is SIGKILLed) that admits only
+this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
+token, so the session handle
+(:class:`~ironflow.sandbox_runtime.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
+router talk to it exactly as to a local session. Each request becomes one ``pods/exec`` of
+the runtime itself (:mod:`ironflow.k8s.session_wire`): the pod does the path checks, the
+tar filters, the limits and the process-group kill, never this host.
+
+Commands are held here: a command's exec lasts as long as the command, its events are kept
+(bounded by the runtime's output cap) for a background command's later wait, and a kill is
+one more exec that kills the command's process group by the pid its first event names. A
+request body is sent whole on the exec's stdin, so uploads stop at ``max_upload_bytes``
+here (413) before any of it is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from ironflow import errors
+from ironflow.k8s import session_wire
+from ironflow.kube import api as kube
+from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.secrets import Secret
+
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "Bridge", "PodRuntime"]
+
+log = logging.getLogger("ironflow.k8s")
+
+#: The largest request body (an upload, a tar stream in): exec sends stdin whole, so it is held.
+DEFAULT_MAX_UPLOAD_BYTES: Final = 256 << 20
+_MAX_OUTPUT_BYTES: Final = 16 << 20
+#: What KubeApi.exec keeps of a reply besides streaming it (only the stderr of a failed boot matters).
+_KEEP_BYTES: Final = 64 << 10
+_EXT: Final = "/ironflow/v1/commands"
+_CHUNK: Final = 65536
+_PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
+
+
+def _bundle() -> tuple[bytes, tuple[int, ...]]:
+    """The runtime's files, as the boot line reads them from stdin."""
+    folder = os.path.dirname(SERVER_PATH)
+    parts = []
+    for name in session_wire.RUNTIME_FILES:
+        with open(os.path.join(folder, name), "rb") as f:
+            parts.append(f.read())
+    return b"".join(parts), tuple(len(p) for p in parts)
+
+
+class PodRuntime:
+    """Runtime requests to one pod, each one exec; the pod's answer streams to a callback."""
+
+    def __init__(
+        self, api: kube.KubeApi, namespace: str, pod: str, container: str, *, max_upload_bytes: int, python: str
+    ) -> None:
+        self.api, self.namespace, self.pod, self.container = api, namespace, pod, container
+        self.python = python
+        self._bundle, sizes = _bundle()
+        self._command = session_wire.runtime_command(
+            sizes, max_upload_bytes=max_upload_bytes, max_output_bytes=_MAX_OUTPUT_BYTES, python=python
+        )
+
+    async def request(
+        self, method: str, target: str, body: bytes, sink: Callable[[bytes], None], *, content_type: str | None = None
+    ) -> kube.ExecResult:
+        """Send one request; ``sink`` gets the reply's bytes as they come.
+
+        Raises:
+            KubernetesError: the exec failed (``KubeNotFound``: the pod is gone).
+        """
+        nonce = secrets.token_hex(8)
+        stdin = self._bundle + session_wire.render_request(nonce, method, target, body, content_type=content_type)
+
+        def on_output(channel: int, chunk: bytes) -> None:
+            if channel == 1:
+                sink(chunk)
+
+        return await self.api.exec(
+            self.namespace,
+            self.pod,
+            self._command,
+            container=self.container,
+            stdin=stdin,
+            max_output_bytes=_KEEP_BYTES,
+            on_output=on_output,
+        )
+
+    async def kill_group(self, pid: int) -> None:
+        """Kill a command's process group in the pod; a pod already gone is no error."""
+        with contextlib.suppress(errors.KubernetesError, ValueError):
+            command = session_wire.kill_command(pid, python=self.python)
+            await self.api.exec(self.namespace, self.pod, command, container=self.container)
+
+
+class _Reply:
+    """One runtime request in flight: its reply's head and body pieces, in order."""
+
+    def __init__(self, runtime: PodRuntime, session_id: str) -> None:
+        self.runtime, self.session_id = runtime, session_id
+        self.parser = session_wire.ReplyParser()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.failure: str | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._first: list[bytes] = []
+
+    def start(self, method: str, target: str, body: bytes, content_type: str | None) -> None:
+        async def run() -> None:
+            try:
+                result = await self.runtime.request(
+                    method, target, body, self.queue.put_nowait, content_type=content_type
+                )
+                if self.parser.status is None and result.exit_code != 0:
+                    said = errors.truncate(result.stderr.decode(errors="replace").strip(), 300)
+                    self.failure = f"the session pod could not run the runtime (is python3 in its image?): {said}"
+            except errors.KubeNotFound:
+                self.failure = f"Could not connect to the backend sandbox: {self.session_id}"
+            except errors.KubernetesError as exc:
+                self.failure = f"the session pod did not answer: {exc}"
+            finally:
+                self.queue.put_nowait(None)
+
+        self.task = asyncio.create_task(run())
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body's pieces once the head is in (``parser.status``), to its end."""
+        first, self._first = self._first, []
+        for piece in first:
+            yield piece
+        while not self.parser.done:
+            data = await self.queue.get()
+            if data is None:
+                return
+            for piece in self.parser.feed(data):
+                yield piece
+
+    async def head(self) -> int | None:
+        """Wait for the head: the reply's status, or None when the exec ended without one."""
+        while self.parser.status is None:
+            data = await self.queue.get()
+            if data is None:
+                return None
+            self._first += self.parser.feed(data)
+        return self.parser.status
+
+    async def aclose(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+class _Command:
+    """A command running in the pod: its events from the start, its pid, its end."""
+
+    def __init__(self, runtime: PodRuntime, session_id: str, spec: dict[str, Any]) -> None:
+        self.runtime = runtime
+        self.events: list[dict[str, Any]] = []
+        self.pid: int | None = None
+        self.finished = False
+        self.timed_out = False
+        self._changed = asyncio.Event()
+        self._pid_known = asyncio.Event()  # set once the first event named it, or the exec ended
+        self._reply = _Reply(runtime, session_id)
+        self._reply.start("POST", _EXT, json.dumps({**spec, "background": False}).encode(), "application/json")
+        self.task = asyncio.create_task(self._collect())
+
+    def _push(self, event: dict[str, Any]) -> None:
+        if "exit_code" in event:
+            if self.finished:
+                return
+            self.finished = True
+            event = {**event, "timed_out": bool(event.get("timed_out")) or self.timed_out}
+        self.events.append(event)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _collect(self) -> None:
+        lines = session_wire.LineSplitter()
+        try:
+            status = await self._reply.head()
+            if status is not None and status != 200:
+                message = "".join([(p.decode(errors="replace")) async for p in self._reply.pieces()])
+                self._fail(_message_of(message))
+                return
+            async for piece in self._reply.pieces():
+                for line in lines.feed(piece):
+                    event = json.loads(line)
+                    if "id" in event:
+                        self.pid = event.get("pid")
+                        self._pid_known.set()
+                    else:
+                        self._push(event)
+            if not self.finished:
+                self._fail(self._reply.failure or "the command's stream ended without its exit")
+        finally:
+            self._pid_known.set()
+            await self._reply.aclose()
+
+    def _fail(self, message: str) -> None:
+        self._push({"stderr": f"ironflow: {message}\n"})
+        self._push({"exit_code": 1, "timed_out": False})
+
+    async def kill(self, *, timed_out: bool = False) -> bool:
+        """True when it was still running. A command asked to die before its pid came waits for it:
+        the kill must reach the process, not be lost in the exec's first moments."""
+        if self.finished:
+            return False
+        self.timed_out = self.timed_out or timed_out
+        await self._pid_known.wait()
+        if self.pid is not None and not self.finished:
+            await self.runtime.kill_group(self.pid)
+        return True
+
+    async def follow(self, timeout: float | None) -> AsyncIterator[dict[str, Any]]:  # noqa: ASYNC109 - the command's own limit
+        """Each event from the first, as it comes; past ``timeout`` seconds the group is killed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        index = 0
+        while True:
+            while index < len(self.events):
+                event = self.events[index]
+                index += 1
+                yield event
+                if "exit_code" in event:
+                    return
+            changed = self._changed
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                await self.kill(timed_out=True)
+                deadline = None
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await changed.wait()
+
+
+def _same_user(request: web.Request) -> bool:
+    """Whether the peer of the request's unix socket runs as this process's user."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is None:
+        return False
+    try:
+        _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    except OSError:
+        return False
+    return bool(uid == os.getuid())
+
+
+def _message_of(text: str) -> str:
+    with contextlib.suppress(ValueError, AttributeError):
+        return str(json.loads(text).get("message") or text)
+    return text
+
+
+class Bridge:
+    """The runtime API of one Kubernetes session on a host unix socket (see the module doc).
+
+    Args:
+        env: the session's environment, under every command's own ``env``.
+    """
+
+    def __init__(
+        self,
+        runtime: PodRuntime,
+        session_id: str,
+        *,
+        env: Mapping[str, str],
+        max_upload_bytes: int,
+    ) -> None:
+        self.runtime, self.session_id, self.env = runtime, session_id, dict(env)
+        self.max_upload_bytes = max_upload_bytes
+        self.token = Secret(secrets.token_urlsafe(32))
+        # Abstract (a leading NUL): the socket dies with this process and never names a file.
+        self.socket_path = f"\0ironflow-k8s-session-{session_id}-{secrets.token_hex(8)}"
+        self.commands: dict[str, _Command] = {}
+        self._ids = 0
+        self._busy = 0
+        self._last_active = time.monotonic()
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, self.socket_path).start()
+
+    async def aclose(self) -> None:
+        """Stop serving; the commands' execs end (the pod's deletion ends the commands)."""
+        for command in self.commands.values():
+            command.task.cancel()
+        await asyncio.gather(*(c.task for c in self.commands.values()), return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def idle_for(self) -> float:
+        """Seconds with no request and no running command (0 while busy)."""
+        if self._busy or any(not c.finished for c in self.commands.values()):
+            return 0.0
+        return time.monotonic() - self._last_active
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if not _same_user(request):  # an abstract socket has no file mode: the peer's uid stands in
+            return web.json_response({"message": "Forbidden"}, status=403)
+        got = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {self.token.reveal()}".encode()):
+            return web.json_response({"message": "Unauthorized"}, status=401)
+        self._busy += 1
+        try:
+            return await self._route(request)
+        finally:
+            self._busy -= 1
+            self._last_active = time.monotonic()
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path == _EXT and request.method == "POST":
+            return await self._start(request)
+        if path.startswith(_EXT + "/"):
+            cid, _, action = path[len(_EXT) + 1 :].partition("/")
+            found = self.commands.get(cid)
+            if found is None:
+                return web.json_response({"message": f"no command {cid}"}, status=404)
+            if request.method == "POST" and action == "kill":
+                return web.json_response({"killed": await found.kill()})
+            timeout = request.query.get("timeout")
+            return await self._stream(request, cid, found, None if timeout is None else float(timeout))
+        return await self._relay(request)
+
+    async def _body(self, request: web.Request) -> bytes | None:
+        parts, size = [], 0
+        async for data in request.content.iter_chunked(_CHUNK):
+            size += len(data)
+            if size > self.max_upload_bytes:
+                return None
+            parts.append(data)
+        return b"".join(parts)
+
+    def _too_large(self) -> web.Response:
+        return web.json_response(
+            {"message": f"Request body exceeds the limit of {self.max_upload_bytes} bytes"}, status=413
+        )
+
+    async def _start(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if body is None:
+            return self._too_large()
+        try:
+            spec = json.loads(body or b"{}")
+            argv = spec.get("argv") if isinstance(spec, dict) else None
+        except ValueError as exc:
+            return web.json_response({"message": f"bad request: {exc}"}, status=400)
+        if not isinstance(argv, list) or not argv:
+            return web.json_response({"message": "the command is empty"}, status=400)
+        spec["env"] = {**self.env, **(spec.get("env") or {})}
+        self._ids += 1
+        cid = f"c{self._ids}"
+        command = _Command(self.runtime, self.session_id, spec)
+        self.commands[cid] = command
+        finished = [k for k, c in self.commands.items() if c.finished and k != cid]
+        for key in finished[:-64]:  # keep the last finished ones for a late wait
+            del self.commands[key]
+        if spec.get("background"):
+            return web.json_response({"id": cid})
+        return await self._stream(request, cid, command, None)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        cid: str,
+        command: _Command,
+        timeout: float | None,  # noqa: ASYNC109 - the command's own limit
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        try:
+            await response.write(json.dumps({"id": cid}).encode() + b"\n")
+            async for event in command.follow(timeout):
+                await response.write(json.dumps(event).encode() + b"\n")
+        except BaseException:  # the client went away (Ctrl-C): its foreground command goes too
+            if not request.path.startswith(_EXT + "/"):
+                await asyncio.shield(command.kill())
+            raise
+        await response.write_eof()
+        return response
+
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
+        """Any other request: the runtime in the pod answers it, streamed back as it comes."""
+        body = await self._body(request)
+        if body is None:
+            return self._too_large()
+        reply = _Reply(self.runtime, self.session_id)
+        reply.start(request.method, request.raw_path, body, request.headers.get("Content-Type"))
+        try:
+            status = await reply.head()
+            if status is None:
+                await reply.aclose()
+                message = reply.failure or f"Could not connect to the backend sandbox: {self.session_id}"
+                return web.json_response({"message": message}, status=502)
+            headers = {"Content-Type": session_wire.content_type_of(reply.parser.headers)}
+            length = reply.parser.headers.get("content-length")
+            response = web.StreamResponse(status=status, headers=headers)
+            if length is not None:
+                response.content_length = int(length)
+            await response.prepare(request)
+            async for piece in reply.pieces():
+                await response.write(piece)
+            await response.write_eof()
+            return response
+        finally:
+            await reply.aclose()

@@ -1,0 +1,344 @@
+"""Kubernetes sandbox sessions: a hardened pod kept open, reached by exec (I/O).
+
+``open`` creates the session pod (:mod:`ironflow.k8s.session_pods`), waits for Running with
+the pod steps' fail-fast classification (:func:`ironflow.k8s.pod_wait.wait_for`: a bad
+image, a missing Secret, no node end the wait at once), checks that the pod runs the
+runtime, and starts the session's :class:`~ironflow.k8s.session_bridge.Bridge`: the handle
+is the same :class:`~ironflow.sandbox_runtime.client.AsyncSandbox` local sessions hand out.
+
+Sessions are found again from the cluster: ``connect(id)`` reattaches from any process,
+``find`` lists them by label, ``close`` and ``close_run`` delete their pods. Every session
+ends: ``close``, its TTL or idle timeout while this process runs, else the reaper's
+``ironflow.io/expires-at`` pass, and ``activeDeadlineSeconds`` as the backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+from ironflow import errors, labels
+from ironflow.k8s import pod_wait, pods, session_bridge, session_pods
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube import api as kube
+from ironflow.kube import pod_problems, pod_status
+from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
+from ironflow.secrets import Secret
+from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+
+__all__ = ["DEFAULT_START_TIMEOUT_S", "Found", "K8sSessions"]
+
+log = logging.getLogger("ironflow.k8s")
+
+#: How long a session pod may take to be Running (an image pull included).
+DEFAULT_START_TIMEOUT_S: Final = 300.0
+_IDLE_CHECK_S: Final = 1.0
+#: What the hardening adds to the container's env: the pod's own, not the caller's.
+_HARDENING_ENV: Final = frozenset({"HOME", "TMPDIR"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A session as the cluster holds it: where its commands run, and whether it still can."""
+
+    info: SessionInfo
+    pod: str
+    container: str
+    env: Mapping[str, str]
+    running: bool = True
+
+
+@dataclasses.dataclass(eq=False)
+class _Session:
+    info: SessionInfo
+    bridge: session_bridge.Bridge
+    idle_timeout: float | None
+    watcher: asyncio.Task[None] | None = None
+    released: bool = False
+
+
+class K8sSessions:
+    """The sandbox sessions of one provider's namespace; those this process holds, by id.
+
+    A subclass changes what a session is in the cluster (``open``, ``_lookup``, ``_delete``,
+    ``find``: agent-sandbox's claims); holding, bridging, watching and closing stay here.
+
+    Args:
+        settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
+        api: a connected client; default one for ``settings.cluster``, owned and closed here.
+        python: the image's Python (the runtime needs 3.11, the standard library only).
+    """
+
+    backend: ClassVar[str] = session_pods.BACKEND
+
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        *,
+        api: kube.KubeApi | None = None,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
+        python: str = "python3",
+    ) -> None:
+        self.settings = settings
+        self.namespace = settings.namespace
+        self.start_timeout_s = start_timeout_s
+        self.max_upload_bytes = max_upload_bytes
+        self.python = python
+        self._api = api
+        self._owns_api = api is None
+        self._sessions: dict[str, _Session] = {}
+
+    async def _client(self) -> kube.KubeApi:
+        if self._api is None:
+            self._api = await kube.KubeApi.connect(self.settings.cluster)
+        return self._api
+
+    # -- opening --
+
+    async def open(
+        self,
+        *,
+        ttl: float = DEFAULT_TTL_S,
+        idle_timeout: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        run_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncSandbox:
+        """A new session pod and a handle on it; the pod is deleted on every failure path.
+
+        Raises:
+            ConfigError: a bad ttl, idle timeout or label. StepConfigError: a credential in ``env``.
+            SandboxRefused / SandboxFailed: the pod will not run (the cluster's reason).
+            SandboxError: it did not start in time, or cannot run the runtime.
+        """
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise errors.ConfigError("idle_timeout must be a positive number of seconds")
+        session_id = "sbx-" + secrets.token_hex(8)
+        now = time.time()
+        body = session_pods.session_pod(
+            session_id, self.settings, ttl_s=ttl, now=now, caller_labels=labels, run_id=run_id, env=env
+        )
+        api = await self._client()
+        try:
+            created = await api.create(kube.PODS, self.namespace, body)
+        except BaseException as exc:
+            if pods.may_exist_after(exc):
+                await self._delete(session_id)
+            raise
+        try:
+            await self._wait_running(api, session_id)
+            info = session_pods.info_of(created, settings_labels=self.settings.pod_labels)
+            assert info is not None  # rendered as a session pod just now
+            found = Found(info, session_id, session_pods.CONTAINER, dict(env or {}))
+            session = await self._attach(found, idle_timeout, probe=True)
+        except BaseException:
+            await self._delete(session_id)
+            raise
+        return self._hold(session, now, ttl)
+
+    def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
+        """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
+        session.info = dataclasses.replace(session.info, created_at=now, expires_at=now + ttl)
+        session.watcher = asyncio.create_task(self._watch(session))
+        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session.info.id, self.namespace,
+                 session.bridge.runtime.pod, ttl)  # fmt: skip
+        return self._handle(session)
+
+    async def _wait_running(self, api: kube.KubeApi, name: str) -> None:
+        grace = pod_problems.PullGrace(self.settings.image_pull_grace_s)
+        pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, self.start_timeout_s, grace)
+        if pod is None:
+            raise errors.SandboxError(f"session pod {name} was not Running after {self.start_timeout_s:.0f}s")
+        if pod_status.phase(pod) != "Running":
+            raise errors.SandboxError(f"session pod {name} ended before it was used (phase {pod_status.phase(pod)})")
+
+    async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
+        info = found.info
+        runtime = session_bridge.PodRuntime(
+            await self._client(),
+            self.namespace,
+            found.pod,
+            found.container,
+            max_upload_bytes=self.max_upload_bytes,
+            python=self.python,
+        )
+        bridge = session_bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
+        await bridge.start()
+        session = _Session(info, bridge, idle_timeout)
+        if probe:
+            try:
+                await self._probe(session)
+            except BaseException:
+                await bridge.aclose()
+                raise
+        self._sessions[info.id] = session
+        return session
+
+    async def _probe(self, session: _Session) -> None:
+        """One request through the pod: it has Python and the runtime answers."""
+        client = self._client_of(session)
+        try:
+            await client.json("GET", "/")
+        finally:
+            await client.aclose()
+
+    async def _watch(self, session: _Session) -> None:
+        """Until the TTL passes or the session sits idle too long; then its pod is deleted."""
+        try:
+            while (left := session.info.expires_at - time.time()) > 0:
+                await asyncio.sleep(min(left, _IDLE_CHECK_S) if session.idle_timeout else left)
+                if session.idle_timeout and session.bridge.idle_for() >= session.idle_timeout:
+                    log.info("sandbox session %s idle for %.0fs: closing", session.info.id, session.idle_timeout)
+                    break
+            else:
+                log.info("sandbox session %s expired", session.info.id)
+        finally:
+            if not session.released:
+                await asyncio.shield(self._teardown(session.info.id))
+
+    async def _teardown(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.bridge.aclose()
+        await self._delete(session_id)
+
+    async def _lookup(self, session_id: str) -> Found | None:
+        """The session pod of this id, or None when there is none."""
+        try:
+            pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
+        except errors.KubeNotFound:
+            return None
+        info = session_pods.info_of(pod, settings_labels=self.settings.pod_labels)
+        if info is None:
+            return None
+        running = pod_status.phase(pod) == "Running"
+        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running)
+
+    async def _delete(self, name: str) -> None:
+        """Delete the pod at once (no grace: a session's processes are disposable), even when cancelled;
+        a failure is logged and left to the reaper, as the pod's expiry is set."""
+        api = await self._client()
+        try:
+            await pods.shielded(api.delete(kube.PODS, self.namespace, name, grace_period_seconds=0))
+        except errors.KubeNotFound:
+            pass
+        except errors.KubernetesError as exc:
+            log.warning("could not delete session pod %s/%s (the reaper will): %s", self.namespace, name, exc)
+
+    # -- using --
+
+    def _client_of(self, session: _Session) -> RuntimeClient:
+        return RuntimeClient(
+            unix_path=session.bridge.socket_path,
+            headers={"Authorization": f"Bearer {session.bridge.token.reveal()}"},
+        )
+
+    def _handle(self, session: _Session) -> AsyncSandbox:
+        session_id = session.info.id
+
+        async def closer() -> None:
+            await self.close(session_id)
+
+        return AsyncSandbox(session.info, self._client_of(session), closer)
+
+    async def connect(self, session_id: str) -> AsyncSandbox:
+        """A handle on an open session, held here or found by its pod (reattach from any process).
+
+        Raises:
+            SessionNotFound: no session pod has this id.
+        """
+        check_session_id(session_id)
+        session = self._sessions.get(session_id)
+        if session is None:
+            found = await self._lookup(session_id)
+            if found is None:
+                raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
+            if not found.running:
+                raise SessionNotFound(f"sandbox session '{session_id}' has ended (its pod no longer runs)")
+            session = await self._attach(found, None, probe=False)
+        return self._handle(session)
+
+    def route(self, session_id: str) -> tuple[str, Secret]:
+        """The bridge socket of a session held here and its token, for a server that forwards to it."""
+        session = self._sessions.get(check_session_id(session_id))
+        if session is None:
+            raise SessionNotFound(f"no open sandbox session '{session_id}'")
+        return session.bridge.socket_path, session.bridge.token
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """The sessions this process opened (or reattached)."""
+        return [s.info for s in self._sessions.values()]
+
+    async def find(self, *, run_id: str | None = None) -> builtins.list[SessionInfo]:
+        """Every open session pod of the namespace (of ``run_id``), from its labels."""
+        selector = labels.SANDBOX_SESSION_SELECTOR
+        if run_id is not None:
+            selector += f",{labels.LABEL_RUN_ID}={labels.sanitize_label_value(run_id)}"
+        listed = await (await self._client()).list_all(kube.PODS, self.namespace, label_selector=selector)
+        found = (session_pods.info_of(p, settings_labels=self.settings.pod_labels) for p in listed.items)
+        return [info for info in found if info is not None]
+
+    async def close(self, session_id: str) -> bool:
+        """End a session: its pod is deleted (every process in it dies). False when none was open."""
+        check_session_id(session_id)
+        session = self._sessions.get(session_id)
+        if session is not None and session.watcher is not None and not session.watcher.done():
+            session.watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await session.watcher
+            return True
+        if session is None and await self._lookup(session_id) is None:
+            return False
+        await self._teardown(session_id)
+        return True
+
+    async def close_run(self, run_id: str) -> int:
+        """Close every session of ``run_id`` in the namespace, held here or not; returns how many."""
+        ids = {info.id for info in await self.find(run_id=run_id)}
+        ids |= {s.info.id for s in self._sessions.values() if s.info.run_id == run_id}
+        for session_id in ids:
+            await self.close(session_id)
+        return len(ids)
+
+    async def release(self) -> None:
+        """Let go of every session held here (they live on to their TTL) and of the client."""
+        for session in builtins.list(self._sessions.values()):
+            session.released = True
+            if session.watcher is not None:
+                session.watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await session.watcher
+            await session.bridge.aclose()
+        self._sessions.clear()
+        if self._owns_api and self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def aclose(self) -> None:
+        """Close every session held here, then the client."""
+        for session_id in builtins.list(self._sessions):
+            await self.close(session_id)
+        await self.release()
+
+    async def __aenter__(self) -> K8sSessions:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _plain_env(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The session's environment, as its pod's container holds it (plain values only)."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        if container.get("name") == session_pods.CONTAINER:
+            env = container.get("env") or ()
+            return {e["name"]: str(e["value"]) for e in env if "value" in e and e["name"] not in _HARDENING_ENV}
+    return {}

@@ -1,0 +1,196 @@
+"""The swappable backend of the session contract suite (``test_session_contract.py``).
+
+:func:`session_case` yields a :class:`SessionCase` for each backend: local bubblewrap
+sessions, Kubernetes sessions on the in-process test server (``local_exec`` runs each exec on
+this machine, in the case's work dir), and on the real kube-apiserver with kwok (its
+``ClusterExec`` rule does the same; skipped with the reason when the binaries are not built),
+and agent-sandbox sessions (a claim adopting a warm pool's pod) with the scripted stand-in
+controller on the test server and with the real controller on the kube-apiserver tier.
+A case opens, reattaches and closes sessions, says what a command's working directory is,
+and what of its sessions is left once they are gone (processes and directories, or pods),
+asked the backend's own way so one assertion holds on every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
+
+from ironflow import labels
+from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.steps import AgentSandboxSettings
+from ironflow.claude import layout
+from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.kube import api as kube
+from ironflow.local.sessions import LocalSessions
+from ironflow.sandbox_runtime.client import AsyncSandbox
+from ironflow.sessions import SessionInfo
+from ironflow.testing.agent_sandbox_controller import AgentSandboxController
+from ironflow.testing.kube import KubeTestServer, local_exec
+
+__all__ = ["BACKENDS", "SessionCase", "open_case"]
+
+BACKENDS = [
+    "local",
+    "k8s-test-server",
+    "k8s-real-apiserver",
+    "agent-sandbox-test-server",
+    "agent-sandbox-real-controller",
+]
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+@dataclass
+class SessionCase:
+    """One backend's sessions, with what the contract asks of it beyond the handle."""
+
+    backend: str
+    sessions: LocalSessions | K8sSessions
+    work_dir: str
+    api: kube.KubeApi | None = None
+    namespace: str = ""
+    #: A kubeconfig file of the cluster, for another process to reach it (k8s only).
+    kubeconfig: Path | None = None
+    state_dir: Path | None = None
+    _pids: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """A session environment the backend takes (agent-sandbox's pod has the template's)."""
+        return {} if isinstance(self.sessions, AgentSandboxSessions) else {"B": "2"}
+
+    async def open(self, **options: Any) -> AsyncSandbox:
+        sandbox = await self.sessions.open(**options)
+        if isinstance(self.sessions, LocalSessions):
+            self._pids[sandbox.id] = self.sessions.host_pids(sandbox.id)
+        return sandbox
+
+    async def connect(self, session_id: str) -> AsyncSandbox:
+        if isinstance(self.sessions, LocalSessions):
+            return self.sessions.connect(session_id)
+        return await self.sessions.connect(session_id)
+
+    def listed(self) -> list[SessionInfo]:
+        return self.sessions.list()
+
+    async def leftovers(self) -> list[str]:
+        """What is left of every session this case opened and that has ended."""
+        if isinstance(self.sessions, AgentSandboxSessions):
+            assert self.api is not None
+            return await _claim_leftovers(self.api, self.namespace)
+        if self.api is not None:
+            listed = await self.api.list(kube.PODS, self.namespace, label_selector=labels.SANDBOX_SESSION_SELECTOR)
+            return [f"pod {p['metadata']['name']}" for p in listed.items]
+        open_ids = {info.id for info in self.listed()}
+        ended = [pid for sid, pids in self._pids.items() if sid not in open_ids for pid in pids]
+        assert self.state_dir is not None
+        entries = [] if open_ids else [f"dir {p.name}" for p in self.state_dir.iterdir()]
+        return entries + [f"pid {pid}" for pid in ended if _running(pid)]
+
+    async def nothing_left(self) -> bool:
+        return not await self.leftovers()
+
+
+async def _claim_leftovers(api: kube.KubeApi, namespace: str) -> list[str]:
+    """Session claims, and the Sandboxes (with their pods) still owned by a claim."""
+    res = claims.resources()
+    listed = await api.list(res.claims, namespace, label_selector=labels.SANDBOX_CLAIM_SELECTOR)
+    left = [f"claim {c['metadata']['name']}" for c in listed.items]
+    for sandbox in (await api.list(res.sandboxes, namespace)).items:
+        refs = sandbox["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == "SandboxClaim" for r in refs):
+            left.append(f"sandbox {sandbox['metadata']['name']}")
+    return left
+
+
+def agent_sandbox_settings(namespace: str) -> AgentSandboxSettings:
+    """A warm pool of one member, the test image (kwok and the stand-in never pull it)."""
+    pod = K8sEphemeralProvider.sandboxed("runner:test").namespace(namespace)
+    return AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(30).settings
+
+
+def _k8s(api: kube.KubeApi, namespace: str, **options: Any) -> K8sSessions:
+    return K8sSessions(ProviderSettings(image="runner:test", namespace=namespace), api=api, **options)
+
+
+@contextlib.asynccontextmanager
+async def open_case(
+    request: pytest.FixtureRequest, backend: str, tmp_path: Path, **options: Any
+) -> AsyncIterator[SessionCase]:
+    """The case of ``backend``; every session it holds is closed at the end."""
+    if backend == "local":
+        if shutil.which("bwrap") is None:
+            pytest.skip("bubblewrap not installed")
+        short = Path(tempfile.mkdtemp(prefix="ifs-test-"))  # a unix socket path holds at most 107 bytes
+        try:
+            async with LocalSessions(state_dir=str(short), **options) as local:
+                yield SessionCase(backend, local, layout.SANDBOX_HOME, state_dir=short)
+        finally:
+            shutil.rmtree(short, ignore_errors=True)
+        return
+    work = tmp_path / "work"
+    work.mkdir()
+    if backend == "agent-sandbox-test-server":
+        async with KubeTestServer() as server:
+            server.create_namespace("pool")
+            server.serve_exec(local_exec(cwd=str(work)))
+            controller = AgentSandboxController(server, namespace="pool", cold_start_s=0.05)
+            client = await kube.KubeApi.connect(server.cluster_config())
+            async with controller, client:
+                settings = agent_sandbox_settings("pool")
+                await AgentSandboxProvider(settings).apply_template(client)
+                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                    yield SessionCase(backend, pooled, str(work), client, "pool")
+                assert not controller.failures, controller.failures
+        return
+    if backend == "agent-sandbox-real-controller":
+        env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
+        with env.namespace(f"pool-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(wait_for_claim_cascade, env, namespace)  # or a closed claim leaves its Sandbox
+            await asyncio.to_thread(env.allow_exec, namespace, work)
+            client = await kube.KubeApi.connect(env.cluster_config())
+            async with client:
+                settings = agent_sandbox_settings(namespace)
+                await AgentSandboxProvider(settings).apply_template(client)
+                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                    yield SessionCase(backend, pooled, str(work), client, namespace)
+        return
+    if backend == "k8s-real-apiserver":
+        env = request.getfixturevalue("kube_env")  # skipped, with the reason, when not built
+        with env.namespace(f"sessions-{uuid.uuid4().hex[:8]}") as namespace:
+            await asyncio.to_thread(env.allow_exec, namespace, work)
+            client = await kube.KubeApi.connect(env.cluster_config())
+            async with client, _k8s(client, namespace, **options) as sessions:
+                kubeconfig = env.kubeconfig_path
+                yield SessionCase(backend, sessions, str(work), client, namespace, kubeconfig)
+        return
+    async with KubeTestServer() as server:
+        server.create_namespace("sessions")
+        server.serve_exec(local_exec(cwd=str(work)))
+        server.script_pods(name_prefix="sbx-", run_for=None)  # Running until deleted
+        client = await kube.KubeApi.connect(server.cluster_config())
+        kubeconfig = tmp_path / "kubeconfig.yaml"
+        kubeconfig.write_text(server.kubeconfig_yaml(namespace="sessions"))
+        async with client, _k8s(client, "sessions", **options) as sessions:
+            yield SessionCase(backend, sessions, str(work), client, "sessions", kubeconfig)

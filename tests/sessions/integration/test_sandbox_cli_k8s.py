@@ -1,0 +1,183 @@
+"""``ironflow sandbox`` on a Kubernetes cluster: ``--provider FILE`` talks to the file's cluster
+(the test server, in a thread; ``local_exec`` runs each exec here in the test's work dir) with
+no server between: open prints the id, exec streams and exits with the command's code, cp moves
+files and directories both ways, ls lists the namespace's session pods, close deletes the pod.
+And ``sandbox serve --backend k8s``: the same commands and the upstream SDK through it. Every
+bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.sessions.integration.serving import TOKEN, cli_env, ironflow, start_serve
+from typer.testing import CliRunner
+
+from ironflow.cli.app import app
+from ironflow.kube import api as k8s
+from ironflow.testing.kube import PodScript, local_exec
+from ironflow.testing.threaded_kube import ThreadedKube
+
+NS = "agents"
+
+sdk_sandbox = pytest.importorskip("k8s_agent_sandbox.sandbox", reason="pip install k8s-agent-sandbox==1.0.8")
+sdk_helper = pytest.importorskip("k8s_agent_sandbox.k8s_helper", reason="pip install k8s-agent-sandbox==1.0.8")
+sdk_models = pytest.importorskip("k8s_agent_sandbox.models", reason="pip install k8s-agent-sandbox==1.0.8")
+kubernetes = pytest.importorskip("kubernetes")
+
+
+class RoutedSandbox(sdk_sandbox.Sandbox):  # type: ignore[misc, name-defined]
+    """The SDK's Sandbox, told that there is no pod IP to hint (the server routes by id)."""
+
+    def get_pod_ip(self) -> str | None:
+        return None
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path, Path]]:
+    """The test server in a thread, its provider file, and the dir every exec runs in."""
+    work = tmp_path / "work"
+    work.mkdir()
+    st = ThreadedKube(namespaces=("default", NS))
+    st.soon(lambda: st.server.serve_exec(local_exec(cwd=str(work))))
+    st.soon(lambda: st.server.script_pods(PodScript(name_prefix="sbx-", run_for=None)))
+    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    provider = tmp_path / "provider.yaml"
+    provider.write_text(
+        f"image: runner:1\nnamespace: {NS}\npod_labels: {{team: infra}}\n"
+        "cluster: {kubeconfig: kubeconfig.yaml, context: kube-test}\n"
+    )
+    try:
+        yield st, provider, work
+    finally:
+        st.close()
+
+
+def _pods(st: ThreadedKube) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in st.soon(lambda: st.server.objects(k8s.PODS, NS)))
+
+
+def test_open_exec_cp_ls_close_through_the_provider_file(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
+) -> None:
+    st, provider, _ = cluster
+    opened = CliRunner().invoke(app, ["sandbox", "open", "--provider", str(provider), "--ttl", "10m", "-o", "json"])
+    assert opened.exit_code == 0, opened.output
+    info = json.loads(opened.stdout)
+    sid = info["id"]
+    assert (info["backend"], info["labels"]) == ("k8s", {})
+    assert _pods(st) == [sid]  # the pod outlives the CLI that opened it
+    pod = st.soon(lambda: st.server.get_object(k8s.PODS, NS, sid))
+    assert pod is not None
+    assert pod["metadata"]["labels"]["team"] == "infra"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+    ran = CliRunner().invoke(
+        app, ["sandbox", "exec", sid, "--provider", str(provider), "--env", "A=1", "--", "sh", "-c", "echo $A; exit 4"]
+    )
+    assert (ran.exit_code, ran.stdout) == (4, "1\n"), ran.output
+    slow = CliRunner().invoke(
+        app, ["sandbox", "exec", sid, "--provider", str(provider), "--timeout", "0.3", "--", "sleep", "9"]
+    )
+    assert slow.exit_code == 1
+    assert slow.stderr.startswith("error: timed out")
+
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "x.txt").write_text("x")
+    up = CliRunner().invoke(app, ["sandbox", "cp", "--provider", str(provider), str(tree), f"{sid}:copied"])
+    assert up.exit_code == 0, up.output
+    back = tmp_path / "back.txt"
+    down = CliRunner().invoke(app, ["sandbox", "cp", "--provider", str(provider), f"{sid}:copied/sub/x.txt", str(back)])
+    assert down.exit_code == 0, down.output
+    assert back.read_text() == "x"
+
+    listed = CliRunner().invoke(app, ["sandbox", "ls", "--provider", str(provider), "-o", "json"])
+    assert [i["id"] for i in json.loads(listed.stdout)] == [sid]
+    closed = CliRunner().invoke(app, ["sandbox", "close", sid, "--provider", str(provider)])
+    assert (closed.exit_code, closed.stdout.strip()) == (0, f"closed {sid}")
+    assert _pods(st) == []
+    again = CliRunner().invoke(app, ["sandbox", "exec", sid, "--provider", str(provider), "--", "true"])
+    assert again.exit_code == 2
+    assert again.stderr.strip() == f"error: no open sandbox session '{sid}' in {NS}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["open", "--backend", "bogus"], "invalid --backend 'bogus': use local, k8s or agent-sandbox"),
+        (["open", "--backend", "agent-sandbox"], "--backend agent-sandbox needs --provider provider.yaml"),
+        (["open", "--backend", "agent-sandbox", "--provider", "{provider}"], "unknown key 'image'"),
+        (["open", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
+        (["open", "--backend", "local", "--provider", "{provider}"], "--provider is for --backend k8s"),
+        (["open", "--provider", "{provider}", "--idle-timeout", "5m"], "--idle-timeout needs a server"),
+        (["open", "--provider", "{provider}", "--ttl", "soon"], "invalid duration 'soon'"),
+        (["open", "--provider", "{provider}", "--label", "app.kubernetes.io/component=x"], "reserved"),
+        (["ls", "--provider", "{missing}"], "missing.yaml"),
+        (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
+        (["serve", "--backend", "nope"], "invalid --backend 'nope'"),
+        (["serve", "--provider", "{provider}"], "--provider is for --backend k8s"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path, args: list[str], message: str
+) -> None:
+    _, provider, _ = cluster
+    filled = [a.format(provider=provider, missing=tmp_path / "missing.yaml") for a in args]
+    result = CliRunner().invoke(app, ["sandbox", *filled], env={"IRONFLOW_SANDBOX_SERVER": ""})
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert message in lines[0]
+
+
+def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[ThreadedKube, Path, Path]) -> None:
+    st, provider, work = cluster
+    served = start_serve(cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN), "--backend", "k8s", "--provider", str(provider))
+    try:
+        refused = ironflow("sandbox", "open", "--backend", "local", env=served.env)
+        assert refused.returncode == 2
+        assert "this server serves k8s sessions, not local" in refused.stderr
+        opened = ironflow("sandbox", "open", "--backend", "k8s", "-o", "json", env=served.env)
+        assert opened.returncode == 0, opened.stderr
+        sid = json.loads(opened.stdout)["id"]
+        assert _pods(st) == [sid]
+        api_client = kubernetes.client.ApiClient()
+        config = sdk_models.SandboxDirectConnectionConfig(
+            api_url=served.url, extra_headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        sandbox = RoutedSandbox(
+            claim_name=sid,
+            sandbox_id=sid,
+            connection_config=config,
+            k8s_helper=sdk_helper.K8sHelper(api_client=api_client),
+        )
+        try:
+            result = sandbox.commands.run("sh -c 'echo from-sdk; echo oops >&2; exit 3'")
+            assert (result.stdout, result.stderr, result.exit_code) == ("from-sdk\n", "oops\n", 3)
+            sandbox.files.write("notes/hello.txt", b"written by the SDK")
+            assert (work / "notes" / "hello.txt").read_bytes() == b"written by the SDK"  # in the "pod"
+            assert sandbox.files.read("notes/hello.txt") == b"written by the SDK"
+            assert [(e.name, e.type, e.size) for e in sandbox.files.list("notes")] == [("hello.txt", "file", 18)]
+            assert sandbox.files.exists("notes/hello.txt")
+            assert not sandbox.files.exists("notes/missing.txt")
+        finally:
+            sandbox.close_connection()
+            api_client.close()
+        ran = ironflow("sandbox", "exec", sid, "--", "cat", "notes/hello.txt", env=served.env)
+        assert (ran.returncode, ran.stdout) == (0, "written by the SDK")
+        closed = ironflow("sandbox", "close", sid, env=served.env)
+        assert closed.returncode == 0, closed.stderr
+        assert _pods(st) == []
+        kept = ironflow("sandbox", "open", "-o", "json", env=served.env)
+        assert kept.returncode == 0, kept.stderr
+        assert len(_pods(st)) == 1
+    finally:
+        assert served.stop() == 0
+        for stream in (served.proc.stdout, served.proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert _pods(st) == []  # SIGTERM closed every session the server held
