@@ -1,10 +1,11 @@
 """A Temporal worker process for the crash tests, on the local sandbox or on Kubernetes.
 
     python temporal_worker.py ADDRESS TASK_QUEUE EVENTS local MODEL_URL TEMP_DIR
-    python temporal_worker.py ADDRESS TASK_QUEUE EVENTS k8s KUBECONFIG NAMESPACE
+    python temporal_worker.py ADDRESS TASK_QUEUE EVENTS k8s KUBECONFIG NAMESPACE RUN_FOR
 
 The local sandbox talks to the tests' offline model at MODEL_URL; the Kubernetes provider runs
-pods on the cluster the kubeconfig names (the real kube-apiserver with kwok).
+pods on the cluster the kubeconfig names (the real kube-apiserver with kwok), each labelled to
+run for RUN_FOR (a Go duration kwok reads) unless its step says otherwise.
 
 Runs the workflows of ``temporal_workflows.py`` and the ironflow activities until killed;
 prints ``ready`` once it polls. Each release it makes is a JSON line in EVENTS (pid, kind,
@@ -30,17 +31,19 @@ KEY = "sk-ant-api03-temporal-crash-test-key-abcdef"
 WORKFLOWS = Path(__file__).parent / "temporal_workflows.py"
 
 
-def _provider(backend: str, first: str, second: str) -> AgentProvider:
+def _provider(backend: str, first: str, second: str, run_for: str | None) -> AgentProvider:
     if backend == "k8s":
         from ironflow.k8s.provider import K8sEphemeralProvider
         from ironflow.kube import api
+        from ironflow.testing.kubeenv import RUN_FOR_LABEL
 
-        return (
+        provider = (
             K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1")
             .namespace(second)
             .cluster(api.KubeconfigInline(Path(first).read_text()))
             .timeout(60)
         )
+        return provider.pod_label(RUN_FOR_LABEL, run_for) if run_for else provider
     return LocalSandboxProvider(
         timeout=60,
         credential=ProxyCredential(Secret(KEY), "api_key", first),
@@ -49,13 +52,15 @@ def _provider(backend: str, first: str, second: str) -> AgentProvider:
     )
 
 
-async def main(address: str, queue: str, events: str, backend: str, first: str, second: str) -> None:
+async def main(
+    address: str, queue: str, events: str, backend: str, first: str, second: str, run_for: str | None = None
+) -> None:
     def on_release(kind: str, scope: StepScope | None, removed: int) -> None:
         line = {"pid": os.getpid(), "kind": kind, "step": scope.step if scope else None, "removed": removed}
         with open(events, "a") as out:
             out.write(json.dumps(line) + "\n")
 
-    provider = _provider(backend, first, second)
+    provider = _provider(backend, first, second, run_for)
     client = await connect(address)
     worker = build_worker(
         client,
@@ -70,4 +75,4 @@ async def main(address: str, queue: str, events: str, backend: str, first: str, 
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:8]))
