@@ -34,6 +34,7 @@ __all__ = [
     "lifetime_seconds",
     "merged_pod_inputs",
     "parent_dir",
+    "placement",
     "prompt_configmap",
     "prompt_configmap_name",
     "proxy_forbidden_message",
@@ -84,6 +85,19 @@ def with_secret_env(
 
 def proxy_forbidden_message(name: str) -> str:
     return f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
+
+
+def placement(settings: ProviderSettings) -> dict[str, Any]:
+    """The pod spec fields of where a provider's pods go and what pulls their image (image pull
+    secrets, node selector, tolerations), as every pod of the provider has them (pure)."""
+    spec: dict[str, Any] = {}
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        spec["tolerations"] = [t.render() for t in settings.tolerations]
+    return spec
 
 
 def merged_pod_inputs(settings: ProviderSettings, config: steps.AgentConfig) -> PodInputs:
@@ -453,12 +467,7 @@ def build_pod(
         spec["volumes"] = volumes
     if inputs.service_account:
         spec["serviceAccountName"] = inputs.service_account
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [t.render() for t in settings.tolerations]
+    spec.update(placement(settings))
     if settings.sandbox is not None:
         spec = hardening.harden_pod_spec(spec, settings.sandbox, sessions_claim=settings.sessions_claim)
     _refuse_shared_mount_paths(spec["containers"][0].get("volumeMounts", []))

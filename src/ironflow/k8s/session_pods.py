@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.k8s import command_manifests, hardening
+from ironflow.k8s import command_manifests, hardening, manifests
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.sessions import SessionInfo
 
@@ -115,12 +115,7 @@ def session_pod(
     }
     if settings.runtime_class:
         spec["runtimeClassName"] = settings.runtime_class
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [t.render() for t in settings.tolerations]
+    spec.update(manifests.placement(settings))
     pod_labels = {**settings.pod_labels, **chosen, labels.LABEL_SESSION_ID: session_id}
     if run_id is not None:
         pod_labels[labels.LABEL_RUN_ID] = run_id
