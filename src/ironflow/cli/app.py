@@ -87,7 +87,7 @@ app = typer.Typer(
     cls=lazy.lazy_group(COMMANDS),
     help="Run AI-agent steps in hardened, single-use sandboxes.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -114,4 +114,6 @@ def registered_commands() -> set[str]:
 
 
 def main() -> None:
-    app()
+    """The console script; the name is fixed so help, errors and shell completion say
+    ``ironflow`` however the program was started (``python -m``, a wrapper)."""
+    app(prog_name="ironflow")

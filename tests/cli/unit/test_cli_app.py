@@ -113,3 +113,28 @@ def test_every_commands_help_renders(argv: list[str]) -> None:
     result = CliRunner().invoke(app.app, [*argv, "--help"])
     assert result.exit_code == 0, (result.output, result.exception)
     assert f"Usage: ironflow {' '.join(argv)} " in " ".join(result.output.split())
+
+
+def _complete(words: str) -> list[str]:
+    """What bash completion offers for ``words`` (the cursor after the last one)."""
+    import os
+
+    env = {**os.environ, "_IRONFLOW_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - 1)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", "from ironflow.cli.app import main; main()"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_shell_completion_offers_commands_subcommands_and_options() -> None:
+    assert _complete("ironflow ex") == ["exec"]
+    assert _complete("ironflow sandbox o") == ["open"]
+    assert "--workspace" in _complete("ironflow exec --work")
+
+
+def test_show_completion_prints_the_script_for_a_shell() -> None:
+    result = CliRunner().invoke(app.app, ["--show-completion", "bash"], prog_name="ironflow")
+    assert result.exit_code == 0, result.output
+    assert "_ironflow_completion()" in result.output
+    assert "_IRONFLOW_COMPLETE=complete_bash" in result.output
