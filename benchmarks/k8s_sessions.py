@@ -11,7 +11,10 @@ on the real kube-apiserver with kwok (its ``ClusterExec`` rule, the same) when
 
     python benchmarks/k8s_sessions.py [--runs 20]
 
-Last line per cluster: ``RESULT cluster=… open_p50_ms=… exec_p50_ms=… rtt_p50_ms=… boot_added_ms=… file_1mib_ms=…``.
+One line of figures per cluster, then the RESULT line of the last one measured (the real
+kube-apiserver's when it runs: ``real_apiserver=1``); ``rtt_vs_exec`` is a command in a session
+over a bare exec of the same command, measured side by side:
+``RESULT real_apiserver=… open_p50_ms=… exec_p50_ms=… rtt_p50_ms=… boot_added_ms=… rtt_vs_exec=… file_1mib_ms=…``.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ async def _measure(client: kube.KubeApi, namespace: str, runs: int) -> dict[str,
         "exec_p50_ms": p50["exec"],
         "rtt_p50_ms": p50["rtt"],
         "boot_added_ms": p50["rtt"] - p50["exec"],
+        "rtt_vs_exec": p50["rtt"] / p50["exec"],
         "file_1mib_ms": p50["file"],
     }
 
@@ -99,12 +103,14 @@ async def main(runs: int) -> None:
     except KubeEnvNotAvailable as exc:
         print(f"real kube-apiserver skipped: {exc}")
     try:
+        result: dict[str, float] = {}
         for name, opening in clusters:
             with tempfile.TemporaryDirectory() as work:
                 async with opening(work) as (client, namespace):
                     result = await _measure(client, namespace, runs)
             print(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in result.items()) + f" ({runs} runs each)")
-            print(f"RESULT cluster={name} " + " ".join(f"{k}={v:.2f}" for k, v in result.items()))
+        real = int(clusters[-1][0] == "real-apiserver")
+        print(f"RESULT real_apiserver={real} " + " ".join(f"{k}={v:.2f}" for k, v in result.items()))
     finally:
         if env is not None:
             env.stop()
