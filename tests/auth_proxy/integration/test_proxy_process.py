@@ -122,6 +122,20 @@ async def test_database_without_key_ring_refuses_to_start() -> None:
 
 
 @pytest.mark.postgres
+async def _listening_pids(proc: asyncio.subprocess.Process, want: int, kept: list[bytes]) -> set[int]:
+    """The pids of the workers that logged "auth proxy listening", once ``want`` have; every line
+    read is kept in ``kept`` (the rest is read at the end)."""
+    assert proc.stderr is not None
+    pids: set[int] = set()
+    while len(pids) < want:
+        line = await proc.stderr.readline()
+        assert line, "the proxy ended before its workers listened: " + b"".join(kept).decode()[-2000:]
+        kept.append(line)
+        if b'"auth proxy listening"' in line:
+            pids.add(int(json.loads(line)["pid"]))
+    return pids
+
+
 async def test_cli_serves_several_workers_on_one_port_with_postgres(postgres_dsn: str) -> None:
     port = _free_port()
     async with FakeAnthropic() as fake:
@@ -130,15 +144,19 @@ async def test_cli_serves_several_workers_on_one_port_with_postgres(postgres_dsn
         ironflow = os.path.join(os.path.dirname(sys.executable), "ironflow")
         proc = await _start([ironflow, "auth-proxy", "serve", "--workers", "2"], env)
         url = f"http://127.0.0.1:{port}"
+        early: list[bytes] = []
         try:
+            # One worker answering is not both listening: under load the second starts later,
+            # and a proxy stopped before then logged one "listening" line (seen once).
+            pids = await asyncio.wait_for(_listening_pids(proc, 2, early), 30)
             await _wait_healthy(url, proc)
             for _ in range(4):  # connections spread over both workers; every token works on each
                 await _relay_once(url)
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, stderr = await asyncio.wait_for(proc.communicate(), 20)
+            _, rest = await asyncio.wait_for(proc.communicate(), 20)
+    stderr = b"".join(early) + rest
     assert proc.returncode == 0, stderr.decode()[-2000:]
-    pids = {json.loads(line).get("pid") for line in stderr.decode().splitlines() if '"auth proxy listening"' in line}
     assert len(pids) == 2
     assert not find_leaks([ADMIN, OAUTH, postgres_dsn], stderr.decode())
 
