@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.sessions.integration.serving import TOKEN, cli_env, ironflow, start_serve
+from tests.sessions.integration.upstream_sdk import direct_config, upstream_sandbox
 from typer.testing import CliRunner
 
 from ironflow.cli.app import app
@@ -21,18 +22,6 @@ from ironflow.testing.kube import PodScript, local_exec
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
-
-sdk_sandbox = pytest.importorskip("k8s_agent_sandbox.sandbox", reason="pip install k8s-agent-sandbox==1.0.8")
-sdk_helper = pytest.importorskip("k8s_agent_sandbox.k8s_helper", reason="pip install k8s-agent-sandbox==1.0.8")
-sdk_models = pytest.importorskip("k8s_agent_sandbox.models", reason="pip install k8s-agent-sandbox==1.0.8")
-kubernetes = pytest.importorskip("kubernetes")
-
-
-class RoutedSandbox(sdk_sandbox.Sandbox):  # type: ignore[misc, name-defined]
-    """The SDK's Sandbox, told that there is no pod IP to hint (the server routes by id)."""
-
-    def get_pod_ip(self) -> str | None:
-        return None
 
 
 @pytest.fixture
@@ -145,17 +134,7 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
         assert opened.returncode == 0, opened.stderr
         sid = json.loads(opened.stdout)["id"]
         assert _pods(st) == [sid]
-        api_client = kubernetes.client.ApiClient()
-        config = sdk_models.SandboxDirectConnectionConfig(
-            api_url=served.url, extra_headers={"Authorization": f"Bearer {TOKEN}"}
-        )
-        sandbox = RoutedSandbox(
-            claim_name=sid,
-            sandbox_id=sid,
-            connection_config=config,
-            k8s_helper=sdk_helper.K8sHelper(api_client=api_client),
-        )
-        try:
+        with upstream_sandbox(direct_config(served.url, TOKEN), sid) as sandbox:
             result = sandbox.commands.run("sh -c 'echo from-sdk; echo oops >&2; exit 3'")
             assert (result.stdout, result.stderr, result.exit_code) == ("from-sdk\n", "oops\n", 3)
             sandbox.files.write("notes/hello.txt", b"written by the SDK")
@@ -164,9 +143,6 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
             assert [(e.name, e.type, e.size) for e in sandbox.files.list("notes")] == [("hello.txt", "file", 18)]
             assert sandbox.files.exists("notes/hello.txt")
             assert not sandbox.files.exists("notes/missing.txt")
-        finally:
-            sandbox.close_connection()
-            api_client.close()
         ran = ironflow("sandbox", "exec", sid, "--", "cat", "notes/hello.txt", env=served.env)
         assert (ran.returncode, ran.stdout) == (0, "written by the SDK")
         closed = ironflow("sandbox", "close", sid, env=served.env)

@@ -1,13 +1,7 @@
 """The upstream agent-sandbox SDK (``k8s-agent-sandbox``, pinned in the test extra) against a real
 ``ironflow sandbox serve``: the same calls it makes to a cluster's Sandbox Router, unchanged.
 
-How the SDK is pointed at the server, with no cluster: its ``Sandbox`` takes a
-``SandboxDirectConnectionConfig(api_url=…, extra_headers=…)`` and sends the router headers
-itself. Two things keep it off a Kubernetes API, each through a constructor argument or a
-documented method rather than a patch: ``K8sHelper(api_client=ApiClient())`` (an explicit
-client, so no kubeconfig is loaded), and a subclass whose ``get_pod_ip`` returns None (the
-SDK asks it before every request, for an ``X-Sandbox-Pod-IP`` hint; a local server has no
-pod IP, and the default would query the API). Nothing of the SDK's private state is touched.
+How the SDK is pointed at the server, with no cluster: ``tests/sessions/integration/upstream_sdk.py``.
 ``SandboxClient.create_sandbox`` is not used: creating a session is ironflow's own
 ``sandbox open``, as creating a claim is the cluster's.
 """
@@ -20,23 +14,12 @@ import time
 
 import pytest
 from tests.sessions.integration.serving import TOKEN, Served, descendants, ironflow, running
+from tests.sessions.integration.upstream_sdk import direct_config, upstream_sandbox
 
 pytestmark = [
     pytest.mark.bwrap,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
 ]
-
-sdk_sandbox = pytest.importorskip("k8s_agent_sandbox.sandbox", reason="pip install k8s-agent-sandbox==1.0.8")
-sdk_helper = pytest.importorskip("k8s_agent_sandbox.k8s_helper", reason="pip install k8s-agent-sandbox==1.0.8")
-sdk_models = pytest.importorskip("k8s_agent_sandbox.models", reason="pip install k8s-agent-sandbox==1.0.8")
-kubernetes = pytest.importorskip("kubernetes")
-
-
-class RoutedSandbox(sdk_sandbox.Sandbox):  # type: ignore[misc, name-defined]
-    """The SDK's Sandbox, told that there is no pod IP to hint (there is no pod)."""
-
-    def get_pod_ip(self) -> str | None:
-        return None
 
 
 def test_the_upstream_sdk_runs_commands_and_moves_files_through_sandbox_serve(served: Served) -> None:
@@ -46,18 +29,9 @@ def test_the_upstream_sdk_runs_commands_and_moves_files_through_sandbox_serve(se
     session_pids = descendants(served.proc.pid)
     assert session_pids, "the session's sandbox runs under the server"
 
-    api_client = kubernetes.client.ApiClient()
-    config = sdk_models.SandboxDirectConnectionConfig(
-        api_url=served.url, extra_headers={"Authorization": f"Bearer {TOKEN}"}
-    )
+    config = direct_config(served.url, TOKEN)
     assert TOKEN not in repr(config)
-    sandbox = RoutedSandbox(
-        claim_name=sandbox_id,
-        sandbox_id=sandbox_id,
-        connection_config=config,
-        k8s_helper=sdk_helper.K8sHelper(api_client=api_client),
-    )
-    try:
+    with upstream_sandbox(config, sandbox_id) as sandbox:
         result = sandbox.commands.run("sh -c 'echo from-sdk; echo oops >&2; exit 3'")
         assert (result.stdout, result.stderr, result.exit_code) == ("from-sdk\n", "oops\n", 3)
         assert sandbox.commands.run("id -u").stdout == "10001\n"
@@ -67,9 +41,6 @@ def test_the_upstream_sdk_runs_commands_and_moves_files_through_sandbox_serve(se
         assert sandbox.files.exists("notes/hello.txt")
         assert not sandbox.files.exists("notes/missing.txt")
         assert sandbox.commands.run("cat notes/hello.txt").stdout == "written by the SDK"
-    finally:
-        sandbox.close_connection()
-        api_client.close()
 
     closed = ironflow("sandbox", "close", sandbox_id, env=served.env)
     assert closed.returncode == 0, closed.stderr
