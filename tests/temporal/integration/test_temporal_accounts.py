@@ -51,13 +51,6 @@ class AccountProvider(ProviderBase):
         return ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'engine.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 @contextlib.asynccontextmanager
 async def opened(url: str) -> AsyncIterator[Store]:
     store = open_store(url)
