@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from tests.fakes.spans import by_name, finished_spans
 
-from ironflow import errors
-from ironflow.claude import cli
 from ironflow.engine import model
 from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
@@ -29,19 +28,7 @@ KEY = "sk-ant-api03-engine-tracing-test-key-abcdef"
 WORKFLOWS = Path(__file__).parent / "engine_workflows.py"
 
 
-def _claude() -> str | None:
-    try:
-        return cli.find_claude_cli()
-    except errors.ConfigError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.claude_cli,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(_claude() is None, reason="Claude Code CLI not installed (run scripts/install)"),
-]
+pytestmark = LOCAL_SANDBOX
 
 
 @pytest.fixture

@@ -5,33 +5,16 @@ no ResourceWarning and no coroutine never awaited (issue 12: providers close the
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from ironflow import errors
-from ironflow.claude import cli
+from tests.fakes.local_sandbox import LOCAL_SANDBOX
 
 LEAK_SIGNS = ("Unclosed", "ResourceWarning", "was never awaited", "Task was destroyed")
 
 
-def _has_cli() -> bool:
-    try:
-        cli.find_claude_cli()
-    except errors.ConfigError:
-        return False
-    return True
-
-
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.claude_cli,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(not _has_cli(), reason="Claude Code CLI not installed (run scripts/install)"),
-]
+pytestmark = LOCAL_SANDBOX
 
 
 def _strict_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import email.parser
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from tests.fakes.local_sandbox import local_sandbox
 
 from ironflow import __version__ as ironflow_version
-from ironflow import errors
-from ironflow.claude import cli
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _has_cli() -> bool:
-    try:
-        cli.find_claude_cli()
-    except errors.ConfigError:
-        return False
-    return True
 
 
 def _run(argv: list[str], *, cwd: Path, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -76,11 +66,8 @@ def test_the_wheels_metadata_is_what_an_index_page_shows(wheel: Path) -> None:
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/")) or "__pycache__" in n]
 
 
-@pytest.mark.bwrap
-@pytest.mark.claude_cli
+@local_sandbox
 @pytest.mark.timeout(900)
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
-@pytest.mark.skipif(not _has_cli(), reason="Claude Code CLI not installed (run scripts/install)")
 def test_the_wheel_in_a_fresh_venv_runs_the_offline_agent_step(wheel: Path, tmp_path: Path) -> None:
     env = _clean_env(os.environ["HOME"])
     venv = tmp_path / "venv"

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from tests.fakes.local_sandbox import local_sandbox
 from tests.temporal.integration.test_temporal_example import IRONFLOW, cli_worker
-from tests.temporal.integration.watching import WORKFLOWS, local_sandbox, scheduled
+from tests.temporal.integration.watching import WORKFLOWS, scheduled
 
 from ironflow.cli import backends
 from ironflow.engine import model

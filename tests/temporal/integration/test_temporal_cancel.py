@@ -19,7 +19,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Worker
-from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, descendants, local_sandbox
+from tests.fakes.local_sandbox import local_sandbox
+from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, descendants
 
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config

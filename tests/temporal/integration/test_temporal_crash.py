@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
-from tests.temporal.integration.watching import LOCAL_SANDBOX, alive, descendants, started_attempts, worker_process
+from tests.fakes.local_sandbox import LOCAL_SANDBOX
+from tests.temporal.integration.watching import alive, descendants, started_attempts, worker_process
 
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.testing.polling import eventually

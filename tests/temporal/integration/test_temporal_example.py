@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from tests.temporal.integration.watching import LOCAL_SANDBOX, scheduled
+from tests.fakes.local_sandbox import LOCAL_SANDBOX
+from tests.temporal.integration.watching import scheduled
 
 from ironflow.testing.polling import eventually
 from ironflow.testing.temporal import TemporalDevServer

@@ -1,51 +1,21 @@
 """What the Temporal tests watch and start: sandbox processes, a workflow's history, worker processes.
 
-Also the marks of the tests that run the local sandbox (real bubblewrap, the real Claude Code
-CLI) and the path of the tests' workflows.
+Also the path of the tests' workflows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from ironflow import errors
-from ironflow.claude import cli
-
 WORKFLOWS = Path(__file__).parent / "temporal_workflows.py"
-
-
-def _claude() -> str | None:
-    try:
-        return cli.find_claude_cli()
-    except errors.ConfigError:
-        return None
-
-
-#: The local sandbox with the real Claude Code CLI, as the engine's tests run it.
-LOCAL_SANDBOX = [
-    pytest.mark.bwrap,
-    pytest.mark.claude_cli,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(_claude() is None, reason="Claude Code CLI not installed (run scripts/install)"),
-]
-
-
-def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
-    """:data:`LOCAL_SANDBOX` on one test."""
-    for mark in LOCAL_SANDBOX:
-        test = mark(test)
-    return test
 
 
 # --- processes ------------------------------------------------------------------------------

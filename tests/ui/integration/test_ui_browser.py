@@ -28,6 +28,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
+from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from tests.ui.integration.ui_process import IRONFLOW, running_ui
 
 from ironflow.engine import model
@@ -39,22 +40,15 @@ AGENT_STEPS = ("plan", "review correctness", "review security", "review tests")
 OFFLINE_ANSWER = "Looks good to me. (offline fake model)"
 SCREENSHOTS_ENV = "IRONFLOW_UI_SCREENSHOTS"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.claude_cli, pytest.mark.timeout(300)]
+pytestmark = [*LOCAL_SANDBOX, pytest.mark.timeout(300)]
 
 
 def _needs() -> None:
-    """Skip, with the reason, when a part this test drives is missing (CI installs all of them)."""
+    """Skip, with the reason, when the browser is missing (CI installs it); the local sandbox's
+    parts are the module's marks."""
     for binary, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
         if shutil.which(binary) is None:
             pytest.skip(f"{binary} is not installed (apt-get install {package})")
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
-    from ironflow.claude.cli import find_claude_cli
-
-    try:
-        find_claude_cli()
-    except Exception as exc:
-        pytest.skip(f"the pinned Claude Code CLI is not installed: {exc}")
 
 
 @pytest.fixture

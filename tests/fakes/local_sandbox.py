@@ -1,0 +1,40 @@
+"""The marks of a test that runs the local sandbox for real (bubblewrap and the pinned Claude Code
+CLI): selected by ``-m bwrap`` / ``-m claude_cli``, and skipped with the reason when either is
+missing (``scripts/install`` puts both in place; CI installs them)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ironflow import errors
+from ironflow.claude import cli
+
+__all__ = ["LOCAL_SANDBOX", "has_claude_cli", "local_sandbox"]
+
+
+def has_claude_cli() -> bool:
+    try:
+        cli.find_claude_cli()
+    except errors.ConfigError:
+        return False
+    return True
+
+
+#: The local sandbox with the real Claude Code CLI: a module's ``pytestmark`` (``[*LOCAL_SANDBOX, …]``).
+LOCAL_SANDBOX = [
+    pytest.mark.bwrap,
+    pytest.mark.claude_cli,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+    pytest.mark.skipif(not has_claude_cli(), reason="Claude Code CLI not installed (run scripts/install)"),
+]
+
+
+def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
+    """:data:`LOCAL_SANDBOX` on one test."""
+    for mark in LOCAL_SANDBOX:
+        test = mark(test)
+    return test
