@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from tests.ui.integration.ui_process import IRONFLOW, running_ui
@@ -98,8 +100,22 @@ def screenshot(driver: WebDriver, path: Path) -> None:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+def settled(driver: WebDriver) -> WebDriverWait:  # type: ignore[type-arg]
+    """A wait that looks again when the page it looked at was replaced meanwhile (a click's
+    navigation, a running run's reload): the element found on the old page is stale then."""
+    return WebDriverWait(driver, 15, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+
+
 def wait_for_status(driver: WebDriver, status: str) -> None:
-    WebDriverWait(driver, 15).until(lambda d: d.find_element(By.CSS_SELECTOR, ".facts .status").text == status)
+    settled(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, ".facts .status").text == status)
+
+
+def open_run(driver: WebDriver, link: WebElement) -> str:
+    """Follow a link to a run's page and wait until that page is shown (not the one it was on)."""
+    run_id = str(link.get_attribute("href")).rsplit("/runs/", 1)[1]
+    link.click()
+    settled(driver).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == f"Run {run_id}")
+    return run_id
 
 
 def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_browser(
@@ -122,9 +138,7 @@ def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_bro
         assert cells[6] != "-"  # its tokens, summed over its tree
         assert cells[7].startswith("$")
 
-        rows[review_id].find_element(By.CSS_SELECTOR, "a[href^='/runs/']").click()
-        WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.step"))
-        assert browser.find_element(By.TAG_NAME, "h1").text == f"Run {review_id}"
+        assert open_run(browser, rows[review_id].find_element(By.CSS_SELECTOR, "a[href^='/runs/']")) == review_id
         assert "examples/workflows/review.py:review" in browser.find_element(By.CSS_SELECTOR, ".facts").text
         steps = browser.find_elements(By.CSS_SELECTOR, "tr.step")
         names = [s.find_elements(By.TAG_NAME, "td")[1].text.splitlines()[0] for s in steps]
@@ -139,8 +153,8 @@ def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_bro
         assert not browser.find_elements(By.CSS_SELECTOR, ".actions button")  # a succeeded run: neither button
         screenshot(browser, shots / "ui-run.png")
 
-        steps[-1].find_element(By.CSS_SELECTOR, "a[href^='/runs/']").click()  # the sub-workflow's run
-        WebDriverWait(browser, 15).until(lambda d: d.find_elements(By.ID, "transcript-0"))
+        child_id = open_run(browser, steps[-1].find_element(By.CSS_SELECTOR, "a[href^='/runs/']"))  # the sub-workflow
+        assert child_id != review_id
         assert "summary" in browser.find_element(By.CSS_SELECTOR, "tr.step").text
         assert OFFLINE_ANSWER in browser.find_element(By.ID, "transcript-0").text
 
@@ -154,7 +168,7 @@ def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_bro
         assert stored_status(store, queued_id) is model.RunStatus.PENDING
 
         browser.get(f"{url}/")
-        WebDriverWait(browser, 15).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.run")) == 2)
+        settled(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.run")) == 2)
         screenshot(browser, shots / "ui-runs.png")
     for name in ("ui-runs.png", "ui-run.png"):
         assert (shots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
