@@ -16,10 +16,23 @@ from typing import Protocol, Self, runtime_checkable
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 
-__all__ = ["ACCOUNT_KIND_CLAUDE_SUBSCRIPTION", "AgentProvider", "LogSink", "ProviderBase", "run_sync"]
+__all__ = [
+    "ACCOUNT_KIND_CLAUDE_SUBSCRIPTION",
+    "NO_PROXY_FOR_ACCOUNTS",
+    "AgentProvider",
+    "LogSink",
+    "ProviderBase",
+    "run_sync",
+]
 
 #: The only account kind a provider reports, and only when credentials go through the proxy.
 ACCOUNT_KIND_CLAUDE_SUBSCRIPTION = "claude_subscription"
+#: Why an agent step given accounts is refused on a provider without an auth proxy (it would
+#: otherwise run on the provider's own credential).
+NO_PROXY_FOR_ACCOUNTS = (
+    "accounts need the auth proxy: a subscription's token reaches the proxy only, never a sandbox, and this "
+    "provider has none (set auth_proxy in the provider file, or run without --account)"
+)
 
 
 class LogSink(Protocol):

@@ -37,6 +37,7 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
 from ironflow.kube.clusters import ClusterConfig, describe_cluster
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
 
 __all__ = ["AccountOption", "account_pool", "parse_accounts", "register"]
 
@@ -199,7 +200,9 @@ async def _run(
         account_pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(backend)) as pool,
     ):
         if wait:
-            providers.get(backend)  # fail now, with exit 2, when the backend cannot be built here
+            provider = providers.get(backend)  # fail now, with exit 2, when the backend cannot be built here
+            if pool is not None and provider.account_kind() != ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
+                exits.fail(f"--account on --backend {backend}: {NO_PROXY_FOR_ACCOUNTS}")
         run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
         if not wait:
             print(run.id)

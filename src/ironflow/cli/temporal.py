@@ -31,6 +31,7 @@ from ironflow.cli import run as run_cli
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
 from ironflow.engine.accounts import ProviderAccount
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
 
 __all__ = ["register", "temporal_worker"]
 
@@ -64,6 +65,8 @@ async def _serve(
         exits.fail(exc.message)
     async with providers:
         provider = providers.get(backend)  # bad provider input exits 2 before anything connects
+        if parsed and provider.account_kind() != ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
+            exits.fail(f"--account on --backend {backend}: {NO_PROXY_FOR_ACCOUNTS}")
         client = await temporal_worker_mod.connect(address, namespace=namespace)  # exit 3 if unreachable
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
         async with contextlib.AsyncExitStack() as stack:

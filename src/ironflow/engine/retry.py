@@ -46,16 +46,25 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``max_retries`` further attempts after the first; delay(n) = min(initial × multiplier^n, max).
+    """``max_retries`` further attempts after the first; delay(n) = min(initial × multiplier^n, max),
+    less up to ``jitter`` of it at random, so steps that failed together do not retry together.
+
+    ``retry_on`` narrows which retryable errors are retried (e.g. ``(errors.AgentTimeout,)``); a
+    non-retryable error is never retried, whatever it names, and a :class:`~ironflow.errors.UsageError`
+    class (a bad config, a prompt too large: the same again fails the same way) is refused.
 
     >>> RetryPolicy(3).delay(0), RetryPolicy(3).delay(2), RetryPolicy(3).delay(20)
     (0.2, 0.8, 30.0)
+    >>> round(RetryPolicy(3, jitter=0.5).delay(1, u=0.5), 6)
+    0.3
     """
 
     max_retries: int = 1
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 30.0
     multiplier: float = 2.0
+    retry_on: tuple[type[errors.IronflowError], ...] | None = None
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_retries < 1:
@@ -69,18 +78,42 @@ class RetryPolicy:
             )
         if not self.multiplier >= 1.0:
             raise errors.ConfigError(f"multiplier must be at least 1.0, got {self.multiplier}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise errors.ConfigError(f"jitter must be a fraction from 0.0 to 1.0, got {self.jitter}")
+        if self.retry_on is not None:
+            _check_retry_on(self.retry_on)
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before retry number ``attempt`` (0 for the first retry)."""
+    def delay(self, attempt: int, u: float = 0.0) -> float:
+        """Seconds to wait before retry number ``attempt`` (0 for the first retry); ``u`` is the
+        caller's uniform draw in [0, 1) that picks the jitter (0: the full delay)."""
         try:
             value = self.initial_backoff_s * self.multiplier**attempt
         except OverflowError:
-            return self.max_backoff_s
-        return min(value, self.max_backoff_s)
+            value = self.max_backoff_s
+        return min(value, self.max_backoff_s) * (1.0 - self.jitter * u)
 
     def should_retry(self, exc: BaseException, retries_done: int) -> bool:
         """Whether to run the step again after ``exc``, ``retries_done`` retries in."""
-        return retries_done < self.max_retries and is_retryable(exc)
+        if retries_done >= self.max_retries or not is_retryable(exc):
+            return False
+        return self.retry_on is None or isinstance(exc, self.retry_on)
+
+
+def _check_retry_on(classes: object) -> None:
+    """``retry_on`` is a tuple of ironflow error classes that a retry can fix.
+
+    Raises:
+        ConfigError: naming the entry at fault.
+    """
+    if not isinstance(classes, tuple) or not classes:
+        raise errors.ConfigError("retry_on must be a non-empty tuple of error classes, e.g. (errors.AgentTimeout,)")
+    for cls in classes:
+        if not isinstance(cls, type) or not issubclass(cls, errors.IronflowError):
+            raise errors.ConfigError(f"retry_on: {cls!r} is not an ironflow error class (see ironflow.errors)")
+        if issubclass(cls, errors.UsageError):
+            raise errors.ConfigError(
+                f"retry_on: {cls.__name__} is never retried: the same step fails the same way again"
+            )
 
 
 def should_retry(policy: RetryPolicy | None, exc: BaseException, retries_done: int) -> bool:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from ironflow.engine import events, loading, model, retry, transcripts
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider, LogSink
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider, LogSink
 
 __all__ = [
     "Runner",
@@ -241,7 +242,7 @@ class _Execution:
                     raise
                 assert policy is not None
                 log.info("step %s of run %s failed (%s); retrying", name, self.run.id, type(exc).__name__)
-                await asyncio.sleep(policy.delay(tries.count - 1))
+                await asyncio.sleep(policy.delay(tries.count - 1, random.random()))  # noqa: S311 - jitter, not a secret
 
     async def _agent(self, step: AgentStep, record: model.StepRecord, tries: _Tries) -> Any:
         runner = self.runner
@@ -250,6 +251,9 @@ class _Execution:
         if config.trace_context is None:
             config = config.replace(trace_context=tracing.current_traceparent())
         use_accounts = runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
+        if runner.accounts is not None and not use_accounts:
+            # Never run on the provider's own credential when the worker was given accounts for it.
+            raise errors.StepConfigError(NO_PROXY_FOR_ACCOUNTS)
 
         async def attempt() -> Any:
             pool = runner.accounts if use_accounts else None

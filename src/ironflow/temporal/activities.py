@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 from temporalio import activity
 
 from ironflow import errors, results
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, AgentProvider
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider
 from ironflow.results import AgentResult
 from ironflow.steps import AccountSession, AgentConfig, StepScope
 from ironflow.temporal import failures, requests
@@ -123,7 +123,9 @@ class IronflowActivities:
             self.on_release("step", scope, removed)
 
     async def _run_with_account(self, config: AgentConfig) -> AgentResult:
-        pool = self.accounts if self.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION else None
+        pool = self.accounts
+        if pool is not None and self.provider.account_kind() != ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
+            raise errors.StepConfigError(NO_PROXY_FOR_ACCOUNTS)
         if pool is None:
             return await self.provider.run(config)
         assert config.scope is not None

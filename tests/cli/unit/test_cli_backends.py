@@ -134,3 +134,20 @@ def test_account_secrets_are_read_on_the_provider_files_cluster(
         f"error: an account reads a Kubernetes Secret, but its cluster is unusable "
         f"(kubeconfig file '{tmp_path / 'kc.yaml'}'): failed to create K8s client from kubeconfig file"
     )
+
+
+@pytest.mark.parametrize("backend", ["k8s", "agent-sandbox"])
+def test_an_account_on_a_backend_without_the_auth_proxy_is_refused(tmp_path: Path, backend: str) -> None:
+    """A subscription's token reaches the proxy only: without one the step would run on the pod's own credential."""
+    path = tmp_path / "provider.yaml"
+    path.write_text(
+        K8S_FILE if backend == "k8s" else "pod: {image: busybox, sandboxed: true, cluster: {kubeconfig: kc.yaml}}\n"
+    )
+    store = ["--store", f"sqlite:///{tmp_path / 'engine.db'}"]
+    args = ["run", f"{WORKFLOWS}:linear", "--backend", backend, "--wait", "--provider", str(path), *store]
+    result = CliRunner().invoke(app, [*args, "--account", "main=env:IRONFLOW_TEST_NO_SUCH_TOKEN"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: --account on --backend {backend}: accounts need the auth proxy: a " + (
+        "subscription's token reaches the proxy only, never a sandbox, and this provider has none "
+        "(set auth_proxy in the provider file, or run without --account)\n"
+    )

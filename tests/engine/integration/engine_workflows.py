@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from ironflow import errors
 from ironflow.engine import AgentStep, Context, RetryPolicy
 from ironflow.steps import AgentConfig
 from ironflow.testing.polling import eventually
@@ -45,8 +46,13 @@ async def parent(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
 
 
 async def flaky(ctx: Context, input: dict[str, Any]) -> str:
-    """One step with the given number of retries."""
-    retry = RetryPolicy(max_retries=input["retries"], initial_backoff_s=0.01) if input["retries"] else None
+    """One step with the given number of retries, of the errors named in ``retry_on`` when given."""
+    retry_on = tuple(getattr(errors, name) for name in input["retry_on"]) if input.get("retry_on") else None
+    retry = (
+        RetryPolicy(max_retries=input["retries"], initial_backoff_s=0.01, retry_on=retry_on, jitter=0.5)
+        if input["retries"]
+        else None
+    )
     return (await ctx.agent("flaky", AgentConfig("try"), retry=retry)).text
 
 

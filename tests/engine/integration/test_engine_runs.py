@@ -301,6 +301,16 @@ async def test_a_permanent_failure_is_not_retried(store: Store) -> None:
     assert invoked_steps(provider) == ["flaky"]
 
 
+async def test_retry_on_retries_only_the_errors_it_names(store: Store) -> None:
+    provider = RecordingProvider(failures={"flaky": [errors.AgentTimeout(5), errors.ProcessFailed(1, "crash")]})
+    run_id = await submit(store, "flaky", {"retries": 3, "retry_on": ["AgentTimeout"]})
+    await run_all(store, provider)
+    assert (await get(store, run_id)).status is model.RunStatus.FAILED
+    assert invoked_steps(provider) == ["flaky"] * 2  # the timeout retried, the crash not
+    (step,) = await store.steps(run_id)
+    assert (step.status, step.attempts) == (model.StepStatus.FAILED, 2)
+
+
 # --- sub-workflows ------------------------------------------------------------------------------
 
 
@@ -462,6 +472,19 @@ async def test_steps_get_an_account_outside_rejected_windows_and_no_credential_i
     assert config.account.recorder is not None
     stored = [await get(store, run_id), *(await store.steps(run_id)), *(await store.rate_limits())]
     assert not find_leaks(["sk-ant-oat01-aaaaaaaaaaaaaaaa", "sk-ant-oat01-bbbbbbbbbbbbbbbb"], *map(repr, stored))
+
+
+async def test_a_provider_without_the_auth_proxy_refuses_a_step_when_accounts_were_given(store: Store) -> None:
+    pool = accounts.AccountPool(store, [accounts.ProviderAccount("a", accounts.CredentialRef(env="IRONFLOW_X"))])
+    provider = RecordingProvider(account_kind=None)  # e.g. a pod provider without auth_proxy
+    run_id = await submit(store, "linear", {"steps": ["x"]})
+    await run_all(store, provider, accounts=pool)
+    run = await get(store, run_id)
+    assert run.status is model.RunStatus.FAILED
+    assert run.error is not None
+    assert run.error["type"] == "StepConfigError"
+    assert "accounts need the auth proxy" in run.error["message"]
+    assert invoked_steps(provider) == []  # never ran on the provider's own credential
 
 
 async def test_windows_a_step_reported_are_recorded_for_its_account(store: Store) -> None:

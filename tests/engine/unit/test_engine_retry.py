@@ -71,6 +71,57 @@ def test_retries_stop_after_max_retries() -> None:
     assert [policy.should_retry(exc, n) for n in range(4)] == [True, True, False, False]
 
 
+def test_retry_on_narrows_to_the_named_errors_and_never_widens() -> None:
+    policy = retry.RetryPolicy(max_retries=3, retry_on=(errors.AgentTimeout, errors.ApiError))
+    assert policy.should_retry(errors.AgentTimeout(30), 0)
+    assert not policy.should_retry(errors.ProcessFailed(1, "crash"), 0)  # retryable, but not named
+    assert policy.should_retry(errors.ApiError(429, "rate_limit", "slow down"), 0)
+    assert not policy.should_retry(errors.ApiError(400, "invalid_request_error", "bad"), 0)  # named, not retryable
+    assert not policy.should_retry(errors.AgentTimeout(30), 3)  # the attempts still count
+
+
+@pytest.mark.parametrize(
+    ("retry_on", "message"),
+    [
+        ((errors.StepConfigError,), "StepConfigError is never retried"),
+        ((errors.PromptTooLarge,), "PromptTooLarge is never retried"),
+        ((ValueError,), "is not an ironflow error class"),
+        (("AgentTimeout",), "is not an ironflow error class"),
+        ((), "non-empty tuple"),
+        ([errors.AgentTimeout], "non-empty tuple"),
+    ],
+)
+def test_retry_on_refuses_what_a_retry_cannot_fix(retry_on: object, message: str) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        retry.RetryPolicy(max_retries=2, retry_on=retry_on)  # type: ignore[arg-type]
+
+
+@settings(deadline=None)
+@given(
+    st.integers(min_value=0, max_value=60),
+    st.floats(min_value=0.0, max_value=1.0),
+    st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+)
+def test_jitter_takes_at_most_its_fraction_off_the_delay(attempt: int, jitter: float, u: float) -> None:
+    full = retry.RetryPolicy(max_retries=3).delay(attempt)
+    jittered = retry.RetryPolicy(max_retries=3, jitter=jitter).delay(attempt, u)
+    assert full * (1.0 - jitter) - 1e-12 <= jittered <= full
+    assert retry.RetryPolicy(max_retries=3, jitter=jitter).delay(attempt) == full  # u = 0: the full delay
+
+
+@pytest.mark.parametrize("jitter", [-0.1, 1.5, float("nan")])
+def test_jitter_outside_zero_to_one_is_refused(jitter: float) -> None:
+    with pytest.raises(errors.ConfigError, match="jitter must be a fraction"):
+        retry.RetryPolicy(max_retries=2, jitter=jitter)
+
+
+def test_the_default_policy_still_retries_every_retryable_error_and_nothing_else() -> None:
+    assert retry.DEFAULT_RETRY.retry_on is None
+    assert retry.DEFAULT_RETRY.jitter == 0.0
+    assert retry.DEFAULT_RETRY.should_retry(errors.ProcessFailed(1, "crash"), 0)
+    assert not retry.DEFAULT_RETRY.should_retry(errors.BudgetExceeded(2.0, 1.0), 0)
+
+
 def test_no_policy_means_no_retry() -> None:
     assert not retry.should_retry(None, errors.ProcessFailed(1, "crash"), 0)
 

@@ -42,6 +42,16 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_pat
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_an_account_on_a_provider_without_the_auth_proxy_is_refused(tmp_path: Path) -> None:
+    provider = tmp_path / "provider.yaml"
+    provider.write_text("image: busybox\ncluster: {kubeconfig: kc.yaml}\n")
+    args = ["--task-queue", "q", "--backend", "k8s", "--provider", str(provider), "--account", "main=env:X"]
+    done = worker(*args, "--address", f"127.0.0.1:{closed_port()}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --account on --backend k8s: accounts need the auth proxy: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_a_workflow_file_without_workflows_is_bad_input(tmp_path: Path) -> None:
     empty = tmp_path / "flows.py"
     empty.write_text("X = 1\n")
