@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TextIO
 
 import typer
 
@@ -369,28 +369,46 @@ def exec_command(
             exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
         _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
     given = ws.read_stdin(stdin)
+    # Text output streams as the command writes it; -o json holds it for the one document at the end.
+    streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is Output.TEXT else None
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
         result = asyncio.run(
             provider.run_command(
-                argv, stdin=given, workspace=spec, read_only_mounts=read_only, writable_mounts=writable
+                argv,
+                stdin=given,
+                workspace=spec,
+                read_only_mounts=read_only,
+                writable_mounts=writable,
+                on_output=streamed,
             )
         )
     except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
-        sys.stdout.buffer.write(exc.output)
-        sys.stdout.flush()
-        sys.stderr.buffer.write(exc.stderr)
-        sys.stderr.flush()
+        if streamed is None:
+            sys.stdout.buffer.write(exc.output)
+            sys.stdout.flush()
+            sys.stderr.buffer.write(exc.stderr)
+            sys.stderr.flush()
         exits.fail_for(exc)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     ws.write_patch(result.workspace, patch)
     if output is Output.JSON:
         print(json.dumps(_exec_json(result), indent=2), file=sys.stderr if patch == "-" else sys.stdout)
-    else:
-        (sys.stderr if patch == "-" else sys.stdout).write(result.stdout)
-        sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)
+
+
+class _Stream:
+    """The command's output, written through to ``stdout_to`` and stderr as each piece arrives."""
+
+    def __init__(self, stdout_to: TextIO) -> None:
+        self.targets = {"stdout": stdout_to, "stderr": sys.stderr}
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        target = self.targets[stream]
+        target.flush()  # what was printed before, first
+        target.buffer.write(data)
+        target.buffer.flush()
 
 
 def register(app: typer.Typer) -> None:

@@ -220,6 +220,7 @@ class LocalSandboxProvider(ProviderBase):
         auth_proxy: bool = False,
         run_id: str | None = None,
         workspace: Workspace | None = None,
+        on_output: runner.OutputSink | None = None,
     ) -> CommandResult:
         """Run ``argv`` in a fresh sandbox; a non-zero exit is a result, not an error.
 
@@ -227,6 +228,7 @@ class LocalSandboxProvider(ProviderBase):
         provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
         agent step has. ``run_id`` lets :meth:`release_run` kill it. A ``workspace`` is its
         working directory at ``/workspace``; the result holds what it changed there.
+        ``on_output`` hears each piece of output as it comes (``ironflow exec`` streams so).
 
         Raises:
             CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
@@ -298,6 +300,7 @@ class LocalSandboxProvider(ProviderBase):
                 run_ids=frozenset({run_id} if run_id else ()),
                 pass_fds=fds,
                 binds=binds,
+                on_output=on_output,
             )
             if finished.timed_out:
                 raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)

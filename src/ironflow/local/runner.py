@@ -15,13 +15,16 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow import errors
 from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
+
+#: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
+OutputSink = Callable[[str, bytes], None]
 
 __all__ = ["Finished", "SandboxProcesses", "teardown"]
 
@@ -83,8 +86,10 @@ class SandboxProcesses:
         run_ids: frozenset[str] = frozenset(),
         pass_fds: tuple[int, ...] = (),
         binds: tuple[tuple[bytes, bytes], ...] = (),
+        on_output: OutputSink | None = None,
     ) -> Finished:
-        """How ``argv`` ended; lines go to ``sink`` as they arrive. Past ``limit_s`` the whole
+        """How ``argv`` ended; lines go to ``sink`` and the raw pieces to ``on_output`` as they arrive
+        (both are still kept in the result). Past ``limit_s`` the whole
         tree is killed and what it wrote until then is kept (``timed_out``): the caller says
         what a timeout means for it.
 
@@ -127,7 +132,7 @@ class SandboxProcesses:
                 raise
             if entry.released:  # released while it started: it ends as killed, like the others
                 await _kill_tree(entry.proc, group)
-            reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err))
+            reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err, on_output))
             done, _ = await asyncio.wait({reading}, timeout=limit_s)
             if reading in done:
                 return Finished(reading.result(), b"".join(out), b"".join(err))
@@ -200,6 +205,7 @@ async def _communicate(
     sink: LogSink | None,
     out: list[bytes],
     err: list[bytes],
+    on_output: OutputSink | None = None,
 ) -> int:
     """Feed ``stdin``, read both pipes to their end into ``out`` and ``err`` (kept by the caller,
     so a timeout keeps what was read), and return the exit code."""
@@ -219,6 +225,8 @@ async def _communicate(
         pending = bytearray()
         while data := await stream.read(_READ_BYTES):
             chunks.append(data)
+            if on_output is not None:
+                on_output(name, data)
             if sink is None:
                 continue
             pending += data

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,39 @@ def test_exec_timeout_is_a_failed_step_that_prints_what_the_command_wrote() -> N
     assert done.returncode == 1
     assert done.stdout == "started\n"
     assert done.stderr == "warming\nerror: command timed out after 2s\n"
+
+
+def test_exec_streams_the_commands_output_as_it_comes() -> None:
+    """Both lines arrive while the command still runs (held output would come only at its 40 s timeout)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    script = "echo first; echo early >&2; sleep 60"
+    argv = [sys.executable, "-c", "from ironflow.cli.app import main; main()", "exec", "--timeout", "40", "--"]
+    with subprocess.Popen(
+        [*argv, "sh", "-c", script], env=base, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        got = {proc.stdout.fileno(): b"", proc.stderr.fileno(): b""}
+        deadline = time.monotonic() + 20
+        while not all(v.endswith(b"\n") for v in got.values()) and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(got), [], [], max(deadline - time.monotonic(), 0))
+            for fd in ready:
+                got[fd] += os.read(fd, 4096)
+        still_running = proc.poll() is None
+        proc.terminate()  # bubblewrap --die-with-parent ends the sandbox with it
+        proc.wait(timeout=30)
+    assert list(got.values()) == [b"first\n", b"early\n"]
+    assert still_running
+
+
+def test_exec_passes_binary_output_through_byte_for_byte() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from ironflow.cli.app import main; main()", "exec", "--", "printf", r"\377\000x\n"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, b"\xff\x00x\n")
 
 
 def test_exec_without_a_command_is_bad_input() -> None:
