@@ -50,7 +50,8 @@ CASES = (
     Bench("concurrent_steps", ("--sizes", "1,3", "--run-for", "0"),
           frozenset({"requests_per_step", "watch_connections", "rss_kib_per_step"})),
     Bench("engine", ("--steps", "20", "--runs-4w", "1", "--steps-4w", "20"),
-          frozenset({"sqlite_step_ms", "pg_step_ms", "pg_steps_per_s_4w"}), needs=("postgres",), timeout_s=180),
+          frozenset({"sqlite_step_ms", "pg_step_ms", "pg_steps_per_s_4w", "vs_dbos_sqlite", "vs_dbos_pg",
+                     "vs_dbos_pg_4w"}), needs=("postgres", "dbos"), timeout_s=240),
     Bench("k8s_sessions", ("--runs", "2"),
           frozenset({"real_apiserver", "open_p50_ms", "exec_p50_ms", "rtt_p50_ms", "boot_added_ms", "rtt_vs_exec",
                      "file_1mib_ms"}), timeout_s=240),
@@ -116,6 +117,10 @@ def _missing(part: str) -> str | None:
             temporal.find_temporal_cli()
         except temporal.TemporalNotAvailable as exc:
             return str(exc)
+        return None
+    if part == "dbos":
+        if importlib.util.find_spec("dbos") is None:
+            return "DBOS Transact (the engine benchmark's peer) is not installed: pip install dbos==3.4.0"
         return None
     if part == "agent-sandbox-sdk":
         if importlib.util.find_spec("k8s_agent_sandbox") is None or importlib.util.find_spec("kubernetes") is None:
