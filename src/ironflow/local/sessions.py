@@ -85,6 +85,10 @@ class LocalSessions:
         state_dir: where each session's private directory goes (its runtime socket); default the
             system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
         max_upload_bytes: the largest file a session accepts in one upload.
+
+    Raises:
+        SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
+        ConfigError: ``state_dir`` too long for a socket path; a credential in the provider's env.
     """
 
     backend: Final = "local"
