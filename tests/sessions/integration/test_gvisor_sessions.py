@@ -89,8 +89,9 @@ _PY = "python3 -I -S -c"
 
 
 async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: LocalSessions) -> None:
-    """gVisor's kernel, no network, uid 10001; the token in no environ or cmdline; the runtime's
-    code read-only; its socket directory closed to the step; nothing new on the host's ``/``."""
+    """gVisor's kernel, no network, uid 10001; the token in no environ or cmdline nor readable in
+    the runtime's memory; the runtime's code read-only; its socket directory closed to the step;
+    nothing new on the host's ``/``."""
     host_root = sorted(os.listdir("/"))
     async with await sessions.open(ttl=60) as sandbox:
         assert any("runsc-sandbox" in _cmdline(pid) for pid in sessions.host_pids(sandbox.id))
@@ -119,6 +120,8 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
             f"{gvisor_sessions.RUNTIME_DIR}/server.py PermissionError",
         ], refused
         assert "def main" in (await sandbox.commands.run(["cat", gvisor_sessions.RUNTIME_PATH])).stdout
+        runtime_mem = await sandbox.commands.run(["python3", "-I", "-S", "-c", "open('/proc/1/mem', 'rb')"])
+        assert "PermissionError" in runtime_mem.stderr, runtime_mem  # pid 1 is the runtime: its memory holds the token
     assert sorted(os.listdir("/")) == host_root
 
 
