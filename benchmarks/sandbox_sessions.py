@@ -10,14 +10,17 @@ One run measures, interleaved where two cases are compared:
   ``k8s-agent-sandbox`` SDK minus ironflow's own client through the same router, p50, and
   ironflow's client through the router minus the same client on the socket;
 - the proportional set size (PSS, every process of the session) per idle session, with
-  ``--idle`` of them open.
+  ``--idle`` of them open;
+- the same opening and round trips under gVisor (``isolation="gvisor"``, runsc), beside
+  bubblewrap's in the same run (``nan`` without runsc).
 
     python benchmarks/sandbox_sessions.py [--runs 30] [--idle 10]
 
 Targets: open <= 50 ms; a session adds <= 3 ms to a command and is >= 5x faster than a fresh
 sandbox; the SDK adds <= 5 ms over ironflow's client; an idle session <= 10 MiB. Last line:
-``RESULT open_p50_ms=… rtt_added_ms=… vs_fresh_speedup=… sdk_added_ms=… router_added_ms=… idle_pss_mib=…``
-(``sdk_added_ms`` is ``nan`` without the SDK).
+``RESULT open_p50_ms=… rtt_added_ms=… vs_fresh_speedup=… sdk_added_ms=… router_added_ms=… idle_pss_mib=…
+gvisor_open_p50_ms=… gvisor_rtt_added_ms=… gvisor_vs_fresh_speedup=…`` (``sdk_added_ms`` is ``nan``
+without the SDK, the ``gvisor_`` ones without runsc).
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ async def _opening(sessions: LocalSessions, runs: int) -> list[float]:
 
 
 async def _round_trips(sessions: LocalSessions, runs: int) -> dict[str, list[float]]:
-    """Host, session, fresh sandbox: interleaved, so a busy machine slows each alike."""
-    provider = LocalSandboxProvider(timeout=30)
+    """Host, session, fresh sandbox (of the sessions' isolation): interleaved, so a busy machine
+    slows each alike."""
+    provider = LocalSandboxProvider(isolation=sessions.provider.isolation, timeout=30)
     times: dict[str, list[float]] = {"host": [], "session": [], "fresh": []}
     async with await sessions.open(ttl=600) as sandbox:
         await sandbox.commands.run(COMMAND)  # the first connection
@@ -151,6 +155,29 @@ async def _idle_pss(sessions: LocalSessions, count: int) -> float:
     return total / count / 1024
 
 
+async def _gvisor(state: str, runs: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Opening and round trips of gVisor sessions (the result's keys, the table's p50 rows);
+    ``nan`` without runsc."""
+    if shutil.which("runsc") is None:
+        return dict.fromkeys(("gvisor_open_p50_ms", "gvisor_rtt_added_ms", "gvisor_vs_fresh_speedup"), math.nan), {}
+    async with LocalSessions(LocalSandboxProvider(isolation="gvisor"), state_dir=state) as sessions:
+        opening = await _opening(sessions, runs)
+        trips = await _round_trips(sessions, runs)
+    p50 = {name: statistics.median(values) for name, values in trips.items()}
+    result = {
+        "gvisor_open_p50_ms": statistics.median(opening),
+        "gvisor_rtt_added_ms": p50["session"] - p50["host"],
+        "gvisor_vs_fresh_speedup": p50["fresh"] / p50["session"],
+    }
+    rows = {
+        "gVisor: subprocess.run on the host (its run)": p50["host"],
+        "gVisor: in an open session (socket)": p50["session"],
+        "gVisor: fresh run_command": p50["fresh"],
+        "gVisor: open a session": result["gvisor_open_p50_ms"],
+    }
+    return result, rows
+
+
 async def main(runs: int, idle: int) -> None:
     if shutil.which("bwrap") is None:
         raise SystemExit("bubblewrap is not installed")
@@ -161,6 +188,7 @@ async def main(runs: int, idle: int) -> None:
             trips = await _round_trips(sessions, runs)
             pss = await _idle_pss(sessions, idle)
         routed = await _through_router(LocalSessions(state_dir=state), runs)  # serve closes these sessions
+        gvisor, gvisor_rows = await _gvisor(state, runs)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     p50 = {name: statistics.median(values) for name, values in {**trips, **routed}.items() if values}
@@ -171,6 +199,7 @@ async def main(runs: int, idle: int) -> None:
         "sdk_added_ms": p50["sdk"] - p50["router"] if "sdk" in p50 else math.nan,
         "router_added_ms": p50["router"] - p50["socket"],
         "idle_pss_mib": pss,
+        **gvisor,
     }
     print(f"{'case':<44} {'p50 ms':>8}   ({runs} runs each, `{' '.join(COMMAND)}`)")
     for name, label in (
@@ -183,6 +212,8 @@ async def main(runs: int, idle: int) -> None:
     ):
         print(f"{label:<44} {p50.get(name, math.nan):>8.2f}")
     print(f"{'open a session':<44} {result['open_p50_ms']:>8.2f}")
+    for label, value in gvisor_rows.items():
+        print(f"{label:<44} {value:>8.2f}")
     print(f"idle session PSS with {idle} open: {pss:.2f} MiB")
     for key, limit in TARGETS.items():
         print(f"target {key} <= {limit:g}: {'met' if result[key] <= limit else 'MISSED'} ({result[key]:.2f})")

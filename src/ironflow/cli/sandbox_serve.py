@@ -1,7 +1,7 @@
 """``ironflow sandbox serve``: the process sandbox sessions live in, over HTTP.
 
-It owns the sessions of one backend (local; k8s or agent-sandbox from ``--provider FILE``,
-each session a pod, or a claim on a warm pool, of the file's cluster;
+It owns the sessions of one backend (local, under bubblewrap or ``--isolation gvisor``; k8s or
+agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the file's cluster;
 :mod:`ironflow.sandbox_router`) and answers the session commands of
 :mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
 ``$IRONFLOW_SANDBOX_TOKEN``, or is made and written to a 0600 file whose path (never the
@@ -20,6 +20,8 @@ from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.cli import backends, exits
 from ironflow.cli.session_backends import ProviderOption
 from ironflow.k8s.sessions import K8sSessions
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_router import process
 from ironflow.sandbox_router.app import SessionHost
 
@@ -33,9 +35,16 @@ def serve(
     port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
     backend: Annotated[str, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")] = "local",
     provider: ProviderOption = None,
+    isolation: Annotated[
+        str | None, typer.Option("--isolation", help="Local sessions: bwrap (default) or gvisor.", show_default=False)
+    ] = None,
 ) -> None:
     """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
     sessions: SessionHost | None = None
+    if isolation is not None and isolation not in ("bwrap", "gvisor"):
+        exits.fail(f"invalid --isolation '{isolation}': use bwrap or gvisor")
+    if isolation is not None and backend != "local":
+        exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
     if backend == "k8s":
         sessions = K8sSessions(backends.k8s_provider(provider).settings)
     elif backend == "agent-sandbox":
@@ -44,6 +53,11 @@ def serve(
         exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
     elif provider is not None:
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    elif isolation == "gvisor":
+        try:
+            sessions = LocalSessions(LocalSandboxProvider(isolation="gvisor"))
+        except errors.IronflowError as exc:
+            exits.fail_for(exc)
     try:
         token, path = process.server_token()
     except errors.IronflowError as exc:

@@ -98,6 +98,11 @@ class GvisorSettings:
     traverse: tuple[str, ...] = ()
     proxy: ProxyBridge | None = None
     runsc_path: str = "runsc"
+    #: Run as gVisor's root just before the drop, it execs the rest of its argv (the drop, then the
+    #: command): a session's runtime binds its socket there, in a directory the step cannot enter.
+    as_root: tuple[str, ...] = ()
+    #: ``--host-uds=create``: the sandbox may create unix sockets in its host bind mounts (a session's).
+    host_uds_create: bool = False
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -151,7 +156,8 @@ def setup_script(settings: GvisorSettings) -> str:
         f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
     ]
     drop = (
-        f"exec setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
+        f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+        f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
     )
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
     guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
@@ -212,6 +218,7 @@ def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
         f"--network={network}",
         "--oci-seccomp",  # apply the spec's linux.seccomp to the step
         "--overlay2=root:memory",
+        *(["--host-uds=create"] if settings.host_uds_create else []),
         "--root",
         posixpath.join(bundle, "state"),
         "run",

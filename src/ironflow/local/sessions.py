@@ -1,17 +1,21 @@
-"""Local sandbox sessions: a bubblewrap sandbox kept open, with the runtime inside it.
+"""Local sandbox sessions: a bubblewrap or gVisor sandbox kept open, with the runtime inside it.
 
 The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox_argv`,
 the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
 network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
-:data:`RUNTIME_PATH`. It listens on a unix socket the worker made in the session's private
-directory (0700) and passed in as an inherited fd; the per-session token goes in on stdin,
-so neither is on an argv or in the environment of the commands the runtime starts.
+:data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
+session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
+is made inside, in a host directory only gVisor's root can enter
+(:mod:`~ironflow.local.gvisor_sessions`). The per-session token goes in on stdin, so neither
+is on an argv or in the environment of the commands the runtime starts.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
-or the death of this process (bubblewrap ``--die-with-parent`` takes the sandbox's pid
-namespace down; the next :class:`LocalSessions` on the machine sweeps the directory and
-:func:`~ironflow.local.cgroups.probe` the cgroup). The sandbox is this process's child:
-sessions live as long as the process that opened them (``ironflow sandbox serve`` for the CLI).
+or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
+SIGKILL when its parent dies, and takes the sandbox down: bubblewrap's pid namespace, runsc's
+sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
+state in it, and :func:`~ironflow.local.cgroups.probe` the cgroup). The sandbox is this
+process's child: sessions live as long as the process that opened them (``ironflow sandbox
+serve`` for the CLI).
 """
 
 from __future__ import annotations
@@ -19,21 +23,23 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, cgroups, runner, sandbox_argv, settings, workdirs
+from ironflow.local import bwrap, cgroups, gvisor, gvisor_sessions, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.sandbox_runtime import SERVER_PATH
@@ -45,7 +51,8 @@ __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSess
 
 log = logging.getLogger("ironflow.local")
 
-#: Where the runtime's directory appears inside the sandbox (a new top-level path: no host dir is touched).
+#: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
+#: is touched); gVisor's is :data:`~ironflow.local.gvisor_sessions.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
 RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 #: The largest single upload the runtime accepts (413 past it).
@@ -56,30 +63,32 @@ _START_TIMEOUT_S: Final = 30.0
 _DIR_PREFIX: Final = "ifs-"
 _SOCKET: Final = "rt.sock"
 _MAX_SOCKET_PATH: Final = 107
+_PR_SET_PDEATHSIG: Final = 1
 
 
 @dataclasses.dataclass(eq=False)
 class _Session:
     info: SessionInfo
     directory: str
+    socket_path: str
     token: Secret
     proc: asyncio.subprocess.Process
     group: cgroups.Sandbox | None
     watcher: asyncio.Task[None] | None = None
-
-    @property
-    def socket_path(self) -> str:
-        return os.path.join(self.directory, _SOCKET)
 
 
 class LocalSessions:
     """The sessions this process opened on the local provider, by id.
 
     Args:
-        provider: its isolation, limits, sizes and host uid shape every session (bubblewrap only).
+        provider: its isolation (bubblewrap or gVisor), limits, sizes and host uid shape every session.
         state_dir: where each session's private directory goes (its runtime socket); default the
             system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
         max_upload_bytes: the largest file a session accepts in one upload.
+
+    Raises:
+        SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
+        ConfigError: ``state_dir`` too long for a socket path; a credential in the provider's env.
     """
 
     backend: Final = "local"
@@ -92,12 +101,11 @@ class LocalSessions:
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ) -> None:
         self.provider = provider or LocalSandboxProvider()
-        if self.provider.isolation != "bwrap":
-            raise errors.ConfigError("sandbox sessions need isolation='bwrap': gVisor sessions are not built yet")
         if self.provider.env:
             settings.sandbox_env(self.provider.env)
+        self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
-        if len(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8, _SOCKET)) > _MAX_SOCKET_PATH:
+        if len(gvisor_sessions.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
             raise errors.ConfigError(
                 f"state_dir '{self.state_dir}' is too long for a unix socket path: use a shorter one"
             )
@@ -107,6 +115,7 @@ class LocalSessions:
         self._shape = self.provider.shape()
         self._processes: runner.SandboxProcesses = self.provider.processes
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
+        self._libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls prctl
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
 
     # -- opening --
@@ -123,7 +132,7 @@ class LocalSessions:
         """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
 
         Raises:
-            SandboxError: bubblewrap or the runtime did not start.
+            SandboxError: bubblewrap, runsc or the runtime did not start.
             StepConfigError: ``env`` names a credential variable.
         """
         if not ttl > 0 or (idle_timeout is not None and not idle_timeout > 0):
@@ -149,24 +158,33 @@ class LocalSessions:
         self, session_id: str, directory: str, env: Mapping[str, str], idle_timeout: float | None
     ) -> _Session:
         token = Secret(secrets.token_urlsafe(32))
+        options: tuple[str, ...] = ("--token-fd", "0", "--workspace", layout.SANDBOX_HOME)
+        options += ("--max-upload-bytes", str(self.max_upload_bytes))
+        if idle_timeout is not None:
+            options += ("--idle-timeout", str(idle_timeout))
+        if self.provider.isolation == "gvisor":
+            proc, group, socket_path = await self._start_gvisor(directory, env, options)
+        else:
+            proc, group, socket_path = await self._start_bwrap(directory, env, options)
+        session = _Session(SessionInfo(session_id, "local", "", 0, 0), directory, socket_path, token, proc, group)
+        try:
+            await self._handshake(session)
+        except BaseException:
+            await asyncio.shield(runner.teardown(proc, group))
+            raise
+        return session
+
+    async def _start_bwrap(
+        self, directory: str, env: Mapping[str, str], options: tuple[str, ...]
+    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
+        """bubblewrap with the runtime on a socket made here, passed in as an inherited fd."""
+        socket_path = os.path.join(directory, _SOCKET)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(os.path.join(directory, _SOCKET))
+            listener.bind(socket_path)
             listener.listen(128)
             python = self._python
-            command: tuple[str, ...] = (
-                python,
-                "-I",
-                "-S",
-                RUNTIME_PATH,
-                "--listen-fd",
-                str(listener.fileno()),
-                "--token-fd",
-                "0",
-            )
-            command += ("--workspace", layout.SANDBOX_HOME, "--max-upload-bytes", str(self.max_upload_bytes))
-            if idle_timeout is not None:
-                command += ("--idle-timeout", str(idle_timeout))
+            command = (python, "-I", "-S", RUNTIME_PATH, "--listen-fd", str(listener.fileno()), *options)
             with sandbox_argv.seccomp_fds(self.provider.isolation) as fds:
                 argv, binds = sandbox_argv.render(
                     self._shape,
@@ -182,13 +200,25 @@ class LocalSessions:
                 proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
         finally:
             listener.close()  # the sandbox holds the only copy now: the socket dies with it
-        session = _Session(SessionInfo(session_id, "local", "", 0, 0), directory, token, proc, group)
-        try:
-            await self._handshake(session)
-        except BaseException:
-            await asyncio.shield(runner.teardown(proc, group))
-            raise
-        return session
+        return proc, group, socket_path
+
+    async def _start_gvisor(
+        self, directory: str, env: Mapping[str, str], options: tuple[str, ...]
+    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
+        """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
+        python = self._python
+        listen = str(gvisor_sessions.LISTEN_FD)
+        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
+        shown = gvisor_sessions.runtime_settings(self._shape, command, python=python, runsc_path=self._runsc)
+        doc = gvisor_sessions.spec(
+            shown,
+            env,
+            runtime_source=os.path.dirname(SERVER_PATH),
+            socket_source=os.path.join(directory, gvisor_sessions.SOCKET_SUBDIR),
+        )
+        bundle = gvisor_sessions.write_bundle(directory, doc)
+        proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), env, (), ())
+        return proc, group, gvisor_sessions.host_socket(directory)
 
     async def _spawn(
         self, argv: list[str], env: Mapping[str, str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
@@ -206,7 +236,9 @@ class LocalSessions:
             nproc="pids" not in processes.support.controllers,
             data="memory" not in processes.support.controllers,
         )
-        setup = cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)
+        setup = self._dying_with_us(
+            cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)
+        )
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -224,6 +256,20 @@ class LocalSessions:
                 await group.remove()
             raise
         return proc, group
+
+    def _dying_with_us(self, setup: Callable[[], None]) -> Callable[[], None]:
+        """``setup``, then SIGKILL for the sandbox's first process when this one dies: ``runsc run``
+        has no ``--die-with-parent`` (its sandbox and gofer die with it). Set last: a uid change
+        clears it."""
+        prctl, parent = self._libc.prctl, os.getpid()
+
+        def run() -> None:
+            setup()
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # this process died before the prctl: no signal will come
+                os._exit(1)
+
+        return run
 
     async def _handshake(self, session: _Session) -> None:
         """Hand the token in on stdin, wait for the runtime's ready line (or its failure)."""

@@ -1,11 +1,12 @@
 """The swappable backend of the session contract suite (``test_session_contract.py``).
 
 :func:`session_case` yields a :class:`SessionCase` for each backend: local bubblewrap
-sessions, Kubernetes sessions on the in-process test server (``local_exec`` runs each exec on
-this machine, in the case's work dir), and on the real kube-apiserver with kwok (its
-``ClusterExec`` rule does the same; skipped with the reason when the binaries are not built),
-and agent-sandbox sessions (a claim adopting a warm pool's pod) with the scripted stand-in
-controller on the test server and with the real controller on the kube-apiserver tier.
+and gVisor sessions (skipped with the reason when runsc is missing), Kubernetes sessions on
+the in-process test server (``local_exec`` runs each exec on this machine, in the case's work
+dir), and on the real kube-apiserver with kwok (its ``ClusterExec`` rule does the same;
+skipped with the reason when the binaries are not built), and agent-sandbox sessions (a claim
+adopting a warm pool's pod) with the scripted stand-in controller on the test server and with
+the real controller on the kube-apiserver tier.
 A case opens, reattaches and closes sessions, says what a command's working directory is,
 and what of its sessions is left once they are gone (processes and directories, or pods),
 asked the backend's own way so one assertion holds on every backend.
@@ -36,6 +37,7 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
+from ironflow.local.provider import Isolation, LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import SessionInfo
@@ -44,8 +46,9 @@ from ironflow.testing.kube import KubeTestServer, local_exec
 
 __all__ = ["BACKENDS", "SessionCase", "open_case"]
 
-BACKENDS = [
+BACKENDS: list[Any] = [
     "local",
+    pytest.param("local-gvisor", marks=pytest.mark.gvisor),
     "k8s-test-server",
     "k8s-real-apiserver",
     "agent-sandbox-test-server",
@@ -139,12 +142,15 @@ async def open_case(
     request: pytest.FixtureRequest, backend: str, tmp_path: Path, **options: Any
 ) -> AsyncIterator[SessionCase]:
     """The case of ``backend``; every session it holds is closed at the end."""
-    if backend == "local":
-        if shutil.which("bwrap") is None:
-            pytest.skip("bubblewrap not installed")
+    if backend in ("local", "local-gvisor"):
+        isolation: Isolation = "gvisor" if backend == "local-gvisor" else "bwrap"
+        tool = "runsc" if isolation == "gvisor" else "bwrap"
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed ({'gVisor' if tool == 'runsc' else 'bubblewrap'})")
         short = Path(tempfile.mkdtemp(prefix="ifs-test-"))  # a unix socket path holds at most 107 bytes
+        provider = LocalSandboxProvider(isolation=isolation)
         try:
-            async with LocalSessions(state_dir=str(short), **options) as local:
+            async with LocalSessions(provider, state_dir=str(short), **options) as local:
                 yield SessionCase(backend, local, layout.SANDBOX_HOME, state_dir=short)
         finally:
             shutil.rmtree(short, ignore_errors=True)

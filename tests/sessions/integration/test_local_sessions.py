@@ -129,6 +129,7 @@ def test_sigkill_of_the_supervisor_leaves_no_process_and_the_directory_is_swept(
     assert _entries(state) == []
 
 
-def test_gvisor_sessions_are_refused_until_built() -> None:
-    with pytest.raises(errors.ConfigError, match="gVisor sessions are not built yet"):
-        LocalSessions(LocalSandboxProvider(isolation="gvisor"))
+def test_gvisor_sessions_without_runsc_are_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no runsc on this host
+    with pytest.raises(errors.SandboxError, match=r"^runsc is not installed: install it"):
+        LocalSessions(LocalSandboxProvider(isolation="gvisor"), state_dir=str(tmp_path))

@@ -1,4 +1,4 @@
-"""The sandbox session contract, on every backend (``cases.BACKENDS``): local bubblewrap,
+"""The sandbox session contract, on every backend (``cases.BACKENDS``): local bubblewrap and gVisor,
 Kubernetes on the test server and on the real kube-apiserver with kwok, agent-sandbox with
 the stand-in controller and with the real one. One handle:
 commands one after another, streams, background commands, confined files, tar copies, reattach
@@ -96,7 +96,7 @@ async def test_close_and_close_run_leave_nothing(case: SessionCase) -> None:
     one = await case.open(ttl=60, labels={"team": "a"}, run_id="run-1")
     # On the Kubernetes stand-ins each exec runs on this host and no container dies with the pod:
     # there the command ends by itself, so it outlives no test (local's `leftovers` checks pids).
-    nap = "300" if case.backend == "local" else "1"
+    nap = "300" if case.backend.startswith("local") else "1"
     await one.commands.start(["sh", "-c", f"sleep {nap} & sleep {nap}"])
     two = await case.open(ttl=60, run_id="run-1")
     other = await case.open(ttl=60, run_id="run-2")

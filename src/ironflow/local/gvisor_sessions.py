@@ -1,0 +1,116 @@
+"""A local session's sandbox under gVisor: the ``runsc run`` argv and the bundle its runtime starts from.
+
+A host listening socket cannot be handed to a process inside gVisor as an inherited fd, so the
+runtime's socket is made inside: ``runsc --host-uds=create`` lets the sandbox create a unix
+socket in a host bind mount, which the host then connects to like any other. The session's
+socket directory (``<session dir>/s``, 0700, the worker's) is bind-mounted at
+:data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700; gVisor's root binds the socket
+there (:data:`LISTEN_AS_ROOT`, run by the setup script just before the drop) and hands the
+listening fd to the runtime as fd :data:`LISTEN_FD`; so the step (uid 10001) can neither reach
+the path nor put a socket of its own in its place. The runtime's directory is a read-only bind
+at :data:`RUNTIME_DIR`, as under bubblewrap. No network at all
+(``--network=none``): no port of the host, the server's and the router's included, is
+reachable from the session.
+
+Everything else is a plain gVisor sandbox of the provider (:mod:`ironflow.local.gvisor`: the
+setup script, the tmpfs, the seccomp rules, the drop to uid 10001). Only :func:`write_bundle`
+touches the disk; nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ironflow.local import gvisor, sandbox_argv
+
+__all__ = [
+    "LISTEN_AS_ROOT",
+    "LISTEN_FD",
+    "RUNTIME_DIR",
+    "RUNTIME_PATH",
+    "SOCKET_DIR",
+    "SOCKET_SUBDIR",
+    "host_socket",
+    "runtime_settings",
+    "spec",
+    "write_bundle",
+]
+
+#: Where the runtime's directory and the session's socket directory appear inside gVisor: under
+#: its own ``/dev`` tmpfs, since runsc makes the mount point of a bind on the host when it is
+#: not in a mount of the sandbox's own (a new top-level path would be left on the host's ``/``).
+RUNTIME_DIR: Final = "/dev/ironflow-runtime"
+RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
+SOCKET_DIR: Final = "/dev/ironflow-session"
+#: The session directory's subdirectory that is bind-mounted there (the socket, and nothing else).
+SOCKET_SUBDIR: Final = "s"
+#: The runtime's listening fd (0-2 are its stdio, the token comes on 0).
+LISTEN_FD: Final = 3
+#: ``python -c`` as gVisor's root: ``PATH FD ARGV…``: bind and listen on PATH, as fd FD, exec ARGV.
+LISTEN_AS_ROOT: Final = (
+    "import os, socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "s.bind(sys.argv[1])\n"
+    "s.listen(128)\n"
+    "fd = int(sys.argv[2])\n"
+    "if s.fileno() != fd:\n"
+    "    os.dup2(s.fileno(), fd)\n"
+    "os.set_inheritable(fd, True)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+_SOCKET: Final = "rt.sock"
+
+
+def runtime_settings(
+    shape: sandbox_argv.SandboxShape, command: tuple[str, ...], *, python: str, runsc_path: str
+) -> gvisor.GvisorSettings:
+    """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--listen-fd``
+    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first."""
+    bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
+    return gvisor.GvisorSettings(
+        command=command,
+        profile_dirs=tuple(p.path for p in shape.profiles),
+        home_size_bytes=shape.home_size_bytes,
+        tmp_size_bytes=shape.tmp_size_bytes,
+        traverse=(python,),
+        runsc_path=runsc_path,
+        as_root=bind,
+        host_uds_create=True,
+    )
+
+
+def spec(
+    settings: gvisor.GvisorSettings,
+    env: Mapping[str, str],
+    *,
+    runtime_source: str,
+    socket_source: str,
+) -> dict[str, Any]:
+    """The OCI spec: the provider's, plus the runtime's code read-only and the socket directory."""
+    doc = gvisor.oci_spec(settings, env)
+    doc["mounts"] += [
+        {"destination": RUNTIME_DIR, "type": "bind", "source": runtime_source, "options": ["rbind", "ro"]},
+        {"destination": SOCKET_DIR, "type": "bind", "source": socket_source, "options": ["rbind", "rw"]},
+    ]
+    return doc
+
+
+def host_socket(directory: str) -> str:
+    """Where the host reaches the runtime of the session in ``directory``."""
+    return os.path.join(directory, SOCKET_SUBDIR, _SOCKET)
+
+
+def write_bundle(directory: str, doc: Mapping[str, Any]) -> str:
+    """Make the socket directory and the bundle (``config.json`` 0600: it holds the session's
+    environment; a state directory for runsc) in the session's ``directory``; the bundle's path."""
+    os.mkdir(os.path.join(directory, SOCKET_SUBDIR), 0o700)
+    bundle = os.path.join(directory, "gvisor")
+    os.mkdir(bundle, 0o700)
+    os.mkdir(os.path.join(bundle, "state"), 0o700)
+    fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(doc, out)
+    return bundle
