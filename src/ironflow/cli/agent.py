@@ -33,6 +33,7 @@ from ironflow.claude import turns
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
+from ironflow.cli.formats import document
 from ironflow.fake_model.server import Script
 from ironflow.k8s import commands, workspace_commands
 from ironflow.k8s.command_runner import PodRunOutput
@@ -50,10 +51,12 @@ __all__ = ["register"]
 
 
 class Output(StrEnum):
-    """``--output`` of ``agent``: the answer alone, or the answer with its usage as JSON."""
+    """``--output`` of ``agent`` and ``exec``: the answer (the output) alone, or it with its usage
+    (exit code) and patch as one JSON or YAML document."""
 
     TEXT = "text"
     JSON = "json"
+    YAML = "yaml"
 
 
 class _Progress(logging.Handler):
@@ -189,9 +192,9 @@ def agent(
     ] = False,
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     model: Annotated[str | None, typer.Option(help="Model name, e.g. sonnet or claude-sonnet-5-5.")] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="text: the answer; json: answer and usage.")] = (
-        Output.TEXT
-    ),
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text: the answer; json or yaml: answer and usage.")
+    ] = Output.TEXT,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the step is stopped.")] = (
         DEFAULT_TIMEOUT_S
     ),
@@ -248,8 +251,8 @@ def agent(
         print(f"note: ignored locally: {ignored}", file=sys.stderr)
     ws.write_patch(result.workspace, patch)
     answer = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
-    if output is Output.JSON:
-        print(json.dumps(_result_json(result), indent=2, default=str), file=answer)
+    if output is not Output.TEXT:
+        print(document(_result_json(result), output), file=answer)
     else:
         print(result.text if result.text else json.dumps(result.value, default=str), file=answer)
 
@@ -286,9 +289,9 @@ def _exec_k8s(
         exits.fail_for(exc)
     ws.write_patch(changes, patch)
     shown = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
-    if output is Output.JSON:
+    if output is not Output.TEXT:
         out = {"exit_code": result.exit_code or (0 if result.success else 1), "stdout": result.logs, "stderr": ""}
-        print(json.dumps({**out, **(changes.to_json() if changes is not None else {})}, indent=2), file=shown)
+        print(document({**out, **(changes.to_json() if changes is not None else {})}, output), file=shown)
     else:
         shown.write(result.logs)
     if result.success:
@@ -337,7 +340,7 @@ def exec_command(
     push: ws.PushOption = None,
     mount: ws.MountOption = None,
     output: Annotated[
-        Output, typer.Option("--output", "-o", help="text: the command's own output; json: it, and the patch.")
+        Output, typer.Option("--output", "-o", help="text: the command's own output; json or yaml: it, and the patch.")
     ] = Output.TEXT,
     stdin: Annotated[
         bool | None,
@@ -393,8 +396,8 @@ def exec_command(
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     ws.write_patch(result.workspace, patch)
-    if output is Output.JSON:
-        print(json.dumps(_exec_json(result), indent=2), file=sys.stderr if patch == "-" else sys.stdout)
+    if output is not Output.TEXT:
+        print(document(_exec_json(result), output), file=sys.stderr if patch == "-" else sys.stdout)
     raise typer.Exit(result.exit_code)
 
 

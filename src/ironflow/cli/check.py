@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
@@ -25,7 +24,7 @@ from rich.table import Table
 
 from ironflow import errors, labels
 from ironflow.cli import backends, exits, inputs
-from ironflow.cli.formats import OutputFormat
+from ironflow.cli.formats import OutputFormat, document
 from ironflow.cluster import checks, setup
 from ironflow.kube import api as kube
 
@@ -165,9 +164,9 @@ def exit_code(results: list[checks.CheckResult]) -> int:
 
 
 def render_results(results: list[checks.CheckResult], namespace: str, fmt: OutputFormat) -> str:
-    """A table (check, result, why) or a JSON list (pure)."""
-    if fmt is OutputFormat.JSON:
-        return json.dumps([{"check": r.check, "result": r.outcome.value, "why": r.why} for r in results], indent=2)
+    """A table (check, result, why), or a JSON or YAML list (pure)."""
+    if fmt is not OutputFormat.TABLE:
+        return document([{"check": r.check, "result": r.outcome.value, "why": r.why} for r in results], fmt)
     table = Table(title=f"ironflow check {namespace}", title_justify="left")
     table.add_column("check")
     table.add_column("result")
@@ -212,7 +211,7 @@ def check(
     ] = None,
     worker_namespace: Annotated[str, typer.Option("--worker-namespace")] = setup.WORKER_NAMESPACE,
     worker_service_account: Annotated[str, typer.Option("--worker-service-account")] = setup.WORKER_SERVICE_ACCOUNT,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
     exec_probes: Annotated[
         bool, typer.Option("--exec/--no-exec", help="Run the exec probes in Running agent pods (pods/exec).")
     ] = True,

@@ -1,6 +1,7 @@
-"""``--output`` of the commands: the table-or-JSON reports (``check``, ``reap``, ``runs``, ``sandbox ls``),
-the text-or-JSON single things (``sandbox open``) and the YAML-or-JSON Kubernetes objects (``render``,
-``manifests``, ``sandbox render``), printed one way; and how long ago something started, as their tables say it."""
+"""``--output`` of the commands: the table, JSON or YAML reports (``check``, ``reap``, ``runs``, ``ps``,
+``sandbox ls``), the text-or-JSON single things (``sandbox open``; ``agent`` and ``exec`` also YAML), and the
+YAML-or-JSON Kubernetes objects (``render``, ``manifests``, ``sandbox render``), printed one way
+(:func:`document`); and how long ago something started, as their tables say it."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Any
 import typer
 import yaml
 
-__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "age", "emit_objects"]
+__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "age", "document", "emit_objects"]
 
 
 class OutputFormat(StrEnum):
-    """A report for people (a table) or for programs (JSON)."""
+    """A report for people (a table) or for programs (JSON or YAML: the same document)."""
 
     TABLE = "table"
     JSON = "json"
+    YAML = "yaml"
 
 
 class TextFormat(StrEnum):
@@ -33,6 +35,22 @@ class ManifestFormat(StrEnum):
 
     YAML = "yaml"
     JSON = "json"
+
+
+def document(doc: Any, fmt: StrEnum, *, indent: int | None = 2) -> str:
+    """``doc`` (plain JSON values) as ``fmt`` says: ``yaml``, else JSON; no trailing newline (pure).
+
+    >>> print(document({"id": "r1", "steps": [1, 2]}, OutputFormat.YAML))
+    id: r1
+    steps:
+    - 1
+    - 2
+    """
+    text = json.dumps(doc, indent=indent, default=str)
+    if fmt.value != "yaml":
+        return text
+    # Through JSON, so YAML holds exactly what JSON would (str-valued enums, dates as JSON has them).
+    return yaml.safe_dump(json.loads(text), sort_keys=False, width=120, allow_unicode=True).rstrip("\n")
 
 
 def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:

@@ -7,7 +7,6 @@ pending``). Never creates a store; exit codes are :mod:`ironflow.cli.exits`'s.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -15,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ironflow.cli.formats import OutputFormat, age
+from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import StoreOption, opened, run_async
 from ironflow.engine import running
 
@@ -74,12 +73,12 @@ async def _ps(store_url: str | None) -> dict[str, Any]:
 
 def ps(
     store: StoreOption = None,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table, json or yaml.")] = OutputFormat.TABLE,
 ) -> None:
     """List what is running now: running runs and steps (any backend), and this machine's local sandboxes."""
     shown = run_async(_ps(store))
-    if output is OutputFormat.JSON:
-        print(json.dumps(shown, indent=2))
+    if output is not OutputFormat.TABLE:
+        print(document(shown, output))
     else:
         _print_tables(shown)
 

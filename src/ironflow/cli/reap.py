@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 from typing import Annotated, Final
 
@@ -20,7 +19,7 @@ from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import backends, exits, inputs
-from ironflow.cli.formats import OutputFormat
+from ironflow.cli.formats import OutputFormat, document
 from ironflow.k8s import reaper
 from ironflow.kube.clusters import ClusterConfig
 
@@ -42,9 +41,9 @@ def parse_interval(text: str) -> float:
 
 
 def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) -> str:
-    """The report as stdout text: a JSON object, or a table of kinds, counts and names (pure)."""
-    if fmt is OutputFormat.JSON:
-        return json.dumps({"namespace": namespace, **report.to_dict()})
+    """The report as stdout text: a JSON (one line) or YAML object, or a table of kinds, counts and names (pure)."""
+    if fmt is not OutputFormat.TABLE:
+        return document({"namespace": namespace, **report.to_dict()}, fmt, indent=None)
     verb = "would delete" if report.dry_run else "deleted"
     table = Table(title=f"ironflow reap {namespace} ({verb})", title_justify="left")
     table.add_column("kind")
@@ -87,7 +86,7 @@ def reap(
     every: Annotated[
         str | None, typer.Option("--every", help="Run a pass every interval (e.g. 5m) until interrupted.")
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
     kubeconfig: backends.KubeconfigOption = None,
     context: backends.ContextOption = None,
 ) -> None:

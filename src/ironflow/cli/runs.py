@@ -19,13 +19,13 @@ from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import exits
-from ironflow.cli.formats import OutputFormat, age
+from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
 from ironflow.engine import model, run_changes, running
 
 __all__ = ["register"]
 
-OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table, json or yaml.")]
 
 #: Characters of a step's result in the table's cell; a longer or multi-line one follows in full.
 _RESULT_CELL = 80
@@ -62,8 +62,8 @@ def runs_list(
 ) -> None:
     """List runs, newest first."""
     found = run_async(_list(store, status, limit))
-    if output is OutputFormat.JSON:
-        print(json.dumps([_run_summary(r) for r in found], indent=2))
+    if output is not OutputFormat.TABLE:
+        print(document([_run_summary(r) for r in found], output))
         return
     table = Table("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE", box=None)
     now = time.time()
@@ -88,8 +88,8 @@ def runs_show(
     """Show a run: its state, its steps, their pods and their results."""
     run, steps = run_async(_show(store, run_id))
     step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run, s)} for s in steps]
-    if output is OutputFormat.JSON:
-        print(json.dumps({**plain(run.to_dict()), "steps": step_rows}, indent=2))
+    if output is not OutputFormat.TABLE:
+        print(document({**plain(run.to_dict()), "steps": step_rows}, output))
         return
     console = Console(width=200)
     console.print(f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})",

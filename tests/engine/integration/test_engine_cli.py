@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from ironflow import labels
@@ -177,6 +178,17 @@ def test_the_fix_example_hands_its_patch_to_the_review_and_leaves_the_repo_untou
     shown = json.loads(cli("runs", "show", run["id"], "--store", store, "-o", "json")[1])
     fix_step = next(s for s in shown["steps"] if s["name"] == "fix")
     assert fix_step["result"]["workspace"]["changed_files"] == [{"path": "calc.py", "change": "modified"}]
+
+
+def test_runs_list_and_show_print_the_same_document_as_yaml_as_json(store: str) -> None:
+    assert cli("run", f"{WORKFLOWS}:with_op", "--input", '{"a": 1, "b": 1}', "--wait", "--store", store)[0] == 0
+    listed = cli("runs", "list", "--store", store, "-o", "yaml")
+    assert listed[0] == 0
+    assert yaml.safe_load(listed[1]) == json.loads(cli("runs", "list", "--store", store, "-o", "json")[1])
+    (run,) = yaml.safe_load(listed[1])
+    shown = cli("runs", "show", run["id"], "--store", store, "-o", "yaml")
+    assert shown[1].startswith(f"id: {run['id']}\n")  # YAML, not JSON (which YAML also reads)
+    assert yaml.safe_load(shown[1]) == json.loads(cli("runs", "show", run["id"], "--store", store, "-o", "json")[1])
 
 
 def test_the_worker_command_executes_queued_runs_and_stops_on_sigterm(store: str) -> None:
