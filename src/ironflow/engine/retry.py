@@ -49,9 +49,12 @@ class RetryPolicy:
     """``max_retries`` further attempts after the first; delay(n) = min(initial × multiplier^n, max),
     less up to ``jitter`` of it at random, so steps that failed together do not retry together.
 
-    ``retry_on`` narrows which retryable errors are retried (e.g. ``(errors.AgentTimeout,)``); a
-    non-retryable error is never retried, whatever it names, and a :class:`~ironflow.errors.UsageError`
-    class (a bad config, a prompt too large: the same again fails the same way) is refused.
+    ``retry_on`` names what is retried instead of every retryable ironflow error: your own
+    exception classes (a ``RuntimeError`` from an op's function is otherwise never retried), and
+    ironflow error classes to narrow to (``errors.AgentTimeout``). An ironflow error is retried only
+    when it is retryable, whatever is named (an ``ApiError`` 400 stays permanent), and a
+    :class:`~ironflow.errors.UsageError` class (a bad config, a prompt too large: the same again
+    fails the same way) is refused.
 
     >>> RetryPolicy(3).delay(0), RetryPolicy(3).delay(2), RetryPolicy(3).delay(20)
     (0.2, 0.8, 30.0)
@@ -63,7 +66,7 @@ class RetryPolicy:
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 30.0
     multiplier: float = 2.0
-    retry_on: tuple[type[errors.IronflowError], ...] | None = None
+    retry_on: tuple[type[Exception], ...] | None = None
     jitter: float = 0.0
 
     def __post_init__(self) -> None:
@@ -94,22 +97,26 @@ class RetryPolicy:
 
     def should_retry(self, exc: BaseException, retries_done: int) -> bool:
         """Whether to run the step again after ``exc``, ``retries_done`` retries in."""
-        if retries_done >= self.max_retries or not is_retryable(exc):
+        if retries_done >= self.max_retries:
             return False
-        return self.retry_on is None or isinstance(exc, self.retry_on)
+        if self.retry_on is None:
+            return is_retryable(exc)
+        if not isinstance(exc, self.retry_on):
+            return False
+        return is_retryable(exc) if isinstance(exc, errors.IronflowError) else True
 
 
 def _check_retry_on(classes: object) -> None:
-    """``retry_on`` is a tuple of ironflow error classes that a retry can fix.
+    """``retry_on`` is a tuple of exception classes that a retry can fix.
 
     Raises:
         ConfigError: naming the entry at fault.
     """
     if not isinstance(classes, tuple) or not classes:
-        raise errors.ConfigError("retry_on must be a non-empty tuple of error classes, e.g. (errors.AgentTimeout,)")
+        raise errors.ConfigError("retry_on must be a non-empty tuple of exception classes, e.g. (RuntimeError,)")
     for cls in classes:
-        if not isinstance(cls, type) or not issubclass(cls, errors.IronflowError):
-            raise errors.ConfigError(f"retry_on: {cls!r} is not an ironflow error class (see ironflow.errors)")
+        if not isinstance(cls, type) or not issubclass(cls, Exception):
+            raise errors.ConfigError(f"retry_on: {cls!r} is not an exception class")
         if issubclass(cls, errors.UsageError):
             raise errors.ConfigError(
                 f"retry_on: {cls.__name__} is never retried: the same step fails the same way again"

@@ -64,6 +64,20 @@ async def with_op(ctx: Context, input: dict[str, Any]) -> Any:
     return await ctx.op("add", add)
 
 
+async def flaky_op(ctx: Context, input: dict[str, Any]) -> Any:
+    """An op whose function raises RuntimeError ``input["fails"]`` times, retried as ``input`` says."""
+    calls = []
+
+    async def sometimes() -> int:
+        calls.append(1)
+        if len(calls) <= input["fails"]:
+            raise RuntimeError(f"flaky call {len(calls)}")
+        return len(calls)
+
+    retry_on = (RuntimeError,) if input.get("retry_on_runtime_error") else None
+    return await ctx.op("flaky", sometimes, retry=RetryPolicy(max_retries=3, initial_backoff_s=0.01, retry_on=retry_on))
+
+
 async def not_storable(ctx: Context, input: Any) -> Any:
     return object()
 

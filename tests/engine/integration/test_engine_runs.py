@@ -311,6 +311,18 @@ async def test_retry_on_retries_only_the_errors_it_names(store: Store) -> None:
     assert (step.status, step.attempts) == (model.StepStatus.FAILED, 2)
 
 
+@pytest.mark.parametrize(("named", "status", "output"), [(True, "succeeded", 3), (False, "failed", None)])
+async def test_an_ops_own_exception_is_retried_only_when_retry_on_names_it(
+    store: Store, named: bool, status: str, output: int | None
+) -> None:
+    run_id = await submit(store, "flaky_op", {"fails": 2, "retry_on_runtime_error": named})
+    await run_all(store, RecordingProvider())
+    run = await get(store, run_id)
+    assert (run.status, run.output) == (status, output)  # the third call succeeds, when retried
+    (step,) = await store.steps(run_id)
+    assert step.attempts == (3 if named else 1)
+
+
 # --- sub-workflows ------------------------------------------------------------------------------
 
 

@@ -71,6 +71,15 @@ def test_retries_stop_after_max_retries() -> None:
     assert [policy.should_retry(exc, n) for n in range(4)] == [True, True, False, False]
 
 
+def test_retry_on_retries_the_callers_own_exceptions_that_are_otherwise_never_retried() -> None:
+    assert not retry.RetryPolicy(max_retries=2).should_retry(RuntimeError("flaky"), 0)
+    policy = retry.RetryPolicy(max_retries=2, retry_on=(RuntimeError, errors.AgentTimeout))
+    assert policy.should_retry(RuntimeError("flaky"), 0)
+    assert not policy.should_retry(ValueError("not named"), 0)
+    assert not policy.should_retry(errors.ProcessFailed(1, "crash"), 0)  # retryable, but not named
+    assert not policy.should_retry(RuntimeError("flaky"), 2)
+
+
 def test_retry_on_narrows_to_the_named_errors_and_never_widens() -> None:
     policy = retry.RetryPolicy(max_retries=3, retry_on=(errors.AgentTimeout, errors.ApiError))
     assert policy.should_retry(errors.AgentTimeout(30), 0)
@@ -85,8 +94,8 @@ def test_retry_on_narrows_to_the_named_errors_and_never_widens() -> None:
     [
         ((errors.StepConfigError,), "StepConfigError is never retried"),
         ((errors.PromptTooLarge,), "PromptTooLarge is never retried"),
-        ((ValueError,), "is not an ironflow error class"),
-        (("AgentTimeout",), "is not an ironflow error class"),
+        ((KeyboardInterrupt,), "is not an exception class"),
+        (("AgentTimeout",), "is not an exception class"),
         ((), "non-empty tuple"),
         ([errors.AgentTimeout], "non-empty tuple"),
     ],
