@@ -231,6 +231,9 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         '    --from-literal=admin-key="$(openssl rand -hex 32)" \\\n'
         "    --from-literal=database-url='postgresql://USER:PASSWORD@HOST:5432/DB' \\\n"
         '    --from-literal=secret-keys="1:$(openssl rand -hex 32)"\n'
+        "Without PostgreSQL: drop the two database entries and run 1 replica (tokens live in its memory).\n"
+        'The worker needs the same admin-key. Rotate keys: add "2:<hex>" to secret-keys, roll the\n'
+        "Deployment, then run `ironflow auth-proxy rotate-keys` in a pod (docs/auth-proxy.md).\n"
         f"The pods listen on {port}, the port the NetworkPolicies open. Image: docker/auth-proxy."
     )
     return [
