@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from tests.fakes.server_dry_run import dry_run_set
 
 from ironflow.cluster import network, setup, workloads
-from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.kubeenv import KubeEnv, KubeEnvError
 
 
 def test_the_full_rendered_set_is_accepted_by_the_real_apiserver(kube_env: KubeEnv) -> None:
@@ -39,3 +40,20 @@ def test_the_full_rendered_set_is_accepted_by_the_real_apiserver(kube_env: KubeE
         assert pod["spec"]["enableServiceLinks"] is False
     deployment = next(a for a in answers if a["kind"] == "Deployment")
     assert deployment["spec"]["revisionHistoryLimit"] == 10  # a server default
+
+
+def test_realkube_the_dry_run_judges_the_pods_a_root_proxy_pod_is_refused(kube_env: KubeEnv) -> None:
+    """The dry run is not a rubber stamp: the same set with the proxy's pod allowed to run as root
+    is refused by PodSecurity ``restricted`` in the proxy's namespace."""
+    tag = uuid.uuid4().hex[:8]
+    config = setup.ClusterSetup(
+        namespace=f"dry-agents-{tag}",
+        worker_namespace=f"dry-worker-{tag}",
+        auth_proxy_url=f"http://ironflow-auth-proxy.dry-proxy-{tag}",
+        auth_proxy_deployment=workloads.AuthProxyDeployment(),
+    )
+    objects = setup.render(config)
+    proxy = next(o for o in objects if o["kind"] == "Deployment")
+    proxy["spec"]["template"]["spec"]["securityContext"].update(runAsNonRoot=False, runAsUser=0)
+    with pytest.raises(KubeEnvError, match="violates PodSecurity"), dry_run_set(kube_env, objects):
+        pass
