@@ -126,3 +126,19 @@ def test_realkube_the_chart_output_is_accepted_by_the_apiserver(kube_env: KubeEn
         kinds = {a["kind"] for a in answers}
     assert {"Deployment", "Service", "PodDisruptionBudget", "Pod", "NetworkPolicy", "RuntimeClass"} <= kinds
     assert all(a["metadata"].get("uid") for a in answers)  # the server admitted each one
+
+
+@pytest.mark.parametrize(
+    ("value", "flags"),
+    [
+        ("authProxy.enabled=false", [f for f in DEFAULT_FLAGS if f != "--auth-proxy-deployment"]),
+        ("worker.enabled=false", [f for f in DEFAULT_FLAGS if f != "--worker-deployment"]),
+        ("cilium=true", [*DEFAULT_FLAGS, "--cilium"]),
+        ("gvisor=true", [*DEFAULT_FLAGS, "--gvisor"]),
+        ("environmentClaims=true", [*DEFAULT_FLAGS, "--environment-claims"]),
+        ("checkRbac=true", [*DEFAULT_FLAGS, "--check-rbac"]),
+        ("agentSandboxRbac=true", [*DEFAULT_FLAGS, "--agent-sandbox-rbac"]),
+    ],
+)
+def test_each_switch_alone_equals_its_flag(value: str, flags: list[str]) -> None:
+    assert _objects(_template(value)) == _objects(_manifests(*flags))
