@@ -37,6 +37,7 @@ __all__ = [
     "PROVIDER_CONFIGMAP",
     "PROVIDER_PATH",
     "RESOURCE_KEYS",
+    "UID",
     "WORKER_METRICS_PORT",
     "WORKER_RESOURCES",
     "WORKER_SECRET",
@@ -62,6 +63,7 @@ WORKER_SECRET: Final = "ironflow-worker"  # noqa: S105 - a Secret's name
 PROVIDER_CONFIGMAP: Final = "ironflow-worker-provider"
 PROVIDER_PATH: Final = "/etc/ironflow/provider/provider.yaml"
 WORKER_METRICS_PORT: Final = 9090
+#: The pods' user and group, the images' USER (docker/auth-proxy, docker/worker).
 UID: Final = 10001
 #: The settable keys of :class:`Resources`, as ``--worker-resources`` spells them.
 RESOURCE_KEYS: Final = ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
