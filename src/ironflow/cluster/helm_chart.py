@@ -125,20 +125,30 @@ def template_parts(c: setup.ClusterSetup) -> dict[str, list[documents.Document]]
     }
 
 
-def _branches(part: str, config: setup.ClusterSetup, switches: Sequence[Switch]) -> str:
-    """The part's text, with an if/else on each switch that changes it (checked by rendering both ways)."""
+def _units(part: str, config: setup.ClusterSetup, switches: Sequence[Switch]) -> list[str]:
+    """The part as template units (one document, or one if-block), each switch's if/else around
+    only the documents it changes: both ways are rendered, and what they share stays outside."""
     if not switches:
-        docs = template_parts(config)[part]
-        return documents.file_text(docs) + "\n" if docs else ""
+        return [f"---\n{documents.file_text([d])}\n" for d in template_parts(config)[part]]
     first, rest = switches[0], switches[1:]
-    on = _branches(part, first.apply(config, True), rest)
-    off = _branches(part, first.apply(config, False), rest)
+    on = _units(part, first.apply(config, True), rest)
+    off = _units(part, first.apply(config, False), rest)
     if on == off:
         return on
-    text = f"{{{{- if .Values.{first.path} }}}}\n---\n{on}"
-    if off:
-        text += f"{{{{- else }}}}\n---\n{off}"
-    return text + "{{- end }}\n"
+    head = 0
+    while head < min(len(on), len(off)) and on[head] == off[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(on), len(off)) - head and on[-1 - tail] == off[-1 - tail]:
+        tail += 1
+    on_mid, off_mid = on[head : len(on) - tail], off[head : len(off) - tail]
+    test = f".Values.{first.path}"
+    if on_mid:
+        block = f"{{{{- if {test} }}}}\n" + "".join(on_mid)
+        block += f"{{{{- else }}}}\n{''.join(off_mid)}" if off_mid else ""
+    else:
+        block = f"{{{{- if not {test} }}}}\n" + "".join(off_mid)
+    return [*on[:head], block + "{{- end }}\n", *on[len(on) - tail :]]
 
 
 def _substitute(text: str) -> str:
@@ -189,7 +199,7 @@ def chart_files() -> list[tuple[str, str]]:
         ("values.yaml", documents.file_text([documents.Document(default_values(), _VALUES_COMMENT)])),
     ]
     for part in template_parts(config):
-        body = _substitute(_branches(part, config, SWITCHES))
+        body = _substitute("".join(_units(part, config, SWITCHES)))
         files.append((f"templates/{part}", "# Generated from ironflow.cluster.setup: do not edit.\n" + body))
     return files
 
