@@ -51,7 +51,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "manifests": (
         "ironflow.cli.manifests",
-        "Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster.",
+        "Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster (and its Deployments).",
     ),
     "check": (
         "ironflow.cli.check",

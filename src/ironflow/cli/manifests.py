@@ -17,9 +17,10 @@ import typer
 from ironflow import errors
 from ironflow.cli.exits import fail
 from ironflow.cli.formats import ManifestFormat
-from ironflow.cluster import documents, network, setup
+from ironflow.cluster import documents, network, setup, workloads
+from ironflow.kube import quantities
 
-__all__ = ["manifests", "parse_egress_profile", "read_profile_dir", "register"]
+__all__ = ["manifests", "parse_egress_profile", "parse_resources", "read_profile_dir", "register"]
 
 
 def parse_egress_profile(text: str) -> network.EgressProfile:
@@ -32,6 +33,28 @@ def parse_egress_profile(text: str) -> network.EgressProfile:
     if not sep:
         raise errors.ConfigError(f"--egress-profile '{text}' must read NAME=HOST[,HOST...], e.g. gitlab=gitlab.com")
     return network.EgressProfile(name.strip(), tuple(h.strip() for h in hosts.split(",") if h.strip()))
+
+
+def parse_resources(option: str, text: str | None, base: workloads.Resources) -> workloads.Resources:
+    """``requests.cpu=500m,limits.memory=1Gi`` over ``base``; each quantity checked.
+
+    >>> parse_resources("--worker-resources", "limits.cpu=2", workloads.WORKER_RESOURCES).cpu_limit
+    '2'
+    """
+    if text is None:
+        return base
+    values: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in workloads.RESOURCE_KEYS:
+            raise errors.ConfigError(
+                f"{option} '{item}' must read KEY=QUANTITY with KEY one of {', '.join(workloads.RESOURCE_KEYS)}"
+            )
+        problem = quantities.quantity_problem(f"{option} {key.strip()}", value.strip(), example="500m")
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        values[key.strip()] = value.strip()
+    return base.with_values(values)
 
 
 def read_profile_dir(root: Path) -> dict[str, str]:
@@ -87,13 +110,43 @@ def manifests(
     check_rbac: Annotated[
         bool, typer.Option("--check-rbac", help="Add the account `ironflow check` runs with (pods/exec).")
     ] = False,
+    agent_sandbox_rbac: Annotated[
+        bool, typer.Option("--agent-sandbox-rbac", help="Grant the worker what the agent-sandbox backend does.")
+    ] = False,
+    auth_proxy_deployment: Annotated[
+        bool,
+        typer.Option("--auth-proxy-deployment", help="Add the proxy's Deployment and Service (needs --auth-proxy)."),
+    ] = False,
+    auth_proxy_image: Annotated[
+        str, typer.Option("--auth-proxy-image", help="The proxy's image.")
+    ] = workloads.DEFAULT_AUTH_PROXY_IMAGE,
+    auth_proxy_replicas: Annotated[int, typer.Option("--auth-proxy-replicas", help="Proxy replicas.")] = 2,
+    auth_proxy_resources: Annotated[
+        str | None,
+        typer.Option(
+            "--auth-proxy-resources", help="requests.cpu=…,limits.memory=… for the proxy.", show_default=False
+        ),
+    ] = None,
+    worker_deployment: Annotated[
+        bool, typer.Option("--worker-deployment", help="Add the worker's Deployment and provider file.")
+    ] = False,
+    worker_image: Annotated[
+        str, typer.Option("--worker-image", help="The worker's image.")
+    ] = workloads.DEFAULT_WORKER_IMAGE,
+    runner_image: Annotated[
+        str, typer.Option("--runner-image", help="The agent pods' image, in the worker's provider file.")
+    ] = workloads.DEFAULT_RUNNER_IMAGE,
+    worker_resources: Annotated[
+        str | None,
+        typer.Option("--worker-resources", help="requests.cpu=…,limits.memory=… for the worker.", show_default=False),
+    ] = None,
     profile_dir: Annotated[
         Path | None,
         typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
     ] = None,
     output: Annotated[ManifestFormat, typer.Option("-o", "--output", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
-    """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster."""
+    """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster (and its Deployments)."""
     try:
         profiles: tuple[network.EgressProfile, ...] | None = None
         if no_egress_profiles:
@@ -111,6 +164,23 @@ def manifests(
             egress_profiles=profiles if profiles is not None else setup.ClusterSetup().egress_profiles,
             environment_claims=environment_claims,
             check_rbac=check_rbac,
+            agent_sandbox_rbac=agent_sandbox_rbac,
+            auth_proxy_deployment=workloads.AuthProxyDeployment(
+                image=auth_proxy_image,
+                replicas=auth_proxy_replicas,
+                resources=parse_resources(
+                    "--auth-proxy-resources", auth_proxy_resources, workloads.AUTH_PROXY_RESOURCES
+                ),
+            )
+            if auth_proxy_deployment
+            else None,
+            worker_deployment=workloads.WorkerDeployment(
+                image=worker_image,
+                runner_image=runner_image,
+                resources=parse_resources("--worker-resources", worker_resources, workloads.WORKER_RESOURCES),
+            )
+            if worker_deployment
+            else None,
         )
         profile = read_profile_dir(profile_dir) if profile_dir is not None else None
         docs = setup.render_documents(config, profile=profile)

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.cluster import documents, network, setup
+from ironflow.cluster import documents, network, setup, workloads
 
 __all__ = [
     "AUTH_PROXY_FILE",
@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 EXAMPLE_CONFIG: Final = setup.ClusterSetup(auth_proxy_url=setup.DEFAULT_AUTH_PROXY_URL)
-#: Written by the auth proxy's own renderer; listed in kustomization.yaml only when present.
+#: The proxy's Deployment, Service and PDB (:func:`ironflow.cluster.workloads.auth_proxy`);
+#: listed in kustomization.yaml, and rendered, only when present.
 AUTH_PROXY_FILE: Final = "auth-proxy.yaml"
 PROFILE_DIR: Final = "claude-profile"
 PROFILE_HOME: Final = "claude-home"
@@ -139,6 +140,9 @@ def example_files(
         f"{PROFILE_DIR}/kustomization.yaml": [profile_kustomization(config.namespace, profile_paths)],
         "kustomization.yaml": [_top_kustomization(with_auth_proxy=with_auth_proxy)],
     }
+    proxy = config.auth_proxy
+    if with_auth_proxy and proxy is not None:
+        files[AUTH_PROXY_FILE] = workloads.auth_proxy(workloads.AuthProxyDeployment(), proxy)
     return [documents.ManifestFile(path, tuple(docs)) for path, docs in files.items()]
 
 

@@ -25,25 +25,27 @@ persistentvolumeclaims      create get list patch delete          environment cl
 ==========================  ====================================  =================================
 
 ``ironflow check`` gets its own ServiceAccount and Role (pods get/list, pods/exec create,
-SubjectAccessReview create): the worker never execs into an agent pod.
+SubjectAccessReview create): the worker never execs into an agent pod, except with the
+agent-sandbox backend, whose Role (``AGENT_SANDBOX_PERMISSIONS``, opt-in) grants the claims,
+the Sandbox lookup and the execs that backend runs. The proxy's and the worker's Deployments
+are :mod:`ironflow.cluster.workloads`, opt-in too.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.cluster import documents, network
+from ironflow.cluster import claude_settings, documents, network, proxy_address, workloads
 from ironflow.cluster.network import EgressProfile
 
 __all__ = [
     "AGENTS_NAMESPACE",
+    "AGENT_SANDBOX_PERMISSIONS",
     "AUTH_PROXY_NAME",
     "AUTH_PROXY_PORT",
     "CHECK_PERMISSIONS",
@@ -75,9 +77,6 @@ AUTH_PROXY_PORT: Final = network.AUTH_PROXY_PORT
 DEFAULT_AUTH_PROXY_URL: Final = "http://ironflow-auth-proxy.ironflow-system"
 GVISOR_RUNTIME_CLASS: Final = "gvisor"
 
-_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
-
 
 @dataclass(frozen=True)
 class Permission:
@@ -104,41 +103,32 @@ ENVIRONMENT_PERMISSIONS: Final = (
         "", "persistentvolumeclaims", ("create", "get", "list", "patch", "delete"), "persistent environment claims"
     ),
 )
+#: The agent-sandbox backend (docs/agent-sandbox.md, "RBAC for the worker").
+AGENT_SANDBOX_PERMISSIONS: Final = (
+    Permission(
+        "extensions.agents.x-k8s.io",
+        "sandboxclaims",
+        ("create", "get", "list", "watch", "delete"),
+        "one claim per step, the shared watch, cleanup, reaping",
+    ),
+    Permission("agents.x-k8s.io", "sandboxes", ("get",), "the pod name of the bound Sandbox"),
+    Permission("", "pods/exec", ("create", "get"), "token, prompt and agent execs (websocket upgrades use GET)"),
+    Permission(
+        "extensions.agents.x-k8s.io", "sandboxtemplates", ("get", "create", "patch"), "`sandbox apply-template`"
+    ),
+    Permission(
+        "extensions.agents.x-k8s.io", "sandboxwarmpools", ("get", "create", "patch"), "`sandbox apply-template`"
+    ),
+)
 CHECK_PERMISSIONS: Final = (
     Permission("", "pods", ("get", "list"), "find the agent pods to inspect"),
     Permission("", "pods/exec", ("create",), "probe the root filesystem, the SA token and egress from inside"),
 )
 
-#: managed-settings.json of each preset. Shared rules: no plugin marketplace, no hooks,
-#: no bypass mode, no web tools, never read the credentials file.
-_LOCKED: Final[dict[str, Any]] = {
-    "strictKnownMarketplaces": [],
-    "disableAllHooks": True,
-    "permissions": {
-        "disableBypassPermissionsMode": "disable",
-        "deny": ["WebFetch", "WebSearch", "Read(~/.claude/.credentials.json)"],
-    },
-}
-MANAGED_SETTINGS_PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
-    "locked": _LOCKED,
-    # Reads, searches and answers; changes nothing: no edit tool and no shell.
-    "readonly": {
-        **_LOCKED,
-        "permissions": {
-            "disableBypassPermissionsMode": "disable",
-            "deny": [
-                "Bash",
-                "Edit",
-                "MultiEdit",
-                "NotebookEdit",
-                "Write",
-                "WebFetch",
-                "WebSearch",
-                "Read(~/.claude/.credentials.json)",
-            ],
-        },
-    },
-}
+MANAGED_SETTINGS_PRESETS: Final = claude_settings.MANAGED_SETTINGS_PRESETS
+preset_configmap_name = claude_settings.preset_configmap_name
+profile_configmap_name = claude_settings.profile_configmap_name
+profile_configmaps = claude_settings.profile_configmaps
 
 
 @dataclass(frozen=True)
@@ -160,6 +150,12 @@ class ClusterSetup:
     environment_claims: bool = False
     #: Add the ServiceAccount and Roles ``ironflow check`` runs with.
     check_rbac: bool = False
+    #: Grant the worker what the agent-sandbox backend does (claims, execs).
+    agent_sandbox_rbac: bool = False
+    #: Render the proxy's Deployment and Service (needs ``auth_proxy_url``).
+    auth_proxy_deployment: workloads.AuthProxyDeployment | None = None
+    #: Render the worker's Deployment and provider file.
+    worker_deployment: workloads.WorkerDeployment | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("namespace", self.namespace), ("worker namespace", self.worker_namespace)):
@@ -168,7 +164,12 @@ class ClusterSetup:
         if not labels.is_dns_label(self.worker_service_account):
             raise errors.ConfigError(f"worker service account '{self.worker_service_account}' is not a DNS label")
         if self.auth_proxy_url is not None:
-            proxy_namespace_from_url(self.auth_proxy_url)
+            proxy_address.parse_proxy_url(self.auth_proxy_url)
+        elif self.auth_proxy_deployment is not None:
+            raise errors.ConfigError(
+                "the auth proxy's Deployment needs its URL (--auth-proxy http://<service>.<namespace>): "
+                "the Service's name, namespace and port come from it"
+            )
         names = [p.name for p in self.egress_profiles]
         for label, values in (("managed settings preset", list(self.presets)), ("egress profile", names)):
             repeated = sorted({v for v in values if values.count(v) > 1})
@@ -180,8 +181,12 @@ class ClusterSetup:
                 raise errors.ConfigError(f"unknown managed settings preset '{preset}', known presets: [{known}]")
 
     @property
+    def auth_proxy(self) -> proxy_address.ProxyService | None:
+        return None if self.auth_proxy_url is None else proxy_address.parse_proxy_url(self.auth_proxy_url)
+
+    @property
     def auth_proxy_namespace(self) -> str | None:
-        return None if self.auth_proxy_url is None else proxy_namespace_from_url(self.auth_proxy_url)
+        return None if self.auth_proxy is None else self.auth_proxy.namespace
 
 
 def proxy_namespace_from_url(url: str) -> str:
@@ -190,27 +195,7 @@ def proxy_namespace_from_url(url: str) -> str:
     >>> proxy_namespace_from_url("http://ironflow-auth-proxy.ironflow-system")
     'ironflow-system'
     """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    labels_ = host.split(".")
-    if parts.scheme not in {"http", "https"}:
-        raise errors.ConfigError(f"auth proxy url '{url}' must start with http:// or https://")
-    if len(labels_) < 2 or not all(labels.is_dns_label(p) for p in labels_[:2]):
-        raise errors.ConfigError(
-            f"auth proxy url '{url}' does not name the proxy's namespace: use "
-            "http://<service>.<namespace>, e.g. http://ironflow-auth-proxy.ironflow-system"
-        )
-    return labels_[1]
-
-
-def preset_configmap_name(preset: str) -> str:
-    """The ConfigMap a preset lives in, as registered on the provider (``claude-managed-locked``)."""
-    return f"claude-managed-{preset}"
-
-
-def profile_configmap_name(subdir: str) -> str:
-    """``claude-profile`` for ``~/.claude``, ``claude-profile-rules`` for ``rules``, and so on."""
-    return "claude-profile" + "".join(f"-{s.lower()}" for s in subdir.split("/") if s)
+    return proxy_address.parse_proxy_url(url).namespace
 
 
 # --- objects ------------------------------------------------------------------------------
@@ -335,6 +320,42 @@ def check_rbac(config: ClusterSetup) -> list[documents.Document]:
     ]
 
 
+def agent_sandbox_rbac(config: ClusterSetup) -> list[documents.Document]:
+    name, sa, sa_ns = (
+        f"{config.worker_service_account}-agent-sandbox",
+        config.worker_service_account,
+        config.worker_namespace,
+    )
+    table = "\n".join(f"  {p.resource}: {', '.join(p.verbs)} ({p.why})" for p in AGENT_SANDBOX_PERMISSIONS)
+    return [
+        documents.Document(
+            _role(name, config.namespace, AGENT_SANDBOX_PERMISSIONS),
+            "Optional: what the agent-sandbox backend does in the agent namespace. It execs the\n"
+            f"token, the prompt and the agent into claimed pods, hence pods/exec:\n{table}",
+        ),
+        documents.Document(_binding("Role", name, config.namespace, sa, sa_ns)),
+    ]
+
+
+def workloads_documents(config: ClusterSetup) -> list[documents.Document]:
+    """The proxy's and the worker's Deployments, when asked for."""
+    docs: list[documents.Document] = []
+    proxy = config.auth_proxy
+    if config.auth_proxy_deployment is not None and proxy is not None:
+        docs += workloads.auth_proxy(config.auth_proxy_deployment, proxy)
+    if config.worker_deployment is not None:
+        docs += workloads.worker(
+            config.worker_deployment,
+            namespace=config.worker_namespace,
+            service_account=config.worker_service_account,
+            agents_namespace=config.namespace,
+            proxy=proxy,
+            presets=config.presets,
+            gvisor=config.gvisor,
+        )
+    return docs
+
+
 def deny_all(config: ClusterSetup) -> list[documents.Document]:
     body = {
         "apiVersion": "networking.k8s.io/v1",
@@ -386,50 +407,20 @@ def managed_settings(config: ClusterSetup) -> list[documents.Document]:
     return docs
 
 
-def profile_configmaps(namespace: str, files: Mapping[str, str]) -> list[dict[str, Any]]:
-    """One ConfigMap per directory of a Claude profile, as kustomize's configMapGenerator makes them.
-
-    ``files`` maps paths relative to the profile root (``CLAUDE.md``, ``rules/python.md``)
-    to their contents. A key cannot contain ``/``, hence one ConfigMap per directory.
-    """
-    by_dir: dict[str, dict[str, str]] = {}
-    for path in sorted(files):
-        subdir, _, key = path.rpartition("/")
-        _check_profile_path(path, subdir, key)
-        by_dir.setdefault(subdir, {})[key] = files[path]
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta(profile_configmap_name(subdir), namespace),
-            "data": data,
-        }
-        for subdir, data in by_dir.items()
-    ]
-
-
-def _check_profile_path(path: str, subdir: str, key: str) -> None:
-    if not _KEY.fullmatch(key):
-        raise errors.ConfigError(f"profile file '{path}': '{key}' is not a valid ConfigMap key; rename it")
-    for segment in subdir.split("/") if subdir else ():
-        if segment in {".", ".."} or not _SEGMENT.fullmatch(segment):
-            raise errors.ConfigError(
-                f"profile file '{path}': directory segment '{segment}' must be made of [A-Za-z0-9._-]"
-            )
-
-
 def render_documents(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[documents.Document]:
     """Every object of ``config`` with its comment, in apply order (namespaces first)."""
     docs = namespaces(config) + worker_rbac(config)
     if config.check_rbac:
         docs += check_rbac(config)
+    if config.agent_sandbox_rbac:
+        docs += agent_sandbox_rbac(config)
     docs += deny_all(config) + network.egress(topology(config), cilium=config.cilium)
     if config.gvisor:
         docs += runtime_class()
     docs += managed_settings(config)
     if profile:
         docs += [documents.Document(cm) for cm in profile_configmaps(config.namespace, profile)]
-    return docs
+    return docs + workloads_documents(config)
 
 
 def render(config: ClusterSetup, *, profile: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """Test helpers users can rely on: a Kubernetes API test server, a real control plane,
-a throwaway PostgreSQL server, a throwaway Temporal dev server, a recording provider, and secret-leak assertions.
+a throwaway PostgreSQL server, a throwaway Temporal dev server, the pinned Helm CLI
+(:mod:`ironflow.testing.helm`), a recording provider, and secret-leak assertions.
 
 Nothing here is imported by the library itself. The helpers load on first use (see
 :mod:`ironflow._lazy`): a test of PostgreSQL alone does not load the Kubernetes

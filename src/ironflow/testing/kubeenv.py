@@ -188,12 +188,21 @@ class KubeEnv:
             lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), "kcm", f"SA in {name}"
         )
 
-    def apply_objects(self, docs: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> None:
-        """Create each object (server-side apply, so a rerun is harmless) with the admin identity."""
+    def apply_objects(
+        self, docs: Sequence[Mapping[str, Any]], *, namespace: str | None = None, dry_run: bool = False
+    ) -> list[dict[str, Any]]:
+        """Create each object (server-side apply, so a rerun is harmless) with the admin identity.
+
+        ``dry_run``: the server validates and admits each object (``dryRun=All``) and stores
+        nothing. Returns the objects as the server answered them.
+        """
+        answers = []
         for doc in docs:
             meta = doc.get("metadata", {})
             ns = meta.get("namespace") or namespace
-            self.request("PATCH", self._object_path(doc, ns), doc, content_type="application/apply-patch+yaml")
+            path = self._object_path(doc, ns) + ("?dryRun=All" if dry_run else "")
+            answers.append(self.request("PATCH", path, doc, content_type="application/apply-patch+yaml"))
+        return answers
 
     def set_namespace_log(self, namespace: str, text: str) -> Path:
         """Make kwok serve ``text`` as the log of every container of every pod in ``namespace``
@@ -248,7 +257,8 @@ class KubeEnv:
         data = None
         if body is not None:
             data = (yaml.safe_dump(body) if "yaml" in content_type else json.dumps(body)).encode()
-        url = self.server + path + ("?fieldManager=kubeenv&force=true" if "apply-patch" in content_type else "")
+        apply = ("&" if "?" in path else "?") + "fieldManager=kubeenv&force=true"
+        url = self.server + path + (apply if "apply-patch" in content_type else "")
         # always https to our own loopback apiserver
         req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})  # noqa: S310
         try:
@@ -403,8 +413,10 @@ class KubeEnv:
     def _object_path(self, doc: Mapping[str, Any], namespace: str | None) -> str:
         version = str(doc["apiVersion"])
         kind = str(doc["kind"]).lower()
-        plural = (  # enough for the kinds tests apply (Logs, Sandbox, NetworkPolicy, Role, ...)
-            kind
+        plural = (  # enough for the kinds tests apply (Logs, Sandbox, NetworkPolicy, RuntimeClass, ...)
+            kind + "es"
+            if kind.endswith("ss")
+            else kind
             if kind.endswith("s")
             else kind + "es"
             if kind.endswith("x")

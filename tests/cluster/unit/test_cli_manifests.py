@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from ironflow.cli import manifests
-from ironflow.cluster import documents, examples, setup
+from ironflow.cluster import documents, examples, setup, workloads
 
 ROOT = Path(__file__).resolve().parents[3] / "examples" / "k8s" / "sandbox"
 
@@ -98,6 +98,11 @@ def test_profile_dir_becomes_configmaps(tmp_path: Path) -> None:
         (["--egress-profile", "gitlab"], "must read NAME=HOST"),
         (["--egress-profile", "g=not a host"], "not a lower-case DNS name"),
         (["--profile-dir", "/nonexistent/profile"], "is not a directory"),
+        (["--auth-proxy", "http://10.1.2.3"], "is an IP address"),
+        (["--auth-proxy-deployment"], "needs its URL (--auth-proxy"),
+        (["--worker-deployment", "--worker-resources", "limits.cpu=lots"], "non-negative Kubernetes quantity"),
+        (["--worker-deployment", "--worker-resources", "cpu=1"], "must read KEY=QUANTITY"),
+        (["--worker-deployment", "--worker-image", "w:latest"], "must be a pinned reference"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(args: list[str], fragment: str) -> None:
@@ -113,3 +118,36 @@ def test_binary_profile_file_is_refused(tmp_path: Path) -> None:
     code, _, err = _run("--profile-dir", str(tmp_path))
     assert code == 2
     assert "is not UTF-8 text" in err
+
+
+def test_deployment_flags_render_the_library_objects_for_the_same_settings() -> None:
+    code, out, err = _run(
+        "--auth-proxy",
+        "http://relay.auth:8081",
+        "--auth-proxy-deployment",
+        "--auth-proxy-image",
+        "reg/proxy:9",
+        "--auth-proxy-replicas",
+        "3",
+        "--worker-deployment",
+        "--worker-image",
+        "reg/worker:9",
+        "--runner-image",
+        "reg/runner:9",
+        "--worker-resources",
+        "limits.memory=2Gi",
+        "--agent-sandbox-rbac",
+    )
+    assert code == 0
+    expected = setup.ClusterSetup(
+        auth_proxy_url="http://relay.auth:8081",
+        auth_proxy_deployment=workloads.AuthProxyDeployment(image="reg/proxy:9", replicas=3),
+        worker_deployment=workloads.WorkerDeployment(
+            image="reg/worker:9",
+            runner_image="reg/runner:9",
+            resources=workloads.WORKER_RESOURCES.with_values({"limits.memory": "2Gi"}),
+        ),
+        agent_sandbox_rbac=True,
+    )
+    assert out == documents.file_text(setup.render_documents(expected))
+    assert "Deployment" in err
