@@ -1,6 +1,6 @@
-"""The marks of a test that runs the local sandbox for real (bubblewrap and the pinned Claude Code
-CLI): selected by ``-m bwrap`` / ``-m claude_cli``, and skipped with the reason when either is
-missing (``scripts/install`` puts both in place; CI installs them)."""
+"""The marks of a test that runs the local sandbox for real (bubblewrap, gVisor and the pinned Claude
+Code CLI): selected by ``-m bwrap`` / ``-m gvisor`` / ``-m claude_cli``, and skipped with the reason
+when one is missing (``scripts/install`` puts bubblewrap and the CLI in place; CI installs them)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from ironflow import errors
 from ironflow.claude import cli
 
-__all__ = ["LOCAL_SANDBOX", "has_claude_cli", "local_sandbox"]
+__all__ = ["ISOLATIONS", "LOCAL_SANDBOX", "has_claude_cli", "local_sandbox"]
 
 
 def has_claude_cli() -> bool:
@@ -38,3 +38,18 @@ def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
     for mark in LOCAL_SANDBOX:
         test = mark(test)
     return test
+
+
+#: Both runtimes, for ``pytest.mark.parametrize("isolation", ISOLATIONS)``: gVisor's case is marked
+#: ``gvisor`` and skipped with the reason when ``runsc`` is missing.
+ISOLATIONS = [
+    pytest.param("bwrap", id="bwrap"),
+    pytest.param(
+        "gvisor",
+        id="gvisor",
+        marks=[
+            pytest.mark.gvisor,
+            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
+        ],
+    ),
+]

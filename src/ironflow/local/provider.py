@@ -166,6 +166,11 @@ class LocalSandboxProvider(ProviderBase):
         identity.check_host_uid(sandbox_host_uid)
         # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
         self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
+        # Who must own what the sandbox writes: on a root worker, the uid the step writes as (gVisor's
+        # gofer writes the host as the step's own uid); None on a non-root worker.
+        self._writable_uid = (
+            self._host_uid if isolation == "bwrap" else layout.SANDBOX_UID if os.geteuid() == 0 else None
+        )
         self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
@@ -233,7 +238,7 @@ class LocalSandboxProvider(ProviderBase):
                 error holds what it wrote until then (``output``, ``stderr``: bytes, bounded).
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
-            ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
+            ConfigError: a mount this runtime cannot show (gVisor: none under a path its setup hides).
             WorkspaceRefused, WorkspaceUnsafe, WorkspaceConflict: see :mod:`ironflow.local.workspaces`.
         """
         if not argv:
@@ -247,7 +252,7 @@ class LocalSandboxProvider(ProviderBase):
             if problem is not None:
                 raise errors.ConfigError(problem)
         writable = tuple(writable_mounts)
-        local_workspaces.check_mounts(self.isolation, self._host_uid, writable, mounts, workspace)
+        local_workspaces.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
         async with contextlib.AsyncExitStack() as stack:
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
@@ -334,7 +339,7 @@ class LocalSandboxProvider(ProviderBase):
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
-        local_workspaces.check_mounts(self.isolation, self._host_uid, (), mounts, config.workspace)
+        local_workspaces.check_mounts(self.isolation, self._writable_uid, (), mounts, config.workspace)
         credential = self._credential(config)
         claude = self._claude()
         stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
@@ -417,7 +422,7 @@ class LocalSandboxProvider(ProviderBase):
             return await git_workspaces.clone(
                 spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout
             )
-        return await asyncio.to_thread(local_workspaces.prepare, spec, tmp, sandbox_uid=self._host_uid)
+        return await asyncio.to_thread(local_workspaces.prepare, spec, tmp, sandbox_uid=self._writable_uid)
 
     async def _close_workspace(
         self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
@@ -434,8 +439,9 @@ class LocalSandboxProvider(ProviderBase):
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""
         return sandbox_argv.SandboxShape(
-            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid
-        )
+            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid,
+            self._writable_uid,
+        )  # fmt: skip
 
     def _claude(self) -> str:
         # The real file: inside the sandbox only its package directory is exposed.
@@ -485,6 +491,9 @@ class LocalSandboxProvider(ProviderBase):
         if problem is not None:
             return problem
         if self.isolation == "gvisor":
+            moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
+            if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
+                return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
             return gvisor.host_path_problem(mount.source, mount.target)
         top = "/" + mount.target.strip("/").split("/")[0]
         if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):

@@ -53,6 +53,9 @@ class SandboxShape:
     tmp_size_bytes: int
     sessions_dir: str | None
     host_uid: int | None
+    #: The host uid that must own what the sandbox writes (a workspace's copy, a writable mount): on a
+    #: root worker the sandbox's uid under either runtime; None where the worker's own files are writable.
+    writable_uid: int | None = None
 
 
 def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
@@ -100,9 +103,14 @@ def render(
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
     if shape.isolation == "gvisor":
-        if writable:
-            raise errors.ConfigError(gvisor.WRITABLE_UNSUPPORTED)
-        # No bind mount: gVisor shows each of ``mounts`` where it is (the provider's mount check made sure).
+        # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
+        # bind's mount point); the tools are seen where they are on the host root.
+        mounts = tuple(
+            m if os.path.normpath(m.source) == os.path.normpath(m.target) else
+            bwrap.ReadOnlyMount(os.path.realpath(m.source), m.target)
+            for m in mounts
+        )  # fmt: skip
+        writable = tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable)
         bridge = None
         if proxy_socket is not None:
             bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
@@ -116,6 +124,8 @@ def render(
             traverse=tools,
             proxy=bridge,
             runsc_path=which("runsc"),
+            read_only_mounts=mounts,
+            writable_mounts=writable,
         )
         return gvisor.gvisor_argv(shown, _gvisor_bundle(_run_dir(tmp), shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
