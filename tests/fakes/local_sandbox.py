@@ -4,6 +4,7 @@ when one is missing (``scripts/install`` puts bubblewrap and the CLI in place; C
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from ironflow import errors
 from ironflow.claude import cli
 
-__all__ = ["ISOLATIONS", "LOCAL_SANDBOX", "has_claude_cli", "local_sandbox"]
+__all__ = ["ISOLATIONS", "LOCAL_SANDBOX", "WORKSPACE_ISOLATIONS", "has_claude_cli", "local_sandbox"]
 
 
 def has_claude_cli() -> bool:
@@ -50,6 +51,20 @@ ISOLATIONS = [
         marks=[
             pytest.mark.gvisor,
             pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
+        ],
+    ),
+]
+
+#: Both runtimes for a test that gives the step a workspace or a writable mount: under gVisor that
+#: needs a root worker (rootless runsc shows a non-root worker's files as root's), else skipped.
+WORKSPACE_ISOLATIONS = [
+    ISOLATIONS[0],
+    pytest.param(
+        "gvisor",
+        id="gvisor",
+        marks=[
+            *ISOLATIONS[1].marks,
+            pytest.mark.skipif(os.geteuid() != 0, reason="a gVisor workspace needs a worker running as root"),
         ],
     ),
 ]

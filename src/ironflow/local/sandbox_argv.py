@@ -19,6 +19,7 @@ import platform
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,8 +186,8 @@ def render(
 
 def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
     """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
-    bundle = os.path.join(tmp, "gvisor")
-    os.mkdir(bundle, 0o700)
+    # One per sandbox: a run dir can hold several (a git workspace's clone, the step, its push).
+    bundle = tempfile.mkdtemp(prefix="gvisor-", dir=tmp)  # mode 0700
     os.mkdir(os.path.join(bundle, "state"), 0o700)
     # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
     fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakes.local_sandbox import ISOLATIONS
+from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local import bwrap, gvisor, workspace_apply
@@ -34,7 +34,7 @@ EDITS = (
 )
 
 
-@pytest.fixture(params=ISOLATIONS)
+@pytest.fixture(params=WORKSPACE_ISOLATIONS)
 def isolation(request: pytest.FixtureRequest) -> Isolation:
     """Each sandbox test runs under both runtimes."""
     chosen: Isolation = request.param
