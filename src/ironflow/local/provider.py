@@ -186,7 +186,7 @@ class LocalSandboxProvider(ProviderBase):
             raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
         self.temp_dir = temp_dir
         if sessions_dir is not None and isolation != "bwrap":
-            raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
+            raise errors.ConfigError("sessions_dir needs isolation='bwrap': it is not built for gVisor")
         if sessions_dir is not None and self._host_uid is not None and os.stat(sessions_dir).st_uid != self._host_uid:
             raise errors.ConfigError(
                 f"sessions_dir '{sessions_dir}' must be owned by the sandbox's host uid on a root worker: "
