@@ -59,6 +59,10 @@ def tree(root: Path, *, stat_too: bool = False) -> dict[str, tuple[object, ...]]
     return out
 
 
+def host_root() -> set[str]:
+    return set(os.listdir("/"))
+
+
 def make_repo(root: Path) -> Path:
     root.mkdir()
     (root / "changed.txt").write_text("one\n")
@@ -82,10 +86,12 @@ async def test_the_host_tree_is_untouched_and_the_patch_rebuilds_exactly_what_th
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     before = tree(repo, stat_too=True)
+    top = host_root()
     async with LocalSandboxProvider(isolation=isolation) as provider:
         result = await provider.run_command(["sh", "-c", EDITS], workspace=Workspace(str(repo)))
     assert result.exit_code == 0, result.stderr
     assert tree(repo, stat_too=True) == before  # byte-identical: modes and times too
+    assert host_root() == top  # no mount point made on the host (runsc makes a bind's in the host's root)
     assert result.workspace is not None
     copy = tmp_path / "copy"
     shutil.copytree(repo, copy, symlinks=True)
