@@ -44,7 +44,9 @@ def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
 #: Both runtimes, for ``pytest.mark.parametrize("isolation", ISOLATIONS)``: gVisor's case is marked
 #: ``gvisor`` and skipped with the reason when ``runsc`` is missing.
 ISOLATIONS = [
-    pytest.param("bwrap", id="bwrap"),
+    pytest.param(
+        "bwrap", id="bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+    ),
     pytest.param(
         "gvisor",
         id="gvisor",

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
+from tests.fakes.local_sandbox import ISOLATIONS
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -32,17 +33,6 @@ MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/lib", "os-release"
 pytestmark = pytest.mark.bwrap
 
 needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (the probes use it)")
-
-ISOLATIONS = [
-    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")),
-    pytest.param(
-        "gvisor",
-        marks=[
-            pytest.mark.gvisor,
-            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
-        ],
-    ),
-]
 
 
 def _all_cmdlines() -> list[str]:
