@@ -34,7 +34,6 @@ from ironflow.local import (
     bwrap,
     cgroups,
     git_workspaces,
-    gvisor,
     identity,
     kept_workspaces,
     proxy_session,
@@ -248,7 +247,7 @@ class LocalSandboxProvider(ProviderBase):
         run_env = settings.sandbox_env(variables)  # refuses credential variables before anything starts
         mounts = tuple(read_only_mounts)
         for mount in mounts:
-            problem = self._mount_problem(mount)
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
         writable = tuple(writable_mounts)
@@ -479,27 +478,8 @@ class LocalSandboxProvider(ProviderBase):
                     "create it or drop read_only_host_path from the step"
                 )
             mount = bwrap.ReadOnlyMount(source, vol.mount_path)
-            problem = self._mount_problem(mount)
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
             if problem is not None:
                 raise errors.StepConfigError(problem)
             mounts.append(mount)
         return tuple(mounts)
-
-    def _mount_problem(self, mount: bwrap.ReadOnlyMount) -> str | None:
-        """Why this runtime cannot show ``mount`` to the step, or None (agent steps and plain commands)."""
-        problem = layout.mount_path_problem("read-only volume", mount.target)
-        if problem is not None:
-            return problem
-        if self.isolation == "gvisor":
-            moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
-            if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
-                return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
-            return gvisor.host_path_problem(mount.source, mount.target)
-        top = "/" + mount.target.strip("/").split("/")[0]
-        if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
-            # bubblewrap cannot create a mount point inside a read-only host directory.
-            return (
-                f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
-                f"the host and has no such directory; use a path under a new top-level directory such as /data"
-            )
-        return None

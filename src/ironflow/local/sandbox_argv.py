@@ -33,6 +33,7 @@ __all__ = [
     "SandboxShape",
     "command_exit_code",
     "host_entries",
+    "mount_problem",
     "raise_if_sandbox_failed",
     "render",
     "seccomp_fds",
@@ -66,6 +67,26 @@ def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
             link = os.readlink(e.path) if e.is_symlink() else None
             out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
     return tuple(out)
+
+
+def mount_problem(isolation: settings.Isolation, mount: bwrap.ReadOnlyMount) -> str | None:
+    """Why ``isolation`` cannot show read-only ``mount`` to the step, or None (agent steps and plain commands)."""
+    problem = layout.mount_path_problem("read-only volume", mount.target)
+    if problem is not None:
+        return problem
+    if isolation == "gvisor":
+        moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
+        if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
+            return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
+        return gvisor.host_path_problem(mount.source, mount.target)
+    top = "/" + mount.target.strip("/").split("/")[0]
+    if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
+        # bubblewrap cannot create a mount point inside a read-only host directory.
+        return (
+            f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
+            f"the host and has no such directory; use a path under a new top-level directory such as /data"
+        )
+    return None
 
 
 def which(name: str) -> str:
