@@ -449,17 +449,22 @@ def test_the_real_claude_cli_edits_its_workspace_and_the_patch_comes_back(tmp_pa
         "turns:\n"
         "  - tool_use: {name: Edit, input: {file_path: /workspace/calc.py, "
         "old_string: 'return a - b', new_string: 'return a + b'}}\n"
+        "  - tool_use: {name: Write, input: {file_path: /workspace/tests/test_calc.py, "
+        'content: "assert add(1, 2) == 3\\n"}}\n'
         "  - text: fixed add()\n"
     )
     out = tmp_path / "fix.patch"
     done = ironflow(
-        "agent", "--isolation", isolation, "--workspace", str(repo), "--allowed-tools", "Edit", "--patch", str(out),
-        f"--fake-model={script}", "-o", "json", "fix the bug in calc.py",
+        "agent", "--isolation", isolation, "--workspace", str(repo), "--allowed-tools", "Edit,Write",
+        "--patch", str(out), f"--fake-model={script}", "-o", "json", "fix the bug in calc.py",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["value"] == "fixed add()"
-    assert answer["changed_files"] == [{"path": "calc.py", "change": "modified"}]
+    assert answer["changed_files"] == [
+        {"path": "calc.py", "change": "modified"},
+        {"path": "tests/test_calc.py", "change": "added"},
+    ]
     assert out.read_bytes() == answer["patch"].encode()
     assert b"-    return a - b\n+    return a + b\n" in out.read_bytes()
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
@@ -467,3 +472,4 @@ def test_the_real_claude_cli_edits_its_workspace_and_the_patch_comes_back(tmp_pa
     shutil.copytree(repo, copy)
     git_apply(out.read_bytes(), copy)
     assert (copy / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert (copy / "tests" / "test_calc.py").read_text() == "assert add(1, 2) == 3\n"
