@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,9 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 from ironflow import errors
 from ironflow.local import bwrap, gvisor, workspace_apply
 from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
 from ironflow.local.settings import Isolation
+from ironflow.secrets import Secret
 from ironflow.workspaces import Change, Workspace
 
 pytestmark = [
@@ -314,6 +317,37 @@ def test_the_apply_never_writes_through_a_symlink_on_the_host(tmp_path: Path) ->
     with pytest.raises(errors.WorkspaceConflict, match=re.escape("'kept/same.txt'")):
         workspace_apply.apply_changes(prepared, changes)
     assert (outside / "kept" / "same.txt").read_text() == "same\n"
+
+
+@pytest.fixture
+def visible_temp() -> Iterator[Path]:
+    """A provider ``temp_dir`` both sandboxes show (not under /tmp, /var/tmp or a home)."""
+    place = Path(tempfile.mkdtemp(prefix="ifl-temp-", dir="/var/lib"))
+    place.chmod(0o755)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root worker's run dir is another uid's than the sandbox's")
+async def test_the_copys_host_path_and_its_run_dir_are_out_of_the_steps_reach(
+    tmp_path: Path, isolation: Isolation, visible_temp: Path
+) -> None:
+    """With a ``temp_dir`` the sandbox can see (gVisor binds the copy at its own host path there),
+    the run dir is still closed to the step: no way round ``/workspace`` to the spec or the object store."""
+    repo = make_repo(tmp_path / "repo")
+    temp = visible_temp
+    key = ProxyCredential(Secret("sk-ant-api03-run-dir-test"), "api_key", "http://127.0.0.1:9")
+    reach = (
+        f"for run in {temp}/ironflow-local-*; do cat $run/workspace/changed.txt; cd $run && echo entered; done; "
+        f"touch {temp}/x; true"
+    )
+    async with LocalSandboxProvider(isolation=isolation, temp_dir=str(temp), credential=key) as provider:
+        result = await provider.run_command(["sh", "-c", reach], workspace=Workspace(str(repo)), auth_proxy=True)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""  # neither the copy's text by its host path, nor the run dir entered
+    assert "workspace/changed.txt: Permission denied" in result.stderr, result.stderr
+    assert "can't cd to" in result.stderr
+    assert not (temp / "x").exists()
 
 
 def test_a_non_root_worker_gets_nothing_writable_under_gvisor(tmp_path: Path) -> None:
