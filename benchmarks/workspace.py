@@ -20,13 +20,16 @@ cache warm and dirty pages written out (``sync``) before each timed case:
   repository is, the added file ``git add -N``'d so that git shows it. Both must touch the same
   paths;
 - end to end: ``LocalSandboxProvider().run_command(["true"], workspace=Workspace(tree))``
-  (``nan`` without bubblewrap).
+  (``nan`` without bubblewrap), and the same under gVisor, the two interleaved
+  (``nan`` without ``runsc``, or on a non-root worker, where gVisor takes no workspace). The
+  copy and the diff are the same code under both runtimes: only the sandbox differs.
 
     python benchmarks/workspace.py [--files 10000] [--megabytes 200] [--runs 5]
 
 Targets: the workspace ready <= 2x ``cp -a`` (<= 0.5x where the filesystem has reflinks), the
 diff <= 1.5x ``git diff --binary``. Last line:
-``RESULT ready_vs_cp=… diff_vs_git=… reflink=… ready_ms=… cp_ms=… collect_ms=… git_diff_ms=… end_to_end_ms=…``
+``RESULT ready_vs_cp=… diff_vs_git=… reflink=… ready_ms=… cp_ms=… collect_ms=… git_diff_ms=… end_to_end_ms=…
+end_to_end_gvisor_ms=… gvisor_vs_bwrap=…``
 (``reflink`` 1 when the filesystem has them, else 0).
 """
 
@@ -53,6 +56,7 @@ from typing import TypeVar
 from ironflow.local import identity, workdirs
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.settings import Isolation
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 T = TypeVar("T")
@@ -261,16 +265,18 @@ def measure_diff(source: Path, repo: Path, plan: Plan, runs: int, sandbox_uid: i
     return times
 
 
-async def measure_end_to_end(source: Path, runs: int) -> list[float]:
-    provider = LocalSandboxProvider(timeout=300)
-    times = []
-    for _ in range(runs):
-        os.sync()
-        start = time.perf_counter()
-        result = await provider.run_command(["true"], workspace=Workspace(str(source)))
-        times.append((time.perf_counter() - start) * 1000)
-        if result.exit_code != 0 or result.workspace is None or result.workspace.files:
-            raise SystemExit(f"the sandboxed `true` failed or changed its workspace: {result.stderr.strip()}")
+async def measure_end_to_end(source: Path, runs: int, isolations: tuple[Isolation, ...]) -> dict[str, list[float]]:
+    """A sandboxed ``true`` with the workspace, per runtime, their order alternating."""
+    providers = {isolation: LocalSandboxProvider(isolation=isolation, timeout=300) for isolation in isolations}
+    times: dict[str, list[float]] = {isolation: [] for isolation in isolations}
+    for i in range(runs):
+        for isolation in sorted(isolations, reverse=i % 2 == 1):
+            os.sync()
+            start = time.perf_counter()
+            result = await providers[isolation].run_command(["true"], workspace=Workspace(str(source)))
+            times[isolation].append((time.perf_counter() - start) * 1000)
+            if result.exit_code != 0 or result.workspace is None or result.workspace.files:
+                raise SystemExit(f"the sandboxed `true` failed or changed its workspace: {result.stderr.strip()}")
     return times
 
 
@@ -293,7 +299,9 @@ def main(files: int, megabytes: int, runs: int) -> None:
         ready = measure_ready(source, runs, sandbox_uid, cp_argv)
         diff = measure_diff(source, scratch / "repo", plan, runs, sandbox_uid)
         have_bwrap = shutil.which("bwrap") is not None
-        end_to_end = asyncio.run(measure_end_to_end(source, runs)) if have_bwrap else [math.nan]
+        have_gvisor = have_bwrap and shutil.which("runsc") is not None and os.geteuid() == 0
+        chosen: tuple[Isolation, ...] = ("bwrap", "gvisor") if have_gvisor else ("bwrap",) if have_bwrap else ()
+        end_to_end = asyncio.run(measure_end_to_end(source, runs, chosen))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     p50 = {name: statistics.median(values) for name, values in {**ready, **diff}.items()}
@@ -305,8 +313,10 @@ def main(files: int, megabytes: int, runs: int) -> None:
         "cp_ms": p50["cp"],
         "collect_ms": p50["collect"],
         "git_diff_ms": p50["git"],
-        "end_to_end_ms": statistics.median(end_to_end),
+        "end_to_end_ms": statistics.median(end_to_end.get("bwrap", [math.nan])),
+        "end_to_end_gvisor_ms": statistics.median(end_to_end.get("gvisor", [math.nan])),
     }
+    result["gvisor_vs_bwrap"] = result["end_to_end_gvisor_ms"] / result["end_to_end_ms"]
     print(f"{'case':<52} {'p50 ms':>9}   ({runs} runs each)")
     for label, key in (
         (f"{' '.join(cp_argv)} of the tree", "cp_ms"),
@@ -314,6 +324,7 @@ def main(files: int, megabytes: int, runs: int) -> None:
         ("git diff --binary in the host repository", "git_diff_ms"),
         ("workspace diff (local_workspaces.collect)", "collect_ms"),
         ("run_command(['true'], workspace=...) end to end" + ("" if have_bwrap else " (no bwrap)"), "end_to_end_ms"),
+        ("the same under gVisor" + ("" if have_gvisor else " (no runsc, or not root)"), "end_to_end_gvisor_ms"),
     ):
         print(f"{label:<52} {result[key]:>9.1f}")
     ready_target = TARGET_READY_REFLINK if reflink else TARGET_READY

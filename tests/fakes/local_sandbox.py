@@ -1,9 +1,10 @@
-"""The marks of a test that runs the local sandbox for real (bubblewrap and the pinned Claude Code
-CLI): selected by ``-m bwrap`` / ``-m claude_cli``, and skipped with the reason when either is
-missing (``scripts/install`` puts both in place; CI installs them)."""
+"""The marks of a test that runs the local sandbox for real (bubblewrap, gVisor and the pinned Claude
+Code CLI): selected by ``-m bwrap`` / ``-m gvisor`` / ``-m claude_cli``, and skipped with the reason
+when one is missing (``scripts/install`` puts bubblewrap and the CLI in place; CI installs them)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from ironflow import errors
 from ironflow.claude import cli
 
-__all__ = ["LOCAL_SANDBOX", "has_claude_cli", "local_sandbox"]
+__all__ = ["ISOLATIONS", "LOCAL_SANDBOX", "WORKSPACE_ISOLATIONS", "has_claude_cli", "local_sandbox"]
 
 
 def has_claude_cli() -> bool:
@@ -38,3 +39,34 @@ def local_sandbox(test: Callable[..., Any]) -> Callable[..., Any]:
     for mark in LOCAL_SANDBOX:
         test = mark(test)
     return test
+
+
+#: Both runtimes, for ``pytest.mark.parametrize("isolation", ISOLATIONS)``: gVisor's case is marked
+#: ``gvisor`` and skipped with the reason when ``runsc`` is missing.
+ISOLATIONS = [
+    pytest.param(
+        "bwrap", id="bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+    ),
+    pytest.param(
+        "gvisor",
+        id="gvisor",
+        marks=[
+            pytest.mark.gvisor,
+            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
+        ],
+    ),
+]
+
+#: Both runtimes for a test that gives the step a workspace or a writable mount: under gVisor that
+#: needs a root worker (rootless runsc shows a non-root worker's files as root's), else skipped.
+WORKSPACE_ISOLATIONS = [
+    ISOLATIONS[0],
+    pytest.param(
+        "gvisor",
+        id="gvisor",
+        marks=[
+            *ISOLATIONS[1].marks,
+            pytest.mark.skipif(os.geteuid() != 0, reason="a gVisor workspace needs a worker running as root"),
+        ],
+    ),
+]

@@ -106,14 +106,14 @@ async def clone(
     """
     directory = os.path.join(run_dir, _CLONE_DIR)
     os.mkdir(directory, 0o755)
-    if shape.host_uid is not None:
-        os.chown(directory, shape.host_uid, shape.host_uid)
+    if shape.writable_uid is not None:
+        os.chown(directory, shape.writable_uid, shape.writable_uid)
 
     def render(proxy_url: str, token: str) -> workspace_git.GitInvocation:
         return workspace_git.clone_commands(proxy_url, spec.source, token, directory=WORKSPACE_PATH, ref=spec.ref)
 
     await _in_sandbox(processes, shape, hosts, spec, directory, run_dir, render, limit_s=limit_s, what="clone")
-    return local_workspaces.prepare(spec, run_dir, sandbox_uid=shape.host_uid, source=directory)
+    return local_workspaces.prepare(spec, run_dir, sandbox_uid=shape.writable_uid, source=directory)
 
 
 async def push(

@@ -2,14 +2,17 @@
 
 ``runsc run`` starts the spec's process as root inside gVisor's own kernel, with the host
 root read-only under a writable in-memory overlay (``--overlay2=root:memory``), ``/proc``, a
-``/dev`` of gVisor's devices and a read-only ``/sys``. That process is the setup script built
-here, run as gVisor's root (never the host's) with only the capabilities it needs: private
-size-limited tmpfs over ``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and
-``/run``; the managed settings and profiles copied to where the pod mounts them; then it drops
-to uid 10001 with no capability and ``no_new_privs`` (``setpriv``), so the root filesystem is
-not writable by the step, and execs the command. The spec's ``linux.seccomp`` section
-(``--oci-seccomp``) holds the user-namespace rules of :mod:`ironflow.local.seccomp`, so a
-nested user namespace is refused as under bubblewrap.
+``/dev`` of gVisor's devices, a read-only ``/sys``, and the step's host directories as OCI bind
+mounts at their own host paths (read-only, or read-write: a workspace's private copy, written
+through to the host as the step's uid, so a root worker gives that copy to uid 10001 first).
+That process is the setup script built here, run as gVisor's root (never the host's) with only
+the capabilities it needs: each bind bound on to its target; private size-limited tmpfs over
+``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the managed
+settings and profiles copied to where the pod mounts them; then it drops to uid 10001 with no
+capability and ``no_new_privs`` (``setpriv``), so the root filesystem is not writable by the
+step, and execs the command. The spec's ``linux.seccomp`` section (``--oci-seccomp``) holds the
+user-namespace rules of :mod:`ironflow.local.seccomp`, so a nested user namespace is refused as
+under bubblewrap.
 
 Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
 fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
@@ -35,9 +38,10 @@ __all__ = [
     "SETUP_CAPABILITIES",
     "SETUP_FAILED",
     "SETUP_TMPFS",
-    "WRITABLE_UNSUPPORTED",
+    "WRITABLE_NEEDS_ROOT",
     "GvisorSettings",
     "ProxyBridge",
+    "bind_mounts",
     "container_id",
     "gvisor_argv",
     "host_path_problem",
@@ -48,9 +52,10 @@ __all__ = [
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
-#: gVisor shows host paths read-only here, so a workspace or a writable mount needs bubblewrap.
-WRITABLE_UNSUPPORTED: Final = (
-    "a workspace or a writable mount needs isolation 'bwrap': the gVisor sandbox shows host paths read-only"
+#: As a non-root worker, rootless runsc shows the worker's files as root's: the step's uid cannot write them.
+WRITABLE_NEEDS_ROOT: Final = (
+    "a workspace or a writable mount under gVisor needs a worker running as root (rootless runsc shows a "
+    "non-root worker's files as root's, which the step's uid cannot write): run as root or use isolation 'bwrap'"
 )
 #: What the setup script may do as gVisor's root, and no more: mount its tmpfs, copy and chmod
 #: across owners, then drop to the step's uid (setpriv clears them all before the step runs).
@@ -103,27 +108,78 @@ class GvisorSettings:
     as_root: tuple[str, ...] = ()
     #: ``--host-uds=create``: the sandbox may create unix sockets in its host bind mounts (a session's).
     host_uds_create: bool = False
+    #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
+    read_only_mounts: tuple[bwrap.ReadOnlyMount, ...] = ()
+    writable_mounts: tuple[bwrap.WritableMount, ...] = ()
 
 
 def host_path_problem(source: str, target: str) -> str | None:
     """Why the step cannot see host path ``source`` at ``target`` under gVisor, or None.
 
-    ``runsc`` makes no bind mount here: it shows the host root where it is, less what the
-    setup script hides under its own tmpfs (:data:`SETUP_TMPFS`).
+    A bind mount is made before the setup script covers :data:`SETUP_TMPFS` with its own
+    tmpfs, so a target there would be hidden: refused rather than silently dropped.
     """
-    if posixpath.normpath(source) != posixpath.normpath(target):
-        return (
-            f"gVisor isolation shows host paths only where they are: mount '{source}' at itself, "
-            f"not at '{target}', or use isolation='bwrap'"
-        )
     norm = posixpath.normpath(target)
     for hidden in SETUP_TMPFS:
         if norm == hidden or norm.startswith(hidden + "/"):
             return (
-                f"gVisor isolation hides '{hidden}' under the sandbox's own tmpfs: '{target}' cannot be shown "
-                "there; use a path outside it or isolation='bwrap'"
+                f"gVisor isolation hides '{hidden}' under the sandbox's own tmpfs: '{source}' cannot be shown "
+                f"at '{target}'; use a path outside it or isolation='bwrap'"
             )
     return None
+
+
+def _mounts(settings: GvisorSettings) -> list[bwrap.ReadOnlyMount | bwrap.WritableMount]:
+    """The step's mounts, checked, parents first (a mount under another's target comes after it).
+
+    Raises:
+        ConfigError: a target that is reserved, hidden by the setup's tmpfs, or taken twice; a
+            source given twice (it is bound once, read-only or writable).
+    """
+    targets: set[str] = set()
+    sources: set[str] = set()
+    every: list[bwrap.ReadOnlyMount | bwrap.WritableMount] = [*settings.read_only_mounts, *settings.writable_mounts]
+    for mount in every:
+        kind = "writable volume" if isinstance(mount, bwrap.WritableMount) else "read-only volume"
+        problem = layout.mount_path_problem(kind, mount.target) or host_path_problem(mount.source, mount.target)
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        target, source = posixpath.normpath(mount.target), posixpath.normpath(mount.source)
+        if target in targets:
+            raise errors.ConfigError(f"duplicate volume mount path '{mount.target}'")
+        if source in sources:
+            raise errors.ConfigError(f"gVisor isolation mounts a host directory once: '{mount.source}' is given twice")
+        if not posixpath.isabs(source) or source == "/":
+            raise errors.ConfigError(f"a mounted host directory must be an absolute path below '/', got '{source}'")
+        targets.add(target)
+        sources.add(source)
+    return sorted(every, key=lambda m: posixpath.normpath(m.target).count("/"))
+
+
+def _bound(mount: bwrap.ReadOnlyMount | bwrap.WritableMount) -> bool:
+    """Whether ``mount`` needs a bind: a read-only one at its own path is the host root's view."""
+    return isinstance(mount, bwrap.WritableMount) or posixpath.normpath(mount.source) != posixpath.normpath(
+        mount.target
+    )
+
+
+def bind_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
+    """The spec's bind mounts: each source at its own host path, read-only or writable.
+
+    runsc makes a bind's mount point in the host's own root (the overlay is the sentry's, not
+    the gofer's), so a bind goes where its source already is, and the setup script binds it on
+    to its target inside gVisor (:func:`setup_script`): nothing is ever made on the host.
+    """
+    return [
+        {
+            "destination": posixpath.normpath(m.source),
+            "type": "bind",
+            "source": posixpath.normpath(m.source),
+            "options": ["rbind", "rw" if isinstance(m, bwrap.WritableMount) else "ro"],
+        }
+        for m in _mounts(settings)
+        if _bound(m)
+    ]
 
 
 def setup_script(settings: GvisorSettings) -> str:
@@ -139,6 +195,11 @@ def setup_script(settings: GvisorSettings) -> str:
     for index, profile_dir in enumerate(settings.profile_dirs):
         dest = _Q(profile.profile_mount_path(index))
         lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
+    # Before /tmp, /home and /run are covered: a source there (a workspace's copy) is still in sight.
+    for mount in _mounts(settings):
+        source, target = _Q(posixpath.normpath(mount.source)), _Q(posixpath.normpath(mount.target))
+        if source != target:
+            lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
     for path in sorted(set(settings.traverse)):
         for root in _TRAVERSE_ROOTS:
             if path == root or path.startswith(root + "/"):
@@ -186,6 +247,7 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro"]},
+            *bind_mounts(settings),
         ],
         "linux": {
             # With the proxy, --network=host: the relay's namespace (only lo), so no namespace of its own.

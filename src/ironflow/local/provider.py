@@ -34,7 +34,6 @@ from ironflow.local import (
     bwrap,
     cgroups,
     git_workspaces,
-    gvisor,
     identity,
     kept_workspaces,
     proxy_session,
@@ -166,6 +165,11 @@ class LocalSandboxProvider(ProviderBase):
         identity.check_host_uid(sandbox_host_uid)
         # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
         self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
+        # Who must own what the sandbox writes: on a root worker, the uid the step writes as (gVisor's
+        # gofer writes the host as the step's own uid); None on a non-root worker.
+        self._writable_uid = (
+            self._host_uid if isolation == "bwrap" else layout.SANDBOX_UID if os.geteuid() == 0 else None
+        )
         self.isolation: settings.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
@@ -181,7 +185,7 @@ class LocalSandboxProvider(ProviderBase):
             raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
         self.temp_dir = temp_dir
         if sessions_dir is not None and isolation != "bwrap":
-            raise errors.ConfigError("sessions_dir needs isolation='bwrap': gVisor shows host paths read-only")
+            raise errors.ConfigError("sessions_dir needs isolation='bwrap': it is not built for gVisor")
         if sessions_dir is not None and self._host_uid is not None and os.stat(sessions_dir).st_uid != self._host_uid:
             raise errors.ConfigError(
                 f"sessions_dir '{sessions_dir}' must be owned by the sandbox's host uid on a root worker: "
@@ -235,7 +239,7 @@ class LocalSandboxProvider(ProviderBase):
                 error holds what it wrote until then (``output``, ``stderr``: bytes, bounded).
             SandboxError: the sandbox runtime could not start it.
             StepConfigError: ``env`` names a credential variable.
-            ConfigError: a read-only mount this runtime cannot show (gVisor: only a host path at itself).
+            ConfigError: a mount this runtime cannot show (gVisor: none under a path its setup hides).
             WorkspaceRefused, WorkspaceUnsafe, WorkspaceConflict: see :mod:`ironflow.local.workspaces`.
         """
         if not argv:
@@ -245,11 +249,11 @@ class LocalSandboxProvider(ProviderBase):
         run_env = settings.sandbox_env(variables)  # refuses credential variables before anything starts
         mounts = tuple(read_only_mounts)
         for mount in mounts:
-            problem = self._mount_problem(mount)
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
             if problem is not None:
                 raise errors.ConfigError(problem)
         writable = tuple(writable_mounts)
-        local_workspaces.check_mounts(self.isolation, self._host_uid, writable, mounts, workspace)
+        local_workspaces.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
         async with contextlib.AsyncExitStack() as stack:
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
@@ -337,7 +341,7 @@ class LocalSandboxProvider(ProviderBase):
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
-        local_workspaces.check_mounts(self.isolation, self._host_uid, (), mounts, config.workspace)
+        local_workspaces.check_mounts(self.isolation, self._writable_uid, (), mounts, config.workspace)
         credential = self._credential(config)
         claude = self._claude()
         stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
@@ -420,7 +424,7 @@ class LocalSandboxProvider(ProviderBase):
             return await git_workspaces.clone(
                 spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout
             )
-        return await asyncio.to_thread(local_workspaces.prepare, spec, tmp, sandbox_uid=self._host_uid)
+        return await asyncio.to_thread(local_workspaces.prepare, spec, tmp, sandbox_uid=self._writable_uid)
 
     async def _close_workspace(
         self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
@@ -437,8 +441,9 @@ class LocalSandboxProvider(ProviderBase):
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""
         return sandbox_argv.SandboxShape(
-            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid
-        )
+            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid,
+            self._writable_uid,
+        )  # fmt: skip
 
     def _claude(self) -> str:
         # The real file: inside the sandbox only its package directory is exposed.
@@ -476,24 +481,8 @@ class LocalSandboxProvider(ProviderBase):
                     "create it or drop read_only_host_path from the step"
                 )
             mount = bwrap.ReadOnlyMount(source, vol.mount_path)
-            problem = self._mount_problem(mount)
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
             if problem is not None:
                 raise errors.StepConfigError(problem)
             mounts.append(mount)
         return tuple(mounts)
-
-    def _mount_problem(self, mount: bwrap.ReadOnlyMount) -> str | None:
-        """Why this runtime cannot show ``mount`` to the step, or None (agent steps and plain commands)."""
-        problem = layout.mount_path_problem("read-only volume", mount.target)
-        if problem is not None:
-            return problem
-        if self.isolation == "gvisor":
-            return gvisor.host_path_problem(mount.source, mount.target)
-        top = "/" + mount.target.strip("/").split("/")[0]
-        if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
-            # bubblewrap cannot create a mount point inside a read-only host directory.
-            return (
-                f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
-                f"the host and has no such directory; use a path under a new top-level directory such as /data"
-            )
-        return None

@@ -19,6 +19,7 @@ import platform
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "SandboxShape",
     "command_exit_code",
     "host_entries",
+    "mount_problem",
     "raise_if_sandbox_failed",
     "render",
     "seccomp_fds",
@@ -53,6 +55,9 @@ class SandboxShape:
     tmp_size_bytes: int
     sessions_dir: str | None
     host_uid: int | None
+    #: The host uid that must own what the sandbox writes (a workspace's copy, a writable mount): on a
+    #: root worker the sandbox's uid under either runtime; None where the worker's own files are writable.
+    writable_uid: int | None = None
 
 
 def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
@@ -62,6 +67,26 @@ def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
             link = os.readlink(e.path) if e.is_symlink() else None
             out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
     return tuple(out)
+
+
+def mount_problem(isolation: settings.Isolation, mount: bwrap.ReadOnlyMount) -> str | None:
+    """Why ``isolation`` cannot show read-only ``mount`` to the step, or None (agent steps and plain commands)."""
+    problem = layout.mount_path_problem("read-only volume", mount.target)
+    if problem is not None:
+        return problem
+    if isolation == "gvisor":
+        moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
+        if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
+            return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
+        return gvisor.host_path_problem(mount.source, mount.target)
+    top = "/" + mount.target.strip("/").split("/")[0]
+    if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
+        # bubblewrap cannot create a mount point inside a read-only host directory.
+        return (
+            f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
+            f"the host and has no such directory; use a path under a new top-level directory such as /data"
+        )
+    return None
 
 
 def which(name: str) -> str:
@@ -100,9 +125,14 @@ def render(
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
     if shape.isolation == "gvisor":
-        if writable:
-            raise errors.ConfigError(gvisor.WRITABLE_UNSUPPORTED)
-        # No bind mount: gVisor shows each of ``mounts`` where it is (the provider's mount check made sure).
+        # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
+        # bind's mount point); the tools are seen where they are on the host root.
+        mounts = tuple(
+            m if os.path.normpath(m.source) == os.path.normpath(m.target) else
+            bwrap.ReadOnlyMount(os.path.realpath(m.source), m.target)
+            for m in mounts
+        )  # fmt: skip
+        writable = tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable)
         bridge = None
         if proxy_socket is not None:
             bridge = gvisor.ProxyBridge(settings.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
@@ -116,6 +146,8 @@ def render(
             traverse=tools,
             proxy=bridge,
             runsc_path=which("runsc"),
+            read_only_mounts=mounts,
+            writable_mounts=writable,
         )
         return gvisor.gvisor_argv(shown, _gvisor_bundle(_run_dir(tmp), shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
@@ -175,8 +207,8 @@ def render(
 
 def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
     """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
-    bundle = os.path.join(tmp, "gvisor")
-    os.mkdir(bundle, 0o700)
+    # One per sandbox: a run dir can hold several (a git workspace's clone, the step, its push).
+    bundle = tempfile.mkdtemp(prefix="gvisor-", dir=tmp)  # mode 0700
     os.mkdir(os.path.join(bundle, "state"), 0o700)
     # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
     fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -202,8 +202,9 @@ def check_mounts(
     mounts: tuple[bwrap.ReadOnlyMount, ...],
     workspace: Workspace | None,
 ) -> None:
-    """Writable host paths need bubblewrap; each must be a directory (owned by the sandbox's
-    ``host_uid`` on a root worker); no other mount may take the workspace's place.
+    """Each writable host path must be a directory, owned by ``host_uid`` (the sandbox's uid on
+    a root worker: the uid it writes as); no other mount may take the workspace's place. Under
+    gVisor a non-root worker (``host_uid`` None) cannot give the step anything writable.
 
     Raises:
         ConfigError: a mount that cannot work.
@@ -215,8 +216,8 @@ def check_mounts(
                 raise errors.ConfigError(f"a mount cannot go at '{ro.target}': the workspace is at {WORKSPACE_PATH}")
     if not writable and workspace is None:
         return
-    if isolation != "bwrap":
-        raise errors.ConfigError(gvisor.WRITABLE_UNSUPPORTED)
+    if isolation == "gvisor" and host_uid is None:
+        raise errors.ConfigError(gvisor.WRITABLE_NEEDS_ROOT)
     for mount in writable:
         if not os.path.isdir(mount.source):
             raise errors.ConfigError(f"writable mount source '{mount.source}' is not a directory")

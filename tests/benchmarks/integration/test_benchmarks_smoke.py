@@ -80,7 +80,7 @@ CASES = (
           needs=("postgres", "temporal-cli"), timeout_s=180),
     Bench("workspace", ("--files", "200", "--megabytes", "2", "--runs", "1"),
           frozenset({"ready_vs_cp", "diff_vs_git", "reflink", "ready_ms", "cp_ms", "collect_ms", "git_diff_ms",
-                     "end_to_end_ms"}), needs=("bwrap", "git")),
+                     "end_to_end_ms", "end_to_end_gvisor_ms", "gvisor_vs_bwrap"}), needs=("bwrap", "git")),
 )  # fmt: skip
 
 MARKS = {"postgres": pytest.mark.postgres, "bwrap": pytest.mark.bwrap, "runsc": pytest.mark.gvisor}

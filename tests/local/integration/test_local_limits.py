@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from tests.fakes.local_sandbox import ISOLATIONS
 
 from ironflow import errors
 from ironflow.local import cgroups
@@ -28,13 +29,6 @@ pytestmark = [
 SUPPORT = cgroups.probe()
 needs_pids_cgroup = pytest.mark.skipif("pids" not in SUPPORT.controllers, reason=SUPPORT.describe())
 needs_memory_cgroup = pytest.mark.skipif("memory" not in SUPPORT.controllers, reason=SUPPORT.describe())
-ISOLATIONS = [
-    "bwrap",
-    pytest.param(
-        "gvisor",
-        marks=[pytest.mark.gvisor, pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc not installed")],
-    ),
-]
 
 
 def _host_processes() -> int:

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
+from tests.fakes.local_sandbox import ISOLATIONS
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -32,17 +33,6 @@ MOUNTABLE_DIR, MOUNTABLE_FILE = "/usr/lib", "os-release"
 pytestmark = pytest.mark.bwrap
 
 needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (the probes use it)")
-
-ISOLATIONS = [
-    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")),
-    pytest.param(
-        "gvisor",
-        marks=[
-            pytest.mark.gvisor,
-            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
-        ],
-    ),
-]
 
 
 def _all_cmdlines() -> list[str]:
@@ -228,6 +218,10 @@ async def test_bubblewrap_seccomp_refuses_what_runtime_default_refuses() -> None
     assert lines["getpid"] == "True"
 
 
+def _host_root() -> set[str]:
+    return set(os.listdir("/"))
+
+
 async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dropped(
     provider: LocalSandboxProvider,
 ) -> None:
@@ -237,12 +231,13 @@ async def test_a_read_only_mount_of_a_plain_command_is_shown_or_refused_never_dr
     )
     assert at_itself.exit_code == 0, at_itself.stderr
     moved = [ReadOnlyMount(here, "/data")]
+    top = _host_root()
+    result = await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
+    assert result.exit_code == 0, result.stderr
+    assert _host_root() == top  # gVisor's bind made no mount point on the host
     if provider.isolation == "gvisor":
-        with pytest.raises(errors.ConfigError, match="gVisor isolation shows host paths only where they are"):
-            await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
-    else:
-        result = await provider.run_command(["test", "-f", f"/data/{name}"], read_only_mounts=moved)
-        assert result.exit_code == 0, result.stderr
+        with pytest.raises(errors.ConfigError, match="hides '/run' under the sandbox's own tmpfs"):
+            await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/run/data")])
     with pytest.raises(errors.ConfigError, match="reserved path '/etc/claude-code'"):
         await provider.run_command(["true"], read_only_mounts=[ReadOnlyMount(here, "/etc/claude-code")])
 

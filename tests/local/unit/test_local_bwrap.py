@@ -225,18 +225,54 @@ def test_gvisor_bounds_the_world_writable_var_tmp() -> None:
 @pytest.mark.parametrize(
     ("source", "target", "message"),
     [
-        ("/srv/data", "/data", "shows host paths only where they are"),
         ("/home/me/repo", "/home/me/repo", "hides '/home'"),
-        ("/run/user", "/run/user/", "hides '/run'"),
+        ("/srv/data", "/run/user/", "hides '/run'"),
         ("/var/tmp/x", "/var/tmp/x", "hides '/var/tmp'"),
     ],
 )
-def test_gvisor_refuses_a_host_path_it_would_not_show(source: str, target: str, message: str) -> None:
+def test_gvisor_refuses_a_host_path_where_its_setup_would_hide_it(source: str, target: str, message: str) -> None:
     problem = gvisor.host_path_problem(source, target)
     assert problem is not None
     assert message in problem
     assert gvisor.host_path_problem("/srv/data", "/srv/data/") is None
-    assert gvisor.host_path_problem("/var/lib/x", "/var/lib/x") is None
+    assert gvisor.host_path_problem("/home/me/repo", "/data") is None  # a bind shows a hidden source elsewhere
+    with pytest.raises(errors.ConfigError, match=re.escape(message)):
+        gvisor.oci_spec(gvisor.GvisorSettings(("true",), writable_mounts=(bwrap.WritableMount(source, target),)), {})
+
+
+def test_gvisor_binds_each_source_at_its_own_path_then_on_to_its_target_inside() -> None:
+    """runsc makes a bind's mount point in the host's root: only a source's own path (it exists) is used."""
+    shown = gvisor.GvisorSettings(
+        command=("true",),
+        read_only_mounts=(bwrap.ReadOnlyMount("/srv/ref", "/workspace/ref/"), bwrap.ReadOnlyMount("/opt/x", "/opt/x")),
+        writable_mounts=(bwrap.WritableMount("/tmp/run/workspace", "/workspace"),),
+    )
+    spec = gvisor.oci_spec(shown, {})
+    binds = [m for m in spec["mounts"] if m["type"] == "bind"]
+    assert binds == [
+        {
+            "destination": "/tmp/run/workspace",
+            "type": "bind",
+            "source": "/tmp/run/workspace",
+            "options": ["rbind", "rw"],
+        },
+        {"destination": "/srv/ref", "type": "bind", "source": "/srv/ref", "options": ["rbind", "ro"]},
+    ]  # parents first; a read-only directory at its own path is the host root's view
+    script = spec["process"]["args"][-1]
+    inside = script.index("mount --bind '/tmp/run/workspace' '/workspace'")
+    assert inside < script.index("mount --bind '/srv/ref' '/workspace/ref'") < script.index("tmpfs '/tmp'")
+    twice = dataclasses.replace(shown, read_only_mounts=(bwrap.ReadOnlyMount("/srv/ref", "/workspace"),))
+    with pytest.raises(errors.ConfigError, match="duplicate volume mount path '/workspace'"):
+        gvisor.oci_spec(twice, {})
+    again = dataclasses.replace(shown, read_only_mounts=(bwrap.ReadOnlyMount("/tmp/run/workspace", "/data"),))
+    with pytest.raises(errors.ConfigError, match="mounts a host directory once"):
+        gvisor.oci_spec(again, {})
+    reserved = dataclasses.replace(shown, writable_mounts=(bwrap.WritableMount("/srv/x", "/etc/claude-code"),))
+    with pytest.raises(errors.ConfigError, match="writable volume cannot be mounted at reserved path"):
+        gvisor.oci_spec(reserved, {})
+    root = dataclasses.replace(shown, writable_mounts=(bwrap.WritableMount("/", "/data"),))
+    with pytest.raises(errors.ConfigError, match="absolute path below '/'"):
+        gvisor.oci_spec(root, {})
 
 
 def test_gvisor_setup_tmpfs_are_the_paths_it_hides() -> None:

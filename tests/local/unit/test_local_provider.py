@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -212,3 +214,19 @@ def test_what_is_written_to_a_run_dir_is_refused_without_one(
         sandbox_argv.render(
             shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env={}, managed=managed
         )
+
+
+def test_gvisor_shows_a_host_path_elsewhere_only_when_it_is_a_directory_outside_its_tmpfs(tmp_path: Path) -> None:
+    """A bind's mount point is its source's own host path, which must be a directory already there."""
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    moved = sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(a_file), "/data/f"))
+    assert moved is not None
+    assert "only if it is a directory" in moved
+    assert sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/data")) is None
+    assert (
+        sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount("/usr/lib/os-release", "/usr/lib/os-release")) is None
+    )
+    hidden = sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/home/data"))
+    assert hidden is not None
+    assert "hides '/home'" in hidden

@@ -1,4 +1,4 @@
-"""A git workspace in a real bubblewrap sandbox: cloned and pushed through the in-process proxy's
+"""A git workspace in a real sandbox (bubblewrap, gVisor): cloned and pushed through the in-process proxy's
 secret relay to git's own ``http-backend`` (:class:`tests.fakes.git_server.GitServer`), the host's
 credential never in a sandbox."""
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.git_server import GitServer
+from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.git_workspaces import GitCredential, GitHosts
@@ -57,8 +58,9 @@ class Forge:
     provider: LocalSandboxProvider
 
 
-@pytest.fixture
-async def forge(tmp_path: Path) -> AsyncIterator[Forge]:
+@pytest.fixture(params=WORKSPACE_ISOLATIONS)
+async def forge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Forge]:
+    """A git host with one repository, and a provider of each runtime whose proxy holds its credential."""
     bare = tmp_path / "forge" / HOST / "org" / "repo.git"
     bare.parent.mkdir(parents=True)
     git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
@@ -74,7 +76,7 @@ async def forge(tmp_path: Path) -> AsyncIterator[Forge]:
     git("push", "--quiet", "--tags", str(bare), "main", cwd=seed)
     async with GitServer(tmp_path / "forge", username="x-access-token", password=PASSWORD) as server:
         hosts = GitHosts({HOST: GitCredential(Secret(PASSWORD))}, upstream=server.url)
-        async with LocalSandboxProvider(git_hosts=hosts) as provider:
+        async with LocalSandboxProvider(isolation=request.param, git_hosts=hosts) as provider:
             yield Forge(server, bare, provider)
 
 
@@ -152,6 +154,7 @@ async def test_exec_clones_and_pushes_a_git_workspace_from_the_command_line(forg
     env |= {"IRONFLOW_GIT_TOKEN": PASSWORD, "IRONFLOW_GIT_UPSTREAM": forge.server.url}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "from ironflow.cli.app import main; main()", "exec",
+        "--isolation", forge.provider.isolation,
         "--workspace", f"{SOURCE}@v1.0", "--push", "from-cli", "--patch", "-", "--",
         "sh", "-c", "echo cli >> README.md; " + SELF_SCAN,
         env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

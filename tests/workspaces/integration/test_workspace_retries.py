@@ -1,4 +1,4 @@
-"""A retried step's workspace, on the local backend in real bubblewrap: by default each attempt
+"""A retried step's workspace, on the local backend in a real sandbox (bubblewrap, gVisor): by default each attempt
 starts from the source; with ``keep_on_retry`` the next attempt of the same step starts from the
 tree the failed one left, its patch still relative to the source; a success or ``release_run``
 removes what was kept. The agent is a stand-in ``claude`` that fails its first attempt."""
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.engine import model
@@ -18,6 +19,7 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.settings import Isolation
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
@@ -41,23 +43,31 @@ EOF
 """
 
 
+@pytest.fixture(params=WORKSPACE_ISOLATIONS)
+def isolation(request: pytest.FixtureRequest) -> Isolation:
+    """Each test runs under both runtimes."""
+    chosen: Isolation = request.param
+    return chosen
+
+
 @pytest.fixture
-def agent_dir() -> Iterator[Path]:
+def agent_dir(isolation: Isolation) -> Iterator[Path]:
     """Where the stand-in agent lives: the sandbox shows its directory at the same path, so
-    not under /tmp (the sandbox's own)."""
-    place = Path(tempfile.mkdtemp(prefix="ifl-agent-", dir="/var/tmp"))
+    not under /tmp (either sandbox's own), nor under /var/tmp for gVisor (its own too; as root, /var/lib)."""
+    place = Path(tempfile.mkdtemp(prefix="ifl-agent-", dir="/var/tmp" if isolation == "bwrap" else "/var/lib"))
     place.chmod(0o755)  # the sandbox runs as another uid on a root worker
     yield place
     shutil.rmtree(place, ignore_errors=True)
 
 
-def provider(tmp_path: Path, agent_dir: Path) -> LocalSandboxProvider:
+def provider(tmp_path: Path, agent_dir: Path, isolation: Isolation) -> LocalSandboxProvider:
     claude = agent_dir / "claude"
     claude.write_text(AGENT)
     claude.chmod(0o755)
     temp = tmp_path / "temp"
     temp.mkdir()
     return LocalSandboxProvider(
+        isolation=isolation,
         timeout=60,
         credential=ProxyCredential(Secret("sk-ant-api03-retry-test"), "api_key", "http://127.0.0.1:9"),
         claude_path=str(claude),
@@ -76,8 +86,8 @@ def kept_dirs(tmp_path: Path) -> list[str]:
     return sorted(p.name for p in (tmp_path / "temp").iterdir() if p.name.startswith("ironflow-kept-"))
 
 
-async def test_by_default_a_retry_starts_from_the_source(tmp_path: Path, agent_dir: Path) -> None:
-    p = provider(tmp_path, agent_dir)
+async def test_by_default_a_retry_starts_from_the_source(tmp_path: Path, agent_dir: Path, isolation: Isolation) -> None:
+    p = provider(tmp_path, agent_dir, isolation)
     config = AgentConfig("fix", workspace=Workspace(str(source(tmp_path)))).scoped(RUN, "fix")
     for _ in range(2):  # the second attempt sees a fresh copy: one line again, so it fails too
         with pytest.raises(errors.ProcessFailed, match="first attempt fails"):
@@ -85,8 +95,10 @@ async def test_by_default_a_retry_starts_from_the_source(tmp_path: Path, agent_d
     assert kept_dirs(tmp_path) == []
 
 
-async def test_keep_on_retry_starts_the_next_attempt_from_the_failed_ones_tree(tmp_path: Path, agent_dir: Path) -> None:
-    p = provider(tmp_path, agent_dir)
+async def test_keep_on_retry_starts_the_next_attempt_from_the_failed_ones_tree(
+    tmp_path: Path, agent_dir: Path, isolation: Isolation
+) -> None:
+    p = provider(tmp_path, agent_dir, isolation)
     repo = source(tmp_path)
     config = AgentConfig("fix", workspace=Workspace(str(repo), keep_on_retry=True)).scoped(RUN, "fix")
     with pytest.raises(errors.ProcessFailed):
@@ -102,9 +114,9 @@ async def test_keep_on_retry_starts_the_next_attempt_from_the_failed_ones_tree(t
 
 
 async def test_another_step_or_run_does_not_get_the_kept_tree_and_release_run_removes_it(
-    tmp_path: Path, agent_dir: Path
+    tmp_path: Path, agent_dir: Path, isolation: Isolation
 ) -> None:
-    p = provider(tmp_path, agent_dir)
+    p = provider(tmp_path, agent_dir, isolation)
     spec = Workspace(str(source(tmp_path)), keep_on_retry=True)
     with pytest.raises(errors.ProcessFailed):
         await p.run(AgentConfig("fix", workspace=spec).scoped(RUN, "fix"))
@@ -131,7 +143,7 @@ def test_a_step_file_names_keep_on_retry_and_a_pod_refuses_it() -> None:
 
 @pytest.mark.parametrize("keep", [True, False])
 async def test_the_engines_retry_of_a_step_keeps_its_tree_only_when_asked(
-    tmp_path: Path, agent_dir: Path, keep: bool
+    tmp_path: Path, agent_dir: Path, isolation: Isolation, keep: bool
 ) -> None:
     """Through the engine (a workflow whose step is retried once): with keep_on_retry the retry
     sees the first attempt's note and succeeds; without, it starts afresh and fails again."""
@@ -142,7 +154,7 @@ async def test_the_engines_retry_of_a_step_keeps_its_tree_only_when_asked(
         workflow = f"{Path(__file__).parent / 'workspace_workflows.py'}:retried_fix"
         given = {"repo": str(source(tmp_path)), "keep": keep}
         await store.create_run(model.RunRecord(id=run_id, workflow=workflow, input=given))
-        p = provider(tmp_path, agent_dir)
+        p = provider(tmp_path, agent_dir, isolation)
         worker = Worker(store, lambda run: Runner(store, p, requeue_delay=lambda attempt: 0.0), lease_s=5)
         await worker.run(until_idle=True)
         run = await store.get_run(run_id)
@@ -160,8 +172,10 @@ async def test_the_engines_retry_of_a_step_keeps_its_tree_only_when_asked(
     assert kept_dirs(tmp_path) == []  # nothing is left kept after the run
 
 
-async def test_past_its_limit_the_provider_drops_the_oldest_kept_workspace(tmp_path: Path, agent_dir: Path) -> None:
-    p = provider(tmp_path, agent_dir)
+async def test_past_its_limit_the_provider_drops_the_oldest_kept_workspace(
+    tmp_path: Path, agent_dir: Path, isolation: Isolation
+) -> None:
+    p = provider(tmp_path, agent_dir, isolation)
     p.kept.limit = 2
     spec = Workspace(str(source(tmp_path)), keep_on_retry=True)
     for step in ("a", "b", "c"):
