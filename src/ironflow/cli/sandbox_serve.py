@@ -33,8 +33,19 @@ def serve(
     port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
     backend: Annotated[str, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")] = "local",
     provider: ProviderOption = None,
+    keep_sessions: Annotated[
+        bool,
+        typer.Option(
+            "--keep-sessions",
+            help="k8s / agent-sandbox: on SIGINT/SIGTERM leave the sessions to their TTL (the next serve routes "
+            "them) instead of closing them.",
+        ),
+    ] = False,
 ) -> None:
-    """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
+    """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).
+
+    Cluster sessions (k8s, agent-sandbox) are found by their labels: this server routes, lists
+    and closes the sessions an earlier server opened in the provider's namespace."""
     sessions: SessionHost | None = None
     if backend == "k8s":
         sessions = K8sSessions(backends.k8s_provider(provider).settings)
@@ -44,6 +55,8 @@ def serve(
         exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
     elif provider is not None:
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    elif keep_sessions:
+        exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
     try:
         token, path = process.server_token()
     except errors.IronflowError as exc:
@@ -59,7 +72,7 @@ def serve(
         print(f"serving {url}", flush=True)
 
     try:
-        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions))
+        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions, keep_sessions=keep_sessions))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 
