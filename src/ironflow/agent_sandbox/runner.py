@@ -13,14 +13,15 @@ cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invarian
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import secrets as _random
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from ironflow import errors, labels, results, steps, tracing
-from ironflow.agent_sandbox import claims
+from ironflow import errors, labels, results, steps, tracing, workspace_frames
+from ironflow.agent_sandbox import claims, workspaces
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
@@ -242,7 +243,18 @@ class SandboxStepRunner:
                 int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
             )
         try:
-            plan = sandbox_steps.exec_plan(self.settings, config, proxy_token=token, worker_env=self.worker_env)
+            commit = None
+            if config.workspace is not None:
+                scope = config.scope
+                commit = await workspaces.clone(
+                    api, self.settings, issuer, config, pod=pod,
+                    run_id=scope.run_id if scope is not None else claim["metadata"]["name"],
+                    step=scope.step if scope is not None else "agent",
+                    expires_at=int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
+                )  # fmt: skip
+            plan = sandbox_steps.exec_plan(
+                self.settings, config, proxy_token=token, worker_env=self.worker_env, workspace_commit=commit
+            )
             container = pod_manifests.CONTAINER_NAME
             for argv, stdin in plan.deliveries:
                 result = await api.exec(self.namespace, pod, argv, container=container, stdin=stdin)
@@ -273,11 +285,20 @@ class SandboxStepRunner:
                 await pods.shielded(issuing.revoke_step_token(issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
+        changes = None
+        if config.workspace is not None:  # the report is the exec's last stdout line, as a pod's log's
+            try:
+                stdout, changes = workspace_frames.split_frame(stdout)
+            except errors.WorkspaceUnsafe:
+                if result.exit_code == 0:
+                    raise
         rate_limits.record_rate_limits(config, stdout)
         wall_ms = int((time.monotonic() - started) * 1000)
         if result.exit_code == 0:
-            return output.parse_output(stdout, config, wall_ms=wall_ms)
-        return output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
+            parsed = output.parse_output(stdout, config, wall_ms=wall_ms)
+        else:
+            parsed = output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
+        return parsed if changes is None else dataclasses.replace(parsed, workspace=changes)
 
 
 class _LineSplitter:

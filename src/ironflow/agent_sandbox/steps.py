@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import manifests, models, patterns
+from ironflow.agent_sandbox import manifests, models, patterns, workspace_execs
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s import step_objects
@@ -181,9 +181,11 @@ def check_step(
     env = worker_env if worker_env is not None else {}
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
     command.validate_prompt_size(config)
-    step_objects.refuse_workspace(config)
+    if config.workspace is not None:  # git only: cloned by an exec (agent_sandbox.workspaces), not the pod
+        step_objects.refuse_workspace(config)
+        step_objects.check_workspace(s.pod.settings, config)
     # The pod provider's other refusals, in its order, with this worker's bypass decision.
-    step = patterns.idle_pod_template(s.pod, config=config.replace(prompt="idle"), worker_env=env)
+    step = patterns.idle_pod_template(s.pod, config=config.replace(prompt="idle", workspace=None), worker_env=env)
     base = patterns.idle_pod_template(s.pod, worker_env=env)
     step_labels = {k: v for k, v in step.labels.items() if k not in _SCOPE_LABELS}
     if step.spec != base.spec or step_labels != dict(base.labels):
@@ -249,11 +251,13 @@ def exec_plan(
     *,
     proxy_token: Secret | None = None,
     worker_env: Mapping[str, str] | None = None,
+    workspace_commit: str | None = None,
 ) -> ExecPlan:
     """The execs of a step: token file, prompt file (large prompts), then the agent.
 
     The agent's shell reads the token file into the proxy env and removes it; stdin is the
-    prompt file or ``/dev/null``.
+    prompt file or ``/dev/null``. With a git workspace (cloned, at ``workspace_commit``) the
+    agent runs in it, wrapped as a pod's step is: its processes ended, then its report.
     """
     pod = s.pod.settings
     env = worker_env or {}
@@ -278,7 +282,11 @@ def exec_plan(
         + profile.profile_copy_prefix(pod.claude_profiles)
         + token_prefix
     )
-    shell = command.agent_shell_command(
-        args, claude_path=pod.claude_path, working_dir=config.working_dir or pod.working_dir, prefix=prefix
-    )
+    spec = config.workspace
+    working_dir = config.working_dir or (workspace_execs.WORKSPACE if spec is not None else pod.working_dir)
+    shell = command.agent_shell_command(args, claude_path=pod.claude_path, working_dir=working_dir, prefix=prefix)
+    if spec is not None:
+        if workspace_commit is None:
+            raise errors.ConfigError("a git workspace's step needs its starting commit (the clone's)")
+        shell = workspace_execs.step_command(shell, spec, workspace_commit)
     return ExecPlan(tuple(deliveries), ("sh", "-c", shell))

@@ -13,6 +13,7 @@ when that command runs, so ``ironflow --help`` starts without any backend.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from pathlib import Path
@@ -135,7 +136,11 @@ def build_provider(
         provider = k8s_provider(provider_file)
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
-        return agent_sandbox_provider(provider_file)
+        sandboxes = agent_sandbox_provider(provider_file)
+        if git_hosts is None:
+            return sandboxes
+        pod = with_git_hosts(sandboxes.settings.pod, git_hosts)  # the clone's grant is the pod settings'
+        return AgentSandboxProvider(dataclasses.replace(sandboxes.settings, pod=pod))
     return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)
 
 

@@ -11,6 +11,7 @@ token) is printed. Bad input exits 2 with one line (:mod:`ironflow.cli.exits`).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,26 +39,20 @@ def serve(
     isolation: Annotated[
         str | None, typer.Option("--isolation", help="Local sessions: bwrap (default) or gvisor.", show_default=False)
     ] = None,
+    keep_sessions: Annotated[
+        bool,
+        typer.Option(
+            "--keep-sessions",
+            help="k8s / agent-sandbox: on SIGINT/SIGTERM leave the sessions to their TTL (the next serve routes "
+            "them) instead of closing them.",
+        ),
+    ] = False,
 ) -> None:
-    """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint)."""
-    sessions: SessionHost | None = None
-    if isolation is not None and isolation not in ("bwrap", "gvisor"):
-        exits.fail(f"invalid --isolation '{isolation}': use bwrap or gvisor")
-    if isolation is not None and backend != "local":
-        exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
-    if backend == "k8s":
-        sessions = K8sSessions(backends.k8s_provider(provider).settings)
-    elif backend == "agent-sandbox":
-        sessions = AgentSandboxSessions(backends.agent_sandbox_provider(provider).settings)
-    elif backend != "local":
-        exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
-    elif provider is not None:
-        exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
-    elif isolation == "gvisor":
-        try:
-            sessions = LocalSessions(LocalSandboxProvider(isolation="gvisor"))
-        except errors.IronflowError as exc:
-            exits.fail_for(exc)
+    """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).
+
+    Cluster sessions (k8s, agent-sandbox) are found by their labels: this server routes, lists
+    and closes the sessions an earlier server opened in the provider's namespace."""
+    sessions = _sessions(backend, provider, isolation, keep_sessions)
     try:
         token, path = process.server_token()
     except errors.IronflowError as exc:
@@ -73,7 +68,31 @@ def serve(
         print(f"serving {url}", flush=True)
 
     try:
-        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions))
+        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions, keep_sessions=keep_sessions))
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+
+
+def _sessions(backend: str, provider: Path | None, isolation: str | None, keep_sessions: bool) -> SessionHost | None:
+    """The sessions ``serve`` holds (None: the router's default, local bubblewrap); bad input exits 2."""
+    if isolation is not None and isolation not in ("bwrap", "gvisor"):
+        exits.fail(f"invalid --isolation '{isolation}': use bwrap or gvisor")
+    if isolation is not None and backend != "local":
+        exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
+    if backend == "k8s":
+        return K8sSessions(backends.k8s_provider(provider).settings)
+    if backend == "agent-sandbox":
+        return AgentSandboxSessions(backends.agent_sandbox_provider(provider).settings)
+    if backend != "local":
+        exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
+    if provider is not None:
+        exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    if keep_sessions:
+        exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
+    if isolation != "gvisor":
+        return None
+    try:
+        return LocalSessions(LocalSandboxProvider(isolation="gvisor"))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 

@@ -60,15 +60,23 @@ def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.
 
 
 def refuse_workspace(config: steps.AgentConfig) -> None:
-    """An agent-sandbox step takes no workspace: its pod is the warm pool's, made before the step.
+    """An agent-sandbox step takes a git workspace only, and pushes none yet: its pod is the
+    warm pool's, made before the step (no claim or host directory can be mounted into it).
 
     Raises:
-        StepConfigError: the step has a workspace.
+        StepConfigError: a directory or PVC workspace, or ``push_branch``.
     """
-    if config.workspace is not None:
+    spec = config.workspace
+    if spec is None:
+        return
+    if not spec.is_git or spec.is_pvc:
         raise errors.StepConfigError(
-            "agent-sandbox steps take no workspace (the warm pod exists before the step): run a git "
-            "workspace on --backend k8s, or a directory on --backend local"
+            "agent-sandbox steps take a git workspace only (the warm pod exists before the step): run a "
+            "pvc: workspace on --backend k8s, or a directory on --backend local"
+        )
+    if spec.push_branch is not None:
+        raise errors.StepConfigError(
+            "push is not built for agent-sandbox steps yet: take the change with --patch, or run on --backend k8s"
         )
 
 

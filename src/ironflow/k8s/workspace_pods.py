@@ -32,6 +32,7 @@ Never does I/O; a pod it cannot make is a :class:`~ironflow.errors.StepConfigErr
 from __future__ import annotations
 
 import copy
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any, Final
@@ -44,6 +45,7 @@ from ironflow.workspaces import WORKSPACE_PATH, Workspace
 __all__ = [
     "BASE_PATH",
     "CLONE_CONTAINER_NAME",
+    "PID1_REAP",
     "POD_PATCH_LIMIT",
     "add_git_workspace",
     "add_pvc_workspace",
@@ -67,6 +69,7 @@ _GIT_OPTIONS: Final = (
     "-c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.untrackedCache=false "
     "-c core.autocrlf=false -c core.symlinks=true -c core.fileMode=true -c core.quotePath=false"
 )
+_COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _DIFF_OPTIONS: Final = "--cached --no-renames --no-ext-diff --no-textconv --no-color --full-index"
 
 
@@ -95,25 +98,63 @@ printf '%s\\n' {command.shell_quote(_ATTRIBUTES)} > {b}/git/info/attributes
 """
 
 
-def report_script(*, limit: int, max_file_bytes: int, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH) -> str:
+def _verified_base(commit: str, base: str) -> str:
+    """Shell that checks, before the diff, that the base still holds ``commit`` exactly: a fresh
+    git dir (its own config and attributes) borrows the base's objects, and ``fsck --full``
+    re-hashes every object reachable from the commit the worker recorded (a base the step could
+    write cannot then lie about the starting tree)."""
+    if not _COMMIT.fullmatch(commit):
+        raise errors.ConfigError("invalid starting commit: expected a full lowercase commit id")
+    return f"""  ironflow_base={commit}
+  ironflow_gitdir="$ironflow_t/git"
+  env -i PATH="$PATH" HOME="$ironflow_t/home" GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null \\
+    git init --quiet --bare --object-format={"sha256" if len(commit) == 64 else "sha1"} "$ironflow_gitdir" \\
+    && printf '%s\\n' {base}/git/objects > "$ironflow_gitdir/objects/info/alternates" \\
+    && printf '%s\\n' {command.shell_quote(_ATTRIBUTES)} > "$ironflow_gitdir/info/attributes" \\
+    || {{ ironflow_fail "no git dir for the report"; return; }}
+  ironflow_objects="$ironflow_gitdir/objects"
+  ironflow_git fsck --full --no-dangling --no-progress "$ironflow_base" >/dev/null 2>"$ironflow_t/err" \\
+    || {{ ironflow_fail "the workspace's base no longer holds the starting commit"; return; }}
+  ironflow_objects="$ironflow_t/objects"
+"""
+
+
+def report_script(
+    *,
+    limit: int,
+    max_file_bytes: int,
+    workspace: str = WORKSPACE_PATH,
+    base: str = BASE_PATH,
+    commit: str | None = None,
+) -> str:
     """Print the workspace's frame: ``git diff --binary`` of the work tree against the
     starting commit, and its ``--raw -z`` listing; or a frame with ``error`` (fixed words
-    and numbers only: nothing of the step's is quoted)."""
+    and numbers only: nothing of the step's is quoted).
+
+    With ``commit`` (the starting commit as the worker recorded it before the step) the base
+    need not be out of the step's reach: it is verified first (:func:`_verified_base`) and
+    read through a fresh git dir, never through its own config or attributes."""
     w, b = command.shell_quote(workspace), command.shell_quote(base)
     frame = '{"type":"ironflow_workspace","version":1,'
+    if commit is None:
+        start = f"""  ironflow_gitdir={b}/git
+  ironflow_base=$(cat {b}/commit) || {{ ironflow_fail "the starting commit was not recorded"; return; }}
+"""
+    else:
+        start = _verified_base(commit, b)
     return f"""ironflow_fail() {{ printf '\\n{frame}"error":"%s"}}\\n' "$1"; }}
 ironflow_git() {{
   env -i PATH="$PATH" HOME="$ironflow_t/home" GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null \\
-    GIT_DIR={b}/git GIT_WORK_TREE={w} GIT_INDEX_FILE="$ironflow_t/index" \\
-    GIT_OBJECT_DIRECTORY="$ironflow_t/objects" GIT_ALTERNATE_OBJECT_DIRECTORIES={b}/git/objects \\
+    GIT_NO_REPLACE_OBJECTS=1 GIT_DIR="$ironflow_gitdir" GIT_WORK_TREE={w} GIT_INDEX_FILE="$ironflow_t/index" \\
+    GIT_OBJECT_DIRECTORY="$ironflow_objects" GIT_ALTERNATE_OBJECT_DIRECTORIES={b}/git/objects \\
     git {_GIT_OPTIONS} "$@"
 }}
 ironflow_report() {{
   if [ -e {b}/no-git ]; then printf '\\n{frame}"git":false}}\\n'; return; fi
   ironflow_t=$(mktemp -d) || {{ ironflow_fail "no temporary directory for the report"; return; }}
   mkdir "$ironflow_t/objects" || {{ ironflow_fail "no temporary directory for the report"; return; }}
-  ironflow_base=$(cat {b}/commit) || {{ ironflow_fail "the starting commit was not recorded"; return; }}
-  if [ -n "$(find {w} -path {w}/.git -prune -o ! -type f ! -type d ! -type l -print)" ]; then
+  ironflow_objects="$ironflow_t/objects"
+{start}  if [ -n "$(find {w} -path {w}/.git -prune -o ! -type f ! -type d ! -type l -print)" ]; then
     ironflow_fail "the step left a special file (a FIFO, socket or device) in the workspace"; return
   fi
   if [ -n "$(find {w} -path {w}/.git -prune -o -type f -size +{max_file_bytes}c -print)" ]; then
@@ -137,22 +178,29 @@ ironflow_report() {{
 """
 
 
+#: As the container's PID 1: ``kill -KILL -1`` ends every other process of the container at once.
+PID1_REAP: Final = 'if [ "$$" = 1 ]; then kill -KILL -1 2>/dev/null; fi\n'
+
+
 def wrapped_command(
-    shell_command: str, spec: Workspace, *, workspace: str = WORKSPACE_PATH, base: str = BASE_PATH
+    shell_command: str,
+    spec: Workspace,
+    *,
+    workspace: str = WORKSPACE_PATH,
+    base: str = BASE_PATH,
+    commit: str | None = None,
+    reap: str = PID1_REAP,
 ) -> str:
     """``shell_command``, then the report; the container exits with the command's own code.
 
-    As the container's PID 1 the wrapper first kills every process the step left running
-    (``kill -KILL -1`` spares the caller), so nothing of the step's writes after the frame.
+    ``reap`` first kills every process the step left running, so nothing of the step's writes
+    after the frame: as the container's PID 1, ``kill -KILL -1`` (:data:`PID1_REAP`; an exec
+    into a warm pod passes its own). ``commit`` is :func:`report_script`'s.
     """
-    report = report_script(limit=patch_limit(spec), max_file_bytes=spec.max_file_bytes, workspace=workspace, base=base)
-    return (
-        f"{report}( {shell_command}\n)\n"
-        "ironflow_code=$?\n"
-        'if [ "$$" = 1 ]; then kill -KILL -1 2>/dev/null; fi\n'
-        "ironflow_report\n"
-        'exit "$ironflow_code"\n'
+    report = report_script(
+        limit=patch_limit(spec), max_file_bytes=spec.max_file_bytes, workspace=workspace, base=base, commit=commit
     )
+    return f'{report}( {shell_command}\n)\nironflow_code=$?\n{reap}ironflow_report\nexit "$ironflow_code"\n'
 
 
 def _hardened(main: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import hmac
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import aiohttp
 from aiohttp import web
@@ -34,7 +34,7 @@ from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
 
-__all__ = ["BACKENDS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "SessionHost", "build_app", "open_options"]
+__all__ = ["BACKENDS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "ClusterSessions", "SessionHost", "build_app", "open_options"]
 
 log = logging.getLogger("ironflow.sandbox_router")
 
@@ -79,6 +79,18 @@ class SessionHost(Protocol):
     def route(self, session_id: str) -> tuple[str, Secret]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ClusterSessions(SessionHost, Protocol):
+    """Sessions that live in a cluster, not in the server (``K8sSessions``, ``AgentSandboxSessions``):
+    a server finds them by their labels, so a restarted one routes what the previous one opened."""
+
+    async def connect(self, session_id: str) -> AsyncSandbox: ...
+
+    async def find(self, *, run_id: str | None = ...) -> builtins.list[SessionInfo]: ...
+
+    async def release(self) -> None: ...
 
 
 class _Refused(Exception):
@@ -171,6 +183,7 @@ class _Router:
     def __init__(self, sessions: SessionHost) -> None:
         self.sessions = sessions
         self._upstreams: dict[str, aiohttp.ClientSession] = {}
+        self._reattaching = asyncio.Lock()
 
     async def create(self, request: web.Request) -> web.Response:
         try:
@@ -196,25 +209,58 @@ class _Router:
         await self._prune()
         return web.json_response(sandbox.info.to_json(), status=201)
 
-    async def listing(self, request: web.Request) -> web.Response:
-        return web.json_response({"sandboxes": [info.to_json() for info in self.sessions.list()]})
+    async def _known(self) -> builtins.list[SessionInfo]:
+        """The sessions held here, and for a cluster backend every one its cluster holds (by labels)."""
+        held = self.sessions.list()
+        if not isinstance(self.sessions, ClusterSessions):
+            return held
+        ids = {info.id for info in held}
+        return [*held, *(info for info in await self.sessions.find() if info.id not in ids)]
 
-    def _info(self, request: web.Request) -> dict[str, object]:
+    async def listing(self, request: web.Request) -> web.Response:
+        try:
+            known = await self._known()
+        except errors.IronflowError as exc:
+            return _detail(502, f"could not list the cluster's sessions: {exc.message}")
+        return web.json_response({"sandboxes": [info.to_json() for info in known]})
+
+    async def _info(self, request: web.Request) -> dict[str, object]:
         session_id = request.match_info["id"]
         for info in self.sessions.list():
             if info.id == session_id:
                 return info.to_json()
+        try:
+            found = SESSION_ID.match(session_id) is not None and await self._reattach(session_id)
+        except errors.IronflowError as exc:
+            raise _Refused(502, f"could not look the sandbox up in the cluster: {exc.message}") from None
+        if found:
+            return await self._info(request)
         raise _Refused(404, f"no open sandbox '{errors.truncate(session_id, 80)}'")
+
+    async def _reattach(self, session_id: str) -> bool:
+        """Hold a cluster session this server did not open (a previous server's); False: there is none."""
+        if not isinstance(self.sessions, ClusterSessions):
+            return False
+        async with self._reattaching:  # one bridge per session, however many requests ask at once
+            if any(info.id == session_id for info in self.sessions.list()):
+                return True
+            try:
+                handle = await self.sessions.connect(session_id)
+            except SessionNotFound:
+                return False
+            await handle.disconnect()  # the session stays held here; the handle was only its receipt
+        log.info("sandbox session %s reattached from the cluster", session_id)
+        return True
 
     async def show(self, request: web.Request) -> web.Response:
         try:
-            return web.json_response(self._info(request))
+            return web.json_response(await self._info(request))
         except _Refused as exc:
             return _detail(exc.status, exc.detail)
 
     async def delete(self, request: web.Request) -> web.Response:
         try:
-            doc = self._info(request)
+            doc = await self._info(request)
         except _Refused as exc:
             return _detail(exc.status, exc.detail)
         await self.sessions.close(str(doc["id"]))
@@ -229,13 +275,19 @@ class _Router:
         for session_id in [s for s in self._upstreams if s not in open_ids]:
             await self._upstreams.pop(session_id).close()
 
-    def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret]:
+    async def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret]:
         if not SESSION_ID.match(session_id):
             raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}")
         try:
             socket_path, token = self.sessions.route(session_id)
         except SessionNotFound:
-            raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
+            try:
+                found = await self._reattach(session_id)
+            except errors.IronflowError:
+                found = False
+            if not found:
+                raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
+            socket_path, token = self.sessions.route(session_id)
         client = self._upstreams.get(session_id)
         if client is None:
             client = self._upstreams[session_id] = aiohttp.ClientSession(
@@ -248,7 +300,7 @@ class _Router:
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         try:
             session_id, timeout = _target(request.headers)
-            client, token = self._upstream(session_id)
+            client, token = await self._upstream(session_id)
         except _Refused as exc:
             return _detail(exc.status, exc.detail)
         if not request.raw_path.startswith("/"):

@@ -3,8 +3,10 @@
 The token is ``$IRONFLOW_SANDBOX_TOKEN``, else one made here and written (0600, replaced
 atomically) to :func:`~ironflow.sandbox_runtime.remote.token_file`, where the clients on
 this machine read it; only the path is ever printed. SIGINT and SIGTERM close every
-session before the process ends, so no sandbox outlives it (a SIGKILL takes them down too:
-each sandbox dies with its parent).
+session before the process ends, so no sandbox outlives it (a SIGKILL takes local ones down
+too: each sandbox dies with its parent). Cluster sessions live in the cluster: with
+``keep_sessions`` the server lets go of them instead (they live to their TTL), and the next
+server routes them (:class:`~ironflow.sandbox_router.app.ClusterSessions`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from aiohttp import web
 
 from ironflow import errors
 from ironflow.local.sessions import LocalSessions
-from ironflow.sandbox_router.app import SessionHost, build_app
+from ironflow.sandbox_router.app import ClusterSessions, SessionHost, build_app
 from ironflow.sandbox_runtime.remote import TOKEN_ENV, token_file
 from ironflow.secrets import Secret
 
@@ -76,15 +78,25 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(
-    host: str, port: int, token: Secret, *, ready: Callable[[str], None], sessions: SessionHost | None = None
+    host: str,
+    port: int,
+    token: Secret,
+    *,
+    ready: Callable[[str], None],
+    sessions: SessionHost | None = None,
+    keep_sessions: bool = False,
 ) -> None:
     """Serve ``sessions`` (default: local ones) until SIGINT or SIGTERM, then close every one of
-    them; ``ready`` gets the URL once listening.
+    them (``keep_sessions``: let go of cluster sessions, which live on to their TTL); ``ready``
+    gets the URL once listening.
 
     Raises:
-        ConfigError: the address cannot be bound, or the sessions cannot be made here.
+        ConfigError: the address cannot be bound, the sessions cannot be made here, or
+            ``keep_sessions`` for sessions that live in this process.
     """
     owned: SessionHost = sessions or LocalSessions()
+    if keep_sessions and not isinstance(owned, ClusterSessions):
+        raise errors.ConfigError("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
     runner = web.AppRunner(build_app(owned, token), access_log=None, handle_signals=False, shutdown_timeout=2)
     await runner.setup()
     loop = asyncio.get_running_loop()
@@ -101,5 +113,8 @@ async def serve(
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        await owned.aclose()  # first: a streaming answer ends with its sandbox, and the runner stops at once
+        if keep_sessions and isinstance(owned, ClusterSessions):
+            await owned.release()  # the sessions stay in the cluster for the next server
+        else:
+            await owned.aclose()  # first: a streaming answer ends with its sandbox, and the runner stops at once
         await runner.cleanup()

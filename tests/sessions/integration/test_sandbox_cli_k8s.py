@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.sessions.integration.serving import TOKEN, cli_env, ironflow, start_serve
+from tests.sessions.integration.serving import TOKEN, Served, cli_env, ironflow, start_serve
 from tests.sessions.integration.upstream_sdk import direct_config, upstream_sandbox
 from typer.testing import CliRunner
 
@@ -157,3 +157,53 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
             if stream is not None:
                 stream.close()
     assert _pods(st) == []  # SIGTERM closed every session the server held
+
+
+def test_a_restarted_serve_routes_lists_and_closes_the_sessions_the_previous_one_opened(
+    cluster: tuple[ThreadedKube, Path, Path],
+) -> None:
+    st, provider, work = cluster
+    env = cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN)
+    first = start_serve(env, "--backend", "k8s", "--provider", str(provider), "--keep-sessions")
+    try:
+        opened = ironflow("sandbox", "open", "-o", "json", env=first.env)
+        assert opened.returncode == 0, opened.stderr
+        sid = json.loads(opened.stdout)["id"]
+        wrote = ironflow("sandbox", "exec", sid, "--", "sh", "-c", "echo kept > note", env=first.env)
+        assert wrote.returncode == 0, wrote.stderr
+    finally:
+        assert first.stop() == 0
+        _close_streams(first)
+    assert _pods(st) == [sid]  # --keep-sessions: SIGTERM let go of the session, the pod lives on
+    second = start_serve(env, "--backend", "k8s", "--provider", str(provider))
+    try:
+        listed = ironflow("sandbox", "ls", "-o", "json", env=second.env)
+        assert listed.returncode == 0, listed.stderr
+        assert [s["id"] for s in json.loads(listed.stdout)] == [sid]
+        ran = ironflow("sandbox", "exec", sid, "--", "cat", "note", env=second.env)
+        assert (ran.returncode, ran.stdout) == (0, "kept\n"), ran.stderr
+        with upstream_sandbox(direct_config(second.url, TOKEN), sid) as sandbox:
+            assert sandbox.commands.run("cat note").stdout == "kept\n"
+        assert (work / "note").read_text() == "kept\n"
+        closed = ironflow("sandbox", "close", sid, env=second.env)
+        assert (closed.returncode, closed.stdout.strip()) == (0, f"closed {sid}"), closed.stderr
+        assert _pods(st) == []
+        gone = ironflow("sandbox", "exec", sid, "--", "true", env=second.env)
+        assert gone.returncode != 0
+    finally:
+        assert second.stop() == 0
+        _close_streams(second)
+
+
+def test_keep_sessions_is_refused_for_local_sessions() -> None:
+    refused = ironflow("sandbox", "serve", "--keep-sessions", env=cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: --keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve"
+    ]
+
+
+def _close_streams(served: Served) -> None:
+    for stream in (served.proc.stdout, served.proc.stderr):
+        if stream is not None:
+            stream.close()

@@ -125,7 +125,12 @@ def test_a_step_file_names_its_workspace_and_it_round_trips() -> None:
         AgentConfig.from_dict({"prompt": "fix", "workspace": {"source": "/repo", "colour": 1}})
 
 
-def test_an_agent_sandbox_step_refuses_a_workspace_and_says_where_it_runs() -> None:
+def test_an_agent_sandbox_step_takes_a_git_workspace_only_and_says_where_the_others_run() -> None:
     refuse_workspace(AgentConfig("fix"))
-    with pytest.raises(errors.StepConfigError, match="git workspace on --backend k8s, or a directory on --backend"):
-        refuse_workspace(AgentConfig("fix", workspace=Workspace("https://github.com/org/repo.git")))
+    refuse_workspace(AgentConfig("fix", workspace=Workspace("https://github.com/org/repo.git")))
+    with pytest.raises(errors.StepConfigError, match="pvc: workspace on --backend k8s, or a directory on --backend"):
+        refuse_workspace(AgentConfig("fix", workspace=Workspace("/repo")))
+    with pytest.raises(errors.StepConfigError, match="pvc: workspace on --backend k8s"):
+        refuse_workspace(AgentConfig("fix", workspace=Workspace("pvc:sources")))
+    with pytest.raises(errors.StepConfigError, match="push is not built for agent-sandbox steps yet"):
+        refuse_workspace(AgentConfig("fix", workspace=Workspace("https://github.com/org/repo.git", push_branch="b")))

@@ -1,0 +1,131 @@
+"""A git workspace in a warm agent-sandbox pod: the clone exec, the step's wrapped exec (pure).
+
+The warm pod exists before the step, so nothing of a step can be an init container or a
+read-only volume, and the step's exec is not the container's PID 1. What stands in for them:
+
+* **the clone** is an exec of its own, before the step: it reads the ``ifap_`` token of a
+  grant for the git host only from stdin into its own environment
+  (:func:`ironflow.workspace_git.clone_commands`: never a URL, an argv or ``.git/config``),
+  clones into :data:`WORKSPACE`, makes the base with the pod backend's
+  :func:`~ironflow.k8s.workspace_pods.base_script` and prints the starting commit, which the
+  worker keeps. The worker revokes the grant as soon as this exec ends;
+* **the base** sits in HOME, where the step (the same uid) could write it, so the report does
+  not trust it: it reads it through a fresh git dir and re-hashes every object reachable from
+  the commit the worker recorded (``commit=`` of
+  :func:`~ironflow.k8s.workspace_pods.report_script`) before the diff;
+* **the end of the step**: once the step's command exits, :data:`REAP` stops every process of
+  the container but PID 1 (the idle loop), this exec's shell and its ancestors, pass after pass
+  until a pass finds none running, then kills them all (a stopped process can neither fork nor
+  wake another, and a parent is never let run on by its child's death). It runs only when
+  PID 1 is the warm pod's idle loop (a claim's pod is single-use: nothing else of ours runs in
+  it); anywhere else the report refuses, since what the step left running could still write.
+
+Then the same frame as a pod's (:mod:`ironflow.workspace_frames`), printed last on the exec's
+stdout. Never does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Final
+
+from ironflow import errors, workspace_git
+from ironflow.agent_sandbox import patterns
+from ironflow.claude import command, layout
+from ironflow.k8s import workspace_pods
+from ironflow.workspaces import Workspace
+
+__all__ = ["BASE", "REAP", "WORKSPACE", "clone_exec", "parse_commit", "step_command"]
+
+#: The step's working directory: the warm pod's root is read-only, HOME is its emptyDir.
+WORKSPACE: Final = f"{layout.SANDBOX_HOME}/workspace"
+BASE: Final = f"{layout.SANDBOX_HOME}/.ironflow/workspace-base"
+_TOKEN_MARK: Final = "ironflow-token-mark"  # noqa: S105 - a marker, never a token
+_COMMIT_LINE: Final = re.compile(rb"ironflow_commit=([0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
+#: Ends what the step left: stops every pid but 1, this shell and its ancestors until a pass
+#: finds none running, then kills them all. Only in a warm pod (PID 1 is the idle loop);
+#: elsewhere the report refuses.
+REAP: Final = f"""ironflow_idle=$(tr '\\0' ' ' < /proc/1/cmdline 2>/dev/null)
+if [ "$ironflow_idle" != {command.shell_quote(f"sh -c {patterns.IDLE_COMMAND} ")} ]; then
+  ironflow_report() {{ ironflow_fail "the step's processes could not be ended: PID 1 is not the warm pod's"; }}
+else
+  ironflow_keep=" 1 $$ "
+  ironflow_p=$$
+  while [ "$ironflow_p" -gt 1 ]; do
+    ironflow_p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$ironflow_p/status 2>/dev/null || echo 0)
+    ironflow_keep="$ironflow_keep$ironflow_p "
+  done
+  # Stop first, kill after: a parent killed after its child would run on (its wait returns).
+  ironflow_pass=0
+  ironflow_left=1
+  while [ "$ironflow_left" != 0 ] && [ "$ironflow_pass" -lt 100 ]; do
+    ironflow_pass=$((ironflow_pass + 1))
+    ironflow_left=0
+    for ironflow_d in /proc/[0-9]*; do
+      ironflow_pid=${{ironflow_d#/proc/}}
+      case "$ironflow_keep" in *" $ironflow_pid "*) continue ;; esac
+      ironflow_state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' "$ironflow_d/status" 2>/dev/null)
+      case "$ironflow_state" in ''|Z|X|T) continue ;; esac  # gone, dead, or already stopped
+      kill -STOP "$ironflow_pid" 2>/dev/null && ironflow_left=1
+    done
+  done
+  for ironflow_d in /proc/[0-9]*; do  # every one is stopped now: none can fork or wake another
+    ironflow_pid=${{ironflow_d#/proc/}}
+    case "$ironflow_keep" in *" $ironflow_pid "*) continue ;; esac
+    kill -KILL "$ironflow_pid" 2>/dev/null
+  done
+  if [ "$ironflow_left" != 0 ]; then
+    ironflow_report() {{ ironflow_fail "the step's processes could not be ended"; }}
+  fi
+fi
+"""
+
+
+def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int) -> tuple[str, ...]:
+    """The clone's argv: read ``token_bytes`` of stdin (the grant's token) into the clone's
+    environment only, clone, make the base, print ``ironflow_commit=<id>`` last.
+
+    Raises:
+        ConfigError: a source, ref or proxy URL the relay cannot take.
+    """
+    invocation = workspace_git.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=WORKSPACE, ref=spec.ref)
+    exports = []
+    for name, value in invocation.env.items():
+        head, mark, tail = value.partition(_TOKEN_MARK)
+        rendered = command.shell_quote(value) if not mark else f'{command.shell_quote(head)}"$ironflow_token"'
+        if tail:
+            rendered += command.shell_quote(tail)
+        exports.append(f"export {name}={rendered}")
+    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
+    base = workspace_pods.base_script(workspace=WORKSPACE, base=BASE)
+    script = (
+        "set -e\n"
+        f"ironflow_token=$(head -c {int(token_bytes)})\n"
+        + "\n".join(exports)
+        + f"\nrm -rf {command.shell_quote(WORKSPACE)} {command.shell_quote(BASE)}\n"
+        f"mkdir -p {command.shell_quote(BASE)}\n"
+        f"( {clone}\n) >&2\n"
+        "unset ironflow_token\n"
+        f"( {base}) >&2\n"
+        f'printf "ironflow_commit=%s\\n" "$(cat {command.shell_quote(BASE)}/commit)"\n'
+    )
+    return ("sh", "-c", script)
+
+
+def parse_commit(stdout: bytes) -> str:
+    """The starting commit the clone exec printed last.
+
+    Raises:
+        WorkspaceUnsafe: no commit line (the clone's output is not quoted: it is the repository's).
+    """
+    match = _COMMIT_LINE.search(stdout[-200:])
+    if match is None:
+        raise errors.WorkspaceUnsafe("the workspace's clone reported no starting commit")
+    return match.group(1).decode()
+
+
+def step_command(shell_command: str, spec: Workspace, commit: str) -> str:
+    """The step's shell, in the workspace, wrapped as a pod's is: run, reap (:data:`REAP`), report."""
+    inner = f"cd {command.shell_quote(WORKSPACE)} && {shell_command}"
+    return workspace_pods.wrapped_command(inner, spec, workspace=WORKSPACE, base=BASE, commit=commit, reap=REAP)
