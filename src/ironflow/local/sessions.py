@@ -33,13 +33,15 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, cgroups, runner, sandbox_argv, settings, workdirs
+from ironflow.local import bwrap, cgroups, runner, sandbox_argv, session_workspaces, settings, workdirs
 from ironflow.local import limits as sandbox_limits
+from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
 
@@ -66,6 +68,7 @@ class _Session:
     proc: asyncio.subprocess.Process
     group: cgroups.Sandbox | None
     watcher: asyncio.Task[None] | None = None
+    workspace: local_workspaces.PreparedWorkspace | None = None
 
     @property
     def socket_path(self) -> str:
@@ -119,8 +122,11 @@ class LocalSessions:
         labels: Mapping[str, str] | None = None,
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: Workspace | None = None,
     ) -> AsyncSandbox:
         """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
+        A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
+        directory at ``/workspace``; :meth:`changes` gives what changed there.
 
         Raises:
             SandboxError: bubblewrap or the runtime did not start.
@@ -132,7 +138,10 @@ class LocalSessions:
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         try:
-            session = await self._start(session_id, directory, run_env, idle_timeout)
+            prepared = (
+                None if workspace is None else await session_workspaces.prepare(self.provider, workspace, directory)
+            )
+            session = await self._start(session_id, directory, run_env, idle_timeout, prepared)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -146,7 +155,12 @@ class LocalSessions:
         return self._handle(session)
 
     async def _start(
-        self, session_id: str, directory: str, env: Mapping[str, str], idle_timeout: float | None
+        self,
+        session_id: str,
+        directory: str,
+        env: Mapping[str, str],
+        idle_timeout: float | None,
+        prepared: local_workspaces.PreparedWorkspace | None = None,
     ) -> _Session:
         token = Secret(secrets.token_urlsafe(32))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -164,7 +178,8 @@ class LocalSessions:
                 "--token-fd",
                 "0",
             )
-            command += ("--workspace", layout.SANDBOX_HOME, "--max-upload-bytes", str(self.max_upload_bytes))
+            root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
+            command += ("--workspace", root, "--max-upload-bytes", str(self.max_upload_bytes))
             if idle_timeout is not None:
                 command += ("--idle-timeout", str(idle_timeout))
             with sandbox_argv.seccomp_fds(self.provider.isolation) as fds:
@@ -176,13 +191,16 @@ class LocalSessions:
                     mounts=(bwrap.ReadOnlyMount(os.path.dirname(SERVER_PATH), RUNTIME_DIR),),
                     proxy_socket=None,
                     env=env,
+                    writable=() if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),),
                     extra_tools=(python,),
                     fds=fds,
                 )
                 proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
         finally:
             listener.close()  # the sandbox holds the only copy now: the socket dies with it
-        session = _Session(SessionInfo(session_id, "local", "", 0, 0), directory, token, proc, group)
+        session = _Session(
+            SessionInfo(session_id, "local", "", 0, 0), directory, token, proc, group, workspace=prepared
+        )
         try:
             await self._handshake(session)
         except BaseException:
@@ -303,6 +321,18 @@ class LocalSessions:
         if session.group is not None:
             pids += session.group.pids()
         return list(dict.fromkeys(pids))
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        """The patch of everything changed in the session's workspace since open; with ``apply``,
+        written into the host directory too (all or none). Ask with no command running.
+
+        Raises:
+            ConfigError: the session was opened without a workspace.
+        """
+        session = self._get(session_id)
+        if session.workspace is None:
+            raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
+        return await session_workspaces.changes(session.workspace, apply=apply)
 
     async def close(self, session_id: str) -> None:
         """End a session: every process in it is dead when this returns. Closing twice is no error."""
