@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow.local import gvisor, sandbox_argv
+from ironflow.local import bwrap, gvisor, sandbox_argv
 
 __all__ = [
     "LISTEN_AS_ROOT",
@@ -65,10 +65,16 @@ _SOCKET: Final = "rt.sock"
 
 
 def runtime_settings(
-    shape: sandbox_argv.SandboxShape, command: tuple[str, ...], *, python: str, runsc_path: str
+    shape: sandbox_argv.SandboxShape,
+    command: tuple[str, ...],
+    *,
+    python: str,
+    runsc_path: str,
+    writable: tuple[bwrap.WritableMount, ...] = (),
 ) -> gvisor.GvisorSettings:
     """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--listen-fd``
-    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first."""
+    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first, and
+    ``writable`` (a workspace's copy) bound as a step's are."""
     bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
     return gvisor.GvisorSettings(
         command=command,
@@ -79,6 +85,7 @@ def runtime_settings(
         runsc_path=runsc_path,
         as_root=bind,
         host_uds_create=True,
+        writable_mounts=writable,
     )
 
 

@@ -39,13 +39,25 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, cgroups, gvisor, gvisor_sessions, runner, sandbox_argv, settings, workdirs
+from ironflow.local import (
+    bwrap,
+    cgroups,
+    gvisor,
+    gvisor_sessions,
+    runner,
+    sandbox_argv,
+    session_workspaces,
+    settings,
+    workdirs,
+)
 from ironflow.local import limits as sandbox_limits
+from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
 
@@ -75,6 +87,7 @@ class _Session:
     proc: asyncio.subprocess.Process
     group: cgroups.Sandbox | None
     watcher: asyncio.Task[None] | None = None
+    workspace: local_workspaces.PreparedWorkspace | None = None
 
 
 class LocalSessions:
@@ -128,8 +141,11 @@ class LocalSessions:
         labels: Mapping[str, str] | None = None,
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: Workspace | None = None,
     ) -> AsyncSandbox:
         """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
+        A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
+        directory at ``/workspace``; :meth:`changes` gives what changed there.
 
         Raises:
             SandboxError: bubblewrap, runsc or the runtime did not start.
@@ -141,7 +157,10 @@ class LocalSessions:
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         try:
-            session = await self._start(session_id, directory, run_env, idle_timeout)
+            prepared = (
+                None if workspace is None else await session_workspaces.prepare(self.provider, workspace, directory)
+            )
+            session = await self._start(session_id, directory, run_env, idle_timeout, prepared)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -155,18 +174,26 @@ class LocalSessions:
         return self._handle(session)
 
     async def _start(
-        self, session_id: str, directory: str, env: Mapping[str, str], idle_timeout: float | None
+        self,
+        session_id: str,
+        directory: str,
+        env: Mapping[str, str],
+        idle_timeout: float | None,
+        prepared: local_workspaces.PreparedWorkspace | None = None,
     ) -> _Session:
         token = Secret(secrets.token_urlsafe(32))
-        options: tuple[str, ...] = ("--token-fd", "0", "--workspace", layout.SANDBOX_HOME)
+        root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
+        options: tuple[str, ...] = ("--token-fd", "0", "--workspace", root)
         options += ("--max-upload-bytes", str(self.max_upload_bytes))
         if idle_timeout is not None:
             options += ("--idle-timeout", str(idle_timeout))
+        writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
         if self.provider.isolation == "gvisor":
-            proc, group, socket_path = await self._start_gvisor(directory, env, options)
+            proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
         else:
-            proc, group, socket_path = await self._start_bwrap(directory, env, options)
-        session = _Session(SessionInfo(session_id, "local", "", 0, 0), directory, socket_path, token, proc, group)
+            proc, group, socket_path = await self._start_bwrap(directory, env, options, writable)
+        info = SessionInfo(session_id, "local", "", 0, 0)
+        session = _Session(info, directory, socket_path, token, proc, group, workspace=prepared)
         try:
             await self._handshake(session)
         except BaseException:
@@ -175,7 +202,11 @@ class LocalSessions:
         return session
 
     async def _start_bwrap(
-        self, directory: str, env: Mapping[str, str], options: tuple[str, ...]
+        self,
+        directory: str,
+        env: Mapping[str, str],
+        options: tuple[str, ...],
+        writable: tuple[bwrap.WritableMount, ...],
     ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
         """bubblewrap with the runtime on a socket made here, passed in as an inherited fd."""
         socket_path = os.path.join(directory, _SOCKET)
@@ -194,6 +225,7 @@ class LocalSessions:
                     mounts=(bwrap.ReadOnlyMount(os.path.dirname(SERVER_PATH), RUNTIME_DIR),),
                     proxy_socket=None,
                     env=env,
+                    writable=writable,
                     extra_tools=(python,),
                     fds=fds,
                 )
@@ -203,13 +235,19 @@ class LocalSessions:
         return proc, group, socket_path
 
     async def _start_gvisor(
-        self, directory: str, env: Mapping[str, str], options: tuple[str, ...]
+        self,
+        directory: str,
+        env: Mapping[str, str],
+        options: tuple[str, ...],
+        writable: tuple[bwrap.WritableMount, ...],
     ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
         python = self._python
         listen = str(gvisor_sessions.LISTEN_FD)
         command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
-        shown = gvisor_sessions.runtime_settings(self._shape, command, python=python, runsc_path=self._runsc)
+        shown = gvisor_sessions.runtime_settings(
+            self._shape, command, python=python, runsc_path=self._runsc, writable=writable
+        )
         doc = gvisor_sessions.spec(
             shown,
             env,
@@ -349,6 +387,18 @@ class LocalSessions:
         if session.group is not None:
             pids += session.group.pids()
         return list(dict.fromkeys(pids))
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        """The patch of everything changed in the session's workspace since open; with ``apply``,
+        written into the host directory too (all or none). Ask with no command running.
+
+        Raises:
+            ConfigError: the session was opened without a workspace.
+        """
+        session = self._get(session_id)
+        if session.workspace is None:
+            raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
+        return await session_workspaces.changes(session.workspace, apply=apply)
 
     async def close(self, session_id: str) -> None:
         """End a session: every process in it is dead when this returns. Closing twice is no error."""

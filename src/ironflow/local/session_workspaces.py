@@ -1,0 +1,63 @@
+"""A local session's workspace: made at open as a step's is, its change set on request (I/O).
+
+A session opened with a :class:`~ironflow.workspaces.Workspace` gets the same private copy a
+step gets (:func:`ironflow.local.workspaces.prepare` for a host directory, :func:`ironflow.local.
+git_workspaces.clone` for a git URL: the same helpers, never a copy), bound read-write at
+``/workspace``, the runtime's working directory. :func:`changes` is the step's
+:func:`~ironflow.local.workspace_apply.finish`: the patch of everything changed since open, with
+the same host protections, applied to the host directory (all or none) only when asked. The
+copy lives in the session's private directory and goes with it at close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ironflow import errors
+from ironflow.local import git_workspaces, workspace_apply
+from ironflow.local import workspaces as local_workspaces
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.workspaces import Workspace, WorkspaceChanges
+
+__all__ = ["changes", "prepare"]
+
+
+async def prepare(
+    provider: LocalSandboxProvider, spec: Workspace, directory: str
+) -> local_workspaces.PreparedWorkspace:
+    """The session's copy of ``spec`` in its private ``directory``.
+
+    Raises:
+        WorkspaceRefused: a PVC source, or the source cannot be copied or cloned (named).
+    """
+    if spec.is_pvc:
+        raise errors.WorkspaceRefused(
+            f"workspace '{spec.source}' is a Kubernetes PersistentVolumeClaim: local sessions take a directory "
+            "or a git URL"
+        )
+    if spec.push_branch is not None:
+        raise errors.WorkspaceRefused("a session's workspace cannot push: take its patch with changes()")
+    shape = provider.shape()
+    local_workspaces.check_mounts(provider.isolation, shape.writable_uid, (), (), spec)  # gVisor: a root worker
+    if spec.is_git:
+        return await git_workspaces.clone(
+            spec, directory, processes=provider.processes, shape=shape, hosts=provider.git_hosts,
+            limit_s=provider.timeout,
+        )  # fmt: skip
+    return await asyncio.to_thread(local_workspaces.prepare, spec, directory, sandbox_uid=shape.writable_uid)
+
+
+async def changes(prepared: local_workspaces.PreparedWorkspace, *, apply: bool) -> WorkspaceChanges:
+    """Everything changed in the copy since open; with ``apply``, written into the host
+    directory too (all or none; a git workspace has none to write).
+
+    Raises:
+        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`).
+        WorkspaceRefused: ``apply`` on a git workspace.
+    """
+    if apply and prepared.spec.is_git:
+        raise errors.WorkspaceRefused("a git workspace has no host directory to apply to: take its patch")
+    found = await asyncio.to_thread(local_workspaces.collect, prepared)
+    if apply and found.files:
+        return await asyncio.to_thread(workspace_apply.apply_changes, prepared, found)
+    return found
