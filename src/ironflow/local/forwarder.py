@@ -61,7 +61,9 @@ def main(argv: list[str]) -> int:
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
     threading.Thread(target=_serve, args=(listener, unix_path), daemon=True).start()
-    child = subprocess.Popen(command)
+    # The command keeps what the sandbox was given to inherit (a session runtime's listening socket);
+    # this script's own sockets are non-inheritable, so they stay here.
+    child = subprocess.Popen(command, close_fds=False)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     code = child.wait()

@@ -343,7 +343,7 @@ class LocalSandboxProvider(ProviderBase):
         mounts = self._step_mounts(config)
         local_workspaces.check_mounts(self.isolation, self._writable_uid, (), mounts, config.workspace)
         credential = self._credential(config)
-        claude = self._claude()
+        claude = self.claude_cli()
         stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
         prefix = command.trace_prefix(config.trace_context) + profile.profile_copy_prefix(
             [profile.ClaudeProfile(os.path.basename(p.path) or "profile", p.subdir) for p in self.profiles]
@@ -445,9 +445,13 @@ class LocalSandboxProvider(ProviderBase):
             self._writable_uid,
         )  # fmt: skip
 
-    def _claude(self) -> str:
-        # The real file: inside the sandbox only its package directory is exposed.
+    def claude_cli(self) -> str:
+        """The Claude Code CLI's real file: inside the sandbox only its package directory is shown."""
         return os.path.realpath(self.claude_path or cli.find_claude_cli())
+
+    def proxy_credential(self) -> settings.ProxyCredential:
+        """The credential the in-process proxy holds for a sandbox session's agent steps."""
+        return self._credential(None)
 
     def _credential(self, config: AgentConfig | None) -> settings.ProxyCredential:
         base = self.credential

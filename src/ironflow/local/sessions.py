@@ -46,6 +46,7 @@ from ironflow.local import (
     gvisor_sessions,
     runner,
     sandbox_argv,
+    session_agents,
     session_workspaces,
     settings,
     workdirs,
@@ -53,10 +54,12 @@ from ironflow.local import (
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
+from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.steps import AgentConfig
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
@@ -88,6 +91,9 @@ class _Session:
     group: cgroups.Sandbox | None
     watcher: asyncio.Task[None] | None = None
     workspace: local_workspaces.PreparedWorkspace | None = None
+    #: With ``agent=True``: the session's proxy token, and what closes its proxy (revoking it).
+    agent_token: Secret | None = None
+    proxy: contextlib.AsyncExitStack | None = None
 
 
 class LocalSessions:
@@ -142,10 +148,12 @@ class LocalSessions:
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
         workspace: Workspace | None = None,
+        agent: bool = False,
     ) -> AsyncSandbox:
         """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
         A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
-        directory at ``/workspace``; :meth:`changes` gives what changed there.
+        directory at ``/workspace``; :meth:`changes` gives what changed there. ``agent`` gives
+        the session its own auth proxy (one token, revoked at close) for :meth:`agent` steps.
 
         Raises:
             SandboxError: bubblewrap, runsc or the runtime did not start.
@@ -153,17 +161,27 @@ class LocalSessions:
         """
         if not ttl > 0 or (idle_timeout is not None and not idle_timeout > 0):
             raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+        if agent and self.provider.isolation != "bwrap":
+            raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
         run_env = settings.sandbox_env({**self.provider.env, **(env or {})})
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
+        proxy = contextlib.AsyncExitStack()
         try:
             prepared = (
                 None if workspace is None else await session_workspaces.prepare(self.provider, workspace, directory)
             )
-            session = await self._start(session_id, directory, run_env, idle_timeout, prepared)
+            socket_path, token = (None, None)
+            if agent:
+                socket_path, token = await session_agents.open_proxy(
+                    proxy, self.provider, directory, run_id=run_id, ttl=ttl
+                )
+            session = await self._start(session_id, directory, run_env, idle_timeout, prepared, socket_path)
         except BaseException:
+            await proxy.aclose()
             shutil.rmtree(directory, ignore_errors=True)
             raise
+        session.agent_token, session.proxy = token, proxy
         now = time.time()
         session.info = SessionInfo(
             session_id, "local", self.provider.isolation, now, now + ttl, dict(labels or {}), run_id
@@ -180,6 +198,7 @@ class LocalSessions:
         env: Mapping[str, str],
         idle_timeout: float | None,
         prepared: local_workspaces.PreparedWorkspace | None = None,
+        proxy_socket: str | None = None,
     ) -> _Session:
         token = Secret(secrets.token_urlsafe(32))
         root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
@@ -191,7 +210,7 @@ class LocalSessions:
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
         else:
-            proc, group, socket_path = await self._start_bwrap(directory, env, options, writable)
+            proc, group, socket_path = await self._start_bwrap(directory, env, options, writable, proxy_socket)
         info = SessionInfo(session_id, "local", "", 0, 0)
         session = _Session(info, directory, socket_path, token, proc, group, workspace=prepared)
         try:
@@ -207,8 +226,10 @@ class LocalSessions:
         env: Mapping[str, str],
         options: tuple[str, ...],
         writable: tuple[bwrap.WritableMount, ...],
+        proxy_socket: str | None = None,
     ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
-        """bubblewrap with the runtime on a socket made here, passed in as an inherited fd."""
+        """bubblewrap with the runtime on a socket made here, passed in as an inherited fd (and,
+        for agent steps, the relay to the session's proxy and the Claude Code CLI shown)."""
         socket_path = os.path.join(directory, _SOCKET)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -223,10 +244,10 @@ class LocalSessions:
                     tmp=directory,
                     working_dir=None,
                     mounts=(bwrap.ReadOnlyMount(os.path.dirname(SERVER_PATH), RUNTIME_DIR),),
-                    proxy_socket=None,
+                    proxy_socket=proxy_socket,
                     env=env,
                     writable=writable,
-                    extra_tools=(python,),
+                    extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
                     fds=fds,
                 )
                 proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
@@ -346,6 +367,8 @@ class LocalSessions:
 
     async def _teardown(self, session: _Session) -> None:
         await runner.teardown(session.proc, session.group)
+        if session.proxy is not None:
+            await session.proxy.aclose()  # the session's proxy token is revoked here
         shutil.rmtree(session.directory, ignore_errors=True)
         self._sessions.pop(session.info.id, None)
 
@@ -363,6 +386,23 @@ class LocalSessions:
         )
         session_id = session.info.id
         return AsyncSandbox(session.info, client, lambda: self.close(session_id))
+
+    async def agent(self, session_id: str, config: AgentConfig) -> AgentResult:
+        """``config`` run by Claude Code inside the open session, in its working directory.
+
+        Raises:
+            ConfigError: the session was opened without ``agent=True``.
+            AgentTimeout, AgentError, StepConfigError: as a local step's.
+        """
+        session = self._get(session_id)
+        if session.agent_token is None:
+            raise errors.ConfigError(f"sandbox session '{session_id}' was opened without agent=True")
+        root = layout.SANDBOX_HOME if session.workspace is None else WORKSPACE_PATH
+        handle = self._handle(session)
+        try:
+            return await session_agents.run_agent(handle, self.provider, config, session.agent_token, working_dir=root)
+        finally:
+            await handle.disconnect()
 
     def connect(self, session_id: str) -> AsyncSandbox:
         """A new handle on an open session (reattach by id).

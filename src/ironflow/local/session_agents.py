@@ -1,0 +1,79 @@
+"""Agent steps inside an open local session (:meth:`~ironflow.local.sessions.LocalSessions.agent`).
+
+A session opened with ``agent=True`` has its own in-process auth proxy (one ``ifap_`` token for
+the session, revoked when it closes) reached through the same relay as a step's sandbox; the
+Claude credential stays in the proxy. Each agent step is one command of the session's runtime:
+the Claude Code CLI the local provider runs, with the proxy's variables in that command's
+environment only, in the session's working directory (its workspace when it has one), so
+several agent steps and plain commands share one tree. Its output is parsed as a step's is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from ironflow import errors
+from ironflow.claude import command, layout, output, rate_limits
+from ironflow.local import proxy_session, settings
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.results import AgentResult
+from ironflow.sandbox_runtime.client import AsyncSandbox
+from ironflow.secrets import Secret
+from ironflow.steps import AgentConfig
+
+__all__ = ["PROXY_SOCKET", "open_proxy", "run_agent"]
+
+#: The session proxy's socket, in the session's private directory.
+PROXY_SOCKET = "proxy.sock"
+
+
+async def open_proxy(
+    stack: contextlib.AsyncExitStack, provider: LocalSandboxProvider, directory: str, *, run_id: str | None, ttl: float
+) -> tuple[str, Secret]:
+    """Serve the session's proxy (closed with ``stack``: the token revoked) and return its socket and token."""
+    socket_path = os.path.join(directory, PROXY_SOCKET)
+    token = await stack.enter_async_context(
+        proxy_session.proxy_session(
+            provider.proxy_credential(), socket_path=socket_path, run_id=run_id, step="session", expires_in=ttl + 60
+        )
+    )
+    return socket_path, token
+
+
+async def run_agent(
+    sandbox: AsyncSandbox, provider: LocalSandboxProvider, config: AgentConfig, token: Secret, *, working_dir: str
+) -> AgentResult:
+    """``config`` run by the Claude Code CLI as one command of ``sandbox``.
+
+    Raises:
+        AgentTimeout: it ran past the provider's timeout (its process group is killed).
+        StepConfigError, PromptTooLarge: the step cannot run as given.
+        AgentError: the CLI or the model failed (as a local step's).
+    """
+    if config.workspace is not None:
+        raise errors.StepConfigError("a session's agent step works in the session's workspace: open it with one")
+    command.validate_prompt_size(config)
+    allow = provider.allow_bypass
+    if allow is None:
+        allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
+    args = command.build_args(config, allow_bypass=allow)
+    stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
+    script = command.agent_shell_command(
+        args,
+        claude_path=provider.claude_cli(),
+        working_dir=config.working_dir or working_dir,
+        prefix=command.trace_prefix(config.trace_context),
+    )
+    started = time.monotonic()
+    done = await sandbox.commands.run(
+        ["sh", "-c", script], env=settings.proxy_env(token.reveal()), stdin=stdin, timeout=provider.timeout
+    )
+    wall_ms = int((time.monotonic() - started) * 1000)
+    if done.timed_out:
+        raise errors.AgentTimeout(provider.timeout)
+    rate_limits.record_rate_limits(config, done.stdout)
+    if done.exit_code == 0:
+        return output.parse_output(done.stdout, config, wall_ms=wall_ms)
+    return output.handle_nonzero_exit(done.exit_code, done.stdout, done.stderr, config, wall_ms=wall_ms)
