@@ -22,7 +22,6 @@ import secrets
 import sys
 import time
 from collections.abc import Iterator
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
 
@@ -33,7 +32,7 @@ from ironflow.claude import turns
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
-from ironflow.cli.formats import document
+from ironflow.cli.formats import ResultFormat, document
 from ironflow.fake_model.server import Script
 from ironflow.k8s import commands, workspace_commands
 from ironflow.k8s.command_runner import PodRunOutput
@@ -48,15 +47,6 @@ from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["register"]
-
-
-class Output(StrEnum):
-    """``--output`` of ``agent`` and ``exec``: the answer (the output) alone, or it with its usage
-    (exit code) and patch as one JSON or YAML document."""
-
-    TEXT = "text"
-    JSON = "json"
-    YAML = "yaml"
 
 
 class _Progress(logging.Handler):
@@ -193,8 +183,8 @@ def agent(
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     model: Annotated[str | None, typer.Option(help="Model name, e.g. sonnet or claude-sonnet-5-5.")] = None,
     output: Annotated[
-        Output, typer.Option("--output", "-o", help="text: the answer; json or yaml: answer and usage.")
-    ] = Output.TEXT,
+        ResultFormat, typer.Option("--output", "-o", help="text: the answer; json or yaml: answer and usage.")
+    ] = ResultFormat.TEXT,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the step is stopped.")] = (
         DEFAULT_TIMEOUT_S
     ),
@@ -251,7 +241,7 @@ def agent(
         print(f"note: ignored locally: {ignored}", file=sys.stderr)
     ws.write_patch(result.workspace, patch)
     answer = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
-    if output is not Output.TEXT:
+    if output is not ResultFormat.TEXT:
         print(document(_result_json(result), output), file=answer)
     else:
         print(result.text if result.text else json.dumps(result.value, default=str), file=answer)
@@ -268,7 +258,7 @@ async def _run_pod(
 
 def _exec_k8s(
     argv: list[str], provider_file: Path | None, timeout: float, spec: Workspace | None, patch: str | None,
-    output: Output,
+    output: ResultFormat,
 ) -> NoReturn:  # fmt: skip
     """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
     git workspace, if given); exit like local."""
@@ -289,7 +279,7 @@ def _exec_k8s(
         exits.fail_for(exc)
     ws.write_patch(changes, patch)
     shown = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
-    if output is not Output.TEXT:
+    if output is not ResultFormat.TEXT:
         out = {"exit_code": result.exit_code or (0 if result.success else 1), "stdout": result.logs, "stderr": ""}
         print(document({**out, **(changes.to_json() if changes is not None else {})}, output), file=shown)
     else:
@@ -340,8 +330,9 @@ def exec_command(
     push: ws.PushOption = None,
     mount: ws.MountOption = None,
     output: Annotated[
-        Output, typer.Option("--output", "-o", help="text: the command's own output; json or yaml: it, and the patch.")
-    ] = Output.TEXT,
+        ResultFormat,
+        typer.Option("--output", "-o", help="text: the command's own output; json or yaml: it, and the patch."),
+    ] = ResultFormat.TEXT,
     stdin: Annotated[
         bool | None,
         typer.Option(
@@ -373,7 +364,7 @@ def exec_command(
         _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
     given = ws.read_stdin(stdin)
     # Text output streams as the command writes it; -o json holds it for the one document at the end.
-    streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is Output.TEXT else None
+    streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
         result = asyncio.run(
@@ -396,7 +387,7 @@ def exec_command(
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     ws.write_patch(result.workspace, patch)
-    if output is not Output.TEXT:
+    if output is not ResultFormat.TEXT:
         print(document(_exec_json(result), output), file=sys.stderr if patch == "-" else sys.stdout)
     raise typer.Exit(result.exit_code)
 

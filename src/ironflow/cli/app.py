@@ -67,7 +67,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "sandbox": (
         "ironflow.cli.sandbox",
-        "Sandbox sessions (serve, open, exec, cp, ls, close) and agent-sandbox (render, apply-template, reap).",
+        "Sandbox sessions (serve, open, exec, cp, ls, close, diff) and agent-sandbox (render, apply-template, reap).",
     ),
     "dev": ("ironflow.cli.dev", "Development helpers: an offline Anthropic API."),
 }

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 import yaml
 
-__all__ = ["ManifestFormat", "OutputFormat", "TextFormat", "age", "document", "emit_objects"]
+__all__ = ["ManifestFormat", "OutputFormat", "ResultFormat", "TextFormat", "age", "document", "emit_objects"]
 
 
 class OutputFormat(StrEnum):
@@ -28,6 +28,15 @@ class TextFormat(StrEnum):
 
     TEXT = "text"
     JSON = "json"
+
+
+class ResultFormat(StrEnum):
+    """A step's result (``agent``, ``exec``, ``sandbox diff``): the answer or output alone, or it
+    with its usage, exit code and patch as one JSON or YAML document."""
+
+    TEXT = "text"
+    JSON = "json"
+    YAML = "yaml"
 
 
 class ManifestFormat(StrEnum):

@@ -46,6 +46,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         _SESSIONS,
         "Close a session (every process in it dies), or all of them with --all.",
     ),
+    "diff": (
+        _SESSIONS,
+        "The patch of everything changed in a session's workspace since it was opened.",
+    ),
     "render": (
         _PATTERNS,
         "Print the objects of an agent-sandbox pattern (dry run; nothing is sent).",
@@ -63,7 +67,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
 sandbox_app = typer.Typer(
     name="sandbox",
     cls=lazy.lazy_group(COMMANDS),
-    help="Sandbox sessions (serve, open, exec, cp, ls, close) and agent-sandbox (render, apply-template, reap).",
+    help="Sandbox sessions (serve, open, exec, cp, ls, close, diff) and agent-sandbox (render, apply-template, reap).",
     no_args_is_help=True,
 )
 

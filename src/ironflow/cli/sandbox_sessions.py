@@ -30,7 +30,7 @@ from rich.table import Table
 
 from ironflow import errors
 from ironflow.cli import exits
-from ironflow.cli.formats import OutputFormat, TextFormat
+from ironflow.cli.formats import OutputFormat, ResultFormat, TextFormat, document
 from ironflow.cli.session_backends import (
     BackendOption,
     Mode,
@@ -43,7 +43,9 @@ from ironflow.cli.session_backends import (
 )
 from ironflow.cli.stores import run_async
 from ironflow.sandbox_runtime.client import AsyncFiles
+from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
+from ironflow.workspaces import WorkspaceChanges, is_git_source
 
 __all__ = ["parse_pairs", "parse_remote", "register"]
 
@@ -100,6 +102,15 @@ def open_session(
         ),
     ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE, repeatable.")] = None,
+    workspace: Annotated[
+        str | None,
+        typer.Option(
+            "--workspace",
+            metavar="DIR|GIT_URL[@REF]",
+            help="Local sessions: a private copy (or clone) at /workspace; `sandbox diff` gives its patch.",
+            show_default=False,
+        ),
+    ] = None,
     output: Annotated[TextFormat, typer.Option("-o", "--output", help="text (the id) or json.")] = TextFormat.TEXT,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
@@ -107,6 +118,11 @@ def open_session(
     mode = choose(target)
     if mode is Mode.CLUSTER and idle_timeout is not None:
         exits.fail("--idle-timeout needs a server to watch the session: use --server, or rely on --ttl")
+    if workspace is not None:
+        if mode is Mode.CLUSTER or backend not in (None, "local"):
+            exits.fail("--workspace is built for local sessions (`ironflow sandbox serve`), not cluster ones yet")
+        if not is_git_source(workspace) and not Path(workspace).is_dir():
+            exits.fail(f"--workspace '{workspace}' is not a directory")
     try:
         ttl_s = parse_duration(ttl)
         idle = idle_timeout or (_DEFAULT_IDLE if mode is Mode.SERVER else None)
@@ -116,7 +132,11 @@ def open_session(
     session_labels = parse_pairs(label, "--label")
 
     async def go(sessions: SessionClient) -> SessionInfo:
-        sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend)
+        if workspace is not None:
+            assert isinstance(sessions, RemoteSessions)  # the server's local sessions (checked above)
+            sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=workspace)
+        else:
+            sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend)
         await sandbox.disconnect()
         return sandbox.info
 
@@ -302,6 +322,41 @@ def close(
         typer.echo(f"closed {session_id}")
 
 
+def diff(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="The session's id.", show_default=False)],
+    server: ServerOption = None,
+    patch: Annotated[
+        str | None, typer.Option("--patch", metavar="FILE", help="Write the patch there instead of stdout.")
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Write the change into the workspace's directory (all or none).")
+    ] = False,
+    output: Annotated[
+        ResultFormat, typer.Option("-o", "--output", help="text: the patch; json or yaml: it and the changed files.")
+    ] = ResultFormat.TEXT,
+) -> None:
+    """The patch of everything changed in a session's workspace since it was opened."""
+    _session_id(sandbox_id)
+    target = Target(server, None, None)
+
+    async def go(sessions: SessionClient) -> WorkspaceChanges:
+        assert isinstance(sessions, RemoteSessions)  # no --provider: always the server
+        return await sessions.changes(sandbox_id, apply=apply)
+
+    found = _call(target, go)
+    if patch is not None:
+        from ironflow.cli import workspace as ws  # the local sandbox's modules only when a patch is written
+
+        ws.write_patch(found, patch)
+    if output is not ResultFormat.TEXT:
+        print(document(found.to_json(), output))
+    elif patch is None:
+        sys.stdout.buffer.write(found.patch)
+        sys.stdout.flush()
+    for changed in found.files:
+        print(f"{changed.change} {changed.path}", file=sys.stderr)
+
+
 def register(group: typer.Typer) -> None:
     """Add the session commands to the ``ironflow sandbox`` group."""
     group.command("open")(open_session)
@@ -309,3 +364,4 @@ def register(group: typer.Typer) -> None:
     group.command("cp")(copy)
     group.command("ls")(list_sessions)
     group.command("close")(close)
+    group.command("diff")(diff)

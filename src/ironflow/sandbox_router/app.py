@@ -33,6 +33,7 @@ from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
+from ironflow.workspaces import Workspace
 
 __all__ = ["BACKENDS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "ClusterSessions", "SessionHost", "build_app", "open_options"]
 
@@ -46,7 +47,7 @@ _HOP_BY_HOP: Final = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
      "transfer-encoding", "upgrade", "host", "authorization", "expect"}
 )  # fmt: skip
-_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend"})
+_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace"})
 #: The backends a session may name (``backend`` in an open request: the server's own, or refused).
 BACKENDS: Final = ("local", "k8s", "agent-sandbox")
 _CHUNK: Final = 65536
@@ -168,13 +169,19 @@ def open_options(doc: object) -> dict[str, Any]:
     run_id = doc.get("run_id")
     if run_id is not None and not (isinstance(run_id, str) and labels.is_valid_label_value(run_id)):
         raise errors.ConfigError("run_id must be a label value: 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
-    return {
+    options: dict[str, Any] = {
         "ttl": _seconds(doc, "ttl", DEFAULT_TTL_S),
         "idle_timeout": _seconds(doc, "idle_timeout", None),
         "labels": session_labels,
         "run_id": run_id,
         "env": env,
     }
+    source = doc.get("workspace")
+    if source is not None:
+        if not isinstance(source, str) or not source:
+            raise errors.ConfigError("workspace must be a directory on the server's machine or GIT_URL[@REF]")
+        options["workspace"] = Workspace.parse(source)
+    return options
 
 
 class _Router:
@@ -199,6 +206,8 @@ class _Router:
                 f"this server serves {self.sessions.backend} sessions, not {wanted}: "
                 f"start one with `ironflow sandbox serve --backend {wanted}`",
             )
+        if "workspace" in options and not callable(getattr(self.sessions, "changes", None)):
+            return _detail(400, f"a session workspace is built for local sessions, not {self.sessions.backend} ones")
         try:
             sandbox = await self.sessions.open(**options)
         except errors.UsageError as exc:
@@ -268,6 +277,31 @@ class _Router:
         return web.json_response({"id": doc["id"], "closed": True})
 
     # -- the runtime API --
+
+    async def changes(self, request: web.Request) -> web.Response:
+        """``POST …/{id}/changes`` (``{"apply": bool}``): the session's workspace patch, as ``exec -o json`` has it."""
+        session_id = request.match_info["id"]
+        changes = getattr(self.sessions, "changes", None)
+        if not callable(changes):
+            return _detail(400, f"{self.sessions.backend} sessions have no workspace")
+        try:
+            doc = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return _detail(400, "the body must be JSON")
+        apply = doc.get("apply", False) if isinstance(doc, dict) else None
+        if not isinstance(apply, bool):
+            return _detail(400, 'the body must be {"apply": true|false}')
+        try:
+            found = await changes(session_id, apply=apply)
+        except SessionNotFound as exc:
+            return _detail(404, exc.message)
+        except errors.WorkspaceConflict as exc:
+            return _detail(409, exc.message)
+        except errors.UsageError as exc:
+            return _detail(400, exc.message)
+        except errors.IronflowError as exc:
+            return _detail(500, exc.message)
+        return web.json_response(found.to_json())
 
     async def _prune(self) -> None:
         """Drop the clients of sessions that ended (closed, expired, idle)."""
@@ -393,6 +427,7 @@ def build_app(sessions: SessionHost, token: Secret) -> web.Application:
     app.router.add_get(API_PATH, router.listing)
     app.router.add_get(API_PATH + "/{id}", router.show)
     app.router.add_delete(API_PATH + "/{id}", router.delete)
+    app.router.add_post(API_PATH + "/{id}/changes", router.changes)
     app.router.add_route("*", "/{tail:.*}", router.proxy)
 
     async def cleanup(_app: web.Application) -> None:

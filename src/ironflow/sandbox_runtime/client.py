@@ -81,7 +81,7 @@ class RuntimeClient:
 
         Raises:
             FileNotFoundError: 404 on a path. PermissionError: 403 (the path leaves the workspace).
-            SessionNotFound: the server knows no such session. ConfigError: 400, 401, 413.
+            SessionNotFound: the server knows no such session. ConfigError: 400, 401, 409, 413.
             SandboxError: anything else.
         """
         try:
@@ -103,7 +103,7 @@ class RuntimeClient:
             raise PermissionError(message)
         if response.status == 502 and "Could not connect to the backend sandbox" in message:
             raise SessionNotFound(message)
-        if response.status in (400, 413):
+        if response.status in (400, 409, 413):
             raise errors.ConfigError(message)
         if response.status == 401:
             raise errors.ConfigError(f"the sandbox server refused the token: {message}")

@@ -20,6 +20,7 @@ from ironflow import errors
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.workspaces import WorkspaceChanges, is_git_source
 
 __all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
 
@@ -113,15 +114,31 @@ class RemoteSessions:
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
         backend: str | None = None,
+        workspace: str | None = None,
     ) -> AsyncSandbox:
         """A new session on the server, as its backend's ``open`` makes one there; ``backend``,
-        when named, must be the server's (else ConfigError)."""
-        body = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": dict(labels or {}), "run_id": run_id}
-        body["env"] = dict(env or {})
+        when named, must be the server's (else ConfigError). ``workspace`` is a directory of
+        the server's machine (a relative one is made absolute here) or ``GIT_URL[@REF]``."""
+        body: dict[str, object] = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": dict(labels or {})}
+        body.update(run_id=run_id, env=dict(env or {}))
         if backend is not None:
             body["backend"] = backend
+        if workspace is not None:
+            # A relative directory is the caller's: the server resolves nothing against its own cwd.
+            body["workspace"] = workspace if is_git_source(workspace) else os.path.join(os.getcwd(), workspace)
         doc = await self._client.json("POST", API_PATH, json=body)
         return self._handle(SessionInfo.from_json(doc))
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        """The patch of the session's workspace since open (with ``apply``: written into its
+        directory, all or none). Raises: SessionNotFound; ConfigError: no workspace, or a conflict."""
+        try:
+            doc = await self._client.json(
+                "POST", f"{API_PATH}/{check_session_id(session_id)}/changes", json={"apply": apply}
+            )
+        except FileNotFoundError:
+            raise SessionNotFound(f"no open sandbox session '{session_id}'") from None
+        return WorkspaceChanges.from_json(doc)
 
     async def info(self, session_id: str) -> SessionInfo:
         """Raises: SessionNotFound: the server has no such open session."""
