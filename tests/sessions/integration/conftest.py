@@ -1,8 +1,12 @@
-"""The ``served`` fixture: a real ``ironflow sandbox serve`` (:mod:`tests.sessions.integration.serving`)."""
+"""The ``served`` fixture: a real ``ironflow sandbox serve`` (:mod:`tests.sessions.integration.serving`); ``state``:
+a short private directory for sessions' state (a unix socket path holds at most 107 bytes)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.sessions.integration.serving import TOKEN, Served, cli_env, start_serve
@@ -19,3 +23,13 @@ def served() -> Iterator[Served]:
         for stream in (server.proc.stdout, server.proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    """A short directory: a unix socket path holds at most 107 bytes."""
+    short = Path(tempfile.mkdtemp(prefix="ifs-test-"))
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

@@ -13,9 +13,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -36,16 +35,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = Secret("gvisor-router-token-0123456789abcdef")
-
-
-@pytest.fixture
-def state() -> Iterator[Path]:
-    """A short directory: a unix socket path holds at most 107 bytes."""
-    short = Path(tempfile.mkdtemp(prefix="ifs-test-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

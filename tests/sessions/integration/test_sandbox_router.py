@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -30,15 +29,6 @@ pytestmark = [
 TOKEN = "router-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 API = "/ironflow/v1/sandboxes"
-
-
-@pytest.fixture
-def state() -> Iterator[Path]:
-    short = Path(tempfile.mkdtemp(prefix="ifs-test-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

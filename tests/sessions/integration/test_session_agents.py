@@ -4,9 +4,6 @@ session's proxy token works only while it is open, and the Claude credential nev
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +29,6 @@ SCRIPT = {
         {"text": "wrote the notes"},
     ]
 }  # fmt: skip
-
-
-@pytest.fixture
-def state() -> Iterator[Path]:
-    """A short directory: a unix socket path holds at most 107 bytes."""
-    short = Path(tempfile.mkdtemp(prefix="ifs-agent-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 def _provider(fake: FakeAnthropic, state: Path) -> LocalSandboxProvider:

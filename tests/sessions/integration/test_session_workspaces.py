@@ -5,9 +5,7 @@ everything the session's commands changed since open."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +17,6 @@ from ironflow.local.sessions import LocalSessions
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]
-
-
-@pytest.fixture
-def state() -> Iterator[Path]:
-    """A short directory: a unix socket path holds at most 107 bytes."""
-    short = Path(tempfile.mkdtemp(prefix="ifs-test-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture(params=WORKSPACE_ISOLATIONS)
