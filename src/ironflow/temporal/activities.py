@@ -105,7 +105,7 @@ class IronflowActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         """The activity callables, for ``Worker(activities=...)``."""
-        return [self.agent, self.command, self.release_run]
+        return [self.agent, self.command, self.session, self.release_run]
 
     async def _release_previous_attempt(self, scope: StepScope, attempt: int) -> None:
         release_step = getattr(self.provider, "release_step", None)
@@ -181,6 +181,38 @@ class IronflowActivities:
 
         return await _as_failure(work)  # type: ignore[no-any-return]
 
+    @activity.defn(name=requests.ACTIVITY_SESSION)
+    async def session(self, request: requests.SessionRequest) -> dict[str, Any]:
+        """Open a sandbox session on the provider's backend under the run's labels, write, run and
+        read in it, and close it; a cancelled or failed step closes it too."""
+        info = activity.info()
+
+        async def work() -> dict[str, Any]:
+            scope = requests.step_scope(
+                workflow_id=info.workflow_id, root_workflow_id=request.root_workflow_id, step=request.step
+            )
+            sessions = _sessions_of(self.provider, request.step)
+            try:
+                async with _heartbeating():
+                    if info.attempt > 1:
+                        await self._release_previous_attempt(scope, info.attempt)
+                    sandbox = await sessions.open(run_id=scope.run_id)
+                    for path, text in request.files.items():
+                        await sandbox.files.write(path, text)
+                    ran: list[dict[str, Any]] = []
+                    for argv in request.commands:
+                        done = await sandbox.commands.run(argv, timeout=request.timeout_s)
+                        ran.append(dataclasses.asdict(done))
+                        if (done.exit_code != 0 or done.timed_out) and not request.keep_going:
+                            break
+                    read = {path: (await sandbox.files.read(path)).decode(errors="replace") for path in request.read}
+                    await sandbox.close()
+            finally:
+                await sessions.aclose()  # whatever happened, no session of this step stays open
+            return {"commands": ran, "files": read}
+
+        return await _as_failure(work)  # type: ignore[no-any-return]
+
     @activity.defn(name=requests.ACTIVITY_RELEASE_RUN)
     async def release_run(self, request: requests.ReleaseRequest) -> int:
         """Remove everything of a run (and of the runs whose root it is); a failure is retryable."""
@@ -199,3 +231,32 @@ class IronflowActivities:
             return removed
 
         return await _as_failure(work)  # type: ignore[no-any-return]
+
+
+def _sessions_of(provider: AgentProvider, step: str) -> Any:
+    """The session backend of ``provider``: its own sandboxes, kept open for one step.
+
+    Raises:
+        StepConfigError: a provider without sessions.
+    """
+    # Each backend's modules load only when its provider is the worker's.
+    from ironflow.local.provider import LocalSandboxProvider
+
+    if isinstance(provider, LocalSandboxProvider):
+        from ironflow.local.sessions import LocalSessions
+
+        return LocalSessions(provider)
+    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.k8s.provider import K8sEphemeralProvider
+
+    if isinstance(provider, AgentSandboxProvider):
+        from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+
+        return AgentSandboxSessions(provider.settings)
+    if isinstance(provider, K8sEphemeralProvider):
+        from ironflow.k8s.sessions import K8sSessions
+
+        return K8sSessions(provider.settings)
+    raise errors.StepConfigError(
+        f"session step {step!r}: {type(provider).__name__} has no sandbox sessions (local, k8s and agent-sandbox do)"
+    )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -162,6 +162,34 @@ class RunContext:
         request = requests.CommandRequest(name, list(argv), root_workflow_id=self.root_run_id)
         raw = await workflow.execute_activity(
             requests.ACTIVITY_COMMAND, request, result_type=dict, summary=name, **self._activity_options(retry)
+        )
+        return dict(raw)
+
+    async def session(
+        self,
+        name: str,
+        commands: Sequence[Sequence[str]],
+        *,
+        files: Mapping[str, str] | None = None,
+        read: Sequence[str] = (),
+        timeout_s: float | None = None,
+        keep_going: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> dict[str, Any]:
+        """Step ``name``: one sandbox session on the worker's provider: ``files`` written, ``commands``
+        run in order in the same sandbox (the first failure ends them unless ``keep_going``), the
+        ``read`` files returned, the session closed. Returns ``{"commands": [results], "files": {…}}``."""
+        request = requests.SessionRequest(
+            name,
+            [list(argv) for argv in commands],
+            dict(files or {}),
+            list(read),
+            timeout_s,
+            keep_going,
+            root_workflow_id=self.root_run_id,
+        )
+        raw = await workflow.execute_activity(
+            requests.ACTIVITY_SESSION, request, result_type=dict, summary=name, **self._activity_options(retry)
         )
         return dict(raw)
 

@@ -29,9 +29,11 @@ __all__ = [
     "ACTIVITY_AGENT",
     "ACTIVITY_COMMAND",
     "ACTIVITY_RELEASE_RUN",
+    "ACTIVITY_SESSION",
     "AgentRequest",
     "CommandRequest",
     "ReleaseRequest",
+    "SessionRequest",
     "step_scope",
 ]
 
@@ -39,6 +41,7 @@ __all__ = [
 ACTIVITY_AGENT: Final = "ironflow.agent"
 ACTIVITY_COMMAND: Final = "ironflow.command"
 ACTIVITY_RELEASE_RUN: Final = "ironflow.release_run"
+ACTIVITY_SESSION: Final = "ironflow.session"
 
 
 def step_scope(*, workflow_id: str | None, root_workflow_id: str | None, step: str) -> StepScope:
@@ -86,6 +89,24 @@ class CommandRequest:
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) for a in self.argv):
             raise errors.StepConfigError(f"command step {self.step!r} needs a non-empty argv of strings")
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """A sandbox session as one step: files written, commands run in order in the same sandbox
+    (the first that fails ends the list unless ``keep_going``), files read back, the session closed."""
+
+    step: str
+    commands: list[list[str]]
+    files: Mapping[str, str] = field(default_factory=dict)
+    read: list[str] = field(default_factory=list)
+    timeout_s: float | None = None
+    keep_going: bool = False
+    root_workflow_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.commands or not all(argv and all(isinstance(a, str) for a in argv) for argv in self.commands):
+            raise errors.StepConfigError(f"session step {self.step!r} needs commands, each a non-empty argv of strings")
 
 
 @dataclass(frozen=True)

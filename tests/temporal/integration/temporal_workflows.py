@@ -62,3 +62,14 @@ class Parent:
         async with ift.run() as ctx:
             await ctx.agent("plan", AgentConfig("plan"))
             return dict(await ctx.sub_workflow("child", Child.run, {}))
+
+
+@workflow.defn(name="SessionStep")
+class SessionStep:
+    """One session step: ``input["files"]`` written, ``input["commands"]`` run in one sandbox,
+    ``input["read"]`` read back."""
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> dict[str, Any]:
+        async with ift.run() as ctx:
+            return await ctx.session("build", input["commands"], files=input.get("files"), read=input.get("read", ()))
