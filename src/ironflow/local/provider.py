@@ -50,7 +50,7 @@ from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
-from ironflow.steps import AgentConfig
+from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 __all__ = [
@@ -85,13 +85,6 @@ class CommandResult:
 def _text(raw: bytes) -> str:
     """A sandbox's output as text; bytes that are not UTF-8 become U+FFFD, never an error."""
     return raw.decode(errors="replace")
-
-
-def _release_scope(config: AgentConfig) -> frozenset[str]:
-    """The run ids whose release kills this step: its run, and its root run."""
-    if config.scope is None:
-        return frozenset()
-    return frozenset(i for i in (config.scope.run_id, config.scope.root_run_id) if i)
 
 
 # --- the provider ------------------------------------------------------------------------
@@ -330,6 +323,11 @@ class LocalSandboxProvider(ProviderBase):
         self.kept.release(run_id)
         return await self.processes.kill_run(run_id)
 
+    async def release_step(self, scope: StepScope) -> int:
+        """Kill the sandboxes of an earlier attempt of this step still running in this process
+        (a retry on the same worker starts with none), returns how many."""
+        return await self.processes.kill_run(runner.step_key(scope))
+
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         command.validate_prompt_size(config)
         allow = self.allow_bypass
@@ -392,7 +390,7 @@ class LocalSandboxProvider(ProviderBase):
                         stdin=stdin,
                         limit_s=self.timeout,
                         sink=sink,
-                        run_ids=_release_scope(config),
+                        run_ids=runner.release_keys(config.scope),
                         pass_fds=fds,
                         binds=binds,
                     )

@@ -22,6 +22,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
+from ironflow.steps import StepScope
 
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
@@ -167,6 +168,19 @@ class SandboxProcesses:
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
+
+
+def step_key(scope: StepScope) -> str:
+    """What a step's sandboxes are killed by on ``release_step`` (NUL: in no run id or step name)."""
+    return f"{scope.run_id}\0{scope.step}"
+
+
+def release_keys(scope: StepScope | None) -> frozenset[str]:
+    """The keys :meth:`SandboxProcesses.kill_run` kills a step's sandboxes by: its run, its root
+    run, and the step itself."""
+    if scope is None:
+        return frozenset()
+    return frozenset((*(i for i in (scope.run_id, scope.root_run_id) if i), step_key(scope)))
 
 
 async def _kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:

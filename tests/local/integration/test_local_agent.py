@@ -21,7 +21,7 @@ from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
 from ironflow.local.bwrap import ReadOnlyMount
 from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig
+from ironflow.steps import AccountSession, AgentConfig, StepScope
 from ironflow.testing import assert_no_leaks
 from ironflow.testing.polling import eventually
 
@@ -222,6 +222,22 @@ async def test_release_run_kills_what_the_run_still_has(fake: FakeAnthropic) -> 
     result = await task
     assert result.exit_code != 0
     assert _leftovers(marker) == ([], [])
+
+
+@needs_cli
+async def test_release_step_kills_an_earlier_attempt_of_that_step_only() -> None:
+    """A retry on the same worker (Temporal's next attempt) starts with the old attempt gone."""
+    async with FakeAnthropic(Script.of(TextTurn("late", delay_s=40)), required_credential=KEY) as slow:
+        provider = _provider(slow)
+        config = AgentConfig("hi").scoped("run-8", "review", root_run_id="run-8")
+        task = asyncio.create_task(provider.run(config))
+        await eventually(lambda: len(slow.requests) >= 1, what="the step's CLI to ask the model")
+        assert await provider.release_step(StepScope("run-8", "lint")) == 0  # another step of the run
+        assert await provider.release_step(StepScope("run-9", "review")) == 0  # the same step of another run
+        assert await provider.release_step(StepScope("run-8", "review")) == 1
+        with pytest.raises(errors.AgentError):
+            await asyncio.wait_for(task, 20)  # ended by the kill, not by the model's late answer (40 s)
+    assert _leftovers("ironflow-local-")[1] == []
 
 
 @needs_cli
