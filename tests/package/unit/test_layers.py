@@ -139,6 +139,15 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.session_backends", "ironflow.cli.backends"): "the cluster's modules, for --provider only",
     ("ironflow.cli.session_backends", "ironflow.k8s.sessions"): "the cluster's modules, for --provider only",
     ("ironflow.cli.session_backends", "ironflow.agent_sandbox.sessions"): "the cluster's modules, for --provider only",
+    # `sandbox diff --patch FILE` only: the other session commands stay light.
+    ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
+    # A Temporal session step loads the session backend of the worker's own provider only.
+    ("ironflow.temporal.activities", "ironflow.local.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.local.sessions"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.k8s.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.k8s.sessions"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.agent_sandbox.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.agent_sandbox.sessions"): "the worker's provider's sessions only",
 }
 
 
