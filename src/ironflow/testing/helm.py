@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
+from ironflow.testing._cached_tools import tool_path
+
 __all__ = ["HELM_VERSION", "HelmNotAvailable", "find_helm", "run_helm"]
 
 #: The pinned version ``scripts/helm`` builds (a unit test keeps the two equal).
@@ -32,12 +34,7 @@ def find_helm() -> Path:
     Raises:
         HelmNotAvailable: not built, naming the command that builds it.
     """
-    override = os.environ.get("IRONFLOW_HELM")
-    if override:
-        path = Path(override)
-    else:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        path = cache / "ironflow" / "helm" / HELM_VERSION / "bin" / "helm"
+    path = tool_path("IRONFLOW_HELM", "helm", HELM_VERSION, "bin", "helm")
     if not os.access(path, os.X_OK):
         raise HelmNotAvailable(f"helm is not built at {path}: run scripts/helm build")
     return path

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from ironflow.testing._cached_tools import tool_path
+
 __all__ = ["TemporalDevServer", "TemporalNotAvailable", "find_temporal_cli"]
 
 #: The pinned CLI version ``scripts/temporal-cli`` builds (it embeds Temporal Server 1.29.1).
@@ -45,12 +47,7 @@ def find_temporal_cli() -> Path:
     Raises:
         TemporalNotAvailable: not built, naming the command that builds it.
     """
-    override = os.environ.get("IRONFLOW_TEMPORAL_CLI")
-    if override:
-        path = Path(override)
-    else:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        path = cache / "ironflow" / "temporal-cli" / CLI_VERSION / "bin" / "temporal"
+    path = tool_path("IRONFLOW_TEMPORAL_CLI", "temporal-cli", CLI_VERSION, "bin", "temporal")
     if not os.access(path, os.X_OK):
         raise TemporalNotAvailable(f"the Temporal CLI is not built at {path}: run scripts/temporal-cli build")
     return path
