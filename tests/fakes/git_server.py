@@ -22,6 +22,8 @@ import binascii
 import contextlib
 import os
 import re
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +31,7 @@ from typing import Final
 
 from aiohttp import web
 
-__all__ = ["GitRequest", "GitServer"]
+__all__ = ["GIT_ENV", "GitRequest", "GitServer", "git", "seed_forge"]
 
 #: The smart-HTTP endpoints of a repository: the ref advertisement and the two RPCs.
 _SMART: Final = re.compile(r"(/.+\.git)/(info/refs|git-upload-pack|git-receive-pack)")
@@ -52,6 +54,41 @@ class GitRequest:
     body_bytes: int
     status: int
     headers: tuple[tuple[str, str], ...] = field(repr=False)
+
+
+#: A git that reads no user or system config, with a fixed identity for the tests' own commits.
+GIT_ENV: Final = {
+    "PATH": os.environ["PATH"],
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    **{
+        f"GIT_{who}_{key}": "a" if key == "NAME" else "a@a"
+        for who in ("AUTHOR", "COMMITTER")
+        for key in ("NAME", "EMAIL")
+    },
+}
+
+
+def git(*args: str, cwd: Path) -> str:
+    """``git ARGS`` in ``cwd`` with :data:`GIT_ENV`; its stdout (a failure raises)."""
+    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
+
+
+def seed_forge(root: Path, host: str, files: Mapping[str, str]) -> tuple[Path, Path]:
+    """A bare ``root/forge/<host>/org/repo.git`` (what :class:`GitServer` serves from ``root/forge``)
+    whose ``main`` holds one commit of ``files``, and the seed work tree that pushed it."""
+    bare = root / "forge" / host / "org" / "repo.git"
+    bare.parent.mkdir(parents=True)
+    git("init", "-q", "--bare", "-b", "main", str(bare), cwd=root)
+    seed = root / "seed"
+    seed.mkdir()
+    for name, text in files.items():
+        (seed / name).write_text(text)
+    git("init", "-q", "-b", "main", cwd=seed)
+    git("add", "-A", cwd=seed)
+    git("commit", "-qm", "start", cwd=seed)
+    git("push", "-q", str(bare), "main", cwd=seed)
+    return bare, seed
 
 
 def _basic_credentials(header: str) -> tuple[str, str] | None:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.agent_sandbox.integration.test_agent_sandbox_workspace_execs import HOST, PASSWORD, USER, git
-from tests.fakes.git_server import GitServer
+from tests.agent_sandbox.integration.test_agent_sandbox_workspace_execs import HOST, PASSWORD, USER
+from tests.fakes.git_server import GitServer, seed_forge
 from tests.k8s.integration.test_k8s_runtime_workspaces import Grants
 
 from ironflow.agent_sandbox import patterns
@@ -73,16 +73,7 @@ def pod_exec(root: Path, claude: Path, seen: list[tuple[list[str], bytes]]) -> A
 
 @pytest.fixture
 async def forge(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    bare = tmp_path / "forge" / HOST / "org" / "repo.git"
-    bare.parent.mkdir(parents=True)
-    git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    (seed / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    git("init", "-q", "-b", "main", cwd=seed)
-    git("add", "-A", cwd=seed)
-    git("commit", "-qm", "start", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    seed_forge(tmp_path, HOST, {"calc.py": "def add(a, b):\n    return a - b\n"})
     async with GitServer(tmp_path / "forge", username=USER, password=PASSWORD) as server:
         config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=server.url)
         async with run_auth_proxy(config) as proxy:

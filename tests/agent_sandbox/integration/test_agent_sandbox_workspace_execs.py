@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.fakes.git_server import GitServer
+from tests.fakes.git_server import GitServer, seed_forge
 
 from ironflow import workspace_frames
 from ironflow.agent_sandbox import patterns, workspace_execs
@@ -39,16 +39,6 @@ HOST = "git.example.test"
 SPEC = Workspace(f"https://{HOST}/org/repo.git", ref="main")
 USER = "x-access-token"
 PASSWORD = "ghs_REAL-GIT-HOST-PASSWORD-for-the-warm-pod"
-GIT_ENV = {
-    "PATH": os.environ["PATH"],
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    **{f"GIT_{w}_{k}": "a" if k == "NAME" else "a@a" for w in ("AUTHOR", "COMMITTER") for k in ("NAME", "EMAIL")},
-}
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
 
 
 @dataclass
@@ -101,17 +91,7 @@ def _quote(text: str) -> str:
 
 @pytest.fixture
 async def pod(tmp_path: Path) -> AsyncIterator[Pod]:
-    bare = tmp_path / "forge" / HOST / "org" / "repo.git"
-    bare.parent.mkdir(parents=True)
-    git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    (seed / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (seed / "notes.txt").write_text("old notes\n")
-    git("init", "-q", "-b", "main", cwd=seed)
-    git("add", "-A", cwd=seed)
-    git("commit", "-qm", "start", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    seed_forge(tmp_path, HOST, {"calc.py": "def add(a, b):\n    return a - b\n", "notes.txt": "old notes\n"})
     home = tmp_path / "home"
     home.mkdir()
     async with GitServer(tmp_path / "forge", username=USER, password=PASSWORD) as server:

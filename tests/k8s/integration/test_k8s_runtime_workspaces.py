@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakes.git_server import GitServer
+from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
 from tests.fakes.kubecase import KubeCase, nothing_left
 from tests.fakes.pod_exec import run_pod
 
@@ -55,12 +55,6 @@ PASSWORD = "ghs_REAL-GIT-HOST-PASSWORD-for-the-pod-test"
 RUN = "01a0e906-1f85-7000-8000-0000000000ws"
 EDITS = "echo fixed >> calc.py && rm notes.txt && printf '\\000\\377' > data.bin && chmod +x run.sh"
 FAKE_CLAUDE = "/ironflow-test/claude"
-IDENTITY = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
-ENV = {"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", **IDENTITY}
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True).stdout
 
 
 @dataclass
@@ -85,18 +79,8 @@ class Forge:
 
 @pytest.fixture
 async def forge(tmp_path: Path) -> AsyncIterator[Forge]:
-    bare = tmp_path / "forge" / HOST / "org" / "repo.git"
-    bare.parent.mkdir(parents=True)
-    git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    (seed / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (seed / "notes.txt").write_text("old notes\n")
-    (seed / "run.sh").write_text("#!/bin/sh\n")
-    git("init", "-q", "-b", "main", cwd=seed)
-    git("add", "-A", cwd=seed)
-    git("commit", "-qm", "start", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    files = {"calc.py": "def add(a, b):\n    return a - b\n", "notes.txt": "old notes\n", "run.sh": "#!/bin/sh\n"}
+    _bare, seed = seed_forge(tmp_path, HOST, files)
     async with GitServer(tmp_path / "forge", username=USER, password=PASSWORD) as server:
         config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=server.url)
         async with run_auth_proxy(config) as proxy:
@@ -167,7 +151,7 @@ class Grants:
 def applies_to_the_tree_left(forge: Forge, patch: bytes, left: dict[str, bytes]) -> None:
     fresh = forge.root / "fresh"
     git("clone", "-q", str(forge.seed), str(fresh), cwd=forge.root)
-    subprocess.run(["git", "apply", "--binary", "-"], cwd=fresh, input=patch, env=ENV, check=True)
+    subprocess.run(["git", "apply", "--binary", "-"], cwd=fresh, input=patch, env=GIT_ENV, check=True)
     for name, data in left.items():
         assert (fresh / name).read_bytes() == data
 
@@ -269,7 +253,7 @@ async def test_a_failing_exec_command_keeps_its_exit_code_and_still_reports(kube
 
 def branch_file(forge: Forge, branch: str, path: str) -> bytes:
     bare = forge.root / "forge" / HOST / "org" / "repo.git"
-    return subprocess.run(["git", "-C", str(bare), "show", f"{branch}:{path}"], env=ENV, check=True,
+    return subprocess.run(["git", "-C", str(bare), "show", f"{branch}:{path}"], env=GIT_ENV, check=True,
                           capture_output=True).stdout  # fmt: skip
 
 
