@@ -330,10 +330,7 @@ class LocalSandboxProvider(ProviderBase):
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         command.validate_prompt_size(config)
-        allow = self.allow_bypass
-        if allow is None:
-            allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
-        args = command.build_args(config, allow_bypass=allow)
+        args = command.build_args(config, allow_bypass=self.bypass_allowed())
         ignored = settings.ignored_settings(config, isolation=self.isolation, presets=self.managed_settings_presets)
         managed = settings.managed_settings_for(config, self.managed_settings, self.managed_settings_presets)
         if ignored:
@@ -446,6 +443,10 @@ class LocalSandboxProvider(ProviderBase):
     def claude_cli(self) -> str:
         """The Claude Code CLI's real file: inside the sandbox only its package directory is shown."""
         return os.path.realpath(self.claude_path or cli.find_claude_cli())
+
+    def bypass_allowed(self) -> bool:
+        """Whether a step may skip permission prompts: the provider's word, else the worker's environment."""
+        return self.allow_bypass if self.allow_bypass is not None else os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
 
     def proxy_credential(self) -> settings.ProxyCredential:
         """The credential the in-process proxy holds for a sandbox session's agent steps."""

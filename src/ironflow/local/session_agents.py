@@ -15,7 +15,7 @@ import os
 import time
 
 from ironflow import errors
-from ironflow.claude import command, layout, output, rate_limits
+from ironflow.claude import command, output, rate_limits
 from ironflow.local import proxy_session, settings
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.results import AgentResult
@@ -55,10 +55,7 @@ async def run_agent(
     if config.workspace is not None:
         raise errors.StepConfigError("a session's agent step works in the session's workspace: open it with one")
     command.validate_prompt_size(config)
-    allow = provider.allow_bypass
-    if allow is None:
-        allow = os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
-    args = command.build_args(config, allow_bypass=allow)
+    args = command.build_args(config, allow_bypass=provider.bypass_allowed())
     stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
     script = command.agent_shell_command(
         args,
