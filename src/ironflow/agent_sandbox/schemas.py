@@ -2,8 +2,10 @@
 
 The eight CRD files of ``kubernetes-sigs/agent-sandbox`` (Apache-2.0, ``crds/LICENSE``)
 are package data: ``crds/v0.4.6`` serves ``v1alpha1`` as the seed documents it,
-``crds/v0.5.6`` serves ``v1beta1`` (and the deprecated ``v1alpha1``). Release 1.0 serves
-``v1beta1`` with the same schema. Nothing here reads a machine path.
+``crds/v1.0.3`` serves ``v1beta1`` only (the 1.0 shape: ``operatingMode``, ``warmPoolRef``),
+the release the real-API tier runs. Release 0.5.x served both with the same schemas (its
+``v1beta1`` lacks only the newer core pod fields), so it is not shipped. Nothing here reads
+a machine path.
 
 Validation is strict, as ``kubectl apply --validate=strict`` would be: an object that lists
 its properties refuses any other (unless the schema says
@@ -37,8 +39,8 @@ __all__ = [
 ]
 
 #: The release whose schema a version is checked against, by API version.
-DEFAULT_RELEASE: Final = {"v1alpha1": "v0.4.6", "v1beta1": "v0.5.6"}
-RELEASES: Final = ("v0.4.6", "v0.5.6")
+DEFAULT_RELEASE: Final = {"v1alpha1": "v0.4.6", "v1beta1": "v1.0.3"}
+RELEASES: Final = ("v0.4.6", "v1.0.3")
 _MAX_PROBLEMS: Final = 5
 
 

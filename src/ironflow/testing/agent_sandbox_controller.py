@@ -118,7 +118,8 @@ def _cond(kind: str, status: bool, reason: str, message: str = "") -> Obj:
 class AgentSandboxController:
     """``async with AgentSandboxController(server, namespace="ns"):`` runs the stand-in.
 
-    Registers the CRDs of ``release`` on the server (v0.5.6 serves v1beta1 and v1alpha1).
+    Registers the CRDs of ``release`` on the server (by default the shipped release of
+    ``version``: v1.0.3 serves v1beta1, v0.4.6 v1alpha1).
     ``version`` is the API version the stand-in reads and writes.
     """
 
@@ -128,7 +129,7 @@ class AgentSandboxController:
         *,
         namespace: str = "default",
         version: models.ApiVersion = models.ApiVersion.V1BETA1,
-        release: str = "v0.5.6",
+        release: str | None = None,
         cold_start_s: float = 0.05,
         warm_start_s: float = 0.0,
         interval_s: float = 0.02,
@@ -138,7 +139,7 @@ class AgentSandboxController:
         self.server = server
         self.namespace = namespace
         self.version = version
-        self.release = release
+        self.release = release or schemas.DEFAULT_RELEASE[str(version)]
         self.cold_start_s = cold_start_s
         self.warm_start_s = warm_start_s
         self.interval_s = interval_s

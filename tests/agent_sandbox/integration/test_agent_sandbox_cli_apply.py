@@ -37,7 +37,7 @@ async def run(*args: str) -> tuple[int, str, str]:
 
 async def test_apply_template_creates_updates_and_reports_api_failures(tmp_path: Path) -> None:
     async with KubeTestServer() as server:
-        for crd in schemas.crd_documents("v0.5.6"):
+        for crd in schemas.crd_documents("v1.0.3"):
             server.register_crd(crd)
         server.create_namespace("agents")
         kubeconfig = tmp_path / "kubeconfig"
@@ -61,7 +61,7 @@ async def test_apply_template_talks_to_the_cluster_the_provider_file_names(tmp_p
     """Without --kubeconfig the file's cluster is used, as `agent` and `run` use it; --kubeconfig wins."""
     async with KubeTestServer() as server, KubeTestServer() as other:
         for s in (server, other):
-            for crd in schemas.crd_documents("v0.5.6"):
+            for crd in schemas.crd_documents("v1.0.3"):
                 s.register_crd(crd)
             s.create_namespace("agents")
         (tmp_path / "kc.yaml").write_text(server.kubeconfig_yaml())
@@ -83,7 +83,7 @@ async def test_apply_template_talks_to_the_cluster_the_provider_file_names(tmp_p
 
 async def test_sandbox_reap_deletes_only_expired_ironflow_claims(tmp_path: Path) -> None:
     async with KubeTestServer() as server:
-        for crd in schemas.crd_documents("v0.5.6"):
+        for crd in schemas.crd_documents("v1.0.3"):
             server.register_crd(crd)
         server.create_namespace("agents")
         kubeconfig = tmp_path / "kubeconfig"

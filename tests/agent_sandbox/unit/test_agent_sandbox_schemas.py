@@ -26,8 +26,8 @@ def test_releases_ship_four_crds_each_and_serve_the_documented_versions() -> Non
             "SandboxClaim",
             "SandboxWarmPool",
         ]
-    served = {v["name"] for v in schemas.crd("SandboxClaim", "v0.5.6")["spec"]["versions"]}
-    assert served == {"v1alpha1", "v1beta1"}
+    served = {v["name"] for v in schemas.crd("SandboxClaim", "v1.0.3")["spec"]["versions"]}
+    assert served == {"v1beta1"}  # 1.0 dropped v1alpha1
     assert {v["name"] for v in schemas.crd("SandboxClaim", "v0.4.6")["spec"]["versions"]} == {"v1alpha1"}
 
 
@@ -69,7 +69,7 @@ def test_unknown_kind_version_and_release_are_refused() -> None:
         schemas.schema_problems({"apiVersion": "v1", "kind": "Pod"})
     with pytest.raises(errors.ConfigError, match=r"unknown agent-sandbox API version 'v2'"):
         schemas.openapi_schema("Sandbox", "v2")
-    with pytest.raises(errors.ConfigError, match=r"shipped: v0\.4\.6, v0\.5\.6"):
+    with pytest.raises(errors.ConfigError, match=r"shipped: v0\.4\.6, v1\.0\.3"):
         schemas.crd("Sandbox", "v9")
     with pytest.raises(errors.ConfigError, match=r"has no version v1beta1 in release v0\.4\.6"):
         schemas.openapi_schema("Sandbox", "v1beta1", "v0.4.6")

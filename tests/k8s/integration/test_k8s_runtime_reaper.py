@@ -247,7 +247,7 @@ async def test_claim_reaper_survives_an_unexpected_error_and_reaps_on_a_later_pa
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:
     """The agent-sandbox claim reaper runs on this loop: a bug in one pass (not an IronflowError) does not end it."""
-    for crd in schemas.crd_documents("v0.5.6"):
+    for crd in schemas.crd_documents("v1.0.3"):
         server.register_crd(crd)
     p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace(ns))
     stale = sandbox_steps.claim_manifest(p.settings, AgentConfig("x"), name="stale", now=int(time.time()) - 10_000)
