@@ -13,13 +13,17 @@ DNS label, PVC name <= 253             a DNS subdomain; warm-pool members are ``
 Service name <= 63                     ``service: true`` names a Service after the Sandbox
 claim env needs the template's         ``Disallowed`` (the default) rejects the claim; ``Allowed``
 ``envVarsInjectionPolicy``             refuses overriding a template var and containers using envFrom;
-                                       any claim env (and claim VCT) forces a cold start: a warning
+                                       any claim env (and claim VCT) forces a cold start: a warning;
+                                       v1alpha1 (0.4.x) refuses env unless ``warmpool: none``
 warm-pool policy                       v1alpha1 ``warmpool`` is ``none``, ``default`` or a pool name;
-                                       v1beta1 ``warmPoolRef`` names a pool (no policy words)
+                                       v1beta1 ``warmPoolRef`` names a pool (no policy words); so no
+                                       pool may be named ``none`` or ``default``
 reserved ``agents.x-k8s.io/*`` keys    the controllers own them (and drop them from pod templates)
 label keys and values                  the API's syntax, checked by the shared ``ironflow.labels`` rules
-claim pod metadata                     label keys need an allowed domain prefix; annotation keys in
-                                       kubernetes.io, k8s.io, agents.x-k8s.io are rejected
+claim pod metadata                     v1beta1 (v0.5+): label keys need an allowed domain prefix,
+                                       annotation keys in kubernetes.io, k8s.io, agents.x-k8s.io are
+                                       rejected (but the autoscaler's safe-to-evict); v1alpha1
+                                       (v0.4.x): those domains are rejected on both, no exemption
 fields of the other API version        ``replicas`` vs ``operatingMode``, ``sandboxTemplateRef`` vs
                                        ``warmPoolRef``...
 =====================================  ===============================================================
@@ -174,9 +178,24 @@ def _in_domains(domain: str, domains: Sequence[str]) -> bool:
     return any(domain == d or domain.endswith("." + d) for d in domains)
 
 
+def _check_protected(where: str, key: str, *, exempt: bool) -> None:
+    domain = _domain(key)
+    if (exempt and key == ALLOWED_POD_ANNOTATION) or domain is None:
+        return
+    if _in_domains(domain, _PROTECTED_ANNOTATION_DOMAINS):
+        raise _fail(
+            f"{where} '{key}' is in a protected domain (kubernetes.io, k8s.io, agents.x-k8s.io); use your own domain"
+        )
+
+
 def _check_claim_pod_metadata(claim: models.SandboxClaim, allowed_label_domains: Sequence[str]) -> None:
+    """v0.4.x (v1alpha1) refuses protected domains on both; v0.5+ (v1beta1) allow-lists label domains."""
+    alpha = claim.api_version is models.ApiVersion.V1ALPHA1
+    _check_labels("claim pod label", claim.pod_labels)
     for key in claim.pod_labels:
-        _check_labels("claim pod label", {key: ""})
+        if alpha:
+            _check_protected("claim pod label", key, exempt=False)
+            continue
         domain = _domain(key)
         if domain is None or not _in_domains(domain, allowed_label_domains):
             raise _fail(
@@ -185,18 +204,18 @@ def _check_claim_pod_metadata(claim: models.SandboxClaim, allowed_label_domains:
                 "/etc/sandbox-config/allowed-label-domains or put the label on the claim itself"
             )
     for key in claim.pod_annotations:
-        domain = _domain(key)
-        if key != ALLOWED_POD_ANNOTATION and domain is not None and _in_domains(domain, _PROTECTED_ANNOTATION_DOMAINS):
-            raise _fail(
-                f"claim pod annotation '{key}' is in a protected domain (kubernetes.io, k8s.io, agents.x-k8s.io); "
-                "use your own domain"
-            )
+        _check_protected("claim pod annotation", key, exempt=not alpha)
 
 
 def _check_claim_env(claim: models.SandboxClaim, template: models.SandboxTemplate | None) -> None:
     if not claim.env:
         return
     names = [e.name for e in claim.env]
+    if claim.api_version is models.ApiVersion.V1ALPHA1 and claim.warm_pool != "none":
+        raise _fail(
+            f"v1alpha1 claim '{claim.name}' sets env ({', '.join(names)}): agent-sandbox 0.4.x refuses that "
+            "unless the claim's warm pool policy 'none' (a cold start) is set"
+        )
     if template is None:
         return  # the controller decides; render_all passes the template when it knows it
     policy = template.injection_policy
@@ -324,6 +343,11 @@ def _check_claim(
 
 
 def _check_pool(value: models.SandboxWarmPool) -> None:
+    if value.name in _POOL_POLICIES:
+        raise _fail(
+            f"SandboxWarmPool name '{value.name}' is a v1alpha1 warm-pool policy word, so no claim can name it "
+            "(v1alpha1 reads it as the policy, v1beta1 claims refuse it): choose another pool name"
+        )
     _check_name("SandboxWarmPool template", value.template)
     if value.api_version is models.ApiVersion.V1ALPHA1 and value.replicas is None:
         raise _fail("a v1alpha1 SandboxWarmPool needs replicas (0 or more)")

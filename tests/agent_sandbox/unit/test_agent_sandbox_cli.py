@@ -77,6 +77,8 @@ def test_render_json_uses_the_provider_file_and_version(app: typer.Typer, tmp_pa
         (["render", "ephemeral", "--name", "Bad_Name"], "not a valid DNS subdomain"),
         (["render", "warm-pool", "--replicas", "-1"], "invalid --replicas -1"),
         (["apply-template", "--template", "Bad"], "not a valid DNS subdomain"),
+        (["apply-template", "--pool", "default", "--dry-run"], "SandboxWarmPool name 'default'"),
+        (["apply-template", "--template", "none", "--dry-run"], "SandboxWarmPool name 'none'"),
         (
             ["apply-template", "--kubeconfig", "/nonexistent/kubeconfig"],
             "kubeconfig file '/nonexistent/kubeconfig' does not exist",

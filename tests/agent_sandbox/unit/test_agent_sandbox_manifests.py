@@ -70,8 +70,10 @@ def test_every_kind_renders_and_validates_in_both_versions(version: ApiVersion) 
             version,
             lifecycle=models.Lifecycle("2026-12-31T23:59:59Z", models.ShutdownPolicy.DELETE_FOREGROUND, 300),
             pod_labels={"team.sandbox.users.io/name": "a"},
-            pod_annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+            # v0.4.x exempts no protected annotation, and takes claim env on cold starts only
+            pod_annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"} if version is B else {},
             env=(models.ClaimEnvVar("REPO", "y"),),
+            **({"warm_pool": "none"} if version is A else {}),
         ),
     ]
     rendered = manifests.render_all(values)
@@ -239,6 +241,46 @@ def test_v1beta1_warm_pool_ref_is_a_pool_not_a_policy_word() -> None:
     refused(claim(B, warm_pool="none"), "v1alpha1 policy word, not a pool")
     refused(claim(B, warm_pool=None), "needs warm_pool")
     refused(claim(B, template="tpl"), "names a pool, not a template")
+
+
+@pytest.mark.parametrize("version", [A, B])
+@pytest.mark.parametrize("name", ["default", "none"])
+def test_a_warm_pool_named_after_a_policy_word_is_refused(version: ApiVersion, name: str) -> None:
+    """No claim could name it: v1beta1 rules refuse the word in warmPoolRef, v1alpha1 reads it as the policy."""
+    with pytest.raises(errors.ConfigError, match=rf"SandboxWarmPool name '{name}' .*no claim can name it"):
+        manifests.render(models.SandboxWarmPool(name, "tpl", api_version=version, replicas=1))
+    manifests.render(models.SandboxWarmPool(f"{name}-pool", "tpl", api_version=version, replicas=1))
+
+
+def test_the_seeds_claim_example_renders_as_v1alpha1() -> None:
+    """The seed's ``additionalPodMetadata.labels.run-id``: v0.4.x checks only protected domains (issue 16.7)."""
+    seed = claim(A, pod_labels={"run-id": "abc123"}, pod_annotations={"example.com/note": "x"})
+    assert manifests.render(seed)["spec"]["additionalPodMetadata"] == {
+        "labels": {"run-id": "abc123"},
+        "annotations": {"example.com/note": "x"},
+    }
+    refused(claim(B, pod_labels={"run-id": "abc123"}), "needs a domain prefix the controller allows")
+
+
+@pytest.mark.parametrize("key", ["kubernetes.io/x", "node.k8s.io/x", rules.ALLOWED_POD_ANNOTATION])
+def test_v1alpha1_claim_pod_metadata_refuses_protected_domains(key: str) -> None:
+    """v0.4.x refuses kubernetes.io, k8s.io, agents.x-k8s.io keys on labels and annotations, no exemption."""
+    refused(claim(A, pod_annotations={key: "1"}), "protected domain")
+    refused(claim(A, pod_labels={key: "1"}), "protected domain")
+
+
+@pytest.mark.parametrize("policy", [None, "default", "pool"])
+def test_v1alpha1_claim_env_needs_warm_pool_none(policy: str | None) -> None:
+    """v0.4.x refuses a claim with env unless its warmpool policy is none (v0.5+ cold-starts it instead)."""
+    env = (models.ClaimEnvVar("REPO", "y"),)
+    tpl = template(env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES)
+    refused(claim(A, env=env, warm_pool=policy), "warm pool policy 'none'", template=tpl)
+    manifests.render(claim(A, env=env, warm_pool="none"), template=tpl)
+    manifests.render(claim(B, env=env), template=tpl)
+
+
+def test_v1alpha1_claim_pod_label_values_follow_the_kubernetes_syntax() -> None:
+    refused(claim(A, pod_labels={"run-id": "has space"}), r"claim pod label: label 'run-id' value 'has space'")
 
 
 @pytest.mark.parametrize("key", ["agents.x-k8s.io/sandbox-name-hash", "extensions.agents.x-k8s.io/x"])
