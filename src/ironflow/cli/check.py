@@ -89,7 +89,9 @@ async def _exec_probe(
     except TimeoutError:
         return checks.ProbeRun(name, error=f"no answer within {timeout_s:g}s")
     except errors.KubeForbidden:
-        return checks.ProbeRun(name, error="this account may not exec (pods/exec create): run as ironflow-check")
+        return checks.ProbeRun(
+            name, error="this account may not exec (pods/exec get and create): run as ironflow-check"
+        )
     except errors.KubeNotFound:
         return checks.ProbeRun(name, error="the pod is gone")
     except errors.KubernetesError as exc:

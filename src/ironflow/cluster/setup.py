@@ -122,7 +122,12 @@ AGENT_SANDBOX_PERMISSIONS: Final = (
 )
 CHECK_PERMISSIONS: Final = (
     Permission("", "pods", ("get", "list"), "find the agent pods to inspect"),
-    Permission("", "pods/exec", ("create",), "probe the root filesystem, the SA token and egress from inside"),
+    Permission(
+        "",
+        "pods/exec",
+        ("create", "get"),
+        "probe the root filesystem, the SA token and egress from inside (websocket upgrades use GET)",
+    ),
 )
 
 MANAGED_SETTINGS_PRESETS: Final = claude_settings.MANAGED_SETTINGS_PRESETS

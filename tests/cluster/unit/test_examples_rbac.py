@@ -92,7 +92,13 @@ def test_environment_claims_add_only_the_pvc_verbs() -> None:
 def test_only_the_check_account_may_exec_and_only_into_pods() -> None:
     objects = _objects("check-rbac.yaml")
     role = next(o for o in objects if o["kind"] == "Role")
-    assert _grants(role) == {("", "pods", "get"), ("", "pods", "list"), ("", "pods/exec", "create")}
+    # the websocket exec `ironflow check` uses is a GET upgrade; SPDY clients POST (create)
+    assert _grants(role) == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods/exec", "create"),
+        ("", "pods/exec", "get"),
+    }
     cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
     assert _grants(cluster_role) == {("authorization.k8s.io", "subjectaccessreviews", "create")}
     subjects = [s["name"] for o in objects if o["kind"].endswith("Binding") for s in o["subjects"]]
