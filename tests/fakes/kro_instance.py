@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["children", "instance_spec"]
+__all__ = ["children", "expand", "instance_spec"]
 
 _EXPR: Final = re.compile(r"\$\{([^}]*)\}")
 
@@ -73,3 +73,21 @@ def children(
     values = {"schema.metadata.name": name, "schema.metadata.namespace": namespace}
     values.update({f"schema.spec.{k}": v for k, v in full.items()})
     return [_resolve(r["template"], values) for r in rgd["spec"]["resources"]]
+
+
+def expand(
+    docs: Sequence[Mapping[str, Any]], *, name: str, namespace: str, spec: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """``docs`` with each ResourceGraphDefinition replaced by its children for one instance.
+
+    ``spec`` is a pool of instance fields: each RGD takes those its schema declares.
+    """
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc["kind"] != "ResourceGraphDefinition":
+            out.append(dict(doc))
+            continue
+        fields = doc["spec"]["schema"].get("spec", {})
+        given = {k: v for k, v in spec.items() if k in fields}
+        out.extend(children(doc, name=name, namespace=namespace, spec=given))
+    return out

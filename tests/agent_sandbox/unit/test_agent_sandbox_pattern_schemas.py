@@ -24,16 +24,7 @@ def options(pattern: str, version: models.ApiVersion) -> patterns.PatternOptions
 
 
 def expanded(docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
-    """The documents, with each ResourceGraphDefinition replaced by its children for one instance."""
-    out: list[dict[str, Any]] = []
-    for doc in docs:
-        if doc["kind"] != "ResourceGraphDefinition":
-            out.append(doc)
-            continue
-        fields = doc["spec"]["schema"].get("spec", {})
-        given = {k: v for k, v in INSTANCE.items() if k in fields}
-        out.extend(kro_instance.children(doc, name="run-1", namespace=namespace, spec=given))
-    return out
+    return kro_instance.expand(docs, name="run-1", namespace=namespace, spec=INSTANCE)
 
 
 def agent_sandbox_objects(docs: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
