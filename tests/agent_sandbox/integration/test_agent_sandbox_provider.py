@@ -703,4 +703,7 @@ def test_the_provider_closes_the_api_client_it_opened() -> None:
     assert asyncio.run(release(close=True)) == 0
     assert unclosed_after_collect() == []
     assert asyncio.run(release(close=False)) == 0
-    assert any("Unclosed client session" in found for found in unclosed_after_collect())
+    # Session and connector die in one cycle, in no set order; whichever finalizer runs first
+    # reports the leak and closes the connector, which silences the other.
+    leaked = ("Unclosed client session", "Unclosed connector")
+    assert any(found.startswith(leaked) for found in unclosed_after_collect())
