@@ -6,13 +6,13 @@ that path. Skipped when the binaries are not built.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from tests.fakes.exec_pod import POD, exec_namespace
 
 from ironflow import errors
 from ironflow.cli import check as check_cli
@@ -21,18 +21,10 @@ from ironflow.kube import api as k8s
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.polling import eventually
 
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "box"},
-    "spec": {"containers": [{"name": "main", "image": "img"}], "restartPolicy": "Never"},
-}
-
 
 @pytest.fixture
 def ns(kube_env: KubeEnv, tmp_path: Path) -> Iterator[str]:
-    with kube_env.namespace(f"exec-{uuid.uuid4().hex[:8]}") as name:
-        kube_env.allow_exec(name, tmp_path)
+    with exec_namespace(kube_env, tmp_path, "exec") as name:
         yield name
 
 
