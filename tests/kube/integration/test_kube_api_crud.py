@@ -3,6 +3,7 @@ cluster selection, validation and error mapping."""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from ironflow.kube import api
 from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer
 
-CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "crds" / "agent-sandbox" / "v0.5.6"
+#: the shipped agent-sandbox CRDs of release 1.0 (package data), so the test never skips
+CRDS = resources.files("ironflow.agent_sandbox").joinpath("crds", "v1.0.3")
 
 
 async def test_create_sets_server_fields_and_get_reads_them_back(kube: Any, make_pod: Any) -> None:
@@ -270,11 +272,9 @@ def _claim(name: str, template: str = "tpl") -> dict[str, Any]:
 async def test_registered_crd_stores_and_validates_custom_objects(kube: Any) -> None:
     """A CRD read from its YAML makes its kind servable, checked against its schema."""
     server = kube.need_server()
-    if not CRDS.is_dir():
-        pytest.skip(f"agent-sandbox CRDs not found at {CRDS}")
-    crd = yaml.safe_load((CRDS / "extensions.agents.x-k8s.io_sandboxclaims.yaml").read_text())
-    resources = server.register_crd(crd)
-    claims = next(r for r in resources if r.version == "v1beta1")
+    crd = yaml.safe_load(CRDS.joinpath("extensions.agents.x-k8s.io_sandboxclaims.yaml").read_text())
+    served = server.register_crd(crd)
+    claims = next(r for r in served if r.version == "v1beta1")
     created = await kube.api.create(claims, kube.namespace, _claim("c1"))
     assert created["metadata"]["uid"]
     assert [c["metadata"]["name"] for c in (await kube.api.list(claims, kube.namespace)).items] == ["c1"]
