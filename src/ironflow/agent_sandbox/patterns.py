@@ -5,7 +5,9 @@ renders for a step (uid 10001, read-only root, capabilities dropped, no service-
 token, egress-profile label, runtime class, managed settings, profile copy): the pattern
 calls the provider's ``manifests()`` and takes the Pod's spec and labels, so the two can
 never drift. A pod that waits in a warm pool runs an idle loop instead of the agent (the
-provider execs the agent into it per step) and has no ``activeDeadlineSeconds``.
+provider execs the agent into it per step) and has no ``activeDeadlineSeconds``. A pod that
+runs the agent itself (ephemeral, standalone-pvc) behind an auth proxy waits for its token,
+delivered over exec once the pod exists: no pattern ever holds a token.
 
 The registry of patterns by name is :mod:`~ironflow.agent_sandbox.catalog`.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import manifests, models
+from ironflow.agent_sandbox import deliveries, manifests, models
 from ironflow.claude import cli
 from ironflow.k8s.provider import K8sEphemeralProvider
 
@@ -89,10 +91,18 @@ def agent_pod_template(
 ) -> models.PodTemplate:
     """The provider's pod for ``config`` as a pod template (the agent runs as the container's command).
 
-    ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``.
+    ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``. Behind
+    an auth proxy the agent first waits for its token, which ``AgentSandboxProvider.deliver_token``
+    writes over exec once the pod runs (:func:`~ironflow.agent_sandbox.deliveries.token_wait_prefix`):
+    the template carries the proxy's address, never a token.
     """
     pod = _pod(provider, config)
     spec = pod["spec"]
+    proxy = provider.settings.auth_proxy_url
+    if proxy is not None:
+        main = spec["containers"][0]
+        shell, script = main["command"][:-1], main["command"][-1]
+        main["command"] = [*shell, deliveries.token_wait_prefix(proxy) + script]
     if workspace is not None:
         spec.setdefault("volumes", []).append({"name": "workspace", **copy.deepcopy(dict(workspace))})
         spec["containers"][0].setdefault("volumeMounts", []).append({"name": "workspace", "mountPath": WORKSPACE_PATH})

@@ -223,6 +223,13 @@ class AgentSandboxProvider(ProviderBase):
         async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.release_run(run_id)
 
+    async def deliver_token(self, sandbox: str, *, run_id: str | None = None) -> str:
+        """Give the agent of a rendered ``ephemeral`` or ``standalone-pvc`` Sandbox its proxy token:
+        issued once the pod runs, written in over exec stdin (the pattern's agent waits for it);
+        returns the token's id. See :meth:`SandboxStepRunner.deliver_token`."""
+        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
+            return await r.deliver_token(sandbox, run_id=run_id)
+
     async def aclose(self) -> None:
         """Close the API clients this provider opened on the running loop."""
         await self._connections.aclose()

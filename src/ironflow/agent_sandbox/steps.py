@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import manifests, models, patterns, workspace_execs
+from ironflow.agent_sandbox import deliveries, manifests, models, patterns, workspace_execs
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s import step_objects
@@ -43,11 +43,9 @@ __all__ = [
 
 DEFAULT_READY_TIMEOUT_S: Final = 120.0
 #: Under HOME (an emptyDir of the hardened pod): where the token and a large prompt land.
-TOKEN_DIR: Final = ".ironflow"  # noqa: S105 - a directory name
+TOKEN_DIR: Final = deliveries.TOKEN_DIR
 #: Written into a step's pod labels by ``AgentConfig.scoped`` (transitional): not a pod change.
 _SCOPE_LABELS: Final = (labels.LABEL_RUN_ID, labels.LABEL_STEP, labels.LABEL_ROOT_RUN_ID)
-#: Stands in for the token when the proxy env is asked which variable carries it.
-_TOKEN_MARK: Final = "\0token"  # noqa: S105 - a marker, never a token
 
 
 @dataclass(frozen=True)
@@ -229,22 +227,6 @@ def claim_manifest(s: AgentSandboxSettings, config: steps.AgentConfig, *, name: 
     return manifests.render(claim)
 
 
-def _write_file_command(name: str, size: int) -> tuple[str, ...]:
-    """Read exactly ``size`` bytes of stdin into ``$HOME/.ironflow/<name>`` (0600); v4 exec has no EOF."""
-    target = f'"$HOME/{TOKEN_DIR}/{name}"'
-    script = f'umask 077 && mkdir -p "$HOME/{TOKEN_DIR}" && head -c {size} > {target}.part && mv {target}.part {target}'
-    return ("sh", "-c", script)
-
-
-def _token_prefix(proxy_url: str, file: str) -> str:
-    """Shell that moves the token file into the proxy env (:func:`~ironflow.claude.layout.proxy_env`)
-    and removes the file, so the token lives only in the agent's environment."""
-    env = layout.proxy_env(proxy_url, _TOKEN_MARK)
-    (token_var,) = (k for k, v in env.items() if v == _TOKEN_MARK)
-    others = " ".join(f"{k}={command.shell_quote(v)}" for k, v in env.items() if k != token_var)
-    return f'{token_var}="$(cat {file})" && rm -f {file} && export {token_var} {others} && '
-
-
 def exec_plan(
     s: AgentSandboxSettings,
     config: steps.AgentConfig,
@@ -263,19 +245,19 @@ def exec_plan(
     env = worker_env or {}
     command.validate_prompt_size(config)
     args = command.build_args(config, allow_bypass=env.get(layout.ALLOW_BYPASS_ENV) == "1")
-    deliveries: list[tuple[tuple[str, ...], bytes]] = []
+    execs: list[tuple[tuple[str, ...], bytes]] = []
     token_prefix = ""
     if proxy_token is not None:
         if s.auth_proxy_url is None:
             raise errors.ConfigError("proxy_token needs a pod provider with auth_proxy(url)")
         raw = proxy_token.reveal().encode()
-        deliveries.append((_write_file_command("proxy-token", len(raw)), raw))
-        token_prefix = _token_prefix(s.auth_proxy_url, f'"$HOME/{TOKEN_DIR}/proxy-token"')
+        execs.append((deliveries.write_file_command(deliveries.PROXY_TOKEN_FILE, len(raw)), raw))
+        token_prefix = deliveries.token_prefix(s.auth_proxy_url)
     stdin = "/dev/null"
     if command.prompt_via_stdin(config):
         prompt = config.prompt.encode()
-        deliveries.append((_write_file_command("prompt", len(prompt)), prompt))
-        stdin = f'"$HOME/{TOKEN_DIR}/prompt"'
+        execs.append((deliveries.write_file_command("prompt", len(prompt)), prompt))
+        stdin = deliveries.token_file("prompt")
     prefix = (
         f"exec <{stdin}; "
         + command.trace_prefix(config.trace_context)
@@ -289,4 +271,4 @@ def exec_plan(
         if workspace_commit is None:
             raise errors.ConfigError("a git workspace's step needs its starting commit (the clone's)")
         shell = workspace_execs.step_command(shell, spec, workspace_commit)
-    return ExecPlan(tuple(deliveries), ("sh", "-c", shell))
+    return ExecPlan(tuple(execs), ("sh", "-c", shell))
