@@ -194,10 +194,15 @@ class AgentSandboxProvider(ProviderBase):
         return claims.resources(self.settings.api_version)
 
     async def apply_template(self, api: kube.KubeApi | None = None) -> list[apply.Applied]:
-        """Create or update the SandboxTemplate and SandboxWarmPool these settings describe."""
+        """Create or update the SandboxTemplate and SandboxWarmPool these settings describe, after
+        creating their environment claim (``environment_volume``) if it does not exist."""
         s = self.settings
         client = api if api is not None else await self.runner().api()
-        kinds = {"SandboxTemplate": self.resources.templates, "SandboxWarmPool": self.resources.pools}
+        kinds = {
+            "PersistentVolumeClaim": kube.PERSISTENTVOLUMECLAIMS,
+            "SandboxTemplate": self.resources.templates,
+            "SandboxWarmPool": self.resources.pools,
+        }
         return await apply.apply_objects(client, kinds, s.namespace, sandbox_steps.template_objects(s))
 
     def runner(

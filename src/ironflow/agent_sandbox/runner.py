@@ -26,8 +26,8 @@ from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
+from ironflow.k8s import environments, pod_wait, pods, reaper
 from ironflow.k8s import manifests as pod_manifests
-from ironflow.k8s import pod_wait, pods, reaper
 from ironflow.kube import api as kube
 from ironflow.kube import connections, informer, pod_problems, pod_status
 from ironflow.provider import LogSink
@@ -347,6 +347,7 @@ class SandboxStepRunner:
             parsed = output.parse_output(stdout, config, wall_ms=wall_ms)
         else:
             parsed = output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
+        parsed = environments.with_environment(parsed, self.settings.environment)
         return parsed if changes is None else dataclasses.replace(parsed, workspace=changes)
 
 

@@ -73,6 +73,11 @@ class AgentSandboxSettings:
         return self.warm_pool or self.template
 
     @property
+    def environment(self) -> str | None:
+        """The environment claim every sandbox of the template mounts (None without ``environment_volume``)."""
+        return patterns.environment_claim(self.template) if self.pod.settings.environment is not None else None
+
+    @property
     def cluster_config(self) -> clusters.ClusterConfig | None:
         """This provider's cluster, else the pod provider's (None: default kubeconfig or in-cluster)."""
         return self.cluster if self.cluster is not None else self.pod.settings.cluster
@@ -123,7 +128,7 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
         name=s.template,
         namespace=s.namespace,
         api_version=s.api_version,
-        pod_template=patterns.idle_pod_template(s.pod),
+        pod_template=patterns.idle_pod_template(s.pod, environment=s.environment),
         network_policy_management=s.network_policy_management,
         network_policy=s.network_policy,
         labels=managed,
@@ -141,8 +146,11 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
 
 
 def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
-    """The SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated)."""
-    return manifests.render_all(list(template_values(s)))
+    """The environment claim (with ``environment_volume``), then the SandboxTemplate and
+    SandboxWarmPool as API objects (checked and schema-validated), in creation order."""
+    managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
+    env = patterns.environment_pvc(s.pod, s.template, managed)
+    return [*env, *manifests.render_all(list(template_values(s)))]
 
 
 def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
@@ -152,13 +160,19 @@ def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
         None,
         models.NetworkPolicyManagement.MANAGED,
     )
+    found: list[str] = []
     if proxy is not None and default_policy:
-        return (
+        found.append(
             f"the controller's default NetworkPolicy blocks cluster DNS and private addresses: the agent may not "
             f"reach the auth proxy at {proxy}; allow it with network_policy rules, or set the policy unmanaged "
-            "and rely on ironflow's egress-profile policies",
+            "and rely on ironflow's egress-profile policies"
         )
-    return ()
+    if s.environment is not None and s.replicas > 1:
+        found.append(
+            f"every sandbox of the pool mounts the one environment claim {s.environment} (ReadWriteOnce): "
+            f"{s.replicas} warm sandboxes can only run on one node and share its files; keep replicas at 1"
+        )
+    return tuple(found)
 
 
 # -- a step --
@@ -177,14 +191,22 @@ def check_step(
         StepConfigError also when the step changes the pod (a warm pod's spec is the template's).
     """
     env = worker_env if worker_env is not None else {}
+    resume = config.resume_environment_id
+    if resume is not None and resume != s.environment:
+        where = f"'{s.environment}'" if s.environment is not None else "none (no environment_volume)"
+        raise errors.StepConfigError(
+            f"agent-sandbox steps mount their template's environment, {where}, not '{resume}': run the step "
+            "without resume_environment, or on --backend k8s"
+        )
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
     command.validate_prompt_size(config)
     if config.workspace is not None:  # git only: cloned by an exec (agent_sandbox.workspaces), not the pod
         step_objects.refuse_workspace(config)
         step_objects.check_workspace(s.pod.settings, config)
     # The pod provider's other refusals, in its order, with this worker's bypass decision.
-    step = patterns.idle_pod_template(s.pod, config=config.replace(prompt="idle", workspace=None), worker_env=env)
-    base = patterns.idle_pod_template(s.pod, worker_env=env)
+    step_config = config.replace(prompt="idle", workspace=None, resume_environment_id=None)
+    step = patterns.idle_pod_template(s.pod, config=step_config, worker_env=env, environment=s.environment)
+    base = patterns.idle_pod_template(s.pod, worker_env=env, environment=s.environment)
     step_labels = {k: v for k, v in step.labels.items() if k not in _SCOPE_LABELS}
     if step.spec != base.spec or step_labels != dict(base.labels):
         raise errors.StepConfigError(
