@@ -28,6 +28,7 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 __all__ = [
     "DEFAULT_IMAGE",
     "IDLE_COMMAND",
+    "SESSIONS_STORAGE",
     "WORKSPACE_PATH",
     "PatternOptions",
     "agent_config",
@@ -36,6 +37,7 @@ __all__ = [
     "environment_pvc",
     "idle_pod_template",
     "pattern_labels",
+    "persistent_claim",
     "pool_and_claim",
     "render_custom_egress",
     "render_ephemeral",
@@ -45,6 +47,7 @@ __all__ = [
     "router_ingress",
     "sandbox_template",
     "secure_default_egress",
+    "sessions_pvc",
     "standalone_pvc",
 ]
 
@@ -52,6 +55,8 @@ __all__ = [
 #: IMAGE_TAG file, never ``latest``); pass ``--image`` with your registry's name.
 DEFAULT_IMAGE: Final = f"ironflow-claude-runner:{cli.CLAUDE_CODE_VERSION}-1"
 WORKSPACE_PATH: Final = "/workspace"
+#: The size of a sessions claim ``apply-template`` creates (transcripts are small).
+SESSIONS_STORAGE: Final = "1Gi"
 #: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
 IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 _NOW: Final = 0  # patterns carry no expiry: the clock value never reaches them
@@ -232,13 +237,27 @@ def sandbox_template(
     )
 
 
-def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+def persistent_claim(name: str, namespace: str, storage: str, labels_: Mapping[str, str]) -> dict[str, Any]:
+    """A ReadWriteOnce PersistentVolumeClaim of the cluster's default class."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": opts.namespace, "labels": dict(pattern_labels(opts))},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels_)},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
     }
+
+
+def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+    return persistent_claim(name, opts.namespace, opts.storage, pattern_labels(opts))
+
+
+def sessions_pvc(provider: K8sEphemeralProvider, labels_: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The provider's sessions claim (``~/.claude/projects``), none without ``sessions_volume``:
+    what keeps Claude's conversations from one sandbox to a later one (``--continue``, ``--resume``)."""
+    claim = provider.settings.sessions_claim
+    if claim is None:
+        return []
+    return [persistent_claim(claim, provider.settings.namespace, SESSIONS_STORAGE, labels_)]
 
 
 def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:

@@ -146,11 +146,12 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
 
 
 def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
-    """The environment claim (with ``environment_volume``), then the SandboxTemplate and
-    SandboxWarmPool as API objects (checked and schema-validated), in creation order."""
+    """The environment claim (``environment_volume``) and the sessions claim (``sessions_volume``),
+    then the SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated),
+    in creation order."""
     managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
-    env = patterns.environment_pvc(s.pod, s.template, managed)
-    return [*env, *manifests.render_all(list(template_values(s)))]
+    claims = [*patterns.environment_pvc(s.pod, s.template, managed), *patterns.sessions_pvc(s.pod, managed)]
+    return [*claims, *manifests.render_all(list(template_values(s)))]
 
 
 def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
@@ -167,10 +168,11 @@ def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
             f"reach the auth proxy at {proxy}; allow it with network_policy rules, or set the policy unmanaged "
             "and rely on ironflow's egress-profile policies"
         )
-    if s.environment is not None and s.replicas > 1:
+    shared = [c for c in (s.environment, s.pod.settings.sessions_claim) if c is not None]
+    if shared and s.replicas > 1:
         found.append(
-            f"every sandbox of the pool mounts the one environment claim {s.environment} (ReadWriteOnce): "
-            f"{s.replicas} warm sandboxes can only run on one node and share its files; keep replicas at 1"
+            f"every sandbox of the pool mounts the claims {', '.join(shared)} (ReadWriteOnce): {s.replicas} warm "
+            "sandboxes can only run on one node and share their files; keep replicas at 1"
         )
     return tuple(found)
 
@@ -197,6 +199,11 @@ def check_step(
         raise errors.StepConfigError(
             f"agent-sandbox steps mount their template's environment, {where}, not '{resume}': run the step "
             "without resume_environment, or on --backend k8s"
+        )
+    if (config.continue_session or config.resume_session_id is not None) and s.pod.settings.sessions_claim is None:
+        raise errors.StepConfigError(
+            "continuing a conversation on agent-sandbox needs the sessions volume: set sandbox.sessions_claim in "
+            "the pod settings (a PVC at ~/.claude/projects, created by 'ironflow sandbox apply-template')"
         )
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
     command.validate_prompt_size(config)

@@ -72,7 +72,7 @@ def test_a_step_resuming_another_environment_is_refused_naming_the_templates() -
 def test_a_pool_of_several_sandboxes_on_one_environment_is_warned_about() -> None:
     settings = AgentSandboxProvider(AT_WORKSPACE).warm_pool(replicas=2).settings
     (warning,) = sandbox_steps.template_warnings(settings)
-    assert "one environment claim ironflow-agent-env (ReadWriteOnce)" in warning
+    assert "mounts the claims ironflow-agent-env (ReadWriteOnce)" in warning
 
 
 @pytest.mark.parametrize("pattern", ["ephemeral", "standalone-pvc", "warm-pool", "network-secure"])
