@@ -139,12 +139,13 @@ def agent_pod_template(
     *,
     workspace: Mapping[str, Any] | None = None,
     environment: str | None = None,
+    token_wait: bool = False,
 ) -> models.PodTemplate:
     """The provider's pod for ``config`` as a pod template (the agent runs as the container's command).
 
     ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``, unless
     the environment volume is mounted there; ``environment`` names the environment claim
-    (:func:`environment_claim`). Behind
+    (:func:`environment_claim`). With ``token_wait``, behind
     an auth proxy the agent first waits for its token, which ``AgentSandboxProvider.deliver_token``
     writes over exec once the pod runs (:func:`~ironflow.agent_sandbox.deliveries.token_wait_prefix`):
     the template carries the proxy's address, never a token.
@@ -152,7 +153,7 @@ def agent_pod_template(
     pod = _pod(provider, config, environment=environment)
     spec = pod["spec"]
     proxy = provider.settings.auth_proxy_url
-    if proxy is not None:
+    if proxy is not None and token_wait:
         main = spec["containers"][0]
         shell, script = main["command"][:-1], main["command"][-1]
         main["command"] = [*shell, deliveries.token_wait_prefix(proxy) + script]
@@ -263,7 +264,9 @@ def sessions_pvc(provider: K8sEphemeralProvider, labels_: Mapping[str, str]) -> 
 def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
     provider = opts.resolved_provider()
     env = environment_claim(opts.name)
-    template = agent_pod_template(provider, agent_config(opts), workspace={"emptyDir": {}}, environment=env)
+    template = agent_pod_template(
+        provider, agent_config(opts), workspace={"emptyDir": {}}, environment=env, token_wait=True
+    )
     sandbox = models.Sandbox(
         name=opts.name,
         namespace=opts.namespace,
@@ -286,7 +289,9 @@ def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
-        pod_template=agent_pod_template(provider, agent_config(opts), environment=environment_claim(opts.name)),
+        pod_template=agent_pod_template(
+            provider, agent_config(opts), environment=environment_claim(opts.name), token_wait=True
+        ),
         shutdown_policy=models.ShutdownPolicy.RETAIN,
         labels=pattern_labels(opts),
     )
