@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.agent_sandbox import catalog, patterns
+from ironflow.agent_sandbox import catalog, patterns, schemas
 from ironflow.agent_sandbox import steps as sandbox_steps
+from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.provider import K8sEphemeralProvider
@@ -97,3 +98,14 @@ def test_pattern_with_the_environment_elsewhere_keeps_its_own_workspace() -> Non
     assert len(mounts_at(spec, "/workspace")) == 1
     assert len(mounts_at(spec, "/data")) == 1
     assert {"name": "workspace", "emptyDir": {}} in spec["volumes"]
+
+
+@pytest.mark.parametrize("version", list(ApiVersion))
+@pytest.mark.parametrize("pattern", ["ephemeral", "standalone-pvc", "warm-pool", "network-secure"])
+def test_patterns_with_an_environment_and_a_proxy_validate_against_the_crds(pattern: str, version: ApiVersion) -> None:
+    provider = AT_WORKSPACE.auth_proxy("http://auth-proxy.ironflow:8080")
+    objects = catalog.render_pattern(pattern, patterns.PatternOptions(provider=provider, api_version=version))
+    checked = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
+    assert checked
+    for obj in checked:
+        assert schemas.schema_problems(obj) == []
