@@ -60,9 +60,20 @@ _SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
     ),
     "max_turns": (int,),
     "max_budget_usd": (float, int),
-    **dict.fromkeys(("strict_mcp_config", "bare", "verbose"), (bool,)),
+    **dict.fromkeys(("strict_mcp_config", "bare", "verbose", "continue_session"), (bool,)),
 }  # fmt: skip
 _TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _session_problem(config: AgentConfig) -> str | None:
+    """Why the conversation settings cannot go on Claude's command line together, or None."""
+    for name in ("resume_session_id", "session_id"):
+        value = getattr(config, name)
+        if value is not None and not _RESUME_ID.fullmatch(value):
+            return f"{name} must only hold [A-Za-z0-9_-], got {value!r}"
+    if config.continue_session and (config.resume_session_id is not None or config.session_id is not None):
+        return "continue_session carries on the latest conversation: leave out resume_session_id and session_id"
+    return None
 
 
 def _scalar_type_problem(config: object) -> str | None:
@@ -190,6 +201,9 @@ class AgentConfig:
     json_schema: Mapping[str, Any] | None = None
     resume_session_id: str | None = None
     session_id: str | None = None
+    #: ``claude --continue``: carry on the latest conversation of the working directory, which a
+    #: backend keeps only with a sessions volume (``sessions_dir``, ``sessions_claim``).
+    continue_session: bool = False
     #: Mount this persistent environment (an earlier ``AgentResult.environment_id``) instead of a new one.
     resume_environment_id: str | None = None
     verbose: bool = False
@@ -232,10 +246,9 @@ class AgentConfig:
             raise errors.ConfigError("max_turns must be greater than 0")
         if self.max_budget_usd is not None and not (math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0):
             raise errors.ConfigError("budget must be a positive finite number")
-        for name in ("resume_session_id", "session_id"):
-            value = getattr(self, name)
-            if value is not None and not _RESUME_ID.fullmatch(value):
-                raise errors.ConfigError(f"{name} must only hold [A-Za-z0-9_-], got {value!r}")
+        session_problem = _session_problem(self)
+        if session_problem is not None:
+            raise errors.ConfigError(session_problem)
         if self.resume_environment_id is not None and not environment_id_valid(self.resume_environment_id):
             raise errors.ConfigError(invalid_environment_id_message(self.resume_environment_id))
         if self.json_schema is not None and self.allowed_tools:

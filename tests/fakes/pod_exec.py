@@ -63,8 +63,9 @@ def _env(container: Mapping[str, Any]) -> dict[str, str]:
 
 def run_pod(pod: Mapping[str, Any], root: Path, *, extra_binds: Mapping[str, str] | None = None,
             configmaps: Mapping[str, Mapping[str, Any]] | None = None, claims: Mapping[str, Path] | None = None,
-            timeout_s: float = 60) -> PodRun:  # fmt: skip
-    """Run ``pod``'s init containers, then its first container; each emptyDir under ``root``,
+            empty_dirs: Mapping[str, Path] | None = None, timeout_s: float = 60) -> PodRun:  # fmt: skip
+    """Run ``pod``'s init containers, then its first container; each emptyDir under ``root``
+    (or the existing directory ``empty_dirs`` names for it, e.g. where an exec already wrote),
     each ConfigMap volume (from ``configmaps``, by name) as its keys' files, each claim the
     directory ``claims`` names for it."""
     spec = pod["spec"]
@@ -72,6 +73,9 @@ def run_pod(pod: Mapping[str, Any], root: Path, *, extra_binds: Mapping[str, str
     for volume in spec.get("volumes", []):
         if "persistentVolumeClaim" in volume:
             volumes[volume["name"]] = (claims or {})[volume["persistentVolumeClaim"]["claimName"]]
+            continue
+        if volume["name"] in (empty_dirs or {}):
+            volumes[volume["name"]] = (empty_dirs or {})[volume["name"]]
             continue
         place = root / volume["name"]
         place.mkdir(parents=True)

@@ -3,20 +3,24 @@
 :func:`merge_patch_to` is pure: the RFC 7386 merge patch that turns the stored object's
 labels, annotations and spec into the desired ones (removed keys become ``null``, lists are
 replaced whole), so an update never leaves a stale field behind. :func:`apply_objects`
-creates what is missing and patches what differs; status and server fields are never sent.
+creates what is missing and patches what differs (a PersistentVolumeClaim is only created);
+status and server fields are never sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow.agent_sandbox import schemas
 from ironflow.kube import api as kube
 
 __all__ = ["Applied", "apply_objects", "merge_patch_to"]
+
+#: Kept as they are once they exist: a bound claim's spec cannot change, and its data is the point.
+_CREATE_ONLY: Final = frozenset({"PersistentVolumeClaim"})
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ async def apply_objects(
         except errors.KubeNotFound:
             await api.create(resource, namespace, obj)
             out.append(Applied(kind, name, "created"))
+            continue
+        if kind in _CREATE_ONLY:
+            out.append(Applied(kind, name, "unchanged"))
             continue
         patch = merge_patch_to(current, obj, spec_schema=_spec_schema(kind, str(obj.get("apiVersion", ""))))
         if patch:

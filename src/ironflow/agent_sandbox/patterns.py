@@ -5,7 +5,9 @@ renders for a step (uid 10001, read-only root, capabilities dropped, no service-
 token, egress-profile label, runtime class, managed settings, profile copy): the pattern
 calls the provider's ``manifests()`` and takes the Pod's spec and labels, so the two can
 never drift. A pod that waits in a warm pool runs an idle loop instead of the agent (the
-provider execs the agent into it per step) and has no ``activeDeadlineSeconds``.
+provider execs the agent into it per step) and has no ``activeDeadlineSeconds``. A pod that
+runs the agent itself (ephemeral, standalone-pvc) behind an auth proxy waits for its token,
+delivered over exec once the pod exists: no pattern ever holds a token.
 
 The registry of patterns by name is :mod:`~ironflow.agent_sandbox.catalog`.
 """
@@ -18,19 +20,24 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import manifests, models
+from ironflow.agent_sandbox import deliveries, manifests, models
 from ironflow.claude import cli
+from ironflow.k8s import environments
 from ironflow.k8s.provider import K8sEphemeralProvider
 
 __all__ = [
     "DEFAULT_IMAGE",
     "IDLE_COMMAND",
+    "SESSIONS_STORAGE",
     "WORKSPACE_PATH",
     "PatternOptions",
     "agent_config",
     "agent_pod_template",
+    "environment_claim",
+    "environment_pvc",
     "idle_pod_template",
     "pattern_labels",
+    "persistent_claim",
     "pool_and_claim",
     "render_custom_egress",
     "render_ephemeral",
@@ -40,6 +47,7 @@ __all__ = [
     "router_ingress",
     "sandbox_template",
     "secure_default_egress",
+    "sessions_pvc",
     "standalone_pvc",
 ]
 
@@ -47,10 +55,15 @@ __all__ = [
 #: IMAGE_TAG file, never ``latest``); pass ``--image`` with your registry's name.
 DEFAULT_IMAGE: Final = f"ironflow-claude-runner:{cli.CLAUDE_CODE_VERSION}-1"
 WORKSPACE_PATH: Final = "/workspace"
+#: The size of a sessions claim ``apply-template`` creates (transcripts are small).
+SESSIONS_STORAGE: Final = "1Gi"
 #: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
 IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 _NOW: Final = 0  # patterns carry no expiry: the clock value never reaches them
 _PRIVATE_V4: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+_ENVIRONMENT_SUFFIX: Final = "env"
+#: Whose environment a pod template mounts when its caller names none (a KRO resource's).
+_DEFAULT_ENVIRONMENT_OWNER: Final = "ironflow-agent"
 
 
 @dataclass(frozen=True)
@@ -76,24 +89,75 @@ class PatternOptions:
         return base.namespace(self.namespace)
 
 
+def environment_claim(name: str) -> str:
+    """The one environment claim of template or pattern ``name``: the same on every render, so a
+    re-apply changes nothing, and every sandbox of the template mounts the same environment."""
+    return f"{name}-{_ENVIRONMENT_SUFFIX}"
+
+
+def environment_pvc(provider: K8sEphemeralProvider, name: str, labels_: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The environment claim of template ``name`` (none without ``environment_volume``), rendered
+    to be created before the template: no expiry annotation, it lives as long as the template."""
+    volume = provider.settings.environment
+    if volume is None:
+        return []
+    claim = environments.build_environment_claim(
+        environment_claim(name), namespace=provider.settings.namespace, volume=volume, pod_labels={}, expires_at=0
+    )
+    del claim["metadata"]["annotations"]  # never reaped: the environment outlives every claim
+    claim["metadata"]["labels"] = {**labels_, **claim["metadata"]["labels"]}
+    return [claim]
+
+
+def _workspace_is_environment(provider: K8sEphemeralProvider) -> bool:
+    """The environment volume is mounted at ``/workspace``: it is the workspace (no second mount)."""
+    volume = provider.settings.environment
+    return volume is not None and volume.mount_path.rstrip("/") == WORKSPACE_PATH
+
+
 def _pod(
-    provider: K8sEphemeralProvider, config: steps.AgentConfig, worker_env: Mapping[str, str] | None = None
+    provider: K8sEphemeralProvider,
+    config: steps.AgentConfig,
+    worker_env: Mapping[str, str] | None = None,
+    environment: str | None = None,
 ) -> dict[str, Any]:
-    objects = provider.manifests(config, now=_NOW, worker_env=worker_env or {}, pod_name="pattern")
+    """The provider's pod; its environment claim (if any) is ``environment``, never a random name."""
+    objects = provider.manifests(
+        config,
+        now=_NOW,
+        worker_env=worker_env or {},
+        pod_name="pattern",
+        environment_id=environment or environment_claim(_DEFAULT_ENVIRONMENT_OWNER),
+    )
     pods = [o for o in objects if o.get("kind") == "Pod"]
     return pods[0]
 
 
 def agent_pod_template(
-    provider: K8sEphemeralProvider, config: steps.AgentConfig, *, workspace: Mapping[str, Any] | None = None
+    provider: K8sEphemeralProvider,
+    config: steps.AgentConfig,
+    *,
+    workspace: Mapping[str, Any] | None = None,
+    environment: str | None = None,
+    token_wait: bool = False,
 ) -> models.PodTemplate:
     """The provider's pod for ``config`` as a pod template (the agent runs as the container's command).
 
-    ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``.
+    ``workspace`` is a volume source (e.g. ``{"emptyDir": {}}``) mounted at ``/workspace``, unless
+    the environment volume is mounted there; ``environment`` names the environment claim
+    (:func:`environment_claim`). With ``token_wait``, behind
+    an auth proxy the agent first waits for its token, which ``AgentSandboxProvider.deliver_token``
+    writes over exec once the pod runs (:func:`~ironflow.agent_sandbox.deliveries.token_wait_prefix`):
+    the template carries the proxy's address, never a token.
     """
-    pod = _pod(provider, config)
+    pod = _pod(provider, config, environment=environment)
     spec = pod["spec"]
-    if workspace is not None:
+    proxy = provider.settings.auth_proxy_url
+    if proxy is not None and token_wait:
+        main = spec["containers"][0]
+        shell, script = main["command"][:-1], main["command"][-1]
+        main["command"] = [*shell, deliveries.token_wait_prefix(proxy) + script]
+    if workspace is not None and not _workspace_is_environment(provider):
         spec.setdefault("volumes", []).append({"name": "workspace", **copy.deepcopy(dict(workspace))})
         spec["containers"][0].setdefault("volumeMounts", []).append({"name": "workspace", "mountPath": WORKSPACE_PATH})
     return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))
@@ -105,19 +169,21 @@ def idle_pod_template(
     workspace_vct: str | None = None,
     config: steps.AgentConfig | None = None,
     worker_env: Mapping[str, str] | None = None,
+    environment: str | None = None,
 ) -> models.PodTemplate:
     """The provider's hardened pod, idle: what a template and its warm pool keep ready for ``exec``.
 
     ``workspace_vct`` mounts the PVC of that volume claim template at ``/workspace`` (the
-    controller injects the volume itself). ``worker_env`` is the worker's environment, as the
+    controller injects the volume itself), unless the environment volume is mounted there:
+    ``environment`` names its claim (:func:`environment_claim`). ``worker_env`` is the worker's environment, as the
     provider's ``manifests()`` takes it (default: none, so a bypass-permissions step is refused).
     """
-    pod = _pod(provider, config or steps.AgentConfig(prompt="idle"), worker_env)
+    pod = _pod(provider, config or steps.AgentConfig(prompt="idle"), worker_env, environment)
     spec = pod["spec"]
     spec.pop("activeDeadlineSeconds", None)  # a pool member waits for as long as it takes
     main = spec["containers"][0]
     main["command"] = ["sh", "-c", IDLE_COMMAND]
-    if workspace_vct is not None:
+    if workspace_vct is not None and not _workspace_is_environment(provider):
         main.setdefault("volumeMounts", []).append({"name": workspace_vct, "mountPath": WORKSPACE_PATH})
     return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))
 
@@ -158,29 +224,49 @@ def sandbox_template(
     policy: models.NetworkPolicyRules | None = None,
     management: models.NetworkPolicyManagement | None = models.NetworkPolicyManagement.MANAGED,
 ) -> models.SandboxTemplate:
+    provider = opts.resolved_provider()
+    own_workspace = () if _workspace_is_environment(provider) else ("workspace",)
     return models.SandboxTemplate(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
-        pod_template=idle_pod_template(opts.resolved_provider(), workspace_vct="workspace"),
-        volume_claim_templates=(models.VolumeClaimTemplate("workspace", storage=opts.storage),),
+        pod_template=idle_pod_template(provider, workspace_vct="workspace", environment=environment_claim(opts.name)),
+        volume_claim_templates=tuple(models.VolumeClaimTemplate(n, storage=opts.storage) for n in own_workspace),
         network_policy_management=management,
         network_policy=policy,
         labels=pattern_labels(opts),
     )
 
 
-def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+def persistent_claim(name: str, namespace: str, storage: str, labels_: Mapping[str, str]) -> dict[str, Any]:
+    """A ReadWriteOnce PersistentVolumeClaim of the cluster's default class."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": opts.namespace, "labels": dict(pattern_labels(opts))},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels_)},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
     }
 
 
+def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
+    return persistent_claim(name, opts.namespace, opts.storage, pattern_labels(opts))
+
+
+def sessions_pvc(provider: K8sEphemeralProvider, labels_: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The provider's sessions claim (``~/.claude/projects``), none without ``sessions_volume``:
+    what keeps Claude's conversations from one sandbox to a later one (``--continue``, ``--resume``)."""
+    claim = provider.settings.sessions_claim
+    if claim is None:
+        return []
+    return [persistent_claim(claim, provider.settings.namespace, SESSIONS_STORAGE, labels_)]
+
+
 def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
-    template = agent_pod_template(opts.resolved_provider(), agent_config(opts), workspace={"emptyDir": {}})
+    provider = opts.resolved_provider()
+    env = environment_claim(opts.name)
+    template = agent_pod_template(
+        provider, agent_config(opts), workspace={"emptyDir": {}}, environment=env, token_wait=True
+    )
     sandbox = models.Sandbox(
         name=opts.name,
         namespace=opts.namespace,
@@ -189,21 +275,27 @@ def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
         shutdown_policy=models.ShutdownPolicy.DELETE,
         labels=pattern_labels(opts),
     )
-    return [manifests.render(sandbox)]
+    return [*environment_pvc(provider, opts.name, pattern_labels(opts)), manifests.render(sandbox)]
 
 
 def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
     workspace, memory = f"{opts.name}-workspace", f"{opts.name}-memory"
-    provider = opts.resolved_provider().pvc_volume(workspace, WORKSPACE_PATH).sessions_volume(memory)
+    provider = opts.resolved_provider().sessions_volume(memory)
+    own = [standalone_pvc(opts, memory)]
+    if not _workspace_is_environment(provider):  # else the environment claim is the workspace
+        provider = provider.pvc_volume(workspace, WORKSPACE_PATH)
+        own.insert(0, standalone_pvc(opts, workspace))
     sandbox = models.Sandbox(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
-        pod_template=agent_pod_template(provider, agent_config(opts)),
+        pod_template=agent_pod_template(
+            provider, agent_config(opts), environment=environment_claim(opts.name), token_wait=True
+        ),
         shutdown_policy=models.ShutdownPolicy.RETAIN,
         labels=pattern_labels(opts),
     )
-    return [standalone_pvc(opts, workspace), standalone_pvc(opts, memory), manifests.render(sandbox)]
+    return [*own, *environment_pvc(provider, opts.name, pattern_labels(opts)), manifests.render(sandbox)]
 
 
 def pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> list[models.AgentSandboxObject]:
@@ -230,13 +322,17 @@ def pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> li
     return [template, pool, claim]
 
 
+def _template_environment(opts: PatternOptions) -> list[dict[str, Any]]:
+    return environment_pvc(opts.resolved_provider(), opts.name, pattern_labels(opts))
+
+
 def render_warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
-    return manifests.render_all(pool_and_claim(opts, sandbox_template(opts)))
+    return [*_template_environment(opts), *manifests.render_all(pool_and_claim(opts, sandbox_template(opts)))]
 
 
 def render_network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
     def render(opts: PatternOptions) -> list[dict[str, Any]]:
-        return [manifests.render(sandbox_template(opts, policy=policy))]
+        return [*_template_environment(opts), manifests.render(sandbox_template(opts, policy=policy))]
 
     return render
 
@@ -251,4 +347,4 @@ def render_custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
             rule["ports"] = [{"protocol": "TCP", "port": port}]
         rules.append(rule)
     policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
-    return [manifests.render(sandbox_template(opts, policy=policy))]
+    return [*_template_environment(opts), manifests.render(sandbox_template(opts, policy=policy))]

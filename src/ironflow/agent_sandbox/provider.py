@@ -194,10 +194,15 @@ class AgentSandboxProvider(ProviderBase):
         return claims.resources(self.settings.api_version)
 
     async def apply_template(self, api: kube.KubeApi | None = None) -> list[apply.Applied]:
-        """Create or update the SandboxTemplate and SandboxWarmPool these settings describe."""
+        """Create or update the SandboxTemplate and SandboxWarmPool these settings describe, after
+        creating their environment claim (``environment_volume``) if it does not exist."""
         s = self.settings
         client = api if api is not None else await self.runner().api()
-        kinds = {"SandboxTemplate": self.resources.templates, "SandboxWarmPool": self.resources.pools}
+        kinds = {
+            "PersistentVolumeClaim": kube.PERSISTENTVOLUMECLAIMS,
+            "SandboxTemplate": self.resources.templates,
+            "SandboxWarmPool": self.resources.pools,
+        }
         return await apply.apply_objects(client, kinds, s.namespace, sandbox_steps.template_objects(s))
 
     def runner(
@@ -222,6 +227,13 @@ class AgentSandboxProvider(ProviderBase):
     async def release_run(self, run_id: str) -> int:
         async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.release_run(run_id)
+
+    async def deliver_token(self, sandbox: str, *, run_id: str | None = None) -> str:
+        """Give the agent of a rendered ``ephemeral`` or ``standalone-pvc`` Sandbox its proxy token:
+        issued once the pod runs, written in over exec stdin (the pattern's agent waits for it);
+        returns the token's id. See :meth:`SandboxStepRunner.deliver_token`."""
+        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
+            return await r.deliver_token(sandbox, run_id=run_id)
 
     async def aclose(self) -> None:
         """Close the API clients this provider opened on the running loop."""

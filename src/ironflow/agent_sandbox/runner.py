@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ironflow import errors, labels, results, steps, tracing, workspace_frames
-from ironflow.agent_sandbox import claims, workspaces
+from ironflow.agent_sandbox import claims, deliveries, workspaces
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
+from ironflow.k8s import environments, pod_wait, pods, reaper
 from ironflow.k8s import manifests as pod_manifests
-from ironflow.k8s import pod_wait, pods, reaper
 from ironflow.kube import api as kube
 from ironflow.kube import connections, informer, pod_problems, pod_status
 from ironflow.provider import LogSink
@@ -126,6 +126,55 @@ class SandboxStepRunner:
         return await claims.wait_for(
             await self.api(), self.resources.claims, self.namespace, claim, condition, timeout_s=timeout_s
         )
+
+    async def deliver_token(self, sandbox: str, *, run_id: str | None = None, step: str = "agent") -> str:
+        """Issue a proxy token for a Sandbox whose pod runs the agent itself (the ephemeral and
+        standalone-pvc patterns) and write it in over exec stdin once the pod runs; returns the
+        token's id (revoke it with the issuer; it expires with the pod's lifetime otherwise).
+
+        The token is issued only once the pod runs, and reaches it only as exec stdin.
+
+        Raises:
+            ConfigError: no auth proxy (nothing to deliver) or no issuer.
+            OperationTimeout: the pod did not run within the ready timeout.
+            SandboxFailed, SandboxRefused: the cluster says the pod will not run.
+            KubernetesError: the pod ended before the token reached it, or the write failed.
+        """
+        s = self.settings
+        if s.auth_proxy_url is None or self.issuer is None:
+            raise errors.ConfigError("deliver_token needs a pod provider with auth_proxy(url) (and its admin key)")
+        api = await self.api()
+        timeout = s.ready_timeout_s
+        async with pods.watching(api, self.namespace):
+            pod = await self._pod_name(api, sandbox)
+            grace = pod_problems.PullGrace(s.pod.settings.image_pull_grace_s)
+            found = await pod_wait.wait_for(api, self.namespace, pod, pod_status.pod_started, timeout, grace)
+        if found is None:
+            raise errors.OperationTimeout(
+                f"the pod of Sandbox '{sandbox}' did not run within {timeout:g}s: no token was issued"
+            )
+        if pod_status.phase(found) != "Running":
+            raise errors.KubernetesError(
+                f"the pod of Sandbox '{sandbox}' is {pod_status.phase(found)}: its agent no longer waits for a token",
+                status=409,
+            )
+        config = steps.AgentConfig(prompt=f"sandbox {sandbox}")  # the issuer reads account and trace only
+        token_id, token = await issuing.issue_step_token(
+            self.issuer, config, run_id or sandbox, step, s.expires_at(int(time.time()))
+        )
+        raw = token.reveal().encode()
+        argv = deliveries.write_file_command(deliveries.PROXY_TOKEN_FILE, len(raw))
+        try:
+            result = await api.exec(self.namespace, pod, argv, container=pod_manifests.CONTAINER_NAME, stdin=raw)
+        except BaseException:
+            await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
+            raise
+        if result.exit_code != 0:
+            await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
+            raise errors.KubernetesError(
+                f"could not write the proxy token into pod '{pod}': exit {result.exit_code}", status=500
+            )
+        return token_id
 
     # -- one step --
 
@@ -298,6 +347,7 @@ class SandboxStepRunner:
             parsed = output.parse_output(stdout, config, wall_ms=wall_ms)
         else:
             parsed = output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
+        parsed = environments.with_environment(parsed, self.settings.environment)
         return parsed if changes is None else dataclasses.replace(parsed, workspace=changes)
 
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import manifests, models, patterns, workspace_execs
+from ironflow.agent_sandbox import deliveries, manifests, models, patterns, workspace_execs
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s import step_objects
@@ -43,11 +43,9 @@ __all__ = [
 
 DEFAULT_READY_TIMEOUT_S: Final = 120.0
 #: Under HOME (an emptyDir of the hardened pod): where the token and a large prompt land.
-TOKEN_DIR: Final = ".ironflow"  # noqa: S105 - a directory name
+TOKEN_DIR: Final = deliveries.TOKEN_DIR
 #: Written into a step's pod labels by ``AgentConfig.scoped`` (transitional): not a pod change.
 _SCOPE_LABELS: Final = (labels.LABEL_RUN_ID, labels.LABEL_STEP, labels.LABEL_ROOT_RUN_ID)
-#: Stands in for the token when the proxy env is asked which variable carries it.
-_TOKEN_MARK: Final = "\0token"  # noqa: S105 - a marker, never a token
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,11 @@ class AgentSandboxSettings:
     @property
     def pool(self) -> str:
         return self.warm_pool or self.template
+
+    @property
+    def environment(self) -> str | None:
+        """The environment claim every sandbox of the template mounts (None without ``environment_volume``)."""
+        return patterns.environment_claim(self.template) if self.pod.settings.environment is not None else None
 
     @property
     def cluster_config(self) -> clusters.ClusterConfig | None:
@@ -125,7 +128,7 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
         name=s.template,
         namespace=s.namespace,
         api_version=s.api_version,
-        pod_template=patterns.idle_pod_template(s.pod),
+        pod_template=patterns.idle_pod_template(s.pod, environment=s.environment),
         network_policy_management=s.network_policy_management,
         network_policy=s.network_policy,
         labels=managed,
@@ -143,8 +146,12 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
 
 
 def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
-    """The SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated)."""
-    return manifests.render_all(list(template_values(s)))
+    """The environment claim (``environment_volume``) and the sessions claim (``sessions_volume``),
+    then the SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated),
+    in creation order."""
+    managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
+    claims = [*patterns.environment_pvc(s.pod, s.template, managed), *patterns.sessions_pvc(s.pod, managed)]
+    return [*claims, *manifests.render_all(list(template_values(s)))]
 
 
 def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
@@ -154,13 +161,20 @@ def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
         None,
         models.NetworkPolicyManagement.MANAGED,
     )
+    found: list[str] = []
     if proxy is not None and default_policy:
-        return (
+        found.append(
             f"the controller's default NetworkPolicy blocks cluster DNS and private addresses: the agent may not "
             f"reach the auth proxy at {proxy}; allow it with network_policy rules, or set the policy unmanaged "
-            "and rely on ironflow's egress-profile policies",
+            "and rely on ironflow's egress-profile policies"
         )
-    return ()
+    shared = [c for c in (s.environment, s.pod.settings.sessions_claim) if c is not None]
+    if shared and s.replicas > 1:
+        found.append(
+            f"every sandbox of the pool mounts the claims {', '.join(shared)} (ReadWriteOnce): {s.replicas} warm "
+            "sandboxes can only run on one node and share their files; keep replicas at 1"
+        )
+    return tuple(found)
 
 
 # -- a step --
@@ -179,14 +193,27 @@ def check_step(
         StepConfigError also when the step changes the pod (a warm pod's spec is the template's).
     """
     env = worker_env if worker_env is not None else {}
+    resume = config.resume_environment_id
+    if resume is not None and resume != s.environment:
+        where = f"'{s.environment}'" if s.environment is not None else "none (no environment_volume)"
+        raise errors.StepConfigError(
+            f"agent-sandbox steps mount their template's environment, {where}, not '{resume}': run the step "
+            "without resume_environment, or on --backend k8s"
+        )
+    if (config.continue_session or config.resume_session_id is not None) and s.pod.settings.sessions_claim is None:
+        raise errors.StepConfigError(
+            "continuing a conversation on agent-sandbox needs the sessions volume: set sandbox.sessions_claim in "
+            "the pod settings (a PVC at ~/.claude/projects, created by 'ironflow sandbox apply-template')"
+        )
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).
     command.validate_prompt_size(config)
     if config.workspace is not None:  # git only: cloned by an exec (agent_sandbox.workspaces), not the pod
         step_objects.refuse_workspace(config)
         step_objects.check_workspace(s.pod.settings, config)
     # The pod provider's other refusals, in its order, with this worker's bypass decision.
-    step = patterns.idle_pod_template(s.pod, config=config.replace(prompt="idle", workspace=None), worker_env=env)
-    base = patterns.idle_pod_template(s.pod, worker_env=env)
+    step_config = config.replace(prompt="idle", workspace=None, resume_environment_id=None)
+    step = patterns.idle_pod_template(s.pod, config=step_config, worker_env=env, environment=s.environment)
+    base = patterns.idle_pod_template(s.pod, worker_env=env, environment=s.environment)
     step_labels = {k: v for k, v in step.labels.items() if k not in _SCOPE_LABELS}
     if step.spec != base.spec or step_labels != dict(base.labels):
         raise errors.StepConfigError(
@@ -229,22 +256,6 @@ def claim_manifest(s: AgentSandboxSettings, config: steps.AgentConfig, *, name: 
     return manifests.render(claim)
 
 
-def _write_file_command(name: str, size: int) -> tuple[str, ...]:
-    """Read exactly ``size`` bytes of stdin into ``$HOME/.ironflow/<name>`` (0600); v4 exec has no EOF."""
-    target = f'"$HOME/{TOKEN_DIR}/{name}"'
-    script = f'umask 077 && mkdir -p "$HOME/{TOKEN_DIR}" && head -c {size} > {target}.part && mv {target}.part {target}'
-    return ("sh", "-c", script)
-
-
-def _token_prefix(proxy_url: str, file: str) -> str:
-    """Shell that moves the token file into the proxy env (:func:`~ironflow.claude.layout.proxy_env`)
-    and removes the file, so the token lives only in the agent's environment."""
-    env = layout.proxy_env(proxy_url, _TOKEN_MARK)
-    (token_var,) = (k for k, v in env.items() if v == _TOKEN_MARK)
-    others = " ".join(f"{k}={command.shell_quote(v)}" for k, v in env.items() if k != token_var)
-    return f'{token_var}="$(cat {file})" && rm -f {file} && export {token_var} {others} && '
-
-
 def exec_plan(
     s: AgentSandboxSettings,
     config: steps.AgentConfig,
@@ -263,19 +274,19 @@ def exec_plan(
     env = worker_env or {}
     command.validate_prompt_size(config)
     args = command.build_args(config, allow_bypass=env.get(layout.ALLOW_BYPASS_ENV) == "1")
-    deliveries: list[tuple[tuple[str, ...], bytes]] = []
+    execs: list[tuple[tuple[str, ...], bytes]] = []
     token_prefix = ""
     if proxy_token is not None:
         if s.auth_proxy_url is None:
             raise errors.ConfigError("proxy_token needs a pod provider with auth_proxy(url)")
         raw = proxy_token.reveal().encode()
-        deliveries.append((_write_file_command("proxy-token", len(raw)), raw))
-        token_prefix = _token_prefix(s.auth_proxy_url, f'"$HOME/{TOKEN_DIR}/proxy-token"')
+        execs.append((deliveries.write_file_command(deliveries.PROXY_TOKEN_FILE, len(raw)), raw))
+        token_prefix = deliveries.token_prefix(s.auth_proxy_url)
     stdin = "/dev/null"
     if command.prompt_via_stdin(config):
         prompt = config.prompt.encode()
-        deliveries.append((_write_file_command("prompt", len(prompt)), prompt))
-        stdin = f'"$HOME/{TOKEN_DIR}/prompt"'
+        execs.append((deliveries.write_file_command("prompt", len(prompt)), prompt))
+        stdin = deliveries.token_file("prompt")
     prefix = (
         f"exec <{stdin}; "
         + command.trace_prefix(config.trace_context)
@@ -289,4 +300,4 @@ def exec_plan(
         if workspace_commit is None:
             raise errors.ConfigError("a git workspace's step needs its starting commit (the clone's)")
         shell = workspace_execs.step_command(shell, spec, workspace_commit)
-    return ExecPlan(tuple(deliveries), ("sh", "-c", shell))
+    return ExecPlan(tuple(execs), ("sh", "-c", shell))

@@ -107,6 +107,8 @@ def build_args(config: steps.AgentConfig, *, allow_bypass: bool) -> list[str]:
         args += ["--json-schema", json.dumps(dict(config.json_schema), separators=(",", ":"))]
     if config.resume_session_id is not None:
         args += ["--resume", config.resume_session_id]
+    elif config.continue_session:
+        args.append("--continue")
     elif config.session_id is not None:
         args += ["--session-id", config.session_id]
     return args

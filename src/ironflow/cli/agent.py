@@ -48,6 +48,12 @@ from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["register"]
 
+_NO_SESSIONS = (
+    "--continue and --resume need Claude's sessions kept between steps: run with --backend k8s or agent-sandbox "
+    "and a provider file setting sandbox.sessions_claim (a PVC at ~/.claude/projects); a local step's HOME "
+    "goes with its sandbox"
+)
+
 
 class _Progress(logging.Handler):
     """Puts the newest ``ironflow.progress`` line (where the step's pod is) on the spinner."""
@@ -209,9 +215,22 @@ def agent(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show the agent's turns on stderr as they happen.")
     ] = False,
+    continue_session: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            help="Carry on the latest conversation (k8s or agent-sandbox with sandbox.sessions_claim).",
+        ),
+    ] = False,
+    resume: Annotated[
+        str | None,
+        typer.Option("--resume", metavar="SESSION", help="Carry on conversation SESSION (an earlier session_id)."),
+    ] = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = _prompt(prompt)
+    if continue_session and resume is not None:
+        exits.fail("--continue and --resume SESSION cannot be combined: --continue takes the latest conversation")
     script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)
     spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     tools = _tools(allowed_tools)
@@ -222,8 +241,11 @@ def agent(
         exits.fail("--fake-model runs only with --backend local")
     try:
         options: dict[str, Any] = {"workspace": spec, "allowed_tools": tools}
+        options.update(continue_session=continue_session, resume_session_id=resume)
         config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
         sink = _Turns() if verbose else None
+        if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
+            exits.fail(_NO_SESSIONS)
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose):
                 result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec), sink))
@@ -233,6 +255,8 @@ def agent(
             provider = backends.build_provider(
                 backend, provider_file=provider_file, isolation=isolation, timeout=timeout, git_hosts=ws.git_hosts(spec)
             )
+            if (continue_session or resume is not None) and backends.sessions_claim_of(provider) is None:
+                exits.fail(_NO_SESSIONS)
             with _progress(f"running the step in {backends.where(provider)}", quiet=verbose):
                 result = asyncio.run(_run_step(config, provider, sink))
     except errors.IronflowError as exc:

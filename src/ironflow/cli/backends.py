@@ -51,6 +51,7 @@ __all__ = [
     "k8s_provider",
     "kube_cluster",
     "require_namespace",
+    "sessions_claim_of",
     "where",
     "with_git_hosts",
 ]
@@ -151,6 +152,15 @@ def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:
 
     if isinstance(provider, AgentSandboxProvider):
         return provider.cluster_config
+    return None
+
+
+def sessions_claim_of(provider: AgentProvider) -> str | None:
+    """The PVC a provider keeps Claude's sessions on (``sandbox.sessions_claim``), None: none kept."""
+    if isinstance(provider, K8sEphemeralProvider):
+        return provider.settings.sessions_claim
+    if isinstance(provider, AgentSandboxProvider):
+        return provider.settings.pod.settings.sessions_claim
     return None
 
 

@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import shutil
 import sys
 import time
 import uuid
@@ -28,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakes import agent_sandbox_gc
+from tests.fakes import agent_sandbox_gc, pod_exec
 from tests.fakes.kubelet import UNSCHEDULABLE
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox import catalog, claims, patterns
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.auth_proxy import AdminClient, Credential
@@ -40,6 +41,7 @@ from ironflow.auth_proxy.app import run_auth_proxy
 from ironflow.auth_proxy.config import AuthProxyConfig
 from ironflow.claude.cli import find_claude_cli
 from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
+from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret, find_leaks
@@ -655,3 +657,155 @@ def _claude_cli() -> str:
         return find_claude_cli()
     except errors.ConfigError as exc:
         pytest.skip(f"Claude Code CLI not installed: {exc}")
+
+
+# -- a pattern whose pod runs the agent itself, behind the proxy --
+
+
+async def test_ephemeral_pattern_gets_its_token_after_its_pod_runs_and_reaches_the_model_through_the_real_proxy(
+    env: RealEnv, tmp_path: Path
+) -> None:
+    """``sandbox render ephemeral`` with an auth proxy: the real controller makes the pod from a
+    Sandbox that holds the proxy's address and no token; ``deliver_token`` issues one only once
+    kwok runs the pod and writes it over a real exec; the controller's pod, run in bubblewrap on
+    the HOME that exec wrote into, waits for it and calls the Messages API through the proxy."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    upstream_key = "sk-ant-api03-" + "p" * 24
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    (fake_bin / "claude").write_text(
+        "#!/usr/bin/python3\n"
+        "import json, os, urllib.request\n"
+        'body = {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}\n'
+        'req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", json.dumps(body).encode(),\n'
+        '    {"authorization": "Bearer " + os.environ["ANTHROPIC_AUTH_TOKEN"], "content-type": "application/json",\n'
+        '     "anthropic-version": "2023-06-01"})\n'
+        'print("status", urllib.request.urlopen(req, timeout=10).status)\n'
+    )
+    (fake_bin / "claude").chmod(0o755)
+    async with FakeAnthropic(required_credential=upstream_key) as fake:
+        config = AuthProxyConfig(admin_key=Secret(ADMIN_KEY), upstream=fake.url)
+        async with run_auth_proxy(config) as proxy:
+            credential = Credential("api_key", Secret(upstream_key))
+            async with AdminClient(proxy.url, ADMIN_KEY, credential=credential) as admin:
+                pod_settings = (
+                    K8sEphemeralProvider.sandboxed("img").namespace(env.ns).auth_proxy(proxy.url)
+                    .claude_path("/opt/fake/claude")
+                )  # fmt: skip
+                opts = patterns.PatternOptions(name="eph", namespace=env.ns, provider=pod_settings)
+                (sandbox,) = catalog.render_pattern("ephemeral", opts)
+                await env.api.create(_SANDBOX, env.ns, sandbox)
+                env.record_execs()
+                issued_when_running: list[bool] = []
+                issue = admin.issue
+
+                async def checked_issue(*args: Any, **kwargs: Any) -> Any:
+                    (pod,) = await asyncio.to_thread(env.pods)
+                    issued_when_running.append(pod["status"].get("phase") == "Running")
+                    return await issue(*args, **kwargs)
+
+                admin.issue = checked_issue  # type: ignore[method-assign]
+                p = AgentSandboxProvider(pod_settings)
+                token_id = await p.runner(api=env.api, issuer=admin, worker_env={}).deliver_token("eph", run_id=RUN)
+                assert issued_when_running == [True]
+                token_file = env.home / ".ironflow" / "proxy-token"
+                token = token_file.read_text()
+                assert token.startswith("ifap_")
+                assert token_file.stat().st_mode & 0o777 == 0o600
+                (delivery,) = env.execs
+                assert delivery.pod == "eph"
+                assert delivery.stdin == token.encode()
+                configmaps = env._list(k8s.CONFIGMAPS)
+                assert find_leaks([token], env.sandboxes(), env.pods(), configmaps, delivery.command) == []
+                (pod,) = env.pods()
+                assert proxy.url in pod["spec"]["containers"][0]["command"][-1]
+                run = await asyncio.to_thread(
+                    pod_exec.run_pod, pod, tmp_path / "pod", extra_binds={str(fake_bin): "/opt/fake"},
+                    empty_dirs={"ironflow-home": env.home}, timeout_s=60,
+                )  # fmt: skip
+                assert run.exit_code == 0, run.log
+                assert "status 200" in run.log
+                assert not token_file.exists()
+                (request,) = fake.message_requests
+                assert request.header("x-api-key") == upstream_key
+                await admin.revoke(token_id)
+                assert await _messages_status(proxy.url, token) == 401
+
+
+async def test_deliver_token_issues_nothing_while_the_pod_does_not_run(held_env: RealEnv) -> None:
+    env = held_env
+    pod_settings = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).auth_proxy("http://auth-proxy.ironflow:8080")
+    (sandbox,) = catalog.render_pattern(
+        "ephemeral", patterns.PatternOptions(name="held", namespace=env.ns, provider=pod_settings)
+    )
+    await env.api.create(_SANDBOX, env.ns, sandbox)
+    issuer = FakeIssuer()
+    p = AgentSandboxProvider(pod_settings).ready_timeout(3)
+    with pytest.raises(errors.OperationTimeout, match="the pod of Sandbox 'held' did not run within 3s"):
+        await p.runner(api=env.api, issuer=issuer, worker_env={}).deliver_token("held")
+    assert issuer.issued == []
+
+
+# -- environment_volume: one claim per template --
+
+
+async def test_environment_volume_template_creates_its_claim_once_and_a_step_runs_in_it(env: RealEnv) -> None:
+    """``apply-template`` with ``environment_volume`` creates the claim the template mounts, and a
+    second apply changes nothing (before: a new random claim name each render, never created, so
+    every apply was an update and every step was refused); the claimed sandbox mounts it and the
+    step's result names it."""
+    pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(env.ns)
+    pod = pod.claude_path(str(env.claude)).timeout(20).environment_volume(EnvironmentVolume("/workspace", size="1Gi"))
+    p = AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(20)
+    first = await p.apply_template(env.api)
+    assert [(a.kind, a.name, a.action) for a in first] == [
+        ("PersistentVolumeClaim", "ironflow-agent-env", "created"),
+        ("SandboxTemplate", "ironflow-agent", "created"),
+        ("SandboxWarmPool", "ironflow-agent", "created"),
+    ]
+    await asyncio.to_thread(env.kube.provide_volumes, 1)  # no provisioner here: a volume to bind to
+    (member,) = await _ready_members(env, 1)
+    assert [a.action for a in await p.apply_template(env.api)] == ["unchanged", "unchanged", "unchanged"]
+    (member_pod,) = [x for x in env.pods() if x["metadata"]["name"] == member["metadata"]["name"]]
+    volumes = member_pod["spec"]["volumes"]
+    claims_mounted = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v]
+    assert claims_mounted == ["ironflow-agent-env"]
+    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "env"))
+    assert result.text
+    assert result.environment_id == "ironflow-agent-env"
+    await wait_until(env.nothing_left)
+    pvcs = env._list(k8s.PERSISTENTVOLUMECLAIMS)
+    assert [c["metadata"]["name"] for c in pvcs] == ["ironflow-agent-env"]  # it outlives the claim
+
+
+@pytest.mark.claude_cli
+async def test_a_later_claim_continues_the_conversation_with_the_real_claude_cli(env: RealEnv, tmp_path: Path) -> None:
+    """The template mounts its sessions claim at ~/.claude/projects; a step, then a step of a new
+    claim with ``continue_session``: the pinned CLI sends the first conversation again. (kwok's
+    exec runs on this host with the test's HOME, which stands in for the claim's files.)"""
+    cli = _claude_cli()
+    key = "sk-ant-api03-" + "s" * 24
+    async with FakeAnthropic(Script.of(default=TextTurn("OK")), required_credential=key) as fake:
+        # kwok's exec gets its env from the ClusterExec rule, not the pod: the model's address goes there.
+        model = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key}
+        quiet = {"CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1", **model}
+        await asyncio.to_thread(_allow_exec, env.kube, env.ns, tmp_path, env.home, quiet)
+        pod = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).claude_path(cli).timeout(60)
+        p = AgentSandboxProvider(pod.sessions_volume("claude-sessions")).warm_pool(replicas=1).ready_timeout(20)
+        applied = await p.apply_template(env.api)
+        assert ("PersistentVolumeClaim", "claude-sessions", "created") in [(a.kind, a.name, a.action) for a in applied]
+        await asyncio.to_thread(env.kube.provide_volumes, 1)  # no provisioner here: a volume to bind to
+        (member,) = await _ready_members(env, 1)
+        (member_pod,) = [x for x in env.pods() if x["metadata"]["name"] == member["metadata"]["name"]]
+        mounts = {m["mountPath"] for m in member_pod["spec"]["containers"][0]["volumeMounts"]}
+        assert "/home/claude/.claude/projects" in mounts
+        runner = p.runner(api=env.api, worker_env={})
+        first = await runner.run(AgentConfig("remember FIRST-TURN-MARKER").scoped(RUN, "one"))
+        assert first.session_id
+        env.record_execs()
+        second = await runner.run(AgentConfig("and now?", continue_session=True).scoped(RUN, "two"))
+        assert second.text == "OK"
+        assert any("'--continue'" in " ".join(e.command) for e in env.execs)
+        assert "FIRST-TURN-MARKER" in str(fake.message_requests[-1].body)
+        await wait_until(env.nothing_left)

@@ -375,7 +375,11 @@ async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
 
 @needs_cli
 @pytest.mark.claude_cli
-async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: FakeAnthropic, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["resume", "continue"])
+async def test_sessions_dir_lets_a_later_step_resume_the_conversation(
+    fake: FakeAnthropic, tmp_path: Path, how: str
+) -> None:
+    """``--resume ID`` names the conversation; ``--continue`` takes the latest one of the directory."""
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     if os.geteuid() == 0:  # a root worker's sandbox writes as its non-root host uid
@@ -389,7 +393,8 @@ async def test_sessions_dir_lets_a_later_step_resume_the_conversation(fake: Fake
     first = await provider.run(AgentConfig("remember FIRST-TURN-MARKER"))
     assert first.session_id
     assert list(sessions.rglob("*.jsonl")), "the session was not kept on the host"
-    second = await provider.run(AgentConfig("and now?").replace(resume_session_id=first.session_id))
+    later = {"resume_session_id": first.session_id} if how == "resume" else {"continue_session": True}
+    second = await provider.run(AgentConfig("and now?").replace(**later))
     assert second.text == "OK"  # the script's default once its one turn is used
     assert "FIRST-TURN-MARKER" in str(fake.message_requests[-1].body)
 
