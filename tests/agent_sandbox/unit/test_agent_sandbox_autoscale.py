@@ -4,36 +4,17 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
-import typer
 import yaml
-from typer.testing import CliRunner
+from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow import errors
 from ironflow.agent_sandbox import autoscale, schemas
-from ironflow.cli import sandbox
-
-
-@pytest.fixture
-def app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    sandbox.register(app)
-    return app
-
-
-def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, ["sandbox", *args])
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("version", ["v1beta1", "v1alpha1"])
-def test_the_hpa_follows_the_pool_and_targets_it_by_kind_and_name(app: typer.Typer, version: str) -> None:
-    code, out, err = run(
-        app, "render", "warm-pool", "--name", "pool", "-n", "agents", "--autoscale", "2:7", "--api-version", version
+def test_the_hpa_follows_the_pool_and_targets_it_by_kind_and_name(version: str) -> None:
+    code, out, err = run_sandbox(
+        "render", "warm-pool", "--name", "pool", "-n", "agents", "--autoscale", "2:7", "--api-version", version
     )
     assert code == 0, err
     docs = list(yaml.safe_load_all(out))
@@ -63,23 +44,23 @@ def test_the_hpa_follows_the_pool_and_targets_it_by_kind_and_name(app: typer.Typ
         ("", "use MIN:MAX"),
     ],
 )
-def test_bad_bounds_exit_2_with_one_line(app: typer.Typer, bounds: str, said: str) -> None:
-    code, out, err = run(app, "render", "warm-pool", "--autoscale", bounds)
+def test_bad_bounds_exit_2_with_one_line(bounds: str, said: str) -> None:
+    code, out, err = run_sandbox("render", "warm-pool", "--autoscale", bounds)
     assert code == 2
     assert out == ""
     assert said in err
     assert len(err.strip().splitlines()) == 1
 
 
-def test_autoscale_is_refused_on_a_pattern_without_a_pool(app: typer.Typer) -> None:
-    code, _, err = run(app, "render", "ephemeral", "--autoscale", "1:2")
+def test_autoscale_is_refused_on_a_pattern_without_a_pool() -> None:
+    code, _, err = run_sandbox("render", "ephemeral", "--autoscale", "1:2")
     assert code == 2
     assert "warm-pool" in err
     assert len(err.strip().splitlines()) == 1
 
 
-def test_without_autoscale_no_hpa_is_rendered(app: typer.Typer) -> None:
-    code, out, _ = run(app, "render", "warm-pool")
+def test_without_autoscale_no_hpa_is_rendered() -> None:
+    code, out, _ = run_sandbox("render", "warm-pool")
     assert code == 0
     assert "HorizontalPodAutoscaler" not in [d["kind"] for d in yaml.safe_load_all(out)]
 
