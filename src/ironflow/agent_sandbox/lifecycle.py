@@ -20,13 +20,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, models
 from ironflow.kube import api as kube
 
 __all__ = [
     "ADOPTION_WINDOW_S",
-    "LABEL_LAUNCH_TYPE",
     "PoolStatus",
     "Target",
     "mode_patch",
@@ -37,8 +36,6 @@ __all__ = [
     "wait_condition",
 ]
 
-#: The controller's label on every Sandbox it starts: ``warm`` (a pool member, kept on adoption) or ``cold``.
-LABEL_LAUNCH_TYPE: Final = "agents.x-k8s.io/launch-type"
 #: ``adopted`` counts the claims of the last hour.
 ADOPTION_WINDOW_S: Final = 3600
 _RES: Final = claims.resources(models.ApiVersion.V1BETA1)
@@ -130,7 +127,7 @@ def pool_statuses(
         smeta = sandbox.get("metadata") or {}
         owners = [o for o in smeta.get("ownerReferences") or () if o.get("controller")]
         owned = any(o.get("kind") == "SandboxClaim" and o.get("uid") == meta.get("uid") for o in owners)
-        if (smeta.get("labels") or {}).get(LABEL_LAUNCH_TYPE) == "warm" and owned:
+        if (smeta.get("labels") or {}).get(labels.LABEL_SANDBOX_LAUNCH_TYPE) == "warm" and owned:
             adopted[pool] = adopted.get(pool, 0) + 1
     out = []
     for p in pools:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from tests.fakes.sandbox_cli import run_sandbox
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, install, lifecycle, models
 from ironflow.cli.sandbox_lifecycle import parse_condition
 
@@ -36,7 +36,7 @@ def claim(name: str, pool_name: str, sandbox: str | None, seconds_ago: float) ->
 
 def sandbox_of(name: str, launch: str, owner_claim: str | None, owner_kind: str = "SandboxClaim") -> dict[str, object]:
     owners = [{"kind": owner_kind, "uid": f"uid-{owner_claim}", "controller": True}] if owner_claim else []
-    return {"metadata": {"name": name, "labels": {lifecycle.LABEL_LAUNCH_TYPE: launch}, "ownerReferences": owners}}
+    return {"metadata": {"name": name, "labels": {labels.LABEL_SANDBOX_LAUNCH_TYPE: launch}, "ownerReferences": owners}}
 
 
 def test_pool_status_counts_only_warm_adoptions_of_the_last_hour() -> None:
