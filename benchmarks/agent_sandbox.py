@@ -8,13 +8,15 @@ shared claim watch, the execs (token, agent), the parse and the delete; plus the
 cold start. Targets: at most 10 API requests per step (execs included), and a warm step
 faster than a cold one by at least the scripted cold start.
 
-Claims per second: ``--parallel`` (20) claims at a time
-on a warm pool of ``--pool`` (40), ironflow's claim (create, then the shared claim watch) against
-the upstream SDK's ``SandboxClient.create_sandbox`` (create, then a watch per claim) on the same
-pool, refilled between the two; the ratio is ironflow's rate over the SDK's (target >= 1.0x).
+Claims per second: ``--parallel`` (20) claims at a time on a warm pool of ``--pool`` (40),
+ironflow's claim (create, then the shared claim watch) against the upstream SDK's
+``SandboxClient.create_sandbox`` (create, then a watch per claim) on the same pool, refilled
+between the two, each client in a fresh process; the ratio is ironflow's rate over the SDK's
+(target >= 1.0x). ``--backend real`` claims on the real controller v1.0.3 (kube-apiserver and
+kwok, ``scripts/kube-testenv build``) instead of the test server and the scripted controller.
 
     python benchmarks/agent_sandbox.py [--runs 10] [--cold-ms 200] [--parallel 20] [--pool 40] [--rounds 4]
-                                        [--no-claims]
+                                        [--backend test-server|real] [--no-claims]
 
 Last lines: ``RESULT cold_ms=… warm_ms=… saved_ms=… requests_per_step=…`` (medians; the worse
 case's requests per step), then ``RESULT claims_per_s=… sdk_claims_per_s=… ratio=…``.
@@ -34,6 +36,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims, lifecycle, sessions
@@ -129,16 +133,25 @@ def _claims_provider(pool: int) -> AgentSandboxProvider:
     return AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace(CLAIMS_NS)).warm_pool(replicas=pool)
 
 
-async def _serve_claims() -> None:
-    """The child process: the test server and the scripted controller, until stdin closes.
+async def _serve_claims(backend: str) -> None:
+    """The child process: the cluster, until stdin closes; its kubeconfig on stdout.
 
-    In a process of their own, so neither client shares its interpreter (and GIL) with them.
+    ``test-server``: the Kubernetes test server and the scripted controller; ``real``: a real
+    kube-apiserver, kwok and the real controller v1.0.3 (``scripts/kube-testenv build``). In a
+    process of their own, so neither client shares its interpreter (and GIL) with them.
     """
+    if backend == "real":
+        from ironflow.testing.kubeenv import KubeEnv  # the built control plane: only this backend needs it
+
+        with KubeEnv() as env:
+            env.create_namespace(CLAIMS_NS)
+            print(json.dumps({"kubeconfig": env.kubeconfig_path.read_text()}), flush=True)
+            await asyncio.to_thread(sys.stdin.read)
+        return
     async with KubeTestServer() as server:
         server.create_namespace(CLAIMS_NS)
         async with AgentSandboxController(server, namespace=CLAIMS_NS, interval_s=0.01):
-            print(json.dumps({"kubeconfig": server.kubeconfig_yaml(), "url": server.url, "token": server.token}))
-            sys.stdout.flush()
+            print(json.dumps({"kubeconfig": server.kubeconfig_yaml()}), flush=True)
             await asyncio.to_thread(sys.stdin.read)
 
 
@@ -171,14 +184,14 @@ async def _ironflow_claims(api: k8s.KubeApi, provider: AgentSandboxProvider, par
     return time.perf_counter() - start
 
 
-def _sdk_client(url: str, token: str, parallel: int) -> Any:
-    """The upstream SDK's client on the server, with a connection for every thread."""
+def _sdk_client(kubeconfig: str, parallel: int) -> Any:
+    """The upstream SDK's client on the cluster of ``kubeconfig``, with a connection for every thread."""
     import kubernetes  # test dependencies (the SDK pulls the sync client): only this comparison needs them
     from k8s_agent_sandbox.sandbox_client import SandboxClient
 
     configuration = kubernetes.client.Configuration()
-    configuration.host = url
-    configuration.api_key = {"authorization": f"Bearer {token}"}
+    load = kubernetes.config.load_kube_config_from_dict
+    load(yaml.safe_load(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = parallel * 2  # no thread waits for a connection
     return SandboxClient(api_client=kubernetes.client.ApiClient(configuration))
 
@@ -202,7 +215,7 @@ async def _claims_client(who: str, parallel: int, pool: int) -> None:
     served = json.loads(await asyncio.to_thread(sys.stdin.readline))
     provider = _claims_provider(pool)
     async with await k8s.KubeApi.connect(k8s.KubeconfigInline(served["kubeconfig"])) as api:
-        sdk = _sdk_client(served["url"], served["token"], parallel) if who == "sdk" else None
+        sdk = _sdk_client(served["kubeconfig"], parallel) if who == "sdk" else None
         for n, reply in ((1, "ready"), (parallel, None)):
             if sdk is None:
                 spent = await _ironflow_claims(api, provider, min(n, parallel), 1 if n == 1 else pool)
@@ -226,11 +239,11 @@ async def _line(child: asyncio.subprocess.Process) -> str:
     return line
 
 
-async def claims_main(*, parallel: int, pool: int, rounds: int) -> None:
+async def claims_main(*, parallel: int, pool: int, rounds: int, backend: str) -> None:
     """Claims per second of ironflow and of the SDK. Per round each client, in a fresh process of its
     own, makes one untimed claim, then ``pool`` claims on a full pool of ``pool``; the order alternates.
     The test server and the scripted controller run in a third process."""
-    server = await _child("--serve-claims")
+    server = await _child("--serve-claims", "--backend", backend)
     assert server.stdin is not None
     served = await _line(server)
     provider = _claims_provider(pool)
@@ -242,7 +255,7 @@ async def claims_main(*, parallel: int, pool: int, rounds: int) -> None:
             await provider.apply_template(api)
             for r in range(rounds):
                 for who in ("ironflow", "sdk") if r % 2 == 0 else ("sdk", "ironflow"):
-                    await _pool_refilled(api, res, pool)
+                    await _pool_refilled(api, res, pool, limit_s=120)  # the real GC: after its discovery
                     client = await _child("--claims-client", who, "--parallel", str(parallel), "--pool", str(pool))
                     assert client.stdin is not None
                     client.stdin.write(served.encode())
@@ -259,7 +272,7 @@ async def claims_main(*, parallel: int, pool: int, rounds: int) -> None:
         await server.wait()
     rate, sdk_rate = pool / statistics.median(times["ironflow"]), pool / statistics.median(times["sdk"])
     ratio = rate / sdk_rate
-    print(f"\nclaims on a warm pool of {pool}, {parallel} in parallel, {rounds} rounds (medians; scripted controller)")
+    print(f"\nclaims on a warm pool of {pool}, {parallel} in parallel, {rounds} rounds (medians; {backend})")
     print(f"{'client':<10} {'claims/s':>10} {'seconds per round':>28} {'warm adoptions':>15}")
     for who, r_ in (("ironflow", rate), ("sdk", sdk_rate)):
         spent = ",".join(f"{t:.2f}" for t in times[who])
@@ -276,15 +289,18 @@ if __name__ == "__main__":
     parser.add_argument("--pool", type=int, default=40, help="warm pool size, and claims per client (default 40)")
     parser.add_argument("--rounds", type=int, default=4, help="claims rounds per client, order alternating (default 4)")
     parser.add_argument("--no-claims", action="store_true", help="skip the claims-per-second comparison")
+    parser.add_argument(
+        "--backend", choices=("test-server", "real"), default="test-server", help="claims: the cluster to claim on"
+    )
     parser.add_argument("--serve-claims", action="store_true", help=argparse.SUPPRESS)  # child: the server
     parser.add_argument("--claims-client", choices=("ironflow", "sdk"), help=argparse.SUPPRESS)  # child: a client
     args = parser.parse_args()
     if args.serve_claims:
-        asyncio.run(_serve_claims())
+        asyncio.run(_serve_claims(args.backend))
         sys.exit(0)
     if args.claims_client:
         asyncio.run(_claims_client(args.claims_client, args.parallel, args.pool))
         sys.exit(0)
     asyncio.run(main(args.runs, args.cold_ms))
     if not args.no_claims:
-        asyncio.run(claims_main(parallel=args.parallel, pool=args.pool, rounds=args.rounds))
+        asyncio.run(claims_main(parallel=args.parallel, pool=args.pool, rounds=args.rounds, backend=args.backend))
