@@ -70,7 +70,7 @@ RESOURCES: Final[Mapping[str, kube.Resource]] = {
 
 @dataclass(frozen=True)
 class Installed:
-    """One applied object: ``kind/name`` and whether the server changed it (its resourceVersion moved)."""
+    """One applied object: ``kind/name`` and whether this apply changed it (see :func:`_our_fields`)."""
 
     kind: str
     name: str
@@ -105,6 +105,16 @@ def controller_objects(image: str = DEFAULT_IMAGE) -> list[dict[str, Any]]:
     return objects
 
 
+def _our_fields(obj: Mapping[str, Any]) -> Any:
+    """Our apply's ``managedFields`` entry (its fields and time), None without one (an apply of a name
+    alone owns no field): the server rewrites it only when the apply changed a field, while the
+    resourceVersion also moves for a controller's write meanwhile."""
+    for entry in obj.get("metadata", {}).get("managedFields") or ():
+        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
+            return entry.get("fieldsV1"), entry.get("time")
+    return None
+
+
 async def apply_objects(api: kube.KubeApi, objects: Sequence[Mapping[str, Any]]) -> list[Installed]:
     """Server-side apply each object (forced, field manager ``ironflow``), in order.
 
@@ -120,10 +130,11 @@ async def apply_objects(api: kube.KubeApi, objects: Sequence[Mapping[str, Any]])
             raise errors.ConfigError(f"sandbox install has no resource for kind {kind}")
         meta = obj["metadata"]
         namespace = meta.get("namespace") if resource.namespaced else None
-        before = None
+        existed, before = False, None
         with contextlib.suppress(errors.KubeNotFound):
-            before = (await api.get(resource, namespace, meta["name"]))["metadata"].get("resourceVersion")
-        after = await api.patch(resource, namespace, meta["name"], obj, apply_as=FIELD_MANAGER)
-        changed = before != after["metadata"].get("resourceVersion")
+            before = _our_fields(await api.get(resource, namespace, meta["name"]))
+            existed = True
+        after = _our_fields(await api.patch(resource, namespace, meta["name"], obj, apply_as=FIELD_MANAGER))
+        changed = not existed or before != after
         done.append(Installed(kind, str(meta["name"]), namespace, changed))
     return done
