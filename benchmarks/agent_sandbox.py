@@ -18,8 +18,9 @@ kwok, ``scripts/kube-testenv build``) instead of the test server and the scripte
     python benchmarks/agent_sandbox.py [--runs 10] [--cold-ms 200] [--parallel 20] [--pool 40] [--rounds 4]
                                         [--backend test-server|real] [--no-claims]
 
-Last lines: ``RESULT cold_ms=… warm_ms=… saved_ms=… requests_per_step=…`` (medians; the worse
-case's requests per step), then ``RESULT claims_per_s=… sdk_claims_per_s=… ratio=…``.
+Last line: ``RESULT cold_ms=… warm_ms=… saved_ms=… requests_per_step=… claims_per_s=…
+sdk_claims_per_s=… ratio=…`` (medians; the worse case's requests per step; without the claims
+keys under ``--no-claims``).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ async def _steps(*, warm: bool, runs: int, cold_ms: float, work: Path) -> tuple[
             return times, requests
 
 
-async def main(runs: int, cold_ms: float) -> None:
+async def main(runs: int, cold_ms: float) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         cold, cold_req = await _steps(warm=False, runs=runs, cold_ms=cold_ms, work=Path(tmp))
         warm, warm_req = await _steps(warm=True, runs=runs, cold_ms=cold_ms, work=Path(tmp))
@@ -118,8 +119,8 @@ async def main(runs: int, cold_ms: float) -> None:
     ok = max(cold_req, warm_req) <= TARGET_REQUESTS_PER_STEP and saved >= cold_ms * 0.8
     verdict = "met" if ok else "MISSED"
     print(f"target: <= {TARGET_REQUESTS_PER_STEP} requests per step, warm saves the cold start: {verdict}")
-    print(
-        f"RESULT cold_ms={cold_median:.1f} warm_ms={warm_median:.1f} saved_ms={saved:.1f} "
+    return (
+        f"cold_ms={cold_median:.1f} warm_ms={warm_median:.1f} saved_ms={saved:.1f} "
         f"requests_per_step={max(cold_req, warm_req):.1f}"
     )
 
@@ -239,7 +240,7 @@ async def _line(child: asyncio.subprocess.Process) -> str:
     return line
 
 
-async def claims_main(*, parallel: int, pool: int, rounds: int, backend: str) -> None:
+async def claims_main(*, parallel: int, pool: int, rounds: int, backend: str) -> str:
     """Claims per second of ironflow and of the SDK. Per round each client, in a fresh process of its
     own, makes one untimed claim, then ``pool`` claims on a full pool of ``pool``; the order alternates.
     The test server and the scripted controller run in a third process."""
@@ -278,7 +279,7 @@ async def claims_main(*, parallel: int, pool: int, rounds: int, backend: str) ->
         spent = ",".join(f"{t:.2f}" for t in times[who])
         print(f"{who:<10} {r_:>10.1f} {spent:>28} {min(adoptions[who]):>15}")
     print(f"target: ironflow >= 1.0x the SDK's create_sandbox: {'met' if ratio >= 1.0 else 'MISSED'} ({ratio:.2f}x)")
-    print(f"RESULT claims_per_s={rate:.1f} sdk_claims_per_s={sdk_rate:.1f} ratio={ratio:.2f}")
+    return f"claims_per_s={rate:.1f} sdk_claims_per_s={sdk_rate:.1f} ratio={ratio:.2f}"
 
 
 if __name__ == "__main__":
@@ -301,6 +302,9 @@ if __name__ == "__main__":
     if args.claims_client:
         asyncio.run(_claims_client(args.claims_client, args.parallel, args.pool))
         sys.exit(0)
-    asyncio.run(main(args.runs, args.cold_ms))
+    result = asyncio.run(main(args.runs, args.cold_ms))
     if not args.no_claims:
-        asyncio.run(claims_main(parallel=args.parallel, pool=args.pool, rounds=args.rounds, backend=args.backend))
+        result += " " + asyncio.run(
+            claims_main(parallel=args.parallel, pool=args.pool, rounds=args.rounds, backend=args.backend)
+        )
+    print(f"RESULT {result}")
