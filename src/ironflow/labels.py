@@ -29,6 +29,7 @@ __all__ = [
     "LABEL_PART_OF",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
+    "LABEL_SANDBOX_LAUNCH_TYPE",
     "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
@@ -85,6 +86,8 @@ AGENT_SANDBOX_KEY_PREFIX: Final = "agents.x-k8s.io/"
 LABEL_WARM_POOL_SANDBOX: Final = AGENT_SANDBOX_KEY_PREFIX + "warm-pool-sandbox"
 #: On a Sandbox: the name of its pod (a warm-pool member's pod keeps its own name).
 ANNOTATION_SANDBOX_POD_NAME: Final = AGENT_SANDBOX_KEY_PREFIX + "pod-name"
+#: On every Sandbox the controllers start: ``warm`` (a pool member, kept on adoption) or ``cold``.
+LABEL_SANDBOX_LAUNCH_TYPE: Final = AGENT_SANDBOX_KEY_PREFIX + "launch-type"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.

@@ -6,6 +6,10 @@ started) and the session is that Sandbox's pod, used as a Kubernetes session's i
 same bridge and runtime over ``pods/exec`` (:mod:`ironflow.k8s.sessions`). The pod is the
 template's, so its environment is too: ``env`` is refused.
 
+A session can be suspended and resumed (:meth:`AgentSandboxSessions.suspend`, v1beta1): its
+Sandbox's pod goes and its PVCs and claim stay; a handle on it fails until it is resumed and
+connected again (the new pod runs a new runtime), and while suspended only its TTL ends it.
+
 Every session ends: ``close`` deletes the claim (the Sandbox and the pod go with it by
 their ownerReferences); its TTL or idle timeout while this process holds it; else the
 claim reaper's ``ironflow.io/expires-at`` pass (the claim is a ``sandbox-claim`` like a
@@ -23,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import claims, manifests, models
+from ironflow.agent_sandbox import claims, lifecycle, manifests, models
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
 from ironflow.k8s import command_manifests, pods, session_bridge, session_pods
 from ironflow.k8s import manifests as pod_manifests
@@ -203,3 +207,27 @@ class AgentSandboxSessions(K8sSessions):
         listed = await (await self._client()).list_all(self.resources.claims, self.namespace, label_selector=selector)
         found = (claim_info(c) for c in listed.items)
         return [info for info in found if info is not None]
+
+    async def suspend(self, session_id: str, *, timeout_s: float | None = None) -> lifecycle.Target:
+        """Suspend the session's Sandbox (``operatingMode: Suspended``); with ``timeout_s``, until its pod is gone.
+
+        Raises:
+            ConfigError: a v1alpha1 provider (0.4.x suspends by ``replicas``, not handled here).
+            KubeNotFound: no such session, or it is not bound. OperationTimeout.
+        """
+        return await self._set_mode(session_id, models.OperatingMode.SUSPENDED, timeout_s)
+
+    async def resume(self, session_id: str, *, timeout_s: float | None = None) -> lifecycle.Target:
+        """Resume the session's Sandbox on its kept PVCs; with ``timeout_s``, until it is Ready again."""
+        return await self._set_mode(session_id, models.OperatingMode.RUNNING, timeout_s)
+
+    async def _set_mode(self, session_id: str, mode: models.OperatingMode, timeout_s: float | None) -> lifecycle.Target:
+        if self.agent.api_version is not models.ApiVersion.V1BETA1:
+            raise errors.ConfigError("suspend and resume need agent-sandbox 1.0 (api_version v1beta1)")
+        api = await self._client()
+        target = await lifecycle.set_mode(api, self.namespace, session_id, mode, timeout_s=timeout_s)
+        held = self._sessions.pop(session_id, None)
+        if held is not None:  # its bridge ran in the pod that went (or is a stale one's): connect anew
+            held.idle_timeout = None  # only the TTL (the watcher's) ends a suspended session
+            await held.bridge.aclose()
+        return target

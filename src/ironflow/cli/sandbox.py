@@ -19,6 +19,7 @@ __all__ = ["COMMANDS", "register", "sandbox_app"]
 _SERVE: Final = "ironflow.cli.sandbox_serve"
 _SESSIONS: Final = "ironflow.cli.sandbox_sessions"
 _PATTERNS: Final = "ironflow.cli.sandbox_patterns"
+_LIFECYCLE: Final = "ironflow.cli.sandbox_lifecycle"
 
 #: Command name -> (module, the one-line help ``ironflow sandbox --help`` shows), in listing order.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
@@ -61,6 +62,20 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "reap": (
         _PATTERNS,
         "Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's).",
+    ),
+    "suspend": (
+        _LIFECYCLE,
+        "Suspend a sandbox: its pod is deleted, its PVCs and claim kept (operatingMode Suspended).",
+    ),
+    "resume": (_LIFECYCLE, "Resume a suspended sandbox: a new pod on the same PVCs (operatingMode Running)."),
+    "wait": (
+        _LIFECYCLE,
+        "Wait until a raw Sandbox has a condition (kubectl wait --for=condition=Finished sandbox/NAME).",
+    ),
+    "pools": (_LIFECYCLE, "The status of each SandboxWarmPool: desired, ready, and claims adopted in the last hour."),
+    "install": (
+        _LIFECYCLE,
+        "Print (or with --apply apply) the pinned agent-sandbox controller, v1.0.3, with its CRDs and RBAC.",
     ),
 }
 

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.agent_sandbox import apply, catalog, claims, models, patterns
+from ironflow.agent_sandbox import apply, autoscale, catalog, claims, models, patterns
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import backends, exits, inputs
@@ -75,11 +75,17 @@ def render(
         list[str] | None, typer.Option("--egress", help="network-custom-egress: CIDR[:PORT], repeatable.")
     ] = None,
     ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
+    autoscale_bounds: Annotated[
+        str | None,
+        typer.Option("--autoscale", metavar="MIN:MAX", help="warm-pool: add an HPA on the pool's scale subresource."),
+    ] = None,
     output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
     if pattern not in catalog.PATTERNS:
         exits.fail(f"unknown pattern '{pattern}'; known: {', '.join(catalog.PATTERNS)}")
+    if autoscale_bounds is not None and pattern != "warm-pool":
+        exits.fail(f"--autoscale scales a warm pool: use it with the warm-pool pattern, not {pattern}")
     if namespace is not None:
         inputs.dns_label(namespace)
     try:
@@ -109,6 +115,10 @@ def render(
             prompt=prompt or patterns.PatternOptions.prompt,
         )
         objects = catalog.render_pattern(pattern, opts)
+        if autoscale_bounds is not None:
+            low, high = autoscale.parse_bounds(autoscale_bounds)
+            pool = next(o for o in objects if o["kind"] == "SandboxWarmPool")
+            objects.insert(objects.index(pool) + 1, autoscale.warm_pool_hpa(pool, min_replicas=low, max_replicas=high))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     emit_objects(objects, output)

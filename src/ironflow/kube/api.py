@@ -229,10 +229,12 @@ class KubeApi:
             "create", "POST", resource.path(namespace), what, query=list(_STRICT), body=dict(body)
         )
 
-    async def get(self, resource: Resource, namespace: str | None, name: str) -> KubeObject:
-        """Read one object; ``KubeNotFound`` when it does not exist."""
-        what = f"get {resource.plural} {responses.where(namespace, name)}"
-        return await self._transport.json("get", "GET", resource.path(namespace, name), what)
+    async def get(
+        self, resource: Resource, namespace: str | None, name: str, *, subresource: str | None = None
+    ) -> KubeObject:
+        """Read one object (or its ``subresource``, e.g. ``scale``); ``KubeNotFound`` when it does not exist."""
+        what = f"get {resource.plural} {responses.where(namespace, name, subresource)}"
+        return await self._transport.json("get", "GET", resource.path(namespace, name, subresource), what)
 
     async def list(
         self,
@@ -290,17 +292,24 @@ class KubeApi:
             if not token:
                 return ObjectList(items, first_rv, None)
 
-    async def patch(self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]) -> KubeObject:
-        """JSON merge-patch an object (RFC 7386: ``None`` removes a key)."""
-        what = f"patch {resource.plural} {responses.where(namespace, name)}"
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        apply_as: str | None = None,
+    ) -> KubeObject:
+        """JSON merge-patch an object or its ``subresource`` (RFC 7386: ``None`` removes a key); with
+        ``apply_as`` (a field manager), a server-side apply of the whole object ``patch``, forced."""
+        what = f"patch {resource.plural} {responses.where(namespace, name, subresource)}"
+        query = [*_STRICT, ("fieldManager", apply_as), ("force", "true")] if apply_as else list(_STRICT)
+        kind = "application/apply-patch+yaml" if apply_as else "application/merge-patch+json"  # JSON is YAML
+        path = resource.path(namespace, name, subresource)
         return await self._transport.json(
-            "patch",
-            "PATCH",
-            resource.path(namespace, name),
-            what,
-            query=list(_STRICT),
-            body=dict(patch),
-            content_type="application/merge-patch+json",
+            "patch", "PATCH", path, what, query=query, body=dict(patch), content_type=kind
         )
 
     async def delete(

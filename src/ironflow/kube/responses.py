@@ -124,10 +124,10 @@ def exec_exit_code(status: Mapping[str, Any]) -> int:
     raise errors.KubernetesError(f"exec failed: {str(status.get('message', ''))[:MESSAGE_LIMIT]}", status=500)
 
 
-def where(namespace: str | None, name: str | None) -> str:
-    """``namespace/name`` for messages (``(all namespaces)`` for a cluster-wide list)."""
+def where(namespace: str | None, name: str | None, subresource: str | None = None) -> str:
+    """``namespace/name[/subresource]`` for messages (``(all namespaces)`` for a cluster-wide list)."""
     ns = namespace if namespace is not None else "(all namespaces)"
-    return f"{ns}/{name}" if name else ns
+    return (f"{ns}/{name}" + (f"/{subresource}" if subresource else "")) if name else ns
 
 
 def short(exc: BaseException) -> str:

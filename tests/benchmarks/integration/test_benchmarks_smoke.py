@@ -43,8 +43,9 @@ class Bench:
 
 
 CASES = (
-    Bench("agent_sandbox", ("--runs", "2", "--cold-ms", "20"),
-          frozenset({"cold_ms", "warm_ms", "saved_ms", "requests_per_step"})),
+    Bench("agent_sandbox", ("--runs", "2", "--cold-ms", "20", "--parallel", "2", "--pool", "4", "--rounds", "1"),
+          frozenset({"cold_ms", "warm_ms", "saved_ms", "requests_per_step", "claims_per_s", "sdk_claims_per_s",
+                     "ratio"}), needs=("agent-sandbox-sdk",)),
     Bench("claude_output", ("--repeat", "1"),
           frozenset({"json_us", "stream_small_us", "stream_10mib_ms", "stream_mb_per_s", "rate_limits_10mib_ms"})),
     Bench("concurrent_steps", ("--sizes", "1,3", "--run-for", "0"),
