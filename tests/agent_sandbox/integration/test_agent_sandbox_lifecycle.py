@@ -26,7 +26,7 @@ NS = "life"
 
 def served(server: KubeTestServer) -> KubeTestServer:
     """The server with the agent-sandbox CRDs and the namespace (no controller: the test plays it)."""
-    for crd in schemas.crd_documents("v0.5.6"):
+    for crd in schemas.crd_documents("v1.0.3"):
         server.register_crd(crd)
     server.create_namespace(NS)
     return server
