@@ -177,13 +177,16 @@ def _claim_script(api_version: str, ref: str, lifecycle: str) -> str:
     )
 
 
-def _orchestrator(script: str, resources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def _orchestrator(
+    script: str, managed: tuple[str, str], watched: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The scheduled mode: ServiceAccount, Role, RoleBinding and a hardened kubectl CronJob."""
     ns, account = _NAMESPACE, f"{_NAME}-orchestrator"
     rules = [
-        {"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}
-        for group, plural in resources
+        {"apiGroups": [managed[0]], "resources": [managed[1]], "verbs": ["create", "get", "list", "watch", "delete"]}
     ]
+    if watched is not None:  # read only: the script waits on these
+        rules.append({"apiGroups": [watched[0]], "resources": [watched[1]], "verbs": ["get", "list", "watch"]})
     rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
     rbac = "rbac.authorization.k8s.io/v1"
     objects: list[dict[str, Any]] = [
@@ -300,7 +303,8 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 _resource("runner", runner, when="schema.spec.schedule == ''"),
                 *_orchestrator(
                     _runner_script(runner_kind),
-                    [("kro.run", runner_kind.lower() + "s"), ("agents.x-k8s.io", "sandboxes")],
+                    ("kro.run", runner_kind.lower() + "s"),
+                    watched=("agents.x-k8s.io", "sandboxes"),
                 ),
             ],
         },
@@ -354,7 +358,7 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 _resource("claim", claim, when="schema.spec.schedule == ''"),
                 *_orchestrator(
                     _claim_script(claim["apiVersion"], ref, lifecycle),
-                    [("extensions.agents.x-k8s.io", "sandboxclaims")],
+                    ("extensions.agents.x-k8s.io", "sandboxclaims"),
                 ),
             ],
         },

@@ -175,3 +175,11 @@ def test_render_takes_schedule_for_the_kro_patterns_only() -> None:
         assert bad.exit_code == 2
         assert message in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_runner_orchestrator_only_reads_sandboxes() -> None:
+    _, user = catalog.render_pattern("kro-raw")
+    rules = resources(user)["role"]["template"]["rules"]
+    verbs = {r["resources"][0]: r["verbs"] for r in rules}
+    assert verbs["claudecodeagentsandboxrunners"] == ["create", "get", "list", "watch", "delete"]
+    assert verbs["sandboxes"] == ["get", "list", "watch"]
