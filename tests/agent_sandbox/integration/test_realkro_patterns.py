@@ -253,6 +253,18 @@ async def test_concept_08_one_shot_claim_adopts_from_the_pool_and_goes_with_the_
     name = claim["status"]["sandbox"]["name"]
     pod = await case.present(case.path(CORE, f"pods/{name}"))
     assert "activeDeadlineSeconds" not in pod["spec"]  # it idled in the pool; the agent's timeout runs from adoption
+    assert "lifecycle" not in claim["spec"]
+
+    # Why the one-shot claim has no TTL: a claim deleted under KRO (as a TTL would) comes back, a new run.
+    await case.delete(case.path(EXT, "sandboxclaims/tpl-run"))
+
+    async def recreated() -> bool:
+        now = await case.get(case.path(EXT, "sandboxclaims/tpl-run"))
+        return now is not None and now["metadata"]["uid"] != claim["metadata"]["uid"]
+
+    await eventually(recreated, limit_s=LIMIT_S, interval_s=0.2, what="KRO to create the claim again")
+    await eventually(bound, limit_s=LIMIT_S, interval_s=0.2, what="the new claim to get a sandbox")
+    name = (await case.present(case.path(EXT, "sandboxclaims/tpl-run")))["status"]["sandbox"]["name"]
 
     await case.delete(case.path(KRO, "claudecodeagenttemplates/tpl"))
     for path in (
