@@ -149,7 +149,8 @@ def _schedule_field(opts: patterns.PatternOptions) -> str:
 
 def _runner_script(runner_kind: str) -> str:
     """Concept 07's run: clear a Runner a killed run left, create one, wait until KRO has made its
-    Sandbox and the Sandbox is Finished, print the log; the Runner goes on any exit (trap)."""
+    Sandbox and the Sandbox is Finished, print the log; the Runner goes on any exit (trap).
+    ``kubectl wait --for=create`` needs kubectl 1.31 or later in the CronJob's image."""
     runner = runner_kind.lower()
     return (
         f"set -euo pipefail; n={_NAME}; r={runner}\n"
