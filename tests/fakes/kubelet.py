@@ -340,7 +340,9 @@ class _RealServerTally:
         self.outcomes: dict[str, int] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if "real-apiserver" not in report.nodeid and "test_realkube_" not in report.nodeid:
+        if "real-apiserver" not in report.nodeid and not any(
+            t in report.nodeid for t in ("test_realkube_", "test_realkro_")
+        ):
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
             outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome

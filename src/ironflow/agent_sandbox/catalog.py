@@ -14,8 +14,8 @@ network-air-gapped       SandboxTemplate, managed NetworkPolicy, no traffic eith
 network-custom-egress    SandboxTemplate, router ingress + the given egress CIDRs/ports
 kro-raw                  concept 07: Runner RGD (owns a Sandbox) + user RGD (PVC siblings,
                          ConfigMap, Runner, optional CronJob orchestrator)
-kro-template             concept 08: one RGD (SandboxTemplate, SandboxWarmPool, ConfigMaps,
-                         SandboxClaim with TTL, optional CronJob creating claims)
+kro-template             concept 08: one RGD (SandboxTemplate, SandboxWarmPool, ConfigMap,
+                         SandboxClaim, optional CronJob creating claims with a TTL)
 =======================  ================================================================
 """
 

@@ -6,8 +6,20 @@
   ServiceAccount, Role, RoleBinding) that creates a Runner, waits for ``Finished``, streams the
   log and deletes it.
 * Concept 08 (:func:`template_rgd`): one RGD owns the SandboxTemplate (managed NetworkPolicy),
-  its SandboxWarmPool, the prompt and proxy ConfigMaps, and a SandboxClaim with a TTL, or a
-  CronJob creating such claims.
+  its SandboxWarmPool, the prompt ConfigMap, and a SandboxClaim (KRO owns its life: a TTL would
+  delete it and KRO would create it again, a new run each time), or a CronJob creating claims
+  with a TTL, each waited for and its log streamed.
+
+Every child lives in the instance's namespace (``${schema.metadata.namespace}``), whatever the
+namespace given at render time. A graph's default ``schedule`` is ``PatternOptions.schedule``.
+
+No auth proxy here, unlike the seed's ``<name>-proxy`` ConfigMap: a proxy token is per run and
+reaches a pod only after adoption, over exec stdin, from the ironflow process that claimed it
+(:class:`~ironflow.agent_sandbox.AgentSandboxProvider`), never through a template, claim or
+ConfigMap; in a KRO graph nobody is there to deliver it (KRO or a CronJob makes the claim). So a
+provider with ``auth_proxy`` is refused, and the pods authenticate with what the provider reads
+from a Secret (``env_from_secret``, ``oauth_credentials_from_secret``). A base URL alone in a
+ConfigMap would only send unauthenticated calls to the proxy.
 
 The agent reads its prompt from the mounted prompt ConfigMap (``${schema.spec.prompt}``), so
 one graph serves any prompt. A warm-pool pod must not start the agent before a claim adopts it:
@@ -20,10 +32,11 @@ then the names become CEL expressions.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow import labels
+from ironflow import errors, labels
 from ironflow.agent_sandbox import manifests, models, patterns
 from ironflow.claude import command
 from ironflow.k8s.provider import K8sEphemeralProvider
@@ -47,6 +60,10 @@ PODINFO_DIR: Final = "/etc/ironflow/podinfo"
 _PROMPT_PLACEHOLDER: Final = "__IRONFLOW_PROMPT_FROM_CONFIGMAP__"
 _PROMPT_CM: Final = "ironflow-kro-prompt"  # rendered name, replaced by the CEL one
 _NAME: Final = "${schema.metadata.name}"
+_NAMESPACE: Final = "${schema.metadata.namespace}"
+#: Five cron fields (each digits, names, ``*``, ``?``, ``/``, ``,``, ``-``) or an ``@`` macro.
+_CRON: Final = re.compile(r"(@(yearly|annually|monthly|weekly|daily|midnight|hourly))|([\w*?/,\-]+( [\w*?/,\-]+){4})")
+_WAIT_S: Final = 3600
 
 
 def _cel(expr: str) -> str:
@@ -59,8 +76,16 @@ def kro_pod_template(
     """The provider's pod running the agent on the prompt of the mounted prompt ConfigMap.
 
     ``wait_for_claim`` makes the agent start only once the pod no longer carries :data:`POOL_LABEL`
-    (warm-pool members wait idle until a claim adopts them).
+    (warm-pool members wait idle until a claim adopts them); such a pod has no
+    ``activeDeadlineSeconds`` (the kubelet would end it while it idles): its agent gets the
+    provider's deadline from adoption on, through ``timeout``.
     """
+    if provider.settings.auth_proxy_url is not None:
+        raise errors.ConfigError(
+            "the kro patterns cannot use auth_proxy: a proxy token reaches a pod only over exec after "
+            "adoption, and no ironflow process claims a KRO graph's sandboxes; read the credential from "
+            "a Secret (env_from_secret, oauth_credentials_from_secret) or use AgentSandboxProvider"
+        )
     mounted = provider.read_only_config_map(_PROMPT_CM, PROMPT_DIR)
     config = AgentConfig(_PROMPT_PLACEHOLDER, working_dir=patterns.WORKSPACE_PATH)
     template = patterns.agent_pod_template(mounted, config)
@@ -69,9 +94,14 @@ def kro_pod_template(
     shell = main["command"][2].replace(
         command.shell_quote(_PROMPT_PLACEHOLDER), f'"$(cat {command.shell_quote(PROMPT_DIR + "/prompt")})"'
     )
+    main["command"] = ["sh", "-c", shell]
     if wait_for_claim:
         labels_file = command.shell_quote(PODINFO_DIR + "/labels")
-        shell = f"while grep -q '^{POOL_LABEL}=' {labels_file}; do sleep 1; done; " + shell
+        wait = f"while grep -q '^{POOL_LABEL}=' {labels_file}; do sleep 1; done; "
+        deadline = spec.pop("activeDeadlineSeconds", None)
+        # The agent's shell is the wrapper's argument ($1): no second layer of quoting.
+        run = f'exec timeout -k 10 {int(deadline)} sh -c "$1"' if deadline is not None else 'exec sh -c "$1"'
+        main["command"] = ["sh", "-c", wait + run, "agent", shell]
         spec["volumes"].append(
             {
                 "name": "podinfo",
@@ -79,7 +109,6 @@ def kro_pod_template(
             }
         )
         main["volumeMounts"].append({"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True})
-    main["command"] = ["sh", "-c", shell]
     return models.PodTemplate(spec=spec, labels=template.labels, annotations=template.annotations)
 
 
@@ -92,28 +121,73 @@ def _templated(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resource(rid: str, template: Mapping[str, Any], *, when: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": rid, "template": dict(template)}
+    """A graph resource; the child goes into the instance's namespace."""
+    obj = dict(template)
+    obj["metadata"] = {**obj["metadata"], "namespace": _NAMESPACE}
+    out: dict[str, Any] = {"id": rid, "template": obj}
     if when is not None:
         out["includeWhen"] = [_cel(when)]
     return out
 
 
-def _configmap(opts: patterns.PatternOptions, suffix: str, data: Mapping[str, str]) -> dict[str, Any]:
+def _configmap(suffix: str, data: Mapping[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{_NAME}-{suffix}", "namespace": opts.namespace},
+        "metadata": {"name": f"{_NAME}-{suffix}"},
         "data": dict(data),
     }
 
 
-def _orchestrator(opts: patterns.PatternOptions, script: str, resources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def _schedule_field(opts: patterns.PatternOptions) -> str:
+    """The graph's ``schedule`` field: an instance without one runs once, unless ``opts.schedule`` is set."""
+    schedule = " ".join((opts.schedule or "").split())
+    if schedule and not _CRON.fullmatch(schedule):
+        raise errors.ConfigError(f"invalid schedule '{opts.schedule}': use five cron fields, e.g. '0 * * * *'")
+    return f'string | default="{schedule}"'
+
+
+def _runner_script(runner_kind: str) -> str:
+    """Concept 07's run: clear a Runner a killed run left, create one, wait until KRO has made its
+    Sandbox and the Sandbox is Finished, print the log; the Runner goes on any exit (trap).
+    ``kubectl wait --for=create`` needs kubectl 1.31 or later in the CronJob's image."""
+    runner = runner_kind.lower()
+    return (
+        f"set -euo pipefail; n={_NAME}; r={runner}\n"
+        'kubectl delete "$r" "$n" --ignore-not-found\n'
+        """trap 'kubectl delete "$r" "$n" --ignore-not-found' EXIT\n"""
+        f"kubectl create -f - <<EOF\napiVersion: {KRO_API}\nkind: {runner_kind}\nmetadata: {{name: $n}}\n"
+        "spec: {workspacePVC: $n-workspace, memoryPVC: $n-memory}\nEOF\n"
+        f'kubectl wait --for=create "sandbox/$n" --timeout={_WAIT_S}s\n'
+        f'kubectl wait --for=condition=Finished "sandbox/$n" --timeout={_WAIT_S}s\n'
+        'kubectl logs "pod/$n" || true\n'
+    )
+
+
+def _claim_script(api_version: str, ref: str, lifecycle: str) -> str:
+    """Concept 08's run: create a claim with a TTL, wait until it is Finished, print its sandbox's
+    log (the TTL deletes the claim later); a claim that never finished is deleted on exit."""
+    return (
+        f"set -euo pipefail; n={_NAME}\n"
+        f"c=$(kubectl create -o name -f - <<EOF\napiVersion: {api_version}\nkind: SandboxClaim\n"
+        f"metadata: {{generateName: $n-}}\nspec: {{{ref}, {lifecycle}}}\nEOF\n)\n"
+        """trap '[ "$?" = 0 ] || kubectl delete "$c" --ignore-not-found' EXIT\n"""
+        f'kubectl wait --for=condition=Finished "$c" --timeout={_WAIT_S}s\n'
+        """s=$(kubectl get "$c" -o jsonpath='{.status.sandbox.name}')\n"""
+        'kubectl logs "pod/$s" || true\n'
+    )
+
+
+def _orchestrator(
+    script: str, managed: tuple[str, str], watched: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The scheduled mode: ServiceAccount, Role, RoleBinding and a hardened kubectl CronJob."""
-    ns, account = opts.namespace, f"{_NAME}-orchestrator"
+    ns, account = _NAMESPACE, f"{_NAME}-orchestrator"
     rules = [
-        {"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}
-        for group, plural in resources
+        {"apiGroups": [managed[0]], "resources": [managed[1]], "verbs": ["create", "get", "list", "watch", "delete"]}
     ]
+    if watched is not None:  # read only: the script waits on these
+        rules.append({"apiGroups": [watched[0]], "resources": [watched[1]], "verbs": ["get", "list", "watch"]})
     rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
     rbac = "rbac.authorization.k8s.io/v1"
     objects: list[dict[str, Any]] = [
@@ -199,16 +273,9 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
     runner = {
         "apiVersion": KRO_API,
         "kind": runner_kind,
-        "metadata": {"name": _NAME, "namespace": opts.namespace},
+        "metadata": {"name": _NAME},
         "spec": {"workspacePVC": _NAME + "-workspace", "memoryPVC": _NAME + "-memory"},
     }
-    script = (
-        f"set -euo pipefail; n={_NAME}; "
-        f"kubectl create -f - <<EOF\napiVersion: {KRO_API}\nkind: {runner_kind}\nmetadata: {{name: $n}}\n"
-        "spec: {workspacePVC: $n-workspace, memoryPVC: $n-memory}\nEOF\n"
-        "kubectl wait --for=condition=Finished sandbox/$n --timeout=3600s; "
-        f"kubectl logs $n || true; kubectl delete {runner_kind.lower()} $n"
-    )
 
     def pvc(suffix: str) -> dict[str, Any]:
         obj = patterns.standalone_pvc(opts, "pvc")
@@ -226,17 +293,19 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 "kind": user_kind,
                 "spec": {
                     "prompt": "string | required=true",
-                    "schedule": 'string | default=""',
+                    "schedule": _schedule_field(opts),
                     "storage": f'string | default="{opts.storage}"',
                 },
             },
             "resources": [
                 _resource("workspace", pvc("workspace")),
                 _resource("memory", pvc("memory")),
-                _resource("prompt", _configmap(opts, "prompt", {"prompt": _cel("schema.spec.prompt")})),
+                _resource("prompt", _configmap("prompt", {"prompt": _cel("schema.spec.prompt")})),
                 _resource("runner", runner, when="schema.spec.schedule == ''"),
                 *_orchestrator(
-                    opts, script, [("kro.run", runner_kind.lower() + "s"), ("agents.x-k8s.io", "sandboxes")]
+                    _runner_script(runner_kind),
+                    ("kro.run", runner_kind.lower() + "s"),
+                    watched=("agents.x-k8s.io", "sandboxes"),
                 ),
             ],
         },
@@ -245,7 +314,7 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
 
 
 def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
-    """Concept 08: one RGD owning template, warm pool, ConfigMaps, and a TTL claim or a CronJob."""
+    """Concept 08: one RGD owning template, warm pool, prompt ConfigMap, and a claim or a CronJob."""
     template = models.SandboxTemplate(
         name=opts.name,
         namespace=opts.namespace,
@@ -260,6 +329,7 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
     tpl["metadata"]["name"] = pool["metadata"]["name"] = pool["spec"]["sandboxTemplateRef"]["name"] = _NAME
     pool["spec"]["replicas"] = _cel("schema.spec.replicas")
     claim["metadata"]["name"] = _NAME + "-run"
+    del claim["spec"]["lifecycle"]  # KRO owns this claim: a TTL delete would make KRO create it again
     beta = "warmPoolRef" in claim["spec"]
     if beta:
         claim["spec"]["warmPoolRef"]["name"] = _NAME
@@ -268,11 +338,6 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
         claim["spec"]["sandboxTemplateRef"]["name"] = claim["spec"]["warmpool"] = _NAME
         ref = "sandboxTemplateRef: {name: $n}, warmpool: $n"
     lifecycle = f"lifecycle: {{ttlSecondsAfterFinished: {opts.ttl_seconds_after_finished}, shutdownPolicy: Delete}}"
-    script = (
-        f"set -euo pipefail; n={_NAME}; kubectl create -f - <<EOF\n"
-        f"apiVersion: {claim['apiVersion']}\nkind: SandboxClaim\nmetadata: {{generateName: $n-}}\n"
-        f"spec: {{{ref}, {lifecycle}}}\nEOF\n"
-    )
     rgd = {
         "apiVersion": KRO_API,
         "kind": "ResourceGraphDefinition",
@@ -283,18 +348,19 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 "kind": "ClaudeCodeAgentTemplate",
                 "spec": {
                     "prompt": "string | required=true",
-                    "schedule": 'string | default=""',
+                    "schedule": _schedule_field(opts),
                     "replicas": f"integer | default={opts.replicas}",
-                    "proxyURL": 'string | default=""',
                 },
             },
             "resources": [
                 _resource("template", tpl),
                 _resource("pool", pool),
-                _resource("prompt", _configmap(opts, "prompt", {"prompt": _cel("schema.spec.prompt")})),
-                _resource("proxy", _configmap(opts, "proxy", {"ANTHROPIC_BASE_URL": _cel("schema.spec.proxyURL")})),
+                _resource("prompt", _configmap("prompt", {"prompt": _cel("schema.spec.prompt")})),
                 _resource("claim", claim, when="schema.spec.schedule == ''"),
-                *_orchestrator(opts, script, [("extensions.agents.x-k8s.io", "sandboxclaims")]),
+                *_orchestrator(
+                    _claim_script(claim["apiVersion"], ref, lifecycle),
+                    ("extensions.agents.x-k8s.io", "sandboxclaims"),
+                ),
             ],
         },
     }

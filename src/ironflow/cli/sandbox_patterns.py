@@ -79,6 +79,9 @@ def render(
         str | None,
         typer.Option("--autoscale", metavar="MIN:MAX", help="warm-pool: add an HPA on the pool's scale subresource."),
     ] = None,
+    schedule: Annotated[
+        str | None, typer.Option("--schedule", help="kro-*: the graph's default cron schedule (mode 2).")
+    ] = None,
     output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
@@ -96,6 +99,8 @@ def render(
         exits.fail(f"invalid --replicas {replicas}: use 0 or more")
     if ttl < 0:
         exits.fail(f"invalid --ttl {ttl}: use 0 or more seconds")
+    if schedule is not None and not pattern.startswith("kro-"):
+        exits.fail(f"--schedule is for the kro-raw and kro-template patterns, not '{pattern}'")
     try:
         rules = tuple(parse_egress(e) for e in egress or ())
     except ValueError as exc:
@@ -112,6 +117,7 @@ def render(
             storage=storage,
             egress=rules,
             ttl_seconds_after_finished=ttl,
+            schedule=schedule,
             prompt=prompt or patterns.PatternOptions.prompt,
         )
         objects = catalog.render_pattern(pattern, opts)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import catalog, kro, patterns, schemas
+from ironflow.agent_sandbox import catalog, patterns, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
@@ -121,44 +121,3 @@ def test_custom_egress_without_rules_is_refused() -> None:
 def test_unknown_pattern_names_the_known_ones() -> None:
     with pytest.raises(errors.ConfigError, match="unknown pattern 'x'; known: ephemeral, standalone-pvc"):
         catalog.render_pattern("x")
-
-
-def test_kro_raw_runner_owns_a_sandbox_and_the_user_rgd_owns_sibling_pvcs_and_a_cronjob() -> None:
-    runner, user = catalog.render_pattern("kro-raw")
-    assert [r["template"]["kind"] for r in runner["spec"]["resources"]] == ["Sandbox"]
-    ids = {r["id"]: r for r in user["spec"]["resources"]}
-    assert ids["workspace"]["template"]["kind"] == ids["memory"]["template"]["kind"] == "PersistentVolumeClaim"
-    assert ids["runner"]["includeWhen"] == ["${schema.spec.schedule == ''}"]
-    assert ids["orchestrator"]["template"]["kind"] == "CronJob"
-    assert ids["orchestrator"]["includeWhen"] == ["${schema.spec.schedule != ''}"]
-    volumes = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]["volumes"]
-    assert {"name": "pvc-0", "persistentVolumeClaim": {"claimName": "${schema.spec.workspacePVC}"}} in volumes
-
-
-def test_kro_template_owns_template_pool_configmaps_and_a_ttl_claim() -> None:
-    (rgd,) = catalog.render_pattern("kro-template")
-    kinds = [r["template"]["kind"] for r in rgd["spec"]["resources"]]
-    assert kinds[:5] == ["SandboxTemplate", "SandboxWarmPool", "ConfigMap", "ConfigMap", "SandboxClaim"]
-    assert kinds[-1] == "CronJob"
-    claim = rgd["spec"]["resources"][4]["template"]
-    assert claim["spec"]["lifecycle"]["ttlSecondsAfterFinished"] == 300
-    assert claim["spec"]["warmPoolRef"]["name"] == "${schema.metadata.name}"
-
-
-def test_kro_pods_read_the_prompt_from_the_graphs_configmap() -> None:
-    (rgd,) = catalog.render_pattern("kro-template")
-    spec = rgd["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
-    shell = spec["containers"][0]["command"][2]
-    assert "'-p' \"$(cat '/etc/ironflow/prompt/prompt')\"" in shell
-    volume = next(v for v in spec["volumes"] if "configMap" in v and v["configMap"]["name"].endswith("-prompt"))
-    assert volume["configMap"]["name"] == "${schema.metadata.name}-prompt"
-    assert {"name": "podinfo", "mountPath": kro.PODINFO_DIR, "readOnly": True} in spec["containers"][0]["volumeMounts"]
-    assert shell.startswith(f"while grep -q '^{kro.POOL_LABEL}=' '/etc/ironflow/podinfo/labels'; do sleep 1; done; ")
-    assert rgd["spec"]["resources"][1]["template"]["spec"]["replicas"] == "${schema.spec.replicas}"
-
-
-def test_kro_raw_sandbox_starts_the_agent_at_once() -> None:
-    runner, _ = catalog.render_pattern("kro-raw")
-    spec = runner["spec"]["resources"][0]["template"]["spec"]["podTemplate"]["spec"]
-    assert not spec["containers"][0]["command"][2].startswith("while ")
-    assert all(v["name"] != "podinfo" for v in spec["volumes"])

@@ -50,6 +50,10 @@ def _module_cache(root: Path) -> Path:
     crds = root / f"sigs.k8s.io/agent-sandbox@{v['agent-sandbox']}/k8s/crds"
     crds.mkdir(parents=True)
     (crds / "agents.x-k8s.io_sandboxes.yaml").write_text("kind: CustomResourceDefinition\n")
+    kro = root / f"github.com/kubernetes-sigs/kro@{v['kro']}"
+    (kro / "helm/crds").mkdir(parents=True)
+    (kro / "helm/crds/kro.run_resourcegraphdefinitions.yaml").write_text("kind: CustomResourceDefinition\n")
+    (kro / "LICENSE").write_text("Apache License\n")
     return root
 
 
@@ -72,8 +76,20 @@ def test_build_logs_each_component_as_it_starts_and_ends(env: dict[str, str], tm
     done = subprocess.run(["bash", str(SCRIPT), "build"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     bin_dir = Path(done.stdout.strip())
-    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "agent-sandbox-controller")
+    names = (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+        "kwok",
+        "agent-sandbox-controller",
+        "kro-controller",
+    )
     assert all((bin_dir / name).is_file() for name in names)
+    assert sorted(p.name for p in (bin_dir.parent / "share" / "kro" / "crds").iterdir()) == [
+        "LICENSE",
+        "kro.run_resourcegraphdefinitions.yaml",
+    ]
     lines = done.stderr.splitlines()
     for name in names:
         started = lines.index(f"kube-testenv: building {name}")
