@@ -83,7 +83,9 @@ def test_the_builders_refuse_the_same_values() -> None:
 
 @pytest.mark.parametrize("value", ["500m", "2", "1.5", ".5", "4Gi", "128974848", "129e6", "1E3", "0"])
 def test_valid_quantities_are_kept(value: str) -> None:
-    p = K8sEphemeralProvider.sandboxed(IMAGE).resources(K8sResources(cpu_limit=value, memory_limit=value))
+    p = K8sEphemeralProvider.sandboxed(IMAGE).resources(
+        K8sResources(cpu_request=None, memory_request=None, cpu_limit=value, memory_limit=value)
+    )
     assert p.home_size_limit(value).settings.resources.cpu_limit == value
 
 
