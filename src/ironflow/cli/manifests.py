@@ -88,7 +88,7 @@ def manifests(
         str | None,
         typer.Option(
             "--auth-proxy",
-            help="In-cluster proxy URL, http://<service>.<namespace>: agents then reach only the proxy.",
+            help="Proxy URL: http://<service>.<namespace>, an IP, or (with --cilium) a host; agents reach only it.",
         ),
     ] = None,
     cilium: Annotated[bool, typer.Option("--cilium", help="Cilium FQDN policies instead of plain ones.")] = False,

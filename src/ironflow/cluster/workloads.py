@@ -26,7 +26,7 @@ import yaml
 from ironflow import errors, labels
 from ironflow.claude import cli
 from ironflow.cluster import claude_settings, documents, network
-from ironflow.cluster.proxy_address import ProxyService
+from ironflow.cluster.proxy_address import ProxyAddress, ProxyService
 
 __all__ = [
     "AUTH_PROXY_RESOURCES",
@@ -249,7 +249,7 @@ def provider_file(
     spec: WorkerDeployment,
     *,
     namespace: str,
-    proxy: ProxyService | None,
+    proxy: ProxyAddress | None,
     presets: Sequence[str],
     gvisor: bool,
 ) -> str:
@@ -274,7 +274,7 @@ def worker(
     namespace: str,
     service_account: str,
     agents_namespace: str,
-    proxy: ProxyService | None,
+    proxy: ProxyAddress | None,
     presets: Sequence[str],
     gvisor: bool,
 ) -> list[documents.Document]:
