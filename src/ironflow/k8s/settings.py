@@ -114,6 +114,19 @@ class K8sResources:
                 )
 
     @classmethod
+    def from_keys(cls, values: Mapping[str, str], *, where: str = "resources") -> K8sResources:
+        """The defaults with each key given replaced, as the provider file spells them; ``none`` drops one.
+
+        >>> K8sResources.from_keys({"cpu_limit": "4", "ephemeral_storage_limit": "none"}).render()["limits"]
+        {'cpu': '4', 'memory': '4Gi'}
+        """
+        known = [name for name, *_ in RESOURCE_FIELDS]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise errors.ConfigError(f"{where}: unknown key '{unknown[0]}': known are {', '.join(known)}")
+        return cls(**{name: None if value == "none" else value for name, value in values.items()})
+
+    @classmethod
     def none(cls) -> K8sResources:
         """No requests and no limits: the namespace's LimitRange (if any) decides."""
         return cls(**{name: None for name, *_ in RESOURCE_FIELDS})

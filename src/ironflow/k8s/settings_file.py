@@ -209,8 +209,7 @@ def _resources(p: B, top: Section, _base: Path | None) -> B:
     """Each key set replaces its default; ``none`` leaves that request or limit out."""
     names = [name for name, *_ in RESOURCE_FIELDS]
     res = top.section("resources", names)
-    chosen = {name: res.text(name) for name in names if res.has(name)}
-    return p.resources(K8sResources(**{name: None if value == "none" else value for name, value in chosen.items()}))
+    return p.resources(K8sResources.from_keys({name: res.text(name) for name in names if res.has(name)}))
 
 
 def _env(p: B, top: Section, _base: Path | None) -> B:
