@@ -76,10 +76,11 @@ RESOURCE_FIELDS: Final = (
 class K8sResources:
     """The agent container's requests and limits (Kubernetes quantities); None leaves one out.
 
-    The defaults fit a Claude Code step that builds and tests code: the CLI (Node) idles
-    near 300-500 MiB and a test run or build beside it takes more, so 1 GiB is requested and
-    4 GiB is the ceiling; half a core is requested (the agent mostly waits on the model) and
-    two cores bound a runaway build. The limits are also the hostile-agent bound: memory and
+    The defaults fit a Claude Code step that builds and tests code: the CLI alone (Node) peaks
+    near 185 MiB on a short two-turn step with one Bash call (measured, Claude Code 2.1.332), a
+    long session's context and the builds and test runs it starts take several times that, so
+    1 GiB is requested and 4 GiB is the ceiling; half a core is requested (the agent mostly
+    waits on the model) and two cores bound a runaway build. The limits are also the hostile-agent bound: memory and
     ephemeral storage cannot grow until the node evicts its neighbours. 10 GiB of ephemeral
     storage covers the size-limited emptyDirs (HOME 1 GiB, /tmp 512 MiB, a git workspace's
     clone and base copy up to 4 GiB each) plus logs; each emptyDir keeps its own tighter limit.
