@@ -18,9 +18,17 @@ from ironflow import errors
 from ironflow.cli.exits import fail
 from ironflow.cli.formats import ManifestFormat
 from ironflow.cluster import documents, network, setup, workloads
+from ironflow.k8s.settings import K8sResources
 from ironflow.kube import quantities
 
-__all__ = ["manifests", "parse_egress_profile", "parse_resources", "read_profile_dir", "register"]
+__all__ = [
+    "manifests",
+    "parse_agent_resources",
+    "parse_egress_profile",
+    "parse_resources",
+    "read_profile_dir",
+    "register",
+]
 
 
 def parse_egress_profile(text: str) -> network.EgressProfile:
@@ -57,6 +65,22 @@ def parse_resources(option: str, text: str | None, base: workloads.Resources) ->
     return base.with_values(values)
 
 
+def parse_agent_resources(text: str | None) -> tuple[tuple[str, str], ...]:
+    """``cpu_limit=4,ephemeral_storage_limit=none`` as the provider file's ``resources`` keys, checked there.
+
+    >>> parse_agent_resources("cpu_limit=4, memory_limit=8Gi")
+    (('cpu_limit', '4'), ('memory_limit', '8Gi'))
+    """
+    pairs: list[tuple[str, str]] = []
+    for item in (i.strip() for i in (text or "").split(",") if i.strip()):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise errors.ConfigError(f"--agent-resources '{item}' must read KEY=QUANTITY, e.g. memory_limit=8Gi")
+        pairs.append((key.strip(), value.strip()))
+    K8sResources.from_keys(dict(pairs), where="--agent-resources")  # the worker's provider file would refuse it
+    return tuple(pairs)
+
+
 def read_profile_dir(root: Path) -> dict[str, str]:
     """Every file below ``root`` by relative path (hidden files such as ``.mcp.json`` included)."""
     if not root.is_dir():
@@ -88,7 +112,7 @@ def manifests(
         str | None,
         typer.Option(
             "--auth-proxy",
-            help="In-cluster proxy URL, http://<service>.<namespace>: agents then reach only the proxy.",
+            help="Proxy URL: http://<service>.<namespace>, an IP, or (with --cilium) a host; agents reach only it.",
         ),
     ] = None,
     cilium: Annotated[bool, typer.Option("--cilium", help="Cilium FQDN policies instead of plain ones.")] = False,
@@ -140,6 +164,14 @@ def manifests(
         str | None,
         typer.Option("--worker-resources", help="requests.cpu=…,limits.memory=… for the worker.", show_default=False),
     ] = None,
+    agent_resources: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-resources",
+            help="cpu_request=…,ephemeral_storage_limit=… (none drops one) for the agent pods, in the provider file.",
+            show_default=False,
+        ),
+    ] = None,
     profile_dir: Annotated[
         Path | None,
         typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
@@ -178,6 +210,7 @@ def manifests(
                 image=worker_image,
                 runner_image=runner_image,
                 resources=parse_resources("--worker-resources", worker_resources, workloads.WORKER_RESOURCES),
+                agent_resources=parse_agent_resources(agent_resources),
             )
             if worker_deployment
             else None,

@@ -49,6 +49,7 @@ __all__ = [
     "lint_image_tag",
     "lint_runner_dockerfile",
     "parse_dockerfile",
+    "shell_commands",
 ]
 
 CLAUDE_CODE_VERSION_ARG: Final = "CLAUDE_CODE_VERSION"
@@ -147,7 +148,7 @@ def _env_pairs(args: str) -> dict[str, str]:
     return dict(t.split("=", 1) for t in tokens if "=" in t)
 
 
-def _commands(run: str) -> list[list[str]]:
+def shell_commands(run: str) -> list[list[str]]:
     """A RUN's shell text as simple commands split on ``&&``, ``;`` and ``||`` (no execution)."""
     lexer = shlex.shlex(run, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
@@ -227,7 +228,7 @@ def _lint_version(parsed: Dockerfile, version: str | None) -> list[Problem]:
     ref = "${" + CLAUDE_CODE_VERSION_ARG + "}"
     verified = False
     for run in parsed.of("RUN"):
-        commands = _commands(run.args)
+        commands = shell_commands(run.args)
         installs = any(c[:2] == ["npm", "install"] and f"{_NPM_PACKAGE}@{ref}" in c for c in commands)
         checks = "claude --version" in run.args and any(
             c and c[0] == "test" and ref in c and "=" in c for c in commands
@@ -255,7 +256,7 @@ def _lint_no_latest(parsed: Dockerfile) -> list[Problem]:
 
 def _lint_user(parsed: Dockerfile) -> list[Problem]:
     problems: list[Problem] = []
-    commands = [c for run in parsed.of("RUN") for c in _commands(run.args)]
+    commands = [c for run in parsed.of("RUN") for c in shell_commands(run.args)]
     group_ok = any(c[0] == "groupadd" and _option(c, "-g") == _UID for c in commands)
     user_ok = any(
         c[0] == "useradd"
@@ -305,7 +306,7 @@ def _lint_env(parsed: Dockerfile) -> list[Problem]:
 
 def _lint_managed_settings(parsed: Dockerfile) -> list[Problem]:
     for run in parsed.of("RUN"):
-        tokens = [t for c in _commands(run.args) for t in c]
+        tokens = [t for c in shell_commands(run.args) for t in c]
         for index, word in enumerate(tokens):
             target = tokens[index + 1] if word == ">" and index + 1 < len(tokens) else word.removeprefix(">")
             if word.startswith(">") and target == _MANAGED_SETTINGS_PATH:
@@ -337,7 +338,7 @@ def _lint_root_owned_dirs(parsed: Dockerfile) -> list[Problem]:
     moded: set[str] = set()
     problems: list[Problem] = []
     for run in parsed.of("RUN"):
-        for command in _commands(run.args):
+        for command in shell_commands(run.args):
             paths = [t for t in command[1:] if t.startswith("/")]
             recursive = "-R" in command
             if command[0] == "chown":

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.cluster import documents, network, setup, workloads
+from ironflow.cluster import documents, network, proxy_address, setup, workloads
 
 __all__ = [
     "AUTH_PROXY_FILE",
@@ -141,7 +141,7 @@ def example_files(
         "kustomization.yaml": [_top_kustomization(with_auth_proxy=with_auth_proxy)],
     }
     proxy = config.auth_proxy
-    if with_auth_proxy and proxy is not None:
+    if with_auth_proxy and isinstance(proxy, proxy_address.ProxyService):
         files[AUTH_PROXY_FILE] = workloads.auth_proxy(workloads.AuthProxyDeployment(), proxy)
     return [documents.ManifestFile(path, tuple(docs)) for path, docs in files.items()]
 

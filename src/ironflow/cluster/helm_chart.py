@@ -9,8 +9,9 @@ gives what ``ironflow manifests`` gives with the matching flags, and a unit test
 the chart and compares it with the committed files byte for byte.
 
 What the chart does not expose (use ``ironflow manifests`` for it): installing without the
-auth proxy, other presets or egress profiles than the defaults, a profile directory, and an
-``https`` proxy URL. Writing files happens only in :func:`_main`.
+auth proxy, other presets or egress profiles than the defaults, a profile directory, an
+``https`` proxy URL or one outside the cluster, and the agent pods' resources (the provider's
+defaults apply). Writing files happens only in :func:`_main`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,17 @@ Cilium, auth proxy   kube-dns; proxy pods :8080                  in: agents, wor
 plain, direct        kube-dns; any public address :443           (no proxy)
 plain, auth proxy    kube-dns; proxy pods :8080                  in: agents, worker on 8080;
                                                                  out: kube-dns, public addresses :443
+Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>        (not in the cluster: no policy here)
+  or by name         kube-dns; toFQDNs <host> :<url port>
+plain, proxy by IP   kube-dns; ipBlock <ip>/32 (/128) :<url port>  (not in the cluster: no policy here)
+  or by name         refused: a NetworkPolicy names no host (give its IP, a Service URL, or Cilium)
 ===================  ==========================================  ======================================
+
+A proxy behind a Service (:class:`~ironflow.cluster.proxy_address.ProxyService`) is opened
+on the port its pods listen on, :data:`AUTH_PROXY_PORT`: policies see a connection after
+the Service has translated it, so the URL's port (the Service's) is never the policy's.
+A proxy outside the cluster (:class:`~ironflow.cluster.proxy_address.ExternalProxy`) has
+no Service in between: the URL's port is the one opened.
 
 Egress profiles (``ironflow.io/egress-profile=<name>``) add FQDN openings under Cilium
 only. A plain NetworkPolicy cannot name a host: its "public :443" excludes private,
@@ -29,6 +39,7 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.cluster import documents
+from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
 
 __all__ = [
     "ANTHROPIC_HOST",
@@ -41,10 +52,12 @@ __all__ = [
     "Topology",
     "cilium_anthropic",
     "cilium_auth_proxy",
+    "cilium_external_proxy",
     "egress",
     "plain_anthropic",
     "plain_auth_proxy",
     "plain_dns",
+    "plain_external_proxy",
 ]
 
 ANTHROPIC_HOST: Final = "api.anthropic.com"
@@ -84,8 +97,14 @@ class Topology:
 
     namespace: str
     worker_namespace: str
-    proxy_namespace: str | None
+    #: Where agents reach the auth proxy; None: they reach api.anthropic.com themselves.
+    proxy: ProxyAddress | None
     profiles: tuple[EgressProfile, ...]
+
+    @property
+    def proxy_namespace(self) -> str | None:
+        """The namespace of a proxy run in the cluster behind a Service; None otherwise."""
+        return self.proxy.namespace if isinstance(self.proxy, ProxyService) else None
 
 
 _RUNNER = {labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}
@@ -107,10 +126,10 @@ def _cilium_dns() -> dict[str, Any]:
     }
 
 
-def _cilium_fqdn(hosts: tuple[str, ...]) -> dict[str, Any]:
+def _cilium_fqdn(hosts: tuple[str, ...], port: int = 443) -> dict[str, Any]:
     return {
         "toFQDNs": [{"matchName": host} for host in hosts],
-        "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"}]}],
+        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"}]}],
     }
 
 
@@ -376,8 +395,54 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     ]
 
 
+def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
+    return (
+        f"Auth proxy outside the cluster ({proxy.url}): agent pods reach {how}\n"
+        f"on {proxy.port} and nothing else beyond DNS; they hold no credential. The proxy runs\n"
+        "elsewhere, so no policy for its own pods is rendered here."
+    )
+
+
+def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
+    """Agents reach only the proxy outside the cluster: ``toCIDR`` for an IP, ``toFQDNs`` for a name."""
+    ports = [{"ports": [{"port": str(proxy.port), "protocol": "TCP"}]}]
+    peer = _cilium_fqdn((proxy.host,), proxy.port) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
+    agents = _cilium(
+        "claude-runner-egress-auth-proxy",
+        top.namespace,
+        {"endpointSelector": {"matchLabels": dict(_RUNNER)}, "egress": [_cilium_dns(), peer]},
+    )
+    wording = "Per-profile opening: pods labelled ironflow.io/egress-profile={name} may also\nreach {hosts}."
+    how = f"only {proxy.cidr}" if proxy.cidr is not None else f"only {proxy.host} (toFQDNs)"
+    return [
+        documents.Document(agents, "Cilium egress. " + _external_comment(proxy, how=how)),
+        *_cilium_profiles(top, seed_wording=wording),
+    ]
+
+
+def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
+    """Agents reach only the proxy's IP; a proxy named by host is refused (a NetworkPolicy names no host)."""
+    problem = proxy.plain_policy_problem()
+    if problem is not None or proxy.cidr is None:
+        raise errors.ConfigError(problem or f"auth proxy url '{proxy.url}' has no IP address")
+    body = _np(
+        "claude-runner-egress-auth-proxy",
+        top.namespace,
+        dict(_RUNNER),
+        {
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": proxy.cidr}}], "ports": [{"port": proxy.port, "protocol": "TCP"}]}],
+        },
+    )
+    comment = "Plain NetworkPolicy (with networkpolicy-egress-dns.yaml). "
+    return [documents.Document(body, comment + _external_comment(proxy, how=f"only {proxy.cidr}"))]
+
+
 def egress(top: Topology, *, cilium: bool) -> list[documents.Document]:
     """The egress policies of one variant of the rule table."""
+    proxy = top.proxy
+    if isinstance(proxy, ExternalProxy):
+        return cilium_external_proxy(top, proxy) if cilium else plain_dns(top) + plain_external_proxy(top, proxy)
     if cilium:
-        return cilium_auth_proxy(top) if top.proxy_namespace else cilium_anthropic(top)
-    return plain_dns(top) + (plain_auth_proxy(top) if top.proxy_namespace else plain_anthropic(top))
+        return cilium_auth_proxy(top) if proxy is not None else cilium_anthropic(top)
+    return plain_dns(top) + (plain_auth_proxy(top) if proxy is not None else plain_anthropic(top))

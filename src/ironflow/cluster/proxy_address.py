@@ -1,11 +1,23 @@
-"""The auth proxy's in-cluster URL read as a Service: its name, namespace and port (pure).
+"""The auth proxy's URL read as where the agents reach it: a Service, an IP or a host (pure).
 
-The manifests select the proxy's pods by namespace and label, so the URL must name a
-Service: ``http(s)://<service>.<namespace>[.svc[.<cluster domain>]][:<port>]``. The port
-is the Service's (80 for ``http``, 443 for ``https`` when the URL has none); the pods
-listen on :data:`ironflow.cluster.network.AUTH_PROXY_PORT` behind it. A URL that names an
-IP address or a host outside the cluster cannot be turned into such a policy, so it is
-refused with one line saying what to write instead; it never yields a guessed namespace.
+=====================================================  ==============================================
+URL host                                               reads as
+=====================================================  ==============================================
+``<service>.<namespace>[.svc[.<cluster domain>]]``     :class:`ProxyService`: the policies select the
+                                                       proxy's pods by namespace and label, on the
+                                                       port they listen on
+                                                       (:data:`ironflow.cluster.network.AUTH_PROXY_PORT`);
+                                                       the URL's port is the Service's
+an IPv4 / IPv6 address                                 :class:`ExternalProxy`: egress to that address
+                                                       alone (``/32``, ``/128``) on the URL's port
+any other DNS name (``proxy.example.com``)             :class:`ExternalProxy` by name: Cilium's
+                                                       ``toFQDNs`` opens it; a plain NetworkPolicy
+                                                       cannot, so that is refused, naming the fixes
+=====================================================  ==============================================
+
+The port is the URL's, else the scheme's (80 for ``http``, 443 for ``https``). A URL is
+never turned into a guessed namespace: a host that fits none of the rows is refused with
+one line saying what to write instead.
 """
 
 from __future__ import annotations
@@ -17,7 +29,14 @@ from urllib.parse import urlsplit
 
 from ironflow import errors, labels
 
-__all__ = ["DEFAULT_PORTS", "ProxyService", "parse_proxy_url"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "ExternalProxy",
+    "ProxyAddress",
+    "ProxyService",
+    "parse_proxy_address",
+    "parse_proxy_url",
+]
 
 DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _EXAMPLE: Final = "http://ironflow-auth-proxy.ironflow-system"
@@ -41,13 +60,53 @@ class ProxyService:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
-def parse_proxy_url(url: str) -> ProxyService:
-    """The Service an in-cluster proxy URL names; ConfigError (one line) when it names none.
+@dataclass(frozen=True)
+class ExternalProxy:
+    """A proxy the manifests do not run: reached at an IP address or a DNS name, on ``port``."""
 
-    >>> parse_proxy_url("http://ironflow-auth-proxy.ironflow-system").port
+    scheme: str
+    #: An IP address (IPv6 without brackets) or a lower-case DNS name.
+    host: str
+    #: The port the agents connect to (no Service in between): the one every policy opens.
+    port: int
+
+    @property
+    def cidr(self) -> str | None:
+        """The host as a one-address CIDR (``/32``, ``/128``); None for a DNS name."""
+        try:
+            address = ipaddress.ip_address(self.host)
+        except ValueError:
+            return None
+        return f"{address}/{address.max_prefixlen}"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def plain_policy_problem(self) -> str | None:
+        """Why a plain NetworkPolicy cannot open this proxy (it names no host), or None."""
+        if self.cidr is not None:
+            return None
+        return (
+            f"auth proxy host {self.host} is a DNS name, and a plain NetworkPolicy opens egress by "
+            f"IP only: give the proxy's IP ({self.scheme}://203.0.113.7:{self.port}), run it in the cluster behind a "
+            f"Service ({_EXAMPLE}), or render Cilium policies (--cilium), whose toFQDNs names the host"
+        )
+
+
+ProxyAddress = ProxyService | ExternalProxy
+
+
+def parse_proxy_address(url: str) -> ProxyAddress:
+    """What an auth proxy URL names (the table above); ConfigError (one line) when it names nothing usable.
+
+    >>> parse_proxy_address("http://ironflow-auth-proxy.ironflow-system").port
     80
-    >>> parse_proxy_url("http://proxy.auth.svc.cluster.local:8080").namespace
+    >>> parse_proxy_address("http://proxy.auth.svc.cluster.local:8080").namespace
     'auth'
+    >>> parse_proxy_address("http://10.0.0.5:8080").cidr
+    '10.0.0.5/32'
     """
     parts = urlsplit(url)
     if parts.scheme not in DEFAULT_PORTS:
@@ -57,34 +116,38 @@ def parse_proxy_url(url: str) -> ProxyService:
         port = parts.port
     except ValueError:
         raise errors.ConfigError(f"auth proxy url '{url}' has an invalid port: give 1-65535") from None
-    if parts.path not in {"", "/"} or parts.query or parts.fragment or parts.username or parts.password:
-        raise errors.ConfigError(f"auth proxy url '{url}' must be scheme://host[:port] only, e.g. {_EXAMPLE}")
-    if _is_ip(host):
-        raise errors.ConfigError(
-            f"auth proxy url '{url}' is an IP address: the policies select the proxy's pods by namespace, "
-            f"so name its Service, e.g. {_EXAMPLE}"
-        )
-    names = host.split(".")
-    in_cluster = len(names) == 2 or (len(names) >= 3 and names[2] == "svc")
-    if len(names) < 2 or not all(labels.is_dns_label(n) for n in names[:2]):
-        raise errors.ConfigError(
-            f"auth proxy url '{url}' does not name the proxy's namespace: use "
-            f"http://<service>.<namespace>, e.g. {_EXAMPLE}"
-        )
-    if not in_cluster:
-        raise errors.ConfigError(
-            f"auth proxy url '{url}' names a host outside the cluster: the manifests run the proxy as a Service; "
-            f"use http://<service>.<namespace>[.svc.cluster.local], e.g. {_EXAMPLE}"
-        )
     if port == 0:
         raise errors.ConfigError(f"auth proxy url '{url}' has an invalid port: give 1-65535")
-    return ProxyService(
-        scheme=parts.scheme,
-        service=names[0],
-        namespace=names[1],
-        port=DEFAULT_PORTS[parts.scheme] if port is None else port,
-        host=host,
-    )
+    if parts.path not in {"", "/"} or parts.query or parts.fragment or parts.username or parts.password:
+        raise errors.ConfigError(f"auth proxy url '{url}' must be scheme://host[:port] only, e.g. {_EXAMPLE}")
+    chosen_port = DEFAULT_PORTS[parts.scheme] if port is None else port
+    if _is_ip(host):
+        return ExternalProxy(scheme=parts.scheme, host=str(ipaddress.ip_address(host)), port=chosen_port)
+    names = host.split(".")
+    if len(names) < 2 or not all(labels.is_dns_label(n) for n in names) or names[-1].isdigit():
+        raise errors.ConfigError(
+            f"auth proxy url '{url}' names neither a Service (http://<service>.<namespace>, e.g. {_EXAMPLE}) "
+            "nor an IP address or a DNS name outside the cluster"
+        )
+    if len(names) == 2 or names[2] == "svc":
+        return ProxyService(scheme=parts.scheme, service=names[0], namespace=names[1], port=chosen_port, host=host)
+    return ExternalProxy(scheme=parts.scheme, host=host, port=chosen_port)
+
+
+def parse_proxy_url(url: str) -> ProxyService:
+    """The Service an in-cluster proxy URL names, for the proxy's own Deployment and Service.
+
+    >>> parse_proxy_url("http://ironflow-auth-proxy.ironflow-system:8080").service
+    'ironflow-auth-proxy'
+    """
+    address = parse_proxy_address(url)
+    if isinstance(address, ExternalProxy):
+        what = "an IP address" if address.cidr is not None else "a host outside the cluster"
+        raise errors.ConfigError(
+            f"auth proxy url '{url}' is {what}: the proxy's Deployment and Service need its in-cluster "
+            f"Service URL http://<service>.<namespace>[.svc.cluster.local], e.g. {_EXAMPLE}"
+        )
+    return address
 
 
 def _is_ip(host: str) -> bool:

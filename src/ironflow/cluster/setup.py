@@ -169,7 +169,12 @@ class ClusterSetup:
         if not labels.is_dns_label(self.worker_service_account):
             raise errors.ConfigError(f"worker service account '{self.worker_service_account}' is not a DNS label")
         if self.auth_proxy_url is not None:
-            proxy_address.parse_proxy_url(self.auth_proxy_url)
+            address = proxy_address.parse_proxy_address(self.auth_proxy_url)
+            if self.auth_proxy_deployment is not None:
+                proxy_address.parse_proxy_url(self.auth_proxy_url)  # the Deployment needs a Service
+            problem = address.plain_policy_problem() if isinstance(address, proxy_address.ExternalProxy) else None
+            if problem is not None and not self.cilium:
+                raise errors.ConfigError(problem)
         elif self.auth_proxy_deployment is not None:
             raise errors.ConfigError(
                 "the auth proxy's Deployment needs its URL (--auth-proxy http://<service>.<namespace>): "
@@ -186,12 +191,14 @@ class ClusterSetup:
                 raise errors.ConfigError(f"unknown managed settings preset '{preset}', known presets: [{known}]")
 
     @property
-    def auth_proxy(self) -> proxy_address.ProxyService | None:
-        return None if self.auth_proxy_url is None else proxy_address.parse_proxy_url(self.auth_proxy_url)
+    def auth_proxy(self) -> proxy_address.ProxyAddress | None:
+        return None if self.auth_proxy_url is None else proxy_address.parse_proxy_address(self.auth_proxy_url)
 
     @property
     def auth_proxy_namespace(self) -> str | None:
-        return None if self.auth_proxy is None else self.auth_proxy.namespace
+        """The proxy's own namespace, rendered here; None without a proxy or for one outside the cluster."""
+        proxy = self.auth_proxy
+        return proxy.namespace if isinstance(proxy, proxy_address.ProxyService) else None
 
 
 def proxy_namespace_from_url(url: str) -> str:
@@ -278,9 +285,7 @@ def _service_account(name: str, namespace: str) -> dict[str, Any]:
 
 
 def topology(config: ClusterSetup) -> network.Topology:
-    return network.Topology(
-        config.namespace, config.worker_namespace, config.auth_proxy_namespace, config.egress_profiles
-    )
+    return network.Topology(config.namespace, config.worker_namespace, config.auth_proxy, config.egress_profiles)
 
 
 def worker_permissions(config: ClusterSetup) -> tuple[Permission, ...]:
@@ -346,7 +351,7 @@ def workloads_documents(config: ClusterSetup) -> list[documents.Document]:
     """The proxy's and the worker's Deployments, when asked for."""
     docs: list[documents.Document] = []
     proxy = config.auth_proxy
-    if config.auth_proxy_deployment is not None and proxy is not None:
+    if config.auth_proxy_deployment is not None and isinstance(proxy, proxy_address.ProxyService):
         docs += workloads.auth_proxy(config.auth_proxy_deployment, proxy)
     if config.worker_deployment is not None:
         docs += workloads.worker(

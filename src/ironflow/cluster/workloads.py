@@ -26,7 +26,7 @@ import yaml
 from ironflow import errors, labels
 from ironflow.claude import cli
 from ironflow.cluster import claude_settings, documents, network
-from ironflow.cluster.proxy_address import ProxyService
+from ironflow.cluster.proxy_address import ProxyAddress, ProxyService
 
 __all__ = [
     "AUTH_PROXY_RESOURCES",
@@ -118,6 +118,9 @@ class WorkerDeployment:
     image: str = DEFAULT_WORKER_IMAGE
     runner_image: str = DEFAULT_RUNNER_IMAGE
     resources: Resources = field(default=WORKER_RESOURCES)
+    #: The agent pods' ``resources`` keys in the provider file (``cpu_limit``: ``4``...), checked by
+    #: the caller; empty: the provider's defaults (docs/k8s-provider.md).
+    agent_resources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check_image("worker image", self.image)
@@ -249,7 +252,7 @@ def provider_file(
     spec: WorkerDeployment,
     *,
     namespace: str,
-    proxy: ProxyService | None,
+    proxy: ProxyAddress | None,
     presets: Sequence[str],
     gvisor: bool,
 ) -> str:
@@ -261,6 +264,8 @@ def provider_file(
         body["oauth_token_secret"] = {"secret": "claude-code-oauth-token", "key": "token"}
     if gvisor:
         body["runtime_class"] = "gvisor"
+    if spec.agent_resources:
+        body["resources"] = dict(spec.agent_resources)
     if presets:
         body["managed_settings_presets"] = {p: claude_settings.preset_configmap_name(p) for p in presets}
         body["default_managed_settings"] = "locked" if "locked" in presets else presets[0]
@@ -274,7 +279,7 @@ def worker(
     namespace: str,
     service_account: str,
     agents_namespace: str,
-    proxy: ProxyService | None,
+    proxy: ProxyAddress | None,
     presets: Sequence[str],
     gvisor: bool,
 ) -> list[documents.Document]:

@@ -4,7 +4,8 @@ The settings the builders of :mod:`ironflow.k8s.commands` set, their checks, and
 or Job they render: ``now`` in, manifest out; no I/O and no API client. Every object
 carries ``app.kubernetes.io/managed-by=ironflow``, its component (``pod-run`` /
 ``job-run``) and an ``ironflow.io/expires-at`` annotation (now + timeout + margin), so
-``release_run`` and the reaper find it.
+``release_run`` and the reaper find it. No pod gets service links (``enableServiceLinks: false``):
+no other Service's address lands in its env.
 
 ``restricted`` adds what Pod Security ``restricted`` demands — non-root uid, no privilege
 escalation, every capability dropped, ``RuntimeDefault`` seccomp, no service-account
@@ -21,7 +22,7 @@ from typing import Any
 
 from ironflow import errors, labels
 from ironflow.k8s import hardening
-from ironflow.kube import pod_problems
+from ironflow.kube import pod_problems, quantities
 
 __all__ = [
     "JobRunSettings",
@@ -42,22 +43,24 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ResourceSpec:
-    """CPU / memory quantities; an empty requests or limits map is left out of the pod."""
+    """CPU / memory / ephemeral-storage quantities; an empty requests or limits map is left out of the pod."""
 
     cpu_request: str | None = None
     cpu_limit: str | None = None
     memory_request: str | None = None
     memory_limit: str | None = None
+    ephemeral_storage_request: str | None = None
+    ephemeral_storage_limit: str | None = None
 
     def render(self) -> dict[str, Any]:
-        requests = {k: v for k, v in (("cpu", self.cpu_request), ("memory", self.memory_request)) if v}
-        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v}
-        out: dict[str, Any] = {}
-        if requests:
-            out["requests"] = requests
-        if limits:
-            out["limits"] = limits
-        return out
+        return quantities.container_resources(
+            {
+                "cpu": self.cpu_request,
+                "memory": self.memory_request,
+                "ephemeral-storage": self.ephemeral_storage_request,
+            },
+            {"cpu": self.cpu_limit, "memory": self.memory_limit, "ephemeral-storage": self.ephemeral_storage_limit},
+        )
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,7 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
             )
         ],
         "restartPolicy": "Never",
+        "enableServiceLinks": False,
     }
     if s.restricted_uid is not None:
         spec["securityContext"] = _restricted_pod(s.restricted_uid, s.security)
@@ -338,6 +342,7 @@ def job_manifest(name: str, image: str, command: str, s: JobRunSettings, *, now:
             )
         ],
         "restartPolicy": "Never",
+        "enableServiceLinks": False,
     }
     if s.pvcs:
         pod_spec["volumes"] = _volumes(s.pvcs)

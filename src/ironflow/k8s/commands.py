@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol, Self
 from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.k8s import command_manifests, command_runner, manifests
-from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.settings import RESOURCE_FIELDS, ProviderSettings
 from ironflow.kube import api as kube
 
 __all__ = ["EXEC_POD_PREFIX", "JobRun", "PodRun", "command_line", "exec_pod_run"]
@@ -309,10 +309,7 @@ def exec_pod_run(
         run = run.node_selector(key, value)
     if settings.image_pull_secrets:
         run = run.image_pull_secret(settings.image_pull_secrets[0])  # a PodRun carries one pull secret
-    if settings.resources.cpu_limit is not None or settings.resources.memory_limit is not None:
-        run = run.resources(
-            command_manifests.ResourceSpec(
-                cpu_limit=settings.resources.cpu_limit, memory_limit=settings.resources.memory_limit
-            )
-        )
+    resources = {name: getattr(settings.resources, name) for name, *_ in RESOURCE_FIELDS}
+    if any(resources.values()):
+        run = run.resources(command_manifests.ResourceSpec(**resources))
     return run

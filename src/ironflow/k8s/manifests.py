@@ -452,7 +452,8 @@ def build_pod(
     if resources is not None:
         container["resources"] = resources
 
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    # No Service's address in the agent's env (FOO_SERVICE_HOST...): the agent learns nothing it may not reach.
+    spec: dict[str, Any] = {"restartPolicy": "Never", "enableServiceLinks": False, "containers": [container]}
     if config.inputs:
         spec["initContainers"] = [
             {

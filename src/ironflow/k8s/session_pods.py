@@ -110,6 +110,7 @@ def session_pod(
     spec: dict[str, Any] = {
         "containers": [container],
         "restartPolicy": "Never",
+        "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 5,
         "activeDeadlineSeconds": math.ceil(ttl_s + sandbox.deadline_margin_s),
     }

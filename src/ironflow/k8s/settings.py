@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_INPUT_INIT_IMAGE",
     "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
+    "RESOURCE_FIELDS",
     "ImagePullPolicy",
     "K8sResources",
     "ProviderSettings",
@@ -60,24 +61,82 @@ class ImagePullPolicy(StrEnum):
     NEVER = "Never"
 
 
-@dataclass(frozen=True)
-class K8sResources:
-    """Container limits (Kubernetes quantities); no requests, as the reference."""
+#: (field, requests/limits, the Kubernetes resource name, an example) for each setting of :class:`K8sResources`.
+RESOURCE_FIELDS: Final = (
+    ("cpu_request", "requests", "cpu", "500m"),
+    ("memory_request", "requests", "memory", "1Gi"),
+    ("ephemeral_storage_request", "requests", "ephemeral-storage", "2Gi"),
+    ("cpu_limit", "limits", "cpu", "2"),
+    ("memory_limit", "limits", "memory", "4Gi"),
+    ("ephemeral_storage_limit", "limits", "ephemeral-storage", "10Gi"),
+)
 
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
+
+@dataclass(frozen=True, kw_only=True)
+class K8sResources:
+    """The agent container's requests and limits (Kubernetes quantities); None leaves one out.
+
+    The defaults fit a Claude Code step that builds and tests code: the CLI alone (Node) peaks
+    near 185 MiB on a short two-turn step with one Bash call (measured, Claude Code 2.1.332), a
+    long session's context and the builds and test runs it starts take several times that, so
+    1 GiB is requested and 4 GiB is the ceiling; half a core is requested (the agent mostly
+    waits on the model) and two cores bound a runaway build. The limits are also the hostile-agent bound: memory and
+    ephemeral storage cannot grow until the node evicts its neighbours. 10 GiB of ephemeral
+    storage covers the size-limited emptyDirs (HOME 1 GiB, /tmp 512 MiB, a git workspace's
+    clone and base copy up to 4 GiB each) plus logs; each emptyDir keeps its own tighter limit.
+    :meth:`none` leaves all six to the namespace's LimitRange.
+    """
+
+    cpu_request: str | None = "500m"
+    memory_request: str | None = "1Gi"
+    ephemeral_storage_request: str | None = "2Gi"
+    cpu_limit: str | None = "2"
+    memory_limit: str | None = "4Gi"
+    ephemeral_storage_limit: str | None = "10Gi"
 
     def __post_init__(self) -> None:
-        for name, value, example in (("cpu_limit", self.cpu_limit, "500m"), ("memory_limit", self.memory_limit, "4Gi")):
+        for name, _, _, example in RESOURCE_FIELDS:
+            value = getattr(self, name)
             problem = (
                 None if value is None else quantities.quantity_problem(f"resources.{name}", value, example=example)
             )
             if problem is not None:
                 raise errors.ConfigError(problem)
+        for kind in ("cpu", "memory", "ephemeral_storage"):
+            request, limit = getattr(self, f"{kind}_request"), getattr(self, f"{kind}_limit")
+            if (
+                request is not None
+                and limit is not None
+                and quantities.quantity_value(request) > quantities.quantity_value(limit)
+            ):
+                raise errors.ConfigError(
+                    f"resources.{kind}_request {request} is above resources.{kind}_limit {limit}: "
+                    f"lower {kind}_request too (or set it to none)"
+                )
+
+    @classmethod
+    def from_keys(cls, values: Mapping[str, str], *, where: str = "resources") -> K8sResources:
+        """The defaults with each key given replaced, as the provider file spells them; ``none`` drops one.
+
+        >>> K8sResources.from_keys({"cpu_limit": "4", "ephemeral_storage_limit": "none"}).render()["limits"]
+        {'cpu': '4', 'memory': '4Gi'}
+        """
+        known = [name for name, *_ in RESOURCE_FIELDS]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise errors.ConfigError(f"{where}: unknown key '{unknown[0]}': known are {', '.join(known)}")
+        return cls(**{name: None if value == "none" else value for name, value in values.items()})
+
+    @classmethod
+    def none(cls) -> K8sResources:
+        """No requests and no limits: the namespace's LimitRange (if any) decides."""
+        return cls(**{name: None for name, *_ in RESOURCE_FIELDS})
 
     def render(self) -> dict[str, Any] | None:
-        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v is not None}
-        return {"limits": limits} if limits else None
+        blocks: dict[str, dict[str, str | None]] = {"requests": {}, "limits": {}}
+        for name, block, resource, _ in RESOURCE_FIELDS:
+            blocks[block][resource] = getattr(self, name)
+        return quantities.container_resources(blocks["requests"], blocks["limits"]) or None
 
 
 _OPERATORS: Final = ("Equal", "Exists")

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, Self, TypeVar
 from ironflow import errors, pod_settings
 from ironflow import settings_file as generic_file
 from ironflow.k8s import environments
-from ironflow.k8s.settings import K8sResources, Toleration
+from ironflow.k8s.settings import RESOURCE_FIELDS, K8sResources, Toleration
 from ironflow.kube import clusters
 from ironflow.settings_file import Section
 
@@ -206,10 +206,10 @@ def _sandbox(p: B, top: Section, _base: Path | None) -> B:
 
 
 def _resources(p: B, top: Section, _base: Path | None) -> B:
-    res = top.section("resources", ("cpu_limit", "memory_limit"))
-    return p.resources(
-        K8sResources(cpu_limit=res.optional_text("cpu_limit"), memory_limit=res.optional_text("memory_limit"))
-    )
+    """Each key set replaces its default; ``none`` leaves that request or limit out."""
+    names = [name for name, *_ in RESOURCE_FIELDS]
+    res = top.section("resources", names)
+    return p.resources(K8sResources.from_keys({name: res.text(name) for name in names if res.has(name)}))
 
 
 def _env(p: B, top: Section, _base: Path | None) -> B:

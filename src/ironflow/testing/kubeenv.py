@@ -68,6 +68,7 @@ MANUAL_NAMESPACE_PREFIX: Final = stages.MANUAL_NAMESPACE_PREFIX
 
 #: Name of the one fake node kwok manages.
 NODE_NAME: Final = "kwok-node-0"
+_NODE_CAPACITY: Final = {"cpu": "1k", "memory": "1Ti", "ephemeral-storage": "1Ti", "pods": "1M"}
 
 
 class KubeEnv:
@@ -396,10 +397,14 @@ class KubeEnv:
             "kind": "Node",
             "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME, "type": "kwok"}},
             "status": {
+                # kwok's own defaults plus what it leaves out: a real node reports ephemeral storage,
+                # and an agent pod requests some (kube-scheduler refuses a node with none).
+                "capacity": dict(_NODE_CAPACITY),
+                "allocatable": dict(_NODE_CAPACITY),
                 "addresses": [
                     {"type": "InternalIP", "address": "127.0.0.1"},
                     {"type": "Hostname", "address": "localhost"},
-                ]
+                ],
             },
         }
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from ironflow.agent_sandbox import catalog, patterns
-from ironflow.testing.kubeenv import KubeEnv
+from ironflow.k8s import K8sResources
+from ironflow.testing.kubeenv import NODE_NAME, KubeEnv
 from ironflow.testing.polling import eventually_sync
 
 RESTRICTED = {
@@ -80,3 +81,8 @@ def test_a_claim_on_the_warm_pool_becomes_ready(kube_env: KubeEnv, ns: str) -> N
     pods = kube_env.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     assert len(pods) >= 2
     assert all(p["spec"]["securityContext"].get("runAsNonRoot") for p in pods)
+    # The controller's pods keep the template's limits and no service links, and the real
+    # scheduler placed them on the node although they request ephemeral storage.
+    assert all(p["spec"]["containers"][0]["resources"] == K8sResources().render() for p in pods)
+    assert all(p["spec"]["enableServiceLinks"] is False for p in pods)
+    assert {p["spec"].get("nodeName") for p in pods} == {NODE_NAME}

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from ironflow.cli import manifests
 from ironflow.cluster import documents, examples, setup, workloads
+from ironflow.k8s import K8sEphemeralProvider, K8sResources
 
 ROOT = Path(__file__).resolve().parents[3] / "examples" / "k8s" / "sandbox"
 
@@ -93,16 +94,20 @@ def test_profile_dir_becomes_configmaps(tmp_path: Path) -> None:
     ("args", "fragment"),
     [
         (["-n", "Agents"], "namespace 'Agents' is not a DNS label"),
-        (["--auth-proxy", "http://proxy"], "does not name the proxy's namespace"),
+        (["--auth-proxy", "http://proxy"], "names neither a Service"),
+        (["--auth-proxy", "https://proxy.example.com"], "a plain NetworkPolicy opens egress by IP only"),
         (["--preset", "strict"], "unknown managed settings preset 'strict'"),
         (["--egress-profile", "gitlab"], "must read NAME=HOST"),
         (["--egress-profile", "g=not a host"], "not a lower-case DNS name"),
         (["--profile-dir", "/nonexistent/profile"], "is not a directory"),
-        (["--auth-proxy", "http://10.1.2.3"], "is an IP address"),
+        (["--auth-proxy", "http://10.1.2.3", "--auth-proxy-deployment"], "is an IP address: the proxy's Deployment"),
         (["--auth-proxy-deployment"], "needs its URL (--auth-proxy"),
         (["--worker-deployment", "--worker-resources", "limits.cpu=lots"], "non-negative Kubernetes quantity"),
         (["--worker-deployment", "--worker-resources", "cpu=1"], "must read KEY=QUANTITY"),
         (["--worker-deployment", "--worker-image", "w:latest"], "must be a pinned reference"),
+        (["--worker-deployment", "--agent-resources", "gpu=1"], "--agent-resources: unknown key 'gpu': known are"),
+        (["--worker-deployment", "--agent-resources", "cpu_limit=100m"], "cpu_request 500m is above"),
+        (["--worker-deployment", "--agent-resources", "memory_limit"], "must read KEY=QUANTITY"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(args: list[str], fragment: str) -> None:
@@ -151,3 +156,19 @@ def test_deployment_flags_render_the_library_objects_for_the_same_settings() -> 
     )
     assert out == documents.file_text(setup.render_documents(expected))
     assert "Deployment" in err
+
+
+def _provider_file(*flags: str) -> dict[str, object]:
+    code, out, err = _run("--worker-deployment", *flags, "-o", "json")
+    assert code == 0, err
+    (config_map,) = [i for i in json.loads(out)["items"] if i["metadata"]["name"] == workloads.PROVIDER_CONFIGMAP]
+    body: dict[str, object] = yaml.safe_load(config_map["data"]["provider.yaml"])
+    return body
+
+
+def test_agent_resources_reach_the_workers_provider_file_and_so_its_agent_pods() -> None:
+    assert "resources" not in _provider_file()  # the provider's defaults apply
+    body = _provider_file("--agent-resources", "memory_limit=8Gi, ephemeral_storage_limit=none")
+    assert body["resources"] == {"memory_limit": "8Gi", "ephemeral_storage_limit": "none"}
+    provider = K8sEphemeralProvider.from_dict(body)
+    assert provider.settings.resources == K8sResources(memory_limit="8Gi", ephemeral_storage_limit=None)

@@ -8,10 +8,12 @@ from types import ModuleType
 import pytest
 
 from ironflow.cli import manifests
-from ironflow.cluster import dockerfile, proxy_address, setup
+from ironflow.cluster import dockerfile, proxy_address, python_images, setup
 
 
-@pytest.mark.parametrize("module", [dockerfile, setup, proxy_address, manifests], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [dockerfile, setup, proxy_address, python_images, manifests], ids=lambda m: m.__name__
+)
 def test_docstring_examples_hold(module: ModuleType) -> None:
     result = doctest.testmod(module)
     assert result.attempted > 0

@@ -11,7 +11,7 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.cluster import cilium, network, setup
+from ironflow.cluster import cilium, network, proxy_address, setup, workloads
 
 
 def _kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -81,6 +81,75 @@ def test_agents_never_reach_the_api_directly_when_the_proxy_is_set() -> None:
         assert network.ANTHROPIC_HOST not in json.dumps(runner_only)
 
 
+def _agent_egress(config: setup.ClusterSetup) -> list[dict[str, Any]]:
+    """The egress rules of the agents' auth-proxy policy (the one beside DNS and the profiles)."""
+    (policy,) = [o for o in setup.render(config) if o["metadata"]["name"] == "claude-runner-egress-auth-proxy"]
+    egress: list[dict[str, Any]] = policy["spec"]["egress"]
+    return egress
+
+
+def test_an_ip_proxy_gets_an_ipblock_of_that_address_on_the_urls_port_and_no_namespace() -> None:
+    """The issue's case: http://10.0.0.5:8080 rendered a Namespace "0" and ignored the port."""
+    config = setup.ClusterSetup(auth_proxy_url="http://10.0.0.5:8080")
+    objects = setup.render(config)
+    assert [o["metadata"]["name"] for o in _by_kind(objects, "Namespace")] == ["ironflow-agents", "ironflow"]
+    assert _agent_egress(config) == [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"port": 8080, "protocol": "TCP"}]}
+    ]
+    assert "ironflow-auth-proxy" not in {o["metadata"]["name"] for o in objects}  # its pods are not ours
+    v6 = setup.ClusterSetup(auth_proxy_url="https://[fd00::7]:9443")
+    assert _agent_egress(v6)[0]["to"] == [{"ipBlock": {"cidr": "fd00::7/128"}}]
+    assert _agent_egress(v6)[0]["ports"] == [{"port": 9443, "protocol": "TCP"}]
+
+
+def test_an_outside_host_is_refused_for_plain_policies_naming_the_fixes() -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        setup.ClusterSetup(auth_proxy_url="https://proxy.example.com")
+    message = caught.value.message
+    assert "a plain NetworkPolicy opens egress by IP only" in message
+    assert "--cilium" in message
+    assert "Service (http://ironflow-auth-proxy.ironflow-system)" in message
+    assert "\n" not in message
+    named = proxy_address.ExternalProxy("https", "proxy.example.com", 443)
+    with pytest.raises(errors.ConfigError, match="opens egress by IP only"):
+        network.egress(network.Topology("a", "w", named, ()), cilium=False)
+
+
+def test_cilium_names_an_outside_host_by_fqdn_on_the_urls_port() -> None:
+    config = setup.ClusterSetup(cilium=True, auth_proxy_url="https://proxy.example.com:9443")
+    egress = _agent_egress(config)
+    assert egress[1] == {
+        "toFQDNs": [{"matchName": "proxy.example.com"}],
+        "toPorts": [{"ports": [{"port": "9443", "protocol": "TCP"}]}],
+    }
+    assert egress[0]["toPorts"][0]["rules"]["dns"]  # Cilium learns the name's IPs from DNS answers
+    by_ip = _agent_egress(setup.ClusterSetup(cilium=True, auth_proxy_url="http://10.0.0.5:8080"))
+    assert by_ip[1] == {"toCIDR": ["10.0.0.5/32"], "toPorts": [{"ports": [{"port": "8080", "protocol": "TCP"}]}]}
+    for url in ("https://proxy.example.com:9443", "http://10.0.0.5:8080"):
+        for policy in _by_kind(
+            setup.render(setup.ClusterSetup(cilium=True, auth_proxy_url=url)), "CiliumNetworkPolicy"
+        ):
+            assert cilium.check_cilium_network_policy(policy) == []
+
+
+def test_a_service_urls_port_is_the_services_and_every_policy_opens_the_pods_port() -> None:
+    """A Service translates its port to the pods' before any policy sees the connection."""
+    url = "http://ironflow-auth-proxy.ironflow-system:9000"
+    for cilium_on in (False, True):
+        config = setup.ClusterSetup(
+            cilium=cilium_on, auth_proxy_url=url, auth_proxy_deployment=workloads.AuthProxyDeployment()
+        )
+        objects = setup.render(config)
+        (service,) = _by_kind(objects, "Service")
+        assert service["spec"]["ports"][0]["port"] == 9000
+        (deployment,) = _by_kind(objects, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["ports"][0]["containerPort"] == network.AUTH_PROXY_PORT
+        text = json.dumps([o for o in objects if o["kind"].endswith("NetworkPolicy")])
+        assert "9000" not in text
+        assert str(network.AUTH_PROXY_PORT) in text
+
+
 def test_egress_profiles_become_cilium_openings_selected_on_the_profile_label() -> None:
     profiles = (network.EgressProfile("git", ("gitlab.com", "github.com")),)
     objects = setup.render(setup.ClusterSetup(cilium=True, egress_profiles=profiles))
@@ -145,7 +214,7 @@ def test_profile_refuses_a_file_a_configmap_cannot_hold(files: dict[str, str], f
         ({"namespace": "Agents"}, "namespace 'Agents' is not a DNS label"),
         ({"worker_namespace": "a_b"}, "worker namespace 'a_b'"),
         ({"auth_proxy_url": "ftp://proxy.ns"}, "must start with http:// or https://"),
-        ({"auth_proxy_url": "http://proxy"}, "does not name the proxy's namespace"),
+        ({"auth_proxy_url": "http://proxy"}, r"names neither a Service \(http://<service>\.<namespace>"),
         ({"presets": ("locked", "locked")}, "managed settings preset 'locked' is given twice"),
         (
             {

@@ -177,18 +177,36 @@ def test_an_unpinned_image_is_refused(image: str) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("http://10.0.0.5:8080", "is an IP address"),
+        ("http://10.0.0.5:8080", "is an IP address: the proxy's Deployment and Service need"),
         ("http://[fd00::1]:8080", "is an IP address"),
-        ("https://proxy.example.com", "names a host outside the cluster"),
-        ("http://proxy", "does not name the proxy's namespace"),
+        ("https://proxy.example.com", "is a host outside the cluster"),
+        ("http://proxy", "names neither a Service"),
+        ("http://1.2.3", "names neither a Service"),
         ("http://proxy.ns:99999", "invalid port"),
+        ("http://proxy.ns:0", "invalid port"),
         ("http://proxy.ns/v1", "must be scheme://host"),
         ("ftp://proxy.ns", "must start with http"),
     ],
 )
-def test_a_proxy_url_that_names_no_service_is_refused(url: str, message: str) -> None:
+def test_a_proxy_url_that_names_no_service_is_refused_for_the_deployment(url: str, message: str) -> None:
     with pytest.raises(errors.ConfigError, match=message):
         proxy_address.parse_proxy_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port", "cidr"),
+    [
+        ("http://10.0.0.5:8080", "10.0.0.5", 8080, "10.0.0.5/32"),
+        ("https://[fd00::1]", "fd00::1", 443, "fd00::1/128"),
+        ("http://203.0.113.7", "203.0.113.7", 80, "203.0.113.7/32"),
+        ("https://proxy.example.com:9443", "proxy.example.com", 9443, None),
+    ],
+)
+def test_an_ip_or_an_outside_host_is_an_external_proxy(url: str, host: str, port: int, cidr: str | None) -> None:
+    parsed = proxy_address.parse_proxy_address(url)
+    assert parsed == proxy_address.ExternalProxy(scheme=url.partition(":")[0], host=host, port=port)
+    assert parsed.cidr == cidr
+    assert (parsed.plain_policy_problem() is None) == (cidr is not None)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,11 @@ def refused(p: K8sEphemeralProvider, cfg: AgentConfig | None = None) -> str:
 def test_ephemeral_provider_defaults() -> None:
     s = K8sEphemeralProvider(IMAGE).settings
     assert (s.image, s.namespace, s.claude_path, s.working_dir) == (IMAGE, "default", "claude", None)
-    assert s.resources == K8sResources(None, None)
+    assert s.resources == K8sResources()
+    assert s.resources.render() == {
+        "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "2Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "10Gi"},
+    }
     assert s.image_pull_policy is ImagePullPolicy.IF_NOT_PRESENT
     assert s.env_vars == ()
     assert s.image_pull_secrets == ()
@@ -67,7 +71,7 @@ def test_ephemeral_provider_builder_chain() -> None:
         .namespace("agents")
         .claude_path("/usr/local/bin/claude")
         .working_dir("/work")
-        .resources(K8sResources(cpu_limit="2", memory_limit="4Gi"))
+        .resources(K8sResources(cpu_limit="4", memory_limit="8Gi", ephemeral_storage_request=None))
         .service_account("runner")
         .image_pull_policy("Always")
         .env("A", "1")
@@ -85,7 +89,10 @@ def test_ephemeral_provider_builder_chain() -> None:
     assert s.timeout_s == 600
     assert s.env_vars == (("A", "1"),)
     container = pod_of(p)["spec"]["containers"][0]
-    assert container["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
+    }
     assert container["imagePullPolicy"] == "Always"
     assert container["command"][2].startswith("cd '/work' && '/usr/local/bin/claude' ")
 

@@ -87,8 +87,10 @@ def test_no_env_secret_env_volume_or_egress_profile_reaches_the_command_pod() ->
 def test_limits_and_a_fractional_timeout_round_the_deadline_up() -> None:
     from ironflow.k8s.settings import K8sResources
 
-    pod = _pod(K8sEphemeralProvider(IMAGE).resources(K8sResources(cpu_limit="1", memory_limit="1Gi")), timeout_s=0.5)
-    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}
+    chosen = K8sResources(cpu_limit="1", memory_limit="1Gi")
+    pod = _pod(K8sEphemeralProvider(IMAGE).resources(chosen), timeout_s=0.5)
+    assert pod["spec"]["containers"][0]["resources"] == chosen.render()
+    assert pod["spec"]["enableServiceLinks"] is False
     assert pod["spec"]["activeDeadlineSeconds"] == 1
 
 

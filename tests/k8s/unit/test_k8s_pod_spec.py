@@ -7,6 +7,7 @@ rendered here is validated strictly for Kubernetes 1.30 and 1.37.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from typing import Any
 
@@ -93,9 +94,24 @@ def test_build_credentials_from_env_prefix_uses_var_only() -> None:
 
 
 def test_k8s_resources_default() -> None:
-    assert K8sResources().render() is None
-    assert "resources" not in main_of(PLAIN)
-    assert K8sResources(memory_limit="1Gi").render() == {"limits": {"memory": "1Gi"}}
+    """Every agent pod gets the default requests and limits, ephemeral storage included."""
+    assert main_of(PLAIN)["resources"] == K8sResources().render()
+    assert set(main_of(PLAIN)["resources"]["limits"]) == {"cpu", "memory", "ephemeral-storage"}
+    assert K8sResources.none().render() is None
+    only = dataclasses.replace(K8sResources.none(), memory_limit="1Gi")
+    assert only.render() == {"limits": {"memory": "1Gi"}}
+
+
+def test_k8s_resources_refuse_a_request_above_its_limit() -> None:
+    with pytest.raises(errors.ConfigError, match=r"resources\.cpu_request 500m is above resources\.cpu_limit 250m"):
+        K8sResources(cpu_limit="250m")
+    assert K8sResources(cpu_request="100m", cpu_limit="250m").cpu_limit == "250m"
+    assert K8sResources(memory_request="1024Mi", memory_limit="1Gi").memory_limit == "1Gi"
+
+
+def test_every_agent_pod_drops_service_links() -> None:
+    for provider in (PLAIN, K8sEphemeralProvider.sandboxed(IMAGE)):
+        assert pod_of(provider, None)["spec"]["enableServiceLinks"] is False
 
 
 def test_build_pod_spec_without_image_pull_secrets() -> None:

@@ -25,7 +25,7 @@ sandbox:
 namespace: agents
 claude_path: /usr/local/bin/claude
 working_dir: /work
-resources: {cpu_limit: "2", memory_limit: 4Gi}
+resources: {cpu_limit: "2", memory_limit: 4Gi, ephemeral_storage_limit: none}
 service_account: agent-reader
 image_pull_policy: Always
 env:
@@ -76,7 +76,7 @@ def test_every_documented_key_reaches_its_setting(tmp_path: Path) -> None:
         "/work",
         "agent-reader",
     )
-    assert s.resources == K8sResources("2", "4Gi")
+    assert s.resources == K8sResources(cpu_limit="2", memory_limit="4Gi", ephemeral_storage_limit=None)
     assert s.env_vars == (("TEAM", "infra"), ("LOG", "debug"))
     assert s.image_pull_secrets == ("regcred",)
     assert s.timeout_s == 900

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.k8s import K8sEphemeralProvider, K8sResources, commands
+from ironflow.k8s import K8sEphemeralProvider, K8sResources, commands, settings
 from ironflow.kube import quantities
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -83,7 +83,9 @@ def test_the_builders_refuse_the_same_values() -> None:
 
 @pytest.mark.parametrize("value", ["500m", "2", "1.5", ".5", "4Gi", "128974848", "129e6", "1E3", "0"])
 def test_valid_quantities_are_kept(value: str) -> None:
-    p = K8sEphemeralProvider.sandboxed(IMAGE).resources(K8sResources(cpu_limit=value, memory_limit=value))
+    p = K8sEphemeralProvider.sandboxed(IMAGE).resources(
+        K8sResources(cpu_request=None, memory_request=None, cpu_limit=value, memory_limit=value)
+    )
     assert p.home_size_limit(value).settings.resources.cpu_limit == value
 
 
@@ -102,7 +104,7 @@ def test_valid_names_and_labels_are_kept() -> None:
     assert p.settings.namespace == "ironflow-agents"
 
 
-@pytest.mark.parametrize("module", [quantities, commands])
+@pytest.mark.parametrize("module", [quantities, commands, settings])
 def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
