@@ -214,6 +214,7 @@ def _orchestrator(
     pod_spec = {
         "serviceAccountName": account,
         "restartPolicy": "Never",
+        "enableServiceLinks": False,  # as on every pod ironflow renders: no other Service's address in its env
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1001, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
     }

@@ -2,7 +2,8 @@
 
 ``scripts/kube-testenv build`` builds them from pinned Go modules into
 ``${XDG_CACHE_HOME:-~/.cache}/ironflow/kube-testenv/<versions>/{bin,share}``; a directory
-counts only when every binary is executable and kwok's CRDs are beside it.
+counts only when every binary is executable and kwok's CRDs are beside it, so a directory
+built by an older script (without the KRO controller) is passed over, not half used.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ BINARIES: Final = (
     "kube-scheduler",
     "kwok",
     "agent-sandbox-controller",
+    "kro-controller",
 )
 
 

@@ -183,3 +183,23 @@ def test_the_runner_orchestrator_only_reads_sandboxes() -> None:
     verbs = {r["resources"][0]: r["verbs"] for r in rules}
     assert verbs["claudecodeagentsandboxrunners"] == ["create", "get", "list", "watch", "delete"]
     assert verbs["sandboxes"] == ["get", "list", "watch"]
+
+
+def _pod_specs(node: Any) -> list[dict[str, Any]]:
+    """Every pod spec (a mapping with ``containers``) anywhere in a rendered object."""
+    if isinstance(node, dict):
+        here = [node] if "containers" in node else []
+        return here + [spec for value in node.values() for spec in _pod_specs(value)]
+    if isinstance(node, list):
+        return [spec for value in node for spec in _pod_specs(value)]
+    return []
+
+
+@pytest.mark.parametrize("pattern", sorted(catalog.PATTERNS))
+def test_every_pod_of_every_pattern_has_no_service_links(pattern: str) -> None:
+    """The orchestrator CronJob's pod too: no other Service's address lands in a pod's env."""
+    specs = _pod_specs(
+        catalog.render_pattern(pattern, patterns.PatternOptions(schedule="0 * * * *", egress=(("10.0.0.0/8", 443),)))
+    )
+    assert specs
+    assert [s.get("enableServiceLinks") for s in specs] == [False] * len(specs)
