@@ -29,7 +29,7 @@ import typer
 
 from ironflow import errors
 from ironflow.claude import turns
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, document
@@ -99,9 +99,16 @@ def _require_credential_env() -> None:
 
 
 def _prompt(prompt: str | None) -> str:
-    """The PROMPT argument, or exit 2: missing, or not UTF-8 (the shell passed raw bytes)."""
+    """The PROMPT argument (``-``: all of stdin), or exit 2: missing, empty, or not UTF-8."""
     if prompt is None:
-        exits.fail("missing PROMPT: ironflow agent [OPTIONS] PROMPT")
+        exits.fail("missing PROMPT: ironflow agent [OPTIONS] PROMPT (or - to read it from stdin)")
+    if prompt == "-":
+        try:
+            prompt = sys.stdin.read()
+        except UnicodeDecodeError:
+            exits.fail("the prompt on stdin is not valid UTF-8 text; pass the prompt as UTF-8")
+        if not prompt.strip():
+            exits.fail("PROMPT - read an empty prompt from stdin; pipe one in: echo hi | ironflow agent -")
     try:
         prompt.encode()
     except UnicodeEncodeError:
@@ -174,7 +181,9 @@ async def _run_faked(
 
 
 def agent(
-    prompt: Annotated[str | None, typer.Argument(help="What to ask the agent.", show_default=False)] = None,
+    prompt: Annotated[
+        str | None, typer.Argument(help="What to ask the agent; - reads it from stdin.", show_default=False)
+    ] = None,
     backend: Annotated[Backend, typer.Option(help="Where the step runs.")] = Backend.LOCAL,
     isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
         Isolation.BWRAP
@@ -247,7 +256,7 @@ def agent(
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_SESSIONS)
         if script is not None:
-            with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose):
+            with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
                 result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec), sink))
         else:
             if backend is Backend.LOCAL:
@@ -257,12 +266,12 @@ def agent(
             )
             if (continue_session or resume is not None) and backends.sessions_claim_of(provider) is None:
                 exits.fail(_NO_SESSIONS)
-            with _progress(f"running the step in {backends.where(provider)}", quiet=verbose):
+            with _progress(f"running the step in {backends.where(provider)}", quiet=verbose or verbosity.quiet()):
                 result = asyncio.run(_run_step(config, provider, sink))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     for ignored in result.ignored_settings:
-        print(f"note: ignored locally: {ignored}", file=sys.stderr)
+        verbosity.note(f"ignored locally: {ignored}")
     ws.write_patch(result.workspace, patch)
     answer = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
     if output is not ResultFormat.TEXT:
@@ -295,7 +304,7 @@ def _exec_k8s(
         run = commands.exec_pod_run(
             settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
-        with _progress(f"running the command in pod {run.name} ({run.settings.namespace})"):
+        with _progress(f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()):
             result, changes = asyncio.run(_run_pod(run, settings, spec))
     except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
         exits.fail(f"timed out: {exc.message}", exits.EXIT_STEP_FAILED)

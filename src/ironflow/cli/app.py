@@ -14,7 +14,7 @@ from typing import Any, Final
 import typer
 
 from ironflow import __version__
-from ironflow.cli import lazy
+from ironflow.cli import exits, lazy, verbosity
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
 
@@ -104,8 +104,17 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
     ),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, help="ironflow's info logs on stderr (-vv: debug); before the command."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Results and errors only: no spinner, notes or warnings; before the command."
+    ),
 ) -> None:
     """Run AI-agent steps in hardened, single-use sandboxes."""
+    if verbose and quiet:
+        exits.fail("-v and -q pull opposite ways: give one of them")
+    verbosity.configure(verbose, quiet)
 
 
 def registered_commands() -> set[str]:

@@ -13,17 +13,14 @@ no rights for a review), or the cluster could not be reached.
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 import aiohttp
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ironflow import errors, labels
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, tables
 from ironflow.cli.formats import OutputFormat, document
 from ironflow.cluster import checks, setup
 from ironflow.kube import api as kube
@@ -165,19 +162,19 @@ def exit_code(results: list[checks.CheckResult]) -> int:
     return 0 if checks.all_passed(results) else 3
 
 
-def render_results(results: list[checks.CheckResult], namespace: str, fmt: OutputFormat) -> str:
-    """A table (check, result, why), or a JSON or YAML list (pure)."""
+def render_results(
+    results: list[checks.CheckResult], namespace: str, fmt: OutputFormat, *, width: int | None = None
+) -> str:
+    """A table (check, result, why; boxed at a terminal's ``width``, plain for None), or a JSON or YAML list (pure)."""
     if fmt is not OutputFormat.TABLE:
         return document([{"check": r.check, "result": r.outcome.value, "why": r.why} for r in results], fmt)
-    table = Table(title=f"ironflow check {namespace}", title_justify="left")
+    table = tables.new(title=f"ironflow check {namespace}", boxed=True)
     table.add_column("check")
     table.add_column("result")
     table.add_column("why")
     for r in results:
         table.add_row(r.check, r.outcome.value, r.why)
-    console = Console(width=200, record=True, file=io.StringIO())
-    console.print(table)
-    return console.export_text().rstrip("\n")
+    return tables.render(table, width=width)
 
 
 async def _check(
@@ -248,7 +245,7 @@ def check(
         exits.fail(f"pod '{pod}' not found in namespace {namespace}")
     except errors.IronflowError as exc:
         exits.fail_for(exc)
-    typer.echo(render_results(results, namespace, output))
+    typer.echo(render_results(results, namespace, output, width=tables.stdout_width()))
     raise typer.Exit(exit_code(results))
 
 

@@ -17,6 +17,7 @@ Every failure is one ``error: …`` line on stderr; none prints a traceback.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from typing import Final, NoReturn
 
@@ -32,6 +33,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "fail_for",
+    "usage_line",
 ]
 
 EXIT_STEP_FAILED: Final = 1
@@ -66,3 +68,24 @@ def fail_for(exc: errors.IronflowError) -> NoReturn:
     """
     code = exit_code_for(exc)
     fail(exc.message if code == EXIT_STEP_FAILED else " ".join(exc.message.split()), code)
+
+
+def usage_line(exc: typer.TyperException) -> str:
+    """A parse error as the one line every bad input gets (pure): the parser's message, a "did
+    you mean" for a mistyped command, and where the help is.
+
+    Typer draws these as a box under a usage block; a script's log wants one line it can grep.
+    """
+    format_message = getattr(exc, "format_message", None)
+    message = " ".join((format_message() if format_message else str(exc)).split())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    group = ctx.command
+    if message.startswith("No such command") and hasattr(group, "list_commands") and "Did you mean" not in message:
+        commands = list(group.list_commands(ctx))
+        typed = message.split("'", 2)[1] if message.count("'") >= 2 else ""
+        near = difflib.get_close_matches(typed, commands, n=1, cutoff=0.6)
+        message = message.rstrip(".") + (f"; did you mean '{near[0]}'?" if near else f"; one of: {', '.join(commands)}")
+    message = message.replace(". Did you mean", "; did you mean").replace("Value error, ", "")
+    return f"{message[:1].lower()}{message[1:].rstrip('.')} (see '{ctx.command_path} -h')"

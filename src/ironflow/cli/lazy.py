@@ -9,11 +9,14 @@ sandbox`` (its session client must not pay for the Kubernetes modules of its pat
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from ironflow.cli import exits
 
 __all__ = ["LazyGroup", "lazy_group", "registered"]
 
@@ -52,6 +55,20 @@ class LazyGroup(TyperGroup):
         if self._listing:
             return TyperCommand(cmd_name, help=entry[1])
         return registered(entry[0]).get(cmd_name)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Click's main, but a parse error anywhere below is one ``error:`` line, exit 2."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # every parse error (typer's own click)
+            print(f"error: {exits.usage_line(exc)}", file=sys.stderr)
+            sys.exit(getattr(exc, "exit_code", exits.EXIT_BAD_INPUT))
+        except typer.Abort:
+            print("error: aborted", file=sys.stderr)
+            sys.exit(exits.EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from ironflow.cli import tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import StoreOption, opened, run_async
 from ironflow.engine import running
@@ -38,11 +37,11 @@ def _where(sandbox: Mapping[str, Any] | None) -> str:
 
 
 def _print_tables(shown: Mapping[str, Any]) -> None:
-    console = Console(width=240)
+    items: list[Any] = []
     if not shown["runs"]:
-        console.print("no run is running in the store", highlight=False)
+        items.append("no run is running in the store")
     else:
-        table = Table("RUN", "WORKFLOW", "BACKEND", "WORKER", "AGE", "STEP", "RUNNING", "SANDBOX", box=None)
+        table = tables.new("RUN", "WORKFLOW", "BACKEND", "WORKER", "AGE", "STEP", "RUNNING", "SANDBOX")
         for run in shown["runs"]:
             workflow = run["workflow"].rsplit("/", 1)[-1]
             if run["parent_run_id"]:
@@ -55,15 +54,16 @@ def _print_tables(shown: Mapping[str, Any]) -> None:
                 else:
                     table.add_row(*cells, f"{step['position']} {step['name']}", age(step["running_s"]),
                                   _where(step["sandbox"]))  # fmt: skip
-        console.print(table)
+        items.append(table)
     if not shown["local_sandboxes"]:
-        console.print("no live local sandbox on this machine", highlight=False)
-        return
-    console.print("local sandboxes on this machine:", highlight=False)
-    table = Table("DIR", "PID", "AGE", "RUNS OF THAT WORKER", box=None)
-    for d in shown["local_sandboxes"]:
-        table.add_row(d["path"], str(d["pid"]), age(d["age_s"]), ", ".join(d["runs"]) or "-")
-    console.print(table)
+        items.append("no live local sandbox on this machine")
+    else:
+        items.append("local sandboxes on this machine:")
+        table = tables.new("DIR", "PID", "AGE", "RUNS OF THAT WORKER")
+        for d in shown["local_sandboxes"]:
+            table.add_row(d["path"], str(d["pid"]), age(d["age_s"]), ", ".join(d["runs"]) or "-")
+        items.append(table)
+    print(tables.render(*items, width=tables.stdout_width()))
 
 
 async def _ps(store_url: str | None) -> dict[str, Any]:

@@ -9,16 +9,14 @@ would delete and deletes nothing. Exit codes are :mod:`ironflow.cli.exits`'s: ba
 from __future__ import annotations
 
 import asyncio
-import io
 import re
 from typing import Annotated, Final
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ironflow import errors
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, tables, verbosity
 from ironflow.cli.formats import OutputFormat, document
 from ironflow.k8s import reaper
 from ironflow.kube.clusters import ClusterConfig
@@ -40,12 +38,13 @@ def parse_interval(text: str) -> float:
     return seconds
 
 
-def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) -> str:
-    """The report as stdout text: a JSON (one line) or YAML object, or a table of kinds, counts and names (pure)."""
+def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat, *, width: int | None = None) -> str:
+    """The report as stdout text: a JSON (one line) or YAML object, or a table of kinds, counts and names
+    (boxed at a terminal's ``width``, plain for None: :mod:`ironflow.cli.tables`) (pure)."""
     if fmt is not OutputFormat.TABLE:
         return document({"namespace": namespace, **report.to_dict()}, fmt, indent=None)
     verb = "would delete" if report.dry_run else "deleted"
-    table = Table(title=f"ironflow reap {namespace} ({verb})", title_justify="left")
+    table = tables.new(title=f"ironflow reap {namespace} ({verb})", boxed=True)
     table.add_column("kind")
     table.add_column(verb, justify="right")
     table.add_column("names")
@@ -57,9 +56,7 @@ def render_report(report: reaper.ReapReport, namespace: str, fmt: OutputFormat) 
     )
     for kind, count, names in rows:
         table.add_row(kind, str(count), ", ".join(names))
-    console = Console(width=200, record=True, file=io.StringIO())
-    console.print(table)
-    return console.export_text().rstrip("\n")
+    return tables.render(table, width=width)
 
 
 async def _reap(
@@ -70,11 +67,14 @@ async def _reap(
     async with await backends.connect(cluster) as api:
         await backends.require_namespace(api, namespace)
         while True:
-            with err.status(f"reaping {namespace}..."):
+            if verbosity.quiet() or not err.is_terminal:
                 report = await reaper.reap_namespace(api, namespace, dry_run=dry_run)
+            else:
+                with err.status(f"reaping {namespace}..."):
+                    report = await reaper.reap_namespace(api, namespace, dry_run=dry_run)
             for warning in report.warnings:
                 err.print(f"warning: {warning}", highlight=False)
-            typer.echo(render_report(report, namespace, fmt))
+            typer.echo(render_report(report, namespace, fmt, width=tables.stdout_width()))
             if every is None:
                 return
             await asyncio.sleep(every)

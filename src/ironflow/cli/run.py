@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 
 from ironflow import errors, log_lines
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import TextFormat
 from ironflow.cli.stores import StoreOption, opened, plain, run_async
@@ -274,7 +274,7 @@ def _log_lines_on_stderr(fmt: TextFormat) -> Iterator[None]:
     root = logging.getLogger("ironflow")
     saved = root.handlers[:], root.level, root.propagate
     root.handlers[:], root.propagate = [handler], False
-    root.setLevel(logging.INFO)
+    root.setLevel(verbosity.log_level(logging.INFO))
     try:
         yield
     finally:

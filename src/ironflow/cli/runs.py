@@ -14,11 +14,9 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ironflow import errors
-from ironflow.cli import exits
+from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
 from ironflow.engine import model, run_changes, running
@@ -65,12 +63,12 @@ def runs_list(
     if output is not OutputFormat.TABLE:
         print(document([_run_summary(r) for r in found], output))
         return
-    table = Table("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE", box=None)
+    table = tables.new("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE")
     now = time.time()
     for r in found:
         table.add_row(r.id, r.workflow.rsplit("/", 1)[-1], str(r.status), str(r.attempt), r.parent_run_id or "-",
                       age(now - r.created_at))  # fmt: skip
-    Console(width=200).print(table)
+    print(tables.render(table, width=tables.stdout_width()))
 
 
 async def _show(store_url: str | None, ref: str) -> tuple[model.RunRecord, list[model.StepRecord]]:
@@ -91,14 +89,12 @@ def runs_show(
     if output is not OutputFormat.TABLE:
         print(document({**plain(run.to_dict()), "steps": step_rows}, output))
         return
-    console = Console(width=200)
-    console.print(f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})",
-                  highlight=False)  # fmt: skip
+    shown: list[Any] = [f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})"]
     if run.parent_run_id:
-        console.print(f"parent    {run.parent_run_id}\nroot      {run.root_run_id}", highlight=False)
+        shown.append(f"parent    {run.parent_run_id}\nroot      {run.root_run_id}")
     if run.error:
-        console.print(f"error     {run.error['type']}: {run.error['message']}", highlight=False, markup=False)
-    table = Table("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT", box=None)
+        shown.append(f"error     {run.error['type']}: {run.error['message']}")
+    table = tables.new("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT")
     whole: list[tuple[model.StepRecord, str]] = []
     for s, row in zip(steps, step_rows, strict=True):
         result = s.result.text if hasattr(s.result, "text") else json.dumps(row["result"])
@@ -110,12 +106,12 @@ def runs_show(
             whole.append((s, result))
         where = row["pods"] or s.child_run_id or (_LOCAL if s.kind is model.StepKind.AGENT else "-")
         table.add_row(str(s.position), s.name, str(s.kind), str(s.status), str(s.attempts), where, line)
-    console.print(table)
+    shown.append(table)
     for s, result in whole:  # a cell holds one line; the whole result follows the table
-        console.print(f"\nstep {s.position} {s.name}:", highlight=False, markup=False)
-        console.print(result, highlight=False, markup=False)
+        shown += [f"\nstep {s.position} {s.name}:", result]
     if run.status is model.RunStatus.SUCCEEDED:
-        console.print("output", json.dumps(plain(run.output)), highlight=False, markup=False)
+        shown.append(f"output {json.dumps(plain(run.output))}")
+    print(tables.render(*shown, width=tables.stdout_width()))
 
 
 async def _change(store_url: str | None, ref: str, action: run_changes.RunAction) -> model.RunRecord:
