@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if args.workers < 1:
             raise ConfigError("--workers must be at least 1")
     except ConfigError as exc:
-        print(f"ironflow auth-proxy: {exc.message}", file=sys.stderr)
+        print(f"error: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
     logs.configure(cfg.log_level, batched=True)
     for warning in cfg.warnings:
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         asyncio.run(serve(cfg, reuse_port=args.reuse_port))
     except registry.RegistryUnavailable as exc:
-        print(f"ironflow auth-proxy: {exc}: check {config.DATABASE_URL_ENV} and the database", file=sys.stderr)
+        print(f"error: {exc}: check {config.DATABASE_URL_ENV} and the database", file=sys.stderr)
         return EXIT_REGISTRY
     return 0
 

@@ -115,10 +115,15 @@ class AdminClient:
             async with self._http().request(method, self.base_url + path, headers=headers, data=data) as response:
                 return response.status, await response.text(errors="replace")
         except TimeoutError:
-            raise AuthProxyError(f"auth proxy admin call {method} timed out") from None
+            raise AuthProxyError(f"auth proxy at {self._origin()} did not answer {method} in time") from None
         except (aiohttp.ClientError, ValueError) as exc:
-            # Stripped of the URL and the request: only the failure's class reaches the message.
-            raise AuthProxyError(f"auth proxy unreachable ({type(exc).__name__})") from None
+            # The origin only (no path, no token id, no credentials: refused in __init__) and the failure's class.
+            raise AuthProxyError(f"auth proxy at {self._origin()} unreachable ({type(exc).__name__})") from None
+
+    def _origin(self) -> str:
+        """``scheme://host:port`` of the proxy: what a message may name (the path may carry a token id)."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}"
 
     @staticmethod
     def _admin_error(status: int, body: str) -> AuthProxyError:

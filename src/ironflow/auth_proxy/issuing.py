@@ -87,6 +87,12 @@ class TokenIssuer(Protocol):
     async def revoke_run(self, run_id: str) -> int: ...
 
 
+def _named(exc: errors.AuthProxyError) -> errors.AuthProxyError:
+    """``exc`` with ``auth proxy`` at its start once (the admin client's messages say it already)."""
+    message = exc.message if exc.message.startswith("auth proxy") else f"auth proxy: {exc.message}"
+    return errors.AuthProxyError(message, status=exc.status, retryable=exc.retryable)
+
+
 async def issue_step_token(
     issuer: TokenIssuer, config: AgentConfig, run_id: str, step: str, expires_at: int
 ) -> tuple[str, Secret]:
@@ -99,7 +105,7 @@ async def issue_step_token(
     try:
         return await issuer.issue(run_id, step, expires_at, credential=credential, trace_context=config.trace_context)
     except errors.AuthProxyError as exc:
-        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
+        raise _named(exc) from exc
 
 
 async def issue_secret_token(
@@ -114,7 +120,7 @@ async def issue_secret_token(
     try:
         return await issuer.issue(run_id, step, expires_at, credential=secret)
     except errors.AuthProxyError as exc:
-        raise errors.AuthProxyError(f"auth proxy: {exc.message}", status=exc.status, retryable=exc.retryable) from exc
+        raise _named(exc) from exc
 
 
 async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:

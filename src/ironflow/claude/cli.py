@@ -15,13 +15,30 @@ from typing import Final
 
 from ironflow import errors
 
-__all__ = ["CLAUDE_CLI_ENV", "CLAUDE_CODE_VERSION", "INSTALL_COMMAND", "find_claude_cli", "pinned_cli_path"]
+__all__ = [
+    "CLAUDE_CLI_ENV",
+    "CLAUDE_CODE_VERSION",
+    "INSTALL_COMMAND",
+    "find_claude_cli",
+    "install_hint",
+    "pinned_cli_path",
+]
 
 #: The Claude Code release ironflow is tested against.
 CLAUDE_CODE_VERSION: Final = "2.1.332"
 #: Points at a ``claude`` executable to use instead of the pinned one.
 CLAUDE_CLI_ENV: Final = "IRONFLOW_CLAUDE_CLI"
 INSTALL_COMMAND: Final = "bash scripts/install"
+
+
+def install_hint(pinned: Path) -> str:
+    """How to put the pinned CLI at ``pinned``: npm for a pip install (it has no scripts/), or the
+    checkout's install script, which runs the same npm command."""
+    prefix = pinned.parents[2]  # <cache>/ironflow/claude-code/<version>, above node_modules/.bin/claude
+    return (
+        f"install it with `npm install --prefix {prefix} @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}` "
+        f"(in a checkout of ironflow, `{INSTALL_COMMAND}` does this), or set ${CLAUDE_CLI_ENV} to a claude binary"
+    )
 
 
 def pinned_cli_path(env: Mapping[str, str] | None = None) -> Path:
@@ -44,7 +61,7 @@ def find_claude_cli(env: Mapping[str, str] | None = None) -> str:
             return explicit
         raise errors.ConfigError(
             f"{CLAUDE_CLI_ENV}={explicit} is not an executable file; "
-            f"unset it or point it at a claude binary (install one with `{INSTALL_COMMAND}`)"
+            f"unset it or point it at a claude binary ({install_hint(pinned_cli_path(env))})"
         )
     pinned = pinned_cli_path(env)
     if pinned.is_file() and os.access(pinned, os.X_OK):
@@ -54,5 +71,5 @@ def find_claude_cli(env: Mapping[str, str] | None = None) -> str:
         return on_path
     raise errors.ConfigError(
         f"Claude Code CLI {CLAUDE_CODE_VERSION} not found (looked at ${CLAUDE_CLI_ENV}, {pinned} and PATH); "
-        f"install it with `{INSTALL_COMMAND}`"
+        + install_hint(pinned)
     )

@@ -19,6 +19,7 @@ import typer
 from ironflow import errors
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.cli import backends, exits
+from ironflow.cli.backends import Isolation
 from ironflow.cli.session_backends import ProviderOption
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.local.provider import LocalSandboxProvider
@@ -37,7 +38,8 @@ def serve(
     backend: Annotated[str, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")] = "local",
     provider: ProviderOption = None,
     isolation: Annotated[
-        str | None, typer.Option("--isolation", help="Local sessions: bwrap (default) or gvisor.", show_default=False)
+        Isolation | None,
+        typer.Option("--isolation", help="Local sessions: bubblewrap (default) or gVisor (runsc).", show_default=False),
     ] = None,
     keep_sessions: Annotated[
         bool,
@@ -73,10 +75,10 @@ def serve(
         exits.fail_for(exc)
 
 
-def _sessions(backend: str, provider: Path | None, isolation: str | None, keep_sessions: bool) -> SessionHost | None:
+def _sessions(
+    backend: str, provider: Path | None, isolation: Isolation | None, keep_sessions: bool
+) -> SessionHost | None:
     """The sessions ``serve`` holds (None: the router's default, local bubblewrap); bad input exits 2."""
-    if isolation is not None and isolation not in ("bwrap", "gvisor"):
-        exits.fail(f"invalid --isolation '{isolation}': use bwrap or gvisor")
     if isolation is not None and backend != "local":
         exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
     if backend == "k8s":
@@ -89,7 +91,7 @@ def _sessions(backend: str, provider: Path | None, isolation: str | None, keep_s
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
     if keep_sessions:
         exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
-    if isolation != "gvisor":
+    if isolation is not Isolation.GVISOR:
         return None
     try:
         return LocalSessions(LocalSandboxProvider(isolation="gvisor"))

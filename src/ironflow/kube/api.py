@@ -112,10 +112,9 @@ async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuratio
                         config_file=path, context=context, client_configuration=configuration, persist_config=False
                     )
                 elif not os.environ.get("KUBERNETES_SERVICE_HOST"):
-                    raise ValueError(
-                        "no kubeconfig ($KUBECONFIG or ~/.kube/config) and not inside a pod "
-                        "(KUBERNETES_SERVICE_HOST is unset)"
-                    )
+                    named = os.environ.get("KUBECONFIG", "")
+                    where = f"$KUBECONFIG={named} names no file that exists" if named else "no ~/.kube/config"
+                    raise ValueError(f"{where}, and not inside a pod (KUBERNETES_SERVICE_HOST is unset)")
                 else:
                     k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             case InCluster():

@@ -51,10 +51,12 @@ def test_path_is_the_last_resort(tmp_path: Path) -> None:
 
 
 def test_nothing_found_names_the_install_command(tmp_path: Path) -> None:
+    """A pip user has no scripts/install (issue 17): the npm command comes first, the script second."""
     env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": str(tmp_path)}
     with pytest.raises(errors.ConfigError, match="bash scripts/install") as caught:
         find_claude_cli(env)
-    assert CLAUDE_CODE_VERSION in str(caught.value)
+    prefix = tmp_path / "ironflow" / "claude-code" / CLAUDE_CODE_VERSION
+    assert f"`npm install --prefix {prefix} @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}`" in str(caught.value)
 
 
 def test_non_executable_pinned_file_is_skipped(tmp_path: Path) -> None:

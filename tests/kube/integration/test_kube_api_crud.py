@@ -204,16 +204,22 @@ async def test_default_cluster_reads_kubeconfig_env(tmp_path: Path, monkeypatch:
 async def test_default_cluster_with_no_kubeconfig_outside_a_pod_says_what_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No $KUBECONFIG file, no ~/.kube/config and no in-cluster service: the error names all three."""
+    """A $KUBECONFIG naming no file, or no ~/.kube/config, and no in-cluster service: the error
+    names the path $KUBECONFIG gave (issue 17: it did not), else the home file, and the service."""
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(errors.KubeClientConfigError) as caught:
         await api.KubeApi.connect(api.DefaultCluster())
     message = str(caught.value)
-    assert message.startswith("failed to create K8s client from default config: no kubeconfig")
-    assert "KUBERNETES_SERVICE_HOST is unset" in message
+    assert message == (
+        f"failed to create K8s client from default config: $KUBECONFIG={tmp_path / 'absent'} names no file "
+        "that exists, and not inside a pod (KUBERNETES_SERVICE_HOST is unset)"
+    )
     assert not caught.value.retryable
+    monkeypatch.delenv("KUBECONFIG")
+    with pytest.raises(errors.KubeClientConfigError, match=r"default config: no ~/.kube/config, and not inside a pod"):
+        await api.KubeApi.connect(api.DefaultCluster())
 
 
 async def test_missing_kubeconfig_file_is_a_config_error(tmp_path: Path) -> None:

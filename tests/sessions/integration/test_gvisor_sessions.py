@@ -248,7 +248,7 @@ def test_serve_isolation_gvisor_serves_gvisor_sessions_and_a_bad_value_is_one_li
     assert not any(running(pid) for pid in pids), "no process of any session outlives the server"
     env = cli_env(IRONFLOW_SANDBOX_TOKEN=SERVE_TOKEN)
     for args, text in (
-        (["--isolation", "kvm"], "error: invalid --isolation 'kvm': use bwrap or gvisor"),
+        (["--isolation", "kvm"], "error: invalid value for '--isolation': 'kvm' is not one of 'bwrap', 'gvisor'"),
         (["--isolation", "gvisor", "--backend", "k8s"], "error: --isolation is for --backend local"),
     ):
         done = ironflow("sandbox", "serve", "--port", "0", *args, env=env)
