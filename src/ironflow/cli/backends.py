@@ -120,7 +120,7 @@ def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable
     try:
         return load(path)
     except errors.ConfigError as exc:
-        exits.fail(exc.message)
+        exits.fail(exits.in_file("provider file", path, exc.message))
 
 
 def build_provider(

@@ -33,6 +33,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "fail_for",
+    "in_file",
     "usage_line",
 ]
 
@@ -68,6 +69,15 @@ def fail_for(exc: errors.IronflowError) -> NoReturn:
     """
     code = exit_code_for(exc)
     fail(exc.message if code == EXIT_STEP_FAILED else " ".join(exc.message.split()), code)
+
+
+def in_file(what: str, path: object, message: str) -> str:
+    """``message`` about a file, naming the file when it does not already (pure).
+
+    >>> in_file("provider file", "p.yaml", "unknown key 'namspace'; did you mean 'namespace'?")
+    "provider file 'p.yaml': unknown key 'namspace'; did you mean 'namespace'?"
+    """
+    return message if str(path) in message else f"{what} '{path}': {message}"
 
 
 def usage_line(exc: typer.TyperException) -> str:

@@ -17,7 +17,7 @@ import yaml
 
 from ironflow import errors, steps
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.cli.exits import fail, fail_for
+from ironflow.cli.exits import fail, fail_for, in_file
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s import provider as k8s_provider
 from ironflow.secrets import Secret
@@ -59,6 +59,9 @@ def render(
     """Print the Kubernetes objects a step would create (dry run; nothing is sent)."""
     try:
         provider = k8s_provider.K8sEphemeralProvider.from_file(provider_file)
+    except errors.ConfigError as exc:
+        fail(in_file("provider file", provider_file, exc.message))
+    try:
         config = _load_step(step_file, prompt)
         token = DRY_RUN_PROXY_TOKEN if provider.settings.auth_proxy_url is not None else None
         spec = config.workspace

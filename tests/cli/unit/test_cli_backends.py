@@ -108,7 +108,9 @@ def test_every_command_refuses_a_bad_provider_file_the_same_way(tmp_path: Path, 
     args = [*command[:1], "--provider", str(path), *store, *command[1:]]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
-    expected = "error: cluster.context: does not apply to in_cluster: true (a pod has one cluster)\n"
+    expected = (
+        f"error: provider file '{path}': cluster.context: does not apply to in_cluster: true (a pod has one cluster)\n"
+    )
     assert result.stderr == expected
 
 

@@ -96,7 +96,7 @@ def test_proxied_provider_renders_a_placeholder_token(app: typer.Typer, tmp_path
 @pytest.mark.parametrize(
     ("provider_text", "extra", "message"),
     [
-        (PROVIDER + "bogus: 1\n", ["--prompt", "x"], "error: unknown key 'bogus'"),
+        (PROVIDER + "bogus: 1\n", ["--prompt", "x"], "p.yaml': unknown key 'bogus'"),
         (PROVIDER, [], "error: no prompt: pass --prompt TEXT"),
         (PROVIDER + "env: {ANTHROPIC_API_KEY: sk-ant-x}\n", ["--prompt", "x"], "refuses ANTHROPIC_API_KEY"),
         (PROVIDER + "default_managed_settings: nope\n", ["--prompt", "x"], "unknown managed settings preset 'nope'"),
