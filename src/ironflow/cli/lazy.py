@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import typer
@@ -56,12 +56,20 @@ class LazyGroup(TyperGroup):
             return TyperCommand(cmd_name, help=entry[1])
         return registered(entry[0]).get(cmd_name)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Click's main, but a parse error anywhere below is one ``error:`` line, exit 2."""
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except typer.TyperException as exc:  # every parse error (typer's own click)
             print(f"error: {exits.usage_line(exc)}", file=sys.stderr)
             sys.exit(getattr(exc, "exit_code", exits.EXIT_BAD_INPUT))

@@ -132,7 +132,7 @@ def logs(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing until the run is finished.")] = False,
     store: StoreOption = None,
     output: Annotated[
-        TextFormat, typer.Option("-o", "--output", help="text (condensed turns) or json (each stored line).")
+        TextFormat, typer.Option("--output", "-o", help="text (condensed turns) or json (each stored line).")
     ] = TextFormat.TEXT,
 ) -> None:
     """Print the transcripts of a run's agent steps; -f follows the run until it is finished."""

@@ -176,7 +176,7 @@ def manifests(
         Path | None,
         typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
     ] = None,
-    output: Annotated[ManifestFormat, typer.Option("-o", "--output", help="yaml or json.")] = ManifestFormat.YAML,
+    output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster (and its Deployments)."""
     try:

@@ -73,7 +73,7 @@ async def _ps(store_url: str | None) -> dict[str, Any]:
 
 def ps(
     store: StoreOption = None,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table, json or yaml.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
 ) -> None:
     """List what is running now: running runs and steps (any backend), and this machine's local sandboxes."""
     shown = run_async(_ps(store))

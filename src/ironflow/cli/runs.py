@@ -23,7 +23,7 @@ from ironflow.engine import model, run_changes, running
 
 __all__ = ["register"]
 
-OutputOption = Annotated[OutputFormat, typer.Option("-o", "--output", help="table, json or yaml.")]
+OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")]
 
 #: Characters of a step's result in the table's cell; a longer or multi-line one follows in full.
 _RESULT_CELL = 80

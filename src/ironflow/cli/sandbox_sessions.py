@@ -111,7 +111,7 @@ def open_session(
             show_default=False,
         ),
     ] = None,
-    output: Annotated[TextFormat, typer.Option("-o", "--output", help="text (the id) or json.")] = TextFormat.TEXT,
+    output: Annotated[TextFormat, typer.Option("--output", "-o", help="text (the id) or json.")] = TextFormat.TEXT,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
@@ -277,7 +277,7 @@ def list_sessions(
     server: ServerOption = None,
     backend: BackendOption = None,
     provider: ProviderOption = None,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
 ) -> None:
     """List the open sessions of the server (with --provider: every session pod of its namespace)."""
     found: list[SessionInfo] = _call(Target(server, backend, provider), lambda s: s.list())
@@ -332,7 +332,7 @@ def diff(
         bool, typer.Option("--apply", help="Write the change into the workspace's directory (all or none).")
     ] = False,
     output: Annotated[
-        ResultFormat, typer.Option("-o", "--output", help="text: the patch; json or yaml: it and the changed files.")
+        ResultFormat, typer.Option("--output", "-o", help="text: the patch; json or yaml: it and the changed files.")
     ] = ResultFormat.TEXT,
 ) -> None:
     """The patch of everything changed in a session's workspace since it was opened."""
