@@ -39,6 +39,7 @@ from ironflow.k8s.command_runner import PodRunOutput
 from ironflow.k8s.commands import PodRun
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.local.git_workspaces import GitHosts
+from ironflow.local.offline import OfflineProvider
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
 from ironflow.provider import AgentProvider, LogSink
 from ironflow.results import AgentResult
@@ -173,11 +174,8 @@ async def _run_faked(
     sink: LogSink | None,
 ) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
-    async with backends.fake_model(script) as credential:
-        provider = backends.build_provider(
-            Backend.LOCAL, isolation=isolation, timeout=timeout_s, credential=credential, git_hosts=git_hosts
-        )
-        return await _run_step(config, provider, sink)
+    provider = OfflineProvider(script, isolation=isolation.value, timeout=timeout_s, git_hosts=git_hosts)
+    return await _run_step(config, provider, sink)
 
 
 def agent(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
@@ -26,15 +26,15 @@ from typer.core import TyperCommand
 from ironflow import errors
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import exits
-from ironflow.fake_model.server import FakeAnthropic, Script
+from ironflow.fake_model.server import Script
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters
 from ironflow.kube.api import KubeApi
+from ironflow.local import offline
 from ironflow.local.git_workspaces import GitHosts
 from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.provider import AgentProvider
-from ironflow.secrets import Secret
 
 __all__ = [
     "FAKE_MODEL_KEY",
@@ -47,7 +47,6 @@ __all__ = [
     "build_provider",
     "cluster_of",
     "connect",
-    "fake_model",
     "k8s_provider",
     "kube_cluster",
     "require_namespace",
@@ -55,9 +54,6 @@ __all__ = [
     "where",
     "with_git_hosts",
 ]
-
-#: The key the in-process proxy hands the offline model server (it checks it).
-FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
 
 _P = TypeVar("_P")
 
@@ -81,15 +77,6 @@ class Isolation(StrEnum):
 #: file; :func:`kube_cluster` turns them into a cluster.
 KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")]
 ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
-
-
-@contextlib.asynccontextmanager
-async def fake_model(script: Script) -> AsyncIterator[ProxyCredential]:
-    """Serve the offline model server answering ``script`` while the block runs; yield the
-    credential a provider's proxy uses to reach it (the server admits :data:`FAKE_MODEL_KEY` only)."""
-
-    async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
-        yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)
 
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
@@ -176,8 +163,10 @@ def where(provider: AgentProvider) -> str:
     return type(provider).__name__
 
 
+#: The key the in-process proxy hands the offline model server (it admits this one only).
+FAKE_MODEL_KEY: Final = offline.FAKE_MODEL_KEY
 #: What the offline model answers ``ironflow agent --fake-model`` with, unscripted.
-BUILTIN_AGENT_REPLY: Final = "Hello from the sandbox! (offline fake model)"
+BUILTIN_AGENT_REPLY: Final = offline.DEFAULT_REPLY
 #: ... and every agent step of ``ironflow run`` / ``worker --fake-model``.
 BUILTIN_RUN_REPLY: Final = "Looks good to me. (offline fake model)"
 
@@ -226,7 +215,7 @@ class Providers:
 
     async def __aenter__(self) -> Providers:
         if self.fake is not None:
-            self.fake_credential = await self._stack.enter_async_context(fake_model(self.fake))
+            self.fake_credential = await self._stack.enter_async_context(offline.offline_model(self.fake))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -12,6 +12,7 @@ from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ironflow.local.bwrap import ReadOnlyMount
+    from ironflow.local.offline import OfflineProvider
     from ironflow.local.provider import (
         CommandResult,
         Isolation,
@@ -25,6 +26,7 @@ __all__ = [
     "Isolation",
     "LocalProfile",
     "LocalSandboxProvider",
+    "OfflineProvider",
     "ProxyCredential",
     "ReadOnlyMount",
 ]
@@ -33,6 +35,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "bwrap": ("ReadOnlyMount",),
+        "offline": ("OfflineProvider",),
         "provider": ("CommandResult", "Isolation", "LocalProfile", "LocalSandboxProvider", "ProxyCredential"),
     },
 )
