@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
@@ -26,6 +25,7 @@ from typer.core import TyperCommand
 from ironflow import errors
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import exits
+from ironflow.cli.inputs import Backend, Isolation
 from ironflow.fake_model.server import Script
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
@@ -56,21 +56,6 @@ __all__ = [
 ]
 
 _P = TypeVar("_P")
-
-
-class Backend(StrEnum):
-    """Where a step runs: ``--backend`` of ``agent``, ``exec`` and ``run`` (``exec``: local or k8s only)."""
-
-    LOCAL = "local"
-    K8S = "k8s"
-    AGENT_SANDBOX = "agent-sandbox"
-
-
-class Isolation(StrEnum):
-    """``--isolation`` of the local backend: bubblewrap or gVisor (runsc)."""
-
-    BWRAP = "bwrap"
-    GVISOR = "gvisor"
 
 
 #: ``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider

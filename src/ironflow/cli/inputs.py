@@ -4,11 +4,29 @@ exits 2 with one line naming the option and the fix (pure but for :func:`~ironfl
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 from ironflow import labels
 from ironflow.cli import exits
 
-__all__ = ["dns_label", "port", "seconds"]
+__all__ = ["Backend", "Isolation", "dns_label", "port", "seconds"]
+
+
+class Backend(StrEnum):
+    """Where a step or session runs: ``--backend`` of ``agent``, ``exec``, ``run`` and the
+    ``sandbox`` session commands (``exec``: local or k8s only). Here, not beside the providers,
+    so the light session client types its option the same way without loading them."""
+
+    LOCAL = "local"
+    K8S = "k8s"
+    AGENT_SANDBOX = "agent-sandbox"
+
+
+class Isolation(StrEnum):
+    """``--isolation`` of the local backend: bubblewrap or gVisor (runsc)."""
+
+    BWRAP = "bwrap"
+    GVISOR = "gvisor"
 
 
 def dns_label(value: str, what: str = "namespace") -> str:

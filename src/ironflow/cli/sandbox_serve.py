@@ -19,7 +19,7 @@ import typer
 from ironflow import errors
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.cli import backends, exits
-from ironflow.cli.backends import Isolation
+from ironflow.cli.inputs import Backend, Isolation
 from ironflow.cli.session_backends import ProviderOption
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.local.provider import LocalSandboxProvider
@@ -35,7 +35,9 @@ def serve(
         "127.0.0.1"
     ),
     port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free one).", min=0, max=65535)] = 8377,
-    backend: Annotated[str, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")] = "local",
+    backend: Annotated[
+        Backend, typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider).")
+    ] = Backend.LOCAL,
     provider: ProviderOption = None,
     isolation: Annotated[
         Isolation | None,
@@ -76,7 +78,7 @@ def serve(
 
 
 def _sessions(
-    backend: str, provider: Path | None, isolation: Isolation | None, keep_sessions: bool
+    backend: Backend, provider: Path | None, isolation: Isolation | None, keep_sessions: bool
 ) -> SessionHost | None:
     """The sessions ``serve`` holds (None: the router's default, local bubblewrap); bad input exits 2."""
     if isolation is not None and backend != "local":
@@ -85,8 +87,6 @@ def _sessions(
         return K8sSessions(backends.k8s_provider(provider).settings)
     if backend == "agent-sandbox":
         return AgentSandboxSessions(backends.agent_sandbox_provider(provider).settings)
-    if backend != "local":
-        exits.fail(f"invalid --backend '{backend}': use local, k8s or agent-sandbox")
     if provider is not None:
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
     if keep_sessions:

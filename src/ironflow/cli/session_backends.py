@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 import typer
 
 from ironflow.cli import exits
+from ironflow.cli.inputs import Backend
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
 from ironflow.sessions import SessionInfo
@@ -45,7 +46,7 @@ ServerOption = Annotated[
     typer.Option("--server", envvar=SERVER_ENV, help="The `ironflow sandbox serve` URL.", show_default=False),
 ]
 BackendOption = Annotated[
-    str | None,
+    Backend | None,
     typer.Option("--backend", help="local, k8s or agent-sandbox (with --provider: k8s).", show_default=False),
 ]
 ProviderOption = Annotated[

@@ -96,7 +96,7 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["open", "--backend", "bogus"], "invalid --backend 'bogus': use local, k8s or agent-sandbox"),
+        (["open", "--backend", "bogus"], "'bogus' is not one of 'local', 'k8s', 'agent-sandbox'"),
         (["open", "--backend", "agent-sandbox"], "--backend agent-sandbox needs --provider provider.yaml"),
         (["open", "--backend", "agent-sandbox", "--provider", "{provider}"], "unknown key 'image'"),
         (["open", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
@@ -106,7 +106,7 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
         (["open", "--provider", "{provider}", "--label", "app.kubernetes.io/component=x"], "reserved"),
         (["ls", "--provider", "{missing}"], "missing.yaml"),
         (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
-        (["serve", "--backend", "nope"], "invalid --backend 'nope'"),
+        (["serve", "--backend", "nope"], "invalid value for '--backend': 'nope' is not one of"),
         (["serve", "--provider", "{provider}"], "--provider is for --backend k8s"),
     ],
 )
