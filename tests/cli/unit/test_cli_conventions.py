@@ -86,3 +86,21 @@ def test_agent_dash_reads_the_prompt_from_stdin(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("sys.stdin", io.StringIO("Review this change\n"))
     assert agent._prompt("-") == "Review this change\n"
     assert agent._prompt("a literal prompt") == "a literal prompt"
+
+
+@pytest.mark.parametrize(
+    ("words", "cword", "expected"),
+    [("ironflow ag", "1", "agent"), ("ironflow agent --iso", "2", "--isolation"), ("ironflow runs l", "2", "list")],
+)
+def test_shell_completion_completes_commands_subcommands_and_options(words: str, cword: str, expected: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_IRONFLOW_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
+    probe = "from ironflow.cli.app import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout.split(), done.stdout
