@@ -507,7 +507,8 @@ def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
 
 async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
     issuer = FakeIssuer(refuse=True)
-    with pytest.raises(errors.AuthProxyError, match="auth proxy: "):
+    # "auth proxy" once (issue 17: it said "auth proxy: auth proxy admin API answered …").
+    with pytest.raises(errors.AuthProxyError, match=r"^auth proxy admin API answered 503: down$"):
         await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
     assert server.count("create", "pods") == 0
     assert leftovers(server, kube.namespace) == []
