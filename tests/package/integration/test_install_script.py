@@ -41,11 +41,19 @@ def test_missing_packages_without_root_are_named_with_the_apt_line(tmp_path: Pat
     done = _install(_bin(tmp_path, {"node": "true", "npm": "true"}))
     assert done.returncode == 1, done
     assert "install: missing: bubblewrap (bwrap, the local sandbox every offline step runs in)" in done.stderr
-    assert "install: missing: runsc (gVisor (runsc), the local sandbox's --isolation gvisor)" in done.stderr
+    assert "install: missing: runsc (gVisor (runsc), the local sandbox's --isolation gvisor; optional)" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "error: missing system packages: bubblewrap runsc; on Debian or Ubuntu, as root: "
         "apt-get update && apt-get install bubblewrap runsc; then run this again"
     )
+
+
+def test_a_missing_gvisor_alone_is_a_note_not_a_stop(tmp_path: Path) -> None:
+    """Only --isolation gvisor needs runsc: without root the install goes on (here to the Python check)."""
+    done = _install(_bin(tmp_path, {"bwrap": "true", "node": "true", "npm": "true"}))
+    assert "install: note: not installing runsc without root (only --isolation gvisor needs it)" in done.stderr
+    assert "missing system packages" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ironflow needs Python 3.11 or later"), done.stderr
 
 
 def test_the_test_tools_are_named_too(tmp_path: Path) -> None:
