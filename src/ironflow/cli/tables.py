@@ -11,6 +11,7 @@ import io
 import shutil
 import sys
 
+from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 
@@ -29,12 +30,7 @@ def stdout_width() -> int | None:
 
 def new(*headers: str, title: str | None = None, boxed: bool = False) -> Table:
     """A table with these column headers; ``boxed`` draws a box on a terminal (:func:`render`)."""
-    table = Table(*headers, title=title, title_justify="left", box=None)
-    if boxed:
-        from rich import box
-
-        table.box = box.HEAVY_HEAD
-    return table
+    return Table(*headers, title=title, title_justify="left", box=box.HEAVY_HEAD if boxed else None)
 
 
 def render(*items: RenderableType | str, width: int | None) -> str:
