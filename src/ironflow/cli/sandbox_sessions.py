@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import posixpath
 import sys
@@ -25,12 +24,10 @@ from pathlib import Path
 from typing import Annotated, Final, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ironflow import errors
-from ironflow.cli import exits
-from ironflow.cli.formats import OutputFormat, ResultFormat, TextFormat, document
+from ironflow.cli import exits, tables
+from ironflow.cli.formats import OutputFormat, ResultFormat, document
 from ironflow.cli.session_backends import (
     BackendOption,
     Mode,
@@ -111,7 +108,9 @@ def open_session(
             show_default=False,
         ),
     ] = None,
-    output: Annotated[TextFormat, typer.Option("--output", "-o", help="text (the id) or json.")] = TextFormat.TEXT,
+    output: Annotated[
+        ResultFormat, typer.Option("--output", "-o", help="text (the id), json or yaml (the session).")
+    ] = ResultFormat.TEXT,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
@@ -141,7 +140,7 @@ def open_session(
         return sandbox.info
 
     info = _call(target, go)
-    print(json.dumps(info.to_json(), indent=2) if output is TextFormat.JSON else info.id)
+    print(info.id if output is ResultFormat.TEXT else document(info.to_json(), output))
 
 
 def exec_in(
@@ -277,18 +276,18 @@ def list_sessions(
     server: ServerOption = None,
     backend: BackendOption = None,
     provider: ProviderOption = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")] = OutputFormat.TABLE,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
 ) -> None:
     """List the open sessions of the server (with --provider: every session pod of its namespace)."""
     found: list[SessionInfo] = _call(Target(server, backend, provider), lambda s: s.list())
-    if output is OutputFormat.JSON:
-        print(json.dumps([info.to_json() for info in found], indent=2))
+    if output is not OutputFormat.TABLE:
+        print(document([info.to_json() for info in found], output))
         return
-    table = Table("ID", "BACKEND", "ISOLATION", "EXPIRES IN", "RUN", "LABELS", box=None)
+    table = tables.new("ID", "BACKEND", "ISOLATION", "EXPIRES IN", "RUN", "LABELS")
     for info in found:
         shown = ",".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"
         table.add_row(info.id, info.backend, info.isolation, _expires(info), info.run_id or "-", shown)
-    Console(width=200).print(table)
+    print(tables.render(table, width=tables.stdout_width()))
 
 
 def _session_id(value: str) -> str:

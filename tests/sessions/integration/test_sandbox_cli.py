@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.sessions.integration.serving import (
     CLI,
     TOKEN,
@@ -52,6 +53,8 @@ def test_open_exec_ls_and_close(served: Served) -> None:
     listed = json.loads(ironflow("sandbox", "ls", "-o", "json", env=served.env).stdout)
     assert sorted(s["id"] for s in listed) == sorted([sandbox_id, doc["id"]])
     assert next(s for s in listed if s["id"] == sandbox_id)["labels"] == {"team": "a"}
+    as_yaml = ironflow("sandbox", "ls", "-o", "yaml", env=served.env).stdout  # it printed the table (issue 17)
+    assert yaml.safe_load(as_yaml) == listed
     table = ironflow("sandbox", "ls", env=served.env).stdout
     assert sandbox_id in table
     assert "team=a" in table
