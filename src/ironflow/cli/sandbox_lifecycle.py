@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import install, lifecycle, models
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, tables
 from ironflow.cli.formats import ManifestFormat, ResultFormat, document, emit_objects
 from ironflow.cli.stores import run_async
 from ironflow.kube import api as kube
@@ -170,10 +168,10 @@ def pools(
     if output is not ResultFormat.TEXT:
         typer.echo(document([s.to_json() for s in found], output))
         return
-    table = Table("NAME", "TEMPLATE", "DESIRED", "CURRENT", "READY", "ADOPTED (1H)", box=None)
+    table = tables.new("NAME", "TEMPLATE", "DESIRED", "CURRENT", "READY", "ADOPTED (1H)")
     for s in found:
         table.add_row(s.name, s.template, str(s.desired), str(s.replicas), str(s.ready), str(s.adopted_last_hour))
-    Console(width=200).print(table)
+    typer.echo(tables.render(table, width=tables.stdout_width()))
 
 
 def install_controller(
