@@ -18,7 +18,7 @@ import os
 import secrets as _random
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ironflow import errors, labels, results, steps, tracing, workspace_frames
 from ironflow.agent_sandbox import claims, deliveries, workspaces
@@ -34,6 +34,9 @@ from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 
 __all__ = ["SandboxStepRunner", "claims_watch"]
+
+#: How long a claim failed on its pod waits for the pod's own verdict (which says more).
+_POD_VERDICT_WAIT_S: Final = 2.0
 
 
 class SandboxStepRunner:
@@ -231,7 +234,11 @@ class SandboxStepRunner:
         pod_watch = asyncio.ensure_future(self._watch_sandbox_pod(api, name, timeout))
         try:
             await asyncio.wait((claim_wait, pod_watch), return_when=asyncio.FIRST_COMPLETED)
-            if pod_watch.done() and not claim_wait.done():
+            if self._claim_failed_on_its_pod(api, name, claim_wait) and not pod_watch.done():
+                # The controller saw the same pod end; its verdict names the pod, the reason and
+                # the events, the claim's only the controller's summary: wait briefly for it.
+                await asyncio.wait((pod_watch,), timeout=_POD_VERDICT_WAIT_S)
+            if pod_watch.done() and pod_watch.exception() is not None:
                 pod_watch.result()  # the pod's verdict; a pod that runs leaves the answer to the claim
             ready = await claim_wait
         finally:
@@ -247,6 +254,15 @@ class SandboxStepRunner:
                 "Check the warm pool and the agent-sandbox controller"
             )
         return ready
+
+    def _claim_failed_on_its_pod(self, api: kube.KubeApi, name: str, claim_wait: asyncio.Future[Any]) -> bool:
+        """Whether the claim's wait ended in the cluster's failure while bound to a sandbox."""
+        if not claim_wait.done() or claim_wait.cancelled():
+            return False
+        if not isinstance(claim_wait.exception(), errors.SandboxFailed | errors.SandboxRefused):
+            return False
+        last = informer.informer_for(api, self.namespace, self.resources.claims).get(name) or {}
+        return bool(claims.bound_sandbox(last))
 
     async def _watch_sandbox_pod(self, api: kube.KubeApi, claim: str, timeout_s: float) -> None:
         """Once the claim is bound to a sandbox, classify its pod as a pod step's is classified

@@ -48,8 +48,8 @@ PROGRESS = logging.getLogger("ironflow.progress")
 LOG_CAP_BYTES: Final = 50 * 1024 * 1024
 #: After the pod ended, the log stream may still hold lines: wait this long for each.
 _DRAIN_LINE_S: Final = 2.0
-#: A failing pod's Warning event can land just after the state that ended the step: wait this
-#: long for one, so the error says what the kubelet or the scheduler said.
+#: The Warning event of a pod that cannot start can land just after the state that ended the
+#: step: wait this long for one, so the error says what the kubelet or the scheduler said.
 _WARNING_WAIT_S: Final = 1.0
 #: Shortest wait between two looks at a pod (a grace that just ended is looked at once, not in a spin).
 _MIN_WAIT_S: Final = 0.05
@@ -151,7 +151,9 @@ async def _failure(
     api: kube.KubeApi, namespace: str, pod_name: str, verdict: pod_problems.Verdict
 ) -> errors.SandboxFailed | errors.SandboxRefused:
     """The error that ends the step, with what the cluster said about the pod."""
-    said = await events.describe_recent(api, namespace, "Pod", pod_name, await_warning_s=_WARNING_WAIT_S)
+    # A pod the node stopped has said all it will; one that cannot start gets its Warning soon.
+    wait_s = 0.0 if verdict.started else _WARNING_WAIT_S
+    said = await events.describe_recent(api, namespace, "Pod", pod_name, await_warning_s=wait_s)
     _log.warning("pod %s/%s: %s: %s", namespace, pod_name, verdict.reason, verdict.message)
     return verdict.error(f"pod {pod_name}", said)
 

@@ -88,14 +88,22 @@ class Env:
     claude: Path
 
     def provider(
-        self, *, replicas: int = 1, timeout: float = 10, proxied: bool = False, image_pull_grace: float = 60
+        self,
+        *,
+        replicas: int = 1,
+        timeout: float = 10,
+        proxied: bool = False,
+        image_pull_grace: float = 60,
+        ready_timeout: float = 30,
     ) -> AgentSandboxProvider:
+        """The ready timeout is generous (a cold start on a loaded machine took over 2 s); a test
+        of the timeout itself sets a short one."""
         pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(self.ns)
         pod = pod.claude_path(str(self.claude)).timeout(timeout).previous_attempt_timeout(2)
         pod = pod.image_pull_grace(image_pull_grace)
         if proxied:
             pod = pod.auth_proxy("http://auth-proxy.ironflow:8080")
-        return AgentSandboxProvider(pod).warm_pool(replicas=replicas).ready_timeout(2)
+        return AgentSandboxProvider(pod).warm_pool(replicas=replicas).ready_timeout(ready_timeout)
 
     async def apply_template(self, provider: AgentSandboxProvider) -> None:
         res = provider.resources
@@ -272,7 +280,7 @@ async def test_a_refused_token_stays_non_retryable_and_the_claim_goes(env: Env) 
 
 async def test_claim_that_never_becomes_ready_times_out_and_is_deleted(env: Env) -> None:
     env.controller.stall = lambda claim: True
-    p = env.provider(replicas=0)
+    p = env.provider(replicas=0, ready_timeout=2)
     await env.apply_template(p)
     with pytest.raises(errors.OperationTimeout, match=r"did not become Ready within 2s \(Ready=False"):
         await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "stuck"))
