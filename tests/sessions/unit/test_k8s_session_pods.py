@@ -33,7 +33,11 @@ def test_the_pod_is_hardened_as_a_command_pod() -> None:
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["workingDir"] == "/home/claude"
     assert {"name": "ironflow-home", "mountPath": "/home/claude"} in container["volumeMounts"]
-    assert container["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"}}
+    # the two limits set, the other defaults kept (requests, ephemeral storage)
+    assert container["resources"] == {
+        "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "10Gi"},
+        "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "2Gi"},
+    }
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["activeDeadlineSeconds"] == 660  # the ttl and the hardening's deadline margin
     assert container["command"] == list(session_pods.IDLE_COMMAND)
