@@ -199,6 +199,52 @@ async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandb
         await group.remove()
     if proc is not None:
         await _reap(proc)
+        if group is None:
+            await _group_gone(proc.pid)
+
+
+async def _group_gone(pgid: int) -> None:
+    """Wait (bounded) until no process of the group is alive: a SIGKILL is delivered, not done,
+    when ``killpg`` returns, and a child that held the pipes may still be exiting after they close.
+    Each one is waited for on a pidfd (readable once it has exited), not polled."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_KILL_GRACE_S):
+            for pid in _alive_in_group(pgid):
+                try:
+                    fd = os.pidfd_open(pid)
+                except OSError:
+                    continue  # already gone
+                try:
+                    ended: asyncio.Future[None] = loop.create_future()
+                    loop.add_reader(fd, _settle, ended)
+                    try:
+                        await ended
+                    finally:
+                        loop.remove_reader(fd)
+                finally:
+                    os.close(fd)
+
+
+def _settle(ended: asyncio.Future[None]) -> None:
+    if not ended.done():
+        ended.set_result(None)
+
+
+def _alive_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still alive (a zombie is dead, only not yet reaped)."""
+    alive = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone while looked at
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            alive.append(int(entry.name))
+    return alive
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
