@@ -67,7 +67,8 @@ def test_the_push_reads_its_own_token_from_stdin_and_commits_the_patch_onto_a_fr
     # The clone is afresh, beside the step's workspace (whose .git the step could have rigged), at the ref.
     fresh = workspace_execs.PUSH_CLONE
     assert workspace_execs.WORKSPACE not in script
-    assert f"git clone --quiet --branch main -- http://proxy.ironflow:8080/r/git.example.com/org/repo.git {fresh}" in script
+    relay = "http://proxy.ironflow:8080/r/git.example.com/org/repo.git"
+    assert f"git clone --quiet --branch main -- {relay} {fresh}" in script
     assert f"apply --cached --binary {workspace_execs.PUSH_PATCH}" in script
     assert "-c core.hooksPath=/dev/null commit --quiet --no-verify" in script
     assert "--force-with-lease=refs/heads/ironflow/fix-add: -- " in script
