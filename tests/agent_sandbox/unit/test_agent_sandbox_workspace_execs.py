@@ -14,14 +14,21 @@ SPEC = Workspace("https://git.example.com/org/repo.git", ref="main")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_the_clone_reads_its_token_from_stdin_and_no_argv_holds_one() -> None:
-    argv = workspace_execs.clone_exec("http://proxy.ironflow:8080", SPEC, 69)
+def token_from_stdin_only(argv: tuple[str, ...], size: int) -> str:
+    """The script of an exec that reads ``size`` bytes of stdin as its token into git's environment
+    and holds none itself."""
     script = argv[-1]
     assert argv[:2] == ("sh", "-c")
-    assert "ironflow_token=$(head -c 69)" in script
+    assert f"ironflow_token=$(head -c {size})" in script
     assert "export GIT_CONFIG_VALUE_0='Authorization: Bearer '\"$ironflow_token\"" in script
     assert "ifap_" not in script
     assert "ironflow-token-mark" not in script
+    return script
+
+
+def test_the_clone_reads_its_token_from_stdin_and_no_argv_holds_one() -> None:
+    argv = workspace_execs.clone_exec("http://proxy.ironflow:8080", SPEC, 69)
+    script = token_from_stdin_only(argv, 69)
     assert "/r/git.example.com/org/repo.git" in script  # through the relay, never the host itself
     assert script.rstrip().endswith("\"$(cat '/home/claude/.ironflow/workspace-base'/commit)\"")
 
@@ -56,12 +63,7 @@ PUSH = Workspace("https://git.example.com/org/repo.git", ref="main", push_branch
 
 def test_the_push_reads_its_own_token_from_stdin_and_commits_the_patch_onto_a_fresh_clone() -> None:
     argv = workspace_execs.push_exec("http://proxy.ironflow:8080", PUSH, 69, message="ironflow fix: add() adds")
-    script = argv[-1]
-    assert argv[:2] == ("sh", "-c")
-    assert "ironflow_token=$(head -c 69)" in script
-    assert "export GIT_CONFIG_VALUE_0='Authorization: Bearer '\"$ironflow_token\"" in script
-    assert "ifap_" not in script
-    assert "ironflow-token-mark" not in script
+    script = token_from_stdin_only(argv, 69)
     assert "export GIT_COMMITTER_NAME='ironflow'" in script
     assert "export IRONFLOW_PUSH_MESSAGE='ironflow fix: add() adds'" in script
     # The clone is afresh, beside the step's workspace (whose .git the step could have rigged), at the ref.
