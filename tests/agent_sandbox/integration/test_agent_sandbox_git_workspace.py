@@ -60,22 +60,28 @@ INNER = f'exec 3<&0; {{ "$@" <&3 3<&-; echo "$?" > {RC}; kill -TERM 1; }} & exec
 CLAUDE = f"{layout.SANDBOX_HOME}/.bin/claude"
 
 
+def pod_argv(root: Path, claude: Path, pod: str, command: list[str]) -> list[str]:
+    """The host argv that runs ``command`` as an exec into ``pod``: in bubblewrap on the pod's own
+    HOME (``root/<pod>``, made with the image's ``claude`` on first use), the idle loop as PID 1."""
+    home = root / pod
+    if not home.exists():
+        (home / ".bin").mkdir(parents=True)
+        shutil.copy2(claude, home / ".bin" / "claude")
+    bwrap = ["bwrap", "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
+             "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home", "--bind", str(home), layout.SANDBOX_HOME,
+             "--as-pid-1", "sh", "-c", INNER, "sh"]  # fmt: skip
+    outer = f'"$@"; exit "$(cat {home}/.ironflow-exec-rc)"'
+    env = {"PATH": os.environ["PATH"], "HOME": layout.SANDBOX_HOME, "IRONFLOW_IDLE": patterns.IDLE_COMMAND}
+    return ["env", "-i", *(f"{k}={v}" for k, v in env.items()), "sh", "-c", outer, "outer", *bwrap, *command]
+
+
 def pod_exec(root: Path, claude: Path, seen: list[tuple[list[str], bytes]]) -> Any:
     async def run(pod: dict[str, Any], container: str, command: list[str]) -> asyncio.subprocess.Process:
-        home = root / pod["metadata"]["name"]
-        if not home.exists():
-            (home / ".bin").mkdir(parents=True)
-            shutil.copy2(claude, home / ".bin" / "claude")
-        bwrap = ["bwrap", "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
-                 "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home", "--bind", str(home), layout.SANDBOX_HOME,
-                 "--as-pid-1", "sh", "-c", INNER, "sh"]  # fmt: skip
-        outer = f'"$@"; exit "$(cat {home}/.ironflow-exec-rc)"'
-        env = {"PATH": os.environ["PATH"], "HOME": layout.SANDBOX_HOME, "IRONFLOW_IDLE": patterns.IDLE_COMMAND}
+        argv = pod_argv(root, claude, pod["metadata"]["name"], command)
         seen.append((command, b""))
         return await asyncio.create_subprocess_exec(
-            "sh", "-c", outer, "outer", *bwrap, *command, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
 
     return run
 
