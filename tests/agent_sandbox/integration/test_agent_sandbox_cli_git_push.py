@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.agent_sandbox.integration.test_agent_sandbox_git_workspace import (
     CLAUDE,
     branch_tree,
     pod_exec,
+    pytestmark,
     write_claude,
 )
 from tests.agent_sandbox.integration.test_agent_sandbox_workspace_execs import HOST, PASSWORD, USER
@@ -33,11 +33,7 @@ from ironflow.secrets import Secret
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.threaded_kube import ThreadedKube
 
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(shutil.which("git") is None, reason="git not installed"),
-]
+__all__ = ["pytestmark"]  # the git workspace tests' marks
 
 NS = "agents"
 

@@ -9,7 +9,6 @@ control-plane binaries are not built.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.agent_sandbox.integration.test_agent_sandbox_git_workspace import (
     CLAUDE,
     branch_tree,
     pod_argv,
+    pytestmark,
     write_claude,
 )
 from tests.agent_sandbox.integration.test_agent_sandbox_workspace_execs import HOST, PASSWORD, USER
@@ -46,13 +46,7 @@ from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.workspaces import Workspace
 
-__all__ = ["gc_knows_sandboxes"]  # the provider tier's fixture, used here
-
-pytestmark = [
-    pytest.mark.bwrap,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-    pytest.mark.skipif(shutil.which("git") is None, reason="git not installed"),
-]
+__all__ = ["gc_knows_sandboxes", "pytestmark"]  # the provider tier's fixture; the git workspace tests' marks
 
 RUN = "01a0e906-1f85-7000-8000-0000000000ap"
 
