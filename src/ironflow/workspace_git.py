@@ -26,6 +26,7 @@ messages never repeat the URL or the token.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,7 +34,18 @@ from typing import Final
 
 from ironflow import errors
 
-__all__ = ["GitInvocation", "check_ref", "clone_commands", "parse_git_source", "push_commands", "relay_url"]
+__all__ = [
+    "COMMITTER",
+    "PUSH_MESSAGE_ENV",
+    "GitInvocation",
+    "check_ref",
+    "clone_commands",
+    "parse_git_source",
+    "push_commands",
+    "push_failure",
+    "push_script",
+    "relay_url",
+]
 
 _MAX_SOURCE: Final = 2048
 #: A DNS label as the proxy's host allowlist reads it (``tokens.validate_host_pattern``).
@@ -47,6 +59,17 @@ _COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _TOKEN: Final = re.compile(r"[!-~]+")
 #: The proxy as a sandbox sees it: a host name, an IPv4 or [IPv6] address, a port.
 _PROXY_AUTHORITY: Final = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+#: Who a pushed commit says made it.
+COMMITTER: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "GIT_AUTHOR_NAME": "ironflow",
+        "GIT_AUTHOR_EMAIL": "ironflow@localhost",
+        "GIT_COMMITTER_NAME": "ironflow",
+        "GIT_COMMITTER_EMAIL": "ironflow@localhost",
+    }
+)
+#: The variable :func:`push_script` reads the commit message from (never shell-quoted into the script).
+PUSH_MESSAGE_ENV: Final = "IRONFLOW_PUSH_MESSAGE"
 _USAGE: Final = "expected a git URL like https://github.com/org/repo.git, optionally @<branch, tag or commit>"
 
 
@@ -208,3 +231,28 @@ def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, b
     command = ("git", "-C", _check_directory(directory), "push", "--quiet", "--no-verify",
                f"--force-with-lease={target}:", "--", url, f"HEAD:{target}")  # fmt: skip
     return GitInvocation(url, (command,), env)
+
+
+def push_script(clone: GitInvocation, push: GitInvocation, *, directory: str, patch_file: str) -> str:
+    """The shell of a push from a sandbox the step never ran in (or whose step's ``.git`` is not trusted):
+    a fresh clone (``clone``), the patch applied to the index only (``git apply --cached``: no work
+    tree, no attribute or filter conversion), a commit with hooks off whose message is
+    ``$IRONFLOW_PUSH_MESSAGE``, and ``push``. It runs with ``clone.env``, :data:`COMMITTER` and
+    :data:`PUSH_MESSAGE_ENV` in its environment.
+    """
+    place = _check_directory(directory)
+    hooks_off = ("-c", "core.hooksPath=/dev/null")
+    apply = ("git", "-C", place, *hooks_off, "apply", "--cached", "--binary", _check_directory(patch_file))
+    commit = ("git", "-C", place, *hooks_off, "commit", "--quiet", "--no-verify")
+    lines = [shlex.join(argv) for argv in (*clone.commands, apply)]
+    lines.append(shlex.join(commit) + f' --message "${PUSH_MESSAGE_ENV}"')
+    lines += [shlex.join(argv) for argv in push.commands]
+    return "set -e\n" + "\n".join(lines) + "\n"
+
+
+def push_failure(source: str, branch: str, said: str, *, token: str, silent: str) -> errors.WorkspaceRefused:
+    """A failed push, in git's last words (e.g. the branch exists, or the ref moved and the patch
+    no longer applies), the push's token masked should git ever repeat it; ``silent`` when git said nothing."""
+    lines = (said.replace(token, "<token>") if token else said).strip().splitlines()
+    last = errors.truncate(lines[-1] if lines else silent, 500)
+    return errors.WorkspaceRefused(f"the git workspace push of '{source}' to '{branch}' failed: {last}")

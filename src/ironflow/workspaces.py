@@ -47,6 +47,7 @@ __all__ = [
     "is_git_internal",
     "is_git_source",
     "is_pvc_source",
+    "push_message",
 ]
 
 #: How a PersistentVolumeClaim source starts: ``pvc:NAME[/SUBPATH]``.
@@ -153,6 +154,13 @@ class WorkspaceChanges:
         files = tuple(ChangedFile(f["path"], Change(f["change"]), None, None) for f in data.get("changed_files", ()))
         pushed = data.get("pushed_branch")
         return cls(patch, files, bool(data.get("applied", False)), pushed if isinstance(pushed, str) else None)
+
+
+def push_message(what: str, text: str) -> str:
+    """A pushed commit's message: what made the change (a step's name, ``exec``) and the first
+    line of its prompt or command, at most 200 characters of it."""
+    first = text.splitlines()[0] if text else ""
+    return f"ironflow {what}: " + errors.truncate(first, 200)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The I/O half of the agent-sandbox backend: one step per claim, on the settings it is given.
 
 Claim, wait for Ready on the shared claim watch, issue the token, exec the deliveries and the
-agent, parse, and on every path revoke the token and delete the claim (shielded from
-cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invariants:
+agent (a git workspace's clone before it), parse, push a git workspace's change when asked
+(after the step's token is revoked, before the claim goes), and on every path revoke the token
+and delete the claim (shielded from cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invariants:
 
 * nothing is created before the step is validated (pod checks, prompt size, arguments);
 * the token is issued only once the claim is Ready, and reaches the sandbox only over exec
@@ -298,25 +299,19 @@ class SandboxStepRunner:
         token_id: str | None = None
         token: Secret | None = None
         issuer = self.issuer
+        # Where the step's token and its workspace's grants are counted, and until when they hold.
+        scope = config.scope
+        run_id = scope.run_id if scope is not None else str(claim["metadata"]["name"])
+        step = scope.step if scope is not None else "agent"
+        expires_at = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
         if issuer is not None:
-            scope = config.scope
-            token_id, token = await issuing.issue_step_token(
-                issuer,
-                config,
-                scope.run_id if scope is not None else claim["metadata"]["name"],
-                scope.step if scope is not None else "agent",
-                int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
-            )
+            token_id, token = await issuing.issue_step_token(issuer, config, run_id, step, expires_at)
         try:
             commit = None
             if config.workspace is not None:
-                scope = config.scope
                 commit = await workspaces.clone(
-                    api, self.settings, issuer, config, pod=pod,
-                    run_id=scope.run_id if scope is not None else claim["metadata"]["name"],
-                    step=scope.step if scope is not None else "agent",
-                    expires_at=int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT]),
-                )  # fmt: skip
+                    api, self.settings, issuer, config, pod=pod, run_id=run_id, step=step, expires_at=expires_at
+                )
             plan = sandbox_steps.exec_plan(
                 self.settings, config, proxy_token=token, worker_env=self.worker_env, workspace_commit=commit
             )
@@ -364,7 +359,15 @@ class SandboxStepRunner:
         else:
             parsed = output.handle_nonzero_exit(result.exit_code, stdout, stderr, config, wall_ms=wall_ms)
         parsed = environments.with_environment(parsed, self.settings.environment)
-        return parsed if changes is None else dataclasses.replace(parsed, workspace=changes)
+        if changes is None:
+            return parsed
+        if result.exit_code == 0:  # the claim is still held: the push runs in the step's pod, after it
+            with tracing.span("ironflow.sandbox.push", pod=pod):
+                changes = await workspaces.push(
+                    api, self.settings, issuer, config, changes, pod=pod, run_id=run_id, step=step,
+                    expires_at=expires_at,
+                )  # fmt: skip
+        return dataclasses.replace(parsed, workspace=changes)
 
 
 class _LineSplitter:

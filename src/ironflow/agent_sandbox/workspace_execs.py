@@ -21,13 +21,23 @@ read-only volume, and the step's exec is not the container's PID 1. What stands 
   it); anywhere else the report refuses, since what the step left running could still write.
 
 Then the same frame as a pod's (:mod:`ironflow.workspace_frames`), printed last on the exec's
-stdout. Never does I/O.
+stdout.
+
+* **the push** (``push_branch``, after a step that succeeded) is an exec of its own in the same
+  pod, once the step's processes are ended and its token revoked. It trusts nothing the step
+  left: the patch is the verified report's, written in by an exec before it
+  (:data:`PUSH_PATCH`); it clones the ref afresh beside the step's workspace, with a grant of
+  its own read from stdin as the clone's is, and commits and pushes as a push pod does
+  (:func:`ironflow.workspace_git.push_script`).
+
+Never does I/O.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors, workspace_git
@@ -36,12 +46,28 @@ from ironflow.claude import command, layout
 from ironflow.k8s import workspace_pods
 from ironflow.workspaces import Workspace
 
-__all__ = ["BASE", "REAP", "WORKSPACE", "clone_exec", "parse_commit", "step_command"]
+__all__ = [
+    "BASE",
+    "PUSH_CLONE",
+    "PUSH_PATCH",
+    "PUSH_PATCH_FILE",
+    "REAP",
+    "WORKSPACE",
+    "clone_exec",
+    "parse_commit",
+    "push_exec",
+    "step_command",
+]
 
 #: The step's working directory: the warm pod's root is read-only, HOME is its emptyDir.
 WORKSPACE: Final = f"{layout.SANDBOX_HOME}/workspace"
 BASE: Final = f"{layout.SANDBOX_HOME}/.ironflow/workspace-base"
-_TOKEN_MARK: Final = "ironflow-token-mark"  # noqa: S105 - a marker, never a token
+#: The push's fresh clone, and the patch it commits (written by an exec of its own before it).
+PUSH_CLONE: Final = f"{layout.SANDBOX_HOME}/.ironflow/workspace-push"
+PUSH_PATCH_FILE: Final = "workspace-push.patch"
+PUSH_PATCH: Final = f"{layout.SANDBOX_HOME}/.ironflow/{PUSH_PATCH_FILE}"
+#: Stands in for the token while rendering: ``<`` and ``>`` are in no source URL the relay takes.
+_TOKEN_MARK: Final = "<ironflow-token-mark>"  # noqa: S105 - a marker, never a token
 _COMMIT_LINE: Final = re.compile(rb"ironflow_commit=([0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
 #: Ends what the step left: stops every pid but 1, this shell and its ancestors until a pass
 #: finds none running, then kills them all. Only in a warm pod (PID 1 is the idle loop);
@@ -90,19 +116,11 @@ def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int) -> tuple[str, 
         ConfigError: a source, ref or proxy URL the relay cannot take.
     """
     invocation = workspace_git.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=WORKSPACE, ref=spec.ref)
-    exports = []
-    for name, value in invocation.env.items():
-        head, mark, tail = value.partition(_TOKEN_MARK)
-        rendered = command.shell_quote(value) if not mark else f'{command.shell_quote(head)}"$ironflow_token"'
-        if tail:
-            rendered += command.shell_quote(tail)
-        exports.append(f"export {name}={rendered}")
     clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
     base = workspace_pods.base_script(workspace=WORKSPACE, base=BASE)
     script = (
         "set -e\n"
-        f"ironflow_token=$(head -c {int(token_bytes)})\n"
-        + "\n".join(exports)
+        + _token_exports(invocation.env, token_bytes)
         + f"\nrm -rf {command.shell_quote(WORKSPACE)} {command.shell_quote(BASE)}\n"
         f"mkdir -p {command.shell_quote(BASE)}\n"
         f"( {clone}\n) >&2\n"
@@ -111,6 +129,48 @@ def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int) -> tuple[str, 
         f'printf "ironflow_commit=%s\\n" "$(cat {command.shell_quote(BASE)}/commit)"\n'
     )
     return ("sh", "-c", script)
+
+
+def push_exec(proxy_url: str, spec: Workspace, token_bytes: int, *, message: str) -> tuple[str, ...]:
+    """The push's argv, after the step: read ``token_bytes`` of stdin (the push's own grant) into
+    its environment only, clone ``spec``'s ref afresh into :data:`PUSH_CLONE` (the step's ``.git``
+    was the step's to rig), commit :data:`PUSH_PATCH` onto it and push it to ``spec.push_branch``
+    (:func:`ironflow.workspace_git.push_script`); the clone and the patch are removed on every path.
+
+    Raises:
+        ConfigError: no branch to push to, or a source, ref or proxy URL the relay cannot take.
+    """
+    if spec.push_branch is None:
+        raise errors.ConfigError("a push needs the workspace's push_branch")
+    clone = workspace_git.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, ref=spec.ref)
+    push = workspace_git.push_commands(
+        proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, branch=spec.push_branch
+    )
+    git = workspace_git.push_script(clone, push, directory=PUSH_CLONE, patch_file=PUSH_PATCH)
+    left = command.shell_quote(shlex.join(("rm", "-rf", PUSH_CLONE, PUSH_PATCH)))
+    script = (
+        "set -e\n"
+        + _token_exports({**clone.env, **workspace_git.COMMITTER}, token_bytes)
+        # The message is the prompt's: never rendered with the token's mark.
+        + f"\nexport {workspace_git.PUSH_MESSAGE_ENV}={command.shell_quote(message)}"
+        + f"\ntrap {left} EXIT\n"  # the patch is the push's: gone after it, whatever happened
+        f"rm -rf {command.shell_quote(PUSH_CLONE)}\n"
+        f"( {git}) >&2\n"
+    )
+    return ("sh", "-c", script)
+
+
+def _token_exports(env: Mapping[str, str], token_bytes: int) -> str:
+    """Shell that reads ``token_bytes`` of stdin and exports ``env``, the token (:data:`_TOKEN_MARK`
+    in a value) taken from the shell variable: never in the argv."""
+    exports = [f"ironflow_token=$(head -c {int(token_bytes)})"]
+    for name, value in env.items():
+        head, mark, tail = value.partition(_TOKEN_MARK)
+        rendered = command.shell_quote(value) if not mark else f'{command.shell_quote(head)}"$ironflow_token"'
+        if tail:
+            rendered += command.shell_quote(tail)
+        exports.append(f"export {name}={rendered}")
+    return "\n".join(exports)
 
 
 def parse_commit(stdout: bytes) -> str:

@@ -3,10 +3,9 @@
 The step's pod is gone, and its ``.git`` was the step's to rig (hooks, an ``insteadOf``), so
 the push never runs there: a second pod, placed and hardened as an ``exec`` pod
 (:func:`ironflow.k8s.commands.exec_pod_run`), clones the workspace's ref afresh through the
-auth proxy's relay with a grant of its own, applies the patch to the index only
-(``git apply --cached``: no work tree, no attribute or filter conversion), commits as
-``ironflow`` with hooks off, and pushes to the new branch with
-``--force-with-lease=<ref>:``, so a branch that exists is never moved
+auth proxy's relay with a grant of its own, applies the patch to the index only, commits as
+``ironflow`` with hooks off (:func:`ironflow.workspace_git.push_script`), and pushes to the new
+branch with ``--force-with-lease=<ref>:``, so a branch that exists is never moved
 (:func:`ironflow.workspace_git.push_commands`). The patch reaches it as a ConfigMap
 (``binaryData``), labelled as step data so ``release_run`` and the reaper find it.
 
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import shlex
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -35,23 +33,6 @@ _PATCH_DIR: Final = "/ironflow/patch"
 _PATCH_KEY: Final = "patch"
 _PATCH_VOLUME: Final = "ironflow-patch"
 _WORK_VOLUME: Final = "ironflow-workspace"
-_MESSAGE_ENV: Final = "IRONFLOW_PUSH_MESSAGE"
-_COMMITTER: Final = (
-    ("GIT_AUTHOR_NAME", "ironflow"),
-    ("GIT_AUTHOR_EMAIL", "ironflow@localhost"),
-    ("GIT_COMMITTER_NAME", "ironflow"),
-    ("GIT_COMMITTER_EMAIL", "ironflow@localhost"),
-)
-
-
-def _script(clone: workspace_git.GitInvocation, push: workspace_git.GitInvocation) -> str:
-    hooks_off = ("-c", "core.hooksPath=/dev/null")
-    apply = ("git", "-C", WORKSPACE_PATH, *hooks_off, "apply", "--cached", "--binary", f"{_PATCH_DIR}/{_PATCH_KEY}")
-    commit = ("git", "-C", WORKSPACE_PATH, *hooks_off, "commit", "--quiet", "--no-verify")
-    lines = [shlex.join(argv) for argv in (*clone.commands, apply)]
-    lines.append(shlex.join(commit) + f' --message "${_MESSAGE_ENV}"')
-    lines += [shlex.join(argv) for argv in push.commands]
-    return "set -e\n" + "\n".join(lines) + "\n"
 
 
 def push_objects(
@@ -84,8 +65,10 @@ def push_objects(
     # The placement and hardening of an exec pod; the name and the command are the push's.
     run = commands.exec_pod_run(settings, ["true"], timeout_s=settings.timeout_s, now_ms=now * 1000, rand32=rand32)
     name = manifests.generate_pod_name(now * 1000, rand32, PUSH_POD_PREFIX)
-    run = dataclasses.replace(run, name=name, command=_script(clone, push)).labels(dict(pod_labels))
-    for name, value in (*clone.env.items(), *_COMMITTER, (_MESSAGE_ENV, message)):
+    script = workspace_git.push_script(clone, push, directory=WORKSPACE_PATH, patch_file=f"{_PATCH_DIR}/{_PATCH_KEY}")
+    run = dataclasses.replace(run, name=name, command=script).labels(dict(pod_labels))
+    env = (*clone.env.items(), *workspace_git.COMMITTER.items(), (workspace_git.PUSH_MESSAGE_ENV, message))
+    for name, value in env:
         run = run.env(name, value)
     pod = run.build_pod(now=now)
     configmap_name = f"{run.name}-patch"

@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, results, steps, tracing, workspace_frames
+from ironflow import errors, labels, results, steps, tracing, workspace_frames, workspaces
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import output, rate_limits
@@ -254,7 +254,7 @@ class StepRunner:
         if self.issuer is None or secret is None:
             raise errors.StepConfigError("a push needs the auth proxy's admin client to issue its grant")
         run_id, step = (config.scope.run_id, config.scope.step) if config.scope else ("push", "agent")
-        message = f"ironflow {step}: " + errors.truncate(config.prompt.splitlines()[0] if config.prompt else "", 200)
+        message = workspaces.push_message(step, config.prompt)
         return await workspace_push.push(
             api, self.settings, spec, changes, issuer=self.issuer, secret=secret, run_id=run_id, step=step,
             now=int(time.time()), message=message, pod_labels=config.scope.labels if config.scope else {},

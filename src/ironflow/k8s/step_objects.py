@@ -60,11 +60,11 @@ def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.
 
 
 def refuse_workspace(config: steps.AgentConfig) -> None:
-    """An agent-sandbox step takes a git workspace only, and pushes none yet: its pod is the
-    warm pool's, made before the step (no claim or host directory can be mounted into it).
+    """An agent-sandbox step takes a git workspace only: its pod is the warm pool's, made before
+    the step (no claim or host directory can be mounted into it).
 
     Raises:
-        StepConfigError: a directory or PVC workspace, or ``push_branch``.
+        StepConfigError: a directory or PVC workspace.
     """
     spec = config.workspace
     if spec is None:
@@ -73,10 +73,6 @@ def refuse_workspace(config: steps.AgentConfig) -> None:
         raise errors.StepConfigError(
             "agent-sandbox steps take a git workspace only (the warm pod exists before the step): run a "
             "pvc: workspace on --backend k8s, or a directory on --backend local"
-        )
-    if spec.push_branch is not None:
-        raise errors.StepConfigError(
-            "push is not built for agent-sandbox steps yet: take the change with --patch, or run on --backend k8s"
         )
 
 

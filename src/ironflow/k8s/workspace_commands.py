@@ -13,7 +13,7 @@ import dataclasses
 import math
 import time
 
-from ironflow import errors, workspace_frames, workspace_git
+from ironflow import errors, workspace_frames, workspace_git, workspaces
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.k8s import command_runner, pods, step_objects, workspace_pods, workspace_push
@@ -85,7 +85,7 @@ async def run_in_workspace(
             await pods.shielded(issuing.revoke_step_token(grants, token_id))
         done, changes = _split(done)
         if done.success and spec.push_branch is not None and changes is not None:
-            message = "ironflow exec: " + errors.truncate(run.command, 200)
+            message = workspaces.push_message("exec", run.command)
             changes = await workspace_push.push(
                 api, settings, spec, changes, issuer=grants, secret=secret, run_id=run.name, step="exec",
                 now=int(time.time()), message=message, pod_labels=run.settings.labels,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets as _random
 from collections.abc import Mapping
 
-from ironflow import errors
+from ironflow import workspace_git
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.k8s import command_runner, pods, push_pods
 from ironflow.k8s.settings import ProviderSettings
@@ -62,7 +62,7 @@ async def push(
     finally:
         await pods.shielded(issuing.revoke_step_token(issuer, token_id))
     if not done.success:
-        said = done.logs.replace(token.reveal(), "<token>").strip().splitlines()
-        last = errors.truncate(said[-1] if said else f"phase {done.phase}", 500)
-        raise errors.WorkspaceRefused(f"the git workspace push of '{spec.source}' to '{branch}' failed: {last}")
+        raise workspace_git.push_failure(
+            spec.source, branch, done.logs, token=token.reveal(), silent=f"phase {done.phase}"
+        )
     return WorkspaceChanges(changes.patch, changes.files, pushed_branch=branch)

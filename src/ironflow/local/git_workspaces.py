@@ -31,13 +31,6 @@ _Render = Callable[[str, str], workspace_git.GitInvocation]
 
 _SOCKET = "git.sock"
 _CLONE_DIR = "clone"
-#: Who the pushed commit says made it.
-_COMMITTER = {
-    "GIT_AUTHOR_NAME": "ironflow",
-    "GIT_AUTHOR_EMAIL": "ironflow@localhost",
-    "GIT_COMMITTER_NAME": "ironflow",
-    "GIT_COMMITTER_EMAIL": "ironflow@localhost",
-}
 
 
 async def _in_sandbox(
@@ -145,6 +138,6 @@ async def push(
     run_dir = os.path.dirname(prepared.copy)
     await _in_sandbox(
         processes, shape, hosts, prepared.spec, prepared.source, run_dir, render,
-        limit_s=limit_s, what="push", before=commit, extra_env=_COMMITTER,
+        limit_s=limit_s, what="push", before=commit, extra_env=workspace_git.COMMITTER,
     )  # fmt: skip
     return WorkspaceChanges(changes.patch, changes.files, pushed_branch=branch)

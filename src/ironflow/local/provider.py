@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ironflow import errors, tracing
+from ironflow import errors, tracing, workspaces
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
 from ironflow.local import (
     bwrap,
@@ -304,7 +304,7 @@ class LocalSandboxProvider(ProviderBase):
             out, err = _text(finished.stdout), _text(finished.stderr)
             code = sandbox_argv.command_exit_code(finished.code, err)
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
-            message = "ironflow exec: " + errors.truncate(" ".join(argv), 200)
+            message = workspaces.push_message("exec", " ".join(argv))
             changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
         return CommandResult(code, out, err, time.monotonic() - start, changes)
 
@@ -404,7 +404,7 @@ class LocalSandboxProvider(ProviderBase):
                 result = output.parse_output(out, config, wall_ms=wall_ms)
             else:
                 result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
-            message = f"ironflow {step}: " + errors.truncate(config.prompt.splitlines()[0], 200)
+            message = workspaces.push_message(step, config.prompt)
             changes = None if prepared is None else await self._close_workspace(prepared, True, message)
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id, workspace=changes)

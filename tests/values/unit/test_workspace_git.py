@@ -242,3 +242,35 @@ def test_any_ref_is_refused_or_stays_one_plain_argument(ref: str) -> None:
     assert not ref.startswith("-")
     assert ".." not in ref
     assert ":" not in ref
+
+
+def test_the_push_script_clones_applies_to_the_index_commits_without_hooks_then_pushes() -> None:
+    clone = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="/w", ref="main")
+    push = workspace_git.push_commands(PROXY, URL, TOKEN, directory="/w", branch="fix")
+    script = workspace_git.push_script(clone, push, directory="/w", patch_file="/p/patch")
+    lines = script.splitlines()
+    assert lines[0] == "set -e"
+    assert lines[1].startswith("git clone --quiet --branch main -- ")
+    assert lines[2] == "git -C /w -c core.hooksPath=/dev/null apply --cached --binary /p/patch"
+    assert (
+        lines[3]
+        == 'git -C /w -c core.hooksPath=/dev/null commit --quiet --no-verify --message "$IRONFLOW_PUSH_MESSAGE"'
+    )
+    assert lines[4].startswith("git -C /w push --quiet --no-verify --force-with-lease=refs/heads/fix: -- ")
+    assert TOKEN not in script  # it is in the invocations' environment only
+    with pytest.raises(errors.ConfigError, match="clone directory"):
+        workspace_git.push_script(clone, push, directory="/w", patch_file="")
+
+
+def test_a_failed_push_says_gits_last_line_with_the_token_masked() -> None:
+    said = f"remote: denied for {TOKEN}\nerror: failed to push some refs to '{RELAY}'\n"
+    refused = workspace_git.push_failure(URL, "fix", said, token=TOKEN, silent="exit 1")
+    assert isinstance(refused, errors.WorkspaceRefused)
+    assert (
+        refused.message
+        == f"the git workspace push of '{URL}' to 'fix' failed: error: failed to push some refs to '{RELAY}'"
+    )
+    masked = workspace_git.push_failure(URL, "fix", f"fatal: {TOKEN}\n", token=TOKEN, silent="exit 1")
+    assert find_leaks([TOKEN], masked.message) == []
+    assert masked.message.endswith("failed: fatal: <token>")
+    assert workspace_git.push_failure(URL, "fix", "\n", token=TOKEN, silent="exit 128").message.endswith(": exit 128")

@@ -132,5 +132,4 @@ def test_an_agent_sandbox_step_takes_a_git_workspace_only_and_says_where_the_oth
         refuse_workspace(AgentConfig("fix", workspace=Workspace("/repo")))
     with pytest.raises(errors.StepConfigError, match="pvc: workspace on --backend k8s"):
         refuse_workspace(AgentConfig("fix", workspace=Workspace("pvc:sources")))
-    with pytest.raises(errors.StepConfigError, match="push is not built for agent-sandbox steps yet"):
-        refuse_workspace(AgentConfig("fix", workspace=Workspace("https://github.com/org/repo.git", push_branch="b")))
+    refuse_workspace(AgentConfig("fix", workspace=Workspace("https://github.com/org/repo.git", push_branch="b")))
