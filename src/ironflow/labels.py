@@ -14,6 +14,9 @@ __all__ = [
     "AGENT_SANDBOX_KEY_PREFIX",
     "ANNOTATION_EXPIRES_AT",
     "ANNOTATION_SANDBOX_POD_NAME",
+    "ANNOTATION_WORKSPACE_COMMIT",
+    "ANNOTATION_WORKSPACE_REF",
+    "ANNOTATION_WORKSPACE_SOURCE",
     "COMPONENT_CLAUDE_RUNNER",
     "COMPONENT_ENVIRONMENT",
     "COMPONENT_JOB_RUN",
@@ -65,6 +68,10 @@ LABEL_NAME: Final = "app.kubernetes.io/name"
 #: ``app.kubernetes.io/part-of`` of cluster set-up objects (``PART_OF_VALUE``), not step objects.
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 ANNOTATION_EXPIRES_AT: Final = "ironflow.io/expires-at"
+#: A cluster session's git workspace, on its pod (or claim): the source, ref and starting commit.
+ANNOTATION_WORKSPACE_SOURCE: Final = "ironflow.io/workspace-source"
+ANNOTATION_WORKSPACE_REF: Final = "ironflow.io/workspace-ref"
+ANNOTATION_WORKSPACE_COMMIT: Final = "ironflow.io/workspace-commit"
 
 MANAGED_BY_VALUE: Final = "ironflow"
 PART_OF_VALUE: Final = "ironflow"

@@ -29,12 +29,15 @@ from typing import Any, ClassVar, Final
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, lifecycle, manifests, models
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
-from ironflow.k8s import command_manifests, pods, session_bridge, session_pods
+from ironflow.auth_proxy import issuing
+from ironflow.claude import layout
+from ironflow.k8s import command_manifests, pods, session_bridge, session_pods, session_workspaces
 from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.sessions import Found, K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound
+from ironflow.workspaces import Workspace
 
 __all__ = ["BACKEND", "AgentSandboxSessions", "claim_info", "session_claim"]
 
@@ -109,6 +112,8 @@ class AgentSandboxSessions(K8sSessions):
         api: kube.KubeApi | None = None,
         max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
+        issuer: issuing.TokenIssuer | None = None,
+        home: str = layout.SANDBOX_HOME,
     ) -> None:
         super().__init__(
             settings.pod.settings,
@@ -116,6 +121,8 @@ class AgentSandboxSessions(K8sSessions):
             start_timeout_s=settings.ready_timeout_s,
             max_upload_bytes=max_upload_bytes,
             python=python,
+            issuer=issuer,
+            home=home,
         )
         self.agent = settings
         self.resources = claims.resources(settings.api_version)
@@ -133,11 +140,16 @@ class AgentSandboxSessions(K8sSessions):
         labels: Mapping[str, str] | None = None,
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: Workspace | None = None,
     ) -> AsyncSandbox:
         """A new claim on the warm pool and a handle on its sandbox; the claim is deleted on every failure path.
 
+        A git ``workspace`` is cloned in the claimed pod as a Kubernetes session's is.
+
         Raises:
             ConfigError: a bad ttl, idle timeout or label; ``env`` (the template's pod has its own).
+            WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
+            WorkspaceUnsafe: the clone failed.
             SandboxRefused / SandboxFailed: the controller says the claim will not become Ready.
             OperationTimeout: not Ready within the provider's ready timeout.
         """
@@ -148,6 +160,7 @@ class AgentSandboxSessions(K8sSessions):
             )
         if idle_timeout is not None and not idle_timeout > 0:
             raise errors.ConfigError("idle_timeout must be a positive number of seconds")
+        secret = None if workspace is None else session_workspaces.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         body = session_claim(session_id, self.agent, ttl_s=ttl, now=now, caller_labels=labels, run_id=run_id)
@@ -170,6 +183,8 @@ class AgentSandboxSessions(K8sSessions):
             found = await self._found(ready)
             if found is None:
                 raise errors.KubernetesError(f"SandboxClaim '{session_id}' is Ready without status.sandbox.name")
+            if workspace is not None and secret is not None:
+                found = await self._clone(found, workspace, secret, expires_at=now + ttl)
             session = await self._attach(found, idle_timeout, probe=True)
         except BaseException:
             await self._delete(session_id)
@@ -182,7 +197,13 @@ class AgentSandboxSessions(K8sSessions):
         if info is None or sandbox is None:
             return None
         pod = await claims.sandbox_pod(await self._client(), self.resources, self.namespace, sandbox)
-        return Found(info, pod, pod_manifests.CONTAINER_NAME, {}, claims.has_condition(claim, "Ready"))
+        held = session_workspaces.held_of((claim.get("metadata") or {}).get("annotations"))
+        return Found(info, pod, pod_manifests.CONTAINER_NAME, {}, claims.has_condition(claim, "Ready"), held)
+
+    async def _annotate(self, name: str, annotations: Mapping[str, str]) -> None:
+        """On the claim: the session's object (its pod is the Sandbox's, gone at a suspend)."""
+        patch = {"metadata": {"annotations": annotations}}
+        await (await self._client()).patch(self.resources.claims, self.namespace, name, patch)
 
     async def _lookup(self, session_id: str) -> Found | None:
         try:

@@ -35,15 +35,13 @@ Never does I/O.
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors, workspace_git
 from ironflow.agent_sandbox import patterns
 from ironflow.claude import command, layout
-from ironflow.k8s import workspace_pods
+from ironflow.k8s import workspace_clone, workspace_pods
 from ironflow.workspaces import Workspace
 
 __all__ = [
@@ -60,15 +58,14 @@ __all__ = [
 ]
 
 #: The step's working directory: the warm pod's root is read-only, HOME is its emptyDir.
-WORKSPACE: Final = f"{layout.SANDBOX_HOME}/workspace"
-BASE: Final = f"{layout.SANDBOX_HOME}/.ironflow/workspace-base"
+_PATHS: Final = workspace_clone.paths(layout.SANDBOX_HOME)
+WORKSPACE: Final = _PATHS.workspace
+BASE: Final = _PATHS.base
 #: The push's fresh clone, and the patch it commits (written by an exec of its own before it).
 PUSH_CLONE: Final = f"{layout.SANDBOX_HOME}/.ironflow/workspace-push"
 PUSH_PATCH_FILE: Final = "workspace-push.patch"
 PUSH_PATCH: Final = f"{layout.SANDBOX_HOME}/.ironflow/{PUSH_PATCH_FILE}"
-#: Stands in for the token while rendering: ``<`` and ``>`` are in no source URL the relay takes.
-_TOKEN_MARK: Final = "<ironflow-token-mark>"  # noqa: S105 - a marker, never a token
-_COMMIT_LINE: Final = re.compile(rb"ironflow_commit=([0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
+_TOKEN_MARK: Final = workspace_clone.TOKEN_MARK
 #: Ends what the step left: stops every pid but 1, this shell and its ancestors until a pass
 #: finds none running, then kills them all. Only in a warm pod (PID 1 is the idle loop);
 #: elsewhere the report refuses.
@@ -109,26 +106,12 @@ fi
 
 
 def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int) -> tuple[str, ...]:
-    """The clone's argv: read ``token_bytes`` of stdin (the grant's token) into the clone's
-    environment only, clone, make the base, print ``ironflow_commit=<id>`` last.
+    """The clone's argv into :data:`WORKSPACE` (:func:`ironflow.k8s.workspace_clone.clone_exec`).
 
     Raises:
         ConfigError: a source, ref or proxy URL the relay cannot take.
     """
-    invocation = workspace_git.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=WORKSPACE, ref=spec.ref)
-    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
-    base = workspace_pods.base_script(workspace=WORKSPACE, base=BASE)
-    script = (
-        "set -e\n"
-        + _token_exports(invocation.env, token_bytes)
-        + f"\nrm -rf {command.shell_quote(WORKSPACE)} {command.shell_quote(BASE)}\n"
-        f"mkdir -p {command.shell_quote(BASE)}\n"
-        f"( {clone}\n) >&2\n"
-        "unset ironflow_token\n"
-        f"( {base}) >&2\n"
-        f'printf "ironflow_commit=%s\\n" "$(cat {command.shell_quote(BASE)}/commit)"\n'
-    )
-    return ("sh", "-c", script)
+    return workspace_clone.clone_exec(proxy_url, spec, token_bytes, _PATHS)
 
 
 def push_exec(proxy_url: str, spec: Workspace, token_bytes: int, *, message: str) -> tuple[str, ...]:
@@ -150,7 +133,7 @@ def push_exec(proxy_url: str, spec: Workspace, token_bytes: int, *, message: str
     left = command.shell_quote(shlex.join(("rm", "-rf", PUSH_CLONE, PUSH_PATCH)))
     script = (
         "set -e\n"
-        + _token_exports({**clone.env, **workspace_git.COMMITTER}, token_bytes)
+        + workspace_clone.token_exports({**clone.env, **workspace_git.COMMITTER}, token_bytes)
         # The message is the prompt's: never rendered with the token's mark.
         + f"\nexport {workspace_git.PUSH_MESSAGE_ENV}={command.shell_quote(message)}"
         + f"\ntrap {left} EXIT\n"  # the patch is the push's: gone after it, whatever happened
@@ -160,29 +143,8 @@ def push_exec(proxy_url: str, spec: Workspace, token_bytes: int, *, message: str
     return ("sh", "-c", script)
 
 
-def _token_exports(env: Mapping[str, str], token_bytes: int) -> str:
-    """Shell that reads ``token_bytes`` of stdin and exports ``env``, the token (:data:`_TOKEN_MARK`
-    in a value) taken from the shell variable: never in the argv."""
-    exports = [f"ironflow_token=$(head -c {int(token_bytes)})"]
-    for name, value in env.items():
-        head, mark, tail = value.partition(_TOKEN_MARK)
-        rendered = command.shell_quote(value) if not mark else f'{command.shell_quote(head)}"$ironflow_token"'
-        if tail:
-            rendered += command.shell_quote(tail)
-        exports.append(f"export {name}={rendered}")
-    return "\n".join(exports)
-
-
-def parse_commit(stdout: bytes) -> str:
-    """The starting commit the clone exec printed last.
-
-    Raises:
-        WorkspaceUnsafe: no commit line (the clone's output is not quoted: it is the repository's).
-    """
-    match = _COMMIT_LINE.search(stdout[-200:])
-    if match is None:
-        raise errors.WorkspaceUnsafe("the workspace's clone reported no starting commit")
-    return match.group(1).decode()
+#: The starting commit the clone exec printed last (raises WorkspaceUnsafe when none).
+parse_commit = workspace_clone.parse_commit
 
 
 def step_command(shell_command: str, spec: Workspace, commit: str) -> str:

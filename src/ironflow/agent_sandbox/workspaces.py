@@ -13,20 +13,16 @@ runner's, and so is the claim, held until both are done.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from ironflow import errors, steps, workspace_git, workspaces
 from ironflow.agent_sandbox import deliveries, workspace_execs
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
 from ironflow.k8s import manifests as pod_manifests
-from ironflow.k8s import pods, step_objects
+from ironflow.k8s import session_workspaces, step_objects
 from ironflow.kube import api as kube
 
 __all__ = ["clone", "push"]
-
-#: An exec's argv from the proxy's URL and the size of the token its stdin carries.
-_Render = Callable[[str, int], tuple[str, ...]]
 
 
 async def _with_grant(
@@ -34,7 +30,7 @@ async def _with_grant(
     s: AgentSandboxSettings,
     issuer: issuing.TokenIssuer | None,
     config: steps.AgentConfig,
-    render: _Render,
+    render: session_workspaces.Render,
     *,
     pod: str,
     run_id: str,
@@ -46,14 +42,11 @@ async def _with_grant(
     secret = step_objects.workspace_secret(s.pod.settings, config)
     if secret is None or issuer is None or s.auth_proxy_url is None:
         raise errors.ConfigError("a git workspace needs the auth proxy (auth_proxy(url) and its admin key)")
-    token_id, token = await issuing.issue_secret_token(issuer, secret, run_id, step, expires_at)
-    try:
-        raw = token.reveal().encode()
-        argv = render(s.auth_proxy_url, len(raw))
-        done = await api.exec(s.namespace, pod, argv, container=pod_manifests.CONTAINER_NAME, stdin=raw)
-    finally:
-        await pods.shielded(issuing.revoke_step_token(issuer, token_id))  # the exec is done: so is its grant
-    return done, token.reveal()
+    return await session_workspaces.exec_with_grant(
+        api, issuer, secret, s.auth_proxy_url, render,
+        namespace=s.namespace, pod=pod, container=pod_manifests.CONTAINER_NAME, run_id=run_id, step=step,
+        expires_at=expires_at,
+    )  # fmt: skip
 
 
 async def clone(

@@ -40,7 +40,6 @@ from ironflow.cli.session_backends import (
 )
 from ironflow.cli.stores import run_async
 from ironflow.sandbox_runtime.client import AsyncFiles
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
 from ironflow.workspaces import WorkspaceChanges, is_git_source
 
@@ -104,7 +103,8 @@ def open_session(
         typer.Option(
             "--workspace",
             metavar="DIR|GIT_URL[@REF]",
-            help="Local sessions: a private copy (or clone) at /workspace; `sandbox diff` gives its patch.",
+            help="A private copy of DIR (local sessions) or a clone of GIT_URL (any backend), the commands' "
+            "working directory; `sandbox diff` gives its patch.",
             show_default=False,
         ),
     ] = None,
@@ -117,10 +117,13 @@ def open_session(
     mode = choose(target)
     if mode is Mode.CLUSTER and idle_timeout is not None:
         exits.fail("--idle-timeout needs a server to watch the session: use --server, or rely on --ttl")
-    if workspace is not None:
+    if workspace is not None and not is_git_source(workspace):
         if mode is Mode.CLUSTER or backend not in (None, "local"):
-            exits.fail("--workspace is built for local sessions (`ironflow sandbox serve`), not cluster ones yet")
-        if not is_git_source(workspace) and not Path(workspace).is_dir():
+            exits.fail(
+                f"--workspace '{workspace}': a cluster session's pod cannot see this machine's directories; "
+                "give GIT_URL[@REF]"
+            )
+        if not Path(workspace).is_dir():
             exits.fail(f"--workspace '{workspace}' is not a directory")
     try:
         ttl_s = parse_duration(ttl)
@@ -131,11 +134,9 @@ def open_session(
     session_labels = parse_pairs(label, "--label")
 
     async def go(sessions: SessionClient) -> SessionInfo:
-        if workspace is not None:
-            assert isinstance(sessions, RemoteSessions)  # the server's local sessions (checked above)
-            sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=workspace)
-        else:
-            sandbox = await sessions.open(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend)
+        sandbox = await sessions.open(
+            ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend, workspace=workspace
+        )
         await sandbox.disconnect()
         return sandbox.info
 
@@ -324,6 +325,8 @@ def close(
 def diff(
     sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="The session's id.", show_default=False)],
     server: ServerOption = None,
+    backend: BackendOption = None,
+    provider: ProviderOption = None,
     patch: Annotated[
         str | None, typer.Option("--patch", metavar="FILE", help="Write the patch there instead of stdout.")
     ] = None,
@@ -336,10 +339,9 @@ def diff(
 ) -> None:
     """The patch of everything changed in a session's workspace since it was opened."""
     _session_id(sandbox_id)
-    target = Target(server, None, None)
+    target = Target(server, backend, provider)
 
     async def go(sessions: SessionClient) -> WorkspaceChanges:
-        assert isinstance(sessions, RemoteSessions)  # no --provider: always the server
         return await sessions.changes(sandbox_id, apply=apply)
 
     found = _call(target, go)

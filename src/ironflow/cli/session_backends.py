@@ -25,6 +25,7 @@ from ironflow.cli.inputs import Backend
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
 from ironflow.sessions import SessionInfo
+from ironflow.workspaces import Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.k8s.sessions import K8sSessions
@@ -93,9 +94,12 @@ class SessionClient(Protocol):
         run_id: str | None = ...,
         env: Mapping[str, str] | None = ...,
         backend: str | None = ...,
+        workspace: str | None = ...,
     ) -> AsyncSandbox: ...
 
     async def connect(self, session_id: str) -> AsyncSandbox: ...
+
+    async def changes(self, session_id: str, *, apply: bool = ...) -> WorkspaceChanges: ...
 
     async def list(self) -> builtins.list[SessionInfo]: ...
 
@@ -118,8 +122,15 @@ class ClusterSessions:
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
         backend: str | None = None,
+        workspace: str | None = None,
     ) -> AsyncSandbox:
-        return await self.sessions.open(ttl=ttl, idle_timeout=idle_timeout, labels=labels, run_id=run_id, env=env)
+        spec = None if workspace is None else Workspace.parse(workspace)
+        return await self.sessions.open(
+            ttl=ttl, idle_timeout=idle_timeout, labels=labels, run_id=run_id, env=env, workspace=spec
+        )
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        return await self.sessions.changes(session_id, apply=apply)
 
     async def connect(self, session_id: str) -> AsyncSandbox:
         return await self.sessions.connect(session_id)

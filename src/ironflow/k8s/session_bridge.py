@@ -68,14 +68,23 @@ class PodRuntime:
     """Runtime requests to one pod, each one exec; the pod's answer streams to a callback."""
 
     def __init__(
-        self, api: kube.KubeApi, namespace: str, pod: str, container: str, *, max_upload_bytes: int, python: str
+        self,
+        api: kube.KubeApi,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        max_upload_bytes: int,
+        python: str,
+        workspace: str = ".",
     ) -> None:
         self.api, self.namespace, self.pod, self.container = api, namespace, pod, container
         self.python = python
         self._bundle, sizes = _bundle()
         self._command = session_wire.runtime_command(
-            sizes, max_upload_bytes=max_upload_bytes, max_output_bytes=_MAX_OUTPUT_BYTES, python=python
-        )
+            sizes, max_upload_bytes=max_upload_bytes, max_output_bytes=_MAX_OUTPUT_BYTES, python=python,
+            workspace=workspace,
+        )  # fmt: skip
 
     async def request(
         self, method: str, target: str, body: bytes, sink: Callable[[bytes], None], *, content_type: str | None = None

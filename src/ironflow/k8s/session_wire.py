@@ -40,13 +40,19 @@ _KILL: Final = "import os,signal,sys\ntry:\n os.killpg(int(sys.argv[1]),signal.S
 
 
 def runtime_command(
-    sizes: Sequence[int], *, max_upload_bytes: int, max_output_bytes: int, python: str = "python3"
+    sizes: Sequence[int],
+    *,
+    max_upload_bytes: int,
+    max_output_bytes: int,
+    python: str = "python3",
+    workspace: str = ".",
 ) -> tuple[str, ...]:
-    """The exec argv of one runtime request; the workspace is the exec's working directory."""
+    """The exec argv of one runtime request; the workspace is the exec's working directory
+    unless a session's git workspace is given."""
     if len(sizes) != len(RUNTIME_FILES):
         raise ValueError(f"expected {len(RUNTIME_FILES)} file sizes, got {len(sizes)}")
     limits = ("--max-upload-bytes", str(max_upload_bytes), "--max-output-bytes", str(max_output_bytes))
-    return (python, "-I", "-S", "-c", BOOT, *(str(n) for n in sizes), "--workspace", ".", *limits)
+    return (python, "-I", "-S", "-c", BOOT, *(str(n) for n in sizes), "--workspace", workspace, *limits)
 
 
 def kill_command(pid: int, *, python: str = "python3") -> tuple[str, ...]:

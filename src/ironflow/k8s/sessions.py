@@ -19,19 +19,24 @@ import builtins
 import contextlib
 import dataclasses
 import logging
+import math
 import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from ironflow import errors, labels
-from ironflow.k8s import pod_wait, pods, session_bridge, session_pods
+from ironflow.auth_proxy import issuing, tokens
+from ironflow.auth_proxy.client import AdminClient
+from ironflow.claude import layout
+from ironflow.k8s import pod_wait, pods, session_bridge, session_pods, session_workspaces, workspace_clone
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import pod_problems, pod_status
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "Found", "K8sSessions"]
 
@@ -53,6 +58,8 @@ class Found:
     container: str
     env: Mapping[str, str]
     running: bool = True
+    #: The session's git workspace and the starting commit its clone recorded (None: none).
+    workspace: session_workspaces.Held | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -60,6 +67,9 @@ class _Session:
     info: SessionInfo
     bridge: session_bridge.Bridge
     idle_timeout: float | None
+    pod: str
+    container: str
+    workspace: session_workspaces.Held | None = None
     watcher: asyncio.Task[None] | None = None
     released: bool = False
 
@@ -74,6 +84,9 @@ class K8sSessions:
         settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
         api: a connected client; default one for ``settings.cluster``, owned and closed here.
         python: the image's Python (the runtime needs 3.11, the standard library only).
+        issuer: grants a git workspace's clone its token (default: an admin client of the
+            provider's auth proxy, made when first needed and closed here).
+        home: the pod's HOME, the exec's working directory, where a workspace is cloned.
     """
 
     backend: ClassVar[str] = session_pods.BACKEND
@@ -86,6 +99,8 @@ class K8sSessions:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
+        issuer: issuing.TokenIssuer | None = None,
+        home: str = layout.SANDBOX_HOME,
     ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
@@ -95,6 +110,9 @@ class K8sSessions:
         self._api = api
         self._owns_api = api is None
         self._sessions: dict[str, _Session] = {}
+        self._issuer = issuer
+        self._owned_issuer: AdminClient | None = None
+        self.where = workspace_clone.paths(home)
 
     async def _client(self) -> kube.KubeApi:
         if self._api is None:
@@ -111,16 +129,23 @@ class K8sSessions:
         labels: Mapping[str, str] | None = None,
         run_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: Workspace | None = None,
     ) -> AsyncSandbox:
         """A new session pod and a handle on it; the pod is deleted on every failure path.
 
+        A git ``workspace`` is cloned in the pod (:meth:`_clone`) and is its commands' working
+        directory; :meth:`changes` gives what changed there.
+
         Raises:
             ConfigError: a bad ttl, idle timeout or label. StepConfigError: a credential in ``env``.
+            WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
+            WorkspaceUnsafe: the clone failed.
             SandboxRefused / SandboxFailed: the pod will not run (the cluster's reason).
             SandboxError: it did not start in time, or cannot run the runtime.
         """
         if idle_timeout is not None and not idle_timeout > 0:
             raise errors.ConfigError("idle_timeout must be a positive number of seconds")
+        secret = None if workspace is None else session_workspaces.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         body = session_pods.session_pod(
@@ -138,11 +163,39 @@ class K8sSessions:
             info = session_pods.info_of(created, settings_labels=self.settings.pod_labels)
             assert info is not None  # rendered as a session pod just now
             found = Found(info, session_id, session_pods.CONTAINER, dict(env or {}))
+            if workspace is not None and secret is not None:
+                found = await self._clone(found, workspace, secret, expires_at=now + ttl)
             session = await self._attach(found, idle_timeout, probe=True)
         except BaseException:
             await self._delete(session_id)
             raise
         return self._hold(session, now, ttl)
+
+    async def _clone(
+        self, found: Found, spec: Workspace, secret: tokens.SecretCredential, *, expires_at: float
+    ) -> Found:
+        """Clone ``spec`` into the session's pod with a grant of its own (revoked once the clone
+        ends) and record the starting commit on the session's object."""
+        assert self.settings.auth_proxy_url is not None  # session_workspaces.check
+        commit = await session_workspaces.clone(
+            await self._client(), self._grants(), secret, self.settings.auth_proxy_url, spec, self.where,
+            namespace=self.namespace, pod=found.pod, container=found.container, session_id=found.info.id,
+            expires_at=math.ceil(expires_at),
+        )  # fmt: skip
+        held = session_workspaces.Held(spec, commit)
+        await self._annotate(found.info.id, session_workspaces.workspace_annotations(held))
+        return dataclasses.replace(found, workspace=held)
+
+    def _grants(self) -> issuing.TokenIssuer:
+        if self._issuer is None:
+            self._issuer = self._owned_issuer = AdminClient(
+                self.settings.auth_proxy_url or "", self.settings.auth_proxy_admin_key
+            )
+        return self._issuer
+
+    async def _annotate(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Record ``annotations`` on the session's object (its pod), where another process finds them."""
+        await (await self._client()).patch(kube.PODS, self.namespace, name, {"metadata": {"annotations": annotations}})
 
     def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
         """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
@@ -169,10 +222,11 @@ class K8sSessions:
             found.container,
             max_upload_bytes=self.max_upload_bytes,
             python=self.python,
+            workspace="." if found.workspace is None else self.where.workspace,
         )
         bridge = session_bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
         await bridge.start()
-        session = _Session(info, bridge, idle_timeout)
+        session = _Session(info, bridge, idle_timeout, found.pod, found.container, found.workspace)
         if probe:
             try:
                 await self._probe(session)
@@ -220,7 +274,8 @@ class K8sSessions:
         if info is None:
             return None
         running = pod_status.phase(pod) == "Running"
-        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running)
+        held = session_workspaces.held_of((pod.get("metadata") or {}).get("annotations"))
+        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running, held)
 
     async def _delete(self, name: str) -> None:
         """Delete the pod at once (no grace: a session's processes are disposable), even when cancelled;
@@ -265,6 +320,32 @@ class K8sSessions:
                 raise SessionNotFound(f"sandbox session '{session_id}' has ended (its pod no longer runs)")
             session = await self._attach(found, None, probe=False)
         return self._handle(session)
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        """The patch of everything changed in the session's workspace since open (its commands may
+        run on: this is the tree as the report reads it); ``apply`` is refused (no host directory).
+
+        Raises:
+            SessionNotFound: no such session. ConfigError: it was opened without a workspace.
+            WorkspaceRefused: ``apply``. WorkspaceUnsafe: as a pod step's report.
+        """
+        check_session_id(session_id)
+        session = self._sessions.get(session_id)
+        if session is not None:
+            held, pod, container = session.workspace, session.pod, session.container
+        else:
+            found = await self._lookup(session_id)
+            if found is None or not found.running:
+                raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
+            held, pod, container = found.workspace, found.pod, found.container
+        if held is None:
+            raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
+        if apply:
+            raise session_workspaces.refuse_apply()
+        return await session_workspaces.changes(
+            await self._client(), held.spec, held.commit, self.where, namespace=self.namespace, pod=pod,
+            container=container,
+        )  # fmt: skip
 
     def route(self, session_id: str) -> tuple[str, Secret]:
         """The bridge socket of a session held here and its token, for a server that forwards to it."""
@@ -318,6 +399,9 @@ class K8sSessions:
                     await session.watcher
             await session.bridge.aclose()
         self._sessions.clear()
+        if self._owned_issuer is not None:
+            await self._owned_issuer.close()
+            self._issuer = self._owned_issuer = None
         if self._owns_api and self._api is not None:
             await self._api.close()
             self._api = None

@@ -104,6 +104,9 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
         (["open", "--provider", "{provider}", "--idle-timeout", "5m"], "--idle-timeout needs a server"),
         (["open", "--provider", "{provider}", "--ttl", "soon"], "invalid duration 'soon'"),
         (["open", "--provider", "{provider}", "--label", "app.kubernetes.io/component=x"], "reserved"),
+        (["open", "--provider", "{provider}", "--workspace", "{tmp}"], "cannot see this machine's directories"),
+        (["open", "--provider", "{provider}", "--workspace", "https://git.example.test/o/r.git"], "auth_proxy(url)"),
+        (["diff", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session"),
         (["ls", "--provider", "{missing}"], "missing.yaml"),
         (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
         (["serve", "--backend", "nope"], "invalid value for '--backend': 'nope' is not one of"),
@@ -114,7 +117,7 @@ def test_bad_input_is_one_line_and_exit_2(
     cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path, args: list[str], message: str
 ) -> None:
     _, provider, _ = cluster
-    filled = [a.format(provider=provider, missing=tmp_path / "missing.yaml") for a in args]
+    filled = [a.format(provider=provider, missing=tmp_path / "missing.yaml", tmp=tmp_path) for a in args]
     result = CliRunner().invoke(app, ["sandbox", *filled], env={"IRONFLOW_SANDBOX_SERVER": ""})
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
