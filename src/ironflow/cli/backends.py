@@ -80,10 +80,14 @@ def with_git_hosts(provider: K8sEphemeralProvider, hosts: GitHosts) -> K8sEpheme
         exits.fail(exc.message)
 
 
-def agent_sandbox_provider(path: Path | None) -> AgentSandboxProvider:
-    """The agent-sandbox provider ``--provider FILE`` names, or exit 2 naming what is wrong."""
-
-    return _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
+def agent_sandbox_provider(path: Path | None, git_hosts: GitHosts | None = None) -> AgentSandboxProvider:
+    """The agent-sandbox provider ``--provider FILE`` names (cloning git workspaces with
+    ``git_hosts``' tokens, kept in the auth proxy), or exit 2 naming what is wrong."""
+    sandboxes = _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
+    if git_hosts is None:
+        return sandboxes
+    pod = with_git_hosts(sandboxes.settings.pod, git_hosts)  # the clone's grant is the pod settings'
+    return AgentSandboxProvider(dataclasses.replace(sandboxes.settings, pod=pod))
 
 
 def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
@@ -109,11 +113,7 @@ def build_provider(
         provider = k8s_provider(provider_file)
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
-        sandboxes = agent_sandbox_provider(provider_file)
-        if git_hosts is None:
-            return sandboxes
-        pod = with_git_hosts(sandboxes.settings.pod, git_hosts)  # the clone's grant is the pod settings'
-        return AgentSandboxProvider(dataclasses.replace(sandboxes.settings, pod=pod))
+        return agent_sandbox_provider(provider_file, git_hosts)
     return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)
 
 

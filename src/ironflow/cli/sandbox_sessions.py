@@ -115,6 +115,10 @@ def open_session(
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
     mode = choose(target)
+    if mode is Mode.CLUSTER and workspace is not None and is_git_source(workspace):
+        from ironflow.cli import workspace as ws  # the host's token, from the environment, for the proxy
+
+        target.git_hosts = ws.git_hosts(ws.workspace(workspace, patch=None, apply=False, push=None, pods=True))
     if mode is Mode.CLUSTER and idle_timeout is not None:
         exits.fail("--idle-timeout needs a server to watch the session: use --server, or rely on --ttl")
     if workspace is not None and not is_git_source(workspace):

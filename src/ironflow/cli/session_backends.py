@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
+from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend
 from ironflow.sandbox_runtime.client import AsyncSandbox
@@ -64,8 +65,12 @@ class Mode(StrEnum):
 class Target:
     """What one command names: a server, a backend, a provider file."""
 
-    def __init__(self, server: str | None, backend: str | None, provider: Path | None) -> None:
+    def __init__(
+        self, server: str | None, backend: str | None, provider: Path | None, git_hosts: GitHosts | None = None
+    ) -> None:
         self.server, self.backend, self.provider = server, backend, provider
+        #: The git host credential a cluster session's git workspace clones with (kept in the proxy).
+        self.git_hosts = git_hosts
 
 
 def choose(target: Target) -> Mode:
@@ -154,9 +159,12 @@ async def session_client(target: Target) -> AsyncIterator[SessionClient]:
         if target.backend == "agent-sandbox":
             from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 
-            sessions = AgentSandboxSessions(backends.agent_sandbox_provider(target.provider).settings)
+            sessions = AgentSandboxSessions(backends.agent_sandbox_provider(target.provider, target.git_hosts).settings)
         else:
-            sessions = K8sSessions(backends.k8s_provider(target.provider).settings)
+            pods = backends.k8s_provider(target.provider)
+            if target.git_hosts is not None:
+                pods = backends.with_git_hosts(pods, target.git_hosts)
+            sessions = K8sSessions(pods.settings)
         try:
             yield ClusterSessions(sessions)
         finally:

@@ -105,7 +105,7 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
         (["open", "--provider", "{provider}", "--ttl", "soon"], "invalid duration 'soon'"),
         (["open", "--provider", "{provider}", "--label", "app.kubernetes.io/component=x"], "reserved"),
         (["open", "--provider", "{provider}", "--workspace", "{tmp}"], "cannot see this machine's directories"),
-        (["open", "--provider", "{provider}", "--workspace", "https://git.example.test/o/r.git"], "auth_proxy(url)"),
+        (["open", "--provider", "{provider}", "--workspace", "https://git.example.test/o/r.git"], "IRONFLOW_GIT_TOKEN"),
         (["diff", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session"),
         (["ls", "--provider", "{missing}"], "missing.yaml"),
         (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
