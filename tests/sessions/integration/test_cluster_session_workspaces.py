@@ -215,3 +215,14 @@ async def test_through_the_router_open_and_changes_and_what_it_refuses(cluster: 
             await sandbox.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_failed_clone_revokes_its_grant_and_leaves_nothing(cluster: Cluster) -> None:
+    if "real" in cluster.case.backend:  # kwok's exec rule answers a non-zero exit with a bare Failure Status
+        pytest.skip("kwok's exec reports no exit code for a failed command: the test server's tier shows this")
+    missing = Workspace(SPEC.source, ref="no-such-branch")
+    with pytest.raises(errors.WorkspaceUnsafe, match=r"the workspace's clone failed in session pod '.*' \(exit \d+\)"):
+        await cluster.sessions.open(ttl=60, workspace=missing)
+    ((grant_id, _),) = cluster.grants.issued
+    assert cluster.grants.revoked == [grant_id]
+    assert await cluster.case.nothing_left()
