@@ -43,7 +43,7 @@ async def _with_grant(
     if secret is None or issuer is None or s.auth_proxy_url is None:
         raise errors.ConfigError("a git workspace needs the auth proxy (auth_proxy(url) and its admin key)")
     return await session_workspaces.exec_with_grant(
-        api, issuer, secret, s.auth_proxy_url, render,
+        api, render, issuer=issuer, secret=secret, proxy_url=s.auth_proxy_url,
         namespace=s.namespace, pod=pod, container=pod_manifests.CONTAINER_NAME, run_id=run_id, step=step,
         expires_at=expires_at,
     )  # fmt: skip

@@ -68,11 +68,11 @@ def refuse_apply() -> errors.WorkspaceRefused:
 
 async def exec_with_grant(
     api: kube.KubeApi,
+    render: Render,
+    *,
     issuer: issuing.TokenIssuer,
     secret: tokens.SecretCredential,
     proxy_url: str,
-    render: Render,
-    *,
     namespace: str,
     pod: str,
     container: str,
@@ -93,12 +93,12 @@ async def exec_with_grant(
 
 async def clone(
     api: kube.KubeApi,
+    spec: Workspace,
+    *,
     issuer: issuing.TokenIssuer,
     secret: tokens.SecretCredential,
     proxy_url: str,
-    spec: Workspace,
     where: workspace_clone.WorkspacePaths,
-    *,
     namespace: str,
     pod: str,
     container: str,
@@ -112,9 +112,9 @@ async def clone(
         AuthProxyError: the grant could not be issued.
     """
     done, _ = await exec_with_grant(
-        api, issuer, secret, proxy_url,
-        lambda proxy, size: workspace_clone.clone_exec(proxy, spec, size, where),
-        namespace=namespace, pod=pod, container=container, run_id=session_id, step="workspace",
+        api, lambda proxy, size: workspace_clone.clone_exec(proxy, spec, size, where),
+        issuer=issuer, secret=secret, proxy_url=proxy_url, namespace=namespace, pod=pod, container=container,
+        run_id=session_id, step="workspace",
         expires_at=expires_at,
     )  # fmt: skip
     if done.exit_code != 0:
@@ -125,10 +125,9 @@ async def clone(
 
 async def changes(
     api: kube.KubeApi,
-    spec: Workspace,
-    commit: str,
-    where: workspace_clone.WorkspacePaths,
+    held: Held,
     *,
+    where: workspace_clone.WorkspacePaths,
     namespace: str,
     pod: str,
     container: str,
@@ -139,7 +138,8 @@ async def changes(
         WorkspaceUnsafe: the report refused (a special file, a file or patch over its limit,
             a base that no longer holds the starting commit) or came back malformed.
     """
-    done = await api.exec(namespace, pod, workspace_clone.report_exec(spec, commit, where), container=container)
+    argv = workspace_clone.report_exec(held.spec, held.commit, where)
+    done = await api.exec(namespace, pod, argv, container=container)
     _, found = workspace_frames.split_frame(done.stdout.decode(errors="replace"))
     if found is None:  # the clone made a repository: without one the workspace was tampered with
         raise errors.WorkspaceUnsafe("the session's workspace no longer holds its git repository")

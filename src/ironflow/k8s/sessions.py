@@ -178,9 +178,9 @@ class K8sSessions:
         ends) and record the starting commit on the session's object."""
         assert self.settings.auth_proxy_url is not None  # session_workspaces.check
         commit = await session_workspaces.clone(
-            await self._client(), self._grants(), secret, self.settings.auth_proxy_url, spec, self.where,
-            namespace=self.namespace, pod=found.pod, container=found.container, session_id=found.info.id,
-            expires_at=math.ceil(expires_at),
+            await self._client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
+            where=self.where, namespace=self.namespace, pod=found.pod, container=found.container,
+            session_id=found.info.id, expires_at=math.ceil(expires_at),
         )  # fmt: skip
         held = session_workspaces.Held(spec, commit)
         await self._annotate(found.info.id, session_workspaces.workspace_annotations(held))
@@ -343,9 +343,8 @@ class K8sSessions:
         if apply:
             raise session_workspaces.refuse_apply()
         return await session_workspaces.changes(
-            await self._client(), held.spec, held.commit, self.where, namespace=self.namespace, pod=pod,
-            container=container,
-        )  # fmt: skip
+            await self._client(), held, where=self.where, namespace=self.namespace, pod=pod, container=container
+        )
 
     def route(self, session_id: str) -> tuple[str, Secret]:
         """The bridge socket of a session held here and its token, for a server that forwards to it."""
