@@ -9,19 +9,21 @@ admin API (``auth_proxy`` of the provider file, the admin key from
 ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``, the upstream credential from the environment as for every
 issuer) and writes it in over exec stdin
 (:meth:`~ironflow.agent_sandbox.provider.AgentSandboxProvider.deliver_token`). It prints the
-token's id, never the token. Bad input exits 2 with one line, a pod that did not run or an
+token's id, never the token. NAME is a Sandbox or, looked up first, a SandboxClaim whose bound
+Sandbox is taken; ``--claim`` waits for a claim not created yet (KRO makes a graph's claim a
+moment after its instance). Bad input exits 2 with one line, a pod that did not run or an
 API failure 3 (:mod:`ironflow.cli.exits`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox import claims, lifecycle
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.auth_proxy.client import admin_key_from
 from ironflow.cli import backends, exits, inputs
@@ -31,33 +33,37 @@ from ironflow.sessions import parse_duration
 __all__ = ["deliver_token", "register"]
 
 
-async def _sandbox_of(provider: AgentSandboxProvider, name: str, *, claim: bool, timeout_s: float) -> str:
-    """The Sandbox ``name`` stands for: a SandboxClaim's bound Sandbox (waited for until the claim
-    is Ready), else the Sandbox of that name (whose pod the delivery waits for, even before it exists)."""
+async def _sandbox_of(provider: AgentSandboxProvider, name: str, *, claim: bool, timeout_s: float) -> lifecycle.Target:
+    """The Sandbox ``name`` stands for: a SandboxClaim's bound Sandbox, else the Sandbox of that
+    name (whose pod the delivery waits for, even before it exists). With ``claim`` the claim is
+    waited for too: KRO creates a graph's claim a moment after its instance."""
     s = provider.settings
     api = await provider.runner().api()
     res = provider.resources
-    try:
-        found = await api.get(res.claims, s.namespace, name)
-    except errors.KubeNotFound:
-        if claim:
-            raise errors.KubeNotFound(f"no SandboxClaim '{name}' in namespace {s.namespace}") from None
-        return name
-    bound = claims.bound_sandbox(found)
+    found: dict[str, Any] | None = None
+    if not claim:
+        try:
+            found = await api.get(res.claims, s.namespace, name)
+        except errors.KubeNotFound:
+            return lifecycle.Target(name)
+    bound = None if found is None else claims.bound_sandbox(found)
     if bound is None:
         ready = await claims.wait_ready(api, res.claims, s.namespace, name, timeout_s=timeout_s)
         bound = None if ready is None else claims.bound_sandbox(ready)
     if bound is None:
         raise errors.OperationTimeout(
-            f"SandboxClaim '{name}' was not bound to a Sandbox within {timeout_s:g}s: no token was issued"
+            f"SandboxClaim '{name}' in {s.namespace} was not bound to a Sandbox within {timeout_s:g}s: "
+            "no token was issued"
         )
-    return bound
+    return lifecycle.Target(bound, name)
 
 
-async def _deliver(provider: AgentSandboxProvider, name: str, *, claim: bool, timeout_s: float) -> tuple[str, str]:
+async def _deliver(
+    provider: AgentSandboxProvider, name: str, *, claim: bool, timeout_s: float
+) -> tuple[lifecycle.Target, str]:
     try:
-        sandbox = await _sandbox_of(provider, name, claim=claim, timeout_s=timeout_s)
-        return sandbox, await provider.deliver_token(sandbox)
+        target = await _sandbox_of(provider, name, claim=claim, timeout_s=timeout_s)
+        return target, await provider.deliver_token(target.sandbox)
     finally:
         await provider.aclose()
 
@@ -104,9 +110,8 @@ def deliver_token(
         admin_key_from(provider.settings.auth_proxy_admin_key)  # refused before the cluster is asked
     except errors.UsageError as exc:
         exits.fail_for(exc)
-    sandbox, token_id = run_async(_deliver(provider, name, claim=claim, timeout_s=limit))
-    via = f" (claim {name})" if sandbox != name else ""
-    typer.echo(f"sandbox/{sandbox}{via}: proxy token delivered (token id {token_id[:12]})")
+    target, token_id = run_async(_deliver(provider, name, claim=claim, timeout_s=limit))
+    typer.echo(f"{target.describe()}: proxy token delivered (token id {token_id[:12]})")
 
 
 def register(group: typer.Typer) -> None:
