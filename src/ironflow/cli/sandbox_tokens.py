@@ -17,8 +17,9 @@ API failure 3 (:mod:`ironflow.cli.exits`).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -31,6 +32,9 @@ from ironflow.cli.stores import run_async
 from ironflow.sessions import parse_duration
 
 __all__ = ["deliver_token", "register"]
+
+#: How long the command lets its closed TLS connections finish before the loop ends.
+_TLS_CLOSE_S: Final = 0.25
 
 
 async def _sandbox_of(provider: AgentSandboxProvider, name: str, *, claim: bool, timeout_s: float) -> lifecycle.Target:
@@ -48,14 +52,31 @@ async def _sandbox_of(provider: AgentSandboxProvider, name: str, *, claim: bool,
             return lifecycle.Target(name)
     bound = None if found is None else claims.bound_sandbox(found)
     if bound is None:
-        ready = await claims.wait_ready(api, res.claims, s.namespace, name, timeout_s=timeout_s)
-        bound = None if ready is None else claims.bound_sandbox(ready)
+        # No fail fast on the claim's Ready=False: in a KRO graph the claim may come before its
+        # template (TemplateNotFound), and the real controller binds it once the template exists.
+        try:
+            ready = await claims.wait_for(api, res.claims, s.namespace, name, "Ready", timeout_s=timeout_s)
+            bound = claims.bound_sandbox(ready)
+        except errors.OperationTimeout:
+            raise errors.OperationTimeout(
+                f"SandboxClaim '{name}' in {s.namespace} was not bound to a Sandbox within {timeout_s:g}s"
+                f"{await _last_word(provider, name)}: no token was issued"
+            ) from None
     if bound is None:
-        raise errors.OperationTimeout(
-            f"SandboxClaim '{name}' in {s.namespace} was not bound to a Sandbox within {timeout_s:g}s: "
-            "no token was issued"
-        )
+        raise errors.KubernetesError(f"SandboxClaim '{name}' is Ready but names no Sandbox", status=500)
     return lifecycle.Target(bound, name)
+
+
+async def _last_word(provider: AgentSandboxProvider, name: str) -> str:
+    """`` (Ready=False: REASON: MESSAGE)`` of the claim, for a timeout's message; empty when it says nothing."""
+    try:
+        found = await (await provider.runner().api()).get(provider.resources.claims, provider.settings.namespace, name)
+    except errors.KubeNotFound:
+        return " (it does not exist)"
+    cond = claims.condition(found, "Ready") or {}
+    if cond.get("status") != "False":
+        return ""
+    return f" (Ready=False: {cond.get('reason')}: {errors.truncate(str(cond.get('message') or ''), 200)})"
 
 
 async def _deliver(
@@ -66,6 +87,9 @@ async def _deliver(
         return target, await provider.deliver_token(target.sandbox)
     finally:
         await provider.aclose()
+        # aiohttp's graceful shutdown: the TLS connections just closed (the exec's among them) send
+        # close_notify on the next loop turns; asyncio.run would close the loop under them first.
+        await asyncio.sleep(_TLS_CLOSE_S)
 
 
 def deliver_token(
