@@ -5,7 +5,8 @@ exec whose stdin carries it (:func:`write_file_command`) into ``$HOME/.ironflow`
 emptyDir HOME, mode 0600), and the agent's shell moves it into the proxy env and removes the
 file (:func:`token_prefix`). A pattern whose container runs the agent itself waits for that
 file first (:func:`token_wait_prefix`): the token arrives once the pod runs, from
-``AgentSandboxProvider.deliver_token``. Everything here is a string of its inputs.
+``AgentSandboxProvider.deliver_token`` (``ironflow sandbox deliver-token``). Everything here is a string of
+its inputs.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def token_wait_prefix(proxy_url: str, *, wait_s: int = DEFAULT_TOKEN_WAIT_S) -> 
     path = token_file()
     give_up = (
         f"echo 'ironflow: no proxy token reached this sandbox within {wait_s}s: deliver it with "
-        f"AgentSandboxProvider.deliver_token' >&2; exit {TOKEN_WAIT_EXIT}"
+        f"ironflow sandbox deliver-token' >&2; exit {TOKEN_WAIT_EXIT}"
     )
     # A poll inside the pod: exec gives no way to signal the agent's own process.
     wait = f"n=0; until [ -f {path} ]; do n=$((n+1)); if [ $n -gt {wait_s} ]; then {give_up}; fi; sleep 1; done; "

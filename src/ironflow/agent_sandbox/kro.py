@@ -13,13 +13,15 @@
 Every child lives in the instance's namespace (``${schema.metadata.namespace}``), whatever the
 namespace given at render time. A graph's default ``schedule`` is ``PatternOptions.schedule``.
 
-No auth proxy here, unlike the seed's ``<name>-proxy`` ConfigMap: a proxy token is per run and
-reaches a pod only after adoption, over exec stdin, from the ironflow process that claimed it
-(:class:`~ironflow.agent_sandbox.AgentSandboxProvider`), never through a template, claim or
-ConfigMap; in a KRO graph nobody is there to deliver it (KRO or a CronJob makes the claim). So a
-provider with ``auth_proxy`` is refused, and the pods authenticate with what the provider reads
-from a Secret (``env_from_secret``, ``oauth_credentials_from_secret``). A base URL alone in a
-ConfigMap would only send unauthenticated calls to the proxy.
+Behind an auth proxy (``auth_proxy`` in the provider file), unlike the seed's ``<name>-proxy``
+ConfigMap, no graph holds a token or a credential: a proxy token is per run and reaches a pod
+only over exec stdin once it runs. The one-shot modes' agent waits for it (the proxy's base URL
+is in its shell's env, :func:`~ironflow.agent_sandbox.deliveries.token_wait_prefix`), and
+``ironflow sandbox deliver-token`` writes it in: concept 07's Sandbox (the instance's name),
+concept 08's claim (``<name>-run``, its adopted Sandbox). Such a graph has no ``schedule``
+field and no CronJob: a scheduled run is made by a CronJob, with nobody there to deliver a
+token, so a ``schedule`` with ``auth_proxy`` is refused; scheduled pods authenticate with what
+the provider reads from a Secret (``env_from_secret``, ``oauth_credentials_from_secret``).
 
 The agent reads its prompt from the mounted prompt ConfigMap (``${schema.spec.prompt}``), so
 one graph serves any prompt. A warm-pool pod must not start the agent before a claim adopts it:
@@ -78,17 +80,12 @@ def kro_pod_template(
     ``wait_for_claim`` makes the agent start only once the pod no longer carries :data:`POOL_LABEL`
     (warm-pool members wait idle until a claim adopts them); such a pod has no
     ``activeDeadlineSeconds`` (the kubelet would end it while it idles): its agent gets the
-    provider's deadline from adoption on, through ``timeout``.
+    provider's deadline from adoption on, through ``timeout``. Behind an auth proxy the agent
+    then waits for the token ``ironflow sandbox deliver-token`` writes over exec.
     """
-    if provider.settings.auth_proxy_url is not None:
-        raise errors.ConfigError(
-            "the kro patterns cannot use auth_proxy: a proxy token reaches a pod only over exec after "
-            "adoption, and no ironflow process claims a KRO graph's sandboxes; read the credential from "
-            "a Secret (env_from_secret, oauth_credentials_from_secret) or use AgentSandboxProvider"
-        )
     mounted = provider.read_only_config_map(_PROMPT_CM, PROMPT_DIR)
     config = AgentConfig(_PROMPT_PLACEHOLDER, working_dir=patterns.WORKSPACE_PATH)
-    template = patterns.agent_pod_template(mounted, config)
+    template = patterns.agent_pod_template(mounted, config, token_wait=True)  # behind a proxy: deliver-token
     spec = copy.deepcopy(dict(template.spec))
     main = spec["containers"][0]
     shell = main["command"][2].replace(
@@ -145,6 +142,24 @@ def _schedule_field(opts: patterns.PatternOptions) -> str:
     if schedule and not _CRON.fullmatch(schedule):
         raise errors.ConfigError(f"invalid schedule '{opts.schedule}': use five cron fields, e.g. '0 * * * *'")
     return f'string | default="{schedule}"'
+
+
+def _scheduled(opts: patterns.PatternOptions) -> bool:
+    """Whether the graph has its scheduled mode (a CronJob): not behind an auth proxy, where
+    nobody would be there to deliver each run's token.
+
+    Raises:
+        ConfigError: a ``schedule`` with ``auth_proxy``.
+    """
+    if opts.resolved_provider().settings.auth_proxy_url is None:
+        return True
+    if opts.schedule:
+        raise errors.ConfigError(
+            "a scheduled kro graph cannot use auth_proxy: its CronJob makes each run and nobody is there to "
+            "deliver the proxy token over exec; read the credential from a Secret (env_from_secret, "
+            "oauth_credentials_from_secret), or render without a schedule and run 'ironflow sandbox deliver-token'"
+        )
+    return False
 
 
 def _runner_script(runner_kind: str) -> str:
@@ -237,6 +252,7 @@ def _orchestrator(
 def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
     """Concept 07: the Runner RGD (owns a Sandbox) and the user-facing RGD (PVCs, ConfigMap, Runner or CronJob)."""
     runner_kind, user_kind = "ClaudeCodeAgentSandboxRunner", "ClaudeCodeAgentSandbox"
+    scheduled = _scheduled(opts)
     # The pod mounts the workspace and memory claims the Runner's spec names.
     provider = (
         opts.resolved_provider().pvc_volume("workspace-claim", patterns.WORKSPACE_PATH).sessions_volume("memory-claim")
@@ -294,7 +310,7 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 "kind": user_kind,
                 "spec": {
                     "prompt": "string | required=true",
-                    "schedule": _schedule_field(opts),
+                    **({"schedule": _schedule_field(opts)} if scheduled else {}),
                     "storage": f'string | default="{opts.storage}"',
                 },
             },
@@ -302,11 +318,15 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 _resource("workspace", pvc("workspace")),
                 _resource("memory", pvc("memory")),
                 _resource("prompt", _configmap("prompt", {"prompt": _cel("schema.spec.prompt")})),
-                _resource("runner", runner, when="schema.spec.schedule == ''"),
-                *_orchestrator(
-                    _runner_script(runner_kind),
-                    ("kro.run", runner_kind.lower() + "s"),
-                    watched=("agents.x-k8s.io", "sandboxes"),
+                _resource("runner", runner, when="schema.spec.schedule == ''" if scheduled else None),
+                *(
+                    _orchestrator(
+                        _runner_script(runner_kind),
+                        ("kro.run", runner_kind.lower() + "s"),
+                        watched=("agents.x-k8s.io", "sandboxes"),
+                    )
+                    if scheduled
+                    else []
                 ),
             ],
         },
@@ -316,6 +336,7 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
 
 def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
     """Concept 08: one RGD owning template, warm pool, prompt ConfigMap, and a claim or a CronJob."""
+    scheduled = _scheduled(opts)
     template = models.SandboxTemplate(
         name=opts.name,
         namespace=opts.namespace,
@@ -349,7 +370,7 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 "kind": "ClaudeCodeAgentTemplate",
                 "spec": {
                     "prompt": "string | required=true",
-                    "schedule": _schedule_field(opts),
+                    **({"schedule": _schedule_field(opts)} if scheduled else {}),
                     "replicas": f"integer | default={opts.replicas}",
                 },
             },
@@ -357,10 +378,14 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
                 _resource("template", tpl),
                 _resource("pool", pool),
                 _resource("prompt", _configmap("prompt", {"prompt": _cel("schema.spec.prompt")})),
-                _resource("claim", claim, when="schema.spec.schedule == ''"),
-                *_orchestrator(
-                    _claim_script(claim["apiVersion"], ref, lifecycle),
-                    ("extensions.agents.x-k8s.io", "sandboxclaims"),
+                _resource("claim", claim, when="schema.spec.schedule == ''" if scheduled else None),
+                *(
+                    _orchestrator(
+                        _claim_script(claim["apiVersion"], ref, lifecycle),
+                        ("extensions.agents.x-k8s.io", "sandboxclaims"),
+                    )
+                    if scheduled
+                    else []
                 ),
             ],
         },

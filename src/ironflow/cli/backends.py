@@ -42,6 +42,7 @@ __all__ = [
     "ContextOption",
     "Isolation",
     "KubeconfigOption",
+    "ProviderKubeconfigOption",
     "Providers",
     "agent_sandbox_provider",
     "build_provider",
@@ -62,6 +63,11 @@ _P = TypeVar("_P")
 #: file; :func:`kube_cluster` turns them into a cluster.
 KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")]
 ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+#: ``--kubeconfig`` of a command that also reads a provider file: it wins over the file's cluster.
+ProviderKubeconfigOption = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
+]
 
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:

@@ -20,6 +20,7 @@ _SERVE: Final = "ironflow.cli.sandbox_serve"
 _SESSIONS: Final = "ironflow.cli.sandbox_sessions"
 _PATTERNS: Final = "ironflow.cli.sandbox_patterns"
 _LIFECYCLE: Final = "ironflow.cli.sandbox_lifecycle"
+_TOKENS: Final = "ironflow.cli.sandbox_tokens"
 
 #: Command name -> (module, the one-line help ``ironflow sandbox --help`` shows), in listing order.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
@@ -73,6 +74,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "Wait until a raw Sandbox has a condition (kubectl wait --for=condition=Finished sandbox/NAME).",
     ),
     "pools": (_LIFECYCLE, "The status of each SandboxWarmPool: desired, ready, and claims adopted in the last hour."),
+    "deliver-token": (
+        _TOKENS,
+        "Give a rendered pattern's waiting agent its proxy token over exec, once its pod runs.",
+    ),
     "install": (
         _LIFECYCLE,
         "Print (or with --apply apply) the pinned agent-sandbox controller, v1.0.3, with its CRDs and RBAC.",

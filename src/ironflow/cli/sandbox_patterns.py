@@ -153,10 +153,7 @@ def apply_template(
     output: Annotated[
         ManifestFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
     ] = ManifestFormat.YAML,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
-    ] = None,
+    kubeconfig: backends.ProviderKubeconfigOption = None,
     context: backends.ContextOption = None,
 ) -> None:
     """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""

@@ -214,18 +214,19 @@ class KubeEnv:
         """Make kwok serve ``text`` as the log of every container of one pod (a ``Logs`` rule)."""
         return self._log_rule("Logs", namespace, pod, text)
 
-    def allow_exec(self, namespace: str, work_dir: Path) -> None:
+    def allow_exec(self, namespace: str, work_dir: Path, env: Mapping[str, str] | None = None) -> None:
         """Let ``pods/exec`` work in ``namespace``: kwok then runs the command **on this host**,
-        as kwok's user, in ``work_dir`` (a ``ClusterExec`` rule scoped to that namespace only,
-        since anyone allowed ``pods/exec`` there can run host commands)."""
+        as kwok's user, in ``work_dir`` with ``env`` added (e.g. ``HOME``: the sandbox's emptyDir
+        home); a ``ClusterExec`` rule scoped to that namespace only, since anyone allowed
+        ``pods/exec`` there can run host commands."""
+        local: dict[str, Any] = {"workDir": str(work_dir)}
+        if env:
+            local["envs"] = [{"name": k, "value": v} for k, v in env.items()]
         doc = {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",
             "kind": "ClusterExec",
             "metadata": {"name": f"exec-{namespace}"},
-            "spec": {
-                "selector": {"matchNamespaces": [namespace]},
-                "execs": [{"containers": [], "local": {"workDir": str(work_dir)}}],
-            },
+            "spec": {"selector": {"matchNamespaces": [namespace]}, "execs": [{"containers": [], "local": local}]},
         }
         self.apply_objects([doc])
 

@@ -169,15 +169,7 @@ def _namespace(kube: KubeEnv, annotations: Mapping[str, str] | None = None, *, p
 
 def _allow_exec(kube: KubeEnv, ns: str, work_dir: Path, home: Path, env: Mapping[str, str] | None = None) -> None:
     """``KubeEnv.allow_exec`` with ``HOME`` (the sandbox's emptyDir home) set to the test's dir."""
-    envs = [{"name": k, "value": v} for k, v in {"HOME": str(home), **(env or {})}.items()]
-    local = {"workDir": str(work_dir), "envs": envs}
-    doc = {
-        "apiVersion": "kwok.x-k8s.io/v1alpha1",
-        "kind": "ClusterExec",
-        "metadata": {"name": f"exec-{ns}"},
-        "spec": {"selector": {"matchNamespaces": [ns]}, "execs": [{"containers": [], "local": local}]},
-    }
-    kube.apply_objects([doc])
+    kube.allow_exec(ns, work_dir, {"HOME": str(home), **(env or {})})
 
 
 @contextlib.asynccontextmanager

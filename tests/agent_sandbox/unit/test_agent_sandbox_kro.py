@@ -68,13 +68,6 @@ def test_kro_template_has_no_unused_proxy_configmap() -> None:
     assert "proxyURL" not in rgd["spec"]["schema"]["spec"]
 
 
-@pytest.mark.parametrize("pattern", ["kro-raw", "kro-template"])
-def test_kro_patterns_refuse_an_auth_proxy_provider(pattern: str) -> None:
-    provider = K8sEphemeralProvider.sandboxed(patterns.DEFAULT_IMAGE).auth_proxy("http://proxy.ironflow:8080")
-    with pytest.raises(errors.ConfigError, match="kro patterns cannot use auth_proxy: a proxy token reaches"):
-        catalog.render_pattern(pattern, patterns.PatternOptions(provider=provider))
-
-
 def test_kro_pods_authenticate_with_a_secret_reference() -> None:
     base = K8sEphemeralProvider.sandboxed(patterns.DEFAULT_IMAGE)
     provider = base.env_from_secret("ANTHROPIC_API_KEY", "claude", "key")
