@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow.agent_sandbox import apply, catalog, schemas
-from ironflow.cli import sandbox
 
 PROVIDER = """
 image: ghcr.io/acme/claude-runner:2.1.332-1
@@ -25,26 +23,9 @@ egress_profile: anthropic-only
 """
 
 
-@pytest.fixture
-def app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    sandbox.register(app)
-    return app
-
-
-def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, ["sandbox", *args])
-    return result.exit_code, result.stdout, result.stderr
-
-
 @pytest.mark.parametrize("pattern", list(catalog.PATTERNS))
-def test_render_prints_yaml_documents_for_every_pattern(app: typer.Typer, pattern: str) -> None:
-    code, out, err = run(app, "render", pattern, "--egress", "10.10.10.100/32:5432")
+def test_render_prints_yaml_documents_for_every_pattern(pattern: str) -> None:
+    code, out, err = run_sandbox("render", pattern, "--egress", "10.10.10.100/32:5432")
     assert code == 0, err
     docs = list(yaml.safe_load_all(out))
     assert docs
@@ -53,10 +34,12 @@ def test_render_prints_yaml_documents_for_every_pattern(app: typer.Typer, patter
             assert schemas.schema_problems(doc) == []
 
 
-def test_render_json_uses_the_provider_file_and_version(app: typer.Typer, tmp_path: Path) -> None:
+def test_render_json_uses_the_provider_file_and_version(tmp_path: Path) -> None:
     path = tmp_path / "provider.yaml"
     path.write_text(PROVIDER)
-    code, out, _ = run(app, "render", "warm-pool", "--provider", str(path), "--api-version", "v1alpha1", "-o", "json")
+    code, out, _ = run_sandbox(
+        "render", "warm-pool", "--provider", str(path), "--api-version", "v1alpha1", "-o", "json"
+    )
     assert code == 0
     template, _pool, claim = json.loads(out)
     assert template["apiVersion"] == "extensions.agents.x-k8s.io/v1alpha1"
@@ -85,26 +68,28 @@ def test_render_json_uses_the_provider_file_and_version(app: typer.Typer, tmp_pa
         ),
     ],
 )
-def test_bad_input_exits_2_with_one_line(app: typer.Typer, args: list[str], message: str) -> None:
-    code, out, err = run(app, *args)
+def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
+    code, out, err = run_sandbox(*args)
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1
     assert message in err
 
 
-def test_unsandboxed_provider_file_is_refused(app: typer.Typer, tmp_path: Path) -> None:
+def test_unsandboxed_provider_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "provider.yaml"
     path.write_text("image: img\n")
-    code, _, err = run(app, "apply-template", "--provider", str(path), "--dry-run")
+    code, _, err = run_sandbox("apply-template", "--provider", str(path), "--dry-run")
     assert code == 2
     assert "must set 'sandboxed: true'" in err
 
 
-def test_apply_template_dry_run_prints_template_and_pool(app: typer.Typer, tmp_path: Path) -> None:
+def test_apply_template_dry_run_prints_template_and_pool(tmp_path: Path) -> None:
     path = tmp_path / "provider.yaml"
     path.write_text(PROVIDER)
-    code, out, _ = run(app, "apply-template", "--provider", str(path), "--pool", "hot", "--replicas", "4", "--dry-run")
+    code, out, _ = run_sandbox(
+        "apply-template", "--provider", str(path), "--pool", "hot", "--replicas", "4", "--dry-run"
+    )
     assert code == 0
     template, pool = yaml.safe_load_all(out)
     assert (template["kind"], pool["kind"]) == ("SandboxTemplate", "SandboxWarmPool")
@@ -127,21 +112,19 @@ def test_merge_patch_removes_dropped_fields_and_keeps_foreign_labels() -> None:
     assert apply.merge_patch_to(desired, desired) == {}
 
 
-def test_apply_template_reads_agent_sandbox_settings_and_warns_about_the_proxy(
-    app: typer.Typer, tmp_path: Path
-) -> None:
+def test_apply_template_reads_agent_sandbox_settings_and_warns_about_the_proxy(tmp_path: Path) -> None:
     path = tmp_path / "settings.yaml"
     path.write_text(
         "pod:\n  image: img\n  sandboxed: true\n  namespace: agents\n  auth_proxy: http://auth-proxy:8080\n"
         "template: claude\nreplicas: 2\n"
     )
-    code, out, err = run(app, "apply-template", "--provider", str(path), "--dry-run", "-o", "json")
+    code, out, err = run_sandbox("apply-template", "--provider", str(path), "--dry-run", "-o", "json")
     assert code == 0
     template, pool = json.loads(out)
     assert template["metadata"]["name"] == "claude"
     assert pool["spec"]["replicas"] == 2
     assert err.startswith("warning: the controller's default NetworkPolicy")
-    code, out, _ = run(app, "apply-template", "--provider", str(path), "--dry-run", "--replicas", "5", "-n", "other")
+    code, out, _ = run_sandbox("apply-template", "--provider", str(path), "--dry-run", "--replicas", "5", "-n", "other")
     _, pool = yaml.safe_load_all(out)
     assert (pool["metadata"]["namespace"], pool["spec"]["replicas"]) == ("other", 5)
 
