@@ -6,33 +6,20 @@ import asyncio
 import time
 from pathlib import Path
 
-import typer
-from typer.testing import CliRunner
+from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow.agent_sandbox import claims, schemas
 from ironflow.agent_sandbox import steps as sandbox_steps
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.cli import sandbox
 from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer
 
 
-def app() -> typer.Typer:
-    application = typer.Typer()
-
-    @application.callback()
-    def _root() -> None:
-        pass
-
-    sandbox.register(application)
-    return application
-
-
 async def run(*args: str) -> tuple[int, str, str]:
-    result = await asyncio.to_thread(CliRunner().invoke, app(), ["sandbox", *args])
-    return result.exit_code, result.stdout, result.stderr
+    """The command in a thread: the test's own loop serves the cluster it talks to."""
+    return await asyncio.to_thread(run_sandbox, *args)
 
 
 async def test_apply_template_creates_updates_and_reports_api_failures(tmp_path: Path) -> None:
