@@ -8,7 +8,8 @@ the 12-char token id only.
 
 With OpenTelemetry (:mod:`ironflow.tracing`) each relayed Anthropic request whose token resolved
 is an ``ironflow.proxy.request`` span (method, path, status, token id), a child of the request's
-own ``traceparent`` header, else of the one its token was issued with; without it, no span work.
+own ``traceparent`` header, else of the one its token was issued with; without it, or with no
+tracer provider set, no span work.
 
 The handlers live on one :class:`ProxyHandlers` object whose resources (registry, upstream
 connection pool) are filled in by the app's cleanup contexts before the first request.
@@ -193,7 +194,7 @@ class ProxyHandlers:
         if isinstance(found, _Denied):
             self.metrics.count(found.refusal.result)
             return _refuse(found.refusal)
-        if not tracing.ENABLED:
+        if not tracing.recording():
             return await self._claude_relay(request, method, path, found)
         parent = request.headers.get("traceparent") or found.trace_context
         with tracing.span(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.fakes.spans import by_name, finished_spans
 
@@ -60,3 +61,22 @@ def test_without_opentelemetry_a_span_does_nothing_and_there_is_no_context(
         assert tracing.current_traceparent() is None
         assert tracing.context_from(PARENT) is None
     assert finished_spans.get_finished_spans() == ()
+
+
+def test_with_the_api_alone_and_no_tracer_provider_set_no_span_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The API's default provider would hand out no-op spans that still carry a parent's
+    # context; ironflow makes none at all (the auth proxy's relay pays nothing for tracing).
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert not tracing.recording()
+    with tracing.span("ignored", parent=PARENT) as span:
+        span.set(exit_code=0)
+        assert tracing.current_traceparent() is None
+
+
+def test_a_tracer_provider_set_after_import_turns_spans_on(finished_spans: InMemorySpanExporter) -> None:
+    assert tracing.recording()
+    with tracing.span("seen"):
+        assert tracing.current_traceparent() is not None
+    assert [s.name for s in finished_spans.get_finished_spans()] == ["seen"]
