@@ -125,6 +125,7 @@ def render(
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
     if shape.isolation == "gvisor":
+        run_dir = _run_dir(tmp)  # the bundle's place, checked before any binary is looked up
         # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
         # bind's mount point); the tools are seen where they are on the host root.
         mounts = tuple(
@@ -149,7 +150,7 @@ def render(
             read_only_mounts=mounts,
             writable_mounts=writable,
         )
-        return gvisor.gvisor_argv(shown, _gvisor_bundle(_run_dir(tmp), shown, env)), ()
+        return gvisor.gvisor_argv(shown, _gvisor_bundle(run_dir, shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
     # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
     taken = {os.path.normpath(m.target) for m in mounts}

@@ -78,8 +78,19 @@ def test_a_claim_on_the_warm_pool_becomes_ready(kube_env: KubeEnv, ns: str) -> N
     _wait_ready(
         kube_env, f"/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxclaims/{claim['metadata']['name']}"
     )
-    pods = kube_env.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
-    assert len(pods) >= 2
+    # The claim took a pool pod, so the pool is making its replacement: wait until the real
+    # scheduler has placed every pod, the new one too, before reading where they run.
+    pods: list[dict[str, Any]] = []
+
+    def all_scheduled() -> bool:
+        nonlocal pods
+        pods = kube_env.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        return len(pods) >= 2 and all(p["spec"].get("nodeName") for p in pods)
+
+    def placed() -> str:
+        return f"every pool pod scheduled: { {p['metadata']['name']: p['spec'].get('nodeName') for p in pods} }"
+
+    eventually_sync(all_scheduled, limit_s=30, interval_s=0.2, what=placed)
     assert all(p["spec"]["securityContext"].get("runAsNonRoot") for p in pods)
     # The controller's pods keep the template's limits and no service links, and the real
     # scheduler placed them on the node although they request ephemeral storage.

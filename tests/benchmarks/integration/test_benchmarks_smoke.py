@@ -3,7 +3,8 @@
 A benchmark is runnable with one command and ends with ``RESULT key=value ...``; nothing else
 runs them, so they would rot silently when the code they drive changes. Each case here runs
 one with parameters that shorten it (never its defaults) and checks only that it exits 0 and
-that its last line is ``RESULT`` with exactly the keys it documents, each a finite number.
+that its last line is ``RESULT`` with exactly the keys it documents, each a finite number (or
+``nan``, where the benchmark documents that for a part this machine lacks).
 Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
 part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
 binaries, the Temporal CLI, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
@@ -40,6 +41,8 @@ class Bench:
     keys: frozenset[str]
     needs: tuple[str, ...] = ()
     timeout_s: float = 120.0
+    #: Keys the benchmark documents as ``nan`` when a part is missing: (key, part) pairs.
+    nan_without: tuple[tuple[str, str], ...] = ()
 
 
 CASES = (
@@ -81,7 +84,8 @@ CASES = (
           needs=("postgres", "temporal-cli"), timeout_s=180),
     Bench("workspace", ("--files", "200", "--megabytes", "2", "--runs", "1"),
           frozenset({"ready_vs_cp", "diff_vs_git", "reflink", "ready_ms", "cp_ms", "collect_ms", "git_diff_ms",
-                     "end_to_end_ms", "end_to_end_gvisor_ms", "gvisor_vs_bwrap"}), needs=("bwrap", "git")),
+                     "end_to_end_ms", "end_to_end_gvisor_ms", "gvisor_vs_bwrap"}), needs=("bwrap", "git"),
+          nan_without=(("end_to_end_gvisor_ms", "gvisor-workspaces"), ("gvisor_vs_bwrap", "gvisor-workspaces"))),
 )  # fmt: skip
 
 MARKS = {"postgres": pytest.mark.postgres, "bwrap": pytest.mark.bwrap, "runsc": pytest.mark.gvisor}
@@ -120,6 +124,10 @@ def _missing(part: str) -> str | None:
         except temporal.TemporalNotAvailable as exc:
             return str(exc)
         return None
+    if part == "gvisor-workspaces":
+        if shutil.which("runsc") is None:
+            return "runsc is not installed"
+        return None if os.geteuid() == 0 else "gVisor takes a workspace only on a root worker"
     if part == "dbos":
         if importlib.util.find_spec("dbos") is None:
             return "DBOS Transact (the engine benchmark's peer) is not installed: pip install dbos==3.4.0"
@@ -194,10 +202,14 @@ def test_benchmark_runs_and_reports(case: Bench) -> None:
     )
     fields = _result_fields(done.stdout)
     assert set(fields) == case.keys, f"RESULT keys {sorted(fields)}, documented {sorted(case.keys)}"
+    may_be_nan = {key for key, part in case.nan_without if _missing(part) is not None}
     for key, value in fields.items():
         try:
             number = float(value)
         except ValueError:
             pytest.fail(f"{key}={value!r} is not a number")
-        assert math.isfinite(number), f"{key}={value} is not finite"
+        if key in may_be_nan:
+            assert math.isnan(number), f"{key}={value}: documented as nan when {dict(case.nan_without)[key]} is missing"
+        else:
+            assert math.isfinite(number), f"{key}={value} is not finite"
     print(f"benchmarks/{case.name}.py {' '.join(case.args)}: {took:.1f}s")

@@ -56,6 +56,26 @@ def test_a_missing_gvisor_alone_is_a_note_not_a_stop(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].startswith("error: ironflow needs Python 3.11 or later"), done.stderr
 
 
+def test_as_root_an_optional_package_apt_offers_is_installed(tmp_path: Path) -> None:
+    """``apt-cache policy`` goes on writing after its Candidate line (here after a pause, so the
+    reader has surely stopped reading): the script must still see the candidate. Piped into
+    ``grep -q`` under pipefail, the writer's SIGPIPE made runsc look absent 35 times in 40."""
+    policy = "echo 'runsc:'; echo '  Installed: (none)'; echo '  Candidate: 0.0~20221219.0-2+b3'; "
+    policy += f"{shutil.which('sleep')} 0.3; echo '  Version table:'; echo '     0.0~20221219.0-2+b3 500'"
+    fakes = {
+        "id": "echo 0",
+        "bwrap": "true",
+        "node": "true",
+        "npm": "true",
+        "apt-cache": policy,
+        "apt-get": 'echo "$*" >> "$HOME/apt-get.log"',
+    }
+    done = _install(_bin(tmp_path, fakes))
+    assert "is not in this system's apt sources" not in done.stderr, done.stderr
+    calls = (tmp_path / "apt-get.log").read_text().splitlines()
+    assert calls[-1].endswith("install -y -qq --no-install-recommends runsc"), calls
+
+
 def test_the_test_tools_are_named_too(tmp_path: Path) -> None:
     present = {name: "true" for name in ("bwrap", "runsc", "node", "npm", "postgres", "nginx", "wrk", "chromium")}
     done = _install(_bin(tmp_path, present), "--test")
