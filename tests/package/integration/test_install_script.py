@@ -1,7 +1,8 @@
 """``scripts/install`` as a user without root meets it: each missing system package named with
 what it is for and the Debian/Ubuntu line that installs it, and a gVisor older than the one the
-local sandbox is tested with refused with where to get a current one (issue 17). The machine's
-tools are hidden behind a PATH of a few links; a fake ``id`` says the user is not root."""
+local sandbox is tested with refused with where to get a current one (issue 17); as root, an
+optional package apt offers is installed. The machine's tools are hidden behind a PATH of a few
+links; a fake ``id`` says whether the user is root, and fake apt tools record what they are asked."""
 
 from __future__ import annotations
 
