@@ -88,11 +88,11 @@ def span(name: str, *, parent: str | None = None, **attributes: Attribute) -> co
     when given, else of the current span. An exception leaving the block is recorded on it."""
     if not recording():
         return _NOOP_BLOCK
-    return _recording(name, parent, attributes)
+    return _recorded_span(name, parent, attributes)
 
 
 @contextlib.contextmanager
-def _recording(name: str, parent: str | None, attributes: dict[str, Attribute]) -> Iterator[Span]:
+def _recorded_span(name: str, parent: str | None, attributes: dict[str, Attribute]) -> Iterator[Span]:
     tracer = trace.get_tracer("ironflow")
     with tracer.start_as_current_span(name, context=context_from(parent), attributes=_attributes(attributes)) as s:
         yield Span(s)
