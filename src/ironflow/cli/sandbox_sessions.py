@@ -39,6 +39,7 @@ from ironflow.cli.session_backends import (
     session_client,
 )
 from ironflow.cli.stores import run_async
+from ironflow.local import settings
 from ironflow.sandbox_runtime.client import AsyncFiles
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
 from ironflow.workspaces import WorkspaceChanges, is_git_source
@@ -168,6 +169,9 @@ def exec_in(
     if timeout is not None and not (0 < timeout < float("inf")):
         exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
     variables = parse_pairs(env, "--env")
+    for name, value in variables.items():
+        if problem := settings.env_problem(name, value):  # the rule a session's own env keeps
+            exits.fail(problem)
 
     async def go(sessions: SessionClient) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)

@@ -11,8 +11,11 @@ every other tmpfs is read-only. Every namespace is new (user, pid, ipc, uts,
 net, cgroup), no capability is kept, the sandbox dies with its parent.
 
 Invariant: no environment value is ever on the argv (``/proc/<pid>/cmdline`` is world
-readable); the caller hands the sandbox environment to the bubblewrap process itself,
-which passes it on unchanged (this module never emits ``--setenv`` or ``--clearenv``).
+readable), nor in the environment of bubblewrap's own process: that process runs on the host,
+in its network namespace, before seccomp, and a variable such as ``LD_PRELOAD`` given to it ran
+a library there. bubblewrap gets a fixed environment of its own; the sandbox's comes in through
+``--args FD`` (:func:`env_args`: ``--clearenv`` then one ``--setenv`` a variable, NUL-separated,
+read from a memfd and closed by bubblewrap), so only the sandboxed process ever has it.
 The host listing this module needs (entries of ``/`` and ``/etc``) is passed in, so
 the argv is a function of its inputs.
 """
@@ -20,7 +23,7 @@ the argv is a function of its inputs.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,6 +36,7 @@ __all__ = [
     "FORWARDER_PATH",
     "HIDDEN_ETC_ENTRIES",
     "HIDDEN_ROOT_ENTRIES",
+    "MASKED_PATHS",
     "PROXY_SOCKET_PATH",
     "BwrapSettings",
     "HostEntry",
@@ -41,6 +45,8 @@ __all__ = [
     "bwrap_argv",
     "check_command_and_sizes",
     "check_size",
+    "env_args",
+    "mask_problem",
     "relay_argv",
 ]
 
@@ -54,6 +60,17 @@ HIDDEN_ROOT_ENTRIES: Final = frozenset({"root", "home", "run", "tmp", "proc", "d
 #: Host ``/etc`` entries left out of the sandbox's ``/etc`` (password hashes, and the
 #: managed-settings directory the step's own settings replace).
 HIDDEN_ETC_ENTRIES: Final = frozenset({"shadow", "shadow-", "gshadow", "gshadow-", "claude-code", "ironflow"})
+#: What the sandbox hides or makes itself, which a step's mount must not cover (at, above or under
+#: one): a mount at ``/etc`` would undo the masks on ``/etc/shadow``, one at ``/run`` the relay's
+#: directory, one at ``/home`` the private HOME.
+MASKED_PATHS: Final = (
+    *sorted(posixpath.join("/etc", name) for name in HIDDEN_ETC_ENTRIES),
+    "/proc",
+    "/dev",
+    "/run/ironflow",
+    layout.SANDBOX_HOME,
+    layout.SANDBOX_TMP,
+)
 #: The device nodes the sandbox's /dev holds (bubblewrap's ``--dev`` set, without a pty), and its links.
 _DEV_NODES: Final = ("null", "zero", "full", "random", "urandom", "tty")
 _DEV_LINKS: Final = (
@@ -117,6 +134,8 @@ class BwrapSettings:
     bwrap_path: str = "bwrap"
     #: An open descriptor holding a seccomp BPF program (:mod:`ironflow.local.seccomp`).
     seccomp_fd: int | None = None
+    #: An open descriptor holding the sandbox's environment as :func:`env_args` writes it.
+    env_fd: int | None = None
     #: A host directory bound read-write at ~/.claude/projects (the pod's sessions claim).
     sessions_dir: str | None = None
     #: Host paths bound read-write (after the read-only ones: a workspace at /workspace).
@@ -127,6 +146,25 @@ def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[s
     """The argv that runs the proxy relay (``ironflow.local.forwarder`` at ``script``, as the sandbox sees
     it) under either runtime; the step's command follows it."""
     return (python, "-I", "-S", script, str(port), socket_path, "--")
+
+
+def env_args(env: Mapping[str, str]) -> bytes:
+    """``env`` as the NUL-separated arguments ``bwrap --args FD`` reads: ``--clearenv``, then
+    ``--setenv NAME VALUE`` for each variable, so the sandbox gets ``env`` and nothing else.
+
+    Raises:
+        ConfigError: a name or value a NUL would split (it would read as more arguments), or a name
+            with ``=`` (naming the variable, never quoting the value).
+    """
+    out = [b"--clearenv"]
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            shown = errors.truncate(repr(name), 40)
+            raise errors.ConfigError(
+                f"env {shown} cannot go to the sandbox: a NUL or '=' in its name, or a NUL in its value"
+            )
+        out += [b"--setenv", name.encode(), value.encode()]
+    return b"".join(arg + b"\0" for arg in out)
 
 
 def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) -> list[str]:
@@ -173,6 +211,21 @@ def _etc(settings: BwrapSettings) -> list[str]:
     return [*args, "--remount-ro", "/etc"]
 
 
+def mask_problem(kind: str, target: str) -> str | None:
+    """Why a step's ``kind`` mount at ``target`` would cover one of :data:`MASKED_PATHS`, or None.
+
+    >>> mask_problem("read-only volume", "/etc")
+    "read-only volume cannot be mounted at '/etc': it would uncover '/etc/claude-code', which the sandbox hides"
+    >>> mask_problem("read-only volume", "/etc/ssl") is None
+    True
+    """
+    norm = posixpath.normpath(target)
+    for masked in MASKED_PATHS:
+        if norm in ("/", masked) or masked.startswith(norm + "/") or norm.startswith(masked + "/"):
+            return f"{kind} cannot be mounted at '{target}': it would uncover '{masked}', which the sandbox hides"
+    return None
+
+
 def check_command_and_sizes(command: Sequence[str], home_size_bytes: int, tmp_size_bytes: int) -> None:
     """Refuse an empty command or a non-positive tmpfs size (both runtimes share these rules).
 
@@ -202,7 +255,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     every: list[ReadOnlyMount | WritableMount] = [*settings.read_only_mounts, *settings.writable_mounts]
     for mount in every:
         kind = "writable volume" if isinstance(mount, WritableMount) else "read-only volume"
-        problem = layout.mount_path_problem(kind, mount.target)  # the rule every backend shares
+        # The rule every backend shares, then this sandbox's own masks.
+        problem = layout.mount_path_problem(kind, mount.target) or mask_problem(kind, mount.target)
         if problem is not None:
             raise errors.ConfigError(problem)
         norm = posixpath.normpath(mount.target)
@@ -210,8 +264,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
             raise errors.ConfigError(f"duplicate volume mount path '{mount.target}'")
         seen.add(norm)
     uid = str(settings.uid)
-    argv = [
-        settings.bwrap_path,
+    argv = [settings.bwrap_path, *(["--args", str(settings.env_fd)] if settings.env_fd is not None else [])]
+    argv += [
         "--unshare-all",  # user, pid, ipc, uts, net, cgroup: only `lo` in the network namespace
         "--unshare-user",  # explicit: as root, --unshare-all alone keeps the host's user namespace
         "--disable-userns",  # no nested user namespace (the pod's RuntimeDefault seccomp refuses them too)

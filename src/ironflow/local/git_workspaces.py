@@ -62,7 +62,7 @@ async def _in_sandbox(
         invocation = render(proxy_url, token.reveal())
         script = " && ".join(" ".join(command.shell_quote(a) for a in argv) for argv in (*before, *invocation.commands))
         env = {**settings.sandbox_env(), **invocation.env, **(extra_env or {})}
-        with sandbox_argv.seccomp_fds(shape.isolation) as fds:
+        with sandbox_argv.sandbox_fds(shape.isolation, env) as fds:
             argv, binds = sandbox_argv.render(
                 shape,
                 ("sh", "-c", script),
@@ -74,7 +74,9 @@ async def _in_sandbox(
                 env=env,
                 fds=fds,
             )
-            finished = await processes.run(argv, env, stdin=None, limit_s=limit_s, sink=None, pass_fds=fds, binds=binds)
+            finished = await processes.run(
+                argv, stdin=None, limit_s=limit_s, sink=None, pass_fds=fds.inherited, binds=binds
+            )
     said = finished.stderr.decode(errors="replace").replace(token.reveal(), "<token>").strip().splitlines()
     if finished.timed_out:
         raise errors.WorkspaceRefused(f"the git workspace {what} timed out after {limit_s:g} s")

@@ -274,7 +274,7 @@ class LocalSandboxProvider(ProviderBase):
                 )
             if token is not None:
                 run_env.update(settings.proxy_env(token.reveal()))
-            fds = stack.enter_context(sandbox_argv.seccomp_fds(self.isolation))
+            fds = stack.enter_context(sandbox_argv.sandbox_fds(self.isolation, run_env))
             full, binds = sandbox_argv.render(
                 self.shape(),
                 tuple(argv),
@@ -290,12 +290,11 @@ class LocalSandboxProvider(ProviderBase):
             start = time.monotonic()
             finished = await self.processes.run(
                 full,
-                run_env,
                 stdin=stdin,
                 limit_s=limit,
                 sink=None,
                 run_ids=frozenset({run_id} if run_id else ()),
-                pass_fds=fds,
+                pass_fds=fds.inherited,
                 binds=binds,
                 on_output=on_output,
             )
@@ -365,7 +364,7 @@ class LocalSandboxProvider(ProviderBase):
                 env = settings.sandbox_env(self.env, proxy_token=token.reveal())
                 with (
                     tracing.span("ironflow.sandbox", parent=config.trace_context, isolation=self.isolation) as span,
-                    sandbox_argv.seccomp_fds(self.isolation) as fds,
+                    sandbox_argv.sandbox_fds(self.isolation, env) as fds,
                 ):
                     full, binds = sandbox_argv.render(
                         self.shape(),
@@ -383,12 +382,11 @@ class LocalSandboxProvider(ProviderBase):
                     start = time.monotonic()
                     finished = await self.processes.run(
                         full,
-                        env,
                         stdin=stdin,
                         limit_s=self.timeout,
                         sink=sink,
                         run_ids=runner.release_keys(config.scope),
-                        pass_fds=fds,
+                        pass_fds=fds.inherited,
                         binds=binds,
                     )
                     span.set(exit_code=finished.code, timed_out=finished.timed_out)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -27,7 +28,15 @@ from ironflow.steps import StepScope
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
 
-__all__ = ["Finished", "SandboxProcesses", "teardown"]
+__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "teardown"]
+
+#: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
+#: whatever the sandbox's: that process runs on the host before any confinement, so a step's
+#: variable there (``LD_PRELOAD``) ran in the host's network namespace. The sandbox's environment
+#: goes in apart (``bwrap --args``, gVisor's OCI spec).
+RUNTIME_ENV: Final[Mapping[str, str]] = types.MappingProxyType(
+    {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+)
 
 _KILL_GRACE_S: Final = 5.0
 _READ_BYTES: Final = 1 << 16
@@ -79,7 +88,6 @@ class SandboxProcesses:
     async def run(
         self,
         argv: list[str],
-        env: Mapping[str, str],
         *,
         stdin: bytes | None,
         limit_s: float,
@@ -112,7 +120,7 @@ class SandboxProcesses:
             spawn = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(
                     *argv,
-                    env=dict(env),  # the whole sandbox environment: never on the argv
+                    env=dict(RUNTIME_ENV),  # the sandbox's own is in its argv's fd or gVisor's spec
                     cwd="/",
                     stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,

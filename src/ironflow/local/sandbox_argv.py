@@ -1,7 +1,7 @@
 """A local sandbox's command line, rendered from the provider's shape: the runtime's argv
-(bubblewrap or ``runsc run``), the seccomp program's fd, and on a root worker the binds its
-first process stages for the dropped uid; and how to tell the runtime's own failures from
-the step's.
+(bubblewrap or ``runsc run``), the fds it reads (the seccomp program, bubblewrap's environment
+for the sandbox), and on a root worker the binds its first process stages for the dropped uid;
+and how to tell the runtime's own failures from the step's.
 
 It reads the host's ``/`` and ``/etc`` listings and writes the managed settings and gVisor's
 bundle (its OCI spec) into the run's temp dir; the argv itself comes from the pure :mod:`~ironflow.local.bwrap` and
@@ -30,13 +30,14 @@ from ironflow.claude import layout
 from ironflow.local import bwrap, forwarder, gvisor, identity, seccomp, settings
 
 __all__ = [
+    "SandboxFds",
     "SandboxShape",
     "command_exit_code",
     "host_entries",
     "mount_problem",
     "raise_if_sandbox_failed",
     "render",
-    "seccomp_fds",
+    "sandbox_fds",
     "which",
 ]
 
@@ -60,6 +61,20 @@ class SandboxShape:
     writable_uid: int | None = None
 
 
+@dataclass(frozen=True)
+class SandboxFds:
+    """The descriptors bubblewrap reads as it starts (none under gVisor, whose spec holds the env)."""
+
+    seccomp: int | None = None
+    #: The sandbox's environment as :func:`bwrap.env_args` writes it (``bwrap --args``).
+    env: int | None = None
+
+    @property
+    def inherited(self) -> tuple[int, ...]:
+        """What the runtime's process must inherit."""
+        return tuple(fd for fd in (self.seccomp, self.env) if fd is not None)
+
+
 def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
     out = []
     with os.scandir(directory) as it:
@@ -79,6 +94,9 @@ def mount_problem(isolation: settings.Isolation, mount: bwrap.ReadOnlyMount) -> 
         if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
             return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
         return gvisor.host_path_problem(mount.source, mount.target)
+    problem = bwrap.mask_problem("read-only volume", mount.target)
+    if problem is not None:
+        return problem
     top = "/" + mount.target.strip("/").split("/")[0]
     if not settings.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
         # bubblewrap cannot create a mount point inside a read-only host directory.
@@ -108,12 +126,13 @@ def render(
     env: Mapping[str, str],
     writable: tuple[bwrap.WritableMount, ...] = (),
     extra_tools: tuple[str, ...] = (),
-    fds: tuple[int, ...] = (),
+    fds: SandboxFds = SandboxFds(),
     managed: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
     """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
     settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
-    ``tmp`` (None when neither is needed: bubblewrap without managed settings)."""
+    ``tmp`` (None when neither is needed: bubblewrap without managed settings); bubblewrap's
+    sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`)."""
     managed_dir: str | None = None
     if managed is not None:
         managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
@@ -200,7 +219,8 @@ def render(
             home_size_bytes=shape.home_size_bytes,
             tmp_size_bytes=shape.tmp_size_bytes,
             bwrap_path=which("bwrap"),
-            seccomp_fd=fds[0] if fds else None,
+            seccomp_fd=fds.seccomp,
+            env_fd=fds.env,
             sessions_dir=sessions_dir,
         )
     ), binds
@@ -235,17 +255,32 @@ def _bwrap_filter() -> bytes | None:
 
 
 @contextlib.contextmanager
-def seccomp_fds(isolation: settings.Isolation) -> Iterator[tuple[int, ...]]:
-    """The seccomp program in a fresh memfd for one bubblewrap run (it reads it to the end)."""
-    program = _bwrap_filter() if isolation == "bwrap" else None
-    if program is None:
-        yield ()
+def sandbox_fds(isolation: settings.Isolation, env: Mapping[str, str]) -> Iterator[SandboxFds]:
+    """For one bubblewrap run, the seccomp program and the sandbox's ``env`` (:func:`bwrap.env_args`),
+    each in a fresh memfd that bubblewrap reads to the end; nothing under gVisor (its spec holds ``env``).
+
+    Raises:
+        ConfigError: ``env`` holds a name or value no environment can carry.
+    """
+    if isolation != "bwrap":
+        yield SandboxFds()
         return
-    fd = os.memfd_create("ironflow-seccomp", os.MFD_CLOEXEC)
+    program = _bwrap_filter()
+    with contextlib.ExitStack() as stack:
+        seccomp_fd = None if program is None else stack.enter_context(_memfd("ironflow-seccomp", program))
+        yield SandboxFds(seccomp_fd, stack.enter_context(_memfd("ironflow-env", bwrap.env_args(env))))
+
+
+@contextlib.contextmanager
+def _memfd(name: str, data: bytes) -> Iterator[int]:
+    """``data`` in a memfd (close-on-exec: handed on by ``pass_fds`` only), read from its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        os.write(fd, program)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
-        yield (fd,)
+        yield fd
     finally:
         os.close(fd)
 

@@ -237,7 +237,7 @@ class LocalSessions:
             listener.listen(128)
             python = self._python
             command = (python, "-I", "-S", RUNTIME_PATH, "--listen-fd", str(listener.fileno()), *options)
-            with sandbox_argv.seccomp_fds(self.provider.isolation) as fds:
+            with sandbox_argv.sandbox_fds(self.provider.isolation, env) as fds:
                 argv, binds = sandbox_argv.render(
                     self._shape,
                     command,
@@ -250,7 +250,7 @@ class LocalSessions:
                     extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
                     fds=fds,
                 )
-                proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
+                proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)
         finally:
             listener.close()  # the sandbox holds the only copy now: the socket dies with it
         return proc, group, socket_path
@@ -276,13 +276,14 @@ class LocalSessions:
             socket_source=os.path.join(directory, gvisor_sessions.SOCKET_SUBDIR),
         )
         bundle = gvisor_sessions.write_bundle(directory, doc)
-        proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), env, (), ())
+        proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), (), ())
         return proc, group, gvisor_sessions.host_socket(directory)
 
     async def _spawn(
-        self, argv: list[str], env: Mapping[str, str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
+        self, argv: list[str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
     ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None]:
-        """The sandbox in its own cgroup with the provider's rlimits, leading its own process group."""
+        """The sandbox in its own cgroup with the provider's rlimits, leading its own process group; its
+        host process gets :data:`runner.RUNTIME_ENV`, the session's environment is in ``argv``'s fd or spec."""
         processes = self._processes
         group: cgroups.Sandbox | None = None
         if processes.support.version:
@@ -301,7 +302,7 @@ class LocalSessions:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                env=dict(env),
+                env=dict(runner.RUNTIME_ENV),
                 cwd="/",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,

@@ -3,7 +3,8 @@
 What a Kubernetes-only setting becomes locally is decided here, once: applied
 (``read_only_host_path`` → a read-only bind), or accepted and named in
 ``AgentResult.ignored_settings``. The sandbox environment is built from nothing: the
-worker's own variables never reach a step, and credential variables are refused.
+worker's own variables never reach a step; credential variables, names that steer the dynamic
+loader or libc at start-up, and names or values a process environment cannot carry are refused.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Final, Literal
 from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.local import bwrap
-from ironflow.pod_settings import HostPathSource
+from ironflow.pod_settings import HostPathSource, is_env_name
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 
@@ -26,6 +27,7 @@ __all__ = [
     "Isolation",
     "LocalProfile",
     "ProxyCredential",
+    "env_problem",
     "hidden_from_sandbox",
     "ignored_settings",
     "managed_settings_for",
@@ -38,6 +40,28 @@ Isolation = Literal["bwrap", "gvisor"]
 #: Where the proxy relay listens inside the sandbox's own network namespace.
 PROXY_PORT: Final = 18080
 _SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+#: glibc's start-up variables (its ``unsecvars.h``, the list it drops for setuid programs) besides
+#: ``LD_*``: each makes every process that starts load code or read files they name (``GCONV_PATH``
+#: a module, ``GLIBC_TUNABLES`` the loader's own parser). ``TMPDIR`` is on glibc's list but only
+#: names a directory, and the sandbox sets it itself; it stays allowed.
+_LOADER_ENV: Final = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+    }
+)
+#: More variables than any step needs; bubblewrap reads at most 9,000 arguments, three a variable.
+MAX_ENV_VARIABLES: Final = 1024
 
 
 @dataclass(frozen=True)
@@ -96,10 +120,16 @@ def sandbox_env(
     """The whole environment of the sandbox: nothing inherited from the worker.
 
     Raises:
-        StepConfigError: ``extra`` names a credential variable or holds a ``sk-ant`` value.
+        StepConfigError: ``extra`` names a credential variable or holds a ``sk-ant`` value, or has
+            a variable :func:`env_problem` refuses, or more than :data:`MAX_ENV_VARIABLES`.
     """
     env = {"PATH": _SANDBOX_PATH, "HOME": layout.SANDBOX_HOME, "TMPDIR": layout.SANDBOX_TMP, "LANG": "C.UTF-8"}
-    for name, value in (extra or {}).items():
+    extra = extra or {}
+    if len(extra) > MAX_ENV_VARIABLES:
+        raise errors.StepConfigError(f"the sandbox env has {len(extra)} variables; at most {MAX_ENV_VARIABLES}")
+    for name, value in extra.items():
+        if problem := env_problem(name, value):
+            raise errors.StepConfigError(problem)
         if layout.withheld_from_proxied_sandbox(name, value):
             raise errors.StepConfigError(
                 f"auth_proxy is set: the pod must not receive {name}; the proxy injects the credential"
@@ -108,6 +138,28 @@ def sandbox_env(
     if proxy_token is not None:
         env.update(proxy_env(proxy_token, proxy_port))
     return env
+
+
+def env_problem(name: str, value: str = "") -> str | None:
+    """Why the sandbox may not get variable ``name`` (set to ``value``), or None; the value is never
+    quoted. Refused: a name no process environment carries (``[A-Za-z_][A-Za-z0-9_]*``), a NUL in the
+    value, and the names that steer the dynamic loader or libc as any process starts (``LD_*``,
+    ``GLIBC_TUNABLES``, glibc's unsecure list): they once reached the sandbox runtime's host process,
+    which loaded an ``LD_PRELOAD`` library in the host's network namespace. A step's own processes
+    may still set them for themselves, inside.
+
+    >>> env_problem("LD_PRELOAD")
+    "env LD_PRELOAD is refused: LD_*, GLIBC_TUNABLES and glibc's start-up variables steer the loader or libc"
+    >>> env_problem("TMPDIR") is None
+    True
+    """
+    if not is_env_name(name):
+        return f"invalid env name '{errors.truncate(name, 40)}': use [A-Za-z_][A-Za-z0-9_]*"
+    if "\0" in value:
+        return f"env {name} holds a NUL byte, which no process environment can carry"
+    if name.startswith("LD_") or name in _LOADER_ENV:
+        return f"env {name} is refused: LD_*, GLIBC_TUNABLES and glibc's start-up variables steer the loader or libc"
+    return None
 
 
 def proxy_env(proxy_token: str, proxy_port: int = PROXY_PORT) -> dict[str, str]:

@@ -114,8 +114,10 @@ def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
 
 @given(
     st.dictionaries(
-        st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(lambda n: n not in layout.PROXY_FORBIDDEN_ENV),
-        st.text(max_size=20),
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(
+            lambda n: n not in layout.PROXY_FORBIDDEN_ENV and settings.env_problem(n) is None
+        ),
+        st.text(st.characters(blacklist_characters="\0"), max_size=20),
         max_size=6,
     ),
     st.booleans(),

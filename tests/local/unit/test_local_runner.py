@@ -22,7 +22,7 @@ def _processes() -> runner.SandboxProcesses:
 async def test_a_line_longer_than_the_read_buffer_is_output_not_a_crash() -> None:
     sink = _Lines()
     script = "head -c 200000 /dev/zero | tr '\\0' a; echo; echo second; printf tail"
-    finished = await _processes().run(["sh", "-c", script], {}, stdin=None, limit_s=30, sink=sink)
+    finished = await _processes().run(["sh", "-c", script], stdin=None, limit_s=30, sink=sink)
     assert not finished.timed_out
     assert finished.code == 0
     assert finished.stdout == b"a" * 200000 + b"\nsecond\ntail"
@@ -32,7 +32,7 @@ async def test_a_line_longer_than_the_read_buffer_is_output_not_a_crash() -> Non
 async def test_past_its_limit_the_tree_is_killed_and_what_it_wrote_is_kept(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     script = f"echo started; echo warn >&2; printf unterminated; sleep 30 & echo $! > {pid_file}; wait"
-    finished = await _processes().run(["sh", "-c", script], {}, stdin=None, limit_s=1, sink=None)
+    finished = await _processes().run(["sh", "-c", script], stdin=None, limit_s=1, sink=None)
     assert finished.timed_out
     assert finished.stdout == b"started\nunterminated"
     assert finished.stderr == b"warn\n"
