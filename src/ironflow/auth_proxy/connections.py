@@ -6,7 +6,8 @@ clients trickling bytes hold every file descriptor. :class:`GuardedRunner` serve
 app through :class:`GuardedServer`, which
 
 * refuses a connection past ``max_connections`` with a 503 in the Anthropic error shape
-  and closes it at once (its descriptor is freed, no request is read);
+  and closes it at once (its descriptor is freed, no request is read), counting it and
+  logging the 1st, 2nd, 4th, 8th… refusal (a flood writes a few lines, not one each);
 * closes a connection whose request headers are not complete ``header_timeout_s`` after
   it opened, or after the first byte of its next request on a kept-alive connection.
 
@@ -125,7 +126,9 @@ class GuardedServer(web.Server):
     def __call__(self) -> Any:  # an asyncio protocol factory: a handler, or the refusal
         if self.open_connections >= self.max_connections:
             self.refused_connections += 1
-            logs.event(TOO_MANY_CONNECTIONS.event, logging.WARNING, limit=self.max_connections)
+            refused = self.refused_connections
+            if refused & (refused - 1) == 0:  # a power of two
+                logs.event(TOO_MANY_CONNECTIONS.event, logging.WARNING, limit=self.max_connections, refused=refused)
             return _Refuse()
         self.open_connections += 1
         return _GuardedHandler(self, loop=self._loop, **self._kwargs)

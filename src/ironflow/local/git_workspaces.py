@@ -58,6 +58,7 @@ async def _in_sandbox(
         step=f"workspace {what}",
         expires_in=limit_s + 60,
         secret_upstream=hosts.upstream,
+        max_connections=processes.limits.proxy_connections,
     ) as token:
         invocation = render(proxy_url, token.reveal())
         script = " && ".join(" ".join(command.shell_quote(a) for a in argv) for argv in (*before, *invocation.commands))

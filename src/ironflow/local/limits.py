@@ -1,8 +1,9 @@
 """Per-sandbox resource limits as values: what a cgroup gets written, what rlimits are set (pure).
 
-A hostile step may fork without end, allocate without end or fill a disk. Each sandbox
-gets its own cgroup (processes, memory, CPU) and its own rlimits (open files, file
-size); where no cgroup controller can be used, rlimits stand in:
+A hostile step may fork without end, allocate without end, fill a disk or hold open files
+and connections without end. Each sandbox gets its own cgroup (processes, memory, CPU), its
+own rlimits (open files, file size) and its own cap on connections to its auth proxy (each
+one a descriptor of the worker's); where no cgroup controller can be used, rlimits stand in:
 
 =================  =====================================  ===================================
 limit              cgroup (v2 file / v1 file)             fallback without the controller
@@ -56,6 +57,9 @@ class SandboxLimits:
     cpus: float | None = None
     open_files: int = 4096
     file_size_bytes: int = 1 << 30
+    #: Connections open at once to the sandbox's auth proxy, whose descriptors are the worker's:
+    #: past it one is closed as it is accepted, so a step cannot run the worker out of them.
+    proxy_connections: int = 64
 
 
 DEFAULT_LIMITS: Final = SandboxLimits()
@@ -67,7 +71,7 @@ def check_limits(limits: SandboxLimits) -> None:
     Raises:
         ConfigError: one line naming the setting and the value.
     """
-    for name in ("pids", "memory_bytes", "open_files", "file_size_bytes"):
+    for name in ("pids", "memory_bytes", "open_files", "file_size_bytes", "proxy_connections"):
         value = getattr(limits, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise errors.ConfigError(f"sandbox limit {name} must be a positive whole number, got {value!r}")

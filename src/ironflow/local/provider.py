@@ -270,6 +270,7 @@ class LocalSandboxProvider(ProviderBase):
                         run_id=run_id,
                         step="command",
                         expires_in=limit + 60,
+                        max_connections=self.limits.proxy_connections,
                     )
                 )
             if token is not None:
@@ -358,6 +359,7 @@ class LocalSandboxProvider(ProviderBase):
                 step=step,
                 expires_in=self.timeout + 60,
                 trace_context=config.trace_context,
+                max_connections=self.limits.proxy_connections,
             ) as token:
                 token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)

@@ -4,7 +4,9 @@ The local sandbox runs the auth proxy (:mod:`ironflow.auth_proxy`) inside the wo
 process with the in-memory registry; the step's sandbox reaches it only through the
 socket bind-mounted into its network namespace. The credential goes into the registry
 and nowhere else; the caller gets the opaque ``ifap_`` token. The token is revoked and
-the socket removed when the block ends, whatever happened inside.
+the socket removed when the block ends, whatever happened inside. Each step's proxy takes
+at most ``max_connections`` connections at once (the sandbox's ``proxy_connections``
+limit): every one is a descriptor of the worker's, shared by all its steps.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 
 from ironflow.auth_proxy import app, config, registry, tokens
-from ironflow.local import settings
+from ironflow.local import limits, settings
 from ironflow.secrets import Secret
 
 __all__ = ["proxy_session", "secret_session"]
@@ -33,13 +35,14 @@ async def proxy_session(
     step: str,
     expires_in: float,
     trace_context: str | None = None,
+    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
 ) -> AsyncIterator[Secret]:
     """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds (of run
     ``run_id``, ``local`` without one); the token's ``trace_context`` (the step's ``traceparent``)
     parents the proxy's request spans."""
     claude = tokens.ClaudeCredential(credential.kind, credential.value)
     async with (
-        _serving(socket_path, credential.upstream, None) as running,
+        _serving(socket_path, credential.upstream, None, max_connections) as running,
         _token(running, claude, run_id or "local", step, expires_in, trace_context) as token,
     ):
         yield token
@@ -54,25 +57,29 @@ async def secret_session(
     step: str,
     expires_in: float,
     secret_upstream: str | None = None,
+    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
 ) -> AsyncIterator[Secret]:
     """As :func:`proxy_session`, for a proxied secret relayed under ``/r/<host>/`` (a git host's
     token for a workspace); ``secret_upstream`` sends ``/r/<host>/…`` to ``<secret_upstream>/<host>/…``
     instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
     async with (
-        _serving(socket_path, "https://api.anthropic.com", secret_upstream) as running,
+        _serving(socket_path, "https://api.anthropic.com", secret_upstream, max_connections) as running,
         _token(running, secret, run_id, step, expires_in, None) as token,
     ):
         yield token
 
 
 @contextlib.asynccontextmanager
-async def _serving(socket_path: str, upstream: str, secret_upstream: str | None) -> AsyncIterator[app.RunningProxy]:
+async def _serving(
+    socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int
+) -> AsyncIterator[app.RunningProxy]:
     settings = config.AuthProxyConfig(
         admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
         upstream=upstream,
         metrics_enabled=False,
         registry=registry.MemoryRegistry(),
         secret_upstream=secret_upstream,
+        max_connections=max_connections,
     )
     async with app.run_auth_proxy(settings, unix_socket=socket_path) as running:
         yield running

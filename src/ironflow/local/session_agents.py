@@ -36,7 +36,12 @@ async def open_proxy(
     socket_path = os.path.join(directory, PROXY_SOCKET)
     token = await stack.enter_async_context(
         proxy_session.proxy_session(
-            provider.proxy_credential(), socket_path=socket_path, run_id=run_id, step="session", expires_in=ttl + 60
+            provider.proxy_credential(),
+            socket_path=socket_path,
+            run_id=run_id,
+            step="session",
+            expires_in=ttl + 60,
+            max_connections=provider.limits.proxy_connections,
         )
     )
     return socket_path, token

@@ -45,6 +45,7 @@ def test_rlimits_fall_back_for_missing_controllers_only() -> None:
         ({"memory_bytes": 1.5}, "sandbox limit memory_bytes must be a positive whole number, got 1.5"),
         ({"cpus": 0.0}, "sandbox limit cpus must be at least 0.01 cores, got 0.0"),
         ({"cpus": float("inf")}, "sandbox limit cpus must be a number of cores, got inf"),
+        ({"proxy_connections": 0}, "sandbox limit proxy_connections must be a positive whole number, got 0"),
     ],
 )
 def test_bad_limits_are_refused_in_one_line(change: dict[str, object], message: str) -> None:
