@@ -12,6 +12,7 @@ from ironflow import errors
 from ironflow.claude import layout
 from ironflow.local import bwrap, identity, provider, sandbox_argv, settings
 from ironflow.provider import AgentProvider
+from ironflow.secrets import looks_like_claude_credential
 from ironflow.steps import AgentConfig
 
 
@@ -125,12 +126,12 @@ def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
 def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], poison: bool) -> None:
     if poison:
         extra = {**extra, "INNOCENT": "sk-ant-" + "x" * 10}
-    if any(v.startswith("sk-ant") for v in extra.values()):
+    if any(looks_like_claude_credential(v) for v in extra.values()):
         with pytest.raises(errors.StepConfigError):
             provider.sandbox_env(extra, proxy_token="ifap_t")
         return
     env = provider.sandbox_env(extra, proxy_token="ifap_t")
-    assert not any(v.startswith("sk-ant") for v in env.values())
+    assert not any(looks_like_claude_credential(v) for v in env.values())
     assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_t"
     proxy_keys = {"ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"}
     assert all(env[k] == v for k, v in extra.items() if k not in proxy_keys)
