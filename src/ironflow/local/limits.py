@@ -14,7 +14,10 @@ memory             ``memory.max`` + ``memory.swap.max``   ``RLIMIT_DATA`` per pr
                    / ``memory.limit_in_bytes``
 CPU                ``cpu.max`` + ``cpu.weight``           none (nice is not a limit)
                    / ``cpu.cfs_quota_us`` + ``cpu.shares``
-open files         always ``RLIMIT_NOFILE``
+open files         always ``RLIMIT_NOFILE``, bounded so that
+                   processes × open files stays under a
+                   share of the host's ``fs.file-max``
+                   (:func:`within_file_max`)
 file size          always ``RLIMIT_FSIZE``
 =================  =====================================  ===================================
 
@@ -23,6 +26,7 @@ This module never touches the host: :mod:`ironflow.local.cgroups` applies these 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 from dataclasses import dataclass
@@ -33,11 +37,14 @@ from ironflow import errors
 __all__ = [
     "CPU_PERIOD_US",
     "DEFAULT_LIMITS",
+    "FILE_MAX_SHARE",
+    "MIN_OPEN_FILES",
     "SandboxLimits",
     "check_limits",
     "rlimits",
     "v1_files",
     "v2_files",
+    "within_file_max",
 ]
 
 #: The CFS period the CPU quota is expressed in.
@@ -63,6 +70,35 @@ class SandboxLimits:
 
 
 DEFAULT_LIMITS: Final = SandboxLimits()
+#: One sandbox's processes may together hold at most this fraction of the host's open-file table.
+FILE_MAX_SHARE: Final = 0.25
+#: Open files per process below which common programs fail: fewer processes are allowed instead.
+MIN_OPEN_FILES: Final = 64
+
+
+def within_file_max(limits: SandboxLimits, file_max: int | None) -> SandboxLimits:
+    """``limits`` with ``open_files`` (then, on a very small table, ``pids``) lowered so that
+    ``pids × open_files`` stays under :data:`FILE_MAX_SHARE` of ``file_max``, the host's ``fs.file-max``
+    (None: unknown, unchanged).
+
+    ``RLIMIT_NOFILE`` is per process, and every process of a bubblewrap sandbox is a host process:
+    1024 processes of 4096 files each may hold 4.2 M open files, above a host table of 2.47 M, and
+    when the table is full no process on the host (the worker included) can open a file. With the
+    product under a quarter of the table, one sandbox cannot fill it.
+
+    >>> within_file_max(SandboxLimits(pids=1024, open_files=4096), 2_466_097).open_files
+    602
+    >>> within_file_max(SandboxLimits(pids=1024, open_files=4096), 2**63 - 1).open_files
+    4096
+    """
+    if file_max is None:
+        return limits
+    budget = int(file_max * FILE_MAX_SHARE)
+    open_files = min(limits.open_files, budget // limits.pids)
+    if open_files >= MIN_OPEN_FILES:
+        return dataclasses.replace(limits, open_files=open_files)
+    open_files = min(limits.open_files, MIN_OPEN_FILES)
+    return dataclasses.replace(limits, open_files=open_files, pids=max(1, min(limits.pids, budget // open_files)))
 
 
 def check_limits(limits: SandboxLimits) -> None:

@@ -190,7 +190,8 @@ class LocalSandboxProvider(ProviderBase):
         #: Workspaces kept for a retry of their step (``keep_on_retry``).
         self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
-        self.processes = runner.SandboxProcesses(cgroups.probe(), limits, host_uid=self._host_uid)
+        bounded = runner.within_file_table(limits, host_processes=isolation == "bwrap")
+        self.processes = runner.SandboxProcesses(cgroups.probe(), bounded, host_uid=self._host_uid)
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import types
@@ -25,10 +26,12 @@ from ironflow.local import cgroups, limits
 from ironflow.provider import LogSink
 from ironflow.steps import StepScope
 
+log = logging.getLogger("ironflow.local")
+
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
 
-__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "teardown"]
+__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "teardown", "within_file_table"]
 
 #: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
 #: whatever the sandbox's: that process runs on the host before any confinement, so a step's
@@ -176,6 +179,26 @@ class SandboxProcesses:
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
+
+
+def within_file_table(sandbox_limits: limits.SandboxLimits, *, host_processes: bool) -> limits.SandboxLimits:
+    """``sandbox_limits`` within a share of this host's ``fs.file-max`` (:func:`limits.within_file_max`)
+    where each sandbox process is a host process (bubblewrap); unchanged where they live in a kernel of
+    their own behind a few host processes (gVisor's runsc, each bound by ``open_files`` already)."""
+    if not host_processes:
+        return sandbox_limits
+    try:
+        with open("/proc/sys/fs/file-max") as f:
+            file_max: int | None = int(f.read())
+    except (OSError, ValueError):
+        file_max = None
+    bounded = limits.within_file_max(sandbox_limits, file_max)
+    if bounded != sandbox_limits:
+        log.info(
+            "sandbox open files per process: %d (x %d processes, within a share of fs.file-max %s)",
+            bounded.open_files, bounded.pids, file_max,
+        )  # fmt: skip
+    return bounded
 
 
 def step_key(scope: StepScope) -> str:

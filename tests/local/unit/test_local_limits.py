@@ -71,3 +71,29 @@ def test_bwrap_dev_is_a_small_read_only_tmpfs_with_a_sized_shm() -> None:
     assert "--dev" not in argv
     shm = argv.index("/dev/shm")
     assert argv[shm - 3 : shm + 3] == ["--size", "12345", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+
+
+@pytest.mark.parametrize(
+    ("file_max", "pids", "open_files"),
+    [
+        (2_466_097, 1024, 602),  # the reviewed host: 1024 x 4096 would be 4.2 M, above its table
+        (9_223_372_036_854_775_807, 1024, 4096),  # systemd's LONG_MAX: the configured value holds
+        (16_777_216, 1024, 4096),
+        (1_000_000, 1024, 244),
+        (100_000, 390, 64),  # a small host: fewer processes, not a useless file limit
+        (100, 1, 64),
+    ],
+)
+def test_open_files_times_processes_stay_under_a_share_of_the_host_table(
+    file_max: int, pids: int, open_files: int
+) -> None:
+    bounded = limits.within_file_max(limits.SandboxLimits(pids=1024, open_files=4096), file_max)
+    assert (bounded.pids, bounded.open_files) == (pids, open_files)
+    if file_max * limits.FILE_MAX_SHARE >= limits.MIN_OPEN_FILES:
+        assert bounded.pids * bounded.open_files <= file_max * limits.FILE_MAX_SHARE
+
+
+def test_an_unknown_table_or_a_lower_setting_is_kept() -> None:
+    configured = limits.SandboxLimits(pids=100, open_files=256)
+    assert limits.within_file_max(configured, None) == configured
+    assert limits.within_file_max(configured, 2_466_097) == configured
