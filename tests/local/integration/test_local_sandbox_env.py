@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.local_sandbox import ISOLATIONS
+from typer.testing import CliRunner
 
 from ironflow import errors
+from ironflow.cli.app import app
 from ironflow.local import bwrap, sandbox_argv, workdirs
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
@@ -210,3 +212,10 @@ async def test_a_mount_over_etc_is_refused_and_the_shadow_masks_hold() -> None:
             await provider.run_command(["true"], read_only_mounts=[bwrap.ReadOnlyMount("/etc", target)])
     shown = await provider.run_command(["sh", "-c", "cat /etc/shadow 2>/dev/null | wc -c"])
     assert shown.stdout.strip() == "0"  # masked: nothing of the host's file
+
+
+def test_ironflow_exec_refuses_a_mount_over_etc_in_one_line() -> None:
+    done = CliRunner().invoke(app, ["exec", "--mount", "/etc:/etc", "--", "true"])
+    assert done.exit_code == 2, done.stderr
+    assert done.stderr.startswith("error: read-only volume cannot be mounted at '/etc': it would uncover '/etc/")
+    assert done.stderr.count("\n") == 1
