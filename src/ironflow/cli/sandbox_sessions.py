@@ -39,7 +39,6 @@ from ironflow.cli.session_backends import (
     session_client,
 )
 from ironflow.cli.stores import run_async
-from ironflow.local import settings
 from ironflow.sandbox_runtime.client import AsyncFiles
 from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
 from ironflow.workspaces import WorkspaceChanges, is_git_source
@@ -60,6 +59,18 @@ def parse_pairs(values: list[str] | None, option: str) -> dict[str, str]:
         if not sep or not key:
             exits.fail(f"invalid {option} '{errors.truncate(value, 60)}': use KEY=VALUE")
         pairs[key] = rest
+    return pairs
+
+
+def _command_env(values: list[str] | None) -> dict[str, str]:
+    """``--env`` pairs under the rule a session's own env keeps (no loader variable); exits 2 on a bad one."""
+    pairs = parse_pairs(values, "--env")
+    if pairs:
+        from ironflow.local import settings  # the local sandbox's modules only when there is an env to judge
+
+        for name, value in pairs.items():
+            if problem := settings.env_problem(name, value):
+                exits.fail(problem)
     return pairs
 
 
@@ -168,10 +179,7 @@ def exec_in(
         exits.fail("missing command: ironflow sandbox exec ID [OPTIONS] -- CMD [ARGS...]")
     if timeout is not None and not (0 < timeout < float("inf")):
         exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
-    variables = parse_pairs(env, "--env")
-    for name, value in variables.items():
-        if problem := settings.env_problem(name, value):  # the rule a session's own env keeps
-            exits.fail(problem)
+    variables = _command_env(env)
 
     async def go(sessions: SessionClient) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
