@@ -18,8 +18,9 @@ Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs i
 fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
 ``--network=host``, behind the relay of :mod:`ironflow.local.forwarder`: the step reaches
 127.0.0.1:<port> and nothing else (gVisor's own sandbox networking does not work on
-these hosts). Invariant: no environment value is on the argv; it is in the spec, which the
-caller writes into the run's private temp dir.
+these hosts). Invariant: no environment value is on the argv, nor in the environment of
+``runsc`` or the relay on the host (they get a fixed one); it is in the spec, which the caller
+writes into the run's private temp dir.
 """
 
 from __future__ import annotations
