@@ -33,6 +33,7 @@ from typing import Any, Final
 from ironflow import errors
 from ironflow.claude import command, layout, profile
 from ironflow.local import bwrap, seccomp
+from ironflow.local.limits import DEFAULT_LIMITS, SandboxLimits, oci_rlimits
 
 __all__ = [
     "SETUP_CAPABILITIES",
@@ -111,6 +112,8 @@ class GvisorSettings:
     #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
     read_only_mounts: tuple[bwrap.ReadOnlyMount, ...] = ()
     writable_mounts: tuple[bwrap.WritableMount, ...] = ()
+    #: The provider's limits: the step's rlimits are the spec's (:func:`~ironflow.local.limits.oci_rlimits`).
+    limits: SandboxLimits = DEFAULT_LIMITS
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -239,6 +242,7 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             "env": [f"{name}={value}" for name, value in env.items()],
             "cwd": "/",
             "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")},
+            "rlimits": oci_rlimits(settings.limits),
         },
         "root": {"path": "/", "readonly": False},  # under --overlay2=root:memory: writes stay in memory
         "hostname": "ironflow-sandbox",
@@ -280,6 +284,9 @@ def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
         f"--network={network}",
         "--oci-seccomp",  # apply the spec's linux.seccomp to the step
         "--overlay2=root:memory",
+        # Should gVisor's kernel die (a host limit hit), its one-goroutine panic is the sandbox's last word.
+        "--panic-log=/dev/stderr",
+        "--traceback=single",
         *(["--host-uds=create"] if settings.host_uds_create else []),
         "--root",
         posixpath.join(bundle, "state"),

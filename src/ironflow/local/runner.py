@@ -63,9 +63,17 @@ class SandboxProcesses:
         support: where cgroups go on this machine (:func:`cgroups.probe`).
         sandbox_limits: what each sandbox may use.
         host_uid: on a root worker, the host uid the sandbox runtime drops to; None keeps root.
+        gvisor: the first process is ``runsc`` (:func:`limits.rlimits`).
     """
 
-    def __init__(self, support: cgroups.Support, sandbox_limits: limits.SandboxLimits, *, host_uid: int | None) -> None:
+    def __init__(
+        self,
+        support: cgroups.Support,
+        sandbox_limits: limits.SandboxLimits,
+        *,
+        host_uid: int | None,
+        gvisor: bool = False,
+    ) -> None:
         self._running: list[_Running] = []
         self.support = support
         self.limits = sandbox_limits
@@ -74,6 +82,7 @@ class SandboxProcesses:
             sandbox_limits,
             nproc="pids" not in support.controllers,
             data="memory" not in support.controllers,
+            gvisor=gvisor,
         )
 
     async def run(
