@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,6 +37,7 @@ from ironflow.local import bwrap, seccomp
 from ironflow.local.limits import DEFAULT_LIMITS, SandboxLimits, oci_rlimits
 
 __all__ = [
+    "OUT_OF_TASKS",
     "SETUP_CAPABILITIES",
     "SETUP_FAILED",
     "SETUP_TMPFS",
@@ -46,6 +48,7 @@ __all__ = [
     "container_id",
     "gvisor_argv",
     "host_path_problem",
+    "kernel_death",
     "oci_spec",
     "setup_script",
 ]
@@ -53,6 +56,15 @@ __all__ = [
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: What a sandbox whose gVisor kernel died for want of host tasks says last (on stderr).
+OUT_OF_TASKS: Final = (
+    "ironflow-sandbox: gVisor's kernel stopped: the sandbox spent its budget of {pids} host tasks "
+    "(the pids limit; under gVisor each process of the step costs about ten)"
+)
+#: Go's words (runsc's ``--panic-log``) when its kernel cannot start a host thread or stub process.
+_NO_HOST_TASK: Final = re.compile(
+    rb"^(panic: .*resource temporarily unavailable|runtime: failed to create new OS thread)", re.MULTILINE
+)
 #: As a non-root worker, rootless runsc shows the worker's files as root's: the step's uid cannot write them.
 WRITABLE_NEEDS_ROOT: Final = (
     "a workspace or a writable mount under gVisor needs a worker running as root (rootless runsc shows a "
@@ -259,6 +271,14 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             "seccomp": seccomp.oci_user_namespace_rules(),
         },
     }
+
+
+def kernel_death(code: int, stderr: bytes, pids: int) -> bytes:
+    """The line to add to the stderr of a sandbox whose kernel died for want of host tasks (Go's
+    exit 2 after its EAGAIN words); empty after any other end (pure)."""
+    if code != 2 or _NO_HOST_TASK.search(stderr) is None:
+        return b""
+    return ("\n" + OUT_OF_TASKS.format(pids=pids) + "\n").encode()
 
 
 def container_id(bundle: str) -> str:

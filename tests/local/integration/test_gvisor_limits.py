@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from ironflow.local import cgroups
+from ironflow.local import cgroups, gvisor
 from ironflow.local.limits import SandboxLimits
 from ironflow.local.provider import LocalSandboxProvider
 
@@ -55,7 +55,8 @@ async def test_a_fork_storm_past_the_host_task_budget_ends_with_words() -> None:
     provider = LocalSandboxProvider(isolation="gvisor", timeout=60, limits=SandboxLimits(pids=512))
     result = await provider.run_command(["sh", "-c", "for i in $(seq 200); do sleep 20 & done 2>/dev/null; wait"])
     assert result.exit_code != 0
-    # Go's words for EAGAIN from clone: a panic of the platform, or the runtime's own fatal error.
+    # Go's words for EAGAIN from clone (a panic of the platform, or the runtime's fatal error), then ironflow's.
     assert re.search(r"resource temporarily unavailable|errno=11", result.stderr), result.stderr[-500:]
+    assert result.stderr.endswith("\n" + gvisor.OUT_OF_TASKS.format(pids=512) + "\n")
     assert result.duration < 30
     assert len(result.stderr) < 16384, "one goroutine's trace, not every one's"
