@@ -6,22 +6,46 @@ type and say which key was wrong (``pod.resources.memory: must be a string, got 
 An unknown key fails with the nearest known one (``unknown key 'namspace'; did you mean
 'namespace'?``), so a typo never silently falls back to a default.
 
-Pure: :func:`parse` takes the text; only :func:`load` reads a file. It never builds a
-backend's settings: the backend's own ``settings_file`` module maps sections to builders.
+It is also the one decoder of every structured file or value the CLI reads (step files,
+``--input``, fake-model scripts): :func:`read_text` bounds the size and refuses bytes that are
+not UTF-8, :func:`decode` bounds the nesting (:data:`MAX_DEPTH`; a 5,000-deep list would
+exhaust the interpreter's stack), and every failure is one :class:`~ironflow.errors.ConfigError`.
+
+Pure: :func:`parse` and :func:`decode` take the text; only :func:`read_text` reads a file. It
+never builds a backend's settings: the backend's own ``settings_file`` module maps sections to
+builders.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import urllib.parse
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from ironflow import errors
 
-__all__ = ["Section", "load", "parse", "read", "unknown_key_message"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "Section",
+    "decode",
+    "http_url",
+    "load",
+    "parse",
+    "read",
+    "read_text",
+    "unknown_key_message",
+]
+
+#: The largest file :func:`read_text` reads: settings, steps and inputs are a few KiB.
+MAX_FILE_BYTES: Final = 8 << 20
+#: The deepest nesting of lists and mappings :func:`decode` accepts (pod specs nest about ten).
+MAX_DEPTH: Final = 64
 
 
 def unknown_key_message(key: str, known: Collection[str]) -> str:
@@ -150,6 +174,22 @@ class Section:
         return [Section(item, known=known, path=f"{self.key_path(key)}[{i}]") for i, item in enumerate(value)]
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing to compose past :data:`MAX_DEPTH` (its composer recurses)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """One line (PyYAML's message spans several, with a snippet of the file)."""
     problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
@@ -158,11 +198,105 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _mapping(text: str, source: str) -> Mapping[str, Any]:
+def _too_deep(value: object) -> bool:
+    """Whether ``value`` nests lists and mappings past :data:`MAX_DEPTH` (a YAML alias may make
+    one shared or cyclic: each part is walked again only deeper, so a cycle ends at the bound)."""
+    deepest: dict[int, int] = {}
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list) or deepest.get(id(item), 0) >= depth:
+            continue
+        if depth > MAX_DEPTH:
+            return True
+        deepest[id(item)] = depth
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def decode(text: str, *, source: str, as_json: bool = False) -> Any:
+    """The value of a YAML text (``as_json``: JSON), nested at most :data:`MAX_DEPTH` deep;
+    ``source`` names it in errors (``step file 'a.yaml'``, ``--input``).
+
+    Raises:
+        ConfigError: one line: not YAML (JSON), too large, or nested too deep.
+    """
+    if len(text) > MAX_FILE_BYTES:
+        raise errors.ConfigError(f"{source} is larger than {MAX_FILE_BYTES >> 20} MiB")
+    kind = "JSON" if as_json else "YAML"
     try:
-        data = yaml.safe_load(text)
+        value = json.loads(text) if as_json else yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise errors.ConfigError(f"{source} is not valid YAML: {_yaml_problem(exc)}") from None
+    except json.JSONDecodeError as exc:
+        raise errors.ConfigError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except RecursionError:  # JSON's decoder recurses in C: past the interpreter's limit
+        raise errors.ConfigError(f"{source} is not valid {kind}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # a number of more than 4,300 digits, say
+        raise errors.ConfigError(f"{source} is not valid {kind}: {str(exc).split(';')[0][:160]}") from None
+    if _too_deep(value):
+        raise errors.ConfigError(f"{source} is not valid {kind}: nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def read_text(path: str | Path, *, what: str) -> str:
+    """The text of one file, at most :data:`MAX_FILE_BYTES`; ``what`` names its kind in errors.
+
+    Raises:
+        ConfigError: it cannot be read, is too large, or is not UTF-8.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise errors.ConfigError(f"cannot read {what} '{path}': {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise errors.ConfigError(f"{what} '{path}' is larger than {MAX_FILE_BYTES >> 20} MiB")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise errors.ConfigError(f"{what} '{path}' is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
+
+
+def _url_problem(value: str, *, with_path: bool) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", a port out of range or not a number
+        return str(exc).split(";")[0][:80]
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https"):
+        return "the scheme must be http or https"
+    if not host or not host.isascii() or not host.isprintable() or " " in host:
+        return "it names no host name or address"
+    if parts.username is not None or parts.password is not None:
+        return "a credential does not belong in it"
+    if parts.query or parts.fragment or (not with_path and parts.path not in ("", "/")):
+        return "it has a path, query or fragment" if not with_path else "it has a query or fragment"
+    if port == 0:
+        return "port 0 is no server's"
+    return None
+
+
+def http_url(value: str, *, what: str, with_path: bool = False) -> urllib.parse.SplitResult:
+    """``value`` split, if it is an ``http(s)://HOST[:PORT]`` URL (``with_path``: a path may
+    follow) with no credential, query or fragment: the one check of a server URL an option or a
+    file names (pure).
+
+    Raises:
+        ConfigError: one line naming ``what`` and the problem; the URL is shown only when it
+            holds no ``@`` (a credential never reaches a message).
+    """
+    if (problem := _url_problem(value, with_path=with_path)) is None:
+        return urllib.parse.urlsplit(value)
+    shown = "" if "@" in value else f" '{errors.truncate(value, 80)}'"
+    raise errors.ConfigError(f"invalid {what}{shown}: {problem}; use http://HOST:PORT")
+
+
+def _mapping(text: str, source: str) -> Mapping[str, Any]:
+    data = decode(text, source=source)
     if not isinstance(data, Mapping):
         raise errors.ConfigError(f"{source} must hold a mapping of settings")
     return data
@@ -176,11 +310,7 @@ def parse(text: str, *, source: str, known: Collection[str], refused: Mapping[st
 def read(path: str | Path, *, what: str) -> Mapping[str, Any]:
     """The top mapping of one settings file, keys not yet checked: for a file of two forms
     whose known keys depend on which one it is. ``what`` names its kind in errors."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise errors.ConfigError(f"cannot read {what} '{path}': {exc.strerror}") from None
-    return _mapping(text, f"{what} '{path}'")
+    return _mapping(read_text(path, what=what), f"{what} '{path}'")
 
 
 def load(path: str | Path, *, what: str, known: Collection[str], refused: Mapping[str, str] | None = None) -> Section:

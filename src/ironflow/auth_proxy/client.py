@@ -19,9 +19,10 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
+from ironflow import settings_file
 from ironflow.auth_proxy import tokens
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
-from ironflow.errors import AuthProxyError, ConfigError, MissingCredential
+from ironflow.errors import AuthProxyError, MissingCredential
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -74,9 +75,7 @@ class AdminClient:
         unix_socket: str | None = None,
         timeout_s: float = _TIMEOUT_S,
     ) -> None:
-        parsed = urlsplit(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.username or parsed.password:
-            raise ConfigError("auth proxy URL must be http(s)://host[:port] without credentials in it")
+        settings_file.http_url(base_url, what="auth proxy URL", with_path=True)
         self.base_url = base_url.rstrip("/")
         self._admin_key = admin_key_from(admin_key)
         self._credential = credential

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
 import typer
-import yaml
 from typer.core import TyperCommand
 
-from ironflow import errors
+from ironflow import errors, settings_file
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
@@ -234,9 +233,8 @@ class Providers:
             return None
         if backend is None:
             backend = Backend.K8S  # unreadable: the k8s loader names the problem
-            with contextlib.suppress(OSError, yaml.YAMLError):
-                data = yaml.safe_load(self.provider_file.read_text())
-                if isinstance(data, dict) and "pod" in data:
+            with contextlib.suppress(errors.ConfigError):
+                if "pod" in settings_file.read(self.provider_file, what="provider file"):
                     backend = Backend.AGENT_SANDBOX
         return cluster_of(self.get(backend))
 

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-import yaml
 
-from ironflow import errors, steps
+from ironflow import errors, settings_file, steps
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.cli.exits import fail, fail_for, in_file
 from ironflow.cli.formats import ManifestFormat, emit_objects
@@ -33,11 +32,9 @@ def _load_step(path: Path | None, prompt: str | None) -> steps.AgentConfig:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            fail(f"cannot read step file '{path}': {exc.strerror}")
-        except yaml.YAMLError as exc:
-            fail(f"step file '{path}' is not valid YAML: {str(exc).splitlines()[0]}")
+            loaded = settings_file.decode(settings_file.read_text(path, what="step file"), source=f"step file '{path}'")
+        except errors.ConfigError as exc:
+            fail(exc.message)
         if loaded is not None and not isinstance(loaded, dict):
             fail(f"step file '{path}' must hold a mapping of step settings")
         data = dict(loaded or {})

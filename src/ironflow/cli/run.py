@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ironflow import errors, log_lines
+from ironflow import errors, log_lines, settings_file
 from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import TextFormat
@@ -129,15 +129,15 @@ def _parse_input(raw: str | None) -> Any:
     if raw is None:
         return None
     text = raw
-    if raw.startswith("@"):
-        path = Path(raw[1:])
-        if not path.is_file():
-            exits.fail(f"--input file '{path}' not found")
-        text = path.read_text()
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        exits.fail(f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); pass a JSON value")
+        if raw.startswith("@"):
+            path = Path(raw[1:])
+            if not path.is_file():
+                exits.fail(f"--input file '{path}' not found")
+            text = settings_file.read_text(path, what="--input file")
+        return settings_file.decode(text, source="--input", as_json=True)
+    except errors.ConfigError as exc:
+        exits.fail(f"{exc.message}; pass a JSON value")
 
 
 def _resolve_ref(ref: str) -> str:

@@ -4,8 +4,10 @@ It owns the sessions of one backend (local, under bubblewrap or ``--isolation gv
 agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the file's cluster;
 :mod:`ironflow.sandbox_router`) and answers the session commands of
 :mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
-``$IRONFLOW_SANDBOX_TOKEN``, or is made and written to a 0600 file whose path (never the
-token) is printed. Bad input exits 2 with one line (:mod:`ironflow.cli.exits`).
+``$IRONFLOW_SANDBOX_TOKEN``, or is the token file's: made and written (0600) once the address
+is bound, or, while another serve on this machine runs, that one's, so neither locks the
+other's clients out (:class:`~ironflow.sandbox_router.process.SharedToken`); only the path is
+printed. Bad input exits 2 with one line (:mod:`ironflow.cli.exits`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ironflow.k8s.sessions import K8sSessions
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_router import process
-from ironflow.sandbox_router.app import SessionHost
+from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, SessionHost
+from ironflow.secrets import Secret
 
 __all__ = ["register", "serve"]
 
@@ -51,6 +54,10 @@ def serve(
             "them) instead of closing them.",
         ),
     ] = False,
+    max_sessions: Annotated[
+        int,
+        typer.Option("--max-sessions", help="Sessions held at once; one more is refused (429).", min=1),
+    ] = DEFAULT_MAX_SESSIONS,
 ) -> None:
     """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).
 
@@ -58,21 +65,25 @@ def serve(
     and closes the sessions an earlier server opened in the provider's namespace."""
     sessions = _sessions(backend, provider, isolation, keep_sessions)
     try:
-        token, path = process.server_token()
+        token: Secret | process.SharedToken = process.env_token() or process.SharedToken()
     except errors.IronflowError as exc:
         exits.fail_for(exc)
-    except OSError as exc:
-        exits.fail(f"cannot write the token file: {exc.strerror or exc}")
-    if path is not None:
-        typer.echo(f"token: written to {path} (mode 0600; clients read it there)", err=True)
-    if not process.is_loopback(host):
-        typer.echo(f"warning: serving on {host}: any host that reaches it and holds the token runs commands", err=True)
 
     def ready(url: str) -> None:
+        if isinstance(token, process.SharedToken):
+            how = "written to" if token.written else "another running serve's, read from"
+            typer.echo(f"token: {how} {token.path} (mode 0600; clients read it there)", err=True)
+        if not process.is_loopback(host):
+            typer.echo(
+                f"warning: serving on {host}: any host that reaches it and holds the token runs commands", err=True
+            )
         print(f"serving {url}", flush=True)
 
     try:
-        asyncio.run(process.serve(host, port, token, ready=ready, sessions=sessions, keep_sessions=keep_sessions))
+        served = process.serve(
+            host, port, token, ready=ready, sessions=sessions, keep_sessions=keep_sessions, max_sessions=max_sessions
+        )
+        asyncio.run(served)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 

@@ -108,7 +108,10 @@ def parse_proxy_address(url: str) -> ProxyAddress:
     >>> parse_proxy_address("http://10.0.0.5:8080").cidr
     '10.0.0.5/32'
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
+        raise errors.ConfigError(f"auth proxy url '{url}' is not a URL ({exc}), e.g. {_EXAMPLE}") from None
     if parts.scheme not in DEFAULT_PORTS:
         raise errors.ConfigError(f"auth proxy url '{url}' must start with http:// or https://")
     host = parts.hostname or ""

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
-from ironflow import errors
+from ironflow import errors, settings_file
 
 __all__ = ["ErrorTurn", "Script", "TextTurn", "ToolUseTurn", "Turn", "Usage"]
 
@@ -230,12 +228,5 @@ class Script:
     @classmethod
     def from_yaml(cls, path: str | Path) -> Script:
         """Load a YAML script file; a missing or malformed file raises ConfigError naming it."""
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise errors.ConfigError(f"cannot read fake-anthropic script {path}: {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise errors.ConfigError(f"fake-anthropic script {path} is not valid YAML: {exc}") from None
-        return cls.from_dict(data)
+        what = "fake-anthropic script"
+        return cls.from_dict(settings_file.decode(settings_file.read_text(path, what=what), source=f"{what} {path}"))

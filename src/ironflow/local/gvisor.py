@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,8 +35,10 @@ from typing import Any, Final
 from ironflow import errors
 from ironflow.claude import command, layout, profile
 from ironflow.local import bwrap, seccomp
+from ironflow.local.limits import DEFAULT_LIMITS, SandboxLimits, oci_rlimits
 
 __all__ = [
+    "OUT_OF_TASKS",
     "SETUP_CAPABILITIES",
     "SETUP_FAILED",
     "SETUP_TMPFS",
@@ -46,6 +49,7 @@ __all__ = [
     "container_id",
     "gvisor_argv",
     "host_path_problem",
+    "kernel_death",
     "oci_spec",
     "setup_script",
 ]
@@ -53,6 +57,15 @@ __all__ = [
 _Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: What a sandbox whose gVisor kernel died for want of host tasks says last (on stderr).
+OUT_OF_TASKS: Final = (
+    "ironflow-sandbox: gVisor's kernel stopped: the sandbox spent its budget of {pids} host tasks "
+    "(the pids limit; under gVisor each process of the step costs about ten)"
+)
+#: Go's words (runsc's ``--panic-log``) when its kernel cannot start a host thread or stub process.
+_NO_HOST_TASK: Final = re.compile(
+    rb"^(panic: .*resource temporarily unavailable|runtime: failed to create new OS thread)", re.MULTILINE
+)
 #: As a non-root worker, rootless runsc shows the worker's files as root's: the step's uid cannot write them.
 WRITABLE_NEEDS_ROOT: Final = (
     "a workspace or a writable mount under gVisor needs a worker running as root (rootless runsc shows a "
@@ -112,6 +125,8 @@ class GvisorSettings:
     #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
     read_only_mounts: tuple[bwrap.ReadOnlyMount, ...] = ()
     writable_mounts: tuple[bwrap.WritableMount, ...] = ()
+    #: The provider's limits: the step's rlimits are the spec's (:func:`~ironflow.local.limits.oci_rlimits`).
+    limits: SandboxLimits = DEFAULT_LIMITS
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -240,6 +255,7 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             "env": [f"{name}={value}" for name, value in env.items()],
             "cwd": "/",
             "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")},
+            "rlimits": oci_rlimits(settings.limits),
         },
         "root": {"path": "/", "readonly": False},  # under --overlay2=root:memory: writes stay in memory
         "hostname": "ironflow-sandbox",
@@ -256,6 +272,14 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             "seccomp": seccomp.oci_user_namespace_rules(),
         },
     }
+
+
+def kernel_death(code: int, stderr: bytes, pids: int) -> bytes:
+    """The line to add to the stderr of a sandbox whose kernel died for want of host tasks (Go's
+    exit 2 after its EAGAIN words); empty after any other end (pure)."""
+    if code != 2 or _NO_HOST_TASK.search(stderr) is None:
+        return b""
+    return ("\n" + OUT_OF_TASKS.format(pids=pids) + "\n").encode()
 
 
 def container_id(bundle: str) -> str:
@@ -281,6 +305,9 @@ def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
         f"--network={network}",
         "--oci-seccomp",  # apply the spec's linux.seccomp to the step
         "--overlay2=root:memory",
+        # Should gVisor's kernel die (a host limit hit), its one-goroutine panic is the sandbox's last word.
+        "--panic-log=/dev/stderr",
+        "--traceback=single",
         *(["--host-uds=create"] if settings.host_uds_create else []),
         "--root",
         posixpath.join(bundle, "state"),

@@ -86,6 +86,7 @@ def runtime_settings(
         as_root=bind,
         host_uds_create=True,
         writable_mounts=writable,
+        limits=shape.limits,
     )
 
 

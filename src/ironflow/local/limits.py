@@ -21,6 +21,12 @@ open files         always ``RLIMIT_NOFILE``, bounded so that
 file size          always ``RLIMIT_FSIZE``
 =================  =====================================  ===================================
 
+Under gVisor the step's open-file and file-size limits are its spec's (:func:`oci_rlimits`),
+enforced by gVisor's kernel, and ``runsc`` on the host gets no file size limit: it would cap the
+memory file that backs all of the sandbox's memory (the step died by SIGSEGV at 1 GiB, far
+below ``memory_bytes``). ``pids`` is a budget of host tasks there: under gVisor's ptrace
+platform each process of the step costs about ten (its stub process), a fork storm far more.
+
 This module never touches the host: :mod:`ironflow.local.cgroups` applies these values.
 """
 
@@ -30,7 +36,7 @@ import dataclasses
 import math
 import resource
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors
 
@@ -41,6 +47,7 @@ __all__ = [
     "MIN_OPEN_FILES",
     "SandboxLimits",
     "check_limits",
+    "oci_rlimits",
     "rlimits",
     "v1_files",
     "v2_files",
@@ -155,14 +162,23 @@ def v1_files(limits: SandboxLimits, controllers: frozenset[str]) -> dict[str, di
     return files
 
 
-def rlimits(limits: SandboxLimits, *, nproc: bool, data: bool) -> tuple[tuple[int, int], ...]:
+def rlimits(limits: SandboxLimits, *, nproc: bool, data: bool, gvisor: bool = False) -> tuple[tuple[int, int], ...]:
     """The ``(resource, value)`` pairs set as soft and hard limits in the sandbox's first process.
 
-    ``nproc`` and ``data`` are the fallbacks for a missing pids or memory controller.
+    ``nproc`` and ``data`` are the fallbacks for a missing pids or memory controller. With
+    ``gvisor`` that process is ``runsc``: no file size limit (the spec has the step's).
     """
-    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_FSIZE, limits.file_size_bytes)]
+    pairs = [(resource.RLIMIT_NOFILE, limits.open_files)]
+    if not gvisor:
+        pairs.append((resource.RLIMIT_FSIZE, limits.file_size_bytes))
     if nproc:
         pairs.append((resource.RLIMIT_NPROC, limits.pids))
     if data:
         pairs.append((resource.RLIMIT_DATA, limits.memory_bytes))
     return tuple(pairs)
+
+
+def oci_rlimits(limits: SandboxLimits) -> list[dict[str, Any]]:
+    """The ``process.rlimits`` of a gVisor spec: the step's open files and file size."""
+    values = (("RLIMIT_NOFILE", limits.open_files), ("RLIMIT_FSIZE", limits.file_size_bytes))
+    return [{"type": name, "hard": value, "soft": value} for name, value in values]

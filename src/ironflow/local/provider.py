@@ -191,7 +191,9 @@ class LocalSandboxProvider(ProviderBase):
         self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
         bounded = runner.within_file_table(limits, host_processes=isolation == "bwrap")
-        self.processes = runner.SandboxProcesses(cgroups.probe(), bounded, host_uid=self._host_uid)
+        self.processes = runner.SandboxProcesses(
+            cgroups.probe(), bounded, host_uid=self._host_uid, gvisor=isolation == "gvisor"
+        )
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
@@ -438,7 +440,7 @@ class LocalSandboxProvider(ProviderBase):
         """What every sandbox of this provider is made of (its sessions' too)."""
         return sandbox_argv.SandboxShape(
             self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid,
-            self._writable_uid,
+            self._writable_uid, self.limits,
         )  # fmt: skip
 
     def claude_cli(self) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow import errors
-from ironflow.local import cgroups, limits
+from ironflow.local import cgroups, gvisor, limits
 from ironflow.provider import LogSink
 from ironflow.steps import StepScope
 
@@ -75,17 +75,27 @@ class SandboxProcesses:
         support: where cgroups go on this machine (:func:`cgroups.probe`).
         sandbox_limits: what each sandbox may use.
         host_uid: on a root worker, the host uid the sandbox runtime drops to; None keeps root.
+        gvisor: the first process is ``runsc`` (:func:`limits.rlimits`).
     """
 
-    def __init__(self, support: cgroups.Support, sandbox_limits: limits.SandboxLimits, *, host_uid: int | None) -> None:
+    def __init__(
+        self,
+        support: cgroups.Support,
+        sandbox_limits: limits.SandboxLimits,
+        *,
+        host_uid: int | None,
+        gvisor: bool = False,
+    ) -> None:
         self._running: list[_Running] = []
         self.support = support
         self.limits = sandbox_limits
         self.host_uid = host_uid
+        self._gvisor = gvisor
         self._rlimits = limits.rlimits(
             sandbox_limits,
             nproc="pids" not in support.controllers,
             data="memory" not in support.controllers,
+            gvisor=gvisor,
         )
 
     async def run(
@@ -147,7 +157,10 @@ class SandboxProcesses:
             reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err, on_output))
             done, _ = await asyncio.wait({reading}, timeout=limit_s)
             if reading in done:
-                return Finished(reading.result(), b"".join(out), b"".join(err))
+                code = reading.result()
+                if self._gvisor:  # a kernel that died for want of host tasks says so last
+                    err.append(gvisor.kernel_death(code, b"".join(err), self.limits.pids))
+                return Finished(code, b"".join(out), b"".join(err))
             # Past the limit: kill the tree, then read what it wrote up to the end of its pipes.
             await _kill_tree(entry.proc, group)
             with contextlib.suppress(TimeoutError):

@@ -28,6 +28,7 @@ from typing import Any, Final
 from ironflow import errors
 from ironflow.claude import layout
 from ironflow.local import bwrap, forwarder, gvisor, identity, seccomp, settings
+from ironflow.local import limits as sandbox_limits
 
 __all__ = [
     "SandboxFds",
@@ -59,6 +60,8 @@ class SandboxShape:
     #: The host uid that must own what the sandbox writes (a workspace's copy, a writable mount): on a
     #: root worker the sandbox's uid under either runtime; None where the worker's own files are writable.
     writable_uid: int | None = None
+    #: The provider's limits (under gVisor the step's rlimits are in its spec).
+    limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ def render(
             runsc_path=which("runsc"),
             read_only_mounts=mounts,
             writable_mounts=writable,
+            limits=shape.limits,
         )
         return gvisor.gvisor_argv(shown, _gvisor_bundle(run_dir, shown, env)), ()
     # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a

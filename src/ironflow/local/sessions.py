@@ -295,6 +295,7 @@ class LocalSessions:
             processes.limits,
             nproc="pids" not in processes.support.controllers,
             data="memory" not in processes.support.controllers,
+            gvisor=self.provider.isolation == "gvisor",
         )
         setup = self._dying_with_us(
             cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)

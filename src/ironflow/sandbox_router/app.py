@@ -8,7 +8,10 @@ bodies stream both ways (the runtime enforces its upload limit); ``Authorization
 hop-by-hop and ``X-Sandbox-*`` headers stop here and the session's own token goes on.
 
 Every request but ``GET /healthz`` needs the server's bearer token (constant-time compare)
-before anything else is looked at, so a request without it never reaches a sandbox.
+before anything else is looked at, so a request without it never reaches a sandbox. A server
+holds at most ``max_sessions`` sessions (429 past it), and every failure is a JSON
+``{"detail": …}`` answer: an error no handler expected is a 500 naming its type, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -35,12 +38,23 @@ from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
 from ironflow.workspaces import Workspace
 
-__all__ = ["BACKENDS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "ClusterSessions", "SessionHost", "build_app", "open_options"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_PORT",
+    "PROXY_TIMEOUT_S",
+    "ClusterSessions",
+    "SessionHost",
+    "build_app",
+    "open_options",
+]
 
 log = logging.getLogger("ironflow.sandbox_router")
 
 #: What the upstream router caps every request at (its ``--proxy-timeout``).
 PROXY_TIMEOUT_S: Final = 180.0
+#: How many sessions one server holds at once unless told otherwise (each is a sandbox's processes and memory).
+DEFAULT_MAX_SESSIONS: Final = 32
 #: The runtime port the upstream SDK names by default (one runtime per local session: checked, not used).
 DEFAULT_PORT: Final = 8888
 _HOP_BY_HOP: Final = frozenset(
@@ -104,6 +118,37 @@ class _Refused(Exception):
 
 def _detail(status: int, detail: str, **headers: str) -> web.Response:
     return web.json_response({"detail": detail}, status=status, headers=headers or None)
+
+
+@web.middleware
+async def _answers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure as a JSON answer with its status; what no handler expected is a 500 naming
+    its type (logged here, never sent: a message may quote a session's env)."""
+    try:
+        return await handler(request)
+    except _Refused as exc:
+        return _detail(exc.status, exc.detail)
+    except web.HTTPException:
+        raise
+    except SessionNotFound as exc:
+        return _detail(404, exc.message)
+    except errors.UsageError as exc:
+        return _detail(400, exc.message)
+    except errors.IronflowError as exc:
+        return _detail(502, f"the sessions' backend failed: {exc.message}")
+    except Exception as exc:
+        log.error("%s %s failed: %s", request.method, request.path, type(exc).__name__, exc_info=log.isEnabledFor(10))
+        return _detail(500, f"the server failed ({type(exc).__name__}); its log says more")
+
+
+async def _json_body(request: web.Request) -> object:
+    """The request's JSON body; 400 when it is not JSON or nests too deep to decode."""
+    try:
+        return await request.json()
+    except ValueError:  # a UnicodeDecodeError too
+        raise _Refused(400, "the body must be JSON") from None
+    except RecursionError:
+        raise _Refused(400, "the body nests too deep to decode: keep it a few hundred levels at most") from None
 
 
 def _auth(token: Secret) -> Any:
@@ -187,19 +232,17 @@ def open_options(doc: object) -> dict[str, Any]:
 class _Router:
     """The sessions, and one pooled client per session's runtime socket."""
 
-    def __init__(self, sessions: SessionHost) -> None:
+    def __init__(self, sessions: SessionHost, max_sessions: int) -> None:
         self.sessions = sessions
+        self.max_sessions = max_sessions
+        self._opening = 0  # opens under way: counted against the cap with the open sessions
         self._upstreams: dict[str, aiohttp.ClientSession] = {}
         self._reattaching = asyncio.Lock()
 
     async def create(self, request: web.Request) -> web.Response:
-        try:
-            doc = await request.json()
-            options = open_options(doc)
-        except ValueError as exc:  # a ConfigError too
-            message = exc.message if isinstance(exc, errors.ConfigError) else "the body must be JSON"
-            return _detail(400, message)
-        wanted = doc.get("backend") or self.sessions.backend
+        doc = await _json_body(request)
+        options = open_options(doc)  # a ConfigError: 400
+        wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
             return _detail(
                 400,
@@ -208,12 +251,21 @@ class _Router:
             )
         if "workspace" in options and not callable(getattr(self.sessions, "changes", None)):
             return _detail(400, f"a session workspace is built for local sessions, not {self.sessions.backend} ones")
+        if len(self.sessions.list()) + self._opening >= self.max_sessions:
+            return _detail(
+                429,
+                f"this server holds its cap of {self.max_sessions} sessions: close one, "
+                "or start `ironflow sandbox serve --max-sessions N`",
+            )
+        self._opening += 1
         try:
             sandbox = await self.sessions.open(**options)
         except errors.UsageError as exc:
             return _detail(400, exc.message)
         except errors.IronflowError as exc:
             return _detail(500, f"the sandbox did not start: {exc.message}")
+        finally:
+            self._opening -= 1
         await sandbox.disconnect()  # the server keeps the session; the handle was only its receipt
         await self._prune()
         return web.json_response(sandbox.info.to_json(), status=201)
@@ -284,10 +336,7 @@ class _Router:
         changes = getattr(self.sessions, "changes", None)
         if not callable(changes):
             return _detail(400, f"{self.sessions.backend} sessions have no workspace")
-        try:
-            doc = await request.json() if request.can_read_body else {}
-        except ValueError:
-            return _detail(400, "the body must be JSON")
+        doc = await _json_body(request) if request.can_read_body else {}
         apply = doc.get("apply", False) if isinstance(doc, dict) else None
         if not isinstance(apply, bool):
             return _detail(400, 'the body must be {"apply": true|false}')
@@ -307,7 +356,10 @@ class _Router:
         """Drop the clients of sessions that ended (closed, expired, idle)."""
         open_ids = {info.id for info in self.sessions.list()}
         for session_id in [s for s in self._upstreams if s not in open_ids]:
-            await self._upstreams.pop(session_id).close()
+            # Taken before the await: a prune of a request beside this one may take it first.
+            client = self._upstreams.pop(session_id, None)
+            if client is not None:
+                await client.close()
 
     async def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret]:
         if not SESSION_ID.match(session_id):
@@ -418,10 +470,13 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def build_app(sessions: SessionHost, token: Secret) -> web.Application:
-    """The server's application over ``sessions``; its clients close with the app."""
-    router = _Router(sessions)
-    app = web.Application(middlewares=[_auth(token)], handler_args={"max_field_size": 65536})
+def build_app(sessions: SessionHost, token: Secret, *, max_sessions: int = DEFAULT_MAX_SESSIONS) -> web.Application:
+    """The server's application over ``sessions``, holding at most ``max_sessions`` at once;
+    its clients close with the app."""
+    if max_sessions < 1:
+        raise errors.ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
+    router = _Router(sessions, max_sessions)
+    app = web.Application(middlewares=[_answers, _auth(token)], handler_args={"max_field_size": 65536})
     app.router.add_get("/healthz", _healthz)
     app.router.add_post(API_PATH, router.create)
     app.router.add_get(API_PATH, router.listing)

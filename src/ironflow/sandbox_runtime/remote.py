@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import builtins
 import os
-import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from ironflow import errors
+from ironflow import errors, settings_file
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
@@ -51,9 +50,7 @@ def resolve_server(server: str | None) -> str:
     url = (server or os.environ.get(SERVER_ENV, "")).strip()
     if not url:
         raise errors.ConfigError(_NO_SERVER)
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
-        raise errors.ConfigError(f"invalid sandbox server '{errors.truncate(url, 80)}': use http://HOST:PORT")
+    settings_file.http_url(url, what="sandbox server")
     return url.rstrip("/")
 
 
