@@ -45,9 +45,12 @@ def release_stream(resp: aiohttp.ClientResponse) -> None:
     resp.release()
 
 
-async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]:
-    """Split a streamed body into lines of any length (aiohttp's readline caps line length)."""
+async def lines(resp: aiohttp.ClientResponse, what: str, *, max_line: int | None = None) -> AsyncIterator[bytes]:
+    """Split a streamed body into lines of any length (aiohttp's readline caps line length), or,
+    with ``max_line`` (a pod's log: the pod writes what it likes), a longer line's first
+    ``max_line`` bytes: the rest of it is dropped as it comes, never held."""
     buffer = bytearray()
+    dropping = False  # past max_line in the current line: its bytes go until its newline
     try:
         while True:
             chunk = await resp.content.readany()
@@ -56,11 +59,18 @@ async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]
             start = len(buffer)
             buffer += chunk
             while (cut := buffer.find(b"\n", start)) >= 0:
-                line = bytes(buffer[:cut])
+                line = bytes(buffer[: cut if max_line is None else min(cut, max_line)])
                 del buffer[: cut + 1]
                 start = 0
-                yield line.rstrip(b"\r")
+                if not dropping:
+                    yield line.rstrip(b"\r")
+                dropping = False
+            if max_line is not None and len(buffer) > max_line:
+                if not dropping:
+                    yield bytes(buffer[:max_line])
+                dropping = True
+                buffer.clear()
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise responses.error_for_status(0, what, message="stream interrupted" + responses.short(exc)) from exc
-    if buffer:
+    if buffer and not dropping:
         yield bytes(buffer)

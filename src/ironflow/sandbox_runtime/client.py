@@ -61,7 +61,7 @@ def _event(line: bytes) -> CommandEvent | None:
             if name in doc:
                 stream: Literal["stdout", "stderr"] = "stdout" if name == "stdout" else "stderr"
                 return Output(stream, str(doc[name]))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise errors.SandboxError(f"the sandbox sent a malformed command event: {type(exc).__name__}") from None
     return None
 
