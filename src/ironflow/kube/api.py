@@ -54,7 +54,6 @@ __all__ = [
     "CONFIGMAPS",
     "EVENTS",
     "JOBS",
-    "MAX_LOG_LINE_BYTES",
     "NAMESPACES",
     "PERSISTENTVOLUMECLAIMS",
     "PODS",
@@ -77,8 +76,6 @@ __all__ = [
     "retry_after_delay",
 ]
 
-#: The longest line of a followed pod log given whole (a step's stream-json result line is far shorter).
-MAX_LOG_LINE_BYTES: Final = 16 << 20
 #: Writes refuse unknown fields (a real API server's default is to drop them with a warning).
 _STRICT: Final = (("fieldValidation", "Strict"),)
 #: The server closes each watch after this long (plus jitter by the server); we reconnect.
@@ -431,8 +428,7 @@ class KubeApi:
         return (await streams.read_all(resp, what)).decode(errors="replace")
 
     async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncGenerator[str, None]:
-        """The pod's log lines (without the newline) as they are written, until the container ends; a
-        line past :data:`MAX_LOG_LINE_BYTES` is given cut there (the pod's output is not the worker's to hold)."""
+        """The pod's log lines (without the newline) as they are written, until the container ends (cut at 16 MiB)."""
         what = f"follow log of pods {responses.where(namespace, pod)}"
         query = responses.params(container=container, follow="true")
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
@@ -441,7 +437,7 @@ class KubeApi:
         )
         self.counters.open_streams += 1
         try:
-            async for line in streams.lines(resp, what, max_line=MAX_LOG_LINE_BYTES):
+            async for line in streams.lines(resp, what, max_line=streams.MAX_LOG_LINE_BYTES):
                 yield line.decode(errors="replace")
         finally:
             self.counters.open_streams -= 1

@@ -8,12 +8,16 @@ reconnect; the connection always goes back to the pool.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Final
 
 import aiohttp
 
 from ironflow.kube import responses
 
-__all__ = ["lines", "read_all", "release_stream"]
+__all__ = ["MAX_LOG_LINE_BYTES", "lines", "read_all", "release_stream"]
+
+#: The longest line of a followed pod log given whole (a step's stream-json result line is far shorter).
+MAX_LOG_LINE_BYTES: Final = 16 << 20
 
 
 async def read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:

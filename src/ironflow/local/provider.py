@@ -25,7 +25,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ironflow import errors, tracing, workspaces
@@ -49,7 +48,7 @@ from ironflow.local import workspaces as local_workspaces
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
-from ironflow.results import AgentResult
+from ironflow.results import AgentResult, CommandResult
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
@@ -72,27 +71,6 @@ DEFAULT_TIMEOUT_S: Final = 600.0
 #: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
 #: last, and a model's answer is well under this (a million tokens is about 4 MiB).
 AGENT_KEEP_BYTES: Final = 8 << 20
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a plain command in the sandbox produced; ``duration`` in seconds; with a
-    workspace, what it changed there (``workspace``).
-
-    ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the provider's
-    ``output_keep_bytes`` of each); ``*_bytes`` say how much it wrote, ``*_cut`` how many bytes
-    of that are left out, where a marker line stands.
-    """
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration: float
-    workspace: WorkspaceChanges | None = None
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    stdout_cut: int = 0
-    stderr_cut: int = 0
 
 
 def _text(raw: bytes) -> str:
@@ -326,17 +304,7 @@ class LocalSandboxProvider(ProviderBase):
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
             message = workspaces.push_message("exec", " ".join(argv))
             changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
-        return CommandResult(
-            code,
-            out,
-            err,
-            time.monotonic() - start,
-            changes,
-            stdout_bytes=finished.stdout_bytes,
-            stderr_bytes=finished.stderr_bytes,
-            stdout_cut=finished.stdout_cut,
-            stderr_cut=finished.stderr_cut,
-        )
+        return CommandResult(code, out, err, time.monotonic() - start, changes, *finished.sizes)
 
     # -- agent steps --
 

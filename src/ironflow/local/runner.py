@@ -53,6 +53,11 @@ class Finished:
     stdout_cut: int = 0
     stderr_cut: int = 0
 
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """``stdout_bytes``, ``stderr_bytes``, ``stdout_cut``, ``stderr_cut``: a result's last fields."""
+        return self.stdout_bytes, self.stderr_bytes, self.stdout_cut, self.stderr_cut
+
     @classmethod
     def of(cls, code: int, out: Captured, err: Captured, *, timed_out: bool = False) -> Finished:
         return cls(code, out.value(), err.value(), timed_out, out.total, err.total, out.cut, err.cut)

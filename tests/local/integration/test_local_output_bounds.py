@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from typing import Any
 
@@ -72,6 +74,42 @@ _LINE = textwrap.dedent(
 )
 
 
+#: An agent step whose Claude CLI (a stand-in) writes a 2 GiB line with no newline, then its result.
+_FAKE_CLI = """#!/bin/sh
+cat >/dev/null
+echo '{"type":"system","subtype":"init","model":"fake"}'
+head -c 2G /dev/zero
+echo
+echo '{"type":"result","subtype":"success","is_error":false,"result":"the answer","session_id":"s1"}'
+"""
+
+_AGENT = textwrap.dedent(
+    """
+    import asyncio, json, resource, sys
+    from ironflow.local.provider import LocalSandboxProvider
+    from ironflow.local.settings import ProxyCredential
+    from ironflow.secrets import Secret
+    from ironflow.steps import AgentConfig
+
+    class Sink:
+        lines = []
+        def log(self, stream, line):
+            self.lines.append((stream, len(line)))
+
+    credential = ProxyCredential(Secret("not-a-key"), "api_key", "http://127.0.0.1:9")
+    provider = LocalSandboxProvider(timeout=300, claude_path=sys.argv[1], credential=credential)
+    sink = Sink()
+    result = asyncio.run(provider.run(AgentConfig("hi"), logs=sink))
+    print(json.dumps({
+        "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "value": result.value,
+        "model": result.model,
+        "lines": sink.lines,
+    }))
+    """
+)
+
+
 def _in_a_worker(code: str, *args: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=240, env=dict(os.environ)
@@ -110,3 +148,22 @@ def test_a_two_gigabyte_line_reaches_the_log_sink_cut_not_held() -> None:
     assert last == ["stdout", 4, "last"]
     assert found["stdout_bytes"] == (2 << 30) + len("\nlast\n")
     assert found["kept"] < 3 * DEFAULT_KEEP_BYTES
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_an_agent_step_that_writes_a_two_gigabyte_line_still_gives_its_result() -> None:
+    """The step's output is read bounded (its head and tail, 8 MiB each) and parsed from that: the
+    result line at its end is found, the transcript gets the long line cut."""
+    # Outside /tmp, which the sandbox has its own of; readable by the sandbox's uid.
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as cli_dir:
+        os.chmod(cli_dir, 0o755)  # noqa: S103 - the sandbox uid reads it
+        cli = os.path.join(cli_dir, "claude")
+        with open(cli, "w") as f:
+            f.write(_FAKE_CLI)
+        os.chmod(cli, 0o755)  # noqa: S103 - the sandbox uid runs it
+        found = _in_a_worker(_AGENT, cli)
+    assert found["peak_kib"] < _PEAK_KIB, f"the worker grew to {found['peak_kib'] // 1024} MiB"
+    assert (found["value"], found["model"]) == ("the answer", "fake")
+    note = f" [ironflow: line cut at {MAX_LINE_BYTES} bytes, {(2 << 30) - MAX_LINE_BYTES} more dropped]"
+    assert [size for _, size in found["lines"]][1] == MAX_LINE_BYTES + len(note)
