@@ -337,6 +337,11 @@ def _exec_json(result: CommandResult) -> dict[str, Any]:
         "stdout": result.stdout,
         "stderr": result.stderr,
         "duration_s": round(result.duration, 3),
+        # how much it wrote, and how much of that the output above leaves out (a marker line stands there)
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+        "stdout_cut": result.stdout_cut,
+        "stderr_cut": result.stderr_cut,
     }
     if result.workspace is not None:
         out.update(result.workspace.to_json())
