@@ -19,6 +19,7 @@ from ironflow.workspaces import WorkspaceChanges
 __all__ = [
     "AGENT_RESULT_MARK",
     "AgentResult",
+    "CommandResult",
     "DebugMessage",
     "ToolCall",
     "ToolResult",
@@ -89,6 +90,27 @@ class AgentResult:
             except json.JSONDecodeError as exc:
                 raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
         return self.value
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a plain command in a local sandbox produced (``run_command``); ``duration`` in seconds;
+    with a workspace, what it changed there (``workspace``).
+
+    ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the local provider's
+    ``output_keep_bytes`` of each); ``*_bytes`` say how much it wrote, ``*_cut`` how many bytes
+    of that are left out, where a marker line stands.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+    workspace: WorkspaceChanges | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_cut: int = 0
+    stderr_cut: int = 0
 
 
 # --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------

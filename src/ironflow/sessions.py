@@ -106,12 +106,21 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a command in a session produced; ``timed_out`` when the session killed it."""
+    """What a command in a session produced; ``timed_out`` when the session killed it.
+
+    ``stdout`` and ``stderr`` keep the start and the end of what the session sent (the
+    client's ``keep_bytes`` of each, as UTF-8); ``*_bytes`` say how much came, ``*_cut`` how
+    many bytes of that are left out, where a marker line stands.
+    """
 
     stdout: str
     stderr: str
     exit_code: int
     timed_out: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_cut: int = 0
+    stderr_cut: int = 0
 
 
 @dataclass(frozen=True)

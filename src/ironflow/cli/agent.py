@@ -32,7 +32,7 @@ from ironflow.claude import turns
 from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
-from ironflow.cli.formats import ResultFormat, document
+from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.fake_model.server import Script
 from ironflow.k8s import commands, workspace_commands
 from ironflow.k8s.command_runner import PodRunOutput
@@ -151,12 +151,13 @@ def _result_json(result: AgentResult) -> dict[str, Any]:
 
 class _Turns:
     """``-v``: the agent's turns on stderr as they arrive, condensed as ``ironflow logs`` shows
-    them (:mod:`ironflow.claude.turns`), credential-shaped values redacted."""
+    them (:mod:`ironflow.claude.turns`), credential-shaped values redacted, control characters
+    shown as escapes."""
 
     def log(self, stream: str, line: str) -> None:
         shown = turns.describe(line) if stream == "stdout" else [f"stderr: {line}"]
         for text in shown:
-            print(redact(text), file=sys.stderr, flush=True)
+            print(printable(redact(text)), file=sys.stderr, flush=True)
 
 
 async def _run_step(config: AgentConfig, provider: AgentProvider, sink: LogSink | None) -> AgentResult:
@@ -275,7 +276,7 @@ def agent(
     if output is not ResultFormat.TEXT:
         print(document(_result_json(result), output), file=answer)
     else:
-        print(result.text if result.text else json.dumps(result.value, default=str), file=answer)
+        print(for_terminal(result.text, answer) if result.text else json.dumps(result.value, default=str), file=answer)
 
 
 async def _run_pod(
@@ -314,7 +315,7 @@ def _exec_k8s(
         out = {"exit_code": result.exit_code or (0 if result.success else 1), "stdout": result.logs, "stderr": ""}
         print(document({**out, **(changes.to_json() if changes is not None else {})}, output), file=shown)
     else:
-        shown.write(result.logs)
+        shown.write(for_terminal(result.logs, shown))
     if result.success:
         raise typer.Exit(0)
     if result.exit_code:  # exit like the command did, as the local backend does
@@ -336,6 +337,11 @@ def _exec_json(result: CommandResult) -> dict[str, Any]:
         "stdout": result.stdout,
         "stderr": result.stderr,
         "duration_s": round(result.duration, 3),
+        # how much it wrote, and how much of that the output above leaves out (a marker line stands there)
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+        "stdout_cut": result.stdout_cut,
+        "stderr_cut": result.stderr_cut,
     }
     if result.workspace is not None:
         out.update(result.workspace.to_json())
@@ -410,10 +416,8 @@ def exec_command(
         )
     except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
         if streamed is None:
-            sys.stdout.buffer.write(exc.output)
-            sys.stdout.flush()
-            sys.stderr.buffer.write(exc.stderr)
-            sys.stderr.flush()
+            TerminalStream(sys.stdout).write(exc.output, final=True)
+            TerminalStream(sys.stderr).write(exc.stderr, final=True)
         exits.fail_for(exc)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
@@ -424,16 +428,14 @@ def exec_command(
 
 
 class _Stream:
-    """The command's output, written through to ``stdout_to`` and stderr as each piece arrives."""
+    """The command's output, written through to ``stdout_to`` and stderr as each piece arrives:
+    its bytes as they are to a pipe or a file, control characters shown as escapes to a terminal."""
 
     def __init__(self, stdout_to: TextIO) -> None:
-        self.targets = {"stdout": stdout_to, "stderr": sys.stderr}
+        self.targets = {"stdout": TerminalStream(stdout_to), "stderr": TerminalStream(sys.stderr)}
 
     def __call__(self, stream: str, data: bytes) -> None:
-        target = self.targets[stream]
-        target.flush()  # what was printed before, first
-        target.buffer.write(data)
-        target.buffer.flush()
+        self.targets[stream].write(data)
 
 
 def register(app: typer.Typer) -> None:

@@ -56,8 +56,11 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code`` (bad input by default).
 
     Trailing whitespace goes (a failed agent's stderr ends with a newline): the line ends once.
+    A message may carry what a sandbox wrote: its control characters are shown as escapes.
     """
-    print(f"error: {message.rstrip()}", file=sys.stderr)
+    from ironflow.cli.formats import printable  # here: ``--help`` loads no topic's modules
+
+    print(f"error: {printable(message.rstrip())}", file=sys.stderr)
     raise typer.Exit(code)
 
 

@@ -1,18 +1,36 @@
 """``--output`` of the commands: the table, JSON or YAML reports (``check``, ``reap``, ``runs``, ``ps``,
 ``sandbox ls``), the text-or-JSON single things (``sandbox open``; ``agent`` and ``exec`` also YAML), and the
 YAML-or-JSON Kubernetes objects (``render``, ``manifests``, ``sandbox render``), printed one way
-(:func:`document`); and how long ago something started, as their tables say it."""
+(:func:`document`); how long ago something started, as their tables say it; and text from a sandbox or a
+model made safe for a terminal (:func:`printable`, :class:`TerminalStream`)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO, Final, TextIO
 
 import typer
 import yaml
 
-__all__ = ["ManifestFormat", "OutputFormat", "ResultFormat", "TextFormat", "age", "document", "emit_objects"]
+__all__ = [
+    "ManifestFormat",
+    "OutputFormat",
+    "ResultFormat",
+    "TerminalStream",
+    "TextFormat",
+    "age",
+    "document",
+    "emit_objects",
+    "for_terminal",
+    "printable",
+]
+
+#: Each control character a terminal would act on (C0 but newline and tab, DEL, C1), as the
+#: escape that shows it: ESC starts CSI and OSC sequences (clear the screen, write the clipboard,
+#: retitle the window), and U+009B is CSI on its own.
+_SHOWN: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
 
 
 class OutputFormat(StrEnum):
@@ -81,3 +99,39 @@ def age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def printable(text: str) -> str:
+    r"""``text`` with every control character shown as its escape, newline and tab kept (pure): what a
+    sandbox or a model wrote is printed for people, never obeyed by their terminal.
+
+    >>> printable("ok\x1b]52;c;aGk=\x07 \x1b[2J\u009b1m\tend\n")
+    'ok\\x1b]52;c;aGk=\\x07 \\x1b[2J\\x9b1m\tend\n'
+    """
+    return text.translate(_SHOWN)
+
+
+def for_terminal(text: str, stream: TextIO) -> str:
+    """``text`` as :func:`printable` makes it when ``stream`` is a terminal; as it is for a pipe or a file."""
+    return printable(text) if stream.isatty() else text
+
+
+class TerminalStream:
+    """Bytes of a command's output to ``stream``: as they are to a pipe or a file (the command's
+    own bytes), decoded and :func:`printable` to a terminal. A character or escape cut between
+    two pieces is decoded whole; nothing is held but its unfinished bytes."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write(self, data: bytes, *, final: bool = False) -> None:
+        self.stream.flush()  # what was printed before, first
+        if self.terminal:
+            self.stream.write(printable(self._decoder.decode(data, final)))
+            self.stream.flush()
+            return
+        out: BinaryIO = self.stream.buffer
+        out.write(data)
+        out.flush()

@@ -20,7 +20,7 @@ import typer
 
 from ironflow.claude import turns
 from ironflow.cli import exits
-from ironflow.cli.formats import TextFormat
+from ironflow.cli.formats import TextFormat, printable
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, run_async
 from ironflow.engine import model
 from ironflow.engine.store import Store
@@ -37,7 +37,8 @@ _PAGE: Final = 500
 
 
 def chunk_lines_text(chunk: model.TranscriptChunk, previous: model.TranscriptChunk | None) -> list[str]:
-    """The condensed lines of a chunk, after a header when its step attempt is not the previous chunk's."""
+    """The condensed lines of a chunk, after a header when its step attempt is not the previous chunk's;
+    control characters shown as escapes (:func:`~ironflow.cli.formats.printable`)."""
     out = []
     if previous is None or (previous.position, previous.attempt) != (chunk.position, chunk.attempt):
         out.append(f"── step {chunk.position} {chunk.step!r}, attempt {chunk.attempt}")
@@ -48,7 +49,7 @@ def chunk_lines_text(chunk: model.TranscriptChunk, previous: model.TranscriptChu
             out.append(f"  stderr: {line}")
         else:
             out.append(f"  [ironflow] {line}")
-    return out
+    return [printable(line) for line in out]
 
 
 def chunk_lines_json(chunk: model.TranscriptChunk) -> list[str]:

@@ -24,11 +24,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ironflow import errors, log_lines, settings_file
 from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli.backends import Backend, Isolation
-from ironflow.cli.formats import TextFormat
+from ironflow.cli.formats import TextFormat, printable
 from ironflow.cli.stores import StoreOption, opened, plain, run_async
 from ironflow.engine import accounts, events, loading, model, monitoring
 from ironflow.engine.metrics import WorkerMetrics
@@ -165,7 +166,8 @@ async def _execute_until_finished(store: Store, worker: Worker, run_id: str) -> 
             await asyncio.sleep(0.5)
             continue
         if current.error:
-            _err.print(f"[yellow]run requeued:[/] {current.error['message']}; trying again when due", markup=True)
+            said = escape(printable(current.error["message"]))  # a step's output: neither markup nor escapes
+            _err.print(f"[yellow]run requeued:[/] {said}; trying again when due", markup=True)
         await asyncio.sleep(max(current.available_at - time.time(), 0.05))
 
 
@@ -223,7 +225,7 @@ async def _run(
             print(json.dumps(plain(final.output), indent=2))
             return 0
         message = final.error["message"] if final.error else final.status
-        _err.print(f"[red]run {run.id} {final.status}:[/] {message}", highlight=False)
+        _err.print(f"[red]run {run.id} {final.status}:[/] {escape(printable(message))}", highlight=False)
         return exits.EXIT_STEP_FAILED
 
 

@@ -27,7 +27,7 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import exits, tables
-from ironflow.cli.formats import OutputFormat, ResultFormat, document
+from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.cli.session_backends import (
     BackendOption,
     Mode,
@@ -189,7 +189,7 @@ def exec_in(
                 async for event in handle.events(timeout):
                     if isinstance(event, Output):
                         stream = sys.stdout if event.stream == "stdout" else sys.stderr
-                        stream.write(event.text)
+                        stream.write(for_terminal(event.text, stream))  # a terminal is not the command's
                         stream.flush()
                     else:
                         return event.exit_code, event.timed_out
@@ -368,10 +368,9 @@ def diff(
     if output is not ResultFormat.TEXT:
         print(document(found.to_json(), output))
     elif patch is None:
-        sys.stdout.buffer.write(found.patch)
-        sys.stdout.flush()
+        TerminalStream(sys.stdout).write(found.patch, final=True)  # exact to a pipe; shown safe to a terminal
     for changed in found.files:
-        print(f"{changed.change} {changed.path}", file=sys.stderr)
+        print(printable(f"{changed.change} {changed.path}"), file=sys.stderr)
 
 
 def register(group: typer.Typer) -> None:

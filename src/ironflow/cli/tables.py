@@ -2,7 +2,9 @@
 
 On a terminal: its width (``COLUMNS`` when set), and a box where the table has one. Piped or
 redirected: plain columns (no box characters, no colour) that never wrap, so ``grep`` and ``awk``
-see one row per line. The rendering is pure: the caller says which (:func:`stdout_width`).
+see one row per line. Either way a control character in a cell (a step's result, an error a sandbox
+wrote) is shown as its escape, never sent to the terminal (:func:`~ironflow.cli.formats.printable`).
+The rendering is pure: the caller says which (:func:`stdout_width`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
+
+from ironflow.cli.formats import printable
 
 __all__ = ["new", "render", "stdout_width"]
 
@@ -41,4 +45,5 @@ def render(*items: RenderableType | str, width: int | None) -> str:
         if width is None and isinstance(item, Table):
             item.box = None
         console.print(item, highlight=False, markup=False)
-    return "\n".join(line.rstrip() for line in console.export_text().rstrip("\n").splitlines())
+    text = "\n".join(line.rstrip() for line in console.export_text().rstrip("\n").splitlines())
+    return printable(text)

@@ -21,6 +21,7 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import exits
+from ironflow.cli.formats import TerminalStream
 from ironflow.local.bwrap import ReadOnlyMount, WritableMount
 from ironflow.local.git_workspaces import GitCredential, GitHosts
 from ironflow.secrets import Secret
@@ -173,8 +174,7 @@ def write_patch(changes: WorkspaceChanges | None, patch: str | None) -> None:
     if patch is None or changes is None:
         return
     if patch == "-":
-        sys.stdout.buffer.write(changes.patch)
-        sys.stdout.flush()
+        TerminalStream(sys.stdout).write(changes.patch, final=True)  # exact to a pipe; shown safe to a terminal
         return
     try:
         Path(patch).write_bytes(changes.patch)

@@ -42,6 +42,7 @@ __all__ = [
     "new_id",
     "result_from_dict",
     "result_to_dict",
+    "stored_json",
     "to_json",
     "uuid7",
 ]
@@ -298,6 +299,30 @@ def to_json(value: Any, *, what: str) -> str:
             f"{what} cannot be stored: {exc}; return JSON values (dict, list, str, number, bool, None), "
             "an AgentResult or a dataclass"
         ) from None
+
+
+def stored_json(value: Any, *, what: str) -> str:
+    """:func:`to_json` with credential shapes redacted in every string, keys too, as a transcript's
+    lines are (:func:`ironflow.secrets.redact`): what a step returned or a run output goes to the
+    store so. The workflow itself gets the value as it was. An agent result's workspace patch
+    stays exact: it is the step's change to the user's tree, and a patch with a word replaced
+    would no longer apply.
+
+    Raises:
+        UnstorableValue: as :func:`to_json`.
+    """
+    return json.dumps(_redacted(json.loads(to_json(value, what=what))), separators=(",", ":"))
+
+
+def _redacted(doc: Any) -> Any:
+    if isinstance(doc, str):
+        return secrets.redact(doc)
+    if isinstance(doc, list):
+        return [_redacted(item) for item in doc]
+    if isinstance(doc, dict):
+        keep = "workspace" if doc.get(AGENT_RESULT_MARK) == 1 else None
+        return {secrets.redact(k): v if k == keep else _redacted(v) for k, v in doc.items()}
+    return doc
 
 
 def from_json(raw: str | None) -> Any:

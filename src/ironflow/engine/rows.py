@@ -41,12 +41,14 @@ def dumps(value: Any) -> str | None:
 
 def output_value(output: Any) -> str | None:
     """The ``output`` column of a finished run: its JSON, or NULL when the workflow returned None."""
-    return None if output is None else model.to_json(output, what="the workflow's return value")
+    return None if output is None else model.stored_json(output, what="the workflow's return value")
 
 
 def step_values(step: model.StepRecord) -> tuple[Any, ...]:
-    """The 13 columns of ``ironflow_steps`` in table order, JSON columns as text (NULL for None)."""
-    result = None if step.result is None else model.to_json(step.result, what=f"the result of step {step.name!r}")
+    """The 13 columns of ``ironflow_steps`` in table order, JSON columns as text (NULL for None), the
+    result redacted (:func:`~ironflow.engine.model.stored_json`)."""
+    what = f"the result of step {step.name!r}"
+    result = None if step.result is None else model.stored_json(step.result, what=what)
     return (
         step.run_id, step.position, step.id, step.name, str(step.kind), str(step.status), result,
         dumps(dict(step.error) if step.error else None), step.attempts, step.child_run_id,

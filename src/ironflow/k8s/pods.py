@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ironflow import errors
 from ironflow.kube import api as kube
 from ironflow.kube import informer
 
 __all__ = [
+    "LOG_READ_BYTES",
     "delete_quietly",
     "may_exist_after",
     "read_log_quietly",
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+#: The most of a pod's log read whole at its end: as much as a followed log keeps (``pod_wait.LOG_CAP_BYTES``).
+LOG_READ_BYTES: Final = 50 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -42,9 +46,10 @@ def may_exist_after(exc: BaseException) -> bool:
 
 
 async def read_log_quietly(api: kube.KubeApi, namespace: str, pod: str) -> str:
-    """The pod's log, or ``""`` when the API will not give it (logged): logs are best effort."""
+    """The pod's log, its first :data:`LOG_READ_BYTES` (the pod writes what it likes; the worker
+    holds no more), or ``""`` when the API will not give it (logged): logs are best effort."""
     try:
-        return await api.read_log(namespace, pod)
+        return await api.read_log(namespace, pod, limit_bytes=LOG_READ_BYTES)
     except errors.KubernetesError as exc:
         _log.warning("could not read the log of pod %s: %s", pod, exc)
         return ""

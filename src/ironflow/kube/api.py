@@ -428,7 +428,7 @@ class KubeApi:
         return (await streams.read_all(resp, what)).decode(errors="replace")
 
     async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncGenerator[str, None]:
-        """The pod's log lines (without the newline) as they are written, until the container ends."""
+        """The pod's log lines (without the newline) as they are written, until the container ends (cut at 16 MiB)."""
         what = f"follow log of pods {responses.where(namespace, pod)}"
         query = responses.params(container=container, follow="true")
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
@@ -437,7 +437,7 @@ class KubeApi:
         )
         self.counters.open_streams += 1
         try:
-            async for line in streams.lines(resp, what):
+            async for line in streams.lines(resp, what, max_line=streams.MAX_LOG_LINE_BYTES):
                 yield line.decode(errors="replace")
         finally:
             self.counters.open_streams -= 1

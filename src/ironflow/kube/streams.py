@@ -8,12 +8,16 @@ reconnect; the connection always goes back to the pool.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Final
 
 import aiohttp
 
 from ironflow.kube import responses
 
-__all__ = ["lines", "read_all", "release_stream"]
+__all__ = ["MAX_LOG_LINE_BYTES", "lines", "read_all", "release_stream"]
+
+#: The longest line of a followed pod log given whole (a step's stream-json result line is far shorter).
+MAX_LOG_LINE_BYTES: Final = 16 << 20
 
 
 async def read_all(resp: aiohttp.ClientResponse, what: str) -> bytes:
@@ -45,9 +49,12 @@ def release_stream(resp: aiohttp.ClientResponse) -> None:
     resp.release()
 
 
-async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]:
-    """Split a streamed body into lines of any length (aiohttp's readline caps line length)."""
+async def lines(resp: aiohttp.ClientResponse, what: str, *, max_line: int | None = None) -> AsyncIterator[bytes]:
+    """Split a streamed body into lines of any length (aiohttp's readline caps line length), or,
+    with ``max_line`` (a pod's log: the pod writes what it likes), a longer line's first
+    ``max_line`` bytes: the rest of it is dropped as it comes, never held."""
     buffer = bytearray()
+    dropping = False  # past max_line in the current line: its bytes go until its newline
     try:
         while True:
             chunk = await resp.content.readany()
@@ -56,11 +63,18 @@ async def lines(resp: aiohttp.ClientResponse, what: str) -> AsyncIterator[bytes]
             start = len(buffer)
             buffer += chunk
             while (cut := buffer.find(b"\n", start)) >= 0:
-                line = bytes(buffer[:cut])
+                line = bytes(buffer[: cut if max_line is None else min(cut, max_line)])
                 del buffer[: cut + 1]
                 start = 0
-                yield line.rstrip(b"\r")
+                if not dropping:
+                    yield line.rstrip(b"\r")
+                dropping = False
+            if max_line is not None and len(buffer) > max_line:
+                if not dropping:
+                    yield bytes(buffer[:max_line])
+                dropping = True
+                buffer.clear()
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise responses.error_for_status(0, what, message="stream interrupted" + responses.short(exc)) from exc
-    if buffer:
+    if buffer and not dropping:
         yield bytes(buffer)

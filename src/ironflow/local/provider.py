@@ -25,10 +25,10 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ironflow import errors, tracing, workspaces
+from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
 from ironflow.local import (
     bwrap,
@@ -48,7 +48,7 @@ from ironflow.local import workspaces as local_workspaces
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
-from ironflow.results import AgentResult
+from ironflow.results import AgentResult, CommandResult
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
@@ -68,18 +68,9 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 DEFAULT_TIMEOUT_S: Final = 600.0
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a plain command in the sandbox produced; ``duration`` in seconds; with a
-    workspace, what it changed there (``workspace``)."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration: float
-    workspace: WorkspaceChanges | None = None
+#: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
+#: last, and a model's answer is well under this (a million tokens is about 4 MiB).
+AGENT_KEEP_BYTES: Final = 8 << 20
 
 
 def _text(raw: bytes) -> str:
@@ -114,6 +105,8 @@ class LocalSandboxProvider(ProviderBase):
         sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
             (so root-only host files stay unreadable); ignored otherwise.
         git_hosts: the git hosts' credentials (kept in the proxy) for git workspaces.
+        output_keep_bytes: bytes of the start, and of the end, of each stream a command's result
+            keeps; the rest is counted, not held (``CommandResult.stdout_cut``).
     """
 
     def __init__(
@@ -135,6 +128,7 @@ class LocalSandboxProvider(ProviderBase):
         limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
         sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
         git_hosts: git_workspaces.GitHosts | None = None,
+        output_keep_bytes: int = DEFAULT_KEEP_BYTES,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -155,6 +149,9 @@ class LocalSandboxProvider(ProviderBase):
                 raise errors.ConfigError(f"managed settings '{label}' is not JSON: {exc}") from None
         settings.sandbox_env(env)  # refuse credential variables now, not at the first step
         sandbox_limits.check_limits(limits)
+        if isinstance(output_keep_bytes, bool) or not isinstance(output_keep_bytes, int) or output_keep_bytes < 0:
+            raise errors.ConfigError(f"output_keep_bytes must be a whole number of bytes, got {output_keep_bytes!r}")
+        self.output_keep_bytes = output_keep_bytes
         identity.check_host_uid(sandbox_host_uid)
         # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
         self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
@@ -301,6 +298,7 @@ class LocalSandboxProvider(ProviderBase):
                 pass_fds=fds.inherited,
                 binds=binds,
                 on_output=on_output,
+                keep_bytes=self.output_keep_bytes,
             )
             if finished.timed_out:
                 raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
@@ -309,7 +307,7 @@ class LocalSandboxProvider(ProviderBase):
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
             message = workspaces.push_message("exec", " ".join(argv))
             changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
-        return CommandResult(code, out, err, time.monotonic() - start, changes)
+        return CommandResult(code, out, err, time.monotonic() - start, changes, *finished.sizes)
 
     # -- agent steps --
 
@@ -393,6 +391,7 @@ class LocalSandboxProvider(ProviderBase):
                         run_ids=runner.release_keys(config.scope),
                         pass_fds=fds.inherited,
                         binds=binds,
+                        keep_bytes=AGENT_KEEP_BYTES,
                     )
                     span.set(exit_code=finished.code, timed_out=finished.timed_out)
                 wall_ms = int((time.monotonic() - start) * 1000)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow import errors
+from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.local import cgroups, gvisor, limits
 from ironflow.provider import LogSink
 from ironflow.steps import StepScope
@@ -43,17 +44,35 @@ RUNTIME_ENV: Final[Mapping[str, str]] = types.MappingProxyType(
 
 _KILL_GRACE_S: Final = 5.0
 _READ_BYTES: Final = 1 << 16
+#: The longest line a log sink is given: a longer one is cut there and its rest dropped (a
+#: transcript stores 4 MiB in all; one line of gigabytes must not sit in the host's memory).
+MAX_LINE_BYTES: Final = 4 << 20
 
 
 @dataclass(frozen=True)
 class Finished:
-    """How a sandbox ended: its exit code and raw output, or killed past its time limit
-    (``timed_out``, with what it wrote until then)."""
+    """How a sandbox ended: its exit code and output, or killed past its time limit
+    (``timed_out``, with what it wrote until then). The output is bounded
+    (:class:`~ironflow.captured.Captured`): ``*_bytes`` say how much was written, ``*_cut``
+    how much of it is not in ``stdout``/``stderr`` (a marker line stands there)."""
 
     code: int
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_cut: int = 0
+    stderr_cut: int = 0
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """``stdout_bytes``, ``stderr_bytes``, ``stdout_cut``, ``stderr_cut``: a result's last fields."""
+        return self.stdout_bytes, self.stderr_bytes, self.stdout_cut, self.stderr_cut
+
+    @classmethod
+    def of(cls, code: int, out: Captured, err: Captured, *, timed_out: bool = False) -> Finished:
+        return cls(code, out.value(), err.value(), timed_out, out.total, err.total, out.cut, err.cut)
 
 
 @dataclass(eq=False)
@@ -109,9 +128,10 @@ class SandboxProcesses:
         pass_fds: tuple[int, ...] = (),
         binds: tuple[tuple[bytes, bytes], ...] = (),
         on_output: OutputSink | None = None,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
     ) -> Finished:
-        """How ``argv`` ended; lines go to ``sink`` and the raw pieces to ``on_output`` as they arrive
-        (both are still kept in the result). Past ``limit_s`` the whole
+        """How ``argv`` ended; lines go to ``sink`` and the raw pieces to ``on_output`` as they arrive;
+        the result keeps ``keep_bytes`` of each stream's start and end. Past ``limit_s`` the whole
         tree is killed and what it wrote until then is kept (``timed_out``): the caller says
         what a timeout means for it.
 
@@ -121,8 +141,8 @@ class SandboxProcesses:
         entry = _Running(run_ids)
         self._running.append(entry)  # before the process exists: release_run must see it
         group: cgroups.Sandbox | None = None
-        out: list[bytes] = []
-        err: list[bytes] = []
+        out = Captured("stdout", keep_bytes=keep_bytes)
+        err = Captured("stderr", keep_bytes=keep_bytes)
         reading: asyncio.Task[int] | None = None
         try:
             if self.support.version:
@@ -159,14 +179,14 @@ class SandboxProcesses:
             if reading in done:
                 code = reading.result()
                 if self._gvisor:  # a kernel that died for want of host tasks says so last
-                    err.append(gvisor.kernel_death(code, b"".join(err), self.limits.pids))
-                return Finished(code, b"".join(out), b"".join(err))
+                    err.feed(gvisor.kernel_death(code, err.value(), self.limits.pids))
+                return Finished.of(code, out, err)
             # Past the limit: kill the tree, then read what it wrote up to the end of its pipes.
             await _kill_tree(entry.proc, group)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_KILL_GRACE_S):
                     await reading
-            return Finished(-signal.SIGKILL, b"".join(out), b"".join(err), timed_out=True)
+            return Finished.of(-signal.SIGKILL, out, err, timed_out=True)
         finally:
             if reading is not None:
                 reading.cancel()  # a no-op once it ended; else the caller was cancelled
@@ -307,8 +327,8 @@ async def _communicate(
     proc: asyncio.subprocess.Process,
     stdin: bytes | None,
     sink: LogSink | None,
-    out: list[bytes],
-    err: list[bytes],
+    out: Captured,
+    err: Captured,
     on_output: OutputSink | None = None,
 ) -> int:
     """Feed ``stdin``, read both pipes to their end into ``out`` and ``err`` (kept by the caller,
@@ -324,26 +344,58 @@ async def _communicate(
             await proc.stdin.drain()
         proc.stdin.close()
 
-    async def read(stream: asyncio.StreamReader, name: str, chunks: list[bytes]) -> None:
+    async def read(stream: asyncio.StreamReader, name: str, kept: Captured) -> None:
         # Chunks, not readline: a line longer than the reader's buffer is still only output.
-        pending = bytearray()
+        lines = None if sink is None else _Lines(name, sink)
         while data := await stream.read(_READ_BYTES):
-            chunks.append(data)
+            kept.feed(data)
             if on_output is not None:
                 on_output(name, data)
-            if sink is None:
-                continue
-            pending += data
-            end = pending.rfind(b"\n")
-            if end >= 0:
-                for line in pending[:end].split(b"\n"):
-                    sink.log(name, line.decode(errors="replace"))
-                del pending[: end + 1]
-        if sink is not None and pending:
-            sink.log(name, pending.decode(errors="replace"))
+            if lines is not None:
+                lines.feed(data)
+        if lines is not None:
+            lines.end()
 
     async with asyncio.TaskGroup() as group:
         group.create_task(feed())
         group.create_task(read(proc.stdout, "stdout", out))
         group.create_task(read(proc.stderr, "stderr", err))
     return await proc.wait()
+
+
+class _Lines:
+    """A stream's pieces as lines for a log sink; a line past :data:`MAX_LINE_BYTES` is given cut,
+    with a note, and the rest of it is dropped as it comes."""
+
+    def __init__(self, name: str, sink: LogSink) -> None:
+        self.name, self.sink = name, sink
+        self.pending = bytearray()
+        self.dropping = 0  # bytes of the current over-long line dropped so far
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            stop = len(data) if end < 0 else end
+            if self.dropping:
+                self.dropping += stop - start
+            else:
+                room = MAX_LINE_BYTES - len(self.pending)
+                self.pending += data[start : min(stop, start + room)]
+                self.dropping = max(stop - start - room, 0)
+            if end < 0:
+                return
+            self._emit()
+            start = end + 1
+
+    def end(self) -> None:
+        if self.pending or self.dropping:
+            self._emit()
+
+    def _emit(self) -> None:
+        line = self.pending.decode(errors="replace")
+        if self.dropping:
+            line += f" [ironflow: line cut at {MAX_LINE_BYTES} bytes, {self.dropping} more dropped]"
+        self.sink.log(self.name, line)
+        self.pending.clear()
+        self.dropping = 0

@@ -17,7 +17,7 @@ import time
 from ironflow import errors
 from ironflow.claude import command, output, rate_limits
 from ironflow.local import proxy_session, settings
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.provider import AGENT_KEEP_BYTES, LocalSandboxProvider
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
@@ -70,7 +70,11 @@ async def run_agent(
     )
     started = time.monotonic()
     done = await sandbox.commands.run(
-        ["sh", "-c", script], env=settings.proxy_env(token.reveal()), stdin=stdin, timeout=provider.timeout
+        ["sh", "-c", script],
+        env=settings.proxy_env(token.reveal()),
+        stdin=stdin,
+        timeout=provider.timeout,
+        keep_bytes=AGENT_KEEP_BYTES,
     )
     wall_ms = int((time.monotonic() - started) * 1000)
     if done.timed_out:

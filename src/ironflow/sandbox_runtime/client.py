@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Final, Literal
 import aiohttp
 
 from ironflow import errors
+from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.sessions import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
 
 __all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
@@ -30,6 +31,9 @@ __all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbo
 DEFAULT_MAX_TREE_BYTES: Final = 1 << 30
 _EXT: Final = "/ironflow/v1"
 _CHUNK: Final = 65536
+#: The longest event line read from a session: the runtime sends at most 64 KiB of output per
+#: event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
+_MAX_EVENT_BYTES: Final = 1 << 20
 Callback = Callable[[str], object]
 
 
@@ -45,13 +49,20 @@ def _argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
-def _event(doc: Mapping[str, Any]) -> CommandEvent | None:
-    if "exit_code" in doc:
-        return Exit(int(doc["exit_code"]), bool(doc.get("timed_out")))
-    for name in ("stdout", "stderr"):
-        if name in doc:
-            stream: Literal["stdout", "stderr"] = "stdout" if name == "stdout" else "stderr"
-            return Output(stream, str(doc[name]))
+def _event(line: bytes) -> CommandEvent | None:
+    """One event line; SandboxError when it is not one (the session's side is not trusted)."""
+    try:
+        doc = json.loads(line)
+        if not isinstance(doc, Mapping):
+            raise TypeError("not an object")
+        if "exit_code" in doc:
+            return Exit(int(doc["exit_code"]), bool(doc.get("timed_out")))
+        for name in ("stdout", "stderr"):
+            if name in doc:
+                stream: Literal["stdout", "stderr"] = "stdout" if name == "stdout" else "stderr"
+                return Output(stream, str(doc[name]))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise errors.SandboxError(f"the sandbox sent a malformed command event: {type(exc).__name__}") from None
     return None
 
 
@@ -118,11 +129,16 @@ class RuntimeClient:
         """The newline-delimited JSON events of a command stream, as they arrive."""
         response = await self.request(method, path, **kwargs)
         async with response:
-            async for line in response.content:
-                if line.strip():
-                    event = _event(json.loads(line))
-                    if event is not None:
+            pending = b""
+            async for data in response.content.iter_chunked(_CHUNK):
+                *lines, pending = (pending + data).split(b"\n")
+                if len(pending) > _MAX_EVENT_BYTES:
+                    raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
+                for line in lines:
+                    if line.strip() and (event := _event(line)) is not None:
                         yield event
+            if pending.strip() and (event := _event(pending)) is not None:
+                yield event
 
 
 class CommandHandle:
@@ -136,8 +152,14 @@ class CommandHandle:
         query = "" if timeout is None else f"?timeout={timeout}"
         return self._client.events("GET", f"{_EXT}/commands/{self.id}{query}")
 
-    async def wait(self, timeout: float | None = None) -> CommandResult:  # noqa: ASYNC109 - the command's own limit
-        return await _collect(self.events(timeout))
+    async def wait(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit
+        *,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
+    ) -> CommandResult:
+        """Its result, keeping ``keep_bytes`` of each stream's start and end (the rest counted)."""
+        return await _collect(self.events(timeout), keep_bytes=keep_bytes)
 
     async def kill(self) -> bool:
         """True when it was still running."""
@@ -145,19 +167,35 @@ class CommandHandle:
 
 
 async def _collect(
-    events: AsyncIterator[CommandEvent], on_stdout: Callback | None = None, on_stderr: Callback | None = None
+    events: AsyncIterator[CommandEvent],
+    on_stdout: Callback | None = None,
+    on_stderr: Callback | None = None,
+    *,
+    keep_bytes: int = DEFAULT_KEEP_BYTES,
 ) -> CommandResult:
-    out: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    """The events into a result: each stream's head and tail kept, the rest only counted, so a
+    session that sends gigabytes does not grow the host (the callbacks see every piece)."""
+    kept = {name: Captured(name, keep_bytes=keep_bytes) for name in ("stdout", "stderr")}
     end = Exit(-1)
     async for event in events:
         if isinstance(event, Output):
-            out[event.stream].append(event.text)
+            kept[event.stream].feed(event.text.encode())
             callback = on_stdout if event.stream == "stdout" else on_stderr
             if callback is not None:
                 callback(event.text)
         else:
             end = event
-    return CommandResult("".join(out["stdout"]), "".join(out["stderr"]), end.exit_code, end.timed_out)
+    out, err = kept["stdout"], kept["stderr"]
+    return CommandResult(
+        out.value().decode(errors="replace"),
+        err.value().decode(errors="replace"),
+        end.exit_code,
+        end.timed_out,
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_cut=out.cut,
+        stderr_cut=err.cut,
+    )
 
 
 class AsyncCommands:
@@ -208,12 +246,14 @@ class AsyncCommands:
         stdin: bytes | str | None = None,
         on_stdout: Callback | None = None,
         on_stderr: Callback | None = None,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
     ) -> CommandResult:
         """Run to the end (``timeout``: seconds, then its process group is killed); a non-zero
         exit is a result. A string is split like a shell would, but no shell runs: pass
-        ``["sh", "-c", "…"]`` for one."""
+        ``["sh", "-c", "…"]`` for one. The result keeps ``keep_bytes`` of each stream's start
+        and end; the callbacks see every piece as it comes."""
         events = self.stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin)
-        return await _collect(events, on_stdout, on_stderr)
+        return await _collect(events, on_stdout, on_stderr, keep_bytes=keep_bytes)
 
     async def start(
         self,

@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, TypeVar
 
+from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.sandbox_runtime.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
 from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
@@ -68,8 +69,8 @@ class SyncCommandHandle:
     def events(self, timeout: float | None = None) -> Iterator[CommandEvent]:
         return self._loop.iterate(self._handle.events(timeout))
 
-    def wait(self, timeout: float | None = None) -> CommandResult:
-        return self._loop.run(self._handle.wait(timeout))
+    def wait(self, timeout: float | None = None, *, keep_bytes: int = DEFAULT_KEEP_BYTES) -> CommandResult:
+        return self._loop.run(self._handle.wait(timeout, keep_bytes=keep_bytes))
 
     def kill(self) -> bool:
         return self._loop.run(self._handle.kill())
@@ -91,9 +92,17 @@ class Commands:
         stdin: bytes | str | None = None,
         on_stdout: Callback | None = None,
         on_stderr: Callback | None = None,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
     ) -> CommandResult:
         coro = self._commands.run(
-            cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr
+            cmd,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=stdin,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            keep_bytes=keep_bytes,
         )
         return self._loop.run(coro)
 
