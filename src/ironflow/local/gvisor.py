@@ -274,12 +274,26 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
     }
 
 
+#: How much of runsc's words a kernel death keeps.
+DEATH_WORDS_BYTES: Final = 4096
+
+
 def kernel_death(code: int, stderr: bytes, pids: int) -> bytes:
     """The line to add to the stderr of a sandbox whose kernel died for want of host tasks (Go's
     exit 2 after its EAGAIN words); empty after any other end (pure)."""
     if code != 2 or _NO_HOST_TASK.search(stderr) is None:
         return b""
     return ("\n" + OUT_OF_TASKS.format(pids=pids) + "\n").encode()
+
+
+def kernel_death_words(stderr: bytes, line: bytes) -> bytes:
+    """The stderr a step keeps after such a death: runsc's first words (which say why), not the
+    goroutine dump Go prints after a runtime throw (all goroutines, whatever ``--traceback``
+    says: hundreds of KiB that are runsc's, not the step's), then ironflow's ``line`` (pure)."""
+    if len(stderr) <= DEATH_WORDS_BYTES:
+        return stderr + line
+    cut = len(stderr) - DEATH_WORDS_BYTES
+    return stderr[:DEATH_WORDS_BYTES] + f"\n[ironflow: {cut} bytes of gVisor's crash dump cut]".encode() + line
 
 
 def container_id(bundle: str) -> str:
