@@ -181,7 +181,16 @@ class SandboxProcesses:
                 death = gvisor.kernel_death(code, err.value(), self.limits.pids) if self._gvisor else b""
                 if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
                     words = gvisor.kernel_death_words(err.value(), death)
-                    return Finished(code, out.value(), words, False, out.total, err.total, out.cut, max(0, err.total - gvisor.DEATH_WORDS_BYTES))
+                    return Finished(
+                        code,
+                        out.value(),
+                        words,
+                        False,
+                        out.total,
+                        err.total,
+                        out.cut,
+                        max(0, err.total - gvisor.DEATH_WORDS_BYTES),
+                    )
                 return Finished.of(code, out, err)
             # Past the limit: kill the tree, then read what it wrote up to the end of its pipes.
             await _kill_tree(entry.proc, group)

@@ -63,7 +63,7 @@ _LINE = textwrap.dedent(
     processes = runner.SandboxProcesses(cgroups.probe(), limits.DEFAULT_LIMITS, host_uid=None)
     sink = Sink()
     script = "head -c 2G /dev/zero | tr '\\\\0' a; echo; echo last"
-    done = asyncio.run(processes.run(["sh", "-c", script], {}, stdin=None, limit_s=300, sink=sink))
+    done = asyncio.run(processes.run(["sh", "-c", script], stdin=None, limit_s=300, sink=sink))
     print(json.dumps({
         "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "lines": sink.lines,
