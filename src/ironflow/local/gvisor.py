@@ -111,6 +111,9 @@ class GvisorSettings:
     #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
     read_only_mounts: tuple[bwrap.ReadOnlyMount, ...] = ()
     writable_mounts: tuple[bwrap.WritableMount, ...] = ()
+    #: ``as_root`` drops to the step's uid itself, in its own way, and no ``setpriv`` follows it: a
+    #: session's runtime, whose real and saved uid stay apart from its commands'.
+    as_root_drops: bool = False
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -216,10 +219,10 @@ def setup_script(settings: GvisorSettings) -> str:
         "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
         f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
     ]
-    drop = (
-        f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
-        f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
-    )
+    drop = f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+    if not settings.as_root_drops:
+        drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
+        drop += "--no-new-privs --"
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
     guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
     fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'

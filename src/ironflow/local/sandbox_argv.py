@@ -110,10 +110,12 @@ def render(
     extra_tools: tuple[str, ...] = (),
     fds: tuple[int, ...] = (),
     managed: Mapping[str, Any] | None = None,
+    keep_sys_admin: bool = False,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
     """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
     settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
-    ``tmp`` (None when neither is needed: bubblewrap without managed settings)."""
+    ``tmp`` (None when neither is needed: bubblewrap without managed settings); ``keep_sys_admin`` is
+    :attr:`bwrap.BwrapSettings.keep_sys_admin`."""
     managed_dir: str | None = None
     if managed is not None:
         managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
@@ -202,6 +204,7 @@ def render(
             bwrap_path=which("bwrap"),
             seccomp_fd=fds[0] if fds else None,
             sessions_dir=sessions_dir,
+            keep_sys_admin=keep_sys_admin,
         )
     ), binds
 

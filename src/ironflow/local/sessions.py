@@ -7,7 +7,10 @@ network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
 (:mod:`~ironflow.local.gvisor_sessions`). The per-session token goes in on stdin, so neither
-is on an argv or in the environment of the commands the runtime starts.
+is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
+commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
+of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
+drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
@@ -79,6 +82,9 @@ _DIR_PREFIX: Final = "ifs-"
 _SOCKET: Final = "rt.sock"
 _MAX_SOCKET_PATH: Final = 107
 _PR_SET_PDEATHSIG: Final = 1
+#: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
+#: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot.
+_ISOLATE: Final = "--isolate-commands"
 
 
 @dataclasses.dataclass(eq=False)
@@ -236,7 +242,8 @@ class LocalSessions:
             listener.bind(socket_path)
             listener.listen(128)
             python = self._python
-            command = (python, "-I", "-S", RUNTIME_PATH, "--listen-fd", str(listener.fileno()), *options)
+            listen = ("--listen-fd", str(listener.fileno()), _ISOLATE)
+            command = (python, "-I", "-S", RUNTIME_PATH, *listen, *options)
             with sandbox_argv.seccomp_fds(self.provider.isolation) as fds:
                 argv, binds = sandbox_argv.render(
                     self._shape,
@@ -249,6 +256,7 @@ class LocalSessions:
                     writable=writable,
                     extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
                     fds=fds,
+                    keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
                 )
                 proc, group = await self._spawn(argv, env, (*fds, listener.fileno()), binds)
         finally:
@@ -265,7 +273,8 @@ class LocalSessions:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
         python = self._python
         listen = str(gvisor_sessions.LISTEN_FD)
-        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
+        isolate = (_ISOLATE, *gvisor_sessions.RUNTIME_ISOLATION)
+        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *isolate, *options)
         shown = gvisor_sessions.runtime_settings(
             self._shape, command, python=python, runsc_path=self._runsc, writable=writable
         )
