@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from ironflow.local import LocalSandboxProvider
+from ironflow.local.provider import ProxyCredential
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncSandbox
+from ironflow.secrets import Secret
 
 BACKENDS = [
     pytest.param(
@@ -192,3 +195,32 @@ async def test_the_seccomp_filter_refuses_another_process_s_fds_and_memory(state
             "pidfd_getfd -1 Operation not permitted",
             "process_madvise -1 Operation not permitted",
         ], done
+
+
+_CAPABILITIES = r"""
+import os
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    except OSError:
+        continue
+    held = [k for k in ("CapInh", "CapPrm", "CapEff", "CapAmb") if int(status[k].strip(), 16)]
+    name = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:4]
+    if held:
+        print(name, held)
+"""
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+async def test_no_process_of_an_agent_session_keeps_a_capability(tmp_path: Path) -> None:
+    """The proxy relay runs first and hands CAP_SYS_ADMIN on to the runtime: neither keeps it."""
+    state = Path(tempfile.mkdtemp(prefix="ifs-cap-"))
+    credential = ProxyCredential(Secret("sk-ant-api03-runtime-isolation-0123456789"), "api_key", "http://127.0.0.1:9")
+    provider = LocalSandboxProvider(credential=credential, temp_dir=str(state))
+    try:
+        async with LocalSessions(provider, state_dir=str(state)) as local, await local.open(ttl=60, agent=True) as box:
+            done = await box.commands.run(["python3", "-I", "-S", "-c", _CAPABILITIES], timeout=30)
+            assert (done.exit_code, done.stdout) == (0, ""), done
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
