@@ -58,8 +58,14 @@ LISTEN_FD: Final = 3
 #: ``unshare(CLONE_NEWPID)``, so a uid apart keeps its commands (uid 10001) from signalling it or
 #: reaching its memory; its effective uid is theirs, so the files it writes are theirs.
 RUNTIME_UID: Final = layout.SANDBOX_UID + 1
-#: The runtime's arguments for it: the commands' uid (and gid) with it.
-RUNTIME_ISOLATION: Final = ("--runtime-uid", str(RUNTIME_UID), "--commands-uid", str(layout.SANDBOX_UID))
+#: The runtime's arguments for it, added by :func:`runtime_settings`: the commands' uid (and gid) with it.
+RUNTIME_ISOLATION: Final = (
+    "--isolate-commands",
+    "--runtime-uid",
+    str(RUNTIME_UID),
+    "--commands-uid",
+    str(layout.SANDBOX_UID),
+)
 #: ``python -c`` as gVisor's root: ``PATH FD ARGV…``: bind and listen on PATH, as fd FD; keep no
 #: capability but ``CAP_SETUID`` and ``CAP_SETGID`` (the bounding set), no new privileges; exec ARGV:
 #: the runtime, which sets its uids apart with them and drops them (``server.py --runtime-uid``).
@@ -99,7 +105,7 @@ def runtime_settings(
     ``writable`` (a workspace's copy) bound as a step's are."""
     bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
     return gvisor.GvisorSettings(
-        command=command,
+        command=(*command, *RUNTIME_ISOLATION),  # with as_root_drops: the runtime starts as root, and drops
         profile_dirs=tuple(p.path for p in shape.profiles),
         home_size_bytes=shape.home_size_bytes,
         tmp_size_bytes=shape.tmp_size_bytes,

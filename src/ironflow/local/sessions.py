@@ -83,7 +83,8 @@ _SOCKET: Final = "rt.sock"
 _MAX_SOCKET_PATH: Final = 107
 _PR_SET_PDEATHSIG: Final = 1
 #: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
-#: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot.
+#: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
+#: :data:`~ironflow.local.gvisor_sessions.RUNTIME_ISOLATION`.
 _ISOLATE: Final = "--isolate-commands"
 
 
@@ -273,8 +274,7 @@ class LocalSessions:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
         python = self._python
         listen = str(gvisor_sessions.LISTEN_FD)
-        isolate = (_ISOLATE, *gvisor_sessions.RUNTIME_ISOLATION)
-        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *isolate, *options)
+        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
         shown = gvisor_sessions.runtime_settings(
             self._shape, command, python=python, runsc_path=self._runsc, writable=writable
         )

@@ -28,8 +28,7 @@ def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_
     assert words[:5] == ["exec", "/py/bin/python3", "-I", "-S", "-c"]
     assert words[5] == gvisor_sessions.LISTEN_AS_ROOT
     assert words[6:8] == [f"{gvisor_sessions.SOCKET_DIR}/rt.sock", str(gvisor_sessions.LISTEN_FD)]
-    assert tuple(words[8:]) == RUNTIME
-    assert gvisor_sessions.RUNTIME_ISOLATION == ("--runtime-uid", "10002", "--commands-uid", "10001")
+    assert tuple(words[8:]) == (*RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
 
 
 def test_without_as_root_the_setup_script_execs_the_drop_as_before() -> None:

@@ -8,7 +8,10 @@ at its timeout when it does not, the child killed with it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +22,7 @@ import pytest
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.provider import ProxyCredential
 from ironflow.local.sessions import LocalSessions
+from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
 
@@ -224,3 +228,16 @@ async def test_no_process_of_an_agent_session_keeps_a_capability(tmp_path: Path)
             assert (done.exit_code, done.stdout) == (0, ""), done
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.parametrize("how", [(), ("--runtime-uid", "10002", "--commands-uid", "10001")], ids=["pidns", "uid"])
+def test_the_runtime_refuses_to_start_when_it_cannot_isolate_its_commands(how: tuple[str, ...], tmp_path: Path) -> None:
+    """Fail closed: without the capability it needs (root with an empty bounding set has none), it exits."""
+    drop = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    runtime = [sys.executable, "-I", "-S", SERVER_PATH, "--unix", str(tmp_path / "rt.sock"), "--isolate-commands"]
+    done = subprocess.run([*drop, *runtime, *how], input=b"token\n", capture_output=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert b"ironflow-runtime: cannot keep commands away from the runtime" in done.stderr, done.stderr
+    assert b"ready" not in done.stderr
+    assert not (tmp_path / "rt.sock").exists()
