@@ -2,17 +2,24 @@
 
 The runtime and its commands share a uid; without this, a command could copy the runtime's
 listening socket (``pidfd_getfd``), stop it and answer in its place, or read the token in its
-memory. So, at start, before the token is read and before any thread:
+memory. So, at start, before the token is read and before any other thread:
 
-1. the runtime's later children go in a new pid namespace: ``unshare(CLONE_NEWPID)`` here (a
-   bubblewrap session keeps ``CAP_SYS_ADMIN`` in its user namespace for this), or one the
-   sandbox's setup made already (gVisor's root stage); a command can name no pid of the runtime
+1. a pid namespace for the commands: one thread (the spawner) calls ``unshare(CLONE_NEWPID)``
+   (a bubblewrap session keeps ``CAP_SYS_ADMIN`` in its user namespace for this) and starts
+   every command from then on; only that thread's children land there, since a process whose
+   children go elsewhere can start no thread. A command can name no pid of the runtime
    (``kill``, ``pidfd_open``), and a pidfd of it from ``/proc`` fails across namespaces;
-2. a tiny init, forked here, is pid 1 there: it holds nothing (fds 0-2 on ``/dev/null``, no
-   token, no socket), reaps orphans, and dies with the runtime, taking every command with it;
-3. both drop every capability (ambient, inheritable, permitted, effective; the bounding set
-   too as uid 0) and become non-dumpable, so ptrace-mode checks (``/proc/<pid>/mem``,
-   ``environ``, ``fd/``, ``pidfd_getfd``) refuse a command, which has no ``CAP_SYS_PTRACE``.
+2. a tiny init, forked by the spawner, is pid 1 there: it holds nothing (fds 0-2 on
+   ``/dev/null``, no token, no socket), reaps orphans, and dies with the runtime (taking every
+   command with it);
+3. every thread and the init drop every capability (ambient, inheritable, permitted,
+   effective; the bounding set too as uid 0) and the process is not dumpable, so ptrace-mode
+   checks (``/proc/<pid>/mem``, ``environ``, ``fd/``, ``pidfd_getfd``) refuse a command,
+   which has no ``CAP_SYS_PTRACE``.
+
+gVisor (this release) has no ``unshare(CLONE_NEWPID)``: there the runtime starts as gVisor's
+root with ``CAP_SETUID``/``CAP_SETGID`` only and sets its real and saved uid apart from its
+commands' (``--runtime-uid``), which then can neither signal nor trace it.
 
 Each step is checked and any failure raises: the runtime then does not start (fail closed).
 Linux only, standard library only (``ctypes``), like its siblings; imported only with the flag.
