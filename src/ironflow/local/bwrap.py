@@ -140,6 +140,9 @@ class BwrapSettings:
     sessions_dir: str | None = None
     #: Host paths bound read-write (after the read-only ones: a workspace at /workspace).
     writable_mounts: tuple[WritableMount, ...] = ()
+    #: ``CAP_SYS_ADMIN`` in the sandbox's user namespace, for a session's runtime to put its commands in a
+    #: pid namespace of their own before it drops every capability (``server.py --isolate-commands``).
+    keep_sys_admin: bool = False
 
 
 def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[str, ...]:
@@ -273,6 +276,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
         "--new-session",  # no TIOCSTI into the caller's terminal
         "--cap-drop",
         "ALL",
+        *(["--cap-add", "CAP_SYS_ADMIN"] if settings.keep_sys_admin else []),
         "--uid",
         uid,
         "--gid",

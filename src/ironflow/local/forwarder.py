@@ -13,6 +13,7 @@ needs no package on the sandbox's path. It never reads or logs what it relays.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -37,7 +38,21 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
             dst.shutdown(socket.SHUT_WR)
 
 
+def _drop_given_capabilities() -> None:
+    """A session's runtime gets ``CAP_SYS_ADMIN`` as an ambient capability through this process
+    (``bwrap --cap-add``): once it is passed on, none stays here, in this thread (capabilities are
+    a thread's own). A process given none (a step, the gVisor relay) is left as it is."""
+    with open("/proc/thread-self/status") as f:
+        ambient = next((int(line.split()[1], 16) for line in f if line.startswith("CapAmb:")), 0)
+    if ambient:
+        libc = ctypes.CDLL(None, use_errno=True)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+        if libc.prctl(47, 4, 0, 0, 0) or libc.capset(header, (ctypes.c_uint32 * 6)()):  # PR_CAP_AMBIENT_CLEAR_ALL
+            raise OSError(ctypes.get_errno(), "forwarder.py: could not drop its capabilities")
+
+
 def _serve(listener: socket.socket, unix_path: str) -> None:
+    _drop_given_capabilities()  # before any thread of its own
     while True:
         client, _ = listener.accept()
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -64,6 +79,7 @@ def main(argv: list[str]) -> int:
     # The command keeps what the sandbox was given to inherit (a session runtime's listening socket);
     # this script's own sockets are non-inheritable, so they stay here.
     child = subprocess.Popen(command, close_fds=False)
+    _drop_given_capabilities()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     code = child.wait()

@@ -127,6 +127,9 @@ class GvisorSettings:
     writable_mounts: tuple[bwrap.WritableMount, ...] = ()
     #: The provider's limits: the step's rlimits are the spec's (:func:`~ironflow.local.limits.oci_rlimits`).
     limits: SandboxLimits = DEFAULT_LIMITS
+    #: ``as_root`` drops to the step's uid itself, in its own way, and no ``setpriv`` follows it: a
+    #: session's runtime, whose real and saved uid stay apart from its commands'.
+    as_root_drops: bool = False
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -232,10 +235,10 @@ def setup_script(settings: GvisorSettings) -> str:
         "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
         f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
     ]
-    drop = (
-        f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
-        f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --"
-    )
+    drop = f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+    if not settings.as_root_drops:
+        drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
+        drop += "--no-new-privs --"
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
     guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
     fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'

@@ -5,10 +5,12 @@ runtime's socket is made inside: ``runsc --host-uds=create`` lets the sandbox cr
 socket in a host bind mount, which the host then connects to like any other. The session's
 socket directory (``<session dir>/s``, 0700, the worker's) is bind-mounted at
 :data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700; gVisor's root binds the socket
-there (:data:`LISTEN_AS_ROOT`, run by the setup script just before the drop) and hands the
-listening fd to the runtime as fd :data:`LISTEN_FD`; so the step (uid 10001) can neither reach
-the path nor put a socket of its own in its place. The runtime's directory is a read-only bind
-at :data:`RUNTIME_DIR`, as under bubblewrap. No network at all
+there (:data:`LISTEN_AS_ROOT`, run by the setup script in place of its drop, which it does
+itself) and hands the listening fd to the runtime as fd :data:`LISTEN_FD`; so the step (uid
+10001) can neither reach the path nor put a socket of its own in its place. The runtime's real
+and saved uid is :data:`RUNTIME_UID`, its commands' 10001: they cannot signal it (SIGSTOP) nor
+read its memory. The runtime's directory is a read-only bind at :data:`RUNTIME_DIR`, as under
+bubblewrap. No network at all
 (``--network=none``): no port of the host, the server's and the router's included, is
 reachable from the session.
 
@@ -24,13 +26,16 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ironflow.claude import layout
 from ironflow.local import bwrap, gvisor, sandbox_argv
 
 __all__ = [
     "LISTEN_AS_ROOT",
     "LISTEN_FD",
     "RUNTIME_DIR",
+    "RUNTIME_ISOLATION",
     "RUNTIME_PATH",
+    "RUNTIME_UID",
     "SOCKET_DIR",
     "SOCKET_SUBDIR",
     "host_socket",
@@ -49,9 +54,23 @@ SOCKET_DIR: Final = "/dev/ironflow-session"
 SOCKET_SUBDIR: Final = "s"
 #: The runtime's listening fd (0-2 are its stdio, the token comes on 0).
 LISTEN_FD: Final = 3
-#: ``python -c`` as gVisor's root: ``PATH FD ARGV…``: bind and listen on PATH, as fd FD, exec ARGV.
+#: The runtime's real and saved uid and gid (``server.py --runtime-uid``): this gVisor release has no
+#: ``unshare(CLONE_NEWPID)``, so a uid apart keeps its commands (uid 10001) from signalling it or
+#: reaching its memory; its effective uid is theirs, so the files it writes are theirs.
+RUNTIME_UID: Final = layout.SANDBOX_UID + 1
+#: The runtime's arguments for it, added by :func:`runtime_settings`: the commands' uid (and gid) with it.
+RUNTIME_ISOLATION: Final = (
+    "--isolate-commands",
+    "--runtime-uid",
+    str(RUNTIME_UID),
+    "--commands-uid",
+    str(layout.SANDBOX_UID),
+)
+#: ``python -c`` as gVisor's root: ``PATH FD ARGV…``: bind and listen on PATH, as fd FD; keep no
+#: capability but ``CAP_SETUID`` and ``CAP_SETGID`` (the bounding set), no new privileges; exec ARGV:
+#: the runtime, which sets its uids apart with them and drops them (``server.py --runtime-uid``).
 LISTEN_AS_ROOT: Final = (
-    "import os, socket, sys\n"
+    "import ctypes, os, socket, sys\n"
     "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
     "s.bind(sys.argv[1])\n"
     "s.listen(128)\n"
@@ -59,6 +78,15 @@ LISTEN_AS_ROOT: Final = (
     "if s.fileno() != fd:\n"
     "    os.dup2(s.fileno(), fd)\n"
     "os.set_inheritable(fd, True)\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "for cap in range(64):\n"  # CAP_SETGID is 6, CAP_SETUID 7; up to the first number the kernel does not know
+    "    if cap not in (6, 7) and libc.prctl(24, cap, 0, 0, 0):\n"
+    "        if ctypes.get_errno() != 22:\n"
+    "            sys.exit(f'ironflow-sandbox: setup failed: dropping capability {cap}')\n"
+    "        break\n"
+    "if libc.prctl(38, 1, 0, 0, 0):\n"
+    "    sys.exit('ironflow-sandbox: setup failed: no_new_privs')\n"
+    "os.setgroups([])\n"
     "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
 _SOCKET: Final = "rt.sock"
@@ -77,7 +105,7 @@ def runtime_settings(
     ``writable`` (a workspace's copy) bound as a step's are."""
     bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
     return gvisor.GvisorSettings(
-        command=command,
+        command=(*command, *RUNTIME_ISOLATION),  # with as_root_drops: the runtime starts as root, and drops
         profile_dirs=tuple(p.path for p in shape.profiles),
         home_size_bytes=shape.home_size_bytes,
         tmp_size_bytes=shape.tmp_size_bytes,
@@ -87,6 +115,7 @@ def runtime_settings(
         host_uds_create=True,
         writable_mounts=writable,
         limits=shape.limits,
+        as_root_drops=True,
     )
 
 

@@ -131,11 +131,13 @@ def render(
     extra_tools: tuple[str, ...] = (),
     fds: SandboxFds = SandboxFds(),
     managed: Mapping[str, Any] | None = None,
+    keep_sys_admin: bool = False,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
     """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
     settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
     ``tmp`` (None when neither is needed: bubblewrap without managed settings); bubblewrap's
-    sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`)."""
+    sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`); ``keep_sys_admin`` is
+    :attr:`bwrap.BwrapSettings.keep_sys_admin`."""
     managed_dir: str | None = None
     if managed is not None:
         managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
@@ -226,6 +228,7 @@ def render(
             seccomp_fd=fds.seccomp,
             env_fd=fds.env,
             sessions_dir=sessions_dir,
+            keep_sys_admin=keep_sys_admin,
         )
     ), binds
 

@@ -3,7 +3,8 @@
 The pod runs with ``seccompProfile: RuntimeDefault``; this is the local counterpart: a
 deny list of the system calls that default profile refuses to unprivileged containers
 (kernel modules, mounts, kexec, keyrings, BPF, perf, ptrace, io_uring, clock and swap
-changes…), answered with ``EPERM`` so a program that probes them falls back, and, as that
+changes, and what reaches into another process: ``process_vm_*``, ``pidfd_getfd``,
+``process_madvise``…), answered with ``EPERM`` so a program that probes them falls back, and, as that
 profile does, no new user namespace: an agent needs none, and inside one an unprivileged
 process reaches much of the kernel that otherwise needs a capability. A call from another
 ABI (32-bit ``int 0x80``, x32) kills the process: the table below is only correct for
@@ -22,7 +23,9 @@ Rule table (x86-64 numbers):
 outcome                     system calls
 ==========================  ===============================================================
 kill the process            any non x86-64 ABI (``AUDIT_ARCH`` mismatch, x32 bit set)
-EPERM                       every name in ``denied`` (default :data:`DENIED_X86_64`)
+EPERM                       every name in ``denied`` (default :data:`DENIED_X86_64`), among
+                            them ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_getfd``
+                            and ``process_madvise`` (another process's memory or fds)
 EPERM                       :data:`NEW_USER_NAMESPACE_X86_64` with ``CLONE_NEWUSER`` in flags
 ENOSYS                      :data:`ENOSYS_X86_64` (``clone3``: libc falls back to ``clone``)
 allowed                     everything else
@@ -82,6 +85,8 @@ DENIED_X86_64: Final[Mapping[str, int]] = {
     "io_uring_setup": 425,
     "io_uring_enter": 426,
     "io_uring_register": 427,
+    "pidfd_getfd": 438,
+    "process_madvise": 440,
     "open_tree": 428,
     "move_mount": 429,
     "fsopen": 430,

@@ -7,7 +7,10 @@ network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
 (:mod:`~ironflow.local.gvisor_sessions`). The per-session token goes in on stdin, so neither
-is on an argv or in the environment of the commands the runtime starts.
+is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
+commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
+of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
+drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
@@ -79,6 +82,10 @@ _DIR_PREFIX: Final = "ifs-"
 _SOCKET: Final = "rt.sock"
 _MAX_SOCKET_PATH: Final = 107
 _PR_SET_PDEATHSIG: Final = 1
+#: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
+#: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
+#: :data:`~ironflow.local.gvisor_sessions.RUNTIME_ISOLATION`.
+_ISOLATE: Final = "--isolate-commands"
 
 
 @dataclasses.dataclass(eq=False)
@@ -236,7 +243,8 @@ class LocalSessions:
             listener.bind(socket_path)
             listener.listen(128)
             python = self._python
-            command = (python, "-I", "-S", RUNTIME_PATH, "--listen-fd", str(listener.fileno()), *options)
+            listen = ("--listen-fd", str(listener.fileno()), _ISOLATE)
+            command = (python, "-I", "-S", RUNTIME_PATH, *listen, *options)
             with sandbox_argv.sandbox_fds(self.provider.isolation, env) as fds:
                 argv, binds = sandbox_argv.render(
                     self._shape,
@@ -249,6 +257,7 @@ class LocalSessions:
                     writable=writable,
                     extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
                     fds=fds,
+                    keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
                 )
                 proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)
         finally:

@@ -14,7 +14,10 @@ per stream. A command not found exits 127, one that cannot run 126, as in a shel
 
 Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
 standard library only, nothing of ironflow, threads rather than an event loop (idle cheap);
-its body plumbing is the sibling file ``streams.py`` (the module-size rule keeps them two).
+its body plumbing and commands are the sibling file ``streams.py`` (the module-size rule keeps
+them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
+commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses
+to start if that cannot be set up.
 """
 
 from __future__ import annotations
@@ -39,96 +42,13 @@ import urllib.parse
 from typing import Any, BinaryIO
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
-from streams import Body, Chunked, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
+from streams import Body, Chunked, Command, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
 
 __all__ = ["main"]
 
 _CHUNK = 65536
 _MAX_HEADER_BYTES = 65536
 _EXT = "/ironflow/v1/"
-
-
-class Command:
-    """One process and its events (bounded), for a waiter that streams them from the start."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None, cap: int) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.cond = threading.Condition()
-        self.sizes = {"stdout": 0, "stderr": 0}
-        self.cap, self.finished, self.timed_out = cap, False, False
-        self.proc: subprocess.Popen[bytes] | None = None
-        try:
-            self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            )  # fmt: skip
-        except OSError as exc:
-            code = 127 if isinstance(exc, FileNotFoundError) else 126 if isinstance(exc, PermissionError) else 1
-            self._push({"stderr": f"{argv[0]}: {exc.strerror or exc}\n"})
-            self._push({"exit_code": code, "timed_out": False})
-            return
-        streams = [(self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")]
-        readers = [threading.Thread(target=self._read, args=(s, n), daemon=True) for s, n in streams]
-        for reader in readers:
-            reader.start()
-        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
-        threading.Thread(target=self._wait, args=(readers,), daemon=True).start()
-
-    def _push(self, event: dict[str, Any]) -> None:
-        with self.cond:
-            self.events.append(event)
-            self.finished = self.finished or "exit_code" in event
-            self.cond.notify_all()
-
-    def _feed(self, data: bytes | None) -> None:
-        assert self.proc is not None
-        with contextlib.suppress(OSError, AttributeError):  # no stdin pipe: nothing to feed
-            self.proc.stdin.write(data or b"")  # type: ignore[union-attr]
-            self.proc.stdin.close()  # type: ignore[union-attr]
-
-    def _read(self, stream: BinaryIO, name: str) -> None:
-        while data := stream.read1(_CHUNK):  # type: ignore[attr-defined]
-            room = self.cap - self.sizes[name]
-            if room > 0:
-                self._push({name: data[:room].decode(errors="replace")})
-                if len(data) >= room:
-                    self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
-            self.sizes[name] += len(data)
-
-    def _wait(self, readers: list[threading.Thread]) -> None:
-        assert self.proc is not None
-        code = self.proc.wait()
-        self.kill()  # what the command left in its process group goes with it, and its pipes close
-        for reader in readers:
-            reader.join()
-        self._push({"exit_code": 128 - code if code < 0 else code, "timed_out": self.timed_out})
-
-    def kill(self, *, timed_out: bool = False) -> bool:
-        if self.proc is None or self.finished:
-            return False
-        self.timed_out = self.timed_out or timed_out
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        return True
-
-    def follow(self, timeout: float | None) -> Any:
-        """Each event from the first, as it comes; past ``timeout`` seconds the group is killed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        index = 0
-        while True:
-            with self.cond:
-                while index >= len(self.events):
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        self.kill(timed_out=True)
-                        deadline = None
-                    self.cond.wait(left)
-                batch = self.events[index:]
-            index += len(batch)
-            for event in batch:
-                yield event
-                if "exit_code" in event:
-                    return
 
 
 class Runtime:
@@ -144,6 +64,7 @@ class Runtime:
         self.lock = threading.Lock()
         self.last_active = time.monotonic()
         self.busy = 0
+        self.spawn: Any = subprocess.Popen  # with --isolate-commands, confine.py's
 
     def resolve(self, raw: str) -> str:
         """A client path inside the workspace (symlinks followed), or 403."""
@@ -164,7 +85,7 @@ class Runtime:
         cwd = self.resolve(str(spec.get("cwd") or "."))
         stdin = spec.get("stdin")
         data = None if stdin is None else base64.b64decode(stdin)
-        command = Command(argv, env, cwd, data, self.max_output)
+        command = Command(argv, env, cwd, data, self.max_output, self.spawn)
         with self.lock:
             cid = f"c{next(self.ids)}"
             self.commands[cid] = command
@@ -473,8 +394,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-upload-bytes", type=int, default=1 << 30)
     parser.add_argument("--max-output-bytes", type=int, default=16 << 20)
     parser.add_argument("--idle-timeout", type=float, default=0.0)
+    parser.add_argument("--isolate-commands", action="store_true")  # a local session: see confine.py
+    parser.add_argument("--runtime-uid", type=int)  # with it: isolated by uid, not by a pid namespace
+    parser.add_argument("--commands-uid", type=int)
     args = parser.parse_args(argv)
+    spawn = None
+    if (args.runtime_uid is not None or args.commands_uid is not None) and not args.isolate_commands:
+        parser.error("--runtime-uid and --commands-uid go with --isolate-commands")
+    if args.isolate_commands:
+        try:
+            spawn = __import__("confine").isolate_commands(args.runtime_uid, args.commands_uid)
+        except OSError as exc:
+            raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
     runtime = Runtime(args, _read_token(args))
+    runtime.spawn = spawn or runtime.spawn
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     listener = _listener(args)

@@ -1,26 +1,35 @@
-"""The HTTP body plumbing of the session runtime (:mod:`ironflow.sandbox_runtime.server`).
+"""The HTTP body and pipe plumbing of the session runtime (:mod:`ironflow.sandbox_runtime.server`).
 
 Standard library only and nothing of ironflow, like the server beside it, which imports
 this file by path: a request body read in bounded pieces (Content-Length or chunked), a
 chunked response writer, and a streaming multipart/form-data reader. Nothing here buffers
-a whole body; and the lingering close of a connection whose request body went unread.
+a whole body; and the lingering close of a connection whose request body went unread. For
+commands: an output pipe read until its end or a stop, and the processes a command left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
+import signal
 import socket
+import subprocess
+import threading
 import time
 import urllib.parse
-from typing import BinaryIO
+from collections.abc import Callable, Collection
+from typing import Any, BinaryIO
 
-__all__ = ["Body", "Chunked", "HttpError", "Multipart", "linger", "response_head"]
+__all__ = ["Body", "Chunked", "Command", "HttpError", "Multipart", "leftovers", "linger", "read_pipe", "response_head"]
 
 _CHUNK = 65536
 _MAX_HEADER_BYTES = 65536
 _MAX_JSON_BYTES = 8 << 20
 #: How long a connection closed with its request's body unread still takes (and drops) bytes.
 _LINGER_S = 5.0
+#: How long a command's pipes are still read once it ended: a process it left may hold them.
+_DRAIN_S = 1.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
 
@@ -190,3 +199,146 @@ class Multipart:
             self.skip()
         while self.body.read():
             pass
+
+
+def read_pipe(stream: BinaryIO, stop: int, emit: Callable[[bytes], None]) -> None:
+    """Each piece of ``stream`` to ``emit`` until its end, or until ``stop`` (a pipe) is readable:
+    a process the command left (``setsid``) may hold the pipe open long after the command ended."""
+    fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(stop, select.POLLIN)
+    with stream:
+        while True:
+            ready = dict(poller.poll())
+            if stop in ready or fd not in ready:
+                return
+            data = os.read(fd, _CHUNK)
+            if not data:
+                return
+            emit(data)
+
+
+def leftovers(session: int, pipes: Collection[int]) -> list[int]:
+    """Pids of the processes in ``session`` or holding one of the pipes ``pipes`` (inode numbers),
+    this process aside: what a command left behind, in its session or out of it (``setsid``)."""
+    links = {f"pipe:[{inode}]" for inode in pipes}
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            if int(fields[3]) == session or _holds(name, links):
+                found.append(int(name))
+    return found
+
+
+def _holds(pid: str, links: set[str]) -> bool:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
+                return True
+    return False
+
+
+class Command:
+    """One process and its events (bounded), for a waiter that streams them from the start."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None, cap: int, spawn: Any
+    ) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.cond = threading.Condition()
+        self.sizes = {"stdout": 0, "stderr": 0}
+        self.cap, self.finished, self.timed_out = cap, False, False
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            self.proc = spawn(
+                argv, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126 if isinstance(exc, PermissionError) else 1
+            self._push({"stderr": f"{argv[0]}: {exc.strerror or exc}\n"})
+            self._push({"exit_code": code, "timed_out": False})
+            return
+        self.pipes = [os.fstat(s.fileno()).st_ino for s in (self.proc.stdout, self.proc.stderr)]  # type: ignore[union-attr]
+        self.stop = os.pipe()
+        streams = [(self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")]
+        readers = [threading.Thread(target=read_pipe, args=(s, self.stop[0], self._out(n))) for s, n in streams]
+        for reader in readers:
+            reader.daemon = True
+            reader.start()
+        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        threading.Thread(target=self._wait, args=(readers,), daemon=True).start()
+
+    def _push(self, event: dict[str, Any]) -> None:
+        with self.cond:
+            self.events.append(event)
+            self.finished = self.finished or "exit_code" in event
+            self.cond.notify_all()
+
+    def _feed(self, data: bytes | None) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(OSError, AttributeError):  # no stdin pipe: nothing to feed
+            self.proc.stdin.write(data or b"")  # type: ignore[union-attr]
+            self.proc.stdin.close()  # type: ignore[union-attr]
+
+    def _out(self, name: str) -> Any:
+        def emit(data: bytes) -> None:
+            room = self.cap - self.sizes[name]
+            if room > 0:
+                self._push({name: data[:room].decode(errors="replace")})
+                if len(data) >= room:
+                    self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
+            self.sizes[name] += len(data)
+
+        return emit
+
+    def _wait(self, readers: list[threading.Thread]) -> None:
+        assert self.proc is not None
+        code = self.proc.wait()
+        with contextlib.suppress(OSError):  # what the command left in its process group goes with it
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + _DRAIN_S
+        for reader in readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        os.write(self.stop[1], b"x")  # a process out of the group (setsid) still holds a pipe: stop reading
+        for reader in readers:
+            reader.join()
+        for fd in self.stop:
+            os.close(fd)
+        self._push({"exit_code": 128 - code if code < 0 else code, "timed_out": self.timed_out})
+
+    def kill(self, *, timed_out: bool = False) -> bool:
+        """SIGKILL to the command's group, its session and whatever holds its pipes (a ``setsid`` child)."""
+        if self.proc is None or self.finished:
+            return False
+        self.timed_out = self.timed_out or timed_out
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in leftovers(self.proc.pid, self.pipes):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return True
+
+    def follow(self, timeout: float | None) -> Any:
+        """Each event from the first, as it comes; past ``timeout`` seconds the group is killed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        index = 0
+        while True:
+            with self.cond:
+                while index >= len(self.events):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        self.kill(timed_out=True)
+                        deadline = None
+                    self.cond.wait(left)
+                batch = self.events[index:]
+            index += len(batch)
+            for event in batch:
+                yield event
+                if "exit_code" in event:
+                    return

@@ -1,4 +1,4 @@
-"""A gVisor session's sandbox as values: the socket bound as root before the drop, the runtime's
+"""A gVisor session's sandbox as values: the socket bound as root, which execs the runtime, the runtime's
 code read-only and the socket dir under gVisor's own /dev, no network, nothing on the argv but runsc."""
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ def _settings() -> gvisor.GvisorSettings:
     return gvisor_sessions.runtime_settings(SHAPE, RUNTIME, python="/py/bin/python3", runsc_path="/usr/bin/runsc")
 
 
-def test_the_socket_is_bound_as_gvisors_root_then_the_runtime_runs_as_the_step_uid() -> None:
+def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_uids_apart() -> None:
+    """No setpriv: it would give the runtime its commands' every uid (gVisor has no pid namespace
+    to put between them); the runtime drops to uids apart itself (``--runtime-uid``)."""
     script = gvisor.setup_script(_settings())
     words = shlex.split(script[script.rindex("\nexec ") :])  # the last line; the snippet's newlines are quoted
-    drop = words.index("setpriv")
+    assert "setpriv" not in words
     assert words[:5] == ["exec", "/py/bin/python3", "-I", "-S", "-c"]
     assert words[5] == gvisor_sessions.LISTEN_AS_ROOT
-    assert words[6:drop] == [f"{gvisor_sessions.SOCKET_DIR}/rt.sock", str(gvisor_sessions.LISTEN_FD)]
-    assert words[drop + 1 : drop + 3] == ["--reuid", "10001"]
-    assert tuple(words[words.index("--", drop) + 1 :]) == RUNTIME
+    assert words[6:8] == [f"{gvisor_sessions.SOCKET_DIR}/rt.sock", str(gvisor_sessions.LISTEN_FD)]
+    assert tuple(words[8:]) == (*RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
 
 
 def test_without_as_root_the_setup_script_execs_the_drop_as_before() -> None:

@@ -1,0 +1,158 @@
+"""Keep a session's commands out of reach of the runtime that starts them (``server.py --isolate-commands``).
+
+The runtime and its commands share a uid; without this, a command could copy the runtime's
+listening socket (``pidfd_getfd``), stop it and answer in its place, or read the token in its
+memory. So, at start, before the token is read and before any other thread:
+
+1. a pid namespace for the commands: one thread (the spawner) calls ``unshare(CLONE_NEWPID)``
+   (a bubblewrap session keeps ``CAP_SYS_ADMIN`` in its user namespace for this) and starts
+   every command from then on; only that thread's children land there, since a process whose
+   children go elsewhere can start no thread. A command can name no pid of the runtime
+   (``kill``, ``pidfd_open``), and a pidfd of it from ``/proc`` fails across namespaces;
+2. a tiny init, forked by the spawner, is pid 1 there: it holds nothing (fds 0-2 on
+   ``/dev/null``, no token, no socket), reaps orphans, and dies with the runtime (taking every
+   command with it);
+3. every thread and the init drop every capability (ambient, inheritable, permitted,
+   effective; the bounding set too as uid 0) and the process is not dumpable, so ptrace-mode
+   checks (``/proc/<pid>/mem``, ``environ``, ``fd/``, ``pidfd_getfd``) refuse a command,
+   which has no ``CAP_SYS_PTRACE``.
+
+gVisor (this release) has no ``unshare(CLONE_NEWPID)``: there the runtime starts as gVisor's
+root with ``CAP_SETUID``/``CAP_SETGID`` only and sets its real and saved uid apart from its
+commands' (``--runtime-uid``), which then can neither signal nor trace it.
+
+Each step is checked and any failure raises: the runtime then does not start (fail closed).
+Linux only, standard library only (``ctypes``), like its siblings; imported only with the flag.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import errno
+import functools
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+__all__ = ["isolate_commands"]
+
+_CLONE_NEWPID = 0x20000000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAPABILITY_VERSION_3 = 0x20080522
+_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _drop_privileges(libc: ctypes.CDLL) -> None:
+    """No capability in any set of this thread, no new privileges on exec, the process not dumpable."""
+    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if os.geteuid() == 0:  # uid 0 in the namespace: exec could regain the bounding set
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+        for cap in range(last + 1):
+            _check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping the bounding set")
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and ctypes.get_errno() != errno.EINVAL:
+        _check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+    with open("/proc/thread-self/status") as f:  # capabilities are a thread's own
+        held = [line for line in f if line.split(":")[0] in _CAP_FIELDS and int(line.split()[1], 16)]
+    if held:
+        raise OSError(f"capabilities still held: {' '.join(line.split(':')[0] for line in held)}")
+    _check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "non-dumpable")
+
+
+def _init(libc: ctypes.CDLL, report: int) -> NoReturn:
+    """Pid 1 of the commands' namespace: reap whatever is left to it, until the runtime dies."""
+    try:
+        ok = os.getpid() == 1
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+        _drop_privileges(libc)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        # The runtime reads this: had it died before the prctl, the write fails (its end is closed).
+        os.write(report, b"1" if ok else b"0")
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, 1 << 20)  # the listening socket, the token's pipe: nothing of the runtime stays
+        while ok:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                signal.sigwait({signal.SIGCHLD})
+    finally:  # whatever happens, never back into the runtime's code
+        os._exit(1)
+
+
+def _enter(libc: ctypes.CDLL) -> None:
+    """In the spawning thread: a pid namespace for its children (its own: a process whose children go
+    elsewhere can start no thread), its init, then no capability left to this thread."""
+    _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        _init(libc, write)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        got = answer.read(1)
+    if got != b"1":
+        os.kill(child, signal.SIGKILL)
+        raise OSError("the commands' pid namespace could not be made (its init is not pid 1)")
+    _drop_privileges(libc)
+
+
+def isolate_commands(runtime_uid: int | None = None, commands_uid: int | None = None) -> Callable[..., Any]:
+    """Set the isolation up; call first, with no other thread started. Returns what starts a
+    command (``subprocess.Popen``'s arguments): in the one thread whose children land in the
+    commands' namespace; with ``runtime_uid``, as ``commands_uid`` instead.
+
+    Raises:
+        OSError: a step failed (the caller refuses to start).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if runtime_uid is not None:
+        return _apart(libc, runtime_uid, commands_uid)
+    spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
+    spawner.submit(_enter, libc).result()
+    _drop_privileges(libc)  # this thread's own, then the process is non-dumpable
+    return lambda *args, **kwargs: spawner.submit(subprocess.Popen, *args, **kwargs).result()
+
+
+def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
+    """Where no pid namespace can be made (gVisor): started as root with ``CAP_SETUID`` and
+    ``CAP_SETGID``, the runtime's real and saved uid and gid become ``runtime_uid``, the effective
+    ones its commands' ``uid`` (the files it writes are theirs). A process may signal or trace
+    another only with the other's real or saved uid: a command, every uid its own, can do neither
+    to the runtime. Checked, then no capability is left."""
+    if uid in (None, 0, runtime_uid) or runtime_uid == 0:
+        raise OSError(f"the runtime's uid {runtime_uid} must be apart from its commands' ({uid}) and root's")
+    os.setgroups([])
+    os.setresgid(runtime_uid, uid, runtime_uid)
+    os.setresuid(runtime_uid, uid, runtime_uid)  # root no more: the kernel clears the capabilities
+    if (os.getresuid(), os.getresgid(), os.getgroups()) != ((runtime_uid, uid, runtime_uid),) * 2 + ([],):
+        raise OSError(f"the runtime's uids are not apart from its commands' ({uid})")
+    _drop_privileges(libc)
+    return functools.partial(subprocess.Popen, user=uid, group=uid)
