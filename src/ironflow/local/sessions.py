@@ -352,7 +352,7 @@ class LocalSessions:
         proc.stdin.close()
         lines: list[bytes] = []
         async with asyncio.timeout(_START_TIMEOUT_S):
-            while line := await proc.stderr.readline():
+            while line := await _stderr_line(proc.stderr):
                 if line.startswith(_READY):
                     return
                 if len(lines) < 20:
@@ -367,7 +367,7 @@ class LocalSessions:
         assert session.proc.stderr is not None
         try:
             async with asyncio.timeout(ttl):
-                while line := await session.proc.stderr.readline():
+                while line := await _stderr_line(session.proc.stderr):
                     log.debug("sandbox session %s: %s", session.info.id, line[:300].decode(errors="replace").rstrip())
                 await session.proc.wait()
             log.info("sandbox session %s ended (exit %s)", session.info.id, session.proc.returncode)
@@ -477,3 +477,13 @@ class LocalSessions:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _stderr_line(stream: asyncio.StreamReader) -> bytes:
+    """The next line of a session's stderr; a line past the reader's limit is dropped, not an error
+    that ends the session (under gVisor a command may reach the runtime's stderr)."""
+    while True:
+        try:
+            return await stream.readline()
+        except ValueError:  # asyncio cleared the over-long line's bytes so far; its rest reads on
+            continue
