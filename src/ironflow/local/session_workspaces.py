@@ -64,7 +64,10 @@ def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> Worksp
     place = os.path.join(os.path.dirname(prepared.copy), _READ_COPY)
     shutil.rmtree(place, ignore_errors=True)
     try:
-        local_workspaces.copy_tree(prepared.copy, place, prepared.spec, whose="the session's workspace", owner=None)
+        whose = "the session's workspace"
+        local_workspaces.copy_tree(
+            prepared.copy, place, prepared.spec, whose=whose, owner=None, refusal=errors.WorkspaceUnsafe
+        )
         return local_workspaces.collect(dataclasses.replace(prepared, copy=place))
     finally:
         shutil.rmtree(place, ignore_errors=True)

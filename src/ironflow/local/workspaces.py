@@ -199,13 +199,22 @@ def snapshot(
     return out
 
 
-def copy_tree(source: str, copy: str, spec: Workspace, *, whose: str, owner: int | None) -> None:
+def copy_tree(
+    source: str,
+    copy: str,
+    spec: Workspace,
+    *,
+    whose: str,
+    owner: int | None,
+    refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
+) -> None:
     """``source`` copied into the new directory ``copy`` (:func:`ironflow.local.tree_reads.copy_tree`:
     beneath fds, the bytes counted against the workspace's bounds as they are copied); on any
     refusal nothing of the copy is left.
 
     Raises:
-        WorkspaceRefused: a special file, a file or a total over the bounds, a path that moved.
+        WorkspaceRefused (or ``refusal``): a special file, a file or a total over the bounds, a
+            path that moved while it was copied.
     """
     os.mkdir(copy, 0o700)
     try:
@@ -223,15 +232,15 @@ def copy_tree(source: str, copy: str, spec: Workspace, *, whose: str, owner: int
     except tree_reads.Refused as exc:
         shutil.rmtree(copy, ignore_errors=True)
         if exc.path is None:
-            raise errors.WorkspaceRefused(
+            raise refusal(
                 f"{whose} holds over {spec.max_total_bytes} bytes (the workspace's max_total_bytes): "
                 "the copy stopped there"
             ) from None
-        raise errors.WorkspaceRefused(f"{whose} holds '{escaped(exc.path)}': {exc.why}") from None
+        raise refusal(f"{whose} holds '{escaped(exc.path)}': {exc.why}") from None
     except OSError as exc:
         shutil.rmtree(copy, ignore_errors=True)
-        raise errors.WorkspaceRefused(
-            f"{whose} could not be copied: {os.strerror(exc.errno or errno.EIO)}"
+        raise refusal(
+            f"{whose} could not be copied (it changed while it was read?): {os.strerror(exc.errno or errno.EIO)}"
             + (f" at '{escaped(os.fsdecode(exc.filename))}'" if exc.filename else "")
         ) from None
 

@@ -1,6 +1,8 @@
 """A running session cannot steer the host's read of its workspace (issue 34, H3): while a command
 swaps a directory for a symlink to a root-only host directory in a tight loop, ``changes(apply=True)``
-reads nothing outside the workspace, into a patch or into the host repository."""
+reads nothing outside the workspace, into a patch or into the host repository; nor can it make the
+host read past ``max_total_bytes`` (M3). Each with the session frozen for the read, and without a
+freezer (the read is of a copy made beneath the workspace's fd)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
+from ironflow.local import cgroups
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.workspaces import Workspace
@@ -45,8 +48,20 @@ while True:
 """
 
 
+MIB = 1 << 20
+
+
+@pytest.fixture(params=["frozen", "copied"])
+def read_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``copied``: as on a machine with no cgroup freezer."""
+    if request.param == "copied":
+        monkeypatch.setattr(cgroups.Sandbox, "can_freeze", False)
+    mode: str = request.param
+    return mode
+
+
 @pytest.fixture(params=WORKSPACE_ISOLATIONS)
-async def sessions(state: Path, request: pytest.FixtureRequest) -> AsyncIterator[LocalSessions]:
+async def sessions(state: Path, request: pytest.FixtureRequest, read_mode: str) -> AsyncIterator[LocalSessions]:
     provider = LocalSandboxProvider(isolation=request.param)
     async with LocalSessions(provider, state_dir=str(state)) as opened:
         yield opened
@@ -59,6 +74,10 @@ def _secret(root: Path) -> Path:
     (secret / "key").write_bytes(MARKER + b"\n")
     os.chmod(secret / "key", 0o600)
     return secret
+
+
+def _names(root: Path) -> set[str]:
+    return {p.name for p in root.rglob("*")}
 
 
 def _holds_marker(root: Path) -> list[str]:
@@ -97,3 +116,22 @@ async def test_changes_apply_never_reads_through_a_swapped_symlink(sessions: Loc
     assert swaps >= SWAPS
     assert not any(MARKER in patch for patch in patches)
     assert _holds_marker(repo) == []
+
+
+async def test_a_fill_past_max_total_bytes_is_refused_and_no_read_copy_is_left(
+    sessions: LocalSessions, state: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("kept\n")
+    sandbox = await sessions.open(workspace=Workspace(str(repo), max_total_bytes=64 * MIB, max_file_bytes=64 * MIB))
+    fill = "for i in 1 2 3 4 5 6; do head -c 67108864 /dev/zero > fill-$i; done"
+    try:
+        filled = await sandbox.commands.run(["sh", "-c", fill])
+        assert filled.exit_code == 0, filled.stderr
+        with pytest.raises((errors.WorkspaceUnsafe, errors.WorkspaceRefused), match="max_total_bytes"):
+            await sessions.changes(sandbox.id, apply=True)
+        assert "workspace-read" not in await asyncio.to_thread(_names, state)
+        assert sorted(p.name for p in repo.iterdir()) == ["README"]
+    finally:
+        await sandbox.close()
