@@ -118,15 +118,13 @@ def snapshot(
     spec: Workspace,
     *,
     whose: str,
-    chown_to: int | None = None,
     refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
     earlier: Snapshot | None = None,
 ) -> dict[str, Entry]:
     """Every path under ``root`` (never following a symlink: each directory is opened beneath
     ``root``'s fd); refuses what a workspace may not hold: a special file, a file over
     ``max_file_bytes``, more than ``max_total_bytes`` in all.
-    ``whose`` names the tree in the message (the source, or the step's copy); ``chown_to``
-    gives each entry to that uid first (the sandbox's, on a root worker). A path whose
+    ``whose`` names the tree in the message (the source, or the step's copy). A path whose
     ``lstat`` is as in ``earlier`` gets ``earlier``'s own entry (equal, and no new object):
     an entry that is not ``earlier``'s marks a path that moved.
 
@@ -151,8 +149,6 @@ def snapshot(
                 with os.scandir(dir_fd) as it:
                     for item in it:
                         path = prefix + item.name
-                        if chown_to is not None:
-                            os.chown(item.name, chown_to, chown_to, dir_fd=dir_fd, follow_symlinks=False)
                         st = item.stat(follow_symlinks=False)
                         mode = st.st_mode
                         kind = kinds.get(stat.S_IFMT(mode))
