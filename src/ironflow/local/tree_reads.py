@@ -4,9 +4,9 @@ directory fd, with no symlink followed anywhere on the way (I/O).
 A sandbox's process can swap a directory for a symlink between the host's look and its open,
 and an open by name follows it (``O_NOFOLLOW`` guards the last component only). Every open here
 is ``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` from the
-root's fd; where the kernel has no ``openat2``, one ``openat`` with
-``O_NOFOLLOW`` per component, from the same fd: as strict, since a symlink anywhere fails the
-open (``ELOOP``) and a ``.``, ``..`` or empty component is refused before any open.
+root's fd; where the kernel has none (or a filter denies it), one ``openat`` with ``O_NOFOLLOW``
+per component, from the same fd: as strict, since a symlink anywhere fails the open (``ELOOP``)
+and a ``.``, ``..`` or empty component is refused before any open.
 :func:`copy_tree` copies a tree so, counting its bytes against a bound as it goes.
 """
 
@@ -66,7 +66,15 @@ def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
     path = os.fsencode(rel)
     for _ in range(_ATTEMPTS):
-        fd = int(_CALL(_SYS_OPENAT2, dir_fd, path, ctypes.byref(how), ctypes.sizeof(how)))
+        fd = int(
+            _CALL(
+                ctypes.c_long(_SYS_OPENAT2),
+                ctypes.c_long(dir_fd),
+                path,
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
+        )
         if fd >= 0:
             return fd
         code = ctypes.get_errno()
@@ -102,10 +110,19 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o600) -> int:
         try:
             return _openat2(dir_fd, rel, flags, mode)
         except OSError as exc:
-            if exc.errno != errno.ENOSYS:
+            if exc.errno not in (errno.ENOSYS, errno.EPERM) or (exc.errno == errno.EPERM and _works(dir_fd)):
                 raise
-            _has_openat2 = False
+            _has_openat2 = False  # no openat2 here, or a filter (a container's seccomp) denies it
     return _walk(dir_fd, names, flags, mode)
+
+
+def _works(dir_fd: int) -> bool:
+    """Whether ``openat2`` opens ``.`` of ``dir_fd``: an ``EPERM`` then came from the path, not the call."""
+    try:
+        os.close(_openat2(dir_fd, ".", DIR_FLAGS, 0))
+    except OSError:
+        return False
+    return True
 
 
 def use_openat2(enabled: bool) -> bool:
