@@ -31,7 +31,7 @@ from typing import Final, Literal
 
 from ironflow.local import identity, limits
 
-__all__ = ["Sandbox", "Support", "child_setup", "probe"]
+__all__ = ["FreezeFailed", "Sandbox", "Support", "child_setup", "probe"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -42,6 +42,10 @@ _NAME: Final = re.compile(r"^ironflow-(\d+)-\d+$")
 _EMPTY_WAIT_S: Final = 5.0
 _FREEZE_WAIT_S: Final = 5.0
 _counter = itertools.count(1)
+
+
+class FreezeFailed(Exception):
+    """A sandbox's cgroup could not be frozen (no freezer, or its tasks did not stop in time)."""
 
 
 @dataclass(frozen=True)
@@ -247,29 +251,36 @@ class Sandbox:
             return "frozen 1" in _read(os.path.join(self.dirs[""], "cgroup.events")).splitlines()
         return _read(os.path.join(self.dirs["freezer"], "freezer.state")) == "FROZEN"
 
+    async def _freeze(self) -> None:
+        try:
+            self._set_frozen(True)
+            deadline = time.monotonic() + _FREEZE_WAIT_S
+            for tries in itertools.count(1):
+                if self._is_frozen():
+                    return
+                if time.monotonic() > deadline:
+                    raise FreezeFailed(f"its tasks did not stop within {_FREEZE_WAIT_S:g} s")
+                await asyncio.sleep(0.002)
+                if tries % 25 == 0:  # v1 marks each task once: one that stopped under ptrace since is marked again
+                    self._set_frozen(True)
+        except OSError as exc:
+            raise FreezeFailed(f"its freezer cannot be used: {exc.strerror}") from None
+
     @contextlib.asynccontextmanager
     async def frozen(self) -> AsyncIterator[None]:
         """Every task of the cgroup stopped (none runs, none starts) for the block, thawed after;
         nested blocks thaw at the last one's end.
 
         Raises:
-            OSError: the cgroup cannot be frozen (no freezer, or not frozen within 5 s: it is thawed).
+            FreezeFailed: no freezer, the freezer cannot be written, or the tasks did not stop
+                within 5 s (they are thawed again).
         """
         if not self.can_freeze:
-            raise OSError(errno.ENOTSUP, "no cgroup freezer for this sandbox")
+            raise FreezeFailed("no cgroup freezer for this sandbox")
         self._freezes += 1
         try:
             if self._freezes == 1:
-                self._set_frozen(True)
-                deadline = time.monotonic() + _FREEZE_WAIT_S
-                for tries in itertools.count(1):
-                    if self._is_frozen():
-                        break
-                    if time.monotonic() > deadline:
-                        raise OSError(errno.ETIMEDOUT, "the sandbox's tasks did not freeze")
-                    await asyncio.sleep(0.002)
-                    if tries % 25 == 0:  # v1 marks each task once: one that stopped under ptrace since is marked again
-                        self._set_frozen(True)
+                await self._freeze()
             yield
         finally:
             self._freezes -= 1

@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import tempfile
 from typing import Final
 
 from ironflow import errors
@@ -31,7 +32,7 @@ from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["changes", "prepare"]
 
-_READ_COPY: Final = "workspace-read"
+_READ_COPY: Final = "workspace-read-"
 
 
 async def prepare(
@@ -61,8 +62,7 @@ async def prepare(
 
 def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> WorkspaceChanges:
     """:func:`~ironflow.local.workspaces.collect` of a copy of the session's copy (no freezer)."""
-    place = os.path.join(os.path.dirname(prepared.copy), _READ_COPY)
-    shutil.rmtree(place, ignore_errors=True)
+    place = os.path.join(tempfile.mkdtemp(prefix=_READ_COPY, dir=os.path.dirname(prepared.copy)), "copy")
     try:
         whose = "the session's workspace"
         local_workspaces.copy_tree(
@@ -70,7 +70,7 @@ def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> Worksp
         )
         return local_workspaces.collect(dataclasses.replace(prepared, copy=place))
     finally:
-        shutil.rmtree(place, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(place), ignore_errors=True)
 
 
 async def changes(
@@ -81,8 +81,9 @@ async def changes(
     none; a git workspace has none to write).
 
     Raises:
-        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`).
-        WorkspaceRefused: ``apply`` on a git workspace; the copy of the copy is over a bound.
+        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`); the
+            copy of the copy is over a bound, or a path moved while it was made.
+        WorkspaceRefused: ``apply`` on a git workspace.
         SandboxError: the session's processes could not be frozen.
     """
     if apply and prepared.spec.is_git:
@@ -91,10 +92,8 @@ async def changes(
         try:
             async with group.frozen():
                 found = await asyncio.to_thread(local_workspaces.collect, prepared)
-        except OSError as exc:
-            raise errors.SandboxError(
-                f"the session could not be frozen to read its workspace: {exc.strerror or exc}"
-            ) from None
+        except cgroups.FreezeFailed as exc:
+            raise errors.SandboxError(f"the session could not be frozen to read its workspace: {exc}") from None
     else:
         found = await asyncio.to_thread(_collect_from_a_copy, prepared)
     if apply and found.files:
