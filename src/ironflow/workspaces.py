@@ -110,12 +110,16 @@ class Change(StrEnum):
 
 @dataclass(frozen=True)
 class ChangedFile:
-    """One path the step changed; ``before``/``after`` are None where it did not exist."""
+    """One path the step changed; ``before``/``after`` are None where it did not exist.
+    ``before_id``/``after_id``: the ids of their content in the run's private object store,
+    where the backend keeps one (the local one's apply writes the new content from it)."""
 
     path: str
     change: Change
     before: Entry | None
     after: Entry | None
+    before_id: str | None = None
+    after_id: str | None = None
 
 
 @dataclass(frozen=True)

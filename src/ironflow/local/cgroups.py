@@ -8,8 +8,9 @@ next :func:`probe`. The sandbox's first process joins the cgroup before it execu
 anything (:func:`child_setup`), so nothing it starts is outside.
 
 The kill stops the whole tree at once (v2 ``cgroup.kill``; v1 freeze, SIGKILL each task,
-thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. Never used for
-anything but cgroups named by this module.
+thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. :meth:`Sandbox.frozen`
+stops every task while the host reads what the sandbox writes (a session's workspace), so
+nothing in it moves under the read. Never used for anything but cgroups named by this module.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import re
 import resource
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from ironflow.local import identity, limits
 
-__all__ = ["Sandbox", "Support", "child_setup", "probe"]
+__all__ = ["FreezeFailed", "Sandbox", "Support", "child_setup", "probe"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -39,7 +40,12 @@ _V1_WANTED: Final = _WANTED | {"freezer"}
 _PREFIX: Final = "ironflow-"
 _NAME: Final = re.compile(r"^ironflow-(\d+)-\d+$")
 _EMPTY_WAIT_S: Final = 5.0
+_FREEZE_WAIT_S: Final = 5.0
 _counter = itertools.count(1)
+
+
+class FreezeFailed(Exception):
+    """A sandbox's cgroup could not be frozen (no freezer, or its tasks did not stop in time)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +206,7 @@ class Sandbox:
         self.support = support
         name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
         self.dirs: dict[str, str] = {}
+        self._freezes = 0
         try:
             if support.version == 2:
                 self.dirs[""] = os.path.join(support.parents[""], name)
@@ -227,6 +234,59 @@ class Sandbox:
 
     def _main(self) -> str:
         return self.dirs.get("") or self.dirs["pids"]
+
+    @property
+    def can_freeze(self) -> bool:
+        """Whether :meth:`frozen` can stop the tasks (v2, or v1 with the freezer controller)."""
+        return "" in self.dirs or "freezer" in self.dirs
+
+    def _set_frozen(self, frozen: bool) -> None:
+        if "" in self.dirs:
+            _write(os.path.join(self.dirs[""], "cgroup.freeze"), "1" if frozen else "0")
+        else:
+            _write(os.path.join(self.dirs["freezer"], "freezer.state"), "FROZEN" if frozen else "THAWED")
+
+    def _is_frozen(self) -> bool:
+        if "" in self.dirs:
+            return "frozen 1" in _read(os.path.join(self.dirs[""], "cgroup.events")).splitlines()
+        return _read(os.path.join(self.dirs["freezer"], "freezer.state")) == "FROZEN"
+
+    async def _freeze(self) -> None:
+        try:
+            self._set_frozen(True)
+            deadline = time.monotonic() + _FREEZE_WAIT_S
+            for tries in itertools.count(1):
+                if self._is_frozen():
+                    return
+                if time.monotonic() > deadline:
+                    raise FreezeFailed(f"its tasks did not stop within {_FREEZE_WAIT_S:g} s")
+                await asyncio.sleep(0.002)
+                if tries % 25 == 0:  # v1 marks each task once: one that stopped under ptrace since is marked again
+                    self._set_frozen(True)
+        except OSError as exc:
+            raise FreezeFailed(f"its freezer cannot be used: {exc.strerror}") from None
+
+    @contextlib.asynccontextmanager
+    async def frozen(self) -> AsyncIterator[None]:
+        """Every task of the cgroup stopped (none runs, none starts) for the block, thawed after;
+        nested blocks thaw at the last one's end.
+
+        Raises:
+            FreezeFailed: no freezer, the freezer cannot be written, or the tasks did not stop
+                within 5 s (they are thawed again).
+        """
+        if not self.can_freeze:
+            raise FreezeFailed("no cgroup freezer for this sandbox")
+        self._freezes += 1
+        try:
+            if self._freezes == 1:
+                await self._freeze()
+            yield
+        finally:
+            self._freezes -= 1
+            if self._freezes == 0:
+                with contextlib.suppress(OSError):
+                    self._set_frozen(False)
 
     def pids(self) -> list[int]:
         """The host pids of every task in the cgroup now."""

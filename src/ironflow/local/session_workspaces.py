@@ -7,19 +7,32 @@ git_workspaces.clone` for a git URL: the same helpers, never a copy), bound read
 :func:`~ironflow.local.workspace_apply.finish`: the patch of everything changed since open, with
 the same host protections, applied to the host directory (all or none) only when asked. The
 copy lives in the session's private directory and goes with it at close.
+
+The session's processes run while the host reads their copy: every task of its cgroup is
+frozen for the read (:meth:`~ironflow.local.cgroups.Sandbox.frozen`), so nothing moves under it.
+Without a freezer the read is of a copy of the copy, made beneath its fd with no symlink
+followed and counted against ``max_total_bytes`` (:func:`~ironflow.local.workspaces.copy_tree`):
+a path that moves during it fails the read, it never leads outside.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Final
 
 from ironflow import errors
-from ironflow.local import git_workspaces, workspace_apply
+from ironflow.local import cgroups, git_workspaces, workspace_apply
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["changes", "prepare"]
+
+_READ_COPY: Final = "workspace-read-"
 
 
 async def prepare(
@@ -47,17 +60,42 @@ async def prepare(
     return await asyncio.to_thread(local_workspaces.prepare, spec, directory, sandbox_uid=shape.writable_uid)
 
 
-async def changes(prepared: local_workspaces.PreparedWorkspace, *, apply: bool) -> WorkspaceChanges:
-    """Everything changed in the copy since open; with ``apply``, written into the host
-    directory too (all or none; a git workspace has none to write).
+def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> WorkspaceChanges:
+    """:func:`~ironflow.local.workspaces.collect` of a copy of the session's copy (no freezer)."""
+    place = os.path.join(tempfile.mkdtemp(prefix=_READ_COPY, dir=os.path.dirname(prepared.copy)), "copy")
+    try:
+        whose = "the session's workspace"
+        local_workspaces.copy_tree(
+            prepared.copy, place, prepared.spec, whose=whose, owner=None, refusal=errors.WorkspaceUnsafe
+        )
+        return local_workspaces.collect(dataclasses.replace(prepared, copy=place))
+    finally:
+        shutil.rmtree(os.path.dirname(place), ignore_errors=True)
+
+
+async def changes(
+    prepared: local_workspaces.PreparedWorkspace, *, apply: bool, group: cgroups.Sandbox | None
+) -> WorkspaceChanges:
+    """Everything changed in the copy since open (read with the session's cgroup ``group``
+    frozen, or from a copy of it); with ``apply``, written into the host directory too (all or
+    none; a git workspace has none to write).
 
     Raises:
-        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`).
+        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`); the
+            copy of the copy is over a bound, or a path moved while it was made.
         WorkspaceRefused: ``apply`` on a git workspace.
+        SandboxError: the session's processes could not be frozen.
     """
     if apply and prepared.spec.is_git:
         raise errors.WorkspaceRefused("a git workspace has no host directory to apply to: take its patch")
-    found = await asyncio.to_thread(local_workspaces.collect, prepared)
+    if group is not None and group.can_freeze:
+        try:
+            async with group.frozen():
+                found = await asyncio.to_thread(local_workspaces.collect, prepared)
+        except cgroups.FreezeFailed as exc:
+            raise errors.SandboxError(f"the session could not be frozen to read its workspace: {exc}") from None
+    else:
+        found = await asyncio.to_thread(_collect_from_a_copy, prepared)
     if apply and found.files:
         return await asyncio.to_thread(workspace_apply.apply_changes, prepared, found)
     return found

@@ -440,8 +440,8 @@ class LocalSessions:
         return list(dict.fromkeys(pids))
 
     async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
-        """The patch of everything changed in the session's workspace since open; with ``apply``,
-        written into the host directory too (all or none). Ask with no command running.
+        """The patch of everything changed in the session's workspace since open (read with the
+        session's processes frozen); with ``apply``, written into the host directory too (all or none).
 
         Raises:
             ConfigError: the session was opened without a workspace.
@@ -449,7 +449,7 @@ class LocalSessions:
         session = self._get(session_id)
         if session.workspace is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
-        return await session_workspaces.changes(session.workspace, apply=apply)
+        return await session_workspaces.changes(session.workspace, apply=apply, group=session.group)
 
     async def close(self, session_id: str) -> None:
         """End a session: every process in it is dead when this returns. Closing twice is no error."""

@@ -3,7 +3,11 @@
 Every path is checked first: still as it was copied (or still absent), and no symlink on the
 way to it (each directory is opened with ``O_NOFOLLOW``); one that is not fails the apply with
 the paths named, and nothing is written. A symlink the step made that points outside the tree
-is never applied. Files are written under a temporary name and renamed into place.
+is never applied, nor a path in a ``.git`` directory, nor a change that would leave a directory
+looking like a git repository (``HEAD`` and ``objects``): git run there would take its config
+(a ``core.pager``, a hook) as the repository's. A file's new content is written from the blob
+the patch was made of (:mod:`ironflow.local.workspace_objects`), never read from the step's
+copy again; files are written under a temporary name and renamed into place.
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ import contextlib
 import os
 import stat
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from ironflow import errors
-from ironflow.local.workspaces import DIR_FLAGS, PreparedWorkspace, collect, entry_of, shown
-from ironflow.workspaces import Change, ChangedFile, Entry, Kind, WorkspaceChanges, escapes
+from ironflow.local import tree_reads, workspace_objects
+from ironflow.local.workspaces import DIR_FLAGS, PreparedWorkspace, collect, entry_of, escaped, shown
+from ironflow.workspaces import Change, ChangedFile, Entry, Kind, WorkspaceChanges, escapes, is_git_internal
 
 __all__ = ["apply_changes", "finish"]
+
+#: What makes a directory a git repository to git's discovery (with ``refs``, which a patch can add too).
+_REPOSITORY: Final = ("head", "objects")
 
 
 async def finish(prepared: PreparedWorkspace, *, succeeded: bool) -> WorkspaceChanges:
@@ -81,7 +90,7 @@ def _problems(root_fd: int, files: Sequence[ChangedFile]) -> list[str]:
     return out
 
 
-def _write(root_fd: int, copy: str, f: ChangedFile) -> None:
+def _write(root_fd: int, git_dir: str, f: ChangedFile) -> None:
     assert f.after is not None
     name = f.path.rsplit("/", 1)[-1]
     temp = f".{name}.ironflow-apply"
@@ -92,17 +101,13 @@ def _write(root_fd: int, copy: str, f: ChangedFile) -> None:
         if f.after.kind is Kind.SYMLINK:
             os.symlink(f.after.target or "", temp, dir_fd=fd)
         else:
-            src = os.open(os.path.join(copy, f.path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            assert f.after_id is not None, "a change not made by collect()"
+            dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             try:
-                dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd)
-                try:
-                    while chunk := os.read(src, 1 << 20):
-                        os.write(dst, chunk)
-                    os.fchmod(dst, 0o755 if f.after.executable else 0o644)
-                finally:
-                    os.close(dst)
+                workspace_objects.copy_blob(git_dir, f.after_id, dst)
+                os.fchmod(dst, 0o755 if f.after.executable else 0o644)
             finally:
-                os.close(src)
+                os.close(dst)
         with contextlib.suppress(FileNotFoundError, OSError):
             os.rmdir(name, dir_fd=fd)  # an emptied directory the file replaces
         os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
@@ -122,21 +127,70 @@ def _delete(root_fd: int, path: str) -> None:
                 os.rmdir(parent.rsplit("/", 1)[-1], dir_fd=fd)
 
 
+def _present(root_fd: int, files: Sequence[ChangedFile], directory: str, name: str) -> bool:
+    """Whether ``directory/name`` (any case) is there once ``files`` are applied."""
+    prefix = f"{directory}/" if directory else ""
+    for f in files:
+        if f.after is not None and f.path.startswith(prefix) and f.path[len(prefix) :].split("/", 1)[0].lower() == name:
+            return True
+    try:
+        fd = tree_reads.open_beneath(root_fd, directory, DIR_FLAGS) if directory else os.dup(root_fd)
+    except OSError:  # no such directory (yet), or a symlink: the apply's own check names it
+        return False
+    try:
+        with os.scandir(fd) as it:
+            return any(item.name.lower() == name for item in it)
+    finally:
+        os.close(fd)
+
+
+def _repositories(root_fd: int, files: Sequence[ChangedFile]) -> list[str]:
+    """Directories the apply would leave looking like a git repository, where it writes a part of one."""
+    touched: set[str] = set()
+    for f in files:
+        if f.after is None:
+            continue
+        parts = f.path.split("/")
+        touched.update("/".join(parts[:depth]) for depth, part in enumerate(parts) if part.lower() in _REPOSITORY)
+    return sorted(d for d in touched if all(_present(root_fd, files, d, name) for name in _REPOSITORY))
+
+
+def _refuse_unsafe(root_fd: int, files: Sequence[ChangedFile]) -> None:
+    """Nothing that would reach outside the tree or make git on the host run the step's config.
+
+    Raises:
+        WorkspaceConflict: such a path, named.
+    """
+    outside = [f.path for f in files if f.after and f.after.target and escapes(f.path, f.after.target)]
+    if outside:
+        raise errors.WorkspaceConflict(
+            f"not applied: the step made symlinks pointing outside the workspace: {shown(outside)}", outside
+        )
+    internal = [f.path for f in files if is_git_internal(f.path)]
+    if internal:
+        raise errors.WorkspaceConflict(f"not applied: paths in a .git directory: {shown(internal)}", internal)
+    planted = _repositories(root_fd, files)
+    if planted:
+        raise errors.WorkspaceConflict(
+            "not applied: the change would leave a git repository (HEAD and objects) at "
+            + ", ".join(f"'{escaped(d or '.')}'" for d in planted[:5])
+            + ": git run there would read its config",
+            planted,
+        )
+
+
 def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> WorkspaceChanges:
     """Write ``changes`` into the host directory: every path is checked first (still as it
     was copied, or still absent; no symlink on its way), and one that is not fails the apply
     with nothing written.
 
     Raises:
-        WorkspaceConflict: a path changed on the host, or the step's symlink points outside the tree.
+        WorkspaceConflict: a path changed on the host, the step's symlink points outside the
+            tree, or the change holds a git repository (:func:`_refuse_unsafe`).
     """
     root_fd = os.open(prepared.source, DIR_FLAGS)
     try:
-        outside = [f.path for f in changes.files if f.after and f.after.target and escapes(f.path, f.after.target)]
-        if outside:
-            raise errors.WorkspaceConflict(
-                f"not applied: the step made symlinks pointing outside the workspace: {shown(outside)}", outside
-            )
+        _refuse_unsafe(root_fd, changes.files)
         conflicts = _problems(root_fd, changes.files)
         if conflicts:
             raise errors.WorkspaceConflict(
@@ -147,7 +201,7 @@ def apply_changes(prepared: PreparedWorkspace, changes: WorkspaceChanges) -> Wor
                 _delete(root_fd, f.path)
         for f in changes.files:
             if f.after is not None:
-                _write(root_fd, prepared.copy, f)
+                _write(root_fd, prepared.git_dir, f)
     finally:
         os.close(root_fd)
     return WorkspaceChanges(changes.patch, changes.files, applied=True)

@@ -1,0 +1,168 @@
+"""Opening a sandbox-writable tree beneath its fd (issue 34, H3): no symlink is followed anywhere on the
+way, with ``openat2`` and with the per-component fallback alike; the copy counts its bytes as it goes;
+the object store's blobs are git's."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ironflow.local import tree_reads, workspace_objects
+
+
+@pytest.fixture(params=[True, False], ids=["openat2", "fallback"])
+def walk(request: pytest.FixtureRequest) -> Iterator[None]:
+    was = tree_reads.use_openat2(request.param)
+    try:
+        yield
+    finally:
+        tree_reads.use_openat2(was)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "f").write_bytes(b"inside\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_bytes(b"outside\n")
+    (tree / "link").symlink_to(outside)
+    (tree / "a" / "link").symlink_to("b")
+    (tree / "a" / "b" / "flink").symlink_to("f")
+    fd = os.open(tree, tree_reads.DIR_FLAGS)
+    try:
+        yield tree, fd
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("walk")
+def test_a_plain_path_opens(root: tuple[Path, int]) -> None:
+    fd = tree_reads.open_beneath(root[1], "a/b/f", os.O_RDONLY)
+    try:
+        assert os.read(fd, 100) == b"inside\n"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("walk")
+@pytest.mark.parametrize("path", ["link/f", "link", "a/link/f", "a/b/flink"])
+def test_a_symlink_anywhere_on_the_way_fails_the_open(root: tuple[Path, int], path: str) -> None:
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory") as caught:
+        tree_reads.open_beneath(root[1], path, os.O_RDONLY)
+    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+
+
+@pytest.mark.usefixtures("walk")
+@pytest.mark.parametrize("path", ["../outside/f", "a/../../outside/f", "/etc/passwd", "a//b/f", "./a/b/f", ""])
+def test_a_path_that_is_not_plain_is_refused_before_any_open(root: tuple[Path, int], path: str) -> None:
+    with pytest.raises(OSError, match="not a plain relative path") as caught:
+        tree_reads.open_beneath(root[1], path, os.O_RDONLY)
+    assert caught.value.errno == errno.EINVAL
+
+
+@pytest.mark.usefixtures("walk")
+def test_lstat_beneath_sees_a_symlink_and_never_walks_through_one(root: tuple[Path, int]) -> None:
+    found = tree_reads.lstat_beneath(root[1], "a/link")
+    assert found is not None
+    assert found[1] == "b"
+    assert tree_reads.lstat_beneath(root[1], "a/missing") is None
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        tree_reads.lstat_beneath(root[1], "link/f")
+
+
+@pytest.mark.usefixtures("walk")
+def test_copy_tree_copies_files_dirs_and_links_as_links(root: tuple[Path, int], tmp_path: Path) -> None:
+    tree, fd = root
+    os.chmod(tree / "a" / "b" / "f", 0o700)
+    os.utime(tree / "a" / "b" / "f", ns=(1, 1_500_000_000_000_000_123))
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    dst = os.open(copy, tree_reads.DIR_FLAGS)
+    try:
+        tree_reads.copy_tree(fd, dst, max_file=100, max_total=100, owner=None)
+    finally:
+        os.close(dst)
+    assert (copy / "a" / "b" / "f").read_bytes() == b"inside\n"
+    assert os.readlink(copy / "link") == os.readlink(tree / "link")
+    st = (copy / "a" / "b" / "f").stat()
+    assert (st.st_mode & 0o777, st.st_mtime_ns) == (0o700, 1_500_000_000_000_000_123)
+    assert (copy / "link").is_symlink()
+
+
+@pytest.mark.usefixtures("walk")
+@pytest.mark.parametrize(("max_file", "max_total", "path"), [(6, 100, "a/b/f"), (100, 10, None)])
+def test_copy_tree_stops_at_a_bound(
+    root: tuple[Path, int], tmp_path: Path, max_file: int, max_total: int, path: str | None
+) -> None:
+    tree, fd = root
+    (tree / "a" / "g").write_bytes(b"x" * 6)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    dst = os.open(copy, tree_reads.DIR_FLAGS)
+    try:
+        with pytest.raises(tree_reads.Refused) as caught:
+            tree_reads.copy_tree(fd, dst, max_file=max_file, max_total=max_total, owner=None)
+    finally:
+        os.close(dst)
+    assert caught.value.path == path
+    copied = sum(p.stat().st_size for p in copy.rglob("*") if p.is_file() and not p.is_symlink())
+    assert copied <= max_total + 1
+
+
+def test_copy_tree_refuses_a_fifo(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    os.mkfifo(tree / "pipe")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    src, dst = os.open(tree, tree_reads.DIR_FLAGS), os.open(copy, tree_reads.DIR_FLAGS)
+    try:
+        with pytest.raises(tree_reads.Refused, match="special file"):
+            tree_reads.copy_tree(src, dst, max_file=10, max_total=10, owner=None)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def test_blobs_are_gits_own(tmp_path: Path) -> None:
+    git_dir = tmp_path / "store.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(git_dir)], check=True)
+    data = b"line\n" * 70_000 + bytes(range(256))
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        oid = workspace_objects.write_blob(str(git_dir), fd, len(data))
+    finally:
+        os.close(fd)
+    assert (
+        oid == subprocess.run(["git", "hash-object", str(tmp_path / "f")], capture_output=True).stdout.decode().strip()
+    )
+    shown = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", oid], capture_output=True)
+    assert shown.stdout == data
+    out = os.open(tmp_path / "back", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        workspace_objects.copy_blob(str(git_dir), oid, out)
+    finally:
+        os.close(out)
+    assert (tmp_path / "back").read_bytes() == data
+
+
+@pytest.mark.parametrize("size", [3, 100])
+def test_a_file_not_of_its_size_is_refused(tmp_path: Path, size: int) -> None:
+    git_dir = tmp_path / "store.git"
+    (git_dir / "objects").mkdir(parents=True)
+    (tmp_path / "f").write_bytes(b"0123456789")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        with pytest.raises(workspace_objects.Changed):
+            workspace_objects.write_blob(str(git_dir), fd, size)
+    finally:
+        os.close(fd)
+    assert os.listdir(git_dir / "objects") == []  # no half-written object left
