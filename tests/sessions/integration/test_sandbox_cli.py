@@ -119,6 +119,31 @@ def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> N
     assert not (tmp_path / "x").exists()
 
 
+def test_cp_of_a_tree_with_a_fifo_or_an_absolute_symlink_is_one_line_either_way(served: Served, tmp_path: Path) -> None:
+    """Issue 34, L2: these were tracebacks out of the session and "bad request" into it; a
+    single FIFO hung the upload. cp copies regular files and directories only, and says so."""
+    sandbox_id = _open(served)
+    made = "mkdir -p t1 t2; mkfifo t1/pipe; echo a > t1/a; ln -s /etc/hostname t2/host; echo b > t2/b"
+    assert ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", made, env=served.env).returncode == 0
+    for tree, text in (("t1", "member 'pipe' is a FIFO"), ("t2", "member 'host' is a symlink to '/etc/hostname'")):
+        done = ironflow("sandbox", "cp", f"{sandbox_id}:{tree}", str(tmp_path / tree), env=served.env)
+        _one_error_line(done, 2, f"refused the copy of '{tree}' into '{tmp_path / tree}': {text}")
+        assert "only regular files and directories are copied; nothing was written" in done.stderr
+        assert not (tmp_path / tree).exists()
+    for tree in ("h1", "h2"):
+        (tmp_path / tree / "sub").mkdir(parents=True)
+        (tmp_path / tree / "sub" / "a").write_text("a")
+    os.mkfifo(tmp_path / "h1" / "sub" / "pipe")
+    (tmp_path / "h2" / "sub" / "host").symlink_to("/etc/hostname")
+    for tree, text in (("h1", "sub/pipe' is a FIFO"), ("h2", "sub/host' is a symlink")):
+        done = ironflow("sandbox", "cp", str(tmp_path / tree), f"{sandbox_id}:{tree}", env=served.env)
+        _one_error_line(done, 2, f"'{tmp_path / tree}/{text}: only regular files and directories are copied")
+    fifo = ironflow("sandbox", "cp", str(tmp_path / "h1" / "sub" / "pipe"), f"{sandbox_id}:p", env=served.env)
+    _one_error_line(fifo, 2, "is not a regular file or a directory")
+    listed = ironflow("sandbox", "exec", sandbox_id, "--", "ls", "-A", env=served.env)
+    assert listed.stdout.split() == ["t1", "t2"]  # nothing of a refused upload arrived
+
+
 def test_bad_input_is_one_line_and_exit_2_an_unreachable_server_exit_3(served: Served) -> None:
     bare = cli_env()
     no_server = ironflow("sandbox", "ls", env=bare)

@@ -1,0 +1,353 @@
+"""Unpack a tar stream from a sandbox into a host directory, and pack one for a sandbox (I/O).
+
+Nothing a session sends is trusted (a session may have taken over its runtime), and this does
+not lean on :mod:`tarfile`'s extraction filter, so it holds on any Python patch level:
+
+* the stream is read by :mod:`~ironflow.sandbox_runtime.tar_members` (regular files and
+  directories only: a symlink, hardlink, device, FIFO or sparse member is refused by name,
+  never skipped; relative normalised names, no ``..``, no NUL); members, name bytes and data
+  are capped;
+* every check runs before the first write (all or nothing): the whole index, then the
+  destination (no name in it a symlink, no file where a directory goes);
+* every file is written relative to a directory fd opened ``O_NOFOLLOW`` one component at a
+  time, created ``O_EXCL|O_NOFOLLOW`` under a fresh name and renamed over its place, so a
+  symlink that appears in the destination meanwhile is never followed; modes lose
+  setuid/setgid/sticky and pass the umask; owners are never set.
+
+:func:`pack` makes the stream of a host directory the same way round: regular files and
+directories only, read through directory fds, the size capped as it is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import tarfile
+from collections.abc import Iterator
+from typing import BinaryIO, Final
+
+from ironflow.sandbox_runtime.tar_members import (
+    BLOCK,
+    EXTENDED,
+    MAX_EXTENDED_BYTES,
+    ArchiveRefused,
+    Member,
+    member,
+    ordered,
+    padded,
+    parse_header,
+    parse_pax,
+    shown,
+)
+
+__all__ = ["DEFAULT_MAX_ENTRIES", "MAX_NAME_BYTES", "ArchiveRefused", "extract", "pack", "read_index"]
+
+#: The most members a stream from a sandbox may hold, unless the caller says otherwise.
+DEFAULT_MAX_ENTRIES: Final = 100_000
+#: The most bytes all of a stream's names may hold together (they are kept in memory).
+MAX_NAME_BYTES: Final = 32 << 20
+_CHUNK: Final = 1 << 20
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list[Member], int]:
+    """The members of the tar stream in ``stream`` (``length`` bytes), parents first, and
+    how many headers named a member (the destination's own ``.`` among them).
+
+    Raises:
+        ArchiveRefused: the first member or header the rules refuse, or a cap passed.
+    """
+    members: list[Member] = []
+    count = name_bytes = extended = 0
+    pax: dict[bytes, bytes] = {}
+    long_name: bytes | None = None
+    pos = 0
+    while (header := parse_header(_read_at(stream, pos, BLOCK) or bytes(BLOCK))) is not None:
+        start = pos + BLOCK
+        if header.kind in EXTENDED:
+            extended += header.size
+            if header.size < 0 or extended > MAX_EXTENDED_BYTES or start + header.size > length:
+                raise ArchiveRefused("the tar stream has an extended header too large or cut short")
+            data = _read_at(stream, start, header.size)
+            if header.kind in (b"x", b"X"):
+                pax.update(parse_pax(data))
+            elif header.kind == b"L":
+                long_name = data.split(b"\x00", 1)[0]
+            pos = start + padded(header.size)
+            continue
+        item = member(header, pax, long_name, start)
+        count += 1
+        name_bytes += len(item.path)
+        if count > max_entries or name_bytes > MAX_NAME_BYTES:
+            raise ArchiveRefused(f"the tar stream holds more than {max_entries} members or {MAX_NAME_BYTES} name bytes")
+        if start + item.size > length:
+            raise ArchiveRefused(f"the tar stream ends inside member {shown(item.path)}")
+        if item.path:  # the destination itself is no member to write
+            members.append(item)
+        pax, long_name, extended = {}, None, 0
+        pos = start + padded(item.size)
+    return ordered(members), count
+
+
+def _read_at(stream: BinaryIO, offset: int, size: int) -> bytes:
+    stream.seek(offset)
+    return stream.read(size)
+
+
+class _Walk:
+    """The directory fd of one path under the destination, reached one component at a time
+    with ``O_NOFOLLOW`` (never a symlink, never ``..``), kept for the next member in the same
+    directory. One fd is held, whatever the depth."""
+
+    def __init__(self, dest_fd: int) -> None:
+        self._dest, self._fd, self._at = dest_fd, dest_fd, b""
+
+    def close(self) -> None:
+        if self._fd != self._dest:
+            os.close(self._fd)
+        self._fd, self._at = self._dest, b""
+
+    def enter(self, path: bytes, *, create: bool, mode: int = 0o777) -> int | None:
+        """The fd of directory ``path`` (``b""``: the destination); None when it is missing
+        and not ``create``. ``mode`` is the last component's when it is made.
+
+        Raises:
+            ArchiveRefused: a component is a symlink or not a directory.
+        """
+        if path == self._at:
+            return self._fd
+        if not path:
+            self.close()
+            return self._fd
+        if self._at and path.startswith(self._at + b"/"):
+            done, rest = self._at, path[len(self._at) + 1 :]
+        else:
+            self.close()
+            done, rest = b"", path
+        parts = rest.split(b"/")
+        for i, part in enumerate(parts):
+            done = done + b"/" + part if done else part
+            fd = self._open(part, done, create, mode if i == len(parts) - 1 else 0o777)
+            if fd is None:
+                return None
+            self.close()
+            self._fd, self._at = fd, done
+        return self._fd
+
+    def _open(self, part: bytes, done: bytes, create: bool, mode: int) -> int | None:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=self._fd)
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise ArchiveRefused(f"{shown(done)} {_what(self._fd, part)} in the destination") from None
+            raise
+        with contextlib.suppress(FileExistsError):  # made meanwhile: opened as anything else would be
+            os.mkdir(part, (mode & 0o777) | 0o700, dir_fd=self._fd)
+        return self._open(part, done, False, mode)
+
+
+def _what(dir_fd: int, name: bytes) -> str:
+    """What ``name`` is, in words, for a refusal."""
+    try:
+        mode = os.lstat(name, dir_fd=dir_fd).st_mode
+    except OSError:
+        return "is gone"
+    if stat.S_ISLNK(mode):
+        return "is a symlink (nothing is written through one)"
+    return "is a directory" if stat.S_ISDIR(mode) else "is not a directory"
+
+
+def _parent_and_name(path: bytes) -> tuple[bytes, bytes]:
+    parent, _, name = path.rpartition(b"/")
+    return parent, name
+
+
+def _check_destination(walk: _Walk, members: list[Member]) -> None:
+    """Refuse before any write what the destination already holds in the members' way."""
+    for item in members:
+        if item.kind == "directory":
+            walk.enter(item.path, create=False)
+            continue
+        parent, name = _parent_and_name(item.path)
+        fd = walk.enter(parent, create=False)
+        if fd is None:
+            continue
+        try:
+            mode = os.lstat(name, dir_fd=fd).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            what = _what(fd, name) if stat.S_ISLNK(mode) or stat.S_ISDIR(mode) else "is a special file"
+            raise ArchiveRefused(f"{shown(item.path)} {what} in the destination")
+
+
+def _write_file(dir_fd: int, name: bytes, item: Member, stream: BinaryIO) -> int:
+    """Write ``item``'s data under a fresh name, then rename it over ``name`` (a symlink
+    there is replaced, never followed); its size."""
+    temp = b".ironflow-untar-" + secrets.token_hex(8).encode()
+    written = 0
+    try:
+        with open(os.open(temp, _NEW_FILE, item.mode, dir_fd=dir_fd), "wb") as out:
+            stream.seek(item.offset)
+            while written < item.size:
+                data = stream.read(min(_CHUNK, item.size - written))
+                if not data:
+                    raise ArchiveRefused(f"the tar stream ends inside member {shown(item.path)}")
+                out.write(data)
+                written += len(data)
+            out.flush()
+            if item.mtime is not None:
+                os.utime(out.fileno(), (item.mtime, item.mtime))
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        _unlink(dir_fd, temp)
+        raise
+    return written
+
+
+def _unlink(dir_fd: int, name: bytes) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def extract(stream: BinaryIO, dest: str, *, max_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> int:
+    """Unpack the tar stream in ``stream`` (a seekable file of ours) into directory ``dest``
+    (made if missing); the number of members. Every check on the stream and on ``dest``
+    comes before the first write.
+
+    Raises:
+        ArchiveRefused: a member or the destination the rules refuse, or a cap passed; the
+        message names the member and says what was written. OSError: ``dest`` cannot be written.
+    """
+    length = stream.seek(0, os.SEEK_END)
+    try:
+        if length > max_bytes:
+            raise ArchiveRefused(f"the tar stream is over the {max_bytes} byte limit")
+        members, count = read_index(stream, length, max_entries=max_entries)
+        os.makedirs(dest, exist_ok=True)
+        dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the caller's own choice: followed
+    except ArchiveRefused as exc:
+        raise ArchiveRefused(f"{exc.message}; nothing was written") from None
+    walk = _Walk(dest_fd)
+    done = written = 0
+    try:
+        _check_destination(walk, members)
+        for item in members:
+            done += 1
+            if item.kind == "directory":
+                walk.enter(item.path, create=True, mode=item.mode)
+                continue
+            parent, name = _parent_and_name(item.path)
+            dir_fd = walk.enter(parent, create=True)
+            assert dir_fd is not None  # made when missing
+            written += _write_file(dir_fd, name, item, stream)
+            if written > max_bytes:  # counted as written, not taken from the headers
+                raise ArchiveRefused(f"the tar stream's files are over the {max_bytes} byte limit")
+    except ArchiveRefused as exc:
+        what = f"{done - 1} of {len(members)} members were written" if done > 1 else "nothing was written"
+        raise ArchiveRefused(f"{exc.message}; {what}") from None
+    finally:
+        walk.close()
+        os.close(dest_fd)
+    return count
+
+
+def _tree(root: int) -> Iterator[tuple[str, int, os.stat_result]]:
+    """``(path, parent fd, lstat)`` of every entry under directory fd ``root``, parents first,
+    each directory opened ``O_NOFOLLOW`` from its parent's fd (held while its entries go by)."""
+    stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result]]]] = [(root, "", _entries(root))]
+    try:
+        while stack:
+            dir_fd, prefix, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                if dir_fd != root:
+                    os.close(dir_fd)
+                continue
+            name, info = entry
+            path = f"{prefix}/{name}" if prefix else name
+            yield path, dir_fd, info
+            if stat.S_ISDIR(info.st_mode):
+                fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                stack.append((fd, path, _entries(fd)))
+    finally:
+        for dir_fd, _, _ in stack:
+            if dir_fd != root:
+                os.close(dir_fd)
+
+
+def _entries(dir_fd: int) -> Iterator[tuple[str, os.stat_result]]:
+    with os.scandir(dir_fd) as entries:
+        found = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in entries)
+    return iter(found)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def pack(local_dir: str, out: BinaryIO, *, max_bytes: int) -> None:
+    """Write the tar stream of ``local_dir``'s contents (its ``.`` first) into ``out``.
+
+    Raises:
+        ArchiveRefused: an entry is not a regular file or a directory (named), or the stream
+        would pass ``max_bytes`` (found as it is written). OSError: an entry cannot be read.
+    """
+    over = f"'{local_dir}' is over the {max_bytes} byte limit as a tar stream"
+    root = os.open(local_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(_info(".", os.fstat(root)))
+            for path, dir_fd, info in _tree(root):
+                shown_path = f"'{os.path.join(local_dir, path)}'"
+                is_file = stat.S_ISREG(info.st_mode)
+                if not (is_file or stat.S_ISDIR(info.st_mode)):
+                    kind = _kind(info.st_mode)
+                    raise ArchiveRefused(f"{shown_path} is {kind}: only regular files and directories are copied")
+                if out.tell() + 3 * BLOCK + len(path) + (padded(info.st_size) if is_file else 0) > max_bytes:
+                    raise ArchiveRefused(over)
+                if is_file:
+                    _add_file(tar, dir_fd, path, info, shown_path)
+                else:
+                    tar.addfile(_info(path, info))
+    finally:
+        os.close(root)
+    if out.tell() > max_bytes:  # the end blocks and the record's padding
+        raise ArchiveRefused(over)
+
+
+def _add_file(tar: tarfile.TarFile, dir_fd: int, path: str, info: os.stat_result, shown_path: str) -> None:
+    fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    with open(fd, "rb") as source:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or now.st_size != info.st_size:
+            raise ArchiveRefused(f"{shown_path} changed while it was copied")
+        try:
+            tar.addfile(_info(path, info), source)
+        except OSError as exc:  # tarfile's "unexpected end of data": it shrank meanwhile
+            raise ArchiveRefused(f"{shown_path} changed while it was copied") from exc
+
+
+def _info(name: str, info: os.stat_result) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.mode = stat.S_IMODE(info.st_mode) & 0o777
+    member.mtime = int(info.st_mtime)
+    if stat.S_ISDIR(info.st_mode):
+        member.type = tarfile.DIRTYPE
+    else:
+        member.size = info.st_size
+    return member

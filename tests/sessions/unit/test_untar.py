@@ -1,0 +1,237 @@
+"""The host's own tar reader and writer for sandbox copies: what a hostile stream may not do.
+
+Every refusal names the member, comes before the first write, and leaves everything beside the
+destination as it was; none depends on :mod:`tarfile`'s extraction filter (CVE-2025-4517 is
+exploitable by the Python this suite runs on, 3.11.7, and these tests hold there).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.fakes.crafted_tars import Tar, path_max_chain, raw_member
+
+from ironflow import errors
+from ironflow.sandbox_runtime import tar_members, untar
+from ironflow.sandbox_runtime.tar_members import ArchiveRefused
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes | str | None]]:
+    """Every entry under ``root``: its mode and its content (a file's bytes, a link's target)."""
+    found: dict[str, tuple[int, bytes | str | None]] = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        content = os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else None
+        found[str(path.relative_to(root))] = (mode, content)
+    return found
+
+
+def _extract(data: bytes, dest: Path, **limits: int) -> int:
+    with tempfile.TemporaryFile() as spool:
+        spool.write(data)
+        return untar.extract(spool, str(dest), max_bytes=limits.pop("max_bytes", 1 << 30), **limits)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Path:
+    """``outer/``: a file beside the destination ``outer/dest`` that an escape would change."""
+    (tmp_path / "outer").mkdir()
+    (tmp_path / "outer" / "flag").write_text("orig")
+    return tmp_path / "outer"
+
+
+def _refused(data: bytes, world: Path, text: str, **limits: int) -> str:
+    before = _tree(world)
+    with pytest.raises(ArchiveRefused) as caught:
+        _extract(data, world / "dest", **limits)
+    message = caught.value.message
+    assert text in message, message
+    assert "nothing was written" in message
+    assert isinstance(caught.value, errors.ConfigError)
+    after = _tree(world)
+    assert {k: v for k, v in after.items() if not k.startswith("dest")} == {
+        k: v for k, v in before.items() if not k.startswith("dest")
+    }
+    assert not [k for k in after if k.startswith("dest/")], "all or nothing"
+    return message
+
+
+def test_a_tree_comes_back_whole_with_modes_masked(tmp_path: Path) -> None:
+    name = b"sub/caf\xe9-" + b"n" * 200  # not UTF-8, and longer than ustar holds: a pax header
+    tar = Tar().dir(".").dir("sub", 0o2777).file("sub/x.txt", b"x" * 70000, 0o6755).file("top", b"", 0o1644)
+    tar.raw(raw_member(b"./deep/er/y", b"0", 2, b"hi"))  # its parents implied
+    full = tar.data()
+    old = os.umask(0o022)
+    try:
+        assert _extract(full, tmp_path / "dest") == 5
+        assert _extract(Tar().file(os.fsdecode(name), b"odd").data(), tmp_path / "dest") == 1
+    finally:
+        os.umask(old)
+    dest = tmp_path / "dest"
+    assert (dest / "sub" / "x.txt").read_bytes() == b"x" * 70000
+    assert stat.S_IMODE((dest / "sub" / "x.txt").stat().st_mode) == 0o755  # no setuid/setgid, umask applied
+    assert stat.S_IMODE((dest / "top").stat().st_mode) == 0o644  # no sticky bit
+    assert stat.S_IMODE((dest / "sub").stat().st_mode) == 0o755
+    assert (dest / "deep" / "er" / "y").read_bytes() == b"hi"
+    assert os.path.exists(os.path.join(os.fsencode(dest), name))
+    assert not [p for p in dest.rglob(".ironflow-untar-*")]
+
+
+def test_gnu_and_ustar_streams_are_read_too(tmp_path: Path) -> None:
+    for fmt in (tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT):
+        data = Tar(fmt).dir(".").file("a/" + "b" * 120 if fmt == tarfile.GNU_FORMAT else "a/b", b"1").data()
+        assert _extract(data, tmp_path / str(fmt)) == 2
+
+
+def test_an_existing_file_is_replaced_not_written_through(world: Path) -> None:
+    dest = world / "dest"
+    dest.mkdir()
+    (dest / "f").write_text("old")
+    (dest / "keep").write_text("kept")
+    _extract(Tar().file("f", b"new").data(), dest)
+    assert (dest / "f").read_text() == "new"
+    assert (dest / "keep").read_text() == "kept"
+
+
+def test_the_cve_2025_4517_symlink_chain_writes_nothing_outside(world: Path) -> None:
+    message = _refused(path_max_chain(str(world / "dest")).data(), world, "member 'a' is a symlink")
+    assert "only regular files and directories are copied" in message
+    assert not (world / "newfile").exists()
+    assert (world / "flag").read_text() == "orig"
+    assert not (world / "dest").exists()
+
+
+@pytest.mark.parametrize(
+    ("build", "text"),
+    [
+        (lambda: Tar().dir("d").link("d/out", "/etc"), "member 'd/out' is a symlink to '/etc'"),
+        (lambda: Tar().link("up", "../flag").file("up", b"changed"), "member 'up' is a symlink to '../flag'"),
+        (lambda: Tar().link("inside", "d"), "member 'inside' is a symlink"),
+        (lambda: Tar().link("h", "../flag", hard=True).file("h", b"changed"), "member 'h' is a hardlink to '../flag'"),
+        (lambda: Tar().file("/abs/x"), "member '/abs/x' is an absolute path"),
+        (lambda: Tar().file("../flag", b"changed"), "member '../flag' has a '..' component"),
+        (lambda: Tar().file("a/../../flag", b"changed"), "member 'a/../../flag' has a '..' component"),
+        (lambda: Tar().special("null", tarfile.CHRTYPE), "member 'null' is a character device"),
+        (lambda: Tar().special("disk", tarfile.BLKTYPE), "member 'disk' is a block device"),
+        (lambda: Tar().special("pipe", tarfile.FIFOTYPE), "member 'pipe' is a FIFO"),
+        (lambda: Tar().raw(raw_member(b"holes", b"S", 0)), "member 'holes' is a sparse file"),
+        (lambda: Tar().raw(raw_member(b"odd", b"Z", 0)), "member 'odd' has the unknown type"),
+        (lambda: Tar().file("x").file("./x"), "member 'x' appears twice"),
+        (lambda: Tar().file("x").file("x/y"), "member 'x' is both a file and a directory"),
+        (lambda: Tar().raw(raw_member(b"big", b"0", 1 << 20, b"short")), "ends inside member 'big'"),
+        (lambda: Tar().raw(b"\x00" * 100 + b"junk" + b"\x00" * 408), "not a tar stream"),
+        (lambda: Tar().link("\x1b[31mred", "/"), r"member '\x1b[31mred' is a symlink"),  # escaped for a terminal
+    ],
+)
+def test_what_a_hostile_stream_holds_is_refused_by_name(world: Path, build: Callable[[], Tar], text: str) -> None:
+    _refused(build().file("fine").data(), world, text)
+
+
+def test_a_nul_in_a_pax_name_is_refused(world: Path) -> None:
+    record = b"path=a\x00b\n"
+    body = f"{len(record) + 3} ".encode() + record
+    data = Tar().raw(raw_member(b"pax", b"x", len(body), body)).raw(raw_member(b"plain", b"0")).data()
+    _refused(data, world, "has a NUL byte")
+
+
+def test_a_compressed_stream_is_refused_never_expanded(world: Path) -> None:
+    bomb = Tar().file("zeros", bytes(20 << 20)).gzipped()
+    assert len(bomb) < 1 << 20
+    _refused(bomb, world, "not a tar stream", max_bytes=1 << 20)
+
+
+def test_caps_on_bytes_and_members(world: Path) -> None:
+    _refused(Tar().file("a", b"x" * 5000).data(), world, "over the 4096 byte limit", max_bytes=4096)
+    many = Tar()
+    for i in range(5):
+        many.file(f"f{i}")
+    _refused(many.data(), world, "more than 3 members", max_entries=3)
+    huge = b"x" * (tar_members.MAX_EXTENDED_BYTES + 1)
+    _refused(Tar().raw(raw_member(b"L", b"L", len(huge), huge)).data(), world, "extended header too large")
+
+
+@pytest.mark.parametrize("member", ["link", "link/x"])
+def test_a_symlink_already_in_the_destination_is_never_written_through(world: Path, member: str) -> None:
+    dest = world / "dest"
+    dest.mkdir()
+    (world / "elsewhere").mkdir()
+    (dest / "link").symlink_to(world / "elsewhere" if member == "link/x" else world / "flag")
+    before = _tree(world)
+    with pytest.raises(ArchiveRefused, match="'link' is a symlink \\(nothing is written through one\\) in the dest"):
+        _extract(Tar().file("first").file(member, b"changed").data(), dest)
+    assert _tree(world) == before
+
+
+def test_a_file_where_a_directory_goes_is_refused_before_any_write(world: Path) -> None:
+    dest = world / "dest"
+    dest.mkdir()
+    (dest / "d").write_text("a file")
+    with pytest.raises(ArchiveRefused, match="'d' is not a directory in the destination; nothing was written"):
+        _extract(Tar().file("a").file("d/x").data(), dest)
+    assert sorted(os.listdir(dest)) == ["d"]
+
+
+def test_writes_hold_when_a_symlink_appears_after_the_check(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before writing can be raced (the destination may be a tree a session writes
+    to): the writes open each directory O_NOFOLLOW themselves."""
+    dest = world / "dest"
+    dest.mkdir()
+    monkeypatch.setattr(untar, "_check_destination", lambda walk, members: None)
+    (dest / "d").symlink_to(world)
+    with pytest.raises(ArchiveRefused, match="'d' is a symlink"):
+        _extract(Tar().file("d/flag", b"changed").data(), dest)
+    assert (world / "flag").read_text() == "orig"
+
+
+def _pack(source: Path, max_bytes: int = 1 << 30) -> bytes:
+    with tempfile.TemporaryFile() as spool:
+        untar.pack(str(source), spool, max_bytes=max_bytes)
+        spool.seek(0)
+        return spool.read()
+
+
+def test_pack_makes_a_stream_extract_takes_back(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "a" / "b").mkdir(parents=True)
+    (source / "a" / "b" / "f").write_bytes(b"data" * 1000)
+    (source / "g").write_text("g")
+    assert _extract(_pack(source), tmp_path / "back") == 5
+    assert _tree(tmp_path / "back") == _tree(source)
+
+
+def _socket_file(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
+@pytest.mark.parametrize(
+    ("make", "text"),
+    [
+        (lambda p: os.mkfifo(p), "is a FIFO"),
+        (lambda p: p.symlink_to("/etc/hostname"), "is a symlink"),
+        (lambda p: p.symlink_to("inside"), "is a symlink"),
+        (lambda p: _socket_file(p), "is a socket"),
+    ],
+)
+def test_pack_refuses_what_is_not_a_file_or_a_dir(tmp_path: Path, make: Callable[[Path], object], text: str) -> None:
+    source = tmp_path / "src"
+    (source / "sub").mkdir(parents=True)
+    make(source / "sub" / "odd")
+    with pytest.raises(ArchiveRefused, match=f"'{source}/sub/odd' {text}: only regular files and directories"):
+        _pack(source)
+
+
+def test_pack_stops_at_the_limit_as_it_writes(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(3):
+        (source / f"f{i}").write_bytes(b"x" * 3000)
+    with pytest.raises(ArchiveRefused, match="over the 8000 byte limit"):
+        _pack(source, max_bytes=8000)
