@@ -326,11 +326,14 @@ class AsyncFiles:
             response = await self._client.request("GET", f"{_EXT}/tar/{_quote(path)}")
             async with response:
                 size = 0
-                async for data in response.content.iter_chunked(_CHUNK):
-                    size += len(data)
-                    if size > max_bytes:
-                        raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
-                    spool.write(data)
+                try:
+                    async for data in response.content.iter_chunked(_CHUNK):
+                        size += len(data)
+                        if size > max_bytes:
+                            raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
+                        spool.write(data)
+                except aiohttp.ClientError as exc:  # the runtime failed mid-stream (a file it could not read)
+                    raise errors.SandboxError(f"the tar stream of '{path}' broke off: {type(exc).__name__}") from None
             try:
                 return untar.extract(spool, local_dir, max_bytes=max_bytes, max_entries=max_entries)
             except untar.ArchiveRefused as exc:

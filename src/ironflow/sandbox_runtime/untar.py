@@ -66,7 +66,7 @@ def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list
     pax: dict[bytes, bytes] = {}
     long_name: bytes | None = None
     pos = 0
-    while (header := parse_header(_read_at(stream, pos, BLOCK) or bytes(BLOCK))) is not None:
+    while (header := parse_header(_read_at(stream, pos, BLOCK) or _no_end())) is not None:
         start = pos + BLOCK
         if header.kind in EXTENDED:
             extended += header.size
@@ -91,6 +91,12 @@ def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list
         pax, long_name, extended = {}, None, 0
         pos = start + padded(item.size)
     return ordered(members), count
+
+
+def _no_end() -> bytes:
+    """A stream that stops where a header should be was cut: a copy that failed partway in
+    the sandbox (a file it could not read) must not pass for the whole tree."""
+    raise ArchiveRefused("the tar stream stops before its end-of-archive block: the copy failed partway")
 
 
 def _read_at(stream: BinaryIO, offset: int, size: int) -> bytes:

@@ -142,6 +142,10 @@ def test_cp_of_a_tree_with_a_fifo_or_an_absolute_symlink_is_one_line_either_way(
     _one_error_line(fifo, 2, "is not a regular file or a directory")
     listed = ironflow("sandbox", "exec", sandbox_id, "--", "ls", "-A", env=served.env)
     assert listed.stdout.split() == ["t1", "t2"]  # nothing of a refused upload arrived
+    unreadable = "mkdir t3; echo a > t3/a; echo b > t3/b; chmod 000 t3/b"
+    assert ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", unreadable, env=served.env).returncode == 0
+    partial = ironflow("sandbox", "cp", f"{sandbox_id}:t3", str(tmp_path / "t3"), env=served.env)
+    _one_error_line(partial, 2, "the tar stream stops before its end-of-archive block: the copy failed partway")
 
 
 def test_bad_input_is_one_line_and_exit_2_an_unreachable_server_exit_3(served: Served) -> None:

@@ -134,6 +134,12 @@ def test_what_a_hostile_stream_holds_is_refused_by_name(world: Path, build: Call
     _refused(build().file("fine").data(), world, text)
 
 
+def test_a_stream_cut_short_is_not_taken_for_the_whole_tree(world: Path) -> None:
+    whole = Tar().dir(".").file("a", b"a" * 600).file("b", b"b").data()
+    cut = whole[: whole.index(b"b" + bytes(511)) - 512]  # "b"'s header and data gone, no end blocks
+    _refused(cut, world, "the tar stream stops before its end-of-archive block: the copy failed partway")
+
+
 def test_a_nul_in_a_pax_name_is_refused(world: Path) -> None:
     record = b"path=a\x00b\n"
     body = f"{len(record) + 3} ".encode() + record
