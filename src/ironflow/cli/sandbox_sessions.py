@@ -259,7 +259,10 @@ def copy(
     backend: BackendOption = None,
     provider: ProviderOption = None,
 ) -> None:
-    """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it."""
+    """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it.
+
+    Regular files and directories only, either way: a symlink, FIFO or device refuses the copy by name.
+    """
     target = Target(server, backend, provider)
     remote_src, remote_dst = parse_remote(source), parse_remote(dest)
     if (remote_src is None) == (remote_dst is None):
