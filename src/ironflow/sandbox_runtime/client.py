@@ -9,6 +9,7 @@ serves the same runtime. A token is a header value only: never in a message or a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -297,7 +298,7 @@ class AsyncFiles:
             raise errors.ConfigError(f"'{local_dir}' is not a directory")
         with tempfile.TemporaryFile() as spool:
             try:
-                untar.pack(local_dir, spool, max_bytes=max_bytes)
+                await asyncio.to_thread(untar.pack, local_dir, spool, max_bytes=max_bytes)  # no stall of the loop
             except OSError as exc:
                 raise errors.ConfigError(f"cannot copy '{local_dir}': {_os_error(exc)}") from None
             spool.seek(0)
@@ -335,7 +336,9 @@ class AsyncFiles:
                 except aiohttp.ClientError as exc:  # the runtime failed mid-stream (a file it could not read)
                     raise errors.SandboxError(f"the tar stream of '{path}' broke off: {type(exc).__name__}") from None
             try:
-                return untar.extract(spool, local_dir, max_bytes=max_bytes, max_entries=max_entries)
+                return await asyncio.to_thread(
+                    untar.extract, spool, local_dir, max_bytes=max_bytes, max_entries=max_entries
+                )
             except untar.ArchiveRefused as exc:
                 raise errors.ConfigError(f"refused the copy of '{path}' into '{local_dir}': {exc.message}") from None
             except OSError as exc:
