@@ -152,7 +152,7 @@ class _Walk:
                 return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise ArchiveRefused(f"{shown(done)} {_what(self._fd, part)} in the destination") from None
+                raise ArchiveRefused(f"{shown(done)} in the destination {_what(self._fd, part)}") from None
             raise
         with contextlib.suppress(FileExistsError):  # made meanwhile: opened as anything else would be
             os.mkdir(part, (mode & 0o777) | 0o700, dir_fd=self._fd)
@@ -191,7 +191,7 @@ def _check_destination(walk: _Walk, members: list[Member]) -> None:
             continue
         if not stat.S_ISREG(mode):
             what = _what(fd, name) if stat.S_ISLNK(mode) or stat.S_ISDIR(mode) else "is a special file"
-            raise ArchiveRefused(f"{shown(item.path)} {what} in the destination")
+            raise ArchiveRefused(f"{shown(item.path)} in the destination {what}")
 
 
 def _write_file(dir_fd: int, name: bytes, item: Member, stream: BinaryIO) -> int:

@@ -105,7 +105,7 @@ async def test_a_symlink_in_the_destination_is_not_followed(
     dest.mkdir()
     (dest / "cache").symlink_to(tmp_path / "private")
     runtime.stream = Tar().dir("cache").file("cache/authorized_keys", b"ssh-ed25519 AAAA attacker").data()
-    with pytest.raises(errors.ConfigError, match="'cache' is a symlink"):
+    with pytest.raises(errors.ConfigError, match="'cache' in the destination is a symlink"):
         await sandbox.files.download_dir("out", str(dest))
     assert list((tmp_path / "private").iterdir()) == []
 
