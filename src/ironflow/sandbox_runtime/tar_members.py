@@ -11,7 +11,6 @@ directories under relative, normalised names; :mod:`ironflow.sandbox_runtime.unt
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from ironflow import errors
 __all__ = [
     "BLOCK",
     "EXTENDED",
+    "MAX_DEPTH",
     "MAX_EXTENDED_BYTES",
     "ArchiveRefused",
     "Header",
@@ -38,6 +38,8 @@ __all__ = [
 BLOCK: Final = 512
 #: The most a pax or GNU long-name header may hold (names are at most 4095 bytes).
 MAX_EXTENDED_BYTES: Final = 1 << 20
+#: The deepest a member may be nested (the host holds one directory fd per level as it writes).
+MAX_DEPTH: Final = 256
 _NAME_MAX: Final = 255
 _PATH_MAX: Final = 4095
 _USTAR: Final = b"ustar\x00"  # POSIX: the prefix field extends the name; GNU's magic is "ustar "
@@ -173,6 +175,8 @@ def member_path(name: bytes) -> bytes:
         raise ArchiveRefused(f"member {shown(name)} has a '..' component")
     if len(name) > _PATH_MAX or any(len(part) > _NAME_MAX for part in parts):
         raise ArchiveRefused(f"member {shown(name)} has a name too long for a file system")
+    if len(parts) > MAX_DEPTH:
+        raise ArchiveRefused(f"member {shown(name)} is nested deeper than {MAX_DEPTH} directories")
     return b"/".join(parts)
 
 
@@ -217,17 +221,27 @@ def member(header: Header, pax: Mapping[bytes, bytes], long_name: bytes | None, 
     return Member(path, kind_of, header.mode & 0o777, _mtime(header, pax), offset, size)
 
 
-def ordered(members: Iterable[Member]) -> list[Member]:
-    """``members`` parents first (in name order), each name once and none both a file and a
-    directory (pure). A file's descendants sort right after it, so one look back suffices.
+def ordered(members: Iterable[Member], max_entries: int) -> list[Member]:
+    """``members`` parents first (in name order), each name once, none both a file and a
+    directory, and at most ``max_entries`` files and directories in all, the ones their names
+    imply counted too (pure). In this order a name's descendants follow it at once, and a
+    name's new components are those past what it shares with the name before.
 
     Raises:
         ArchiveRefused: naming the first such member.
     """
     result = sorted(members, key=lambda item: item.path.replace(b"/", b"\x00"))
-    for before, item in itertools.pairwise(result):
-        if item.path == before.path:
+    nodes, previous = 0, [b""]
+    for before, item in zip([None, *result], result, strict=False):
+        if before is not None and item.path == before.path:
             raise ArchiveRefused(f"member {shown(item.path)} appears twice")
-        if before.kind == "file" and item.path.startswith(before.path + b"/"):
+        if before is not None and before.kind == "file" and item.path.startswith(before.path + b"/"):
             raise ArchiveRefused(f"member {shown(before.path)} is both a file and a directory")
+        parts = item.path.split(b"/")
+        same = 0
+        while same < min(len(parts), len(previous)) and parts[same] == previous[same]:
+            same += 1
+        nodes, previous = nodes + len(parts) - same, parts
+        if nodes > max_entries:
+            raise ArchiveRefused(f"the tar stream makes more than {max_entries} files and directories")
     return result

@@ -90,7 +90,7 @@ def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list
             members.append(item)
         pax, long_name, extended = {}, None, 0
         pos = start + padded(item.size)
-    return ordered(members), count
+    return ordered(members, max_entries), count
 
 
 def _no_end() -> bytes:
@@ -105,17 +105,21 @@ def _read_at(stream: BinaryIO, offset: int, size: int) -> bytes:
 
 
 class _Walk:
-    """The directory fd of one path under the destination, reached one component at a time
-    with ``O_NOFOLLOW`` (never a symlink, never ``..``), kept for the next member in the same
-    directory. One fd is held, whatever the depth."""
+    """Directory fds down one path under the destination, each opened ``O_NOFOLLOW`` from its
+    parent's (never a symlink, never ``..``). Members come parents first, so the next one
+    shares most of the path: only the components that differ are opened, and the work is
+    bounded by the tree's size, not by its depth times its members."""
 
     def __init__(self, dest_fd: int) -> None:
-        self._dest, self._fd, self._at = dest_fd, dest_fd, b""
+        self._dest = dest_fd
+        self._names: list[bytes] = []
+        self._fds: list[int] = []
 
-    def close(self) -> None:
-        if self._fd != self._dest:
-            os.close(self._fd)
-        self._fd, self._at = self._dest, b""
+    def close(self, keep: int = 0) -> None:
+        """Close all but the first ``keep`` fds."""
+        while len(self._fds) > keep:
+            self._names.pop()
+            os.close(self._fds.pop())
 
     def enter(self, path: bytes, *, create: bool, mode: int = 0o777) -> int | None:
         """The fd of directory ``path`` (``b""``: the destination); None when it is missing
@@ -124,39 +128,34 @@ class _Walk:
         Raises:
             ArchiveRefused: a component is a symlink or not a directory.
         """
-        if path == self._at:
-            return self._fd
-        if not path:
-            self.close()
-            return self._fd
-        if self._at and path.startswith(self._at + b"/"):
-            done, rest = self._at, path[len(self._at) + 1 :]
-        else:
-            self.close()
-            done, rest = b"", path
-        parts = rest.split(b"/")
-        for i, part in enumerate(parts):
-            done = done + b"/" + part if done else part
-            fd = self._open(part, done, create, mode if i == len(parts) - 1 else 0o777)
+        parts = path.split(b"/") if path else []
+        same = 0
+        while same < min(len(parts), len(self._names)) and parts[same] == self._names[same]:
+            same += 1
+        self.close(same)
+        for i in range(same, len(parts)):
+            at = self._fds[-1] if self._fds else self._dest
+            fd = self._open(at, parts, i, create, mode if i == len(parts) - 1 else 0o777)
             if fd is None:
                 return None
-            self.close()
-            self._fd, self._at = fd, done
-        return self._fd
+            self._names.append(parts[i])
+            self._fds.append(fd)
+        return self._fds[-1] if self._fds else self._dest
 
-    def _open(self, part: bytes, done: bytes, create: bool, mode: int) -> int | None:
+    def _open(self, at: int, parts: list[bytes], i: int, create: bool, mode: int) -> int | None:
         try:
-            return os.open(part, _DIR_FLAGS, dir_fd=self._fd)
+            return os.open(parts[i], _DIR_FLAGS, dir_fd=at)
         except FileNotFoundError:
             if not create:
                 return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise ArchiveRefused(f"{shown(done)} in the destination {_what(self._fd, part)}") from None
+                where = shown(b"/".join(parts[: i + 1]))
+                raise ArchiveRefused(f"{where} in the destination {_what(at, parts[i])}") from None
             raise
         with contextlib.suppress(FileExistsError):  # made meanwhile: opened as anything else would be
-            os.mkdir(part, (mode & 0o777) | 0o700, dir_fd=self._fd)
-        return self._open(part, done, False, mode)
+            os.mkdir(parts[i], (mode & 0o777) | 0o700, dir_fd=at)
+        return self._open(at, parts, i, False, mode)
 
 
 def _what(dir_fd: int, name: bytes) -> str:

@@ -159,6 +159,13 @@ def test_caps_on_bytes_and_members(world: Path) -> None:
     for i in range(5):
         many.file(f"f{i}")
     _refused(many.data(), world, "more than 3 members", max_entries=3)
+    implied = Tar()  # two members, but eight directories made for them
+    for top in ("a", "b"):
+        implied.file(f"{top}/1/2/3/f")
+    _refused(implied.data(), world, "makes more than 9 files and directories", max_entries=9)
+    assert _extract(implied.data(), world / "ok", max_entries=10) == 2
+    deep = "/".join(["d"] * tar_members.MAX_DEPTH)
+    _refused(Tar().file(f"{deep}/f").data(), world, f"is nested deeper than {tar_members.MAX_DEPTH} directories")
     huge = b"x" * (tar_members.MAX_EXTENDED_BYTES + 1)
     _refused(Tar().raw(raw_member(b"L", b"L", len(huge), huge)).data(), world, "extended header too large")
 
