@@ -261,7 +261,7 @@ def copy(
 ) -> None:
     """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it.
 
-    Regular files and directories only, either way: a symlink, FIFO or device refuses the copy by name.
+    Regular files, directories and relative symlinks inside the tree, either way: all else refuses the copy by name.
     """
     target = Target(server, backend, provider)
     remote_src, remote_dst = parse_remote(source), parse_remote(dest)

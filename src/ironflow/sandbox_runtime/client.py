@@ -288,11 +288,12 @@ class AsyncFiles:
 
     async def upload_dir(self, local_dir: str, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
         """Copy a host directory's contents into ``path`` (a tar stream); returns the entries.
-        Regular files and directories only, as :meth:`download_dir` takes them.
+        Regular files, directories and relative symlinks inside the tree, as :meth:`download_dir`
+        takes them.
 
         Raises:
-            ConfigError: the tar stream would pass ``max_bytes``, an entry is a symlink or a
-            special file (named), or an entry cannot be read.
+            ConfigError: the tar stream would pass ``max_bytes``, an entry is a special file
+            or a symlink that leaves the tree (named), or an entry cannot be read.
         """
         if not os.path.isdir(local_dir):  # noqa: ASYNC240 - one stat before the copy
             raise errors.ConfigError(f"'{local_dir}' is not a directory")
@@ -316,8 +317,9 @@ class AsyncFiles:
         """Copy ``path``'s contents into a host directory (made if missing); returns the entries.
 
         The stream is the sandbox's word, so it is unpacked by :mod:`~ironflow.sandbox_runtime.untar`:
-        regular files and directories only, nothing outside ``local_dir`` and nothing through a
-        symlink in it, and every check before the first write.
+        regular files, directories and symlinks that stay inside the tree (made last), nothing
+        outside ``local_dir`` and nothing through a symlink in it, and every check before the
+        first write.
 
         Raises:
             ConfigError: the tar stream passes ``max_bytes`` or ``max_entries``, a member is

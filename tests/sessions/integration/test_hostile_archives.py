@@ -65,8 +65,17 @@ def _outside(root: Path) -> dict[str, bytes | str | None]:
 
 
 CASES: list[tuple[str, Callable[[str], Tar], str]] = [
-    ("cve-2025-4517", path_max_chain, "member 'a' is a symlink"),
-    ("symlink-out", lambda d: Tar().link("out", "/etc").file("out/x"), "member 'out' is a symlink to '/etc'"),
+    ("cve-2025-4517", path_max_chain, "member 'flaglink' is a hardlink to 'escape/flag'"),
+    ("cve-2025-4517-links-only", lambda d: path_max_chain(d, hardlink=False), "is beneath the symlink 'a'"),
+    ("symlink-out", lambda d: Tar().link("out", "/etc").file("out/x"), "member 'out' is a symlink to '/etc', which"),
+    ("symlink-up", lambda d: Tar().link("up", "../flag"), "to '../flag', which points out of the tree"),
+    ("symlink-a-up-up", lambda d: Tar().link("l", "a/../../flag"), "to 'a/../../flag', which points out"),
+    (
+        "symlink-chain-out",
+        lambda d: Tar().dir("sub").link("sub/up", "..").link("esc", "sub/up/../flag"),
+        "steps back ('..') out of 'sub/up', no directory of the tree",
+    ),
+    ("through-a-link", lambda d: Tar().link("l", ".").file("l/x"), "member 'l/x' is beneath the symlink 'l'"),
     ("hardlink-out", lambda d: Tar().link("h", "../flag", hard=True).file("h"), "member 'h' is a hardlink"),
     ("absolute", lambda d: Tar().file(os.path.join(os.path.dirname(d), "abs")), "is an absolute path"),
     ("dotdot", lambda d: Tar().file("../flag", b"changed"), "member '../flag' has a '..' component"),
@@ -94,6 +103,17 @@ async def test_a_crafted_stream_is_refused_and_nothing_outside_changes(
     assert _outside(tmp_path) == before
     assert not (outer / "newfile").exists()
     assert not dest.exists() or not list(dest.iterdir())
+
+
+async def test_symlinks_inside_the_tree_arrive_as_links(hostile: tuple[_Hostile, AsyncSandbox], tmp_path: Path) -> None:
+    runtime, sandbox = hostile
+    tree = Tar().dir(".").link("node_modules/.bin/x", "../pkg/bin.js").file("node_modules/pkg/bin.js", b"js")
+    runtime.stream = tree.link("lib.so", "lib.so.1").file("lib.so.1", b"elf").data()
+    dest = tmp_path / "dest"
+    assert await sandbox.files.download_dir("out", str(dest)) == 5
+    assert os.readlink(dest / "node_modules" / ".bin" / "x") == "../pkg/bin.js"
+    assert (dest / "node_modules" / ".bin" / "x").read_bytes() == b"js"
+    assert os.readlink(dest / "lib.so") == "lib.so.1"
 
 
 async def test_a_symlink_in_the_destination_is_not_followed(
