@@ -29,6 +29,7 @@ __all__ = [
     "Header",
     "Member",
     "link_refusal",
+    "link_visits",
     "member",
     "member_path",
     "ordered",
@@ -220,6 +221,19 @@ def link_refusal(path: bytes, target: bytes, directories: Container[bytes] | Non
         else:
             stack.pop()
     return None
+
+
+def link_visits(path: bytes, target: bytes) -> list[bytes]:
+    """The names a symlink at ``path`` to ``target`` (one :func:`link_refusal` passed) reaches
+    by stepping down, in order (pure): its ``..`` steps only go back to where it was."""
+    stack, visits = path.split(b"/")[:-1], []
+    for part in target.split(b"/"):
+        if part == b"..":
+            stack.pop()
+        elif part not in (b"", b"."):
+            stack.append(part)
+            visits.append(b"/".join(stack))
+    return visits
 
 
 def _refused_link(name: bytes, target: bytes, reason: str) -> ArchiveRefused:

@@ -23,6 +23,7 @@ read through directory fds, the size capped as it is written.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import os
@@ -40,6 +41,7 @@ from ironflow.sandbox_runtime.tar_members import (
     ArchiveRefused,
     Member,
     link_refusal,
+    link_visits,
     member,
     ordered,
     padded,
@@ -119,7 +121,7 @@ class _Walk:
     bounded by the tree's size, not by its depth times its members."""
 
     def __init__(self, dest_fd: int) -> None:
-        self._dest = dest_fd
+        self.dest = dest_fd
         self._names: list[bytes] = []
         self._fds: list[int] = []
 
@@ -142,13 +144,13 @@ class _Walk:
             same += 1
         self.close(same)
         for i in range(same, len(parts)):
-            at = self._fds[-1] if self._fds else self._dest
+            at = self._fds[-1] if self._fds else self.dest
             fd = self._open(at, parts, i, create, mode if i == len(parts) - 1 else 0o777)
             if fd is None:
                 return None
             self._names.append(parts[i])
             self._fds.append(fd)
-        return self._fds[-1] if self._fds else self._dest
+        return self._fds[-1] if self._fds else self.dest
 
     def _open(self, at: int, parts: list[bytes], i: int, create: bool, mode: int) -> int | None:
         try:
@@ -200,6 +202,31 @@ def _check_destination(walk: _Walk, members: list[Member]) -> None:
         if not (stat.S_ISREG(mode) or (item.kind == "symlink" and stat.S_ISLNK(mode))):
             what = _what(fd, name) if stat.S_ISLNK(mode) or stat.S_ISDIR(mode) else "is a special file"
             raise ArchiveRefused(f"{shown(item.path)} in the destination {what}")
+    _check_link_ways(walk.dest, members)
+
+
+def _check_link_ways(dest_fd: int, members: list[Member]) -> None:
+    """A link's target may reach names the stream does not make; where the destination
+    already holds a symlink there, the new link would lead wherever that one does (out of
+    the tree, maybe): refused. Call after the destination's directories were checked."""
+    keys = [item.path.replace(b"/", b"\x00") for item in members]  # ordered() sorted them so
+    for item in (item for item in members if item.kind == "symlink"):
+        for visit in link_visits(item.path, item.target):
+            key = visit.replace(b"/", b"\x00")
+            at = bisect.bisect_left(keys, key)
+            if at < len(keys) and keys[at] == key and members[at].kind != "directory":
+                break  # a file or a link of the stream: replaced, and its own rules hold
+            if at < len(keys) and (keys[at] == key or keys[at].startswith(key + b"\x00")):
+                continue  # a directory the stream makes (checked: no symlink on its way)
+            try:
+                mode = os.lstat(visit, dir_fd=dest_fd).st_mode  # every name before it a directory
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            if stat.S_ISLNK(mode):
+                to = f"member {shown(item.path)} is a symlink to {shown(item.target)}"
+                raise ArchiveRefused(f"{to} through {shown(visit)}, a symlink already in the destination")
+            if not stat.S_ISDIR(mode):
+                break
 
 
 def _write_file(dir_fd: int, name: bytes, item: Member, stream: BinaryIO) -> int:

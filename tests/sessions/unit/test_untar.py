@@ -8,6 +8,7 @@ exploitable by the Python this suite runs on, 3.11.7, and these tests hold there
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import tarfile
@@ -220,16 +221,38 @@ def test_a_symlink_replaces_a_file_or_a_link_in_the_destination_never_follows_on
     assert _tree(world) == before
 
 
-def test_a_link_through_a_symlink_of_the_destination_is_refused(world: Path) -> None:
-    """The destination's own 'cache' leads out; 'cache/../flag' reads as inside but is not."""
+@pytest.mark.parametrize(
+    ("target", "text"),
+    [
+        ("cache/../flag", r"steps back \('..'\) out of 'cache', no directory of the tree"),  # reads as 'flag'
+        ("cache", "through 'cache', a symlink already in the destination"),
+        ("cache/authorized_keys", "through 'cache', a symlink already in the destination"),
+        ("./d/../real/./old/x", "through 'real/old', a symlink already in the destination"),
+    ],
+)
+def test_a_link_through_a_symlink_of_the_destination_is_refused(world: Path, target: str, text: str) -> None:
+    """The destination's own 'cache' and 'real/old' lead out: a new link through them would too."""
     dest = world / "dest"
     (world / "private").mkdir()
-    dest.mkdir()
+    (dest / "real").mkdir(parents=True)
     (dest / "cache").symlink_to(world / "private")
+    (dest / "real" / "old").symlink_to("../../private")
     before = _tree(world)
-    with pytest.raises(ArchiveRefused, match=r"steps back \('..'\) out of 'cache', no directory of the tree"):
-        _extract(Tar().link("l", "cache/../flag").data(), dest)
+    with pytest.raises(ArchiveRefused, match=f"member 'l' is a symlink to '{re.escape(target)}'.*{text}"):
+        _extract(Tar().dir("d").file("real/f").link("l", target).data(), dest)
     assert _tree(world) == before
+
+
+def test_a_link_to_a_name_the_destination_or_the_stream_holds_otherwise_is_made(world: Path) -> None:
+    dest = world / "dest"
+    (dest / "real").mkdir(parents=True)
+    (dest / "current").symlink_to(world)  # an earlier copy's link, replaced by this one's
+    (dest / "file").write_text("f")
+    tree = Tar().dir("pkg").link("current", "pkg").link("via", "current/x").link("to_real", "real/new")
+    _extract(tree.link("to_file", "file/x").link("dangling", "gone/x").data(), dest)
+    assert os.readlink(dest / "current") == "pkg"
+    assert os.readlink(dest / "via") == "current/x"
+    assert os.readlink(dest / "dangling") == "gone/x"
 
 
 def test_a_stream_cut_short_is_not_taken_for_the_whole_tree(world: Path) -> None:
