@@ -313,16 +313,20 @@ def test_a_file_where_a_directory_goes_is_refused_before_any_write(world: Path) 
     assert sorted(os.listdir(dest)) == ["d"]
 
 
-def test_writes_hold_when_a_symlink_appears_after_the_check(world: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tar", [Tar().file("d/flag", b"changed"), Tar().link("d/flag", "x")], ids=["file", "link"])
+def test_writes_hold_when_a_symlink_appears_after_the_check(
+    world: Path, monkeypatch: pytest.MonkeyPatch, tar: Tar
+) -> None:
     """The check before writing can be raced (the destination may be a tree a session writes
-    to): the writes open each directory O_NOFOLLOW themselves."""
+    to): the writes open each directory O_NOFOLLOW themselves, links made last included."""
     dest = world / "dest"
     dest.mkdir()
     monkeypatch.setattr(untar, "_check_destination", lambda walk, members: None)
     (dest / "d").symlink_to(world)
     with pytest.raises(ArchiveRefused, match="'d' in the destination is a symlink"):
-        _extract(Tar().file("d/flag", b"changed").data(), dest)
+        _extract(tar.data(), dest)
     assert (world / "flag").read_text() == "orig"
+    assert sorted(os.listdir(world)) == ["dest", "flag"]
 
 
 def _pack(source: Path, max_bytes: int = 1 << 30) -> bytes:
