@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import secrets
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -47,6 +49,7 @@ __all__ = ["parse_pairs", "parse_remote", "register"]
 
 T = TypeVar("T")
 
+_NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: The idle timeout of a session a server holds, unless ``--idle-timeout`` says otherwise.
 _DEFAULT_IDLE: Final = "5m"
 
@@ -244,11 +247,16 @@ async def _download(sessions: SessionClient, session_id: str, path: str, dest: P
             count = await sandbox.files.download_dir(path, str(dest))
             return f"{session_id}:{path} -> {dest} ({count} entries)"
         target = dest / posixpath.basename(path) if into else dest
-        temp = target.with_name(f".{target.name}.ironflow-{os.getpid()}")
+        temp = target.with_name(f".{target.name}.ironflow-{secrets.token_hex(6)}")
         try:
-            with temp.open("wb") as f:
+            # A fresh name, never a file or link already there: the rename replaces the target itself.
+            with os.fdopen(os.open(temp, _NEW_FILE, 0o666), "wb") as f:
                 size = await sandbox.files.read_to(path, f)
             temp.replace(target)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError | PermissionError) and exc.filename is None:
+                raise  # the runtime's 404 or 403
+            raise errors.ConfigError(f"cannot write '{target}': {exc.strerror or exc}") from None
         finally:
             temp.unlink(missing_ok=True)
         return f"{session_id}:{path} -> {target} ({size} bytes)"
@@ -263,16 +271,23 @@ def copy(
     backend: BackendOption = None,
     provider: ProviderOption = None,
 ) -> None:
-    """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it."""
+    """Copy a file or a directory's contents: SRC ID:DST into a session, ID:SRC DST out of it.
+
+    Regular files, directories and relative symlinks inside the tree, either way: all else refuses the copy by name.
+    """
     target = Target(server, backend, provider)
     remote_src, remote_dst = parse_remote(source), parse_remote(dest)
     if (remote_src is None) == (remote_dst is None):
         exits.fail("cp copies between the host and one session: use SRC ID:DST or ID:SRC DST")
     if remote_dst is not None:
         local = Path(source)
-        if not local.exists():
+        try:
+            mode = local.stat().st_mode
+        except OSError:
             exits.fail(f"no such file or directory: {source}")
-        is_dir = local.is_dir()
+        is_dir = stat.S_ISDIR(mode)
+        if not (is_dir or stat.S_ISREG(mode)):  # a FIFO would block the read, a device never end
+            exits.fail(f"'{source}' is not a regular file or a directory: cp copies only those")
         line = _call(target, lambda s: _upload(s, local, is_dir, remote_dst[0], remote_dst[1]))
     else:
         assert remote_src is not None

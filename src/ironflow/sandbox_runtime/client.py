@@ -9,11 +9,11 @@ serves the same runtime. A token is a header value only: never in a message or a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import shlex
-import tarfile
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -23,6 +23,7 @@ import aiohttp
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
+from ironflow.sandbox_runtime import untar
 from ironflow.sessions import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
 
 __all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
@@ -327,43 +328,69 @@ class AsyncFiles:
 
     async def upload_dir(self, local_dir: str, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
         """Copy a host directory's contents into ``path`` (a tar stream); returns the entries.
+        Regular files, directories and relative symlinks inside the tree, as :meth:`download_dir`
+        takes them.
 
         Raises:
-            ConfigError: the tar stream would pass ``max_bytes``.
+            ConfigError: the tar stream would pass ``max_bytes``, an entry is a special file
+            or a symlink that leaves the tree (named), or an entry cannot be read.
         """
         if not os.path.isdir(local_dir):  # noqa: ASYNC240 - one stat before the copy
             raise errors.ConfigError(f"'{local_dir}' is not a directory")
         with tempfile.TemporaryFile() as spool:
-            with tarfile.open(fileobj=spool, mode="w") as tar:
-                tar.add(local_dir, arcname=".")
-            size = spool.tell()
-            if size > max_bytes:
-                raise errors.ConfigError(f"'{local_dir}' is {size} bytes as a tar stream, over the {max_bytes} limit")
+            try:
+                await asyncio.to_thread(untar.pack, local_dir, spool, max_bytes=max_bytes)  # no stall of the loop
+            except OSError as exc:
+                raise errors.ConfigError(f"cannot copy '{local_dir}': {_os_error(exc)}") from None
             spool.seek(0)
             doc = await self._client.json("PUT", f"{_EXT}/tar/{_quote(path)}", data=_chunks(spool))
         return int(doc["entries"])
 
-    async def download_dir(self, path: str, local_dir: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
-        """Copy ``path``'s contents into a host directory; nothing lands outside it.
+    async def download_dir(
+        self,
+        path: str,
+        local_dir: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_TREE_BYTES,
+        max_entries: int = untar.DEFAULT_MAX_ENTRIES,
+    ) -> int:
+        """Copy ``path``'s contents into a host directory (made if missing); returns the entries.
+
+        The stream is the sandbox's word, so it is unpacked by :mod:`~ironflow.sandbox_runtime.untar`:
+        regular files, directories and symlinks that stay inside the tree (made last), nothing
+        outside ``local_dir`` and nothing through a symlink in it, and every check before the
+        first write.
 
         Raises:
-            ConfigError: the tar stream passes ``max_bytes`` (nothing is extracted then).
+            ConfigError: the tar stream passes ``max_bytes`` or ``max_entries``, a member is
+            refused (named; nothing is extracted then), or ``local_dir`` cannot be written.
         """
-        os.makedirs(local_dir, exist_ok=True)
         with tempfile.TemporaryFile() as spool:
             response = await self._client.request("GET", f"{_EXT}/tar/{_quote(path)}")
             async with response:
                 size = 0
-                async for data in response.content.iter_chunked(_CHUNK):
-                    size += len(data)
-                    if size > max_bytes:
-                        raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
-                    spool.write(data)
-            spool.seek(0)
-            with tarfile.open(fileobj=spool, mode="r") as tar:
-                members = tar.getmembers()
-                tar.extractall(local_dir, filter="data")  # no absolute path, no '..', no link out
-        return len(members)
+                try:
+                    async for data in response.content.iter_chunked(_CHUNK):
+                        size += len(data)
+                        if size > max_bytes:
+                            raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
+                        spool.write(data)
+                except aiohttp.ClientError as exc:  # the runtime failed mid-stream (a file it could not read)
+                    raise errors.SandboxError(f"the tar stream of '{path}' broke off: {type(exc).__name__}") from None
+            try:
+                return await asyncio.to_thread(
+                    untar.extract, spool, local_dir, max_bytes=max_bytes, max_entries=max_entries
+                )
+            except untar.ArchiveRefused as exc:
+                raise errors.ConfigError(f"refused the copy of '{path}' into '{local_dir}': {exc.message}") from None
+            except OSError as exc:
+                raise errors.ConfigError(f"cannot write into '{local_dir}': {_os_error(exc)}") from None
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in words, with its file name when it has one (never a bytes repr)."""
+    name = os.fsdecode(exc.filename) if exc.filename is not None else ""
+    return f"{exc.strerror or exc}: {name}" if name else str(exc.strerror or exc)
 
 
 async def _chunks(spool: Any) -> AsyncIterator[bytes]:

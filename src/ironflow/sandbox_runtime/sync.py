@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, TypeVar
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.sandbox_runtime.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
 from ironflow.sandbox_runtime.remote import RemoteSessions
+from ironflow.sandbox_runtime.untar import DEFAULT_MAX_ENTRIES
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, CommandEvent, CommandResult, FileEntry, SessionInfo
 
@@ -160,8 +161,15 @@ class Files:
     def upload_dir(self, local_dir: str, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
         return self._loop.run(self._files.upload_dir(local_dir, path, max_bytes=max_bytes))
 
-    def download_dir(self, path: str, local_dir: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> int:
-        return self._loop.run(self._files.download_dir(path, local_dir, max_bytes=max_bytes))
+    def download_dir(
+        self,
+        path: str,
+        local_dir: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_TREE_BYTES,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+    ) -> int:
+        return self._loop.run(self._files.download_dir(path, local_dir, max_bytes=max_bytes, max_entries=max_entries))
 
 
 class Sandbox:

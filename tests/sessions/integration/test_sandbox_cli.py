@@ -100,6 +100,11 @@ def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> N
     sandbox_id = _open(served)
     (tmp_path / "tree" / "sub").mkdir(parents=True)
     (tmp_path / "tree" / "sub" / "x.txt").write_text("x")
+    (tmp_path / "tree" / "node_modules" / "pkg").mkdir(parents=True)
+    (tmp_path / "tree" / "node_modules" / "pkg" / "bin.js").write_text("js")
+    (tmp_path / "tree" / "node_modules" / ".bin").mkdir()
+    (tmp_path / "tree" / "node_modules" / ".bin" / "x").symlink_to("../pkg/bin.js")
+    (tmp_path / "tree" / "sub" / "lib.so").symlink_to("x.txt")
     (tmp_path / "file.txt").write_bytes(b"\x00binary\xff" * 1000)
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -108,6 +113,9 @@ def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> N
         assert ironflow("sandbox", "cp", "tree", f"{sandbox_id}:copied", env=served.env).returncode == 0
         assert ironflow("sandbox", "cp", f"{sandbox_id}:in/file.txt", "back.txt", env=served.env).returncode == 0
         assert ironflow("sandbox", "cp", f"{sandbox_id}:copied", "out", env=served.env).returncode == 0
+        inside = "readlink copied/node_modules/.bin/x copied/sub/lib.so; cat copied/node_modules/.bin/x"
+        seen = ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", inside, env=served.env)
+        assert seen.stdout == "../pkg/bin.js\nx.txt\njs", "links arrive in the session as links"
         _one_error_line(ironflow("sandbox", "cp", f"{sandbox_id}:nope", "x", env=served.env), 2, "no such file")
         _one_error_line(ironflow("sandbox", "cp", f"{sandbox_id}:../../etc/passwd", "x", env=served.env), 2, "denied")
         _one_error_line(ironflow("sandbox", "cp", "a", "b", env=served.env), 2, "use SRC ID:DST or ID:SRC DST")
@@ -116,7 +124,52 @@ def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> N
         os.chdir(cwd)
     assert (tmp_path / "back.txt").read_bytes() == (tmp_path / "file.txt").read_bytes()
     assert (tmp_path / "out" / "sub" / "x.txt").read_text() == "x"
+    assert os.readlink(tmp_path / "out" / "node_modules" / ".bin" / "x") == "../pkg/bin.js"
+    assert (tmp_path / "out" / "node_modules" / ".bin" / "x").read_text() == "js"
+    assert os.readlink(tmp_path / "out" / "sub" / "lib.so") == "x.txt"
     assert not (tmp_path / "x").exists()
+
+
+def test_cp_of_a_tree_with_a_fifo_or_a_symlink_out_is_one_line_either_way(served: Served, tmp_path: Path) -> None:
+    """Issue 34, L2: these were tracebacks out of the session and "bad request" into it; a
+    single FIFO hung the upload. cp copies regular files, directories and symlinks inside the
+    tree, and says so: a symlink out of it (absolute, or by '..') is refused by name."""
+    sandbox_id = _open(served)
+    made = (
+        "mkdir -p t1 t2 t4/d; mkfifo t1/pipe; echo a > t1/a; ln -s /etc/hostname t2/host; echo b > t2/b;"
+        " ln -s .. t4/d/up; ln -s d/up/.. t4/esc"
+    )
+    assert ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", made, env=served.env).returncode == 0
+    for tree, text in (
+        ("t1", "member 'pipe' is a FIFO"),
+        ("t2", "member 'host' is a symlink to '/etc/hostname', which is absolute"),
+        ("t4", "member 'esc' is a symlink to 'd/up/..', which steps back ('..') out of 'd/up'"),
+    ):
+        done = ironflow("sandbox", "cp", f"{sandbox_id}:{tree}", str(tmp_path / tree), env=served.env)
+        _one_error_line(done, 2, f"refused the copy of '{tree}' into '{tmp_path / tree}': {text}")
+        assert "relative symlinks inside the tree are copied; nothing was written" in done.stderr
+        assert not (tmp_path / tree).exists()
+    for tree in ("h1", "h2", "h3"):
+        (tmp_path / tree / "sub").mkdir(parents=True)
+        (tmp_path / tree / "sub" / "a").write_text("a")
+    os.mkfifo(tmp_path / "h1" / "sub" / "pipe")
+    (tmp_path / "h2" / "sub" / "host").symlink_to("/etc/hostname")
+    (tmp_path / "h3" / "sub" / "up").symlink_to("../../outside")
+    for tree, text in (
+        ("h1", "sub/pipe' is a FIFO"),
+        ("h2", "sub/host' is a symlink to '/etc/hostname', which is absolute"),
+        ("h3", "sub/up' is a symlink to '../../outside', which points out of the tree"),
+    ):
+        done = ironflow("sandbox", "cp", str(tmp_path / tree), f"{sandbox_id}:{tree}", env=served.env)
+        _one_error_line(done, 2, f"'{tmp_path / tree}/{text}: only regular files, directories and relative symlinks")
+    fifo = ironflow("sandbox", "cp", str(tmp_path / "h1" / "sub" / "pipe"), f"{sandbox_id}:p", env=served.env)
+    _one_error_line(fifo, 2, "is not a regular file or a directory")
+    listed = ironflow("sandbox", "exec", sandbox_id, "--", "ls", "-A", env=served.env)
+    assert listed.stdout.split() == ["t1", "t2", "t4"]  # nothing of a refused upload arrived
+    unreadable = "mkdir t3; echo a > t3/a; echo b > t3/b; chmod 000 t3/b"
+    assert ironflow("sandbox", "exec", sandbox_id, "--", "sh", "-c", unreadable, env=served.env).returncode == 0
+    partial = ironflow("sandbox", "cp", f"{sandbox_id}:t3", str(tmp_path / "t3"), env=served.env)
+    _one_error_line(partial, 2, "the tar stream stops before its end-of-archive block: the copy failed partway")
 
 
 def test_bad_input_is_one_line_and_exit_2_an_unreachable_server_exit_3(served: Served) -> None:
