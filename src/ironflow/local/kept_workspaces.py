@@ -18,6 +18,7 @@ import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
+from ironflow import errors
 from ironflow.local import workdirs
 from ironflow.local.workspaces import PreparedWorkspace
 from ironflow.steps import AgentConfig
@@ -69,6 +70,9 @@ class KeptWorkspaces:
                 raise
         try:
             yield kept[1]
+        except errors.WorkspaceUnsafe:
+            shutil.rmtree(kept[0], ignore_errors=True)  # what no workspace may hold is not kept for a retry
+            raise
         except BaseException:
             self._kept[key] = kept  # the next attempt of this step starts from this tree
             while len(self._kept) > self.limit:  # dicts keep insertion order: the oldest first

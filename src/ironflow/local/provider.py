@@ -42,6 +42,7 @@ from ironflow.local import (
     settings,
     workdirs,
     workspace_apply,
+    workspace_bound,
 )
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
@@ -299,7 +300,10 @@ class LocalSandboxProvider(ProviderBase):
                 binds=binds,
                 on_output=on_output,
                 keep_bytes=self.output_keep_bytes,
+                stop_when=workspace_bound.stop_when(prepared),
             )
+            if finished.stopped is not None:
+                raise errors.WorkspaceUnsafe(finished.stopped)
             if finished.timed_out:
                 raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
             out, err = _text(finished.stdout), _text(finished.stderr)
@@ -392,9 +396,12 @@ class LocalSandboxProvider(ProviderBase):
                         pass_fds=fds.inherited,
                         binds=binds,
                         keep_bytes=AGENT_KEEP_BYTES,
+                        stop_when=workspace_bound.stop_when(prepared),
                     )
                     span.set(exit_code=finished.code, timed_out=finished.timed_out)
                 wall_ms = int((time.monotonic() - start) * 1000)
+            if finished.stopped is not None:
+                raise errors.WorkspaceUnsafe(finished.stopped)
             if finished.timed_out:
                 log.info("local sandbox step timed out: token=%s", token_id)
                 raise errors.AgentTimeout(self.timeout)

@@ -17,9 +17,9 @@ import logging
 import os
 import signal
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
@@ -32,7 +32,7 @@ log = logging.getLogger("ironflow.local")
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
 
-__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "teardown", "within_file_table"]
+__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
 
 #: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
 #: whatever the sandbox's: that process runs on the host before any confinement, so a step's
@@ -52,7 +52,7 @@ MAX_LINE_BYTES: Final = 4 << 20
 @dataclass(frozen=True)
 class Finished:
     """How a sandbox ended: its exit code and output, or killed past its time limit
-    (``timed_out``, with what it wrote until then). The output is bounded
+    (``timed_out``) or for the reason in ``stopped``, with what it wrote until then. The output is bounded
     (:class:`~ironflow.captured.Captured`): ``*_bytes`` say how much was written, ``*_cut``
     how much of it is not in ``stdout``/``stderr`` (a marker line stands there)."""
 
@@ -64,6 +64,7 @@ class Finished:
     stderr_bytes: int = 0
     stdout_cut: int = 0
     stderr_cut: int = 0
+    stopped: str | None = None
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -71,8 +72,10 @@ class Finished:
         return self.stdout_bytes, self.stderr_bytes, self.stdout_cut, self.stderr_cut
 
     @classmethod
-    def of(cls, code: int, out: Captured, err: Captured, *, timed_out: bool = False) -> Finished:
-        return cls(code, out.value(), err.value(), timed_out, out.total, err.total, out.cut, err.cut)
+    def of(
+        cls, code: int, out: Captured, err: Captured, *, timed_out: bool = False, stopped: str | None = None
+    ) -> Finished:
+        return cls(code, out.value(), err.value(), timed_out, out.total, err.total, out.cut, err.cut, stopped)
 
 
 @dataclass(eq=False)
@@ -129,11 +132,12 @@ class SandboxProcesses:
         binds: tuple[tuple[bytes, bytes], ...] = (),
         on_output: OutputSink | None = None,
         keep_bytes: int = DEFAULT_KEEP_BYTES,
+        stop_when: Callable[[], Awaitable[str]] | None = None,
     ) -> Finished:
         """How ``argv`` ended; lines go to ``sink`` and the raw pieces to ``on_output`` as they arrive;
-        the result keeps ``keep_bytes`` of each stream's start and end. Past ``limit_s`` the whole
-        tree is killed and what it wrote until then is kept (``timed_out``): the caller says
-        what a timeout means for it.
+        the result keeps ``keep_bytes`` of each stream's start and end. Past ``limit_s``, or once
+        ``stop_when()`` returns a reason, the whole tree is killed and what it wrote until then is
+        kept (``timed_out``, or the reason in ``stopped``): the caller says what that means for it.
 
         Raises:
             SandboxError: its cgroup could not be made.
@@ -144,6 +148,7 @@ class SandboxProcesses:
         out = Captured("stdout", keep_bytes=keep_bytes)
         err = Captured("stderr", keep_bytes=keep_bytes)
         reading: asyncio.Task[int] | None = None
+        guard: asyncio.Future[str] | None = None
         try:
             if self.support.version:
                 try:
@@ -173,9 +178,13 @@ class SandboxProcesses:
                 entry.proc = await spawn
                 raise
             if entry.released:  # released while it started: it ends as killed, like the others
-                await _kill_tree(entry.proc, group)
+                await kill_tree(entry.proc, group)
             reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err, on_output))
-            done, _ = await asyncio.wait({reading}, timeout=limit_s)
+            waits: set[asyncio.Future[Any]] = {reading}
+            if stop_when is not None:
+                guard = asyncio.ensure_future(stop_when())
+                waits.add(guard)
+            done, _ = await asyncio.wait(waits, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
                 code = reading.result()
                 death = gvisor.kernel_death(code, err.value(), self.limits.pids) if self._gvisor else b""
@@ -192,15 +201,17 @@ class SandboxProcesses:
                         max(0, err.total - gvisor.DEATH_WORDS_BYTES),
                     )
                 return Finished.of(code, out, err)
-            # Past the limit: kill the tree, then read what it wrote up to the end of its pipes.
-            await _kill_tree(entry.proc, group)
+            # Past the limit or stopped: kill the tree, then read what it wrote up to the end of its pipes.
+            stopped = guard.result() if guard is not None and guard in done else None
+            await kill_tree(entry.proc, group)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_KILL_GRACE_S):
                     await reading
-            return Finished.of(-signal.SIGKILL, out, err, timed_out=True)
+            return Finished.of(-signal.SIGKILL, out, err, timed_out=stopped is None, stopped=stopped)
         finally:
-            if reading is not None:
-                reading.cancel()  # a no-op once it ended; else the caller was cancelled
+            for task in (reading, guard):
+                if task is not None:
+                    task.cancel()  # a no-op once it ended; else the caller was cancelled
             # Shielded: a cancelled caller still waits for the tree to be gone.
             await asyncio.shield(teardown(entry.proc, group))
             self._running.remove(entry)
@@ -219,7 +230,7 @@ class SandboxProcesses:
                 # The whole tree, as a teardown kills it: the sandbox's own processes are in a
                 # session of their own (bwrap --new-session), out of reach of the group kill, and
                 # bwrap's --die-with-parent alone let them outlive the release (once in a soak run).
-                await _kill_tree(entry.proc, entry.group)
+                await kill_tree(entry.proc, entry.group)
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
@@ -258,7 +269,7 @@ def release_keys(scope: StepScope | None) -> frozenset[str]:
     return frozenset((*(i for i in (scope.run_id, scope.root_run_id) if i), step_key(scope)))
 
 
-async def _kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
     """Kill the cgroup (everything the sandbox started) and the process group."""
     if proc is not None and proc.returncode is None:
         _kill_group(proc)

@@ -8,6 +8,9 @@ git_workspaces.clone` for a git URL: the same helpers, never a copy), bound read
 the same host protections, applied to the host directory (all or none) only when asked. The
 copy lives in the session's private directory and goes with it at close.
 
+While the session runs, its copy is measured (:mod:`ironflow.local.workspace_bound`): past the
+workspace's ``max_total_bytes`` the session ends, and the reason answers the calls after it.
+
 The session's processes run while the host reads their copy: every task of its cgroup is
 frozen for the read (:meth:`~ironflow.local.cgroups.Sandbox.frozen`), so nothing moves under it.
 Without a freezer the read is of a copy of the copy, made beneath its fd with no symlink
@@ -19,20 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ironflow import errors
-from ironflow.local import cgroups, git_workspaces, workspace_apply
+from ironflow.local import cgroups, git_workspaces, workspace_apply, workspace_bound
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
-__all__ = ["changes", "prepare"]
+__all__ = ["changes", "prepare", "stop_past_bound"]
+
+log = logging.getLogger("ironflow.local")
 
 _READ_COPY: Final = "workspace-read-"
+#: How many ended sessions' reasons a provider keeps to answer with (the oldest go first).
+_ENDED_KEPT: Final = 256
 
 
 async def prepare(
@@ -99,3 +108,24 @@ async def changes(
     if apply and found.files:
         return await asyncio.to_thread(workspace_apply.apply_changes, prepared, found)
     return found
+
+
+def stop_past_bound(
+    prepared: local_workspaces.PreparedWorkspace,
+    session_id: str,
+    ended: dict[str, str],
+    kill: Callable[[], Awaitable[None]],
+) -> asyncio.Task[None]:
+    """A task that kills the session's sandbox (``kill``; its watcher then tears it down) once its
+    copy holds more than the workspace's ``max_total_bytes``; the reason goes in ``ended`` first,
+    for the calls after it."""
+
+    async def stop() -> None:
+        reason = await workspace_bound.over_bound(prepared.copy, prepared.spec.max_total_bytes)
+        log.warning("sandbox session %s stopped: %s", session_id, reason)
+        ended[session_id] = reason
+        while len(ended) > _ENDED_KEPT:  # dicts keep insertion order: the oldest first
+            del ended[next(iter(ended))]
+        await kill()
+
+    return asyncio.create_task(stop())

@@ -28,6 +28,7 @@ import builtins
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -97,6 +98,7 @@ class _Session:
     proc: asyncio.subprocess.Process
     group: cgroups.Sandbox | None
     watcher: asyncio.Task[None] | None = None
+    bound: asyncio.Task[None] | None = None
     workspace: local_workspaces.PreparedWorkspace | None = None
     #: With ``agent=True``: the session's proxy token, and what closes its proxy (revoking it).
     agent_token: Secret | None = None
@@ -137,6 +139,7 @@ class LocalSessions:
             )
         self.max_upload_bytes = max_upload_bytes
         self._sessions: dict[str, _Session] = {}
+        self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
         self._shape = self.provider.shape()
         self._processes: runner.SandboxProcesses = self.provider.processes
@@ -195,6 +198,9 @@ class LocalSessions:
         )
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
+        if prepared is not None:  # killed once its copy holds more than the workspace's max_total_bytes
+            kill = functools.partial(runner.kill_tree, session.proc, session.group)
+            session.bound = session_workspaces.stop_past_bound(prepared, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
 
@@ -377,6 +383,8 @@ class LocalSessions:
             await asyncio.shield(self._teardown(session))
 
     async def _teardown(self, session: _Session) -> None:
+        if session.bound is not None:
+            session.bound.cancel()
         await runner.teardown(session.proc, session.group)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
@@ -387,6 +395,8 @@ class LocalSessions:
 
     def _get(self, session_id: str) -> _Session:
         session = self._sessions.get(check_session_id(session_id))
+        if why := self._ended.get(session_id):  # stopped: ended now, even while its teardown runs
+            raise SessionNotFound(f"sandbox session '{session_id}' ended: {why}")
         if session is None:
             raise SessionNotFound(f"no open sandbox session '{session_id}'")
         return session

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shlex
 import tempfile
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Final, Literal
 
 import aiohttp
@@ -121,23 +122,34 @@ class RuntimeClient:
             raise errors.ConfigError(f"the sandbox server refused the token: {message}")
         raise errors.SandboxError(f"{self._name} answered {response.status}: {message}")
 
+    @contextlib.contextmanager
+    def answer(self) -> Iterator[None]:
+        """Around the read of an answer's body: a runtime that ends mid-answer (its session was
+        stopped or closed) is a SandboxError, as one that cannot be reached is."""
+        try:
+            yield
+        except aiohttp.ClientError as exc:
+            raise errors.SandboxError(f"{self._name} broke off its answer: {type(exc).__name__}") from None
+
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self.request(method, path, **kwargs)
         async with response:
-            return await response.json(content_type=None)
+            with self.answer():
+                return await response.json(content_type=None)
 
     async def events(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[CommandEvent]:
         """The newline-delimited JSON events of a command stream, as they arrive."""
         response = await self.request(method, path, **kwargs)
         async with response:
             pending = b""
-            async for data in response.content.iter_chunked(_CHUNK):
-                *lines, pending = (pending + data).split(b"\n")
-                if len(pending) > _MAX_EVENT_BYTES:
-                    raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
-                for line in lines:
-                    if line.strip() and (event := _event(line)) is not None:
-                        yield event
+            with self.answer():  # the events read so far were given; a break is the command's end
+                async for data in response.content.iter_chunked(_CHUNK):
+                    *lines, pending = (pending + data).split(b"\n")
+                    if len(pending) > _MAX_EVENT_BYTES:
+                        raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
+                    for line in lines:
+                        if line.strip() and (event := _event(line)) is not None:
+                            yield event
             if pending.strip() and (event := _event(pending)) is not None:
                 yield event
 
@@ -287,16 +299,18 @@ class AsyncFiles:
     async def read(self, path: str) -> bytes:
         response = await self._client.request("GET", f"/download/{_quote(path)}")
         async with response:
-            return await response.read()
+            with self._client.answer():
+                return await response.read()
 
     async def read_to(self, path: str, dest: BinaryIO) -> int:
         """Stream a file into ``dest`` (a binary file object); returns its size."""
         response = await self._client.request("GET", f"/download/{_quote(path)}")
         size = 0
         async with response:
-            async for data in response.content.iter_chunked(_CHUNK):
-                dest.write(data)
-                size += len(data)
+            with self._client.answer():
+                async for data in response.content.iter_chunked(_CHUNK):
+                    dest.write(data)
+                    size += len(data)
         return size
 
     async def list(self, path: str = ".") -> list[FileEntry]:
@@ -369,14 +383,12 @@ class AsyncFiles:
             response = await self._client.request("GET", f"{_EXT}/tar/{_quote(path)}")
             async with response:
                 size = 0
-                try:
+                with self._client.answer():  # the runtime failed mid-stream (a file it could not read)
                     async for data in response.content.iter_chunked(_CHUNK):
                         size += len(data)
                         if size > max_bytes:
                             raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit as a tar stream")
                         spool.write(data)
-                except aiohttp.ClientError as exc:  # the runtime failed mid-stream (a file it could not read)
-                    raise errors.SandboxError(f"the tar stream of '{path}' broke off: {type(exc).__name__}") from None
             try:
                 return await asyncio.to_thread(
                     untar.extract, spool, local_dir, max_bytes=max_bytes, max_entries=max_entries

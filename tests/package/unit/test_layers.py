@@ -141,6 +141,10 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.session_backends", "ironflow.agent_sandbox.sessions"): "the cluster's modules, for --provider only",
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
+    # `sandbox open --env` only: the env's variables are judged by the local sandbox's own rules.
+    ("ironflow.cli.sandbox_sessions", "ironflow.local.settings"): "the local sandbox's modules, for --env only",
+    # A failing command's message only: `--help` loads no formatting module.
+    ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # A Temporal session step loads the session backend of the worker's own provider only.
     ("ironflow.temporal.activities", "ironflow.local.provider"): "the worker's provider's sessions only",
     ("ironflow.temporal.activities", "ironflow.local.sessions"): "the worker's provider's sessions only",

@@ -1,0 +1,44 @@
+"""A session cannot fill the host's disk through its workspace (issue 34, M3): one whose command
+writes 6 GiB into a copy bounded at 256 MiB ends near the bound, the calls after say why, and its
+directory is gone (real bubblewrap and gVisor)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from tests.fakes.disk_use import FILL_6_GIB, FILL_BOUND, FILL_SLACK, PeakUse, small_tree, used_bytes
+from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
+
+from ironflow import errors
+from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sessions import LocalSessions
+from ironflow.sessions import SessionNotFound
+from ironflow.workspaces import Workspace
+
+pytestmark = [pytest.mark.bwrap]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return small_tree(tmp_path)
+
+
+@pytest.mark.parametrize("isolation", WORKSPACE_ISOLATIONS)
+async def test_a_session_filling_its_workspace_ends_and_says_why(
+    isolation: Literal["bwrap", "gvisor"], repo: Path, state: Path
+) -> None:
+    provider = LocalSandboxProvider(isolation=isolation, timeout=600)
+    async with LocalSessions(provider, state_dir=str(state)) as sessions:
+        sandbox = await sessions.open(workspace=Workspace(str(repo), max_total_bytes=FILL_BOUND))
+        with PeakUse(str(state)) as peak, pytest.raises(errors.SandboxError):
+            await sandbox.commands.run(["sh", "-c", FILL_6_GIB], timeout=600)
+
+        with pytest.raises(SessionNotFound) as caught:
+            await sessions.changes(sandbox.id)
+        await sandbox.close()
+
+    assert "max_total_bytes" in str(caught.value)
+    assert peak.most < FILL_BOUND + FILL_SLACK, peak.most  # a sample may miss the short time past the bound
+    assert used_bytes(str(state)) == 0
