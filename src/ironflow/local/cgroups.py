@@ -364,11 +364,13 @@ def child_setup(
                 os.write(fd, b"0")  # 0: the writing process itself
             finally:
                 os.close(fd)
+        if host_uid is not None and binds:  # nothing to stage: no mount namespace to make (and tear down)
+            identity.bind_staged(binds)
+        # After every open: the worker's own fds are still open here, and past RLIMIT_NOFILE's new
+        # value (a worker holding more files than one sandbox process may) no open would succeed.
         for which, value in pairs:
             resource.setrlimit(which, (value, value))
         if host_uid is not None:
-            if binds:  # nothing to stage: no mount namespace to make (and to tear down after)
-                identity.bind_staged(binds)
             os.setgroups([])
             os.setresgid(host_uid, host_uid, host_uid)
             os.setresuid(host_uid, host_uid, host_uid)

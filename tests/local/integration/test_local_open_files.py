@@ -4,6 +4,8 @@ is a host process, so ``pids × RLIMIT_NOFILE`` stays under a share of ``fs.file
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -80,3 +82,25 @@ async def test_a_hundred_processes_opening_all_they_can_stay_under_the_host_shar
     assert max(held) * configured.pids <= _file_max() * limits.FILE_MAX_SHARE
     grew = at_peak[0] - before if at_peak else 0  # the host's table, others' files included
     print(f"{PROCESSES} processes held {sum(held)} files (at most {max(held)} each); host file-nr {grew:+d}")
+
+
+async def test_a_worker_holding_more_files_than_a_sandbox_process_may_still_starts_one(open_all: Path) -> None:
+    # The sandbox's first process is forked with the worker's fds open; it lowered RLIMIT_NOFILE before
+    # staging a root worker's binds, whose opens then failed ("Exception occurred in preexec_fn").
+    provider = LocalSandboxProvider(timeout=60)
+    per_process = min(
+        limits.DEFAULT_LIMITS.open_files, int(_file_max() * limits.FILE_MAX_SHARE) // limits.DEFAULT_LIMITS.pids
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, per_process + 256)), hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(per_process + 64)]
+    try:
+        result = await provider.run_command(
+            ["/ift-bin/open_all"], read_only_mounts=[bwrap.ReadOnlyMount(str(open_all), "/ift-bin")]
+        )
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.exit_code == 0, result.stderr
+    assert 0 < int(result.stdout) <= per_process  # the sandbox's own bound still holds
