@@ -117,7 +117,14 @@ def _warm_pool(kube_env: KubeEnv, ns: str, *extra: str) -> list[dict[str, Any]]:
     assert code == 0, err
     docs = [d for d in yaml.safe_load_all(out) if d]
     kube_env.provide_volumes(6)
-    kube_env.apply_objects(docs, namespace=ns)
+    # The claim after the pool is ready: one applied with it may find no member ready and get a
+    # sandbox of its own (under load it did), where the tests below need an adopted member.
+    kube_env.apply_objects([d for d in docs if d.get("kind") != "SandboxClaim"], namespace=ns)
+    _until(
+        lambda: _get(kube_env, RES.pools, ns, "pool").get("status", {}).get("readyReplicas", 0) >= 2,
+        "the warm pool's members to be ready",
+    )
+    kube_env.apply_objects([d for d in docs if d.get("kind") == "SandboxClaim"], namespace=ns)
     _until(lambda: _ready(_get(kube_env, RES.claims, ns, "pool-run")), "claim pool-run to be Ready")
     return docs
 
