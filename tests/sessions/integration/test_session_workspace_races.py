@@ -15,7 +15,7 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local import cgroups
+from ironflow.local import cgroups, workspace_bound
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.workspaces import Workspace
@@ -118,9 +118,17 @@ async def test_changes_apply_never_reads_through_a_swapped_symlink(sessions: Loc
     assert _holds_marker(repo) == []
 
 
+async def _never(root: str, bound: int) -> str:
+    await asyncio.Event().wait()
+    return ""
+
+
 async def test_a_fill_past_max_total_bytes_is_refused_and_no_read_copy_is_left(
-    sessions: LocalSessions, state: Path, tmp_path: Path
+    sessions: LocalSessions, state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The read's own bound: what a sandbox writes between two of the in-run walks, which otherwise end
+    # the session first (that bound: test_session_workspace_bound.py).
+    monkeypatch.setattr(workspace_bound, "over_bound", _never)
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README").write_text("kept\n")
