@@ -123,13 +123,13 @@ class RuntimeClient:
         raise errors.SandboxError(f"{self._name} answered {response.status}: {message}")
 
     @contextlib.contextmanager
-    def answer(self) -> Iterator[None]:
-        """Around the read of an answer's body: a runtime that ends mid-answer (its session was
-        stopped or closed) is a SandboxError, as one that cannot be reached is."""
+    def answer(self, what: str = "its answer") -> Iterator[None]:
+        """Around the read of an answer's body (``what`` names it in the error): a runtime that ends
+        mid-answer (its session was stopped or closed) is a SandboxError, as one that cannot be reached is."""
         try:
             yield
         except aiohttp.ClientError as exc:
-            raise errors.SandboxError(f"{self._name} broke off its answer: {type(exc).__name__}") from None
+            raise errors.SandboxError(f"{self._name} broke off {what}: {type(exc).__name__}") from None
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = await self.request(method, path, **kwargs)
@@ -383,7 +383,7 @@ class AsyncFiles:
             response = await self._client.request("GET", f"{_EXT}/tar/{_quote(path)}")
             async with response:
                 size = 0
-                with self._client.answer():  # the runtime failed mid-stream (a file it could not read)
+                with self._client.answer(f"the tar stream of '{path}'"):  # a file it could not read, say
                     async for data in response.content.iter_chunked(_CHUNK):
                         size += len(data)
                         if size > max_bytes:
