@@ -42,8 +42,8 @@ import yaml
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims, lifecycle, sessions
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import StepRunner
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as kube
 from ironflow.steps import AgentConfig
 

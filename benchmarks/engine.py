@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--steps-4w", type=int, default=500, help="steps per run in the four-worker case")
     args = parser.parse_args()
 
-    from ironflow.testing.postgres import PostgresServer
+    from ironflow.testing.postgres_server import PostgresServer
 
     rows: list[tuple[str, str, str, str]] = []
 

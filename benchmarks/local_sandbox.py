@@ -20,7 +20,7 @@ import shutil
 import statistics
 import time
 
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 COMMAND = ["true"]
 TARGET_BWRAP_ADDED_MS = 30.0

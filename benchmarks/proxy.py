@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.secrets import Secret
-from ironflow.testing.postgres import PostgresServer
+from ironflow.testing.postgres_server import PostgresServer
 
 ADMIN_KEY = "bench-admin-key-" + "b" * 32
 CREDENTIAL = "sk-ant-oat01-benchmark-credential"

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
 from ironflow.sandbox_runtime.remote import RemoteSessions

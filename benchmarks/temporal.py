@@ -139,8 +139,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="agent steps per run")
     args = parser.parse_args()
 
-    from ironflow.testing.postgres import PostgresServer
-    from ironflow.testing.temporal import TemporalDevServer
+    from ironflow.testing.postgres_server import PostgresServer
+    from ironflow.testing.temporal_server import TemporalDevServer
 
     print("starting PostgreSQL...", file=sys.stderr)
     with PostgresServer() as dsn:

@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="GETs of each page")
     args = parser.parse_args()
 
-    from ironflow.testing.postgres import PostgresServer
+    from ironflow.testing.postgres_server import PostgresServer
 
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ a few larger binary files, some executable. One run measures, each pair interlea
 order alternating) so a busy machine slows both sides alike, p50 over ``--runs``, with the page
 cache warm and dirty pages written out (``sync``) before each timed case:
 
-- ready: ``ironflow.local.workspaces.prepare``, what the local provider calls (the source's
+- ready: ``ironflow.local.workspaces.copies.prepare``, what the local provider calls (the source's
   walk, ``cp -a --reflink=auto``, the copy's snapshot; on a root worker the copy given to the
   sandbox's uid), against ``cp -a`` of the same tree into a fresh directory of the same temp
   dir the provider uses. Whether the filesystem has reflinks is tried first, with
@@ -53,10 +53,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ironflow.local import identity, workdirs
-from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.settings import Isolation
+from ironflow.local import workdirs
+from ironflow.local.sandbox import identity
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 T = TypeVar("T")

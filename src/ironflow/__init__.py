@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from ironflow import errors
 from ironflow._lazy import lazy_exports
-from ironflow.pod_settings import AgentInput, PodSettings, PvcVolume, ReadOnlyVolume, SecretEnvVar
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
+from ironflow.step_sandbox import AgentInput, PodSettings, PvcVolume, ReadOnlyVolume, SecretEnvVar
 from ironflow.steps import AgentConfig, PermissionMode, StepScope
 
 if TYPE_CHECKING:

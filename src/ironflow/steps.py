@@ -21,7 +21,8 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from ironflow import errors, labels, settings_file
-from ironflow.pod_settings import (
+from ironflow.secrets import Secret
+from ironflow.step_sandbox import (
     AgentInput,
     ConfigMapSource,
     HostPathSource,
@@ -31,7 +32,6 @@ from ironflow.pod_settings import (
     ReadOnlyVolume,
     SecretEnvVar,
 )
-from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace
 
 __all__ = [

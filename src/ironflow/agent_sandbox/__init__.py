@@ -13,8 +13,9 @@ from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.catalog import PATTERNS, render_pattern
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+    from ironflow.agent_sandbox.claim_steps import SandboxStepRunner
     from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
-    from ironflow.agent_sandbox.manifests import render, render_all, rfc3339
     from ironflow.agent_sandbox.models import (
         ApiVersion,
         ClaimEnvVar,
@@ -33,11 +34,10 @@ if TYPE_CHECKING:
         VolumeClaimTemplate,
     )
     from ironflow.agent_sandbox.patterns import PatternOptions
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.agent_sandbox.rendering import render, render_all, rfc3339
     from ironflow.agent_sandbox.rules import check, claim_warnings, pvc_name
-    from ironflow.agent_sandbox.runner import SandboxStepRunner
     from ironflow.agent_sandbox.schemas import schema_problems, validate
-    from ironflow.agent_sandbox.steps import AgentSandboxSettings
+    from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 
 __all__ = [
     "PATTERNS",
@@ -77,7 +77,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "claims": ("ClaimReapReport", "has_condition"),
-        "manifests": ("render", "render_all", "rfc3339"),
+        "rendering": ("render", "render_all", "rfc3339"),
         "models": (
             "ApiVersion",
             "ClaimEnvVar",
@@ -97,10 +97,10 @@ __getattr__ = lazy_exports(
         ),
         "catalog": ("PATTERNS", "render_pattern"),
         "patterns": ("PatternOptions",),
-        "provider": ("AgentSandboxProvider",),
+        "claim_provider": ("AgentSandboxProvider",),
         "rules": ("check", "claim_warnings", "pvc_name"),
-        "runner": ("SandboxStepRunner",),
+        "claim_steps": ("SandboxStepRunner",),
         "schemas": ("schema_problems", "validate"),
-        "steps": ("AgentSandboxSettings",),
+        "step_render": ("AgentSandboxSettings",),
     },
 )

@@ -1,6 +1,6 @@
 """SandboxClaims over the API: wait for a condition, delete a selection and wait, reap expired ones.
 
-The I/O helpers of :class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`. Waiting uses
+The I/O helpers of :class:`~ironflow.agent_sandbox.claim_provider.AgentSandboxProvider`. Waiting uses
 the shared informer of the namespace's claims (one watch however many steps wait), never a
 poll. Decisions are pure (:func:`has_condition`, :func:`claim_reap_reason`, the k8s reaper's
 ``claim_expired``); the passes list, decide, delete and count, with the k8s reaper's delete
@@ -20,7 +20,7 @@ from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import models
 from ironflow.k8s import cleanup, pods, reaper
 from ironflow.kube import api as kube
-from ironflow.kube import events, informer, pod_problems
+from ironflow.kube import informer, object_events, pod_problems
 
 __all__ = [
     "CLAIM_NAME_PREFIX",
@@ -194,7 +194,7 @@ async def wait_ready(
     found = await shared.wait_for(name, settled, timeout_s)
     verdict = None if found is None or has_condition(found, "Ready") else claim_problem(found)
     if verdict is not None:
-        said = await events.describe_recent(api, namespace, resource.kind, name)
+        said = await object_events.describe_recent(api, namespace, resource.kind, name)
         raise verdict.error(f"SandboxClaim {name}", said)
     return found
 

@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import manifests, models, patterns
+from ironflow.agent_sandbox import models, patterns, rendering
 from ironflow.claude import command
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 __all__ = [
@@ -265,7 +265,7 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
         shutdown_policy=models.ShutdownPolicy.RETAIN,
         labels=patterns.pattern_labels(opts),
     )
-    rendered = _templated(manifests.render(sandbox))
+    rendered = _templated(rendering.render(sandbox))
     rendered["metadata"]["name"] = _NAME
     for volume in rendered["spec"]["podTemplate"]["spec"]["volumes"]:
         claim = volume.get("persistentVolumeClaim")
@@ -345,7 +345,7 @@ def template_rgd(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
         network_policy_management=models.NetworkPolicyManagement.MANAGED,
         labels=patterns.pattern_labels(opts),
     )
-    rendered = manifests.render_all(patterns.pool_and_claim(opts, template))
+    rendered = rendering.render_all(patterns.pool_and_claim(opts, template))
     tpl, pool, claim = rendered
     _templated(tpl)
     tpl["metadata"]["name"] = pool["metadata"]["name"] = pool["spec"]["sandboxTemplateRef"]["name"] = _NAME

@@ -1,7 +1,7 @@
 """Typed values for the agent-sandbox kinds, both API versions: Sandbox, SandboxTemplate,
 SandboxClaim, SandboxWarmPool (pure data, frozen).
 
-A value is what the user means; :mod:`ironflow.agent_sandbox.manifests` turns it into the
+A value is what the user means; :mod:`ironflow.agent_sandbox.rendering` turns it into the
 object of its ``api_version`` and checks it. The two versions differ where the seed and the
 current release differ, and a field of the other version is refused at render time:
 

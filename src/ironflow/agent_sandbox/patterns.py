@@ -1,6 +1,6 @@
 """The seed's agent-sandbox patterns, rendered around ironflow's hardened pod (pure).
 
-Every pod inside a pattern is the pod :class:`~ironflow.k8s.provider.K8sEphemeralProvider`
+Every pod inside a pattern is the pod :class:`~ironflow.k8s.pod_provider.K8sEphemeralProvider`
 renders for a step (uid 10001, read-only root, capabilities dropped, no service-account
 token, egress-profile label, runtime class, managed settings, profile copy): the pattern
 calls the provider's ``manifests()`` and takes the Pod's spec and labels, so the two can
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import deliveries, manifests, models
+from ironflow.agent_sandbox import deliveries, models, rendering
 from ironflow.claude import cli
 from ironflow.k8s import environments
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -275,7 +275,7 @@ def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
         shutdown_policy=models.ShutdownPolicy.DELETE,
         labels=pattern_labels(opts),
     )
-    return [*environment_pvc(provider, opts.name, pattern_labels(opts)), manifests.render(sandbox)]
+    return [*environment_pvc(provider, opts.name, pattern_labels(opts)), rendering.render(sandbox)]
 
 
 def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
@@ -295,7 +295,7 @@ def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
         shutdown_policy=models.ShutdownPolicy.RETAIN,
         labels=pattern_labels(opts),
     )
-    return [*own, *environment_pvc(provider, opts.name, pattern_labels(opts)), manifests.render(sandbox)]
+    return [*own, *environment_pvc(provider, opts.name, pattern_labels(opts)), rendering.render(sandbox)]
 
 
 def pool_and_claim(opts: PatternOptions, template: models.SandboxTemplate) -> list[models.AgentSandboxObject]:
@@ -327,12 +327,12 @@ def _template_environment(opts: PatternOptions) -> list[dict[str, Any]]:
 
 
 def render_warm_pool(opts: PatternOptions) -> list[dict[str, Any]]:
-    return [*_template_environment(opts), *manifests.render_all(pool_and_claim(opts, sandbox_template(opts)))]
+    return [*_template_environment(opts), *rendering.render_all(pool_and_claim(opts, sandbox_template(opts)))]
 
 
 def render_network(policy: models.NetworkPolicyRules | None) -> Callable[[PatternOptions], list[dict[str, Any]]]:
     def render(opts: PatternOptions) -> list[dict[str, Any]]:
-        return [*_template_environment(opts), manifests.render(sandbox_template(opts, policy=policy))]
+        return [*_template_environment(opts), rendering.render(sandbox_template(opts, policy=policy))]
 
     return render
 
@@ -347,4 +347,4 @@ def render_custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
             rule["ports"] = [{"protocol": "TCP", "port": port}]
         rules.append(rule)
     policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
-    return [*_template_environment(opts), manifests.render(sandbox_template(opts, policy=policy))]
+    return [*_template_environment(opts), rendering.render(sandbox_template(opts, policy=policy))]

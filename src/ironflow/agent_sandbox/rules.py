@@ -1,7 +1,7 @@
 """The rules the agent-sandbox CRD schemas cannot express (pure): :func:`check` refuses a value,
 :func:`claim_warnings` names what is allowed but probably not meant.
 
-:func:`~ironflow.agent_sandbox.manifests.render` applies :func:`check` before the schema; each
+:func:`~ironflow.agent_sandbox.rendering.render` applies :func:`check` before the schema; each
 refusal is a :class:`~ironflow.errors.ConfigError` naming the field and the fix.
 
 =====================================  ===============================================================

@@ -27,12 +27,13 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import claims, lifecycle, manifests, models
-from ironflow.agent_sandbox.steps import AgentSandboxSettings
+from ironflow.agent_sandbox import claims, lifecycle, models, rendering
+from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.k8s import command_manifests, pods, session_bridge, session_pods, session_workspaces
-from ironflow.k8s import manifests as pod_manifests
+from ironflow.k8s import pods, session_bridge, session_pods, session_workspaces
+from ironflow.k8s import step_manifests as pod_manifests
+from ironflow.k8s.commands import specs
 from ironflow.k8s.sessions import Found, K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime.client import AsyncSandbox
@@ -58,7 +59,7 @@ def session_claim(
     Raises:
         ConfigError: a bad ttl, a reserved or invalid label, a run id that is no label value.
     """
-    command_manifests.check_duration("ttl", ttl_s)
+    specs.check_duration("ttl", ttl_s)
     chosen = session_pods.check_labels(caller_labels, run_id)
     expires = math.ceil(now + ttl_s)
     claim_labels = {**chosen, labels.LABEL_SESSION_ID: session_id}
@@ -71,13 +72,13 @@ def session_claim(
         warm_pool=settings.pool,
         template=settings.template if settings.api_version is models.ApiVersion.V1ALPHA1 else None,
         lifecycle=models.Lifecycle(
-            shutdown_time=manifests.rfc3339(datetime.fromtimestamp(expires, UTC)),
+            shutdown_time=rendering.rfc3339(datetime.fromtimestamp(expires, UTC)),
             shutdown_policy=models.ShutdownPolicy.DELETE,
         ),
-        labels=models.frozen_map(command_manifests.object_labels(labels.COMPONENT_SANDBOX_CLAIM, claim_labels)),
+        labels=models.frozen_map(specs.object_labels(labels.COMPONENT_SANDBOX_CLAIM, claim_labels)),
         annotations=models.frozen_map({labels.ANNOTATION_EXPIRES_AT: str(expires)}),
     )
-    return manifests.render(claim)
+    return rendering.render(claim)
 
 
 def claim_info(claim: Mapping[str, Any]) -> SessionInfo | None:

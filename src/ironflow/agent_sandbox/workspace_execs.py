@@ -5,14 +5,14 @@ read-only volume, and the step's exec is not the container's PID 1. What stands 
 
 * **the clone** is an exec of its own, before the step: it reads the ``ifap_`` token of a
   grant for the git host only from stdin into its own environment
-  (:func:`ironflow.workspace_git.clone_commands`: never a URL, an argv or ``.git/config``),
+  (:func:`ironflow.workspaces.git_script.clone_commands`: never a URL, an argv or ``.git/config``),
   clones into :data:`WORKSPACE`, makes the base with the pod backend's
-  :func:`~ironflow.k8s.workspace_pods.base_script` and prints the starting commit, which the
+  :func:`~ironflow.k8s.workspaces.init_pods.base_script` and prints the starting commit, which the
   worker keeps. The worker revokes the grant as soon as this exec ends;
 * **the base** sits in HOME, where the step (the same uid) could write it, so the report does
   not trust it: it reads it through a fresh git dir and re-hashes every object reachable from
   the commit the worker recorded (``commit=`` of
-  :func:`~ironflow.k8s.workspace_pods.report_script`) before the diff;
+  :func:`~ironflow.k8s.workspaces.init_pods.report_script`) before the diff;
 * **the end of the step**: once the step's command exits, :data:`REAP` stops every process of
   the container but PID 1 (the idle loop), this exec's shell and its ancestors, pass after pass
   until a pass finds none running, then kills them all (a stopped process can neither fork nor
@@ -20,7 +20,7 @@ read-only volume, and the step's exec is not the container's PID 1. What stands 
   PID 1 is the warm pod's idle loop (a claim's pod is single-use: nothing else of ours runs in
   it); anywhere else the report refuses, since what the step left running could still write.
 
-Then the same frame as a pod's (:mod:`ironflow.workspace_frames`), printed last on the exec's
+Then the same frame as a pod's (:mod:`ironflow.workspaces.frames`), printed last on the exec's
 stdout.
 
 * **the push** (``push_branch``, after a step that succeeded) is an exec of its own in the same
@@ -28,7 +28,7 @@ stdout.
   left: the patch is the verified report's, written in by an exec before it
   (:data:`PUSH_PATCH`); it clones the ref afresh beside the step's workspace, with a grant of
   its own read from stdin as the clone's is, and commits and pushes as a push pod does
-  (:func:`ironflow.workspace_git.push_script`).
+  (:func:`ironflow.workspaces.git_script.push_script`).
 
 Never does I/O.
 """
@@ -38,11 +38,12 @@ from __future__ import annotations
 import shlex
 from typing import Final
 
-from ironflow import errors, workspace_git
+from ironflow import errors
 from ironflow.agent_sandbox import patterns
 from ironflow.claude import command, layout
-from ironflow.k8s import workspace_clone, workspace_pods
-from ironflow.workspaces import Workspace
+from ironflow.k8s.workspaces import clone_exec as workspace_clone
+from ironflow.k8s.workspaces import init_pods
+from ironflow.workspaces import Workspace, git_script
 
 __all__ = [
     "BASE",
@@ -106,7 +107,7 @@ fi
 
 
 def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int) -> tuple[str, ...]:
-    """The clone's argv into :data:`WORKSPACE` (:func:`ironflow.k8s.workspace_clone.clone_exec`).
+    """The clone's argv into :data:`WORKSPACE` (:func:`ironflow.k8s.workspaces.clone_exec.clone_exec`).
 
     Raises:
         ConfigError: a source, ref or proxy URL the relay cannot take.
@@ -118,24 +119,22 @@ def push_exec(proxy_url: str, spec: Workspace, token_bytes: int, *, message: str
     """The push's argv, after the step: read ``token_bytes`` of stdin (the push's own grant) into
     its environment only, clone ``spec``'s ref afresh into :data:`PUSH_CLONE` (the step's ``.git``
     was the step's to rig), commit :data:`PUSH_PATCH` onto it and push it to ``spec.push_branch``
-    (:func:`ironflow.workspace_git.push_script`); the clone and the patch are removed on every path.
+    (:func:`ironflow.workspaces.git_script.push_script`); the clone and the patch are removed on every path.
 
     Raises:
         ConfigError: no branch to push to, or a source, ref or proxy URL the relay cannot take.
     """
     if spec.push_branch is None:
         raise errors.ConfigError("a push needs the workspace's push_branch")
-    clone = workspace_git.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, ref=spec.ref)
-    push = workspace_git.push_commands(
-        proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, branch=spec.push_branch
-    )
-    git = workspace_git.push_script(clone, push, directory=PUSH_CLONE, patch_file=PUSH_PATCH)
+    clone = git_script.clone_commands(proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, ref=spec.ref)
+    push = git_script.push_commands(proxy_url, spec.source, _TOKEN_MARK, directory=PUSH_CLONE, branch=spec.push_branch)
+    git = git_script.push_script(clone, push, directory=PUSH_CLONE, patch_file=PUSH_PATCH)
     left = command.shell_quote(shlex.join(("rm", "-rf", PUSH_CLONE, PUSH_PATCH)))
     script = (
         "set -e\n"
-        + workspace_clone.token_exports({**clone.env, **workspace_git.COMMITTER}, token_bytes)
+        + workspace_clone.token_exports({**clone.env, **git_script.COMMITTER}, token_bytes)
         # The message is the prompt's: never rendered with the token's mark.
-        + f"\nexport {workspace_git.PUSH_MESSAGE_ENV}={command.shell_quote(message)}"
+        + f"\nexport {git_script.PUSH_MESSAGE_ENV}={command.shell_quote(message)}"
         + f"\ntrap {left} EXIT\n"  # the patch is the push's: gone after it, whatever happened
         f"rm -rf {command.shell_quote(PUSH_CLONE)}\n"
         f"( {git}) >&2\n"
@@ -150,4 +149,4 @@ parse_commit = workspace_clone.parse_commit
 def step_command(shell_command: str, spec: Workspace, commit: str) -> str:
     """The step's shell, in the workspace, wrapped as a pod's is: run, reap (:data:`REAP`), report."""
     inner = f"cd {command.shell_quote(WORKSPACE)} && {shell_command}"
-    return workspace_pods.wrapped_command(inner, spec, workspace=WORKSPACE, base=BASE, commit=commit, reap=REAP)
+    return init_pods.wrapped_command(inner, spec, workspace=WORKSPACE, base=BASE, commit=commit, reap=REAP)

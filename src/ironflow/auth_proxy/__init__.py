@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ironflow.auth_proxy.admin_client import AdminClient, IssuedToken, admin_key_from
     from ironflow.auth_proxy.app import RunningProxy, create_app, run_auth_proxy
-    from ironflow.auth_proxy.client import AdminClient, IssuedToken, admin_key_from
     from ironflow.auth_proxy.config import AuthProxyConfig
     from ironflow.auth_proxy.crypto import KeyRing, MissingKeyVersion
     from ironflow.auth_proxy.issuing import Credential, TokenIssuer, resolve_credential, secret_pod_env
@@ -50,7 +50,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "app": ("RunningProxy", "create_app", "run_auth_proxy"),
-        "client": ("AdminClient", "IssuedToken", "admin_key_from"),
+        "admin_client": ("AdminClient", "IssuedToken", "admin_key_from"),
         "issuing": ("Credential", "TokenIssuer", "resolve_credential", "secret_pod_env"),
         "config": ("AuthProxyConfig",),
         "crypto": ("KeyRing", "MissingKeyVersion"),

@@ -23,7 +23,7 @@ from typing import Final
 
 from aiohttp import hdrs, web
 
-from ironflow.auth_proxy import client as client_mod
+from ironflow.auth_proxy import admin_client as client_mod
 from ironflow.auth_proxy import config as config_mod
 from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry, upstream
 

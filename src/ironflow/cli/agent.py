@@ -1,10 +1,10 @@
 """``ironflow agent`` and ``ironflow exec``: one agent step or one command in a sandbox.
 
-Thin over :class:`~ironflow.local.provider.LocalSandboxProvider` (and, with
+Thin over :class:`~ironflow.local.sandbox_provider.LocalSandboxProvider` (and, with
 ``--backend k8s``, the Kubernetes provider; with ``--backend agent-sandbox``,
-:class:`~ironflow.agent_sandbox.provider.AgentSandboxProvider`: a claimed sandbox, warm
+:class:`~ironflow.agent_sandbox.claim_provider.AgentSandboxProvider`: a claimed sandbox, warm
 from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
-a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.exec_pod_run`); it does
+a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.runs.exec_pod_run`); it does
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
 terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
 through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
@@ -34,13 +34,14 @@ from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.fake_model.server import Script
-from ironflow.k8s import commands, workspace_commands
-from ironflow.k8s.command_runner import PodRunOutput
-from ironflow.k8s.commands import PodRun
+from ironflow.k8s.commands import runs
+from ironflow.k8s.commands.execution import PodRunOutput
+from ironflow.k8s.commands.runs import PodRun
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.local.git_workspaces import GitHosts
+from ironflow.k8s.workspaces import command_pods
 from ironflow.local.offline import OfflineProvider
-from ironflow.local.provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
+from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
+from ironflow.local.workspaces.git_sync import GitHosts
 from ironflow.provider import AgentProvider, LogSink
 from ironflow.results import AgentResult
 from ironflow.secrets import redact
@@ -285,7 +286,7 @@ async def _run_pod(
     async with await backends.connect(settings.cluster) as client:
         if spec is None:
             return await run.run(client), None
-        return await workspace_commands.run_in_workspace(client, settings, run, spec, now=int(time.time()))
+        return await command_pods.run_in_workspace(client, settings, run, spec, now=int(time.time()))
 
 
 def _exec_k8s(
@@ -299,8 +300,8 @@ def _exec_k8s(
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:
         if spec is not None:
-            workspace_commands.check(settings, spec)
-        run = commands.exec_pod_run(
+            command_pods.check(settings, spec)
+        run = runs.exec_pod_run(
             settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
         with _progress(f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()):

@@ -17,7 +17,7 @@ import typer
 
 from ironflow import errors
 from ironflow.auth_proxy import __main__ as proxy_main
-from ironflow.auth_proxy import client, config, postgres, registry
+from ironflow.auth_proxy import admin_client, config, postgres, registry
 from ironflow.cli.exits import fail, fail_for
 
 __all__ = ["register"]
@@ -99,7 +99,7 @@ def _admin_call(url: str | None, call: str, argument: str) -> object:
         fail("give --url or set IRONFLOW_AUTH_PROXY_URL to the proxy's URL")
 
     async def run() -> object:
-        async with client.AdminClient(target) as admin:
+        async with admin_client.AdminClient(target) as admin:
             method = admin.revoke if call == "revoke" else admin.revoke_run
             return await method(argument)
 

@@ -22,17 +22,17 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors, settings_file
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.fake_model.server import Script
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters
 from ironflow.kube.api import KubeApi
 from ironflow.local import offline
-from ironflow.local.git_workspaces import GitHosts
-from ironflow.local.provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
+from ironflow.local.workspaces.git_sync import GitHosts
 from ironflow.provider import AgentProvider
 
 __all__ = [

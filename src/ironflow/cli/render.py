@@ -18,7 +18,7 @@ from ironflow import errors, settings_file, steps
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.cli.exits import fail, fail_for, in_file
 from ironflow.cli.formats import ManifestFormat, emit_objects
-from ironflow.k8s import provider as k8s_provider
+from ironflow.k8s import pod_provider as k8s_provider
 from ironflow.secrets import Secret
 
 __all__ = ["DRY_RUN_PROXY_TOKEN", "register", "render"]

@@ -20,11 +20,11 @@ from rich.console import Console
 
 from ironflow import errors
 from ironflow.agent_sandbox import apply, autoscale, catalog, claims, models, patterns
-from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.formats import ManifestFormat, emit_objects
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 
 __all__ = ["apply_template", "parse_egress", "reap", "register", "render"]

@@ -24,7 +24,7 @@ from ironflow.cli import backends, exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.cli.session_backends import ProviderOption
 from ironflow.k8s.sessions import K8sSessions
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_router import process
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, SessionHost

@@ -69,10 +69,10 @@ def _command_env(values: list[str] | None) -> dict[str, str]:
     """``--env`` pairs under the rule a session's own env keeps (no loader variable); exits 2 on a bad one."""
     pairs = parse_pairs(values, "--env")
     if pairs:
-        from ironflow.local import settings  # the local sandbox's modules only when there is an env to judge
+        from ironflow.local.sandbox import environment
 
         for name, value in pairs.items():
-            if problem := settings.env_problem(name, value):
+            if problem := environment.env_problem(name, value):
                 exits.fail(problem)
     return pairs
 

@@ -8,7 +8,7 @@ it waits for the Sandbox's pod to run, only then issues an ``ifap_`` token throu
 admin API (``auth_proxy`` of the provider file, the admin key from
 ``IRONFLOW_AUTH_PROXY_ADMIN_KEY``, the upstream credential from the environment as for every
 issuer) and writes it in over exec stdin
-(:meth:`~ironflow.agent_sandbox.provider.AgentSandboxProvider.deliver_token`). It prints the
+(:meth:`~ironflow.agent_sandbox.claim_provider.AgentSandboxProvider.deliver_token`). It prints the
 token's id, never the token. NAME is a Sandbox or, looked up first, a SandboxClaim whose bound
 Sandbox is taken; ``--claim`` waits for a claim not created yet (KRO makes a graph's claim a
 moment after its instance). Bad input exits 2 with one line, a pod that did not run or an
@@ -25,8 +25,8 @@ import typer
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, lifecycle
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.auth_proxy.client import admin_key_from
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.auth_proxy.admin_client import admin_key_from
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.stores import run_async
 from ironflow.sessions import parse_duration

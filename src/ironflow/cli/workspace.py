@@ -22,8 +22,8 @@ import typer
 from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import TerminalStream
-from ironflow.local.bwrap import ReadOnlyMount, WritableMount
-from ironflow.local.git_workspaces import GitCredential, GitHosts
+from ironflow.local.sandbox.bwrap import ReadOnlyMount, WritableMount
+from ironflow.local.workspaces.git_sync import GitCredential, GitHosts
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source, is_pvc_source
 

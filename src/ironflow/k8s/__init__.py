@@ -26,9 +26,9 @@ from ironflow.labels import (
 )
 
 if TYPE_CHECKING:
-    from ironflow.k8s.command_runner import PodRunOutput
-    from ironflow.k8s.commands import JobRun, PodRun
-    from ironflow.k8s.provider import K8sEphemeralProvider
+    from ironflow.k8s.commands.execution import PodRunOutput
+    from ironflow.k8s.commands.runs import JobRun, PodRun
+    from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 __all__ = [
     "ANNOTATION_EXPIRES_AT",
@@ -54,5 +54,9 @@ __all__ = [
 
 __getattr__ = lazy_exports(
     __name__,
-    {"commands": ("JobRun", "PodRun"), "command_runner": ("PodRunOutput",), "provider": ("K8sEphemeralProvider",)},
+    {
+        "commands": ("JobRun", "PodRun"),
+        "commands.execution": ("PodRunOutput",),
+        "pod_provider": ("K8sEphemeralProvider",),
+    },
 )

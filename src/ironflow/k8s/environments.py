@@ -6,7 +6,7 @@ previous step returned as ``AgentResult.environment_id`` when the step says
 ``resume_environment(id)``. Claims outlive their step on purpose; they carry
 ``ironflow.io/expires-at`` = now + max(ttl, pod lifetime), refreshed on every resume, and
 the orphan reaper deletes them once expired. Everything here is a function of its
-inputs (clock value and random bits passed in); the runtime (``k8s/runner.py``) creates,
+inputs (clock value and random bits passed in); the runtime (``k8s/step_runs.py``) creates,
 checks and patches.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ironflow import errors, labels, pod_settings, results, steps
+from ironflow import errors, labels, results, step_sandbox, steps
 
 __all__ = [
     "DEFAULT_ENVIRONMENT_SIZE",
@@ -113,9 +113,9 @@ def environment_claim_for(resume_id: str | None, *, now_ms: int, rand32: int) ->
     return EnvironmentClaim(resume_id, resumed=True)
 
 
-def environment_mount(volume: EnvironmentVolume, claim_name: str) -> pod_settings.PvcVolume:
+def environment_mount(volume: EnvironmentVolume, claim_name: str) -> step_sandbox.PvcVolume:
     """The claim as a step PVC: the whole claim (no subPath), read-write, at the mount path."""
-    return pod_settings.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
+    return step_sandbox.PvcVolume(claim_name, volume.mount_path, sub_path=None, read_only=False)
 
 
 def environment_expires_at(volume: EnvironmentVolume, *, now: int, lifetime_s: int) -> int:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors, tracing
-from ironflow.k8s import manifests, pods
+from ironflow.k8s import pods, step_manifests
 from ironflow.kube import api as kube
-from ironflow.kube import events, pod_problems, pod_status
+from ironflow.kube import object_events, pod_problems, pod_status
 from ironflow.provider import LogSink
 
 __all__ = [
@@ -67,7 +67,7 @@ class PodOutcome:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any] | None, logs: str) -> PodOutcome:
-        code = pod_status.exit_code(pod, manifests.CONTAINER_NAME)
+        code = pod_status.exit_code(pod, step_manifests.CONTAINER_NAME)
         return cls(phase=pod_status.phase(pod), logs=logs, exit_code=code)
 
 
@@ -141,7 +141,7 @@ async def wait_for(
 
 async def _node_coming(api: kube.KubeApi, namespace: str, pod_name: str) -> bool:
     """Whether a node autoscaler says it is adding a node for the pod (then it is waited for)."""
-    coming = pod_problems.scale_up_pending(await events.events_of(api, namespace, "Pod", pod_name))
+    coming = pod_problems.scale_up_pending(await object_events.events_of(api, namespace, "Pod", pod_name))
     if coming:
         _log.info("pod %s/%s is unschedulable while a node is added for it: waiting", namespace, pod_name)
     return coming
@@ -153,7 +153,7 @@ async def _failure(
     """The error that ends the step, with what the cluster said about the pod."""
     # A pod the node stopped has said all it will; one that cannot start gets its Warning soon.
     wait_s = 0.0 if verdict.started else _WARNING_WAIT_S
-    said = await events.describe_recent(api, namespace, "Pod", pod_name, await_warning_s=wait_s)
+    said = await object_events.describe_recent(api, namespace, "Pod", pod_name, await_warning_s=wait_s)
     _log.warning("pod %s/%s: %s: %s", namespace, pod_name, verdict.reason, verdict.message)
     return verdict.error(f"pod {pod_name}", said)
 

@@ -22,7 +22,8 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.k8s import command_manifests, hardening, manifests
+from ironflow.k8s import hardening, step_manifests
+from ironflow.k8s.commands import specs
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.sessions import SessionInfo
 
@@ -69,7 +70,7 @@ def check_labels(caller_labels: Mapping[str, str] | None, run_id: str | None) ->
         ConfigError: a reserved or ironflow's own key, an invalid value, a run id that is no label value.
     """
     chosen = dict(caller_labels or {})
-    command_manifests.check_labels(chosen)
+    specs.check_labels(chosen)
     for key in chosen:
         if key in OWN_KEYS:
             raise errors.ConfigError(f"label '{key}' is set by ironflow: drop it from the session's labels")
@@ -93,7 +94,7 @@ def session_pod(
     Raises:
         ConfigError: a reserved or invalid label, a run id that is not a label value, a bad ttl.
     """
-    command_manifests.check_duration("ttl", ttl_s)
+    specs.check_duration("ttl", ttl_s)
     chosen = check_labels(caller_labels, run_id)
     sandbox = settings.sandbox or hardening.SandboxSettings()
     container: dict[str, Any] = {
@@ -116,7 +117,7 @@ def session_pod(
     }
     if settings.runtime_class:
         spec["runtimeClassName"] = settings.runtime_class
-    spec.update(manifests.placement(settings))
+    spec.update(step_manifests.placement(settings))
     pod_labels = {**settings.pod_labels, **chosen, labels.LABEL_SESSION_ID: session_id}
     if run_id is not None:
         pod_labels[labels.LABEL_RUN_ID] = run_id
@@ -126,7 +127,7 @@ def session_pod(
         "metadata": {
             "name": session_id,
             "namespace": settings.namespace,
-            "labels": command_manifests.object_labels(labels.COMPONENT_SANDBOX_SESSION, pod_labels),
+            "labels": specs.object_labels(labels.COMPONENT_SANDBOX_SESSION, pod_labels),
             "annotations": {labels.ANNOTATION_EXPIRES_AT: str(math.ceil(now + ttl_s))},
         },
         "spec": hardening.harden_pod_spec(spec, sandbox),

@@ -2,7 +2,7 @@
 
 A sandbox session's pod (a Kubernetes session's, an agent-sandbox claim's) runs before its
 workspace exists, so the workspace is cloned as an agent-sandbox step's is
-(:mod:`ironflow.k8s.workspace_clone`): an exec in the pod with the ``ifap_`` token of a grant
+(:mod:`ironflow.k8s.workspaces.clone_exec`): an exec in the pod with the ``ifap_`` token of a grant
 of its own on stdin, for the git host only (the host's credential stays in the proxy), the
 grant revoked on every path once the exec ends (:func:`exec_with_grant`, the steps' too).
 :func:`changes` runs the pod steps' report against the starting commit the worker recorded.
@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from ironflow import errors, labels, workspace_frames
+from ironflow import errors, labels
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.auth_proxy.git_hosts import GitHosts
-from ironflow.k8s import pods, workspace_clone
+from ironflow.k8s import pods
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.workspaces import clone_exec as workspace_clone
 from ironflow.kube import api as kube
-from ironflow.workspaces import Workspace, WorkspaceChanges
+from ironflow.workspaces import Workspace, WorkspaceChanges, frames
 
 __all__ = [
     "Held",
@@ -140,7 +141,7 @@ async def changes(
     """
     argv = workspace_clone.report_exec(held.spec, held.commit, where)
     done = await api.exec(namespace, pod, argv, container=container)
-    _, found = workspace_frames.split_frame(done.stdout.decode(errors="replace"))
+    _, found = frames.split_frame(done.stdout.decode(errors="replace"))
     if found is None:  # the clone made a repository: without one the workspace was tampered with
         raise errors.WorkspaceUnsafe("the session's workspace no longer holds its git repository")
     return found

@@ -27,10 +27,11 @@ from typing import Any, ClassVar, Final
 
 from ironflow import errors, labels
 from ironflow.auth_proxy import issuing, tokens
-from ironflow.auth_proxy.client import AdminClient
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import layout
-from ironflow.k8s import pod_wait, pods, session_bridge, session_pods, session_workspaces, workspace_clone
+from ironflow.k8s import pod_wait, pods, session_bridge, session_pods, session_workspaces
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.workspaces import clone_exec
 from ironflow.kube import api as kube
 from ironflow.kube import pod_problems, pod_status
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
@@ -112,7 +113,7 @@ class K8sSessions:
         self._sessions: dict[str, _Session] = {}
         self._issuer = issuer
         self._owned_issuer: AdminClient | None = None
-        self.where = workspace_clone.paths(home)
+        self.where = clone_exec.paths(home)
 
     async def _client(self) -> kube.KubeApi:
         if self._api is None:

@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from ironflow import errors, labels, pod_settings
+from ironflow import errors, labels, step_sandbox
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
@@ -211,10 +211,10 @@ class ProviderSettings:
     active_deadline_s: float | None = None
     sandbox: hardening.SandboxSettings | None = None
     sessions_claim: str | None = None
-    secret_env: tuple[pod_settings.SecretEnvVar, ...] = ()
+    secret_env: tuple[step_sandbox.SecretEnvVar, ...] = ()
     #: (secret, key) holding the credentials JSON
     oauth_credentials_secret: tuple[str, str] | None = None
-    read_only_volumes: tuple[pod_settings.ReadOnlyVolume, ...] = ()
+    read_only_volumes: tuple[step_sandbox.ReadOnlyVolume, ...] = ()
     managed_settings_presets: Mapping[str, str] = field(default_factory=lambda: frozen_map(None))
     default_managed_settings: str | None = None
     claude_profiles: tuple[profile.ClaudeProfile, ...] = ()
@@ -280,7 +280,7 @@ def _names_problem(s: ProviderSettings) -> str | None:
 def _env_problem(s: ProviderSettings) -> str | None:
     seen: set[str] = set()
     for name, _ in s.env_vars:  # never the value: it may be a credential
-        if not pod_settings.is_env_name(name):
+        if not step_sandbox.is_env_name(name):
             return f"env name must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
         if name in seen:
             return f"env sets {name} twice; set each variable once"
@@ -307,7 +307,7 @@ def _paths_problem(s: ProviderSettings) -> str | None:
     # plain string, checked here by the same rule.
     for i, (host_path, _) in enumerate(s.volumes):
         try:
-            pod_settings.HostPathSource(host_path)
+            step_sandbox.HostPathSource(host_path)
         except errors.ConfigError as exc:
             return f"volumes[{i}]: {exc.message}"
     return None

@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ironflow import errors, steps, workspace_git
+from ironflow import errors, steps
 from ironflow.auth_proxy import tokens
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import command, layout, profile
-from ironflow.k8s import environments, manifests, workspace_pods
+from ironflow.k8s import environments, step_manifests
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.workspaces import init_pods
 from ironflow.secrets import Secret
-from ironflow.workspaces import WORKSPACE_PATH, Workspace
+from ironflow.workspaces import WORKSPACE_PATH, Workspace, git_script
 
 __all__ = ["StepObjects", "check_step", "check_workspace", "refuse_workspace", "render_step", "workspace_secret"]
 
@@ -51,9 +52,9 @@ class StepObjects:
         return [o for o in (self.prompt_configmap, self.environment_claim, self.pod) if o is not None]
 
 
-def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> manifests.PodInputs:
+def _inputs(settings: ProviderSettings, config: steps.AgentConfig) -> step_manifests.PodInputs:
     """The merged pod inputs, with the step's own labels and its scope's run/step labels."""
-    inputs = manifests.merged_pod_inputs(settings, config)
+    inputs = step_manifests.merged_pod_inputs(settings, config)
     if config.scope is None:
         return inputs
     return dataclasses.replace(inputs, labels={**inputs.labels, **config.scope.labels})
@@ -122,21 +123,21 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
     inputs = _inputs(settings, config)
     if settings.environment is not None and config.resume_environment_id is not None:
         environments.environment_claim_for(config.resume_environment_id, now_ms=0, rand32=0)
-    manifests.validate_hardening(settings, inputs)
-    manifests.validate_inputs(config.inputs)
+    step_manifests.validate_hardening(settings, inputs)
+    step_manifests.validate_inputs(config.inputs)
 
 
 def _with_workspace(
     settings: ProviderSettings, spec: Workspace, pod: dict[str, Any], token: Secret | None
 ) -> dict[str, Any]:
     if spec.is_pvc:
-        return workspace_pods.add_pvc_workspace(pod, spec)
+        return init_pods.add_pvc_workspace(pod, spec)
     if token is None or settings.auth_proxy_url is None:
         raise errors.ConfigError("a git workspace needs the token of its git-host grant (workspace_token)")
-    invocation = workspace_git.clone_commands(
+    invocation = git_script.clone_commands(
         settings.auth_proxy_url, spec.source, token.reveal(), directory=WORKSPACE_PATH, ref=spec.ref
     )
-    return workspace_pods.add_git_workspace(pod, spec, invocation)
+    return init_pods.add_git_workspace(pod, spec, invocation)
 
 
 def render_step(
@@ -192,13 +193,13 @@ def render_step(
         prefix=prefix,
         prompt_file=command.prompt_file_path() if stdin else None,
     )
-    expires_at = now + manifests.lifetime_seconds(s)
+    expires_at = now + step_manifests.lifetime_seconds(s)
     plain = list(s.env_vars)
     if token is not None and s.auth_proxy_url is not None:
         plain += list(layout.proxy_env(s.auth_proxy_url, token.reveal()).items())
     configmap: dict[str, Any] | None = None
     if stdin:
-        configmap = manifests.prompt_configmap(
+        configmap = step_manifests.prompt_configmap(
             pod_name=pod_name,
             namespace=s.namespace,
             prompt=config.prompt,
@@ -214,7 +215,7 @@ def render_step(
             pod_labels=inputs.labels,
             expires_at=environments.environment_expires_at(s.environment, now=now, lifetime_s=expires_at - now),
         )
-    pod = manifests.build_pod(
+    pod = step_manifests.build_pod(
         s,
         inputs,
         config,

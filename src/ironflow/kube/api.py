@@ -4,7 +4,7 @@
 CRUD, list and watch, logs and exec. Its parts live by job: the values and resources in
 :mod:`~ironflow.kube.resources`, the mapping of answers to errors in
 :mod:`~ironflow.kube.responses` (both pure), one request in :mod:`~ironflow.kube.transport`,
-reading bodies in :mod:`~ironflow.kube.streams`, the endless watch in
+reading bodies in :mod:`~ironflow.kube.reading`, the endless watch in
 :mod:`~ironflow.kube.watching`. The names callers use are re-exported here, so a caller
 imports this one module.
 
@@ -27,7 +27,7 @@ import aiohttp
 import yaml
 
 from ironflow import errors
-from ironflow.kube import responses, streams, transport, watching
+from ironflow.kube import reading, responses, transport, watching
 from ironflow.kube.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 from ironflow.kube.resources import (
     CONFIGMAPS,
@@ -375,13 +375,13 @@ class KubeApi:
         self.counters.open_watches += 1
         self.counters.watches_opened += 1
         try:
-            async for line in streams.lines(resp, what):
+            async for line in reading.lines(resp, what):
                 event = responses.watch_event(line, what)
                 if event is not None:
                     yield event
         finally:
             self.counters.open_watches -= 1
-            streams.release_stream(resp)
+            reading.release_stream(resp)
 
     def watch(
         self,
@@ -425,7 +425,7 @@ class KubeApi:
         what = f"read log of pods {responses.where(namespace, pod)}"
         query = responses.params(container=container, tailLines=tail_lines, limitBytes=limit_bytes)
         resp = await self._transport.open("log", "GET", PODS.path(namespace, pod, "log"), what, query=query)
-        return (await streams.read_all(resp, what)).decode(errors="replace")
+        return (await reading.read_all(resp, what)).decode(errors="replace")
 
     async def follow_log(self, namespace: str, pod: str, container: str | None = None) -> AsyncGenerator[str, None]:
         """The pod's log lines (without the newline) as they are written, until the container ends (cut at 16 MiB)."""
@@ -437,11 +437,11 @@ class KubeApi:
         )
         self.counters.open_streams += 1
         try:
-            async for line in streams.lines(resp, what, max_line=streams.MAX_LOG_LINE_BYTES):
+            async for line in reading.lines(resp, what, max_line=reading.MAX_LOG_LINE_BYTES):
                 yield line.decode(errors="replace")
         finally:
             self.counters.open_streams -= 1
-            streams.release_stream(resp)
+            reading.release_stream(resp)
 
     # -- exec (added for agent-sandbox: run the step in a running sandbox pod) --
 

@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from ironflow import errors
-from ironflow.kube import responses, streams
+from ironflow.kube import reading, responses
 from ironflow.kube.resources import KubeObject, RequestCounters
 from ironflow.kube.responses import error_for_status, retry_after_delay
 
@@ -134,7 +134,7 @@ class Transport:
         content_type: str = "application/json",
     ) -> KubeObject:
         resp = await self.open(verb, method, path, what, query=query, body=body, content_type=content_type)
-        raw = await streams.read_all(resp, what)
+        raw = await reading.read_all(resp, what)
         try:
             data = json_module.loads(raw)
         except ValueError as exc:

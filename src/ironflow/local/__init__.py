@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ironflow.local.bwrap import ReadOnlyMount
     from ironflow.local.offline import OfflineProvider
-    from ironflow.local.provider import (
+    from ironflow.local.sandbox.bwrap import ReadOnlyMount
+    from ironflow.local.sandbox_provider import (
         CommandResult,
         Isolation,
         LocalProfile,
@@ -34,8 +34,8 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bwrap": ("ReadOnlyMount",),
+        "sandbox.bwrap": ("ReadOnlyMount",),
         "offline": ("OfflineProvider",),
-        "provider": ("CommandResult", "Isolation", "LocalProfile", "LocalSandboxProvider", "ProxyCredential"),
+        "sandbox_provider": ("CommandResult", "Isolation", "LocalProfile", "LocalSandboxProvider", "ProxyCredential"),
     },
 )

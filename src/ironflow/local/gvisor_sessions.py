@@ -14,7 +14,7 @@ bubblewrap. No network at all
 (``--network=none``): no port of the host, the server's and the router's included, is
 reachable from the session.
 
-Everything else is a plain gVisor sandbox of the provider (:mod:`ironflow.local.gvisor`: the
+Everything else is a plain gVisor sandbox of the provider (:mod:`ironflow.local.sandbox.gvisor`: the
 setup script, the tmpfs, the seccomp rules, the drop to uid 10001). Only :func:`write_bundle`
 touches the disk; nothing here starts a process.
 """
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ironflow.claude import layout
-from ironflow.local import bwrap, gvisor, sandbox_argv
+from ironflow.local.sandbox import argv, bwrap, gvisor
 
 __all__ = [
     "LISTEN_AS_ROOT",
@@ -93,7 +93,7 @@ _SOCKET: Final = "rt.sock"
 
 
 def runtime_settings(
-    shape: sandbox_argv.SandboxShape,
+    shape: argv.SandboxShape,
     command: tuple[str, ...],
     *,
     python: str,

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from ironflow.fake_model.server import FakeAnthropic, Script
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.provider import LogSink
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret

@@ -16,8 +16,8 @@ import time
 
 from ironflow import errors
 from ironflow.claude import command, output, rate_limits
-from ironflow.local import proxy_session, settings
-from ironflow.local.provider import AGENT_KEEP_BYTES, LocalSandboxProvider
+from ironflow.local.sandbox import environment, step_proxy
+from ironflow.local.sandbox_provider import AGENT_KEEP_BYTES, LocalSandboxProvider
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
@@ -35,7 +35,7 @@ async def open_proxy(
     """Serve the session's proxy (closed with ``stack``: the token revoked) and return its socket and token."""
     socket_path = os.path.join(directory, PROXY_SOCKET)
     token = await stack.enter_async_context(
-        proxy_session.proxy_session(
+        step_proxy.proxy_session(
             provider.proxy_credential(),
             socket_path=socket_path,
             run_id=run_id,
@@ -71,7 +71,7 @@ async def run_agent(
     started = time.monotonic()
     done = await sandbox.commands.run(
         ["sh", "-c", script],
-        env=settings.proxy_env(token.reveal()),
+        env=environment.proxy_env(token.reveal()),
         stdin=stdin,
         timeout=provider.timeout,
         keep_bytes=AGENT_KEEP_BYTES,

@@ -1,20 +1,20 @@
 """A local session's workspace: made at open as a step's is, its change set on request (I/O).
 
 A session opened with a :class:`~ironflow.workspaces.Workspace` gets the same private copy a
-step gets (:func:`ironflow.local.workspaces.prepare` for a host directory, :func:`ironflow.local.
+step gets (:func:`ironflow.local.workspaces.copies.prepare` for a host directory, :func:`ironflow.local.
 git_workspaces.clone` for a git URL: the same helpers, never a copy), bound read-write at
 ``/workspace``, the runtime's working directory. :func:`changes` is the step's
-:func:`~ironflow.local.workspace_apply.finish`: the patch of everything changed since open, with
+:func:`~ironflow.local.workspaces.writeback.finish`: the patch of everything changed since open, with
 the same host protections, applied to the host directory (all or none) only when asked. The
 copy lives in the session's private directory and goes with it at close.
 
-While the session runs, its copy is measured (:mod:`ironflow.local.workspace_bound`): past the
+While the session runs, its copy is measured (:mod:`ironflow.local.workspaces.bound`): past the
 workspace's ``max_total_bytes`` the session ends, and the reason answers the calls after it.
 
 The session's processes run while the host reads their copy: every task of its cgroup is
-frozen for the read (:meth:`~ironflow.local.cgroups.Sandbox.frozen`), so nothing moves under it.
+frozen for the read (:meth:`~ironflow.local.sandbox.cgroups.Sandbox.frozen`), so nothing moves under it.
 Without a freezer the read is of a copy of the copy, made beneath its fd with no symlink
-followed and counted against ``max_total_bytes`` (:func:`~ironflow.local.workspaces.copy_tree`):
+followed and counted against ``max_total_bytes`` (:func:`~ironflow.local.workspaces.copies.copy_tree`):
 a path that moves during it fails the read, it never leads outside.
 """
 
@@ -30,9 +30,10 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ironflow import errors
-from ironflow.local import cgroups, git_workspaces, workspace_apply, workspace_bound
-from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox import cgroups
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.workspaces import bound, git_sync, writeback
+from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["changes", "prepare", "stop_past_bound"]
@@ -62,7 +63,7 @@ async def prepare(
     shape = provider.shape()
     local_workspaces.check_mounts(provider.isolation, shape.writable_uid, (), (), spec)  # gVisor: a root worker
     if spec.is_git:
-        return await git_workspaces.clone(
+        return await git_sync.clone(
             spec, directory, processes=provider.processes, shape=shape, hosts=provider.git_hosts,
             limit_s=provider.timeout,
         )  # fmt: skip
@@ -70,7 +71,7 @@ async def prepare(
 
 
 def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> WorkspaceChanges:
-    """:func:`~ironflow.local.workspaces.collect` of a copy of the session's copy (no freezer)."""
+    """:func:`~ironflow.local.workspaces.copies.collect` of a copy of the session's copy (no freezer)."""
     place = os.path.join(tempfile.mkdtemp(prefix=_READ_COPY, dir=os.path.dirname(prepared.copy)), "copy")
     try:
         whose = "the session's workspace"
@@ -90,7 +91,7 @@ async def changes(
     none; a git workspace has none to write).
 
     Raises:
-        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces`); the
+        WorkspaceUnsafe, WorkspaceConflict: as for a step (:mod:`ironflow.local.workspaces.copies`); the
             copy of the copy is over a bound, or a path moved while it was made.
         WorkspaceRefused: ``apply`` on a git workspace.
         SandboxError: the session's processes could not be frozen.
@@ -106,7 +107,7 @@ async def changes(
     else:
         found = await asyncio.to_thread(_collect_from_a_copy, prepared)
     if apply and found.files:
-        return await asyncio.to_thread(workspace_apply.apply_changes, prepared, found)
+        return await asyncio.to_thread(writeback.apply_changes, prepared, found)
     return found
 
 
@@ -121,7 +122,7 @@ def stop_past_bound(
     for the calls after it."""
 
     async def stop() -> None:
-        reason = await workspace_bound.over_bound(prepared.copy, prepared.spec.max_total_bytes)
+        reason = await bound.over_bound(prepared.copy, prepared.spec.max_total_bytes)
         log.warning("sandbox session %s stopped: %s", session_id, reason)
         ended[session_id] = reason
         while len(ended) > _ENDED_KEPT:  # dicts keep insertion order: the oldest first

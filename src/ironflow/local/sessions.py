@@ -1,6 +1,6 @@
 """Local sandbox sessions: a bubblewrap or gVisor sandbox kept open, with the runtime inside it.
 
-The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox_argv`,
+The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox.argv`,
 the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
 network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
 :data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
@@ -16,7 +16,7 @@ Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idl
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
 SIGKILL when its parent dies, and takes the sandbox down: bubblewrap's pid namespace, runsc's
 sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
-state in it, and :func:`~ironflow.local.cgroups.probe` the cgroup). The sandbox is this
+state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup). The sandbox is this
 process's child: sessions live as long as the process that opened them (``ironflow sandbox
 serve`` for the CLI).
 """
@@ -43,21 +43,12 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import (
-    bwrap,
-    cgroups,
-    gvisor,
-    gvisor_sessions,
-    runner,
-    sandbox_argv,
-    session_agents,
-    session_workspaces,
-    settings,
-    workdirs,
-)
-from ironflow.local import limits as sandbox_limits
-from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local import gvisor_sessions, session_agents, session_workspaces, workdirs
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import bwrap, cgroups, environment, gvisor, launch
+from ironflow.local.sandbox import limits as sandbox_limits
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
@@ -130,7 +121,7 @@ class LocalSessions:
     ) -> None:
         self.provider = provider or LocalSandboxProvider()
         if self.provider.env:
-            settings.sandbox_env(self.provider.env)
+            environment.sandbox_env(self.provider.env)
         self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
         if len(gvisor_sessions.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
@@ -142,7 +133,7 @@ class LocalSessions:
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
         self._shape = self.provider.shape()
-        self._processes: runner.SandboxProcesses = self.provider.processes
+        self._processes: launch.SandboxProcesses = self.provider.processes
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
         self._libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls prctl
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
@@ -173,7 +164,7 @@ class LocalSessions:
             raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
         if agent and self.provider.isolation != "bwrap":
             raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
-        run_env = settings.sandbox_env({**self.provider.env, **(env or {})})
+        run_env = environment.sandbox_env({**self.provider.env, **(env or {})})
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         proxy = contextlib.AsyncExitStack()
@@ -199,7 +190,7 @@ class LocalSessions:
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         if prepared is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            kill = functools.partial(runner.kill_tree, session.proc, session.group)
+            kill = functools.partial(launch.kill_tree, session.proc, session.group)
             session.bound = session_workspaces.stop_past_bound(prepared, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
@@ -229,7 +220,7 @@ class LocalSessions:
         try:
             await self._handshake(session)
         except BaseException:
-            await asyncio.shield(runner.teardown(proc, group))
+            await asyncio.shield(launch.teardown(proc, group))
             raise
         return session
 
@@ -318,7 +309,7 @@ class LocalSessions:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                env=dict(runner.RUNTIME_ENV),
+                env=dict(launch.RUNTIME_ENV),
                 cwd="/",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,
@@ -385,7 +376,7 @@ class LocalSessions:
     async def _teardown(self, session: _Session) -> None:
         if session.bound is not None:
             session.bound.cancel()
-        await runner.teardown(session.proc, session.group)
+        await launch.teardown(session.proc, session.group)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
         shutil.rmtree(session.directory, ignore_errors=True)

@@ -31,11 +31,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from ironflow import errors, labels
-from ironflow.pod_settings import is_env_name
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
+from ironflow.step_sandbox import is_env_name
 from ironflow.workspaces import Workspace
 
 __all__ = [

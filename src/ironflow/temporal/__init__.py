@@ -8,15 +8,15 @@ history, ironflow keeps the sandbox contract (docs/temporal.md).
 * :mod:`~ironflow.temporal.requests`: what an activity is handed, and Temporal ids → ``StepScope`` (pure);
 * :mod:`~ironflow.temporal.failures`: ironflow errors → ``ApplicationError`` (pure);
 * :mod:`~ironflow.temporal.activities`: the activities (I/O, on the worker);
-* :mod:`~ironflow.temporal.context`: the workflow side (``async with run() as ctx``);
+* :mod:`~ironflow.temporal.workflow`: the workflow side (``async with run() as ctx``);
 * :mod:`~ironflow.temporal.worker`: a worker over one provider, workflows loaded from a file.
 """
 
 from ironflow.temporal.activities import IronflowActivities
-from ironflow.temporal.context import DEFAULT_RETRY, AgentStep, CommandStep, RunContext, StepOptions, run
 from ironflow.temporal.failures import application_error
 from ironflow.temporal.requests import AgentRequest, CommandRequest, ReleaseRequest, step_scope
 from ironflow.temporal.worker import build_worker, load_workflows
+from ironflow.temporal.workflow import DEFAULT_RETRY, AgentStep, CommandStep, RunContext, StepOptions, run
 
 __all__ = [
     "DEFAULT_RETRY",

@@ -240,14 +240,14 @@ def _sessions_of(provider: AgentProvider, step: str) -> Any:
         StepConfigError: a provider without sessions.
     """
     # Each backend's modules load only when its provider is the worker's.
-    from ironflow.local.provider import LocalSandboxProvider
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
 
     if isinstance(provider, LocalSandboxProvider):
         from ironflow.local.sessions import LocalSessions
 
         return LocalSessions(provider)
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
-    from ironflow.k8s.provider import K8sEphemeralProvider
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+    from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
     if isinstance(provider, AgentSandboxProvider):
         from ironflow.agent_sandbox.sessions import AgentSandboxSessions

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from ironflow.testing.engine import RecordingProvider
     from ironflow.testing.kube import KubeTestServer
     from ironflow.testing.kubeenv import KubeEnv
-    from ironflow.testing.postgres import PostgresServer
-    from ironflow.testing.temporal import TemporalDevServer
+    from ironflow.testing.postgres_server import PostgresServer
+    from ironflow.testing.temporal_server import TemporalDevServer
     from ironflow.testing.threaded_kube import ThreadedKube
 
 __all__ = [
@@ -37,8 +37,8 @@ __getattr__ = lazy_exports(
         "engine": ("RecordingProvider",),
         "kube": ("KubeTestServer",),
         "kubeenv": ("KubeEnv",),
-        "postgres": ("PostgresServer",),
-        "temporal": ("TemporalDevServer",),
+        "postgres_server": ("PostgresServer",),
+        "temporal_server": ("TemporalDevServer",),
         "threaded_kube": ("ThreadedKube",),
     },
 )

@@ -9,9 +9,9 @@ from pathlib import Path
 from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow.agent_sandbox import claims, schemas
-from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer

@@ -25,12 +25,12 @@ from tests.k8s.integration.test_k8s_runtime_workspaces import Grants
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims, patterns
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy
-from ironflow.auth_proxy.client import AdminClient
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.claude import layout
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret

@@ -13,8 +13,8 @@ import pytest
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims, lifecycle, models, schemas, sessions
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer

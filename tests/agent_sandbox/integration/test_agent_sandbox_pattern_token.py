@@ -12,7 +12,7 @@ import pytest
 from tests.fakes import pod_exec
 
 from ironflow.agent_sandbox import catalog, deliveries, patterns
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.testing.polling import eventually_sync
 
 PROXY = "http://ironflow-auth-proxy.ironflow.svc:8080"

@@ -27,13 +27,13 @@ from tests.fakes.unclosed import unclosed_after_collect
 
 from ironflow import errors, tracing
 from ironflow.agent_sandbox import claims
-from ironflow.agent_sandbox import steps as sandbox_steps
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.models import ApiVersion
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.claude.cli import find_claude_cli
 from ironflow.fake_model.server import FakeAnthropic
-from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import StepRunner
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, PermissionMode

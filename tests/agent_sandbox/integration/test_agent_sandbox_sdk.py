@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ironflow import labels
-from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController

@@ -20,13 +20,12 @@ from pathlib import Path
 import pytest
 from tests.fakes.git_server import GitServer, seed_forge
 
-from ironflow import workspace_frames
 from ironflow.agent_sandbox import patterns, workspace_execs
 from ironflow.auth_proxy import AuthProxyConfig, issuing, run_auth_proxy
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.claude import layout
 from ironflow.secrets import Secret
-from ironflow.workspaces import Change, Workspace, WorkspaceChanges
+from ironflow.workspaces import Change, Workspace, WorkspaceChanges, frames
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -116,7 +115,7 @@ async def _cloned(pod: Pod) -> str:
 
 
 def _changes(stdout: str) -> tuple[str, WorkspaceChanges]:
-    said, changes = workspace_frames.split_frame(stdout)
+    said, changes = frames.split_frame(stdout)
     assert changes is not None
     return said, changes
 

@@ -24,8 +24,8 @@ from tests.fakes.kubelet import manual_namespace
 from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow.agent_sandbox import catalog, claims, install, lifecycle, patterns, sessions
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.polling import eventually, eventually_sync

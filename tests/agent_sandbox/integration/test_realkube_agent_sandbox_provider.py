@@ -34,15 +34,15 @@ from tests.fakes.kubelet import UNSCHEDULABLE
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import catalog, claims, patterns
-from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.auth_proxy.app import run_auth_proxy
 from ironflow.auth_proxy.config import AuthProxyConfig
 from ironflow.claude.cli import find_claude_cli
 from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
 from ironflow.k8s.environments import EnvironmentVolume
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret, find_leaks
 from ironflow.steps import AgentConfig

@@ -27,11 +27,11 @@ from tests.fakes.kro_controller import KroEnv, apply_rgd
 from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow.agent_sandbox import catalog, claims, deliveries, patterns
+from ironflow.auth_proxy.admin_client import ADMIN_KEY_ENV
 from ironflow.auth_proxy.app import run_auth_proxy
-from ironflow.auth_proxy.client import ADMIN_KEY_ENV
 from ironflow.auth_proxy.config import AuthProxyConfig
 from ironflow.fake_model.server import FakeAnthropic
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.kubeenv import KubeEnv, KubeEnvError
 from ironflow.testing.polling import eventually_sync

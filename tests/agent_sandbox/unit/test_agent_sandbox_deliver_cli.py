@@ -9,7 +9,7 @@ import pytest
 import yaml
 from tests.fakes.sandbox_cli import run_sandbox
 
-from ironflow.auth_proxy.client import ADMIN_KEY_ENV
+from ironflow.auth_proxy.admin_client import ADMIN_KEY_ENV
 
 PROXY = "http://ironflow-auth-proxy.ironflow.svc:8080"
 

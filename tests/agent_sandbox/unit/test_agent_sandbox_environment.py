@@ -9,11 +9,11 @@ import pytest
 
 from ironflow import errors
 from ironflow.agent_sandbox import catalog, patterns, schemas
-from ironflow.agent_sandbox import steps as sandbox_steps
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.models import ApiVersion
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
 from ironflow.k8s.environments import EnvironmentVolume
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 POD = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:1").namespace("agents")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from ironflow import errors
 from ironflow.agent_sandbox import catalog, kro, patterns
 from ironflow.cli import sandbox
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 INSTANCE_NS = "${schema.metadata.namespace}"
 

@@ -14,7 +14,7 @@ from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow import errors
 from ironflow.agent_sandbox import catalog, deliveries, kro, patterns
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 PROXY = "http://ironflow-auth-proxy.ironflow.svc:8080"
 PROXIED = K8sEphemeralProvider.sandboxed(patterns.DEFAULT_IMAGE).auth_proxy(PROXY)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.agent_sandbox import manifests, models, rules, schemas
+from ironflow.agent_sandbox import models, rendering, rules, schemas
 from ironflow.agent_sandbox.models import ApiVersion
 
 A, B = ApiVersion.V1ALPHA1, ApiVersion.V1BETA1
@@ -34,7 +34,7 @@ def claim(version: ApiVersion = B, **kw: Any) -> models.SandboxClaim:
 
 def refused(value: models.AgentSandboxObject, match: str, **kw: Any) -> None:
     with pytest.raises(errors.ConfigError, match=match):
-        manifests.render(value, **kw)
+        rendering.render(value, **kw)
 
 
 # --- both versions validate ------------------------------------------------------------
@@ -76,21 +76,21 @@ def test_every_kind_renders_and_validates_in_both_versions(version: ApiVersion) 
             **({"warm_pool": "none"} if version is A else {}),
         ),
     ]
-    rendered = manifests.render_all(values)
+    rendered = rendering.render_all(values)
     assert [o["apiVersion"].rsplit("/", 1)[1] for o in rendered] == [str(version)] * 4
     for obj in rendered:
         assert schemas.schema_problems(obj) == []
 
 
 def test_v1beta1_claim_names_a_pool_and_v1alpha1_a_template_and_policy() -> None:
-    beta = manifests.render(claim(B, lifecycle=models.Lifecycle(ttl_seconds_after_finished=60)))
+    beta = rendering.render(claim(B, lifecycle=models.Lifecycle(ttl_seconds_after_finished=60)))
     assert beta["spec"] == {"warmPoolRef": {"name": "pool"}, "lifecycle": {"ttlSecondsAfterFinished": 60}}
-    alpha = manifests.render(claim(A, warm_pool="none"))
+    alpha = rendering.render(claim(A, warm_pool="none"))
     assert alpha["spec"] == {"sandboxTemplateRef": {"name": "tpl"}, "warmpool": "none"}
 
 
 def test_sandbox_lifecycle_fields_stay_inline_in_spec() -> None:
-    obj = manifests.render(models.Sandbox("sb", POD, shutdown_time="2026-01-01T00:00:00+02:00"))
+    obj = rendering.render(models.Sandbox("sb", POD, shutdown_time="2026-01-01T00:00:00+02:00"))
     assert obj["spec"]["shutdownTime"] == "2026-01-01T00:00:00+02:00"
     assert "lifecycle" not in obj["spec"]
 
@@ -113,7 +113,7 @@ def test_int_or_string_fields_accept_both() -> None:
             ]
         }
     )
-    manifests.render(models.Sandbox("sb", pod))
+    rendering.render(models.Sandbox("sb", pod))
 
 
 def test_warm_pool_replicas_below_zero_is_refused_by_our_rule_and_the_schema() -> None:
@@ -142,14 +142,14 @@ def test_shutdown_time_must_be_rfc3339(text: str) -> None:
 
 
 def test_rfc3339_formats_aware_datetimes_and_refuses_naive_ones() -> None:
-    assert manifests.rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    assert rendering.rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
     with pytest.raises(errors.ConfigError, match="needs a timezone"):
-        manifests.rfc3339(datetime(2026, 1, 2))
+        rendering.rfc3339(datetime(2026, 1, 2))
 
 
 @given(st.datetimes(timezones=st.just(UTC)))
 def test_rfc3339_output_is_always_accepted(moment: datetime) -> None:
-    assert rules.is_rfc3339(manifests.rfc3339(moment))
+    assert rules.is_rfc3339(rendering.rfc3339(moment))
 
 
 def test_pvc_name_is_vct_dash_sandbox() -> None:
@@ -183,7 +183,7 @@ def test_duplicate_vct_names_are_refused() -> None:
 
 def test_service_needs_a_dns_label_sandbox_name() -> None:
     refused(models.Sandbox("a.b", POD, service=True), "its Service takes the name")
-    manifests.render(models.Sandbox("a.b", POD))
+    rendering.render(models.Sandbox("a.b", POD))
 
 
 def test_claim_env_is_refused_when_the_template_disallows_it() -> None:
@@ -194,8 +194,8 @@ def test_claim_env_is_refused_when_the_template_disallows_it() -> None:
 def test_claim_env_may_not_override_a_template_var_under_allowed() -> None:
     t = template(env_vars_injection_policy=models.EnvVarsInjectionPolicy.ALLOWED)
     refused(claim(env=(models.ClaimEnvVar("REPO", "y"),)), "Allowed refuses: use Overrides", template=t)
-    manifests.render(claim(env=(models.ClaimEnvVar("TASK", "y"),)), template=t)
-    manifests.render(
+    rendering.render(claim(env=(models.ClaimEnvVar("TASK", "y"),)), template=t)
+    rendering.render(
         claim(env=(models.ClaimEnvVar("REPO", "y"),)),
         template=t.replace(env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES),
     )
@@ -234,7 +234,7 @@ def test_v1alpha1_warm_pool_policy_is_none_default_or_a_pool_name(policy: str) -
 
 @pytest.mark.parametrize("policy", ["none", "default", "my-pool"])
 def test_v1alpha1_warm_pool_policies_render(policy: str) -> None:
-    assert manifests.render(claim(A, warm_pool=policy))["spec"]["warmpool"] == policy
+    assert rendering.render(claim(A, warm_pool=policy))["spec"]["warmpool"] == policy
 
 
 def test_v1beta1_warm_pool_ref_is_a_pool_not_a_policy_word() -> None:
@@ -248,14 +248,14 @@ def test_v1beta1_warm_pool_ref_is_a_pool_not_a_policy_word() -> None:
 def test_a_warm_pool_named_after_a_policy_word_is_refused(version: ApiVersion, name: str) -> None:
     """No claim could name it: v1beta1 rules refuse the word in warmPoolRef, v1alpha1 reads it as the policy."""
     with pytest.raises(errors.ConfigError, match=rf"SandboxWarmPool name '{name}' .*no claim can name it"):
-        manifests.render(models.SandboxWarmPool(name, "tpl", api_version=version, replicas=1))
-    manifests.render(models.SandboxWarmPool(f"{name}-pool", "tpl", api_version=version, replicas=1))
+        rendering.render(models.SandboxWarmPool(name, "tpl", api_version=version, replicas=1))
+    rendering.render(models.SandboxWarmPool(f"{name}-pool", "tpl", api_version=version, replicas=1))
 
 
 def test_the_seeds_claim_example_renders_as_v1alpha1() -> None:
     """The seed's ``additionalPodMetadata.labels.run-id``: v0.4.x checks only protected domains (issue 16.7)."""
     seed = claim(A, pod_labels={"run-id": "abc123"}, pod_annotations={"example.com/note": "x"})
-    assert manifests.render(seed)["spec"]["additionalPodMetadata"] == {
+    assert rendering.render(seed)["spec"]["additionalPodMetadata"] == {
         "labels": {"run-id": "abc123"},
         "annotations": {"example.com/note": "x"},
     }
@@ -275,8 +275,8 @@ def test_v1alpha1_claim_env_needs_warm_pool_none(policy: str | None) -> None:
     env = (models.ClaimEnvVar("REPO", "y"),)
     tpl = template(env_vars_injection_policy=models.EnvVarsInjectionPolicy.OVERRIDES)
     refused(claim(A, env=env, warm_pool=policy), "warm pool policy 'none'", template=tpl)
-    manifests.render(claim(A, env=env, warm_pool="none"), template=tpl)
-    manifests.render(claim(B, env=env), template=tpl)
+    rendering.render(claim(A, env=env, warm_pool="none"), template=tpl)
+    rendering.render(claim(B, env=env), template=tpl)
 
 
 def test_v1alpha1_claim_pod_label_values_follow_the_kubernetes_syntax() -> None:
@@ -299,20 +299,20 @@ def test_label_keys_and_values_follow_the_kubernetes_syntax_everywhere() -> None
     refused(models.SandboxWarmPool("p", "t", labels={"team": "has space"}), r"label 'team' value 'has space'")
     pod = models.PodTemplate(POD.spec, labels={"team": "-x"})
     refused(models.Sandbox("sb", pod), r"pod template label: label 'team' value '-x' is not valid")
-    manifests.render(models.Sandbox("sb", POD, labels={"example.com/team": "a.b_c-1", "empty": ""}))
+    rendering.render(models.Sandbox("sb", POD, labels={"example.com/team": "a.b_c-1", "empty": ""}))
 
 
 def test_names_use_the_shared_dns_rules() -> None:
     refused(models.Sandbox("Upper", POD), "not a valid DNS subdomain")
     refused(models.Sandbox("a" * 254, POD), "at most 253 characters")
-    manifests.render(models.Sandbox("a.b-c", POD))
+    rendering.render(models.Sandbox("a.b-c", POD))
     refused(claim(A, warm_pool="Not_A_Pool"), "warm pool policy 'Not_A_Pool' must be")
 
 
 def test_claim_pod_labels_need_an_allowed_domain() -> None:
     refused(claim(pod_labels={"team": "a"}), "needs a domain prefix the controller allows")
     refused(claim(pod_labels={"ironflow.io/run-id": "a"}), "allowed-label-domains")
-    manifests.render(claim(pod_labels={"ironflow.io/run-id": "a"}), allowed_label_domains=("ironflow.io",))
+    rendering.render(claim(pod_labels={"ironflow.io/run-id": "a"}), allowed_label_domains=("ironflow.io",))
 
 
 def test_claim_pod_annotations_in_protected_domains_are_refused() -> None:
@@ -362,4 +362,4 @@ def test_render_all_checks_a_v1beta1_claim_against_the_template_behind_its_pool(
         claim(env=(models.ClaimEnvVar("X", "1"),)),
     ]
     with pytest.raises(errors.ConfigError, match="template 'tpl' has envVarsInjectionPolicy Disallowed"):
-        manifests.render_all(values)
+        rendering.render_all(values)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ironflow.agent_sandbox import catalog, deliveries, patterns
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 PROXY = "http://ironflow-auth-proxy.ironflow.svc:8080"
 PROXIED = K8sEphemeralProvider.sandboxed("ghcr.io/acme/runner:1").auth_proxy(PROXY)

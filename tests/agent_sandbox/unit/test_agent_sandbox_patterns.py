@@ -9,7 +9,7 @@ import pytest
 from ironflow import errors, labels
 from ironflow.agent_sandbox import catalog, patterns, schemas
 from ironflow.agent_sandbox.models import ApiVersion
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 OPTS = patterns.PatternOptions(egress=(("10.10.10.100/32", 5432), ("0.0.0.0/0", None)))

@@ -8,10 +8,10 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, schemas
-from ironflow.agent_sandbox import steps as sandbox_steps
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.models import ApiVersion
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, PermissionMode
 from ironflow.testing import find_leaks

@@ -7,7 +7,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.agent_sandbox import workspace_execs
-from ironflow.k8s import workspace_pods
+from ironflow.k8s.workspaces import init_pods
 from ironflow.workspaces import Workspace
 
 SPEC = Workspace("https://git.example.com/org/repo.git", ref="main")
@@ -43,14 +43,14 @@ def test_the_starting_commit_is_the_clones_last_line_and_nothing_else_counts() -
 
 def test_the_step_is_the_pod_backends_wrapper_with_the_warm_pods_reap_and_a_verified_base() -> None:
     wrapped = workspace_execs.step_command("make fmt", SPEC, COMMIT)
-    expected = workspace_pods.wrapped_command(
+    expected = init_pods.wrapped_command(
         "cd '/home/claude/workspace' && make fmt", SPEC, workspace=workspace_execs.WORKSPACE,
         base=workspace_execs.BASE, commit=COMMIT, reap=workspace_execs.REAP,
     )  # fmt: skip
     assert wrapped == expected
     assert f"ironflow_base={COMMIT}" in wrapped
     assert "fsck --full" in wrapped
-    assert workspace_pods.PID1_REAP not in wrapped
+    assert init_pods.PID1_REAP not in wrapped
 
 
 def test_a_starting_commit_that_is_no_commit_id_is_refused() -> None:

@@ -1,6 +1,6 @@
 """Real git through the real proxy's secret relay to git's own ``http-backend``: clone, commit, push.
 
-The sandbox side runs exactly what :mod:`ironflow.workspace_git` renders, holding only the
+The sandbox side runs exactly what :mod:`ironflow.workspaces.git_script` renders, holding only the
 opaque token; the proxy injects the git host's Basic credential; the host is
 :class:`tests.fakes.git_server.GitServer`. Each test asserts what reached the host and that the
 host's password appears nowhere on the sandbox side (argv, environment, the clone's ``.git``).
@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 from tests.fakes.git_server import GitServer
 
-from ironflow import log_lines, workspace_git
+from ironflow import log_lines
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, run_auth_proxy, tokens
 from ironflow.auth_proxy import logs as proxy_logs
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.secrets import Secret, find_leaks
+from ironflow.workspaces import git_script
 
 ADMIN = "admin-key-" + "g" * 40
 HOST = "git.example.test"
@@ -84,10 +85,10 @@ class Site:
     async def token(self, hosts: tuple[str, ...] = (HOST,), password: str = PASSWORD) -> str:
         return (await self.issue(hosts, password))[1]
 
-    def env(self, invocation: workspace_git.GitInvocation) -> dict[str, str]:
+    def env(self, invocation: git_script.GitInvocation) -> dict[str, str]:
         return {**self.base_env, **invocation.env}
 
-    async def run(self, invocation: workspace_git.GitInvocation) -> Done:
+    async def run(self, invocation: git_script.GitInvocation) -> Done:
         """Each command in turn, as a sandbox would; the first failure, else the last result."""
         done = Done(0, "", "")
         for command in invocation.commands:
@@ -98,11 +99,11 @@ class Site:
 
     def clone(
         self, token: str, directory: str, *, ref: str | None = None, depth: int | None = None
-    ) -> workspace_git.GitInvocation:
-        return workspace_git.clone_commands(self.proxy.url, SOURCE, token, directory=directory, ref=ref, depth=depth)
+    ) -> git_script.GitInvocation:
+        return git_script.clone_commands(self.proxy.url, SOURCE, token, directory=directory, ref=ref, depth=depth)
 
-    def push(self, token: str, directory: str, branch: str) -> workspace_git.GitInvocation:
-        return workspace_git.push_commands(self.proxy.url, SOURCE, token, directory=directory, branch=branch)
+    def push(self, token: str, directory: str, branch: str) -> git_script.GitInvocation:
+        return git_script.push_commands(self.proxy.url, SOURCE, token, directory=directory, branch=branch)
 
     async def bare_git(self, *argv: str) -> str:
         return await _ok("git", "-C", str(self.bare), *argv, env=self.base_env)
@@ -144,7 +145,7 @@ async def site(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
             yield Site(proxy, server, admin, bare, work, base_env, tagged, head)
 
 
-def _sandbox_texts(site: Site, *invocations: workspace_git.GitInvocation, clone: Path) -> list[str]:
+def _sandbox_texts(site: Site, *invocations: git_script.GitInvocation, clone: Path) -> list[str]:
     """Everything the sandbox side holds: argv, environment, and every file of the clone's .git but its objects."""
     texts = [json.dumps([inv.commands, dict(site.env(inv))]) for inv in invocations]
     files = (p for p in (clone / ".git").rglob("*") if p.is_file() and "objects" not in p.parts)

@@ -33,7 +33,7 @@ from ironflow.auth_proxy.postgres import MIGRATIONS_PACKAGE, PostgresRegistry, r
 from ironflow.fake_model.server import FakeAnthropic
 from ironflow.secrets import Secret
 from ironflow.testing.polling import eventually
-from ironflow.testing.postgres import PostgresServer, fresh_database
+from ironflow.testing.postgres_server import PostgresServer, fresh_database
 
 pytestmark = pytest.mark.postgres
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ironflow.auth_proxy import config, crypto, registry, tokens
+from ironflow.auth_proxy.admin_client import admin_key_from
 from ironflow.auth_proxy.app import open_registry
-from ironflow.auth_proxy.client import admin_key_from
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
 from ironflow.errors import ConfigError, MissingCredential
 from ironflow.secrets import Secret

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.testing import kubeenv, postgres, temporal
+from ironflow.testing import kubeenv, postgres_server, temporal_server
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCHMARKS = ROOT / "benchmarks"
@@ -107,9 +107,9 @@ def _missing(part: str) -> str | None:
     """Why ``part`` is unavailable here, or None when it is there."""
     if part == "postgres":
         try:
-            postgres.find_pg_bin("initdb")
-            postgres.find_pg_bin("pg_ctl")
-        except postgres.PostgresNotAvailable as exc:
+            postgres_server.find_pg_bin("initdb")
+            postgres_server.find_pg_bin("pg_ctl")
+        except postgres_server.PostgresNotAvailable as exc:
             return f"PostgreSQL is not installed: {exc}"
         return None
     if part == "kube-testenv":
@@ -120,8 +120,8 @@ def _missing(part: str) -> str | None:
         return None
     if part == "temporal-cli":
         try:
-            temporal.find_temporal_cli()
-        except temporal.TemporalNotAvailable as exc:
+            temporal_server.find_temporal_cli()
+        except temporal_server.TemporalNotAvailable as exc:
             return str(exc)
         return None
     if part == "gvisor-workspaces":

@@ -25,7 +25,7 @@ from aiohttp import web
 from ironflow import labels
 from ironflow.cli import check as check_cli
 from ironflow.cluster import checks
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api
 from ironflow.secrets import find_leaks
 from ironflow.steps import AgentConfig

@@ -21,7 +21,7 @@ from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.cli import check as check_cli
 from ironflow.cluster import checks
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig

@@ -14,7 +14,7 @@ import ironflow
 from ironflow import errors
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.cluster import network, proxy_address, setup, workloads
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 from ironflow.testing.k8s_validate import validate_manifests
 

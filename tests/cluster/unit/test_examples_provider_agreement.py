@@ -11,7 +11,7 @@ import pytest
 
 from ironflow import labels
 from ironflow.cluster import examples, setup
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 HOME = (

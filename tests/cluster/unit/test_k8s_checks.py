@@ -11,7 +11,7 @@ import pytest
 
 from ironflow import labels
 from ironflow.cluster import checks
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 from ironflow.testing import assert_no_leaks
 

@@ -23,7 +23,7 @@ from ironflow.engine.worker import Worker
 
 def _provider(args: list[str]) -> Any:
     if args[0] == "--kubeconfig":
-        from ironflow.k8s.provider import K8sEphemeralProvider
+        from ironflow.k8s.pod_provider import K8sEphemeralProvider
         from ironflow.kube import api
         from ironflow.testing.kubeenv import RUN_FOR_LABEL
 

@@ -21,7 +21,7 @@ from ironflow.engine.events import Outcome
 from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api
 from ironflow.testing import find_leaks
 from ironflow.testing.kube import KubeTestServer, PodScript

@@ -19,7 +19,7 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.fake_model.server import FakeAnthropic, Script
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 
 __all__ = ["finished_spans"]  # the fixture, imported to be found

@@ -33,11 +33,11 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store, open_store
 from ironflow.engine.worker import Worker
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, RUN_FOR_LABEL, KubeEnv
 from ironflow.testing.polling import eventually
-from ironflow.testing.postgres import fresh_database
+from ironflow.testing.postgres_server import fresh_database
 
 HERE = Path(__file__).parent
 WORKER = HERE / "engine_crash_worker.py"

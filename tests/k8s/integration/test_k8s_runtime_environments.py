@@ -24,8 +24,8 @@ from ironflow.auth_proxy import AdminClient
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.k8s.environments import EnvironmentVolume
-from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import StepRunner
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AccountSession, AgentConfig

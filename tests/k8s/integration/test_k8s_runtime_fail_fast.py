@@ -21,8 +21,8 @@ from tests.fakes.kubecase import KubeCase, nothing_left
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
 
 from ironflow import errors
-from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.runner import StepRunner
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_problems
 from ironflow.steps import AgentConfig

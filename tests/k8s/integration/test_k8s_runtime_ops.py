@@ -17,7 +17,7 @@ from tests.fakes.kubecase import KubeCase, names, nothing_left
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
 
 from ironflow import errors, labels
-from ironflow.k8s.commands import JobRun, PodRun
+from ironflow.k8s.commands.runs import JobRun, PodRun
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_status
 from ironflow.labels import LABEL_RUN_ID
@@ -208,7 +208,7 @@ def test_the_pod_predicates_runs_wait_with_take_a_pod_without_status() -> None:
 
 def test_rendered_pod_and_job_validate_strictly() -> None:
     """Every PodRun / JobRun shape we render is a valid object for Kubernetes 1.30 and 1.37."""
-    from ironflow.k8s.command_manifests import ResourceSpec, SecuritySpec
+    from ironflow.k8s.commands.specs import ResourceSpec, SecuritySpec
 
     pod = (
         PodRun("check", "rust:1.94", "cargo test")

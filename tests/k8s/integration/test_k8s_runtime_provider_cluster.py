@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ironflow import errors
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer, PodScript

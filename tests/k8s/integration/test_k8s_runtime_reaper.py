@@ -10,11 +10,11 @@ from tests.fakes.kubecase import KubeCase
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, schemas
-from ironflow.agent_sandbox import steps as sandbox_steps
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s import reaper
-from ironflow.k8s.commands import JobRun, PodRun
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer

@@ -25,12 +25,13 @@ from tests.fakes.pod_exec import run_pod
 
 from ironflow import errors
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy, tokens
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.app import RunningProxy
-from ironflow.auth_proxy.client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.auth_proxy.issuing import Credential
-from ironflow.k8s import commands, workspace_commands
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.commands import runs
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.workspaces import command_pods
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret, find_leaks
 from ironflow.steps import AgentConfig
@@ -217,11 +218,11 @@ async def test_a_clone_of_a_missing_ref_fails_the_pod_and_the_step(kube: KubeCas
 async def test_exec_runs_a_command_on_a_clone_and_returns_its_patch(kube: KubeCase, forge: Forge) -> None:
     kubelet = Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = commands.exec_pod_run(settings, ["sh", "-c", f"{EDITS}; echo done"], timeout_s=30,
+    run = runs.exec_pod_run(settings, ["sh", "-c", f"{EDITS}; echo done"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=7)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
         grants = Grants(admin)
-        done, changes = await workspace_commands.run_in_workspace(
+        done, changes = await command_pods.run_in_workspace(
             kube.api, settings, run, Workspace(SOURCE), now=int(time.time()), issuer=grants
         )
     assert done.success
@@ -238,10 +239,10 @@ async def test_exec_runs_a_command_on_a_clone_and_returns_its_patch(kube: KubeCa
 async def test_a_failing_exec_command_keeps_its_exit_code_and_still_reports(kube: KubeCase, forge: Forge) -> None:
     Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = commands.exec_pod_run(settings, ["sh", "-c", "echo half >> calc.py; exit 4"], timeout_s=30,
+    run = runs.exec_pod_run(settings, ["sh", "-c", "echo half >> calc.py; exit 4"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=8)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
-        done, changes = await workspace_commands.run_in_workspace(
+        done, changes = await command_pods.run_in_workspace(
             kube.api, settings, run, Workspace(SOURCE), now=int(time.time()), issuer=Grants(admin)
         )
     assert not done.success
@@ -296,10 +297,10 @@ async def test_a_push_to_a_branch_that_exists_never_moves_it(kube: KubeCase, for
 async def test_exec_pushes_a_succeeded_commands_change(kube: KubeCase, forge: Forge) -> None:
     Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = commands.exec_pod_run(settings, ["sh", "-c", "echo more >> notes.txt"], timeout_s=30,
+    run = runs.exec_pod_run(settings, ["sh", "-c", "echo more >> notes.txt"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=9)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
-        _, changes = await workspace_commands.run_in_workspace(
+        _, changes = await command_pods.run_in_workspace(
             kube.api, settings, run, Workspace(SOURCE, push_branch="exec-fix"), now=int(time.time()),
             issuer=Grants(admin),
         )  # fmt: skip

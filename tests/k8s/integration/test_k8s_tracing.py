@@ -17,8 +17,8 @@ from tests.fakes.spans import by_name, finished_spans
 from tests.k8s.integration.test_k8s_runtime_steps import FakeIssuer, proxied
 
 from ironflow import errors, tracing
-from ironflow.k8s import command_runner
-from ironflow.k8s.runner import StepRunner
+from ironflow.k8s.commands import execution
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import PodScript
@@ -110,7 +110,7 @@ async def test_a_command_pod_is_a_sandbox_span_too(kube: KubeCase, finished_span
         "metadata": {"name": "cmd-traced", "namespace": kube.namespace},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "cmd-traced", "image": "busybox"}]},
     }
-    out = await command_runner.run_pod(kube.api, body, timeout_s=30)
+    out = await execution.run_pod(kube.api, body, timeout_s=30)
     assert out.success
     spans = finished_spans.get_finished_spans()
     sandbox = one(spans, "ironflow.sandbox")

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from ironflow import errors
-from ironflow.k8s.command_manifests import SecuritySpec
-from ironflow.k8s.commands import JobRun, PodRun
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.specs import SecuritySpec
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.labels import LABEL_RUN_ID
 from ironflow.steps import AgentConfig

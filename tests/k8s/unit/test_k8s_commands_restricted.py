@@ -10,8 +10,8 @@ import pytest
 
 from ironflow import errors
 from ironflow.claude.layout import SANDBOX_UID
-from ironflow.k8s.command_manifests import SecuritySpec
-from ironflow.k8s.commands import JobRun, PodRun
+from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.specs import SecuritySpec
 
 NOW = 1_000
 

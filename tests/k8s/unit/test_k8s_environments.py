@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import AgentConfig, errors, labels
-from ironflow.k8s import K8sEphemeralProvider, manifests
+from ironflow.k8s import K8sEphemeralProvider, step_manifests
 from ironflow.k8s.environments import (
     EnvironmentClaim,
     EnvironmentVolume,
@@ -30,9 +30,9 @@ from ironflow.k8s.environments import (
     is_live_environment_claim,
     with_environment,
 )
-from ironflow.pod_settings import PvcVolume
 from ironflow.results import AgentResult
 from ironflow.secrets import find_leaks
+from ironflow.step_sandbox import PvcVolume
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -269,15 +269,15 @@ def test_merged_resume_environment_without_volume_is_an_error() -> None:
     with pytest.raises(
         errors.StepConfigError, match=r"^resume_environment needs K8sEphemeralProvider.environment_volume$"
     ):
-        manifests.merged_pod_inputs(sandboxed().settings, cfg)
+        step_manifests.merged_pod_inputs(sandboxed().settings, cfg)
     # checked first: before the sandbox's refusal of inline credentials
     with pytest.raises(errors.StepConfigError, match="resume_environment needs"):
-        manifests.merged_pod_inputs(sandboxed().oauth_credentials("{}").settings, cfg)
+        step_manifests.merged_pod_inputs(sandboxed().oauth_credentials("{}").settings, cfg)
 
 
 def test_merged_resume_environment_with_volume_is_accepted() -> None:
     p = sandboxed().environment_volume(EnvironmentVolume("/workspace"))
-    inputs = manifests.merged_pod_inputs(p.settings, AgentConfig("p").resume_environment("ironflow-env-1-2"))
+    inputs = step_manifests.merged_pod_inputs(p.settings, AgentConfig("p").resume_environment("ironflow-env-1-2"))
     assert inputs.step_pvc_volumes == ()  # the claim is added when the pod is built
 
 
@@ -329,7 +329,7 @@ def test_environment_claim_holds_no_credential() -> None:
 
 def test_local_sandbox_reports_resume_environment_as_ignored() -> None:
     """A local step cannot mount a Kubernetes claim: the result says so instead of pretending."""
-    from ironflow.local.settings import ignored_settings
+    from ironflow.local.sandbox.environment import ignored_settings
 
     ignored = ignored_settings(AgentConfig("p").resume_environment("ironflow-env-1-2"))
     assert ignored == ("resume_environment ironflow-env-1-2 (no persistent environments locally)",)

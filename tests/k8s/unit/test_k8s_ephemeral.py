@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ironflow import AgentConfig, errors, labels
-from ironflow.k8s import K8sEphemeralProvider, K8sResources, SandboxSettings, Toleration, manifests
+from ironflow.k8s import K8sEphemeralProvider, K8sResources, SandboxSettings, Toleration, step_manifests
 from ironflow.k8s.settings import ImagePullPolicy
-from ironflow.pod_settings import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
+from ironflow.step_sandbox import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -352,7 +352,7 @@ def test_other_sandbox_builders() -> None:
 
 def test_merged_step_secret_overrides_provider_secret() -> None:
     p = K8sEphemeralProvider(IMAGE).env_from_secret("GH", "provider", "k").env_from_secret("B", "b", "k")
-    merged = manifests.merged_pod_inputs(p.settings, AgentConfig("hi").env_from_secret("GH", "step", "k2"))
+    merged = step_manifests.merged_pod_inputs(p.settings, AgentConfig("hi").env_from_secret("GH", "step", "k2"))
     assert merged.secret_env == (SecretEnvVar("GH", "step", "k2"), SecretEnvVar("B", "b", "k"))
 
 
@@ -364,14 +364,14 @@ def test_merged_step_service_account_overrides_provider() -> None:
 
 def test_merged_provider_volumes_kept_without_flag() -> None:
     p = K8sEphemeralProvider(IMAGE).volume("/srv", "/srv").pvc_volume("cache", "/cache")
-    merged = manifests.merged_pod_inputs(p.settings, AgentConfig("hi"))
+    merged = step_manifests.merged_pod_inputs(p.settings, AgentConfig("hi"))
     assert merged.host_volumes == (("/srv", "/srv"),)
     assert merged.pvc_volumes == (("cache", "/cache"),)
 
 
 def test_merged_without_provider_volumes_drops_them() -> None:
     p = K8sEphemeralProvider(IMAGE).volume("/srv", "/srv").pvc_volume("cache", "/cache")
-    merged = manifests.merged_pod_inputs(p.settings, AgentConfig("hi").without_provider_volumes())
+    merged = step_manifests.merged_pod_inputs(p.settings, AgentConfig("hi").without_provider_volumes())
     assert merged.host_volumes == ()
     assert merged.pvc_volumes == ()
 
@@ -390,7 +390,7 @@ def test_pod_spec_without_provider_volumes_keeps_home_and_tmp() -> None:
 
 def test_merged_read_only_volumes_provider_then_step() -> None:
     p = K8sEphemeralProvider(IMAGE).read_only_pvc("repos", "/repos")
-    merged = manifests.merged_pod_inputs(p.settings, AgentConfig("hi").read_only_config_map("cfg", "/cfg"))
+    merged = step_manifests.merged_pod_inputs(p.settings, AgentConfig("hi").read_only_config_map("cfg", "/cfg"))
     assert merged.read_only_volumes == (
         ReadOnlyVolume(PvcSource("repos"), "/repos"),
         ReadOnlyVolume(ConfigMapSource("cfg"), "/cfg"),
@@ -425,7 +425,7 @@ def test_merged_default_preset_used_when_step_has_none() -> None:
 
 def test_merged_no_preset_means_no_managed_settings() -> None:
     p = K8sEphemeralProvider(IMAGE).managed_settings_preset("strict", "ms-strict")
-    assert manifests.merged_pod_inputs(p.settings, AgentConfig("hi")).managed_settings_configmap is None
+    assert step_manifests.merged_pod_inputs(p.settings, AgentConfig("hi")).managed_settings_configmap is None
 
 
 def test_merged_step_egress_label_overrides_provider() -> None:
@@ -466,23 +466,23 @@ def test_non_sandboxed_keeps_inline_credentials() -> None:
 
 def test_effective_deadline_explicit_value_wins() -> None:
     p = K8sEphemeralProvider.sandboxed(IMAGE).active_deadline_seconds(42)
-    assert manifests.active_deadline_seconds(p.settings) == 42
+    assert step_manifests.active_deadline_seconds(p.settings) == 42
     assert pod_of(p)["metadata"]["annotations"] == {labels.ANNOTATION_EXPIRES_AT: str(NOW + 360)}
 
 
 def test_effective_deadline_sandboxed_is_timeout_plus_margin() -> None:
     p = K8sEphemeralProvider.sandboxed(IMAGE).timeout(100).deadline_margin(20)
-    assert manifests.active_deadline_seconds(p.settings) == 120
+    assert step_manifests.active_deadline_seconds(p.settings) == 120
     assert pod_of(p)["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT] == str(NOW + 120)
 
 
 def test_effective_deadline_non_sandboxed_defaults_to_none() -> None:
-    assert manifests.active_deadline_seconds(K8sEphemeralProvider(IMAGE).settings) is None
+    assert step_manifests.active_deadline_seconds(K8sEphemeralProvider(IMAGE).settings) is None
 
 
 def test_deadline_margin_defaults_to_sixty_seconds_when_not_sandboxed() -> None:
     p = K8sEphemeralProvider(IMAGE).timeout(100)
-    assert manifests.lifetime_seconds(p.settings) == 160
+    assert step_manifests.lifetime_seconds(p.settings) == 160
     assert pod_of(p)["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT] == str(NOW + 160)
 
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors, labels
-from ironflow.k8s.commands import command_line, exec_pod_run
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.commands.runs import command_line, exec_pod_run
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.testing.k8s_validate import validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"

@@ -10,8 +10,8 @@ import pytest
 
 from ironflow import errors
 from ironflow.claude import command, profile
-from ironflow.k8s import manifests
-from ironflow.k8s import provider as k8s_provider
+from ironflow.k8s import pod_provider as k8s_provider
+from ironflow.k8s import step_manifests
 from ironflow.k8s.hardening import SandboxSettings, harden_pod_spec
 from ironflow.testing import k8s_validate
 
@@ -61,7 +61,7 @@ def test_sandbox_settings_refuse_values_that_cannot_work() -> None:
         SandboxSettings(deadline_margin_s=float("nan"))
 
 
-@pytest.mark.parametrize("module", [command, profile, manifests, k8s_provider, k8s_validate])
+@pytest.mark.parametrize("module", [command, profile, step_manifests, k8s_provider, k8s_validate])
 def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

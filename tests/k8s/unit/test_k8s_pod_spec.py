@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from ironflow import AgentConfig, PodSettings, PvcVolume, errors, labels
 from ironflow.claude import command, layout
-from ironflow.k8s import K8sEphemeralProvider, K8sResources, manifests
-from ironflow.pod_settings import ConfigMapSource, ReadOnlyVolume, SecretEnvVar
+from ironflow.k8s import K8sEphemeralProvider, K8sResources, step_manifests
 from ironflow.secrets import Secret
+from ironflow.step_sandbox import ConfigMapSource, ReadOnlyVolume, SecretEnvVar
 from ironflow.testing.k8s_validate import validate_manifest, validate_manifests
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -58,12 +58,12 @@ PLAIN = K8sEphemeralProvider(IMAGE)
 
 
 def test_generate_pod_name_has_prefix() -> None:
-    name = manifests.generate_pod_name(1_700_000_000_123, 0xDEADBEEF)
+    name = step_manifests.generate_pod_name(1_700_000_000_123, 0xDEADBEEF)
     assert name == f"claude-code-{1_700_000_000_123:x}-deadbeef"
 
 
 def test_generate_pod_name_unique_same_millisecond() -> None:
-    assert manifests.generate_pod_name(5, 1) != manifests.generate_pod_name(5, 2)
+    assert step_manifests.generate_pod_name(5, 1) != step_manifests.generate_pod_name(5, 2)
     rendered = {pod_of(PLAIN.namespace("a"), None)["metadata"]["name"]}
     pods = [PLAIN.manifests(AgentConfig("x"), now=NOW)[-1] for _ in range(20)]
     validate_manifests(pods)
@@ -137,11 +137,11 @@ def test_build_pod_spec_with_extra_labels() -> None:
 
 def test_build_pod_spec_extra_labels_cannot_override_hardcoded() -> None:
     """Even merged inputs carrying the reserved keys (bypassing the builders) lose to ironflow's values."""
-    inputs = manifests.merged_pod_inputs(PLAIN.settings, AgentConfig("hi"))
-    forged = manifests.PodInputs(
+    inputs = step_manifests.merged_pod_inputs(PLAIN.settings, AgentConfig("hi"))
+    forged = step_manifests.PodInputs(
         **{**inputs.__dict__, "labels": {labels.LABEL_MANAGED_BY: "someone", labels.LABEL_COMPONENT: "other"}}
     )
-    pod = manifests.build_pod(
+    pod = step_manifests.build_pod(
         PLAIN.settings,
         forged,
         AgentConfig("hi"),
@@ -210,9 +210,9 @@ def test_build_pod_spec_with_hostpath_and_pvc_volumes() -> None:
 
 
 def test_parent_dir_extracts_directory() -> None:
-    assert manifests.parent_dir("/data/in/file.txt") == "/data/in"
-    assert manifests.parent_dir("/file") == ""
-    assert manifests.parent_dir("file") == ""
+    assert step_manifests.parent_dir("/data/in/file.txt") == "/data/in"
+    assert step_manifests.parent_dir("/file") == ""
+    assert step_manifests.parent_dir("file") == ""
 
 
 def test_shell_quote_escapes_single_quotes() -> None:
@@ -384,7 +384,7 @@ def test_build_pod_spec_explicit_env_drops_blanking_entry() -> None:
 
 
 def test_build_env_orders_blanks_plain_then_secret() -> None:
-    env = manifests.build_env(
+    env = step_manifests.build_env(
         worker_env={"CLAUDE_B": "x", "CLAUDE_A": "y"},
         plain=[("P", "1")],
         secret=[SecretEnvVar("CLAUDE_B", "s", "k")],
@@ -598,13 +598,13 @@ def test_a_credential_in_the_provider_env_is_refused_behind_the_proxy(name: str,
     """Any case of a credential variable, or sk-ant anywhere in a value: named, the value never shown."""
     p = K8sEphemeralProvider(IMAGE).env(name, value).auth_proxy("http://proxy:8080")
     message = refused(p, AgentConfig("hi"))
-    assert message == manifests.proxy_forbidden_message(name)
+    assert message == step_manifests.proxy_forbidden_message(name)
     assert value not in message
 
 
 def test_a_lowercase_credential_secret_env_is_refused_behind_the_proxy() -> None:
     p = K8sEphemeralProvider(IMAGE).env_from_secret("anthropic_api_key", "s", "k").auth_proxy("http://proxy:8080")
-    assert refused(p, AgentConfig("hi")) == manifests.proxy_forbidden_message("anthropic_api_key")
+    assert refused(p, AgentConfig("hi")) == step_manifests.proxy_forbidden_message("anthropic_api_key")
 
 
 def test_input_directory_on_a_sandbox_mount_is_refused_before_the_api_would() -> None:

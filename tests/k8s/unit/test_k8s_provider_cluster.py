@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api, clusters
 from ironflow.kube.clusters import DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 
@@ -140,7 +140,7 @@ def test_provider_with_a_cluster_imports_no_api_client() -> None:
     """Configuration stays free of kubernetes_asyncio: k8s/api.py loads it on connect (a second's import)."""
     code = (
         "import sys\n"
-        "from ironflow.k8s.provider import K8sEphemeralProvider\n"
+        "from ironflow.k8s.pod_provider import K8sEphemeralProvider\n"
         "K8sEphemeralProvider.from_dict({'image': 'i', 'cluster': {'kubeconfig': 'kc'}})\n"
         "print('kubernetes_asyncio' in sys.modules)\n"
     )
@@ -149,7 +149,7 @@ def test_provider_with_a_cluster_imports_no_api_client() -> None:
 
 
 def test_agent_sandbox_provider_types_its_cluster_with_the_same_check() -> None:
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 
     p = AgentSandboxProvider(K8sEphemeralProvider.sandboxed(IMAGE))
     assert p.cluster(InCluster()).settings.cluster == InCluster()
@@ -158,7 +158,7 @@ def test_agent_sandbox_provider_types_its_cluster_with_the_same_check() -> None:
 
 
 def test_agent_sandbox_file_reads_pod_cluster_relative_to_its_directory(tmp_path: Path) -> None:
-    from ironflow.agent_sandbox.provider import AgentSandboxProvider
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 
     path = tmp_path / "sandbox.yaml"
     path.write_text(f"pod: {{image: {IMAGE}, sandboxed: true, cluster: {{kubeconfig: kc.yaml}}}}\n")

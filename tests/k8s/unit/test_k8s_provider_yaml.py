@@ -9,7 +9,7 @@ import pytest
 
 from ironflow import AgentConfig, errors
 from ironflow.k8s import ClaudeProfile, K8sEphemeralProvider, K8sResources, SandboxSettings, Toleration
-from ironflow.pod_settings import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
+from ironflow.step_sandbox import ConfigMapSource, HostPathSource, PvcSource, ReadOnlyVolume, SecretEnvVar
 from ironflow.testing.k8s_validate import validate_manifests
 
 FULL = """

@@ -7,8 +7,9 @@ import pytest
 
 from ironflow import errors
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.k8s import session_wire, session_workspaces, workspace_clone
+from ironflow.k8s import session_wire, session_workspaces
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.workspaces import clone_exec as workspace_clone
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace
 

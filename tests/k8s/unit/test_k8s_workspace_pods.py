@@ -11,12 +11,14 @@ import pytest
 
 from ironflow import AgentConfig, errors, labels
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.k8s import K8sEphemeralProvider, commands, push_pods, workspace_pods
+from ironflow.k8s import K8sEphemeralProvider
+from ironflow.k8s.commands import runs
 from ironflow.k8s.environments import EnvironmentVolume
+from ironflow.k8s.workspaces import init_pods, push_pod
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest, validate_manifests
-from ironflow.workspace_git import clone_commands
 from ironflow.workspaces import Change, ChangedFile, Workspace, WorkspaceChanges
+from ironflow.workspaces.git_script import clone_commands
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 NOW = 1_700_000_000
@@ -52,7 +54,7 @@ def test_the_clone_runs_first_hardened_as_the_agent_with_the_git_grant_only() ->
     spec = pod_of(provider())["spec"]
     clone, *others = spec["initContainers"]
     main = spec["containers"][0]
-    assert clone["name"] == workspace_pods.CLONE_CONTAINER_NAME
+    assert clone["name"] == init_pods.CLONE_CONTAINER_NAME
     assert clone["image"] == IMAGE
     assert others == []
     assert clone["securityContext"] == main["securityContext"]
@@ -74,7 +76,7 @@ def test_the_agent_works_in_the_clone_with_the_base_read_only_and_its_command_wr
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
     assert mounts["/workspace"]["name"] == "ironflow-workspace"
     assert "readOnly" not in mounts["/workspace"]
-    assert mounts[workspace_pods.BASE_PATH]["readOnly"] is True
+    assert mounts[init_pods.BASE_PATH]["readOnly"] is True
     assert main["workingDir"] == "/workspace"
     volumes = {v["name"]: v for v in pod_of(provider())["spec"]["volumes"]}
     limit = str(SPEC.max_total_bytes)  # a step cannot fill the node's disk through its workspace
@@ -93,9 +95,9 @@ def test_without_a_workspace_the_pod_is_as_before() -> None:
 
 
 def test_an_exec_pod_gets_the_same_workspace() -> None:
-    run = commands.exec_pod_run(provider().settings, ["make", "fmt"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
+    run = runs.exec_pod_run(provider().settings, ["make", "fmt"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
     invocation = clone_commands(PROXY, SPEC.source, GIT_TOKEN, directory="/workspace", ref=SPEC.ref)
-    pod = workspace_pods.add_git_workspace(run.build_pod(now=NOW), SPEC, invocation)
+    pod = init_pods.add_git_workspace(run.build_pod(now=NOW), SPEC, invocation)
     validate_manifest(pod)
     main, clone = pod["spec"]["containers"][0], pod["spec"]["initContainers"][0]
     assert clone["securityContext"] == main["securityContext"]
@@ -109,7 +111,7 @@ def test_an_unhardened_pods_clone_is_hardened_all_the_same() -> None:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"containers": [{"name": "c", "image": IMAGE, "command": ["sh", "-c", "true"]}]}}  # fmt: skip
     invocation = clone_commands(PROXY, SPEC.source, GIT_TOKEN, directory="/workspace")
-    out = workspace_pods.add_git_workspace(pod, SPEC, invocation)
+    out = init_pods.add_git_workspace(pod, SPEC, invocation)
     validate_manifest(out)
     context = out["spec"]["initContainers"][0]["securityContext"]
     assert context["runAsNonRoot"] is True
@@ -119,8 +121,8 @@ def test_an_unhardened_pods_clone_is_hardened_all_the_same() -> None:
 
 
 def test_the_patch_limit_is_the_workspaces_within_the_logs() -> None:
-    assert workspace_pods.patch_limit(SPEC) == workspace_pods.POD_PATCH_LIMIT
-    assert workspace_pods.patch_limit(Workspace(SPEC.source, max_total_bytes=10)) == 10
+    assert init_pods.patch_limit(SPEC) == init_pods.POD_PATCH_LIMIT
+    assert init_pods.patch_limit(Workspace(SPEC.source, max_total_bytes=10)) == 10
 
 
 def test_a_pod_refuses_a_host_directory() -> None:
@@ -133,7 +135,7 @@ def test_the_push_pod_clones_applies_to_the_index_and_pushes_a_new_branch_harden
     spec = Workspace(SPEC.source, ref="main", push_branch="ironflow/fix-1")
     changes = WorkspaceChanges(b"diff --git a/x b/x\n\x00binary", (ChangedFile("x", Change.MODIFIED, None, None),))
     scope = {labels.LABEL_RUN_ID: "run-1", labels.LABEL_STEP: "fix", "team": "infra"}
-    configmap, pod = push_pods.push_objects(
+    configmap, pod = push_pod.push_objects(
         provider().settings, spec, changes, token=GIT_TOKEN, message="ironflow fix: it", pod_labels=scope,
         now=NOW, rand32=3,
     )  # fmt: skip
@@ -155,9 +157,9 @@ def test_the_push_pod_clones_applies_to_the_index_and_pushes_a_new_branch_harden
 
 def test_a_patch_too_large_for_a_configmap_is_refused() -> None:
     spec = Workspace(SPEC.source, push_branch="fix")
-    big = WorkspaceChanges(b"x" * (push_pods.PUSH_PATCH_LIMIT + 1), (ChangedFile("x", Change.ADDED, None, None),))
+    big = WorkspaceChanges(b"x" * (push_pod.PUSH_PATCH_LIMIT + 1), (ChangedFile("x", Change.ADDED, None, None),))
     with pytest.raises(errors.WorkspaceRefused, match="take it with --patch and push it yourself"):
-        push_pods.push_objects(provider().settings, spec, big, token=GIT_TOKEN, message="m", pod_labels={},
+        push_pod.push_objects(provider().settings, spec, big, token=GIT_TOKEN, message="m", pod_labels={},
                                now=NOW, rand32=1)  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from ironflow.kube import api, events
+from ironflow.kube import api, object_events
 
 
 def _event(name: str, pod: str, namespace: str, kind: str, message: str) -> dict[str, Any]:
@@ -32,7 +32,7 @@ async def test_a_warning_that_lands_after_the_list_is_waited_for(kube: Any) -> N
 
     started = time.monotonic()
     writer = asyncio.create_task(late_warning())
-    said = await events.describe_recent(kube.api, ns, "Pod", "p1", await_warning_s=20)
+    said = await object_events.describe_recent(kube.api, ns, "Pod", "p1", await_warning_s=20)
     await writer
     assert "Warning Failed: Error: the container cannot start" in said
     assert "Normal Scheduled: Successfully assigned" in said
@@ -44,7 +44,7 @@ async def test_with_no_warning_the_events_come_after_the_bound(kube: Any) -> Non
     await kube.api.create(api.EVENTS, ns, _event("p2.a", "p2", ns, "Normal", "Pulled"))
     await kube.api.create(api.EVENTS, ns, _event("other.a", "other", ns, "Warning", "not this pod"))
     started = time.monotonic()
-    said = await events.describe_recent(kube.api, ns, "Pod", "p2", await_warning_s=0.5)
+    said = await object_events.describe_recent(kube.api, ns, "Pod", "p2", await_warning_s=0.5)
     assert said == "Normal Scheduled: Pulled"
     assert time.monotonic() - started >= 0.5
-    assert await events.describe_recent(kube.api, ns, "Pod", "p2") == said  # no wait asked: one list
+    assert await object_events.describe_recent(kube.api, ns, "Pod", "p2") == said  # no wait asked: one list

@@ -21,7 +21,7 @@ import pytest
 from tests.fakes.unclosed import unclosed_after_collect
 
 from ironflow.kube import api as k8s
-from ironflow.kube import streams
+from ironflow.kube import reading
 from ironflow.testing import _kubeenv_pki as pki
 
 EVENT = {"type": "ADDED", "object": {"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "2"}}}
@@ -110,6 +110,6 @@ def test_a_graceful_close_of_that_stream_would_leave_the_socket_open(
     server: tuple[StallingTlsServer, k8s.KubeconfigInline], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control: releasing the cut stream to a graceful TLS close is what leaked."""
-    monkeypatch.setattr(streams, "release_stream", lambda resp: resp.release())
+    monkeypatch.setattr(reading, "release_stream", lambda resp: resp.release())
     assert asyncio.run(_watch_one_event_and_close(server[1])) == "p"
     assert any("unclosed" in found for found in unclosed_after_collect())

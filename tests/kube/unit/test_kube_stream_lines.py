@@ -6,7 +6,7 @@ from __future__ import annotations
 import tracemalloc
 from typing import Any
 
-from ironflow.kube import streams
+from ironflow.kube import reading
 
 
 class _Body:
@@ -28,7 +28,7 @@ def _body(line_bytes: int, piece: int = 1 << 16) -> Any:
 
 
 async def _lines(pieces: Any, max_line: int | None) -> list[bytes]:
-    return [line async for line in streams.lines(_Body(pieces), "follow log", max_line=max_line)]  # type: ignore[arg-type]
+    return [line async for line in reading.lines(_Body(pieces), "follow log", max_line=max_line)]  # type: ignore[arg-type]
 
 
 async def test_a_line_past_the_bound_is_given_cut_and_never_held_whole() -> None:
@@ -52,5 +52,5 @@ async def test_lines_within_the_bound_and_one_cut_inside_a_piece_are_kept_apart(
 
 
 async def _lined(pieces: Any, max_line: int) -> Any:
-    async for line in streams.lines(_Body(pieces), "follow log", max_line=max_line):  # type: ignore[arg-type]
+    async for line in reading.lines(_Body(pieces), "follow log", max_line=max_line):  # type: ignore[arg-type]
         yield line

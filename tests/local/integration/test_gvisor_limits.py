@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from ironflow.local import cgroups, gvisor
-from ironflow.local.limits import SandboxLimits
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox import cgroups, gvisor
+from ironflow.local.sandbox.limits import SandboxLimits
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 SUPPORT = cgroups.probe()
 

@@ -18,8 +18,8 @@ import pytest
 from ironflow import errors
 from ironflow.claude import cli
 from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
-from ironflow.local.bwrap import ReadOnlyMount
-from ironflow.local.provider import LocalProfile, LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox.bwrap import ReadOnlyMount
+from ironflow.local.sandbox_provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.steps import AccountSession, AgentConfig, StepScope
 from ironflow.testing import assert_no_leaks

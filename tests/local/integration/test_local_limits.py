@@ -16,10 +16,10 @@ import pytest
 from tests.fakes.local_sandbox import ISOLATIONS
 
 from ironflow import errors
-from ironflow.local import cgroups
-from ironflow.local.limits import SandboxLimits
-from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.settings import Isolation
+from ironflow.local.sandbox import cgroups
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox.limits import SandboxLimits
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 pytestmark = [
     pytest.mark.bwrap,

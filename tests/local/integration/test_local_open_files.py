@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.local import bwrap, limits
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox import bwrap, limits
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 pytestmark = [
     pytest.mark.bwrap,

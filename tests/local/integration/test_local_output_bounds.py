@@ -32,7 +32,7 @@ _WRITTEN = {"bwrap": 2 << 30, "gvisor": 512 << 20}
 _COMMAND = textwrap.dedent(
     """
     import asyncio, json, resource, sys
-    from ironflow.local.provider import LocalSandboxProvider
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
 
     isolation, size = sys.argv[1], int(sys.argv[2])
     provider = LocalSandboxProvider(isolation=isolation, timeout=300)
@@ -87,8 +87,8 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"the answer
 _AGENT = textwrap.dedent(
     """
     import asyncio, json, resource, sys
-    from ironflow.local.provider import LocalSandboxProvider
-    from ironflow.local.settings import ProxyCredential
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
+    from ironflow.local.sandbox.environment import ProxyCredential
     from ironflow.secrets import Secret
     from ironflow.steps import AgentConfig
 

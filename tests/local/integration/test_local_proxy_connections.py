@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from ironflow.local import bwrap
-from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.settings import ProxyCredential
+from ironflow.local.sandbox import bwrap
+from ironflow.local.sandbox.environment import ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.secrets import Secret
 
 pytestmark = [

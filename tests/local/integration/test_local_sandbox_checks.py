@@ -16,9 +16,9 @@ from tests.fakes.local_sandbox import ISOLATIONS
 from ironflow import errors
 from ironflow.claude import layout
 from ironflow.fake_model.server import FakeAnthropic, Script
-from ironflow.local import settings
-from ironflow.local.bwrap import ReadOnlyMount
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox import environment
+from ironflow.local.sandbox.bwrap import ReadOnlyMount
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.testing import assert_no_leaks
 
@@ -247,7 +247,7 @@ def _probe_parent() -> str:
     return next(
         d
         for d in (HERE, "/srv", "/opt", "/var/lib")
-        if os.path.isdir(d) and layout.mount_path_problem("probe", d) is None and not settings.hidden_from_sandbox(d)
+        if os.path.isdir(d) and layout.mount_path_problem("probe", d) is None and not environment.hidden_from_sandbox(d)
     )
 
 

@@ -18,10 +18,12 @@ from typer.testing import CliRunner
 
 from ironflow import errors
 from ironflow.cli.app import app
-from ironflow.local import bwrap, sandbox_argv, workdirs
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local import workdirs
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import bwrap
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
-from ironflow.local.settings import Isolation
 
 pytestmark = [
     pytest.mark.bwrap,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ironflow.local import workdirs
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 
 pytestmark = [
@@ -28,7 +28,7 @@ _MARKER = "58.7654"
 #: A worker whose step has a temp dir (its proxy socket lives there).
 _WORKER = f"""
 import asyncio, sys
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 credential = ProxyCredential(Secret("sk-ant-api03-workdirs-test"), "api_key", "http://127.0.0.1:9")
 provider = LocalSandboxProvider(temp_dir=sys.argv[1], credential=credential)

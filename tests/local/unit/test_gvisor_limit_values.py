@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import resource
 
-from ironflow.local import gvisor
-from ironflow.local.limits import SandboxLimits, oci_rlimits, rlimits
+from ironflow.local.sandbox import gvisor
+from ironflow.local.sandbox.limits import SandboxLimits, oci_rlimits, rlimits
 
 LIMITS = SandboxLimits(pids=300, open_files=512, file_size_bytes=64 << 20)
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.local import bwrap, gvisor, seccomp
+from ironflow.local.sandbox import bwrap, gvisor, seccomp
 
 ROOT = (
     bwrap.HostEntry("usr", is_dir=True),

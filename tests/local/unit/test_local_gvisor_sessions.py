@@ -9,7 +9,9 @@ import shlex
 import stat
 from pathlib import Path
 
-from ironflow.local import gvisor, gvisor_sessions, sandbox_argv
+from ironflow.local import gvisor_sessions
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import gvisor
 
 SHAPE = sandbox_argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
 RUNTIME = ("/py/bin/python3", "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", "3", "--token-fd", "0")

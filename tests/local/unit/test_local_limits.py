@@ -7,7 +7,7 @@ import resource
 import pytest
 
 from ironflow import errors
-from ironflow.local import bwrap, cgroups, limits
+from ironflow.local.sandbox import bwrap, cgroups, limits
 
 ALL = frozenset({"pids", "memory", "cpu", "freezer"})
 

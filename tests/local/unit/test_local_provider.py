@@ -10,14 +10,15 @@ from hypothesis import strategies as st
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import bwrap, identity, provider, sandbox_argv, settings
+from ironflow.local import sandbox_provider
+from ironflow.local.sandbox import argv, bwrap, environment, identity
 from ironflow.provider import AgentProvider
 from ironflow.secrets import looks_like_claude_credential
 from ironflow.steps import AgentConfig
 
 
 def test_a_plain_step_ignores_nothing() -> None:
-    assert provider.ignored_settings(AgentConfig("hi")) == ()
+    assert sandbox_provider.ignored_settings(AgentConfig("hi")) == ()
 
 
 def test_kubernetes_only_settings_are_each_named() -> None:
@@ -32,7 +33,7 @@ def test_kubernetes_only_settings_are_each_named() -> None:
         .egress_profile("anthropic-only")
         .input("https://example.com/a", "/in/a")
     )
-    ignored = " | ".join(provider.ignored_settings(config, isolation="gvisor"))
+    ignored = " | ".join(sandbox_provider.ignored_settings(config, isolation="gvisor"))
     for needle in (
         "service_account",
         "runtime_class (local isolation is gvisor)",
@@ -48,15 +49,15 @@ def test_kubernetes_only_settings_are_each_named() -> None:
 
 def test_a_host_path_volume_is_applied_not_ignored() -> None:
     config = AgentConfig("hi").read_only_host_path("/srv/data", "/data")
-    assert provider.ignored_settings(config) == ()
+    assert sandbox_provider.ignored_settings(config) == ()
 
 
 def test_sandbox_env_holds_only_what_it_is_given_and_the_proxy_address() -> None:
-    env = provider.sandbox_env({"FOO": "1"}, proxy_token="ifap_abc")
+    env = sandbox_provider.sandbox_env({"FOO": "1"}, proxy_token="ifap_abc")
     assert env["HOME"] == "/home/claude"
     assert env["TMPDIR"] == "/tmp"
     assert env["FOO"] == "1"
-    assert env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{provider.PROXY_PORT}"
+    assert env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{sandbox_provider.PROXY_PORT}"
     assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_abc"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     assert "ANTHROPIC_API_KEY" not in env
@@ -65,44 +66,44 @@ def test_sandbox_env_holds_only_what_it_is_given_and_the_proxy_address() -> None
 @pytest.mark.parametrize("name", ["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"])
 def test_sandbox_env_refuses_credential_variables_by_name(name: str) -> None:
     with pytest.raises(errors.StepConfigError, match=f"must not receive {name}"):
-        provider.sandbox_env({name: "x"})
+        sandbox_provider.sandbox_env({name: "x"})
 
 
 def test_sandbox_env_refuses_a_credential_value_without_echoing_it() -> None:
     with pytest.raises(errors.StepConfigError) as info:
-        provider.sandbox_env({"HARMLESS": "sk-ant-secret-value"})
+        sandbox_provider.sandbox_env({"HARMLESS": "sk-ant-secret-value"})
     assert "sk-ant-secret-value" not in str(info.value)
 
 
 def test_provider_refuses_bad_construction_values() -> None:
     with pytest.raises(errors.ConfigError, match="isolation must be"):
-        provider.LocalSandboxProvider(isolation="docker")  # type: ignore[arg-type]
+        sandbox_provider.LocalSandboxProvider(isolation="docker")  # type: ignore[arg-type]
     with pytest.raises(errors.ConfigError, match="timeout must be"):
-        provider.LocalSandboxProvider(timeout=0)
+        sandbox_provider.LocalSandboxProvider(timeout=0)
     with pytest.raises(errors.ConfigError, match="profile subdir"):
-        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/", "../x")])
+        sandbox_provider.LocalSandboxProvider(profiles=[sandbox_provider.LocalProfile("/", "../x")])
     with pytest.raises(errors.StepConfigError, match="ANTHROPIC_API_KEY"):
-        provider.LocalSandboxProvider(env={"ANTHROPIC_API_KEY": "k"})
+        sandbox_provider.LocalSandboxProvider(env={"ANTHROPIC_API_KEY": "k"})
 
 
 def test_the_provider_satisfies_the_protocol_and_takes_accounts() -> None:
-    local = provider.LocalSandboxProvider()
+    local = sandbox_provider.LocalSandboxProvider()
     assert isinstance(local, AgentProvider)
     assert local.account_kind() == "claude_subscription"
 
 
 def test_a_preset_is_ignored_only_when_the_provider_has_no_local_presets() -> None:
     config = AgentConfig("hi").managed_settings("strict")
-    assert "managed_settings preset 'strict'" in " ".join(provider.ignored_settings(config))
-    assert provider.ignored_settings(config, presets={"strict": {}}) == ()
+    assert "managed_settings preset 'strict'" in " ".join(sandbox_provider.ignored_settings(config))
+    assert sandbox_provider.ignored_settings(config, presets={"strict": {}}) == ()
 
 
 def test_a_known_preset_replaces_the_default_managed_settings() -> None:
     config = AgentConfig("hi").managed_settings("strict")
     presets = {"strict": {"permissions": {"deny": ["Bash"]}}}
-    assert settings.managed_settings_for(config, {"x": 1}, presets) == presets["strict"]
-    assert settings.managed_settings_for(AgentConfig("hi"), {"x": 1}, presets) == {"x": 1}
-    assert settings.managed_settings_for(config, {"x": 1}, {}) == {"x": 1}
+    assert environment.managed_settings_for(config, {"x": 1}, presets) == presets["strict"]
+    assert environment.managed_settings_for(AgentConfig("hi"), {"x": 1}, presets) == {"x": 1}
+    assert environment.managed_settings_for(config, {"x": 1}, {}) == {"x": 1}
 
 
 def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
@@ -110,13 +111,13 @@ def test_an_unknown_preset_is_refused_with_the_known_ones_listed() -> None:
     with pytest.raises(
         errors.StepConfigError, match=r"unknown managed settings preset 'nope', known presets: \[a, b\]"
     ):
-        settings.managed_settings_for(config, None, {"b": {}, "a": {}})
+        environment.managed_settings_for(config, None, {"b": {}, "a": {}})
 
 
 @given(
     st.dictionaries(
         st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(
-            lambda n: n not in layout.PROXY_FORBIDDEN_ENV and settings.env_problem(n) is None
+            lambda n: n not in layout.PROXY_FORBIDDEN_ENV and environment.env_problem(n) is None
         ),
         st.text(st.characters(blacklist_characters="\0"), max_size=20),
         max_size=6,
@@ -128,9 +129,9 @@ def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], po
         extra = {**extra, "INNOCENT": "sk-ant-" + "x" * 10}
     if any(looks_like_claude_credential(v) for v in extra.values()):
         with pytest.raises(errors.StepConfigError):
-            provider.sandbox_env(extra, proxy_token="ifap_t")
+            sandbox_provider.sandbox_env(extra, proxy_token="ifap_t")
         return
-    env = provider.sandbox_env(extra, proxy_token="ifap_t")
+    env = sandbox_provider.sandbox_env(extra, proxy_token="ifap_t")
     assert not any(looks_like_claude_credential(v) for v in env.values())
     assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_t"
     proxy_keys = {"ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"}
@@ -139,11 +140,11 @@ def test_sandbox_env_never_carries_a_claude_credential(extra: dict[str, str], po
 
 def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings() -> None:
     with pytest.raises(errors.ConfigError, match="profile directory '/does/not/exist' does not exist"):
-        provider.LocalSandboxProvider(profiles=[provider.LocalProfile("/does/not/exist")])
+        sandbox_provider.LocalSandboxProvider(profiles=[sandbox_provider.LocalProfile("/does/not/exist")])
     with pytest.raises(errors.ConfigError, match="home_size_bytes must be a positive"):
-        provider.LocalSandboxProvider(home_size_bytes=0)
+        sandbox_provider.LocalSandboxProvider(home_size_bytes=0)
     with pytest.raises(errors.ConfigError, match="managed settings 'strict' is not JSON"):
-        provider.LocalSandboxProvider(managed_settings_presets={"strict": {"x": object()}})
+        sandbox_provider.LocalSandboxProvider(managed_settings_presets={"strict": {"x": object()}})
 
 
 @pytest.mark.parametrize(
@@ -161,9 +162,9 @@ def test_construction_refuses_missing_profiles_bad_sizes_and_non_json_settings()
 def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is_sandbox_error: bool) -> None:
     if is_sandbox_error:
         with pytest.raises(errors.SandboxError, match="sandbox could not start the step"):
-            sandbox_argv.raise_if_sandbox_failed(code, stderr, "gvisor")
+            argv.raise_if_sandbox_failed(code, stderr, "gvisor")
     else:
-        sandbox_argv.raise_if_sandbox_failed(code, stderr, "gvisor")
+        argv.raise_if_sandbox_failed(code, stderr, "gvisor")
 
 
 @pytest.mark.parametrize(
@@ -178,7 +179,7 @@ def test_runtime_failures_are_told_from_step_failures(code: int, stderr: str, is
     ],
 )
 def test_a_command_bwrap_cannot_execute_exits_like_in_a_shell(code: int, stderr: str, expected: int) -> None:
-    assert sandbox_argv.command_exit_code(code, stderr) == expected
+    assert argv.command_exit_code(code, stderr) == expected
 
 
 def test_staged_sources_are_numbered_once_each_under_tmp() -> None:
@@ -195,7 +196,7 @@ def test_the_sandbox_host_uid_must_not_be_root(uid: int) -> None:
 @pytest.mark.parametrize(("name", "value"), [("anthropic_api_key", "x"), ("MY_VAR", " sk-ant-x")])
 def test_sandbox_env_withholds_a_credential_in_any_case_or_anywhere_in_a_value(name: str, value: str) -> None:
     with pytest.raises(errors.StepConfigError):
-        settings.sandbox_env({name: value})
+        environment.sandbox_env({name: value})
 
 
 @pytest.mark.parametrize("path", ["/usr/bin", "/usr/local/bin/claude", "/mnt/ironflow-prompt", "/data/./x"])
@@ -210,26 +211,22 @@ def test_a_read_only_mount_takes_the_shared_reserved_paths(path: str) -> None:
 
 @pytest.mark.parametrize(("isolation", "managed"), [("bwrap", {}), ("gvisor", None)])
 def test_what_is_written_to_a_run_dir_is_refused_without_one(
-    isolation: settings.Isolation, managed: dict[str, str] | None
+    isolation: environment.Isolation, managed: dict[str, str] | None
 ) -> None:
-    shape = sandbox_argv.SandboxShape(isolation, (), 1 << 20, 1 << 20, None, None)
+    shape = argv.SandboxShape(isolation, (), 1 << 20, 1 << 20, None, None)
     with pytest.raises(ValueError, match="are written to the run's temp dir"):
-        sandbox_argv.render(
-            shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env={}, managed=managed
-        )
+        argv.render(shape, ("true",), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env={}, managed=managed)
 
 
 def test_gvisor_shows_a_host_path_elsewhere_only_when_it_is_a_directory_outside_its_tmpfs(tmp_path: Path) -> None:
     """A bind's mount point is its source's own host path, which must be a directory already there."""
     a_file = tmp_path / "f"
     a_file.write_text("x")
-    moved = sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(a_file), "/data/f"))
+    moved = argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(a_file), "/data/f"))
     assert moved is not None
     assert "only if it is a directory" in moved
-    assert sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/data")) is None
-    assert (
-        sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount("/usr/lib/os-release", "/usr/lib/os-release")) is None
-    )
-    hidden = sandbox_argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/home/data"))
+    assert argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/data")) is None
+    assert argv.mount_problem("gvisor", bwrap.ReadOnlyMount("/usr/lib/os-release", "/usr/lib/os-release")) is None
+    hidden = argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/home/data"))
     assert hidden is not None
     assert "hides '/home'" in hidden

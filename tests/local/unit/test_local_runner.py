@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ironflow.local import cgroups, limits, runner
+from ironflow.local.sandbox import cgroups, launch, limits
 
 
 class _Lines:
@@ -15,8 +15,8 @@ class _Lines:
         self.lines.append((stream, line))
 
 
-def _processes() -> runner.SandboxProcesses:
-    return runner.SandboxProcesses(cgroups.Support(0), limits.DEFAULT_LIMITS, host_uid=None)
+def _processes() -> launch.SandboxProcesses:
+    return launch.SandboxProcesses(cgroups.Support(0), limits.DEFAULT_LIMITS, host_uid=None)
 
 
 async def test_a_line_longer_than_the_read_buffer_is_output_not_a_crash() -> None:

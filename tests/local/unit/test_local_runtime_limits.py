@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ironflow import errors
-from ironflow.local import bwrap, gvisor
+from ironflow.local.sandbox import bwrap, gvisor
 
 ROOT = (bwrap.HostEntry("usr", is_dir=True),)
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.local import bwrap, settings
+from ironflow.local.sandbox import bwrap, environment
 
 
 @pytest.mark.parametrize(
@@ -19,13 +19,13 @@ from ironflow.local import bwrap, settings
 )
 def test_variables_that_steer_the_loader_or_libc_are_refused_by_name(name: str) -> None:
     with pytest.raises(errors.StepConfigError, match=f"env {name} is refused: LD_\\*, GLIBC_TUNABLES") as info:
-        settings.sandbox_env({name: "/secret-looking/value.so"})
+        environment.sandbox_env({name: "/secret-looking/value.so"})
     assert "value.so" not in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["TMPDIR", "LANG", "MY_LD_PRELOAD", "ld_preload", "LDFLAGS"])
 def test_other_variables_pass(name: str) -> None:
-    assert settings.sandbox_env({name: "x"})[name] == "x"
+    assert environment.sandbox_env({name: "x"})[name] == "x"
 
 
 @pytest.mark.parametrize(
@@ -35,12 +35,12 @@ def test_other_variables_pass(name: str) -> None:
         ({"A=B": "x"}, "invalid env name 'A=B'"),
         ({"": "x"}, "invalid env name ''"),
         ({"A": "x\0--setenv\0LD_PRELOAD\0/x.so"}, "env A holds a NUL byte"),
-        ({f"V{i}": "x" for i in range(settings.MAX_ENV_VARIABLES + 1)}, "at most 1024"),
+        ({f"V{i}": "x" for i in range(environment.MAX_ENV_VARIABLES + 1)}, "at most 1024"),
     ],
 )
 def test_what_no_environment_can_carry_is_refused_in_one_line(env: dict[str, str], words: str) -> None:
     with pytest.raises(errors.StepConfigError, match=words) as info:
-        settings.sandbox_env(env)
+        environment.sandbox_env(env)
     assert "\n" not in str(info.value)
     assert "setenv" not in str(info.value)
 

@@ -7,7 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow.local import seccomp
+from ironflow.local.sandbox import seccomp
 
 X86_64 = 0xC000003E
 ALLOW, EPERM, ENOSYS, KILL = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000

@@ -11,7 +11,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.local import workdirs
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 OWNER = workdirs.current_owner()
 pytestmark = pytest.mark.skipif(OWNER is None, reason="no /proc to name a process by")

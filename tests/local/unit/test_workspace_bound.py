@@ -7,7 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from ironflow.local import workspace_bound
+from ironflow.local.workspaces import bound as workspace_bound
 
 
 def test_files_in_nested_directories_count(tmp_path: Path) -> None:

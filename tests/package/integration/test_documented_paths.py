@@ -43,7 +43,7 @@ def test_run_sync_from_a_script_closes_everything_it_opened() -> None:
         import ironflow
         from ironflow.cli.backends import FAKE_MODEL_KEY
         from ironflow.fake_model import FakeAnthropic, Script
-        from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+        from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
         from ironflow.secrets import Secret
 
         ready, stop = threading.Event(), threading.Event()

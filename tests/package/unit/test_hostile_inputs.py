@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ironflow import errors
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy.config import AuthProxyConfig
 from ironflow.cli.app import app
 from ironflow.fake_model.script import Script
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 _K8S_KEYS = [

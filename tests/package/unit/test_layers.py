@@ -142,15 +142,18 @@ DEFERRED_IMPORTS = {
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
     # `sandbox open --env` only: the env's variables are judged by the local sandbox's own rules.
-    ("ironflow.cli.sandbox_sessions", "ironflow.local.settings"): "the local sandbox's modules, for --env only",
+    (
+        "ironflow.cli.sandbox_sessions",
+        "ironflow.local.sandbox.environment",
+    ): "the local sandbox's modules, for --env only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # A Temporal session step loads the session backend of the worker's own provider only.
-    ("ironflow.temporal.activities", "ironflow.local.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.local.sandbox_provider"): "the worker's provider's sessions only",
     ("ironflow.temporal.activities", "ironflow.local.sessions"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.k8s.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.k8s.pod_provider"): "the worker's provider's sessions only",
     ("ironflow.temporal.activities", "ironflow.k8s.sessions"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.agent_sandbox.provider"): "the worker's provider's sessions only",
+    ("ironflow.temporal.activities", "ironflow.agent_sandbox.claim_provider"): "the worker's provider's sessions only",
     ("ironflow.temporal.activities", "ironflow.agent_sandbox.sessions"): "the worker's provider's sessions only",
 }
 
@@ -204,7 +207,7 @@ CLI_STARTUP_SPARES = [
     "ironflow.fake_model.server",
     "ironflow.testing.kube",
     "ironflow.testing.kubeenv",
-    "ironflow.testing.postgres",
+    "ironflow.testing.postgres_server",
 ]
 
 
@@ -223,7 +226,8 @@ def test_the_testing_package_loads_its_helpers_on_first_use() -> None:
     probe = (
         "import json, sys\n"
         "import ironflow.testing as t\n"
-        "before = sorted(m for m in ('ironflow.testing.kube', 'ironflow.testing.postgres') if m in sys.modules)\n"
+        "lazy = ('ironflow.testing.kube', 'ironflow.testing.postgres_server')\n"
+        "before = sorted(m for m in lazy if m in sys.modules)\n"
         "print(json.dumps([before, sorted(n for n in t.__all__ if getattr(t, n, None) is None)]))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)

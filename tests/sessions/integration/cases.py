@@ -29,15 +29,15 @@ from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
-from ironflow.agent_sandbox.steps import AgentSandboxSettings
+from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.claude import layout
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
-from ironflow.local.provider import Isolation, LocalSandboxProvider
+from ironflow.local.sandbox_provider import Isolation, LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import SessionInfo

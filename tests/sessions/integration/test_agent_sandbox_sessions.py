@@ -21,7 +21,7 @@ from tests.sessions.integration.cases import agent_sandbox_settings
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.kube import api as kube
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController

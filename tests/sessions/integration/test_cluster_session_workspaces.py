@@ -22,12 +22,12 @@ from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
-from ironflow.agent_sandbox.provider import AgentSandboxProvider
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy
-from ironflow.auth_proxy.client import AdminClient
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.sessions import K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_router import app as router_app

@@ -11,7 +11,7 @@ from tests.fakes.local_sandbox import LOCAL_SANDBOX
 
 from ironflow import errors
 from ironflow.fake_model.server import FakeAnthropic, Script
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.local.sessions import LocalSessions
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.provider import ProxyCredential
+from ironflow.local.sandbox_provider import ProxyCredential
 from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox

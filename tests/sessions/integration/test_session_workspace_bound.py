@@ -12,7 +12,7 @@ from tests.fakes.disk_use import FILL_6_GIB, FILL_BOUND, FILL_SLACK, PeakUse, sm
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.sessions import SessionNotFound
 from ironflow.workspaces import Workspace

@@ -15,9 +15,10 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local import cgroups, workspace_bound
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox import cgroups
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
+from ironflow.local.workspaces import bound as workspace_bound
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]

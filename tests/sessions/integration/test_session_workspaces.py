@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import LocalSessions
 from ironflow.workspaces import Workspace
 

@@ -7,8 +7,8 @@ import pytest
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox.sessions import claim_info, session_claim
-from ironflow.agent_sandbox.steps import AgentSandboxSettings
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.agent_sandbox.step_render import AgentSandboxSettings
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 SETTINGS = AgentSandboxSettings(K8sEphemeralProvider.sandboxed("runner:1").namespace("team"), warm_pool="warm")
 SID = "sbx-0123456789abcdef"

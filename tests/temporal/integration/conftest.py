@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ironflow.testing.temporal import TemporalDevServer, TemporalNotAvailable, find_temporal_cli
+from ironflow.testing.temporal_server import TemporalDevServer, TemporalNotAvailable, find_temporal_cli
 
 
 def temporal_missing() -> str | None:

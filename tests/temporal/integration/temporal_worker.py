@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.provider import AgentProvider
 from ironflow.secrets import Secret
 from ironflow.steps import StepScope
@@ -33,7 +33,7 @@ WORKFLOWS = Path(__file__).parent / "temporal_workflows.py"
 
 def _provider(backend: str, first: str, second: str, run_for: str | None) -> AgentProvider:
     if backend == "k8s":
-        from ironflow.k8s.provider import K8sEphemeralProvider
+        from ironflow.k8s.pod_provider import K8sEphemeralProvider
         from ironflow.kube import api
         from ironflow.testing.kubeenv import RUN_FOR_LABEL
 

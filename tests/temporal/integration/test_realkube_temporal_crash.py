@@ -33,7 +33,7 @@ from tests.temporal.integration.watching import started_attempts, worker_process
 
 from ironflow.testing.kubeenv import EXIT_CODE_LABEL, KubeEnv
 from ironflow.testing.polling import eventually
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 #: How soon the killed worker's attempt is given up. At 2 s, under load (a CPU hog, load 7), the
 #: live worker's own attempt of "slow" missed a heartbeat once and ran a third time.

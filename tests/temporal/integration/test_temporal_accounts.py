@@ -28,7 +28,7 @@ from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 from ironflow.temporal import IronflowActivities, build_worker, load_workflows
 from ironflow.testing.polling import eventually
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = pytest.mark.timeout(120)
 

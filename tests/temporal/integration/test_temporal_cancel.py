@@ -24,15 +24,15 @@ from tests.temporal.integration.watching import WORKFLOWS, activity_events, aliv
 
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
-from ironflow.k8s.provider import K8sEphemeralProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.provider import AgentProvider
 from ironflow.secrets import Secret
 from ironflow.temporal import build_worker, load_workflows
 from ironflow.testing.kube import KubeTestServer, PodScript
 from ironflow.testing.polling import eventually
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = pytest.mark.timeout(180)
 

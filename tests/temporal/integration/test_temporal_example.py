@@ -17,7 +17,7 @@ from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from tests.temporal.integration.watching import scheduled
 
 from ironflow.testing.polling import eventually
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = [*LOCAL_SANDBOX, pytest.mark.timeout(240)]
 

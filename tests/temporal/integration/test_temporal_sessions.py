@@ -14,9 +14,9 @@ import pytest
 from temporalio.client import Client
 from tests.temporal.integration.watching import WORKFLOWS
 
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.temporal import build_worker, load_workflows
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = [
     pytest.mark.timeout(180),

@@ -15,7 +15,7 @@ from ironflow.provider import ProviderBase
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 from ironflow.temporal import build_worker, load_workflows
-from ironflow.testing.temporal import TemporalDevServer
+from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = pytest.mark.timeout(120)
 

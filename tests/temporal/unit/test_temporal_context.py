@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ironflow.engine import runner
-from ironflow.temporal import context
+from ironflow.temporal import workflow
 
 
 @pytest.mark.parametrize("name", ["lint", 'say "hi"', "back\\slash", "fix bug/42"])
 def test_a_duplicate_wave_name_is_refused_in_the_engine_s_words(name: str) -> None:
-    assert context.wave_duplicate_message(name) == runner.wave_duplicate_message(name)
+    assert workflow.wave_duplicate_message(name) == runner.wave_duplicate_message(name)

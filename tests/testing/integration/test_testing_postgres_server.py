@@ -7,7 +7,7 @@ import os
 import asyncpg
 import pytest
 
-from ironflow.testing.postgres import PostgresNotAvailable, PostgresServer, find_pg_bin
+from ironflow.testing.postgres_server import PostgresNotAvailable, PostgresServer, find_pg_bin
 
 pytestmark = pytest.mark.postgres
 
@@ -41,7 +41,7 @@ async def test_async_server_serves_a_named_database_and_removes_its_directory() 
 
 def test_missing_binaries_are_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr("ironflow.testing.postgres._SEARCH_GLOB", "/nonexistent/*/bin")
+    monkeypatch.setattr("ironflow.testing.postgres_server._SEARCH_GLOB", "/nonexistent/*/bin")
     with pytest.raises(PostgresNotAvailable, match="apt-get install -y postgresql-15"):
         find_pg_bin("initdb")
 

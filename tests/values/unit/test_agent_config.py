@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import AgentConfig, errors, labels
-from ironflow.pod_settings import ConfigMapSource, HostPathSource, PodSettings, PvcSource, PvcVolume, validate_sub_path
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret, find_leaks
+from ironflow.step_sandbox import ConfigMapSource, HostPathSource, PodSettings, PvcSource, PvcVolume, validate_sub_path
 from ironflow.steps import AccountSession, PermissionMode
 
 

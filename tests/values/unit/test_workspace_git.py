@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow import errors, workspace_git
+from ironflow import errors
 from ironflow.secrets import find_leaks
+from ironflow.workspaces import git_script
 
 PROXY = "http://127.0.0.1:8080"
 URL = "https://github.com/org/repo.git"
@@ -19,7 +20,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 def test_docstring_examples_hold() -> None:
-    assert doctest.testmod(workspace_git).failed == 0
+    assert doctest.testmod(git_script).failed == 0
 
 
 @pytest.mark.parametrize(
@@ -36,7 +37,7 @@ def test_docstring_examples_hold() -> None:
     ],
 )
 def test_parse_git_source_splits_url_and_ref(text: str, expected: tuple[str, str | None]) -> None:
-    assert workspace_git.parse_git_source(text) == expected
+    assert git_script.parse_git_source(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -82,7 +83,7 @@ def test_parse_git_source_splits_url_and_ref(text: str, expected: tuple[str, str
 )
 def test_parse_git_source_refuses_with_the_rule_and_never_the_input(text: str, problem: str) -> None:
     with pytest.raises(errors.ConfigError) as caught:
-        workspace_git.parse_git_source(text)
+        git_script.parse_git_source(text)
     assert problem in caught.value.message
     assert isinstance(caught.value, ValueError)
     assert not find_leaks(["hunter2PASSWORD", "touch"], caught.value)
@@ -91,7 +92,7 @@ def test_parse_git_source_refuses_with_the_rule_and_never_the_input(text: str, p
 @given(st.text(max_size=300))
 def test_parse_git_source_raises_nothing_but_value_error(text: str) -> None:
     try:
-        url, ref = workspace_git.parse_git_source(text)
+        url, ref = git_script.parse_git_source(text)
     except ValueError:
         return
     assert url.startswith(("https://", "http://"))
@@ -100,7 +101,7 @@ def test_parse_git_source_raises_nothing_but_value_error(text: str) -> None:
     assert url.isprintable()
     assert " " not in url
     assert ref is None or not ref.startswith("-")
-    assert workspace_git.parse_git_source(url) == (url, None)
+    assert git_script.parse_git_source(url) == (url, None)
 
 
 _LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
@@ -119,35 +120,35 @@ def test_parse_git_source_keeps_a_valid_source_as_given(
     scheme: str, labels: list[str], tld: str, segments: list[str], ref: str | None
 ) -> None:
     url = f"{scheme}://{'.'.join([*labels, tld])}/{'/'.join(segments)}"
-    assert workspace_git.parse_git_source(url if ref is None else f"{url}@{ref}") == (url, ref)
+    assert git_script.parse_git_source(url if ref is None else f"{url}@{ref}") == (url, ref)
 
 
 def test_relay_url_puts_the_host_and_path_under_r() -> None:
-    assert workspace_git.relay_url(PROXY, URL) == RELAY
-    assert workspace_git.relay_url(PROXY + "/", "https://GitLab.Example.com/g/p") == (
+    assert git_script.relay_url(PROXY, URL) == RELAY
+    assert git_script.relay_url(PROXY + "/", "https://GitLab.Example.com/g/p") == (
         "http://127.0.0.1:8080/r/gitlab.example.com/g/p"
     )
-    assert workspace_git.relay_url("http://[::1]:9", URL) == "http://[::1]:9/r/github.com/org/repo.git"
+    assert git_script.relay_url("http://[::1]:9", URL) == "http://[::1]:9/r/github.com/org/repo.git"
 
 
 @pytest.mark.parametrize("proxy", ["127.0.0.1:8080", "ftp://proxy", "http://", "http://p/x?y", "http://u@p"])
 def test_relay_url_refuses_a_proxy_address_that_is_not_a_bare_origin(proxy: str) -> None:
     with pytest.raises(errors.ConfigError, match="invalid proxy address"):
-        workspace_git.relay_url(proxy, URL)
+        git_script.relay_url(proxy, URL)
 
 
 def test_relay_url_refuses_a_url_still_carrying_its_ref() -> None:
     with pytest.raises(errors.ConfigError, match="give the ref on its own"):
-        workspace_git.relay_url(PROXY, URL + "@main")
+        git_script.relay_url(PROXY, URL + "@main")
 
 
-def _config(invocation: workspace_git.GitInvocation) -> dict[str, str]:
+def _config(invocation: git_script.GitInvocation) -> dict[str, str]:
     env = invocation.env
     return {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(int(env["GIT_CONFIG_COUNT"]))}
 
 
 def test_clone_at_a_name_is_one_clone_with_the_token_in_the_env_only() -> None:
-    invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="v1.2")
+    invocation = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="v1.2")
     assert invocation.url == RELAY
     assert invocation.commands == (("git", "clone", "--quiet", "--branch", "v1.2", "--", RELAY, "ws"),)
     assert _config(invocation) == {
@@ -161,7 +162,7 @@ def test_clone_at_a_name_is_one_clone_with_the_token_in_the_env_only() -> None:
 
 
 def test_clone_environment_makes_git_non_interactive_and_hermetic() -> None:
-    env = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws").env
+    env = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws").env
     assert {k: env[k] for k in ("GIT_TERMINAL_PROMPT", "GIT_ASKPASS", "GIT_CONFIG_NOSYSTEM", "GIT_ALLOW_PROTOCOL")} == {
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_ASKPASS": "",
@@ -169,19 +170,19 @@ def test_clone_environment_makes_git_non_interactive_and_hermetic() -> None:
         "GIT_ALLOW_PROTOCOL": "http",
     }
     assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"
-    https = workspace_git.clone_commands("https://proxy.example", URL, TOKEN, directory="ws").env
+    https = git_script.clone_commands("https://proxy.example", URL, TOKEN, directory="ws").env
     assert https["GIT_ALLOW_PROTOCOL"] == "https"
 
 
 def test_clone_of_the_default_branch_and_shallow() -> None:
-    plain = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="-odd dir")
+    plain = git_script.clone_commands(PROXY, URL, TOKEN, directory="-odd dir")
     assert plain.commands == (("git", "clone", "--quiet", "--", RELAY, "-odd dir"),)
-    shallow = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="main", depth=1)
+    shallow = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="main", depth=1)
     assert shallow.commands == (("git", "clone", "--quiet", "--depth", "1", "--branch", "main", "--", RELAY, "ws"),)
 
 
 def test_clone_at_a_commit_fetches_it_by_id_and_checks_it_out_detached() -> None:
-    invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=SHA, depth=1)
+    invocation = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=SHA, depth=1)
     assert invocation.commands == (
         ("git", "init", "--quiet", "--", "ws"),
         ("git", "-C", "ws", "remote", "add", "origin", RELAY),
@@ -205,18 +206,18 @@ def test_clone_at_a_commit_fetches_it_by_id_and_checks_it_out_detached() -> None
 def test_clone_refuses_bad_arguments(kwargs: dict[str, object], problem: str) -> None:
     args: dict[str, object] = {"directory": "ws", **kwargs}
     with pytest.raises(errors.ConfigError, match=problem):
-        workspace_git.clone_commands(PROXY, URL, TOKEN, **args)  # type: ignore[arg-type]
+        git_script.clone_commands(PROXY, URL, TOKEN, **args)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("token", ["", "ifap_a\r\nX-Evil: 1", "ifap_a b", "ifap_é"])
 def test_a_token_that_could_break_the_header_is_refused_unrepeated(token: str) -> None:
     with pytest.raises(errors.ConfigError, match="invalid proxy token") as caught:
-        workspace_git.clone_commands(PROXY, URL, token, directory="ws")
+        git_script.clone_commands(PROXY, URL, token, directory="ws")
     assert not find_leaks([token], caught.value)
 
 
 def test_push_sends_head_to_a_new_branch_at_the_relay_url() -> None:
-    invocation = workspace_git.push_commands(PROXY, URL, TOKEN, directory="ws", branch="ironflow/run-1")
+    invocation = git_script.push_commands(PROXY, URL, TOKEN, directory="ws", branch="ironflow/run-1")
     assert invocation.commands == (
         ("git", "-C", "ws", "push", "--quiet", "--no-verify", "--force-with-lease=refs/heads/ironflow/run-1:",
          "--", RELAY, "HEAD:refs/heads/ironflow/run-1"),
@@ -228,13 +229,13 @@ def test_push_sends_head_to_a_new_branch_at_the_relay_url() -> None:
 @pytest.mark.parametrize("branch", ["HEAD", SHA, "-f", "--mirror", "a..b", "a:b", "x.lock", "", "a/", ".a"])
 def test_push_refuses_a_branch_that_is_no_plain_new_name(branch: str) -> None:
     with pytest.raises(errors.ConfigError, match="invalid branch"):
-        workspace_git.push_commands(PROXY, URL, TOKEN, directory="ws", branch=branch)
+        git_script.push_commands(PROXY, URL, TOKEN, directory="ws", branch=branch)
 
 
 @given(st.text(max_size=80))
 def test_any_ref_is_refused_or_stays_one_plain_argument(ref: str) -> None:
     try:
-        invocation = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=ref)
+        invocation = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref=ref)
     except ValueError:
         return
     argv = [arg for command in invocation.commands for arg in command]
@@ -245,9 +246,9 @@ def test_any_ref_is_refused_or_stays_one_plain_argument(ref: str) -> None:
 
 
 def test_the_push_script_clones_applies_to_the_index_commits_without_hooks_then_pushes() -> None:
-    clone = workspace_git.clone_commands(PROXY, URL, TOKEN, directory="/w", ref="main")
-    push = workspace_git.push_commands(PROXY, URL, TOKEN, directory="/w", branch="fix")
-    script = workspace_git.push_script(clone, push, directory="/w", patch_file="/p/patch")
+    clone = git_script.clone_commands(PROXY, URL, TOKEN, directory="/w", ref="main")
+    push = git_script.push_commands(PROXY, URL, TOKEN, directory="/w", branch="fix")
+    script = git_script.push_script(clone, push, directory="/w", patch_file="/p/patch")
     lines = script.splitlines()
     assert lines[0] == "set -e"
     assert lines[1].startswith("git clone --quiet --branch main -- ")
@@ -259,18 +260,18 @@ def test_the_push_script_clones_applies_to_the_index_commits_without_hooks_then_
     assert lines[4].startswith("git -C /w push --quiet --no-verify --force-with-lease=refs/heads/fix: -- ")
     assert TOKEN not in script  # it is in the invocations' environment only
     with pytest.raises(errors.ConfigError, match="clone directory"):
-        workspace_git.push_script(clone, push, directory="/w", patch_file="")
+        git_script.push_script(clone, push, directory="/w", patch_file="")
 
 
 def test_a_failed_push_says_gits_last_line_with_the_token_masked() -> None:
     said = f"remote: denied for {TOKEN}\nerror: failed to push some refs to '{RELAY}'\n"
-    refused = workspace_git.push_failure(URL, "fix", said, token=TOKEN, silent="exit 1")
+    refused = git_script.push_failure(URL, "fix", said, token=TOKEN, silent="exit 1")
     assert isinstance(refused, errors.WorkspaceRefused)
     assert (
         refused.message
         == f"the git workspace push of '{URL}' to 'fix' failed: error: failed to push some refs to '{RELAY}'"
     )
-    masked = workspace_git.push_failure(URL, "fix", f"fatal: {TOKEN}\n", token=TOKEN, silent="exit 1")
+    masked = git_script.push_failure(URL, "fix", f"fatal: {TOKEN}\n", token=TOKEN, silent="exit 1")
     assert find_leaks([TOKEN], masked.message) == []
     assert masked.message.endswith("failed: fatal: <token>")
-    assert workspace_git.push_failure(URL, "fix", "\n", token=TOKEN, silent="exit 128").message.endswith(": exit 128")
+    assert git_script.push_failure(URL, "fix", "\n", token=TOKEN, silent="exit 128").message.endswith(": exit 128")

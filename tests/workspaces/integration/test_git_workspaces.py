@@ -19,8 +19,8 @@ from tests.fakes.git_server import GitServer
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local.git_workspaces import GitCredential, GitHosts
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.workspaces.git_sync import GitCredential, GitHosts
 from ironflow.secrets import Secret
 from ironflow.workspaces import Change, Workspace
 

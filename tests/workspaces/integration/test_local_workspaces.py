@@ -16,10 +16,11 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local import bwrap, gvisor, workspace_apply
-from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
-from ironflow.local.settings import Isolation
+from ironflow.local.sandbox import bwrap, gvisor
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.workspaces import copies as local_workspaces
+from ironflow.local.workspaces import writeback
 from ironflow.secrets import Secret
 from ironflow.workspaces import Change, Workspace
 
@@ -278,7 +279,7 @@ def test_a_host_path_changed_during_the_step_fails_the_diff_and_the_apply_change
     (repo / "kept" / "new.txt").write_text("the host made it first\n")
     raced = re.escape("changed on the host since the copy was made: 'kept/new.txt'")
     with pytest.raises(errors.WorkspaceConflict, match=raced):
-        workspace_apply.apply_changes(prepared, changes)
+        writeback.apply_changes(prepared, changes)
     (repo / "kept" / "new.txt").unlink()
     assert tree(repo) == before  # the other change was not written either
 
@@ -315,7 +316,7 @@ def test_the_apply_never_writes_through_a_symlink_on_the_host(tmp_path: Path) ->
     shutil.move(repo / "kept", outside / "kept")
     (repo / "kept").symlink_to(outside / "kept")  # swapped in after the copy was made
     with pytest.raises(errors.WorkspaceConflict, match=re.escape("'kept/same.txt'")):
-        workspace_apply.apply_changes(prepared, changes)
+        writeback.apply_changes(prepared, changes)
     assert (outside / "kept" / "same.txt").read_text() == "same\n"
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from tests.workspaces.integration.test_local_workspaces import EDITS, make_repo, tree
 
-from ironflow import errors, workspace_frames
-from ironflow.k8s import workspace_pods
-from ironflow.workspaces import Change, Workspace, WorkspaceChanges
+from ironflow import errors
+from ironflow.k8s.workspaces import init_pods
+from ironflow.workspaces import Change, Workspace, WorkspaceChanges, frames
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -33,7 +33,7 @@ GIT_ENV = {
 
 def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
     """The frame of a workspace that holds a git repository (so it always has a change set)."""
-    said, changes = workspace_frames.split_frame(logs)
+    said, changes = frames.split_frame(logs)
     assert changes is not None
     return said, changes
 
@@ -61,7 +61,7 @@ def pod(tmp_path: Path) -> tuple[Path, Path]:
     work = cloned(upstream(tmp_path), tmp_path / "workspace")
     base = tmp_path / "base"
     base.mkdir()
-    script = workspace_pods.base_script(workspace=str(work), base=str(base))
+    script = init_pods.base_script(workspace=str(work), base=str(base))
     subprocess.run(["sh", "-ec", script], env=GIT_ENV, check=True)
     for path in [base, *base.rglob("*")]:  # the main container mounts it read-only
         if not path.is_symlink():
@@ -70,7 +70,7 @@ def pod(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def step(work: Path, base: Path, shell: str, spec: Workspace = SPEC) -> subprocess.CompletedProcess[str]:
-    wrapped = workspace_pods.wrapped_command(shell, spec, workspace=str(work), base=str(base))
+    wrapped = init_pods.wrapped_command(shell, spec, workspace=str(work), base=str(base))
     env = {"PATH": os.environ["PATH"], "TMPDIR": str(work.parent / "tmp"), "HOME": str(work.parent / "home")}
     (work.parent / "tmp").mkdir(exist_ok=True)
     return subprocess.run(["sh", "-c", wrapped], cwd=work, env=env, capture_output=True, text=True, timeout=60)
@@ -174,7 +174,7 @@ def test_as_pid_1_the_wrapper_kills_what_the_step_left_before_it_reports(tmp_pat
     killed before the report: the frame is still the log's last line."""
     work, base = pod(tmp_path)
     noisy = "(while :; do echo noise; done) & sleep 0.2; echo started"
-    wrapped = workspace_pods.wrapped_command(noisy, SPEC, workspace=str(work), base=str(base))
+    wrapped = init_pods.wrapped_command(noisy, SPEC, workspace=str(work), base=str(base))
     (tmp_path / "tmp").mkdir()
     argv = ["bwrap", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev",
             "--proc", "/proc", "--chdir", str(work), "sh", "-c", wrapped]  # fmt: skip
@@ -197,7 +197,7 @@ def pvc(tmp_path: Path, *, rig: bool) -> tuple[Path, Path]:
         (work / ".git" / "info" / "attributes").write_text("* text filter=evil\n")
     base = tmp_path / "base"
     base.mkdir()
-    script = workspace_pods.base_script(workspace=str(work), base=str(base))
+    script = init_pods.base_script(workspace=str(work), base=str(base))
     subprocess.run(["sh", "-ec", script], env=GIT_ENV, check=True)
     return work, base
 
@@ -221,6 +221,6 @@ def test_a_pvc_without_a_repository_reports_no_change_set(tmp_path: Path) -> Non
     (work / "data.txt").write_text("x\n")
     base = tmp_path / "base"
     base.mkdir()
-    subprocess.run(["sh", "-ec", workspace_pods.base_script(workspace=str(work), base=str(base))], check=True)
+    subprocess.run(["sh", "-ec", init_pods.base_script(workspace=str(work), base=str(base))], check=True)
     done = step(work, base, "echo y >> data.txt; echo said")
-    assert workspace_frames.split_frame(done.stdout) == ("said\n", None)
+    assert frames.split_frame(done.stdout) == ("said\n", None)

@@ -11,9 +11,9 @@ import pytest
 from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
-from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.settings import Isolation
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.workspaces import Workspace
 
 pytestmark = [

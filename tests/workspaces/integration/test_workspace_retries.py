@@ -18,8 +18,8 @@ from ironflow.engine import model
 from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
-from ironflow.local.provider import LocalSandboxProvider, ProxyCredential
-from ironflow.local.settings import Isolation
+from ironflow.local.sandbox.environment import Isolation
+from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from ironflow import errors, workspace_frames
-from ironflow.workspace_frames import FRAME_PREFIX, parse_raw
-from ironflow.workspaces import Change, WorkspaceChanges
+from ironflow import errors
+from ironflow.workspaces import Change, WorkspaceChanges, frames
+from ironflow.workspaces.frames import FRAME_PREFIX, parse_raw
 
 A, B = "a" * 40, "b" * 40
 RAW = (
@@ -24,7 +24,7 @@ PATCH = b"diff --git a/new.txt b/new.txt\n..."
 
 
 def split_frame(logs: str) -> tuple[str, WorkspaceChanges]:
-    said, changes = workspace_frames.split_frame(logs)
+    said, changes = frames.split_frame(logs)
     assert changes is not None
     return said, changes
 
@@ -130,4 +130,4 @@ def test_a_record_git_did_not_write_is_refused(raw: bytes) -> None:
 
 def test_a_workspace_without_git_reports_no_change_set() -> None:
     line = FRAME_PREFIX + ',"version":1,"git":false}'
-    assert workspace_frames.split_frame("out\n\n" + line + "\n") == ("out\n", None)
+    assert frames.split_frame("out\n\n" + line + "\n") == ("out\n", None)

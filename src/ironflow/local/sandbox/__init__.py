@@ -1,0 +1,3 @@
+"""The local sandbox itself: bubblewrap and gVisor argv, seccomp, cgroups and limits, launching the process."""
+
+__all__: list[str] = []

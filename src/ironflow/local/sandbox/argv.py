@@ -1,0 +1,316 @@
+"""A local sandbox's command line, rendered from the provider's shape: the runtime's argv
+(bubblewrap or ``runsc run``), the fds it reads (the seccomp program, bubblewrap's environment
+for the sandbox), and on a root worker the binds its first process stages for the dropped uid;
+and how to tell the runtime's own failures from the step's.
+
+It reads the host's ``/`` and ``/etc`` listings and writes the managed settings and gVisor's
+bundle (its OCI spec) into the run's temp dir; the argv itself comes from the pure
+:mod:`~ironflow.local.sandbox.bwrap` and :mod:`~ironflow.local.sandbox.gvisor` builders. Nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, identity, seccomp
+from ironflow.local.sandbox import limits as sandbox_limits
+
+__all__ = [
+    "SandboxFds",
+    "SandboxShape",
+    "command_exit_code",
+    "host_entries",
+    "mount_problem",
+    "raise_if_sandbox_failed",
+    "render",
+    "sandbox_fds",
+    "which",
+]
+
+log = logging.getLogger("ironflow.local")
+
+_RUNSC_FAILURE: Final = re.compile(r"(starting|running|creating) (root )?container: ")
+
+
+@dataclass(frozen=True)
+class SandboxShape:
+    """What the provider's settings say about every sandbox it starts."""
+
+    isolation: environment.Isolation
+    profiles: tuple[environment.LocalProfile, ...]
+    home_size_bytes: int
+    tmp_size_bytes: int
+    sessions_dir: str | None
+    host_uid: int | None
+    #: The host uid that must own what the sandbox writes (a workspace's copy, a writable mount): on a
+    #: root worker the sandbox's uid under either runtime; None where the worker's own files are writable.
+    writable_uid: int | None = None
+    #: The provider's limits (under gVisor the step's rlimits are in its spec).
+    limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS
+
+
+@dataclass(frozen=True)
+class SandboxFds:
+    """The descriptors bubblewrap reads as it starts (none under gVisor, whose spec holds the env)."""
+
+    seccomp: int | None = None
+    #: The sandbox's environment as :func:`bwrap.env_args` writes it (``bwrap --args``).
+    env: int | None = None
+
+    @property
+    def inherited(self) -> tuple[int, ...]:
+        """What the runtime's process must inherit."""
+        return tuple(fd for fd in (self.seccomp, self.env) if fd is not None)
+
+
+def host_entries(directory: str) -> tuple[bwrap.HostEntry, ...]:
+    out = []
+    with os.scandir(directory) as it:
+        for e in it:
+            link = os.readlink(e.path) if e.is_symlink() else None
+            out.append(bwrap.HostEntry(e.name, link, e.is_dir(follow_symlinks=False)))
+    return tuple(out)
+
+
+def mount_problem(isolation: environment.Isolation, mount: bwrap.ReadOnlyMount) -> str | None:
+    """Why ``isolation`` cannot show read-only ``mount`` to the step, or None (agent steps and plain commands)."""
+    problem = layout.mount_path_problem("read-only volume", mount.target)
+    if problem is not None:
+        return problem
+    if isolation == "gvisor":
+        moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
+        if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
+            return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
+        return gvisor.host_path_problem(mount.source, mount.target)
+    problem = bwrap.mask_problem("read-only volume", mount.target)
+    if problem is not None:
+        return problem
+    top = "/" + mount.target.strip("/").split("/")[0]
+    if not environment.hidden_from_sandbox(mount.target) and os.path.lexists(top) and not os.path.isdir(mount.target):
+        # bubblewrap cannot create a mount point inside a read-only host directory.
+        return (
+            f"read-only volume cannot be mounted at '{mount.target}': '{top}' comes read-only from "
+            f"the host and has no such directory; use a path under a new top-level directory such as /data"
+        )
+    return None
+
+
+def which(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        package = "bubblewrap" if name == "bwrap" else name
+        raise errors.SandboxError(f"{name} is not installed: install it (apt-get install -y {package})")
+    return found
+
+
+def render(
+    shape: SandboxShape,
+    cmd: tuple[str, ...],
+    *,
+    tmp: str | None,
+    working_dir: str | None,
+    mounts: tuple[bwrap.ReadOnlyMount, ...],
+    proxy_socket: str | None,
+    env: Mapping[str, str],
+    writable: tuple[bwrap.WritableMount, ...] = (),
+    extra_tools: tuple[str, ...] = (),
+    fds: SandboxFds = SandboxFds(),
+    managed: Mapping[str, Any] | None = None,
+    keep_sys_admin: bool = False,
+) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
+    """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
+    settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
+    ``tmp`` (None when neither is needed: bubblewrap without managed settings); bubblewrap's
+    sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`); ``keep_sys_admin`` is
+    :attr:`bwrap.BwrapSettings.keep_sys_admin`."""
+    managed_dir: str | None = None
+    if managed is not None:
+        managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
+        os.mkdir(managed_dir)
+        target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
+        Path(target).write_text(json.dumps(managed, indent=2))
+    profile_dirs = tuple(p.path for p in shape.profiles)
+    python = os.path.realpath(sys.executable)
+    script = os.path.realpath(forwarder.__file__)
+    tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
+    if shape.isolation == "gvisor":
+        run_dir = _run_dir(tmp)  # the bundle's place, checked before any binary is looked up
+        # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
+        # bind's mount point); the tools are seen where they are on the host root.
+        mounts = tuple(
+            m if os.path.normpath(m.source) == os.path.normpath(m.target) else
+            bwrap.ReadOnlyMount(os.path.realpath(m.source), m.target)
+            for m in mounts
+        )  # fmt: skip
+        writable = tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable)
+        bridge = None
+        if proxy_socket is not None:
+            bridge = gvisor.ProxyBridge(environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
+        shown = gvisor.GvisorSettings(
+            command=cmd,
+            managed_settings_dir=managed_dir,
+            profile_dirs=profile_dirs,
+            working_dir=working_dir,
+            home_size_bytes=shape.home_size_bytes,
+            tmp_size_bytes=shape.tmp_size_bytes,
+            traverse=tools,
+            proxy=bridge,
+            runsc_path=which("runsc"),
+            read_only_mounts=mounts,
+            writable_mounts=writable,
+            limits=shape.limits,
+        )
+        return gvisor.gvisor_argv(shown, _gvisor_bundle(run_dir, shown, env)), ()
+    # Each tool's package or interpreter prefix, at the same path, read-only, once, unless a
+    # mount of the step takes that path; the step's own mounts are bwrap_argv's to judge.
+    taken = {os.path.normpath(m.target) for m in mounts}
+    exposed: dict[str, bwrap.ReadOnlyMount] = {}
+    for tool in tools:
+        if environment.hidden_from_sandbox(tool):
+            root = environment.tool_root(tool)
+            if root not in taken:
+                exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
+    read_only = (*exposed.values(), *mounts)
+    forwarder_script = script if proxy_socket is not None else None
+    sessions_dir = shape.sessions_dir
+    binds: tuple[tuple[bytes, bytes], ...] = ()
+    if shape.host_uid is not None:  # every source, staged where the dropped uid reaches it
+        if proxy_socket is not None:
+            os.chown(proxy_socket, shape.host_uid, shape.host_uid)
+            os.chmod(proxy_socket, 0o600)
+        optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
+        sources = [
+            *(m.source for m in read_only),
+            *(w.source for w in writable),
+            *profile_dirs,
+            *(p for p in optional if p is not None),
+        ]
+        plan = identity.stage_plan(sources)
+        binds = identity.binds(plan)
+        read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
+        writable = tuple(bwrap.WritableMount(plan[m.source], m.target) for m in writable)
+        profile_dirs = tuple(plan[p] for p in profile_dirs)
+        managed_dir, proxy_socket, forwarder_script, sessions_dir = (None if p is None else plan[p] for p in optional)
+    full_cmd = cmd
+    if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
+        relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, environment.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
+        full_cmd = (*relay, *cmd)
+    return bwrap.bwrap_argv(
+        bwrap.BwrapSettings(
+            command=full_cmd,
+            root_entries=host_entries("/"),
+            etc_entries=host_entries("/etc"),
+            read_only_mounts=read_only,
+            writable_mounts=writable,
+            managed_settings_dir=managed_dir,
+            profile_dirs=profile_dirs,
+            proxy_socket=proxy_socket,
+            forwarder_script=forwarder_script,
+            working_dir=working_dir,
+            home_size_bytes=shape.home_size_bytes,
+            tmp_size_bytes=shape.tmp_size_bytes,
+            bwrap_path=which("bwrap"),
+            seccomp_fd=fds.seccomp,
+            env_fd=fds.env,
+            sessions_dir=sessions_dir,
+            keep_sys_admin=keep_sys_admin,
+        )
+    ), binds
+
+
+def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
+    """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
+    # One per sandbox: a run dir can hold several (a git workspace's clone, the step, its push).
+    bundle = tempfile.mkdtemp(prefix="gvisor-", dir=tmp)  # mode 0700
+    os.mkdir(os.path.join(bundle, "state"), 0o700)
+    # 0600 in a 0700 directory: the spec holds the step's environment (its proxy token).
+    fd = os.open(os.path.join(bundle, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as spec:
+        json.dump(gvisor.oci_spec(shown, env), spec)
+    return bundle
+
+
+def _run_dir(tmp: str | None) -> str:
+    """The run's temp dir, which only the writes that need one ask for."""
+    if tmp is None:
+        raise ValueError("managed settings and gVisor's bundle are written to the run's temp dir: pass tmp")
+    return tmp
+
+
+@functools.cache
+def _bwrap_filter() -> bytes | None:
+    """bubblewrap's seccomp program, built once; None on a machine it does not cover (logged once)."""
+    program = seccomp.filter_program(platform.machine())
+    if program is None:
+        log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
+    return program
+
+
+@contextlib.contextmanager
+def sandbox_fds(isolation: environment.Isolation, env: Mapping[str, str]) -> Iterator[SandboxFds]:
+    """For one bubblewrap run, the seccomp program and the sandbox's ``env`` (:func:`bwrap.env_args`),
+    each in a fresh memfd that bubblewrap reads to the end; nothing under gVisor (its spec holds ``env``).
+
+    Raises:
+        ConfigError: ``env`` holds a name or value no environment can carry.
+    """
+    if isolation != "bwrap":
+        yield SandboxFds()
+        return
+    program = _bwrap_filter()
+    with contextlib.ExitStack() as stack:
+        seccomp_fd = None if program is None else stack.enter_context(_memfd("ironflow-seccomp", program))
+        yield SandboxFds(seccomp_fd, stack.enter_context(_memfd("ironflow-env", bwrap.env_args(env))))
+
+
+@contextlib.contextmanager
+def _memfd(name: str, data: bytes) -> Iterator[int]:
+    """``data`` in a memfd (close-on-exec: handed on by ``pass_fds`` only), read from its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def command_exit_code(code: int, stderr: str) -> int:
+    """A plain command bubblewrap could not execute is the command's failure, as in a shell and
+    under gVisor: 127 when it does not exist, 126 when it cannot run (bwrap itself exits 1)."""
+    first = (stderr.strip().splitlines() or [""])[0]
+    if code != 1 or not first.startswith("bwrap: execvp "):
+        return code
+    return 127 if first.endswith(": No such file or directory") else 126
+
+
+def raise_if_sandbox_failed(code: int, stderr: str, isolation: environment.Isolation) -> None:
+    """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
+    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
+    if code == 0:
+        return
+    lines = stderr.strip().splitlines()
+    first = lines[0] if lines else ""
+    runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
+    setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
+    bwrap_failed = first.startswith("bwrap:") and code == 1
+    if bwrap_failed or runsc_failed or setup_failed:
+        reason = next((line for line in lines if _RUNSC_FAILURE.match(line) or gvisor.SETUP_FAILED in line), first)
+        raise errors.SandboxError(f"the {isolation} sandbox could not start the step: {errors.truncate(reason, 500)}")

@@ -1,0 +1,351 @@
+"""Sandbox settings into a gVisor (``runsc run``) argv and OCI spec with the pod's posture (pure).
+
+``runsc run`` starts the spec's process as root inside gVisor's own kernel, with the host
+root read-only under a writable in-memory overlay (``--overlay2=root:memory``), ``/proc``, a
+``/dev`` of gVisor's devices, a read-only ``/sys``, and the step's host directories as OCI bind
+mounts at their own host paths (read-only, or read-write: a workspace's private copy, written
+through to the host as the step's uid, so a root worker gives that copy to uid 10001 first).
+That process is the setup script built here, run as gVisor's root (never the host's) with only
+the capabilities it needs: each bind bound on to its target; private size-limited tmpfs over
+``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the managed
+settings and profiles copied to where the pod mounts them; then it drops to uid 10001 with no
+capability and ``no_new_privs`` (``setpriv``), so the root filesystem is not writable by the
+step, and execs the command. The spec's ``linux.seccomp`` section (``--oci-seccomp``) holds the
+user-namespace rules of :mod:`ironflow.local.sandbox.seccomp`, so a nested user namespace is refused as
+under bubblewrap.
+
+Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
+fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
+``--network=host``, behind the relay of :mod:`ironflow.local.sandbox.forwarder`: the step reaches
+127.0.0.1:<port> and nothing else (gVisor's own sandbox networking does not work on
+these hosts). Invariant: no environment value is on the argv, nor in the environment of
+``runsc`` or the relay on the host (they get a fixed one); it is in the spec, which the caller
+writes into the run's private temp dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.claude import command, layout, profile
+from ironflow.local.sandbox import bwrap, seccomp
+from ironflow.local.sandbox.limits import DEFAULT_LIMITS, SandboxLimits, oci_rlimits
+
+__all__ = [
+    "OUT_OF_TASKS",
+    "SETUP_CAPABILITIES",
+    "SETUP_FAILED",
+    "SETUP_TMPFS",
+    "WRITABLE_NEEDS_ROOT",
+    "GvisorSettings",
+    "ProxyBridge",
+    "bind_mounts",
+    "container_id",
+    "gvisor_argv",
+    "host_path_problem",
+    "kernel_death",
+    "oci_spec",
+    "setup_script",
+]
+
+_Q = command.shell_quote
+#: What the setup script prints (then exit 125) when one of its lines fails.
+SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
+#: What a sandbox whose gVisor kernel died for want of host tasks says last (on stderr).
+OUT_OF_TASKS: Final = (
+    "ironflow-sandbox: gVisor's kernel stopped: the sandbox spent its budget of {pids} host tasks "
+    "(the pids limit; under gVisor each process of the step costs about ten)"
+)
+#: Go's words (runsc's ``--panic-log``) when its kernel cannot start a host thread or stub process.
+_NO_HOST_TASK: Final = re.compile(
+    rb"^(panic: .*resource temporarily unavailable|runtime: failed to create new OS thread)", re.MULTILINE
+)
+#: As a non-root worker, rootless runsc shows the worker's files as root's: the step's uid cannot write them.
+WRITABLE_NEEDS_ROOT: Final = (
+    "a workspace or a writable mount under gVisor needs a worker running as root (rootless runsc shows a "
+    "non-root worker's files as root's, which the step's uid cannot write): run as root or use isolation 'bwrap'"
+)
+#: What the setup script may do as gVisor's root, and no more: mount its tmpfs, copy and chmod
+#: across owners, then drop to the step's uid (setpriv clears them all before the step runs).
+SETUP_CAPABILITIES: Final = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SETUID",
+    "CAP_SYS_ADMIN",
+)
+#: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
+#: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
+_TRAVERSE_ROOTS: Final = ("/root",)
+#: Where the setup script mounts its own tmpfs: host paths under them are hidden from the step.
+SETUP_TMPFS: Final = ("/home", layout.SANDBOX_TMP, "/var/tmp", "/run")
+
+
+@dataclass(frozen=True)
+class ProxyBridge:
+    """The relay from 127.0.0.1:<port> in the sandbox's namespace to the proxy socket."""
+
+    port: int
+    socket_path: str
+    python: str
+    forwarder_script: str
+    #: bubblewrap makes the relay's network namespace: needed with a proxy only.
+    bwrap_path: str = "bwrap"
+
+
+@dataclass(frozen=True)
+class GvisorSettings:
+    """Everything the argv depends on."""
+
+    command: tuple[str, ...]
+    managed_settings_dir: str | None = None
+    profile_dirs: tuple[str, ...] = ()
+    working_dir: str | None = None
+    home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES
+    tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES
+    uid: int = layout.SANDBOX_UID
+    traverse: tuple[str, ...] = ()
+    proxy: ProxyBridge | None = None
+    runsc_path: str = "runsc"
+    #: Run as gVisor's root just before the drop, it execs the rest of its argv (the drop, then the
+    #: command): a session's runtime binds its socket there, in a directory the step cannot enter.
+    as_root: tuple[str, ...] = ()
+    #: ``--host-uds=create``: the sandbox may create unix sockets in its host bind mounts (a session's).
+    host_uds_create: bool = False
+    #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
+    read_only_mounts: tuple[bwrap.ReadOnlyMount, ...] = ()
+    writable_mounts: tuple[bwrap.WritableMount, ...] = ()
+    #: The provider's limits: the step's rlimits are the spec's (:func:`~ironflow.local.sandbox.limits.oci_rlimits`).
+    limits: SandboxLimits = DEFAULT_LIMITS
+    #: ``as_root`` drops to the step's uid itself, in its own way, and no ``setpriv`` follows it: a
+    #: session's runtime, whose real and saved uid stay apart from its commands'.
+    as_root_drops: bool = False
+
+
+def host_path_problem(source: str, target: str) -> str | None:
+    """Why the step cannot see host path ``source`` at ``target`` under gVisor, or None.
+
+    A bind mount is made before the setup script covers :data:`SETUP_TMPFS` with its own
+    tmpfs, so a target there would be hidden: refused rather than silently dropped.
+    """
+    norm = posixpath.normpath(target)
+    for hidden in SETUP_TMPFS:
+        if norm == hidden or norm.startswith(hidden + "/"):
+            return (
+                f"gVisor isolation hides '{hidden}' under the sandbox's own tmpfs: '{source}' cannot be shown "
+                f"at '{target}'; use a path outside it or isolation='bwrap'"
+            )
+    return None
+
+
+def _mounts(settings: GvisorSettings) -> list[bwrap.ReadOnlyMount | bwrap.WritableMount]:
+    """The step's mounts, checked, parents first (a mount under another's target comes after it).
+
+    Raises:
+        ConfigError: a target that is reserved, hidden by the setup's tmpfs, or taken twice; a
+            source given twice (it is bound once, read-only or writable).
+    """
+    targets: set[str] = set()
+    sources: set[str] = set()
+    every: list[bwrap.ReadOnlyMount | bwrap.WritableMount] = [*settings.read_only_mounts, *settings.writable_mounts]
+    for mount in every:
+        kind = "writable volume" if isinstance(mount, bwrap.WritableMount) else "read-only volume"
+        problem = layout.mount_path_problem(kind, mount.target) or host_path_problem(mount.source, mount.target)
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        target, source = posixpath.normpath(mount.target), posixpath.normpath(mount.source)
+        if target in targets:
+            raise errors.ConfigError(f"duplicate volume mount path '{mount.target}'")
+        if source in sources:
+            raise errors.ConfigError(f"gVisor isolation mounts a host directory once: '{mount.source}' is given twice")
+        if not posixpath.isabs(source) or source == "/":
+            raise errors.ConfigError(f"a mounted host directory must be an absolute path below '/', got '{source}'")
+        targets.add(target)
+        sources.add(source)
+    return sorted(every, key=lambda m: posixpath.normpath(m.target).count("/"))
+
+
+def _bound(mount: bwrap.ReadOnlyMount | bwrap.WritableMount) -> bool:
+    """Whether ``mount`` needs a bind: a read-only one at its own path is the host root's view."""
+    return isinstance(mount, bwrap.WritableMount) or posixpath.normpath(mount.source) != posixpath.normpath(
+        mount.target
+    )
+
+
+def bind_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
+    """The spec's bind mounts: each source at its own host path, read-only or writable.
+
+    runsc makes a bind's mount point in the host's own root (the overlay is the sentry's, not
+    the gofer's), so a bind goes where its source already is, and the setup script binds it on
+    to its target inside gVisor (:func:`setup_script`): nothing is ever made on the host.
+    """
+    return [
+        {
+            "destination": posixpath.normpath(m.source),
+            "type": "bind",
+            "source": posixpath.normpath(m.source),
+            "options": ["rbind", "rw" if isinstance(m, bwrap.WritableMount) else "ro"],
+        }
+        for m in _mounts(settings)
+        if _bound(m)
+    ]
+
+
+def setup_script(settings: GvisorSettings) -> str:
+    """The ``sh -c`` run as gVisor's root: mounts, copies, then drop to the step's uid."""
+    bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
+    uid = settings.uid
+    lines: list[str] = []
+    # Copies come first: the host temp dirs holding them live under the /tmp we hide next.
+    if settings.managed_settings_dir is not None:
+        dest = _Q(layout.MANAGED_SETTINGS_DIR)
+        lines.append(f"mkdir -p {dest} && cp -RL {_Q(settings.managed_settings_dir)}/. {dest}/")
+        lines.append(f"chmod -R a+rX,a-w {dest}")
+    for index, profile_dir in enumerate(settings.profile_dirs):
+        dest = _Q(profile.profile_mount_path(index))
+        lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
+    # Before /tmp, /home and /run are covered: a source there (a workspace's copy) is still in sight.
+    for mount in _mounts(settings):
+        source, target = _Q(posixpath.normpath(mount.source)), _Q(posixpath.normpath(mount.target))
+        if source != target:
+            lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
+    for path in sorted(set(settings.traverse)):
+        for root in _TRAVERSE_ROOTS:
+            if path == root or path.startswith(root + "/"):
+                lines.append(f"chmod o+x {_Q(root)}")
+    home, tmp = _Q(layout.SANDBOX_HOME), _Q(layout.SANDBOX_TMP)
+    lines += [
+        "mount -t tmpfs -o mode=0755,size=1m tmpfs /home",
+        f"mkdir {home}",
+        f"mount -t tmpfs -o mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes} tmpfs {home}",
+        f"mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs {tmp}",
+        # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs.
+        f"if [ -d /var/tmp ]; then mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs /var/tmp; fi",
+        # Last: util-linux's mount records state under /run, which must start empty.
+        "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
+        f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
+    ]
+    drop = f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+    if not settings.as_root_drops:
+        drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
+        drop += "--no-new-privs --"
+    # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
+    guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
+    fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'
+    return "\n".join([fail, *guarded, " ".join([drop, *(_Q(a) for a in settings.command)])])
+
+
+def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``config.json`` of the run's bundle: the setup script as root, ``env`` for the step."""
+    capabilities = list(SETUP_CAPABILITIES)
+    network = () if settings.proxy is not None else ("network",)
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["sh", "-c", setup_script(settings)],
+            "env": [f"{name}={value}" for name, value in env.items()],
+            "cwd": "/",
+            "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")},
+            "rlimits": oci_rlimits(settings.limits),
+        },
+        "root": {"path": "/", "readonly": False},  # under --overlay2=root:memory: writes stay in memory
+        "hostname": "ironflow-sandbox",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro"]},
+            *bind_mounts(settings),
+        ],
+        "linux": {
+            # With the proxy, --network=host: the relay's namespace (only lo), so no namespace of its own.
+            "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", *network)],
+            "seccomp": seccomp.oci_user_namespace_rules(),
+        },
+    }
+
+
+#: How much of runsc's words a kernel death keeps.
+DEATH_WORDS_BYTES: Final = 4096
+
+
+def kernel_death(code: int, stderr: bytes, pids: int) -> bytes:
+    """The line to add to the stderr of a sandbox whose kernel died for want of host tasks (Go's
+    exit 2 after its EAGAIN words); empty after any other end (pure)."""
+    if code != 2 or _NO_HOST_TASK.search(stderr) is None:
+        return b""
+    return ("\n" + OUT_OF_TASKS.format(pids=pids) + "\n").encode()
+
+
+def kernel_death_words(stderr: bytes, line: bytes) -> bytes:
+    """The stderr a step keeps after such a death: runsc's first words (which say why), not the
+    goroutine dump Go prints after a runtime throw (all goroutines, whatever ``--traceback``
+    says: hundreds of KiB that are runsc's, not the step's), then ironflow's ``line`` (pure)."""
+    if len(stderr) <= DEATH_WORDS_BYTES:
+        return stderr + line
+    cut = len(stderr) - DEATH_WORDS_BYTES
+    return stderr[:DEATH_WORDS_BYTES] + f"\n[ironflow: {cut} bytes of gVisor's crash dump cut]".encode() + line
+
+
+def container_id(bundle: str) -> str:
+    """The run's container id: unique per bundle (a run's own temp dir), as it must be machine-wide,
+    since runsc names the sandbox's control socket (an abstract one) after it.
+
+    >>> container_id("/tmp/ironflow-local-x/gvisor") == container_id("/tmp/ironflow-local-y/gvisor")
+    False
+    """
+    return "ironflow-" + hashlib.sha256(bundle.encode()).hexdigest()[:16]
+
+
+def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
+    """The full argv: ``runsc … run`` of the spec in ``bundle`` (its state under ``bundle/state``),
+    inside the relay's namespace with a proxy."""
+    if not posixpath.isabs(bundle):
+        raise errors.ConfigError(f"the gVisor bundle path must be absolute, got '{bundle}'")
+    network = "host" if settings.proxy is not None else "none"
+    runsc = [
+        settings.runsc_path,
+        "--rootless",
+        "--ignore-cgroups",  # runsc stays in the sandbox's own cgroup (limits, kill) and leaves no runsc-* cgroup
+        f"--network={network}",
+        "--oci-seccomp",  # apply the spec's linux.seccomp to the step
+        "--overlay2=root:memory",
+        # Should gVisor's kernel die (a host limit hit), its one-goroutine panic is the sandbox's last word.
+        "--panic-log=/dev/stderr",
+        "--traceback=single",
+        *(["--host-uds=create"] if settings.host_uds_create else []),
+        "--root",
+        posixpath.join(bundle, "state"),
+        "run",
+        "--bundle",
+        bundle,
+        container_id(bundle),
+    ]
+    if settings.proxy is None:
+        return runsc
+    bridge = settings.proxy
+    if not posixpath.isabs(bridge.socket_path):
+        raise errors.ConfigError(f"the proxy socket path must be absolute, got '{bridge.socket_path}'")
+    return [
+        bridge.bwrap_path,
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-net",  # a namespace with only lo: --network=host then reaches nothing else
+        "--die-with-parent",
+        "--",
+        *bwrap.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path),
+        *runsc,
+    ]

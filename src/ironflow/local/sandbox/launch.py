@@ -1,0 +1,423 @@
+"""Start a sandbox process in its own cgroup, feed it, read it, and make sure it is gone (I/O).
+
+The one place sandbox processes start and die. Each sandbox gets its own cgroup
+(:mod:`ironflow.local.sandbox.cgroups`: processes, memory, CPU) and rlimits, joined before the
+sandbox runtime executes, and leads its own process group. On the way out (exit,
+timeout, cancellation, ``release_run``) the whole cgroup is killed and removed, and the
+wait for it is shielded from the caller's cancellation: no call returns while anything
+of its sandbox still runs. A sandbox is registered before its process starts, so
+``release_run`` never misses one that is starting; it waits until that one is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
+from ironflow.local.sandbox import cgroups, gvisor, limits
+from ironflow.provider import LogSink
+from ironflow.steps import StepScope
+
+log = logging.getLogger("ironflow.local")
+
+#: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
+OutputSink = Callable[[str, bytes], None]
+
+__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
+
+#: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
+#: whatever the sandbox's: that process runs on the host before any confinement, so a step's
+#: variable there (``LD_PRELOAD``) ran in the host's network namespace. The sandbox's environment
+#: goes in apart (``bwrap --args``, gVisor's OCI spec).
+RUNTIME_ENV: Final[Mapping[str, str]] = types.MappingProxyType(
+    {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+)
+
+_KILL_GRACE_S: Final = 5.0
+_READ_BYTES: Final = 1 << 16
+#: The longest line a log sink is given: a longer one is cut there and its rest dropped (a
+#: transcript stores 4 MiB in all; one line of gigabytes must not sit in the host's memory).
+MAX_LINE_BYTES: Final = 4 << 20
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a sandbox ended: its exit code and output, or killed past its time limit
+    (``timed_out``) or for the reason in ``stopped``, with what it wrote until then. The output is bounded
+    (:class:`~ironflow.captured.Captured`): ``*_bytes`` say how much was written, ``*_cut``
+    how much of it is not in ``stdout``/``stderr`` (a marker line stands there)."""
+
+    code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_cut: int = 0
+    stderr_cut: int = 0
+    stopped: str | None = None
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """``stdout_bytes``, ``stderr_bytes``, ``stdout_cut``, ``stderr_cut``: a result's last fields."""
+        return self.stdout_bytes, self.stderr_bytes, self.stdout_cut, self.stderr_cut
+
+    @classmethod
+    def of(
+        cls, code: int, out: Captured, err: Captured, *, timed_out: bool = False, stopped: str | None = None
+    ) -> Finished:
+        return cls(code, out.value(), err.value(), timed_out, out.total, err.total, out.cut, err.cut, stopped)
+
+
+@dataclass(eq=False)
+class _Running:
+    """One sandbox from registration to teardown."""
+
+    run_ids: frozenset[str]
+    proc: asyncio.subprocess.Process | None = None
+    group: cgroups.Sandbox | None = None
+    released: bool = False
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SandboxProcesses:
+    """The sandboxes one provider started and that have not ended, with the run ids they
+    belong to (their own run and its root run, so releasing a root takes its sub-runs).
+
+    Args:
+        support: where cgroups go on this machine (:func:`cgroups.probe`).
+        sandbox_limits: what each sandbox may use.
+        host_uid: on a root worker, the host uid the sandbox runtime drops to; None keeps root.
+        gvisor: the first process is ``runsc`` (:func:`limits.rlimits`).
+    """
+
+    def __init__(
+        self,
+        support: cgroups.Support,
+        sandbox_limits: limits.SandboxLimits,
+        *,
+        host_uid: int | None,
+        gvisor: bool = False,
+    ) -> None:
+        self._running: list[_Running] = []
+        self.support = support
+        self.limits = sandbox_limits
+        self.host_uid = host_uid
+        self._gvisor = gvisor
+        self._rlimits = limits.rlimits(
+            sandbox_limits,
+            nproc="pids" not in support.controllers,
+            data="memory" not in support.controllers,
+            gvisor=gvisor,
+        )
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes | None,
+        limit_s: float,
+        sink: LogSink | None,
+        run_ids: frozenset[str] = frozenset(),
+        pass_fds: tuple[int, ...] = (),
+        binds: tuple[tuple[bytes, bytes], ...] = (),
+        on_output: OutputSink | None = None,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
+        stop_when: Callable[[], Awaitable[str]] | None = None,
+    ) -> Finished:
+        """How ``argv`` ended; lines go to ``sink`` and the raw pieces to ``on_output`` as they arrive;
+        the result keeps ``keep_bytes`` of each stream's start and end. Past ``limit_s``, or once
+        ``stop_when()`` returns a reason, the whole tree is killed and what it wrote until then is
+        kept (``timed_out``, or the reason in ``stopped``): the caller says what that means for it.
+
+        Raises:
+            SandboxError: its cgroup could not be made.
+        """
+        entry = _Running(run_ids)
+        self._running.append(entry)  # before the process exists: release_run must see it
+        group: cgroups.Sandbox | None = None
+        out = Captured("stdout", keep_bytes=keep_bytes)
+        err = Captured("stderr", keep_bytes=keep_bytes)
+        reading: asyncio.Task[int] | None = None
+        guard: asyncio.Future[str] | None = None
+        try:
+            if self.support.version:
+                try:
+                    group = entry.group = cgroups.Sandbox(self.support, self.limits)
+                except OSError as exc:
+                    raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
+            spawn = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
+                    *argv,
+                    env=dict(RUNTIME_ENV),  # the sandbox's own is in its argv's fd or gVisor's spec
+                    cwd="/",
+                    stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,  # one process group to kill where there is no cgroup
+                    pass_fds=pass_fds,
+                    preexec_fn=cgroups.child_setup(
+                        group.procs_files if group is not None else (), self._rlimits, self.host_uid, binds
+                    ),
+                )
+            )
+            try:
+                entry.proc = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                # Cancelled while it starts: let it start, so the teardown below kills its cgroup now
+                # (asyncio's own clean-up would wait for the sandbox's pipes, i.e. for it to end).
+                entry.proc = await spawn
+                raise
+            if entry.released:  # released while it started: it ends as killed, like the others
+                await kill_tree(entry.proc, group)
+            reading = asyncio.ensure_future(_communicate(entry.proc, stdin, sink, out, err, on_output))
+            waits: set[asyncio.Future[Any]] = {reading}
+            if stop_when is not None:
+                guard = asyncio.ensure_future(stop_when())
+                waits.add(guard)
+            done, _ = await asyncio.wait(waits, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                code = reading.result()
+                death = gvisor.kernel_death(code, err.value(), self.limits.pids) if self._gvisor else b""
+                if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
+                    words = gvisor.kernel_death_words(err.value(), death)
+                    return Finished(
+                        code,
+                        out.value(),
+                        words,
+                        False,
+                        out.total,
+                        err.total,
+                        out.cut,
+                        max(0, err.total - gvisor.DEATH_WORDS_BYTES),
+                    )
+                return Finished.of(code, out, err)
+            # Past the limit or stopped: kill the tree, then read what it wrote up to the end of its pipes.
+            stopped = guard.result() if guard is not None and guard in done else None
+            await kill_tree(entry.proc, group)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_KILL_GRACE_S):
+                    await reading
+            return Finished.of(-signal.SIGKILL, out, err, timed_out=stopped is None, stopped=stopped)
+        finally:
+            for task in (reading, guard):
+                if task is not None:
+                    task.cancel()  # a no-op once it ended; else the caller was cancelled
+            # Shielded: a cancelled caller still waits for the tree to be gone.
+            await asyncio.shield(teardown(entry.proc, group))
+            self._running.remove(entry)
+            entry.gone.set()
+
+    async def kill_run(self, run_id: str) -> int:
+        """Kill every sandbox of ``run_id`` (or of a run whose root it is), those still starting
+        included, and wait until they are gone; returns how many."""
+        victims = [e for e in self._running if run_id in e.run_ids and not e.released]
+        for entry in victims:
+            entry.released = True
+            if entry.proc is not None:
+                _kill_group(entry.proc)
+        for entry in victims:
+            if entry.proc is not None:
+                # The whole tree, as a teardown kills it: the sandbox's own processes are in a
+                # session of their own (bwrap --new-session), out of reach of the group kill, and
+                # bwrap's --die-with-parent alone let them outlive the release (once in a soak run).
+                await kill_tree(entry.proc, entry.group)
+        for entry in victims:
+            await entry.gone.wait()
+        return len(victims)
+
+
+def within_file_table(sandbox_limits: limits.SandboxLimits, *, host_processes: bool) -> limits.SandboxLimits:
+    """``sandbox_limits`` within a share of this host's ``fs.file-max`` (:func:`limits.within_file_max`)
+    where each sandbox process is a host process (bubblewrap); unchanged where they live in a kernel of
+    their own behind a few host processes (gVisor's runsc, each bound by ``open_files`` already)."""
+    if not host_processes:
+        return sandbox_limits
+    try:
+        with open("/proc/sys/fs/file-max") as f:
+            file_max: int | None = int(f.read())
+    except (OSError, ValueError):
+        file_max = None
+    bounded = limits.within_file_max(sandbox_limits, file_max)
+    if bounded != sandbox_limits:
+        log.info(
+            "sandbox open files per process: %d (x %d processes, within a share of fs.file-max %s)",
+            bounded.open_files, bounded.pids, file_max,
+        )  # fmt: skip
+    return bounded
+
+
+def step_key(scope: StepScope) -> str:
+    """What a step's sandboxes are killed by on ``release_step`` (NUL: in no run id or step name)."""
+    return f"{scope.run_id}\0{scope.step}"
+
+
+def release_keys(scope: StepScope | None) -> frozenset[str]:
+    """The keys :meth:`SandboxProcesses.kill_run` kills a step's sandboxes by: its run, its root
+    run, and the step itself."""
+    if scope is None:
+        return frozenset()
+    return frozenset((*(i for i in (scope.run_id, scope.root_run_id) if i), step_key(scope)))
+
+
+async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+    """Kill the cgroup (everything the sandbox started) and the process group."""
+    if proc is not None and proc.returncode is None:
+        _kill_group(proc)
+    if group is not None:
+        await group.kill()
+
+
+async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+    """Kill the cgroup (everything the sandbox started) or the process group, reap, remove the cgroup."""
+    if proc is not None and proc.returncode is None:
+        _kill_group(proc)
+    if group is not None:
+        await group.remove()
+    if proc is not None:
+        await _reap(proc)
+        if group is None:
+            await _group_gone(proc.pid)
+
+
+async def _group_gone(pgid: int) -> None:
+    """Wait (bounded) until no process of the group is alive: a SIGKILL is delivered, not done,
+    when ``killpg`` returns, and a child that held the pipes may still be exiting after they close.
+    Each one is waited for on a pidfd (readable once it has exited), not polled."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_KILL_GRACE_S):
+            for pid in _alive_in_group(pgid):
+                try:
+                    fd = os.pidfd_open(pid)
+                except OSError:
+                    continue  # already gone
+                try:
+                    ended: asyncio.Future[None] = loop.create_future()
+                    loop.add_reader(fd, _settle, ended)
+                    try:
+                        await ended
+                    finally:
+                        loop.remove_reader(fd)
+                finally:
+                    os.close(fd)
+
+
+def _settle(ended: asyncio.Future[None]) -> None:
+    if not ended.done():
+        ended.set_result(None)
+
+
+def _alive_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still alive (a zombie is dead, only not yet reaped)."""
+    alive = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone while looked at
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            alive.append(int(entry.name))
+    return alive
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    # bwrap/runsc lead their own process group; the cgroup kill takes what left it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(TimeoutError, ProcessLookupError):
+        async with asyncio.timeout(_KILL_GRACE_S):
+            await proc.wait()
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process,
+    stdin: bytes | None,
+    sink: LogSink | None,
+    out: Captured,
+    err: Captured,
+    on_output: OutputSink | None = None,
+) -> int:
+    """Feed ``stdin``, read both pipes to their end into ``out`` and ``err`` (kept by the caller,
+    so a timeout keeps what was read), and return the exit code."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    async def read(stream: asyncio.StreamReader, name: str, kept: Captured) -> None:
+        # Chunks, not readline: a line longer than the reader's buffer is still only output.
+        lines = None if sink is None else _Lines(name, sink)
+        while data := await stream.read(_READ_BYTES):
+            kept.feed(data)
+            if on_output is not None:
+                on_output(name, data)
+            if lines is not None:
+                lines.feed(data)
+        if lines is not None:
+            lines.end()
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(feed())
+        group.create_task(read(proc.stdout, "stdout", out))
+        group.create_task(read(proc.stderr, "stderr", err))
+    return await proc.wait()
+
+
+class _Lines:
+    """A stream's pieces as lines for a log sink; a line past :data:`MAX_LINE_BYTES` is given cut,
+    with a note, and the rest of it is dropped as it comes."""
+
+    def __init__(self, name: str, sink: LogSink) -> None:
+        self.name, self.sink = name, sink
+        self.pending = bytearray()
+        self.dropping = 0  # bytes of the current over-long line dropped so far
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            stop = len(data) if end < 0 else end
+            if self.dropping:
+                self.dropping += stop - start
+            else:
+                room = MAX_LINE_BYTES - len(self.pending)
+                self.pending += data[start : min(stop, start + room)]
+                self.dropping = max(stop - start - room, 0)
+            if end < 0:
+                return
+            self._emit()
+            start = end + 1
+
+    def end(self) -> None:
+        if self.pending or self.dropping:
+            self._emit()
+
+    def _emit(self) -> None:
+        line = self.pending.decode(errors="replace")
+        if self.dropping:
+            line += f" [ironflow: line cut at {MAX_LINE_BYTES} bytes, {self.dropping} more dropped]"
+        self.sink.log(self.name, line)
+        self.pending.clear()
+        self.dropping = 0

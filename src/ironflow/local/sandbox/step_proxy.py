@@ -1,0 +1,108 @@
+"""One step's in-process auth proxy: serve on a unix socket, issue one token, revoke it.
+
+The local sandbox runs the auth proxy (:mod:`ironflow.auth_proxy`) inside the worker
+process with the in-memory registry; the step's sandbox reaches it only through the
+socket bind-mounted into its network namespace. The credential goes into the registry
+and nowhere else; the caller gets the opaque ``ifap_`` token. The token is revoked and
+the socket removed when the block ends, whatever happened inside. Each step's proxy takes
+at most ``max_connections`` connections at once (the sandbox's ``proxy_connections``
+limit): every one is a descriptor of the worker's, shared by all its steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+from ironflow.auth_proxy import app, config, registry, tokens
+from ironflow.local.sandbox import environment, limits
+from ironflow.secrets import Secret
+
+__all__ = ["proxy_session", "secret_session"]
+
+log = logging.getLogger("ironflow.local")
+
+
+@contextlib.asynccontextmanager
+async def proxy_session(
+    credential: environment.ProxyCredential,
+    *,
+    socket_path: str,
+    run_id: str | None,
+    step: str,
+    expires_in: float,
+    trace_context: str | None = None,
+    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
+) -> AsyncIterator[Secret]:
+    """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds (of run
+    ``run_id``, ``local`` without one); the token's ``trace_context`` (the step's ``traceparent``)
+    parents the proxy's request spans."""
+    claude = tokens.ClaudeCredential(credential.kind, credential.value)
+    async with (
+        _serving(socket_path, credential.upstream, None, max_connections) as running,
+        _token(running, claude, run_id or "local", step, expires_in, trace_context) as token,
+    ):
+        yield token
+
+
+@contextlib.asynccontextmanager
+async def secret_session(
+    secret: tokens.SecretCredential,
+    *,
+    socket_path: str,
+    run_id: str,
+    step: str,
+    expires_in: float,
+    secret_upstream: str | None = None,
+    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
+) -> AsyncIterator[Secret]:
+    """As :func:`proxy_session`, for a proxied secret relayed under ``/r/<host>/`` (a git host's
+    token for a workspace); ``secret_upstream`` sends ``/r/<host>/…`` to ``<secret_upstream>/<host>/…``
+    instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
+    async with (
+        _serving(socket_path, "https://api.anthropic.com", secret_upstream, max_connections) as running,
+        _token(running, secret, run_id, step, expires_in, None) as token,
+    ):
+        yield token
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int
+) -> AsyncIterator[app.RunningProxy]:
+    environment = config.AuthProxyConfig(
+        admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
+        upstream=upstream,
+        metrics_enabled=False,
+        registry=registry.MemoryRegistry(),
+        secret_upstream=secret_upstream,
+        max_connections=max_connections,
+    )
+    async with app.run_auth_proxy(environment, unix_socket=socket_path) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def _token(
+    running: app.RunningProxy,
+    credential: tokens.Credential,
+    run_id: str,
+    step: str,
+    expires_in: float,
+    trace_context: str | None,
+) -> AsyncIterator[Secret]:
+    # Whole seconds, at most the 24 h the proxy accepts.
+    expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
+    request = tokens.TokenRequest(
+        run_id=run_id, step=step, expires_at=expires_at, credential=credential, trace_context=trace_context
+    )
+    grant, token = await registry.issue(running.registry, request)
+    log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)
+    try:
+        yield token
+    finally:
+        await running.registry.revoke(grant.id)
+        log.info("auth proxy token revoked: token=%s", grant.id[:12])
