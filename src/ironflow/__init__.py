@@ -8,7 +8,7 @@ use, so the pure values import without an event loop library.
 
 from typing import TYPE_CHECKING
 
-from ironflow import errors
+from ironflow import _moved, errors
 from ironflow._lazy import lazy_exports
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
@@ -38,5 +38,7 @@ __all__ = [
     "errors",
     "run_sync",
 ]
+
+_moved.install()
 
 __getattr__ = lazy_exports(__name__, {"provider": ("AgentProvider", "LogSink", "run_sync")})

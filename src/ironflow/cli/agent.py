@@ -4,7 +4,7 @@ Thin over :class:`~ironflow.local.sandbox_provider.LocalSandboxProvider` (and, w
 ``--backend k8s``, the Kubernetes provider; with ``--backend agent-sandbox``,
 :class:`~ironflow.agent_sandbox.claim_provider.AgentSandboxProvider`: a claimed sandbox, warm
 from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
-a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.runs.exec_pod_run`); it does
+a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.pod_runs.exec_pod_run`); it does
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
 terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
 through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
@@ -34,9 +34,9 @@ from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.fake_model.server import Script
-from ironflow.k8s.commands import runs
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.commands.execution import PodRunOutput
-from ironflow.k8s.commands.runs import PodRun
+from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import command_pods
 from ironflow.local.offline import OfflineProvider
@@ -301,7 +301,7 @@ def _exec_k8s(
     try:
         if spec is not None:
             command_pods.check(settings, spec)
-        run = runs.exec_pod_run(
+        run = pod_runs.exec_pod_run(
             settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
         with _progress(f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()):

@@ -27,7 +27,7 @@ from ironflow.labels import (
 
 if TYPE_CHECKING:
     from ironflow.k8s.commands.execution import PodRunOutput
-    from ironflow.k8s.commands.runs import JobRun, PodRun
+    from ironflow.k8s.commands.pod_runs import JobRun, PodRun
     from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 __all__ = [

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ironflow.cli.app import app
-from ironflow.k8s.commands.runs import PodRun
+from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.kube import api as k8s
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.polling import eventually

@@ -17,7 +17,7 @@ from tests.fakes.kubecase import KubeCase, names, nothing_left
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
 
 from ironflow import errors, labels
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_status
 from ironflow.labels import LABEL_RUN_ID

@@ -45,7 +45,7 @@ async def test_agent_runs_on_the_provider_and_leaves_nothing(kube: KubeCase, pro
 
 
 async def test_provider_release_run_and_reap_orphans(kube: KubeCase, provider: K8sEphemeralProvider) -> None:
-    from ironflow.k8s.commands.runs import PodRun
+    from ironflow.k8s.commands.pod_runs import PodRun
     from ironflow.labels import LABEL_RUN_ID
 
     server = kube.need_server()
@@ -66,7 +66,7 @@ async def test_provider_release_run_and_reap_orphans(kube: KubeCase, provider: K
 async def test_provider_spawn_orphan_reaper_uses_the_configured_interval(
     kube: KubeCase, provider: K8sEphemeralProvider
 ) -> None:
-    from ironflow.k8s.commands.runs import PodRun
+    from ironflow.k8s.commands.pod_runs import PodRun
 
     server = kube.need_server()
     await kube.api.create(

@@ -13,7 +13,7 @@ from ironflow.agent_sandbox import claims, schemas
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s import reaper
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig

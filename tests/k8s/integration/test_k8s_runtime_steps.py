@@ -276,7 +276,7 @@ async def test_step_cancelled_while_the_create_answer_is_in_flight_leaves_nothin
 
 
 async def test_pod_run_cancelled_while_the_create_answer_is_in_flight_leaves_nothing(kube: KubeCase) -> None:
-    from ironflow.k8s.commands.runs import PodRun
+    from ironflow.k8s.commands.pod_runs import PodRun
 
     sent = hold_create_answers(kube.api)
     task = asyncio.ensure_future(PodRun("check", "busybox", "true").namespace(kube.namespace).run(kube.api))
@@ -418,7 +418,7 @@ async def test_k8s_release_run_deletes_the_pods_of_the_run_and_its_children(kube
 
 
 async def test_k8s_release_run_deletes_jobs_before_their_pods(kube: KubeCase, server: KubeTestServer) -> None:
-    from ironflow.k8s.commands.runs import JobRun
+    from ironflow.k8s.commands.pod_runs import JobRun
 
     ns = kube.namespace
     job = JobRun("check", "busybox", "true").namespace(ns).label(labels.LABEL_RUN_ID, RUN)

@@ -29,7 +29,7 @@ from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.auth_proxy.issuing import Credential
-from ironflow.k8s.commands import runs
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.workspaces import command_pods
 from ironflow.kube import api as k8s
@@ -218,7 +218,7 @@ async def test_a_clone_of_a_missing_ref_fails_the_pod_and_the_step(kube: KubeCas
 async def test_exec_runs_a_command_on_a_clone_and_returns_its_patch(kube: KubeCase, forge: Forge) -> None:
     kubelet = Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = runs.exec_pod_run(settings, ["sh", "-c", f"{EDITS}; echo done"], timeout_s=30,
+    run = pod_runs.exec_pod_run(settings, ["sh", "-c", f"{EDITS}; echo done"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=7)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
         grants = Grants(admin)
@@ -239,7 +239,7 @@ async def test_exec_runs_a_command_on_a_clone_and_returns_its_patch(kube: KubeCa
 async def test_a_failing_exec_command_keeps_its_exit_code_and_still_reports(kube: KubeCase, forge: Forge) -> None:
     Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = runs.exec_pod_run(settings, ["sh", "-c", "echo half >> calc.py; exit 4"], timeout_s=30,
+    run = pod_runs.exec_pod_run(settings, ["sh", "-c", "echo half >> calc.py; exit 4"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=8)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
         done, changes = await command_pods.run_in_workspace(
@@ -297,7 +297,7 @@ async def test_a_push_to_a_branch_that_exists_never_moves_it(kube: KubeCase, for
 async def test_exec_pushes_a_succeeded_commands_change(kube: KubeCase, forge: Forge) -> None:
     Kubelet(kube, forge.root / "pods", {})
     settings = forge.provider(kube.namespace).settings
-    run = runs.exec_pod_run(settings, ["sh", "-c", "echo more >> notes.txt"], timeout_s=30,
+    run = pod_runs.exec_pod_run(settings, ["sh", "-c", "echo more >> notes.txt"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=9)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
         _, changes = await command_pods.run_in_workspace(

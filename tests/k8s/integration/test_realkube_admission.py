@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from ironflow import errors
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.commands.specs import SecuritySpec
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s

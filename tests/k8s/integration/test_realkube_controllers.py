@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from ironflow.k8s import reaper
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.labels import LABEL_RUN_ID

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors, labels
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.commands.specs import ResourceSpec, SecuritySpec
 from ironflow.kube import pod_status
 from ironflow.labels import LABEL_ROOT_RUN_ID, LABEL_RUN_ID

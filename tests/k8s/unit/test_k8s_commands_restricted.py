@@ -10,7 +10,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.claude.layout import SANDBOX_UID
-from ironflow.k8s.commands.runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.commands.specs import SecuritySpec
 
 NOW = 1_000

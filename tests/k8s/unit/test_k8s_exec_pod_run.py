@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors, labels
-from ironflow.k8s.commands.runs import command_line, exec_pod_run
+from ironflow.k8s.commands.pod_runs import command_line, exec_pod_run
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.testing.k8s_validate import validate_manifests
 

@@ -14,7 +14,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.k8s import K8sEphemeralProvider, K8sResources, settings
-from ironflow.k8s.commands import runs
+from ironflow.k8s.commands import pod_runs
 from ironflow.kube import quantities
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -105,7 +105,7 @@ def test_valid_names_and_labels_are_kept() -> None:
     assert p.settings.namespace == "ironflow-agents"
 
 
-@pytest.mark.parametrize("module", [quantities, runs, settings])
+@pytest.mark.parametrize("module", [quantities, pod_runs, settings])
 def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

@@ -12,7 +12,7 @@ import pytest
 from ironflow import AgentConfig, errors, labels
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.k8s import K8sEphemeralProvider
-from ironflow.k8s.commands import runs
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.environments import EnvironmentVolume
 from ironflow.k8s.workspaces import init_pods, push_pod
 from ironflow.secrets import Secret
@@ -95,7 +95,7 @@ def test_without_a_workspace_the_pod_is_as_before() -> None:
 
 
 def test_an_exec_pod_gets_the_same_workspace() -> None:
-    run = runs.exec_pod_run(provider().settings, ["make", "fmt"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
+    run = pod_runs.exec_pod_run(provider().settings, ["make", "fmt"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
     invocation = clone_commands(PROXY, SPEC.source, GIT_TOKEN, directory="/workspace", ref=SPEC.ref)
     pod = init_pods.add_git_workspace(run.build_pod(now=NOW), SPEC, invocation)
     validate_manifest(pod)

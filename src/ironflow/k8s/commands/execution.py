@@ -1,6 +1,6 @@
 """Running a rendered ``PodRun`` / ``JobRun`` manifest: create, wait on a watch, read the logs, delete (I/O).
 
-:mod:`ironflow.k8s.commands.runs` renders the object (pure) and its ``run()`` hands the manifest
+:mod:`ironflow.k8s.commands.pod_runs` renders the object (pure) and its ``run()`` hands the manifest
 here; this module never imports the values. Invariant: once the create request has left,
 the object is deleted on every path (a failed command, a timeout, an API error, a
 cancellation); a lost create answer counts as "maybe created". A command that fails is a

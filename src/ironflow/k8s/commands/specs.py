@@ -1,6 +1,6 @@
 """What a ``PodRun`` or a ``JobRun`` is made of, and the manifest it renders (pure).
 
-The settings the builders of :mod:`ironflow.k8s.commands.runs` set, their checks, and the Pod
+The settings the builders of :mod:`ironflow.k8s.commands.pod_runs` set, their checks, and the Pod
 or Job they render: ``now`` in, manifest out; no I/O and no API client. Every object
 carries ``app.kubernetes.io/managed-by=ironflow``, its component (``pod-run`` /
 ``job-run``) and an ``ironflow.io/expires-at`` annotation (now + timeout + margin), so

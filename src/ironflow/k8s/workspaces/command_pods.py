@@ -1,6 +1,6 @@
 """``exec --backend k8s`` in a workspace: the command's pod cloned (or its PVC mounted), run, its patch read back (I/O).
 
-The ``PodRun`` of :func:`ironflow.k8s.commands.runs.exec_pod_run` renders the pod; this module
+The ``PodRun`` of :func:`ironflow.k8s.commands.pod_runs.exec_pod_run` renders the pod; this module
 issues the clone's proxy grant (the workspace's git host only), turns the pod into a
 workspace pod (:func:`ironflow.k8s.workspaces.init_pods.add_git_workspace`), runs it with
 :func:`ironflow.k8s.commands.execution.run_pod` and splits the report off its log
@@ -18,7 +18,7 @@ from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.k8s import pods, step_objects
 from ironflow.k8s.commands import execution
-from ironflow.k8s.commands.runs import PodRun
+from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import init_pods
 from ironflow.k8s.workspaces import push as workspace_push

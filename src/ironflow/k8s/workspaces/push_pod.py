@@ -2,7 +2,7 @@
 
 The step's pod is gone, and its ``.git`` was the step's to rig (hooks, an ``insteadOf``), so
 the push never runs there: a second pod, placed and hardened as an ``exec`` pod
-(:func:`ironflow.k8s.commands.runs.exec_pod_run`), clones the workspace's ref afresh through the
+(:func:`ironflow.k8s.commands.pod_runs.exec_pod_run`), clones the workspace's ref afresh through the
 auth proxy's relay with a grant of its own, applies the patch to the index only, commits as
 ``ironflow`` with hooks off (:func:`ironflow.workspaces.git_script.push_script`), and pushes to the new
 branch with ``--force-with-lease=<ref>:``, so a branch that exists is never moved
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.k8s import step_manifests
-from ironflow.k8s.commands import runs
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges, git_script
 
@@ -64,7 +64,7 @@ def push_objects(
     clone = git_script.clone_commands(proxy, spec.source, token, directory=WORKSPACE_PATH, ref=spec.ref)
     push = git_script.push_commands(proxy, spec.source, token, directory=WORKSPACE_PATH, branch=branch)
     # The placement and hardening of an exec pod; the name and the command are the push's.
-    run = runs.exec_pod_run(settings, ["true"], timeout_s=settings.timeout_s, now_ms=now * 1000, rand32=rand32)
+    run = pod_runs.exec_pod_run(settings, ["true"], timeout_s=settings.timeout_s, now_ms=now * 1000, rand32=rand32)
     name = step_manifests.generate_pod_name(now * 1000, rand32, PUSH_POD_PREFIX)
     script = git_script.push_script(clone, push, directory=WORKSPACE_PATH, patch_file=f"{_PATCH_DIR}/{_PATCH_KEY}")
     run = dataclasses.replace(run, name=name, command=script).labels(dict(pod_labels))
