@@ -29,7 +29,9 @@ def test_an_old_path_warns_and_gives_the_new_modules_names(old: str, new: str) -
 
 def test_an_old_path_has_no_file_left_behind() -> None:
     for old in _moved.MOVED:
-        assert importlib.util.find_spec(old).origin is None, f"{old} is a real module again: drop it from MOVED"
+        spec = importlib.util.find_spec(old)
+        assert spec is not None
+        assert spec.origin is None, f"{old} is a real module again: drop it from MOVED"
 
 
 def test_a_script_importing_the_old_path_runs_and_is_told_where_it_went() -> None:
