@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import errors, labels, settings_file
+from ironflow._renamed import renamed_names
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import (
     AgentInput,
@@ -36,7 +37,7 @@ from ironflow.workspaces import Workspace
 
 __all__ = [
     "DEFAULT_MODEL",
-    "AccountSession",
+    "AccountLease",
     "AgentConfig",
     "PermissionMode",
     "RateLimitRecorder",
@@ -65,7 +66,7 @@ _SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
 _TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
 
 
-def _session_problem(config: AgentConfig) -> str | None:
+def _conversation_problem(config: AgentConfig) -> str | None:
     """Why the conversation settings cannot go on Claude's command line together, or None."""
     for name in ("resume_session_id", "session_id"):
         value = getattr(config, name)
@@ -133,8 +134,9 @@ class RateLimitRecorder(Protocol):
 
 
 @dataclass(frozen=True)
-class AccountSession:
-    """A Provider Account attached to one step: the credential reaches only the auth proxy."""
+class AccountLease:
+    """A Provider Account leased to one step (the pool's ``acquire`` to its ``release``): the
+    credential reaches only the auth proxy. Not a sandbox session (docs/architecture.md, "Words")."""
 
     account_id: str
     env_name: str
@@ -215,7 +217,7 @@ class AgentConfig:
     trace_context: str | None = None
     #: What the step works on at /workspace: a host directory's private copy, a git clone, a PVC.
     workspace: Workspace | None = None
-    account: AccountSession | None = field(default=None, repr=False, compare=False)
+    account: AccountLease | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problem = _scalar_type_problem(self)
@@ -246,9 +248,9 @@ class AgentConfig:
             raise errors.ConfigError("max_turns must be greater than 0")
         if self.max_budget_usd is not None and not (math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0):
             raise errors.ConfigError("budget must be a positive finite number")
-        session_problem = _session_problem(self)
-        if session_problem is not None:
-            raise errors.ConfigError(session_problem)
+        conversation_problem = _conversation_problem(self)
+        if conversation_problem is not None:
+            raise errors.ConfigError(conversation_problem)
         if self.resume_environment_id is not None and not environment_id_valid(self.resume_environment_id):
             raise errors.ConfigError(invalid_environment_id_message(self.resume_environment_id))
         if self.json_schema is not None and self.allowed_tools:
@@ -340,13 +342,19 @@ class AgentConfig:
         the provider needs an environment volume. An id outside ``[a-z0-9-]{1,253}`` raises ConfigError."""
         return dataclasses.replace(self, resume_environment_id=environment_id)
 
-    def account_session(self, session: AccountSession) -> AgentConfig:
-        return dataclasses.replace(self, account=session)
+    def account_lease(self, lease: AccountLease) -> AgentConfig:
+        """Run the step on the leased Provider Account (as the engine does)."""
+        return dataclasses.replace(self, account=lease)
+
+    def account_session(self, session: AccountLease) -> AgentConfig:
+        """The old name of :meth:`account_lease`, kept for one release (it will warn once the
+        Temporal activities call the new name)."""
+        return self.account_lease(session)
 
     # -- serialisation --
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict; the account session (a credential) is never included."""
+        """A JSON-able dict; the account lease (a credential) is never included."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if f.name == "account":
@@ -480,3 +488,10 @@ def _read_only_volume(volume: settings_file.Section) -> ReadOnlyVolume:
     return ReadOnlyVolume(
         _SOURCES[kind](spec.text(_SOURCE_FIELDS[kind])), volume.text("mount_path"), volume.optional_text("sub_path")
     )
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    AccountSession = AccountLease
+else:
+    __getattr__ = renamed_names(__name__)

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 from ironflow import errors
 from ironflow.auth_proxy import tokens
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig
+from ironflow.steps import AccountLease, AgentConfig
 
 __all__ = [
     "Credential",
@@ -43,15 +43,15 @@ class Credential(tokens.ClaudeCredential):
     """A Claude credential on the worker side: its kind and its redacted value."""
 
     @classmethod
-    def from_account(cls, session: AccountSession) -> Credential:
-        """The account's kind as :attr:`AccountSession.credential_kind` tells it."""
-        return cls("api_key" if session.credential_kind == "api_key" else "oauth_token", session.value)
+    def from_account(cls, lease: AccountLease) -> Credential:
+        """The account's kind as :attr:`AccountLease.credential_kind` tells it."""
+        return cls("api_key" if lease.credential_kind == "api_key" else "oauth_token", lease.value)
 
     def to_json(self) -> dict[str, Any]:
         return tokens.credential_to_wire(self)
 
 
-def resolve_credential(account: AccountSession | None, env: Mapping[str, str] | None = None) -> Credential:
+def resolve_credential(account: AccountLease | None, env: Mapping[str, str] | None = None) -> Credential:
     """The step's Provider Account, else ``CLAUDE_CODE_OAUTH_TOKEN``, else ``ANTHROPIC_API_KEY``.
 
     Raises:

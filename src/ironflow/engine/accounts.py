@@ -32,7 +32,7 @@ from ironflow.engine.store import Store
 from ironflow.kube import api as k8s_api
 from ironflow.kube.api import KubeApi
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession
+from ironflow.steps import AccountLease
 
 __all__ = [
     "AccountChoice",
@@ -231,7 +231,7 @@ class KubeSecretReader:
 
 
 class _Recorder:
-    """The ``RateLimitRecorder`` one step's session carries; windows are stored on release."""
+    """The ``RateLimitRecorder`` one step's lease carries; windows are stored on release."""
 
     def __init__(self, account: str, clock: Callable[[], float]) -> None:
         self.account = account
@@ -298,8 +298,8 @@ class AccountPool:
             raise errors.StepConfigError(f"provider account {account.name!r}: {ref.describe()} is empty")
         return Secret(value)
 
-    async def acquire(self, step: str) -> AccountSession:
-        """An account session for ``step``; waits out rejected windows up to ``max_wait_s``.
+    async def acquire(self, step: str) -> AccountLease:
+        """A lease on an account for ``step``; waits out rejected windows up to ``max_wait_s``.
 
         Raises:
             RateLimited: every account stays rejected past the wait limit.
@@ -315,7 +315,7 @@ class AccountPool:
                     value = await self._credential(account)
                     self._in_use[account.name] += 1
                     acquired = True
-                    return AccountSession(account.name, account.env_name, value, _Recorder(account.name, self.clock))
+                    return AccountLease(account.name, account.env_name, value, _Recorder(account.name, self.clock))
                 waited = now - started
                 remaining = self.max_wait_s - waited
                 wait = (choice.wait_until - now) if choice.wait_until is not None else self.poll_s
@@ -334,10 +334,10 @@ class AccountPool:
                 ended = events.CapacityWaitEnded(step, self.clock() - started, acquired=acquired)
                 events.notify(self.observers, ended)
 
-    async def release(self, session: AccountSession) -> None:
+    async def release(self, lease: AccountLease) -> None:
         """Store the windows the step reported and free the account."""
-        self._in_use[session.account_id] -= 1
-        recorder = session.recorder
+        self._in_use[lease.account_id] -= 1
+        recorder = lease.recorder
         if isinstance(recorder, _Recorder) and recorder.windows:
             await self.store.record_rate_limits(recorder.windows)
             recorder.windows.clear()

@@ -2,7 +2,7 @@
 
 Nothing here does I/O. Every value a store keeps is a frozen dataclass whose JSON form
 round-trips, so a run executed again on another machine sees exactly what was recorded.
-Invariant: a record never carries a credential (an ``AccountSession`` is dropped by
+Invariant: a record never carries a credential (an ``AccountLease`` is dropped by
 ``AgentConfig.to_dict`` and results name only the account id).
 """
 

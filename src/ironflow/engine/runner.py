@@ -257,9 +257,9 @@ class _Execution:
 
         async def attempt() -> Any:
             pool = runner.accounts if use_accounts else None
-            session = await pool.acquire(step.name) if pool is not None else None
-            scoped = config.account_session(session) if session is not None else config
-            known = (session.value.reveal(),) if session is not None else ()  # revealed to be redacted
+            lease = await pool.acquire(step.name) if pool is not None else None
+            scoped = config.account_lease(lease) if lease is not None else config
+            known = (lease.value.reveal(),) if lease is not None else ()  # revealed to be redacted
             transcript = transcripts.StepTranscript(
                 runner.store,
                 run_id=self.run.id,
@@ -274,8 +274,8 @@ class _Execution:
                 async with transcript:
                     result = await runner.provider.run(scoped, logs=transcript)
             finally:
-                if pool is not None and session is not None:
-                    await pool.release(session)
+                if pool is not None and lease is not None:
+                    await pool.release(lease)
             if not step.config.verbose:
                 return dataclasses.replace(result, debug_messages=None)
             return transcripts.redacted_turns(result, known)

@@ -34,7 +34,8 @@ from temporalio import activity
 from ironflow import errors, results
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider
 from ironflow.results import AgentResult
-from ironflow.steps import AccountSession, AgentConfig, StepScope
+from ironflow.steps import AccountLease as AccountSession
+from ironflow.steps import AgentConfig, StepScope
 from ironflow.temporal import failures, requests
 
 __all__ = ["DEFAULT_HEARTBEAT_S", "AccountSource", "IronflowActivities"]

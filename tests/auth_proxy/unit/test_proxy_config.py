@@ -14,7 +14,7 @@ from ironflow.auth_proxy.app import open_registry
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
 from ironflow.errors import ConfigError, MissingCredential
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession
+from ironflow.steps import AccountLease
 
 ADMIN = "a" * 32
 KEY1 = "11" * 32
@@ -156,8 +156,8 @@ def test_a_wrong_key_or_other_row_is_a_broken_seal_not_a_missing_version() -> No
 # --- credential.rs ---------------------------------------------------------------------
 
 
-def _account(env_name: str, value: str = "sk-ant-acct") -> AccountSession:
-    return AccountSession(account_id="acct-1", env_name=env_name, value=Secret(value))
+def _account(env_name: str, value: str = "sk-ant-acct") -> AccountLease:
+    return AccountLease(account_id="acct-1", env_name=env_name, value=Secret(value))
 
 
 def test_resolve_prefers_account() -> None:

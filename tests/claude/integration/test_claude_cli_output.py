@@ -20,7 +20,7 @@ from ironflow.claude import output, rate_limits
 from ironflow.claude.cli import find_claude_cli
 from ironflow.fake_model.server import ErrorTurn, FakeAnthropic, Script, TextTurn, ToolUseTurn, Usage
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig
+from ironflow.steps import AccountLease, AgentConfig
 from ironflow.testing import assert_no_leaks
 
 pytestmark = pytest.mark.claude_cli
@@ -169,8 +169,8 @@ async def test_subscription_rate_limit_headers_reach_the_account_recorder(tmp_pa
         "anthropic-ratelimit-unified-5h-surpassed-threshold": "0.75",
     }
     recorder = _Recorder()
-    config = AgentConfig("Say hello", verbose=True).account_session(
-        AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(API_KEY), recorder)
+    config = AgentConfig("Say hello", verbose=True).account_lease(
+        AccountLease("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(API_KEY), recorder)
     )
     async with FakeAnthropic(Script.of(TextTurn("Hi.", headers=headers))) as fake:
         code, out, err = await run_claude(fake, tmp_path, *STREAM, oauth=True)

@@ -19,7 +19,7 @@ from ironflow.claude.rate_limits import (
     record_rate_limits,
 )
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig
+from ironflow.steps import AccountLease, AgentConfig
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 
@@ -142,8 +142,8 @@ def test_rate_limit_event_recorded_only_with_account_session() -> None:
     recorder = ListRecorder()
     without = AgentConfig("hi")
     assert record_rate_limits(without, logs) == []
-    with_account = without.account_session(
-        AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret("sk-ant-oat01-x"), recorder)
+    with_account = without.account_lease(
+        AccountLease("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret("sk-ant-oat01-x"), recorder)
     )
     recorded = record_rate_limits(with_account, logs)
     assert len(recorded) == 1
@@ -152,7 +152,7 @@ def test_rate_limit_event_recorded_only_with_account_session() -> None:
 
 def test_recorder_not_called_when_logs_hold_no_event() -> None:
     recorder = ListRecorder()
-    config = AgentConfig("hi").account_session(AccountSession("a", "ANTHROPIC_API_KEY", Secret("k"), recorder))
+    config = AgentConfig("hi").account_lease(AccountLease("a", "ANTHROPIC_API_KEY", Secret("k"), recorder))
     assert record_rate_limits(config, '{"type":"result"}') == []
     assert recorder.calls == []
 

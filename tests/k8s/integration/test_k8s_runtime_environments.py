@@ -28,7 +28,7 @@ from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig
+from ironflow.steps import AccountLease, AgentConfig
 from ironflow.testing.k8s_validate import validate_manifest
 from ironflow.testing.kube import KubeTestServer, PodScript
 
@@ -37,7 +37,7 @@ JSON_TEXT = (FIXTURES / "json_text.out").read_text()
 RUN = "01a0e906-1f85-7000-8000-0000000000ee"
 WEEK = 7 * 24 * 3600
 ADMIN_KEY = "e" * 40
-ACCOUNT = AccountSession("acct-1", "ANTHROPIC_API_KEY", Secret("sk-ant-api03-" + "k" * 20))
+ACCOUNT = AccountLease("acct-1", "ANTHROPIC_API_KEY", Secret("sk-ant-api03-" + "k" * 20))
 
 
 def provider(ns: str) -> K8sEphemeralProvider:
@@ -213,7 +213,7 @@ async def test_a_claim_failure_revokes_the_token_and_deletes_the_prompt(kube: Ku
     config = proxy_config.AuthProxyConfig(admin_key=Secret(ADMIN_KEY), upstream="http://127.0.0.1:9")
     async with proxy_app.run_auth_proxy(config) as running, AdminClient(running.url, ADMIN_KEY) as admin:
         p = provider(ns).auth_proxy(running.url)
-        step = AgentConfig("x" * 120_000).scoped(RUN, "s").account_session(ACCOUNT)
+        step = AgentConfig("x" * 120_000).scoped(RUN, "s").account_lease(ACCOUNT)
         with pytest.raises(errors.KubeForbidden, match="failed to create environment claim 'ironflow-env-"):
             await runner(kube, p, issuer=admin).run(step)
         assert await admin.revoke_run(RUN) == 0  # the step's token was already revoked

@@ -21,7 +21,7 @@ from ironflow.fake_model.server import FakeAnthropic, Script, TextTurn
 from ironflow.local.sandbox.bwrap import ReadOnlyMount
 from ironflow.local.sandbox_provider import LocalProfile, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret
-from ironflow.steps import AccountSession, AgentConfig, StepScope
+from ironflow.steps import AccountLease, AgentConfig, StepScope
 from ironflow.testing import assert_no_leaks
 from ironflow.testing.polling import eventually
 
@@ -174,7 +174,7 @@ async def test_account_session_credential_goes_to_the_proxy_only(fake: FakeAnthr
     fake.reset()
     other = "sk-ant-oat01-account-session-token"
     provider = _provider(fake)
-    config = AgentConfig("hi").account_session(AccountSession("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(other)))
+    config = AgentConfig("hi").account_lease(AccountLease("acct-1", "CLAUDE_CODE_OAUTH_TOKEN", Secret(other)))
     with pytest.raises(errors.ApiError) as info:  # the fake only knows KEY: a 401 from upstream
         await provider.run(config)
     assert info.value.status == 401 or "401" in str(info.value)

@@ -10,7 +10,7 @@ from ironflow import AgentConfig, errors, labels
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret, find_leaks
 from ironflow.step_sandbox import ConfigMapSource, HostPathSource, PodSettings, PvcSource, PvcVolume, validate_sub_path
-from ironflow.steps import AccountSession, PermissionMode
+from ironflow.steps import AccountLease, PermissionMode
 
 
 def test_defaults_match_the_reference() -> None:
@@ -167,9 +167,9 @@ def test_from_dict_refuses_unknown_keys_by_name() -> None:
         AgentConfig.from_dict({"model": "opus"})
 
 
-def test_account_session_never_serialised_nor_printed() -> None:
+def test_account_lease_never_serialised_nor_printed() -> None:
     value = "sk-ant-oat01-" + "x" * 40
-    cfg = AgentConfig("hi").account_session(AccountSession("acct", "CLAUDE_CODE_OAUTH_TOKEN", Secret(value)))
+    cfg = AgentConfig("hi").account_lease(AccountLease("acct", "CLAUDE_CODE_OAUTH_TOKEN", Secret(value)))
     assert not find_leaks([value], cfg.to_dict(), repr(cfg), str(cfg), cfg.account)
     assert cfg.account is not None
     assert cfg.account.credential_kind == "oauth_token"
