@@ -26,6 +26,12 @@ __all__ = ["RENAMED", "renamed_names", "warn_renamed"]
 #: Module -> {old name: new name}. Remove an entry one release after it was added.
 RENAMED: Final[dict[str, dict[str, str]]] = {
     "ironflow.steps": {"AccountSession": "AccountLease"},
+    "ironflow.claude.layout": {"SESSIONS_MOUNT_PATH": "CONVERSATIONS_MOUNT_PATH"},
+    "ironflow.k8s.hardening": {"SESSIONS_VOLUME": "CONVERSATIONS_VOLUME"},
+    "ironflow.agent_sandbox.patterns": {
+        "SESSIONS_STORAGE": "CONVERSATIONS_STORAGE",
+        "sessions_pvc": "conversations_pvc",
+    },
 }
 
 

@@ -255,7 +255,9 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
     scheduled = _scheduled(opts)
     # The pod mounts the workspace and memory claims the Runner's spec names.
     provider = (
-        opts.resolved_provider().pvc_volume("workspace-claim", patterns.WORKSPACE_PATH).sessions_volume("memory-claim")
+        opts.resolved_provider()
+        .pvc_volume("workspace-claim", patterns.WORKSPACE_PATH)
+        .conversations_volume("memory-claim")
     )
     sandbox = models.Sandbox(
         name=opts.name,

@@ -17,22 +17,24 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors, labels, steps
+from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import deliveries, models, rendering
 from ironflow.claude import cli
 from ironflow.k8s import environments
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 __all__ = [
+    "CONVERSATIONS_STORAGE",
     "DEFAULT_IMAGE",
     "IDLE_COMMAND",
-    "SESSIONS_STORAGE",
     "WORKSPACE_PATH",
     "PatternOptions",
     "agent_config",
     "agent_pod_template",
+    "conversations_pvc",
     "environment_claim",
     "environment_pvc",
     "idle_pod_template",
@@ -47,7 +49,6 @@ __all__ = [
     "router_ingress",
     "sandbox_template",
     "secure_default_egress",
-    "sessions_pvc",
     "standalone_pvc",
 ]
 
@@ -55,8 +56,8 @@ __all__ = [
 #: IMAGE_TAG file, never ``latest``); pass ``--image`` with your registry's name.
 DEFAULT_IMAGE: Final = f"ironflow-claude-runner:{cli.CLAUDE_CODE_VERSION}-1"
 WORKSPACE_PATH: Final = "/workspace"
-#: The size of a sessions claim ``apply-template`` creates (transcripts are small).
-SESSIONS_STORAGE: Final = "1Gi"
+#: The size of a conversations claim ``apply-template`` creates (transcripts are small).
+CONVERSATIONS_STORAGE: Final = "1Gi"
 #: A warm sandbox waits for ``exec``; TERM ends it at once (no 30 s grace wait).
 IDLE_COMMAND: Final = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 _NOW: Final = 0  # patterns carry no expiry: the clock value never reaches them
@@ -252,13 +253,13 @@ def standalone_pvc(opts: PatternOptions, name: str) -> dict[str, Any]:
     return persistent_claim(name, opts.namespace, opts.storage, pattern_labels(opts))
 
 
-def sessions_pvc(provider: K8sEphemeralProvider, labels_: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The provider's sessions claim (``~/.claude/projects``), none without ``sessions_volume``:
+def conversations_pvc(provider: K8sEphemeralProvider, labels_: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The provider's conversations claim (``~/.claude/projects``), none without ``conversations_volume``:
     what keeps Claude's conversations from one sandbox to a later one (``--continue``, ``--resume``)."""
-    claim = provider.settings.sessions_claim
+    claim = provider.settings.conversations_claim
     if claim is None:
         return []
-    return [persistent_claim(claim, provider.settings.namespace, SESSIONS_STORAGE, labels_)]
+    return [persistent_claim(claim, provider.settings.namespace, CONVERSATIONS_STORAGE, labels_)]
 
 
 def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
@@ -280,7 +281,7 @@ def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
 
 def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
     workspace, memory = f"{opts.name}-workspace", f"{opts.name}-memory"
-    provider = opts.resolved_provider().sessions_volume(memory)
+    provider = opts.resolved_provider().conversations_volume(memory)
     own = [standalone_pvc(opts, memory)]
     if not _workspace_is_environment(provider):  # else the environment claim is the workspace
         provider = provider.pvc_volume(workspace, WORKSPACE_PATH)
@@ -348,3 +349,11 @@ def render_custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
         rules.append(rule)
     policy = models.NetworkPolicyRules(ingress=(router_ingress(),), egress=tuple(rules))
     return [*_template_environment(opts), rendering.render(sandbox_template(opts, policy=policy))]
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    SESSIONS_STORAGE = CONVERSATIONS_STORAGE
+    sessions_pvc = conversations_pvc
+else:
+    __getattr__ = renamed_names(__name__)

@@ -146,11 +146,11 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
 
 
 def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
-    """The environment claim (``environment_volume``) and the sessions claim (``sessions_volume``),
+    """The environment claim (``environment_volume``) and the conversations claim (``conversations_volume``),
     then the SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated),
     in creation order."""
     managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
-    claims = [*patterns.environment_pvc(s.pod, s.template, managed), *patterns.sessions_pvc(s.pod, managed)]
+    claims = [*patterns.environment_pvc(s.pod, s.template, managed), *patterns.conversations_pvc(s.pod, managed)]
     return [*claims, *rendering.render_all(list(template_values(s)))]
 
 
@@ -168,7 +168,7 @@ def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
             f"reach the auth proxy at {proxy}; allow it with network_policy rules, or set the policy unmanaged "
             "and rely on ironflow's egress-profile policies"
         )
-    shared = [c for c in (s.environment, s.pod.settings.sessions_claim) if c is not None]
+    shared = [c for c in (s.environment, s.pod.settings.conversations_claim) if c is not None]
     if shared and s.replicas > 1:
         found.append(
             f"every sandbox of the pool mounts the claims {', '.join(shared)} (ReadWriteOnce): {s.replicas} warm "
@@ -200,9 +200,9 @@ def check_step(
             f"agent-sandbox steps mount their template's environment, {where}, not '{resume}': run the step "
             "without resume_environment, or on --backend k8s"
         )
-    if (config.continue_session or config.resume_session_id is not None) and s.pod.settings.sessions_claim is None:
+    if (config.continue_session or config.resume_session_id is not None) and s.pod.settings.conversations_claim is None:
         raise errors.StepConfigError(
-            "continuing a conversation on agent-sandbox needs the sessions volume: set sandbox.sessions_claim in "
+            "continuing a conversation on agent-sandbox needs the conversations volume: set sandbox.sessions_claim in "
             "the pod settings (a PVC at ~/.claude/projects, created by 'ironflow sandbox apply-template')"
         )
     # The prompt's one refusal; it never shapes the pod here (a large one goes over exec, not a ConfigMap).

@@ -6,12 +6,14 @@ this one layout, so a profile or a managed-settings preset works the same everyw
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from ironflow._renamed import renamed_names
 from ironflow.secrets import looks_like_claude_credential
 
 __all__ = [
     "ALLOW_BYPASS_ENV",
+    "CONVERSATIONS_MOUNT_PATH",
     "CREDENTIALS_ENV",
     "MANAGED_SETTINGS_DIR",
     "MANAGED_SETTINGS_FILE",
@@ -24,7 +26,6 @@ __all__ = [
     "SANDBOX_PATH_DIRS",
     "SANDBOX_TMP",
     "SANDBOX_UID",
-    "SESSIONS_MOUNT_PATH",
     "mount_path_problem",
     "proxy_env",
     "withheld_from_proxied_sandbox",
@@ -34,7 +35,8 @@ __all__ = [
 SANDBOX_UID: Final = 10001
 SANDBOX_HOME: Final = "/home/claude"
 SANDBOX_TMP: Final = "/tmp"
-SESSIONS_MOUNT_PATH: Final = "/home/claude/.claude/projects"
+#: Where Claude Code keeps its conversations (transcripts, one directory per working directory).
+CONVERSATIONS_MOUNT_PATH: Final = "/home/claude/.claude/projects"
 #: Claude Code reads managed-settings.json here on Linux; mounted read-only.
 MANAGED_SETTINGS_DIR: Final = "/etc/claude-code"
 MANAGED_SETTINGS_FILE: Final = "managed-settings.json"
@@ -121,3 +123,10 @@ def mount_path_problem(kind: str, path: str) -> str | None:
     if not norm or any(norm == r or norm.startswith(r + "/") for r in RESERVED_MOUNT_PATHS):
         return f"{kind} cannot be mounted at reserved path '{path}'"
     return None
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    SESSIONS_MOUNT_PATH = CONVERSATIONS_MOUNT_PATH
+else:
+    __getattr__ = renamed_names(__name__)

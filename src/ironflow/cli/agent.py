@@ -50,10 +50,10 @@ from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["register"]
 
-_NO_SESSIONS = (
-    "--continue and --resume need Claude's sessions kept between steps: run with --backend k8s or agent-sandbox "
-    "and a provider file setting sandbox.sessions_claim (a PVC at ~/.claude/projects); a local step's HOME "
-    "goes with its sandbox"
+_NO_CONVERSATIONS = (
+    "--continue and --resume need Claude Code's conversations kept between steps: run with --backend k8s or "
+    "agent-sandbox and a provider file setting sandbox.sessions_claim (a PVC at ~/.claude/projects); a local "
+    "step's HOME goes with its sandbox"
 )
 
 
@@ -254,7 +254,7 @@ def agent(
         config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
         sink = _Turns() if verbose else None
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
-            exits.fail(_NO_SESSIONS)
+            exits.fail(_NO_CONVERSATIONS)
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
                 result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec), sink))
@@ -264,8 +264,8 @@ def agent(
             provider = backends.build_provider(
                 backend, provider_file=provider_file, isolation=isolation, timeout=timeout, git_hosts=ws.git_hosts(spec)
             )
-            if (continue_session or resume is not None) and backends.sessions_claim_of(provider) is None:
-                exits.fail(_NO_SESSIONS)
+            if (continue_session or resume is not None) and backends.conversations_claim_of(provider) is None:
+                exits.fail(_NO_CONVERSATIONS)
             with _progress(f"running the step in {backends.where(provider)}", quiet=verbose or verbosity.quiet()):
                 result = asyncio.run(_run_step(config, provider, sink))
     except errors.IronflowError as exc:

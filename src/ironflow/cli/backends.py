@@ -47,10 +47,10 @@ __all__ = [
     "build_provider",
     "cluster_of",
     "connect",
+    "conversations_claim_of",
     "k8s_provider",
     "kube_cluster",
     "require_namespace",
-    "sessions_claim_of",
     "where",
     "with_git_hosts",
 ]
@@ -132,12 +132,12 @@ def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:
     return None
 
 
-def sessions_claim_of(provider: AgentProvider) -> str | None:
-    """The PVC a provider keeps Claude's sessions on (``sandbox.sessions_claim``), None: none kept."""
+def conversations_claim_of(provider: AgentProvider) -> str | None:
+    """The PVC a provider keeps Claude Code's conversations on (``sandbox.sessions_claim``), None: none kept."""
     if isinstance(provider, K8sEphemeralProvider):
-        return provider.settings.sessions_claim
+        return provider.settings.conversations_claim
     if isinstance(provider, AgentSandboxProvider):
-        return provider.settings.pod.settings.sessions_claim
+        return provider.settings.pod.settings.conversations_claim
     return None
 
 

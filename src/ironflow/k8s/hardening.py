@@ -9,7 +9,8 @@ every container           no privilege escalation, read-only root (unless writab
                           runAsNonRoot, all capabilities dropped, seccomp RuntimeDefault
 main container            HOME on a size-limited emptyDir, /tmp on another; HOME=/home/claude
                           and TMPDIR=/tmp unless the caller set them
-sessions claim            PVC at ~/.claude/projects, mounted after HOME so it is not hidden
+conversations claim       PVC at ~/.claude/projects (Claude Code's conversations), mounted after
+                          HOME so it is not hidden
 service account token     not mounted (automountServiceAccountToken false) unless the step
                           names a service account: then the field is left to that account
 ========================  ====================================================================
@@ -23,16 +24,17 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
+from ironflow._renamed import renamed_names, warn_renamed
 from ironflow.claude import layout
 from ironflow.kube import quantities
 
 __all__ = [
+    "CONVERSATIONS_VOLUME",
     "DEFAULT_DEADLINE_MARGIN_S",
     "HOME_VOLUME",
-    "SESSIONS_VOLUME",
     "TMP_VOLUME",
     "SandboxSettings",
     "container_security_context",
@@ -42,7 +44,9 @@ __all__ = [
 
 DEFAULT_DEADLINE_MARGIN_S: Final = 60.0
 HOME_VOLUME: Final = "ironflow-home"
-SESSIONS_VOLUME: Final = "ironflow-sessions"
+#: The conversations claim's volume: the name is shared with the reference implementation (a wire
+#: name), so it keeps saying "sessions" (Claude Code's word for a conversation).
+CONVERSATIONS_VOLUME: Final = "ironflow-sessions"
 TMP_VOLUME: Final = "ironflow-tmp"
 
 
@@ -100,14 +104,21 @@ def harden_pod_spec(
     spec: dict[str, Any],
     settings: SandboxSettings,
     *,
+    conversations_claim: str | None = None,
     sessions_claim: str | None = None,
 ) -> dict[str, Any]:
     """A copy of ``spec`` with the sandbox posture applied; ``spec`` is left untouched.
 
-    ``containers[0]`` is the agent: it gets HOME and /tmp (and the sessions claim);
-    every container and init container gets the hardened securityContext. HOME/TMP
-    volumes are appended after the caller's volumes, HOME/TMPDIR after its env.
+    ``containers[0]`` is the agent: it gets HOME and /tmp (and the conversations claim, the PVC
+    keeping Claude Code's conversations); every container and init container gets the hardened
+    securityContext. HOME/TMP volumes are appended after the caller's volumes, HOME/TMPDIR after
+    its env. ``sessions_claim`` is the old name of ``conversations_claim`` (warns; next release: gone).
     """
+    if sessions_claim is not None:
+        warn_renamed("ironflow.k8s.hardening.harden_pod_spec", "sessions_claim", "conversations_claim")
+        if conversations_claim is not None:
+            raise TypeError("harden_pod_spec takes conversations_claim or its old name sessions_claim, not both")
+        conversations_claim = sessions_claim
     out = copy.deepcopy(spec)
     containers: list[dict[str, Any]] = out.get("containers") or []
     if not containers:
@@ -118,10 +129,10 @@ def harden_pod_spec(
     mounts: list[dict[str, Any]] = main.setdefault("volumeMounts", [])
     volumes.append({"name": HOME_VOLUME, "emptyDir": {"sizeLimit": settings.home_size_limit}})
     mounts.append({"name": HOME_VOLUME, "mountPath": layout.SANDBOX_HOME})
-    if sessions_claim is not None:
+    if conversations_claim is not None:
         # After HOME: a mount under HOME must come later or the emptyDir hides it.
-        volumes.append({"name": SESSIONS_VOLUME, "persistentVolumeClaim": {"claimName": sessions_claim}})
-        mounts.append({"name": SESSIONS_VOLUME, "mountPath": layout.SESSIONS_MOUNT_PATH})
+        volumes.append({"name": CONVERSATIONS_VOLUME, "persistentVolumeClaim": {"claimName": conversations_claim}})
+        mounts.append({"name": CONVERSATIONS_VOLUME, "mountPath": layout.CONVERSATIONS_MOUNT_PATH})
     volumes.append({"name": TMP_VOLUME, "emptyDir": {"sizeLimit": settings.tmp_size_limit}})
     mounts.append({"name": TMP_VOLUME, "mountPath": layout.SANDBOX_TMP})
 
@@ -138,3 +149,10 @@ def harden_pod_spec(
         # No account named: nothing in the pod may talk to the API server as anyone.
         out["automountServiceAccountToken"] = False
     return out
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    SESSIONS_VOLUME = CONVERSATIONS_VOLUME
+else:
+    __getattr__ = renamed_names(__name__)

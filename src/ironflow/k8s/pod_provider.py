@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ironflow import errors, labels, results, step_sandbox, steps
+from ironflow._renamed import warn_renamed
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
@@ -129,12 +130,21 @@ class K8sEphemeralProvider(ProviderBase):
         volume.validate()
         return self._with(environment=volume)
 
+    def conversations_volume(self, claim: str) -> K8sEphemeralProvider:
+        """Keep Claude Code's conversations (its transcripts) on a PVC at ``~/.claude/projects``, so
+        a later step can resume or continue one; the provider file's ``sandbox.sessions_claim``."""
+        return self._conversations_volume("conversations_volume", claim)
+
     def sessions_volume(self, claim: str) -> K8sEphemeralProvider:
-        """Keep session transcripts on a PVC at ``~/.claude/projects`` (enables resume)."""
+        """The old name of :meth:`conversations_volume` (warns; goes in the next release)."""
+        warn_renamed("ironflow.k8s.K8sEphemeralProvider", "sessions_volume", "conversations_volume")
+        return self._conversations_volume("sessions_volume", claim)
+
+    def _conversations_volume(self, method: str, claim: str) -> K8sEphemeralProvider:
         if not claim:
-            raise errors.ConfigError("sessions_volume claim name must not be empty")
-        self._relax("sessions_volume")
-        return self._with(sessions_claim=claim)
+            raise errors.ConfigError(f"{method} claim name must not be empty")
+        self._relax(method)
+        return self._with(conversations_claim=claim)
 
     # -- credentials --
 

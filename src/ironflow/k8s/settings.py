@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ironflow import errors, labels, step_sandbox
+from ironflow._renamed import warn_renamed
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
@@ -210,7 +211,9 @@ class ProviderSettings:
     tolerations: tuple[Toleration, ...] = ()
     active_deadline_s: float | None = None
     sandbox: hardening.SandboxSettings | None = None
-    sessions_claim: str | None = None
+    #: The PVC keeping Claude Code's conversations at ``~/.claude/projects`` (``conversations_volume``;
+    #: the provider file's ``sandbox.sessions_claim``); None: each pod's conversations go with it.
+    conversations_claim: str | None = None
     secret_env: tuple[step_sandbox.SecretEnvVar, ...] = ()
     #: (secret, key) holding the credentials JSON
     oauth_credentials_secret: tuple[str, str] | None = None
@@ -251,6 +254,12 @@ class ProviderSettings:
                 value = dict(value)
             parts.append(f"{f.name}={value!r}")
         return f"ProviderSettings({', '.join(parts)})"
+
+    @property
+    def sessions_claim(self) -> str | None:
+        """The old name of :attr:`conversations_claim` (warns; goes in the next release)."""
+        warn_renamed("ironflow.k8s.settings.ProviderSettings", "sessions_claim", "conversations_claim")
+        return self.conversations_claim
 
 
 def seconds(name: str, value: Seconds, *, allow_zero: bool = False) -> float:

@@ -199,12 +199,13 @@ def validate_hardening(settings: ProviderSettings, inputs: PodInputs) -> None:
     """
     fail = errors.StepConfigError
     seen = {_trim(path) for _, path in (*inputs.host_volumes, *inputs.pvc_volumes)}
-    if settings.sessions_claim is not None:
-        seen.add(layout.SESSIONS_MOUNT_PATH)
+    if settings.conversations_claim is not None:
+        seen.add(layout.CONVERSATIONS_MOUNT_PATH)
         for p in settings.claude_profiles:
             if p.subdir == "projects" or p.subdir.startswith("projects/"):
-                raise fail(
-                    f"claude profile subdir '{p.subdir}' overlaps the sessions volume at '{layout.SESSIONS_MOUNT_PATH}'"
+                raise fail(  # the reference's text: its volume is the "sessions volume" (Claude's word)
+                    f"claude profile subdir '{p.subdir}' overlaps the sessions volume at "
+                    f"'{layout.CONVERSATIONS_MOUNT_PATH}'"
                 )
     for volume in inputs.step_pvc_volumes:
         problem = volume.problem()
@@ -470,7 +471,7 @@ def build_pod(
         spec["serviceAccountName"] = inputs.service_account
     spec.update(placement(settings))
     if settings.sandbox is not None:
-        spec = hardening.harden_pod_spec(spec, settings.sandbox, sessions_claim=settings.sessions_claim)
+        spec = hardening.harden_pod_spec(spec, settings.sandbox, conversations_claim=settings.conversations_claim)
     _refuse_shared_mount_paths(spec["containers"][0].get("volumeMounts", []))
     deadline = active_deadline_seconds(settings)
     if deadline is not None:

@@ -784,7 +784,7 @@ async def test_a_later_claim_continues_the_conversation_with_the_real_claude_cli
         quiet = {"CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1", **model}
         await asyncio.to_thread(_allow_exec, env.kube, env.ns, tmp_path, env.home, quiet)
         pod = K8sEphemeralProvider.sandboxed("img").namespace(env.ns).claude_path(cli).timeout(60)
-        p = AgentSandboxProvider(pod.sessions_volume("claude-sessions")).warm_pool(replicas=1).ready_timeout(20)
+        p = AgentSandboxProvider(pod.conversations_volume("claude-sessions")).warm_pool(replicas=1).ready_timeout(20)
         applied = await p.apply_template(env.api)
         assert ("PersistentVolumeClaim", "claude-sessions", "created") in [(a.kind, a.name, a.action) for a in applied]
         await asyncio.to_thread(env.kube.provide_volumes, 1)  # no provisioner here: a volume to bind to

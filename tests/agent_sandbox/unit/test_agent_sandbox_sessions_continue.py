@@ -1,6 +1,7 @@
-"""Claude session persistence on agent-sandbox: the sessions claim at ``~/.claude/projects``
-rendered and mounted by the template, ``--continue`` / ``--resume`` on the step's command line,
-and a clear refusal where no sessions are kept (library and ``ironflow agent``)."""
+"""Claude Code's conversations kept on agent-sandbox: the conversations claim (the provider file's
+``sandbox.sessions_claim``) at ``~/.claude/projects`` rendered and mounted by the template,
+``--continue`` / ``--resume`` on the step's command line, and a clear refusal where no
+conversations are kept (library and ``ironflow agent``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
 POD = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:1").namespace("agents")
-KEPT = AgentSandboxProvider(POD.sessions_volume("claude-sessions")).settings
+KEPT = AgentSandboxProvider(POD.conversations_volume("claude-sessions")).settings
 
 
 def test_continue_session_runs_claude_with_continue() -> None:
@@ -50,7 +51,7 @@ def test_the_template_renders_the_sessions_claim_and_mounts_it_at_claudes_projec
     (volume,) = (v for v in spec["volumes"] if "persistentVolumeClaim" in v)
     assert volume["persistentVolumeClaim"]["claimName"] == "claude-sessions"
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
-    assert mounts[volume["name"]] == layout.SESSIONS_MOUNT_PATH == "/home/claude/.claude/projects"
+    assert mounts[volume["name"]] == layout.CONVERSATIONS_MOUNT_PATH == "/home/claude/.claude/projects"
 
 
 @pytest.mark.parametrize(
@@ -68,7 +69,7 @@ def test_a_later_claim_continues_the_conversation(config: AgentConfig, flag: lis
 
 @pytest.mark.parametrize("config", [AgentConfig("x", continue_session=True), AgentConfig("x", resume_session_id="s1")])
 def test_without_a_sessions_claim_continuing_is_refused_before_anything_exists(config: AgentConfig) -> None:
-    with pytest.raises(errors.StepConfigError, match=r"needs the sessions volume: set sandbox\.sessions_claim"):
+    with pytest.raises(errors.StepConfigError, match=r"needs the conversations volume: set sandbox\.sessions_claim"):
         sandbox_steps.check_step(AgentSandboxProvider(POD).settings, config)
 
 
@@ -85,8 +86,10 @@ def _assert_refused(code: int, err: str, words: str) -> None:
 
 
 def test_cli_continue_on_the_local_backend_is_refused(tmp_path: Path) -> None:
-    _assert_refused(*_agent("--continue", "hi"), "--continue and --resume need Claude's sessions kept")
-    _assert_refused(*_agent("--fake-model", "--resume", "s1", "hi"), "--continue and --resume need Claude's sessions")
+    _assert_refused(*_agent("--continue", "hi"), "--continue and --resume need Claude Code's conversations kept")
+    _assert_refused(
+        *_agent("--fake-model", "--resume", "s1", "hi"), "--continue and --resume need Claude Code's conversations"
+    )
 
 
 def test_cli_continue_with_resume_is_refused() -> None:

@@ -271,8 +271,8 @@ def test_home_size_limit_on_non_sandboxed_panics() -> None:
 
 
 def test_sessions_volume_builder_stores_claim_for_session_id() -> None:
-    p = K8sEphemeralProvider.sandboxed(IMAGE).sessions_volume("sessions")
-    assert p.settings.sessions_claim == "sessions"
+    p = K8sEphemeralProvider.sandboxed(IMAGE).conversations_volume("sessions")
+    assert p.settings.conversations_claim == "sessions"
     spec = pod_of(p, AgentConfig("hi").replace(session_id="abc-1"))["spec"]
     assert {"name": "ironflow-sessions", "persistentVolumeClaim": {"claimName": "sessions"}} in spec["volumes"]
     assert "'--session-id' 'abc-1'" in spec["containers"][0]["command"][2]
@@ -280,14 +280,33 @@ def test_sessions_volume_builder_stores_claim_for_session_id() -> None:
 
 def test_sessions_volume_on_non_sandboxed_panics() -> None:
     with pytest.raises(errors.ConfigError) as info:
-        K8sEphemeralProvider(IMAGE).sessions_volume("sessions")
-    assert info.value.message == "sessions_volume requires a provider built with K8sEphemeralProvider.sandboxed"
+        K8sEphemeralProvider(IMAGE).conversations_volume("sessions")
+    assert info.value.message == "conversations_volume requires a provider built with K8sEphemeralProvider.sandboxed"
 
 
 def test_sessions_volume_empty_claim_panics() -> None:
     """The empty-claim check comes before the sandbox check."""
-    with pytest.raises(errors.ConfigError, match=r"^sessions_volume claim name must not be empty$"):
+    with pytest.raises(errors.ConfigError, match=r"^conversations_volume claim name must not be empty$"):
+        K8sEphemeralProvider(IMAGE).conversations_volume("")
+
+
+def test_sessions_volume_is_the_old_name_it_warns_and_keeps_the_references_texts() -> None:
+    renamed = r"K8sEphemeralProvider\.sessions_volume is renamed conversations_volume"
+    with pytest.warns(DeprecationWarning, match=renamed):
+        p = K8sEphemeralProvider.sandboxed(IMAGE).sessions_volume("sessions")
+    assert p.settings == K8sEphemeralProvider.sandboxed(IMAGE).conversations_volume("sessions").settings
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(errors.ConfigError) as info:
+        K8sEphemeralProvider(IMAGE).sessions_volume("sessions")
+    assert info.value.message == "sessions_volume requires a provider built with K8sEphemeralProvider.sandboxed"
+    empty = r"^sessions_volume claim name must not be empty$"
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(errors.ConfigError, match=empty):
         K8sEphemeralProvider(IMAGE).sessions_volume("")
+
+
+def test_settings_sessions_claim_is_the_old_name_of_conversations_claim() -> None:
+    settings = K8sEphemeralProvider.sandboxed(IMAGE).conversations_volume("c").settings
+    with pytest.warns(DeprecationWarning, match=r"ProviderSettings\.sessions_claim is renamed conversations_claim"):
+        assert settings.sessions_claim == "c"
 
 
 def test_run_as_user_zero_panics() -> None:

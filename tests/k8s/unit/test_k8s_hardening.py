@@ -52,6 +52,22 @@ def test_harden_pod_spec_needs_a_container() -> None:
         harden_pod_spec({"containers": []}, SandboxSettings())
 
 
+def test_harden_pod_spec_mounts_the_conversations_claim_under_its_wire_volume_name() -> None:
+    hardened = harden_pod_spec(bare_spec(), SandboxSettings(), conversations_claim="talks")
+    assert {"name": "ironflow-sessions", "persistentVolumeClaim": {"claimName": "talks"}} in hardened["volumes"]
+    mounts = hardened["containers"][0]["volumeMounts"]
+    assert {"name": "ironflow-sessions", "mountPath": "/home/claude/.claude/projects"} in mounts
+
+
+def test_harden_pod_spec_sessions_claim_is_the_old_name_and_warns() -> None:
+    renamed = r"harden_pod_spec\.sessions_claim is renamed conversations_claim"
+    with pytest.warns(DeprecationWarning, match=renamed):
+        hardened = harden_pod_spec(bare_spec(), SandboxSettings(), sessions_claim="talks")
+    assert hardened == harden_pod_spec(bare_spec(), SandboxSettings(), conversations_claim="talks")
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(TypeError, match="not both"):
+        harden_pod_spec(bare_spec(), SandboxSettings(), conversations_claim="a", sessions_claim="b")
+
+
 def test_sandbox_settings_refuse_values_that_cannot_work() -> None:
     with pytest.raises(errors.ConfigError, match="run_as_user must be greater than 0"):
         SandboxSettings(run_as_user=0)

@@ -404,11 +404,11 @@ def test_build_pod_spec_read_only_volumes() -> None:
 
 
 def test_sessions_mount_path_is_under_sandbox_home() -> None:
-    assert layout.SESSIONS_MOUNT_PATH.startswith(layout.SANDBOX_HOME + "/")
+    assert layout.CONVERSATIONS_MOUNT_PATH.startswith(layout.SANDBOX_HOME + "/")
 
 
 def test_build_pod_spec_sessions_volume_mounted_after_home() -> None:
-    mounts = main_of(SANDBOXED.sessions_volume("sessions"))["volumeMounts"]
+    mounts = main_of(SANDBOXED.conversations_volume("sessions"))["volumeMounts"]
     assert [m["mountPath"] for m in mounts] == ["/home/claude", "/home/claude/.claude/projects", "/tmp"]
 
 
@@ -419,19 +419,19 @@ def test_build_pod_spec_without_sessions_volume_has_none() -> None:
 def test_validate_hardening_rejects_step_pvc_at_sessions_mount() -> None:
     """The sessions mount sits under HOME: a step PVC there is refused as a reserved path."""
     cfg = AgentConfig("hi").pvc_volume("x", "/home/claude/.claude/projects/")
-    msg = refused(SANDBOXED.sessions_volume("sessions"), cfg)
+    msg = refused(SANDBOXED.conversations_volume("sessions"), cfg)
     assert msg == "step pvc volume cannot be mounted at reserved path '/home/claude/.claude/projects/'"
 
 
 def test_validate_hardening_rejects_projects_profile_with_sessions_volume() -> None:
-    p = SANDBOXED.sessions_volume("sessions").claude_profile_configmap_at("cm", "projects/x")
+    p = SANDBOXED.conversations_volume("sessions").claude_profile_configmap_at("cm", "projects/x")
     assert refused(p, AgentConfig("hi")) == (
         "claude profile subdir 'projects/x' overlaps the sessions volume at '/home/claude/.claude/projects'"
     )
 
 
 def test_validate_hardening_accepts_other_profiles_with_sessions_volume() -> None:
-    p = SANDBOXED.sessions_volume("sessions").claude_profile_configmap_at("cm", "projects-old")
+    p = SANDBOXED.conversations_volume("sessions").claude_profile_configmap_at("cm", "projects-old")
     assert spec_of(p)["volumes"][0] == {"name": "ironflow-claude-profile-0", "configMap": {"name": "cm"}}
 
 

@@ -69,7 +69,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_every_documented_key_reaches_its_setting(tmp_path: Path) -> None:
     s = K8sEphemeralProvider.from_file(write(tmp_path, FULL)).settings
     assert s.sandbox == SandboxSettings(20000, False, "2Gi", "256Mi", 30.0)
-    assert s.sessions_claim == "claude-sessions"
+    assert s.conversations_claim == "claude-sessions"
     assert (s.namespace, s.claude_path, s.working_dir, s.service_account) == (
         "agents",
         "/usr/local/bin/claude",

@@ -292,7 +292,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += ["--tmpfs", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]
     if settings.sessions_dir is not None:
-        argv += ["--bind", settings.sessions_dir, layout.SESSIONS_MOUNT_PATH]  # the one writable host path
+        argv += ["--bind", settings.sessions_dir, layout.CONVERSATIONS_MOUNT_PATH]  # the one writable host path
     argv += ["--perms", "1777", "--size", str(settings.tmp_size_bytes), "--tmpfs", layout.SANDBOX_TMP]
     argv += ["--tmpfs", "/run"]
     if settings.proxy_socket is not None:
