@@ -10,6 +10,7 @@ settings and runs steps through the runner. Nothing here imports ``kubernetes_as
 from typing import TYPE_CHECKING
 
 from ironflow._lazy import lazy_exports
+from ironflow._renamed import renamed_names
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.catalog import PATTERNS, render_pattern
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from ironflow.agent_sandbox.claim_steps import SandboxStepRunner
     from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
     from ironflow.agent_sandbox.models import (
+        AgentSandbox,
         ApiVersion,
         ClaimEnvVar,
         EnvVarsInjectionPolicy,
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
         NetworkPolicyRules,
         OperatingMode,
         PodTemplate,
-        Sandbox,
         SandboxClaim,
         SandboxTemplate,
         SandboxWarmPool,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATTERNS",
+    "AgentSandbox",
     "AgentSandboxProvider",
     "AgentSandboxSettings",
     "ApiVersion",
@@ -53,7 +55,6 @@ __all__ = [
     "OperatingMode",
     "PatternOptions",
     "PodTemplate",
-    "Sandbox",
     "SandboxClaim",
     "SandboxStepRunner",
     "SandboxTemplate",
@@ -73,12 +74,13 @@ __all__ = [
     "validate",
 ]
 
-__getattr__ = lazy_exports(
+_exports = lazy_exports(
     __name__,
     {
         "claims": ("ClaimReapReport", "has_condition"),
         "rendering": ("render", "render_all", "rfc3339"),
         "models": (
+            "AgentSandbox",
             "ApiVersion",
             "ClaimEnvVar",
             "EnvVarsInjectionPolicy",
@@ -87,7 +89,6 @@ __getattr__ = lazy_exports(
             "NetworkPolicyRules",
             "OperatingMode",
             "PodTemplate",
-            "Sandbox",
             "SandboxClaim",
             "SandboxTemplate",
             "SandboxWarmPool",
@@ -104,3 +105,9 @@ __getattr__ = lazy_exports(
         "step_render": ("AgentSandboxSettings",),
     },
 )
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    Sandbox = AgentSandbox
+else:
+    __getattr__ = renamed_names(__name__, _exports)

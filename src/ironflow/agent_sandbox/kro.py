@@ -259,7 +259,7 @@ def raw_sandbox_rgds(opts: patterns.PatternOptions) -> list[dict[str, Any]]:
         .pvc_volume("workspace-claim", patterns.WORKSPACE_PATH)
         .conversations_volume("memory-claim")
     )
-    sandbox = models.Sandbox(
+    sandbox = models.AgentSandbox(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,

@@ -1,5 +1,5 @@
-"""Typed values for the agent-sandbox kinds, both API versions: Sandbox, SandboxTemplate,
-SandboxClaim, SandboxWarmPool (pure data, frozen).
+"""Typed values for the agent-sandbox kinds, both API versions: Sandbox (:class:`AgentSandbox`),
+SandboxTemplate, SandboxClaim, SandboxWarmPool (pure data, frozen).
 
 A value is what the user means; :mod:`ironflow.agent_sandbox.rendering` turns it into the
 object of its ``api_version`` and checks it. The two versions differ where the seed and the
@@ -28,11 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+
+from ironflow._renamed import renamed_names
 
 __all__ = [
     "CORE_GROUP",
     "EXTENSIONS_GROUP",
+    "AgentSandbox",
     "AgentSandboxObject",
     "ApiVersion",
     "ClaimEnvVar",
@@ -42,7 +45,6 @@ __all__ = [
     "NetworkPolicyRules",
     "OperatingMode",
     "PodTemplate",
-    "Sandbox",
     "SandboxClaim",
     "SandboxTemplate",
     "SandboxWarmPool",
@@ -163,8 +165,11 @@ class _Replace:
 
 
 @dataclass(frozen=True)
-class Sandbox(_Replace):
-    """``agents.x-k8s.io`` Sandbox: one pod, optional PVCs from templates, optional headless Service."""
+class AgentSandbox(_Replace):
+    """``agents.x-k8s.io`` Sandbox: one pod, optional PVCs from templates, optional headless Service.
+
+    Named after the project so it is not taken for the ``Sandbox`` handle a sandbox session hands
+    out; the kind stays ``Sandbox``."""
 
     name: str
     pod_template: PodTemplate
@@ -253,4 +258,11 @@ class SandboxWarmPool(_Replace):
     kind: ClassVar[str] = "SandboxWarmPool"
 
 
-AgentSandboxObject = Sandbox | SandboxTemplate | SandboxClaim | SandboxWarmPool
+AgentSandboxObject = AgentSandbox | SandboxTemplate | SandboxClaim | SandboxWarmPool
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    Sandbox = AgentSandbox
+else:
+    __getattr__ = renamed_names(__name__)

@@ -268,7 +268,7 @@ def render_ephemeral(opts: PatternOptions) -> list[dict[str, Any]]:
     template = agent_pod_template(
         provider, agent_config(opts), workspace={"emptyDir": {}}, environment=env, token_wait=True
     )
-    sandbox = models.Sandbox(
+    sandbox = models.AgentSandbox(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,
@@ -286,7 +286,7 @@ def render_standalone(opts: PatternOptions) -> list[dict[str, Any]]:
     if not _workspace_is_environment(provider):  # else the environment claim is the workspace
         provider = provider.pvc_volume(workspace, WORKSPACE_PATH)
         own.insert(0, standalone_pvc(opts, workspace))
-    sandbox = models.Sandbox(
+    sandbox = models.AgentSandbox(
         name=opts.name,
         namespace=opts.namespace,
         api_version=opts.api_version,

@@ -21,7 +21,7 @@ __all__ = ["api_version", "render", "render_all", "rfc3339"]
 
 def api_version(value: models.AgentSandboxObject) -> str:
     """``<group>/<version>`` of a value."""
-    group = models.CORE_GROUP if isinstance(value, models.Sandbox) else models.EXTENSIONS_GROUP
+    group = models.CORE_GROUP if isinstance(value, models.AgentSandbox) else models.EXTENSIONS_GROUP
     return f"{group}/{value.api_version}"
 
 
@@ -90,7 +90,7 @@ def _set(out: dict[str, Any], key: str, value: Any) -> None:
 
 def _spec(value: models.AgentSandboxObject) -> dict[str, Any]:
     spec: dict[str, Any] = {}
-    if isinstance(value, models.Sandbox):
+    if isinstance(value, models.AgentSandbox):
         spec["podTemplate"] = _pod_template(value.pod_template)
         if value.volume_claim_templates:
             spec["volumeClaimTemplates"] = [_vct(v) for v in value.volume_claim_templates]

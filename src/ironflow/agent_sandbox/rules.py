@@ -295,7 +295,7 @@ def claim_warnings(claim: models.SandboxClaim) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _check_sandbox(value: models.Sandbox) -> None:
+def _check_sandbox(value: models.AgentSandbox) -> None:
     alpha = value.api_version is models.ApiVersion.V1ALPHA1
     _check_pod_template(value.kind, value.pod_template)
     _check_time("Sandbox shutdownTime", value.shutdown_time)
@@ -367,7 +367,7 @@ def check(
         ConfigError: the first broken rule, naming the field and the fix.
     """
     _check_metadata(value.kind, value)
-    if isinstance(value, models.Sandbox):
+    if isinstance(value, models.AgentSandbox):
         _check_sandbox(value)
     elif isinstance(value, models.SandboxTemplate):
         _check_template(value)

@@ -44,7 +44,7 @@ def refused(value: models.AgentSandboxObject, match: str, **kw: Any) -> None:
 def test_every_kind_renders_and_validates_in_both_versions(version: ApiVersion) -> None:
     vct = (models.VolumeClaimTemplate("workspace", storage="1Gi", storage_class_name="standard"),)
     values: list[models.AgentSandboxObject] = [
-        models.Sandbox(
+        models.AgentSandbox(
             "sb",
             POD,
             api_version=version,
@@ -90,14 +90,14 @@ def test_v1beta1_claim_names_a_pool_and_v1alpha1_a_template_and_policy() -> None
 
 
 def test_sandbox_lifecycle_fields_stay_inline_in_spec() -> None:
-    obj = rendering.render(models.Sandbox("sb", POD, shutdown_time="2026-01-01T00:00:00+02:00"))
+    obj = rendering.render(models.AgentSandbox("sb", POD, shutdown_time="2026-01-01T00:00:00+02:00"))
     assert obj["spec"]["shutdownTime"] == "2026-01-01T00:00:00+02:00"
     assert "lifecycle" not in obj["spec"]
 
 
 def test_schema_refuses_an_unknown_pod_field_naming_its_path() -> None:
     bad = models.PodTemplate({"containers": [{"name": "a", "image": "i", "imagePolicy": "x"}]})
-    refused(models.Sandbox("sb", bad), r"spec\.podTemplate\.spec\.containers\[0\]: Additional properties")
+    refused(models.AgentSandbox("sb", bad), r"spec\.podTemplate\.spec\.containers\[0\]: Additional properties")
 
 
 def test_int_or_string_fields_accept_both() -> None:
@@ -113,7 +113,7 @@ def test_int_or_string_fields_accept_both() -> None:
             ]
         }
     )
-    rendering.render(models.Sandbox("sb", pod))
+    rendering.render(models.AgentSandbox("sb", pod))
 
 
 def test_warm_pool_replicas_below_zero_is_refused_by_our_rule_and_the_schema() -> None:
@@ -135,9 +135,8 @@ def test_warm_pool_replicas_below_zero_is_refused_by_our_rule_and_the_schema() -
     "text", ["2026-12-31", "2026-12-31 23:59:59", "tomorrow", "2026-13-01T00:00:00Z", "2026-12-31T23:59:59"]
 )
 def test_shutdown_time_must_be_rfc3339(text: str) -> None:
-    refused(
-        models.Sandbox("sb", POD, shutdown_time=text), "not an RFC 3339 date-time; write it like 2026-12-31T23:59:59Z"
-    )
+    rfc = "not an RFC 3339 date-time; write it like 2026-12-31T23:59:59Z"
+    refused(models.AgentSandbox("sb", POD, shutdown_time=text), rfc)
     refused(claim(lifecycle=models.Lifecycle(shutdown_time=text)), "claim lifecycle.shutdownTime")
 
 
@@ -158,16 +157,17 @@ def test_pvc_name_is_vct_dash_sandbox() -> None:
 
 def test_vct_name_must_be_a_dns_label() -> None:
     refused(
-        models.Sandbox("sb", POD, volume_claim_templates=(models.VolumeClaimTemplate("Work_Space"),)),
+        models.AgentSandbox("sb", POD, volume_claim_templates=(models.VolumeClaimTemplate("Work_Space"),)),
         "not a valid DNS label",
     )
-    refused(models.Sandbox("sb", POD, volume_claim_templates=(models.VolumeClaimTemplate("w" * 64),)), "at most 63")
+    long_vct = (models.VolumeClaimTemplate("w" * 64),)
+    refused(models.AgentSandbox("sb", POD, volume_claim_templates=long_vct), "at most 63")
 
 
 def test_pvc_name_longer_than_253_is_refused() -> None:
     long_name = ".".join(["a" * 60] * 4)  # 243 characters: a valid Sandbox name
     vct = (models.VolumeClaimTemplate("workspace-data"),)
-    refused(models.Sandbox(long_name, POD, volume_claim_templates=vct), r"PVC name .* exceeds 253")
+    refused(models.AgentSandbox(long_name, POD, volume_claim_templates=vct), r"PVC name .* exceeds 253")
 
 
 def test_pvc_name_of_a_warm_pool_member_counts_the_random_suffix() -> None:
@@ -178,12 +178,12 @@ def test_pvc_name_of_a_warm_pool_member_counts_the_random_suffix() -> None:
 
 def test_duplicate_vct_names_are_refused() -> None:
     vct = (models.VolumeClaimTemplate("w"), models.VolumeClaimTemplate("w"))
-    refused(models.Sandbox("sb", POD, volume_claim_templates=vct), "two volume claim templates named 'w'")
+    refused(models.AgentSandbox("sb", POD, volume_claim_templates=vct), "two volume claim templates named 'w'")
 
 
 def test_service_needs_a_dns_label_sandbox_name() -> None:
-    refused(models.Sandbox("a.b", POD, service=True), "its Service takes the name")
-    rendering.render(models.Sandbox("a.b", POD))
+    refused(models.AgentSandbox("a.b", POD, service=True), "its Service takes the name")
+    rendering.render(models.AgentSandbox("a.b", POD))
 
 
 def test_claim_env_is_refused_when_the_template_disallows_it() -> None:
@@ -285,8 +285,8 @@ def test_v1alpha1_claim_pod_label_values_follow_the_kubernetes_syntax() -> None:
 
 @pytest.mark.parametrize("key", ["agents.x-k8s.io/sandbox-name-hash", "extensions.agents.x-k8s.io/x"])
 def test_reserved_agents_labels_are_refused_everywhere(key: str) -> None:
-    refused(models.Sandbox("sb", POD, labels={key: "v"}), "reserved")
-    refused(models.Sandbox("sb", models.PodTemplate(POD.spec, labels={key: "v"})), "pod template label")
+    refused(models.AgentSandbox("sb", POD, labels={key: "v"}), "reserved")
+    refused(models.AgentSandbox("sb", models.PodTemplate(POD.spec, labels={key: "v"})), "pod template label")
     refused(template(annotations={key: "v"}), "reserved")
     refused(models.SandboxWarmPool("p", "t", labels={key: "v"}), "reserved")
     refused(claim(pod_labels={key: "v"}), "reserved")
@@ -294,18 +294,19 @@ def test_reserved_agents_labels_are_refused_everywhere(key: str) -> None:
 
 def test_label_keys_and_values_follow_the_kubernetes_syntax_everywhere() -> None:
     """The shared label rules (ironflow.labels), named by where the label sits, before the API refuses it."""
-    refused(models.Sandbox("sb", POD, labels={"bad key": "v"}), r"^Sandbox label: label key 'bad key' is not valid")
-    refused(models.Sandbox("sb", POD, labels={"Bad_Domain/x": "v"}), "prefix must be a DNS subdomain")
+    bad_key = r"^Sandbox label: label key 'bad key' is not valid"
+    refused(models.AgentSandbox("sb", POD, labels={"bad key": "v"}), bad_key)
+    refused(models.AgentSandbox("sb", POD, labels={"Bad_Domain/x": "v"}), "prefix must be a DNS subdomain")
     refused(models.SandboxWarmPool("p", "t", labels={"team": "has space"}), r"label 'team' value 'has space'")
     pod = models.PodTemplate(POD.spec, labels={"team": "-x"})
-    refused(models.Sandbox("sb", pod), r"pod template label: label 'team' value '-x' is not valid")
-    rendering.render(models.Sandbox("sb", POD, labels={"example.com/team": "a.b_c-1", "empty": ""}))
+    refused(models.AgentSandbox("sb", pod), r"pod template label: label 'team' value '-x' is not valid")
+    rendering.render(models.AgentSandbox("sb", POD, labels={"example.com/team": "a.b_c-1", "empty": ""}))
 
 
 def test_names_use_the_shared_dns_rules() -> None:
-    refused(models.Sandbox("Upper", POD), "not a valid DNS subdomain")
-    refused(models.Sandbox("a" * 254, POD), "at most 253 characters")
-    rendering.render(models.Sandbox("a.b-c", POD))
+    refused(models.AgentSandbox("Upper", POD), "not a valid DNS subdomain")
+    refused(models.AgentSandbox("a" * 254, POD), "at most 253 characters")
+    rendering.render(models.AgentSandbox("a.b-c", POD))
     refused(claim(A, warm_pool="Not_A_Pool"), "warm pool policy 'Not_A_Pool' must be")
 
 
@@ -322,11 +323,11 @@ def test_claim_pod_annotations_in_protected_domains_are_refused() -> None:
 
 def test_fields_of_the_other_api_version_are_refused() -> None:
     refused(
-        models.Sandbox("sb", POD, api_version=A, operating_mode=models.OperatingMode.SUSPENDED),
+        models.AgentSandbox("sb", POD, api_version=A, operating_mode=models.OperatingMode.SUSPENDED),
         "operating_mode is v1beta1",
     )
-    refused(models.Sandbox("sb", POD, replicas=0), "replicas is v1alpha1")
-    refused(models.Sandbox("sb", POD, api_version=A, replicas=2), "replicas must be 0 or 1")
+    refused(models.AgentSandbox("sb", POD, replicas=0), "replicas is v1alpha1")
+    refused(models.AgentSandbox("sb", POD, api_version=A, replicas=2), "replicas must be 0 or 1")
     refused(
         template(api_version=A, volume_claim_templates_policy=models.VolumeClaimTemplatesPolicy.ALLOWED), "v1beta1 only"
     )
@@ -336,7 +337,7 @@ def test_fields_of_the_other_api_version_are_refused() -> None:
 
 def test_sandbox_shutdown_policy_delete_foreground_is_for_claims_only() -> None:
     refused(
-        models.Sandbox("sb", POD, shutdown_policy=models.ShutdownPolicy.DELETE_FOREGROUND),
+        models.AgentSandbox("sb", POD, shutdown_policy=models.ShutdownPolicy.DELETE_FOREGROUND),
         "DeleteForeground is for claims",
     )
 
@@ -350,9 +351,9 @@ def test_unmanaged_network_policy_with_rules_is_refused() -> None:
 
 
 def test_names_must_be_valid() -> None:
-    refused(models.Sandbox("My_Sandbox", POD), "not a valid DNS subdomain")
-    refused(models.Sandbox("", POD), "must not be empty")
-    refused(models.Sandbox("sb", models.PodTemplate({"containers": []})), "at least one container")
+    refused(models.AgentSandbox("My_Sandbox", POD), "not a valid DNS subdomain")
+    refused(models.AgentSandbox("", POD), "must not be empty")
+    refused(models.AgentSandbox("sb", models.PodTemplate({"containers": []})), "at least one container")
 
 
 def test_render_all_checks_a_v1beta1_claim_against_the_template_behind_its_pool() -> None:

@@ -56,7 +56,7 @@ MIB = 1 << 20
 def read_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """``copied``: as on a machine with no cgroup freezer."""
     if request.param == "copied":
-        monkeypatch.setattr(cgroups.Sandbox, "can_freeze", False)
+        monkeypatch.setattr(cgroups.SandboxCgroup, "can_freeze", False)
     mode: str = request.param
     return mode
 

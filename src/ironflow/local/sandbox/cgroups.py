@@ -8,7 +8,7 @@ next :func:`probe`. The sandbox's first process joins the cgroup before it execu
 anything (:func:`child_setup`), so nothing it starts is outside.
 
 The kill stops the whole tree at once (v2 ``cgroup.kill``; v1 freeze, SIGKILL each task,
-thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. :meth:`Sandbox.frozen`
+thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. :meth:`SandboxCgroup.frozen`
 stops every task while the host reads what the sandbox writes (a session's workspace), so
 nothing in it moves under the read. Never used for anything but cgroups named by this module.
 """
@@ -31,7 +31,7 @@ from typing import Final, Literal
 
 from ironflow.local.sandbox import identity, limits
 
-__all__ = ["FreezeFailed", "Sandbox", "Support", "child_setup", "probe"]
+__all__ = ["FreezeFailed", "SandboxCgroup", "Support", "child_setup", "probe"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -199,7 +199,7 @@ def _write(path: str, value: str) -> None:
         f.write(value)
 
 
-class Sandbox:
+class SandboxCgroup:
     """The cgroup (one directory per v1 controller, or one v2 directory) of one sandbox."""
 
     def __init__(self, support: Support, sandbox_limits: limits.SandboxLimits) -> None:
@@ -376,3 +376,8 @@ def child_setup(
             os.setresuid(host_uid, host_uid, host_uid)
 
     return setup
+
+
+#: The old name, still used by the session code being rewritten (local/sessions.py,
+#: local/session_workspaces.py): internal, so no warning; remove once they say SandboxCgroup.
+Sandbox = SandboxCgroup

@@ -84,7 +84,7 @@ class _Running:
 
     run_ids: frozenset[str]
     proc: asyncio.subprocess.Process | None = None
-    group: cgroups.Sandbox | None = None
+    group: cgroups.SandboxCgroup | None = None
     released: bool = False
     gone: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -144,7 +144,7 @@ class SandboxProcesses:
         """
         entry = _Running(run_ids)
         self._running.append(entry)  # before the process exists: release_run must see it
-        group: cgroups.Sandbox | None = None
+        group: cgroups.SandboxCgroup | None = None
         out = Captured("stdout", keep_bytes=keep_bytes)
         err = Captured("stderr", keep_bytes=keep_bytes)
         reading: asyncio.Task[int] | None = None
@@ -152,7 +152,7 @@ class SandboxProcesses:
         try:
             if self.support.version:
                 try:
-                    group = entry.group = cgroups.Sandbox(self.support, self.limits)
+                    group = entry.group = cgroups.SandboxCgroup(self.support, self.limits)
                 except OSError as exc:
                     raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
             spawn = asyncio.ensure_future(
@@ -269,7 +269,7 @@ def release_keys(scope: StepScope | None) -> frozenset[str]:
     return frozenset((*(i for i in (scope.run_id, scope.root_run_id) if i), step_key(scope)))
 
 
-async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.SandboxCgroup | None) -> None:
     """Kill the cgroup (everything the sandbox started) and the process group."""
     if proc is not None and proc.returncode is None:
         _kill_group(proc)
@@ -277,7 +277,7 @@ async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sand
         await group.kill()
 
 
-async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandbox | None) -> None:
+async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.SandboxCgroup | None) -> None:
     """Kill the cgroup (everything the sandbox started) or the process group, reap, remove the cgroup."""
     if proc is not None and proc.returncode is None:
         _kill_group(proc)
