@@ -378,7 +378,8 @@ class CleanupError(InfrastructureError):
 
 
 class SandboxError(InfrastructureError):
-    """The local sandbox runtime (bubblewrap, gVisor) could not start the step."""
+    """A sandbox could not be started or reached: the local runtime (bubblewrap, gVisor) could
+    not start the step, or a sandbox session's runtime (any backend) did not answer as it must."""
 
 
 class SandboxFailed(InfrastructureError):

@@ -108,17 +108,17 @@ async def serve(
     Raises:
         ConfigError: the address cannot be bound (in use, or not an address of this machine).
     """
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
+    app_runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await app_runner.setup()
     try:
         try:
-            await web.TCPSite(runner, host, port).start()
+            await web.TCPSite(app_runner, host, port).start()
         except OSError as exc:
             # asyncio rewords a bind error around its errno; a lookup error (gaierror) has its own text.
             why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
             raise errors.ConfigError(
                 f"cannot serve {what} on {host}:{port}: {why}; choose another port or address"
             ) from None
-        yield Serving(host, int(runner.addresses[0][1]))
+        yield Serving(host, int(app_runner.addresses[0][1]))
     finally:
-        await runner.cleanup()
+        await app_runner.cleanup()

@@ -1,9 +1,10 @@
 """Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command pods.
 
-Layering: ``settings``, ``settings_file``, ``hardening``, ``manifests``, ``step_objects``,
-``environments`` and ``command_manifests`` are pure (values in, dicts out); ``provider``
-is the builders over ``ProviderSettings`` plus ``run``; ``runner``, ``pods``, ``pod_wait``,
-``cleanup``, ``reaper`` and ``command_runner`` do the I/O through :mod:`ironflow.kube`.
+Layering: ``settings``, ``provider_file``, ``hardening``, ``step_manifests``, ``step_objects``,
+``environments`` and ``commands.specs`` are pure (values in, dicts out); ``pod_provider``
+is the builders over ``ProviderSettings`` plus ``run``; ``step_runs`` (the ``StepRunner``),
+``pods``, ``pod_wait``, ``cleanup``, ``reaper`` and ``commands.execution`` do the I/O through
+:mod:`ironflow.kube`.
 Nothing pure imports an I/O module.
 """
 

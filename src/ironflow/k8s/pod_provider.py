@@ -29,8 +29,7 @@ from ironflow._renamed import warn_renamed
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
-from ironflow.k8s import environments, hardening, provider_file, reaper, step_manifests, step_objects
-from ironflow.k8s import step_runs as runner_module
+from ironflow.k8s import environments, hardening, provider_file, reaper, step_manifests, step_objects, step_runs
 from ironflow.k8s.settings import (
     ImagePullPolicy,
     K8sResources,
@@ -375,16 +374,14 @@ class K8sEphemeralProvider(ProviderBase):
         issuer: issuing.TokenIssuer | None = None,
         worker_env: Mapping[str, str] | None = None,
         tokens: bool = True,
-    ) -> runner_module.StepRunner:
+    ) -> step_runs.StepRunner:
         """The runner of this provider; ``api`` defaults to the provider's own client for its
         cluster (closed by :meth:`aclose`)."""
         source = self._connections.source(self.settings.cluster) if api is None else api
-        return runner_module.StepRunner.of(
-            self.settings, api=source, issuer=issuer, worker_env=worker_env, tokens=tokens
-        )
+        return step_runs.StepRunner.of(self.settings, api=source, issuer=issuer, worker_env=worker_env, tokens=tokens)
 
     async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
-        """Run the step in a single-use pod and delete everything it created (``k8s.runner``);
+        """Run the step in a single-use pod and delete everything it created (``k8s.step_runs``);
         with ``logs``, each stream-json line reaches the sink as it arrives."""
         step_runner = self.runner()
         try:

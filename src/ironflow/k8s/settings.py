@@ -1,7 +1,7 @@
 """Every setting of the Kubernetes pod backend, as typed frozen values (pure).
 
 :class:`ProviderSettings` is what the provider's builders and the settings file build,
-once; the renderer (``manifests``) and the runner read it and never the provider.
+once; the renderer (``step_manifests``) and the ``StepRunner`` (``step_runs``) read it and never the provider.
 Values that can never work are refused at construction with
 :class:`~ironflow.errors.ConfigError`; checks that need the step happen at invocation.
 
@@ -79,7 +79,7 @@ class K8sResources:
 
     The defaults fit a Claude Code step that builds and tests code: the CLI alone (Node) peaks
     near 185 MiB on a short two-turn step with one Bash call (measured, Claude Code 2.1.332), a
-    long session's context and the builds and test runs it starts take several times that, so
+    long conversation's context and the builds and test runs it starts take several times that, so
     1 GiB is requested and 4 GiB is the ceiling; half a core is requested (the agent mostly
     waits on the model) and two cores bound a runaway build. The limits are also the hostile-agent bound: memory and
     ephemeral storage cannot grow until the node evicts its neighbours. 10 GiB of ephemeral

@@ -95,7 +95,7 @@ class LocalSandboxProvider(ProviderBase):
         env: extra plain variables for the sandbox (credential names are refused).
         allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
         sessions_dir: a host directory kept as ``~/.claude/projects`` across steps, so
-            ``resume_session_id`` finds its conversation (bubblewrap only; the pod's sessions claim).
+            ``resume_session_id`` finds its conversation (bubblewrap only; the pod's conversations claim).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
             system's. Keep it short: a unix socket path holds at most 107 bytes. The ones left
             there by a worker that was killed are removed at start (:mod:`ironflow.local.workdirs`).

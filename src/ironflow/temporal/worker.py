@@ -99,13 +99,15 @@ def build_worker(
     """A worker for ``task_queue`` running ``workflows``, the ironflow activities on ``provider``
     and ``more_activities`` (the workflows' own, if any)."""
     modules = {"ironflow", *(w.__module__ for w in workflows)}
-    runner = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
+    # Temporal's workflow sandbox (deterministic replays), not a step's sandbox.
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*modules)
+    workflow_runner = SandboxedWorkflowRunner(restrictions=restrictions)
     acts = activities or IronflowActivities(provider)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
         activities=[*acts.all(), *more_activities],
-        workflow_runner=runner,
+        workflow_runner=workflow_runner,
         max_concurrent_activities=max_concurrent_activities,
     )
