@@ -29,7 +29,8 @@ RENAMED: Final[dict[str, dict[str, str]]] = {
     "ironflow.claude.layout": {"SESSIONS_MOUNT_PATH": "CONVERSATIONS_MOUNT_PATH"},
     "ironflow.k8s.hardening": {"SESSIONS_VOLUME": "CONVERSATIONS_VOLUME"},
     "ironflow.agent_sandbox.models": {"Sandbox": "AgentSandbox"},
-    "ironflow.agent_sandbox": {"Sandbox": "AgentSandbox"},
+    "ironflow.agent_sandbox": {"Sandbox": "AgentSandbox", "SandboxStepRunner": "ClaimStepRunner"},
+    "ironflow.agent_sandbox.claim_steps": {"SandboxStepRunner": "ClaimStepRunner"},
     "ironflow.agent_sandbox.patterns": {
         "SESSIONS_STORAGE": "CONVERSATIONS_STORAGE",
         "sessions_pvc": "conversations_pvc",

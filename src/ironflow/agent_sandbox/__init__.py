@@ -1,10 +1,11 @@
 """agent-sandbox (kubernetes-sigs/agent-sandbox): typed values, checked manifests, patterns, provider.
 
 Layering, one way: ``models`` (values) and ``schemas`` (the shipped CRDs) are pure data;
-``rules`` check them; ``manifests``, ``patterns``, ``kro`` and ``steps`` (the settings and a
-step's claim and execs) render them, ``catalog`` names the patterns (all pure); ``claims``,
-``apply`` and ``runner`` do the I/O through :mod:`ironflow.kube.api`; ``provider`` builds the
-settings and runs steps through the runner. Nothing here imports ``kubernetes_asyncio``.
+``rules`` check them; ``rendering``, ``patterns``, ``kro`` and ``step_render`` (the settings and
+a step's claim and execs) render them, ``catalog`` names the patterns (all pure); ``claims``,
+``apply`` and ``claim_steps`` (the ``ClaimStepRunner``) do the I/O through
+:mod:`ironflow.kube.api`; ``claim_provider`` builds the settings and runs steps through the
+``ClaimStepRunner``. Nothing here imports ``kubernetes_asyncio``.
 """
 
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from ironflow._renamed import renamed_names
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.catalog import PATTERNS, render_pattern
     from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-    from ironflow.agent_sandbox.claim_steps import SandboxStepRunner
+    from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
     from ironflow.agent_sandbox.claims import ClaimReapReport, has_condition
     from ironflow.agent_sandbox.models import (
         AgentSandbox,
@@ -48,6 +49,7 @@ __all__ = [
     "ApiVersion",
     "ClaimEnvVar",
     "ClaimReapReport",
+    "ClaimStepRunner",
     "EnvVarsInjectionPolicy",
     "Lifecycle",
     "NetworkPolicyManagement",
@@ -56,7 +58,6 @@ __all__ = [
     "PatternOptions",
     "PodTemplate",
     "SandboxClaim",
-    "SandboxStepRunner",
     "SandboxTemplate",
     "SandboxWarmPool",
     "ShutdownPolicy",
@@ -100,7 +101,7 @@ _exports = lazy_exports(
         "patterns": ("PatternOptions",),
         "claim_provider": ("AgentSandboxProvider",),
         "rules": ("check", "claim_warnings", "pvc_name"),
-        "claim_steps": ("SandboxStepRunner",),
+        "claim_steps": ("ClaimStepRunner",),
         "schemas": ("schema_problems", "validate"),
         "step_render": ("AgentSandboxSettings",),
     },
@@ -109,5 +110,6 @@ _exports = lazy_exports(
 # The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
 if TYPE_CHECKING:
     Sandbox = AgentSandbox
+    SandboxStepRunner = ClaimStepRunner
 else:
     __getattr__ = renamed_names(__name__, _exports)

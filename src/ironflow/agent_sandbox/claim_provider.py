@@ -34,7 +34,7 @@ from typing import Any, Final
 from ironflow import errors, results, settings_file, steps
 from ironflow.agent_sandbox import apply, claims, models, rules
 from ironflow.agent_sandbox import step_render as sandbox_steps
-from ironflow.agent_sandbox.claim_steps import SandboxStepRunner
+from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
@@ -211,28 +211,28 @@ class AgentSandboxProvider(ProviderBase):
         api: kube.KubeApi | None = None,
         issuer: issuing.TokenIssuer | None = None,
         worker_env: Mapping[str, str] | None = None,
-    ) -> SandboxStepRunner:
+    ) -> ClaimStepRunner:
         """The I/O half: ``run``, ``release_run``, ``reap_orphans``, ``wait_for`` on a given client and
         issuer; ``api`` defaults to the provider's own client (closed by :meth:`aclose`)."""
-        return SandboxStepRunner(
+        return ClaimStepRunner(
             self.settings, api=self._source() if api is None else api, issuer=issuer, worker_env=worker_env
         )
 
     async def run(self, config: steps.AgentConfig, *, logs: LogSink | None = None) -> results.AgentResult:
         """Run one step in a claimed sandbox and delete the claim (the provider's client, an admin
         client from the settings)."""
-        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
+        async with ClaimStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.run(config, logs=logs)
 
     async def release_run(self, run_id: str) -> int:
-        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
+        async with ClaimStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.release_run(run_id)
 
     async def deliver_token(self, sandbox: str, *, run_id: str | None = None) -> str:
         """Give the agent of a rendered ``ephemeral`` or ``standalone-pvc`` Sandbox its proxy token:
         issued once the pod runs, written in over exec stdin (the pattern's agent waits for it);
-        returns the token's id. See :meth:`SandboxStepRunner.deliver_token`."""
-        async with SandboxStepRunner.for_settings(self.settings, self._source()) as r:
+        returns the token's id. See :meth:`ClaimStepRunner.deliver_token`."""
+        async with ClaimStepRunner.for_settings(self.settings, self._source()) as r:
             return await r.deliver_token(sandbox, run_id=run_id)
 
     async def aclose(self) -> None:

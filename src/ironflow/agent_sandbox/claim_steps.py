@@ -19,9 +19,10 @@ import os
 import secrets as _random
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors, labels, results, steps, tracing
+from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import claim_workspaces, claims, deliveries
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.auth_proxy import issuing
@@ -35,14 +36,16 @@ from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 from ironflow.workspaces import frames
 
-__all__ = ["SandboxStepRunner", "claims_watch"]
+__all__ = ["ClaimStepRunner", "claims_watch"]
 
 #: How long a claim failed on its pod waits for the pod's own verdict (which says more).
 _POD_VERDICT_WAIT_S: Final = 2.0
 
 
-class SandboxStepRunner:
-    """Steps of one settings value over one API client; ``async with`` closes an admin client it made.
+class ClaimStepRunner:
+    """Steps of one settings value over one API client, each in a claimed sandbox; ``async with``
+    closes an admin client it made. (``SandboxStepRunner``, the old name, warns: every backend
+    runs its steps in a sandbox, this one through a SandboxClaim.)
 
     Without an ``issuer``, :meth:`for_settings` makes an admin client when the pod has an auth
     proxy. The API client comes from ``api``: a client, or a source of the provider's own
@@ -66,16 +69,14 @@ class SandboxStepRunner:
         self._owned = owned
 
     @classmethod
-    def for_settings(
-        cls, settings: sandbox_steps.AgentSandboxSettings, api: connections.ApiSource
-    ) -> SandboxStepRunner:
+    def for_settings(cls, settings: sandbox_steps.AgentSandboxSettings, api: connections.ApiSource) -> ClaimStepRunner:
         """The runner a provider call uses: the provider's API client, an admin client when proxied."""
         owned = None
         if settings.auth_proxy_url is not None:
             owned = AdminClient(settings.auth_proxy_url, settings.auth_proxy_admin_key)
         return cls(settings, api=api, issuer=owned, worker_env=None, owned=owned)
 
-    async def __aenter__(self) -> SandboxStepRunner:
+    async def __aenter__(self) -> ClaimStepRunner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -409,3 +410,10 @@ def _unserved(exc: BaseException, resource: kube.Resource) -> errors.KubeNotFoun
         status=404,
         reason=exc.reason,
     )
+
+
+# The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.
+if TYPE_CHECKING:
+    SandboxStepRunner = ClaimStepRunner
+else:
+    __getattr__ = renamed_names(__name__)
