@@ -19,9 +19,9 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
-__all__ = ["RENAMED", "renamed_names", "warn_renamed"]
+__all__ = ["RENAMED", "renamed_argument", "renamed_names", "warn_renamed"]
 
 #: Module -> {old name: new name}. Remove an entry one release after it was added.
 RENAMED: Final[dict[str, dict[str, str]]] = {
@@ -45,6 +45,19 @@ def warn_renamed(where: str, old: str, new: str, *, stacklevel: int = 3) -> None
         DeprecationWarning,
         stacklevel=stacklevel,
     )
+
+
+_T = TypeVar("_T")
+
+
+def renamed_argument(where: str, old: str, old_value: _T | None, new: str, new_value: _T | None) -> _T | None:
+    """``new_value``, or ``old_value`` given under the parameter's old name (warns; both: TypeError)."""
+    if old_value is None:
+        return new_value
+    warn_renamed(where, old, new, stacklevel=4)
+    if new_value is not None:
+        raise TypeError(f"{where} takes {new} or its old name {old}, not both")
+    return old_value
 
 
 def renamed_names(module: str, fallback: Callable[[str], object] | None = None) -> Callable[[str], object]:

@@ -204,7 +204,7 @@ class AgentConfig:
     resume_session_id: str | None = None
     session_id: str | None = None
     #: ``claude --continue``: carry on the latest conversation of the working directory, which a
-    #: backend keeps only with a conversations volume (``sessions_dir``, ``sessions_claim``).
+    #: backend keeps only with a conversations volume (``conversations_dir``, ``sessions_claim``).
     continue_session: bool = False
     #: Mount this persistent environment (an earlier ``AgentResult.environment_id``) instead of a new one.
     resume_environment_id: str | None = None

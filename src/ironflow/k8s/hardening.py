@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
-from ironflow._renamed import renamed_names, warn_renamed
+from ironflow._renamed import renamed_argument, renamed_names
 from ironflow.claude import layout
 from ironflow.kube import quantities
 
@@ -114,11 +114,10 @@ def harden_pod_spec(
     securityContext. HOME/TMP volumes are appended after the caller's volumes, HOME/TMPDIR after
     its env. ``sessions_claim`` is the old name of ``conversations_claim`` (warns; next release: gone).
     """
-    if sessions_claim is not None:
-        warn_renamed("ironflow.k8s.hardening.harden_pod_spec", "sessions_claim", "conversations_claim")
-        if conversations_claim is not None:
-            raise TypeError("harden_pod_spec takes conversations_claim or its old name sessions_claim, not both")
-        conversations_claim = sessions_claim
+    where = "ironflow.k8s.hardening.harden_pod_spec"
+    conversations_claim = renamed_argument(
+        where, "sessions_claim", sessions_claim, "conversations_claim", conversations_claim
+    )
     out = copy.deepcopy(spec)
     containers: list[dict[str, Any]] = out.get("containers") or []
     if not containers:

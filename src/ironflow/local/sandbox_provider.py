@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from ironflow import errors, tracing, workspaces
+from ironflow._renamed import renamed_argument
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, command, layout, output, profile, rate_limits
 from ironflow.local import workdirs
@@ -94,8 +95,9 @@ class LocalSandboxProvider(ProviderBase):
         profiles: host directories copied into ``~/.claude`` before the CLI starts.
         env: extra plain variables for the sandbox (credential names are refused).
         allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
-        sessions_dir: a host directory kept as ``~/.claude/projects`` across steps, so
-            ``resume_session_id`` finds its conversation (bubblewrap only; the pod's conversations claim).
+        conversations_dir: a host directory kept as ``~/.claude/projects`` (Claude Code's
+            conversations) across steps, so ``resume_session_id`` finds its conversation (bubblewrap
+            only; the pod's conversations claim). ``sessions_dir`` is its old name (warns).
         temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
             system's. Keep it short: a unix socket path holds at most 107 bytes. The ones left
             there by a worker that was killed are removed at start (:mod:`ironflow.local.workdirs`).
@@ -122,6 +124,7 @@ class LocalSandboxProvider(ProviderBase):
         tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
         claude_path: str | None = None,
         allow_bypass: bool | None = None,
+        conversations_dir: str | None = None,
         sessions_dir: str | None = None,
         temp_dir: str | None = None,
         limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
@@ -173,14 +176,11 @@ class LocalSandboxProvider(ProviderBase):
         if temp_dir is not None and not os.path.isdir(temp_dir):
             raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
         self.temp_dir = temp_dir
-        if sessions_dir is not None and isolation != "bwrap":
-            raise errors.ConfigError("sessions_dir needs isolation='bwrap': it is not built for gVisor")
-        if sessions_dir is not None and self._host_uid is not None and os.stat(sessions_dir).st_uid != self._host_uid:
-            raise errors.ConfigError(
-                f"sessions_dir '{sessions_dir}' must be owned by the sandbox's host uid on a root worker: "
-                f"chown {self._host_uid} '{sessions_dir}'"
-            )
-        self.sessions_dir = sessions_dir
+        where = "ironflow.local.LocalSandboxProvider"
+        kept = renamed_argument(where, "sessions_dir", sessions_dir, "conversations_dir", conversations_dir)
+        if kept is not None:
+            identity.check_conversations_dir(kept, bubblewrap=isolation == "bwrap", host_uid=self._host_uid)
+        self.conversations_dir = kept
         self.limits = limits
         self.git_hosts = git_hosts or git_sync.GitHosts()
         #: Workspaces kept for a retry of their step (``keep_on_retry``).
@@ -443,8 +443,8 @@ class LocalSandboxProvider(ProviderBase):
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""
         return sandbox_argv.SandboxShape(
-            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.sessions_dir, self._host_uid,
-            self._writable_uid, self.limits,
+            self.isolation, self.profiles, self.home_size_bytes, self.tmp_size_bytes, self.conversations_dir,
+            self._host_uid, self._writable_uid, self.limits,
         )  # fmt: skip
 
     def claude_cli(self) -> str:

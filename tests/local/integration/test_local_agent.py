@@ -376,7 +376,7 @@ async def test_real_cli_answers_under_gvisor_too(fake: FakeAnthropic) -> None:
 @needs_cli
 @pytest.mark.claude_cli
 @pytest.mark.parametrize("how", ["resume", "continue"])
-async def test_sessions_dir_lets_a_later_step_resume_the_conversation(
+async def test_conversations_dir_lets_a_later_step_resume_the_conversation(
     fake: FakeAnthropic, tmp_path: Path, how: str
 ) -> None:
     """``--resume ID`` names the conversation; ``--continue`` takes the latest one of the directory."""
@@ -387,7 +387,7 @@ async def test_sessions_dir_lets_a_later_step_resume_the_conversation(
     provider = LocalSandboxProvider(
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},
-        sessions_dir=str(sessions),
+        conversations_dir=str(sessions),
         temp_dir=TEMP,
     )
     first = await provider.run(AgentConfig("remember FIRST-TURN-MARKER"))
@@ -399,9 +399,9 @@ async def test_sessions_dir_lets_a_later_step_resume_the_conversation(
     assert "FIRST-TURN-MARKER" in str(fake.message_requests[-1].body)
 
 
-def test_sessions_dir_needs_bubblewrap() -> None:
-    with pytest.raises(errors.ConfigError, match="sessions_dir needs isolation='bwrap'"):
-        LocalSandboxProvider(isolation="gvisor", sessions_dir="/tmp")
+def test_conversations_dir_needs_bubblewrap() -> None:
+    with pytest.raises(errors.ConfigError, match="conversations_dir needs isolation='bwrap'"):
+        LocalSandboxProvider(isolation="gvisor", conversations_dir="/tmp")
 
 
 @needs_cli

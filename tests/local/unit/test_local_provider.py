@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,26 @@ def test_gvisor_shows_a_host_path_elsewhere_only_when_it_is_a_directory_outside_
     hidden = argv.mount_problem("gvisor", bwrap.ReadOnlyMount(str(tmp_path), "/home/data"))
     assert hidden is not None
     assert "hides '/home'" in hidden
+
+
+def test_a_conversations_dir_is_owned_by_the_host_uid_and_needs_bubblewrap(tmp_path: Path) -> None:
+    uid = tmp_path.stat().st_uid
+    identity.check_conversations_dir(str(tmp_path), bubblewrap=True, host_uid=None)
+    identity.check_conversations_dir(str(tmp_path), bubblewrap=True, host_uid=uid)
+    with pytest.raises(errors.ConfigError, match=rf"must be owned by the sandbox's host uid .*: chown {uid + 1} "):
+        identity.check_conversations_dir(str(tmp_path), bubblewrap=True, host_uid=uid + 1)
+    with pytest.raises(errors.ConfigError, match=r"^conversations_dir needs isolation='bwrap'"):
+        identity.check_conversations_dir(str(tmp_path), bubblewrap=False, host_uid=None)
+
+
+def test_sessions_dir_is_the_old_name_of_conversations_dir(tmp_path: Path) -> None:
+    renamed = r"LocalSandboxProvider\.sessions_dir is renamed conversations_dir"
+    if os.geteuid() == 0:  # a root worker's sandbox writes as its non-root host uid
+        os.chown(tmp_path, identity.DEFAULT_HOST_UID, identity.DEFAULT_HOST_UID)
+    with pytest.warns(DeprecationWarning, match=renamed):
+        provider = sandbox_provider.LocalSandboxProvider(sessions_dir=str(tmp_path))
+    assert provider.conversations_dir == str(tmp_path)
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(errors.ConfigError, match="needs isolation"):
+        sandbox_provider.LocalSandboxProvider(isolation="gvisor", sessions_dir="/tmp")
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(TypeError, match="not both"):
+        sandbox_provider.LocalSandboxProvider(sessions_dir="/tmp", conversations_dir="/tmp")

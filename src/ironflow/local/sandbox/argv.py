@@ -55,7 +55,7 @@ class SandboxShape:
     profiles: tuple[environment.LocalProfile, ...]
     home_size_bytes: int
     tmp_size_bytes: int
-    sessions_dir: str | None
+    conversations_dir: str | None
     host_uid: int | None
     #: The host uid that must own what the sandbox writes (a workspace's copy, a writable mount): on a
     #: root worker the sandbox's uid under either runtime; None where the worker's own files are writable.
@@ -187,13 +187,13 @@ def render(
                 exposed.setdefault(root, bwrap.ReadOnlyMount(root, root))
     read_only = (*exposed.values(), *mounts)
     forwarder_script = script if proxy_socket is not None else None
-    sessions_dir = shape.sessions_dir
+    conversations_dir = shape.conversations_dir
     binds: tuple[tuple[bytes, bytes], ...] = ()
     if shape.host_uid is not None:  # every source, staged where the dropped uid reaches it
         if proxy_socket is not None:
             os.chown(proxy_socket, shape.host_uid, shape.host_uid)
             os.chmod(proxy_socket, 0o600)
-        optional = (managed_dir, proxy_socket, forwarder_script, sessions_dir)
+        optional = (managed_dir, proxy_socket, forwarder_script, conversations_dir)
         sources = [
             *(m.source for m in read_only),
             *(w.source for w in writable),
@@ -205,7 +205,9 @@ def render(
         read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
         writable = tuple(bwrap.WritableMount(plan[m.source], m.target) for m in writable)
         profile_dirs = tuple(plan[p] for p in profile_dirs)
-        managed_dir, proxy_socket, forwarder_script, sessions_dir = (None if p is None else plan[p] for p in optional)
+        managed_dir, proxy_socket, forwarder_script, conversations_dir = (
+            None if p is None else plan[p] for p in optional
+        )
     full_cmd = cmd
     if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
         relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, environment.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
@@ -227,7 +229,7 @@ def render(
             bwrap_path=which("bwrap"),
             seccomp_fd=fds.seccomp,
             env_fd=fds.env,
-            sessions_dir=sessions_dir,
+            conversations_dir=conversations_dir,
             keep_sys_admin=keep_sys_admin,
         )
     ), binds

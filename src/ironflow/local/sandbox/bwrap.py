@@ -136,8 +136,9 @@ class BwrapSettings:
     seccomp_fd: int | None = None
     #: An open descriptor holding the sandbox's environment as :func:`env_args` writes it.
     env_fd: int | None = None
-    #: A host directory bound read-write at ~/.claude/projects (the pod's sessions claim).
-    sessions_dir: str | None = None
+    #: A host directory bound read-write at ~/.claude/projects: Claude Code's conversations (the pod's
+    #: conversations claim).
+    conversations_dir: str | None = None
     #: Host paths bound read-write (after the read-only ones: a workspace at /workspace).
     writable_mounts: tuple[WritableMount, ...] = ()
     #: ``CAP_SYS_ADMIN`` in the sandbox's user namespace, for a session's runtime to put its commands in a
@@ -291,8 +292,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += _etc(settings)
     argv += ["--tmpfs", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]
-    if settings.sessions_dir is not None:
-        argv += ["--bind", settings.sessions_dir, layout.CONVERSATIONS_MOUNT_PATH]  # the one writable host path
+    if settings.conversations_dir is not None:
+        argv += ["--bind", settings.conversations_dir, layout.CONVERSATIONS_MOUNT_PATH]  # the one writable host path
     argv += ["--perms", "1777", "--size", str(settings.tmp_size_bytes), "--tmpfs", layout.SANDBOX_TMP]
     argv += ["--tmpfs", "/run"]
     if settings.proxy_socket is not None:

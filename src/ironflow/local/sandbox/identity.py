@@ -29,7 +29,15 @@ from typing import Final
 from ironflow import errors
 from ironflow.claude import layout
 
-__all__ = ["DEFAULT_HOST_UID", "STAGE_ROOT", "bind_staged", "binds", "check_host_uid", "stage_plan"]
+__all__ = [
+    "DEFAULT_HOST_UID",
+    "STAGE_ROOT",
+    "bind_staged",
+    "binds",
+    "check_conversations_dir",
+    "check_host_uid",
+    "stage_plan",
+]
 
 #: The host uid a root worker's bubblewrap sandbox runs as: the pod's uid, which should own nothing.
 DEFAULT_HOST_UID: Final = layout.SANDBOX_UID
@@ -50,6 +58,22 @@ def check_host_uid(uid: int) -> None:
     """
     if isinstance(uid, bool) or not isinstance(uid, int) or uid <= 0:
         raise errors.ConfigError(f"sandbox_host_uid must be a non-root uid (a positive whole number), got {uid!r}")
+
+
+def check_conversations_dir(path: str, *, bubblewrap: bool, host_uid: int | None) -> None:
+    """Refuse a conversations directory (``~/.claude/projects``, bound read-write) the sandbox
+    cannot use: gVisor has none, and on a root worker the host uid must own it.
+
+    Raises:
+        ConfigError: naming the setting and what to do.
+    """
+    if not bubblewrap:
+        raise errors.ConfigError("conversations_dir needs isolation='bwrap': it is not built for gVisor")
+    if host_uid is not None and os.stat(path).st_uid != host_uid:
+        raise errors.ConfigError(
+            f"conversations_dir '{path}' must be owned by the sandbox's host uid on a root worker: "
+            f"chown {host_uid} '{path}'"
+        )
 
 
 def stage_plan(sources: Iterable[str]) -> dict[str, str]:
