@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.testing.kube import KubeTestServer, local_exec

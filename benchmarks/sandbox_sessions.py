@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
 from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret

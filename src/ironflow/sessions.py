@@ -4,7 +4,7 @@ A session is a sandbox kept open: commands run in it one after another, files mo
 out. What a backend hands back is described here once: the session (:class:`SessionInfo`),
 a command's result (:class:`CommandResult`), the events of a streamed command
 (:class:`Output`, :class:`Exit`) and a directory entry (:class:`FileEntry`). The local
-implementation is :mod:`ironflow.local.sessions`; the wire client is
+implementation is :mod:`ironflow.local.sessions.sandbox_sessions`; the wire client is
 :mod:`ironflow.sandbox_runtime.client`.
 """
 

@@ -19,13 +19,13 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.cli import backends, exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.cli.session_backends import ProviderOption
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import process
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, SessionHost
 from ironflow.secrets import Secret

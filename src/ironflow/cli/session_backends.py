@@ -29,7 +29,7 @@ from ironflow.sessions import SessionInfo
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
-    from ironflow.k8s.sessions import K8sSessions
+    from ironflow.k8s.sessions.pod_sessions import K8sSessions
 
 __all__ = [
     "BackendOption",
@@ -153,11 +153,11 @@ async def session_client(target: Target) -> AsyncIterator[SessionClient]:
     if choose(target) is Mode.CLUSTER:
         # The cluster's modules load only when a command talks to one (`sandbox exec --help` stays light).
         from ironflow.cli import backends
-        from ironflow.k8s.sessions import K8sSessions
+        from ironflow.k8s.sessions.pod_sessions import K8sSessions
 
         sessions: K8sSessions
         if target.backend == "agent-sandbox":
-            from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+            from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 
             sessions = AgentSandboxSessions(backends.agent_sandbox_provider(target.provider, target.git_hosts).settings)
         else:

@@ -29,7 +29,7 @@ from typing import Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, ClusterSessions, SessionHost, build_app
 from ironflow.sandbox_runtime.remote import TOKEN_ENV, token_file
 from ironflow.secrets import Secret

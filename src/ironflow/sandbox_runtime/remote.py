@@ -2,7 +2,7 @@
 
 Local sessions live in the process that opened them, so every other process reaches them
 through a server: this is its client, with the same handles (:class:`AsyncSandbox`) as
-:class:`~ironflow.local.sessions.LocalSessions`. The server and its token come from the
+:class:`~ironflow.local.sessions.sandbox_sessions.LocalSessions`. The server and its token come from the
 arguments, else ``$IRONFLOW_SANDBOX_SERVER`` and ``$IRONFLOW_SANDBOX_TOKEN``, else the
 token file the server wrote (:func:`token_file`). The token is a header value only.
 """

@@ -243,18 +243,18 @@ def _sessions_of(provider: AgentProvider, step: str) -> Any:
     from ironflow.local.provider import LocalSandboxProvider
 
     if isinstance(provider, LocalSandboxProvider):
-        from ironflow.local.sessions import LocalSessions
+        from ironflow.local.sessions.sandbox_sessions import LocalSessions
 
         return LocalSessions(provider)
     from ironflow.agent_sandbox.provider import AgentSandboxProvider
     from ironflow.k8s.provider import K8sEphemeralProvider
 
     if isinstance(provider, AgentSandboxProvider):
-        from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+        from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 
         return AgentSandboxSessions(provider.settings)
     if isinstance(provider, K8sEphemeralProvider):
-        from ironflow.k8s.sessions import K8sSessions
+        from ironflow.k8s.sessions.pod_sessions import K8sSessions
 
         return K8sSessions(provider.settings)
     raise errors.StepConfigError(

@@ -20,7 +20,7 @@ from ironflow import errors
 from ironflow.cli.app import app
 from ironflow.local import bwrap, sandbox_argv, workdirs
 from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.local.settings import Isolation
 
 pytestmark = [

@@ -29,16 +29,16 @@ from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
 from ironflow.claude import layout
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.provider import Isolation, LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import SessionInfo
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController

@@ -21,8 +21,8 @@ from tests.sessions.integration.cases import agent_sandbox_settings
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.kube import api as kube
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec

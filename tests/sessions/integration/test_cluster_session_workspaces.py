@@ -22,13 +22,13 @@ from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.k8s.provider import K8sEphemeralProvider
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_router import app as router_app
 from ironflow.sandbox_runtime.remote import RemoteSessions

@@ -22,8 +22,9 @@ from tests.sessions.integration.serving import TOKEN as SERVE_TOKEN
 from tests.sessions.integration.serving import cli_env, descendants, ironflow, running, start_serve
 
 from ironflow import errors
-from ironflow.local import LocalSandboxProvider, gvisor_sessions
-from ironflow.local.sessions import LocalSessions
+from ironflow.local import LocalSandboxProvider
+from ironflow.local.sessions import gvisor_runtime
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
 from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
@@ -96,7 +97,7 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
         assert token.reveal() not in env.stdout
         probe = (
             "import os\n"
-            f"for p in ({gvisor_sessions.SOCKET_DIR!r}, {gvisor_sessions.RUNTIME_DIR + '/server.py'!r}):\n"
+            f"for p in ({gvisor_runtime.SOCKET_DIR!r}, {gvisor_runtime.RUNTIME_DIR + '/server.py'!r}):\n"
             "    try:\n"
             "        os.listdir(p) if p.endswith('session') else open(p, 'a')\n"
             "        print(p, 'open')\n"
@@ -105,10 +106,10 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
         )
         refused = await sandbox.commands.run(["python3", "-I", "-S", "-c", probe])
         assert refused.stdout.split("\n")[:2] == [
-            f"{gvisor_sessions.SOCKET_DIR} PermissionError",
-            f"{gvisor_sessions.RUNTIME_DIR}/server.py PermissionError",
+            f"{gvisor_runtime.SOCKET_DIR} PermissionError",
+            f"{gvisor_runtime.RUNTIME_DIR}/server.py PermissionError",
         ], refused
-        assert "def main" in (await sandbox.commands.run(["cat", gvisor_sessions.RUNTIME_PATH])).stdout
+        assert "def main" in (await sandbox.commands.run(["cat", gvisor_runtime.RUNTIME_PATH])).stdout
         runtime_mem = await sandbox.commands.run(["python3", "-I", "-S", "-c", "open('/proc/1/mem', 'rb')"])
         assert "PermissionError" in runtime_mem.stderr, runtime_mem  # pid 1 is the runtime: its memory holds the token
     assert sorted(os.listdir("/")) == host_root
@@ -193,7 +194,7 @@ async def test_a_2gb_upload_is_refused_at_the_limit_without_filling_memory(state
 _SUPERVISOR = """
 import asyncio, json, sys
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 async def main():
     sessions = LocalSessions(LocalSandboxProvider(isolation="gvisor"), state_dir=sys.argv[1])
     sandbox = await sessions.open(ttl=600)

@@ -21,8 +21,9 @@ from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
-from ironflow.k8s import reaper, session_bridge
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s import reaper
+from ironflow.k8s.sessions import bridge
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.testing.kube import KubeTestServer
@@ -38,7 +39,7 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 def _another(
-    case: SessionCase, *, max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES, python: str = "python3"
+    case: SessionCase, *, max_upload_bytes: int = bridge.DEFAULT_MAX_UPLOAD_BYTES, python: str = "python3"
 ) -> K8sSessions:
     """A second holder of the same namespace's sessions, as another process would be."""
     assert isinstance(case.sessions, K8sSessions)
@@ -79,7 +80,7 @@ async def test_a_lost_supervisors_pod_goes_in_one_reaper_pass_after_its_ttl(case
 
 _SUPERVISOR = """
 import asyncio, json, sys
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.testing.kube import KubeTestServer

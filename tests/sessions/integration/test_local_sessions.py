@@ -19,7 +19,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sessions import SessionNotFound
 
 pytestmark = [
@@ -85,7 +85,7 @@ async def test_closing_kills_every_process_of_the_session(sessions: LocalSession
 
 _SUPERVISOR = """
 import asyncio, json, sys
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 async def main():
     sessions = LocalSessions(state_dir=sys.argv[1])
     sandbox = await sessions.open(ttl=600)

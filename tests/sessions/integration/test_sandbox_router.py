@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
 from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
 from ironflow.secrets import Secret
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_runtime.client import AsyncCommands, RuntimeClient
 
 #: The defaults, as documented (not imported: the test must run, and fail, on code without them).

@@ -17,7 +17,7 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 from ironflow import errors
 from ironflow.local import cgroups, workspace_bound
 from ironflow.local.provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]

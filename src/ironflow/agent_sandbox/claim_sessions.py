@@ -3,7 +3,7 @@
 ``open`` creates a SandboxClaim on the provider's warm pool (:func:`session_claim`, pure);
 the controller binds it to a Sandbox (a Ready pool member is adopted at once, else one is
 started) and the session is that Sandbox's pod, used as a Kubernetes session's is: the
-same bridge and runtime over ``pods/exec`` (:mod:`ironflow.k8s.sessions`). The pod is the
+same bridge and runtime over ``pods/exec`` (:mod:`ironflow.k8s.sessions.pod_sessions`). The pod is the
 template's, so its environment is too: ``env`` is refused.
 
 A session can be suspended and resumed (:meth:`AgentSandboxSessions.suspend`, v1beta1): its
@@ -31,9 +31,10 @@ from ironflow.agent_sandbox import claims, lifecycle, manifests, models
 from ironflow.agent_sandbox.steps import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.k8s import command_manifests, pods, session_bridge, session_pods, session_workspaces
+from ironflow.k8s import command_manifests, pods
 from ironflow.k8s import manifests as pod_manifests
-from ironflow.k8s.sessions import Found, K8sSessions
+from ironflow.k8s.sessions import bridge, clones, session_pod
+from ironflow.k8s.sessions.pod_sessions import Found, K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound
@@ -59,7 +60,7 @@ def session_claim(
         ConfigError: a bad ttl, a reserved or invalid label, a run id that is no label value.
     """
     command_manifests.check_duration("ttl", ttl_s)
-    chosen = session_pods.check_labels(caller_labels, run_id)
+    chosen = session_pod.check_labels(caller_labels, run_id)
     expires = math.ceil(now + ttl_s)
     claim_labels = {**chosen, labels.LABEL_SESSION_ID: session_id}
     if run_id is not None:
@@ -93,9 +94,9 @@ def claim_info(claim: Mapping[str, Any]) -> SessionInfo | None:
         id=session_id,
         backend=BACKEND,
         isolation="sandbox",
-        created_at=session_pods.created_at(meta),
+        created_at=session_pod.created_at(meta),
         expires_at=float(labels.expires_at(meta.get("annotations")) or 0),
-        labels={k: v for k, v in claim_labels.items() if k not in session_pods.OWN_KEYS},
+        labels={k: v for k, v in claim_labels.items() if k not in session_pod.OWN_KEYS},
         run_id=claim_labels.get(labels.LABEL_RUN_ID),
     )
 
@@ -110,7 +111,7 @@ class AgentSandboxSessions(K8sSessions):
         settings: AgentSandboxSettings,
         *,
         api: kube.KubeApi | None = None,
-        max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
+        max_upload_bytes: int = bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
@@ -160,7 +161,7 @@ class AgentSandboxSessions(K8sSessions):
             )
         if idle_timeout is not None and not idle_timeout > 0:
             raise errors.ConfigError("idle_timeout must be a positive number of seconds")
-        secret = None if workspace is None else session_workspaces.check(self.settings, workspace)
+        secret = None if workspace is None else clones.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         body = session_claim(session_id, self.agent, ttl_s=ttl, now=now, caller_labels=labels, run_id=run_id)
@@ -197,7 +198,7 @@ class AgentSandboxSessions(K8sSessions):
         if info is None or sandbox is None:
             return None
         pod = await claims.sandbox_pod(await self._client(), self.resources, self.namespace, sandbox)
-        held = session_workspaces.held_of((claim.get("metadata") or {}).get("annotations"))
+        held = clones.held_of((claim.get("metadata") or {}).get("annotations"))
         return Found(info, pod, pod_manifests.CONTAINER_NAME, {}, claims.has_condition(claim, "Ready"), held)
 
     async def _annotate(self, name: str, annotations: Mapping[str, str]) -> None:

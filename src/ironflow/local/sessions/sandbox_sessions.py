@@ -6,7 +6,7 @@ network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-
 :data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
-(:mod:`~ironflow.local.gvisor_sessions`). The per-session token goes in on stdin, so neither
+(:mod:`~ironflow.local.sessions.gvisor_runtime`). The per-session token goes in on stdin, so neither
 is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
 commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
@@ -43,21 +43,11 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import (
-    bwrap,
-    cgroups,
-    gvisor,
-    gvisor_sessions,
-    runner,
-    sandbox_argv,
-    session_agents,
-    session_workspaces,
-    settings,
-    workdirs,
-)
+from ironflow.local import bwrap, cgroups, gvisor, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
 from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sessions import agents, changesets, gvisor_runtime
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
@@ -71,7 +61,7 @@ __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSess
 log = logging.getLogger("ironflow.local")
 
 #: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
-#: is touched); gVisor's is :data:`~ironflow.local.gvisor_sessions.RUNTIME_DIR`.
+#: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
 RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 #: The largest single upload the runtime accepts (413 past it).
@@ -85,7 +75,7 @@ _MAX_SOCKET_PATH: Final = 107
 _PR_SET_PDEATHSIG: Final = 1
 #: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
 #: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
-#: :data:`~ironflow.local.gvisor_sessions.RUNTIME_ISOLATION`.
+#: :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_ISOLATION`.
 _ISOLATE: Final = "--isolate-commands"
 
 
@@ -133,7 +123,7 @@ class LocalSessions:
             settings.sandbox_env(self.provider.env)
         self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
-        if len(gvisor_sessions.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
+        if len(gvisor_runtime.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
             raise errors.ConfigError(
                 f"state_dir '{self.state_dir}' is too long for a unix socket path: use a shorter one"
             )
@@ -178,14 +168,10 @@ class LocalSessions:
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         proxy = contextlib.AsyncExitStack()
         try:
-            prepared = (
-                None if workspace is None else await session_workspaces.prepare(self.provider, workspace, directory)
-            )
+            prepared = None if workspace is None else await changesets.prepare(self.provider, workspace, directory)
             socket_path, token = (None, None)
             if agent:
-                socket_path, token = await session_agents.open_proxy(
-                    proxy, self.provider, directory, run_id=run_id, ttl=ttl
-                )
+                socket_path, token = await agents.open_proxy(proxy, self.provider, directory, run_id=run_id, ttl=ttl)
             session = await self._start(session_id, directory, run_env, idle_timeout, prepared, socket_path)
         except BaseException:
             await proxy.aclose()
@@ -200,7 +186,7 @@ class LocalSessions:
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         if prepared is not None:  # killed once its copy holds more than the workspace's max_total_bytes
             kill = functools.partial(runner.kill_tree, session.proc, session.group)
-            session.bound = session_workspaces.stop_past_bound(prepared, session_id, self._ended, kill)
+            session.bound = changesets.stop_past_bound(prepared, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
 
@@ -279,20 +265,20 @@ class LocalSessions:
     ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
         python = self._python
-        listen = str(gvisor_sessions.LISTEN_FD)
-        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
-        shown = gvisor_sessions.runtime_settings(
+        listen = str(gvisor_runtime.LISTEN_FD)
+        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", listen, *options)
+        shown = gvisor_runtime.runtime_settings(
             self._shape, command, python=python, runsc_path=self._runsc, writable=writable
         )
-        doc = gvisor_sessions.spec(
+        doc = gvisor_runtime.spec(
             shown,
             env,
             runtime_source=os.path.dirname(SERVER_PATH),
-            socket_source=os.path.join(directory, gvisor_sessions.SOCKET_SUBDIR),
+            socket_source=os.path.join(directory, gvisor_runtime.SOCKET_SUBDIR),
         )
-        bundle = gvisor_sessions.write_bundle(directory, doc)
+        bundle = gvisor_runtime.write_bundle(directory, doc)
         proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), (), ())
-        return proc, group, gvisor_sessions.host_socket(directory)
+        return proc, group, gvisor_runtime.host_socket(directory)
 
     async def _spawn(
         self, argv: list[str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
@@ -421,7 +407,7 @@ class LocalSessions:
         root = layout.SANDBOX_HOME if session.workspace is None else WORKSPACE_PATH
         handle = self._handle(session)
         try:
-            return await session_agents.run_agent(handle, self.provider, config, session.agent_token, working_dir=root)
+            return await agents.run_agent(handle, self.provider, config, session.agent_token, working_dir=root)
         finally:
             await handle.disconnect()
 
@@ -459,7 +445,7 @@ class LocalSessions:
         session = self._get(session_id)
         if session.workspace is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
-        return await session_workspaces.changes(session.workspace, apply=apply, group=session.group)
+        return await changesets.changes(session.workspace, apply=apply, group=session.group)
 
     async def close(self, session_id: str) -> None:
         """End a session: every process in it is dead when this returns. Closing twice is no error."""

@@ -1,9 +1,9 @@
 """Kubernetes sandbox sessions: a hardened pod kept open, reached by exec (I/O).
 
-``open`` creates the session pod (:mod:`ironflow.k8s.session_pods`), waits for Running with
+``open`` creates the session pod (:mod:`ironflow.k8s.sessions.session_pod`), waits for Running with
 the pod steps' fail-fast classification (:func:`ironflow.k8s.pod_wait.wait_for`: a bad
 image, a missing Secret, no node end the wait at once), checks that the pod runs the
-runtime, and starts the session's :class:`~ironflow.k8s.session_bridge.Bridge`: the handle
+runtime, and starts the session's :class:`~ironflow.k8s.sessions.bridge.Bridge`: the handle
 is the same :class:`~ironflow.sandbox_runtime.client.AsyncSandbox` local sessions hand out.
 
 Sessions are found again from the cluster: ``connect(id)`` reattaches from any process,
@@ -29,7 +29,8 @@ from ironflow import errors, labels
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.auth_proxy.client import AdminClient
 from ironflow.claude import layout
-from ironflow.k8s import pod_wait, pods, session_bridge, session_pods, session_workspaces, workspace_clone
+from ironflow.k8s import pod_wait, pods, workspace_clone
+from ironflow.k8s.sessions import bridge, clones, session_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import pod_problems, pod_status
@@ -59,17 +60,17 @@ class Found:
     env: Mapping[str, str]
     running: bool = True
     #: The session's git workspace and the starting commit its clone recorded (None: none).
-    workspace: session_workspaces.Held | None = None
+    workspace: clones.Held | None = None
 
 
 @dataclasses.dataclass(eq=False)
 class _Session:
     info: SessionInfo
-    bridge: session_bridge.Bridge
+    bridge: bridge.Bridge
     idle_timeout: float | None
     pod: str
     container: str
-    workspace: session_workspaces.Held | None = None
+    workspace: clones.Held | None = None
     watcher: asyncio.Task[None] | None = None
     released: bool = False
 
@@ -89,7 +90,7 @@ class K8sSessions:
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
     """
 
-    backend: ClassVar[str] = session_pods.BACKEND
+    backend: ClassVar[str] = session_pod.BACKEND
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class K8sSessions:
         *,
         api: kube.KubeApi | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
-        max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
+        max_upload_bytes: int = bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
@@ -145,10 +146,10 @@ class K8sSessions:
         """
         if idle_timeout is not None and not idle_timeout > 0:
             raise errors.ConfigError("idle_timeout must be a positive number of seconds")
-        secret = None if workspace is None else session_workspaces.check(self.settings, workspace)
+        secret = None if workspace is None else clones.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
-        body = session_pods.session_pod(
+        body = session_pod.session_pod(
             session_id, self.settings, ttl_s=ttl, now=now, caller_labels=labels, run_id=run_id, env=env
         )
         api = await self._client()
@@ -160,9 +161,9 @@ class K8sSessions:
             raise
         try:
             await self._wait_running(api, session_id)
-            info = session_pods.info_of(created, settings_labels=self.settings.pod_labels)
+            info = session_pod.info_of(created, settings_labels=self.settings.pod_labels)
             assert info is not None  # rendered as a session pod just now
-            found = Found(info, session_id, session_pods.CONTAINER, dict(env or {}))
+            found = Found(info, session_id, session_pod.CONTAINER, dict(env or {}))
             if workspace is not None and secret is not None:
                 found = await self._clone(found, workspace, secret, expires_at=now + ttl)
             session = await self._attach(found, idle_timeout, probe=True)
@@ -177,13 +178,13 @@ class K8sSessions:
         """Clone ``spec`` into the session's pod with a grant of its own (revoked once the clone
         ends) and record the starting commit on the session's object."""
         assert self.settings.auth_proxy_url is not None  # session_workspaces.check
-        commit = await session_workspaces.clone(
+        commit = await clones.clone(
             await self._client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
             where=self.where, namespace=self.namespace, pod=found.pod, container=found.container,
             session_id=found.info.id, expires_at=math.ceil(expires_at),
         )  # fmt: skip
-        held = session_workspaces.Held(spec, commit)
-        await self._annotate(found.info.id, session_workspaces.workspace_annotations(held))
+        held = clones.Held(spec, commit)
+        await self._annotate(found.info.id, clones.workspace_annotations(held))
         return dataclasses.replace(found, workspace=held)
 
     def _grants(self) -> issuing.TokenIssuer:
@@ -215,7 +216,7 @@ class K8sSessions:
 
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
         info = found.info
-        runtime = session_bridge.PodRuntime(
+        runtime = bridge.PodRuntime(
             await self._client(),
             self.namespace,
             found.pod,
@@ -224,14 +225,14 @@ class K8sSessions:
             python=self.python,
             workspace="." if found.workspace is None else self.where.workspace,
         )
-        bridge = session_bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
-        await bridge.start()
-        session = _Session(info, bridge, idle_timeout, found.pod, found.container, found.workspace)
+        started = bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
+        await started.start()
+        session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
         if probe:
             try:
                 await self._probe(session)
             except BaseException:
-                await bridge.aclose()
+                await started.aclose()
                 raise
         self._sessions[info.id] = session
         return session
@@ -270,12 +271,12 @@ class K8sSessions:
             pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
         except errors.KubeNotFound:
             return None
-        info = session_pods.info_of(pod, settings_labels=self.settings.pod_labels)
+        info = session_pod.info_of(pod, settings_labels=self.settings.pod_labels)
         if info is None:
             return None
         running = pod_status.phase(pod) == "Running"
-        held = session_workspaces.held_of((pod.get("metadata") or {}).get("annotations"))
-        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running, held)
+        held = clones.held_of((pod.get("metadata") or {}).get("annotations"))
+        return Found(info, session_id, session_pod.CONTAINER, _plain_env(pod), running, held)
 
     async def _delete(self, name: str) -> None:
         """Delete the pod at once (no grace: a session's processes are disposable), even when cancelled;
@@ -341,8 +342,8 @@ class K8sSessions:
         if held is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
         if apply:
-            raise session_workspaces.refuse_apply()
-        return await session_workspaces.changes(
+            raise clones.refuse_apply()
+        return await clones.changes(
             await self._client(), held, where=self.where, namespace=self.namespace, pod=pod, container=container
         )
 
@@ -363,7 +364,7 @@ class K8sSessions:
         if run_id is not None:
             selector += f",{labels.LABEL_RUN_ID}={labels.sanitize_label_value(run_id)}"
         listed = await (await self._client()).list_all(kube.PODS, self.namespace, label_selector=selector)
-        found = (session_pods.info_of(p, settings_labels=self.settings.pod_labels) for p in listed.items)
+        found = (session_pod.info_of(p, settings_labels=self.settings.pod_labels) for p in listed.items)
         return [info for info in found if info is not None]
 
     async def close(self, session_id: str) -> bool:
@@ -421,7 +422,7 @@ class K8sSessions:
 def _plain_env(pod: Mapping[str, Any]) -> dict[str, str]:
     """The session's environment, as its pod's container holds it (plain values only)."""
     for container in (pod.get("spec") or {}).get("containers") or ():
-        if container.get("name") == session_pods.CONTAINER:
+        if container.get("name") == session_pod.CONTAINER:
             env = container.get("env") or ()
             return {e["name"]: str(e["value"]) for e in env if "value" in e and e["name"] not in _HARDENING_ENV}
     return {}
