@@ -41,8 +41,8 @@ from typing import Any
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions.remote import RemoteSessions
 
 COMMAND = ["true"]
 TOKEN = Secret("benchmark-token-0123456789abcdef")

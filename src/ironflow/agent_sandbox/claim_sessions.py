@@ -36,8 +36,8 @@ from ironflow.k8s import manifests as pod_manifests
 from ironflow.k8s.sessions import bridge, clones, session_pod
 from ironflow.k8s.sessions.pod_sessions import Found, K8sSessions
 from ironflow.kube import api as kube
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound
+from ironflow.sessions.client import AsyncSandbox
+from ironflow.sessions.values import DEFAULT_TTL_S, SessionInfo, SessionNotFound
 from ironflow.workspaces import Workspace
 
 __all__ = ["BACKEND", "AgentSandboxSessions", "claim_info", "session_claim"]

@@ -2,7 +2,7 @@
 
 A local session lives in the process that opened it, so ``serve``
 (:mod:`ironflow.cli.sandbox_serve`) runs that process and every command here is its client
-(:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`): ``--server`` defaults to
+(:class:`~ironflow.sessions.remote.RemoteSessions`): ``--server`` defaults to
 ``$IRONFLOW_SANDBOX_SERVER``, the token to ``$IRONFLOW_SANDBOX_TOKEN`` or the file ``serve``
 wrote. A Kubernetes session is its pod: with ``--provider FILE`` these commands talk to the
 file's cluster and need no server (:mod:`ironflow.cli.session_backends`). A token is never an
@@ -41,8 +41,8 @@ from ironflow.cli.session_backends import (
     session_client,
 )
 from ironflow.cli.stores import run_async
-from ironflow.sandbox_runtime.client import AsyncFiles
-from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
+from ironflow.sessions.client import AsyncFiles
+from ironflow.sessions.values import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
 from ironflow.workspaces import WorkspaceChanges, is_git_source
 
 __all__ = ["parse_pairs", "parse_remote", "register"]

@@ -23,9 +23,9 @@ import typer
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
-from ironflow.sessions import SessionInfo
+from ironflow.sessions.client import AsyncSandbox
+from ironflow.sessions.remote import SERVER_ENV, RemoteSessions
+from ironflow.sessions.values import SessionInfo
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 :mod:`~ironflow.sandbox_router.app` is the application (ironflow's session endpoints and
 agent-sandbox's Sandbox Router protocol in front of each session's runtime);
 :mod:`~ironflow.sandbox_router.process` its token, socket and shutdown. Clients are
-:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`, the upstream SDK, or the CLI.
+:class:`~ironflow.sessions.remote.RemoteSessions`, the upstream SDK, or the CLI.
 """
 
 from __future__ import annotations

@@ -32,10 +32,10 @@ from yarl import URL
 
 from ironflow import errors, labels
 from ironflow.pod_settings import is_env_name
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
+from ironflow.sessions.client import AsyncSandbox
+from ironflow.sessions.remote import API_PATH
+from ironflow.sessions.values import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
 from ironflow.workspaces import Workspace
 
 __all__ = [

@@ -1,7 +1,7 @@
 """``ironflow sandbox serve`` as a process: its token, its socket, its end.
 
 The token is ``$IRONFLOW_SANDBOX_TOKEN``, else the one in
-:func:`~ironflow.sandbox_runtime.remote.token_file`, where the clients on this machine read it
+:func:`~ironflow.sessions.remote.token_file`, where the clients on this machine read it
 (:class:`SharedToken`): once bound, a server holds a shared lock on the file for its life and
 makes a new token (0600, replaced atomically) only when no live server holds it, else takes
 the live one's, so a second server never locks the first one's clients out. Only the path is
@@ -31,8 +31,8 @@ from aiohttp import web
 from ironflow import errors
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, ClusterSessions, SessionHost, build_app
-from ironflow.sandbox_runtime.remote import TOKEN_ENV, token_file
 from ironflow.secrets import Secret
+from ironflow.sessions.remote import TOKEN_ENV, token_file
 
 __all__ = ["MIN_TOKEN_CHARS", "SharedToken", "env_token", "is_loopback", "serve"]
 

@@ -39,8 +39,8 @@ from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.provider import Isolation, LocalSandboxProvider
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
-from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.sessions import SessionInfo
+from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 

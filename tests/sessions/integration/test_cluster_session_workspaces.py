@@ -31,8 +31,8 @@ from ironflow.k8s.provider import K8sEphemeralProvider
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_router import app as router_app
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions.remote import RemoteSessions
 from ironflow.workspaces import Change, Workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")

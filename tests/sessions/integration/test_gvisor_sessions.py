@@ -26,8 +26,8 @@ from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions import gvisor_runtime
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions.remote import RemoteSessions
 
 pytestmark = [
     pytest.mark.gvisor,

@@ -17,9 +17,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
 from ironflow.sessions import Output
+from ironflow.sessions.remote import RemoteSessions
 
 pytestmark = [
     pytest.mark.bwrap,

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ironflow import errors
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
-from ironflow.sandbox_runtime.client import AsyncCommands, RuntimeClient
+from ironflow.sessions.client import AsyncCommands, RuntimeClient
 
 #: The defaults, as documented (not imported: the test must run, and fail, on code without them).
 KEEP = 1 << 20
@@ -33,7 +33,7 @@ _FLOOD = textwrap.dedent(
     """
     import asyncio, json, resource, sys, tempfile, os
     from aiohttp import web
-    from ironflow.sandbox_runtime.client import AsyncCommands, RuntimeClient
+    from ironflow.sessions.client import AsyncCommands, RuntimeClient
 
     size = int(sys.argv[1])
     line = (json.dumps({"stdout": "a" * 65536}) + "\\n").encode()

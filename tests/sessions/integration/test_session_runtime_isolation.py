@@ -23,8 +23,8 @@ from ironflow.local import LocalSandboxProvider
 from ironflow.local.provider import ProxyCredential
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_runtime import SERVER_PATH
-from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
+from ironflow.sessions.client import AsyncSandbox
 
 BACKENDS = [
     pytest.param(

@@ -11,8 +11,7 @@ import pytest
 from tests.sessions.integration.serving import TOKEN, Served
 
 from ironflow import errors
-from ironflow.sandbox_runtime import Sandbox
-from ironflow.sessions import Exit, Output, SessionNotFound
+from ironflow.sessions import Exit, Output, Sandbox, SessionNotFound
 
 pytestmark = [
     pytest.mark.bwrap,

@@ -11,8 +11,8 @@ from ironflow import errors
 from ironflow.cli.sandbox_sessions import parse_remote
 from ironflow.sandbox_router import app as router_app
 from ironflow.sandbox_router.process import is_loopback
-from ironflow.sandbox_runtime import remote
 from ironflow.secrets import Secret
+from ironflow.sessions import remote
 
 
 def test_the_router_target_defaults_and_caps_the_timeout() -> None:

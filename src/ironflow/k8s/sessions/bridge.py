@@ -5,7 +5,7 @@ bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on an ab
 socket (no file: nothing is left on disk when this process is SIGKILLed) that admits only
 this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
 token, so the session handle
-(:class:`~ironflow.sandbox_runtime.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
+(:class:`~ironflow.sessions.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
 router talk to it exactly as to a local session. Each request becomes one ``pods/exec`` of
 the runtime itself (:mod:`ironflow.k8s.sessions.wire`): the pod does the path checks, the
 tar filters, the limits and the process-group kill, never this host.

@@ -4,7 +4,7 @@
 the pod steps' fail-fast classification (:func:`ironflow.k8s.pod_wait.wait_for`: a bad
 image, a missing Secret, no node end the wait at once), checks that the pod runs the
 runtime, and starts the session's :class:`~ironflow.k8s.sessions.bridge.Bridge`: the handle
-is the same :class:`~ironflow.sandbox_runtime.client.AsyncSandbox` local sessions hand out.
+is the same :class:`~ironflow.sessions.client.AsyncSandbox` local sessions hand out.
 
 Sessions are found again from the cluster: ``connect(id)`` reattaches from any process,
 ``find`` lists them by label, ``close`` and ``close_run`` delete their pods. Every session
@@ -34,9 +34,9 @@ from ironflow.k8s.sessions import bridge, clones, session_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import pod_problems, pod_status
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "Found", "K8sSessions"]

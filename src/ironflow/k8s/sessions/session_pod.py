@@ -24,7 +24,7 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.k8s import command_manifests, hardening, manifests
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.sessions import SessionInfo
+from ironflow.sessions.values import SessionInfo
 
 __all__ = [
     "BACKEND",

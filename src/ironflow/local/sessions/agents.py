@@ -19,8 +19,8 @@ from ironflow.claude import command, output, rate_limits
 from ironflow.local import proxy_session, settings
 from ironflow.local.provider import AGENT_KEEP_BYTES, LocalSandboxProvider
 from ironflow.results import AgentResult
-from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
+from ironflow.sessions.client import AsyncSandbox
 from ironflow.steps import AgentConfig
 
 __all__ = ["PROXY_SOCKET", "open_proxy", "run_agent"]

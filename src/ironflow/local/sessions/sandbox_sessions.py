@@ -50,9 +50,9 @@ from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import agents, changesets, gvisor_runtime
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 

@@ -5,7 +5,7 @@ out. What a backend hands back is described here once: the session (:class:`Sess
 a command's result (:class:`CommandResult`), the events of a streamed command
 (:class:`Output`, :class:`Exit`) and a directory entry (:class:`FileEntry`). The local
 implementation is :mod:`ironflow.local.sessions.sandbox_sessions`; the wire client is
-:mod:`ironflow.sandbox_runtime.client`.
+:mod:`ironflow.sessions.client`.
 """
 
 from __future__ import annotations

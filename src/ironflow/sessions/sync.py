@@ -4,7 +4,7 @@ For code without an event loop (as E2B pairs ``Sandbox`` with ``AsyncSandbox``):
 :class:`Sandbox` runs the async handle on an event loop in a private thread and waits for
 each call, so the two faces share every line of the wire code. ``with Sandbox.open(...)``
 closes the session at the end of the block; ``disconnect()`` leaves it to its TTL. The
-session lives in an ``ironflow sandbox serve`` (:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`).
+session lives in an ``ironflow sandbox serve`` (:class:`~ironflow.sessions.remote.RemoteSessions`).
 Callbacks (``on_stdout``) run on that private thread.
 """
 
@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, BinaryIO, TypeVar
 
 from ironflow.captured import DEFAULT_KEEP_BYTES
-from ironflow.sandbox_runtime.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
-from ironflow.sandbox_runtime.remote import RemoteSessions
-from ironflow.sandbox_runtime.untar import DEFAULT_MAX_ENTRIES
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, CommandEvent, CommandResult, FileEntry, SessionInfo
+from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
+from ironflow.sessions.remote import RemoteSessions
+from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
+from ironflow.sessions.values import DEFAULT_TTL_S, CommandEvent, CommandResult, FileEntry, SessionInfo
 
 __all__ = ["Commands", "Files", "Sandbox", "SyncCommandHandle"]
 
@@ -78,7 +78,7 @@ class SyncCommandHandle:
 
 
 class Commands:
-    """``sandbox.commands``: as :class:`~ironflow.sandbox_runtime.client.AsyncCommands`, blocking."""
+    """``sandbox.commands``: as :class:`~ironflow.sessions.client.AsyncCommands`, blocking."""
 
     def __init__(self, loop: _Loop, handle: AsyncSandbox) -> None:
         self._loop, self._commands = loop, handle.commands
@@ -132,7 +132,7 @@ class Commands:
 
 
 class Files:
-    """``sandbox.files``: as :class:`~ironflow.sandbox_runtime.client.AsyncFiles`, blocking."""
+    """``sandbox.files``: as :class:`~ironflow.sessions.client.AsyncFiles`, blocking."""
 
     def __init__(self, loop: _Loop, handle: AsyncSandbox) -> None:
         self._loop, self._files = loop, handle.files

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Final
 
 from ironflow import errors, settings_file
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
 from ironflow.workspaces import WorkspaceChanges, is_git_source
 
 __all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
