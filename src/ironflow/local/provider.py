@@ -46,6 +46,7 @@ from ironflow.local import (
 )
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
+from ironflow.local.sessions import sandbox_sessions
 from ironflow.local.settings import PROXY_PORT, Isolation, LocalProfile, ProxyCredential, ignored_settings, sandbox_env
 from ironflow.pod_settings import HostPathSource, validate_sub_path
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
@@ -69,17 +70,11 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 DEFAULT_TIMEOUT_S: Final = 600.0
-#: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
-#: last, and a model's answer is well under this (a million tokens is about 4 MiB).
-AGENT_KEEP_BYTES: Final = 8 << 20
 
 
 def _text(raw: bytes) -> str:
     """A sandbox's output as text; bytes that are not UTF-8 become U+FFFD, never an error."""
     return raw.decode(errors="replace")
-
-
-# --- the provider ------------------------------------------------------------------------
 
 
 class LocalSandboxProvider(ProviderBase):
@@ -395,7 +390,7 @@ class LocalSandboxProvider(ProviderBase):
                         run_ids=runner.release_keys(config.scope),
                         pass_fds=fds.inherited,
                         binds=binds,
-                        keep_bytes=AGENT_KEEP_BYTES,
+                        keep_bytes=settings.AGENT_KEEP_BYTES,
                         stop_when=workspace_bound.stop_when(prepared),
                     )
                     span.set(exit_code=finished.code, timed_out=finished.timed_out)
@@ -441,6 +436,10 @@ class LocalSandboxProvider(ProviderBase):
                 limit_s=self.timeout, message=message,
             )  # fmt: skip
         return changes
+
+    def sessions(self, *, state_dir: str | None = None) -> sandbox_sessions.LocalSessions:
+        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go)."""
+        return sandbox_sessions.LocalSessions(self, state_dir=state_dir)
 
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""

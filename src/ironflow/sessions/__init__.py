@@ -11,13 +11,16 @@ on first use, so ``import ironflow.sessions`` starts no HTTP stack. Backends liv
 from typing import TYPE_CHECKING
 
 from ironflow._lazy import lazy_exports
+from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
 from ironflow.sessions.values import (
+    BACKENDS,
     DEFAULT_TTL_S,
     SESSION_ID,
     CommandEvent,
     CommandResult,
     Exit,
     FileEntry,
+    OpenOptions,
     Output,
     SessionInfo,
     SessionNotFound,
@@ -31,16 +34,20 @@ if TYPE_CHECKING:
     from ironflow.sessions.sync import Sandbox
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_TTL_S",
     "SESSION_ID",
     "AsyncSandbox",
+    "ClusterSessionBackend",
     "CommandEvent",
     "CommandResult",
     "Exit",
     "FileEntry",
+    "OpenOptions",
     "Output",
     "RemoteSessions",
     "Sandbox",
+    "SessionBackend",
     "SessionInfo",
     "SessionNotFound",
     "check_session_id",

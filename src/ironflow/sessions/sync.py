@@ -20,7 +20,7 @@ from ironflow.secrets import Secret
 from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
 from ironflow.sessions.remote import RemoteSessions
 from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
-from ironflow.sessions.values import DEFAULT_TTL_S, CommandEvent, CommandResult, FileEntry, SessionInfo
+from ironflow.sessions.values import CommandEvent, CommandResult, FileEntry, OpenOptions, SessionInfo
 
 __all__ = ["Commands", "Files", "Sandbox", "SyncCommandHandle"]
 
@@ -214,19 +214,10 @@ class Sandbox:
 
     @classmethod
     def open(
-        cls,
-        *,
-        server: str | None = None,
-        token: Secret | str | None = None,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
+        cls, options: OpenOptions | None = None, *, server: str | None = None, token: Secret | str | None = None
     ) -> Sandbox:
         """A new session on the server (``server``/``token`` default as :class:`RemoteSessions`'s)."""
-        options = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": labels, "run_id": run_id, "env": env}
-        return cls._start(server, token, RemoteSessions.open, **options)
+        return cls._start(server, token, RemoteSessions.open, options)
 
     @classmethod
     def connect(cls, session_id: str, *, server: str | None = None, token: Secret | str | None = None) -> Sandbox:

@@ -3,27 +3,33 @@
 A session is a sandbox kept open: commands run in it one after another, files move in and
 out. What a backend hands back is described here once: the session (:class:`SessionInfo`),
 a command's result (:class:`CommandResult`), the events of a streamed command
-(:class:`Output`, :class:`Exit`) and a directory entry (:class:`FileEntry`). The local
-implementation is :mod:`ironflow.local.sessions.sandbox_sessions`; the wire client is
-:mod:`ironflow.sessions.client`.
+(:class:`Output`, :class:`Exit`), a directory entry (:class:`FileEntry`), and what a new
+session is opened with (:class:`OpenOptions`, parsed once from a server's JSON). The one
+interface of every backend is :class:`~ironflow.sessions.backend.SessionBackend`; the wire
+client is :mod:`ironflow.sessions.client`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from ironflow import errors
+from ironflow import errors, labels
+from ironflow.pod_settings import is_env_name
+from ironflow.workspaces import Workspace
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_TTL_S",
     "SESSION_ID",
     "CommandEvent",
     "CommandResult",
     "Exit",
     "FileEntry",
+    "OpenOptions",
     "Output",
     "SessionInfo",
     "SessionNotFound",
@@ -37,6 +43,9 @@ SESSION_ID: Final = re.compile(r"^sbx-[0-9a-f]{16}$")
 DEFAULT_TTL_S: Final = 3600.0
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The backends a session may live on (``backend`` in a server's open request: its own, or refused).
+BACKENDS: Final = ("local", "k8s", "agent-sandbox")
+_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace"})
 
 
 class SessionNotFound(errors.UsageError):
@@ -150,3 +159,105 @@ class FileEntry:
     size: int
     type: Literal["file", "directory"]
     mod_time: float
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """What a new session is opened with, on any backend.
+
+    Args:
+        ttl: seconds until the session ends, whatever happens (default an hour).
+        idle_timeout: seconds without a request after which it ends (None: only the TTL).
+        labels: the caller's labels, shown by ``list`` (label keys and values).
+        run_id: the run it belongs to: ``release_run(run_id)`` ends it with the run's steps.
+        env: variables every command of the session sees (credentials are refused by the backend).
+        workspace: what the session works on (a host directory or a git URL, as a step's).
+    """
+
+    ttl: float = DEFAULT_TTL_S
+    idle_timeout: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    workspace: Workspace | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ttl > 0 or (self.idle_timeout is not None and not self.idle_timeout > 0):
+            raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+
+    @classmethod
+    def from_json(cls, doc: object) -> OpenOptions:
+        """The options of a server's open request (pure); its ``backend`` field is checked here
+        and left to the server to compare with its own.
+
+        Raises:
+            ConfigError: naming the first field that is wrong.
+        """
+        if not isinstance(doc, dict):
+            raise errors.ConfigError("the body must be a JSON object")
+        if unknown := sorted(set(doc) - _OPEN_FIELDS):
+            known = ", ".join(sorted(_OPEN_FIELDS))
+            raise errors.ConfigError(f"unknown field '{errors.truncate(unknown[0], 40)}': use {known}")
+        session_labels = _strings(doc, "labels")
+        for key, value in session_labels.items():
+            if problem := labels.label_key_problem(key) or labels.label_value_problem(key, value):
+                raise errors.ConfigError(problem)
+        env = _strings(doc, "env")
+        if bad := [name for name in env if not is_env_name(name)]:
+            raise errors.ConfigError(f"invalid env name '{errors.truncate(bad[0], 40)}': use [A-Za-z_][A-Za-z0-9_]*")
+        backend = doc.get("backend")
+        if backend is not None and backend not in BACKENDS:
+            known = ", ".join(BACKENDS)
+            raise errors.ConfigError(f"invalid backend '{errors.truncate(str(backend), 40)}': use {known}")
+        run_id = doc.get("run_id")
+        if run_id is not None and not (isinstance(run_id, str) and labels.is_valid_label_value(run_id)):
+            raise errors.ConfigError("run_id must be a label value: 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
+        source = doc.get("workspace")
+        if source is not None and (not isinstance(source, str) or not source):
+            raise errors.ConfigError("workspace must be a directory on the server's machine or GIT_URL[@REF]")
+        ttl = _seconds(doc, "ttl")
+        return cls(
+            ttl=DEFAULT_TTL_S if ttl is None else ttl,
+            idle_timeout=_seconds(doc, "idle_timeout"),
+            labels=session_labels,
+            run_id=run_id,
+            env=env,
+            workspace=None if source is None else Workspace.parse(source),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The request body :meth:`from_json` reads back. A workspace travels as its source
+        (``GIT_URL@REF`` for a ref); a directory should be absolute, the server's own path.
+
+        Raises:
+            ConfigError: a workspace with settings the wire does not carry (apply, sizes...).
+        """
+        body: dict[str, object] = {"ttl": self.ttl, "idle_timeout": self.idle_timeout, "labels": dict(self.labels)}
+        body.update(run_id=self.run_id, env=dict(self.env))
+        if self.workspace is not None:
+            source = self.workspace.source
+            text = source if self.workspace.ref is None else f"{source}@{self.workspace.ref}"
+            if Workspace.parse(text) != self.workspace:
+                raise errors.ConfigError(
+                    "a server's session takes a workspace's source (and git ref) only: leave its other settings default"
+                )
+            body["workspace"] = text
+        return body
+
+
+def _seconds(doc: Mapping[str, Any], name: str) -> float | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_duration(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise errors.ConfigError(f"{name} must be a positive number of seconds or a duration like 30m")
+    return float(value)
+
+
+def _strings(doc: Mapping[str, Any], name: str) -> dict[str, str]:
+    value = doc.get(name) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise errors.ConfigError(f"{name} must be an object of strings")
+    return value

@@ -137,30 +137,15 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.temporal", "ironflow.temporal.activities"): "temporalio, the optional extra `temporal`",
     # A session command against a server (local sessions) loads no Kubernetes client.
     ("ironflow.cli.session_backends", "ironflow.cli.backends"): "the cluster's modules, for --provider only",
-    (
-        "ironflow.cli.session_backends",
-        "ironflow.k8s.sessions.pod_sessions",
-    ): "the cluster's modules, for --provider only",
-    (
-        "ironflow.cli.session_backends",
-        "ironflow.agent_sandbox.claim_sessions",
-    ): "the cluster's modules, for --provider only",
+    # The deprecated `ironflow.local.sessions.LocalSessions` (once a module) only: the package loads alone.
+    ("ironflow.local.sessions", "ironflow.local.sessions.sandbox_sessions"): "the deprecated names, on first use",
+    ("ironflow.local.sessions", "ironflow.local.provider"): "the deprecated names, on first use",
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
     # `sandbox open --env` only: the env's variables are judged by the local sandbox's own rules.
     ("ironflow.cli.sandbox_sessions", "ironflow.local.settings"): "the local sandbox's modules, for --env only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
-    # A Temporal session step loads the session backend of the worker's own provider only.
-    ("ironflow.temporal.activities", "ironflow.local.provider"): "the worker's provider's sessions only",
-    (
-        "ironflow.temporal.activities",
-        "ironflow.local.sessions.sandbox_sessions",
-    ): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.k8s.provider"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.k8s.sessions.pod_sessions"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.agent_sandbox.provider"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.agent_sandbox.claim_sessions"): "the worker's provider's sessions only",
 }
 
 

@@ -18,6 +18,7 @@ from ironflow import errors
 from ironflow.local import cgroups, workspace_bound
 from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]
@@ -95,7 +96,7 @@ async def test_changes_apply_never_reads_through_a_swapped_symlink(sessions: Loc
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README").write_text("kept\n")
-    sandbox = await sessions.open(workspace=Workspace(str(repo)))
+    sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))))
     swapper = await sandbox.commands.start(["python3", "-c", SWAPPER, str(secret)])
     patches: list[bytes] = []
     refused = 0
@@ -132,7 +133,9 @@ async def test_a_fill_past_max_total_bytes_is_refused_and_no_read_copy_is_left(
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README").write_text("kept\n")
-    sandbox = await sessions.open(workspace=Workspace(str(repo), max_total_bytes=64 * MIB, max_file_bytes=64 * MIB))
+    sandbox = await sessions.open(
+        OpenOptions(workspace=Workspace(str(repo), max_total_bytes=64 * MIB, max_file_bytes=64 * MIB))
+    )
     fill = "for i in 1 2 3 4 5 6; do head -c 67108864 /dev/zero > fill-$i; done"
     try:
         filled = await sandbox.commands.run(["sh", "-c", fill])

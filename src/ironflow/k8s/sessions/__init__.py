@@ -2,8 +2,10 @@
 
 ``session_pod`` renders the pod and ``wire`` the exec's bytes (both pure); ``bridge`` serves a
 session's socket over ``pods/exec``; ``clones`` clones a session's workspace and reads its
-changes; ``pod_sessions`` holds :class:`K8sSessions`. ``ironflow.k8s.sessions.K8sSessions``
-was a module until this release: the name still resolves, with a DeprecationWarning.
+changes; ``objects`` is where sessions live (a pod here; agent-sandbox brings its claims);
+``pod_sessions`` holds :class:`K8sSessions`, built by ``K8sEphemeralProvider(...).sessions()``.
+``ironflow.k8s.sessions`` was a module until this release: its names still resolve here, with
+a DeprecationWarning.
 """
 
 from ironflow._lazy import deprecated_exports
@@ -13,5 +15,5 @@ __all__: list[str] = []
 __getattr__ = deprecated_exports(
     __name__,
     {"ironflow.k8s.sessions.pod_sessions": ("K8sSessions", "Found", "DEFAULT_START_TIMEOUT_S")},
-    instead="ironflow.k8s (K8sSessions) or provider.sessions()",
+    instead="ironflow.k8s.sessions.pod_sessions, or build them with K8sEphemeralProvider(...).sessions()",
 )

@@ -17,7 +17,8 @@ import time
 from ironflow import errors
 from ironflow.claude import command, output, rate_limits
 from ironflow.local import proxy_session, settings
-from ironflow.local.provider import AGENT_KEEP_BYTES, LocalSandboxProvider
+from ironflow.local.sessions.provided import LocalSandbox
+from ironflow.local.settings import AGENT_KEEP_BYTES
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox
@@ -30,7 +31,7 @@ PROXY_SOCKET = "proxy.sock"
 
 
 async def open_proxy(
-    stack: contextlib.AsyncExitStack, provider: LocalSandboxProvider, directory: str, *, run_id: str | None, ttl: float
+    stack: contextlib.AsyncExitStack, provider: LocalSandbox, directory: str, *, run_id: str | None, ttl: float
 ) -> tuple[str, Secret]:
     """Serve the session's proxy (closed with ``stack``: the token revoked) and return its socket and token."""
     socket_path = os.path.join(directory, PROXY_SOCKET)
@@ -48,7 +49,7 @@ async def open_proxy(
 
 
 async def run_agent(
-    sandbox: AsyncSandbox, provider: LocalSandboxProvider, config: AgentConfig, token: Secret, *, working_dir: str
+    sandbox: AsyncSandbox, provider: LocalSandbox, config: AgentConfig, token: Secret, *, working_dir: str
 ) -> AgentResult:
     """``config`` run by the Claude Code CLI as one command of ``sandbox``.
 

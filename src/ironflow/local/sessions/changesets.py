@@ -32,7 +32,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.local import cgroups, git_workspaces, workspace_apply, workspace_bound
 from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
+from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = ["changes", "prepare", "stop_past_bound"]
@@ -44,9 +44,7 @@ _READ_COPY: Final = "workspace-read-"
 _ENDED_KEPT: Final = 256
 
 
-async def prepare(
-    provider: LocalSandboxProvider, spec: Workspace, directory: str
-) -> local_workspaces.PreparedWorkspace:
+async def prepare(provider: LocalSandbox, spec: Workspace, directory: str) -> local_workspaces.PreparedWorkspace:
     """The session's copy of ``spec`` in its private ``directory``.
 
     Raises:

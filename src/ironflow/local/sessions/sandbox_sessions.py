@@ -46,15 +46,15 @@ from ironflow.claude import layout
 from ironflow.local import bwrap, cgroups, gvisor, runner, sandbox_argv, settings, workdirs
 from ironflow.local import limits as sandbox_limits
 from ironflow.local import workspaces as local_workspaces
-from ironflow.local.provider import LocalSandboxProvider
 from ironflow.local.sessions import agents, changesets, gvisor_runtime
+from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
-from ironflow.sessions.values import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
 from ironflow.steps import AgentConfig
-from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
+from ironflow.workspaces import WORKSPACE_PATH, WorkspaceChanges
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
 
@@ -113,12 +113,12 @@ class LocalSessions:
 
     def __init__(
         self,
-        provider: LocalSandboxProvider | None = None,
+        provider: LocalSandbox,
         *,
         state_dir: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ) -> None:
-        self.provider = provider or LocalSandboxProvider()
+        self.provider = provider
         if self.provider.env:
             settings.sandbox_env(self.provider.env)
         self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
@@ -139,18 +139,8 @@ class LocalSessions:
 
     # -- opening --
 
-    async def open(
-        self,
-        *,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        workspace: Workspace | None = None,
-        agent: bool = False,
-    ) -> AsyncSandbox:
-        """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
+    async def open(self, options: OpenOptions | None = None, *, agent: bool = False) -> AsyncSandbox:
+        """A new session and a handle on it; the session ends at ``options.ttl`` seconds at the latest.
         A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
         directory at ``/workspace``; :meth:`changes` gives what changed there. ``agent`` gives
         the session its own auth proxy (one token, revoked at close) for :meth:`agent` steps.
@@ -159,11 +149,11 @@ class LocalSessions:
             SandboxError: bubblewrap, runsc or the runtime did not start.
             StepConfigError: ``env`` names a credential variable.
         """
-        if not ttl > 0 or (idle_timeout is not None and not idle_timeout > 0):
-            raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+        options = options or OpenOptions()
+        ttl, idle_timeout, run_id, workspace = options.ttl, options.idle_timeout, options.run_id, options.workspace
         if agent and self.provider.isolation != "bwrap":
             raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
-        run_env = settings.sandbox_env({**self.provider.env, **(env or {})})
+        run_env = settings.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         proxy = contextlib.AsyncExitStack()
@@ -180,7 +170,7 @@ class LocalSessions:
         session.agent_token, session.proxy = token, proxy
         now = time.time()
         session.info = SessionInfo(
-            session_id, "local", self.provider.isolation, now, now + ttl, dict(labels or {}), run_id
+            session_id, "local", self.provider.isolation, now, now + ttl, dict(options.labels), run_id
         )
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
@@ -392,7 +382,11 @@ class LocalSessions:
             unix_path=session.socket_path, headers={"Authorization": f"Bearer {session.token.reveal()}"}
         )
         session_id = session.info.id
-        return AsyncSandbox(session.info, client, lambda: self.close(session_id))
+
+        async def closer() -> None:
+            await self.close(session_id)
+
+        return AsyncSandbox(session.info, client, closer)
 
     async def agent(self, session_id: str, config: AgentConfig) -> AgentResult:
         """``config`` run by Claude Code inside the open session, in its working directory.
@@ -411,7 +405,7 @@ class LocalSessions:
         finally:
             await handle.disconnect()
 
-    def connect(self, session_id: str) -> AsyncSandbox:
+    async def connect(self, session_id: str) -> AsyncSandbox:
         """A new handle on an open session (reattach by id).
 
         Raises:
@@ -424,8 +418,12 @@ class LocalSessions:
         session = self._get(session_id)
         return session.socket_path, session.token
 
-    def list(self) -> builtins.list[SessionInfo]:
+    def held(self) -> builtins.list[SessionInfo]:
+        """Every open session: a local one lives in this process only."""
         return [s.info for s in self._sessions.values()]
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        return self.held()
 
     def host_pids(self, session_id: str) -> builtins.list[int]:
         """The host pids of every process of the session (its cgroup), bubblewrap first."""
@@ -447,16 +445,18 @@ class LocalSessions:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
         return await changesets.changes(session.workspace, apply=apply, group=session.group)
 
-    async def close(self, session_id: str) -> None:
-        """End a session: every process in it is dead when this returns. Closing twice is no error."""
+    async def close(self, session_id: str) -> bool:
+        """End a session: every process in it is dead when this returns. False when it was not open
+        (closing twice is no error)."""
         session = self._sessions.get(check_session_id(session_id))
         if session is None or session.watcher is None:
-            return
+            return False
         session.watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await session.watcher
+        return True
 
-    async def close_run(self, run_id: str) -> int:
+    async def release_run(self, run_id: str) -> int:
         """Close every session opened for ``run_id``; returns how many."""
         ids = [s.info.id for s in self._sessions.values() if s.info.run_id == run_id]
         for session_id in ids:
