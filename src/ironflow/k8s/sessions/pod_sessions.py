@@ -155,7 +155,7 @@ class K8sSessions:
     ) -> Found:
         """Clone ``spec`` into the session's pod with a grant of its own (revoked once the clone
         ends) and record the starting commit on the session's object."""
-        assert self.settings.auth_proxy_url is not None  # session_workspaces.check
+        assert self.settings.auth_proxy_url is not None  # clones.check
         commit = await clones.clone(
             await self.client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
             where=self.where, namespace=self.namespace, pod=found.pod, container=found.container,
