@@ -16,6 +16,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ironflow.sessions.values import OpenOptions
+
 __all__: list[str] = []
 
 _MOVED = ("LocalSessions", "DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH")
@@ -43,7 +45,6 @@ def _legacy_local_sessions() -> type[Any]:
     """``LocalSessions`` with its old face (see the module docstring) over the new one."""
     from ironflow.local.provider import LocalSandboxProvider
     from ironflow.local.sessions.sandbox_sessions import LocalSessions
-    from ironflow.sessions.values import OpenOptions
 
     class _LegacyLocalSessions(LocalSessions):
         def __init__(self, provider: Any = None, **options: Any) -> None:
