@@ -1,7 +1,8 @@
 """``ironflow sandbox serve``: the process sandbox sessions live in, over HTTP.
 
 It owns the sessions of one backend (local, under bubblewrap or ``--isolation gvisor``; k8s or
-agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the file's cluster;
+agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the
+file's cluster: the provider's ``sessions()``, from :func:`ironflow.cli.backends.session_backend`;
 :mod:`ironflow.sandbox_router`) and answers the session commands of
 :mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
 ``$IRONFLOW_SANDBOX_TOKEN``, or is the token file's: made and written (0600) once the address
