@@ -14,12 +14,12 @@ import builtins
 import dataclasses
 import os
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors, settings_file
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
-from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id, legacy_options
 from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
@@ -111,7 +111,7 @@ class RemoteSessions:
 
         return AsyncSandbox(info, client, closer)
 
-    async def open(self, options: OpenOptions | None = None) -> AsyncSandbox:
+    async def open(self, options: OpenOptions | None = None, **legacy: Any) -> AsyncSandbox:
         """A new session on the server, as its backend's ``open`` makes one there (the expected
         backend, when named, must be the server's: else ConfigError). A ``workspace`` is a
         directory of the server's machine (a relative one is made absolute here) or a git URL.
@@ -119,15 +119,16 @@ class RemoteSessions:
         Raises:
             ConfigError: a workspace with settings the wire does not carry; the server's refusal.
         """
-        options = options or OpenOptions()
+        expected = legacy.pop("backend", None) or self._expected  # the old keywords: for one release
+        options = legacy_options(options, legacy, caller="RemoteSessions.open") or OpenOptions()
         workspace = options.workspace
         if workspace is not None and not workspace.is_git and not os.path.isabs(workspace.source):
             # A relative directory is the caller's: the server resolves nothing against its own cwd.
             absolute = dataclasses.replace(workspace, source=os.path.join(os.getcwd(), workspace.source))
             options = dataclasses.replace(options, workspace=absolute)
         body = options.to_json()
-        if self._expected is not None:
-            body["backend"] = self._expected
+        if expected is not None:
+            body["backend"] = expected
         doc = await self._client.json("POST", API_PATH, json=body)
         return self._handle(SessionInfo.from_json(doc))
 

@@ -20,7 +20,7 @@ from ironflow.secrets import Secret
 from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
 from ironflow.sessions.remote import RemoteSessions
 from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
-from ironflow.sessions.values import CommandEvent, CommandResult, FileEntry, OpenOptions, SessionInfo
+from ironflow.sessions.values import CommandEvent, CommandResult, FileEntry, OpenOptions, SessionInfo, legacy_options
 
 __all__ = ["Commands", "Files", "Sandbox", "SyncCommandHandle"]
 
@@ -214,10 +214,16 @@ class Sandbox:
 
     @classmethod
     def open(
-        cls, options: OpenOptions | None = None, *, server: str | None = None, token: Secret | str | None = None
+        cls,
+        options: OpenOptions | None = None,
+        *,
+        server: str | None = None,
+        token: Secret | str | None = None,
+        **legacy: Any,
     ) -> Sandbox:
-        """A new session on the server (``server``/``token`` default as :class:`RemoteSessions`'s)."""
-        return cls._start(server, token, RemoteSessions.open, options)
+        """A new session on the server (``server``/``token`` default as :class:`RemoteSessions`'s);
+        the old keywords (``ttl=``, ...) still work for one release, with a DeprecationWarning."""
+        return cls._start(server, token, RemoteSessions.open, legacy_options(options, legacy, caller="Sandbox.open"))
 
     @classmethod
     def connect(cls, session_id: str, *, server: str | None = None, token: Secret | str | None = None) -> Sandbox:

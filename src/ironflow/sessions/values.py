@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -34,6 +35,7 @@ __all__ = [
     "SessionInfo",
     "SessionNotFound",
     "check_session_id",
+    "legacy_options",
     "parse_duration",
 ]
 
@@ -243,6 +245,30 @@ class OpenOptions:
                 )
             body["workspace"] = text
         return body
+
+
+def legacy_options(options: OpenOptions | None, fields: Mapping[str, Any], *, caller: str) -> OpenOptions | None:
+    """``options``, or the keywords ``open`` took before :class:`OpenOptions` (``ttl=``, ...,
+    a workspace as text), with a DeprecationWarning: they go in the next release.
+
+    Raises:
+        TypeError: both, or a keyword ``open`` never took.
+    """
+    if not fields:
+        return options
+    if options is not None:
+        raise TypeError(f"{caller}: give OpenOptions or the old keywords, not both")
+    if unknown := sorted(set(fields) - {"ttl", "idle_timeout", "labels", "run_id", "env", "workspace"}):
+        raise TypeError(f"{caller}: unexpected keyword argument {unknown[0]!r}")
+    warnings.warn(
+        f"{caller}(ttl=..., ...) is deprecated: pass OpenOptions(...) (the keywords go in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    given = {name: value for name, value in fields.items() if value is not None}
+    if isinstance(given.get("workspace"), str):
+        given["workspace"] = Workspace.parse(given["workspace"])
+    return OpenOptions(**given)
 
 
 def _seconds(doc: Mapping[str, Any], name: str) -> float | None:

@@ -64,6 +64,13 @@ def test_a_session_outlives_a_disconnected_handle(served: Served) -> None:
     again.close()
 
 
+def test_the_old_open_keywords_still_open_a_session_with_a_warning(served: Served) -> None:
+    with pytest.warns(DeprecationWarning, match="pass OpenOptions"):
+        sandbox = Sandbox.open(server=served.url, token=TOKEN, ttl=60, labels={"face": "old"})
+    with sandbox:
+        assert sandbox.info.labels == {"face": "old"}
+
+
 def test_without_a_server_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("IRONFLOW_SANDBOX_SERVER", raising=False)
     with pytest.raises(errors.ConfigError, match="start `ironflow sandbox serve`"):

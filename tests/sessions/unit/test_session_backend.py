@@ -26,6 +26,7 @@ from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.provider import AgentProvider, SessionProvider, sessions_of
 from ironflow.results import AgentResult
 from ironflow.sessions import ClusterSessionBackend, OpenOptions, RemoteSessions, SessionBackend, SessionNotFound
+from ironflow.sessions.values import legacy_options
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
 
@@ -169,3 +170,18 @@ def test_the_old_local_sessions_keep_their_old_face(tmp_path: Path) -> None:
     with pytest.raises(SessionNotFound):
         sessions.connect("sbx-0123456789abcdef")
     assert isinstance(sessions, LocalSessions)
+
+
+def test_the_old_open_keywords_become_open_options_with_a_warning() -> None:
+    assert legacy_options(None, {}, caller="x.open") is None
+    given = OpenOptions(ttl=5)
+    assert legacy_options(given, {}, caller="x.open") is given
+    with pytest.warns(DeprecationWarning, match=r"x.open\(ttl=..., ...\) is deprecated"):
+        old = legacy_options(
+            None, {"ttl": 60, "labels": None, "workspace": "https://git.example/o/r.git@v1"}, caller="x.open"
+        )
+    assert old == OpenOptions(ttl=60, workspace=Workspace("https://git.example/o/r.git", ref="v1"))
+    with pytest.raises(TypeError, match="not both"):
+        legacy_options(given, {"ttl": 1}, caller="x.open")
+    with pytest.raises(TypeError, match="'agent'"):
+        legacy_options(None, {"agent": True}, caller="x.open")

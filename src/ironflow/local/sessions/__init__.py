@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ironflow.sessions.values import OpenOptions
+from ironflow.sessions.values import legacy_options
 
 __all__: list[str] = []
 
@@ -51,8 +51,7 @@ def _legacy_local_sessions() -> type[Any]:
             super().__init__(provider or LocalSandboxProvider(), **options)
 
         async def open(self, options: Any = None, *, agent: bool = False, **fields: Any) -> Any:
-            opened = OpenOptions(**{k: v for k, v in fields.items() if v is not None}) if fields else options
-            return await super().open(opened, agent=agent)
+            return await super().open(legacy_options(options, fields, caller="LocalSessions.open"), agent=agent)
 
         def connect(self, session_id: str) -> Any:
             return self._handle(self._get(session_id))
