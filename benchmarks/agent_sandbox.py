@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from ironflow import labels
-from ironflow.agent_sandbox import claims, lifecycle, sessions
+from ironflow.agent_sandbox import claim_sessions, claims, lifecycle
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -175,7 +175,7 @@ async def _ironflow_claims(api: k8s.KubeApi, provider: AgentSandboxProvider, par
     async def one() -> None:
         async with gate:
             name = "sbx-" + secrets.token_hex(8)
-            body = sessions.session_claim(name, provider.settings, ttl_s=600, now=time.time())
+            body = claim_sessions.session_claim(name, provider.settings, ttl_s=600, now=time.time())
             await api.create(res.claims, CLAIMS_NS, body)
             if await claims.wait_ready(api, res.claims, CLAIMS_NS, name, timeout_s=60) is None:
                 sys.exit(f"ironflow's claim {name} was not Ready within 60s")

@@ -30,9 +30,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
+from ironflow.sessions import OpenOptions
 from ironflow.testing.kube import KubeTestServer, local_exec
 from ironflow.testing.kubeenv import KubeEnv, KubeEnvNotAvailable
 
@@ -67,10 +68,10 @@ async def _measure(client: kube.KubeApi, namespace: str, runs: int) -> dict[str,
     async with K8sSessions(ProviderSettings(image="runner:bench", namespace=namespace), api=client) as sessions:
         for _ in range(runs):
             start = time.perf_counter()
-            sandbox = await sessions.open(ttl=600)
+            sandbox = await sessions.open(OpenOptions(ttl=600))
             times["open"].append((time.perf_counter() - start) * 1000)
             await sandbox.close()
-        async with await sessions.open(ttl=600) as sandbox:
+        async with await sessions.open(OpenOptions(ttl=600)) as sandbox:
             await sandbox.commands.run(["true"])
             for _ in range(runs):
                 times["exec"].append(await _ms(lambda: client.exec(namespace, sandbox.id, ("true",))))

@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
+from ironflow.sessions.remote import RemoteSessions
 
 COMMAND = ["true"]
 TOKEN = Secret("benchmark-token-0123456789abcdef")
@@ -68,7 +69,7 @@ async def _opening(sessions: LocalSessions, runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        sandbox = await sessions.open(ttl=60)
+        sandbox = await sessions.open(OpenOptions(ttl=60))
         times.append((time.perf_counter() - start) * 1000)
         await sandbox.close()
     return times
@@ -79,7 +80,7 @@ async def _round_trips(sessions: LocalSessions, runs: int) -> dict[str, list[flo
     slows each alike."""
     provider = LocalSandboxProvider(isolation=sessions.provider.isolation, timeout=30)
     times: dict[str, list[float]] = {"host": [], "session": [], "fresh": []}
-    async with await sessions.open(ttl=600) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=600)) as sandbox:
         await sandbox.commands.run(COMMAND)  # the first connection
         for _ in range(runs):
             times["host"].append(await _ms(lambda: asyncio.to_thread(subprocess.run, COMMAND, check=True)))
@@ -124,8 +125,8 @@ async def _through_router(sessions: LocalSessions, runs: int) -> dict[str, list[
     try:
         url = await ready
         async with RemoteSessions(url, token=TOKEN) as remote:
-            routed = await remote.open(ttl=600)
-            direct = sessions.connect(routed.id)
+            routed = await remote.open(OpenOptions(ttl=600))
+            direct = await sessions.connect(routed.id)
             sdk = _sdk_runner(url, routed.id)
             try:
                 for _ in range(runs + 1):  # the first round warms the connections
@@ -145,7 +146,7 @@ async def _through_router(sessions: LocalSessions, runs: int) -> dict[str, list[
 
 
 async def _idle_pss(sessions: LocalSessions, count: int) -> float:
-    handles = [await sessions.open(ttl=600) for _ in range(count)]
+    handles = [await sessions.open(OpenOptions(ttl=600)) for _ in range(count)]
     try:
         await asyncio.sleep(0.5)
         total = sum(_pss_kib(pid) for h in handles for pid in sessions.host_pids(h.id))
@@ -183,11 +184,12 @@ async def main(runs: int, idle: int) -> None:
         raise SystemExit("bubblewrap is not installed")
     state = tempfile.mkdtemp(prefix="ifs-bench-")
     try:
-        async with LocalSessions(state_dir=state) as sessions:
+        async with LocalSessions(LocalSandboxProvider(), state_dir=state) as sessions:
             opening = await _opening(sessions, runs)
             trips = await _round_trips(sessions, runs)
             pss = await _idle_pss(sessions, idle)
-        routed = await _through_router(LocalSessions(state_dir=state), runs)  # serve closes these sessions
+        # serve closes these sessions
+        routed = await _through_router(LocalSessions(LocalSandboxProvider(), state_dir=state), runs)
         gvisor, gvisor_rows = await _gvisor(state, runs)
     finally:
         shutil.rmtree(state, ignore_errors=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["lazy_exports"]
+__all__ = ["deprecated_exports", "lazy_exports"]
 
 
 def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[[str], object]:
@@ -26,5 +27,27 @@ def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> Callable
         value = getattr(importlib.import_module(f"{package}.{module}"), name)
         setattr(sys.modules[package], name, value)
         return value
+
+    return __getattr__
+
+
+def deprecated_exports(package: str, exports: Mapping[str, Sequence[str]], *, instead: str) -> Callable[[str], object]:
+    """A ``__getattr__`` like :func:`lazy_exports` for names that moved: each use warns.
+
+    ``instead`` names the new home in the warning (``"ironflow.sessions"``). The value is
+    not cached, so every ``from package import name`` warns, not only the first.
+    """
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{package}.{name} moved: import it from {instead} (the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), name)
 
     return __getattr__

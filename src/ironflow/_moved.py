@@ -38,6 +38,19 @@ MOVED: Final = {
     "ironflow.testing.postgres": "ironflow.testing.postgres_server",
     "ironflow.testing.temporal": "ironflow.testing.temporal_server",
     "ironflow.temporal.context": "ironflow.temporal.workflow",
+    "ironflow.sandbox_runtime.client": "ironflow.sessions.client",
+    "ironflow.sandbox_runtime.remote": "ironflow.sessions.remote",
+    "ironflow.sandbox_runtime.sync": "ironflow.sessions.sync",
+    "ironflow.sandbox_runtime.untar": "ironflow.sessions.untar",
+    "ironflow.sandbox_runtime.tar_members": "ironflow.sessions.tar_members",
+    "ironflow.k8s.session_bridge": "ironflow.k8s.sessions.bridge",
+    "ironflow.k8s.session_pods": "ironflow.k8s.sessions.session_pod",
+    "ironflow.k8s.session_wire": "ironflow.k8s.sessions.wire",
+    "ironflow.k8s.session_workspaces": "ironflow.k8s.sessions.clones",
+    "ironflow.local.gvisor_sessions": "ironflow.local.sessions.gvisor_runtime",
+    "ironflow.local.session_agents": "ironflow.local.sessions.agents",
+    "ironflow.local.session_workspaces": "ironflow.local.sessions.changesets",
+    "ironflow.agent_sandbox.sessions": "ironflow.agent_sandbox.claim_sessions",
 }
 
 

@@ -82,7 +82,7 @@ COMPONENT_JOB_RUN: Final = "job-run"
 COMPONENT_ENVIRONMENT: Final = "environment"
 #: The agent-sandbox SandboxClaims ironflow creates (one per step).
 COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
-#: A sandbox session's pod (ironflow.k8s.sessions), and its session id.
+#: A sandbox session's pod (ironflow.k8s.sessions.pod_sessions), and its session id.
 COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
 LABEL_SESSION_ID: Final = "ironflow.io/session-id"
 

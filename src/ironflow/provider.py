@@ -1,5 +1,9 @@
 """What every sandbox backend offers: run a step, release a run, say which accounts it takes, close.
 
+Backends that keep a sandbox open as a session (local, k8s, agent-sandbox) are also a
+:class:`SessionProvider`: ``provider.sessions()`` hands out their
+:class:`~ironflow.sessions.backend.SessionBackend`; :func:`sessions_of` asks any provider.
+
 The engine and the CLI only see this protocol, so a step runs unchanged on the local
 sandbox, an ephemeral pod or an agent-sandbox claim. There is one way to run a step,
 ``await provider.run(config)``; a provider holds clients (an API connection, an admin
@@ -13,7 +17,9 @@ import asyncio
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from ironflow import errors
 from ironflow.results import AgentResult
+from ironflow.sessions.backend import SessionBackend
 from ironflow.steps import AgentConfig
 
 __all__ = [
@@ -22,7 +28,9 @@ __all__ = [
     "AgentProvider",
     "LogSink",
     "ProviderBase",
+    "SessionProvider",
     "run_sync",
+    "sessions_of",
 ]
 
 #: The only account kind a provider reports, and only when credentials go through the proxy.
@@ -65,6 +73,28 @@ class AgentProvider(Protocol):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+@runtime_checkable
+class SessionProvider(Protocol):
+    """A provider whose sandboxes can also be kept open as sessions."""
+
+    def sessions(self) -> SessionBackend:
+        """This provider's sessions: its sandboxes, its settings, its cluster; close them with ``aclose``."""
+        ...
+
+
+def sessions_of(provider: AgentProvider) -> SessionBackend:
+    """``provider.sessions()``, for a provider typed as any.
+
+    Raises:
+        StepConfigError: a provider without sandbox sessions.
+    """
+    if not isinstance(provider, SessionProvider):
+        raise errors.StepConfigError(
+            f"this provider has no sandbox sessions ({type(provider).__name__}; local, k8s and agent-sandbox have)"
+        )
+    return provider.sessions()
 
 
 class ProviderBase:

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import errors, labels, settings_file
-from ironflow._renamed import renamed_names
+from ironflow._renamed import renamed_names, warn_renamed
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import (
     AgentInput,
@@ -347,8 +347,8 @@ class AgentConfig:
         return dataclasses.replace(self, account=lease)
 
     def account_session(self, session: AccountLease) -> AgentConfig:
-        """The old name of :meth:`account_lease`, kept for one release (it will warn once the
-        Temporal activities call the new name)."""
+        """The old name of :meth:`account_lease`, kept for one release (warns)."""
+        warn_renamed("ironflow.steps.AgentConfig", "account_session", "account_lease")
         return self.account_lease(session)
 
     # -- serialisation --

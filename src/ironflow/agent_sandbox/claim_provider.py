@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ironflow import errors, results, settings_file, steps
-from ironflow.agent_sandbox import apply, claims, models, rules
+from ironflow.agent_sandbox import apply, claim_sessions, claims, models, rules
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
@@ -128,6 +128,11 @@ class AgentSandboxProvider(ProviderBase):
         """The cluster steps and ``apply-template`` talk to: this provider's, else the pod provider's
         (None: the default kubeconfig or in-cluster config)."""
         return self.settings.cluster_config
+
+    def sessions(self, *, api: kube.KubeApi | None = None) -> claim_sessions.AgentSandboxSessions:
+        """This provider's sandbox sessions: a claim on its warm pool each (``api``: a connected
+        client of its cluster, else the sessions connect their own)."""
+        return claim_sessions.AgentSandboxSessions(self.settings, api=api)
 
     def account_kind(self) -> str | None:
         """As the pod provider: ``claude_subscription`` only with an auth proxy."""

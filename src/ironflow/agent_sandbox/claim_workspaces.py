@@ -18,8 +18,9 @@ from ironflow import errors, steps, workspaces
 from ironflow.agent_sandbox import deliveries, workspace_execs
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
-from ironflow.k8s import session_workspaces, step_objects
 from ironflow.k8s import step_manifests as pod_manifests
+from ironflow.k8s import step_objects
+from ironflow.k8s.sessions import clones
 from ironflow.kube import api as kube
 from ironflow.workspaces import git_script
 
@@ -31,7 +32,7 @@ async def _with_grant(
     s: AgentSandboxSettings,
     issuer: issuing.TokenIssuer | None,
     config: steps.AgentConfig,
-    render: session_workspaces.Render,
+    render: clones.Render,
     *,
     pod: str,
     run_id: str,
@@ -43,7 +44,7 @@ async def _with_grant(
     secret = step_objects.workspace_secret(s.pod.settings, config)
     if secret is None or issuer is None or s.auth_proxy_url is None:
         raise errors.ConfigError("a git workspace needs the auth proxy (auth_proxy(url) and its admin key)")
-    return await session_workspaces.exec_with_grant(
+    return await clones.exec_with_grant(
         api, render, issuer=issuer, secret=secret, proxy_url=s.auth_proxy_url,
         namespace=s.namespace, pod=pod, container=pod_manifests.CONTAINER_NAME, run_id=run_id, step=step,
         expires_at=expires_at,

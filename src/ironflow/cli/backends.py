@@ -33,7 +33,8 @@ from ironflow.kube.api import KubeApi
 from ironflow.local import offline
 from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
 from ironflow.local.workspaces.git_sync import GitHosts
-from ironflow.provider import AgentProvider
+from ironflow.provider import AgentProvider, sessions_of
+from ironflow.sessions.backend import SessionBackend
 
 __all__ = [
     "FAKE_MODEL_KEY",
@@ -51,6 +52,7 @@ __all__ = [
     "k8s_provider",
     "kube_cluster",
     "require_namespace",
+    "session_backend",
     "where",
     "with_git_hosts",
 ]
@@ -120,6 +122,28 @@ def build_provider(
     if backend is Backend.AGENT_SANDBOX:
         return agent_sandbox_provider(provider_file, git_hosts)
     return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)
+
+
+def session_backend(
+    backend: Backend,
+    *,
+    provider_file: Path | None = None,
+    isolation: Isolation | None = None,
+    git_hosts: GitHosts | None = None,
+) -> SessionBackend:
+    """The sandbox sessions of ``--backend``: the provider's own (``provider.sessions()``), local
+    from ``--isolation``, k8s / agent-sandbox from the file; bad input exits 2 with one line."""
+    if isolation is not None and backend is not Backend.LOCAL:
+        exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
+    if provider_file is not None and backend is Backend.LOCAL:
+        exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    provider = build_provider(
+        backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
+    )
+    try:
+        return sessions_of(provider)  # gVisor: runsc is looked for here
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
 
 
 def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:

@@ -16,6 +16,7 @@ from ironflow.cli import tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import StoreOption, opened, run_async
 from ironflow.engine import running
+from ironflow.local import workdirs
 
 __all__ = ["register"]
 
@@ -68,7 +69,7 @@ def _print_tables(shown: Mapping[str, Any]) -> None:
 
 async def _ps(store_url: str | None) -> dict[str, Any]:
     async with opened(store_url, create=False) as store:
-        return await running.gather(store)
+        return await running.gather(store, local_dirs=lambda: workdirs.live_dirs(None))
 
 
 def ps(

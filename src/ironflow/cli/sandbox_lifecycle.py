@@ -26,7 +26,7 @@ from ironflow.cli import backends, exits, inputs, tables
 from ironflow.cli.formats import ManifestFormat, ResultFormat, document, emit_objects
 from ironflow.cli.stores import run_async
 from ironflow.kube import api as kube
-from ironflow.sessions import parse_duration
+from ironflow.sessions.values import parse_duration
 
 __all__ = ["install_controller", "parse_condition", "pools", "register", "resume", "suspend", "wait"]
 

@@ -1,7 +1,8 @@
 """``ironflow sandbox serve``: the process sandbox sessions live in, over HTTP.
 
 It owns the sessions of one backend (local, under bubblewrap or ``--isolation gvisor``; k8s or
-agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the file's cluster;
+agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the
+file's cluster: the provider's ``sessions()``, from :func:`ironflow.cli.backends.session_backend`;
 :mod:`ironflow.sandbox_router`) and answers the session commands of
 :mod:`ironflow.cli.sandbox_sessions` and the upstream SDK. Its token comes from
 ``$IRONFLOW_SANDBOX_TOKEN``, or is the token file's: made and written (0600) once the address
@@ -19,16 +20,13 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
 from ironflow.cli import backends, exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.cli.session_backends import ProviderOption
-from ironflow.k8s.sessions import K8sSessions
-from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
 from ironflow.sandbox_router import process
-from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, SessionHost
+from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS
 from ironflow.secrets import Secret
+from ironflow.sessions.backend import SessionBackend
 
 __all__ = ["register", "serve"]
 
@@ -90,24 +88,11 @@ def serve(
 
 def _sessions(
     backend: Backend, provider: Path | None, isolation: Isolation | None, keep_sessions: bool
-) -> SessionHost | None:
-    """The sessions ``serve`` holds (None: the router's default, local bubblewrap); bad input exits 2."""
-    if isolation is not None and backend != "local":
-        exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
-    if backend == "k8s":
-        return K8sSessions(backends.k8s_provider(provider).settings)
-    if backend == "agent-sandbox":
-        return AgentSandboxSessions(backends.agent_sandbox_provider(provider).settings)
-    if provider is not None:
-        exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
-    if keep_sessions:
+) -> SessionBackend:
+    """The sessions ``serve`` holds, the provider's own (local: bubblewrap by default); bad input exits 2."""
+    if keep_sessions and backend is Backend.LOCAL:
         exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
-    if isolation is not Isolation.GVISOR:
-        return None
-    try:
-        return LocalSessions(LocalSandboxProvider(isolation="gvisor"))
-    except errors.IronflowError as exc:
-        exits.fail_for(exc)
+    return backends.session_backend(backend, provider_file=provider, isolation=isolation)
 
 
 def register(group: typer.Typer) -> None:

@@ -2,7 +2,7 @@
 
 A local session lives in the process that opened it, so ``serve``
 (:mod:`ironflow.cli.sandbox_serve`) runs that process and every command here is its client
-(:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`): ``--server`` defaults to
+(:class:`~ironflow.sessions.remote.RemoteSessions`): ``--server`` defaults to
 ``$IRONFLOW_SANDBOX_SERVER``, the token to ``$IRONFLOW_SANDBOX_TOKEN`` or the file ``serve``
 wrote. A Kubernetes session is its pod: with ``--provider FILE`` these commands talk to the
 file's cluster and need no server (:mod:`ironflow.cli.session_backends`). A token is never an
@@ -35,15 +35,15 @@ from ironflow.cli.session_backends import (
     Mode,
     ProviderOption,
     ServerOption,
-    SessionClient,
     Target,
     choose,
     session_client,
 )
 from ironflow.cli.stores import run_async
-from ironflow.sandbox_runtime.client import AsyncFiles
-from ironflow.sessions import SESSION_ID, Output, SessionInfo, check_session_id, parse_duration
-from ironflow.workspaces import WorkspaceChanges, is_git_source
+from ironflow.sessions.backend import SessionBackend
+from ironflow.sessions.client import AsyncFiles
+from ironflow.sessions.values import SESSION_ID, OpenOptions, Output, SessionInfo, check_session_id, parse_duration
+from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source
 
 __all__ = ["parse_pairs", "parse_remote", "register"]
 
@@ -85,7 +85,7 @@ def parse_remote(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _call(target: Target, action: Callable[[SessionClient], Awaitable[T]]) -> T:
+def _call(target: Target, action: Callable[[SessionBackend], Awaitable[T]]) -> T:
     """Run ``action`` against the server or the cluster; every error is one line with its exit code."""
     choose(target)  # a bad combination exits 2 before anything is reached
 
@@ -152,10 +152,10 @@ def open_session(
         exits.fail_for(exc)
     session_labels = parse_pairs(label, "--label")
 
-    async def go(sessions: SessionClient) -> SessionInfo:
-        sandbox = await sessions.open(
-            ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, backend=backend, workspace=workspace
-        )
+    async def go(sessions: SessionBackend) -> SessionInfo:
+        spec = None if workspace is None else Workspace.parse(workspace)
+        options = OpenOptions(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=spec)
+        sandbox = await sessions.open(options)
         await sandbox.disconnect()
         return sandbox.info
 
@@ -184,7 +184,7 @@ def exec_in(
         exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
     variables = _command_env(env)
 
-    async def go(sessions: SessionClient) -> tuple[int, bool]:
+    async def go(sessions: SessionBackend) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
         try:
             handle = await sandbox.commands.start(argv, env=variables, cwd=cwd)
@@ -222,7 +222,7 @@ async def _kind(files: AsyncFiles, path: str) -> str | None:
     return None
 
 
-async def _upload(sessions: SessionClient, source: Path, is_dir: bool, session_id: str, dest: str) -> str:
+async def _upload(sessions: SessionBackend, source: Path, is_dir: bool, session_id: str, dest: str) -> str:
     sandbox = await sessions.connect(session_id)
     try:
         if is_dir:
@@ -237,7 +237,7 @@ async def _upload(sessions: SessionClient, source: Path, is_dir: bool, session_i
         await sandbox.disconnect()
 
 
-async def _download(sessions: SessionClient, session_id: str, path: str, dest: Path, into: bool) -> str:
+async def _download(sessions: SessionBackend, session_id: str, path: str, dest: Path, into: bool) -> str:
     sandbox = await sessions.connect(session_id)
     try:
         kind = await _kind(sandbox.files, path)
@@ -343,7 +343,7 @@ def close(
         exits.fail("name one session: ironflow sandbox close ID, or every one with --all")
     ids = [] if sandbox_id is None else [_session_id(sandbox_id)]
 
-    async def go(sessions: SessionClient) -> list[tuple[str, bool]]:
+    async def go(sessions: SessionBackend) -> list[tuple[str, bool]]:
         targets = ids or [info.id for info in await sessions.list()]
         return [(session_id, await sessions.close(session_id)) for session_id in targets]
 
@@ -372,7 +372,7 @@ def diff(
     _session_id(sandbox_id)
     target = Target(server, backend, provider)
 
-    async def go(sessions: SessionClient) -> WorkspaceChanges:
+    async def go(sessions: SessionBackend) -> WorkspaceChanges:
         return await sessions.changes(sandbox_id, apply=apply)
 
     found = _call(target, go)

@@ -29,7 +29,7 @@ from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy.admin_client import admin_key_from
 from ironflow.cli import backends, exits, inputs
 from ironflow.cli.stores import run_async
-from ironflow.sessions import parse_duration
+from ironflow.sessions.values import parse_duration
 
 __all__ = ["deliver_token", "register"]
 

@@ -11,33 +11,25 @@ with one line.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import Annotated
 
 import typer
 
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sandbox_runtime.remote import SERVER_ENV, RemoteSessions
-from ironflow.sessions import SessionInfo
-from ironflow.workspaces import Workspace, WorkspaceChanges
-
-if TYPE_CHECKING:
-    from ironflow.k8s.sessions import K8sSessions
+from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
+from ironflow.sessions.remote import SERVER_ENV, RemoteSessions
 
 __all__ = [
     "BackendOption",
-    "ClusterSessions",
     "Mode",
     "ProviderOption",
     "ServerOption",
-    "SessionClient",
     "Target",
     "choose",
     "session_client",
@@ -87,88 +79,21 @@ def choose(target: Target) -> Mode:
     return Mode.SERVER
 
 
-class SessionClient(Protocol):
-    """The session commands' view of either place (:class:`RemoteSessions`, :class:`ClusterSessions`)."""
-
-    async def open(
-        self,
-        *,
-        ttl: float = ...,
-        idle_timeout: float | None = ...,
-        labels: Mapping[str, str] | None = ...,
-        run_id: str | None = ...,
-        env: Mapping[str, str] | None = ...,
-        backend: str | None = ...,
-        workspace: str | None = ...,
-    ) -> AsyncSandbox: ...
-
-    async def connect(self, session_id: str) -> AsyncSandbox: ...
-
-    async def changes(self, session_id: str, *, apply: bool = ...) -> WorkspaceChanges: ...
-
-    async def list(self) -> builtins.list[SessionInfo]: ...
-
-    async def close(self, session_id: str) -> bool: ...
-
-
-class ClusterSessions:
-    """:class:`K8sSessions` as a client of the cluster: ``list`` is every session pod of the
-    namespace; leaving lets go of the sessions, never closes one."""
-
-    def __init__(self, sessions: K8sSessions) -> None:
-        self.sessions = sessions
-
-    async def open(
-        self,
-        *,
-        ttl: float = 3600.0,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        backend: str | None = None,
-        workspace: str | None = None,
-    ) -> AsyncSandbox:
-        spec = None if workspace is None else Workspace.parse(workspace)
-        return await self.sessions.open(
-            ttl=ttl, idle_timeout=idle_timeout, labels=labels, run_id=run_id, env=env, workspace=spec
-        )
-
-    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
-        return await self.sessions.changes(session_id, apply=apply)
-
-    async def connect(self, session_id: str) -> AsyncSandbox:
-        return await self.sessions.connect(session_id)
-
-    async def list(self) -> builtins.list[SessionInfo]:
-        return await self.sessions.find()
-
-    async def close(self, session_id: str) -> bool:
-        return await self.sessions.close(session_id)
-
-
 @contextlib.asynccontextmanager
-async def session_client(target: Target) -> AsyncIterator[SessionClient]:
-    """The client of the place :func:`choose` picked (exits 2 on a bad provider file)."""
+async def session_client(target: Target) -> AsyncIterator[SessionBackend]:
+    """The sessions of the place :func:`choose` picked (exits 2 on a bad provider file). A cluster's
+    are let go of at the end, never closed: each lives on to its TTL."""
     if choose(target) is Mode.CLUSTER:
         # The cluster's modules load only when a command talks to one (`sandbox exec --help` stays light).
         from ironflow.cli import backends
-        from ironflow.k8s.sessions import K8sSessions
 
-        sessions: K8sSessions
-        if target.backend == "agent-sandbox":
-            from ironflow.agent_sandbox.sessions import AgentSandboxSessions
-
-            sessions = AgentSandboxSessions(backends.agent_sandbox_provider(target.provider, target.git_hosts).settings)
-        else:
-            pods = backends.k8s_provider(target.provider)
-            if target.git_hosts is not None:
-                pods = backends.with_git_hosts(pods, target.git_hosts)
-            sessions = K8sSessions(pods.settings)
+        backend = Backend(target.backend or Backend.K8S)
+        sessions = backends.session_backend(backend, provider_file=target.provider, git_hosts=target.git_hosts)
         try:
-            yield ClusterSessions(sessions)
+            yield sessions
         finally:
-            await sessions.release()
+            if isinstance(sessions, ClusterSessionBackend):
+                await sessions.release()
         return
-    async with RemoteSessions(target.server) as remote:
+    async with RemoteSessions(target.server, backend=target.backend) as remote:
         yield remote

@@ -21,6 +21,7 @@ import typer
 from ironflow import errors
 from ironflow.cli import exits, inputs
 from ironflow.cli.stores import StoreOption, opened, run_async
+from ironflow.local import workdirs
 from ironflow.ui import app as ui_app
 from ironflow.ui import security
 
@@ -51,11 +52,16 @@ def _token(token_file: Path | None) -> str | None:
     return token
 
 
+def _local_dirs() -> list[workdirs.LiveDir]:
+    """This machine's live local sandbox dirs, in the system temp dir (the UI's live page)."""
+    return workdirs.live_dirs(None)
+
+
 async def _serve(store_url: str | None, host: str, port: int, guard: security.UiSecurity) -> None:
     async with opened(store_url, create=False) as store, contextlib.AsyncExitStack() as stack:
         try:
             serving = await stack.enter_async_context(
-                ui_app.serve(store, guard, host=host, port=port, base_dir=os.getcwd())
+                ui_app.serve(store, guard, host=host, port=port, base_dir=os.getcwd(), local_dirs=_local_dirs)
             )
         except errors.ConfigError as exc:  # the address cannot be bound
             exits.fail_for(exc)

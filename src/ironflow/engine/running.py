@@ -11,8 +11,9 @@ What :func:`report` lists, and where that comes from:
   step's child run;
 * this machine's live local sandbox temp dirs: ``ironflow-local-*`` in the system temp dir
   (where the CLI's workers make them), whose marker names a process that runs now
-  (:func:`ironflow.local.workdirs.live_dirs`); one per running local agent step or proxied
-  command, whichever store its run is in. A provider given another ``temp_dir`` is not seen.
+  (:func:`ironflow.local.workdirs.live_dirs`, which the CLI passes in: the engine imports no
+  backend); one per running local agent step or proxied command, whichever store its run is
+  in. A provider given another ``temp_dir`` is not seen.
 
 Pending runs are not running yet. :func:`report` is pure; :func:`gather` reads the store and
 this machine, then calls it.
@@ -22,18 +23,39 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from ironflow import labels
 from ironflow.engine import model, worker
 from ironflow.engine.store import Store
-from ironflow.local import workdirs
 
-__all__ = ["MAX_RUNS", "gather", "report", "step_pod_selector"]
+__all__ = ["MAX_RUNS", "LocalDir", "LocalDirs", "gather", "report", "step_pod_selector"]
 
 #: Most running runs one report reads.
 MAX_RUNS: Final = 1000
+
+
+class _Owner(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+class LocalDir(Protocol):
+    """A live local sandbox temp dir, as the local backend finds it (:class:`ironflow.local.workdirs.LiveDir`)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def owner(self) -> _Owner: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+
+#: This machine's live local sandbox dirs, read when asked (the CLI passes the local backend's scan).
+LocalDirs = Callable[[], Sequence[LocalDir]]
 
 
 def step_pod_selector(run: model.RunRecord, step: model.StepRecord) -> str | None:
@@ -66,7 +88,7 @@ def _sandbox(
 def report(
     runs: Sequence[model.RunRecord],
     steps: Mapping[str, Sequence[model.StepRecord]],
-    dirs: Sequence[workdirs.LiveDir],
+    dirs: Sequence[LocalDir],
     *,
     host: str,
     now: float,
@@ -116,14 +138,17 @@ def report(
     }
 
 
-async def gather(store: Store, *, now: float | None = None, host: str | None = None) -> dict[str, Any]:
-    """The :func:`report` of ``store``'s running runs and this machine's live local sandboxes."""
+async def gather(
+    store: Store, *, local_dirs: LocalDirs | None = None, now: float | None = None, host: str | None = None
+) -> dict[str, Any]:
+    """The :func:`report` of ``store``'s running runs and this machine's live local sandboxes
+    (``local_dirs``; None: none are looked for)."""
     runs = await store.list_runs(status=model.RunStatus.RUNNING, limit=MAX_RUNS)
     steps = {run.id: await store.steps(run.id) for run in runs}
     return report(
         runs,
         steps,
-        workdirs.live_dirs(None),
+        [] if local_dirs is None else local_dirs(),
         host=socket.gethostname() if host is None else host,
         now=time.time() if now is None else now,
     )

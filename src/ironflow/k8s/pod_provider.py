@@ -30,6 +30,7 @@ from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening, provider_file, reaper, step_manifests, step_objects, step_runs
+from ironflow.k8s.sessions import pod_sessions
 from ironflow.k8s.settings import (
     ImagePullPolicy,
     K8sResources,
@@ -320,6 +321,11 @@ class K8sEphemeralProvider(ProviderBase):
         return self._with(orphan_reaper_interval_s=seconds("orphan reaper interval", interval))
 
     # -- what this provider offers --
+
+    def sessions(self, *, api: kube.KubeApi | None = None) -> pod_sessions.K8sSessions:
+        """This provider's sandbox sessions: one hardened pod each, in its namespace (``api``: a
+        connected client of its cluster, else the sessions connect their own)."""
+        return pod_sessions.K8sSessions(self.settings, api=api)
 
     def account_kind(self) -> str | None:
         """``claude_subscription`` only with an auth proxy: accounts reach only the proxy."""

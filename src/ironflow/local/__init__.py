@@ -3,7 +3,7 @@
 Layers point one way: ``bwrap`` and ``gvisor`` render argv (pure); ``forwarder`` runs
 inside the sandbox (stdlib only); ``proxy_session`` serves the in-process auth proxy;
 ``provider`` starts, watches and tears down the sandbox; ``sessions`` keeps one open (the
-runtime inside; under gVisor its socket and bundle from ``gvisor_sessions``).
+runtime inside; under gVisor its socket and bundle from ``sessions.gvisor_runtime``).
 """
 
 from typing import TYPE_CHECKING

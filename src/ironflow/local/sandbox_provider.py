@@ -43,6 +43,7 @@ from ironflow.local.sandbox.environment import (
     ignored_settings,
     sandbox_env,
 )
+from ironflow.local.sessions import sandbox_sessions
 from ironflow.local.workspaces import bound, git_sync, writeback
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.local.workspaces import kept as kept_workspaces
@@ -68,17 +69,11 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 DEFAULT_TIMEOUT_S: Final = 600.0
-#: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
-#: last, and a model's answer is well under this (a million tokens is about 4 MiB).
-AGENT_KEEP_BYTES: Final = 8 << 20
 
 
 def _text(raw: bytes) -> str:
     """A sandbox's output as text; bytes that are not UTF-8 become U+FFFD, never an error."""
     return raw.decode(errors="replace")
-
-
-# --- the provider ------------------------------------------------------------------------
 
 
 class LocalSandboxProvider(ProviderBase):
@@ -393,7 +388,7 @@ class LocalSandboxProvider(ProviderBase):
                         run_ids=launch.release_keys(config.scope),
                         pass_fds=fds.inherited,
                         binds=binds,
-                        keep_bytes=AGENT_KEEP_BYTES,
+                        keep_bytes=environment.AGENT_KEEP_BYTES,
                         stop_when=bound.stop_when(prepared),
                     )
                     span.set(exit_code=finished.code, timed_out=finished.timed_out)
@@ -439,6 +434,10 @@ class LocalSandboxProvider(ProviderBase):
                 limit_s=self.timeout, message=message,
             )  # fmt: skip
         return changes
+
+    def sessions(self, *, state_dir: str | None = None) -> sandbox_sessions.LocalSessions:
+        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go)."""
+        return sandbox_sessions.LocalSessions(self, state_dir=state_dir)
 
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""

@@ -23,7 +23,7 @@ import hmac
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
@@ -31,23 +31,12 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from ironflow import errors, labels
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sandbox_runtime.remote import API_PATH
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SESSION_ID, SessionInfo, SessionNotFound, parse_duration
-from ironflow.step_sandbox import is_env_name
-from ironflow.workspaces import Workspace
+from ironflow.sessions.backend import SessionBackend
+from ironflow.sessions.remote import API_PATH
+from ironflow.sessions.values import SESSION_ID, OpenOptions, SessionInfo, SessionNotFound
 
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_MAX_SESSIONS",
-    "DEFAULT_PORT",
-    "PROXY_TIMEOUT_S",
-    "ClusterSessions",
-    "SessionHost",
-    "build_app",
-    "open_options",
-]
+__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "build_app"]
 
 log = logging.getLogger("ironflow.sandbox_router")
 
@@ -61,51 +50,8 @@ _HOP_BY_HOP: Final = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
      "transfer-encoding", "upgrade", "host", "authorization", "expect"}
 )  # fmt: skip
-_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace"})
-#: The backends a session may name (``backend`` in an open request: the server's own, or refused).
-BACKENDS: Final = ("local", "k8s", "agent-sandbox")
 _CHUNK: Final = 65536
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class SessionHost(Protocol):
-    """What the server needs of a backend's sessions: ``LocalSessions``, ``K8sSessions``.
-
-    ``route`` names the unix socket of a session's runtime API and the token it takes.
-    """
-
-    @property
-    def backend(self) -> str: ...
-
-    async def open(
-        self,
-        *,
-        ttl: float = ...,
-        idle_timeout: float | None = ...,
-        labels: Mapping[str, str] | None = ...,
-        run_id: str | None = ...,
-        env: Mapping[str, str] | None = ...,
-    ) -> AsyncSandbox: ...
-
-    def list(self) -> builtins.list[SessionInfo]: ...
-
-    async def close(self, session_id: str) -> object: ...
-
-    def route(self, session_id: str) -> tuple[str, Secret]: ...
-
-    async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class ClusterSessions(SessionHost, Protocol):
-    """Sessions that live in a cluster, not in the server (``K8sSessions``, ``AgentSandboxSessions``):
-    a server finds them by their labels, so a restarted one routes what the previous one opened."""
-
-    async def connect(self, session_id: str) -> AsyncSandbox: ...
-
-    async def find(self, *, run_id: str | None = ...) -> builtins.list[SessionInfo]: ...
-
-    async def release(self) -> None: ...
 
 
 class _Refused(Exception):
@@ -171,68 +117,10 @@ def _auth(token: Secret) -> Any:
 # -- the session endpoints --
 
 
-def _seconds(doc: Mapping[str, Any], name: str, default: float | None) -> float | None:
-    value = doc.get(name)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return parse_duration(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise errors.ConfigError(f"{name} must be a positive number of seconds or a duration like 30m")
-    return float(value)
-
-
-def _strings(doc: Mapping[str, Any], name: str) -> dict[str, str]:
-    value = doc.get(name) or {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise errors.ConfigError(f"{name} must be an object of strings")
-    return value
-
-
-def open_options(doc: object) -> dict[str, Any]:
-    """The keyword arguments of a backend's ``open`` in a request body (pure); ``backend``, when
-    named, is checked here and left to the server to compare with its own.
-
-    Raises:
-        ConfigError: naming the first field that is wrong.
-    """
-    if not isinstance(doc, dict):
-        raise errors.ConfigError("the body must be a JSON object")
-    if unknown := sorted(set(doc) - _OPEN_FIELDS):
-        known = ", ".join(sorted(_OPEN_FIELDS))
-        raise errors.ConfigError(f"unknown field '{errors.truncate(unknown[0], 40)}': use {known}")
-    session_labels = _strings(doc, "labels")
-    for key, value in session_labels.items():
-        if problem := labels.label_key_problem(key) or labels.label_value_problem(key, value):
-            raise errors.ConfigError(problem)
-    env = _strings(doc, "env")
-    if bad := [name for name in env if not is_env_name(name)]:
-        raise errors.ConfigError(f"invalid env name '{errors.truncate(bad[0], 40)}': use [A-Za-z_][A-Za-z0-9_]*")
-    backend = doc.get("backend")
-    if backend is not None and backend not in BACKENDS:
-        raise errors.ConfigError(f"invalid backend '{errors.truncate(str(backend), 40)}': use {', '.join(BACKENDS)}")
-    run_id = doc.get("run_id")
-    if run_id is not None and not (isinstance(run_id, str) and labels.is_valid_label_value(run_id)):
-        raise errors.ConfigError("run_id must be a label value: 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
-    options: dict[str, Any] = {
-        "ttl": _seconds(doc, "ttl", DEFAULT_TTL_S),
-        "idle_timeout": _seconds(doc, "idle_timeout", None),
-        "labels": session_labels,
-        "run_id": run_id,
-        "env": env,
-    }
-    source = doc.get("workspace")
-    if source is not None:
-        if not isinstance(source, str) or not source:
-            raise errors.ConfigError("workspace must be a directory on the server's machine or GIT_URL[@REF]")
-        options["workspace"] = Workspace.parse(source)
-    return options
-
-
 class _Router:
     """The sessions, and one pooled client per session's runtime socket."""
 
-    def __init__(self, sessions: SessionHost, max_sessions: int) -> None:
+    def __init__(self, sessions: SessionBackend, max_sessions: int) -> None:
         self.sessions = sessions
         self.max_sessions = max_sessions
         self._opening = 0  # opens under way: counted against the cap with the open sessions
@@ -241,7 +129,7 @@ class _Router:
 
     async def create(self, request: web.Request) -> web.Response:
         doc = await _json_body(request)
-        options = open_options(doc)  # a ConfigError: 400
+        options = OpenOptions.from_json(doc)  # a ConfigError: 400
         wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
             return _detail(
@@ -249,9 +137,7 @@ class _Router:
                 f"this server serves {self.sessions.backend} sessions, not {wanted}: "
                 f"start one with `ironflow sandbox serve --backend {wanted}`",
             )
-        if "workspace" in options and not callable(getattr(self.sessions, "changes", None)):
-            return _detail(400, f"a session workspace is built for local sessions, not {self.sessions.backend} ones")
-        if len(self.sessions.list()) + self._opening >= self.max_sessions:
+        if len(self.sessions.held()) + self._opening >= self.max_sessions:
             return _detail(
                 429,
                 f"this server holds its cap of {self.max_sessions} sessions: close one, "
@@ -259,7 +145,7 @@ class _Router:
             )
         self._opening += 1
         try:
-            sandbox = await self.sessions.open(**options)
+            sandbox = await self.sessions.open(options)
         except errors.UsageError as exc:
             return _detail(400, exc.message)
         except errors.IronflowError as exc:
@@ -271,12 +157,10 @@ class _Router:
         return web.json_response(sandbox.info.to_json(), status=201)
 
     async def _known(self) -> builtins.list[SessionInfo]:
-        """The sessions held here, and for a cluster backend every one its cluster holds (by labels)."""
-        held = self.sessions.list()
-        if not isinstance(self.sessions, ClusterSessions):
-            return held
+        """The sessions held here, and every other one the backend reaches (a cluster's, by labels)."""
+        held = self.sessions.held()
         ids = {info.id for info in held}
-        return [*held, *(info for info in await self.sessions.find() if info.id not in ids)]
+        return [*held, *(info for info in await self.sessions.list() if info.id not in ids)]
 
     async def listing(self, request: web.Request) -> web.Response:
         try:
@@ -287,7 +171,7 @@ class _Router:
 
     async def _info(self, request: web.Request) -> dict[str, object]:
         session_id = request.match_info["id"]
-        for info in self.sessions.list():
+        for info in self.sessions.held():
             if info.id == session_id:
                 return info.to_json()
         try:
@@ -299,11 +183,10 @@ class _Router:
         raise _Refused(404, f"no open sandbox '{errors.truncate(session_id, 80)}'")
 
     async def _reattach(self, session_id: str) -> bool:
-        """Hold a cluster session this server did not open (a previous server's); False: there is none."""
-        if not isinstance(self.sessions, ClusterSessions):
-            return False
+        """Hold a session this server did not open (a previous server's, in the cluster); False: there is
+        none (a local backend holds every session it has, so it never finds one)."""
         async with self._reattaching:  # one bridge per session, however many requests ask at once
-            if any(info.id == session_id for info in self.sessions.list()):
+            if any(info.id == session_id for info in self.sessions.held()):
                 return True
             try:
                 handle = await self.sessions.connect(session_id)
@@ -333,15 +216,12 @@ class _Router:
     async def changes(self, request: web.Request) -> web.Response:
         """``POST …/{id}/changes`` (``{"apply": bool}``): the session's workspace patch, as ``exec -o json`` has it."""
         session_id = request.match_info["id"]
-        changes = getattr(self.sessions, "changes", None)
-        if not callable(changes):
-            return _detail(400, f"{self.sessions.backend} sessions have no workspace")
         doc = await _json_body(request) if request.can_read_body else {}
         apply = doc.get("apply", False) if isinstance(doc, dict) else None
         if not isinstance(apply, bool):
             return _detail(400, 'the body must be {"apply": true|false}')
         try:
-            found = await changes(session_id, apply=apply)
+            found = await self.sessions.changes(session_id, apply=apply)
         except SessionNotFound as exc:
             return _detail(404, exc.message)
         except errors.WorkspaceConflict as exc:
@@ -354,7 +234,7 @@ class _Router:
 
     async def _prune(self) -> None:
         """Drop the clients of sessions that ended (closed, expired, idle)."""
-        open_ids = {info.id for info in self.sessions.list()}
+        open_ids = {info.id for info in self.sessions.held()}
         for session_id in [s for s in self._upstreams if s not in open_ids]:
             # Taken before the await: a prune of a request beside this one may take it first.
             client = self._upstreams.pop(session_id, None)
@@ -470,7 +350,7 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def build_app(sessions: SessionHost, token: Secret, *, max_sessions: int = DEFAULT_MAX_SESSIONS) -> web.Application:
+def build_app(sessions: SessionBackend, token: Secret, *, max_sessions: int = DEFAULT_MAX_SESSIONS) -> web.Application:
     """The server's application over ``sessions``, holding at most ``max_sessions`` at once;
     its clients close with the app."""
     if max_sessions < 1:

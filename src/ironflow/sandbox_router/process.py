@@ -1,7 +1,7 @@
 """``ironflow sandbox serve`` as a process: its token, its socket, its end.
 
 The token is ``$IRONFLOW_SANDBOX_TOKEN``, else the one in
-:func:`~ironflow.sandbox_runtime.remote.token_file`, where the clients on this machine read it
+:func:`~ironflow.sessions.remote.token_file`, where the clients on this machine read it
 (:class:`SharedToken`): once bound, a server holds a shared lock on the file for its life and
 makes a new token (0600, replaced atomically) only when no live server holds it, else takes
 the live one's, so a second server never locks the first one's clients out. Only the path is
@@ -9,7 +9,8 @@ ever printed. SIGINT and SIGTERM close every
 session before the process ends, so no sandbox outlives it (a SIGKILL takes local ones down
 too: each sandbox dies with its parent). Cluster sessions live in the cluster: with
 ``keep_sessions`` the server lets go of them instead (they live to their TTL), and the next
-server routes them (:class:`~ironflow.sandbox_router.app.ClusterSessions`).
+server routes them (:class:`~ironflow.sessions.backend.ClusterSessionBackend`). The backend
+comes from the caller (the CLI builds it from the provider): this module imports none.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.local.sessions import LocalSessions
-from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, ClusterSessions, SessionHost, build_app
-from ironflow.sandbox_runtime.remote import TOKEN_ENV, token_file
+from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, build_app
 from ironflow.secrets import Secret
+from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
+from ironflow.sessions.remote import TOKEN_ENV, token_file
 
 __all__ = ["MIN_TOKEN_CHARS", "SharedToken", "env_token", "is_loopback", "serve"]
 
@@ -152,22 +153,22 @@ async def serve(
     token: Secret | SharedToken,
     *,
     ready: Callable[[str], None],
-    sessions: SessionHost | None = None,
+    sessions: SessionBackend,
     keep_sessions: bool = False,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> None:
-    """Serve ``sessions`` (default: local ones) until SIGINT or SIGTERM, then close every one of
+    """Serve ``sessions`` until SIGINT or SIGTERM, then close every one of
     them (``keep_sessions``: let go of cluster sessions, which live on to their TTL); ``ready``
     gets the URL once listening. At most ``max_sessions`` are open at once.
 
     Raises:
-        ConfigError: the address cannot be bound, the sessions cannot be made here,
+        ConfigError: the address cannot be bound,
             ``keep_sessions`` for sessions that live in this process, or a live server holds
             the token file but its token is gone.
         OSError: the token file or its lock cannot be made.
     """
-    owned: SessionHost = sessions or LocalSessions()
-    if keep_sessions and not isinstance(owned, ClusterSessions):
+    owned = sessions
+    if keep_sessions and not isinstance(owned, ClusterSessionBackend):
         raise errors.ConfigError("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
     loop = asyncio.get_running_loop()
     runner: web.AppRunner | None = None
@@ -192,7 +193,7 @@ async def serve(
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
-            if keep_sessions and isinstance(owned, ClusterSessions):
+            if keep_sessions and isinstance(owned, ClusterSessionBackend):
                 await owned.release()  # the sessions stay in the cluster for the next server
             else:
                 await owned.aclose()  # first: a streaming answer ends with its sandbox, and the runner stops at once

@@ -2,26 +2,29 @@
 
 A file run by path (``python3 -I server.py``, with its sibling ``streams.py``), standard
 library only, importing nothing of ironflow: backends find it with :data:`SERVER_PATH` and
-show its directory to the sandbox. ``client`` is the ironflow side of the wire
-(:class:`AsyncSandbox`), ``remote`` the sessions of an ``ironflow sandbox serve``
-(:class:`RemoteSessions`), ``sync`` the blocking :class:`Sandbox`; they load on first use.
+show its directory to the sandbox. The ironflow side of the wire moved to
+:mod:`ironflow.sessions` (``client``, ``remote``, ``sync``): ``AsyncSandbox``,
+``RemoteSessions`` and ``Sandbox`` still resolve here, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from ironflow._lazy import lazy_exports
+from ironflow._lazy import deprecated_exports
 
-if TYPE_CHECKING:
-    from ironflow.sandbox_runtime.client import AsyncSandbox
-    from ironflow.sandbox_runtime.remote import RemoteSessions
-    from ironflow.sandbox_runtime.sync import Sandbox
-
-__all__ = ["SERVER_PATH", "AsyncSandbox", "RemoteSessions", "Sandbox"]
+__all__ = ["SERVER_PATH"]
 
 #: The host file of the runtime server, for a backend to bind into the sandbox.
 SERVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 
-__getattr__ = lazy_exports(__name__, {"client": ("AsyncSandbox",), "remote": ("RemoteSessions",), "sync": ("Sandbox",)})
+__getattr__ = deprecated_exports(
+    __name__,
+    {
+        "ironflow.sessions.client": ("AsyncSandbox",),
+        "ironflow.sessions.remote": ("RemoteSessions",),
+        "ironflow.sessions.sync": ("Sandbox",),
+    },
+    instead="ironflow.sessions",
+)

@@ -2,7 +2,7 @@
 
 A Kubernetes session's pod runs no server: each request is one ``pods/exec`` of
 ``python3 -c <boot>`` that reads ``streams.py``, ``server.py`` and this file from its stdin
-(:mod:`ironflow.k8s.session_wire`), then a nonce line, then one HTTP request, which
+(:mod:`ironflow.k8s.sessions.wire`), then a nonce line, then one HTTP request, which
 :class:`server.Handler` answers on stdout exactly as it answers on a socket: the same path
 confinement, tar filter, upload limit, output cap and process-group kill. The exec channel
 is the authorization (``pods/exec`` RBAC); the nonce only satisfies the handler's bearer check.

@@ -32,10 +32,10 @@ from typing import Any, Final, Protocol
 from temporalio import activity
 
 from ironflow import errors, results
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider, sessions_of
 from ironflow.results import AgentResult
-from ironflow.steps import AccountLease as AccountSession
-from ironflow.steps import AgentConfig, StepScope
+from ironflow.sessions.values import OpenOptions
+from ironflow.steps import AccountLease, AgentConfig, StepScope
 from ironflow.temporal import failures, requests
 
 __all__ = ["DEFAULT_HEARTBEAT_S", "AccountSource", "IronflowActivities"]
@@ -80,9 +80,9 @@ class AccountSource(Protocol):
     PostgreSQL store shares accounts and rate-limit windows across workers. ``acquire`` raises
     ``RateLimited`` (with ``retry_after_s``) when every account is rejected."""
 
-    async def acquire(self, step: str) -> AccountSession: ...
+    async def acquire(self, step: str) -> AccountLease: ...
 
-    async def release(self, session: AccountSession) -> None: ...
+    async def release(self, lease: AccountLease) -> None: ...
 
 
 class IronflowActivities:
@@ -130,11 +130,11 @@ class IronflowActivities:
         if pool is None:
             return await self.provider.run(config)
         assert config.scope is not None
-        session = await pool.acquire(config.scope.step)  # RateLimited: the workflow waits on a timer
+        lease = await pool.acquire(config.scope.step)  # RateLimited: the workflow waits on a timer
         try:
-            return await self.provider.run(config.account_session(session))
+            return await self.provider.run(config.account_lease(lease))
         finally:
-            await pool.release(session)
+            await pool.release(lease)
 
     @activity.defn(name=requests.ACTIVITY_AGENT)
     async def agent(self, request: requests.AgentRequest) -> dict[str, Any]:
@@ -192,12 +192,15 @@ class IronflowActivities:
             scope = requests.step_scope(
                 workflow_id=info.workflow_id, root_workflow_id=request.root_workflow_id, step=request.step
             )
-            sessions = _sessions_of(self.provider, request.step)
+            try:
+                sessions = sessions_of(self.provider)
+            except errors.StepConfigError as exc:
+                raise errors.StepConfigError(f"session step {request.step!r}: {exc.message}") from None
             try:
                 async with _heartbeating():
                     if info.attempt > 1:
                         await self._release_previous_attempt(scope, info.attempt)
-                    sandbox = await sessions.open(run_id=scope.run_id)
+                    sandbox = await sessions.open(OpenOptions(run_id=scope.run_id))
                     for path, text in request.files.items():
                         await sandbox.files.write(path, text)
                     ran: list[dict[str, Any]] = []
@@ -232,32 +235,3 @@ class IronflowActivities:
             return removed
 
         return await _as_failure(work)  # type: ignore[no-any-return]
-
-
-def _sessions_of(provider: AgentProvider, step: str) -> Any:
-    """The session backend of ``provider``: its own sandboxes, kept open for one step.
-
-    Raises:
-        StepConfigError: a provider without sessions.
-    """
-    # Each backend's modules load only when its provider is the worker's.
-    from ironflow.local.sandbox_provider import LocalSandboxProvider
-
-    if isinstance(provider, LocalSandboxProvider):
-        from ironflow.local.sessions import LocalSessions
-
-        return LocalSessions(provider)
-    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-    from ironflow.k8s.pod_provider import K8sEphemeralProvider
-
-    if isinstance(provider, AgentSandboxProvider):
-        from ironflow.agent_sandbox.sessions import AgentSandboxSessions
-
-        return AgentSandboxSessions(provider.settings)
-    if isinstance(provider, K8sEphemeralProvider):
-        from ironflow.k8s.sessions import K8sSessions
-
-        return K8sSessions(provider.settings)
-    raise errors.StepConfigError(
-        f"session step {step!r}: {type(provider).__name__} has no sandbox sessions (local, k8s and agent-sandbox do)"
-    )

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from ironflow import errors
-from ironflow.engine import monitoring
+from ironflow.engine import monitoring, running
 from ironflow.engine.store import Store
 from ironflow.ui import handlers, layout
 from ironflow.ui.security import SECURITY_HEADERS, SESSION_COOKIE, UiSecurity
@@ -62,9 +62,12 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.update(SECURITY_HEADERS)
 
 
-def create_app(store: Store, security: UiSecurity, *, base_dir: str = "") -> web.Application:
-    """The UI over an open ``store``; workflow files under ``base_dir`` are named relative to it."""
-    pages = handlers.Handlers(store, security, base_dir=base_dir)
+def create_app(
+    store: Store, security: UiSecurity, *, base_dir: str = "", local_dirs: running.LocalDirs | None = None
+) -> web.Application:
+    """The UI over an open ``store``; workflow files under ``base_dir`` are named relative to it;
+    the live page shows this machine's ``local_dirs`` (None: no local sandbox is looked for)."""
+    pages = handlers.Handlers(store, security, base_dir=base_dir, local_dirs=local_dirs)
     app = web.Application(middlewares=[_guard(security)], client_max_size=64 * 1024)
     app.on_response_prepare.append(_headers)
     app.router.add_get("/", pages.runs)
@@ -79,13 +82,19 @@ def create_app(store: Store, security: UiSecurity, *, base_dir: str = "") -> web
 
 @contextlib.asynccontextmanager
 async def serve(
-    store: Store, security: UiSecurity, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, base_dir: str = ""
+    store: Store,
+    security: UiSecurity,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    base_dir: str = "",
+    local_dirs: running.LocalDirs | None = None,
 ) -> AsyncIterator[monitoring.Serving]:
     """Serve the UI of ``store`` on ``host:port`` for the block (port 0: any free one).
 
     Raises:
         ConfigError: the address cannot be bound.
     """
-    app = create_app(store, security, base_dir=base_dir)
+    app = create_app(store, security, base_dir=base_dir, local_dirs=local_dirs)
     async with monitoring.serve(app, host=host, port=port, what="the UI") as serving:
         yield serving

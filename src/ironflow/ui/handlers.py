@@ -44,8 +44,11 @@ def _field(form: object, name: str) -> str | None:
 class Handlers:
     """The pages of one store, under one :class:`~ironflow.ui.security.UiSecurity`."""
 
-    def __init__(self, store: Store, security: UiSecurity, *, base_dir: str = "") -> None:
+    def __init__(
+        self, store: Store, security: UiSecurity, *, base_dir: str = "", local_dirs: running.LocalDirs | None = None
+    ) -> None:
         self.store = store
+        self.local_dirs = local_dirs
         self.security = security
         self.base_dir = base_dir
         self.stylesheet = (resources.files("ironflow.ui") / "static" / "style.css").read_text()
@@ -121,7 +124,7 @@ class Handlers:
         raise web.HTTPSeeOther(f"/runs/{run.id}")
 
     async def sandboxes(self, request: web.Request) -> web.Response:
-        return html_response(sandboxes_page.render(await running.gather(self.store)))
+        return html_response(sandboxes_page.render(await running.gather(self.store, local_dirs=self.local_dirs)))
 
     async def style(self, request: web.Request) -> web.Response:
         return web.Response(text=self.stylesheet, content_type="text/css", charset="utf-8")

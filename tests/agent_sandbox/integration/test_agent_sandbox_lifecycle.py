@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ironflow import errors
-from ironflow.agent_sandbox import claims, lifecycle, models, schemas, sessions
+from ironflow.agent_sandbox import claim_sessions, claims, lifecycle, models, schemas
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -82,7 +82,9 @@ async def test_suspend_resolves_a_claim_to_its_adopted_sandbox_and_pools_count_t
 
             await eventually(members_ready, limit_s=10, what="two Ready pool members")
             sid = "sbx-" + secrets.token_hex(8)
-            await api.create(RES.claims, NS, sessions.session_claim(sid, provider.settings, ttl_s=600, now=time.time()))
+            await api.create(
+                RES.claims, NS, claim_sessions.session_claim(sid, provider.settings, ttl_s=600, now=time.time())
+            )
             ready = await claims.wait_ready(api, RES.claims, NS, sid, timeout_s=10)
             assert ready is not None
             bound = claims.bound_sandbox(ready)

@@ -23,7 +23,7 @@ from tests.fakes import agent_sandbox_gc
 from tests.fakes.kubelet import manual_namespace
 from tests.fakes.sandbox_cli import run_sandbox
 
-from ironflow.agent_sandbox import catalog, claims, install, lifecycle, patterns, sessions
+from ironflow.agent_sandbox import catalog, claim_sessions, claims, install, lifecycle, patterns
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -167,10 +167,10 @@ async def test_a_session_suspends_and_resumes_through_its_claim(kube_env: KubeEn
     async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
         await provider.apply_template(api)
         sid = "sbx-" + secrets.token_hex(8)
-        body = sessions.session_claim(sid, provider.settings, ttl_s=600, now=time.time())
+        body = claim_sessions.session_claim(sid, provider.settings, ttl_s=600, now=time.time())
         await api.create(RES.claims, ns, body)
         assert await claims.wait_ready(api, RES.claims, ns, sid, timeout_s=SETTLE_S) is not None
-        backend = sessions.AgentSandboxSessions(provider.settings, api=api)
+        backend = claim_sessions.AgentSandboxSessions(provider.settings, api=api)
         target = await backend.suspend(sid, timeout_s=SETTLE_S)
         assert target.claim == sid
         stored = await api.get(RES.sandboxes, ns, target.sandbox)

@@ -7,16 +7,16 @@ import pytest
 
 from ironflow import errors
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.k8s import session_wire, session_workspaces
+from ironflow.k8s.sessions import clones, wire
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.k8s.workspaces import clone_exec as workspace_clone
+from ironflow.k8s.workspaces import clone_exec
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace
 
 HOST = "git.example.test"
 SPEC = Workspace(f"https://{HOST}/org/repo.git", ref="main")
 COMMIT = "a" * 40
-WHERE = workspace_clone.paths("/home/claude")
+WHERE = clone_exec.paths("/home/claude")
 HOSTS = GitHosts({HOST: GitCredential(Secret("ghs_password"), "x-access-token")})
 PROXIED = ProviderSettings(image="runner:test", auth_proxy_url="http://proxy:8080", git_hosts=HOSTS)
 
@@ -38,50 +38,50 @@ def test_what_a_cluster_session_refuses_before_anything_is_made(
     settings: ProviderSettings, spec: Workspace, said: str
 ) -> None:
     with pytest.raises(errors.WorkspaceRefused) as caught:
-        session_workspaces.check(settings, spec)
+        clones.check(settings, spec)
     assert said in caught.value.message
     assert "\n" not in caught.value.message
 
 
 def test_a_git_workspace_clones_with_the_hosts_proxied_secret() -> None:
-    secret = session_workspaces.check(PROXIED, SPEC)
+    secret = clones.check(PROXIED, SPEC)
     assert "ghs_password" not in repr(secret)
 
 
 def test_apply_is_refused_in_one_line() -> None:
-    message = session_workspaces.refuse_apply().message
+    message = clones.refuse_apply().message
     assert "no host directory to apply to" in message
     assert "\n" not in message
 
 
 def test_the_clone_reads_its_token_from_stdin_only() -> None:
-    argv = workspace_clone.clone_exec("http://proxy:8080", SPEC, 52, WHERE)
+    argv = clone_exec.clone_exec("http://proxy:8080", SPEC, 52, WHERE)
     assert argv[:2] == ("sh", "-c")
     assert "ironflow_token=$(head -c 52)" in argv[2]
-    assert workspace_clone.TOKEN_MARK not in argv[2]
+    assert clone_exec.TOKEN_MARK not in argv[2]
     assert "rm -rf '/home/claude/workspace' '/home/claude/.ironflow/workspace-base'" in argv[2]
 
 
 def test_the_report_verifies_the_recorded_commit_and_refuses_another_shape() -> None:
-    argv = workspace_clone.report_exec(SPEC, COMMIT, WHERE)
+    argv = clone_exec.report_exec(SPEC, COMMIT, WHERE)
     assert f"ironflow_base={COMMIT}" in argv[2]
     assert argv[2].endswith("ironflow_report\n")
     with pytest.raises(errors.ConfigError, match="full lowercase commit id"):
-        workspace_clone.report_exec(SPEC, "HEAD", WHERE)
+        clone_exec.report_exec(SPEC, "HEAD", WHERE)
 
 
 def test_the_session_object_records_the_workspace_for_another_process() -> None:
-    held = session_workspaces.Held(SPEC, COMMIT)
-    recorded = session_workspaces.workspace_annotations(held)
-    assert session_workspaces.held_of(recorded) == held
-    no_ref = session_workspaces.Held(Workspace(SPEC.source), COMMIT)
-    assert session_workspaces.held_of(session_workspaces.workspace_annotations(no_ref)) == no_ref
-    assert session_workspaces.held_of({}) is None
-    assert session_workspaces.held_of(None) is None
+    held = clones.Held(SPEC, COMMIT)
+    recorded = clones.workspace_annotations(held)
+    assert clones.held_of(recorded) == held
+    no_ref = clones.Held(Workspace(SPEC.source), COMMIT)
+    assert clones.held_of(clones.workspace_annotations(no_ref)) == no_ref
+    assert clones.held_of({}) is None
+    assert clones.held_of(None) is None
 
 
 def test_the_runtime_is_rooted_at_the_workspace_when_given() -> None:
-    default = session_wire.runtime_command((1, 2, 3), max_upload_bytes=1, max_output_bytes=1)
-    rooted = session_wire.runtime_command((1, 2, 3), max_upload_bytes=1, max_output_bytes=1, workspace=WHERE.workspace)
+    default = wire.runtime_command((1, 2, 3), max_upload_bytes=1, max_output_bytes=1)
+    rooted = wire.runtime_command((1, 2, 3), max_upload_bytes=1, max_output_bytes=1, workspace=WHERE.workspace)
     assert default[default.index("--workspace") + 1] == "."
     assert rooted[rooted.index("--workspace") + 1] == WHERE.workspace

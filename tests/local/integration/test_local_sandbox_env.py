@@ -23,7 +23,8 @@ from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap
 from ironflow.local.sandbox.environment import Isolation
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -112,8 +113,8 @@ async def test_a_session_env_with_ld_preload_is_refused_before_anything_starts(
 ) -> None:
     async with LocalSessions(LocalSandboxProvider(timeout=30), state_dir=str(tmp_path)) as sessions:
         with pytest.raises(errors.StepConfigError, match="env LD_PRELOAD is refused"):
-            await sessions.open(env=_loader_env(preload, listener), ttl=30)
-        assert sessions.list() == []
+            await sessions.open(OpenOptions(env=_loader_env(preload, listener), ttl=30))
+        assert sessions.held() == []
     assert _arrived(listener) == 0
 
 
@@ -195,7 +196,7 @@ async def test_a_session_runtime_host_process_never_holds_the_session_env(isolat
     mark = f"ift-{uuid.uuid4().hex}"
     provider = LocalSandboxProvider(isolation=isolation, timeout=60)
     async with LocalSessions(provider, state_dir=str(tmp_path)) as sessions:
-        sandbox = await sessions.open(env={"IFT_MARK": mark}, ttl=60)
+        sandbox = await sessions.open(OpenOptions(env={"IFT_MARK": mark}, ttl=60))
         try:
             done = await sandbox.commands.run(["sh", "-c", "echo $IFT_MARK"])
             assert done.stdout.strip() == mark

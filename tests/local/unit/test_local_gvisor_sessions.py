@@ -9,16 +9,15 @@ import shlex
 import stat
 from pathlib import Path
 
-from ironflow.local import gvisor_sessions
-from ironflow.local.sandbox import argv as sandbox_argv
-from ironflow.local.sandbox import gvisor
+from ironflow.local.sandbox import argv, gvisor
+from ironflow.local.sessions import gvisor_runtime
 
-SHAPE = sandbox_argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
-RUNTIME = ("/py/bin/python3", "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", "3", "--token-fd", "0")
+SHAPE = argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
+RUNTIME = ("/py/bin/python3", "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", "3", "--token-fd", "0")
 
 
 def _settings() -> gvisor.GvisorSettings:
-    return gvisor_sessions.runtime_settings(SHAPE, RUNTIME, python="/py/bin/python3", runsc_path="/usr/bin/runsc")
+    return gvisor_runtime.runtime_settings(SHAPE, RUNTIME, python="/py/bin/python3", runsc_path="/usr/bin/runsc")
 
 
 def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_uids_apart() -> None:
@@ -28,8 +27,8 @@ def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_
     words = shlex.split(script[script.rindex("\nexec ") :])  # the last line; the snippet's newlines are quoted
     assert "setpriv" not in words
     assert words[:5] == ["exec", "/py/bin/python3", "-I", "-S", "-c"]
-    assert words[5] == gvisor_sessions.LISTEN_AS_ROOT
-    assert words[6:8] == [f"{gvisor_sessions.SOCKET_DIR}/rt.sock", str(gvisor_sessions.LISTEN_FD)]
+    assert words[5] == gvisor_runtime.LISTEN_AS_ROOT
+    assert words[6:8] == [f"{gvisor_runtime.SOCKET_DIR}/rt.sock", str(gvisor_runtime.LISTEN_FD)]
     assert tuple(words[8:]) == (*RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
 
 
@@ -39,11 +38,11 @@ def test_without_as_root_the_setup_script_execs_the_drop_as_before() -> None:
 
 
 def test_the_spec_shows_the_runtime_read_only_and_the_socket_dir_under_dev() -> None:
-    doc = gvisor_sessions.spec(_settings(), {"B": "2"}, runtime_source="/src/rt", socket_source="/state/ifs-x/s")
+    doc = gvisor_runtime.spec(_settings(), {"B": "2"}, runtime_source="/src/rt", socket_source="/state/ifs-x/s")
     binds = {m["destination"]: m for m in doc["mounts"] if m["type"] == "bind"}
-    assert binds[gvisor_sessions.RUNTIME_DIR]["source"] == "/src/rt"
-    assert "ro" in binds[gvisor_sessions.RUNTIME_DIR]["options"]
-    assert binds[gvisor_sessions.SOCKET_DIR]["source"] == "/state/ifs-x/s"
+    assert binds[gvisor_runtime.RUNTIME_DIR]["source"] == "/src/rt"
+    assert "ro" in binds[gvisor_runtime.RUNTIME_DIR]["options"]
+    assert binds[gvisor_runtime.SOCKET_DIR]["source"] == "/state/ifs-x/s"
     # runsc makes a bind's mount point on the host unless it is in a mount of its own: /dev is gVisor's tmpfs.
     assert all(d.startswith("/dev/") for d in binds)
     assert "B=2" in doc["process"]["env"]
@@ -59,8 +58,8 @@ def test_the_argv_has_no_network_may_create_host_sockets_and_needs_no_bubblewrap
 
 
 def test_the_bundle_is_private_and_the_socket_dir_closed(tmp_path: Path) -> None:
-    bundle = gvisor_sessions.write_bundle(str(tmp_path), {"process": {"env": ["SECRET=x"]}})
+    bundle = gvisor_runtime.write_bundle(str(tmp_path), {"process": {"env": ["SECRET=x"]}})
     assert json.loads(Path(bundle, "config.json").read_text()) == {"process": {"env": ["SECRET=x"]}}
     assert stat.S_IMODE(os.stat(Path(bundle, "config.json")).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(tmp_path / gvisor_sessions.SOCKET_SUBDIR).st_mode) == 0o700
-    assert gvisor_sessions.host_socket(str(tmp_path)) == str(tmp_path / "s" / "rt.sock")
+    assert stat.S_IMODE(os.stat(tmp_path / gvisor_runtime.SOCKET_SUBDIR).st_mode) == 0o700
+    assert gvisor_runtime.host_socket(str(tmp_path)) == str(tmp_path / "s" / "rt.sock")

@@ -137,8 +137,9 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.temporal", "ironflow.temporal.activities"): "temporalio, the optional extra `temporal`",
     # A session command against a server (local sessions) loads no Kubernetes client.
     ("ironflow.cli.session_backends", "ironflow.cli.backends"): "the cluster's modules, for --provider only",
-    ("ironflow.cli.session_backends", "ironflow.k8s.sessions"): "the cluster's modules, for --provider only",
-    ("ironflow.cli.session_backends", "ironflow.agent_sandbox.sessions"): "the cluster's modules, for --provider only",
+    # The deprecated `ironflow.local.sessions.LocalSessions` (once a module) only: the package loads alone.
+    ("ironflow.local.sessions", "ironflow.local.sessions.sandbox_sessions"): "the deprecated names, on first use",
+    ("ironflow.local.sessions", "ironflow.local.sandbox_provider"): "the deprecated names, on first use",
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
     # `sandbox open --env` only: the env's variables are judged by the local sandbox's own rules.
@@ -148,13 +149,6 @@ DEFERRED_IMPORTS = {
     ): "the local sandbox's modules, for --env only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
-    # A Temporal session step loads the session backend of the worker's own provider only.
-    ("ironflow.temporal.activities", "ironflow.local.sandbox_provider"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.local.sessions"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.k8s.pod_provider"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.k8s.sessions"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.agent_sandbox.claim_provider"): "the worker's provider's sessions only",
-    ("ironflow.temporal.activities", "ironflow.agent_sandbox.sessions"): "the worker's provider's sessions only",
 }
 
 

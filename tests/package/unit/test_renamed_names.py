@@ -46,7 +46,9 @@ def test_a_script_using_an_old_name_runs_and_is_told_the_new_one() -> None:
     assert "ironflow.steps.AccountSession is renamed AccountLease" in done.stderr
 
 
-def test_account_session_builder_is_account_lease() -> None:
+def test_account_session_builder_is_account_lease_and_warns() -> None:
     lease = AccountLease("acct", "ANTHROPIC_API_KEY", Secret("k"))
     config = AgentConfig("hi")
-    assert config.account_session(lease).account is config.account_lease(lease).account is lease
+    with pytest.warns(DeprecationWarning, match="account_session is renamed account_lease"):
+        old = config.account_session(lease)
+    assert old.account is config.account_lease(lease).account is lease

@@ -30,17 +30,17 @@ from tests.fakes.agent_sandbox_gc import wait_for_claim_cascade
 from ironflow import labels
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.claude import layout
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.sandbox_provider import Isolation, LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
-from ironflow.sandbox_runtime.client import AsyncSandbox
-from ironflow.sessions import SessionInfo
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions, SessionInfo
+from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 
@@ -69,7 +69,8 @@ class SessionCase:
     """One backend's sessions, with what the contract asks of it beyond the handle."""
 
     backend: str
-    sessions: LocalSessions | K8sSessions
+    #: Built by the backend's provider (``provider.sessions()``), as every caller gets them.
+    sessions: LocalSessions | K8sSessions | AgentSandboxSessions
     work_dir: str
     api: kube.KubeApi | None = None
     namespace: str = ""
@@ -83,19 +84,17 @@ class SessionCase:
         """A session environment the backend takes (agent-sandbox's pod has the template's)."""
         return {} if isinstance(self.sessions, AgentSandboxSessions) else {"B": "2"}
 
-    async def open(self, **options: Any) -> AsyncSandbox:
-        sandbox = await self.sessions.open(**options)
+    async def open(self, options: OpenOptions | None = None) -> AsyncSandbox:
+        sandbox = await self.sessions.open(options)
         if isinstance(self.sessions, LocalSessions):
             self._pids[sandbox.id] = self.sessions.host_pids(sandbox.id)
         return sandbox
 
     async def connect(self, session_id: str) -> AsyncSandbox:
-        if isinstance(self.sessions, LocalSessions):
-            return self.sessions.connect(session_id)
         return await self.sessions.connect(session_id)
 
     def listed(self) -> list[SessionInfo]:
-        return self.sessions.list()
+        return self.sessions.held()
 
     async def leftovers(self) -> list[str]:
         """What is left of every session this case opened and that has ended."""
@@ -133,14 +132,12 @@ def agent_sandbox_settings(namespace: str) -> AgentSandboxSettings:
     return AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(30).settings
 
 
-def _k8s(api: kube.KubeApi, namespace: str, **options: Any) -> K8sSessions:
-    return K8sSessions(ProviderSettings(image="runner:test", namespace=namespace), api=api, **options)
+def _k8s(api: kube.KubeApi, namespace: str) -> K8sSessions:
+    return K8sEphemeralProvider(ProviderSettings(image="runner:test", namespace=namespace)).sessions(api=api)
 
 
 @contextlib.asynccontextmanager
-async def open_case(
-    request: pytest.FixtureRequest, backend: str, tmp_path: Path, **options: Any
-) -> AsyncIterator[SessionCase]:
+async def open_case(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> AsyncIterator[SessionCase]:
     """The case of ``backend``; every session it holds is closed at the end."""
     if backend in ("local", "local-gvisor"):
         isolation: Isolation = "gvisor" if backend == "local-gvisor" else "bwrap"
@@ -150,7 +147,7 @@ async def open_case(
         short = Path(tempfile.mkdtemp(prefix="ifs-test-"))  # a unix socket path holds at most 107 bytes
         provider = LocalSandboxProvider(isolation=isolation)
         try:
-            async with LocalSessions(provider, state_dir=str(short), **options) as local:
+            async with provider.sessions(state_dir=str(short)) as local:
                 yield SessionCase(backend, local, layout.SANDBOX_HOME, state_dir=short)
         finally:
             shutil.rmtree(short, ignore_errors=True)
@@ -166,7 +163,7 @@ async def open_case(
             async with controller, client:
                 settings = agent_sandbox_settings("pool")
                 await AgentSandboxProvider(settings).apply_template(client)
-                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                async with AgentSandboxProvider(settings).sessions(api=client) as pooled:
                     yield SessionCase(backend, pooled, str(work), client, "pool")
                 assert not controller.failures, controller.failures
         return
@@ -179,7 +176,7 @@ async def open_case(
             async with client:
                 settings = agent_sandbox_settings(namespace)
                 await AgentSandboxProvider(settings).apply_template(client)
-                async with AgentSandboxSessions(settings, api=client, **options) as pooled:
+                async with AgentSandboxProvider(settings).sessions(api=client) as pooled:
                     yield SessionCase(backend, pooled, str(work), client, namespace)
         return
     if backend == "k8s-real-apiserver":
@@ -187,7 +184,7 @@ async def open_case(
         with env.namespace(f"sessions-{uuid.uuid4().hex[:8]}") as namespace:
             await asyncio.to_thread(env.allow_exec, namespace, work)
             client = await kube.KubeApi.connect(env.cluster_config())
-            async with client, _k8s(client, namespace, **options) as sessions:
+            async with client, _k8s(client, namespace) as sessions:
                 kubeconfig = env.kubeconfig_path
                 yield SessionCase(backend, sessions, str(work), client, namespace, kubeconfig)
         return
@@ -198,5 +195,5 @@ async def open_case(
         client = await kube.KubeApi.connect(server.cluster_config())
         kubeconfig = tmp_path / "kubeconfig.yaml"
         kubeconfig.write_text(server.kubeconfig_yaml(namespace="sessions"))
-        async with client, _k8s(client, "sessions", **options) as sessions:
+        async with client, _k8s(client, "sessions") as sessions:
             yield SessionCase(backend, sessions, str(work), client, "sessions", kubeconfig)

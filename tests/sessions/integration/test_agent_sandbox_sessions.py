@@ -22,8 +22,9 @@ from tests.sessions.integration.cases import agent_sandbox_settings
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.kube import api as kube
+from ironflow.sessions import OpenOptions
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 from ironflow.testing.polling import eventually
@@ -102,7 +103,7 @@ async def test_a_session_adopts_the_warm_member_and_another_holder_reattaches(po
     (member,) = await eventually(pool.ready_members, limit_s=60, interval_s=0.2, what="a Ready pool member")
     pool.record_execs()
     first = pool.sessions()
-    sandbox = await first.open(ttl=120, labels={"team": "a"}, run_id="run-7")
+    sandbox = await first.open(OpenOptions(ttl=120, labels={"team": "a"}, run_id="run-7"))
     assert (sandbox.info.backend, sandbox.info.labels, sandbox.info.run_id) == ("agent-sandbox", {"team": "a"}, "run-7")
     result = await sandbox.commands.run(["sh", "-c", "echo hi > note; pwd"])
     assert (result.exit_code, result.stdout.strip()) == (0, str(pool.work))
@@ -125,7 +126,7 @@ async def test_a_session_adopts_the_warm_member_and_another_holder_reattaches(po
 async def test_one_claim_reaper_pass_past_the_ttl_deletes_a_lost_holders_claim(pool: Pool) -> None:
     await eventually(pool.ready_members, limit_s=60, interval_s=0.2, what="a Ready pool member")
     lost = pool.sessions()
-    sandbox = await lost.open(ttl=60)
+    sandbox = await lost.open(OpenOptions(ttl=60))
     await sandbox.disconnect()
     await lost.release()  # as after a SIGKILL of the holder
     res = claims.resources()
@@ -139,5 +140,5 @@ async def test_one_claim_reaper_pass_past_the_ttl_deletes_a_lost_holders_claim(p
 async def test_an_environment_is_refused_the_template_has_its_own(pool: Pool) -> None:
     async with pool.sessions() as sessions:
         with pytest.raises(errors.ConfigError, match="run with the template's environment"):
-            await sessions.open(ttl=60, env={"A": "1"})
+            await sessions.open(OpenOptions(ttl=60, env={"A": "1"}))
     assert await pool.claimed() == []

@@ -23,16 +23,17 @@ from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.agent_sandbox.sessions import AgentSandboxSessions
+from ironflow.agent_sandbox.claim_sessions import AgentSandboxSessions
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.kube import api as kube
 from ironflow.sandbox_router import app as router_app
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
+from ironflow.sessions.remote import RemoteSessions
 from ironflow.workspaces import Change, Workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
@@ -71,17 +72,23 @@ class Grants:
 @dataclasses.dataclass
 class Cluster:
     case: SessionCase
-    sessions: K8sSessions
+    sessions: K8sSessions | AgentSandboxSessions
     grants: Grants
     seed: Path
     execs: list[tuple[tuple[str, ...], bytes]]
 
-    def another(self) -> K8sSessions:
+    @property
+    def workspace(self) -> str:
+        """Where a session's workspace is cloned, in its pod."""
+        host = self.sessions.host if isinstance(self.sessions, AgentSandboxSessions) else self.sessions
+        return host.where.workspace
+
+    def another(self) -> K8sSessions | AgentSandboxSessions:
         """A second holder of the same sessions, as another process would be (no grants: it clones nothing)."""
         return _sessions(self.case, self.sessions.settings.auth_proxy_url or "", None)
 
 
-def _sessions(case: SessionCase, proxy_url: str, grants: Grants | None) -> K8sSessions:
+def _sessions(case: SessionCase, proxy_url: str, grants: Grants | None) -> K8sSessions | AgentSandboxSessions:
     hosts = GitHosts({HOST: GitCredential(Secret(PASSWORD), USER)})
     pod = (
         K8sEphemeralProvider.sandboxed("runner:test").namespace(case.namespace)
@@ -133,19 +140,19 @@ async def _objects(case: SessionCase) -> str:
     assert case.api is not None
     listed = [*(await case.api.list(kube.PODS, case.namespace)).items]
     if isinstance(case.sessions, AgentSandboxSessions):
-        listed += (await case.api.list(case.sessions.resources.claims, case.namespace)).items
+        listed += (await case.api.list(case.sessions.objects.resources.claims, case.namespace)).items
     return repr(listed)
 
 
 async def test_a_command_edits_the_clone_and_changes_gives_exactly_that_patch(cluster: Cluster) -> None:
-    sandbox = await cluster.sessions.open(ttl=120, workspace=SPEC)
+    sandbox = await cluster.sessions.open(OpenOptions(ttl=120, workspace=SPEC))
     (grant_id, token), *more = cluster.grants.issued
     assert not more, "one grant, for the clone"
     assert cluster.grants.revoked == [grant_id], "revoked once the clone ended"
     edit = "echo fixed >> calc.py && rm notes.txt && printf 'new\\n' > new.txt && chmod +x run.sh && pwd"
     ran = await sandbox.commands.run(["sh", "-c", edit])
     assert ran.exit_code == 0, ran.stderr
-    assert ran.stdout.strip() == cluster.sessions.where.workspace  # the commands' working directory
+    assert ran.stdout.strip() == cluster.workspace  # the commands' working directory
     assert await sandbox.files.read("calc.py") == (CALC + "fixed\n").encode()  # the file API's root too
 
     found = await cluster.sessions.changes(sandbox.id)
@@ -157,7 +164,7 @@ async def test_a_command_edits_the_clone_and_changes_gives_exactly_that_patch(cl
     await asyncio.to_thread(
         subprocess.run, ["git", "apply", "--binary", "-"], cwd=fresh, input=found.patch, env=GIT_ENV, check=True
     )
-    workspace = Path(cluster.sessions.where.workspace)
+    workspace = Path(cluster.workspace)
     for name in ("calc.py", "new.txt", "run.sh"):
         assert (fresh / name).read_bytes() == (workspace / name).read_bytes()
     assert not (fresh / "notes.txt").exists()
@@ -186,9 +193,9 @@ async def test_a_command_edits_the_clone_and_changes_gives_exactly_that_patch(cl
 
 async def test_a_host_directory_is_refused_before_anything_is_made(cluster: Cluster, tmp_path: Path) -> None:
     with pytest.raises(errors.WorkspaceRefused, match=r"cannot see .* on this machine: give its workspace as GIT_URL"):
-        await cluster.sessions.open(ttl=60, workspace=Workspace(str(tmp_path)))
+        await cluster.sessions.open(OpenOptions(ttl=60, workspace=Workspace(str(tmp_path))))
     assert await cluster.case.nothing_left()
-    sandbox = await cluster.sessions.open(ttl=60)
+    sandbox = await cluster.sessions.open(OpenOptions(ttl=60))
     with pytest.raises(errors.ConfigError, match="opened without a workspace"):
         await cluster.sessions.changes(sandbox.id)
     await sandbox.close()
@@ -203,7 +210,7 @@ async def test_through_the_router_open_and_changes_and_what_it_refuses(cluster: 
     await site.start()
     try:
         async with RemoteSessions(f"http://127.0.0.1:{runner.addresses[0][1]}", token="router-token") as remote:
-            sandbox = await remote.open(ttl=60, workspace=f"{SPEC.source}@main")
+            sandbox = await remote.open(OpenOptions(ttl=60, workspace=Workspace.parse(f"{SPEC.source}@main")))
             assert (await sandbox.commands.run(["sh", "-c", "echo more >> notes.txt"])).exit_code == 0
             found = await remote.changes(sandbox.id)
             assert [(f.path, f.change) for f in found.files] == [("notes.txt", Change.MODIFIED)]
@@ -211,7 +218,7 @@ async def test_through_the_router_open_and_changes_and_what_it_refuses(cluster: 
             with pytest.raises(errors.ConfigError, match="no host directory to apply to"):
                 await remote.changes(sandbox.id, apply=True)
             with pytest.raises(errors.ConfigError, match=r"cannot see .* on this machine"):
-                await remote.open(ttl=60, workspace=str(tmp_path))
+                await remote.open(OpenOptions(ttl=60, workspace=Workspace(str(tmp_path))))
             await sandbox.close()
     finally:
         await runner.cleanup()
@@ -222,7 +229,7 @@ async def test_a_failed_clone_revokes_its_grant_and_leaves_nothing(cluster: Clus
         pytest.skip("kwok's exec reports no exit code for a failed command: the test server's tier shows this")
     missing = Workspace(SPEC.source, ref="no-such-branch")
     with pytest.raises(errors.WorkspaceUnsafe, match=r"the workspace's clone failed in session pod '.*' \(exit \d+\)"):
-        await cluster.sessions.open(ttl=60, workspace=missing)
+        await cluster.sessions.open(OpenOptions(ttl=60, workspace=missing))
     ((grant_id, _),) = cluster.grants.issued
     assert cluster.grants.revoked == [grant_id]
     assert await cluster.case.nothing_left()

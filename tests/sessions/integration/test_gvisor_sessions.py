@@ -22,11 +22,13 @@ from tests.sessions.integration.serving import TOKEN as SERVE_TOKEN
 from tests.sessions.integration.serving import cli_env, descendants, ironflow, running, start_serve
 
 from ironflow import errors
-from ironflow.local import LocalSandboxProvider, gvisor_sessions
-from ironflow.local.sessions import LocalSessions
+from ironflow.local import LocalSandboxProvider
+from ironflow.local.sessions import gvisor_runtime
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
+from ironflow.sessions.remote import RemoteSessions
 
 pytestmark = [
     pytest.mark.gvisor,
@@ -82,7 +84,7 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
     the runtime's memory; the runtime's code read-only; its socket directory closed to the step;
     nothing new on the host's ``/``."""
     host_root = sorted(os.listdir("/"))
-    async with await sessions.open(ttl=60) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=60)) as sandbox:
         assert any("runsc-sandbox" in _cmdline(pid) for pid in sessions.host_pids(sandbox.id))
         assert "gVisor" in (await sandbox.commands.run(["dmesg"])).stdout
         assert (await sandbox.commands.run(["id", "-u"])).stdout == "10001\n"
@@ -96,7 +98,7 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
         assert token.reveal() not in env.stdout
         probe = (
             "import os\n"
-            f"for p in ({gvisor_sessions.SOCKET_DIR!r}, {gvisor_sessions.RUNTIME_DIR + '/server.py'!r}):\n"
+            f"for p in ({gvisor_runtime.SOCKET_DIR!r}, {gvisor_runtime.RUNTIME_DIR + '/server.py'!r}):\n"
             "    try:\n"
             "        os.listdir(p) if p.endswith('session') else open(p, 'a')\n"
             "        print(p, 'open')\n"
@@ -105,10 +107,10 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
         )
         refused = await sandbox.commands.run(["python3", "-I", "-S", "-c", probe])
         assert refused.stdout.split("\n")[:2] == [
-            f"{gvisor_sessions.SOCKET_DIR} PermissionError",
-            f"{gvisor_sessions.RUNTIME_DIR}/server.py PermissionError",
+            f"{gvisor_runtime.SOCKET_DIR} PermissionError",
+            f"{gvisor_runtime.RUNTIME_DIR}/server.py PermissionError",
         ], refused
-        assert "def main" in (await sandbox.commands.run(["cat", gvisor_sessions.RUNTIME_PATH])).stdout
+        assert "def main" in (await sandbox.commands.run(["cat", gvisor_runtime.RUNTIME_PATH])).stdout
         runtime_mem = await sandbox.commands.run(["python3", "-I", "-S", "-c", "open('/proc/1/mem', 'rb')"])
         assert "PermissionError" in runtime_mem.stderr, runtime_mem  # pid 1 is the runtime: its memory holds the token
     assert sorted(os.listdir("/")) == host_root
@@ -124,8 +126,8 @@ async def test_one_session_sees_nothing_of_another_nor_the_routers_port(state: P
         url = await ready
         port = int(url.rsplit(":", 1)[1])
         async with RemoteSessions(url, token=TOKEN) as remote:
-            a = await remote.open(ttl=60)
-            b = await remote.open(ttl=60)
+            a = await remote.open(OpenOptions(ttl=60))
+            b = await remote.open(OpenOptions(ttl=60))
             await a.files.write("secret-of-a.txt", "only a")
             await a.commands.start(["sh", "-c", "exec sleep 300.0431"])
             a_socket, _ = local.route(a.id)
@@ -179,7 +181,7 @@ async def test_a_2gb_upload_is_refused_at_the_limit_without_filling_memory(state
     provider = LocalSandboxProvider(isolation="gvisor")
     async with (
         LocalSessions(provider, state_dir=str(state), max_upload_bytes=limit) as local,
-        await local.open(ttl=120) as sandbox,
+        await local.open(OpenOptions(ttl=120)) as sandbox,
     ):
         body = _Zeros(2 << 30)
         with pytest.raises(errors.ConfigError, match=r"(?i)too large|limit"):
@@ -193,10 +195,10 @@ async def test_a_2gb_upload_is_refused_at_the_limit_without_filling_memory(state
 _SUPERVISOR = """
 import asyncio, json, sys
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.sessions import OpenOptions
 async def main():
-    sessions = LocalSessions(LocalSandboxProvider(isolation="gvisor"), state_dir=sys.argv[1])
-    sandbox = await sessions.open(ttl=600)
+    sessions = LocalSandboxProvider(isolation="gvisor").sessions(state_dir=sys.argv[1])
+    sandbox = await sessions.open(OpenOptions(ttl=600))
     await sandbox.commands.start(["sh", "-c", "sleep 600 & sleep 600"])
     await asyncio.sleep(0.3)
     print(json.dumps({"id": sandbox.id, "pids": sessions.host_pids(sandbox.id)}), flush=True)

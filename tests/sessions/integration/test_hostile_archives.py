@@ -14,8 +14,8 @@ from aiohttp import web
 from tests.fakes.crafted_tars import Tar, path_max_chain
 
 from ironflow import errors
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.sessions import SessionInfo
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
 
 
 class _Hostile:

@@ -9,13 +9,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ironflow.k8s import session_wire
+from ironflow.k8s.sessions import wire
 from ironflow.sandbox_runtime import SERVER_PATH
 
 
 def _bundle() -> tuple[bytes, list[int]]:
     folder = Path(SERVER_PATH).parent
-    parts = [(folder / name).read_bytes() for name in session_wire.RUNTIME_FILES]
+    parts = [(folder / name).read_bytes() for name in wire.RUNTIME_FILES]
     return b"".join(parts), [len(p) for p in parts]
 
 
@@ -23,15 +23,15 @@ def test_the_boot_line_answers_one_request_from_stdin_in_its_working_directory()
     """What the pod runs: no file of ironflow on disk, the workspace is the working directory,
     and a path outside it is refused there (403)."""
     bundle, sizes = _bundle()
-    argv = session_wire.runtime_command(sizes, max_upload_bytes=100, max_output_bytes=1000, python=sys.executable)
+    argv = wire.runtime_command(sizes, max_upload_bytes=100, max_output_bytes=1000, python=sys.executable)
     with tempfile.TemporaryDirectory() as work:
         with open(os.path.join(work, "a.txt"), "w") as f:
             f.write("in the workspace")
         answers = []
         for target in ("/download/a.txt", "/download/..%2F..%2Fetc%2Fpasswd"):
-            stdin = bundle + session_wire.render_request("nonce1", "GET", target, b"")
+            stdin = bundle + wire.render_request("nonce1", "GET", target, b"")
             out = subprocess.run(argv, input=stdin, capture_output=True, cwd=work, timeout=30, check=True)
-            parser = session_wire.ReplyParser()
+            parser = wire.ReplyParser()
             answers.append((parser, b"".join(parser.feed(out.stdout))))
     assert (answers[0][0].status, answers[0][1]) == (200, b"in the workspace")
     assert answers[1][0].status == 403

@@ -21,10 +21,12 @@ from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
-from ironflow.k8s import reaper, session_bridge
-from ironflow.k8s.sessions import K8sSessions
+from ironflow.k8s import reaper
+from ironflow.k8s.sessions import bridge
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
+from ironflow.sessions import OpenOptions
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.polling import eventually
 
@@ -38,7 +40,7 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 def _another(
-    case: SessionCase, *, max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES, python: str = "python3"
+    case: SessionCase, *, max_upload_bytes: int = bridge.DEFAULT_MAX_UPLOAD_BYTES, python: str = "python3"
 ) -> K8sSessions:
     """A second holder of the same namespace's sessions, as another process would be."""
     assert isinstance(case.sessions, K8sSessions)
@@ -47,7 +49,7 @@ def _another(
 
 async def test_another_process_reattaches_by_id_and_closes_it(case: SessionCase) -> None:
     first = _another(case)
-    sandbox = await first.open(ttl=60, env={"KEPT": "yes"}, labels={"team": "a"}, run_id="run-9")
+    sandbox = await first.open(OpenOptions(ttl=60, env={"KEPT": "yes"}, labels={"team": "a"}, run_id="run-9"))
     await sandbox.files.write("x", "1")
     await sandbox.disconnect()
     await first.release()  # the supervisor lets go: the pod lives on to its TTL
@@ -66,7 +68,7 @@ async def test_another_process_reattaches_by_id_and_closes_it(case: SessionCase)
 async def test_a_lost_supervisors_pod_goes_in_one_reaper_pass_after_its_ttl(case: SessionCase) -> None:
     assert case.api is not None
     lost = _another(case)
-    sandbox = await lost.open(ttl=30)
+    sandbox = await lost.open(OpenOptions(ttl=30))
     await sandbox.disconnect()
     await lost.release()  # as after a SIGKILL: nothing of this process will delete the pod
     early = await reaper.reap_namespace(case.api, case.namespace)
@@ -79,16 +81,15 @@ async def test_a_lost_supervisors_pod_goes_in_one_reaper_pass_after_its_ttl(case
 
 _SUPERVISOR = """
 import asyncio, json, sys
-from ironflow.k8s.sessions import K8sSessions
-from ironflow.k8s.settings import ProviderSettings
-from ironflow.kube import api as kube
-from ironflow.testing.kube import KubeTestServer
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube.clusters import KubeconfigFile
+from ironflow.sessions import OpenOptions
 async def main():
     cluster = KubeconfigFile(sys.argv[1])
-    sessions = K8sSessions(ProviderSettings(image="runner:test", namespace=sys.argv[2], cluster=cluster))
-    sandbox = await sessions.open(ttl=30)
+    provider = K8sEphemeralProvider(ProviderSettings(image="runner:test", namespace=sys.argv[2], cluster=cluster))
+    sessions = provider.sessions()
+    sandbox = await sessions.open(OpenOptions(ttl=30))
     print(json.dumps({"id": sandbox.id, "expires_at": sandbox.info.expires_at}), flush=True)
     await asyncio.sleep(600)
 asyncio.run(main())
@@ -123,7 +124,7 @@ async def test_after_a_sigkill_of_the_supervisor_one_reaper_pass_past_the_ttl_le
 
 
 async def test_an_upload_past_the_limit_is_refused_before_it_reaches_the_pod(case: SessionCase) -> None:
-    async with _another(case, max_upload_bytes=1000) as small, await small.open(ttl=60) as sandbox:
+    async with _another(case, max_upload_bytes=1000) as small, await small.open(OpenOptions(ttl=60)) as sandbox:
         with pytest.raises(errors.ConfigError, match="exceeds the limit of 1000 bytes"):
             await sandbox.files.write("big", b"x" * 5000)
         assert not await sandbox.files.exists("big")
@@ -132,7 +133,7 @@ async def test_an_upload_past_the_limit_is_refused_before_it_reaches_the_pod(cas
 async def test_an_image_without_python_fails_the_open_and_leaves_no_pod(case: SessionCase) -> None:
     sessions = _another(case, python="no-such-python")
     with pytest.raises(errors.SandboxError, match=r"could not run the runtime|did not answer"):
-        await sessions.open(ttl=60)
+        await sessions.open(OpenOptions(ttl=60))
     assert await case.nothing_left()
     await sessions.aclose()
 
@@ -145,7 +146,7 @@ async def test_a_pod_that_will_never_start_fails_the_open_at_once_and_is_deleted
         client = await kube.KubeApi.connect(server.cluster_config())
         settings = ProviderSettings(image="runner:test", namespace="ff")
         async with client, K8sSessions(settings, api=client, start_timeout_s=60) as sessions:
-            opening = asyncio.create_task(sessions.open(ttl=60))
+            opening = asyncio.create_task(sessions.open(OpenOptions(ttl=60)))
             (pod,) = await eventually(lambda: server.objects(kube.PODS, "ff"), what="the session pod")
             problem = problem_status(pod, "CreateContainerConfigError", 'secret "claude-token" not found')
             server.set_pod_status("ff", pod["metadata"]["name"], problem)

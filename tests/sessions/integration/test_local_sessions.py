@@ -19,8 +19,8 @@ import pytest
 
 from ironflow import errors
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
-from ironflow.sessions import SessionNotFound
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions, SessionNotFound
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture
 async def sessions(state: Path) -> AsyncIterator[LocalSessions]:
-    async with LocalSessions(state_dir=str(state)) as opened:
+    async with LocalSessions(LocalSandboxProvider(), state_dir=str(state)) as opened:
         yield opened
 
 
@@ -54,7 +54,7 @@ def _gone(pids: list[int]) -> bool:
 
 
 async def test_the_sandbox_has_no_network_and_no_token_in_its_environment(sessions: LocalSessions) -> None:
-    async with await sessions.open(ttl=60) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=60)) as sandbox:
         assert (await sandbox.commands.run(["id", "-u"])).stdout == "10001\n"
         links = await sandbox.commands.run(["cat", "/proc/net/dev"])
         assert [line.split(":")[0].strip() for line in links.stdout.splitlines()[2:]] == ["lo"]
@@ -66,29 +66,30 @@ async def test_the_sandbox_has_no_network_and_no_token_in_its_environment(sessio
 
 
 async def test_closing_kills_every_process_of_the_session(sessions: LocalSessions, state: Path) -> None:
-    sandbox = await sessions.open(ttl=60, labels={"team": "a"}, run_id="run-1")
+    sandbox = await sessions.open(OpenOptions(ttl=60, labels={"team": "a"}, run_id="run-1"))
     await sandbox.commands.start(["sh", "-c", "sleep 300 & sleep 300"])
     await asyncio.sleep(0.2)
     pids = sessions.host_pids(sandbox.id)
     assert len(pids) >= 4
-    assert [i.id for i in sessions.list()] == [sandbox.id]
-    assert sessions.list()[0].labels == {"team": "a"}
-    assert await sessions.close_run("run-1") == 1
+    assert [i.id for i in sessions.held()] == [sandbox.id]
+    assert sessions.held()[0].labels == {"team": "a"}
+    assert await sessions.release_run("run-1") == 1
     assert _gone(pids)
-    assert sessions.list() == []
+    assert sessions.held() == []
     assert _entries(state) == []
     with pytest.raises(SessionNotFound):
-        sessions.connect(sandbox.id)
+        await sessions.connect(sandbox.id)
     await sandbox.close()  # twice is no error
     await sandbox.disconnect()
 
 
 _SUPERVISOR = """
 import asyncio, json, sys
-from ironflow.local.sessions import LocalSessions
+from ironflow.local import LocalSandboxProvider
+from ironflow.sessions import OpenOptions
 async def main():
-    sessions = LocalSessions(state_dir=sys.argv[1])
-    sandbox = await sessions.open(ttl=600)
+    sessions = LocalSandboxProvider().sessions(state_dir=sys.argv[1])
+    sandbox = await sessions.open(OpenOptions(ttl=600))
     await sandbox.commands.start(["sh", "-c", "sleep 600 & sleep 600"])
     await asyncio.sleep(0.3)
     print(json.dumps({"id": sandbox.id, "pids": sessions.host_pids(sandbox.id)}), flush=True)

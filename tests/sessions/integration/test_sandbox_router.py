@@ -15,11 +15,12 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
-from ironflow.sandbox_runtime.remote import RemoteSessions
 from ironflow.secrets import Secret
 from ironflow.sessions import Output
+from ironflow.sessions.remote import RemoteSessions
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -34,7 +35,7 @@ API = "/ironflow/v1/sandboxes"
 @pytest.fixture
 async def served(state: Path) -> AsyncIterator[tuple[str, LocalSessions]]:
     """The application on a free loopback port, over sessions whose uploads stop at 1 MiB."""
-    sessions = LocalSessions(state_dir=str(state), max_upload_bytes=1 << 20)
+    sessions = LocalSessions(LocalSandboxProvider(), state_dir=str(state), max_upload_bytes=1 << 20)
     runner = web.AppRunner(router_app.build_app(sessions, Secret(TOKEN)), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -145,7 +146,7 @@ async def test_the_session_endpoints(served: tuple[str, LocalSessions], http: ai
     assert doc["labels"] == {"team": "a"}
     assert doc["run_id"] == "run-1"
     assert 590 < doc["expires_at"] - time.time() <= 600
-    assert [s.id for s in sessions.list()] == [sandbox_id]
+    assert [s.id for s in sessions.held()] == [sandbox_id]
     listed = await _answer(await http.get(url + API, headers=AUTH))
     assert listed == (200, {"sandboxes": [doc]})
     assert await _answer(await http.get(f"{url}{API}/{sandbox_id}", headers=AUTH)) == (200, doc)
@@ -154,7 +155,7 @@ async def test_the_session_endpoints(served: tuple[str, LocalSessions], http: ai
     )
     assert (await _answer(echoed))[1]["stdout"] == "1\n"  # type: ignore[index]
     assert (await _answer(await http.delete(f"{url}{API}/{sandbox_id}", headers=AUTH)))[0] == 200
-    assert sessions.list() == []
+    assert sessions.held() == []
     for method in ("GET", "DELETE"):
         answer = await http.request(method, f"{url}{API}/{sandbox_id}", headers=AUTH)
         assert await _answer(answer) == (404, {"detail": f"no open sandbox '{sandbox_id}'"})
@@ -184,7 +185,7 @@ async def test_a_bad_open_request_is_a_400_naming_the_field(
     assert status == 400
     assert isinstance(doc, dict)
     assert doc["detail"].startswith(detail)
-    assert sessions.list() == []
+    assert sessions.held() == []
 
 
 async def test_a_body_that_is_not_json_is_a_400(served: tuple[str, LocalSessions], http: aiohttp.ClientSession) -> None:

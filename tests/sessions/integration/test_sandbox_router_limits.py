@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
 from ironflow.secrets import Secret
 
@@ -35,7 +36,7 @@ def serving(state: Path) -> Serving:
 
     @asynccontextmanager
     async def serve(**options: int) -> AsyncIterator[tuple[str, LocalSessions]]:
-        sessions = LocalSessions(state_dir=str(state))
+        sessions = LocalSessions(LocalSandboxProvider(), state_dir=str(state))
         runner = web.AppRunner(router_app.build_app(sessions, Secret(TOKEN), **options), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -70,7 +71,7 @@ async def test_opening_past_the_cap_is_refused_and_closing_one_frees_a_slot(serv
             "detail": "this server holds its cap of 2 sessions: close one, "
             "or start `ironflow sandbox serve --max-sessions N`"
         }
-        assert len(sessions.list()) == 2
+        assert len(sessions.held()) == 2
         first = next(doc for status, doc in opened if status == 201)
         assert isinstance(first, dict)
         assert (await _answer(await http.delete(f"{url}{API}/{first['id']}", headers=AUTH)))[0] == 200
@@ -91,7 +92,7 @@ async def test_many_sessions_closed_at_once_all_answer_200(serving: Serving) -> 
             assert (await _answer(routed))[0] == 200
         closed = await asyncio.gather(*(_close(url, http, i) for i in ids))
         assert closed == [(200, {"id": i, "closed": True}) for i in ids]
-        assert sessions.list() == []
+        assert sessions.held() == []
 
 
 async def test_a_body_nested_too_deep_is_a_400(serving: Serving) -> None:
@@ -103,4 +104,4 @@ async def test_a_body_nested_too_deep_is_a_400(serving: Serving) -> None:
             400,
             {"detail": "the body nests too deep to decode: keep it a few hundred levels at most"},
         )
-        assert sessions.list() == []
+        assert sessions.held() == []

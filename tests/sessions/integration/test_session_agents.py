@@ -12,8 +12,9 @@ from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from ironflow import errors
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
 
@@ -63,7 +64,7 @@ async def test_two_agent_steps_and_a_command_share_the_sessions_workspace(state:
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     async with FakeAnthropic(Script.from_dict(SCRIPT), required_credential=KEY) as fake:
         async with LocalSessions(_provider(fake, state), state_dir=str(state)) as sessions:
-            sandbox = await sessions.open(workspace=Workspace(str(repo)), agent=True)
+            sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))), agent=True)
             tools = ("Edit", "Write")
             first = await sessions.agent(sandbox.id, AgentConfig("fix add()", allowed_tools=tools))
             assert first.text == "fixed add()"
@@ -96,7 +97,7 @@ async def test_two_agent_steps_and_a_command_share_the_sessions_workspace(state:
 
 
 async def test_a_session_without_agent_refuses_an_agent_step(state: Path) -> None:
-    async with LocalSessions(state_dir=str(state)) as sessions:
+    async with LocalSessions(LocalSandboxProvider(), state_dir=str(state)) as sessions:
         sandbox = await sessions.open()
         with pytest.raises(errors.ConfigError, match="opened without agent=True"):
             await sessions.agent(sandbox.id, AgentConfig("hi"))

@@ -14,7 +14,7 @@ import pytest
 from tests.sessions.integration.cases import BACKENDS, SessionCase, open_case
 
 from ironflow import errors
-from ironflow.sessions import Exit, Output, SessionNotFound
+from ironflow.sessions import Exit, OpenOptions, Output, SessionNotFound
 from ironflow.testing.polling import eventually
 
 pytestmark = pytest.mark.bwrap
@@ -27,7 +27,7 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 async def test_commands_run_one_after_another_in_the_same_sandbox(case: SessionCase) -> None:
-    async with await case.open(ttl=60, env=case.env) as sandbox:
+    async with await case.open(OpenOptions(ttl=60, env=case.env)) as sandbox:
         first = await sandbox.commands.run(["sh", "-c", "echo kept > note; pwd"])
         assert (first.exit_code, first.stdout.strip()) == (0, case.work_dir)
         assert (await sandbox.commands.run("cat note")).stdout == "kept\n"
@@ -45,7 +45,7 @@ async def test_commands_run_one_after_another_in_the_same_sandbox(case: SessionC
 
 
 async def test_streaming_callbacks_and_background_commands(case: SessionCase) -> None:
-    async with await case.open(ttl=60) as sandbox:
+    async with await case.open(OpenOptions(ttl=60)) as sandbox:
         events = [e async for e in sandbox.commands.stream(["sh", "-c", "echo a; echo b >&2; exit 2"])]
         assert Output("stdout", "a\n") in events
         assert Output("stderr", "b\n") in events
@@ -63,7 +63,7 @@ async def test_streaming_callbacks_and_background_commands(case: SessionCase) ->
 
 
 async def test_files_and_directories_move_in_and_out_confined(case: SessionCase, tmp_path: Path) -> None:
-    async with await case.open(ttl=60) as sandbox:
+    async with await case.open(OpenOptions(ttl=60)) as sandbox:
         assert await sandbox.files.write("d/e/f.txt", "hello") == 5
         assert await sandbox.files.read("d/e/f.txt") == b"hello"
         assert [(e.name, e.type) for e in await sandbox.files.list("d")] == [("e", "directory")]
@@ -93,15 +93,15 @@ async def test_files_and_directories_move_in_and_out_confined(case: SessionCase,
 
 
 async def test_close_and_close_run_leave_nothing(case: SessionCase) -> None:
-    one = await case.open(ttl=60, labels={"team": "a"}, run_id="run-1")
+    one = await case.open(OpenOptions(ttl=60, labels={"team": "a"}, run_id="run-1"))
     # On the Kubernetes stand-ins each exec runs on this host and no container dies with the pod:
     # there the command ends by itself, so it outlives no test (local's `leftovers` checks pids).
     nap = "300" if case.backend.startswith("local") else "1"
     await one.commands.start(["sh", "-c", f"sleep {nap} & sleep {nap}"])
-    two = await case.open(ttl=60, run_id="run-1")
-    other = await case.open(ttl=60, run_id="run-2")
+    two = await case.open(OpenOptions(ttl=60, run_id="run-1"))
+    other = await case.open(OpenOptions(ttl=60, run_id="run-2"))
     assert {i.id: i.labels for i in case.listed()} == {one.id: {"team": "a"}, two.id: {}, other.id: {}}
-    assert await case.sessions.close_run("run-1") == 2
+    assert await case.sessions.release_run("run-1") == 2
     assert [i.id for i in case.listed()] == [other.id]
     await other.close()
     await eventually(case.nothing_left, interval_s=0.1, what="nothing of the sessions left")
@@ -114,8 +114,8 @@ async def test_close_and_close_run_leave_nothing(case: SessionCase) -> None:
 
 
 async def test_a_session_ends_at_its_ttl_and_when_idle(case: SessionCase) -> None:
-    short = await case.open(ttl=0.5)
-    idle = await case.open(ttl=60, idle_timeout=0.5)
+    short = await case.open(OpenOptions(ttl=0.5))
+    idle = await case.open(OpenOptions(ttl=60, idle_timeout=0.5))
     await idle.commands.run("true")
     await eventually(lambda: case.listed() == [], interval_s=0.1, what="both sessions to end")
     await eventually(case.nothing_left, interval_s=0.1, what="nothing of them left")
@@ -124,7 +124,7 @@ async def test_a_session_ends_at_its_ttl_and_when_idle(case: SessionCase) -> Non
 
 
 async def test_a_handle_reattaches_by_id(case: SessionCase) -> None:
-    sandbox = await case.open(ttl=60)
+    sandbox = await case.open(OpenOptions(ttl=60))
     await sandbox.files.write("x", "1")
     await sandbox.disconnect()
     again = await case.connect(sandbox.id)

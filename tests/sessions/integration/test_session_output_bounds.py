@@ -20,8 +20,10 @@ import pytest
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.local.sessions import LocalSessions
-from ironflow.sandbox_runtime.client import AsyncCommands, RuntimeClient
+from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions
+from ironflow.sessions.client import AsyncCommands, RuntimeClient
 
 #: The defaults, as documented (not imported: the test must run, and fail, on code without them).
 KEEP = 1 << 20
@@ -33,7 +35,7 @@ _FLOOD = textwrap.dedent(
     """
     import asyncio, json, resource, sys, tempfile, os
     from aiohttp import web
-    from ironflow.sandbox_runtime.client import AsyncCommands, RuntimeClient
+    from ironflow.sessions.client import AsyncCommands, RuntimeClient
 
     size = int(sys.argv[1])
     line = (json.dumps({"stdout": "a" * 65536}) + "\\n").encode()
@@ -126,7 +128,10 @@ async def test_an_event_line_that_never_ends_is_refused_in_one_line(endless_line
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 async def test_a_session_command_that_floods_stdout_returns_a_cut_result(state: Path) -> None:
     """The runtime keeps 16 MiB of a stream; of that the client keeps its head and tail."""
-    async with LocalSessions(state_dir=str(state)) as sessions, await sessions.open(ttl=60) as sandbox:
+    async with (
+        LocalSessions(LocalSandboxProvider(), state_dir=str(state)) as sessions,
+        await sessions.open(OpenOptions(ttl=60)) as sandbox,
+    ):
         result = await sandbox.commands.run(["sh", "-c", "printf HEAD; head -c 64M /dev/zero; printf TAIL"])
     assert result.exit_code == 0
     assert result.stdout.startswith("HEAD\0")

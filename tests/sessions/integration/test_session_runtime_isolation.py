@@ -21,10 +21,11 @@ import pytest
 
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sandbox_provider import ProxyCredential
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
 from ironflow.sandbox_runtime import SERVER_PATH
-from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
+from ironflow.sessions.client import AsyncSandbox
 
 BACKENDS = [
     pytest.param(
@@ -127,7 +128,7 @@ async def _still_answers(sandbox: AsyncSandbox) -> None:
 
 
 async def test_a_command_cannot_take_over_its_runtime(sessions: LocalSessions) -> None:
-    async with await sessions.open(ttl=120) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=120)) as sandbox:
         await sandbox.files.write("attack.py", ATTACK)
         done = await asyncio.wait_for(sandbox.commands.run(["python3", "-I", "-S", "attack.py"], timeout=30), 60)
         lines = done.stdout.splitlines()
@@ -149,7 +150,7 @@ async def test_a_command_cannot_take_over_its_runtime(sessions: LocalSessions) -
 
 async def test_a_setsid_child_holding_the_pipes_does_not_hold_the_command(sessions: LocalSessions) -> None:
     """Its output and exit code come within a few seconds of its end, not at the session's TTL."""
-    async with await sessions.open(ttl=120) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=120)) as sandbox:
         started = time.monotonic()
         done = await asyncio.wait_for(
             sandbox.commands.run(["sh", "-c", "setsid sleep 300 & sleep 0.3; echo hi"], timeout=60), 30
@@ -161,7 +162,7 @@ async def test_a_setsid_child_holding_the_pipes_does_not_hold_the_command(sessio
 
 async def test_a_timeout_ends_a_command_whose_setsid_child_holds_the_pipes(sessions: LocalSessions) -> None:
     """At its timeout, and the child it left goes with it."""
-    async with await sessions.open(ttl=120) as sandbox:
+    async with await sessions.open(OpenOptions(ttl=120)) as sandbox:
         started = time.monotonic()
         script = "setsid sleep 300.0734 & sleep 0.3; echo started; sleep 300"
         done = await asyncio.wait_for(sandbox.commands.run(["sh", "-c", script], timeout=2), 30)
@@ -193,7 +194,10 @@ for name, number, argv in (("pidfd_getfd", 438, (pidfd, 1, 0)), ("process_madvis
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 async def test_the_seccomp_filter_refuses_another_process_s_fds_and_memory(state: Path) -> None:
     """``pidfd_getfd`` and ``process_madvise`` are refused (EPERM) even on a command's own pidfd."""
-    async with LocalSessions(state_dir=str(state)) as local, await local.open(ttl=60) as sandbox:
+    async with (
+        LocalSessions(LocalSandboxProvider(), state_dir=str(state)) as local,
+        await local.open(OpenOptions(ttl=60)) as sandbox,
+    ):
         done = await sandbox.commands.run(["python3", "-I", "-S", "-c", _OWN_FDS], timeout=30)
         assert done.stdout.splitlines() == [
             "pidfd_getfd -1 Operation not permitted",
@@ -223,7 +227,10 @@ async def test_no_process_of_an_agent_session_keeps_a_capability(tmp_path: Path)
     credential = ProxyCredential(Secret("sk-ant-api03-runtime-isolation-0123456789"), "api_key", "http://127.0.0.1:9")
     provider = LocalSandboxProvider(credential=credential, temp_dir=str(state))
     try:
-        async with LocalSessions(provider, state_dir=str(state)) as local, await local.open(ttl=60, agent=True) as box:
+        async with (
+            LocalSessions(provider, state_dir=str(state)) as local,
+            await local.open(OpenOptions(ttl=60), agent=True) as box,
+        ):
             done = await box.commands.run(["python3", "-I", "-S", "-c", _CAPABILITIES], timeout=30)
             assert (done.exit_code, done.stdout) == (0, ""), done
     finally:

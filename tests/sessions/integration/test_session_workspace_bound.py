@@ -13,8 +13,8 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
-from ironflow.sessions import SessionNotFound
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions, SessionNotFound
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]
@@ -31,7 +31,7 @@ async def test_a_session_filling_its_workspace_ends_and_says_why(
 ) -> None:
     provider = LocalSandboxProvider(isolation=isolation, timeout=600)
     async with LocalSessions(provider, state_dir=str(state)) as sessions:
-        sandbox = await sessions.open(workspace=Workspace(str(repo), max_total_bytes=FILL_BOUND))
+        sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo), max_total_bytes=FILL_BOUND)))
         with PeakUse(str(state)) as peak, pytest.raises(errors.SandboxError):
             await sandbox.commands.run(["sh", "-c", FILL_6_GIB], timeout=600)
 

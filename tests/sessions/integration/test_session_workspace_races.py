@@ -17,8 +17,9 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
-from ironflow.local.workspaces import bound as workspace_bound
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.workspaces import bound
+from ironflow.sessions import OpenOptions
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]
@@ -96,7 +97,7 @@ async def test_changes_apply_never_reads_through_a_swapped_symlink(sessions: Loc
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README").write_text("kept\n")
-    sandbox = await sessions.open(workspace=Workspace(str(repo)))
+    sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))))
     swapper = await sandbox.commands.start(["python3", "-c", SWAPPER, str(secret)])
     patches: list[bytes] = []
     refused = 0
@@ -129,11 +130,13 @@ async def test_a_fill_past_max_total_bytes_is_refused_and_no_read_copy_is_left(
 ) -> None:
     # The read's own bound: what a sandbox writes between two of the in-run walks, which otherwise end
     # the session first (that bound: test_session_workspace_bound.py).
-    monkeypatch.setattr(workspace_bound, "over_bound", _never)
+    monkeypatch.setattr(bound, "over_bound", _never)
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README").write_text("kept\n")
-    sandbox = await sessions.open(workspace=Workspace(str(repo), max_total_bytes=64 * MIB, max_file_bytes=64 * MIB))
+    sandbox = await sessions.open(
+        OpenOptions(workspace=Workspace(str(repo), max_total_bytes=64 * MIB, max_file_bytes=64 * MIB))
+    )
     fill = "for i in 1 2 3 4 5 6; do head -c 67108864 /dev/zero > fill-$i; done"
     try:
         filled = await sandbox.commands.run(["sh", "-c", fill])

@@ -13,7 +13,8 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions import LocalSessions
+from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.sessions import OpenOptions
 from ironflow.workspaces import Workspace
 
 pytestmark = [pytest.mark.bwrap]
@@ -38,7 +39,7 @@ async def test_commands_work_in_a_private_copy_and_changes_is_their_patch(
     sessions: LocalSessions, tmp_path: Path
 ) -> None:
     repo = _repo(tmp_path)
-    sandbox = await sessions.open(workspace=Workspace(str(repo)))
+    sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))))
     where = await sandbox.commands.run(["pwd"])
     assert where.stdout.strip() == "/workspace"
     await sandbox.commands.run(["sh", "-c", 'sed -i "s/a - b/a + b/" calc.py && rm old.txt'])
@@ -59,7 +60,7 @@ async def test_commands_work_in_a_private_copy_and_changes_is_their_patch(
 
 async def test_apply_writes_the_change_into_the_host_directory(sessions: LocalSessions, tmp_path: Path) -> None:
     repo = _repo(tmp_path)
-    sandbox = await sessions.open(workspace=Workspace(str(repo)))
+    sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))))
     await sandbox.commands.run(["sh", "-c", 'sed -i "s/a - b/a + b/" calc.py'])
 
     applied = await sessions.changes(sandbox.id, apply=True)
@@ -70,7 +71,7 @@ async def test_apply_writes_the_change_into_the_host_directory(sessions: LocalSe
 
 
 async def test_the_copy_is_gone_after_close(sessions: LocalSessions, state: Path, tmp_path: Path) -> None:
-    sandbox = await sessions.open(workspace=Workspace(str(_repo(tmp_path))))
+    sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(_repo(tmp_path)))))
     await sandbox.close()
     assert os.listdir(state) == []
     with pytest.raises(errors.UsageError):
@@ -90,6 +91,6 @@ async def test_a_source_with_a_fifo_is_refused_before_the_session_starts(
     repo = _repo(tmp_path)
     os.mkfifo(repo / "pipe")
     with pytest.raises(errors.WorkspaceRefused, match="a FIFO at 'pipe'"):
-        await sessions.open(workspace=Workspace(str(repo)))
-    assert sessions.list() == []
+        await sessions.open(OpenOptions(workspace=Workspace(str(repo))))
+    assert sessions.held() == []
     assert os.listdir(state) == []

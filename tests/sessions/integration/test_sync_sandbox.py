@@ -11,8 +11,7 @@ import pytest
 from tests.sessions.integration.serving import TOKEN, Served
 
 from ironflow import errors
-from ironflow.sandbox_runtime import Sandbox
-from ironflow.sessions import Exit, Output, SessionNotFound
+from ironflow.sessions import Exit, OpenOptions, Output, Sandbox, SessionNotFound
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -22,7 +21,7 @@ pytestmark = [
 
 def test_the_blocking_face_runs_commands_and_moves_files(served: Served, tmp_path: Path) -> None:
     before = threading.active_count()
-    with Sandbox.open(server=served.url, token=TOKEN, ttl=60, labels={"face": "sync"}) as sandbox:
+    with Sandbox.open(OpenOptions(ttl=60, labels={"face": "sync"}), server=served.url, token=TOKEN) as sandbox:
         assert TOKEN not in repr(sandbox)
         assert sandbox.info.labels == {"face": "sync"}
         result = sandbox.commands.run(["sh", "-c", "echo out; echo err >&2; exit 4"])
@@ -57,12 +56,19 @@ def test_the_blocking_face_runs_commands_and_moves_files(served: Served, tmp_pat
 
 
 def test_a_session_outlives_a_disconnected_handle(served: Served) -> None:
-    first = Sandbox.open(server=served.url, token=TOKEN, ttl=60)
+    first = Sandbox.open(OpenOptions(ttl=60), server=served.url, token=TOKEN)
     first.files.write("kept", "1")
     first.disconnect()
     again = Sandbox.connect(first.id, server=served.url, token=TOKEN)
     assert again.files.read("kept") == b"1"
     again.close()
+
+
+def test_the_old_open_keywords_still_open_a_session_with_a_warning(served: Served) -> None:
+    with pytest.warns(DeprecationWarning, match="pass OpenOptions"):
+        sandbox = Sandbox.open(server=served.url, token=TOKEN, ttl=60, labels={"face": "old"})
+    with sandbox:
+        assert sandbox.info.labels == {"face": "old"}
 
 
 def test_without_a_server_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox.sessions import claim_info, session_claim
+from ironflow.agent_sandbox.claim_sessions import claim_info, session_claim
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 

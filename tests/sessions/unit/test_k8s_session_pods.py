@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ironflow import errors, labels
-from ironflow.k8s import session_pods
+from ironflow.k8s.sessions import session_pod
 from ironflow.k8s.settings import K8sResources, ProviderSettings
 
 SETTINGS = ProviderSettings(
@@ -20,7 +20,7 @@ SETTINGS = ProviderSettings(
 
 def _pod(**kwargs: object) -> dict[str, object]:
     options: dict[str, object] = {"ttl_s": 600.0, "now": 1000.0, **kwargs}
-    return session_pods.session_pod("sbx-0123456789abcdef", SETTINGS, **options)  # type: ignore[arg-type]
+    return session_pod.session_pod("sbx-0123456789abcdef", SETTINGS, **options)  # type: ignore[arg-type]
 
 
 def test_the_pod_is_hardened_as_a_command_pod() -> None:
@@ -40,7 +40,7 @@ def test_the_pod_is_hardened_as_a_command_pod() -> None:
     }
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["activeDeadlineSeconds"] == 660  # the ttl and the hardening's deadline margin
-    assert container["command"] == list(session_pods.IDLE_COMMAND)
+    assert container["command"] == list(session_pod.IDLE_COMMAND)
 
 
 def test_expiry_labels_and_the_session_read_back() -> None:
@@ -51,13 +51,13 @@ def test_expiry_labels_and_the_session_read_back() -> None:
     assert meta["labels"][labels.LABEL_COMPONENT] == labels.COMPONENT_SANDBOX_SESSION
     assert meta["labels"][labels.LABEL_SESSION_ID] == "sbx-0123456789abcdef"
     meta["creationTimestamp"] = "1970-01-01T00:16:40Z"
-    info = session_pods.info_of(pod, settings_labels=SETTINGS.pod_labels)
+    info = session_pod.info_of(pod, settings_labels=SETTINGS.pod_labels)
     assert info is not None
     assert (info.id, info.backend, info.isolation) == ("sbx-0123456789abcdef", "k8s", "gvisor")
     assert (info.created_at, info.expires_at, info.run_id) == (1000.0, 1600.0, "run-1")
     assert info.labels == {"team": "a"}
     meta["deletionTimestamp"] = "1970-01-01T00:20:00Z"
-    assert session_pods.info_of(pod) is None
+    assert session_pod.info_of(pod) is None
 
 
 @pytest.mark.parametrize(

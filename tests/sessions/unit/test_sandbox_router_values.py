@@ -11,8 +11,8 @@ from ironflow import errors
 from ironflow.cli.sandbox_sessions import parse_remote
 from ironflow.sandbox_router import app as router_app
 from ironflow.sandbox_router.process import is_loopback
-from ironflow.sandbox_runtime import remote
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions, remote
 
 
 def test_the_router_target_defaults_and_caps_the_timeout() -> None:
@@ -23,10 +23,10 @@ def test_the_router_target_defaults_and_caps_the_timeout() -> None:
 
 
 def test_open_options_fill_the_defaults() -> None:
-    assert router_app.open_options({}) == {"ttl": 3600.0, "idle_timeout": None, "labels": {}, "run_id": None, "env": {}}
-    assert router_app.open_options({"ttl": "2h", "idle_timeout": 30})["ttl"] == 7200.0
+    assert OpenOptions.from_json({}) == OpenOptions(ttl=3600.0, idle_timeout=None, labels={}, run_id=None, env={})
+    assert OpenOptions.from_json({"ttl": "2h", "idle_timeout": 30}).ttl == 7200.0
     with pytest.raises(errors.ConfigError, match="ttl must be a positive number"):
-        router_app.open_options({"ttl": float("inf")})
+        OpenOptions.from_json({"ttl": float("inf")})
 
 
 def test_the_server_comes_from_the_argument_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,8 +20,8 @@ import pytest
 from tests.fakes.crafted_tars import Tar, path_max_chain, raw_member
 
 from ironflow import errors
-from ironflow.sandbox_runtime import tar_members, untar
-from ironflow.sandbox_runtime.tar_members import ArchiveRefused
+from ironflow.sessions import tar_members, untar
+from ironflow.sessions.tar_members import ArchiveRefused
 
 
 def _tree(root: Path) -> dict[str, tuple[int, bytes | str | None]]:

@@ -376,8 +376,3 @@ def child_setup(
             os.setresuid(host_uid, host_uid, host_uid)
 
     return setup
-
-
-#: The old name, still used by the session code being rewritten (local/sessions.py,
-#: local/session_workspaces.py): internal, so no warning; remove once they say SandboxCgroup.
-Sandbox = SandboxCgroup

@@ -23,6 +23,7 @@ from ironflow.step_sandbox import HostPathSource, is_env_name
 from ironflow.steps import AgentConfig
 
 __all__ = [
+    "AGENT_KEEP_BYTES",
     "PROXY_PORT",
     "Isolation",
     "LocalProfile",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 Isolation = Literal["bwrap", "gvisor"]
+#: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
+#: last, and a model's answer is well under this (a million tokens is about 4 MiB).
+AGENT_KEEP_BYTES: Final = 8 << 20
 #: Where the proxy relay listens inside the sandbox's own network namespace.
 PROXY_PORT: Final = 18080
 _SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"

@@ -6,7 +6,7 @@ network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-
 :data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
-(:mod:`~ironflow.local.gvisor_sessions`). The per-session token goes in on stdin, so neither
+(:mod:`~ironflow.local.sessions.gvisor_runtime`). The per-session token goes in on stdin, so neither
 is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
 commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
@@ -43,26 +43,27 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local import gvisor_sessions, session_agents, session_workspaces, workdirs
+from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, environment, gvisor, launch
 from ironflow.local.sandbox import limits as sandbox_limits
-from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.sessions import agents, changesets, gvisor_runtime
+from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.results import AgentResult
 from ironflow.sandbox_runtime import SERVER_PATH
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
 from ironflow.steps import AgentConfig
-from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
+from ironflow.workspaces import WORKSPACE_PATH, WorkspaceChanges
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "RUNTIME_DIR", "RUNTIME_PATH", "LocalSessions"]
 
 log = logging.getLogger("ironflow.local")
 
 #: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
-#: is touched); gVisor's is :data:`~ironflow.local.gvisor_sessions.RUNTIME_DIR`.
+#: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
 RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 #: The largest single upload the runtime accepts (413 past it).
@@ -76,7 +77,7 @@ _MAX_SOCKET_PATH: Final = 107
 _PR_SET_PDEATHSIG: Final = 1
 #: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
 #: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
-#: :data:`~ironflow.local.gvisor_sessions.RUNTIME_ISOLATION`.
+#: :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_ISOLATION`.
 _ISOLATE: Final = "--isolate-commands"
 
 
@@ -87,7 +88,7 @@ class _Session:
     socket_path: str
     token: Secret
     proc: asyncio.subprocess.Process
-    group: cgroups.Sandbox | None
+    group: cgroups.SandboxCgroup | None
     watcher: asyncio.Task[None] | None = None
     bound: asyncio.Task[None] | None = None
     workspace: local_workspaces.PreparedWorkspace | None = None
@@ -114,17 +115,17 @@ class LocalSessions:
 
     def __init__(
         self,
-        provider: LocalSandboxProvider | None = None,
+        provider: LocalSandbox,
         *,
         state_dir: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ) -> None:
-        self.provider = provider or LocalSandboxProvider()
+        self.provider = provider
         if self.provider.env:
             environment.sandbox_env(self.provider.env)
         self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
-        if len(gvisor_sessions.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
+        if len(gvisor_runtime.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
             raise errors.ConfigError(
                 f"state_dir '{self.state_dir}' is too long for a unix socket path: use a shorter one"
             )
@@ -140,18 +141,8 @@ class LocalSessions:
 
     # -- opening --
 
-    async def open(
-        self,
-        *,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        workspace: Workspace | None = None,
-        agent: bool = False,
-    ) -> AsyncSandbox:
-        """A new session and a handle on it; the session ends at ``ttl`` seconds at the latest.
+    async def open(self, options: OpenOptions | None = None, *, agent: bool = False) -> AsyncSandbox:
+        """A new session and a handle on it; the session ends at ``options.ttl`` seconds at the latest.
         A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
         directory at ``/workspace``; :meth:`changes` gives what changed there. ``agent`` gives
         the session its own auth proxy (one token, revoked at close) for :meth:`agent` steps.
@@ -160,23 +151,19 @@ class LocalSessions:
             SandboxError: bubblewrap, runsc or the runtime did not start.
             StepConfigError: ``env`` names a credential variable.
         """
-        if not ttl > 0 or (idle_timeout is not None and not idle_timeout > 0):
-            raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+        options = options or OpenOptions()
+        ttl, idle_timeout, run_id, workspace = options.ttl, options.idle_timeout, options.run_id, options.workspace
         if agent and self.provider.isolation != "bwrap":
             raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
-        run_env = environment.sandbox_env({**self.provider.env, **(env or {})})
+        run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         proxy = contextlib.AsyncExitStack()
         try:
-            prepared = (
-                None if workspace is None else await session_workspaces.prepare(self.provider, workspace, directory)
-            )
+            prepared = None if workspace is None else await changesets.prepare(self.provider, workspace, directory)
             socket_path, token = (None, None)
             if agent:
-                socket_path, token = await session_agents.open_proxy(
-                    proxy, self.provider, directory, run_id=run_id, ttl=ttl
-                )
+                socket_path, token = await agents.open_proxy(proxy, self.provider, directory, run_id=run_id, ttl=ttl)
             session = await self._start(session_id, directory, run_env, idle_timeout, prepared, socket_path)
         except BaseException:
             await proxy.aclose()
@@ -185,13 +172,13 @@ class LocalSessions:
         session.agent_token, session.proxy = token, proxy
         now = time.time()
         session.info = SessionInfo(
-            session_id, "local", self.provider.isolation, now, now + ttl, dict(labels or {}), run_id
+            session_id, "local", self.provider.isolation, now, now + ttl, dict(options.labels), run_id
         )
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         if prepared is not None:  # killed once its copy holds more than the workspace's max_total_bytes
             kill = functools.partial(launch.kill_tree, session.proc, session.group)
-            session.bound = session_workspaces.stop_past_bound(prepared, session_id, self._ended, kill)
+            session.bound = changesets.stop_past_bound(prepared, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
 
@@ -231,7 +218,7 @@ class LocalSessions:
         options: tuple[str, ...],
         writable: tuple[bwrap.WritableMount, ...],
         proxy_socket: str | None = None,
-    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
         """bubblewrap with the runtime on a socket made here, passed in as an inherited fd (and,
         for agent steps, the relay to the session's proxy and the Claude Code CLI shown)."""
         socket_path = os.path.join(directory, _SOCKET)
@@ -267,34 +254,34 @@ class LocalSessions:
         env: Mapping[str, str],
         options: tuple[str, ...],
         writable: tuple[bwrap.WritableMount, ...],
-    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None, str]:
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
         python = self._python
-        listen = str(gvisor_sessions.LISTEN_FD)
-        command = (python, "-I", "-S", gvisor_sessions.RUNTIME_PATH, "--listen-fd", listen, *options)
-        shown = gvisor_sessions.runtime_settings(
+        listen = str(gvisor_runtime.LISTEN_FD)
+        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", listen, *options)
+        shown = gvisor_runtime.runtime_settings(
             self._shape, command, python=python, runsc_path=self._runsc, writable=writable
         )
-        doc = gvisor_sessions.spec(
+        doc = gvisor_runtime.spec(
             shown,
             env,
             runtime_source=os.path.dirname(SERVER_PATH),
-            socket_source=os.path.join(directory, gvisor_sessions.SOCKET_SUBDIR),
+            socket_source=os.path.join(directory, gvisor_runtime.SOCKET_SUBDIR),
         )
-        bundle = gvisor_sessions.write_bundle(directory, doc)
+        bundle = gvisor_runtime.write_bundle(directory, doc)
         proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), (), ())
-        return proc, group, gvisor_sessions.host_socket(directory)
+        return proc, group, gvisor_runtime.host_socket(directory)
 
     async def _spawn(
         self, argv: list[str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
-    ) -> tuple[asyncio.subprocess.Process, cgroups.Sandbox | None]:
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None]:
         """The sandbox in its own cgroup with the provider's rlimits, leading its own process group; its
-        host process gets :data:`runner.RUNTIME_ENV`, the session's environment is in ``argv``'s fd or spec."""
+        host process gets :data:`launch.RUNTIME_ENV`, the session's environment is in ``argv``'s fd or spec."""
         processes = self._processes
-        group: cgroups.Sandbox | None = None
+        group: cgroups.SandboxCgroup | None = None
         if processes.support.version:
             try:
-                group = cgroups.Sandbox(processes.support, processes.limits)
+                group = cgroups.SandboxCgroup(processes.support, processes.limits)
             except OSError as exc:
                 raise errors.SandboxError(f"could not make the session's cgroup: {exc.strerror}") from None
         pairs = sandbox_limits.rlimits(
@@ -397,7 +384,11 @@ class LocalSessions:
             unix_path=session.socket_path, headers={"Authorization": f"Bearer {session.token.reveal()}"}
         )
         session_id = session.info.id
-        return AsyncSandbox(session.info, client, lambda: self.close(session_id))
+
+        async def closer() -> None:
+            await self.close(session_id)
+
+        return AsyncSandbox(session.info, client, closer)
 
     async def agent(self, session_id: str, config: AgentConfig) -> AgentResult:
         """``config`` run by Claude Code inside the open session, in its working directory.
@@ -412,11 +403,11 @@ class LocalSessions:
         root = layout.SANDBOX_HOME if session.workspace is None else WORKSPACE_PATH
         handle = self._handle(session)
         try:
-            return await session_agents.run_agent(handle, self.provider, config, session.agent_token, working_dir=root)
+            return await agents.run_agent(handle, self.provider, config, session.agent_token, working_dir=root)
         finally:
             await handle.disconnect()
 
-    def connect(self, session_id: str) -> AsyncSandbox:
+    async def connect(self, session_id: str) -> AsyncSandbox:
         """A new handle on an open session (reattach by id).
 
         Raises:
@@ -429,8 +420,12 @@ class LocalSessions:
         session = self._get(session_id)
         return session.socket_path, session.token
 
-    def list(self) -> builtins.list[SessionInfo]:
+    def held(self) -> builtins.list[SessionInfo]:
+        """Every open session: a local one lives in this process only."""
         return [s.info for s in self._sessions.values()]
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        return self.held()
 
     def host_pids(self, session_id: str) -> builtins.list[int]:
         """The host pids of every process of the session (its cgroup), bubblewrap first."""
@@ -450,18 +445,20 @@ class LocalSessions:
         session = self._get(session_id)
         if session.workspace is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
-        return await session_workspaces.changes(session.workspace, apply=apply, group=session.group)
+        return await changesets.changes(session.workspace, apply=apply, group=session.group)
 
-    async def close(self, session_id: str) -> None:
-        """End a session: every process in it is dead when this returns. Closing twice is no error."""
+    async def close(self, session_id: str) -> bool:
+        """End a session: every process in it is dead when this returns. False when it was not open
+        (closing twice is no error)."""
         session = self._sessions.get(check_session_id(session_id))
         if session is None or session.watcher is None:
-            return
+            return False
         session.watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await session.watcher
+        return True
 
-    async def close_run(self, run_id: str) -> int:
+    async def release_run(self, run_id: str) -> int:
         """Close every session opened for ``run_id``; returns how many."""
         ids = [s.info.id for s in self._sessions.values() if s.info.run_id == run_id]
         for session_id in ids:

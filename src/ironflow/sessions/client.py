@@ -24,8 +24,8 @@ import aiohttp
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
-from ironflow.sandbox_runtime import untar
-from ironflow.sessions import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
+from ironflow.sessions import untar
+from ironflow.sessions.values import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
 
 __all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
 
@@ -370,7 +370,7 @@ class AsyncFiles:
     ) -> int:
         """Copy ``path``'s contents into a host directory (made if missing); returns the entries.
 
-        The stream is the sandbox's word, so it is unpacked by :mod:`~ironflow.sandbox_runtime.untar`:
+        The stream is the sandbox's word, so it is unpacked by :mod:`~ironflow.sessions.untar`:
         regular files, directories and symlinks that stay inside the tree (made last), nothing
         outside ``local_dir`` and nothing through a symlink in it, and every check before the
         first write.

@@ -1,4 +1,4 @@
-"""Agent steps inside an open local session (:meth:`~ironflow.local.sessions.LocalSessions.agent`).
+"""Agent steps inside an open local session (:meth:`~ironflow.local.sessions.sandbox_sessions.LocalSessions.agent`).
 
 A session opened with ``agent=True`` has its own in-process auth proxy (one ``ifap_`` token for
 the session, revoked when it closes) reached through the same relay as a step's sandbox; the
@@ -17,10 +17,11 @@ import time
 from ironflow import errors
 from ironflow.claude import command, output, rate_limits
 from ironflow.local.sandbox import environment, step_proxy
-from ironflow.local.sandbox_provider import AGENT_KEEP_BYTES, LocalSandboxProvider
+from ironflow.local.sandbox.environment import AGENT_KEEP_BYTES
+from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.results import AgentResult
-from ironflow.sandbox_runtime.client import AsyncSandbox
 from ironflow.secrets import Secret
+from ironflow.sessions.client import AsyncSandbox
 from ironflow.steps import AgentConfig
 
 __all__ = ["PROXY_SOCKET", "open_proxy", "run_agent"]
@@ -30,7 +31,7 @@ PROXY_SOCKET = "proxy.sock"
 
 
 async def open_proxy(
-    stack: contextlib.AsyncExitStack, provider: LocalSandboxProvider, directory: str, *, run_id: str | None, ttl: float
+    stack: contextlib.AsyncExitStack, provider: LocalSandbox, directory: str, *, run_id: str | None, ttl: float
 ) -> tuple[str, Secret]:
     """Serve the session's proxy (closed with ``stack``: the token revoked) and return its socket and token."""
     socket_path = os.path.join(directory, PROXY_SOCKET)
@@ -48,7 +49,7 @@ async def open_proxy(
 
 
 async def run_agent(
-    sandbox: AsyncSandbox, provider: LocalSandboxProvider, config: AgentConfig, token: Secret, *, working_dir: str
+    sandbox: AsyncSandbox, provider: LocalSandbox, config: AgentConfig, token: Secret, *, working_dir: str
 ) -> AgentResult:
     """``config`` run by the Claude Code CLI as one command of ``sandbox``.
 

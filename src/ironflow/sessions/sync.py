@@ -4,7 +4,7 @@ For code without an event loop (as E2B pairs ``Sandbox`` with ``AsyncSandbox``):
 :class:`Sandbox` runs the async handle on an event loop in a private thread and waits for
 each call, so the two faces share every line of the wire code. ``with Sandbox.open(...)``
 closes the session at the end of the block; ``disconnect()`` leaves it to its TTL. The
-session lives in an ``ironflow sandbox serve`` (:class:`~ironflow.sandbox_runtime.remote.RemoteSessions`).
+session lives in an ``ironflow sandbox serve`` (:class:`~ironflow.sessions.remote.RemoteSessions`).
 Callbacks (``on_stdout``) run on that private thread.
 """
 
@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, BinaryIO, TypeVar
 
 from ironflow.captured import DEFAULT_KEEP_BYTES
-from ironflow.sandbox_runtime.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
-from ironflow.sandbox_runtime.remote import RemoteSessions
-from ironflow.sandbox_runtime.untar import DEFAULT_MAX_ENTRIES
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, CommandEvent, CommandResult, FileEntry, SessionInfo
+from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
+from ironflow.sessions.remote import RemoteSessions
+from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
+from ironflow.sessions.values import CommandEvent, CommandResult, FileEntry, OpenOptions, SessionInfo, legacy_options
 
 __all__ = ["Commands", "Files", "Sandbox", "SyncCommandHandle"]
 
@@ -78,7 +78,7 @@ class SyncCommandHandle:
 
 
 class Commands:
-    """``sandbox.commands``: as :class:`~ironflow.sandbox_runtime.client.AsyncCommands`, blocking."""
+    """``sandbox.commands``: as :class:`~ironflow.sessions.client.AsyncCommands`, blocking."""
 
     def __init__(self, loop: _Loop, handle: AsyncSandbox) -> None:
         self._loop, self._commands = loop, handle.commands
@@ -132,7 +132,7 @@ class Commands:
 
 
 class Files:
-    """``sandbox.files``: as :class:`~ironflow.sandbox_runtime.client.AsyncFiles`, blocking."""
+    """``sandbox.files``: as :class:`~ironflow.sessions.client.AsyncFiles`, blocking."""
 
     def __init__(self, loop: _Loop, handle: AsyncSandbox) -> None:
         self._loop, self._files = loop, handle.files
@@ -215,18 +215,15 @@ class Sandbox:
     @classmethod
     def open(
         cls,
+        options: OpenOptions | None = None,
         *,
         server: str | None = None,
         token: Secret | str | None = None,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
+        **legacy: Any,
     ) -> Sandbox:
-        """A new session on the server (``server``/``token`` default as :class:`RemoteSessions`'s)."""
-        options = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": labels, "run_id": run_id, "env": env}
-        return cls._start(server, token, RemoteSessions.open, **options)
+        """A new session on the server (``server``/``token`` default as :class:`RemoteSessions`'s);
+        the old keywords (``ttl=``, ...) still work for one release, with a DeprecationWarning."""
+        return cls._start(server, token, RemoteSessions.open, legacy_options(options, legacy, caller="Sandbox.open"))
 
     @classmethod
     def connect(cls, session_id: str, *, server: str | None = None, token: Secret | str | None = None) -> Sandbox:

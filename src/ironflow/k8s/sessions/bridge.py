@@ -5,9 +5,9 @@ bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on an ab
 socket (no file: nothing is left on disk when this process is SIGKILLed) that admits only
 this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
 token, so the session handle
-(:class:`~ironflow.sandbox_runtime.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
+(:class:`~ironflow.sessions.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
 router talk to it exactly as to a local session. Each request becomes one ``pods/exec`` of
-the runtime itself (:mod:`ironflow.k8s.session_wire`): the pod does the path checks, the
+the runtime itself (:mod:`ironflow.k8s.sessions.wire`): the pod does the path checks, the
 tar filters, the limits and the process-group kill, never this host.
 
 Commands are held here: a command's exec lasts as long as the command, its events are kept
@@ -35,7 +35,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.k8s import session_wire
+from ironflow.k8s.sessions import wire
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.secrets import Secret
@@ -58,7 +58,7 @@ def _bundle() -> tuple[bytes, tuple[int, ...]]:
     """The runtime's files, as the boot line reads them from stdin."""
     folder = os.path.dirname(SERVER_PATH)
     parts = []
-    for name in session_wire.RUNTIME_FILES:
+    for name in wire.RUNTIME_FILES:
         with open(os.path.join(folder, name), "rb") as f:
             parts.append(f.read())
     return b"".join(parts), tuple(len(p) for p in parts)
@@ -81,7 +81,7 @@ class PodRuntime:
         self.api, self.namespace, self.pod, self.container = api, namespace, pod, container
         self.python = python
         self._bundle, sizes = _bundle()
-        self._command = session_wire.runtime_command(
+        self._command = wire.runtime_command(
             sizes, max_upload_bytes=max_upload_bytes, max_output_bytes=_MAX_OUTPUT_BYTES, python=python,
             workspace=workspace,
         )  # fmt: skip
@@ -95,7 +95,7 @@ class PodRuntime:
             KubernetesError: the exec failed (``KubeNotFound``: the pod is gone).
         """
         nonce = secrets.token_hex(8)
-        stdin = self._bundle + session_wire.render_request(nonce, method, target, body, content_type=content_type)
+        stdin = self._bundle + wire.render_request(nonce, method, target, body, content_type=content_type)
 
         def on_output(channel: int, chunk: bytes) -> None:
             if channel == 1:
@@ -114,7 +114,7 @@ class PodRuntime:
     async def kill_group(self, pid: int) -> None:
         """Kill a command's process group in the pod; a pod already gone is no error."""
         with contextlib.suppress(errors.KubernetesError, ValueError):
-            command = session_wire.kill_command(pid, python=self.python)
+            command = wire.kill_command(pid, python=self.python)
             await self.api.exec(self.namespace, self.pod, command, container=self.container)
 
 
@@ -123,7 +123,7 @@ class _Reply:
 
     def __init__(self, runtime: PodRuntime, session_id: str) -> None:
         self.runtime, self.session_id = runtime, session_id
-        self.parser = session_wire.ReplyParser()
+        self.parser = wire.ReplyParser()
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.failure: str | None = None
         self.task: asyncio.Task[None] | None = None
@@ -201,7 +201,7 @@ class _Command:
         self._changed = asyncio.Event()
 
     async def _collect(self) -> None:
-        lines = session_wire.LineSplitter()
+        lines = wire.LineSplitter()
         try:
             status = await self._reply.head()
             if status is not None and status != 200:
@@ -422,7 +422,7 @@ class Bridge:
                 await reply.aclose()
                 message = reply.failure or f"Could not connect to the backend sandbox: {self.session_id}"
                 return web.json_response({"message": message}, status=502)
-            headers = {"Content-Type": session_wire.content_type_of(reply.parser.headers)}
+            headers = {"Content-Type": wire.content_type_of(reply.parser.headers)}
             length = reply.parser.headers.get("content-length")
             response = web.StreamResponse(status=status, headers=headers)
             if length is not None:

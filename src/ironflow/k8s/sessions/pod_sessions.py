@@ -1,13 +1,15 @@
 """Kubernetes sandbox sessions: a hardened pod kept open, reached by exec (I/O).
 
-``open`` creates the session pod (:mod:`ironflow.k8s.session_pods`), waits for Running with
-the pod steps' fail-fast classification (:func:`ironflow.k8s.pod_wait.wait_for`: a bad
-image, a missing Secret, no node end the wait at once), checks that the pod runs the
-runtime, and starts the session's :class:`~ironflow.k8s.session_bridge.Bridge`: the handle
-is the same :class:`~ironflow.sandbox_runtime.client.AsyncSandbox` local sessions hand out.
+``open`` has the session's object made and waited for (a pod of
+:mod:`ironflow.k8s.sessions.session_pod`, waited for with the pod steps' fail-fast
+classification: a bad image, a missing Secret, no node end the wait at once), checks that
+the pod runs the runtime, and starts the session's :class:`~ironflow.k8s.sessions.bridge.Bridge`: the handle
+is the same :class:`~ironflow.sessions.client.AsyncSandbox` local sessions hand out.
 
-Sessions are found again from the cluster: ``connect(id)`` reattaches from any process,
-``find`` lists them by label, ``close`` and ``close_run`` delete their pods. Every session
+What a session is in the cluster (a pod here, a claim for agent-sandbox) is the host's
+:class:`~ironflow.k8s.sessions.objects.SessionObjects`. Sessions are found again from the
+cluster: ``connect(id)`` reattaches from any process, ``list`` and ``find`` list them by
+label, ``close`` and ``release_run`` delete their objects. Every session
 ends: ``close``, its TTL or idle timeout while this process runs, else the reaper's
 ``ironflow.io/expires-at`` pass, and ``activeDeadlineSeconds`` as the backstop.
 """
@@ -22,55 +24,40 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Final
 
-from ironflow import errors, labels
+from ironflow import errors
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import layout
-from ironflow.k8s import pod_wait, pods, session_bridge, session_pods, session_workspaces
+from ironflow.k8s import pods
+from ironflow.k8s.sessions import bridge, clones
+from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec
 from ironflow.kube import api as kube
-from ironflow.kube import pod_problems, pod_status
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
-__all__ = ["DEFAULT_START_TIMEOUT_S", "Found", "K8sSessions"]
+__all__ = ["DEFAULT_START_TIMEOUT_S", "K8sSessions"]
 
 log = logging.getLogger("ironflow.k8s")
 
 #: How long a session pod may take to be Running (an image pull included).
 DEFAULT_START_TIMEOUT_S: Final = 300.0
 _IDLE_CHECK_S: Final = 1.0
-#: What the hardening adds to the container's env: the pod's own, not the caller's.
-_HARDENING_ENV: Final = frozenset({"HOME", "TMPDIR"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Found:
-    """A session as the cluster holds it: where its commands run, and whether it still can."""
-
-    info: SessionInfo
-    pod: str
-    container: str
-    env: Mapping[str, str]
-    running: bool = True
-    #: The session's git workspace and the starting commit its clone recorded (None: none).
-    workspace: session_workspaces.Held | None = None
 
 
 @dataclasses.dataclass(eq=False)
 class _Session:
     info: SessionInfo
-    bridge: session_bridge.Bridge
+    bridge: bridge.Bridge
     idle_timeout: float | None
     pod: str
     container: str
-    workspace: session_workspaces.Held | None = None
+    workspace: clones.Held | None = None
     watcher: asyncio.Task[None] | None = None
     released: bool = False
 
@@ -78,11 +65,12 @@ class _Session:
 class K8sSessions:
     """The sandbox sessions of one provider's namespace; those this process holds, by id.
 
-    A subclass changes what a session is in the cluster (``open``, ``_lookup``, ``_delete``,
-    ``find``: agent-sandbox's claims); holding, bridging, watching and closing stay here.
+    Holding, bridging, watching and closing are here; what a session is in the cluster is
+    ``objects``'s (a pod by default; agent-sandbox passes its claims).
 
     Args:
         settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
+        objects: what a session is in the cluster (default: a pod of ``settings``).
         api: a connected client; default one for ``settings.cluster``, owned and closed here.
         python: the image's Python (the runtime needs 3.11, the standard library only).
         issuer: grants a git workspace's clone its token (default: an admin client of the
@@ -90,20 +78,20 @@ class K8sSessions:
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
     """
 
-    backend: ClassVar[str] = session_pods.BACKEND
-
     def __init__(
         self,
         settings: ProviderSettings,
         *,
+        objects: SessionObjects | None = None,
         api: kube.KubeApi | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
-        max_upload_bytes: int = session_bridge.DEFAULT_MAX_UPLOAD_BYTES,
+        max_upload_bytes: int = bridge.DEFAULT_MAX_UPLOAD_BYTES,
         python: str = "python3",
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
     ) -> None:
         self.settings = settings
+        self.objects: SessionObjects = objects or PodObjects(settings)
         self.namespace = settings.namespace
         self.start_timeout_s = start_timeout_s
         self.max_upload_bytes = max_upload_bytes
@@ -115,76 +103,67 @@ class K8sSessions:
         self._owned_issuer: AdminClient | None = None
         self.where = clone_exec.paths(home)
 
-    async def _client(self) -> kube.KubeApi:
+    @property
+    def backend(self) -> str:
+        return self.objects.backend
+
+    async def client(self) -> kube.KubeApi:
+        """The API client of the session's cluster (made on first use; closed here when made here)."""
         if self._api is None:
-            self._api = await kube.KubeApi.connect(self.settings.cluster)
+            self._api = await kube.KubeApi.connect(self.objects.cluster)
         return self._api
 
     # -- opening --
 
-    async def open(
-        self,
-        *,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        workspace: Workspace | None = None,
-    ) -> AsyncSandbox:
-        """A new session pod and a handle on it; the pod is deleted on every failure path.
+    async def open(self, options: OpenOptions | None = None) -> AsyncSandbox:
+        """A new session (its object: a pod, a claim) and a handle on it; the object is deleted on
+        every failure path.
 
         A git ``workspace`` is cloned in the pod (:meth:`_clone`) and is its commands' working
         directory; :meth:`changes` gives what changed there.
 
         Raises:
-            ConfigError: a bad ttl, idle timeout or label. StepConfigError: a credential in ``env``.
+            ConfigError: a bad label; ``env`` where the objects refuse it. StepConfigError: a credential in ``env``.
             WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
             WorkspaceUnsafe: the clone failed.
             SandboxRefused / SandboxFailed: the pod will not run (the cluster's reason).
-            SandboxError: it did not start in time, or cannot run the runtime.
+            SandboxError / OperationTimeout: it did not start in time, or cannot run the runtime.
         """
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise errors.ConfigError("idle_timeout must be a positive number of seconds")
-        secret = None if workspace is None else session_workspaces.check(self.settings, workspace)
+        options = options or OpenOptions()
+        workspace = options.workspace
+        secret = None if workspace is None else clones.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
-        body = session_pods.session_pod(
-            session_id, self.settings, ttl_s=ttl, now=now, caller_labels=labels, run_id=run_id, env=env
-        )
-        api = await self._client()
+        api = await self.client()
         try:
-            created = await api.create(kube.PODS, self.namespace, body)
+            created = await self.objects.create(api, session_id, options, now=now)
         except BaseException as exc:
             if pods.may_exist_after(exc):
-                await self._delete(session_id)
+                await self.objects.delete(api, session_id)
             raise
         try:
-            await self._wait_running(api, session_id)
-            info = session_pods.info_of(created, settings_labels=self.settings.pod_labels)
-            assert info is not None  # rendered as a session pod just now
-            found = Found(info, session_id, session_pods.CONTAINER, dict(env or {}))
+            found = await self.objects.ready(api, created, options, timeout_s=self.start_timeout_s)
             if workspace is not None and secret is not None:
-                found = await self._clone(found, workspace, secret, expires_at=now + ttl)
-            session = await self._attach(found, idle_timeout, probe=True)
+                found = await self._clone(found, workspace, secret, expires_at=now + options.ttl)
+            session = await self._attach(found, options.idle_timeout, probe=True)
         except BaseException:
-            await self._delete(session_id)
+            await self.objects.delete(api, session_id)
             raise
-        return self._hold(session, now, ttl)
+        return self._hold(session, now, options.ttl)
 
     async def _clone(
         self, found: Found, spec: Workspace, secret: tokens.SecretCredential, *, expires_at: float
     ) -> Found:
         """Clone ``spec`` into the session's pod with a grant of its own (revoked once the clone
         ends) and record the starting commit on the session's object."""
-        assert self.settings.auth_proxy_url is not None  # session_workspaces.check
-        commit = await session_workspaces.clone(
-            await self._client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
+        assert self.settings.auth_proxy_url is not None  # clones.check
+        commit = await clones.clone(
+            await self.client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
             where=self.where, namespace=self.namespace, pod=found.pod, container=found.container,
             session_id=found.info.id, expires_at=math.ceil(expires_at),
         )  # fmt: skip
-        held = session_workspaces.Held(spec, commit)
-        await self._annotate(found.info.id, session_workspaces.workspace_annotations(held))
+        held = clones.Held(spec, commit)
+        await self.objects.annotate(await self.client(), found.info.id, clones.workspace_annotations(held))
         return dataclasses.replace(found, workspace=held)
 
     def _grants(self) -> issuing.TokenIssuer:
@@ -194,10 +173,6 @@ class K8sSessions:
             )
         return self._issuer
 
-    async def _annotate(self, name: str, annotations: Mapping[str, str]) -> None:
-        """Record ``annotations`` on the session's object (its pod), where another process finds them."""
-        await (await self._client()).patch(kube.PODS, self.namespace, name, {"metadata": {"annotations": annotations}})
-
     def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
         """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
         session.info = dataclasses.replace(session.info, created_at=now, expires_at=now + ttl)
@@ -206,18 +181,10 @@ class K8sSessions:
                  session.bridge.runtime.pod, ttl)  # fmt: skip
         return self._handle(session)
 
-    async def _wait_running(self, api: kube.KubeApi, name: str) -> None:
-        grace = pod_problems.PullGrace(self.settings.image_pull_grace_s)
-        pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, self.start_timeout_s, grace)
-        if pod is None:
-            raise errors.SandboxError(f"session pod {name} was not Running after {self.start_timeout_s:.0f}s")
-        if pod_status.phase(pod) != "Running":
-            raise errors.SandboxError(f"session pod {name} ended before it was used (phase {pod_status.phase(pod)})")
-
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
         info = found.info
-        runtime = session_bridge.PodRuntime(
-            await self._client(),
+        runtime = bridge.PodRuntime(
+            await self.client(),
             self.namespace,
             found.pod,
             found.container,
@@ -225,14 +192,14 @@ class K8sSessions:
             python=self.python,
             workspace="." if found.workspace is None else self.where.workspace,
         )
-        bridge = session_bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
-        await bridge.start()
-        session = _Session(info, bridge, idle_timeout, found.pod, found.container, found.workspace)
+        started = bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
+        await started.start()
+        session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
         if probe:
             try:
                 await self._probe(session)
             except BaseException:
-                await bridge.aclose()
+                await started.aclose()
                 raise
         self._sessions[info.id] = session
         return session
@@ -263,31 +230,7 @@ class K8sSessions:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             await session.bridge.aclose()
-        await self._delete(session_id)
-
-    async def _lookup(self, session_id: str) -> Found | None:
-        """The session pod of this id, or None when there is none."""
-        try:
-            pod = await (await self._client()).get(kube.PODS, self.namespace, session_id)
-        except errors.KubeNotFound:
-            return None
-        info = session_pods.info_of(pod, settings_labels=self.settings.pod_labels)
-        if info is None:
-            return None
-        running = pod_status.phase(pod) == "Running"
-        held = session_workspaces.held_of((pod.get("metadata") or {}).get("annotations"))
-        return Found(info, session_id, session_pods.CONTAINER, _plain_env(pod), running, held)
-
-    async def _delete(self, name: str) -> None:
-        """Delete the pod at once (no grace: a session's processes are disposable), even when cancelled;
-        a failure is logged and left to the reaper, as the pod's expiry is set."""
-        api = await self._client()
-        try:
-            await pods.shielded(api.delete(kube.PODS, self.namespace, name, grace_period_seconds=0))
-        except errors.KubeNotFound:
-            pass
-        except errors.KubernetesError as exc:
-            log.warning("could not delete session pod %s/%s (the reaper will): %s", self.namespace, name, exc)
+        await self.objects.delete(await self.client(), session_id)
 
     # -- using --
 
@@ -314,7 +257,7 @@ class K8sSessions:
         check_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is None:
-            found = await self._lookup(session_id)
+            found = await self.objects.lookup(await self.client(), session_id)
             if found is None:
                 raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
             if not found.running:
@@ -335,16 +278,16 @@ class K8sSessions:
         if session is not None:
             held, pod, container = session.workspace, session.pod, session.container
         else:
-            found = await self._lookup(session_id)
+            found = await self.objects.lookup(await self.client(), session_id)
             if found is None or not found.running:
                 raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
             held, pod, container = found.workspace, found.pod, found.container
         if held is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
         if apply:
-            raise session_workspaces.refuse_apply()
-        return await session_workspaces.changes(
-            await self._client(), held, where=self.where, namespace=self.namespace, pod=pod, container=container
+            raise clones.refuse_apply()
+        return await clones.changes(
+            await self.client(), held, where=self.where, namespace=self.namespace, pod=pod, container=container
         )
 
     def route(self, session_id: str) -> tuple[str, Secret]:
@@ -354,21 +297,20 @@ class K8sSessions:
             raise SessionNotFound(f"no open sandbox session '{session_id}'")
         return session.bridge.socket_path, session.bridge.token
 
-    def list(self) -> builtins.list[SessionInfo]:
+    def held(self) -> builtins.list[SessionInfo]:
         """The sessions this process opened (or reattached)."""
         return [s.info for s in self._sessions.values()]
 
+    async def list(self) -> builtins.list[SessionInfo]:
+        """Every open session of the namespace, held here or not."""
+        return await self.find()
+
     async def find(self, *, run_id: str | None = None) -> builtins.list[SessionInfo]:
-        """Every open session pod of the namespace (of ``run_id``), from its labels."""
-        selector = labels.SANDBOX_SESSION_SELECTOR
-        if run_id is not None:
-            selector += f",{labels.LABEL_RUN_ID}={labels.sanitize_label_value(run_id)}"
-        listed = await (await self._client()).list_all(kube.PODS, self.namespace, label_selector=selector)
-        found = (session_pods.info_of(p, settings_labels=self.settings.pod_labels) for p in listed.items)
-        return [info for info in found if info is not None]
+        """Every open session of the namespace (of ``run_id``), from its labels."""
+        return await self.objects.find(await self.client(), run_id=run_id)
 
     async def close(self, session_id: str) -> bool:
-        """End a session: its pod is deleted (every process in it dies). False when none was open."""
+        """End a session: its object is deleted (every process in it dies). False when none was open."""
         check_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is not None and session.watcher is not None and not session.watcher.done():
@@ -376,18 +318,26 @@ class K8sSessions:
             with contextlib.suppress(asyncio.CancelledError):
                 await session.watcher
             return True
-        if session is None and await self._lookup(session_id) is None:
+        if session is None and await self.objects.lookup(await self.client(), session_id) is None:
             return False
         await self._teardown(session_id)
         return True
 
-    async def close_run(self, run_id: str) -> int:
+    async def release_run(self, run_id: str) -> int:
         """Close every session of ``run_id`` in the namespace, held here or not; returns how many."""
         ids = {info.id for info in await self.find(run_id=run_id)}
         ids |= {s.info.id for s in self._sessions.values() if s.info.run_id == run_id}
         for session_id in ids:
             await self.close(session_id)
         return len(ids)
+
+    async def unbind(self, session_id: str) -> None:
+        """Stop routing to a held session whose pod went (a suspended claim's): its bridge closes,
+        and only its TTL (the watcher's) still ends it; ``connect`` holds it again once it runs."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.idle_timeout = None
+            await session.bridge.aclose()
 
     async def release(self) -> None:
         """Let go of every session held here (they live on to their TTL) and of the client."""
@@ -417,12 +367,3 @@ class K8sSessions:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _plain_env(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The session's environment, as its pod's container holds it (plain values only)."""
-    for container in (pod.get("spec") or {}).get("containers") or ():
-        if container.get("name") == session_pods.CONTAINER:
-            env = container.get("env") or ()
-            return {e["name"]: str(e["value"]) for e in env if "value" in e and e["name"] not in _HARDENING_ENV}
-    return {}

@@ -4,7 +4,7 @@ The pod is a command pod's posture (:func:`~ironflow.k8s.hardening.harden_pod_sp
 non-root, read-only root, every capability dropped, no service-account token, HOME on a
 size-limited emptyDir that is also the working directory, /tmp on another) with the
 provider's image, resources, runtime class, node selector, tolerations and pull secrets.
-Its one container idles: each request of the session is an exec (:mod:`ironflow.k8s.session_wire`).
+Its one container idles: each request of the session is an exec (:mod:`ironflow.k8s.sessions.wire`).
 
 Every session pod ends: ``ironflow.io/expires-at`` is its TTL's end (the orphan reaper
 deletes it once passed, :mod:`ironflow.k8s.reaper`) and ``activeDeadlineSeconds`` stops it
@@ -25,7 +25,7 @@ from ironflow.claude import layout
 from ironflow.k8s import hardening, step_manifests
 from ironflow.k8s.commands import specs
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.sessions import SessionInfo
+from ironflow.sessions.values import SessionInfo
 
 __all__ = [
     "BACKEND",

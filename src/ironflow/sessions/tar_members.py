@@ -7,7 +7,7 @@ a symlink chain past PATH_MAX, in every Python before 3.11.13/3.12.11/3.13.4) an
 parser has had its own bugs, so what is safe would depend on the Python patch level. These
 functions parse ustar, GNU and pax headers from bytes and admit only regular files, directories
 and symlinks that stay inside the tree (:func:`link_refusal`) under relative, normalised names;
-:mod:`ironflow.sandbox_runtime.untar` does the I/O.
+:mod:`ironflow.sessions.untar` does the I/O.
 """
 
 from __future__ import annotations

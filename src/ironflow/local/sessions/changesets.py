@@ -12,7 +12,7 @@ While the session runs, its copy is measured (:mod:`ironflow.local.workspaces.bo
 workspace's ``max_total_bytes`` the session ends, and the reason answers the calls after it.
 
 The session's processes run while the host reads their copy: every task of its cgroup is
-frozen for the read (:meth:`~ironflow.local.sandbox.cgroups.Sandbox.frozen`), so nothing moves under it.
+frozen for the read (:meth:`~ironflow.local.sandbox.cgroups.SandboxCgroup.frozen`), so nothing moves under it.
 Without a freezer the read is of a copy of the copy, made beneath its fd with no symlink
 followed and counted against ``max_total_bytes`` (:func:`~ironflow.local.workspaces.copies.copy_tree`):
 a path that moves during it fails the read, it never leads outside.
@@ -31,7 +31,7 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
-from ironflow.local.sandbox_provider import LocalSandboxProvider
+from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.workspaces import bound, git_sync, writeback
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.workspaces import Workspace, WorkspaceChanges
@@ -45,9 +45,7 @@ _READ_COPY: Final = "workspace-read-"
 _ENDED_KEPT: Final = 256
 
 
-async def prepare(
-    provider: LocalSandboxProvider, spec: Workspace, directory: str
-) -> local_workspaces.PreparedWorkspace:
+async def prepare(provider: LocalSandbox, spec: Workspace, directory: str) -> local_workspaces.PreparedWorkspace:
     """The session's copy of ``spec`` in its private ``directory``.
 
     Raises:
@@ -84,7 +82,7 @@ def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> Worksp
 
 
 async def changes(
-    prepared: local_workspaces.PreparedWorkspace, *, apply: bool, group: cgroups.Sandbox | None
+    prepared: local_workspaces.PreparedWorkspace, *, apply: bool, group: cgroups.SandboxCgroup | None
 ) -> WorkspaceChanges:
     """Everything changed in the copy since open (read with the session's cgroup ``group``
     frozen, or from a copy of it); with ``apply``, written into the host directory too (all or

@@ -3,7 +3,7 @@
 Nothing a session sends is trusted (a session may have taken over its runtime), and this does
 not lean on :mod:`tarfile`'s extraction filter, so it holds on any Python patch level:
 
-* the stream is read by :mod:`~ironflow.sandbox_runtime.tar_members` (regular files,
+* the stream is read by :mod:`~ironflow.sessions.tar_members` (regular files,
   directories and relative symlinks that stay inside the tree, no member beneath a symlink:
   an absolute or escaping symlink, a hardlink, device, FIFO or sparse member is refused by
   name, never skipped; relative normalised names, no ``..``, no NUL); members, name bytes
@@ -33,7 +33,7 @@ import tarfile
 from collections.abc import Iterator
 from typing import BinaryIO, Final
 
-from ironflow.sandbox_runtime.tar_members import (
+from ironflow.sessions.tar_members import (
     BLOCK,
     COPIED,
     EXTENDED,

@@ -1,25 +1,26 @@
 """The sessions of an ``ironflow sandbox serve`` process, over HTTP: open, connect, list, close.
 
 Local sessions live in the process that opened them, so every other process reaches them
-through a server: this is its client, with the same handles (:class:`AsyncSandbox`) as
-:class:`~ironflow.local.sessions.LocalSessions`. The server and its token come from the
-arguments, else ``$IRONFLOW_SANDBOX_SERVER`` and ``$IRONFLOW_SANDBOX_TOKEN``, else the
-token file the server wrote (:func:`token_file`). The token is a header value only.
+through a server: this is its client, a :class:`~ironflow.sessions.backend.SessionBackend`
+with the same handles (:class:`AsyncSandbox`) as every backend, holding no session itself.
+The server and its token come from the arguments, else ``$IRONFLOW_SANDBOX_SERVER`` and
+``$IRONFLOW_SANDBOX_TOKEN``, else the token file the server wrote (:func:`token_file`). The token
+is a header value only.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors, settings_file
-from ironflow.sandbox_runtime.client import AsyncSandbox, RuntimeClient
 from ironflow.secrets import Secret
-from ironflow.sessions import DEFAULT_TTL_S, SessionInfo, SessionNotFound, check_session_id
-from ironflow.workspaces import WorkspaceChanges, is_git_source
+from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id, legacy_options
+from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
 
@@ -77,10 +78,18 @@ def resolve_token(token: Secret | str | None = None) -> Secret:
 
 
 class RemoteSessions:
-    """The sessions of one server. ``aclose()`` drops the connection, never a session."""
+    """The sessions of one server. ``aclose()`` drops the connection, never a session.
 
-    def __init__(self, server: str | None = None, *, token: Secret | str | None = None) -> None:
+    ``backend``, when named, is the one the caller expects the server to serve: an ``open`` on a
+    server of another is refused. Unnamed, :attr:`backend` is ``remote`` (whichever it serves).
+    """
+
+    def __init__(
+        self, server: str | None = None, *, token: Secret | str | None = None, backend: str | None = None
+    ) -> None:
         self.server = resolve_server(server)
+        self._expected = backend
+        self.backend = backend or "remote"
         self._token = resolve_token(token)
         self._client = RuntimeClient(base_url=self.server, headers=self._headers())
 
@@ -102,27 +111,24 @@ class RemoteSessions:
 
         return AsyncSandbox(info, client, closer)
 
-    async def open(
-        self,
-        *,
-        ttl: float = DEFAULT_TTL_S,
-        idle_timeout: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        backend: str | None = None,
-        workspace: str | None = None,
-    ) -> AsyncSandbox:
-        """A new session on the server, as its backend's ``open`` makes one there; ``backend``,
-        when named, must be the server's (else ConfigError). ``workspace`` is a directory of
-        the server's machine (a relative one is made absolute here) or ``GIT_URL[@REF]``."""
-        body: dict[str, object] = {"ttl": ttl, "idle_timeout": idle_timeout, "labels": dict(labels or {})}
-        body.update(run_id=run_id, env=dict(env or {}))
-        if backend is not None:
-            body["backend"] = backend
-        if workspace is not None:
+    async def open(self, options: OpenOptions | None = None, **legacy: Any) -> AsyncSandbox:
+        """A new session on the server, as its backend's ``open`` makes one there (the expected
+        backend, when named, must be the server's: else ConfigError). A ``workspace`` is a
+        directory of the server's machine (a relative one is made absolute here) or a git URL.
+
+        Raises:
+            ConfigError: a workspace with settings the wire does not carry; the server's refusal.
+        """
+        expected = legacy.pop("backend", None) or self._expected  # the old keywords: for one release
+        options = legacy_options(options, legacy, caller="RemoteSessions.open") or OpenOptions()
+        workspace = options.workspace
+        if workspace is not None and not workspace.is_git and not os.path.isabs(workspace.source):
             # A relative directory is the caller's: the server resolves nothing against its own cwd.
-            body["workspace"] = workspace if is_git_source(workspace) else os.path.join(os.getcwd(), workspace)
+            absolute = dataclasses.replace(workspace, source=os.path.join(os.getcwd(), workspace.source))
+            options = dataclasses.replace(options, workspace=absolute)
+        body = options.to_json()
+        if expected is not None:
+            body["backend"] = expected
         doc = await self._client.json("POST", API_PATH, json=body)
         return self._handle(SessionInfo.from_json(doc))
 
@@ -152,6 +158,14 @@ class RemoteSessions:
     async def list(self) -> builtins.list[SessionInfo]:
         doc = await self._client.json("GET", API_PATH)
         return [SessionInfo.from_json(item) for item in doc["sandboxes"]]
+
+    def held(self) -> builtins.list[SessionInfo]:
+        """None: a server's sessions are held by the server."""
+        return []
+
+    def route(self, session_id: str) -> tuple[str, Secret]:
+        """Raises: SessionNotFound: always; the server routes its sessions (``connect`` gives a handle)."""
+        raise SessionNotFound(f"sandbox session '{session_id}' is held by the server at {self.server}, not here")
 
     async def close(self, session_id: str) -> bool:
         """End a session (every process in it dies); False when it was not open."""

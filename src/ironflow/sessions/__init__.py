@@ -1,0 +1,57 @@
+"""Sandbox sessions, the same on every backend: the values, the one backend seam, the client faces.
+
+``values`` and ``backend`` are pure (a session's values; :class:`SessionBackend` and
+:class:`OpenOptions`); ``client`` is the wire client of the runtime inside a sandbox
+(:class:`AsyncSandbox`), ``remote`` the sessions of an ``ironflow sandbox serve``
+(:class:`RemoteSessions`), ``sync`` the blocking :class:`Sandbox`. The client faces load
+on first use, so ``import ironflow.sessions`` starts no HTTP stack. Backends live in
+``ironflow.local``, ``ironflow.k8s`` and ``ironflow.agent_sandbox``; this package imports none.
+"""
+
+from typing import TYPE_CHECKING
+
+from ironflow._lazy import lazy_exports
+from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
+from ironflow.sessions.values import (
+    BACKENDS,
+    DEFAULT_TTL_S,
+    SESSION_ID,
+    CommandEvent,
+    CommandResult,
+    Exit,
+    FileEntry,
+    OpenOptions,
+    Output,
+    SessionInfo,
+    SessionNotFound,
+    check_session_id,
+    parse_duration,
+)
+
+if TYPE_CHECKING:
+    from ironflow.sessions.client import AsyncSandbox
+    from ironflow.sessions.remote import RemoteSessions
+    from ironflow.sessions.sync import Sandbox
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_TTL_S",
+    "SESSION_ID",
+    "AsyncSandbox",
+    "ClusterSessionBackend",
+    "CommandEvent",
+    "CommandResult",
+    "Exit",
+    "FileEntry",
+    "OpenOptions",
+    "Output",
+    "RemoteSessions",
+    "Sandbox",
+    "SessionBackend",
+    "SessionInfo",
+    "SessionNotFound",
+    "check_session_id",
+    "parse_duration",
+]
+
+__getattr__ = lazy_exports(__name__, {"client": ("AsyncSandbox",), "remote": ("RemoteSessions",), "sync": ("Sandbox",)})

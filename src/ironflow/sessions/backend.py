@@ -1,0 +1,92 @@
+"""The one interface of every sandbox-session backend: :class:`SessionBackend`.
+
+Local sessions (bubblewrap, gVisor), Kubernetes pods, agent-sandbox claims and the sessions of
+an ``ironflow sandbox serve`` (:class:`~ironflow.sessions.remote.RemoteSessions`) all offer
+it, async throughout; a provider hands its own out from ``provider.sessions()``. A session is
+opened with :class:`~ironflow.sessions.values.OpenOptions`, the one place its options are
+written. Sessions that live in a cluster, not in the process that opened them, add
+:class:`ClusterSessionBackend`: another process finds, closes and releases them by label.
+
+"Held" is what this object holds in this process: a local session (all of them), a cluster
+session it opened or reattached (a bridge to its pod), none for a server's client. A server
+forwards only to held sessions (:meth:`SessionBackend.route`). This module defines
+interfaces only; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ironflow.secrets import Secret
+    from ironflow.sessions.client import AsyncSandbox
+    from ironflow.sessions.values import OpenOptions, SessionInfo
+    from ironflow.workspaces import WorkspaceChanges
+
+__all__ = ["ClusterSessionBackend", "SessionBackend"]
+
+
+@runtime_checkable
+class SessionBackend(Protocol):
+    """Open, reattach, list, diff and close sandbox sessions on one backend.
+
+    ``backend`` names it (``local``, ``k8s``, ``agent-sandbox``; ``remote`` for a server's
+    client, which serves whichever its server does). Errors are ironflow's:
+    ``SessionNotFound`` for an id that is not open, ``ConfigError`` for a session without a
+    workspace asked for its changes, ``WorkspaceRefused`` for what a backend's workspaces
+    cannot do (a directory in a pod, an apply without a host directory).
+    """
+
+    @property
+    def backend(self) -> str: ...
+
+    async def open(self, options: OpenOptions | None = None) -> AsyncSandbox:
+        """A new session and a handle on it (None: the default options); it ends at ``options.ttl`` at the latest."""
+        ...
+
+    async def connect(self, session_id: str) -> AsyncSandbox:
+        """A new handle on an open session (reattach by id)."""
+        ...
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        """Every open session this backend reaches (a cluster's: all of its namespace)."""
+        ...
+
+    async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
+        """The patch of the session's workspace since open; ``apply`` writes it into the host directory."""
+        ...
+
+    async def close(self, session_id: str) -> bool:
+        """End a session (every process in it dies); False when it was not open."""
+        ...
+
+    def held(self) -> builtins.list[SessionInfo]:
+        """The sessions held by this object in this process (see the module docstring)."""
+        ...
+
+    def route(self, session_id: str) -> tuple[str, Secret]:
+        """The unix socket of a held session's runtime API and its token, for a server that forwards to it.
+
+        Raises:
+            SessionNotFound: the session is not held here.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close every session held here and the clients; a server's sessions stay (none is held here)."""
+        ...
+
+
+@runtime_checkable
+class ClusterSessionBackend(SessionBackend, Protocol):
+    """Sessions that live in a cluster: any process finds them by their labels, so a restarted
+    server routes what an earlier one opened and a run's release ends its sessions."""
+
+    async def release_run(self, run_id: str) -> int:
+        """Close every session of ``run_id`` in the cluster, held here or not; returns how many."""
+        ...
+
+    async def release(self) -> None:
+        """Let go of every session held here (each lives on to its TTL) and of the clients."""
+        ...
