@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions

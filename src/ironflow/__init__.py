@@ -8,7 +8,7 @@ use, so the pure values import without an event loop library.
 
 from typing import TYPE_CHECKING
 
-from ironflow import _moved, errors
+from ironflow import _renamed, errors
 from ironflow._lazy import lazy_exports
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
@@ -39,6 +39,6 @@ __all__ = [
     "run_sync",
 ]
 
-_moved.install()
+_renamed.install()
 
 __getattr__ = lazy_exports(__name__, {"provider": ("AgentProvider", "LogSink", "run_sync")})

@@ -43,7 +43,7 @@ from ironflow.local.sandbox.environment import (
     ignored_settings,
     sandbox_env,
 )
-from ironflow.local.sessions import sandbox_sessions
+from ironflow.local.sessions import local_sessions
 from ironflow.local.workspaces import bound, git_sync, writeback
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.local.workspaces import kept as kept_workspaces
@@ -435,9 +435,9 @@ class LocalSandboxProvider(ProviderBase):
             )  # fmt: skip
         return changes
 
-    def sessions(self, *, state_dir: str | None = None) -> sandbox_sessions.LocalSessions:
+    def sessions(self, *, state_dir: str | None = None) -> local_sessions.LocalSessions:
         """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go)."""
-        return sandbox_sessions.LocalSessions(self, state_dir=state_dir)
+        return local_sessions.LocalSessions(self, state_dir=state_dir)
 
     def shape(self) -> sandbox_argv.SandboxShape:
         """What every sandbox of this provider is made of (its sessions' too)."""

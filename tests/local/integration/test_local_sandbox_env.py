@@ -23,7 +23,7 @@ from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap
 from ironflow.local.sandbox.environment import Isolation
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions
 
 pytestmark = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.local.workspaces import objects, tree_reads
+from ironflow.local.workspaces import blob_store, tree_reads
 
 
 @pytest.fixture(params=[True, False], ids=["openat2", "fallback"])
@@ -138,7 +138,7 @@ def test_blobs_are_gits_own(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(data)
     fd = os.open(tmp_path / "f", os.O_RDONLY)
     try:
-        oid = objects.write_blob(str(git_dir), fd, len(data))
+        oid = blob_store.write_blob(str(git_dir), fd, len(data))
     finally:
         os.close(fd)
     assert (
@@ -148,7 +148,7 @@ def test_blobs_are_gits_own(tmp_path: Path) -> None:
     assert shown.stdout == data
     out = os.open(tmp_path / "back", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        objects.copy_blob(str(git_dir), oid, out)
+        blob_store.copy_blob(str(git_dir), oid, out)
     finally:
         os.close(out)
     assert (tmp_path / "back").read_bytes() == data
@@ -161,8 +161,8 @@ def test_a_file_not_of_its_size_is_refused(tmp_path: Path, size: int) -> None:
     (tmp_path / "f").write_bytes(b"0123456789")
     fd = os.open(tmp_path / "f", os.O_RDONLY)
     try:
-        with pytest.raises(objects.Changed):
-            objects.write_blob(str(git_dir), fd, size)
+        with pytest.raises(blob_store.Changed):
+            blob_store.write_blob(str(git_dir), fd, size)
     finally:
         os.close(fd)
     assert os.listdir(git_dir / "objects") == []  # no half-written object left

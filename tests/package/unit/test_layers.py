@@ -138,7 +138,7 @@ DEFERRED_IMPORTS = {
     # A session command against a server (local sessions) loads no Kubernetes client.
     ("ironflow.cli.session_backends", "ironflow.cli.backends"): "the cluster's modules, for --provider only",
     # The deprecated `ironflow.local.sessions.LocalSessions` (once a module) only: the package loads alone.
-    ("ironflow.local.sessions", "ironflow.local.sessions.sandbox_sessions"): "the deprecated names, on first use",
+    ("ironflow.local.sessions", "ironflow.local.sessions.local_sessions"): "the deprecated names, on first use",
     ("ironflow.local.sessions", "ironflow.local.sandbox_provider"): "the deprecated names, on first use",
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",

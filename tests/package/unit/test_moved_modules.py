@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from ironflow import _moved
+from ironflow import _renamed
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(_moved.MOVED.items()))
+@pytest.mark.parametrize(("old", "new"), sorted(_renamed.MOVED.items()))
 def test_an_old_path_warns_and_gives_the_new_modules_names(old: str, new: str) -> None:
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
@@ -28,7 +28,7 @@ def test_an_old_path_warns_and_gives_the_new_modules_names(old: str, new: str) -
 
 
 def test_an_old_path_has_no_file_left_behind() -> None:
-    for old in _moved.MOVED:
+    for old in _renamed.MOVED:
         spec = importlib.util.find_spec(old)
         assert spec is not None
         assert spec.origin is None, f"{old} is a real module again: drop it from MOVED"

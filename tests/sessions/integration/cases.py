@@ -38,7 +38,7 @@ from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.sandbox_provider import Isolation, LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions, SessionInfo
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController

@@ -24,7 +24,7 @@ from tests.sessions.integration.serving import cli_env, descendants, ironflow, r
 from ironflow import errors
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions import gvisor_runtime
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sandbox_router.process import serve
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions

@@ -19,7 +19,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.local import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions, SessionNotFound
 
 pytestmark = [

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
 from ironflow.secrets import Secret
 

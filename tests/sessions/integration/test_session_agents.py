@@ -12,7 +12,7 @@ from tests.fakes.local_sandbox import LOCAL_SANDBOX
 from ironflow import errors
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.steps import AgentConfig

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ironflow import errors
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncCommands, RuntimeClient
 

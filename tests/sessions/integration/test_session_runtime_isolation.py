@@ -21,7 +21,7 @@ import pytest
 
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sandbox_provider import ProxyCredential
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions

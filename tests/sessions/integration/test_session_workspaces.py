@@ -13,7 +13,7 @@ from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions
 from ironflow.workspaces import Workspace
 

@@ -22,7 +22,7 @@ from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.local.offline import OfflineProvider
 from ironflow.local.sandbox import argv
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.local.sessions.sandbox_sessions import LocalSessions
+from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.provider import AgentProvider, SessionProvider, sessions_of
 from ironflow.results import AgentResult
 from ironflow.sessions import ClusterSessionBackend, OpenOptions, RemoteSessions, SessionBackend, SessionNotFound

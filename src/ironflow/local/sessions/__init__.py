@@ -1,13 +1,13 @@
 """Local sandbox sessions: the session host, its gVisor runtime, agents and workspace changesets.
 
-``sandbox_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says;
+``local_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says;
 built by ``LocalSandboxProvider(...).sessions()``); ``gvisor_runtime`` the runsc bundle and
 socket; ``agents`` an agent step inside a session; ``changesets`` a session's workspace copy
 and its changes; ``provided`` what a session needs of its provider. ``ironflow.local.sessions``
 was a module until this release: its names still resolve here, with a DeprecationWarning
 and ``LocalSessions`` keeps its old face there: the provider optional (a default
 ``LocalSandboxProvider``), ``open(ttl=..., ...)`` by keywords, ``connect`` and ``list`` blocking,
-``close_run``. The new one (``sandbox_sessions.LocalSessions``) is the async
+``close_run``. The new one (``local_sessions.LocalSessions``) is the async
 :class:`~ironflow.sessions.backend.SessionBackend`.
 """
 
@@ -28,23 +28,23 @@ def __getattr__(name: str) -> object:
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(
-        f"{__name__}.{name} moved to ironflow.local.sessions.sandbox_sessions; build sessions with "
+        f"{__name__}.{name} moved to ironflow.local.sessions.local_sessions; build sessions with "
         "LocalSandboxProvider(...).sessions() (the old name goes in the next release)",
         DeprecationWarning,
         stacklevel=2,
     )
     # Deferred: this package's modules load without the provider, which imports them.
-    from ironflow.local.sessions import sandbox_sessions
+    from ironflow.local.sessions import local_sessions
 
     if name != "LocalSessions":
-        return getattr(sandbox_sessions, name)
+        return getattr(local_sessions, name)
     return _legacy_local_sessions()
 
 
 def _legacy_local_sessions() -> type[Any]:
     """``LocalSessions`` with its old face (see the module docstring) over the new one."""
     from ironflow.local.sandbox_provider import LocalSandboxProvider
-    from ironflow.local.sessions.sandbox_sessions import LocalSessions
+    from ironflow.local.sessions.local_sessions import LocalSessions
 
     class _LegacyLocalSessions(LocalSessions):
         def __init__(self, provider: Any = None, **options: Any) -> None:

@@ -1,4 +1,4 @@
-"""Agent steps inside an open local session (:meth:`~ironflow.local.sessions.sandbox_sessions.LocalSessions.agent`).
+"""Agent steps inside an open local session (:meth:`~ironflow.local.sessions.local_sessions.LocalSessions.agent`).
 
 A session opened with ``agent=True`` has its own in-process auth proxy (one ``ifap_`` token for
 the session, revoked when it closes) reached through the same relay as a step's sandbox; the

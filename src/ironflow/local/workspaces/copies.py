@@ -6,7 +6,7 @@ the copy's snapshot; the sandbox binds the copy at ``/workspace``, so the host t
 ever read. :func:`collect` snapshots the copy again once the step's processes are gone (or
 frozen), hashes only the paths whose ``lstat`` moved (the host's originals, checked to be the
 ones copied, and the copy's new bytes) into a private object store
-(:mod:`ironflow.local.workspaces.objects`), and has git write the diff between the two trees
+(:mod:`ironflow.local.workspaces.blob_store`), and has git write the diff between the two trees
 (``git diff-tree --binary``). :mod:`ironflow.local.workspaces.writeback` writes them into the host
 directory, all or none.
 
@@ -35,7 +35,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.claude import layout
 from ironflow.local.sandbox import bwrap, gvisor
-from ironflow.local.workspaces import objects, tree_reads
+from ironflow.local.workspaces import blob_store, tree_reads
 from ironflow.local.workspaces.tree_reads import DIR_FLAGS
 from ironflow.workspaces import (
     WORKSPACE_PATH,
@@ -350,15 +350,15 @@ def _tree(env: dict[str, str], git_dir: str, name: str, entries: Sequence[tuple[
 def _blob(git_dir: str, root_fd: int, path: str, entry: Entry) -> str:
     """The id of ``entry``'s content, written into the store: a symlink's text, or the file at
     ``path`` under ``root_fd`` opened beneath it, read by the host. ``OSError`` or
-    :class:`~ironflow.local.workspaces.objects.Changed` when it is not as ``entry`` says."""
+    :class:`~ironflow.local.workspaces.blob_store.Changed` when it is not as ``entry`` says."""
     if entry.kind is Kind.SYMLINK:
-        return objects.write_bytes(git_dir, os.fsencode(entry.target or ""))
+        return blob_store.write_bytes(git_dir, os.fsencode(entry.target or ""))
     fd = tree_reads.open_beneath(root_fd, path, _READ_FLAGS)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size or st.st_mtime_ns != entry.mtime_ns:
-            raise objects.Changed
-        return objects.write_blob(git_dir, fd, entry.size)
+            raise blob_store.Changed
+        return blob_store.write_blob(git_dir, fd, entry.size)
     finally:
         os.close(fd)
 
@@ -394,14 +394,14 @@ def _hash_sides(prepared: PreparedWorkspace, found: Sequence[ChangedFile]) -> li
             for c in found:
                 try:
                     old_id = None if c.before is None else _blob(prepared.git_dir, source_fd, c.path, c.before)
-                except (OSError, objects.Changed):
+                except (OSError, blob_store.Changed):
                     raise errors.WorkspaceConflict(
                         f"workspace '{prepared.spec.source}' changed on the host while the step ran: {shown([c.path])}",
                         [c.path],
                     ) from None
                 try:
                     new_id = None if c.after is None else _blob(prepared.git_dir, copy_fd, c.path, c.after)
-                except (OSError, objects.Changed):
+                except (OSError, blob_store.Changed):
                     raise errors.WorkspaceUnsafe(
                         f"the step's workspace changed while it was read: {shown([c.path])}"
                     ) from None

@@ -6,7 +6,7 @@ the paths named, and nothing is written. A symlink the step made that points out
 is never applied, nor a path in a ``.git`` directory, nor a change that would leave a directory
 looking like a git repository (``HEAD`` and ``objects``): git run there would take its config
 (a ``core.pager``, a hook) as the repository's. A file's new content is written from the blob
-the patch was made of (:mod:`ironflow.local.workspaces.objects`), never read from the step's
+the patch was made of (:mod:`ironflow.local.workspaces.blob_store`), never read from the step's
 copy again; files are written under a temporary name and renamed into place.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 from ironflow import errors
-from ironflow.local.workspaces import objects, tree_reads
+from ironflow.local.workspaces import blob_store, tree_reads
 from ironflow.local.workspaces.copies import DIR_FLAGS, PreparedWorkspace, collect, entry_of, escaped, shown
 from ironflow.workspaces import Change, ChangedFile, Entry, Kind, WorkspaceChanges, escapes, is_git_internal
 
@@ -104,7 +104,7 @@ def _write(root_fd: int, git_dir: str, f: ChangedFile) -> None:
             assert f.after_id is not None, "a change not made by collect()"
             dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             try:
-                objects.copy_blob(git_dir, f.after_id, dst)
+                blob_store.copy_blob(git_dir, f.after_id, dst)
                 os.fchmod(dst, 0o755 if f.after.executable else 0o644)
             finally:
                 os.close(dst)
