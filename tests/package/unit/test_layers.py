@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,6 +178,34 @@ def test_the_import_contracts_hold() -> None:
     argv = [lint_imports, "--no-cache"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+#: One import each contract forbids, put into a copy of the package: (file, line, contract's name start).
+DELIBERATE_BREAKS = [
+    ("engine/store.py", "from ironflow.k8s import pods", "Orchestration imports no backend"),
+    ("k8s/pods.py", "from ironflow.k8s.sessions import wire", "k8s: the provider composes"),
+    ("local/sandbox/bwrap.py", "from ironflow.local import sandbox_provider", "local: the provider composes"),
+]
+
+
+def test_the_import_contracts_report_a_forbidden_import_broken(tmp_path: Path) -> None:
+    """The contracts are rules, not a record: each deliberate break in a copy of the package is BROKEN."""
+    lint_imports = shutil.which("lint-imports")
+    assert lint_imports, "import-linter is a test dependency: pip install -e '.[test]'"
+    shutil.copytree(PACKAGE, tmp_path / "src" / "ironflow", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for module, line, _ in DELIBERATE_BREAKS:
+        path = tmp_path / "src" / "ironflow" / module
+        path.write_text(path.read_text() + f"\n{line}  # noqa: E402\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "src")}
+    argv = [lint_imports, "--no-cache"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    report = " ".join(done.stdout.split())  # the report wraps long names
+    assert done.returncode == 1, report[-3000:] + done.stderr[-2000:]
+    for _, _, contract in DELIBERATE_BREAKS:
+        verdict = re.search(r"\b(KEPT|BROKEN)\b", report[report.index(contract) :])
+        assert verdict is not None, report[-3000:]
+        assert verdict.group(1) == "BROKEN", f"{contract!r} kept a deliberate break: {report[-3000:]}"
 
 
 def test_import_ironflow_loads_no_backend_and_warns_nothing() -> None:

@@ -1,9 +1,12 @@
-"""Every module of the package states its job and its public names, and stays small enough to
-have one job (STYLE.md: Modules, Public surface).
+"""Every module of the package states its job and its public names, and a name says one job
+(STYLE.md: Modules, Public surface, Names).
 
 A module docstring comes first and every module declares ``__all__``; each name listed
-there exists, so a facade never re-exports something that was renamed away. No module is
-over :data:`MAX_MODULE_LINES` lines (functions' complexity is ruff's C901, in scripts/check).
+there exists, so a facade never re-exports something that was renamed away. A module's
+basename names one job (a few may repeat where the job is the same: a server's ``app.py``),
+and a backend's package root holds its face and its core, every other job a sub-package.
+:data:`MAX_MODULE_LINES` is a ceiling, not the reason to cut: a module is cut where its jobs
+part (functions' complexity is ruff's C901, in scripts/check).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import ast
 import importlib
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -59,6 +63,25 @@ MAX_MODULE_LINES = 500
 def test_module_is_at_most_500_lines(path: Path) -> None:
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{_dotted(path)} has {lines} lines: split it by job"
+
+
+#: Basenames that may name a module in two places, each for the same job (a server's ``app.py``,
+#: a store's ``postgres.py``); one more means a name that says two things.
+MAX_REPEATED_BASENAMES = 12
+#: A backend's package root holds its face and its core; every other job is a sub-package.
+MAX_ROOT_MODULES = {"k8s": 14, "local": 10}
+
+
+def test_a_module_basename_names_one_job() -> None:
+    counts = Counter(p.name for p in MODULES if p.name != "__init__.py")
+    repeated = sorted(name for name, n in counts.items() if n > 1)
+    assert len(repeated) <= MAX_REPEATED_BASENAMES, f"{len(repeated)} basenames repeat: {repeated}"
+
+
+@pytest.mark.parametrize(("package", "limit"), sorted(MAX_ROOT_MODULES.items()))
+def test_a_backend_root_holds_its_face_and_core(package: str, limit: int) -> None:
+    root = sorted(p.name for p in (PACKAGE / package).glob("*.py"))
+    assert len(root) <= limit, f"ironflow.{package} has {len(root)} modules at its root: {root}"
 
 
 #: Modules a user may import first, each alone in a fresh interpreter.
