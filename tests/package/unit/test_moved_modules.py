@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,9 @@ def test_a_script_importing_the_old_path_runs_and_is_told_where_it_went() -> Non
 def test_an_unknown_module_is_still_not_found() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("ironflow.local.no_such_module")
+
+
+def test_every_moved_module_is_in_the_docs_table() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "architecture.md").read_text()
+    missing = [old for old, new in _renamed.MOVED.items() if f"| `{old}` | `{new}` |" not in doc]
+    assert missing == [], f"docs/architecture.md does not list: {missing}"
