@@ -54,14 +54,14 @@ _COMMAND = textwrap.dedent(
 _LINE = textwrap.dedent(
     """
     import asyncio, json, resource
-    from ironflow.local import cgroups, limits, runner
+    from ironflow.local.sandbox import cgroups, launch, limits
 
     class Sink:
         lines = []
         def log(self, stream, line):
             self.lines.append((stream, len(line), line[-120:]))
 
-    processes = runner.SandboxProcesses(cgroups.probe(), limits.DEFAULT_LIMITS, host_uid=None)
+    processes = launch.SandboxProcesses(cgroups.probe(), limits.DEFAULT_LIMITS, host_uid=None)
     sink = Sink()
     script = "head -c 2G /dev/zero | tr '\\\\0' a; echo; echo last"
     done = asyncio.run(processes.run(["sh", "-c", script], stdin=None, limit_s=300, sink=sink))
