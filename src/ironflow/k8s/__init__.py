@@ -1,8 +1,9 @@
 """Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command pods.
 
-Layering: ``settings``, ``provider_file``, ``hardening``, ``step_manifests``, ``step_objects``,
-``environments`` and ``commands.specs`` are pure (values in, dicts out); ``pod_provider``
-is the builders over ``ProviderSettings`` plus ``run``; ``step_runs`` (the ``StepRunner``),
+Layering: ``settings``, ``builders``, ``provider_file``, ``hardening``, ``step_manifests``,
+``step_objects``, ``environments`` and ``commands.specs`` are pure (values in, dicts out);
+``builders`` is the fluent face over ``ProviderSettings`` that ``pod_provider`` inherits and
+adds rendering and ``run`` to; ``step_runs`` (the ``StepRunner``),
 ``pods``, ``pod_wait``, ``cleanup``, ``reaper`` and ``commands.execution`` do the I/O through
 :mod:`ironflow.kube`.
 Nothing pure imports an I/O module.

@@ -2,7 +2,8 @@
 
 Layers point one way: ``bwrap`` and ``gvisor`` render argv (pure); ``forwarder`` runs
 inside the sandbox (stdlib only); ``proxy_session`` serves the in-process auth proxy;
-``provider`` starts, watches and tears down the sandbox; ``sessions`` keeps one open (the
+``sandbox_config`` reads and checks the provider's settings; ``sandbox_provider`` (over it)
+starts, watches and tears down the sandbox; ``sessions`` keeps one open (the
 runtime inside; under gVisor its socket and bundle from ``sessions.gvisor_runtime``).
 """
 

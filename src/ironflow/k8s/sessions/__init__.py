@@ -3,7 +3,9 @@
 ``session_pod`` renders the pod and ``wire`` the exec's bytes (both pure); ``bridge`` serves a
 session's socket over ``pods/exec``; ``clones`` clones a session's workspace and reads its
 changes; ``objects`` is where sessions live (a pod here; agent-sandbox brings its claims);
-``pod_sessions`` holds :class:`K8sSessions`, built by ``K8sEphemeralProvider(...).sessions()``.
+``provisioner`` makes, reaches, finds and deletes a session's object through ``objects``;
+``pod_sessions`` holds :class:`K8sSessions` (the table of sessions held here), built by
+``K8sEphemeralProvider(...).sessions()``.
 ``ironflow.k8s.sessions`` was a module until this release: its names still resolve here, with
 a DeprecationWarning.
 """

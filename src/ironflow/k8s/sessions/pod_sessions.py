@@ -1,10 +1,11 @@
-"""Kubernetes sandbox sessions: a hardened pod kept open, reached by exec (I/O).
+"""Kubernetes sandbox sessions: the table of sessions held here, each a hardened pod reached by exec (I/O).
 
-``open`` has the session's object made and waited for (a pod of
-:mod:`ironflow.k8s.sessions.session_pod`, waited for with the pod steps' fail-fast
-classification: a bad image, a missing Secret, no node end the wait at once), checks that
-the pod runs the runtime, and starts the session's :class:`~ironflow.k8s.sessions.bridge.Bridge`: the handle
-is the same :class:`~ironflow.sessions.client.AsyncSandbox` local sessions hand out.
+``open`` has the :class:`~ironflow.k8s.sessions.provisioner.SessionProvisioner` make the
+session's object and wait for it (a pod of :mod:`ironflow.k8s.sessions.session_pod`, waited
+for with the pod steps' fail-fast classification) and start its
+:class:`~ironflow.k8s.sessions.bridge.Bridge`, checks that the pod runs the runtime, and holds
+the session: the handle is the same :class:`~ironflow.sessions.client.AsyncSandbox` local
+sessions hand out. This module never calls the Kubernetes API itself; the provisioner does.
 
 What a session is in the cluster (a pod here, a claim for agent-sandbox) is the host's
 :class:`~ironflow.k8s.sessions.objects.SessionObjects`. Sessions are found again from the
@@ -21,25 +22,21 @@ import builtins
 import contextlib
 import dataclasses
 import logging
-import math
 import secrets
 import time
 from typing import Final
 
 from ironflow import errors
-from ironflow.auth_proxy import issuing, tokens
-from ironflow.auth_proxy.admin_client import AdminClient
+from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.k8s import pods
-from ironflow.k8s.sessions import bridge, clones
-from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
+from ironflow.k8s.sessions import bridge, clones, provisioner
+from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
-from ironflow.k8s.workspaces import clone_exec
 from ironflow.kube import api as kube
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
 from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
-from ironflow.workspaces import Workspace, WorkspaceChanges
+from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "K8sSessions"]
 
@@ -65,8 +62,9 @@ class _Session:
 class K8sSessions:
     """The sandbox sessions of one provider's namespace; those this process holds, by id.
 
-    Holding, bridging, watching and closing are here; what a session is in the cluster is
-    ``objects``'s (a pod by default; agent-sandbox passes its claims).
+    Holding, probing, watching, handing out handles and closing are here; making, reaching, finding
+    and deleting a session's object is the :class:`~ironflow.k8s.sessions.provisioner.SessionProvisioner`'s,
+    and what a session is in the cluster ``objects``'s (a pod by default; agent-sandbox passes its claims).
 
     Args:
         settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
@@ -90,18 +88,15 @@ class K8sSessions:
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
     ) -> None:
+        self._cluster = provisioner.SessionProvisioner(settings, objects=objects, api=api, issuer=issuer, home=home)
         self.settings = settings
-        self.objects: SessionObjects = objects or PodObjects(settings)
+        self.objects: SessionObjects = self._cluster.objects
         self.namespace = settings.namespace
         self.start_timeout_s = start_timeout_s
         self.max_upload_bytes = max_upload_bytes
         self.python = python
-        self._api = api
-        self._owns_api = api is None
         self._sessions: dict[str, _Session] = {}
-        self._issuer = issuer
-        self._owned_issuer: AdminClient | None = None
-        self.where = clone_exec.paths(home)
+        self.where = self._cluster.where
 
     @property
     def backend(self) -> str:
@@ -109,9 +104,7 @@ class K8sSessions:
 
     async def client(self) -> kube.KubeApi:
         """The API client of the session's cluster (made on first use; closed here when made here)."""
-        if self._api is None:
-            self._api = await kube.KubeApi.connect(self.objects.cluster)
-        return self._api
+        return await self._cluster.client()
 
     # -- opening --
 
@@ -119,7 +112,7 @@ class K8sSessions:
         """A new session (its object: a pod, a claim) and a handle on it; the object is deleted on
         every failure path.
 
-        A git ``workspace`` is cloned in the pod (:meth:`_clone`) and is its commands' working
+        A git ``workspace`` is cloned in the pod (by the provisioner) and is its commands' working
         directory; :meth:`changes` gives what changed there.
 
         Raises:
@@ -130,70 +123,27 @@ class K8sSessions:
             SandboxError / OperationTimeout: it did not start in time, or cannot run the runtime.
         """
         options = options or OpenOptions()
-        workspace = options.workspace
-        secret = None if workspace is None else clones.check(self.settings, workspace)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
-        api = await self.client()
+        found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s)
         try:
-            created = await self.objects.create(api, session_id, options, now=now)
-        except BaseException as exc:
-            if pods.may_exist_after(exc):
-                await self.objects.delete(api, session_id)
-            raise
-        try:
-            found = await self.objects.ready(api, created, options, timeout_s=self.start_timeout_s)
-            if workspace is not None and secret is not None:
-                found = await self._clone(found, workspace, secret, expires_at=now + options.ttl)
             session = await self._attach(found, options.idle_timeout, probe=True)
         except BaseException:
-            await self.objects.delete(api, session_id)
+            await self._cluster.delete(session_id)
             raise
         return self._hold(session, now, options.ttl)
-
-    async def _clone(
-        self, found: Found, spec: Workspace, secret: tokens.SecretCredential, *, expires_at: float
-    ) -> Found:
-        """Clone ``spec`` into the session's pod with a grant of its own (revoked once the clone
-        ends) and record the starting commit on the session's object."""
-        assert self.settings.auth_proxy_url is not None  # clones.check
-        commit = await clones.clone(
-            await self.client(), spec, issuer=self._grants(), secret=secret, proxy_url=self.settings.auth_proxy_url,
-            where=self.where, namespace=self.namespace, pod=found.pod, container=found.container,
-            session_id=found.info.id, expires_at=math.ceil(expires_at),
-        )  # fmt: skip
-        held = clones.Held(spec, commit)
-        await self.objects.annotate(await self.client(), found.info.id, clones.workspace_annotations(held))
-        return dataclasses.replace(found, workspace=held)
-
-    def _grants(self) -> issuing.TokenIssuer:
-        if self._issuer is None:
-            self._issuer = self._owned_issuer = AdminClient(
-                self.settings.auth_proxy_url or "", self.settings.auth_proxy_admin_key
-            )
-        return self._issuer
 
     def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
         """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
         session.info = dataclasses.replace(session.info, created_at=now, expires_at=now + ttl)
         session.watcher = asyncio.create_task(self._watch(session))
-        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session.info.id, self.namespace,
-                 session.bridge.runtime.pod, ttl)  # fmt: skip
+        pod = session.bridge.runtime.pod
+        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session.info.id, self.namespace, pod, ttl)
         return self._handle(session)
 
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
         info = found.info
-        runtime = bridge.PodRuntime(
-            await self.client(),
-            self.namespace,
-            found.pod,
-            found.container,
-            max_upload_bytes=self.max_upload_bytes,
-            python=self.python,
-            workspace="." if found.workspace is None else self.where.workspace,
-        )
-        started = bridge.Bridge(runtime, info.id, env=found.env, max_upload_bytes=self.max_upload_bytes)
-        await started.start()
+        started = await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
         if probe:
             try:
@@ -230,7 +180,7 @@ class K8sSessions:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             await session.bridge.aclose()
-        await self.objects.delete(await self.client(), session_id)
+        await self._cluster.delete(session_id)
 
     # -- using --
 
@@ -257,7 +207,7 @@ class K8sSessions:
         check_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is None:
-            found = await self.objects.lookup(await self.client(), session_id)
+            found = await self._cluster.lookup(session_id)
             if found is None:
                 raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
             if not found.running:
@@ -278,7 +228,7 @@ class K8sSessions:
         if session is not None:
             held, pod, container = session.workspace, session.pod, session.container
         else:
-            found = await self.objects.lookup(await self.client(), session_id)
+            found = await self._cluster.lookup(session_id)
             if found is None or not found.running:
                 raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.namespace}")
             held, pod, container = found.workspace, found.pod, found.container
@@ -286,9 +236,7 @@ class K8sSessions:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
         if apply:
             raise clones.refuse_apply()
-        return await clones.changes(
-            await self.client(), held, where=self.where, namespace=self.namespace, pod=pod, container=container
-        )
+        return await self._cluster.changes(held, pod=pod, container=container)
 
     def route(self, session_id: str) -> tuple[str, Secret]:
         """The bridge socket of a session held here and its token, for a server that forwards to it."""
@@ -307,7 +255,7 @@ class K8sSessions:
 
     async def find(self, *, run_id: str | None = None) -> builtins.list[SessionInfo]:
         """Every open session of the namespace (of ``run_id``), from its labels."""
-        return await self.objects.find(await self.client(), run_id=run_id)
+        return await self._cluster.find(run_id=run_id)
 
     async def close(self, session_id: str) -> bool:
         """End a session: its object is deleted (every process in it dies). False when none was open."""
@@ -318,7 +266,7 @@ class K8sSessions:
             with contextlib.suppress(asyncio.CancelledError):
                 await session.watcher
             return True
-        if session is None and await self.objects.lookup(await self.client(), session_id) is None:
+        if session is None and await self._cluster.lookup(session_id) is None:
             return False
         await self._teardown(session_id)
         return True
@@ -349,12 +297,7 @@ class K8sSessions:
                     await session.watcher
             await session.bridge.aclose()
         self._sessions.clear()
-        if self._owned_issuer is not None:
-            await self._owned_issuer.close()
-            self._issuer = self._owned_issuer = None
-        if self._owns_api and self._api is not None:
-            await self._api.close()
-            self._api = None
+        await self._cluster.aclose()
 
     async def aclose(self) -> None:
         """Close every session held here, then the client."""

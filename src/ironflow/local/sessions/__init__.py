@@ -1,7 +1,8 @@
 """Local sandbox sessions: the session host, its gVisor runtime, agents and workspace changesets.
 
 ``local_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says;
-built by ``LocalSandboxProvider(...).sessions()``); ``gvisor_runtime`` the runsc bundle and
+built by ``LocalSandboxProvider(...).sessions()``), the table of open sessions; ``starter``
+starts a session's sandbox with the runtime inside; ``gvisor_runtime`` the runsc bundle and
 socket; ``agents`` an agent step inside a session; ``changesets`` a session's workspace copy
 and its changes; ``provided`` what a session needs of its provider. ``ironflow.local.sessions``
 was a module until this release: its names still resolve here, with a DeprecationWarning

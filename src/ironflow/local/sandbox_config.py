@@ -1,0 +1,218 @@
+"""The local sandbox's settings: read, checked and turned into the shape every sandbox takes.
+
+:class:`LocalSandboxConfig` is the configuration half of
+:class:`~ironflow.local.sandbox_provider.LocalSandboxProvider`, which inherits it and runs
+steps and commands: a value that can never work is refused at construction with
+:class:`~ironflow.errors.ConfigError`, a step's read-only mounts at invocation with
+:class:`~ironflow.errors.StepConfigError`. It starts no sandbox; it sets up the supervisor
+that will (``processes``), sweeps the temp dirs a killed worker left, and says which
+credential the in-process proxy holds (never handed to a sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from ironflow import errors
+from ironflow._renamed import renamed_argument
+from ironflow.captured import DEFAULT_KEEP_BYTES
+from ironflow.claude import cli, layout, profile
+from ironflow.local import workdirs
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
+from ironflow.local.sandbox import limits as sandbox_limits
+from ironflow.local.workspaces import git_sync
+from ironflow.local.workspaces import kept as kept_workspaces
+from ironflow.secrets import Secret
+from ironflow.step_sandbox import HostPathSource, validate_sub_path
+from ironflow.steps import AgentConfig
+
+__all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
+
+log = logging.getLogger("ironflow.local")
+
+DEFAULT_TIMEOUT_S: Final = 600.0
+
+
+class LocalSandboxConfig:
+    """The settings of a local sandbox provider, checked when it is built.
+
+    Args:
+        isolation: ``"bwrap"`` or ``"gvisor"`` (``runsc``).
+        timeout: seconds a step may run; past it the whole process tree is killed.
+        credential: the key the in-process proxy injects; None reads the worker's
+            ``CLAUDE_CODE_OAUTH_TOKEN`` then ``ANTHROPIC_API_KEY`` at invocation (§6.8).
+        managed_settings: a managed-settings document mounted read-only at /etc/claude-code.
+        managed_settings_presets: named documents a step picks with
+            ``AgentConfig.managed_settings(name)`` (the local counterpart of preset ConfigMaps).
+        profiles: host directories copied into ``~/.claude`` before the CLI starts.
+        env: extra plain variables for the sandbox (credential names are refused).
+        allow_bypass: the ``IRONFLOW_ALLOW_BYPASS`` decision; None reads the worker's env.
+        conversations_dir: a host directory kept as ``~/.claude/projects`` (Claude Code's
+            conversations) across steps, so ``resume_session_id`` finds its conversation (bubblewrap
+            only; the pod's conversations claim). ``sessions_dir`` is its old name (warns).
+        temp_dir: where each run's temp dir (settings, proxy socket) is made; default the
+            system's. Keep it short: a unix socket path holds at most 107 bytes. The ones left
+            there by a worker that was killed are removed at start (:mod:`ironflow.local.workdirs`).
+        limits: what each sandbox may use (processes, memory, CPU, open files, file size);
+            :meth:`limits_report` says which hold on this machine and how.
+        sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
+            (so root-only host files stay unreadable); ignored otherwise.
+        git_hosts: the git hosts' credentials (kept in the proxy) for git workspaces.
+        output_keep_bytes: bytes of the start, and of the end, of each stream a command's result
+            keeps; the rest is counted, not held (``CommandResult.stdout_cut``).
+    """
+
+    def __init__(
+        self,
+        *,
+        isolation: environment.Isolation = "bwrap",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        credential: environment.ProxyCredential | None = None,
+        managed_settings: Mapping[str, Any] | None = None,
+        managed_settings_presets: Mapping[str, Mapping[str, Any]] | None = None,
+        profiles: Sequence[environment.LocalProfile] = (),
+        env: Mapping[str, str] | None = None,
+        home_size_bytes: int = bwrap.DEFAULT_HOME_SIZE_BYTES,
+        tmp_size_bytes: int = bwrap.DEFAULT_TMP_SIZE_BYTES,
+        claude_path: str | None = None,
+        allow_bypass: bool | None = None,
+        conversations_dir: str | None = None,
+        sessions_dir: str | None = None,
+        temp_dir: str | None = None,
+        limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
+        sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
+        git_hosts: git_sync.GitHosts | None = None,
+        output_keep_bytes: int = DEFAULT_KEEP_BYTES,
+    ) -> None:
+        if isolation not in ("bwrap", "gvisor"):
+            raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
+        if not timeout > 0:
+            raise errors.ConfigError(f"timeout must be a positive number of seconds, got {timeout}")
+        for p in profiles:
+            reason = profile.validate_profile_subdir(p.subdir)
+            if reason is not None:
+                raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
+            if not os.path.isdir(p.path):
+                raise errors.ConfigError(f"claude profile directory '{p.path}' does not exist; create it or drop it")
+        bwrap.check_size("home_size_bytes", home_size_bytes)
+        bwrap.check_size("tmp_size_bytes", tmp_size_bytes)
+        for label, doc in [("managed_settings", managed_settings), *(managed_settings_presets or {}).items()]:
+            try:
+                json.dumps(doc)
+            except (TypeError, ValueError) as exc:
+                raise errors.ConfigError(f"managed settings '{label}' is not JSON: {exc}") from None
+        environment.sandbox_env(env)  # refuse credential variables now, not at the first step
+        sandbox_limits.check_limits(limits)
+        if isinstance(output_keep_bytes, bool) or not isinstance(output_keep_bytes, int) or output_keep_bytes < 0:
+            raise errors.ConfigError(f"output_keep_bytes must be a whole number of bytes, got {output_keep_bytes!r}")
+        self.output_keep_bytes = output_keep_bytes
+        identity.check_host_uid(sandbox_host_uid)
+        # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
+        self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
+        # Who must own what the sandbox writes: on a root worker, the uid the step writes as (gVisor's
+        # gofer writes the host as the step's own uid); None on a non-root worker.
+        self._writable_uid = (
+            self._host_uid if isolation == "bwrap" else layout.SANDBOX_UID if os.geteuid() == 0 else None
+        )
+        self.isolation: environment.Isolation = isolation
+        self.timeout = float(timeout)
+        self.credential = credential
+        self.managed_settings = None if managed_settings is None else dict(managed_settings)
+        self.managed_settings_presets = {k: dict(v) for k, v in (managed_settings_presets or {}).items()}
+        self.profiles = tuple(profiles)
+        self.env = dict(env or {})
+        self.home_size_bytes = home_size_bytes
+        self.tmp_size_bytes = tmp_size_bytes
+        self.claude_path = claude_path
+        self.allow_bypass = allow_bypass
+        if temp_dir is not None and not os.path.isdir(temp_dir):
+            raise errors.ConfigError(f"temp_dir '{temp_dir}' is not a directory; create it or leave temp_dir unset")
+        self.temp_dir = temp_dir
+        where = "ironflow.local.LocalSandboxProvider"
+        kept = renamed_argument(where, "sessions_dir", sessions_dir, "conversations_dir", conversations_dir)
+        if kept is not None:
+            identity.check_conversations_dir(kept, bubblewrap=isolation == "bwrap", host_uid=self._host_uid)
+        self.conversations_dir = kept
+        self.limits = limits
+        self.git_hosts = git_hosts or git_sync.GitHosts()
+        #: Workspaces kept for a retry of their step (``keep_on_retry``).
+        self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
+        #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
+        bounded = launch.within_file_table(limits, host_processes=isolation == "bwrap")
+        self.processes = launch.SandboxProcesses(
+            cgroups.probe(), bounded, host_uid=self._host_uid, gvisor=isolation == "gvisor"
+        )
+        workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
+        log.info("local sandbox limits: %s", self.limits_report())
+
+    def limits_report(self) -> str:
+        """Which per-sandbox limits hold on this machine, and by what mechanism (one line)."""
+        return self.processes.support.describe()
+
+    def shape(self) -> sandbox_argv.SandboxShape:
+        """What every sandbox of this provider is made of (its sessions' too)."""
+        return sandbox_argv.SandboxShape(
+            self.isolation,
+            self.profiles,
+            self.home_size_bytes,
+            self.tmp_size_bytes,
+            self.conversations_dir,
+            self._host_uid,
+            self._writable_uid,
+            self.limits,
+        )
+
+    def claude_cli(self) -> str:
+        """The Claude Code CLI's real file: inside the sandbox only its package directory is shown."""
+        return os.path.realpath(self.claude_path or cli.find_claude_cli())
+
+    def bypass_allowed(self) -> bool:
+        """Whether a step may skip permission prompts: the provider's word, else the worker's environment."""
+        return self.allow_bypass if self.allow_bypass is not None else os.environ.get(layout.ALLOW_BYPASS_ENV) == "1"
+
+    def proxy_credential(self) -> environment.ProxyCredential:
+        """The credential the in-process proxy holds for a sandbox session's agent steps."""
+        return self._credential(None)
+
+    def _credential(self, config: AgentConfig | None) -> environment.ProxyCredential:
+        base = self.credential
+        upstream = base.upstream if base is not None else "https://api.anthropic.com"
+        if config is not None and config.account is not None:
+            kind: Literal["api_key", "oauth_token"] = (
+                "api_key" if config.account.credential_kind == "api_key" else "oauth_token"
+            )
+            return environment.ProxyCredential(config.account.value, kind, upstream)
+        if base is not None:
+            return base
+        if os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"):
+            return environment.ProxyCredential(Secret(os.environ["CLAUDE_CODE_OAUTH_TOKEN"]), "oauth_token", upstream)
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            return environment.ProxyCredential(Secret(os.environ["ANTHROPIC_API_KEY"]), "api_key", upstream)
+        raise errors.MissingCredential(
+            "no credential: attach a Provider Account or set CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY"
+        )
+
+    def _step_mounts(self, config: AgentConfig) -> tuple[bwrap.ReadOnlyMount, ...]:
+        mounts: list[bwrap.ReadOnlyMount] = []
+        for vol in config.pod.read_only_volumes:
+            if not isinstance(vol.source, HostPathSource):
+                continue
+            if vol.sub_path is not None and (reason := validate_sub_path(vol.sub_path)) is not None:
+                raise errors.StepConfigError(f"read-only volume: {reason}")
+            source = vol.source.path if vol.sub_path is None else os.path.join(vol.source.path, vol.sub_path)
+            if not os.path.isdir(source):
+                raise errors.StepConfigError(
+                    f"read-only host path '{source}' is not a directory on this machine; "
+                    "create it or drop read_only_host_path from the step"
+                )
+            mount = bwrap.ReadOnlyMount(source, vol.mount_path)
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
+            if problem is not None:
+                raise errors.StepConfigError(problem)
+            mounts.append(mount)
+        return tuple(mounts)

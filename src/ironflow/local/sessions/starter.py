@@ -1,0 +1,273 @@
+"""Starting a local session's sandbox: bubblewrap or ``runsc run`` with the runtime inside, until it is ready.
+
+The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox.argv`,
+the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
+network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
+:data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
+session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
+is made inside, in a host directory only gVisor's root can enter
+(:mod:`~ironflow.local.sessions.gvisor_runtime`). The per-session token goes in on stdin, so neither
+is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
+commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
+of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
+drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
+The sandbox's first process (bwrap or ``runsc run``) gets SIGKILL when this process dies.
+
+It never keeps a session: the table of open sessions, their TTL and their teardown are
+:class:`~ironflow.local.sessions.local_sessions.LocalSessions`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from ironflow import errors
+from ironflow.claude import layout
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import bwrap, cgroups, gvisor, launch
+from ironflow.local.sandbox import limits as sandbox_limits
+from ironflow.local.sessions import gvisor_runtime
+from ironflow.local.sessions.provided import LocalSandbox
+from ironflow.local.workspaces import copies as local_workspaces
+from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.secrets import Secret
+from ironflow.sessions.values import SessionInfo
+from ironflow.workspaces import WORKSPACE_PATH
+
+__all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "SessionStarter", "StartedSession", "stderr_line"]
+
+#: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
+#: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
+RUNTIME_DIR: Final = "/ironflow-runtime"
+RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
+_READY: Final = b"ironflow-runtime: ready"
+_START_TIMEOUT_S: Final = 30.0
+_SOCKET: Final = "rt.sock"
+_PR_SET_PDEATHSIG: Final = 1
+#: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
+#: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
+#: :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_ISOLATION`.
+_ISOLATE: Final = "--isolate-commands"
+
+
+@dataclasses.dataclass(eq=False)
+class StartedSession:
+    """One open session: its sandbox as started (process, cgroup, runtime socket and token) and
+    what the session table adds (its watcher, workspace bound and agent proxy)."""
+
+    info: SessionInfo
+    directory: str
+    socket_path: str
+    token: Secret
+    proc: asyncio.subprocess.Process
+    group: cgroups.SandboxCgroup | None
+    watcher: asyncio.Task[None] | None = None
+    bound: asyncio.Task[None] | None = None
+    workspace: local_workspaces.PreparedWorkspace | None = None
+    #: With ``agent=True``: the session's proxy token, and what closes its proxy (revoking it).
+    agent_token: Secret | None = None
+    proxy: contextlib.AsyncExitStack | None = None
+
+
+class SessionStarter:
+    """Starts the sandboxes of one provider's sessions, each with the runtime inside.
+
+    Raises:
+        SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
+    """
+
+    def __init__(self, provider: LocalSandbox) -> None:
+        self.provider = provider
+        self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
+        # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
+        self._shape = self.provider.shape()
+        self._processes: launch.SandboxProcesses = self.provider.processes
+        self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
+        self._libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls prctl
+
+    async def start(
+        self,
+        session_id: str,
+        directory: str,
+        env: Mapping[str, str],
+        idle_timeout: float | None,
+        prepared: local_workspaces.PreparedWorkspace | None = None,
+        proxy_socket: str | None = None,
+        *,
+        max_upload_bytes: int,
+    ) -> StartedSession:
+        """The session's sandbox, its runtime ready to serve (torn down again if it never got there)."""
+        token = Secret(secrets.token_urlsafe(32))
+        root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
+        options: tuple[str, ...] = ("--token-fd", "0", "--workspace", root)
+        options += ("--max-upload-bytes", str(max_upload_bytes))
+        if idle_timeout is not None:
+            options += ("--idle-timeout", str(idle_timeout))
+        writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
+        if self.provider.isolation == "gvisor":
+            proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
+        else:
+            proc, group, socket_path = await self._start_bwrap(directory, env, options, writable, proxy_socket)
+        info = SessionInfo(session_id, "local", "", 0, 0)
+        session = StartedSession(info, directory, socket_path, token, proc, group, workspace=prepared)
+        try:
+            await self._handshake(session)
+        except BaseException:
+            await asyncio.shield(launch.teardown(proc, group))
+            raise
+        return session
+
+    async def _start_bwrap(
+        self,
+        directory: str,
+        env: Mapping[str, str],
+        options: tuple[str, ...],
+        writable: tuple[bwrap.WritableMount, ...],
+        proxy_socket: str | None = None,
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
+        """bubblewrap with the runtime on a socket made here, passed in as an inherited fd (and,
+        for agent steps, the relay to the session's proxy and the Claude Code CLI shown)."""
+        socket_path = os.path.join(directory, _SOCKET)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(socket_path)
+            listener.listen(128)
+            python = self._python
+            listen = ("--listen-fd", str(listener.fileno()), _ISOLATE)
+            command = (python, "-I", "-S", RUNTIME_PATH, *listen, *options)
+            with sandbox_argv.sandbox_fds(self.provider.isolation, env) as fds:
+                argv, binds = sandbox_argv.render(
+                    self._shape,
+                    command,
+                    tmp=directory,
+                    working_dir=None,
+                    mounts=(bwrap.ReadOnlyMount(os.path.dirname(SERVER_PATH), RUNTIME_DIR),),
+                    proxy_socket=proxy_socket,
+                    env=env,
+                    writable=writable,
+                    extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
+                    fds=fds,
+                    keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
+                )
+                proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)
+        finally:
+            listener.close()  # the sandbox holds the only copy now: the socket dies with it
+        return proc, group, socket_path
+
+    async def _start_gvisor(
+        self,
+        directory: str,
+        env: Mapping[str, str],
+        options: tuple[str, ...],
+        writable: tuple[bwrap.WritableMount, ...],
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
+        """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
+        python = self._python
+        listen = str(gvisor_runtime.LISTEN_FD)
+        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", listen, *options)
+        shown = gvisor_runtime.runtime_settings(
+            self._shape, command, python=python, runsc_path=self._runsc, writable=writable
+        )
+        doc = gvisor_runtime.spec(
+            shown,
+            env,
+            runtime_source=os.path.dirname(SERVER_PATH),
+            socket_source=os.path.join(directory, gvisor_runtime.SOCKET_SUBDIR),
+        )
+        bundle = gvisor_runtime.write_bundle(directory, doc)
+        proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), (), ())
+        return proc, group, gvisor_runtime.host_socket(directory)
+
+    async def _spawn(
+        self, argv: list[str], fds: tuple[int, ...], binds: tuple[tuple[bytes, bytes], ...]
+    ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None]:
+        """The sandbox in its own cgroup with the provider's rlimits, leading its own process group; its
+        host process gets :data:`launch.RUNTIME_ENV`, the session's environment is in ``argv``'s fd or spec."""
+        processes = self._processes
+        group: cgroups.SandboxCgroup | None = None
+        if processes.support.version:
+            try:
+                group = cgroups.SandboxCgroup(processes.support, processes.limits)
+            except OSError as exc:
+                raise errors.SandboxError(f"could not make the session's cgroup: {exc.strerror}") from None
+        pairs = sandbox_limits.rlimits(
+            processes.limits,
+            nproc="pids" not in processes.support.controllers,
+            data="memory" not in processes.support.controllers,
+            gvisor=self.provider.isolation == "gvisor",
+        )
+        setup = self._dying_with_us(
+            cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)
+        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(launch.RUNTIME_ENV),
+                cwd="/",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=fds,
+                preexec_fn=setup,
+            )
+        except BaseException:
+            if group is not None:
+                await group.remove()
+            raise
+        return proc, group
+
+    def _dying_with_us(self, setup: Callable[[], None]) -> Callable[[], None]:
+        """``setup``, then SIGKILL for the sandbox's first process when this one dies: ``runsc run``
+        has no ``--die-with-parent`` (its sandbox and gofer die with it). Set last: a uid change
+        clears it."""
+        prctl, parent = self._libc.prctl, os.getpid()
+
+        def run() -> None:
+            setup()
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # this process died before the prctl: no signal will come
+                os._exit(1)
+
+        return run
+
+    async def _handshake(self, session: StartedSession) -> None:
+        """Hand the token in on stdin, wait for the runtime's ready line (or its failure)."""
+        proc = session.proc
+        assert proc.stdin is not None
+        assert proc.stderr is not None
+        proc.stdin.write(session.token.reveal().encode() + b"\n")
+        with contextlib.suppress(ConnectionError):
+            await proc.stdin.drain()
+        proc.stdin.close()
+        lines: list[bytes] = []
+        async with asyncio.timeout(_START_TIMEOUT_S):
+            while line := await stderr_line(proc.stderr):
+                if line.startswith(_READY):
+                    return
+                if len(lines) < 20:
+                    lines.append(line)
+        code = await proc.wait()
+        stderr = b"".join(lines).decode(errors="replace")
+        sandbox_argv.raise_if_sandbox_failed(code or 1, stderr, self.provider.isolation)
+        raise errors.SandboxError(f"the session runtime did not start: {errors.truncate(stderr.strip(), 500)}")
+
+
+async def stderr_line(stream: asyncio.StreamReader) -> bytes:
+    """The next line of a session's stderr; a line past the reader's limit is dropped, not an error
+    that ends the session (under gVisor a command may reach the runtime's stderr)."""
+    while True:
+        try:
+            return await stream.readline()
+        except ValueError:  # asyncio cleared the over-long line's bytes so far; its rest reads on
+            continue
