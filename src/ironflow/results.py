@@ -94,23 +94,26 @@ class AgentResult:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a plain command in a local sandbox produced (``run_command``); ``duration`` in seconds;
-    with a workspace, what it changed there (``workspace``).
+    """What a command produced, wherever it ran: a plain command in a local sandbox
+    (``run_command``) or a command in a sandbox session. ``duration`` in seconds; with a
+    workspace, what the command changed there (``workspace``); ``timed_out`` when a session
+    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead).
 
-    ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the local provider's
-    ``output_keep_bytes`` of each); ``*_bytes`` say how much it wrote, ``*_cut`` how many bytes
-    of that are left out, where a marker line stands.
+    ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the provider's
+    ``output_keep_bytes``, or the session client's ``keep_bytes``, of each); ``*_bytes`` say how
+    much it wrote, ``*_cut`` how many bytes of that are left out, where a marker line stands.
     """
 
     exit_code: int
     stdout: str
     stderr: str
-    duration: float
+    duration: float = 0.0
     workspace: WorkspaceChanges | None = None
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     stdout_cut: int = 0
     stderr_cut: int = 0
+    timed_out: bool = False
 
 
 # --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------

@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import tempfile
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Final, Literal
@@ -190,6 +191,7 @@ async def _collect(
     session that sends gigabytes does not grow the host (the callbacks see every piece)."""
     kept = {name: Captured(name, keep_bytes=keep_bytes) for name in ("stdout", "stderr")}
     end = Exit(-1)
+    start = time.monotonic()
     async for event in events:
         if isinstance(event, Output):
             kept[event.stream].feed(event.text.encode())
@@ -200,10 +202,11 @@ async def _collect(
             end = event
     out, err = kept["stdout"], kept["stderr"]
     return CommandResult(
+        end.exit_code,
         out.value().decode(errors="replace"),
         err.value().decode(errors="replace"),
-        end.exit_code,
-        end.timed_out,
+        duration=time.monotonic() - start,
+        timed_out=end.timed_out,
         stdout_bytes=out.total,
         stderr_bytes=err.total,
         stdout_cut=out.cut,

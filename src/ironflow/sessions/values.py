@@ -2,9 +2,10 @@
 
 A session is a sandbox kept open: commands run in it one after another, files move in and
 out. What a backend hands back is described here once: the session (:class:`SessionInfo`),
-a command's result (:class:`CommandResult`), the events of a streamed command
-(:class:`Output`, :class:`Exit`), a directory entry (:class:`FileEntry`), and what a new
-session is opened with (:class:`OpenOptions`, parsed once from a server's JSON). The one
+a command's result (:class:`~ironflow.results.CommandResult`, the one every command returns,
+re-exported here), the events of a streamed command (:class:`Output`, :class:`Exit`), a
+directory entry (:class:`FileEntry`), and what a new session is opened with
+(:class:`OpenOptions`, parsed once from a server's JSON). The one
 interface of every backend is :class:`~ironflow.sessions.backend.SessionBackend`; the wire
 client is :mod:`ironflow.sessions.client`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ironflow import errors, labels
+from ironflow.results import CommandResult
 from ironflow.step_sandbox import is_env_name
 from ironflow.workspaces import Workspace
 
@@ -113,25 +115,6 @@ class SessionInfo:
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
             run_id=None if run_id is None else str(run_id),
         )
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command in a session produced; ``timed_out`` when the session killed it.
-
-    ``stdout`` and ``stderr`` keep the start and the end of what the session sent (the
-    client's ``keep_bytes`` of each, as UTF-8); ``*_bytes`` say how much came, ``*_cut`` how
-    many bytes of that are left out, where a marker line stands.
-    """
-
-    stdout: str
-    stderr: str
-    exit_code: int
-    timed_out: bool = False
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    stdout_cut: int = 0
-    stderr_cut: int = 0
 
 
 @dataclass(frozen=True)
