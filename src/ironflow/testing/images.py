@@ -48,6 +48,8 @@ __all__ = [
 
 #: The host commands a build runs (Debian packages: mmdebstrap, buildah, runc, util-linux, npm).
 TOOLS: Final = ("mmdebstrap", "buildah", "runc", "unshare", "npm")
+#: Entries kept per image (the newest), e.g. a branch's and main's.
+_KEPT: Final = 3
 _SKIPPED: Final = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 
 
@@ -311,7 +313,17 @@ def _build_one(repo: Path, name: str, *, rebuild: bool, log: Callable[[str], Non
         cached=False,
     )
     record.write_text(json.dumps(asdict(built), indent=2) + "\n", encoding="utf-8")
+    _prune(entry.parent)
     return built
+
+
+def _prune(image_dir: Path) -> None:
+    """Keep the newest :data:`_KEPT` entries of an image (other trees may build other keys), and no
+    untagged image in buildah's storage: the cache does not grow with every edit."""
+    entries = sorted((e for e in image_dir.iterdir() if e.is_dir()), key=lambda e: e.stat().st_mtime, reverse=True)
+    for old in entries[_KEPT:]:
+        shutil.rmtree(old, ignore_errors=True)
+    subprocess.run(image_builds.isolated([*buildah_argv(), "rmi", "--prune"]), capture_output=True, check=False)
 
 
 def build(repo: Path, names: Sequence[str], *, rebuild: bool = False, log: Callable[[str], None]) -> list[BuiltImage]:
