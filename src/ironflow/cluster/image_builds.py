@@ -137,7 +137,7 @@ IMAGES: Final = {
         base=_PYTHON_BASE,
         base_arg="PYTHON_BASE",
         fetched="wheels",
-        build_args=(("PIP_NO_INDEX", "1"),),
+        build_args=(("PIP_NO_INDEX", "1"), ("SOURCE_DATE_EPOCH", str(SOURCE_DATE_EPOCH))),
     ),
     "worker": ImageRecipe(
         name="worker",
@@ -148,7 +148,7 @@ IMAGES: Final = {
         base=_PYTHON_BASE,
         base_arg="PYTHON_BASE",
         fetched="wheels",
-        build_args=(("PIP_NO_INDEX", "1"),),
+        build_args=(("PIP_NO_INDEX", "1"), ("SOURCE_DATE_EPOCH", str(SOURCE_DATE_EPOCH))),
     ),
 }
 
