@@ -232,16 +232,18 @@ def _assemble(repo: Path, recipe: image_builds.ImageRecipe, inputs: Path, into: 
         os.link(path, fetched / path.name)
 
 
-def _has_image(reference: str) -> bool:
+def _image_id(reference: str) -> str | None:
+    """The ``sha256:…`` content digest of a local image, or None when there is none by that name."""
     argv = image_builds.isolated(
         [*buildah_argv(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", reference]
     )
-    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return f"sha256:{done.stdout.strip()}" if done.returncode == 0 else None
 
 
 def _import_base(base: image_builds.BaseRecipe, log: Callable[[str], None]) -> None:
     reference = image_builds.base_reference(base, _arch())
-    if _has_image(reference):
+    if _image_id(reference) is not None:
         return
     tarball = _fetch_base(base, log)
     done = _timed(f"import of the {base.name} base", log)
@@ -276,8 +278,9 @@ def _build_one(repo: Path, name: str, *, rebuild: bool, log: Callable[[str], Non
     entry = _entry(repo, name)
     tag = image_builds.local_reference(recipe.reference)
     record = entry / "image.json"
-    if record.exists() and not rebuild and _has_image(tag):
-        cached = json.loads(record.read_text(encoding="utf-8"))
+    cached = json.loads(record.read_text(encoding="utf-8")) if record.exists() and not rebuild else None
+    # The name may now be another tree's build (the storage is shared): a hit needs this very image.
+    if cached is not None and _image_id(tag) == cached["image_id"]:
         return BuiltImage(**{**cached, "seconds": round(time.monotonic() - start, 2), "cached": True})
     _import_base(recipe.base, log)
     inputs = _fetch_inputs(repo, recipe, log)
@@ -298,13 +301,11 @@ def _build_one(repo: Path, name: str, *, rebuild: bool, log: Callable[[str], Non
     _run(image_builds.isolated(push), log)
     done()
     _sbom(recipe, tag, entry / "sbom.txt", log)
-    image_id = _run(
-        image_builds.isolated([*buildah_argv(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", tag]), log
-    )
+    image_id = _image_id(tag)
     built = BuiltImage(
         name=name,
         reference=tag,
-        image_id=f"sha256:{image_id.strip()}",
+        image_id=image_id or "",
         manifest_digest=(entry / "manifest-digest").read_text(encoding="utf-8").strip(),
         archive=str(entry / "image.tar"),
         sbom=str(entry / "sbom.txt"),

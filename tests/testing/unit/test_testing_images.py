@@ -92,3 +92,12 @@ def test_a_missing_tool_is_named_with_the_command_that_installs_it(monkeypatch: 
     monkeypatch.setattr(images, "missing_tools", lambda: ["mmdebstrap"])
     with pytest.raises(images.ImagesNotAvailable, match=r"missing mmdebstrap .*scripts/install --test"):
         images.build(ROOT, ["worker"], log=lambda _: None)
+
+
+def test_a_name_now_holding_another_trees_image_is_built_again(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images.build(ROOT, ["worker"], log=lambda _: None)
+    monkeypatch.setattr(images, "_image_id", lambda _: "sha256:" + "f" * 64)
+    (again,) = images.build(ROOT, ["worker"], log=lambda _: None)
+    assert not again.cached
