@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 MISSING = images.missing_tools()
 pytestmark = [
     pytest.mark.skipif(bool(MISSING), reason=f"cannot build images here: missing {', '.join(MISSING)}"),
-    # Cold: the base (mmdebstrap 36-66 s, import 15 s), the wheels (13 s), two builds (45 s each);
+    # Cold (155 s measured): the base (mmdebstrap 36-66 s, import 15 s), the wheels (13 s), two builds;
     # with the cache of an earlier run: one build, about 50 s.
     pytest.mark.timeout(900),
 ]
