@@ -142,7 +142,7 @@ def manifests(
         typer.Option("--auth-proxy-deployment", help="Add the proxy's Deployment and Service (needs --auth-proxy)."),
     ] = False,
     auth_proxy_image: Annotated[
-        str, typer.Option("--auth-proxy-image", help="The proxy's image.")
+        str, typer.Option("--auth-proxy-image", help="The proxy's image (the default: bash scripts/images build).")
     ] = workloads.DEFAULT_AUTH_PROXY_IMAGE,
     auth_proxy_replicas: Annotated[int, typer.Option("--auth-proxy-replicas", help="Proxy replicas.")] = 2,
     auth_proxy_resources: Annotated[
@@ -155,10 +155,14 @@ def manifests(
         bool, typer.Option("--worker-deployment", help="Add the worker's Deployment and provider file.")
     ] = False,
     worker_image: Annotated[
-        str, typer.Option("--worker-image", help="The worker's image.")
+        str, typer.Option("--worker-image", help="The worker's image (the default: bash scripts/images build).")
     ] = workloads.DEFAULT_WORKER_IMAGE,
     runner_image: Annotated[
-        str, typer.Option("--runner-image", help="The agent pods' image, in the worker's provider file.")
+        str,
+        typer.Option(
+            "--runner-image",
+            help="The agent pods' image, in the worker's provider file (the default: bash scripts/images build).",
+        ),
     ] = workloads.DEFAULT_RUNNER_IMAGE,
     worker_resources: Annotated[
         str | None,

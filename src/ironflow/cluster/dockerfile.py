@@ -12,7 +12,10 @@ Rules of :func:`lint_runner_dockerfile` (each :class:`Problem` names one):
 rule                          the Dockerfile must...
 ============================  =================================================================
 ``single-stage``              have exactly one ``FROM``
-``base-digest``               pin its base as ``image[:tag]@sha256:<64 hex>``, never ``latest``
+``base-digest``               pin its base as ``image[:tag]@sha256:<64 hex>``, never ``latest``,
+                              written in ``FROM`` or as the default of the ``ARG`` it names
+                              (``ARG NODE_BASE=…@sha256:…`` + ``FROM ${NODE_BASE}``: a local
+                              build passes its own base, :mod:`ironflow.cluster.image_builds`)
 ``version-arg``               declare ``ARG CLAUDE_CODE_VERSION`` after ``FROM``, defaulting to
                               the pinned version when one is given
 ``version-verified``          install ``@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}`` and
@@ -49,6 +52,7 @@ __all__ = [
     "lint_image_tag",
     "lint_runner_dockerfile",
     "parse_dockerfile",
+    "resolve_base",
     "shell_commands",
 ]
 
@@ -63,6 +67,9 @@ _REQUIRED_ENV: Final = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
 _UID: Final = str(layout.SANDBOX_UID)
+_RUN_OPTIONS: Final = ("--mount=", "--network=", "--security=")
+_RESERVED_WORDS: Final = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"})
+_ARG_REFERENCE: Final = re.compile(r"\$\{?(?P<arg>[A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
 @dataclass(frozen=True)
@@ -149,16 +156,45 @@ def _env_pairs(args: str) -> dict[str, str]:
 
 
 def shell_commands(run: str) -> list[list[str]]:
-    """A RUN's shell text as simple commands split on ``&&``, ``;`` and ``||`` (no execution)."""
+    """A RUN's shell text as simple commands split on ``&&``, ``;`` and ``||`` (no execution).
+
+    The RUN's own options (``--mount=…``) and the shell's reserved words that open a command
+    (``if``, ``then``, ``else``…) are dropped, so ``then npm install x`` reads as ``npm install x``.
+
+    >>> shell_commands("--mount=type=bind,source=a,target=/a if [ -f x ]; then npm ci; fi")
+    [['[', '-f', 'x', ']'], ['npm', 'ci']]
+    """
     lexer = shlex.shlex(run, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
+    tokens = list(lexer)
+    while tokens and tokens[0].startswith(_RUN_OPTIONS):
+        tokens.pop(0)
     commands: list[list[str]] = [[]]
-    for token in lexer:
+    for token in tokens:
         if token in {"&&", ";", "||", "&", "|"}:
             commands.append([])
-        else:
+        elif commands[-1] or token not in _RESERVED_WORDS:
             commands[-1].append(token)
     return [c for c in commands if c]
+
+
+def resolve_base(parsed: Dockerfile, instruction: Instruction) -> str:
+    """The image a ``FROM`` names, with ``${ARG}`` replaced by that ARG's default before the first FROM.
+
+    An ARG with no default stays as written (``${ARG}``), so a caller can tell it must be given.
+
+    >>> d = parse_dockerfile("ARG B=node:22@sha256:" + "a" * 64 + "\\nFROM ${B}")
+    >>> resolve_base(d, d.of("FROM")[0]) == "node:22@sha256:" + "a" * 64
+    True
+    """
+    image = instruction.args.split()[0] if instruction.args else ""
+    match = _ARG_REFERENCE.fullmatch(image)
+    if match is None:
+        return image
+    froms = parsed.of("FROM")
+    first = froms[0].line if froms else 0
+    defaults = dict(i.args.partition("=")[::2] for i in parsed.of("ARG") if i.line < first and "=" in i.args)
+    return defaults.get(match["arg"], image).strip().strip('"')
 
 
 def lint_runner_dockerfile(parsed: Dockerfile, *, claude_code_version: str | None = None) -> list[Problem]:
@@ -183,12 +219,13 @@ def _lint_base(parsed: Dockerfile) -> list[Problem]:
     froms = parsed.of("FROM")
     if len(froms) != 1:
         return [Problem("single-stage", f"expected exactly one FROM, found {len(froms)}: keep the image single-stage")]
-    image = froms[0].args.split()[0] if froms[0].args else ""
+    image = resolve_base(parsed, froms[0])
     if not _DIGEST.search(image):
         return [
             Problem(
                 "base-digest",
-                f"base image '{image}' is not pinned by digest: write it as image:tag@sha256:<digest>",
+                f"base image '{image}' is not pinned by digest: write it as image:tag@sha256:<digest> "
+                "(in FROM, or as the default of the ARG it names)",
                 froms[0].line,
             )
         ]

@@ -180,7 +180,8 @@ The defaults render what this prints:
     --auth-proxy-deployment --worker-deployment
 authProxy.{service,namespace,port} make the proxy's URL http://<service>.<namespace>:<port>.
 Resources are Kubernetes quantities; set all four of a workload. Secrets are never values:
-create them as the comments above each Deployment say."""
+create them as the comments above each Deployment say. The default images are the ones
+`bash scripts/images build` builds from a checkout, with no registry (docs/cluster-setup.md)."""
 
 
 def chart_files() -> list[tuple[str, str]]:

@@ -8,8 +8,11 @@ lock's text. Never reads a file: text in, problems out.
 rule                          the Dockerfile must...
 ============================  =================================================================
 ``base-digest``               name every base image by digest: ``image:tag@sha256:<64 hex>``, or
-                              ``image:tag@${ARG:?}`` where ``ARG`` is declared before the first
-                              ``FROM`` with no default (a build without it stops at ``FROM``)
+                              ``image:tag@${ARG}`` where ``ARG`` is declared before the first
+                              ``FROM`` with no default (a build without it stops at ``FROM``);
+                              in ``FROM`` or as the default of the ``ARG`` it names
+                              (``ARG PYTHON_BASE=python:…@${PYTHON_BASE_DIGEST}`` + ``FROM
+                              ${PYTHON_BASE}``: a local build passes its own base)
 ``require-hashes``            run every ``pip install`` either with ``--require-hashes --no-deps
                               -r`` the lock, or with ``--no-index --no-deps`` (the build context
                               only): nothing reaches the image unhashed
@@ -32,7 +35,7 @@ __all__ = ["LOCK_PATH", "lint_lock", "lint_python_dockerfile", "lock_pins"]
 #: The hash lock both images install, from the repository root (scripts/lock-python-images.py).
 LOCK_PATH: Final = "docker/requirements.lock"
 _PINNED: Final = re.compile(r"[^@\s]+@sha256:[0-9a-f]{64}")
-_REQUIRED_ARG: Final = re.compile(r"[^@\s]+@\$\{(?P<arg>[A-Za-z_][A-Za-z0-9_]*):\?[^}]*\}")
+_REQUIRED_ARG: Final = re.compile(r"[^@\s]+@\$\{(?P<arg>[A-Za-z_][A-Za-z0-9_]*)(:\?[^}]*)?\}")
 _REQUIREMENT: Final = re.compile(r"(?P<name>[a-z0-9][a-z0-9._-]*)==(?P<version>[^\s\\]+)")
 _HASH: Final = re.compile(r"--hash=sha256:[0-9a-f]{64}")
 
@@ -51,7 +54,7 @@ def _lint_bases(parsed: dockerfile.Dockerfile) -> list[dockerfile.Problem]:
     problems: list[dockerfile.Problem] = []
     for instruction in froms:
         words = instruction.args.split()
-        image = words[0] if words else ""
+        image = words[0] if words and words[0] in stages else dockerfile.resolve_base(parsed, instruction)
         match = _REQUIRED_ARG.fullmatch(image)
         pinned = image in stages or _PINNED.fullmatch(image) or (match is not None and match["arg"] in required)
         if len(words) >= 3 and words[1].upper() == "AS":
@@ -62,7 +65,8 @@ def _lint_bases(parsed: dockerfile.Dockerfile) -> list[dockerfile.Problem]:
             dockerfile.Problem(
                 "base-digest",
                 f"base image '{image}' is not pinned by digest: write image:tag@sha256:<digest>, or "
-                "image:tag@${ARG:?} with ARG declared before FROM without a default",
+                "image:tag@${ARG} with ARG declared before FROM without a default (in FROM, or as the "
+                "default of the ARG it names)",
                 instruction.line,
             )
         )

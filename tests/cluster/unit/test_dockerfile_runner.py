@@ -60,9 +60,11 @@ BASE = "node:22-bookworm-slim@sha256:43ac6c60b8f89723f746e8a92ce91abd5017e627ce1
 @pytest.mark.parametrize(
     ("old", "new", "rule"),
     [
-        (f"FROM {BASE}", "FROM node:22-bookworm-slim", "base-digest"),
-        (f"FROM {BASE}", "FROM node:latest", "no-latest"),
-        (f"FROM {BASE}", f"FROM {BASE} AS build\nFROM {BASE}", "single-stage"),
+        (f"ARG NODE_BASE={BASE}", "ARG NODE_BASE=node:22-bookworm-slim", "base-digest"),
+        (f"ARG NODE_BASE={BASE}", "ARG NODE_BASE", "base-digest"),
+        ("FROM ${NODE_BASE}", "FROM node:22-bookworm-slim", "base-digest"),
+        (f"ARG NODE_BASE={BASE}", "ARG NODE_BASE=node:latest", "no-latest"),
+        ("FROM ${NODE_BASE}", "FROM ${NODE_BASE} AS build\nFROM ${NODE_BASE}", "single-stage"),
         ("ARG CLAUDE_CODE_VERSION=2.1.332", "ARG OTHER=1", "version-arg"),
         ("ARG CLAUDE_CODE_VERSION=2.1.332", "ARG CLAUDE_CODE_VERSION=2.1.300", "version-arg"),
         ('&& test "$(claude --version | cut -d\' \' -f1)" = "${CLAUDE_CODE_VERSION}"', "&& true", "version-verified"),
@@ -104,7 +106,8 @@ def test_user_appended_after_the_last_user_line_wins() -> None:
 
 def test_problem_text_names_the_line_and_the_fix() -> None:
     problems = dockerfile.lint_runner_dockerfile(
-        dockerfile.parse_dockerfile(DOCKERFILE.replace(f"FROM {BASE}", "FROM node:22")), claude_code_version=VERSION
+        dockerfile.parse_dockerfile(DOCKERFILE.replace("FROM ${NODE_BASE}", "FROM node:22")),
+        claude_code_version=VERSION,
     )
     text = str(problems[0])
     assert text.startswith("line ")
