@@ -78,7 +78,8 @@ def test_as_root_an_optional_package_apt_offers_is_installed(tmp_path: Path) -> 
 
 
 def test_the_test_tools_are_named_too(tmp_path: Path) -> None:
-    present = {name: "true" for name in ("bwrap", "runsc", "node", "npm", "postgres", "nginx", "wrk", "chromium")}
+    tools = ("bwrap", "runsc", "node", "npm", "postgres", "nginx", "wrk", "chromium", "mmdebstrap", "buildah", "runc")
+    present = {name: "true" for name in tools}
     done = _install(_bin(tmp_path, present), "--test")
     assert done.returncode == 1, done
     assert "missing: chromium-driver (chromedriver, which drives chromium in the UI's browser test)" in done.stderr
