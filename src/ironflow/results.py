@@ -97,7 +97,9 @@ class CommandResult:
     """What a command produced, wherever it ran: a plain command in a local sandbox
     (``run_command``) or a command in a sandbox session. ``duration`` in seconds; with a
     workspace, what the command changed there (``workspace``); ``timed_out`` when a session
-    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead).
+    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead);
+    ``killed``, in one line, why the sandbox killed it or one of its processes (its memory
+    limit), None when nothing was.
 
     ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the provider's
     ``output_keep_bytes``, or the session client's ``keep_bytes``, of each); ``*_bytes`` say how
@@ -114,6 +116,7 @@ class CommandResult:
     stdout_cut: int = 0
     stderr_cut: int = 0
     timed_out: bool = False
+    killed: str | None = None
 
 
 # --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------
