@@ -8,7 +8,7 @@ import functools
 import shutil
 
 import pytest
-from tests.fakes.local_sandbox import local_sandbox
+from tests.fakes.local_sandbox import ISOLATIONS, local_sandbox
 from typer.testing import CliRunner
 
 import ironflow
@@ -17,6 +17,7 @@ from ironflow.cli import agent as cli_agent
 from ironflow.cli import app
 from ironflow.local import OfflineProvider
 from ironflow.local.sandbox import cgroups
+from ironflow.local.sandbox.environment import Isolation
 from ironflow.local.sandbox.limits import SandboxLimits
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 
@@ -35,8 +36,9 @@ SAID = (
 )
 
 
-async def test_a_command_killed_at_the_memory_limit_says_so() -> None:
-    provider = LocalSandboxProvider(timeout=60, limits=SandboxLimits(memory_bytes=64 << 20))
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_a_command_killed_at_the_memory_limit_says_so(isolation: Isolation) -> None:
+    provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=64 << 20))
     result = await provider.run_command(HOG)
     assert result.exit_code == 137
     assert result.killed == SAID
