@@ -25,6 +25,7 @@ __all__ = [
     "ToolResult",
     "result_from_dict",
     "result_to_dict",
+    "shown_usd",
 ]
 
 
@@ -117,6 +118,16 @@ class CommandResult:
     stderr_cut: int = 0
     timed_out: bool = False
     killed: str | None = None
+
+
+def shown_usd(usd: float) -> float:
+    """A dollar figure as it is shown (``-o json``, a log line): 6 significant digits. A cost the
+    Claude CLI reports, and any sum of costs, carries float noise a dollar figure does not need.
+
+    >>> shown_usd(7.000000000000001e-05), shown_usd(0.1 + 0.2), shown_usd(12.3456789)
+    (7e-05, 0.3, 12.3457)
+    """
+    return float(f"{usd:.6g}")
 
 
 # --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------

@@ -14,6 +14,8 @@ from typing import Any, BinaryIO, Final, TextIO
 import typer
 import yaml
 
+from ironflow import results
+
 __all__ = [
     "ManifestFormat",
     "OutputFormat",
@@ -84,16 +86,16 @@ def document(doc: Any, fmt: StrEnum, *, indent: int | None = 2) -> str:
 
 
 def rounded_costs(doc: Any) -> Any:
-    """``doc`` with each float under a key ending in ``cost_usd`` rounded to 6 significant digits:
-    the CLI's costs, and sums of them, carry float noise (``7.000000000000001e-05``) a dollar
-    figure does not need; every other value as it is (pure).
+    """``doc`` with each float under a key ending in ``cost_usd`` as :func:`~ironflow.results.shown_usd`
+    shows it (6 significant digits, no float noise such as ``7.000000000000001e-05``); every other
+    value as it is (pure).
 
     >>> rounded_costs({"steps": [{"cost_usd": 0.1 + 0.2, "value": 0.5}], "total_cost_usd": 12.3456789})
     {'steps': [{'cost_usd': 0.3, 'value': 0.5}], 'total_cost_usd': 12.3457}
     """
     if isinstance(doc, dict):
         return {
-            key: float(f"{value:.6g}")
+            key: results.shown_usd(value)
             if isinstance(key, str) and key.endswith("cost_usd") and isinstance(value, float)
             else rounded_costs(value)
             for key, value in doc.items()
