@@ -188,6 +188,20 @@ def test_a_link_to_another_checkout_is_kept_with_one_line_naming_it_and_the_flag
     assert f"install: linked {link} -> {mine} (it pointed at {other})" in replaced.stderr.splitlines()
 
 
+def test_a_link_to_a_checkout_that_is_gone_is_replaced_saying_so(tmp_path: Path) -> None:
+    checkout, env = _checkout(tmp_path)
+    gone = tmp_path / "removed" / ".venv" / "bin" / "ironflow"
+    link = Path(env["HOME"]) / ".local" / "bin" / "ironflow"
+    link.symlink_to(gone)
+    done = _run(checkout, env)
+    mine = checkout / ".venv" / "bin" / "ironflow"
+    assert done.returncode == 0, done.stderr
+    assert Path(os.readlink(link)) == mine
+    assert f"install: linked {link} -> {mine} (it pointed at {gone})" in done.stderr.splitlines()
+    again = _run(checkout, env)  # run again: nothing to change
+    assert f"install: {link} already links to {mine}" in again.stderr.splitlines()
+
+
 def _read_until(fd: int, marker: bytes) -> bytes:
     """What the terminal's other end shows until ``marker`` (or the script's end)."""
     seen = b""
