@@ -25,6 +25,7 @@ __all__ = [
     "ToolResult",
     "result_from_dict",
     "result_to_dict",
+    "shown_usd",
 ]
 
 
@@ -97,7 +98,9 @@ class CommandResult:
     """What a command produced, wherever it ran: a plain command in a local sandbox
     (``run_command``) or a command in a sandbox session. ``duration`` in seconds; with a
     workspace, what the command changed there (``workspace``); ``timed_out`` when a session
-    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead).
+    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead);
+    ``killed``, in one line, why the sandbox killed it or one of its processes (its memory
+    limit), None when nothing was.
 
     ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the provider's
     ``output_keep_bytes``, or the session client's ``keep_bytes``, of each); ``*_bytes`` say how
@@ -114,6 +117,17 @@ class CommandResult:
     stdout_cut: int = 0
     stderr_cut: int = 0
     timed_out: bool = False
+    killed: str | None = None
+
+
+def shown_usd(usd: float) -> float:
+    """A dollar figure as it is shown (``-o json``, a log line): 6 significant digits. A cost the
+    Claude CLI reports, and any sum of costs, carries float noise a dollar figure does not need.
+
+    >>> shown_usd(7.000000000000001e-05), shown_usd(0.1 + 0.2), shown_usd(12.3456789)
+    (7e-05, 0.3, 12.3457)
+    """
+    return float(f"{usd:.6g}")
 
 
 # --- AgentResult <-> dict: the JSON form a store or a workflow history keeps -----------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import json
 import urllib.parse
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +40,7 @@ __all__ = [
     "read",
     "read_text",
     "unknown_key_message",
+    "unknown_name_message",
 ]
 
 #: The largest file :func:`read_text` reads: settings, steps and inputs are a few KiB.
@@ -50,10 +51,22 @@ MAX_DEPTH: Final = 64
 
 def unknown_key_message(key: str, known: Collection[str]) -> str:
     """``unknown key 'namspace'; did you mean 'namespace'?``, or the known keys when none is near."""
-    near = difflib.get_close_matches(key, list(known), n=1)
+    return unknown_name_message("key", key, sorted(known))
+
+
+def unknown_name_message(what: str, name: str, known: Sequence[str]) -> str:
+    """The one line for a name that is none of ``known``: the nearest known one, or all of them in
+    their order when none is near (settings keys, ``sandbox render`` patterns).
+
+    >>> unknown_name_message("pattern", "ephemral", ["ephemeral", "warm-pool"])
+    "unknown pattern 'ephemral'; did you mean 'ephemeral'?"
+    >>> unknown_name_message("pattern", "nope", ["ephemeral", "warm-pool"])
+    "unknown pattern 'nope'; known: ephemeral, warm-pool"
+    """
+    near = difflib.get_close_matches(name, list(known), n=1)
     if near:
-        return f"unknown key '{key}'; did you mean '{near[0]}'?"
-    return f"unknown key '{key}'; known: {', '.join(sorted(known))}"
+        return f"unknown {what} '{name}'; did you mean '{near[0]}'?"
+    return f"unknown {what} '{name}'; known: {', '.join(known)}"
 
 
 def _join(path: str, key: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, settings_file
 from ironflow.agent_sandbox import kro, models, patterns
 
 __all__ = ["PATTERNS", "render_pattern"]
@@ -49,5 +49,5 @@ def render_pattern(pattern: str, options: patterns.PatternOptions | None = None)
     """
     render = PATTERNS.get(pattern)
     if render is None:
-        raise errors.ConfigError(f"unknown pattern '{pattern}'; known: {', '.join(PATTERNS)}")
+        raise errors.ConfigError(settings_file.unknown_name_message("pattern", pattern, list(PATTERNS)))
     return render(options or patterns.PatternOptions())

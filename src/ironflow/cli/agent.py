@@ -343,6 +343,7 @@ def _exec_json(result: CommandResult) -> dict[str, Any]:
         "stderr_bytes": result.stderr_bytes,
         "stdout_cut": result.stdout_cut,
         "stderr_cut": result.stderr_cut,
+        "killed": result.killed,  # why the sandbox killed it (its memory limit), null when nothing was
     }
     if result.workspace is not None:
         out.update(result.workspace.to_json())
@@ -425,6 +426,8 @@ def exec_command(
     ws.write_patch(result.workspace, patch)
     if output is not ResultFormat.TEXT:
         print(document(_exec_json(result), output), file=sys.stderr if patch == "-" else sys.stdout)
+    if result.killed:  # the kernel's SIGKILL says nothing itself: exit 137 alone
+        print(f"error: the command was {result.killed}", file=sys.stderr)
     raise typer.Exit(result.exit_code)
 
 

@@ -14,6 +14,8 @@ from typing import Any, BinaryIO, Final, TextIO
 import typer
 import yaml
 
+from ironflow import results
+
 __all__ = [
     "ManifestFormat",
     "OutputFormat",
@@ -25,6 +27,7 @@ __all__ = [
     "emit_objects",
     "for_terminal",
     "printable",
+    "rounded_costs",
 ]
 
 #: Each control character a terminal would act on (C0 but newline and tab, DEL, C1), as the
@@ -66,18 +69,40 @@ class ManifestFormat(StrEnum):
 
 def document(doc: Any, fmt: StrEnum, *, indent: int | None = 2) -> str:
     """``doc`` (plain JSON values) as ``fmt`` says: ``yaml``, else JSON; no trailing newline (pure).
+    Every ``…cost_usd`` in it, at any depth, is shown to 6 significant digits (:func:`rounded_costs`).
 
-    >>> print(document({"id": "r1", "steps": [1, 2]}, OutputFormat.YAML))
+    >>> print(document({"id": "r1", "steps": [1, 2], "cost_usd": 7.000000000000001e-05}, OutputFormat.YAML))
     id: r1
     steps:
     - 1
     - 2
+    cost_usd: 7.0e-05
     """
-    text = json.dumps(doc, indent=indent, default=str)
+    text = json.dumps(rounded_costs(doc), indent=indent, default=str)
     if fmt.value != "yaml":
         return text
     # Through JSON, so YAML holds exactly what JSON would (str-valued enums, dates as JSON has them).
     return yaml.safe_dump(json.loads(text), sort_keys=False, width=120, allow_unicode=True).rstrip("\n")
+
+
+def rounded_costs(doc: Any) -> Any:
+    """``doc`` with each float under a key ending in ``cost_usd`` as :func:`~ironflow.results.shown_usd`
+    shows it (6 significant digits, no float noise such as ``7.000000000000001e-05``); every other
+    value as it is (pure).
+
+    >>> rounded_costs({"steps": [{"cost_usd": 0.1 + 0.2, "value": 0.5}], "total_cost_usd": 12.3456789})
+    {'steps': [{'cost_usd': 0.3, 'value': 0.5}], 'total_cost_usd': 12.3457}
+    """
+    if isinstance(doc, dict):
+        return {
+            key: results.shown_usd(value)
+            if isinstance(key, str) and key.endswith("cost_usd") and isinstance(value, float)
+            else rounded_costs(value)
+            for key, value in doc.items()
+        }
+    if isinstance(doc, list | tuple):
+        return [rounded_costs(value) for value in doc]
+    return doc
 
 
 def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:

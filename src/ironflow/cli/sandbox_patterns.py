@@ -18,7 +18,7 @@ from typing import Annotated, Final
 import typer
 from rich.console import Console
 
-from ironflow import errors
+from ironflow import errors, settings_file
 from ironflow.agent_sandbox import apply, autoscale, catalog, claims, models, patterns
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
@@ -86,7 +86,7 @@ def render(
 ) -> None:
     """Print the objects of an agent-sandbox pattern (dry run; nothing is sent)."""
     if pattern not in catalog.PATTERNS:
-        exits.fail(f"unknown pattern '{pattern}'; known: {', '.join(catalog.PATTERNS)}")
+        exits.fail(settings_file.unknown_name_message("pattern", pattern, list(catalog.PATTERNS)))
     if autoscale_bounds is not None and pattern != "warm-pool":
         exits.fail(f"--autoscale scales a warm pool: use it with the warm-pool pattern, not {pattern}")
     if namespace is not None:

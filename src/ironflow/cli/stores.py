@@ -13,21 +13,18 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Coroutine
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ironflow import errors
 from ironflow.cli import exits
-from ironflow.engine import model
+from ironflow.engine import model, run_refs
 from ironflow.engine.store import Store, open_store
 
 __all__ = ["RunArgument", "StoreOption", "find_run", "opened", "plain", "run_async"]
 
 T = TypeVar("T")
-
-#: How many runs an ambiguous prefix's error names.
-_CANDIDATES: Final = 5
 
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="The run's id, or its start (unique).", show_default=False)
@@ -59,21 +56,16 @@ async def opened(url: str | None, *, create: bool = True) -> AsyncIterator[Store
 
 
 async def find_run(store: Store, ref: str) -> model.RunRecord:
-    """The run ``ref`` names: its whole id, else the one run whose id starts with it; exits 2 on
-    none, naming a few when several do."""
+    """The run ``ref`` names (:func:`~ironflow.engine.run_refs.match_run`, as the UI takes it: its
+    whole id, else the one run whose id starts with it); exits 2 on none, naming a few when several do."""
     if not ref:
         exits.fail("a run id cannot be empty; list runs with `ironflow runs list`")
-    run = await store.get_run(ref)
-    if run is not None:
-        return run
-    matches = await store.match_run_ids(ref, limit=_CANDIDATES + 1)
-    if len(matches) > 1:
-        named = ", ".join(matches[:_CANDIDATES]) + (", …" if len(matches) > _CANDIDATES else "")
-        exits.fail(f"run id {ref} is the start of several runs' ids ({named}); give more of it")
-    run = await store.get_run(matches[0]) if matches else None
-    if run is None:
-        exits.fail(f"no run {ref} in the store; list runs with `ironflow runs list`")
-    return run
+    found = await run_refs.match_run(store, ref)
+    if found.run is not None:
+        return found.run
+    if found.ambiguous:
+        exits.fail(str(found.problem))
+    exits.fail(f"{found.problem}; list runs with `ironflow runs list`")
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

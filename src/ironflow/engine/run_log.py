@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from typing import Any, Final
 
+from ironflow import results
 from ironflow.engine import events
 
 __all__ = ["LOGGER_NAME", "RunLog", "line"]
@@ -41,6 +42,7 @@ def _step_finished(event: events.StepFinished) -> tuple[int, str, dict[str, Any]
     }
     if event.usage is not None:  # model, input_tokens, output_tokens, cost_usd
         fields |= dataclasses.asdict(event.usage)
+        fields["cost_usd"] = results.shown_usd(event.usage.cost_usd)
     level = logging.WARNING if event.outcome in _WORRYING else logging.INFO
     return level, "step finished", fields
 

@@ -31,6 +31,7 @@ from ironflow.claude import command, output, profile, rate_limits
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, environment, launch, step_proxy
+from ironflow.local.sandbox import limits as sandbox_limits
 from ironflow.local.sandbox.environment import (
     PROXY_PORT,
     Isolation,
@@ -188,7 +189,12 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
             message = workspaces.push_message("exec", " ".join(argv))
             changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
-        return CommandResult(code, out, err, time.monotonic() - start, changes, *finished.sizes)
+        killed = (
+            sandbox_limits.memory_kill_message(self.limits.memory_bytes, finished.memory_kills)
+            if finished.memory_kills
+            else None
+        )
+        return CommandResult(code, out, err, time.monotonic() - start, changes, *finished.sizes, killed=killed)
 
     # -- agent steps --
 
@@ -286,6 +292,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
             rate_limits.record_rate_limits(config, out)
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
+            if code != 0 and finished.memory_kills:
+                said = sandbox_limits.memory_kill_message(self.limits.memory_bytes, finished.memory_kills)
+                raise errors.SandboxFailed(f"the {self.isolation} sandbox", "OOMKilled", said, started=True)
             if code == 0:
                 result = output.parse_output(out, config, wall_ms=wall_ms)
             else:

@@ -15,7 +15,7 @@ from typing import Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.engine import model, run_changes, running
+from ironflow.engine import model, run_changes, run_refs, running
 from ironflow.engine.store import Store
 from ironflow.ui import layout, queries, run_page, runs_page, sandboxes_page
 from ironflow.ui.markup import Safe
@@ -78,10 +78,12 @@ class Handlers:
         return chunks[:TRANSCRIPT_CHUNKS], True
 
     async def run(self, request: web.Request) -> web.Response:
-        run_id = request.match_info["run_id"]
-        run = await self.store.get_run(run_id)
-        if run is None:
-            return error_response(404, f"no run {run_id} in the store")
+        found = await run_refs.match_run(self.store, request.match_info["run_id"])
+        run = found.run
+        if run is None:  # none is a 404; a start of several runs' ids is the address's fault: 400
+            return error_response(400 if found.ambiguous else 404, str(found.problem))
+        if run.id != found.ref:  # a start of its id, as the CLI takes it: the page has one address
+            raise web.HTTPSeeOther(f"/runs/{run.id}")
         steps = await self.store.steps(run.id)
         chunks, cut = await self._transcript(run.id)
         children = {}

@@ -52,6 +52,7 @@ def test_render_json_uses_the_provider_file_and_version(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["render", "nope"], "unknown pattern 'nope'; known: ephemeral"),
+        (["render", "ephemral"], "error: unknown pattern 'ephemral'; did you mean 'ephemeral'?\n"),
         (["render", "ephemeral", "--api-version", "v2"], "invalid --api-version 'v2'"),
         (["render", "ephemeral", "-n", "Bad_NS"], "invalid namespace 'Bad_NS'"),
         (["render", "network-custom-egress", "--egress", "10.0.0.1"], "invalid --egress '10.0.0.1'"),

@@ -121,3 +121,8 @@ def test_custom_egress_without_rules_is_refused() -> None:
 def test_unknown_pattern_names_the_known_ones() -> None:
     with pytest.raises(errors.ConfigError, match="unknown pattern 'x'; known: ephemeral, standalone-pvc"):
         catalog.render_pattern("x")
+
+
+def test_a_mistyped_pattern_gets_the_nearest_one() -> None:
+    with pytest.raises(errors.ConfigError, match=r"^unknown pattern 'warmpool'; did you mean 'warm-pool'[?]$"):
+        catalog.render_pattern("warmpool")

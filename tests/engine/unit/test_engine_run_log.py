@@ -37,6 +37,17 @@ def test_a_step_start_and_end_name_the_step_kind_tries_error_and_usage() -> None
     )  # fmt: skip
 
 
+def test_a_step_s_cost_is_logged_to_six_significant_digits() -> None:
+    """Issue 31: a cost as the CLI reports it (``7.000000000000001e-05``) was logged with its float noise."""
+    usage = events.Usage("claude-sonnet", 10, 5, 7.000000000000001e-05)
+    found = line(events.StepFinished(RUN, "plan", model.StepKind.AGENT, events.StepOutcome.SUCCEEDED, 2.0, 1, usage))
+    assert found is not None
+    assert found[2]["cost_usd"] == 7e-05
+    record = logging.LogRecord(LOGGER_NAME, found[0], __file__, 1, found[1], None, None)
+    record.fields = found[2]
+    assert " cost_usd=7e-05 " in log_lines.TextFormatter().format(record) + " "
+
+
 @pytest.mark.parametrize(
     ("outcome", "level"),
     [

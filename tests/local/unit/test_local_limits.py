@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import resource
 
 import pytest
@@ -97,3 +98,25 @@ def test_an_unknown_table_or_a_lower_setting_is_kept() -> None:
     configured = limits.SandboxLimits(pids=100, open_files=256)
     assert limits.within_file_max(configured, None) == configured
     assert limits.within_file_max(configured, 2_466_097) == configured
+
+
+def test_the_limits_docstring_examples_run() -> None:
+    result = doctest.testmod(limits)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_the_oom_kill_count_is_read_from_either_cgroup_version() -> None:
+    v2 = "low 0\nhigh 0\nmax 40\noom 2\noom_kill 2\noom_group_kill 0\n"
+    v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
+    assert (limits.oom_kills(v2), limits.oom_kills(v1), limits.oom_kills(""), limits.oom_kills("oom_kill x")) == (
+        2,
+        3,
+        0,
+        0,
+    )
+    assert limits.memory_kill_message(256 << 20, 1) == (
+        "killed at the sandbox's memory limit of 256 MiB (SandboxLimits.memory_bytes): "
+        "the kernel stopped 1 process that went past it"
+    )
+    assert "of 1.5 GiB" in limits.memory_kill_message(3 << 29, 2)

@@ -69,3 +69,31 @@ def test_a_runnable_block_runs_as_written_offline(body: str, tmp_path: Path) -> 
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), "a runnable block shows what it did"
+
+
+#: Where the README says how to run its script: ``save it as `hello.py`, run `COMMAND```.
+RUN_AS = re.compile(r"save it as `hello\.py`[^`]*, run `(?P<command>[^`]+)`")
+
+
+@local_sandbox
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests run outside a virtual environment")
+def test_the_readme_script_runs_the_way_the_readme_says_from_a_fresh_shell(tmp_path: Path) -> None:
+    """Issue 31: ``python hello.py`` in a shell whose venv is not active failed with
+    ``ModuleNotFoundError``. Here the checkout's ``.venv`` is the one the tests run in, and the
+    shell has neither it on PATH nor ``VIRTUAL_ENV`` nor ``PYTHONPATH``."""
+    readme = (ROOT / "README.md").read_text()
+    said = RUN_AS.search(readme)
+    assert said is not None, "the README says how to run hello.py"
+    [(_, _, body)] = [b for b in blocks(ROOT / "README.md") if b[0] == MARKER]
+    (tmp_path / "hello.py").write_text(body)
+    (tmp_path / ".venv").symlink_to(sys.prefix)
+    venv_bin = os.path.realpath(os.path.join(sys.prefix, "bin"))
+    path = ":".join(d for d in os.environ.get("PATH", "").split(":") if d and os.path.realpath(d) != venv_bin)
+    drop = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "PATH": path}
+    done = subprocess.run(
+        ["bash", "-c", said["command"]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, f"`{said['command']}`: exit {done.returncode}\n{done.stderr[-3000:]}"
+    assert done.stdout.strip()

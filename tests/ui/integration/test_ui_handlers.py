@@ -128,6 +128,26 @@ async def test_unknown_runs_and_paths_are_404_pages(client: Client) -> None:
         assert response.headers[header] == value
 
 
+async def test_a_run_id_prefix_the_cli_takes_leads_to_the_run_s_page(store: Store, client: Client) -> None:
+    """Issue 31: the UI answered 404 to a start of a run id that ``ironflow runs show`` takes."""
+    for suffix in ("1", "2", "3"):
+        await store.create_run(model.RunRecord(id=f"0190cafe-{suffix}", workflow="/w/review.py:review", input={}))
+    await store.create_run(model.RunRecord(id="0190beef-1", workflow="/w/review.py:review", input={}))
+    response = await client.get("/runs/0190be", allow_redirects=False)
+    assert (response.status, response.headers["Location"]) == (303, "/runs/0190beef-1")
+    response = await client.get("/runs/0190be")
+    assert (response.status, str(response.url.path)) == (200, "/runs/0190beef-1")
+    assert "0190beef-1" in await response.text()
+    response = await client.get("/runs/0190beef-1")  # a whole id is its page, no redirect
+    assert (response.status, response.history) == (200, ())
+    response = await client.get("/runs/0190ca")
+    assert response.status == 400
+    said = "run id 0190ca is the start of several runs&#x27; ids (0190cafe-1, 0190cafe-2, 0190cafe-3); give more of it"
+    assert said in await response.text()
+    response = await client.get("/runs/0190d")
+    assert (response.status, "no run 0190d in the store" in await response.text()) == (404, True)
+
+
 async def test_cancel_and_retry_through_the_forms_change_the_store(store: Store, client: Client) -> None:
     run = await add_run(store)
     page = await (await client.get(f"/runs/{run.id}")).text()

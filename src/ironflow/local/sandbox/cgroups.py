@@ -288,6 +288,19 @@ class SandboxCgroup:
                 with contextlib.suppress(OSError):
                     self._set_frozen(False)
 
+    def memory_kills(self) -> int:
+        """How many of the sandbox's processes the kernel killed at its memory limit (0 with no
+        memory controller, or when its counters cannot be read)."""
+        events = os.path.join(self.dirs[""], "memory.events") if "" in self.dirs else None
+        if events is None and "memory" in self.dirs:
+            events = os.path.join(self.dirs["memory"], "memory.oom_control")
+        if events is None:
+            return 0
+        try:
+            return limits.oom_kills(_read(events))
+        except OSError:
+            return 0
+
     def pids(self) -> list[int]:
         """The host pids of every task in the cgroup now."""
         return _pids(self._main())

@@ -18,7 +18,7 @@ import os
 import signal
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ironflow import errors
@@ -52,7 +52,8 @@ MAX_LINE_BYTES: Final = 4 << 20
 @dataclass(frozen=True)
 class Finished:
     """How a sandbox ended: its exit code and output, or killed past its time limit
-    (``timed_out``) or for the reason in ``stopped``, with what it wrote until then. The output is bounded
+    (``timed_out``) or for the reason in ``stopped``, with what it wrote until then; ``memory_kills``
+    counts its processes the kernel killed at its memory limit. The output is bounded
     (:class:`~ironflow.captured.Captured`): ``*_bytes`` say how much was written, ``*_cut``
     how much of it is not in ``stdout``/``stderr`` (a marker line stands there)."""
 
@@ -65,6 +66,7 @@ class Finished:
     stdout_cut: int = 0
     stderr_cut: int = 0
     stopped: str | None = None
+    memory_kills: int = 0
 
     @property
     def sizes(self) -> tuple[int, int, int, int]:
@@ -187,6 +189,8 @@ class SandboxProcesses:
             done, _ = await asyncio.wait(waits, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
                 code = reading.result()
+                # Read before the teardown removes the cgroup: its counters go with it.
+                memory_kills = group.memory_kills() if group is not None else 0
                 death = gvisor.kernel_death(code, err.value(), self.limits.pids) if self._gvisor else b""
                 if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
                     words = gvisor.kernel_death_words(err.value(), death)
@@ -199,8 +203,9 @@ class SandboxProcesses:
                         err.total,
                         out.cut,
                         max(0, err.total - gvisor.DEATH_WORDS_BYTES),
+                        memory_kills=memory_kills,
                     )
-                return Finished.of(code, out, err)
+                return replace(Finished.of(code, out, err), memory_kills=memory_kills)
             # Past the limit or stopped: kill the tree, then read what it wrote up to the end of its pipes.
             stopped = guard.result() if guard is not None and guard in done else None
             await kill_tree(entry.proc, group)

@@ -47,7 +47,9 @@ __all__ = [
     "MIN_OPEN_FILES",
     "SandboxLimits",
     "check_limits",
+    "memory_kill_message",
     "oci_rlimits",
+    "oom_kills",
     "rlimits",
     "v1_files",
     "v2_files",
@@ -182,3 +184,36 @@ def oci_rlimits(limits: SandboxLimits) -> list[dict[str, Any]]:
     """The ``process.rlimits`` of a gVisor spec: the step's open files and file size."""
     values = (("RLIMIT_NOFILE", limits.open_files), ("RLIMIT_FSIZE", limits.file_size_bytes))
     return [{"type": name, "hard": value, "soft": value} for name, value in values]
+
+
+def oom_kills(events: str) -> int:
+    r"""How many processes the kernel's OOM killer stopped in a cgroup, from its ``memory.events``
+    (v2) or ``memory.oom_control`` (v1): both have an ``oom_kill N`` line (0 when there is none).
+
+    >>> oom_kills("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0")
+    1
+    >>> oom_kills("oom_kill_disable 0\nunder_oom 0")
+    0
+    """
+    for line in events.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def memory_kill_message(memory_bytes: int, kills: int) -> str:
+    r"""What a sandbox whose processes the kernel killed at its memory limit says, in one line.
+
+    >>> print(memory_kill_message(64 << 20, 1).replace(": ", ":\n"))
+    killed at the sandbox's memory limit of 64 MiB (SandboxLimits.memory_bytes):
+    the kernel stopped 1 process that went past it
+    >>> memory_kill_message(4 << 30, 2).split(": ")[1]
+    'the kernel stopped 2 processes that went past it'
+    """
+    size = f"{memory_bytes / (1 << 30):g} GiB" if memory_bytes >= 1 << 30 else f"{memory_bytes / (1 << 20):g} MiB"
+    processes = "1 process" if kills == 1 else f"{kills} processes"
+    return (
+        f"killed at the sandbox's memory limit of {size} (SandboxLimits.memory_bytes): "
+        f"the kernel stopped {processes} that went past it"
+    )
