@@ -55,8 +55,9 @@ async def test_a_fork_storm_past_the_host_task_budget_ends_with_words() -> None:
     provider = LocalSandboxProvider(isolation="gvisor", timeout=60, limits=SandboxLimits(pids=512))
     result = await provider.run_command(["sh", "-c", "for i in $(seq 200); do sleep 20 & done 2>/dev/null; wait"])
     assert result.exit_code != 0
-    # Go's words for EAGAIN from clone (a panic of the platform, or the runtime's fatal error), then ironflow's.
-    assert re.search(r"resource temporarily unavailable|errno=11", result.stderr), result.stderr[-500:]
+    # runsc's words (Go's for EAGAIN from clone, or a panic of the kernel where the failed clone
+    # surfaced: the place varies), then ironflow's, from the cgroup's own count of refused tasks.
+    assert re.search(r"resource temporarily unavailable|errno=11|^panic: ", result.stderr, re.M), result.stderr[-500:]
     assert result.stderr.endswith("\n" + gvisor.OUT_OF_TASKS.format(pids=512) + "\n")
     assert result.duration < 30
     assert len(result.stderr) < 16384, "one goroutine's trace, not every one's"

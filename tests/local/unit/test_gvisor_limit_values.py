@@ -39,3 +39,14 @@ def test_a_kernel_that_died_for_want_of_host_tasks_is_named() -> None:
     assert gvisor.kernel_death(0, panic, 300) == b""  # a step that printed the words and went on
     assert gvisor.kernel_death(2, b"sh: 1: Cannot fork\n", 300) == b""
     assert b"300 host tasks" in line
+
+
+def test_any_kernel_panic_after_the_cgroup_refused_a_task_is_named() -> None:
+    """Where a failed clone surfaces in gVisor's kernel varies (seen: "trying to use inactive address
+    space?" from the ptrace platform): the cgroup's own count of refused tasks says why it died."""
+    line = b"\n" + gvisor.OUT_OF_TASKS.format(pids=512).encode() + b"\n"
+    panic = b"panic: trying to use inactive address space?\n\ngoroutine 404 [running]:\ngvisor.dev/gvisor/pkg/sentry/mm"
+    assert gvisor.kernel_death(2, panic, 512, refused=3) == line
+    assert gvisor.kernel_death(2, panic, 512, refused=0) == b""  # a panic for another reason is not called this
+    assert gvisor.kernel_death(2, b"sh: 1: Cannot fork\n", 512, refused=3) == b""  # no kernel death: no panic
+    assert gvisor.kernel_death(1, panic, 512, refused=3) == b""

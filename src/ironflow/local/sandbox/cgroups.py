@@ -301,6 +301,17 @@ class SandboxCgroup:
         except OSError:
             return 0
 
+    def task_refusals(self) -> int:
+        """How many new tasks the cgroup refused at its pids limit (0 with no pids controller, or
+        when its counter cannot be read)."""
+        base = self.dirs.get("") or self.dirs.get("pids")
+        if base is None:
+            return 0
+        try:
+            return limits.task_refusals(_read(os.path.join(base, "pids.events")))
+        except OSError:
+            return 0
+
     def pids(self) -> list[int]:
         """The host pids of every task in the cgroup now."""
         return _pids(self._main())

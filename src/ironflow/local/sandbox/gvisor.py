@@ -66,6 +66,8 @@ OUT_OF_TASKS: Final = (
 _NO_HOST_TASK: Final = re.compile(
     rb"^(panic: .*resource temporarily unavailable|runtime: failed to create new OS thread)", re.MULTILINE
 )
+#: A Go panic of gVisor's kernel (runsc's ``--panic-log``), whatever its words.
+_PANIC: Final = re.compile(rb"^panic: ", re.MULTILINE)
 #: As a non-root worker, rootless runsc shows the worker's files as root's: the step's uid cannot write them.
 WRITABLE_NEEDS_ROOT: Final = (
     "a workspace or a writable mount under gVisor needs a worker running as root (rootless runsc shows a "
@@ -281,10 +283,13 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
 DEATH_WORDS_BYTES: Final = 4096
 
 
-def kernel_death(code: int, stderr: bytes, pids: int) -> bytes:
+def kernel_death(code: int, stderr: bytes, pids: int, refused: int = 0) -> bytes:
     """The line to add to the stderr of a sandbox whose kernel died for want of host tasks (Go's
-    exit 2 after its EAGAIN words); empty after any other end (pure)."""
-    if code != 2 or _NO_HOST_TASK.search(stderr) is None:
+    exit 2 after its EAGAIN words, or after any panic of the kernel once the cgroup ``refused``
+    a task: where the failed clone surfaces varies); empty after any other end (pure)."""
+    if code != 2:
+        return b""
+    if _NO_HOST_TASK.search(stderr) is None and not (refused > 0 and _PANIC.search(stderr)):
         return b""
     return ("\n" + OUT_OF_TASKS.format(pids=pids) + "\n").encode()
 

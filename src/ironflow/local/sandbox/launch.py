@@ -191,7 +191,8 @@ class SandboxProcesses:
                 code = reading.result()
                 # Read before the teardown removes the cgroup: its counters go with it.
                 memory_kills = group.memory_kills() if group is not None else 0
-                death = gvisor.kernel_death(code, err.value(), self.limits.pids) if self._gvisor else b""
+                refused = group.task_refusals() if group is not None and self._gvisor else 0
+                death = gvisor.kernel_death(code, err.value(), self.limits.pids, refused) if self._gvisor else b""
                 if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
                     words = gvisor.kernel_death_words(err.value(), death)
                     return Finished(

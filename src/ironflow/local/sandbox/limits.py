@@ -51,6 +51,7 @@ __all__ = [
     "oci_rlimits",
     "oom_kills",
     "rlimits",
+    "task_refusals",
     "v1_files",
     "v2_files",
     "within_file_max",
@@ -184,6 +185,22 @@ def oci_rlimits(limits: SandboxLimits) -> list[dict[str, Any]]:
     """The ``process.rlimits`` of a gVisor spec: the step's open files and file size."""
     values = (("RLIMIT_NOFILE", limits.open_files), ("RLIMIT_FSIZE", limits.file_size_bytes))
     return [{"type": name, "hard": value, "soft": value} for name, value in values]
+
+
+def task_refusals(events: str) -> int:
+    r"""How many times a cgroup refused a new task at its pids limit, from its ``pids.events``
+    (v1 and v2 both have a ``max N`` line; 0 when there is none).
+
+    >>> task_refusals("max 3")
+    3
+    >>> task_refusals("")
+    0
+    """
+    for line in events.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "max" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def oom_kills(events: str) -> int:
