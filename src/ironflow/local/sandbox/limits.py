@@ -196,11 +196,7 @@ def task_refusals(events: str) -> int:
     >>> task_refusals("")
     0
     """
-    for line in events.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "max" and value.strip().isdigit():
-            return int(value)
-    return 0
+    return _counter(events, "max")
 
 
 def oom_kills(events: str) -> int:
@@ -212,9 +208,14 @@ def oom_kills(events: str) -> int:
     >>> oom_kills("oom_kill_disable 0\nunder_oom 0")
     0
     """
+    return _counter(events, "oom_kill")
+
+
+def _counter(events: str, wanted: str) -> int:
+    """The ``wanted N`` counter of a cgroup's events file; 0 when it has none."""
     for line in events.splitlines():
         name, _, value = line.partition(" ")
-        if name == "oom_kill" and value.strip().isdigit():
+        if name == wanted and value.strip().isdigit():
             return int(value)
     return 0
 
