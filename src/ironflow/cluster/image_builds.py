@@ -116,6 +116,22 @@ _NODE_BASE: Final = BaseRecipe("node", "apt", ("nodejs", "npm", "git", "curl", "
 BASES: Final = {b.name: b for b in (_PYTHON_BASE, _NODE_BASE)}
 _PYTHON_COPIES: Final = ("pyproject.toml", "README.md", "LICENSE", "src", "docker/requirements.lock")
 
+
+def _python_image(name: str, reference: str) -> ImageRecipe:
+    """An image of ironflow itself (auth proxy, worker): its wheelhouse, no index, reproducible bytecode."""
+    return ImageRecipe(
+        name=name,
+        reference=reference,
+        dockerfile=f"docker/{name}/Dockerfile",
+        context=".",
+        copies=_PYTHON_COPIES,
+        base=_PYTHON_BASE,
+        base_arg="PYTHON_BASE",
+        fetched="wheels",
+        build_args=(("PIP_NO_INDEX", "1"), ("SOURCE_DATE_EPOCH", str(SOURCE_DATE_EPOCH))),
+    )
+
+
 IMAGES: Final = {
     "runner": ImageRecipe(
         name="runner",
@@ -128,28 +144,8 @@ IMAGES: Final = {
         fetched="npm",
         build_args=(("CLAUDE_CODE_VERSION", cli.CLAUDE_CODE_VERSION),),
     ),
-    "auth-proxy": ImageRecipe(
-        name="auth-proxy",
-        reference=workloads.DEFAULT_AUTH_PROXY_IMAGE,
-        dockerfile="docker/auth-proxy/Dockerfile",
-        context=".",
-        copies=_PYTHON_COPIES,
-        base=_PYTHON_BASE,
-        base_arg="PYTHON_BASE",
-        fetched="wheels",
-        build_args=(("PIP_NO_INDEX", "1"), ("SOURCE_DATE_EPOCH", str(SOURCE_DATE_EPOCH))),
-    ),
-    "worker": ImageRecipe(
-        name="worker",
-        reference=workloads.DEFAULT_WORKER_IMAGE,
-        dockerfile="docker/worker/Dockerfile",
-        context=".",
-        copies=_PYTHON_COPIES,
-        base=_PYTHON_BASE,
-        base_arg="PYTHON_BASE",
-        fetched="wheels",
-        build_args=(("PIP_NO_INDEX", "1"), ("SOURCE_DATE_EPOCH", str(SOURCE_DATE_EPOCH))),
-    ),
+    "auth-proxy": _python_image("auth-proxy", workloads.DEFAULT_AUTH_PROXY_IMAGE),
+    "worker": _python_image("worker", workloads.DEFAULT_WORKER_IMAGE),
 }
 
 
