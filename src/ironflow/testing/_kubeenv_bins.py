@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BINARIES", "KubeEnvNotAvailable", "find_bin_dir"]
+__all__ = ["BINARIES", "NODE_BINARIES", "KubeEnvNotAvailable", "find_bin_dir", "find_node_bin_dir"]
 
 BINARIES: Final = (
     "etcd",
@@ -22,6 +22,20 @@ BINARIES: Final = (
     "kwok",
     "agent-sandbox-controller",
     "kro-controller",
+)
+
+#: The real node's (``scripts/kube-testenv build --node``), in ``kube-testenv/node_<versions>/bin``.
+NODE_BINARIES: Final = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runsc",
+    "containerd-shim-runsc-v1",
+    "kube-router",
+    "coredns",
+    "pause",
 )
 
 
@@ -45,3 +59,20 @@ def find_bin_dir() -> Path:
             return directory
     where = override or "the kube-testenv cache"
     raise KubeEnvNotAvailable(f"control-plane binaries not found in {where}: run scripts/kube-testenv build")
+
+
+def find_node_bin_dir() -> Path:
+    """Where the real node's binaries are: ``$IRONFLOW_KUBE_TESTENV_NODE_BIN``, else the newest
+    complete ``kube-testenv/node_*/bin``. Raises :class:`KubeEnvNotAvailable` with the fix."""
+    override = os.environ.get("IRONFLOW_KUBE_TESTENV_NODE_BIN")
+    candidates: list[Path] = []
+    if override:
+        candidates.append(Path(override))
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ironflow" / "kube-testenv"
+        candidates += sorted(cache.glob("node_*/bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for directory in candidates:
+        if all(os.access(directory / b, os.X_OK) for b in NODE_BINARIES):
+            return directory
+    where = override or "the kube-testenv cache"
+    raise KubeEnvNotAvailable(f"real-node binaries not found in {where}: run scripts/kube-testenv build --node")
