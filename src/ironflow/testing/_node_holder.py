@@ -1,7 +1,7 @@
 """The real node's namespace holder: run by ``unshare --net --mount`` as the first process inside.
 
 It makes the namespaces ready for the node (loopback up, the node's address on a veth, forwarding
-and bridge netfilter on, a private ``/run`` and ``/var/log``, kubelet's kernel defaults as files
+and bridge netfilter on, a private ``/run`` and ``/var/log``, containerd's store in memory, kubelet's kernel defaults as files
 bound over ``/proc/sys`` entries, so kubelet finds them and the host's values never change), then
 holds them: every other component joins with ``nsenter``. It also carries the one way in from the
 host: a listening socket made on the host's loopback before ``unshare`` (so it stays in the host's
@@ -49,6 +49,11 @@ def prepare(root: Path) -> None:
     _run("mount", "--make-rprivate", "/")
     for target in ("/run", "/var/log"):
         _run("mount", "-t", "tmpfs", "-o", "mode=755,size=256m", "tmpfs", target)
+    # containerd's images and snapshots: gone with the namespace, not left for a slow rmtree
+    # (the runner image unpacks to tens of thousands of files), and faster to unpack into.
+    store = root / "node" / "containerd"
+    store.mkdir(parents=True, exist_ok=True)
+    _run("mount", "-t", "tmpfs", "-o", "mode=700", "tmpfs", str(store))
     values = root / "node" / "sysctl"
     values.mkdir(parents=True, exist_ok=True)
     for name, value in config.sysctl_values().items():
@@ -95,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     listener = socket.socket(fileno=args.listen_fd)
     prepare(args.root)
-    (args.root / "node" / "holder.ready").write_text(f"{os.getpid()}\n")
+    ready = args.root / "node" / "holder.ready"
+    ready.with_suffix(".tmp").write_text(f"{os.getpid()}\n")
+    ready.with_suffix(".tmp").replace(ready)  # whole, never half written
     print("node namespaces ready", flush=True)
     asyncio.run(_forward(listener, args.port))
     return 0

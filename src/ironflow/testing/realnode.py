@@ -361,10 +361,13 @@ def _serve(state: Path) -> int:
         kubeconfig = state / "kubeconfig"
         kubeconfig.write_text(env.kubeconfig_path.read_text())
         (state / "ready").write_text(f"{env.server}\n")
+        print(f"up: {env.server} workdir={env.workdir} cgroup={env.cgroup.path}", flush=True)
         while not stop:
             time.sleep(0.5)
     finally:
+        started = time.monotonic()
         env.stop()
+        print(f"stopped in {time.monotonic() - started:.1f}s", flush=True)
         for name in ("ready", "kubeconfig", "pid"):
             with contextlib.suppress(FileNotFoundError):
                 (state / name).unlink()
@@ -401,11 +404,12 @@ def _up(state: Path) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie whose parent has not reaped it yet counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
         return False
-    return True
 
 
 def _down(state: Path) -> int:
