@@ -1,8 +1,9 @@
 """The real node's namespace holder: run by ``unshare --net --mount`` as the first process inside.
 
 It makes the namespaces ready for the node (loopback up, the node's address on a veth, forwarding
-and bridge netfilter on, a private ``/run`` and ``/var/log``, containerd's store in memory, kubelet's kernel defaults as files
-bound over ``/proc/sys`` entries, so kubelet finds them and the host's values never change), then
+and bridge netfilter on, a private ``/run`` and ``/var/log``, containerd's store in memory,
+kubelet's kernel defaults as files bound over ``/proc/sys`` entries, so kubelet finds them and the
+host's values never change), then
 holds them: every other component joins with ``nsenter``. It also carries the one way in from the
 host: a listening socket made on the host's loopback before ``unshare`` (so it stays in the host's
 network namespace) whose connections it forwards to the API server on the same port inside.
@@ -23,6 +24,8 @@ import sys
 from pathlib import Path
 
 from ironflow.testing import _node_config as config
+
+__all__ = ["main", "prepare"]
 
 _VETH, _PEER = "ifn0", "ifn1"
 

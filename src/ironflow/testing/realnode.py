@@ -20,6 +20,7 @@ one from a shell. Needs root, ``unshare``/``nsenter``, iptables, ipset, runc and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -28,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,6 +39,7 @@ import yaml
 
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _node_config as config
+from ironflow.testing import images as built
 from ironflow.testing._kubeenv_argv import (
     agent_sandbox_args,
     apiserver_args,
@@ -98,9 +101,6 @@ class RealNodeEnv(KubeEnv):
         missing = missing_tools()
         if missing:
             raise KubeEnvNotAvailable(f"the real node needs: {', '.join(missing)}")
-        import atexit
-        import tempfile
-
         self.workdir = Path(tempfile.mkdtemp(prefix="ironflow-realnode-"))
         atexit.register(self.stop)
         try:
@@ -131,8 +131,6 @@ class RealNodeEnv(KubeEnv):
     def stop(self) -> None:
         """Stop every component, kill what is left in the node's cgroup (pods, shims, sandboxes),
         remove the cgroup and the work dir. The namespaces go with their last process."""
-        import atexit
-
         self._procs.stop()
         with contextlib.suppress(OSError, RuntimeError):
             self.cgroup.kill()
@@ -333,8 +331,6 @@ def _state_dir() -> Path:
 
 
 def _built_images() -> list[Path]:
-    from ironflow.testing import images as built
-
     repo = Path(__file__).resolve().parents[3]
     out = []
     for name in ("runner", "auth-proxy", "worker"):

@@ -42,7 +42,7 @@ def _out(*argv: str) -> str:
 
 
 def _host_state() -> dict[str, object]:
-    sysctls = {}
+    sysctls: dict[str, str | None] = {}
     for name in SYSCTLS:
         try:
             sysctls[name] = Path("/proc/sys", name).read_text().strip()
