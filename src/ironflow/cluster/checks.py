@@ -70,7 +70,7 @@ __all__ = [
     "subject_access_review",
 ]
 
-SA_TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path
+SA_TOKEN_DIR: Final = layout.SERVICE_ACCOUNT_TOKEN_DIR
 #: Variables that carry a Claude credential: only ever by secretKeyRef, and not at all with a proxy.
 CREDENTIAL_ENV: Final = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", layout.CREDENTIALS_ENV)
 _PROXY_TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a token

@@ -101,6 +101,11 @@ def test_proxied_provider_renders_a_placeholder_token(app: typer.Typer, tmp_path
         (PROVIDER + "env: {ANTHROPIC_API_KEY: sk-ant-x}\n", ["--prompt", "x"], "refuses ANTHROPIC_API_KEY"),
         (PROVIDER + "default_managed_settings: nope\n", ["--prompt", "x"], "unknown managed settings preset 'nope'"),
         ("image: [", ["--prompt", "x"], "is not valid YAML"),
+        (
+            PROVIDER + "read_only_volumes: [{pvc: repos, mount_path: /etc}]\n",
+            ["--prompt", "x"],
+            "read-only volume cannot be mounted at '/etc': it would hide reserved path '/etc/claude-code'",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -128,6 +133,31 @@ def test_bad_step_file_exits_2(app: typer.Typer, provider_file: Path, tmp_path: 
     code, _, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
     assert code == 2
     assert "unknown step setting 'modle'" in err
+
+
+@pytest.mark.parametrize(
+    ("volume", "message"),
+    [
+        ("pvc_volumes: [{claim_name: c, mount_path: /var/run/secrets}]", "step pvc volume cannot be mounted at"),
+        (
+            "read_only_volumes: [{source: {PvcSource: {claim_name: c}}, mount_path: /usr}]",
+            "read-only volume cannot be mounted at '/usr'",
+        ),
+        (
+            "read_only_volumes: [{source: {PvcSource: {claim_name: c}}, mount_path: /home/}]",
+            "it would hide reserved path '/home/claude'",
+        ),
+    ],
+)
+def test_a_step_mount_above_a_reserved_path_exits_2_with_one_line(
+    app: typer.Typer, provider_file: Path, tmp_path: Path, volume: str, message: str
+) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text(f"prompt: x\npod:\n  {volume}\n")
+    code, out, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
 
 
 def test_render_shows_a_git_workspaces_clone_with_placeholder_tokens(app: typer.Typer, tmp_path: Path) -> None:
