@@ -7,9 +7,10 @@ An unknown key fails with the nearest known one (``unknown key 'namspace'; did y
 'namespace'?``), so a typo never silently falls back to a default.
 
 It is also the one decoder of every structured file or value the CLI reads (step files,
-``--input``, fake-model scripts): :func:`read_text` bounds the size and refuses bytes that are
-not UTF-8, :func:`decode` bounds the nesting (:data:`MAX_DEPTH`; a 5,000-deep list would
-exhaust the interpreter's stack), and every failure is one :class:`~ironflow.errors.ConfigError`.
+``--input``, fake-model scripts, kubeconfigs before their loader parses them):
+:func:`read_text` bounds the size and refuses bytes that are not UTF-8, :func:`decode` bounds
+the nesting (:data:`MAX_DEPTH`; a 5,000-deep list would exhaust the interpreter's stack), and
+every failure is one :class:`~ironflow.errors.ConfigError`.
 
 Pure: :func:`parse` and :func:`decode` take the text; only :func:`read_text` reads a file. It
 never builds a backend's settings: the backend's own ``settings_file`` module maps sections to

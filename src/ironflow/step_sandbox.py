@@ -4,17 +4,24 @@ runtime class (pure).
 Each value checks itself when it is built and names the field it refuses, so nothing invalid
 reaches a renderer; what depends on the backend (a reserved mount path, a preset name) is the
 backend's check, through :func:`ironflow.claude.layout.mount_path_problem`.
+
+A read-only volume has one spelling in every file, step and provider alike
+(:func:`read_only_volume_from`, :func:`read_only_volume_dict`): ``{pvc: CLAIM, mount_path,
+sub_path}``, or ``host_path: PATH`` or ``config_map: NAME`` in place of ``pvc``.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from ironflow import errors, labels
+from ironflow import errors, labels, settings_file
 
 __all__ = [
+    "OLD_READ_ONLY_VOLUME_KEY",
+    "READ_ONLY_VOLUME_KEYS",
     "AgentInput",
     "ConfigMapSource",
     "HostPathSource",
@@ -25,6 +32,8 @@ __all__ = [
     "SecretEnvVar",
     "VolumeSource",
     "is_env_name",
+    "read_only_volume_dict",
+    "read_only_volume_from",
     "validate_sub_path",
 ]
 
@@ -100,6 +109,87 @@ class ReadOnlyVolume:
         problem = None if self.sub_path is None else validate_sub_path(self.sub_path)
         if problem is not None:
             raise errors.ConfigError(f"read-only volume at {self.mount_path}: {problem}")
+
+
+#: The source keys of a read-only volume in a file, and the value each makes.
+_SOURCE_KEYS: Final[dict[str, type[PvcSource] | type[HostPathSource] | type[ConfigMapSource]]] = {
+    "pvc": PvcSource,
+    "host_path": HostPathSource,
+    "config_map": ConfigMapSource,
+}
+#: The keys of a read-only volume in a step or provider file.
+READ_ONLY_VOLUME_KEYS: Final = (*_SOURCE_KEYS, "mount_path", "sub_path")
+
+
+#: The old spelling's key (``source: {PvcSource: {claim_name}}``), which step files still take.
+OLD_READ_ONLY_VOLUME_KEY: Final = "source"
+#: Each old source's name -> (its key in the one spelling, its field).
+_OLD_SOURCES: Final = {
+    "PvcSource": ("pvc", "claim_name"),
+    "HostPathSource": ("host_path", "path"),
+    "ConfigMapSource": ("config_map", "name"),
+}
+
+
+def read_only_volume_from(item: settings_file.Section) -> ReadOnlyVolume:
+    """A read-only volume as a step or provider file spells it: exactly one of ``pvc``,
+    ``host_path``, ``config_map``, and ``mount_path`` (the one reader of both files). A section
+    that knows :data:`OLD_READ_ONLY_VOLUME_KEY` (a step file's) also takes the old spelling, warning.
+
+    >>> read_only_volume_from(settings_file.Section({"pvc": "repos", "mount_path": "/r"}, known=READ_ONLY_VOLUME_KEYS))
+    ReadOnlyVolume(source=PvcSource(claim_name='repos'), mount_path='/r', sub_path=None)
+    """
+    if item.has(OLD_READ_ONLY_VOLUME_KEY):
+        return _old_read_only_volume(item)
+    sources = [k for k in _SOURCE_KEYS if item.has(k)]
+    if len(sources) != 1:
+        raise errors.ConfigError(f"{item.path}: needs exactly one of pvc, host_path, config_map (got {len(sources)})")
+    item.require("mount_path")
+    kind = sources[0]
+    return ReadOnlyVolume(_SOURCE_KEYS[kind](item.text(kind)), item.text("mount_path"), item.optional_text("sub_path"))
+
+
+def _old_read_only_volume(item: settings_file.Section) -> ReadOnlyVolume:
+    """``{source: {PvcSource: {claim_name}}, mount_path, sub_path}``, for one release (warns)."""
+    mixed = [k for k in _SOURCE_KEYS if item.has(k)]
+    if mixed:
+        raise item.error("source", f"is the old spelling of '{mixed[0]}': keep only '{mixed[0]}'")
+    item.require("mount_path")
+    source = item.section("source", tuple(_OLD_SOURCES))
+    if len(source.data) != 1:
+        raise item.error("source", f"must name one of {', '.join(_OLD_SOURCES)}")
+    ((kind, _),) = source.data.items()
+    new_key, field_name = _OLD_SOURCES[kind]
+    spec = source.section(kind, (field_name,))
+    warnings.warn(
+        f"{item.key_path('source')}: {{{kind}: {{{field_name}: ...}}}} is the old spelling of a read-only "
+        f"volume; write '{new_key}: ...' beside mount_path, as provider files do (the old one goes in the "
+        "next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return ReadOnlyVolume(
+        _SOURCE_KEYS[new_key](spec.text(field_name)), item.text("mount_path"), item.optional_text("sub_path")
+    )
+
+
+def read_only_volume_dict(volume: ReadOnlyVolume) -> dict[str, Any]:
+    """``volume`` as :func:`read_only_volume_from` reads it (what ``AgentConfig.to_dict`` writes).
+
+    >>> read_only_volume_dict(ReadOnlyVolume(HostPathSource("/srv"), "/data/srv"))
+    {'host_path': '/srv', 'mount_path': '/data/srv'}
+    """
+    source = volume.source
+    if isinstance(source, PvcSource):
+        out: dict[str, Any] = {"pvc": source.claim_name}
+    elif isinstance(source, HostPathSource):
+        out = {"host_path": source.path}
+    else:
+        out = {"config_map": source.name}
+    out["mount_path"] = volume.mount_path
+    if volume.sub_path is not None:
+        out["sub_path"] = volume.sub_path
+    return out
 
 
 def validate_sub_path(sub_path: str) -> str | None:

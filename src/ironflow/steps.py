@@ -24,6 +24,8 @@ from ironflow import errors, labels, settings_file
 from ironflow._renamed import renamed_names, warn_renamed
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import (
+    OLD_READ_ONLY_VOLUME_KEY,
+    READ_ONLY_VOLUME_KEYS,
     AgentInput,
     ConfigMapSource,
     HostPathSource,
@@ -32,6 +34,8 @@ from ironflow.step_sandbox import (
     PvcVolume,
     ReadOnlyVolume,
     SecretEnvVar,
+    read_only_volume_dict,
+    read_only_volume_from,
 )
 from ironflow.workspaces import Workspace
 
@@ -419,20 +423,13 @@ def _plain(value: Any) -> Any:
             if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default
         }
         if isinstance(value, ReadOnlyVolume):
-            out["source"] = {type(value.source).__name__: _plain(value.source)}
+            return read_only_volume_dict(value)  # the spelling step and provider files share
         return out
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     return value
-
-
-_SOURCES: Final[dict[str, type[PvcSource] | type[HostPathSource] | type[ConfigMapSource]]] = {
-    "PvcSource": PvcSource,
-    "HostPathSource": HostPathSource,
-    "ConfigMapSource": ConfigMapSource,
-}
 
 
 _POD_KEYS: Final = (
@@ -455,7 +452,7 @@ def _pod_from_dict(pod: settings_file.Section) -> PodSettings:
         ),
         service_account=pod.optional_text("service_account"),
         read_only_volumes=tuple(
-            _read_only_volume(v)
+            read_only_volume_from(v)
             for v in (pod.items("read_only_volumes", _RO_KEYS) if pod.has("read_only_volumes") else ())
         ),
         managed_settings=pod.optional_text("managed_settings"),
@@ -473,21 +470,9 @@ def _pod_from_dict(pod: settings_file.Section) -> PodSettings:
     )
 
 
-_RO_KEYS: Final = ("source", "mount_path", "sub_path")
+#: ``source`` is the old spelling of a read-only volume: read for one release, with a warning.
+_RO_KEYS: Final = (*READ_ONLY_VOLUME_KEYS, OLD_READ_ONLY_VOLUME_KEY)
 _PVC_KEYS: Final = ("claim_name", "mount_path", "sub_path", "read_only")
-_SOURCE_FIELDS: Final = {"PvcSource": "claim_name", "HostPathSource": "path", "ConfigMapSource": "name"}
-
-
-def _read_only_volume(volume: settings_file.Section) -> ReadOnlyVolume:
-    volume.require("source", "mount_path")
-    source = volume.section("source", tuple(_SOURCES))
-    if len(source.data) != 1:
-        raise volume.error("source", f"must name one of {', '.join(_SOURCES)}")
-    ((kind, _),) = source.data.items()
-    spec = source.section(kind, (_SOURCE_FIELDS[kind],))
-    return ReadOnlyVolume(
-        _SOURCES[kind](spec.text(_SOURCE_FIELDS[kind])), volume.text("mount_path"), volume.optional_text("sub_path")
-    )
 
 
 # The old names (ironflow._renamed), for one release: a type checker reads an alias, a run warns.

@@ -48,6 +48,7 @@ __all__ = [
     "claim_warnings",
     "is_rfc3339",
     "pvc_name",
+    "raw_object_problem",
 ]
 
 RESERVED_PREFIXES: Final = (models.CORE_GROUP + "/", models.EXTENSIONS_GROUP + "/")
@@ -207,15 +208,43 @@ def _check_claim_pod_metadata(claim: models.SandboxClaim, allowed_label_domains:
         _check_protected("claim pod annotation", key, exempt=not alpha)
 
 
+def _alpha_claim_env_problem(name: str, env_names: Sequence[str], warm_pool: str | None) -> str | None:
+    """The 0.4.x controller's refusal of a v1alpha1 claim with env that may adopt a warm sandbox."""
+    if env_names and warm_pool != "none":
+        return (
+            f"v1alpha1 claim '{name}' sets env ({', '.join(env_names)}): agent-sandbox 0.4.x refuses that "
+            "unless the claim's warm pool policy 'none' (a cold start) is set"
+        )
+    return None
+
+
+def raw_object_problem(obj: Mapping[str, Any]) -> str | None:
+    """What :func:`check` refuses that a raw API object shows without its template, or None; so
+    :func:`~ironflow.agent_sandbox.schemas.validate` refuses what ``render`` refuses, in its words.
+
+    >>> spec = {"warmpool": "default", "env": [{"name": "A", "value": "x"}]}
+    >>> claim = {"kind": "SandboxClaim", "apiVersion": "extensions.agents.x-k8s.io/v1alpha1", "spec": spec}
+    >>> raw_object_problem(claim).split(":")[0]
+    "v1alpha1 claim '?' sets env (A)"
+    """
+    alpha_claim = obj.get("kind") == "SandboxClaim" and str(obj.get("apiVersion", "")).endswith("/v1alpha1")
+    spec, metadata = obj.get("spec"), obj.get("metadata")
+    if not alpha_claim or not isinstance(spec, Mapping) or not isinstance(spec.get("env"), list):
+        return None  # the schema names what is malformed
+    names = [str(e.get("name")) for e in spec["env"] if isinstance(e, Mapping)]
+    name = str(metadata.get("name", "?")) if isinstance(metadata, Mapping) else "?"
+    warm_pool = spec.get("warmpool")
+    return _alpha_claim_env_problem(name, names, warm_pool if isinstance(warm_pool, str) else None)
+
+
 def _check_claim_env(claim: models.SandboxClaim, template: models.SandboxTemplate | None) -> None:
     if not claim.env:
         return
     names = [e.name for e in claim.env]
-    if claim.api_version is models.ApiVersion.V1ALPHA1 and claim.warm_pool != "none":
-        raise _fail(
-            f"v1alpha1 claim '{claim.name}' sets env ({', '.join(names)}): agent-sandbox 0.4.x refuses that "
-            "unless the claim's warm pool policy 'none' (a cold start) is set"
-        )
+    if claim.api_version is models.ApiVersion.V1ALPHA1:
+        problem = _alpha_claim_env_problem(claim.name, names, claim.warm_pool)
+        if problem is not None:
+            raise _fail(problem)
     if template is None:
         return  # the controller decides; render_all passes the template when it knows it
     policy = template.injection_policy

@@ -7,7 +7,9 @@ the release the real-API tier runs. Release 0.5.x served both with the same sche
 ``v1beta1`` lacks only the newer core pod fields), so it is not shipped. Nothing here reads
 a machine path.
 
-Validation is strict, as ``kubectl apply --validate=strict`` would be: an object that lists
+:func:`validate` also applies the rules ``render`` applies that a raw object shows (a v1alpha1
+claim with env and a warm pool), so both refuse the same object in the same words. Validation
+against the schema is strict, as ``kubectl apply --validate=strict`` would be: an object that lists
 its properties refuses any other (unless the schema says
 ``x-kubernetes-preserve-unknown-fields``); ``x-kubernetes-int-or-string`` accepts an integer
 or a string; ``nullable`` accepts null. ``jsonschema`` is imported lazily, on first use.
@@ -25,6 +27,7 @@ from typing import Any, Final
 import yaml
 
 from ironflow import errors
+from ironflow.agent_sandbox import rules
 
 __all__ = [
     "DEFAULT_RELEASE",
@@ -170,11 +173,16 @@ def schema_problems(obj: Mapping[str, Any], *, release: str | None = None) -> li
 
 
 def validate(obj: Mapping[str, Any], *, release: str | None = None) -> None:
-    """Refuse an object its CRD schema refuses.
+    """Refuse an object its CRD schema refuses, or that ``render`` refuses by a rule the raw
+    object shows (:func:`~ironflow.agent_sandbox.rules.raw_object_problem`): the two agree.
 
     Raises:
-        ConfigError: naming the kind, the object and the first problems by field path.
+        ConfigError: the rule's message, as ``render`` words it; else naming the kind, the
+            object and the first schema problems by field path.
     """
+    problem = rules.raw_object_problem(obj)
+    if problem is not None:
+        raise errors.ConfigError(problem)
     problems = schema_problems(obj, release=release)
     if problems:
         name = (obj.get("metadata") or {}).get("name", "?")

@@ -11,13 +11,14 @@ ring cannot open raises :class:`~ironflow.auth_proxy.crypto.MissingKeyVersion`
 
 Each replica keeps a short-lived cache of resolved grants so a relayed request costs
 no database round trip. Revocations fan out with ``NOTIFY``: every replica ``LISTEN``s
-and drops the revoked entries at once. When the listening connection is lost the
+and drops the revoked entries at once. When the listening connection is seen lost the
 cache is switched off (every resolve reads the database) until it is back, so a
-revocation is never missed; a generation counter keeps a read that raced a
-revocation out of the cache. A silently cut link (no FIN, a hung server) sends no
+connection that closes misses no revocation; a generation counter keeps a read that
+raced a revocation out of the cache. A silently cut link (no FIN, a hung server) sends no
 termination: a keep-alive query on the listening connection every
 ``listen_keepalive_s`` (bounded by the same time) declares it lost, so the cache is off
-within twice that interval and is rebuilt from the database once listening again.
+within twice that interval (until then a revoked token may still be served from it) and
+is rebuilt from the database once listening again.
 
 Never logs or repeats the database URL; asyncpg errors become
 :class:`~ironflow.auth_proxy.registry.RegistryUnavailable` with a fixed text.

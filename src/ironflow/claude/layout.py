@@ -26,6 +26,7 @@ __all__ = [
     "SANDBOX_PATH_DIRS",
     "SANDBOX_TMP",
     "SANDBOX_UID",
+    "SERVICE_ACCOUNT_TOKEN_DIR",
     "mount_path_problem",
     "proxy_env",
     "withheld_from_proxied_sandbox",
@@ -89,10 +90,14 @@ def withheld_from_proxied_sandbox(name: str, value: str) -> bool:
 #: The directories of the sandbox's ``PATH``: a mount over one replaces what runs as ``claude``.
 SANDBOX_PATH_DIRS: Final = ("/usr/local/bin", "/usr/bin", "/bin")
 
+#: Where Kubernetes puts a service-account token: a step's volume there would plant one.
+SERVICE_ACCOUNT_TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path
+
 #: Where a step's own mount may not go, on every backend: the sandbox's HOME and /tmp, the
 #: operator's managed settings, the profile and prompt mounts, the sandbox's own /proc, /dev and
-#: relay directory, and the ``PATH``. A mount at one of these or anywhere beneath it is refused,
-#: so ``/etc/claude-code/managed-settings.json`` (with a ``sub_path``) cannot cover the preset.
+#: relay directory, the ``PATH`` and the service-account token directory. A mount at one of these,
+#: anywhere beneath it (``/etc/claude-code/managed-settings.json`` with a ``sub_path`` would cover
+#: the preset) or at a directory above it (``/etc`` would hide ``/etc/claude-code``) is refused.
 RESERVED_MOUNT_PATHS: Final = (
     SANDBOX_HOME,
     SANDBOX_TMP,
@@ -103,15 +108,19 @@ RESERVED_MOUNT_PATHS: Final = (
     "/dev",
     "/run/ironflow",
     *SANDBOX_PATH_DIRS,
+    SERVICE_ACCOUNT_TOKEN_DIR,
 )
 
 
 def mount_path_problem(kind: str, path: str) -> str | None:
     """Why a step's ``kind`` mount cannot go to ``path``, or None: absolute, no empty, ``.`` or
-    ``..`` segment (another spelling of a reserved path), not ``/``, not at or under a reserved path.
+    ``..`` segment (another spelling of a reserved path), not ``/``, not at or under a reserved
+    path, and not above one (the mount would hide it).
 
     >>> mount_path_problem("read-only volume", "/etc/claude-code/managed-settings.json")
     "read-only volume cannot be mounted at reserved path '/etc/claude-code/managed-settings.json'"
+    >>> mount_path_problem("read-only volume", "/etc")
+    "read-only volume cannot be mounted at '/etc': it would hide reserved path '/etc/claude-code'"
     >>> mount_path_problem("PVC volume", "/data/repos") is None
     True
     """
@@ -122,6 +131,9 @@ def mount_path_problem(kind: str, path: str) -> str | None:
         return f"{kind} mount_path must not contain empty, '.' or '..' segments, got '{path}'"
     if not norm or any(norm == r or norm.startswith(r + "/") for r in RESERVED_MOUNT_PATHS):
         return f"{kind} cannot be mounted at reserved path '{path}'"
+    hidden = next((r for r in RESERVED_MOUNT_PATHS if r.startswith(norm + "/")), None)
+    if hidden is not None:
+        return f"{kind} cannot be mounted at '{path}': it would hide reserved path '{hidden}'"
     return None
 
 

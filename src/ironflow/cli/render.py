@@ -9,6 +9,7 @@ stderr that names it.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -16,6 +17,7 @@ import typer
 
 from ironflow import errors, settings_file, steps
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
+from ironflow.cli import verbosity
 from ironflow.cli.exits import fail, fail_for, in_file
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s import pod_provider as k8s_provider
@@ -42,7 +44,12 @@ def _load_step(path: Path | None, prompt: str | None) -> steps.AgentConfig:
         data["prompt"] = prompt
     if not data.get("prompt"):
         fail("no prompt: pass --prompt TEXT or set 'prompt' in the step file")
-    return steps.AgentConfig.from_dict(data)  # its type and text checks raise ConfigError, by name
+    with warnings.catch_warnings(record=True) as caught:  # an old spelling in the file: the user's to fix
+        warnings.simplefilter("always", DeprecationWarning)
+        config = steps.AgentConfig.from_dict(data)  # its type and text checks raise ConfigError, by name
+    for warning in caught:
+        verbosity.note(f"step file '{path}': {warning.message}")
+    return config
 
 
 def render(

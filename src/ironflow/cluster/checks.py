@@ -13,9 +13,10 @@ security context        every agent pod: runAsNonRoot, uid not 0, seccomp       
                         RuntimeDefault, no privilege escalation, read-only root,
                         capabilities drop ALL, not privileged
 secrets by reference    no Claude credential variable carries a plain ``value``;     pod spec
-                        no value starts with ``sk-ant``
+                        no value holds ``sk-ant`` anywhere (render's own test)
 no SA token             no projected service-account token volume or mount           pod spec
-labels and expiry       run-id, root-run-id and step labels, a numeric expires-at    pod spec
+labels and expiry       run-id and step labels (root-run-id valid when set, as       pod spec
+                        ``AgentConfig.scoped`` renders none), a numeric expires-at
 no Claude credential    (auth proxy) no credential variable at all in the pod        pod spec
 worker and policies     a SubjectAccessReview says the worker cannot create          API
                         NetworkPolicies in the agent namespace
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from ironflow import labels
+from ironflow import labels, secrets
 from ironflow.claude import layout
 
 __all__ = [
@@ -69,10 +70,9 @@ __all__ = [
     "subject_access_review",
 ]
 
-SA_TOKEN_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path
+SA_TOKEN_DIR: Final = layout.SERVICE_ACCOUNT_TOKEN_DIR
 #: Variables that carry a Claude credential: only ever by secretKeyRef, and not at all with a proxy.
 CREDENTIAL_ENV: Final = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", layout.CREDENTIALS_ENV)
-_CLAUDE_KEY_PREFIX: Final = "sk-ant"
 _PROXY_TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a token
 #: Outside every profile's allow-list: the egress probe must not reach it.
 EGRESS_PROBE_URL: Final = "https://example.com"
@@ -162,9 +162,9 @@ def _secret_problems(pod: Pod) -> Iterable[str]:
         value = entry.get("value")
         if not isinstance(value, str):
             continue
-        if value.startswith(_CLAUDE_KEY_PREFIX):
+        if secrets.looks_like_claude_credential(value):  # render's test: anywhere in the value, any case
             yield f"{where}: {var} holds a Claude key in clear text (use a secretKeyRef or the auth proxy)"
-        elif var in CREDENTIAL_ENV and value:
+        elif var.upper() in CREDENTIAL_ENV and value:
             yield f"{where}: {var} is a plain value, not a secretKeyRef"
         elif var == "ANTHROPIC_AUTH_TOKEN" and value and not value.startswith(_PROXY_TOKEN_PREFIX):
             yield f"{where}: ANTHROPIC_AUTH_TOKEN is a plain value that is not an auth proxy token"
@@ -200,7 +200,8 @@ def _label_problems(pod: Pod) -> Iterable[str]:
     for key in (labels.LABEL_RUN_ID, labels.LABEL_ROOT_RUN_ID, labels.LABEL_STEP):
         value = pod_labels.get(key)
         if not value:
-            yield f"{_name(pod)}: no {key} label"
+            if key != labels.LABEL_ROOT_RUN_ID:  # optional: AgentConfig.scoped(run, step) renders none
+                yield f"{_name(pod)}: no {key} label"
         elif not labels.is_valid_label_value(value):
             yield f"{_name(pod)}: {key} is not a valid label value"
     if labels.expires_at(meta.get("annotations")) is None:
@@ -210,17 +211,17 @@ def _label_problems(pod: Pod) -> Iterable[str]:
 def check_labels_and_expiry(pods: Sequence[Pod]) -> CheckResult:
     problems = [p for pod in pods for p in _label_problems(pod)]
     return _aggregate(
-        "run/root/step labels and expiry", pods, problems, "{n} pod(s): run, root run, step labels and expiry set"
+        "run/root/step labels and expiry", pods, problems, "{n} pod(s): run and step labels and expiry set"
     )
 
 
 def _credential_problems(pod: Pod) -> Iterable[str]:
     for where, entry in _env(pod):
         var = str(entry.get("name", ""))
-        if var in CREDENTIAL_ENV:
+        if var.upper() in CREDENTIAL_ENV:
             yield f"{where}: {var} is set; with the auth proxy the pod must hold no Claude credential"
         value = entry.get("value")
-        if isinstance(value, str) and value.startswith(_CLAUDE_KEY_PREFIX):
+        if isinstance(value, str) and secrets.looks_like_claude_credential(value):
             yield f"{where}: {var} holds a Claude key"
     for container in _containers(pod):
         if container.get("envFrom"):
@@ -391,7 +392,7 @@ EXEC_PROBES: Final = (
     ),
     ExecProbe(
         "no sk-ant in the pod env (exec)",
-        'n=$(env | grep -c sk-ant); echo "sk-ant=${n:-0}"',
+        'n=$(env | grep -ci sk-ant); echo "sk-ant=${n:-0}"',  # any case: render refuses SK-ANT too
         _judge_env,
         "{n} pod(s): no variable contains sk-ant",
     ),

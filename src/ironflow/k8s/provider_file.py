@@ -86,7 +86,6 @@ _SANDBOX_KEYS: Final = (
     "sessions_claim",
 )
 _TOLERATION_KEYS: Final = ("key", "operator", "value", "effect", "toleration_seconds")
-_RO_VOLUME_KEYS: Final = ("pvc", "host_path", "config_map", "mount_path", "sub_path")
 _ENV_VOLUME_KEYS: Final = ("mount_path", "size", "storage_class", "ttl_seconds")
 
 
@@ -288,25 +287,9 @@ def _oauth_token_secret(p: B, top: Section, _base: Path | None) -> B:
     return p.oauth_token_from_secret(*_secret_ref(top, "oauth_token_secret"))
 
 
-def _read_only_volume(item: Section) -> step_sandbox.ReadOnlyVolume:
-    sources = [k for k in ("pvc", "host_path", "config_map") if item.has(k)]
-    if len(sources) != 1:
-        raise errors.ConfigError(f"{item.path}: needs exactly one of pvc, host_path, config_map (got {len(sources)})")
-    item.require("mount_path")
-    kind = sources[0]
-    source: step_sandbox.VolumeSource
-    if kind == "pvc":
-        source = step_sandbox.PvcSource(item.text("pvc"))
-    elif kind == "host_path":
-        source = step_sandbox.HostPathSource(item.text("host_path"))
-    else:
-        source = step_sandbox.ConfigMapSource(item.text("config_map"))
-    return step_sandbox.ReadOnlyVolume(source, item.text("mount_path"), item.optional_text("sub_path"))
-
-
 def _read_only_volumes(p: B, top: Section, _base: Path | None) -> B:
-    for item in top.items("read_only_volumes", _RO_VOLUME_KEYS):
-        p = p.read_only_volume(_read_only_volume(item))
+    for item in top.items("read_only_volumes", step_sandbox.READ_ONLY_VOLUME_KEYS):
+        p = p.read_only_volume(step_sandbox.read_only_volume_from(item))
     return p
 
 

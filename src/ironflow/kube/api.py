@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import aiohttp
-import yaml
 
 from ironflow import errors
-from ironflow.kube import reading, responses, transport, watching
+from ironflow.kube import kubeconfigs, reading, responses, transport, watching
 from ironflow.kube.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 from ironflow.kube.resources import (
     CONFIGMAPS,
@@ -85,15 +83,6 @@ _WATCH_TIMEOUT_S: Final = 290
 # --- cluster selection: the values are kube/clusters.py's --------------------------------
 
 
-def _default_kubeconfig_path() -> str | None:
-    raw = os.environ.get("KUBECONFIG", "")
-    paths = [p for p in raw.split(os.pathsep) if p]
-    if paths:
-        return raw if any(Path(p).expanduser().exists() for p in paths) else None
-    home = Path.home() / ".kube" / "config"
-    return str(home) if home.exists() else None
-
-
 async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuration:
     """Turn a :data:`ClusterConfig` into a client configuration; failures say which source failed."""
     # Loaded on connect, not at import: kubernetes_asyncio takes about a second to import,
@@ -106,8 +95,9 @@ async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuratio
         match cluster:
             case DefaultCluster(context=context):
                 source = "default config"
-                path = _default_kubeconfig_path()
+                path = kubeconfigs.default_path()
                 if path is not None:
+                    kubeconfigs.check_files(path)
                     await k8s_config.load_kube_config(
                         config_file=path, context=context, client_configuration=configuration, persist_config=False
                     )
@@ -122,12 +112,13 @@ async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuratio
                 k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             case KubeconfigFile(path=path, context=context):
                 source = f"kubeconfig file {path}"
+                kubeconfigs.check_files(path)
                 await k8s_config.load_kube_config(
                     config_file=path, context=context, client_configuration=configuration, persist_config=False
                 )
             case KubeconfigInline(yaml=text, context=context):
                 source = "inline kubeconfig"
-                data = yaml.safe_load(text)
+                data = kubeconfigs.value(text)
                 if not isinstance(data, dict):
                     raise ValueError("the YAML is not a kubeconfig mapping")
                 await k8s_config.load_kube_config_from_dict(data, context=context, client_configuration=configuration)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
 from ironflow import errors
-from ironflow.agent_sandbox import schemas
+from ironflow.agent_sandbox import models, rendering, schemas
 
 
 def sandbox(spec: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:
@@ -73,3 +74,67 @@ def test_unknown_kind_version_and_release_are_refused() -> None:
         schemas.crd("Sandbox", "v9")
     with pytest.raises(errors.ConfigError, match=r"has no version v1beta1 in release v0\.4\.6"):
         schemas.openapi_schema("Sandbox", "v1beta1", "v0.4.6")
+
+
+SEED_CLAIM: dict[str, Any] = {  # the seed's SandboxClaim: a warm-pool policy plus env
+    "apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
+    "kind": "SandboxClaim",
+    "metadata": {"name": "my-agent-run", "namespace": "default"},
+    "spec": {
+        "sandboxTemplateRef": {"name": "my-agent-template"},
+        "warmpool": "default",
+        "lifecycle": {
+            "shutdownTime": "2025-12-31T23:59:59Z",
+            "ttlSecondsAfterFinished": 300,
+            "shutdownPolicy": "Delete",
+        },
+        "additionalPodMetadata": {"labels": {"run-id": "abc123"}},
+        "env": [
+            {"name": "TARGET_REPO", "value": "owner/repo"},
+            {"name": "AGENT_TASK", "value": "Fix the login bug"},
+            {"name": "MY_VAR", "value": "value", "containerName": "specific-container"},
+        ],
+    },
+}
+
+
+def _seed_claim_value(warm_pool: str | None) -> models.SandboxClaim:
+    return models.SandboxClaim(
+        "my-agent-run",
+        api_version=models.ApiVersion.V1ALPHA1,
+        template="my-agent-template",
+        warm_pool=warm_pool,
+        lifecycle=models.Lifecycle("2025-12-31T23:59:59Z", models.ShutdownPolicy.DELETE, 300),
+        pod_labels={"run-id": "abc123"},
+        env=(
+            models.ClaimEnvVar("TARGET_REPO", "owner/repo"),
+            models.ClaimEnvVar("AGENT_TASK", "Fix the login bug"),
+            models.ClaimEnvVar("MY_VAR", "value", "specific-container"),
+        ),
+    )
+
+
+@pytest.mark.parametrize("warm_pool", ["default", "my-pool", None])
+def test_validate_refuses_the_seed_claim_as_render_does(warm_pool: str | None) -> None:
+    """The 0.4.x controller rejects env on a claim that may adopt a warm sandbox: both entry
+    points refuse it, in the same words."""
+    raw = copy.deepcopy(SEED_CLAIM)
+    if warm_pool is None:
+        del raw["spec"]["warmpool"]
+    else:
+        raw["spec"]["warmpool"] = warm_pool
+    assert schemas.schema_problems(raw) == []  # the schema alone accepts it
+    with pytest.raises(errors.ConfigError) as rendered:
+        rendering.render(_seed_claim_value(warm_pool))
+    with pytest.raises(errors.ConfigError) as validated:
+        schemas.validate(raw)
+    assert validated.value.message == rendered.value.message
+    assert "agent-sandbox 0.4.x refuses that unless the claim's warm pool policy 'none'" in validated.value.message
+    assert "Fix the login bug" not in validated.value.message
+
+
+def test_validate_and_render_both_accept_the_seed_claim_as_a_cold_start() -> None:
+    raw = copy.deepcopy(SEED_CLAIM)
+    raw["spec"]["warmpool"] = "none"
+    schemas.validate(raw)
+    assert rendering.render(_seed_claim_value("none"))["spec"] == raw["spec"]

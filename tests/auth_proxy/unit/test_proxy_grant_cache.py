@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ironflow.auth_proxy import registry, tokens
+from pathlib import Path
+
+from ironflow.auth_proxy import config, registry, tokens
 from ironflow.secrets import Secret
 
 NOW = 1_700_000_000
@@ -53,3 +55,17 @@ async def test_read_through_never_caches_a_refusal() -> None:
 
     assert await cache.read_through("c", NOW, load) is registry.Resolution.REVOKED
     assert await cache.read_through("c", NOW, load) == _grant("c")
+
+
+def test_the_doc_states_the_revocation_gap_the_code_leaves() -> None:
+    """docs/auth-proxy.md once said "no revocation is missed" and, elsewhere, "up to about 4 s"
+    (issue 33): the cache is trusted until a keep-alive ping goes unanswered, so a silently cut
+    link can relay a revoked token for twice ``listen_keepalive_s``; the doc says that, and only that."""
+    doc = " ".join((Path(__file__).resolve().parents[3] / "docs" / "auth-proxy.md").read_text().split())
+    defaults = config.AuthProxyConfig(admin_key=Secret("k" * 32))
+    keepalive, ttl = defaults.listen_keepalive_s, defaults.token_cache_ttl_s
+    assert "no revocation is missed" not in doc
+    assert f"every `listen_keepalive_s` ({keepalive:g} s)" in doc
+    assert f"twice that interval, about {2 * keepalive:g} s by default" in doc
+    assert f"{ttl:g} s, `token_cache_ttl_s`" in doc
+    assert doc.count(f"at most about {2 * keepalive:g} s") == 1

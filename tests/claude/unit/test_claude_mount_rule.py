@@ -1,6 +1,7 @@
 """The one mount rule every backend applies to a step's own mounts (issue 19, item 7): the
 operator's managed settings, the sandbox's HOME and /tmp, the profile and prompt mounts and
-the ``PATH`` cannot be covered, at the path or beneath it, under any spelling."""
+the ``PATH`` cannot be covered, at the path or beneath it, under any spelling, nor hidden by a
+mount at a directory above it (issue 33: ``/etc`` hid ``/etc/claude-code``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from ironflow.claude import layout
         "/proc/self",
         "/dev/shm",
         "/run/ironflow/auth-proxy.sock",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token",
         "/",
         "//",
         "/etc/claude-code/",
@@ -37,6 +40,27 @@ from ironflow.claude import layout
 def test_a_reserved_path_or_one_beneath_it_is_refused(path: str) -> None:
     assert layout.mount_path_problem("read-only volume", path) == (
         f"read-only volume cannot be mounted at reserved path '{path}'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "hidden"),
+    [
+        ("/etc", "/etc/claude-code"),
+        ("/etc/", "/etc/claude-code"),
+        ("/etc/ironflow", "/etc/ironflow/claude-profile"),
+        ("/usr", "/usr/local/bin"),
+        ("/usr/local", "/usr/local/bin"),
+        ("/home", "/home/claude"),
+        ("/var", layout.SERVICE_ACCOUNT_TOKEN_DIR),
+        ("/var/run/secrets", layout.SERVICE_ACCOUNT_TOKEN_DIR),
+        ("/run", "/run/ironflow"),
+        ("/mnt", "/mnt/ironflow-prompt"),
+    ],
+)
+def test_a_parent_of_a_reserved_path_is_refused_as_hiding_it(path: str, hidden: str) -> None:
+    assert layout.mount_path_problem("read-only volume", path) == (
+        f"read-only volume cannot be mounted at '{path}': it would hide reserved path '{hidden}'"
     )
 
 
@@ -61,4 +85,5 @@ def test_no_accepted_path_reaches_a_reserved_one(segments: list[str]) -> None:
     if layout.mount_path_problem("volume", path) is None:
         norm = posixpath.normpath(path)
         assert not any(norm == r or norm.startswith(r + "/") for r in layout.RESERVED_MOUNT_PATHS)
+        assert not any(r.startswith(norm + "/") for r in layout.RESERVED_MOUNT_PATHS)
         assert norm == path.rstrip("/")

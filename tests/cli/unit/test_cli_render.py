@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -101,6 +102,11 @@ def test_proxied_provider_renders_a_placeholder_token(app: typer.Typer, tmp_path
         (PROVIDER + "env: {ANTHROPIC_API_KEY: sk-ant-x}\n", ["--prompt", "x"], "refuses ANTHROPIC_API_KEY"),
         (PROVIDER + "default_managed_settings: nope\n", ["--prompt", "x"], "unknown managed settings preset 'nope'"),
         ("image: [", ["--prompt", "x"], "is not valid YAML"),
+        (
+            PROVIDER + "read_only_volumes: [{pvc: repos, mount_path: /etc}]\n",
+            ["--prompt", "x"],
+            "read-only volume cannot be mounted at '/etc': it would hide reserved path '/etc/claude-code'",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -128,6 +134,63 @@ def test_bad_step_file_exits_2(app: typer.Typer, provider_file: Path, tmp_path: 
     code, _, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
     assert code == 2
     assert "unknown step setting 'modle'" in err
+
+
+@pytest.mark.parametrize(
+    ("volume", "message"),
+    [
+        ("pvc_volumes: [{claim_name: c, mount_path: /var/run/secrets}]", "step pvc volume cannot be mounted at"),
+        ("read_only_volumes: [{pvc: c, mount_path: /usr}]", "read-only volume cannot be mounted at '/usr'"),
+        ("read_only_volumes: [{pvc: c, mount_path: /home/}]", "it would hide reserved path '/home/claude'"),
+    ],
+)
+def test_a_step_mount_above_a_reserved_path_exits_2_with_one_line(
+    app: typer.Typer, provider_file: Path, tmp_path: Path, volume: str, message: str
+) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text(f"prompt: x\npod:\n  {volume}\n")
+    code, out, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+
+
+def _read_only_mounts(out: str) -> list[tuple[Any, ...]]:
+    (pod,) = yaml.safe_load_all(out)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    return [
+        (m["mountPath"], m.get("subPath"), volumes[m["name"]].get("persistentVolumeClaim"))
+        for m in pod["spec"]["containers"][0]["volumeMounts"]
+        if m["name"].startswith("ro-")
+    ]
+
+
+def test_a_read_only_pvc_is_spelt_the_same_in_step_and_provider_files(app: typer.Typer, tmp_path: Path) -> None:
+    """``{pvc: CLAIM, mount_path, sub_path}`` in both files (issue 33); the same volume renders."""
+    volume = "read_only_volumes: [{pvc: repos, mount_path: /data/repos, sub_path: main}]\n"
+    provider, plain, step = tmp_path / "provider.yaml", tmp_path / "plain.yaml", tmp_path / "step.yaml"
+    provider.write_text(PROVIDER + volume)
+    plain.write_text(PROVIDER)
+    step.write_text("prompt: x\npod:\n  " + volume)
+    code, from_provider, err = invoke(app, "--provider", str(provider), "--prompt", "x")
+    assert code == 0, err
+    code, from_step, err = invoke(app, "--provider", str(plain), "--step", str(step))
+    assert (code, err) == (0, "")
+    expected = [("/data/repos", "main", {"claimName": "repos", "readOnly": True})]
+    assert _read_only_mounts(from_provider) == _read_only_mounts(from_step) == expected
+
+
+def test_the_old_step_file_spelling_renders_with_a_note(app: typer.Typer, provider_file: Path, tmp_path: Path) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text(
+        "prompt: x\npod:\n  read_only_volumes: [{source: {PvcSource: {claim_name: repos}}, mount_path: /r}]\n"
+    )
+    code, out, err = invoke(app, "--provider", str(provider_file), "--step", str(step))
+    assert code == 0, err
+    assert _read_only_mounts(out) == [("/r", None, {"claimName": "repos", "readOnly": True})]
+    assert err.startswith(f"note: step file '{step}': pod.read_only_volumes[0].source: ")
+    assert "write 'pvc: ...' beside mount_path" in err
+    assert err.count("\n") == 1
 
 
 def test_render_shows_a_git_workspaces_clone_with_placeholder_tokens(app: typer.Typer, tmp_path: Path) -> None:

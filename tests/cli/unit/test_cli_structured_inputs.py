@@ -4,6 +4,7 @@ malformed server URL are each one ``error:`` line and exit 2, never a traceback.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,34 @@ def test_a_hostile_fake_model_script_is_one_line(tmp_path: Path) -> None:
     script = _file(tmp_path, "script.yaml", "turns: " + "[" * DEEP + "]" * DEEP + "\n")
     err = _error_line("agent", "--fake-model", "--fake-model-script", script, "hi")
     assert "fake-anthropic script" in err, err
+    assert TOO_DEEP in err, err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "--no-exec", "--kubeconfig"],
+        ["reap", "--namespace", "agents", "--kubeconfig"],
+        ["agent", "--backend", "k8s", "hi", "--provider"],  # the provider file names the kubeconfig
+    ],
+)
+def test_a_hostile_kubeconfig_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """The kubeconfig goes through the one bounded decoder before the loader's own ``yaml.safe_load``
+    (issue 33: "maximum recursion depth exceeded" was its line)."""
+    kubeconfig = _file(tmp_path, "kc.yaml", DEEP_YAML.replace("image", "clusters"))
+    target = kubeconfig
+    if "--provider" in command:
+        target = _file(tmp_path, "p.yaml", f"image: busybox\ncluster: {{kubeconfig: {kubeconfig}}}\n")
+    err = _error_line(*command, target)
+    assert f"failed to create K8s client from kubeconfig file {kubeconfig}: the kubeconfig" in err, err
+    assert TOO_DEEP in err, err
+
+
+def test_a_hostile_inline_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    inline = json.dumps(DEEP_YAML.replace("image", "clusters"))
+    provider = _file(tmp_path, "p.yaml", f"image: busybox\ncluster: {{kubeconfig_inline: {inline}}}\n")
+    err = _error_line("agent", "--backend", "k8s", "hi", "--provider", provider)
+    assert "failed to create K8s client from inline kubeconfig: the kubeconfig is not valid YAML" in err, err
     assert TOO_DEEP in err, err
 
 

@@ -86,6 +86,26 @@ async def test_a_broken_pod_fails_its_checks_and_the_run_exits_1(kube: Any) -> N
     assert check_cli.exit_code(results) == 1
 
 
+async def test_a_scoped_pod_passes_and_a_bearer_claude_key_fails(kube: Any) -> None:
+    """Issue 33: ``AgentConfig.scoped(run, step)`` renders no root-run-id label, and a value that
+    holds a Claude key after a word is refused by render, so check answers alike."""
+    _deny_networkpolicies(kube)
+    provider = K8sEphemeralProvider.sandboxed(IMAGE).namespace(kube.namespace).oauth_token_from_secret("c", "t")
+    scoped = AgentConfig("review").scoped("run-1", "review")
+    await kube.api.create(api.PODS, kube.namespace, provider.manifests(scoped, pod_name="claude-code-scoped")[-1])
+    results = _by_check(await check_cli.run_checks(kube.api, namespace=kube.namespace))
+    assert {results[c].outcome for c in POD_CHECKS} == {checks.Outcome.PASS}, results
+    key = "sk-ant-api03-" + "k" * 40
+    bearer = provider.env("MY_VAR", f"Bearer {key}").manifests(scoped, pod_name="claude-code-bearer")[-1]
+    await kube.api.create(api.PODS, kube.namespace, bearer)
+    results = _by_check(await check_cli.run_checks(kube.api, namespace=kube.namespace))
+    secrets = results["secrets by reference"]
+    assert secrets.outcome is checks.Outcome.FAIL
+    assert "claude-code-bearer/" in secrets.why
+    assert "MY_VAR holds a Claude key" in secrets.why
+    assert key not in json.dumps([r.why for r in results.values()])
+
+
 async def test_only_agent_pods_are_checked_unless_a_pod_is_named(kube: Any, make_pod: Any) -> None:
     await kube.api.create(api.PODS, kube.namespace, make_pod("unrelated"))
     results = await check_cli.run_checks(kube.api, namespace=kube.namespace)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ironflow import labels
+from ironflow import errors, labels
 from ironflow.cluster import checks
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
@@ -122,10 +122,16 @@ BREAKERS: list[tuple[str, Breaker, str, str]] = [
         "automountServiceAccountToken is not false",
     ),
     (
-        "no root run label",
-        lambda p: p["metadata"]["labels"].pop(labels.LABEL_ROOT_RUN_ID),
+        "claude key after a word",
+        lambda p: _set_env(p, "MY_VAR", "Bearer " + CLAUDE_KEY.upper()),
+        "secrets by reference",
+        "MY_VAR holds a Claude key",
+    ),
+    (
+        "bad root run label",
+        lambda p: p["metadata"]["labels"].update({labels.LABEL_ROOT_RUN_ID: "-not a label value-"}),
         "run/root/step labels and expiry",
-        "no ironflow.io/root-run-id label",
+        "ironflow.io/root-run-id is not a valid label value",
     ),
     (
         "no step label",
@@ -161,15 +167,45 @@ def test_each_check_fails_on_the_pod_that_breaks_it(case: str, breaker: Breaker,
             {"name": "CLAUDE_CODE_OAUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "c", "key": "t"}}}
         ),
         lambda p: _set_env(p, "NOTES", CLAUDE_KEY),
+        lambda p: _set_env(p, "MY_VAR", "Bearer " + CLAUDE_KEY),
         lambda p: _container(p).update(envFrom=[{"secretRef": {"name": "claude"}}]),
     ],
-    ids=["credential by reference", "claude key", "envFrom"],
+    ids=["credential by reference", "claude key", "claude key after a word", "envFrom"],
 )
 def test_with_the_proxy_any_claude_credential_in_the_pod_fails(breaker: Breaker) -> None:
     pod = copy.deepcopy(_pod(proxy=True))
     breaker(pod)
     outcomes = _outcomes(checks.check_pods([pod], auth_proxy=True))
     assert outcomes["no Claude credential in the pod"] is checks.Outcome.FAIL
+
+
+def test_check_refuses_every_value_render_refuses() -> None:
+    """One test of a credential for both: what render refuses under the proxy, check fails."""
+    value = "Bearer " + CLAUDE_KEY
+    proxied = K8sEphemeralProvider.sandboxed(IMAGE).auth_proxy(PROXY).env("MY_VAR", value)
+    with pytest.raises(errors.StepConfigError):
+        proxied.manifests(STEP, now=1000, proxy_token="ifap_abc")
+    for proxy in (False, True):
+        pod = copy.deepcopy(_pod(proxy=proxy))
+        _set_env(pod, "MY_VAR", value)
+        results = checks.check_pods([pod], auth_proxy=proxy)
+        assert not checks.all_passed(results)
+        assert_no_leaks([CLAUDE_KEY], [(r.check, r.why) for r in results])
+
+
+@pytest.mark.parametrize("proxy", [False, True])
+def test_a_pod_of_a_scoped_step_passes_the_label_check(proxy: bool) -> None:
+    """``AgentConfig.scoped(run, step)`` renders no root-run-id label (the seed's ``run_scope``
+    sets none): the check accepts what the library renders."""
+    provider = K8sEphemeralProvider.sandboxed(IMAGE).namespace("ironflow-agents")
+    step = AgentConfig("review").scoped("run-1", "review")
+    if proxy:
+        pod = provider.auth_proxy(PROXY).manifests(step, now=1000, proxy_token="ifap_abc")[-1]
+    else:
+        pod = provider.oauth_token_from_secret("claude-oauth", "token").manifests(step, now=1000)[-1]
+    assert labels.LABEL_ROOT_RUN_ID not in pod["metadata"]["labels"]
+    results = checks.check_pods([pod], auth_proxy=proxy)
+    assert checks.all_passed(results), results
 
 
 def test_reasons_never_quote_a_secret_value() -> None:

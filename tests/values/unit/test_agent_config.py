@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow import AgentConfig, errors, labels
+from ironflow import AgentConfig, errors, labels, step_sandbox
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret, find_leaks
 from ironflow.step_sandbox import ConfigMapSource, HostPathSource, PodSettings, PvcSource, PvcVolume, validate_sub_path
@@ -130,12 +133,45 @@ def test_k8s_pvc_volume_serde_skips_defaults() -> None:
     assert AgentConfig.from_dict(cfg.to_dict()) == cfg
 
 
-def test_k8s_pod_volume_source_serde_is_tagged() -> None:
-    cfg = AgentConfig("x").read_only_pvc("repos", "/data/repos").read_only_host_path("/srv", "/data/srv")
-    volumes = cfg.to_dict()["pod"]["read_only_volumes"]
-    assert volumes[0]["source"] == {"PvcSource": {"claim_name": "repos"}}
-    assert volumes[1]["source"] == {"HostPathSource": {"path": "/srv"}}
-    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+def test_read_only_volumes_are_written_as_provider_files_spell_them() -> None:
+    """One spelling for a read-only volume in step and provider files (issue 33): ``pvc:``,
+    ``host_path:`` or ``config_map:`` beside ``mount_path``."""
+    cfg = (
+        AgentConfig("x")
+        .read_only_pvc("repos", "/data/repos")
+        .read_only_host_path("/srv", "/data/srv")
+        .read_only_volume(step_sandbox.ReadOnlyVolume(ConfigMapSource("conf"), "/data/conf", "a.json"))
+    )
+    assert cfg.to_dict()["pod"]["read_only_volumes"] == [
+        {"pvc": "repos", "mount_path": "/data/repos"},
+        {"host_path": "/srv", "mount_path": "/data/srv"},
+        {"config_map": "conf", "mount_path": "/data/conf", "sub_path": "a.json"},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("source", "new_key"),
+    [
+        ({"PvcSource": {"claim_name": "repos"}}, "pvc"),
+        ({"HostPathSource": {"path": "/srv"}}, "host_path"),
+        ({"ConfigMapSource": {"name": "repos"}}, "config_map"),
+    ],
+)
+def test_the_old_source_spelling_still_reads_with_a_deprecation_warning(source: dict[str, Any], new_key: str) -> None:
+    old = {"prompt": "x", "pod": {"read_only_volumes": [{"source": source, "mount_path": "/data", "sub_path": "s"}]}}
+    value = next(iter(next(iter(source.values())).values()))
+    new = {"prompt": "x", "pod": {"read_only_volumes": [{new_key: value, "mount_path": "/data", "sub_path": "s"}]}}
+    with pytest.warns(DeprecationWarning, match=rf"pod\.read_only_volumes\[0\]\.source: .* write '{new_key}: \.\.\.'"):
+        assert AgentConfig.from_dict(old) == AgentConfig.from_dict(new)
+
+
+def test_a_volume_with_both_spellings_is_refused_by_name() -> None:
+    both = {"source": {"PvcSource": {"claim_name": "a"}}, "pvc": "a", "mount_path": "/data"}
+    with pytest.raises(errors.ConfigError, match=r"pod\.read_only_volumes\[0\]\.source: is the old spelling of 'pvc'"):
+        AgentConfig.from_dict({"prompt": "x", "pod": {"read_only_volumes": [both]}})
 
 
 @given(st.lists(st.sampled_from(["a", "b", "..", ".", "", "x y"]), min_size=1, max_size=5))
