@@ -49,7 +49,7 @@ from ironflow.testing._kubeenv_argv import (
 )
 from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_node_bin_dir
 from ironflow.testing._kubeenv_procs import KubeEnvError, free_port
-from ironflow.testing._node_cgroups import NodeCgroup, sweep
+from ironflow.testing._node_cgroups import NodeCgroup, alive, sweep
 from ironflow.testing._node_images import scratch_archive
 from ironflow.testing.kubeenv import KubeEnv
 
@@ -372,7 +372,7 @@ def _serve(state: Path) -> int:
 
 def _up(state: Path) -> int:
     pid_file = state / "pid"
-    if pid_file.exists() and _alive(int(pid_file.read_text())):
+    if pid_file.exists() and alive(int(pid_file.read_text())):
         print(f"export KUBECONFIG={state / 'kubeconfig'}  # already up (pid {pid_file.read_text().strip()})")
         return 0
     state.mkdir(parents=True, exist_ok=True)
@@ -399,15 +399,6 @@ def _up(state: Path) -> int:
     return 0
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie whose parent has not reaped it yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
 def _down(state: Path) -> int:
     pid_file = state / "pid"
     if pid_file.exists():
@@ -415,7 +406,7 @@ def _down(state: Path) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         with contextlib.suppress(FileNotFoundError):
             pid_file.unlink()
