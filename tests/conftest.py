@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from tests.fakes.unclosed import unclosed_after_collect
 
-pytest_plugins = ["tests.fakes.kube_fixtures", "tests.fakes.stores"]
+pytest_plugins = ["tests.fakes.kube_fixtures", "tests.fakes.real_node", "tests.fakes.stores"]
 
 
 @pytest.fixture(autouse=True)

@@ -27,8 +27,7 @@ from ironflow.kube import api as kube
 
 __all__ = ["OutputFormat", "check", "exit_code", "register", "render_results", "run_checks"]
 
-#: Not a credential: a token no proxy ever issued, so the proxy must answer 401.
-UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
+UNKNOWN_TOKEN: Final = checks.UNKNOWN_TOKEN
 #: Execs open at once (each is a websocket through the API server to a kubelet).
 _EXEC_CONCURRENCY: Final = 8
 

@@ -23,7 +23,9 @@ worker and policies     a SubjectAccessReview says the worker cannot create     
 proxy refuses tokens    (auth proxy) an unknown token gets 401                       HTTP
 exec probes             SA token directory absent, root mounted read-only and        exec
                         ``touch`` under it refused, egress outside the profile
-                        fails, (auth proxy) ``env`` holds no ``sk-ant``
+                        fails, (auth proxy) ``env`` holds no ``sk-ant``, and the
+                        proxy the pod is given answers 401 to an unknown token
+                        sent from inside the pod
 ======================  ==========================================================  =========
 
 The exec probes run a POSIX ``sh`` script in each Running agent pod (``pods/exec``) that
@@ -49,6 +51,7 @@ __all__ = [
     "EGRESS_PROBE_URL",
     "EXEC_PROBES",
     "SA_TOKEN_DIR",
+    "UNKNOWN_TOKEN",
     "CheckResult",
     "ExecProbe",
     "Outcome",
@@ -74,6 +77,8 @@ SA_TOKEN_DIR: Final = layout.SERVICE_ACCOUNT_TOKEN_DIR
 #: Variables that carry a Claude credential: only ever by secretKeyRef, and not at all with a proxy.
 CREDENTIAL_ENV: Final = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", layout.CREDENTIALS_ENV)
 _PROXY_TOKEN_PREFIX: Final = "ifap_"  # noqa: S105 - a prefix, not a token
+#: Not a credential: a token no proxy ever issued, so the proxy must answer 401.
+UNKNOWN_TOKEN: Final = "ifap_ironflow-check-unknown"  # noqa: S105
 #: Outside every profile's allow-list: the egress probe must not reach it.
 EGRESS_PROBE_URL: Final = "https://example.com"
 _ROOT_PROBE_FILE: Final = "/usr/local/.ironflow-check-probe"
@@ -362,6 +367,30 @@ def _judge_env(facts: Mapping[str, str]) -> str | None:
     return f"{count} environment variable(s) contain sk-ant"
 
 
+def _judge_proxy(facts: Mapping[str, str]) -> str | None:
+    state = facts.get("proxy", "")
+    if state == "401":
+        return None
+    if state == "no-url":
+        return "the pod has no ANTHROPIC_BASE_URL: it is not pointed at the auth proxy"
+    if state == "no-client":
+        raise _Unknown("no curl in the image")
+    if state in ("", "000"):
+        raise _Unknown("the proxy did not answer from the pod")
+    return f"the proxy answered HTTP {state} to an unknown token from inside the pod, expected 401"
+
+
+_PROXY_PROBE = ExecProbe(
+    "proxy refuses an unknown token from the pod (exec)",
+    'u="${ANTHROPIC_BASE_URL:-}"; if [ -z "$u" ]; then echo proxy=no-url;'
+    " elif command -v curl >/dev/null 2>&1; then"
+    f" c=$(curl -s -o /dev/null -w '%{{http_code}}' -m 5 -H 'Authorization: Bearer {UNKNOWN_TOKEN}'"
+    ' -H \'anthropic-version: 2023-06-01\' "$u/v1/messages" 2>/dev/null); echo "proxy=${c:-000}";'
+    " else echo proxy=no-client; fi",
+    _judge_proxy,
+    "{n} pod(s): the proxy answers 401 to an unknown token",
+)
+
 EXEC_PROBES: Final = (
     ExecProbe(
         "SA token directory absent (exec)",
@@ -396,6 +425,7 @@ EXEC_PROBES: Final = (
         _judge_env,
         "{n} pod(s): no variable contains sk-ant",
     ),
+    _PROXY_PROBE,
 )
 
 
@@ -451,9 +481,9 @@ def decide_exec_probe(probe: ExecProbe, runs: Sequence[ProbeRun], *, no_pod: str
 
 
 def exec_probes(*, auth_proxy: bool) -> tuple[ExecProbe, ...]:
-    """The probes to run: the ``sk-ant`` env probe only with the auth proxy, as in the seed
-    (without it the pod holds its credential by secretKeyRef, and an OAuth token starts
-    with ``sk-ant`` by design)."""
+    """The probes to run: the ``sk-ant`` env probe and the proxy's 401 from inside the pod only
+    with the auth proxy, as in the seed (without it the pod holds its credential by
+    secretKeyRef, and an OAuth token starts with ``sk-ant`` by design)."""
     return EXEC_PROBES if auth_proxy else EXEC_PROBES[:3]
 
 

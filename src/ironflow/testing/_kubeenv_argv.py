@@ -52,11 +52,21 @@ def etcd_args(layout: Layout, *, client_url: str, peer_port: int) -> list[str]:
     ]
 
 
-def apiserver_args(layout: Layout, *, etcd_url: str, port: int) -> list[str]:
+def apiserver_args(layout: Layout, *, etcd_url: str, port: int, node_ip: str | None = None) -> list[str]:
+    """With ``node_ip`` (a real node, all in the node's network namespace): listen on every address
+    there, advertise the node's, keep the ``kubernetes`` Service's endpoints, talk to kubelet by cert."""
+    if node_ip is not None:
+        node = [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={node_ip}",
+            f"--kubelet-client-certificate={layout.path('admin.crt')}",
+            f"--kubelet-client-key={layout.path('admin.key')}",
+        ]
+    else:
+        node = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
     return [
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        *node,
         f"--secure-port={port}",
         f"--tls-cert-file={layout.path('admin.crt')}",
         f"--tls-private-key-file={layout.path('admin.key')}",
@@ -69,7 +79,6 @@ def apiserver_args(layout: Layout, *, etcd_url: str, port: int) -> list[str]:
         # its pods unscheduled (the contract suite's kubelet-manual-* namespaces)
         "--enable-admission-plugins=PodNodeSelector",
         "--allow-privileged=true",
-        "--endpoint-reconciler-type=none",
         "--service-cluster-ip-range=10.96.0.0/16",
         "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--enable-priority-and-fairness=false",

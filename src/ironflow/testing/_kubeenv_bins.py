@@ -9,10 +9,11 @@ built by an older script (without the KRO controller) is passed over, not half u
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BINARIES", "KubeEnvNotAvailable", "find_bin_dir"]
+__all__ = ["BINARIES", "NODE_BINARIES", "KubeEnvNotAvailable", "find_bin_dir", "find_node_bin_dir"]
 
 BINARIES: Final = (
     "etcd",
@@ -24,24 +25,59 @@ BINARIES: Final = (
     "kro-controller",
 )
 
+#: The real node's (``scripts/kube-testenv build --node``), in ``kube-testenv/node_<versions>/bin``.
+NODE_BINARIES: Final = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runsc",
+    "containerd-shim-runsc-v1",
+    "kube-router",
+    "coredns",
+    "pause",
+)
+
 
 class KubeEnvNotAvailable(RuntimeError):
     """The binaries are not built: run ``scripts/kube-testenv build``."""
 
 
-def find_bin_dir() -> Path:
-    """Where the built binaries are: ``$IRONFLOW_KUBE_TESTENV_BIN``, else the newest complete
-    ``kube-testenv/*/bin`` in the cache. Raises :class:`KubeEnvNotAvailable` with the fix."""
-    override = os.environ.get("IRONFLOW_KUBE_TESTENV_BIN")
+def _find(env: str, pattern: str, complete: Callable[[Path], bool], what: str, build: str) -> Path:
+    """``$env`` if set, else the newest ``kube-testenv/<pattern>`` in the cache that is complete."""
+    override = os.environ.get(env)
     candidates: list[Path] = []
     if override:
         candidates.append(Path(override))
     else:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ironflow" / "kube-testenv"
-        candidates += sorted(cache.glob("*/bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        candidates += sorted(cache.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
     for directory in candidates:
-        share = directory.parent / "share"
-        if all(os.access(directory / b, os.X_OK) for b in BINARIES) and (share / "kwok" / "crds").is_dir():
+        if complete(directory):
             return directory
     where = override or "the kube-testenv cache"
-    raise KubeEnvNotAvailable(f"control-plane binaries not found in {where}: run scripts/kube-testenv build")
+    raise KubeEnvNotAvailable(f"{what} binaries not found in {where}: run {build}")
+
+
+def find_bin_dir() -> Path:
+    """Where the built binaries are: ``$IRONFLOW_KUBE_TESTENV_BIN``, else the newest complete
+    ``kube-testenv/*/bin`` in the cache. Raises :class:`KubeEnvNotAvailable` with the fix."""
+
+    def complete(directory: Path) -> bool:
+        share = directory.parent / "share"
+        return all(os.access(directory / b, os.X_OK) for b in BINARIES) and (share / "kwok" / "crds").is_dir()
+
+    return _find("IRONFLOW_KUBE_TESTENV_BIN", "*/bin", complete, "control-plane", "scripts/kube-testenv build")
+
+
+def find_node_bin_dir() -> Path:
+    """Where the real node's binaries are: ``$IRONFLOW_KUBE_TESTENV_NODE_BIN``, else the newest
+    complete ``kube-testenv/node_*/bin``. Raises :class:`KubeEnvNotAvailable` with the fix."""
+
+    def complete(directory: Path) -> bool:
+        return all(os.access(directory / b, os.X_OK) for b in NODE_BINARIES)
+
+    return _find(
+        "IRONFLOW_KUBE_TESTENV_NODE_BIN", "node_*/bin", complete, "real-node", "scripts/kube-testenv build --node"
+    )

@@ -111,7 +111,9 @@ def _new_ca() -> CertPair:
     return CertPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def _leaf(ca: CertPair, common_name: str, groups: Sequence[str], *, server: bool) -> CertPair:
+def _leaf(
+    ca: CertPair, common_name: str, groups: Sequence[str], *, server: bool, extra_ips: Sequence[str] = ()
+) -> CertPair:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -130,16 +132,17 @@ def _leaf(ca: CertPair, common_name: str, groups: Sequence[str], *, server: bool
     )
     if server:
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in _SANS_DNS]
-        sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *extra_ips)]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return CertPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def new_pki() -> Pki:
-    """A fresh CA, admin pair (``system:masters``, serving on localhost/127.0.0.1) and SA key."""
+def new_pki(extra_ips: Sequence[str] = ()) -> Pki:
+    """A fresh CA, admin pair (``system:masters``, serving on localhost/127.0.0.1 and
+    ``extra_ips``: the real node's address and the ``kubernetes`` Service's) and SA key."""
     ca = _new_ca()
-    admin = _leaf(ca, ADMIN_USER, ["system:masters"], server=True)
+    admin = _leaf(ca, ADMIN_USER, ["system:masters"], server=True, extra_ips=extra_ips)
     return Pki(ca=ca, admin=admin, service_account_key_pem=_key_pem(_key()))
 
 

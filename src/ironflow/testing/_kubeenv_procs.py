@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -73,18 +73,41 @@ class Processes:
         """Process ids (each the leader of its own process group) of the running components."""
         return [p.popen.pid for p in self._procs]
 
-    def spawn(self, name: str, args: list[str], *, cwd: Path, log_dir: Path) -> None:
-        """Start binary ``name`` with ``args``, its output to ``log_dir/<name>.log``."""
+    def spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        cwd: Path,
+        log_dir: Path,
+        exe: str | None = None,
+        prefix: Sequence[str] = (),
+        setup: Callable[[], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
+        """Start binary ``name`` (or ``exe``) with ``args``, its output to ``log_dir/<name>.log``.
+
+        ``prefix`` goes before the binary (``nsenter …`` for the real node), ``setup`` runs in the
+        child before exec (joining the node's cgroup: only writes, safe between fork and exec)."""
         log = log_dir / f"{name}.log"
+
+        def before_exec() -> None:
+            _die_with_parent()
+            if setup is not None:
+                setup()
+
         with open(log, "wb") as out:
             popen = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                [*prefix, exe or str(self.bin_dir / name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
+                env=None if env is None else dict(env),
+                pass_fds=tuple(pass_fds),
                 start_new_session=True,  # its own process group: stop() kills it and its children
-                preexec_fn=_die_with_parent,  # only a prctl call: safe between fork and exec
+                preexec_fn=before_exec,  # a prctl call and cgroup writes: safe between fork and exec
             )
         self._procs.append(_Proc(name, popen, log))
 

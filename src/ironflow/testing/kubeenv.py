@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import yaml
 
@@ -96,7 +96,7 @@ class KubeEnv:
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    def __enter__(self) -> KubeEnv:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -7,7 +7,8 @@ that its last line is ``RESULT`` with exactly the keys it documents, each a fini
 ``nan``, where the benchmark documents that for a part this machine lacks).
 Speed targets are the benchmarks' business, not asserted here. A benchmark that needs a
 part this machine lacks (nginx, wrk, PostgreSQL, bubblewrap, gVisor, the kube-testenv
-binaries, the Temporal CLI, the agent-sandbox SDK, git) is skipped with the reason; CI installs all of them.
+binaries, the real node, the Temporal CLI, the agent-sandbox SDK, git) is skipped with the
+reason; CI installs all of them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.testing import kubeenv, postgres_server, temporal_server
+from ironflow.testing import images, kubeenv, postgres_server, realnode, temporal_server
+from ironflow.testing._kubeenv_bins import find_node_bin_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCHMARKS = ROOT / "benchmarks"
@@ -74,6 +76,9 @@ CASES = (
     Bench("real_step_latency", ("--sequential", "1", "--concurrent", "2", "--claims", "1"),
           frozenset({"step_p50_ms", "step_p95_ms", "single_step_p50_ms", "sdk_claim_p50_ms", "cluster_start_s"}),
           needs=("kube-testenv", "agent-sandbox-sdk"), timeout_s=300),
+    Bench("real_node", ("--count", "1"),
+          frozenset({"runc_ratio", "runc_bare_p50_ms", "runc_ironflow_p50_ms", "gvisor_ratio", "gvisor_bare_p50_ms",
+                     "gvisor_ironflow_p50_ms", "node_start_s"}), needs=("real-node",), timeout_s=300),
     Bench("ui", ("--runs", "60", "--requests", "3"),
           frozenset({"runs_page_p50_ms_sqlite", "runs_page_p95_ms_sqlite", "filtered_p50_ms_sqlite",
                      "list_runs_p50_ms_sqlite", "vs_list_runs_sqlite", "runs_page_p50_ms_postgres",
@@ -103,6 +108,17 @@ def _params(with_timeout: bool) -> list[object]:
     ]
 
 
+def _real_node_missing() -> str | None:
+    try:
+        find_node_bin_dir()
+    except kubeenv.KubeEnvNotAvailable as exc:
+        return str(exc)
+    missing = realnode.missing_tools()
+    if not images.archive_path(ROOT, "runner").exists():
+        missing.append("the runner image (bash scripts/images build runner)")
+    return f"the real node needs {', '.join(missing)}" if missing else None
+
+
 def _missing(part: str) -> str | None:
     """Why ``part`` is unavailable here, or None when it is there."""
     if part == "postgres":
@@ -118,6 +134,8 @@ def _missing(part: str) -> str | None:
         except kubeenv.KubeEnvNotAvailable as exc:
             return str(exc)
         return None
+    if part == "real-node":
+        return _real_node_missing()
     if part == "temporal-cli":
         try:
             temporal_server.find_temporal_cli()

@@ -71,8 +71,10 @@ def _env_value(server: KubeTestServer, namespace: str, entry: dict[str, Any]) ->
     return base64.b64decode(secret.get("data", {}).get(ref["key"], "")).decode()
 
 
-def bwrap_runtime(server: KubeTestServer, scratch: Path) -> ExecRunner:
-    """The container runtime: each exec runs in a bwrap sandbox shaped by the stored pod."""
+def bwrap_runtime(server: KubeTestServer, scratch: Path, proxy_url: str = "") -> ExecRunner:
+    """The container runtime: each exec runs in a bwrap sandbox shaped by the stored pod. An
+    isolated pod has no network, but for the one command that only talks to its proxy (the
+    policy admits the proxy): then the pod's proxy address is the loopback stand-in's."""
 
     async def run(pod: dict[str, Any], container: str, command: list[str]) -> asyncio.subprocess.Process:
         spec = pod["spec"]
@@ -85,11 +87,14 @@ def bwrap_runtime(server: KubeTestServer, scratch: Path) -> ExecRunner:
             args += ["--bind", str(writable), "/usr/local"]
         if spec.get("automountServiceAccountToken") is not False:
             args += ["--tmpfs", "/run", "--dir", checks.SA_TOKEN_DIR.replace("/var/run/", "/run/", 1)]
-        if _egress_isolated(server, pod):
+        to_proxy = proxy_url and command[-1] == checks.probe_command(checks.EXEC_PROBES[-1])[-1]
+        if _egress_isolated(server, pod) and not to_proxy:
             args.append("--unshare-net")
         for entry in main.get("env") or []:
             value = _env_value(server, pod["metadata"]["namespace"], entry)
             if value is not None:
+                if entry["name"] == "ANTHROPIC_BASE_URL" and proxy_url:
+                    value = proxy_url
                 args += ["--setenv", entry["name"], value]
         return await asyncio.create_subprocess_exec(
             *args,
@@ -155,7 +160,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
         async with KubeTestServer(namespaces=("default", NS)) as server:
-            server.serve_exec(bwrap_runtime(server, tmp_path))
+            server.serve_exec(bwrap_runtime(server, tmp_path, url))
             async with await api.KubeApi.connect(server.cluster_config()) as kube_api:
                 await kube_api.create(NETWORK_POLICIES, NS, EGRESS_POLICY)
                 server.deny("networkpolicies", "create", NS)  # the worker Role grants no NetworkPolicy
@@ -171,7 +176,7 @@ async def test_a_sound_pod_passes_every_check_and_the_command_exits_0(cluster: C
     results = await cluster.results()
     assert {name: results[name].outcome for name in EXEC_ROWS} == dict.fromkeys(EXEC_ROWS, checks.Outcome.PASS)
     assert {r.check: r.outcome for r in results.values()} == dict.fromkeys(results, checks.Outcome.PASS)
-    assert len(cluster.server.execs) == 4
+    assert len(cluster.server.execs) == 5
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(cluster.server.kubeconfig_yaml())
     args = ["--kubeconfig", str(kubeconfig), "-n", NS, "--auth-proxy", cluster.egress_url]

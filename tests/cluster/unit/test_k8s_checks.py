@@ -260,7 +260,7 @@ def test_proxy_check_passes_only_on_401(status: int | None, outcome: checks.Outc
 
 def test_exec_probes_not_run_are_skipped_never_passed() -> None:
     probes = checks.exec_probes_skipped("not run (--no-exec)")
-    assert len(probes) == 4
+    assert len(probes) == 5
     assert {p.outcome for p in probes} == {checks.Outcome.SKIPPED}
     assert all(p.why == "not run (--no-exec)" for p in probes)
     assert not checks.all_passed(probes)

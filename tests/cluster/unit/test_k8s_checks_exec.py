@@ -8,7 +8,7 @@ import pytest
 from ironflow.cluster import checks
 from ironflow.cluster.checks import EXEC_PROBES, Outcome, ProbeRun, decide_exec_probe
 
-TOKEN, ROOT, EGRESS, ENV = EXEC_PROBES
+TOKEN, ROOT, EGRESS, ENV, PROXY = EXEC_PROBES
 
 
 def ok(stdout: str, pod: str = "p1") -> ProbeRun:
@@ -22,6 +22,8 @@ def ok(stdout: str, pod: str = "p1") -> ProbeRun:
         (ROOT, "root=ro,relatime\ntouch=refused\n", "root=rw,relatime\ntouch=ok\n", "root filesystem is writable"),
         (EGRESS, "egress=blocked\n", "egress=open\n", "egress is not limited"),
         (ENV, "sk-ant=0\n", "sk-ant=2\n", "2 environment variable(s) contain sk-ant"),
+        (PROXY, "proxy=401\n", "proxy=200\n", "answered HTTP 200 to an unknown token from inside the pod"),
+        (PROXY, "proxy=401\n", "proxy=no-url\n", "no ANTHROPIC_BASE_URL"),
     ],
 )
 def test_each_probe_passes_when_sound_and_fails_when_broken(
@@ -93,3 +95,16 @@ def test_probe_command_is_sh_c_and_quotes_the_egress_url() -> None:
     assert "'http://x/'\"'\"'; rm -rf /'" in argv[2]
     assert checks.EGRESS_PROBE_URL in checks.probe_command(EGRESS)[2]
     assert "{url}" not in checks.probe_command(TOKEN)[2]
+
+
+@pytest.mark.parametrize("answer", ["proxy=000\n", "proxy=no-client\n", "proxy=\n"])
+def test_a_proxy_that_did_not_answer_from_the_pod_is_skipped_never_passed(answer: str) -> None:
+    assert decide_exec_probe(PROXY, [ok(answer)]).outcome is Outcome.SKIPPED
+
+
+def test_the_proxy_probe_runs_only_with_the_auth_proxy_and_sends_the_unknown_token() -> None:
+    assert PROXY in checks.exec_probes(auth_proxy=True)
+    assert PROXY not in checks.exec_probes(auth_proxy=False)
+    script = checks.probe_command(PROXY)[2]
+    assert f"Authorization: Bearer {checks.UNKNOWN_TOKEN}" in script
+    assert '"$u/v1/messages"' in script

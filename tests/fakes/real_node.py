@@ -1,0 +1,91 @@
+"""The real node as a session fixture (a plugin of tests/conftest.py): ``real_node`` yields one
+:class:`RealNodeEnv` (control plane + containerd, kubelet, runc, gVisor, kube-proxy, CoreDNS,
+kube-router) with the images built from this tree loaded; ``node_api`` a connected client.
+
+Skipped with the fix when the node's binaries or the machine's tools are missing. The images are
+built by ``scripts/images build`` (``.ci/run`` builds them); a test that needs one that is not built
+skips naming the command.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ironflow.cluster import image_builds
+from ironflow.kube import api as k8s
+from ironflow.testing import images
+from ironflow.testing.kubeenv import KubeEnvError, KubeEnvNotAvailable
+from ironflow.testing.realnode import RealNodeEnv, missing_tools
+
+ROOT = Path(__file__).resolve().parents[2]
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+def built_images() -> dict[str, Path]:
+    """Image name -> its docker archive, for the images of this tree that are built."""
+    out = {}
+    for name in image_builds.IMAGES:
+        path = images.archive_path(ROOT, name)
+        if path.exists():
+            out[name] = path
+    return out
+
+
+def image_reference(name: str) -> str:
+    """The reference a pod names to run image ``name`` as loaded on the node."""
+    return image_builds.local_reference(image_builds.IMAGES[name].reference)
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[RealNodeEnv]:
+    """One control plane and one real node for the session."""
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
+    try:
+        env = RealNodeEnv(images=list(built_images().values()), agent_sandbox=True)
+    except KubeEnvNotAvailable as exc:
+        pytest.skip(str(exc))
+    try:
+        env.start()
+    except KubeEnvError:  # one retry: a port picked at start may be taken meanwhile
+        env.start()
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture
+def need_image(real_node: RealNodeEnv) -> dict[str, str]:
+    """Image name -> reference on the node; a test asking for one not built skips with the command."""
+    built = built_images()
+
+    class _Refs(dict[str, str]):
+        def __missing__(self, name: str) -> str:
+            pytest.skip(f"image {name} is not built from this tree: bash scripts/images build {name}")
+
+    return _Refs({name: image_reference(name) for name in built})
+
+
+@pytest.fixture
+def node_ns(real_node: RealNodeEnv) -> Iterator[str]:
+    """A fresh namespace enforcing Pod Security ``restricted``, deleted after the test."""
+    with real_node.namespace(f"node-{uuid.uuid4().hex[:8]}", labels=RESTRICTED) as name:
+        yield name
+
+
+@pytest.fixture
+async def node_api(real_node: RealNodeEnv) -> AsyncIterator[k8s.KubeApi]:
+    client = await k8s.KubeApi.connect(real_node.cluster_config())
+    try:
+        yield client
+    finally:
+        await client.close()
