@@ -1,7 +1,8 @@
 """Suite-wide settings: every test has a timeout (pyproject), warnings are errors, an
 asyncio test that leaves a task running fails, and a test file that leaves a client, socket
 or session open for the collector fails at its end (not in whichever later test the
-collector happens to run)."""
+collector happens to run). Hypothesis has no per-example deadline: a property test asserts
+behaviour, and a slow example on a loaded machine is not a failure (speed is for benchmarks)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import settings
 from tests.fakes.unclosed import unclosed_after_collect
+
+settings.register_profile("ironflow", deadline=None)
+settings.load_profile("ironflow")
 
 pytest_plugins = ["tests.fakes.kube_fixtures", "tests.fakes.real_node", "tests.fakes.stores"]
 
