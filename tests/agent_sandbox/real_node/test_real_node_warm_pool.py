@@ -16,7 +16,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import agent_sandbox_gc
+import pytest
+from tests.fakes import agent_sandbox_gc, node_containers
 
 from ironflow import labels
 from ironflow.agent_sandbox import claims
@@ -28,6 +29,9 @@ from ironflow.steps import AgentConfig
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 SCRIPTS = "/etc/ironflow-test"
 RUN = "01a0e906-1f85-7000-8000-00000000a5e1"
@@ -35,12 +39,6 @@ SETTLE_S = 120.0
 SMALL = K8sResources(
     cpu_request="50m", memory_request="64Mi", ephemeral_storage_request=None, ephemeral_storage_limit=None
 )
-
-
-def _tasks(node: RealNodeEnv) -> set[str]:
-    done = node.ctr("tasks", "list", "-q")
-    assert done.returncode == 0, done.stderr
-    return set(done.stdout.split())
 
 
 async def _running_member(api: k8s.KubeApi, ns: str, *, not_named: str = "") -> tuple[str, str]:
@@ -56,9 +54,9 @@ async def _running_member(api: k8s.KubeApi, ns: str, *, not_named: str = "") -> 
             for pod in (await api.list(k8s.PODS, ns)).items:
                 if pod["metadata"]["name"] != name:
                     continue
-                for status in (pod.get("status") or {}).get("containerStatuses") or ():
-                    if "running" in (status.get("state") or {}):
-                        return name, str(status["containerID"]).partition("://")[2]
+                container = node_containers.running_container(pod)
+                if container is not None:
+                    return name, container
         return None
 
     found: tuple[str, str] = await eventually(member, limit_s=SETTLE_S, interval_s=0.5, what="a running pool member")
@@ -80,7 +78,7 @@ async def test_a_claim_adopts_the_warm_pools_running_pod_and_the_pool_refills(
     member, container = await _running_member(node_api, node_ns)
     member_pod = await node_api.get(k8s.PODS, node_ns, member)
     assert member_pod["metadata"]["labels"][labels.LABEL_WARM_POOL_SANDBOX]
-    assert container in await asyncio.to_thread(_tasks, real_node)
+    assert container in await node_containers.tasks(real_node)
 
     execs: list[str] = []
     original = node_api.exec
@@ -104,9 +102,9 @@ async def test_a_claim_adopts_the_warm_pools_running_pod_and_the_pool_refills(
     async def member_gone() -> bool:
         names = {p["metadata"]["name"] for p in (await node_api.list(k8s.PODS, node_ns)).items}
         claimed = (await node_api.list(claims.resources().claims, node_ns)).items
-        return member not in names and not claimed and container not in await asyncio.to_thread(_tasks, real_node)
+        return member not in names and not claimed and container not in await node_containers.tasks(real_node)
 
     await eventually(member_gone, limit_s=SETTLE_S, interval_s=0.5, what=f"the adopted pod {member} off the node")
     refill, refill_container = await _running_member(node_api, node_ns, not_named=member)
     assert refill != member
-    assert refill_container in await asyncio.to_thread(_tasks, real_node)
+    assert refill_container in await node_containers.tasks(real_node)

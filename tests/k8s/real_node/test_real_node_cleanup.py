@@ -11,12 +11,14 @@ the node's binaries or the runner image are missing.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
+from tests.fakes import node_containers
 
 from ironflow import labels
 from ironflow.k8s import reaper
@@ -28,6 +30,9 @@ from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
+
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 SCRIPTS = "/etc/ironflow-test"
@@ -43,6 +48,9 @@ SETTLE_S = 90.0
 def provider(ns: str, image: str) -> K8sEphemeralProvider:
     """Sandboxed steps whose agent is ``sh -p <prompt>``: the prompt names a script of ``scripts``."""
     p = K8sEphemeralProvider.sandboxed(image).namespace(ns).image_pull_policy("Never").timeout(180)
+    # A running agent pod's PID 1 is ``sh -c`` (dash runs the CLI as its child and has no TERM
+    # handler), so the kubelet's SIGTERM is ignored and its deletion takes the full 30 s grace.
+    p = p.previous_attempt_timeout(SETTLE_S)
     return p.resources(SMALL).read_only_config_map("scripts", SCRIPTS).claude_path("sh")
 
 
@@ -57,22 +65,11 @@ async def add_scripts(api: k8s.KubeApi, ns: str) -> None:
     )
 
 
-def running_tasks(node: RealNodeEnv) -> set[str]:
-    """The containers whose process runs on the node (containerd's tasks)."""
-    done = node.ctr("tasks", "list", "-q")
-    assert done.returncode == 0, done.stderr
-    return set(done.stdout.split())
-
-
 async def running(api: k8s.KubeApi, ns: str, name: str) -> str:
     """Wait until pod ``name`` runs; its container's id on the node."""
 
     async def started() -> str | None:
-        pod = await api.get(k8s.PODS, ns, name)
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
-            if "running" in (status.get("state") or {}):
-                return str(status["containerID"]).partition("://")[2]
-        return None
+        return node_containers.running_container(await api.get(k8s.PODS, ns, name))
 
     found: str = await eventually(started, limit_s=SETTLE_S, interval_s=0.2, what=f"pod {name} to run")
     return found
@@ -80,18 +77,6 @@ async def running(api: k8s.KubeApi, ns: str, name: str) -> str:
 
 async def pods_of(api: k8s.KubeApi, ns: str, selector: str) -> list[str]:
     return [p["metadata"]["name"] for p in (await api.list(k8s.PODS, ns, label_selector=selector)).items]
-
-
-async def gone_from_the_node(node: RealNodeEnv, containers: set[str]) -> None:
-    """No process of ``containers`` is left on the node (the kubelet killed them)."""
-    left: set[str] = set()
-
-    async def gone() -> bool:
-        left.clear()
-        left.update(containers & await asyncio.to_thread(running_tasks, node))
-        return not left
-
-    await eventually(gone, limit_s=SETTLE_S, interval_s=0.5, what=lambda: f"no task left of {sorted(left)}")
 
 
 async def agent_pod(api: k8s.KubeApi, p: K8sEphemeralProvider, config: AgentConfig) -> str:
@@ -132,8 +117,8 @@ async def test_a_retry_deletes_the_previous_attempts_running_pod_before_it_runs(
         return await pods_of(node_api, node_ns, f"{labels.LABEL_RUN_ID}={run}") == [other]
 
     await eventually(only_the_other_step, limit_s=SETTLE_S, interval_s=0.2, what="only the other step's pod left")
-    await gone_from_the_node(real_node, {old_container})
-    assert other_container in await asyncio.to_thread(running_tasks, real_node), "another step's pod was touched"
+    await node_containers.gone_from_the_node(real_node, {old_container})
+    assert other_container in await node_containers.tasks(real_node), "another step's pod was touched"
 
 
 async def test_release_run_deletes_the_runs_running_pods_and_job_from_the_node(
@@ -168,8 +153,8 @@ async def test_release_run_deletes_the_runs_running_pods_and_job_from_the_node(
         return [o["metadata"]["name"] for o in (await node_api.list(k8s.PODS, node_ns)).items] == [other]
 
     await eventually(only_the_other_run, limit_s=SETTLE_S, interval_s=0.2, what="only the other run's pod left")
-    await gone_from_the_node(real_node, containers)
-    assert other_container in await asyncio.to_thread(running_tasks, real_node), "another run's pod was touched"
+    await node_containers.gone_from_the_node(real_node, containers)
+    assert other_container in await node_containers.tasks(real_node), "another run's pod was touched"
 
 
 async def test_the_reaper_deletes_an_expired_running_pod_from_the_node_and_keeps_a_live_one(
@@ -187,6 +172,10 @@ async def test_the_reaper_deletes_an_expired_running_pod_from_the_node_and_keeps
     report = await reaper.reap_namespace(node_api, node_ns)
 
     assert report.pods == ("expired",)
-    await gone_from_the_node(real_node, {expired})
-    assert await pods_of(node_api, node_ns, f"{labels.LABEL_MANAGED_BY}={labels.MANAGED_BY_VALUE}") == ["live"]
-    assert live in await asyncio.to_thread(running_tasks, real_node)
+    await node_containers.gone_from_the_node(real_node, {expired})
+
+    async def only_the_live_pod() -> bool:
+        return await pods_of(node_api, node_ns, f"{labels.LABEL_MANAGED_BY}={labels.MANAGED_BY_VALUE}") == ["live"]
+
+    await eventually(only_the_live_pod, limit_s=SETTLE_S, interval_s=0.2, what="only the live pod left")
+    assert live in await node_containers.tasks(real_node)

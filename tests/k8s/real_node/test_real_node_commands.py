@@ -21,6 +21,9 @@ from ironflow.kube import api as k8s
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
+
 ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 180
 #: Written to stdout and stderr both: the log is the container's, both streams (their order

@@ -28,6 +28,9 @@ from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.polling import eventually
 
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
+
 STEP_TIMEOUT_S = 300
 #: Well under the timeout, well over what the node takes when loaded (create to status: 2-20 s).
 ENDS_WITHIN_S = 120

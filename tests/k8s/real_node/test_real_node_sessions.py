@@ -9,9 +9,8 @@ the container. Skipped when the node's binaries or the runner image are missing.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from tests.fakes import node_containers
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -19,11 +18,8 @@ from ironflow.sessions import OpenOptions
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
-
-def _tasks(node: RealNodeEnv) -> set[str]:
-    done = node.ctr("tasks", "list", "-q")
-    assert done.returncode == 0, done.stderr
-    return set(done.stdout.split())
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
@@ -36,9 +32,9 @@ async def test_a_session_on_a_real_pod_runs_commands_keeps_files_and_goes_on_clo
     async with p.sessions(api=node_api) as sessions:
         sandbox = await sessions.open(OpenOptions(ttl=300, env={"GREETING": "hello"}))
         pod = await node_api.get(k8s.PODS, node_ns, sandbox.id)
-        (status,) = pod["status"]["containerStatuses"]
-        assert "running" in status["state"]
-        container = str(status["containerID"]).partition("://")[2]
+        container = node_containers.running_container(pod)
+        assert container is not None, pod["status"]
+        assert container in await node_containers.tasks(real_node)
 
         ran = await sandbox.commands.run(["sh", "-c", "id -u; echo $GREETING; uname -r"])
         assert ran.exit_code == 0, ran
@@ -55,6 +51,6 @@ async def test_a_session_on_a_real_pod_runs_commands_keeps_files_and_goes_on_clo
 
     async def gone() -> bool:
         pods = (await node_api.list(k8s.PODS, node_ns)).items
-        return not pods and container not in await asyncio.to_thread(_tasks, real_node)
+        return not pods and container not in await node_containers.tasks(real_node)
 
     await eventually(gone, limit_s=90, interval_s=0.5, what=f"session pod {sandbox.id} gone from the API and the node")
