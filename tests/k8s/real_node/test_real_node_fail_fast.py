@@ -1,7 +1,8 @@
 """Fail fast on the real kubelet's word: on the real node (kubelet, containerd, runc), an agent
 step whose image is not on the node (pull policy ``Never``), whose Secret does not exist, whose
 container outgrows its memory limit or whose pod outlives ``activeDeadlineSeconds`` ends at once
-with the reason the kubelet wrote, and leaves no pod; a ``PodRun`` ends so too.
+with the reason the kubelet wrote, and leaves no pod; a ``PodRun`` ends so too (``OOMKilled``
+under gVisor as well).
 
 ``test_realkube_fail_fast.py`` shows the same with kwok writing the status; here nothing is
 scripted: the image, the Secret, the cgroup's OOM killer and the kubelet's deadline are real.
@@ -138,8 +139,9 @@ async def test_a_pod_past_its_active_deadline_ends_the_step_deadline_exceeded(
     await no_pod_left(node_api, node_ns)
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 async def test_a_pod_run_past_its_memory_limit_ends_oom_killed(
-    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str]
+    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
 ) -> None:
     run = (
         PodRun("greedy", need_image["runner"], GREEDY)
@@ -148,6 +150,8 @@ async def test_a_pod_run_past_its_memory_limit_ends_oom_killed(
         .resources(ResourceSpec(memory_request="96Mi", memory_limit="96Mi"))
         .timeout(STEP_TIMEOUT_S)
     )
+    if runtime == "gvisor":
+        run = run.runtime_class("gvisor")
     started = time.monotonic()
     with pytest.raises(errors.SandboxFailed) as caught:
         await run.run(node_api)
