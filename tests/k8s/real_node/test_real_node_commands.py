@@ -1,0 +1,96 @@
+"""``PodRun``, ``JobRun`` and ``ironflow exec --backend k8s`` on the real node: the command runs in
+the runner image under Pod Security ``restricted``, its exit code and its log come back as the
+container wrote them (a failing command is a result, not an error), and its pod or Job is gone
+after. The kwok tier (``test_k8s_runtime_ops.py``, ``test_k8s_runtime_cli_exec.py``) fakes the
+container; here the kubelet runs it. Skipped when the node's binaries or the runner image are
+missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ironflow.k8s.commands.pod_runs import JobRun, PodRun
+from ironflow.kube import api as k8s
+from ironflow.testing.polling import eventually
+from ironflow.testing.realnode import RealNodeEnv
+
+#: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
+pytestmark = pytest.mark.timeout(480)
+
+ROOT = Path(__file__).resolve().parents[3]
+TIMEOUT_S = 180
+#: Written to stdout and stderr both: the log is the container's, both streams (their order
+#: between the two is the runtime's).
+SAYS = "id -u; echo out; echo err >&2"
+SAID = ["10001", "err", "out"]
+
+
+async def nothing_left(api: k8s.KubeApi, ns: str) -> None:
+    left: list[str] = []
+
+    async def empty() -> bool:
+        jobs = [f"job {o['metadata']['name']}" for o in (await api.list(k8s.JOBS, ns)).items]
+        left[:] = jobs + [f"pod {o['metadata']['name']}" for o in (await api.list(k8s.PODS, ns)).items]
+        return not left
+
+    await eventually(empty, limit_s=60, interval_s=0.2, what=lambda: f"nothing in {ns}; left: {left}")
+
+
+@pytest.mark.parametrize("kind", [PodRun, JobRun], ids=["PodRun", "JobRun"])
+async def test_a_command_returns_its_log_and_exit_0_and_leaves_nothing(
+    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], kind: type[PodRun] | type[JobRun]
+) -> None:
+    """A JobRun's pod is the real Job controller's; its Job goes with Background propagation and
+    the real garbage collector removes the pod."""
+    run = kind("says", need_image["runner"], SAYS).namespace(node_ns).restricted(read_only_root=True)
+    out = await run.timeout(TIMEOUT_S).run(node_api)
+    assert (out.success, out.phase, out.exit_code) == (True, "Succeeded", 0), out
+    assert sorted(out.logs.splitlines()) == SAID
+    await nothing_left(node_api, node_ns)
+
+
+@pytest.mark.parametrize("kind", [PodRun, JobRun], ids=["PodRun", "JobRun"])
+async def test_a_failing_command_is_a_result_with_its_own_exit_code_and_log(
+    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], kind: type[PodRun] | type[JobRun]
+) -> None:
+    run = kind("fails", need_image["runner"], "echo oops; exit 7").namespace(node_ns).restricted(read_only_root=True)
+    out = await run.timeout(TIMEOUT_S).run(node_api)
+    assert (out.success, out.phase, out.exit_code) == (False, "Failed", 7), out
+    assert out.logs == "oops\n"
+    await nothing_left(node_api, node_ns)
+
+
+def _exec(real_node: RealNodeEnv, tmp_path: Path, ns: str, image: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``ironflow exec --backend k8s`` as a user runs it: a provider file, ``$KUBECONFIG``."""
+    provider = tmp_path / "provider.yaml"
+    provider.write_text(f"image: {image}\nsandboxed: true\nnamespace: {ns}\n")
+    env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig_path), "PYTHONPATH": str(ROOT / "src")}
+    args = ["exec", "--backend", "k8s", "--provider", str(provider), "--timeout", str(TIMEOUT_S), "--", *argv]
+    main = "from ironflow.cli.app import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", main, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S + 60
+    )
+
+
+async def test_ironflow_exec_prints_the_commands_output_and_exits_with_its_code(
+    real_node: RealNodeEnv, node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
+) -> None:
+    ok = await asyncio.to_thread(
+        _exec, real_node, tmp_path, node_ns, need_image["runner"], "sh", "-c", "id -u; echo hi"
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "10001\nhi\n"
+    failed = await asyncio.to_thread(
+        _exec, real_node, tmp_path, node_ns, need_image["runner"], "sh", "-c", "echo oops; exit 7"
+    )
+    assert failed.returncode == 7, failed.stderr
+    assert failed.stdout == "oops\n"
+    assert failed.stderr.startswith("error: the command exited with 7 in pod exec-")
+    await nothing_left(node_api, node_ns)
