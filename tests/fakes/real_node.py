@@ -22,6 +22,8 @@ from ironflow.testing.kubeenv import KubeEnvError, KubeEnvNotAvailable
 from ironflow.testing.realnode import RealNodeEnv, missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
+#: A real-node test's limit: its first test also starts the node (12 s idle, up to 2 min loaded).
+REAL_NODE_TIMEOUT_S = 480
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -41,6 +43,14 @@ def built_images() -> dict[str, Path]:
 def image_reference(name: str) -> str:
     """The reference a pod names to run image ``name`` as loaded on the node."""
     return image_builds.local_reference(image_builds.IMAGES[name].reference)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the real node get :data:`REAL_NODE_TIMEOUT_S` unless they set their own: pytest-timeout
+    counts fixture setup, and the first such test pays for the node's start."""
+    for item in items:
+        if "real_node" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(REAL_NODE_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")
