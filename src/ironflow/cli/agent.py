@@ -8,9 +8,9 @@ a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.pod_r
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
 terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
 through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
-timed-out command as a failed step (1), as the local backend does. Each backend's modules are
-imported where that backend runs: a local ``exec`` loads no Kubernetes client, agent-sandbox or
-model server.
+timed-out command as a failed step (1), as the local backend does. The local backend (both
+commands' default) is imported here; the others where they run, so a local ``exec`` loads no
+Kubernetes client, agent-sandbox or model server.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.fake_model.script import Script
-from ironflow.local.sandbox_config import DEFAULT_TIMEOUT_S
+from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.provider import AgentProvider, LogSink
 from ironflow.results import AgentResult, CommandResult
 from ironflow.secrets import redact
@@ -412,8 +412,6 @@ def exec_command(
     given = ws.read_stdin(stdin)
     # Text output streams as the command writes it; -o json holds it for the one document at the end.
     streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
-    from ironflow.local.sandbox_provider import LocalSandboxProvider
-
     try:
         provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
         result = asyncio.run(
