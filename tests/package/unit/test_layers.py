@@ -167,6 +167,7 @@ DEFERRED_IMPORTS = {
     ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.app"): "aiohttp's server, while a proxy serves",
     ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.config"): "cryptography, while a proxy serves",
     ("ironflow.local.sandbox_provider", "ironflow.local.sessions.local_sessions"): "the session client, in sessions()",
+    ("ironflow.cli.run", "ironflow.engine.monitoring"): "aiohttp's server, for worker --metrics-port only",
 }
 
 
