@@ -20,15 +20,17 @@ builders.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
-
-import yaml
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "MAX_DEPTH",
@@ -188,20 +190,28 @@ class Section:
         return [Section(item, known=known, path=f"{self.key_path(key)}[{i}]") for i, item in enumerate(value)]
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing to compose past :data:`MAX_DEPTH` (its composer recurses)."""
+@functools.cache
+def _bounded_loader() -> type[yaml.SafeLoader]:
+    """PyYAML's safe loader, refusing to compose past :data:`MAX_DEPTH` (its composer recurses).
 
-    _depth = 0
+    Made at the first decode: every command imports this module (through ``ironflow.steps``),
+    few read YAML, and PyYAML is a tenth of a command's start-up."""
+    import yaml
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self._depth >= MAX_DEPTH:
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    class BoundedLoader(yaml.SafeLoader):
+        _depth = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            if self._depth >= MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return BoundedLoader
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -235,11 +245,13 @@ def decode(text: str, *, source: str, as_json: bool = False) -> Any:
     Raises:
         ConfigError: one line: not YAML (JSON), too large, or nested too deep.
     """
+    import yaml  # see _bounded_loader
+
     if len(text) > MAX_FILE_BYTES:
         raise errors.ConfigError(f"{source} is larger than {MAX_FILE_BYTES >> 20} MiB")
     kind = "JSON" if as_json else "YAML"
     try:
-        value = json.loads(text) if as_json else yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a safe loader
+        value = json.loads(text) if as_json else yaml.load(text, Loader=_bounded_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise errors.ConfigError(f"{source} is not valid YAML: {_yaml_problem(exc)}") from None
     except json.JSONDecodeError as exc:

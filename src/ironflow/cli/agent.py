@@ -8,7 +8,9 @@ a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.pod_r
 not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
 terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
 through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
-timed-out command as a failed step (1), as the local backend does.
+timed-out command as a failed step (1), as the local backend does. The local backend (both
+commands' default) is imported here; the others where they run, so a local ``exec`` loads no
+Kubernetes client, agent-sandbox or model server.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 
 import typer
 
@@ -33,20 +35,19 @@ from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
-from ironflow.fake_model.server import Script
-from ironflow.k8s.commands import pod_runs
-from ironflow.k8s.commands.execution import PodRunOutput
-from ironflow.k8s.commands.pod_runs import PodRun
-from ironflow.k8s.settings import ProviderSettings
-from ironflow.k8s.workspaces import command_pods
-from ironflow.local.offline import OfflineProvider
-from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, CommandResult, LocalSandboxProvider
-from ironflow.local.workspaces.git_sync import GitHosts
+from ironflow.fake_model.script import Script
+from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.provider import AgentProvider, LogSink
-from ironflow.results import AgentResult
+from ironflow.results import AgentResult, CommandResult
 from ironflow.secrets import redact
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace, WorkspaceChanges
+
+if TYPE_CHECKING:
+    from ironflow.auth_proxy.git_hosts import GitHosts
+    from ironflow.k8s.commands.execution import PodRunOutput
+    from ironflow.k8s.commands.pod_runs import PodRun
+    from ironflow.k8s.settings import ProviderSettings
 
 __all__ = ["register"]
 
@@ -176,6 +177,8 @@ async def _run_faked(
     sink: LogSink | None,
 ) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
+    from ironflow.local.offline import OfflineProvider
+
     provider = OfflineProvider(script, isolation=isolation.value, timeout=timeout_s, git_hosts=git_hosts)
     return await _run_step(config, provider, sink)
 
@@ -283,6 +286,8 @@ def agent(
 async def _run_pod(
     run: PodRun, settings: ProviderSettings, spec: Workspace | None
 ) -> tuple[PodRunOutput, WorkspaceChanges | None]:
+    from ironflow.k8s.workspaces import command_pods
+
     async with await backends.connect(settings.cluster) as client:
         if spec is None:
             return await run.run(client), None
@@ -295,6 +300,9 @@ def _exec_k8s(
 ) -> NoReturn:  # fmt: skip
     """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
     git workspace, if given); exit like local."""
+    from ironflow.k8s.commands import pod_runs
+    from ironflow.k8s.workspaces import command_pods
+
     provider = backends.k8s_provider(provider_file)
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings

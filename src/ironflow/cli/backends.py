@@ -6,35 +6,39 @@ Every command refuses the same input with the same words: a missing or unreadabl
 file, an unknown setting, a wrong type all exit 2 with one ``error: …`` line naming the setting
 (the messages are the providers' ``from_file``).
 
-Nothing here loads lazily: the app (``cli/app.py``) imports a command's topic module only
-when that command runs, so ``ironflow --help`` starts without any backend.
+A backend's modules load in the function that builds it, never with this module: every command
+that runs imports this one, and ``ironflow exec`` on the local backend must not pay for the
+Kubernetes client, agent-sandbox or the offline model server (tests/cli/unit/test_startup_imports.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import typer
 from typer.core import TyperCommand
 
 from ironflow import errors, settings_file
-from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
-from ironflow.fake_model.server import Script
-from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.kube import api as kube
+from ironflow.fake_model import script as fake_model
+from ironflow.fake_model.script import Script
 from ironflow.kube import clusters
-from ironflow.kube.api import KubeApi
-from ironflow.local import offline
-from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider, ProxyCredential
-from ironflow.local.workspaces.git_sync import GitHosts
 from ironflow.provider import AgentProvider, sessions_of
-from ironflow.sessions.backend import SessionBackend
+
+if TYPE_CHECKING:
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+    from ironflow.auth_proxy.git_hosts import GitHosts
+    from ironflow.k8s.pod_provider import K8sEphemeralProvider
+    from ironflow.kube.api import KubeApi
+    from ironflow.local.sandbox.environment import ProxyCredential
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
+    from ironflow.sessions.backend import SessionBackend
 
 __all__ = [
     "FAKE_MODEL_KEY",
@@ -73,6 +77,8 @@ ProviderKubeconfigOption = Annotated[
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
     """The provider ``--provider FILE`` names, or exit 2 naming what is wrong with it."""
+    from ironflow.k8s.pod_provider import K8sEphemeralProvider
+
     return _provider_file(path, Backend.K8S, "docs/k8s-provider.md", K8sEphemeralProvider.from_file)
 
 
@@ -90,6 +96,8 @@ def with_git_hosts(provider: K8sEphemeralProvider, hosts: GitHosts) -> K8sEpheme
 def agent_sandbox_provider(path: Path | None, git_hosts: GitHosts | None = None) -> AgentSandboxProvider:
     """The agent-sandbox provider ``--provider FILE`` names (cloning git workspaces with
     ``git_hosts``' tokens, kept in the auth proxy), or exit 2 naming what is wrong."""
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+
     sandboxes = _provider_file(path, Backend.AGENT_SANDBOX, "docs/agent-sandbox.md", AgentSandboxProvider.from_file)
     if git_hosts is None:
         return sandboxes
@@ -111,17 +119,21 @@ def build_provider(
     *,
     provider_file: Path | None = None,
     isolation: Isolation = Isolation.BWRAP,
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
     credential: ProxyCredential | None = None,
     git_hosts: GitHosts | None = None,
 ) -> AgentProvider:
-    """The provider of ``--backend``: local from the options, k8s / agent-sandbox from the file."""
+    """The provider of ``--backend``: local from the options (``timeout`` None: its default),
+    k8s / agent-sandbox from the file; only the chosen backend's modules are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
         return agent_sandbox_provider(provider_file, git_hosts)
-    return LocalSandboxProvider(isolation=isolation.value, timeout=timeout, credential=credential, git_hosts=git_hosts)
+    from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
+
+    limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    return LocalSandboxProvider(isolation=isolation.value, timeout=limit, credential=credential, git_hosts=git_hosts)
 
 
 def session_backend(
@@ -146,41 +158,58 @@ def session_backend(
         exits.fail_for(exc)
 
 
+def _as(provider: AgentProvider, module: str, name: str) -> Any:
+    """``provider`` if it is an instance of ``module.name``, else None. The module is looked up, not
+    imported: no instance of a class never loaded can exist, and a local step must not load the
+    Kubernetes backend to learn it is not one."""
+    loaded = sys.modules.get(module)
+    return provider if loaded is not None and isinstance(provider, getattr(loaded, name)) else None
+
+
+def _k8s(provider: AgentProvider) -> K8sEphemeralProvider | None:
+    found: K8sEphemeralProvider | None = _as(provider, "ironflow.k8s.pod_provider", "K8sEphemeralProvider")
+    return found
+
+
+def _agent_sandbox(provider: AgentProvider) -> AgentSandboxProvider | None:
+    found: AgentSandboxProvider | None = _as(provider, "ironflow.agent_sandbox.claim_provider", "AgentSandboxProvider")
+    return found
+
+
 def cluster_of(provider: AgentProvider) -> clusters.ClusterConfig | None:
     """The cluster a provider's steps run on (None: local, or the default kubeconfig)."""
-    if isinstance(provider, K8sEphemeralProvider):
-        return provider.settings.cluster
-
-    if isinstance(provider, AgentSandboxProvider):
-        return provider.cluster_config
+    if (pods := _k8s(provider)) is not None:
+        return pods.settings.cluster
+    if (claimed := _agent_sandbox(provider)) is not None:
+        return claimed.cluster_config
     return None
 
 
 def conversations_claim_of(provider: AgentProvider) -> str | None:
     """The PVC a provider keeps Claude Code's conversations on (``sandbox.sessions_claim``), None: none kept."""
-    if isinstance(provider, K8sEphemeralProvider):
-        return provider.settings.conversations_claim
-    if isinstance(provider, AgentSandboxProvider):
-        return provider.settings.pod.settings.conversations_claim
+    if (pods := _k8s(provider)) is not None:
+        return pods.settings.conversations_claim
+    if (claimed := _agent_sandbox(provider)) is not None:
+        return claimed.settings.pod.settings.conversations_claim
     return None
 
 
 def where(provider: AgentProvider) -> str:
     """Where ``provider``'s steps run, for a progress line."""
-    if isinstance(provider, LocalSandboxProvider):
-        return f"a {provider.isolation} sandbox"
-    if isinstance(provider, K8sEphemeralProvider):
+    local: LocalSandboxProvider | None = _as(provider, "ironflow.local.sandbox_provider", "LocalSandboxProvider")
+    if local is not None:
+        return f"a {local.isolation} sandbox"
+    if _k8s(provider) is not None:
         return "a Kubernetes pod"
-
-    if isinstance(provider, AgentSandboxProvider):
-        return f"a sandbox claimed from warm pool {provider.settings.pool} ({provider.settings.namespace})"
+    if (claimed := _agent_sandbox(provider)) is not None:
+        return f"a sandbox claimed from warm pool {claimed.settings.pool} ({claimed.settings.namespace})"
     return type(provider).__name__
 
 
 #: The key the in-process proxy hands the offline model server (it admits this one only).
-FAKE_MODEL_KEY: Final = offline.FAKE_MODEL_KEY
+FAKE_MODEL_KEY: Final = fake_model.FAKE_MODEL_KEY
 #: What the offline model answers ``ironflow agent --fake-model`` with, unscripted.
-BUILTIN_AGENT_REPLY: Final = offline.DEFAULT_REPLY
+BUILTIN_AGENT_REPLY: Final = fake_model.DEFAULT_REPLY
 #: ... and every agent step of ``ironflow run`` / ``worker --fake-model``.
 BUILTIN_RUN_REPLY: Final = "Looks good to me. (offline fake model)"
 
@@ -229,6 +258,8 @@ class Providers:
 
     async def __aenter__(self) -> Providers:
         if self.fake is not None:
+            from ironflow.local import offline
+
             self.fake_credential = await self._stack.enter_async_context(offline.offline_model(self.fake))
         return self
 
@@ -275,6 +306,7 @@ def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.Clust
 
 async def connect(cluster: clusters.ClusterConfig | None) -> KubeApi:
     """A Kubernetes API client for ``cluster`` (None: the default kubeconfig); close it with ``async with``."""
+    from ironflow.kube import api as kube
 
     return await kube.KubeApi.connect(cluster)
 
@@ -286,6 +318,8 @@ async def require_namespace(api: KubeApi, namespace: str) -> None:
     Raises:
         NamespaceNotFound: the API answered 404 for it.
     """
+    from ironflow.kube import api as kube
+
     try:
         await api.get(kube.NAMESPACES, None, namespace)
     except errors.KubeForbidden:

@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Any, BinaryIO, Final, TextIO
 
 import typer
-import yaml
 
 from ironflow import results
 
@@ -82,6 +81,8 @@ def document(doc: Any, fmt: StrEnum, *, indent: int | None = 2) -> str:
     if fmt.value != "yaml":
         return text
     # Through JSON, so YAML holds exactly what JSON would (str-valued enums, dates as JSON has them).
+    import yaml  # only for -o yaml: a command's start-up does not pay for PyYAML
+
     return yaml.safe_dump(json.loads(text), sort_keys=False, width=120, allow_unicode=True).rstrip("\n")
 
 
@@ -110,6 +111,8 @@ def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
     if fmt is ManifestFormat.JSON:
         typer.echo(json.dumps(objects, indent=2))
     else:
+        import yaml
+
         typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
 
 

@@ -31,8 +31,8 @@ from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import TextFormat, printable
 from ironflow.cli.stores import StoreOption, opened, plain, run_async
-from ironflow.engine import accounts, events, loading, model, monitoring
-from ironflow.engine.metrics import WorkerMetrics
+from ironflow.engine import accounts, events, loading, model
+from ironflow.engine.metrics import DEFAULT_HOST, WorkerMetrics
 from ironflow.engine.run_log import RunLog
 from ironflow.engine.runner import Runner
 from ironflow.engine.store import Store
@@ -293,6 +293,8 @@ async def _pages(
     if metrics is None or at is None:
         yield None
         return
+    from ironflow.engine import monitoring  # aiohttp's server: only a worker with --metrics-port
+
     pages = monitoring.serve(monitoring.create_app(worker, store, metrics), host=at[0], port=at[1])
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -362,7 +364,7 @@ def worker(
         str | None,
         typer.Option(
             "--metrics-host",
-            help=f"With --metrics-port: the address to listen on (default {monitoring.DEFAULT_HOST}).",
+            help=f"With --metrics-port: the address to listen on (default {DEFAULT_HOST}).",
             show_default=False,
         ),
     ] = None,
@@ -375,7 +377,7 @@ def worker(
         exits.fail("--metrics-host only applies with --metrics-port")
     metrics_at = None
     if metrics_port is not None:
-        metrics_at = (metrics_host or monitoring.DEFAULT_HOST, inputs.port(metrics_port, "--metrics-port"))
+        metrics_at = (metrics_host or DEFAULT_HOST, inputs.port(metrics_port, "--metrics-port"))
     parsed = parse_accounts(account)
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)

@@ -13,14 +13,16 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from ironflow import errors
 from ironflow.cli import exits
-from ironflow.engine import model, run_refs
-from ironflow.engine.store import Store, open_store
+from ironflow.engine import model
+
+if TYPE_CHECKING:
+    from ironflow.engine.store import Store
 
 __all__ = ["RunArgument", "StoreOption", "find_run", "opened", "plain", "run_async"]
 
@@ -44,6 +46,8 @@ async def opened(url: str | None, *, create: bool = True) -> AsyncIterator[Store
 
     ``create=False`` for the commands that only read or change runs: they never make directories.
     """
+    from ironflow.engine.store import open_store  # its drivers load with it: only a command that opens a store
+
     try:
         store = open_store(url, create=create)
         await store.open()
@@ -58,6 +62,8 @@ async def opened(url: str | None, *, create: bool = True) -> AsyncIterator[Store
 async def find_run(store: Store, ref: str) -> model.RunRecord:
     """The run ``ref`` names (:func:`~ironflow.engine.run_refs.match_run`, as the UI takes it: its
     whole id, else the one run whose id starts with it); exits 2 on none, naming a few when several do."""
+    from ironflow.engine import run_refs
+
     if not ref:
         exits.fail("a run id cannot be empty; list runs with `ironflow runs list`")
     found = await run_refs.match_run(store, ref)

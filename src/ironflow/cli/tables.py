@@ -4,7 +4,9 @@ On a terminal: its width (``COLUMNS`` when set), and a box where the table has o
 redirected: plain columns (no box characters, no colour) that never wrap, so ``grep`` and ``awk``
 see one row per line. Either way a control character in a cell (a step's result, an error a sandbox
 wrote) is shown as its escape, never sent to the terminal (:func:`~ironflow.cli.formats.printable`).
-The rendering is pure: the caller says which (:func:`stdout_width`).
+The rendering is pure: the caller says which (:func:`stdout_width`). rich loads when a table is
+made: a command module imports this one for its listing subcommand, and its others (``sandbox
+exec``) must not pay for it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import io
 import shutil
 import sys
-
-from rich import box
-from rich.console import Console, RenderableType
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from ironflow.cli.formats import printable
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
 
 __all__ = ["new", "render", "stdout_width"]
 
@@ -34,12 +37,18 @@ def stdout_width() -> int | None:
 
 def new(*headers: str, title: str | None = None, boxed: bool = False) -> Table:
     """A table with these column headers; ``boxed`` draws a box on a terminal (:func:`render`)."""
+    from rich import box
+    from rich.table import Table
+
     return Table(*headers, title=title, title_justify="left", box=box.HEAVY_HEAD if boxed else None)
 
 
 def render(*items: RenderableType | str, width: int | None) -> str:
     """``items`` as text, one after the other (pure): at ``width`` with boxes, or, for None, plain
     and unwrapped (every box dropped); trailing spaces and the last newline go."""
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(width=width or _UNWRAPPED, file=io.StringIO(), record=True, color_system=None)
     for item in items:
         if width is None and isinstance(item, Table):

@@ -24,15 +24,17 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow.engine import events, model
 from ironflow.engine.store import Store
-from ironflow.kube import api as k8s_api
-from ironflow.kube.api import KubeApi
+from ironflow.kube import resources
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease
+
+if TYPE_CHECKING:
+    from ironflow.kube.api import KubeApi  # the client (aiohttp): the caller's; `runs list` must not load it
 
 __all__ = [
     "AccountChoice",
@@ -216,7 +218,7 @@ class KubeSecretReader:
 
     async def __call__(self, namespace: str | None, name: str, key: str) -> str:
         ns = namespace or self.default_namespace
-        secrets = k8s_api.Resource("", "v1", "secrets", "Secret")
+        secrets = resources.Resource("", "v1", "secrets", "Secret")
         try:
             obj = await self.api.get(secrets, ns, name)
         except errors.KubeNotFound:

@@ -15,7 +15,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from ironflow.engine import events
 
-__all__ = ["STEP_DURATION_BUCKETS", "WorkerMetrics"]
+__all__ = ["DEFAULT_HOST", "STEP_DURATION_BUCKETS", "WorkerMetrics"]
+
+#: Where the pages listen unless told (:mod:`ironflow.engine.monitoring` serves them); here, so
+#: the worker command's help names it without importing the HTTP server.
+DEFAULT_HOST: Final = "127.0.0.1"
 
 #: From an op step's milliseconds to an agent step's hour.
 STEP_DURATION_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)

@@ -22,13 +22,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ironflow import errors
-from ironflow.engine.metrics import WorkerMetrics
+from ironflow.engine.metrics import DEFAULT_HOST, WorkerMetrics
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
 
 __all__ = ["DEFAULT_HOST", "STORE_CHECK_S", "Serving", "create_app", "health", "serve"]
 
-DEFAULT_HOST: Final = "127.0.0.1"
 #: How long ``/healthz`` waits for the store before calling it unreachable.
 STORE_CHECK_S: Final = 2.0
 

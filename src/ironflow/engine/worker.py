@@ -22,19 +22,24 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ironflow import errors
 from ironflow.engine import events, model
 from ironflow.engine.events import Outcome
-from ironflow.engine.runner import Runner
 from ironflow.engine.store import DEFAULT_LEASE_S, Store
+
+if TYPE_CHECKING:
+    # Named for the type only: the runner (accounts, providers' protocol) is the factory's to
+    # import, and `runs list` / `ps`, which parse worker ids here, never load it.
+    from ironflow.engine.runner import Runner
 
 __all__ = ["RunnerFactory", "Worker", "worker_id", "worker_process"]
 
 log = logging.getLogger("ironflow.engine.worker")
 
 #: Builds the runner for a run (its backend picks the provider).
-RunnerFactory = Callable[[model.RunRecord], Runner]
+RunnerFactory = Callable[[model.RunRecord], "Runner"]
 
 
 def worker_id() -> str:

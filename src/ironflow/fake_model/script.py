@@ -15,7 +15,13 @@ from typing import Any, Final
 
 from ironflow import errors, settings_file
 
-__all__ = ["ErrorTurn", "Script", "TextTurn", "ToolUseTurn", "Turn", "Usage"]
+__all__ = ["DEFAULT_REPLY", "FAKE_MODEL_KEY", "ErrorTurn", "Script", "TextTurn", "ToolUseTurn", "Turn", "Usage"]
+
+#: The key the offline model server admits (the in-process proxy hands it over, nothing else does).
+#: Here, not in the server's module, so the CLI can name it without importing aiohttp.
+FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
+#: What the offline model answers, unscripted.
+DEFAULT_REPLY: Final = "Hello from the sandbox! (offline fake model)"
 
 
 @dataclass(frozen=True)

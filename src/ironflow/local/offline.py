@@ -6,6 +6,7 @@ yields the credential the provider's proxy relays with; :class:`OfflineProvider`
 :class:`~ironflow.local.LocalSandboxProvider` that starts that server at its first step and stops
 it at ``aclose``, so ``ironflow.run_sync(OfflineProvider(), config)`` works from a plain script.
 The real Claude Code CLI still runs, inside the real sandbox: only the model is replaced.
+The server's module (aiohttp) loads when it starts, so importing this one costs no HTTP stack.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
-from ironflow.fake_model.server import FakeAnthropic, Script
+from ironflow.fake_model.script import DEFAULT_REPLY, FAKE_MODEL_KEY, Script
 from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.provider import LogSink
 from ironflow.results import AgentResult
@@ -24,16 +25,13 @@ from ironflow.steps import AgentConfig
 
 __all__ = ["DEFAULT_REPLY", "FAKE_MODEL_KEY", "OfflineProvider", "offline_model"]
 
-#: The key the in-process proxy hands the offline model server (it admits this one only).
-FAKE_MODEL_KEY: Final = "sk-ant-api03-offline-fake-model-dummy-key"
-#: What the offline model answers, unscripted.
-DEFAULT_REPLY: Final = "Hello from the sandbox! (offline fake model)"
-
 
 @contextlib.asynccontextmanager
 async def offline_model(script: Script) -> AsyncIterator[ProxyCredential]:
     """Serve the offline model server answering ``script`` while the block runs; yield the
     credential a local provider's proxy uses to reach it."""
+    from ironflow.fake_model.server import FakeAnthropic  # aiohttp's server: only when it serves
+
     async with FakeAnthropic(script, required_credential=FAKE_MODEL_KEY) as fake:
         yield ProxyCredential(Secret(FAKE_MODEL_KEY), "api_key", fake.url)
 

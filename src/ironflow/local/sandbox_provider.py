@@ -13,7 +13,8 @@ Credentials stay outside: an agent step gets an in-process auth proxy on a unix 
 (bridged to 127.0.0.1:<port> inside the sandbox's own network namespace) and only an
 opaque ``ifap_`` token; the key is handed to the proxy, never to the sandbox. Settings
 that only mean something on Kubernetes are accepted, logged as a warning and listed in
-``AgentResult.ignored_settings``.
+``AgentResult.ignored_settings``. Sessions, the proxy's server and the offline model load when
+used, so a one-shot ``ironflow exec`` imports no HTTP stack.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ironflow import errors, tracing, workspaces
 from ironflow.claude import command, output, profile, rate_limits
@@ -41,7 +43,6 @@ from ironflow.local.sandbox.environment import (
     sandbox_env,
 )
 from ironflow.local.sandbox_config import DEFAULT_TIMEOUT_S, LocalSandboxConfig
-from ironflow.local.sessions import local_sessions
 from ironflow.local.workspaces import bound, step_workspaces
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
@@ -49,6 +50,9 @@ from ironflow.results import AgentResult, CommandResult
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
+
+if TYPE_CHECKING:
+    from ironflow.local.sessions import local_sessions
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -323,5 +327,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         )
 
     def sessions(self, *, state_dir: str | None = None) -> local_sessions.LocalSessions:
-        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go)."""
+        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go).
+
+        Their module (and its HTTP client) loads here: a one-shot step or command never needs it."""
+        from ironflow.local.sessions import local_sessions
+
         return local_sessions.LocalSessions(self, state_dir=state_dir)

@@ -151,6 +151,23 @@ DEFERRED_IMPORTS = {
     ): "the local sandbox's modules, for --env only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
+    # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):
+    # a local `exec` no Kubernetes client, agent-sandbox, model server or auth-proxy server.
+    ("ironflow.cli.agent", "ironflow.k8s.commands.pod_runs"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.agent", "ironflow.k8s.workspaces.command_pods"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.agent", "ironflow.local.offline"): "the offline model, for --fake-model only",
+    ("ironflow.cli.backends", "ironflow.k8s.pod_provider"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.backends", "ironflow.agent_sandbox.claim_provider"): "agent-sandbox, for its backend only",
+    ("ironflow.cli.backends", "ironflow.kube.api"): "the Kubernetes client (aiohttp), for a cluster only",
+    ("ironflow.cli.backends", "ironflow.local.sandbox_provider"): "the local backend, for --backend local only",
+    ("ironflow.cli.backends", "ironflow.local.offline"): "the offline model, for --fake-model only",
+    ("ironflow.cli.stores", "ironflow.engine.store"): "the store's driver, for a command that opens one",
+    ("ironflow.cli.stores", "ironflow.engine.run_refs"): "the store's driver, for a command that opens one",
+    ("ironflow.local.offline", "ironflow.fake_model.server"): "aiohttp's server, while the model serves",
+    ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.app"): "aiohttp's server, while a proxy serves",
+    ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.config"): "cryptography, while a proxy serves",
+    ("ironflow.local.sandbox_provider", "ironflow.local.sessions.local_sessions"): "the session client, in sessions()",
+    ("ironflow.cli.run", "ironflow.engine.monitoring"): "aiohttp's server, for worker --metrics-port only",
 }
 
 

@@ -6,7 +6,9 @@ socket bind-mounted into its network namespace. The credential goes into the reg
 and nowhere else; the caller gets the opaque ``ifap_`` token. The token is revoked and
 the socket removed when the block ends, whatever happened inside. Each step's proxy takes
 at most ``max_connections`` connections at once (the sandbox's ``proxy_connections``
-limit): every one is a descriptor of the worker's, shared by all its steps.
+limit): every one is a descriptor of the worker's, shared by all its steps. The proxy's server
+(aiohttp, cryptography) loads when a session starts, not with this module: a sandbox without
+network (``ironflow exec``) never pays for it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from ironflow.auth_proxy import app, config, registry, tokens
+from ironflow.auth_proxy import registry, tokens
 from ironflow.local.sandbox import environment, limits
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow.auth_proxy import app
 
 __all__ = ["proxy_session", "secret_session"]
 
@@ -73,6 +79,8 @@ async def secret_session(
 async def _serving(
     socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int
 ) -> AsyncIterator[app.RunningProxy]:
+    from ironflow.auth_proxy import app, config  # the server, only now (see the module's docstring)
+
     environment = config.AuthProxyConfig(
         admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
         upstream=upstream,

@@ -1,0 +1,107 @@
+"""Each ``ironflow`` command imports what it runs and nothing else (issue 31's start-up).
+
+Every probe is a fresh interpreter running the console script's ``main`` with a command line,
+then printing ``sys.modules``: a module-level import of a backend, the Kubernetes client or the
+offline model server anywhere on a command's path fails here, whatever it costs in time (the
+time is ``benchmarks/cli.py``'s business). ``exec`` runs its real path up to the sandbox's
+launch, which a stub answers: no bubblewrap is needed, and what the launch imports is the local
+backend's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: The Kubernetes backends and their client, the model server, the session server: a local
+#: ``exec`` and ``--help`` load none of them.
+CLUSTER_AND_SERVERS = (
+    "kubernetes_asyncio",
+    "ironflow.kube.api",
+    "ironflow.k8s",
+    "ironflow.agent_sandbox",
+    "ironflow.fake_model.server",
+    "ironflow.auth_proxy.app",
+    "ironflow.sandbox_router",
+    "ironflow.cli.sandbox_serve",
+)
+#: Every backend (``--help`` and the session client load none).
+BACKENDS = ("ironflow.local", "ironflow.k8s", "ironflow.agent_sandbox", "ironflow.engine.runner")
+#: The HTTP stack: only a command that serves or calls over HTTP loads it.
+HTTP = ("aiohttp",)
+
+_STUB_LAUNCH = """
+from ironflow.local.sandbox import launch
+
+async def _launched(self, argv, **options):
+    print("LAUNCHED", file=sys.stderr)
+    return launch.Finished(0, b"", b"")
+
+launch.SandboxProcesses.run = _launched
+"""
+
+
+def _loaded(argv: list[str], *, env: dict[str, str] | None = None, before: str = "") -> tuple[set[str], str]:
+    """The modules loaded after ``ironflow ARGV`` ran (its exit is caught), and its stderr."""
+    probe = (
+        "import json, sys\n"
+        f"{before}\n"
+        "from ironflow.cli.app import main\n"
+        f"sys.argv = ['ironflow', *{argv!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1])), done.stderr
+
+
+def _under(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(f"{p}.") for p in prefixes))
+
+
+def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> None:
+    modules, stderr = _loaded(["exec", "--backend", "local", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, CLUSTER_AND_SERVERS) == [], "import these where a cluster or server is used"
+    assert _under(modules, HTTP) == [], "a sandbox without network needs no HTTP stack"
+
+
+def test_local_exec_help_loads_no_cluster_client() -> None:
+    modules, _ = _loaded(["exec", "--help"])
+    assert _under(modules, CLUSTER_AND_SERVERS + HTTP) == []
+
+
+def test_help_loads_no_backend_and_no_http_stack() -> None:
+    modules, _ = _loaded(["--help"])
+    assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
+
+
+def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
+    store = tmp_path / "engine.db"
+    opened = (
+        "import asyncio\n"
+        "from ironflow.engine.store import open_store\n"
+        "async def _make():\n"
+        f"    s = open_store({str(store)!r}); await s.open(); await s.close()\n"
+        "asyncio.run(_make())\n"
+    )
+    subprocess.run([sys.executable, "-c", opened], check=True, timeout=60)
+    modules, stderr = _loaded(["runs", "list", "--store", str(store)])
+    assert "error" not in stderr, stderr
+    assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
+
+
+def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
+    """No server token here: the command stops where it would connect, its client loaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_")}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path), HOME=str(tmp_path))
+    argv = ["sandbox", "exec", "--server", "http://127.0.0.1:1", "sbx-0123456789abcdef", "--", "true"]
+    modules, stderr = _loaded(argv, env=env)
+    assert "ironflow.sessions.remote" in modules, stderr
+    assert _under(modules, BACKENDS + CLUSTER_AND_SERVERS + ("rich", "sqlite3")) == []
