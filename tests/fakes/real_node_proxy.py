@@ -50,6 +50,7 @@ __all__ = [
     "http_status",
     "network_policies",
     "new_admin_key",
+    "node_connects",
     "pod_ip",
     "proxy_pod",
     "sleeper_pod",
@@ -209,13 +210,18 @@ def deploy_auth_proxy(
     eventually_sync(ready, limit_s=timeout_s, interval_s=0.3, what=why)
     service = env.request("GET", f"/api/v1/namespaces/{ns}/services/{address.service}")
     cluster_ip = service["spec"]["clusterIP"]
-    probe = [sys.executable, "-c", _NODE_CONNECT, cluster_ip, str(address.port)]
 
     def routed() -> bool:  # kube-proxy writes the Service's rules a moment after it exists
-        return env.run_in_node(probe, timeout=10).returncode == 0
+        return node_connects(env, cluster_ip, address.port)
 
     eventually_sync(routed, limit_s=30, interval_s=0.3, what=f"the proxy's Service {cluster_ip} routed by kube-proxy")
     return ProxyInCluster(ns, address.url, admin_key, cluster_ip)
+
+
+def node_connects(env: RealNodeEnv, host: str, port: int) -> bool:
+    """Whether a TCP connection from the node itself (where kubelet probes from) opens."""
+    probe = [sys.executable, "-c", _NODE_CONNECT, host, str(port)]
+    return env.run_in_node(probe, timeout=10).returncode == 0
 
 
 # --- pods to probe from -------------------------------------------------------------------

@@ -23,14 +23,16 @@ from typing import Any, Final
 import pytest
 from tests.fakes import real_node_proxy as rp
 
+from ironflow import labels
 from ironflow.auth_proxy.admin_client import AdminClient
+from ironflow.cluster import network
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease, AgentConfig
-from ironflow.testing.polling import eventually
+from ironflow.testing.polling import eventually, eventually_sync
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
@@ -87,10 +89,35 @@ def _model_objects(ns: str, image: str, key: Secret) -> list[dict[str, Any]]:
     return [secret, service, pod]
 
 
-@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def _upstream_opening(proxy_ns: str, model_ns: str) -> dict[str, Any]:
+    """What an operator with a mirror adds: the rendered proxy egress opens only public :443."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "ironflow-auth-proxy-mirror", "namespace": proxy_ns},
+        "spec": {
+            "podSelector": {"matchLabels": {labels.LABEL_NAME: network.AUTH_PROXY_NAME}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": model_ns}}}],
+                    "ports": [{"port": MODEL_PORT, "protocol": "TCP"}],
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("runtime", "policies"),
+    [("runc", False), ("gvisor", False), ("runc", True), ("gvisor", True)],
+    ids=["runc", "gvisor", "runc-networkpolicy", "gvisor-networkpolicy"],
+)
 async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str, policies: bool
 ) -> None:
+    """With ``policies``: under the NetworkPolicies ironflow renders (agents reach only the proxy),
+    enforced before the step starts, plus the proxy's opening to its upstream here."""
     runner_image, worker_image = need_image["runner"], need_image["worker"]
     need_image["auth-proxy"]
     suffix = uuid.uuid4().hex[:6]
@@ -110,6 +137,15 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
             return "serving" in await model_log()
 
         await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
+
+        if policies:
+            real_node.apply_objects([*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)])
+
+            def enforced() -> bool:  # kube-router names the policy's namespace in its rules
+                rules = real_node.run_in_node(["iptables-save", "-t", "filter"]).stdout
+                return config.namespace in rules and proxy.namespace in rules
+
+            eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
 
         provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
         provider = provider.timeout(300)
@@ -144,7 +180,7 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         else:
             assert fields["Seccomp"] == "2", output  # RuntimeDefault
             assert "gvisor" not in lines[-1], output
-        print(f"{runtime}: agent step {took:.1f}s")
+        print(f"{runtime}{' under NetworkPolicies' if policies else ''}: agent step {took:.1f}s")
 
         async def nothing_left() -> bool:
             return not (await node_api.list(k8s.PODS, config.namespace)).items

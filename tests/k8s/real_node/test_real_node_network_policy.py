@@ -140,4 +140,6 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
         outcomes = dict(zip(attempts, refusals, strict=True))
         for what, got in outcomes.items():
             assert got == "timeout" or got.startswith("refused:"), f"{what}: {got}"
+        # The proxy's ingress rule leaves the node's own traffic alone: kubelet's probes keep it Ready.
+        assert rp.node_connects(real_node, proxy_pod_ip, 8080)
         print(f"policies enforced {enforced_after:.1f}s after apply; refusals: {outcomes}")
