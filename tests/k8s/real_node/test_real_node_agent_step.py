@@ -139,11 +139,14 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
 
         if policies:
-            real_node.apply_objects([*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)])
+            applied = [*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)]
+            real_node.apply_objects(applied)
+            opening = [p["metadata"] for p in applied if p["spec"].get("egress") or p["spec"].get("ingress")]
+            names = [re.compile(rf"policy name:? {m['name']} namespace {m['namespace']}\b") for m in opening]
 
-            def enforced() -> bool:  # kube-router names the policy's namespace in its rules
+            def enforced() -> bool:  # kube-router's rule comments name each policy with rules and its namespace
                 rules = real_node.run_in_node(["iptables-save", "-t", "filter"]).stdout
-                return config.namespace in rules and proxy.namespace in rules
+                return all(name.search(rules) for name in names)
 
             eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
 
