@@ -4,14 +4,17 @@ kube-router) with the images built from this tree loaded; ``node_api`` a connect
 
 Skipped with the fix when the node's binaries or the machine's tools are missing. The images are
 built by ``scripts/images build`` (``.ci/run`` builds them); a test that needs one that is not built
-skips naming the command.
+skips naming the command. With ``IRONFLOW_REQUIRE_REAL_NODE=1`` (``.ci/run`` sets it, having built
+both) a missing part fails the test instead: CI must run the tier, never pass it by skipping.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -45,6 +48,13 @@ def image_reference(name: str) -> str:
     return image_builds.local_reference(image_builds.IMAGES[name].reference)
 
 
+def _missing(why: str) -> NoReturn:
+    """Skip, or fail where the tier is required (CI built the node and the images)."""
+    if os.environ.get("IRONFLOW_REQUIRE_REAL_NODE") == "1":
+        pytest.fail(f"IRONFLOW_REQUIRE_REAL_NODE=1 but {why}", pytrace=False)
+    pytest.skip(why)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests on the real node get :data:`REAL_NODE_TIMEOUT_S` unless they set their own: pytest-timeout
     counts fixture setup, and the first such test pays for the node's start."""
@@ -58,11 +68,11 @@ def real_node() -> Iterator[RealNodeEnv]:
     """One control plane and one real node for the session."""
     missing = missing_tools()
     if missing:
-        pytest.skip(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
+        _missing(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
     try:
         env = RealNodeEnv(images=list(built_images().values()), agent_sandbox=True)
     except KubeEnvNotAvailable as exc:
-        pytest.skip(str(exc))
+        _missing(str(exc))
     try:
         env.start()
     except KubeEnvError:  # one retry: a port picked at start may be taken meanwhile
@@ -80,7 +90,7 @@ def need_image(real_node: RealNodeEnv) -> dict[str, str]:
 
     class _Refs(dict[str, str]):
         def __missing__(self, name: str) -> str:
-            pytest.skip(f"image {name} is not built from this tree: bash scripts/images build {name}")
+            _missing(f"image {name} is not built from this tree: bash scripts/images build {name}")
 
     return _Refs({name: image_reference(name) for name in built})
 
