@@ -13,10 +13,13 @@ ironflow's claim (create, then the shared claim watch) against the upstream SDK'
 ``SandboxClient.create_sandbox`` (create, then a watch per claim) on the same pool, refilled
 between the two, each client in a fresh process; the ratio is ironflow's rate over the SDK's
 (target >= 1.0x). ``--backend real`` claims on the real controller v1.0.3 (kube-apiserver and
-kwok, ``scripts/kube-testenv build``) instead of the test server and the scripted controller.
+kwok, ``scripts/kube-testenv build``) instead of the test server and the scripted controller;
+``--backend real-node`` on the real controller with a real node, whose pool members are running
+pods of the built runner image (``scripts/kube-testenv build --node``, ``scripts/images build
+runner``; use a smaller ``--pool`` there: every member is a real pod).
 
     python benchmarks/agent_sandbox.py [--runs 10] [--cold-ms 200] [--parallel 20] [--pool 40] [--rounds 4]
-                                        [--backend test-server|real] [--no-claims]
+                                        [--backend test-server|real|real-node] [--no-claims]
 
 Last line: ``RESULT cold_ms=… warm_ms=… saved_ms=… requests_per_step=… claims_per_s=…
 sdk_claims_per_s=… ratio=…`` (medians; the worse case's requests per step; without the claims
@@ -43,7 +46,9 @@ import yaml
 from ironflow import labels
 from ironflow.agent_sandbox import claim_sessions, claims, lifecycle
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.cluster import image_builds
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.settings import K8sResources
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
@@ -130,8 +135,13 @@ async def main(runs: int, cold_ms: float) -> str:
 CLAIMS_NS = "claims"
 
 
-def _claims_provider(pool: int) -> AgentSandboxProvider:
-    return AgentSandboxProvider(K8sEphemeralProvider.sandboxed("img").namespace(CLAIMS_NS)).warm_pool(replicas=pool)
+def _claims_provider(pool: int, backend: str = "test-server") -> AgentSandboxProvider:
+    pod = K8sEphemeralProvider.sandboxed("img").namespace(CLAIMS_NS)
+    if backend == "real-node":  # members really run: the built runner image, small requests (2 cores)
+        runner = image_builds.local_reference(image_builds.IMAGES["runner"].reference)
+        pod = K8sEphemeralProvider.sandboxed(runner).namespace(CLAIMS_NS).image_pull_policy("Never")
+        pod = pod.resources(K8sResources(cpu_request="10m", memory_request="32Mi", ephemeral_storage_request=None))
+    return AgentSandboxProvider(pod).warm_pool(replicas=pool)
 
 
 async def _serve_claims(backend: str) -> None:
@@ -141,10 +151,14 @@ async def _serve_claims(backend: str) -> None:
     kube-apiserver, kwok and the real controller v1.0.3 (``scripts/kube-testenv build``). In a
     process of their own, so neither client shares its interpreter (and GIL) with them.
     """
-    if backend == "real":
-        from ironflow.testing.kubeenv import KubeEnv  # the built control plane: only this backend needs it
+    if backend in ("real", "real-node"):
+        # the built control plane (and node): only these backends need them
+        from ironflow.testing import images
+        from ironflow.testing.kubeenv import KubeEnv
+        from ironflow.testing.realnode import RealNodeEnv
 
-        with KubeEnv() as env:
+        runner = [images.archive_path(FIXTURE.parents[3], "runner")]
+        with RealNodeEnv(images=runner, agent_sandbox=True) if backend == "real-node" else KubeEnv() as env:
             env.create_namespace(CLAIMS_NS)
             print(json.dumps({"kubeconfig": env.kubeconfig_path.read_text()}), flush=True)
             await asyncio.to_thread(sys.stdin.read)
@@ -247,7 +261,7 @@ async def claims_main(*, parallel: int, pool: int, rounds: int, backend: str) ->
     server = await _child("--serve-claims", "--backend", backend)
     assert server.stdin is not None
     served = await _line(server)
-    provider = _claims_provider(pool)
+    provider = _claims_provider(pool, backend)
     res, pool_name = provider.resources, provider.settings.pool
     times: dict[str, list[float]] = {"ironflow": [], "sdk": []}
     adoptions: dict[str, list[int]] = {"ironflow": [], "sdk": []}
@@ -291,7 +305,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4, help="claims rounds per client, order alternating (default 4)")
     parser.add_argument("--no-claims", action="store_true", help="skip the claims-per-second comparison")
     parser.add_argument(
-        "--backend", choices=("test-server", "real"), default="test-server", help="claims: the cluster to claim on"
+        "--backend",
+        choices=("test-server", "real", "real-node"),
+        default="test-server",
+        help="claims: the cluster to claim on",
     )
     parser.add_argument("--serve-claims", action="store_true", help=argparse.SUPPRESS)  # child: the server
     parser.add_argument("--claims-client", choices=("ironflow", "sdk"), help=argparse.SUPPRESS)  # child: a client
