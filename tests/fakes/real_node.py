@@ -48,7 +48,7 @@ def image_reference(name: str) -> str:
     return image_builds.local_reference(image_builds.IMAGES[name].reference)
 
 
-def _missing(why: str) -> NoReturn:
+def skip_or_fail(why: str) -> NoReturn:
     """Skip, or fail where the tier is required (CI built the node and the images)."""
     if os.environ.get("IRONFLOW_REQUIRE_REAL_NODE") == "1":
         pytest.fail(f"IRONFLOW_REQUIRE_REAL_NODE=1 but {why}", pytrace=False)
@@ -68,11 +68,11 @@ def real_node() -> Iterator[RealNodeEnv]:
     """One control plane and one real node for the session."""
     missing = missing_tools()
     if missing:
-        _missing(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
+        skip_or_fail(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
     try:
         env = RealNodeEnv(images=list(built_images().values()), agent_sandbox=True)
     except KubeEnvNotAvailable as exc:
-        _missing(str(exc))
+        skip_or_fail(str(exc))
     try:
         env.start()
     except KubeEnvError:  # one retry: a port picked at start may be taken meanwhile
@@ -90,7 +90,7 @@ def need_image(real_node: RealNodeEnv) -> dict[str, str]:
 
     class _Refs(dict[str, str]):
         def __missing__(self, name: str) -> str:
-            _missing(f"image {name} is not built from this tree: bash scripts/images build {name}")
+            skip_or_fail(f"image {name} is not built from this tree: bash scripts/images build {name}")
 
     return _Refs({name: image_reference(name) for name in built})
 

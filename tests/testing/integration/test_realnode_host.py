@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.fakes.real_node import skip_or_fail
 
 from ironflow.testing import realnode
 from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_node_bin_dir
@@ -96,11 +97,11 @@ def _serve_line(state: Path) -> tuple[str, str]:
 def node_bin() -> Path:
     missing = realnode.missing_tools()
     if missing:
-        pytest.skip(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
+        skip_or_fail(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
     try:
         return find_node_bin_dir()
     except KubeEnvNotAvailable as exc:
-        pytest.skip(str(exc))
+        skip_or_fail(str(exc))
 
 
 @pytest.mark.usefixtures("node_bin")
