@@ -10,7 +10,8 @@ What it measures, on one node started by ``ironflow.testing.realnode.RealNodeEnv
 
 Both for runc and for RuntimeClass ``gvisor``, p50 of ``--count`` (default 20) runs each, in
 alternation so load drifts hit both. Target: ironflow ≤ 1.2× the bare pod. Prints a table and a
-last line ``RESULT runc_ratio=… gvisor_ratio=… runc_bare_p50_ms=… … node_start_s=…``.
+last line ``RESULT runc_ratio=… runc_bare_p50_ms=… runc_ironflow_p50_ms=… gvisor_ratio=…
+gvisor_bare_p50_ms=… gvisor_ironflow_p50_ms=… node_start_s=…``.
 
 Needs ``scripts/kube-testenv build --node`` and ``scripts/images build runner``.
 Run: ``python benchmarks/real_node.py [--count N]``.
