@@ -7,10 +7,12 @@ image, behind its Service) from the offline model server; the run's output is re
 
 What is deployed as rendered, untouched: the worker's ServiceAccount, Role, RoleBinding, provider
 ConfigMap and Deployment (default images, ``IfNotPresent``: the names ``scripts/images build``
-loads), the Namespaces and the presets. Left out: the NetworkPolicies (the agent-step test runs
-the step under them; here the proxy's upstream is a pod, which their public-:443 egress does not
-open) and the chart's own proxy objects (the proxy runs as ``tests/fakes/real_node_proxy.py``
-deploys it: one replica, no PostgreSQL, as its comment tells such an operator).
+loads), the Namespaces, the presets and the NetworkPolicies, enforced by kube-router before the
+worker starts (agents reach only the proxy; only agents and the worker reach it). Added: the
+proxy's egress to its upstream here, a pod (the rendered egress opens only public :443), as an
+operator with a mirror adds it. Left out: the chart's own proxy objects (the proxy runs as
+``tests/fakes/real_node_proxy.py`` deploys it: one replica, no PostgreSQL, as its comment tells
+such an operator).
 
 The store is the one the worker's Secret names: ``sqlite:////tmp/ironflow.db``, on the
 Deployment's own ``/tmp`` emptyDir, so only that pod can execute the run. The test queues the run
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -131,13 +134,24 @@ def _helm_objects(agents: str, worker: str, proxy_ns: str) -> list[dict[str, Any
 
 
 def _worker_objects(rendered: list[dict[str, Any]], worker: str, agents: str) -> list[dict[str, Any]]:
-    """The worker's own objects and the agents' presets, in render order (the proxy's are left out)."""
+    """The worker's own objects, the agents' presets and every NetworkPolicy, in render order (the
+    Namespaces are applied first, the proxy's Deployment, Service and budget are left out)."""
     keep = []
     for doc in rendered:
         ns = doc["metadata"].get("namespace")
-        if doc["kind"] in WORKER_KINDS and ns in (worker, agents):
+        if doc["kind"] == "NetworkPolicy" or (doc["kind"] in WORKER_KINDS and ns in (worker, agents)):
             keep.append(doc)
     return keep
+
+
+def _proxy_upstream(proxy_ns: str, model_ns: str) -> dict[str, Any]:
+    """The proxy pods' egress to the model server's namespace on its port (an operator's addition)."""
+    to = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": model_ns}}}]
+    rule = {"to": to, "ports": [{"port": MODEL_PORT, "protocol": "TCP"}]}
+    selector = {"matchLabels": {labels.LABEL_NAME: network.AUTH_PROXY_NAME}}
+    meta = {"name": "ironflow-auth-proxy-upstream", "namespace": proxy_ns}
+    spec = {"podSelector": selector, "policyTypes": ["Egress"], "egress": [rule]}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta, "spec": spec}
 
 
 def _key(doc: dict[str, Any]) -> tuple[str, str, str]:
@@ -158,6 +172,47 @@ async def _watch_pods(api: k8s.KubeApi, namespace: str, seen: dict[str, dict[str
         for pod in (await api.list(k8s.PODS, namespace)).items:
             seen[pod["metadata"]["name"]] = pod
         await asyncio.sleep(0.2)
+
+
+async def _worker_ready(env: RealNodeEnv, api: k8s.KubeApi, namespace: str) -> tuple[dict[str, Any], float]:
+    """The worker's pod once its Deployment has a Ready replica (its /healthz answers), and how long that took."""
+    deployment = f"/apis/apps/v1/namespaces/{namespace}/deployments/{network.WORKER_POD_NAME}"
+
+    def why() -> str:
+        pods = env.request("GET", f"/api/v1/namespaces/{namespace}/pods").get("items", [])
+        return f"the worker Ready in {namespace}; pods: {json.dumps([p.get('status') for p in pods])[:3000]}"
+
+    started = time.monotonic()
+    await eventually(
+        lambda: env.request("GET", deployment).get("status", {}).get("readyReplicas"),
+        limit_s=180,
+        interval_s=0.5,
+        what=why,
+    )
+    ready_s = time.monotonic() - started
+    selector = f"{labels.LABEL_NAME}={network.WORKER_POD_NAME}"
+    (pod,) = (await api.list(k8s.PODS, namespace, label_selector=selector)).items
+    return pod, ready_s
+
+
+async def _queue_and_wait(api: k8s.KubeApi, namespace: str, worker: str) -> tuple[dict[str, Any], float]:
+    """Queue a run of :data:`WORKFLOW` in the worker's store (``ironflow run``, no ``--wait``: the worker
+    takes it) and read it back (``ironflow runs show``) until it ends; the run, and seconds to its end."""
+    await _exec(api, namespace, worker, "python", "-c", _WRITE, WORKFLOW_PATH, WORKFLOW)
+    queued = await _exec(
+        api, namespace, worker, "ironflow", "run", f"{WORKFLOW_PATH}:review", "--backend", "k8s",
+        "--input", json.dumps({"prompt": "Review the change."}),
+    )  # fmt: skip
+    run_id = queued.strip()
+    started = time.monotonic()
+
+    async def finished() -> dict[str, Any] | None:
+        shown = await _exec(api, namespace, worker, "ironflow", "runs", "show", run_id, "-o", "json")
+        run: dict[str, Any] = json.loads(shown)
+        return run if run["status"] in ("succeeded", "failed", "cancelled") else None
+
+    run = await eventually(finished, limit_s=300, interval_s=1.0, what=f"run {run_id} finished")
+    return run, time.monotonic() - started
 
 
 @pytest.mark.parametrize("source", ["manifests", "helm"])
@@ -181,7 +236,7 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
         charted = _worker_objects(_helm_objects(agents, worker_ns, proxy_ns), worker_ns, agents)
         assert {_key(d): d for d in charted} == {_key(d): d for d in rendered}
         rendered = charted
-    assert {d["kind"] for d in rendered} == set(WORKER_KINDS), [_key(d) for d in rendered]
+    assert {d["kind"] for d in rendered} == {*WORKER_KINDS, "NetworkPolicy"}, [_key(d) for d in rendered]
     key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
     admin_key = rp.new_admin_key()
     with rp.cluster_namespaces(real_node, config, model_ns):
@@ -192,23 +247,15 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
             "auth-proxy-admin-key": admin_key,
             "anthropic-api-key": key,
         }
-        real_node.apply_objects([_secret(workloads.WORKER_SECRET, worker_ns, worker_secret), *rendered])
-        deployment = f"/apis/apps/v1/namespaces/{worker_ns}/deployments/{network.WORKER_POD_NAME}"
+        stored = _secret(workloads.WORKER_SECRET, worker_ns, worker_secret)
+        real_node.apply_objects([stored, *rendered, _proxy_upstream(proxy_ns, model_ns)])
 
-        def why() -> str:
-            pods = real_node.request("GET", f"/api/v1/namespaces/{worker_ns}/pods").get("items", [])
-            return f"the worker Ready in {worker_ns}; pods: {json.dumps([p.get('status') for p in pods])[:3000]}"
+        def enforced() -> bool:  # kube-router names a policy's namespace in its rules
+            rules = real_node.run_in_node(["iptables-save", "-t", "filter"]).stdout
+            return agents in rules and proxy_ns in rules
 
-        started = time.monotonic()
-        await eventually(
-            lambda: real_node.request("GET", deployment).get("status", {}).get("readyReplicas"),
-            limit_s=180,
-            interval_s=0.5,
-            what=why,
-        )
-        ready_s = time.monotonic() - started
-        selector = f"{labels.LABEL_NAME}={network.WORKER_POD_NAME}"
-        (worker_pod,) = (await node_api.list(k8s.PODS, worker_ns, label_selector=selector)).items
+        await eventually(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
+        worker_pod, ready_s = await _worker_ready(real_node, node_api, worker_ns)
         worker = worker_pod["metadata"]["name"]
         assert worker_pod["spec"]["containers"][0]["image"] == workloads.DEFAULT_WORKER_IMAGE
         assert worker_pod["spec"]["serviceAccountName"] == config.worker_service_account
@@ -216,30 +263,18 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
         seen: dict[str, dict[str, Any]] = {}
         watcher = asyncio.create_task(_watch_pods(node_api, agents, seen))
         try:
-            await _exec(node_api, worker_ns, worker, "python", "-c", _WRITE, WORKFLOW_PATH, WORKFLOW)
-            queued = await _exec(
-                node_api, worker_ns, worker, "ironflow", "run", f"{WORKFLOW_PATH}:review", "--backend", "k8s",
-                "--input", json.dumps({"prompt": "Review the change."}),
-            )  # fmt: skip
-            run_id = queued.strip()
-            started = time.monotonic()
-
-            async def finished() -> dict[str, Any] | None:
-                shown = await _exec(node_api, worker_ns, worker, "ironflow", "runs", "show", run_id, "-o", "json")
-                run: dict[str, Any] = json.loads(shown)
-                return run if run["status"] in ("succeeded", "failed", "cancelled") else None
-
-            run = await eventually(finished, limit_s=300, interval_s=1.0, what=f"run {run_id} finished")
-            took = time.monotonic() - started
+            run, took = await _queue_and_wait(node_api, worker_ns, worker)
         finally:
             watcher.cancel()
-        assert run["status"] == "succeeded", run
-        assert run["output"] == {"text": REPLY, "run": run_id}, run
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        assert run["status"] == "succeeded", run.get("error")
+        assert run["output"] == {"text": REPLY, "run": run["id"]}, run
         (step,) = run["steps"]
         assert (step["name"], step["kind"], step["status"]) == ("review", "agent", "succeeded"), step
 
         # The step's pod: made by the worker in the agents' namespace, the runner image, on the node.
-        pods = [p for p in seen.values() if p["metadata"]["labels"].get(labels.LABEL_RUN_ID) == run_id]
+        pods = [p for p in seen.values() if p["metadata"]["labels"].get(labels.LABEL_RUN_ID) == run["id"]]
         assert len(pods) == 1, [p["metadata"]["name"] for p in seen.values()]
         (pod,) = pods
         (container,) = [c for c in pod["spec"]["containers"] if c["image"] == workloads.DEFAULT_RUNNER_IMAGE]
@@ -250,7 +285,7 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
         assert "CLAUDE_CODE_OAUTH_TOKEN" not in env, sorted(env)
 
         log = await node_api.read_log(worker_ns, worker)
-        assert run_id in log, log[-3000:]
+        assert run["id"] in log, log[-3000:]
         for secret in (key, admin_key):
             assert secret.reveal() not in log
         print(f"{source}: worker Ready {ready_s:.1f}s; run queued -> succeeded {took:.1f}s")
