@@ -20,7 +20,7 @@ from typing import Final
 
 from ironflow import errors
 
-__all__ = ["MAX_BLOCK_BYTES", "TAG", "Prompt", "UntrustedBlock", "escape", "new_nonce"]
+__all__ = ["MAX_BLOCK_BYTES", "TAG", "Prompt", "UntrustedBlock", "escape", "label_valid", "new_nonce"]
 
 #: The tag name; a block opens with ``<untrusted-NONCE label="…">``.
 TAG: Final = "untrusted"
@@ -31,6 +31,11 @@ _NONCE: Final = re.compile(r"[0-9a-f]{16,64}")
 #: A ``<`` that begins anything a reader could take for an untrusted tag: ``</untrusted-x>``,
 #: ``< / UNTRUSTED``, ``<untrusted``, with whitespace, slashes or zero-width characters between.
 _TAG_START: Final = re.compile(r"<(?=[\s/\u200b-\u200f\u2060\ufeff]*" + TAG + ")", re.IGNORECASE)
+
+
+def label_valid(label: str) -> bool:
+    """A block label sits in the tag's attribute: ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``, nothing that could end it."""
+    return _LABEL.fullmatch(label) is not None
 
 
 def new_nonce() -> str:
@@ -69,7 +74,7 @@ class UntrustedBlock:
     text: str = field(repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.label, str) or not _LABEL.fullmatch(self.label):
+        if not isinstance(self.label, str) or not label_valid(self.label):
             raise errors.ConfigError(
                 f"untrusted block label {self.label!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}, e.g. issue.md"
             )
