@@ -4,9 +4,7 @@ real Claude Code CLI in the local sandbox, talking to the offline model server (
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,13 +20,6 @@ from ironflow.steps import AgentConfig
 pytestmark = [*LOCAL_SANDBOX, pytest.mark.timeout(300)]
 
 KEY = "sk-ant-api03-local-untrusted-test-key-abcdef"
-TEMP = tempfile.mkdtemp(prefix="ifl-untr-")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _remove_temp() -> Iterator[None]:
-    yield
-    shutil.rmtree(TEMP, ignore_errors=True)
 
 
 @pytest.fixture
@@ -42,7 +33,6 @@ def _provider(fake: FakeAnthropic) -> LocalSandboxProvider:
         timeout=120,
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},
-        temp_dir=TEMP,
     )
 
 
