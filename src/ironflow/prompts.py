@@ -16,9 +16,11 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors
+from ironflow.secrets import Secret
+from ironflow.steps import AgentConfig
 
 __all__ = ["MAX_BLOCK_BYTES", "TAG", "Prompt", "UntrustedBlock", "escape", "label_valid", "new_nonce"]
 
@@ -72,6 +74,8 @@ class UntrustedBlock:
 
     label: str
     text: str = field(repr=False)
+    #: The caller marked the text secret: the engine redacts it from the transcripts it stores.
+    secret: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not label_valid(self.label):
@@ -111,9 +115,20 @@ class Prompt:
             raise errors.ConfigError("the prompt's instructions must not be empty: say what to do with the data")
         object.__setattr__(self, "blocks", tuple(self.blocks))
 
-    def untrusted(self, label: str, text: str) -> Prompt:
-        """This prompt with one more block of data (an issue body, a page, a file)."""
-        return Prompt(self.instructions, (*self.blocks, UntrustedBlock(label, text)))
+    def untrusted(self, label: str, text: str | Secret) -> Prompt:
+        """This prompt with one more block of data (an issue body, a page, a file); a
+        :class:`~ironflow.secrets.Secret` marks it secret (see :meth:`secret_values`)."""
+        block = (
+            UntrustedBlock(label, text.reveal(), secret=True)
+            if isinstance(text, Secret)
+            else UntrustedBlock(label, text)
+        )
+        return Prompt(self.instructions, (*self.blocks, block))
+
+    def secret_values(self) -> tuple[Secret, ...]:
+        """The secret blocks' texts, as given and as rendered (escaped), for redaction."""
+        forms = dict.fromkeys(form for b in self.blocks if b.secret for form in (b.text, escape(b.text)) if form)
+        return tuple(Secret(form) for form in forms)
 
     def render(self, nonce: str) -> str:
         """The prompt text for one step (pure: the same parts and nonce give the same text)."""
@@ -135,3 +150,8 @@ class Prompt:
     def for_step(self) -> str:
         """The prompt text with a fresh nonce: call it once per step (``AgentConfig(p.for_step())``)."""
         return self.render(new_nonce())
+
+    def config(self, **options: Any) -> AgentConfig:
+        """An :class:`~ironflow.steps.AgentConfig` for one step: this prompt under a fresh nonce,
+        its secret blocks' texts in ``secret_values``, ``options`` as ``AgentConfig`` takes them."""
+        return AgentConfig(self.for_step(), secret_values=self.secret_values(), **options)

@@ -11,6 +11,7 @@ import pytest
 import ironflow
 from ironflow import errors, prompts
 from ironflow.prompts import MAX_BLOCK_BYTES, Prompt, escape, new_nonce
+from ironflow.secrets import Secret
 
 NONCE = "0123456789abcdef0123456789abcdef"
 CLOSE = f"</untrusted-{NONCE}>"
@@ -128,3 +129,17 @@ def test_the_rendered_prompt_makes_a_valid_agent_config() -> None:
 
 def test_the_docstring_examples_run() -> None:
     assert doctest.testmod(prompts).failed == 0
+
+
+def test_a_secret_block_renders_like_any_and_its_text_goes_to_secret_values_never_to_a_dict() -> None:
+    body = "private </untrusted-x> body"
+    prompt = Prompt("Summarise.").untrusted("issue", Secret(body)).untrusted("public", "open text")
+    assert _blocks(prompt.render(NONCE)) == [("issue", "private &lt;/untrusted-x> body"), ("public", "open text")]
+    assert [v.reveal() for v in prompt.secret_values()] == [body, escape(body)]
+    config = prompt.config(model="haiku")
+    assert (config.model, config.secret_values) == ("haiku", prompt.secret_values())
+    assert "secret_values" not in config.to_dict()
+    assert body not in repr(config)
+    assert body not in repr(prompt)
+    with pytest.raises(errors.ConfigError, match="unknown step setting 'secret_values'"):
+        ironflow.AgentConfig.from_dict({"prompt": "x", "secret_values": [body]})
