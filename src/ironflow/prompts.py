@@ -144,7 +144,8 @@ class Prompt:
         ]
         for block in self.blocks:
             body = escape(block.text)
-            parts.append(f'<{tag} label="{block.label}">\n{body}{"" if body.endswith(chr(10)) else chr(10)}</{tag}>')
+            end = "" if body.endswith("\n") else "\n"  # the closing tag on a line of its own
+            parts.append(f'<{tag} label="{block.label}">\n{body}{end}</{tag}>')
         return "\n\n".join(parts)
 
     def for_step(self) -> str:
