@@ -14,6 +14,7 @@ from ironflow import _renamed, errors
 from ironflow._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ironflow.prompts import Prompt
     from ironflow.provider import AgentProvider, LogSink, run_sync
     from ironflow.results import AgentResult
     from ironflow.secrets import Secret
@@ -31,6 +32,7 @@ __all__ = [
     "LogSink",
     "PermissionMode",
     "PodSettings",
+    "Prompt",
     "PvcVolume",
     "ReadOnlyVolume",
     "Secret",
@@ -46,6 +48,7 @@ _renamed.install()
 __getattr__ = lazy_exports(
     __name__,
     {
+        "prompts": ("Prompt",),
         "provider": ("AgentProvider", "LogSink", "run_sync"),
         "results": ("AgentResult",),
         "secrets": ("Secret",),

@@ -222,6 +222,9 @@ class AgentConfig:
     #: What the step works on at /workspace: a host directory's private copy, a git clone, a PVC.
     workspace: Workspace | None = None
     account: AccountLease | None = field(default=None, repr=False, compare=False)
+    #: Text the caller marked secret (``Prompt.untrusted(label, Secret(text))``): the engine redacts
+    #: it from the transcripts it stores; never serialised, like the account lease.
+    secret_values: tuple[Secret, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problem = _scalar_type_problem(self)
@@ -235,6 +238,7 @@ class AgentConfig:
         set_(self, "allowed_tools", tuple(self.allowed_tools))
         set_(self, "disallowed_tools", tuple(self.disallowed_tools))
         set_(self, "inputs", tuple(self.inputs))
+        set_(self, "secret_values", tuple(v if isinstance(v, Secret) else Secret(v) for v in self.secret_values))
         set_(self, "pod_labels", _frozen_map(self.pod_labels))
         for key, value in self.pod_labels.items():
             problem = labels.label_key_problem(key) or labels.label_value_problem(key, value)
@@ -358,10 +362,10 @@ class AgentConfig:
     # -- serialisation --
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict; the account lease (a credential) is never included."""
+        """A JSON-able dict; the account lease (a credential) and secret values are never included."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name == "account":
+            if f.name in _NOT_SERIALISED:
                 continue
             value = getattr(self, f.name)
             if value == f.default or (f.default_factory is not dataclasses.MISSING and value == f.default_factory()):
@@ -374,7 +378,7 @@ class AgentConfig:
         """Build from :meth:`to_dict` output or a step YAML; an unknown key is refused by name."""
         if not isinstance(data, Mapping):
             raise errors.ConfigError(f"step settings must be a mapping of setting names, got {_SHORT.repr(data)}")
-        known = {f.name for f in dataclasses.fields(cls)} - {"account"}
+        known = {f.name for f in dataclasses.fields(cls)} - _NOT_SERIALISED
         unknown = sorted(set(data) - known)
         if unknown:
             raise errors.ConfigError(f"unknown step setting '{unknown[0]}'; known: {', '.join(sorted(known))}")
@@ -410,6 +414,10 @@ class AgentConfig:
             return cls(**kwargs)
         except TypeError as exc:  # a setting of the wrong shape the field checks do not name
             raise errors.ConfigError(f"invalid step settings: {exc}") from None
+
+
+#: Fields that hold credentials or secret text: never in a dict, so never in a stored step or history.
+_NOT_SERIALISED: Final = frozenset({"account", "secret_values"})
 
 
 def _plain(value: Any) -> Any:

@@ -31,7 +31,7 @@ import typer
 
 from ironflow import errors
 from ironflow.claude import turns
-from ironflow.cli import backends, exits, inputs, verbosity
+from ironflow.cli import backends, exits, inputs, untrusted, verbosity
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
@@ -238,9 +238,10 @@ def agent(
         str | None,
         typer.Option("--resume", metavar="SESSION", help="Carry on conversation SESSION (an earlier session_id)."),
     ] = None,
+    untrusted_files: untrusted.UntrustedOption = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
-    text = _prompt(prompt)
+    text = untrusted.prompt_with(_prompt(prompt), untrusted_files)
     if continue_session and resume is not None:
         exits.fail("--continue and --resume SESSION cannot be combined: --continue takes the latest conversation")
     script = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_AGENT_REPLY)

@@ -17,7 +17,7 @@ import typer
 
 from ironflow import errors, settings_file, steps
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.cli import verbosity
+from ironflow.cli import untrusted, verbosity
 from ironflow.cli.exits import fail, fail_for, in_file
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s import pod_provider as k8s_provider
@@ -59,6 +59,7 @@ def render(
     prompt: Annotated[str | None, typer.Option("--prompt", help="The step prompt (wins over the step file).")] = None,
     step_file: Annotated[Path | None, typer.Option("--step", help="Step settings (YAML).")] = None,
     output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
+    untrusted_files: untrusted.UntrustedOption = None,
 ) -> None:
     """Print the Kubernetes objects a step would create (dry run; nothing is sent)."""
     try:
@@ -67,6 +68,8 @@ def render(
         fail(in_file("provider file", provider_file, exc.message))
     try:
         config = _load_step(step_file, prompt)
+        if untrusted_files:
+            config = config.replace(prompt=untrusted.prompt_with(config.prompt, untrusted_files))
         token = DRY_RUN_PROXY_TOKEN if provider.settings.auth_proxy_url is not None else None
         spec = config.workspace
         if spec is not None and spec.is_git:  # the host's token is the proxy's: a dry run needs none

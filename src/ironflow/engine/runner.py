@@ -259,7 +259,8 @@ class _Execution:
             pool = runner.accounts if use_accounts else None
             lease = await pool.acquire(step.name) if pool is not None else None
             scoped = config.account_lease(lease) if lease is not None else config
-            known = (lease.value.reveal(),) if lease is not None else ()  # revealed to be redacted
+            known: tuple[str, ...] = (lease.value.reveal(),) if lease is not None else ()  # revealed to be redacted
+            known += tuple(value.reveal() for value in config.secret_values)  # secret untrusted blocks
             transcript = transcripts.StepTranscript(
                 runner.store,
                 run_id=self.run.id,

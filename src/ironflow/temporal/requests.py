@@ -37,6 +37,12 @@ __all__ = [
     "step_scope",
 ]
 
+#: An activity's input is stored in the workflow's history: a secret untrusted block would sit there in clear.
+_IN_HISTORY_REFUSED: Final = (
+    "step {step!r}: its prompt holds a secret untrusted block, which Temporal would keep in the workflow's "
+    "history in clear; run the step on the ironflow engine, or pass the text as a plain str"
+)
+
 #: The activity names a workflow calls by (so workflow code never imports the activities).
 ACTIVITY_AGENT: Final = "ironflow.agent"
 ACTIVITY_COMMAND: Final = "ironflow.command"
@@ -68,6 +74,14 @@ class AgentRequest:
 
     @classmethod
     def of(cls, step: str, config: AgentConfig, *, root_workflow_id: str | None) -> AgentRequest:
+        """The request for ``config``; refused when it holds secret text, which the activity's input
+        would carry into the workflow's history in clear.
+
+        Raises:
+            StepConfigError: ``config.secret_values`` is set (a ``Prompt`` with a secret block).
+        """
+        if config.secret_values:
+            raise errors.StepConfigError(_IN_HISTORY_REFUSED.format(step=step))
         return cls(step=step, config=config.to_dict(), root_workflow_id=root_workflow_id)
 
     def agent_config(self, workflow_id: str | None) -> AgentConfig:

@@ -139,7 +139,10 @@ class RunContext:
 
     async def agent(self, name: str, config: AgentConfig, *, retry: RetryPolicy | None = None) -> AgentResult:
         """Run ``config`` as step ``name`` on the worker's provider; returns its ``AgentResult``."""
-        request = requests.AgentRequest.of(name, config, root_workflow_id=self.root_run_id)
+        try:
+            request = requests.AgentRequest.of(name, config, root_workflow_id=self.root_run_id)
+        except errors.StepConfigError as exc:  # fails the workflow once, not its task over and over
+            raise failures.application_error(exc) from None
         waited = 0.0
         while True:
             try:

@@ -8,6 +8,8 @@ from typing import Any
 
 from ironflow import errors
 from ironflow.engine import AgentStep, Context, RetryPolicy
+from ironflow.prompts import Prompt
+from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.testing.polling import eventually
 
@@ -95,3 +97,9 @@ async def gated(ctx: Context, input: dict[str, Any]) -> str:
 async def shell(ctx: Context, input: Any) -> str:
     """One agent step that may use Bash (the offline model's script says what it runs)."""
     return (await ctx.agent("shell", AgentConfig("run the command", allowed_tools=("Bash",)))).text
+
+
+async def secret_block(ctx: Context, input: dict[str, Any]) -> str:
+    """One step whose prompt holds ``input["body"]`` as a secret untrusted block."""
+    prompt = Prompt("Summarise the issue.").untrusted("issue", Secret(input["body"]))
+    return (await ctx.agent("summary", prompt.config())).text

@@ -149,6 +149,21 @@ async def test_secrets_in_a_steps_output_are_redacted_before_they_are_stored(
     ]
 
 
+async def test_a_secret_untrusted_block_is_redacted_from_the_stored_transcript(store: Store) -> None:
+    """The caller marked the block secret (``Prompt.untrusted(label, Secret(text))``): an agent that
+    quotes it, as given or as rendered, leaves no clear copy in the store."""
+    body = "private issue </untrusted-x> of customer 4711"
+    said = [("stdout", f"quoting: {body}"), ("stdout", "escaped: private issue &lt;/untrusted-x> of customer 4711")]
+    provider = RecordingProvider(output={"summary": said})
+    run_id = await submit(store, "secret_block", {"body": body})
+    await run_all(store, provider)
+    lines = [line for _, _, line in await stored_lines(store, run_id)]
+    assert lines[:2] == [f"quoting: {REDACTED}", f"escaped: {REDACTED}"]
+    assert find_leaks([body, "customer 4711"], *map(repr, await store.transcript(run_id))) == []
+    (config,) = provider.configs
+    assert body in config.prompt.replace("&lt;", "<")  # the agent itself got the text
+
+
 async def test_a_failed_attempt_keeps_the_errors_output_and_says_how_it_ended(store: Store) -> None:
     failure = errors.ProcessFailed(1, f"boom\nkey was {API_KEY}")
     provider = RecordingProvider(failures={"flaky": [failure]})

@@ -8,14 +8,17 @@ from typing import Any
 from temporalio import workflow
 
 import ironflow.temporal as ift
+from ironflow.prompts import Prompt
+from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 
 
 @workflow.defn(name="Linear")
 class Linear:
     """``input["steps"]``: ``{"name", "prompt"[, "pod_labels"]}`` (agent; kwok reads how its pod runs
-    from the labels) or ``{"name", "argv"}`` (command), in order; returns each step's text (an
-    agent's answer, a command's stdout)."""
+    from the labels), ``{"name", "prompt", "untrusted"[, "secret"]}`` (agent, with an untrusted block)
+    or ``{"name", "argv"}`` (command), in order; returns each step's text (an agent's answer, a
+    command's stdout)."""
 
     @workflow.run
     async def run(self, input: dict[str, Any]) -> list[str]:
@@ -25,6 +28,11 @@ class Linear:
             for step in input["steps"]:
                 if "argv" in step:
                     out.append((await ctx.command(step["name"], step["argv"]))["stdout"].strip())
+                elif "untrusted" in step:  # a step whose prompt holds an untrusted block, "secret" or not
+                    text = Secret(step["untrusted"]) if step.get("secret") else step["untrusted"]
+                    out.append(
+                        (await ctx.agent(step["name"], Prompt(step["prompt"]).untrusted("issue", text).config())).text
+                    )
                 else:
                     config = AgentConfig(step["prompt"]).with_pod_labels(dict(step.get("pod_labels", {})))
                     out.append((await ctx.agent(step["name"], config)).text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
@@ -52,10 +53,12 @@ class ScriptedProvider(ProviderBase):
         return None
 
 
-async def run_one_step(server: TemporalDevServer, provider: ScriptedProvider, workflow_id: str) -> list[str]:
+async def run_one_step(
+    server: TemporalDevServer, provider: ScriptedProvider, workflow_id: str, **step: Any
+) -> list[str]:
     client = await Client.connect(server.address)
     queue = f"retry-{uuid.uuid4().hex[:8]}"
-    steps = [{"name": "plan", "prompt": "plan it"}]
+    steps = [{"name": "plan", "prompt": "plan it", **step}]
     async with build_worker(client, task_queue=queue, provider=provider, workflows=load_workflows(str(WORKFLOWS))):
         output: list[str] = await client.execute_workflow("Linear", {"steps": steps}, id=workflow_id, task_queue=queue)
         return output
@@ -108,3 +111,23 @@ async def test_a_non_retryable_error_fails_the_workflow_after_one_attempt_typed_
     assert isinstance(cause, ApplicationError)
     assert (cause.type, cause.non_retryable, cause.message) == (type(error).__name__, True, str(error))
     assert [c for c in provider.calls if c[0] != "release_run"] == [("run", "plan")]
+
+
+async def test_an_untrusted_block_reaches_the_activity_and_a_secret_one_fails_the_workflow_unstored(
+    temporal_server: TemporalDevServer,
+) -> None:
+    """A secret block would sit in the workflow's history in clear: the workflow fails once, before
+    any activity starts, and the history holds no copy of it (issue 33)."""
+    provider = ScriptedProvider()
+    assert await run_one_step(temporal_server, provider, "untrusted-1", untrusted="public body") == ["answered"]
+    body = "PRIVATE-BODY-0451"
+    with pytest.raises(WorkflowFailureError) as failed:
+        await run_one_step(temporal_server, provider, "untrusted-2", untrusted=body, secret=True)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == ("StepConfigError", True)
+    assert "history in clear" in cause.message
+    assert [c for c in provider.calls if c[0] == "run"] == [("run", "plan")]  # only the public one ran
+    client = await Client.connect(temporal_server.address)
+    history = await client.get_workflow_handle("untrusted-2").fetch_history()
+    assert body not in history.to_json()

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from ironflow import errors, labels
+from ironflow.prompts import Prompt
+from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 from ironflow.temporal import requests
 
@@ -43,3 +45,13 @@ def test_an_agent_request_survives_json_and_scopes_its_config_the_same_for_every
 def test_a_command_request_needs_an_argv_of_strings() -> None:
     with pytest.raises(errors.StepConfigError, match="'lint' needs a non-empty argv"):
         requests.CommandRequest("lint", [])
+
+
+def test_a_prompt_with_a_secret_block_never_becomes_an_activity_input() -> None:
+    """The input is stored in the workflow's history: the secret text would sit there in clear."""
+    config = Prompt("Summarise.").untrusted("issue", Secret("PRIVATE-ISSUE-BODY")).config()
+    with pytest.raises(errors.StepConfigError, match="history in clear") as caught:
+        requests.AgentRequest.of("summary", config, root_workflow_id="r")
+    assert "PRIVATE-ISSUE-BODY" not in str(caught.value)
+    plain = Prompt("Summarise.").untrusted("issue", "public body").config()
+    assert "public body" in requests.AgentRequest.of("summary", plain, root_workflow_id="r").config["prompt"]
