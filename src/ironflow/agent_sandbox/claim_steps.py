@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ironflow import errors, labels, results, steps, tracing
+from ironflow import errors, labels, results, step_timeouts, steps, tracing
 from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import claim_workspaces, claims, deliveries
 from ironflow.agent_sandbox import step_render as sandbox_steps
@@ -324,11 +324,11 @@ class ClaimStepRunner:
                     raise errors.KubernetesError(
                         f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
                     )
-            timeout = self.settings.step_timeout_s
+            bound = step_timeouts.effective(config.timeout, self.settings.step_timeout_s)
             lines = _LineSplitter(sink) if sink is not None else None
             try:
                 with tracing.span("ironflow.sandbox.exec", pod=pod) as span:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout(bound.seconds):
                         result = await api.exec(
                             self.namespace,
                             pod,
@@ -338,7 +338,7 @@ class ClaimStepRunner:
                         )
                     span.set(exit_code=result.exit_code)
             except TimeoutError:
-                raise errors.AgentTimeout(timeout) from None
+                raise bound.timed_out() from None
             finally:
                 if lines is not None:
                     lines.flush()

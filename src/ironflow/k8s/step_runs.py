@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, results, steps, tracing, workspaces
+from ironflow import errors, labels, results, step_timeouts, steps, tracing, workspaces
 from ironflow.auth_proxy import issuing
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
@@ -221,7 +221,7 @@ class StepRunner:
                 await launch.prepare_environment(config, now)
                 with tracing.span("ironflow.pod.create", pod=objects.pod_name):
                     await launch.create_pod()
-                grace, limit = self.settings.image_pull_grace_s, self.settings.timeout_s
+                grace, limit = self.settings.image_pull_grace_s, self._bound(config).seconds
                 if sink is None:
                     outcome = await pod_wait.wait(
                         api, self.namespace, objects.pod_name, limit, image_pull_grace_s=grace
@@ -261,6 +261,10 @@ class StepRunner:
             now=int(time.time()), message=message, pod_labels=config.scope.labels if config.scope else {},
         )  # fmt: skip
 
+    def _bound(self, config: steps.AgentConfig) -> step_timeouts.StepBound:
+        """The step's timeout or the provider's, the smaller."""
+        return step_timeouts.effective(config.timeout, self.settings.timeout_s)
+
     def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> results.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code.
 
@@ -277,7 +281,7 @@ class StepRunner:
                     raise
         rate_limits.record_rate_limits(config, logs)
         if outcome.timed_out:
-            raise errors.AgentTimeout(self.settings.timeout_s)
+            raise self._bound(config).timed_out()
         wall_ms = int((time.monotonic() - started) * 1000)
         if outcome.phase == "Succeeded":
             result = output.parse_output(logs, config, wall_ms=wall_ms)

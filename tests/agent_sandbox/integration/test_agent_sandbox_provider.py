@@ -515,6 +515,18 @@ async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_claims_step_at_its_own_bound(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\nsleep 300\n")
+    p = env.provider(replicas=0, timeout=120)
+    await env.apply_template(p)
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"\(the step's timeout\)") as caught:
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").with_timeout(1).scoped(RUN, "bounded"))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's 1 s, far short of the provider's 120 s
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+
+
 async def test_apply_template_creates_then_updates_then_leaves_unchanged(env: Env) -> None:
     p = env.provider(replicas=1)
     first = await p.apply_template(env.api)

@@ -162,6 +162,23 @@ async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase) -> None:
     await step_objects_left(kube)
 
 
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_pod_at_the_steps_bound(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"\(the step's timeout\)") as caught:
+        await runner(kube, provider(kube.namespace, timeout=120)).run(AgentConfig("Say hello").with_timeout(1))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's 1 s, far short of the provider's 120 s
+    await step_objects_left(kube)
+
+
+async def test_a_provider_timeout_shorter_than_the_steps_is_named_the_providers(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    with pytest.raises(errors.AgentTimeout, match=r"\(the provider's timeout\)"):
+        await runner(kube, provider(kube.namespace, timeout=0.3)).run(AgentConfig("Say hello").with_timeout(120))
+    await step_objects_left(kube)
+
+
 async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     """Validation happens before any request: a reserved label fails with the reference's text."""
     server.reset_requests()

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -416,6 +417,18 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
     assert _leftovers("claude.exe")[0] == []  # no claude process left
     assert _leftovers("ironflow-local-")[1] == []
     assert "auth proxy token revoked" in caplog.text
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_step_at_its_own_bound(fake: FakeAnthropic) -> None:
+    fake.reset(Script.of(TextTurn("late", delay_s=60)))
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"after 2s \(the step's timeout\)") as caught:
+        await _provider(fake, timeout=120).run(AgentConfig("hi").with_timeout(2))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's bound, far short of the provider's 120 s
+    assert _leftovers("claude.exe")[0] == []
 
 
 @needs_cli
