@@ -25,7 +25,7 @@ from ironflow import errors, labels, results, step_timeouts, steps, tracing
 from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import claim_workspaces, claims, deliveries
 from ironflow.agent_sandbox import step_render as sandbox_steps
-from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import environments, pod_wait, pods, reaper
@@ -298,7 +298,6 @@ class ClaimStepRunner:
                 f"SandboxClaim '{claim['metadata']['name']}' is Ready without status.sandbox.name"
             )
         pod = await self._pod_name(api, str(sandbox))
-        token_id: str | None = None
         token: Secret | None = None
         issuer = self.issuer
         # Where the step's token and its workspace's grants are counted, and until when they hold.
@@ -306,9 +305,10 @@ class ClaimStepRunner:
         run_id = scope.run_id if scope is not None else str(claim["metadata"]["name"])
         step = scope.step if scope is not None else "agent"
         expires_at = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
-        if issuer is not None:
-            token_id, token = await issuing.issue_step_token(issuer, config, run_id, step, expires_at)
-        try:
+        # The step's token is revoked when the block ends, cancellation included.
+        async with revoking.held(issuer) as held:
+            if issuer is not None:
+                _, token = await held.step_token(config, run_id, step, expires_at)
             commit = None
             if config.workspace is not None:
                 commit = await claim_workspaces.clone(
@@ -342,9 +342,6 @@ class ClaimStepRunner:
             finally:
                 if lines is not None:
                     lines.flush()
-        finally:
-            if issuer is not None and token_id is not None:
-                await pods.shielded(issuing.revoke_step_token(issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         changes = None

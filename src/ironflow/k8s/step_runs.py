@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ironflow import errors, labels, results, step_timeouts, steps, tracing, workspaces
-from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import cleanup, environments, pod_wait, pods, reaper, step_manifests, step_objects
@@ -170,21 +170,17 @@ class StepRunner:
         # 2. The expiry counts from now (after the cleanup); the token lives as long as the pod.
         now = int(time.time())
         pod_name = step_manifests.generate_pod_name(now * 1000, _random.randbits(32))
-        issued: list[str] = []
         token: Secret | None = None
         workspace_token: Secret | None = None
         secret = step_objects.workspace_secret(self.settings, config)
-        try:
+        # Every token issued here is revoked when the attempt ends, cancellation included.
+        async with revoking.held(self.issuer) as held:
             if self.issuer is not None:
                 run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
                 expires_at = now + step_manifests.lifetime_seconds(self.settings)
-                token_id, token = await issuing.issue_step_token(self.issuer, config, run_id, step, expires_at)
-                issued.append(token_id)
+                _, token = await held.step_token(config, run_id, step, expires_at)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
-                    token_id, workspace_token = await issuing.issue_secret_token(
-                        self.issuer, secret, run_id, step, expires_at
-                    )
-                    issued.append(token_id)
+                    _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
             objects = step_objects.render_step(
                 self.settings,
                 config,
@@ -196,10 +192,6 @@ class StepRunner:
                 workspace_token=workspace_token,
             )
             return await self._launch(api, objects, config, sink, started, now=now)
-        finally:
-            for token_id in issued:
-                if self.issuer is not None:
-                    await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
 
     async def _launch(
         self,
