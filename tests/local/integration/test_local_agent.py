@@ -191,6 +191,21 @@ async def test_timeout_kills_the_whole_tree_and_leaves_nothing(fake: FakeAnthrop
     assert _leftovers(marker) == ([], [])
 
 
+async def test_a_cancelled_proxied_step_has_its_token_revoked_before_the_cancel_returns(
+    fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ironflow")
+    marker = "ironflow-dropped-marker-93be"
+    step = _provider(fake, timeout=120).run_command(["sh", "-c", f"sleep 60 # {marker}"], auth_proxy=True)
+    task = asyncio.create_task(step)
+    await eventually(lambda: "auth proxy token issued" in caplog.text, what="the step's token")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "auth proxy token revoked" in caplog.text  # at once: before the cancel returned, not at expiry
+    await eventually(lambda: _leftovers(marker) == ([], []), what=lambda: f"no leftovers, still {_leftovers(marker)}")
+
+
 @pytest.mark.gvisor
 @pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
 async def test_gvisor_timeout_leaves_nothing(fake: FakeAnthropic) -> None:
