@@ -173,16 +173,18 @@ class StepRunner:
         token: Secret | None = None
         workspace_token: Secret | None = None
         secret = step_objects.workspace_secret(self.settings, config)
+        # The step's bound, when shorter, is the pod's too: its deadline and expiry hold without the worker.
+        settings = dataclasses.replace(self.settings, timeout_s=self._bound(config).seconds)
         # Every token issued here is revoked when the attempt ends, cancellation included.
         async with revoking.held(self.issuer) as held:
             if self.issuer is not None:
                 run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
-                expires_at = now + step_manifests.lifetime_seconds(self.settings)
+                expires_at = now + step_manifests.lifetime_seconds(settings)
                 _, token = await held.step_token(config, run_id, step, expires_at)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
                     _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
             objects = step_objects.render_step(
-                self.settings,
+                settings,
                 config,
                 now=now,
                 pod_name=pod_name,
