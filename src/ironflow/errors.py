@@ -239,9 +239,12 @@ class AgentTimeout(AgentError):
 
     retryable = True
 
-    def __init__(self, limit_s: float) -> None:
+    def __init__(self, limit_s: float, *, bound: str | None = None) -> None:
         self.limit_s = limit_s
-        super().__init__(f"agent timed out after {limit_s:g}s")
+        #: Whose bound fired, ``"step"`` (``AgentConfig.timeout``) or ``"provider"``; None: not said.
+        self.bound = bound
+        whose = "" if bound is None else f" (the {bound}'s timeout)"
+        super().__init__(f"agent timed out after {limit_s:g}s{whose}")
 
 
 class CommandTimeout(AgentTimeout):
@@ -254,6 +257,7 @@ class CommandTimeout(AgentTimeout):
 
     def __init__(self, limit_s: float, *, output: bytes = b"", stderr: bytes = b"") -> None:
         self.limit_s = limit_s
+        self.bound: str | None = None
         self.output = output[:PARTIAL_OUTPUT_BYTES]
         self.stderr = stderr[:PARTIAL_OUTPUT_BYTES]
         cut = len(output) > PARTIAL_OUTPUT_BYTES or len(stderr) > PARTIAL_OUTPUT_BYTES

@@ -20,7 +20,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ironflow import errors, labels, settings_file
+from ironflow import errors, labels, settings_file, step_timeouts
 from ironflow._renamed import renamed_names, warn_renamed
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import (
@@ -65,6 +65,7 @@ _SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
     ),
     "max_turns": (int,),
     "max_budget_usd": (float, int),
+    "timeout": (float, int),
     **dict.fromkeys(("strict_mcp_config", "bare", "verbose", "continue_session"), (bool,)),
 }  # fmt: skip
 _TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
@@ -225,6 +226,9 @@ class AgentConfig:
     #: Text the caller marked secret (``Prompt.untrusted(label, Secret(text))``): the engine redacts
     #: it from the transcripts it stores; never serialised, like the account lease.
     secret_values: tuple[Secret, ...] = field(default=(), repr=False, compare=False)
+    #: Seconds this step may run, whatever the provider allows: the smaller bound holds
+    #: (:func:`ironflow.step_timeouts.effective`). None: the provider's alone.
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         problem = _scalar_type_problem(self)
@@ -256,6 +260,7 @@ class AgentConfig:
             raise errors.ConfigError("max_turns must be greater than 0")
         if self.max_budget_usd is not None and not (math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0):
             raise errors.ConfigError("budget must be a positive finite number")
+        set_(self, "timeout", step_timeouts.step_seconds(self.timeout))
         conversation_problem = _conversation_problem(self)
         if conversation_problem is not None:
             raise errors.ConfigError(conversation_problem)
@@ -349,6 +354,10 @@ class AgentConfig:
         """Mount the persistent environment an earlier step returned (its ``environment_id``);
         the provider needs an environment volume. An id outside ``[a-z0-9-]{1,253}`` raises ConfigError."""
         return dataclasses.replace(self, resume_environment_id=environment_id)
+
+    def with_timeout(self, seconds: float) -> AgentConfig:
+        """Bound this step to ``seconds``, independently of the provider (the smaller bound holds)."""
+        return dataclasses.replace(self, timeout=seconds)
 
     def account_lease(self, lease: AccountLease) -> AgentConfig:
         """Run the step on the leased Provider Account (as the engine does)."""

@@ -21,11 +21,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ironflow import errors, labels, results, steps, tracing
+from ironflow import errors, labels, results, step_timeouts, steps, tracing
 from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import claim_workspaces, claims, deliveries
 from ironflow.agent_sandbox import step_render as sandbox_steps
-from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import environments, pod_wait, pods, reaper
@@ -298,7 +298,6 @@ class ClaimStepRunner:
                 f"SandboxClaim '{claim['metadata']['name']}' is Ready without status.sandbox.name"
             )
         pod = await self._pod_name(api, str(sandbox))
-        token_id: str | None = None
         token: Secret | None = None
         issuer = self.issuer
         # Where the step's token and its workspace's grants are counted, and until when they hold.
@@ -306,9 +305,10 @@ class ClaimStepRunner:
         run_id = scope.run_id if scope is not None else str(claim["metadata"]["name"])
         step = scope.step if scope is not None else "agent"
         expires_at = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
-        if issuer is not None:
-            token_id, token = await issuing.issue_step_token(issuer, config, run_id, step, expires_at)
-        try:
+        # The step's token is revoked when the block ends, cancellation included.
+        async with revoking.held(issuer) as held:
+            if issuer is not None:
+                _, token = await held.step_token(config, run_id, step, expires_at)
             commit = None
             if config.workspace is not None:
                 commit = await claim_workspaces.clone(
@@ -324,11 +324,11 @@ class ClaimStepRunner:
                     raise errors.KubernetesError(
                         f"could not write a file into sandbox pod '{pod}': exit {result.exit_code}", status=500
                     )
-            timeout = self.settings.step_timeout_s
+            bound = step_timeouts.effective(config.timeout, self.settings.step_timeout_s)
             lines = _LineSplitter(sink) if sink is not None else None
             try:
                 with tracing.span("ironflow.sandbox.exec", pod=pod) as span:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout(bound.seconds):
                         result = await api.exec(
                             self.namespace,
                             pod,
@@ -338,13 +338,10 @@ class ClaimStepRunner:
                         )
                     span.set(exit_code=result.exit_code)
             except TimeoutError:
-                raise errors.AgentTimeout(timeout) from None
+                raise bound.timed_out() from None
             finally:
                 if lines is not None:
                     lines.flush()
-        finally:
-            if issuer is not None and token_id is not None:
-                await pods.shielded(issuing.revoke_step_token(issuer, token_id))
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         changes = None

@@ -203,9 +203,14 @@ def agent(
     output: Annotated[
         ResultFormat, typer.Option("--output", "-o", help="text: the answer; json or yaml: answer and usage.")
     ] = ResultFormat.TEXT,
-    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the step is stopped.")] = (
-        DEFAULT_TIMEOUT_S
-    ),
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            show_default=False,
+            help=f"The step's timeout in seconds (a provider's shorter one still holds; local: {DEFAULT_TIMEOUT_S:g}).",
+        ),
+    ] = None,
     provider_file: Annotated[
         Path | None,
         typer.Option(
@@ -249,19 +254,22 @@ def agent(
     tools = _tools(allowed_tools)
     if model is not None and not model.strip():
         exits.fail("--model must name a model, e.g. sonnet; leave it out for the default")
-    inputs.seconds(timeout, "--timeout")
+    if timeout is not None:
+        inputs.seconds(timeout, "--timeout")
     if script is not None and backend is not Backend.LOCAL:
         exits.fail("--fake-model runs only with --backend local")
     try:
         options: dict[str, Any] = {"workspace": spec, "allowed_tools": tools}
-        options.update(continue_session=continue_session, resume_session_id=resume)
+        options.update(continue_session=continue_session, resume_session_id=resume, timeout=timeout)
         config = AgentConfig(text, **options) if model is None else AgentConfig(text, model=model, **options)
         sink = _Turns() if verbose else None
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_CONVERSATIONS)
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
-                result = asyncio.run(_run_faked(config, script, isolation, timeout, ws.git_hosts(spec), sink))
+                result = asyncio.run(
+                    _run_faked(config, script, isolation, timeout or DEFAULT_TIMEOUT_S, ws.git_hosts(spec), sink)
+                )
         else:
             if backend is Backend.LOCAL:
                 _require_credential_env()

@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ironflow import errors, labels, results, steps, tracing, workspaces
-from ironflow.auth_proxy import issuing
+from ironflow import errors, labels, results, step_timeouts, steps, tracing, workspaces
+from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import cleanup, environments, pod_wait, pods, reaper, step_manifests, step_objects
@@ -170,23 +170,21 @@ class StepRunner:
         # 2. The expiry counts from now (after the cleanup); the token lives as long as the pod.
         now = int(time.time())
         pod_name = step_manifests.generate_pod_name(now * 1000, _random.randbits(32))
-        issued: list[str] = []
         token: Secret | None = None
         workspace_token: Secret | None = None
         secret = step_objects.workspace_secret(self.settings, config)
-        try:
+        # The step's bound, when shorter, is the pod's too: its deadline and expiry hold without the worker.
+        settings = dataclasses.replace(self.settings, timeout_s=self._bound(config).seconds)
+        # Every token issued here is revoked when the attempt ends, cancellation included.
+        async with revoking.held(self.issuer) as held:
             if self.issuer is not None:
                 run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
-                expires_at = now + step_manifests.lifetime_seconds(self.settings)
-                token_id, token = await issuing.issue_step_token(self.issuer, config, run_id, step, expires_at)
-                issued.append(token_id)
+                expires_at = now + step_manifests.lifetime_seconds(settings)
+                _, token = await held.step_token(config, run_id, step, expires_at)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
-                    token_id, workspace_token = await issuing.issue_secret_token(
-                        self.issuer, secret, run_id, step, expires_at
-                    )
-                    issued.append(token_id)
+                    _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
             objects = step_objects.render_step(
-                self.settings,
+                settings,
                 config,
                 now=now,
                 pod_name=pod_name,
@@ -196,10 +194,6 @@ class StepRunner:
                 workspace_token=workspace_token,
             )
             return await self._launch(api, objects, config, sink, started, now=now)
-        finally:
-            for token_id in issued:
-                if self.issuer is not None:
-                    await pods.shielded(issuing.revoke_step_token(self.issuer, token_id))
 
     async def _launch(
         self,
@@ -221,7 +215,7 @@ class StepRunner:
                 await launch.prepare_environment(config, now)
                 with tracing.span("ironflow.pod.create", pod=objects.pod_name):
                     await launch.create_pod()
-                grace, limit = self.settings.image_pull_grace_s, self.settings.timeout_s
+                grace, limit = self.settings.image_pull_grace_s, self._bound(config).seconds
                 if sink is None:
                     outcome = await pod_wait.wait(
                         api, self.namespace, objects.pod_name, limit, image_pull_grace_s=grace
@@ -261,6 +255,10 @@ class StepRunner:
             now=int(time.time()), message=message, pod_labels=config.scope.labels if config.scope else {},
         )  # fmt: skip
 
+    def _bound(self, config: steps.AgentConfig) -> step_timeouts.StepBound:
+        """The step's timeout or the provider's, the smaller."""
+        return step_timeouts.effective(config.timeout, self.settings.timeout_s)
+
     def _finalize(self, config: steps.AgentConfig, outcome: pod_wait.PodOutcome, started: float) -> results.AgentResult:
         """Rate limits first, then: timed out, succeeded (parse), or failed with the container's exit code.
 
@@ -277,7 +275,7 @@ class StepRunner:
                     raise
         rate_limits.record_rate_limits(config, logs)
         if outcome.timed_out:
-            raise errors.AgentTimeout(self.settings.timeout_s)
+            raise self._bound(config).timed_out()
         wall_ms = int((time.monotonic() - started) * 1000)
         if outcome.phase == "Succeeded":
             result = output.parse_output(logs, config, wall_ms=wall_ms)

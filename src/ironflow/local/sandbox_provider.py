@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ironflow import errors, tracing, workspaces
+from ironflow import errors, step_timeouts, tracing, workspaces
 from ironflow.claude import command, output, profile, rate_limits
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
@@ -239,6 +239,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         script = command.agent_shell_command(args, claude_path=claude, working_dir=workdir, prefix=prefix)
         run_id = config.scope.run_id if config.scope is not None else None
         step = config.scope.step if config.scope is not None else "agent"
+        limit = step_timeouts.effective(config.timeout, self.timeout)
         async with contextlib.AsyncExitStack() as stack:
             tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             prepared = await stack.enter_async_context(self.kept.attempt(config, tmp, self._open_workspace))
@@ -249,7 +250,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 socket_path=socket_path,
                 run_id=run_id,
                 step=step,
-                expires_in=self.timeout + 60,
+                expires_in=limit.seconds + 60,
                 trace_context=config.trace_context,
                 max_connections=self.limits.proxy_connections,
             ) as token:
@@ -277,7 +278,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                     finished = await self.processes.run(
                         full,
                         stdin=stdin,
-                        limit_s=self.timeout,
+                        limit_s=limit.seconds,
                         sink=sink,
                         run_ids=launch.release_keys(config.scope),
                         pass_fds=fds.inherited,
@@ -290,8 +291,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             if finished.stopped is not None:
                 raise errors.WorkspaceUnsafe(finished.stopped)
             if finished.timed_out:
-                log.info("local sandbox step timed out: token=%s", token_id)
-                raise errors.AgentTimeout(self.timeout)
+                log.info("local sandbox step timed out: bound=%s token=%s", limit.source, token_id)
+                raise limit.timed_out()
             code, out, err = finished.code, _text(finished.stdout), _text(finished.stderr)
             log.info("local sandbox step finished: exit_code=%d token=%s", code, token_id)
             rate_limits.record_rate_limits(config, out)

@@ -22,6 +22,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.fakes.kubecase import ServerControl, hold_create_answers
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
+from tests.fakes.proxy_tokens import RecordingIssuer, dropped, real_proxy, refused
 from tests.fakes.spans import by_name, finished_spans
 from tests.fakes.unclosed import unclosed_after_collect
 
@@ -512,6 +513,34 @@ async def test_agent_over_its_timeout_is_an_agent_timeout_and_the_claim_goes(env
     await env.apply_template(p)
     with pytest.raises(errors.AgentTimeout):
         await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "slow"))
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_claims_step_at_its_own_bound(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\nsleep 300\n")
+    p = env.provider(replicas=0, timeout=120)
+    await env.apply_template(p)
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"\(the step's timeout\)") as caught:
+        await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").with_timeout(1).scoped(RUN, "bounded"))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's 1 s, far short of the provider's 120 s
+    await eventually(lambda: not env.claims() and not env.step_sandboxes())
+
+
+async def test_a_step_cancelled_while_its_agent_runs_has_its_token_refused_at_once(env: Env) -> None:
+    env.claude.write_text("#!/bin/sh\nsleep 300\n")
+    p = env.provider(replicas=0, timeout=120, proxied=True)
+    await env.apply_template(p)
+    async with real_proxy() as (url, admin):
+        issuer = RecordingIssuer(admin)
+        step = p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "dropped"))
+        task = asyncio.create_task(step)
+        await eventually(lambda: bool(issuer.tokens), interval_s=0.05, what="the step's token")
+        (token,) = issuer.tokens
+        assert not await refused(url, token)  # live while the step runs
+        await dropped(task)
+        assert await refused(url, token)  # at once: no wait, no expiry
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
 
 

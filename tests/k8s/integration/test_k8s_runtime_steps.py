@@ -162,6 +162,39 @@ async def test_timeout_raises_agent_timeout_and_deletes(kube: KubeCase) -> None:
     await step_objects_left(kube)
 
 
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_pod_at_the_steps_bound(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"\(the step's timeout\)") as caught:
+        await runner(kube, provider(kube.namespace, timeout=120)).run(AgentConfig("Say hello").with_timeout(1))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's 1 s, far short of the provider's 120 s
+    await step_objects_left(kube)
+
+
+async def test_a_shorter_step_timeout_is_the_pods_deadline_too(kube: KubeCase) -> None:
+    """Without the worker, the pod still ends at the step's bound (plus the margin), not the provider's."""
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    task = asyncio.create_task(
+        runner(kube, provider(kube.namespace, timeout=600)).run(AgentConfig("hi").with_timeout(30))
+    )
+    name = await running_pod(kube)
+    pod = await kube.api.get(k8s.PODS, kube.namespace, name)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    margin = pod["spec"]["activeDeadlineSeconds"] - 30
+    assert 0 < margin < 600 - 30
+    await step_objects_left(kube)
+
+
+async def test_a_provider_timeout_shorter_than_the_steps_is_named_the_providers(kube: KubeCase) -> None:
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
+    with pytest.raises(errors.AgentTimeout, match=r"\(the provider's timeout\)"):
+        await runner(kube, provider(kube.namespace, timeout=0.3)).run(AgentConfig("Say hello").with_timeout(120))
+    await step_objects_left(kube)
+
+
 async def test_refused_step_creates_nothing(kube: KubeCase, server: KubeTestServer) -> None:
     """Validation happens before any request: a reserved label fails with the reference's text."""
     server.reset_requests()

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -188,6 +189,21 @@ async def test_timeout_kills_the_whole_tree_and_leaves_nothing(fake: FakeAnthrop
     with pytest.raises(errors.AgentTimeout):
         await provider.run_command(["sh", "-c", f"sleep 60 & sleep 61 # {marker}"], timeout_s=0.5, auth_proxy=True)
     assert _leftovers(marker) == ([], [])
+
+
+async def test_a_cancelled_proxied_step_has_its_token_revoked_before_the_cancel_returns(
+    fake: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ironflow")
+    marker = "ironflow-dropped-marker-93be"
+    step = _provider(fake, timeout=120).run_command(["sh", "-c", f"sleep 60 # {marker}"], auth_proxy=True)
+    task = asyncio.create_task(step)
+    await eventually(lambda: "auth proxy token issued" in caplog.text, what="the step's token")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "auth proxy token revoked" in caplog.text  # at once: before the cancel returned, not at expiry
+    await eventually(lambda: _leftovers(marker) == ([], []), what=lambda: f"no leftovers, still {_leftovers(marker)}")
 
 
 @pytest.mark.gvisor
@@ -416,6 +432,18 @@ async def test_an_agent_step_past_its_timeout_is_stopped_and_leaves_nothing(
     assert _leftovers("claude.exe")[0] == []  # no claude process left
     assert _leftovers("ironflow-local-")[1] == []
     assert "auth proxy token revoked" in caplog.text
+
+
+@needs_cli
+@pytest.mark.claude_cli
+async def test_a_step_timeout_shorter_than_the_providers_ends_the_step_at_its_own_bound(fake: FakeAnthropic) -> None:
+    fake.reset(Script.of(TextTurn("late", delay_s=60)))
+    started = time.monotonic()
+    with pytest.raises(errors.AgentTimeout, match=r"after 2s \(the step's timeout\)") as caught:
+        await _provider(fake, timeout=120).run(AgentConfig("hi").with_timeout(2))
+    assert caught.value.bound == "step"
+    assert time.monotonic() - started < 60  # the step's bound, far short of the provider's 120 s
+    assert _leftovers("claude.exe")[0] == []
 
 
 @needs_cli

@@ -81,6 +81,16 @@ def test_a_model_error_is_a_failed_step_exit_1(tmp_path: Path) -> None:
     assert done.stderr.startswith("error: ")
 
 
+@needs_cli
+@pytest.mark.claude_cli
+def test_agent_timeout_bounds_the_step_and_the_failure_names_the_steps_bound(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text("turns:\n  - text: late\n    delay_s: 20\n")  # unbounded, the step would answer "late"
+    done = ironflow("agent", "hi", f"--fake-model={script}", "--timeout", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == "error: agent timed out after 2s (the step's timeout)"
+
+
 def test_no_credential_and_no_fake_model_is_bad_input_naming_the_fix() -> None:
     done = ironflow("agent", "hi")
     assert done.returncode == 2

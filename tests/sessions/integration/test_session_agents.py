@@ -4,6 +4,7 @@ session's proxy token works only while it is open, and the Claude credential nev
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -101,4 +102,19 @@ async def test_a_session_without_agent_refuses_an_agent_step(state: Path) -> Non
         sandbox = await sessions.open()
         with pytest.raises(errors.ConfigError, match="opened without agent=True"):
             await sessions.agent(sandbox.id, AgentConfig("hi"))
+        await sandbox.close()
+
+
+async def test_a_session_agent_step_ends_at_its_own_timeout_before_the_providers(state: Path) -> None:
+    late = Script.from_dict({"turns": [{"text": "late", "delay_s": 60}]})
+    async with (
+        FakeAnthropic(late, required_credential=KEY) as fake,
+        LocalSessions(_provider(fake, state), state_dir=str(state)) as sessions,
+    ):
+        sandbox = await sessions.open(agent=True)
+        started = time.monotonic()
+        with pytest.raises(errors.AgentTimeout, match=r"\(the step's timeout\)") as caught:
+            await sessions.agent(sandbox.id, AgentConfig("hi").with_timeout(2))
+        assert caught.value.bound == "step"
+        assert time.monotonic() - started < 60  # the step's 2 s, far short of the provider's 120 s
         await sandbox.close()

@@ -42,6 +42,12 @@ def test_an_agent_request_survives_json_and_scopes_its_config_the_same_for_every
     assert again.agent_config("review-1.summarise") == scoped
 
 
+def test_an_agent_request_carries_the_steps_timeout_to_the_activitys_provider() -> None:
+    request = requests.AgentRequest.of("plan", AgentConfig("Plan it").with_timeout(3), root_workflow_id=None)
+    again = requests.AgentRequest(**json.loads(json.dumps(dataclasses.asdict(request))))
+    assert again.agent_config("run-1").timeout == 3.0
+
+
 def test_a_command_request_needs_an_argv_of_strings() -> None:
     with pytest.raises(errors.StepConfigError, match="'lint' needs a non-empty argv"):
         requests.CommandRequest("lint", [])

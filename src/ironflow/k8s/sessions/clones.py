@@ -15,9 +15,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from ironflow import errors, labels
-from ironflow.auth_proxy import issuing, tokens
+from ironflow.auth_proxy import issuing, revoking, tokens
 from ironflow.auth_proxy.git_hosts import GitHosts
-from ironflow.k8s import pods
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec as workspace_clone
 from ironflow.kube import api as kube
@@ -83,12 +82,10 @@ async def exec_with_grant(
 ) -> tuple[kube.ExecResult, str]:
     """Run ``render``'s exec with a fresh grant for ``secret`` on its stdin, revoked on every
     path once the exec ends; the exec's result and the token (to mask it in what git said)."""
-    token_id, token = await issuing.issue_secret_token(issuer, secret, run_id, step, expires_at)
-    try:
+    async with revoking.held(issuer) as held:  # the exec is done (or cancelled): so is its grant
+        _, token = await held.secret_token(secret, run_id, step, expires_at)
         raw = token.reveal().encode()
         done = await api.exec(namespace, pod, render(proxy_url, len(raw)), container=container, stdin=raw)
-    finally:
-        await pods.shielded(issuing.revoke_step_token(issuer, token_id))  # the exec is done: so is its grant
     return done, token.reveal()
 
 

@@ -14,9 +14,9 @@ import math
 import time
 
 from ironflow import errors, workspaces
-from ironflow.auth_proxy import issuing
+from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
-from ironflow.k8s import pods, step_objects
+from ironflow.k8s import step_objects
 from ironflow.k8s.commands import execution
 from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.settings import ProviderSettings
@@ -75,8 +75,8 @@ async def run_in_workspace(
     assert grants is not None
     expires_at = now + math.ceil(run.settings.timeout_s + run.settings.expiry_margin_s)
     try:
-        token_id, token = await issuing.issue_secret_token(grants, secret, run.name, "exec", expires_at)
-        try:
+        async with revoking.held(grants) as held:
+            _, token = await held.secret_token(secret, run.name, "exec", expires_at)
             invocation = git_script.clone_commands(
                 proxy, spec.source, token.reveal(), directory=WORKSPACE_PATH, ref=spec.ref
             )
@@ -84,8 +84,6 @@ async def run_in_workspace(
             done = await execution.run_pod(
                 api, body, timeout_s=run.settings.timeout_s, image_pull_grace_s=run.settings.image_pull_grace_s
             )
-        finally:
-            await pods.shielded(issuing.revoke_step_token(grants, token_id))
         done, changes = _split(done)
         if done.success and spec.push_branch is not None and changes is not None:
             message = workspaces.push_message("exec", run.command)

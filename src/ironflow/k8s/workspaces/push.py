@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets as _random
 from collections.abc import Mapping
 
-from ironflow.auth_proxy import issuing, tokens
+from ironflow.auth_proxy import issuing, revoking, tokens
 from ironflow.k8s import pods
 from ironflow.k8s.commands import execution
 from ironflow.k8s.settings import ProviderSettings
@@ -46,8 +46,8 @@ async def push(
     if branch is None or not changes.files:
         return changes
     expires_at = now + int(settings.timeout_s) + 60
-    token_id, token = await issuing.issue_secret_token(issuer, secret, run_id, f"{step} push", expires_at)
-    try:
+    async with revoking.held(issuer) as held:
+        _, token = await held.secret_token(secret, run_id, f"{step} push", expires_at)
         configmap, pod = push_pod.push_objects(
             settings, spec, changes, token=token.reveal(), message=message, pod_labels=pod_labels,
             now=now, rand32=_random.randbits(32),
@@ -60,8 +60,6 @@ async def push(
             )
         finally:
             await pods.delete_quietly(api, kube.CONFIGMAPS, settings.namespace, name)
-    finally:
-        await pods.shielded(issuing.revoke_step_token(issuer, token_id))
     if not done.success:
         raise git_script.push_failure(
             spec.source, branch, done.logs, token=token.reveal(), silent=f"phase {done.phase}"

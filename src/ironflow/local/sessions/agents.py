@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 
-from ironflow import errors
+from ironflow import errors, step_timeouts
 from ironflow.claude import command, output, rate_limits
 from ironflow.local.sandbox import environment, step_proxy
 from ironflow.local.sandbox.environment import AGENT_KEEP_BYTES
@@ -54,7 +54,7 @@ async def run_agent(
     """``config`` run by the Claude Code CLI as one command of ``sandbox``.
 
     Raises:
-        AgentTimeout: it ran past the provider's timeout (its process group is killed).
+        AgentTimeout: it ran past the step's or the provider's timeout, the smaller (its process group is killed).
         StepConfigError, PromptTooLarge: the step cannot run as given.
         AgentError: the CLI or the model failed (as a local step's).
     """
@@ -69,17 +69,18 @@ async def run_agent(
         working_dir=config.working_dir or working_dir,
         prefix=command.trace_prefix(config.trace_context),
     )
+    limit = step_timeouts.effective(config.timeout, provider.timeout)
     started = time.monotonic()
     done = await sandbox.commands.run(
         ["sh", "-c", script],
         env=environment.proxy_env(token.reveal()),
         stdin=stdin,
-        timeout=provider.timeout,
+        timeout=limit.seconds,
         keep_bytes=AGENT_KEEP_BYTES,
     )
     wall_ms = int((time.monotonic() - started) * 1000)
     if done.timed_out:
-        raise errors.AgentTimeout(provider.timeout)
+        raise limit.timed_out()
     rate_limits.record_rate_limits(config, done.stdout)
     if done.exit_code == 0:
         return output.parse_output(done.stdout, config, wall_ms=wall_ms)
