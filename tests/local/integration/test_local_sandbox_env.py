@@ -210,8 +210,10 @@ async def test_a_session_runtime_host_process_never_holds_the_session_env(isolat
 
 async def test_a_mount_over_etc_is_refused_and_the_shadow_masks_hold() -> None:
     provider = LocalSandboxProvider(timeout=30)
-    for target in ("/etc", "/etc/shadow"):
-        with pytest.raises(errors.ConfigError, match=f"cannot be mounted at '{target}': it would uncover '/etc/"):
+    # /etc is refused first as the parent of a reserved path (the rule every backend shares), a
+    # masked file by the local sandbox's own rule: either way, one line naming what it would expose
+    for target, why in (("/etc", "hide reserved path '/etc/claude-code'"), ("/etc/shadow", "uncover '/etc/")):
+        with pytest.raises(errors.ConfigError, match=f"cannot be mounted at '{target}': it would {why}"):
             await provider.run_command(["true"], read_only_mounts=[bwrap.ReadOnlyMount("/etc", target)])
     shown = await provider.run_command(["sh", "-c", "cat /etc/shadow 2>/dev/null | wc -c"])
     assert shown.stdout.strip() == "0"  # masked: nothing of the host's file
@@ -220,5 +222,5 @@ async def test_a_mount_over_etc_is_refused_and_the_shadow_masks_hold() -> None:
 def test_ironflow_exec_refuses_a_mount_over_etc_in_one_line() -> None:
     done = CliRunner().invoke(app, ["exec", "--mount", "/etc:/etc", "--", "true"])
     assert done.exit_code == 2, done.stderr
-    assert done.stderr.startswith("error: read-only volume cannot be mounted at '/etc': it would uncover '/etc/")
+    assert done.stderr.startswith("error: read-only volume cannot be mounted at '/etc': it would hide reserved path")
     assert done.stderr.count("\n") == 1

@@ -72,7 +72,10 @@ def _node_traces(workdir: str, cgroup: str) -> dict[str, list[str]]:
             try:
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 groups = (proc / "cgroup").read_text()
-            except OSError:
+                zombie = (proc / "stat").read_text().rpartition(")")[2].split()[0] == "Z"
+            except (OSError, IndexError):
+                continue
+            if zombie:  # exited: holds nothing but its pid until this machine's init reaps it
                 continue
             if workdir in cmd or f":{cgroup}" in groups:
                 procs.append(f"{proc.name}: {cmd[:200]}")
