@@ -222,6 +222,12 @@ def clone_commands(
     return GitInvocation(url, commands, env)
 
 
+def _own_clone(directory: str) -> tuple[str, str]:
+    """git trusts the clone just made in ``directory`` though another user owns the directory
+    itself (a Kubernetes emptyDir is root's): else it calls it dubious and finds no repository."""
+    return ("-c", f"safe.directory={directory}")
+
+
 def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, branch: str) -> GitInvocation:
     """Push the clone's ``HEAD`` in ``directory`` to ``branch``, which must not exist yet.
 
@@ -235,7 +241,8 @@ def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, b
     if name == "HEAD" or _COMMIT.fullmatch(name):
         raise errors.ConfigError("invalid branch: HEAD and commit ids cannot name a new branch")
     target = f"refs/heads/{name}"
-    command = ("git", "-C", _check_directory(directory), "push", "--quiet", "--no-verify",
+    place = _check_directory(directory)
+    command = ("git", "-C", place, *_own_clone(place), "push", "--quiet", "--no-verify",
                f"--force-with-lease={target}:", "--", url, f"HEAD:{target}")  # fmt: skip
     return GitInvocation(url, (command,), env)
 
@@ -275,7 +282,7 @@ def push_script(clone: GitInvocation, push: GitInvocation, *, directory: str, pa
     :data:`PUSH_MESSAGE_ENV` in its environment.
     """
     place = _check_directory(directory)
-    hooks_off = ("-c", "core.hooksPath=/dev/null")
+    hooks_off = (*_own_clone(place), "-c", "core.hooksPath=/dev/null")
     apply = ("git", "-C", place, *hooks_off, "apply", "--cached", "--binary", _check_directory(patch_file))
     commit = ("git", "-C", place, *hooks_off, "commit", "--quiet", "--no-verify")
     lines = [_connect_function(), *_connect_lines(clone.commands), shlex.join(apply)]

@@ -223,7 +223,8 @@ def test_a_token_that_could_break_the_header_is_refused_unrepeated(token: str) -
 def test_push_sends_head_to_a_new_branch_at_the_relay_url() -> None:
     invocation = git_script.push_commands(PROXY, URL, TOKEN, directory="ws", branch="ironflow/run-1")
     assert invocation.commands == (
-        ("git", "-C", "ws", "push", "--quiet", "--no-verify", "--force-with-lease=refs/heads/ironflow/run-1:",
+        ("git", "-C", "ws", "-c", "safe.directory=ws", "push", "--quiet", "--no-verify",
+         "--force-with-lease=refs/heads/ironflow/run-1:",
          "--", RELAY, "HEAD:refs/heads/ironflow/run-1"),
     )  # fmt: skip
     assert _config(invocation)[f"http.{RELAY}.extraHeader"] == f"Authorization: Bearer {TOKEN}"
@@ -257,13 +258,14 @@ def test_the_push_script_clones_applies_to_the_index_commits_without_hooks_then_
     assert lines[0] == "set -e"
     lines = [lines[0], *lines[lines.index("}") + 1 :]]  # after the connect-retry function
     assert lines[1].startswith("ironflow_connect git clone --quiet --branch main -- ")
-    assert lines[2] == "git -C /w -c core.hooksPath=/dev/null apply --cached --binary /p/patch"
+    assert lines[2] == "git -C /w -c safe.directory=/w -c core.hooksPath=/dev/null apply --cached --binary /p/patch"
     assert (
-        lines[3]
-        == 'git -C /w -c core.hooksPath=/dev/null commit --quiet --no-verify --message "$IRONFLOW_PUSH_MESSAGE"'
+        lines[3] == "git -C /w -c safe.directory=/w -c core.hooksPath=/dev/null commit --quiet --no-verify "
+        '--message "$IRONFLOW_PUSH_MESSAGE"'
     )
     assert lines[4].startswith(
-        "ironflow_connect git -C /w push --quiet --no-verify --force-with-lease=refs/heads/fix: -- "
+        "ironflow_connect git -C /w -c safe.directory=/w push --quiet --no-verify "
+        "--force-with-lease=refs/heads/fix: -- "
     )
     assert TOKEN not in script  # it is in the invocations' environment only
     with pytest.raises(errors.ConfigError, match="clone directory"):
