@@ -22,7 +22,6 @@ import asyncio
 import copy
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -36,7 +35,7 @@ from ironflow.cluster import setup
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
-from ironflow.testing.polling import eventually, eventually_sync
+from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(600)  # the node's start (images loaded) counts in the first test
@@ -107,20 +106,6 @@ def _check(env: RealNodeEnv, config: setup.ClusterSetup, proxy_url: str, *extra:
     return done.returncode, rows
 
 
-def _enforce(env: RealNodeEnv, config: setup.ClusterSetup) -> None:
-    """Apply the rendered NetworkPolicies and wait until kube-router's rules name each one."""
-    applied = rp.network_policies(config)
-    env.apply_objects(applied)
-    opening = [p["metadata"] for p in applied if p["spec"].get("egress") or p["spec"].get("ingress")]
-    names = [re.compile(rf"policy name:? {m['name']} namespace {m['namespace']}\b") for m in opening]
-
-    def enforced() -> bool:
-        rules = env.run_in_node(["iptables-save", "-t", "filter"]).stdout
-        return all(name.search(rules) for name in names)
-
-    eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
-
-
 async def _reaches_proxy(api: k8s.KubeApi, namespace: str, pod: str) -> None:
     """The new pod reaches the proxy (kube-router may drop a pod's first packets while it syncs)."""
     seen: list[str] = []
@@ -144,7 +129,7 @@ async def test_ironflow_check_passes_a_live_agent_pod_and_fails_a_broken_one(
     with rp.cluster_namespaces(real_node, config):
         real_node.apply_objects([d for d in rendered if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")])
         proxy = rp.deploy_auth_proxy(real_node, config, admin_key=rp.new_admin_key())
-        _enforce(real_node, config)
+        rp.enforce_policies(real_node, rp.network_policies(config))
         good = _agent_pod(runner, config.namespace, proxy.url, f"agent-{suffix}")
         await rp.start_pods(node_api, [good])
         await _reaches_proxy(node_api, config.namespace, good["metadata"]["name"])
