@@ -3,7 +3,8 @@ proxy's git relay (``/r/<host>/…``, the proxy running from its built image beh
 a git host pod (git's own ``git http-backend`` behind HTTPS and Basic auth, as a forge serves smart
 HTTP), the real Claude Code CLI changes files (the offline model server's scripted Bash call), the
 report comes back as the change set ironflow returns, and ``push_branch`` pushes it from a pod of
-its own through the proxy; the pushed commit is read back from the git host's repository.
+its own through the proxy; the pushed commit is read back from the git host's repository. On runc
+and on RuntimeClass ``gvisor`` (the step's pod and the push pod).
 
 All under the NetworkPolicies ``ironflow manifests`` renders (agent pods reach only the proxy), plus
 the operator's openings for the proxy's upstreams here (the model server, the git host). The git
@@ -170,8 +171,9 @@ async def _git(api: k8s.KubeApi, ns: str, *args: str) -> str:
     return done.stdout.decode()
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_back(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path, runtime: str
 ) -> None:
     runner_image, worker_image = need_image["runner"], need_image["worker"]
     need_image["auth-proxy"]
@@ -205,6 +207,8 @@ async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_b
 
         provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
         provider = provider.timeout(300).git_credentials(GitHosts({host: GitCredential(password, USER)}))
+        if runtime == "gvisor":  # the step's pod and the push pod
+            provider = provider.runtime_class("gvisor")
         workspace = Workspace(f"https://{host}/org/repo.git", ref="main", push_branch=BRANCH)
         step = AgentConfig("Fix add().", allowed_tools=("Bash",), workspace=workspace).account_lease(
             AccountLease("acct-1", "ANTHROPIC_API_KEY", key)
@@ -252,7 +256,8 @@ async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_b
         assert any(r["path"].endswith("/git-receive-pack") and r["status"] == 200 for r in requests), requests
         assert len(created) == 2, [p["metadata"]["name"] for p in created]  # the step's pod, the push's pod
         assert find_leaks([password.reveal()], json.dumps(created)) == []
-        print(f"workspace step with clone, report and push: {took:.1f}s")
+        assert {p["spec"].get("runtimeClassName", "runc") for p in created} == {runtime}
+        print(f"{runtime}: workspace step with clone, report and push: {took:.1f}s")
 
         async def nothing_left() -> bool:
             return not (await node_api.list(k8s.PODS, config.namespace)).items
