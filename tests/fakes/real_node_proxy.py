@@ -19,9 +19,11 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -29,10 +31,14 @@ from typing import Any, Final
 
 from ironflow import labels
 from ironflow.auth_proxy import config as proxy_config
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.cluster import network, proxy_address, setup, workloads
 from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
+from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.testing.kubeenv import KubeEnvError
@@ -46,6 +52,7 @@ __all__ = [
     "cluster_setup",
     "connect",
     "deploy_auth_proxy",
+    "enforce_policies",
     "forward_into_node",
     "http_status",
     "network_policies",
@@ -53,11 +60,14 @@ __all__ = [
     "node_connects",
     "pod_ip",
     "proxy_pod",
+    "run_step",
     "sleeper_pod",
     "start_pods",
     "worker_pod_labels",
 ]
 
+_CA_CONFIGMAP: Final = "ironflow-auth-proxy-ca"
+_CA_DIR: Final = "/etc/ironflow-auth-proxy-ca"
 _DATABASE_ENV: Final = frozenset({proxy_config.DATABASE_URL_ENV, proxy_config.SECRET_KEYS_ENV})
 #: Run by ``exec`` in a probe pod: one TCP connection, its outcome in one word.
 _CONNECT: Final = """
@@ -134,6 +144,20 @@ def network_policies(config: setup.ClusterSetup) -> list[dict[str, Any]]:
     return _rendered(config, "NetworkPolicy")
 
 
+def enforce_policies(env: RealNodeEnv, policies: list[dict[str, Any]]) -> None:
+    """Apply ``policies`` and wait until kube-router enforces each one with rules: a test's pods
+    then start under them (its rule comments name each such policy and its namespace)."""
+    env.apply_objects(policies)
+    opening = [p["metadata"] for p in policies if p["spec"].get("egress") or p["spec"].get("ingress")]
+    names = [re.compile(rf"policy name:? {m['name']} namespace {m['namespace']}\b") for m in opening]
+
+    def enforced() -> bool:
+        rules = env.run_in_node(["iptables-save", "-t", "filter"]).stdout
+        return all(name.search(rules) for name in names)
+
+    eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
+
+
 @contextlib.contextmanager
 def cluster_namespaces(env: RealNodeEnv, config: setup.ClusterSetup, *extra: str) -> Iterator[None]:
     """The rendered Namespaces (agents: ``restricted``), plus ``extra`` plain ones; deleted after."""
@@ -161,16 +185,25 @@ class ProxyInCluster:
         return f"ProxyInCluster(url={self.url!r}, cluster_ip={self.cluster_ip!r})"
 
 
-def _proxy_objects(config: setup.ClusterSetup, upstream: str | None) -> list[dict[str, Any]]:
+def _proxy_objects(config: setup.ClusterSetup, upstream: str | None, ca_bundle: str | None) -> list[dict[str, Any]]:
     docs = _rendered(config, "Deployment", "Service", "PodDisruptionBudget")
     for doc in docs:
         if doc["kind"] != "Deployment":
             continue
-        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        pod = doc["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
         env = [e for e in container["env"] if e["name"] not in _DATABASE_ENV]  # no PostgreSQL: as its comment says
         if upstream is not None:
             env.append({"name": proxy_config.UPSTREAM_ENV, "value": upstream})
+        if ca_bundle is not None:  # as an operator trusts a private CA: OpenSSL's own variable, a ConfigMap
+            env.append({"name": "SSL_CERT_FILE", "value": f"{_CA_DIR}/ca.crt"})
+            pod.setdefault("volumes", []).append({"name": "ca", "configMap": {"name": _CA_CONFIGMAP}})
+            container.setdefault("volumeMounts", []).append({"name": "ca", "mountPath": _CA_DIR, "readOnly": True})
         container["env"] = env
+    if ca_bundle is not None:
+        ns = docs[0]["metadata"]["namespace"]
+        meta = {"name": _CA_CONFIGMAP, "namespace": ns}
+        docs.insert(0, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"ca.crt": ca_bundle}})
     return docs
 
 
@@ -180,9 +213,11 @@ def deploy_auth_proxy(
     *,
     admin_key: Secret,
     upstream: str | None = None,
+    ca_bundle: str | None = None,
     timeout_s: float = 120.0,
 ) -> ProxyInCluster:
     """Apply the proxy's rendered Secret-backed Deployment, Service and budget; wait until Ready.
+    ``ca_bundle``: the PEM certificates the proxy trusts instead of the system's (a git host here).
 
     Its image is the one the manifests name (``ironflow-auth-proxy:<version>``, IfNotPresent),
     found on the node as loaded from ``scripts/images build auth-proxy``.
@@ -197,7 +232,7 @@ def deploy_auth_proxy(
         "metadata": {"name": workloads.AUTH_PROXY_SECRET, "namespace": ns},
         "data": {"admin-key": value},
     }
-    env.apply_objects([secret, *_proxy_objects(config, upstream)])
+    env.apply_objects([secret, *_proxy_objects(config, upstream, ca_bundle)])
     path = f"/apis/apps/v1/namespaces/{ns}/deployments/{network.AUTH_PROXY_NAME}"
 
     def ready() -> bool:
@@ -326,3 +361,16 @@ def forward_into_node(env: RealNodeEnv, host: str, port: int) -> Iterator[str]:
     finally:
         proc.kill()  # nothing of its own to flush; ends its open relays with it
         proc.wait()
+
+
+async def run_step(
+    env: RealNodeEnv, proxy: ProxyInCluster, settings: ProviderSettings, api: k8s.KubeApi, step: AgentConfig
+) -> tuple[AgentResult, float]:
+    """Run ``step`` by the product's path (``StepRunner``, the proxy's admin API as its issuer, reached
+    from the host as the worker does); its result and how long it took in seconds."""
+    with forward_into_node(env, proxy.cluster_ip, 80) as admin_url:
+        async with AdminClient(admin_url, proxy.admin_key) as admin:
+            runner = StepRunner.of(settings, api=api, issuer=admin, worker_env={})
+            started = time.monotonic()
+            result = await runner.run(step)
+            return result, time.monotonic() - started

@@ -40,6 +40,7 @@ __all__ = [
     "GitInvocation",
     "check_ref",
     "clone_commands",
+    "connect_retried",
     "parse_git_source",
     "push_commands",
     "push_failure",
@@ -59,6 +60,12 @@ _COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _TOKEN: Final = re.compile(r"[!-~]+")
 #: The proxy as a sandbox sees it: a host name, an IPv4 or [IPv6] address, a port.
 _PROXY_AUTHORITY: Final = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+#: Tries of a git command that could not connect to the proxy, one second apart: a new pod's first
+#: connections may be refused while the network plugin programs its NetworkPolicies (kube-router
+#: does; Kubernetes asks pods to be resilient to it).
+CONNECT_TRIES: Final = 10
+#: What git (libcurl) says when no connection was made at all, so retrying cannot repeat a request.
+_NOT_CONNECTED: Final = ("Failed to connect to", "Could not resolve host", "Couldn't connect to server")
 #: Who a pushed commit says made it.
 COMMITTER: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -215,6 +222,12 @@ def clone_commands(
     return GitInvocation(url, commands, env)
 
 
+def _own_clone(directory: str) -> tuple[str, str]:
+    """git trusts the clone just made in ``directory`` though another user owns the directory
+    itself (a Kubernetes emptyDir is root's): else it calls it dubious and finds no repository."""
+    return ("-c", f"safe.directory={directory}")
+
+
 def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, branch: str) -> GitInvocation:
     """Push the clone's ``HEAD`` in ``directory`` to ``branch``, which must not exist yet.
 
@@ -228,9 +241,37 @@ def push_commands(proxy_url: str, git_url: str, token: str, *, directory: str, b
     if name == "HEAD" or _COMMIT.fullmatch(name):
         raise errors.ConfigError("invalid branch: HEAD and commit ids cannot name a new branch")
     target = f"refs/heads/{name}"
-    command = ("git", "-C", _check_directory(directory), "push", "--quiet", "--no-verify",
+    place = _check_directory(directory)
+    command = ("git", "-C", place, *_own_clone(place), "push", "--quiet", "--no-verify",
                f"--force-with-lease={target}:", "--", url, f"HEAD:{target}")  # fmt: skip
     return GitInvocation(url, (command,), env)
+
+
+def _connect_function() -> str:
+    patterns = "|".join(f"*{shlex.quote(words)}*" for words in _NOT_CONNECTED)
+    return f"""ironflow_connect() {{
+  ironflow_try=1
+  while :; do
+    ironflow_err=$("$@" 2>&1 >/dev/null) && return 0
+    ironflow_code=$?
+    case "$ironflow_err" in {patterns}) ;; *) printf '%s\\n' "$ironflow_err" >&2; return "$ironflow_code" ;; esac
+    if [ "$ironflow_try" -ge {CONNECT_TRIES} ]; then printf '%s\\n' "$ironflow_err" >&2; return "$ironflow_code"; fi
+    ironflow_try=$((ironflow_try + 1))
+    sleep 1
+  done
+}}"""
+
+
+def _connect_lines(commands: tuple[tuple[str, ...], ...]) -> list[str]:
+    return ["ironflow_connect " + shlex.join(argv) for argv in commands]
+
+
+def connect_retried(commands: tuple[tuple[str, ...], ...]) -> str:
+    """Shell lines running each command in turn, each retried while git said only that it could not
+    connect (:data:`CONNECT_TRIES`, a second apart; no request was made, so none is repeated); any
+    other failure is returned at once with git's words on stderr, and fails the line as before
+    (under ``set -e`` the script stops)."""
+    return "\n".join([_connect_function(), *_connect_lines(commands)])
 
 
 def push_script(clone: GitInvocation, push: GitInvocation, *, directory: str, patch_file: str) -> str:
@@ -241,12 +282,12 @@ def push_script(clone: GitInvocation, push: GitInvocation, *, directory: str, pa
     :data:`PUSH_MESSAGE_ENV` in its environment.
     """
     place = _check_directory(directory)
-    hooks_off = ("-c", "core.hooksPath=/dev/null")
+    hooks_off = (*_own_clone(place), "-c", "core.hooksPath=/dev/null")
     apply = ("git", "-C", place, *hooks_off, "apply", "--cached", "--binary", _check_directory(patch_file))
     commit = ("git", "-C", place, *hooks_off, "commit", "--quiet", "--no-verify")
-    lines = [shlex.join(argv) for argv in (*clone.commands, apply)]
+    lines = [_connect_function(), *_connect_lines(clone.commands), shlex.join(apply)]
     lines.append(shlex.join(commit) + f' --message "${PUSH_MESSAGE_ENV}"')
-    lines += [shlex.join(argv) for argv in push.commands]
+    lines += _connect_lines(push.commands)
     return "set -e\n" + "\n".join(lines) + "\n"
 
 

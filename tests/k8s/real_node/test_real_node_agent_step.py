@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 import uuid
 from typing import Any, Final
 
@@ -24,15 +23,13 @@ import pytest
 from tests.fakes import real_node_proxy as rp
 
 from ironflow import labels
-from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.cluster import network
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease, AgentConfig
-from ironflow.testing.polling import eventually, eventually_sync
+from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
@@ -69,8 +66,9 @@ asyncio.run(main())
 """
 
 
-def _model_objects(ns: str, image: str, key: Secret) -> list[dict[str, Any]]:
-    argv = ["python", "-c", MODEL_SERVER, PROBE, str(MODEL_PORT)]
+def _model_objects(ns: str, image: str, key: Secret, bash: str = PROBE) -> list[dict[str, Any]]:
+    """The model server's Secret, Service and pod; its one Bash call runs ``bash``."""
+    argv = ["python", "-c", MODEL_SERVER, bash, str(MODEL_PORT)]
     pod = rp.sleeper_pod("fake-model", image, ns, labels={"app": "fake-model"}, command="exec " + command_line(argv))
     (container,) = pod["spec"]["containers"]
     container["env"] = [{"name": "MODEL_KEY", "valueFrom": {"secretKeyRef": {"name": "model-key", "key": "key"}}}]
@@ -89,19 +87,19 @@ def _model_objects(ns: str, image: str, key: Secret) -> list[dict[str, Any]]:
     return [secret, service, pod]
 
 
-def _upstream_opening(proxy_ns: str, model_ns: str) -> dict[str, Any]:
+def _upstream_opening(proxy_ns: str, model_ns: str, port: int = MODEL_PORT, name: str = "mirror") -> dict[str, Any]:
     """What an operator with a mirror adds: the rendered proxy egress opens only public :443."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": "ironflow-auth-proxy-mirror", "namespace": proxy_ns},
+        "metadata": {"name": f"ironflow-auth-proxy-{name}", "namespace": proxy_ns},
         "spec": {
             "podSelector": {"matchLabels": {labels.LABEL_NAME: network.AUTH_PROXY_NAME}},
             "policyTypes": ["Egress"],
             "egress": [
                 {
                     "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": model_ns}}}],
-                    "ports": [{"port": MODEL_PORT, "protocol": "TCP"}],
+                    "ports": [{"port": port, "protocol": "TCP"}],
                 }
             ],
         },
@@ -139,16 +137,7 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
 
         if policies:
-            applied = [*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)]
-            real_node.apply_objects(applied)
-            opening = [p["metadata"] for p in applied if p["spec"].get("egress") or p["spec"].get("ingress")]
-            names = [re.compile(rf"policy name:? {m['name']} namespace {m['namespace']}\b") for m in opening]
-
-            def enforced() -> bool:  # kube-router's rule comments name each policy with rules and its namespace
-                rules = real_node.run_in_node(["iptables-save", "-t", "filter"]).stdout
-                return all(name.search(rules) for name in names)
-
-            eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
+            rp.enforce_policies(real_node, [*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)])
 
         provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
         provider = provider.timeout(300)
@@ -157,12 +146,8 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         step = AgentConfig("Probe the sandbox.", allowed_tools=("Bash",)).account_lease(
             AccountLease("acct-1", "ANTHROPIC_API_KEY", key)
         )
-        with rp.forward_into_node(real_node, proxy.cluster_ip, 80) as admin_url:
-            async with AdminClient(admin_url, proxy.admin_key) as admin:
-                runner = StepRunner.of(provider.settings, api=node_api, issuer=admin, worker_env={})
-                started = time.monotonic()
-                result = await runner.run(step.scoped(f"run-{suffix}", "probe"))
-                took = time.monotonic() - started
+        scoped = step.scoped(f"run-{suffix}", "probe")
+        result, took = await rp.run_step(real_node, proxy, provider.settings, node_api, scoped)
         assert result.text == "Probed."
         records = [json.loads(line) for line in (await model_log()).splitlines() if line.startswith("{")]
         assert [len(r["tool_results"]) for r in records] == [0, 1], records

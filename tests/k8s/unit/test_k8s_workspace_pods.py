@@ -11,6 +11,7 @@ import pytest
 
 from ironflow import AgentConfig, errors, labels
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
+from ironflow.cluster import setup
 from ironflow.k8s import K8sEphemeralProvider
 from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.environments import EnvironmentVolume
@@ -153,6 +154,25 @@ def test_the_push_pod_clones_applies_to_the_index_and_pushes_a_new_branch_harden
     assert main["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert HOST_TOKEN not in str(pod)
+
+
+def test_the_push_pod_is_one_the_rendered_network_policies_let_reach_the_proxy() -> None:
+    """It clones and pushes through the proxy: under ``ironflow manifests``' NetworkPolicies (default
+    deny; DNS and the proxy for agent pods, the proxy admitting agent pods) it must be an agent pod."""
+    config = setup.ClusterSetup(namespace="ironflow-agents", auth_proxy_url=PROXY, presets=(), egress_profiles=())
+    policies = [d for d in setup.render(config) if d["kind"] == "NetworkPolicy"]
+    spec = Workspace(SPEC.source, ref="main", push_branch="ironflow/fix-1")
+    changes = WorkspaceChanges(b"diff", (ChangedFile("x", Change.MODIFIED, None, None),))
+    scope = {labels.LABEL_RUN_ID: "run-1", labels.LABEL_STEP: "fix"}
+    _, pod = push_pod.push_objects(provider().settings, spec, changes, token=GIT_TOKEN, message="m",
+                                   pod_labels=scope, now=NOW, rand32=3)  # fmt: skip
+    pod_labels = pod["metadata"]["labels"]
+    selected = {p["metadata"]["name"] for p in policies
+                if p["spec"]["podSelector"].get("matchLabels", {}).items() <= pod_labels.items()}  # fmt: skip
+    assert selected >= {"claude-runner-egress-dns", "claude-runner-egress-auth-proxy"}, pod_labels
+    (proxy_policy,) = [p for p in policies if p["metadata"]["name"] == "ironflow-auth-proxy"]
+    peers = proxy_policy["spec"]["ingress"][0]["from"]
+    assert any(peer["podSelector"]["matchLabels"].items() <= pod_labels.items() for peer in peers), pod_labels
 
 
 def test_a_patch_too_large_for_a_configmap_is_refused() -> None:

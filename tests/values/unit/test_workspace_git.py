@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import doctest
+import os
+import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -219,7 +223,8 @@ def test_a_token_that_could_break_the_header_is_refused_unrepeated(token: str) -
 def test_push_sends_head_to_a_new_branch_at_the_relay_url() -> None:
     invocation = git_script.push_commands(PROXY, URL, TOKEN, directory="ws", branch="ironflow/run-1")
     assert invocation.commands == (
-        ("git", "-C", "ws", "push", "--quiet", "--no-verify", "--force-with-lease=refs/heads/ironflow/run-1:",
+        ("git", "-C", "ws", "-c", "safe.directory=ws", "push", "--quiet", "--no-verify",
+         "--force-with-lease=refs/heads/ironflow/run-1:",
          "--", RELAY, "HEAD:refs/heads/ironflow/run-1"),
     )  # fmt: skip
     assert _config(invocation)[f"http.{RELAY}.extraHeader"] == f"Authorization: Bearer {TOKEN}"
@@ -251,13 +256,17 @@ def test_the_push_script_clones_applies_to_the_index_commits_without_hooks_then_
     script = git_script.push_script(clone, push, directory="/w", patch_file="/p/patch")
     lines = script.splitlines()
     assert lines[0] == "set -e"
-    assert lines[1].startswith("git clone --quiet --branch main -- ")
-    assert lines[2] == "git -C /w -c core.hooksPath=/dev/null apply --cached --binary /p/patch"
+    lines = [lines[0], *lines[lines.index("}") + 1 :]]  # after the connect-retry function
+    assert lines[1].startswith("ironflow_connect git clone --quiet --branch main -- ")
+    assert lines[2] == "git -C /w -c safe.directory=/w -c core.hooksPath=/dev/null apply --cached --binary /p/patch"
     assert (
-        lines[3]
-        == 'git -C /w -c core.hooksPath=/dev/null commit --quiet --no-verify --message "$IRONFLOW_PUSH_MESSAGE"'
+        lines[3] == "git -C /w -c safe.directory=/w -c core.hooksPath=/dev/null commit --quiet --no-verify "
+        '--message "$IRONFLOW_PUSH_MESSAGE"'
     )
-    assert lines[4].startswith("git -C /w push --quiet --no-verify --force-with-lease=refs/heads/fix: -- ")
+    assert lines[4].startswith(
+        "ironflow_connect git -C /w -c safe.directory=/w push --quiet --no-verify "
+        "--force-with-lease=refs/heads/fix: -- "
+    )
     assert TOKEN not in script  # it is in the invocations' environment only
     with pytest.raises(errors.ConfigError, match="clone directory"):
         git_script.push_script(clone, push, directory="/w", patch_file="")
@@ -275,3 +284,36 @@ def test_a_failed_push_says_gits_last_line_with_the_token_masked() -> None:
     assert find_leaks([TOKEN], masked.message) == []
     assert masked.message.endswith("failed: fatal: <token>")
     assert git_script.push_failure(URL, "fix", "\n", token=TOKEN, silent="exit 128").message.endswith(": exit 128")
+
+
+def _fake_git(tmp_path: Path, failures: str, times: int) -> dict[str, str]:
+    """A ``git`` that says ``failures`` and exits 128 its first ``times`` runs, then succeeds; it counts its runs."""
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!/bin/sh\nn=$(cat {tmp_path}/runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {tmp_path}/runs\n"
+        f"if [ $n -le {times} ]; then echo {shlex.quote(failures)} >&2; exit 128; fi\necho cloned\n"
+    )
+    fake.chmod(0o755)
+    return {"PATH": f"{fake.parent}:{os.environ['PATH']}"}
+
+
+def test_a_clone_that_could_not_connect_is_retried_until_it_does(tmp_path: Path) -> None:
+    """A new pod's first connections may be refused while NetworkPolicies are programmed (kube-router)."""
+    said = "fatal: unable to access 'http://p/r/h/x.git/': Failed to connect to p port 80 after 1 ms: Couldn't connect"
+    env = _fake_git(tmp_path, said, 2)
+    clone = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="main")
+    script = "set -e\n" + git_script.connect_retried(clone.commands) + "\necho done\n"
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr
+    assert (tmp_path / "runs").read_text() == "3\n"
+
+
+def test_any_other_clone_failure_is_not_retried_and_keeps_gits_words_and_code(tmp_path: Path) -> None:
+    env = _fake_git(tmp_path, "fatal: Remote branch nope not found in upstream origin", 5)
+    clone = git_script.clone_commands(PROXY, URL, TOKEN, directory="ws", ref="nope")
+    script = "set -e\n" + git_script.connect_retried(clone.commands) + "\necho done\n"
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (128, "")
+    assert done.stderr == "fatal: Remote branch nope not found in upstream origin\n"
+    assert (tmp_path / "runs").read_text() == "1\n"

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shlex
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -223,7 +222,7 @@ def add_git_workspace(pod: Mapping[str, Any], spec: Workspace, invocation: git_s
     Raises:
         StepConfigError: another volume is mounted at or under the workspace.
     """
-    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
+    clone = git_script.connect_retried(invocation.commands)
     env = {**invocation.env, "HOME": BASE_PATH}
     # The clone, .git included, holds at most what the workspace may: a step cannot fill the node's disk.
     source = {"emptyDir": {"sizeLimit": str(spec.max_total_bytes)}}

@@ -72,6 +72,8 @@ def push_objects(
     for name, value in env:
         run = run.env(name, value)
     pod = run.build_pod(now=now)
+    # An agent pod to the NetworkPolicies ironflow renders (DNS and the proxy only): as a pod-run it could not push.
+    pod["metadata"]["labels"][labels.LABEL_COMPONENT] = labels.COMPONENT_CLAUDE_RUNNER
     configmap_name = f"{run.name}-patch"
     container = pod["spec"]["containers"][0]
     container["volumeMounts"] = [

@@ -1,0 +1,265 @@
+"""On a real node: a git workspace end to end. The step's init container clones through the auth
+proxy's git relay (``/r/<host>/…``, the proxy running from its built image behind its Service) from
+a git host pod (git's own ``git http-backend`` behind HTTPS and Basic auth, as a forge serves smart
+HTTP), the real Claude Code CLI changes files (the offline model server's scripted Bash call), the
+report comes back as the change set ironflow returns, and ``push_branch`` pushes it from a pod of
+its own through the proxy; the pushed commit is read back from the git host's repository. On runc
+and on RuntimeClass ``gvisor`` (the step's pod and the push pod).
+
+All under the NetworkPolicies ``ironflow manifests`` renders (agent pods reach only the proxy), plus
+the operator's openings for the proxy's upstreams here (the model server, the git host). The git
+host's password is given to the proxy only (the grant); the host logs which user each request
+carried, so a clone that did not go through the relay (no password) is refused and fails the test,
+as does a wrong or missing report or a push that did not land. The proxy trusts the git host's CA
+by ``SSL_CERT_FILE`` (as an operator trusts a private CA). Skipped when the node's binaries or the
+runner, auth-proxy and worker images are missing.
+
+What it found, fixed in src: the push pod was a ``pod-run`` the rendered policies gave no DNS or
+proxy; a new pod's first connections are refused while kube-router programs its policies (the
+clone and push now retry a git command that could not connect); and git called the push pod's
+fresh clone in a root-owned emptyDir "dubious" (``safe.directory``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from tests.fakes import real_node_proxy as rp
+from tests.k8s.real_node.test_real_node_agent_step import _model_objects, _upstream_opening
+
+from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
+from ironflow.k8s.commands.pod_runs import command_line
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.kube import api as k8s
+from ironflow.secrets import Secret, find_leaks
+from ironflow.steps import AccountLease, AgentConfig
+from ironflow.testing.polling import eventually
+from ironflow.testing.realnode import RealNodeEnv
+from ironflow.workspaces import Change, Workspace
+
+pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
+
+MODEL_PORT: Final = 8085
+GIT_PORT: Final = 8443
+USER: Final = "x-access-token"
+EDITS: Final = "echo fixed >> calc.py && rm notes.txt && printf 'new\\n' > added.txt"
+BRANCH: Final = "ironflow/fix-add"
+#: The git host: seed a bare repository (one commit on main), then serve it over HTTPS with Basic
+#: auth through ``git http-backend`` as CGI, logging each request (method, path, user, status).
+SEED: Final = """
+set -e
+export HOME=/srv/home GIT_CONFIG_NOSYSTEM=1
+mkdir -p /srv/home /srv/seed /srv/org
+git init -q --bare -b main /srv/org/repo.git
+cd /srv/seed
+printf 'def add(a, b):\\n    return a - b\\n' > calc.py
+printf 'old notes\\n' > notes.txt
+git init -q -b main
+git add -A
+git -c user.name=seed -c user.email=seed@example.test commit -qm start
+git push -q /srv/org/repo.git main
+"""
+SERVER: Final = r"""
+const https = require("https"), fs = require("fs"), { spawn } = require("child_process");
+const expected = "Basic " + Buffer.from(process.env.GIT_AUTH).toString("base64");
+const log = (o) => console.log(JSON.stringify(o));
+https.createServer({ cert: fs.readFileSync("/tls/tls.crt"), key: fs.readFileSync("/tls/tls.key") }, (req, res) => {
+  const url = new URL(req.url, "https://git");
+  const user = req.headers.authorization === expected ? process.env.GIT_AUTH.split(":")[0] : null;
+  if (user === null) {
+    log({ method: req.method, path: url.pathname, user, status: 401 });
+    res.writeHead(401, { "WWW-Authenticate": 'Basic realm="git"' });
+    res.end();
+    return;
+  }
+  const env = {
+    PATH: process.env.PATH, HOME: "/srv/home", GIT_PROJECT_ROOT: "/srv", GIT_HTTP_EXPORT_ALL: "1",
+    REQUEST_METHOD: req.method, PATH_INFO: url.pathname, QUERY_STRING: url.search.slice(1),
+    CONTENT_TYPE: req.headers["content-type"] || "", REMOTE_USER: user, REMOTE_ADDR: "127.0.0.1",
+  };
+  if (req.headers["content-length"]) env.CONTENT_LENGTH = req.headers["content-length"];
+  if (req.headers["content-encoding"]) env.HTTP_CONTENT_ENCODING = req.headers["content-encoding"];
+  if (req.headers["git-protocol"]) env.GIT_PROTOCOL = req.headers["git-protocol"];
+  const cgi = spawn("git", ["http-backend"], { env });
+  req.pipe(cgi.stdin);
+  let head = Buffer.alloc(0), started = false;
+  cgi.stdout.on("data", (d) => {
+    if (started) { res.write(d); return; }
+    head = Buffer.concat([head, d]);
+    let end = head.indexOf("\r\n\r\n"), gap = 4;
+    if (end < 0) { end = head.indexOf("\n\n"); gap = 2; }
+    if (end < 0) return;
+    started = true;
+    let status = 200;
+    const headers = {};
+    for (const line of head.subarray(0, end).toString().split(/\r?\n/)) {
+      const at = line.indexOf(":");
+      const key = line.slice(0, at), value = line.slice(at + 1).trim();
+      if (key.toLowerCase() === "status") status = parseInt(value, 10); else headers[key] = value;
+    }
+    log({ method: req.method, path: url.pathname, user, status });
+    res.writeHead(status, headers);
+    res.write(head.subarray(end + gap));
+  });
+  cgi.stdout.on("end", () => res.end());
+  cgi.stderr.on("data", (d) => process.stderr.write(d));
+}).listen(Number(process.env.GIT_PORT), "0.0.0.0", () => console.log("serving"));
+"""
+
+
+def _tls(tmp_path: Path, host: str) -> tuple[str, str, str]:
+    """A CA and a certificate for ``host`` signed by it (openssl): CA PEM, cert PEM, key PEM."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+            "-days", "1", "-subj", "/CN=ironflow test git CA")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={host}")
+    (tmp_path / "ext.cnf").write_text(
+        f"subjectAltName=DNS:{host}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+    )
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "tls.crt", "-days", "1", "-extfile", "ext.cnf")  # fmt: skip
+    return tuple((tmp_path / name).read_text() for name in ("ca.crt", "tls.crt", "tls.key"))  # type: ignore[return-value]
+
+
+def _git_objects(ns: str, image: str, password: Secret, cert: str, key: str) -> list[dict[str, Any]]:
+    """The git host: its Secrets (Basic credential, TLS), its pod (runner image: git and node), its Service on 443."""
+    argv = ["node", "-e", SERVER]
+    command = SEED + "exec " + command_line(argv)
+    pod = rp.sleeper_pod("git", image, ns, labels={"app": "git"}, command=command)
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    auth = {"name": "git-auth", "key": "basic"}
+    container["env"] = [
+        {"name": "GIT_AUTH", "valueFrom": {"secretKeyRef": auth}},
+        {"name": "GIT_PORT", "value": str(GIT_PORT)},
+    ]
+    container["volumeMounts"] = [{"name": "srv", "mountPath": "/srv"}, {"name": "tls", "mountPath": "/tls"}]
+    spec["volumes"] = [{"name": "srv", "emptyDir": {}}, {"name": "tls", "secret": {"secretName": "git-tls"}}]
+
+    def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "data": encoded}
+
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "git", "namespace": ns},
+        "spec": {"selector": {"app": "git"}, "ports": [{"port": 443, "targetPort": GIT_PORT}]},
+    }
+    return [
+        secret("git-auth", {"basic": f"{USER}:{password.reveal()}"}),
+        secret("git-tls", {"tls.crt": cert, "tls.key": key}),
+        service,
+        pod,
+    ]
+
+
+async def _git(api: k8s.KubeApi, ns: str, *args: str) -> str:
+    """``git`` in the git host's repository, read from inside its pod."""
+    done = await api.exec(ns, "git", ("git", "--git-dir=/srv/org/repo.git", *args))
+    assert done.exit_code == 0, done.stderr.decode()[-1000:]
+    return done.stdout.decode()
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_back(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path, runtime: str
+) -> None:
+    runner_image, worker_image = need_image["runner"], need_image["worker"]
+    need_image["auth-proxy"]
+    suffix = uuid.uuid4().hex[:6]
+    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    model_ns, git_ns = f"md-{suffix}", f"gt-{suffix}"
+    host = f"git.{git_ns}.svc.cluster.local"
+    key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
+    password = Secret("ghs_" + uuid.uuid4().hex)
+    ca, cert, tls_key = _tls(tmp_path, host)
+    with rp.cluster_namespaces(real_node, config, model_ns, git_ns):
+        real_node.apply_objects(_model_objects(model_ns, worker_image, key, EDITS))
+        real_node.apply_objects(_git_objects(git_ns, runner_image, password, cert, tls_key))
+        proxy = rp.deploy_auth_proxy(
+            real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}", ca_bundle=ca
+        )
+
+        async def serving() -> bool:
+            logs = [await node_api.read_log(model_ns, "fake-model"), await node_api.read_log(git_ns, "git")]
+            return all("serving" in log for log in logs)
+
+        await eventually(serving, limit_s=120, interval_s=0.5, what="the model server and the git host serving")
+        rp.enforce_policies(
+            real_node,
+            [
+                *rp.network_policies(config),
+                _upstream_opening(proxy.namespace, model_ns),
+                _upstream_opening(proxy.namespace, git_ns, GIT_PORT, "git"),
+            ],
+        )
+
+        provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
+        provider = provider.timeout(300).git_credentials(GitHosts({host: GitCredential(password, USER)}))
+        if runtime == "gvisor":  # the step's pod and the push pod
+            provider = provider.runtime_class("gvisor")
+        workspace = Workspace(f"https://{host}/org/repo.git", ref="main", push_branch=BRANCH)
+        step = AgentConfig("Fix add().", allowed_tools=("Bash",), workspace=workspace).account_lease(
+            AccountLease("acct-1", "ANTHROPIC_API_KEY", key)
+        )
+        created: list[dict[str, Any]] = []
+        original = node_api.create
+
+        async def recording(resource: k8s.Resource, namespace: str | None, body: Any) -> Any:
+            if resource == k8s.PODS:
+                created.append(body)
+            return await original(resource, namespace, body)
+
+        node_api.create = recording  # type: ignore[method-assign]
+        scoped = step.scoped(f"run-{suffix}", "fix")
+        try:
+            result, took = await rp.run_step(real_node, proxy, provider.settings, node_api, scoped)
+        except Exception:  # what each side saw, for the failure's report (names and paths only)
+            proxy_pod = await rp.proxy_pod(node_api, proxy.namespace)
+            print("git host:", await node_api.read_log(git_ns, "git"))
+            print("proxy:", (await node_api.read_log(proxy.namespace, proxy_pod))[-4000:])
+            raise
+
+        assert result.text == "Probed."  # the model server's scripted last turn
+        assert result.workspace is not None
+        assert {f.path: f.change for f in result.workspace.files} == {
+            "added.txt": Change.ADDED,
+            "calc.py": Change.MODIFIED,
+            "notes.txt": Change.DELETED,
+        }
+        assert b"+fixed" in result.workspace.patch
+        assert result.workspace.pushed_branch == BRANCH
+        assert await _git(node_api, git_ns, "show", f"{BRANCH}:calc.py") == "def add(a, b):\n    return a - b\nfixed\n"
+        assert await _git(node_api, git_ns, "show", f"{BRANCH}:added.txt") == "new\n"
+        tree = await _git(node_api, git_ns, "ls-tree", "--name-only", BRANCH)
+        assert tree.split() == ["added.txt", "calc.py"]
+        parent = await _git(node_api, git_ns, "rev-parse", f"{BRANCH}^")
+        assert parent == await _git(node_api, git_ns, "rev-parse", "main")  # one commit on the clone's base
+        assert (await _git(node_api, git_ns, "log", "-1", "--format=%an", BRANCH)).strip() == "ironflow"
+
+        requests = [json.loads(line) for line in (await node_api.read_log(git_ns, "git")).splitlines()
+                    if line.startswith("{")]  # fmt: skip
+        assert requests, "the git host saw no request"
+        assert {r["user"] for r in requests} == {USER}, requests  # every request carried the proxy's credential
+        assert any(r["path"].endswith("/git-upload-pack") and r["status"] == 200 for r in requests), requests
+        assert any(r["path"].endswith("/git-receive-pack") and r["status"] == 200 for r in requests), requests
+        assert len(created) == 2, [p["metadata"]["name"] for p in created]  # the step's pod, the push's pod
+        assert find_leaks([password.reveal()], json.dumps(created)) == []
+        assert {p["spec"].get("runtimeClassName", "runc") for p in created} == {runtime}
+        print(f"{runtime}: workspace step with clone, report and push: {took:.1f}s")
+
+        async def nothing_left() -> bool:
+            return not (await node_api.list(k8s.PODS, config.namespace)).items
+
+        await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the step's pods deleted")
