@@ -394,7 +394,11 @@ class FakeAnthropic:
         """Bind and serve; ``url`` is valid afterwards."""
         if self._runner is not None:
             raise RuntimeError("FakeAnthropic already started")
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # A client that goes (a step cut at its timeout) cancels its request's handler, and close
+        # does not wait for a scripted delay to end: a test double has nothing to drain.
+        runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=0.5
+        )
         await runner.setup()
         site: web.BaseSite
         if self.unix_socket is not None:
