@@ -28,6 +28,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from ironflow.testing._kubeenv_procs import die_with_parent
 from ironflow.testing.kubeenv import KubeEnv, KubeEnvError
 from ironflow.testing.polling import eventually_sync
 
@@ -119,7 +120,9 @@ def kro_env(kube_env: KubeEnv) -> Iterator[KroEnv]:
         "--zap-log-level=info",
     ]
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(  # dies with this run, even a killed one (as the cluster's components do)
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+        )
     env = KroEnv(kube_env, log, process)
     try:
         eventually_sync(

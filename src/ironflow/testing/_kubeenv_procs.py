@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["KubeEnvError", "Processes", "free_port"]
+__all__ = ["KubeEnvError", "Processes", "die_with_parent", "free_port"]
 
 START_TIMEOUT_S: Final = 120.0
 _STOP_GRACE_S: Final = 2.0  # kube-apiserver drains watches for far longer; test data need no drain
@@ -38,7 +38,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: SIGKILL when the thread that started it exits (Linux), so a
     crashed or killed test run leaves no component behind."""
     with contextlib.suppress(OSError, AttributeError):
@@ -93,7 +93,7 @@ class Processes:
         log = log_dir / f"{name}.log"
 
         def before_exec() -> None:
-            _die_with_parent()
+            die_with_parent()
             if setup is not None:
                 setup()
 
