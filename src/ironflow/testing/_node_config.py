@@ -19,6 +19,7 @@ __all__ = [
     "CLUSTER_DNS_IP",
     "CNI_BIN_DIR",
     "COREDNS_IMAGE",
+    "KUBERNETES_SERVICE_IP",
     "NODE_IP",
     "NODE_NAME",
     "PAUSE_IMAGE",
@@ -43,6 +44,8 @@ NODE_IP: Final = "10.200.0.2"
 NODE_GATEWAY: Final = "10.200.0.1"
 POD_CIDR: Final = "10.244.0.0/24"
 SERVICE_CIDR: Final = "10.96.0.0/16"
+#: The ``kubernetes`` Service's address (the first of the range): pods reach the API server there.
+KUBERNETES_SERVICE_IP: Final = "10.96.0.1"
 CLUSTER_DNS_IP: Final = "10.96.0.10"
 CNI_BIN_DIR: Final = "/usr/lib/cni"  # Debian's containernetworking-plugins
 PAUSE_IMAGE: Final = "localhost/ironflow/pause:3.10"

@@ -79,6 +79,9 @@ class KubeEnv:
     ...     cfg = env.cluster_config()
     """
 
+    #: Addresses the API server's certificate serves besides 127.0.0.1 (a real node adds its own).
+    SERVING_IPS: tuple[str, ...] = ()
+
     def __init__(self, *, bin_dir: Path | None = None, agent_sandbox: bool = True) -> None:
         self.bin_dir = bin_dir or find_bin_dir()
         self.share_dir = self.bin_dir.parent / "share"
@@ -299,9 +302,9 @@ class KubeEnv:
         return self._ssl
 
     def _write_files(self) -> None:
-        self._pki = p = pki.new_pki()
+        self._pki = p = pki.new_pki(extra_ips=self.SERVING_IPS)
         self._ssl = None
-        self.api_port, self.kwok_port = free_port(), free_port()
+        self._choose_ports()
         files = {
             "ca.crt": p.ca.cert_pem,
             "admin.crt": p.admin.cert_pem,
@@ -324,6 +327,9 @@ class KubeEnv:
         self._path("kwok.yaml").write_text(stages.kwok_config(stock))
         self._path("logs").mkdir()
         self._path("pod-logs").mkdir()
+
+    def _choose_ports(self) -> None:
+        self.api_port, self.kwok_port = free_port(), free_port()
 
     def _spawn(self, name: str, args: list[str]) -> None:
         assert self.workdir is not None

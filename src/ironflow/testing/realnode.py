@@ -37,7 +37,6 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _node_config as config
 from ironflow.testing import images as built
 from ironflow.testing._kubeenv_argv import (
@@ -76,6 +75,8 @@ class RealNodeEnv(KubeEnv):
     ``images`` are docker archives (``scripts/images path NAME``) loaded into the node's containerd
     before any pod runs; pods name them with ``imagePullPolicy: Never`` (no registry exists here).
     """
+
+    SERVING_IPS = (config.NODE_IP, config.KUBERNETES_SERVICE_IP)
 
     def __init__(
         self,
@@ -178,24 +179,9 @@ class RealNodeEnv(KubeEnv):
         assert self.workdir is not None
         return config.NodeLayout(root=self.workdir, cgroup=self.cgroup.path, bin_dir=self.node_bin_dir)
 
-    def _write_files(self) -> None:
-        """The control plane's files (its PKI also serving on the node's and the Service's address)."""
-        port = self.api_port
-        super()._write_files()
-        self.api_port = port  # the port bound on the host's loopback; the same inside
-        self._pki = p = pki.new_pki(extra_ips=(config.NODE_IP, "10.96.0.1"))
-        self._ssl = None
-        for name, content in {
-            "ca.crt": p.ca.cert_pem,
-            "admin.crt": p.admin.cert_pem,
-            "admin.key": p.admin.key_pem,
-            "sa.key": p.service_account_key_pem,
-            "sa.pub": p.service_account_public_pem,
-        }.items():
-            self._path(name).write_bytes(content)
-        paths = (str(self._path("admin.crt")), str(self._path("admin.key")))
-        text = pki.kubeconfig_yaml(self.server, p.ca.cert_pem, user=pki.ADMIN_USER, cert_paths=paths)
-        self.kubeconfig_path.write_text(text)
+    def _choose_ports(self) -> None:
+        """The API port is the one :meth:`_start_holder` bound on the host's loopback (the same
+        inside); the node has no kwok."""
 
     def _start_holder(self) -> None:
         """Bind the API port on the host's loopback, then start the namespaces' holder with it."""

@@ -13,7 +13,6 @@ Never used by the library itself.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import Final
 
 from ironflow.testing._cached_tools import tool_path
+from ironflow.testing._kubeenv_procs import die_with_parent
 
 __all__ = ["TemporalDevServer", "TemporalNotAvailable", "find_temporal_cli"]
 
@@ -34,7 +34,6 @@ __all__ = ["TemporalDevServer", "TemporalNotAvailable", "find_temporal_cli"]
 CLI_VERSION: Final = "1.5.1"
 _START_TIMEOUT_S: Final = 60.0
 _STOP_GRACE_S: Final = 5.0
-_PR_SET_PDEATHSIG: Final = 1
 
 
 class TemporalNotAvailable(RuntimeError):
@@ -57,12 +56,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the thread that started it exits (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _accepts(port: int) -> bool:
@@ -138,7 +131,7 @@ class TemporalDevServer:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # one process group, killed whole at stop
-                preexec_fn=_die_with_parent,  # single-threaded start
+                preexec_fn=die_with_parent,  # single-threaded start
             )
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
