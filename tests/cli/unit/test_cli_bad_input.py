@@ -5,24 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from ironflow.cli.app import app
+from tests.cli.one_line import assert_one_line, invoke
 
 PASSWORD = "s3cret-pw"
-
-
-def _invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.stderr
-
-
-def _assert_one_line(code: int, err: str, words: str) -> None:
-    assert code == 2, err
-    assert err.startswith("error: ")
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert words in err
 
 
 @pytest.fixture
@@ -45,33 +30,33 @@ def test_a_step_file_setting_of_the_wrong_type_is_named(
 ) -> None:
     step = tmp_path / "step.yaml"
     step.write_text(step_yaml)
-    _assert_one_line(*_invoke("render", "--provider", str(provider_file), "--step", str(step)), words)
+    assert_one_line(*invoke("render", "--provider", str(provider_file), "--step", str(step)), words)
 
 
 def test_a_prompt_that_is_not_utf8_is_refused(provider_file: Path) -> None:
     """The shell hands undecodable bytes over as surrogates; they cannot reach the step."""
-    _assert_one_line(*_invoke("agent", "--fake-model", "\udcff"), "PROMPT is not valid UTF-8")
-    _assert_one_line(*_invoke("render", "--provider", str(provider_file), "--prompt", "\udcff"), "not valid UTF-8")
+    assert_one_line(*invoke("agent", "--fake-model", "\udcff"), "PROMPT is not valid UTF-8")
+    assert_one_line(*invoke("render", "--provider", str(provider_file), "--prompt", "\udcff"), "not valid UTF-8")
 
 
 def test_an_unparsable_postgres_store_url_is_bad_input_and_keeps_the_password() -> None:
-    code, err = _invoke("runs", "list", env={"IRONFLOW_STORE": f"postgresql://u:{PASSWORD}@[bad"})
-    _assert_one_line(code, err, "the PostgreSQL store URL is not valid")
+    code, err = invoke("runs", "list", env={"IRONFLOW_STORE": f"postgresql://u:{PASSWORD}@[bad"})
+    assert_one_line(code, err, "the PostgreSQL store URL is not valid")
     assert PASSWORD not in err
 
 
 @pytest.mark.parametrize("command", [["agent", "--fake-model", "hi"], ["exec", "--", "true"]])
 def test_an_infinite_timeout_is_refused(command: list[str]) -> None:
-    code, err = _invoke(command[0], "--timeout", "inf", *command[1:])
-    _assert_one_line(code, err, "invalid --timeout inf")
+    code, err = invoke(command[0], "--timeout", "inf", *command[1:])
+    assert_one_line(code, err, "invalid --timeout inf")
 
 
 def test_an_empty_model_is_bad_input() -> None:
-    _assert_one_line(*_invoke("agent", "--fake-model", "--model", "", "hi"), "--model must name a model")
+    assert_one_line(*invoke("agent", "--fake-model", "--model", "", "hi"), "--model must name a model")
 
 
 def test_runs_list_never_creates_the_directory_of_a_store(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such" / "dir"
-    code, err = _invoke("runs", "list", "--store", f"sqlite:///{missing / 'x.db'}")
-    _assert_one_line(code, err, "its directory does not exist")
+    code, err = invoke("runs", "list", "--store", f"sqlite:///{missing / 'x.db'}")
+    assert_one_line(code, err, "its directory does not exist")
     assert not (tmp_path / "no").exists()
