@@ -22,6 +22,7 @@ outside (CLI output, API bodies) are truncated before they are stored.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "PromptTooLarge",
     "RateLimited",
     "ReplayDivergence",
+    "RunDeadlineExceeded",
     "RunStateConflict",
     "SandboxError",
     "SandboxFailed",
@@ -416,6 +418,17 @@ class AuthProxyError(InfrastructureError):
         self.status = status
         self.retryable = retryable
         super().__init__(truncate(message, _SERVER_MESSAGE_BYTES))
+
+
+class RunDeadlineExceeded(IronflowError):
+    """The whole run passed its absolute deadline (reference engine 4.0): its in-flight steps were
+    stopped and nothing more runs. Never retried: the deadline does not move."""
+
+    def __init__(self, deadline_at: float, *, while_running: bool) -> None:
+        self.deadline_at = deadline_at
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline_at))
+        when = "while it ran" if while_running else "before it could resume"
+        super().__init__(f"the run passed its deadline ({at}) {when}")
 
 
 class OperationTimeout(InfrastructureError):

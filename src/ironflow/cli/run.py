@@ -39,6 +39,7 @@ from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
 from ironflow.kube.clusters import ClusterConfig, describe_cluster
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
+from ironflow.sessions.values import parse_duration
 
 __all__ = ["AccountOption", "account_pool", "parse_accounts", "register"]
 
@@ -195,6 +196,7 @@ async def _run(
     lease_s: float,
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
+    deadline_s: float | None = None,
 ) -> int:
     async with (
         opened(store_url) as store,
@@ -205,7 +207,10 @@ async def _run(
             provider = providers.get(backend)  # fail now, with exit 2, when the backend cannot be built here
             if pool is not None and provider.account_kind() != ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
                 exits.fail(f"--account on --backend {backend}: {NO_PROXY_FOR_ACCOUNTS}")
-        run = await store.create_run(model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend))
+        deadline_at = None if deadline_s is None else time.time() + deadline_s
+        run = await store.create_run(
+            model.RunRecord(id=model.new_id(), workflow=ref, input=input, backend=backend, deadline_at=deadline_at)
+        )
         if not wait:
             print(run.id)
             typer.echo(queued_note(run.id, backend), err=True)
@@ -251,6 +256,13 @@ def run(
     lease: Annotated[float, typer.Option(help="Lease seconds while executing.", min=1.0)] = 30.0,
     account: AccountOption = None,
     max_capacity_wait: CapacityWaitOption = 300.0,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--deadline",
+            help="The whole run ends within this time from now (90s, 30m, 2h), across resumes and retries.",
+        ),
+    ] = None,
 ) -> None:
     """Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."""
     if fake_model and not wait:
@@ -261,8 +273,14 @@ def run(
     parsed = parse_accounts(account)
     if parsed and not wait:
         exits.fail("--account only applies with --wait (give the worker its accounts)")
+    try:
+        deadline_s = None if deadline is None else parse_duration(deadline)
+    except errors.ConfigError as exc:
+        exits.fail(f"--deadline: {exc.message}")
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
-    raise typer.Exit(run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait)))
+    raise typer.Exit(
+        run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait, deadline_s))
+    )
 
 
 # --- ironflow worker ---------------------------------------------------------------------

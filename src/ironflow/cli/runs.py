@@ -43,6 +43,7 @@ def _run_summary(run: model.RunRecord) -> dict[str, Any]:
         "parent_run_id": run.parent_run_id,
         "backend": run.backend,
         "created_at": run.created_at,
+        "deadline_at": run.deadline_at,
     }
 
 
@@ -92,6 +93,8 @@ def runs_show(
     shown: list[Any] = [f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})"]
     if run.parent_run_id:
         shown.append(f"parent    {run.parent_run_id}\nroot      {run.root_run_id}")
+    if run.deadline_at is not None:
+        shown.append(f"deadline  {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(run.deadline_at))}")
     if run.error:
         shown.append(f"error     {run.error['type']}: {run.error['message']}")
     table = tables.new("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT")

@@ -137,6 +137,9 @@ class RunRecord:
     cancel_requested: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: The absolute time (epoch seconds) the whole run must end by, across resumes and retries;
+    #: a sub-workflow carries its root's. None: no deadline.
+    deadline_at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))

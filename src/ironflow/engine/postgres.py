@@ -32,7 +32,7 @@ _NOW: Final = "extract(epoch from clock_timestamp())::float8"
 _RUN_COLUMNS: Final = (
     "id, workflow, input::text AS input, status, root_run_id, parent_run_id, backend, "
     "output::text AS output, error::text AS error, attempt, worker, lease_until, available_at, "
-    "cancel_requested, created_at, updated_at"
+    "cancel_requested, created_at, updated_at, deadline_at"
 )
 _RETURN_RUN: Final = f"RETURNING {_RUN_COLUMNS}"
 # Only constants are interpolated below; every value is a parameter.
@@ -77,14 +77,15 @@ _RENEW: Final = (
 )
 _CREATE: Final = (
     "INSERT INTO ironflow_runs (id, workflow, input, status, root_run_id, parent_run_id, backend, attempt, "  # noqa: S608
-    f"available_at, created_at, updated_at) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, "
-    f"COALESCE($9, {_NOW}), {_NOW}, {_NOW}) {_RETURN_RUN}"
+    f"available_at, created_at, updated_at, deadline_at) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, "
+    f"COALESCE($9, {_NOW}), {_NOW}, {_NOW}, $10) {_RETURN_RUN}"
 )
 _START_CHILD: Final = (
     "INSERT INTO ironflow_runs (id, workflow, input, status, root_run_id, parent_run_id, backend, attempt, "  # noqa: S608
-    f"available_at, created_at, updated_at) VALUES ($1, $2, $3::jsonb, 'running', $4, $5, $6, 1, {_NOW}, {_NOW}, "
-    f"{_NOW}) ON CONFLICT (id) DO UPDATE SET status = 'running', attempt = ironflow_runs.attempt + 1, "
-    f"error = NULL, output = NULL, cancel_requested = false, updated_at = {_NOW} {_RETURN_RUN}"
+    f"available_at, created_at, updated_at, deadline_at) VALUES ($1, $2, $3::jsonb, 'running', $4, $5, $6, 1, "
+    f"{_NOW}, {_NOW}, {_NOW}, $7) ON CONFLICT (id) DO UPDATE SET status = 'running', "
+    "attempt = ironflow_runs.attempt + 1, error = NULL, output = NULL, cancel_requested = false, "
+    f"updated_at = {_NOW} {_RETURN_RUN}"
 )
 _FINISH: Final = (
     "UPDATE ironflow_runs SET status = $3, output = $4::jsonb, error = $5::jsonb, worker = NULL, "  # noqa: S608
@@ -255,6 +256,7 @@ class PostgresStore:
             run.backend,
             run.attempt,
             run.available_at or None,
+            run.deadline_at,
         )
         return rows.run_from_row(row)
 
@@ -310,6 +312,7 @@ class PostgresStore:
             run.root_run_id,
             run.parent_run_id,
             run.backend,
+            run.deadline_at,
         )
         return rows.run_from_row(row)
 

@@ -102,6 +102,7 @@ def run_from_row(row: Row) -> model.RunRecord:
         cancel_requested=bool(row["cancel_requested"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        deadline_at=row["deadline_at"],
     )
 
 

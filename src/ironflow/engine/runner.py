@@ -29,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ironflow import errors, labels, tracing
 from ironflow.engine import events, loading, model, retry, transcripts
@@ -42,9 +43,12 @@ from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider, LogSink
+from ironflow.steps import AgentConfig
 
 __all__ = [
+    "DEADLINE_MARGIN_S",
     "Runner",
+    "bounded_by_deadline",
     "duplicate_name",
     "wave_duplicate_message",
 ]
@@ -258,7 +262,8 @@ class _Execution:
         async def attempt() -> Any:
             pool = runner.accounts if use_accounts else None
             lease = await pool.acquire(step.name) if pool is not None else None
-            scoped = config.account_lease(lease) if lease is not None else config
+            bounded = bounded_by_deadline(config, _seconds_left(self.run))
+            scoped = bounded.account_lease(lease) if lease is not None else bounded
             known: tuple[str, ...] = (lease.value.reveal(),) if lease is not None else ()  # revealed to be redacted
             known += tuple(value.reveal() for value in config.secret_values)  # secret untrusted blocks
             transcript = transcripts.StepTranscript(
@@ -302,9 +307,46 @@ class _Execution:
                 root_run_id=self.run.root_run_id,
                 parent_run_id=self.run.id,
                 backend=self.run.backend,
+                deadline_at=self.run.deadline_at,
             )
         )
         return await self.runner._execute_child(child, step.workflow)
+
+
+class _Stop(enum.Enum):
+    """Why a run's body was stopped from outside, and what its in-flight steps record."""
+
+    CANCEL = "the run was cancelled while this step ran"
+    DEADLINE = "the run's deadline passed while this step ran"
+    DEADLINE_BEFORE = "the run's deadline passed before this step could resume"
+
+    @property
+    def step_error(self) -> dict[str, Any]:
+        kind = "Cancelled" if self is _Stop.CANCEL else "RunDeadlineExceeded"
+        return {"type": kind, "message": self.value, "retryable": False}
+
+
+#: How much longer than the run's remaining time an agent step's own bound is: the worker's deadline
+#: fires first and names the run's deadline; the step's bound (a pod's ``activeDeadlineSeconds``)
+#: still ends the sandbox soon after when the worker is gone.
+DEADLINE_MARGIN_S: Final = 5.0
+
+
+def _seconds_left(run: model.RunRecord, now: float | None = None) -> float | None:
+    """Seconds until the run's deadline (0 or less: passed); None without one."""
+    if run.deadline_at is None:
+        return None
+    return run.deadline_at - (time.time() if now is None else now)
+
+
+def bounded_by_deadline(config: AgentConfig, left: float | None) -> AgentConfig:
+    """``config`` with its timeout no longer than the run's ``left`` seconds plus the margin (pure)."""
+    if left is None:
+        return config
+    bound = max(left, 0.0) + DEADLINE_MARGIN_S
+    if config.timeout is not None and config.timeout <= bound:
+        return config
+    return config.with_timeout(bound)
 
 
 @dataclasses.dataclass
@@ -404,10 +446,13 @@ class Runner:
         except Exception as exc:
             await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
             return events.Outcome.FAILED
+        left = _seconds_left(run)
+        if left is not None and left <= 0:  # resumed (or first claimed) after its deadline
+            return await self._stop(run, worker, _Stop.DEADLINE_BEFORE)
         body = asyncio.create_task(self._top_level(run, workflow), name=f"ironflow-run-{run.id}")
         waiter = asyncio.create_task(cancel.wait()) if cancel is not None else None
         try:
-            await asyncio.wait([body, *([waiter] if waiter else [])], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([body, *([waiter] if waiter else [])], timeout=left, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             body.cancel()
             await asyncio.gather(body, return_exceptions=True)
@@ -416,26 +461,36 @@ class Runner:
             if waiter is not None:
                 waiter.cancel()
                 await asyncio.gather(waiter, return_exceptions=True)
-        if not body.done():  # cancel requested: stop the in-flight steps, then release the run
+        if not body.done():  # cancel requested, or the deadline came: stop the in-flight steps
             body.cancel()
             await asyncio.gather(body, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await self.provider.release_run(run.id)
-            await self._mark_cancelled(run.id)
-            await self.store.finish_run(run.id, worker, status=model.RunStatus.CANCELLED)
-            return events.Outcome.CANCELLED
+            cancelled = cancel is not None and cancel.is_set()
+            return await self._stop(run, worker, _Stop.CANCEL if cancelled else _Stop.DEADLINE)
         return await self._settle(run, worker, body)
 
-    async def _mark_cancelled(self, run_id: str) -> None:
-        """Record the steps that were in flight (here and in sub-workflows) as cancelled."""
-        error = {"type": "Cancelled", "message": "the run was cancelled while this step ran", "retryable": False}
+    async def _stop(self, run: model.RunRecord, worker: str, why: _Stop) -> events.Outcome:
+        """End a run whose body is stopped (or never started): release it, record its in-flight steps."""
+        with contextlib.suppress(Exception):
+            await self.provider.release_run(run.id)
+        await self._mark_stopped(run.id, why.step_error)
+        if why is _Stop.CANCEL:
+            await self.store.finish_run(run.id, worker, status=model.RunStatus.CANCELLED)
+            return events.Outcome.CANCELLED
+        assert run.deadline_at is not None
+        passed = errors.RunDeadlineExceeded(run.deadline_at, while_running=why is _Stop.DEADLINE)
+        log.warning("run %s stopped: %s", run.id, passed.message)
+        await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(passed))
+        return events.Outcome.FAILED
+
+    async def _mark_stopped(self, run_id: str, error: Mapping[str, Any]) -> None:
+        """Record the steps that were in flight (here and in sub-workflows) as failed with ``error``."""
         for step in await self.store.steps(run_id):
             if step.status is model.StepStatus.RUNNING:
                 await self.store.save_step(
                     dataclasses.replace(step, status=model.StepStatus.FAILED, error=error, finished_at=time.time())
                 )
                 if step.child_run_id is not None:
-                    await self._mark_cancelled(step.child_run_id)
+                    await self._mark_stopped(step.child_run_id, error)
 
     async def _top_level(self, run: model.RunRecord, workflow: Workflow) -> Any:
         await self._release(run.id)

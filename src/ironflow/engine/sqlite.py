@@ -87,18 +87,22 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (run_id, seq)
     );
     """,
+    # 3: a run's absolute deadline (engine/migrations/0003_run_deadline.sql).
+    """
+    ALTER TABLE ironflow_runs ADD COLUMN deadline_at REAL;
+    """,
 )
 
 _RUN_COLUMNS: Final = (
     "id, workflow, input, status, root_run_id, parent_run_id, backend, output, error, attempt, worker, "
-    "lease_until, available_at, cancel_requested, created_at, updated_at"
+    "lease_until, available_at, cancel_requested, created_at, updated_at, deadline_at"
 )
 
 
 # Only constants are interpolated into these statements; every value is a parameter.
 _SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ironflow_runs"  # noqa: S608
 _SELECT_RUN_BY_ID: Final = f"{_SELECT_RUN} WHERE id = ?"
-_INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 16)})"  # noqa: S608
+_INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 17)})"  # noqa: S608
 _INSERT_TRANSCRIPT: Final = f"INSERT INTO ironflow_transcripts ({rows.TRANSCRIPT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"  # noqa: S608
 _SELECT_TRANSCRIPT: Final = (
     f"SELECT {rows.TRANSCRIPT_COLUMNS} FROM ironflow_transcripts "  # noqa: S608
@@ -120,7 +124,7 @@ _RENEW: Final = (
 )
 _START_CHILD: Final = (
     f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) "  # noqa: S608
-    "VALUES (?,?,?,'running',?,?,?,NULL,NULL,1,NULL,NULL,?,0,?,?) "
+    "VALUES (?,?,?,'running',?,?,?,NULL,NULL,1,NULL,NULL,?,0,?,?,?) "
     "ON CONFLICT (id) DO UPDATE SET status = 'running', attempt = attempt + 1, error = NULL, "
     f"output = NULL, cancel_requested = 0, updated_at = excluded.updated_at RETURNING {_RUN_COLUMNS}"
 )
@@ -215,7 +219,7 @@ class SqliteStore:
                 (
                     run.id, run.workflow, input_json, str(run.status), run.root_run_id, run.parent_run_id,
                     run.backend, None, rows.dumps(run.error), run.attempt, run.worker, run.lease_until,
-                    run.available_at or now, int(run.cancel_requested), now, now,
+                    run.available_at or now, int(run.cancel_requested), now, now, run.deadline_at,
                 ),
             )  # fmt: skip
 
@@ -333,7 +337,18 @@ class SqliteStore:
         def start(conn: sqlite3.Connection) -> model.RunRecord:
             row = conn.execute(
                 _START_CHILD,
-                (run.id, run.workflow, input_json, run.root_run_id, run.parent_run_id, run.backend, now, now, now),
+                (
+                    run.id,
+                    run.workflow,
+                    input_json,
+                    run.root_run_id,
+                    run.parent_run_id,
+                    run.backend,
+                    now,
+                    now,
+                    now,
+                    run.deadline_at,
+                ),
             ).fetchone()
             return rows.run_from_row(row)
 

@@ -52,6 +52,21 @@ def test_a_failed_run_exits_1_and_says_why(store: str) -> None:
     assert "failed: the workflow's return value cannot be stored" in err
 
 
+def test_a_run_past_its_deadline_exits_1_naming_the_deadline_and_its_step_is_stopped(
+    store: str, tmp_path: Path
+) -> None:
+    gate = tmp_path / "never"
+    code, out, err = cli(
+        "run", f"{WORKFLOWS}:gated", "--input", json.dumps({"gate": str(gate)}), "--deadline", "1s", "--wait",
+        "--store", store,
+    )  # fmt: skip
+    assert (code, out) == (1, "")
+    assert "failed: the run passed its deadline" in err
+    code, doc, _ = cli("runs", "list", "-o", "json", "--store", store)
+    (run,) = json.loads(doc)
+    assert run["deadline_at"] is not None
+
+
 def test_run_without_wait_queues_the_run_and_prints_its_id(store: str) -> None:
     code, out, err = cli("run", f"{WORKFLOWS}:linear", "--input", '{"steps": ["a"]}', "--store", store)
     assert code == 0
@@ -94,6 +109,8 @@ def test_runs_show_lists_steps_with_their_pod_selector_and_result(store: str) ->
         (["run", f"{WORKFLOWS}:linear", "--store", "mysql://x"], "error: unknown store URL scheme in 'mysql'"),
         (["run", f"{WORKFLOWS}:linear", "--wait", "--account", "x=nope"], "error: account 'x=nope' must look like"),
         (["run", f"{WORKFLOWS}:linear", "--account", "x=env:X"], "error: --account only applies with --wait"),
+        (["run", f"{WORKFLOWS}:linear", "--deadline", "soon"], "error: --deadline: invalid duration 'soon': use e.g."),
+        (["run", f"{WORKFLOWS}:linear", "--deadline", "0s"], "error: --deadline: invalid duration '0s'"),
         (["runs", "show", "0000"], "error: no run 0000 in the store; list runs with `ironflow runs list`"),
         (["runs", "cancel", "0000"], "error: no run 0000 in the store"),
         (["runs", "list", "--store", "typo.db"], "error: no SQLite store at 'typo.db': its file does not exist"),

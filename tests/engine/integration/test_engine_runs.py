@@ -11,19 +11,18 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
+from tests.engine.integration.conftest import fresh_database
 
 from ironflow import errors, labels
 from ironflow.engine import accounts, model
 from ironflow.engine.events import Outcome
 from ironflow.engine.postgres import PostgresStore
 from ironflow.engine.runner import Runner
-from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.store import Store
 from ironflow.engine.worker import Worker
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
@@ -37,32 +36,6 @@ CHILD_STEP = labels.sanitize_label_value("child step")
 
 def ref(name: str) -> str:
     return f"{WORKFLOWS}:{name}"
-
-
-async def fresh_database(server_dsn: str) -> str:
-    """The DSN of a new, empty database on the session's server (tests do not share tables)."""
-    database = f"engine_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {database}")
-    finally:
-        await conn.close()
-    return server_dsn.rsplit("/", 1)[0] + "/" + database
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """A fresh store: a SQLite file, or a new database on the session's PostgreSQL server."""
-    opened: Store
-    if request.param == "sqlite":
-        opened = SqliteStore(tmp_path / "engine.db")
-    else:
-        opened = PostgresStore(await fresh_database(request.getfixturevalue("postgres_dsn")), max_size=4)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def runner_for(store: Store, provider: RecordingProvider, **kwargs: Any) -> Callable[[model.RunRecord], Runner]:
@@ -593,7 +566,11 @@ async def test_stores_opening_together_apply_the_postgres_schema_once(postgres_d
         rows = await stores[0].pool.fetch(
             "SELECT component, version, name FROM ironflow.schema_migrations WHERE component = 'engine'"
         )
-        assert sorted(tuple(r) for r in rows) == [("engine", 1, "engine"), ("engine", 2, "transcripts")]
+        assert sorted(tuple(r) for r in rows) == [
+            ("engine", 1, "engine"),
+            ("engine", 2, "transcripts"),
+            ("engine", 3, "run_deadline"),
+        ]
     finally:
         await asyncio.gather(*(s.close() for s in stores))
 
