@@ -12,14 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
+from tests.engine.integration.conftest import fresh_database
 
 from ironflow import labels
 from ironflow.engine import model
@@ -40,14 +39,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'engine.db'}"
         return
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    database = f"crash_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {database}")
-    finally:
-        await conn.close()
-    yield dsn.rsplit("/", 1)[0] + "/" + database
+    yield await fresh_database(request.getfixturevalue("postgres_dsn"))
 
 
 @contextmanager
