@@ -8,10 +8,12 @@ attempt's pod really exists until the new attempt's ``release_run`` deletes it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -129,6 +131,56 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
         ("slow", model.StepStatus.SUCCEEDED, 1),
         ("four", model.StepStatus.SUCCEEDED, 1),
     ]
+
+
+async def test_a_run_past_its_deadline_across_a_worker_sigkill_fails_once_and_runs_nothing_more(
+    store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "provider.jsonl"
+    log.touch()
+    store = open_store(store_url)
+    await store.open()
+    try:
+        run_id = model.new_id()
+        deadline_at = time.time() + 4
+        await store.create_run(
+            model.RunRecord(
+                id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "slow", "four"]},
+                deadline_at=deadline_at,
+            )
+        )  # fmt: skip
+        with worker_process(store_url, str(log), "60") as first:
+            await eventually(
+                lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)),
+                limit_s=20,
+                interval_s=0.05,
+                what="the first worker to invoke step slow",
+            )
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(timeout=5)
+        await asyncio.sleep(max(0.0, deadline_at - time.time()) + 0.2)
+        with worker_process(store_url, str(log), "0") as second:
+            status = await eventually(
+                lambda: run_status(store, run_id), limit_s=20, interval_s=0.05, what="the run to finish"
+            )
+            second_pid = second.pid
+        with worker_process(store_url, str(log), "0") as third:  # a finished run is never claimed again
+            await asyncio.sleep(1.0)
+            third_pid = third.pid
+        run = await store.get_run(run_id)
+    finally:
+        await store.close()
+
+    assert status is model.RunStatus.FAILED
+    assert run is not None
+    assert run.error is not None
+    assert run.error["type"] == "RunDeadlineExceeded"
+    assert run.attempt == 2
+    events = read_events(log)
+    dead_pod = [e for e in events if e["pid"] == first.pid][-1]["pod"]
+    # The new attempt only releases the run (the dead attempt's pod goes), and runs no step.
+    assert [(e["event"], e.get("deleted")) for e in events if e["pid"] == second_pid] == [("release", [dead_pod])]
+    assert [e for e in events if e["pid"] == third_pid] == []
 
 
 def _step_pods(server: KubeTestServer, namespace: str, step: str) -> list[dict[str, Any]]:
