@@ -53,6 +53,7 @@ __all__ = [
     "PromptTooLarge",
     "RateLimited",
     "ReplayDivergence",
+    "RoleBudgetExceeded",
     "RunDeadlineExceeded",
     "RunStateConflict",
     "SandboxError",
@@ -336,6 +337,21 @@ class BudgetExceeded(AgentError):
         super().__init__(f"budget exceeded: spent ${spent_usd:g} of ${limit_usd:g}")
 
 
+class RoleBudgetExceeded(BudgetExceeded):
+    """The step's role has spent its cap for this calendar period; no step of it starts until the next."""
+
+    def __init__(self, role: str, spent_usd: float, limit_usd: float, *, period: str, since: float) -> None:
+        self.role = role
+        self.spent_usd = spent_usd
+        self.limit_usd = limit_usd
+        self.debug_messages = None
+        began = time.strftime("%Y-%m-%d", time.gmtime(since))
+        IronflowError.__init__(
+            self,
+            f"role '{role}' has spent ${spent_usd:g} of its ${limit_usd:g} cap this {period} (since {began} UTC)",
+        )
+
+
 # --- infrastructure: retry (exit 3) ---------------------------------------------------------
 
 
@@ -420,7 +436,7 @@ class AuthProxyError(InfrastructureError):
         super().__init__(truncate(message, _SERVER_MESSAGE_BYTES))
 
 
-class RunDeadlineExceeded(IronflowError):
+class RunDeadlineExceeded(AgentError):
     """The whole run passed its absolute deadline (reference engine 4.0): its in-flight steps were
     stopped and nothing more runs. Never retried: the deadline does not move."""
 

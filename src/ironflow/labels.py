@@ -30,6 +30,7 @@ __all__ = [
     "LABEL_MANAGED_BY",
     "LABEL_NAME",
     "LABEL_PART_OF",
+    "LABEL_ROLE",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_SANDBOX_LAUNCH_TYPE",
@@ -60,6 +61,8 @@ __all__ = [
 LABEL_RUN_ID: Final = "ironflow.io/run-id"
 LABEL_ROOT_RUN_ID: Final = "ironflow.io/root-run-id"
 LABEL_STEP: Final = "ironflow.io/step"
+#: An agent step's role (``AgentConfig.role``), on its stored step: what per-role cost caps sum.
+LABEL_ROLE: Final = "ironflow.io/role"
 LABEL_EGRESS_PROFILE: Final = "ironflow.io/egress-profile"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"

@@ -12,17 +12,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
-import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ironflow import errors, labels, settings_file, step_timeouts
+from ironflow import errors, labels, settings_file, step_checks, step_timeouts
 from ironflow._renamed import renamed_names, warn_renamed
 from ironflow.secrets import Secret
+from ironflow.step_checks import environment_id_valid, invalid_environment_id_message
 from ironflow.step_sandbox import (
     OLD_READ_ONLY_VOLUME_KEY,
     READ_ONLY_VOLUME_KEYS,
@@ -51,73 +50,6 @@ __all__ = [
 ]
 
 DEFAULT_MODEL: Final = "sonnet"
-_RESUME_ID = re.compile(r"[A-Za-z0-9_-]+")
-_ENVIRONMENT_ID = re.compile(r"[a-z0-9-]{1,253}")
-
-
-#: The scalar settings and the types each accepts (None: unset), checked first: the config's
-#: other checks compare and call methods on these, so ``max_turns: "three"`` must not reach them.
-_SCALAR_TYPES: Final[dict[str, tuple[type, ...]]] = {
-    **dict.fromkeys(
-        ("prompt", "system_prompt", "append_system_prompt", "model", "tool_profile", "working_dir", "mcp_config",
-         "permission_mode", "resume_session_id", "session_id", "resume_environment_id", "trace_context"),
-        (str,),
-    ),
-    "max_turns": (int,),
-    "max_budget_usd": (float, int),
-    "timeout": (float, int),
-    **dict.fromkeys(("strict_mcp_config", "bare", "verbose", "continue_session"), (bool,)),
-}  # fmt: skip
-_TYPE_NAMES: Final = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
-
-
-def _conversation_problem(config: AgentConfig) -> str | None:
-    """Why the conversation settings cannot go on Claude's command line together, or None."""
-    for name in ("resume_session_id", "session_id"):
-        value = getattr(config, name)
-        if value is not None and not _RESUME_ID.fullmatch(value):
-            return f"{name} must only hold [A-Za-z0-9_-], got {value!r}"
-    if config.continue_session and (config.resume_session_id is not None or config.session_id is not None):
-        return "continue_session carries on the latest conversation: leave out resume_session_id and session_id"
-    return None
-
-
-def _scalar_type_problem(config: object) -> str | None:
-    """The first scalar setting whose type is wrong, as one line (a step file's YAML types).
-
-    >>> from types import SimpleNamespace
-    >>> _scalar_type_problem(SimpleNamespace(prompt=42))
-    "step setting 'prompt' must be text, got 42"
-    """
-    for key, accepted in _SCALAR_TYPES.items():
-        value = getattr(config, key, None)
-        if value is None:
-            continue
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            return f"step setting '{key}' must be {_TYPE_NAMES[accepted[0]]}, got {_SHORT.repr(value)}"
-    return None
-
-
-#: Values in messages are cut short: a hostile document may nest thousands of levels deep.
-_SHORT: Final = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 60, 60
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # lone surrogates, e.g. from undecodable argv bytes
-        return False
-    return True
-
-
-def environment_id_valid(environment_id: str) -> bool:
-    """A persistent environment id is a claim name ironflow could have made: ``[a-z0-9-]{1,253}``."""
-    return _ENVIRONMENT_ID.fullmatch(environment_id) is not None
-
-
-def invalid_environment_id_message(environment_id: str) -> str:
-    return f"environment id must match [a-z0-9-]{{1,253}}, got {environment_id!r}"
 
 
 class PermissionMode(StrEnum):
@@ -229,14 +161,17 @@ class AgentConfig:
     #: Seconds this step may run, whatever the provider allows: the smaller bound holds
     #: (:func:`ironflow.step_timeouts.effective`). None: the provider's alone.
     timeout: float | None = None
+    #: What this step does in its workflow (``reviewer``, ``fixer``): the engine tracks cost per role
+    #: and a worker may cap it per calendar period (:mod:`ironflow.engine.budgets`). A label value.
+    role: str | None = None
 
     def __post_init__(self) -> None:
-        problem = _scalar_type_problem(self)
+        problem = step_checks.scalar_type_problem(self)
         if problem is not None:
             raise errors.ConfigError(problem)
         for name in ("prompt", "system_prompt", "append_system_prompt"):
             text = getattr(self, name)
-            if text is not None and not _is_utf8(text):
+            if text is not None and not step_checks.is_utf8(text):
                 raise errors.ConfigError(f"the {name.replace('_', ' ')} is not valid UTF-8 text; pass it as UTF-8")
         set_ = object.__setattr__
         set_(self, "allowed_tools", tuple(self.allowed_tools))
@@ -261,7 +196,7 @@ class AgentConfig:
         if self.max_budget_usd is not None and not (math.isfinite(self.max_budget_usd) and self.max_budget_usd > 0):
             raise errors.ConfigError("budget must be a positive finite number")
         set_(self, "timeout", step_timeouts.step_seconds(self.timeout))
-        conversation_problem = _conversation_problem(self)
+        conversation_problem = step_checks.conversation_problem(self) or step_checks.role_problem(self.role)
         if conversation_problem is not None:
             raise errors.ConfigError(conversation_problem)
         if self.resume_environment_id is not None and not environment_id_valid(self.resume_environment_id):
@@ -386,7 +321,9 @@ class AgentConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
         """Build from :meth:`to_dict` output or a step YAML; an unknown key is refused by name."""
         if not isinstance(data, Mapping):
-            raise errors.ConfigError(f"step settings must be a mapping of setting names, got {_SHORT.repr(data)}")
+            raise errors.ConfigError(
+                f"step settings must be a mapping of setting names, got {step_checks.SHORT.repr(data)}"
+            )
         known = {f.name for f in dataclasses.fields(cls)} - _NOT_SERIALISED
         unknown = sorted(set(data) - known)
         if unknown:

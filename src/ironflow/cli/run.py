@@ -18,7 +18,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,7 +31,7 @@ from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import TextFormat, printable
 from ironflow.cli.stores import StoreOption, opened, plain, run_async
-from ironflow.engine import accounts, events, loading, model
+from ironflow.engine import accounts, budgets, events, loading, model
 from ironflow.engine.metrics import DEFAULT_HOST, WorkerMetrics
 from ironflow.engine.run_log import RunLog
 from ironflow.engine.runner import Runner
@@ -55,6 +55,15 @@ AccountOption = Annotated[
         show_default=False,
     ),
 ]
+RoleCapOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--role-cap",
+        help="ROLE=USD/PERIOD (day, week or month; month when unsaid): no step of ROLE starts once it spent USD"
+        " this UTC period; repeatable.",
+        show_default=False,
+    ),
+]
 CapacityWaitOption = Annotated[
     float, typer.Option("--max-capacity-wait", help="Seconds a step waits for an account outside a rejected window.")
 ]
@@ -65,6 +74,14 @@ def parse_accounts(specs: list[str] | None) -> list[accounts.ProviderAccount]:
         return [accounts.parse_account(s) for s in specs or ()]
     except errors.ConfigError as exc:
         exits.fail(exc.message)
+
+
+def _role_caps(specs: list[str] | None) -> dict[str, budgets.RoleCap]:
+    """``--role-cap`` values by role; one line, exit 2, for a bad one."""
+    try:
+        return budgets.parse_role_caps(specs or ())
+    except errors.ConfigError as exc:
+        exits.fail(f"--role-cap: {exc.message}")
 
 
 @contextlib.asynccontextmanager
@@ -197,6 +214,7 @@ async def _run(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
     deadline_s: float | None = None,
+    role_caps: Mapping[str, budgets.RoleCap] | None = None,
 ) -> int:
     async with (
         opened(store_url) as store,
@@ -216,7 +234,11 @@ async def _run(
             typer.echo(queued_note(run.id, backend), err=True)
             return 0
         _err.print(f"run {run.id} ({ref}) on {backend}", highlight=False)
-        worker = Worker(store, lambda r: Runner(store, providers.get(r.backend), accounts=pool), lease_s=lease_s)
+        worker = Worker(
+            store,
+            lambda r: Runner(store, providers.get(r.backend), accounts=pool, role_caps=role_caps or {}),
+            lease_s=lease_s,
+        )
         stop = asyncio.Event()
         watcher = asyncio.create_task(_watch(store, run.id, stop))
         try:
@@ -256,6 +278,7 @@ def run(
     lease: Annotated[float, typer.Option(help="Lease seconds while executing.", min=1.0)] = 30.0,
     account: AccountOption = None,
     max_capacity_wait: CapacityWaitOption = 300.0,
+    role_cap: RoleCapOption = None,
     deadline: Annotated[
         str | None,
         typer.Option(
@@ -277,9 +300,12 @@ def run(
         deadline_s = None if deadline is None else parse_duration(deadline)
     except errors.ConfigError as exc:
         exits.fail(f"--deadline: {exc.message}")
+    caps = _role_caps(role_cap)
+    if caps and not wait:
+        exits.fail("--role-cap only applies with --wait (give the worker its caps)")
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     raise typer.Exit(
-        run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait, deadline_s))
+        run_async(_run(ref, value, backend, store, wait, providers, lease, parsed, max_capacity_wait, deadline_s, caps))
     )
 
 
@@ -330,6 +356,7 @@ async def _work(
     parsed_accounts: list[accounts.ProviderAccount],
     max_wait_s: float,
     metrics_at: tuple[str, int] | None,
+    role_caps: Mapping[str, budgets.RoleCap],
 ) -> int:
     metrics = WorkerMetrics() if metrics_at is not None else None
     observers: list[events.Observer] = [RunLog(), *([metrics] if metrics is not None else [])]
@@ -340,7 +367,7 @@ async def _work(
     ):
         worker = Worker(
             store,
-            lambda r: Runner(store, providers.get(r.backend), accounts=pool, observers=observers),
+            lambda r: Runner(store, providers.get(r.backend), accounts=pool, observers=observers, role_caps=role_caps),
             concurrency=concurrency,
             lease_s=lease_s,
             observers=observers,
@@ -372,6 +399,7 @@ def worker(
     provider_file: Annotated[Path | None, typer.Option("--provider", help="Provider settings file for k8s.")] = None,
     account: AccountOption = None,
     max_capacity_wait: CapacityWaitOption = 300.0,
+    role_cap: RoleCapOption = None,
     metrics_port: Annotated[
         str | None,
         typer.Option(
@@ -397,10 +425,11 @@ def worker(
     if metrics_port is not None:
         metrics_at = (metrics_host or DEFAULT_HOST, inputs.port(metrics_port, "--metrics-port"))
     parsed = parse_accounts(account)
+    caps = _role_caps(role_cap)
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     with _log_lines_on_stderr(log_format):
-        code = run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait, metrics_at))
+        code = run_async(_work(store, concurrency, lease, providers, parsed, max_capacity_wait, metrics_at, caps))
     raise typer.Exit(code)
 
 

@@ -15,11 +15,11 @@ from typing import Annotated, Any
 
 import typer
 
-from ironflow import errors
+from ironflow import errors, results
 from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
-from ironflow.engine import model, run_changes, running
+from ironflow.engine import budgets, model, run_changes, running
 
 __all__ = ["register"]
 
@@ -87,8 +87,10 @@ def runs_show(
     """Show a run: its state, its steps, their pods and their results."""
     run, steps = run_async(_show(store, run_id))
     step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run, s)} for s in steps]
+    by_role = budgets.usage_by_role(steps)
     if output is not OutputFormat.TABLE:
-        print(document({**plain(run.to_dict()), "steps": step_rows}, output))
+        costs = {role: usage.cost_usd for role, usage in by_role.items()}
+        print(document({**plain(run.to_dict()), "cost_by_role": costs, "steps": step_rows}, output))
         return
     shown: list[Any] = [f"run       {run.id}\nworkflow  {run.workflow}\nstatus    {run.status} (attempt {run.attempt})"]
     if run.parent_run_id:
@@ -97,6 +99,8 @@ def runs_show(
         shown.append(f"deadline  {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(run.deadline_at))}")
     if run.error:
         shown.append(f"error     {run.error['type']}: {run.error['message']}")
+    if by_role:
+        shown.append("by role   " + ", ".join(f"{role} {_role_cost(u)}" for role, u in by_role.items()))
     table = tables.new("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "PODS / CHILD RUN", "RESULT")
     whole: list[tuple[model.StepRecord, str]] = []
     for s, row in zip(steps, step_rows, strict=True):
@@ -115,6 +119,11 @@ def runs_show(
     if run.status is model.RunStatus.SUCCEEDED:
         shown.append(f"output {json.dumps(plain(run.output))}")
     print(tables.render(*shown, width=tables.stdout_width()))
+
+
+def _role_cost(usage: model.Usage) -> str:
+    steps = "1 step" if usage.agent_steps == 1 else f"{usage.agent_steps} steps"
+    return f"${results.shown_usd(usage.cost_usd):g} ({steps})"
 
 
 async def _change(store_url: str | None, ref: str, action: run_changes.RunAction) -> model.RunRecord:

@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from ironflow import errors, migrations
+from ironflow import errors, labels, migrations
 from ironflow.engine import model, rows
 
 __all__ = ["MIGRATIONS_COMPONENT", "PostgresStore"]
@@ -70,6 +70,14 @@ _RUN_TOTALS: Final = (
     "count(*) AS agent_steps FROM ironflow_steps s WHERE s.run_id = r.id AND s.kind = 'agent' "
     f"AND s.result->>'{model.AGENT_RESULT_MARK}' = '1') u "
     "WHERE r.root_run_id = ANY($1::text[]) GROUP BY r.root_run_id"
+)
+#: The usage of one role's agent steps finished since a time (``Store.role_spend``).
+_ROLE_SPEND: Final = (
+    "SELECT COALESCE(SUM((result->>'input_tokens')::bigint), 0) AS input_tokens, "  # noqa: S608
+    "COALESCE(SUM((result->>'output_tokens')::bigint), 0) AS output_tokens, "
+    "COALESCE(SUM((result->>'cost_usd')::float8), 0) AS cost_usd, count(*) AS agent_steps "
+    f"FROM ironflow_steps WHERE kind = 'agent' AND labels->>'{labels.LABEL_ROLE}' = $1 AND finished_at >= $2 "
+    f"AND result->>'{model.AGENT_RESULT_MARK}' = '1'"
 )
 _RENEW: Final = (
     f"UPDATE ironflow_runs SET lease_until = {_NOW} + $3, updated_at = {_NOW} "  # noqa: S608
@@ -288,6 +296,9 @@ class PostgresStore:
     async def run_totals(self, root_run_ids: Sequence[str]) -> dict[str, model.Usage]:
         ids = list(dict.fromkeys(root_run_ids))
         return rows.usage_by_run(ids, await self.pool.fetch(_RUN_TOTALS, ids)) if ids else {}
+
+    async def role_spend(self, role: str, since: float) -> model.Usage:
+        return rows.usage_from_row(await self.pool.fetchone(_ROLE_SPEND, role, float(since)))
 
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         found = await self.pool.fetch(

@@ -149,11 +149,16 @@ def window_from_row(row: Row) -> model.RateWindow:
     )
 
 
+def usage_from_row(row: Row) -> model.Usage:
+    """A row of the summed usage columns (``input_tokens``, ``output_tokens``, ``cost_usd``, ``agent_steps``)."""
+    return model.Usage(
+        int(row["input_tokens"]), int(row["output_tokens"]), float(row["cost_usd"]), int(row["agent_steps"])
+    )
+
+
 def usage_by_run(run_ids: Sequence[str], found: Sequence[Row]) -> dict[str, model.Usage]:
     """``run_totals`` rows (``run_id``, the summed usage columns) by run id; a run with no row is zero."""
     out = {run_id: model.Usage() for run_id in run_ids}
     for row in found:
-        out[row["run_id"]] = model.Usage(
-            int(row["input_tokens"]), int(row["output_tokens"]), float(row["cost_usd"]), int(row["agent_steps"])
-        )
+        out[row["run_id"]] = usage_from_row(row)
     return out

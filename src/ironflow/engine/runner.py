@@ -35,22 +35,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from ironflow import errors, labels, tracing
-from ironflow.engine import events, loading, model, retry, transcripts
+from ironflow.engine import budgets, deadlines, events, loading, model, retry, transcripts
 from ironflow.engine.accounts import AccountPool
 from ironflow.engine.context import AgentStep, Context, OpStep, Step, SubWorkflowStep, Workflow
 from ironflow.engine.store import Store
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider, LogSink
-from ironflow.steps import AgentConfig
+from ironflow.waves import duplicate_name, wave_duplicate_message
 
 __all__ = [
-    "DEADLINE_MARGIN_S",
     "Runner",
-    "bounded_by_deadline",
-    "duplicate_name",
-    "wave_duplicate_message",
 ]
 
 log = logging.getLogger("ironflow.engine")
@@ -66,22 +62,6 @@ class _ReleaseFailed(Exception):
 
 
 # --- pure parts --------------------------------------------------------------------------
-
-
-def duplicate_name(names: Sequence[str]) -> str | None:
-    """The first raw name that repeats in a wave, or None."""
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            return name
-        seen.add(name)
-    return None
-
-
-def wave_duplicate_message(name: str) -> str:
-    """The reference's refusal, word for word (Rust ``{name:?}`` quoting)."""
-    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'parallel wave has two steps named "{quoted}"; each step of a wave needs its own name'
 
 
 def _describe(kind: model.StepKind, name: str) -> str:
@@ -187,7 +167,7 @@ class _Execution:
             status=model.StepStatus.RUNNING,
             child_run_id=(stored.child_run_id if stored else None)
             or (model.new_id() if isinstance(step, SubWorkflowStep) else None),
-            labels=self._labels(step.name) if isinstance(step, AgentStep) else None,
+            labels=self._labels(step.name, step.config.role) if isinstance(step, AgentStep) else None,
             attempts=stored.attempts if stored else 0,
             started_at=time.time(),
         )
@@ -228,8 +208,19 @@ class _Execution:
             raise
         return result
 
-    def _labels(self, name: str) -> dict[str, str]:
-        return labels.scope_labels(run_id=self.run.id, step=name, root_run_id=self.run.root_run_id)
+    def _labels(self, name: str, role: str | None = None) -> dict[str, str]:
+        scope = labels.scope_labels(run_id=self.run.id, step=name, root_run_id=self.run.root_run_id)
+        return scope if role is None else {**scope, labels.LABEL_ROLE: role}
+
+    async def _check_role_cap(self, role: str | None) -> None:
+        """Refuse to start a step whose role has spent its cap this period (:mod:`ironflow.engine.budgets`)."""
+        cap = self.runner.role_caps.get(role) if role is not None else None
+        if cap is None:
+            return
+        since = budgets.period_start(cap.period, time.time())
+        refused = budgets.refusal(cap, await self.runner.store.role_spend(cap.role, since), since)
+        if refused is not None:
+            raise refused
 
     async def _with_retries(
         self, name: str, policy: retry.RetryPolicy | None, tries: _Tries, attempt: Callable[[], Awaitable[Any]]
@@ -252,6 +243,8 @@ class _Execution:
         runner = self.runner
         # One scoped config for every attempt: the same labels let the provider find the previous pod.
         config = step.config.scoped(self.run.id, step.name, root_run_id=self.run.root_run_id)
+        if step.config.role is not None:  # the pods say their role too (cost by role on the cluster)
+            config = config.replace(pod_labels={**config.pod_labels, labels.LABEL_ROLE: step.config.role})
         if config.trace_context is None:
             config = config.replace(trace_context=tracing.current_traceparent())
         use_accounts = runner.provider.account_kind() == ACCOUNT_KIND_CLAUDE_SUBSCRIPTION
@@ -260,9 +253,10 @@ class _Execution:
             raise errors.StepConfigError(NO_PROXY_FOR_ACCOUNTS)
 
         async def attempt() -> Any:
+            await self._check_role_cap(step.config.role)
             pool = runner.accounts if use_accounts else None
             lease = await pool.acquire(step.name) if pool is not None else None
-            bounded = bounded_by_deadline(config, _seconds_left(self.run))
+            bounded = deadlines.bounded(config, deadlines.seconds_left(self.run))
             scoped = bounded.account_lease(lease) if lease is not None else bounded
             known: tuple[str, ...] = (lease.value.reveal(),) if lease is not None else ()  # revealed to be redacted
             known += tuple(value.reveal() for value in config.secret_values)  # secret untrusted blocks
@@ -326,29 +320,6 @@ class _Stop(enum.Enum):
         return {"type": kind, "message": self.value, "retryable": False}
 
 
-#: How much longer than the run's remaining time an agent step's own bound is: the worker's deadline
-#: fires first and names the run's deadline; the step's bound (a pod's ``activeDeadlineSeconds``)
-#: still ends the sandbox soon after when the worker is gone.
-DEADLINE_MARGIN_S: Final = 5.0
-
-
-def _seconds_left(run: model.RunRecord, now: float | None = None) -> float | None:
-    """Seconds until the run's deadline (0 or less: passed); None without one."""
-    if run.deadline_at is None:
-        return None
-    return run.deadline_at - (time.time() if now is None else now)
-
-
-def bounded_by_deadline(config: AgentConfig, left: float | None) -> AgentConfig:
-    """``config`` with its timeout no longer than the run's ``left`` seconds plus the margin (pure)."""
-    if left is None:
-        return config
-    bound = max(left, 0.0) + DEADLINE_MARGIN_S
-    if config.timeout is not None and config.timeout <= bound:
-        return config
-    return config.with_timeout(bound)
-
-
 @dataclasses.dataclass
 class _Tries:
     """Attempts made by one step in this execution (kept when the last one raises)."""
@@ -380,6 +351,9 @@ class Runner:
     #: Hear each step start and end (:mod:`ironflow.engine.events`); none: no event is built.
     observers: Sequence[events.Observer] = ()
     transcript_cap_bytes: int = transcripts.DEFAULT_CAP_BYTES
+    #: The cost caps of roles, by role: a step of a capped role starts only while its role has not
+    #: spent its cap this calendar period (:mod:`ironflow.engine.budgets`).
+    role_caps: Mapping[str, budgets.RoleCap] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.transcript_cap_bytes < 0:
@@ -446,7 +420,7 @@ class Runner:
         except Exception as exc:
             await self.store.finish_run(run.id, worker, status=model.RunStatus.FAILED, error=model.error_record(exc))
             return events.Outcome.FAILED
-        left = _seconds_left(run)
+        left = deadlines.seconds_left(run)
         if left is not None and left <= 0:  # resumed (or first claimed) after its deadline
             return await self._stop(run, worker, _Stop.DEADLINE_BEFORE)
         body = asyncio.create_task(self._top_level(run, workflow), name=f"ironflow-run-{run.id}")

@@ -16,82 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ironflow import errors
-from ironflow.engine import model, rows
+from ironflow import errors, labels
+from ironflow.engine import model, rows, sqlite_schema
 
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
-
-#: Schema versions, applied in order and recorded in ``PRAGMA user_version``.
-_MIGRATIONS: Final[tuple[str, ...]] = (
-    """
-    CREATE TABLE ironflow_runs (
-        id TEXT PRIMARY KEY,
-        workflow TEXT NOT NULL,
-        input TEXT,
-        status TEXT NOT NULL,
-        root_run_id TEXT NOT NULL,
-        parent_run_id TEXT,
-        backend TEXT,
-        output TEXT,
-        error TEXT,
-        attempt INTEGER NOT NULL DEFAULT 0,
-        worker TEXT,
-        lease_until REAL,
-        available_at REAL NOT NULL,
-        cancel_requested INTEGER NOT NULL DEFAULT 0,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE INDEX ironflow_runs_due ON ironflow_runs (status, available_at) WHERE parent_run_id IS NULL;
-    CREATE INDEX ironflow_runs_root ON ironflow_runs (root_run_id);
-    CREATE TABLE ironflow_steps (
-        run_id TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        id TEXT NOT NULL,
-        name TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        status TEXT NOT NULL,
-        result TEXT,
-        error TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        child_run_id TEXT,
-        labels TEXT,
-        started_at REAL NOT NULL,
-        finished_at REAL,
-        PRIMARY KEY (run_id, position)
-    );
-    CREATE TABLE ironflow_rate_limits (
-        account TEXT NOT NULL,
-        window TEXT NOT NULL,
-        scope TEXT NOT NULL,
-        status TEXT NOT NULL,
-        utilization REAL NOT NULL,
-        resets_at REAL,
-        recorded_at REAL NOT NULL,
-        PRIMARY KEY (account, window, scope)
-    );
-    """,
-    # 2: the transcripts of agent steps (engine/migrations/0002_transcripts.sql says what a row is).
-    """
-    CREATE TABLE ironflow_transcripts (
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        position INTEGER NOT NULL,
-        step TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        stream TEXT NOT NULL,
-        content TEXT NOT NULL,
-        at REAL NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    );
-    """,
-    # 3: a run's absolute deadline (engine/migrations/0003_run_deadline.sql).
-    """
-    ALTER TABLE ironflow_runs ADD COLUMN deadline_at REAL;
-    """,
-)
 
 _RUN_COLUMNS: Final = (
     "id, workflow, input, status, root_run_id, parent_run_id, backend, output, error, attempt, worker, "
@@ -117,6 +47,14 @@ _RUN_TOTALS: Final = (
     "FROM ironflow_runs r JOIN ironflow_steps s ON s.run_id = r.id "
     "WHERE r.root_run_id IN ({ids}) AND s.kind = 'agent' "
     f"AND json_extract(s.result, '$.{model.AGENT_RESULT_MARK}') = 1 GROUP BY r.root_run_id"
+)
+#: The usage of one role's agent steps finished since a time (``Store.role_spend``).
+_ROLE_SPEND: Final = (
+    "SELECT COALESCE(SUM(json_extract(result, '$.input_tokens')), 0) AS input_tokens, "  # noqa: S608
+    "COALESCE(SUM(json_extract(result, '$.output_tokens')), 0) AS output_tokens, "
+    "COALESCE(SUM(json_extract(result, '$.cost_usd')), 0.0) AS cost_usd, count(*) AS agent_steps "
+    f"FROM ironflow_steps WHERE kind = 'agent' AND json_extract(labels, '$.\"{labels.LABEL_ROLE}\"') = ? "
+    f"AND finished_at >= ? AND json_extract(result, '$.{model.AGENT_RESULT_MARK}') = 1"
 )
 _RENEW: Final = (
     "UPDATE ironflow_runs SET lease_until = ?, updated_at = ? "  # noqa: S608
@@ -174,7 +112,7 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")  # one process migrates at a time
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for number, script in enumerate(_MIGRATIONS, start=1):
+            for number, script in enumerate(sqlite_schema.MIGRATIONS, start=1):
                 if number > version:
                     for statement in filter(str.strip, script.split(";")):
                         conn.execute(statement)
@@ -280,6 +218,12 @@ class SqliteStore:
             return rows.usage_by_run(ids, found)
 
         return await self._call(totals) if ids else {}
+
+    async def role_spend(self, role: str, since: float) -> model.Usage:
+        def spend(conn: sqlite3.Connection) -> model.Usage:
+            return rows.usage_from_row(conn.execute(_ROLE_SPEND, (role, since)).fetchone())
+
+        return await self._call(spend)
 
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         def match(conn: sqlite3.Connection) -> list[str]:

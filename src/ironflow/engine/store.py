@@ -75,6 +75,11 @@ class Store(Protocol):
         """
         ...
 
+    async def role_spend(self, role: str, since: float) -> model.Usage:
+        """What the agent steps of ``role`` (label ``ironflow.io/role``) that finished at or after
+        ``since`` spent, over every run (:mod:`ironflow.engine.budgets`)."""
+        ...
+
     async def match_run_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         """The ids of the runs (sub-workflow runs too) that start with ``prefix``, sorted; at most ``limit``."""
         ...

@@ -43,6 +43,7 @@ from ironflow import errors, results
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
 from ironflow.temporal import failures, requests
+from ironflow.waves import wave_duplicate_message
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -95,12 +96,6 @@ class CommandStep:
     name: str
     argv: Sequence[str]
     retry: RetryPolicy | None = None
-
-
-def wave_duplicate_message(name: str) -> str:
-    """The engine's refusal, word for word."""
-    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'parallel wave has two steps named "{quoted}"; each step of a wave needs its own name'
 
 
 class RunContext:

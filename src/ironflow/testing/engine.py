@@ -44,7 +44,8 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 
 class RecordingProvider(ProviderBase):
     """A provider that records; ``failures`` maps a step name to errors raised on its next calls,
-    ``output`` a step name to the ``(stream, line)`` pairs each call streams first."""
+    ``output`` a step name to the ``(stream, line)`` pairs each call streams first, ``costs`` a step
+    name to the ``cost_usd`` its result reports."""
 
     def __init__(
         self,
@@ -56,6 +57,7 @@ class RecordingProvider(ProviderBase):
         release_failures: int = 0,
         account_kind: str | None = None,
         output: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+        costs: Mapping[str, float] | None = None,
     ) -> None:
         self.log_path = Path(log_path) if log_path is not None else None
         self.delay_s = delay_s
@@ -64,6 +66,7 @@ class RecordingProvider(ProviderBase):
         self.release_failures = release_failures
         self._account_kind = account_kind
         self.output = {k: list(v) for k, v in (output or {}).items()}
+        self.costs = dict(costs or {})
         self.events: list[dict[str, Any]] = []
         self.pods: dict[str, dict[str, str]] = {}
         self.configs: list[AgentConfig] = []
@@ -106,7 +109,7 @@ class RecordingProvider(ProviderBase):
             if sink is not None:
                 sink.log("stdout", json.dumps({"type": "result", "result": f"done {step}"}))
             self._record("finished", pod=pod, step=step)
-            return AgentResult(value=f"done {step}", duration_ms=1, model=config.model)
+            return AgentResult(value=f"done {step}", duration_ms=1, model=config.model, cost_usd=self.costs.get(step))
         except asyncio.CancelledError:
             self._record("cancelled", pod=pod, step=step)
             raise

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow.claude import turns
-from ironflow.engine import model
+from ironflow.engine import budgets, model
 from ironflow.ui import formats, layout
 from ironflow.ui.markup import Safe, fmt, join
 from ironflow.ui.runs_page import status_badge
@@ -89,6 +89,11 @@ def _facts(view: RunView) -> Safe:
                    f"{view.usage.output_tokens:,} out)"),
         ("Cost", formats.cost(view.usage.cost_usd) + (" (with its sub-workflows)" if view.usage_of_tree else "")),
     ]  # fmt: skip
+    by_role = budgets.usage_by_role(view.steps)
+    if by_role:
+        rows.append(("Cost by role", ", ".join(f"{role} {formats.cost(u.cost_usd)}" for role, u in by_role.items())))
+    if run.deadline_at is not None:
+        rows.append(("Deadline", formats.timestamp(run.deadline_at)))
     if run.parent_run_id:
         rows.insert(1, ("Parent run", fmt('<a class="mono" href="/runs/{p}">{p}</a>', p=run.parent_run_id)))
     if run.error:

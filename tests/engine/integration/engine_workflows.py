@@ -16,8 +16,10 @@ from ironflow.testing.polling import eventually
 
 def _config(input: dict[str, Any], name: str, prompt: str) -> AgentConfig:
     """``prompt`` with the pod labels ``input["pod_labels"][name]`` asks for (a real cluster's
-    fake kubelet reads how long the pod runs and how it ends from labels)."""
-    return AgentConfig(prompt).with_pod_labels(dict(input.get("pod_labels", {}).get(name, {})))
+    fake kubelet reads how long the pod runs and how it ends from labels) and the role
+    ``input["roles"][name]``."""
+    config = AgentConfig(prompt, role=input.get("roles", {}).get(name))
+    return config.with_pod_labels(dict(input.get("pod_labels", {}).get(name, {})))
 
 
 async def linear(ctx: Context, input: dict[str, Any]) -> list[str]:

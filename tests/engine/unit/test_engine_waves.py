@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironflow import labels
-from ironflow.engine import runner
+from ironflow import labels, waves
 from ironflow.steps import AgentConfig, StepScope
 
 RUN = "01a0e906-1f85-7000-8000-000000000001"
@@ -30,32 +29,32 @@ def test_scoping_leaves_the_callers_labels_alone() -> None:
 
 
 def test_the_duplicate_message_is_the_references_word_for_word() -> None:
-    assert runner.wave_duplicate_message("review") == (
+    assert waves.wave_duplicate_message("review") == (
         'parallel wave has two steps named "review"; each step of a wave needs its own name'
     )
 
 
 def test_the_duplicate_message_quotes_like_rust_debug() -> None:
-    assert runner.wave_duplicate_message('a "b"') == (
+    assert waves.wave_duplicate_message('a "b"') == (
         'parallel wave has two steps named "a \\"b\\""; each step of a wave needs its own name'
     )
 
 
 def test_the_first_repeated_raw_name_is_reported() -> None:
-    assert runner.duplicate_name(["a", "b", "c", "b", "a"]) == "b"
-    assert runner.duplicate_name(["a", "b"]) is None
-    assert runner.duplicate_name([]) is None
+    assert waves.duplicate_name(["a", "b", "c", "b", "a"]) == "b"
+    assert waves.duplicate_name(["a", "b"]) is None
+    assert waves.duplicate_name([]) is None
 
 
 def test_names_that_sanitise_alike_are_not_duplicates() -> None:
     # Raw names are compared; the sanitiser's hash keeps their labels apart.
-    assert runner.duplicate_name(["fix bug", "fix/bug"]) is None
+    assert waves.duplicate_name(["fix bug", "fix/bug"]) is None
 
 
 @settings(deadline=None)  # a shared 2-core machine: timing is not the property
 @given(st.lists(st.text(max_size=5), max_size=8))
 def test_a_duplicate_is_found_exactly_when_names_repeat(names: list[str]) -> None:
-    found = runner.duplicate_name(names)
+    found = waves.duplicate_name(names)
     assert (found is not None) == (len(set(names)) != len(names))
     if found is not None:
         assert names.count(found) >= 2

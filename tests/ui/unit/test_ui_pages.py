@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
+from ironflow import labels
 from ironflow.engine import model
 from ironflow.results import AgentResult
 from ironflow.ui import run_page, runs_page, sandboxes_page
@@ -203,3 +205,17 @@ def test_the_live_page_shows_what_ps_reports() -> None:
     empty = sandboxes_page.render({"runs": [], "local_sandboxes": []})
     assert "No run is running in the store." in empty
     assert "No live local sandbox on this machine." in empty
+
+
+def test_the_run_page_shows_the_cost_by_role_and_the_deadline_when_there_are() -> None:
+    roles = [
+        agent(0, "plan", result=AgentResult("ok", 9, cost_usd=0.5), labels={labels.LABEL_ROLE: "planner"}),
+        agent(1, "review", result=AgentResult("ok", 9, cost_usd=0.25), labels={labels.LABEL_ROLE: "reviewer"}),
+        agent(2, "again", result=AgentResult("ok", 9, cost_usd=0.25), labels={labels.LABEL_ROLE: "reviewer"}),
+    ]
+    page = run_page.render(view(run("r1"), steps=roles))
+    assert "<dt>Cost by role</dt><dd>planner $0.5000, reviewer $0.5000</dd>" in page
+    assert "<dt>Deadline</dt>" not in page
+    plain = run_page.render(view(dataclasses.replace(run("r1"), deadline_at=3600.0)))
+    assert "Cost by role" not in plain
+    assert "<dt>Deadline</dt><dd>1970-01-01 01:00:00Z</dd>" in plain
