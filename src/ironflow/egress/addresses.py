@@ -136,12 +136,12 @@ def parse_ip_literal(host: str) -> IPAddress | None:
         return _embedded_ipv4(address) or address
     if not ends_in_number(host):
         return None
-    return _parse_ipv4(host.rstrip("."))
+    return _parse_ipv4(host.removesuffix("."))
 
 
 def ends_in_number(host: str) -> bool:
     """Whether ``host``'s last label is a number (``1.2.3.999``, ``a.0x1f``): an address or nothing, never a name."""
-    return _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) is not None
+    return _NUMERIC_LABEL.fullmatch(host.removesuffix(".").rpartition(".")[2]) is not None
 
 
 def fixed_deny(address: IPAddress) -> str | None:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from ironflow import settings_file
 from ironflow.egress import policy
 
 __all__ = ["PROFILES", "profile"]
@@ -60,10 +61,10 @@ def profile(name: str, extra: Mapping[str, policy.EgressPolicy] = MappingProxyTy
     """The profile called ``name``: one of ``extra`` (a provider file's own) or a built-in.
 
     Raises:
-        InvalidEgressPolicy: no such profile; the message lists the known ones.
+        InvalidEgressPolicy: no such profile; the message names the nearest or lists the known ones.
     """
     found = extra.get(name) or PROFILES.get(name)
     if found is None:
-        known = ", ".join(sorted({*PROFILES, *extra}))
-        raise policy.InvalidEgressPolicy(f"unknown egress profile {name[:100]!r} (known: {known})")
+        known = sorted({*PROFILES, *extra})
+        raise policy.InvalidEgressPolicy(settings_file.unknown_name_message("egress profile", name[:100], known))
     return found

@@ -1,0 +1,95 @@
+"""A policy from what a user gives on the command line, and the destination a URL asks for (pure).
+
+Every command that takes a policy (``exec``, ``agent``, ``sandbox open``, ``egress check``)
+builds it here from the same options, in one order: the ``--egress`` files (YAML or JSON, the
+wire form of :mod:`.policy`), then the ``--egress-profile`` names, then the ``--allow-host``
+rules, each rule kept once. The caller reads the files; this module only parses text.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ironflow import errors, settings_file
+from ironflow.egress import policy
+from ironflow.egress import profiles as named
+
+__all__ = ["Target", "policy_from_options", "target"]
+
+
+def policy_from_options(
+    allow_hosts: Sequence[str] = (),
+    profiles: Sequence[str] = (),
+    files_contents: Sequence[tuple[str, str]] = (),
+    extra_profiles: Mapping[str, policy.EgressPolicy] = MappingProxyType({}),
+) -> policy.EgressPolicy:
+    """The policy of ``--allow-host`` rules, ``--egress-profile`` names and ``--egress`` files
+    (``(source, text)`` pairs, ``source`` naming the file in errors); nothing given is deny-all.
+    ``extra_profiles`` are a provider file's own (``egress_profiles:``).
+
+    Raises:
+        InvalidEgressPolicy: one line naming the option or the file and the entry.
+    """
+    found = policy.EgressPolicy()
+    for source, text in files_contents:
+        try:
+            raw = settings_file.decode(text, source=source)
+            found = found.merged(policy.EgressPolicy.from_json(raw, profiles=extra_profiles))
+        except policy.InvalidEgressPolicy as exc:
+            raise policy.InvalidEgressPolicy(f"{source}: {exc.message}") from None
+        except errors.ConfigError as exc:
+            raise policy.InvalidEgressPolicy(exc.message) from None
+    for name in profiles:
+        found = found.merged(named.profile(name, extra_profiles))
+    rules = []
+    for text in allow_hosts:
+        try:
+            rules.append(policy.parse_allow_host(text))
+        except policy.InvalidEgressPolicy as exc:
+            raise policy.InvalidEgressPolicy(f"--allow-host: {exc.message}") from None
+    return found.merged(policy.EgressPolicy(allow=tuple(rules)))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a URL asks the egress proxy for: a ``CONNECT`` (``method`` None) or a plain-HTTP request."""
+
+    host: str
+    port: int
+    method: str | None = None
+    path: str | None = None
+
+
+def target(url: str, *, method: str = "GET") -> Target:
+    """The destination of ``https://HOST[:PORT]/…`` (a ``CONNECT``: the path is inside the tunnel),
+    ``http://HOST[:PORT]/PATH`` (``method`` and the path are seen) or ``HOST:PORT`` (a ``CONNECT``).
+
+    Raises:
+        InvalidEgressPolicy: one line when it is none of these.
+    """
+    shown = "" if "@" in url else f" {url[:200]!r}"
+    if "://" not in url:
+        host, colon, port_text = url.rpartition(":")
+        if not colon or not host or not port_text.isdigit() or not 0 < int(port_text[:6]) < 65536:
+            raise policy.InvalidEgressPolicy(
+                f"invalid destination{shown}: expected https://HOST/…, http://HOST/… or HOST:PORT (1-65535)"
+            )
+        return Target(host.removeprefix("[").removesuffix("]"), int(port_text))
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise policy.InvalidEgressPolicy(f"invalid URL{shown}: {str(exc).split(';')[0][:80]}") from None
+    if parts.scheme not in ("http", "https"):
+        raise policy.InvalidEgressPolicy(f"invalid URL{shown}: the scheme must be http or https")
+    if parts.username is not None or parts.password is not None:
+        raise policy.InvalidEgressPolicy("invalid URL: a credential does not belong in it")
+    if not parts.hostname or port == 0:
+        raise policy.InvalidEgressPolicy(f"invalid URL{shown}: it names no host or port")
+    if parts.scheme == "https":
+        return Target(parts.hostname, port or 443)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Target(parts.hostname, port or 80, method=method, path=path)
