@@ -72,6 +72,15 @@ FIXED_DENY_RANGES: Final[tuple[tuple[IPNetwork, str], ...]] = (
     (_N("ff00::/8"), "multicast"),
 )
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+#: The same table as integers, by IP version: a mask and compare each (``in`` costs ~0.5 µs a range).
+_BY_VERSION: Final[dict[int, tuple[tuple[int, int, str], ...]]] = {
+    version: tuple(
+        (int(network.network_address), int(network.netmask), name)
+        for network, name in FIXED_DENY_RANGES
+        if network.version == version
+    )
+    for version in (4, 6)
+}
 
 #: One part of an inet_aton address: hex (0x, at least one digit), octal (leading 0) or decimal.
 _PART: Final = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
@@ -154,7 +163,8 @@ def fixed_deny(address: IPAddress) -> str | None:
             inner = address.sixtofour
         if inner is not None:
             return fixed_deny(inner)
-    for network, name in FIXED_DENY_RANGES:
-        if address.version == network.version and address in network:
+    number = int(address)
+    for base, mask, name in _BY_VERSION[address.version]:
+        if number & mask == base:
             return name
     return None
