@@ -38,7 +38,15 @@ import ipaddress
 import re
 from typing import Final
 
-__all__ = ["FIXED_DENY_RANGES", "IPAddress", "IPNetwork", "ends_in_number", "fixed_deny", "parse_ip_literal"]
+__all__ = [
+    "FIXED_DENY_RANGES",
+    "IPAddress",
+    "IPNetwork",
+    "ends_in_number",
+    "fixed_deny",
+    "fixed_deny_within",
+    "parse_ip_literal",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -168,3 +176,22 @@ def fixed_deny(address: IPAddress) -> str | None:
         if number & mask == base:
             return name
     return None
+
+
+def fixed_deny_within(network: IPNetwork) -> tuple[IPNetwork, ...]:
+    """The fixed-deny ranges strictly inside ``network``, none inside another: a NetworkPolicy
+    ``ipBlock``'s ``except`` for it (a range that is itself in the set was named on purpose: none).
+
+    >>> [str(n) for n in fixed_deny_within(ipaddress.ip_network("169.254.0.0/15"))]
+    ['169.254.0.0/16']
+    """
+    inside = [
+        found
+        for found, _ in FIXED_DENY_RANGES
+        if found.version == network.version and found != network and found.subnet_of(network)  # type: ignore[arg-type]
+    ]
+    return tuple(
+        found
+        for found in inside
+        if not any(other != found and found.subnet_of(other) for other in inside)  # type: ignore[arg-type]
+    )

@@ -170,3 +170,13 @@ def test_fixed_deny_covers_every_address_python_calls_non_global(number: int) ->
     address = ipaddress.IPv4Address(number)
     if not address.is_global and not address.is_multicast:
         assert addresses.fixed_deny(address) is not None, address
+
+
+def test_fixed_deny_within_is_what_an_ipblock_excepts() -> None:
+    import doctest
+
+    everything = [str(n) for n in addresses.fixed_deny_within(ipaddress.IPv4Network("0.0.0.0/0"))]
+    assert "169.254.0.0/16" in everything
+    assert "169.254.169.254/32" not in everything  # inside link-local already
+    assert addresses.fixed_deny_within(ipaddress.IPv4Network("10.0.0.0/8")) == ()
+    assert doctest.testmod(addresses).failed == 0
