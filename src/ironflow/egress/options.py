@@ -3,21 +3,24 @@
 Every command that takes a policy (``exec``, ``agent``, ``sandbox open``, ``egress check``)
 builds it here from the same options, in one order: the ``--egress`` files (YAML or JSON, the
 wire form of :mod:`.policy`), then the ``--egress-profile`` names, then the ``--allow-host``
-rules, each rule kept once. The caller reads the files; this module only parses text.
+rules, each rule kept once. A provider or step file's ``egress:`` and ``egress_profiles:`` are
+read by :func:`file_policy`. The caller reads the files; this module only parses text.
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
 from ironflow import errors, settings_file
 from ironflow.egress import policy
 from ironflow.egress import profiles as named
 
-__all__ = ["Target", "policy_from_options", "target"]
+__all__ = ["Target", "file_policy", "policy_from_options", "target"]
 
 
 def policy_from_options(
@@ -51,6 +54,41 @@ def policy_from_options(
         except policy.InvalidEgressPolicy as exc:
             raise policy.InvalidEgressPolicy(f"--allow-host: {exc.message}") from None
     return found.merged(policy.EgressPolicy(allow=tuple(rules)))
+
+
+#: A file's own profile name: a DNS label, so it reads the same in a file, a flag and a log line.
+_PROFILE_NAME: Final = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def file_policy(
+    egress: object, egress_profiles: object = None, *, source: str
+) -> tuple[policy.EgressPolicy, Mapping[str, policy.EgressPolicy]]:
+    """A provider or step file's ``egress:`` (the wire form) and ``egress_profiles:`` (name → the
+    wire form), read together: ``egress:`` may name the file's own profiles, a file profile may
+    name built-in ones (never another file profile: no cycles). ``source`` names the file in errors.
+
+    Raises:
+        InvalidEgressPolicy: one line naming the file, the key and the entry.
+    """
+    if egress_profiles is None:
+        egress_profiles = {}
+    if not isinstance(egress_profiles, Mapping):
+        raise policy.InvalidEgressPolicy(f"{source}: egress_profiles is a mapping of profile name to policy")
+    own: dict[str, policy.EgressPolicy] = {}
+    for name, raw in egress_profiles.items():
+        if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name):
+            raise policy.InvalidEgressPolicy(
+                f"{source}: egress_profiles: invalid profile name {str(name)[:100]!r}: use a-z, 0-9 and '-'"
+            )
+        try:
+            own[name] = policy.EgressPolicy.from_json(raw)
+        except policy.InvalidEgressPolicy as exc:
+            raise policy.InvalidEgressPolicy(f"{source}: egress_profiles.{name}: {exc.message}") from None
+    try:
+        found = policy.EgressPolicy.from_json(egress, profiles=own)
+    except policy.InvalidEgressPolicy as exc:
+        raise policy.InvalidEgressPolicy(f"{source}: egress: {exc.message}") from None
+    return found, MappingProxyType(own)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ model is reached through the auth proxy's relay, not through egress). The rule t
 2. a matching deny rule refuses, whatever allows; a deny rule scoped by method or path matches
    every ``CONNECT`` to its host, since a tunnel does not show them (fails closed);
 3. an IP literal in the fixed deny set (:mod:`.addresses`) is refused unless an allow rule
-   naming it (an IP or CIDR rule covering it) matches; ``*`` never opens it;
+   naming it (an IP or CIDR rule covering it) matches; ``*`` never opens it, nor ``localhost``
+   and its subdomains (loopback by name, RFC 6761);
 4. the first allow rule matching host, port and, for plain HTTP, method and path prefix allows;
    a rule scoped by method or path never allows a ``CONNECT``;
 5. nothing matched: refused.
@@ -473,7 +474,13 @@ def decide(
             return Decision(False, None, f"{address} is {fixed}: only a rule naming it opens it")
     else:
         assert name is not None
-        allower = _first(allow_index.for_name(name), port, method, path, unseen=False)
+        loopback = name == "localhost" or name.endswith(".localhost")  # loopback by name (RFC 6761)
+        entries = allow_index.for_name(name)
+        if loopback:  # '*' never opens it, as it never opens 127.0.0.1
+            entries = (entry for entry in entries if entry[1].kind != "any")
+        allower = _first(entries, port, method, path, unseen=False)
+        if allower is None and loopback:
+            return Decision(False, None, f"{name} is loopback by name: only a rule naming it opens it")
     if allower is not None:
         return Decision(True, f"allow {allower.label()}", f"allowed by allow {allower.label()}")
     if method is None:

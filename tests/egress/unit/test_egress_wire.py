@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, profile
+from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, options, profile
 
 _NAMES = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?(\.[a-z]{2,6}){1,3}", fullmatch=True)
 _NETWORKS = st.one_of(
@@ -129,3 +129,34 @@ def test_a_files_own_profile_is_found_and_may_replace_a_builtin() -> None:
     with pytest.raises(InvalidEgressPolicy, match=r"known: anthropic-only, github, gitlab, go, mine, npm, pypi$"):
         profile("unheard-of", {"mine": mirror})
     assert EgressPolicy.from_json({"profiles": ["mine"]}, profiles={"mine": mirror}) == mirror
+
+
+def test_a_files_egress_may_name_its_own_profiles_and_those_the_builtins() -> None:
+    found, own = options.file_policy(
+        {"profiles": ["mirror"], "allow": ["extra.example.com:443"]},
+        {"mirror": {"allow": ["pypi.mirror.internal:443@10.0.0.0/8"], "profiles": ["npm"]}},
+        source="provider file 'p.yaml'",
+    )
+    assert [r.host for r in found.allow] == ["registry.npmjs.org", "pypi.mirror.internal", "extra.example.com"]
+    assert set(own) == {"mirror"}
+    assert options.file_policy(None, source="f") == (EgressPolicy(), {})
+
+
+@pytest.mark.parametrize(
+    ("egress", "own", "message"),
+    [
+        (None, ["x"], "provider file 'p.yaml': egress_profiles is a mapping of profile name to policy"),
+        (None, {"Bad_Name": {}}, "provider file 'p.yaml': egress_profiles: invalid profile name 'Bad_Name'"),
+        (
+            None,
+            {"a": {"profiles": ["b"]}, "b": {}},
+            "provider file 'p.yaml': egress_profiles.a: unknown egress profile 'b'",
+        ),
+        (None, {"a": {"allow": [1]}}, "provider file 'p.yaml': egress_profiles.a: egress allow[0]: an egress rule is"),
+        ({"allow": ["a..b"]}, None, "provider file 'p.yaml': egress: egress allow[0]: invalid egress host 'a..b'"),
+    ],
+)
+def test_a_bad_file_egress_is_one_line_naming_file_and_key(egress: Any, own: Any, message: str) -> None:
+    with pytest.raises(InvalidEgressPolicy) as caught:
+        options.file_policy(egress, own, source="provider file 'p.yaml'")
+    assert str(caught.value).startswith(message)
