@@ -40,7 +40,7 @@ def policy_from_options(
     for source, text in files_contents:
         try:
             raw = settings_file.decode(text, source=source)
-            found = found.merged(policy.EgressPolicy.from_json(raw, profiles=extra_profiles))
+            found = found.merged(named.from_json(raw, extra_profiles))
         except policy.InvalidEgressPolicy as exc:
             raise policy.InvalidEgressPolicy(f"{source}: {exc.message}") from None
         except errors.ConfigError as exc:
@@ -81,11 +81,11 @@ def file_policy(
                 f"{source}: egress_profiles: invalid profile name {str(name)[:100]!r}: use a-z, 0-9 and '-'"
             )
         try:
-            own[name] = policy.EgressPolicy.from_json(raw)
+            own[name] = named.from_json(raw)
         except policy.InvalidEgressPolicy as exc:
             raise policy.InvalidEgressPolicy(f"{source}: egress_profiles.{name}: {exc.message}") from None
     try:
-        found = policy.EgressPolicy.from_json(egress, profiles=own)
+        found = named.from_json(egress, own)
     except policy.InvalidEgressPolicy as exc:
         raise policy.InvalidEgressPolicy(f"{source}: egress: {exc.message}") from None
     return found, MappingProxyType(own)

@@ -30,7 +30,7 @@ from typing import Final
 from ironflow import settings_file
 from ironflow.egress import policy
 
-__all__ = ["PROFILES", "profile"]
+__all__ = ["PROFILES", "from_json", "profile"]
 
 
 def _hosts(*hosts: str) -> policy.EgressPolicy:
@@ -55,6 +55,15 @@ PROFILES: Final[Mapping[str, policy.EgressPolicy]] = MappingProxyType(
         "go": _hosts("proxy.golang.org", "sum.golang.org", "storage.googleapis.com"),
     }
 )
+
+
+def from_json(raw: object, extra: Mapping[str, policy.EgressPolicy] = MappingProxyType({})) -> policy.EgressPolicy:
+    """A policy from its wire form, its ``"profiles"`` names read as :func:`profile` reads them.
+
+    Raises:
+        InvalidEgressPolicy: one line naming the entry that is wrong.
+    """
+    return policy.EgressPolicy.from_json(raw, profiles={**PROFILES, **extra})
 
 
 def profile(name: str, extra: Mapping[str, policy.EgressPolicy] = MappingProxyType({})) -> policy.EgressPolicy:

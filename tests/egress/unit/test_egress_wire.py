@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, options, profile
+from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, options, profile, profiles
 
 _NAMES = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?(\.[a-z]{2,6}){1,3}", fullmatch=True)
 _NETWORKS = st.one_of(
@@ -54,7 +54,7 @@ def test_the_label_of_an_unscoped_rule_reads_back_as_the_same_rule(policy: Egres
 
 
 def test_the_wire_form_reads_strings_mappings_and_profiles() -> None:
-    policy = EgressPolicy.from_json(
+    policy = profiles.from_json(
         {
             "allow": [
                 "*.example.com:443",
@@ -101,9 +101,16 @@ def test_no_policy_is_the_deny_all_default() -> None:
 )
 def test_a_bad_wire_form_is_one_line_naming_the_entry(raw: Any, message: str) -> None:
     with pytest.raises(InvalidEgressPolicy) as caught:
-        EgressPolicy.from_json(raw)
+        profiles.from_json(raw)
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
+
+
+def test_the_bare_wire_form_knows_no_profile_names() -> None:
+    """What crosses the wire is expanded (to_json never writes profiles): a name there is refused, never ignored."""
+    with pytest.raises(InvalidEgressPolicy, match="unknown egress profile 'pypi'"):
+        EgressPolicy.from_json({"profiles": ["pypi"]})
+    assert "profiles" not in profiles.from_json({"profiles": ["pypi"]}).to_json()
 
 
 def test_profiles_open_their_hosts_on_443_only() -> None:
