@@ -1,7 +1,7 @@
 """Egress: which hosts a sandbox may reach, as a value the proxy, the CLI and the manifests share (pure).
 
 :mod:`.addresses` reads IP literals as the kernel does and names the fixed deny set;
-:mod:`.rules` holds one rule and its spellings; :mod:`.policy` the policy and the decision
+:mod:`.host_rules` holds one rule and its spellings; :mod:`.policy` the policy and the decision
 (its docstring carries the rule table);
 :mod:`.profiles` the named profiles; :mod:`.options` builds a policy from a command's options.
 No module here resolves a name or opens a socket: the egress proxy (``ironflow.auth_proxy``)

@@ -37,9 +37,9 @@ from itertools import chain
 from typing import Any, Final
 
 from ironflow import settings_file
-from ironflow.egress import addresses, rules
+from ironflow.egress import addresses, host_rules
 from ironflow.egress.addresses import IPAddress
-from ironflow.egress.rules import DEFAULT_PORTS, InvalidEgressPolicy, Rule, parse_allow_host
+from ironflow.egress.host_rules import DEFAULT_PORTS, InvalidEgressPolicy, Rule, parse_allow_host
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -217,7 +217,7 @@ def _scope_matches(rule: Rule, method: str | None, path: str | None, *, unseen: 
         return False
     if rule.path_prefix is None:
         return True
-    canonical = None if path is None else rules.canonical_path(path)
+    canonical = None if path is None else host_rules.canonical_path(path)
     if canonical is None:
         return unseen
     return canonical.startswith(rule.path_prefix)
@@ -234,9 +234,10 @@ def decide(
 ) -> Decision:
     """Whether ``host:port`` (a ``CONNECT`` when ``method`` is None) may be reached, before resolution."""
     address = addresses.parse_ip_literal(host)
-    name = None if address is not None else rules.normalise_name(host)
+    name = None if address is not None else host_rules.normalise_name(host)
     if address is None and name is None:
-        return Decision(False, None, f"refused host {rules.bad(host)}: neither an ASCII DNS name nor an IP address")
+        shown = host_rules.bad(host)
+        return Decision(False, None, f"refused host {shown}: neither an ASCII DNS name nor an IP address")
     if not 0 < port < 65536:
         return Decision(False, None, f"refused port {port}: 1-65535")
     allow_index, deny_index = policy.indexes()
@@ -296,7 +297,7 @@ def decide_address(policy: EgressPolicy, host: str, port: int, address: IPAddres
     if fixed is None:
         return Decision(True, None, f"{address} is a public address")
     opener = _first(allow_index.for_address(address), port, None, None, unseen=True)
-    name = rules.normalise_name(host)
+    name = host_rules.normalise_name(host)
     if opener is None and name is not None:
         named = (
             (position, rule)
