@@ -15,6 +15,7 @@ The registry of patterns by name is :mod:`~ironflow.agent_sandbox.catalog`.
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -23,6 +24,7 @@ from ironflow import errors, labels, steps
 from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import deliveries, models, rendering
 from ironflow.claude import cli
+from ironflow.egress import addresses
 from ironflow.k8s import environments
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
@@ -79,8 +81,10 @@ class PatternOptions:
     provider: K8sEphemeralProvider | None = None
     replicas: int = 2
     storage: str = "5Gi"
-    #: Custom egress: (cidr, port or None) pairs, TCP.
+    #: Custom egress: (cidr, port or None) pairs, TCP; each excepts the fixed deny set inside it.
     egress: tuple[tuple[str, int | None], ...] = ()
+    #: Ranges the custom egress rules also except (each rule the ones inside its CIDR).
+    egress_except: tuple[str, ...] = ()
     schedule: str | None = None
     ttl_seconds_after_finished: int = 300
     extra_labels: Mapping[str, str] = field(default_factory=models.frozen_map)
@@ -338,12 +342,35 @@ def render_network(policy: models.NetworkPolicyRules | None) -> Callable[[Patter
     return render
 
 
+def _excepted(cidr: str, extra: tuple[str, ...]) -> list[str]:
+    """An egress CIDR's ``except``: the fixed deny set and ``extra``, the ranges strictly inside it.
+
+    ``0.0.0.0/0`` keeps private networks, metadata and loopback out; a private range a rule
+    names (``10.20.0.0/16``) stays open, as the egress policy opens what a rule names.
+    """
+    try:
+        network = ipaddress.ip_network(cidr, strict=False)  # the API takes host bits; so do we
+        others = [ipaddress.ip_network(e, strict=False) for e in extra]
+    except ValueError as exc:
+        raise errors.ConfigError(f"invalid egress range: {exc}") from None
+    found = list(addresses.fixed_deny_within(network))
+    for other in others:
+        inside = other.version == network.version and other != network and other.subnet_of(network)  # type: ignore[arg-type]
+        if inside and not any(other.subnet_of(known) for known in found):  # type: ignore[arg-type]
+            found.append(other)
+    return [str(n) for n in found]
+
+
 def render_custom_egress(opts: PatternOptions) -> list[dict[str, Any]]:
     if not opts.egress:
         raise errors.ConfigError("network-custom-egress needs at least one --egress CIDR[:PORT]")
     rules: list[Mapping[str, Any]] = []
     for cidr, port in opts.egress:
-        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
+        block: dict[str, Any] = {"cidr": cidr}
+        excepted = _excepted(cidr, opts.egress_except)
+        if excepted:
+            block["except"] = excepted
+        rule: dict[str, Any] = {"to": [{"ipBlock": block}]}
         if port is not None:
             rule["ports"] = [{"protocol": "TCP", "port": port}]
         rules.append(rule)

@@ -69,6 +69,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "ironflow.cli.sandbox",
         "Sandbox sessions (serve, open, exec, cp, ls, close, diff) and agent-sandbox (render, apply-template, reap).",
     ),
+    "egress": ("ironflow.cli.egress", "Egress policies: check what a sandbox may reach."),
     "dev": ("ironflow.cli.dev", "Development helpers: an offline Anthropic API."),
 }
 

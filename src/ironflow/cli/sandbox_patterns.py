@@ -27,7 +27,7 @@ from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 
-__all__ = ["apply_template", "parse_egress", "reap", "register", "render"]
+__all__ = ["apply_template", "parse_egress", "parse_egress_except", "reap", "register", "render"]
 
 _EGRESS: Final = re.compile(r"(?P<cidr>[0-9a-fA-F:.]+/\d{1,3})(?::(?P<port>\d{1,5}))?")
 
@@ -45,6 +45,18 @@ def parse_egress(text: str) -> tuple[str, int | None]:
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"invalid --egress '{text}': port must be 1-65535")
     return match["cidr"], port
+
+
+def parse_egress_except(text: str) -> str:
+    """A ``--egress-except`` CIDR, as given (pure).
+
+    >>> parse_egress_except("10.0.0.0/8")
+    '10.0.0.0/8'
+    """
+    match = _EGRESS.fullmatch(text.strip())
+    if match is None or match["port"]:
+        raise ValueError(f"invalid --egress-except '{text}': use a CIDR, e.g. 203.0.113.0/24")
+    return match["cidr"]
 
 
 def _load(path: Path | None, image: str) -> AgentSandboxProvider:
@@ -72,7 +84,16 @@ def render(
     replicas: Annotated[int, typer.Option("--replicas", help="Warm pool size.")] = 2,
     storage: Annotated[str, typer.Option("--storage", help="PVC size.")] = "5Gi",
     egress: Annotated[
-        list[str] | None, typer.Option("--egress", help="network-custom-egress: CIDR[:PORT], repeatable.")
+        list[str] | None,
+        typer.Option(
+            "--egress", help="network-custom-egress: CIDR[:PORT], repeatable; the fixed deny set inside it is excepted."
+        ),
+    ] = None,
+    egress_except: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--egress-except", metavar="CIDR", help="A range each --egress CIDR holding it excepts; repeatable."
+        ),
     ] = None,
     ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
     autoscale_bounds: Annotated[
@@ -103,6 +124,7 @@ def render(
         exits.fail(f"--schedule is for the kro-raw and kro-template patterns, not '{pattern}'")
     try:
         rules = tuple(parse_egress(e) for e in egress or ())
+        excepted = tuple(parse_egress_except(e) for e in egress_except or ())
     except ValueError as exc:
         exits.fail(str(exc))
     try:
@@ -116,6 +138,7 @@ def render(
             replicas=replicas,
             storage=storage,
             egress=rules,
+            egress_except=excepted,
             ttl_seconds_after_finished=ttl,
             schedule=schedule,
             prompt=prompt or patterns.PatternOptions.prompt,

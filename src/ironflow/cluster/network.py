@@ -33,6 +33,7 @@ is a commented rule to uncomment, as in the seed manifests.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,6 +41,7 @@ from typing import Any, Final
 from ironflow import errors, labels
 from ironflow.cluster import documents
 from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
+from ironflow.egress import addresses
 
 __all__ = [
     "ANTHROPIC_HOST",
@@ -65,10 +67,11 @@ AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
 AUTH_PROXY_PORT: Final = 8080
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
-#: Where a plain NetworkPolicy cannot send agents when it cannot name a host: private
-#: networks (the cluster), link-local (cloud metadata at 169.254.169.254), CGNAT.
-PRIVATE_RANGES: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
-PRIVATE_RANGES_V6: Final = ("fc00::/7", "fe80::/10")
+#: Where a plain NetworkPolicy cannot send agents when it cannot name a host: the egress
+#: policy's fixed deny set (private networks, the cluster; link-local with the cloud metadata
+#: address; CGNAT; loopback, multicast, reserved; IPv6 ULA and link-local).
+PRIVATE_RANGES: Final = tuple(map(str, addresses.fixed_deny_within(ipaddress.IPv4Network("0.0.0.0/0"))))
+PRIVATE_RANGES_V6: Final = tuple(map(str, addresses.fixed_deny_within(ipaddress.IPv6Network("::/0"))))
 _HOST = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}")
 
 

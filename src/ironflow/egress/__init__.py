@@ -1,12 +1,15 @@
 """Egress: which hosts a sandbox may reach, as a value the proxy, the CLI and the manifests share (pure).
 
 :mod:`.addresses` reads IP literals as the kernel does and names the fixed deny set;
-:mod:`.policy` holds the rules and the decision (its docstring carries the rule table);
-:mod:`.profiles` the named profiles. No module here resolves a name or opens a socket: the
-egress proxy (``ironflow.auth_proxy``) does, and asks these functions before and after.
+:mod:`.host_rules` holds one rule and its spellings; :mod:`.policy` the policy and the decision
+(its docstring carries the rule table);
+:mod:`.profiles` the named profiles; :mod:`.options` builds a policy from a command's options.
+No module here resolves a name or opens a socket: the egress proxy (``ironflow.auth_proxy``)
+does, and asks these functions before and after.
 """
 
 from ironflow.egress.addresses import IPAddress, IPNetwork, ends_in_number, fixed_deny, parse_ip_literal
+from ironflow.egress.options import policy_from_options
 from ironflow.egress.policy import (
     DEFAULT_PORTS,
     Decision,
@@ -34,5 +37,6 @@ __all__ = [
     "fixed_deny",
     "parse_allow_host",
     "parse_ip_literal",
+    "policy_from_options",
     "profile",
 ]

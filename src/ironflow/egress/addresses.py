@@ -38,7 +38,15 @@ import ipaddress
 import re
 from typing import Final
 
-__all__ = ["FIXED_DENY_RANGES", "IPAddress", "IPNetwork", "ends_in_number", "fixed_deny", "parse_ip_literal"]
+__all__ = [
+    "FIXED_DENY_RANGES",
+    "IPAddress",
+    "IPNetwork",
+    "ends_in_number",
+    "fixed_deny",
+    "fixed_deny_within",
+    "parse_ip_literal",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -72,6 +80,15 @@ FIXED_DENY_RANGES: Final[tuple[tuple[IPNetwork, str], ...]] = (
     (_N("ff00::/8"), "multicast"),
 )
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+#: The same table as integers, by IP version: a mask and compare each (``in`` costs ~0.5 µs a range).
+_BY_VERSION: Final[dict[int, tuple[tuple[int, int, str], ...]]] = {
+    version: tuple(
+        (int(network.network_address), int(network.netmask), name)
+        for network, name in FIXED_DENY_RANGES
+        if network.version == version
+    )
+    for version in (4, 6)
+}
 
 #: One part of an inet_aton address: hex (0x, at least one digit), octal (leading 0) or decimal.
 _PART: Final = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
@@ -136,12 +153,12 @@ def parse_ip_literal(host: str) -> IPAddress | None:
         return _embedded_ipv4(address) or address
     if not ends_in_number(host):
         return None
-    return _parse_ipv4(host.rstrip("."))
+    return _parse_ipv4(host.removesuffix("."))
 
 
 def ends_in_number(host: str) -> bool:
     """Whether ``host``'s last label is a number (``1.2.3.999``, ``a.0x1f``): an address or nothing, never a name."""
-    return _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) is not None
+    return _NUMERIC_LABEL.fullmatch(host.removesuffix(".").rpartition(".")[2]) is not None
 
 
 def fixed_deny(address: IPAddress) -> str | None:
@@ -154,7 +171,27 @@ def fixed_deny(address: IPAddress) -> str | None:
             inner = address.sixtofour
         if inner is not None:
             return fixed_deny(inner)
-    for network, name in FIXED_DENY_RANGES:
-        if address.version == network.version and address in network:
+    number = int(address)
+    for base, mask, name in _BY_VERSION[address.version]:
+        if number & mask == base:
             return name
     return None
+
+
+def fixed_deny_within(network: IPNetwork) -> tuple[IPNetwork, ...]:
+    """The fixed-deny ranges strictly inside ``network``, none inside another: a NetworkPolicy
+    ``ipBlock``'s ``except`` for it (a range that is itself in the set was named on purpose: none).
+
+    >>> [str(n) for n in fixed_deny_within(ipaddress.ip_network("169.254.0.0/15"))]
+    ['169.254.0.0/16']
+    """
+    inside = [
+        found
+        for found, _ in FIXED_DENY_RANGES
+        if found.version == network.version and found != network and found.subnet_of(network)  # type: ignore[arg-type]
+    ]
+    return tuple(
+        found
+        for found in inside
+        if not any(other != found and found.subnet_of(other) for other in inside)  # type: ignore[arg-type]
+    )

@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from ironflow import settings_file
 from ironflow.egress import policy
 
-__all__ = ["PROFILES", "profile"]
+__all__ = ["PROFILES", "from_json", "profile"]
 
 
 def _hosts(*hosts: str) -> policy.EgressPolicy:
@@ -56,14 +57,23 @@ PROFILES: Final[Mapping[str, policy.EgressPolicy]] = MappingProxyType(
 )
 
 
+def from_json(raw: object, extra: Mapping[str, policy.EgressPolicy] = MappingProxyType({})) -> policy.EgressPolicy:
+    """A policy from its wire form, its ``"profiles"`` names read as :func:`profile` reads them.
+
+    Raises:
+        InvalidEgressPolicy: one line naming the entry that is wrong.
+    """
+    return policy.EgressPolicy.from_json(raw, profiles={**PROFILES, **extra})
+
+
 def profile(name: str, extra: Mapping[str, policy.EgressPolicy] = MappingProxyType({})) -> policy.EgressPolicy:
     """The profile called ``name``: one of ``extra`` (a provider file's own) or a built-in.
 
     Raises:
-        InvalidEgressPolicy: no such profile; the message lists the known ones.
+        InvalidEgressPolicy: no such profile; the message names the nearest or lists the known ones.
     """
     found = extra.get(name) or PROFILES.get(name)
     if found is None:
-        known = ", ".join(sorted({*PROFILES, *extra}))
-        raise policy.InvalidEgressPolicy(f"unknown egress profile {name[:100]!r} (known: {known})")
+        known = sorted({*PROFILES, *extra})
+        raise policy.InvalidEgressPolicy(settings_file.unknown_name_message("egress profile", name[:100], known))
     return found

@@ -34,7 +34,8 @@ def ns(kube_env: KubeEnv) -> Iterator[str]:
 
 
 def objects(pattern: str, ns: str, version: models.ApiVersion = models.ApiVersion.V1BETA1) -> list[dict[str, Any]]:
-    egress = (("10.20.0.0/16", 443),) if pattern == "network-custom-egress" else ()
+    # 0.0.0.0/0 and ::/0 carry the fixed deny set as `except`: the API server judges those lists too.
+    egress = (("10.20.0.0/16", 443), ("0.0.0.0/0", 443), ("::/0", None)) if pattern == "network-custom-egress" else ()
     opts = patterns.PatternOptions(namespace=ns, name=f"p-{pattern}"[:40], api_version=version, egress=egress)
     docs = kro_instance.expand(catalog.render_pattern(pattern, opts), name="run-1", namespace=ns, spec=INSTANCE)
     return [d for d in docs if not str(d["apiVersion"]).startswith("kro.run/")]

@@ -58,6 +58,10 @@ def test_render_json_uses_the_provider_file_and_version(tmp_path: Path) -> None:
         (["render", "network-custom-egress", "--egress", "10.0.0.1"], "invalid --egress '10.0.0.1'"),
         (["render", "network-custom-egress", "--egress", "10.0.0.1/32:70000"], "port must be 1-65535"),
         (["render", "network-custom-egress"], "needs at least one --egress"),
+        (
+            ["render", "network-custom-egress", "--egress", "0.0.0.0/0", "--egress-except", "10.0.0.0/8:80"],
+            "invalid --egress-except '10.0.0.0/8:80'",
+        ),
         (["render", "ephemeral", "--name", "Bad_Name"], "not a valid DNS subdomain"),
         (["render", "warm-pool", "--replicas", "-1"], "invalid --replicas -1"),
         (["apply-template", "--template", "Bad"], "not a valid DNS subdomain"),

@@ -113,6 +113,28 @@ def test_network_variants() -> None:
     assert custom["spec"]["networkPolicy"]["ingress"] == [patterns.router_ingress()]
 
 
+def test_custom_egress_excepts_the_fixed_deny_set_inside_each_cidr() -> None:
+    """``--egress 0.0.0.0/0`` no longer opens the cluster, loopback or the metadata address; a private range a rule
+    names stays open, and ``--egress-except`` adds ranges to the rules holding them."""
+    opts = patterns.PatternOptions(
+        egress=(("0.0.0.0/0", 443), ("10.20.0.0/16", 5432), ("::/0", None)),
+        egress_except=("203.0.113.0/24", "8.8.8.0/24"),
+    )
+    (custom,) = catalog.render_pattern("network-custom-egress", opts)
+    public, private, v6 = (rule["to"][0]["ipBlock"] for rule in custom["spec"]["networkPolicy"]["egress"])
+    assert {"10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12"} <= set(public["except"])
+    assert "8.8.8.0/24" in public["except"]
+    assert public["except"].count("203.0.113.0/24") == 1  # already in the fixed set (documentation)
+    assert private == {"cidr": "10.20.0.0/16"}
+    assert {"fc00::/7", "fe80::/10", "::1/128"} <= set(v6["except"])
+    assert "8.8.8.0/24" not in v6["except"]
+
+
+def test_custom_egress_bad_range_is_a_config_error() -> None:
+    with pytest.raises(errors.ConfigError, match="invalid egress range"):
+        catalog.render_pattern("network-custom-egress", patterns.PatternOptions(egress=(("999.0.0.0/8", None),)))
+
+
 def test_custom_egress_without_rules_is_refused() -> None:
     with pytest.raises(errors.ConfigError, match="needs at least one --egress"):
         catalog.render_pattern("network-custom-egress")

@@ -58,6 +58,8 @@ CASES = (
           frozenset({"json_us", "stream_small_us", "stream_10mib_ms", "stream_mb_per_s", "rate_limits_10mib_ms"})),
     Bench("concurrent_steps", ("--sizes", "1,3", "--run-for", "0"),
           frozenset({"requests_per_step", "watch_connections", "rss_kib_per_step"})),
+    Bench("egress", ("--decisions", "2000"),
+          frozenset({"decide_p50_us", "decide_p99_us", "vs_target", "floor_p50_us", "vs_floor", "index_ms"})),
     Bench("engine", ("--steps", "20", "--runs-4w", "1", "--steps-4w", "20"),
           frozenset({"sqlite_step_ms", "pg_step_ms", "pg_steps_per_s_4w", "vs_dbos_sqlite", "vs_dbos_pg",
                      "vs_dbos_pg_4w"}), needs=("postgres", "dbos"), timeout_s=240),

@@ -105,3 +105,9 @@ def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
     modules, stderr = _loaded(argv, env=env)
     assert "ironflow.sessions.remote" in modules, stderr
     assert _under(modules, BACKENDS + CLUSTER_AND_SERVERS + ("rich", "sqlite3")) == []
+
+
+def test_egress_check_loads_no_backend_and_no_http_stack() -> None:
+    modules, stderr = _loaded(["egress", "check", "--allow-host", "pypi.org", "https://pypi.org/"])
+    assert "ironflow.egress.policy" in modules, stderr
+    assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS + ("ironflow.engine", "sqlite3")) == []

@@ -103,7 +103,7 @@ _PART = st.one_of(
 @given(st.lists(_PART, min_size=1, max_size=5).map(".".join))
 def test_every_dotted_spelling_agrees_with_inet_aton(host: str) -> None:
     found = addresses.parse_ip_literal(host)
-    kernel = _kernel(host.rstrip("."))  # a trailing dot is ignored on purpose (a resolver may still take it)
+    kernel = _kernel(host.removesuffix("."))  # one trailing dot is read away (see the trailing-dot test)
     if found is None:
         assert kernel is None or not addresses.ends_in_number(host)
     else:
@@ -113,12 +113,9 @@ def test_every_dotted_spelling_agrees_with_inet_aton(host: str) -> None:
 @given(st.text(alphabet="0123456789abcdefxX.", max_size=24))
 def test_any_numeric_looking_host_agrees_with_inet_aton(host: str) -> None:
     found = addresses.parse_ip_literal(host)
-    if host.endswith(".") and found is not None:
-        assert found == _kernel(host.rstrip("."))  # read without the dot (see the trailing-dot test)
-    elif found is not None:
-        assert found == _kernel(host)
-    elif addresses.ends_in_number(host):
-        assert _kernel(host) is None
+    kernel = _kernel(host.removesuffix("."))  # one trailing dot is read away (see the trailing-dot test)
+    if found is not None or addresses.ends_in_number(host):
+        assert found == kernel
 
 
 @given(st.integers(0, 2**32 - 1))
@@ -173,3 +170,13 @@ def test_fixed_deny_covers_every_address_python_calls_non_global(number: int) ->
     address = ipaddress.IPv4Address(number)
     if not address.is_global and not address.is_multicast:
         assert addresses.fixed_deny(address) is not None, address
+
+
+def test_fixed_deny_within_is_what_an_ipblock_excepts() -> None:
+    import doctest
+
+    everything = [str(n) for n in addresses.fixed_deny_within(ipaddress.IPv4Network("0.0.0.0/0"))]
+    assert "169.254.0.0/16" in everything
+    assert "169.254.169.254/32" not in everything  # inside link-local already
+    assert addresses.fixed_deny_within(ipaddress.IPv4Network("10.0.0.0/8")) == ()
+    assert doctest.testmod(addresses).failed == 0

@@ -68,6 +68,14 @@ def test_star_never_opens_the_fixed_deny_set(host: str) -> None:
     assert "only a rule naming it opens it" in found.reason
 
 
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "api.localhost"])
+def test_star_never_opens_localhost_by_name(host: str) -> None:
+    found = decide(_policy("*:*"), host, 80)
+    assert not found.allowed
+    assert found.reason.endswith("is loopback by name: only a rule naming it opens it")
+    assert decide(_policy("*:*", "localhost:80", "*.localhost:80"), host, 80).allowed
+
+
 def test_the_metadata_address_is_named_in_the_reason() -> None:
     found = decide(_policy("*"), "2852039166", 80)
     assert found.reason == "169.254.169.254 is link-local (metadata): only a rule naming it opens it"

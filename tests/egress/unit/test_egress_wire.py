@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, profile
+from ironflow.egress import PROFILES, EgressPolicy, InvalidEgressPolicy, Rule, decide, options, profile, profiles
 
 _NAMES = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?(\.[a-z]{2,6}){1,3}", fullmatch=True)
 _NETWORKS = st.one_of(
@@ -54,7 +54,7 @@ def test_the_label_of_an_unscoped_rule_reads_back_as_the_same_rule(policy: Egres
 
 
 def test_the_wire_form_reads_strings_mappings_and_profiles() -> None:
-    policy = EgressPolicy.from_json(
+    policy = profiles.from_json(
         {
             "allow": [
                 "*.example.com:443",
@@ -91,15 +91,26 @@ def test_no_policy_is_the_deny_all_default() -> None:
         ({"allow": [{"host": "a.com", "ports": ["443"]}]}, "egress allow[0]: invalid ports ['443'] for a.com"),
         ({"allow": [{"ports": [443]}]}, "egress allow[0]: an egress rule needs a host"),
         ({"allow": [{"host": "a.com", "addresses": ["10.0.0.1/8"]}]}, "egress allow[0]: invalid address range"),
-        ({"profiles": ["pipy"]}, "unknown egress profile 'pipy' (known: anthropic-only, github, gitlab, go, npm,"),
+        ({"profiles": ["githb"]}, "unknown egress profile 'githb'; did you mean 'github'?"),
+        (
+            {"profiles": ["nothing-near"]},
+            "unknown egress profile 'nothing-near'; known: anthropic-only, github, gitlab,",
+        ),
         ({"profiles": "pypi"}, "egress 'profiles' is a list of profile names"),
     ],
 )
 def test_a_bad_wire_form_is_one_line_naming_the_entry(raw: Any, message: str) -> None:
     with pytest.raises(InvalidEgressPolicy) as caught:
-        EgressPolicy.from_json(raw)
+        profiles.from_json(raw)
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
+
+
+def test_the_bare_wire_form_knows_no_profile_names() -> None:
+    """What crosses the wire is expanded (to_json never writes profiles): a name there is refused, never ignored."""
+    with pytest.raises(InvalidEgressPolicy, match="unknown egress profile 'pypi'"):
+        EgressPolicy.from_json({"profiles": ["pypi"]})
+    assert "profiles" not in profiles.from_json({"profiles": ["pypi"]}).to_json()
 
 
 def test_profiles_open_their_hosts_on_443_only() -> None:
@@ -122,6 +133,37 @@ def test_a_files_own_profile_is_found_and_may_replace_a_builtin() -> None:
     mirror = EgressPolicy(allow=(Rule("pypi.mirror.internal", ports=(443,)),))
     assert profile("pypi", {"pypi": mirror}) == mirror
     assert profile("mine", {"mine": mirror}) == mirror
-    with pytest.raises(InvalidEgressPolicy, match=r"known: anthropic-only, github, gitlab, go, mine, npm, pypi\)"):
-        profile("theirs", {"mine": mirror})
+    with pytest.raises(InvalidEgressPolicy, match=r"known: anthropic-only, github, gitlab, go, mine, npm, pypi$"):
+        profile("unheard-of", {"mine": mirror})
     assert EgressPolicy.from_json({"profiles": ["mine"]}, profiles={"mine": mirror}) == mirror
+
+
+def test_a_files_egress_may_name_its_own_profiles_and_those_the_builtins() -> None:
+    found, own = options.file_policy(
+        {"profiles": ["mirror"], "allow": ["extra.example.com:443"]},
+        {"mirror": {"allow": ["pypi.mirror.internal:443@10.0.0.0/8"], "profiles": ["npm"]}},
+        source="provider file 'p.yaml'",
+    )
+    assert [r.host for r in found.allow] == ["registry.npmjs.org", "pypi.mirror.internal", "extra.example.com"]
+    assert set(own) == {"mirror"}
+    assert options.file_policy(None, source="f") == (EgressPolicy(), {})
+
+
+@pytest.mark.parametrize(
+    ("egress", "own", "message"),
+    [
+        (None, ["x"], "provider file 'p.yaml': egress_profiles is a mapping of profile name to policy"),
+        (None, {"Bad_Name": {}}, "provider file 'p.yaml': egress_profiles: invalid profile name 'Bad_Name'"),
+        (
+            None,
+            {"a": {"profiles": ["b"]}, "b": {}},
+            "provider file 'p.yaml': egress_profiles.a: unknown egress profile 'b'",
+        ),
+        (None, {"a": {"allow": [1]}}, "provider file 'p.yaml': egress_profiles.a: egress allow[0]: an egress rule is"),
+        ({"allow": ["a..b"]}, None, "provider file 'p.yaml': egress: egress allow[0]: invalid egress host 'a..b'"),
+    ],
+)
+def test_a_bad_file_egress_is_one_line_naming_file_and_key(egress: Any, own: Any, message: str) -> None:
+    with pytest.raises(InvalidEgressPolicy) as caught:
+        options.file_policy(egress, own, source="provider file 'p.yaml'")
+    assert str(caught.value).startswith(message)
