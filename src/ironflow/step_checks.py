@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import re
 import reprlib
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from ironflow import labels
-
-if TYPE_CHECKING:
-    from ironflow.steps import AgentConfig
 
 __all__ = [
     "SHORT",
@@ -49,7 +46,18 @@ def role_problem(role: str | None) -> str | None:
     return labels.label_value_problem(labels.LABEL_ROLE, role) if role else "role must not be empty"
 
 
-def conversation_problem(config: AgentConfig) -> str | None:
+class _Conversation(Protocol):
+    """The conversation settings of an ``AgentConfig``."""
+
+    @property
+    def resume_session_id(self) -> str | None: ...
+    @property
+    def session_id(self) -> str | None: ...
+    @property
+    def continue_session(self) -> bool: ...
+
+
+def conversation_problem(config: _Conversation) -> str | None:
     """Why the conversation settings cannot go on Claude's command line together, or None."""
     for name in ("resume_session_id", "session_id"):
         value = getattr(config, name)
