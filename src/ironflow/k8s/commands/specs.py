@@ -284,6 +284,7 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
         ],
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": hardening.STEP_TERMINATION_GRACE_S,
     }
     if s.restricted_uid is not None:
         spec["securityContext"] = _restricted_pod(s.restricted_uid, s.security)
@@ -343,6 +344,7 @@ def job_manifest(name: str, image: str, command: str, s: JobRunSettings, *, now:
         ],
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": hardening.STEP_TERMINATION_GRACE_S,
     }
     if s.pvcs:
         pod_spec["volumes"] = _volumes(s.pvcs)
