@@ -15,8 +15,8 @@ service account token     not mounted (automountServiceAccountToken false) unles
                           names a service account: then the field is left to that account
 ========================  ====================================================================
 
-Every step pod (agent, ``exec``, push, ``PodRun``/``JobRun``) also carries
-``terminationGracePeriodSeconds`` :data:`STEP_TERMINATION_GRACE_S`, whether sandboxed or not.
+Every agent pod (sandboxed or not) and every ``restricted()`` ``PodRun``/``JobRun`` pod (``exec``,
+push) also carries ``terminationGracePeriodSeconds`` :data:`STEP_TERMINATION_GRACE_S`.
 
 Never relaxes anything by itself: every relaxation is a field of :class:`SandboxSettings`
 the caller chose explicitly.
