@@ -7,13 +7,22 @@ What it measures, on one node started by ``ironflow.testing.realnode.RealNodeEnv
 * ``ironflow``: the same command through ``PodRun`` (ironflow's hardened, restricted pod: read-only
   root, no capabilities, seccomp, non-root; its input ConfigMap, its watch, its log read and its
   cleanup), from ``run()`` to its result.
+* ``agent``: an offline agent step by the product's path (``K8sEphemeralProvider`` +
+  ``StepRunner``): the real Claude Code CLI in the runner image, through the auth proxy deployed
+  from its image behind its Service (as ``tests/fakes/real_node_proxy.py`` deploys it for the
+  real-node tests), to the offline model server (a pod of the worker image, one text reply), from
+  ``run()`` to its result (token issue and revocation, the pod, Claude Code's own start and turn,
+  the log read, the cleanup); its floor is the same bare pod running the image's ``true``. No
+  NetworkPolicies: their enforcement is the tests', not this figure's.
 
 Both for runc and for RuntimeClass ``gvisor``, p50 of ``--count`` (default 20) runs each, in
 alternation so load drifts hit both. Target: ironflow ≤ 1.2× the bare pod. Prints a table and a
 last line ``RESULT runc_ratio=… runc_bare_p50_ms=… runc_ironflow_p50_ms=… gvisor_ratio=…
-gvisor_bare_p50_ms=… gvisor_ironflow_p50_ms=… node_start_s=…``.
+gvisor_bare_p50_ms=… gvisor_ironflow_p50_ms=… runc_agent_ratio=… runc_agent_bare_p50_ms=…
+runc_agent_p50_ms=… gvisor_agent_ratio=… gvisor_agent_bare_p50_ms=… gvisor_agent_p50_ms=…
+node_start_s=…``.
 
-Needs ``scripts/kube-testenv build --node`` and ``scripts/images build runner``.
+Needs ``scripts/kube-testenv build --node`` and ``scripts/images build`` (runner, auth-proxy, worker).
 Run: ``python benchmarks/real_node.py [--count N]``.
 """
 
@@ -30,8 +39,13 @@ from typing import Any
 
 from ironflow.cluster import image_builds
 from ironflow.k8s.commands.pod_runs import PodRun
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as k8s
+from ironflow.secrets import Secret
+from ironflow.steps import AccountLease, AgentConfig
 from ironflow.testing import images
+from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 __all__ = ["main"]
@@ -39,6 +53,8 @@ __all__ = ["main"]
 ROOT = Path(__file__).resolve().parents[1]
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 TARGET = 1.2
+IMAGES = ("runner", "auth-proxy", "worker")
+RUNTIMES = (None, "gvisor")
 
 
 def _bare_pod(name: str, image: str, runtime: str | None) -> dict[str, Any]:
@@ -91,7 +107,7 @@ async def measure(env: RealNodeEnv, image: str, count: int) -> dict[str, dict[st
     api = await k8s.KubeApi.connect(env.cluster_config())
     out: dict[str, dict[str, list[float]]] = {}
     try:
-        for runtime in (None, "gvisor"):
+        for runtime in RUNTIMES:
             key = runtime or "runc"
             out[key] = {"bare": [], "ironflow": []}
             await bare(api, ns, image, runtime)  # warm-up: first container of the runtime
@@ -104,28 +120,83 @@ async def measure(env: RealNodeEnv, image: str, count: int) -> dict[str, dict[st
     return out
 
 
+async def measure_agent(env: RealNodeEnv, refs: dict[str, str], count: int) -> dict[str, dict[str, list[float]]]:
+    """The ``agent`` rows: the proxy and the model server deployed once, then bare ``true`` and an
+    agent step in alternation, per runtime."""
+    sys.path.insert(0, str(ROOT))  # the real-node tests' deployment of the proxy and the model server
+    from tests.fakes import real_node_proxy as rp
+    from tests.k8s.real_node.test_real_node_worker import REPLY, _model_server
+
+    suffix = uuid.uuid4().hex[:6]
+    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    model_ns = f"md-{suffix}"
+    key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
+    out: dict[str, dict[str, list[float]]] = {}
+    with rp.cluster_namespaces(env, config, model_ns):
+        env.apply_objects(_model_server(model_ns, refs["worker"], key))
+        upstream = f"http://fake-model.{model_ns}"
+        proxy = rp.deploy_auth_proxy(env, config, admin_key=rp.new_admin_key(), upstream=upstream)
+        api = await k8s.KubeApi.connect(env.cluster_config())
+        try:
+
+            async def serving() -> bool:
+                return "serving" in await api.read_log(model_ns, "fake-model")
+
+            await eventually(serving, limit_s=180, interval_s=0.5, what="the offline model server serving")
+            step = AgentConfig("Say hello.").account_lease(AccountLease("acct-1", "ANTHROPIC_API_KEY", key))
+            for runtime in RUNTIMES:
+                provider = K8sEphemeralProvider.sandboxed(refs["runner"]).namespace(config.namespace)
+                provider = provider.auth_proxy(proxy.url).timeout(300)
+                if runtime:
+                    provider = provider.runtime_class(runtime)
+
+                async def agent(settings: ProviderSettings = provider.settings) -> float:
+                    scoped = step.scoped(f"bench-{uuid.uuid4().hex[:8]}", "agent")
+                    result, took = await rp.run_step(env, proxy, settings, api, scoped)
+                    assert result.text == REPLY, result
+                    return took * 1000
+
+                row = runtime or "runc"
+                out[row] = {"bare": [], "ironflow": []}
+                await bare(api, config.namespace, refs["runner"], runtime)  # warm-up, as above
+                await agent()
+                for _ in range(count):
+                    out[row]["bare"].append(await bare(api, config.namespace, refs["runner"], runtime))
+                    out[row]["ironflow"].append(await agent())
+        finally:
+            await api.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20)
     args = parser.parse_args(argv)
-    runner = images.archive_path(ROOT, "runner")
-    if not runner.exists():
-        print("the runner image is not built: bash scripts/images build runner", file=sys.stderr)
+    archives = {name: images.archive_path(ROOT, name) for name in IMAGES}
+    missing = [name for name, path in archives.items() if not path.exists()]
+    if missing:
+        print(f"images not built: {', '.join(missing)}: bash scripts/images build", file=sys.stderr)
         return 2
-    image = image_builds.local_reference(image_builds.IMAGES["runner"].reference)
+    refs = {name: image_builds.local_reference(image_builds.IMAGES[name].reference) for name in IMAGES}
     started = time.perf_counter()
-    with RealNodeEnv(images=[runner]) as env:
+    with RealNodeEnv(images=list(archives.values())) as env:
         node_start = time.perf_counter() - started
-        results = asyncio.run(measure(env, image, args.count))
-    print(f"{'runtime':8} {'bare p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}×")
+        results = asyncio.run(measure(env, refs["runner"], args.count))
+        agents = asyncio.run(measure_agent(env, refs, args.count))
+    print(f"{'row':15} {'bare p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}×")
     fields = []
-    for runtime, runs in results.items():
-        b, i = statistics.median(runs["bare"]), statistics.median(runs["ironflow"])
-        ratio = i / b
-        verdict = "met" if ratio <= TARGET else "NOT met"
-        print(f"{runtime:8} {b:12.0f} {i:16.0f} {ratio:7.2f}  {verdict}")
-        fields += [f"{runtime}_ratio={ratio:.2f}", f"{runtime}_bare_p50_ms={b:.0f}"]
-        fields.append(f"{runtime}_ironflow_p50_ms={i:.0f}")
+    for kind, rows in (("", results), ("agent", agents)):
+        for runtime, runs in rows.items():
+            b, i = statistics.median(runs["bare"]), statistics.median(runs["ironflow"])
+            ratio = i / b
+            verdict = "met" if ratio <= TARGET else "NOT met"
+            print(f"{(runtime + ' ' + kind).strip():15} {b:12.0f} {i:16.0f} {ratio:7.2f}  {verdict}")
+            if kind:
+                fields += [f"{runtime}_agent_ratio={ratio:.2f}", f"{runtime}_agent_bare_p50_ms={b:.0f}"]
+                fields.append(f"{runtime}_agent_p50_ms={i:.0f}")
+            else:
+                fields += [f"{runtime}_ratio={ratio:.2f}", f"{runtime}_bare_p50_ms={b:.0f}"]
+                fields.append(f"{runtime}_ironflow_p50_ms={i:.0f}")
     print(f"node start (images loaded): {node_start:.1f} s; {args.count} runs each")
     print("RESULT " + " ".join([*fields, f"node_start_s={node_start:.1f}"]))
     return 0

@@ -15,6 +15,9 @@ service account token     not mounted (automountServiceAccountToken false) unles
                           names a service account: then the field is left to that account
 ========================  ====================================================================
 
+Every agent pod (sandboxed or not) and every ``restricted()`` ``PodRun``/``JobRun`` pod (``exec``,
+push) also carries ``terminationGracePeriodSeconds`` :data:`STEP_TERMINATION_GRACE_S`.
+
 Never relaxes anything by itself: every relaxation is a field of :class:`SandboxSettings`
 the caller chose explicitly.
 """
@@ -35,6 +38,7 @@ __all__ = [
     "CONVERSATIONS_VOLUME",
     "DEFAULT_DEADLINE_MARGIN_S",
     "HOME_VOLUME",
+    "STEP_TERMINATION_GRACE_S",
     "TMP_VOLUME",
     "SandboxSettings",
     "container_security_context",
@@ -48,6 +52,13 @@ HOME_VOLUME: Final = "ironflow-home"
 #: name), so it keeps saying "sessions" (Claude Code's word for a conversation).
 CONVERSATIONS_VOLUME: Final = "ironflow-sessions"
 TMP_VOLUME: Final = "ironflow-tmp"
+#: Seconds from the kubelet's SIGTERM to its SIGKILL for a step pod (Kubernetes' default: 30).
+#: A step pod is a single-use sandbox with nothing to flush (its result is its log), and its PID 1
+#: (``sh -c``; Node.js would be no better) ignores SIGTERM, so any grace is waited out in full: a
+#: release, a retry's cleanup, the reaper or a cancel each waited 30 s per running pod. 2 is the
+#: kubelet's own floor for a container's grace. The pod spec carries it, not each delete call, so
+#: every deletion gets it: ironflow's, a Job's garbage collection, an operator's ``kubectl delete``.
+STEP_TERMINATION_GRACE_S: Final = 2
 
 
 @dataclass(frozen=True)

@@ -454,7 +454,12 @@ def build_pod(
         container["resources"] = resources
 
     # No Service's address in the agent's env (FOO_SERVICE_HOST...): the agent learns nothing it may not reach.
-    spec: dict[str, Any] = {"restartPolicy": "Never", "enableServiceLinks": False, "containers": [container]}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": hardening.STEP_TERMINATION_GRACE_S,
+        "containers": [container],
+    }
     if config.inputs:
         spec["initContainers"] = [
             {

@@ -83,7 +83,9 @@ CASES = (
           needs=("kube-testenv", "agent-sandbox-sdk"), timeout_s=300),
     Bench("real_node", ("--count", "1"),
           frozenset({"runc_ratio", "runc_bare_p50_ms", "runc_ironflow_p50_ms", "gvisor_ratio", "gvisor_bare_p50_ms",
-                     "gvisor_ironflow_p50_ms", "node_start_s"}), needs=("real-node",), timeout_s=300),
+                     "gvisor_ironflow_p50_ms", "runc_agent_ratio", "runc_agent_bare_p50_ms", "runc_agent_p50_ms",
+                     "gvisor_agent_ratio", "gvisor_agent_bare_p50_ms", "gvisor_agent_p50_ms", "node_start_s"}),
+          needs=("real-node",), timeout_s=480),
     Bench("ui", ("--runs", "60", "--requests", "3"),
           frozenset({"runs_page_p50_ms_sqlite", "runs_page_p95_ms_sqlite", "filtered_p50_ms_sqlite",
                      "list_runs_p50_ms_sqlite", "vs_list_runs_sqlite", "runs_page_p50_ms_postgres",
@@ -119,8 +121,9 @@ def _real_node_missing() -> str | None:
     except kubeenv.KubeEnvNotAvailable as exc:
         return str(exc)
     missing = realnode.missing_tools()
-    if not images.archive_path(ROOT, "runner").exists():
-        missing.append("the runner image (bash scripts/images build runner)")
+    for name in ("runner", "auth-proxy", "worker"):
+        if not images.archive_path(ROOT, name).exists():
+            missing.append(f"the {name} image (bash scripts/images build {name})")
     return f"the real node needs {', '.join(missing)}" if missing else None
 
 

@@ -1,6 +1,8 @@
 """On a real node: ``ironflow check`` (the CLI, as an operator runs it: ``$KUBECONFIG``, ``-n``,
 ``--auth-proxy``, ``-o json``) against a live agent pod passes every seed check, and fails the rows
-it should for a pod that breaks them.
+it should for a pod that breaks them. It runs as the account ``ironflow manifests`` renders for it
+(``ironflow-check``: its ServiceAccount, Role and ClusterRole, a token from the TokenRequest API),
+never as the cluster's admin, so a permission the rendered RBAC lacks fails a row here.
 
 The agent pod is the one ``K8sEphemeralProvider`` renders for a step through the auth proxy (its
 security context, labels, expiry, proxy URL and ``ifap_`` token), only its command kept running
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -94,11 +97,19 @@ def _broken(pod: dict[str, Any], name: str) -> dict[str, Any]:
     return bad
 
 
-def _check(env: RealNodeEnv, config: setup.ClusterSetup, proxy_url: str, *extra: str) -> tuple[int, dict[str, Any]]:
+def _check_kubeconfig(env: RealNodeEnv, config: setup.ClusterSetup, path: Path) -> Path:
+    """A kubeconfig of the rendered ``ironflow-check`` account (a TokenRequest token), written at ``path``."""
+    token = env.service_account_token(config.worker_namespace, setup.CHECK_SERVICE_ACCOUNT, seconds=900)
+    path.write_text(env.token_config(token).yaml)
+    path.chmod(0o600)
+    return path
+
+
+def _check(kubeconfig: Path, config: setup.ClusterSetup, proxy_url: str, *extra: str) -> tuple[int, dict[str, Any]]:
     """``ironflow check -n <agents> --auth-proxy <url> -o json``: its exit code and rows by name."""
     args = ["check", "-n", config.namespace, "--worker-namespace", config.worker_namespace]
     args += ["--auth-proxy", proxy_url, "-o", "json", *extra]
-    run_env = {**os.environ, "KUBECONFIG": str(env.kubeconfig_path), "PYTHONPATH": str(ROOT / "src")}
+    run_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "src")}
     main = "from ironflow.cli.app import main; main()"
     done = subprocess.run([sys.executable, "-c", main, *args], env=run_env, capture_output=True, text=True, timeout=120)
     assert done.stdout.lstrip().startswith("["), f"exit {done.returncode}: {done.stdout}{done.stderr[-2000:]}"
@@ -119,15 +130,18 @@ async def _reaches_proxy(api: k8s.KubeApi, namespace: str, pod: str) -> None:
 
 
 async def test_ironflow_check_passes_a_live_agent_pod_and_fails_a_broken_one(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str]
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
 ) -> None:
     runner = need_image["runner"]
     need_image["auth-proxy"]
     suffix = uuid.uuid4().hex[:6]
     config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    config = dataclasses.replace(config, check_rbac=True)
     rendered = setup.render(config)
+    rbac = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     with rp.cluster_namespaces(real_node, config):
-        real_node.apply_objects([d for d in rendered if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")])
+        real_node.apply_objects([d for d in rendered if d["kind"] in rbac])
+        kubeconfig = _check_kubeconfig(real_node, config, tmp_path / "check.kubeconfig")
         proxy = rp.deploy_auth_proxy(real_node, config, admin_key=rp.new_admin_key())
         rp.enforce_policies(real_node, rp.network_policies(config))
         good = _agent_pod(runner, config.namespace, proxy.url, f"agent-{suffix}")
@@ -135,7 +149,7 @@ async def test_ironflow_check_passes_a_live_agent_pod_and_fails_a_broken_one(
         await _reaches_proxy(node_api, config.namespace, good["metadata"]["name"])
 
         with rp.forward_into_node(real_node, proxy.cluster_ip, 80) as proxy_url:
-            code, rows = await asyncio.to_thread(_check, real_node, config, proxy_url)
+            code, rows = await asyncio.to_thread(_check, kubeconfig, config, proxy_url)
             assert tuple(rows) == SEED_CHECKS, rows
             assert {name: row["result"] for name, row in rows.items() if row["result"] != "pass"} == {}, rows
             assert code == 0
@@ -144,7 +158,7 @@ async def test_ironflow_check_passes_a_live_agent_pod_and_fails_a_broken_one(
             bad = _broken(good, f"broken-{suffix}")
             await rp.start_pods(node_api, [bad])
             bad_name = bad["metadata"]["name"]
-            code, rows = await asyncio.to_thread(_check, real_node, config, proxy_url, "--pod", bad_name)
+            code, rows = await asyncio.to_thread(_check, kubeconfig, config, proxy_url, "--pod", bad_name)
         failed = {name for name, row in rows.items() if row["result"] == "fail"}
         assert failed == BROKEN, rows
         assert {row["result"] for name, row in rows.items() if name not in BROKEN} == {"pass"}, rows

@@ -2,7 +2,9 @@
 before it starts, ``release_run`` deletes a run's running agent pod, ``PodRun`` pod and ``JobRun``
 Job (the real garbage collector taking the Job's pod), and the reaper deletes an expired running
 pod; each pod is gone from the API *and* its container's process from the node (containerd has no
-task of it left), while the pods of other runs and live pods keep running.
+task of it left), while the pods of other runs and live pods keep running. A step pod whose PID 1
+ignores SIGTERM (as a real agent pod's ``sh -c`` does) is gone in seconds, not after Kubernetes'
+default 30 s grace.
 
 The kwok tier (``test_k8s_runtime_steps.py``, ``test_k8s_runtime_reaper.py``,
 ``test_realkube_controllers.py``) checks the same selections on pods no kubelet runs. Skipped when
@@ -11,6 +13,7 @@ the node's binaries or the runner image are missing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping
@@ -22,6 +25,7 @@ from tests.fakes import node_containers
 
 from ironflow import labels
 from ironflow.k8s import reaper
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import K8sResources
@@ -39,6 +43,11 @@ SCRIPTS = "/etc/ironflow-test"
 #: Runs until deleted, and ends at once on the kubelet's SIGTERM (a PID 1 without a handler
 #: would ignore it and hold the deletion for the whole grace period).
 HOLD = "trap 'exit 0' TERM; sleep 600 & wait"
+#: Runs until killed: no handler, so SIGTERM does nothing to the pod's PID 1 (dash) or its child.
+DEAF = "sleep 600"
+#: How long a deleted running step pod may take to be gone: a behaviour bound, generous for a
+#: loaded machine, and well under the 30 s a pod without ironflow's grace takes.
+GONE_WITHIN_S = 15.0
 SMALL = K8sResources(
     cpu_request="50m", memory_request="64Mi", ephemeral_storage_request=None, ephemeral_storage_limit=None
 )
@@ -49,7 +58,7 @@ def provider(ns: str, image: str) -> K8sEphemeralProvider:
     """Sandboxed steps whose agent is ``sh -p <prompt>``: the prompt names a script of ``scripts``."""
     p = K8sEphemeralProvider.sandboxed(image).namespace(ns).image_pull_policy("Never").timeout(180)
     # A running agent pod's PID 1 is ``sh -c`` (dash runs the CLI as its child and has no TERM
-    # handler), so the kubelet's SIGTERM is ignored and its deletion takes the full 30 s grace.
+    # handler): the kubelet's SIGTERM is ignored, its SIGKILL ends it after the step pods' grace.
     p = p.previous_attempt_timeout(SETTLE_S)
     return p.resources(SMALL).read_only_config_map("scripts", SCRIPTS).claude_path("sh")
 
@@ -57,6 +66,7 @@ def provider(ns: str, image: str) -> K8sEphemeralProvider:
 async def add_scripts(api: k8s.KubeApi, ns: str) -> None:
     data = {
         "hold.sh": HOLD + "\n",
+        "deaf.sh": DEAF + "\n",
         "answer.sh": f"cat {SCRIPTS}/answer.json\n",
         "answer.json": (FIXTURES / "json_text.out").read_text(),
     }
@@ -179,3 +189,37 @@ async def test_the_reaper_deletes_an_expired_running_pod_from_the_node_and_keeps
 
     await eventually(only_the_live_pod, limit_s=SETTLE_S, interval_s=0.2, what="only the live pod left")
     assert live in await node_containers.tasks(real_node)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_a_running_step_pod_deaf_to_sigterm_is_gone_in_seconds_not_the_default_grace(
+    real_node: RealNodeEnv, node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
+) -> None:
+    """``release_run`` deletes a running agent pod and a running ``exec`` pod, each of whose PID 1
+    ignores SIGTERM: both pods leave the API (and their tasks the node) within
+    :data:`GONE_WITHIN_S`. With the default grace (30 s) each took the whole of it: the step
+    pods' own ``terminationGracePeriodSeconds`` is what ends them (the kubelet's SIGKILL)."""
+    await add_scripts(node_api, node_ns)
+    image = need_image["runner"]
+    p = provider(node_ns, image)
+    if runtime == "gvisor":
+        p = p.runtime_class("gvisor")
+    run = str(uuid.uuid4())
+    agent = await agent_pod(node_api, p, AgentConfig(f"{SCRIPTS}/deaf.sh").scoped(run, "a"))
+    exec_run = pod_runs.exec_pod_run(p.settings, ["sh", "-c", DEAF], timeout_s=300, now_ms=0, rand32=7)
+    exec_pod = exec_run.label(labels.LABEL_RUN_ID, run).build_pod()
+    await node_api.create(k8s.PODS, node_ns, exec_pod)
+    names = (agent, exec_pod["metadata"]["name"])
+    containers = set(await asyncio.gather(*(running(node_api, node_ns, name) for name in names)))
+
+    started = time.monotonic()
+    assert await StepRunner.of(p.settings, api=node_api, worker_env={}).release_run(run) == 2
+
+    async def gone() -> bool:
+        return not (await node_api.list(k8s.PODS, node_ns)).items
+
+    await eventually(gone, limit_s=GONE_WITHIN_S, interval_s=0.2, what=f"{names} gone within {GONE_WITHIN_S} s")
+    took = time.monotonic() - started  # release_run waits for its pods: the bound counts its call
+    print(f"{runtime}: deleted running step pods gone after {took:.1f}s")
+    assert took < GONE_WITHIN_S, f"the running step pods took {took:.1f} s to go (a SIGTERM grace waited out)"
+    await node_containers.gone_from_the_node(real_node, containers)

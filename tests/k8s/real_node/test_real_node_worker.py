@@ -3,7 +3,9 @@ it (and as the Helm chart's ``helm template`` renders it), from the built worker
 queued run end to end: it takes the run from its store, creates the agent pod with the built
 runner image in the agents' namespace (Pod Security ``restricted``) as its own ServiceAccount,
 and the real Claude Code CLI in that pod answers through the in-cluster auth proxy (its built
-image, behind its Service) from the offline model server; the run's output is read back.
+image, behind its Service) from the offline model server; the run's output is read back. On runc,
+and on gVisor as ``--gvisor`` (the chart's ``gvisor=true``) renders it: the worker's provider
+file then names RuntimeClass ``gvisor`` for every agent pod.
 
 What is deployed as rendered, untouched: the worker's ServiceAccount, Role, RoleBinding, provider
 ConfigMap and Deployment (default images, ``IfNotPresent``: the names ``scripts/images build``
@@ -112,22 +114,25 @@ def _model_server(namespace: str, image: str, key: Secret) -> list[dict[str, Any
     return [_secret("model-key", namespace, {"key": key}), service, pod]
 
 
-def _manifests_objects(agents: str, worker: str, proxy_url: str) -> list[dict[str, Any]]:
-    """``ironflow manifests -n AGENTS --worker-namespace WORKER --auth-proxy URL --worker-deployment -o json``."""
+def _manifests_objects(agents: str, worker: str, proxy_url: str, *, gvisor: bool) -> list[dict[str, Any]]:
+    """``ironflow manifests -n AGENTS --worker-namespace WORKER --auth-proxy URL --worker-deployment
+    [--gvisor] -o json``."""
     flags = ["-n", agents, "--worker-namespace", worker, "--auth-proxy", proxy_url, "--worker-deployment"]
+    flags += ["--gvisor"] if gvisor else []
     result = CliRunner().invoke(cli, ["manifests", *flags, "-o", "json"])
     assert result.exit_code == 0, result.stderr
     items: list[dict[str, Any]] = json.loads(result.stdout)["items"]
     return items
 
 
-def _helm_objects(agents: str, worker: str, proxy_ns: str) -> list[dict[str, Any]]:
-    """``helm template`` of the chart with its defaults but the three namespaces."""
+def _helm_objects(agents: str, worker: str, proxy_ns: str, *, gvisor: bool) -> list[dict[str, Any]]:
+    """``helm template`` of the chart with its defaults but the three namespaces (and ``gvisor``)."""
     try:
         binary = helm.find_helm()
     except helm.HelmNotAvailable as exc:
         pytest.skip(str(exc))
     sets = [f"namespaces.agents={agents}", f"namespaces.worker={worker}", f"authProxy.namespace={proxy_ns}"]
+    sets += ["gvisor=true"] if gvisor else []
     done = helm.run_helm("template", "ironflow", str(CHART), *(a for s in sets for a in ("--set", s)), helm=binary)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -215,12 +220,15 @@ async def _queue_and_wait(api: k8s.KubeApi, namespace: str, worker: str) -> tupl
     return run, time.monotonic() - started
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 @pytest.mark.parametrize("source", ["manifests", "helm"])
 async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], source: str
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], source: str, runtime: str
 ) -> None:
     """``manifests``: the objects of ``ironflow manifests --worker-deployment``; ``helm``: those of
-    ``helm template`` with the chart's defaults, first shown equal to the manifests' ones."""
+    ``helm template`` with the chart's defaults, first shown equal to the manifests' ones. ``gvisor``:
+    rendered with ``--gvisor`` / ``gvisor=true`` (the node has the RuntimeClass, handler runsc)."""
+    gvisor = runtime == "gvisor"
     worker_image, runner_image = need_image["worker"], need_image["runner"]
     need_image["auth-proxy"]
     # The rendered defaults name the built images as the node knows them: no image is patched.
@@ -231,9 +239,9 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
     agents, worker_ns, model_ns = config.namespace, config.worker_namespace, f"md-{suffix}"
     proxy_ns = f"px-{suffix}"
     proxy_url = f"http://{network.AUTH_PROXY_NAME}.{proxy_ns}"
-    rendered = _worker_objects(_manifests_objects(agents, worker_ns, proxy_url), worker_ns, agents)
+    rendered = _worker_objects(_manifests_objects(agents, worker_ns, proxy_url, gvisor=gvisor), worker_ns, agents)
     if source == "helm":
-        charted = _worker_objects(_helm_objects(agents, worker_ns, proxy_ns), worker_ns, agents)
+        charted = _worker_objects(_helm_objects(agents, worker_ns, proxy_ns, gvisor=gvisor), worker_ns, agents)
         assert {_key(d): d for d in charted} == {_key(d): d for d in rendered}
         rendered = charted
     assert {d["kind"] for d in rendered} == {*WORKER_KINDS, "NetworkPolicy"}, [_key(d) for d in rendered]
@@ -279,6 +287,7 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
         (pod,) = pods
         (container,) = [c for c in pod["spec"]["containers"] if c["image"] == workloads.DEFAULT_RUNNER_IMAGE]
         assert pod["spec"]["nodeName"] == realnode.NODE_NAME
+        assert pod["spec"].get("runtimeClassName", "runc") == runtime
         assert pod["spec"].get("automountServiceAccountToken") is False
         env = {e["name"]: e for e in container.get("env", [])}
         assert "ANTHROPIC_API_KEY" not in env, sorted(env)  # the key stayed with the worker and the proxy
@@ -288,7 +297,7 @@ async def test_the_worker_deployment_runs_a_queued_run_in_an_agent_pod(
         assert run["id"] in log, log[-3000:]
         for secret in (key, admin_key):
             assert secret.reveal() not in log
-        print(f"{source}: worker Ready {ready_s:.1f}s; run queued -> succeeded {took:.1f}s")
+        print(f"{source}/{runtime}: worker Ready {ready_s:.1f}s; run queued -> succeeded {took:.1f}s")
 
         async def nothing_left() -> bool:
             return not (await node_api.list(k8s.PODS, agents)).items

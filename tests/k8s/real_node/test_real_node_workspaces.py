@@ -14,8 +14,11 @@ as does a wrong or missing report or a push that did not land. The proxy trusts 
 by ``SSL_CERT_FILE`` (as an operator trusts a private CA). Skipped when the node's binaries or the
 runner, auth-proxy and worker images are missing.
 
-What it found, fixed in src: the push pod was a ``pod-run`` the rendered policies gave no DNS or
-proxy; a new pod's first connections are refused while kube-router programs its policies (the
+``ironflow exec --backend k8s`` on a git workspace takes the same path (its own pod, cloned by the
+same init container), under the same policies, with no model.
+
+What it found, fixed in src: the push pod, then the exec pod, was a ``pod-run`` the rendered
+policies gave no DNS or proxy; a new pod's first connections are refused while kube-router programs its policies (the
 clone and push now retry a git command that could not connect); and git called the push pod's
 fresh clone in a root-owned emptyDir "dubious" (``safe.directory``).
 """
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Final
@@ -33,9 +38,12 @@ import pytest
 from tests.fakes import real_node_proxy as rp
 from tests.k8s.real_node.test_real_node_agent_step import _model_objects, _upstream_opening
 
+from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.workspaces import command_pods
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret, find_leaks
 from ironflow.steps import AccountLease, AgentConfig
@@ -263,3 +271,67 @@ async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_b
             return not (await node_api.list(k8s.PODS, config.namespace)).items
 
         await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the step's pods deleted")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_rendered_policies(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path, runtime: str
+) -> None:
+    """``exec --backend k8s --workspace URL`` by its own path (``exec_pod_run``, then
+    ``command_pods.run_in_workspace``, as the CLI calls them; the grant issued through the proxy's
+    admin API forwarded from the host, since the CLI's host cannot reach the in-cluster Service).
+    Fails while the exec pod is a ``pod-run``: the policies give it no DNS and the proxy admits
+    it not, so the clone never connects."""
+    runner_image = need_image["runner"]
+    need_image["auth-proxy"]
+    suffix = uuid.uuid4().hex[:6]
+    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    git_ns = f"gt-{suffix}"
+    host = f"git.{git_ns}.svc.cluster.local"
+    password = Secret("ghs_" + uuid.uuid4().hex)
+    ca, cert, tls_key = _tls(tmp_path, host)
+    with rp.cluster_namespaces(real_node, config, git_ns):
+        real_node.apply_objects(_git_objects(git_ns, runner_image, password, cert, tls_key))
+        proxy = rp.deploy_auth_proxy(real_node, config, admin_key=rp.new_admin_key(), ca_bundle=ca)
+
+        async def serving() -> bool:
+            return "serving" in await node_api.read_log(git_ns, "git")
+
+        await eventually(serving, limit_s=120, interval_s=0.5, what="the git host serving")
+        rp.enforce_policies(
+            real_node, [*rp.network_policies(config), _upstream_opening(proxy.namespace, git_ns, GIT_PORT, "git")]
+        )
+        provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
+        provider = provider.git_credentials(GitHosts({host: GitCredential(password, USER)}))
+        if runtime == "gvisor":
+            provider = provider.runtime_class("gvisor")
+        settings = provider.settings
+        spec = Workspace(f"https://{host}/org/repo.git", ref="main")
+        argv = ["sh", "-c", "id -u; cat calc.py; " + EDITS]
+        run = pod_runs.exec_pod_run(
+            settings, argv, timeout_s=240, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
+        )
+        with rp.forward_into_node(real_node, proxy.cluster_ip, 80) as admin_url:
+            async with AdminClient(admin_url, proxy.admin_key) as admin:
+                done, changes = await command_pods.run_in_workspace(
+                    node_api, settings, run, spec, now=int(time.time()), issuer=admin
+                )
+        if not done.success:
+            print("git host:", await node_api.read_log(git_ns, "git"))
+        assert (done.success, done.exit_code) == (True, 0), done
+        assert done.logs == "10001\ndef add(a, b):\n    return a - b\n", done.logs
+        assert changes is not None
+        assert {f.path: f.change for f in changes.files} == {
+            "added.txt": Change.ADDED,
+            "calc.py": Change.MODIFIED,
+            "notes.txt": Change.DELETED,
+        }
+        requests = [json.loads(line) for line in (await node_api.read_log(git_ns, "git")).splitlines()
+                    if line.startswith("{")]  # fmt: skip
+        assert any(r["path"].endswith("/git-upload-pack") and r["status"] == 200 for r in requests), requests
+        assert {r["user"] for r in requests} == {USER}, requests  # the clone went through the relay
+
+        async def nothing_left() -> bool:
+            return not (await node_api.list(k8s.PODS, config.namespace)).items
+
+        await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the exec pod deleted")

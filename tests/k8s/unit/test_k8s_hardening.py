@@ -10,9 +10,11 @@ import pytest
 
 from ironflow import errors
 from ironflow.claude import command, profile
+from ironflow.k8s import hardening, step_manifests
 from ironflow.k8s import pod_provider as k8s_provider
-from ironflow.k8s import step_manifests
+from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.hardening import SandboxSettings, harden_pod_spec
+from ironflow.steps import AgentConfig
 from ironflow.testing import k8s_validate
 
 
@@ -82,3 +84,21 @@ def test_docstring_examples_run(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_every_step_pod_ironflow_renders_is_killed_two_seconds_after_sigterm() -> None:
+    """An agent pod (sandboxed or not), an ``exec`` pod and a ``restricted()`` ``PodRun`` and
+    ``JobRun`` pod: their PID 1 ignores SIGTERM, so the default 30 s grace would be waited out on
+    every delete. A plain ``PodRun`` renders what it is given (the reference's output)."""
+    sandboxed = k8s_provider.K8sEphemeralProvider.sandboxed("img").namespace("ns")
+    plain = k8s_provider.K8sEphemeralProvider("img").namespace("ns")
+    specs = [p.manifests(AgentConfig("hi"))[-1]["spec"] for p in (sandboxed, plain)]
+    specs.append(
+        pod_runs.exec_pod_run(sandboxed.settings, ["true"], timeout_s=9, now_ms=0, rand32=1).build_pod()["spec"]
+    )
+    specs.append(pod_runs.PodRun("p", "img", "true").namespace("ns").restricted().build_pod()["spec"])
+    job = pod_runs.JobRun("j", "img", "true").namespace("ns").restricted().build_job()
+    specs.append(job["spec"]["template"]["spec"])
+    assert [s["terminationGracePeriodSeconds"] for s in specs] == [hardening.STEP_TERMINATION_GRACE_S] * 5
+    assert hardening.STEP_TERMINATION_GRACE_S == 2
+    assert "terminationGracePeriodSeconds" not in pod_runs.PodRun("p", "img", "true").build_pod()["spec"]

@@ -5,6 +5,7 @@ refusals of what a pod cannot take. Every pod is validated against the real sche
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -108,6 +109,21 @@ def test_an_exec_pod_gets_the_same_workspace() -> None:
     assert main["command"][-1].count("( make fmt\n)") == 1
 
 
+def test_an_exec_pod_with_a_read_only_root_gets_a_writable_tmp_for_the_report() -> None:
+    """The report's ``mktemp -d`` needs /tmp: a sandboxed exec pod has a read-only root and no
+    /tmp of its own (on the real node its report failed); an agent pod's own /tmp is kept."""
+    pod = _exec_workspace_pod()
+    main = pod["spec"]["containers"][0]
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    (tmp,) = [m for m in main["volumeMounts"] if m["mountPath"] == "/tmp"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == tmp["name"]]
+    assert "emptyDir" in volume
+    agent = pod_of(provider())
+    assert [m["name"] for m in agent["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/tmp"] == [
+        "ironflow-tmp"
+    ]
+
+
 def test_an_unhardened_pods_clone_is_hardened_all_the_same() -> None:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"containers": [{"name": "c", "image": IMAGE, "command": ["sh", "-c", "true"]}]}}  # fmt: skip
@@ -156,16 +172,32 @@ def test_the_push_pod_clones_applies_to_the_index_and_pushes_a_new_branch_harden
     assert HOST_TOKEN not in str(pod)
 
 
-def test_the_push_pod_is_one_the_rendered_network_policies_let_reach_the_proxy() -> None:
-    """It clones and pushes through the proxy: under ``ironflow manifests``' NetworkPolicies (default
-    deny; DNS and the proxy for agent pods, the proxy admitting agent pods) it must be an agent pod."""
-    config = setup.ClusterSetup(namespace="ironflow-agents", auth_proxy_url=PROXY, presets=(), egress_profiles=())
-    policies = [d for d in setup.render(config) if d["kind"] == "NetworkPolicy"]
+def _push_pod() -> dict[str, Any]:
     spec = Workspace(SPEC.source, ref="main", push_branch="ironflow/fix-1")
     changes = WorkspaceChanges(b"diff", (ChangedFile("x", Change.MODIFIED, None, None),))
     scope = {labels.LABEL_RUN_ID: "run-1", labels.LABEL_STEP: "fix"}
     _, pod = push_pod.push_objects(provider().settings, spec, changes, token=GIT_TOKEN, message="m",
                                    pod_labels=scope, now=NOW, rand32=3)  # fmt: skip
+    return pod
+
+
+def _exec_workspace_pod() -> dict[str, Any]:
+    run = pod_runs.exec_pod_run(provider().settings, ["make", "fmt"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
+    invocation = clone_commands(PROXY, SPEC.source, GIT_TOKEN, directory="/workspace", ref=SPEC.ref)
+    return init_pods.add_git_workspace(run.build_pod(now=NOW), SPEC, invocation)
+
+
+@pytest.mark.parametrize("make", [_push_pod, _exec_workspace_pod], ids=["push", "exec-workspace"])
+def test_a_pod_that_clones_through_the_proxy_is_one_the_rendered_network_policies_let_reach_it(
+    make: Callable[[], dict[str, Any]],
+) -> None:
+    """The push pod and an ``exec`` pod on a git workspace clone (and push) through the proxy: under
+    ``ironflow manifests``' NetworkPolicies (default deny; DNS and the proxy for agent pods, the
+    proxy admitting agent pods) each must be an agent pod. Both were ``pod-run`` pods at first."""
+    config = setup.ClusterSetup(namespace="ironflow-agents", auth_proxy_url=PROXY, presets=(), egress_profiles=())
+    policies = [d for d in setup.render(config) if d["kind"] == "NetworkPolicy"]
+    pod = make()
+    validate_manifest(pod)
     pod_labels = pod["metadata"]["labels"]
     selected = {p["metadata"]["name"] for p in policies
                 if p["spec"]["podSelector"].get("matchLabels", {}).items() <= pod_labels.items()}  # fmt: skip
@@ -173,6 +205,12 @@ def test_the_push_pod_is_one_the_rendered_network_policies_let_reach_the_proxy()
     (proxy_policy,) = [p for p in policies if p["metadata"]["name"] == "ironflow-auth-proxy"]
     peers = proxy_policy["spec"]["ingress"][0]["from"]
     assert any(peer["podSelector"]["matchLabels"].items() <= pod_labels.items() for peer in peers), pod_labels
+
+
+def test_an_exec_pod_without_a_workspace_stays_a_pod_run_with_no_network() -> None:
+    """Only a pod that clones is made a proxy client: a plain ``exec`` pod gets no egress at all."""
+    run = pod_runs.exec_pod_run(provider().settings, ["true"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
+    assert run.build_pod(now=NOW)["metadata"]["labels"][labels.LABEL_COMPONENT] == labels.COMPONENT_POD_RUN
 
 
 def test_a_patch_too_large_for_a_configmap_is_refused() -> None:

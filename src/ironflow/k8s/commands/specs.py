@@ -288,6 +288,7 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
     if s.restricted_uid is not None:
         spec["securityContext"] = _restricted_pod(s.restricted_uid, s.security)
         spec["automountServiceAccountToken"] = False
+        spec["terminationGracePeriodSeconds"] = hardening.STEP_TERMINATION_GRACE_S
     elif s.security is not None:
         pod_security: dict[str, Any] = {"runAsNonRoot": True}
         if s.security.fs_group is not None:
@@ -351,6 +352,7 @@ def job_manifest(name: str, image: str, command: str, s: JobRunSettings, *, now:
     if s.restricted_uid is not None:
         pod_spec["securityContext"] = _restricted_pod(s.restricted_uid, None)
         pod_spec["automountServiceAccountToken"] = False
+        pod_spec["terminationGracePeriodSeconds"] = hardening.STEP_TERMINATION_GRACE_S
     spec: dict[str, Any] = {
         "backoffLimit": s.backoff_limit,
         "template": {"metadata": {"labels": object_labels(labels.COMPONENT_JOB_RUN, s.labels)}, "spec": pod_spec},

@@ -36,8 +36,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow import errors
-from ironflow.claude import command
+from ironflow import errors, labels
+from ironflow.claude import command, layout
 from ironflow.k8s import hardening
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, git_script
 
@@ -48,6 +48,7 @@ __all__ = [
     "POD_PATCH_LIMIT",
     "add_git_workspace",
     "add_pvc_workspace",
+    "as_proxy_client",
     "base_script",
     "patch_limit",
     "report_script",
@@ -57,6 +58,8 @@ __all__ = [
 CLONE_CONTAINER_NAME: Final = "ironflow-workspace-clone"
 WORKSPACE_VOLUME: Final = "ironflow-workspace"
 BASE_VOLUME: Final = "ironflow-workspace-base"
+#: A writable /tmp for the report (its ``mktemp -d``), where the pod has none of its own.
+REPORT_TMP_VOLUME: Final = "ironflow-workspace-tmp"
 #: Where the pristine ``.git`` and the starting commit sit (read-only in the main container).
 BASE_PATH: Final = "/ironflow/workspace-base"
 #: The largest patch a pod reports: it travels in the pod's log, which the kubelet rotates
@@ -212,8 +215,18 @@ def _hardened(main: Mapping[str, Any]) -> dict[str, Any]:
     return {**hardening.container_security_context(settings), "runAsUser": settings.run_as_user}
 
 
+def as_proxy_client(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod``, labelled an agent pod (``component=claude-runner``), in place: the NetworkPolicies
+    ironflow renders give DNS and the proxy to agent pods only, and the proxy admits only them.
+    A pod that clones or pushes through the proxy (an ``exec`` pod on a git workspace, the push
+    pod) is one; as a ``pod-run`` its git could not connect."""
+    pod["metadata"].setdefault("labels", {})[labels.LABEL_COMPONENT] = labels.COMPONENT_CLAUDE_RUNNER
+    return pod
+
+
 def add_git_workspace(pod: Mapping[str, Any], spec: Workspace, invocation: git_script.GitInvocation) -> dict[str, Any]:
-    """A copy of ``pod`` (its first container is the step's) that works on ``spec``'s clone.
+    """A copy of ``pod`` (its first container is the step's) that works on ``spec``'s clone,
+    labelled a client of the proxy (:func:`as_proxy_client`), which the clone goes through.
 
     ``invocation`` is the clone (:func:`ironflow.workspaces.git_script.clone_commands` into
     :data:`WORKSPACE_PATH`), its environment the init container's only: the step never
@@ -226,7 +239,7 @@ def add_git_workspace(pod: Mapping[str, Any], spec: Workspace, invocation: git_s
     env = {**invocation.env, "HOME": BASE_PATH}
     # The clone, .git included, holds at most what the workspace may: a step cannot fill the node's disk.
     source = {"emptyDir": {"sizeLimit": str(spec.max_total_bytes)}}
-    return _with_workspace(pod, spec, source, None, f"set -e\n{clone}\n{base_script()}", env)
+    return as_proxy_client(_with_workspace(pod, spec, source, None, f"set -e\n{clone}\n{base_script()}", env))
 
 
 def add_pvc_workspace(pod: Mapping[str, Any], spec: Workspace) -> dict[str, Any]:
@@ -240,6 +253,19 @@ def add_pvc_workspace(pod: Mapping[str, Any], spec: Workspace) -> dict[str, Any]
     claim, sub_path = spec.pvc
     source = {"persistentVolumeClaim": {"claimName": claim}}
     return _with_workspace(pod, spec, source, sub_path, f"set -e\n{base_script()}", {"HOME": BASE_PATH})
+
+
+def _writable_tmp(body: dict[str, Any], main: dict[str, Any]) -> None:
+    """A read-only root without its own /tmp (an ``exec`` pod's; an agent pod has one from
+    :func:`~ironflow.k8s.hardening.harden_pod_spec`) gets an emptyDir there: the report's
+    ``mktemp -d`` needs it, and found none on the real node."""
+    read_only = bool((main.get("securityContext") or {}).get("readOnlyRootFilesystem"))
+    mounted = {str(m["mountPath"]).rstrip("/") for m in main.get("volumeMounts", [])}
+    if not read_only or layout.SANDBOX_TMP in mounted:
+        return
+    size = hardening.SandboxSettings().tmp_size_limit
+    body["volumes"].append({"name": REPORT_TMP_VOLUME, "emptyDir": {"sizeLimit": size}})
+    main["volumeMounts"].append({"name": REPORT_TMP_VOLUME, "mountPath": layout.SANDBOX_TMP})
 
 
 def _with_workspace(
@@ -270,6 +296,7 @@ def _with_workspace(
     )
     base = {"name": BASE_VOLUME, "emptyDir": {"sizeLimit": str(spec.max_total_bytes)}}
     body.setdefault("volumes", []).extend([{"name": WORKSPACE_VOLUME, **copy.deepcopy(dict(source))}, base])
+    _writable_tmp(body, main)
     # The clone writes the workspace; a PVC's init container only reads it.
     init_mount = {**workspace_mount, **({"readOnly": True} if "persistentVolumeClaim" in source else {})}
     init: dict[str, Any] = {

@@ -23,6 +23,7 @@ from ironflow import errors, labels
 from ironflow.k8s import step_manifests
 from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.settings import ProviderSettings
+from ironflow.k8s.workspaces import init_pods
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges, git_script
 
 __all__ = ["PUSH_PATCH_LIMIT", "PUSH_POD_PREFIX", "push_objects"]
@@ -71,9 +72,7 @@ def push_objects(
     env = (*clone.env.items(), *git_script.COMMITTER.items(), (git_script.PUSH_MESSAGE_ENV, message))
     for name, value in env:
         run = run.env(name, value)
-    pod = run.build_pod(now=now)
-    # An agent pod to the NetworkPolicies ironflow renders (DNS and the proxy only): as a pod-run it could not push.
-    pod["metadata"]["labels"][labels.LABEL_COMPONENT] = labels.COMPONENT_CLAUDE_RUNNER
+    pod = init_pods.as_proxy_client(run.build_pod(now=now))
     configmap_name = f"{run.name}-patch"
     container = pod["spec"]["containers"][0]
     container["volumeMounts"] = [
