@@ -158,18 +158,36 @@ def enforce_policies(env: RealNodeEnv, policies: list[dict[str, Any]]) -> None:
     eventually_sync(enforced, limit_s=60, interval_s=0.3, what="kube-router enforcing the policies")
 
 
+#: How long a test's namespaces may hold pods after it (the worker's grace is 60 s).
+PODS_GONE_S: Final = 120.0
+
+
 @contextlib.contextmanager
 def cluster_namespaces(env: RealNodeEnv, config: setup.ClusterSetup, *extra: str) -> Iterator[None]:
-    """The rendered Namespaces (agents: ``restricted``), plus ``extra`` plain ones; deleted after."""
+    """The rendered Namespaces (agents: ``restricted``), plus ``extra`` plain ones; deleted after,
+    and their pods waited out (up to :data:`PODS_GONE_S`): a proxy's or worker's pod still in its
+    grace holds its CPU request, and left the next test's step ``Unschedulable`` (Insufficient cpu)."""
     docs = _rendered(config, "Namespace")
     docs += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}} for name in extra]
+    names = [doc["metadata"]["name"] for doc in docs]
     try:
         env.apply_objects(docs)
         yield
     finally:
-        for doc in docs:
+        for name in names:
             with contextlib.suppress(KubeEnvError, OSError):
-                env.request("DELETE", f"/api/v1/namespaces/{doc['metadata']['name']}")
+                env.request("DELETE", f"/api/v1/namespaces/{name}")
+        with contextlib.suppress(AssertionError):  # best effort: never hides the test's own failure
+            eventually_sync(lambda: not _pods_in(env, names), limit_s=PODS_GONE_S, interval_s=0.5)
+
+
+def _pods_in(env: RealNodeEnv, namespaces: list[str]) -> list[str]:
+    """The pods left in ``namespaces`` (a listing that fails counts as none left)."""
+    left = []
+    for ns in namespaces:
+        with contextlib.suppress(KubeEnvError, OSError):
+            left += [p["metadata"]["name"] for p in env.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]]
+    return left
 
 
 @dataclass(frozen=True)
