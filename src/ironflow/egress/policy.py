@@ -166,9 +166,13 @@ class EgressPolicy:
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
             raise InvalidEgressPolicy("egress 'profiles' is a list of profile names")
         for name in names:
-            found = (profiles or {}).get(name)
+            if profiles is None:  # the wire between processes: what a client sends is expanded
+                raise InvalidEgressPolicy(
+                    f"egress profile {name[:100]!r} is not read here: send its rules (egress.profiles.from_json)"
+                )
+            found = profiles.get(name)
             if found is None:
-                known = sorted(profiles or {})
+                known = sorted(profiles)
                 raise InvalidEgressPolicy(settings_file.unknown_name_message("egress profile", name[:100], known))
             policy = found.merged(policy)
         return policy

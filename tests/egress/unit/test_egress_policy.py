@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ironflow.egress import EgressPolicy, InvalidEgressPolicy, Rule, decide, decide_address, parse_allow_host
+from ironflow.egress import EgressPolicy, InvalidEgressPolicy, Rule, addresses, decide, decide_address, parse_allow_host
 
 
 def _policy(*allow: str, deny: tuple[str, ...] = ()) -> EgressPolicy:
@@ -277,3 +280,28 @@ def test_merged_keeps_each_rule_once_and_both_lists() -> None:
 def test_a_rule_that_can_never_work_is_refused(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(InvalidEgressPolicy, match=fragment):
         Rule(**kwargs)  # type: ignore[arg-type]
+
+
+_FIXED_V4 = st.sampled_from([n for n, _ in addresses.FIXED_DENY_RANGES if n.version == 4]).flatmap(
+    lambda n: st.integers(int(n.network_address), int(n.broadcast_address)).map(ipaddress.IPv4Address)
+)
+_SPELLINGS = st.sampled_from([str, lambda a: str(int(a)), lambda a: hex(int(a)), lambda a: f"[::ffff:{a}]"])
+
+
+@given(_FIXED_V4, _SPELLINGS, st.integers(1, 65535))
+def test_no_spelling_of_a_fixed_deny_address_passes_star(address: ipaddress.IPv4Address, spell: Any, port: int) -> None:
+    assert not decide(_policy("*:*", "*.example.com:*"), spell(address), port).allowed
+    assert not decide_address(_policy("*:*"), "any.example.com", port, address).allowed
+
+
+@given(
+    st.from_regex(r"[a-z]{1,8}(\.[a-z]{1,8}){0,3}\.example\.com", fullmatch=True),
+    st.sampled_from(["*", "*.example.com", "{host}"]),
+    st.sampled_from(["*", "*.example.com", "{host}"]),
+)
+def test_a_matching_deny_rule_always_wins(host: str, allow: str, deny: str) -> None:
+    policy = _policy(allow.format(host=host) + ":443", deny=(deny.format(host=host) + ":443",))
+    found = decide(policy, host, 443)
+    assert not found.allowed
+    assert found.rule is not None
+    assert found.rule.startswith("deny ")
