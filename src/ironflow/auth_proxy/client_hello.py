@@ -59,7 +59,10 @@ def _records(data: bytes) -> tuple[bytes, int]:
 
 def bytes_needed(data: bytes) -> int:
     """0 when ``data`` holds a whole ClientHello, else how many more bytes to read (at least 1)."""
-    payload, more = _records(data)
+    return _needed(data, *_records(data))
+
+
+def _needed(data: bytes, payload: bytes, more: int) -> int:
     if len(payload) >= 4:
         if payload[0] != _CLIENT_HELLO:
             raise NotClientHello("the first handshake message is not a ClientHello")
@@ -119,9 +122,9 @@ def _decoded(name: bytes) -> str:
 def server_name(data: bytes) -> str | None:
     """The host the ClientHello in ``data`` names (lowercase, no trailing dot), ``None`` when it
     names none; :class:`NotClientHello` when ``data`` is not exactly one whole ClientHello."""
-    if bytes_needed(data) != 0:
+    payload, more = _records(data)
+    if _needed(data, payload, more) != 0:
         raise NotClientHello("incomplete ClientHello")
-    payload, _ = _records(data)
     handshake = _Cursor(payload)
     handshake.take(1)
     hello = handshake.vector(3)

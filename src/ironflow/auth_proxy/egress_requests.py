@@ -30,6 +30,7 @@ __all__ = [
 
 _TOKEN_CHARS: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HOST_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,253}")
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _VERSIONS: Final = ("HTTP/1.1", "HTTP/1.0")
 _REASONS: Final = {
     200: "Connection established",
@@ -149,7 +150,7 @@ def parse_head(head: bytes) -> ProxyRequest:
     headers: list[tuple[str, str]] = []
     for line in lines[1:-2]:
         name, sep, value = line.partition(":")
-        if not sep or not _TOKEN_CHARS.fullmatch(name) or any(ord(ch) < 0x20 and ch != "\t" for ch in value):
+        if not sep or not _TOKEN_CHARS.fullmatch(name) or _CONTROL.search(value):
             raise MalformedHead("bad header line")
         headers.append((name, value.strip(" \t")))
     content_length, chunked = _framing(headers)

@@ -41,8 +41,7 @@ from typing import Any, Final, Protocol
 
 from prometheus_client import Counter
 
-from ironflow.auth_proxy import _egress_stub as egress_addresses
-from ironflow.auth_proxy import _egress_stub as egress_policy
+from ironflow.auth_proxy import _egress_stub as egress
 from ironflow.auth_proxy import client_hello, crypto, egress_requests, logs, metrics, registry, tokens, tunnels
 from ironflow.auth_proxy import config as config_mod
 
@@ -56,17 +55,17 @@ _UNAUTHORIZED: Final = "ironflow egress: proxy authentication required (a live i
 class Resolver(Protocol):
     """Names to addresses: the proxy's one lookup per request (tests replace it to rebind)."""
 
-    async def resolve(self, host: str, port: int) -> Sequence[egress_addresses.IPAddress]: ...
+    async def resolve(self, host: str, port: int) -> Sequence[egress.IPAddress]: ...
 
 
 class SystemResolver:
     """The event loop's ``getaddrinfo`` (the system's resolver), TCP addresses in its order."""
 
-    async def resolve(self, host: str, port: int) -> Sequence[egress_addresses.IPAddress]:
+    async def resolve(self, host: str, port: int) -> Sequence[egress.IPAddress]:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        found: list[egress_addresses.IPAddress] = []
+        found: list[egress.IPAddress] = []
         for _, _, _, _, sockaddr in infos:
-            address = egress_addresses.parse_ip_literal(str(sockaddr[0]).partition("%")[0])
+            address = egress.parse_ip_literal(str(sockaddr[0]).partition("%")[0])
             if address is not None and address not in found:
                 found.append(address)
         return found
@@ -160,12 +159,12 @@ class EgressServer:
         return found
 
     async def _addresses(
-        self, policy: egress_policy.EgressPolicy, host: str, port: int
-    ) -> list[egress_addresses.IPAddress]:
+        self, policy: egress.EgressPolicy, host: str, port: int
+    ) -> list[egress.IPAddress]:
         """Step 6: every address the one lookup gave, each allowed after resolution."""
-        literal = egress_addresses.parse_ip_literal(host)
+        literal = egress.parse_ip_literal(host)
         if literal is not None:
-            found: Sequence[egress_addresses.IPAddress] = [literal]
+            found: Sequence[egress.IPAddress] = [literal]
         else:
             try:
                 found = await self.resolver.resolve(host, port)
@@ -174,13 +173,13 @@ class EgressServer:
             if not found:
                 raise _Refused(502, f"cannot resolve {host}", result="unreachable")
         for address in found:
-            decision = egress_policy.decide_address(policy, host, port, address)
+            decision = egress.decide_address(policy, host, port, address)
             if not decision.allowed:
                 raise _Refused(403, decision.reason, decision.rule)
         return list(found)
 
     async def _connect(
-        self, addresses: list[egress_addresses.IPAddress], port: int, fields: dict[str, Any]
+        self, addresses: list[egress.IPAddress], port: int, fields: dict[str, Any]
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         for address in addresses:
             try:
@@ -198,8 +197,8 @@ class EgressServer:
         if request.path is not None:
             fields["path"] = request.path
         grant = await self._grant(request, fields)
-        policy = grant.egress if grant.egress is not None else egress_policy.EgressPolicy()
-        decision = egress_policy.decide(policy, request.host, request.port, method=request.method, path=request.path)
+        policy = grant.egress if grant.egress is not None else egress.EgressPolicy()
+        decision = egress.decide(policy, request.host, request.port, method=request.method, path=request.path)
         if not decision.allowed:
             raise _Refused(403, decision.reason, decision.rule)
         budget = self.budgets.acquire(grant.id, grant.expires_at)
@@ -249,7 +248,7 @@ class EgressServer:
             raise _Closed(f"not a TLS ClientHello ({exc})") from None
         except (TimeoutError, asyncio.IncompleteReadError):
             raise _Closed("no TLS ClientHello") from None
-        literal = egress_addresses.parse_ip_literal(host) is not None
+        literal = egress.parse_ip_literal(host) is not None
         if name is None and not literal:
             raise _Closed("the TLS ClientHello names no server")
         if name is not None and name != host:
@@ -282,6 +281,8 @@ async def serve_egress(
         open_handlers.add(task)
         try:
             await server.handle(reader, writer)
+        except asyncio.CancelledError:
+            pass  # the listener is closing: asyncio's stream callback would report a cancelled handler
         finally:
             open_handlers.discard(task)
 

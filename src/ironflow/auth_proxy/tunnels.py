@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -145,13 +146,23 @@ async def copy_chunked(pump: _Pump, reader: asyncio.StreamReader, writer: asynci
         await _write(writer, b"\r\n")
 
 
-async def _watch(pumps: tuple[_Pump, _Pump], idle_timeout_s: float, outcome: Relayed) -> None:
-    while True:
-        idle = time.monotonic() - max(p.last for p in pumps)
-        if idle >= idle_timeout_s:
-            outcome.cut = f"idle for {idle_timeout_s:g} s"
-            return
-        await asyncio.sleep(idle_timeout_s - idle)
+class _Watchdog:
+    """Cuts a relay whose pumps moved nothing for ``idle_timeout_s``: one timer re-armed only when
+    it fires (a timestamp per chunk, no timer per chunk)."""
+
+    def __init__(self, pumps: tuple[_Pump, _Pump], idle_timeout_s: float, cut: Callable[[str], None]) -> None:
+        self._pumps, self._idle, self._cut = pumps, idle_timeout_s, cut
+        self._timer = asyncio.get_running_loop().call_later(idle_timeout_s, self._check)
+
+    def _check(self) -> None:
+        idle = time.monotonic() - max(p.last for p in self._pumps)
+        if idle >= self._idle:
+            self._cut(f"idle for {self._idle:g} s")
+        else:
+            self._timer = asyncio.get_running_loop().call_later(self._idle - idle, self._check)
+
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 async def relay(
@@ -173,26 +184,29 @@ async def relay(
         upload = copy_chunked(up, client[0], upstream[1])
     else:
         upload = copy_exactly(up, client[0], upstream[1], int(body))
-    tasks = [asyncio.ensure_future(upload), asyncio.ensure_future(down.copy(upstream[0], client[1]))]
-    watchdog = asyncio.ensure_future(_watch((up, down), idle_timeout_s, outcome))
-    try:
-        pending = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending | {watchdog}, return_when=asyncio.FIRST_COMPLETED)
-            if watchdog in done:
-                break
-            pending.discard(watchdog)
-            for task in done:
-                error = task.exception()
-                if isinstance(error, _Spent):
-                    outcome.cut = "byte budget spent"
-                if error is not None or (body is not None and task is tasks[1]):
-                    pending = set()  # a broken direction, a limit, or the end of a forwarded answer
-    finally:
-        for task in (*tasks, watchdog):
+    loop = asyncio.get_running_loop()
+    tasks = (loop.create_task(upload), loop.create_task(down.copy(upstream[0], client[1])))
+
+    def cut(reason: str | None = None) -> None:
+        if reason is not None and outcome.cut is None:
+            outcome.cut = reason
+        for task in tasks:
             task.cancel()
-        for task in (*tasks, watchdog):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+
+    def ended(task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, _Spent):
+            cut("byte budget spent")
+        elif error is not None or (body is not None and task is tasks[1]):
+            cut()  # a broken direction, or the end of a forwarded answer
+
+    for task in tasks:
+        task.add_done_callback(ended)
+    watchdog = _Watchdog((up, down), idle_timeout_s, cut)
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        watchdog.stop()
+        cut()
     outcome.sent, outcome.received = up.moved, down.moved
     return outcome
