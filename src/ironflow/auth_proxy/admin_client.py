@@ -19,8 +19,8 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
+from ironflow import egress as egress_policy
 from ironflow import settings_file
-from ironflow.auth_proxy import _egress_stub as egress_policy
 from ironflow.auth_proxy import tokens
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
 from ironflow.errors import AuthProxyError, MissingCredential

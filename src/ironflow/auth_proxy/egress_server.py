@@ -41,7 +41,7 @@ from typing import Any, Final, Protocol
 
 from prometheus_client import Counter
 
-from ironflow.auth_proxy import _egress_stub as egress
+from ironflow import egress
 from ironflow.auth_proxy import client_hello, crypto, egress_requests, logs, metrics, registry, tokens, tunnels
 from ironflow.auth_proxy import config as config_mod
 
@@ -158,9 +158,7 @@ class EgressServer:
         fields.update(token=found.short_id, run_id=found.run_id, step=found.step)
         return found
 
-    async def _addresses(
-        self, policy: egress.EgressPolicy, host: str, port: int
-    ) -> list[egress.IPAddress]:
+    async def _addresses(self, policy: egress.EgressPolicy, host: str, port: int) -> list[egress.IPAddress]:
         """Step 6: every address the one lookup gave, each allowed after resolution."""
         literal = egress.parse_ip_literal(host)
         if literal is not None:
@@ -198,7 +196,8 @@ class EgressServer:
             fields["path"] = request.path
         grant = await self._grant(request, fields)
         policy = grant.egress if grant.egress is not None else egress.EgressPolicy()
-        decision = egress.decide(policy, request.host, request.port, method=request.method, path=request.path)
+        method = None if request.tunnel else request.method  # a tunnel shows no method or path
+        decision = egress.decide(policy, request.host, request.port, method=method, path=request.path)
         if not decision.allowed:
             raise _Refused(403, decision.reason, decision.rule)
         budget = self.budgets.acquire(grant.id, grant.expires_at)

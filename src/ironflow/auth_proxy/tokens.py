@@ -27,7 +27,7 @@ import secrets as _secrets
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ironflow.auth_proxy import _egress_stub as egress_policy
+from ironflow import egress as egress_policy
 from ironflow.secrets import Secret
 
 __all__ = [

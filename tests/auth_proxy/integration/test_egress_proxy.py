@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, run_auth_proxy
-from ironflow.auth_proxy import _egress_stub as egress
+from ironflow import egress
+from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, KeyRing, run_auth_proxy, tokens
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.egress_server import Resolver
+from ironflow.auth_proxy.postgres import PostgresRegistry
 from ironflow.secrets import Secret
 from ironflow.testing import _kubeenv_pki as pki
+from ironflow.testing.postgres_server import fresh_database
 
 ADMIN = "admin-key-" + "e" * 40
 CREDENTIAL = Credential("api_key", Secret("sk-ant-api03-" + "k" * 20))
@@ -409,3 +411,55 @@ async def test_a_malformed_or_oversized_head_is_refused() -> None:
     assert https.startswith(b"HTTP/1.1 400 ")
     assert b"use CONNECT" in https
     assert huge.startswith(b"HTTP/1.1 431 ")
+
+
+async def test_a_rule_scoped_by_method_and_path_opens_only_those_plain_requests() -> None:
+    async with _origin() as origin, _proxy() as (proxy, admin):
+        rule = {"host": "127.0.0.1", "ports": [origin.port], "methods": ["GET"], "path_prefix": "/simple/"}
+        token = await _token(admin, egress_policy=egress.EgressPolicy.from_json({"allow": [rule]}))
+        where = f"http://127.0.0.1:{origin.port}"
+        answers = {
+            head: await _raw(proxy, f"{head} HTTP/1.1\r\n{_auth(token)}\r\n")
+            for head in (
+                f"GET {where}/simple/pip/",
+                f"GET {where}/other",
+                f"POST {where}/simple/pip/",
+                f"CONNECT 127.0.0.1:{origin.port}",
+            )
+        }
+    statuses = {head: answer.split(b" ")[1] for head, answer in answers.items()}
+    assert list(statuses.values()) == [b"200", b"403", b"403", b"403"], statuses
+    assert len(origin.heads) == 1
+
+
+async def test_a_deny_rule_scoped_by_method_closes_tunnels_to_its_host() -> None:
+    """A tunnel could carry the denied method: it fails closed."""
+    async with _origin() as origin, _proxy(Rebinding(["127.0.0.1"])) as (proxy, admin):
+        policy = {
+            "allow": [{"host": "svc.example", "ports": [origin.port], "addresses": ["127.0.0.1/32"]}],
+            "deny": [{"host": "svc.example", "ports": [origin.port], "methods": ["POST"]}],
+        }
+        token = await _token(admin, egress_policy=egress.EgressPolicy.from_json(policy))
+        get = await _raw(proxy, f"GET http://svc.example:{origin.port}/ HTTP/1.1\r\n{_auth(token)}\r\n")
+        post = await _raw(proxy, f"POST http://svc.example:{origin.port}/ HTTP/1.1\r\n{_auth(token)}\r\n")
+        tunnel = await _raw(proxy, f"CONNECT svc.example:{origin.port} HTTP/1.1\r\n{_auth(token)}\r\n")
+    assert get.startswith(b"HTTP/1.1 200 OK")
+    assert post.startswith(b"HTTP/1.1 403 ")
+    assert tunnel.startswith(b"HTTP/1.1 403 ")
+
+
+@pytest.mark.postgres
+async def test_a_grants_egress_policy_is_kept_by_postgresql(postgres_dsn: str) -> None:
+    policy = egress.EgressPolicy.from_json({"allow": ["pypi.org:443", "svc.ns:80@10.96.0.0/12"], "deny": ["*.evil.io"]})
+    credential = tokens.ClaudeCredential("api_key", Secret("sk-ant-pg"))
+    with_policy = tokens.Grant(tokens.token_id("ifap_a"), "r", "s", int(time.time()) + 60, credential, egress=policy)
+    without = tokens.Grant(tokens.token_id("ifap_b"), "r", "s", int(time.time()) + 60, credential)
+    async with fresh_database(postgres_dsn) as url:
+        grants = await PostgresRegistry.open(Secret(url), KeyRing.from_spec("1:" + "ab" * 32), cache_ttl_s=0)
+        try:
+            await grants.insert(with_policy)
+            await grants.insert(without)
+            assert await grants.resolve(with_policy.id, int(time.time())) == with_policy
+            assert await grants.resolve(without.id, int(time.time())) == without
+        finally:
+            await grants.close()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ironflow.auth_proxy import _egress_stub as egress
+from ironflow import egress
 from ironflow.auth_proxy import config, egress_requests, tokens
 from ironflow.errors import ConfigError
 from ironflow.secrets import Secret
