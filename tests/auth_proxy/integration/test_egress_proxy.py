@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
 
 from ironflow import egress
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, KeyRing, run_auth_proxy, tokens
@@ -90,7 +91,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 
 @contextlib.asynccontextmanager
 async def _proxy(
-    resolver: Resolver | None = None, *, max_tunnels: int = 64, idle_s: float = 300.0
+    resolver: Resolver | None = None, *, max_tunnels: int = 64, idle_s: float = 300.0, max_bytes: int | None = None
 ) -> AsyncIterator[tuple[RunningProxy, AdminClient]]:
     config = AuthProxyConfig(
         admin_key=Secret(ADMIN),
@@ -99,6 +100,7 @@ async def _proxy(
         egress_port=0,
         egress_max_tunnels=max_tunnels,
         egress_idle_timeout_s=idle_s,
+        egress_max_bytes=max_bytes,
     )
     async with (
         run_auth_proxy(config, egress_resolver=resolver) as running,
@@ -386,6 +388,17 @@ async def test_a_token_past_its_tunnel_limit_gets_429_until_one_closes(tls: Tls)
     assert (code, body) == (0, "hello"), err
 
 
+async def test_a_token_past_its_byte_budget_is_cut_then_refused() -> None:
+    async with _origin() as origin, _proxy(max_bytes=40) as (proxy, admin):
+        token = await _token(admin, f"127.0.0.1:{origin.port}")
+        head = f"GET http://127.0.0.1:{origin.port}/ HTTP/1.1\r\n{_auth(token)}\r\n"
+        first = await _raw(proxy, head)
+        second = await _raw(proxy, head)
+    assert first == b""  # the answer (68 bytes) would pass the budget: cut before any of it is relayed
+    assert second.startswith(b"HTTP/1.1 429 ")
+    assert b"bytes are spent" in second
+
+
 async def test_a_silent_tunnel_is_closed_after_the_idle_timeout(tls: Tls) -> None:
     async with _origin(tls=tls.server) as origin, _proxy(idle_s=0.3) as (proxy, admin):
         token = await _token(admin, f"127.0.0.1:{origin.port}")
@@ -463,3 +476,39 @@ async def test_a_grants_egress_policy_is_kept_by_postgresql(postgres_dsn: str) -
             assert await grants.resolve(without.id, int(time.time())) == without
         finally:
             await grants.close()
+
+
+async def test_git_clones_over_https_through_a_connect_tunnel(tls: Tls, tmp_path: Path) -> None:
+    """git's own client (libcurl, ``https_proxy=http://user:TOKEN@…``) and git http-backend over TLS."""
+    _, seed = seed_forge(tmp_path, "localhost", {"README.md": "through the egress proxy\n"})
+    head = git("rev-parse", "HEAD", cwd=seed).strip()
+    async with (
+        GitServer(tmp_path / "forge", username="git", password="pw", tls=tls.server) as server,
+        _proxy() as (proxy, admin),
+    ):
+        port = int(server.url.rpartition(":")[2])
+        rule = {"host": "localhost", "ports": [port], "addresses": ["127.0.0.1/32", "::1/128"]}
+        token = await _token(admin, egress_policy=egress.EgressPolicy.from_json({"allow": [rule]}))
+        assert proxy.egress is not None
+        env = {
+            **GIT_ENV,
+            "https_proxy": proxy.egress.replace("http://", f"http://ironflow:{token}@"),
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "GIT_SSL_CAINFO": str(tls.ca),
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+        url = f"https://git:pw@localhost:{port}/localhost/org/repo.git"
+        clone = await asyncio.create_subprocess_exec(
+            "git", "clone", "--quiet", url, str(tmp_path / "clone"), env=env, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await clone.communicate()
+        refused = await asyncio.create_subprocess_exec(
+            "git", "ls-remote", url.replace(f":{port}/", f":{port + 1}/"), env=env, stderr=asyncio.subprocess.PIPE
+        )
+        _, refused_err = await refused.communicate()
+    assert clone.returncode == 0, err.decode()
+    assert (tmp_path / "clone" / "README.md").read_text() == "through the egress proxy\n"
+    assert git("rev-parse", "HEAD", cwd=tmp_path / "clone").strip() == head
+    assert refused.returncode != 0
+    assert b"403" in refused_err
