@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
+import socket
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, KeyRin
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.egress_server import Resolver
 from ironflow.auth_proxy.postgres import PostgresRegistry
+from ironflow.errors import AuthProxyError
 from ironflow.secrets import Secret
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing.postgres_server import fresh_database
@@ -115,10 +120,10 @@ async def _token(admin: AdminClient, *allow: str, egress_policy: egress.EgressPo
     return issued.token.reveal()
 
 
-async def _curl(proxy: RunningProxy, token: str, url: str, tls: Tls | None = None) -> tuple[int, str, str]:
-    """curl through the proxy as a sandbox would (``http://user:TOKEN@proxy``): exit code, body, stderr."""
-    assert proxy.egress is not None
-    proxy_url = proxy.egress.replace("http://", f"http://ironflow:{token}@")
+async def _curl(egress_url: str | None, token: str, url: str, tls: Tls | None = None) -> tuple[int, str, str]:
+    """curl through the egress proxy as a sandbox would (``http://user:TOKEN@proxy``): exit code, body, stderr."""
+    assert egress_url is not None
+    proxy_url = egress_url.replace("http://", f"http://ironflow:{token}@")
     args = ["curl", "-sS", "--max-time", "20", "-x", proxy_url, url]
     if tls is not None:
         args += ["--cacert", str(tls.ca)]
@@ -153,7 +158,7 @@ def _auth(token: str) -> str:
 async def test_curl_fetches_https_through_connect_when_the_policy_names_host_and_port(tls: Tls) -> None:
     async with _origin(tls=tls.server) as origin, _proxy() as (proxy, admin):
         token = await _token(admin, f"127.0.0.1:{origin.port}")
-        code, body, err = await _curl(proxy, token, f"https://127.0.0.1:{origin.port}/simple/", tls)
+        code, body, err = await _curl(proxy.egress, token, f"https://127.0.0.1:{origin.port}/simple/", tls)
         assert (code, body) == (0, "hello"), err
         assert origin.heads[0].startswith(b"GET /simple/ HTTP/1.1\r\n")
         assert b"ifap_" not in origin.heads[0]  # the token went to the proxy only
@@ -162,7 +167,7 @@ async def test_curl_fetches_https_through_connect_when_the_policy_names_host_and
 async def test_curl_is_refused_with_the_rule_when_the_policy_names_another_port(tls: Tls) -> None:
     async with _origin(tls=tls.server) as origin, _proxy() as (proxy, admin):
         token = await _token(admin, f"127.0.0.1:{origin.port + 1}")
-        code, _, err = await _curl(proxy, token, f"https://127.0.0.1:{origin.port}/", tls)
+        code, _, err = await _curl(proxy.egress, token, f"https://127.0.0.1:{origin.port}/", tls)
         assert code != 0
         assert "403" in err
         answer = await _raw(proxy, f"CONNECT 127.0.0.1:{origin.port} HTTP/1.1\r\n{_auth(token)}\r\n")
@@ -185,7 +190,7 @@ async def test_plain_http_is_forwarded_in_origin_form_without_the_proxy_credenti
     caplog.set_level(logging.INFO, logger="ironflow.auth_proxy")
     async with _origin() as origin, _proxy() as (proxy, admin):
         token = await _token(admin, f"127.0.0.1:{origin.port}")
-        code, body, err = await _curl(proxy, token, f"http://127.0.0.1:{origin.port}/pkg/a.tgz?sig=querysecret")
+        code, body, err = await _curl(proxy.egress, token, f"http://127.0.0.1:{origin.port}/pkg/a.tgz?sig=querysecret")
         assert (code, body) == (0, "hello"), err
     head = origin.heads[0].decode()
     assert head.startswith("GET /pkg/a.tgz?sig=querysecret HTTP/1.1\r\n")
@@ -362,7 +367,7 @@ async def test_a_revoked_unknown_or_missing_token_gets_the_same_407(tls: Tls) ->
             await _raw(proxy, head + _auth("ifap_" + "0" * 64) + "\r\n"),
             await _raw(proxy, head + "\r\n"),
         ]
-        code, _, err = await _curl(proxy, issued.token.reveal(), f"https://127.0.0.1:{origin.port}/", tls)
+        code, _, err = await _curl(proxy.egress, issued.token.reveal(), f"https://127.0.0.1:{origin.port}/", tls)
     assert answers[0].startswith(b"HTTP/1.1 407 ")
     assert b'\r\nProxy-Authenticate: Basic realm="ironflow egress"\r\n' in answers[0]
     assert answers[0] == answers[1] == answers[2]
@@ -383,7 +388,7 @@ async def test_a_token_past_its_tunnel_limit_gets_429_until_one_closes(tls: Tls)
         writer.close()
         await writer.wait_closed()
         await asyncio.sleep(0.1)
-        code, body, err = await _curl(proxy, token, f"https://127.0.0.1:{origin.port}/", tls)
+        code, body, err = await _curl(proxy.egress, token, f"https://127.0.0.1:{origin.port}/", tls)
     assert second.startswith(b"HTTP/1.1 429 ")
     assert (code, body) == (0, "hello"), err
 
@@ -512,3 +517,55 @@ async def test_git_clones_over_https_through_a_connect_tunnel(tls: Tls, tmp_path
     assert git("rev-parse", "HEAD", cwd=tmp_path / "clone").strip() == head
     assert refused.returncode != 0
     assert b"403" in refused_err
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_the_proxy_process_serves_egress_with_its_flag_and_logs_no_token(tls: Tls) -> None:
+    admin_port, egress_port = _free_port(), _free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN,
+        "IRONFLOW_AUTH_PROXY_LISTEN": f"127.0.0.1:{admin_port}",
+    }
+    argv = [sys.executable, "-m", "ironflow.auth_proxy", "--egress-listen", f"127.0.0.1:{egress_port}"]
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with _origin(tls=tls.server) as origin:
+            async with AdminClient(f"http://127.0.0.1:{admin_port}", ADMIN) as admin:
+                for _ in range(200):
+                    with contextlib.suppress(AuthProxyError):
+                        token = await _token(admin, f"127.0.0.1:{origin.port}")
+                        break
+                    await asyncio.sleep(0.05)
+            url = f"https://127.0.0.1:{origin.port}/?q=QUERYVALUE"
+            code, body, err = await _curl(f"http://127.0.0.1:{egress_port}", token, url, tls)
+            assert (code, body) == (0, "hello"), err
+    finally:
+        proc.terminate()
+        _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+    lines = [json.loads(line) for line in stderr.decode().splitlines() if line.strip()]
+    allowed = [line for line in lines if line["event"] == "egress allowed"]
+    assert len(allowed) == 1
+    assert allowed[0]["port"] == origin.port
+    assert token not in stderr.decode()
+    assert "QUERYVALUE" not in stderr.decode()
+
+
+async def test_a_bad_egress_listen_flag_exits_2_with_one_line() -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN,
+    }
+    argv = [sys.executable, "-m", "ironflow.auth_proxy", "--egress-listen", "3128"]
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(proc.communicate(), 15)
+    assert proc.returncode == 2
+    assert stderr.decode().count("\n") == 1
+    assert "IRONFLOW_AUTH_PROXY_EGRESS_LISTEN must be host:port" in stderr.decode()
