@@ -145,12 +145,17 @@ def server_name(data: bytes) -> str | None:
         raise NotClientHello("data after the extensions")
     name: str | None = None
     seen: set[int] = set()
-    while not extensions.done:
-        kind = extensions.number(2)
-        body = extensions.vector(2)
+    data, at, end = extensions.data, 0, len(extensions.data)
+    while at < end:  # by offsets, not cursors: a ClientHello has 10-20 extensions
+        if at + 4 > end:
+            raise NotClientHello("truncated ClientHello")
+        kind, stop = (data[at] << 8) | data[at + 1], at + 4 + ((data[at + 2] << 8) | data[at + 3])
+        if stop > end:
+            raise NotClientHello("truncated ClientHello")
         if kind in seen:
             raise NotClientHello("a repeated extension")
         seen.add(kind)
         if kind == _SERVER_NAME:
-            name = _host_name(body)
+            name = _host_name(_Cursor(data[at + 4 : stop]))
+        at = stop
     return name
