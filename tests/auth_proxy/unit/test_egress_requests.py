@@ -163,3 +163,31 @@ def test_the_egress_listener_and_limits_come_from_the_environment() -> None:
         config.AuthProxyConfig.from_env({**env, config.EGRESS_LISTEN_ENV: "3128"})
     with pytest.raises(ConfigError, match=config.EGRESS_MAX_TUNNELS_ENV):
         config.AuthProxyConfig.from_env({**env, config.EGRESS_MAX_TUNNELS_ENV: "-1"})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["allow", "deny", "host", "ports", "methods", "path_prefix", "addresses", "profiles", "x"]),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@given(_JSON)
+def test_any_egress_value_in_a_token_request_is_a_policy_or_a_400(raw: object) -> None:
+    body = json.dumps({**BODY, "egress": raw}).encode()
+    refused = None
+    try:
+        request = tokens.parse_token_request(body, 1_000)
+    except tokens.InvalidTokenRequest as exc:
+        refused = exc.message
+    if refused is not None:
+        assert refused.startswith("invalid egress policy")
+    else:
+        assert request.egress is None or isinstance(request.egress, egress.EgressPolicy)
