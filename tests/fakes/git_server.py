@@ -22,6 +22,7 @@ import binascii
 import contextlib
 import os
 import re
+import ssl
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -113,10 +114,12 @@ async def _http_backend() -> Path:
 
 class GitServer:
     """Serves the bare repositories under ``root`` at ``{url}/<path under root>`` while open
-    (``async with``); ``root/org/repo.git`` is cloned from ``{url}/org/repo.git``."""
+    (``async with``); ``root/org/repo.git`` is cloned from ``{url}/org/repo.git``. With ``tls``
+    (a server context whose certificate names localhost) the URL is ``https://localhost:PORT``."""
 
-    def __init__(self, root: Path, *, username: str, password: str) -> None:
+    def __init__(self, root: Path, *, username: str, password: str, tls: ssl.SSLContext | None = None) -> None:
         self.root = root
+        self._tls = tls
         self._username = username
         self._password = password
         self.requests: list[GitRequest] = []
@@ -139,8 +142,9 @@ class GitServer:
         # Raw bodies: a gzip-encoded fetch request reaches http-backend compressed, as from a web server.
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._tls).start()
+        scheme, host = ("https", "localhost") if self._tls else ("http", "127.0.0.1")  # a certificate names localhost
+        self.url = f"{scheme}://{host}:{self._runner.addresses[0][1]}"
         return self
 
     async def __aexit__(

@@ -45,6 +45,7 @@ async def serve(cfg: config.AuthProxyConfig, *, reuse_port: bool = False) -> Non
             logs.event(
                 "auth proxy listening",
                 address=running.url,
+                egress=running.egress,
                 registry="postgres" if cfg.database_url is not None else "memory",
                 pid=os.getpid(),
             )
@@ -121,8 +122,15 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     parser = argparse.ArgumentParser(prog="python -m ironflow.auth_proxy", description=__doc__)
     parser.add_argument("--workers", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT)")
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--egress-listen",
+        metavar="HOST:PORT",
+        help=f"serve the egress proxy there too (else {config.EGRESS_LISTEN_ENV}; unset: no egress proxy)",
+    )
     args = parser.parse_args(argv)
-    source = os.environ if env is None else env
+    source = dict(os.environ if env is None else env)
+    if args.egress_listen is not None:
+        source[config.EGRESS_LISTEN_ENV] = args.egress_listen  # the workers read it from their environment
     try:
         cfg = config.AuthProxyConfig.from_env(source)
         if args.workers < 1:

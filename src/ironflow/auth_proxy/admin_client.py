@@ -19,6 +19,7 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
+from ironflow import egress as egress_policy
 from ironflow import settings_file
 from ironflow.auth_proxy import tokens
 from ironflow.auth_proxy.issuing import Credential, resolve_credential
@@ -141,9 +142,11 @@ class AdminClient:
         credential: Credential | tokens.SecretCredential | None = None,
         limits: tokens.Limits | None = None,
         trace_context: str | None = None,
+        egress: egress_policy.EgressPolicy | None = None,
     ) -> IssuedToken:
         """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order);
-        ``trace_context``, the step's ``traceparent``, parents the proxy's spans of its requests."""
+        ``trace_context``, the step's ``traceparent``, parents the proxy's spans of its requests;
+        ``egress`` is what the step's egress proxy lets through (``None``: nothing)."""
         chosen = credential or self._credential or resolve_credential(None)
         body: dict[str, Any] = {
             "run_id": run_id,
@@ -155,6 +158,8 @@ class AdminClient:
             body["limits"] = limits.to_json()
         if trace_context is not None:
             body["trace_context"] = trace_context
+        if egress is not None:
+            body["egress"] = egress.to_json()
         status, text = await self._call("POST", "/admin/v1/tokens", body)
         if status != 201:
             raise self._admin_error(status, text)

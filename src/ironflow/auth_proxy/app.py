@@ -2,8 +2,9 @@
 
 ``create_app(config)`` returns an aiohttp app whose registry, upstream connection pool
 (:mod:`upstream`) and purge task open at startup and close at shutdown, in reverse order. ``run_auth_proxy``
-serves it inside the current event loop (the local sandbox provider runs the proxy in
-the worker process this way); ``__main__`` serves it as a process.
+serves it (and the egress proxy, :mod:`egress_server`, when the config asks for it) inside
+the current event loop (the local sandbox provider runs the proxy in the worker process this
+way); ``__main__`` serves it as a process.
 
 The app never follows redirects, never sets a total timeout on a stream (an idle read
 timeout ends a silent one), and disables aiohttp's access log: it would print query
@@ -25,7 +26,7 @@ from aiohttp import hdrs, web
 
 from ironflow.auth_proxy import admin_client as client_mod
 from ironflow.auth_proxy import config as config_mod
-from ironflow.auth_proxy import connections, handlers, hub, logs, policy, registry, upstream
+from ironflow.auth_proxy import connections, egress_server, handlers, hub, logs, policy, registry, upstream
 
 __all__ = [
     "CONFIG_KEY",
@@ -205,6 +206,8 @@ class RunningProxy:
     config: config_mod.AuthProxyConfig
     app: web.Application
     unix_socket: str | None = None
+    #: The egress proxy: ``http://host:port``, or its unix socket's path; ``None`` when not served.
+    egress: str | None = None
 
     @property
     def registry(self) -> registry.GrantRegistry:
@@ -223,8 +226,11 @@ async def run_auth_proxy(
     port: int = 0,
     unix_socket: str | None = None,
     reuse_port: bool = False,
+    egress_resolver: egress_server.Resolver | None = None,
 ) -> AsyncIterator[RunningProxy]:
-    """Serve the proxy on ``host:port`` (0 = a free port) or a unix socket until the block ends.
+    """Serve the proxy on ``host:port`` (0 = a free port) or a unix socket until the block ends;
+    with ``config.egress_port`` or ``config.egress_socket``, the egress proxy too (its names looked
+    up by ``egress_resolver``, default the system's).
 
     >>> async def demo(config):  # doctest: +SKIP
     ...     async with run_auth_proxy(config) as running:
@@ -246,6 +252,20 @@ async def run_auth_proxy(
             bound = runner.addresses[0]
             shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
             url = f"http://{shown}:{bound[1]}"
-        yield RunningProxy(url=url, config=config, app=app, unix_socket=unix_socket)
+        async with contextlib.AsyncExitStack() as stack:
+            egress = None
+            if config.egress_enabled:
+                server = egress_server.EgressServer(
+                    config, app[REGISTRY_KEY], app[HANDLERS_KEY].metrics, resolver=egress_resolver
+                )
+                listening = egress_server.serve_egress(
+                    server,
+                    host=config.egress_host,
+                    port=config.egress_port or 0,
+                    unix_socket=config.egress_socket,
+                    reuse_port=reuse_port,
+                )
+                egress = await stack.enter_async_context(listening)
+            yield RunningProxy(url=url, config=config, app=app, unix_socket=unix_socket, egress=egress)
     finally:
         await runner.cleanup()

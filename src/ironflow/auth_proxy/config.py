@@ -28,6 +28,10 @@ __all__ = [
     "DATABASE_URL_ENV",
     "DEFAULT_MAX_BUFFERED_BYTES",
     "DEFAULT_UPSTREAM",
+    "EGRESS_IDLE_TIMEOUT_ENV",
+    "EGRESS_LISTEN_ENV",
+    "EGRESS_MAX_BYTES_ENV",
+    "EGRESS_MAX_TUNNELS_ENV",
     "HEADER_TIMEOUT_ENV",
     "HUB_ENV",
     "LISTEN_ENV",
@@ -58,6 +62,14 @@ BODY_BUDGET_ENV: Final = "IRONFLOW_AUTH_PROXY_MAX_BUFFERED_BYTES"
 #: Request bodies held at once, over all connections: 2 × the largest body, well inside
 #: the shipped 256Mi memory limit (a body is briefly held twice while it is joined).
 DEFAULT_MAX_BUFFERED_BYTES: Final = 2 * policy.DEFAULT_MAX_BODY_BYTES
+EGRESS_LISTEN_ENV: Final = "IRONFLOW_AUTH_PROXY_EGRESS_LISTEN"
+EGRESS_MAX_TUNNELS_ENV: Final = "IRONFLOW_AUTH_PROXY_EGRESS_MAX_TUNNELS"
+EGRESS_MAX_BYTES_ENV: Final = "IRONFLOW_AUTH_PROXY_EGRESS_MAX_BYTES"
+EGRESS_IDLE_TIMEOUT_ENV: Final = "IRONFLOW_AUTH_PROXY_EGRESS_IDLE_TIMEOUT_S"
+#: Per token: tunnels open at once, bytes over its life (both directions), a silent tunnel's end.
+DEFAULT_EGRESS_MAX_TUNNELS: Final = 64
+DEFAULT_EGRESS_MAX_BYTES: Final = 16 << 30
+DEFAULT_EGRESS_IDLE_TIMEOUT_S: Final = 300.0
 #: Set by ``--workers N`` for its workers; not for operators.
 HUB_ENV: Final = "IRONFLOW_AUTH_PROXY_HUB"
 DEFAULT_UPSTREAM: Final = "https://api.anthropic.com"
@@ -68,12 +80,12 @@ _NO_KEY_RING: Final = (
 )
 
 
-def parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str, variable: str = LISTEN_ENV) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` for IPv6) into a pair; ConfigError names the variable."""
     host, sep, port_text = value.strip().rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(f"{LISTEN_ENV} must be host:port, e.g. 0.0.0.0:8080 (got {value[:100]!r})")
+        raise ConfigError(f"{variable} must be host:port, e.g. 0.0.0.0:8080 (got {value[:100]!r})")
     return host, int(port_text)
 
 
@@ -124,6 +136,18 @@ class AuthProxyConfig:
     #: Tests only: send ``/r/<host>/…`` to ``<secret_upstream>/<host>/…`` instead of ``https://<host>/…``.
     secret_upstream: str | None = None
     registry: GrantRegistry | None = field(default=None, repr=False, compare=False)
+    #: The egress proxy's listener (:mod:`egress_server`): ``host:port`` (port 0: a free one), or
+    #: ``None`` for none; ``egress_socket`` serves it on a unix socket instead.
+    egress_host: str = "0.0.0.0"
+    egress_port: int | None = None
+    egress_socket: str | None = None
+    egress_max_tunnels: int = DEFAULT_EGRESS_MAX_TUNNELS
+    egress_max_bytes: int | None = DEFAULT_EGRESS_MAX_BYTES
+    egress_idle_timeout_s: float = DEFAULT_EGRESS_IDLE_TIMEOUT_S
+
+    @property
+    def egress_enabled(self) -> bool:
+        return self.egress_port is not None or self.egress_socket is not None
 
     def __post_init__(self) -> None:
         key = self.admin_key.reveal() if isinstance(self.admin_key, Secret) else str(self.admin_key)
@@ -147,6 +171,8 @@ class AuthProxyConfig:
             )
         if self.max_connections is not None and self.max_connections < 1:
             raise ConfigError(f"{MAX_CONNECTIONS_ENV} must be a positive integer")
+        if self.egress_max_tunnels < 1:
+            raise ConfigError(f"{EGRESS_MAX_TUNNELS_ENV} must be a positive integer")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuthProxyConfig:
@@ -164,6 +190,8 @@ class AuthProxyConfig:
         hub_socket = env.get(HUB_ENV, "").strip() or None
         metrics = env.get(METRICS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
         max_connections = _positive(env, MAX_CONNECTIONS_ENV, int)
+        egress_listen = env.get(EGRESS_LISTEN_ENV, "").strip()
+        egress_host, egress_port = parse_listen(egress_listen, EGRESS_LISTEN_ENV) if egress_listen else ("", None)
         return cls(
             admin_key=Secret(admin_key),
             host=host,
@@ -179,6 +207,13 @@ class AuthProxyConfig:
             max_buffered_bytes=int(_positive(env, BODY_BUDGET_ENV, int) or DEFAULT_MAX_BUFFERED_BYTES),
             header_timeout_s=float(_positive(env, HEADER_TIMEOUT_ENV, float) or 10.0),
             client_idle_timeout_s=float(_positive(env, CLIENT_IDLE_TIMEOUT_ENV, float) or 60.0),
+            egress_host=egress_host or "0.0.0.0",
+            egress_port=egress_port,
+            egress_max_tunnels=int(_positive(env, EGRESS_MAX_TUNNELS_ENV, int) or DEFAULT_EGRESS_MAX_TUNNELS),
+            egress_max_bytes=int(_positive(env, EGRESS_MAX_BYTES_ENV, int) or DEFAULT_EGRESS_MAX_BYTES),
+            egress_idle_timeout_s=float(
+                _positive(env, EGRESS_IDLE_TIMEOUT_ENV, float) or DEFAULT_EGRESS_IDLE_TIMEOUT_S
+            ),
         )
 
 

@@ -64,7 +64,7 @@ SEAL_FORMAT: Final = 1
 _DB_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 _COLUMNS: Final = (
     "id, run_id, step, expires_at, credential_kind, secret_spec, encrypted_credential, nonce, key_version, limits,"
-    " seal_format"
+    " seal_format, egress"
 )
 
 
@@ -120,7 +120,7 @@ def _grant_from_row(row: Any, ring: crypto.KeyRing) -> tokens.Grant:
             credential = {**json.loads(row["secret_spec"]), "value": value}
         else:
             credential = {"kind": row["credential_kind"], "value": value}
-        limits = row["limits"]
+        limits, egress = row["limits"], row["egress"]
         wire = {
             "id": row["id"],
             "run_id": row["run_id"],
@@ -128,6 +128,7 @@ def _grant_from_row(row: Any, ring: crypto.KeyRing) -> tokens.Grant:
             "expires_at": row["expires_at"],
             "credential": credential,
             "limits": None if limits is None else json.loads(limits),
+            "egress": None if egress is None else json.loads(egress),
         }
         return tokens.grant_from_wire(wire, source="in the registry database")
     except (ValueError, TypeError) as exc:  # InvalidTokenRequest and JSON errors are ValueErrors
@@ -274,11 +275,12 @@ class PostgresRegistry:
             kind, spec = credential.kind, None
         sealed = self._ring.seal(credential.value.reveal().encode(), associated_data(grant.id, kind, grant.expires_at))
         limits = None if grant.limits.empty else json.dumps(grant.limits.to_json())
+        egress = None if grant.egress is None else json.dumps(grant.egress.to_json())
         async with _guard("insert"):
             await self._pool.execute(
                 "INSERT INTO ironflow.auth_proxy_grants (id, run_id, step, expires_at, credential_kind, secret_spec,"
-                " encrypted_credential, nonce, key_version, limits, seal_format)"
-                " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10::jsonb, $11)",
+                " encrypted_credential, nonce, key_version, limits, seal_format, egress)"
+                " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10::jsonb, $11, $12::jsonb)",
                 grant.id,
                 grant.run_id,
                 grant.step,
@@ -290,6 +292,7 @@ class PostgresRegistry:
                 sealed.key_version,
                 limits,
                 SEAL_FORMAT,
+                egress,
             )
 
     async def resolve(self, grant_id: str, now: int) -> tokens.Grant | registry.Resolution:

@@ -90,6 +90,7 @@ async def issue(registry: GrantRegistry, request: tokens.TokenRequest) -> tuple[
         credential=request.credential,
         limits=request.limits,
         trace_context=request.trace_context,
+        egress=request.egress,
     )
     await registry.insert(grant)
     return grant, token

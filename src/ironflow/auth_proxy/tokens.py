@@ -6,8 +6,9 @@ id. The proxy stores the id, never the token: a leaked registry cannot be replay
 
 A :class:`Grant` binds a token to a run, a step, an expiry and exactly one credential:
 a Claude credential (``oauth_token`` or ``api_key``) or a proxied secret (§6.9), plus
-optional :class:`Limits` fixed at issue time, and optionally the W3C ``traceparent`` of the step
-it was issued for (the parent of the proxy's request spans). :func:`parse_token_request` validates the
+optional :class:`Limits` fixed at issue time, optionally the W3C ``traceparent`` of the step
+it was issued for (the parent of the proxy's request spans), and optionally the step's egress
+policy (what its egress proxy lets through; ``None`` lets nothing through). :func:`parse_token_request` validates the
 admin API body in the contract's order; its errors never echo the body.
 
 >>> token = new_token()
@@ -26,6 +27,7 @@ import secrets as _secrets
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from ironflow import egress as egress_policy
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -179,6 +181,7 @@ class Grant:
     credential: Credential
     limits: Limits = Limits()
     trace_context: str | None = None
+    egress: egress_policy.EgressPolicy | None = None
 
     @property
     def short_id(self) -> str:
@@ -195,6 +198,7 @@ class TokenRequest:
     credential: Credential
     limits: Limits = Limits()
     trace_context: str | None = None
+    egress: egress_policy.EgressPolicy | None = None
 
 
 class InvalidTokenRequest(ValueError):
@@ -312,7 +316,11 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     except (ValueError, UnicodeDecodeError):
         raise InvalidTokenRequest("invalid token request body") from None
     required = {"run_id", "step", "expires_at", "credential"}
-    if not isinstance(raw, dict) or not required <= set(raw) or not set(raw) <= required | {"limits", "trace_context"}:
+    if (
+        not isinstance(raw, dict)
+        or not required <= set(raw)
+        or not set(raw) <= required | {"limits", "trace_context", "egress"}
+    ):
         raise InvalidTokenRequest("invalid token request body")
     run_id, step, expires_at = raw["run_id"], raw["step"], raw["expires_at"]
     if not isinstance(run_id, str) or not isinstance(step, str):
@@ -322,6 +330,7 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     credential, value = _parse_credential(raw["credential"])
     limits = _parse_limits(raw.get("limits"))
     trace_context = _parse_trace_context(raw.get("trace_context"))
+    egress = _parse_egress(raw.get("egress"))
     if expires_at <= now:
         raise InvalidTokenRequest("expires_at is in the past")
     if expires_at - now > MAX_LIFETIME_S:
@@ -334,7 +343,16 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
         raise InvalidTokenRequest("credential is empty")
     if not is_header_safe(value):
         raise InvalidTokenRequest("credential holds characters a header cannot carry")
-    return TokenRequest(run_id, step, expires_at, credential, limits, trace_context)
+    return TokenRequest(run_id, step, expires_at, credential, limits, trace_context, egress)
+
+
+def _parse_egress(raw: Any) -> egress_policy.EgressPolicy | None:
+    if raw is None:
+        return None
+    try:
+        return egress_policy.EgressPolicy.from_json(raw)
+    except egress_policy.InvalidEgressPolicy as exc:
+        raise InvalidTokenRequest(f"invalid egress policy: {str(exc)[:200]}") from None
 
 
 def _parse_trace_context(raw: Any) -> str | None:
@@ -362,6 +380,7 @@ def grant_to_wire(grant: Grant) -> dict[str, Any]:
         "credential": credential_to_wire(grant.credential),
         "limits": grant.limits.to_json() or None,
         "trace_context": grant.trace_context,
+        "egress": None if grant.egress is None else grant.egress.to_json(),
     }
 
 
@@ -380,6 +399,7 @@ def grant_from_wire(data: dict[str, Any], *, source: str = "on the registry hub 
             credential=credential,
             limits=_parse_limits(data.get("limits")),
             trace_context=_parse_trace_context(data.get("trace_context")),
+            egress=_parse_egress(data.get("egress")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidTokenRequest(f"invalid grant {source}") from exc

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ironflow import errors, step_timeouts, tracing, workspaces
 from ironflow.claude import command, output, profile, rate_limits
+from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, environment, launch, step_proxy
@@ -101,6 +102,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         run_id: str | None = None,
         workspace: Workspace | None = None,
         on_output: launch.OutputSink | None = None,
+        egress: EgressPolicy | None = None,
     ) -> CommandResult:
         """Run ``argv`` in a fresh sandbox; a non-zero exit is a result, not an error.
 
@@ -108,7 +110,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
         agent step has. ``run_id`` lets :meth:`release_run` kill it. A ``workspace`` is its
         working directory at ``/workspace``; the result holds what it changed there.
-        ``on_output`` hears each piece of output as it comes (``ironflow exec`` streams so).
+        ``on_output`` hears each piece of output as it comes (``ironflow exec`` streams so). With
+        ``auth_proxy``, an ``egress`` policy that opens something sends ``HTTP(S)_PROXY`` traffic
+        through the egress proxy, which lets through what the policy allows.
 
         Raises:
             CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
@@ -120,6 +124,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         """
         if not argv:
             raise errors.ConfigError("run_command needs a command")
+        if step_proxy.serves_egress(egress) and not auth_proxy:
+            raise errors.ConfigError("an egress policy needs auth_proxy=True: the step reaches it with its proxy token")
         limit = self.timeout if timeout_s is None else timeout_s
         variables = {**self.env, **(env or {})}
         run_env = environment.sandbox_env(variables)  # refuses credential variables before anything starts
@@ -144,8 +150,11 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 working_dir = working_dir or WORKSPACE_PATH
             socket_path: str | None = None
             token: Secret | None = None
+            egress_socket: str | None = None
             if auth_proxy and tmp is not None:
                 socket_path = os.path.join(tmp, "proxy.sock")
+                if step_proxy.serves_egress(egress):
+                    egress_socket = os.path.join(tmp, "egress.sock")
                 token = await stack.enter_async_context(
                     step_proxy.proxy_session(
                         self._credential(None),
@@ -154,10 +163,14 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                         step="command",
                         expires_in=limit + 60,
                         max_connections=self.limits.proxy_connections,
+                        egress=egress,
+                        egress_socket=egress_socket,
                     )
                 )
             if token is not None:
                 run_env.update(environment.proxy_env(token.reveal()))
+                if egress_socket is not None:
+                    run_env.update(environment.egress_env(token.reveal()))
             fds = stack.enter_context(sandbox_argv.sandbox_fds(self.isolation, run_env))
             full, binds = sandbox_argv.render(
                 self.shape(),
@@ -170,6 +183,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 env=run_env,
                 fds=fds,
                 managed=self.managed_settings,
+                egress_socket=egress_socket,
             )
             start = time.monotonic()
             finished = await self.processes.run(

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.local.sandbox import bwrap, gvisor, seccomp
+from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, seccomp
 
 ROOT = (
     bwrap.HostEntry("usr", is_dir=True),
@@ -280,3 +280,41 @@ def test_gvisor_setup_tmpfs_are_the_paths_it_hides() -> None:
     setup = [line.split(" || _ifl_fail ")[0] for line in script.splitlines()]
     mounted = {m for line in setup for m in re.findall(r" tmpfs '?(/[^';\s]*)", line)}
     assert {m for m in mounted if not m.startswith("/home/")} == set(gvisor.SETUP_TMPFS)
+
+
+def test_the_egress_socket_is_bound_and_relayed_beside_the_proxy() -> None:
+    argv = bwrap.bwrap_argv(_settings(proxy_socket="/x/proxy.sock", egress_socket="/x/egress.sock"))
+    assert ("/x/egress.sock", bwrap.EGRESS_SOCKET_PATH) in _pairs(argv, "--ro-bind")
+    relay = bwrap.relay_argv("/py", "/f.py", 18080, "/p.sock", (18081, "/e.sock"))
+    assert relay == ("/py", "-I", "-S", "/f.py", "18080", "/p.sock", "18081", "/e.sock", "--")
+    bridge = gvisor.ProxyBridge(18080, "/t/proxy.sock", "/py/bin/python3", "/src/forwarder.py", egress=(18081, "/t/e"))
+    shown = gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",), proxy=bridge), "/t/gvisor")
+    assert shown[shown.index("/src/forwarder.py") + 1 : shown.index("runsc")] == [
+        "18080",
+        "/t/proxy.sock",
+        "18081",
+        "/t/e",
+        "--",
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["18080", "/p"],
+        ["18080", "--", "true"],
+        ["18080", "/p", "x", "/e", "--", "true"],
+        ["1", "/a", "2", "/b", "3", "/c", "--", "t"],
+    ],
+)
+def test_the_forwarder_refuses_a_bad_relay_list_with_its_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert forwarder.main(argv) == 2
+    assert capsys.readouterr().err.startswith("usage: forwarder.py PORT SOCKET [PORT SOCKET] -- CMD")
+
+
+def test_the_egress_variables_carry_the_token_and_let_loopback_bypass() -> None:
+    env = environment.egress_env("ifap_x")
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == f"http://ironflow:ifap_x@127.0.0.1:{environment.EGRESS_PORT}"
+    assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,localhost"

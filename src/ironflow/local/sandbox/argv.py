@@ -132,12 +132,14 @@ def render(
     fds: SandboxFds = SandboxFds(),
     managed: Mapping[str, Any] | None = None,
     keep_sys_admin: bool = False,
+    egress_socket: str | None = None,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
     """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
     settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
     ``tmp`` (None when neither is needed: bubblewrap without managed settings); bubblewrap's
     sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`); ``keep_sys_admin`` is
-    :attr:`bwrap.BwrapSettings.keep_sys_admin`."""
+    :attr:`bwrap.BwrapSettings.keep_sys_admin`; ``egress_socket`` (with ``proxy_socket``) is the egress
+    proxy's, relayed at :data:`environment.EGRESS_PORT`."""
     managed_dir: str | None = None
     if managed is not None:
         managed_dir = os.path.join(_run_dir(tmp), "managed-settings")
@@ -160,7 +162,10 @@ def render(
         writable = tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable)
         bridge = None
         if proxy_socket is not None:
-            bridge = gvisor.ProxyBridge(environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"))
+            egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
+            bridge = gvisor.ProxyBridge(
+                environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"), egress=egress
+            )
         shown = gvisor.GvisorSettings(
             command=cmd,
             managed_settings_dir=managed_dir,
@@ -190,10 +195,11 @@ def render(
     conversations_dir = shape.conversations_dir
     binds: tuple[tuple[bytes, bytes], ...] = ()
     if shape.host_uid is not None:  # every source, staged where the dropped uid reaches it
-        if proxy_socket is not None:
-            os.chown(proxy_socket, shape.host_uid, shape.host_uid)
-            os.chmod(proxy_socket, 0o600)
-        optional = (managed_dir, proxy_socket, forwarder_script, conversations_dir)
+        for owned in (proxy_socket, egress_socket):
+            if owned is not None:
+                os.chown(owned, shape.host_uid, shape.host_uid)
+                os.chmod(owned, 0o600)
+        optional = (managed_dir, proxy_socket, forwarder_script, conversations_dir, egress_socket)
         sources = [
             *(m.source for m in read_only),
             *(w.source for w in writable),
@@ -205,12 +211,15 @@ def render(
         read_only = tuple(bwrap.ReadOnlyMount(plan[m.source], m.target) for m in read_only)
         writable = tuple(bwrap.WritableMount(plan[m.source], m.target) for m in writable)
         profile_dirs = tuple(plan[p] for p in profile_dirs)
-        managed_dir, proxy_socket, forwarder_script, conversations_dir = (
+        managed_dir, proxy_socket, forwarder_script, conversations_dir, egress_socket = (
             None if p is None else plan[p] for p in optional
         )
     full_cmd = cmd
     if proxy_socket is not None:  # the relay as the sandbox sees it: socket and script at fixed paths
-        relay = bwrap.relay_argv(python, bwrap.FORWARDER_PATH, environment.PROXY_PORT, bwrap.PROXY_SOCKET_PATH)
+        egress_relay = (environment.EGRESS_PORT, bwrap.EGRESS_SOCKET_PATH) if egress_socket is not None else None
+        relay = bwrap.relay_argv(
+            python, bwrap.FORWARDER_PATH, environment.PROXY_PORT, bwrap.PROXY_SOCKET_PATH, egress_relay
+        )
         full_cmd = (*relay, *cmd)
     return bwrap.bwrap_argv(
         bwrap.BwrapSettings(
@@ -222,6 +231,7 @@ def render(
             managed_settings_dir=managed_dir,
             profile_dirs=profile_dirs,
             proxy_socket=proxy_socket,
+            egress_socket=egress_socket if proxy_socket is not None else None,
             forwarder_script=forwarder_script,
             working_dir=working_dir,
             home_size_bytes=shape.home_size_bytes,

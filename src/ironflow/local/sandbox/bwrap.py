@@ -33,6 +33,7 @@ from ironflow.claude import layout, profile
 __all__ = [
     "DEFAULT_HOME_SIZE_BYTES",
     "DEFAULT_TMP_SIZE_BYTES",
+    "EGRESS_SOCKET_PATH",
     "FORWARDER_PATH",
     "HIDDEN_ETC_ENTRIES",
     "HIDDEN_ROOT_ENTRIES",
@@ -82,6 +83,8 @@ _DEV_LINKS: Final = (
 _DEV_SIZE_BYTES: Final = 64 << 10
 #: Where the auth proxy's unix socket appears inside the sandbox.
 PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
+#: Where the egress proxy's unix socket appears inside the sandbox (a step with an egress policy).
+EGRESS_SOCKET_PATH: Final = "/run/ironflow/egress-proxy.sock"
 #: Where the relay script appears inside the sandbox: a fixed path, because the package
 #: may live anywhere on the host, /tmp (hidden in the sandbox) included.
 FORWARDER_PATH: Final = "/run/ironflow/forwarder.py"
@@ -124,6 +127,8 @@ class BwrapSettings:
     managed_settings_dir: str | None = None
     profile_dirs: tuple[str, ...] = ()
     proxy_socket: str | None = None
+    #: The egress proxy's socket, bound at :data:`EGRESS_SOCKET_PATH` (a step with an egress policy).
+    egress_socket: str | None = None
     #: The host file of :mod:`ironflow.local.sandbox.forwarder`, bound at :data:`FORWARDER_PATH`.
     forwarder_script: str | None = None
     working_dir: str | None = None
@@ -146,10 +151,14 @@ class BwrapSettings:
     keep_sys_admin: bool = False
 
 
-def relay_argv(python: str, script: str, port: int, socket_path: str) -> tuple[str, ...]:
+def relay_argv(
+    python: str, script: str, port: int, socket_path: str, egress: tuple[int, str] | None = None
+) -> tuple[str, ...]:
     """The argv that runs the proxy relay (``ironflow.local.sandbox.forwarder`` at ``script``, as the sandbox sees
-    it) under either runtime; the step's command follows it."""
-    return (python, "-I", "-S", script, str(port), socket_path, "--")
+    it) under either runtime, and the egress proxy's relay (``egress``: port and socket) too; the step's
+    command follows it."""
+    second = (str(egress[0]), egress[1]) if egress is not None else ()
+    return (python, "-I", "-S", script, str(port), socket_path, *second, "--")
 
 
 def env_args(env: Mapping[str, str]) -> bytes:
@@ -298,6 +307,8 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += ["--tmpfs", "/run"]
     if settings.proxy_socket is not None:
         argv += ["--ro-bind", settings.proxy_socket, PROXY_SOCKET_PATH]
+    if settings.egress_socket is not None:
+        argv += ["--ro-bind", settings.egress_socket, EGRESS_SOCKET_PATH]
     if settings.forwarder_script is not None:
         argv += ["--ro-bind", settings.forwarder_script, FORWARDER_PATH]
     # Parents first: a mount under another's target must come after it, or it is covered.

@@ -24,10 +24,12 @@ from ironflow.steps import AgentConfig
 
 __all__ = [
     "AGENT_KEEP_BYTES",
+    "EGRESS_PORT",
     "PROXY_PORT",
     "Isolation",
     "LocalProfile",
     "ProxyCredential",
+    "egress_env",
     "env_problem",
     "hidden_from_sandbox",
     "ignored_settings",
@@ -43,6 +45,8 @@ Isolation = Literal["bwrap", "gvisor"]
 AGENT_KEEP_BYTES: Final = 8 << 20
 #: Where the proxy relay listens inside the sandbox's own network namespace.
 PROXY_PORT: Final = 18080
+#: The egress proxy's relay in the sandbox (``HTTPS_PROXY``), when the step has an egress policy.
+EGRESS_PORT: Final = 18081
 _SANDBOX_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 #: glibc's start-up variables (its ``unsecvars.h``, the list it drops for setuid programs) besides
 #: ``LD_*``: each makes every process that starts load code or read files they name (``GCONV_PATH``
@@ -169,6 +173,18 @@ def env_problem(name: str, value: str = "") -> str | None:
 def proxy_env(proxy_token: str, proxy_port: int = PROXY_PORT) -> dict[str, str]:
     """The variables that point the sandbox at the auth proxy's relay with its opaque token."""
     return {**layout.proxy_env(f"http://127.0.0.1:{proxy_port}", proxy_token), "DISABLE_AUTOUPDATER": "1"}
+
+
+def egress_env(proxy_token: str, egress_port: int = EGRESS_PORT) -> dict[str, str]:
+    """The variables that send curl, pip, npm and git through the egress proxy's relay, the token as
+    the proxy URL's password. Loopback bypasses it: the model relay is there, and nothing else is."""
+    url = f"http://ironflow:{proxy_token}@127.0.0.1:{egress_port}"
+    bypass = "127.0.0.1,localhost"
+    return {
+        **{name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
+        "NO_PROXY": bypass,
+        "no_proxy": bypass,
+    }
 
 
 def managed_settings_for(

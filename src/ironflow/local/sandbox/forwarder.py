@@ -1,11 +1,13 @@
 """Inside the sandbox: relay 127.0.0.1:<port> to the auth proxy's unix socket, run the step.
 
+A second ``PORT SOCKET`` pair relays the egress proxy's port the same way (``HTTPS_PROXY``).
+
 The sandbox has its own network namespace with only ``lo``; the auth proxy listens on a
 unix socket in the parent process, bind-mounted into the sandbox. This script binds the
 loopback port first, then starts the command, so the agent never races the relay; it
 exits with the command's exit code and takes the relay with it.
 
-Run as a standalone script (``python -I -S forwarder.py PORT SOCKET -- CMD…``): only
+Run as a standalone script (``python -I -S forwarder.py PORT SOCKET [PORT SOCKET] -- CMD…``): only
 the standard library, nothing of ironflow, so it starts in a few milliseconds and
 needs no package on the sandbox's path. It never reads or logs what it relays.
 """
@@ -67,15 +69,18 @@ def _serve(listener: socket.socket, unix_path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``PORT SOCKET -- CMD…``: relay, run CMD, return its exit code (128+signal if killed)."""
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: forwarder.py PORT SOCKET -- CMD [ARGS...]", file=sys.stderr)
+    """``PORT SOCKET [PORT SOCKET] -- CMD…``: relay each port, run CMD, return its exit code
+    (128+signal if killed)."""
+    split = argv.index("--") if "--" in argv else -1
+    pairs, command = argv[:split], argv[split + 1 :]
+    if split < 2 or len(pairs) % 2 or len(pairs) > 4 or not command or not all(p.isdigit() for p in pairs[::2]):
+        print("usage: forwarder.py PORT SOCKET [PORT SOCKET] -- CMD [ARGS...]", file=sys.stderr)
         return 2
-    port, unix_path, command = int(argv[0]), argv[1], argv[3:]
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(64)
-    threading.Thread(target=_serve, args=(listener, unix_path), daemon=True).start()
+    for port, unix_path in zip(pairs[::2], pairs[1::2], strict=True):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", int(port)))
+        listener.listen(64)
+        threading.Thread(target=_serve, args=(listener, unix_path), daemon=True).start()
     # The command keeps what the sandbox was given to inherit (a session runtime's listening socket);
     # this script's own sockets are non-inheritable, so they stay here.
     child = subprocess.Popen(command, close_fds=False)

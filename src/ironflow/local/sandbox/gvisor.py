@@ -103,6 +103,8 @@ class ProxyBridge:
     forwarder_script: str
     #: bubblewrap makes the relay's network namespace: needed with a proxy only.
     bwrap_path: str = "bwrap"
+    #: The egress proxy's port in the sandbox and its socket (a step with an egress policy).
+    egress: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,6 @@ def gvisor_argv(settings: GvisorSettings, bundle: str) -> list[str]:
         "--unshare-net",  # a namespace with only lo: --network=host then reaches nothing else
         "--die-with-parent",
         "--",
-        *bwrap.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path),
+        *bwrap.relay_argv(bridge.python, bridge.forwarder_script, bridge.port, bridge.socket_path, bridge.egress),
         *runsc,
     ]

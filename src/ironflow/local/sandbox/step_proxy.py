@@ -9,6 +9,9 @@ at most ``max_connections`` connections at once (the sandbox's ``proxy_connectio
 limit): every one is a descriptor of the worker's, shared by all its steps. The proxy's server
 (aiohttp, cryptography) loads when a session starts, not with this module: a sandbox without
 network (``ironflow exec``) never pays for it.
+
+A step with an egress policy (:func:`serves_egress`) also gets the egress proxy on a second socket,
+``egress_socket``, reached with the same token, which carries the policy.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from ironflow import egress as egress_policy
 from ironflow.auth_proxy import registry, tokens
 from ironflow.local.sandbox import environment, limits
 from ironflow.secrets import Secret
@@ -27,9 +31,14 @@ from ironflow.secrets import Secret
 if TYPE_CHECKING:
     from ironflow.auth_proxy import app
 
-__all__ = ["proxy_session", "secret_session"]
+__all__ = ["proxy_session", "secret_session", "serves_egress"]
 
 log = logging.getLogger("ironflow.local")
+
+
+def serves_egress(policy: egress_policy.EgressPolicy | None) -> bool:
+    """Whether a step's policy opens anything (no allow rule: nothing to serve, and no proxy variables)."""
+    return policy is not None and bool(policy.allow)
 
 
 @contextlib.asynccontextmanager
@@ -42,14 +51,19 @@ async def proxy_session(
     expires_in: float,
     trace_context: str | None = None,
     max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
+    egress: egress_policy.EgressPolicy | None = None,
+    egress_socket: str | None = None,
 ) -> AsyncIterator[Secret]:
     """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds (of run
     ``run_id``, ``local`` without one); the token's ``trace_context`` (the step's ``traceparent``)
-    parents the proxy's request spans."""
+    parents the proxy's request spans. With a policy that :func:`serves_egress`, the egress proxy
+    listens on ``egress_socket`` and the token's grant carries ``egress``."""
     claude = tokens.ClaudeCredential(credential.kind, credential.value)
+    if not serves_egress(egress):
+        egress, egress_socket = None, None
     async with (
-        _serving(socket_path, credential.upstream, None, max_connections) as running,
-        _token(running, claude, run_id or "local", step, expires_in, trace_context) as token,
+        _serving(socket_path, credential.upstream, None, max_connections, egress_socket) as running,
+        _token(running, claude, run_id or "local", step, expires_in, trace_context, egress) as token,
     ):
         yield token
 
@@ -70,14 +84,14 @@ async def secret_session(
     instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
     async with (
         _serving(socket_path, "https://api.anthropic.com", secret_upstream, max_connections) as running,
-        _token(running, secret, run_id, step, expires_in, None) as token,
+        _token(running, secret, run_id, step, expires_in, None, None) as token,
     ):
         yield token
 
 
 @contextlib.asynccontextmanager
 async def _serving(
-    socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int
+    socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int, egress_socket: str | None = None
 ) -> AsyncIterator[app.RunningProxy]:
     from ironflow.auth_proxy import app, config  # the server, only now (see the module's docstring)
 
@@ -88,6 +102,7 @@ async def _serving(
         registry=registry.MemoryRegistry(),
         secret_upstream=secret_upstream,
         max_connections=max_connections,
+        egress_socket=egress_socket,
     )
     async with app.run_auth_proxy(environment, unix_socket=socket_path) as running:
         yield running
@@ -101,11 +116,17 @@ async def _token(
     step: str,
     expires_in: float,
     trace_context: str | None,
+    egress: egress_policy.EgressPolicy | None,
 ) -> AsyncIterator[Secret]:
     # Whole seconds, at most the 24 h the proxy accepts.
     expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
     request = tokens.TokenRequest(
-        run_id=run_id, step=step, expires_at=expires_at, credential=credential, trace_context=trace_context
+        run_id=run_id,
+        step=step,
+        expires_at=expires_at,
+        credential=credential,
+        trace_context=trace_context,
+        egress=egress,
     )
     grant, token = await registry.issue(running.registry, request)
     log.info("auth proxy token issued: token=%s run_id=%s step=%s", grant.id[:12], run_id, step)

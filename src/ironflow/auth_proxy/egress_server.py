@@ -1,0 +1,312 @@
+"""The egress proxy: HTTP forwarding and ``CONNECT`` tunnels for a step, by its grant's policy.
+
+A second listener of the auth proxy, on plain asyncio streams (a ``CONNECT`` tunnel is a raw
+byte stream after its head, which aiohttp's server cannot hand over). One connection carries
+one request, in this order:
+
+==  ==========================================================  =====================================
+ #  check                                                       refusal
+==  ==========================================================  =====================================
+ 1  the head arrives within ``header_timeout_s``, ≤ 64 KiB      close / 431
+ 2  the head parses (:mod:`egress_requests`)                   400
+ 3  ``Proxy-Authorization`` holds a live token                 407, one text for every reason
+ 4  the grant's policy allows host, port (method, path)        403 naming the reason and rule
+    by name (``None``: nothing is allowed)
+ 5  the token has a tunnel and bytes left                      429
+ 6  the name resolves, ONCE, through the :class:`Resolver`;     403 when any address is denied,
+    every address passes the policy after resolution            502 when none answers
+ 7  connect to a checked address (never a second lookup)      502
+ 8  CONNECT: ``200``, then the client's ClientHello must        close
+    name the CONNECT host (an IP literal: no name, or itself)
+ 9  relay (:mod:`tunnels`), within idle and byte limits        close
+==  ==========================================================  =====================================
+
+Plain HTTP goes upstream as :func:`egress_requests.origin_head` with its body, and the answer
+streams back untouched until the upstream closes: no redirect is followed. Every decision is one
+log line (``egress allowed`` / ``egress denied``: token id, run, step, host, port, method, path
+without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``;
+never a token, a header value or a query string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final, Protocol
+
+from prometheus_client import Counter
+
+from ironflow import egress
+from ironflow.auth_proxy import client_hello, crypto, egress_requests, logs, metrics, registry, tokens, tunnels
+from ironflow.auth_proxy import config as config_mod
+
+__all__ = ["MAX_HEAD_BYTES", "EgressServer", "Resolver", "SystemResolver", "serve_egress"]
+
+#: A request head larger than this is refused (431); also the stream reader's buffer limit.
+MAX_HEAD_BYTES: Final = 64 * 1024
+#: Reading an address spelling costs ~10 µs; a proxy sees the same few hosts again and again.
+_literal: Final = functools.lru_cache(maxsize=4096)(egress.parse_ip_literal)
+_UNAUTHORIZED: Final = "ironflow egress: proxy authentication required (a live ifap_ token)"
+
+
+class Resolver(Protocol):
+    """Names to addresses: the proxy's one lookup per request (tests replace it to rebind)."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[egress.IPAddress]: ...
+
+
+class SystemResolver:
+    """The event loop's ``getaddrinfo`` (the system's resolver), TCP addresses in its order."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[egress.IPAddress]:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        found: list[egress.IPAddress] = []
+        for _, _, _, _, sockaddr in infos:
+            address = _literal(str(sockaddr[0]).partition("%")[0])
+            if address is not None and address not in found:
+                found.append(address)
+        return found
+
+
+class _Refused(Exception):
+    """An answer of the proxy's own and what its log line says."""
+
+    def __init__(self, status: int, reason: str, rule: str | None = None, *, result: str = "denied") -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.rule, self.result = status, reason, rule, result
+
+
+class EgressServer:
+    """Serves egress connections for the grants of one registry; see the module's rule table."""
+
+    def __init__(
+        self,
+        config: config_mod.AuthProxyConfig,
+        grants: registry.GrantRegistry,
+        proxy_metrics: metrics.ProxyMetrics,
+        *,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.config = config
+        self.grants = grants
+        self.resolver: Resolver = resolver or SystemResolver()
+        self.budgets = tunnels.TokenBudgets(max_tunnels=config.egress_max_tunnels, max_bytes=config.egress_max_bytes)
+        self._decisions = Counter(
+            "ironflow_auth_proxy_egress",
+            "Egress proxy decisions, by result (allowed, denied, unauthorized, malformed, limited, unreachable).",
+            ["result"],
+            registry=proxy_metrics.registry,
+        )
+        self._bytes = Counter(
+            "ironflow_auth_proxy_egress_bytes", "Bytes relayed by the egress proxy.", registry=proxy_metrics.registry
+        )
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: one request, then close."""
+        fields: dict[str, Any] = {}
+        try:
+            await self._serve(reader, writer, fields)
+        except _Refused as refused:
+            self._log(refused.result, refused.reason, refused.rule, fields, logging.WARNING)
+            if isinstance(refused, _Closed):
+                return
+            body = f"ironflow egress: denied {fields.get('host')}:{fields.get('port')}: {refused.reason}"
+            extra: tuple[tuple[str, str], ...] = ()
+            if refused.status == 407:
+                body, extra = _UNAUTHORIZED, (egress_requests.AUTHENTICATE,)
+            elif refused.status in (400, 431):
+                body = f"ironflow egress: {refused.reason}"
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                writer.write(egress_requests.answer(refused.status, body, *extra))
+                await writer.drain()
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass  # the client went, or broke the stream after the answer: nothing more to say
+        except Exception as exc:  # a bug: one line naming its class, never the request
+            logs.event("egress request failed", logging.ERROR, error=type(exc).__name__, **fields)
+            self._decisions.labels(result="internal_error").inc()
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    def _log(self, result: str, reason: str, rule: str | None, fields: dict[str, Any], level: int) -> None:
+        self._decisions.labels(result=result).inc()
+        message = "egress allowed" if result == "allowed" else "egress denied"
+        logs.event(message, level, result=result, reason=reason, rule=rule, **fields)
+
+    async def _head(self, reader: asyncio.StreamReader) -> egress_requests.ProxyRequest:
+        try:
+            async with asyncio.timeout(self.config.header_timeout_s):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise _Refused(431, "request head too large", result="malformed") from None
+        try:
+            return egress_requests.parse_head(head)
+        except egress_requests.MalformedHead as exc:
+            raise _Refused(400, str(exc), result="malformed") from None
+
+    async def _grant(self, request: egress_requests.ProxyRequest, fields: dict[str, Any]) -> tokens.Grant:
+        token = egress_requests.proxy_token(request)
+        if token is None:
+            raise _Refused(407, "missing token", result="unauthorized")
+        try:
+            found = await self.grants.resolve(tokens.token_id(token), int(time.time()))
+        except (registry.RegistryUnavailable, crypto.MissingKeyVersion):
+            raise _Refused(503, "token registry unavailable", result="unavailable") from None
+        if isinstance(found, registry.Resolution):
+            raise _Refused(407, f"{found.value} token", result="unauthorized")
+        fields.update(token=found.short_id, run_id=found.run_id, step=found.step)
+        return found
+
+    async def _addresses(self, policy: egress.EgressPolicy, host: str, port: int) -> list[egress.IPAddress]:
+        """Step 6: every address the one lookup gave, each allowed after resolution."""
+        literal = _literal(host)
+        if literal is not None:
+            found: Sequence[egress.IPAddress] = [literal]
+        else:
+            try:
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    found = await self.resolver.resolve(host, port)
+            except (OSError, UnicodeError, TimeoutError):
+                found = []
+            if not found:
+                raise _Refused(502, f"cannot resolve {host}", result="unreachable")
+        for address in found:
+            decision = egress.decide_address(policy, host, port, address)
+            if not decision.allowed:
+                raise _Refused(403, decision.reason, decision.rule)
+        return list(found)
+
+    async def _connect(
+        self, addresses: list[egress.IPAddress], port: int, fields: dict[str, Any]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        for address in addresses:
+            try:
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    opened = await asyncio.open_connection(str(address), port, limit=MAX_HEAD_BYTES)
+            except (OSError, TimeoutError):
+                continue
+            fields["address"] = str(address)
+            return opened
+        raise _Refused(502, "upstream unreachable", result="unreachable")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fields: dict[str, Any]) -> None:
+        request = await self._head(reader)
+        fields.update(host=request.host, port=request.port, method=request.method)
+        if request.path is not None:
+            fields["path"] = request.path
+        grant = await self._grant(request, fields)
+        policy = grant.egress if grant.egress is not None else egress.EgressPolicy()
+        method = None if request.tunnel else request.method  # a tunnel shows no method or path
+        decision = egress.decide(policy, request.host, request.port, method=method, path=request.path)
+        if not decision.allowed:
+            raise _Refused(403, decision.reason, decision.rule)
+        budget = self.budgets.acquire(grant.id, grant.expires_at)
+        if isinstance(budget, str):
+            raise _Refused(429, budget, result="limited")
+        try:
+            addresses = await self._addresses(policy, request.host, request.port)
+            upstream = await self._connect(addresses, request.port, fields)
+            try:
+                outcome = await self._through(request, (reader, writer), upstream, budget)
+            finally:
+                upstream[1].close()
+        finally:
+            self.budgets.release(budget)
+        self._bytes.inc(outcome.sent + outcome.received)
+        fields.update(sent=outcome.sent, received=outcome.received)
+        self._log("allowed", outcome.cut or decision.reason, decision.rule, fields, logging.INFO)
+
+    async def _through(
+        self,
+        request: egress_requests.ProxyRequest,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        budget: tunnels.Budget,
+    ) -> tunnels.Relayed:
+        idle = self.config.egress_idle_timeout_s
+        if not request.tunnel:
+            upstream[1].write(egress_requests.origin_head(request))
+            framing = True if request.chunked else request.content_length or False
+            return await tunnels.relay(client, upstream, budget, idle_timeout_s=idle, body=framing)
+        client[1].write(egress_requests.answer(200))
+        hello = await self._client_hello(client[0], request.host)
+        upstream[1].write(hello)
+        outcome = await tunnels.relay(client, upstream, budget, idle_timeout_s=idle)
+        outcome.sent += len(hello)
+        return outcome
+
+    async def _client_hello(self, reader: asyncio.StreamReader, host: str) -> bytes:
+        """Step 8: the client's first flight, when its ClientHello names ``host``."""
+        data = b""
+        try:
+            async with asyncio.timeout(self.config.header_timeout_s):
+                while (more := client_hello.bytes_needed(data)) > 0:
+                    data += await reader.readexactly(more)
+            name = client_hello.server_name(data)
+        except client_hello.NotClientHello as exc:
+            raise _Closed(f"not a TLS ClientHello ({exc})") from None
+        except (TimeoutError, asyncio.IncompleteReadError):
+            raise _Closed("no TLS ClientHello") from None
+        literal = _literal(host) is not None
+        if name is None and not literal:
+            raise _Closed("the TLS ClientHello names no server")
+        if name is not None and name != host:
+            raise _Closed(f"the TLS ClientHello names {name[:100]}, not {host}")
+        return data
+
+
+class _Closed(_Refused):
+    """A refusal after ``200 Connection established``: no answer can be sent, the tunnel closes."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(0, reason)
+
+
+@contextlib.asynccontextmanager
+async def serve_egress(
+    server: EgressServer,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    unix_socket: str | None = None,
+    reuse_port: bool = False,
+) -> AsyncIterator[str]:
+    """Listen until the block ends; yields the proxy URL (``http://host:port``, or the socket path)."""
+    open_handlers: set[asyncio.Task[None]] = set()
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        open_handlers.add(task)
+        try:
+            await server.handle(reader, writer)
+        except asyncio.CancelledError:
+            pass  # the listener is closing: asyncio's stream callback would report a cancelled handler
+        finally:
+            open_handlers.discard(task)
+
+    listener: asyncio.Server
+    if unix_socket is not None:
+        listener = await asyncio.start_unix_server(client, unix_socket, limit=MAX_HEAD_BYTES)
+        os.chmod(unix_socket, 0o666)  # noqa: S103 - the sandboxed uid must connect; the dir guards access
+        where = unix_socket
+    else:
+        listener = await asyncio.start_server(client, host, port, limit=MAX_HEAD_BYTES, reuse_port=reuse_port or None)
+        bound = listener.sockets[0].getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        where = f"http://{shown}:{bound[1]}"
+    try:
+        yield where
+    finally:
+        listener.close()
+        for task in list(open_handlers):
+            task.cancel()
+        await asyncio.gather(*open_handlers, return_exceptions=True)
+        await listener.wait_closed()
