@@ -1,4 +1,4 @@
-"""Relays for any host on the local bubblewrap backend (issue 30, Must show): a credential relayed to a
+"""Relays for any host on the local backends, bubblewrap and gVisor (issue 30, Must show): a credential relayed to a
 non-git host reaches the upstream and is absent from the sandbox's environment, files, argv, logs and
 the run store; a method or path outside its scope gets 403.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from tests.fakes.local_sandbox import local_sandbox
+from tests.fakes.local_sandbox import ISOLATIONS, local_sandbox
 
 from ironflow import log_lines
 from ironflow.auth_proxy import relays, tokens
@@ -26,7 +26,7 @@ from ironflow.engine.runner import Runner
 from ironflow.engine.sqlite import SqliteStore
 from ironflow.engine.worker import Worker
 from ironflow.fake_model.server import FakeAnthropic, Script
-from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
+from ironflow.local.sandbox_provider import Isolation, LocalSandboxProvider, ProxyCredential
 from ironflow.secrets import Secret, find_leaks
 
 pytestmark = [
@@ -128,11 +128,14 @@ def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 @pytest.mark.usefixtures("secrets_env")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_a_relayed_credential_reaches_its_host_only_in_scope_and_never_the_sandbox(
-    upstream: Upstream, temp: str, caplog: pytest.LogCaptureFixture
+    isolation: Isolation, upstream: Upstream, temp: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    provider = LocalSandboxProvider(relays=(API, MAPS), relay_upstream=upstream.url, temp_dir=temp, timeout=60)
+    provider = LocalSandboxProvider(
+        isolation=isolation, relays=(API, MAPS), relay_upstream=upstream.url, temp_dir=temp, timeout=60
+    )
     result = await provider.run_command(["sh", "-c", CURLS + SELF_SCAN])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
