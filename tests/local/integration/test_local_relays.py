@@ -12,12 +12,11 @@ import logging
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from tests.fakes.local_sandbox import ISOLATIONS, local_sandbox
+from tests.fakes.recording_upstream import RecordingUpstream, recording_upstream
 
 from ironflow import log_lines
 from ironflow.auth_proxy import relays, tokens
@@ -64,43 +63,11 @@ CURLS = (
 )
 
 
-@dataclass(frozen=True)
-class Seen:
-    method: str
-    path: str
-    query: str
-    headers: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Upstream:
-    url: str
-    seen: list[Seen] = field(default_factory=list)
-
-
 @pytest.fixture
-async def upstream() -> AsyncIterator[Upstream]:
-    """A loopback HTTP server standing for both hosts (the proxy sends ``/r/<host>/…`` to ``/<host>/…``)."""
-    recorded = Upstream("")
-
-    async def record(request: web.Request) -> web.Response:
-        recorded.seen.append(
-            Seen(request.method, request.path, request.rel_url.raw_query_string, tuple(request.headers.items()))
-        )
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    recorded.url = f"http://127.0.0.1:{port}"
-    try:
+async def upstream() -> AsyncIterator[RecordingUpstream]:
+    """One loopback server standing for both hosts."""
+    async with recording_upstream() as recorded:
         yield recorded
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -130,7 +97,7 @@ def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 @pytest.mark.usefixtures("secrets_env")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_a_relayed_credential_reaches_its_host_only_in_scope_and_never_the_sandbox(
-    isolation: Isolation, upstream: Upstream, temp: str, caplog: pytest.LogCaptureFixture
+    isolation: Isolation, upstream: RecordingUpstream, temp: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     provider = LocalSandboxProvider(
@@ -162,7 +129,7 @@ async def test_a_relayed_credential_reaches_its_host_only_in_scope_and_never_the
 @local_sandbox
 @pytest.mark.usefixtures("secrets_env")
 async def test_an_agent_steps_relayed_credential_is_in_no_log_and_nowhere_in_the_run_store(
-    upstream: Upstream, temp: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    upstream: RecordingUpstream, temp: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     bash = {"name": "Bash", "input": {"command": CURLS + SELF_SCAN}}
