@@ -60,3 +60,25 @@ def test_runs_list_never_creates_the_directory_of_a_store(tmp_path: Path) -> Non
     code, err = invoke("runs", "list", "--store", f"sqlite:///{missing / 'x.db'}")
     assert_one_line(code, err, "its directory does not exist")
     assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("command", [["agent", "--fake-model", "hi"], ["exec", "--", "true"]])
+@pytest.mark.parametrize(
+    ("text", "env", "words"),
+    [
+        ("relays: [{host: a.example.com, injection: bearer}]\n", {}, "relays[0].credential_env: is required"),
+        ("image: x\n", {}, "provider file"),
+        (
+            "relays: [{host: a.example.com, injection: bearer, credential_env: IFT_NONE}]\n",
+            {"IFT_NONE": ""},
+            "needs its credential in IFT_NONE",
+        ),
+    ],
+)
+def test_a_local_relay_file_that_cannot_work_is_one_line(
+    tmp_path: Path, command: list[str], text: str, env: dict[str, str], words: str
+) -> None:
+    relays = tmp_path / "relays.yaml"
+    relays.write_text(text)
+    code, err = invoke(command[0], "--provider", str(relays), *command[1:], env=env)
+    assert_one_line(code, err, words)

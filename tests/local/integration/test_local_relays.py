@@ -8,8 +8,11 @@ The upstream is an aiohttp server on loopback that records what it received; the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -161,3 +164,26 @@ async def test_an_agent_steps_relayed_credential_is_in_no_log_and_nowhere_in_the
     assert b"get=200" in stored  # the tool's output is what was scanned
     assert b"post=403" in stored
     assert find_leaks([API_SECRET, MAPS_SECRET], stored.decode(errors="replace"), _log_lines(caplog)) == []
+
+
+async def test_exec_reads_its_relays_from_a_local_provider_file(upstream: RecordingUpstream, tmp_path: Path) -> None:
+    relays_file = tmp_path / "relays.yaml"
+    relays_file.write_text(
+        "relays:\n"
+        f"  - {{name: api, host: {API_HOST}, credential_env: IFT_API_SECRET, injection: bearer,\n"
+        "     scope: {methods: [GET], paths: [/v1/items]}}\n"
+        f"  - {{name: maps, host: {MAPS_HOST}, credential_env: IFT_MAPS_SECRET, injection: {{query: key}}}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IRONFLOW_", "IFT_"))}
+    env |= {"IFT_API_SECRET": API_SECRET, "IFT_MAPS_SECRET": MAPS_SECRET, "IRONFLOW_RELAY_UPSTREAM": upstream.url}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from ironflow.cli.app import main; main()", "exec", "--provider", str(relays_file),
+        "--", "sh", "-c", CURLS + SELF_SCAN,
+        env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err
+    lines = out.decode(errors="replace").splitlines()
+    assert {"get=200", "post=403", "other=403", "maps=200"} <= set(lines)
+    assert [seen.path for seen in upstream.seen] == [f"/{API_HOST}/v1/items/7", f"/{MAPS_HOST}/geo"]
+    assert find_leaks([API_SECRET, MAPS_SECRET], out.decode(errors="replace"), err.decode(errors="replace")) == []
