@@ -40,6 +40,7 @@ __all__ = [
     "Relay",
     "RelaySpec",
     "SecretRef",
+    "clash",
     "env_suffix",
     "parse_relays",
     "relay_env",
@@ -159,17 +160,25 @@ def parse_relays(top: Section, source: Literal["env", "secret"], key: str = "rel
     if not top.has(key):
         return ()
     specs = tuple(_parse_one(item, source) for item in top.items(key, RELAY_KEYS))
-    seen_names: set[str] = set()
-    seen_hosts: set[str] = set()
-    for index, spec in enumerate(specs):
-        where = f"{top.key_path(key)}[{index}]"
-        if env_suffix(spec.name) in seen_names:
-            raise errors.ConfigError(f"{where}.name: another relay has the name {spec.name!r} (or one like it)")
-        if spec.host in seen_hosts:
-            raise errors.ConfigError(f"{where}.host: another relay has the host {spec.host!r}")
-        seen_names.add(env_suffix(spec.name))
-        seen_hosts.add(spec.host)
+    found = clash(specs)
+    if found is not None:
+        index, field_name, problem = found
+        raise errors.ConfigError(f"{top.key_path(key)}[{index}].{field_name}: {problem}")
     return specs
+
+
+def clash(specs: Iterable[RelaySpec]) -> tuple[int, str, str] | None:
+    """The first relay whose variables or host another relay already has: its index, the key, why."""
+    names: set[str] = set()
+    hosts: set[str] = set()
+    for index, spec in enumerate(specs):
+        if env_suffix(spec.name) in names:
+            return index, "name", f"another relay has the name {spec.name!r} (or one like it)"
+        if spec.host in hosts:
+            return index, "host", f"another relay has the host {spec.host!r}"
+        names.add(env_suffix(spec.name))
+        hosts.add(spec.host)
+    return None
 
 
 def resolve_env(specs: Iterable[RelaySpec], environ: Mapping[str, str]) -> tuple[Relay, ...]:

@@ -138,6 +138,9 @@ class K8sSettingsBuilders(abc.ABC):
                     f"relay {spec.name!r}: on Kubernetes its credential comes from a Secret; "
                     "give credential_secret: {secret, key}"
                 )
+        found = relay_specs.clash(specs)
+        if found is not None:
+            raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
         return self._with(relays=tuple(specs))
 
     def env_from_secret(self, var: str, secret: str, key: str) -> Self:

@@ -148,6 +148,9 @@ class LocalSandboxConfig:
         self.conversations_dir = kept
         self.limits = limits
         self.git_hosts = git_hosts or git_sync.GitHosts()
+        found = relays_mod.clash(r if isinstance(r, relays_mod.RelaySpec) else r.spec for r in relays)
+        if found is not None:
+            raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
         specs = [r for r in relays if isinstance(r, relays_mod.RelaySpec)]
         resolved = iter(relays_mod.resolve_env(specs, os.environ))
         self.relays = tuple(r if isinstance(r, relays_mod.Relay) else next(resolved) for r in relays)
