@@ -328,6 +328,8 @@ def _exec_k8s(
     from ironflow.k8s.workspaces import command_pods
 
     provider = backends.k8s_provider(provider_file)
+    if provider.settings.relays:  # refused, never silently dropped
+        exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:

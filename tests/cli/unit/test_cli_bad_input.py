@@ -82,3 +82,13 @@ def test_a_local_relay_file_that_cannot_work_is_one_line(
     relays.write_text(text)
     code, err = invoke(command[0], "--provider", str(relays), *command[1:], env=env)
     assert_one_line(code, err, words)
+
+
+def test_relays_are_refused_by_exec_on_k8s_not_dropped(tmp_path: Path) -> None:
+    provider = tmp_path / "k8s.yaml"
+    provider.write_text(
+        "image: ghcr.io/acme/claude-runner:1\nauth_proxy: http://p:8080\n"
+        "relays: [{host: a.example.com, injection: bearer, credential_secret: {secret: s, key: k}}]\n"
+    )
+    code, err = invoke("exec", "--backend", "k8s", "--provider", str(provider), "--", "true")
+    assert_one_line(code, err, "exec pods do not get them yet")

@@ -11,6 +11,7 @@ import pytest
 from ironflow import AgentConfig, errors
 from ironflow.auth_proxy import relays, tokens
 from ironflow.k8s import K8sEphemeralProvider, step_objects
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest
 
@@ -83,3 +84,9 @@ def test_the_pod_gets_each_relays_url_and_token_and_nothing_of_its_secret() -> N
             environment_id="e",
             relay_tokens=[(relays.RelaySpec("o", "o.example.com", tokens.Injection("bearer")), token)],
         )
+
+
+async def test_k8s_sandbox_sessions_refuse_relays_rather_than_drop_them() -> None:
+    sessions = K8sSessions(_provider(auth_proxy=PROXY, relays=[RELAY]).settings)
+    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get them yet"):
+        await sessions.open()
