@@ -274,3 +274,10 @@ def test_a_relays_variable_is_read_when_the_provider_is_built(monkeypatch: pytes
     monkeypatch.setenv("IFT_RELAY_V", "value-1")
     (relay,) = sandbox_provider.LocalSandboxProvider(relays=(spec,)).relays
     assert relay.secret().value.reveal() == "value-1"
+
+
+async def test_local_sandbox_sessions_refuse_relays_rather_than_drop_them(tmp_path: Path) -> None:
+    relay = relays.RelaySpec("api", "api.example.com", tokens.Injection("bearer")).with_value(Secret("v"))
+    provider = sandbox_provider.LocalSandboxProvider(relays=(relay,))
+    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get them yet"):
+        await provider.sessions(state_dir=str(tmp_path)).open()
