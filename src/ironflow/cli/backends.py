@@ -25,6 +25,7 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors, settings_file
+from ironflow.auth_proxy import relays as relay_specs
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.fake_model import script as fake_model
@@ -35,7 +36,6 @@ from ironflow.provider import AgentProvider, sessions_of
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
     from ironflow.auth_proxy.git_hosts import GitHosts
-    from ironflow.auth_proxy.relays import RelaySpec
     from ironflow.k8s.pod_provider import K8sEphemeralProvider
     from ironflow.kube.api import KubeApi
     from ironflow.local.sandbox.environment import ProxyCredential
@@ -122,16 +122,14 @@ def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable
 RELAY_UPSTREAM_ENV: Final = "IRONFLOW_RELAY_UPSTREAM"
 
 
-def local_relays(path: Path | None) -> tuple[RelaySpec, ...]:
+def local_relays(path: Path | None) -> tuple[relay_specs.RelaySpec, ...]:
     """The ``relays:`` of ``--provider FILE`` for ``--backend local`` (the one key a local provider
     file has; each value from the worker variable its ``credential_env`` names); exits 2 naming
     what is wrong with the file."""
     if path is None:
         return ()
-    from ironflow.auth_proxy import relays
-
     try:
-        return relays.parse_relays(settings_file.load(path, what="provider file", known=("relays",)), "env")
+        return relay_specs.parse_relays(settings_file.load(path, what="provider file", known=("relays",)), "env")
     except errors.ConfigError as exc:
         exits.fail(exits.in_file("provider file", path, exc.message))
 
@@ -149,7 +147,7 @@ def build_provider(
     timeout: float | None = None,
     credential: ProxyCredential | None = None,
     git_hosts: GitHosts | None = None,
-    relays: tuple[RelaySpec, ...] = (),
+    relays: tuple[relay_specs.RelaySpec, ...] = (),
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
     from :func:`local_relays`), k8s / agent-sandbox from the file; only the chosen backend's modules
