@@ -75,6 +75,10 @@ class AgentSandboxProvider(ProviderBase):
             raise errors.ConfigError(
                 "AgentSandboxProvider needs the hardened pod: build it with K8sEphemeralProvider.sandboxed(image)"
             )
+        if settings.pod.settings.relays:  # a warm pod's environment is its template's: no per-step relay tokens yet
+            raise errors.ConfigError(
+                "pod.relays: agent-sandbox does not deliver relays yet; run the step with --backend k8s or local"
+            )
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "_connections", connections.Connections())
 

@@ -3,7 +3,8 @@
 A git host's token is handed to the proxy as a proxied secret (§6.9) for that one host, HTTP
 Basic ``username:token`` (GitHub's and GitLab's form for a token); a sandbox or a pod only
 ever holds the opaque ``ifap_`` token of that grant. Every backend (local, Kubernetes) takes
-its git workspaces' credentials as a :class:`GitHosts`.
+its git workspaces' credentials as a :class:`GitHosts`. A git host is one relay
+(:mod:`ironflow.auth_proxy.relays`): Basic injection, any method and path of that host.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ironflow import errors
-from ironflow.auth_proxy import tokens
+from ironflow.auth_proxy import relays, tokens
 from ironflow.secrets import Secret
 
 __all__ = ["GitCredential", "GitHosts"]
@@ -49,6 +50,5 @@ class GitHosts:
                 f"no git credential for '{host}': give the provider git_credentials for it "
                 "(ironflow's CLI reads IRONFLOW_GIT_TOKEN)"
             )
-        return tokens.SecretCredential(
-            name="git", value=found.value, injection=tokens.Injection("basic", username=found.username), hosts=(host,)
-        )
+        relay = relays.RelaySpec("git", host, tokens.Injection("basic", username=found.username))
+        return relay.with_value(found.value).secret()

@@ -378,7 +378,7 @@ class ProxyHandlers:
             await asyncio.wait(set(self._settling), timeout=self.config.usage_drain_timeout_s + 5)
 
     async def _secret_relay(self, request: web.Request, method: str, path: str) -> web.StreamResponse:
-        """Rows S1–S5: ``/r/<host>/<path>`` with a proxied secret injected."""
+        """Rows S1–S5: ``/r/<host>/<path>`` with a proxied secret injected (a header, or the query)."""
         found = await self._resolve(request, path)
         if isinstance(found, _Denied):
             self._secret_event(request, host=_host_for_log(path), secret="", grant=None, result=found.reason)
@@ -395,7 +395,7 @@ class ProxyHandlers:
         if isinstance(read, policy.Refusal):
             self._secret_event(request, host=host, secret=name, grant=grant, result=read.result)
             return _refuse(read)
-        query = request.rel_url.raw_query_string
+        query = policy.secret_query(request.rel_url.raw_query_string, secret)  # never logged: may hold the secret
         base = f"https://{host}" if self.config.secret_upstream is None else f"{self.config.secret_upstream}/{host}"
         target = rest + (f"?{query}" if query else "")
         headers = header_policy.secret_headers(request.headers.items(), secret)

@@ -13,7 +13,7 @@ upstream    the pod's ``authorization``, ``x-api-key``, ``private-token``, ``coo
 OAuth       ``anthropic-beta`` values are joined and carry ``oauth-2025-04-20`` once
 secret      as upstream, minus the secret's own custom header; the secret is injected
             the way its grant says (Bearer, Basic, ``Private-Token``, ``x-api-key``,
-            a named header)
+            a named header; a query-injected secret adds no header)
 downstream  all but hop-by-hop, ``Connection``-named and ``content-length`` (the body
             is streamed), so rate-limit headers reach the pod
 ==========  =========================================================================

@@ -30,10 +30,12 @@ S1  grant holds a Claude credential                    403     a Claude token on
 S2  host not in the secret's allowlist                 403     host not allowed for this secret
 S3  path with ``..``, ``//``, ``%`` or other chars     403     path not allowed: no '..', '//' or percent-encoding
 S4  method not GET/HEAD/POST/PUT/PATCH/DELETE          405     only GET, HEAD, POST, PUT, PATCH and DELETE are relayed
+S4b method or path outside the secret's scope          403     request outside this secret's scope: <method> <path>
 S5  upstream failure                                   502     upstream unreachable (``upstream_error``)
 ==  =================================================  ======  =====================================================
 
-Which headers go with a relayed request, each way, is the header policy:
+A secret injected as a query parameter (:func:`secret_query`) replaces any parameter of that
+name the sandbox sent. Which headers go with a relayed request, each way, is the header policy:
 :mod:`ironflow.auth_proxy.header_policy`.
 """
 
@@ -43,6 +45,7 @@ import base64
 import binascii
 import json
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -69,6 +72,7 @@ __all__ = [
     "SECRET_METHOD_REFUSED",
     "SECRET_ON_ANTHROPIC",
     "SECRET_PATH_REFUSED",
+    "SECRET_SCOPE_REFUSED",
     "SECRET_UPSTREAM_UNREACHABLE",
     "UPSTREAM_UNREACHABLE",
     "Refusal",
@@ -86,13 +90,15 @@ __all__ = [
     "is_relay_path_allowed",
     "requested_model",
     "requested_models",
+    "scope_refusal",
+    "secret_query",
     "split_secret_target",
 ]
 
 #: Largest request body relayed (the reference's ``DEFAULT_MAX_BODY_BYTES``).
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 CLAUDE_METHODS: Final = frozenset({"GET", "POST"})
-SECRET_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+SECRET_METHODS: Final = frozenset(tokens.SECRET_METHODS)
 _API_PATH = re.compile(r"/v1/[A-Za-z0-9/_.-]*")
 _RELAY_PATH = re.compile(r"/[A-Za-z0-9/_.~@+-]*")
 
@@ -111,6 +117,7 @@ RESULTS: Final = frozenset(
         "forbidden_token",
         "forbidden_path",
         "forbidden_method",
+        "forbidden_scope",
         "body_too_large",
         "body_timeout",
         "overloaded",
@@ -216,6 +223,14 @@ SECRET_METHOD_REFUSED: Final = Refusal(
     "secret relay",
     "forbidden_method",
 )
+#: Row S4b's answer; :func:`scope_refusal` names the request (never its query) in the message.
+SECRET_SCOPE_REFUSED: Final = Refusal(
+    403,
+    "permission_error",
+    "request outside this secret's scope",
+    "secret relay",
+    "forbidden_scope",
+)
 SECRET_UPSTREAM_UNREACHABLE: Final = Refusal(
     502, "upstream_error", "upstream unreachable", "secret relay", "upstream_error"
 )
@@ -301,8 +316,26 @@ def check_claude_request(method: str, path: str, grant: tokens.Grant) -> Refusal
     return None
 
 
+def scope_refusal(method: str, path: str) -> Refusal:
+    """Row S4b for one request: the one-line reason names its method and path (the path passed row S3)."""
+    message = f"{SECRET_SCOPE_REFUSED.message}: {method} {path[:200]}"
+    return Refusal(SECRET_SCOPE_REFUSED.status, SECRET_SCOPE_REFUSED.kind, message, "secret relay", "forbidden_scope")
+
+
+def secret_query(raw_query: str, secret: tokens.SecretCredential) -> str:
+    """The query string sent upstream: the sandbox's as is, or for a query-injected secret the
+    sandbox's minus any parameter of the secret's name (however encoded), plus ``name=value``."""
+    injection = secret.injection
+    if injection.kind != "query" or injection.param is None:
+        return raw_query
+    name = injection.param
+    kept = [part for part in raw_query.split("&") if part and urllib.parse.unquote_plus(part.partition("=")[0]) != name]
+    kept.append(f"{name}={urllib.parse.quote(secret.value.reveal(), safe='')}")
+    return "&".join(kept)
+
+
 def check_secret_request(method: str, path: str, grant: tokens.Grant) -> tuple[Refusal | None, str, str]:
-    """Rows S1–S4 for ``/r/…``; also returns the host (``<invalid>`` if unreadable) and path."""
+    """Rows S1–S4b for ``/r/…``; also returns the host (``<invalid>`` if unreadable) and path."""
     target = split_secret_target(path)
     host, rest = target if target is not None else ("<invalid>", "")
     credential = grant.credential
@@ -314,6 +347,8 @@ def check_secret_request(method: str, path: str, grant: tokens.Grant) -> tuple[R
         return SECRET_PATH_REFUSED, host, rest
     if method not in SECRET_METHODS:
         return SECRET_METHOD_REFUSED, host, rest
+    if not credential.scope.allows(method, rest):
+        return scope_refusal(method, rest), host, rest
     return None, host, rest
 
 

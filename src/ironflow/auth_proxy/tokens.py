@@ -34,12 +34,14 @@ __all__ = [
     "FORBIDDEN_CUSTOM_HEADERS",
     "HOP_BY_HOP",
     "MAX_LIFETIME_S",
+    "SECRET_METHODS",
     "TOKEN_PREFIX",
     "ClaudeCredential",
     "Grant",
     "Injection",
     "InvalidTokenRequest",
     "Limits",
+    "Scope",
     "SecretCredential",
     "TokenRequest",
     "credential_to_wire",
@@ -48,6 +50,8 @@ __all__ = [
     "host_allowed",
     "is_header_safe",
     "new_token",
+    "parse_injection",
+    "parse_scope",
     "parse_token_request",
     "short_id",
     "token_id",
@@ -61,6 +65,12 @@ _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HOST_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: A query parameter name the proxy adds as is: unreserved URL characters only, nothing to encode.
+_QUERY_NAME = re.compile(r"[A-Za-z0-9_.~-]{1,64}")
+#: A scope's path prefix: a plain path as the relay accepts it (row S3).
+_SCOPE_PATH = re.compile(r"/[A-Za-z0-9/_.~@+-]*")
+#: The methods a proxied secret may be relayed with at most (row S4); a scope narrows them.
+SECRET_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Headers that describe one connection, never forwarded in either direction.
 HOP_BY_HOP: Final = frozenset(
     {
@@ -79,7 +89,7 @@ HOP_BY_HOP: Final = frozenset(
 FORBIDDEN_CUSTOM_HEADERS: Final = HOP_BY_HOP | {"host", "content-length", "cookie", "accept-encoding"}
 
 ClaudeKind = Literal["oauth_token", "api_key"]
-InjectionKind = Literal["bearer", "private_token", "x_api_key", "header", "basic"]
+InjectionKind = Literal["bearer", "private_token", "x_api_key", "header", "basic", "query"]
 
 
 def new_token() -> Secret:
@@ -112,32 +122,77 @@ class ClaudeCredential:
 
 @dataclass(frozen=True)
 class Injection:
-    """How a proxied secret reaches its host: a known header, a custom one, or Basic auth."""
+    """How a proxied secret reaches its host: a known header, a custom one, Basic auth, or a
+    query parameter (``param``; the proxy never logs a query string)."""
 
     kind: InjectionKind
     header: str | None = None
     username: str | None = None
+    param: str | None = None
 
     def to_json(self) -> Any:
         if self.kind == "header":
             return {"header": self.header}
         if self.kind == "basic":
             return {"basic": {"username": self.username}}
+        if self.kind == "query":
+            return {"query": self.param}
         return self.kind
 
 
 @dataclass(frozen=True)
+class Scope:
+    """Which requests a proxied secret may make (row S4b): its methods (``None``: all of
+    :data:`SECRET_METHODS`) and path prefixes (``None``: any path).
+
+    A prefix ending in ``/`` matches any path under it; one that does not matches that path
+    and the paths under it (``/v1/repos`` matches ``/v1/repos/x``, never ``/v1/reposx``).
+
+    >>> Scope(methods=("GET",), paths=("/v1/repos",)).allows("GET", "/v1/repos/x")
+    True
+    >>> Scope(paths=("/v1/repos",)).allows("GET", "/v1/reposx")
+    False
+    """
+
+    methods: tuple[str, ...] | None = None
+    paths: tuple[str, ...] | None = None
+
+    def allows(self, method: str, path: str) -> bool:
+        if self.methods is not None and method not in self.methods:
+            return False
+        if self.paths is None:
+            return True
+        return any(
+            path.startswith(prefix) if prefix.endswith("/") else path == prefix or path.startswith(prefix + "/")
+            for prefix in self.paths
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.methods is not None:
+            out["methods"] = list(self.methods)
+        if self.paths is not None:
+            out["paths"] = list(self.paths)
+        return out
+
+
+@dataclass(frozen=True)
 class SecretCredential:
-    """A proxied secret (§6.9): relayed under ``/r/<host>/`` to its allowlisted hosts only."""
+    """A proxied secret (§6.9): relayed under ``/r/<host>/`` to its allowlisted hosts only,
+    for the requests its ``scope`` allows."""
 
     name: str
     value: Secret = field(repr=False)
     injection: Injection
     hosts: tuple[str, ...]
+    scope: Scope = Scope()
 
     def spec(self) -> dict[str, Any]:
-        """Everything but the value: stored in clear (``secret_spec``)."""
-        return {"name": self.name, "injection": self.injection.to_json(), "hosts": list(self.hosts)}
+        """Everything but the value: stored in clear (``secret_spec``); an unscoped secret has no ``scope``."""
+        out: dict[str, Any] = {"name": self.name, "injection": self.injection.to_json(), "hosts": list(self.hosts)}
+        if scope := self.scope.to_json():
+            out["scope"] = scope
+        return out
 
 
 Credential = ClaudeCredential | SecretCredential
@@ -236,10 +291,21 @@ def host_allowed(host: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def _parse_injection(raw: Any) -> Injection:
+def parse_injection(raw: Any) -> Injection:
+    """An injection's wire form (``"bearer"``, ``{"header": …}``, ``{"basic": …}``, ``{"query": …}``).
+
+    Raises:
+        InvalidTokenRequest: naming the accepted forms, never a value.
+    """
     if raw in ("bearer", "private_token", "x_api_key"):
         return Injection(raw)
     if isinstance(raw, dict) and len(raw) == 1:
+        if "query" in raw:
+            if not isinstance(raw["query"], str) or not _QUERY_NAME.fullmatch(raw["query"]):
+                raise InvalidTokenRequest(
+                    "invalid secret injection: a query parameter name is 1 to 64 of [A-Za-z0-9_.~-]"
+                )
+            return Injection("query", param=raw["query"])
         if isinstance(raw.get("header"), str):
             header = raw["header"]
             if not _HEADER_NAME.fullmatch(header) or header.lower() in FORBIDDEN_CUSTOM_HEADERS:
@@ -255,7 +321,41 @@ def _parse_injection(raw: Any) -> Injection:
             return Injection("basic", username=username)
     raise InvalidTokenRequest(
         'invalid secret injection: expected "bearer", "private_token", "x_api_key", '
-        '{"header": name} or {"basic": {"username": name}}'
+        '{"header": name}, {"basic": {"username": name}} or {"query": name}'
+    )
+
+
+def parse_scope(raw: Any) -> Scope:
+    """A scope's wire form ``{"methods": [...], "paths": [...]}`` (either may be left out).
+
+    Raises:
+        InvalidTokenRequest: an unknown key, a method not relayed at all, a path prefix the relay refuses.
+    """
+    if raw is None:
+        return Scope()
+    if not isinstance(raw, dict) or not set(raw) <= {"methods", "paths"}:
+        raise InvalidTokenRequest("invalid secret scope: allowed keys are methods, paths")
+    methods = raw.get("methods")
+    if methods is not None and (
+        not isinstance(methods, list) or not methods or not all(m in SECRET_METHODS for m in methods)
+    ):
+        raise InvalidTokenRequest("invalid secret scope: methods is a non-empty list of " + ", ".join(SECRET_METHODS))
+    paths = raw.get("paths")
+    if paths is not None and (
+        not isinstance(paths, list)
+        or not paths
+        or not all(
+            isinstance(p, str) and _SCOPE_PATH.fullmatch(p) and "//" not in p and ".." not in p.split("/")
+            for p in paths
+        )
+    ):
+        raise InvalidTokenRequest(
+            "invalid secret scope: paths is a non-empty list of path prefixes like /api/v1/ "
+            "(no '..', '//' or percent-encoding)"
+        )
+    return Scope(
+        methods=tuple(dict.fromkeys(methods)) if methods is not None else None,
+        paths=tuple(dict.fromkeys(paths)) if paths is not None else None,
     )
 
 
@@ -293,7 +393,7 @@ def _parse_credential(raw: Any) -> tuple[Credential, str]:
         if raw["kind"] not in ("oauth_token", "api_key"):
             raise InvalidTokenRequest("invalid token request body")
         return ClaudeCredential(raw["kind"], Secret(value)), value
-    if set(raw) == {"name", "value", "injection", "hosts"}:
+    if {"name", "value", "injection", "hosts"} <= set(raw) <= {"name", "value", "injection", "hosts", "scope"}:
         name = raw["name"]
         if not isinstance(name, str) or not _SECRET_NAME.fullmatch(name):
             raise InvalidTokenRequest("invalid secret name: 1 to 64 of [A-Za-z0-9_.-]")
@@ -301,7 +401,8 @@ def _parse_credential(raw: Any) -> tuple[Credential, str]:
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise InvalidTokenRequest("invalid secret hosts: give at least one host")
         patterns = tuple(validate_host_pattern(h) for h in hosts)
-        return SecretCredential(name, Secret(value), _parse_injection(raw["injection"]), patterns), value
+        injection, scope = parse_injection(raw["injection"]), parse_scope(raw.get("scope"))
+        return SecretCredential(name, Secret(value), injection, patterns, scope), value
     raise InvalidTokenRequest("invalid token request body")
 
 

@@ -45,6 +45,7 @@ from ironflow.workspaces import Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy.git_hosts import GitHosts
+    from ironflow.auth_proxy.relays import RelaySpec
     from ironflow.k8s.commands.execution import PodRunOutput
     from ironflow.k8s.commands.pod_runs import PodRun
     from ironflow.k8s.settings import ProviderSettings
@@ -175,11 +176,19 @@ async def _run_faked(
     timeout_s: float,
     git_hosts: GitHosts | None,
     sink: LogSink | None,
+    relays: tuple[RelaySpec, ...] = (),
 ) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
     from ironflow.local.offline import OfflineProvider
 
-    provider = OfflineProvider(script, isolation=isolation.value, timeout=timeout_s, git_hosts=git_hosts)
+    provider = OfflineProvider(
+        script,
+        isolation=isolation.value,
+        timeout=timeout_s,
+        git_hosts=git_hosts,
+        relays=relays,
+        relay_upstream=backends.relay_upstream() if relays else None,
+    )
     return await _run_step(config, provider, sink)
 
 
@@ -215,7 +224,8 @@ def agent(
         Path | None,
         typer.Option(
             "--provider",
-            help="--backend k8s: provider YAML (K8sEphemeralProvider); agent-sandbox: AgentSandboxProvider's YAML.",
+            help="--backend k8s: provider YAML (K8sEphemeralProvider); agent-sandbox: AgentSandboxProvider's YAML; "
+            "local: a file of relays: (hosts reached with a credential the proxy injects).",
         ),
     ] = None,
     workspace: ws.WorkspaceOption = None,
@@ -265,16 +275,21 @@ def agent(
         sink = _Turns() if verbose else None
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_CONVERSATIONS)
+        relays = backends.local_relays(provider_file) if backend is Backend.LOCAL else ()
         if script is not None:
             with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
-                result = asyncio.run(
-                    _run_faked(config, script, isolation, timeout or DEFAULT_TIMEOUT_S, ws.git_hosts(spec), sink)
-                )
+                limit = timeout or DEFAULT_TIMEOUT_S
+                result = asyncio.run(_run_faked(config, script, isolation, limit, ws.git_hosts(spec), sink, relays))
         else:
             if backend is Backend.LOCAL:
                 _require_credential_env()
             provider = backends.build_provider(
-                backend, provider_file=provider_file, isolation=isolation, timeout=timeout, git_hosts=ws.git_hosts(spec)
+                backend,
+                provider_file=provider_file,
+                isolation=isolation,
+                timeout=timeout,
+                git_hosts=ws.git_hosts(spec),
+                relays=relays,
             )
             if (continue_session or resume is not None) and backends.conversations_claim_of(provider) is None:
                 exits.fail(_NO_CONVERSATIONS)
@@ -313,6 +328,8 @@ def _exec_k8s(
     from ironflow.k8s.workspaces import command_pods
 
     provider = backends.k8s_provider(provider_file)
+    if provider.settings.relays:  # refused, never silently dropped
+        exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:
@@ -378,7 +395,11 @@ def exec_command(
     ),
     provider_file: Annotated[
         Path | None,
-        typer.Option("--provider", help="--backend k8s: provider YAML (image, namespace, cluster, hardening)."),
+        typer.Option(
+            "--provider",
+            help="--backend k8s: provider YAML (image, namespace, cluster, hardening); local: a file of relays: "
+            "(hosts reached with a credential the proxy injects).",
+        ),
     ] = None,
     workspace: ws.WorkspaceOption = None,
     patch: ws.PatchOption = None,
@@ -421,8 +442,15 @@ def exec_command(
     given = ws.read_stdin(stdin)
     # Text output streams as the command writes it; -o json holds it for the one document at the end.
     streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
+    relays = backends.local_relays(provider_file)
     try:
-        provider = LocalSandboxProvider(isolation=isolation.value, timeout=timeout, git_hosts=ws.git_hosts(spec))
+        provider = LocalSandboxProvider(
+            isolation=isolation.value,
+            timeout=timeout,
+            git_hosts=ws.git_hosts(spec),
+            relays=relays,
+            relay_upstream=backends.relay_upstream() if relays else None,
+        )
         result = asyncio.run(
             provider.run_command(
                 argv,

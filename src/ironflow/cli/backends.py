@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors, settings_file
+from ironflow.auth_proxy import relays as relay_specs
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.fake_model import script as fake_model
@@ -55,6 +57,7 @@ __all__ = [
     "conversations_claim_of",
     "k8s_provider",
     "kube_cluster",
+    "local_relays",
     "require_namespace",
     "session_backend",
     "where",
@@ -114,6 +117,28 @@ def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable
         exits.fail(exits.in_file("provider file", path, exc.message))
 
 
+#: A mirror or a test's loopback server for every relay of ``ironflow exec|agent`` on the local
+#: backend (as ``IRONFLOW_GIT_UPSTREAM`` is for a git workspace).
+RELAY_UPSTREAM_ENV: Final = "IRONFLOW_RELAY_UPSTREAM"
+
+
+def local_relays(path: Path | None) -> tuple[relay_specs.RelaySpec, ...]:
+    """The ``relays:`` of ``--provider FILE`` for ``--backend local`` (the one key a local provider
+    file has; each value from the worker variable its ``credential_env`` names); exits 2 naming
+    what is wrong with the file."""
+    if path is None:
+        return ()
+    try:
+        return relay_specs.parse_relays(settings_file.load(path, what="provider file", known=("relays",)), "env")
+    except errors.ConfigError as exc:
+        exits.fail(exits.in_file("provider file", path, exc.message))
+
+
+def relay_upstream() -> str | None:
+    """Where relays go instead of ``https://<host>`` (:data:`RELAY_UPSTREAM_ENV`), or None."""
+    return os.environ.get(RELAY_UPSTREAM_ENV, "").strip() or None
+
+
 def build_provider(
     backend: Backend,
     *,
@@ -122,9 +147,11 @@ def build_provider(
     timeout: float | None = None,
     credential: ProxyCredential | None = None,
     git_hosts: GitHosts | None = None,
+    relays: tuple[relay_specs.RelaySpec, ...] = (),
 ) -> AgentProvider:
-    """The provider of ``--backend``: local from the options (``timeout`` None: its default),
-    k8s / agent-sandbox from the file; only the chosen backend's modules are imported."""
+    """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
+    from :func:`local_relays`), k8s / agent-sandbox from the file; only the chosen backend's modules
+    are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
@@ -133,7 +160,14 @@ def build_provider(
     from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 
     limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
-    return LocalSandboxProvider(isolation=isolation.value, timeout=limit, credential=credential, git_hosts=git_hosts)
+    return LocalSandboxProvider(
+        isolation=isolation.value,
+        timeout=limit,
+        credential=credential,
+        git_hosts=git_hosts,
+        relays=relays,
+        relay_upstream=relay_upstream() if relays else None,
+    )
 
 
 def session_backend(

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Self
 
 from ironflow import errors, labels, step_sandbox
 from ironflow._renamed import warn_renamed
+from ironflow.auth_proxy import relays as relay_specs
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, step_manifests
@@ -125,6 +126,22 @@ class K8sSettingsBuilders(abc.ABC):
                 "reaches the git host itself"
             )
         return self._with(git_hosts=hosts)
+
+    def relays(self, specs: Sequence[relay_specs.RelaySpec]) -> Self:
+        """Hosts every step reaches through the auth proxy with a credential the proxy injects
+        (:mod:`ironflow.auth_proxy.relays`): each step gets one token per relay, its value read from
+        the relay's Secret when the step starts and handed to the proxy, never to the pod. Needs
+        :meth:`auth_proxy`."""
+        for spec in specs:
+            if spec.credential_secret is None:
+                raise errors.ConfigError(
+                    f"relay {spec.name!r}: on Kubernetes its credential comes from a Secret; "
+                    "give credential_secret: {secret, key}"
+                )
+        found = relay_specs.clash(specs)
+        if found is not None:
+            raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
+        return self._with(relays=tuple(specs))
 
     def env_from_secret(self, var: str, secret: str, key: str) -> Self:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""

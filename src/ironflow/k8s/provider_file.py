@@ -13,13 +13,14 @@ where a relative ``cluster.kubeconfig`` path is taken from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol, Self, TypeVar
 
 from ironflow import errors, step_sandbox
 from ironflow import settings_file as generic_file
+from ironflow.auth_proxy import relays as relay_specs
 from ironflow.k8s import environments
 from ironflow.k8s.settings import RESOURCE_FIELDS, K8sResources, Toleration
 from ironflow.kube import clusters
@@ -75,6 +76,7 @@ TOP_KEYS: Final = (
     "claude_profiles",
     "cluster",
     "environment_volume",
+    "relays",
 )
 _CLUSTER_KEYS: Final = ("kubeconfig", "kubeconfig_inline", "in_cluster", "context")
 _SANDBOX_KEYS: Final = (
@@ -114,6 +116,7 @@ class ProviderBuilder(Protocol):
     def managed_settings_preset(self, name: str, configmap: str) -> Self: ...
     def environment_volume(self, volume: environments.EnvironmentVolume) -> Self: ...
     def claude_profile_configmap_at(self, configmap: str, subdir: str) -> Self: ...
+    def relays(self, specs: Sequence[relay_specs.RelaySpec]) -> Self: ...
 
 
 B = TypeVar("B", bound=ProviderBuilder)
@@ -321,6 +324,10 @@ def _claude_profiles(p: B, top: Section, _base: Path | None) -> B:
     return p
 
 
+def _relays(p: B, top: Section, _base: Path | None) -> B:
+    return p.relays(relay_specs.parse_relays(top, "secret"))
+
+
 #: Keys with more than one value, in the order the builders apply them (as the file documents).
 _SECTIONS: Final[tuple[tuple[str, Callable[[Any, Section, Path | None], Any]], ...]] = (
     ("cluster", _cluster),
@@ -340,4 +347,5 @@ _SECTIONS: Final[tuple[tuple[str, Callable[[Any, Section, Path | None], Any]], .
     ("managed_settings_presets", _managed_settings_presets),
     ("environment_volume", _environment_volume),
     ("claude_profiles", _claude_profiles),
+    ("relays", _relays),
 )

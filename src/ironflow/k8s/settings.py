@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from ironflow import errors, labels, step_sandbox
 from ironflow._renamed import warn_renamed
+from ironflow.auth_proxy import relays as relay_specs
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
 from ironflow.k8s import environments, hardening
@@ -233,6 +234,8 @@ class ProviderSettings:
     environment: environments.EnvironmentVolume | None = None
     #: The git hosts a git workspace clones from, their tokens kept in the auth proxy (the repr shows none).
     git_hosts: GitHosts | None = None
+    #: Hosts every step reaches through the auth proxy with a credential it injects (values: in Secrets).
+    relays: tuple[relay_specs.RelaySpec, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.image.strip():

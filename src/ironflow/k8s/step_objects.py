@@ -12,12 +12,12 @@ Never does I/O and never reads run identity back out of rendered labels: callers
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ironflow import errors, steps
-from ironflow.auth_proxy import tokens
+from ironflow.auth_proxy import relays, tokens
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import environments, step_manifests
@@ -26,7 +26,15 @@ from ironflow.k8s.workspaces import init_pods
 from ironflow.secrets import Secret
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, git_script
 
-__all__ = ["StepObjects", "check_step", "check_workspace", "refuse_workspace", "render_step", "workspace_secret"]
+__all__ = [
+    "StepObjects",
+    "check_relays",
+    "check_step",
+    "check_workspace",
+    "refuse_workspace",
+    "render_step",
+    "workspace_secret",
+]
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,18 @@ def check_workspace(settings: ProviderSettings, config: steps.AgentConfig) -> No
     (settings.git_hosts or GitHosts()).secret_for(spec.git_host)
 
 
+def check_relays(settings: ProviderSettings) -> None:
+    """A provider's relays are reached through its auth proxy only.
+
+    Raises:
+        StepConfigError: relays without ``auth_proxy``.
+    """
+    if settings.relays and settings.auth_proxy_url is None:
+        raise errors.StepConfigError(
+            "relays on Kubernetes need auth_proxy(url): the pod reaches each relay's host through the proxy"
+        )
+
+
 def workspace_secret(settings: ProviderSettings, config: steps.AgentConfig) -> tokens.SecretCredential | None:
     """The proxied secret a step's git workspace clones with (None: no workspace, or a PVC)."""
     if config.workspace is None or config.workspace.is_pvc:
@@ -119,6 +139,7 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
     """
     command.validate_prompt_size(config)
     check_workspace(settings, config)
+    check_relays(settings)
     command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(settings, config)
     if settings.environment is not None and config.resume_environment_id is not None:
@@ -150,12 +171,14 @@ def render_step(
     worker_env: Mapping[str, str],
     environment_id: str,
     workspace_token: Secret | None = None,
+    relay_tokens: Sequence[tuple[relays.RelaySpec, Secret]] = (),
 ) -> StepObjects:
     """The objects of one step. ``now`` is unix seconds; ``worker_env`` is the worker's
     environment (only names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``token`` is the
     ``ifap_`` token the proxy issued for this step; ``environment_id`` names a new
     environment claim (ignored without an environment volume or when the step resumes one);
-    ``workspace_token`` the token of the step's git-host grant (a git workspace needs it).
+    ``workspace_token`` the token of the step's git-host grant (a git workspace needs it);
+    ``relay_tokens`` the token of each of the provider's relays (all of them, or none: a dry render).
 
     Raises:
         PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
@@ -165,6 +188,9 @@ def render_step(
     s = settings
     command.validate_prompt_size(config)
     check_workspace(s, config)
+    check_relays(s)
+    if relay_tokens and [spec for spec, _ in relay_tokens] != list(s.relays):
+        raise errors.ConfigError("relay_tokens must hold one token per relay of the provider, in its order")
     args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(s, config)
     if token is not None and s.auth_proxy_url is None:
@@ -197,6 +223,8 @@ def render_step(
     plain = list(s.env_vars)
     if token is not None and s.auth_proxy_url is not None:
         plain += list(layout.proxy_env(s.auth_proxy_url, token.reveal()).items())
+    if relay_tokens and s.auth_proxy_url is not None:  # opaque tokens only: each relay's value stays in the proxy
+        plain += list(relays.relay_env(((spec, t.reveal()) for spec, t in relay_tokens), s.auth_proxy_url).items())
     configmap: dict[str, Any] | None = None
     if stdin:
         configmap = step_manifests.prompt_configmap(

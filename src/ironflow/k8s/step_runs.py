@@ -20,6 +20,8 @@ auth-proxy token issuer. Invariants:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import logging
 import os
@@ -29,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ironflow import errors, labels, results, step_timeouts, steps, tracing, workspaces
-from ironflow.auth_proxy import issuing, revoking
+from ironflow.auth_proxy import issuing, relays, revoking, tokens
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
 from ironflow.k8s import cleanup, environments, pod_wait, pods, reaper, step_manifests, step_objects
@@ -172,6 +174,7 @@ class StepRunner:
         pod_name = step_manifests.generate_pod_name(now * 1000, _random.randbits(32))
         token: Secret | None = None
         workspace_token: Secret | None = None
+        relay_tokens: list[tuple[relays.RelaySpec, Secret]] = []
         secret = step_objects.workspace_secret(self.settings, config)
         # The step's bound, when shorter, is the pod's too: its deadline and expiry hold without the worker.
         settings = dataclasses.replace(self.settings, timeout_s=self._bound(config).seconds)
@@ -183,6 +186,10 @@ class StepRunner:
                 _, token = await held.step_token(config, run_id, step, expires_at)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
                     _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
+                for spec in settings.relays:  # one grant per relay: its host and scope only
+                    relay = spec.with_value(await _relay_value(api, self.namespace, spec))
+                    _, relay_token = await held.secret_token(relay.secret(), run_id, step, expires_at)
+                    relay_tokens.append((spec, relay_token))
             objects = step_objects.render_step(
                 settings,
                 config,
@@ -192,6 +199,7 @@ class StepRunner:
                 worker_env=self.worker_env,
                 environment_id=environments.generate_environment_name(now * 1000, _random.randbits(32)),
                 workspace_token=workspace_token,
+                relay_tokens=relay_tokens,
             )
             return await self._launch(api, objects, config, sink, started, now=now)
 
@@ -385,3 +393,35 @@ class _Launch:
             raise pod_wait.with_prefix(
                 exc, f"failed to refresh the expiry of environment claim '{environment_id}'"
             ) from exc
+
+
+async def _relay_value(api: kube.KubeApi, namespace: str, spec: relays.RelaySpec) -> Secret:
+    """A relay's credential, read from its Secret as the step starts (never put in a manifest).
+
+    Raises:
+        StepConfigError: the Secret or its key is missing, or not text (named; the value never is).
+    """
+    ref = spec.credential_secret
+    if ref is None:
+        raise errors.StepConfigError(f"relay {spec.name!r} has no credential_secret")
+    try:
+        found = await api.get(kube.SECRETS, namespace, ref.secret)
+    except errors.KubeNotFound:
+        raise errors.StepConfigError(
+            f"relay {spec.name!r}: Secret {namespace}/{ref.secret} not found; create it or fix credential_secret"
+        ) from None
+    encoded = (found.get("data") or {}).get(ref.key)
+    if not isinstance(encoded, str):
+        raise errors.StepConfigError(f"relay {spec.name!r}: Secret {namespace}/{ref.secret} has no key {ref.key!r}")
+    try:
+        value = base64.b64decode(encoded, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise errors.StepConfigError(
+            f"relay {spec.name!r}: Secret {namespace}/{ref.secret} key {ref.key!r} is not base64 UTF-8 text"
+        ) from None
+    if not tokens.is_header_safe(value):
+        raise errors.StepConfigError(
+            f"relay {spec.name!r}: Secret {namespace}/{ref.secret} key {ref.key!r} holds characters a request "
+            "cannot carry (a trailing newline?)"
+        )
+    return Secret(value)

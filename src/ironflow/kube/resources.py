@@ -22,6 +22,7 @@ __all__ = [
     "NAMESPACES",
     "PERSISTENTVOLUMECLAIMS",
     "PODS",
+    "SECRETS",
     "ExecResult",
     "KubeObject",
     "ObjectList",
@@ -66,6 +67,7 @@ class Resource:
 
 PODS: Final = Resource("", "v1", "pods", "Pod")
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS: Final = Resource("", "v1", "secrets", "Secret")
 PERSISTENTVOLUMECLAIMS: Final = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 EVENTS: Final = Resource("", "v1", "events", "Event")
 NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)

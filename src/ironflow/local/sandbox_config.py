@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 
 from ironflow import errors
 from ironflow._renamed import renamed_argument
+from ironflow.auth_proxy import relays as relays_mod
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, layout, profile
 from ironflow.local import workdirs
@@ -63,6 +64,11 @@ class LocalSandboxConfig:
         sandbox_host_uid: on a root worker, the non-root host uid a bubblewrap sandbox runs as
             (so root-only host files stay unreadable); ignored otherwise.
         git_hosts: the git hosts' credentials (kept in the proxy) for git workspaces.
+        relays: hosts every step reaches through the in-process proxy with a credential it injects
+            (:mod:`ironflow.auth_proxy.relays`; the sandbox gets ``IRONFLOW_RELAY_<NAME>`` and
+            ``…_TOKEN``); a spec's ``credential_env`` is read from the worker's environment now.
+        relay_upstream: send ``/r/<host>/…`` to ``<relay_upstream>/<host>/…`` instead of
+            ``https://<host>/…`` (a mirror, or a test's loopback server).
         output_keep_bytes: bytes of the start, and of the end, of each stream a command's result
             keeps; the rest is counted, not held (``CommandResult.stdout_cut``).
     """
@@ -88,6 +94,8 @@ class LocalSandboxConfig:
         sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
         git_hosts: git_sync.GitHosts | None = None,
         output_keep_bytes: int = DEFAULT_KEEP_BYTES,
+        relays: Sequence[relays_mod.RelaySpec | relays_mod.Relay] = (),
+        relay_upstream: str | None = None,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -140,6 +148,13 @@ class LocalSandboxConfig:
         self.conversations_dir = kept
         self.limits = limits
         self.git_hosts = git_hosts or git_sync.GitHosts()
+        found = relays_mod.clash(r if isinstance(r, relays_mod.RelaySpec) else r.spec for r in relays)
+        if found is not None:
+            raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
+        specs = [r for r in relays if isinstance(r, relays_mod.RelaySpec)]
+        resolved = iter(relays_mod.resolve_env(specs, os.environ))
+        self.relays = tuple(r if isinstance(r, relays_mod.Relay) else next(resolved) for r in relays)
+        self.relay_upstream = relay_upstream
         #: Workspaces kept for a retry of their step (``keep_on_retry``).
         self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.

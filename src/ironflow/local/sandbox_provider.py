@@ -11,7 +11,9 @@ it inherits; a run's workspace is opened and finished by :mod:`ironflow.local.wo
 
 Credentials stay outside: an agent step gets an in-process auth proxy on a unix socket
 (bridged to 127.0.0.1:<port> inside the sandbox's own network namespace) and only an
-opaque ``ifap_`` token; the key is handed to the proxy, never to the sandbox. Settings
+opaque ``ifap_`` token; the key is handed to the proxy, never to the sandbox. The provider's
+relays (:mod:`ironflow.auth_proxy.relays`) reach every step, a command too, the same way: one
+token per relay in ``IRONFLOW_RELAY_<NAME>_TOKEN``. Settings
 that only mean something on Kubernetes are accepted, logged as a warning and listed in
 ``AgentResult.ignored_settings``. Sessions, the proxy's server and the offline model load when
 used, so a one-shot ``ironflow exec`` imports no HTTP stack.
@@ -48,7 +50,6 @@ from ironflow.local.workspaces import bound, step_workspaces
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult, CommandResult
-from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
@@ -140,7 +141,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
             tmp: str | None = None
-            needs_dir = auth_proxy or workspace is not None or self.managed_settings is not None
+            needs_dir = auth_proxy or bool(self.relays) or workspace is not None or self.managed_settings is not None
             if needs_dir or self.isolation == "gvisor":
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             prepared: local_workspaces.PreparedWorkspace | None = None
@@ -149,28 +150,26 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH), *writable)
                 working_dir = working_dir or WORKSPACE_PATH
             socket_path: str | None = None
-            token: Secret | None = None
             egress_socket: str | None = None
-            if auth_proxy and tmp is not None:
+            if (auth_proxy or self.relays) and tmp is not None:
                 socket_path = os.path.join(tmp, "proxy.sock")
-                if step_proxy.serves_egress(egress):
+                if auth_proxy and step_proxy.serves_egress(egress):
                     egress_socket = os.path.join(tmp, "egress.sock")
-                token = await stack.enter_async_context(
-                    step_proxy.proxy_session(
-                        self._credential(None),
+                issued = await stack.enter_async_context(
+                    step_proxy.step_session(
+                        self._credential(None) if auth_proxy else None,
+                        self.relays,
                         socket_path=socket_path,
                         run_id=run_id,
                         step="command",
                         expires_in=limit + 60,
+                        relay_upstream=self.relay_upstream,
                         max_connections=self.limits.proxy_connections,
                         egress=egress,
                         egress_socket=egress_socket,
                     )
                 )
-            if token is not None:
-                run_env.update(environment.proxy_env(token.reveal()))
-                if egress_socket is not None:
-                    run_env.update(environment.egress_env(token.reveal()))
+                run_env.update(issued.env())
             fds = stack.enter_context(sandbox_argv.sandbox_fds(self.isolation, run_env))
             full, binds = sandbox_argv.render(
                 self.shape(),
@@ -259,18 +258,21 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             prepared = await stack.enter_async_context(self.kept.attempt(config, tmp, self._open_workspace))
             writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             socket_path = os.path.join(tmp, "proxy.sock")
-            async with step_proxy.proxy_session(
+            async with step_proxy.step_session(
                 credential,
+                self.relays,
                 socket_path=socket_path,
                 run_id=run_id,
                 step=step,
                 expires_in=limit.seconds + 60,
                 trace_context=config.trace_context,
+                relay_upstream=self.relay_upstream,
                 max_connections=self.limits.proxy_connections,
-            ) as token:
-                token_id = hashlib.sha256(token.reveal().encode()).hexdigest()[:12]
+            ) as issued:
+                assert issued.claude is not None  # a credential was given
+                token_id = hashlib.sha256(issued.claude.reveal().encode()).hexdigest()[:12]
                 log.info("local sandbox step started: isolation=%s token=%s", self.isolation, token_id)
-                env = environment.sandbox_env(self.env, proxy_token=token.reveal())
+                env = {**environment.sandbox_env(self.env), **issued.env()}
                 with (
                     tracing.span("ironflow.sandbox", parent=config.trace_context, isolation=self.isolation) as span,
                     sandbox_argv.sandbox_fds(self.isolation, env) as fds,

@@ -270,3 +270,14 @@ def test_the_provider_satisfies_the_agent_provider_protocol() -> None:
     from ironflow.provider import AgentProvider
 
     assert isinstance(AgentSandboxProvider(POD), AgentProvider)
+
+
+def test_relays_in_the_pod_settings_are_refused_not_silently_dropped() -> None:
+    relay = {
+        "host": "api.example.com",
+        "credential_secret": {"secret": "api", "key": "token"},
+        "injection": "bearer",
+    }
+    pod = {"image": "ghcr.io/acme/claude-runner:1", "sandboxed": True, "auth_proxy": "http://p:8080", "relays": [relay]}
+    with pytest.raises(errors.ConfigError, match="agent-sandbox does not deliver relays yet"):
+        AgentSandboxProvider.from_dict({"pod": pod})

@@ -203,6 +203,20 @@ async def test_secret_credential_round_trips_through_columns(dsn: str) -> None:
         await opened.close()
 
 
+async def test_a_scoped_query_secret_round_trips_through_the_jsonb_spec_without_a_migration(dsn: str) -> None:
+    opened = await PostgresRegistry.open(Secret(dsn), KeyRing.from_spec(KEY1))
+    try:
+        token = tokens.new_token().reveal()
+        scope = tokens.Scope(methods=("GET", "HEAD"), paths=("/v1/items", "/v2/"))
+        query = tokens.Injection("query", param="key")
+        secret = tokens.SecretCredential("maps", Secret("k-1"), query, ("a.b.c",), scope)
+        grant = tokens.Grant(tokens.token_id(token), "r", "s", NOW + 60, secret)
+        await opened.insert(grant)
+        assert await opened.resolve(grant.id, NOW) == grant
+    finally:
+        await opened.close()
+
+
 # --- migrations --------------------------------------------------------------------------------
 
 

@@ -60,3 +60,35 @@ def test_runs_list_never_creates_the_directory_of_a_store(tmp_path: Path) -> Non
     code, err = invoke("runs", "list", "--store", f"sqlite:///{missing / 'x.db'}")
     assert_one_line(code, err, "its directory does not exist")
     assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("command", [["agent", "--fake-model", "hi"], ["exec", "--", "true"]])
+@pytest.mark.parametrize(
+    ("text", "env", "words"),
+    [
+        ("relays: [{host: a.example.com, injection: bearer}]\n", {}, "relays[0].credential_env: is required"),
+        ("image: x\n", {}, "provider file"),
+        (
+            "relays: [{host: a.example.com, injection: bearer, credential_env: IFT_NONE}]\n",
+            {"IFT_NONE": ""},
+            "needs its credential in IFT_NONE",
+        ),
+    ],
+)
+def test_a_local_relay_file_that_cannot_work_is_one_line(
+    tmp_path: Path, command: list[str], text: str, env: dict[str, str], words: str
+) -> None:
+    relays = tmp_path / "relays.yaml"
+    relays.write_text(text)
+    code, err = invoke(command[0], "--provider", str(relays), *command[1:], env=env)
+    assert_one_line(code, err, words)
+
+
+def test_relays_are_refused_by_exec_on_k8s_not_dropped(tmp_path: Path) -> None:
+    provider = tmp_path / "k8s.yaml"
+    provider.write_text(
+        "image: ghcr.io/acme/claude-runner:1\nauth_proxy: http://p:8080\n"
+        "relays: [{host: a.example.com, injection: bearer, credential_secret: {secret: s, key: k}}]\n"
+    )
+    code, err = invoke("exec", "--backend", "k8s", "--provider", str(provider), "--", "true")
+    assert_one_line(code, err, "exec pods do not get them yet")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
+from ironflow.auth_proxy import relays, tokens
 from ironflow.claude import layout
 from ironflow.local import sandbox_provider
 from ironflow.local.sandbox import argv, bwrap, environment, identity
 from ironflow.provider import AgentProvider
-from ironflow.secrets import looks_like_claude_credential
+from ironflow.secrets import Secret, looks_like_claude_credential
 from ironflow.steps import AgentConfig
 
 
@@ -254,3 +256,28 @@ def test_sessions_dir_is_the_old_name_of_conversations_dir(tmp_path: Path) -> No
         sandbox_provider.LocalSandboxProvider(isolation="gvisor", sessions_dir="/tmp")
     with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(TypeError, match="not both"):
         sandbox_provider.LocalSandboxProvider(sessions_dir="/tmp", conversations_dir="/tmp")
+
+
+def test_two_relays_with_one_variable_name_are_refused_at_construction() -> None:
+    bearer = tokens.Injection("bearer")
+    one = relays.RelaySpec("a-b", "a.example.com", bearer).with_value(Secret("v"))
+    other = relays.RelaySpec("a.b", "b.example.com", bearer).with_value(Secret("v"))
+    with pytest.raises(errors.ConfigError, match=re.escape("relays[1].name: another relay has the name 'a.b'")):
+        sandbox_provider.LocalSandboxProvider(relays=(one, other))
+
+
+def test_a_relays_variable_is_read_when_the_provider_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = relays.RelaySpec("api", "api.example.com", tokens.Injection("bearer"), credential_env="IFT_RELAY_V")
+    monkeypatch.delenv("IFT_RELAY_V", raising=False)
+    with pytest.raises(errors.MissingCredential, match="needs its credential in IFT_RELAY_V"):
+        sandbox_provider.LocalSandboxProvider(relays=(spec,))
+    monkeypatch.setenv("IFT_RELAY_V", "value-1")
+    (relay,) = sandbox_provider.LocalSandboxProvider(relays=(spec,)).relays
+    assert relay.secret().value.reveal() == "value-1"
+
+
+async def test_local_sandbox_sessions_refuse_relays_rather_than_drop_them(tmp_path: Path) -> None:
+    relay = relays.RelaySpec("api", "api.example.com", tokens.Injection("bearer")).with_value(Secret("v"))
+    provider = sandbox_provider.LocalSandboxProvider(relays=(relay,))
+    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get them yet"):
+        await provider.sessions(state_dir=str(tmp_path)).open()

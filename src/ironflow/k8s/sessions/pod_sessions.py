@@ -116,13 +116,16 @@ class K8sSessions:
         directory; :meth:`changes` gives what changed there.
 
         Raises:
-            ConfigError: a bad label; ``env`` where the objects refuse it. StepConfigError: a credential in ``env``.
+            ConfigError: a bad label; ``env`` where the objects refuse it; relays (not delivered to sessions).
+            StepConfigError: a credential in ``env``.
             WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
             WorkspaceUnsafe: the clone failed.
             SandboxRefused / SandboxFailed: the pod will not run (the cluster's reason).
             SandboxError / OperationTimeout: it did not start in time, or cannot run the runtime.
         """
         options = options or OpenOptions()
+        if self.settings.relays:  # refused, never silently dropped
+            raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s)

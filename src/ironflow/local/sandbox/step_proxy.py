@@ -8,10 +8,11 @@ the socket removed when the block ends, whatever happened inside. Each step's pr
 at most ``max_connections`` connections at once (the sandbox's ``proxy_connections``
 limit): every one is a descriptor of the worker's, shared by all its steps. The proxy's server
 (aiohttp, cryptography) loads when a session starts, not with this module: a sandbox without
-network (``ironflow exec``) never pays for it.
+network (``ironflow exec``) never pays for it. A step with relays (:mod:`ironflow.auth_proxy.relays`)
+gets one more token per relay from the same proxy (:func:`step_session`), each revoked with the rest.
 
 A step with an egress policy (:func:`serves_egress`) also gets the egress proxy on a second socket,
-``egress_socket``, reached with the same token, which carries the policy.
+``egress_socket``, reached with the Claude token, whose grant carries the policy.
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ironflow import egress as egress_policy
-from ironflow.auth_proxy import registry, tokens
+from ironflow.auth_proxy import registry, relays, tokens
 from ironflow.local.sandbox import environment, limits
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import app
 
-__all__ = ["proxy_session", "secret_session", "serves_egress"]
+__all__ = ["StepTokens", "proxy_session", "secret_session", "serves_egress", "step_session"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -66,6 +68,64 @@ async def proxy_session(
         _token(running, claude, run_id or "local", step, expires_in, trace_context, egress) as token,
     ):
         yield token
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """The opaque tokens of one step's proxy: the Claude credential's (if any), and one per relay."""
+
+    claude: Secret | None
+    relays: tuple[tuple[relays.RelaySpec, Secret], ...] = field(default=())
+    #: The Claude token's grant carries an egress policy the egress proxy serves.
+    egress: bool = False
+
+    def env(self) -> dict[str, str]:
+        """The sandbox variables they become (:func:`environment.proxy_env`, :func:`environment.egress_env`,
+        :func:`relays.relay_env`)."""
+        out = environment.proxy_env(self.claude.reveal()) if self.claude is not None else {}
+        if self.egress and self.claude is not None:
+            out.update(environment.egress_env(self.claude.reveal()))
+        proxy_url = f"http://127.0.0.1:{environment.PROXY_PORT}"
+        out.update(relays.relay_env(((spec, token.reveal()) for spec, token in self.relays), proxy_url))
+        return out
+
+
+@contextlib.asynccontextmanager
+async def step_session(
+    credential: environment.ProxyCredential | None,
+    relayed: Sequence[relays.Relay],
+    *,
+    socket_path: str,
+    run_id: str | None,
+    step: str,
+    expires_in: float,
+    trace_context: str | None = None,
+    relay_upstream: str | None = None,
+    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
+    egress: egress_policy.EgressPolicy | None = None,
+    egress_socket: str | None = None,
+) -> AsyncIterator[StepTokens]:
+    """As :func:`proxy_session` (without ``credential``: no Claude token, so no egress either), plus
+    one token per relay in ``relayed``; ``relay_upstream`` as ``secret_upstream`` of :func:`secret_session`."""
+    upstream = credential.upstream if credential is not None else "https://api.anthropic.com"
+    run = run_id or "local"
+    if credential is None or not serves_egress(egress):
+        egress, egress_socket = None, None
+    async with contextlib.AsyncExitStack() as stack:
+        running = await stack.enter_async_context(
+            _serving(socket_path, upstream, relay_upstream, max_connections, egress_socket)
+        )
+        claude: Secret | None = None
+        if credential is not None:
+            claude_credential = tokens.ClaudeCredential(credential.kind, credential.value)
+            claude = await stack.enter_async_context(
+                _token(running, claude_credential, run, step, expires_in, trace_context, egress)
+            )
+        issued = []
+        for relay in relayed:
+            token = await stack.enter_async_context(_token(running, relay.secret(), run, step, expires_in, None, None))
+            issued.append((relay.spec, token))
+        yield StepTokens(claude, tuple(issued), egress=egress is not None)
 
 
 @contextlib.asynccontextmanager

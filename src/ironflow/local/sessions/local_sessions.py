@@ -101,9 +101,12 @@ class LocalSessions:
         Raises:
             SandboxError: bubblewrap, runsc or the runtime did not start.
             StepConfigError: ``env`` names a credential variable.
+            ConfigError: the provider has relays (not delivered to sessions yet).
         """
         options = options or OpenOptions()
         ttl, idle_timeout, run_id, workspace = options.ttl, options.idle_timeout, options.run_id, options.workspace
+        if self.provider.relays:  # refused, never silently dropped
+            raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
         if agent and self.provider.isolation != "bwrap":
             raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
         run_env = environment.sandbox_env({**self.provider.env, **options.env})

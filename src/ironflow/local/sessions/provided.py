@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from ironflow.auth_proxy import relays
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.local.sandbox import argv, environment, launch, limits
 
@@ -41,6 +42,9 @@ class LocalSandbox(Protocol):
 
     @property
     def processes(self) -> launch.SandboxProcesses: ...
+
+    @property
+    def relays(self) -> tuple[relays.Relay, ...]: ...
 
     def shape(self) -> argv.SandboxShape: ...
 
