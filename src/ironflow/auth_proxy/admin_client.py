@@ -178,6 +178,22 @@ class AdminClient:
             return False
         raise self._admin_error(status, text)
 
+    async def set_egress(
+        self, run_id: str, policy: egress_policy.EgressPolicy | None, *, step: str | None = None
+    ) -> int:
+        """Give the run's live tokens (of ``step`` only, when given) a new egress policy; how many changed.
+        Their next connection through any replica is decided by it."""
+        body: dict[str, Any] = {"egress": None if policy is None else policy.to_json()}
+        if step is not None:
+            body["step"] = step
+        status, text = await self._call("PUT", f"/admin/v1/runs/{quote(run_id, safe='')}/egress", body)
+        if status != 200:
+            raise self._admin_error(status, text)
+        try:
+            return int(json.loads(text)["updated"])
+        except (ValueError, KeyError, TypeError):
+            raise AuthProxyError("auth proxy admin API answered 200 with an unreadable body", status=200) from None
+
     async def revoke_run(self, run_id: str) -> int:
         """Revoke every token of a run; the number revoked."""
         status, text = await self._call("DELETE", f"/admin/v1/runs/{quote(run_id, safe='')}/tokens")

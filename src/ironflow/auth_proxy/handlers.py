@@ -159,6 +159,26 @@ class ProxyHandlers:
         logs.event("run tokens revoked", run_id=run_id, revoked=count)
         return _json_response(200, json.dumps({"revoked": count}).encode())
 
+    async def set_egress(self, request: web.Request) -> web.Response:
+        """``PUT /admin/v1/runs/{run_id}/egress``: a new egress policy for the run's live grants (of one
+        step, when the body names it); every replica decides their next connection by it. 200
+        ``{"updated": n}``; a registry that cannot take it answers 503 and nothing changes."""
+        if not self._is_admin(request):
+            return self._admin_refused(request)
+        run_id = request.match_info["run_id"]
+        try:
+            change = tokens.parse_egress_change(await request.read())
+        except tokens.InvalidTokenRequest as exc:
+            logs.event("egress change refused", logging.WARNING, reason=exc.message)
+            return _json_response(400, policy.error_body("invalid_request_error", exc.message))
+        try:
+            count = await self._registry().set_egress(run_id, change.step, change.egress)
+        except registry.RegistryUnavailable:
+            logs.event("token registry unavailable", logging.ERROR, operation="set_egress")
+            return _json_response(503, policy.error_body("api_error", "token registry unavailable"))
+        logs.event("egress policy changed", run_id=run_id, step=change.step, updated=count)
+        return _json_response(200, json.dumps({"updated": count}).encode())
+
     # --- relays ---------------------------------------------------------------------
 
     async def _resolve(self, request: web.Request, path: str) -> tokens.Grant | _Denied:

@@ -8,7 +8,8 @@ pushes the announcement to every worker *before* it answers the revoking call, s
 the admin API has said 204, every worker has the eviction in its socket buffer.
 
 Wire format: one JSON object per line. Requests ``{"id", "op", "args"}``, answers
-``{"id", "ok"}`` or ``{"id", "error"}``, announcements ``{"event": "revoked", "ids"}``.
+``{"id", "ok"}`` or ``{"id", "error"}``, announcements ``{"event": "evict", "ids"}`` (grants
+revoked, or whose egress policy changed: the next resolve asks the hub).
 Grants cross the socket with their credential: the socket never leaves the host and
 its directory is readable by the proxy's uid only. Nothing here logs a grant.
 """
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from ironflow.auth_proxy import registry, tokens
+from ironflow.egress import EgressPolicy
 
 __all__ = ["HubRegistry", "serve_hub"]
 
@@ -43,6 +45,9 @@ async def _answer(grants: registry.MemoryRegistry, op: str, args: dict[str, Any]
         return await grants.revoke(args["id"])
     if op == "revoke_run":
         return await grants.revoke_run(args["run_id"])
+    if op == "set_egress":
+        policy = tokens.parse_egress_change(json.dumps({"egress": args["egress"]}).encode()).egress
+        return await grants.set_egress(args["run_id"], args.get("step"), policy)
     if op == "purge_expired":
         return await grants.purge_expired(args["now"])
     if op == "count":
@@ -63,7 +68,7 @@ async def serve_hub(socket_path: str, grants: registry.MemoryRegistry | None = N
     writers: set[asyncio.StreamWriter] = set()
 
     async def announce(ids: list[str]) -> None:
-        line = json.dumps({"event": "revoked", "ids": ids}).encode() + b"\n"
+        line = json.dumps({"event": "evict", "ids": ids}).encode() + b"\n"
         for writer in list(writers):
             with contextlib.suppress(ConnectionError):
                 writer.write(line)
@@ -79,6 +84,8 @@ async def serve_hub(socket_path: str, grants: registry.MemoryRegistry | None = N
                     await announce(shared.run_grant_ids(args["run_id"]))
                 elif op == "revoke":
                     await announce([args["id"]])
+                elif op == "set_egress":  # the next resolve reads the changed grant from the hub
+                    await announce(shared.changed_grant_ids(args["run_id"], args.get("step")))
                 try:
                     reply = {"id": request["id"], "ok": await _answer(shared, op, args)}
                 except (KeyError, TypeError, ValueError) as exc:
@@ -137,7 +144,7 @@ class HubRegistry:
         try:
             while line := await reader.readline():
                 message = json.loads(line)
-                if message.get("event") == "revoked":
+                if message.get("event") == "evict":
                     self._cache.evict(message["ids"])
                     continue
                 future = self._pending.pop(message["id"], None)
@@ -192,6 +199,11 @@ class HubRegistry:
 
     async def revoke_run(self, run_id: str) -> int:
         return int(await self._call("revoke_run", run_id=run_id))
+
+    async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
+        self._cache.evict_run(run_id)
+        wire = None if policy is None else policy.to_json()
+        return int(await self._call("set_egress", run_id=run_id, step=step, egress=wire))
 
     async def purge_expired(self, now: int) -> int:
         self._cache.drop_stale(now)

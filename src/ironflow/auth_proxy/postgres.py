@@ -10,8 +10,8 @@ ring cannot open raises :class:`~ironflow.auth_proxy.crypto.MissingKeyVersion`
 (or its :class:`~ironflow.auth_proxy.crypto.SealBroken`), answered with 503.
 
 Each replica keeps a short-lived cache of resolved grants so a relayed request costs
-no database round trip. Revocations fan out with ``NOTIFY``: every replica ``LISTEN``s
-and drops the revoked entries at once. When the listening connection is seen lost the
+no database round trip. Revocations and egress-policy changes fan out with ``NOTIFY``: every
+replica ``LISTEN``s and drops the revoked or changed entries at once. When the listening connection is seen lost the
 cache is switched off (every resolve reads the database) until it is back, so a
 connection that closes misses no revocation; a generation counter keeps a read that
 raced a revocation out of the cache. A silently cut link (no FIN, a hung server) sends no
@@ -38,6 +38,7 @@ import asyncpg
 
 from ironflow import migrations
 from ironflow.auth_proxy import crypto, logs, registry, tokens
+from ironflow.egress import EgressPolicy
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -345,6 +346,21 @@ class PostgresRegistry:
                 )
                 await self._notify(conn, f"run:{run_id}")
         self._cache.evict([r["id"] for r in rows])
+        return len(rows)
+
+    async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
+        egress = None if policy is None else json.dumps(policy.to_json())
+        async with _guard("set_egress"), self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "UPDATE ironflow.auth_proxy_grants SET egress = $3::jsonb"
+                " WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) RETURNING id",
+                run_id,
+                step,
+                egress,
+            )
+            if rows:  # every replica drops the run's cached grants: the next connection reads the new policy
+                await self._notify(conn, f"run:{run_id}")
+        self._cache.evict_run(run_id)
         return len(rows)
 
     async def purge_expired(self, now: int) -> int:

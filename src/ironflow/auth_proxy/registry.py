@@ -14,6 +14,7 @@ The in-memory backend serves one process; share one instance between app objects
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ironflow.auth_proxy import tokens
+from ironflow.egress import EgressPolicy
 from ironflow.secrets import Secret
 
 __all__ = [
@@ -65,6 +67,11 @@ class GrantRegistry(Protocol):
     async def revoke(self, grant_id: str) -> bool: ...
 
     async def revoke_run(self, run_id: str) -> int: ...
+
+    async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
+        """Give the live grants of ``run_id`` (of its ``step`` when named) a new egress policy; how many.
+        Every replica decides the next connection of those grants by it."""
+        ...
 
     async def purge_expired(self, now: int) -> int: ...
 
@@ -133,6 +140,16 @@ class MemoryRegistry:
     def run_grant_ids(self, run_id: str) -> list[str]:
         """Ids of the live grants of a run (what ``revoke_run`` would revoke now)."""
         return [grant_id for grant_id, grant in self._grants.items() if grant.run_id == run_id]
+
+    def changed_grant_ids(self, run_id: str, step: str | None) -> list[str]:
+        """Ids of the live grants :meth:`set_egress` would change now."""
+        return [g for g in self.run_grant_ids(run_id) if step is None or self._grants[g].step == step]
+
+    async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
+        ids = self.changed_grant_ids(run_id, step)
+        for grant_id in ids:
+            self._grants[grant_id] = dataclasses.replace(self._grants[grant_id], egress=policy)
+        return len(ids)
 
     async def revoke_run(self, run_id: str) -> int:
         ids = self.run_grant_ids(run_id)

@@ -51,6 +51,7 @@ __all__ = [
     "SECRET_METHODS",
     "TOKEN_PREFIX",
     "ClaudeCredential",
+    "EgressChange",
     "Grant",
     "Injection",
     "InvalidTokenRequest",
@@ -64,6 +65,7 @@ __all__ = [
     "host_allowed",
     "is_header_safe",
     "new_token",
+    "parse_egress_change",
     "parse_injection",
     "parse_scope",
     "parse_token_request",
@@ -250,6 +252,33 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
     if not is_header_safe(value):
         raise InvalidTokenRequest("credential holds characters a header cannot carry")
     return TokenRequest(run_id, step, expires_at, credential, limits, trace_context, egress)
+
+
+@dataclass(frozen=True)
+class EgressChange:
+    """A validated ``PUT /admin/v1/runs/{run}/egress`` body: the new policy of a run's grants
+    (of one ``step`` of it when named; ``None`` policy: let nothing through)."""
+
+    egress: egress_policy.EgressPolicy | None
+    step: str | None = None
+
+
+def parse_egress_change(body: bytes) -> EgressChange:
+    """``{"egress": POLICY|null, "step"?: NAME}``; unknown fields are refused, errors never echo the body.
+
+    Raises:
+        InvalidTokenRequest: not that shape, or a policy :class:`~ironflow.egress.EgressPolicy` refuses.
+    """
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidTokenRequest("invalid egress change body: expected JSON") from None
+    if not isinstance(raw, dict) or "egress" not in raw or not set(raw) <= {"egress", "step"}:
+        raise InvalidTokenRequest('invalid egress change body: expected {"egress": policy or null, "step"?: name}')
+    step = raw.get("step")
+    if step is not None and (not isinstance(step, str) or not step):
+        raise InvalidTokenRequest("invalid egress change body: step must be a step name")
+    return EgressChange(_parse_egress(raw["egress"]), step)
 
 
 def _parse_egress(raw: Any) -> egress_policy.EgressPolicy | None:
