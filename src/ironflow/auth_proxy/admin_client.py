@@ -186,20 +186,18 @@ class AdminClient:
         body: dict[str, Any] = {"egress": None if policy is None else policy.to_json()}
         if step is not None:
             body["step"] = step
-        status, text = await self._call("PUT", f"/admin/v1/runs/{quote(run_id, safe='')}/egress", body)
-        if status != 200:
-            raise self._admin_error(status, text)
-        try:
-            return int(json.loads(text)["updated"])
-        except (ValueError, KeyError, TypeError):
-            raise AuthProxyError("auth proxy admin API answered 200 with an unreadable body", status=200) from None
+        return await self._run_count("PUT", f"/admin/v1/runs/{quote(run_id, safe='')}/egress", "updated", body)
 
     async def revoke_run(self, run_id: str) -> int:
         """Revoke every token of a run; the number revoked."""
-        status, text = await self._call("DELETE", f"/admin/v1/runs/{quote(run_id, safe='')}/tokens")
+        return await self._run_count("DELETE", f"/admin/v1/runs/{quote(run_id, safe='')}/tokens", "revoked")
+
+    async def _run_count(self, method: str, path: str, key: str, body: dict[str, Any] | None = None) -> int:
+        """A run-wide call's count (``{key: n}`` in a 200)."""
+        status, text = await self._call(method, path, body)
         if status != 200:
             raise self._admin_error(status, text)
         try:
-            return int(json.loads(text)["revoked"])
+            return int(json.loads(text)[key])
         except (ValueError, KeyError, TypeError):
             raise AuthProxyError("auth proxy admin API answered 200 with an unreadable body", status=200) from None
