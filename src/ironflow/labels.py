@@ -37,6 +37,7 @@ __all__ = [
     "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
+    "LABEL_WORKER_UID",
     "MANAGED_BY_VALUE",
     "MANAGED_SELECTOR",
     "PART_OF_VALUE",
@@ -88,6 +89,9 @@ COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 #: A sandbox session's pod (ironflow.k8s.sessions.pod_sessions), and its session id.
 COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
 LABEL_SESSION_ID: Final = "ironflow.io/session-id"
+#: The uid of the worker pod that created an object (ironflow.kube.owners): a restarted worker
+#: (same pod, same uid) deletes what carries its own uid before it takes runs.
+LABEL_WORKER_UID: Final = "ironflow.io/worker-uid"
 
 #: Keys the agent-sandbox controllers own: ironflow reads them and refuses them in
 #: caller labels, never writes them.
@@ -101,7 +105,7 @@ LABEL_SANDBOX_LAUNCH_TYPE: Final = AGENT_SANDBOX_KEY_PREFIX + "launch-type"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.
-RESERVED_LABELS: Final = frozenset({LABEL_MANAGED_BY, LABEL_COMPONENT})
+RESERVED_LABELS: Final = frozenset({LABEL_MANAGED_BY, LABEL_COMPONENT, LABEL_WORKER_UID})
 
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 RUNNER_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_CLAUDE_RUNNER}"

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ironflow.auth_proxy.git_hosts import GitHosts
     from ironflow.k8s.pod_provider import K8sEphemeralProvider
     from ironflow.kube.api import KubeApi
+    from ironflow.kube.resources import Resource
     from ironflow.local.sandbox.environment import ProxyCredential
     from ironflow.local.sandbox_provider import LocalSandboxProvider
     from ironflow.sessions.backend import SessionBackend
@@ -320,12 +321,48 @@ class Providers:
         """
         if self.provider_file is None or backend is Backend.LOCAL:
             return None
-        if backend is None:
-            backend = Backend.K8S  # unreadable: the k8s loader names the problem
-            with contextlib.suppress(errors.ConfigError):
-                if "pod" in settings_file.read(self.provider_file, what="provider file"):
-                    backend = Backend.AGENT_SANDBOX
-        return cluster_of(self.get(backend))
+        return cluster_of(self.get(backend or self._file_backend(self.provider_file)))
+
+    @staticmethod
+    def _file_backend(path: Path) -> Backend:
+        """The backend a provider file is for: an agent-sandbox file has a ``pod:`` section."""
+        with contextlib.suppress(errors.ConfigError):  # unreadable: the k8s loader names the problem
+            if "pod" in settings_file.read(path, what="provider file"):
+                return Backend.AGENT_SANDBOX
+        return Backend.K8S
+
+    async def sweep_earlier_life(self, env: Mapping[str, str]) -> str | None:
+        """In a worker pod (``env`` names it: ``IRONFLOW_WORKER_POD_*``) with a provider file, delete
+        what the pod's earlier life left in the agents namespace (the objects labelled with its uid);
+        the log line with the counts, or None when there is nothing to sweep (outside a cluster).
+
+        Exits 2 when only some of the pod's variables are set. A sweep that fails is a warning in the
+        line, not an error: the orphan reaper takes such objects once they expire.
+        """
+        from ironflow.kube import owners
+
+        try:
+            owner = owners.owner_from_env(env)
+        except errors.ConfigError as exc:
+            exits.fail_for(exc)
+        if owner is None or self.provider_file is None:
+            return None
+        from ironflow.k8s import reaper
+
+        provider = self.get(self._file_backend(self.provider_file))
+        also: tuple[Resource, ...] = ()
+        if (claimed := _agent_sandbox(provider)) is not None:
+            namespace, also = claimed.settings.namespace, (claimed.resources.claims,)
+        elif (pods := _k8s(provider)) is not None:
+            namespace = pods.settings.namespace
+        else:
+            return None
+        try:
+            async with await connect(cluster_of(provider)) as api:
+                report = await reaper.sweep_earlier_life(api, namespace, owner.uid, also=also)
+        except errors.IronflowError as exc:
+            return f"boot sweep of {namespace} failed, the orphan reaper will take what expires: {exc}"
+        return report.line()
 
 
 def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.ClusterConfig:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -365,6 +366,10 @@ async def _work(
         providers,
         account_pool(store, parsed_accounts, max_wait_s, lambda: providers.cluster_for(None), observers) as pool,
     ):
+        # Before any run is taken: what this worker pod's earlier life (same uid) left.
+        swept = await providers.sweep_earlier_life(os.environ)
+        if swept is not None:
+            _log.info("%s", swept)
         worker = Worker(
             store,
             lambda r: Runner(store, providers.get(r.backend), accounts=pool, observers=observers, role_caps=role_caps),

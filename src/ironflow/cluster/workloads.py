@@ -299,6 +299,12 @@ def worker(
         _secret_env("CLAUDE_CODE_OAUTH_TOKEN", WORKER_SECRET, "claude-code-oauth-token", optional=True),
         _secret_env("ANTHROPIC_API_KEY", WORKER_SECRET, "anthropic-api-key", optional=True),
     ]
+    # The pod's own name, uid and namespace: what it creates is bound to it (ironflow.kube.owners
+    # reads them; the names are its ENV_*, spelt here as the cluster layer may not import kube).
+    env += [
+        {"name": f"IRONFLOW_WORKER_POD_{part.upper()}", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{part}"}}}
+        for part in ("name", "uid", "namespace")
+    ]
     container = {
         "name": "worker",
         "image": spec.image,

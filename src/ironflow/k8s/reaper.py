@@ -31,9 +31,11 @@ from ironflow.kube import api as kube
 __all__ = [
     "DELETE_CONCURRENCY",
     "PAGE_SIZE",
+    "SWEPT",
     "OrphanReaper",
     "ReapReason",
     "ReapReport",
+    "SweepReport",
     "claim_expired",
     "configmap_expired",
     "delete_each",
@@ -42,6 +44,7 @@ __all__ = [
     "reap_orphans",
     "reap_reason",
     "spawn_orphan_reaper",
+    "sweep_earlier_life",
 ]
 
 _log = logging.getLogger(__name__)
@@ -341,3 +344,53 @@ def spawn_orphan_reaper(
 
     task_name = f"ironflow-reaper-{namespace}" if kind == "orphan" else f"ironflow-{kind}-reaper-{namespace}"
     return OrphanReaper(asyncio.get_running_loop().create_task(loop(), name=task_name))
+
+
+# --- the boot sweep: what this worker pod's earlier life left -----------------------------
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What a boot sweep deleted, by kind (the plural of its resource), in the order swept."""
+
+    namespace: str
+    deleted: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.deleted)
+
+    def line(self) -> str:
+        """One log line: ``swept 3 objects of an earlier life in agents: 2 pods, 1 configmaps``."""
+        counts = ", ".join(f"{n} {plural}" for plural, n in self.deleted)
+        return f"swept {self.total} objects of an earlier life in {self.namespace}: {counts}"
+
+
+#: Jobs first (a live Job would recreate its pods), then pods, prompt ConfigMaps, claims.
+SWEPT: Final = (kube.JOBS, kube.PODS, kube.CONFIGMAPS, kube.PERSISTENTVOLUMECLAIMS)
+
+
+async def sweep_earlier_life(
+    api: kube.KubeApi, namespace: str, worker_uid: str, *, also: Sequence[kube.Resource] = ()
+) -> SweepReport:
+    """Delete every managed object in ``namespace`` labelled with ``worker_uid``: at boot, before
+    any run is taken, all of them are an earlier life's (a container restart keeps the pod's uid),
+    whatever their expiry. ``also`` adds resources swept first (agent-sandbox's SandboxClaims).
+
+    A kind the worker may not list (403) is skipped (its Role grants what it creates); any other listing error raises
+    :class:`~ironflow.errors.CleanupError`. A failed delete is logged and left to the reaper.
+    """
+    selector = labels.selector(labels.MANAGED_SELECTOR, {labels.LABEL_WORKER_UID: worker_uid})
+    deleted: list[tuple[str, int]] = []
+    for resource in (*also, *SWEPT):
+        try:
+            found = await _list_all(api, resource, namespace, selector)
+        except errors.KubeForbidden as exc:  # e.g. claims without environments: the reaper warns
+            _log.debug("boot sweep skips %s: %s", resource.plural, exc)
+            continue
+        except errors.KubernetesError as exc:
+            raise errors.CleanupError(f"boot sweep failed to list {resource.plural}: {exc}") from exc
+        names = [str(_meta(o).get("name", "")) for o in found if not _deleting(o)]
+        done = await delete_each(api, resource, namespace, names, background=resource is kube.JOBS, what=resource.kind)
+        deleted.append((resource.plural, len(done)))
+    return SweepReport(namespace, tuple(deleted))

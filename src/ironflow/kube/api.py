@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import aiohttp
 
 from ironflow import errors
-from ironflow.kube import kubeconfigs, reading, responses, transport, watching
+from ironflow.kube import kubeconfigs, owners, reading, responses, transport, watching
 from ironflow.kube.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 from ironflow.kube.resources import (
     CONFIGMAPS,
@@ -152,10 +152,14 @@ class KubeApi:
         host: str,
         request_timeout_s: float = 30.0,
         cluster: ClusterConfig | None = None,
+        owner: owners.WorkerOwner | None = None,
     ) -> None:
         self._client = api_client
         self.host = host
         self._cluster = cluster
+        #: The worker pod every managed object created through this client is bound to
+        #: (:func:`ironflow.kube.owners.stamp`); None outside a cluster.
+        self.owner = owner
         self._close_hooks: list[Callable[[], Awaitable[None]]] = []
         self.counters = RequestCounters()
         self._transport = transport.Transport(
@@ -166,7 +170,13 @@ class KubeApi:
     async def connect(
         cls, cluster: ClusterConfig | None = None, *, max_connections: int = 128, request_timeout_s: float = 30.0
     ) -> KubeApi:
-        """Load the cluster's configuration and open a client; no request is sent yet."""
+        """Load the cluster's configuration and open a client; no request is sent yet. In a worker
+        pod (its downward-API ``IRONFLOW_WORKER_POD_*`` set) what it creates is bound to that pod.
+
+        Raises:
+            ConfigError: only some of the ``IRONFLOW_WORKER_POD_*`` variables are set.
+        """
+        owner = owners.owner_from_env(os.environ)
         cluster = cluster if cluster is not None else DefaultCluster()
         configuration = await _load_configuration(cluster)
         # Watches and log follows each hold a connection for their whole life.
@@ -174,7 +184,9 @@ class KubeApi:
         from kubernetes_asyncio import client as k8s_client  # see _load_configuration
 
         api_client = k8s_client.ApiClient(configuration=configuration)
-        return cls(api_client, host=str(configuration.host), request_timeout_s=request_timeout_s, cluster=cluster)
+        return cls(
+            api_client, host=str(configuration.host), request_timeout_s=request_timeout_s, cluster=cluster, owner=owner
+        )
 
     async def _fresh_token(self) -> str | None:
         """The cluster's bearer token loaded again (an exec plugin's, a rotated file's), or None."""
@@ -214,7 +226,9 @@ class KubeApi:
     async def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> KubeObject:
         """Create an object; 409 (``KubeConflict``) when the name is taken, 422 when it is invalid,
         400 for an unknown field (writes ask for strict field validation, so a typo fails loudly
-        instead of being dropped)."""
+        instead of being dropped). A managed object is bound to this client's worker pod
+        (:func:`ironflow.kube.owners.stamp`: the uid label, and an ownerReference in its namespace)."""
+        body = owners.stamp(body, namespace, self.owner)
         name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "") + "*"
         what = f"create {resource.plural} {responses.where(namespace, name)}"
         return await self._transport.json(

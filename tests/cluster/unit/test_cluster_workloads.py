@@ -15,7 +15,7 @@ from ironflow import errors
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.cluster import network, proxy_address, setup, workloads
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.kube import clusters
+from ironflow.kube import clusters, owners
 from ironflow.testing.k8s_validate import validate_manifests
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -79,8 +79,25 @@ def test_secrets_reach_containers_only_by_reference() -> None:
             for env in container["env"]:
                 if "value" in env:
                     assert env["name"] == proxy_config.LISTEN_ENV
-                else:
-                    assert set(env["valueFrom"]) == {"secretKeyRef"}
+                else:  # a Secret's key, or the pod's own metadata (never a secret)
+                    assert set(env["valueFrom"]) in ({"secretKeyRef"}, {"fieldRef"})
+                    if "fieldRef" in env["valueFrom"]:
+                        assert env["valueFrom"]["fieldRef"]["fieldPath"].startswith("metadata.")
+
+
+def test_the_worker_learns_its_own_pod_from_the_downward_api() -> None:
+    """What kube.owners reads, under its names: the worker binds what it creates to its pod."""
+    container = _deployment(setup.render(FULL), network.WORKER_POD_NAME)["spec"]["template"]["spec"]["containers"][0]
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in container["env"]
+        if "fieldRef" in e.get("valueFrom", {})
+    }
+    assert fields == {
+        owners.ENV_NAME: "metadata.name",
+        owners.ENV_UID: "metadata.uid",
+        owners.ENV_NAMESPACE: "metadata.namespace",
+    }
 
 
 def test_the_proxy_port_has_one_source() -> None:
