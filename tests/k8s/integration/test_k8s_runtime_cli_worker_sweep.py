@@ -19,7 +19,6 @@ from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.kube import api as k8s
 from ironflow.kube import owners
 from ironflow.kube.owners import WorkerOwner
-from ironflow.testing.polling import eventually_sync
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
@@ -76,13 +75,16 @@ def test_a_restarted_worker_sweeps_what_its_earlier_life_left_before_taking_runs
     seed(st, None, k8s.PODS, PodRun("from-a-laptop", "busybox", "true").namespace(NS).build_pod())
     env = {owners.ENV_NAME: ME.name, owners.ENV_UID: ME.uid, owners.ENV_NAMESPACE: ME.namespace}
     proc = worker(provider, f"sqlite:///{tmp_path / 'engine.db'}", env)
-    try:
-        eventually_sync(
-            lambda: "mine" not in names(st, k8s.PODS), limit_s=30, interval_s=0.1, what="the earlier life's pod swept"
-        )
+    assert proc.stderr is not None
+    head: list[str] = []
+    try:  # SIGTERM only once the worker handles it: it takes runs then, after its sweep
+        while not head or " worker taking runs" not in head[-1]:
+            head.append(proc.stderr.readline() or "(stderr closed)")
+            assert head[-1] != "(stderr closed)", "".join(head)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        rest = proc.communicate(timeout=20)[1]
+    err = "".join(head) + rest
     assert proc.returncode == 0, err
     assert names(st, k8s.PODS) == ["another-workers", "from-a-laptop"]
     assert names(st, k8s.CONFIGMAPS) == []
