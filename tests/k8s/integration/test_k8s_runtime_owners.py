@@ -143,3 +143,19 @@ async def test_connect_reads_the_worker_pod_from_the_env(monkeypatch: pytest.Mon
         monkeypatch.setenv(owners.ENV_NAMESPACE, "ironflow")
         async with await k8s.KubeApi.connect(server.cluster_config()) as inside:
             assert inside.owner == WorkerOwner("worker", "u1", "ironflow")
+
+
+async def test_the_boot_sweep_skips_a_kind_its_role_may_not_list(kube: KubeCase, server: KubeTestServer) -> None:
+    """The default Role has no PVC verbs without environments: the sweep does the rest."""
+    api, ns = kube.api, kube.namespace
+    me = WorkerOwner("worker", "11111111-1111-4111-8111-111111111111", "ironflow")
+    api.owner = me
+    try:
+        await api.create(k8s.PODS, ns, PodRun("mine", "busybox", "true").namespace(ns).build_pod())
+    finally:
+        api.owner = None
+    server.deny("persistentvolumeclaims", "list")
+
+    report = await reaper.sweep_earlier_life(api, ns, me.uid)
+
+    assert dict(report.deleted) == {"jobs": 0, "pods": 1, "configmaps": 0}

@@ -4,6 +4,7 @@ managed objects, an ownerReference only in the worker pod's own namespace."""
 from __future__ import annotations
 
 import copy
+import doctest
 from typing import Any
 
 import pytest
@@ -94,3 +95,9 @@ def test_a_caller_label_cannot_claim_another_workers_uid() -> None:
 
 def test_a_pod_uid_is_a_valid_label_value() -> None:
     assert labels.is_valid_label_value(OWNER.uid)
+
+
+def test_the_docstring_examples_hold() -> None:
+    result = doctest.testmod(owners)
+    assert result.attempted > 0
+    assert result.failed == 0
