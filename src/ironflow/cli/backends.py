@@ -30,7 +30,7 @@ from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
 from ironflow.fake_model import script as fake_model
 from ironflow.fake_model.script import Script
-from ironflow.kube import clusters
+from ironflow.kube import clusters, owners
 from ironflow.provider import AgentProvider, sessions_of
 
 if TYPE_CHECKING:
@@ -339,8 +339,6 @@ class Providers:
         Exits 2 when only some of the pod's variables are set. A sweep that fails is a warning in the
         line, not an error: the orphan reaper takes such objects once they expire.
         """
-        from ironflow.kube import owners
-
         try:
             owner = owners.owner_from_env(env)
         except errors.ConfigError as exc:

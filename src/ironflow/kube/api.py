@@ -157,8 +157,7 @@ class KubeApi:
         self._client = api_client
         self.host = host
         self._cluster = cluster
-        #: The worker pod every managed object created through this client is bound to
-        #: (:func:`ironflow.kube.owners.stamp`); None outside a cluster.
+        #: The worker pod what this client creates is bound to (:func:`owners.stamp`); None outside a cluster.
         self.owner = owner
         self._close_hooks: list[Callable[[], Awaitable[None]]] = []
         self.counters = RequestCounters()
@@ -170,12 +169,9 @@ class KubeApi:
     async def connect(
         cls, cluster: ClusterConfig | None = None, *, max_connections: int = 128, request_timeout_s: float = 30.0
     ) -> KubeApi:
-        """Load the cluster's configuration and open a client; no request is sent yet. In a worker
-        pod (its downward-API ``IRONFLOW_WORKER_POD_*`` set) what it creates is bound to that pod.
-
-        Raises:
-            ConfigError: only some of the ``IRONFLOW_WORKER_POD_*`` variables are set.
-        """
+        """Load the cluster's configuration and open a client; no request is sent yet. In a worker pod
+        (downward-API ``IRONFLOW_WORKER_POD_*`` set; ``ConfigError`` if only some are) what it creates is
+        bound to that pod."""
         owner = owners.owner_from_env(os.environ)
         cluster = cluster if cluster is not None else DefaultCluster()
         configuration = await _load_configuration(cluster)

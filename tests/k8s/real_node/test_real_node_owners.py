@@ -95,6 +95,25 @@ async def of_the_run(api: k8s.KubeApi, ns: str, run: str) -> dict[str, list[str]
     }
 
 
+async def a_workers_life(
+    real_node: RealNodeEnv, api: k8s.KubeApi, ns: str, image: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[WorkerOwner, str, list[str], set[str]]:
+    """A stand-in worker pod, and what its life left (created as the worker creates it): the pod,
+    the run id, the running pods' names and their containers on the node."""
+    owner = await stand_in_worker(api, ns, image)
+    run = str(uuid.uuid4())
+    async with await in_the_worker_pod(real_node, owner, monkeypatch) as owned:
+        pods = await leave_objects(owned, ns, image, run, "mine")
+    return owner, run, pods, {await running(api, ns, name) for name in pods}
+
+
+async def run_gone(api: k8s.KubeApi, ns: str, run: str, what: str) -> None:
+    async def gone() -> bool:
+        return await of_the_run(api, ns, run) == {"pods": [], "configmaps": [], "jobs": []}
+
+    await eventually(gone, limit_s=SETTLE_S, interval_s=0.5, what=what)
+
+
 async def test_deleting_the_worker_pod_takes_its_agent_pods_with_it(
     real_node: RealNodeEnv,
     node_ns: str,
@@ -103,11 +122,7 @@ async def test_deleting_the_worker_pod_takes_its_agent_pods_with_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     image = need_image["runner"]
-    owner = await stand_in_worker(node_api, node_ns, image)
-    run = str(uuid.uuid4())
-    async with await in_the_worker_pod(real_node, owner, monkeypatch) as api:
-        pods = await leave_objects(api, node_ns, image, run, "mine")
-    containers = {await running(node_api, node_ns, name) for name in pods}
+    owner, run, pods, containers = await a_workers_life(real_node, node_api, node_ns, image, monkeypatch)
     for name in pods:
         meta = (await node_api.get(k8s.PODS, node_ns, name))["metadata"]
         assert meta["ownerReferences"] == [owner.reference()], name
@@ -116,10 +131,7 @@ async def test_deleting_the_worker_pod_takes_its_agent_pods_with_it(
 
     await node_api.delete(k8s.PODS, node_ns, "worker", grace_period_seconds=0)
 
-    async def all_gone() -> bool:
-        return await of_the_run(node_api, node_ns, run) == {"pods": [], "configmaps": [], "jobs": []}
-
-    await eventually(all_gone, limit_s=SETTLE_S, interval_s=0.5, what="the worker pod's dependents deleted")
+    await run_gone(node_api, node_ns, run, "the worker pod's dependents deleted")
     await node_containers.gone_from_the_node(real_node, containers)
     left = await of_the_run(node_api, node_ns, other_run)
     assert left["configmaps"] == ["theirs-prompt"]
@@ -138,11 +150,7 @@ async def test_a_restarted_worker_sweeps_what_its_earlier_life_left(
     """The worker process dies, its pod lives on (a container restart keeps the uid): the next
     ``ironflow worker`` there deletes its earlier life's objects before it takes runs."""
     image = need_image["runner"]
-    owner = await stand_in_worker(node_api, node_ns, image)
-    run = str(uuid.uuid4())
-    async with await in_the_worker_pod(real_node, owner, monkeypatch) as api:
-        pods = await leave_objects(api, node_ns, image, run, "mine")
-    containers = {await running(node_api, node_ns, name) for name in pods}
+    owner, run, _, containers = await a_workers_life(real_node, node_api, node_ns, image, monkeypatch)
     laptop = PodRun("from-a-laptop", image, HOLD).namespace(node_ns).restricted(read_only_root=True)
     await node_api.create(k8s.PODS, node_ns, laptop.build_pod())  # managed, but no worker's
 
@@ -161,7 +169,7 @@ async def test_a_restarted_worker_sweeps_what_its_earlier_life_left(
             while not head or " worker taking runs" not in head[-1]:
                 head.append((await proc.stderr.readline()).decode() or "(stderr closed)")
                 assert head[-1] != "(stderr closed)", "".join(head)
-        await _swept(node_api, node_ns, run)
+        await run_gone(node_api, node_ns, run, "the earlier life's objects swept")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, raw = await asyncio.wait_for(proc.communicate(), 60)
@@ -174,10 +182,3 @@ async def test_a_restarted_worker_sweeps_what_its_earlier_life_left(
     await node_containers.gone_from_the_node(real_node, containers)
     assert "from-a-laptop" in await pods_of(node_api, node_ns, labels.MANAGED_SELECTOR)
     assert (await node_api.get(k8s.PODS, node_ns, "worker"))["metadata"]["uid"] == owner.uid  # the pod lives on
-
-
-async def _swept(api: k8s.KubeApi, ns: str, run: str) -> None:
-    async def gone() -> bool:
-        return await of_the_run(api, ns, run) == {"pods": [], "configmaps": [], "jobs": []}
-
-    await eventually(gone, limit_s=SETTLE_S, interval_s=0.5, what="the earlier life's objects swept")

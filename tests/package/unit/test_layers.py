@@ -160,6 +160,7 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.backends", "ironflow.agent_sandbox.claim_provider"): "agent-sandbox, for its backend only",
     ("ironflow.cli.backends", "ironflow.kube.api"): "the Kubernetes client (aiohttp), for a cluster only",
     ("ironflow.cli.backends", "ironflow.local.sandbox_provider"): "the local backend, for --backend local only",
+    ("ironflow.cli.backends", "ironflow.k8s.reaper"): "the k8s backend's boot sweep, in a worker pod only",
     ("ironflow.cli.backends", "ironflow.local.offline"): "the offline model, for --fake-model only",
     ("ironflow.cli.stores", "ironflow.engine.store"): "the store's driver, for a command that opens one",
     ("ironflow.cli.stores", "ironflow.engine.run_refs"): "the store's driver, for a command that opens one",
