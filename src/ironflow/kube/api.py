@@ -180,9 +180,8 @@ class KubeApi:
         from kubernetes_asyncio import client as k8s_client  # see _load_configuration
 
         api_client = k8s_client.ApiClient(configuration=configuration)
-        return cls(
-            api_client, host=str(configuration.host), request_timeout_s=request_timeout_s, cluster=cluster, owner=owner
-        )
+        host = str(configuration.host)
+        return cls(api_client, host=host, request_timeout_s=request_timeout_s, cluster=cluster, owner=owner)
 
     async def _fresh_token(self) -> str | None:
         """The cluster's bearer token loaded again (an exec plugin's, a rotated file's), or None."""
@@ -222,8 +221,7 @@ class KubeApi:
     async def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> KubeObject:
         """Create an object; 409 (``KubeConflict``) when the name is taken, 422 when it is invalid,
         400 for an unknown field (writes ask for strict field validation, so a typo fails loudly
-        instead of being dropped). A managed object is bound to this client's worker pod
-        (:func:`ironflow.kube.owners.stamp`: the uid label, and an ownerReference in its namespace)."""
+        instead of being dropped). A managed object is bound to this client's worker pod (:func:`owners.stamp`)."""
         body = owners.stamp(body, namespace, self.owner)
         name = body.get("metadata", {}).get("name") or body.get("metadata", {}).get("generateName", "") + "*"
         what = f"create {resource.plural} {responses.where(namespace, name)}"
