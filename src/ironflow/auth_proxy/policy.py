@@ -13,6 +13,7 @@ matching row answers; later rows are never reached):
 4   token unknown / expired / revoked              401     authentication_error   (same text: no oracle)
 4b  registry down, or key version missing          503     api_error              auth proxy token registry …
 5   the grant holds a proxied secret               403     permission_error       this token only reaches its …
+5b  the grant is egress-only (no credential)       403     permission_error       this token only reaches the …
 6   path not ``/v1/`` + ``[A-Za-z0-9/_.-]``, or    403     permission_error       only the Anthropic API under …
     ``//``, or a ``..`` segment (query unchecked)
 7   method other than GET and POST                 405     invalid_request_error  only GET and POST are relayed
@@ -27,6 +28,7 @@ Secret relay (``/r/<host>/<path>``), after the token rows 3–4b:
 
 ==  =================================================  ======  =====================================================
 S1  grant holds a Claude credential                    403     a Claude token only reaches the Anthropic API
+S1b grant is egress-only (no credential)               403     this token only reaches the egress proxy
 S2  host not in the secret's allowlist                 403     host not allowed for this secret
 S3  path with ``..``, ``//``, ``%`` or other chars     403     path not allowed: no '..', '//' or percent-encoding
 S4  method not GET/HEAD/POST/PUT/PATCH/DELETE          405     only GET, HEAD, POST, PUT, PATCH and DELETE are relayed
@@ -61,6 +63,7 @@ __all__ = [
     "CLAUDE_METHODS",
     "CLAUDE_TOKEN_ON_SECRET_RELAY",
     "DEFAULT_MAX_BODY_BYTES",
+    "EGRESS_TOKEN_REFUSED",
     "INVALID_TOKEN",
     "METHOD_REFUSED",
     "MODEL_REFUSED",
@@ -171,6 +174,14 @@ SECRET_ON_ANTHROPIC: Final = Refusal(
     "permission_error",
     "this token only reaches its allowlisted hosts under /r/",
     "secret token on the Anthropic API refused",
+    "forbidden_token",
+)
+#: Rows 5b and S1b: an egress-only token carries no credential to inject anywhere.
+EGRESS_TOKEN_REFUSED: Final = Refusal(
+    403,
+    "permission_error",
+    "this token only reaches the egress proxy",
+    "egress-only token on a relay refused",
     "forbidden_token",
 )
 ANTHROPIC_PATH_REFUSED: Final = Refusal(
@@ -309,6 +320,8 @@ def check_claude_request(method: str, path: str, grant: tokens.Grant) -> Refusal
     """Rows 5–7 for a token that resolved to ``grant``."""
     if isinstance(grant.credential, tokens.SecretCredential):
         return SECRET_ON_ANTHROPIC
+    if isinstance(grant.credential, tokens.EgressCredential):
+        return EGRESS_TOKEN_REFUSED
     if not is_allowed_path(path):
         return ANTHROPIC_PATH_REFUSED
     if method not in CLAUDE_METHODS:
@@ -335,10 +348,12 @@ def secret_query(raw_query: str, secret: tokens.SecretCredential) -> str:
 
 
 def check_secret_request(method: str, path: str, grant: tokens.Grant) -> tuple[Refusal | None, str, str]:
-    """Rows S1–S4b for ``/r/…``; also returns the host (``<invalid>`` if unreadable) and path."""
+    """Rows S1–S4b (S1b included) for ``/r/…``; also returns the host (``<invalid>`` if unreadable) and path."""
     target = split_secret_target(path)
     host, rest = target if target is not None else ("<invalid>", "")
     credential = grant.credential
+    if isinstance(credential, tokens.EgressCredential):
+        return EGRESS_TOKEN_REFUSED, host, rest
     if not isinstance(credential, tokens.SecretCredential):
         return CLAUDE_TOKEN_ON_SECRET_RELAY, host, rest
     if target is None or not tokens.host_allowed(host, credential.hosts):

@@ -270,6 +270,9 @@ class PostgresRegistry:
 
     async def insert(self, grant: tokens.Grant) -> None:
         credential = grant.credential
+        if isinstance(credential, tokens.EgressCredential):
+            # In-process only (a local step's proxy): the table has no kind without a sealed value.
+            raise registry.RegistryUnavailable("an egress-only grant is not stored in PostgreSQL")
         if isinstance(credential, tokens.SecretCredential):
             kind, spec = "secret", json.dumps(credential.spec())
         else:

@@ -5,7 +5,8 @@ SHA-256 hex of the whole token string, and logs carry only the first 12 chars of
 id. The proxy stores the id, never the token: a leaked registry cannot be replayed.
 
 A :class:`Grant` binds a token to a run, a step, an expiry and exactly one credential:
-a Claude credential (``oauth_token`` or ``api_key``) or a proxied secret (§6.9), plus
+a Claude credential (``oauth_token`` or ``api_key``), a proxied secret (§6.9), or
+:class:`EgressCredential` (no secret: the token reaches the egress proxy only), plus
 optional :class:`Limits` fixed at issue time, optionally the W3C ``traceparent`` of the step
 it was issued for (the parent of the proxy's request spans), and optionally the step's egress
 policy (what its egress proxy lets through; ``None`` lets nothing through). :func:`parse_token_request` validates the
@@ -52,6 +53,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "ClaudeCredential",
     "EgressChange",
+    "EgressCredential",
     "Grant",
     "Injection",
     "InvalidTokenRequest",
@@ -105,7 +107,17 @@ class ClaudeCredential:
     value: Secret = field(repr=False)
 
 
-Credential = ClaudeCredential | SecretCredential
+@dataclass(frozen=True)
+class EgressCredential:
+    """No credential at all: a token for a step's egress policy (``ironflow exec --allow-host``, or
+    any step's ``HTTPS_PROXY``). Its grant reaches the egress proxy and nothing else (rows 5b and S1b
+    refuse it on the relays); it is issued in-process and never stored in PostgreSQL or taken by the
+    admin API (a grant's wire form carries it as ``{"kind": "egress"}``)."""
+
+    kind: Literal["egress"] = "egress"
+
+
+Credential = ClaudeCredential | SecretCredential | EgressCredential
 
 
 @dataclass(frozen=True)
@@ -302,6 +314,8 @@ def credential_to_wire(credential: Credential) -> dict[str, Any]:
     """A credential as the admin API body and the hub socket carry it (the value included)."""
     if isinstance(credential, SecretCredential):
         return {**credential.spec(), "value": credential.value.reveal()}
+    if isinstance(credential, EgressCredential):
+        return {"kind": credential.kind}
     return {"kind": credential.kind, "value": credential.value.reveal()}
 
 
@@ -325,7 +339,11 @@ def grant_from_wire(data: dict[str, Any], *, source: str = "on the registry hub 
     ``source`` names where the grant came from in that error's text.
     """
     try:
-        credential, _ = _parse_credential(data["credential"])
+        credential: Credential
+        if data["credential"] == {"kind": "egress"}:  # only a grant carries it, never an admin API body
+            credential = EgressCredential()
+        else:
+            credential, _ = _parse_credential(data["credential"])
         return Grant(
             id=str(data["id"]),
             run_id=str(data["run_id"]),

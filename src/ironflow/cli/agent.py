@@ -1,16 +1,12 @@
-"""``ironflow agent`` and ``ironflow exec``: one agent step or one command in a sandbox.
+"""``ironflow agent``: one agent step in a sandbox (``ironflow exec`` is :mod:`ironflow.cli.exec_command`).
 
 Thin over :class:`~ironflow.local.sandbox_provider.LocalSandboxProvider` (and, with
 ``--backend k8s``, the Kubernetes provider; with ``--backend agent-sandbox``,
 :class:`~ironflow.agent_sandbox.claim_provider.AgentSandboxProvider`: a claimed sandbox, warm
-from the file's pool when one is ready). ``exec`` runs locally or, with ``--backend k8s``,
-a ``PodRun`` shaped by the provider file (see :func:`ironflow.k8s.commands.pod_runs.exec_pod_run`); it does
-not run on agent-sandbox. The answer goes to stdout; progress to stderr (rich, only on a
-terminal). Exit codes are :mod:`ironflow.cli.exits`'s; ``exec`` passes the command's own
-through (on k8s, whose pod reports only its phase, a failed command is 1) and reports a
-timed-out command as a failed step (1), as the local backend does. The local backend (both
-commands' default) is imported here; the others where they run, so a local ``exec`` loads no
-Kubernetes client, agent-sandbox or model server.
+from the file's pool when one is ready). The answer goes to stdout; progress to stderr (rich,
+only on a terminal). Exit codes are :mod:`ironflow.cli.exits`'s. The local backend (the
+default) is imported here; the others where they run. ``--allow-host``, ``--egress-profile`` and
+``--egress`` open the local sandbox's egress proxy (:mod:`ironflow.cli.egress_options`).
 """
 
 from __future__ import annotations
@@ -20,35 +16,31 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ironflow import errors
 from ironflow.claude import turns
 from ironflow.cli import backends, exits, inputs, untrusted, verbosity
+from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
-from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal, printable
+from ironflow.cli.formats import ResultFormat, document, for_terminal, printable
 from ironflow.fake_model.script import Script
-from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
+from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S
 from ironflow.provider import AgentProvider, LogSink
-from ironflow.results import AgentResult, CommandResult
+from ironflow.results import AgentResult
 from ironflow.secrets import redact
 from ironflow.steps import AgentConfig
-from ironflow.workspaces import Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy.git_hosts import GitHosts
     from ironflow.auth_proxy.relays import RelaySpec
-    from ironflow.k8s.commands.execution import PodRunOutput
-    from ironflow.k8s.commands.pod_runs import PodRun
-    from ironflow.k8s.settings import ProviderSettings
+    from ironflow.egress import EgressPolicy
 
 __all__ = ["register"]
 
@@ -71,7 +63,7 @@ class _Progress(logging.Handler):
 
 
 @contextlib.contextmanager
-def _progress(message: str, *, quiet: bool = False) -> Iterator[None]:
+def progress(message: str, *, quiet: bool = False) -> Iterator[None]:
     """A spinner on stderr when it is a terminal, following the step's progress (queued, on
     node X, pulling the image, running pod NAME); nothing otherwise (scripts, CI, ``-v``,
     whose turns take stderr)."""
@@ -177,6 +169,7 @@ async def _run_faked(
     git_hosts: GitHosts | None,
     sink: LogSink | None,
     relays: tuple[RelaySpec, ...] = (),
+    egress: EgressPolicy | None = None,
 ) -> AgentResult:
     """Run the step locally against the offline model server answering ``script``."""
     from ironflow.local.offline import OfflineProvider
@@ -188,6 +181,7 @@ async def _run_faked(
         git_hosts=git_hosts,
         relays=relays,
         relay_upstream=backends.relay_upstream() if relays else None,
+        egress=egress,
     )
     return await _run_step(config, provider, sink)
 
@@ -225,7 +219,8 @@ def agent(
         typer.Option(
             "--provider",
             help="--backend k8s: provider YAML (K8sEphemeralProvider); agent-sandbox: AgentSandboxProvider's YAML; "
-            "local: a file of relays: (hosts reached with a credential the proxy injects).",
+            "local: a file of relays: (hosts reached with a credential the proxy injects), egress: and "
+            "egress_profiles:.",
         ),
     ] = None,
     workspace: ws.WorkspaceOption = None,
@@ -254,6 +249,9 @@ def agent(
         typer.Option("--resume", metavar="SESSION", help="Carry on conversation SESSION (an earlier session_id)."),
     ] = None,
     untrusted_files: untrusted.UntrustedOption = None,
+    allow_host: egress_cli.AllowHostOption = None,
+    egress_profile: egress_cli.EgressProfileOption = None,
+    egress_file: egress_cli.EgressFileOption = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = untrusted.prompt_with(_prompt(prompt), untrusted_files)
@@ -275,11 +273,17 @@ def agent(
         sink = _Turns() if verbose else None
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_CONVERSATIONS)
-        relays = backends.local_relays(provider_file) if backend is Backend.LOCAL else ()
+        found = egress_cli.local_file(provider_file) if backend is Backend.LOCAL else egress_cli.LocalFile()
+        if backend is not Backend.LOCAL:
+            why = f"runs on --backend local for now: on {backend} the pod's egress is its provider file's"
+            egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
+        policy = egress_cli.command_policy(allow_host, egress_profile, egress_file, found)
+        relays = found.relays
         if script is not None:
-            with _progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
+            with progress(f"running the step in a {isolation.value} sandbox", quiet=verbose or verbosity.quiet()):
                 limit = timeout or DEFAULT_TIMEOUT_S
-                result = asyncio.run(_run_faked(config, script, isolation, limit, ws.git_hosts(spec), sink, relays))
+                hosts = ws.git_hosts(spec)
+                result = asyncio.run(_run_faked(config, script, isolation, limit, hosts, sink, relays, policy))
         else:
             if backend is Backend.LOCAL:
                 _require_credential_env()
@@ -290,10 +294,11 @@ def agent(
                 timeout=timeout,
                 git_hosts=ws.git_hosts(spec),
                 relays=relays,
+                egress=policy,
             )
             if (continue_session or resume is not None) and backends.conversations_claim_of(provider) is None:
                 exits.fail(_NO_CONVERSATIONS)
-            with _progress(f"running the step in {backends.where(provider)}", quiet=verbose or verbosity.quiet()):
+            with progress(f"running the step in {backends.where(provider)}", quiet=verbose or verbosity.quiet()):
                 result = asyncio.run(_run_step(config, provider, sink))
     except errors.IronflowError as exc:
         exits.fail_for(exc)
@@ -307,190 +312,6 @@ def agent(
         print(for_terminal(result.text, answer) if result.text else json.dumps(result.value, default=str), file=answer)
 
 
-async def _run_pod(
-    run: PodRun, settings: ProviderSettings, spec: Workspace | None
-) -> tuple[PodRunOutput, WorkspaceChanges | None]:
-    from ironflow.k8s.workspaces import command_pods
-
-    async with await backends.connect(settings.cluster) as client:
-        if spec is None:
-            return await run.run(client), None
-        return await command_pods.run_in_workspace(client, settings, run, spec, now=int(time.time()))
-
-
-def _exec_k8s(
-    argv: list[str], provider_file: Path | None, timeout: float, spec: Workspace | None, patch: str | None,
-    output: ResultFormat,
-) -> NoReturn:  # fmt: skip
-    """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
-    git workspace, if given); exit like local."""
-    from ironflow.k8s.commands import pod_runs
-    from ironflow.k8s.workspaces import command_pods
-
-    provider = backends.k8s_provider(provider_file)
-    if provider.settings.relays:  # refused, never silently dropped
-        exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
-    hosts = ws.git_hosts(spec)
-    settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
-    try:
-        if spec is not None:
-            command_pods.check(settings, spec)
-        run = pod_runs.exec_pod_run(
-            settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
-        )
-        with _progress(f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()):
-            result, changes = asyncio.run(_run_pod(run, settings, spec))
-    except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
-        exits.fail(f"timed out: {exc.message}", exits.EXIT_STEP_FAILED)
-    except errors.IronflowError as exc:
-        exits.fail_for(exc)
-    ws.write_patch(changes, patch)
-    shown = sys.stderr if patch == "-" else sys.stdout  # a patch on stdout is all that is there
-    if output is not ResultFormat.TEXT:
-        out = {"exit_code": result.exit_code or (0 if result.success else 1), "stdout": result.logs, "stderr": ""}
-        print(document({**out, **(changes.to_json() if changes is not None else {})}, output), file=shown)
-    else:
-        shown.write(for_terminal(result.logs, shown))
-    if result.success:
-        raise typer.Exit(0)
-    if result.exit_code:  # exit like the command did, as the local backend does
-        print(f"error: the command exited with {result.exit_code} in pod {run.name}", file=sys.stderr)
-        raise typer.Exit(result.exit_code)
-    exits.fail(f"the command failed in pod {run.name} (phase {result.phase})", exits.EXIT_STEP_FAILED)
-
-
-def _pod_workspace(spec: Workspace | None) -> Workspace | None:
-    """A pod's workspace: a git URL (exits 2 otherwise, one line)."""
-    if spec is not None and not spec.is_git and not spec.is_pvc:
-        exits.fail("--workspace DIR runs on --backend local: a pod cannot see this machine; give a git URL or pvc:NAME")
-    return spec
-
-
-def _exec_json(result: CommandResult) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "exit_code": result.exit_code,
-        "stdout": result.stdout,
-        "stderr": result.stderr,
-        "duration_s": round(result.duration, 3),
-        # how much it wrote, and how much of that the output above leaves out (a marker line stands there)
-        "stdout_bytes": result.stdout_bytes,
-        "stderr_bytes": result.stderr_bytes,
-        "stdout_cut": result.stdout_cut,
-        "stderr_cut": result.stderr_cut,
-        "killed": result.killed,  # why the sandbox killed it (its memory limit), null when nothing was
-    }
-    if result.workspace is not None:
-        out.update(result.workspace.to_json())
-    return out
-
-
-def exec_command(
-    ctx: typer.Context,
-    backend: Annotated[Backend, typer.Option(help="Where the command runs: local or k8s.")] = Backend.LOCAL,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
-        Isolation.BWRAP
-    ),
-    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the command is killed.")] = (
-        DEFAULT_TIMEOUT_S
-    ),
-    provider_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--provider",
-            help="--backend k8s: provider YAML (image, namespace, cluster, hardening); local: a file of relays: "
-            "(hosts reached with a credential the proxy injects).",
-        ),
-    ] = None,
-    workspace: ws.WorkspaceOption = None,
-    patch: ws.PatchOption = None,
-    apply: ws.ApplyOption = False,
-    push: ws.PushOption = None,
-    mount: ws.MountOption = None,
-    output: Annotated[
-        ResultFormat,
-        typer.Option("--output", "-o", help="text: the command's own output; json or yaml: it, and the patch."),
-    ] = ResultFormat.TEXT,
-    stdin: Annotated[
-        bool | None,
-        typer.Option(
-            "--stdin/--no-stdin",
-            help="Forward standard input to the command (default: when it is piped, not a terminal).",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    """Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code.
-
-    Piped standard input reaches the command (``echo x | ironflow exec -- cat``)."""
-    inputs.seconds(timeout, "--timeout")
-    argv = list(ctx.args)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        exits.fail("missing command: ironflow exec [OPTIONS] -- CMD [ARGS...]")
-    if backend is Backend.AGENT_SANDBOX:
-        exits.fail(
-            "exec runs on --backend local or k8s; agent-sandbox runs agent steps only "
-            "(ironflow agent --backend agent-sandbox)"
-        )
-    spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
-    read_only, writable = ws.mounts(mount)
-    if backend is Backend.K8S:
-        if mount:
-            exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
-        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
-    given = ws.read_stdin(stdin)
-    # Text output streams as the command writes it; -o json holds it for the one document at the end.
-    streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
-    relays = backends.local_relays(provider_file)
-    try:
-        provider = LocalSandboxProvider(
-            isolation=isolation.value,
-            timeout=timeout,
-            git_hosts=ws.git_hosts(spec),
-            relays=relays,
-            relay_upstream=backends.relay_upstream() if relays else None,
-        )
-        result = asyncio.run(
-            provider.run_command(
-                argv,
-                stdin=given,
-                workspace=spec,
-                read_only_mounts=read_only,
-                writable_mounts=writable,
-                on_output=streamed,
-            )
-        )
-    except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
-        if streamed is None:
-            TerminalStream(sys.stdout).write(exc.output, final=True)
-            TerminalStream(sys.stderr).write(exc.stderr, final=True)
-        exits.fail_for(exc)
-    except errors.IronflowError as exc:
-        exits.fail_for(exc)
-    ws.write_patch(result.workspace, patch)
-    if output is not ResultFormat.TEXT:
-        print(document(_exec_json(result), output), file=sys.stderr if patch == "-" else sys.stdout)
-    if result.killed:  # the kernel's SIGKILL says nothing itself: exit 137 alone
-        print(f"error: the command was {result.killed}", file=sys.stderr)
-    raise typer.Exit(result.exit_code)
-
-
-class _Stream:
-    """The command's output, written through to ``stdout_to`` and stderr as each piece arrives:
-    its bytes as they are to a pipe or a file, control characters shown as escapes to a terminal."""
-
-    def __init__(self, stdout_to: TextIO) -> None:
-        self.targets = {"stdout": TerminalStream(stdout_to), "stderr": TerminalStream(sys.stderr)}
-
-    def __call__(self, stream: str, data: bytes) -> None:
-        self.targets[stream].write(data)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``agent`` and ``exec`` to the ``ironflow`` app."""
+    """Add ``agent`` to the ``ironflow`` app."""
     app.command("agent", cls=backends.FakeModelCommand)(agent)
-    app.command(
-        "exec",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )(exec_command)

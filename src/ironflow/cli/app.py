@@ -26,8 +26,8 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer.",
     ),
     "exec": (
-        "ironflow.cli.agent",
-        "Run -- CMD ARGS… in a single-use sandbox without network; exit with its exit code.",
+        "ironflow.cli.exec_command",
+        "Run -- CMD ARGS… in a single-use sandbox (no network unless --allow-host); exit with its exit code.",
     ),
     "render": ("ironflow.cli.render", "Print the Kubernetes objects a step would create (dry run; nothing is sent)."),
     "run": ("ironflow.cli.run", "Queue a run of WORKFLOW (a worker takes it), or execute it here with --wait."),

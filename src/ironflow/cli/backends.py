@@ -28,6 +28,7 @@ from ironflow import errors, settings_file
 from ironflow.auth_proxy import relays as relay_specs
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
+from ironflow.egress import EgressPolicy
 from ironflow.fake_model import script as fake_model
 from ironflow.fake_model.script import Script
 from ironflow.kube import clusters, owners
@@ -58,7 +59,6 @@ __all__ = [
     "conversations_claim_of",
     "k8s_provider",
     "kube_cluster",
-    "local_relays",
     "require_namespace",
     "session_backend",
     "where",
@@ -123,18 +123,6 @@ def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable
 RELAY_UPSTREAM_ENV: Final = "IRONFLOW_RELAY_UPSTREAM"
 
 
-def local_relays(path: Path | None) -> tuple[relay_specs.RelaySpec, ...]:
-    """The ``relays:`` of ``--provider FILE`` for ``--backend local`` (the one key a local provider
-    file has; each value from the worker variable its ``credential_env`` names); exits 2 naming
-    what is wrong with the file."""
-    if path is None:
-        return ()
-    try:
-        return relay_specs.parse_relays(settings_file.load(path, what="provider file", known=("relays",)), "env")
-    except errors.ConfigError as exc:
-        exits.fail(exits.in_file("provider file", path, exc.message))
-
-
 def relay_upstream() -> str | None:
     """Where relays go instead of ``https://<host>`` (:data:`RELAY_UPSTREAM_ENV`), or None."""
     return os.environ.get(RELAY_UPSTREAM_ENV, "").strip() or None
@@ -149,10 +137,11 @@ def build_provider(
     credential: ProxyCredential | None = None,
     git_hosts: GitHosts | None = None,
     relays: tuple[relay_specs.RelaySpec, ...] = (),
+    egress: EgressPolicy | None = None,
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
-    from :func:`local_relays`), k8s / agent-sandbox from the file; only the chosen backend's modules
-    are imported."""
+    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file; only
+    the chosen backend's modules are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
@@ -168,6 +157,7 @@ def build_provider(
         git_hosts=git_hosts,
         relays=relays,
         relay_upstream=relay_upstream() if relays else None,
+        egress=egress,
     )
 
 

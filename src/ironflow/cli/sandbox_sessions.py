@@ -28,6 +28,7 @@ from typing import Annotated, Final, TypeVar
 import typer
 
 from ironflow import errors
+from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.cli.session_backends import (
@@ -126,10 +127,17 @@ def open_session(
     output: Annotated[
         ResultFormat, typer.Option("--output", "-o", help="text (the id), json or yaml (the session).")
     ] = ResultFormat.TEXT,
+    allow_host: egress_cli.AllowHostOption = None,
+    egress_profile: egress_cli.EgressProfileOption = None,
+    egress_file: egress_cli.EgressFileOption = None,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
     mode = choose(target)
+    if mode is Mode.CLUSTER or backend not in (None, "local"):
+        why = "is for local sessions (a `sandbox serve` server) for now: a pod's egress is its provider file's"
+        egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
+    policy = egress_cli.command_policy(allow_host, egress_profile, egress_file)
     if mode is Mode.CLUSTER and workspace is not None and is_git_source(workspace):
         from ironflow.cli import workspace as ws  # the host's token, from the environment, for the proxy
 
@@ -154,7 +162,7 @@ def open_session(
 
     async def go(sessions: SessionBackend) -> SessionInfo:
         spec = None if workspace is None else Workspace.parse(workspace)
-        options = OpenOptions(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=spec)
+        options = OpenOptions(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=spec, egress=policy)
         sandbox = await sessions.open(options)
         await sandbox.disconnect()
         return sandbox.info

@@ -22,6 +22,7 @@ from ironflow._renamed import renamed_argument
 from ironflow.auth_proxy import relays as relays_mod
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, layout, profile
+from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
@@ -71,6 +72,9 @@ class LocalSandboxConfig:
             ``https://<host>/…`` (a mirror, or a test's loopback server).
         output_keep_bytes: bytes of the start, and of the end, of each stream a command's result
             keeps; the rest is counted, not held (``CommandResult.stdout_cut``).
+        egress: what every step, agent or command, may reach through the egress proxy
+            (:mod:`ironflow.egress`; ``HTTP(S)_PROXY`` in the sandbox); ``None`` or a policy
+            without allow rules: nothing but the model and the relays.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class LocalSandboxConfig:
         output_keep_bytes: int = DEFAULT_KEEP_BYTES,
         relays: Sequence[relays_mod.RelaySpec | relays_mod.Relay] = (),
         relay_upstream: str | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if isolation not in ("bwrap", "gvisor"):
             raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
@@ -155,6 +160,7 @@ class LocalSandboxConfig:
         resolved = iter(relays_mod.resolve_env(specs, os.environ))
         self.relays = tuple(r if isinstance(r, relays_mod.Relay) else next(resolved) for r in relays)
         self.relay_upstream = relay_upstream
+        self.egress = egress
         #: Workspaces kept for a retry of their step (``keep_on_retry``).
         self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.

@@ -13,7 +13,8 @@ Credentials stay outside: an agent step gets an in-process auth proxy on a unix 
 (bridged to 127.0.0.1:<port> inside the sandbox's own network namespace) and only an
 opaque ``ifap_`` token; the key is handed to the proxy, never to the sandbox. The provider's
 relays (:mod:`ironflow.auth_proxy.relays`) reach every step, a command too, the same way: one
-token per relay in ``IRONFLOW_RELAY_<NAME>_TOKEN``. Settings
+token per relay in ``IRONFLOW_RELAY_<NAME>_TOKEN``; the provider's ``egress`` policy opens the
+egress proxy to every step too. Settings
 that only mean something on Kubernetes are accepted, logged as a warning and listed in
 ``AgentResult.ignored_settings``. Sessions, the proxy's server and the offline model load when
 used, so a one-shot ``ironflow exec`` imports no HTTP stack.
@@ -111,9 +112,10 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         provider's credential, an opaque token in ``ANTHROPIC_AUTH_TOKEN``), as an
         agent step has. ``run_id`` lets :meth:`release_run` kill it. A ``workspace`` is its
         working directory at ``/workspace``; the result holds what it changed there.
-        ``on_output`` hears each piece of output as it comes (``ironflow exec`` streams so). With
-        ``auth_proxy``, an ``egress`` policy that opens something sends ``HTTP(S)_PROXY`` traffic
-        through the egress proxy, which lets through what the policy allows.
+        ``on_output`` hears each piece of output as it comes (``ironflow exec`` streams so). An
+        ``egress`` policy (added to the provider's) that opens something sends ``HTTP(S)_PROXY``
+        traffic through the egress proxy, which lets through what the policy allows; without
+        ``auth_proxy`` the sandbox reaches it with an egress-only token (no Claude credential needed).
 
         Raises:
             CommandTimeout: it ran past ``timeout_s`` (its process tree is gone by then); the
@@ -125,8 +127,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         """
         if not argv:
             raise errors.ConfigError("run_command needs a command")
-        if step_proxy.serves_egress(egress) and not auth_proxy:
-            raise errors.ConfigError("an egress policy needs auth_proxy=True: the step reaches it with its proxy token")
+        egress = self.egress_with(egress)
         limit = self.timeout if timeout_s is None else timeout_s
         variables = {**self.env, **(env or {})}
         run_env = environment.sandbox_env(variables)  # refuses credential variables before anything starts
@@ -141,7 +142,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
             tmp: str | None = None
-            needs_dir = auth_proxy or bool(self.relays) or workspace is not None or self.managed_settings is not None
+            proxied = auth_proxy or bool(self.relays) or step_proxy.serves_egress(egress)
+            needs_dir = proxied or workspace is not None or self.managed_settings is not None
             if needs_dir or self.isolation == "gvisor":
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             prepared: local_workspaces.PreparedWorkspace | None = None
@@ -151,9 +153,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 working_dir = working_dir or WORKSPACE_PATH
             socket_path: str | None = None
             egress_socket: str | None = None
-            if (auth_proxy or self.relays) and tmp is not None:
+            if proxied and tmp is not None:
                 socket_path = os.path.join(tmp, "proxy.sock")
-                if auth_proxy and step_proxy.serves_egress(egress):
+                if step_proxy.serves_egress(egress):
                     egress_socket = os.path.join(tmp, "egress.sock")
                 issued = await stack.enter_async_context(
                     step_proxy.step_session(
@@ -258,6 +260,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             prepared = await stack.enter_async_context(self.kept.attempt(config, tmp, self._open_workspace))
             writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             socket_path = os.path.join(tmp, "proxy.sock")
+            egress = self.egress_with(None)
+            egress_socket = os.path.join(tmp, "egress.sock") if step_proxy.serves_egress(egress) else None
             async with step_proxy.step_session(
                 credential,
                 self.relays,
@@ -268,6 +272,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 trace_context=config.trace_context,
                 relay_upstream=self.relay_upstream,
                 max_connections=self.limits.proxy_connections,
+                egress=egress,
+                egress_socket=egress_socket,
             ) as issued:
                 assert issued.claude is not None  # a credential was given
                 token_id = hashlib.sha256(issued.claude.reveal().encode()).hexdigest()[:12]
@@ -289,6 +295,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                         extra_tools=(claude,),
                         fds=fds,
                         managed=managed,
+                        egress_socket=egress_socket,
                     )
                     start = time.monotonic()
                     finished = await self.processes.run(
@@ -324,6 +331,12 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             changes = None if prepared is None else await self._close_workspace(prepared, True, message)
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id, workspace=changes)
+
+    def egress_with(self, extra: EgressPolicy | None) -> EgressPolicy | None:
+        """The provider's policy with a command's or a session's own added (either may be missing)."""
+        if self.egress is None or extra is None:
+            return extra if self.egress is None else self.egress
+        return self.egress.merged(extra)
 
     async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
         return await step_workspaces.open_workspace(

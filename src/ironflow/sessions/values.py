@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ironflow import errors, labels
+from ironflow.egress import EgressPolicy
 from ironflow.results import CommandResult
 from ironflow.step_sandbox import is_env_name
 from ironflow.workspaces import Workspace
@@ -49,7 +50,7 @@ _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: The backends a session may live on (``backend`` in a server's open request: its own, or refused).
 BACKENDS: Final = ("local", "k8s", "agent-sandbox")
-_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace"})
+_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace", "egress"})
 
 
 class SessionNotFound(errors.UsageError):
@@ -157,6 +158,8 @@ class OpenOptions:
         run_id: the run it belongs to: ``release_run(run_id)`` ends it with the run's steps.
         env: variables every command of the session sees (credentials are refused by the backend).
         workspace: what the session works on (a host directory or a git URL, as a step's).
+        egress: what its commands may reach through the egress proxy (:mod:`ironflow.egress`),
+            added to the provider's; local bubblewrap sessions only for now.
     """
 
     ttl: float = DEFAULT_TTL_S
@@ -165,6 +168,7 @@ class OpenOptions:
     run_id: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     workspace: Workspace | None = None
+    egress: EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         if not self.ttl > 0 or (self.idle_timeout is not None and not self.idle_timeout > 0):
@@ -201,6 +205,7 @@ class OpenOptions:
         if source is not None and (not isinstance(source, str) or not source):
             raise errors.ConfigError("workspace must be a directory on the server's machine or GIT_URL[@REF]")
         ttl = _seconds(doc, "ttl")
+        egress = None if doc.get("egress") is None else EgressPolicy.from_json(doc["egress"])
         return cls(
             ttl=DEFAULT_TTL_S if ttl is None else ttl,
             idle_timeout=_seconds(doc, "idle_timeout"),
@@ -208,6 +213,7 @@ class OpenOptions:
             run_id=run_id,
             env=env,
             workspace=None if source is None else Workspace.parse(source),
+            egress=egress,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -219,6 +225,8 @@ class OpenOptions:
         """
         body: dict[str, object] = {"ttl": self.ttl, "idle_timeout": self.idle_timeout, "labels": dict(self.labels)}
         body.update(run_id=self.run_id, env=dict(self.env))
+        if self.egress is not None:
+            body["egress"] = self.egress.to_json()
         if self.workspace is not None:
             source = self.workspace.source
             text = source if self.workspace.ref is None else f"{source}@{self.workspace.ref}"

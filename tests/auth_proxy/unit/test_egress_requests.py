@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import egress
-from ironflow.auth_proxy import config, egress_requests, tokens
+from ironflow.auth_proxy import config, egress_requests, policy, tokens
 from ironflow.errors import ConfigError
 from ironflow.secrets import Secret
 
@@ -139,6 +139,23 @@ def test_a_grant_keeps_its_egress_policy_over_the_hub_wire() -> None:
     assert tokens.grant_from_wire(json.loads(json.dumps(tokens.grant_to_wire(grant)))) == grant
     bare = tokens.Grant("id", "r", "s", 2_000, credential)
     assert tokens.grant_from_wire(tokens.grant_to_wire(bare)).egress is None
+
+
+def test_an_egress_only_grant_crosses_the_hub_wire_but_never_the_admin_api() -> None:
+    grant = tokens.Grant("id", "r", "s", 2_000, tokens.EgressCredential(), egress=POLICY)
+    assert tokens.grant_from_wire(json.loads(json.dumps(tokens.grant_to_wire(grant)))) == grant
+    body = {**BODY, "credential": {"kind": "egress"}, "egress": POLICY.to_json()}
+    with pytest.raises(tokens.InvalidTokenRequest, match="invalid token request body"):
+        tokens.parse_token_request(json.dumps(body).encode(), 1_000)
+
+
+def test_an_egress_only_token_is_refused_on_both_relays() -> None:
+    """Rows 5b and S1b: it carries no credential to inject."""
+    grant = tokens.Grant("id", "r", "s", 2_000, tokens.EgressCredential(), egress=POLICY)
+    assert policy.check_claude_request("POST", "/v1/messages", grant) is policy.EGRESS_TOKEN_REFUSED
+    refusal, host, _ = policy.check_secret_request("GET", "/r/github.com/x", grant)
+    assert (refusal, host) == (policy.EGRESS_TOKEN_REFUSED, "github.com")
+    assert policy.EGRESS_TOKEN_REFUSED.status == 403
 
 
 def test_the_egress_listener_and_limits_come_from_the_environment() -> None:

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import ironflow
 from ironflow import errors
-from ironflow.cli import agent as cli_agent
 from ironflow.cli import app
+from ironflow.cli import exec_command as cli_exec
 from ironflow.local import OfflineProvider
 from ironflow.local.sandbox import cgroups
 from ironflow.local.sandbox.environment import Isolation
@@ -51,7 +51,7 @@ def test_ironflow_exec_prints_the_memory_kill_as_its_error_line(
     monkeypatch: pytest.MonkeyPatch, output: list[str]
 ) -> None:
     small = functools.partial(LocalSandboxProvider, limits=SandboxLimits(memory_bytes=64 << 20))
-    monkeypatch.setattr(cli_agent, "LocalSandboxProvider", small)
+    monkeypatch.setattr(cli_exec, "LocalSandboxProvider", small)
     done = CliRunner().invoke(app.app, ["exec", *output, "--", *HOG])
     assert done.exit_code == 137, done.output
     assert done.stderr.strip().splitlines()[-1] == f"error: the command was {SAID}"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from ironflow import errors
+from ironflow import egress, errors
 from ironflow.sandbox_runtime import SERVER_PATH
-from ironflow.sessions import SessionInfo, check_session_id, parse_duration
+from ironflow.sessions import OpenOptions, SessionInfo, check_session_id, parse_duration
 
 
 @pytest.mark.parametrize("name", ["server.py", "streams.py", "pod_exec.py"])
@@ -57,3 +58,12 @@ def test_a_bad_session_id_is_refused_in_one_short_line(value: str) -> None:
 def test_a_session_survives_its_wire_form() -> None:
     info = SessionInfo("sbx-0123456789abcdef", "local", "bwrap", 1.5, 61.5, {"team": "a"}, "run-1")
     assert SessionInfo.from_json(info.to_json()) == info
+
+
+def test_open_options_carry_an_egress_policy_over_the_wire() -> None:
+    policy = egress.EgressPolicy(allow=(egress.parse_allow_host("pypi.org"),))
+    options = OpenOptions(ttl=60, egress=policy)
+    assert OpenOptions.from_json(json.loads(json.dumps(options.to_json()))).egress == policy
+    assert "egress" not in OpenOptions(ttl=60).to_json()
+    with pytest.raises(errors.ConfigError, match="egress"):
+        OpenOptions.from_json({"egress": {"allow": [5]}})

@@ -12,7 +12,9 @@ network (``ironflow exec``) never pays for it. A step with relays (:mod:`ironflo
 gets one more token per relay from the same proxy (:func:`step_session`), each revoked with the rest.
 
 A step with an egress policy (:func:`serves_egress`) also gets the egress proxy on a second socket,
-``egress_socket``, reached with the Claude token, whose grant carries the policy.
+``egress_socket``, reached with an egress-only token (:class:`~ironflow.auth_proxy.tokens.EgressCredential`)
+whose grant carries the policy and which the model and secret relays refuse: no Claude key is
+needed (``ironflow exec --allow-host``), and the proxy URL in ``HTTPS_PROXY`` reaches nothing else.
 """
 
 from __future__ import annotations
@@ -76,15 +78,15 @@ class StepTokens:
 
     claude: Secret | None
     relays: tuple[tuple[relays.RelaySpec, Secret], ...] = field(default=())
-    #: The Claude token's grant carries an egress policy the egress proxy serves.
-    egress: bool = False
+    #: The egress-only token whose grant carries the egress policy.
+    egress: Secret | None = None
 
     def env(self) -> dict[str, str]:
         """The sandbox variables they become (:func:`environment.proxy_env`, :func:`environment.egress_env`,
         :func:`relays.relay_env`)."""
         out = environment.proxy_env(self.claude.reveal()) if self.claude is not None else {}
-        if self.egress and self.claude is not None:
-            out.update(environment.egress_env(self.claude.reveal()))
+        if self.egress is not None:
+            out.update(environment.egress_env(self.egress.reveal()))
         proxy_url = f"http://127.0.0.1:{environment.PROXY_PORT}"
         out.update(relays.relay_env(((spec, token.reveal()) for spec, token in self.relays), proxy_url))
         return out
@@ -105,11 +107,13 @@ async def step_session(
     egress: egress_policy.EgressPolicy | None = None,
     egress_socket: str | None = None,
 ) -> AsyncIterator[StepTokens]:
-    """As :func:`proxy_session` (without ``credential``: no Claude token, so no egress either), plus
-    one token per relay in ``relayed``; ``relay_upstream`` as ``secret_upstream`` of :func:`secret_session`."""
+    """As :func:`proxy_session` (without ``credential``: no Claude token), plus one token per relay in
+    ``relayed``, and for an ``egress`` policy that opens something an egress-only token (never the
+    Claude token: the proxy URL every tool in the sandbox sees reaches nothing but the egress proxy);
+    ``relay_upstream`` as ``secret_upstream`` of :func:`secret_session`."""
     upstream = credential.upstream if credential is not None else "https://api.anthropic.com"
     run = run_id or "local"
-    if credential is None or not serves_egress(egress):
+    if not serves_egress(egress):
         egress, egress_socket = None, None
     async with contextlib.AsyncExitStack() as stack:
         running = await stack.enter_async_context(
@@ -119,13 +123,18 @@ async def step_session(
         if credential is not None:
             claude_credential = tokens.ClaudeCredential(credential.kind, credential.value)
             claude = await stack.enter_async_context(
-                _token(running, claude_credential, run, step, expires_in, trace_context, egress)
+                _token(running, claude_credential, run, step, expires_in, trace_context, None)
+            )
+        egress_token: Secret | None = None
+        if egress is not None:  # its own token: the proxy URL every tool sees cannot reach the model
+            egress_token = await stack.enter_async_context(
+                _token(running, tokens.EgressCredential(), run, step, expires_in, None, egress)
             )
         issued = []
         for relay in relayed:
             token = await stack.enter_async_context(_token(running, relay.secret(), run, step, expires_in, None, None))
             issued.append((relay.spec, token))
-        yield StepTokens(claude, tuple(issued), egress=egress is not None)
+        yield StepTokens(claude, tuple(issued), egress=egress_token)
 
 
 @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ import time
 
 from ironflow import errors, step_timeouts
 from ironflow.claude import command, output, rate_limits
+from ironflow.egress import EgressPolicy
 from ironflow.local.sandbox import environment, step_proxy
 from ironflow.local.sandbox.environment import AGENT_KEEP_BYTES
 from ironflow.local.sessions.provided import LocalSandbox
@@ -28,24 +29,38 @@ __all__ = ["PROXY_SOCKET", "open_proxy", "run_agent"]
 
 #: The session proxy's socket, in the session's private directory.
 PROXY_SOCKET = "proxy.sock"
+EGRESS_SOCKET = "egress.sock"
 
 
 async def open_proxy(
-    stack: contextlib.AsyncExitStack, provider: LocalSandbox, directory: str, *, run_id: str | None, ttl: float
-) -> tuple[str, Secret]:
-    """Serve the session's proxy (closed with ``stack``: the token revoked) and return its socket and token."""
+    stack: contextlib.AsyncExitStack,
+    provider: LocalSandbox,
+    directory: str,
+    *,
+    run_id: str | None,
+    ttl: float,
+    agent: bool = True,
+    egress: EgressPolicy | None = None,
+) -> tuple[str, step_proxy.StepTokens, str | None]:
+    """Serve the session's proxy (closed with ``stack``: the tokens revoked): with ``agent`` the
+    provider's Claude credential's token, with an ``egress`` policy that opens something the egress
+    proxy too (on the returned second socket). Returns the sockets and the tokens."""
     socket_path = os.path.join(directory, PROXY_SOCKET)
-    token = await stack.enter_async_context(
-        step_proxy.proxy_session(
-            provider.proxy_credential(),
+    egress_socket = os.path.join(directory, EGRESS_SOCKET) if step_proxy.serves_egress(egress) else None
+    issued = await stack.enter_async_context(
+        step_proxy.step_session(
+            provider.proxy_credential() if agent else None,
+            (),
             socket_path=socket_path,
             run_id=run_id,
             step="session",
             expires_in=ttl + 60,
             max_connections=provider.limits.proxy_connections,
+            egress=egress,
+            egress_socket=egress_socket,
         )
     )
-    return socket_path, token
+    return socket_path, issued, egress_socket
 
 
 async def run_agent(

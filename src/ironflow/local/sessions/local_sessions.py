@@ -31,7 +31,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.claude import layout
 from ironflow.local import workdirs
-from ironflow.local.sandbox import environment, launch
+from ironflow.local.sandbox import environment, launch, step_proxy
 from ironflow.local.sessions import agents, changesets, gvisor_runtime, starter
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.sessions.starter import RUNTIME_DIR, RUNTIME_PATH
@@ -109,15 +109,27 @@ class LocalSessions:
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
         if agent and self.provider.isolation != "bwrap":
             raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
+        egress = self.provider.egress_with(options.egress)
+        if not step_proxy.serves_egress(egress):
+            egress = None
+        elif self.provider.isolation != "bwrap":
+            raise errors.ConfigError(
+                "egress in a session needs isolation 'bwrap': gVisor sessions have no proxy relay yet"
+            )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         proxy = contextlib.AsyncExitStack()
         try:
             prepared = None if workspace is None else await changesets.prepare(self.provider, workspace, directory)
-            socket_path, token = (None, None)
-            if agent:
-                socket_path, token = await agents.open_proxy(proxy, self.provider, directory, run_id=run_id, ttl=ttl)
+            socket_path, token, egress_socket = None, None, None
+            if agent or egress is not None:
+                socket_path, issued, egress_socket = await agents.open_proxy(
+                    proxy, self.provider, directory, run_id=run_id, ttl=ttl, agent=agent, egress=egress
+                )
+                token = issued.claude
+                if issued.egress is not None:  # every command of the session goes through the egress proxy
+                    run_env.update(environment.egress_env(issued.egress.reveal()))
             session = await self._starter.start(
                 session_id,
                 directory,
@@ -126,6 +138,8 @@ class LocalSessions:
                 prepared,
                 socket_path,
                 max_upload_bytes=self.max_upload_bytes,
+                egress_socket=egress_socket,
+                agent=agent,
             )
         except BaseException:
             await proxy.aclose()

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from ironflow.auth_proxy import relays
 from ironflow.auth_proxy.git_hosts import GitHosts
+from ironflow.egress import EgressPolicy
 from ironflow.local.sandbox import argv, environment, launch, limits
 
 __all__ = ["LocalSandbox"]
@@ -45,6 +46,8 @@ class LocalSandbox(Protocol):
 
     @property
     def relays(self) -> tuple[relays.Relay, ...]: ...
+
+    def egress_with(self, extra: EgressPolicy | None) -> EgressPolicy | None: ...
 
     def shape(self) -> argv.SandboxShape: ...
 

@@ -105,6 +105,8 @@ class SessionStarter:
         proxy_socket: str | None = None,
         *,
         max_upload_bytes: int,
+        egress_socket: str | None = None,
+        agent: bool = True,
     ) -> StartedSession:
         """The session's sandbox, its runtime ready to serve (torn down again if it never got there)."""
         token = Secret(secrets.token_urlsafe(32))
@@ -117,7 +119,9 @@ class SessionStarter:
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
         else:
-            proc, group, socket_path = await self._start_bwrap(directory, env, options, writable, proxy_socket)
+            proc, group, socket_path = await self._start_bwrap(
+                directory, env, options, writable, proxy_socket, egress_socket, agent
+            )
         info = SessionInfo(session_id, "local", "", 0, 0)
         session = StartedSession(info, directory, socket_path, token, proc, group, workspace=prepared)
         try:
@@ -134,9 +138,12 @@ class SessionStarter:
         options: tuple[str, ...],
         writable: tuple[bwrap.WritableMount, ...],
         proxy_socket: str | None = None,
+        egress_socket: str | None = None,
+        agent: bool = True,
     ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
         """bubblewrap with the runtime on a socket made here, passed in as an inherited fd (and,
-        for agent steps, the relay to the session's proxy and the Claude Code CLI shown)."""
+        for agent steps, the relay to the session's proxy and the Claude Code CLI shown; with an
+        egress policy, the relay to the egress proxy)."""
         socket_path = os.path.join(directory, _SOCKET)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -155,8 +162,9 @@ class SessionStarter:
                     proxy_socket=proxy_socket,
                     env=env,
                     writable=writable,
-                    extra_tools=(python,) if proxy_socket is None else (python, self.provider.claude_cli()),
+                    extra_tools=(python, self.provider.claude_cli()) if agent and proxy_socket else (python,),
                     fds=fds,
+                    egress_socket=egress_socket,
                     keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
                 )
                 proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)

@@ -1,0 +1,110 @@
+"""The egress options ``exec``, ``agent`` and ``sandbox open`` share, and a local provider file's keys.
+
+``--allow-host HOST[:PORT]``, ``--egress-profile NAME`` and ``--egress FILE`` (each repeatable) make
+one policy with :func:`ironflow.egress.options.policy_from_options`; a local provider file's
+``egress:`` comes first and its ``egress_profiles:`` are names the options may use. Nothing given
+and no ``egress:``: no policy (the sandbox has no network but the model). Bad input exits 2 with
+one line naming the option or the file. Pure values and file reads: the egress proxy's server loads
+when a sandbox starts, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Final
+
+import typer
+
+from ironflow import errors, settings_file
+from ironflow.auth_proxy import relays as relay_specs
+from ironflow.cli import exits
+from ironflow.egress import EgressPolicy
+from ironflow.egress import options as egress_options
+
+__all__ = [
+    "LOCAL_FILE_KEYS",
+    "AllowHostOption",
+    "EgressFileOption",
+    "EgressProfileOption",
+    "LocalFile",
+    "command_policy",
+    "local_file",
+    "refuse_egress",
+]
+
+AllowHostOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-host",
+        metavar="HOST[:PORT]",
+        help="Let the sandbox reach HOST through the egress proxy (443 and 80; :* any port); repeatable.",
+    ),
+]
+EgressProfileOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--egress-profile", metavar="NAME", help="Open a named egress profile (pypi, npm, github…); repeatable."
+    ),
+]
+EgressFileOption = Annotated[
+    list[Path] | None,
+    typer.Option("--egress", metavar="FILE", help="An egress policy file (YAML or JSON); repeatable."),
+]
+
+#: The keys of a local provider file (``--backend local --provider FILE``).
+LOCAL_FILE_KEYS: Final = ("relays", "egress", "egress_profiles")
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """What a local provider file holds: relays, and an egress policy with its own profiles."""
+
+    relays: tuple[relay_specs.RelaySpec, ...] = ()
+    egress: EgressPolicy | None = None
+    profiles: Mapping[str, EgressPolicy] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def local_file(path: Path | None) -> LocalFile:
+    """The ``relays:`` (each value from the variable its ``credential_env`` names), ``egress:`` and
+    ``egress_profiles:`` of ``--provider FILE`` for ``--backend local``; exits 2 naming what is wrong."""
+    if path is None:
+        return LocalFile()
+    try:
+        top = settings_file.load(path, what="provider file", known=LOCAL_FILE_KEYS)
+        relays = relay_specs.parse_relays(top, "env")
+        if not top.has("egress") and not top.has("egress_profiles"):
+            return LocalFile(relays)
+        policy, profiles = egress_options.file_policy(
+            top.data.get("egress"), top.data.get("egress_profiles"), source=f"provider file '{path}'"
+        )
+    except errors.ConfigError as exc:
+        exits.fail(exits.in_file("provider file", path, exc.message))
+    return LocalFile(relays, policy if top.has("egress") else None, profiles)
+
+
+def command_policy(
+    allow_hosts: Sequence[str] | None,
+    profiles: Sequence[str] | None,
+    files: Sequence[Path] | None,
+    base: LocalFile | None = None,
+) -> EgressPolicy | None:
+    """The file's ``egress:`` with the options' rules added; None when neither says anything."""
+    base = base or LocalFile()
+    if not (allow_hosts or profiles or files):
+        return base.egress
+    try:
+        contents = [(f"egress file '{p}'", settings_file.read_text(p, what="egress file")) for p in files or ()]
+        given = egress_options.policy_from_options(allow_hosts or (), profiles or (), contents, base.profiles)
+    except errors.ConfigError as exc:
+        exits.fail(exc.message)
+    return given if base.egress is None else base.egress.merged(given)
+
+
+def refuse_egress(where: str, allow_hosts: object, profiles: object, files: object) -> None:
+    """Exit 2 when an egress option is given where it does not work yet (``where``: why not)."""
+    for flag, given in (("--allow-host", allow_hosts), ("--egress-profile", profiles), ("--egress", files)):
+        if given:
+            exits.fail(f"{flag} {where}")

@@ -1,0 +1,63 @@
+"""``exec``, ``agent`` and ``sandbox open`` egress options and a local provider file's ``egress:``:
+one policy, and every bad input one line with exit 2 before any sandbox starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.cli.one_line import assert_one_line, invoke
+
+from ironflow import egress
+from ironflow.cli import egress_options
+
+LOCAL_FILE = """
+egress_profiles:
+  internal: {allow: ["pkgs.internal.example:443"]}
+egress:
+  profiles: [internal]
+"""
+
+
+def test_a_local_provider_files_egress_comes_first_and_its_profiles_serve_the_options(tmp_path: Path) -> None:
+    path = tmp_path / "local.yaml"
+    path.write_text(LOCAL_FILE)
+    found = egress_options.local_file(path)
+    assert found.relays == ()
+    policy = egress_options.command_policy(["pypi.org"], ["internal"], None, found)
+    assert policy is not None
+    assert egress.decide(policy, "pkgs.internal.example", 443).allowed
+    assert egress.decide(policy, "pypi.org", 443).allowed
+    assert not egress.decide(policy, "example.org", 443).allowed
+    assert egress_options.command_policy(None, None, None, found) == found.egress
+
+
+def test_nothing_given_is_no_policy() -> None:
+    assert egress_options.command_policy(None, None, None) is None
+    assert egress_options.command_policy([], [], []) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["exec", "--allow-host", "bad host!", "--", "true"], "--allow-host: invalid egress host"),
+        (["exec", "--egress-profile", "nope", "--", "true"], "unknown egress profile 'nope'"),
+        (["exec", "--egress", "/nonexistent/egress.yaml", "--", "true"], "cannot read egress file"),
+        (["exec", "--backend", "k8s", "--allow-host", "pypi.org", "--", "true"], "--allow-host runs on --backend"),
+        (["agent", "--backend", "k8s", "--egress-profile", "pypi", "hi"], "--egress-profile runs on --backend local"),
+        (["agent", "--fake-model", "--allow-host", "bad host!", "hi"], "--allow-host: invalid egress host"),
+    ],
+)
+def test_bad_egress_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
+    code, err = invoke(*args)
+    assert_one_line(code, err, words)
+
+
+def test_a_bad_egress_key_in_the_local_provider_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "local.yaml"
+    path.write_text("egress:\n  allow: [5]\n")
+    code, err = invoke("exec", "--provider", str(path), "--", "true")
+    assert_one_line(code, err, "provider file")
+    path.write_text("egres: {}\n")
+    code, err = invoke("exec", "--provider", str(path), "--", "true")
+    assert_one_line(code, err, "did you mean 'egress'")
