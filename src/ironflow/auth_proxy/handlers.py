@@ -30,6 +30,7 @@ from typing import Final
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ironflow import egress as egress_policy
 from ironflow import tracing
 from ironflow.auth_proxy import bodies, crypto, header_policy, logs, metrics, policy, registry, tokens, usage_meter
 from ironflow.auth_proxy import config as config_mod
@@ -172,7 +173,9 @@ class ProxyHandlers:
             logs.event("egress change refused", logging.WARNING, reason=exc.message)
             return _json_response(400, policy.error_body("invalid_request_error", exc.message))
         try:
-            count = await self._registry().set_egress(run_id, change.step, change.egress)
+            # null lets nothing through: an empty policy, so the grants stay ones a later change reaches
+            closed = change.egress if change.egress is not None else egress_policy.EgressPolicy()
+            count = await self._registry().set_egress(run_id, change.step, closed)
         except registry.RegistryUnavailable:
             logs.event("token registry unavailable", logging.ERROR, operation="set_egress")
             return _json_response(503, policy.error_body("api_error", "token registry unavailable"))

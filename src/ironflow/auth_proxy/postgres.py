@@ -356,7 +356,7 @@ class PostgresRegistry:
         async with _guard("set_egress"), self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 "UPDATE ironflow.auth_proxy_grants SET egress = $3::jsonb"
-                " WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) RETURNING id",
+                " WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) AND egress IS NOT NULL RETURNING id",
                 run_id,
                 step,
                 egress,

@@ -69,7 +69,8 @@ class GrantRegistry(Protocol):
     async def revoke_run(self, run_id: str) -> int: ...
 
     async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
-        """Give the live grants of ``run_id`` (of its ``step`` when named) a new egress policy; how many.
+        """Give the live grants of ``run_id`` (of its ``step`` when named) that carry an egress policy
+        (the tokens that reach the egress proxy; never a Claude or relay token) a new one; how many.
         Every replica decides the next connection of those grants by it."""
         ...
 
@@ -142,8 +143,12 @@ class MemoryRegistry:
         return [grant_id for grant_id, grant in self._grants.items() if grant.run_id == run_id]
 
     def changed_grant_ids(self, run_id: str, step: str | None) -> list[str]:
-        """Ids of the live grants :meth:`set_egress` would change now."""
-        return [g for g in self.run_grant_ids(run_id) if step is None or self._grants[g].step == step]
+        """Ids of the live grants :meth:`set_egress` would change now: those that carry a policy."""
+        return [
+            g
+            for g in self.run_grant_ids(run_id)
+            if self._grants[g].egress is not None and (step is None or self._grants[g].step == step)
+        ]
 
     async def set_egress(self, run_id: str, step: str | None, policy: EgressPolicy | None) -> int:
         ids = self.changed_grant_ids(run_id, step)

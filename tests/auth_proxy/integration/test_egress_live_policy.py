@@ -93,6 +93,11 @@ async def test_a_changed_policy_decides_the_next_connection_of_the_runs_tokens_a
         assert await admin.set_egress("run-live", None) == 2  # the whole run: nothing passes
         assert [await _get(proxy, t, p) for t in (build, test) for p in (first, second)] == [403] * 4
         assert await _get(proxy, other, first) == 200  # another run: unchanged
+        assert await admin.set_egress("run-live", _allow(first)) == 2  # a closed policy opens again
+        assert [await _get(proxy, t, first) for t in (build, test)] == [200, 200]
+        claude_only = await admin.issue("run-live", "build", int(time.time()) + 600, credential=CREDENTIAL)
+        assert await admin.set_egress("run-live", _allow(second)) == 2  # never a token without a policy
+        assert await _get(proxy, claude_only.token.reveal(), second) == 403
         assert await admin.set_egress("no-such-run", _allow(first)) == 0
 
 
