@@ -44,7 +44,8 @@ NO_PROXY_FOR_ACCOUNTS = (
 
 
 class LogSink(Protocol):
-    """Receives output lines as they arrive; ``stream`` is ``stdout`` or ``stderr``."""
+    """Receives output lines as they arrive; ``stream`` is ``stdout`` or ``stderr`` (the agent's), or
+    ``ironflow`` (a note of the sandbox's own, e.g. an egress decision)."""
 
     def log(self, stream: str, line: str) -> None: ...
 

@@ -228,6 +228,7 @@ async def run_auth_proxy(
     unix_socket: str | None = None,
     reuse_port: bool = False,
     egress_resolver: egress_server.Resolver | None = None,
+    egress_observer: Callable[[str], None] | None = None,
 ) -> AsyncIterator[RunningProxy]:
     """Serve the proxy on ``host:port`` (0 = a free port) or a unix socket until the block ends;
     with ``config.egress_port`` or ``config.egress_socket``, the egress proxy too (its names looked
@@ -257,7 +258,11 @@ async def run_auth_proxy(
             egress = None
             if config.egress_enabled:
                 server = egress_server.EgressServer(
-                    config, app[REGISTRY_KEY], app[HANDLERS_KEY].metrics, resolver=egress_resolver
+                    config,
+                    app[REGISTRY_KEY],
+                    app[HANDLERS_KEY].metrics,
+                    resolver=egress_resolver,
+                    observer=egress_observer,
                 )
                 listening = egress_server.serve_egress(
                     server,

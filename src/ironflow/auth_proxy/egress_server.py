@@ -37,7 +37,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, Protocol
 
 from prometheus_client import Counter
@@ -82,6 +82,13 @@ class _Refused(Exception):
         self.status, self.reason, self.rule, self.result = status, reason, rule, result
 
 
+def decision_line(result: str, reason: str, fields: dict[str, Any]) -> str:
+    """One decision as a step's record shows it: ``egress denied example.com:443 (CONNECT): <reason>``
+    (never a token or a query string: ``fields`` carry neither)."""
+    method = fields.get("method") or "CONNECT"
+    return f"egress {result} {fields.get('host')}:{fields.get('port')} ({method}): {reason}"
+
+
 class EgressServer:
     """Serves egress connections for the grants of one registry; see the module's rule table."""
 
@@ -92,8 +99,11 @@ class EgressServer:
         proxy_metrics: metrics.ProxyMetrics,
         *,
         resolver: Resolver | None = None,
+        observer: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        #: Hears each allowed or denied decision as one line (the local sandbox puts it in the step's record).
+        self.observer = observer
         self.grants = grants
         self.resolver: Resolver = resolver or SystemResolver()
         self.budgets = tunnels.TokenBudgets(max_tunnels=config.egress_max_tunnels, max_bytes=config.egress_max_bytes)
@@ -139,6 +149,8 @@ class EgressServer:
         self._decisions.labels(result=result).inc()
         message = "egress allowed" if result == "allowed" else "egress denied"
         logs.event(message, level, result=result, reason=reason, rule=rule, **fields)
+        if self.observer is not None and result in ("allowed", "denied"):
+            self.observer(decision_line(result, reason, fields))
 
     async def _head(self, reader: asyncio.StreamReader) -> egress_requests.ProxyRequest:
         try:

@@ -150,7 +150,11 @@ class _Turns:
     shown as escapes."""
 
     def log(self, stream: str, line: str) -> None:
-        shown = turns.describe(line) if stream == "stdout" else [f"stderr: {line}"]
+        shown = (
+            turns.describe(line)
+            if stream == "stdout"
+            else [f"{'[ironflow]' if stream == 'ironflow' else 'stderr:'} {line}"]
+        )
         for text in shown:
             print(printable(redact(text)), file=sys.stderr, flush=True)
 

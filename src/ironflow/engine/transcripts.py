@@ -133,6 +133,10 @@ def _error_output(exc: BaseException) -> str:
 # --- the sink --------------------------------------------------------------------------------
 
 
+#: A provider's streams as a transcript keeps them (anything else is the agent's stdout).
+_STREAMS: Final = {"stderr": model.TranscriptStream.STDERR, "ironflow": model.TranscriptStream.IRONFLOW}
+
+
 class StepTranscript:
     """The sink of one attempt of one step; use it as ``async with`` around ``provider.run``.
 
@@ -177,7 +181,7 @@ class StepTranscript:
         if self._forward is not None:
             self._forward.log(stream, line)
         self._received += 1
-        kind = model.TranscriptStream.STDERR if stream == "stderr" else model.TranscriptStream.STDOUT
+        kind = _STREAMS.get(stream, model.TranscriptStream.STDOUT)
         self._keep(kind, line)
 
     def _keep(self, stream: model.TranscriptStream, line: str) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -274,6 +275,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 max_connections=self.limits.proxy_connections,
                 egress=egress,
                 egress_socket=egress_socket,
+                on_egress=None if sink is None else functools.partial(sink.log, "ironflow"),
             ) as issued:
                 assert issued.claude is not None  # a credential was given
                 token_id = hashlib.sha256(issued.claude.reveal().encode()).hexdigest()[:12]

@@ -124,6 +124,17 @@ async def test_a_chatty_steps_lines_are_stored_in_order_in_a_few_chunks(store: S
     assert {(c.position, c.step, c.attempt) for c in chunks} == {(0, "talk", 1)}
 
 
+async def test_a_sandboxs_own_notes_are_stored_as_ironflow_lines(store: Store) -> None:
+    """An egress decision the local sandbox reports (stream ``ironflow``) is the step's record, shown
+    by ``ironflow logs`` and the UI as ironflow's, never as the agent's output."""
+    note = "egress denied example.com:443 (CONNECT): no rule allows example.com:443"
+    provider = RecordingProvider(output={"fetch": [("ironflow", note)]})
+    run_id = await submit(store, "linear", {"steps": ["fetch"]})
+    await run_all(store, provider)
+    stored = [(stream, line) for _, stream, line in await stored_lines(store, run_id)]
+    assert stored[0] == ("ironflow", note)
+
+
 async def test_secrets_in_a_steps_output_are_redacted_before_they_are_stored(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

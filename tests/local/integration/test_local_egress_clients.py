@@ -184,14 +184,31 @@ async def test_ironflow_exec_allow_host_pip_installs_without_a_claude_key(
 async def test_an_agent_steps_bash_tool_pip_installs_through_the_providers_policy(
     isolation: environment.Isolation, tls: Tls, registries: PackageRegistries
 ) -> None:
-    """The provider's ``egress`` reaches agent steps: the offline model has the agent run pip in Bash."""
+    """The provider's ``egress`` reaches agent steps: the offline model has the agent run pip in Bash,
+    then try another port; each decision is a line of the step's record (the sink's ``ironflow`` stream)."""
     port = int(registries.url.rpartition(":")[2])
     install = f"{PIP} --index-url {registries.url}/simple/ {PYPI_PACKAGE}"
-    bash = {"name": "Bash", "input": {"command": install}}
+    denied = f"curl -sS --max-time 10 https://127.0.0.2:{port + 1}/ || true"
+    bash = {"name": "Bash", "input": {"command": f"{install}; {denied}"}}
     script = Script.from_dict({"turns": [{"tool_use": bash}, {"text": "installed"}]})
     policy = _allow(f"127.0.0.2:{port}")
     async with OfflineProvider(script, isolation=isolation, timeout=180, egress=policy) as provider:
         config = AgentConfig("install it", allowed_tools=("Bash",)).read_only_host_path(str(tls.ca_dir), "/ca")
-        result = await provider.run(config)
+        sink = _Lines()
+        result = await provider.run(config, logs=sink)
     assert result.text == "installed"
     assert any(path.endswith(".whl") for path in registries.paths), registries.paths
+    notes = [line for stream, line in sink.lines if stream == "ironflow"]
+    assert f"egress allowed 127.0.0.2:{port} (CONNECT): allowed by allow 127.0.0.2:{port}" in notes, notes
+    assert any(n.startswith(f"egress denied 127.0.0.2:{port + 1} (CONNECT): ") for n in notes), notes
+    assert not any("ifap_" in line for _, line in sink.lines)
+
+
+class _Lines:
+    """A log sink that keeps every ``(stream, line)``."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def log(self, stream: str, line: str) -> None:
+        self.lines.append((stream, line))

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -106,6 +106,7 @@ async def step_session(
     max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
     egress: egress_policy.EgressPolicy | None = None,
     egress_socket: str | None = None,
+    on_egress: Callable[[str], None] | None = None,
 ) -> AsyncIterator[StepTokens]:
     """As :func:`proxy_session` (without ``credential``: no Claude token), plus one token per relay in
     ``relayed``, and for an ``egress`` policy that opens something an egress-only token (never the
@@ -117,7 +118,7 @@ async def step_session(
         egress, egress_socket = None, None
     async with contextlib.AsyncExitStack() as stack:
         running = await stack.enter_async_context(
-            _serving(socket_path, upstream, relay_upstream, max_connections, egress_socket)
+            _serving(socket_path, upstream, relay_upstream, max_connections, egress_socket, on_egress)
         )
         claude: Secret | None = None
         if credential is not None:
@@ -160,7 +161,12 @@ async def secret_session(
 
 @contextlib.asynccontextmanager
 async def _serving(
-    socket_path: str, upstream: str, secret_upstream: str | None, max_connections: int, egress_socket: str | None = None
+    socket_path: str,
+    upstream: str,
+    secret_upstream: str | None,
+    max_connections: int,
+    egress_socket: str | None = None,
+    on_egress: Callable[[str], None] | None = None,
 ) -> AsyncIterator[app.RunningProxy]:
     from ironflow.auth_proxy import app, config  # the server, only now (see the module's docstring)
 
@@ -173,7 +179,7 @@ async def _serving(
         max_connections=max_connections,
         egress_socket=egress_socket,
     )
-    async with app.run_auth_proxy(environment, unix_socket=socket_path) as running:
+    async with app.run_auth_proxy(environment, unix_socket=socket_path, egress_observer=on_egress) as running:
         yield running
 
 
