@@ -13,9 +13,10 @@ stop at ``--max-upload-bytes`` (413); captured output keeps at most ``--max-outp
 per stream. A command not found exits 127, one that cannot run 126, as in a shell.
 
 Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
-standard library only, nothing of ironflow, threads rather than an event loop (idle cheap);
-its body plumbing and commands are the sibling file ``streams.py`` (the module-size rule keeps
-them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
+standard library only, nothing of ironflow, a thread per connection rather than an event loop
+(idle cheap); a command runs in its request's thread, one poll loop over its pipes (a background
+one gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
+(the module-size rule keeps them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
 commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses
 to start if that cannot be set up.
 """

@@ -4,7 +4,8 @@ Standard library only and nothing of ironflow, like the server beside it, which 
 this file by path: a request body read in bounded pieces (Content-Length or chunked), a
 chunked response writer, and a streaming multipart/form-data reader. Nothing here buffers
 a whole body; and the lingering close of a connection whose request body went unread. For
-commands: an output pipe read until its end or a stop, and the processes a command left.
+commands: one poll loop over a command's pipes (no thread per pipe: a round trip costs little
+more than the command), and the processes a command left.
 """
 
 from __future__ import annotations
