@@ -276,8 +276,9 @@ class Command:
                 self._close(self.stdin_fd)
         self.pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):  # none (gVisor, say): its exit is polled for
-            self.pidfd = os.pidfd_open(self.proc.pid)
-            self.poller.register(self.pidfd, select.POLLIN)
+            pidfd = os.pidfd_open(self.proc.pid)
+            self.poller.register(pidfd, select.POLLIN)
+            self.pidfd = pidfd
         self.code: int | None = None
         self.drain_until = 0.0
 
@@ -327,7 +328,7 @@ class Command:
         wait = (None if self.deadline is None else self.deadline - now) if self.code is None else self.drain_until - now
         if self.pidfd is None and self.code is None:
             wait = _POLL_S if wait is None else min(wait, _POLL_S)
-        if self.pidfd is None and self.code is None and not self.names:
+        if self.pidfd is None and self.code is None and not self.names and self.stdin_fd < 0:  # no fd left to poll
             self._exited(self._reap(wait))
         else:
             for fd, _ in self.poller.poll(None if wait is None else max(0, math.ceil(wait * 1000))):
