@@ -17,7 +17,7 @@ from typing import Final
 
 from ironflow.sessions import replies
 
-__all__ = ["LinkError", "SocketLink"]
+__all__ = ["LinkError", "Refused", "SocketLink"]
 
 _CHUNK: Final = 65536
 #: Idle connections kept for the next stream; more are closed once their answer is read.
