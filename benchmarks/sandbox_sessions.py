@@ -4,8 +4,8 @@ One run measures, interleaved where two cases are compared:
 
 - opening a local session (``LocalSessions.open``, bubblewrap and the runtime ready), p50;
 - ``true`` in an open session (ironflow's client on the runtime socket) minus ``subprocess.run``
-  of ``true`` on the host, p50, and a fresh ``LocalSandboxProvider.run_command`` per command
-  against it (how many times faster the session is);
+  of ``true`` on the host (the two interleaved), p50, and a fresh ``LocalSandboxProvider.run_command``
+  per command against it (how many times faster the session is);
 - ``true`` through ``ironflow sandbox serve``'s router (in this process) by the upstream
   ``k8s-agent-sandbox`` SDK minus ironflow's own client through the same router, p50, and
   ironflow's client through the router minus the same client on the socket;
@@ -84,8 +84,8 @@ async def _opening(sessions: LocalSessions, runs: int) -> list[float]:
 
 
 async def _round_trips(sessions: LocalSessions, runs: int) -> dict[str, list[float]]:
-    """Host, session, fresh sandbox (of the sessions' isolation): interleaved, so a busy machine
-    slows each alike."""
+    """Host and session interleaved, so a busy machine slows each alike; then a fresh sandbox (of
+    the sessions' isolation) apart: the teardown of one would land on the host's next run."""
     provider = LocalSandboxProvider(isolation=sessions.provider.isolation, timeout=30)
     times: dict[str, list[float]] = {"host": [], "session": [], "fresh": []}
     async with await sessions.open(OpenOptions(ttl=600)) as sandbox:
@@ -93,6 +93,7 @@ async def _round_trips(sessions: LocalSessions, runs: int) -> dict[str, list[flo
         for _ in range(runs):
             times["host"].append(await _ms(lambda: asyncio.to_thread(subprocess.run, COMMAND, check=True)))
             times["session"].append(await _ms(lambda: sandbox.commands.run(COMMAND)))
+        for _ in range(runs):
             times["fresh"].append(await _ms(lambda: provider.run_command(COMMAND)))
     return times
 
