@@ -13,9 +13,10 @@ stop at ``--max-upload-bytes`` (413); captured output keeps at most ``--max-outp
 per stream. A command not found exits 127, one that cannot run 126, as in a shell.
 
 Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
-standard library only, nothing of ironflow, threads rather than an event loop (idle cheap);
-its body plumbing and commands are the sibling file ``streams.py`` (the module-size rule keeps
-them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
+standard library only, nothing of ironflow, a thread per connection rather than an event loop
+(idle cheap); a command runs in its request's thread, one poll loop over its pipes (a background
+one gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
+(the module-size rule keeps them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
 commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses
 to start if that cannot be set up.
 """
@@ -205,8 +206,12 @@ class Handler:
             spec = json.loads(body.all() or b"{}")
             cid, command = self.rt.start(spec)
             if spec.get("background"):
+                threading.Thread(target=command.finish, daemon=True).start()  # its driver
                 return self.json(200, {"id": cid})
-            return self.stream(command, spec.get("timeout_seconds"), cid)
+            try:
+                return self.stream(command, spec.get("timeout_seconds"), cid, drive=True)
+            finally:
+                command.finish()  # its client gone, it still runs to its end (a later wait sees it)
         if kind == "commands":
             cid, _, action = rest.partition("/")
             found = self.rt.commands.get(cid)
@@ -235,7 +240,7 @@ class Handler:
         _, command = self.rt.start({"argv": argv})
         out: dict[str, list[str]] = {"stdout": [], "stderr": []}
         result: dict[str, Any] = {}
-        for event in command.follow(spec.get("timeout_seconds")):
+        for event in command.follow(spec.get("timeout_seconds"), drive=True):
             out["stdout"].append(event.get("stdout", ""))
             out["stderr"].append(event.get("stderr", ""))
             result = event
@@ -334,13 +339,17 @@ class Handler:
         self.wfile.write(data)
         self.wfile.flush()
 
-    def stream(self, command: Command, timeout: Any, cid: str) -> None:
+    def stream(self, command: Command, timeout: Any, cid: str, *, drive: bool = False) -> None:
+        """The command's events, flushed once per batch; ``drive``: this thread runs it."""
         self.head(200, "application/x-ndjson", chunked=True)
         chunks = Chunked(self.wfile)
         pid = None if command.proc is None else command.proc.pid  # its group's id: a relay's kill names it
         chunks.write(json.dumps({"id": cid, "pid": pid}).encode() + b"\n")
-        for event in command.follow(None if timeout is None else float(timeout)):
-            chunks.write(json.dumps(event).encode() + b"\n")
+        for batch in command.batches(None if timeout is None else float(timeout), drive=drive):
+            for event in batch:
+                chunks.write(json.dumps(event).encode() + b"\n", flush=False)
+            if "exit_code" not in batch[-1]:  # the last goes with the end
+                self.wfile.flush()
         chunks.end()
 
 

@@ -4,12 +4,14 @@ Standard library only and nothing of ironflow, like the server beside it, which 
 this file by path: a request body read in bounded pieces (Content-Length or chunked), a
 chunked response writer, and a streaming multipart/form-data reader. Nothing here buffers
 a whole body; and the lingering close of a connection whose request body went unread. For
-commands: an output pipe read until its end or a stop, and the processes a command left.
+commands: one poll loop over a command's pipes (no thread per pipe: a round trip costs little
+more than the command), and the processes a command left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -18,10 +20,10 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any, BinaryIO
 
-__all__ = ["Body", "Chunked", "Command", "HttpError", "Multipart", "leftovers", "linger", "read_pipe", "response_head"]
+__all__ = ["Body", "Chunked", "Command", "HttpError", "Multipart", "leftovers", "linger", "response_head"]
 
 _CHUNK = 65536
 _MAX_HEADER_BYTES = 65536
@@ -30,6 +32,8 @@ _MAX_JSON_BYTES = 8 << 20
 _LINGER_S = 5.0
 #: How long a command's pipes are still read once it ended: a process it left may hold them.
 _DRAIN_S = 1.0
+#: How often the exit of a command is looked for where no pidfd tells it.
+_POLL_S = 0.05
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
 
@@ -119,10 +123,11 @@ class Chunked:
     def __init__(self, wfile: BinaryIO) -> None:
         self.wfile = wfile
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes, *, flush: bool = True) -> int:
         if data:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
+            if flush:
+                self.wfile.flush()
         return len(data)
 
     def end(self) -> None:
@@ -201,24 +206,6 @@ class Multipart:
             pass
 
 
-def read_pipe(stream: BinaryIO, stop: int, emit: Callable[[bytes], None]) -> None:
-    """Each piece of ``stream`` to ``emit`` until its end, or until ``stop`` (a pipe) is readable:
-    a process the command left (``setsid``) may hold the pipe open long after the command ended."""
-    fd = stream.fileno()
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    poller.register(stop, select.POLLIN)
-    with stream:
-        while True:
-            ready = dict(poller.poll())
-            if stop in ready or fd not in ready:
-                return
-            data = os.read(fd, _CHUNK)
-            if not data:
-                return
-            emit(data)
-
-
 def leftovers(session: int, pipes: Collection[int]) -> list[int]:
     """Pids of the processes in ``session`` or holding one of the pipes ``pipes`` (inode numbers),
     this process aside: what a command left behind, in its session or out of it (``setsid``)."""
@@ -244,7 +231,12 @@ def _holds(pid: str, links: set[str]) -> bool:
 
 
 class Command:
-    """One process and its events (bounded), for a waiter that streams them from the start."""
+    """One process and its events (bounded), for any waiter, which streams them from the start.
+
+    No thread of its own: its driver (the thread that started it: a request's handler, or one
+    thread for a background command) runs one poll loop over its stdout, stderr and stdin pipes
+    and a pidfd of it, and pushes the events; any other waiter only waits for them.
+    """
 
     def __init__(
         self, argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None, cap: int, spawn: Any
@@ -253,6 +245,7 @@ class Command:
         self.cond = threading.Condition()
         self.sizes = {"stdout": 0, "stderr": 0}
         self.cap, self.finished, self.timed_out = cap, False, False
+        self.deadline: float | None = None  # the driver's: past it the group is killed
         self.proc: subprocess.Popen[bytes] | None = None
         try:
             self.proc = spawn(
@@ -264,15 +257,30 @@ class Command:
             self._push({"stderr": f"{argv[0]}: {exc.strerror or exc}\n"})
             self._push({"exit_code": code, "timed_out": False})
             return
-        self.pipes = [os.fstat(s.fileno()).st_ino for s in (self.proc.stdout, self.proc.stderr)]  # type: ignore[union-attr]
-        self.stop = os.pipe()
-        streams = [(self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")]
-        readers = [threading.Thread(target=read_pipe, args=(s, self.stop[0], self._out(n))) for s, n in streams]
-        for reader in readers:
-            reader.daemon = True
-            reader.start()
-        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
-        threading.Thread(target=self._wait, args=(readers,), daemon=True).start()
+        out, err, into = self.proc.stdout, self.proc.stderr, self.proc.stdin
+        assert out is not None
+        assert err is not None
+        self.pipes = [os.fstat(s.fileno()).st_ino for s in (out, err)]
+        self.names = {out.fileno(): "stdout", err.fileno(): "stderr"}
+        self.files: dict[int, Any] = {out.fileno(): out, err.fileno(): err}
+        self.poller = select.poll()
+        for fd in self.names:
+            self.poller.register(fd, select.POLLIN)
+        self.stdin, self.stdin_fd = memoryview(stdin or b""), -1
+        if into is not None:
+            self.stdin_fd = into.fileno()
+            self.files[self.stdin_fd] = into
+            os.set_blocking(self.stdin_fd, False)  # fed as the pipe takes it, between reads
+            self.poller.register(self.stdin_fd, select.POLLOUT)
+            if not self.stdin:
+                self._close(self.stdin_fd)
+        self.pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):  # none (gVisor, say): its exit is polled for
+            pidfd = os.pidfd_open(self.proc.pid)
+            self.poller.register(pidfd, select.POLLIN)
+            self.pidfd = pidfd
+        self.code: int | None = None
+        self.drain_until = 0.0
 
     def _push(self, event: dict[str, Any]) -> None:
         with self.cond:
@@ -280,37 +288,86 @@ class Command:
             self.finished = self.finished or "exit_code" in event
             self.cond.notify_all()
 
-    def _feed(self, data: bytes | None) -> None:
+    def _emit(self, name: str, data: bytes) -> None:
+        room = self.cap - self.sizes[name]
+        if room > 0:
+            self._push({name: data[:room].decode(errors="replace")})
+            if len(data) >= room:
+                self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
+        self.sizes[name] += len(data)
+
+    def _close(self, fd: int) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.poller.unregister(fd)
+        self.names.pop(fd, None)
+        if fd == self.stdin_fd:
+            self.stdin_fd = -1
+        with contextlib.suppress(OSError):
+            self.files.pop(fd).close()
+
+    def _feed(self) -> None:
+        try:
+            sent = os.write(self.stdin_fd, self.stdin[:_CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the command closed its stdin: the rest is dropped, as a shell's pipe would
+            sent = len(self.stdin)
+        self.stdin = self.stdin[sent:]
+        if not self.stdin:
+            self._close(self.stdin_fd)
+
+    def _step(self) -> None:
+        """One turn of the poll loop: read what came, feed stdin, notice the exit; the exit event
+        once the process ended and its pipes closed, or ``_DRAIN_S`` later (a process it left, out
+        of its group by ``setsid``, may hold them open long after)."""
         assert self.proc is not None
-        with contextlib.suppress(OSError, AttributeError):  # no stdin pipe: nothing to feed
-            self.proc.stdin.write(data or b"")  # type: ignore[union-attr]
-            self.proc.stdin.close()  # type: ignore[union-attr]
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+            self.kill(timed_out=True)
+        wait = (None if self.deadline is None else self.deadline - now) if self.code is None else self.drain_until - now
+        if self.pidfd is None and self.code is None:
+            wait = _POLL_S if wait is None else min(wait, _POLL_S)
+        if self.pidfd is None and self.code is None and not self.names and self.stdin_fd < 0:  # no fd left to poll
+            self._exited(self._reap(wait))
+        else:
+            for fd, _ in self.poller.poll(None if wait is None else max(0, math.ceil(wait * 1000))):
+                if fd in self.names:
+                    if data := os.read(fd, _CHUNK):
+                        self._emit(self.names[fd], data)
+                    else:
+                        self._close(fd)
+                elif fd == self.stdin_fd:
+                    self._feed()
+            if self.code is None:
+                self._exited(self.proc.poll())
+        if self.code is not None and (not self.names or time.monotonic() >= self.drain_until):
+            for fd in list(self.files):
+                self._close(fd)
+            self._push({"exit_code": 128 - self.code if self.code < 0 else self.code, "timed_out": self.timed_out})
 
-    def _out(self, name: str) -> Any:
-        def emit(data: bytes) -> None:
-            room = self.cap - self.sizes[name]
-            if room > 0:
-                self._push({name: data[:room].decode(errors="replace")})
-                if len(data) >= room:
-                    self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
-            self.sizes[name] += len(data)
-
-        return emit
-
-    def _wait(self, readers: list[threading.Thread]) -> None:
+    def _reap(self, wait: float | None) -> int | None:
         assert self.proc is not None
-        code = self.proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(wait)
+        return None
+
+    def _exited(self, code: int | None) -> None:
+        if code is None or self.proc is None:
+            return
+        self.code = code
+        if self.pidfd is not None:
+            self.poller.unregister(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
         with contextlib.suppress(OSError):  # what the command left in its process group goes with it
             os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + _DRAIN_S
-        for reader in readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-        os.write(self.stop[1], b"x")  # a process out of the group (setsid) still holds a pipe: stop reading
-        for reader in readers:
-            reader.join()
-        for fd in self.stop:
-            os.close(fd)
-        self._push({"exit_code": 128 - code if code < 0 else code, "timed_out": self.timed_out})
+        self.drain_until = time.monotonic() + _DRAIN_S
+
+    def finish(self) -> None:
+        """Drive the command to its end (its driver's, whether or not anyone still follows it)."""
+        while not self.finished:
+            self._step()
 
     def kill(self, *, timed_out: bool = False) -> bool:
         """SIGKILL to the command's group, its session and whatever holds its pipes (a ``setsid`` child)."""
@@ -324,13 +381,16 @@ class Command:
                 os.kill(pid, signal.SIGKILL)
         return True
 
-    def follow(self, timeout: float | None) -> Any:
-        """Each event from the first, as it comes; past ``timeout`` seconds the group is killed."""
+    def batches(self, timeout: float | None, *, drive: bool = False) -> Any:
+        """The events from the first, in lists as they come; past ``timeout`` seconds the group is
+        killed. With ``drive``, this thread runs the poll loop (then :meth:`finish` after it)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if drive:
+            self.deadline = deadline
         index = 0
         while True:
             with self.cond:
-                while index >= len(self.events):
+                while not drive and index >= len(self.events):
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         self.kill(timed_out=True)
@@ -338,7 +398,14 @@ class Command:
                     self.cond.wait(left)
                 batch = self.events[index:]
             index += len(batch)
-            for event in batch:
-                yield event
-                if "exit_code" in event:
-                    return
+            if batch:
+                yield batch
+            if batch and "exit_code" in batch[-1]:
+                return
+            if drive:
+                self._step()
+
+    def follow(self, timeout: float | None, *, drive: bool = False) -> Any:
+        """Each event from the first, as :meth:`batches` gives them."""
+        for batch in self.batches(timeout, drive=drive):
+            yield from batch

@@ -18,14 +18,14 @@ import shlex
 import tempfile
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Final, Literal
 
 import aiohttp
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
-from ironflow.sessions import untar
+from ironflow.sessions import socket_link, untar
 from ironflow.sessions.values import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
 
 __all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
@@ -80,6 +80,8 @@ class RuntimeClient:
         connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
         self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
         self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
+        #: command streams on the socket: by hand, on kept connections (a command's round trip)
+        self._link = socket_link.SocketLink(unix_path, headers) if unix_path else None
         self._http = aiohttp.ClientSession(
             connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
         )
@@ -88,7 +90,11 @@ class RuntimeClient:
         return f"RuntimeClient({self._base!r})"  # never the headers: they hold the token
 
     async def aclose(self) -> None:
-        await self._http.close()
+        try:
+            if self._link is not None:
+                await self._link.aclose()
+        finally:
+            await self._http.close()
 
     async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         """The response of a 2xx answer (the caller releases it); errors by status.
@@ -106,22 +112,26 @@ class RuntimeClient:
             return response
         text = (await response.text(errors="replace"))[:500]
         response.release()
+        raise self._refusal(response.status, text)
+
+    def _refusal(self, status: int, text: str) -> Exception:
+        """The error of an answer other than 2xx, by its status (see :meth:`request`)."""
         try:
             doc = json.loads(text)
             message = str(doc.get("message") or doc.get("detail") or text) if isinstance(doc, dict) else text
         except ValueError:
             message = text
-        if response.status == 404:
-            raise FileNotFoundError(message)
-        if response.status == 403:
-            raise PermissionError(message)
-        if response.status == 502 and "Could not connect to the backend sandbox" in message:
-            raise SessionNotFound(message)
-        if response.status in (400, 409, 413):
-            raise errors.ConfigError(message)
-        if response.status == 401:
-            raise errors.ConfigError(f"the sandbox server refused the token: {message}")
-        raise errors.SandboxError(f"{self._name} answered {response.status}: {message}")
+        if status == 404:
+            return FileNotFoundError(message)
+        if status == 403:
+            return PermissionError(message)
+        if status == 502 and "Could not connect to the backend sandbox" in message:
+            return SessionNotFound(message)
+        if status in (400, 409, 413):
+            return errors.ConfigError(message)
+        if status == 401:
+            return errors.ConfigError(f"the sandbox server refused the token: {message}")
+        return errors.SandboxError(f"{self._name} answered {status}: {message}")
 
     @contextlib.contextmanager
     def answer(self, what: str = "its answer") -> Iterator[None]:
@@ -138,21 +148,44 @@ class RuntimeClient:
             with self.answer():
                 return await response.json(content_type=None)
 
-    async def events(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[CommandEvent]:
-        """The newline-delimited JSON events of a command stream, as they arrive."""
-        response = await self.request(method, path, **kwargs)
-        async with response:
-            pending = b""
-            with self.answer():  # the events read so far were given; a break is the command's end
-                async for data in response.content.iter_chunked(_CHUNK):
-                    *lines, pending = (pending + data).split(b"\n")
-                    if len(pending) > _MAX_EVENT_BYTES:
-                        raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
-                    for line in lines:
-                        if line.strip() and (event := _event(line)) is not None:
-                            yield event
-            if pending.strip() and (event := _event(pending)) is not None:
-                yield event
+    async def events(
+        self, method: str, path: str, spec: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[CommandEvent]:
+        """The newline-delimited JSON events of a command stream (``spec``: its JSON body), as they arrive."""
+        pending = b""
+        async with contextlib.aclosing(self._pieces(method, path, spec)) as pieces:
+            async for data in pieces:
+                *lines, pending = (pending + data).split(b"\n")
+                if len(pending) > _MAX_EVENT_BYTES:
+                    raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
+                for line in lines:
+                    if line.strip() and (event := _event(line)) is not None:
+                        yield event
+        if pending.strip() and (event := _event(pending)) is not None:
+            yield event
+
+    async def _pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
+        """A stream's body as it arrives: on the socket by :mod:`~ironflow.sessions.socket_link`, else by aiohttp."""
+        if self._link is None:
+            response = await self.request(method, path, **({} if spec is None else {"json": spec}))
+            async with response:
+                with self.answer():  # the events read so far were given; a break is the command's end
+                    async for data in response.content.iter_chunked(_CHUNK):
+                        yield data
+            return
+        body = b"" if spec is None else json.dumps(spec).encode()
+        try:
+            async with contextlib.aclosing(
+                self._link.stream(method, path, body, content_type="application/json")
+            ) as it:
+                async for data in it:
+                    yield data
+        except socket_link.Refused as exc:
+            raise self._refusal(exc.status, exc.body.decode(errors="replace")[:500]) from None
+        except socket_link.LinkError as exc:
+            if exc.reached:
+                raise errors.SandboxError(f"{self._name} broke off its answer: {exc}") from None
+            raise errors.SandboxError(f"{self._name} could not be reached: {exc}: {exc.cause}") from None
 
 
 class CommandHandle:
@@ -250,7 +283,7 @@ class AsyncCommands:
     ) -> AsyncIterator[CommandEvent]:
         """The command's events as they come: :class:`Output` pieces, then one :class:`Exit`."""
         spec = self._spec(cmd, env, cwd, timeout, stdin, False)
-        return self._client.events("POST", f"{_EXT}/commands", json=spec)
+        return self._client.events("POST", f"{_EXT}/commands", spec)
 
     async def run(
         self,

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from ironflow.sessions import replies
+
 __all__ = [
     "BOOT",
     "RUNTIME_FILES",
@@ -36,6 +38,9 @@ BOOT: Final = (
     " exec(compile(r.read(int(s)),m.__file__,'exec'),m.__dict__)\n"
     "sys.exit(m.main(sys.argv[4:]))\n"
 )
+#: The reply reader and the event splitter, shared with the unix socket client (:mod:`ironflow.sessions.replies`).
+ReplyParser = replies.ReplyParser
+LineSplitter = replies.LineSplitter
 _KILL: Final = "import os,signal,sys\ntry:\n os.killpg(int(sys.argv[1]),signal.SIGKILL)\nexcept OSError:\n pass\n"
 
 
@@ -78,93 +83,6 @@ def render_request(nonce: str, method: str, target: str, body: bytes, *, content
         lines.append(f"Content-Type: {content_type}")
     lines.append("Connection: close")
     return nonce.encode() + b"\r\n" + ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-class ReplyParser:
-    """An HTTP/1.1 reply, fed as it arrives: ``status`` and ``headers`` once the head is in,
-    then each :meth:`feed` returns the body's next pieces (Content-Length or chunked);
-    ``done`` once the body ended."""
-
-    def __init__(self) -> None:
-        self.status: int | None = None
-        self.headers: dict[str, str] = {}
-        self.done = False
-        self._buf = b""
-        self._left = 0
-        self._chunked = False
-        self._state = "head"
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        out: list[bytes] = []
-        while not self.done and self._step(out):
-            pass
-        return [piece for piece in out if piece]
-
-    def _step(self, out: list[bytes]) -> bool:
-        """One step of the reply's grammar; False when it needs more bytes."""
-        if self._state == "head":
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                return False
-            self._head(self._buf[:end].decode("latin-1"))
-            self._buf = self._buf[end + 4 :]
-            return True
-        if self._state == "size":
-            end = self._buf.find(b"\r\n")
-            if end < 0:
-                return False
-            self._left = int(self._buf[:end].split(b";")[0].strip() or b"0", 16)
-            self._buf = self._buf[end + 2 :]
-            self._state = "data" if self._left else "trailer"
-            return True
-        if self._state == "trailer":
-            end = self._buf.find(b"\r\n")
-            if end < 0:
-                return False
-            self.done = end == 0
-            self._buf = self._buf[end + 2 :]
-            return True
-        if self._state == "crlf":
-            if len(self._buf) < 2:
-                return False
-            self._buf, self._state = self._buf[2:], "size"
-            return True
-        piece, self._buf = self._buf[: self._left], self._buf[self._left :]
-        self._left -= len(piece)
-        out.append(piece)
-        if self._left == 0:
-            if self._chunked:
-                self._state = "crlf"
-            else:
-                self.done = True
-        return bool(self._buf) and not self.done
-
-    def _head(self, text: str) -> None:
-        status_line, *header_lines = text.split("\r\n")
-        self.status = int(status_line.split()[1])
-        for line in header_lines:
-            name, _, value = line.partition(":")
-            self.headers[name.strip().lower()] = value.strip()
-        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
-        if self._chunked:
-            self._state = "size"
-        else:
-            self._left = int(self.headers.get("content-length") or 0)
-            self._state = "data"
-            self.done = self._left == 0
-
-
-class LineSplitter:
-    """Whole lines out of pieces that cut them anywhere (a command reply's NDJSON events)."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
-        return [line for line in lines if line.strip()]
 
 
 def content_type_of(headers: Mapping[str, str]) -> str:

@@ -1,0 +1,97 @@
+"""An HTTP/1.1 reply read piece by piece as it arrives, and its NDJSON events cut into lines (pure).
+
+The client side of a session runtime's answer where no HTTP library reads it: a Kubernetes
+session's exec frames (:mod:`ironflow.k8s.sessions.wire`) and a local session's kept-open
+unix socket (:mod:`ironflow.sessions.socket_link`). Bytes in, values out: no I/O here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LineSplitter", "ReplyParser"]
+
+
+class ReplyParser:
+    """An HTTP/1.1 reply, fed as it arrives: ``status`` and ``headers`` once the head is in,
+    then each :meth:`feed` returns the body's next pieces (Content-Length or chunked);
+    ``done`` once the body ended."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.done = False
+        self._buf = b""
+        self._left = 0
+        self._chunked = False
+        self._state = "head"
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        out: list[bytes] = []
+        while not self.done and self._step(out):
+            pass
+        return [piece for piece in out if piece]
+
+    def _step(self, out: list[bytes]) -> bool:
+        """One step of the reply's grammar; False when it needs more bytes."""
+        if self._state == "head":
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            self._head(self._buf[:end].decode("latin-1"))
+            self._buf = self._buf[end + 4 :]
+            return True
+        if self._state == "size":
+            end = self._buf.find(b"\r\n")
+            if end < 0:
+                return False
+            self._left = int(self._buf[:end].split(b";")[0].strip() or b"0", 16)
+            self._buf = self._buf[end + 2 :]
+            self._state = "data" if self._left else "trailer"
+            return True
+        if self._state == "trailer":
+            end = self._buf.find(b"\r\n")
+            if end < 0:
+                return False
+            self.done = end == 0
+            self._buf = self._buf[end + 2 :]
+            return True
+        if self._state == "crlf":
+            if len(self._buf) < 2:
+                return False
+            self._buf, self._state = self._buf[2:], "size"
+            return True
+        piece, self._buf = self._buf[: self._left], self._buf[self._left :]
+        self._left -= len(piece)
+        out.append(piece)
+        if self._left == 0:
+            if self._chunked:
+                self._state = "crlf"
+            else:
+                self.done = True
+        return bool(self._buf) and not self.done
+
+    def _head(self, text: str) -> None:
+        status_line, *header_lines = text.split("\r\n")
+        self.status = int(status_line.split()[1])
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        if self._chunked:
+            self._state = "size"
+        else:
+            self._left = int(self.headers.get("content-length") or 0)
+            self._state = "data"
+            self.done = self._left == 0
+
+
+class LineSplitter:
+    """Whole lines out of pieces that cut them anywhere (a command reply's NDJSON events)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        return [line for line in lines if line.strip()]

@@ -1,0 +1,119 @@
+"""Command streams over kept-open connections to a session runtime's unix socket, HTTP/1.1 by hand.
+
+A command in an open local session should cost little more than the command: aiohttp's
+request machinery costs more than the runtime's whole answer to ``true``. So the client
+writes the request itself on a connection it keeps (one per concurrent stream, a few kept
+idle) and reads the reply with :class:`~ironflow.sessions.replies.ReplyParser`. It never
+puts the headers (they hold the token) in a message or a repr, and never reuses a
+connection whose answer it did not read to the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Mapping
+from typing import Final
+
+from ironflow.sessions import replies
+
+__all__ = ["LinkError", "Refused", "SocketLink"]
+
+_CHUNK: Final = 65536
+#: Idle connections kept for the next stream; more are closed once their answer is read.
+_KEEP_IDLE: Final = 8
+#: The most of an error answer's body read (its message is cut to 500 characters anyway).
+_MAX_ERROR_BYTES: Final = 65536
+
+
+class LinkError(Exception):
+    """The socket failed: ``reached`` says whether the request got an answer's first byte."""
+
+    def __init__(self, cause: BaseException, *, reached: bool) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause, self.reached = cause, reached
+
+
+class Refused(Exception):
+    """An answer other than 2xx: its status and (bounded) body, for the caller to map."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+_Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class SocketLink:
+    """Requests to one unix socket, each on a connection of its own, kept open for the next."""
+
+    def __init__(self, path: str, headers: Mapping[str, str]) -> None:
+        lines = [f"{name}: {value}" for name, value in {"Host": "sandbox", **headers}.items()]
+        if any(c in line for line in lines for c in "\r\n"):
+            raise ValueError("a header holds a line break")
+        self._path, self._headers = path, ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._idle: list[_Conn] = []
+
+    def __repr__(self) -> str:
+        return "SocketLink()"  # never the headers: they hold the token
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for _, writer in idle:
+            writer.close()
+
+    async def _connect(self) -> _Conn:
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not reader.at_eof() and not writer.is_closing():  # the runtime may have ended it
+                return reader, writer
+            writer.close()
+        try:
+            return await asyncio.open_unix_connection(self._path, limit=_CHUNK)
+        except OSError as exc:
+            raise LinkError(exc, reached=False) from None
+
+    async def stream(self, method: str, target: str, body: bytes, *, content_type: str) -> AsyncGenerator[bytes, None]:
+        """The answer's body in pieces as they arrive.
+
+        Raises:
+            Refused: the runtime answered other than 2xx. LinkError: the socket failed.
+        """
+        reader, writer = await self._connect()
+        done, reached = False, False
+        try:
+            head = f"{method} {target} HTTP/1.1\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            writer.write(head.encode("latin-1") + self._headers + b"\r\n" + body)
+            parser = replies.ReplyParser()
+            pieces: list[bytes] = []
+            while parser.status is None:
+                pieces += parser.feed(await _read(reader))
+                reached = True
+            if parser.status >= 300:
+                size = sum(map(len, pieces))
+                while not parser.done and size < _MAX_ERROR_BYTES:
+                    pieces += (more := parser.feed(await _read(reader)))
+                    size += sum(map(len, more))
+                raise Refused(parser.status, b"".join(pieces)[:_MAX_ERROR_BYTES])
+            for piece in pieces:
+                yield piece
+            while not parser.done:
+                for piece in parser.feed(await _read(reader)):
+                    yield piece
+            done = parser.headers.get("connection", "").lower() != "close"
+        except (OSError, ValueError, IndexError) as exc:  # a reply that is not HTTP: the runtime is not speaking
+            raise LinkError(exc, reached=reached) from None
+        finally:
+            if done and len(self._idle) < _KEEP_IDLE:
+                self._idle.append((reader, writer))
+            else:  # an answer not read to its end: the connection cannot carry another
+                with contextlib.suppress(RuntimeError):  # a loop already closed
+                    writer.close()
+
+
+async def _read(reader: asyncio.StreamReader) -> bytes:
+    data = await reader.read(_CHUNK)
+    if not data:
+        raise ConnectionResetError("the runtime closed the connection")
+    return data
