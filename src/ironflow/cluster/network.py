@@ -6,16 +6,23 @@ Rule table (the namespace-wide default deny is in ``cluster.deny_all``):
 variant              agent pods (component=claude-runner) reach  auth proxy pods
 ===================  ==========================================  ======================================
 Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
-Cilium, auth proxy   kube-dns; proxy pods :8080                  in: agents, worker on 8080;
+Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
                                                                  out: kube-dns, api.anthropic.com:443
 plain, direct        kube-dns; any public address :443           (no proxy)
-plain, auth proxy    kube-dns; proxy pods :8080                  in: agents, worker on 8080;
-                                                                 out: kube-dns, public addresses :443
+plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 out: kube-dns, public addresses (any port)
 Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>        (not in the cluster: no policy here)
   or by name         kube-dns; toFQDNs <host> :<url port>
 plain, proxy by IP   kube-dns; ipBlock <ip>/32 (/128) :<url port>  (not in the cluster: no policy here)
   or by name         refused: a NetworkPolicy names no host (give its IP, a Service URL, or Cilium)
 ===================  ==========================================  ======================================
+
+Port 3128 (:data:`EGRESS_PORT`) is the egress proxy's listener: an agent's ``HTTPS_PROXY``. The
+proxy enforces the step's egress policy; these policies only confine the agent to the proxy, so
+no Cilium is needed for "PyPI and GitHub, nothing else". The proxy's own egress is where the
+policies' hosts must be reachable: public addresses on any port (plain; the proxy refuses the
+fixed deny set unless a rule names it), a commented rule to open an in-cluster range a policy
+names, and under Cilium the FQDNs to add.
 
 A proxy behind a Service (:class:`~ironflow.cluster.proxy_address.ProxyService`) is opened
 on the port its pods listen on, :data:`AUTH_PROXY_PORT`: policies see a connection after
@@ -41,12 +48,13 @@ from typing import Any, Final
 from ironflow import errors, labels
 from ironflow.cluster import documents
 from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
-from ironflow.egress import addresses
+from ironflow.egress import addresses, variables
 
 __all__ = [
     "ANTHROPIC_HOST",
     "AUTH_PROXY_NAME",
     "AUTH_PROXY_PORT",
+    "EGRESS_PORT",
     "PRIVATE_RANGES",
     "PRIVATE_RANGES_V6",
     "WORKER_POD_NAME",
@@ -65,6 +73,8 @@ __all__ = [
 ANTHROPIC_HOST: Final = "api.anthropic.com"
 AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
 AUTH_PROXY_PORT: Final = 8080
+#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents only.
+EGRESS_PORT: Final = variables.CLUSTER_PORT
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
 #: Where a plain NetworkPolicy cannot send agents when it cannot name a host: the egress
@@ -207,6 +217,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
     proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"ports": [{"port": str(AUTH_PROXY_PORT), "protocol": "TCP"}]}]
+    both = [{"ports": [{"port": str(p), "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]}]
     agents = _cilium(
         "claude-runner-egress-auth-proxy",
         top.namespace,
@@ -216,7 +227,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                 _cilium_dns(),
                 {
                     "toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": proxy_ns, **proxy_pods}}],
-                    "toPorts": port,
+                    "toPorts": both,
                 },
             ],
         },
@@ -228,8 +239,11 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
             "endpointSelector": {"matchLabels": dict(proxy_pods)},
             "ingress": [
                 {
+                    "fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_RUNNER}}],
+                    "toPorts": both,
+                },
+                {
                     "fromEndpoints": [
-                        {"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_RUNNER}},
                         {
                             "matchLabels": {
                                 "k8s:io.kubernetes.pod.namespace": top.worker_namespace,
@@ -238,7 +252,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                         },
                     ],
                     "toPorts": port,
-                }
+                },
             ],
             "egress": [_cilium_dns(), _cilium_fqdn((ANTHROPIC_HOST,))],
         },
@@ -249,7 +263,8 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
         "api.anthropic.com, only the auth proxy, which alone holds the credential\n"
         "and alone reaches the API. The per-profile policies (gitlab below) are\n"
         "unchanged and stay additive.\n\n"
-        f"(a) Agent pods: DNS, and the auth proxy pods on {AUTH_PROXY_PORT}."
+        f"(a) Agent pods: DNS, and the auth proxy pods on {AUTH_PROXY_PORT} (the model relay) and\n"
+        f"{EGRESS_PORT} (the egress proxy, which enforces each step's egress policy)."
     )
     wording = (
         "Per-profile opening, as in cilium-egress-anthropic.yaml: pods labelled\n"
@@ -258,8 +273,10 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_comment = (
         "(b) The auth proxy pods: egress to DNS and api.anthropic.com:443 only, plus\n"
         "PostgreSQL on 5432 with the shared registry (commented-out rule below);\n"
-        f"ingress on {AUTH_PROXY_PORT} only from the agent pods and from the worker. Adjust the\n"
-        "worker selector to the namespace and labels the worker runs under."
+        f"ingress on {AUTH_PROXY_PORT} and {EGRESS_PORT} from the agent pods, on {AUTH_PROXY_PORT} from the worker.\n"
+        "Adjust the worker selector to the namespace and labels the worker runs under.\n"
+        "Steps with an egress policy (docs/egress.md): add a toFQDNs rule here for the\n"
+        "hosts the policies allow; the proxy still decides per step."
     )
     return [
         documents.Document(agents, head),
@@ -289,14 +306,18 @@ def _np_dns() -> dict[str, Any]:
     }
 
 
-def _np_public_https() -> dict[str, Any]:
+def _np_public() -> dict[str, Any]:
+    """Public addresses on any port: the auth proxy's reach (its egress policy decides the port)."""
     return {
         "to": [
             {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}},
             {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_RANGES_V6)}},
         ],
-        "ports": [{"port": 443, "protocol": "TCP"}],
     }
+
+
+def _np_public_https() -> dict[str, Any]:
+    return {**_np_public(), "ports": [{"port": 443, "protocol": "TCP"}]}
 
 
 def plain_dns(top: Topology) -> list[documents.Document]:
@@ -332,6 +353,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
     proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
+    both = [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]
 
     def ns(name: str) -> dict[str, Any]:
         return {"matchLabels": {"kubernetes.io/metadata.name": name}}
@@ -343,7 +365,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
         {
             "policyTypes": ["Egress"],
             "egress": [
-                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": port}
+                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": both}
             ],
         },
     )
@@ -355,20 +377,33 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
+                    "from": [{"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
+                    "ports": both,
+                },
+                {
                     "from": [
-                        {"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}},
                         {
                             "namespaceSelector": ns(top.worker_namespace),
                             "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
                         },
                     ],
                     "ports": port,
-                }
+                },
             ],
-            "egress": [_np_dns(), _np_public_https()],
+            "egress": [_np_dns(), _np_public()],
         },
     )
     postgres = """\
+    # An in-cluster host a step's egress policy opens (a rule naming its
+    # address or range: the fixed deny set holds the cluster's): open its pods
+    # here too, else the proxy's connection times out. A NetworkPolicy sees the
+    # connection after its Service is translated: select the pods, not the
+    # Service's address.
+    # - to:
+    #     - namespaceSelector:
+    #         matchLabels:
+    #           kubernetes.io/metadata.name: package-mirror
+    #
     # Shared PostgreSQL registry (IRONFLOW_AUTH_PROXY_DATABASE_URL set in
     # auth-proxy.yaml): uncomment and adjust, else the proxy times out at startup.
     # - to:
@@ -386,13 +421,16 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
         documents.Document(
             agents,
             "Plain NetworkPolicy, auth proxy variant (with networkpolicy-egress-dns.yaml):\n"
-            f"agent pods reach only the auth proxy pods on {AUTH_PROXY_PORT}; they hold no credential.",
+            f"agent pods reach only the auth proxy pods, on {AUTH_PROXY_PORT} (the model relay) and\n"
+            f"{EGRESS_PORT} (the egress proxy); they hold no credential. The proxy enforces each step's\n"
+            "egress policy (docs/egress.md): this policy only confines the agent to it.",
         ),
         documents.Document(
             proxy,
-            f"The auth proxy pods: ingress on {AUTH_PROXY_PORT} only from agent pods and the worker;\n"
-            "egress to kube-dns and public addresses on 443. A NetworkPolicy cannot name\n"
-            "api.anthropic.com: the proxy itself only relays to it (and refuses other hosts).",
+            f"The auth proxy pods: ingress on {AUTH_PROXY_PORT} and {EGRESS_PORT} from agent pods, on\n"
+            f"{AUTH_PROXY_PORT} from the worker; egress to kube-dns and public addresses on any port.\n"
+            "A NetworkPolicy cannot name a host: the proxy itself relays only to the API and\n"
+            "lets through only what a step's egress policy allows (and refuses other hosts).",
             postgres,
         ),
     ]

@@ -28,6 +28,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from ironflow import errors, labels
+from ironflow.egress import variables
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -133,6 +134,10 @@ def parse_proxy_address(url: str) -> ProxyAddress:
             "nor an IP address or a DNS name outside the cluster"
         )
     if len(names) == 2 or names[2] == "svc":
+        if chosen_port == variables.CLUSTER_PORT:
+            raise errors.ConfigError(
+                f"auth proxy url '{url}': port {chosen_port} is the Service's egress port; give another"
+            )
         return ProxyService(scheme=parts.scheme, service=names[0], namespace=names[1], port=chosen_port, host=host)
     return ExternalProxy(scheme=parts.scheme, host=host, port=chosen_port)
 
