@@ -13,6 +13,7 @@ import pytest
 from ironflow import AgentConfig, egress, errors
 from ironflow.egress import options, variables
 from ironflow.k8s import K8sEphemeralProvider, step_objects
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.secrets import Secret
 from ironflow.testing.k8s_validate import validate_manifest
 
@@ -107,3 +108,9 @@ def test_the_variables_modules_examples_hold() -> None:
     result = doctest.testmod(variables)
     assert result.attempted >= 3
     assert result.failed == 0
+
+
+async def test_k8s_sandbox_sessions_refuse_an_opening_policy_rather_than_drop_it() -> None:
+    sessions = K8sSessions(_provider(auth_proxy=PROXY, egress={"allow": ["pypi.org"]}).settings)
+    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get it yet"):
+        await sessions.open()
