@@ -11,9 +11,9 @@ Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8
 plain, direct        kube-dns; any public address :443           (no proxy)
 plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
                                                                  out: kube-dns, public addresses (any port)
-Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>        (not in the cluster: no policy here)
-  or by name         kube-dns; toFQDNs <host> :<url port>
-plain, proxy by IP   kube-dns; ipBlock <ip>/32 (/128) :<url port>  (not in the cluster: no policy here)
+Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>, 3128  (not in the cluster: no policy here)
+  or by name         kube-dns; toFQDNs <host> :<url port>, 3128
+plain, proxy by IP   kube-dns; ipBlock <ip>/32 :<url port>, 3128  (not in the cluster: no policy here)
   or by name         refused: a NetworkPolicy names no host (give its IP, a Service URL, or Cilium)
 ===================  ==========================================  ======================================
 
@@ -139,10 +139,10 @@ def _cilium_dns() -> dict[str, Any]:
     }
 
 
-def _cilium_fqdn(hosts: tuple[str, ...], port: int = 443) -> dict[str, Any]:
+def _cilium_fqdn(hosts: tuple[str, ...], *ports: int) -> dict[str, Any]:
     return {
         "toFQDNs": [{"matchName": host} for host in hosts],
-        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"}]}],
+        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"} for port in ports or (443,)]}],
     }
 
 
@@ -436,18 +436,25 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     ]
 
 
+def _external_ports(proxy: ExternalProxy) -> tuple[int, int]:
+    """The URL's port and the egress listener's (on the same host, as a provider's pods are told)."""
+    return proxy.port, EGRESS_PORT
+
+
 def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
+    ports = " and ".join(map(str, _external_ports(proxy)))
     return (
         f"Auth proxy outside the cluster ({proxy.url}): agent pods reach {how}\n"
-        f"on {proxy.port} and nothing else beyond DNS; they hold no credential. The proxy runs\n"
-        "elsewhere, so no policy for its own pods is rendered here."
+        f"on {ports} (its egress listener) and nothing else beyond DNS; they hold no credential.\n"
+        "The proxy runs elsewhere, so no policy for its own pods is rendered here."
     )
 
 
 def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy outside the cluster: ``toCIDR`` for an IP, ``toFQDNs`` for a name."""
-    ports = [{"ports": [{"port": str(proxy.port), "protocol": "TCP"}]}]
-    peer = _cilium_fqdn((proxy.host,), proxy.port) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
+    opened = _external_ports(proxy)
+    ports = [{"ports": [{"port": str(port), "protocol": "TCP"} for port in opened]}]
+    peer = _cilium_fqdn((proxy.host,), *opened) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
     agents = _cilium(
         "claude-runner-egress-auth-proxy",
         top.namespace,
@@ -472,7 +479,12 @@ def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.
         dict(_RUNNER),
         {
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"ipBlock": {"cidr": proxy.cidr}}], "ports": [{"port": proxy.port, "protocol": "TCP"}]}],
+            "egress": [
+                {
+                    "to": [{"ipBlock": {"cidr": proxy.cidr}}],
+                    "ports": [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)],
+                }
+            ],
         },
     )
     comment = "Plain NetworkPolicy (with networkpolicy-egress-dns.yaml). "

@@ -125,6 +125,10 @@ def parse_proxy_address(url: str) -> ProxyAddress:
     if parts.path not in {"", "/"} or parts.query or parts.fragment or parts.username or parts.password:
         raise errors.ConfigError(f"auth proxy url '{url}' must be scheme://host[:port] only, e.g. {_EXAMPLE}")
     chosen_port = DEFAULT_PORTS[parts.scheme] if port is None else port
+    if chosen_port == variables.CLUSTER_PORT:  # agents are sent to the same host's 3128 for egress
+        raise errors.ConfigError(
+            f"auth proxy url '{url}': port {chosen_port} is the proxy's egress listener; give another"
+        )
     if _is_ip(host):
         return ExternalProxy(scheme=parts.scheme, host=str(ipaddress.ip_address(host)), port=chosen_port)
     names = host.split(".")
@@ -134,10 +138,6 @@ def parse_proxy_address(url: str) -> ProxyAddress:
             "nor an IP address or a DNS name outside the cluster"
         )
     if len(names) == 2 or names[2] == "svc":
-        if chosen_port == variables.CLUSTER_PORT:
-            raise errors.ConfigError(
-                f"auth proxy url '{url}': port {chosen_port} is the Service's egress port; give another"
-            )
         return ProxyService(scheme=parts.scheme, service=names[0], namespace=names[1], port=chosen_port, host=host)
     return ExternalProxy(scheme=parts.scheme, host=host, port=chosen_port)
 
