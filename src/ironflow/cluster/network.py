@@ -17,12 +17,10 @@ plain, proxy by IP   kube-dns; ipBlock <ip>/32 :<url port>, 3128  (not in the cl
   or by name         refused: a NetworkPolicy names no host (give its IP, a Service URL, or Cilium)
 ===================  ==========================================  ======================================
 
-Port 3128 (:data:`EGRESS_PORT`) is the egress proxy's listener: an agent's ``HTTPS_PROXY``. The
-proxy enforces the step's egress policy; these policies only confine the agent to the proxy, so
-no Cilium is needed for "PyPI and GitHub, nothing else". The proxy's own egress is where the
-policies' hosts must be reachable: public addresses on any port (plain; the proxy refuses the
-fixed deny set unless a rule names it), a commented rule to open an in-cluster range a policy
-names, and under Cilium the FQDNs to add.
+Port 3128 (:data:`EGRESS_PORT`) is the egress listener, an agent's ``HTTPS_PROXY``: the proxy
+enforces each step's egress policy, these policies only confine agents to the proxy (no Cilium
+needed). The proxy reaches public addresses on any port (plain), an in-cluster host a policy
+opens through a commented rule, and under Cilium the FQDNs an operator adds.
 
 A proxy behind a Service (:class:`~ironflow.cluster.proxy_address.ProxyService`) is opened
 on the port its pods listen on, :data:`AUTH_PROXY_PORT`: policies see a connection after

@@ -15,13 +15,17 @@ either without the proxy. With the allow rule removed the first fetch is refused
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, Final
 
 import pytest
 from tests.fakes import real_node_proxy as rp
-from tests.k8s.real_node.test_real_node_agent_step import _model_objects, _upstream_opening
+from tests.k8s.real_node.test_real_node_agent_step import (
+    _model_objects,
+    _model_serving,
+    _tool_results,
+    _upstream_opening,
+)
 
 from ironflow import egress
 from ironflow.k8s.commands.pod_runs import command_line
@@ -29,7 +33,6 @@ from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease, AgentConfig
-from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
@@ -93,14 +96,7 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
         proxy = rp.deploy_auth_proxy(
             real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
         )
-
-        async def model_log() -> str:
-            return await node_api.read_log(model_ns, "fake-model")
-
-        async def serving() -> bool:
-            return "serving" in await model_log()
-
-        await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
+        await _model_serving(node_api, model_ns)
         rp.enforce_policies(
             real_node,
             [
@@ -123,10 +119,7 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
             real_node, proxy, provider.settings, node_api, step.scoped(f"run-{suffix}", "f")
         )
         assert result.text == "Probed."
-        records = [json.loads(line) for line in (await model_log()).splitlines() if line.startswith("{")]
-        (tool_result,) = records[1]["tool_results"]
-        content = tool_result["content"]
-        output = content if isinstance(content, str) else "\n".join(c.get("text", "") for c in content)
+        _, output = _tool_results(await node_api.read_log(model_ns, "fake-model"))
         seen = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
         assert seen["proxy-set"] == "yes", output
         assert seen["proxied-allowed"] == "allowed-body 200", output  # through the proxy, the server's own body
