@@ -15,6 +15,7 @@ from ironflow.egress import options, variables
 from ironflow.k8s import K8sEphemeralProvider, step_objects
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.secrets import Secret
+from ironflow.sessions.values import OpenOptions
 from ironflow.testing.k8s_validate import validate_manifest
 
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
@@ -114,3 +115,6 @@ async def test_k8s_sandbox_sessions_refuse_an_opening_policy_rather_than_drop_it
     sessions = K8sSessions(_provider(auth_proxy=PROXY, egress={"allow": ["pypi.org"]}).settings)
     with pytest.raises(errors.ConfigError, match="sandbox sessions do not get it yet"):
         await sessions.open()
+    plain = K8sSessions(_provider(auth_proxy=PROXY).settings)
+    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get it yet"):
+        await plain.open(OpenOptions(egress=egress.policy_from_options(["pypi.org"])))

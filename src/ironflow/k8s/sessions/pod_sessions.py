@@ -127,7 +127,7 @@ class K8sSessions:
         options = options or OpenOptions()
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
-        if variables.opens_anything(self.settings.egress):  # refused, never silently dropped
+        if variables.opens_anything(self.settings.egress) or variables.opens_anything(options.egress):  # never dropped
             raise errors.ConfigError("egress: reaches agent steps on Kubernetes; sandbox sessions do not get it yet")
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
