@@ -63,7 +63,14 @@ class Issuer:
     """Issues constant tokens instantly: the auth proxy's cost is benchmarks/proxy.py's business."""
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         return "tok", Secret("ifap_benchmark_token")
 

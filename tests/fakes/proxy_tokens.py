@@ -29,7 +29,14 @@ class RecordingIssuer:
         self.tokens: list[Secret] = []
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         issued = await self.admin.issue(run_id, step, expires_at, credential=credential or CREDENTIAL)
         self.tokens.append(issued.token)

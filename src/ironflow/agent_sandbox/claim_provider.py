@@ -36,6 +36,7 @@ from ironflow.agent_sandbox import apply, claim_sessions, claims, models, rules
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
+from ironflow.egress import variables
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters, connections
@@ -78,6 +79,11 @@ class AgentSandboxProvider(ProviderBase):
         if settings.pod.settings.relays:  # a warm pod's environment is its template's: no per-step relay tokens yet
             raise errors.ConfigError(
                 "pod.relays: agent-sandbox does not deliver relays yet; run the step with --backend k8s or local"
+            )
+        if variables.opens_anything(settings.pod.settings.egress):  # the warm pod's env is its template's
+            raise errors.ConfigError(
+                "pod.egress: agent-sandbox does not send steps through the egress proxy yet; run the step with "
+                "--backend k8s or local"
             )
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "_connections", connections.Connections())

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 
 from ironflow import errors
 from ironflow.auth_proxy import tokens
+from ironflow.egress import policy as egress_policy
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease, AgentConfig
 
@@ -73,12 +74,20 @@ class TokenIssuer(Protocol):
     """Issues and revokes auth-proxy tokens (the auth proxy's ``AdminClient`` satisfies it)."""
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: egress_policy.EgressPolicy | None = None,
     ) -> tuple[str, Secret]:
         """A new token bound to the run, the step and the sandbox's expiry: ``(token_id, token)``.
 
         ``credential`` is the step's Provider Account credential, or None for the issuer's default;
-        ``trace_context`` the step's W3C ``traceparent`` (the proxy's request spans are its children).
+        ``trace_context`` the step's W3C ``traceparent`` (the proxy's request spans are its children);
+        ``egress`` what the step's egress proxy lets through (None: nothing).
         """
         ...
 
@@ -94,16 +103,25 @@ def _named(exc: errors.AuthProxyError) -> errors.AuthProxyError:
 
 
 async def issue_step_token(
-    issuer: TokenIssuer, config: AgentConfig, run_id: str, step: str, expires_at: int
+    issuer: TokenIssuer,
+    config: AgentConfig,
+    run_id: str,
+    step: str,
+    expires_at: int,
+    *,
+    egress: egress_policy.EgressPolicy | None = None,
 ) -> tuple[str, Secret]:
-    """Issue a step's proxy token with its Provider Account credential.
+    """Issue a step's proxy token with its Provider Account credential and its egress policy
+    (the token is the step's egress proxy password too).
 
     Raises:
         AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
     """
     credential = None if config.account is None else Credential.from_account(config.account)
     try:
-        return await issuer.issue(run_id, step, expires_at, credential=credential, trace_context=config.trace_context)
+        return await issuer.issue(
+            run_id, step, expires_at, credential=credential, trace_context=config.trace_context, egress=egress
+        )
     except errors.AuthProxyError as exc:
         raise _named(exc) from exc
 

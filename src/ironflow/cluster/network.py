@@ -6,16 +6,21 @@ Rule table (the namespace-wide default deny is in ``cluster.deny_all``):
 variant              agent pods (component=claude-runner) reach  auth proxy pods
 ===================  ==========================================  ======================================
 Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
-Cilium, auth proxy   kube-dns; proxy pods :8080                  in: agents, worker on 8080;
+Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
                                                                  out: kube-dns, api.anthropic.com:443
 plain, direct        kube-dns; any public address :443           (no proxy)
-plain, auth proxy    kube-dns; proxy pods :8080                  in: agents, worker on 8080;
-                                                                 out: kube-dns, public addresses :443
-Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>        (not in the cluster: no policy here)
-  or by name         kube-dns; toFQDNs <host> :<url port>
-plain, proxy by IP   kube-dns; ipBlock <ip>/32 (/128) :<url port>  (not in the cluster: no policy here)
+plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 out: kube-dns, public addresses (any port)
+Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>, 3128  (not in the cluster: no policy here)
+  or by name         kube-dns; toFQDNs <host> :<url port>, 3128
+plain, proxy by IP   kube-dns; ipBlock <ip>/32 :<url port>, 3128  (not in the cluster: no policy here)
   or by name         refused: a NetworkPolicy names no host (give its IP, a Service URL, or Cilium)
 ===================  ==========================================  ======================================
+
+Port 3128 (:data:`EGRESS_PORT`) is the egress listener, an agent's ``HTTPS_PROXY``: the proxy
+enforces each step's egress policy, these policies only confine agents to the proxy (no Cilium
+needed). The proxy reaches public addresses on any port (plain), an in-cluster host a policy
+opens through a commented rule, and under Cilium the FQDNs an operator adds.
 
 A proxy behind a Service (:class:`~ironflow.cluster.proxy_address.ProxyService`) is opened
 on the port its pods listen on, :data:`AUTH_PROXY_PORT`: policies see a connection after
@@ -41,12 +46,13 @@ from typing import Any, Final
 from ironflow import errors, labels
 from ironflow.cluster import documents
 from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
-from ironflow.egress import addresses
+from ironflow.egress import addresses, variables
 
 __all__ = [
     "ANTHROPIC_HOST",
     "AUTH_PROXY_NAME",
     "AUTH_PROXY_PORT",
+    "EGRESS_PORT",
     "PRIVATE_RANGES",
     "PRIVATE_RANGES_V6",
     "WORKER_POD_NAME",
@@ -65,6 +71,8 @@ __all__ = [
 ANTHROPIC_HOST: Final = "api.anthropic.com"
 AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
 AUTH_PROXY_PORT: Final = 8080
+#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents only.
+EGRESS_PORT: Final = variables.CLUSTER_PORT
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
 #: Where a plain NetworkPolicy cannot send agents when it cannot name a host: the egress
@@ -129,10 +137,10 @@ def _cilium_dns() -> dict[str, Any]:
     }
 
 
-def _cilium_fqdn(hosts: tuple[str, ...], port: int = 443) -> dict[str, Any]:
+def _cilium_fqdn(hosts: tuple[str, ...], *ports: int) -> dict[str, Any]:
     return {
         "toFQDNs": [{"matchName": host} for host in hosts],
-        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"}]}],
+        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"} for port in ports or (443,)]}],
     }
 
 
@@ -207,6 +215,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
     proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"ports": [{"port": str(AUTH_PROXY_PORT), "protocol": "TCP"}]}]
+    both = [{"ports": [{"port": str(p), "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]}]
     agents = _cilium(
         "claude-runner-egress-auth-proxy",
         top.namespace,
@@ -216,7 +225,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                 _cilium_dns(),
                 {
                     "toEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": proxy_ns, **proxy_pods}}],
-                    "toPorts": port,
+                    "toPorts": both,
                 },
             ],
         },
@@ -228,8 +237,11 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
             "endpointSelector": {"matchLabels": dict(proxy_pods)},
             "ingress": [
                 {
+                    "fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_RUNNER}}],
+                    "toPorts": both,
+                },
+                {
                     "fromEndpoints": [
-                        {"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_RUNNER}},
                         {
                             "matchLabels": {
                                 "k8s:io.kubernetes.pod.namespace": top.worker_namespace,
@@ -238,7 +250,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                         },
                     ],
                     "toPorts": port,
-                }
+                },
             ],
             "egress": [_cilium_dns(), _cilium_fqdn((ANTHROPIC_HOST,))],
         },
@@ -249,7 +261,8 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
         "api.anthropic.com, only the auth proxy, which alone holds the credential\n"
         "and alone reaches the API. The per-profile policies (gitlab below) are\n"
         "unchanged and stay additive.\n\n"
-        f"(a) Agent pods: DNS, and the auth proxy pods on {AUTH_PROXY_PORT}."
+        f"(a) Agent pods: DNS, and the auth proxy pods on {AUTH_PROXY_PORT} (the model relay) and\n"
+        f"{EGRESS_PORT} (the egress proxy, which enforces each step's egress policy)."
     )
     wording = (
         "Per-profile opening, as in cilium-egress-anthropic.yaml: pods labelled\n"
@@ -258,8 +271,10 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_comment = (
         "(b) The auth proxy pods: egress to DNS and api.anthropic.com:443 only, plus\n"
         "PostgreSQL on 5432 with the shared registry (commented-out rule below);\n"
-        f"ingress on {AUTH_PROXY_PORT} only from the agent pods and from the worker. Adjust the\n"
-        "worker selector to the namespace and labels the worker runs under."
+        f"ingress on {AUTH_PROXY_PORT} and {EGRESS_PORT} from the agent pods, on {AUTH_PROXY_PORT} from the worker.\n"
+        "Adjust the worker selector to the namespace and labels the worker runs under.\n"
+        "Steps with an egress policy (docs/egress.md): add a toFQDNs rule here for the\n"
+        "hosts the policies allow; the proxy still decides per step."
     )
     return [
         documents.Document(agents, head),
@@ -289,14 +304,18 @@ def _np_dns() -> dict[str, Any]:
     }
 
 
-def _np_public_https() -> dict[str, Any]:
+def _np_public() -> dict[str, Any]:
+    """Public addresses on any port: the auth proxy's reach (its egress policy decides the port)."""
     return {
         "to": [
             {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}},
             {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_RANGES_V6)}},
         ],
-        "ports": [{"port": 443, "protocol": "TCP"}],
     }
+
+
+def _np_public_https() -> dict[str, Any]:
+    return {**_np_public(), "ports": [{"port": 443, "protocol": "TCP"}]}
 
 
 def plain_dns(top: Topology) -> list[documents.Document]:
@@ -332,6 +351,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
     proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
+    both = [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]
 
     def ns(name: str) -> dict[str, Any]:
         return {"matchLabels": {"kubernetes.io/metadata.name": name}}
@@ -343,7 +363,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
         {
             "policyTypes": ["Egress"],
             "egress": [
-                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": port}
+                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": both}
             ],
         },
     )
@@ -355,20 +375,33 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
+                    "from": [{"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
+                    "ports": both,
+                },
+                {
                     "from": [
-                        {"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}},
                         {
                             "namespaceSelector": ns(top.worker_namespace),
                             "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
                         },
                     ],
                     "ports": port,
-                }
+                },
             ],
-            "egress": [_np_dns(), _np_public_https()],
+            "egress": [_np_dns(), _np_public()],
         },
     )
     postgres = """\
+    # An in-cluster host a step's egress policy opens (a rule naming its
+    # address or range: the fixed deny set holds the cluster's): open its pods
+    # here too, else the proxy's connection times out. A NetworkPolicy sees the
+    # connection after its Service is translated: select the pods, not the
+    # Service's address.
+    # - to:
+    #     - namespaceSelector:
+    #         matchLabels:
+    #           kubernetes.io/metadata.name: package-mirror
+    #
     # Shared PostgreSQL registry (IRONFLOW_AUTH_PROXY_DATABASE_URL set in
     # auth-proxy.yaml): uncomment and adjust, else the proxy times out at startup.
     # - to:
@@ -386,30 +419,40 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
         documents.Document(
             agents,
             "Plain NetworkPolicy, auth proxy variant (with networkpolicy-egress-dns.yaml):\n"
-            f"agent pods reach only the auth proxy pods on {AUTH_PROXY_PORT}; they hold no credential.",
+            f"agent pods reach only the auth proxy pods, on {AUTH_PROXY_PORT} (the model relay) and\n"
+            f"{EGRESS_PORT} (the egress proxy); they hold no credential. The proxy enforces each step's\n"
+            "egress policy (docs/egress.md): this policy only confines the agent to it.",
         ),
         documents.Document(
             proxy,
-            f"The auth proxy pods: ingress on {AUTH_PROXY_PORT} only from agent pods and the worker;\n"
-            "egress to kube-dns and public addresses on 443. A NetworkPolicy cannot name\n"
-            "api.anthropic.com: the proxy itself only relays to it (and refuses other hosts).",
+            f"The auth proxy pods: ingress on {AUTH_PROXY_PORT} and {EGRESS_PORT} from agent pods, on\n"
+            f"{AUTH_PROXY_PORT} from the worker; egress to kube-dns and public addresses on any port.\n"
+            "A NetworkPolicy cannot name a host: the proxy itself relays only to the API and\n"
+            "lets through only what a step's egress policy allows (and refuses other hosts).",
             postgres,
         ),
     ]
 
 
+def _external_ports(proxy: ExternalProxy) -> tuple[int, int]:
+    """The URL's port and the egress listener's (on the same host, as a provider's pods are told)."""
+    return proxy.port, EGRESS_PORT
+
+
 def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
+    ports = " and ".join(map(str, _external_ports(proxy)))
     return (
         f"Auth proxy outside the cluster ({proxy.url}): agent pods reach {how}\n"
-        f"on {proxy.port} and nothing else beyond DNS; they hold no credential. The proxy runs\n"
-        "elsewhere, so no policy for its own pods is rendered here."
+        f"on {ports} (its egress listener) and nothing else beyond DNS; they hold no credential.\n"
+        "The proxy runs elsewhere, so no policy for its own pods is rendered here."
     )
 
 
 def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy outside the cluster: ``toCIDR`` for an IP, ``toFQDNs`` for a name."""
-    ports = [{"ports": [{"port": str(proxy.port), "protocol": "TCP"}]}]
-    peer = _cilium_fqdn((proxy.host,), proxy.port) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
+    opened = _external_ports(proxy)
+    ports = [{"ports": [{"port": str(port), "protocol": "TCP"} for port in opened]}]
+    peer = _cilium_fqdn((proxy.host,), *opened) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
     agents = _cilium(
         "claude-runner-egress-auth-proxy",
         top.namespace,
@@ -434,7 +477,12 @@ def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.
         dict(_RUNNER),
         {
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"ipBlock": {"cidr": proxy.cidr}}], "ports": [{"port": proxy.port, "protocol": "TCP"}]}],
+            "egress": [
+                {
+                    "to": [{"ipBlock": {"cidr": proxy.cidr}}],
+                    "ports": [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)],
+                }
+            ],
         },
     )
     comment = "Plain NetworkPolicy (with networkpolicy-egress-dns.yaml). "

@@ -28,6 +28,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from ironflow import errors, labels
+from ironflow.egress import variables
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -124,6 +125,10 @@ def parse_proxy_address(url: str) -> ProxyAddress:
     if parts.path not in {"", "/"} or parts.query or parts.fragment or parts.username or parts.password:
         raise errors.ConfigError(f"auth proxy url '{url}' must be scheme://host[:port] only, e.g. {_EXAMPLE}")
     chosen_port = DEFAULT_PORTS[parts.scheme] if port is None else port
+    if chosen_port == variables.CLUSTER_PORT:  # agents are sent to the same host's 3128 for egress
+        raise errors.ConfigError(
+            f"auth proxy url '{url}': port {chosen_port} is the proxy's egress listener; give another"
+        )
     if _is_ip(host):
         return ExternalProxy(scheme=parts.scheme, host=str(ipaddress.ip_address(host)), port=chosen_port)
     names = host.split(".")

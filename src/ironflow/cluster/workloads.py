@@ -9,7 +9,8 @@ module never sees a secret value, and its comments say which Secret to create wi
 keys.
 
 The proxy's port has one source: the pods listen on
-:data:`ironflow.cluster.network.AUTH_PROXY_PORT` (the port the NetworkPolicies open); the
+:data:`ironflow.cluster.network.AUTH_PROXY_PORT` (the port the NetworkPolicies open) and serve
+the egress proxy on :data:`~ironflow.cluster.network.EGRESS_PORT` (the Service's ``egress``); the
 Service's name, namespace and port come from the proxy URL
 (:class:`~ironflow.cluster.proxy_address.ProxyService`). The worker reads a provider file
 rendered here from the same names, so its agent pods land where the policies expect them.
@@ -192,9 +193,13 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         "name": "auth-proxy",
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
-        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": port, "protocol": "TCP"},
+            {"name": "egress", "containerPort": network.EGRESS_PORT, "protocol": "TCP"},
+        ],
         "env": [
             {"name": "IRONFLOW_AUTH_PROXY_LISTEN", "value": f"0.0.0.0:{port}"},
+            {"name": "IRONFLOW_AUTH_PROXY_EGRESS_LISTEN", "value": f"0.0.0.0:{network.EGRESS_PORT}"},
             _secret_env("IRONFLOW_AUTH_PROXY_ADMIN_KEY", AUTH_PROXY_SECRET, "admin-key"),
             _secret_env("IRONFLOW_AUTH_PROXY_DATABASE_URL", AUTH_PROXY_SECRET, "database-url"),
             _secret_env("IRONFLOW_SECRET_KEYS", AUTH_PROXY_SECRET, "secret-keys"),
@@ -219,7 +224,10 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         "spec": {
             "type": "ClusterIP",
             "selector": {labels.LABEL_NAME: name},
-            "ports": [{"name": "http", "port": proxy.port, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": "http", "port": proxy.port, "targetPort": "http", "protocol": "TCP"},
+                {"name": "egress", "port": network.EGRESS_PORT, "targetPort": "egress", "protocol": "TCP"},
+            ],
         },
     }
     budget = {
@@ -239,11 +247,16 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         "Without PostgreSQL: drop the two database entries and run 1 replica (tokens live in its memory).\n"
         'The worker needs the same admin-key. Rotate keys: add "2:<hex>" to secret-keys, roll the\n'
         "Deployment, then run `ironflow auth-proxy rotate-keys` in a pod (docs/auth-proxy.md).\n"
-        f"The pods listen on {port}, the port the NetworkPolicies open. Image: docker/auth-proxy."
+        f"The pods listen on {port} (the model relay, the admin API) and {network.EGRESS_PORT} (the egress\n"
+        "proxy agents' HTTPS_PROXY points at), the ports the NetworkPolicies open. Image: docker/auth-proxy."
     )
     return [
         documents.Document(deployment, comment),
-        documents.Document(service, f"{proxy.url}: agents and the worker reach the proxy here."),
+        documents.Document(
+            service,
+            f"{proxy.url}: agents and the worker reach the proxy here; agents its egress\n"
+            f"proxy on port {network.EGRESS_PORT} (docs/egress.md).",
+        ),
         documents.Document(budget, "A drain never takes every proxy replica at once."),
     ]
 

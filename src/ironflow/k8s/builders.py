@@ -21,6 +21,7 @@ from ironflow._renamed import warn_renamed
 from ironflow.auth_proxy import relays as relay_specs
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
+from ironflow.egress import policy as egress_policy
 from ironflow.k8s import environments, step_manifests
 from ironflow.k8s.settings import (
     ImagePullPolicy,
@@ -142,6 +143,15 @@ class K8sSettingsBuilders(abc.ABC):
         if found is not None:
             raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
         return self._with(relays=tuple(specs))
+
+    def egress(self, policy: egress_policy.EgressPolicy | None) -> Self:
+        """What every step may reach besides the model, through the auth proxy's egress proxy
+        (docs/egress.md): the step's token carries the policy, and when it opens anything the pod
+        gets ``HTTPS_PROXY``/``HTTP_PROXY`` (and lower case) with that token. ``None``: nothing.
+        Needs :meth:`auth_proxy` (checked when a step starts)."""
+        if policy is not None and not isinstance(policy, egress_policy.EgressPolicy):
+            raise errors.ConfigError(f"egress takes an EgressPolicy, not {type(policy).__name__}")
+        return self._with(egress=policy)
 
     def env_from_secret(self, var: str, secret: str, key: str) -> Self:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""

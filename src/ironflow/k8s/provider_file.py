@@ -21,6 +21,8 @@ from typing import Any, Final, Protocol, Self, TypeVar
 from ironflow import errors, step_sandbox
 from ironflow import settings_file as generic_file
 from ironflow.auth_proxy import relays as relay_specs
+from ironflow.egress import options as egress_options
+from ironflow.egress import policy as egress_policy
 from ironflow.k8s import environments
 from ironflow.k8s.settings import RESOURCE_FIELDS, K8sResources, Toleration
 from ironflow.kube import clusters
@@ -77,6 +79,8 @@ TOP_KEYS: Final = (
     "cluster",
     "environment_volume",
     "relays",
+    "egress",
+    "egress_profiles",
 )
 _CLUSTER_KEYS: Final = ("kubeconfig", "kubeconfig_inline", "in_cluster", "context")
 _SANDBOX_KEYS: Final = (
@@ -117,6 +121,7 @@ class ProviderBuilder(Protocol):
     def environment_volume(self, volume: environments.EnvironmentVolume) -> Self: ...
     def claude_profile_configmap_at(self, configmap: str, subdir: str) -> Self: ...
     def relays(self, specs: Sequence[relay_specs.RelaySpec]) -> Self: ...
+    def egress(self, policy: egress_policy.EgressPolicy | None) -> Self: ...
 
 
 B = TypeVar("B", bound=ProviderBuilder)
@@ -328,6 +333,19 @@ def _relays(p: B, top: Section, _base: Path | None) -> B:
     return p.relays(relay_specs.parse_relays(top, "secret"))
 
 
+def _egress(p: B, top: Section, _base: Path | None) -> B:
+    """``egress:`` with the file's own ``egress_profiles:`` (read together: one may name the other)."""
+    found, _ = egress_options.file_policy(top.data["egress"], top.data.get("egress_profiles"), source="provider file")
+    return p.egress(found)
+
+
+def _egress_profiles(p: B, top: Section, _base: Path | None) -> B:
+    """``egress_profiles:`` without ``egress:`` names nothing a step uses, but a wrong one still fails here."""
+    if not top.has("egress"):
+        egress_options.file_policy({}, top.data["egress_profiles"], source="provider file")
+    return p
+
+
 #: Keys with more than one value, in the order the builders apply them (as the file documents).
 _SECTIONS: Final[tuple[tuple[str, Callable[[Any, Section, Path | None], Any]], ...]] = (
     ("cluster", _cluster),
@@ -348,4 +366,6 @@ _SECTIONS: Final[tuple[tuple[str, Callable[[Any, Section, Path | None], Any]], .
     ("environment_volume", _environment_volume),
     ("claude_profiles", _claude_profiles),
     ("relays", _relays),
+    ("egress", _egress),
+    ("egress_profiles", _egress_profiles),
 )

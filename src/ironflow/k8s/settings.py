@@ -25,6 +25,7 @@ from ironflow._renamed import warn_renamed
 from ironflow.auth_proxy import relays as relay_specs
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import profile
+from ironflow.egress import policy as egress_policy
 from ironflow.k8s import environments, hardening
 from ironflow.kube import clusters, pod_problems, quantities
 from ironflow.secrets import Secret
@@ -236,6 +237,8 @@ class ProviderSettings:
     git_hosts: GitHosts | None = None
     #: Hosts every step reaches through the auth proxy with a credential it injects (values: in Secrets).
     relays: tuple[relay_specs.RelaySpec, ...] = ()
+    #: What every step's egress proxy lets through (docs/egress.md); None: nothing but the model.
+    egress: egress_policy.EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         if not self.image.strip():

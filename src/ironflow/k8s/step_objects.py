@@ -12,6 +12,7 @@ Never does I/O and never reads run identity back out of rendered labels: callers
 from __future__ import annotations
 
 import dataclasses
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from ironflow import errors, steps
 from ironflow.auth_proxy import relays, tokens
 from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.claude import command, layout, profile
+from ironflow.egress import variables
 from ironflow.k8s import environments, step_manifests
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import init_pods
@@ -28,9 +30,11 @@ from ironflow.workspaces import WORKSPACE_PATH, Workspace, git_script
 
 __all__ = [
     "StepObjects",
+    "check_egress",
     "check_relays",
     "check_step",
     "check_workspace",
+    "egress_env",
     "refuse_workspace",
     "render_step",
     "workspace_secret",
@@ -123,6 +127,30 @@ def check_relays(settings: ProviderSettings) -> None:
         )
 
 
+def check_egress(settings: ProviderSettings) -> None:
+    """A provider's egress policy is enforced by its auth proxy's egress proxy only.
+
+    Raises:
+        StepConfigError: a policy that opens something without ``auth_proxy``.
+    """
+    if variables.opens_anything(settings.egress) and settings.auth_proxy_url is None:
+        raise errors.StepConfigError(
+            "an egress policy on Kubernetes needs auth_proxy(url): the pod reaches what it allows through "
+            "the proxy's egress listener"
+        )
+
+
+def egress_env(settings: ProviderSettings, token: Secret) -> dict[str, str]:
+    """The variables sending the pod's HTTP(S) through the proxy Service's egress port with the
+    step's token as the password; none when the policy opens nothing. The proxy's own host (the
+    model relay, the relays, a clone) is reached directly."""
+    if not variables.opens_anything(settings.egress) or settings.auth_proxy_url is None:
+        return {}
+    url = variables.proxy_url(settings.auth_proxy_url)
+    host = urllib.parse.urlsplit(settings.auth_proxy_url).hostname or ""
+    return variables.proxy_env(url, token.reveal(), bypass=[host, "localhost", "127.0.0.1"])
+
+
 def workspace_secret(settings: ProviderSettings, config: steps.AgentConfig) -> tokens.SecretCredential | None:
     """The proxied secret a step's git workspace clones with (None: no workspace, or a PVC)."""
     if config.workspace is None or config.workspace.is_pvc:
@@ -140,6 +168,7 @@ def check_step(settings: ProviderSettings, config: steps.AgentConfig, *, worker_
     command.validate_prompt_size(config)
     check_workspace(settings, config)
     check_relays(settings)
+    check_egress(settings)
     command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(settings, config)
     if settings.environment is not None and config.resume_environment_id is not None:
@@ -189,6 +218,7 @@ def render_step(
     command.validate_prompt_size(config)
     check_workspace(s, config)
     check_relays(s)
+    check_egress(s)
     if relay_tokens and [spec for spec, _ in relay_tokens] != list(s.relays):
         raise errors.ConfigError("relay_tokens must hold one token per relay of the provider, in its order")
     args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
@@ -223,6 +253,7 @@ def render_step(
     plain = list(s.env_vars)
     if token is not None and s.auth_proxy_url is not None:
         plain += list(layout.proxy_env(s.auth_proxy_url, token.reveal()).items())
+        plain += list(egress_env(s, token).items())  # as the Claude token is: the same token, the pod's env
     if relay_tokens and s.auth_proxy_url is not None:  # opaque tokens only: each relay's value stays in the proxy
         plain += list(relays.relay_env(((spec, t.reveal()) for spec, t in relay_tokens), s.auth_proxy_url).items())
     configmap: dict[str, Any] | None = None

@@ -183,7 +183,7 @@ class StepRunner:
             if self.issuer is not None:
                 run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
                 expires_at = now + step_manifests.lifetime_seconds(settings)
-                _, token = await held.step_token(config, run_id, step, expires_at)
+                _, token = await held.step_token(config, run_id, step, expires_at, egress=settings.egress)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
                     _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
                 for spec in settings.relays:  # one grant per relay: its host and scope only

@@ -62,7 +62,14 @@ class FakeIssuer:
         self.trace_contexts: list[str | None] = []
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         self.issued.append((run_id, step, expires_at))
         self.trace_contexts.append(trace_context)
@@ -261,7 +268,14 @@ class RefusingIssuer(FakeIssuer):
     """The auth proxy refuses for good (a missing admin key, a 4xx): retrying cannot help."""
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         raise errors.AuthProxyError("admin key missing", status=401, retryable=False)
 

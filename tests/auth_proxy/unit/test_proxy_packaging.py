@@ -56,7 +56,7 @@ def test_service_and_budget_select_the_pods_the_network_policy_opens() -> None:
     assert policies[0]["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert docs["Deployment"]["metadata"]["namespace"] == policies[0]["metadata"]["namespace"]
     ports = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert [p["containerPort"] for p in ports] == [8080]
+    assert [p["containerPort"] for p in ports] == [8080, 3128]  # the model relay, the egress listener
 
 
 def test_dockerfile_runs_the_proxy_as_a_non_root_user() -> None:

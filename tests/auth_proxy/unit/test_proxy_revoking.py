@@ -22,7 +22,14 @@ class MemoryIssuer:
         self.revoking = asyncio.Event()
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         if self.fail:
             raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)

@@ -79,7 +79,10 @@ def test_realkube_an_ip_proxy_set_and_the_agent_pod_with_its_limits_are_accepted
         by_name = {(a["kind"], a["metadata"]["name"]): a for a in answers}
     policy = by_name[("NetworkPolicy", "claude-runner-egress-auth-proxy")]
     assert policy["spec"]["egress"] == [
-        {"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}
+        {
+            "to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}],
+            "ports": [{"port": 8443, "protocol": "TCP"}, {"port": network.EGRESS_PORT, "protocol": "TCP"}],
+        }
     ]
     pod = by_name[("Pod", f"claude-code-dry-{tag}")]
     assert pod["spec"]["enableServiceLinks"] is False

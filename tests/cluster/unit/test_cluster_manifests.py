@@ -13,6 +13,9 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.cluster import cilium, network, proxy_address, setup, workloads
 
+#: The egress listener an outside proxy serves beside its URL's port (agents reach both).
+EGRESS_TCP = {"port": network.EGRESS_PORT, "protocol": "TCP"}
+
 
 def _kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(o["kind"], o["metadata"]["name"]) for o in objects]
@@ -94,12 +97,15 @@ def test_an_ip_proxy_gets_an_ipblock_of_that_address_on_the_urls_port_and_no_nam
     objects = setup.render(config)
     assert [o["metadata"]["name"] for o in _by_kind(objects, "Namespace")] == ["ironflow-agents", "ironflow"]
     assert _agent_egress(config) == [
-        {"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"port": 8080, "protocol": "TCP"}]}
+        {"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"port": 8080, "protocol": "TCP"}, EGRESS_TCP]}
     ]
     assert "ironflow-auth-proxy" not in {o["metadata"]["name"] for o in objects}  # its pods are not ours
     v6 = setup.ClusterSetup(auth_proxy_url="https://[fd00::7]:9443")
     assert _agent_egress(v6)[0]["to"] == [{"ipBlock": {"cidr": "fd00::7/128"}}]
-    assert _agent_egress(v6)[0]["ports"] == [{"port": 9443, "protocol": "TCP"}]
+    assert _agent_egress(v6)[0]["ports"] == [{"port": 9443, "protocol": "TCP"}, EGRESS_TCP]
+    for url in ("http://10.0.0.5:3128", "http://ironflow-auth-proxy.ironflow:3128"):
+        with pytest.raises(errors.ConfigError, match="port 3128 is the proxy's egress listener; give another"):
+            setup.ClusterSetup(auth_proxy_url=url)
 
 
 def test_an_outside_host_is_refused_for_plain_policies_naming_the_fixes() -> None:
@@ -120,11 +126,12 @@ def test_cilium_names_an_outside_host_by_fqdn_on_the_urls_port() -> None:
     egress = _agent_egress(config)
     assert egress[1] == {
         "toFQDNs": [{"matchName": "proxy.example.com"}],
-        "toPorts": [{"ports": [{"port": "9443", "protocol": "TCP"}]}],
+        "toPorts": [{"ports": [{"port": "9443", "protocol": "TCP"}, {"port": "3128", "protocol": "TCP"}]}],
     }
     assert egress[0]["toPorts"][0]["rules"]["dns"]  # Cilium learns the name's IPs from DNS answers
     by_ip = _agent_egress(setup.ClusterSetup(cilium=True, auth_proxy_url="http://10.0.0.5:8080"))
-    assert by_ip[1] == {"toCIDR": ["10.0.0.5/32"], "toPorts": [{"ports": [{"port": "8080", "protocol": "TCP"}]}]}
+    opened = [{"port": "8080", "protocol": "TCP"}, {"port": "3128", "protocol": "TCP"}]
+    assert by_ip[1] == {"toCIDR": ["10.0.0.5/32"], "toPorts": [{"ports": opened}]}
     for url in ("https://proxy.example.com:9443", "http://10.0.0.5:8080"):
         for policy in _by_kind(
             setup.render(setup.ClusterSetup(cilium=True, auth_proxy_url=url)), "CiliumNetworkPolicy"

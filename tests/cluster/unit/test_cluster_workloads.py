@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import ironflow
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.cluster import network, proxy_address, setup, workloads
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
@@ -78,7 +78,7 @@ def test_secrets_reach_containers_only_by_reference() -> None:
             assert "envFrom" not in container
             for env in container["env"]:
                 if "value" in env:
-                    assert env["name"] == proxy_config.LISTEN_ENV
+                    assert env["name"] in {proxy_config.LISTEN_ENV, proxy_config.EGRESS_LISTEN_ENV}
                 else:  # a Secret's key, or the pod's own metadata (never a secret)
                     assert set(env["valueFrom"]) in ({"secretKeyRef"}, {"fieldRef"})
                     if "fieldRef" in env["valueFrom"]:
@@ -116,7 +116,27 @@ def test_the_proxy_port_has_one_source() -> None:
         for p in rule.get("ports", [])
         if p["port"] not in {53, 443}
     }
-    assert opened == {listen_port}
+    assert opened == {listen_port, network.EGRESS_PORT}
+
+
+def test_the_egress_port_has_one_source_and_only_agents_reach_it() -> None:
+    """The egress listener is the pod's ``egress`` port, the Service's ``egress`` port, and a port
+    the policies open to agent pods only (the worker's rule opens the relay's port alone)."""
+    objs = setup.render(FULL)
+    container = _deployment(objs, network.AUTH_PROXY_NAME)["spec"]["template"]["spec"]["containers"][0]
+    listen = next(e["value"] for e in container["env"] if e["name"] == proxy_config.EGRESS_LISTEN_ENV)
+    assert proxy_config.parse_listen(listen)[1] == network.EGRESS_PORT
+    assert {"name": "egress", "containerPort": network.EGRESS_PORT, "protocol": "TCP"} in container["ports"]
+    (service,) = _by_kind(objs, "Service")
+    egress_port = {"name": "egress", "port": network.EGRESS_PORT, "targetPort": "egress", "protocol": "TCP"}
+    assert egress_port in service["spec"]["ports"]
+    policies = _by_kind(objs, "NetworkPolicy")
+    (proxy_policy,) = [np for np in policies if np["metadata"]["name"] == network.AUTH_PROXY_NAME]
+    for rule in proxy_policy["spec"]["ingress"]:
+        ports = {p["port"] for p in rule["ports"]}
+        selectors = [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
+        if network.EGRESS_PORT in ports:
+            assert selectors == [{labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}]
 
 
 def test_the_service_takes_its_name_namespace_and_port_from_the_url() -> None:

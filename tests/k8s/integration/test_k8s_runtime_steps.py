@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.fakes.kubecase import KubeCase, hold_create_answers, names, nothing_left
 
-from ironflow import errors, labels
+from ironflow import egress, errors, labels
 from ironflow.k8s import reaper
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
@@ -509,16 +509,25 @@ class FakeIssuer:
         self.refuse = refuse
         self.issued: list[tuple[str, str, int]] = []
         self.trace_contexts: list[str | None] = []
+        self.egress: list[Any] = []
         self.revoked: list[str] = []
         self.runs_revoked: list[str] = []
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         if self.refuse:
             raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)
         self.issued.append((run_id, step, expires_at))
         self.trace_contexts.append(trace_context)
+        self.egress.append(egress)
         return f"tok-{len(self.issued):012d}", Secret(f"ifap_secret_value_{len(self.issued)}")
 
     async def revoke(self, token_id: str) -> bool:
@@ -556,6 +565,34 @@ async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase) -
     assert (run, step) == (RUN, "s")
     assert before + 5 + 60 <= expires_at <= int(time.time()) + 5 + 60
     assert issuer.revoked == ["tok-000000000001"]
+
+
+async def test_an_egress_policy_rides_the_step_token_and_sends_the_pod_through_the_proxy(kube: KubeCase) -> None:
+    """The token request carries the provider's policy; the pod's proxy variables hold that token
+    and the proxy Service's egress port; without a policy neither happens."""
+    await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=1.0, log=JSON_TEXT))
+    issuer = FakeIssuer()
+    policy = egress.policy_from_options(["pypi.org"], ["github"])
+    ns = kube.namespace
+    stepping = asyncio.create_task(
+        runner(kube, proxied(ns).egress(policy), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
+    )
+    seen: list[dict[str, Any]] = []
+
+    async def pod_created() -> bool:
+        seen[:] = (await kube.api.list(k8s.PODS, ns)).items
+        return bool(seen)
+
+    await eventually(pod_created, limit_s=10, interval_s=0.05, what="the step's pod")
+    await stepping
+    assert issuer.egress == [policy]
+    env = {e["name"]: e.get("value") for e in seen[0]["spec"]["containers"][0]["env"]}
+    url = "http://ironflow:ifap_secret_value_1@auth-proxy.ironflow:3128"
+    assert [env[n] for n in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")] == [url] * 4
+    assert env["NO_PROXY"].split(",")[0] == "auth-proxy.ironflow"  # the model relay is reached directly
+    await runner(kube, proxied(ns), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "t"))
+    assert issuer.egress == [policy, None]
+    await step_objects_left(kube)
 
 
 async def test_token_is_revoked_when_the_step_fails(kube: KubeCase, server: KubeTestServer) -> None:

@@ -134,7 +134,14 @@ class Grants:
         self.revoked: list[str] = []
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         self.credentials.append(credential)
         chosen = credential or Credential("api_key", Secret("sk-ant-api03-test"))

@@ -87,6 +87,23 @@ def _model_objects(ns: str, image: str, key: Secret, bash: str = PROBE) -> list[
     return [secret, service, pod]
 
 
+async def _model_serving(api: k8s.KubeApi, ns: str) -> None:
+    """Wait until the offline model server in ``ns`` listens."""
+
+    async def serving() -> bool:
+        return "serving" in await api.read_log(ns, "fake-model")
+
+    await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
+
+
+def _tool_results(log: str) -> tuple[list[dict[str, Any]], str]:
+    """The model server's records of each request, and the text of the one Bash call's result."""
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    (tool_result,) = records[1]["tool_results"]
+    content = tool_result["content"]
+    return records, content if isinstance(content, str) else "\n".join(c.get("text", "") for c in content)
+
+
 def _upstream_opening(proxy_ns: str, model_ns: str, port: int = MODEL_PORT, name: str = "mirror") -> dict[str, Any]:
     """What an operator with a mirror adds: the rendered proxy egress opens only public :443."""
     return {
@@ -127,14 +144,7 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         proxy = rp.deploy_auth_proxy(
             real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
         )
-
-        async def model_log() -> str:
-            return await node_api.read_log(model_ns, "fake-model")
-
-        async def serving() -> bool:
-            return "serving" in await model_log()
-
-        await eventually(serving, limit_s=120, interval_s=0.5, what="the offline model server serving")
+        await _model_serving(node_api, model_ns)
 
         if policies:
             rp.enforce_policies(real_node, [*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)])
@@ -149,11 +159,8 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         scoped = step.scoped(f"run-{suffix}", "probe")
         result, took = await rp.run_step(real_node, proxy, provider.settings, node_api, scoped)
         assert result.text == "Probed."
-        records = [json.loads(line) for line in (await model_log()).splitlines() if line.startswith("{")]
+        records, output = _tool_results(await node_api.read_log(model_ns, "fake-model"))
         assert [len(r["tool_results"]) for r in records] == [0, 1], records
-        (tool_result,) = records[1]["tool_results"]
-        content = tool_result["content"]
-        output = content if isinstance(content, str) else "\n".join(c.get("text", "") for c in content)
         lines = output.splitlines()
         fields = dict(re.findall(r"^(\w+):\s*(\S+)$", output, re.MULTILINE))  # /proc/self/status lines
         assert lines[0] == "10001", output

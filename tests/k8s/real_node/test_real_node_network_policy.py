@@ -1,8 +1,10 @@
 """On a real node with kube-router's firewall: the NetworkPolicies ``ironflow manifests`` renders
 (default deny, agents' DNS, agents to the proxy, the proxy's ingress) are enforced. An agent pod
-reaches the auth proxy by its Service name and nothing else (a pod of its namespace, a Service,
-the API server by name and by address, a pod of another namespace); only agent pods and the worker
-reach the proxy (a non-agent pod and an agent-labelled pod of another namespace do not).
+reaches the auth proxy by its Service name (and its egress listener) and nothing else (a pod of
+its namespace, a Service, the API server by name and by address, a pod of another namespace);
+only agent pods and the worker
+reach the proxy (a non-agent pod and an agent-labelled pod of another namespace do not), and only
+agent pods its egress listener (the worker does not).
 
 The same test first proves every one of those connections is open before the policies are
 applied, so it fails if the policies are removed or not enforced. Allowed connections are retried
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 from tests.fakes import real_node_proxy as rp
 
+from ironflow.cluster import network
 from ironflow.kube import api as k8s
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
@@ -108,7 +111,8 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
             "a non-worker pod of the worker's namespace": (wk, "not-worker"),
             "an agent-labelled pod of another namespace": (other, "far-agent"),
         }
-        proxy_addresses = [(proxy_pod_ip, 8080), (proxy.cluster_ip, 80)]
+        egress_port = network.EGRESS_PORT  # the egress listener: agents only, never the worker
+        proxy_addresses = [(proxy_pod_ip, 8080), (proxy.cluster_ip, 80), (proxy_pod_ip, egress_port)]
 
         # Without the policies every connection opens: the test can fail.
         for host, port in forbidden.values():
@@ -118,6 +122,7 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
         for ns, pod in strangers.values():
             for host, port in proxy_addresses:
                 await _open(node_api, ns, pod, host, port)
+        await _open(node_api, wk, "worker", proxy_pod_ip, egress_port)
 
         started = time.monotonic()
         real_node.apply_objects(rp.network_policies(config))
@@ -130,10 +135,13 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
 
         await _proxy_answers(node_api, ag, "agent", proxy.url)
         await _proxy_answers(node_api, wk, "worker", proxy.url)
+        await _open(node_api, ag, "agent", proxy_pod_ip, egress_port)
+        await _open(node_api, ag, "agent", proxy.cluster_ip, egress_port)
         attempts = {f"agent to {what}": ("agent", ag, *where) for what, where in forbidden.items()}
         for what, (ns, pod) in strangers.items():
             for host, port in proxy_addresses:
                 attempts[f"{what} to the proxy at {host}:{port}"] = (pod, ns, host, port)
+        attempts["the worker to the egress listener"] = ("worker", wk, proxy_pod_ip, egress_port)
         refusals = await asyncio.gather(
             *(_refused(node_api, ns, pod, host, port) for pod, ns, host, port in attempts.values())
         )

@@ -55,7 +55,14 @@ class Grants:
         self.revoked: list[str] = []
 
     async def issue(
-        self, run_id: str, step: str, expires_at: int, *, credential: Any = None, trace_context: str | None = None
+        self,
+        run_id: str,
+        step: str,
+        expires_at: int,
+        *,
+        credential: Any = None,
+        trace_context: str | None = None,
+        egress: Any = None,
     ) -> tuple[str, Secret]:
         issued = await self.admin.issue(run_id, step, expires_at, credential=credential, trace_context=trace_context)
         self.issued.append((issued.id, issued.token))

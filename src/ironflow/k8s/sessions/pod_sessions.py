@@ -29,6 +29,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
+from ironflow.egress import variables
 from ironflow.k8s.sessions import bridge, clones, provisioner
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
@@ -126,6 +127,8 @@ class K8sSessions:
         options = options or OpenOptions()
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
+        if variables.opens_anything(self.settings.egress) or variables.opens_anything(options.egress):  # never dropped
+            raise errors.ConfigError("egress: reaches agent steps on Kubernetes; sandbox sessions do not get it yet")
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s)
