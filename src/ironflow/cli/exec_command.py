@@ -62,6 +62,8 @@ def _exec_k8s(
     provider = backends.k8s_provider(provider_file)
     if provider.settings.relays:  # refused, never silently dropped
         exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
+    if provider.settings.egress is not None and provider.settings.egress.allow:
+        exits.fail("egress: in the provider file reaches agent steps on --backend k8s; exec pods do not get it yet")
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:
