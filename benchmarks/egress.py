@@ -26,8 +26,9 @@ ClientHello and wait for the origin's first byte, ``--rounds`` times each; the a
     python benchmarks/egress.py [--section all|decision|tunnel] [--rules 1000] [--decisions 20000]
                                 [--size 1GiB] [--rounds 200]
 
-Last line: ``RESULT decide_p50_us=… … throughput_vs_bare=… cpu_per_gib_vs_bare=… ttfb_added_p50_ms=…
-tunnel_cpu_vs_bare=…`` (the sections run).
+Last line, the keys of the sections run: ``RESULT decide_p50_us=… decide_p99_us=… vs_target=…
+floor_p50_us=… vs_floor=… index_ms=… throughput_vs_bare=… cpu_per_gib_vs_bare=… ttfb_added_p50_ms=…
+tunnel_cpu_vs_bare=…``.
 """
 
 from __future__ import annotations
