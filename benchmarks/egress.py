@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import math
 import os
 import random
 import socket
@@ -451,9 +452,14 @@ def _print_decision(found: dict[str, float], rules: int, decisions: int) -> None
     print(f"  vs target {found['vs_target']:.2f}x, vs floor {found['vs_floor']:.2f}x")
 
 
+def _ratio(value: float, floor: float) -> float:
+    """``value / floor``; nan when the floor measured nothing (a short run's CPU clock reads 0 at its 10 ms tick)."""
+    return value / floor if floor > 0 else math.nan
+
+
 def _print_tunnels(figures: dict[str, float], size: int) -> dict[str, float]:
-    throughput = figures["egress_mib_s"] / figures["bare_mib_s"]
-    cpu = figures["egress_cpu_s_per_gib"] / figures["bare_cpu_s_per_gib"]
+    throughput = _ratio(figures["egress_mib_s"], figures["bare_mib_s"])
+    cpu = _ratio(figures["egress_cpu_s_per_gib"], figures["bare_cpu_s_per_gib"])
     added = figures["egress_ttfb_ms"] - figures["direct_ttfb_ms"]
     added_bare = figures["bare_ttfb_ms"] - figures["direct_ttfb_ms"]
     print(f"tunnels: {size / (1 << 20):.0f} MiB over {STREAMS} tunnels; first byte at {STREAMS} concurrent")
@@ -472,7 +478,7 @@ def _print_tunnels(figures: dict[str, float], size: int) -> dict[str, float]:
         "throughput_vs_bare": throughput,
         "cpu_per_gib_vs_bare": cpu,
         "ttfb_added_p50_ms": added,
-        "tunnel_cpu_vs_bare": figures["egress_tunnel_cpu_us"] / figures["bare_tunnel_cpu_us"],
+        "tunnel_cpu_vs_bare": _ratio(figures["egress_tunnel_cpu_us"], figures["bare_tunnel_cpu_us"]),
     }
 
 

@@ -58,7 +58,7 @@ CASES = (
           frozenset({"json_us", "stream_small_us", "stream_10mib_ms", "stream_mb_per_s", "rate_limits_10mib_ms"})),
     Bench("concurrent_steps", ("--sizes", "1,3", "--run-for", "0"),
           frozenset({"requests_per_step", "watch_connections", "rss_kib_per_step"})),
-    Bench("egress", ("--decisions", "2000", "--size", "8MiB", "--rounds", "5"),
+    Bench("egress", ("--decisions", "2000", "--size", "64MiB", "--rounds", "50"),
           frozenset({"decide_p50_us", "decide_p99_us", "vs_target", "floor_p50_us", "vs_floor", "index_ms",
                      "throughput_vs_bare", "cpu_per_gib_vs_bare", "ttfb_added_p50_ms", "tunnel_cpu_vs_bare"})),
     Bench("engine", ("--steps", "20", "--runs-4w", "1", "--steps-4w", "20"),
