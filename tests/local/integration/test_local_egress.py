@@ -8,54 +8,28 @@ proxy's 403 when it names another port, and without a policy the sandbox gets no
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.tls_origin import hello_origin, make_tls
 
 from ironflow import egress
 from ironflow.local.sandbox import bwrap, environment
 from ironflow.local.sandbox.environment import ProxyCredential
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.secrets import Secret
-from ironflow.testing import _kubeenv_pki as pki
 
 CREDENTIAL = ProxyCredential(Secret("sk-ant-test-" + "e" * 20), "api_key", "http://127.0.0.1:9")
-HELLO = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
 
 
 @pytest.fixture
 async def origin(tmp_path: Path) -> AsyncIterator[tuple[int, Path]]:
     """A TLS server on the host's 127.0.0.2 answering ``hello``; its port and the CA's directory."""
-    keys = pki.new_pki(extra_ips=("127.0.0.2",))
-    ca_dir = tmp_path / "ca"
-    ca_dir.mkdir()
-    (ca_dir / "ca.pem").write_bytes(keys.ca.cert_pem)
-    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
-    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
-    ca_dir.chmod(0o755)
-    (ca_dir / "ca.pem").chmod(0o644)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(HELLO)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.2", 0, ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1], ca_dir
-    finally:
-        server.close()
+    tls = make_tls(tmp_path, extra_ips=("127.0.0.2",))
+    async with hello_origin("127.0.0.2", tls.server) as port:
+        yield port, tls.ca_dir
 
 
 async def _curl(isolation: environment.Isolation, port: int, ca_dir: Path, policy: egress.EgressPolicy | None) -> str:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import ssl
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from tests.fakes.git_server import GitServer, seed_forge
 from tests.fakes.package_registries import GREETING, NPM_PACKAGE, PYPI_PACKAGE, PackageRegistries
+from tests.fakes.tls_origin import OriginTls, make_tls
 
 from ironflow import egress
 from ironflow.fake_model.script import Script
@@ -30,7 +29,6 @@ from ironflow.local.offline import OfflineProvider
 from ironflow.local.sandbox import bwrap, environment
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.steps import AgentConfig
-from ironflow.testing import _kubeenv_pki as pki
 
 ISOLATIONS = [
     pytest.param(
@@ -50,31 +48,13 @@ PIP = (
 NPM_ENV = "npm_config_cache=/tmp/npm-cache npm_config_update_notifier=false npm_config_fetch_retries=0"
 
 
-@dataclass(frozen=True)
-class Tls:
-    """A test CA's directory (``ca.pem``, shown at ``/ca`` in the sandbox) and a server context."""
-
-    ca_dir: Path
-    server: ssl.SSLContext
+@pytest.fixture
+def tls(tmp_path: Path) -> OriginTls:
+    return make_tls(tmp_path, extra_ips=("127.0.0.2",))
 
 
 @pytest.fixture
-def tls(tmp_path: Path) -> Tls:
-    keys = pki.new_pki(extra_ips=("127.0.0.2",))
-    ca_dir = tmp_path / "ca"
-    ca_dir.mkdir()
-    (ca_dir / "ca.pem").write_bytes(keys.ca.cert_pem)
-    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
-    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
-    ca_dir.chmod(0o755)
-    (ca_dir / "ca.pem").chmod(0o644)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    return Tls(ca_dir, context)
-
-
-@pytest.fixture
-async def registries(tls: Tls) -> AsyncIterator[PackageRegistries]:
+async def registries(tls: OriginTls) -> AsyncIterator[PackageRegistries]:
     async with PackageRegistries("127.0.0.2", tls.server) as served:
         yield served
 
@@ -83,7 +63,7 @@ def _allow(*rules: str) -> egress.EgressPolicy:
     return egress.EgressPolicy(allow=tuple(egress.parse_allow_host(rule) for rule in rules))
 
 
-async def _run(isolation: environment.Isolation, script: str, tls: Tls, policy: egress.EgressPolicy) -> str:
+async def _run(isolation: environment.Isolation, script: str, tls: OriginTls, policy: egress.EgressPolicy) -> str:
     """``script`` in a fresh sandbox of a provider with no credential: its output, and ``exit=N``."""
     provider = LocalSandboxProvider(isolation=isolation, timeout=180, egress=policy)
     result = await provider.run_command(
@@ -95,7 +75,7 @@ async def _run(isolation: environment.Isolation, script: str, tls: Tls, policy: 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_pip_installs_from_an_allowed_index_and_gets_the_proxy_403_otherwise(
-    isolation: environment.Isolation, tls: Tls, registries: PackageRegistries
+    isolation: environment.Isolation, tls: OriginTls, registries: PackageRegistries
 ) -> None:
     port = int(registries.url.rpartition(":")[2])
     install = f"{PIP} --index-url {registries.url}/simple/ {PYPI_PACKAGE}"
@@ -112,7 +92,7 @@ async def test_pip_installs_from_an_allowed_index_and_gets_the_proxy_403_otherwi
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_npm_installs_from_an_allowed_registry_and_gets_the_proxy_403_otherwise(
-    isolation: environment.Isolation, tls: Tls, registries: PackageRegistries
+    isolation: environment.Isolation, tls: OriginTls, registries: PackageRegistries
 ) -> None:
     port = int(registries.url.rpartition(":")[2])
     install = (
@@ -132,17 +112,9 @@ async def test_npm_installs_from_an_allowed_registry_and_gets_the_proxy_403_othe
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_git_clones_over_https_through_connect(isolation: environment.Isolation, tmp_path: Path) -> None:
-    keys = pki.new_pki()  # the git server's certificate names localhost (GitServer's URL)
-    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
-    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
-    ca_dir = tmp_path / "gitca"
-    ca_dir.mkdir(mode=0o755)
-    (ca_dir / "ca.pem").write_bytes(keys.ca.cert_pem)
-    (ca_dir / "ca.pem").chmod(0o644)
-    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    tls = make_tls(tmp_path / "git")  # the git server's certificate names localhost (GitServer's URL)
     seed_forge(tmp_path, "localhost", {"README.md": "cloned through the egress proxy\n"})
-    async with GitServer(tmp_path / "forge", username="git", password="pw", tls=server_tls) as server:
+    async with GitServer(tmp_path / "forge", username="git", password="pw", tls=tls.server) as server:
         port = int(server.url.rpartition(":")[2])
         # localhost is the sandbox's own loopback (NO_PROXY): the clone clears it to reach the host's.
         script = (
@@ -151,7 +123,7 @@ async def test_git_clones_over_https_through_connect(isolation: environment.Isol
         )
         rule = {"host": "localhost", "ports": [port], "addresses": ["127.0.0.1/32", "::1/128"]}
         policy = egress.EgressPolicy.from_json({"allow": [rule]})
-        out = await _run(isolation, script, Tls(ca_dir, server_tls), policy)
+        out = await _run(isolation, script, tls, policy)
         assert out.rstrip().endswith("cloned through the egress proxy\nexit=0"), out
         assert any(r.service == "git-upload-pack" and r.status == 200 for r in server.requests)
 
@@ -159,7 +131,7 @@ async def test_git_clones_over_https_through_connect(isolation: environment.Isol
 @pytest.mark.bwrap
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 async def test_ironflow_exec_allow_host_pip_installs_without_a_claude_key(
-    tls: Tls, registries: PackageRegistries
+    tls: OriginTls, registries: PackageRegistries
 ) -> None:
     port = int(registries.url.rpartition(":")[2])
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
@@ -182,7 +154,7 @@ async def test_ironflow_exec_allow_host_pip_installs_without_a_claude_key(
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 async def test_an_agent_steps_bash_tool_pip_installs_through_the_providers_policy(
-    isolation: environment.Isolation, tls: Tls, registries: PackageRegistries
+    isolation: environment.Isolation, tls: OriginTls, registries: PackageRegistries
 ) -> None:
     """The provider's ``egress`` reaches agent steps: the offline model has the agent run pip in Bash,
     then try another port; each decision is a line of the step's record (the sink's ``ironflow`` stream)."""

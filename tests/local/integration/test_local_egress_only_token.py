@@ -15,40 +15,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.tls_origin import hello_origin, make_tls
 
 from ironflow import egress
 from ironflow.local.sandbox import environment, step_proxy
 from ironflow.secrets import Secret
-from ironflow.testing import _kubeenv_pki as pki
-
-HELLO = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
 
 
 @pytest.fixture
 async def origin(tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
     """A TLS server on 127.0.0.1 answering ``hello``; its port and a client context trusting its CA."""
-    keys = pki.new_pki()
-    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
-    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
-    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    client_tls = ssl.create_default_context(cadata=keys.ca.cert_pem.decode())
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(HELLO)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
-    try:
-        yield server.sockets[0].getsockname()[1], client_tls
-    finally:
-        server.close()
+    tls = make_tls(tmp_path)
+    async with hello_origin("127.0.0.1", tls.server) as port:
+        yield port, tls.client()
 
 
 async def _ask(socket_path: str, head: str) -> bytes:

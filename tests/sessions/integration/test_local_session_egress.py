@@ -11,49 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.tls_origin import hello_origin, make_tls
 from tests.sessions.integration.serving import Served, ironflow
 
 from ironflow import egress, errors
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions
-from ironflow.testing import _kubeenv_pki as pki
 
 pytestmark = [
     pytest.mark.bwrap,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
 ]
-HELLO = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
 
 
 @pytest.fixture
 async def origin_port(tmp_path: Path) -> AsyncIterator[int]:
-    keys = pki.new_pki(extra_ips=("127.0.0.2",))
-    (tmp_path / "cert.pem").write_bytes(keys.admin.cert_pem)
-    (tmp_path / "key.pem").write_bytes(keys.admin.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(HELLO)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.2", 0, ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
+    async with hello_origin("127.0.0.2", make_tls(tmp_path, extra_ips=("127.0.0.2",)).server) as port:
+        yield port
 
 
 def _allow(*rules: str) -> egress.EgressPolicy:
