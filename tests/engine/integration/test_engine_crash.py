@@ -70,6 +70,20 @@ async def run_status(store: Store, run_id: str) -> model.RunStatus | None:
     return run.status if run is not None and run.finished else None
 
 
+async def sigkill_in_step_slow(store_url: str, log: Path) -> int:
+    """Start a worker, SIGKILL it once it invoked step ``slow`` (its run's lease then lapses); its pid."""
+    with worker_process(store_url, str(log), "60") as first:
+        await eventually(
+            lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)),
+            limit_s=20,
+            interval_s=0.05,
+            what="the first worker to invoke step slow",
+        )
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=5)
+    return first.pid
+
+
 async def test_a_killed_workers_run_is_finished_by_another_without_repeating_steps(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -82,15 +96,7 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
         await store.create_run(
             model.RunRecord(id=run_id, workflow=f"{WORKFLOWS}:linear", input={"steps": ["one", "two", "slow", "four"]})
         )
-        with worker_process(store_url, str(log), "60") as first:
-            await eventually(
-                lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)),
-                limit_s=20,
-                interval_s=0.05,
-                what="the first worker to invoke step slow",
-            )
-            os.kill(first.pid, signal.SIGKILL)
-            first.wait(timeout=5)
+        first_pid = await sigkill_in_step_slow(store_url, log)
         with worker_process(store_url, str(log), "0") as second:
             status = await eventually(
                 lambda: run_status(store, run_id), limit_s=20, interval_s=0.05, what="the run to finish"
@@ -106,7 +112,7 @@ async def test_a_killed_workers_run_is_finished_by_another_without_repeating_ste
     assert run.output == ["done one", "done two", "done slow", "done four"]
     assert run.attempt == 2
     events = read_events(log)
-    first_events = [e for e in events if e["pid"] == first.pid]
+    first_events = [e for e in events if e["pid"] == first_pid]
     second_events = [e for e in events if e["pid"] == second_pid]
     assert [(e["event"], e.get("step")) for e in first_events] == [
         ("release", None),
@@ -149,15 +155,7 @@ async def test_a_run_past_its_deadline_across_a_worker_sigkill_fails_once_and_ru
                 deadline_at=deadline_at,
             )
         )  # fmt: skip
-        with worker_process(store_url, str(log), "60") as first:
-            await eventually(
-                lambda: any(e["event"] == "invoke" and e["step"] == "slow" for e in read_events(log)),
-                limit_s=20,
-                interval_s=0.05,
-                what="the first worker to invoke step slow",
-            )
-            os.kill(first.pid, signal.SIGKILL)
-            first.wait(timeout=5)
+        first_pid = await sigkill_in_step_slow(store_url, log)
         await asyncio.sleep(max(0.0, deadline_at - time.time()) + 0.2)
         with worker_process(store_url, str(log), "0") as second:
             status = await eventually(
@@ -177,7 +175,7 @@ async def test_a_run_past_its_deadline_across_a_worker_sigkill_fails_once_and_ru
     assert run.error["type"] == "RunDeadlineExceeded"
     assert run.attempt == 2
     events = read_events(log)
-    dead_pod = [e for e in events if e["pid"] == first.pid][-1]["pod"]
+    dead_pod = [e for e in events if e["pid"] == first_pid][-1]["pod"]
     # The new attempt only releases the run (the dead attempt's pod goes), and runs no step.
     assert [(e["event"], e.get("deleted")) for e in events if e["pid"] == second_pid] == [("release", [dead_pod])]
     assert [e for e in events if e["pid"] == third_pid] == []
