@@ -46,7 +46,7 @@ async def _answer(grants: registry.MemoryRegistry, op: str, args: dict[str, Any]
     if op == "revoke_run":
         return await grants.revoke_run(args["run_id"])
     if op == "set_egress":
-        policy = tokens.parse_egress_change(json.dumps({"egress": args["egress"]}).encode()).egress
+        policy = None if args["egress"] is None else EgressPolicy.from_json(args["egress"])
         return await grants.set_egress(args["run_id"], args.get("step"), policy)
     if op == "purge_expired":
         return await grants.purge_expired(args["now"])

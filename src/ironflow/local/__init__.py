@@ -1,7 +1,7 @@
 """The local sandbox: agent steps and plain commands under bubblewrap or gVisor.
 
 Layers point one way: ``bwrap`` and ``gvisor`` render argv (pure); ``forwarder`` runs
-inside the sandbox (stdlib only); ``proxy_session`` serves the in-process auth proxy;
+inside the sandbox (stdlib only); ``step_proxy`` serves the in-process auth proxy;
 ``sandbox_config`` reads and checks the provider's settings; ``sandbox_provider`` (over it)
 starts, watches and tears down the sandbox; ``sessions`` keeps one open (the
 runtime inside; under gVisor its socket and bundle from ``sessions.gvisor_runtime``).

@@ -35,7 +35,7 @@ from ironflow.secrets import Secret
 if TYPE_CHECKING:
     from ironflow.auth_proxy import app
 
-__all__ = ["StepTokens", "proxy_session", "secret_session", "serves_egress", "step_session"]
+__all__ = ["StepTokens", "secret_session", "serves_egress", "step_session"]
 
 log = logging.getLogger("ironflow.local")
 
@@ -43,33 +43,6 @@ log = logging.getLogger("ironflow.local")
 def serves_egress(policy: egress_policy.EgressPolicy | None) -> bool:
     """Whether a step's policy opens anything (no allow rule: nothing to serve, and no proxy variables)."""
     return policy is not None and bool(policy.allow)
-
-
-@contextlib.asynccontextmanager
-async def proxy_session(
-    credential: environment.ProxyCredential,
-    *,
-    socket_path: str,
-    run_id: str | None,
-    step: str,
-    expires_in: float,
-    trace_context: str | None = None,
-    max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
-    egress: egress_policy.EgressPolicy | None = None,
-    egress_socket: str | None = None,
-) -> AsyncIterator[Secret]:
-    """Serve the proxy on ``socket_path`` and yield a token valid for ``expires_in`` seconds (of run
-    ``run_id``, ``local`` without one); the token's ``trace_context`` (the step's ``traceparent``)
-    parents the proxy's request spans. With a policy that :func:`serves_egress`, the egress proxy
-    listens on ``egress_socket`` and the token's grant carries ``egress``."""
-    claude = tokens.ClaudeCredential(credential.kind, credential.value)
-    if not serves_egress(egress):
-        egress, egress_socket = None, None
-    async with (
-        _serving(socket_path, credential.upstream, None, max_connections, egress_socket) as running,
-        _token(running, claude, run_id or "local", step, expires_in, trace_context, egress) as token,
-    ):
-        yield token
 
 
 @dataclass(frozen=True)
@@ -108,7 +81,9 @@ async def step_session(
     egress_socket: str | None = None,
     on_egress: Callable[[str], None] | None = None,
 ) -> AsyncIterator[StepTokens]:
-    """As :func:`proxy_session` (without ``credential``: no Claude token), plus one token per relay in
+    """Serve the proxy on ``socket_path`` and yield the step's tokens, valid for ``expires_in`` seconds
+    (of run ``run_id``, ``local`` without one): the Claude credential's (none without ``credential``;
+    its ``trace_context``, the step's ``traceparent``, parents the proxy's request spans), one per relay in
     ``relayed``, and for an ``egress`` policy that opens something an egress-only token (never the
     Claude token: the proxy URL every tool in the sandbox sees reaches nothing but the egress proxy);
     ``relay_upstream`` as ``secret_upstream`` of :func:`secret_session`."""
@@ -149,7 +124,7 @@ async def secret_session(
     secret_upstream: str | None = None,
     max_connections: int = limits.DEFAULT_LIMITS.proxy_connections,
 ) -> AsyncIterator[Secret]:
-    """As :func:`proxy_session`, for a proxied secret relayed under ``/r/<host>/`` (a git host's
+    """As :func:`step_session`, one token for a proxied secret relayed under ``/r/<host>/`` (a git host's
     token for a workspace); ``secret_upstream`` sends ``/r/<host>/…`` to ``<secret_upstream>/<host>/…``
     instead of ``https://<host>/…`` (a mirror, or a test's loopback server)."""
     async with (
