@@ -281,3 +281,35 @@ async def test_local_sandbox_sessions_refuse_relays_rather_than_drop_them(tmp_pa
     provider = sandbox_provider.LocalSandboxProvider(relays=(relay,))
     with pytest.raises(errors.ConfigError, match="sandbox sessions do not get them yet"):
         await provider.sessions(state_dir=str(tmp_path)).open()
+
+
+@pytest.mark.parametrize(
+    ("isolation", "tool", "covered"),
+    [
+        ("bwrap", "/tmp/cache/ironflow/claude-code/2.1.332/bin/claude", "/tmp"),
+        ("gvisor", "/tmp/cache/ironflow/claude-code/2.1.332/bin/claude", "/tmp"),
+        ("bwrap", "/home/claude/.local/lib/claude-code/cli.js", "/home/claude"),
+        ("gvisor", "/var/tmp/claude-code/bin/claude", "/var/tmp"),
+    ],
+)
+def test_a_tool_the_sandbox_would_hide_is_refused_in_one_line_naming_it(
+    tmp_path: Path, isolation: environment.Isolation, tool: str, covered: str
+) -> None:
+    """Claude Code installed under /tmp (an XDG_CACHE_HOME there) was refused as a "read-only volume"
+    the user never gave; under gVisor it would have been hidden by the sandbox's own tmpfs."""
+    shape = argv.SandboxShape(isolation, (), 1 << 20, 1 << 20, None, None)
+    with pytest.raises(errors.ConfigError) as caught:
+        argv.render(
+            shape, ("true",), tmp=str(tmp_path), working_dir=None, mounts=(), proxy_socket=None, env={},
+            extra_tools=(tool,),
+        )  # fmt: skip
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"'{tool}' lies under '{covered}'" in message
+    assert "XDG_CACHE_HOME" in message
+
+
+@pytest.mark.parametrize("tool", ["/usr/local/bin/claude", "/opt/claude-code/bin/claude", "/root/.cache/cc/cli.js"])
+def test_a_tool_outside_what_the_sandbox_replaces_is_accepted(tool: str) -> None:
+    for isolation in ("bwrap", "gvisor"):
+        assert argv.tool_problem(isolation, tool) is None

@@ -39,6 +39,7 @@ __all__ = [
     "raise_if_sandbox_failed",
     "render",
     "sandbox_fds",
+    "tool_problem",
     "which",
 ]
 
@@ -110,6 +111,29 @@ def mount_problem(isolation: environment.Isolation, mount: bwrap.ReadOnlyMount) 
     return None
 
 
+def tool_problem(isolation: environment.Isolation, tool: str) -> str | None:
+    """Why the step cannot run host ``tool`` (Claude Code, the relay's Python) where it is, or None.
+
+    A tool is shown at its own path; under a path the sandbox replaces with its own (``/tmp``, its
+    home, ``/run/ironflow``; under gVisor also ``/home``, ``/var/tmp``, ``/run``) it would be hidden.
+
+    >>> tool_problem("bwrap", "/tmp/cache/ironflow/claude-code/2.1.332/bin/claude").split(",")[0]
+    "'/tmp/cache/ironflow/claude-code/2.1.332/bin/claude' lies under '/tmp'"
+    >>> tool_problem("bwrap", "/usr/bin/python3") is None
+    True
+    """
+    root = environment.tool_root(tool) if environment.hidden_from_sandbox(tool) else tool
+    norm = os.path.normpath(root)
+    covered = [*layout.RESERVED_MOUNT_PATHS, *(gvisor.SETUP_TMPFS if isolation == "gvisor" else ())]
+    under = next((c for c in covered if norm == c or norm.startswith(c + "/")), None)
+    if under is None or under in layout.SANDBOX_PATH_DIRS:  # /usr/bin and the like: the host's, read-only
+        return None
+    return (
+        f"'{tool}' lies under '{under}', which every sandbox replaces with its own: install it elsewhere "
+        f"(scripts/install puts Claude Code under XDG_CACHE_HOME, so an XDG_CACHE_HOME outside '{under}')"
+    )
+
+
 def which(name: str) -> str:
     found = shutil.which(name)
     if found is None:
@@ -150,6 +174,10 @@ def render(
     python = os.path.realpath(sys.executable)
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
+    for tool in tools:  # under gVisor the relay's Python runs outside it
+        problem = tool_problem("bwrap" if tool == python else shape.isolation, tool)
+        if problem is not None:
+            raise errors.ConfigError(problem)
     if shape.isolation == "gvisor":
         run_dir = _run_dir(tmp)  # the bundle's place, checked before any binary is looked up
         # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
