@@ -21,6 +21,7 @@ __all__ = [
     "COMPONENT_ENVIRONMENT",
     "COMPONENT_JOB_RUN",
     "COMPONENT_POD_RUN",
+    "COMPONENT_POD_UP",
     "COMPONENT_PROMPT_DATA",
     "COMPONENT_SANDBOX_CLAIM",
     "COMPONENT_SANDBOX_SESSION",
@@ -46,6 +47,7 @@ __all__ = [
     "RUNNER_SELECTOR",
     "SANDBOX_CLAIM_SELECTOR",
     "SANDBOX_SESSION_SELECTOR",
+    "SERVICE_PORT_NAMES",
     "expires_at",
     "is_dns_label",
     "is_dns_subdomain",
@@ -83,6 +85,11 @@ COMPONENT_CLAUDE_RUNNER: Final = "claude-runner"
 COMPONENT_PROMPT_DATA: Final = "prompt-data"
 COMPONENT_POD_RUN: Final = "pod-run"
 COMPONENT_JOB_RUN: Final = "job-run"
+#: A run's service pod (``PodUp``: a database for the agent's tests).
+COMPONENT_POD_UP: Final = "pod-up"
+#: The container port names a ``PodUp`` gives its declared ports, in order: the rendered
+#: NetworkPolicies open these names (a policy's named port is each pod's own), nothing else.
+SERVICE_PORT_NAMES: Final = tuple(f"svc-{i}" for i in range(8))
 COMPONENT_ENVIRONMENT: Final = "environment"
 #: The agent-sandbox SandboxClaims ironflow creates (one per step).
 COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"

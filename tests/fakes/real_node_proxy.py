@@ -341,6 +341,18 @@ async def connect(api: k8s.KubeApi, namespace: str, pod: str, host: str, port: i
     return done.stdout.decode().strip() or f"probe failed: {done.stderr.decode()[-500:]}"
 
 
+async def opens(api: k8s.KubeApi, ns: str, pod: str, host: str, port: int, *, limit_s: float = 20.0) -> None:
+    """An allowed connection from ``pod`` opens, retried briefly (kube-router may refuse a new pod's
+    first connection while its ipsets sync: fail closed); a refusal is never retried into a pass."""
+    seen: list[str] = []
+
+    async def opened() -> bool:
+        seen.append(await connect(api, ns, pod, host, port, wait_s=2))
+        return seen[-1] == "open"
+
+    await eventually(opened, limit_s=limit_s, interval_s=0.5, what=lambda: f"{pod} -> {host}:{port} open: {seen}")
+
+
 async def http_status(
     api: k8s.KubeApi,
     namespace: str,

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.cluster import documents, network, proxy_address, setup, workloads
+from ironflow.cluster import documents, network, proxy_address, service_network, setup, workloads
 
 __all__ = [
     "AUTH_PROXY_FILE",
@@ -79,6 +79,7 @@ def kustomize_resources(*, with_auth_proxy: bool) -> list[str]:
         "networkpolicy-deny-all.yaml",
         "networkpolicy-egress-dns.yaml",
         "networkpolicy-egress-auth-proxy.yaml",
+        "networkpolicy-service-pods.yaml",
         "managed-settings.yaml",
         PROFILE_DIR,
     ]
@@ -133,6 +134,7 @@ def example_files(
         "networkpolicy-egress-dns.yaml": network.plain_dns(top),
         "networkpolicy-egress-anthropic.yaml": network.plain_anthropic(direct),
         "networkpolicy-egress-auth-proxy.yaml": network.plain_auth_proxy(top),
+        "networkpolicy-service-pods.yaml": service_network.policies(config.namespace),
         "cilium-egress-anthropic.yaml": network.cilium_anthropic(direct),
         "cilium-egress-auth-proxy.yaml": network.cilium_auth_proxy(top),
         "runtimeclass-gvisor.yaml": setup.runtime_class(),

@@ -118,7 +118,7 @@ def template_parts(c: setup.ClusterSetup) -> dict[str, list[documents.Document]]
         "worker-rbac.yaml": setup.worker_rbac(c),
         "check-rbac.yaml": setup.check_rbac(c) if c.check_rbac else [],
         "agent-sandbox-rbac.yaml": setup.agent_sandbox_rbac(c) if c.agent_sandbox_rbac else [],
-        "network-policies.yaml": setup.deny_all(c) + network.egress(setup.topology(c), cilium=c.cilium),
+        "network-policies.yaml": setup.network_policies(c),
         "runtimeclass.yaml": setup.runtime_class() if c.gvisor else [],
         "managed-settings.yaml": setup.managed_settings(c),
         "auth-proxy.yaml": setup.workloads_documents(dataclasses.replace(c, worker_deployment=None)),

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.cluster import claude_settings, documents, network, proxy_address, workloads
+from ironflow.cluster import claude_settings, documents, network, proxy_address, service_network, workloads
 from ironflow.cluster.network import EgressProfile
 
 __all__ = [
@@ -383,6 +383,12 @@ def deny_all(config: ClusterSetup) -> list[documents.Document]:
     ]
 
 
+def network_policies(config: ClusterSetup) -> list[documents.Document]:
+    """The default deny, the egress variant's openings, and the service pods' (``PodUp``)."""
+    egress = network.egress(topology(config), cilium=config.cilium)
+    return deny_all(config) + egress + service_network.policies(config.namespace)
+
+
 def runtime_class() -> list[documents.Document]:
     body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": _meta(GVISOR_RUNTIME_CLASS)}
     body["handler"] = "runsc"
@@ -424,7 +430,7 @@ def render_documents(config: ClusterSetup, *, profile: Mapping[str, str] | None 
         docs += check_rbac(config)
     if config.agent_sandbox_rbac:
         docs += agent_sandbox_rbac(config)
-    docs += deny_all(config) + network.egress(topology(config), cilium=config.cilium)
+    docs += network_policies(config)
     if config.gvisor:
         docs += runtime_class()
     docs += managed_settings(config)

@@ -1,10 +1,11 @@
-"""Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command pods.
+"""Kubernetes: the ephemeral agent pod, its settings, and running it; plain-command and service pods.
 
 Layering: ``settings``, ``builders``, ``provider_file``, ``hardening``, ``step_manifests``,
-``step_objects``, ``environments`` and ``commands.specs`` are pure (values in, dicts out);
+``step_objects``, ``environments``, ``commands.specs`` and ``commands.service_specs`` are pure (values in, dicts out);
 ``builders`` is the fluent face over ``ProviderSettings`` that ``pod_provider`` inherits and
 adds rendering and ``run`` to; ``step_runs`` (the ``StepRunner``),
-``pods``, ``pod_wait``, ``cleanup``, ``reaper`` and ``commands.execution`` do the I/O through
+``pods``, ``pod_wait``, ``cleanup``, ``reaper``, ``commands.execution`` and ``commands.service_start``
+do the I/O through
 :mod:`ironflow.kube`.
 Nothing pure imports an I/O module.
 """
@@ -30,6 +31,8 @@ from ironflow.labels import (
 if TYPE_CHECKING:
     from ironflow.k8s.commands.execution import PodRunOutput
     from ironflow.k8s.commands.pod_runs import JobRun, PodRun
+    from ironflow.k8s.commands.pod_ups import PodUp, Readiness
+    from ironflow.k8s.commands.service_start import ServicePod
     from ironflow.k8s.pod_provider import K8sEphemeralProvider
 
 __all__ = [
@@ -48,8 +51,11 @@ __all__ = [
     "K8sResources",
     "PodRun",
     "PodRunOutput",
+    "PodUp",
     "ProviderSettings",
+    "Readiness",
     "SandboxSettings",
+    "ServicePod",
     "Toleration",
     "sanitize_label_value",
 ]
@@ -57,8 +63,9 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "commands": ("JobRun", "PodRun"),
+        "commands": ("JobRun", "PodRun", "PodUp", "Readiness"),
         "commands.execution": ("PodRunOutput",),
+        "commands.service_start": ("ServicePod",),
         "pod_provider": ("K8sEphemeralProvider",),
     },
 )

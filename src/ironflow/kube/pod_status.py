@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["exit_code", "phase", "pod_finished", "pod_started", "progress"]
+__all__ = ["end_reason", "exit_code", "phase", "pod_finished", "pod_ready", "pod_started", "progress"]
 
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
@@ -26,6 +26,33 @@ def exit_code(pod: Mapping[str, Any] | None, container: str) -> int | None:
             code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
             return code if isinstance(code, int) and not isinstance(code, bool) else None
     return None
+
+
+def end_reason(pod: Mapping[str, Any] | None, container: str) -> str | None:
+    """Why the pod ended, as the cluster says: the pod's own reason (``DeadlineExceeded``,
+    ``Evicted``) first, else ``container``'s terminated reason (``Completed``, ``Error``,
+    ``OOMKilled``); None while neither is recorded.
+
+    >>> end_reason({"status": {"containerStatuses": [{"name": "c", "state":
+    ...     {"terminated": {"exitCode": 7, "reason": "Error"}}}]}}, "c")
+    'Error'
+    """
+    status = (pod or {}).get("status") or {}
+    if status.get("reason"):
+        return str(status["reason"])
+    for found in status.get("containerStatuses") or ():
+        if found.get("name") == container:
+            reason = ((found.get("state") or {}).get("terminated") or {}).get("reason")
+            return str(reason) if reason else None
+    return None
+
+
+def pod_ready(pod: Mapping[str, Any] | None) -> bool:
+    """True while the pod's ``Ready`` condition is true (its readiness probe passes)."""
+    for cond in ((pod or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
 
 
 def pod_finished(pod: Mapping[str, Any] | None) -> bool:

@@ -173,6 +173,12 @@ class Kubelet:
             if value is not None:
                 status[key] = value
         containers = [c.get("name", "") for c in new.get("spec", {}).get("containers", [])]
+        if phase in ("Running", *TERMINAL):  # as a kubelet without probes: Ready while it runs
+            status.setdefault("podIP", "10.0.0.2")
+            status["conditions"] = [
+                {"type": t, "status": "True" if phase == "Running" else "False", "lastTransitionTime": store_mod.now()}
+                for t in ("Ready", "ContainersReady")
+            ]
         if phase == "Running":
             new["spec"].setdefault("nodeName", "kube-test-node")
             status.setdefault("startTime", store_mod.now())

@@ -32,9 +32,29 @@ def test_default_renders_plain_policies_and_no_proxy_namespace() -> None:
         "default-deny-all",
         "claude-runner-egress-dns",
         "claude-runner-egress-https",
+        "ironflow-service-pods",
+        "claude-runner-egress-service-pods",
     }
     assert not _by_kind(objects, "CiliumNetworkPolicy")
     assert not _by_kind(objects, "RuntimeClass")
+
+
+@pytest.mark.parametrize("cilium", [False, True])
+def test_every_variant_opens_service_pods_to_agents_of_the_namespace_on_declared_ports_only(cilium: bool) -> None:
+    """Plain NetworkPolicies, which Cilium enforces too: service pods accept agents of their own
+    namespace (no namespaceSelector, no ipBlock) on the named ports, and get no egress."""
+    objects = setup.render(setup.ClusterSetup(namespace="agents", cilium=cilium))
+    policies = {o["metadata"]["name"]: o for o in _by_kind(objects, "NetworkPolicy")}
+    ports = [{"port": name, "protocol": "TCP"} for name in labels.SERVICE_PORT_NAMES]
+    agents = {"podSelector": {"matchLabels": {labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}}}
+    services = {"podSelector": {"matchLabels": {labels.LABEL_COMPONENT: labels.COMPONENT_POD_UP}}}
+    ingress = policies["ironflow-service-pods"]
+    assert ingress["metadata"]["namespace"] == "agents"
+    assert ingress["spec"] == {**services, "policyTypes": ["Ingress"], "ingress": [{"from": [agents], "ports": ports}]}
+    egress = policies["claude-runner-egress-service-pods"]
+    assert egress["spec"] == {**agents, "policyTypes": ["Egress"], "egress": [{"to": [services], "ports": ports}]}
+    opened = [p for p in policies.values() if services["podSelector"] == p["spec"]["podSelector"]]
+    assert [p["metadata"]["name"] for p in opened] == ["ironflow-service-pods"]  # nothing opens their egress
 
 
 def test_namespaces_come_first_so_a_plain_apply_creates_them_before_their_objects() -> None:

@@ -14,16 +14,18 @@ Skipped when the node's binaries or the runner, auth-proxy and worker images are
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import pytest
 from tests.fakes import real_node_proxy as rp
 
 from ironflow import labels
-from ironflow.cluster import network
+from ironflow.cluster import network, setup
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -66,9 +68,12 @@ asyncio.run(main())
 """
 
 
-def _model_objects(ns: str, image: str, key: Secret, bash: str = PROBE) -> list[dict[str, Any]]:
-    """The model server's Secret, Service and pod; its one Bash call runs ``bash``."""
-    argv = ["python", "-c", MODEL_SERVER, bash, str(MODEL_PORT)]
+def _model_objects(
+    ns: str, image: str, key: Secret, bash: str = PROBE, *, server: str = MODEL_SERVER
+) -> list[dict[str, Any]]:
+    """The model server's Secret, Service and pod; its one Bash call runs ``bash`` (``server``: the
+    script it plays, given ``bash`` and the port)."""
+    argv = ["python", "-c", server, bash, str(MODEL_PORT)]
     pod = rp.sleeper_pod("fake-model", image, ns, labels={"app": "fake-model"}, command="exec " + command_line(argv))
     (container,) = pod["spec"]["containers"]
     container["env"] = [{"name": "MODEL_KEY", "valueFrom": {"secretKeyRef": {"name": "model-key", "key": "key"}}}]
@@ -104,6 +109,27 @@ def _tool_results(log: str) -> tuple[list[dict[str, Any]], str]:
     return records, content if isinstance(content, str) else "\n".join(c.get("text", "") for c in content)
 
 
+@contextlib.asynccontextmanager
+async def model_behind_proxy(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], *, server: str = MODEL_SERVER
+) -> AsyncIterator[tuple[setup.ClusterSetup, rp.ProxyInCluster, str, Secret]]:
+    """Fresh namespaces, the offline model server playing ``server`` (serving), and the auth proxy
+    relaying to it: the rendered setup, the proxy, the model's namespace and the account's key."""
+    worker_image = need_image["worker"]
+    need_image["auth-proxy"]
+    suffix = uuid.uuid4().hex[:6]
+    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    model_ns = f"md-{suffix}"
+    key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
+    with rp.cluster_namespaces(real_node, config, model_ns):
+        real_node.apply_objects(_model_objects(model_ns, worker_image, key, server=server))
+        proxy = rp.deploy_auth_proxy(
+            real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
+        )
+        await _model_serving(node_api, model_ns)
+        yield config, proxy, model_ns, key
+
+
 def _upstream_opening(proxy_ns: str, model_ns: str, port: int = MODEL_PORT, name: str = "mirror") -> dict[str, Any]:
     """What an operator with a mirror adds: the rendered proxy egress opens only public :443."""
     return {
@@ -133,19 +159,8 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
 ) -> None:
     """With ``policies``: under the NetworkPolicies ironflow renders (agents reach only the proxy),
     enforced before the step starts, plus the proxy's opening to its upstream here."""
-    runner_image, worker_image = need_image["runner"], need_image["worker"]
-    need_image["auth-proxy"]
-    suffix = uuid.uuid4().hex[:6]
-    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
-    model_ns = f"md-{suffix}"
-    key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
-    with rp.cluster_namespaces(real_node, config, model_ns):
-        real_node.apply_objects(_model_objects(model_ns, worker_image, key))
-        proxy = rp.deploy_auth_proxy(
-            real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
-        )
-        await _model_serving(node_api, model_ns)
-
+    runner_image = need_image["runner"]
+    async with model_behind_proxy(real_node, node_api, need_image) as (config, proxy, model_ns, key):
         if policies:
             rp.enforce_policies(real_node, [*rp.network_policies(config), _upstream_opening(proxy.namespace, model_ns)])
 
@@ -156,7 +171,7 @@ async def test_an_agent_step_runs_claude_code_through_the_proxy_in_the_cluster(
         step = AgentConfig("Probe the sandbox.", allowed_tools=("Bash",)).account_lease(
             AccountLease("acct-1", "ANTHROPIC_API_KEY", key)
         )
-        scoped = step.scoped(f"run-{suffix}", "probe")
+        scoped = step.scoped(f"run-{uuid.uuid4().hex[:6]}", "probe")
         result, took = await rp.run_step(real_node, proxy, provider.settings, node_api, scoped)
         assert result.text == "Probed."
         records, output = _tool_results(await node_api.read_log(model_ns, "fake-model"))

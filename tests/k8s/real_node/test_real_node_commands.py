@@ -1,7 +1,8 @@
 """``PodRun``, ``JobRun`` and ``ironflow exec --backend k8s`` on the real node: the command runs in
 the runner image under Pod Security ``restricted``, its exit code and its log come back as the
 container wrote them (a failing command is a result, not an error), and its pod or Job is gone
-after. The kwok tier (``test_k8s_runtime_ops.py``, ``test_k8s_runtime_cli_exec.py``) fakes the
+after. A ``PodRun`` reads stdin written over ``pods/exec`` and writes to its scratch volume, on
+runc and gVisor. The kwok tier (``test_k8s_runtime_ops.py``, ``test_k8s_runtime_cli_exec.py``) fakes the
 container; here the kubelet runs it. Skipped when the node's binaries or the runner image are
 missing.
 """
@@ -9,6 +10,7 @@ missing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
@@ -93,4 +95,28 @@ async def test_ironflow_exec_prints_the_commands_output_and_exits_with_its_code(
     assert failed.returncode == 7, failed.stderr
     assert failed.stdout == "oops\n"
     assert failed.stderr.startswith("error: the command exited with 7 in pod exec-")
+    await nothing_left(node_api, node_ns)
+
+
+#: Reads stdin to the scratch volume, says its size and digest, and that the root is read-only.
+FEED = (
+    "cat > /scratch/in; wc -c < /scratch/in; sha256sum < /scratch/in | cut -c1-64; "
+    "if touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi; exit 5"
+)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_a_pod_run_reads_its_stdin_and_writes_to_its_scratch_volume(
+    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
+) -> None:
+    """More than one exec frame (256 KiB) and one pipe buffer of stdin, through the FIFO, into a
+    sized scratch volume under a read-only root; the exit code comes back with its end reason."""
+    data = os.urandom(300 * 1024)
+    run = PodRun("feed", need_image["runner"], FEED).namespace(node_ns).restricted(read_only_root=True)
+    run = run.stdin(data).scratch("/scratch", "16Mi").timeout(TIMEOUT_S)
+    if runtime == "gvisor":
+        run = run.runtime_class("gvisor")
+    out = await run.run(node_api)
+    assert (out.success, out.exit_code, out.reason) == (False, 5, "Error"), out
+    assert out.logs.splitlines() == [str(len(data)), hashlib.sha256(data).hexdigest(), "root-read-only"]
     await nothing_left(node_api, node_ns)

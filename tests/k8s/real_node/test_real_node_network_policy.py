@@ -43,17 +43,6 @@ def _service(name: str, namespace: str, selector: dict[str, str]) -> dict[str, A
     }
 
 
-async def _open(api: k8s.KubeApi, ns: str, pod: str, host: str, port: int, *, limit_s: float = 20.0) -> None:
-    """An allowed connection opens, retried briefly (a new pod's first may fail closed)."""
-    seen: list[str] = []
-
-    async def opened() -> bool:
-        seen.append(await rp.connect(api, ns, pod, host, port, wait_s=2))
-        return seen[-1] == "open"
-
-    await eventually(opened, limit_s=limit_s, interval_s=0.5, what=lambda: f"{pod} -> {host}:{port} open: {seen}")
-
-
 async def _proxy_answers(api: k8s.KubeApi, ns: str, pod: str, url: str, *, limit_s: float = 20.0) -> None:
     seen: list[str] = []
 
@@ -116,13 +105,13 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
 
         # Without the policies every connection opens: the test can fail.
         for host, port in forbidden.values():
-            await _open(node_api, ag, "agent", host, port)
+            await rp.opens(node_api, ag, "agent", host, port)
         for ns, pod in [(ag, "agent"), (wk, "worker")]:
             await _proxy_answers(node_api, ns, pod, proxy.url)
         for ns, pod in strangers.values():
             for host, port in proxy_addresses:
-                await _open(node_api, ns, pod, host, port)
-        await _open(node_api, wk, "worker", proxy_pod_ip, egress_port)
+                await rp.opens(node_api, ns, pod, host, port)
+        await rp.opens(node_api, wk, "worker", proxy_pod_ip, egress_port)
 
         started = time.monotonic()
         real_node.apply_objects(rp.network_policies(config))
@@ -135,8 +124,8 @@ async def test_rendered_policies_let_an_agent_reach_the_proxy_and_nothing_else(
 
         await _proxy_answers(node_api, ag, "agent", proxy.url)
         await _proxy_answers(node_api, wk, "worker", proxy.url)
-        await _open(node_api, ag, "agent", proxy_pod_ip, egress_port)
-        await _open(node_api, ag, "agent", proxy.cluster_ip, egress_port)
+        await rp.opens(node_api, ag, "agent", proxy_pod_ip, egress_port)
+        await rp.opens(node_api, ag, "agent", proxy.cluster_ip, egress_port)
         attempts = {f"agent to {what}": ("agent", ag, *where) for what, where in forbidden.items()}
         for what, (ns, pod) in strangers.items():
             for host, port in proxy_addresses:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ironflow import errors, labels, tracing
@@ -20,20 +22,33 @@ from ironflow.k8s import pod_wait, pods
 from ironflow.kube import api as kube
 from ironflow.kube import informer, pod_problems, pod_status
 
-__all__ = ["PodRunOutput", "run_job", "run_pod"]
+__all__ = ["PodRunOutput", "StdinFeed", "run_job", "run_pod"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class PodRunOutput:
     """How the command ended: ``phase`` is ``Succeeded`` or ``Failed``; logs are best effort.
 
-    ``exit_code`` is the container's, when the kubelet recorded one (None otherwise).
+    ``exit_code`` is the container's, when the kubelet recorded one (None otherwise);
+    ``reason`` the end reason the cluster gave with it (``Completed``, ``Error``,
+    ``DeadlineExceeded``...; see :func:`ironflow.kube.pod_status.end_reason`).
     """
 
     success: bool
     logs: str
     phase: str
     exit_code: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StdinFeed:
+    """The exec that writes a PodRun's stdin into its pod, and the bytes (never shown)."""
+
+    argv: tuple[str, ...]
+    data: bytes = field(repr=False)
 
 
 def _job_outcome(job: Mapping[str, Any]) -> str | None:
@@ -64,17 +79,40 @@ async def _create(api: kube.KubeApi, resource: kube.Resource, body: dict[str, An
         raise
 
 
+async def _feed_stdin(
+    api: kube.KubeApi, namespace: str, name: str, feed: StdinFeed, timeout_s: float, grace: pod_problems.PullGrace
+) -> None:
+    """Once the pod runs, write its stdin over ``pods/exec`` (returns when the command has it all,
+    or has ended without reading it)."""
+    timeout = f"pod '{name}' did not read its stdin within {timeout_s:g}s"
+    deadline = time.monotonic() + timeout_s
+    pod = await pod_wait.wait_for(api, namespace, name, pod_status.pod_started, timeout_s, grace)
+    if pod is None:
+        raise errors.OperationTimeout(timeout)
+    if pod_status.pod_finished(pod):
+        return  # it ended before reading: its end says why
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            done = await api.exec(namespace, name, feed.argv, container=name, stdin=feed.data)
+    except TimeoutError:
+        raise errors.OperationTimeout(timeout) from None
+    if done.exit_code != 0:  # e.g. the command exited unread: its own end is the result
+        _log.debug("stdin writer in pod %s/%s exited %d", namespace, name, done.exit_code)
+
+
 async def run_pod(
     api: kube.KubeApi,
     body: dict[str, Any],
     *,
     timeout_s: float,
     image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S,
+    stdin: StdinFeed | None = None,
 ) -> PodRunOutput:
     """Create the pod ``body`` renders, wait for its end on the shared watch, read logs, delete it.
 
     A pod that cannot start or that the node stopped ends the wait at once with the cluster's
-    reason (:func:`ironflow.k8s.pod_wait.wait_for`), as a step's pod does.
+    reason (:func:`ironflow.k8s.pod_wait.wait_for`), as a step's pod does. ``stdin`` is written
+    once the pod runs; the timeout bounds that and the run together.
     """
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     with tracing.span("ironflow.sandbox", backend="k8s", namespace=namespace, pod=name) as span:
@@ -82,14 +120,19 @@ async def run_pod(
             await _create(api, kube.PODS, body)
         try:
             grace = pod_problems.PullGrace(image_pull_grace_s)
-            pod = await pod_wait.until_finished(api, namespace, name, timeout_s, grace)
+            deadline = time.monotonic() + timeout_s
+            if stdin is not None:
+                await _feed_stdin(api, namespace, name, stdin, timeout_s, grace)
+            left = max(0.0, deadline - time.monotonic())
+            pod = await pod_wait.until_finished(api, namespace, name, left, grace)
             if pod is None:
                 raise errors.OperationTimeout(f"pod '{name}' did not finish within {timeout_s:g}s")
             phase = pod_status.phase(pod)
             logs = await pods.read_log_quietly(api, namespace, name)
             code = pod_status.exit_code(pod, name)  # the container is named as the pod
+            reason = pod_status.end_reason(pod, name)
             span.set(phase=phase, exit_code=code)
-            return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
+            return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code, reason=reason)
         finally:
             await pods.delete_quietly(api, kube.PODS, namespace, name, expires_at=_expiry_of(body))
 
@@ -177,7 +220,7 @@ async def run_job(
         if job is None:
             raise errors.OperationTimeout(f"job '{name}' did not finish within {timeout_s:g}s")
         phase = _job_outcome(job) or "Unknown"
-        logs, code = "", None
+        logs, code, reason = "", None, None
         try:
             job_pods = (await api.list(kube.PODS, namespace, label_selector=f"job-name={name}")).items
         except errors.KubernetesError:
@@ -187,6 +230,7 @@ async def run_job(
             last = max(job_pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
             logs = await pods.read_log_quietly(api, namespace, str(last["metadata"]["name"]))
             code = pod_status.exit_code(last, name)
-        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code)
+            reason = pod_status.end_reason(last, name)
+        return PodRunOutput(success=phase == "Succeeded", logs=logs, phase=phase, exit_code=code, reason=reason)
     finally:
         await pods.delete_quietly(api, kube.JOBS, namespace, name, background=True, expires_at=_expiry_of(body))

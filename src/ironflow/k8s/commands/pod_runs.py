@@ -171,6 +171,20 @@ class PodRun(_Builders):
             raise errors.ConfigError("env var name must not be empty")
         return self._set(env=(*self.settings.env, (name, value)))
 
+    def stdin(self, data: bytes) -> PodRun:
+        """The command's stdin: ``data`` then EOF. Never in the pod spec or a ConfigMap (it may be
+        large or secret): ``run()`` writes it over ``pods/exec`` once the pod runs, so the worker
+        needs ``pods/exec`` and the image ``mkfifo`` and ``head``."""
+        if not isinstance(data, bytes):
+            raise errors.ConfigError(f"stdin must be bytes, got {type(data).__name__}")
+        return self._set(stdin=data)
+
+    def scratch(self, mount_path: str, size_limit: str = "1Gi", *, memory: bool = False) -> PodRun:
+        """A writable ``emptyDir`` at ``mount_path`` (also under a read-only root), at most
+        ``size_limit``; ``memory`` keeps it in RAM. Named ``scratch``, ``scratch-1``... in call order."""
+        volume = specs.ScratchVolume(mount_path, size_limit, memory)
+        return self._set(scratch=(*self.settings.scratch, volume))
+
     # -- rendering --
 
     def input(self) -> dict[str, str]:
@@ -188,6 +202,8 @@ class PodRun(_Builders):
     async def run(self, api: kube.KubeApi | None = None) -> execution.PodRunOutput:
         """Create the pod, wait for it to end on the shared watch, read logs, delete it.
 
+        With :meth:`stdin`, the bytes go over ``pods/exec`` once the pod runs (within the timeout).
+
         Raises:
             SandboxRefused, SandboxFailed: the pod cannot start or the node stopped it (a bad
                 image, a missing Secret, Unschedulable, OOMKilled, Evicted), at once, with the reason.
@@ -195,8 +211,9 @@ class PodRun(_Builders):
         """
         client = _need_api("PodRun", api or self.api)
         s = self.settings
+        feed = None if s.stdin is None else execution.StdinFeed(specs.stdin_writer(len(s.stdin)), s.stdin)
         return await execution.run_pod(
-            client, self.build_pod(), timeout_s=s.timeout_s, image_pull_grace_s=s.image_pull_grace_s
+            client, self.build_pod(), timeout_s=s.timeout_s, image_pull_grace_s=s.image_pull_grace_s, stdin=feed
         )
 
 

@@ -10,6 +10,11 @@ no other Service's address lands in its env.
 ``restricted`` adds what Pod Security ``restricted`` demands — non-root uid, no privilege
 escalation, every capability dropped, ``RuntimeDefault`` seccomp, no service-account
 token — from the agent pod's own posture (:mod:`ironflow.k8s.hardening`).
+
+A scratch volume is an ``emptyDir`` with a size limit, writable under a read-only root. Stdin
+never enters the manifest: a PodRun given stdin runs its command with a FIFO in a memory
+``emptyDir`` as stdin, and the bytes arrive after the pod starts over ``pods/exec`` stdin
+(:func:`stdin_writer`), as a session's clone token does.
 """
 
 from __future__ import annotations
@@ -18,19 +23,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.k8s import hardening
 from ironflow.kube import pod_problems, quantities
 
 __all__ = [
+    "STDIN_FIFO",
     "JobRunSettings",
     "PodRunSettings",
     "ResourceSpec",
+    "ScratchVolume",
     "SecuritySpec",
     "check_duration",
     "check_labels",
+    "check_mounts",
     "check_name",
     "check_path",
     "frozen",
@@ -38,7 +46,18 @@ __all__ = [
     "object_labels",
     "pod_manifest",
     "pvc_volume_name",
+    "restricted_container_security",
+    "restricted_pod_security",
+    "scratch_volume_name",
+    "stdin_writer",
 ]
+
+#: The FIFO a PodRun given stdin reads it from, in a memory ``emptyDir`` of its own.
+STDIN_FIFO: Final = "/ironflow-stdin/in"
+_STDIN_VOLUME: Final = "ironflow-stdin"
+#: Make the FIFO (or find the writer's), then run the command (``$0``) with it as stdin: the
+#: open blocks until the writer opens it, and the writer closing it is the command's EOF.
+_STDIN_SHELL: Final = f'mkfifo {STDIN_FIFO} 2>/dev/null; exec /bin/sh -c "$0" < {STDIN_FIFO}'
 
 
 @dataclass(frozen=True)
@@ -80,6 +99,47 @@ class SecuritySpec:
             raise errors.ConfigError("security run_as_user must be greater than 0: the pod runs as non-root")
 
 
+@dataclass(frozen=True)
+class ScratchVolume:
+    """An ``emptyDir`` mounted writable at ``mount_path``, at most ``size_limit`` (the kubelet
+    evicts the pod past it); ``memory`` puts it in RAM (counted against the memory limit)."""
+
+    mount_path: str
+    size_limit: str = "1Gi"
+    memory: bool = False
+
+    def __post_init__(self) -> None:
+        check_path(self.mount_path, what="scratch")
+        problem = quantities.quantity_problem("scratch size_limit", self.size_limit, example="1Gi")
+        if problem is not None:
+            raise errors.ConfigError(problem)
+        if quantities.quantity_value(self.size_limit) <= 0:
+            raise errors.ConfigError(f"scratch size_limit must be greater than zero, got '{self.size_limit}'")
+
+    def volume(self, name: str) -> dict[str, Any]:
+        empty_dir: dict[str, Any] = {"sizeLimit": self.size_limit}
+        if self.memory:
+            empty_dir["medium"] = "Memory"
+        return {"name": name, "emptyDir": empty_dir}
+
+
+def scratch_volume_name(index: int) -> str:
+    """``scratch`` for the first scratch volume, then ``scratch-1``, ``scratch-2``..."""
+    return "scratch" if index == 0 else f"scratch-{index}"
+
+
+def stdin_writer(size: int) -> tuple[str, ...]:
+    """The exec that writes the first ``size`` bytes of its own stdin into the command's FIFO.
+
+    ``pods/exec`` cannot close stdin, so the writer reads a known length and exits: its close
+    is the command's EOF. A command that exits unread ends it too (the write fails).
+
+    >>> stdin_writer(5)[-1]
+    'mkfifo /ironflow-stdin/in 2>/dev/null; head -c 5 > /ironflow-stdin/in'
+    """
+    return ("/bin/sh", "-c", f"mkfifo {STDIN_FIFO} 2>/dev/null; head -c {int(size)} > {STDIN_FIFO}")
+
+
 def pvc_volume_name(index: int) -> str:
     """``workspace`` for the first claim, then ``workspace-1``, ``workspace-2``..."""
     return "workspace" if index == 0 else f"workspace-{index}"
@@ -118,10 +178,20 @@ def check_duration(what: str, seconds: float) -> float:
     return float(seconds)
 
 
-def check_path(mount_path: str) -> None:
-    """A claim mounts at an absolute path."""
+def check_path(mount_path: str, *, what: str = "pvc") -> None:
+    """A volume mounts at an absolute path."""
     if not mount_path.startswith("/"):
-        raise errors.ConfigError(f"pvc mount_path must be absolute, got '{mount_path}'")
+        raise errors.ConfigError(f"{what} mount_path must be absolute, got '{mount_path}'")
+
+
+def check_mounts(kind: str, paths: list[str]) -> None:
+    """No two volumes at one path (nor at the stdin FIFO's directory)."""
+    seen: set[str] = set()
+    for path in paths:
+        norm = path.rstrip("/") or "/"
+        if norm in seen:
+            raise errors.ConfigError(f"{kind}: two volumes mount at '{path}'; give each its own path")
+        seen.add(norm)
 
 
 def _metadata(
@@ -147,8 +217,11 @@ def _container(
     resources: ResourceSpec | None,
     pvcs: tuple[tuple[str, str], ...],
     security_context: Mapping[str, Any] | None,
+    scratch: tuple[ScratchVolume, ...] = (),
+    stdin: bool = False,
 ) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name, "image": image, "command": ["/bin/sh", "-c", command]}
+    argv = ["/bin/sh", "-c", _STDIN_SHELL, command] if stdin else ["/bin/sh", "-c", command]
+    container: dict[str, Any] = {"name": name, "image": image, "command": argv}
     if working_dir:
         container["workingDir"] = working_dir
     if env:
@@ -156,16 +229,18 @@ def _container(
     rendered = resources.render() if resources else {}
     if rendered:
         container["resources"] = rendered
-    if pvcs:
-        container["volumeMounts"] = [
-            {"name": pvc_volume_name(i), "mountPath": path} for i, (_, path) in enumerate(pvcs)
-        ]
+    mounts = [{"name": pvc_volume_name(i), "mountPath": path} for i, (_, path) in enumerate(pvcs)]
+    mounts += [{"name": scratch_volume_name(i), "mountPath": v.mount_path} for i, v in enumerate(scratch)]
+    if stdin:
+        mounts.append({"name": _STDIN_VOLUME, "mountPath": STDIN_FIFO.rsplit("/", 1)[0]})
+    if mounts:
+        container["volumeMounts"] = mounts
     if security_context:
         container["securityContext"] = dict(security_context)
     return container
 
 
-def _restricted_pod(uid: int, spec: SecuritySpec | None) -> dict[str, Any]:
+def restricted_pod_security(uid: int, spec: SecuritySpec | None) -> dict[str, Any]:
     # The agent pod's posture (hardening), with a SecuritySpec's own group/fsGroup winning.
     out = hardening.pod_security_context(hardening.SandboxSettings(run_as_user=uid))
     if spec is not None and spec.run_as_user not in (None, uid):
@@ -179,7 +254,7 @@ def _restricted_pod(uid: int, spec: SecuritySpec | None) -> dict[str, Any]:
     return out
 
 
-def _restricted_container(uid: int, read_only_root: bool) -> dict[str, Any]:
+def restricted_container_security(uid: int, read_only_root: bool) -> dict[str, Any]:
     settings = hardening.SandboxSettings(run_as_user=uid, writable_root=not read_only_root)
     return {**hardening.container_security_context(settings), "runAsUser": uid}
 
@@ -198,10 +273,16 @@ def _check_restricted(kind: str, uid: int | None, escalation: bool | None, token
         )
 
 
-def _volumes(pvcs: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
-    return [
+def _volumes(
+    pvcs: tuple[tuple[str, str], ...], scratch: tuple[ScratchVolume, ...] = (), *, stdin: bool = False
+) -> list[dict[str, Any]]:
+    out = [
         {"name": pvc_volume_name(i), "persistentVolumeClaim": {"claimName": claim}} for i, (claim, _) in enumerate(pvcs)
     ]
+    out += [v.volume(scratch_volume_name(i)) for i, v in enumerate(scratch)]
+    if stdin:  # a FIFO takes no space: the limit only caps what else lands there
+        out.append({"name": _STDIN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    return out
 
 
 @dataclass(frozen=True)
@@ -228,6 +309,9 @@ class PodRunSettings:
     restricted_read_only_root: bool = False
     #: How long a failing image pull is tolerated (the kubelet retries it) before the run ends.
     image_pull_grace_s: float = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S
+    scratch: tuple[ScratchVolume, ...] = ()
+    #: Fed to the command after the pod starts, never rendered; may be secret, so never shown.
+    stdin: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -258,9 +342,12 @@ def object_labels(component: str, caller: Mapping[str, str]) -> dict[str, str]:
 def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now: int | None = None) -> dict[str, Any]:
     """The Pod manifest; ``now`` (unix seconds) fixes the expiry annotation."""
     _check_restricted("PodRun", s.restricted_uid, s.allow_privilege_escalation, s.automount_service_account_token)
+    stdin = s.stdin is not None
+    paths = [p for _, p in s.pvcs] + [v.mount_path for v in s.scratch]
+    check_mounts("PodRun", paths + ([STDIN_FIFO.rsplit("/", 1)[0]] if stdin else []))
     security_context: dict[str, Any] = {}
     if s.restricted_uid is not None:
-        security_context = _restricted_container(s.restricted_uid, s.restricted_read_only_root)
+        security_context = restricted_container_security(s.restricted_uid, s.restricted_read_only_root)
     elif s.allow_privilege_escalation is not None:
         security_context["allowPrivilegeEscalation"] = s.allow_privilege_escalation
     if s.security is not None and s.restricted_uid is None:
@@ -280,13 +367,15 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
                 resources=s.resources,
                 pvcs=s.pvcs,
                 security_context=security_context or None,
+                scratch=s.scratch,
+                stdin=stdin,
             )
         ],
         "restartPolicy": "Never",
         "enableServiceLinks": False,
     }
     if s.restricted_uid is not None:
-        spec["securityContext"] = _restricted_pod(s.restricted_uid, s.security)
+        spec["securityContext"] = restricted_pod_security(s.restricted_uid, s.security)
         spec["automountServiceAccountToken"] = False
         spec["terminationGracePeriodSeconds"] = hardening.STEP_TERMINATION_GRACE_S
     elif s.security is not None:
@@ -298,8 +387,8 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
         spec["nodeSelector"] = dict(s.node_selector)
     if s.image_pull_secret:
         spec["imagePullSecrets"] = [{"name": s.image_pull_secret}]
-    if s.pvcs:
-        spec["volumes"] = _volumes(s.pvcs)
+    if s.pvcs or s.scratch or stdin:
+        spec["volumes"] = _volumes(s.pvcs, s.scratch, stdin=stdin)
     if s.automount_service_account_token is not None:
         spec["automountServiceAccountToken"] = s.automount_service_account_token
     if s.active_deadline_seconds is not None:
@@ -328,7 +417,7 @@ def job_manifest(name: str, image: str, command: str, s: JobRunSettings, *, now:
         {"allowPrivilegeEscalation": s.allow_privilege_escalation} if s.allow_privilege_escalation is not None else None
     )
     if s.restricted_uid is not None:
-        security_context = _restricted_container(s.restricted_uid, s.restricted_read_only_root)
+        security_context = restricted_container_security(s.restricted_uid, s.restricted_read_only_root)
     pod_spec: dict[str, Any] = {
         "containers": [
             _container(
@@ -350,7 +439,7 @@ def job_manifest(name: str, image: str, command: str, s: JobRunSettings, *, now:
     if s.automount_service_account_token is not None:
         pod_spec["automountServiceAccountToken"] = s.automount_service_account_token
     if s.restricted_uid is not None:
-        pod_spec["securityContext"] = _restricted_pod(s.restricted_uid, None)
+        pod_spec["securityContext"] = restricted_pod_security(s.restricted_uid, None)
         pod_spec["automountServiceAccountToken"] = False
         pod_spec["terminationGracePeriodSeconds"] = hardening.STEP_TERMINATION_GRACE_S
     spec: dict[str, Any] = {
