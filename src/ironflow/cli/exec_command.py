@@ -2,7 +2,8 @@
 
 Locally over :meth:`~ironflow.local.sandbox_provider.LocalSandboxProvider.run_command`; with
 ``--backend k8s``, a ``PodRun`` shaped by the provider file (see
-:func:`ironflow.k8s.commands.pod_runs.exec_pod_run`); it does not run on agent-sandbox. It passes
+:func:`ironflow.k8s.commands.pod_runs.exec_pod_run`), piped stdin written over ``pods/exec``;
+it does not run on agent-sandbox. It passes
 the command's exit code through (on k8s, whose pod reports only its phase, a failed command is 1)
 and reports a timed-out command as a failed step (1). No network unless ``--allow-host``,
 ``--egress-profile``, ``--egress`` or the provider file's ``egress:`` open the egress proxy (local
@@ -52,10 +53,11 @@ async def _run_pod(
 
 def _exec_k8s(
     argv: list[str], provider_file: Path | None, timeout: float, spec: Workspace | None, patch: str | None,
-    output: ResultFormat,
+    output: ResultFormat, stdin: bytes | None,
 ) -> NoReturn:  # fmt: skip
     """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
-    git workspace, if given); exit like local."""
+    git workspace, if given); exit like local. Piped ``stdin`` goes over ``pods/exec`` once the
+    pod runs; none or empty is the same to the command (a pod's stdin is empty by default)."""
     from ironflow.k8s.commands import pod_runs
     from ironflow.k8s.workspaces import command_pods
 
@@ -72,6 +74,8 @@ def _exec_k8s(
         run = pod_runs.exec_pod_run(
             settings, argv, timeout_s=timeout, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
+        if stdin:
+            run = run.stdin(stdin)
         with agent.progress(
             f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()
         ):
@@ -183,8 +187,9 @@ def exec_command(
             egress_profile,
             egress_file,
         )
-        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output)
     given = ws.read_stdin(stdin)
+    if backend is Backend.K8S:
+        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output, given)
     # Text output streams as the command writes it; -o json holds it for the one document at the end.
     streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
     found = egress_cli.local_file(provider_file)

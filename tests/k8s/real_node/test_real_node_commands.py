@@ -69,16 +69,17 @@ async def test_a_failing_command_is_a_result_with_its_own_exit_code_and_log(
     await nothing_left(node_api, node_ns)
 
 
-def _exec(real_node: RealNodeEnv, tmp_path: Path, ns: str, image: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``ironflow exec --backend k8s`` as a user runs it: a provider file, ``$KUBECONFIG``."""
+def _exec(
+    real_node: RealNodeEnv, tmp_path: Path, ns: str, image: str, *argv: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``ironflow exec --backend k8s`` as a user runs it: a provider file, ``$KUBECONFIG``, ``stdin`` piped."""
     provider = tmp_path / "provider.yaml"
     provider.write_text(f"image: {image}\nsandboxed: true\nnamespace: {ns}\n")
     env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig_path), "PYTHONPATH": str(ROOT / "src")}
     args = ["exec", "--backend", "k8s", "--provider", str(provider), "--timeout", str(TIMEOUT_S), "--", *argv]
     main = "from ironflow.cli.app import main; main()"
-    return subprocess.run(
-        [sys.executable, "-c", main, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S + 60
-    )
+    command = [sys.executable, "-c", main, *args]
+    return subprocess.run(command, env=env, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S + 60)
 
 
 async def test_ironflow_exec_prints_the_commands_output_and_exits_with_its_code(
@@ -95,6 +96,11 @@ async def test_ironflow_exec_prints_the_commands_output_and_exits_with_its_code(
     assert failed.returncode == 7, failed.stderr
     assert failed.stdout == "oops\n"
     assert failed.stderr.startswith("error: the command exited with 7 in pod exec-")
+    piped = await asyncio.to_thread(
+        _exec, real_node, tmp_path, node_ns, need_image["runner"], "sh", "-c", "wc -c; echo done", stdin="hello\n"
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == "6\ndone\n"
     await nothing_left(node_api, node_ns)
 
 

@@ -20,6 +20,7 @@ import pytest
 from tests.fakes import real_node_proxy as rp
 
 from ironflow import labels
+from ironflow.cluster import setup
 from ironflow.k8s import cleanup
 from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.commands.pod_ups import PodUp, Readiness
@@ -46,7 +47,8 @@ async def test_a_service_pod_is_ready_reached_by_agents_only_and_released_with_i
 ) -> None:
     image = need_image["worker"]  # python for the listeners and the probes
     suffix = uuid.uuid4().hex[:6]
-    config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
+    # No proxy: the direct variant's policies (its agents' egress is not what this test is about).
+    config = setup.ClusterSetup(f"ag-{suffix}", f"wk-{suffix}", presets=(), egress_profiles=())
     ag, other = config.namespace, f"ot-{suffix}"
     run, other_run = f"run-{suffix}", f"other-{suffix}"
     agent = {**rp.agent_pod_labels(), labels.LABEL_RUN_ID: run}

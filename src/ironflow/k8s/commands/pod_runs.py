@@ -211,10 +211,19 @@ class PodRun(_Builders):
         """
         client = _need_api("PodRun", api or self.api)
         s = self.settings
-        feed = None if s.stdin is None else execution.StdinFeed(specs.stdin_writer(len(s.stdin)), s.stdin)
         return await execution.run_pod(
-            client, self.build_pod(), timeout_s=s.timeout_s, image_pull_grace_s=s.image_pull_grace_s, stdin=feed
+            client,
+            self.build_pod(),
+            timeout_s=s.timeout_s,
+            image_pull_grace_s=s.image_pull_grace_s,
+            stdin=self.stdin_feed(),
         )
+
+    def stdin_feed(self) -> execution.StdinFeed | None:
+        """What ``run()`` writes into the pod once it runs (None without :meth:`stdin`); a caller
+        that runs :meth:`build_pod`'s manifest itself passes it to ``execution.run_pod``."""
+        data = self.settings.stdin
+        return None if data is None else execution.StdinFeed(specs.stdin_writer(len(data)), data)
 
 
 @dataclass(frozen=True)

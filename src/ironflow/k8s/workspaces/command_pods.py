@@ -63,7 +63,11 @@ async def run_in_workspace(
     if spec.is_pvc:
         body = init_pods.add_pvc_workspace(run.build_pod(now=now), spec)
         done = await execution.run_pod(
-            api, body, timeout_s=run.settings.timeout_s, image_pull_grace_s=run.settings.image_pull_grace_s
+            api,
+            body,
+            timeout_s=run.settings.timeout_s,
+            image_pull_grace_s=run.settings.image_pull_grace_s,
+            stdin=run.stdin_feed(),
         )
         return _split(done)
     proxy = settings.auth_proxy_url
@@ -82,7 +86,11 @@ async def run_in_workspace(
             )
             body = init_pods.add_git_workspace(run.build_pod(now=now), spec, invocation)
             done = await execution.run_pod(
-                api, body, timeout_s=run.settings.timeout_s, image_pull_grace_s=run.settings.image_pull_grace_s
+                api,
+                body,
+                timeout_s=run.settings.timeout_s,
+                image_pull_grace_s=run.settings.image_pull_grace_s,
+                stdin=run.stdin_feed(),
             )
         done, changes = _split(done)
         if done.success and spec.push_branch is not None and changes is not None:
