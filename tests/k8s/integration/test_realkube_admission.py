@@ -18,6 +18,7 @@ import yaml
 
 from ironflow import errors
 from ironflow.k8s.commands.pod_runs import JobRun, PodRun
+from ironflow.k8s.commands.pod_ups import PodUp, Readiness
 from ironflow.k8s.commands.specs import SecuritySpec
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -124,6 +125,19 @@ async def test_restricted_pod_run_and_job_run_are_admitted_and_run_under_restric
         job_run = JobRun("migrate", "postgres:16", "psql -f m.sql").namespace(ns).restricted()
         out = await job_run.timeout(60).run(api)
         assert out.success, out
+
+
+async def test_a_service_pod_and_a_pod_run_with_stdin_and_scratch_are_admitted_under_restricted(
+    kube_env: KubeEnv, ns: str
+) -> None:
+    """A ``PodUp`` pod (always restricted) and a restricted ``PodRun`` with its stdin FIFO and a
+    scratch volume: the real admission takes both as they are rendered."""
+    service = PodUp("db", "postgres:16", "run-1").namespace(ns).port(5432).readiness(Readiness.tcp(5432))
+    pod_run = PodRun("feed", IMAGE, "cat").namespace(ns).restricted(read_only_root=True).stdin(b"x")
+    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
+        for pod in (service.scratch("/data").build_pod(), pod_run.scratch("/scratch", "64Mi").build_pod()):
+            created = await api.create(k8s.PODS, ns, pod)
+            assert created["metadata"]["uid"]
 
 
 async def test_hardened_pod_run_without_restricted_is_refused_under_restricted(kube_env: KubeEnv, ns: str) -> None:
