@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from ironflow import labels
-from ironflow.cluster import examples, setup
+from ironflow.cluster import examples, service_network, setup
+from ironflow.k8s.commands.pod_ups import PodUp, Readiness
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.steps import AgentConfig
 
@@ -70,10 +71,16 @@ def test_agent_egress_policies_select_the_pod_and_profile_policies_only_with_the
         is_profile = labels.LABEL_EGRESS_PROFILE in selector["matchLabels"]
         assert _selects(selector, plain_labels) is not is_profile, policy["metadata"]["name"]
         assert _selects(selector, gitlab_labels), policy["metadata"]["name"]
+    service = PodUp("db", "postgres:16", "run-1").port(5432).readiness(Readiness.tcp(5432)).build_pod()
+    service_labels = service["metadata"]["labels"]
     for policy in (
         o for o in OBJECTS if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == CONFIG.namespace
     ):
-        assert _selects(policy["spec"]["podSelector"], plain_labels), policy["metadata"]["name"]
+        selector, name = policy["spec"]["podSelector"], policy["metadata"]["name"]
+        # Each selects agent pods, or (the service pods' ingress) the PodUp pods the library renders.
+        selected = (_selects(selector, plain_labels), _selects(selector, service_labels))
+        wanted = (False, True) if name == service_network.INGRESS_NAME else (True, name == "default-deny-all")
+        assert selected == wanted, name
 
 
 @pytest.mark.parametrize("proxy", [False, True])
