@@ -2,7 +2,8 @@
 
 On every ``kube`` backend (the real kube-apiserver included): a service pod is created hardened
 and labelled to its run, ``start()`` returns once it is Ready with its address, ``release_run``'s
-selection deletes it, and one that ends or never gets Ready is deleted before the error. On the
+selection deletes it (the reaper once its lifetime is past), and one that ends or never gets Ready
+is deleted before the error. On the
 test server (its pods/exec): a ``PodRun``'s stdin goes over the exec stream, never into the
 stored pod, and the result carries the exit code with its end reason. The two rendered shells
 also run here against one FIFO.
@@ -19,7 +20,7 @@ import pytest
 from tests.fakes.kubecase import KubeCase, names, nothing_left
 
 from ironflow import errors, labels
-from ironflow.k8s import cleanup
+from ironflow.k8s import cleanup, reaper
 from ironflow.k8s.commands import specs
 from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.commands.pod_ups import PodUp, Readiness
@@ -52,6 +53,17 @@ async def test_a_service_pod_is_ready_labelled_to_its_run_and_released_with_it(k
     assert stored["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     assert await cleanup.delete_and_wait(kube.api, kube.namespace, cleanup.run_selection("run-2"), 10) == 0
     assert await cleanup.delete_and_wait(kube.api, kube.namespace, cleanup.run_selection("run-1"), 10) == 1
+    await nothing_left(kube, k8s.PODS)
+
+
+async def test_the_reaper_deletes_a_service_pod_past_its_lifetime_and_not_before(kube: KubeCase) -> None:
+    """A worker that died leaves its service pod to the reaper, which reads the expiry ``lifetime`` set."""
+    await kube.control.script_pods(PodScript(name_prefix="db", run_for=None))
+    await db(kube.namespace).lifetime(600).start(kube.api)
+    stored = await kube.api.get(k8s.PODS, kube.namespace, "db")
+    expires = int(stored["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
+    assert (await reaper.reap_namespace(kube.api, kube.namespace, now=expires)).pods_deleted == 0
+    assert (await reaper.reap_namespace(kube.api, kube.namespace, now=expires + 1)).pods == ("db",)
     await nothing_left(kube, k8s.PODS)
 
 
