@@ -1,14 +1,14 @@
 """The auth proxy: no Claude credential ever enters a sandbox.
 
 The pod holds an opaque ``ifap_`` token bound to its run, step and expiry; the proxy
-alone holds the credential and alone reaches the Anthropic API. The same token opens the
-egress proxy (``egress_server``), which lets the step reach what its grant's egress policy
-allows. Layers point one way: ``tokens``/``policy``/``header_policy``/``config``/``crypto``/
-``client_hello``/``egress_requests`` (values and pure decisions) → ``registry``/``postgres``/``hub``
-(where grants live) → ``logs``/``metrics`` → ``handlers``, ``egress_server`` (over ``tunnels``)
-→ ``app`` → ``__main__``. The worker side is ``issuing`` (a step's token from
-issue to revoke, for every backend) over ``client`` (the admin API over HTTP); of this
-package they import only ``tokens``.
+alone holds the credential and alone reaches the Anthropic API. A second, egress-only token
+(no credential behind it) opens the egress proxy (``egress_server``), which lets the step reach
+what its grant's egress policy allows. Layers point one way: ``tokens``/``policy``/
+``header_policy``/``config``/``crypto``/``client_hello``/``egress_requests`` (values and pure
+decisions) → ``registry``/``postgres``/``hub`` (where grants live) → ``logs``/``metrics`` →
+``handlers``, ``egress_server`` (over ``tunnels``) → ``app`` → ``__main__``. The worker side is
+``issuing`` (a step's tokens from issue to revoke, for every backend) over ``client`` (the admin
+API over HTTP); of this package they import only ``tokens``.
 """
 
 from typing import TYPE_CHECKING

@@ -139,14 +139,15 @@ class AdminClient:
         step: str,
         expires_at: int,
         *,
-        credential: Credential | tokens.SecretCredential | None = None,
+        credential: Credential | tokens.SecretCredential | tokens.EgressCredential | None = None,
         limits: tokens.Limits | None = None,
         trace_context: str | None = None,
         egress: egress_policy.EgressPolicy | None = None,
     ) -> IssuedToken:
-        """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order);
-        ``trace_context``, the step's ``traceparent``, parents the proxy's spans of its requests;
-        ``egress`` is what the step's egress proxy lets through (``None``: nothing)."""
+        """Issue a token bound to run, step and expiry for ``credential`` (default: §6.8's order;
+        :class:`~ironflow.auth_proxy.tokens.EgressCredential`: an egress-only token, which needs
+        ``egress``); ``trace_context``, the step's ``traceparent``, parents the proxy's spans of its
+        requests; ``egress`` is what the step's egress proxy lets through (``None``: nothing)."""
         chosen = credential or self._credential or resolve_credential(None)
         body: dict[str, Any] = {
             "run_id": run_id,

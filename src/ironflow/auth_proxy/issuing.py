@@ -26,6 +26,7 @@ from ironflow.steps import AccountLease, AgentConfig
 __all__ = [
     "Credential",
     "TokenIssuer",
+    "issue_egress_token",
     "issue_secret_token",
     "issue_step_token",
     "resolve_credential",
@@ -103,25 +104,17 @@ def _named(exc: errors.AuthProxyError) -> errors.AuthProxyError:
 
 
 async def issue_step_token(
-    issuer: TokenIssuer,
-    config: AgentConfig,
-    run_id: str,
-    step: str,
-    expires_at: int,
-    *,
-    egress: egress_policy.EgressPolicy | None = None,
+    issuer: TokenIssuer, config: AgentConfig, run_id: str, step: str, expires_at: int
 ) -> tuple[str, Secret]:
-    """Issue a step's proxy token with its Provider Account credential and its egress policy
-    (the token is the step's egress proxy password too).
+    """Issue a step's Claude token with its Provider Account credential; never an egress policy
+    (the pod's ``HTTPS_PROXY`` gets an egress-only token, :func:`issue_egress_token`).
 
     Raises:
         AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
     """
     credential = None if config.account is None else Credential.from_account(config.account)
     try:
-        return await issuer.issue(
-            run_id, step, expires_at, credential=credential, trace_context=config.trace_context, egress=egress
-        )
+        return await issuer.issue(run_id, step, expires_at, credential=credential, trace_context=config.trace_context)
     except errors.AuthProxyError as exc:
         raise _named(exc) from exc
 
@@ -137,6 +130,22 @@ async def issue_secret_token(
     """
     try:
         return await issuer.issue(run_id, step, expires_at, credential=secret)
+    except errors.AuthProxyError as exc:
+        raise _named(exc) from exc
+
+
+async def issue_egress_token(
+    issuer: TokenIssuer, policy: egress_policy.EgressPolicy, run_id: str, step: str, expires_at: int
+) -> tuple[str, Secret]:
+    """Issue a step's egress-only token (no credential behind it: the relays refuse it), carrying
+    ``policy``: the password of the pod's ``HTTPS_PROXY``, so the proxy URL every tool in the pod
+    sees reaches the egress proxy and nothing else.
+
+    Raises:
+        AuthProxyError: ``auth proxy: ...``, as retryable as the issuer's refusal was.
+    """
+    try:
+        return await issuer.issue(run_id, step, expires_at, credential=tokens.EgressCredential(), egress=policy)
     except errors.AuthProxyError as exc:
         raise _named(exc) from exc
 

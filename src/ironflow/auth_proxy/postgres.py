@@ -2,12 +2,13 @@
 
 Schema (§6.7) from the versioned migrations under ``auth_proxy/migrations``, applied at
 open under an advisory lock. Only the credential value is encrypted (AES-256-GCM, key
-ring of ``IRONFLOW_SECRET_KEYS``), with the row's id, credential kind and expiry as
-associated data: someone who can write the table but holds no key cannot move a
-ciphertext into a forged row or another kind. Rows sealed before that
-(``seal_format = 0``) are re-sealed at open and never relayed as they are. A row the
-ring cannot open raises :class:`~ironflow.auth_proxy.crypto.MissingKeyVersion`
-(or its :class:`~ironflow.auth_proxy.crypto.SealBroken`), answered with 503.
+ring of ``IRONFLOW_SECRET_KEYS``; an egress-only grant's value is empty, sealed all the
+same), with the row's id, credential kind and expiry as associated data: someone who can
+write the table but holds no key cannot move a ciphertext into a forged row or another
+kind. Rows sealed before that (``seal_format = 0``) are re-sealed at open and never
+relayed as they are. A row the ring cannot open raises
+:class:`~ironflow.auth_proxy.crypto.MissingKeyVersion` (or its
+:class:`~ironflow.auth_proxy.crypto.SealBroken`), answered with 503.
 
 Each replica keeps a short-lived cache of resolved grants so a relayed request costs
 no database round trip. Revocations and egress-policy changes fan out with ``NOTIFY``: every
@@ -119,6 +120,10 @@ def _grant_from_row(row: Any, ring: crypto.KeyRing) -> tokens.Grant:
         credential: dict[str, Any]
         if row["credential_kind"] == "secret":
             credential = {**json.loads(row["secret_spec"]), "value": value}
+        elif row["credential_kind"] == "egress":
+            if value:  # an egress-only row never holds a value: one that does was altered
+                raise ValueError("an egress-only grant row holds a value")
+            credential = {"kind": "egress"}
         else:
             credential = {"kind": row["credential_kind"], "value": value}
         limits, egress = row["limits"], row["egress"]
@@ -270,14 +275,16 @@ class PostgresRegistry:
 
     async def insert(self, grant: tokens.Grant) -> None:
         credential = grant.credential
-        if isinstance(credential, tokens.EgressCredential):
-            # In-process only (a local step's proxy): the table has no kind without a sealed value.
-            raise registry.RegistryUnavailable("an egress-only grant is not stored in PostgreSQL")
+        value = b""  # an egress-only grant: an empty value, sealed to its row like any other
         if isinstance(credential, tokens.SecretCredential):
-            kind, spec = "secret", json.dumps(credential.spec())
-        else:
+            kind, spec, value = "secret", json.dumps(credential.spec()), credential.value.reveal().encode()
+        elif isinstance(credential, tokens.EgressCredential):
+            if grant.egress is None:  # the table refuses it too: such a grant would reach nothing
+                raise registry.RegistryUnavailable("an egress-only grant without a policy is not stored")
             kind, spec = credential.kind, None
-        sealed = self._ring.seal(credential.value.reveal().encode(), associated_data(grant.id, kind, grant.expires_at))
+        else:
+            kind, spec, value = credential.kind, None, credential.value.reveal().encode()
+        sealed = self._ring.seal(value, associated_data(grant.id, kind, grant.expires_at))
         limits = None if grant.limits.empty else json.dumps(grant.limits.to_json())
         egress = None if grant.egress is None else json.dumps(grant.egress.to_json())
         async with _guard("insert"):

@@ -42,19 +42,15 @@ class HeldTokens:
         self._issuer = issuer
         self._issues: list[asyncio.Future[_Issued]] = []
 
-    async def step_token(
-        self,
-        config: AgentConfig,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        egress: egress_policy.EgressPolicy | None = None,
+    async def step_token(self, config: AgentConfig, run_id: str, step: str, expires_at: int) -> _Issued:
+        """The step's Claude token (:func:`~ironflow.auth_proxy.issuing.issue_step_token`)."""
+        return await self._hold(issuing.issue_step_token(self._required(), config, run_id, step, expires_at))
+
+    async def egress_token(
+        self, policy: egress_policy.EgressPolicy, run_id: str, step: str, expires_at: int
     ) -> _Issued:
-        """The step's Claude token (:func:`~ironflow.auth_proxy.issuing.issue_step_token`), carrying
-        its egress policy."""
-        issue = issuing.issue_step_token(self._required(), config, run_id, step, expires_at, egress=egress)
-        return await self._hold(issue)
+        """The step's egress-only token (:func:`~ironflow.auth_proxy.issuing.issue_egress_token`)."""
+        return await self._hold(issuing.issue_egress_token(self._required(), policy, run_id, step, expires_at))
 
     async def secret_token(self, secret: tokens.SecretCredential, run_id: str, step: str, expires_at: int) -> _Issued:
         """A grant for ``secret``'s hosts only (:func:`~ironflow.auth_proxy.issuing.issue_secret_token`)."""

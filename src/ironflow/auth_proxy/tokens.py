@@ -111,8 +111,9 @@ class ClaudeCredential:
 class EgressCredential:
     """No credential at all: a token for a step's egress policy (``ironflow exec --allow-host``, or
     any step's ``HTTPS_PROXY``). Its grant reaches the egress proxy and nothing else (rows 5b and S1b
-    refuse it on the relays); it is issued in-process and never stored in PostgreSQL or taken by the
-    admin API (a grant's wire form carries it as ``{"kind": "egress"}``)."""
+    refuse it on the relays), so the proxy URL every tool in a sandbox sees reaches no model and no
+    secret. Issued in-process (a local step) or by the admin API (a pod's, ``{"kind": "egress"}``
+    with a policy); its wire form is ``{"kind": "egress"}``, no value."""
 
     kind: Literal["egress"] = "egress"
 
@@ -205,6 +206,8 @@ def _parse_credential(raw: Any) -> tuple[Credential, str]:
     """The credential and its value (validated by the caller in the contract's order)."""
     if not isinstance(raw, dict):
         raise InvalidTokenRequest("invalid token request body")
+    if raw == {"kind": "egress"}:
+        return EgressCredential(), ""
     value = raw.get("value")
     if not isinstance(value, str):
         raise InvalidTokenRequest("invalid token request body")
@@ -259,9 +262,12 @@ def parse_token_request(body: bytes, now: int) -> TokenRequest:
         raise InvalidTokenRequest("run_id is empty")
     if not step:
         raise InvalidTokenRequest("step is empty")
-    if not value:
+    if isinstance(credential, EgressCredential):
+        if egress is None:  # it would reach nothing at all
+            raise InvalidTokenRequest("an egress-only credential needs an egress policy")
+    elif not value:
         raise InvalidTokenRequest("credential is empty")
-    if not is_header_safe(value):
+    elif not is_header_safe(value):
         raise InvalidTokenRequest("credential holds characters a header cannot carry")
     return TokenRequest(run_id, step, expires_at, credential, limits, trace_context, egress)
 
@@ -339,11 +345,7 @@ def grant_from_wire(data: dict[str, Any], *, source: str = "on the registry hub 
     ``source`` names where the grant came from in that error's text.
     """
     try:
-        credential: Credential
-        if data["credential"] == {"kind": "egress"}:  # only a grant carries it, never an admin API body
-            credential = EgressCredential()
-        else:
-            credential, _ = _parse_credential(data["credential"])
+        credential, _ = _parse_credential(data["credential"])
         return Grant(
             id=str(data["id"]),
             run_id=str(data["run_id"]),

@@ -74,7 +74,9 @@ def render(
         spec = config.workspace
         if spec is not None and spec.is_git:  # the host's token is the proxy's: a dry run needs none
             provider = provider.git_credentials(GitHosts({spec.git_host: GitCredential(Secret("dry-run"))}))
-        objects = provider.manifests(config, proxy_token=token, worker_env=dict(os.environ), workspace_token=token)
+        objects = provider.manifests(
+            config, proxy_token=token, worker_env=dict(os.environ), workspace_token=token, egress_token=token
+        )
     except errors.IronflowError as exc:
         fail_for(exc)
     emit_objects(objects, output)

@@ -91,6 +91,7 @@ class K8sEphemeralProvider(K8sSettingsBuilders, ProviderBase):
         pod_name: str | None = None,
         environment_id: str | None = None,
         workspace_token: str | Secret | None = None,
+        egress_token: str | Secret | None = None,
     ) -> list[dict[str, Any]]:
         """The objects a step creates, in creation order: the prompt ConfigMap (prompts
         over 100,000 bytes), the new environment claim (with ``environment_volume``, unless
@@ -99,7 +100,8 @@ class K8sEphemeralProvider(K8sSettingsBuilders, ProviderBase):
         A dry run of :func:`~ironflow.k8s.step_objects.render_step`: ``now`` is unix seconds
         (default: the clock); ``worker_env`` the worker's environment (default: none);
         ``pod_name`` and ``environment_id`` default to generated names; ``workspace_token``
-        is the git-host grant's token a git workspace's clone uses.
+        is the git-host grant's token a git workspace's clone uses; ``egress_token`` the egress-only
+        token of the pod's proxy variables (a policy that opens something; none: no such variables).
 
         Raises:
             PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
@@ -118,6 +120,7 @@ class K8sEphemeralProvider(K8sSettingsBuilders, ProviderBase):
             worker_env=worker_env if worker_env is not None else {},
             environment_id=env_id,
             workspace_token=Secret(workspace_token) if isinstance(workspace_token, str) else workspace_token,
+            egress_token=Secret(egress_token) if isinstance(egress_token, str) else egress_token,
         )
         return objects.in_creation_order()
 

@@ -142,8 +142,9 @@ def check_egress(settings: ProviderSettings) -> None:
 
 def egress_env(settings: ProviderSettings, token: Secret) -> dict[str, str]:
     """The variables sending the pod's HTTP(S) through the proxy Service's egress port with the
-    step's token as the password; none when the policy opens nothing. The proxy's own host (the
-    model relay, the relays, a clone) is reached directly."""
+    step's egress-only token as the password (never the Claude token: every tool in the pod sees
+    this URL, and that token reaches nothing else); none when the policy opens nothing. The
+    proxy's own host (the model relay, the relays, a clone) is reached directly."""
     if not variables.opens_anything(settings.egress) or settings.auth_proxy_url is None:
         return {}
     url = variables.proxy_url(settings.auth_proxy_url)
@@ -201,17 +202,20 @@ def render_step(
     environment_id: str,
     workspace_token: Secret | None = None,
     relay_tokens: Sequence[tuple[relays.RelaySpec, Secret]] = (),
+    egress_token: Secret | None = None,
 ) -> StepObjects:
     """The objects of one step. ``now`` is unix seconds; ``worker_env`` is the worker's
     environment (only names matter, plus ``IRONFLOW_ALLOW_BYPASS``); ``token`` is the
     ``ifap_`` token the proxy issued for this step; ``environment_id`` names a new
     environment claim (ignored without an environment volume or when the step resumes one);
     ``workspace_token`` the token of the step's git-host grant (a git workspace needs it);
-    ``relay_tokens`` the token of each of the provider's relays (all of them, or none: a dry render).
+    ``relay_tokens`` the token of each of the provider's relays (all of them, or none: a dry render);
+    ``egress_token`` the step's egress-only token, the pod's proxy password (none: no proxy variables).
 
     Raises:
         PromptTooLarge, ToolProfileUnsupported, StepConfigError: the step is refused.
-        ConfigError: ``token`` without ``auth_proxy``; a git workspace without ``workspace_token``.
+        ConfigError: ``token`` or ``egress_token`` without ``auth_proxy``; a git workspace without
+            ``workspace_token``.
         WorkspaceRefused: no git credential for the workspace's host.
     """
     s = settings
@@ -223,7 +227,7 @@ def render_step(
         raise errors.ConfigError("relay_tokens must hold one token per relay of the provider, in its order")
     args = command.build_args(config, allow_bypass=worker_env.get(layout.ALLOW_BYPASS_ENV) == "1")
     inputs = _inputs(s, config)
-    if token is not None and s.auth_proxy_url is None:
+    if (token is not None or egress_token is not None) and s.auth_proxy_url is None:
         raise errors.ConfigError("proxy_token needs a provider with auth_proxy(url): the pod would not reach it")
     claim: environments.EnvironmentClaim | None = None
     if s.environment is not None:
@@ -253,7 +257,8 @@ def render_step(
     plain = list(s.env_vars)
     if token is not None and s.auth_proxy_url is not None:
         plain += list(layout.proxy_env(s.auth_proxy_url, token.reveal()).items())
-        plain += list(egress_env(s, token).items())  # as the Claude token is: the same token, the pod's env
+    if egress_token is not None:  # opaque, as the Claude token is: in the pod's env
+        plain += list(egress_env(s, egress_token).items())
     if relay_tokens and s.auth_proxy_url is not None:  # opaque tokens only: each relay's value stays in the proxy
         plain += list(relays.relay_env(((spec, t.reveal()) for spec, t in relay_tokens), s.auth_proxy_url).items())
     configmap: dict[str, Any] | None = None

@@ -10,7 +10,8 @@ auth-proxy token issuer. Invariants:
   refreshed) after the prompt ConfigMap and before the pod; it outlives the step, except
   when the API refused the pod: then a claim this step created is deleted;
 * no auth-proxy token, no pod: with a token issuer, a refused issue fails the step first;
-  a git workspace gets a second token, a grant for its git host only, for its clone;
+  a git workspace gets a second token, a grant for its git host only, for its clone; a policy
+  that opens egress gets an egress-only token, the pod's proxy password (never the Claude token);
 * once the prompt ConfigMap or the pod exists, it is deleted on every path, a
   cancellation included (the cleanup runs shielded, then the cancellation goes on);
 * when the API cannot be reached to delete it, the pod is left with its
@@ -34,6 +35,7 @@ from ironflow import errors, labels, results, step_timeouts, steps, tracing, wor
 from ironflow.auth_proxy import issuing, relays, revoking, tokens
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
+from ironflow.egress import variables
 from ironflow.k8s import cleanup, environments, pod_wait, pods, reaper, step_manifests, step_objects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import push as workspace_push
@@ -173,6 +175,7 @@ class StepRunner:
         now = int(time.time())
         pod_name = step_manifests.generate_pod_name(now * 1000, _random.randbits(32))
         token: Secret | None = None
+        egress_token: Secret | None = None
         workspace_token: Secret | None = None
         relay_tokens: list[tuple[relays.RelaySpec, Secret]] = []
         secret = step_objects.workspace_secret(self.settings, config)
@@ -183,7 +186,10 @@ class StepRunner:
             if self.issuer is not None:
                 run_id, step = (config.scope.run_id, config.scope.step) if config.scope else (pod_name, "agent")
                 expires_at = now + step_manifests.lifetime_seconds(settings)
-                _, token = await held.step_token(config, run_id, step, expires_at, egress=settings.egress)
+                _, token = await held.step_token(config, run_id, step, expires_at)
+                if settings.egress is not None and variables.opens_anything(settings.egress):
+                    # its own token: the proxy URL every tool in the pod sees cannot reach the model
+                    _, egress_token = await held.egress_token(settings.egress, run_id, step, expires_at)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
                     _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
                 for spec in settings.relays:  # one grant per relay: its host and scope only
@@ -200,6 +206,7 @@ class StepRunner:
                 environment_id=environments.generate_environment_name(now * 1000, _random.randbits(32)),
                 workspace_token=workspace_token,
                 relay_tokens=relay_tokens,
+                egress_token=egress_token,
             )
             return await self._launch(api, objects, config, sink, started, now=now)
 

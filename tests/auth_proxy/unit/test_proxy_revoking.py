@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ironflow import errors
+from ironflow import egress, errors
 from ironflow.auth_proxy import revoking
 from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
@@ -53,7 +53,8 @@ async def test_every_token_of_the_block_is_revoked_when_it_ends() -> None:
     async with revoking.held(issuer) as held:
         await held.step_token(AgentConfig("hi"), "run", "step", 2**31)
         await held.step_token(AgentConfig("hi"), "run", "other", 2**31)
-        assert len(issuer.live) == 2
+        await held.egress_token(egress.policy_from_options(["pypi.org"]), "run", "step", 2**31)
+        assert len(issuer.live) == 3
     assert issuer.live == set()
 
 

@@ -224,6 +224,21 @@ async def test_issue_then_resolve_secret_grant() -> None:
     assert found.credential.injection == tokens.Injection("basic", username="oauth2")
 
 
+async def test_an_egress_only_request_carries_its_policy_and_no_value() -> None:
+    """A pod's proxy password (``{"kind": "egress"}``): no credential behind it, so it needs a policy."""
+    policy = {"allow": ["pypi.org:443"]}
+    parsed = tokens.parse_token_request(_body(credential={"kind": "egress"}, egress=policy), NOW)
+    assert parsed.credential == tokens.EgressCredential()
+    assert parsed.egress is not None
+    assert parsed.egress.allow[0].label() == "pypi.org:443"
+    grant, _ = await registry.issue(registry.MemoryRegistry(), parsed)
+    assert tokens.grant_to_wire(grant)["credential"] == {"kind": "egress"}
+    assert tokens.grant_from_wire(tokens.grant_to_wire(grant)) == grant
+    assert _refusal(_body(credential={"kind": "egress"})) == "an egress-only credential needs an egress policy"
+    for bad in ({"kind": "egress", "value": "sk-ant-x"}, {"kind": "egress", "value": ""}, {"kind": "Egress"}):
+        assert _refusal(_body(credential=bad, egress=policy)) == "invalid token request body"
+
+
 def test_limits_are_parsed_and_validated() -> None:
     parsed = tokens.parse_token_request(_body(limits={"models": ["m1"], "max_requests": 3}), NOW)
     assert parsed.limits == tokens.Limits(models=("m1",), max_requests=3)

@@ -18,6 +18,7 @@ import pytest
 from tests.fakes.kubecase import KubeCase, hold_create_answers, names, nothing_left
 
 from ironflow import egress, errors, labels
+from ironflow.auth_proxy import tokens
 from ironflow.k8s import reaper
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
@@ -510,6 +511,7 @@ class FakeIssuer:
         self.issued: list[tuple[str, str, int]] = []
         self.trace_contexts: list[str | None] = []
         self.egress: list[Any] = []
+        self.credentials: list[Any] = []
         self.revoked: list[str] = []
         self.runs_revoked: list[str] = []
 
@@ -528,6 +530,7 @@ class FakeIssuer:
         self.issued.append((run_id, step, expires_at))
         self.trace_contexts.append(trace_context)
         self.egress.append(egress)
+        self.credentials.append(credential)
         return f"tok-{len(self.issued):012d}", Secret(f"ifap_secret_value_{len(self.issued)}")
 
     async def revoke(self, token_id: str) -> bool:
@@ -567,9 +570,10 @@ async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase) -
     assert issuer.revoked == ["tok-000000000001"]
 
 
-async def test_an_egress_policy_rides_the_step_token_and_sends_the_pod_through_the_proxy(kube: KubeCase) -> None:
-    """The token request carries the provider's policy; the pod's proxy variables hold that token
-    and the proxy Service's egress port; without a policy neither happens."""
+async def test_an_egress_policy_gets_its_own_egress_only_token_the_pods_proxy_password(kube: KubeCase) -> None:
+    """The step's Claude token carries no policy; a second, egress-only token carries it and is the
+    password of the pod's proxy variables (the proxy Service's egress port); both are revoked with
+    the step. Without a policy there is neither the second token nor a proxy variable."""
     await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=1.0, log=JSON_TEXT))
     issuer = FakeIssuer()
     policy = egress.policy_from_options(["pypi.org"], ["github"])
@@ -585,13 +589,17 @@ async def test_an_egress_policy_rides_the_step_token_and_sends_the_pod_through_t
 
     await eventually(pod_created, limit_s=10, interval_s=0.05, what="the step's pod")
     await stepping
-    assert issuer.egress == [policy]
+    assert issuer.egress == [None, policy]
+    assert issuer.credentials == [None, tokens.EgressCredential()]  # the Claude token, then the egress-only one
+    assert [run_step[:2] for run_step in issuer.issued] == [(RUN, "s")] * 2
+    assert issuer.revoked == ["tok-000000000001", "tok-000000000002"]
     env = {e["name"]: e.get("value") for e in seen[0]["spec"]["containers"][0]["env"]}
-    url = "http://ironflow:ifap_secret_value_1@auth-proxy.ironflow:3128"
+    url = "http://ironflow:ifap_secret_value_2@auth-proxy.ironflow:3128"
     assert [env[n] for n in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")] == [url] * 4
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "ifap_secret_value_1"  # the model's token is in no proxy URL
     assert env["NO_PROXY"].split(",")[0] == "auth-proxy.ironflow"  # the model relay is reached directly
     await runner(kube, proxied(ns), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "t"))
-    assert issuer.egress == [policy, None]
+    assert issuer.egress == [None, policy, None]
     await step_objects_left(kube)
 
 

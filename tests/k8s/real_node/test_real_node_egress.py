@@ -1,8 +1,10 @@
 """On a real node, with no Cilium: an agent pod fetches from an allowed in-cluster host through the
 auth proxy's egress listener and from nothing else. The real Claude Code CLI in the runner image
-runs a step by the product's path (``K8sEphemeralProvider.egress`` + ``StepRunner``, the token
-issued by the deployed proxy's admin API with the policy); the offline model server's one Bash
-call runs curl in the agent pod with only the variables the provider put there.
+runs a step by the product's path (``K8sEphemeralProvider.egress`` + ``StepRunner``, the step's
+egress-only token issued by the deployed proxy's admin API with the policy); the offline model
+server's one Bash call runs curl in the agent pod with only the variables the provider put there.
+The proxy password in the pod's ``HTTPS_PROXY`` is not its Claude token, and the model relay
+refuses it (403).
 
 Two HTTP servers stand in another namespace, behind Services whose addresses are in the fixed
 deny set: the policy names the allowed one explicitly (its name, and after resolution its
@@ -58,6 +60,12 @@ for name in allowed other; do
   echo "direct-$name=$(curl -s -m 5 --noproxy '*' -o /dev/null -w '%{{http_code}}' "$url"; echo " exit=$?")"
 done
 echo "proxy-set=${{HTTPS_PROXY:+yes}}"
+pw="${{HTTPS_PROXY#http://ironflow:}}"; pw="${{pw%%@*}}"
+echo "password-kind=${{pw%%_*}} claude-token-set=${{ANTHROPIC_AUTH_TOKEN:+yes}}"
+echo "password-is-claude-token=$([ "$pw" = "$ANTHROPIC_AUTH_TOKEN" ] && echo yes || echo no)"
+echo "relay-with-password=$(curl -s -m 20 --noproxy '*' -w ' %{{http_code}}' -H "Authorization: Bearer $pw" \
+  -H 'content-type: application/json' -d '{{"model":"m","max_tokens":1,"messages":[]}}' \
+  "$ANTHROPIC_BASE_URL/v1/messages" | tr '\n' ' ')"
 """
 
 
@@ -128,4 +136,9 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
         assert "other-body" not in output, output
         for name in ("allowed", "other"):  # around the proxy: the NetworkPolicy lets no connection open
             assert seen[f"direct-{name}"] in ("000 exit=28", "000 exit=7"), output
+        # The proxy password is the step's egress-only token, not its Claude token: the model relay refuses it.
+        assert seen["password-kind"] == "ifap claude-token-set=yes", output
+        assert seen["password-is-claude-token"] == "no", output
+        assert "this token only reaches the egress proxy" in seen["relay-with-password"], output
+        assert seen["relay-with-password"].endswith(" 403"), output
         print(f"{runtime}: egress step {took:.1f}s; {seen}")

@@ -1,6 +1,6 @@
 """A k8s provider's egress policy (pure): read from the provider file with its own profiles or set
 from Python, refused without the proxy, and a step's pod sent through the proxy Service's egress
-port with the step's token only when the policy opens something."""
+port with the step's egress-only token (never its Claude token) only when the policy opens something."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ironflow.testing.k8s_validate import validate_manifest
 IMAGE = "ghcr.io/acme/claude-runner:2.1.332-1"
 PROXY = "http://ironflow-auth-proxy.ironflow:80"
 TOKEN = Secret("ifap_" + "a" * 64)
+EGRESS_TOKEN = Secret("ifap_" + "e" * 64)
 FILE_EGRESS = {"allow": ["mirror.internal:443@10.96.0.0/12"], "profiles": ["pypi", "team"]}
 FILE_PROFILES = {"team": {"allow": ["*.team.example:443"], "profiles": ["github"]}}
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "no_proxy")
@@ -30,7 +31,9 @@ def _provider(**extra: Any) -> K8sEphemeralProvider:
     return K8sEphemeralProvider.from_dict({"image": IMAGE, "namespace": "agents", **extra})
 
 
-def _env(provider: K8sEphemeralProvider, token: Secret | None = TOKEN) -> dict[str, str | None]:
+def _env(
+    provider: K8sEphemeralProvider, token: Secret | None = TOKEN, egress_token: Secret | None = EGRESS_TOKEN
+) -> dict[str, str | None]:
     objects = step_objects.render_step(
         provider.settings,
         AgentConfig("go"),
@@ -39,6 +42,7 @@ def _env(provider: K8sEphemeralProvider, token: Secret | None = TOKEN) -> dict[s
         token=token,
         worker_env={},
         environment_id="e",
+        egress_token=egress_token,
     )
     validate_manifest(objects.pod)
     return {e["name"]: e.get("value") for e in objects.pod["spec"]["containers"][0]["env"]}
@@ -83,12 +87,20 @@ def test_an_opening_policy_without_the_auth_proxy_refuses_the_step() -> None:
     _provider(egress={"allow": []}).manifests(AgentConfig("go"), now=1_700_000_000, pod_name="claude-code-t-1")
 
 
-def test_the_pod_reaches_the_egress_port_with_the_steps_token_and_the_proxy_directly() -> None:
+def test_the_pod_reaches_the_egress_port_with_its_egress_only_token_and_the_proxy_directly() -> None:
     env = _env(_provider(auth_proxy=PROXY, egress={"allow": ["pypi.org"]}))
-    url = f"http://ironflow:{TOKEN.reveal()}@ironflow-auth-proxy.ironflow:3128"
+    url = f"http://ironflow:{EGRESS_TOKEN.reveal()}@ironflow-auth-proxy.ironflow:3128"
     assert [env[name] for name in PROXY_VARIABLES[:4]] == [url] * 4
     assert env["NO_PROXY"] == env["no_proxy"] == "ironflow-auth-proxy.ironflow,localhost,127.0.0.1"
-    assert env["ANTHROPIC_AUTH_TOKEN"] == TOKEN.reveal()  # one token: the model's and the proxy's password
+    assert env["ANTHROPIC_AUTH_TOKEN"] == TOKEN.reveal()  # the model's token: in no proxy URL
+    assert not any(TOKEN.reveal() in str(env[name]) for name in PROXY_VARIABLES)
+
+
+def test_without_an_egress_token_the_pod_gets_no_proxy_variable_and_never_the_claude_token_in_one() -> None:
+    env = _env(_provider(auth_proxy=PROXY, egress={"allow": ["pypi.org"]}), egress_token=None)
+    assert not set(PROXY_VARIABLES) & set(env)
+    with pytest.raises(errors.ConfigError, match="auth_proxy"):  # an egress token needs the proxy it reaches
+        _env(_provider(), token=None)
 
 
 @pytest.mark.parametrize("extra", [{}, {"egress": {}}, {"egress": {"deny": ["pypi.org"]}}])
