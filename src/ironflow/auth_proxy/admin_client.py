@@ -10,9 +10,10 @@ admin key, the credential or the token; admin error bodies are cut to 200 charac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlsplit
@@ -22,7 +23,7 @@ import aiohttp
 from ironflow import egress as egress_policy
 from ironflow import settings_file
 from ironflow.auth_proxy import tokens
-from ironflow.auth_proxy.issuing import Credential, resolve_credential
+from ironflow.auth_proxy.issuing import Credential, TokenIssuer, resolve_credential
 from ironflow.errors import AuthProxyError, MissingCredential
 from ironflow.secrets import Secret
 
@@ -31,6 +32,7 @@ __all__ = [
     "AdminClient",
     "IssuedToken",
     "admin_key_from",
+    "issuer_for",
 ]
 
 ADMIN_KEY_ENV: Final = "IRONFLOW_AUTH_PROXY_ADMIN_KEY"
@@ -48,6 +50,18 @@ def admin_key_from(value: Secret | str | None, env: Mapping[str, str] | None = N
     if not key:
         raise MissingCredential(f"auth_proxy requires {ADMIN_KEY_ENV}")
     return Secret(key)
+
+
+@contextlib.asynccontextmanager
+async def issuer_for(
+    issuer: TokenIssuer | None, base_url: str, admin_key: Secret | str | None = None
+) -> AsyncIterator[TokenIssuer]:
+    """``issuer`` when given, else an admin client of the proxy at ``base_url``, closed when the block ends."""
+    if issuer is not None:
+        yield issuer
+        return
+    async with AdminClient(base_url, admin_key) as admin:
+        yield admin
 
 
 class IssuedToken(NamedTuple):

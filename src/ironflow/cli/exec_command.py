@@ -6,8 +6,9 @@ Locally over :meth:`~ironflow.local.sandbox_provider.LocalSandboxProvider.run_co
 it does not run on agent-sandbox. It passes
 the command's exit code through (on k8s, whose pod reports only its phase, a failed command is 1)
 and reports a timed-out command as a failed step (1). No network unless ``--allow-host``,
-``--egress-profile``, ``--egress`` or the provider file's ``egress:`` open the egress proxy (local
-only for now; no Claude credential needed). A local ``exec`` loads no Kubernetes client,
+``--egress-profile``, ``--egress`` or the provider file's ``egress:`` open the egress proxy, reached
+with an egress-only token (no Claude credential needed; on k8s the provider's auth proxy issues it
+and revokes it when the pod is gone). A local ``exec`` loads no Kubernetes client,
 agent-sandbox, model server or HTTP stack until its sandbox starts.
 """
 
@@ -28,6 +29,7 @@ from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal
+from ironflow.egress import EgressPolicy
 from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 from ironflow.results import CommandResult
 from ironflow.workspaces import Workspace, WorkspaceChanges
@@ -41,34 +43,40 @@ __all__ = ["register"]
 
 
 async def _run_pod(
-    run: PodRun, settings: ProviderSettings, spec: Workspace | None
+    run: PodRun, settings: ProviderSettings, spec: Workspace | None, policy: EgressPolicy | None
 ) -> tuple[PodRunOutput, WorkspaceChanges | None]:
+    from ironflow.k8s.commands import egress_runs
     from ironflow.k8s.workspaces import command_pods
 
-    async with await backends.connect(settings.cluster) as client:
+    now = int(time.time())
+    async with (
+        await backends.connect(settings.cluster) as client,
+        egress_runs.with_egress(run, settings, policy, now=now) as proxied,
+    ):
         if spec is None:
-            return await run.run(client), None
-        return await command_pods.run_in_workspace(client, settings, run, spec, now=int(time.time()))
+            return await proxied.run(client), None
+        return await command_pods.run_in_workspace(client, settings, proxied, spec, now=now)
 
 
 def _exec_k8s(
     argv: list[str], provider_file: Path | None, timeout: float, spec: Workspace | None, patch: str | None,
-    output: ResultFormat, stdin: bytes | None,
+    output: ResultFormat, stdin: bytes | None, egress: tuple[list[str] | None, list[str] | None, list[Path] | None],
 ) -> NoReturn:  # fmt: skip
     """Run ``argv`` once in a hardened pod placed as the provider file says (on a clone of a
-    git workspace, if given); exit like local. Piped ``stdin`` goes over ``pods/exec`` once the
-    pod runs; none or empty is the same to the command (a pod's stdin is empty by default)."""
-    from ironflow.k8s.commands import pod_runs
+    git workspace, if given; through the auth proxy's egress listener when the file's ``egress:``
+    and ``egress`` options open something); exit like local. Piped ``stdin`` goes over
+    ``pods/exec`` once the pod runs; none or empty is the same to the command."""
+    from ironflow.k8s.commands import egress_runs, pod_runs
     from ironflow.k8s.workspaces import command_pods
 
     provider = backends.k8s_provider(provider_file)
     if provider.settings.relays:  # refused, never silently dropped
         exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
-    if provider.settings.egress is not None and provider.settings.egress.allow:
-        exits.fail("egress: in the provider file reaches agent steps on --backend k8s; exec pods do not get it yet")
+    policy = egress_cli.command_policy(*egress, egress_cli.LocalFile(egress=provider.settings.egress))
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:
+        egress_runs.check(settings, policy)
         if spec is not None:
             command_pods.check(settings, spec)
         run = pod_runs.exec_pod_run(
@@ -79,7 +87,7 @@ def _exec_k8s(
         with agent.progress(
             f"running the command in pod {run.name} ({run.settings.namespace})", quiet=verbosity.quiet()
         ):
-            result, changes = asyncio.run(_run_pod(run, settings, spec))
+            result, changes = asyncio.run(_run_pod(run, settings, spec, policy))
     except errors.OperationTimeout as exc:  # as the local backend: a timeout is a failed step, not the cluster's
         exits.fail(f"timed out: {exc.message}", exits.EXIT_STEP_FAILED)
     except errors.IronflowError as exc:
@@ -178,18 +186,12 @@ def exec_command(
         )
     spec = ws.workspace(workspace, patch=patch, apply=apply, push=push, pods=backend is Backend.K8S)
     read_only, writable = ws.mounts(mount)
-    if backend is Backend.K8S:
-        if mount:
-            exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
-        egress_cli.refuse_egress(
-            "runs on --backend local for now: an exec pod reaches nothing but its cluster's auth proxy",
-            allow_host,
-            egress_profile,
-            egress_file,
-        )
+    if backend is Backend.K8S and mount:
+        exits.fail("--mount runs on --backend local; on k8s mount a PVC in the provider file")
     given = ws.read_stdin(stdin)
     if backend is Backend.K8S:
-        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output, given)
+        egress = (allow_host, egress_profile, egress_file)
+        _exec_k8s(argv, provider_file, timeout, _pod_workspace(spec), patch, output, given, egress)
     # Text output streams as the command writes it; -o json holds it for the one document at the end.
     streamed = _Stream(sys.stderr if patch == "-" else sys.stdout) if output is ResultFormat.TEXT else None
     found = egress_cli.local_file(provider_file)

@@ -94,8 +94,8 @@ def test_relays_are_refused_by_exec_on_k8s_not_dropped(tmp_path: Path) -> None:
     assert_one_line(code, err, "exec pods do not get them yet")
 
 
-def test_an_egress_policy_is_refused_by_exec_on_k8s_not_dropped(tmp_path: Path) -> None:
+def test_an_egress_policy_without_the_auth_proxy_is_refused_by_exec_on_k8s_not_dropped(tmp_path: Path) -> None:
     provider = tmp_path / "k8s.yaml"
-    provider.write_text("image: ghcr.io/acme/claude-runner:1\nauth_proxy: http://p:8080\negress: {allow: [pypi.org]}\n")
+    provider.write_text("image: ghcr.io/acme/claude-runner:1\negress: {allow: [pypi.org]}\n")
     code, err = invoke("exec", "--backend", "k8s", "--provider", str(provider), "--", "true")
-    assert_one_line(code, err, "exec pods do not get it yet")
+    assert_one_line(code, err, "an egress policy on Kubernetes needs auth_proxy(url)")

@@ -43,7 +43,7 @@ def test_nothing_given_is_no_policy() -> None:
         (["exec", "--allow-host", "bad host!", "--", "true"], "--allow-host: invalid egress host"),
         (["exec", "--egress-profile", "nope", "--", "true"], "unknown egress profile 'nope'"),
         (["exec", "--egress", "/nonexistent/egress.yaml", "--", "true"], "cannot read egress file"),
-        (["exec", "--backend", "k8s", "--allow-host", "pypi.org", "--", "true"], "--allow-host runs on --backend"),
+        (["exec", "--backend", "k8s", "--allow-host", "pypi.org", "--", "true"], "--backend k8s needs --provider"),
         (["agent", "--backend", "k8s", "--egress-profile", "pypi", "hi"], "--egress-profile runs on --backend local"),
         (["agent", "--fake-model", "--allow-host", "bad host!", "hi"], "--allow-host: invalid egress host"),
     ],
@@ -61,3 +61,14 @@ def test_a_bad_egress_key_in_the_local_provider_file_is_one_line(tmp_path: Path)
     path.write_text("egres: {}\n")
     code, err = invoke("exec", "--provider", str(path), "--", "true")
     assert_one_line(code, err, "did you mean 'egress'")
+
+
+def test_bad_egress_input_on_exec_k8s_is_one_line_before_any_pod(tmp_path: Path) -> None:
+    path = tmp_path / "k8s.yaml"
+    path.write_text("image: ghcr.io/acme/claude-runner:1\nauth_proxy: http://p:8080\n")
+    for args, words in (
+        (["--allow-host", "bad host!"], "--allow-host: invalid egress host"),
+        (["--egress-profile", "nope"], "unknown egress profile 'nope'"),
+    ):
+        code, err = invoke("exec", "--backend", "k8s", "--provider", str(path), *args, "--", "true")
+        assert_one_line(code, err, words)

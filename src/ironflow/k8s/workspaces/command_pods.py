@@ -14,8 +14,7 @@ import math
 import time
 
 from ironflow import errors, workspaces
-from ironflow.auth_proxy import issuing, revoking
-from ironflow.auth_proxy.admin_client import AdminClient
+from ironflow.auth_proxy import admin_client, issuing, revoking
 from ironflow.k8s import step_objects
 from ironflow.k8s.commands import execution
 from ironflow.k8s.commands.pod_runs import PodRun
@@ -74,11 +73,8 @@ async def run_in_workspace(
     assert proxy is not None  # check() refuses a provider without one
     secret = step_objects.workspace_secret(settings, AgentConfig("exec", workspace=spec))
     assert secret is not None
-    admin = None if issuer is not None else AdminClient(proxy, settings.auth_proxy_admin_key)
-    grants = issuer or admin
-    assert grants is not None
     expires_at = now + math.ceil(run.settings.timeout_s + run.settings.expiry_margin_s)
-    try:
+    async with admin_client.issuer_for(issuer, proxy, settings.auth_proxy_admin_key) as grants:
         async with revoking.held(grants) as held:
             _, token = await held.secret_token(secret, run.name, "exec", expires_at)
             invocation = git_script.clone_commands(
@@ -100,9 +96,6 @@ async def run_in_workspace(
                 now=int(time.time()), message=message, pod_labels=run.settings.labels,
             )  # fmt: skip
         return done, changes
-    finally:
-        if admin is not None:
-            await admin.close()
 
 
 def _split(done: execution.PodRunOutput) -> tuple[execution.PodRunOutput, WorkspaceChanges | None]:
