@@ -193,6 +193,17 @@ class AdminClient:
             return False
         raise self._admin_error(status, text)
 
+    async def egress_notes(self, token_id: str) -> list[str]:
+        """The egress decision lines the proxy kept for a live token, oldest first (a pod step's record)."""
+        status, text = await self._call("GET", f"/admin/v1/tokens/{quote(token_id, safe='')}/egress")
+        if status != 200:
+            raise self._admin_error(status, text)
+        try:
+            lines = json.loads(text)["decisions"]
+            return [str(line) for line in lines]
+        except (ValueError, KeyError, TypeError):
+            raise AuthProxyError("auth proxy admin API answered 200 with an unreadable body", status=200) from None
+
     async def set_egress(
         self, run_id: str, policy: egress_policy.EgressPolicy | None, *, step: str | None = None
     ) -> int:

@@ -170,6 +170,7 @@ def create_app(config: config_mod.AuthProxyConfig) -> web.Application:
     app.router.add_get("/metrics", proxy.metrics_page, allow_head=False)
     app.router.add_post("/admin/v1/tokens", proxy.issue)
     app.router.add_delete("/admin/v1/tokens/{id}", proxy.revoke)
+    app.router.add_get("/admin/v1/tokens/{id}/egress", proxy.egress_notes, allow_head=False)
     app.router.add_delete("/admin/v1/runs/{run_id}/tokens", proxy.revoke_run)
     app.router.add_put("/admin/v1/runs/{run_id}/egress", proxy.set_egress)
     app.router.add_route("*", "/{tail:.*}", proxy.relay)

@@ -25,7 +25,10 @@ Plain HTTP goes upstream as :func:`egress_requests.origin_head` with its body, a
 streams back untouched until the upstream closes: no redirect is followed. Every decision is one
 log line (``egress allowed`` / ``egress denied``: token id, run, step, host, port, method, path
 without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``;
-never a token, a header value or a query string.
+never a token, a header value or a query string. An allowed or denied decision of a live grant is
+also kept with the grant (:meth:`~ironflow.auth_proxy.registry.GrantRegistry.note_egress`, as its
+:func:`decision_line`, off the request's path), so the worker reads a pod step's decisions for
+its record through the admin API whichever replica made them.
 """
 
 from __future__ import annotations
@@ -116,14 +119,16 @@ class EgressServer:
         self._bytes = Counter(
             "ironflow_auth_proxy_egress_bytes", "Bytes relayed by the egress proxy.", registry=proxy_metrics.registry
         )
+        self._noting: set[asyncio.Task[None]] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one request, then close."""
         fields: dict[str, Any] = {}
+        grant_ids: list[str] = []  # the resolved grant's, apart from the logged fields (they carry 12 chars)
         try:
-            await self._serve(reader, writer, fields)
+            await self._serve(reader, writer, fields, grant_ids)
         except _Refused as refused:
-            self._log(refused.result, refused.reason, refused.rule, fields, logging.WARNING)
+            self._log(refused.result, refused.reason, refused.rule, fields, logging.WARNING, grant_ids)
             if isinstance(refused, _Closed):
                 return
             body = f"ironflow egress: denied {fields.get('host')}:{fields.get('port')}: {refused.reason}"
@@ -145,12 +150,31 @@ class EgressServer:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    def _log(self, result: str, reason: str, rule: str | None, fields: dict[str, Any], level: int) -> None:
+    def _log(
+        self, result: str, reason: str, rule: str | None, fields: dict[str, Any], level: int, grant_ids: list[str]
+    ) -> None:
         self._decisions.labels(result=result).inc()
         message = "egress allowed" if result == "allowed" else "egress denied"
         logs.event(message, level, result=result, reason=reason, rule=rule, **fields)
-        if self.observer is not None and result in ("allowed", "denied"):
-            self.observer(decision_line(result, reason, fields))
+        if result not in ("allowed", "denied"):
+            return
+        line = decision_line(result, reason, fields)
+        if self.observer is not None:
+            self.observer(line)
+        for grant_id in grant_ids:  # kept with the grant, off the request's path
+            task = asyncio.get_running_loop().create_task(self._note(grant_id, line))
+            self._noting.add(task)
+            task.add_done_callback(self._noting.discard)
+
+    async def _note(self, grant_id: str, line: str) -> None:
+        """Keep a decision for the step's record; a registry that cannot take it loses only the note."""
+        with contextlib.suppress(registry.RegistryUnavailable):
+            await self.grants.note_egress(grant_id, line)
+
+    async def settle(self) -> None:
+        """Wait for the decisions still being kept (the listener is closing)."""
+        if self._noting:
+            await asyncio.wait(set(self._noting), timeout=self.config.connect_timeout_s)
 
     async def _head(self, reader: asyncio.StreamReader) -> egress_requests.ProxyRequest:
         try:
@@ -163,7 +187,9 @@ class EgressServer:
         except egress_requests.MalformedHead as exc:
             raise _Refused(400, str(exc), result="malformed") from None
 
-    async def _grant(self, request: egress_requests.ProxyRequest, fields: dict[str, Any]) -> tokens.Grant:
+    async def _grant(
+        self, request: egress_requests.ProxyRequest, fields: dict[str, Any], grant_ids: list[str]
+    ) -> tokens.Grant:
         token = egress_requests.proxy_token(request)
         if token is None:
             raise _Refused(407, "missing token", result="unauthorized")
@@ -174,6 +200,7 @@ class EgressServer:
         if isinstance(found, registry.Resolution):
             raise _Refused(407, f"{found.value} token", result="unauthorized")
         fields.update(token=found.short_id, run_id=found.run_id, step=found.step)
+        grant_ids.append(found.id)
         return found
 
     async def _addresses(self, policy: egress.EgressPolicy, host: str, port: int) -> list[egress.IPAddress]:
@@ -208,12 +235,18 @@ class EgressServer:
             return opened
         raise _Refused(502, "upstream unreachable", result="unreachable")
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fields: dict[str, Any]) -> None:
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        fields: dict[str, Any],
+        grant_ids: list[str],
+    ) -> None:
         request = await self._head(reader)
         fields.update(host=request.host, port=request.port, method=request.method)
         if request.path is not None:
             fields["path"] = request.path
-        grant = await self._grant(request, fields)
+        grant = await self._grant(request, fields, grant_ids)
         policy = grant.egress if grant.egress is not None else egress.EgressPolicy()
         method = None if request.tunnel else request.method  # a tunnel shows no method or path
         decision = egress.decide(policy, request.host, request.port, method=method, path=request.path)
@@ -233,7 +266,7 @@ class EgressServer:
             self.budgets.release(budget)
         self._bytes.inc(outcome.sent + outcome.received)
         fields.update(sent=outcome.sent, received=outcome.received)
-        self._log("allowed", outcome.cut or decision.reason, decision.rule, fields, logging.INFO)
+        self._log("allowed", outcome.cut or decision.reason, decision.rule, fields, logging.INFO, grant_ids)
 
     async def _through(
         self,
@@ -322,3 +355,4 @@ async def serve_egress(
             task.cancel()
         await asyncio.gather(*open_handlers, return_exceptions=True)
         await listener.wait_closed()
+        await server.settle()

@@ -148,6 +148,18 @@ class ProxyHandlers:
         logs.event("token revoked", token=tokens.short_id(grant_id))
         return web.Response(status=204)
 
+    async def egress_notes(self, request: web.Request) -> web.Response:
+        """``GET /admin/v1/tokens/{id}/egress``: the grant's kept egress decision lines, oldest first
+        (``{"decisions": [...]}``; none for a grant that is gone): a pod step's record."""
+        if not self._is_admin(request):
+            return self._admin_refused(request)
+        try:
+            lines = await self._registry().egress_notes(request.match_info["id"])
+        except registry.RegistryUnavailable:
+            logs.event("token registry unavailable", logging.ERROR, operation="egress_notes")
+            return _json_response(503, policy.error_body("api_error", "token registry unavailable"))
+        return _json_response(200, json.dumps({"decisions": lines}).encode())
+
     async def revoke_run(self, request: web.Request) -> web.Response:
         if not self._is_admin(request):
             return self._admin_refused(request)

@@ -58,6 +58,11 @@ async def _answer(grants: registry.MemoryRegistry, op: str, args: dict[str, Any]
     if op == "add_output_tokens":
         await grants.add_output_tokens(args["id"], args["count"])
         return None
+    if op == "note_egress":
+        await grants.note_egress(args["id"], str(args["line"]))
+        return None
+    if op == "egress_notes":
+        return await grants.egress_notes(args["id"])
     raise ValueError(f"unknown hub operation {op!r}")
 
 
@@ -218,6 +223,12 @@ class HubRegistry:
 
     async def add_output_tokens(self, grant_id: str, count: int) -> None:
         await self._call("add_output_tokens", id=grant_id, count=count)
+
+    async def note_egress(self, grant_id: str, line: str) -> None:
+        await self._call("note_egress", id=grant_id, line=line)
+
+    async def egress_notes(self, grant_id: str) -> list[str]:
+        return [str(line) for line in await self._call("egress_notes", id=grant_id)]
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None

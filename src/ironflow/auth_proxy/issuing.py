@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ironflow import errors
 from ironflow.auth_proxy import tokens
@@ -25,7 +25,9 @@ from ironflow.steps import AccountLease, AgentConfig
 
 __all__ = [
     "Credential",
+    "EgressNotes",
     "TokenIssuer",
+    "egress_notes",
     "issue_egress_token",
     "issue_secret_token",
     "issue_step_token",
@@ -148,6 +150,26 @@ async def issue_egress_token(
         return await issuer.issue(run_id, step, expires_at, credential=tokens.EgressCredential(), egress=policy)
     except errors.AuthProxyError as exc:
         raise _named(exc) from exc
+
+
+@runtime_checkable
+class EgressNotes(Protocol):
+    """An issuer that can also read a token's kept egress decisions (the admin client can)."""
+
+    async def egress_notes(self, token_id: str) -> list[str]: ...
+
+
+async def egress_notes(issuer: TokenIssuer, token_id: str) -> list[str]:
+    """A token's egress decision lines for its step's record, read before it is revoked; none when
+    the issuer cannot tell, and a failure is logged (short id only), never raised: the step's own
+    outcome stands."""
+    if not isinstance(issuer, EgressNotes):
+        return []
+    try:
+        return await issuer.egress_notes(token_id)
+    except errors.IronflowError as exc:
+        _log.warning("could not read the egress decisions of proxy token %s: %s", token_id[:12], exc)
+        return []
 
 
 async def revoke_step_token(issuer: TokenIssuer, token_id: str) -> None:

@@ -404,6 +404,33 @@ class PostgresRegistry:
                 count,
             )
 
+    async def note_egress(self, grant_id: str, line: str) -> None:
+        async with _guard("note egress"), self._pool.acquire() as conn, conn.transaction():
+            kept = await conn.fetchval(
+                "INSERT INTO ironflow.auth_proxy_egress_notes (grant_id, line)"
+                " SELECT id, $2 FROM ironflow.auth_proxy_grants WHERE id = $1 RETURNING seq",
+                grant_id,
+                line,
+            )
+            if kept is not None:  # the last EGRESS_NOTES_KEPT stay
+                await conn.execute(
+                    "DELETE FROM ironflow.auth_proxy_egress_notes WHERE grant_id = $1 AND seq < ("
+                    " SELECT seq FROM ironflow.auth_proxy_egress_notes WHERE grant_id = $1"
+                    " ORDER BY seq DESC OFFSET $2 LIMIT 1)",
+                    grant_id,
+                    registry.EGRESS_NOTES_KEPT - 1,
+                )
+
+    async def egress_notes(self, grant_id: str) -> list[str]:
+        async with _guard("read egress notes"):
+            rows = await self._pool.fetch(
+                "SELECT line FROM (SELECT seq, line FROM ironflow.auth_proxy_egress_notes WHERE grant_id = $1"
+                " ORDER BY seq DESC LIMIT $2) AS kept ORDER BY seq",
+                grant_id,
+                registry.EGRESS_NOTES_KEPT,
+            )
+        return [str(row["line"]) for row in rows]
+
     async def close(self) -> None:
         self._closed = True
         self._listening = False

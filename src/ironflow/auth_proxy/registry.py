@@ -4,7 +4,8 @@ Semantics (§6.4), the same for every backend: a registry maps token ids to gran
 never sees a token. ``resolve`` answers the grant, or why not: ``UNKNOWN`` (never
 issued, or purged), ``EXPIRED`` (the grant is dropped, no tombstone), ``REVOKED`` (a
 tombstone exists). ``revoke`` drops the grant and keeps a tombstone until the grant's
-own expiry; ``purge_expired`` drops both once expired. A backend failure raises
+own expiry; ``purge_expired`` drops both once expired. A grant's egress decision lines
+(``note_egress``) live as long as the grant. A backend failure raises
 :class:`RegistryUnavailable`, which the proxy answers with 503, never with 401: a pod
 must not conclude its token was revoked because a database blinked.
 
@@ -14,18 +15,20 @@ The in-memory backend serves one process; share one instance between app objects
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from ironflow.auth_proxy import tokens
 from ironflow.egress import EgressPolicy
 from ironflow.secrets import Secret
 
 __all__ = [
+    "EGRESS_NOTES_KEPT",
     "GrantCache",
     "GrantRegistry",
     "MemoryRegistry",
@@ -34,6 +37,10 @@ __all__ = [
     "Usage",
     "issue",
 ]
+
+
+#: How many egress decision lines a grant keeps for its step's record (the last ones).
+EGRESS_NOTES_KEPT: Final = 200
 
 
 class RegistryUnavailable(Exception):
@@ -84,6 +91,15 @@ class GrantRegistry(Protocol):
 
     async def add_output_tokens(self, grant_id: str, count: int) -> None: ...
 
+    async def note_egress(self, grant_id: str, line: str) -> None:
+        """Keep one egress decision line of a live grant (its last :data:`EGRESS_NOTES_KEPT`; none for
+        a grant that is gone), for the step's record: every replica's decisions in one place."""
+        ...
+
+    async def egress_notes(self, grant_id: str) -> list[str]:
+        """The grant's kept egress decision lines, oldest first (none once it is revoked)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -111,6 +127,7 @@ class MemoryRegistry:
         self._grants: dict[str, tokens.Grant] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._usage: dict[str, Usage] = {}
+        self._notes: dict[str, collections.deque[str]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryRegistry(grants={len(self._grants)}, tombstones={len(self._tombstones)})"
@@ -129,6 +146,7 @@ class MemoryRegistry:
 
     def _drop(self, grant_id: str) -> tokens.Grant | None:
         self._usage.pop(grant_id, None)
+        self._notes.pop(grant_id, None)
         return self._grants.pop(grant_id, None)
 
     async def revoke(self, grant_id: str) -> bool:
@@ -183,6 +201,13 @@ class MemoryRegistry:
         if grant_id in self._grants:
             before = self._usage.get(grant_id, Usage())
             self._usage[grant_id] = Usage(before.requests, before.output_tokens + count)
+
+    async def note_egress(self, grant_id: str, line: str) -> None:
+        if grant_id in self._grants:
+            self._notes.setdefault(grant_id, collections.deque(maxlen=EGRESS_NOTES_KEPT)).append(line)
+
+    async def egress_notes(self, grant_id: str) -> list[str]:
+        return list(self._notes.get(grant_id, ()))
 
     async def close(self) -> None:
         return None

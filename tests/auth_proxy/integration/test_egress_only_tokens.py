@@ -11,6 +11,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -18,11 +19,23 @@ import pytest
 from tests.auth_proxy.integration.test_egress_live_policy import _allow, _get, _origin
 
 from ironflow import egress
-from ironflow.auth_proxy import AuthProxyConfig, Credential, KeyRing, crypto, postgres, registry, run_auth_proxy, tokens
+from ironflow.auth_proxy import (
+    AdminClient,
+    AuthProxyConfig,
+    Credential,
+    KeyRing,
+    crypto,
+    hub,
+    postgres,
+    registry,
+    run_auth_proxy,
+    tokens,
+)
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.postgres import PostgresRegistry
 from ironflow.errors import AuthProxyError
 from ironflow.secrets import Secret
+from ironflow.testing.polling import eventually
 from ironflow.testing.postgres_server import fresh_database
 
 ADMIN = "admin-key-" + "o" * 40
@@ -65,6 +78,11 @@ async def test_an_egress_only_token_reaches_its_policy_and_nothing_else_and_goes
         claude = await admin.issue("run-e", "build", expires, credential=CLAUDE)
         token = issued.token.reveal()
         assert (await _get(proxy, token, first), await _get(proxy, token, second)) == (200, 403)
+        kept = [
+            f"egress allowed 127.0.0.1:{first} (GET): allowed by allow 127.0.0.1:{first}",
+            f"egress denied 127.0.0.1:{second} (GET): no rule allows 127.0.0.1:{second}",
+        ]  # for the step's record, kept off the request's path: read as soon as both are there
+        assert await eventually(lambda: _notes_are(admin, issued.id, kept), what="the kept decisions")
         assert await _get(proxy, claude.token.reveal(), first) == 403  # the model's token opens no egress
         for path in ("/v1/messages", "/r/github.com/org/repo.git/info/refs"):
             assert await _relayed(proxy, token, path) == (403, "this token only reaches the egress proxy")
@@ -72,9 +90,57 @@ async def test_an_egress_only_token_reaches_its_policy_and_nothing_else_and_goes
         assert (await _get(proxy, token, first), await _get(proxy, token, second)) == (403, 200)
         assert await admin.revoke(issued.id) is True  # the step's end
         assert await _get(proxy, token, second) == 407
+        assert await admin.egress_notes(issued.id) == []  # gone with the grant
         again = await admin.issue("run-e", "test", expires, credential=EGRESS_ONLY, egress=_allow(first))
         assert await admin.revoke_run("run-e") == 2  # the run's release: the new egress token and the Claude one
         assert await _get(proxy, again.token.reveal(), first) == 407
+
+
+async def _notes_are(admin: AdminClient, token_id: str, lines: list[str]) -> bool:
+    return await admin.egress_notes(token_id) == lines
+
+
+@pytest.mark.postgres
+async def test_postgresql_keeps_the_last_decisions_of_a_live_grant_for_every_replica(postgres_dsn: str) -> None:
+    policy = egress.EgressPolicy.from_json({"allow": ["pypi.org:443"]})
+    grant = tokens.Grant(tokens.token_id("ifap_n"), "r", "s", int(time.time()) + 60, EGRESS_ONLY, egress=policy)
+    async with fresh_database(postgres_dsn) as url:
+        one = await PostgresRegistry.open(Secret(url), KeyRing.from_spec(RING))
+        two = await PostgresRegistry.open(Secret(url), KeyRing.from_spec(RING))
+        try:
+            await one.note_egress(grant.id, "before the grant")  # nothing to keep it with
+            await one.insert(grant)
+            for n in range(registry.EGRESS_NOTES_KEPT + 5):
+                await (one if n % 2 else two).note_egress(grant.id, f"decision {n}")
+            kept = await two.egress_notes(grant.id)
+            assert kept == [f"decision {n}" for n in range(5, registry.EGRESS_NOTES_KEPT + 5)]
+            assert await one.egress_notes(grant.id) == kept
+            await one.revoke(grant.id)
+            assert await two.egress_notes(grant.id) == []
+        finally:
+            await one.close()
+            await two.close()
+
+
+async def test_the_hub_keeps_a_grants_decisions_for_every_worker(tmp_path: Path) -> None:
+    policy = egress.EgressPolicy.from_json({"allow": ["pypi.org:443"]})
+    grant = tokens.Grant(tokens.token_id("ifap_h"), "r", "s", int(time.time()) + 60, EGRESS_ONLY, egress=policy)
+    async with hub.serve_hub(str(tmp_path / "hub" / "registry.sock")) as socket_path:
+        workers = [hub.HubRegistry(socket_path), hub.HubRegistry(socket_path)]
+        try:
+            await workers[0].insert(grant)
+            await workers[0].note_egress(
+                grant.id, "egress denied a.example:443 (CONNECT): no rule allows a.example:443"
+            )
+            await workers[1].note_egress(
+                grant.id, "egress allowed pypi.org:443 (CONNECT): allowed by allow pypi.org:443"
+            )
+            assert [line.split(" ", 2)[1] for line in await workers[1].egress_notes(grant.id)] == ["denied", "allowed"]
+            await workers[1].revoke(grant.id)
+            assert await workers[0].egress_notes(grant.id) == []
+        finally:
+            for worker in workers:
+                await worker.close()
 
 
 @pytest.mark.parametrize(

@@ -239,6 +239,20 @@ async def test_an_egress_only_request_carries_its_policy_and_no_value() -> None:
         assert _refusal(_body(credential=bad, egress=policy)) == "invalid token request body"
 
 
+async def test_a_live_grant_keeps_its_last_egress_decisions_until_it_goes() -> None:
+    reg = registry.MemoryRegistry()
+    grant_id, _ = await _issued(reg)
+    await reg.note_egress("f" * 64, "not a grant")  # nothing to keep it with
+    for n in range(registry.EGRESS_NOTES_KEPT + 3):
+        await reg.note_egress(grant_id, f"decision {n}")
+    assert await reg.egress_notes(grant_id) == [f"decision {n}" for n in range(3, registry.EGRESS_NOTES_KEPT + 3)]
+    assert await reg.egress_notes("f" * 64) == []
+    await reg.revoke(grant_id)
+    assert await reg.egress_notes(grant_id) == []
+    await reg.note_egress(grant_id, "after the revoke")
+    assert await reg.egress_notes(grant_id) == []
+
+
 def test_limits_are_parsed_and_validated() -> None:
     parsed = tokens.parse_token_request(_body(limits={"models": ["m1"], "max_requests": 3}), NOW)
     assert parsed.limits == tokens.Limits(models=("m1",), max_requests=3)
