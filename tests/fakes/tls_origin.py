@@ -20,7 +20,8 @@ HELLO = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello
 @dataclass(frozen=True)
 class OriginTls:
     """A test CA (``ca_dir/ca.pem``, readable by a sandbox's uid; ``ca_pem`` its bytes) and a server
-    context whose certificate it signed (for localhost, 127.0.0.1 and the extra addresses asked for)."""
+    context whose certificate it signed (for localhost, 127.0.0.1 and the extra addresses and names
+    asked for)."""
 
     ca_dir: Path
     ca_pem: bytes
@@ -30,9 +31,9 @@ class OriginTls:
         return ssl.create_default_context(cadata=self.ca_pem.decode())
 
 
-def make_tls(root: Path, *, extra_ips: tuple[str, ...] = ()) -> OriginTls:
-    """A fresh test PKI under ``root``."""
-    keys = pki.new_pki(extra_ips=extra_ips)
+def make_tls(root: Path, *, extra_ips: tuple[str, ...] = (), extra_dns: tuple[str, ...] = ()) -> OriginTls:
+    """A fresh test PKI under ``root`` (``cert.pem`` and ``key.pem`` the server's pair)."""
+    keys = pki.new_pki(extra_ips=extra_ips, extra_dns=extra_dns)
     ca_dir = root / "ca"
     ca_dir.mkdir(parents=True)
     (ca_dir / "ca.pem").write_bytes(keys.ca.cert_pem)

@@ -112,7 +112,13 @@ def _new_ca() -> CertPair:
 
 
 def _leaf(
-    ca: CertPair, common_name: str, groups: Sequence[str], *, server: bool, extra_ips: Sequence[str] = ()
+    ca: CertPair,
+    common_name: str,
+    groups: Sequence[str],
+    *,
+    server: bool,
+    extra_ips: Sequence[str] = (),
+    extra_dns: Sequence[str] = (),
 ) -> CertPair:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
@@ -131,18 +137,19 @@ def _leaf(
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     )
     if server:
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in _SANS_DNS]
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in (*_SANS_DNS, *extra_dns)]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *extra_ips)]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return CertPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def new_pki(extra_ips: Sequence[str] = ()) -> Pki:
+def new_pki(extra_ips: Sequence[str] = (), extra_dns: Sequence[str] = ()) -> Pki:
     """A fresh CA, admin pair (``system:masters``, serving on localhost/127.0.0.1 and
-    ``extra_ips``: the real node's address and the ``kubernetes`` Service's) and SA key."""
+    ``extra_ips``: the real node's address and the ``kubernetes`` Service's; and on the names
+    ``extra_dns``, e.g. an in-cluster test server's) and SA key."""
     ca = _new_ca()
-    admin = _leaf(ca, ADMIN_USER, ["system:masters"], server=True, extra_ips=extra_ips)
+    admin = _leaf(ca, ADMIN_USER, ["system:masters"], server=True, extra_ips=extra_ips, extra_dns=extra_dns)
     return Pki(ca=ca, admin=admin, service_account_key_pem=_key_pem(_key()))
 
 

@@ -13,15 +13,20 @@ the opening the proxy's rendered policy tells an operator to add for in-cluster 
 servers' namespace: the proxy, not the NetworkPolicy, tells them apart), the agent gets the
 allowed server's body through the proxy, the proxy's 403 for the other, and no connection to
 either without the proxy. With the allow rule removed the first fetch is refused: the test fails.
+A third server, ``secure``, answers over TLS with a certificate of a test CA for its Service name:
+curl in the agent pod fetches it through a ``CONNECT`` tunnel, verifying it with ``--cacert``,
+while a tunnel to the other host is refused with 403.
 """
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 from tests.fakes import real_node_proxy as rp
+from tests.fakes.tls_origin import make_tls
 from tests.k8s.real_node.test_real_node_agent_step import (
     _model_objects,
     _model_serving,
@@ -66,31 +71,53 @@ echo "password-is-claude-token=$([ "$pw" = "$ANTHROPIC_AUTH_TOKEN" ] && echo yes
 echo "relay-with-password=$(curl -s -m 20 --noproxy '*' -w ' %{{http_code}}' -H "Authorization: Bearer $pw" \
   -H 'content-type: application/json' -d '{{"model":"m","max_tokens":1,"messages":[]}}' \
   "$ANTHROPIC_BASE_URL/v1/messages" | tr '\n' ' ')"
+printf '%s\n' '{ca}' > "$HOME/test-ca.pem"
+for name in secure other; do
+  echo "https-$name=$(curl -s -m 20 --cacert "$HOME/test-ca.pem" -w ' %{{http_code}} %{{http_connect}}' \
+    "https://$name.{ns}.svc.cluster.local/" 2>&1 | tr '\n' ' ')"
+done
 """
+TLS_PORT: Final = 8443
+#: The same server over TLS, its pair from the mounted Secret.
+TLS_SERVER: Final = SERVER.replace(
+    'http.server.HTTPServer(("0.0.0.0", int(sys.argv[2])), Answer).serve_forever()',
+    "import ssl\n"
+    'server = http.server.HTTPServer(("0.0.0.0", int(sys.argv[2])), Answer)\n'
+    "tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n"
+    'tls.load_cert_chain("/tls/tls.crt", "/tls/tls.key")\n'
+    "server.socket = tls.wrap_socket(server.socket, server_side=True)\n"
+    "server.serve_forever()",
+)
 
 
-def _server_objects(ns: str, image: str) -> list[dict[str, Any]]:
-    """The two servers and their Services (port 80)."""
+def _service(ns: str, name: str, port: int, target: int) -> dict[str, Any]:
+    ports = [{"port": port, "targetPort": target, "protocol": "TCP"}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"app": name}, "ports": ports}}  # fmt: skip
+
+
+def _server_objects(ns: str, image: str, tls: Path) -> list[dict[str, Any]]:
+    """The two plain servers (Services on port 80), and ``secure`` over TLS (443) with the test
+    CA's pair for its Service name (``cert.pem`` and ``key.pem`` under ``tls``), from a Secret."""
     docs: list[dict[str, Any]] = []
     for name in ("allowed", "other"):
         argv = ["python", "-c", SERVER, f"{name}-body", str(SERVER_PORT)]
         docs.append(rp.sleeper_pod(name, image, ns, labels={"app": name}, command="exec " + command_line(argv)))
-        port = {"port": 80, "targetPort": SERVER_PORT, "protocol": "TCP"}
-        meta = {"name": name, "namespace": ns}
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": meta,
-                "spec": {"selector": {"app": name}, "ports": [port]},
-            }
-        )
+        docs.append(_service(ns, name, 80, SERVER_PORT))
+    pair = {"tls.crt": (tls / "cert.pem").read_text(), "tls.key": (tls / "key.pem").read_text()}
+    docs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                 "metadata": {"name": "secure-tls", "namespace": ns}, "stringData": pair})  # fmt: skip
+    argv = ["python", "-c", TLS_SERVER, "secure-body", str(TLS_PORT)]
+    pod = rp.sleeper_pod("secure", image, ns, labels={"app": "secure"}, command="exec " + command_line(argv))
+    pod["spec"]["volumes"] = [{"name": "tls", "secret": {"secretName": "secure-tls"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "tls", "mountPath": "/tls", "readOnly": True}]
+    docs += [pod, _service(ns, "secure", 443, TLS_PORT)]
     return docs
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_proxy_and_nothing_else(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str, tmp_path: Path
 ) -> None:
     runner_image, worker_image = need_image["runner"], need_image["worker"]
     need_image["auth-proxy"]
@@ -99,8 +126,10 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
     model_ns, srv_ns = f"md-{suffix}", f"sv-{suffix}"
     key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
     with rp.cluster_namespaces(real_node, config, model_ns, srv_ns):
-        real_node.apply_objects(_model_objects(model_ns, worker_image, key, PROBE.format(ns=srv_ns)))
-        real_node.apply_objects(_server_objects(srv_ns, worker_image))
+        tls = make_tls(tmp_path, extra_dns=(f"secure.{srv_ns}.svc.cluster.local",))
+        probe = PROBE.format(ns=srv_ns, ca=tls.ca_pem.decode().strip())
+        real_node.apply_objects(_model_objects(model_ns, worker_image, key, probe))
+        real_node.apply_objects(_server_objects(srv_ns, worker_image, tmp_path))
         proxy = rp.deploy_auth_proxy(
             real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
         )
@@ -111,11 +140,20 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
                 *rp.network_policies(config),
                 _upstream_opening(proxy.namespace, model_ns),
                 _upstream_opening(proxy.namespace, srv_ns, SERVER_PORT, "in-cluster"),
+                _upstream_opening(proxy.namespace, srv_ns, TLS_PORT, "in-cluster-tls"),
             ],
         )
-        allowed_ip = real_node.request("GET", f"/api/v1/namespaces/{srv_ns}/services/allowed")["spec"]["clusterIP"]
-        # The Service's address is private (fixed deny): the rule names it after resolution.
-        policy = egress.policy_from_options([f"allowed.{srv_ns}.svc.cluster.local:80@{allowed_ip}/32"])
+        ips = {
+            name: real_node.request("GET", f"/api/v1/namespaces/{srv_ns}/services/{name}")["spec"]["clusterIP"]
+            for name in ("allowed", "secure")
+        }
+        # The Services' addresses are private (fixed deny): each rule names its own after resolution.
+        policy = egress.policy_from_options(
+            [
+                f"{name}.{srv_ns}.svc.cluster.local:{port}@{ips[name]}/32"
+                for name, port in (("allowed", 80), ("secure", 443))
+            ]
+        )
         provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
         provider = provider.egress(policy).timeout(300)
         if runtime == "gvisor":
@@ -136,6 +174,10 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
         assert "other-body" not in output, output
         for name in ("allowed", "other"):  # around the proxy: the NetworkPolicy lets no connection open
             assert seen[f"direct-{name}"] in ("000 exit=28", "000 exit=7"), output
+        # HTTPS through a CONNECT tunnel, verified end to end against the test CA; the other host's
+        # tunnel is refused by the proxy (403 to the CONNECT) before any connection.
+        assert seen["https-secure"] == "secure-body 200 200", output
+        assert seen["https-other"].split()[-1] == "403", output  # the CONNECT's answer
         # The proxy password is the step's egress-only token, not its Claude token: the model relay refuses it.
         assert seen["password-kind"] == "ifap claude-token-set=yes", output
         assert seen["password-is-claude-token"] == "no", output
