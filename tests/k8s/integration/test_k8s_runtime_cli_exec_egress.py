@@ -19,6 +19,7 @@ from tests.auth_proxy.integration.test_egress_live_policy import _get, _origin
 from tests.auth_proxy.integration.test_egress_only_tokens import _relayed
 from typer.testing import CliRunner
 
+from ironflow import labels
 from ironflow.auth_proxy import AuthProxyConfig, logs, run_auth_proxy
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.cli.app import app
@@ -60,11 +61,13 @@ def _exec(provider: Path, *args: str) -> Any:
 
 
 async def _first_pod_env(st: ThreadedKube) -> dict[str, str]:
-    """The env of the first pod the command creates, as soon as it exists."""
+    """The env of the first pod the command creates, as soon as it exists (and its component label,
+    as ``component``)."""
     while True:
         pods = [e.obj for e in st.server.store.history if e.kind == "ADDED" and e.obj.get("kind") == "Pod"]
         if pods:
-            return {e["name"]: e.get("value", "") for e in pods[0]["spec"]["containers"][0].get("env", [])}
+            env = {e["name"]: e.get("value", "") for e in pods[0]["spec"]["containers"][0].get("env", [])}
+            return {**env, "component": pods[0]["metadata"]["labels"][labels.LABEL_COMPONENT]}
         await asyncio.sleep(0.01)
 
 
@@ -96,6 +99,7 @@ def test_the_exec_pod_reaches_what_its_policy_allows_with_an_egress_only_token_r
     assert urllib.parse.urlsplit(env["HTTPS_PROXY"]).port == 3128  # the proxy Service's egress port
     assert [env[name] for name in PROXY_VARIABLES] == [env["HTTPS_PROXY"]] * 4
     assert "ANTHROPIC_AUTH_TOKEN" not in env  # an exec pod gets no Claude token at all
+    assert env["component"] == "claude-runner"  # the rendered NetworkPolicies open the proxy to it
     assert during == 200  # the options' host, through the egress listener
     assert relayed == (403, "this token only reaches the egress proxy")
     assert st.call(_get(proxy, token, port)) == 407  # revoked once the command is done
@@ -113,6 +117,7 @@ def test_a_policy_that_opens_nothing_issues_no_token_and_sets_no_proxy_variable(
     assert result.exit_code == 0, result.output
     env = st.call(_first_pod_env(st))
     assert not set(PROXY_VARIABLES) & set(env)
+    assert env["component"] == "pod-run"  # no network at all
     assert _issued(caplog) == []
 
 

@@ -187,7 +187,15 @@ def _exec_workspace_pod() -> dict[str, Any]:
     return init_pods.add_git_workspace(run.build_pod(now=NOW), SPEC, invocation)
 
 
-@pytest.mark.parametrize("make", [_push_pod, _exec_workspace_pod], ids=["push", "exec-workspace"])
+def _exec_egress_pod() -> dict[str, Any]:
+    """An ``exec`` pod with an egress policy (``egress_runs.with_egress`` makes its run a proxy client)."""
+    run = pod_runs.exec_pod_run(provider().settings, ["pip", "download"], timeout_s=60, now_ms=NOW * 1000, rand32=1)
+    return run.proxy_client().env("HTTPS_PROXY", "http://ironflow:t@proxy:3128").build_pod(now=NOW)
+
+
+@pytest.mark.parametrize(
+    "make", [_push_pod, _exec_workspace_pod, _exec_egress_pod], ids=["push", "exec-workspace", "exec-egress"]
+)
 def test_a_pod_that_clones_through_the_proxy_is_one_the_rendered_network_policies_let_reach_it(
     make: Callable[[], dict[str, Any]],
 ) -> None:

@@ -3,10 +3,12 @@ issued before the pod and revoked after it (I/O).
 
 The policy rides an egress-only token the provider's auth proxy issues (no credential behind it:
 the model and secret relays refuse it); the pod gets it as the password of its ``HTTP(S)_PROXY``
-(:func:`ironflow.k8s.step_objects.egress_env`, as an agent step's pod does), an opaque value in its
-env that is revoked when the block ends, on every path, cancellation included
-(:func:`ironflow.auth_proxy.revoking.held`). A policy that opens nothing issues nothing and leaves
-the run as it was. Never logs or raises the token.
+(:func:`ironflow.k8s.step_objects.egress_env`, as an agent step's pod does), an opaque value in
+its env that is revoked when the block ends, on every path, cancellation included
+(:func:`ironflow.auth_proxy.revoking.held`). The pod is labelled a proxy client
+(:meth:`~ironflow.k8s.commands.pod_runs.PodRun.proxy_client`): the rendered NetworkPolicies open
+the proxy to those only. A policy that opens nothing issues nothing and leaves the run as it was.
+Never logs or raises the token.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ async def with_egress(
         revoking.held(grants) as held,
     ):
         _, token = await held.egress_token(policy, run.name, EXEC_STEP, expires_at)
+        run = run.proxy_client()  # the rendered NetworkPolicies open the proxy to agent pods only
         for name, value in step_objects.egress_env(opened, token).items():
             run = run.env(name, value)
         yield run

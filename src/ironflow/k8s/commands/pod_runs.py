@@ -165,6 +165,12 @@ class PodRun(_Builders):
             raise errors.ConfigError("runtime class must not be empty")
         return self._set(runtime_class=name)
 
+    def proxy_client(self) -> PodRun:
+        """Labelled an agent pod (``component=claude-runner``): the NetworkPolicies ironflow renders
+        open the auth proxy (its relays and egress listener) to those only. For a pod that reaches
+        the proxy, e.g. an ``exec`` pod with an egress policy."""
+        return self._set(component=labels.COMPONENT_CLAUDE_RUNNER)
+
     def env(self, name: str, value: str) -> PodRun:
         """A plain env var; never a secret value (it would be readable in the pod spec)."""
         if not name:
@@ -193,7 +199,7 @@ class PodRun(_Builders):
 
     def object_labels(self) -> dict[str, str]:
         """Caller labels plus the two ironflow labels, which always win."""
-        return specs.object_labels(labels.COMPONENT_POD_RUN, self.settings.labels)
+        return specs.object_labels(self.settings.component, self.settings.labels)
 
     def build_pod(self, *, now: int | None = None) -> dict[str, Any]:
         """The Pod manifest; ``now`` (unix seconds) fixes the expiry annotation."""

@@ -285,6 +285,10 @@ def _volumes(
     return out
 
 
+#: A PodRun's own component (a name here: the settings' ``labels`` field hides the module).
+_POD_RUN: Final = labels.COMPONENT_POD_RUN
+
+
 @dataclass(frozen=True)
 class PodRunSettings:
     """Everything a ``PodRun`` builder sets; defaults are the reference's."""
@@ -312,6 +316,9 @@ class PodRunSettings:
     scratch: tuple[ScratchVolume, ...] = ()
     #: Fed to the command after the pod starts, never rendered; may be secret, so never shown.
     stdin: bytes | None = field(default=None, repr=False)
+    #: The pod's ``component`` label: ``claude-runner`` for a pod that reaches the auth proxy
+    #: (the rendered NetworkPolicies open the proxy to those only).
+    component: str = _POD_RUN
 
 
 @dataclass(frozen=True)
@@ -401,7 +408,7 @@ def pod_manifest(name: str, image: str, command: str, s: PodRunSettings, *, now:
         "metadata": _metadata(
             name,
             s.namespace,
-            object_labels(labels.COMPONENT_POD_RUN, s.labels),
+            object_labels(s.component, s.labels),
             now=now,
             timeout_s=s.timeout_s,
             margin_s=s.expiry_margin_s,
