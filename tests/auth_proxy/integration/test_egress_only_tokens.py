@@ -80,7 +80,7 @@ async def test_an_egress_only_token_reaches_its_policy_and_nothing_else_and_goes
         assert (await _get(proxy, token, first), await _get(proxy, token, second)) == (200, 403)
         kept = [
             f"egress allowed 127.0.0.1:{first} (GET): allowed by allow 127.0.0.1:{first}",
-            f"egress denied 127.0.0.1:{second} (GET): no rule allows 127.0.0.1:{second}",
+            f"egress denied 127.0.0.1:{second} (GET): 127.0.0.1 is loopback: only a rule naming it opens it",
         ]  # for the step's record, kept off the request's path: read as soon as both are there
         assert await eventually(lambda: _notes_are(admin, issued.id, kept), what="the kept decisions")
         assert await _get(proxy, claude.token.reveal(), first) == 403  # the model's token opens no egress

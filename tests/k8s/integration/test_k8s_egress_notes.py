@@ -62,7 +62,7 @@ async def test_the_steps_egress_decisions_reach_its_log_sink_when_it_ends(kube: 
     notes = [line for stream, line in sink.lines if stream == "ironflow"]
     assert notes == [
         f"egress allowed 127.0.0.1:{allowed} (GET): allowed by allow 127.0.0.1:{allowed}",
-        f"egress denied 127.0.0.1:{other} (GET): no rule allows 127.0.0.1:{other}",
+        f"egress denied 127.0.0.1:{other} (GET): 127.0.0.1 is loopback: only a rule naming it opens it",
     ], notes
     assert password not in str(sink.lines)
     assert await _get(proxy, password, allowed) == 407  # revoked with the step
