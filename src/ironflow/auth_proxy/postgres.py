@@ -274,16 +274,14 @@ class PostgresRegistry:
     # --- the GrantRegistry protocol ------------------------------------------------------
 
     async def insert(self, grant: tokens.Grant) -> None:
-        credential = grant.credential
-        value = b""  # an egress-only grant: an empty value, sealed to its row like any other
+        credential, spec = grant.credential, None
+        if isinstance(credential, tokens.EgressCredential) and grant.egress is None:  # it would reach nothing
+            raise registry.RegistryUnavailable("an egress-only grant without a policy is not stored")
+        kind = "secret" if isinstance(credential, tokens.SecretCredential) else credential.kind
+        # an egress-only grant's value is empty, sealed to its row like any other
+        value = b"" if isinstance(credential, tokens.EgressCredential) else credential.value.reveal().encode()
         if isinstance(credential, tokens.SecretCredential):
-            kind, spec, value = "secret", json.dumps(credential.spec()), credential.value.reveal().encode()
-        elif isinstance(credential, tokens.EgressCredential):
-            if grant.egress is None:  # the table refuses it too: such a grant would reach nothing
-                raise registry.RegistryUnavailable("an egress-only grant without a policy is not stored")
-            kind, spec = credential.kind, None
-        else:
-            kind, spec, value = credential.kind, None, credential.value.reveal().encode()
+            spec = json.dumps(credential.spec())
         sealed = self._ring.seal(value, associated_data(grant.id, kind, grant.expires_at))
         limits = None if grant.limits.empty else json.dumps(grant.limits.to_json())
         egress = None if grant.egress is None else json.dumps(grant.egress.to_json())
@@ -425,10 +423,8 @@ class PostgresRegistry:
         async with _guard("read egress notes"):
             rows = await self._pool.fetch(
                 "SELECT line FROM (SELECT seq, line FROM ironflow.auth_proxy_egress_notes WHERE grant_id = $1"
-                " ORDER BY seq DESC LIMIT $2) AS kept ORDER BY seq",
-                grant_id,
-                registry.EGRESS_NOTES_KEPT,
-            )
+                " ORDER BY seq DESC LIMIT $2) AS kept ORDER BY seq", grant_id, registry.EGRESS_NOTES_KEPT,
+            )  # fmt: skip
         return [str(row["line"]) for row in rows]
 
     async def close(self) -> None:

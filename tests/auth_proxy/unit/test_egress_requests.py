@@ -141,12 +141,14 @@ def test_a_grant_keeps_its_egress_policy_over_the_hub_wire() -> None:
     assert tokens.grant_from_wire(tokens.grant_to_wire(bare)).egress is None
 
 
-def test_an_egress_only_grant_crosses_the_hub_wire_but_never_the_admin_api() -> None:
+def test_an_egress_only_grant_crosses_the_hub_wire_and_the_admin_api_only_with_a_policy() -> None:
+    """A pod's egress-only token is issued through the admin API (k8s); without a policy it would reach nothing."""
     grant = tokens.Grant("id", "r", "s", 2_000, tokens.EgressCredential(), egress=POLICY)
     assert tokens.grant_from_wire(json.loads(json.dumps(tokens.grant_to_wire(grant)))) == grant
     body = {**BODY, "credential": {"kind": "egress"}, "egress": POLICY.to_json()}
-    with pytest.raises(tokens.InvalidTokenRequest, match="invalid token request body"):
-        tokens.parse_token_request(json.dumps(body).encode(), 1_000)
+    assert tokens.parse_token_request(json.dumps(body).encode(), 1_000).credential == tokens.EgressCredential()
+    with pytest.raises(tokens.InvalidTokenRequest, match="an egress-only credential needs an egress policy"):
+        tokens.parse_token_request(json.dumps({**body, "egress": None}).encode(), 1_000)
 
 
 def test_an_egress_only_token_is_refused_on_both_relays() -> None:

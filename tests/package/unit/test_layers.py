@@ -154,6 +154,7 @@ DEFERRED_IMPORTS = {
     # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):
     # a local `exec` no Kubernetes client, agent-sandbox, model server or auth-proxy server.
     ("ironflow.cli.exec_command", "ironflow.k8s.commands.pod_runs"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.exec_command", "ironflow.k8s.commands.egress_runs"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.exec_command", "ironflow.k8s.workspaces.command_pods"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.agent", "ironflow.local.offline"): "the offline model, for --fake-model only",
     ("ironflow.cli.backends", "ironflow.k8s.pod_provider"): "the k8s backend, for --backend k8s only",
