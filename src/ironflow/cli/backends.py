@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ironflow.local.sandbox.environment import ProxyCredential
     from ironflow.local.sandbox_provider import LocalSandboxProvider
     from ironflow.sessions.backend import SessionBackend
+    from ironflow.sessions.pools import PoolPolicy
 
 __all__ = [
     "FAKE_MODEL_KEY",
@@ -167,17 +168,26 @@ def session_backend(
     provider_file: Path | None = None,
     isolation: Isolation | None = None,
     git_hosts: GitHosts | None = None,
+    pool: PoolPolicy | None = None,
 ) -> SessionBackend:
     """The sandbox sessions of ``--backend``: the provider's own (``provider.sessions()``), local
-    from ``--isolation``, k8s / agent-sandbox from the file; bad input exits 2 with one line."""
+    from ``--isolation`` (with ``pool``, sandboxes kept warm), k8s / agent-sandbox from the file;
+    bad input exits 2 with one line."""
     if isolation is not None and backend is not Backend.LOCAL:
         exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
     if provider_file is not None and backend is Backend.LOCAL:
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    if pool is not None and backend is not Backend.LOCAL:
+        exits.fail(f"--pool is for --backend local: a {backend} session's warm pool is the cluster's")
     provider = build_provider(
         backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
     )
     try:
+        if pool is not None:
+            from ironflow.local.sandbox_provider import LocalSandboxProvider
+
+            assert isinstance(provider, LocalSandboxProvider)
+            return provider.sessions(pool=pool)
         return sessions_of(provider)  # gVisor: runsc is looked for here
     except errors.IronflowError as exc:
         exits.fail_for(exc)

@@ -26,7 +26,9 @@ from ironflow.cli.session_backends import ProviderOption
 from ironflow.sandbox_router import process
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS
 from ironflow.secrets import Secret
+from ironflow.sessions import pools
 from ironflow.sessions.backend import SessionBackend
+from ironflow.sessions.values import parse_duration
 
 __all__ = ["register", "serve"]
 
@@ -56,12 +58,24 @@ def serve(
         int,
         typer.Option("--max-sessions", help="Sessions held at once; one more is refused (429).", min=1),
     ] = DEFAULT_MAX_SESSIONS,
+    pool: Annotated[
+        int,
+        typer.Option(
+            "--pool", help="Local: sandboxes kept warm for sessions without workspace, agent or egress.", min=0
+        ),
+    ] = 0,
+    pool_starts: Annotated[
+        int, typer.Option("--pool-starts", help="Local: warm sandboxes started at once while refilling.", min=1)
+    ] = pools.DEFAULT_MAX_STARTS,
+    pool_idle_expiry: Annotated[
+        str, typer.Option("--pool-idle-expiry", help="Local: a warm sandbox unused this long is replaced.")
+    ] = "10m",
 ) -> None:
     """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).
 
     Cluster sessions (k8s, agent-sandbox) are found by their labels: this server routes, lists
     and closes the sessions an earlier server opened in the provider's namespace."""
-    sessions = _sessions(backend, provider, isolation, keep_sessions)
+    sessions = _sessions(backend, provider, isolation, keep_sessions, _pool(pool, pool_starts, pool_idle_expiry))
     try:
         token: Secret | process.SharedToken = process.env_token() or process.SharedToken()
     except errors.IronflowError as exc:
@@ -86,13 +100,26 @@ def serve(
         exits.fail_for(exc)
 
 
+def _pool(size: int, starts: int, idle_expiry: str) -> pools.PoolPolicy | None:
+    """The warm pool of ``--pool`` and its policy options (None: no pool); bad input exits 2."""
+    try:
+        policy = pools.PoolPolicy(size, max_starts=starts, idle_expiry=parse_duration(idle_expiry))
+    except errors.ConfigError as exc:
+        exits.fail(f"--pool-idle-expiry: {exc.message}")
+    return policy if size else None
+
+
 def _sessions(
-    backend: Backend, provider: Path | None, isolation: Isolation | None, keep_sessions: bool
+    backend: Backend,
+    provider: Path | None,
+    isolation: Isolation | None,
+    keep_sessions: bool,
+    pool: pools.PoolPolicy | None = None,
 ) -> SessionBackend:
     """The sessions ``serve`` holds, the provider's own (local: bubblewrap by default); bad input exits 2."""
     if keep_sessions and backend is Backend.LOCAL:
         exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
-    return backends.session_backend(backend, provider_file=provider, isolation=isolation)
+    return backends.session_backend(backend, provider_file=provider, isolation=isolation, pool=pool)
 
 
 def register(group: typer.Typer) -> None:

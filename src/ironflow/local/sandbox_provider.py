@@ -57,6 +57,7 @@ from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.local.sessions import local_sessions
+    from ironflow.sessions.pools import PoolPolicy
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -358,10 +359,11 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             limit_s=self.timeout,
         )
 
-    def sessions(self, *, state_dir: str | None = None) -> local_sessions.LocalSessions:
-        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go).
+    def sessions(self, *, state_dir: str | None = None, pool: PoolPolicy | None = None) -> local_sessions.LocalSessions:
+        """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go;
+        ``pool``: sandboxes kept warm for them).
 
         Their module (and its HTTP client) loads here: a one-shot step or command never needs it."""
         from ironflow.local.sessions import local_sessions
 
-        return local_sessions.LocalSessions(self, state_dir=state_dir)
+        return local_sessions.LocalSessions(self, state_dir=state_dir, pool=pool)

@@ -32,7 +32,7 @@ from aiohttp import web
 from ironflow import errors
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, build_app
 from ironflow.secrets import Secret
-from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
+from ironflow.sessions.backend import ClusterSessionBackend, PooledSessionBackend, SessionBackend
 from ironflow.sessions.remote import TOKEN_ENV, token_file
 
 __all__ = ["MIN_TOKEN_CHARS", "SharedToken", "env_token", "is_loopback", "serve"]
@@ -188,6 +188,8 @@ async def serve(
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
             shown = f"[{host}]" if ":" in host else host
+            if isinstance(owned, PooledSessionBackend):
+                owned.prewarm()
             ready(f"http://{shown}:{sock.getsockname()[1]}")
             await stop.wait()
         finally:

@@ -27,15 +27,19 @@ Linux only, standard library only (``ctypes``), like its siblings; imported only
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import errno
 import functools
 import os
+import queue
 import signal
 import subprocess
-from collections.abc import Callable
-from typing import Any, NoReturn
+import threading
+
+TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 __all__ = ["isolate_commands"]
 
@@ -135,10 +139,10 @@ def isolate_commands(runtime_uid: int | None = None, commands_uid: int | None = 
     libc = ctypes.CDLL(None, use_errno=True)
     if runtime_uid is not None:
         return _apart(libc, runtime_uid, commands_uid)
-    spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
-    spawner.submit(_enter, libc).result()
+    spawner = _Spawner()
+    spawner.call(_enter, libc)
     _drop_privileges(libc)  # this thread's own, then the process is non-dumpable
-    return lambda *args, **kwargs: spawner.submit(subprocess.Popen, *args, **kwargs).result()
+    return functools.partial(spawner.call, subprocess.Popen)
 
 
 def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
@@ -156,3 +160,32 @@ def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[...
         raise OSError(f"the runtime's uids are not apart from its commands' ({uid})")
     _drop_privileges(libc)
     return functools.partial(subprocess.Popen, user=uid, group=uid)
+
+
+class _Spawner:
+    """One thread that runs what it is given, one call at a time, and hands back the result or
+    the exception: the thread whose children land in the commands' pid namespace. (Not
+    ``concurrent.futures``: its import, with logging's, is a slice of every session's cold start.)"""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._serve, name="spawner", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, kwargs = self._calls.get()
+            try:
+                self._answers.put((True, fn(*args, **kwargs)))
+            except BaseException as exc:  # handed back to the caller, raised there
+                self._answers.put((False, exc))
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in the spawner's thread."""
+        with self._lock:
+            self._calls.put((fn, args, kwargs))
+            ok, value = self._answers.get()
+        if not ok:
+            raise value
+        return value

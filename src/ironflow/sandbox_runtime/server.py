@@ -8,9 +8,12 @@ directory tar streams in and out. Every path is confined to the workspace (403).
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
 an inherited fd or a file deleted once read, never the environment, so the commands run
-here (with the runtime's own scrubbed environment) never see it. Uploads stream to disk and
-stop at ``--max-upload-bytes`` (413); captured output keeps at most ``--max-output-bytes``
-per stream. A command not found exits 127, one that cannot run 126, as in a shell.
+here (with the runtime's own scrubbed environment) never see it. With ``--prewarm`` the runtime
+sets itself up, says ``ironflow-runtime: warm`` and waits: a session pool holds it so, with no
+token, and hands it out with one line carrying the token (and the session's environment and idle
+timeout). Uploads stream to disk and stop at ``--max-upload-bytes`` (413); captured output keeps
+at most ``--max-output-bytes`` per stream. A command not found exits 127, one that cannot run
+126, as in a shell.
 
 Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
 standard library only, nothing of ironflow, a thread per connection rather than an event loop
@@ -23,10 +26,9 @@ to start if that cannot be set up.
 
 from __future__ import annotations
 
-import argparse
+import _operator
 import base64
 import contextlib
-import hmac
 import itertools
 import json
 import os
@@ -36,14 +38,17 @@ import socket
 import stat
 import subprocess
 import sys
-import tarfile
 import threading
 import time
+import types
 import urllib.parse
-from typing import Any, BinaryIO
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
 from streams import Body, Chunked, Command, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
+
+TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, NoReturn
 
 __all__ = ["main"]
 
@@ -55,11 +60,11 @@ _EXT = "/ironflow/v1/"
 class Runtime:
     """The workspace, the token, the limits, and the commands that are running."""
 
-    def __init__(self, args: argparse.Namespace, token: bytes) -> None:
+    def __init__(self, args: types.SimpleNamespace, token: bytes) -> None:
         self.root = os.path.realpath(args.workspace)
         self.expected = b"Bearer " + token
         self.max_upload, self.max_output = args.max_upload_bytes, args.max_output_bytes
-        self.env = dict(os.environ)
+        self.env = {**os.environ, **args.env}
         self.commands: dict[str, Command] = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
@@ -154,7 +159,7 @@ class Handler:
 
     def dispatch(self, method: str, target: str, headers: dict[str, str]) -> None:
         got = headers.get("authorization", "").encode("latin-1")
-        if not hmac.compare_digest(got, self.rt.expected):
+        if not _operator._compare_digest(got, self.rt.expected):  # hmac's own, without its OpenSSL import
             self.keep = False
             return self.json(401, {"message": "Unauthorized"})
         path, _, query = target.partition("?")
@@ -166,7 +171,7 @@ class Handler:
             self.route(method, path, urllib.parse.parse_qs(query), headers, body)
         except HttpError as exc:
             self.fail(exc.status, exc.message)
-        except (ValueError, KeyError, TypeError, tarfile.TarError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             self.fail(400, f"bad request: {exc}")
         except FileNotFoundError:
             self.fail(404, "File not found")
@@ -309,19 +314,27 @@ class Handler:
     def tar_out(self, path: str) -> None:
         if not os.path.isdir(path):
             raise HttpError(404, "Path is not a directory")
+        tarfile = _tarfile()
         self.head(200, "application/x-tar", chunked=True)
         chunks = Chunked(self.wfile)
-        with tarfile.open(fileobj=chunks, mode="w|") as tar:
-            tar.add(path, arcname=".", recursive=True)
+        try:
+            with tarfile.open(fileobj=chunks, mode="w|") as tar:
+                tar.add(path, arcname=".", recursive=True)
+        except tarfile.TarError as exc:
+            raise HttpError(400, f"bad request: {exc}") from None
         chunks.end()
 
     def tar_in(self, path: str, body: Body) -> None:
         os.makedirs(path, exist_ok=True)
         count = 0
-        with tarfile.open(fileobj=body, mode="r|") as tar:
-            for member in tar:
-                tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
-                count += 1
+        tarfile = _tarfile()
+        try:
+            with tarfile.open(fileobj=body, mode="r|") as tar:
+                for member in tar:
+                    tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
+                    count += 1
+        except tarfile.TarError as exc:
+            raise HttpError(400, f"bad request: {exc}") from None
         while body.read():  # the record's padding after the end-of-archive blocks
             pass
         self.json(200, {"path": os.path.relpath(path, self.rt.root), "entries": count})
@@ -353,7 +366,16 @@ class Handler:
         chunks.end()
 
 
-def _read_token(args: argparse.Namespace) -> bytes:
+def _tarfile() -> types.ModuleType:
+    """:mod:`tarfile`, imported by the first request that moves a tree (not at start: it is slow to import)."""
+    import tarfile
+
+    return tarfile
+
+
+def _read_token(args: types.SimpleNamespace) -> bytes:
+    """The token, from its file or its fd; on the fd, a JSON line (a session handed out,
+    :func:`_hand_out`) or the bare token."""
     if args.token_file:
         with open(args.token_file, "rb") as f:
             token = f.read().strip()
@@ -361,12 +383,31 @@ def _read_token(args: argparse.Namespace) -> bytes:
     else:
         with os.fdopen(args.token_fd, "rb") as f:
             token = f.readline().strip()
+        if token.startswith(b"{"):  # never a bare token: those are urlsafe base64
+            token = _hand_out(args, token)
     if not token:
         raise SystemExit("ironflow-runtime: no token")
     return token
 
 
-def _listener(args: argparse.Namespace) -> socket.socket:
+def _hand_out(args: types.SimpleNamespace, line: bytes) -> bytes:
+    """What a session gets when it is handed out, on one line: ``{"token": ..., "env": {...},
+    "idle_timeout": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
+    commands' environment holds nothing of the session's (an egress token goes in here)."""
+    try:
+        doc = json.loads(line)
+        token, env, idle = doc["token"], doc.get("env") or {}, doc.get("idle_timeout")
+        if not isinstance(token, str) or not all(isinstance(v, str) for v in (*env, *env.values())):
+            raise TypeError("token and env must be strings")
+        args.env = env
+        if idle is not None:
+            args.idle_timeout = float(idle)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"ironflow-runtime: a bad hand-out line: {type(exc).__name__}") from None
+    return token.encode()
+
+
+def _listener(args: types.SimpleNamespace) -> socket.socket:
     if args.listen_fd is not None:
         return socket.socket(fileno=args.listen_fd)
     if args.unix:
@@ -389,32 +430,72 @@ def _watch_idle(runtime: Runtime, idle: float) -> None:
             return
 
 
+#: Every option of the command line, ``--name-with-dashes``: its type (None: a flag) and default.
+_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "unix": (str, None),
+    "port": (int, None),
+    "listen_fd": (int, None),
+    "host": (str, "0.0.0.0"),
+    "token_fd": (int, 0),
+    "token_file": (str, None),
+    "workspace": (str, "."),
+    "max_upload_bytes": (int, 1 << 30),
+    "max_output_bytes": (int, 16 << 20),
+    "idle_timeout": (float, 0.0),
+    "isolate_commands": (None, False),  # a local session: see confine.py
+    "runtime_uid": (int, None),  # with it: isolated by uid, not by a pid namespace
+    "commands_uid": (int, None),
+    "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
+}
+_USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"{_USAGE}\nserver.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv: list[str]) -> types.SimpleNamespace:
+    """The options of ``argv`` (``--name VALUE`` or ``--name=VALUE``); a bad one exits 2 with usage.
+    Not argparse: its import (with gettext and locale) is a slice of every session's cold start."""
+    values = {name: default for name, (_, default) in _OPTIONS.items()}
+    words = iter(argv)
+    for word in words:
+        name, equals, given = word.partition("=")
+        key = name[2:].replace("-", "_")
+        if not name.startswith("--") or key not in _OPTIONS:
+            _usage_error(f"unrecognized arguments: {word}")
+        kind = _OPTIONS[key][0]
+        if kind is None:
+            if equals:
+                _usage_error(f"argument {name}: ignored explicit argument {given!r}")
+            values[key] = True
+            continue
+        text = given if equals else next(words, None)
+        if text is None:
+            _usage_error(f"argument {name}: expected one argument")
+        try:
+            values[key] = kind(text)
+        except ValueError:
+            _usage_error(f"argument {name}: invalid {kind.__name__} value: {text!r}")
+    if sum(values[key] is not None for key in ("unix", "port", "listen_fd")) != 1:
+        _usage_error("exactly one of the arguments --unix --port --listen-fd is required")
+    if (values["runtime_uid"] is not None or values["commands_uid"] is not None) and not values["isolate_commands"]:
+        _usage_error("--runtime-uid and --commands-uid go with --isolate-commands")
+    return types.SimpleNamespace(env={}, **values)
+
+
 def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
-    parser = argparse.ArgumentParser(prog="server.py")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--unix")
-    where.add_argument("--port", type=int)
-    where.add_argument("--listen-fd", type=int)
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--token-fd", type=int, default=0)
-    parser.add_argument("--token-file")
-    parser.add_argument("--workspace", default=".")
-    parser.add_argument("--max-upload-bytes", type=int, default=1 << 30)
-    parser.add_argument("--max-output-bytes", type=int, default=16 << 20)
-    parser.add_argument("--idle-timeout", type=float, default=0.0)
-    parser.add_argument("--isolate-commands", action="store_true")  # a local session: see confine.py
-    parser.add_argument("--runtime-uid", type=int)  # with it: isolated by uid, not by a pid namespace
-    parser.add_argument("--commands-uid", type=int)
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     spawn = None
-    if (args.runtime_uid is not None or args.commands_uid is not None) and not args.isolate_commands:
-        parser.error("--runtime-uid and --commands-uid go with --isolate-commands")
     if args.isolate_commands:
         try:
             spawn = __import__("confine").isolate_commands(args.runtime_uid, args.commands_uid)
         except OSError as exc:
             raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
+    if args.prewarm:
+        print("ironflow-runtime: warm", file=sys.stderr, flush=True)
     runtime = Runtime(args, _read_token(args))
     runtime.spawn = spawn or runtime.spawn
     with contextlib.suppress(OSError):

@@ -20,8 +20,11 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Collection
-from typing import Any, BinaryIO
+
+TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
+if TYPE_CHECKING:
+    from collections.abc import Collection
+    from typing import Any, BinaryIO
 
 __all__ = ["Body", "Chunked", "Command", "HttpError", "Multipart", "leftovers", "linger", "response_head"]
 

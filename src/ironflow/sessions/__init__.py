@@ -1,17 +1,18 @@
 """Sandbox sessions, the same on every backend: the values, the one backend seam, the client faces.
 
-``values`` and ``backend`` are pure (a session's values; :class:`SessionBackend` and
-:class:`OpenOptions`); ``client`` is the wire client of the runtime inside a sandbox
-(:class:`AsyncSandbox`), ``remote`` the sessions of an ``ironflow sandbox serve``
-(:class:`RemoteSessions`), ``sync`` the blocking :class:`Sandbox`. The client faces load
-on first use, so ``import ironflow.sessions`` starts no HTTP stack. Backends live in
+``values``, ``pools`` and ``backend`` are pure (a session's values; :class:`SessionBackend` and
+:class:`OpenOptions`; :class:`PoolPolicy`, how sessions are kept warm); ``client`` is the wire
+client of the runtime inside a sandbox (:class:`AsyncSandbox`), ``remote`` the sessions of an
+``ironflow sandbox serve`` (:class:`RemoteSessions`), ``sync`` the blocking :class:`Sandbox`. The
+client faces load on first use, so ``import ironflow.sessions`` starts no HTTP stack. Backends live in
 ``ironflow.local``, ``ironflow.k8s`` and ``ironflow.agent_sandbox``; this package imports none.
 """
 
 from typing import TYPE_CHECKING
 
 from ironflow._lazy import lazy_exports
-from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
+from ironflow.sessions.backend import ClusterSessionBackend, PooledSessionBackend, SessionBackend
+from ironflow.sessions.pools import PoolPolicy
 from ironflow.sessions.values import (
     BACKENDS,
     DEFAULT_TTL_S,
@@ -45,6 +46,8 @@ __all__ = [
     "FileEntry",
     "OpenOptions",
     "Output",
+    "PoolPolicy",
+    "PooledSessionBackend",
     "RemoteSessions",
     "Sandbox",
     "SessionBackend",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ironflow.sessions.values import OpenOptions, SessionInfo
     from ironflow.workspaces import WorkspaceChanges
 
-__all__ = ["ClusterSessionBackend", "SessionBackend"]
+__all__ = ["ClusterSessionBackend", "PooledSessionBackend", "SessionBackend"]
 
 
 @runtime_checkable
@@ -89,4 +89,14 @@ class ClusterSessionBackend(SessionBackend, Protocol):
 
     async def release(self) -> None:
         """Let go of every session held here (each lives on to its TTL) and of the clients."""
+        ...
+
+
+@runtime_checkable
+class PooledSessionBackend(SessionBackend, Protocol):
+    """Sessions with sandboxes kept warm (:mod:`ironflow.sessions.pools`): ``open`` hands one out
+    to a request that fits it, ``aclose`` tears the rest down."""
+
+    def prewarm(self) -> None:
+        """Begin filling the pool now, in the running loop (a server calls it once listening)."""
         ...

@@ -198,3 +198,62 @@ async def test_a_background_command_is_waited_for_or_killed(http: aiohttp.Client
     async with http.get(f"http://rt/ironflow/v1/commands/{cid}") as r:
         events = [json.loads(line) async for line in r.content if line.strip()]
     assert events[-1]["exit_code"] == 137
+
+
+@pytest.fixture
+def handed_out(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A runtime started ``--prewarm``, checked to wait with no socket, then handed out with an env."""
+    sock = tmp_path / "rt.sock"
+    argv = [sys.executable, "-I", "-S", SERVER_PATH, "--unix", str(sock), "--workspace", str(tmp_path), "--prewarm"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
+    assert proc.stdin is not None
+    assert proc.stderr is not None
+    try:
+        assert proc.stderr.readline() == b"ironflow-runtime: warm\n"
+        assert not sock.exists(), "nothing answers before the hand-out"
+        line = {"token": TOKEN, "env": {"GREETING": "hello"}, "idle_timeout": None}
+        proc.stdin.write(json.dumps(line).encode() + b"\n")
+        proc.stdin.close()
+        assert proc.stderr.readline().startswith(b"ironflow-runtime: ready")
+        yield sock, proc
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+async def test_a_prewarmed_runtime_serves_after_its_hand_out_with_the_session_s_env(
+    handed_out: tuple[Path, subprocess.Popen[bytes]],
+) -> None:
+    """The hand-out line brings the token and the session's env: its commands see the env, the
+    runtime's own environment never holds it."""
+    sock, proc = handed_out
+    assert b"GREETING" not in _proc_file(proc.pid, "environ")
+    connector = aiohttp.UnixConnector(path=str(sock))
+    async with (
+        aiohttp.ClientSession(connector=connector, headers=AUTH) as http,
+        http.post("http://rt/execute", json={"command": "printenv GREETING"}) as r,
+    ):
+        assert (await r.json())["stdout"] == "hello\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "line", "text"),
+    [
+        (["--unix", "s", "--bogus"], b"", b"server.py: error: unrecognized arguments: --bogus"),
+        (["--unix", "s", "--port", "1"], b"", b"exactly one of the arguments --unix --port --listen-fd"),
+        (["--port", "many"], b"", b"argument --port: invalid int value: 'many'"),
+        (["--unix", "s", "--runtime-uid", "5"], b"", b"go with --isolate-commands"),
+        (["--unix", "s", "--prewarm"], b'{"token": 5}\n', b"ironflow-runtime: a bad hand-out line"),
+        (["--unix", "s", "--prewarm"], b'{"token": "t", "env": {"A": 1}}\n', b"a bad hand-out line"),
+    ],
+)
+def test_a_bad_command_line_or_hand_out_line_ends_the_runtime_with_one_reason(
+    tmp_path: Path, args: list[str], line: bytes, text: bytes
+) -> None:
+    argv = [sys.executable, "-I", "-S", SERVER_PATH, *args]
+    done = subprocess.run(argv, input=line, capture_output=True, cwd=tmp_path, timeout=30, check=False)
+    assert done.returncode in (1, 2), done.stderr
+    assert text in done.stderr, done.stderr
+    assert b"Traceback" not in done.stderr
+    assert not (tmp_path / "s").exists()

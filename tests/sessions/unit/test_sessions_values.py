@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,18 @@ def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None
     imported -= {"__future__", "streams", "server"}  # the sibling files
     assert "ironflow" not in imported
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+def test_the_runtime_starts_without_the_modules_only_some_requests_need() -> None:
+    """Every import at start is a slice of each cold session open: the tar stream's module, argparse,
+    hmac's OpenSSL, concurrent.futures (with logging) and typing are not among them."""
+    folder = str(Path(SERVER_PATH).parent)
+    code = f"import sys; sys.path.insert(0, {folder!r}); import server, confine; print(' '.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert {"server", "confine", "streams", "json", "subprocess"} <= loaded
+    slow = {"tarfile", "argparse", "hmac", "_hashlib", "concurrent.futures", "logging", "typing", "dataclasses"}
+    assert not slow & loaded, slow & loaded
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 ``local_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says;
 built by ``LocalSandboxProvider(...).sessions()``), the table of open sessions; ``starter``
-starts a session's sandbox with the runtime inside; ``gvisor_runtime`` the runsc bundle and
+starts a session's sandbox with the runtime inside and hands it out; ``prewarm`` keeps started
+sandboxes warm for the sessions that fit them; ``gvisor_runtime`` the runsc bundle and
 socket; ``agents`` an agent step inside a session; ``changesets`` a session's workspace copy
 and its changes; ``provided`` what a session needs of its provider. ``ironflow.local.sessions``
 was a module until this release: its names still resolve here, with a DeprecationWarning

@@ -3,7 +3,9 @@
 A session's sandbox is the provider's own with the runtime inside it, started by
 :mod:`~ironflow.local.sessions.starter` (the socket, the token on stdin, the runtime's
 ``--isolate-commands``); this module opens, finds, lists and closes sessions by id, and
-watches each until its end.
+watches each until its end. With a pool (:mod:`~ironflow.local.sessions.prewarm`) a session that
+fits is handed a sandbox started ahead, issued its token then; any other opens cold. Either
+way the sandbox is new: none is ever handed out twice.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
@@ -30,14 +32,16 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
+from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, launch, step_proxy
-from ironflow.local.sessions import agents, changesets, gvisor_runtime, starter
+from ironflow.local.sessions import agents, changesets, gvisor_runtime, prewarm, starter
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.sessions.starter import RUNTIME_DIR, RUNTIME_PATH
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
+from ironflow.sessions.pools import PoolPolicy
 from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import WORKSPACE_PATH, WorkspaceChanges
@@ -61,6 +65,7 @@ class LocalSessions:
         state_dir: where each session's private directory goes (its runtime socket); default the
             system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
         max_upload_bytes: the largest file a session accepts in one upload.
+        pool: sandboxes kept warm for the sessions that fit one (:mod:`~ironflow.local.sessions.prewarm`).
 
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
@@ -75,10 +80,9 @@ class LocalSessions:
         *,
         state_dir: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        pool: PoolPolicy | None = None,
     ) -> None:
         self.provider = provider
-        if self.provider.env:
-            environment.sandbox_env(self.provider.env)
         self._starter = starter.SessionStarter(self.provider)
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
         if len(gvisor_runtime.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
@@ -89,6 +93,21 @@ class LocalSessions:
         self._sessions: dict[str, starter.StartedSession] = {}
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
+        # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
+        self._base_env = environment.sandbox_env(self.provider.env)
+        self.pool: prewarm.WarmPool[starter.WarmSandbox] | None = None
+        if pool is not None and pool.size:
+            self.pool = prewarm.WarmPool(
+                pool, start=self._prewarm, discard=self._discard, alive=lambda warm: warm.proc.returncode is None
+            )
+            with contextlib.suppress(RuntimeError):  # no running loop: the first open (or prewarm) begins it
+                asyncio.get_running_loop()
+                self.pool.begin()
+
+    def prewarm(self) -> None:
+        """Begin filling the pool now, in the running loop (a server calls it once listening)."""
+        if self.pool is not None:
+            self.pool.begin()
 
     # -- opening --
 
@@ -97,6 +116,7 @@ class LocalSessions:
         A ``workspace`` is copied (or cloned) as a step's is and is the runtime's working
         directory at ``/workspace``; :meth:`changes` gives what changed there. ``agent`` gives
         the session its own auth proxy (one token, revoked at close) for :meth:`agent` steps.
+        With a pool, a session that fits a warm sandbox (:func:`prewarm.warm_fits`) is handed one.
 
         Raises:
             SandboxError: bubblewrap, runsc or the runtime did not start.
@@ -104,7 +124,7 @@ class LocalSessions:
             ConfigError: the provider has relays (not delivered to sessions yet).
         """
         options = options or OpenOptions()
-        ttl, idle_timeout, run_id, workspace = options.ttl, options.idle_timeout, options.run_id, options.workspace
+        ttl, run_id, workspace = options.ttl, options.run_id, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
         if agent and self.provider.isolation != "bwrap":
@@ -118,23 +138,65 @@ class LocalSessions:
             )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
+        cold = prewarm.warm_fits(workspace=workspace is not None, agent=agent, egress=egress is not None)
+        warm = None if self.pool is None or cold is not None else self.pool.take()
+        if self.pool is not None:
+            log.debug("sandbox session %s: %s", session_id, cold or ("warm" if warm else "cold, the pool is empty"))
         proxy = contextlib.AsyncExitStack()
+        token = None
         try:
-            prepared = None if workspace is None else await changesets.prepare(self.provider, workspace, directory)
-            socket_path, token, egress_socket = None, None, None
+            if warm is None:
+                warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent)
+            own_env = {name: value for name, value in run_env.items() if self._base_env.get(name) != value}
+            now = time.time()
+            info = SessionInfo(
+                session_id, "local", self.provider.isolation, now, now + ttl, dict(options.labels), run_id
+            )
+            try:
+                session = await self._starter.hand_out(warm, info, env=own_env, idle_timeout=options.idle_timeout)
+            except BaseException:
+                shutil.rmtree(warm.directory, ignore_errors=True)
+                raise
+        except BaseException:
+            await proxy.aclose()
+            raise
+        session.agent_token, session.proxy = token, proxy
+        self._sessions[session_id] = session
+        session.watcher = asyncio.create_task(self._watch(session, ttl))
+        if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
+            kill = functools.partial(launch.kill_tree, session.proc, session.group)
+            session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
+        log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
+        return self._handle(session)
+
+    async def _launch_cold(
+        self,
+        proxy: contextlib.AsyncExitStack,
+        options: OpenOptions,
+        egress: EgressPolicy | None,
+        run_env: dict[str, str],
+        *,
+        agent: bool,
+    ) -> tuple[starter.WarmSandbox, Secret | None]:
+        """A sandbox started for this session: its workspace copied, its proxy served (on ``proxy``),
+        the egress proxy's variables added to ``run_env``. Returns it and the agent's proxy token."""
+        directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
+        token = None
+        try:
+            prepared = None
+            if options.workspace is not None:
+                prepared = await changesets.prepare(self.provider, options.workspace, directory)
+            socket_path, egress_socket = None, None
             if agent or egress is not None:
                 socket_path, issued, egress_socket = await agents.open_proxy(
-                    proxy, self.provider, directory, run_id=run_id, ttl=ttl, agent=agent, egress=egress
+                    proxy, self.provider, directory, run_id=options.run_id, ttl=options.ttl, agent=agent, egress=egress
                 )
                 token = issued.claude
                 if issued.egress is not None:  # every command of the session goes through the egress proxy
                     run_env.update(environment.egress_env(issued.egress.reveal()))
-            session = await self._starter.start(
-                session_id,
+            warm = await self._starter.launch(
                 directory,
-                run_env,
-                idle_timeout,
+                self._base_env,
                 prepared,
                 socket_path,
                 max_upload_bytes=self.max_upload_bytes,
@@ -142,21 +204,23 @@ class LocalSessions:
                 agent=agent,
             )
         except BaseException:
-            await proxy.aclose()
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        session.agent_token, session.proxy = token, proxy
-        now = time.time()
-        session.info = SessionInfo(
-            session_id, "local", self.provider.isolation, now, now + ttl, dict(options.labels), run_id
-        )
-        self._sessions[session_id] = session
-        session.watcher = asyncio.create_task(self._watch(session, ttl))
-        if prepared is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            kill = functools.partial(launch.kill_tree, session.proc, session.group)
-            session.bound = changesets.stop_past_bound(prepared, session_id, self._ended, kill)
-        log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
-        return self._handle(session)
+        return warm, token
+
+    async def _prewarm(self) -> starter.WarmSandbox:
+        """A sandbox for the pool: the provider's, with nothing of a session's."""
+        directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
+        try:
+            return await self._starter.launch(directory, self._base_env, max_upload_bytes=self.max_upload_bytes)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    @staticmethod
+    async def _discard(warm: starter.WarmSandbox) -> None:
+        await launch.teardown(warm.proc, warm.group)
+        shutil.rmtree(warm.directory, ignore_errors=True)
 
     async def _watch(self, session: starter.StartedSession, ttl: float) -> None:
         """Until the sandbox ends or its TTL passes; then nothing of it is left."""
@@ -278,7 +342,9 @@ class LocalSessions:
         return len(ids)
 
     async def aclose(self) -> None:
-        """Close every session."""
+        """Close the pool (every warm sandbox torn down), then every session."""
+        if self.pool is not None:
+            await self.pool.aclose()
         for session_id in list(self._sessions):
             await self.close(session_id)
 

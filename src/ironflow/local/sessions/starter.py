@@ -6,8 +6,12 @@ network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-
 :data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
-(:mod:`~ironflow.local.sessions.gvisor_runtime`). The per-session token goes in on stdin, so neither
-is on an argv or in the environment of the commands the runtime starts. The runtime keeps its
+(:mod:`~ironflow.local.sessions.gvisor_runtime`). Starting is two steps, the same for a cold open and
+a pool: :meth:`SessionStarter.launch` starts the sandbox with the provider's environment and waits
+until the runtime is set up (``--prewarm``); :meth:`SessionStarter.hand_out` issues the session's
+token and hands it in on stdin with the session's own environment (its egress token, its ``env``)
+and idle timeout, so none of them is on an argv, in the runtime's environment, or anywhere in a
+sandbox that waits in a pool. The runtime keeps its
 commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
 drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import secrets
 import signal
@@ -44,13 +49,16 @@ from ironflow.secrets import Secret
 from ironflow.sessions.values import SessionInfo
 from ironflow.workspaces import WORKSPACE_PATH
 
-__all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "SessionStarter", "StartedSession", "stderr_line"]
+__all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "SessionStarter", "StartedSession", "WarmSandbox", "stderr_line"]
 
 #: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
 #: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
 RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 _READY: Final = b"ironflow-runtime: ready"
+_WARM: Final = b"ironflow-runtime: warm"
+#: The runtime sets itself up, says :data:`_WARM` and waits for the hand-out line (the token) on stdin.
+_PREWARM: Final = "--prewarm"
 _START_TIMEOUT_S: Final = 30.0
 _SOCKET: Final = "rt.sock"
 _PR_SET_PDEATHSIG: Final = 1
@@ -61,9 +69,21 @@ _ISOLATE: Final = "--isolate-commands"
 
 
 @dataclasses.dataclass(eq=False)
+class WarmSandbox:
+    """A session's sandbox started, its runtime set up and waiting for its hand-out: no token
+    exists yet and nothing of a session's is in it (a pool holds it so, :mod:`~ironflow.sessions.pools`)."""
+
+    directory: str
+    socket_path: str
+    proc: asyncio.subprocess.Process
+    group: cgroups.SandboxCgroup | None
+    workspace: local_workspaces.PreparedWorkspace | None = None
+
+
+@dataclasses.dataclass(eq=False)
 class StartedSession:
-    """One open session: its sandbox as started (process, cgroup, runtime socket and token) and
-    what the session table adds (its watcher, workspace bound and agent proxy)."""
+    """One open session: its sandbox as started (process, cgroup, runtime socket and the token issued
+    at hand-out) and what the session table adds (its watcher, workspace bound and agent proxy)."""
 
     info: SessionInfo
     directory: str
@@ -80,7 +100,7 @@ class StartedSession:
 
 
 class SessionStarter:
-    """Starts the sandboxes of one provider's sessions, each with the runtime inside.
+    """Starts the sandboxes of one provider's sessions, each with the runtime inside, and hands them out.
 
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
@@ -95,26 +115,22 @@ class SessionStarter:
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
         self._libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls prctl
 
-    async def start(
+    async def launch(
         self,
-        session_id: str,
         directory: str,
         env: Mapping[str, str],
-        idle_timeout: float | None,
         prepared: local_workspaces.PreparedWorkspace | None = None,
         proxy_socket: str | None = None,
         *,
         max_upload_bytes: int,
         egress_socket: str | None = None,
-        agent: bool = True,
-    ) -> StartedSession:
-        """The session's sandbox, its runtime ready to serve (torn down again if it never got there)."""
-        token = Secret(secrets.token_urlsafe(32))
+        agent: bool = False,
+    ) -> WarmSandbox:
+        """The session's sandbox with ``env``, its runtime set up and waiting for :meth:`hand_out`
+        (torn down again if it never got there)."""
         root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
-        options: tuple[str, ...] = ("--token-fd", "0", "--workspace", root)
+        options: tuple[str, ...] = ("--token-fd", "0", _PREWARM, "--workspace", root)
         options += ("--max-upload-bytes", str(max_upload_bytes))
-        if idle_timeout is not None:
-            options += ("--idle-timeout", str(idle_timeout))
         writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
@@ -122,14 +138,36 @@ class SessionStarter:
             proc, group, socket_path = await self._start_bwrap(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
             )
-        info = SessionInfo(session_id, "local", "", 0, 0)
-        session = StartedSession(info, directory, socket_path, token, proc, group, workspace=prepared)
         try:
-            await self._handshake(session)
+            await self._wait_for(proc, _WARM)
         except BaseException:
             await asyncio.shield(launch.teardown(proc, group))
             raise
-        return session
+        return WarmSandbox(directory, socket_path, proc, group, workspace=prepared)
+
+    async def hand_out(
+        self, warm: WarmSandbox, info: SessionInfo, *, env: Mapping[str, str], idle_timeout: float | None
+    ) -> StartedSession:
+        """``warm`` as the session ``info``: its token issued now and handed in with the session's own
+        ``env`` and idle timeout on stdin, once; the runtime serves from then on.
+
+        Raises:
+            SandboxError: the runtime is gone or refused the hand-out (the sandbox is torn down).
+        """
+        token = Secret(secrets.token_urlsafe(32))
+        line = json.dumps({"token": token.reveal(), "env": dict(env), "idle_timeout": idle_timeout})
+        proc = warm.proc
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(line.encode() + b"\n")
+            with contextlib.suppress(ConnectionError):
+                await proc.stdin.drain()
+            proc.stdin.close()
+            await self._wait_for(proc, _READY)
+        except BaseException:
+            await asyncio.shield(launch.teardown(proc, warm.group))
+            raise
+        return StartedSession(info, warm.directory, warm.socket_path, token, proc, warm.group, workspace=warm.workspace)
 
     async def _start_bwrap(
         self,
@@ -249,19 +287,13 @@ class SessionStarter:
 
         return run
 
-    async def _handshake(self, session: StartedSession) -> None:
-        """Hand the token in on stdin, wait for the runtime's ready line (or its failure)."""
-        proc = session.proc
-        assert proc.stdin is not None
+    async def _wait_for(self, proc: asyncio.subprocess.Process, marker: bytes) -> None:
+        """Until the runtime says ``marker`` on stderr; its failure (or its end) raises."""
         assert proc.stderr is not None
-        proc.stdin.write(session.token.reveal().encode() + b"\n")
-        with contextlib.suppress(ConnectionError):
-            await proc.stdin.drain()
-        proc.stdin.close()
         lines: list[bytes] = []
         async with asyncio.timeout(_START_TIMEOUT_S):
             while line := await stderr_line(proc.stderr):
-                if line.startswith(_READY):
+                if line.startswith(marker):
                     return
                 if len(lines) < 20:
                     lines.append(line)
