@@ -6,7 +6,7 @@ provider (``--provider FILE`` for k8s / agent-sandbox, the local sandbox otherwi
 SIGTERM stops it: in-flight activities are cancelled, so their sandboxes are removed. With
 ``--account``, agent steps take Provider Accounts whose rate-limit windows live in ``--store``
 (PostgreSQL to share them across workers); a step every account rejects waits on the
-workflow's timer. Bad
+workflow's timer. With ``--session-pool N`` (local), session steps take sandboxes kept warm. Bad
 input exits 2 with one line; a server that cannot be reached exits 3.
 """
 
@@ -20,8 +20,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -31,7 +32,10 @@ from ironflow.cli import run as run_cli
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
 from ironflow.engine.accounts import ProviderAccount
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider
+
+if TYPE_CHECKING:
+    from ironflow.sessions.backend import SessionBackend
 
 __all__ = ["register", "temporal_worker"]
 
@@ -55,6 +59,7 @@ async def _serve(
     concurrency: int,
     store_url: str | None,
     parsed: list[ProviderAccount],
+    session_pool: int = 0,
 ) -> int:
     from ironflow.temporal import activities as temporal_activities  # the optional extra, loaded here only
     from ironflow.temporal import worker as temporal_worker_mod
@@ -76,12 +81,15 @@ async def _serve(
                 cluster = functools.partial(providers.cluster_for, backend)
                 pool = await stack.enter_async_context(run_cli.account_pool(store, parsed, 0.0, cluster))
             await stack.enter_async_context(provider)
+            sessions = None
+            if session_pool:  # closed before the provider: every warm sandbox torn down
+                sessions = await stack.enter_async_context(_pooled_sessions(provider, session_pool))
             running = temporal_worker_mod.build_worker(
                 client,
                 task_queue=task_queue,
                 provider=provider,
                 workflows=workflows,
-                activities=temporal_activities.IronflowActivities(provider, accounts=pool),
+                activities=temporal_activities.IronflowActivities(provider, accounts=pool, sessions=sessions),
                 max_concurrent_activities=concurrency,
             )
             stop = asyncio.Event()
@@ -97,6 +105,18 @@ async def _serve(
             async with running:
                 await stop.wait()
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _pooled_sessions(provider: AgentProvider, size: int) -> AsyncIterator[SessionBackend]:
+    """The local provider's sessions with ``size`` sandboxes kept warm, for the worker's life."""
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
+    from ironflow.sessions.pools import PoolPolicy
+
+    assert isinstance(provider, LocalSandboxProvider)  # --session-pool is checked to be local's
+    async with provider.sessions(pool=PoolPolicy(size)) as sessions:
+        sessions.prewarm()
+        yield sessions
 
 
 def temporal_worker(
@@ -124,6 +144,14 @@ def temporal_worker(
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     store: stores.StoreOption = None,
     account: run_cli.AccountOption = None,
+    session_pool: Annotated[
+        int,
+        typer.Option(
+            "--session-pool",
+            help="Local: sandboxes kept warm for the session steps (see docs/sandbox-sessions.md).",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Run ironflow steps (and the workflows of --workflows) for a Temporal task queue until Ctrl-C."""
     if not task_queue.strip():
@@ -134,6 +162,8 @@ def temporal_worker(
             exits.fail(f"workflow file '{path}' not found")
     if provider_file is not None and not provider_file.is_file():
         exits.fail(f"provider file '{provider_file}' not found")
+    if session_pool and backend is not Backend.LOCAL:
+        exits.fail(f"--session-pool is for --backend local: a {backend} session's warm pool is the cluster's")
     if importlib.util.find_spec("temporalio") is None:
         exits.fail("ironflow temporal-worker needs the temporal extra: pip install 'ironflow-sandbox[temporal]'")
     parsed = run_cli.parse_accounts(account)
@@ -141,7 +171,18 @@ def temporal_worker(
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     try:
         code = run_async(
-            _serve(target, namespace, task_queue, list(workflows or []), providers, backend, concurrency, store, parsed)
+            _serve(
+                target,
+                namespace,
+                task_queue,
+                list(workflows or []),
+                providers,
+                backend,
+                concurrency,
+                store,
+                parsed,
+                session_pool,
+            )
         )
     except typer.Exit as exc:
         code = exc.exit_code

@@ -34,6 +34,7 @@ from temporalio import activity
 from ironflow import errors, results
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider, sessions_of
 from ironflow.results import AgentResult
+from ironflow.sessions.backend import SessionBackend
 from ironflow.sessions.values import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig, StepScope
 from ironflow.temporal import failures, requests
@@ -91,6 +92,9 @@ class IronflowActivities:
     ``accounts`` attaches a Provider Account to each agent step when the provider takes one
     (``account_kind()`` is ``claude_subscription``). ``on_release`` hears each release this
     worker makes (a run's, or a step's previous attempt), for logs and tests; it must not raise.
+    ``sessions`` are the session steps' for the worker's life (the provider's, with a pool of warm
+    sandboxes: ``provider.sessions(pool=...)``), closed by whoever made them; without, each step
+    opens the provider's sessions and closes them after it.
     """
 
     def __init__(
@@ -99,10 +103,12 @@ class IronflowActivities:
         *,
         accounts: AccountSource | None = None,
         on_release: Callable[[str, StepScope | None, int], None] | None = None,
+        sessions: SessionBackend | None = None,
     ) -> None:
         self.provider = provider
         self.accounts = accounts
         self.on_release = on_release
+        self.sessions = sessions
 
     def all(self) -> list[Callable[..., Any]]:
         """The activity callables, for ``Worker(activities=...)``."""
@@ -193,26 +199,26 @@ class IronflowActivities:
                 workflow_id=info.workflow_id, root_workflow_id=request.root_workflow_id, step=request.step
             )
             try:
-                sessions = sessions_of(self.provider)
+                sessions = self.sessions or sessions_of(self.provider)
             except errors.StepConfigError as exc:
                 raise errors.StepConfigError(f"session step {request.step!r}: {exc.message}") from None
             try:
                 async with _heartbeating():
                     if info.attempt > 1:
                         await self._release_previous_attempt(scope, info.attempt)
-                    sandbox = await sessions.open(OpenOptions(run_id=scope.run_id))
-                    for path, text in request.files.items():
-                        await sandbox.files.write(path, text)
-                    ran: list[dict[str, Any]] = []
-                    for argv in request.commands:
-                        done = await sandbox.commands.run(argv, timeout=request.timeout_s)
-                        ran.append(dataclasses.asdict(done))
-                        if (done.exit_code != 0 or done.timed_out) and not request.keep_going:
-                            break
-                    read = {path: (await sandbox.files.read(path)).decode(errors="replace") for path in request.read}
-                    await sandbox.close()
+                    async with await sessions.open(OpenOptions(run_id=scope.run_id)) as sandbox:
+                        for path, text in request.files.items():
+                            await sandbox.files.write(path, text)
+                        ran: list[dict[str, Any]] = []
+                        for argv in request.commands:
+                            done = await sandbox.commands.run(argv, timeout=request.timeout_s)
+                            ran.append(dataclasses.asdict(done))
+                            if (done.exit_code != 0 or done.timed_out) and not request.keep_going:
+                                break
+                        read = {p: (await sandbox.files.read(p)).decode(errors="replace") for p in request.read}
             finally:
-                await sessions.aclose()  # whatever happened, no session of this step stays open
+                if sessions is not self.sessions:
+                    await sessions.aclose()  # whatever happened, no session of this step stays open
             return {"commands": ran, "files": read}
 
         return await _as_failure(work)  # type: ignore[no-any-return]
