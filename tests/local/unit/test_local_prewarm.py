@@ -64,6 +64,10 @@ async def test_it_fills_within_its_starts_at_once_and_hands_each_member_out_once
     handed = [pool.take(), pool.take()]
     assert all(m is not None for m in handed)
     assert len({id(m) for m in handed}) == 2
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sandboxes.running == 0, "no start until the hand-out is done"
+    pool.refill()
     await asyncio.wait_for(pool.full(), 5)
     assert not {id(m) for m in pool.waiting()} & {id(m) for m in handed}, "never taken back"
     waiting = sorted(m.number for m in pool.waiting())
@@ -101,6 +105,7 @@ async def test_closing_cancels_the_starts_and_discards_every_member() -> None:
     members = [m.number for m in pool.waiting()]
     sandboxes.gate.clear()
     assert pool.take() is not None
+    pool.refill()
     for _ in range(5):
         await asyncio.sleep(0)
     assert sandboxes.running == 1, "a replacement is on its way"

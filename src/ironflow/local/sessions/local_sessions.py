@@ -124,7 +124,7 @@ class LocalSessions:
             ConfigError: the provider has relays (not delivered to sessions yet).
         """
         options = options or OpenOptions()
-        ttl, run_id, workspace = options.ttl, options.run_id, options.workspace
+        ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
         if agent and self.provider.isolation != "bwrap":
@@ -145,21 +145,21 @@ class LocalSessions:
         proxy = contextlib.AsyncExitStack()
         token = None
         try:
-            if warm is None:
+            session = None
+            if warm is not None:
+                try:
+                    session = await self._hand_out(warm, session_id, options, run_env)
+                except errors.SandboxError as exc:  # it died waiting: this request opens cold
+                    log.warning("sandbox session %s: a warm sandbox failed its hand-out: %s", session_id, exc)
+            if session is None:
                 warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent)
-            own_env = {name: value for name, value in run_env.items() if self._base_env.get(name) != value}
-            now = time.time()
-            info = SessionInfo(
-                session_id, "local", self.provider.isolation, now, now + ttl, dict(options.labels), run_id
-            )
-            try:
-                session = await self._starter.hand_out(warm, info, env=own_env, idle_timeout=options.idle_timeout)
-            except BaseException:
-                shutil.rmtree(warm.directory, ignore_errors=True)
-                raise
+                session = await self._hand_out(warm, session_id, options, run_env)
         except BaseException:
             await proxy.aclose()
             raise
+        finally:
+            if self.pool is not None:
+                self.pool.refill()  # once handed out: a start's fork would have delayed it
         session.agent_token, session.proxy = token, proxy
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
@@ -168,6 +168,22 @@ class LocalSessions:
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
+
+    async def _hand_out(
+        self, warm: starter.WarmSandbox, session_id: str, options: OpenOptions, run_env: dict[str, str]
+    ) -> starter.StartedSession:
+        """``warm`` handed out as the session: the env it lacks and the idle timeout go in with its
+        token; its TTL counts from now. Failing, it is torn down."""
+        own_env = {name: value for name, value in run_env.items() if self._base_env.get(name) != value}
+        now = time.time()
+        info = SessionInfo(
+            session_id, "local", self.provider.isolation, now, now + options.ttl, dict(options.labels), options.run_id
+        )
+        try:
+            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=options.idle_timeout)
+        except BaseException:
+            shutil.rmtree(warm.directory, ignore_errors=True)
+            raise
 
     async def _launch_cold(
         self,

@@ -85,15 +85,20 @@ class WarmPool(Generic[_M]):
         return tuple(member for _, member in self._members)
 
     def take(self) -> _M | None:
-        """A warm member, now out of the pool for good (the pool starts its replacement), or None."""
+        """A warm member, now out of the pool for good, or None. Its replacement starts at
+        :meth:`refill`, which the caller calls once it has handed the member out: a start forks
+        this process, and that must not delay the hand-out."""
         self.begin()
         while self._members:
             _, member = self._members.pop(0)  # the oldest: the nearest to its expiry
-            self._wake.set()
             if self._alive(member):
                 return member
             self._drop(member)
         return None
+
+    def refill(self) -> None:
+        """Start what is missing now (after a hand-out)."""
+        self._wake.set()
 
     async def full(self) -> None:
         """Until the pool holds its size (a member that ends meanwhile is replaced)."""
@@ -148,6 +153,7 @@ class WarmPool(Generic[_M]):
         self._discarding.add(task)
         task.add_done_callback(self._discarding.discard)
         self._changed.set()
+        self._wake.set()
 
     async def aclose(self) -> None:
         """Stop refilling, cancel the starts under way, tear down every member; nothing is left."""
