@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from tests.sessions.integration.serving import cli_env, descendants, ironflow, r
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.local.sessions.starter import WarmSandbox
-from ironflow.sessions import OpenOptions, PoolPolicy
+from ironflow.sessions import CommandResult, OpenOptions, PoolPolicy
 from ironflow.workspaces import Workspace
 
 pytestmark = [
@@ -71,6 +72,12 @@ async def test_a_write_in_a_pooled_session_is_not_in_the_next_one(pooled: LocalS
     await second.close()
 
 
+def _listed(done: CommandResult) -> list[str]:
+    """The command lines :data:`_PROCESSES` printed, sorted, the fd numbers bubblewrap and the runtime got left out."""
+    lines = done.stdout.splitlines()
+    return sorted(re.sub(r"(--listen-fd|--args|--seccomp) \d+", r"\1 N", line) for line in lines)
+
+
 #: Every process a command sees but its own shell, one command line a line.
 _PROCESSES = 'for p in /proc/[0-9]*; do [ "$p" = /proc/$$ ] || { tr "\\0" " " < "$p/cmdline"; echo; }; done'
 
@@ -82,7 +89,8 @@ async def test_a_pooled_session_shows_no_process_of_its_pre_warm_nor_of_an_earli
     processes, none left by the pre-warm or by the session handed out before."""
     async with LocalSandboxProvider().sessions(state_dir=str(state)) as cold_sessions:
         cold = await cold_sessions.open(OpenOptions(ttl=60))
-        fresh = sorted((await cold.commands.run(["sh", "-c", _PROCESSES])).stdout.splitlines())
+        fresh = _listed(await cold.commands.run(["sh", "-c", _PROCESSES]))
+        await cold.close()
     await _full(pooled)
     first = await pooled.open(OpenOptions(ttl=60))
     await first.commands.start(["sleep", "300"])
@@ -91,7 +99,7 @@ async def test_a_pooled_session_shows_no_process_of_its_pre_warm_nor_of_an_earli
     second = await pooled.open(OpenOptions(ttl=60))
     assert pooled.host_pids(second.id)[0] in warm
     assert not first_pids & set(pooled.host_pids(second.id)), "another sandbox, not the first one's"
-    seen = sorted((await second.commands.run(["sh", "-c", _PROCESSES])).stdout.splitlines())
+    seen = _listed(await second.commands.run(["sh", "-c", _PROCESSES]))
     assert not any("sleep" in line for line in seen), seen
     assert seen == fresh
     await first.close()
@@ -110,6 +118,7 @@ async def test_the_pool_refills_after_a_hand_out_and_hands_the_session_its_env(s
         done = await sandbox.commands.run(["sh", "-c", "echo $GREETING"])
         assert done.stdout == "hello\n", "the session's env goes in at hand-out"
         assert [info.id for info in sessions.held()] == [sandbox.id], "a warm sandbox is no session"
+        await sandbox.close()
 
 
 async def test_a_member_that_waited_past_its_idle_expiry_is_replaced(state: Path) -> None:
@@ -147,9 +156,29 @@ async def test_closing_the_pool_leaves_no_process_directory_or_cgroup(state: Pat
     pids = _pids(members) | set(sessions.host_pids(sandbox.id))
     groups = [d for m in members if m.group is not None for d in m.group.dirs.values()]
     await sessions.aclose()
+    await sandbox.disconnect()
     assert not any(running(pid) for pid in pids)
     assert _entries(state) == []
     assert not any(_exists(d) for d in groups)
+
+
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_a_gvisor_pool_hands_out_fresh_sandboxes_too(state: Path) -> None:
+    """The same pool serves gVisor: a warm runsc sandbox handed out, its env in, nothing of the one before."""
+    async with LocalSandboxProvider(isolation="gvisor").sessions(state_dir=str(state), pool=PoolPolicy(1)) as sessions:
+        warm = _pids(await _full(sessions))
+        first = await sessions.open(OpenOptions(ttl=60, env={"GREETING": "hello"}))
+        assert sessions.host_pids(first.id)[0] in warm
+        wrote = await first.commands.run(["sh", "-c", "echo $GREETING > note; cat note"])
+        assert wrote.stdout == "hello\n", wrote.stderr
+        await first.close()
+        warm = _pids(await _full(sessions))
+        second = await sessions.open(OpenOptions(ttl=60))
+        assert sessions.host_pids(second.id)[0] in warm
+        assert (await second.commands.run(["cat", "note"])).exit_code != 0
+        await second.close()
+    assert _entries(state) == []
 
 
 def test_serve_keeps_a_pool_and_a_bad_pool_option_is_one_line_and_exit_2() -> None:
