@@ -60,6 +60,7 @@ __all__ = [
     "conversations_claim_of",
     "k8s_provider",
     "kube_cluster",
+    "pooled_sessions",
     "require_namespace",
     "session_backend",
     "where",
@@ -183,14 +184,18 @@ def session_backend(
         backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
     )
     try:
-        if pool is not None:
-            from ironflow.local.sandbox_provider import LocalSandboxProvider
-
-            assert isinstance(provider, LocalSandboxProvider)
-            return provider.sessions(pool=pool)
-        return sessions_of(provider)  # gVisor: runsc is looked for here
+        return sessions_of(provider) if pool is None else pooled_sessions(provider, pool)  # gVisor: runsc looked for
     except errors.IronflowError as exc:
         exits.fail_for(exc)
+
+
+def pooled_sessions(provider: AgentProvider, pool: PoolPolicy) -> SessionBackend:
+    """The local provider's sessions with ``pool``'s sandboxes kept warm (its flags are checked
+    to be ``--backend local``'s before this)."""
+    from ironflow.local.sandbox_provider import LocalSandboxProvider
+
+    assert isinstance(provider, LocalSandboxProvider)
+    return provider.sessions(pool=pool)
 
 
 def _as(provider: AgentProvider, module: str, name: str) -> Any:

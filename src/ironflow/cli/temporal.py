@@ -20,9 +20,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -32,10 +31,8 @@ from ironflow.cli import run as run_cli
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
 from ironflow.engine.accounts import ProviderAccount
-from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS, AgentProvider
-
-if TYPE_CHECKING:
-    from ironflow.sessions.backend import SessionBackend
+from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
+from ironflow.sessions.pools import PoolPolicy
 
 __all__ = ["register", "temporal_worker"]
 
@@ -83,7 +80,8 @@ async def _serve(
             await stack.enter_async_context(provider)
             sessions = None
             if session_pool:  # closed before the provider: every warm sandbox torn down
-                sessions = await stack.enter_async_context(_pooled_sessions(provider, session_pool))
+                sessions = backends.pooled_sessions(provider, PoolPolicy(session_pool))
+                stack.push_async_callback(sessions.aclose)
             running = temporal_worker_mod.build_worker(
                 client,
                 task_queue=task_queue,
@@ -105,18 +103,6 @@ async def _serve(
             async with running:
                 await stop.wait()
     return 0
-
-
-@contextlib.asynccontextmanager
-async def _pooled_sessions(provider: AgentProvider, size: int) -> AsyncIterator[SessionBackend]:
-    """The local provider's sessions with ``size`` sandboxes kept warm, for the worker's life."""
-    from ironflow.local.sandbox_provider import LocalSandboxProvider
-    from ironflow.sessions.pools import PoolPolicy
-
-    assert isinstance(provider, LocalSandboxProvider)  # --session-pool is checked to be local's
-    async with provider.sessions(pool=PoolPolicy(size)) as sessions:
-        sessions.prewarm()
-        yield sessions
 
 
 def temporal_worker(

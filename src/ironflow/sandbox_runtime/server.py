@@ -15,13 +15,14 @@ timeout). Uploads stream to disk and stop at ``--max-upload-bytes`` (413); captu
 at most ``--max-output-bytes`` per stream. A command not found exits 127, one that cannot run
 126, as in a shell.
 
-Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the
-standard library only, nothing of ironflow, a thread per connection rather than an event loop
-(idle cheap); a command runs in its request's thread, one poll loop over its pipes (a background
-one gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
-(the module-size rule keeps them two). A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
-commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses
-to start if that cannot be set up.
+Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the standard
+library only, nothing of ironflow, a thread per connection rather than an event loop (idle
+cheap); a command runs in its request's thread, one poll loop over its pipes (a background one
+gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
+(the module-size rule keeps them two), its command line and hand-out line ``startup.py``. A
+local session adds ``--isolate-commands`` (the sibling ``confine.py``): its commands cannot
+reach the runtime's process, memory, fds or socket, and the runtime refuses to start if that
+cannot be set up.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from streams import Body, Chunked, Command, HttpError, Multipart, linger, respon
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO, NoReturn
+    from typing import Any, BinaryIO
 
 __all__ = ["main"]
 
@@ -373,40 +374,6 @@ def _tarfile() -> types.ModuleType:
     return tarfile
 
 
-def _read_token(args: types.SimpleNamespace) -> bytes:
-    """The token, from its file or its fd; on the fd, a JSON line (a session handed out,
-    :func:`_hand_out`) or the bare token."""
-    if args.token_file:
-        with open(args.token_file, "rb") as f:
-            token = f.read().strip()
-        os.unlink(args.token_file)
-    else:
-        with os.fdopen(args.token_fd, "rb") as f:
-            token = f.readline().strip()
-        if token.startswith(b"{"):  # never a bare token: those are urlsafe base64
-            token = _hand_out(args, token)
-    if not token:
-        raise SystemExit("ironflow-runtime: no token")
-    return token
-
-
-def _hand_out(args: types.SimpleNamespace, line: bytes) -> bytes:
-    """What a session gets when it is handed out, on one line: ``{"token": ..., "env": {...},
-    "idle_timeout": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
-    commands' environment holds nothing of the session's (an egress token goes in here)."""
-    try:
-        doc = json.loads(line)
-        token, env, idle = doc["token"], doc.get("env") or {}, doc.get("idle_timeout")
-        if not isinstance(token, str) or not all(isinstance(v, str) for v in (*env, *env.values())):
-            raise TypeError("token and env must be strings")
-        args.env = env
-        if idle is not None:
-            args.idle_timeout = float(idle)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SystemExit(f"ironflow-runtime: a bad hand-out line: {type(exc).__name__}") from None
-    return token.encode()
-
-
 def _listener(args: types.SimpleNamespace) -> socket.socket:
     if args.listen_fd is not None:
         return socket.socket(fileno=args.listen_fd)
@@ -431,63 +398,10 @@ def _watch_idle(runtime: Runtime, idle: float) -> None:
 
 
 #: Every option of the command line, ``--name-with-dashes``: its type (None: a flag) and default.
-_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "unix": (str, None),
-    "port": (int, None),
-    "listen_fd": (int, None),
-    "host": (str, "0.0.0.0"),
-    "token_fd": (int, 0),
-    "token_file": (str, None),
-    "workspace": (str, "."),
-    "max_upload_bytes": (int, 1 << 30),
-    "max_output_bytes": (int, 16 << 20),
-    "idle_timeout": (float, 0.0),
-    "isolate_commands": (None, False),  # a local session: see confine.py
-    "runtime_uid": (int, None),  # with it: isolated by uid, not by a pid namespace
-    "commands_uid": (int, None),
-    "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
-}
-_USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
-
-
-def _usage_error(message: str) -> NoReturn:
-    print(f"{_USAGE}\nserver.py: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def parse_args(argv: list[str]) -> types.SimpleNamespace:
-    """The options of ``argv`` (``--name VALUE`` or ``--name=VALUE``); a bad one exits 2 with usage.
-    Not argparse: its import (with gettext and locale) is a slice of every session's cold start."""
-    values = {name: default for name, (_, default) in _OPTIONS.items()}
-    words = iter(argv)
-    for word in words:
-        name, equals, given = word.partition("=")
-        key = name[2:].replace("-", "_")
-        if not name.startswith("--") or key not in _OPTIONS:
-            _usage_error(f"unrecognized arguments: {word}")
-        kind = _OPTIONS[key][0]
-        if kind is None:
-            if equals:
-                _usage_error(f"argument {name}: ignored explicit argument {given!r}")
-            values[key] = True
-            continue
-        text = given if equals else next(words, None)
-        if text is None:
-            _usage_error(f"argument {name}: expected one argument")
-        try:
-            values[key] = kind(text)
-        except ValueError:
-            _usage_error(f"argument {name}: invalid {kind.__name__} value: {text!r}")
-    if sum(values[key] is not None for key in ("unix", "port", "listen_fd")) != 1:
-        _usage_error("exactly one of the arguments --unix --port --listen-fd is required")
-    if (values["runtime_uid"] is not None or values["commands_uid"] is not None) and not values["isolate_commands"]:
-        _usage_error("--runtime-uid and --commands-uid go with --isolate-commands")
-    return types.SimpleNamespace(env={}, **values)
-
-
 def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
-    args = parse_args(argv)
+    startup = __import__("startup")  # the sibling file; pod_exec.py runs no main and never loads it
+    args = startup.parse_args(argv)
     spawn = None
     if args.isolate_commands:
         try:
@@ -496,7 +410,7 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
     if args.prewarm:
         print("ironflow-runtime: warm", file=sys.stderr, flush=True)
-    runtime = Runtime(args, _read_token(args))
+    runtime = Runtime(args, startup.read_token(args))
     runtime.spawn = spawn or runtime.spawn
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)

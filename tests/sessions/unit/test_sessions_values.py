@@ -15,7 +15,7 @@ from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sessions import OpenOptions, SessionInfo, check_session_id, parse_duration
 
 
-@pytest.mark.parametrize("name", ["server.py", "streams.py", "pod_exec.py"])
+@pytest.mark.parametrize("name", ["server.py", "streams.py", "pod_exec.py", "startup.py", "confine.py"])
 def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None:
     tree = ast.parse((Path(SERVER_PATH).parent / name).read_text())
     imported = set()
@@ -34,10 +34,10 @@ def test_the_runtime_starts_without_the_modules_only_some_requests_need() -> Non
     """Every import at start is a slice of each cold session open: the tar stream's module, argparse,
     hmac's OpenSSL, concurrent.futures (with logging) and typing are not among them."""
     folder = str(Path(SERVER_PATH).parent)
-    code = f"import sys; sys.path.insert(0, {folder!r}); import server, confine; print(' '.join(sys.modules))"
+    code = f"import sys; sys.path.insert(0, {folder!r}); import server, confine, startup; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
-    assert {"server", "confine", "streams", "json", "subprocess"} <= loaded
+    assert {"server", "confine", "startup", "streams", "json", "subprocess"} <= loaded
     slow = {"tarfile", "argparse", "hmac", "_hashlib", "concurrent.futures", "logging", "typing", "dataclasses"}
     assert not slow & loaded, slow & loaded
 

@@ -1,0 +1,108 @@
+"""The session runtime's command line and its hand-out line (``server.py``'s ``main`` only).
+
+Standard library only, nothing of ironflow, like its siblings, and a file apart: a Kubernetes
+session's pod runs the server's handler with ``pod_exec.py`` and never loads it. The command
+line is read here, not by argparse (whose import, with gettext's and locale's, is a slice of
+every session's cold start); a bad option exits 2 with a usage line, as argparse's would. The
+token comes from its file (deleted once read) or its fd: there a JSON line when a pre-warmed
+runtime is handed out (the token, the session's env and idle timeout), else the bare token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+__all__ = ["parse_args", "read_token"]
+
+_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "unix": (str, None),
+    "port": (int, None),
+    "listen_fd": (int, None),
+    "host": (str, "0.0.0.0"),
+    "token_fd": (int, 0),
+    "token_file": (str, None),
+    "workspace": (str, "."),
+    "max_upload_bytes": (int, 1 << 30),
+    "max_output_bytes": (int, 16 << 20),
+    "idle_timeout": (float, 0.0),
+    "isolate_commands": (None, False),  # a local session: see confine.py
+    "runtime_uid": (int, None),  # with it: isolated by uid, not by a pid namespace
+    "commands_uid": (int, None),
+    "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
+}
+_USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"{_USAGE}\nserver.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv: list[str]) -> types.SimpleNamespace:
+    """The options of ``argv`` (``--name VALUE`` or ``--name=VALUE``); a bad one exits 2 with usage."""
+    values = {name: default for name, (_, default) in _OPTIONS.items()}
+    words = iter(argv)
+    for word in words:
+        name, equals, given = word.partition("=")
+        key = name[2:].replace("-", "_")
+        if not name.startswith("--") or key not in _OPTIONS:
+            _usage_error(f"unrecognized arguments: {word}")
+        kind = _OPTIONS[key][0]
+        if kind is None:
+            if equals:
+                _usage_error(f"argument {name}: ignored explicit argument {given!r}")
+            values[key] = True
+            continue
+        text = given if equals else next(words, None)
+        if text is None:
+            _usage_error(f"argument {name}: expected one argument")
+        try:
+            values[key] = kind(text)
+        except ValueError:
+            _usage_error(f"argument {name}: invalid {kind.__name__} value: {text!r}")
+    if sum(values[key] is not None for key in ("unix", "port", "listen_fd")) != 1:
+        _usage_error("exactly one of the arguments --unix --port --listen-fd is required")
+    if (values["runtime_uid"] is not None or values["commands_uid"] is not None) and not values["isolate_commands"]:
+        _usage_error("--runtime-uid and --commands-uid go with --isolate-commands")
+    return types.SimpleNamespace(env={}, **values)
+
+
+def read_token(args: types.SimpleNamespace) -> bytes:
+    """The token, from its file or its fd; on the fd, a JSON line (a session handed out,
+    :func:`_hand_out`) or the bare token."""
+    if args.token_file:
+        with open(args.token_file, "rb") as f:
+            token = f.read().strip()
+        os.unlink(args.token_file)
+    else:
+        with os.fdopen(args.token_fd, "rb") as f:
+            token = f.readline().strip()
+        if token.startswith(b"{"):  # never a bare token: those are urlsafe base64
+            token = _hand_out(args, token)
+    if not token:
+        raise SystemExit("ironflow-runtime: no token")
+    return token
+
+
+def _hand_out(args: types.SimpleNamespace, line: bytes) -> bytes:
+    """What a session gets when it is handed out, on one line: ``{"token": ..., "env": {...},
+    "idle_timeout": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
+    commands' environment holds nothing of the session's (an egress token goes in here)."""
+    try:
+        doc = json.loads(line)
+        token, env, idle = doc["token"], doc.get("env") or {}, doc.get("idle_timeout")
+        if not isinstance(token, str) or not all(isinstance(v, str) for v in (*env, *env.values())):
+            raise TypeError("token and env must be strings")
+        args.env = env
+        if idle is not None:
+            args.idle_timeout = float(idle)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"ironflow-runtime: a bad hand-out line: {type(exc).__name__}") from None
+    return token.encode()
