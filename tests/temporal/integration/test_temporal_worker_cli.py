@@ -33,6 +33,10 @@ def worker(*args: str) -> subprocess.CompletedProcess[str]:
         (["--task-queue", "q", "--provider", "missing.yaml"], "error: provider file 'missing.yaml' not found"),
         (["--task-queue", "q", "--backend", "k8s"], "error: --backend k8s needs --provider provider.yaml"),
         (["--task-queue", "q", "--account", "main"], "error: account 'main' must look like NAME=env:VAR"),
+        (
+            ["--task-queue", "q", "--backend", "k8s", "--session-pool", "2"],
+            "error: --session-pool is for --backend local",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
