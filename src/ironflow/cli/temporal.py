@@ -6,7 +6,9 @@ provider (``--provider FILE`` for k8s / agent-sandbox, the local sandbox otherwi
 SIGTERM stops it: in-flight activities are cancelled, so their sandboxes are removed. With
 ``--account``, agent steps take Provider Accounts whose rate-limit windows live in ``--store``
 (PostgreSQL to share them across workers); a step every account rejects waits on the
-workflow's timer. With ``--session-pool N`` (local), session steps take sandboxes kept warm. Bad
+workflow's timer. With ``--session-pool N`` (local), session steps take sandboxes kept warm. With
+``--sealing-key FILE``, payloads holding a secret untrusted block are sealed under that key
+(:mod:`ironflow.temporal.sealing`); clients use the same key. Bad
 input exits 2 with one line; a server that cannot be reached exits 3.
 """
 
@@ -32,6 +34,7 @@ from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
 from ironflow.engine.accounts import ProviderAccount
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, NO_PROXY_FOR_ACCOUNTS
+from ironflow.secrets import Secret
 from ironflow.sessions.pools import PoolPolicy
 
 __all__ = ["register", "temporal_worker"]
@@ -56,20 +59,28 @@ async def _serve(
     concurrency: int,
     store_url: str | None,
     parsed: list[ProviderAccount],
+    sealing_key: Secret | None,
     session_pool: int = 0,
 ) -> int:
     from ironflow.temporal import activities as temporal_activities  # the optional extra, loaded here only
+    from ironflow.temporal import sealing
     from ironflow.temporal import worker as temporal_worker_mod
 
     try:
         workflows = [w for f in workflow_files for w in temporal_worker_mod.load_workflows(str(f))]
     except errors.ConfigError as exc:
         exits.fail(exc.message)
+    try:
+        converter = sealing.data_converter(sealing_key) if sealing_key is not None else None
+    except errors.ConfigError as exc:
+        exits.fail(f"--sealing-key: {exc.message}")
     async with providers:
         provider = providers.get(backend)  # bad provider input exits 2 before anything connects
         if parsed and provider.account_kind() != ACCOUNT_KIND_CLAUDE_SUBSCRIPTION:
             exits.fail(f"--account on --backend {backend}: {NO_PROXY_FOR_ACCOUNTS}")
-        client = await temporal_worker_mod.connect(address, namespace=namespace)  # exit 3 if unreachable
+        client = await temporal_worker_mod.connect(
+            address, namespace=namespace, data_converter=converter
+        )  # exit 3 if unreachable
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
         async with contextlib.AsyncExitStack() as stack:
             pool = None
@@ -130,6 +141,14 @@ def temporal_worker(
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
     store: stores.StoreOption = None,
     account: run_cli.AccountOption = None,
+    sealing_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--sealing-key",
+            help="A file holding the key that seals secret untrusted blocks in the history; "
+            "the clients use the same key.",
+        ),
+    ] = None,
     session_pool: Annotated[
         int,
         typer.Option(
@@ -153,6 +172,7 @@ def temporal_worker(
     if importlib.util.find_spec("temporalio") is None:
         exits.fail("ironflow temporal-worker needs the temporal extra: pip install 'ironflow-sandbox[temporal]'")
     parsed = run_cli.parse_accounts(account)
+    sealing_key = _sealing_key(sealing_key_file) if sealing_key_file is not None else None
     fake = backends.fake_script(fake_model, fake_model_script, backends.BUILTIN_RUN_REPLY)
     providers = backends.Providers(isolation=isolation, provider_file=provider_file, fake=fake)
     try:
@@ -167,12 +187,21 @@ def temporal_worker(
                 concurrency,
                 store,
                 parsed,
+                sealing_key,
                 session_pool,
             )
         )
     except typer.Exit as exc:
         code = exc.exit_code
     _leave(code)
+
+
+def _sealing_key(path: Path) -> Secret:
+    """The sealing key from its file (the key itself is never echoed)."""
+    try:
+        return Secret(path.read_text().strip())
+    except (OSError, UnicodeDecodeError) as exc:
+        exits.fail(f"--sealing-key: cannot read '{path}': {getattr(exc, 'strerror', None) or type(exc).__name__}")
 
 
 def _leave(code: int) -> NoReturn:

@@ -7,6 +7,7 @@ history, ironflow keeps the sandbox contract (docs/temporal.md).
 
 * :mod:`~ironflow.temporal.requests`: what an activity is handed, and Temporal ids → ``StepScope`` (pure);
 * :mod:`~ironflow.temporal.failures`: ironflow errors → ``ApplicationError`` (pure);
+* :mod:`~ironflow.temporal.sealing`: secret untrusted blocks sealed in the history (the data converter);
 * :mod:`~ironflow.temporal.activities`: the activities (I/O, on the worker);
 * :mod:`~ironflow.temporal.workflow`: the workflow side (``async with run() as ctx``);
 * :mod:`~ironflow.temporal.worker`: a worker over one provider, workflows loaded from a file.
@@ -15,6 +16,8 @@ history, ironflow keeps the sandbox contract (docs/temporal.md).
 from ironflow.temporal.activities import IronflowActivities
 from ironflow.temporal.failures import application_error
 from ironflow.temporal.requests import AgentRequest, CommandRequest, ReleaseRequest, step_scope
+from ironflow.temporal.sealing import data_converter as sealed_data_converter
+from ironflow.temporal.sealing import new_key as new_sealing_key
 from ironflow.temporal.worker import build_worker, load_workflows
 from ironflow.temporal.workflow import DEFAULT_RETRY, AgentStep, CommandStep, RunContext, StepOptions, run
 
@@ -31,6 +34,8 @@ __all__ = [
     "application_error",
     "build_worker",
     "load_workflows",
+    "new_sealing_key",
     "run",
+    "sealed_data_converter",
     "step_scope",
 ]

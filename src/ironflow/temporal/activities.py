@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final, Protocol
 
 from temporalio import activity
@@ -66,14 +66,19 @@ async def _heartbeating() -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def _as_failure(work: Callable[[], Awaitable[Any]]) -> Any:
-    """Run ``work``; an error leaves as the ``ApplicationError`` Temporal's retry policy reads."""
+async def _as_failure(work: Callable[[], Awaitable[Any]], *, known: Iterable[str] = ()) -> Any:
+    """Run ``work``; an error leaves as the ``ApplicationError`` Temporal's retry policy reads,
+    ``known`` values redacted from its message (it goes to the history)."""
     try:
         return await work()
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        raise failures.application_error(exc) from exc
+        failure = failures.application_error(exc, known=known)
+        if failure is exc:  # Temporal's own failure, as it is
+            raise
+        # Not chained: Temporal would record the cause's own message, unredacted, in the history.
+        raise failure from None
 
 
 class AccountSource(Protocol):
@@ -156,7 +161,8 @@ class IronflowActivities:
                 result = await self._run_with_account(config)
             return results.result_to_dict(dataclasses.replace(result, debug_messages=None))
 
-        return await _as_failure(work)  # type: ignore[no-any-return]
+        known = [value.reveal() for value in request.secret_values]  # secret untrusted blocks, as the engine
+        return await _as_failure(work, known=known)  # type: ignore[no-any-return]
 
     @activity.defn(name=requests.ACTIVITY_COMMAND)
     async def command(self, request: requests.CommandRequest) -> dict[str, Any]:

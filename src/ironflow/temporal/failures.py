@@ -16,6 +16,7 @@ workflow history.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Final
 
@@ -34,10 +35,13 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, errors.IronflowError) and bool(exc.retryable)
 
 
-def application_error(exc: BaseException, *, retry_after_s: float | None = None) -> BaseException:
+def application_error(
+    exc: BaseException, *, retry_after_s: float | None = None, known: Iterable[str] = ()
+) -> BaseException:
     """The failure an activity raises for ``exc``: an ``ApplicationError`` typed by the error's
     class, non-retryable unless the error is retryable; ``retry_after_s`` overrides the policy's
-    next delay (a rate-limited step waits for its window). Temporal's own failures pass as they are.
+    next delay (a rate-limited step waits for its window); ``known`` values (a step's secret blocks)
+    are redacted from the message as credential shapes are. Temporal's own failures pass as they are.
 
     >>> failure = application_error(errors.StepConfigError("two steps named lint"))
     >>> failure.type, failure.non_retryable, failure.message
@@ -47,7 +51,7 @@ def application_error(exc: BaseException, *, retry_after_s: float | None = None)
     """
     if isinstance(exc, FailureError):
         return exc
-    message = errors.truncate(secrets.redact(str(exc) or type(exc).__name__), MESSAGE_LIMIT)
+    message = errors.truncate(secrets.redact(str(exc) or type(exc).__name__, known), MESSAGE_LIMIT)
     wait = getattr(exc, "retry_after_s", None) if isinstance(exc, errors.RateLimited) else None
     if wait is not None:  # the workflow waits for the window on a timer, then runs the step afresh
         return ApplicationError(message, float(wait), type=type(exc).__name__, non_retryable=True)

@@ -13,7 +13,10 @@ the built-in engine:
 | run execution             | the workflow run id (a reset or retry is a new execution)     |
 
 The requests are plain dataclasses of JSON values (the config as :meth:`AgentConfig.to_dict`),
-so they serialise with Temporal's default converter and read back the same in history.
+so they serialise with Temporal's default converter and read back the same in history. The one
+exception is an agent step's ``secret_values`` (the texts of its secret untrusted blocks, which
+``to_dict`` leaves out as the engine's store does): they travel as ``Secret`` values, which only
+the sealing converter writes, and it seals the whole input (:mod:`ironflow.temporal.sealing`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ironflow import errors
+from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, StepScope
 
 __all__ = [
@@ -30,6 +34,7 @@ __all__ = [
     "ACTIVITY_COMMAND",
     "ACTIVITY_RELEASE_RUN",
     "ACTIVITY_SESSION",
+    "UNSEALED_REFUSED",
     "AgentRequest",
     "CommandRequest",
     "ReleaseRequest",
@@ -37,10 +42,11 @@ __all__ = [
     "step_scope",
 ]
 
-#: An activity's input is stored in the workflow's history: a secret untrusted block would sit there in clear.
-_IN_HISTORY_REFUSED: Final = (
+#: An activity's input is stored in the workflow's history: a secret untrusted block goes there only sealed.
+UNSEALED_REFUSED: Final = (
     "step {step!r}: its prompt holds a secret untrusted block, which Temporal would keep in the workflow's "
-    "history in clear; run the step on the ironflow engine, or pass the text as a plain str"
+    "history in clear; give the client and the worker ironflow.temporal.sealed_data_converter(key) "
+    "(temporal-worker --sealing-key FILE), or run the step on the ironflow engine"
 )
 
 #: The activity names a workflow calls by (so workflow code never imports the activities).
@@ -66,28 +72,34 @@ def step_scope(*, workflow_id: str | None, root_workflow_id: str | None, step: s
 
 @dataclass(frozen=True)
 class AgentRequest:
-    """One agent step: its name, its root workflow's id and the ``AgentConfig`` as a dict."""
+    """One agent step: its name, its root workflow's id, the ``AgentConfig`` as a dict and its
+    ``secret_values`` (a request that has any must travel sealed: :meth:`needs_sealing`)."""
 
     step: str
-    config: dict[str, Any]
+    config: dict[str, Any] = field(repr=False)  # the rendered prompt holds any secret block's text
     root_workflow_id: str | None = None
+    secret_values: tuple[Secret, ...] = ()
 
     @classmethod
     def of(cls, step: str, config: AgentConfig, *, root_workflow_id: str | None) -> AgentRequest:
-        """The request for ``config``; refused when it holds secret text, which the activity's input
-        would carry into the workflow's history in clear.
+        """The request for ``config``, its secret blocks' texts carried beside it as ``Secret`` values."""
+        return cls(
+            step=step,
+            config=config.to_dict(),
+            root_workflow_id=root_workflow_id,
+            secret_values=tuple(config.secret_values),
+        )
 
-        Raises:
-            StepConfigError: ``config.secret_values`` is set (a ``Prompt`` with a secret block).
-        """
-        if config.secret_values:
-            raise errors.StepConfigError(_IN_HISTORY_REFUSED.format(step=step))
-        return cls(step=step, config=config.to_dict(), root_workflow_id=root_workflow_id)
+    def needs_sealing(self) -> bool:
+        """True when the prompt holds a secret block: its rendered text is in ``config`` too."""
+        return bool(self.secret_values)
 
     def agent_config(self, workflow_id: str | None) -> AgentConfig:
-        """The config scoped to its run and step (the same for every attempt: same labels)."""
+        """The config scoped to its run and step (the same for every attempt: same labels), its
+        ``secret_values`` back in place for redaction."""
         scope = step_scope(workflow_id=workflow_id, root_workflow_id=self.root_workflow_id, step=self.step)
-        return AgentConfig.from_dict(self.config).scoped(scope.run_id, scope.step, root_run_id=scope.root_run_id)
+        config = AgentConfig.from_dict(self.config).scoped(scope.run_id, scope.step, root_run_id=scope.root_run_id)
+        return config.replace(secret_values=tuple(self.secret_values)) if self.secret_values else config
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -74,14 +75,17 @@ def load_workflows(ref: str) -> list[type]:
     return found
 
 
-async def connect(address: str, *, namespace: str = "default") -> Client:
-    """A client of the Temporal server at ``address`` (``host:port``).
+async def connect(address: str, *, namespace: str = "default", data_converter: DataConverter | None = None) -> Client:
+    """A client of the Temporal server at ``address`` (``host:port``); ``data_converter`` (the
+    sealing one, :func:`ironflow.temporal.sealed_data_converter`) for its payloads, else Temporal's.
 
     Raises:
         InfrastructureError: no server answered there (exit 3 in the CLI).
     """
     try:
-        return await Client.connect(address, namespace=namespace)
+        return await Client.connect(
+            address, namespace=namespace, data_converter=data_converter or DataConverter.default
+        )
     except RuntimeError as exc:  # the SDK's core raises RuntimeError for a failed connection
         raise errors.InfrastructureError(f"cannot reach the Temporal server at {address}: {exc}") from exc
 

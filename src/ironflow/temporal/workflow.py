@@ -42,7 +42,7 @@ from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowEr
 from ironflow import errors, results
 from ironflow.results import AgentResult
 from ironflow.steps import AgentConfig
-from ironflow.temporal import failures, requests
+from ironflow.temporal import failures, requests, sealing
 from ironflow.waves import wave_duplicate_message
 
 __all__ = [
@@ -134,10 +134,9 @@ class RunContext:
 
     async def agent(self, name: str, config: AgentConfig, *, retry: RetryPolicy | None = None) -> AgentResult:
         """Run ``config`` as step ``name`` on the worker's provider; returns its ``AgentResult``."""
-        try:
-            request = requests.AgentRequest.of(name, config, root_workflow_id=self.root_run_id)
-        except errors.StepConfigError as exc:  # fails the workflow once, not its task over and over
-            raise failures.application_error(exc) from None
+        request = requests.AgentRequest.of(name, config, root_workflow_id=self.root_run_id)
+        if request.needs_sealing() and not _sealed_here(request):  # fails the workflow once, before any history
+            raise failures.application_error(errors.StepConfigError(requests.UNSEALED_REFUSED.format(step=name)))
         waited = 0.0
         while True:
             try:
@@ -240,6 +239,16 @@ async def run(options: StepOptions | None = None) -> AsyncIterator[RunContext]:
         if _is_cancel(exc):
             await ctx.release()  # the in-flight steps were cancelled and awaited; sweep what is left
         raise
+
+
+def _sealed_here(request: requests.AgentRequest) -> bool:
+    """True when this worker's payload converter marks the request for sealing (the data converter
+    of :mod:`ironflow.temporal.sealing`): the one converter that writes a ``Secret`` at all."""
+    try:
+        payload = workflow.payload_converter().to_payload(request)
+    except (TypeError, ValueError, RuntimeError):  # Temporal's default converter cannot write a Secret
+        return False
+    return sealing.holds_secret(payload)
 
 
 def _is_cancel(exc: BaseException) -> bool:

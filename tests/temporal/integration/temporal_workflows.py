@@ -16,9 +16,10 @@ from ironflow.steps import AgentConfig
 @workflow.defn(name="Linear")
 class Linear:
     """``input["steps"]``: ``{"name", "prompt"[, "pod_labels"]}`` (agent; kwok reads how its pod runs
-    from the labels), ``{"name", "prompt", "untrusted"[, "secret"]}`` (agent, with an untrusted block)
-    or ``{"name", "argv"}`` (command), in order; returns each step's text (an agent's answer, a
-    command's stdout)."""
+        from the labels), ``{"name", "prompt", "untrusted"[, "secret"]}`` (agent, with an untrusted block;
+    secret when ``"secret"`` is set, and ``"untrusted"`` may come as a ``Secret`` through a sealing client)
+        or ``{"name", "argv"}`` (command), in order; returns each step's text (an agent's answer, a
+        command's stdout)."""
 
     @workflow.run
     async def run(self, input: dict[str, Any]) -> list[str]:

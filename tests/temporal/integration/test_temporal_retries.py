@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
-from tests.temporal.integration.watching import WORKFLOWS
+from tests.temporal.integration.watching import WORKFLOWS, scheduled
 
 from ironflow import errors
 from ironflow.provider import ProviderBase
@@ -113,21 +113,21 @@ async def test_a_non_retryable_error_fails_the_workflow_after_one_attempt_typed_
     assert [c for c in provider.calls if c[0] != "release_run"] == [("run", "plan")]
 
 
-async def test_an_untrusted_block_reaches_the_activity_and_a_secret_one_fails_the_workflow_unstored(
+async def test_an_untrusted_block_reaches_the_activity_and_a_secret_one_unsealed_fails_the_workflow(
     temporal_server: TemporalDevServer,
 ) -> None:
-    """A secret block would sit in the workflow's history in clear: the workflow fails once, before
-    any activity starts, and the history holds no copy of it (issue 33)."""
+    """A worker without the sealing converter would put a secret block in the history in clear: the
+    workflow fails once, before the step's activity is scheduled (issue 33; sealed, it runs:
+    test_temporal_sealing.py)."""
     provider = ScriptedProvider()
     assert await run_one_step(temporal_server, provider, "untrusted-1", untrusted="public body") == ["answered"]
-    body = "PRIVATE-BODY-0451"
     with pytest.raises(WorkflowFailureError) as failed:
-        await run_one_step(temporal_server, provider, "untrusted-2", untrusted=body, secret=True)
+        await run_one_step(temporal_server, provider, "untrusted-2", untrusted="PRIVATE-BODY-0451", secret=True)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
     assert (cause.type, cause.non_retryable) == ("StepConfigError", True)
     assert "history in clear" in cause.message
+    assert "sealed_data_converter" in cause.message
     assert [c for c in provider.calls if c[0] == "run"] == [("run", "plan")]  # only the public one ran
     client = await Client.connect(temporal_server.address)
-    history = await client.get_workflow_handle("untrusted-2").fetch_history()
-    assert body not in history.to_json()
+    assert await scheduled(client, "untrusted-2") == {"ironflow.release_run": 1}  # no agent activity's input

@@ -63,6 +63,30 @@ def test_a_workflow_file_without_workflows_is_bad_input(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr.strip()) == (2, f"error: {empty} defines no @workflow.defn class")
 
 
+def test_a_sealing_key_that_cannot_be_read_or_is_malformed_is_one_line_without_the_key(tmp_path: Path) -> None:
+    short = tmp_path / "short.key"
+    short.write_text("hunter2-not-a-key\n")
+    for path, message in [
+        (tmp_path / "missing.key", f"error: --sealing-key: cannot read '{tmp_path / 'missing.key'}': "),
+        (short, "error: --sealing-key: a sealing key is 32 random bytes in base64"),
+    ]:
+        done = worker("--task-queue", "q", "--sealing-key", str(path), "--address", f"127.0.0.1:{closed_port()}")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(message)
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert "hunter2" not in done.stderr
+
+
+def test_a_good_sealing_key_is_taken_and_the_worker_goes_on_to_connect(tmp_path: Path) -> None:
+    from ironflow.temporal import new_sealing_key
+
+    key = tmp_path / "sealing.key"
+    key.write_text(new_sealing_key().reveal() + "\n")
+    done = worker("--task-queue", "q", "--sealing-key", str(key), "--address", f"127.0.0.1:{closed_port()}")
+    assert done.returncode == 3, done.stderr  # past the key: the server is what is missing
+    assert done.stderr.startswith("error: cannot reach the Temporal server")
+
+
 def test_an_unreachable_server_is_one_line_and_exit_3() -> None:
     port = closed_port()
     done = worker("--task-queue", "q", "--address", f"127.0.0.1:{port}")

@@ -47,6 +47,15 @@ def test_the_message_is_the_error_s_redacted_and_bounded() -> None:
     assert len(failure.message.encode()) <= failures.MESSAGE_LIMIT + 16
 
 
+def test_a_step_s_known_secret_values_are_redacted_from_the_message_too() -> None:
+    """A secret untrusted block the agent quoted in its error goes to the history redacted."""
+    failure = failures.application_error(
+        errors.ProcessFailed(1, "it said PRIVATE-BODY-1 and PRIVATE-BODY-1"), known=["PRIVATE-BODY-1"]
+    )
+    assert isinstance(failure, ApplicationError)
+    assert failure.message == "claude process exited with code 1: it said [redacted] and [redacted]"
+
+
 def test_a_rate_limited_step_waits_for_its_window_through_the_next_retry_delay() -> None:
     failure = failures.application_error(errors.RateLimited("main rejected"), retry_after_s=90.0)
     assert isinstance(failure, ApplicationError)

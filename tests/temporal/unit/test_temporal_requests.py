@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+from temporalio.converter import DataConverter
 
 from ironflow import errors, labels
 from ironflow.prompts import Prompt
@@ -53,11 +54,22 @@ def test_a_command_request_needs_an_argv_of_strings() -> None:
         requests.CommandRequest("lint", [])
 
 
-def test_a_prompt_with_a_secret_block_never_becomes_an_activity_input() -> None:
-    """The input is stored in the workflow's history: the secret text would sit there in clear."""
+def test_a_secret_block_travels_beside_the_config_and_comes_back_for_redaction() -> None:
+    """``to_dict`` leaves the secret values out (as the engine's store does); the request carries
+    them as ``Secret`` values, which Temporal's default converter refuses to write at all, so only
+    the sealing converter can carry the request (the workflow checks it first)."""
     config = Prompt("Summarise.").untrusted("issue", Secret("PRIVATE-ISSUE-BODY")).config()
-    with pytest.raises(errors.StepConfigError, match="history in clear") as caught:
-        requests.AgentRequest.of("summary", config, root_workflow_id="r")
-    assert "PRIVATE-ISSUE-BODY" not in str(caught.value)
+    request = requests.AgentRequest.of("summary", config, root_workflow_id="r")
+    assert request.needs_sealing()
+    assert "secret_values" not in request.config
+    assert "PRIVATE-ISSUE-BODY" not in repr(request)
+    scoped = request.agent_config("r")
+    assert [v.reveal() for v in scoped.secret_values] == ["PRIVATE-ISSUE-BODY"]
+    assert scoped.prompt == config.prompt
+    with pytest.raises(TypeError):
+        DataConverter.default.payload_converter.to_payload(request)
     plain = Prompt("Summarise.").untrusted("issue", "public body").config()
-    assert "public body" in requests.AgentRequest.of("summary", plain, root_workflow_id="r").config["prompt"]
+    public = requests.AgentRequest.of("summary", plain, root_workflow_id="r")
+    assert not public.needs_sealing()
+    assert "public body" in public.config["prompt"]
+    assert DataConverter.default.payload_converter.to_payload(public).data  # the default converter writes it
