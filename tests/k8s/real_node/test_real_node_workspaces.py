@@ -15,7 +15,9 @@ by ``SSL_CERT_FILE`` (as an operator trusts a private CA). Skipped when the node
 runner, auth-proxy and worker images are missing.
 
 ``ironflow exec --backend k8s`` on a git workspace takes the same path (its own pod, cloned by the
-same init container), under the same policies, with no model.
+same init container), under the same policies, with no model: once through its code called here,
+once as the ``ironflow`` command in a child process (inside the node's network namespace, where
+the proxy's ClusterIP answers the CLI's admin client as it would on the cluster's network).
 
 What it found, fixed in src: the push pod, then the exec pod, was a ``pod-run`` the rendered
 policies gave no DNS or proxy; a new pod's first connections are refused while kube-router programs its policies (the
@@ -25,12 +27,18 @@ fresh clone in a root-owned emptyDir "dubious" (``safe.directory``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
+import os
 import secrets
 import subprocess
+import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +48,7 @@ from tests.k8s.real_node.test_real_node_agent_step import _model_objects, _upstr
 
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
+from ironflow.cluster import setup
 from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
@@ -52,6 +61,8 @@ from ironflow.testing.realnode import RealNodeEnv
 from ironflow.workspaces import Change, Workspace
 
 pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
+
+ROOT: Final = Path(__file__).resolve().parents[3]
 
 MODEL_PORT: Final = 8085
 GIT_PORT: Final = 8443
@@ -273,17 +284,23 @@ async def test_an_agent_step_clones_through_the_proxy_changes_files_and_pushes_b
         await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the step's pods deleted")
 
 
-@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_rendered_policies(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path, runtime: str
-) -> None:
-    """``exec --backend k8s --workspace URL`` by its own path (``exec_pod_run``, then
-    ``command_pods.run_in_workspace``, as the CLI calls them; the grant issued through the proxy's
-    admin API forwarded from the host, since the CLI's host cannot reach the in-cluster Service).
-    Fails while the exec pod is a ``pod-run``: the policies give it no DNS and the proxy admits
-    it not, so the clone never connects."""
-    runner_image = need_image["runner"]
-    need_image["auth-proxy"]
+@dataclass(frozen=True)
+class _GitBehindProxy:
+    """A git host pod and the auth proxy, under the rendered NetworkPolicies plus the opening to the host."""
+
+    config: setup.ClusterSetup
+    proxy: rp.ProxyInCluster
+    git_ns: str
+    host: str
+    password: Secret
+
+
+@contextlib.asynccontextmanager
+async def _git_behind_proxy(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, runner_image: str, tmp_path: Path
+) -> AsyncIterator[_GitBehindProxy]:
+    """What ``exec`` on a git workspace needs: the git host serving, the proxy trusting its CA, the
+    policies enforced; every namespace gone after."""
     suffix = uuid.uuid4().hex[:6]
     config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
     git_ns = f"gt-{suffix}"
@@ -301,23 +318,52 @@ async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_render
         rp.enforce_policies(
             real_node, [*rp.network_policies(config), _upstream_opening(proxy.namespace, git_ns, GIT_PORT, "git")]
         )
-        provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
-        provider = provider.git_credentials(GitHosts({host: GitCredential(password, USER)}))
+        yield _GitBehindProxy(config, proxy, git_ns, host, password)
+
+        async def nothing_left() -> bool:
+            return not (await node_api.list(k8s.PODS, config.namespace)).items
+
+        await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the exec pod deleted")
+
+
+async def _cloned_through_the_relay(node_api: k8s.KubeApi, git: _GitBehindProxy) -> None:
+    requests = [json.loads(line) for line in (await node_api.read_log(git.git_ns, "git")).splitlines()
+                if line.startswith("{")]  # fmt: skip
+    assert any(r["path"].endswith("/git-upload-pack") and r["status"] == 200 for r in requests), requests
+    assert {r["user"] for r in requests} == {USER}, requests  # every request carried the proxy's credential
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_rendered_policies(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path, runtime: str
+) -> None:
+    """``exec --backend k8s --workspace URL`` by its own path (``exec_pod_run``, then
+    ``command_pods.run_in_workspace``, as the CLI calls them; the grant issued through the proxy's
+    admin API forwarded from the host, since the CLI's host cannot reach the in-cluster Service).
+    Fails while the exec pod is a ``pod-run``: the policies give it no DNS and the proxy admits
+    it not, so the clone never connects."""
+    runner_image = need_image["runner"]
+    need_image["auth-proxy"]
+    async with _git_behind_proxy(real_node, node_api, runner_image, tmp_path) as git:
+        provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(git.config.namespace)
+        provider = provider.auth_proxy(git.proxy.url).git_credentials(
+            GitHosts({git.host: GitCredential(git.password, USER)})
+        )
         if runtime == "gvisor":
             provider = provider.runtime_class("gvisor")
         settings = provider.settings
-        spec = Workspace(f"https://{host}/org/repo.git", ref="main")
+        spec = Workspace(f"https://{git.host}/org/repo.git", ref="main")
         argv = ["sh", "-c", "id -u; cat calc.py; " + EDITS]
         run = pod_runs.exec_pod_run(
             settings, argv, timeout_s=240, now_ms=time.time_ns() // 1_000_000, rand32=secrets.randbits(32)
         )
-        with rp.forward_into_node(real_node, proxy.cluster_ip, 80) as admin_url:
-            async with AdminClient(admin_url, proxy.admin_key) as admin:
+        with rp.forward_into_node(real_node, git.proxy.cluster_ip, 80) as admin_url:
+            async with AdminClient(admin_url, git.proxy.admin_key) as admin:
                 done, changes = await command_pods.run_in_workspace(
                     node_api, settings, run, spec, now=int(time.time()), issuer=admin
                 )
         if not done.success:
-            print("git host:", await node_api.read_log(git_ns, "git"))
+            print("git host:", await node_api.read_log(git.git_ns, "git"))
         assert (done.success, done.exit_code) == (True, 0), done
         assert done.logs == "10001\ndef add(a, b):\n    return a - b\n", done.logs
         assert changes is not None
@@ -326,12 +372,68 @@ async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_render
             "calc.py": Change.MODIFIED,
             "notes.txt": Change.DELETED,
         }
-        requests = [json.loads(line) for line in (await node_api.read_log(git_ns, "git")).splitlines()
-                    if line.startswith("{")]  # fmt: skip
-        assert any(r["path"].endswith("/git-upload-pack") and r["status"] == 200 for r in requests), requests
-        assert {r["user"] for r in requests} == {USER}, requests  # the clone went through the relay
+        await _cloned_through_the_relay(node_api, git)
 
-        async def nothing_left() -> bool:
-            return not (await node_api.list(k8s.PODS, config.namespace)).items
 
-        await eventually(nothing_left, limit_s=60, interval_s=0.5, what="the exec pod deleted")
+def _cli_exec(
+    real_node: RealNodeEnv, provider_file: Path, password: Secret, admin_key: Secret, url: str, *argv: str
+) -> subprocess.CompletedProcess[str]:
+    """``ironflow exec --backend k8s --workspace URL -o json`` as a user runs it: a child process
+    with the provider file, ``$KUBECONFIG``, the host's token and the proxy's admin key in its
+    environment. It runs inside the node's network namespace, where the auth proxy's ClusterIP
+    answers as it would on a cluster's network (and the API server's port is the same)."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(real_node.kubeconfig_path),
+        "PYTHONPATH": str(ROOT / "src"),
+        "IRONFLOW_GIT_TOKEN": password.reveal(),
+        "IRONFLOW_GIT_USERNAME": USER,
+        "IRONFLOW_AUTH_PROXY_ADMIN_KEY": admin_key.reveal(),
+    }
+    args = ["exec", "--backend", "k8s", "--provider", str(provider_file), "--timeout", "240"]
+    args += ["--workspace", url, "--output", "json", "--", *argv]
+    return subprocess.run(
+        [*real_node.nsenter(), sys.executable, "-m", "ironflow", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+async def test_the_exec_cli_runs_a_command_on_a_git_clone_and_prints_the_exact_change_set(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
+) -> None:
+    """``python -m ironflow exec --backend k8s --workspace URL`` as a child process (not the CLI's
+    code called in-process): its provider file names the image, namespace and auth proxy; the grant
+    comes from the proxy's admin API by the CLI's own client; the command sees the clone and the
+    JSON it prints holds the exact change set; the token never reaches the output."""
+    runner_image = need_image["runner"]
+    need_image["auth-proxy"]
+    async with _git_behind_proxy(real_node, node_api, runner_image, tmp_path) as git:
+        provider_file = tmp_path / "provider.yaml"
+        provider_file.write_text(
+            f"image: {runner_image}\nsandboxed: true\nnamespace: {git.config.namespace}\n"
+            f"auth_proxy: http://{git.proxy.cluster_ip}\n"
+        )
+        argv = ["sh", "-c", "id -u; cat calc.py; " + EDITS]
+        url = f"https://{git.host}/org/repo.git"
+        done = await asyncio.to_thread(
+            _cli_exec, real_node, provider_file, git.password, git.proxy.admin_key, url, *argv
+        )
+        if done.returncode != 0:
+            print("git host:", await node_api.read_log(git.git_ns, "git"))
+        assert done.returncode == 0, done.stderr[-4000:]
+        out = json.loads(done.stdout)
+        assert (out["exit_code"], out["stdout"]) == (0, "10001\ndef add(a, b):\n    return a - b\n")
+        assert sorted((f["path"], f["change"]) for f in out["changed_files"]) == [
+            ("added.txt", Change.ADDED.value),
+            ("calc.py", Change.MODIFIED.value),
+            ("notes.txt", Change.DELETED.value),
+        ]
+        assert "+fixed" in out["patch"]
+        assert "+new" in out["patch"]
+        assert "-old notes" in out["patch"]
+        assert find_leaks([git.password.reveal(), git.proxy.admin_key.reveal()], done.stdout + done.stderr) == []
+        await _cloned_through_the_relay(node_api, git)
