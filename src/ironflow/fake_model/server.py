@@ -92,18 +92,6 @@ class RecordedRequest:
                 return []
         return []
 
-    def first_user_text(self) -> str:
-        """All the text of the first user message of a Messages request: the step's prompt."""
-        messages = self.body.get("messages", []) if isinstance(self.body, Mapping) else []
-        for message in messages if isinstance(messages, list) else []:
-            if isinstance(message, Mapping) and message.get("role") == "user":
-                content = message.get("content")
-                if isinstance(content, str):
-                    return content
-                parts = content if isinstance(content, list) else []
-                return "".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
-        return ""
-
 
 # --- the server --------------------------------------------------------------------------
 

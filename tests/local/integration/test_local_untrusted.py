@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from tests.fakes.local_sandbox import LOCAL_SANDBOX
+from tests.fakes.model_requests import first_user_text
 
 from ironflow.claude.command import PROMPT_STDIN_THRESHOLD
 from ironflow.fake_model.server import FakeAnthropic, Script
@@ -47,7 +48,7 @@ async def test_the_model_sees_one_block_with_the_forged_tag_escaped(fake: FakeAn
     result = await _provider(fake).run(config)
 
     assert result.text == "summarised"
-    seen = fake.message_requests[0].first_user_text()
+    seen = first_user_text(fake.message_requests[0])
     opening = re.findall(rf"<untrusted-{nonce}\b[^>]*>", seen, re.IGNORECASE)
     closing = re.findall(rf"</untrusted-{nonce}>", seen, re.IGNORECASE)
     assert (opening, len(closing)) == ([f'<untrusted-{nonce} label="issue.md">'], 1)

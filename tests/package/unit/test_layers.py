@@ -137,6 +137,7 @@ DEFERRED_IMPORTS = {
     ("ironflow.auth_proxy.app", "ironflow.auth_proxy.postgres"): "asyncpg, only for a PostgreSQL registry",
     ("ironflow.cli.temporal", "ironflow.temporal.worker"): "temporalio, the optional extra `temporal`",
     ("ironflow.cli.temporal", "ironflow.temporal.activities"): "temporalio, the optional extra `temporal`",
+    ("ironflow.cli.temporal", "ironflow.temporal.sealing"): "temporalio, the optional extra `temporal`",
     # A session command against a server (local sessions) loads no Kubernetes client.
     ("ironflow.cli.session_backends", "ironflow.cli.backends"): "the cluster's modules, for --provider only",
     # The deprecated `ironflow.local.sessions.LocalSessions` (once a module) only: the package loads alone.

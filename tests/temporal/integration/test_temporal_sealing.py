@@ -16,6 +16,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
 from tests.fakes.local_sandbox import local_sandbox
+from tests.fakes.model_requests import first_user_text
 from tests.temporal.integration.test_temporal_retries import ScriptedProvider
 from tests.temporal.integration.watching import WORKFLOWS, scheduled
 
@@ -94,7 +95,7 @@ async def test_a_secret_block_reaches_the_model_while_the_history_holds_it_only_
     async with provider:
         assert await _run(temporal_server, provider, "sealed-1") == [REPLY]
 
-    seen = fake.message_requests[0].first_user_text()  # the prompt the offline model got
+    seen = first_user_text(fake.message_requests[0])  # the prompt the offline model got
     opening = re.findall(r'<untrusted-[0-9a-f]{32} label="issue">', seen)
     assert len(opening) == 1
     block = seen.split(opening[0], 1)[1]
