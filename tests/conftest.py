@@ -16,7 +16,12 @@ from tests.fakes.unclosed import unclosed_after_collect
 settings.register_profile("ironflow", deadline=None)
 settings.load_profile("ironflow")
 
-pytest_plugins = ["tests.fakes.kube_fixtures", "tests.fakes.real_node", "tests.fakes.stores"]
+pytest_plugins = [
+    "tests.fakes.kube_fixtures",
+    "tests.fakes.real_node",
+    "tests.fakes.stores",
+    "tests.fakes.docker_daemon",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,15 @@ import pytest
 from ironflow import errors
 from ironflow.claude import cli
 
-__all__ = ["ISOLATIONS", "LOCAL_SANDBOX", "WORKSPACE_ISOLATIONS", "has_claude_cli", "local_sandbox"]
+__all__ = [
+    "ALL_ISOLATIONS",
+    "DOCKER",
+    "ISOLATIONS",
+    "LOCAL_SANDBOX",
+    "WORKSPACE_ISOLATIONS",
+    "has_claude_cli",
+    "local_sandbox",
+]
 
 
 def has_claude_cli() -> bool:
@@ -56,6 +64,12 @@ ISOLATIONS = [
         ],
     ),
 ]
+
+#: A Docker daemon (Debian's dockerd, started by the suite: :mod:`tests.fakes.docker_daemon`), running
+#: the runner image: marked ``docker``, skipped with the reason when dockerd or the image is missing.
+DOCKER = pytest.param("docker", id="docker", marks=pytest.mark.docker)
+#: Every runtime, for the hostile-step tests each one must pass (their commands run in the runner image too).
+ALL_ISOLATIONS = [*ISOLATIONS, DOCKER]
 
 #: Both runtimes for a test that gives the step a workspace or a writable mount: under gVisor that
 #: needs a root worker (rootless runsc shows a non-root worker's files as root's), else skipped.

@@ -48,10 +48,10 @@ def image_reference(name: str) -> str:
     return image_builds.local_reference(image_builds.IMAGES[name].reference)
 
 
-def skip_or_fail(why: str) -> NoReturn:
-    """Skip, or fail where the tier is required (CI built the node and the images)."""
-    if os.environ.get("IRONFLOW_REQUIRE_REAL_NODE") == "1":
-        pytest.fail(f"IRONFLOW_REQUIRE_REAL_NODE=1 but {why}", pytrace=False)
+def skip_or_fail(why: str, required_by: str = "IRONFLOW_REQUIRE_REAL_NODE") -> NoReturn:
+    """Skip, or fail where the tier is required (CI built the node and the images: ``required_by=1``)."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{required_by}=1 but {why}", pytrace=False)
     pytest.skip(why)
 
 

@@ -195,7 +195,7 @@ def agent(
         str | None, typer.Argument(help="What to ask the agent; - reads it from stdin.", show_default=False)
     ] = None,
     backend: Annotated[Backend, typer.Option(help="Where the step runs.")] = Backend.LOCAL,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bwrap, gvisor (runsc) or docker.")] = (
         Isolation.BWRAP
     ),
     fake_model: Annotated[

@@ -180,11 +180,12 @@ def session_backend(
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
     if pool is not None and backend is not Backend.LOCAL:
         exits.fail(f"--pool is for --backend local: a {backend} session's warm pool is the cluster's")
-    provider = build_provider(
-        backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
-    )
     try:
-        return sessions_of(provider) if pool is None else pooled_sessions(provider, pool)  # gVisor: runsc looked for
+        provider = build_provider(  # docker: the daemon is asked here
+            backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
+        )
+        # gVisor: runsc is looked for here; docker: refused
+        return sessions_of(provider) if pool is None else pooled_sessions(provider, pool)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 

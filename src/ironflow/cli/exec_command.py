@@ -135,7 +135,7 @@ def _exec_json(result: CommandResult) -> dict[str, Any]:
 def exec_command(
     ctx: typer.Context,
     backend: Annotated[Backend, typer.Option(help="Where the command runs: local or k8s.")] = Backend.LOCAL,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bwrap, gvisor (runsc) or docker.")] = (
         Isolation.BWRAP
     ),
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds before the command is killed.")] = (

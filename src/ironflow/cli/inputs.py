@@ -23,10 +23,11 @@ class Backend(StrEnum):
 
 
 class Isolation(StrEnum):
-    """``--isolation`` of the local backend: bubblewrap or gVisor (runsc)."""
+    """``--isolation`` of the local backend: bubblewrap, gVisor (runsc) or a Docker (or Podman) daemon."""
 
     BWRAP = "bwrap"
     GVISOR = "gvisor"
+    DOCKER = "docker"
 
 
 def dns_label(value: str, what: str = "namespace") -> str:

@@ -270,7 +270,7 @@ def run(
         ),
     ] = False,
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bwrap, gvisor (runsc) or docker.")] = (
         Isolation.BWRAP
     ),
     provider_file: Annotated[
@@ -398,7 +398,7 @@ def worker(
         typer.Option("--fake-model", help="Answer agent steps from the offline model; --fake-model=FILE scripts it."),
     ] = False,
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bwrap, gvisor (runsc) or docker.")] = (
         Isolation.BWRAP
     ),
     provider_file: Annotated[Path | None, typer.Option("--provider", help="Provider settings file for k8s.")] = None,

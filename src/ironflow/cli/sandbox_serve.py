@@ -44,7 +44,7 @@ def serve(
     provider: ProviderOption = None,
     isolation: Annotated[
         Isolation | None,
-        typer.Option("--isolation", help="Local sessions: bubblewrap (default) or gVisor (runsc).", show_default=False),
+        typer.Option("--isolation", help="Local sessions: bwrap (default) or gvisor (runsc).", show_default=False),
     ] = None,
     keep_sessions: Annotated[
         bool,

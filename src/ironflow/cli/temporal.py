@@ -130,7 +130,7 @@ def temporal_worker(
     provider_file: Annotated[
         Path | None, typer.Option("--provider", help="Provider settings file for --backend k8s / agent-sandbox.")
     ] = None,
-    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bubblewrap or gVisor (runsc).")] = (
+    isolation: Annotated[Isolation, typer.Option(help="Local sandbox: bwrap, gvisor (runsc) or docker.")] = (
         Isolation.BWRAP
     ),
     concurrency: Annotated[int, typer.Option(help="Activities run at once.", min=1)] = 4,

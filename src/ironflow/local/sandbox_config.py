@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow._renamed import renamed_argument
@@ -33,6 +33,9 @@ from ironflow.secrets import Secret
 from ironflow.step_sandbox import HostPathSource, validate_sub_path
 from ironflow.steps import AgentConfig
 
+if TYPE_CHECKING:
+    from ironflow.local.sandbox import docker_engine
+
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
 
 log = logging.getLogger("ironflow.local")
@@ -44,7 +47,10 @@ class LocalSandboxConfig:
     """The settings of a local sandbox provider, checked when it is built.
 
     Args:
-        isolation: ``"bwrap"`` or ``"gvisor"`` (``runsc``).
+        isolation: ``"bwrap"``, ``"gvisor"`` (``runsc``) or ``"docker"`` (a Docker or Podman daemon, which
+            must answer and hold ``docker_image`` now, or :class:`~ironflow.errors.ConfigError`).
+        docker_image: under ``"docker"``, the local image steps run in (never pulled); default the runner
+            image ``scripts/images build`` makes.
         timeout: seconds a step may run; past it the whole process tree is killed.
         credential: the key the in-process proxy injects; None reads the worker's
             ``CLAUDE_CODE_OAUTH_TOKEN`` then ``ANTHROPIC_API_KEY`` at invocation (§6.8).
@@ -101,9 +107,12 @@ class LocalSandboxConfig:
         relays: Sequence[relays_mod.RelaySpec | relays_mod.Relay] = (),
         relay_upstream: str | None = None,
         egress: EgressPolicy | None = None,
+        docker_image: str | None = None,
     ) -> None:
-        if isolation not in ("bwrap", "gvisor"):
-            raise errors.ConfigError(f"isolation must be 'bwrap' or 'gvisor', got '{isolation}'")
+        if isolation not in ("bwrap", "gvisor", "docker"):
+            raise errors.ConfigError(f"isolation must be 'bwrap', 'gvisor' or 'docker', got '{isolation}'")
+        if docker_image is not None and isolation != "docker":
+            raise errors.ConfigError(f"docker_image is for isolation 'docker', not '{isolation}'")
         if not timeout > 0:
             raise errors.ConfigError(f"timeout must be a positive number of seconds, got {timeout}")
         for p in profiles:
@@ -128,10 +137,19 @@ class LocalSandboxConfig:
         # A root worker's bubblewrap sandbox runs as a non-root host uid; gVisor's kernel judges files itself.
         self._host_uid = sandbox_host_uid if os.geteuid() == 0 and isolation == "bwrap" else None
         # Who must own what the sandbox writes: on a root worker, the uid the step writes as (gVisor's
-        # gofer writes the host as the step's own uid); None on a non-root worker.
+        # gofer and a container write the host as the step's own uid); None on a non-root worker.
         self._writable_uid = (
             self._host_uid if isolation == "bwrap" else layout.SANDBOX_UID if os.geteuid() == 0 else None
         )
+        self.docker_image = docker_image
+        engine: docker_engine.DockerEngine | None = None
+        if isolation == "docker":  # the daemon and its image, checked now: no step finds them missing
+            from ironflow.cluster import workloads
+            from ironflow.local.sandbox import docker_engine
+
+            self.docker_image = docker_image or workloads.DEFAULT_RUNNER_IMAGE
+            engine = docker_engine.DockerEngine.from_environment()
+            engine.check(self.docker_image)
         self.isolation: environment.Isolation = isolation
         self.timeout = float(timeout)
         self.credential = credential
@@ -164,10 +182,11 @@ class LocalSandboxConfig:
         #: Workspaces kept for a retry of their step (``keep_on_retry``).
         self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
-        bounded = launch.within_file_table(limits, host_processes=isolation == "bwrap")
+        bounded = launch.within_file_table(limits, host_processes=isolation != "gvisor")
         self.processes = launch.SandboxProcesses(
-            cgroups.probe(), bounded, host_uid=self._host_uid, gvisor=isolation == "gvisor"
+            cgroups.probe(), bounded, host_uid=self._host_uid, gvisor=isolation == "gvisor", containers=engine
         )
+        self._docker_path = engine.docker_path if engine is not None else "docker"
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
@@ -186,10 +205,15 @@ class LocalSandboxConfig:
             self._host_uid,
             self._writable_uid,
             self.limits,
+            self.docker_image if self.isolation == "docker" else None,
+            self._docker_path,
         )
 
     def claude_cli(self) -> str:
-        """The Claude Code CLI's real file: inside the sandbox only its package directory is shown."""
+        """The Claude Code CLI's real file: inside the sandbox only its package directory is shown. In a
+        Docker sandbox, the image's own (on its PATH): the host's is not there."""
+        if self.isolation == "docker":
+            return "claude"
         return os.path.realpath(self.claude_path or cli.find_claude_cli())
 
     def bypass_allowed(self) -> bool:

@@ -146,7 +146,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             tmp: str | None = None
             proxied = auth_proxy or bool(self.relays) or step_proxy.serves_egress(egress)
             needs_dir = proxied or workspace is not None or self.managed_settings is not None
-            if needs_dir or self.isolation == "gvisor":
+            if needs_dir or self.isolation != "bwrap":  # gVisor's bundle, Docker's env file
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
             prepared: local_workspaces.PreparedWorkspace | None = None
             if workspace is not None and tmp is not None:

@@ -6,7 +6,8 @@ node process joins ``/ironflow-node-<owner pid>`` before it executes (kubelet's 
 the same path, so the pods go beneath it); :meth:`NodeCgroup.kill` freezes the tree, kills every
 task in it and waits until it is empty, and :meth:`NodeCgroup.remove` deletes it bottom-up in every
 hierarchy, including the directories runc and kubelet made. A node whose owner died is swept by the
-next :func:`sweep`. Never used for a cgroup this module did not name.
+next :func:`sweep`. Never used for a cgroup this module did not name. A test's Docker daemon gets one
+of its own the same way (``prefix="ironflow-dockerd-"``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Final
 __all__ = ["NodeCgroup", "alive", "sweep"]
 
 _PREFIX: Final = "ironflow-node-"
-_NAME: Final = re.compile(r"^ironflow-node-(\d+)$")
 _EMPTY_WAIT_S: Final = 20.0
 
 
@@ -48,10 +48,10 @@ def alive(pid: int) -> bool:
 
 
 class NodeCgroup:
-    """``/ironflow-node-<owner>`` in every cgroup hierarchy."""
+    """``/<prefix><owner>`` (``/ironflow-node-<owner>``) in every cgroup hierarchy."""
 
-    def __init__(self, owner: int | None = None) -> None:
-        self.name = f"{_PREFIX}{owner or os.getpid()}"
+    def __init__(self, owner: int | None = None, *, prefix: str = _PREFIX) -> None:
+        self.name = f"{prefix}{owner or os.getpid()}"
         self._mounts = _mounts()
 
     @property
@@ -150,19 +150,20 @@ class NodeCgroup:
         return any(os.path.isdir(d) for d, _ in self._dirs())
 
 
-def sweep() -> list[str]:
-    """Kill and remove node cgroups whose owner is gone; return their paths."""
+def sweep(prefix: str = _PREFIX) -> list[str]:
+    """Kill and remove node cgroups (or others named with ``prefix``) whose owner is gone; return their paths."""
     swept = []
     names: set[str] = set()
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
     for mount, _ in _mounts():
         with contextlib.suppress(OSError):
-            names.update(e.name for e in os.scandir(mount) if _NAME.match(e.name))
+            names.update(e.name for e in os.scandir(mount) if pattern.match(e.name))
     for name in sorted(names):
-        match = _NAME.match(name)
+        match = pattern.match(name)
         assert match is not None
         if alive(int(match.group(1))):
             continue
-        cgroup = NodeCgroup(int(match.group(1)))
+        cgroup = NodeCgroup(int(match.group(1)), prefix=prefix)
         cgroup.kill()
         cgroup.remove()
         swept.append(cgroup.path)

@@ -72,6 +72,21 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
     assert _under(modules, HTTP) == [], "a sandbox without network needs no HTTP stack"
 
 
+#: The Docker sandbox's modules: only ``--isolation docker`` loads them.
+DOCKER = ("ironflow.local.sandbox.docker", "ironflow.local.sandbox.docker_engine")
+
+
+def test_local_exec_loads_docker_only_with_isolation_docker(tmp_path: Path) -> None:
+    modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, DOCKER) == [], "a bubblewrap sandbox needs no Docker code"
+    # No daemon answers there: the command stops at its one line, having loaded the Docker engine.
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    modules, stderr = _loaded(["exec", "--isolation", "docker", "--", "true"], env=env)
+    assert "ironflow.local.sandbox.docker_engine" in modules, stderr
+    assert _under(modules, CLUSTER_AND_SERVERS + HTTP) == []
+
+
 def test_local_exec_help_loads_no_cluster_client() -> None:
     modules, _ = _loaded(["exec", "--help"])
     assert _under(modules, CLUSTER_AND_SERVERS + HTTP) == []

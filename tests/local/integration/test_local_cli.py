@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.fakes import sandbox_cli
 
 from ironflow import errors
 from ironflow.claude import cli
@@ -34,16 +35,7 @@ def _has_cli() -> bool:
 needs_cli = pytest.mark.skipif(not _has_cli(), reason="Claude Code CLI not installed (run scripts/install)")
 
 
-def ironflow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
-    return subprocess.run(
-        [sys.executable, "-c", "from ironflow.cli.app import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        timeout=60,
-        stdin=subprocess.DEVNULL,  # exec forwards a piped stdin: never the test runner's
-    )
+ironflow = sandbox_cli.ironflow_process
 
 
 @needs_cli

@@ -1,6 +1,6 @@
 """Per-sandbox limits hold against a hostile step, and nothing of it outlives the call (real
-bubblewrap, real gVisor, real cgroups). Every hostile test checks its cap first, is bounded in
-time, and compares the host's process count before and after."""
+bubblewrap, real gVisor, a real Docker daemon, real cgroups). Every hostile test checks its cap
+first, is bounded in time, and compares the host's process count before and after."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from tests.fakes.local_sandbox import ISOLATIONS
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
@@ -53,9 +53,21 @@ def host_processes() -> Iterator[int]:
     assert _host_processes() <= before + 20, "the sandbox left processes on the host"
 
 
+#: A command that allocates 4 GiB, 100 MiB at a time, touching each page, in what the sandbox has:
+#: the host's python under bubblewrap and gVisor, the runner image's node under Docker.
+MEMORY_HOG = {
+    "python": ["python3", "-c", "b = [bytearray(100 << 20) for _ in range(40)]; print('allocated')"],
+    "node": ["node", "-e", "const b = []; for (let i = 0; i < 40; i++) b.push(Buffer.alloc(100 << 20, 1)); "
+             "console.log('allocated')"],
+}  # fmt: skip
+
+
 @needs_pids_cgroup
-async def test_a_fork_bomb_is_capped_and_gone_before_the_call_returns(host_processes: int) -> None:
-    provider = LocalSandboxProvider(timeout=4, limits=SandboxLimits(pids=32))
+@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER])
+async def test_a_fork_bomb_is_capped_and_gone_before_the_call_returns(
+    isolation: Isolation, host_processes: int
+) -> None:
+    provider = LocalSandboxProvider(isolation=isolation, timeout=4, limits=SandboxLimits(pids=32))
     # The cap first, harmlessly: 100 sleepers cannot start under pids=32.
     capped = await provider.run_command(["sh", "-c", "for i in $(seq 100); do sleep 3 & done 2>/dev/null; echo $?"])
     assert _host_processes() <= host_processes + 40
@@ -83,28 +95,27 @@ async def test_a_fork_bomb_is_capped_and_gone_before_the_call_returns(host_proce
 
 
 @needs_memory_cgroup
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
 async def test_memory_past_the_limit_is_killed_and_no_runtime_cgroup_is_left(
-    isolation: str, host_processes: int
+    isolation: Isolation, host_processes: int
 ) -> None:
     runsc_before = _runsc_cgroups()
-    provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=256 << 20))  # type: ignore[arg-type]
-    result = await provider.run_command(
-        ["python3", "-c", "b = [bytearray(100 << 20) for _ in range(40)]; print('allocated')"]
-    )
+    provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=256 << 20))
+    result = await provider.run_command(MEMORY_HOG["node" if isolation == "docker" else "python"])
     assert result.exit_code == 137  # SIGKILL by the OOM killer of the sandbox's memory cgroup
     assert "allocated" not in result.stdout
+    assert result.killed is not None, "the memory kill was not told apart from any other SIGKILL"
     with pytest.raises(errors.AgentTimeout):
         await provider.run_command(["sleep", "30"], timeout_s=2)
     assert _our_cgroups() == []
     assert _runsc_cgroups() == runsc_before
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
 async def test_a_timed_out_command_keeps_what_it_wrote_and_leaves_no_process(
-    isolation: str, host_processes: int
+    isolation: Isolation, host_processes: int
 ) -> None:
-    provider = LocalSandboxProvider(isolation=isolation, timeout=60)  # type: ignore[arg-type]
+    provider = LocalSandboxProvider(isolation=isolation, timeout=60)
     marker = "29.4321"  # an argument no other process on the host has
     with pytest.raises(errors.CommandTimeout) as caught:
         await provider.run_command(["sh", "-c", f"echo started; printf 'no newline' >&2; sleep {marker}"], timeout_s=3)
@@ -168,7 +179,7 @@ def test_the_provider_says_which_limits_hold() -> None:
     assert "rlimits: open files, file size" in report
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
 async def test_sandboxes_run_side_by_side(isolation: Isolation) -> None:
     """Several sandboxes at once on one machine (gVisor names each sandbox's control socket,
     machine-wide, after its container id: one id for all refused every run but the first)."""

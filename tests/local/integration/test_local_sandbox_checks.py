@@ -1,4 +1,5 @@
-"""The seed's live-pod "Checks", asserted for real in the local sandbox (bubblewrap and gVisor)."""
+"""The seed's live-pod "Checks", asserted for real in the local sandbox (bubblewrap and gVisor; the
+posture and hostile-step ones under a real Docker daemon too, in the runner image)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.fakes.local_sandbox import ISOLATIONS
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -53,29 +54,40 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
         yield server
 
 
-@pytest.fixture(params=ISOLATIONS)
-def provider(request: pytest.FixtureRequest, fake: FakeAnthropic) -> LocalSandboxProvider:
+def _provider(isolation: environment.Isolation, fake: FakeAnthropic) -> LocalSandboxProvider:
     return LocalSandboxProvider(
-        isolation=request.param, timeout=30, credential=ProxyCredential(Secret(KEY), "api_key", fake.url)
+        isolation=isolation, timeout=30, credential=ProxyCredential(Secret(KEY), "api_key", fake.url)
     )
 
 
-async def test_step_runs_as_non_root_uid_10001(provider: LocalSandboxProvider) -> None:
-    result = await provider.run_command(["sh", "-c", "id -u; id -g"])
+@pytest.fixture(params=ISOLATIONS)
+def provider(request: pytest.FixtureRequest, fake: FakeAnthropic) -> LocalSandboxProvider:
+    """bubblewrap and gVisor, for the checks that use the host's tools (its python) in the sandbox."""
+    return _provider(request.param, fake)
+
+
+@pytest.fixture(params=ALL_ISOLATIONS)
+def any_runtime(request: pytest.FixtureRequest, fake: FakeAnthropic) -> LocalSandboxProvider:
+    """Every runtime, Docker included: the posture every sandbox must have, whatever its image."""
+    return _provider(request.param, fake)
+
+
+async def test_step_runs_as_non_root_uid_10001(any_runtime: LocalSandboxProvider) -> None:
+    result = await any_runtime.run_command(["sh", "-c", "id -u; id -g"])
     assert result.exit_code == 0, result.stderr
     assert result.stdout.split() == ["10001", "10001"]
 
 
-async def test_no_capability_is_left(provider: LocalSandboxProvider) -> None:
-    result = await provider.run_command(["sh", "-c", "grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"])
+async def test_no_capability_is_left(any_runtime: LocalSandboxProvider) -> None:
+    result = await any_runtime.run_command(["sh", "-c", "grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"])
     assert result.exit_code == 0, result.stderr
     assert [line.split()[1] for line in result.stdout.splitlines()] == ["0000000000000000"] * 3
 
 
 @pytest.mark.parametrize("command", [["unshare", "-r", "id"], ["unshare", "-U", "true"]])
-async def test_no_nested_user_namespace_can_be_created(provider: LocalSandboxProvider, command: list[str]) -> None:
+async def test_no_nested_user_namespace_can_be_created(any_runtime: LocalSandboxProvider, command: list[str]) -> None:
     """Both runtimes refuse it the same way (seccomp: EPERM), as the pod's RuntimeDefault profile does."""
-    result = await provider.run_command(command)
+    result = await any_runtime.run_command(command)
     assert (result.exit_code, result.stdout) == (1, ""), result.stderr
     assert result.stderr == "unshare: unshare failed: Operation not permitted\n"
 
@@ -89,14 +101,15 @@ async def test_clone3_answers_enosys_so_its_flags_cannot_open_a_user_namespace(p
 
 
 @pytest.mark.parametrize("path", ["/usr/local/probe", "/etc/probe", "/probe"])
-async def test_writing_to_the_root_filesystem_fails(provider: LocalSandboxProvider, path: str) -> None:
-    result = await provider.run_command(["touch", path])
+async def test_writing_to_the_root_filesystem_fails(any_runtime: LocalSandboxProvider, path: str) -> None:
+    result = await any_runtime.run_command(["touch", path])
     assert result.exit_code != 0
     assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
 
 
-async def test_home_and_tmp_are_private_writable_and_size_limited(fake: FakeAnthropic) -> None:
-    provider = LocalSandboxProvider(home_size_bytes=2 << 20, tmp_size_bytes=2 << 20)
+@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER])
+async def test_home_and_tmp_are_private_writable_and_size_limited(isolation: environment.Isolation) -> None:
+    provider = LocalSandboxProvider(isolation=isolation, home_size_bytes=2 << 20, tmp_size_bytes=2 << 20)
     script = "echo ok > $HOME/f && echo ok > /tmp/f && dd if=/dev/zero of=$HOME/big bs=1M count=4 2>&1; echo $?"
     result = await provider.run_command(["sh", "-c", script])
     assert result.stdout.strip().splitlines()[-1] != "0", "a 4 MiB write fit in a 2 MiB HOME"
@@ -113,27 +126,27 @@ async def test_host_homes_and_runtime_sockets_are_hidden(provider: LocalSandboxP
     assert "/root/.ssh/id" not in result.stdout
 
 
-async def test_no_credential_in_the_sandbox_environment(provider: LocalSandboxProvider) -> None:
-    result = await provider.run_command(["sh", "-c", "env | grep -c sk-ant"], auth_proxy=True)
+async def test_no_credential_in_the_sandbox_environment(any_runtime: LocalSandboxProvider) -> None:
+    result = await any_runtime.run_command(["sh", "-c", "env | grep -c sk-ant"], auth_proxy=True)
     assert result.stdout.strip() == "0"
-    token = await provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"'], auth_proxy=True)
+    token = await any_runtime.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"'], auth_proxy=True)
     assert token.stdout.startswith("ifap_")
     assert_no_leaks([KEY], result.stdout, result.stderr, token.stdout)
 
 
 @needs_curl
-async def test_the_proxy_refuses_an_unknown_token_with_401(provider: LocalSandboxProvider) -> None:
+async def test_the_proxy_refuses_an_unknown_token_with_401(any_runtime: LocalSandboxProvider) -> None:
     probe = (
         'curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer invalide" '
         '-H "content-type: application/json" -d "{}" "$ANTHROPIC_BASE_URL/v1/messages"'
     )
-    result = await provider.run_command(["sh", "-c", probe], auth_proxy=True)
+    result = await any_runtime.run_command(["sh", "-c", probe], auth_proxy=True)
     assert result.stdout.strip() == "401", result.stderr
 
 
 @needs_curl
 async def test_the_proxy_relays_the_sandbox_token_with_the_key_injected(
-    provider: LocalSandboxProvider, fake: FakeAnthropic
+    any_runtime: LocalSandboxProvider, fake: FakeAnthropic
 ) -> None:
     probe = (
         'curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" '
@@ -141,13 +154,13 @@ async def test_the_proxy_relays_the_sandbox_token_with_the_key_injected(
         '-d \'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}\' '
         '"$ANTHROPIC_BASE_URL/v1/messages"'
     )
-    result = await provider.run_command(["sh", "-c", probe], auth_proxy=True)
+    result = await any_runtime.run_command(["sh", "-c", probe], auth_proxy=True)
     assert result.stdout.strip() == "200", result.stderr
     assert fake.message_requests[-1].header("x-api-key") == KEY
 
 
 @needs_curl
-async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
+async def test_no_network_but_the_proxy(any_runtime: LocalSandboxProvider) -> None:
     """A loopback service of the host and an outside address are unreachable; the proxy is."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -163,7 +176,7 @@ async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
             "curl -s -m 2 http://1.1.1.1/ ; echo outside=$?; "
             'curl -s -m 2 -o /dev/null -w "%{http_code}" "$ANTHROPIC_BASE_URL/healthz"; echo " proxy=$?"'
         )
-        result = await provider.run_command(["sh", "-c", script], auth_proxy=True)
+        result = await any_runtime.run_command(["sh", "-c", script], auth_proxy=True)
     finally:
         server.close()
         await server.wait_closed()
@@ -174,16 +187,18 @@ async def test_no_network_but_the_proxy(provider: LocalSandboxProvider) -> None:
 
 
 @needs_curl
-async def test_without_auth_proxy_nothing_at_all_is_reachable(provider: LocalSandboxProvider) -> None:
-    result = await provider.run_command(["sh", "-c", "curl -s -m 2 http://1.1.1.1/; echo $?; env"])
+async def test_without_auth_proxy_nothing_at_all_is_reachable(any_runtime: LocalSandboxProvider) -> None:
+    result = await any_runtime.run_command(["sh", "-c", "curl -s -m 2 http://1.1.1.1/; echo $?; env"])
     assert result.stdout.splitlines()[0] != "0"
     assert "ANTHROPIC" not in result.stdout
 
 
-async def test_secrets_never_appear_on_any_command_line(provider: LocalSandboxProvider) -> None:
+async def test_secrets_never_appear_on_any_command_line(any_runtime: LocalSandboxProvider) -> None:
     """While a sandbox runs, no /proc/<pid>/cmdline on the host holds the key or the token."""
     task = asyncio.create_task(
-        provider.run_command(["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"; sleep 1'], auth_proxy=True, run_id="cmdline")
+        any_runtime.run_command(
+            ["sh", "-c", 'echo "$ANTHROPIC_AUTH_TOKEN"; sleep 1'], auth_proxy=True, run_id="cmdline"
+        )
     )
     cmdlines: list[str] = []
     while not task.done():
@@ -192,7 +207,7 @@ async def test_secrets_never_appear_on_any_command_line(provider: LocalSandboxPr
     result = await task
     token = result.stdout.strip()
     assert token.startswith("ifap_")
-    runtime = "runsc" if provider.isolation == "gvisor" else "sleep"  # gVisor's command is in its spec file
+    runtime = "runsc" if any_runtime.isolation == "gvisor" else "sleep"  # gVisor's command is in its spec file
     assert any(runtime in c for c in cmdlines), "the sandbox was not seen running"
     assert_no_leaks([KEY, token], cmdlines)
 

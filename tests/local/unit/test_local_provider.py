@@ -80,7 +80,9 @@ def test_sandbox_env_refuses_a_credential_value_without_echoing_it() -> None:
 
 def test_provider_refuses_bad_construction_values() -> None:
     with pytest.raises(errors.ConfigError, match="isolation must be"):
-        sandbox_provider.LocalSandboxProvider(isolation="docker")  # type: ignore[arg-type]
+        sandbox_provider.LocalSandboxProvider(isolation="podman")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="docker_image is for isolation 'docker'"):
+        sandbox_provider.LocalSandboxProvider(docker_image="ironflow-claude-runner:1")
     with pytest.raises(errors.ConfigError, match="timeout must be"):
         sandbox_provider.LocalSandboxProvider(timeout=0)
     with pytest.raises(errors.ConfigError, match="profile subdir"):

@@ -63,6 +63,9 @@ class SandboxShape:
     writable_uid: int | None = None
     #: The provider's limits (under gVisor the step's rlimits are in its spec).
     limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS
+    #: Under Docker: the local image the step runs in, and the client that starts it.
+    image: str | None = None
+    docker_path: str = "docker"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ def mount_problem(isolation: environment.Isolation, mount: bwrap.ReadOnlyMount) 
     problem = layout.mount_path_problem("read-only volume", mount.target)
     if problem is not None:
         return problem
+    if isolation == "docker":  # the daemon makes any mount point in the container
+        return None
     if isolation == "gvisor":
         moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
         if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
@@ -171,6 +176,10 @@ def render(
         target = os.path.join(managed_dir, layout.MANAGED_SETTINGS_FILE)
         Path(target).write_text(json.dumps(managed, indent=2))
     profile_dirs = tuple(p.path for p in shape.profiles)
+    if shape.isolation == "docker":
+        egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
+        return _docker_argv(shape, cmd, _run_dir(tmp), env, managed_dir, profile_dirs, working_dir, mounts, writable,
+                            proxy_socket, egress), ()  # fmt: skip
     python = os.path.realpath(sys.executable)
     script = os.path.realpath(forwarder.__file__)
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
@@ -285,6 +294,54 @@ def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str
     return bundle
 
 
+def _docker_argv(
+    shape: SandboxShape,
+    cmd: tuple[str, ...],
+    run_dir: str,
+    env: Mapping[str, str],
+    managed_dir: str | None,
+    profile_dirs: tuple[str, ...],
+    working_dir: str | None,
+    mounts: tuple[bwrap.ReadOnlyMount, ...],
+    writable: tuple[bwrap.WritableMount, ...],
+    proxy_socket: str | None,
+    egress: tuple[int, str] | None,
+) -> list[str]:
+    """``docker run`` of ``cmd``; its environment file is written into a dir of its own in the run's temp dir."""
+    from ironflow.local.sandbox import docker  # only a Docker sandbox loads it
+
+    if shape.image is None:
+        raise ValueError("a Docker sandbox's shape names its image")
+    sandbox_dir = tempfile.mkdtemp(prefix="docker-", dir=run_dir)  # mode 0700: one per sandbox, as its name
+    env_path = os.path.join(sandbox_dir, "env")
+    # 0600 in a 0700 directory: the file holds the step's environment (its proxy token).
+    fd = os.open(env_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(docker.env_file(env))
+    for socket_path in (proxy_socket, *(() if egress is None else (egress[1],))):
+        if socket_path is not None:  # the container's uid connects; the host reaches no further than the 0700 run dir
+            os.chmod(socket_path, 0o666)  # noqa: S103 - in a 0700 dir: only the container gets to it
+    settings = docker.DockerSettings(
+        command=cmd,
+        image=shape.image,
+        docker_path=shape.docker_path,
+        env_file=env_path,
+        managed_settings_dir=managed_dir,
+        profile_dirs=profile_dirs,
+        working_dir=working_dir,
+        home_size_bytes=shape.home_size_bytes,
+        tmp_size_bytes=shape.tmp_size_bytes,
+        read_only_mounts=tuple(bwrap.ReadOnlyMount(os.path.realpath(m.source), m.target) for m in mounts),
+        writable_mounts=tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable),
+        limits=shape.limits,
+        proxy_socket=proxy_socket,
+        proxy_port=environment.PROXY_PORT,
+        egress=egress,
+        forwarder_script=os.path.join(os.path.dirname(os.path.realpath(forwarder.__file__)), "forwarder.js"),
+    )
+    return docker.docker_argv(settings, docker.container_id(sandbox_dir))
+
+
 def _run_dir(tmp: str | None) -> str:
     """The run's temp dir, which only the writes that need one ask for."""
     if tmp is None:
@@ -343,11 +400,16 @@ def command_exit_code(code: int, stderr: str) -> int:
 
 def raise_if_sandbox_failed(code: int, stderr: str, isolation: environment.Isolation) -> None:
     """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
-    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128)."""
+    gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128), the
+    docker client ``docker: …`` and the relay in its container ``forwarder.js: cannot …`` (125)."""
     if code == 0:
         return
     lines = stderr.strip().splitlines()
     first = lines[0] if lines else ""
+    if isolation == "docker":
+        if code == 125 and first.startswith(("docker: ", "forwarder.js: cannot")):
+            raise errors.SandboxError(f"the docker sandbox could not start the step: {errors.truncate(first, 500)}")
+        return
     runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
     setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
     bwrap_failed = first.startswith("bwrap:") and code == 1

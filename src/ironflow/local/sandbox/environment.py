@@ -39,7 +39,7 @@ __all__ = [
     "tool_root",
 ]
 
-Isolation = Literal["bwrap", "gvisor"]
+Isolation = Literal["bwrap", "gvisor", "docker"]
 #: Bytes of an agent step's start and end kept for its parse: the stream-json result line is the
 #: last, and a model's answer is well under this (a million tokens is about 4 MiB).
 AGENT_KEEP_BYTES: Final = 8 << 20

@@ -19,7 +19,7 @@ import signal
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
@@ -32,7 +32,7 @@ log = logging.getLogger("ironflow.local")
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
 
-__all__ = ["RUNTIME_ENV", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
+__all__ = ["RUNTIME_ENV", "Containers", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
 
 #: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
 #: whatever the sandbox's: that process runs on the host before any confinement, so a step's
@@ -47,6 +47,21 @@ _READ_BYTES: Final = 1 << 16
 #: The longest line a log sink is given: a longer one is cut there and its rest dropped (a
 #: transcript stores 4 MiB in all; one line of gigabytes must not sit in the host's memory).
 MAX_LINE_BYTES: Final = 4 << 20
+
+
+class Containers(Protocol):
+    """A container daemon whose client is the sandbox's process (``docker run``): the daemon holds
+    the limits and the container outlives a killed client, so each one is read and removed here."""
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The whole environment of the daemon's client (the worker's own Docker variables)."""
+
+    def container_in(self, argv: list[str]) -> str | None: ...
+
+    async def memory_killed(self, name: str) -> bool: ...
+
+    async def remove(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,8 @@ class SandboxProcesses:
         sandbox_limits: what each sandbox may use.
         host_uid: on a root worker, the host uid the sandbox runtime drops to; None keeps root.
         gvisor: the first process is ``runsc`` (:func:`limits.rlimits`).
+        containers: the first process is a container daemon's client: no cgroup and no rlimit of its
+            own (the daemon holds the sandbox's), and its container is removed after it.
     """
 
     def __init__(
@@ -109,17 +126,23 @@ class SandboxProcesses:
         *,
         host_uid: int | None,
         gvisor: bool = False,
+        containers: Containers | None = None,
     ) -> None:
         self._running: list[_Running] = []
         self.support = support
         self.limits = sandbox_limits
         self.host_uid = host_uid
         self._gvisor = gvisor
-        self._rlimits = limits.rlimits(
-            sandbox_limits,
-            nproc="pids" not in support.controllers,
-            data="memory" not in support.controllers,
-            gvisor=gvisor,
+        self.containers = containers
+        self._rlimits = (
+            ()
+            if containers is not None
+            else limits.rlimits(
+                sandbox_limits,
+                nproc="pids" not in support.controllers,
+                data="memory" not in support.controllers,
+                gvisor=gvisor,
+            )
         )
 
     async def run(
@@ -151,8 +174,9 @@ class SandboxProcesses:
         err = Captured("stderr", keep_bytes=keep_bytes)
         reading: asyncio.Task[int] | None = None
         guard: asyncio.Future[str] | None = None
+        container = self.containers.container_in(argv) if self.containers is not None else None
         try:
-            if self.support.version:
+            if self.support.version and self.containers is None:
                 try:
                     group = entry.group = cgroups.SandboxCgroup(self.support, self.limits)
                 except OSError as exc:
@@ -160,7 +184,8 @@ class SandboxProcesses:
             spawn = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(
                     *argv,
-                    env=dict(RUNTIME_ENV),  # the sandbox's own is in its argv's fd or gVisor's spec
+                    # The sandbox's own is in its argv's fd, gVisor's spec or Docker's env file.
+                    env=dict(RUNTIME_ENV if self.containers is None else self.containers.env),
                     cwd="/",
                     stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
@@ -191,6 +216,8 @@ class SandboxProcesses:
                 code = reading.result()
                 # Read before the teardown removes the cgroup: its counters go with it.
                 memory_kills = group.memory_kills() if group is not None else 0
+                if container is not None and self.containers is not None:
+                    memory_kills = int(await self.containers.memory_killed(container))
                 refused = group.task_refusals() if group is not None and self._gvisor else 0
                 death = gvisor.kernel_death(code, err.value(), self.limits.pids, refused) if self._gvisor else b""
                 if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
@@ -220,6 +247,8 @@ class SandboxProcesses:
                     task.cancel()  # a no-op once it ended; else the caller was cancelled
             # Shielded: a cancelled caller still waits for the tree to be gone.
             await asyncio.shield(teardown(entry.proc, group))
+            if container is not None and self.containers is not None:  # a killed client left it running
+                await asyncio.shield(self.containers.remove(container))
             self._running.remove(entry)
             entry.gone.set()
 

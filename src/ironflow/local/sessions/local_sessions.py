@@ -69,7 +69,8 @@ class LocalSessions:
 
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
-        ConfigError: ``state_dir`` too long for a socket path; a credential in the provider's env.
+        ConfigError: ``state_dir`` too long for a socket path; a credential in the provider's env;
+            Docker isolation (no sessions there yet).
     """
 
     backend: Final = "local"
@@ -83,6 +84,8 @@ class LocalSessions:
         pool: PoolPolicy | None = None,
     ) -> None:
         self.provider = provider
+        if provider.isolation == "docker":  # refused at once, never a bubblewrap session instead
+            raise errors.ConfigError("sandbox sessions run under isolation 'bwrap' or 'gvisor'; 'docker' has none yet")
         self._starter = starter.SessionStarter(self.provider)
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
         if len(gvisor_runtime.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:

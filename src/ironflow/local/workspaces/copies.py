@@ -286,6 +286,10 @@ def check_mounts(
         return
     if isolation == "gvisor" and host_uid is None:
         raise errors.ConfigError(gvisor.WRITABLE_NEEDS_ROOT)
+    if isolation == "docker" and host_uid is None:
+        from ironflow.local.sandbox import docker  # only a Docker sandbox loads it
+
+        raise errors.ConfigError(docker.WRITABLE_NEEDS_ROOT)
     for mount in writable:
         if not os.path.isdir(mount.source):
             raise errors.ConfigError(f"writable mount source '{mount.source}' is not a directory")
