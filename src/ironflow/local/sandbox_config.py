@@ -192,6 +192,11 @@ class LocalSandboxConfig:
 
     def limits_report(self) -> str:
         """Which per-sandbox limits hold on this machine, and by what mechanism (one line)."""
+        if self.isolation == "docker":
+            return (
+                "docker: the daemon holds them (--pids-limit, --memory without swap, --cpu-quota or --cpu-shares, "
+                "--ulimit nofile and fsize); kill by docker rm --force"
+            )
         return self.processes.support.describe()
 
     def shape(self) -> sandbox_argv.SandboxShape:
