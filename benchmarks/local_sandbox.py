@@ -1,14 +1,17 @@
-"""What the local sandbox adds to a short command: bare, under bubblewrap, under gVisor.
+"""What the local sandbox adds to a short command: bare, under bubblewrap, under gVisor, under Docker.
 
 The same command (``true``) runs ``--runs`` times each way, interleaved, through the same
-asyncio subprocess path; the bubblewrap and gVisor cases go through
-``LocalSandboxProvider.run_command`` (argv rendering, temp dir, fresh namespaces,
-teardown included). A case whose runtime is missing is reported as skipped.
+asyncio subprocess path; the sandboxed cases go through ``LocalSandboxProvider.run_command``
+(argv rendering, temp dir, fresh namespaces, teardown included). A case whose runtime is
+missing is reported as skipped. With ``--docker`` (a daemon at ``DOCKER_HOST`` holding the runner
+image), Docker's case has a peer measured in the same run: a plain ``docker run --rm --network none``
+of the same image and command, so what ironflow adds to Docker's own start is a ratio to it.
 
-    python benchmarks/local_sandbox.py [--runs 20]
+    python benchmarks/local_sandbox.py [--runs 20] [--docker]
 
-Target: bubblewrap adds at most 30 ms. Last line:
-``RESULT bwrap_added_ms=… gvisor_added_ms=…`` (``nan`` when skipped).
+Targets: bubblewrap adds at most 30 ms; ironflow's Docker sandbox takes at most 1.5 times a plain
+``docker run``. Last line: ``RESULT bwrap_added_ms=… gvisor_added_ms=…`` (``nan`` when skipped),
+and with ``--docker`` ``docker_vs_plain=…``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 COMMAND = ["true"]
 TARGET_BWRAP_ADDED_MS = 30.0
+TARGET_DOCKER_RATIO = 1.5
 
 
 async def _bare_once() -> float:
@@ -32,6 +36,19 @@ async def _bare_once() -> float:
         *COMMAND, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     await proc.communicate()
+    return (time.perf_counter() - start) * 1000
+
+
+async def _plain_docker_once(image: str) -> float:
+    """The peer: the daemon's own start and removal of a container, nothing of ironflow."""
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", COMMAND[0], image,
+        *COMMAND[1:], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"plain docker run failed: {err.decode(errors='replace').strip()}")
     return (time.perf_counter() - start) * 1000
 
 
@@ -48,16 +65,20 @@ async def _measure(runs: int, isolations: list[str]) -> dict[str, list[float]]:
     """Interleaved, so a busy machine slows every case alike rather than one of them."""
     providers = {i: LocalSandboxProvider(isolation=i, timeout=30) for i in isolations}  # type: ignore[arg-type]
     times: dict[str, list[float]] = {"bare": [], **{i: [] for i in isolations}}
+    if "docker" in providers:
+        times["plain docker run"] = []
     for _ in range(runs):
         times["bare"].append(await _bare_once())
         for isolation, provider in providers.items():
             times[isolation].append(await _sandboxed_once(provider))
+            if isolation == "docker" and provider.docker_image is not None:
+                times["plain docker run"].append(await _plain_docker_once(provider.docker_image))
     return times
 
 
-async def main(runs: int) -> None:
+async def main(runs: int, docker: bool) -> None:
     available = [i for i, binary in (("bwrap", "bwrap"), ("gvisor", "runsc")) if shutil.which(binary) is not None]
-    times = await _measure(runs, available)
+    times = await _measure(runs, [*available, *(["docker"] if docker else [])])
     bare = statistics.median(times["bare"])
     rows: list[tuple[str, float, float]] = [("bare", bare, 0.0)]
     added: dict[str, float] = {}
@@ -69,15 +90,30 @@ async def main(runs: int) -> None:
         median = statistics.median(times[isolation])
         added[isolation] = median - bare
         rows.append((isolation, median, median - bare))
+    ratio = math.nan
+    if docker:
+        plain, ours = statistics.median(times["plain docker run"]), statistics.median(times["docker"])
+        rows += [("plain docker run (peer)", plain, plain - bare), ("docker", ours, ours - bare)]
+        ratio = ours / plain
+    else:
+        rows.append(("docker (skipped: no --docker)", math.nan, math.nan))
     print(f"{'case':<34} {'median ms':>10} {'added ms':>10}   ({runs} runs each, `{' '.join(COMMAND)}`)")
     for name, median, extra in rows:
         print(f"{name:<34} {median:>10.2f} {extra:>10.2f}")
     verdict = "met" if added["bwrap"] <= TARGET_BWRAP_ADDED_MS else "MISSED"
     print(f"target: bubblewrap adds <= {TARGET_BWRAP_ADDED_MS:g} ms: {verdict}")
-    print(f"RESULT bwrap_added_ms={added['bwrap']:.2f} gvisor_added_ms={added['gvisor']:.2f}")
+    if docker:
+        verdict = "met" if ratio <= TARGET_DOCKER_RATIO else "MISSED"
+        print(
+            f"target: the docker sandbox takes <= {TARGET_DOCKER_RATIO:g} x a plain docker run ({ratio:.2f}): {verdict}"
+        )
+    result = f"bwrap_added_ms={added['bwrap']:.2f} gvisor_added_ms={added['gvisor']:.2f}"
+    print(f"RESULT {result}" + (f" docker_vs_plain={ratio:.2f}" if docker else ""))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per case (default 20)")
-    asyncio.run(main(parser.parse_args().runs))
+    parser.add_argument("--docker", action="store_true", help="also Docker (DOCKER_HOST, the runner image loaded)")
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.docker))
