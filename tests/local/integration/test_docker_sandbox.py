@@ -40,6 +40,15 @@ def test_exec_passes_the_commands_exit_code_and_stdin_through() -> None:
     assert (done.returncode, done.stdout) == (7, "piped\n"), done.stderr
 
 
+@pytest.mark.docker
+async def test_the_root_filesystem_is_mounted_read_only() -> None:
+    """Not only unwritable by uid 10001: mounted read-only, so no uid could write it."""
+    provider = LocalSandboxProvider(isolation="docker", timeout=60)
+    result = await provider.run_command(["sh", "-c", "awk '$5 == \"/\" {print $6}' /proc/self/mountinfo"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split(",")[0] == "ro", result.stdout
+
+
 @needs_client
 def test_no_daemon_is_refused_with_one_line_and_exit_2(tmp_path: Path) -> None:
     nowhere = f"unix://{tmp_path}/docker.sock"

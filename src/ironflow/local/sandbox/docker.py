@@ -144,6 +144,8 @@ def _bind(source: str, target: str, *, writable: bool = False) -> list[str]:
 
 def _tmpfs(target: str, size: int, mode: str, owner: int | None = None) -> list[str]:
     owned = f",uid={owner},gid={owner}" if owner is not None else ""
+    # Docker fills a --tmpfs with a copy of the image's directory there (its mode and owner too, the
+    # runner's /home/claude is 10001's); the mode and owner given here hold where the image has none.
     return ["--tmpfs", f"{target}:rw,nosuid,nodev,size={size},mode={mode}{owned}"]
 
 
