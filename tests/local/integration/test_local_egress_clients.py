@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.git_server import GitServer, seed_forge
+from tests.fakes.local_sandbox import DOCKER
 from tests.fakes.package_registries import GREETING, NPM_PACKAGE, PYPI_PACKAGE, PackageRegistries
 from tests.fakes.tls_origin import OriginTls, make_tls
 
@@ -40,6 +41,8 @@ ISOLATIONS = [
         marks=[pytest.mark.gvisor, pytest.mark.skipif(shutil.which("runsc") is None, reason="gVisor not installed")],
     ),
 ]
+#: With Docker, whose runner image has npm and git but no pip.
+WITH_DOCKER = [*ISOLATIONS, DOCKER]
 #: Few retries: a refusal is final (pip names its cause only in the warning of a retry).
 PIP = (
     "python3 -m pip install --no-cache-dir --disable-pip-version-check --no-input --retries 1 --timeout 20 "
@@ -90,7 +93,7 @@ async def test_pip_installs_from_an_allowed_index_and_gets_the_proxy_403_otherwi
     assert registries.paths == []
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", WITH_DOCKER)
 async def test_npm_installs_from_an_allowed_registry_and_gets_the_proxy_403_otherwise(
     isolation: environment.Isolation, tls: OriginTls, registries: PackageRegistries
 ) -> None:
@@ -110,7 +113,7 @@ async def test_npm_installs_from_an_allowed_registry_and_gets_the_proxy_403_othe
     assert registries.paths == []
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", WITH_DOCKER)
 async def test_git_clones_over_https_through_connect(isolation: environment.Isolation, tmp_path: Path) -> None:
     tls = make_tls(tmp_path / "git")  # the git server's certificate names localhost (GitServer's URL)
     seed_forge(tmp_path, "localhost", {"README.md": "cloned through the egress proxy\n"})
