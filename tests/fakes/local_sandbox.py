@@ -16,6 +16,7 @@ from ironflow.claude import cli
 
 __all__ = [
     "ALL_ISOLATIONS",
+    "ALL_WORKSPACE_ISOLATIONS",
     "DOCKER",
     "ISOLATIONS",
     "LOCAL_SANDBOX",
@@ -81,6 +82,18 @@ WORKSPACE_ISOLATIONS = [
         marks=[
             *ISOLATIONS[1].marks,
             pytest.mark.skipif(os.geteuid() != 0, reason="a gVisor workspace needs a worker running as root"),
+        ],
+    ),
+]
+#: Every runtime for a test that gives the step a workspace: Docker's, too, needs a root worker.
+ALL_WORKSPACE_ISOLATIONS = [
+    *WORKSPACE_ISOLATIONS,
+    pytest.param(
+        "docker",
+        id="docker",
+        marks=[
+            pytest.mark.docker,
+            pytest.mark.skipif(os.geteuid() != 0, reason="a Docker workspace needs a worker running as root"),
         ],
     ),
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.git_server import GitServer
-from tests.fakes.local_sandbox import WORKSPACE_ISOLATIONS
+from tests.fakes.local_sandbox import ALL_WORKSPACE_ISOLATIONS
 
 from ironflow import errors
 from ironflow.local.sandbox_provider import LocalSandboxProvider
@@ -58,7 +58,7 @@ class Forge:
     provider: LocalSandboxProvider
 
 
-@pytest.fixture(params=WORKSPACE_ISOLATIONS)
+@pytest.fixture(params=ALL_WORKSPACE_ISOLATIONS)
 async def forge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Forge]:
     """A git host with one repository, and a provider of each runtime whose proxy holds its credential."""
     bare = tmp_path / "forge" / HOST / "org" / "repo.git"
