@@ -144,10 +144,9 @@ class LocalSandboxConfig:
         self.docker_image = docker_image
         engine: docker_engine.DockerEngine | None = None
         if isolation == "docker":  # the daemon and its image, checked now: no step finds them missing
-            from ironflow.cluster import workloads
             from ironflow.local.sandbox import docker_engine
 
-            self.docker_image = docker_image or workloads.DEFAULT_RUNNER_IMAGE
+            self.docker_image = docker_image or docker_engine.DEFAULT_IMAGE
             engine = docker_engine.DockerEngine.from_environment()
             engine.check(self.docker_image)
         self.isolation: environment.Isolation = isolation

@@ -171,6 +171,10 @@ DEFERRED_IMPORTS = {
     ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.config"): "cryptography, while a proxy serves",
     ("ironflow.local.sandbox_provider", "ironflow.local.sessions.local_sessions"): "the session client, in sessions()",
     ("ironflow.cli.run", "ironflow.engine.monitoring"): "aiohttp's server, for worker --metrics-port only",
+    # A Docker sandbox's modules load with isolation 'docker' only (tests/cli/unit/test_startup_imports.py).
+    ("ironflow.local.sandbox_config", "ironflow.local.sandbox.docker_engine"): "the Docker client, for docker only",
+    ("ironflow.local.sandbox.argv", "ironflow.local.sandbox.docker"): "the docker run argv, for docker only",
+    ("ironflow.local.workspaces.copies", "ironflow.local.sandbox.docker"): "its refusal's words, for docker only",
 }
 
 

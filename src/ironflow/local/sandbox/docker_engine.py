@@ -22,9 +22,13 @@ from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors
+from ironflow.cluster import workloads
 from ironflow.local.sandbox import docker, launch
 
-__all__ = ["CLIENT_ENV", "DockerEngine", "client_env"]
+__all__ = ["CLIENT_ENV", "DEFAULT_IMAGE", "DockerEngine", "client_env"]
+
+#: The image a step runs in unless the provider names another: the runner image ``scripts/images build`` makes.
+DEFAULT_IMAGE: Final = workloads.DEFAULT_RUNNER_IMAGE
 
 #: The worker's variables that say which daemon the client talks to and how (its contexts, TLS).
 CLIENT_ENV: Final = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME")
