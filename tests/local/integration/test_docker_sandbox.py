@@ -72,6 +72,13 @@ def test_sessions_are_refused_with_one_line() -> None:
 
 
 @pytest.mark.docker
+def test_agent_runs_the_images_claude_against_the_offline_model() -> None:
+    done = sandbox_cli.ironflow_process("agent", "--isolation", "docker", "--fake-model", "Say hello from the sandbox")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Hello from the sandbox! (offline fake model)"
+
+
+@pytest.mark.docker
 async def test_an_agent_step_reaches_the_model_through_the_relay_with_only_its_token() -> None:
     """The runner image's Claude Code CLI, the in-container relay (node) and the host's proxy."""
     async with OfflineProvider("hello from docker", isolation="docker", timeout=120) as provider:

@@ -1,6 +1,6 @@
 """A sandbox the kernel kills at its memory limit says so (issue 31: it exited 137 with no
 message): the command's result names the limit, an agent step fails with it, and ``ironflow
-exec`` prints it as its error line (real bubblewrap, real memory cgroups)."""
+exec`` prints it as its error line (real bubblewrap, gVisor and Docker, real memory cgroups)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 import shutil
 
 import pytest
-from tests.fakes.local_sandbox import ISOLATIONS, local_sandbox
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, local_sandbox
 from typer.testing import CliRunner
 
 import ironflow
@@ -36,7 +36,7 @@ SAID = (
 )
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
 async def test_a_command_killed_at_the_memory_limit_says_so(isolation: Isolation) -> None:
     provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=64 << 20))
     result = await provider.run_command(HOG)
