@@ -246,5 +246,7 @@ def register(app: typer.Typer) -> None:
     """Add ``exec`` to the ``ironflow`` app."""
     app.command(
         "exec",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        # Options end at the command's first word (``exec ls -l`` runs ``ls -l``), and a misspelt
+        # option before it is an error, not the command to run.
+        context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
     )(exec_command)
