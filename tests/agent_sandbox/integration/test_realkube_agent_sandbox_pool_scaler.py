@@ -1,0 +1,103 @@
+"""The demand scaler on a real kube-apiserver and the REAL agent-sandbox controller (v1.0.3), kwok
+as the kubelet: a burst of claims raises the warm pool's replicas through its scale subresource,
+and the controller makes the members; idleness lowers them one step per cooldown, down to min.
+
+Skipped when the control-plane binaries are not built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ironflow.agent_sandbox import claims, demand, models, pool_scaler, rendering
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.kube import api as k8s
+from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.polling import eventually
+
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+RES = claims.resources()
+SETTLE_S = 60.0
+#: 6 claims in a 20 s window, 20 s to get ready: 6 in flight + 1 spare, capped at max 4.
+POLICY = demand.DemandPolicy(min_replicas=1, max_replicas=4, spare=1, ready_s=20, window_s=20, cooldown_s=3)
+
+
+@pytest.fixture
+def ns(kube_env: KubeEnv) -> Iterator[str]:
+    with kube_env.namespace(f"scale-{uuid.uuid4().hex[:8]}", labels=RESTRICTED) as name:
+        yield name
+
+
+def _claim(ns: str, name: str, pool: str) -> dict[str, Any]:
+    return rendering.render(models.SandboxClaim(name=name, namespace=ns, warm_pool=pool))
+
+
+@pytest.mark.timeout(180)
+async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_the_cooldown(
+    kube_env: KubeEnv, ns: str
+) -> None:
+    pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(ns)
+    provider = AgentSandboxProvider(pod).warm_pool("demand", replicas=1)
+    await asyncio.to_thread(kube_env.provide_volumes, 4)
+    decisions: list[tuple[demand.Decision, bool]] = []
+    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
+        await provider.apply_template(api)
+
+        async def pool() -> dict[str, Any]:
+            return await api.get(RES.pools, ns, "demand")
+
+        async def replicas_are(n: int, *, ready: bool = False) -> bool:
+            got = await pool()
+            status = got.get("status") or {}
+            return got["spec"]["replicas"] == n and (not ready or status.get("readyReplicas") == n)
+
+        await eventually(lambda: replicas_are(1, ready=True), limit_s=SETTLE_S, interval_s=0.2)
+        scaler = pool_scaler.PoolScaler(
+            api, ns, "demand", POLICY, tick_s=0.3, report=lambda d, w: decisions.append((d, w))
+        )
+        running = asyncio.create_task(scaler.run())
+        try:
+            await eventually(lambda: bool(decisions), limit_s=10, interval_s=0.1)
+            assert scaler.writes == 0, "no claims, one ready member: the pool holds at min"
+            assert decisions[0][0].reason.startswith("hold 1")
+
+            for i in range(6):  # a claim on another pool is no demand on this one
+                await api.create(RES.claims, ns, _claim(ns, f"burst-{i}", "demand"))
+            await api.create(RES.claims, ns, _claim(ns, "elsewhere", "other-pool"))
+            await eventually(lambda: replicas_are(4), limit_s=10, interval_s=0.1)
+            ups = [d for d, written in decisions if written]
+            assert ups[0].reason.startswith("up to 4 (max): ")
+            assert ups[0].per_minute >= 9.0  # at least 3 of the 6 seen: 3 in flight + 1 spare = 4
+            got = await pool()
+            # Written through the scale subresource, never the pool's spec: the field manager says so.
+            assert any(m.get("subresource") == "scale" for m in got["metadata"]["managedFields"])
+            # The real controller makes the members the scale asked for.
+            await eventually(lambda: _status_replicas_at_least(api, ns, 4), limit_s=SETTLE_S, interval_s=0.2)
+
+            for i in range(6):
+                await api.delete(RES.claims, ns, f"burst-{i}")
+            # The window (20 s) empties, then one member per 3 s cooldown, down to min 1.
+            await eventually(lambda: replicas_are(1), limit_s=SETTLE_S, interval_s=0.2)
+            downs = [d.reason for d, written in decisions if written][1:]
+            assert downs, decisions
+            assert all(r.startswith("down to ") for r in downs), downs
+            assert [int(r.split()[2].rstrip(":")) for r in downs] == [3, 2, 1]
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+
+async def _status_replicas_at_least(api: k8s.KubeApi, ns: str, n: int) -> bool:
+    got = await api.get(RES.pools, ns, "demand")
+    return int((got.get("status") or {}).get("replicas", 0)) >= n
