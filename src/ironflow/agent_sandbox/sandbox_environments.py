@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, labels
 from ironflow.agent_sandbox import models
 from ironflow.k8s import environments
 
@@ -46,7 +46,7 @@ VOLUME: Final = "ironflow-environment"
 #: The claim, its Sandbox and its pod are named after the id: a pod name is a DNS label.
 MAX_ID_LENGTH: Final = 63
 #: The controller adopts an unowned PVC whose value is NameHash(the Sandbox's name).
-NAME_HASH_LABEL: Final = "agents.x-k8s.io/sandbox-name-hash"
+NAME_HASH_LABEL: Final = labels.LABEL_SANDBOX_NAME_HASH
 
 
 def name_hash(name: str) -> str:
