@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
+from ironflow import errors
 from ironflow.agent_sandbox import claims, demand, lifecycle
 from ironflow.kube import api as kube
 
 __all__ = ["DEFAULT_TICK_S", "PoolScaler", "arrival", "claims_pool"]
+
+_log = logging.getLogger(__name__)
 
 #: How often a quiet pool is decided again (the window and the cooldown move with time alone).
 DEFAULT_TICK_S: Final = 5.0
@@ -151,15 +155,31 @@ class PoolScaler:
                 await queue.put((resource, event))
 
     async def run(self) -> None:
-        """Watch and scale until cancelled; a watch that fails for good ends it with its error."""
+        """Watch and scale until cancelled; a watch that fails for good, or a refused write, ends it
+        with its error (a conflict or an unavailable API server is retried on the next tick)."""
         queue: asyncio.Queue[tuple[kube.Resource, kube.WatchEvent]] = asyncio.Queue()
-        async with asyncio.TaskGroup() as group:
-            for resource in (_RES.pools, _RES.claims):
-                group.create_task(self._pump(resource, queue), name=f"pool-scaler watch {resource.plural}")
+        loop = asyncio.get_running_loop()
+        pumps = [
+            loop.create_task(self._pump(r, queue), name=f"pool-scaler {r.plural}") for r in (_RES.pools, _RES.claims)
+        ]
+        try:
             while True:
+                for pump in pumps:
+                    if pump.done():  # a watch that gave up: its error, one line for the command
+                        pump.result()
+                        raise errors.KubeUnavailable(f"the pool scaler's watch of {pump.get_name()} ended")
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.tick_s):
                         self.apply(*await queue.get())
                 while not queue.empty():
                     self.apply(*queue.get_nowait())
-                await self.step()
+                try:
+                    await self.step()
+                except errors.KubernetesError as exc:
+                    if not exc.retryable:  # refused (403, 404): a setting to fix, not a moment to wait
+                        raise
+                    _log.warning("pool %s/%s: scale not written, next tick retries: %s", self.namespace, self.pool, exc)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
