@@ -1,6 +1,8 @@
 """The demand scaler on a real kube-apiserver and the REAL agent-sandbox controller (v1.0.3), kwok
-as the kubelet: a burst of claims raises the warm pool's replicas through its scale subresource,
-and the controller makes the members; idleness lowers them one step per cooldown, down to min.
+as the kubelet, running as the ServiceAccount ``render warm-pool --autoscale`` renders (its Role's
+verbs and nothing more): a burst of claims raises the warm pool's replicas through its scale
+subresource, and the controller makes the members; idleness lowers them one step per cooldown,
+down to min.
 
 Skipped when the control-plane binaries are not built.
 """
@@ -15,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from ironflow.agent_sandbox import claims, demand, models, pool_scaler, rendering
+from ironflow import errors
+from ironflow.agent_sandbox import autoscale, claims, demand, models, pool_scaler, rendering
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -62,8 +65,14 @@ async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_th
             return got["spec"]["replicas"] == n and (not ready or status.get("readyReplicas") == n)
 
         await eventually(lambda: replicas_are(1, ready=True), limit_s=SETTLE_S, interval_s=0.2)
+        rbac = [o for o in autoscale.demand_scaler(await pool(), POLICY) if o["kind"] != "Deployment"]
+        await asyncio.to_thread(kube_env.apply_objects, rbac, namespace=ns)
+        token = await asyncio.to_thread(kube_env.service_account_token, ns, "demand-scaler")
+        scaler_api = await k8s.KubeApi.connect(kube_env.token_config(token))
+        with pytest.raises(errors.KubeForbidden):  # the pool's spec is not the scaler's: only its /scale
+            await scaler_api.patch(RES.pools, ns, "demand", {"spec": {"replicas": 2}})
         scaler = pool_scaler.PoolScaler(
-            api, ns, "demand", POLICY, tick_s=0.3, report=lambda d, w: decisions.append((d, w))
+            scaler_api, ns, "demand", POLICY, tick_s=0.3, report=lambda d, w: decisions.append((d, w))
         )
         running = asyncio.create_task(scaler.run())
         try:
@@ -75,20 +84,26 @@ async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_th
                 await api.create(RES.claims, ns, _claim(ns, f"burst-{i}", "demand"))
             await api.create(RES.claims, ns, _claim(ns, "elsewhere", "other-pool"))
             await eventually(lambda: replicas_are(4), limit_s=10, interval_s=0.1)
+            # Each claim's event raised it at once (1 claim: 3/min x 20 s = 1 in flight + 1 spare = 2, ...).
             ups = [d for d, written in decisions if written]
-            assert ups[0].reason.startswith("up to 4 (max): ")
-            assert ups[0].per_minute >= 9.0  # at least 3 of the 6 seen: 3 in flight + 1 spare = 4
+            assert ups[0].reason == "up to 2: 3.0 claims/min x 20s ready time = 1 in flight + 1 spare"
+            assert [d.replicas for d in ups] == sorted(d.replicas for d in ups)
+            assert ups[-1].replicas == 4
+            # All six seen (18/min x 20 s = 6 in flight + 1 spare = 7): max 4 holds.
+            await eventually(lambda: any(d.per_minute == 18.0 for d, _ in decisions), limit_s=10, interval_s=0.1)
+            assert all(d.replicas == 4 for d, _ in decisions if d.per_minute == 18.0)
             got = await pool()
             # Written through the scale subresource, never the pool's spec: the field manager says so.
             assert any(m.get("subresource") == "scale" for m in got["metadata"]["managedFields"])
             # The real controller makes the members the scale asked for.
             await eventually(lambda: _status_replicas_at_least(api, ns, 4), limit_s=SETTLE_S, interval_s=0.2)
 
+            idle_from = len(decisions)
             for i in range(6):
                 await api.delete(RES.claims, ns, f"burst-{i}")
             # The window (20 s) empties, then one member per 3 s cooldown, down to min 1.
             await eventually(lambda: replicas_are(1), limit_s=SETTLE_S, interval_s=0.2)
-            downs = [d.reason for d, written in decisions if written][1:]
+            downs = [d.reason for d, written in decisions[idle_from:] if written]
             assert downs, decisions
             assert all(r.startswith("down to ") for r in downs), downs
             assert [int(r.split()[2].rstrip(":")) for r in downs] == [3, 2, 1]
@@ -96,6 +111,7 @@ async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_th
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running
+            await scaler_api.close()
 
 
 async def _status_replicas_at_least(api: k8s.KubeApi, ns: str, n: int) -> bool:
