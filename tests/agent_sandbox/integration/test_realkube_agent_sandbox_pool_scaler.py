@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow import errors
 from ironflow.agent_sandbox import autoscale, claims, demand, models, pool_scaler, rendering
@@ -117,3 +120,39 @@ async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_th
 async def _status_replicas_at_least(api: k8s.KubeApi, ns: str, n: int) -> bool:
     got = await api.get(RES.pools, ns, "demand")
     return int((got.get("status") or {}).get("replicas", 0)) >= n
+
+
+@pytest.mark.timeout(120)
+async def test_the_command_prints_each_change_and_stops_on_ctrl_c(kube_env: KubeEnv, ns: str) -> None:
+    """``ironflow sandbox pool-scaler`` as a user runs it: a claim raises the pool, one stdout line
+    says why; SIGINT ends it with one line, exit 130."""
+    pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(ns)
+    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
+        await AgentSandboxProvider(pod).warm_pool("demand", replicas=1).apply_template(api)
+        args = ["sandbox", "pool-scaler", "--pool", "demand", "-n", ns, "--max", "3", "--window", "20s"]
+        args += ["--ready-time", "20s", "--kubeconfig", str(kube_env.kubeconfig_path)]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from ironflow.cli.app import main; main()", *args,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            await api.create(RES.claims, ns, _claim(ns, "one", "demand"))
+            assert proc.stdout is not None
+            async with asyncio.timeout(30):
+                line = (await proc.stdout.readline()).decode().strip()
+            assert line == "sandboxwarmpool/demand up to 2: 3.0 claims/min x 20s ready time = 1 in flight + 1 spare"
+            assert (await api.get(RES.pools, ns, "demand"))["spec"]["replicas"] == 2
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 130
+        assert err.decode().strip() == "error: interrupted"
+
+
+def test_the_command_on_a_missing_pool_is_one_line_and_exit_3(kube_env: KubeEnv, ns: str) -> None:
+    code, out, err = run_sandbox(
+        "pool-scaler", "--pool", "nope", "-n", ns, "--kubeconfig", str(kube_env.kubeconfig_path)
+    )
+    assert (code, out) == (3, "")
+    assert "nope" in err
+    assert len(err.strip().splitlines()) == 1
