@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from tests.fakes.sandbox_cli import run_sandbox
 
 from ironflow import errors
@@ -26,7 +27,7 @@ from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.testing.kubeenv import KubeEnv
-from ironflow.testing.polling import eventually
+from ironflow.testing.polling import eventually, eventually_sync
 
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -156,3 +157,20 @@ def test_the_command_on_a_missing_pool_is_one_line_and_exit_3(kube_env: KubeEnv,
     assert (code, out) == (3, "")
     assert "nope" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_rendered_scaler_is_admitted_in_a_restricted_namespace(kube_env: KubeEnv, ns: str) -> None:
+    """``render warm-pool --autoscale`` output applies as is; the Deployment's pod passes the
+    restricted Pod Security level (the ReplicaSet controller creates it) under its own account."""
+    code, out, err = run_sandbox("render", "warm-pool", "--name", "pool", "-n", ns, "--autoscale", "1:3")
+    assert code == 0, err
+    docs = [d for d in yaml.safe_load_all(out) if d and d["kind"] != "SandboxClaim"]
+    kube_env.apply_objects(docs, namespace=ns)
+
+    def scaler_pod() -> dict[str, Any] | None:
+        pods = kube_env.request("GET", k8s.PODS.path(ns))["items"]
+        return next((p for p in pods if p["metadata"]["name"].startswith("pool-scaler-")), None)
+
+    found = eventually_sync(scaler_pod, limit_s=SETTLE_S, interval_s=0.2, what="the scaler's pod")
+    assert found["spec"]["serviceAccountName"] == "pool-scaler"
+    assert found["spec"]["containers"][0]["args"][:4] == ["sandbox", "pool-scaler", "--pool", "pool"]
