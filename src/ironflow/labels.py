@@ -35,6 +35,7 @@ __all__ = [
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_SANDBOX_LAUNCH_TYPE",
+    "LABEL_SANDBOX_NAME_HASH",
     "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
@@ -109,6 +110,8 @@ LABEL_WARM_POOL_SANDBOX: Final = AGENT_SANDBOX_KEY_PREFIX + "warm-pool-sandbox"
 ANNOTATION_SANDBOX_POD_NAME: Final = AGENT_SANDBOX_KEY_PREFIX + "pod-name"
 #: On every Sandbox the controllers start: ``warm`` (a pool member, kept on adoption) or ``cold``.
 LABEL_SANDBOX_LAUNCH_TYPE: Final = AGENT_SANDBOX_KEY_PREFIX + "launch-type"
+#: NameHash(a Sandbox's name) on its pod and PVCs: an unowned PVC with it is adopted by that Sandbox only.
+LABEL_SANDBOX_NAME_HASH: Final = AGENT_SANDBOX_KEY_PREFIX + "sandbox-name-hash"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.
