@@ -76,6 +76,10 @@ class DockerSettings:
     egress: tuple[int, str] | None = None
     #: The host file of ``forwarder.js``, bound at :data:`FORWARDER_PATH` (with a proxy only).
     forwarder_script: str | None = None
+    #: The container's labels (a session's: what its sweep finds it by).
+    labels: tuple[tuple[str, str], ...] = ()
+    #: The daemon's init as pid 1 (``--init``), reaping what the command leaves (a session's runtime).
+    init: bool = False
 
 
 def container_id(sandbox_dir: str) -> str:
@@ -212,6 +216,10 @@ def docker_argv(settings: DockerSettings, name: str) -> list[str]:
     ]
     if settings.env_file is not None:
         argv += ["--env-file", settings.env_file]
+    if settings.init:
+        argv.append("--init")
+    for key, value in settings.labels:
+        argv += ["--label", f"{key}={value}"]
     if settings.managed_settings_dir is not None:
         argv += _bind(settings.managed_settings_dir, layout.MANAGED_SETTINGS_DIR)
     for index, profile_dir in enumerate(settings.profile_dirs):
