@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes import sandbox_cli
+from tests.fakes.local_sandbox import DOCKER, PODMAN
 
 import ironflow
 from ironflow import errors
@@ -25,8 +26,8 @@ from ironflow.workspaces import Workspace
 needs_client = pytest.mark.skipif(shutil.which("docker") is None, reason="no docker client (apt-get install docker.io)")
 
 
-@pytest.mark.docker
-def test_exec_runs_the_command_in_a_container_as_uid_10001() -> None:
+@pytest.mark.parametrize("daemon", [DOCKER, PODMAN])
+def test_exec_runs_the_command_in_a_container_as_uid_10001(daemon: str) -> None:
     done = sandbox_cli.ironflow_process("exec", "--isolation", "docker", "--", "id", "-u")
     assert (done.returncode, done.stdout, done.stderr) == (0, "10001\n", "")
 

@@ -3,6 +3,7 @@ the daemon's init) and the sweep's rule (pure); the runtime's ``--commands-share
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 
 import pytest
@@ -82,3 +83,17 @@ def test_commands_share_uid_goes_with_isolate_commands(capsys: pytest.CaptureFix
         startup.parse_args(["--unix", "x", "--commands-share-uid"])
     assert exited.value.code == 2
     assert "go with --isolate-commands" in capsys.readouterr().err
+
+
+def test_on_podman_the_home_is_owned_by_u_and_nproc_is_bounded() -> None:
+    """Podman 4 refuses a tmpfs's ``uid=`` and raises an nproc it is not given past what it may."""
+    podman = docker_runtime.session_argv(
+        dataclasses.replace(SHAPE, podman_nproc=32768), "/tmp/ifs-1", env_file="/tmp/ifs-1/env",
+        workspace_copy=None, max_upload_bytes=9, owner=None,
+    )  # fmt: skip
+    home = next(t for t in _pairs(podman, "--tmpfs") if t.startswith("/home/claude:"))
+    assert home.endswith(",mode=0700,U")
+    assert "nproc=32768:32768" in _pairs(podman, "--ulimit")
+    docker = next(t for t in _pairs(_argv(), "--tmpfs") if t.startswith("/home/claude:"))
+    assert docker.endswith(",uid=10001,gid=10001")
+    assert not any(u.startswith("nproc=") for u in _pairs(_argv(), "--ulimit"))

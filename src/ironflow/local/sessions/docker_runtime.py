@@ -110,6 +110,7 @@ def session_argv(
         command=command,
         image=shape.image,
         docker_path=shape.docker_path,
+        podman_nproc=shape.podman_nproc,
         env_file=env_file,
         working_dir=root,
         home_size_bytes=shape.home_size_bytes,
