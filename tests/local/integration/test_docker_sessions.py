@@ -9,6 +9,7 @@ isolation tests run on Docker from their own files."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import io
 import json
@@ -30,7 +31,7 @@ from ironflow import errors, labels
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions import docker_runtime
 from ironflow.local.sessions.local_sessions import LocalSessions
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import OpenOptions, PoolPolicy
 from ironflow.sessions.client import RuntimeClient
 from ironflow.testing.polling import eventually
 from ironflow.workspaces import Workspace
@@ -154,7 +155,7 @@ async def test_close_and_the_ttl_leave_no_container(sessions: LocalSessions, dae
 _OWNER = """
 import asyncio, sys
 from ironflow.local.sandbox_provider import LocalSandboxProvider
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import OpenOptions, PoolPolicy
 from ironflow.sessions.client import RuntimeClient
 
 async def main():
@@ -244,3 +245,25 @@ def test_sandbox_serve_isolation_docker_opens_execs_and_closes(docker_daemon: Do
         for stream in (served.proc.stdout, served.proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+async def test_a_pool_hands_out_warm_containers_each_once(docker_daemon: DockerDaemon, state: Path) -> None:
+    """A warm container waits with no token (its socket not bound yet); handed out, it gets the
+    session's env and its socket directory is taken back; the next session gets a fresh one."""
+    provider = LocalSandboxProvider(isolation="docker", timeout=60)
+    async with provider.sessions(state_dir=str(state), pool=PoolPolicy(1)) as sessions:
+        assert sessions.pool is not None
+        await asyncio.wait_for(sessions.pool.full(), 60)
+        (warm,) = sessions.pool.waiting()
+        assert os.listdir(f"{warm.directory}/{docker_runtime.SOCKET_SUBDIR}") == []  # no socket, no token yet
+        first = await sessions.open(OpenOptions(ttl=60, env={"GREETING": "hello"}))
+        assert sessions.route(first.id)[0] == docker_runtime.host_socket(warm.directory)
+        wrote = await first.commands.run(["sh", "-c", "echo $GREETING > note; cat note; ls /ironflow-session"])
+        assert (wrote.stdout, "Permission denied" in wrote.stderr) == ("hello\n", True), wrote
+        await first.close()
+        await asyncio.wait_for(sessions.pool.full(), 60)
+        second = await sessions.open(OpenOptions(ttl=60))
+        assert (await second.commands.run(["cat", "note"])).exit_code != 0
+        await second.close()
+    assert _session_containers(docker_daemon) == []
+    assert os.listdir(state) == []
