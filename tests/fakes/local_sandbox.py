@@ -80,7 +80,8 @@ ALL_ISOLATIONS = [*ISOLATIONS, DOCKER, PODMAN]
 #: Where Podman 4.3 (Debian 12's) falls short of Docker's posture (docs/local-sandbox.md): a test
 #: whose ``podman`` case shows the gap says so with ``pytest.xfail(PODMAN_GAPS[...])``.
 PODMAN_GAPS = {
-    "userns": "Podman's default seccomp profile lets a step create a user namespace (Docker's refuses)",
+    "userns": "Podman's default seccomp profile lets a step create a user namespace (Docker's refuses); its "
+    "Docker API takes a profile only as a path on its host, the docker client sends the content",
     "oom": "Podman 4.3 reports no OOMKilled for a container killed at its memory limit on this host's cgroup v1",
 }
 
