@@ -150,6 +150,7 @@ def answering(
             start_new_session=True,
             preexec_fn=cgroup.joiner(),
             env=env,
+            cwd=root,  # what it writes where it stands (Podman's conmon: an `oom` file) stays in its temp dir
         )
     daemon = DockerDaemon(f"unix://{root}/{socket}", root, proc, cgroup, log_name=f"{name}.log")
     deadline = time.monotonic() + _READY_S

@@ -82,7 +82,8 @@ ALL_ISOLATIONS = [*ISOLATIONS, DOCKER, PODMAN]
 PODMAN_GAPS = {
     "userns": "Podman's default seccomp profile lets a step create a user namespace (Docker's refuses); its "
     "Docker API takes a profile only as a path on its host, the docker client sends the content",
-    "oom": "Podman 4.3 reports no OOMKilled for a container killed at its memory limit on this host's cgroup v1",
+    "oom": "Podman 4.3 reports no OOMKilled for a container killed at its memory limit here (its conmon writes the "
+    "oom marker into its working directory, not where Podman reads it)",
 }
 
 
