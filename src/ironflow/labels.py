@@ -30,12 +30,14 @@ __all__ = [
     "LABEL_EGRESS_PROFILE",
     "LABEL_MANAGED_BY",
     "LABEL_NAME",
+    "LABEL_OWNER",
     "LABEL_PART_OF",
     "LABEL_ROLE",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_SANDBOX_LAUNCH_TYPE",
     "LABEL_SANDBOX_NAME_HASH",
+    "LABEL_SESSION_DIR",
     "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
@@ -97,6 +99,10 @@ COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 #: A sandbox session's pod (ironflow.k8s.sessions.pod_sessions), and its session id.
 COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
 LABEL_SESSION_ID: Final = "ironflow.io/session-id"
+#: A local Docker session's container (ironflow.local.sessions.docker_runtime): its session directory
+#: on the host, and the process that owns it (as ironflow.local.workdirs marks a directory).
+LABEL_SESSION_DIR: Final = "ironflow.io/session-dir"
+LABEL_OWNER: Final = "ironflow.io/owner"
 #: The uid of the worker pod that created an object (ironflow.kube.owners): a restarted worker
 #: (same pod, same uid) deletes what carries its own uid before it takes runs.
 LABEL_WORKER_UID: Final = "ironflow.io/worker-uid"
