@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -35,14 +36,16 @@ from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, launch, step_proxy
-from ironflow.local.sessions import agents, changesets, gvisor_runtime, prewarm, starter
+from ironflow.local.sessions import agents, changesets, gvisor_runtime, prewarm, snapshots, starter
+from ironflow.local.sessions.activity import SessionActivity
+from ironflow.local.sessions.freezer import Freezer
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.sessions.starter import RUNTIME_DIR, RUNTIME_PATH
 from ironflow.results import AgentResult
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
 from ironflow.sessions.pools import PoolPolicy
-from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, SnapshotInfo, check_session_id
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import WORKSPACE_PATH, WorkspaceChanges
 
@@ -66,6 +69,7 @@ class LocalSessions:
             system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
         max_upload_bytes: the largest file a session accepts in one upload.
         pool: sandboxes kept warm for the sessions that fit one (:mod:`~ironflow.local.sessions.prewarm`).
+        snapshot_store: the store of snapshots (:mod:`~ironflow.local.sessions.snapshots`; default the user's).
 
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
@@ -82,8 +86,10 @@ class LocalSessions:
         state_dir: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         pool: PoolPolicy | None = None,
+        snapshot_store: snapshots.SnapshotStore | None = None,
     ) -> None:
         self.provider = provider
+        self.store = snapshot_store or snapshots.SnapshotStore()
         if provider.isolation == "docker":  # refused at once, never a bubblewrap session instead
             raise errors.ConfigError("sandbox sessions run under isolation 'bwrap' or 'gvisor'; 'docker' has none yet")
         self._starter = starter.SessionStarter(self.provider)
@@ -94,6 +100,7 @@ class LocalSessions:
             )
         self.max_upload_bytes = max_upload_bytes
         self._sessions: dict[str, starter.StartedSession] = {}
+        self._activity: dict[str, SessionActivity] = {}
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
         # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
@@ -141,7 +148,15 @@ class LocalSessions:
             )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        cold = prewarm.warm_fits(workspace=workspace is not None, agent=agent, egress=egress is not None)
+        base = None if options.from_snapshot is None else self.store.get(options.from_snapshot)[0]
+        if base is not None and base.isolation != self.provider.isolation:
+            raise errors.ConfigError(
+                f"snapshot '{base.id}' is of a {base.isolation} session: open it with isolation '{base.isolation}'"
+            )
+        from_workspace = base is not None and snapshots.WORKSPACE in base.trees
+        cold = prewarm.warm_fits(
+            workspace=workspace is not None or from_workspace, agent=agent, egress=egress is not None
+        )
         warm = None if self.pool is None or cold is not None else self.pool.take()
         if self.pool is not None:
             log.debug("sandbox session %s: %s", session_id, cold or ("warm" if warm else "cold, the pool is empty"))
@@ -165,10 +180,20 @@ class LocalSessions:
                 self.pool.refill()  # once handed out: a start's fork would have delayed it
         session.agent_token, session.proxy = token, proxy
         self._sessions[session_id] = session
+        activity = SessionActivity(session_id, Freezer(session.proc.pid, session.group), options.idle_suspend)
+        self._activity[session_id] = activity
+        activity.base_snapshot, activity.deadline = options.from_snapshot, asyncio.timeout(ttl)
         session.watcher = asyncio.create_task(self._watch(session, ttl))
+        activity.start()
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
             kill = functools.partial(launch.kill_tree, session.proc, session.group)
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
+        if base is not None and snapshots.HOME in base.trees:
+            try:
+                await self._restore_home(session, base.id)
+            except BaseException:
+                await self.close(session_id)
+                raise
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
 
@@ -205,6 +230,10 @@ class LocalSessions:
             prepared = None
             if options.workspace is not None:
                 prepared = await changesets.prepare(self.provider, options.workspace, directory)
+            elif options.from_snapshot is not None:
+                owner = self.provider.shape().writable_uid
+                restore = self.store.restore_workspace
+                prepared = await asyncio.to_thread(restore, options.from_snapshot, directory, owner=owner)
             socket_path, egress_socket = None, None
             if agent or egress is not None:
                 socket_path, issued, egress_socket = await agents.open_proxy(
@@ -245,7 +274,8 @@ class LocalSessions:
         """Until the sandbox ends or its TTL passes; then nothing of it is left."""
         assert session.proc.stderr is not None
         try:
-            async with asyncio.timeout(ttl):
+            activity = self._activity.get(session.info.id)
+            async with activity.deadline if activity and activity.deadline else asyncio.timeout(ttl):
                 while line := await starter.stderr_line(session.proc.stderr):
                     log.debug("sandbox session %s: %s", session.info.id, line[:300].decode(errors="replace").rstrip())
                 await session.proc.wait()
@@ -258,6 +288,8 @@ class LocalSessions:
     async def _teardown(self, session: starter.StartedSession) -> None:
         if session.bound is not None:
             session.bound.cancel()
+        if activity := self._activity.pop(session.info.id, None):
+            await activity.stop()
         await launch.teardown(session.proc, session.group)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
@@ -275,15 +307,17 @@ class LocalSessions:
         return session
 
     def _handle(self, session: starter.StartedSession) -> AsyncSandbox:
-        client = RuntimeClient(
-            unix_path=session.socket_path, headers={"Authorization": f"Bearer {session.token.reveal()}"}
-        )
         session_id = session.info.id
+        client = RuntimeClient(
+            unix_path=session.socket_path,
+            headers={"Authorization": f"Bearer {session.token.reveal()}"},
+            activity=functools.partial(self.active, session_id),
+        )
 
         async def closer() -> None:
             await self.close(session_id)
 
-        return AsyncSandbox(session.info, client, closer)
+        return AsyncSandbox(self._info(session), client, closer)
 
     async def agent(self, session_id: str, config: AgentConfig) -> AgentResult:
         """``config`` run by Claude Code inside the open session, in its working directory.
@@ -317,7 +351,7 @@ class LocalSessions:
 
     def held(self) -> builtins.list[SessionInfo]:
         """Every open session: a local one lives in this process only."""
-        return [s.info for s in self._sessions.values()]
+        return [self._info(s) for s in self._sessions.values()]
 
     async def list(self) -> builtins.list[SessionInfo]:
         return self.held()
@@ -340,7 +374,13 @@ class LocalSessions:
         session = self._get(session_id)
         if session.workspace is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
-        return await changesets.changes(session.workspace, apply=apply, group=session.group)
+        activity = self._activity[session_id]
+        if apply and activity.base_snapshot is not None:
+            raise errors.WorkspaceRefused(
+                "a session opened from a snapshot has no host directory to apply to: take its patch"
+            )
+        async with activity.active():  # a paused session is resumed for the read (frozen again by it)
+            return await changesets.changes(session.workspace, apply=apply, group=session.group)
 
     async def close(self, session_id: str) -> bool:
         """End a session: every process in it is dead when this returns. False when it was not open
@@ -352,6 +392,92 @@ class LocalSessions:
         with contextlib.suppress(asyncio.CancelledError):
             await session.watcher
         return True
+
+    # -- snapshots, fork, pause, extend (:class:`~ironflow.sessions.backend.SessionControls`) --
+
+    def _info(self, session: starter.StartedSession) -> SessionInfo:
+        activity = self._activity.get(session.info.id)
+        return dataclasses.replace(session.info, paused=activity is not None and activity.freezer.paused)
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request to the session under way: resumed first, kept from idle suspend until the block ends."""
+        self._get(session_id)
+        return self._activity[session_id].active()
+
+    async def _restore_home(self, session: starter.StartedSession, snapshot_id: str) -> None:
+        home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
+        owner = self.provider.shape().writable_uid
+        scratch = os.path.join(session.directory, "home-restore")
+        await asyncio.to_thread(self.store.restore_home, snapshot_id, home, owner=owner, scratch=scratch)
+
+    async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
+        """The session's workspace and home (bubblewrap; gVisor: its workspace only) as a new
+        snapshot, read with its processes frozen (:mod:`~ironflow.local.sessions.snapshots`).
+
+        Raises:
+            WorkspaceRefused: the files hold what a snapshot takes not, or pass the store's limit.
+            ConfigError: a gVisor session without a workspace (its home is in gVisor's memory).
+        """
+        session = self._get(session_id)
+        trees = snapshots.trees_of(session.proc.pid, session.group, session.workspace, self.provider.isolation)
+        spec = None if session.workspace is None else session.workspace.spec
+        async with self._activity[session_id].freezer.held():
+            return await self.store.capture(
+                trees, session_id=session_id, name=name, isolation=self.provider.isolation, workspace=spec
+            )
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        return await asyncio.to_thread(self.store.list)
+
+    async def remove_snapshot(self, snapshot_id: str) -> bool:
+        """Delete a snapshot; refused while a session opened from it is open (its diff reads it)."""
+        if users := [a.session_id for a in self._activity.values() if a.base_snapshot == snapshot_id]:
+            raise errors.ConfigError(f"snapshot '{snapshot_id}' is the base of open session {users[0]}: close it first")
+        return await asyncio.to_thread(self.store.remove, snapshot_id)
+
+    async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
+        """``count`` sessions from one snapshot of this one (kept in the store, named ``fork-of-ID``),
+        each with the parent's TTL left, labels and run; a failure closes those opened so far."""
+        if not 1 <= count <= 100:
+            raise errors.ConfigError("a fork makes 1 to 100 sessions")
+        info = self._get(session_id).info
+        base = await self.snapshot(session_id, name=f"fork-of-{session_id}")
+        ttl = max(1.0, info.expires_at - time.time())
+        options = OpenOptions(ttl=ttl, labels=info.labels, run_id=info.run_id, from_snapshot=base.id)
+        opened: builtins.list[AsyncSandbox] = []
+        try:
+            for _ in range(count):
+                opened.append(await self.open(options))
+        except BaseException:
+            for handle in opened:
+                await handle.close()
+            raise
+        return opened
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        """Freeze the session (cgroup freezer, else SIGSTOP of its tree: :mod:`~ironflow.local.sessions.freezer`)."""
+        session = self._get(session_id)
+        await self._activity[session_id].freezer.pause()
+        return self._info(session)
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        session = self._get(session_id)
+        await self._activity[session_id].freezer.resume()
+        return self._info(session)
+
+    async def extend(self, session_id: str, ttl: float) -> SessionInfo:
+        """The session now ends ``ttl`` seconds from now."""
+        if not ttl > 0:
+            raise errors.ConfigError("ttl must be a positive number of seconds")
+        session = self._get(session_id)
+        activity = self._activity[session_id]
+        try:
+            assert activity.deadline is not None  # set at open
+            activity.deadline.reschedule(asyncio.get_running_loop().time() + ttl)
+        except RuntimeError:  # its watcher has not begun: it begins with this one
+            activity.deadline = asyncio.timeout(ttl)
+        session.info = dataclasses.replace(session.info, expires_at=time.time() + ttl)
+        return self._info(session)
 
     async def release_run(self, run_id: str) -> int:
         """Close every session opened for ``run_id``; returns how many."""
