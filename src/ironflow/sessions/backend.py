@@ -19,6 +19,7 @@ interfaces only; it runs nothing.
 from __future__ import annotations
 
 import builtins
+import contextlib
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ironflow import errors
@@ -142,6 +143,11 @@ class SessionControls(SessionBackend, Protocol):
 
     async def extend(self, session_id: str, ttl: float) -> SessionInfo:
         """The session now ends ``ttl`` seconds from now (sooner or later than before)."""
+        ...
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request to the session under way (a server wraps each one it forwards): a paused
+        session is resumed first and kept from idle suspend until the block ends."""
         ...
 
 

@@ -48,14 +48,18 @@ __all__ = [
     "DEFAULT_LIMIT_BYTES",
     "HOME",
     "SNAPSHOT_DIR_ENV",
+    "SNAPSHOT_LIMIT_ENV",
     "WORKSPACE",
     "SnapshotStore",
     "default_store_dir",
+    "parse_limit",
     "sandbox_home",
     "trees_of",
 ]
 
 SNAPSHOT_DIR_ENV: Final = "IRONFLOW_SNAPSHOT_DIR"
+SNAPSHOT_LIMIT_ENV: Final = "IRONFLOW_SNAPSHOT_LIMIT"
+_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: The most every snapshot of the store holds together, unless told otherwise.
 DEFAULT_LIMIT_BYTES: Final = 10 << 30
 WORKSPACE: Final = "workspace"
@@ -82,6 +86,22 @@ def default_store_dir(env: Mapping[str, str] | None = None) -> str:
         return chosen
     base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "ironflow", "snapshots")
+
+
+def parse_limit(text: str) -> int:
+    """Bytes in ``500M``, ``10G`` or ``1048576`` (pure).
+
+    >>> parse_limit("10G"), parse_limit("512")
+    (10737418240, 512)
+
+    Raises:
+        ConfigError: not a positive size.
+    """
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    digits, unit = (value[:-1], value[-1]) if value[-1:] in ("K", "M", "G", "T") else (value, "")
+    if not digits.isdigit() or int(digits) <= 0:
+        raise errors.ConfigError(f"invalid snapshot store limit '{errors.truncate(text, 40)}': use e.g. 500M or 10G")
+    return int(digits) * _UNITS[unit]
 
 
 def _refused(why: str) -> errors.WorkspaceRefused:
@@ -215,12 +235,19 @@ class SnapshotStore:
     """The snapshots on this machine: capture, list, remove, and copy a tree out for a new session.
 
     Args:
-        directory: the store (made 0700 if missing).
-        limit_bytes: the most its snapshots hold together; a capture past it is refused.
+        directory: the store (made 0700 if missing; default :func:`default_store_dir`).
+        limit_bytes: the most its snapshots hold together, a capture past it refused (default
+            ``$IRONFLOW_SNAPSHOT_LIMIT``, else 10 GiB).
+
+    Raises:
+        ConfigError: ``$IRONFLOW_SNAPSHOT_LIMIT`` is not a size.
     """
 
-    def __init__(self, directory: str | None = None, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> None:
+    def __init__(self, directory: str | None = None, *, limit_bytes: int | None = None) -> None:
         self.directory = os.path.abspath(directory or default_store_dir())
+        env_limit = os.environ.get(SNAPSHOT_LIMIT_ENV)
+        if limit_bytes is None:
+            limit_bytes = parse_limit(env_limit) if env_limit else DEFAULT_LIMIT_BYTES
         self.limit_bytes = limit_bytes
         self._lock = asyncio.Lock()  # one capture at a time: each sees what the one before took
 
