@@ -13,14 +13,14 @@ import pytest
 from ironflow import errors
 from ironflow.local.sessions import snapshots
 from ironflow.local.sessions.snapshots import SnapshotStore, parse_limit
-from ironflow.sessions.values import SnapshotNotFound
+from ironflow.sessions.values import SnapshotInfo, SnapshotNotFound
 
 
 def _opener(path: Path) -> snapshots.Opener:
     return lambda: os.open(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
-async def _capture(store: SnapshotStore, tree: Path) -> snapshots.SnapshotInfo:
+async def _capture(store: SnapshotStore, tree: Path) -> SnapshotInfo:
     return await store.capture(
         {snapshots.WORKSPACE: _opener(tree)}, session_id="sbx-0123456789abcdef", name=None, isolation="bwrap"
     )
