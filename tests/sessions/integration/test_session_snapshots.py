@@ -47,6 +47,11 @@ class _Sessions(LocalSessions):
         self.handles.append(handle)
         return handle
 
+    async def fork(self, session_id: str, *, count: int = 1) -> list[AsyncSandbox]:
+        handles = await super().fork(session_id, count=count)
+        self.handles += handles
+        return handles
+
 
 @pytest.fixture
 async def sessions(state: Path, store: SnapshotStore) -> AsyncIterator[LocalSessions]:
@@ -98,12 +103,13 @@ async def test_ten_forks_see_the_parents_files_and_keep_their_own_writes(session
     assert await _sh(parent, "cat made.txt ~/cache/h.txt && ls | grep -c only || true") == "state\nhome\n0\n"
     assert (repo / "src" / "main.py").read_text() == "print('parent')\n"  # the host directory untouched
     patch = (await sessions.changes(forks[3].id)).patch.decode()
-    assert "+fork3" in patch
-    assert "-state" in patch
-    with pytest.raises(errors.WorkspaceRefused, match="no host directory"):
-        await sessions.changes(forks[3].id, apply=True)
-    with pytest.raises(errors.ConfigError, match="base of open session"):
-        await sessions.remove_snapshot((await sessions.snapshots())[0].id)
+    assert "+fork3" in patch  # a fork's changes are against the parent's host directory, as the parent's are
+    assert "only3" in patch
+    await sessions.changes(forks[3].id, apply=True)
+    assert (repo / "made.txt").read_text() == "fork3\n"
+    with pytest.raises(errors.WorkspaceConflict):
+        await sessions.changes(forks[4].id, apply=True)  # the host moved under the second fork's apply
+    assert await sessions.snapshots() == []  # a fork copies straight from its parent
 
 
 async def test_a_snapshot_outlives_its_session_and_restores_byte_for_byte_with_modes(
@@ -122,6 +128,10 @@ async def test_a_snapshot_outlives_its_session_and_restores_byte_for_byte_with_m
     assert taken.size_bytes >= len(blob)
     restored = await sessions.open(OpenOptions(ttl=300, from_snapshot=taken.id))
     assert await restored.files.read("data/blob.bin") == blob
+    with pytest.raises(errors.ConfigError, match="base of open session"):
+        await sessions.remove_snapshot(taken.id)
+    with pytest.raises(errors.WorkspaceRefused, match="no host directory"):
+        await sessions.changes(restored.id, apply=True)
     assert await _sh(restored, "stat -c '%a %n' data data/blob.bin run.sh && readlink link && cat ~/h") == (
         "750 data\n600 data/blob.bin\n755 run.sh\nsrc/main.py\nh\n"
     )

@@ -39,6 +39,14 @@ class SessionActivity:
     deadline: asyncio.Timeout | None = None
     watcher: asyncio.Task[None] | None = None
 
+    def extend(self, ttl: float) -> None:
+        """The deadline now ``ttl`` seconds from now."""
+        try:
+            assert self.deadline is not None  # set at open
+            self.deadline.reschedule(asyncio.get_running_loop().time() + ttl)
+        except RuntimeError:  # its watcher has not begun: it begins with this one
+            self.deadline = asyncio.timeout(ttl)
+
     @contextlib.asynccontextmanager
     async def active(self) -> AsyncIterator[None]:
         """A request under way: the session resumed for it, and kept from idle suspend until its end."""

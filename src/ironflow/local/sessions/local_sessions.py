@@ -36,7 +36,7 @@ from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, launch, step_proxy
-from ironflow.local.sessions import agents, changesets, gvisor_runtime, prewarm, snapshots, starter
+from ironflow.local.sessions import agents, changesets, forks, gvisor_runtime, prewarm, snapshots, starter
 from ironflow.local.sessions.activity import SessionActivity
 from ironflow.local.sessions.freezer import Freezer
 from ironflow.local.sessions.provided import LocalSandbox
@@ -134,6 +134,13 @@ class LocalSessions:
             ConfigError: the provider has relays (not delivered to sessions yet).
         """
         options = options or OpenOptions()
+        seed = None
+        if options.from_snapshot is not None:
+            owner, isolation = self.provider.shape().writable_uid, self.provider.isolation
+            seed = forks.from_snapshot(self.store, options.from_snapshot, isolation=isolation, owner=owner)
+        return await self._open(options, agent, seed)
+
+    async def _open(self, options: OpenOptions, agent: bool, seed: forks.Seed | None) -> AsyncSandbox:
         ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
@@ -148,15 +155,8 @@ class LocalSessions:
             )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        base = None if options.from_snapshot is None else self.store.get(options.from_snapshot)[0]
-        if base is not None and base.isolation != self.provider.isolation:
-            raise errors.ConfigError(
-                f"snapshot '{base.id}' is of a {base.isolation} session: open it with isolation '{base.isolation}'"
-            )
-        from_workspace = base is not None and snapshots.WORKSPACE in base.trees
-        cold = prewarm.warm_fits(
-            workspace=workspace is not None or from_workspace, agent=agent, egress=egress is not None
-        )
+        seeded = seed is not None and seed.workspace is not None
+        cold = prewarm.warm_fits(workspace=workspace is not None or seeded, agent=agent, egress=egress is not None)
         warm = None if self.pool is None or cold is not None else self.pool.take()
         if self.pool is not None:
             log.debug("sandbox session %s: %s", session_id, cold or ("warm" if warm else "cold, the pool is empty"))
@@ -170,7 +170,7 @@ class LocalSessions:
                 except errors.SandboxError as exc:  # it died waiting: this request opens cold
                     log.warning("sandbox session %s: a warm sandbox failed its hand-out: %s", session_id, exc)
             if session is None:
-                warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent)
+                warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent, seed=seed)
                 session = await self._hand_out(warm, session_id, options, run_env)
         except BaseException:
             await proxy.aclose()
@@ -182,15 +182,16 @@ class LocalSessions:
         self._sessions[session_id] = session
         activity = SessionActivity(session_id, Freezer(session.proc.pid, session.group), options.idle_suspend)
         self._activity[session_id] = activity
-        activity.base_snapshot, activity.deadline = options.from_snapshot, asyncio.timeout(ttl)
+        activity.base_snapshot, activity.deadline = seed.snapshot_id if seed else None, asyncio.timeout(ttl)
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         activity.start()
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
             kill = functools.partial(launch.kill_tree, session.proc, session.group)
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
-        if base is not None and snapshots.HOME in base.trees:
+        if seed is not None and seed.home is not None:
             try:
-                await self._restore_home(session, base.id)
+                home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
+                await asyncio.to_thread(seed.home, session.directory, home)
             except BaseException:
                 await self.close(session_id)
                 raise
@@ -221,6 +222,7 @@ class LocalSessions:
         run_env: dict[str, str],
         *,
         agent: bool,
+        seed: forks.Seed | None = None,
     ) -> tuple[starter.WarmSandbox, Secret | None]:
         """A sandbox started for this session: its workspace copied, its proxy served (on ``proxy``),
         the egress proxy's variables added to ``run_env``. Returns it and the agent's proxy token."""
@@ -230,10 +232,8 @@ class LocalSessions:
             prepared = None
             if options.workspace is not None:
                 prepared = await changesets.prepare(self.provider, options.workspace, directory)
-            elif options.from_snapshot is not None:
-                owner = self.provider.shape().writable_uid
-                restore = self.store.restore_workspace
-                prepared = await asyncio.to_thread(restore, options.from_snapshot, directory, owner=owner)
+            elif seed is not None and seed.workspace is not None:
+                prepared = await asyncio.to_thread(seed.workspace, directory)
             socket_path, egress_socket = None, None
             if agent or egress is not None:
                 socket_path, issued, egress_socket = await agents.open_proxy(
@@ -404,20 +404,9 @@ class LocalSessions:
         self._get(session_id)
         return self._activity[session_id].active()
 
-    async def _restore_home(self, session: starter.StartedSession, snapshot_id: str) -> None:
-        home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
-        owner = self.provider.shape().writable_uid
-        scratch = os.path.join(session.directory, "home-restore")
-        await asyncio.to_thread(self.store.restore_home, snapshot_id, home, owner=owner, scratch=scratch)
-
     async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
-        """The session's workspace and home (bubblewrap; gVisor: its workspace only) as a new
-        snapshot, read with its processes frozen (:mod:`~ironflow.local.sessions.snapshots`).
-
-        Raises:
-            WorkspaceRefused: the files hold what a snapshot takes not, or pass the store's limit.
-            ConfigError: a gVisor session without a workspace (its home is in gVisor's memory).
-        """
+        """The session's workspace and home (gVisor: its workspace only) as a new snapshot, read with its
+        processes frozen (:mod:`~ironflow.local.sessions.snapshots`: its refusals)."""
         session = self._get(session_id)
         trees = snapshots.trees_of(session.proc.pid, session.group, session.workspace, self.provider.isolation)
         spec = None if session.workspace is None else session.workspace.spec
@@ -436,22 +425,35 @@ class LocalSessions:
         return await asyncio.to_thread(self.store.remove, snapshot_id)
 
     async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
-        """``count`` sessions from one snapshot of this one (kept in the store, named ``fork-of-ID``),
-        each with the parent's TTL left, labels and run; a failure closes those opened so far."""
+        """``count`` sessions with this one's files, copied once each with it frozen (:mod:`~ironflow.local.
+        sessions.forks`; by a snapshot under gVisor or for a git workspace), its TTL left, labels and run;
+        a failure closes those opened so far."""
         if not 1 <= count <= 100:
             raise errors.ConfigError("a fork makes 1 to 100 sessions")
-        info = self._get(session_id).info
-        base = await self.snapshot(session_id, name=f"fork-of-{session_id}")
-        ttl = max(1.0, info.expires_at - time.time())
-        options = OpenOptions(ttl=ttl, labels=info.labels, run_id=info.run_id, from_snapshot=base.id)
+        parent, owner = self._get(session_id), self.provider.shape().writable_uid
+        staging: builtins.list[str] = []
         opened: builtins.list[AsyncSandbox] = []
         try:
-            for _ in range(count):
-                opened.append(await self.open(options))
+            if (parent.workspace is not None and parent.workspace.spec.is_git) or self.provider.isolation != "bwrap":
+                base = await self.snapshot(session_id, name=f"fork-of-{session_id}")  # their base: kept in the store
+                seed = forks.from_snapshot(self.store, base.id, isolation=self.provider.isolation, owner=owner)
+                seeds = [seed] * count
+            else:
+                home = functools.partial(snapshots.sandbox_home, parent.proc.pid, parent.group)
+                staging += [workdirs.marked_dir(self.state_dir, _DIR_PREFIX) for _ in range(count)]
+                async with self._activity[session_id].freezer.held():
+                    seeds = await asyncio.to_thread(forks.stage, parent.workspace, home, staging, owner=owner)
+            options = OpenOptions(ttl=max(1.0, parent.info.expires_at - time.time()), labels=parent.info.labels,
+                                  run_id=parent.info.run_id)  # fmt: skip
+            for seed in seeds:
+                opened.append(await self._open(options, False, seed))
         except BaseException:
             for handle in opened:
                 await handle.close()
             raise
+        finally:
+            for place in staging:
+                shutil.rmtree(place, ignore_errors=True)  # emptied by each session's open, or left by a failure
         return opened
 
     async def pause(self, session_id: str) -> SessionInfo:
@@ -470,12 +472,7 @@ class LocalSessions:
         if not ttl > 0:
             raise errors.ConfigError("ttl must be a positive number of seconds")
         session = self._get(session_id)
-        activity = self._activity[session_id]
-        try:
-            assert activity.deadline is not None  # set at open
-            activity.deadline.reschedule(asyncio.get_running_loop().time() + ttl)
-        except RuntimeError:  # its watcher has not begun: it begins with this one
-            activity.deadline = asyncio.timeout(ttl)
+        self._activity[session_id].extend(ttl)
         session.info = dataclasses.replace(session.info, expires_at=time.time() + ttl)
         return self._info(session)
 

@@ -51,7 +51,9 @@ __all__ = [
     "SNAPSHOT_LIMIT_ENV",
     "WORKSPACE",
     "SnapshotStore",
+    "copy_checked",
     "default_store_dir",
+    "fill_home",
     "parse_limit",
     "sandbox_home",
     "trees_of",
@@ -174,6 +176,11 @@ def _unlock(root: str) -> None:
             pass
         finally:
             os.close(fd)
+
+
+def _remove_tree(place: str) -> None:
+    _unlock(place)
+    shutil.rmtree(place, ignore_errors=True)
 
 
 def sandbox_home(pid: int, group: cgroups.SandboxCgroup | None) -> int:
@@ -347,21 +354,16 @@ class SnapshotStore:
                 json.dump(doc, f)
             os.rename(place, os.path.join(self.directory, snapshot_id))
         except tree_reads.Refused as exc:
-            self._drop(place)
+            _remove_tree(place)
             raise _refused(f"'{copies.escaped(exc.path or '')}': {exc.why}") from None
         except OSError as exc:
-            self._drop(place)
+            _remove_tree(place)
             where = f" at '{copies.escaped(os.fsdecode(exc.filename))}'" if exc.filename else ""
             raise _refused(f"the session's files could not be read{where}: {exc.strerror or exc}") from None
         except BaseException:
-            self._drop(place)
+            _remove_tree(place)
             raise
         return info
-
-    @staticmethod
-    def _drop(place: str) -> None:
-        _unlock(place)
-        shutil.rmtree(place, ignore_errors=True)
 
     def restore_workspace(
         self, snapshot_id: str, run_dir: str, *, owner: int | None
@@ -385,32 +387,49 @@ class SnapshotStore:
         return copies.PreparedWorkspace(spec, source, copy, os.path.join(run_dir, "workspace.git"), before)
 
     def restore_home(self, snapshot_id: str, home: Opener, *, owner: int | None, scratch: str) -> None:
-        """The snapshot's home copied into a new session's (empty) HOME, opened by ``home``.
-
-        A root worker's own uid is not mapped in the sandbox's user namespace (the kernel refuses
-        its new files there), so the tree is first copied into ``scratch``, given to ``owner`` (the
-        sandbox's host uid), and copied on from there by this thread with ``owner`` as its fsuid.
-        """
-        info, _ = self.get(snapshot_id)
-        if HOME not in info.trees:
-            return
+        """The snapshot's home copied into a new session's (empty) HOME, opened by ``home``, by way
+        of ``scratch`` (:func:`fill_home`)."""
         src = os.open(os.path.join(self._path(snapshot_id), HOME), DIR_FLAGS)
         try:
-            if owner is None:
-                _copy_into(src, home, owner=None)
-                return
             _copy(src, scratch, owner=owner)
         finally:
             os.close(src)
+        fill_home(scratch, home, owner=owner)
+
+
+def copy_checked(opener: Opener, dst: str, owner: int | None) -> None:
+    """The tree ``opener`` opens, checked as a snapshot's is (no byte limit), copied into the new ``dst``.
+
+    Raises:
+        WorkspaceRefused: a special file or a hard link in it; a path that moved while it was read.
+    """
+    root = opener()
+    try:
+        _scan(root, os.path.basename(dst), _NO_BOUND)
+        _copy(root, dst, owner=owner)
+    except OSError as exc:
+        _remove_tree(dst)
+        raise _refused(f"the session's files could not be copied: {exc.strerror or exc}") from None
+    finally:
+        os.close(root)
+
+
+def fill_home(staged: str, home: Opener, *, owner: int | None) -> None:
+    """``staged`` (given to ``owner``) copied into a new session's empty HOME, then removed.
+
+    A root worker's own uid is not mapped in the sandbox's user namespace (the kernel refuses its
+    new files there, EOVERFLOW), so the copy runs with ``owner``, the sandbox's host uid, as this
+    thread's filesystem uid.
+    """
+    try:
+        staged_fd = os.open(staged, DIR_FLAGS)
         try:
-            staged = os.open(scratch, DIR_FLAGS)
-            try:
-                with _fsuid(owner):
-                    _copy_into(staged, home, owner=None)
-            finally:
-                os.close(staged)
+            with _fsuid(owner) if owner is not None else contextlib.nullcontext():
+                _copy_into(staged_fd, home, owner=None)
         finally:
-            self._drop(scratch)
+            os.close(staged_fd)
+    finally:
+        _remove_tree(staged)
 
 
 def _copy_into(src: int, opener: Opener, *, owner: int | None) -> None:
