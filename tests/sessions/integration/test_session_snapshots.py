@@ -232,3 +232,37 @@ async def test_extend_moves_the_expiry(sessions: LocalSessions) -> None:
     await sessions.extend(sandbox.id, 0.5)
     await asyncio.sleep(1.5)
     assert await sessions.list() == []
+
+
+@pytest.mark.gvisor
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed")
+async def test_gvisor_sessions_fork_and_pause_with_their_workspace_and_refuse_a_home_snapshot(
+    state: Path, store: SnapshotStore, repo: Path
+) -> None:
+    async with LocalSessions(
+        LocalSandboxProvider(isolation="gvisor"), state_dir=str(state), snapshot_store=store
+    ) as gvisor:
+        parent = await gvisor.open(OpenOptions(ttl=300, workspace=Workspace(str(repo))))
+        await _sh(parent, "echo parent > made.txt")
+        forks = await gvisor.fork(parent.id, count=2)
+        for n, fork in enumerate(forks):
+            assert await _sh(fork, f"cat made.txt && echo {n} > made.txt && cat made.txt") == f"parent\n{n}\n"
+            await fork.disconnect()
+        assert await _sh(parent, "cat made.txt") == "parent\n"
+        assert [s.trees for s in await gvisor.snapshots()] == [("workspace",)]  # gVisor's fork goes by the store
+
+        await parent.commands.start(["sh", "-c", COUNTER])
+        await asyncio.sleep(0.5)
+        await gvisor.pause(parent.id)
+        frozen_at = _count(state)
+        await asyncio.sleep(0.5)
+        assert _count(state) == frozen_at
+        await gvisor.resume(parent.id)
+        await asyncio.sleep(0.5)
+        assert _count(state) > frozen_at
+
+        bare = await gvisor.open(OpenOptions(ttl=60))
+        with pytest.raises(errors.ConfigError, match="gVisor's own memory"):
+            await gvisor.snapshot(bare.id)
+        await bare.disconnect()
+        await parent.disconnect()

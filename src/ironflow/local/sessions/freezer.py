@@ -23,7 +23,7 @@ from typing import Final
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
 
-__all__ = ["Freezer", "tree"]
+__all__ = ["Freezer", "children", "tree"]
 
 #: How many walks of the process tree a SIGSTOP pause makes at most before it gives up.
 _ROUNDS: Final = 50
@@ -96,7 +96,8 @@ class Freezer:
             await self.resume()
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` now."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -118,7 +119,7 @@ def tree(root: int) -> list[int]:
     while pending:
         pid = pending.pop()
         out.append(pid)
-        pending += _children(pid)
+        pending += children(pid)
     return out
 
 

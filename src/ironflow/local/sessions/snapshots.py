@@ -184,9 +184,10 @@ def _remove_tree(place: str) -> None:
 
 
 def sandbox_home(pid: int, group: cgroups.SandboxCgroup | None) -> int:
-    """An fd of the sandbox's HOME as the host sees it: ``/proc/P/root`` of a process of the sandbox
-    (its cgroup's, or the first process's children) in other mounts than its first process ``pid``,
-    then beneath it, no symlink followed.
+    """An fd of the sandbox's HOME as the host sees it: ``/proc/P/root`` of bubblewrap's own child
+    (the sandbox's init, which nothing in the sandbox can replace or move: a process that made
+    mounts of its own is never asked), then beneath it, no symlink followed. ``group``: checked to
+    hold it.
 
     Raises:
         SandboxError: no process of the sandbox has its own mounts (it ended).
@@ -195,7 +196,10 @@ def sandbox_home(pid: int, group: cgroups.SandboxCgroup | None) -> int:
         outer = os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         raise errors.SandboxError("the session's sandbox is gone") from None
-    for candidate in group.pids() if group is not None else freezer.tree(pid):
+    members = set(group.pids()) if group is not None else None
+    for candidate in freezer.children(pid):
+        if members is not None and candidate not in members:
+            continue
         try:
             pidfd = os.pidfd_open(candidate)
         except OSError:
