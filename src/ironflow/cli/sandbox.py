@@ -98,8 +98,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
 sandbox_app = typer.Typer(
     name="sandbox",
     cls=lazy.lazy_group(COMMANDS),
-    help="Sandbox sessions (serve, open, exec, cp, ls, close, diff, snapshot, fork, pause, extend) and agent-sandbox "
-    "(render, apply-template, reap).",
+    help="Sandbox sessions (serve, open, exec, cp, ls, close, diff) and agent-sandbox (render, apply-template, reap).",
     no_args_is_help=True,
 )
 
