@@ -75,6 +75,14 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its reaper has ended)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 def _count(state: Path) -> int:
     """The counter of the one session's workspace, read on the host."""
     (found,) = state.glob("ifs-*/workspace/count")
@@ -184,6 +192,11 @@ async def test_pause_freezes_the_session_and_resume_continues(sessions: LocalSes
     await sessions.resume(sandbox.id)
     await asyncio.sleep(0.5)
     assert _count(state) > frozen_at
+
+    pids = sessions.host_pids(sandbox.id)
+    await sessions.pause(sandbox.id)
+    assert await sessions.close(sandbox.id)  # a paused session closes: every process of it dies
+    assert not [pid for pid in pids if _running(pid)]
 
 
 async def test_sigstop_pauses_a_sandbox_without_a_freezer(sessions: LocalSessions, repo: Path, state: Path) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ironflow.local.sessions.freezer import Freezer
@@ -79,8 +79,13 @@ class SessionActivity:
             except Exception as exc:  # a failed freeze leaves the session running: said, not fatal
                 log.warning("sandbox session %s: idle suspend failed: %s", self.session_id, exc)
 
-    async def stop(self) -> None:
+    async def end(self, kill: Callable[[], Awaitable[None]]) -> None:
+        """The session's end: no more idle watch; a paused one is killed (SIGKILL reaches frozen
+        and stopped tasks) and only then let go, so nothing of it runs again."""
         if self.watcher is not None:
             self.watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.watcher
+        if self.freezer.paused:
+            await kill()
+            await self.freezer.resume()

@@ -289,7 +289,7 @@ class LocalSessions:
         if session.bound is not None:
             session.bound.cancel()
         if activity := self._activity.pop(session.info.id, None):
-            await activity.stop()
+            await activity.end(functools.partial(launch.kill_tree, session.proc, session.group))
         await launch.teardown(session.proc, session.group)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
