@@ -279,3 +279,14 @@ async def test_gvisor_sessions_fork_and_pause_with_their_workspace_and_refuse_a_
             await gvisor.snapshot(bare.id)
         await bare.disconnect()
         await parent.disconnect()
+
+
+async def test_a_suspended_session_still_ends_at_its_idle_timeout(sessions: LocalSessions) -> None:
+    sandbox = await sessions.open(OpenOptions(ttl=300, idle_suspend=0.3, idle_timeout=3))
+    await asyncio.sleep(1.5)
+    assert (await sessions.list())[0].paused
+    assert await _sh(sandbox, "echo awake") == "awake\n"  # resumed, and the idle clock starts again
+    deadline = time.monotonic() + 15
+    while await sessions.list():
+        assert time.monotonic() < deadline, "never ended"
+        await asyncio.sleep(0.3)

@@ -62,22 +62,30 @@ class SessionActivity:
     def _idle(self) -> bool:
         return self.idle_suspend is not None and not self.busy and time.monotonic() - self.last >= self.idle_suspend
 
-    def start(self) -> None:
-        """Begin watching for idleness (with ``idle_suspend``)."""
+    def start(self, *, idle_end: float | None = None, kill: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Begin watching for idleness (with ``idle_suspend``). ``idle_end``: with it, the host ends
+        the session (``kill``) after that long without a request, paused or not; the runtime's own
+        idle timeout would count a pause as idle and end the session the moment it resumes."""
         if self.idle_suspend is not None:
-            self.watcher = asyncio.create_task(self._watch(self.idle_suspend))
+            self.watcher = asyncio.create_task(self._watch(self.idle_suspend, idle_end, kill))
 
-    async def _watch(self, idle: float) -> None:
+    async def _watch(self, idle: float, idle_end: float | None, kill: Callable[[], Awaitable[None]] | None) -> None:
         while True:
-            wait = min(idle, 1.0) if self.freezer.paused else self.last + idle - time.monotonic()
-            await asyncio.sleep(max(0.05, wait))
-            if self.freezer.paused:
-                continue
-            try:
-                if await self.freezer.pause(when=self._idle):
-                    log.info("sandbox session %s suspended after %.0fs idle", self.session_id, idle)
-            except Exception as exc:  # a failed freeze leaves the session running: said, not fatal
-                log.warning("sandbox session %s: idle suspend failed: %s", self.session_id, exc)
+            since = time.monotonic() - self.last
+            if idle_end is not None and kill is not None and not self.busy and since >= idle_end:
+                log.info("sandbox session %s ended after %.0fs idle", self.session_id, idle_end)
+                await kill()  # its watcher then tears it down
+                return
+            if not self.freezer.paused:
+                try:
+                    if await self.freezer.pause(when=self._idle):
+                        log.info("sandbox session %s suspended after %.0fs idle", self.session_id, idle)
+                except Exception as exc:  # a failed freeze leaves the session running: said, not fatal
+                    log.warning("sandbox session %s: idle suspend failed: %s", self.session_id, exc)
+            until = [1.0] if self.freezer.paused else [idle - since, 1.0]
+            if idle_end is not None:
+                until.append(idle_end - since)
+            await asyncio.sleep(max(0.05, min(until)))
 
     async def end(self, kill: Callable[[], Awaitable[None]]) -> None:
         """The session's end: no more idle watch; a paused one is killed (SIGKILL reaches frozen

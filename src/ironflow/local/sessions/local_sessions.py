@@ -184,9 +184,9 @@ class LocalSessions:
         self._activity[session_id] = activity
         activity.base_snapshot, activity.deadline = seed.snapshot_id if seed else None, asyncio.timeout(ttl)
         session.watcher = asyncio.create_task(self._watch(session, ttl))
-        activity.start()
+        kill = functools.partial(launch.kill_tree, session.proc, session.group)
+        activity.start(idle_end=options.idle_timeout, kill=kill)
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            kill = functools.partial(launch.kill_tree, session.proc, session.group)
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
         if seed is not None and seed.home is not None:
             try:
@@ -209,7 +209,8 @@ class LocalSessions:
             session_id, "local", self.provider.isolation, now, now + options.ttl, dict(options.labels), options.run_id
         )
         try:
-            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=options.idle_timeout)
+            idle = None if options.idle_suspend else options.idle_timeout  # with a suspend: the host's (activity)
+            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=idle)
         except BaseException:
             shutil.rmtree(warm.directory, ignore_errors=True)
             raise
