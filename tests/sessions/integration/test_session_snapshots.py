@@ -138,8 +138,11 @@ async def test_a_snapshot_outlives_its_session_and_restores_byte_for_byte_with_m
     assert await restored.files.read("data/blob.bin") == blob
     with pytest.raises(errors.ConfigError, match="base of open session"):
         await sessions.remove_snapshot(taken.id)
-    with pytest.raises(errors.WorkspaceRefused, match="no host directory"):
-        await sessions.changes(restored.id, apply=True)
+    (grandchild,) = await sessions.fork(restored.id)  # a fork of it diffs against the snapshot too
+    for opened in (restored, grandchild):
+        with pytest.raises(errors.WorkspaceRefused, match="no host directory"):
+            await sessions.changes(opened.id, apply=True)
+    await grandchild.close()
     assert await _sh(restored, "stat -c '%a %n' data data/blob.bin run.sh && readlink link && cat ~/h") == (
         "750 data\n600 data/blob.bin\n755 run.sh\nsrc/main.py\nh\n"
     )

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from ironflow import errors
-from ironflow.local.sessions import snapshots
+from ironflow.local.sessions import snapshots, starter
 from ironflow.local.workspaces import copies
 from ironflow.local.workspaces.tree_reads import DIR_FLAGS
 
@@ -73,39 +73,32 @@ def _restored_home(
 
 
 def stage(
-    workspace: copies.PreparedWorkspace | None,
-    home: snapshots.Opener | None,
-    staging: Sequence[str],
-    *,
-    owner: int | None,
+    parent: starter.StartedSession, staging: Sequence[str], owner: int | None, snapshot_id: str | None
 ) -> list[Seed]:
-    """One seed per directory of ``staging`` (empty, private): the parent's ``workspace`` copy and
-    ``home`` (its opener) copied into each now; call it with the parent frozen.
+    """One seed per directory of ``staging`` (empty, private): the parent's workspace copy and home
+    copied into each now; call it with the parent frozen. ``snapshot_id``: the parent's own base
+    when it was opened from a snapshot (its forks diff against it too).
 
     Raises:
         WorkspaceRefused: the parent's files hold what a snapshot takes not (a FIFO, a hard link).
     """
+    workspace = parent.workspace
+    home = functools.partial(snapshots.sandbox_home, parent.proc.pid, parent.group)
     seeds = []
     for place in staging:
-        staged_workspace = staged_home = None
+        adopt = None
         if workspace is not None:
             staged_workspace = os.path.join(place, snapshots.WORKSPACE)
             snapshots.copy_checked(functools.partial(os.open, workspace.copy, DIR_FLAGS), staged_workspace, owner)
-        if home is not None:
-            staged_home = os.path.join(place, snapshots.HOME)
-            snapshots.copy_checked(home, staged_home, owner)
-        seeds.append(
-            Seed(
-                None if staged_workspace is None else functools.partial(_adopted, workspace, staged_workspace),
-                None if staged_home is None else functools.partial(_filled, staged_home, owner),
-            )
-        )
+            adopt = functools.partial(_adopted, workspace, staged_workspace)
+        staged_home = os.path.join(place, snapshots.HOME)
+        snapshots.copy_checked(home, staged_home, owner)
+        seeds.append(Seed(adopt, functools.partial(_filled, staged_home, owner), snapshot_id))
     return seeds
 
 
-def _adopted(parent: copies.PreparedWorkspace | None, staged: str, directory: str) -> copies.PreparedWorkspace:
+def _adopted(parent: copies.PreparedWorkspace, staged: str, directory: str) -> copies.PreparedWorkspace:
     """The staged copy moved into the new session's directory, on the parent's base."""
-    assert parent is not None
     copy = os.path.join(directory, snapshots.WORKSPACE)
     os.rename(staged, copy)  # the same filesystem (both under the sessions' state dir): instant
     return dataclasses.replace(parent, copy=copy, git_dir=os.path.join(directory, "workspace.git"))

@@ -426,9 +426,8 @@ class LocalSessions:
         return await asyncio.to_thread(self.store.remove, snapshot_id)
 
     async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
-        """``count`` sessions with this one's files, copied once each with it frozen (:mod:`~ironflow.local.
-        sessions.forks`; by a snapshot under gVisor or for a git workspace), its TTL left, labels and run;
-        a failure closes those opened so far."""
+        """``count`` sessions with this one's files, TTL left, labels and run (:mod:`~ironflow.local.sessions.
+        forks`: copied straight with it frozen, or by a snapshot); a failure closes those opened so far."""
         if not 1 <= count <= 100:
             raise errors.ConfigError("a fork makes 1 to 100 sessions")
         parent, owner = self._get(session_id), self.provider.shape().writable_uid
@@ -440,10 +439,10 @@ class LocalSessions:
                 seed = forks.from_snapshot(self.store, base.id, isolation=self.provider.isolation, owner=owner)
                 seeds = [seed] * count
             else:
-                home = functools.partial(snapshots.sandbox_home, parent.proc.pid, parent.group)
                 staging += [workdirs.marked_dir(self.state_dir, _DIR_PREFIX) for _ in range(count)]
-                async with self._activity[session_id].freezer.held():
-                    seeds = await asyncio.to_thread(forks.stage, parent.workspace, home, staging, owner=owner)
+                activity = self._activity[session_id]
+                async with activity.freezer.held():
+                    seeds = await asyncio.to_thread(forks.stage, parent, staging, owner, activity.base_snapshot)
             options = OpenOptions(ttl=max(1.0, parent.info.expires_at - time.time()), labels=parent.info.labels,
                                   run_id=parent.info.run_id)  # fmt: skip
             for seed in seeds:
