@@ -360,7 +360,8 @@ def list_sessions(
     table = tables.new("ID", "BACKEND", "ISOLATION", "EXPIRES IN", "RUN", "LABELS")
     for info in found:
         shown = ",".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"
-        table.add_row(info.id, info.backend, info.isolation, _expires(info), info.run_id or "-", shown)
+        expires = _expires(info) + (" (paused)" if info.paused else "")
+        table.add_row(info.id, info.backend, info.isolation, expires, info.run_id or "-", shown)
     print(tables.render(table, width=tables.stdout_width()))
 
 

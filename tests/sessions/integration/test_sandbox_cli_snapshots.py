@@ -81,6 +81,7 @@ def test_pause_unpause_extend_and_idle_suspend_from_the_shell(snapped: Served) -
     sandbox = _ok(snapped, "open", "--ttl", "2m")
     assert json.loads(_ok(snapped, "pause", sandbox, "-o", "json"))["paused"] is True
     assert json.loads(_ok(snapped, "ls", "-o", "json"))[0]["paused"] is True
+    assert "(paused)" in _ok(snapped, "ls")
     assert _ok(snapped, "exec", sandbox, "--", "echo", "awake") == "awake"  # a request resumes it
     assert json.loads(_ok(snapped, "ls", "-o", "json"))[0]["paused"] is False
     _ok(snapped, "pause", sandbox)
