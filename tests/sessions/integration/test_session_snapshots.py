@@ -19,7 +19,7 @@ from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.freezer import Freezer
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.local.sessions.snapshots import SnapshotStore
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import OpenOptions, PoolPolicy
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.workspaces import Workspace
 
@@ -293,3 +293,16 @@ async def test_a_suspended_session_still_ends_at_its_idle_timeout(sessions: Loca
     while await sessions.list():
         assert time.monotonic() < deadline, "never ended"
         await asyncio.sleep(0.3)
+
+
+async def test_a_home_snapshot_opens_in_a_warm_sandbox_of_the_pool(state: Path, store: SnapshotStore) -> None:
+    pooled = LocalSessions(LocalSandboxProvider(), state_dir=str(state), snapshot_store=store, pool=PoolPolicy(1))
+    async with pooled:
+        pooled.prewarm()
+        assert pooled.pool is not None
+        async with await pooled.open(OpenOptions(ttl=60)) as parent:
+            await _sh(parent, "mkdir -p notes && echo kept > notes/n.txt && chmod 604 notes/n.txt")
+            taken = await pooled.snapshot(parent.id)
+        await asyncio.wait_for(pooled.pool.full(), 30)
+        async with await pooled.open(OpenOptions(ttl=60, from_snapshot=taken.id)) as restored:
+            assert await _sh(restored, "cat notes/n.txt && stat -c %a notes/n.txt") == "kept\n604\n"
