@@ -243,7 +243,7 @@ class LocalSessions:
                 token = issued.claude
                 if issued.egress is not None:  # every command of the session goes through the egress proxy
                     run_env.update(environment.egress_env(issued.egress.reveal()))
-            warm = await self._starter.launch(
+            launching = self._starter.launch(
                 directory,
                 self._base_env,
                 prepared,
@@ -252,6 +252,7 @@ class LocalSessions:
                 egress_socket=egress_socket,
                 agent=agent,
             )
+            warm = await (launching if seed is None else forks.beside(launching, seed, directory))
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -431,29 +432,24 @@ class LocalSessions:
         if not 1 <= count <= 100:
             raise errors.ConfigError("a fork makes 1 to 100 sessions")
         parent, owner = self._get(session_id), self.provider.shape().writable_uid
-        staging: builtins.list[str] = []
-        opened: builtins.list[AsyncSandbox] = []
+        activity, opened = self._activity[session_id], builtins.list[AsyncSandbox]()
+        options = OpenOptions(ttl=max(1.0, parent.info.expires_at - time.time()), labels=parent.info.labels,
+                              run_id=parent.info.run_id)  # fmt: skip
         try:
             if (parent.workspace is not None and parent.workspace.spec.is_git) or self.provider.isolation != "bwrap":
                 base = await self.snapshot(session_id, name=f"fork-of-{session_id}")  # their base: kept in the store
                 seed = forks.from_snapshot(self.store, base.id, isolation=self.provider.isolation, owner=owner)
-                seeds = [seed] * count
-            else:
-                staging += [workdirs.marked_dir(self.state_dir, _DIR_PREFIX) for _ in range(count)]
-                activity = self._activity[session_id]
-                async with activity.freezer.held():
-                    seeds = await asyncio.to_thread(forks.stage, parent, staging, owner, activity.base_snapshot)
-            options = OpenOptions(ttl=max(1.0, parent.info.expires_at - time.time()), labels=parent.info.labels,
-                                  run_id=parent.info.run_id)  # fmt: skip
-            for seed in seeds:
-                opened.append(await self._open(options, False, seed))
+                for _ in range(count):
+                    opened.append(await self._open(options, False, seed))
+                return opened
+            async with activity.freezer.held():  # each fork's sandbox starts while its files are copied
+                for _ in range(count):
+                    seed = forks.live(parent, owner, activity.base_snapshot)
+                    opened.append(await self._open(options, False, seed))
         except BaseException:
             for handle in opened:
                 await handle.close()
             raise
-        finally:
-            for place in staging:
-                shutil.rmtree(place, ignore_errors=True)  # emptied by each session's open, or left by a failure
         return opened
 
     async def pause(self, session_id: str) -> SessionInfo:

@@ -51,7 +51,8 @@ __all__ = [
     "SNAPSHOT_LIMIT_ENV",
     "WORKSPACE",
     "SnapshotStore",
-    "copy_checked",
+    "check_tree",
+    "copy_into",
     "default_store_dir",
     "fill_home",
     "parse_limit",
@@ -401,21 +402,40 @@ class SnapshotStore:
         fill_home(scratch, home, owner=owner)
 
 
-def copy_checked(opener: Opener, dst: str, owner: int | None) -> None:
-    """The tree ``opener`` opens, checked as a snapshot's is (no byte limit), copied into the new ``dst``.
+def check_tree(opener: Opener, tree: str) -> None:
+    """The tree ``opener`` opens, checked as a snapshot's is (no byte limit).
 
     Raises:
         WorkspaceRefused: a special file or a hard link in it; a path that moved while it was read.
     """
     root = opener()
     try:
-        _scan(root, os.path.basename(dst), _NO_BOUND)
-        _copy(root, dst, owner=owner)
+        _scan(root, tree, _NO_BOUND)
     except OSError as exc:
-        _remove_tree(dst)
-        raise _refused(f"the session's files could not be copied: {exc.strerror or exc}") from None
+        raise _refused(f"the session's files could not be read: {exc.strerror or exc}") from None
     finally:
         os.close(root)
+
+
+def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bool = False) -> None:
+    """The tree ``source`` opens copied into the empty directory ``target`` opens, given to ``owner``
+    (``as_owner``: written by this thread with ``owner`` as its filesystem uid, for a sandbox's HOME:
+    see :func:`fill_home`).
+
+    Raises:
+        WorkspaceRefused: a path moved while it was read, or could not be written.
+    """
+    src = source()
+    try:
+        if as_owner and owner is not None:
+            with _fsuid(owner):
+                _copy_into(src, target, owner=None)
+        else:
+            _copy_into(src, target, owner=owner)
+    except (OSError, tree_reads.Refused) as exc:
+        raise _refused(f"the session's files could not be copied: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        os.close(src)
 
 
 def fill_home(staged: str, home: Opener, *, owner: int | None) -> None:
