@@ -3,7 +3,8 @@
 A group over a table, like ``ironflow`` itself (:mod:`ironflow.cli.lazy`): a session
 command (:mod:`ironflow.cli.sandbox_sessions`, a client of ``serve``) loads neither the
 server (:mod:`ironflow.cli.sandbox_serve`) nor the Kubernetes modules of the pattern commands
-(:mod:`ironflow.cli.sandbox_patterns`).
+(:mod:`ironflow.cli.sandbox_patterns`); snapshots, forks, pause and extend are
+:mod:`ironflow.cli.sandbox_snapshots`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _SESSIONS: Final = "ironflow.cli.sandbox_sessions"
 _PATTERNS: Final = "ironflow.cli.sandbox_patterns"
 _LIFECYCLE: Final = "ironflow.cli.sandbox_lifecycle"
 _TOKENS: Final = "ironflow.cli.sandbox_tokens"
+_SNAPSHOTS: Final = "ironflow.cli.sandbox_snapshots"
 
 #: Command name -> (module, the one-line help ``ironflow sandbox --help`` shows), in listing order.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
@@ -52,6 +54,15 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         _SESSIONS,
         "The patch of everything changed in a session's workspace since it was opened.",
     ),
+    "snapshot": (
+        _SNAPSHOTS,
+        "Keep a session's files as a snapshot and print its id; `snapshot rm SNAPSHOT` deletes one.",
+    ),
+    "snapshots": (_SNAPSHOTS, "List the snapshots of the server's store: id, name, session, size, age."),
+    "fork": (_SNAPSHOTS, "Open sessions that start with a snapshot of this one's files; print their ids."),
+    "pause": (_SNAPSHOTS, "Freeze a session's processes (its files stay); its next request, or unpause, thaws it."),
+    "unpause": (_SNAPSHOTS, "Let a paused session run again."),
+    "extend": (_SNAPSHOTS, "Move a session's expiry: it now ends --ttl from now."),
     "render": (
         _PATTERNS,
         "Print the objects of an agent-sandbox pattern (dry run; nothing is sent).",

@@ -43,7 +43,15 @@ from ironflow.cli.session_backends import (
 from ironflow.cli.stores import run_async
 from ironflow.sessions.backend import SessionBackend
 from ironflow.sessions.client import AsyncFiles
-from ironflow.sessions.values import SESSION_ID, OpenOptions, Output, SessionInfo, check_session_id, parse_duration
+from ironflow.sessions.values import (
+    SESSION_ID,
+    OpenOptions,
+    Output,
+    SessionInfo,
+    check_session_id,
+    check_snapshot_id,
+    parse_duration,
+)
 from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source
 
 __all__ = ["parse_pairs", "parse_remote", "register"]
@@ -124,6 +132,21 @@ def open_session(
             show_default=False,
         ),
     ] = None,
+    from_snapshot: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="SNAPSHOT",
+            help="Start with a snapshot's files (`sandbox snapshots`).",
+            show_default=False,
+        ),
+    ] = None,
+    idle_suspend: Annotated[
+        str | None,
+        typer.Option(
+            "--idle-suspend", help="Pause after this long with no request; the next one resumes it.", show_default=False
+        ),
+    ] = None,
     output: Annotated[
         ResultFormat, typer.Option("--output", "-o", help="text (the id), json or yaml (the session).")
     ] = ResultFormat.TEXT,
@@ -152,17 +175,28 @@ def open_session(
             )
         if not Path(workspace).is_dir():
             exits.fail(f"--workspace '{workspace}' is not a directory")
+    if mode is Mode.CLUSTER and (from_snapshot or idle_suspend):
+        exits.fail("--from and --idle-suspend are for local sessions (a `sandbox serve` server)")
     try:
         ttl_s = parse_duration(ttl)
-        idle = idle_timeout or (_DEFAULT_IDLE if mode is Mode.SERVER else None)
+        # --idle-suspend pauses what --idle-timeout would end: no default idle timeout with it
+        idle = idle_timeout or (_DEFAULT_IDLE if mode is Mode.SERVER and idle_suspend is None else None)
         idle_s = None if idle is None else parse_duration(idle)
+        suspend_s = None if idle_suspend is None else parse_duration(idle_suspend)
+        if from_snapshot is not None:
+            check_snapshot_id(from_snapshot)
     except errors.ConfigError as exc:
         exits.fail_for(exc)
+    if from_snapshot is not None and workspace is not None:
+        exits.fail("--from and --workspace: a session starts from a snapshot or a workspace, not both")
     session_labels = parse_pairs(label, "--label")
 
     async def go(sessions: SessionBackend) -> SessionInfo:
         spec = None if workspace is None else Workspace.parse(workspace)
-        options = OpenOptions(ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=spec, egress=policy)
+        options = OpenOptions(
+            ttl=ttl_s, idle_timeout=idle_s, labels=session_labels, workspace=spec, egress=policy,
+            idle_suspend=suspend_s, from_snapshot=from_snapshot,
+        )  # fmt: skip
         sandbox = await sessions.open(options)
         await sandbox.disconnect()
         return sandbox.info
@@ -326,7 +360,8 @@ def list_sessions(
     table = tables.new("ID", "BACKEND", "ISOLATION", "EXPIRES IN", "RUN", "LABELS")
     for info in found:
         shown = ",".join(f"{k}={v}" for k, v in sorted(info.labels.items())) or "-"
-        table.add_row(info.id, info.backend, info.isolation, _expires(info), info.run_id or "-", shown)
+        expires = _expires(info) + (" (paused)" if info.paused else "")
+        table.add_row(info.id, info.backend, info.isolation, expires, info.run_id or "-", shown)
     print(tables.render(table, width=tables.stdout_width()))
 
 

@@ -1,6 +1,7 @@
 """The HTTP face of a backend's sessions: ironflow's session endpoints, and the upstream Sandbox Router.
 
-``/ironflow/v1/sandboxes`` opens, lists, shows and closes sessions. Every other path is a
+``/ironflow/v1/sandboxes`` opens, lists, shows and closes sessions (snapshots, forks, pause and
+extend: :mod:`~ironflow.sandbox_router.controls`). Every other path is a
 session's runtime API, routed by the headers agent-sandbox's Sandbox Router reads
 (``X-Sandbox-ID``, ``-Namespace``, ``-Port``, ``-Timeout``) with its error answers, so the
 upstream SDK works unchanged against a laptop. The raw escaped path goes through as sent;
@@ -31,6 +32,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from ironflow import errors, labels
+from ironflow.sandbox_router import controls
 from ironflow.secrets import Secret
 from ironflow.sessions.backend import SessionBackend
 from ironflow.sessions.remote import API_PATH
@@ -130,6 +132,8 @@ class _Router:
     async def create(self, request: web.Request) -> web.Response:
         doc = await _json_body(request)
         options = OpenOptions.from_json(doc)  # a ConfigError: 400
+        if options.from_snapshot is not None or options.idle_suspend is not None:
+            controls.controls_of(self.sessions)  # refused in one line where the backend has none
         wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
             return _detail(
@@ -279,16 +283,19 @@ class _Router:
         headers["Authorization"] = f"Bearer {token.reveal()}"
         url = URL("http://sandbox" + request.raw_path, encoded=True)
         body = request.content if request.body_exists else None
-        try:
-            async with asyncio.timeout(timeout):
-                upstream = await client.request(request.method, url, headers=headers, data=body, allow_redirects=False)
-        except TimeoutError:
-            return _detail(504, f"Timed out waiting for the backend sandbox: {session_id}")
-        except aiohttp.ClientError:
-            await self._prune()
-            return _detail(502, f"Could not connect to the backend sandbox: {session_id}")
-        async with upstream:
-            return await _relay(request, upstream)
+        async with controls.activity(self.sessions, session_id):  # a paused session is resumed first
+            try:
+                async with asyncio.timeout(timeout):
+                    upstream = await client.request(
+                        request.method, url, headers=headers, data=body, allow_redirects=False
+                    )
+            except TimeoutError:
+                return _detail(504, f"Timed out waiting for the backend sandbox: {session_id}")
+            except aiohttp.ClientError:
+                await self._prune()
+                return _detail(502, f"Could not connect to the backend sandbox: {session_id}")
+            async with upstream:
+                return await _relay(request, upstream)
 
     async def aclose(self) -> None:
         for client in self._upstreams.values():
@@ -367,6 +374,7 @@ def build_app(sessions: SessionBackend, token: Secret, *, max_sessions: int = DE
     app.router.add_get(API_PATH + "/{id}", router.show)
     app.router.add_delete(API_PATH + "/{id}", router.delete)
     app.router.add_post(API_PATH + "/{id}/changes", router.changes)
+    controls.add_routes(app, sessions, max_sessions=max_sessions)
     app.router.add_route("*", "/{tail:.*}", router.proxy)
 
     async def cleanup(_app: web.Application) -> None:

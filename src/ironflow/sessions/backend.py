@@ -6,6 +6,9 @@ it, async throughout; a provider hands its own out from ``provider.sessions()``.
 opened with :class:`~ironflow.sessions.values.OpenOptions`, the one place its options are
 written. Sessions that live in a cluster, not in the process that opened them, add
 :class:`ClusterSessionBackend`: another process finds, closes and releases them by label.
+Backends that can snapshot, fork, pause and extend a session add :class:`SessionControls`
+(local sessions, and a server's client, which passes them on); callers check it with
+``isinstance`` and refuse in one line where it is missing (:func:`controls_of`).
 
 "Held" is what this object holds in this process: a local session (all of them), a cluster
 session it opened or reattached (a bridge to its pod), none for a server's client. A server
@@ -16,15 +19,18 @@ interfaces only; it runs nothing.
 from __future__ import annotations
 
 import builtins
+import contextlib
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ironflow import errors
 
 if TYPE_CHECKING:
     from ironflow.secrets import Secret
     from ironflow.sessions.client import AsyncSandbox
-    from ironflow.sessions.values import OpenOptions, SessionInfo
+    from ironflow.sessions.values import OpenOptions, SessionInfo, SnapshotInfo
     from ironflow.workspaces import WorkspaceChanges
 
-__all__ = ["ClusterSessionBackend", "PooledSessionBackend", "SessionBackend"]
+__all__ = ["ClusterSessionBackend", "PooledSessionBackend", "SessionBackend", "SessionControls", "controls_of"]
 
 
 @runtime_checkable
@@ -100,3 +106,60 @@ class PooledSessionBackend(SessionBackend, Protocol):
     def prewarm(self) -> None:
         """Begin filling the pool now, in the running loop (a server calls it once listening)."""
         ...
+
+
+@runtime_checkable
+class SessionControls(SessionBackend, Protocol):
+    """Snapshots, forks, pause and resume, and a TTL extension of open sessions.
+
+    A snapshot holds a session's files (its workspace and home), immutable, with an id; ``open``
+    takes one as ``OpenOptions(from_snapshot=...)``. A paused session keeps its files and its
+    processes, frozen; any request to it resumes it first.
+    """
+
+    async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
+        """The session's files as a new snapshot (read with its processes frozen)."""
+        ...
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """Every snapshot in the store, oldest first."""
+        ...
+
+    async def remove_snapshot(self, snapshot_id: str) -> bool:
+        """Delete a snapshot; False when there was none."""
+        ...
+
+    async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
+        """``count`` new sessions, each starting with a snapshot of this one's files (taken once)."""
+        ...
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        """Freeze every process of the session (its files stay); pausing twice is no error."""
+        ...
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        """Let a paused session run again; resuming a running one is no error."""
+        ...
+
+    async def extend(self, session_id: str, ttl: float) -> SessionInfo:
+        """The session now ends ``ttl`` seconds from now (sooner or later than before)."""
+        ...
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request to the session under way (a server wraps each one it forwards): a paused
+        session is resumed first and kept from idle suspend until the block ends."""
+        ...
+
+
+def controls_of(sessions: SessionBackend) -> SessionControls:
+    """``sessions`` when it has :class:`SessionControls`.
+
+    Raises:
+        ConfigError: it has not (one line naming its backend).
+    """
+    if isinstance(sessions, SessionControls):
+        return sessions
+    raise errors.ConfigError(
+        f"{sessions.backend} sessions have no snapshots, forks, pause or extend yet: they are for local sessions "
+        "(bubblewrap or gVisor, or a `sandbox serve` of them)"
+    )

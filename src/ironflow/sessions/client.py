@@ -76,7 +76,16 @@ class RuntimeClient:
         headers: sent on every request (``Authorization``, and ``X-Sandbox-ID`` through a server).
     """
 
-    def __init__(self, *, headers: Mapping[str, str], unix_path: str | None = None, base_url: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        headers: Mapping[str, str],
+        unix_path: str | None = None,
+        base_url: str = "",
+        activity: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
+    ) -> None:
+        #: Around each request (a local session's: resume it first, keep it from idle suspend).
+        self._activity = activity or contextlib.nullcontext
         connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
         self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
         self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
@@ -105,7 +114,8 @@ class RuntimeClient:
             SandboxError: anything else.
         """
         try:
-            response = await self._http.request(method, self._base + path, **kwargs)
+            async with self._activity():
+                response = await self._http.request(method, self._base + path, **kwargs)
         except aiohttp.ClientError as exc:
             raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:
@@ -166,6 +176,11 @@ class RuntimeClient:
 
     async def _pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
         """A stream's body as it arrives: on the socket by :mod:`~ironflow.sessions.socket_link`, else by aiohttp."""
+        async with self._activity(), contextlib.aclosing(self._raw_pieces(method, path, spec)) as pieces:
+            async for data in pieces:
+                yield data
+
+    async def _raw_pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
         if self._link is None:
             response = await self.request(method, path, **({} if spec is None else {"json": spec}))
             async with response:

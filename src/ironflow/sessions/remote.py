@@ -11,6 +11,7 @@ is a header value only.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -19,15 +20,33 @@ from typing import Any, Final
 from ironflow import errors, settings_file
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
-from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id, legacy_options
+from ironflow.sessions.values import (
+    OpenOptions,
+    SessionInfo,
+    SessionNotFound,
+    SnapshotInfo,
+    check_session_id,
+    check_snapshot_id,
+    legacy_options,
+)
 from ironflow.workspaces import WorkspaceChanges
 
-__all__ = ["API_PATH", "SERVER_ENV", "TOKEN_ENV", "RemoteSessions", "resolve_server", "resolve_token", "token_file"]
+__all__ = [
+    "API_PATH",
+    "SERVER_ENV",
+    "SNAPSHOTS_PATH",
+    "TOKEN_ENV",
+    "RemoteSessions",
+    "resolve_server",
+    "resolve_token",
+    "token_file",
+]
 
 SERVER_ENV: Final = "IRONFLOW_SANDBOX_SERVER"
 TOKEN_ENV: Final = "IRONFLOW_SANDBOX_TOKEN"  # noqa: S105 - a variable name
 #: The server's own endpoints (every other path is a session's runtime API).
 API_PATH: Final = "/ironflow/v1/sandboxes"
+SNAPSHOTS_PATH: Final = "/ironflow/v1/snapshots"
 _NO_SERVER: Final = (
     "no sandbox server: local sessions live in the process that serves them; start `ironflow sandbox serve` "
     f"and pass --server URL or set {SERVER_ENV}"
@@ -174,6 +193,45 @@ class RemoteSessions:
         except FileNotFoundError:
             return False
         return True
+
+    # -- snapshots, fork, pause, extend (the server's backend must have them: else its one-line 400) --
+
+    async def _session_call(self, session_id: str, action: str, body: dict[str, object]) -> Any:
+        try:
+            return await self._client.json("POST", f"{API_PATH}/{check_session_id(session_id)}/{action}", json=body)
+        except FileNotFoundError:
+            raise SessionNotFound(f"no open sandbox session '{session_id}'") from None
+
+    async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
+        return SnapshotInfo.from_json(await self._session_call(session_id, "snapshot", {"name": name}))
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        doc = await self._client.json("GET", SNAPSHOTS_PATH)
+        return [SnapshotInfo.from_json(item) for item in doc["snapshots"]]
+
+    async def remove_snapshot(self, snapshot_id: str) -> bool:
+        try:
+            await self._client.json("DELETE", f"{SNAPSHOTS_PATH}/{check_snapshot_id(snapshot_id)}")
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
+        doc = await self._session_call(session_id, "fork", {"count": count})
+        return [self._handle(SessionInfo.from_json(item)) for item in doc["sandboxes"]]
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        return SessionInfo.from_json(await self._session_call(session_id, "pause", {}))
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        return SessionInfo.from_json(await self._session_call(session_id, "resume", {}))
+
+    async def extend(self, session_id: str, ttl: float) -> SessionInfo:
+        return SessionInfo.from_json(await self._session_call(session_id, "extend", {"ttl": ttl}))
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Nothing to do here: the server resumes its sessions on each request."""
+        return contextlib.nullcontext()
 
     async def aclose(self) -> None:
         await self._client.aclose()

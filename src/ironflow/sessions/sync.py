@@ -20,7 +20,15 @@ from ironflow.secrets import Secret
 from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
 from ironflow.sessions.remote import RemoteSessions
 from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
-from ironflow.sessions.values import CommandEvent, CommandResult, FileEntry, OpenOptions, SessionInfo, legacy_options
+from ironflow.sessions.values import (
+    CommandEvent,
+    CommandResult,
+    FileEntry,
+    OpenOptions,
+    SessionInfo,
+    SnapshotInfo,
+    legacy_options,
+)
 
 __all__ = ["Commands", "Files", "Sandbox", "SyncCommandHandle"]
 
@@ -229,6 +237,30 @@ class Sandbox:
     def connect(cls, session_id: str, *, server: str | None = None, token: Secret | str | None = None) -> Sandbox:
         """A handle on an open session. Raises: SessionNotFound."""
         return cls._start(server, token, RemoteSessions.connect, session_id)
+
+    def snapshot(self, *, name: str | None = None) -> SnapshotInfo:
+        """The session's files as a new snapshot (``Sandbox.open(OpenOptions(from_snapshot=...))`` starts from it)."""
+        return self._loop.run(self._sessions.snapshot(self.id, name=name))
+
+    def fork(self, count: int = 1) -> list[Sandbox]:
+        """``count`` new sessions from one snapshot of this one, each its own :class:`Sandbox`."""
+        handles = self._loop.run(self._sessions.fork(self.id, count=count))
+        for handle in handles:
+            self._loop.run(handle.disconnect())
+        token = self._sessions._token
+        return [Sandbox.connect(h.id, server=self._sessions.server, token=token) for h in handles]
+
+    def pause(self) -> SessionInfo:
+        """Freeze the session's processes (its files stay); the next request resumes it."""
+        return self._loop.run(self._sessions.pause(self.id))
+
+    def resume(self) -> SessionInfo:
+        return self._loop.run(self._sessions.resume(self.id))
+
+    def extend(self, ttl: float) -> SessionInfo:
+        """The session now ends ``ttl`` seconds from now."""
+        self.info = self._loop.run(self._sessions.extend(self.id, ttl))
+        return self.info
 
     def _end(self, close: bool) -> None:
         if self._ended:

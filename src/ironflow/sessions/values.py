@@ -29,6 +29,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_TTL_S",
     "SESSION_ID",
+    "SNAPSHOT_ID",
     "CommandEvent",
     "CommandResult",
     "Exit",
@@ -37,24 +38,46 @@ __all__ = [
     "Output",
     "SessionInfo",
     "SessionNotFound",
+    "SnapshotInfo",
+    "SnapshotNotFound",
     "check_session_id",
+    "check_snapshot_id",
     "legacy_options",
     "parse_duration",
 ]
 
 #: A session id: ``sbx-`` and 16 lowercase hex digits (a DNS label, so it can name a claim too).
 SESSION_ID: Final = re.compile(r"^sbx-[0-9a-f]{16}$")
+#: A snapshot id: ``snap-`` and 16 lowercase hex digits.
+SNAPSHOT_ID: Final = re.compile(r"^snap-[0-9a-f]{16}$")
 #: How long a session lives when the caller names no TTL.
 DEFAULT_TTL_S: Final = 3600.0
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: The backends a session may live on (``backend`` in a server's open request: its own, or refused).
 BACKENDS: Final = ("local", "k8s", "agent-sandbox")
-_OPEN_FIELDS: Final = frozenset({"ttl", "idle_timeout", "labels", "run_id", "env", "backend", "workspace", "egress"})
+_OPEN_FIELDS: Final = frozenset(
+    {
+        "ttl",
+        "idle_timeout",
+        "idle_suspend",
+        "labels",
+        "run_id",
+        "env",
+        "backend",
+        "workspace",
+        "egress",
+        "from_snapshot",
+    }
+)
 
 
 class SessionNotFound(errors.UsageError):
     """No open session has this id (it was closed, expired, or never existed)."""
+
+
+class SnapshotNotFound(errors.UsageError):
+    """No snapshot in the store has this id (it was removed, or never existed)."""
 
 
 def check_session_id(value: str) -> str:
@@ -65,6 +88,17 @@ def check_session_id(value: str) -> str:
     """
     if not SESSION_ID.match(value):
         raise errors.ConfigError(f"invalid sandbox id '{errors.truncate(value, 80)}': expected sbx-<16 hex digits>")
+    return value
+
+
+def check_snapshot_id(value: str) -> str:
+    """``value`` when it is a snapshot id.
+
+    Raises:
+        ConfigError: naming the expected form.
+    """
+    if not SNAPSHOT_ID.match(value):
+        raise errors.ConfigError(f"invalid snapshot id '{errors.truncate(value, 80)}': expected snap-<16 hex digits>")
     return value
 
 
@@ -91,6 +125,8 @@ class SessionInfo:
     expires_at: float
     labels: Mapping[str, str] = field(default_factory=dict)
     run_id: str | None = None
+    #: Frozen by ``pause`` or its idle suspend: its processes stopped, its files kept.
+    paused: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -101,6 +137,7 @@ class SessionInfo:
             "expires_at": self.expires_at,
             "labels": dict(self.labels),
             "run_id": self.run_id,
+            "paused": self.paused,
         }
 
     @classmethod
@@ -115,6 +152,45 @@ class SessionInfo:
             expires_at=float(str(doc.get("expires_at", 0))),
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
             run_id=None if run_id is None else str(run_id),
+            paused=doc.get("paused") is True,
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """An immutable snapshot of a session's files: what it holds and where it came from."""
+
+    id: str
+    name: str | None
+    session_id: str
+    size_bytes: int
+    created_at: float
+    isolation: str
+    #: Which of the session's trees it holds: ``workspace`` (at /workspace), ``home`` (HOME).
+    trees: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "session_id": self.session_id,
+            "size_bytes": self.size_bytes,
+            "created_at": self.created_at,
+            "isolation": self.isolation,
+            "trees": list(self.trees),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> SnapshotInfo:
+        name, trees = doc.get("name"), doc.get("trees") or []
+        return cls(
+            id=check_snapshot_id(str(doc["id"])),
+            name=None if name is None else str(name),
+            session_id=str(doc.get("session_id", "")),
+            size_bytes=int(str(doc.get("size_bytes", 0))),
+            created_at=float(str(doc.get("created_at", 0))),
+            isolation=str(doc.get("isolation", "")),
+            trees=tuple(str(t) for t in trees) if isinstance(trees, list) else (),
         )
 
 
@@ -160,6 +236,10 @@ class OpenOptions:
         workspace: what the session works on (a host directory or a git URL, as a step's).
         egress: what its commands may reach through the egress proxy (:mod:`ironflow.egress`),
             added to the provider's; local bubblewrap sessions only for now.
+        idle_suspend: seconds without a request after which it is paused (its processes frozen,
+            its files kept); the next request resumes it. Local sessions only.
+        from_snapshot: a snapshot's id: the session starts with its files (local sessions only;
+            not with ``workspace``).
     """
 
     ttl: float = DEFAULT_TTL_S
@@ -169,10 +249,16 @@ class OpenOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     workspace: Workspace | None = None
     egress: EgressPolicy | None = None
+    idle_suspend: float | None = None
+    from_snapshot: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.ttl > 0 or (self.idle_timeout is not None and not self.idle_timeout > 0):
-            raise errors.ConfigError("ttl and idle_timeout must be positive numbers of seconds")
+        if not self.ttl > 0 or any(v is not None and not v > 0 for v in (self.idle_timeout, self.idle_suspend)):
+            raise errors.ConfigError("ttl, idle_timeout and idle_suspend must be positive numbers of seconds")
+        if self.from_snapshot is not None:
+            check_snapshot_id(self.from_snapshot)
+            if self.workspace is not None:
+                raise errors.ConfigError("a session opens from a snapshot or with a workspace, not both")
 
     @classmethod
     def from_json(cls, doc: object) -> OpenOptions:
@@ -206,6 +292,9 @@ class OpenOptions:
             raise errors.ConfigError("workspace must be a directory on the server's machine or GIT_URL[@REF]")
         ttl = _seconds(doc, "ttl")
         egress = None if doc.get("egress") is None else EgressPolicy.from_json(doc["egress"])
+        snapshot = doc.get("from_snapshot")
+        if snapshot is not None and not isinstance(snapshot, str):
+            raise errors.ConfigError("from_snapshot must be a snapshot id: snap-<16 hex digits>")
         return cls(
             ttl=DEFAULT_TTL_S if ttl is None else ttl,
             idle_timeout=_seconds(doc, "idle_timeout"),
@@ -214,6 +303,8 @@ class OpenOptions:
             env=env,
             workspace=None if source is None else Workspace.parse(source),
             egress=egress,
+            idle_suspend=_seconds(doc, "idle_suspend"),
+            from_snapshot=snapshot,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -225,6 +316,10 @@ class OpenOptions:
         """
         body: dict[str, object] = {"ttl": self.ttl, "idle_timeout": self.idle_timeout, "labels": dict(self.labels)}
         body.update(run_id=self.run_id, env=dict(self.env))
+        if self.idle_suspend is not None:
+            body["idle_suspend"] = self.idle_suspend
+        if self.from_snapshot is not None:
+            body["from_snapshot"] = self.from_snapshot
         if self.egress is not None:
             body["egress"] = self.egress.to_json()
         if self.workspace is not None:

@@ -26,6 +26,7 @@ from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.provider import AgentProvider, SessionProvider, sessions_of
 from ironflow.results import AgentResult
 from ironflow.sessions import ClusterSessionBackend, OpenOptions, RemoteSessions, SessionBackend, SessionNotFound
+from ironflow.sessions.backend import SessionControls, controls_of
 from ironflow.sessions.values import legacy_options
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
@@ -185,3 +186,15 @@ def test_the_old_open_keywords_become_open_options_with_a_warning() -> None:
         legacy_options(given, {"ttl": 1}, caller="x.open")
     with pytest.raises(TypeError, match="'agent'"):
         legacy_options(None, {"agent": True}, caller="x.open")
+
+
+async def test_local_and_remote_sessions_have_the_controls_and_cluster_ones_refuse_in_one_line(tmp_path: Path) -> None:
+    local: SessionControls = LocalSandboxProvider().sessions(state_dir=str(tmp_path))
+    assert controls_of(local) is local
+    async with RemoteSessions("http://127.0.0.1:1", token="t" * 32) as remote:
+        assert isinstance(remote, SessionControls)
+    cluster = _pod_provider().sessions()
+    assert not isinstance(cluster, SessionControls)
+    with pytest.raises(errors.ConfigError, match="k8s sessions have no snapshots") as caught:
+        controls_of(cluster)
+    assert "\n" not in str(caught.value)

@@ -13,6 +13,7 @@ import pytest
 from ironflow import egress, errors
 from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sessions import OpenOptions, SessionInfo, check_session_id, parse_duration
+from ironflow.sessions.values import SnapshotInfo
 
 
 @pytest.mark.parametrize("name", ["server.py", "streams.py", "pod_exec.py", "startup.py", "confine.py"])
@@ -80,3 +81,40 @@ def test_open_options_carry_an_egress_policy_over_the_wire() -> None:
     assert "egress" not in OpenOptions(ttl=60).to_json()
     with pytest.raises(errors.ConfigError, match="egress"):
         OpenOptions.from_json({"egress": {"allow": [5]}})
+
+
+def test_a_snapshot_survives_its_wire_form() -> None:
+    info = SnapshotInfo(
+        "snap-0123456789abcdef", "base", "sbx-0123456789abcdef", 42, 1.5, "bwrap", ("workspace", "home")
+    )
+    assert SnapshotInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+    with pytest.raises(errors.ConfigError, match="invalid snapshot id"):
+        SnapshotInfo.from_json({**info.to_json(), "id": "../../etc"})
+
+
+def test_open_options_carry_a_snapshot_and_an_idle_suspend_over_the_wire() -> None:
+    options = OpenOptions(ttl=60, idle_suspend=300, from_snapshot="snap-0123456789abcdef")
+    assert OpenOptions.from_json(json.loads(json.dumps(options.to_json()))) == options
+    assert OpenOptions.from_json({"idle_suspend": "5m"}).idle_suspend == 300
+    assert "from_snapshot" not in OpenOptions().to_json()
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ({"from_snapshot": "sbx-0123456789abcdef"}, "invalid snapshot id"),
+        ({"from_snapshot": 5}, "from_snapshot must be a snapshot id"),
+        ({"from_snapshot": "snap-0123456789abcdef", "workspace": "/tmp"}, "not both"),
+        ({"idle_suspend": -1}, "idle_suspend must be a positive"),
+        ({"idle_suspend": "soon"}, "invalid duration"),
+    ],
+)
+def test_bad_snapshot_and_idle_suspend_options_are_refused(doc: dict[str, object], words: str) -> None:
+    with pytest.raises(errors.ConfigError, match=words):
+        OpenOptions.from_json(doc)
+
+
+def test_a_paused_session_says_so_on_the_wire() -> None:
+    info = SessionInfo("sbx-0123456789abcdef", "local", "bwrap", 1.5, 61.5, paused=True)
+    assert SessionInfo.from_json(info.to_json()).paused
+    assert not SessionInfo.from_json({"id": "sbx-0123456789abcdef"}).paused

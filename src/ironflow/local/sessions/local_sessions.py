@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -38,7 +39,19 @@ from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, step_proxy
-from ironflow.local.sessions import agents, changesets, docker_sessions, gvisor_runtime, prewarm, starter
+from ironflow.local.sessions import (
+    agents,
+    changesets,
+    controls,
+    docker_sessions,
+    forks,
+    gvisor_runtime,
+    prewarm,
+    snapshots,
+    starter,
+)
+from ironflow.local.sessions.activity import SessionActivity
+from ironflow.local.sessions.freezer import Freezer
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.sessions.starter import RUNTIME_DIR, RUNTIME_PATH
 from ironflow.results import AgentResult
@@ -60,7 +73,7 @@ _DIR_PREFIX: Final = "ifs-"
 _MAX_SOCKET_PATH: Final = 107
 
 
-class LocalSessions:
+class LocalSessions(controls.LocalControls):
     """The sessions this process opened on the local provider, by id.
 
     Args:
@@ -69,6 +82,7 @@ class LocalSessions:
             system's temp dir. Keep it short: a unix socket path holds at most 107 bytes.
         max_upload_bytes: the largest file a session accepts in one upload.
         pool: sandboxes kept warm for the sessions that fit one (:mod:`~ironflow.local.sessions.prewarm`).
+        snapshot_store: the store of snapshots (:mod:`~ironflow.local.sessions.snapshots`; default the user's).
 
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
@@ -85,8 +99,10 @@ class LocalSessions:
         state_dir: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         pool: PoolPolicy | None = None,
+        snapshot_store: snapshots.SnapshotStore | None = None,
     ) -> None:
         self.provider = provider
+        self.store = snapshot_store or snapshots.SnapshotStore()
         self._starter = starter.SessionStarter(self.provider)
         if provider.isolation == "docker":
             self._starter = docker_sessions.DockerStarter(self.provider)
@@ -97,6 +113,7 @@ class LocalSessions:
             )
         self.max_upload_bytes = max_upload_bytes
         self._sessions: dict[str, starter.StartedSession] = {}
+        self._activity: dict[str, SessionActivity] = {}
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
         # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
@@ -130,6 +147,15 @@ class LocalSessions:
             ConfigError: the provider has relays (not delivered to sessions yet).
         """
         options = options or OpenOptions()
+        seed = None
+        if self.provider.isolation == "docker" and (options.from_snapshot is not None or options.idle_suspend):
+            raise errors.ConfigError("--from and --idle-suspend are for bwrap and gvisor sessions, not Docker's")
+        if options.from_snapshot is not None:
+            owner, isolation = self.provider.shape().writable_uid, self.provider.isolation
+            seed = forks.from_snapshot(self.store, options.from_snapshot, isolation=isolation, owner=owner)
+        return await self._open(options, agent, seed)
+
+    async def _open(self, options: OpenOptions, agent: bool, seed: forks.Seed | None) -> AsyncSandbox:
         ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
@@ -147,7 +173,8 @@ class LocalSessions:
             )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        cold = prewarm.warm_fits(workspace=workspace is not None, agent=agent, egress=egress is not None)
+        seeded = seed is not None and seed.workspace is not None
+        cold = prewarm.warm_fits(workspace=workspace is not None or seeded, agent=agent, egress=egress is not None)
         warm = None if self.pool is None or cold is not None else self.pool.take()
         if self.pool is not None:
             log.debug("sandbox session %s: %s", session_id, cold or ("warm" if warm else "cold, the pool is empty"))
@@ -161,7 +188,7 @@ class LocalSessions:
                 except errors.SandboxError as exc:  # it died waiting: this request opens cold
                     log.warning("sandbox session %s: a warm sandbox failed its hand-out: %s", session_id, exc)
             if session is None:
-                warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent)
+                warm, token = await self._launch_cold(proxy, options, egress, run_env, agent=agent, seed=seed)
                 session = await self._hand_out(warm, session_id, options, run_env)
         except BaseException:
             await proxy.aclose()
@@ -171,10 +198,21 @@ class LocalSessions:
                 self.pool.refill()  # once handed out: a start's fork would have delayed it
         session.agent_token, session.proxy = token, proxy
         self._sessions[session_id] = session
+        activity = SessionActivity(session_id, Freezer(session.proc.pid, session.group), options.idle_suspend)
+        self._activity[session_id] = activity
+        activity.base_snapshot, activity.deadline = seed.snapshot_id if seed else None, asyncio.timeout(ttl)
         session.watcher = asyncio.create_task(self._watch(session, ttl))
+        kill = functools.partial(self._starter.kill, session)
+        activity.start(idle_end=options.idle_timeout, kill=kill)
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            kill = functools.partial(self._starter.kill, session)
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
+        if seed is not None and seed.home is not None:
+            try:
+                home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
+                await asyncio.to_thread(seed.home, session.directory, home)
+            except BaseException:
+                await self.close(session_id)
+                raise
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
 
@@ -189,7 +227,8 @@ class LocalSessions:
             session_id, "local", self.provider.isolation, now, now + options.ttl, dict(options.labels), options.run_id
         )
         try:
-            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=options.idle_timeout)
+            idle = None if options.idle_suspend else options.idle_timeout  # with a suspend: the host's (activity)
+            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=idle)
         except BaseException:
             shutil.rmtree(warm.directory, ignore_errors=True)
             raise
@@ -202,6 +241,7 @@ class LocalSessions:
         run_env: dict[str, str],
         *,
         agent: bool,
+        seed: forks.Seed | None = None,
     ) -> tuple[starter.WarmSandbox, Secret | None]:
         """A sandbox started for this session: its workspace copied, its proxy served (on ``proxy``),
         the egress proxy's variables added to ``run_env``. Returns it and the agent's proxy token."""
@@ -211,6 +251,8 @@ class LocalSessions:
             prepared = None
             if options.workspace is not None:
                 prepared = await changesets.prepare(self.provider, options.workspace, directory)
+            elif seed is not None and seed.workspace is not None:
+                prepared = await asyncio.to_thread(seed.workspace, directory)
             socket_path, egress_socket = None, None
             if agent or egress is not None:
                 socket_path, issued, egress_socket = await agents.open_proxy(
@@ -219,7 +261,7 @@ class LocalSessions:
                 token = issued.claude
                 if issued.egress is not None:  # every command of the session goes through the egress proxy
                     run_env.update(environment.egress_env(issued.egress.reveal()))
-            warm = await self._starter.launch(
+            launching = self._starter.launch(
                 directory,
                 self._base_env,
                 prepared,
@@ -228,6 +270,7 @@ class LocalSessions:
                 egress_socket=egress_socket,
                 agent=agent,
             )
+            warm = await (launching if seed is None else forks.beside(launching, seed, directory))
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -250,7 +293,8 @@ class LocalSessions:
         """Until the sandbox ends or its TTL passes; then nothing of it is left."""
         assert session.proc.stderr is not None
         try:
-            async with asyncio.timeout(ttl):
+            activity = self._activity.get(session.info.id)
+            async with activity.deadline if activity and activity.deadline else asyncio.timeout(ttl):
                 while line := await starter.stderr_line(session.proc.stderr):
                     log.debug("sandbox session %s: %s", session.info.id, line[:300].decode(errors="replace").rstrip())
                 await session.proc.wait()
@@ -263,6 +307,8 @@ class LocalSessions:
     async def _teardown(self, session: starter.StartedSession) -> None:
         if session.bound is not None:
             session.bound.cancel()
+        if activity := self._activity.pop(session.info.id, None):
+            await activity.end(functools.partial(self._starter.kill, session))
         await self._starter.teardown(session)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
@@ -280,15 +326,17 @@ class LocalSessions:
         return session
 
     def _handle(self, session: starter.StartedSession) -> AsyncSandbox:
-        client = RuntimeClient(
-            unix_path=session.socket_path, headers={"Authorization": f"Bearer {session.token.reveal()}"}
-        )
         session_id = session.info.id
+        client = RuntimeClient(
+            unix_path=session.socket_path,
+            headers={"Authorization": f"Bearer {session.token.reveal()}"},
+            activity=functools.partial(self.active, session_id),
+        )
 
         async def closer() -> None:
             await self.close(session_id)
 
-        return AsyncSandbox(session.info, client, closer)
+        return AsyncSandbox(self._info(session), client, closer)
 
     async def agent(self, session_id: str, config: AgentConfig) -> AgentResult:
         """``config`` run by Claude Code inside the open session, in its working directory.
@@ -322,7 +370,7 @@ class LocalSessions:
 
     def held(self) -> builtins.list[SessionInfo]:
         """Every open session: a local one lives in this process only."""
-        return [s.info for s in self._sessions.values()]
+        return [self._info(s) for s in self._sessions.values()]
 
     async def list(self) -> builtins.list[SessionInfo]:
         return self.held()
@@ -345,7 +393,13 @@ class LocalSessions:
         session = self._get(session_id)
         if session.workspace is None:
             raise errors.ConfigError(f"sandbox session '{session_id}' was opened without a workspace")
-        return await changesets.changes(session.workspace, apply=apply, group=session.group)
+        activity = self._activity[session_id]
+        if apply and activity.base_snapshot is not None:
+            raise errors.WorkspaceRefused(
+                "a session opened from a snapshot has no host directory to apply to: take its patch"
+            )
+        async with activity.active():  # a paused session is resumed for the read (frozen again by it)
+            return await changesets.changes(session.workspace, apply=apply, group=session.group)
 
     async def close(self, session_id: str) -> bool:
         """End a session: every process in it is dead when this returns. False when it was not open
@@ -357,6 +411,12 @@ class LocalSessions:
         with contextlib.suppress(asyncio.CancelledError):
             await session.watcher
         return True
+
+    # -- snapshots, fork, pause, extend (:class:`~ironflow.sessions.backend.SessionControls`) --
+
+    def _info(self, session: starter.StartedSession) -> SessionInfo:
+        activity = self._activity.get(session.info.id)
+        return dataclasses.replace(session.info, paused=activity is not None and activity.freezer.paused)
 
     async def release_run(self, run_id: str) -> int:
         """Close every session opened for ``run_id``; returns how many."""
