@@ -267,3 +267,14 @@ async def test_a_pool_hands_out_warm_containers_each_once(docker_daemon: DockerD
         await second.close()
     assert _session_containers(docker_daemon) == []
     assert os.listdir(state) == []
+
+
+async def test_snapshot_fork_and_pause_are_refused_in_one_line(sessions: LocalSessions) -> None:
+    """A Docker session's processes are the daemon's: nothing here could freeze or read them."""
+    with pytest.raises(errors.ConfigError, match="not Docker's"):
+        await sessions.open(OpenOptions(ttl=60, idle_suspend=30))
+    async with await sessions.open(OpenOptions(ttl=120)) as sandbox:
+        for control in (sessions.pause, sessions.snapshot, sessions.fork):
+            with pytest.raises(errors.ConfigError, match="a Docker session's processes are the daemon's"):
+                await control(sandbox.id)
+        assert (await sandbox.commands.run(["true"])).exit_code == 0  # untouched by the refusals
