@@ -29,7 +29,7 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import egress_options as egress_cli
-from ironflow.cli import exits, tables
+from ironflow.cli import exits, sandbox_terminal, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.cli.session_backends import (
     BackendOption,
@@ -180,9 +180,14 @@ def exec_in(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the command is killed.")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Working directory, in the workspace.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable.")] = None,
+    terminal: Annotated[
+        bool, typer.Option("--tty", "-t", help="In a terminal: ours goes raw, keys and resizes go through.")
+    ] = False,
 ) -> None:
     """Run -- CMD ARGS… in an open session; stream its output and exit with its exit code."""
     _session_id(sandbox_id)
+    if terminal:
+        sandbox_terminal.require_terminal()
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -195,6 +200,8 @@ def exec_in(
     async def go(sessions: SessionBackend) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
         try:
+            if terminal:
+                return await sandbox_terminal.attach(sandbox, argv, env=variables, cwd=cwd, timeout=timeout)
             handle = await sandbox.commands.start(argv, env=variables, cwd=cwd)
             try:
                 async for event in handle.events(timeout):

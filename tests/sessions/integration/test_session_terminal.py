@@ -1,0 +1,185 @@
+"""A session command's terminal and controls under real bubblewrap: a pty (the ``python3`` REPL
+typed into, resized, interrupted), stdin writes after start, signals by name, a background
+command found again by a second client through ``sandbox serve``, and the refusals (no token,
+a bad signal name, a write to a command that ended)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from tests.sessions.integration.serving import TOKEN, Served
+
+from ironflow import errors
+from ironflow.local import LocalSandboxProvider
+from ironflow.local.sessions.local_sessions import LocalSessions
+from ironflow.sessions import AsyncSandbox, Exit, OpenOptions, Output
+from ironflow.sessions.commands import CommandHandle
+from ironflow.sessions.remote import RemoteSessions
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
+]
+
+#: How long a test waits for the text it expects from the terminal.
+WAIT_S = 15.0
+
+
+class Screen:
+    """A command's output as it comes, read on a task; :meth:`until` waits for a piece of it."""
+
+    def __init__(self, handle: CommandHandle) -> None:
+        self.text = ""
+        self.end: Exit | None = None
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._read(handle))
+
+    async def _read(self, handle: CommandHandle) -> None:
+        async for event in handle.events():
+            if isinstance(event, Output):
+                self.text += event.text
+            else:
+                self.end = event
+            self._changed.set()
+
+    async def until(self, wanted: str, *, after: int = 0) -> int:
+        """Where ``wanted`` ends in the output past ``after``, once it came."""
+        async with asyncio.timeout(WAIT_S):
+            while (at := self.text.find(wanted, after)) < 0:
+                if self.end is not None:
+                    raise AssertionError(f"ended ({self.end}) before {wanted!r}: {self.text!r}")
+                self._changed.clear()
+                await self._changed.wait()
+        return at + len(wanted)
+
+    async def exit(self) -> Exit:
+        async with asyncio.timeout(WAIT_S):
+            await self._task
+        assert isinstance(self.end, Exit), self.text
+        return self.end
+
+
+@pytest.fixture
+async def sessions(state: Path) -> AsyncIterator[LocalSessions]:
+    async with LocalSessions(LocalSandboxProvider(), state_dir=str(state)) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def sandbox(sessions: LocalSessions) -> AsyncIterator[AsyncSandbox]:
+    async with await sessions.open(OpenOptions(ttl=120)) as opened:
+        yield opened
+
+
+async def test_the_python_repl_in_a_pty_answers_resizes_and_survives_ctrl_c(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
+    screen = Screen(handle)
+    at = await screen.until(">>> ")
+    await handle.send_stdin("1+1\r")
+    at = await screen.until("\r\n2\r\n>>> ", after=at)
+    await handle.send_stdin("import os; os.get_terminal_size()\r")
+    at = await screen.until("os.terminal_size(columns=90, lines=20)", after=at)
+    await handle.resize(132, 43)
+    await handle.send_stdin("os.get_terminal_size()\r")
+    at = await screen.until("os.terminal_size(columns=132, lines=43)", after=at)
+    await handle.send_stdin("import time; time.sleep(60)\r")
+    await asyncio.sleep(0.3)  # the line read, the sleep begun
+    await handle.send_stdin("\x03")
+    at = await screen.until("KeyboardInterrupt", after=at)
+    await handle.send_stdin("6*7\r")
+    at = await screen.until("42", after=at)  # the REPL lives on
+    await handle.send_stdin("exit(5)\r")
+    assert await screen.exit() == Exit(5, False)
+
+
+async def test_a_pty_command_has_its_terminal_and_one_stream(sandbox: AsyncSandbox) -> None:
+    result = await sandbox.commands.run(
+        ["sh", "-c", "tty; stty size; echo err >&2"], pty=True, cols=100, rows=30, timeout=30
+    )
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == ["/dev/pts/0", "30 100", "err"]
+    assert result.stderr == ""
+
+
+async def test_stdin_writes_reach_a_running_cat_and_its_end_ends_it(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["cat"], keep_stdin=True, stdin="first\n")
+    screen = Screen(handle)
+    await screen.until("first\n")
+    assert await handle.send_stdin(b"second\n") == 7
+    await screen.until("second\n")
+    await handle.send_stdin("last", eof=True)
+    assert await screen.exit() == Exit(0, False)
+    assert screen.text == "first\nsecond\nlast"
+
+
+async def test_signal_term_ends_a_sleep_and_a_bad_name_is_one_line(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["sleep", "60"])
+    with pytest.raises(errors.ConfigError) as bad:
+        await handle.signal("NOPE")
+    assert "unknown signal 'NOPE'" in bad.value.message
+    assert "\n" not in bad.value.message
+    assert await handle.signal("TERM") is True
+    result = await handle.wait(WAIT_S)
+    assert result.exit_code == 128 + 15
+    assert await handle.signal("KILL") is False  # ended: nothing is sent
+
+
+async def test_a_command_that_ended_takes_no_stdin_and_no_resize(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["true"], pty=True)
+    await handle.wait(WAIT_S)
+    with pytest.raises(errors.ConfigError, match="has ended"):
+        await handle.send_stdin("late\n")
+    with pytest.raises(errors.ConfigError, match="has ended"):
+        await handle.resize(10, 10)
+    piped = await sandbox.commands.start(["sleep", "60"])
+    with pytest.raises(errors.ConfigError, match="stdin is closed"):
+        await piped.send_stdin("x")  # started without keep_stdin
+    with pytest.raises(errors.ConfigError, match="no terminal"):
+        await piped.resize(10, 10)
+    await piped.kill()
+
+
+async def test_the_controls_need_the_token(sessions: LocalSessions, sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["sleep", "60"], keep_stdin=True)
+    socket_path, token = sessions.route(sandbox.id)
+    connector = aiohttp.UnixConnector(path=socket_path)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for action, body in (("stdin", b"x"), ("signal", b'{"signal": "KILL"}'), ("resize", b'{"cols": 9}')):
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                url = f"http://sandbox/ironflow/v1/commands/{handle.id}/{action}"
+                async with http.post(url, data=body, headers=headers) as response:
+                    assert response.status == 401, action
+        assert token.reveal() not in repr(handle)
+    assert (await handle.wait(0.5)).timed_out  # neither signal nor stdin got through: it still ran
+
+
+async def test_a_background_command_is_found_again_by_a_second_client(served: Served) -> None:
+    first = RemoteSessions(served.url, token=TOKEN)
+    sandbox = await first.open(OpenOptions(ttl=120))
+    try:
+        handle = await sandbox.commands.start(["python3", "-q"], pty=True)
+        await handle.send_stdin("x = 40\r")
+        command_id = handle.id
+        await sandbox.disconnect()
+        await first.aclose()
+        async with RemoteSessions(served.url, token=TOKEN) as second:
+            again = await second.connect(sandbox.id)
+            try:
+                found = await again.commands.connect(command_id)
+                screen = Screen(found)
+                await screen.until("x = 40")  # what the first client typed, kept in the session
+                await found.send_stdin("x + 2\r")
+                await screen.until("\r\n42\r\n")
+                await found.send_stdin("\x04")  # Ctrl-D: the REPL's end of input
+                assert await screen.exit() == Exit(0, False)
+                with pytest.raises(FileNotFoundError):
+                    await again.commands.connect("c999")
+            finally:
+                await again.close()
+    finally:
+        await first.aclose()
