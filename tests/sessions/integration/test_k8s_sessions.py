@@ -155,3 +155,24 @@ async def test_a_pod_that_will_never_start_fails_the_open_at_once_and_is_deleted
                 await opening
             assert time.monotonic() - started < 10
             assert server.objects(kube.PODS, "ff") == []
+
+
+async def test_a_background_command_is_found_by_id_and_the_terminal_is_refused_in_one_line(case: SessionCase) -> None:
+    """The bridge holds commands: a second handle finds one by id; a terminal, stdin after start,
+    signals and resize need an exec that outlives the request, which this bridge has not (yet)."""
+    async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        job = await sandbox.commands.start(["sh", "-c", "echo hi"])
+        found = await sandbox.commands.connect(job.id)
+        assert (await found.wait(30)).stdout == "hi\n"
+        with pytest.raises(FileNotFoundError):
+            await sandbox.commands.connect("c999")
+        for refused in (
+            sandbox.commands.start(["sh"], pty=True),
+            sandbox.commands.start(["cat"], keep_stdin=True),
+            found.send_stdin("x"),
+            found.signal("TERM"),
+            found.resize(80, 24),
+        ):
+            with pytest.raises(errors.ConfigError, match="not on Kubernetes sessions yet") as caught:
+                await refused
+            assert "\n" not in caught.value.message

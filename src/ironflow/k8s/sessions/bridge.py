@@ -52,6 +52,12 @@ _KEEP_BYTES: Final = 64 << 10
 _EXT: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
+#: A running command's controls, which need its exec to outlive the request: not on this bridge yet.
+_CONTROLS: Final = frozenset({"stdin", "signal", "resize"})
+_NO_CONTROLS: Final = (
+    "a terminal, stdin after start, signals and resize are not on Kubernetes sessions yet: "
+    "use a local session (bubblewrap or gVisor), or kill() to stop the command"
+)
 
 
 def _bundle() -> tuple[bytes, tuple[int, ...]]:
@@ -348,6 +354,10 @@ class Bridge:
                 return web.json_response({"message": f"no command {cid}"}, status=404)
             if request.method == "POST" and action == "kill":
                 return web.json_response({"killed": await found.kill()})
+            if request.method == "GET" and action == "status":
+                return web.json_response({"id": cid, "running": not found.finished, "pty": False})
+            if action in _CONTROLS:
+                return web.json_response({"message": _NO_CONTROLS}, status=400)
             timeout = request.query.get("timeout")
             return await self._stream(request, cid, found, None if timeout is None else float(timeout))
         return await self._relay(request)
@@ -377,6 +387,8 @@ class Bridge:
             return web.json_response({"message": f"bad request: {exc}"}, status=400)
         if not isinstance(argv, list) or not argv:
             return web.json_response({"message": "the command is empty"}, status=400)
+        if spec.get("pty") or spec.get("keep_stdin"):
+            return web.json_response({"message": _NO_CONTROLS}, status=400)
         spec["env"] = {**self.env, **(spec.get("env") or {})}
         self._ids += 1
         cid = f"c{self._ids}"
