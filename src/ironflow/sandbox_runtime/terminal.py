@@ -46,7 +46,7 @@ def signal_number(name: object) -> int:
 
 def terminal_size(doc: Any) -> tuple[int, int]:
     """``cols`` and ``rows`` of a request (80x24 when absent); 400 unless each is 1 to 10000."""
-    cols, rows = doc.get("cols") or 80, doc.get("rows") or 24
+    cols, rows = doc.get("cols", 80), doc.get("rows", 24)
     if not all(isinstance(n, int) and 0 < n <= _MAX_SIDE for n in (cols, rows)):
         raise HttpError(400, f"cols and rows must be whole numbers from 1 to {_MAX_SIDE}")
     return cols, rows

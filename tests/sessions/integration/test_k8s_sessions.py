@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
+from tests.sessions.integration.screens import Screen
 
 from ironflow import errors
 from ironflow.k8s import reaper
@@ -26,7 +27,7 @@ from ironflow.k8s.sessions import bridge
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import Exit, OpenOptions
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.polling import eventually
 
@@ -84,7 +85,7 @@ import asyncio, json, sys
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube.clusters import KubeconfigFile
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import Exit, OpenOptions
 async def main():
     cluster = KubeconfigFile(sys.argv[1])
     provider = K8sEphemeralProvider(ProviderSettings(image="runner:test", namespace=sys.argv[2], cluster=cluster))
@@ -157,22 +158,50 @@ async def test_a_pod_that_will_never_start_fails_the_open_at_once_and_is_deleted
             assert server.objects(kube.PODS, "ff") == []
 
 
-async def test_a_background_command_is_found_by_id_and_the_terminal_is_refused_in_one_line(case: SessionCase) -> None:
-    """The bridge holds commands: a second handle finds one by id; a terminal, stdin after start,
-    signals and resize need an exec that outlives the request, which this bridge has not (yet)."""
+async def test_a_pty_command_in_the_pod_is_typed_into_resized_interrupted_and_found_again(
+    case: SessionCase,
+) -> None:
+    """The pod's runtime runs the REPL in a pty; stdin writes and resizes go down the command's own
+    exec, a second handle finds it by id, and Ctrl-C interrupts it there."""
     async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
-        job = await sandbox.commands.start(["sh", "-c", "echo hi"])
-        found = await sandbox.commands.connect(job.id)
-        assert (await found.wait(30)).stdout == "hi\n"
+        handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
+        screen = Screen(handle)
+        at = await screen.until(">>> ")
+        await handle.send_stdin("1+1\r")
+        at = await screen.until("\r\n2\r\n>>> ", after=at)
+        await handle.resize(132, 43)
+        again = await sandbox.commands.connect(handle.id)
+        await again.send_stdin("import os, time; os.get_terminal_size()\r")
+        at = await screen.until("os.terminal_size(columns=132, lines=43)", after=at)
+        await again.send_stdin("time.sleep(60)\r")
+        await asyncio.sleep(0.3)
+        await again.send_stdin("\x03")
+        at = await screen.until("KeyboardInterrupt", after=at)
+        await again.send_stdin("exit(6)\r")
+        assert await screen.exit() == Exit(6, False)
+        with pytest.raises(errors.ConfigError, match="has ended"):
+            await handle.send_stdin("late")
         with pytest.raises(FileNotFoundError):
             await sandbox.commands.connect("c999")
-        for refused in (
-            sandbox.commands.start(["sh"], pty=True),
-            sandbox.commands.start(["cat"], keep_stdin=True),
-            found.send_stdin("x"),
-            found.signal("TERM"),
-            found.resize(80, 24),
-        ):
-            with pytest.raises(errors.ConfigError, match="not on Kubernetes sessions yet") as caught:
-                await refused
-            assert "\n" not in caught.value.message
+
+
+async def test_stdin_and_signals_reach_a_command_in_the_pod(case: SessionCase) -> None:
+    async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        cat = await sandbox.commands.start(["cat"], keep_stdin=True)
+        screen = Screen(cat)
+        await cat.send_stdin("one\n")
+        await screen.until("one\n")
+        await cat.send_stdin("two", eof=True)
+        assert await screen.exit() == Exit(0, False)
+        assert screen.text == "one\ntwo"
+        sleep = await sandbox.commands.start(["sleep", "60"])
+        with pytest.raises(errors.ConfigError, match="unknown signal 'NOPE'") as bad:
+            await sleep.signal("NOPE")
+        assert "\n" not in bad.value.message
+        with pytest.raises(errors.ConfigError, match="stdin is closed"):
+            await sleep.send_stdin("x")
+        with pytest.raises(errors.ConfigError, match="no terminal"):
+            await sleep.resize(80, 24)
+        assert await sleep.signal("TERM") is True
+        assert (await sleep.wait(30)).exit_code == 128 + 15
+        assert await sleep.signal("TERM") is False

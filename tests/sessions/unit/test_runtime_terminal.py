@@ -43,7 +43,7 @@ def test_any_other_signal_name_is_a_400_in_one_line(terminal: types.ModuleType, 
 def test_a_terminal_is_80x24_unless_sized_within_bounds(terminal: types.ModuleType) -> None:
     assert terminal.terminal_size({}) == (80, 24)
     assert terminal.terminal_size({"cols": 132, "rows": 43}) == (132, 43)
-    for bad in ({"cols": -1}, {"rows": 10001}, {"cols": "80"}, {"cols": 1.5}, {"rows": 2**40}):
+    for bad in ({"cols": 0}, {"cols": -1}, {"rows": 10001}, {"cols": "80"}, {"cols": 1.5}, {"rows": 2**40}):
         with pytest.raises(Exception, match="cols and rows") as refused:
             terminal.terminal_size(bad)
         assert refused.value.status == 400  # type: ignore[attr-defined]
