@@ -9,15 +9,13 @@ the container. Skipped when the node's binaries or the runner image are missing.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from tests.fakes import node_containers
-from tests.sessions.integration.screens import Screen
+from tests.sessions.integration.screens import drive_the_repl
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
-from ironflow.sessions import Exit, OpenOptions
+from ironflow.sessions import OpenOptions
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
@@ -67,16 +65,4 @@ async def test_a_pty_command_on_a_real_pod_is_typed_into_resized_and_interrupted
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
     async with p.sessions(api=node_api) as sessions, await sessions.open(OpenOptions(ttl=300)) as sandbox:
         handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
-        screen = Screen(handle)
-        at = await screen.until(">>> ")
-        await handle.send_stdin("1+1\r")
-        at = await screen.until("\r\n2\r\n>>> ", after=at)
-        await handle.resize(132, 43)
-        await handle.send_stdin("import os, time; os.get_terminal_size()\r")
-        at = await screen.until("os.terminal_size(columns=132, lines=43)", after=at)
-        await handle.send_stdin("time.sleep(60)\r")
-        await asyncio.sleep(0.5)
-        await handle.send_stdin("\x03")
-        at = await screen.until("KeyboardInterrupt", after=at)
-        await handle.send_stdin("exit(4)\r")
-        assert await screen.exit() == Exit(4, False)
+        await drive_the_repl(handle)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
-from tests.sessions.integration.screens import Screen
+from tests.sessions.integration.screens import Screen, drive_the_repl
 
 from ironflow import errors
 from ironflow.k8s import reaper
@@ -165,20 +165,7 @@ async def test_a_pty_command_in_the_pod_is_typed_into_resized_interrupted_and_fo
     exec, a second handle finds it by id, and Ctrl-C interrupts it there."""
     async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
         handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
-        screen = Screen(handle)
-        at = await screen.until(">>> ")
-        await handle.send_stdin("1+1\r")
-        at = await screen.until("\r\n2\r\n>>> ", after=at)
-        await handle.resize(132, 43)
-        again = await sandbox.commands.connect(handle.id)
-        await again.send_stdin("import os, time; os.get_terminal_size()\r")
-        at = await screen.until("os.terminal_size(columns=132, lines=43)", after=at)
-        await again.send_stdin("time.sleep(60)\r")
-        await asyncio.sleep(0.3)
-        await again.send_stdin("\x03")
-        at = await screen.until("KeyboardInterrupt", after=at)
-        await again.send_stdin("exit(6)\r")
-        assert await screen.exit() == Exit(6, False)
+        await drive_the_repl(handle, keys=await sandbox.commands.connect(handle.id))
         with pytest.raises(errors.ConfigError, match="has ended"):
             await handle.send_stdin("late")
         with pytest.raises(FileNotFoundError):

@@ -5,14 +5,13 @@ a bad signal name, a write to a command that ended)."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.sessions.integration.screens import WAIT_S, Screen
+from tests.sessions.integration.screens import WAIT_S, Screen, drive_the_repl
 from tests.sessions.integration.serving import TOKEN, Served
 
 from ironflow import errors
@@ -51,26 +50,11 @@ async def test_the_python_repl_in_a_pty_answers_resizes_and_survives_ctrl_c(
     request: pytest.FixtureRequest, sandbox: AsyncSandbox
 ) -> None:
     handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
-    screen = Screen(handle)
-    at = await screen.until(">>> ")
-    await handle.send_stdin("1+1\r")
-    at = await screen.until("\r\n2\r\n>>> ", after=at)
-    await handle.send_stdin("import os; os.get_terminal_size()\r")
-    at = await screen.until("os.terminal_size(columns=90, lines=20)", after=at)
-    await handle.resize(132, 43)
-    await handle.send_stdin("os.get_terminal_size()\r")
-    at = await screen.until("os.terminal_size(columns=132, lines=43)", after=at)
-    await handle.send_stdin("import time; time.sleep(60)\r")
-    await asyncio.sleep(0.3)  # the line read, the sleep begun
     if request.node.callspec.params["sessions"] == "gvisor":
-        await handle.signal("INT")  # this gVisor's pty turns no Ctrl-C into SIGINT (docs/sessions.md)
+        # this gVisor's pty turns no Ctrl-C into SIGINT (docs/sandbox-sessions.md): a signal instead
+        await drive_the_repl(handle, interrupt=lambda: handle.signal("INT"))
     else:
-        await handle.send_stdin("\x03")
-    at = await screen.until("KeyboardInterrupt", after=at)
-    await handle.send_stdin("6*7\r")
-    at = await screen.until("42", after=at)  # the REPL lives on
-    await handle.send_stdin("exit(5)\r")
-    assert await screen.exit() == Exit(5, False)
+        await drive_the_repl(handle)
 
 
 async def test_a_pty_command_has_its_terminal_and_one_stream(sandbox: AsyncSandbox) -> None:
