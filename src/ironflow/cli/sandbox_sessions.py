@@ -29,7 +29,7 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import egress_options as egress_cli
-from ironflow.cli import exits, sandbox_terminal, tables
+from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.cli.session_backends import (
     BackendOption,
@@ -187,6 +187,8 @@ def exec_in(
     """Run -- CMD ARGS… in an open session; stream its output and exit with its exit code."""
     _session_id(sandbox_id)
     if terminal:
+        from ironflow.cli import sandbox_terminal  # termios and the loop only for -t
+
         sandbox_terminal.require_terminal()
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
