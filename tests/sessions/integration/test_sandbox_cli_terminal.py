@@ -117,6 +117,24 @@ def test_exec_t_gives_an_interactive_shell_and_its_exit_code(served: Served, ses
         terminal.close()
 
 
+def test_a_sigterm_to_exec_t_restores_the_terminal_and_kills_the_command(served: Served, session: str) -> None:
+    argv = [*CLI, "sandbox", "exec", "-t", session, "--", "sh", "-c", "echo ready; exec sleep 300"]
+    terminal = Terminal(argv, {**served.env, "TERM": "xterm"})
+    try:
+        terminal.until(b"ready")
+        raw = termios.tcgetattr(terminal.fd)
+        assert not raw[3] & termios.ICANON  # raw while it runs
+        os.kill(terminal.pid, signal.SIGTERM)
+        assert terminal.exit_code() == 128 + signal.SIGTERM
+        assert termios.tcgetattr(terminal.fd)[3] & termios.ICANON
+        assert b"error: SIGTERM: the terminal is left and the command killed" in terminal.seen
+    finally:
+        terminal.close()
+    listing = ironflow("sandbox", "exec", session, "--", "sh", "-c", "ps -eo args", env=served.env)
+    assert "ps -eo args" in listing.stdout, listing  # the listing sees the session's processes
+    assert "sleep 300" not in listing.stdout, listing.stdout
+
+
 def test_exec_t_without_a_terminal_is_one_line_and_exit_2(served: Served, session: str) -> None:
     argv = [*CLI, "sandbox", "exec", "-t", session, "--", "bash"]
     done = subprocess.run(argv, env=served.env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)

@@ -161,8 +161,11 @@ async def test_stdin_streams_through_the_server_as_it_is_sent(served: Served) ->
 
         headers = {"Authorization": f"Bearer {TOKEN}", "X-Sandbox-ID": sandbox.id}
         url = f"{served.url}/ironflow/v1/commands/{handle.id}/stdin?eof=1"
-        async with aiohttp.ClientSession() as http, http.post(url, data=body(), headers=headers) as response:
-            assert response.status == 200
-            assert await response.json() == {"written": 8}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=b"x", headers={"X-Sandbox-ID": sandbox.id}) as refused:
+                assert refused.status == 401  # no token: the server stops it before the session
+            async with http.post(url, data=body(), headers=headers) as response:
+                assert response.status == 200
+                assert await response.json() == {"written": 8}
         assert await screen.exit() == Exit(0, False)
         assert (echoed, screen.text) == (["one\n"], "one\ntwo\n")
