@@ -280,6 +280,7 @@ class Command:
             self._push({"exit_code": code, "timed_out": False})
             if self.master >= 0:
                 os.close(self.master)
+                self.master = -1  # no resize reaches a closed (or reused) fd
             return
         finally:
             if tty is not None:
@@ -376,7 +377,7 @@ class Command:
         deadline = time.monotonic() + wait
         while True:
             with self.inlock:
-                if self.code is not None or self.finished or self.proc is None:
+                if self.finished or self.proc is None or self.code is not None:  # a spawn that failed has no code
                     raise HttpError(409, "the command has ended")
                 if not self.keep_stdin or self.stdin_fd < 0 or self.eof:
                     raise HttpError(409, "the command's stdin is closed (keep it open with keep_stdin)")

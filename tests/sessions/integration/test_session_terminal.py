@@ -169,3 +169,14 @@ async def test_stdin_streams_through_the_server_as_it_is_sent(served: Served) ->
                 assert await response.json() == {"written": 8}
         assert await screen.exit() == Exit(0, False)
         assert (echoed, screen.text) == (["one\n"], "one\ntwo\n")
+
+
+async def test_a_pty_command_that_cannot_start_exits_127_and_takes_no_control(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.start(["no-such-program"], pty=True)
+    result = await handle.wait(WAIT_S)
+    assert result.exit_code == 127
+    with pytest.raises(errors.ConfigError, match="has ended"):
+        await handle.send_stdin("x")
+    with pytest.raises(errors.ConfigError, match="has ended"):
+        await handle.resize(10, 10)
+    assert await handle.signal("TERM") is False
