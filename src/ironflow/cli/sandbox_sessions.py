@@ -214,9 +214,16 @@ def exec_in(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds before the command is killed.")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Working directory, in the workspace.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable.")] = None,
+    terminal: Annotated[
+        bool, typer.Option("--tty", "-t", help="In a terminal: ours goes raw, keys and resizes go through.")
+    ] = False,
 ) -> None:
     """Run -- CMD ARGS… in an open session; stream its output and exit with its exit code."""
     _session_id(sandbox_id)
+    if terminal:
+        from ironflow.cli import sandbox_terminal  # termios and the loop only for -t
+
+        sandbox_terminal.require_terminal()
     argv = list(ctx.args)
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -229,6 +236,8 @@ def exec_in(
     async def go(sessions: SessionBackend) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
         try:
+            if terminal:
+                return await sandbox_terminal.attach(sandbox, argv, env=variables, cwd=cwd, timeout=timeout)
             handle = await sandbox.commands.start(argv, env=variables, cwd=cwd)
             try:
                 async for event in handle.events(timeout):

@@ -18,14 +18,14 @@ can assert "at most N requests per step" and "one watch per namespace".
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import aiohttp
 
 from ironflow import errors
-from ironflow.kube import kubeconfigs, owners, reading, responses, transport, watching
+from ironflow.kube import exec_frames, kubeconfigs, owners, reading, responses, transport, watching
 from ironflow.kube.clusters import ClusterConfig, DefaultCluster, InCluster, KubeconfigFile, KubeconfigInline
 from ironflow.kube.resources import (
     CONFIGMAPS,
@@ -456,6 +456,7 @@ class KubeApi:
         stdin: bytes | None = None,
         max_output_bytes: int = 64 * 1024 * 1024,
         on_output: Callable[[int, bytes], None] | None = None,
+        more_stdin: AsyncIterator[bytes] | None = None,
     ) -> ExecResult:
         """Run ``command`` in a container of a running pod (pods/exec over a websocket,
         ``v4.channel.k8s.io``) and return its exit code, stdout and stderr.
@@ -463,7 +464,8 @@ class KubeApi:
         ``stdin`` is sent in full right after the connection opens; v4 cannot signal its end,
         so the command must read a known length (``head -c N``), never wait for EOF. Output
         beyond ``max_output_bytes`` per stream is dropped (``truncated``); ``on_output(stream, chunk)``
-        sees every chunk as it arrives (1 stdout, 2 stderr), kept or not. Bound the call with
+        sees every chunk as it arrives (1 stdout, 2 stderr), kept or not; ``more_stdin``, after
+        ``stdin``, is sent piece by piece as it comes while the output is read. Bound the call with
         ``asyncio.timeout``: a cancelled exec closes the connection. Errors map like every call
         (404 pod gone, 403 denied, ``KubeUnavailable`` when the connection breaks).
         """
@@ -472,7 +474,8 @@ class KubeApi:
         what = f"exec in pods {responses.where(namespace, pod)}"
         self.counters.by_verb["exec"] += 1
         query: list[tuple[str, Any]] = [("command", list(command))]
-        query += responses.params(container=container, stdin=stdin is not None, stdout=True, stderr=True, tty=False)
+        wants_stdin = stdin is not None or more_stdin is not None
+        query += responses.params(container=container, stdin=wants_stdin, stdout=True, stderr=True, tty=False)
         output = responses.ExecOutput(max_output_bytes, on_output)
         async with WsApiClient(configuration=self._client.configuration) as ws_client:
             try:
@@ -485,13 +488,7 @@ class KubeApi:
                     _preload_content=False,
                 )
                 async with connecting as ws:
-                    if stdin:
-                        for start in range(0, len(stdin), 256 * 1024):
-                            await ws.send_bytes(b"\x00" + stdin[start : start + 256 * 1024])
-                    async for message in ws:
-                        if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
-                            break
-                        output.feed(message.data if isinstance(message.data, bytes) else str(message.data).encode())
+                    await exec_frames.exchange(ws, output, stdin, more_stdin)
             except aiohttp.WSServerHandshakeError as exc:
                 raise error_for_status(exc.status, what, message=str(exc.message)[: responses.MESSAGE_LIMIT]) from exc
             except (aiohttp.ClientError, OSError, ValueError) as exc:

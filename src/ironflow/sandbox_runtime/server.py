@@ -3,7 +3,8 @@
 Legacy endpoints, as the upstream python runtime (and its SDK) speak them: ``GET /``,
 ``POST /execute``, ``POST /upload``, ``GET /download|list|exists/<quoted path>``. Extension
 (``/ironflow/v1/``): commands with argv, env, cwd and stdin that stream newline-delimited
-JSON events and may run in the background (wait, kill); raw file writes, removal, mkdir,
+JSON events and may run in the background (wait, kill), in a pty if asked, with stdin writes,
+signals and resize after start (the sibling ``terminal.py``); raw file writes, removal, mkdir,
 directory tar streams in and out. Every path is confined to the workspace (403).
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
@@ -92,7 +93,12 @@ class Runtime:
         cwd = self.resolve(str(spec.get("cwd") or "."))
         stdin = spec.get("stdin")
         data = None if stdin is None else base64.b64decode(stdin)
-        command = Command(argv, env, cwd, data, self.max_output, self.spawn)
+        tty = None
+        if spec.get("pty"):
+            tty = __import__("terminal").terminal_size(spec)
+            env.setdefault("TERM", "xterm-256color")
+        keep = bool(spec.get("keep_stdin"))
+        command = Command(argv, env, cwd, data, self.max_output, self.spawn, keep_stdin=keep, tty=tty)
         with self.lock:
             cid = f"c{next(self.ids)}"
             self.commands[cid] = command
@@ -225,6 +231,10 @@ class Handler:
                 raise HttpError(404, f"no command {cid}")
             if method == "POST" and action == "kill":
                 return self.json(200, {"killed": found.kill()})
+            if method == "GET" and action == "status":  # a client that reattaches finds it so
+                return self.json(200, {"id": cid, "running": not found.finished, "pty": found.tty is not None})
+            if method == "POST" and action in ("stdin", "signal", "resize"):  # terminal.py: a command's controls
+                return self.json(200, __import__("terminal").control(found, action, body, query))
             timeout = float(query["timeout"][0]) if "timeout" in query else None
             return self.stream(found, timeout, cid)
         if (method, kind) == ("PUT", "files"):

@@ -4,12 +4,14 @@ Standard library only and nothing of ironflow, like the server beside it, which 
 this file by path: a request body read in bounded pieces (Content-Length or chunked), a
 chunked response writer, and a streaming multipart/form-data reader. Nothing here buffers
 a whole body; and the lingering close of a connection whose request body went unread. For
-commands: one poll loop over a command's pipes (no thread per pipe: a round trip costs little
-more than the command), and the processes a command left.
+commands: one poll loop over a command's pipes or its pty (no thread per pipe: a round trip costs
+little more than the command), stdin kept open for writes that come later (queued, bounded, fed by
+that loop), and the processes a command left.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import math
 import os
@@ -37,6 +39,7 @@ _LINGER_S = 5.0
 _DRAIN_S = 1.0
 #: How often the exit of a command is looked for where no pidfd tells it.
 _POLL_S = 0.05
+_UTF8 = codecs.getincrementaldecoder("utf-8")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
 
@@ -242,40 +245,73 @@ class Command:
     """
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None, cap: int, spawn: Any
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        cap: int,
+        spawn: Any,
+        *,
+        keep_stdin: bool = False,
+        tty: tuple[int, int] | None = None,
     ) -> None:
+        """``keep_stdin``: stdin stays open for :meth:`write_stdin`; ``tty``: (cols, rows) of a pty
+        the command runs in (``terminal.py``), its output one stream, its stdin kept open."""
         self.events: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         self.sizes = {"stdout": 0, "stderr": 0}
+        self.decoders = {name: _UTF8(errors="replace") for name in self.sizes}  # a character split between reads
         self.cap, self.finished, self.timed_out = cap, False, False
         self.deadline: float | None = None  # the driver's: past it the group is killed
         self.proc: subprocess.Popen[bytes] | None = None
+        self.inlock = threading.Lock()  # stdin, the pty and the wake pipe, between the driver and writers
+        self.keep_stdin, self.eof, self.tty = keep_stdin or tty is not None, False, tty
+        self.master, self.wake_fd = -1, -1
+        piped = subprocess.PIPE if stdin is not None or self.keep_stdin else subprocess.DEVNULL
+        io: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "stdin": piped}
+        if tty is not None:
+            self.master, slave, io = __import__("terminal").open_pty(*tty)
         try:
-            self.proc = spawn(
-                argv, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            )  # fmt: skip
+            self.proc = spawn(argv, cwd=cwd, env=env, start_new_session=True, **io)
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126 if isinstance(exc, PermissionError) else 1
             self._push({"stderr": f"{argv[0]}: {exc.strerror or exc}\n"})
             self._push({"exit_code": code, "timed_out": False})
+            if self.master >= 0:
+                os.close(self.master)
+                self.master = -1  # no resize reaches a closed (or reused) fd
             return
-        out, err, into = self.proc.stdout, self.proc.stderr, self.proc.stdin
+        finally:
+            if tty is not None:
+                os.close(slave)  # the command's only: the master reads EOF (EIO) once it and its children end
+        self.pipes: list[int] = []
+        if self.master >= 0:
+            out: Any = os.fdopen(self.master, "rb", buffering=0)
+            err: Any = None
+            into: Any = os.fdopen(os.dup(self.master), "wb", buffering=0)
+        else:
+            out, err, into = self.proc.stdout, self.proc.stderr, self.proc.stdin
+            self.pipes = [os.fstat(s.fileno()).st_ino for s in (out, err) if s is not None]
         assert out is not None
-        assert err is not None
-        self.pipes = [os.fstat(s.fileno()).st_ino for s in (out, err)]
-        self.names = {out.fileno(): "stdout", err.fileno(): "stderr"}
-        self.files: dict[int, Any] = {out.fileno(): out, err.fileno(): err}
+        self.names = {out.fileno(): "stdout"}
+        self.files: dict[int, Any] = {out.fileno(): out}
+        if err is not None:
+            self.names[err.fileno()], self.files[err.fileno()] = "stderr", err
         self.poller = select.poll()
         for fd in self.names:
             self.poller.register(fd, select.POLLIN)
         self.stdin, self.stdin_fd = memoryview(stdin or b""), -1
+        if self.keep_stdin:
+            wake, self.wake_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # a writer's nudge to the driver's poll
+            self.files[wake] = os.fdopen(wake, "rb", buffering=0)
+            self.poller.register(wake, select.POLLIN)
         if into is not None:
             self.stdin_fd = into.fileno()
             self.files[self.stdin_fd] = into
             os.set_blocking(self.stdin_fd, False)  # fed as the pipe takes it, between reads
             self.poller.register(self.stdin_fd, select.POLLOUT)
-            if not self.stdin:
+            if not self.stdin and not self.keep_stdin:
                 self._close(self.stdin_fd)
         self.pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):  # none (gVisor, say): its exit is polled for
@@ -291,33 +327,68 @@ class Command:
             self.finished = self.finished or "exit_code" in event
             self.cond.notify_all()
 
-    def _emit(self, name: str, data: bytes) -> None:
+    def _emit(self, name: str, data: bytes, *, final: bool = False) -> None:
         room = self.cap - self.sizes[name]
         if room > 0:
-            self._push({name: data[:room].decode(errors="replace")})
+            if text := self.decoders[name].decode(data[:room], final):
+                self._push({name: text})
             if len(data) >= room:
                 self._push({name: f"\n[ironflow-runtime: {name} truncated at {self.cap} bytes]\n"})
         self.sizes[name] += len(data)
 
     def _close(self, fd: int) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.poller.unregister(fd)
-        self.names.pop(fd, None)
-        if fd == self.stdin_fd:
-            self.stdin_fd = -1
-        with contextlib.suppress(OSError):
-            self.files.pop(fd).close()
+        with self.inlock:  # a writer or a resize never meets a closed (or reused) fd
+            with contextlib.suppress(KeyError, ValueError):
+                self.poller.unregister(fd)
+            self.names.pop(fd, None)
+            self.stdin_fd = -1 if fd == self.stdin_fd else self.stdin_fd
+            self.master = -1 if fd == self.master else self.master
+            with contextlib.suppress(OSError):
+                self.files.pop(fd).close()
 
-    def _feed(self) -> None:
-        try:
-            sent = os.write(self.stdin_fd, self.stdin[:_CHUNK])
-        except BlockingIOError:
+    def _feed(self, events: int = 0) -> None:
+        """Write what stdin holds as the pipe takes it; closed at its end (the given bytes fed, or
+        the end asked for), or when the command closed its side."""
+        if self.stdin_fd < 0:
             return
+        with self.inlock:
+            pending = self.stdin
+        sent = 0
+        try:
+            if pending:
+                sent = os.write(self.stdin_fd, pending[:_CHUNK])
+            elif events & (select.POLLERR | select.POLLHUP):
+                sent = -1
+        except BlockingIOError:
+            pass
         except OSError:  # the command closed its stdin: the rest is dropped, as a shell's pipe would
-            sent = len(self.stdin)
-        self.stdin = self.stdin[sent:]
-        if not self.stdin:
+            sent = -1
+        with self.inlock:
+            self.stdin = self.stdin[len(self.stdin) if sent < 0 else sent :]
+            empty, ended = not self.stdin, sent < 0 or self.eof or not self.keep_stdin
+        if empty and ended:
             self._close(self.stdin_fd)
+        else:  # kept open: polled for an error only until a writer brings more
+            self.poller.register(self.stdin_fd, 0 if empty else select.POLLOUT)
+
+    def write_stdin(self, data: bytes, limit: int, wait: float, *, eof: bool = False) -> int:
+        """Queue ``data`` (then the end, with ``eof``) for the command's stdin, waiting up to ``wait``
+        seconds while it holds ``limit`` bytes unread; 409 once it ended or its stdin closed."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self.inlock:
+                if self.finished or self.proc is None or self.code is not None:  # a spawn that failed has no code
+                    raise HttpError(409, "the command has ended")
+                if not self.keep_stdin or self.stdin_fd < 0 or self.eof:
+                    raise HttpError(409, "the command's stdin is closed (keep it open with keep_stdin)")
+                if not self.stdin or len(self.stdin) + len(data) <= limit:
+                    self.stdin, self.eof = memoryview(bytes(self.stdin) + data), eof
+                    with contextlib.suppress(BlockingIOError):  # full: the driver wakes anyway
+                        os.write(self.wake_fd, b"\0")
+                    return len(data)
+            if time.monotonic() >= deadline:
+                raise HttpError(409, f"the command has not read its stdin ({limit} bytes waiting)")
+            time.sleep(0.01)
 
     def _step(self) -> None:
         """One turn of the poll loop: read what came, feed stdin, notice the exit; the exit event
@@ -334,19 +405,32 @@ class Command:
         if self.pidfd is None and self.code is None and not self.names and self.stdin_fd < 0:  # no fd left to poll
             self._exited(self._reap(wait))
         else:
-            for fd, _ in self.poller.poll(None if wait is None else max(0, math.ceil(wait * 1000))):
+            for fd, events in self.poller.poll(None if wait is None else max(0, math.ceil(wait * 1000))):
                 if fd in self.names:
-                    if data := os.read(fd, _CHUNK):
+                    try:
+                        data = os.read(fd, _CHUNK)
+                    except OSError:  # a pty with no other end left: EIO, its end
+                        data = b""
+                    if data:
                         self._emit(self.names[fd], data)
                     else:
+                        self._emit(self.names[fd], b"", final=True)
                         self._close(fd)
                 elif fd == self.stdin_fd:
+                    self._feed(events)
+                elif fd in self.files:  # the wake pipe: a writer brought more, or the end
+                    with contextlib.suppress(OSError):
+                        os.read(fd, _CHUNK)
                     self._feed()
             if self.code is None:
                 self._exited(self.proc.poll())
         if self.code is not None and (not self.names or time.monotonic() >= self.drain_until):
             for fd in list(self.files):
                 self._close(fd)
+            with self.inlock:
+                if self.wake_fd >= 0:
+                    os.close(self.wake_fd)
+                    self.wake_fd = -1
             self._push({"exit_code": 128 - self.code if self.code < 0 else self.code, "timed_out": self.timed_out})
 
     def _reap(self, wait: float | None) -> int | None:

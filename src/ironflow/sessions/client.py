@@ -1,5 +1,5 @@
 """The async client of a session's runtime (:mod:`ironflow.sandbox_runtime.server`), and the
-session handle built on it: ``sandbox.commands`` and ``sandbox.files``.
+session handle built on it: ``sandbox.commands`` (:mod:`~ironflow.sessions.commands`) and ``sandbox.files``.
 
 It speaks the ironflow extension (``/ironflow/v1/``), either straight to the runtime's unix
 socket with the session's own token, or through ``ironflow sandbox serve`` with the
@@ -10,13 +10,10 @@ serves the same runtime. A token is a header value only: never in a message or a
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
-import shlex
 import tempfile
-import time
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Final, Literal
@@ -24,11 +21,19 @@ from typing import Any, BinaryIO, Final, Literal
 import aiohttp
 
 from ironflow import errors
-from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.sessions import socket_link, untar
-from ironflow.sessions.values import CommandEvent, CommandResult, Exit, FileEntry, Output, SessionInfo, SessionNotFound
+from ironflow.sessions.commands import AsyncCommands, Callback, CommandHandle
+from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, SessionNotFound
 
-__all__ = ["DEFAULT_MAX_TREE_BYTES", "AsyncCommands", "AsyncFiles", "AsyncSandbox", "CommandHandle", "RuntimeClient"]
+__all__ = [
+    "DEFAULT_MAX_TREE_BYTES",
+    "AsyncCommands",
+    "AsyncFiles",
+    "AsyncSandbox",
+    "Callback",
+    "CommandHandle",
+    "RuntimeClient",
+]
 
 #: The most a directory copy (tar stream) may hold, either way, unless the caller says otherwise.
 DEFAULT_MAX_TREE_BYTES: Final = 1 << 30
@@ -37,19 +42,10 @@ _CHUNK: Final = 65536
 #: The longest event line read from a session: the runtime sends at most 64 KiB of output per
 #: event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
 _MAX_EVENT_BYTES: Final = 1 << 20
-Callback = Callable[[str], object]
 
 
 def _quote(path: str) -> str:
     return urllib.parse.quote(path, safe="")
-
-
-def _argv(cmd: str | Sequence[str]) -> list[str]:
-    """A string is split as the legacy runtime splits it (no shell); a sequence is the argv."""
-    argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
-    if not argv:
-        raise errors.ConfigError("the command is empty")
-    return argv
 
 
 def _event(line: bytes) -> CommandEvent | None:
@@ -201,137 +197,6 @@ class RuntimeClient:
             if exc.reached:
                 raise errors.SandboxError(f"{self._name} broke off its answer: {exc}") from None
             raise errors.SandboxError(f"{self._name} could not be reached: {exc}: {exc.cause}") from None
-
-
-class CommandHandle:
-    """A background command: follow its events, wait for its result, kill it."""
-
-    def __init__(self, client: RuntimeClient, command_id: str) -> None:
-        self._client, self.id = client, command_id
-
-    def events(self, timeout: float | None = None) -> AsyncIterator[CommandEvent]:
-        """Every event from its start (output kept in the session, bounded), then the exit."""
-        query = "" if timeout is None else f"?timeout={timeout}"
-        return self._client.events("GET", f"{_EXT}/commands/{self.id}{query}")
-
-    async def wait(
-        self,
-        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit
-        *,
-        keep_bytes: int = DEFAULT_KEEP_BYTES,
-    ) -> CommandResult:
-        """Its result, keeping ``keep_bytes`` of each stream's start and end (the rest counted)."""
-        return await _collect(self.events(timeout), keep_bytes=keep_bytes)
-
-    async def kill(self) -> bool:
-        """True when it was still running."""
-        return bool((await self._client.json("POST", f"{_EXT}/commands/{self.id}/kill"))["killed"])
-
-
-async def _collect(
-    events: AsyncIterator[CommandEvent],
-    on_stdout: Callback | None = None,
-    on_stderr: Callback | None = None,
-    *,
-    keep_bytes: int = DEFAULT_KEEP_BYTES,
-) -> CommandResult:
-    """The events into a result: each stream's head and tail kept, the rest only counted, so a
-    session that sends gigabytes does not grow the host (the callbacks see every piece)."""
-    kept = {name: Captured(name, keep_bytes=keep_bytes) for name in ("stdout", "stderr")}
-    end = Exit(-1)
-    start = time.monotonic()
-    async for event in events:
-        if isinstance(event, Output):
-            kept[event.stream].feed(event.text.encode())
-            callback = on_stdout if event.stream == "stdout" else on_stderr
-            if callback is not None:
-                callback(event.text)
-        else:
-            end = event
-    out, err = kept["stdout"], kept["stderr"]
-    return CommandResult(
-        end.exit_code,
-        out.value().decode(errors="replace"),
-        err.value().decode(errors="replace"),
-        duration=time.monotonic() - start,
-        timed_out=end.timed_out,
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        stdout_cut=out.cut,
-        stderr_cut=err.cut,
-    )
-
-
-class AsyncCommands:
-    """``sandbox.commands``: run to the end, stream, or start in the background."""
-
-    def __init__(self, client: RuntimeClient) -> None:
-        self._client = client
-
-    @staticmethod
-    def _spec(
-        cmd: str | Sequence[str],
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        timeout: float | None,
-        stdin: bytes | str | None,
-        background: bool,
-    ) -> dict[str, Any]:
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        return {
-            "argv": _argv(cmd),
-            "env": dict(env or {}),
-            "cwd": cwd,
-            "timeout_seconds": timeout,
-            "stdin": None if data is None else base64.b64encode(data).decode(),
-            "background": background,
-        }
-
-    def stream(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> AsyncIterator[CommandEvent]:
-        """The command's events as they come: :class:`Output` pieces, then one :class:`Exit`."""
-        spec = self._spec(cmd, env, cwd, timeout, stdin, False)
-        return self._client.events("POST", f"{_EXT}/commands", spec)
-
-    async def run(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit, enforced in the sandbox
-        stdin: bytes | str | None = None,
-        on_stdout: Callback | None = None,
-        on_stderr: Callback | None = None,
-        keep_bytes: int = DEFAULT_KEEP_BYTES,
-    ) -> CommandResult:
-        """Run to the end (``timeout``: seconds, then its process group is killed); a non-zero
-        exit is a result. A string is split like a shell would, but no shell runs: pass
-        ``["sh", "-c", "…"]`` for one. The result keeps ``keep_bytes`` of each stream's start
-        and end; the callbacks see every piece as it comes."""
-        events = self.stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin)
-        return await _collect(events, on_stdout, on_stderr, keep_bytes=keep_bytes)
-
-    async def start(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit, enforced in the sandbox
-        stdin: bytes | str | None = None,
-    ) -> CommandHandle:
-        """Start in the background; the handle waits for it or kills it."""
-        spec = self._spec(cmd, env, cwd, timeout, stdin, True)
-        doc = await self._client.json("POST", f"{_EXT}/commands", json=spec)
-        return CommandHandle(self._client, str(doc["id"]))
 
 
 class AsyncFiles:

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, TypeVar
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.secrets import Secret
 from ironflow.sessions.client import DEFAULT_MAX_TREE_BYTES, AsyncSandbox, Callback, CommandHandle
+from ironflow.sessions.commands import DEFAULT_TERMINAL
 from ironflow.sessions.remote import RemoteSessions
 from ironflow.sessions.untar import DEFAULT_MAX_ENTRIES
 from ironflow.sessions.values import (
@@ -70,7 +71,7 @@ async def _next(events: AsyncIterator[T]) -> T:
 
 
 class SyncCommandHandle:
-    """A background command: its events, its result, a kill."""
+    """A background command: its events, its result, a kill; stdin writes, signals, resize."""
 
     def __init__(self, loop: _Loop, handle: CommandHandle) -> None:
         self._loop, self._handle, self.id = loop, handle, handle.id
@@ -83,6 +84,18 @@ class SyncCommandHandle:
 
     def kill(self) -> bool:
         return self._loop.run(self._handle.kill())
+
+    def send_stdin(self, data: bytes | str, *, eof: bool = False) -> int:
+        return self._loop.run(self._handle.send_stdin(data, eof=eof))
+
+    def close_stdin(self) -> None:
+        self._loop.run(self._handle.close_stdin())
+
+    def signal(self, name: str) -> bool:
+        return self._loop.run(self._handle.signal(name))
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._loop.run(self._handle.resize(cols, rows))
 
 
 class Commands:
@@ -102,6 +115,9 @@ class Commands:
         on_stdout: Callback | None = None,
         on_stderr: Callback | None = None,
         keep_bytes: int = DEFAULT_KEEP_BYTES,
+        pty: bool = False,
+        cols: int = DEFAULT_TERMINAL[0],
+        rows: int = DEFAULT_TERMINAL[1],
     ) -> CommandResult:
         coro = self._commands.run(
             cmd,
@@ -112,6 +128,9 @@ class Commands:
             on_stdout=on_stdout,
             on_stderr=on_stderr,
             keep_bytes=keep_bytes,
+            pty=pty,
+            cols=cols,
+            rows=rows,
         )
         return self._loop.run(coro)
 
@@ -123,8 +142,14 @@ class Commands:
         cwd: str | None = None,
         timeout: float | None = None,
         stdin: bytes | str | None = None,
+        pty: bool = False,
+        cols: int = DEFAULT_TERMINAL[0],
+        rows: int = DEFAULT_TERMINAL[1],
     ) -> Iterator[CommandEvent]:
-        return self._loop.iterate(self._commands.stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin))
+        events = self._commands.stream(
+            cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, pty=pty, cols=cols, rows=rows
+        )
+        return self._loop.iterate(events)
 
     def start(
         self,
@@ -134,9 +159,19 @@ class Commands:
         cwd: str | None = None,
         timeout: float | None = None,
         stdin: bytes | str | None = None,
+        pty: bool = False,
+        cols: int = DEFAULT_TERMINAL[0],
+        rows: int = DEFAULT_TERMINAL[1],
+        keep_stdin: bool = False,
     ) -> SyncCommandHandle:
-        handle = self._loop.run(self._commands.start(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin))
-        return SyncCommandHandle(self._loop, handle)
+        coro = self._commands.start(
+            cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, pty=pty, cols=cols, rows=rows, keep_stdin=keep_stdin
+        )
+        return SyncCommandHandle(self._loop, self._loop.run(coro))
+
+    def connect(self, command_id: str) -> SyncCommandHandle:
+        """The handle of a command started earlier, by this client or another. Raises: FileNotFoundError."""
+        return SyncCommandHandle(self._loop, self._loop.run(self._commands.connect(command_id)))
 
 
 class Files:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from tests.fakes import node_containers
+from tests.sessions.integration.screens import drive_the_repl
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
@@ -54,3 +55,17 @@ async def test_a_session_on_a_real_pod_runs_commands_keeps_files_and_goes_on_clo
         return not pods and container not in await node_containers.tasks(real_node)
 
     await eventually(gone, limit_s=90, interval_s=0.5, what=f"session pod {sandbox.id} gone from the API and the node")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_a_pty_command_on_a_real_pod_is_typed_into_resized_and_interrupted(
+    node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
+) -> None:
+    """The runner image's ``python3`` REPL in a pty the pod's runtime opened (the container's own
+    devpts): keys and a resize down the command's exec, Ctrl-C a KeyboardInterrupt, the REPL lives on."""
+    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
+    if runtime == "gvisor":
+        p = p.runtime_class("gvisor")
+    async with p.sessions(api=node_api) as sessions, await sessions.open(OpenOptions(ttl=300)) as sandbox:
+        handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
+        await drive_the_repl(handle)

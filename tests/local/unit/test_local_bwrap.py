@@ -318,3 +318,10 @@ def test_the_egress_variables_carry_the_token_and_let_loopback_bypass() -> None:
     env = environment.egress_env("ifap_x")
     assert env["HTTPS_PROXY"] == env["http_proxy"] == f"http://ironflow:ifap_x@127.0.0.1:{environment.EGRESS_PORT}"
     assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,localhost"
+
+
+def test_a_session_sandbox_gets_a_private_devpts_and_dev_stays_read_only() -> None:
+    argv = bwrap.bwrap_argv(_settings(ptys=True))
+    assert tuple(argv[argv.index("--dev") : argv.index("--dev") + 2]) == ("--dev", "/dev")
+    assert argv[argv.index("--remount-ro", argv.index("--dev")) + 1] == "/dev"
+    assert "--dev" not in bwrap.bwrap_argv(_settings())  # a step's /dev has no pty

@@ -150,6 +150,8 @@ DEFERRED_IMPORTS = {
         "ironflow.cli.sandbox_sessions",
         "ironflow.local.sandbox.environment",
     ): "the local sandbox's modules, for --env only",
+    # `sandbox exec -t` only: termios and the terminal loop load with a terminal to drive.
+    ("ironflow.cli.sandbox_sessions", "ironflow.cli.sandbox_terminal"): "the terminal's loop, for exec -t only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):

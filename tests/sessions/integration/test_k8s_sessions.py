@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from tests.fakes.kubelet_problems import problem_status
 from tests.sessions.integration.cases import SessionCase, open_case
+from tests.sessions.integration.screens import Screen, drive_the_repl
 
 from ironflow import errors
 from ironflow.k8s import reaper
@@ -26,7 +27,7 @@ from ironflow.k8s.sessions import bridge
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import Exit, OpenOptions
 from ironflow.testing.kube import KubeTestServer
 from ironflow.testing.polling import eventually
 
@@ -84,7 +85,7 @@ import asyncio, json, sys
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube.clusters import KubeconfigFile
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import Exit, OpenOptions
 async def main():
     cluster = KubeconfigFile(sys.argv[1])
     provider = K8sEphemeralProvider(ProviderSettings(image="runner:test", namespace=sys.argv[2], cluster=cluster))
@@ -155,3 +156,39 @@ async def test_a_pod_that_will_never_start_fails_the_open_at_once_and_is_deleted
                 await opening
             assert time.monotonic() - started < 10
             assert server.objects(kube.PODS, "ff") == []
+
+
+async def test_a_pty_command_in_the_pod_is_typed_into_resized_interrupted_and_found_again(
+    case: SessionCase,
+) -> None:
+    """The pod's runtime runs the REPL in a pty; stdin writes and resizes go down the command's own
+    exec, a second handle finds it by id, and Ctrl-C interrupts it there."""
+    async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
+        await drive_the_repl(handle, keys=await sandbox.commands.connect(handle.id))
+        with pytest.raises(errors.ConfigError, match="has ended"):
+            await handle.send_stdin("late")
+        with pytest.raises(FileNotFoundError):
+            await sandbox.commands.connect("c999")
+
+
+async def test_stdin_and_signals_reach_a_command_in_the_pod(case: SessionCase) -> None:
+    async with _another(case) as sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        cat = await sandbox.commands.start(["cat"], keep_stdin=True)
+        screen = Screen(cat)
+        await cat.send_stdin("one\n")
+        await screen.until("one\n")
+        await cat.send_stdin("two", eof=True)
+        assert await screen.exit() == Exit(0, False)
+        assert screen.text == "one\ntwo"
+        sleep = await sandbox.commands.start(["sleep", "60"])
+        with pytest.raises(errors.ConfigError, match="unknown signal 'NOPE'") as bad:
+            await sleep.signal("NOPE")
+        assert "\n" not in bad.value.message
+        with pytest.raises(errors.ConfigError, match="stdin is closed"):
+            await sleep.send_stdin("x")
+        with pytest.raises(errors.ConfigError, match="no terminal"):
+            await sleep.resize(80, 24)
+        assert await sleep.signal("TERM") is True
+        assert (await sleep.wait(30)).exit_code == 128 + 15
+        assert await sleep.signal("TERM") is False

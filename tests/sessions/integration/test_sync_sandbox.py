@@ -75,3 +75,20 @@ def test_without_a_server_it_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("IRONFLOW_SANDBOX_SERVER", raising=False)
     with pytest.raises(errors.ConfigError, match="start `ironflow sandbox serve`"):
         Sandbox.open(token=TOKEN)
+
+
+def test_the_blocking_face_writes_stdin_signals_and_finds_a_command_again(served: Served) -> None:
+    with Sandbox.open(OpenOptions(ttl=60), server=served.url, token=TOKEN) as sandbox:
+        cat = sandbox.commands.start(["cat"], keep_stdin=True)
+        assert cat.send_stdin("a\n") == 2
+        again = sandbox.commands.connect(cat.id)
+        again.send_stdin("b", eof=True)
+        assert again.wait(30).stdout == "a\nb"
+        terminal = sandbox.commands.run(["sh", "-c", "stty size"], pty=True, cols=70, rows=10)
+        assert terminal.stdout == "10 70\r\n"
+        sleeper = sandbox.commands.start(["sleep", "60"], pty=True)
+        sleeper.resize(100, 30)
+        assert sleeper.signal("TERM") is True
+        assert sleeper.wait(30).exit_code == 128 + 15
+        with pytest.raises(errors.ConfigError, match="has ended"):
+            sleeper.close_stdin()

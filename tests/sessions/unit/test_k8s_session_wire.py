@@ -3,9 +3,14 @@ the runtime's own files from stdin, a reply cut anywhere reads the same."""
 
 from __future__ import annotations
 
+import ast
+import json
+from pathlib import Path
+
 import pytest
 
 from ironflow.k8s.sessions import wire
+from ironflow.sandbox_runtime import SERVER_PATH
 
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n"
@@ -54,4 +59,43 @@ def test_the_kill_line_never_names_group_one_or_below() -> None:
     for pid in (0, 1, -5):
         with pytest.raises(ValueError, match="refusing"):
             wire.kill_command(pid)
-    assert wire.kill_command(4242)[-1] == "4242"
+    assert wire.kill_command(4242)[-2:] == ("4242", "9")
+    assert wire.kill_command(4242, signal_number=15)[-2:] == ("4242", "15")
+
+
+def test_the_signal_names_are_the_runtimes_own() -> None:
+    tree = ast.parse((Path(SERVER_PATH).parent / "terminal.py").read_text())
+    (listed,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SIGNALS" for t in node.targets)
+    ]
+    assert listed == wire.SIGNALS
+    assert (wire.signal_number("sigterm"), wire.signal_number("INT")) == (15, 2)
+    for bad in ("", "SEGV", "TERM\nX", "9"):
+        with pytest.raises(ValueError, match="unknown signal") as refused:
+            wire.signal_number(bad)
+        assert "\n" not in str(refused.value)
+
+
+def test_a_control_is_a_line_for_the_pod_or_a_signal() -> None:
+    stdin = wire.read_control("stdin", b"a\x03", eof=True, pty=False)
+    assert json.loads(stdin.frame) == {"action": "stdin", "data": "YQM=", "eof": True}
+    assert stdin.frame.endswith(b"\n")
+    assert stdin.frame.count(b"\n") == 1
+    assert stdin.answer == {"written": 2}
+    assert wire.read_control("signal", b'{"signal": "HUP"}', eof=False, pty=False) == wire.Control(signal=1)
+    resize = wire.read_control("resize", b'{"cols": 100, "rows": 30}', eof=False, pty=True)
+    assert (json.loads(resize.frame), resize.answer) == (
+        {"action": "resize", "cols": 100, "rows": 30},
+        {"cols": 100, "rows": 30},
+    )
+    for action, body, pty, problem in (
+        ("resize", b'{"cols": 100}', False, "no terminal"),
+        ("resize", b'{"cols": 0}', True, "cols and rows"),
+        ("resize", b"[1]", True, "JSON object"),
+        ("signal", b'{"signal": "SEGV"}', True, "unknown signal"),
+        ("signal", b"{", True, "Expecting"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            wire.read_control(action, body, eof=False, pty=pty)

@@ -4,17 +4,16 @@ The pod runs no server (kwok and other API-only clusters run no container at all
 bridge serves the runtime API of :mod:`ironflow.sandbox_runtime.server` on an abstract unix
 socket (no file: nothing is left on disk when this process is SIGKILLed) that admits only
 this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
-token, so the session handle
-(:class:`~ironflow.sessions.client.AsyncSandbox`) and ``ironflow sandbox serve``'s
-router talk to it exactly as to a local session. Each request becomes one ``pods/exec`` of
-the runtime itself (:mod:`ironflow.k8s.sessions.wire`): the pod does the path checks, the
-tar filters, the limits and the process-group kill, never this host.
+token, so the session handle (:class:`~ironflow.sessions.client.AsyncSandbox`) and ``ironflow
+sandbox serve``'s router talk to it exactly as to a local session. Each request becomes one
+``pods/exec`` of the runtime itself (:mod:`ironflow.k8s.sessions.wire`): the pod does the path
+checks, the tar filters, the limits and the process-group kill, never this host.
 
 Commands are held here: a command's exec lasts as long as the command, its events are kept
-(bounded by the runtime's output cap) for a background command's later wait, and a kill is
-one more exec that kills the command's process group by the pid its first event names. A
-request body is sent whole on the exec's stdin, so uploads stop at ``max_upload_bytes``
-here (413) before any of it is held.
+(bounded by the runtime's output cap) for a later wait, a kill or a signal is one more exec to
+the process group its first event names, and a command in a pty or with ``keep_stdin`` gets
+its stdin writes and resizes down its own exec's stdin, as control lines after the request. A
+request body is sent whole on the exec's stdin, so uploads stop at ``max_upload_bytes`` here.
 """
 
 from __future__ import annotations
@@ -52,6 +51,8 @@ _KEEP_BYTES: Final = 64 << 10
 _EXT: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
+#: The most control bytes (stdin, base64 in JSON lines) a command holds not yet sent to its pod.
+_MAX_PENDING: Final = 2 << 20
 
 
 def _bundle() -> tuple[bytes, tuple[int, ...]]:
@@ -87,9 +88,17 @@ class PodRuntime:
         )  # fmt: skip
 
     async def request(
-        self, method: str, target: str, body: bytes, sink: Callable[[bytes], None], *, content_type: str | None = None
+        self,
+        method: str,
+        target: str,
+        body: bytes,
+        sink: Callable[[bytes], None],
+        *,
+        content_type: str | None = None,
+        more: AsyncIterator[bytes] | None = None,
     ) -> kube.ExecResult:
-        """Send one request; ``sink`` gets the reply's bytes as they come.
+        """Send one request, then ``more`` as it comes (a command's controls); ``sink`` gets the
+        reply's bytes as they come.
 
         Raises:
             KubernetesError: the exec failed (``KubeNotFound``: the pod is gone).
@@ -109,12 +118,13 @@ class PodRuntime:
             stdin=stdin,
             max_output_bytes=_KEEP_BYTES,
             on_output=on_output,
+            more_stdin=more,
         )
 
-    async def kill_group(self, pid: int) -> None:
-        """Kill a command's process group in the pod; a pod already gone is no error."""
+    async def kill_group(self, pid: int, signal_number: int = 9) -> None:
+        """Signal (SIGKILL unless told) a command's process group in the pod; a pod already gone is no error."""
         with contextlib.suppress(errors.KubernetesError, ValueError):
-            command = wire.kill_command(pid, python=self.python)
+            command = wire.kill_command(pid, python=self.python, signal_number=signal_number)
             await self.api.exec(self.namespace, self.pod, command, container=self.container)
 
 
@@ -129,11 +139,13 @@ class _Reply:
         self.task: asyncio.Task[None] | None = None
         self._first: list[bytes] = []
 
-    def start(self, method: str, target: str, body: bytes, content_type: str | None) -> None:
+    def start(
+        self, method: str, target: str, body: bytes, content_type: str | None, more: AsyncIterator[bytes] | None = None
+    ) -> None:
         async def run() -> None:
             try:
                 result = await self.runtime.request(
-                    method, target, body, self.queue.put_nowait, content_type=content_type
+                    method, target, body, self.queue.put_nowait, content_type=content_type, more=more
                 )
                 if self.parser.status is None and result.exit_code != 0:
                     said = errors.truncate(result.stderr.decode(errors="replace").strip(), 300)
@@ -187,8 +199,31 @@ class _Command:
         self._changed = asyncio.Event()
         self._pid_known = asyncio.Event()  # set once the first event named it, or the exec ended
         self._reply = _Reply(runtime, session_id)
-        self._reply.start("POST", _EXT, json.dumps({**spec, "background": False}).encode(), "application/json")
+        self.pty = bool(spec.get("pty"))
+        wants = self.pty or bool(spec.get("keep_stdin"))  # controls, on its exec's stdin past the request
+        self.frames: asyncio.Queue[bytes | None] | None = asyncio.Queue() if wants else None
+        self.pending = 0
+        body = json.dumps({**spec, "background": False}).encode()
+        more = None if self.frames is None else self._controls(self.frames)
+        self._reply.start("POST", _EXT, body, "application/json", more)
         self.task = asyncio.create_task(self._collect())
+
+    async def _controls(self, frames: asyncio.Queue[bytes | None]) -> AsyncIterator[bytes]:
+        while (frame := await frames.get()) is not None:
+            yield frame
+            self.pending -= len(frame)
+
+    def control(self, frame: bytes) -> str | None:
+        """Queue one control line for the pod's runtime; else why not (409: it ended, or holds too much)."""
+        if self.finished:
+            return "the command has ended"
+        if self.frames is None:
+            return "the command's stdin is closed (keep it open with keep_stdin)"
+        if self.pending and self.pending + len(frame) > _MAX_PENDING:
+            return f"the command has not read its stdin ({_MAX_PENDING} bytes waiting)"
+        self.pending += len(frame)
+        self.frames.put_nowait(frame)
+        return None
 
     def _push(self, event: dict[str, Any]) -> None:
         if "exit_code" in event:
@@ -220,11 +255,20 @@ class _Command:
                 self._fail(self._reply.failure or "the command's stream ended without its exit")
         finally:
             self._pid_known.set()
+            if self.frames is not None:
+                self.frames.put_nowait(None)
             await self._reply.aclose()
 
     def _fail(self, message: str) -> None:
         self._push({"stderr": f"ironflow: {message}\n"})
         self._push({"exit_code": 1, "timed_out": False})
+
+    async def signal(self, number: int) -> bool:
+        """A signal to its process group once its pid is known; False when it had ended."""
+        await self._pid_known.wait()
+        if running := self.pid is not None and not self.finished:
+            await self.runtime.kill_group(self.pid, number)
+        return running
 
     async def kill(self, *, timed_out: bool = False) -> bool:
         """True when it was still running. A command asked to die before its pid came waits for it:
@@ -348,9 +392,28 @@ class Bridge:
                 return web.json_response({"message": f"no command {cid}"}, status=404)
             if request.method == "POST" and action == "kill":
                 return web.json_response({"killed": await found.kill()})
+            if request.method == "GET" and action == "status":
+                return web.json_response({"id": cid, "running": not found.finished, "pty": False})
+            if request.method == "POST" and action in ("stdin", "signal", "resize"):
+                return await self._control(request, found, action)
             timeout = request.query.get("timeout")
             return await self._stream(request, cid, found, None if timeout is None else float(timeout))
         return await self._relay(request)
+
+    async def _control(self, request: web.Request, command: _Command, action: str) -> web.Response:
+        """Stdin and resize go down the command's exec's stdin (its runtime applies them); a signal is an exec."""
+        body = await self._body(request)
+        if body is None or len(body) > _MAX_PENDING // 2:
+            return web.json_response({"message": f"a control carries at most {_MAX_PENDING // 2} bytes"}, status=413)
+        try:
+            wanted = wire.read_control(action, body, eof=request.query.get("eof") in ("1", "true"), pty=command.pty)
+        except ValueError as exc:
+            return web.json_response({"message": str(exc)}, status=400)
+        if wanted.signal is not None:
+            return web.json_response({"sent": await command.signal(wanted.signal)})
+        if refused := command.control(wanted.frame):
+            return web.json_response({"message": refused}, status=409)
+        return web.json_response(dict(wanted.answer))
 
     async def _body(self, request: web.Request) -> bytes | None:
         parts, size = [], 0

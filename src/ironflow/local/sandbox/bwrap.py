@@ -149,6 +149,8 @@ class BwrapSettings:
     #: ``CAP_SYS_ADMIN`` in the sandbox's user namespace, for a session's runtime to put its commands in a
     #: pid namespace of their own before it drops every capability (``server.py --isolate-commands``).
     keep_sys_admin: bool = False
+    #: A private ``/dev/pts`` (a new devpts instance, ``/dev/ptmx`` to it): a session's commands in a terminal.
+    ptys: bool = False
 
 
 def relay_argv(
@@ -193,9 +195,15 @@ def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) ->
     return args
 
 
-def _dev(shm_size_bytes: int) -> list[str]:
+def _dev(shm_size_bytes: int, *, ptys: bool = False) -> list[str]:
     """``/dev`` as bubblewrap's ``--dev`` makes it, but on a small tmpfs made read-only and with a
-    sized ``/dev/shm``: ``--dev`` gives an unsized writable tmpfs (host memory without a limit)."""
+    sized ``/dev/shm``: ``--dev`` gives an unsized writable tmpfs (host memory without a limit).
+    With ``ptys``, ``--dev`` itself (bubblewrap mounts devpts only so), made read-only as well: its
+    devpts is a new instance, and its stdin is never a terminal (a session's is its hand-out pipe),
+    so it binds no host terminal at ``/dev/console``."""
+    if ptys:
+        args = ["--dev", "/dev"]
+        return [*args, "--perms", "1777", "--size", str(shm_size_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     args = ["--size", str(_DEV_SIZE_BYTES), "--tmpfs", "/dev"]
     for node in _DEV_NODES:
         args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
@@ -297,7 +305,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     if settings.seccomp_fd is not None:
         argv += ["--seccomp", str(settings.seccomp_fd)]
     argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
-    argv += ["--proc", "/proc", *_dev(settings.tmp_size_bytes)]
+    argv += ["--proc", "/proc", *_dev(settings.tmp_size_bytes, ptys=settings.ptys)]
     argv += _etc(settings)
     argv += ["--tmpfs", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]

@@ -214,6 +214,7 @@ class SessionStarter:
                     fds=fds,
                     egress_socket=egress_socket,
                     keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
+                    ptys=True,  # commands in a terminal (``pty``)
                 )
                 proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)
         finally:
