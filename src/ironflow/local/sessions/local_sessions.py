@@ -42,11 +42,11 @@ from ironflow.local.sandbox import environment, step_proxy
 from ironflow.local.sessions import (
     agents,
     changesets,
-    controls,
     docker_sessions,
     forks,
     gvisor_runtime,
     prewarm,
+    session_controls,
     snapshots,
     starter,
 )
@@ -73,7 +73,7 @@ _DIR_PREFIX: Final = "ifs-"
 _MAX_SOCKET_PATH: Final = 107
 
 
-class LocalSessions(controls.LocalControls):
+class LocalSessions(session_controls.LocalControls):
     """The sessions this process opened on the local provider, by id.
 
     Args:
