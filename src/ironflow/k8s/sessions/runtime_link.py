@@ -112,15 +112,21 @@ async def link(
 
     Raises:
         SandboxError: ``transport="http"`` and the runtime cannot be used; or it refused the token.
-        KubernetesError: the delivery's exec failed (``KubeNotFound``: the pod is gone).
+        KubeNotFound: the pod is gone.
     """
     token = Secret(secrets.token_urlsafe(32))
     line = runtime_pod.token_line(
         token.reveal(), workspace=workspace, idle_timeout=idle_timeout, max_upload_bytes=max_upload_bytes
     )
-    result = await api.exec(
-        namespace, pod, runtime_pod.delivery_command(len(line), python=python), container=container, stdin=line
-    )
+    try:
+        result = await api.exec(
+            namespace, pod, runtime_pod.delivery_command(len(line), python=python), container=container, stdin=line
+        )
+    except errors.KubeNotFound:
+        raise
+    except errors.KubernetesError as exc:  # no Python to deliver with: the exec path says so its own way
+        _fall_back(transport, f"the token delivery to session pod {namespace}/{pod} failed: {exc}")
+        return None
     if not runtime_pod.delivered(result.stdout):
         _fall_back(transport, f"session pod {namespace}/{pod} runs no session runtime")
         return None
