@@ -34,10 +34,13 @@ async def _namespace_json(api: k8s.KubeApi, ns: str, pod: str) -> str:
     return json.dumps(found) + await api.read_log(ns, pod)
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 async def test_a_session_reaches_the_runtime_its_pod_runs_over_http_with_its_own_token(
-    real_node: RealNodeEnv, node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str]
+    real_node: RealNodeEnv, node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str
 ) -> None:
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
+    if runtime == "gvisor":
+        p = p.runtime_class("gvisor")
     with inside_node_network(real_node):
         first = p.sessions(api=node_api, transport="http")  # refuses instead of falling back to exec
         sandbox = await first.open(OpenOptions(ttl=300, env={"GREETING": "hello"}))
