@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ironflow.k8s.sessions import runtime_pod
+from ironflow import errors
+from ironflow.k8s.sessions import runtime_link, runtime_pod
 
 
 def _pod(ports: list[dict[str, Any]], ip: str | None = "10.88.0.7") -> dict[str, Any]:
@@ -63,3 +64,9 @@ def test_an_image_without_the_runtime_idles_and_ends_on_sigterm() -> None:
     (line,) = runtime_pod.main_command()[2:]
     _, _, fallback = line.partition("; fi; ")
     assert fallback.startswith("trap 'exit 0' TERM")
+
+
+def test_a_transport_is_one_of_three_and_a_bad_one_is_one_config_error() -> None:
+    assert [runtime_link.check_transport(t) for t in ("auto", "http", "exec")] == ["auto", "http", "exec"]
+    with pytest.raises(errors.ConfigError, match="session transport 'tcp' is not one of auto, http, exec"):
+        runtime_link.check_transport("tcp")
