@@ -87,6 +87,7 @@ async def test_a_session_reaches_the_runtime_its_pod_runs_over_http_with_its_own
         scanned = await _namespace_json(node_api, node_ns, sandbox.id)
         for secret in (token.reveal(), other_token.reveal()):
             assert secret not in scanned
+        await sandbox.close()
         await first.aclose()
 
     async def gone() -> bool:
