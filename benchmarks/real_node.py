@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             agents = asyncio.run(measure_agent(env, refs, args.count))
         session = asyncio.run(measure_session(env, refs["runner"], args.count)) if "session" in chosen else None
     load = os.getloadavg()[0]
-    print(f"{'row':17} {'peer p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}×")
+    print(f"{'row':17} {'peer p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}× (pods, agent)")
     fields = []
     for kind, rows in (("", results), ("agent", agents)):
         for runtime, runs in rows.items():
