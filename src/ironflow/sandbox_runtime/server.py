@@ -119,6 +119,7 @@ class Handler:
         self.keep = True
         self.started = False
         self.unread = False
+        self.quiet = False
         self.body: Body | None = None
 
     def serve(self) -> None:
@@ -152,18 +153,21 @@ class Handler:
         self.started = False
         with self.rt.lock:
             self.rt.busy += 1
+        self.quiet = False
         try:
             self.dispatch(method, target, headers)
         finally:
             with self.rt.lock:
                 self.rt.busy -= 1
-                self.rt.last_active = time.monotonic()
+                if not self.quiet:
+                    self.rt.last_active = time.monotonic()
         return True
 
     def dispatch(self, method: str, target: str, headers: dict[str, str]) -> None:
         got = headers.get("authorization", "").encode("latin-1")
         if self.rt.gate is not None and (stopped := self.rt.gate.screen(method, target, got)) is not None:
             self.keep = stopped[0] == 200
+            self.quiet = True  # a probe or a refused request keeps no session alive
             return self.json(*stopped)
         if self.rt.gate is None and not _operator._compare_digest(got, self.rt.expected):  # hmac's, without OpenSSL
             self.keep = False

@@ -14,11 +14,14 @@ import json
 
 import aiohttp
 import pytest
+from aiohttp import web
 from tests.fakes import node_containers
 from tests.fakes.node_network import inside_node_network
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
+from ironflow.sandbox_router import app as router_app
+from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
@@ -95,3 +98,38 @@ async def test_a_session_reaches_the_runtime_its_pod_runs_over_http_with_its_own
         return not pods and container not in await node_containers.tasks(real_node)
 
     await eventually(gone, limit_s=90, interval_s=0.5, what=f"session pod {sandbox.id} gone from the API and the node")
+
+
+async def test_serve_forwards_to_the_pods_runtime_and_an_idle_session_ends_itself(
+    real_node: RealNodeEnv, node_ns: str, node_api: k8s.KubeApi, need_image: dict[str, str]
+) -> None:
+    """``sandbox serve``'s application over HTTP sessions: the legacy API through it reaches the
+    pod's runtime by its URL (with the session's token, never the client's); and a session opened
+    with an idle timeout is ended by its runtime (it counts every holder's requests), then its pod
+    deleted by the opener's watcher."""
+    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
+    server_token = "serve-test-token-0123456789"
+    with inside_node_network(real_node):
+        sessions = p.sessions(api=node_api, transport="http")
+        runner = web.AppRunner(router_app.build_app(sessions, Secret(server_token)), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)  # the node's loopback: this thread is in its network
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            sandbox = await sessions.open(OpenOptions(ttl=300, idle_timeout=4))
+            assert sessions.route(sandbox.id)[0].startswith("http://")
+            headers = {"Authorization": f"Bearer {server_token}", "X-Sandbox-ID": sandbox.id}
+            body = {"command": "echo routed"}
+            async with aiohttp.ClientSession() as http, http.post(url + "/execute", json=body, headers=headers) as r:
+                assert (r.status, (await r.json())["stdout"]) == (200, "routed\n")
+            await sandbox.disconnect()
+
+            async def pod_gone() -> bool:
+                return not (await node_api.list(k8s.PODS, node_ns)).items
+
+            await eventually(pod_gone, limit_s=60, interval_s=0.5, what="the idle session's pod deleted")
+            assert sessions.held() == []
+        finally:
+            await runner.cleanup()
+            await sessions.aclose()

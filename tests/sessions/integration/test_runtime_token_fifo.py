@@ -5,6 +5,8 @@ any other bearer; the first line sets the workspace and the idle timeout, a late
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import stat
 import subprocess
@@ -139,6 +141,17 @@ def test_a_pod_without_the_runtime_says_absent_at_once(tmp_path: Path) -> None:
     assert b'"t"' not in done.stdout + done.stderr
 
 
-def test_the_first_lines_idle_timeout_ends_the_runtime(pod: Pod) -> None:
-    assert pod.deliver("idle-token", idle=0.5) is True
-    assert pod.proc.wait(timeout=20) == 0
+async def test_the_first_lines_idle_timeout_ends_the_runtime_whatever_probes_it(
+    pod: Pod, http: aiohttp.ClientSession
+) -> None:
+    """The kubelet's probe (every 2 s) and refused requests keep no session alive."""
+    assert pod.deliver("idle-token", idle=1.5) is True
+    await _taken(http, pod, "idle-token")
+    started = time.monotonic()
+    with contextlib.suppress(aiohttp.ClientError):
+        while pod.proc.poll() is None and time.monotonic() - started < 20:
+            assert await _status(http, "GET", pod.url + "/", {}) == 200
+            await _status(http, "GET", pod.url + "/exists/x", _auth("guess"))
+            await asyncio.sleep(0.2)
+    assert pod.proc.wait(timeout=5) == 0
+    assert time.monotonic() - started < 15
