@@ -20,6 +20,11 @@ What it measures, on one node started by ``ironflow.testing.realnode.RealNodeEnv
   own overhead. The bare ``true`` pod stays as a second, floor-only row (``agent_true``): it
   leaves Claude Code's start and turn on ironflow's side, so it carries no target. No
   NetworkPolicies: their enforcement is the tests', not this figure's.
+* ``session``: ``true`` in an open Kubernetes session (runc), its pod running the session runtime
+  as its main process, reached over HTTP at the pod's IP as a worker pod reaches it (this process's
+  loop thread inside the node's network namespace); its peer is a bare ``pods/exec`` of ``true``
+  into the same pod, measured in alternation. Target: ≤ 1.5×. A third column, no target, is the
+  same command through the exec fallback (``transport="exec"``: a Python start per request).
 
 Both for runc and for RuntimeClass ``gvisor``, p50 of ``--count`` (default 20) runs each, in
 alternation so load drifts hit both. Target: ironflow ≤ 1.2× its peer (the bare pod; for the
@@ -27,11 +32,13 @@ agent step, the bare agent pod). Prints a table, the load average, and a last li
 ``RESULT runc_ratio=… runc_bare_p50_ms=… runc_ironflow_p50_ms=… gvisor_ratio=… gvisor_bare_p50_ms=…
 gvisor_ironflow_p50_ms=… runc_agent_ratio=… runc_agent_bare_p50_ms=… runc_agent_p50_ms=…
 runc_agent_true_ratio=… runc_agent_true_p50_ms=… gvisor_agent_ratio=… gvisor_agent_bare_p50_ms=…
-gvisor_agent_p50_ms=… gvisor_agent_true_ratio=… gvisor_agent_true_p50_ms=… node_start_s=…
-loadavg_1m=…`` (``agent_bare`` is the bare agent pod, ``agent_true`` the bare ``true`` pod).
+gvisor_agent_p50_ms=… gvisor_agent_true_ratio=… gvisor_agent_true_p50_ms=… session_ratio=…
+session_exec_p50_ms=… session_http_p50_ms=… session_fallback_p50_ms=… session_fallback_ratio=…
+node_start_s=… loadavg_1m=…`` (``agent_bare`` is the bare agent pod, ``agent_true`` the bare ``true``
+pod); ``--rows session`` measures only the session row (the runner image alone).
 
 Needs ``scripts/kube-testenv build --node`` and ``scripts/images build`` (runner, auth-proxy, worker).
-Run: ``python benchmarks/real_node.py [--count N]``.
+Run: ``python benchmarks/real_node.py [--count N] [--rows pods,agent,session]``.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
+from ironflow.sessions import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig
 from ironflow.testing import images
 from ironflow.testing.polling import eventually
@@ -62,6 +70,8 @@ __all__ = ["main"]
 ROOT = Path(__file__).resolve().parents[1]
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 TARGET = 1.2
+SESSION_TARGET = 1.5
+ROWS = ("pods", "agent", "session")
 IMAGES = ("runner", "auth-proxy", "worker")
 RUNTIMES = (None, "gvisor")
 
@@ -221,23 +231,95 @@ async def measure_agent(env: RealNodeEnv, refs: dict[str, str], count: int) -> d
     return out
 
 
+async def measure_session(env: RealNodeEnv, image: str, count: int) -> dict[str, list[float]]:
+    """A command in an open session over HTTP, the same through the exec fallback, and a bare exec of
+    ``true`` into the session's pod, in alternation, from inside the node's network."""
+    sys.path.insert(0, str(ROOT))  # the real-node tests' way into the node's network namespace
+    from tests.fakes.node_network import inside_node_network
+
+    ns = f"bench-{uuid.uuid4().hex[:6]}"
+    env.create_namespace(ns, labels=RESTRICTED)
+    provider = K8sEphemeralProvider.sandboxed(image).namespace(ns).image_pull_policy("Never")
+    out: dict[str, list[float]] = {"exec": [], "http": [], "fallback": []}
+    with inside_node_network(env):
+        api = await k8s.KubeApi.connect(env.cluster_config())
+        try:
+            async with (
+                provider.sessions(api=api, transport="http") as http,
+                provider.sessions(api=api, transport="exec") as fallback,
+            ):
+                sandbox = await http.open(OpenOptions(ttl=600))
+                via_exec = await fallback.connect(sandbox.id)
+
+                async def bare() -> float:
+                    start = time.perf_counter()
+                    done = await api.exec(ns, sandbox.id, ("true",), container="sandbox")
+                    assert done.exit_code == 0, done
+                    return (time.perf_counter() - start) * 1000
+
+                async def command(handle: Any) -> float:
+                    start = time.perf_counter()
+                    ran = await handle.commands.run(["true"])
+                    assert ran.exit_code == 0, ran
+                    return (time.perf_counter() - start) * 1000
+
+                for _ in range(3):  # warm-up: the connections, the pod's first execs
+                    await bare(), await command(sandbox), await command(via_exec)
+                for _ in range(count):
+                    out["exec"].append(await bare())
+                    out["http"].append(await command(sandbox))
+                    out["fallback"].append(await command(via_exec))
+                await via_exec.disconnect()
+                await fallback.release()
+                await sandbox.close()
+        finally:
+            await api.close()
+    return out
+
+
+def _session_rows(runs: dict[str, list[float]]) -> list[str]:
+    """Print the session row; its RESULT fields."""
+    b, i, f = (statistics.median(runs[k]) for k in ("exec", "http", "fallback"))
+    verdict = "met" if i / b <= SESSION_TARGET else "NOT met"
+    print(f"{'runc session':17} {b:12.1f} {i:16.1f} {i / b:7.2f}  {verdict} (target ≤ {SESSION_TARGET}×)")
+    print(f"{'runc session/exec':17} {b:12.1f} {f:16.1f} {f / b:7.2f}  the exec fallback, no target")
+    return [
+        f"session_ratio={i / b:.2f}",
+        f"session_exec_p50_ms={b:.1f}",
+        f"session_http_p50_ms={i:.1f}",
+        f"session_fallback_p50_ms={f:.1f}",
+        f"session_fallback_ratio={f / b:.2f}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--rows", default=",".join(ROWS), help="which rows to measure (default: all)")
     args = parser.parse_args(argv)
-    archives = {name: images.archive_path(ROOT, name) for name in IMAGES}
+    chosen = set(args.rows.split(","))
+    if not chosen or chosen - set(ROWS):
+        print(f"--rows takes a comma list of {', '.join(ROWS)}, got '{args.rows}'", file=sys.stderr)
+        return 2
+    needed = IMAGES if chosen & {"pods", "agent"} else ("runner",)
+    archives = {name: images.archive_path(ROOT, name) for name in needed}
     missing = [name for name, path in archives.items() if not path.exists()]
     if missing:
         print(f"images not built: {', '.join(missing)}: bash scripts/images build", file=sys.stderr)
         return 2
-    refs = {name: image_builds.local_reference(image_builds.IMAGES[name].reference) for name in IMAGES}
+    refs = {name: image_builds.local_reference(image_builds.IMAGES[name].reference) for name in needed}
     started = time.perf_counter()
+    results: dict[str, dict[str, list[float]]] = {}
+    agents: dict[str, dict[str, list[float]]] = {}
     with RealNodeEnv(images=list(archives.values())) as env:
         node_start = time.perf_counter() - started
-        results = asyncio.run(measure(env, refs["runner"], args.count))
-        agents = asyncio.run(measure_agent(env, refs, args.count))
+        if "pods" in chosen:
+            results = asyncio.run(measure(env, refs["runner"], args.count))
+        if "agent" in chosen:
+            agents = asyncio.run(measure_agent(env, refs, args.count))
+        session = asyncio.run(measure_session(env, refs["runner"], args.count)) if "session" in chosen else None
     load = os.getloadavg()[0]
-    print(f"{'row':17} {'peer p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}×")
+    print(f"{'row':17} {'peer p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}× (pods, agent)")
     fields = []
     for kind, rows in (("", results), ("agent", agents)):
         for runtime, runs in rows.items():
@@ -254,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 fields += [f"{runtime}_ratio={ratio:.2f}", f"{runtime}_bare_p50_ms={b:.0f}"]
                 fields.append(f"{runtime}_ironflow_p50_ms={i:.0f}")
+    if session is not None:
+        fields += _session_rows(session)
     print(f"node start (images loaded): {node_start:.1f} s; {args.count} runs each; load average {load:.2f}")
     print("RESULT " + " ".join([*fields, f"node_start_s={node_start:.1f}", f"loadavg_1m={load:.2f}"]))
     return 0

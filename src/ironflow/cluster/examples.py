@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import yaml
 
-from ironflow.cluster import documents, network, proxy_address, service_network, setup, workloads
+from ironflow.cluster import documents, network, proxy_address, service_network, session_network, setup, workloads
 
 __all__ = [
     "AUTH_PROXY_FILE",
@@ -80,6 +80,7 @@ def kustomize_resources(*, with_auth_proxy: bool) -> list[str]:
         "networkpolicy-egress-dns.yaml",
         "networkpolicy-egress-auth-proxy.yaml",
         "networkpolicy-service-pods.yaml",
+        "networkpolicy-session-runtime.yaml",
         "managed-settings.yaml",
         PROFILE_DIR,
     ]
@@ -135,6 +136,9 @@ def example_files(
         "networkpolicy-egress-anthropic.yaml": network.plain_anthropic(direct),
         "networkpolicy-egress-auth-proxy.yaml": network.plain_auth_proxy(top),
         "networkpolicy-service-pods.yaml": service_network.policies(config.namespace),
+        "networkpolicy-session-runtime.yaml": session_network.policies(
+            config.namespace, worker_namespace=config.worker_namespace
+        ),
         "cilium-egress-anthropic.yaml": network.cilium_anthropic(direct),
         "cilium-egress-auth-proxy.yaml": network.cilium_auth_proxy(top),
         "runtimeclass-gvisor.yaml": setup.runtime_class(),

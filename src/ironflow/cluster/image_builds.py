@@ -91,6 +91,7 @@ class ImageRecipe:
 
     ``context`` is the repository directory the Dockerfile's ``COPY`` reads from; ``copies``
     the files and directories under it that the build context holds (nothing else is copied);
+    ``imports`` repository directories from elsewhere put in the context, each under its name there;
     ``fetched`` is ``wheels`` (pip, into ``docker/wheels/``) or ``npm`` (into ``npm/``).
     """
 
@@ -105,6 +106,7 @@ class ImageRecipe:
     build_args: tuple[tuple[str, str], ...] = ()
     #: The numeric USER the image ends on (what a pod's runAsUser asserts).
     user: str = f"{workloads.UID}:{workloads.UID}"
+    imports: tuple[tuple[str, str], ...] = ()
 
 
 _PYTHON_BASE: Final = BaseRecipe(
@@ -143,6 +145,8 @@ IMAGES: Final = {
         base_arg="NODE_BASE",
         fetched="npm",
         build_args=(("CLAUDE_CODE_VERSION", cli.CLAUDE_CODE_VERSION),),
+        # The session runtime, a session pod's main process (ironflow.k8s.sessions.runtime_pod).
+        imports=(("src/ironflow/sandbox_runtime", "sandbox-runtime"),),
     ),
     "auth-proxy": _python_image("auth-proxy", workloads.DEFAULT_AUTH_PROXY_IMAGE),
     "worker": _python_image("worker", workloads.DEFAULT_WORKER_IMAGE),

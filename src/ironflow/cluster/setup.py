@@ -43,7 +43,15 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.claude import layout
-from ironflow.cluster import claude_settings, documents, network, proxy_address, service_network, workloads
+from ironflow.cluster import (
+    claude_settings,
+    documents,
+    network,
+    proxy_address,
+    service_network,
+    session_network,
+    workloads,
+)
 from ironflow.cluster.network import EgressProfile
 
 __all__ = [
@@ -388,9 +396,11 @@ def deny_all(config: ClusterSetup) -> list[documents.Document]:
 
 
 def network_policies(config: ClusterSetup) -> list[documents.Document]:
-    """The default deny, the egress variant's openings, and the service pods' (``PodUp``)."""
+    """The default deny, the egress variant's openings, the service pods' (``PodUp``) and the
+    session pods' runtime (the worker and the sandbox router only)."""
     egress = network.egress(topology(config), cilium=config.cilium)
-    return deny_all(config) + egress + service_network.policies(config.namespace)
+    sessions = session_network.policies(config.namespace, worker_namespace=config.worker_namespace)
+    return deny_all(config) + egress + service_network.policies(config.namespace) + sessions
 
 
 def runtime_class() -> list[documents.Document]:

@@ -72,10 +72,11 @@ class K8sEphemeralProvider(K8sSettingsBuilders, ProviderBase):
 
     # -- what this provider offers --
 
-    def sessions(self, *, api: kube.KubeApi | None = None) -> pod_sessions.K8sSessions:
+    def sessions(self, *, api: kube.KubeApi | None = None, transport: str = "auto") -> pod_sessions.K8sSessions:
         """This provider's sandbox sessions: one hardened pod each, in its namespace (``api``: a
-        connected client of its cluster, else the sessions connect their own)."""
-        return pod_sessions.K8sSessions(self.settings, api=api)
+        connected client of its cluster, else the sessions connect their own; ``transport``: how
+        they reach its runtime, :class:`~ironflow.k8s.sessions.pod_sessions.K8sSessions`)."""
+        return pod_sessions.K8sSessions(self.settings, api=api, transport=transport)
 
     def account_kind(self) -> str | None:
         """``claude_subscription`` only with an auth proxy: accounts reach only the proxy."""

@@ -249,7 +249,9 @@ class _Router:
             if client is not None:
                 await client.close()
 
-    async def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret]:
+    async def _upstream(self, session_id: str) -> tuple[aiohttp.ClientSession, Secret, str]:
+        """The client of a held session's runtime, its token, and the base of its URLs: a runtime
+        over HTTP (a Kubernetes pod's) is its own base, one on a unix socket ``http://sandbox``."""
         if not SESSION_ID.match(session_id):
             raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}")
         try:
@@ -262,26 +264,27 @@ class _Router:
             if not found:
                 raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
             socket_path, token = self.sessions.route(session_id)
+        over_http = socket_path.startswith("http://")
         client = self._upstreams.get(session_id)
         if client is None:
             client = self._upstreams[session_id] = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=socket_path),
+                connector=aiohttp.TCPConnector() if over_http else aiohttp.UnixConnector(path=socket_path),
                 auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
             )
-        return client, token
+        return client, token, socket_path if over_http else "http://sandbox"
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         try:
             session_id, timeout = _target(request.headers)
-            client, token = await self._upstream(session_id)
+            client, token, base = await self._upstream(session_id)
         except _Refused as exc:
             return _detail(exc.status, exc.detail)
         if not request.raw_path.startswith("/"):
             return _detail(400, "Invalid path.")
         headers = _forwarded(request.headers)
         headers["Authorization"] = f"Bearer {token.reveal()}"
-        url = URL("http://sandbox" + request.raw_path, encoded=True)
+        url = URL(base + request.raw_path, encoded=True)
         body = request.content if request.body_exists else None
         async with controls.activity(self.sessions, session_id):  # a paused session is resumed first
             try:

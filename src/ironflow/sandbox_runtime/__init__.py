@@ -1,7 +1,7 @@
 """The runtime that runs inside a sandbox session: :mod:`ironflow.sandbox_runtime.server`.
 
-A file run by path (``python3 -I server.py``, with its siblings ``streams.py``, ``startup.py``
-and ``confine.py``), standard library only, importing nothing of ironflow: backends find it
+A file run by path (``python3 -I server.py``, with its siblings ``streams.py``, ``startup.py``,
+``confine.py`` and ``delivery.py``), standard library only, importing nothing of ironflow: backends find it
 with :data:`SERVER_PATH` and show its directory to the sandbox. The ironflow side of the wire moved to
 :mod:`ironflow.sessions` (``client``, ``remote``, ``sync``): ``AsyncSandbox``,
 ``RemoteSessions`` and ``Sandbox`` still resolve here, with a DeprecationWarning.

@@ -9,7 +9,8 @@ directory tar streams in and out. Every path is confined to the workspace (403).
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
 an inherited fd or a file deleted once read, never the environment, so the commands run
-here (with the runtime's own scrubbed environment) never see it. With ``--prewarm`` the runtime
+here (with the runtime's own scrubbed environment) never see it; a pod's main process listens
+first and takes its tokens by a FIFO (``--token-fifo``, the sibling ``delivery.py``). With ``--prewarm`` the runtime
 sets itself up, says ``ironflow-runtime: warm`` and waits: a session pool holds it so, with no
 token, and hands it out with one line carrying the token (and the session's environment and idle
 timeout). Uploads stream to disk and stop at ``--max-upload-bytes`` (413); captured output keeps
@@ -73,6 +74,7 @@ class Runtime:
         self.last_active = time.monotonic()
         self.busy = 0
         self.spawn: Any = subprocess.Popen  # with --isolate-commands, confine.py's
+        self.gate: Any = None  # with --token-fifo, delivery.py's: the tokens come after the start
 
     def resolve(self, raw: str) -> str:
         """A client path inside the workspace (symlinks followed), or 403."""
@@ -123,6 +125,7 @@ class Handler:
         self.keep = True
         self.started = False
         self.unread = False
+        self.quiet = False
         self.body: Body | None = None
 
     def serve(self) -> None:
@@ -156,17 +159,23 @@ class Handler:
         self.started = False
         with self.rt.lock:
             self.rt.busy += 1
+        self.quiet = False
         try:
             self.dispatch(method, target, headers)
         finally:
             with self.rt.lock:
                 self.rt.busy -= 1
-                self.rt.last_active = time.monotonic()
+                if not self.quiet:
+                    self.rt.last_active = time.monotonic()
         return True
 
     def dispatch(self, method: str, target: str, headers: dict[str, str]) -> None:
         got = headers.get("authorization", "").encode("latin-1")
-        if not _operator._compare_digest(got, self.rt.expected):  # hmac's own, without its OpenSSL import
+        if self.rt.gate is not None and (stopped := self.rt.gate.screen(method, target, got)) is not None:
+            self.keep = stopped[0] == 200
+            self.quiet = True  # a probe or a refused request keeps no session alive
+            return self.json(*stopped)
+        if self.rt.gate is None and not _operator._compare_digest(got, self.rt.expected):  # hmac's, without OpenSSL
             self.keep = False
             return self.json(401, {"message": "Unauthorized"})
         path, _, query = target.partition("?")
@@ -435,8 +444,11 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
     if args.prewarm:
         print("ironflow-runtime: warm", file=sys.stderr, flush=True)
-    runtime = Runtime(args, startup.read_token(args))
+    runtime = Runtime(args, b"" if args.token_fifo else startup.read_token(args))
     runtime.spawn = spawn or runtime.spawn
+    if args.token_fifo:  # listen now (a pod's readiness probe), take the tokens later: delivery.py
+        runtime.gate = __import__("delivery").Gate(args.token_fifo, runtime, lambda t: _watch_idle(runtime, t))
+        runtime.gate.start()
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     listener = _listener(args)

@@ -28,6 +28,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "host": (str, "0.0.0.0"),
     "token_fd": (int, 0),
     "token_file": (str, None),
+    "token_fifo": (str, None),  # listen first, take tokens by this FIFO (delivery.py): a pod's main process
     "workspace": (str, "."),
     "max_upload_bytes": (int, 1 << 30),
     "max_output_bytes": (int, 16 << 20),

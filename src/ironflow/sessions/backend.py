@@ -72,7 +72,8 @@ class SessionBackend(Protocol):
         ...
 
     def route(self, session_id: str) -> tuple[str, Secret]:
-        """The unix socket of a held session's runtime API and its token, for a server that forwards to it.
+        """Where a held session's runtime API answers (a unix socket's path, or an ``http://`` URL) and
+        its token, for a server that forwards to it.
 
         Raises:
             SessionNotFound: the session is not held here.

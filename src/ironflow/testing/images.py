@@ -98,17 +98,18 @@ def _context_files(repo: Path, recipe: image_builds.ImageRecipe) -> dict[str, Pa
     """Each file of the build context (path relative to the context) and where it is in the repository."""
     base = repo / recipe.context
     files: dict[str, Path] = {}
-    for copy in recipe.copies:
-        source = base / copy
+    sources = [(base / copy, base, "") for copy in recipe.copies]
+    sources += [(repo / source, repo / source, f"{into}/") for source, into in recipe.imports]
+    for source, root, prefix in sources:
         if source.is_file():
-            files[copy] = source
+            files[prefix + source.relative_to(root).as_posix()] = source
             continue
         for directory, subdirs, names in os.walk(source):
             subdirs[:] = sorted(d for d in subdirs if d not in _SKIPPED)
             for name in names:
                 if not name.endswith(".pyc"):
                     path = Path(directory, name)
-                    files[path.relative_to(base).as_posix()] = path
+                    files[prefix + path.relative_to(root).as_posix()] = path
     return files
 
 

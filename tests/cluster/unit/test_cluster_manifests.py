@@ -34,6 +34,7 @@ def test_default_renders_plain_policies_and_no_proxy_namespace() -> None:
         "claude-runner-egress-https",
         "ironflow-service-pods",
         "claude-runner-egress-service-pods",
+        "ironflow-session-runtime",
     }
     assert not _by_kind(objects, "CiliumNetworkPolicy")
     assert not _by_kind(objects, "RuntimeClass")

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from ironflow import labels
-from ironflow.cluster import examples, service_network, setup
+from ironflow.cluster import examples, service_network, session_network, setup
 from ironflow.k8s.commands.pod_ups import PodUp, Readiness
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions import runtime_pod, session_pod
 from ironflow.steps import AgentConfig
 
 HOME = (
@@ -80,7 +81,19 @@ def test_agent_egress_policies_select_the_pod_and_profile_policies_only_with_the
         # Each selects agent pods, or (the service pods' ingress) the PodUp pods the library renders.
         selected = (_selects(selector, plain_labels), _selects(selector, service_labels))
         wanted = (False, True) if name == service_network.INGRESS_NAME else (True, name == "default-deny-all")
+        if name == session_network.NAME:  # the session pods the library renders, nothing else
+            wanted = (False, False)
+            assert _selects(selector, _session_pod()["metadata"]["labels"]), name
         assert selected == wanted, name
+
+
+def _session_pod() -> dict[str, Any]:
+    return session_pod.session_pod("sbx-0123456789abcdef", _provider().settings, ttl_s=60, now=0)
+
+
+def test_the_session_runtime_policy_opens_the_port_the_session_pod_listens_on() -> None:
+    (container,) = _session_pod()["spec"]["containers"]
+    assert [p["containerPort"] for p in container["ports"]] == [runtime_pod.PORT] == [session_network.RUNTIME_PORT]
 
 
 @pytest.mark.parametrize("proxy", [False, True])

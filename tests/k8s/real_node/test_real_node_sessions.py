@@ -1,5 +1,6 @@
 """Kubernetes sessions on real pods: ``provider.sessions()`` opens a hardened pod of the runner image
-on the real node (runc, and gVisor), the session runtime starts in it over the API server's exec,
+on the real node (runc, and gVisor), the session runtime starts in it over the API server's exec
+(the fallback transport: this test's process is outside the node's network),
 a command runs as uid 10001 in it, a file written through the session is read back and is seen
 by a command, and closing deletes the pod and ends its container's process on the node.
 
@@ -30,7 +31,7 @@ async def test_a_session_on_a_real_pod_runs_commands_keeps_files_and_goes_on_clo
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
     if runtime == "gvisor":
         p = p.runtime_class("gvisor")
-    async with p.sessions(api=node_api) as sessions:
+    async with p.sessions(api=node_api, transport="exec") as sessions:  # HTTP: test_real_node_session_runtime.py
         sandbox = await sessions.open(OpenOptions(ttl=300, env={"GREETING": "hello"}))
         pod = await node_api.get(k8s.PODS, node_ns, sandbox.id)
         container = node_containers.running_container(pod)

@@ -3,10 +3,12 @@ and the session read back from them."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ironflow import errors, labels
-from ironflow.k8s.sessions import session_pod
+from ironflow.k8s.sessions import runtime_pod, session_pod
 from ironflow.k8s.settings import K8sResources, ProviderSettings
 
 SETTINGS = ProviderSettings(
@@ -40,7 +42,21 @@ def test_the_pod_is_hardened_as_a_command_pod() -> None:
     }
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["activeDeadlineSeconds"] == 660  # the ttl and the hardening's deadline margin
-    assert container["command"] == list(session_pod.IDLE_COMMAND)
+    assert container["command"] == runtime_pod.main_command()
+    assert container["ports"] == [{"name": "runtime", "containerPort": 8888, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/", "port": "runtime"}
+
+
+def test_the_pod_carries_no_token_and_runs_the_runtime_as_its_main_process_when_the_image_has_it() -> None:
+    """The runtime is exec'd (pid 1), listens on 8888 and takes its tokens by its FIFO; nothing
+    in the spec is a token (the whole manifest holds no bearer, no --token-fd/--token-file)."""
+    pod = _pod()
+    (line,) = [w for w in pod["spec"]["containers"][0]["command"] if "server.py" in w]  # type: ignore[index]
+    assert "exec python3 -I -S /opt/ironflow/runtime/server.py --port 8888" in line
+    assert "--token-fifo /home/claude/.ironflow/runtime-tokens" in line
+    text = json.dumps(pod)
+    for word in ("Bearer", "--token-fd", "--token-file", 'token":'):
+        assert word not in text
 
 
 def test_expiry_labels_and_the_session_read_back() -> None:

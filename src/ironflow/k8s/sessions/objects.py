@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol
 
 from ironflow import errors, labels
 from ironflow.k8s import pod_wait, pods
-from ironflow.k8s.sessions import clones, session_pod
+from ironflow.k8s.sessions import clones, runtime_pod, session_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import clusters, pod_problems, pod_status
@@ -42,6 +42,8 @@ class Found:
     running: bool = True
     #: The session's git workspace and the starting commit its clone recorded (None: none).
     workspace: clones.Held | None = None
+    #: ``podIP:port`` of the runtime its pod runs as its main process (None: reached by exec only).
+    address: str | None = None
 
 
 class SessionObjects(Protocol):
@@ -83,7 +85,7 @@ class SessionObjects(Protocol):
 
 
 class PodObjects:
-    """A Kubernetes session is one idle pod of the provider's image, named by the session id."""
+    """A Kubernetes session is one pod of the provider's image, named by the session id."""
 
     backend: Final = session_pod.BACKEND
 
@@ -121,7 +123,8 @@ class PodObjects:
             raise errors.SandboxError(f"session pod {name} ended before it was used (phase {pod_status.phase(pod)})")
         info = session_pod.info_of(created, settings_labels=self.settings.pod_labels)
         assert info is not None  # rendered as a session pod just now
-        return Found(info, name, session_pod.CONTAINER, dict(options.env))
+        address = runtime_pod.address_of(pod, session_pod.CONTAINER)
+        return Found(info, name, session_pod.CONTAINER, dict(options.env), address=address)
 
     async def lookup(self, api: kube.KubeApi, session_id: str) -> Found | None:
         try:
@@ -133,7 +136,8 @@ class PodObjects:
             return None
         running = pod_status.phase(pod) == "Running"
         held = clones.held_of((pod.get("metadata") or {}).get("annotations"))
-        return Found(info, session_id, session_pod.CONTAINER, _plain_env(pod), running, held)
+        address = runtime_pod.address_of(pod, session_pod.CONTAINER)
+        return Found(info, session_id, session_pod.CONTAINER, _plain_env(pod), running, held, address)
 
     async def annotate(self, api: kube.KubeApi, session_id: str, annotations: Mapping[str, str]) -> None:
         await api.patch(kube.PODS, self.namespace, session_id, {"metadata": {"annotations": annotations}})

@@ -1,10 +1,12 @@
-"""Kubernetes sandbox sessions: the table of sessions held here, each a hardened pod reached by exec (I/O).
+"""Kubernetes sandbox sessions: the table of sessions held here, each a hardened pod running the runtime (I/O).
 
 ``open`` has the :class:`~ironflow.k8s.sessions.provisioner.SessionProvisioner` make the
 session's object and wait for it (a pod of :mod:`ironflow.k8s.sessions.session_pod`, waited
-for with the pod steps' fail-fast classification) and start its
-:class:`~ironflow.k8s.sessions.bridge.Bridge`, checks that the pod runs the runtime, and holds
-the session: the handle is the same :class:`~ironflow.sessions.client.AsyncSandbox` local
+for with the pod steps' fail-fast classification), then reach its runtime: over HTTP at the
+pod's address with a token of this process (:mod:`ironflow.k8s.sessions.runtime_link`, the
+``transport`` says when), else through a :class:`~ironflow.k8s.sessions.bridge.Bridge`, one
+exec per request (checked with one request), and holds the session: the handle is the same
+:class:`~ironflow.sessions.client.AsyncSandbox` local
 sessions hand out. This module never calls the Kubernetes API itself; the provisioner does.
 
 What a session is in the cluster (a pod here, a claim for agent-sandbox) is the host's
@@ -30,7 +32,7 @@ from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
 from ironflow.egress import variables
-from ironflow.k8s.sessions import bridge, clones, provisioner
+from ironflow.k8s.sessions import bridge, clones, provisioner, runtime_link
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
@@ -51,7 +53,7 @@ _IDLE_CHECK_S: Final = 1.0
 @dataclasses.dataclass(eq=False)
 class _Session:
     info: SessionInfo
-    bridge: bridge.Bridge
+    link: bridge.Bridge | runtime_link.RuntimeLink
     idle_timeout: float | None
     pod: str
     container: str
@@ -75,6 +77,8 @@ class K8sSessions:
         issuer: grants a git workspace's clone its token (default: an admin client of the
             provider's auth proxy, made when first needed and closed here).
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
+        transport: ``auto`` (HTTP to the runtime the pod runs when it answers from here, else
+            exec), ``http`` (refuse a session it cannot reach so) or ``exec`` (each request an exec).
     """
 
     def __init__(
@@ -88,7 +92,9 @@ class K8sSessions:
         python: str = "python3",
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
+        transport: str = "auto",
     ) -> None:
+        self.transport = runtime_link.check_transport(transport)
         self._cluster = provisioner.SessionProvisioner(settings, objects=objects, api=api, issuer=issuer, home=home)
         self.settings = settings
         self.objects: SessionObjects = self._cluster.objects
@@ -143,15 +149,26 @@ class K8sSessions:
         """Watch a session just opened (its TTL, its idle timeout) and hand out its first handle."""
         session.info = dataclasses.replace(session.info, created_at=now, expires_at=now + ttl)
         session.watcher = asyncio.create_task(self._watch(session))
-        pod = session.bridge.runtime.pod
-        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs)", session.info.id, self.namespace, pod, ttl)
+        how = "http" if isinstance(session.link, runtime_link.RuntimeLink) else "exec"
+        opened = (session.info.id, self.namespace, session.pod, ttl, how)
+        log.info("sandbox session %s opened in pod %s/%s (ttl %.0fs, %s)", *opened)
         return self._handle(session)
 
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
+        """Reach the session's runtime: over HTTP (checked with this process's token), else by exec."""
         info = found.info
-        started = await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
+        linked = await self._cluster.link(
+            found,
+            transport=self.transport,
+            python=self.python,
+            idle_timeout=idle_timeout,
+            max_upload_bytes=self.max_upload_bytes,
+        )
+        started = linked or await self._cluster.bridge(
+            found, max_upload_bytes=self.max_upload_bytes, python=self.python
+        )
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
-        if probe:
+        if probe and linked is None:
             try:
                 await self._probe(session)
             except BaseException:
@@ -173,7 +190,7 @@ class K8sSessions:
         try:
             while (left := session.info.expires_at - time.time()) > 0:
                 await asyncio.sleep(min(left, _IDLE_CHECK_S) if session.idle_timeout else left)
-                if session.idle_timeout and session.bridge.idle_for() >= session.idle_timeout:
+                if session.idle_timeout and await self._idle_over(session, session.idle_timeout):
                     log.info("sandbox session %s idle for %.0fs: closing", session.info.id, session.idle_timeout)
                     break
             else:
@@ -182,18 +199,30 @@ class K8sSessions:
             if not session.released:
                 await asyncio.shield(self._teardown(session.info.id))
 
+    async def _idle_over(self, session: _Session, limit: float) -> bool:
+        """Whether the session sat idle past ``limit``: by this process's requests through its bridge;
+        over HTTP the runtime counts every holder's and ends itself, so its pod stops running."""
+        if isinstance(session.link, bridge.Bridge):
+            return session.link.idle_for() >= limit
+        if await session.link.answers():
+            return False
+        found = await self._cluster.lookup(session.info.id)
+        return found is None or not found.running
+
     async def _teardown(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
-            await session.bridge.aclose()
+            await session.link.aclose()
         await self._cluster.delete(session_id)
 
     # -- using --
 
     def _client_of(self, session: _Session) -> RuntimeClient:
+        if isinstance(session.link, runtime_link.RuntimeLink):
+            return session.link.client()
         return RuntimeClient(
-            unix_path=session.bridge.socket_path,
-            headers={"Authorization": f"Bearer {session.bridge.token.reveal()}"},
+            unix_path=session.link.socket_path,
+            headers={"Authorization": f"Bearer {session.link.token.reveal()}"},
         )
 
     def _handle(self, session: _Session) -> AsyncSandbox:
@@ -245,11 +274,14 @@ class K8sSessions:
         return await self._cluster.changes(held, pod=pod, container=container)
 
     def route(self, session_id: str) -> tuple[str, Secret]:
-        """The bridge socket of a session held here and its token, for a server that forwards to it."""
+        """Where a session held here answers (its runtime's ``http://`` URL, else its bridge's socket)
+        and this process's token for it, for a server that forwards to it."""
         session = self._sessions.get(check_session_id(session_id))
         if session is None:
             raise SessionNotFound(f"no open sandbox session '{session_id}'")
-        return session.bridge.socket_path, session.bridge.token
+        if isinstance(session.link, runtime_link.RuntimeLink):
+            return session.link.base_url, session.link.token
+        return session.link.socket_path, session.link.token
 
     def held(self) -> builtins.list[SessionInfo]:
         """The sessions this process opened (or reattached)."""
@@ -291,7 +323,7 @@ class K8sSessions:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             session.idle_timeout = None
-            await session.bridge.aclose()
+            await session.link.aclose()
 
     async def release(self) -> None:
         """Let go of every session held here (they live on to their TTL) and of the client."""
@@ -301,7 +333,7 @@ class K8sSessions:
                 session.watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await session.watcher
-            await session.bridge.aclose()
+            await session.link.aclose()
         self._sessions.clear()
         await self._cluster.aclose()
 

@@ -4,7 +4,8 @@
 :class:`~ironflow.k8s.sessions.objects.SessionObjects` (a pod here, a claim for agent-sandbox)
 to make a session's object and wait until its pod runs (the pod steps' fail-fast
 classification: a bad image, a missing Secret, no node end the wait at once), clones a git
-workspace into it with a grant of its own, starts the bridge to the runtime in its pod
+workspace into it with a grant of its own, links to the runtime its pod runs
+(:mod:`ironflow.k8s.sessions.runtime_link`) or starts the exec bridge to it
 (:mod:`ironflow.k8s.sessions.bridge`), and finds and deletes it again; an object that may
 exist after a failure is deleted on that path. It owns the API client and the grant issuer
 it made, and closes them. It never holds a session: the table of sessions this process
@@ -18,11 +19,12 @@ import builtins
 import dataclasses
 import math
 
+from ironflow import errors
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import layout
 from ironflow.k8s import pods
-from ironflow.k8s.sessions import bridge, clones
+from ironflow.k8s.sessions import bridge, clones, runtime_link
 from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec
@@ -142,6 +144,33 @@ class SessionProvisioner:
         started = bridge.Bridge(runtime, found.info.id, env=found.env, max_upload_bytes=max_upload_bytes)
         await started.start()
         return started
+
+    async def link(
+        self,
+        found: Found,
+        *,
+        transport: runtime_link.Transport,
+        python: str,
+        idle_timeout: float | None,
+        max_upload_bytes: int,
+    ) -> runtime_link.RuntimeLink | None:
+        """The runtime its pod runs, over HTTP with a token of this process (None: reach it by exec)."""
+        if found.address is None or transport == "exec":
+            if transport == "http":
+                raise errors.SandboxError(f"session pod {self.namespace}/{found.pod} does not run the session runtime")
+            return None
+        return await runtime_link.link(
+            await self.client(),
+            self.namespace,
+            found.pod,
+            found.container,
+            found.address,
+            transport=transport,
+            python=python,
+            workspace=None if found.workspace is None else self.where.workspace,
+            idle_timeout=idle_timeout,
+            max_upload_bytes=max_upload_bytes,
+        )
 
     async def lookup(self, session_id: str) -> Found | None:
         """The session as the cluster holds it; None when it has no object."""

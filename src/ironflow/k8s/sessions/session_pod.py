@@ -4,7 +4,9 @@ The pod is a command pod's posture (:func:`~ironflow.k8s.hardening.harden_pod_sp
 non-root, read-only root, every capability dropped, no service-account token, HOME on a
 size-limited emptyDir that is also the working directory, /tmp on another) with the
 provider's image, resources, runtime class, node selector, tolerations and pull secrets.
-Its one container idles: each request of the session is an exec (:mod:`ironflow.k8s.sessions.wire`).
+Its one container runs the session runtime from the image on port 8888, ready once ``GET /``
+answers, its token delivered after the start (:mod:`ironflow.k8s.sessions.runtime_pod`); in an
+image without the runtime it idles, and each request is an exec (:mod:`ironflow.k8s.sessions.wire`).
 
 Every session pod ends: ``ironflow.io/expires-at`` is its TTL's end (the orphan reaper
 deletes it once passed, :mod:`ironflow.k8s.reaper`) and ``activeDeadlineSeconds`` stops it
@@ -24,13 +26,13 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.k8s import hardening, step_manifests
 from ironflow.k8s.commands import specs
+from ironflow.k8s.sessions import runtime_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.sessions.values import SessionInfo
 
 __all__ = [
     "BACKEND",
     "CONTAINER",
-    "IDLE_COMMAND",
     "OWN_KEYS",
     "check_env",
     "check_labels",
@@ -41,8 +43,6 @@ __all__ = [
 
 BACKEND: Final = "k8s"
 CONTAINER: Final = "sandbox"
-#: The container's one process: waits, and ends at once on SIGTERM (pid 1 has no default handler).
-IDLE_COMMAND: Final = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 #: The labels ironflow sets on a session's object: never the caller's.
 OWN_KEYS: Final = frozenset(
     {labels.LABEL_MANAGED_BY, labels.LABEL_COMPONENT, labels.LABEL_SESSION_ID, labels.LABEL_RUN_ID}
@@ -101,8 +101,10 @@ def session_pod(
         "name": CONTAINER,
         "image": settings.image,
         "imagePullPolicy": str(settings.image_pull_policy),
-        "command": list(IDLE_COMMAND),
+        "command": runtime_pod.main_command(),
         "workingDir": layout.SANDBOX_HOME,
+        "ports": [{"name": runtime_pod.PORT_NAME, "containerPort": runtime_pod.PORT, "protocol": "TCP"}],
+        "readinessProbe": runtime_pod.readiness_probe(),
         "env": [{"name": k, "value": v} for k, v in check_env(env or {}).items()],
     }
     resources = settings.resources.render()
