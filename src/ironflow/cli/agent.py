@@ -6,7 +6,8 @@ Thin over :class:`~ironflow.local.sandbox_provider.LocalSandboxProvider` (and, w
 from the file's pool when one is ready). The answer goes to stdout; progress to stderr (rich,
 only on a terminal). Exit codes are :mod:`ironflow.cli.exits`'s. The local backend (the
 default) is imported here; the others where they run. ``--allow-host``, ``--egress-profile`` and
-``--egress`` open the local sandbox's egress proxy (:mod:`ironflow.cli.egress_options`).
+``--egress`` open the sandbox's egress proxy (:mod:`ironflow.cli.egress_options`): the local one,
+or on k8s the provider's auth proxy, added to the provider file's ``egress:``.
 """
 
 from __future__ import annotations
@@ -278,8 +279,8 @@ def agent(
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_CONVERSATIONS)
         found = egress_cli.local_file(provider_file) if backend is Backend.LOCAL else egress_cli.LocalFile()
-        if backend is not Backend.LOCAL:
-            why = f"runs on --backend local for now: on {backend} the pod's egress is its provider file's"
+        if backend is Backend.AGENT_SANDBOX:
+            why = "runs on --backend local and k8s for now: an agent-sandbox pod's egress is its template's"
             egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
         policy = egress_cli.command_policy(allow_host, egress_profile, egress_file, found)
         relays = found.relays

@@ -142,10 +142,14 @@ def build_provider(
     egress: EgressPolicy | None = None,
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
-    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file; only
-    the chosen backend's modules are imported."""
+    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file (on
+    k8s ``egress``, the options' policy, is added to the file's); only the chosen backend's modules
+    are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
+        if egress is not None:
+            own = provider.settings.egress
+            provider = provider.egress(egress if own is None else own.merged(egress))
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
         return agent_sandbox_provider(provider_file, git_hosts)

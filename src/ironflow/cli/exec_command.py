@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 import typer
 
 from ironflow import errors
-from ironflow.cli import agent, backends, exits, inputs, verbosity
+from ironflow.cli import backends, exits, inputs, verbosity
 from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
@@ -66,6 +66,7 @@ def _exec_k8s(
     git workspace, if given; through the auth proxy's egress listener when the file's ``egress:``
     and ``egress`` options open something); exit like local. Piped ``stdin`` goes over
     ``pods/exec`` once the pod runs; none or empty is the same to the command."""
+    from ironflow.cli import agent  # its spinner; the agent command's modules only on this path
     from ironflow.k8s.commands import egress_runs, pod_runs
     from ironflow.k8s.workspaces import command_pods
 
@@ -246,5 +247,7 @@ def register(app: typer.Typer) -> None:
     """Add ``exec`` to the ``ironflow`` app."""
     app.command(
         "exec",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        # Options end at the command's first word (``exec ls -l`` runs ``ls -l``), and a misspelt
+        # option before it is an error, not the command to run.
+        context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
     )(exec_command)

@@ -99,3 +99,9 @@ def test_an_egress_policy_without_the_auth_proxy_is_refused_by_exec_on_k8s_not_d
     provider.write_text("image: ghcr.io/acme/claude-runner:1\negress: {allow: [pypi.org]}\n")
     code, err = invoke("exec", "--backend", "k8s", "--provider", str(provider), "--", "true")
     assert_one_line(code, err, "an egress policy on Kubernetes needs auth_proxy(url)")
+
+
+@pytest.mark.parametrize("argv", [["--isolatoin", "gvisor", "--", "true"], ["--bogus"]])
+def test_a_misspelt_exec_option_is_refused_not_run_as_the_command(argv: list[str]) -> None:
+    """Before the fix, ``exec --isolatoin gvisor -- true`` ran ``--isolatoin`` in the sandbox (exit 127)."""
+    assert_one_line(*invoke("exec", *argv), f"no such option: {argv[0]}")

@@ -44,7 +44,10 @@ def test_nothing_given_is_no_policy() -> None:
         (["exec", "--egress-profile", "nope", "--", "true"], "unknown egress profile 'nope'"),
         (["exec", "--egress", "/nonexistent/egress.yaml", "--", "true"], "cannot read egress file"),
         (["exec", "--backend", "k8s", "--allow-host", "pypi.org", "--", "true"], "--backend k8s needs --provider"),
-        (["agent", "--backend", "k8s", "--egress-profile", "pypi", "hi"], "--egress-profile runs on --backend local"),
+        (
+            ["agent", "--backend", "agent-sandbox", "--egress-profile", "pypi", "hi"],
+            "--egress-profile runs on --backend local and k8s for now",
+        ),
         (["agent", "--fake-model", "--allow-host", "bad host!", "hi"], "--allow-host: invalid egress host"),
     ],
 )

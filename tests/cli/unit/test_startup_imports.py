@@ -70,6 +70,11 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
     assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
     assert _under(modules, CLUSTER_AND_SERVERS) == [], "import these where a cluster or server is used"
     assert _under(modules, HTTP) == [], "a sandbox without network needs no HTTP stack"
+    assert _under(modules, AGENT_COMMAND) == [], "a command is no agent step: none of the agent's modules"
+
+
+#: The agent command and what only an agent step reads (its turns).
+AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns")
 
 
 #: The Docker sandbox's modules: only ``--isolation docker`` loads them.

@@ -132,3 +132,45 @@ def test_an_opening_policy_without_the_auth_proxy_is_one_line_and_exit_2(tmp_pat
         "error: an egress policy on Kubernetes needs auth_proxy(url): the pod reaches what it allows "
         "through the proxy's egress listener"
     )
+
+
+JSON_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "claude" / "json_text.out").read_text()
+
+
+def test_an_agent_step_on_k8s_reaches_what_the_options_and_the_file_allow(
+    served: tuple[ThreadedKube, Path, RunningProxy, int],
+) -> None:
+    """``ironflow agent --backend k8s --allow-host …``: the options' rule is added to the file's
+    ``egress:`` (one policy on the step's egress token); the pod's proxy password opens both
+    hosts, and nothing else, while the step runs, and is revoked after it."""
+    st, provider, proxy, port = served
+    with contextlib.ExitStack() as stack:
+        file_port = stack.enter_context(_threaded_origin(st))
+        provider.write_text(provider.read_text().replace("[mirror.example.test]", f"['127.0.0.1:{file_port}']"))
+        st.soon(lambda: st.server.script_pods(PodScript(name_prefix="claude-code-", run_for=1.0, log=JSON_TEXT)))
+
+        async def while_it_runs() -> tuple[dict[str, str], str, list[int]]:
+            env = await _first_pod_env(st)
+            token = urllib.parse.urlsplit(env["HTTPS_PROXY"]).password or ""
+            return env, token, [await _get(proxy, token, p) for p in (port, file_port, 9)]
+
+        probing = asyncio.run_coroutine_threadsafe(while_it_runs(), st.loop)
+        argv = ["agent", "--backend", "k8s", "--provider", str(provider), "--timeout", "10"]
+        env = {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "ANTHROPIC_API_KEY": "sk-ant-x"}
+        result = CliRunner().invoke(app, [*argv, "--allow-host", f"127.0.0.1:{port}", "fix it"], env=env)
+        assert result.exit_code == 0, result.output
+        pod_env, token, during = probing.result(timeout=10)
+    assert token.startswith("ifap_")
+    assert [pod_env[name] for name in PROXY_VARIABLES] == [pod_env["HTTPS_PROXY"]] * 4
+    assert during == [200, 200, 403]  # the option's host, the file's host, and nothing else
+    assert st.call(_get(proxy, token, port)) == 407  # revoked once the step is done
+
+
+@contextlib.contextmanager
+def _threaded_origin(st: ThreadedKube) -> Iterator[int]:
+    """A loopback origin on the test server's loop, for the length of the block; its port."""
+    running = _origin()
+    try:
+        yield st.call(running.__aenter__())
+    finally:
+        st.call(running.__aexit__(None, None, None))
