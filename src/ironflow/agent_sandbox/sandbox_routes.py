@@ -145,10 +145,11 @@ class ClusterRoutes:
             known = self._tokens.get(key)
             if known is not None:
                 return known
+            where = f"sandbox {namespace}/{meta.get('name')}"
             container = str(pod["spec"]["containers"][0]["name"])
             address = runtime_pod.address_of(pod, container)
             if address is None:
-                raise NotRoutable(f"sandbox {namespace}/{meta.get('name')} runs no session runtime", 502)
+                raise NotRoutable(f"{where} runs no session runtime", 502)
             token = Secret(secrets.token_urlsafe(32))
             line = runtime_pod.token_line(
                 token.reveal(), workspace=None, idle_timeout=None, max_upload_bytes=DEFAULT_MAX_UPLOAD_BYTES
