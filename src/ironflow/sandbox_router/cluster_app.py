@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
 
 from ironflow import errors
+from ironflow.sandbox_router import process
 from ironflow.sandbox_router.protocol import (
     Handler,
     Refused,
@@ -39,7 +42,7 @@ from ironflow.sandbox_router.protocol import (
 from ironflow.secrets import Secret
 from ironflow.sessions.routes import NotRoutable, RuntimeRoutes
 
-__all__ = ["build_cluster_app"]
+__all__ = ["build_cluster_app", "serve"]
 
 log = logging.getLogger("ironflow.sandbox_router")
 
@@ -124,3 +127,30 @@ def build_cluster_app(routes: RuntimeRoutes, token: Secret | None, *, trust_loop
 
     app.on_cleanup.append(cleanup)
     return app
+
+
+async def serve(
+    host: str, port: int, routes: RuntimeRoutes, token: Secret | None, *, ready: Callable[[str], None]
+) -> None:
+    """Serve the router on ``host:port`` until SIGINT or SIGTERM; ``ready`` gets the URL once listening.
+
+    Raises:
+        ConfigError: the address cannot be bound.
+    """
+    loop = asyncio.get_running_loop()
+    sock = process.bind(host, port)
+    runner = web.AppRunner(build_cluster_app(routes, token), access_log=None, handle_signals=False)
+    try:
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        shown = f"[{host}]" if ":" in host else host
+        ready(f"http://{shown}:{sock.getsockname()[1]}")
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+        sock.close()

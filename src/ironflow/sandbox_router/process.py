@@ -35,7 +35,7 @@ from ironflow.secrets import Secret
 from ironflow.sessions.backend import ClusterSessionBackend, PooledSessionBackend, SessionBackend
 from ironflow.sessions.remote import TOKEN_ENV, token_file
 
-__all__ = ["MIN_TOKEN_CHARS", "SharedToken", "env_token", "is_loopback", "serve"]
+__all__ = ["MIN_TOKEN_CHARS", "SharedToken", "bind", "env_token", "is_loopback", "serve"]
 
 #: The shortest ``$IRONFLOW_SANDBOX_TOKEN`` accepted: a guessable token is no lock.
 MIN_TOKEN_CHARS: Final = 16
@@ -139,7 +139,8 @@ class SharedToken:
         return Secret(value)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, or a ConfigError naming why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host, port), family=family, backlog=128)
@@ -174,7 +175,7 @@ async def serve(
     runner: web.AppRunner | None = None
     with contextlib.ExitStack() as held:  # the token file's lock: released last, once nothing answers
         try:
-            sock = _bind(host, port)
+            sock = bind(host, port)
             try:
                 secret = held.enter_context(token.held()) if isinstance(token, SharedToken) else token
             except BaseException:
