@@ -63,6 +63,8 @@ class AgentSandboxSettings:
     network_policy_management: models.NetworkPolicyManagement | None = None
     network_policy: models.NetworkPolicyRules | None = None
     cluster: clusters.ClusterConfig | None = field(default=None, repr=False)
+    #: The template's pod runs the session runtime on 8888 (sandboxes for the SDK and the router).
+    session_runtime: bool = False
 
     @property
     def namespace(self) -> str:
@@ -128,7 +130,7 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
         name=s.template,
         namespace=s.namespace,
         api_version=s.api_version,
-        pod_template=patterns.idle_pod_template(s.pod, environment=s.environment),
+        pod_template=patterns.idle_pod_template(s.pod, environment=s.environment, runtime=s.session_runtime),
         network_policy_management=s.network_policy_management,
         network_policy=s.network_policy,
         labels=managed,
