@@ -27,10 +27,10 @@ class PodRoutes:
     """The routes to one runtime: ``sbx`` is it (its token delivered here), ``db`` is no sandbox,
     ``gone`` nothing, ``down`` an address where nothing listens; what was forgotten is kept."""
 
-    def __init__(self, pod: Pod) -> None:
-        self.pod = pod
+    def __init__(self, runtime: Pod) -> None:
+        self.pod = runtime
         self.forgotten: list[str] = []
-        assert pod.deliver(RUNTIME, workspace=str(pod.home / "workspace")) is True
+        assert runtime.deliver(RUNTIME, workspace=str(runtime.home / "workspace")) is True
 
     async def route(self, target: RouteTarget) -> Route:
         if target.name == "db":
@@ -81,13 +81,16 @@ async def test_a_network_caller_needs_the_routers_token_and_the_runtime_gets_the
         assert await _call(url, "sbx", token=RUNTIME) == (401, {"detail": "Invalid token."})
         status, body = await _call(url, "sbx")
     assert status == 200
-    assert isinstance(body, dict) and (body["stdout"], body["exit_code"]) == ("routed\n", 0)
+    assert isinstance(body, dict)
+    assert (body["stdout"], body["exit_code"]) == ("routed\n", 0)
 
 
 async def test_a_port_forward_caller_on_loopback_is_admitted_without_a_token(pod: Pod) -> None:  # noqa: F811
     async with _router(PodRoutes(pod), trust_loopback=True) as url:
         status, body = await _call(url, "sbx", token=None)
-    assert status == 200 and isinstance(body, dict) and body["stdout"] == "routed\n"
+    assert status == 200
+    assert isinstance(body, dict)
+    assert body["stdout"] == "routed\n"
 
 
 @pytest.mark.parametrize(
