@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Callable
 
 import aiohttp
@@ -137,20 +136,13 @@ async def serve(
     Raises:
         ConfigError: the address cannot be bound.
     """
-    loop = asyncio.get_running_loop()
     sock = process.bind(host, port)
     runner = web.AppRunner(build_cluster_app(routes, token), access_log=None, handle_signals=False)
     try:
         await runner.setup()
         await web.SockSite(runner, sock).start()
-        stop = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        shown = f"[{host}]" if ":" in host else host
-        ready(f"http://{shown}:{sock.getsockname()[1]}")
-        await stop.wait()
+        ready(process.listening_url(host, sock))
+        await process.until_signalled()
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
         await runner.cleanup()
         sock.close()
