@@ -102,10 +102,12 @@ def _sdk_client(real_node: RealNodeEnv, config: Any) -> Iterator[Any]:
         api_client.close()
 
 
-def _round_trip(client: Any, pool: str, ns: str) -> dict[str, Any]:
-    """What the SDK's user does: create on the pool, run, move files, reattach, terminate."""
+def _round_trip(client: Any, pool: str, ns: str, *, bare: bool = False) -> dict[str, Any]:
+    """What the SDK's user does: create on the pool, run, move files, reattach, terminate (with
+    ``bare``, also a request straight to the pod's runtime, around the router: no token, 401)."""
     sandbox = client.create_sandbox(warmpool=pool, namespace=ns, sandbox_ready_timeout=int(SETTLE_S))
     ran = sandbox.commands.run("sh -c 'echo routed; id -u'")
+    around = _raw(f"http://{sandbox.get_pod_ip()}:8888", {}) if bare else None
     sandbox.files.write("a.txt", b"through the router\n")
     seen = {
         "stdout": ran.stdout,
@@ -113,6 +115,7 @@ def _round_trip(client: Any, pool: str, ns: str) -> dict[str, Any]:
         "read": sandbox.files.read("a.txt"),
         "listed": sorted(e.name for e in sandbox.files.list(".")),
         "exists": (sandbox.files.exists("a.txt"), sandbox.files.exists("none.txt")),
+        "around": around,
     }
     again = client.get_sandbox(sandbox.claim_name, namespace=ns)
     seen["again"] = again.commands.run("cat a.txt").stdout
@@ -165,7 +168,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
         def direct() -> tuple[dict[str, Any], tuple[int, Any], tuple[int, Any]]:
             config = sdk.SandboxDirectConnectionConfig(api_url=url, extra_headers={"Authorization": f"Bearer {token}"})
             with inside_node_network(real_node), _sdk_client(real_node, config) as client:
-                seen = _round_trip(client, pool, node_ns)
+                seen = _round_trip(client, pool, node_ns, bare=True)
                 headers = {"X-Sandbox-ID": "bystander", "X-Sandbox-Namespace": node_ns}
                 unauthenticated = _raw(url, headers)
                 not_a_sandbox = _raw(url, {**headers, "Authorization": f"Bearer {token}"})
@@ -174,6 +177,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
 
         seen, unauthenticated, not_a_sandbox = await asyncio.to_thread(direct)
         _expect(seen)
+        assert seen["around"][0] == 401  # the runtime itself wants a token it was given by exec
         assert unauthenticated == (401, {"detail": "Missing or invalid Authorization header."})
         assert not_a_sandbox[0] == 403, not_a_sandbox
         assert "is not a sandbox" in not_a_sandbox[1]["detail"]
