@@ -11,8 +11,8 @@ object                                 what it holds
 =====================================  =====================================================
 ServiceAccount (agent-sandbox-system)  the router's identity; its token is automounted (it
                                        reads the API)
-Role + RoleBinding (agent namespace)   sandboxes get, pods get, pods/exec create (the token
-                                       delivery): nothing else, nowhere else
+Role + RoleBinding (agent namespace)   sandboxes get, pods get, pods/exec create and get (the
+                                       token delivery): nothing else, nowhere else
 Deployment (agent-sandbox-system)      hardened (restricted), probes on ``/healthz``; the
                                        callers' token from Secret ``ironflow-sandbox-router``
                                        key ``token`` by secretKeyRef (optional: without it
@@ -40,7 +40,7 @@ _TOKEN_REF: Final = {"name": SECRET, "key": "token", "optional": True}
 _RULES: Final = (
     ("agents.x-k8s.io", "sandboxes", ("get",)),
     ("", "pods", ("get",)),
-    ("", "pods/exec", ("create",)),
+    ("", "pods/exec", ("create", "get")),  # get: the websocket upgrade of an exec
 )
 
 

@@ -38,6 +38,7 @@ from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 sdk = pytest.importorskip("k8s_agent_sandbox", reason="pip install k8s-agent-sandbox==1.0.8")
+sdk_models = pytest.importorskip("k8s_agent_sandbox.models")
 kubernetes = pytest.importorskip("kubernetes")
 
 pytestmark = [
@@ -171,7 +172,9 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
     async with _router(real_node, node_api, node_ns, need_image["worker"], token) as url:
 
         def direct() -> tuple[dict[str, Any], tuple[int, Any], tuple[int, Any]]:
-            config = sdk.SandboxDirectConnectionConfig(api_url=url, extra_headers={"Authorization": f"Bearer {token}"})
+            config = sdk_models.SandboxDirectConnectionConfig(
+                api_url=url, extra_headers={"Authorization": f"Bearer {token}"}
+            )
             with inside_node_network(real_node), _sdk_client(real_node, config) as client:
                 seen = _round_trip(client, pool, node_ns, bare=True)
                 headers = {"X-Sandbox-ID": "bystander", "X-Sandbox-Namespace": node_ns}
@@ -188,7 +191,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
         assert "is not a sandbox" in not_a_sandbox[1]["detail"]
 
         def tunnel() -> dict[str, Any]:
-            with _sdk_client(real_node, sdk.SandboxLocalTunnelConnectionConfig()) as client:
+            with _sdk_client(real_node, sdk_models.SandboxLocalTunnelConnectionConfig()) as client:
                 seen = _round_trip(client, pool, node_ns)
                 client.delete_all()
             return seen

@@ -31,7 +31,7 @@ def test_the_router_may_read_sandboxes_and_pods_and_exec_in_the_agent_namespace_
     role = found[("Role", "ironflow-sandbox-router")]
     assert role["metadata"]["namespace"] == setup.ClusterSetup().namespace
     rules = {(r["resources"][0], tuple(r["verbs"])) for r in role["rules"]}
-    assert rules == {("sandboxes", ("get",)), ("pods", ("get",)), ("pods/exec", ("create",))}
+    assert rules == {("sandboxes", ("get",)), ("pods", ("get",)), ("pods/exec", ("create", "get"))}
     assert not [k for k in found if k[0] in {"ClusterRole", "ClusterRoleBinding"} and "router" in k[1]]
 
 
