@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fakes.real_node",
     "tests.fakes.stores",
     "tests.fakes.docker_daemon",
+    "tests.fakes.podman_daemon",
 ]
 
 

@@ -30,11 +30,14 @@ __all__ = [
     "LABEL_EGRESS_PROFILE",
     "LABEL_MANAGED_BY",
     "LABEL_NAME",
+    "LABEL_OWNER",
     "LABEL_PART_OF",
     "LABEL_ROLE",
     "LABEL_ROOT_RUN_ID",
     "LABEL_RUN_ID",
     "LABEL_SANDBOX_LAUNCH_TYPE",
+    "LABEL_SANDBOX_NAME_HASH",
+    "LABEL_SESSION_DIR",
     "LABEL_SESSION_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
@@ -96,6 +99,10 @@ COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 #: A sandbox session's pod (ironflow.k8s.sessions.pod_sessions), and its session id.
 COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
 LABEL_SESSION_ID: Final = "ironflow.io/session-id"
+#: A local Docker session's container (ironflow.local.sessions.docker_runtime): its session directory
+#: on the host, and the process that owns it (as ironflow.local.workdirs marks a directory).
+LABEL_SESSION_DIR: Final = "ironflow.io/session-dir"
+LABEL_OWNER: Final = "ironflow.io/owner"
 #: The uid of the worker pod that created an object (ironflow.kube.owners): a restarted worker
 #: (same pod, same uid) deletes what carries its own uid before it takes runs.
 LABEL_WORKER_UID: Final = "ironflow.io/worker-uid"
@@ -109,6 +116,8 @@ LABEL_WARM_POOL_SANDBOX: Final = AGENT_SANDBOX_KEY_PREFIX + "warm-pool-sandbox"
 ANNOTATION_SANDBOX_POD_NAME: Final = AGENT_SANDBOX_KEY_PREFIX + "pod-name"
 #: On every Sandbox the controllers start: ``warm`` (a pool member, kept on adoption) or ``cold``.
 LABEL_SANDBOX_LAUNCH_TYPE: Final = AGENT_SANDBOX_KEY_PREFIX + "launch-type"
+#: NameHash(a Sandbox's name) on its pod and PVCs: an unowned PVC with it is adopted by that Sandbox only.
+LABEL_SANDBOX_NAME_HASH: Final = AGENT_SANDBOX_KEY_PREFIX + "sandbox-name-hash"
 
 #: Keys only ironflow sets: a caller label with one of them would hide an object from
 #: the reaper or make it look like another component.

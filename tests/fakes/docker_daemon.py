@@ -26,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -37,7 +37,16 @@ from tests.fakes import real_node
 from ironflow.cluster import image_builds
 from ironflow.testing import _node_cgroups, images
 
-__all__ = ["DOCKER_TIMEOUT_S", "DockerDaemon", "docker_daemon", "start_daemon", "stop_daemon"]
+__all__ = [
+    "DOCKER_TIMEOUT_S",
+    "ROOT",
+    "DockerDaemon",
+    "answering",
+    "docker_daemon",
+    "holding_the_runner",
+    "start_daemon",
+    "stop_daemon",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A docker test's limit: the first one also starts the daemon and loads the runner image.
@@ -60,6 +69,8 @@ class DockerDaemon:
     cgroup: _node_cgroups.NodeCgroup
     #: The runner image as the daemon names it (``docker load``'s tag).
     runner_image: str = ""
+    #: The daemon's log file in :attr:`root`.
+    log_name: str = "dockerd.log"
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "DOCKER_HOST": self.host}
@@ -71,7 +82,7 @@ class DockerDaemon:
         )
 
     def log(self) -> str:
-        return (self.root / "dockerd.log").read_text(errors="replace")[-4000:]
+        return (self.root / self.log_name).read_text(errors="replace")[-4000:]
 
 
 def missing() -> list[str]:
@@ -116,16 +127,32 @@ def start_daemon() -> DockerDaemon:
     (root / "daemon.json").write_text("{}\n")  # never the host's /etc/docker/daemon.json
     cgroup = _node_cgroups.NodeCgroup(prefix=_PREFIX)
     cgroup.create()
-    with (root / "dockerd.log").open("wb") as log:
+    return answering(_dockerd_argv(root, cgroup.path), root, cgroup, name="dockerd", socket="docker.sock")
+
+
+def answering(
+    argv: list[str],
+    root: Path,
+    cgroup: _node_cgroups.NodeCgroup,
+    *,
+    name: str,
+    socket: str,
+    env: dict[str, str] | None = None,
+) -> DockerDaemon:
+    """``argv`` started in ``cgroup`` (its own session, its log ``<root>/<name>.log``), once its socket
+    ``<root>/<socket>`` answers; stopped and raising when it did not in time."""
+    with (root / f"{name}.log").open("wb") as log:
         proc = subprocess.Popen(
-            _dockerd_argv(root, cgroup.path),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=cgroup.joiner(),
+            env=env,
+            cwd=root,  # what it writes where it stands (Podman's conmon: an `oom` file) stays in its temp dir
         )
-    daemon = DockerDaemon(f"unix://{root}/docker.sock", root, proc, cgroup)
+    daemon = DockerDaemon(f"unix://{root}/{socket}", root, proc, cgroup, log_name=f"{name}.log")
     deadline = time.monotonic() + _READY_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -136,7 +163,7 @@ def start_daemon() -> DockerDaemon:
         time.sleep(0.2)
     why = daemon.log()
     stop_daemon(daemon)
-    raise RuntimeError(f"dockerd did not answer in {_READY_S:g}s: {why}")
+    raise RuntimeError(f"{name} did not answer in {_READY_S:g}s: {why}")
 
 
 def stop_daemon(daemon: DockerDaemon) -> None:
@@ -162,34 +189,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(DOCKER_TIMEOUT_S))
 
 
-@pytest.fixture(scope="session")
-def docker_daemon() -> Iterator[DockerDaemon]:
-    """One daemon for the session, holding the runner image built from this tree."""
-    lacking = missing()
+def holding_the_runner(
+    start: Callable[[], DockerDaemon], lacking: list[str], *, what: str, required_by: str
+) -> Iterator[DockerDaemon]:
+    """A daemon from ``start`` holding the runner image built from this tree, stopped at the end;
+    skipped (failed under ``required_by=1``) when ``lacking`` names something or the image is not built."""
     if lacking:
-        real_node.skip_or_fail(f"the Docker tests need {', '.join(lacking)}: bash scripts/install --test", _REQUIRED)
+        real_node.skip_or_fail(f"the {what} tests need {', '.join(lacking)}: bash scripts/install --test", required_by)
     archive = images.archive_path(ROOT, "runner")
     if not archive.exists():
-        real_node.skip_or_fail("the runner image is not built: bash scripts/images build runner", _REQUIRED)
-    daemon = start_daemon()
+        real_node.skip_or_fail("the runner image is not built: bash scripts/images build runner", required_by)
+    daemon = start()
     try:
         loaded = daemon.docker("load", "--quiet", "--input", str(archive), timeout=600)
         if loaded.returncode != 0:
-            raise RuntimeError(f"docker load failed: {loaded.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"docker load into {what} failed: {loaded.stderr.strip()[-2000:]}")
         daemon.runner_image = image_builds.IMAGES["runner"].reference
         yield daemon
     finally:
         stop_daemon(daemon)
 
 
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[DockerDaemon]:
+    """One daemon for the session, holding the runner image built from this tree."""
+    yield from holding_the_runner(start_daemon, missing(), what="Docker", required_by=_REQUIRED)
+
+
 @pytest.fixture(autouse=True)
 def _docker_host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A test marked ``docker`` reaches the session's daemon through ``DOCKER_HOST``, as a user's would,
-    and must leave no container behind."""
+    """A test marked ``docker`` reaches the session's daemon through ``DOCKER_HOST``, as a user's would
+    (Podman's when it is marked ``podman`` too, :mod:`tests.fakes.podman_daemon`), and must leave no
+    container behind."""
     if request.node.get_closest_marker("docker") is None:
         yield
         return
-    daemon: DockerDaemon = request.getfixturevalue("docker_daemon")
+    podman = request.node.get_closest_marker("podman") is not None
+    daemon: DockerDaemon = request.getfixturevalue("podman_daemon" if podman else "docker_daemon")
     monkeypatch.setenv("DOCKER_HOST", daemon.host)
     yield
     left = daemon.docker("ps", "--all", "--quiet").stdout.split()

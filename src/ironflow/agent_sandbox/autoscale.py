@@ -1,4 +1,11 @@
-"""A HorizontalPodAutoscaler for a SandboxWarmPool, on the pool's scale subresource (pure).
+"""What scales a SandboxWarmPool: the demand scaler's Deployment and RBAC, or a CPU HPA (pure).
+
+The default (``sandbox render warm-pool --autoscale MIN:MAX``) is :func:`demand_scaler`: a
+one-replica Deployment running ``ironflow sandbox pool-scaler`` (the worker image carries the
+CLI) under a ServiceAccount that may read claims, read the one pool, and get/patch that
+pool's ``/scale``: nothing more. It follows claims per minute
+(:mod:`~ironflow.agent_sandbox.demand`); ``--autoscale-by cpu`` renders :func:`warm_pool_hpa`
+instead, kept for pools whose idle members do measurable work.
 
 The v1.0.3 SandboxWarmPool CRD declares ``subresources.scale`` with ``specReplicasPath:
 .spec.replicas``, ``statusReplicasPath: .status.replicas`` and ``labelSelectorPath:
@@ -6,9 +13,9 @@ The v1.0.3 SandboxWarmPool CRD declares ``subresources.scale`` with ``specReplic
 targets a Deployment: it reads and writes ``/scale`` and never the pool's spec directly.
 
 What the HPA measures is the pool members' CPU (``Resource`` cpu, average utilization): the
-only metric a cluster has without an adapter. Idle members use little, so a pool under no load
-shrinks to ``min``; scaling on the rate of claims needs an External metric from a metrics
-adapter, which this renderer does not assume. Nothing here talks to a cluster.
+only metric a cluster has without an adapter. Idle members use little, so the HPA keeps the
+pool at ``min`` however fast claims drain it: why demand is the default. Nothing here talks
+to a cluster.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ironflow import errors
+from ironflow import errors, labels
+from ironflow.agent_sandbox import demand, models
+from ironflow.cluster import workloads
 
-__all__ = ["DEFAULT_CPU_UTILIZATION", "parse_bounds", "warm_pool_hpa"]
+__all__ = ["DEFAULT_CPU_UTILIZATION", "demand_scaler", "parse_bounds", "scaler_rules", "warm_pool_hpa"]
 
 #: The HPA's own default target (what ``kubectl autoscale`` uses), written out so it is seen.
 DEFAULT_CPU_UTILIZATION: Final = 80
@@ -46,6 +55,113 @@ def parse_bounds(text: str) -> tuple[int, int]:
     return low, high
 
 
+def _pool_meta(pool: Mapping[str, Any]) -> tuple[str, str]:
+    if pool.get("kind") != "SandboxWarmPool":
+        raise errors.ConfigError(f"an autoscaler targets a SandboxWarmPool, not a {pool.get('kind')}")
+    meta = pool["metadata"]
+    return str(meta["name"]), str(meta.get("namespace", "default"))
+
+
+def scaler_rules(pool: str) -> list[dict[str, Any]]:
+    """The Role rules of a pool's demand scaler: read claims, read the pool (its ready members:
+    ``/scale`` carries no ready count), get and patch its ``/scale``.
+
+    >>> [r["resources"] for r in scaler_rules("p")]
+    [['sandboxclaims'], ['sandboxwarmpools'], ['sandboxwarmpools/scale']]
+    """
+    group = [models.EXTENSIONS_GROUP]
+    return [
+        {"apiGroups": group, "resources": ["sandboxclaims"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": group,
+            "resources": ["sandboxwarmpools"],
+            "resourceNames": [pool],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": group,
+            "resources": ["sandboxwarmpools/scale"],
+            "resourceNames": [pool],
+            "verbs": ["get", "patch"],
+        },
+    ]
+
+
+def demand_scaler(
+    pool: Mapping[str, Any], policy: demand.DemandPolicy, *, image: str = workloads.DEFAULT_WORKER_IMAGE
+) -> list[dict[str, Any]]:
+    """The ServiceAccount, Role, RoleBinding and Deployment of the demand scaler of ``pool``
+    (named ``<pool>-scaler``, in the pool's namespace).
+
+    >>> objs = demand_scaler({"kind": "SandboxWarmPool", "metadata": {"name": "p", "namespace": "ns"}},
+    ...     demand.DemandPolicy(min_replicas=1, max_replicas=5))
+    >>> [o["kind"] for o in objs]
+    ['ServiceAccount', 'Role', 'RoleBinding', 'Deployment']
+    >>> objs[3]["spec"]["template"]["spec"]["containers"][0]["args"][:4]
+    ['sandbox', 'pool-scaler', '--pool', 'p']
+
+    Raises:
+        ConfigError: ``pool`` is no SandboxWarmPool, or ``policy`` cannot scale.
+    """
+    pool_name, namespace = _pool_meta(pool)
+    policy.validate()
+    name = f"{pool_name}-scaler"
+    managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": managed}
+    args = ["sandbox", "pool-scaler", "--pool", pool_name, "-n", namespace]
+    args += ["--min", str(policy.min_replicas), "--max", str(policy.max_replicas), "--spare", str(policy.spare)]
+    args += ["--ready-time", f"{policy.ready_s:g}s", "--window", f"{policy.window_s:g}s"]
+    args += ["--cooldown", f"{policy.cooldown_s:g}s"]
+    container = {
+        "name": "pool-scaler",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod = {
+        "serviceAccountName": name,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": workloads.UID,
+            "runAsGroup": workloads.UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    selector = {labels.LABEL_NAME: name}
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": meta, "rules": scaler_rules(pool_name)},
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": name},
+            "subjects": [subject],
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,  # one scaler per pool: two would each step down a cooldown apart
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {"metadata": {"labels": {**managed, **selector}}, "spec": pod},
+            },
+        },
+    ]
+
+
 def warm_pool_hpa(
     pool: Mapping[str, Any], *, min_replicas: int, max_replicas: int, cpu_utilization: int = DEFAULT_CPU_UTILIZATION
 ) -> dict[str, Any]:
@@ -59,8 +175,7 @@ def warm_pool_hpa(
     Raises:
         ConfigError: ``pool`` is no SandboxWarmPool, or bounds :func:`parse_bounds` would refuse.
     """
-    if pool.get("kind") != "SandboxWarmPool":
-        raise errors.ConfigError(f"an autoscaler targets a SandboxWarmPool, not a {pool.get('kind')}")
+    _pool_meta(pool)
     if not 1 <= min_replicas <= max_replicas:
         raise errors.ConfigError(f"invalid autoscale bounds {min_replicas}:{max_replicas}: use 1 <= MIN <= MAX")
     if not 1 <= cpu_utilization <= 100:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors, labels, results, step_timeouts, steps, tracing
 from ironflow._renamed import renamed_names
-from ironflow.agent_sandbox import claim_workspaces, claims, deliveries
+from ironflow.agent_sandbox import claim_environments, claim_workspaces, claims, deliveries, sandbox_environments
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
@@ -203,8 +203,11 @@ class ClaimStepRunner:
                     s.previous_attempt_timeout_s,
                 )
             now = int(time.time())
-            name = pod_manifests.generate_pod_name(now * 1000, _random.randbits(32), prefix=claims.CLAIM_NAME_PREFIX)
-            claim = sandbox_steps.claim_manifest(s, config, name=name, now=now)
+            environment = await claim_environments.prepare(api, s, config, now=now)  # the claim's name, if any
+            name = environment or pod_manifests.generate_pod_name(
+                now * 1000, _random.randbits(32), prefix=claims.CLAIM_NAME_PREFIX
+            )
+            claim = sandbox_steps.claim_manifest(s, config, name=name, now=now, environment=environment is not None)
             where = {"backend": "agent-sandbox", "namespace": self.namespace, "claim": name}
             with tracing.span("ironflow.sandbox", parent=config.trace_context, **where):
                 created = False
@@ -212,6 +215,10 @@ class ClaimStepRunner:
                     try:
                         with tracing.span("ironflow.claim.create", claim=name):
                             await api.create(res.claims, self.namespace, claim)
+                    except errors.KubeConflict as exc:
+                        if environment is None:
+                            raise
+                        raise errors.KubeConflict(sandbox_environments.in_use_message(environment), status=409) from exc
                     except BaseException as exc:
                         created = pods.may_exist_after(exc)  # then it is deleted below
                         unserved = _unserved(exc, res.claims)
@@ -222,7 +229,8 @@ class ClaimStepRunner:
                     with tracing.span("ironflow.claim.ready", claim=name) as span:
                         ready = await self._wait_ready(api, name)
                         span.set(sandbox=claims.bound_sandbox(ready))
-                    return await self._in_sandbox(api, config, claim, ready, sink, started)
+                    result = await self._in_sandbox(api, config, claim, ready, sink, started)
+                    return environments.with_environment(result, environment)
                 finally:
                     if created:
                         await claims.delete_quietly(api, res.claims, self.namespace, name)

@@ -28,6 +28,7 @@ __all__ = [
     "ADOPTION_WINDOW_S",
     "PoolStatus",
     "Target",
+    "epoch",
     "mode_patch",
     "pool_status",
     "pool_statuses",
@@ -89,7 +90,7 @@ def mode_patch(mode: models.OperatingMode) -> dict[str, Any]:
     return {"spec": {"operatingMode": str(mode)}}
 
 
-def _epoch(timestamp: str | None) -> float | None:
+def epoch(timestamp: str | None) -> float | None:
     """An RFC 3339 ``...Z`` timestamp as epoch seconds; None when absent or unreadable."""
     if not timestamp:
         return None
@@ -119,7 +120,7 @@ def pool_statuses(
     for claim in claim_list:
         meta = claim.get("metadata") or {}
         pool = ((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name")
-        created = _epoch(meta.get("creationTimestamp"))
+        created = epoch(meta.get("creationTimestamp"))
         bound = claims.bound_sandbox(claim)
         if not pool or bound is None or created is None or now - created > ADOPTION_WINDOW_S:
             continue

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import errors, labels, steps
-from ironflow.agent_sandbox import deliveries, models, patterns, rendering, workspace_execs
+from ironflow.agent_sandbox import deliveries, models, patterns, rendering, sandbox_environments, workspace_execs
 from ironflow.claude import command, layout, profile
 from ironflow.k8s import step_manifests as pod_manifests
 from ironflow.k8s import step_objects
@@ -76,8 +76,17 @@ class AgentSandboxSettings:
 
     @property
     def environment(self) -> str | None:
-        """The environment claim every sandbox of the template mounts (None without ``environment_volume``)."""
-        return patterns.environment_claim(self.template) if self.pod.settings.environment is not None else None
+        """The environment claim every sandbox of the template mounts: v1alpha1 only (its claims have no
+        volume claim templates); None without ``environment_volume`` or when each claim has its own."""
+        if self.pod.settings.environment is None or self.own_environments:
+            return None
+        return patterns.environment_claim(self.template)
+
+    @property
+    def own_environments(self) -> bool:
+        """Each step claims its own environment by id (v1beta1 with ``environment_volume``):
+        :mod:`~ironflow.agent_sandbox.sandbox_environments`."""
+        return self.pod.settings.environment is not None and self.api_version is models.ApiVersion.V1BETA1
 
     @property
     def cluster_config(self) -> clusters.ClusterConfig | None:
@@ -126,11 +135,17 @@ class ExecPlan:
 def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, models.SandboxWarmPool]:
     """The SandboxTemplate (the idle hardened pod) and its SandboxWarmPool."""
     managed = models.frozen_map({labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE})
+    pod = patterns.idle_pod_template(
+        s.pod, environment=s.environment or sandbox_environments.VOLUME, runtime=s.session_runtime
+    )
+    if s.own_environments:  # an emptyDir each claim's volume claim template replaces by its environment's PVC
+        pod = sandbox_environments.placeholder(pod, sandbox_environments.VOLUME)
     template = models.SandboxTemplate(
         name=s.template,
         namespace=s.namespace,
         api_version=s.api_version,
-        pod_template=patterns.idle_pod_template(s.pod, environment=s.environment, runtime=s.session_runtime),
+        pod_template=pod,
+        volume_claim_templates_policy=models.VolumeClaimTemplatesPolicy.ALLOWED if s.own_environments else None,
         network_policy_management=s.network_policy_management,
         network_policy=s.network_policy,
         labels=managed,
@@ -152,7 +167,8 @@ def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
     then the SandboxTemplate and SandboxWarmPool as API objects (checked and schema-validated),
     in creation order."""
     managed = {labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE}
-    claims = [*patterns.environment_pvc(s.pod, s.template, managed), *patterns.conversations_pvc(s.pod, managed)]
+    shared = patterns.environment_pvc(s.pod, s.template, managed) if s.environment is not None else []
+    claims = [*shared, *patterns.conversations_pvc(s.pod, managed)]
     return [*claims, *rendering.render_all(list(template_values(s)))]
 
 
@@ -176,6 +192,11 @@ def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
             f"every sandbox of the pool mounts the claims {', '.join(shared)} (ReadWriteOnce): {s.replicas} warm "
             "sandboxes can only run on one node and share their files; keep replicas at 1"
         )
+    if s.own_environments and s.replicas > 0:
+        found.append(
+            f"with environment_volume each step claims its own environment, which cold-starts a sandbox: the "
+            f"pool's {s.replicas} warm sandboxes serve only sessions; set replicas to 0 if nothing else claims them"
+        )
     return tuple(found)
 
 
@@ -196,7 +217,9 @@ def check_step(
     """
     env = worker_env if worker_env is not None else {}
     resume = config.resume_environment_id
-    if resume is not None and resume != s.environment:
+    if resume is not None and s.own_environments:
+        sandbox_environments.check_id(resume)
+    elif resume is not None and resume != s.environment:
         where = f"'{s.environment}'" if s.environment is not None else "none (no environment_volume)"
         raise errors.StepConfigError(
             f"agent-sandbox steps mount their template's environment, {where}, not '{resume}': run the step "
@@ -235,11 +258,17 @@ def claim_labels(config: steps.AgentConfig) -> dict[str, str]:
     }
 
 
-def claim_manifest(s: AgentSandboxSettings, config: steps.AgentConfig, *, name: str, now: int) -> dict[str, Any]:
-    """The step's SandboxClaim: scope labels, expiry annotation and ``lifecycle.shutdownTime``.
+def claim_manifest(
+    s: AgentSandboxSettings, config: steps.AgentConfig, *, name: str, now: int, environment: bool = False
+) -> dict[str, Any]:
+    """The step's SandboxClaim: scope labels, expiry annotation and ``lifecycle.shutdownTime``; with
+    ``environment``, ``name`` is the environment's id and the claim mounts its PVC
+    (:mod:`~ironflow.agent_sandbox.sandbox_environments`).
 
     The step is not validated here: :func:`check_step` does it first.
     """
+    volume = s.pod.settings.environment
+    own = (sandbox_environments.claim_volume(volume),) if environment and volume is not None else ()
     expires = s.expires_at(now)
     alpha = s.api_version is models.ApiVersion.V1ALPHA1
     claim = models.SandboxClaim(
@@ -254,6 +283,7 @@ def claim_manifest(s: AgentSandboxSettings, config: steps.AgentConfig, *, name: 
         ),
         labels=models.frozen_map(claim_labels(config)),
         annotations=models.frozen_map({labels.ANNOTATION_EXPIRES_AT: str(expires)}),
+        volume_claim_templates=own,
     )
     return rendering.render(claim)
 

@@ -188,7 +188,7 @@ def session_backend(
         provider = build_provider(  # docker: the daemon is asked here
             backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
         )
-        # gVisor: runsc is looked for here; docker: refused
+        # gVisor: runsc is looked for here; docker: a non-root worker is refused
         return sessions_of(provider) if pool is None else pooled_sessions(provider, pool)
     except errors.IronflowError as exc:
         exits.fail_for(exc)

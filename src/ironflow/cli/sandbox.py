@@ -79,6 +79,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "Wait until a raw Sandbox has a condition (kubectl wait --for=condition=Finished sandbox/NAME).",
     ),
     "pools": (_LIFECYCLE, "The status of each SandboxWarmPool: desired, ready, and claims adopted in the last hour."),
+    "pool-scaler": (
+        _LIFECYCLE,
+        "Keep a SandboxWarmPool's replicas on its claims per minute (writes /scale; runs until stopped).",
+    ),
     "deliver-token": (
         _TOKENS,
         "Give a rendered pattern's waiting agent its proxy token over exec, once its pod runs.",

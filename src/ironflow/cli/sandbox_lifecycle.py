@@ -1,10 +1,11 @@
-"""``ironflow sandbox suspend|resume|wait|pools|install``: agent-sandbox objects after they start.
+"""``ironflow sandbox suspend|resume|wait|pools|pool-scaler|install``: agent-sandbox objects after they start.
 
 ``suspend`` and ``resume`` set a Sandbox's ``operatingMode`` (v1beta1, agent-sandbox 1.0); NAME
 is a SandboxClaim's (a session's id is one) or a raw Sandbox's
 (:mod:`ironflow.agent_sandbox.lifecycle`), and the PVCs stay. ``wait`` is ``kubectl wait
 --for=condition=…`` for a raw Sandbox, on the shared watch. ``pools`` reads each warm pool's
-desired, ready and adopted-in-the-last-hour counts. ``install`` prints the pinned controller's
+desired, ready and adopted-in-the-last-hour counts; ``pool-scaler`` keeps one pool's replicas
+on its claims per minute (:mod:`ironflow.agent_sandbox.pool_scaler`). ``install`` prints the pinned controller's
 manifests, or with ``--apply`` applies them server-side (:mod:`ironflow.agent_sandbox.install`).
 Every command takes ``-n``, ``--kubeconfig`` and ``--context`` as the other cluster commands
 do; bad input exits 2 with one line, an API failure 3, a wait that timed out 3
@@ -21,14 +22,14 @@ from typing import Annotated, Any, Final, TypeVar
 import typer
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import install, lifecycle, models
+from ironflow.agent_sandbox import claims, demand, install, lifecycle, models, pool_scaler
 from ironflow.cli import backends, exits, inputs, tables
 from ironflow.cli.formats import ManifestFormat, ResultFormat, document, emit_objects
 from ironflow.cli.stores import run_async
 from ironflow.kube import api as kube
 from ironflow.sessions.values import parse_duration
 
-__all__ = ["install_controller", "parse_condition", "pools", "register", "resume", "suspend", "wait"]
+__all__ = ["install_controller", "parse_condition", "pools", "register", "resume", "scale_pool", "suspend", "wait"]
 
 T = TypeVar("T")
 
@@ -174,6 +175,45 @@ def pools(
     typer.echo(tables.render(table, width=tables.stdout_width()))
 
 
+def scale_pool(
+    pool: Annotated[str, typer.Option("--pool", help="The SandboxWarmPool to scale.")],
+    min_replicas: Annotated[int, typer.Option("--min", help="Never fewer members.")] = 1,
+    max_replicas: Annotated[int, typer.Option("--max", help="Never more members.")] = 10,
+    spare: Annotated[int, typer.Option("--spare", help="Ready members kept beyond the expected claims.")] = 1,
+    ready_time: Annotated[str, typer.Option("--ready-time", help="How long a new member takes to get ready.")] = "30s",
+    window: Annotated[str, typer.Option("--window", help="The claims of this long make the rate.")] = "60s",
+    cooldown: Annotated[str, typer.Option("--cooldown", help="Wait this long after a change to step down.")] = "5m",
+    namespace: NamespaceOption = "default",
+    kubeconfig: backends.KubeconfigOption = None,
+    context: backends.ContextOption = None,
+) -> None:
+    """Keep a SandboxWarmPool's replicas on its claims per minute (writes /scale; runs until stopped)."""
+    _name(pool, "pool")
+    inputs.dns_label(namespace)
+    policy = demand.DemandPolicy(
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        spare=spare,
+        ready_s=_duration(ready_time, "--ready-time"),
+        window_s=_duration(window, "--window"),
+        cooldown_s=_duration(cooldown, "--cooldown"),
+    )
+    try:
+        policy.validate()
+    except errors.ConfigError as exc:
+        exits.fail_for(exc)
+
+    def report(decision: demand.Decision, written: bool) -> None:
+        if written:
+            typer.echo(f"sandboxwarmpool/{pool} {decision.reason}")
+
+    async def scale(api: kube.KubeApi) -> None:
+        await api.get(claims.resources().pools, namespace, pool, subresource="scale")  # one line if absent
+        await pool_scaler.PoolScaler(api, namespace, pool, policy, report=report).run()
+
+    _call(kubeconfig, context, scale)
+
+
 def install_controller(
     apply_: Annotated[bool, typer.Option("--apply", help="Apply them server-side (default: print them).")] = False,
     image: Annotated[str, typer.Option("--image", help="The controller's image.")] = install.DEFAULT_IMAGE,
@@ -216,4 +256,5 @@ def register(group: typer.Typer) -> None:
     group.command("resume")(resume)
     group.command("wait")(wait)
     group.command("pools")(pools)
+    group.command("pool-scaler")(scale_pool)
     group.command("install")(install_controller)

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from ironflow import errors, settings_file
-from ironflow.agent_sandbox import apply, autoscale, catalog, claims, models, patterns
+from ironflow.agent_sandbox import apply, autoscale, catalog, claims, demand, models, patterns
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.cli import backends, exits, inputs
@@ -98,8 +98,16 @@ def render(
     ttl: Annotated[int, typer.Option("--ttl", help="Claim ttlSecondsAfterFinished.")] = 300,
     autoscale_bounds: Annotated[
         str | None,
-        typer.Option("--autoscale", metavar="MIN:MAX", help="warm-pool: add an HPA on the pool's scale subresource."),
+        typer.Option("--autoscale", metavar="MIN:MAX", help="warm-pool: add a scaler of the pool between MIN and MAX."),
     ] = None,
+    autoscale_by: Annotated[
+        str,
+        typer.Option(
+            "--autoscale-by",
+            metavar="demand|cpu",
+            help="demand: a pool-scaler Deployment on claims per minute; cpu: an HPA on the members' CPU.",
+        ),
+    ] = "demand",
     schedule: Annotated[
         str | None, typer.Option("--schedule", help="kro-*: the graph's default cron schedule (mode 2).")
     ] = None,
@@ -110,6 +118,8 @@ def render(
         exits.fail(settings_file.unknown_name_message("pattern", pattern, list(catalog.PATTERNS)))
     if autoscale_bounds is not None and pattern != "warm-pool":
         exits.fail(f"--autoscale scales a warm pool: use it with the warm-pool pattern, not {pattern}")
+    if autoscale_by not in ("demand", "cpu"):
+        exits.fail(f"invalid --autoscale-by '{errors.truncate(autoscale_by, 40)}': use demand or cpu")
     if namespace is not None:
         inputs.dns_label(namespace)
     try:
@@ -147,7 +157,12 @@ def render(
         if autoscale_bounds is not None:
             low, high = autoscale.parse_bounds(autoscale_bounds)
             pool = next(o for o in objects if o["kind"] == "SandboxWarmPool")
-            objects.insert(objects.index(pool) + 1, autoscale.warm_pool_hpa(pool, min_replicas=low, max_replicas=high))
+            at = objects.index(pool) + 1
+            if autoscale_by == "cpu":
+                objects.insert(at, autoscale.warm_pool_hpa(pool, min_replicas=low, max_replicas=high))
+            else:
+                policy = demand.DemandPolicy(min_replicas=low, max_replicas=high)
+                objects[at:at] = autoscale.demand_scaler(pool, policy)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
     emit_objects(objects, output)

@@ -1,6 +1,6 @@
 """``ironflow sandbox serve``: the process sandbox sessions live in, over HTTP.
 
-It owns the sessions of one backend (local, under bubblewrap or ``--isolation gvisor``; k8s or
+It owns the sessions of one backend (local, under bubblewrap, ``--isolation gvisor`` or ``docker``; k8s or
 agent-sandbox from ``--provider FILE``, each session a pod, or a claim on a warm pool, of the
 file's cluster: the provider's ``sessions()``, from :func:`ironflow.cli.backends.session_backend`;
 :mod:`ironflow.sandbox_router`) and answers the session commands of
@@ -44,7 +44,11 @@ def serve(
     provider: ProviderOption = None,
     isolation: Annotated[
         Isolation | None,
-        typer.Option("--isolation", help="Local sessions: bwrap (default) or gvisor (runsc).", show_default=False),
+        typer.Option(
+            "--isolation",
+            help="Local sessions: bwrap (default), gvisor (runsc) or docker (a worker running as root).",
+            show_default=False,
+        ),
     ] = None,
     keep_sessions: Annotated[
         bool,

@@ -18,6 +18,8 @@ resource                    verbs                                 used by
 pods                        create get list watch delete          launch, wait, release_run, reaper,
                                                                   JobRun's pod lookup
 pods/log                    get                                   reading the agent's output
+pods/exec                   create get                            PodRun stdin, written into the pod's
+                                                                  FIFO (websocket upgrades use GET)
 events                      list                                  why a step's pod cannot start
 configmaps                  create get list delete                prompt ConfigMaps, cleanup, reaper
 batch/jobs                  create get list watch delete          JobRun, release_run, reaper
@@ -25,8 +27,9 @@ persistentvolumeclaims      create get list patch delete          environment cl
 ==========================  ====================================  =================================
 
 ``ironflow check`` gets its own ServiceAccount and Role (pods get/list, pods/exec create,
-SubjectAccessReview create): the worker never execs into an agent pod, except with the
-agent-sandbox backend, whose Role (``AGENT_SANDBOX_PERMISSIONS``, opt-in) grants the claims,
+SubjectAccessReview create). The worker's exec is for ``PodRun.stdin`` only (RBAC cannot name the
+pods, which are made per run: the Role is the agent namespace's, no attach, no port-forward); with
+the agent-sandbox backend, its Role (``AGENT_SANDBOX_PERMISSIONS``, opt-in) grants the claims,
 the Sandbox lookup and the execs that backend runs. The proxy's and the worker's Deployments
 are :mod:`ironflow.cluster.workloads`, opt-in too.
 """
@@ -103,6 +106,7 @@ class Permission:
 WORKER_PERMISSIONS: Final = (
     Permission("", "pods", ("create", "get", "list", "watch", "delete"), "launch, wait, release_run, reaper"),
     Permission("", "pods/log", ("get",), "read the agent's output"),
+    Permission("", "pods/exec", ("create", "get"), "PodRun stdin into the pod's FIFO (websocket upgrades use GET)"),
     Permission("", "events", ("list",), "say why a step's pod cannot start"),
     Permission("", "configmaps", ("create", "get", "list", "delete"), "prompt ConfigMaps, cleanup, reaper"),
     Permission("batch", "jobs", ("create", "get", "list", "watch", "delete"), "JobRun, release_run, reaper"),
@@ -314,7 +318,7 @@ def worker_rbac(config: ClusterSetup) -> list[documents.Document]:
             _role(sa, config.namespace, worker_permissions(config)),
             "What the runtime does in the agent namespace, and nothing else:\n"
             f"{table}\n"
-            "No access to Secrets (pods only carry secretKeyRef), NetworkPolicies or exec.",
+            "No access to Secrets (pods only carry secretKeyRef), NetworkPolicies, attach or port-forward.",
         ),
         documents.Document(_binding("Role", sa, config.namespace, sa, sa_ns)),
     ]

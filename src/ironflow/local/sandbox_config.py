@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
 
 log = logging.getLogger("ironflow.local")
+#: The nproc limit a Podman sandbox gets at most: what Podman's own process keeps.
+_PODMAN_NPROC: Final = 32768
 
 DEFAULT_TIMEOUT_S: Final = 600.0
 
@@ -186,6 +189,11 @@ class LocalSandboxConfig:
             cgroups.probe(), bounded, host_uid=self._host_uid, gvisor=isolation == "gvisor", containers=engine
         )
         self._docker_path = engine.docker_path if engine is not None else "docker"
+        # Podman's: what its own process keeps (it lowers itself to 32768), or the worker's if lower; a
+        # limit it is not given it raises to its maximum, which a host without CAP_SYS_RESOURCE refuses.
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        nproc = _PODMAN_NPROC if hard == resource.RLIM_INFINITY else min(hard, _PODMAN_NPROC)
+        self._podman_nproc = nproc if engine is not None and engine.podman else None
         workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
         log.info("local sandbox limits: %s", self.limits_report())
 
@@ -211,6 +219,7 @@ class LocalSandboxConfig:
             self.limits,
             self.docker_image if self.isolation == "docker" else None,
             self._docker_path,
+            self._podman_nproc,
         )
 
     def claude_cli(self) -> str:

@@ -361,7 +361,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
 
     def sessions(self, *, state_dir: str | None = None, pool: PoolPolicy | None = None) -> local_sessions.LocalSessions:
         """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go;
-        ``pool``: sandboxes kept warm for them).
+        ``pool``: sandboxes kept warm for them); under Docker, containers (a worker running as root).
 
         Their module (and its HTTP client) loads here: a one-shot step or command never needs it."""
         from ironflow.local.sessions import local_sessions

@@ -35,6 +35,7 @@ __all__ = [
     "marked_dir",
     "parse_marker",
     "run_dir",
+    "surely_gone",
     "sweep",
 ]
 
@@ -167,6 +168,16 @@ def _stale(owner: Owner, boot_id: str, namespace: str) -> bool:
     if owner.pid_namespace != namespace:
         return False  # its pids mean nothing here
     return _start_time(owner.pid) != owner.start_time
+
+
+def surely_gone(owner: Owner) -> bool:
+    """Whether ``owner`` ran on this boot, in this pid namespace, and runs no more; False when
+    unclear (another machine's owner, say, sharing a Docker daemon)."""
+    try:
+        boot_id, namespace = _machine()
+    except OSError:
+        return False
+    return (owner.boot_id, owner.pid_namespace) == (boot_id, namespace) and _stale(owner, boot_id, namespace)
 
 
 def _marked_dirs(temp_dir: str | None, prefix: str) -> Iterator[LiveDir]:

@@ -21,6 +21,12 @@ gVisor (this release) has no ``unshare(CLONE_NEWPID)``: there the runtime starts
 root with ``CAP_SETUID``/``CAP_SETGID`` only and sets its real and saved uid apart from its
 commands' (``--runtime-uid``), which then can neither signal nor trace it.
 
+A Docker session has neither (uid 10001, every capability dropped, the daemon's seccomp profile):
+with ``--commands-share-uid`` the runtime only drops what it holds and makes itself
+non-dumpable, so a command (its uid, no ``CAP_SYS_PTRACE``) can read neither its memory nor its
+fds; it can signal it (a session may end itself), and the host keeps the runtime's socket out
+of its reach (:mod:`ironflow.local.sessions.docker_runtime`).
+
 Each step is checked and any failure raises: the runtime then does not start (fail closed).
 Linux only, standard library only (``ctypes``), like its siblings; imported only with the flag.
 """
@@ -128,15 +134,21 @@ def _enter(libc: ctypes.CDLL) -> None:
     _drop_privileges(libc)
 
 
-def isolate_commands(runtime_uid: int | None = None, commands_uid: int | None = None) -> Callable[..., Any]:
+def isolate_commands(
+    runtime_uid: int | None = None, commands_uid: int | None = None, *, shared_uid: bool = False
+) -> Callable[..., Any]:
     """Set the isolation up; call first, with no other thread started. Returns what starts a
     command (``subprocess.Popen``'s arguments): in the one thread whose children land in the
-    commands' namespace; with ``runtime_uid``, as ``commands_uid`` instead.
+    commands' namespace; with ``runtime_uid``, as ``commands_uid`` instead; with ``shared_uid``
+    (a Docker session), as itself, once it is non-dumpable.
 
     Raises:
         OSError: a step failed (the caller refuses to start).
     """
     libc = ctypes.CDLL(None, use_errno=True)
+    if shared_uid:
+        _drop_privileges(libc)
+        return subprocess.Popen
     if runtime_uid is not None:
         return _apart(libc, runtime_uid, commands_uid)
     spawner = _Spawner()

@@ -334,16 +334,29 @@ class Handler:
         os.makedirs(path, exist_ok=True)
         count = 0
         tarfile = _tarfile()
+        filtered = hasattr(tarfile, "data_filter")  # Python 3.11.4+: Debian 12's 3.11.2 (a runner image) has none
         try:
             with tarfile.open(fileobj=body, mode="r|") as tar:
                 for member in tar:
-                    tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
+                    if filtered:
+                        tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
+                    else:
+                        self.extract_plain(tar, member, path)
                     count += 1
         except tarfile.TarError as exc:
             raise HttpError(400, f"bad request: {exc}") from None
         while body.read():  # the record's padding after the end-of-archive blocks
             pass
         self.json(200, {"path": os.path.relpath(path, self.rt.root), "entries": count})
+
+    def extract_plain(self, tar: Any, member: Any, path: str) -> None:
+        """Without the data filter: plain files and directories only, each inside the workspace once
+        resolved (403 else), with no mode bit past 0755."""
+        if not (member.isreg() or member.isdir()):
+            raise HttpError(400, "bad request: a link or special file in a tar needs Python 3.11.4+ in the sandbox")
+        self.rt.resolve(os.path.join(path, member.name))
+        member.mode &= 0o755
+        tar.extract(member, path)
 
     def head(self, status: int, ctype: str, *, length: int | None = None, chunked: bool = False) -> None:
         self.started = True
@@ -410,7 +423,9 @@ def main(argv: list[str]) -> int:
     spawn = None
     if args.isolate_commands:
         try:
-            spawn = __import__("confine").isolate_commands(args.runtime_uid, args.commands_uid)
+            spawn = __import__("confine").isolate_commands(
+                args.runtime_uid, args.commands_uid, shared_uid=args.commands_share_uid
+            )
         except OSError as exc:
             raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
     if args.prewarm:

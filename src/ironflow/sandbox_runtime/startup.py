@@ -36,6 +36,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "isolate_commands": (None, False),  # a local session: see confine.py
     "runtime_uid": (int, None),  # with it: isolated by uid, not by a pid namespace
     "commands_uid": (int, None),
+    "commands_share_uid": (None, False),  # a Docker session: no namespace, no uid apart (see confine.py)
     "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
 }
 _USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
@@ -70,8 +71,9 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
             _usage_error(f"argument {name}: invalid {kind.__name__} value: {text!r}")
     if sum(values[key] is not None for key in ("unix", "port", "listen_fd")) != 1:
         _usage_error("exactly one of the arguments --unix --port --listen-fd is required")
-    if (values["runtime_uid"] is not None or values["commands_uid"] is not None) and not values["isolate_commands"]:
-        _usage_error("--runtime-uid and --commands-uid go with --isolate-commands")
+    apart = values["runtime_uid"] is not None or values["commands_uid"] is not None or values["commands_share_uid"]
+    if apart and not values["isolate_commands"]:
+        _usage_error("--runtime-uid, --commands-uid and --commands-share-uid go with --isolate-commands")
     return types.SimpleNamespace(env={}, **values)
 
 

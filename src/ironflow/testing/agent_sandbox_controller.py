@@ -35,7 +35,7 @@ import aiohttp
 
 from ironflow import errors
 from ironflow import labels as k8s_labels
-from ironflow.agent_sandbox import models, schemas
+from ironflow.agent_sandbox import models, sandbox_environments, schemas
 from ironflow.kube import api
 from ironflow.testing.kube import KubeTestServer
 
@@ -44,7 +44,7 @@ __all__ = ["AgentSandboxController", "name_hash"]
 Obj = dict[str, Any]
 _P: Final = k8s_labels.AGENT_SANDBOX_KEY_PREFIX
 LABEL_WARM_POOL: Final = k8s_labels.LABEL_WARM_POOL_SANDBOX
-LABEL_NAME_HASH: Final = _P + "sandbox-name-hash"
+LABEL_NAME_HASH: Final = k8s_labels.LABEL_SANDBOX_NAME_HASH
 LABEL_TEMPLATE_REF_HASH: Final = _P + "sandbox-template-ref-hash"
 LABEL_LAUNCH_TYPE: Final = _P + "launch-type"
 LABEL_CLAIM_UID: Final = _P + "claim-uid"
@@ -53,16 +53,8 @@ ANNOTATION_SANDBOX_NAME: Final = _P + "sandbox-name"
 _ip = itertools.count(2)
 
 
-def name_hash(name: str) -> str:
-    """``NameHash``: 32-bit FNV-1a, 8 lowercase hex digits.
-
-    >>> name_hash(""), name_hash("a"), name_hash("my-sandbox")
-    ('811c9dc5', 'e40c292c', '374de8f5')
-    """
-    h = 0x811C9DC5
-    for byte in name.encode():
-        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return f"{h:08x}"
+#: ``NameHash``: 32-bit FNV-1a, 8 lowercase hex digits (the one ironflow's environments label PVCs with).
+name_hash = sandbox_environments.name_hash
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:

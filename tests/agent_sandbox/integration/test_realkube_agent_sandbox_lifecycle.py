@@ -183,7 +183,7 @@ async def test_a_session_suspends_and_resumes_through_its_claim(kube_env: KubeEn
 def test_the_rendered_hpa_is_accepted_and_its_target_resolves_through_the_scale_subresource(
     kube_env: KubeEnv, ns: str
 ) -> None:
-    docs = _warm_pool(kube_env, ns, "--autoscale", "1:3")
+    docs = _warm_pool(kube_env, ns, "--autoscale", "1:3", "--autoscale-by", "cpu")
     (hpa,) = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
     hpas = k8s.Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
     assert _get(kube_env, hpas, ns, "pool")["spec"]["scaleTargetRef"] == hpa["spec"]["scaleTargetRef"]

@@ -33,7 +33,7 @@ from tests.fakes import agent_sandbox_gc, pod_exec
 from tests.fakes.kubelet import UNSCHEDULABLE
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import catalog, claims, patterns
+from ironflow.agent_sandbox import catalog, claims, patterns, sandbox_environments
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy import AdminClient, Credential
@@ -739,36 +739,88 @@ async def test_deliver_token_issues_nothing_while_the_pod_does_not_run(held_env:
     assert issuer.issued == []
 
 
-# -- environment_volume: one claim per template --
+# -- environment_volume: one PVC per environment id, the claim's own --
 
 
-async def test_environment_volume_template_creates_its_claim_once_and_a_step_runs_in_it(env: RealEnv) -> None:
-    """``apply-template`` with ``environment_volume`` creates the claim the template mounts, and a
-    second apply changes nothing (before: a new random claim name each render, never created, so
-    every apply was an update and every step was refused); the claimed sandbox mounts it and the
-    step's result names it."""
+async def _mounted_while_running(env: RealEnv, pod: str, seen: dict[str, list[str]]) -> None:
+    """Record the PVCs pod ``pod`` mounts, as soon as it exists (the step deletes it after)."""
+    while pod not in seen:
+        for found in await asyncio.to_thread(env.pods):
+            if found["metadata"]["name"] == pod:
+                volumes = found["spec"]["volumes"]
+                seen[pod] = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v]
+        await asyncio.sleep(0.05)
+
+
+def _pvcs(env: RealEnv) -> dict[str, dict[str, Any]]:
+    return {c["metadata"]["name"]: c for c in env._list(k8s.PERSISTENTVOLUMECLAIMS)}
+
+
+async def test_each_environment_id_is_its_own_volume_and_a_resume_mounts_the_same_one_again(env: RealEnv) -> None:
+    """Before: one ``<template>-env`` RWO claim for every sandbox of the template, and resuming any
+    other id refused. Now a new step gets a new environment (a PVC the controller adopts for the
+    claim's cold Sandbox, kept by the template when the claim goes); resuming its id mounts that
+    same PVC again; another step gets another one; a second live claim of an id is one clear line
+    and leaves the first alone."""
     pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(env.ns)
     pod = pod.claude_path(str(env.claude)).timeout(20).environment_volume(EnvironmentVolume("/workspace", size="1Gi"))
-    p = AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(20)
-    first = await p.apply_template(env.api)
-    assert [(a.kind, a.name, a.action) for a in first] == [
-        ("PersistentVolumeClaim", "ironflow-agent-env", "created"),
-        ("SandboxTemplate", "ironflow-agent", "created"),
-        ("SandboxWarmPool", "ironflow-agent", "created"),
+    p = AgentSandboxProvider(pod).warm_pool(replicas=0).ready_timeout(20)
+    applied = await p.apply_template(env.api)
+    assert [(a.kind, a.action) for a in applied] == [("SandboxTemplate", "created"), ("SandboxWarmPool", "created")]
+    await asyncio.to_thread(env.kube.provide_volumes, 3)  # no provisioner here: volumes to bind to
+    runner = p.runner(api=env.api, worker_env={})
+    template_uid = env.kube.request("GET", claims.resources().templates.path(env.ns, "ironflow-agent"))["metadata"][
+        "uid"
     ]
-    await asyncio.to_thread(env.kube.provide_volumes, 1)  # no provisioner here: a volume to bind to
-    (member,) = await _ready_members(env, 1)
-    assert [a.action for a in await p.apply_template(env.api)] == ["unchanged", "unchanged", "unchanged"]
-    (member_pod,) = [x for x in env.pods() if x["metadata"]["name"] == member["metadata"]["name"]]
-    volumes = member_pod["spec"]["volumes"]
-    claims_mounted = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v]
-    assert claims_mounted == ["ironflow-agent-env"]
-    result = await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "env"))
-    assert result.text
-    assert result.environment_id == "ironflow-agent-env"
+
+    async def step(config: AgentConfig, expect: str | None, seen: dict[str, list[str]]) -> str:
+        watch = asyncio.create_task(_mounted_while_running(env, expect, seen)) if expect else None
+        try:
+            result = await runner.run(config)
+        finally:
+            if watch is not None:
+                watch.cancel()
+        assert result.text
+        assert result.environment_id
+        return result.environment_id
+
+    seen: dict[str, list[str]] = {}
+    first = await step(AgentConfig("hi").scoped(RUN, "one"), None, seen)
+    assert first.startswith("ironflow-env-")
+    volume = sandbox_environments.pvc_name(first)
     await wait_until(env.nothing_left)
-    pvcs = env._list(k8s.PERSISTENTVOLUMECLAIMS)
-    assert [c["metadata"]["name"] for c in pvcs] == ["ironflow-agent-env"]  # it outlives the claim
+
+    def kept_by_the_template_alone() -> bool:  # the garbage collector dropped the gone Sandbox's reference
+        refs = _pvcs(env)[volume]["metadata"].get("ownerReferences") or []
+        return [(o["kind"], o["uid"]) for o in refs] == [("SandboxTemplate", template_uid)]
+
+    await wait_until(kept_by_the_template_alone)  # the claim, its Sandbox and pod are gone; the environment is not
+    kept = _pvcs(env)[volume]
+
+    again = await step(AgentConfig("hi").scoped(RUN, "two").resume_environment(first), first, seen)
+    assert again == first
+    assert seen[first] == [volume]  # the resumed claim's sandbox mounted the same PVC...
+    await wait_until(env.nothing_left)
+    assert _pvcs(env)[volume]["metadata"]["uid"] == kept["metadata"]["uid"]  # ...not a new one of that name
+
+    other = await step(AgentConfig("hi").scoped(RUN, "three"), None, seen)
+    assert other != first
+    assert set(_pvcs(env)) == {volume, sandbox_environments.pvc_name(other)}
+
+    # A live claim of the environment (another worker's step, say): the second is refused, the first kept.
+    live = sandbox_steps.claim_manifest(
+        p.settings, AgentConfig("hi"), name=first, now=int(time.time()), environment=True
+    )
+    await env.api.create(claims.resources().claims, env.ns, live)
+    try:
+        with pytest.raises(errors.KubeConflict) as refused:
+            await runner.run(AgentConfig("hi").scoped(RUN, "four").resume_environment(first))
+        assert str(refused.value) == sandbox_environments.in_use_message(first)
+        assert [c["metadata"]["name"] for c in env.claims()] == [first]
+    finally:
+        await env.api.delete(claims.resources().claims, env.ns, first)
+    with pytest.raises(errors.StepConfigError, match="environment 'ironflow-env-0-00000000' not found or expired"):
+        await runner.run(AgentConfig("hi").scoped(RUN, "five").resume_environment("ironflow-env-0-00000000"))
 
 
 @pytest.mark.claude_cli

@@ -1,5 +1,6 @@
-"""``environment_volume`` with agent-sandbox: one deterministic claim per template or pattern,
-rendered before the pod that mounts it, mounted once; a step runs in it and is told its id."""
+"""``environment_volume`` with agent-sandbox: on v1beta1 one PVC per environment id, the claim's own
+(the template holds an emptyDir in its place); on v1alpha1 (no claim volume claim templates) and in
+the patterns, one deterministic claim per template or pattern, rendered before the pod that mounts it."""
 
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ def mounts_at(spec: dict[str, Any], path: str) -> list[str]:
     return [m["name"] for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == path]
 
 
-def test_template_objects_are_the_same_on_every_render_and_create_the_claim_they_mount() -> None:
+def test_v1alpha1_template_objects_are_the_same_on_every_render_and_create_the_claim_they_mount() -> None:
     """Before: a random ``ironflow-env-0-<hex>`` each render, never created (every apply an update)."""
-    settings = AgentSandboxProvider(AT_WORKSPACE).settings
+    settings = AgentSandboxProvider(AT_WORKSPACE).api_version("v1alpha1").settings
     first, second = sandbox_steps.template_objects(settings), sandbox_steps.template_objects(settings)
     assert first == second
     assert [o["kind"] for o in first] == ["PersistentVolumeClaim", "SandboxTemplate", "SandboxWarmPool"]
@@ -55,15 +56,15 @@ def test_without_an_environment_volume_no_claim_is_rendered() -> None:
     assert [o["kind"] for o in sandbox_steps.template_objects(settings)] == ["SandboxTemplate", "SandboxWarmPool"]
 
 
-def test_a_step_runs_in_the_templates_environment() -> None:
+def test_a_v1alpha1_step_runs_in_the_templates_environment() -> None:
     """Before: every step was refused (its render named another random claim than the template's)."""
-    settings = AgentSandboxProvider(AT_WORKSPACE).settings
+    settings = AgentSandboxProvider(AT_WORKSPACE).api_version("v1alpha1").settings
     sandbox_steps.check_step(settings, AgentConfig("hi"))
     sandbox_steps.check_step(settings, AgentConfig("hi").resume_environment("ironflow-agent-env"))
 
 
-def test_a_step_resuming_another_environment_is_refused_naming_the_templates() -> None:
-    settings = AgentSandboxProvider(AT_WORKSPACE).settings
+def test_a_v1alpha1_step_resuming_another_environment_is_refused_naming_the_templates() -> None:
+    settings = AgentSandboxProvider(AT_WORKSPACE).api_version("v1alpha1").settings
     with pytest.raises(errors.StepConfigError, match="template's environment, 'ironflow-agent-env', not 'other'"):
         sandbox_steps.check_step(settings, AgentConfig("hi").resume_environment("other"))
     with pytest.raises(errors.StepConfigError, match=r"none \(no environment_volume\)"):
@@ -71,7 +72,7 @@ def test_a_step_resuming_another_environment_is_refused_naming_the_templates() -
 
 
 def test_a_pool_of_several_sandboxes_on_one_environment_is_warned_about() -> None:
-    settings = AgentSandboxProvider(AT_WORKSPACE).warm_pool(replicas=2).settings
+    settings = AgentSandboxProvider(AT_WORKSPACE).api_version("v1alpha1").warm_pool(replicas=2).settings
     (warning,) = sandbox_steps.template_warnings(settings)
     assert "mounts the claims ironflow-agent-env (ReadWriteOnce)" in warning
 

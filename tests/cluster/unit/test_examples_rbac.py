@@ -1,5 +1,6 @@
 """The worker's Role grants exactly what the runtime uses: nothing on NetworkPolicies, nothing on
-Secrets, no exec, no wildcard. The check account alone may exec, and only into pods."""
+Secrets, no attach or port-forward, no wildcard; exec (``PodRun.stdin``) into the agent namespace's
+pods only, by its one Role. The check account may exec too, and only into pods."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[3] / "examples" / "k8s" / "sandbox"
 #: delete the prompt ConfigMap; §3 release_run and the previous-attempt cleanup list and
 #: delete pods, Jobs and ConfigMaps and watch pods until gone; §4 the reaper lists and
 #: deletes pods, Jobs and ConfigMaps; §5 PodRun creates, gets and deletes a pod and reads
-#: its log, JobRun creates, gets and deletes a Job and lists its pods. A step whose pod cannot
+#: its log, JobRun creates, gets and deletes a Job and lists its pods; PodRun's stdin goes over
+#: pods/exec into the pod's FIFO (create, and get for a websocket upgrade). A step whose pod cannot
 #: start lists the pod's events for its error.
 RUNTIME_NEEDS = {
     ("", "pods", "create"),
@@ -26,6 +28,8 @@ RUNTIME_NEEDS = {
     ("", "pods", "watch"),
     ("", "pods", "delete"),
     ("", "pods/log", "get"),
+    ("", "pods/exec", "create"),
+    ("", "pods/exec", "get"),
     ("", "events", "list"),
     ("", "configmaps", "create"),
     ("", "configmaps", "get"),
@@ -64,13 +68,19 @@ def test_worker_role_grants_exactly_the_runtime_needs() -> None:
     assert _grants(_worker_role()) == RUNTIME_NEEDS
 
 
-def test_worker_role_grants_nothing_on_networkpolicies_secrets_or_exec() -> None:
+def test_worker_role_grants_nothing_on_networkpolicies_secrets_attach_or_port_forward() -> None:
     resources = {resource for _, resource, _ in _grants(_worker_role())}
-    assert "networkpolicies" not in resources
-    assert "secrets" not in resources
-    assert "pods/exec" not in resources
+    assert not {"networkpolicies", "secrets", "pods/attach", "pods/portforward", "pods/ephemeralcontainers"} & resources
     assert "*" not in resources
     assert all("*" not in (g, v) for g, _, v in _grants(_worker_role()))
+
+
+def test_worker_exec_is_one_rule_in_the_agent_namespace_for_pod_run_stdin() -> None:
+    role = _worker_role()
+    assert role["metadata"]["namespace"] == "ironflow-agents"
+    execs = [r for r in role["rules"] if "pods/exec" in r["resources"]]
+    assert execs == [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]}]
+    assert any(p.resource == "pods/exec" and "PodRun" in p.why for p in setup.WORKER_PERMISSIONS)
 
 
 def test_worker_role_is_bound_to_the_worker_service_account_only() -> None:

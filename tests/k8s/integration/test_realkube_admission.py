@@ -1,6 +1,7 @@
 """On a real kube-apiserver: PodSecurity ``restricted`` admits everything ironflow renders and
 refuses a plain pod; the worker Role of ``examples/k8s/sandbox/namespace-rbac.yaml`` cannot
-touch NetworkPolicies, Secrets or exec (SubjectAccessReview) and suffices to run a step.
+touch NetworkPolicies, Secrets, attach or port-forward (SubjectAccessReview), execs only for PodRun
+stdin, and suffices to run a step.
 Skipped when the control-plane binaries are not built.
 """
 
@@ -177,7 +178,10 @@ async def test_plain_pod_is_refused_by_pod_security(kube_env: KubeEnv, ns: str) 
         ("create", "networkpolicies", "networking.k8s.io", "", False),
         ("delete", "networkpolicies", "networking.k8s.io", "", False),
         ("get", "secrets", "", "", False),
-        ("create", "pods", "", "exec", False),
+        ("create", "pods", "", "exec", True),  # PodRun stdin
+        ("get", "pods", "", "exec", True),  # its websocket upgrade
+        ("create", "pods", "", "attach", False),
+        ("create", "pods", "", "portforward", False),
         ("create", "pods", "", "", True),
         ("watch", "pods", "", "", True),
         ("get", "pods", "", "log", True),

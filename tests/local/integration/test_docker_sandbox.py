@@ -1,7 +1,8 @@
 """``--isolation docker`` end to end against a real daemon (Debian's dockerd in namespaces of its own,
 :mod:`tests.fakes.docker_daemon`) and the runner image built from this tree: the CLI, an agent step
-through the auth proxy's relay, a workspace, a release, and the refusals (no daemon, no image,
-sessions). The hostile-step tests run on Docker from their own files (``ALL_ISOLATIONS``)."""
+through the auth proxy's relay, a workspace, a release, and the refusals (no daemon, no image).
+The hostile-step tests run on Docker from their own files (``ALL_ISOLATIONS``); sessions from
+``test_docker_sessions.py``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes import sandbox_cli
+from tests.fakes.local_sandbox import DOCKER, PODMAN
 
 import ironflow
 from ironflow import errors
@@ -24,8 +26,8 @@ from ironflow.workspaces import Workspace
 needs_client = pytest.mark.skipif(shutil.which("docker") is None, reason="no docker client (apt-get install docker.io)")
 
 
-@pytest.mark.docker
-def test_exec_runs_the_command_in_a_container_as_uid_10001() -> None:
+@pytest.mark.parametrize("daemon", [DOCKER, PODMAN])
+def test_exec_runs_the_command_in_a_container_as_uid_10001(daemon: str) -> None:
     done = sandbox_cli.ironflow_process("exec", "--isolation", "docker", "--", "id", "-u")
     assert (done.returncode, done.stdout, done.stderr) == (0, "10001\n", "")
 
@@ -62,13 +64,6 @@ def test_no_daemon_is_refused_with_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_an_image_the_daemon_lacks_is_refused_and_never_pulled() -> None:
     with pytest.raises(errors.ConfigError, match="'ironflow-absent:1' is not in the Docker daemon"):
         LocalSandboxProvider(isolation="docker", docker_image="ironflow-absent:1")
-
-
-@pytest.mark.docker
-def test_sessions_are_refused_with_one_line() -> None:
-    provider = LocalSandboxProvider(isolation="docker")
-    with pytest.raises(errors.ConfigError, match="'docker' has none yet"):
-        provider.sessions()
 
 
 @pytest.mark.docker

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS, PODMAN, on_podman
 
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
@@ -54,7 +54,7 @@ def host_processes() -> Iterator[int]:
 
 
 @needs_pids_cgroup
-@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER])
+@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER, PODMAN])
 async def test_a_fork_bomb_is_capped_and_gone_before_the_call_returns(
     isolation: Isolation, host_processes: int
 ) -> None:
@@ -88,7 +88,7 @@ async def test_a_fork_bomb_is_capped_and_gone_before_the_call_returns(
 @needs_memory_cgroup
 @pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
 async def test_memory_past_the_limit_is_killed_and_no_runtime_cgroup_is_left(
-    isolation: Isolation, host_processes: int
+    isolation: Isolation, host_processes: int, request: pytest.FixtureRequest
 ) -> None:
     runsc_before = _runsc_cgroups()
     provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=256 << 20))
@@ -97,7 +97,8 @@ async def test_memory_past_the_limit_is_killed_and_no_runtime_cgroup_is_left(
     )
     assert result.exit_code == 137  # SIGKILL by the OOM killer of the sandbox's memory cgroup
     assert "allocated" not in result.stdout
-    assert result.killed is not None, "the memory kill was not told apart from any other SIGKILL"
+    if not on_podman(request):  # PODMAN_GAPS["oom"]: the kill holds, its name does not come back
+        assert result.killed is not None, "the memory kill was not told apart from any other SIGKILL"
     with pytest.raises(errors.AgentTimeout):
         await provider.run_command(["sleep", "30"], timeout_s=2)
     assert _our_cgroups() == []

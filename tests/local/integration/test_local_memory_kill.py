@@ -8,7 +8,7 @@ import functools
 import shutil
 
 import pytest
-from tests.fakes.local_sandbox import ALL_ISOLATIONS, local_sandbox
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, PODMAN_GAPS, local_sandbox, on_podman
 from typer.testing import CliRunner
 
 import ironflow
@@ -37,10 +37,14 @@ SAID = (
 
 
 @pytest.mark.parametrize("isolation", ALL_ISOLATIONS)
-async def test_a_command_killed_at_the_memory_limit_says_so(isolation: Isolation) -> None:
+async def test_a_command_killed_at_the_memory_limit_says_so(
+    isolation: Isolation, request: pytest.FixtureRequest
+) -> None:
     provider = LocalSandboxProvider(isolation=isolation, timeout=60, limits=SandboxLimits(memory_bytes=64 << 20))
     result = await provider.run_command(HOG)
     assert result.exit_code == 137
+    if on_podman(request) and result.killed is None:
+        pytest.xfail(PODMAN_GAPS["oom"])
     assert result.killed == SAID
     quiet = await provider.run_command(["true"])
     assert (quiet.exit_code, quiet.killed) == (0, None)

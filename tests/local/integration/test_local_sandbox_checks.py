@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS
+from tests.fakes.local_sandbox import ALL_ISOLATIONS, DOCKER, ISOLATIONS, PODMAN, PODMAN_GAPS, on_podman
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -85,9 +85,13 @@ async def test_no_capability_is_left(any_runtime: LocalSandboxProvider) -> None:
 
 
 @pytest.mark.parametrize("command", [["unshare", "-r", "id"], ["unshare", "-U", "true"]])
-async def test_no_nested_user_namespace_can_be_created(any_runtime: LocalSandboxProvider, command: list[str]) -> None:
+async def test_no_nested_user_namespace_can_be_created(
+    any_runtime: LocalSandboxProvider, command: list[str], request: pytest.FixtureRequest
+) -> None:
     """Both runtimes refuse it the same way (seccomp: EPERM), as the pod's RuntimeDefault profile does."""
     result = await any_runtime.run_command(command)
+    if on_podman(request) and result.exit_code == 0:
+        pytest.xfail(PODMAN_GAPS["userns"])
     assert (result.exit_code, result.stdout) == (1, ""), result.stderr
     assert result.stderr == "unshare: unshare failed: Operation not permitted\n"
 
@@ -107,7 +111,7 @@ async def test_writing_to_the_root_filesystem_fails(any_runtime: LocalSandboxPro
     assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
 
 
-@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER])
+@pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER, PODMAN])
 async def test_home_and_tmp_are_private_writable_and_size_limited(isolation: environment.Isolation) -> None:
     provider = LocalSandboxProvider(isolation=isolation, home_size_bytes=2 << 20, tmp_size_bytes=2 << 20)
     script = "echo ok > $HOME/f && echo ok > /tmp/f && dd if=/dev/zero of=$HOME/big bs=1M count=4 2>&1; echo $?"

@@ -157,6 +157,7 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.exec_command", "ironflow.k8s.commands.pod_runs"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.exec_command", "ironflow.k8s.commands.egress_runs"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.exec_command", "ironflow.k8s.workspaces.command_pods"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.exec_command", "ironflow.cli.agent"): "the agent command's spinner, for --backend k8s only",
     ("ironflow.cli.agent", "ironflow.local.offline"): "the offline model, for --fake-model only",
     ("ironflow.cli.backends", "ironflow.k8s.pod_provider"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.backends", "ironflow.agent_sandbox.claim_provider"): "agent-sandbox, for its backend only",

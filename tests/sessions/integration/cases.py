@@ -7,6 +7,7 @@ dir), and on the real kube-apiserver with kwok (its ``ClusterExec`` rule does th
 skipped with the reason when the binaries are not built), and agent-sandbox sessions (a claim
 adopting a warm pool's pod) with the scripted stand-in controller on the test server and with
 the real controller on the kube-apiserver tier.
+and local Docker sessions (marked ``docker``: the suite's daemon, :mod:`tests.fakes.docker_daemon`).
 A case opens, reattaches and closes sessions, says what a command's working directory is,
 and what of its sessions is left once they are gone (processes and directories, or pods),
 asked the backend's own way so one assertion holds on every backend.
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -38,6 +41,7 @@ from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.local.sandbox_provider import Isolation, LocalSandboxProvider
+from ironflow.local.sessions import docker_runtime
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions, SessionInfo
 from ironflow.sessions.client import AsyncSandbox
@@ -49,6 +53,13 @@ __all__ = ["BACKENDS", "SessionCase", "open_case"]
 BACKENDS: list[Any] = [
     "local",
     pytest.param("local-gvisor", marks=pytest.mark.gvisor),
+    pytest.param(
+        "local-docker",
+        marks=[
+            pytest.mark.docker,
+            pytest.mark.skipif(os.geteuid() != 0, reason="Docker sessions need a worker running as root"),
+        ],
+    ),
     "k8s-test-server",
     "k8s-real-apiserver",
     "agent-sandbox-test-server",
@@ -108,7 +119,18 @@ class SessionCase:
         ended = [pid for sid, pids in self._pids.items() if sid not in open_ids for pid in pids]
         assert self.state_dir is not None
         entries = [] if open_ids else [f"dir {p.name}" for p in self.state_dir.iterdir()]
-        return entries + [f"pid {pid}" for pid in ended if _running(pid)]
+        return entries + [f"pid {pid}" for pid in ended if _running(pid)] + self._containers(open_ids)
+
+    def _containers(self, open_ids: set[str]) -> list[str]:
+        """Under Docker, the session containers on the daemon beyond one per open session."""
+        if self.backend != "local-docker":
+            return []
+        filters = [arg for f in docker_runtime.FILTERS for arg in ("--filter", f)]
+        listed = subprocess.run(
+            ["docker", "ps", "--all", "--quiet", *filters], capture_output=True, text=True, check=True
+        )
+        found = listed.stdout.split()
+        return [f"container {c}" for c in found] if len(found) > len(open_ids) else []
 
     async def nothing_left(self) -> bool:
         return not await self.leftovers()
@@ -139,10 +161,11 @@ def _k8s(api: kube.KubeApi, namespace: str) -> K8sSessions:
 @contextlib.asynccontextmanager
 async def open_case(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> AsyncIterator[SessionCase]:
     """The case of ``backend``; every session it holds is closed at the end."""
-    if backend in ("local", "local-gvisor"):
-        isolation: Isolation = "gvisor" if backend == "local-gvisor" else "bwrap"
-        tool = "runsc" if isolation == "gvisor" else "bwrap"
-        if shutil.which(tool) is None:
+    if backend in ("local", "local-gvisor", "local-docker"):
+        isolations: dict[str, Isolation] = {"local": "bwrap", "local-gvisor": "gvisor", "local-docker": "docker"}
+        isolation = isolations[backend]
+        tool = {"gvisor": "runsc", "bwrap": "bwrap"}.get(isolation)
+        if tool is not None and shutil.which(tool) is None:
             pytest.skip(f"{tool} not installed ({'gVisor' if tool == 'runsc' else 'bubblewrap'})")
         short = Path(tempfile.mkdtemp(prefix="ifs-test-"))  # a unix socket path holds at most 107 bytes
         provider = LocalSandboxProvider(isolation=isolation)

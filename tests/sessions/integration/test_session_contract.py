@@ -1,4 +1,4 @@
-"""The sandbox session contract, on every backend (``cases.BACKENDS``): local bubblewrap and gVisor,
+"""The sandbox session contract, on every backend (``cases.BACKENDS``): local bubblewrap, gVisor and Docker,
 Kubernetes on the test server and on the real kube-apiserver with kwok, agent-sandbox with
 the stand-in controller and with the real one. One handle:
 commands one after another, streams, background commands, confined files, tar copies, reattach

@@ -1,5 +1,6 @@
-"""A local session's commands cannot reach the runtime that starts them, under bubblewrap and gVisor
-(issue 34, H1 and L13): a hostile command, a real program run in the session, tries to copy the
+"""A local session's commands cannot reach the runtime that starts them, under bubblewrap, gVisor and
+Docker (issue 34, H1 and L13; under Docker they can signal it, ending their own session): a hostile
+command, a real program run in the session, tries to copy the
 runtime's listening socket (``pidfd_open`` + ``pidfd_getfd``), read its memory and environment and
 its fds through ``/proc``, stop and kill it; every attempt fails and the session still answers.
 And a command that leaves a ``setsid`` child holding its pipes ends (L11): at once when it exits,
@@ -40,6 +41,13 @@ BACKENDS = [
         marks=[
             pytest.mark.gvisor,
             pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
+        ],
+    ),
+    pytest.param(
+        "docker",
+        marks=[
+            pytest.mark.docker,
+            pytest.mark.skipif(os.geteuid() != 0, reason="Docker sessions need a worker running as root"),
         ],
     ),
 ]
@@ -105,6 +113,9 @@ elif pidfd >= 0:
     print("pidfd_open GOT", pid)
     for n in range(3, 64):
         attempt(f"pidfd_getfd {n}", lambda: syscall("pidfd_getfd", 438, pidfd, n, 0))
+if os.environ.get("SKIP_SIGNALS"):
+    print("done")
+    raise SystemExit
 dirfd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
 attempt("pidfd_send_signal SIGSTOP", lambda: syscall("pidfd_send_signal", 424, dirfd, signal.SIGSTOP, None, 0))
 for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -130,12 +141,20 @@ async def _still_answers(sandbox: AsyncSandbox) -> None:
 async def test_a_command_cannot_take_over_its_runtime(sessions: LocalSessions) -> None:
     async with await sessions.open(OpenOptions(ttl=120)) as sandbox:
         await sandbox.files.write("attack.py", ATTACK)
-        done = await asyncio.wait_for(sandbox.commands.run(["python3", "-I", "-S", "attack.py"], timeout=30), 60)
+        docker = sessions.provider.isolation == "docker"
+        # Under Docker the runtime shares its commands' uid and pid namespace: they can signal it (and
+        # so end their own session), never take its fds or memory (it is non-dumpable), nor its socket.
+        env = {"SKIP_SIGNALS": "1"} if docker else {}
+        attack = ["python3", "-I", "-S", "attack.py"]
+        done = await asyncio.wait_for(sandbox.commands.run(attack, timeout=30, env=env), 60)
         lines = done.stdout.splitlines()
         assert done.exit_code == 0, done
         assert (lines[0], lines[-1]) == ("runtime found", "done"), done
         refused = {line.split(" refused")[0] for line in lines if " refused" in line}
         must = {"mem", "fd/3", "fd/4", "pidfd_open", "pidfd_send_signal SIGSTOP", "kill SIGSTOP", "kill SIGKILL"}
+        if docker:
+            must = {"mem", "fd/3", "fd/4", "environ", "fd/0", "fd links"}
+            assert "pidfd_open GOT" in done.stdout, done.stdout  # same uid: only its fds are out of reach
         if sessions.provider.isolation == "bwrap":
             # gVisor's /proc checks no ptrace right for these: what they show is the session's own
             # environment and the kinds of the runtime's fds (its sockets cannot be opened: fd/3, fd/4).

@@ -66,6 +66,8 @@ class SandboxShape:
     #: Under Docker: the local image the step runs in, and the client that starts it.
     image: str | None = None
     docker_path: str = "docker"
+    #: Under Podman's Docker API: no tmpfs owner, the worker's hard nproc limit (:class:`docker.DockerSettings`).
+    podman_nproc: int | None = None
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,7 @@ def _docker_argv(
         command=cmd,
         image=shape.image,
         docker_path=shape.docker_path,
+        podman_nproc=shape.podman_nproc,
         env_file=env_path,
         managed_settings_dir=managed_dir,
         profile_dirs=profile_dirs,

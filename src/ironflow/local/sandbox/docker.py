@@ -76,6 +76,14 @@ class DockerSettings:
     egress: tuple[int, str] | None = None
     #: The host file of ``forwarder.js``, bound at :data:`FORWARDER_PATH` (with a proxy only).
     forwarder_script: str | None = None
+    #: The container's labels (a session's: what its sweep finds it by).
+    labels: tuple[tuple[str, str], ...] = ()
+    #: The daemon's init as pid 1 (``--init``), reaping what the command leaves (a session's runtime).
+    init: bool = False
+    #: Podman's Docker API (not None): its nproc limit, since Podman raises a limit it is not given
+    #: to its maximum, which a host without ``CAP_SYS_RESOURCE`` refuses (``--pids-limit`` bounds the
+    #: step below it); and the home's owner by Podman's ``U`` (it refuses a tmpfs's ``uid=``).
+    podman_nproc: int | None = None
 
 
 def container_id(sandbox_dir: str) -> str:
@@ -142,8 +150,8 @@ def _bind(source: str, target: str, *, writable: bool = False) -> list[str]:
     return ["--mount", f"type=bind,source={source},target={target}{options}"]
 
 
-def _tmpfs(target: str, size: int, mode: str, owner: int | None = None) -> list[str]:
-    owned = f",uid={owner},gid={owner}" if owner is not None else ""
+def _tmpfs(target: str, size: int, mode: str, owner: int | None = None, *, podman: bool = False) -> list[str]:
+    owned = "" if owner is None else ",U" if podman else f",uid={owner},gid={owner}"
     # Docker fills a --tmpfs with a copy of the image's directory there (its mode and owner too, the
     # runner's /home/claude is 10001's); the mode and owner given here hold where the image has none.
     return ["--tmpfs", f"{target}:rw,nosuid,nodev,size={size},mode={mode}{owned}"]
@@ -205,13 +213,19 @@ def docker_argv(settings: DockerSettings, name: str) -> list[str]:
         "--shm-size",
         str(settings.tmp_size_bytes),
         *_tmpfs(layout.SANDBOX_TMP, settings.tmp_size_bytes, "1777"),
-        *_tmpfs(layout.SANDBOX_HOME, settings.home_size_bytes, "0700", uid),
+        *_tmpfs(layout.SANDBOX_HOME, settings.home_size_bytes, "0700", uid, podman=settings.podman_nproc is not None),
         *_tmpfs("/var/tmp", settings.tmp_size_bytes, "1777"),
         "--workdir",
         settings.working_dir or layout.SANDBOX_HOME,
     ]
     if settings.env_file is not None:
         argv += ["--env-file", settings.env_file]
+    if settings.init:
+        argv.append("--init")
+    if settings.podman_nproc is not None:
+        argv += ["--ulimit", f"nproc={settings.podman_nproc}:{settings.podman_nproc}"]
+    for key, value in settings.labels:
+        argv += ["--label", f"{key}={value}"]
     if settings.managed_settings_dir is not None:
         argv += _bind(settings.managed_settings_dir, layout.MANAGED_SETTINGS_DIR)
     for index, profile_dir in enumerate(settings.profile_dirs):

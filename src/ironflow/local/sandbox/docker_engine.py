@@ -47,6 +47,8 @@ class DockerEngine:
     def __init__(self, docker_path: str, env: Mapping[str, str]) -> None:
         self.docker_path = docker_path
         self._env = dict(env)
+        #: Whether the daemon is Podman's Docker API (known once :meth:`check` ran).
+        self.podman = False
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -96,12 +98,13 @@ class DockerEngine:
         Raises:
             ConfigError: no daemon answers, or it does not hold ``image`` (it is never pulled).
         """
-        version = self._run("version", "--format", "{{.Server.Version}}")
+        version = self._run("version", "--format", "{{.Server.Version}} {{range .Server.Components}}{{.Name}};{{end}}")
         if version.returncode != 0 or not version.stdout.strip():
             raise errors.ConfigError(
                 f"no Docker daemon answers at {self.where()}: start Docker (or Podman's API socket) "
                 "or set DOCKER_HOST, or use isolation 'bwrap'"
             )
+        self.podman = "Podman Engine;" in version.stdout
         found = self._run("image", "inspect", "--format", "{{.Id}}", image)
         if found.returncode != 0 or not found.stdout.strip():
             raise errors.ConfigError(

@@ -1,8 +1,9 @@
-"""Local sandbox sessions: the table of open sessions, each a bubblewrap or gVisor sandbox kept open.
+"""Local sandbox sessions: the table of open sessions, each a bubblewrap, gVisor or Docker sandbox kept open.
 
 A session's sandbox is the provider's own with the runtime inside it, started by
 :mod:`~ironflow.local.sessions.starter` (the socket, the token on stdin, the runtime's
-``--isolate-commands``); this module opens, finds, lists and closes sessions by id, and
+``--isolate-commands``; a Docker container by :mod:`~ironflow.local.sessions.docker_sessions`);
+this module opens, finds, lists and closes sessions by id, and
 watches each until its end. With a pool (:mod:`~ironflow.local.sessions.prewarm`) a session that
 fits is handed a sandbox started ahead, issued its token then; any other opens cold. Either
 way the sandbox is new: none is ever handed out twice.
@@ -11,7 +12,9 @@ Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idl
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
 SIGKILL when its parent dies, and takes the sandbox down: bubblewrap's pid namespace, runsc's
 sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
-state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup). The sandbox is this
+state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup; a Docker container,
+which the daemon holds, goes at the next Docker sessions' :func:`~ironflow.local.sessions.docker_sessions.sweep`).
+The sandbox is this
 process's child: sessions live as long as the process that opened them (``ironflow sandbox
 serve`` for the CLI).
 """
@@ -34,8 +37,8 @@ from ironflow import errors
 from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
-from ironflow.local.sandbox import environment, launch, step_proxy
-from ironflow.local.sessions import agents, changesets, gvisor_runtime, prewarm, starter
+from ironflow.local.sandbox import environment, step_proxy
+from ironflow.local.sessions import agents, changesets, docker_sessions, gvisor_runtime, prewarm, starter
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.sessions.starter import RUNTIME_DIR, RUNTIME_PATH
 from ironflow.results import AgentResult
@@ -70,7 +73,7 @@ class LocalSessions:
     Raises:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
         ConfigError: ``state_dir`` too long for a socket path; a credential in the provider's env;
-            Docker isolation (no sessions there yet).
+            Docker isolation on a worker that is not root.
     """
 
     backend: Final = "local"
@@ -84,9 +87,9 @@ class LocalSessions:
         pool: PoolPolicy | None = None,
     ) -> None:
         self.provider = provider
-        if provider.isolation == "docker":  # refused at once, never a bubblewrap session instead
-            raise errors.ConfigError("sandbox sessions run under isolation 'bwrap' or 'gvisor'; 'docker' has none yet")
         self._starter = starter.SessionStarter(self.provider)
+        if provider.isolation == "docker":
+            self._starter = docker_sessions.DockerStarter(self.provider)
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
         if len(gvisor_runtime.host_socket(os.path.join(self.state_dir, _DIR_PREFIX + "x" * 8))) > _MAX_SOCKET_PATH:
             raise errors.ConfigError(
@@ -130,14 +133,17 @@ class LocalSessions:
         ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
-        if agent and self.provider.isolation != "bwrap":
-            raise errors.ConfigError("agent sessions need isolation 'bwrap': gVisor sessions have no proxy relay yet")
+        isolation = self.provider.isolation
+        if agent and isolation != "bwrap":
+            raise errors.ConfigError(
+                f"agent sessions need isolation 'bwrap': {isolation} sessions have no proxy relay yet"
+            )
         egress = self.provider.egress_with(options.egress)
         if not step_proxy.serves_egress(egress):
             egress = None
         elif self.provider.isolation != "bwrap":
             raise errors.ConfigError(
-                "egress in a session needs isolation 'bwrap': gVisor sessions have no proxy relay yet"
+                f"egress in a session needs isolation 'bwrap': {isolation} sessions have no proxy relay yet"
             )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
@@ -167,7 +173,7 @@ class LocalSessions:
         self._sessions[session_id] = session
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            kill = functools.partial(launch.kill_tree, session.proc, session.group)
+            kill = functools.partial(self._starter.kill, session)
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
@@ -236,9 +242,8 @@ class LocalSessions:
             shutil.rmtree(directory, ignore_errors=True)
             raise
 
-    @staticmethod
-    async def _discard(warm: starter.WarmSandbox) -> None:
-        await launch.teardown(warm.proc, warm.group)
+    async def _discard(self, warm: starter.WarmSandbox) -> None:
+        await self._starter.teardown(warm)
         shutil.rmtree(warm.directory, ignore_errors=True)
 
     async def _watch(self, session: starter.StartedSession, ttl: float) -> None:
@@ -258,7 +263,7 @@ class LocalSessions:
     async def _teardown(self, session: starter.StartedSession) -> None:
         if session.bound is not None:
             session.bound.cancel()
-        await launch.teardown(session.proc, session.group)
+        await self._starter.teardown(session)
         if session.proxy is not None:
             await session.proxy.aclose()  # the session's proxy token is revoked here
         shutil.rmtree(session.directory, ignore_errors=True)

@@ -49,15 +49,16 @@ from ironflow.secrets import Secret
 from ironflow.sessions.values import SessionInfo
 from ironflow.workspaces import WORKSPACE_PATH
 
-__all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "SessionStarter", "StartedSession", "WarmSandbox", "stderr_line"]
+__all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "WARM", "SessionStarter", "StartedSession", "WarmSandbox", "stderr_line"]
 
 #: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
 #: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
 RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
 _READY: Final = b"ironflow-runtime: ready"
-_WARM: Final = b"ironflow-runtime: warm"
-#: The runtime sets itself up, says :data:`_WARM` and waits for the hand-out line (the token) on stdin.
+#: What the runtime says once set up, waiting for its hand-out line.
+WARM: Final = b"ironflow-runtime: warm"
+#: The runtime sets itself up, says :data:`WARM` and waits for the hand-out line (the token) on stdin.
 _PREWARM: Final = "--prewarm"
 _START_TIMEOUT_S: Final = 30.0
 _SOCKET: Final = "rt.sock"
@@ -138,12 +139,13 @@ class SessionStarter:
             proc, group, socket_path = await self._start_bwrap(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
             )
+        warm = WarmSandbox(directory, socket_path, proc, group, workspace=prepared)
         try:
-            await self._wait_for(proc, _WARM)
+            await self._wait_for(proc, WARM)
         except BaseException:
-            await asyncio.shield(launch.teardown(proc, group))
+            await asyncio.shield(self.teardown(warm))
             raise
-        return WarmSandbox(directory, socket_path, proc, group, workspace=prepared)
+        return warm
 
     async def hand_out(
         self, warm: WarmSandbox, info: SessionInfo, *, env: Mapping[str, str], idle_timeout: float | None
@@ -165,9 +167,17 @@ class SessionStarter:
             proc.stdin.close()
             await self._wait_for(proc, _READY)
         except BaseException:
-            await asyncio.shield(launch.teardown(proc, warm.group))
+            await asyncio.shield(self.teardown(warm))
             raise
         return StartedSession(info, warm.directory, warm.socket_path, token, proc, warm.group, workspace=warm.workspace)
+
+    async def kill(self, sandbox: WarmSandbox | StartedSession) -> None:
+        """Kill everything ``sandbox`` started; whoever waits for it then tears it down."""
+        await launch.kill_tree(sandbox.proc, sandbox.group)
+
+    async def teardown(self, sandbox: WarmSandbox | StartedSession) -> None:
+        """Kill everything ``sandbox`` started and reap it (its directory is the caller's)."""
+        await launch.teardown(sandbox.proc, sandbox.group)
 
     async def _start_bwrap(
         self,
