@@ -16,8 +16,9 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
+from ironflow.agent_sandbox.sandbox_routes import ClusterRoutes
 from ironflow.cli import backends, exits
-from ironflow.sandbox_router import process
+from ironflow.sandbox_router import cluster_app, process
 from ironflow.sessions.remote import TOKEN_ENV
 
 __all__ = ["register", "router"]
@@ -36,9 +37,6 @@ def router(
     context: backends.ContextOption = None,
 ) -> None:
     """Route agent-sandbox's SDK to sandbox runtimes in the cluster (the in-cluster sandbox-router-svc)."""
-    from ironflow.agent_sandbox.sandbox_routes import ClusterRoutes
-    from ironflow.sandbox_router import cluster_app
-
     cluster = backends.kube_cluster(kubeconfig, context)
     try:
         token = process.env_token()
