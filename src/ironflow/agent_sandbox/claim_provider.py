@@ -129,6 +129,12 @@ class AgentSandboxProvider(ProviderBase):
         management = models.NetworkPolicyManagement.MANAGED if managed else models.NetworkPolicyManagement.UNMANAGED
         return self._with(network_policy=rules, network_policy_management=management)
 
+    def session_runtime(self, enabled: bool = True) -> AgentSandboxProvider:
+        """The template's pods run the session runtime on 8888, ready once it answers: sandboxes for
+        agent-sandbox's SDK through the Sandbox Router (``ironflow sandbox router``), not for agent
+        steps, which want a pod whose first process is the idle loop (docs/agent-sandbox.md)."""
+        return self._with(session_runtime=bool(enabled))
+
     def cluster(self, cluster: clusters.ClusterConfig) -> AgentSandboxProvider:
         """Which cluster to talk to (a :data:`~ironflow.kube.clusters.ClusterConfig`); default: the pod provider's."""
         return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))

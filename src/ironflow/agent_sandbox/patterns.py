@@ -27,6 +27,7 @@ from ironflow.claude import cli
 from ironflow.egress import addresses
 from ironflow.k8s import environments
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions import runtime_pod
 
 __all__ = [
     "CONVERSATIONS_STORAGE",
@@ -175,8 +176,13 @@ def idle_pod_template(
     config: steps.AgentConfig | None = None,
     worker_env: Mapping[str, str] | None = None,
     environment: str | None = None,
+    runtime: bool = False,
 ) -> models.PodTemplate:
     """The provider's hardened pod, idle: what a template and its warm pool keep ready for ``exec``.
+
+    With ``runtime`` its process is the session runtime on port 8888 instead, ready once it
+    answers ``GET /`` (:mod:`ironflow.k8s.sessions.runtime_pod`; an image without it idles and
+    never gets ready): a sandbox the SDK and the router reach over HTTP.
 
     ``workspace_vct`` mounts the PVC of that volume claim template at ``/workspace`` (the
     controller injects the volume itself), unless the environment volume is mounted there:
@@ -188,6 +194,10 @@ def idle_pod_template(
     spec.pop("activeDeadlineSeconds", None)  # a pool member waits for as long as it takes
     main = spec["containers"][0]
     main["command"] = ["sh", "-c", IDLE_COMMAND]
+    if runtime:
+        main["command"] = runtime_pod.main_command()
+        main["ports"] = [{"name": runtime_pod.PORT_NAME, "containerPort": runtime_pod.PORT, "protocol": "TCP"}]
+        main["readinessProbe"] = runtime_pod.readiness_probe()
     if workspace_vct is not None and not _workspace_is_environment(provider):
         main.setdefault("volumeMounts", []).append({"name": workspace_vct, "mountPath": WORKSPACE_PATH})
     return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))

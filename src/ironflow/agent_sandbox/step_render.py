@@ -63,6 +63,8 @@ class AgentSandboxSettings:
     network_policy_management: models.NetworkPolicyManagement | None = None
     network_policy: models.NetworkPolicyRules | None = None
     cluster: clusters.ClusterConfig | None = field(default=None, repr=False)
+    #: The template's pod runs the session runtime on 8888 (sandboxes for the SDK and the router).
+    session_runtime: bool = False
 
     @property
     def namespace(self) -> str:
@@ -133,7 +135,9 @@ class ExecPlan:
 def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, models.SandboxWarmPool]:
     """The SandboxTemplate (the idle hardened pod) and its SandboxWarmPool."""
     managed = models.frozen_map({labels.LABEL_MANAGED_BY: labels.MANAGED_BY_VALUE})
-    pod = patterns.idle_pod_template(s.pod, environment=s.environment or sandbox_environments.VOLUME)
+    pod = patterns.idle_pod_template(
+        s.pod, environment=s.environment or sandbox_environments.VOLUME, runtime=s.session_runtime
+    )
     if s.own_environments:  # an emptyDir each claim's volume claim template replaces by its environment's PVC
         pod = sandbox_environments.placeholder(pod, sandbox_environments.VOLUME)
     template = models.SandboxTemplate(

@@ -17,7 +17,7 @@ import typer
 from ironflow import errors
 from ironflow.cli.exits import fail
 from ironflow.cli.formats import ManifestFormat
-from ironflow.cluster import documents, network, setup, workloads
+from ironflow.cluster import documents, network, sandbox_router, setup, workloads
 from ironflow.k8s.settings import K8sResources
 from ironflow.kube import quantities
 
@@ -180,6 +180,13 @@ def manifests(
         Path | None,
         typer.Option("--profile-dir", help="Claude profile directory: one ConfigMap per sub-directory."),
     ] = None,
+    with_sandbox_router: Annotated[
+        bool,
+        typer.Option(
+            "--sandbox-router",
+            help="Add the in-cluster Sandbox Router (sandbox-router-svc in agent-sandbox-system, the worker image).",
+        ),
+    ] = False,
     output: Annotated[ManifestFormat, typer.Option("--output", "-o", help="yaml or json.")] = ManifestFormat.YAML,
 ) -> None:
     """Print the namespace, RBAC, network policies, RuntimeClass and presets of a cluster (and its Deployments)."""
@@ -218,6 +225,7 @@ def manifests(
             )
             if worker_deployment
             else None,
+            sandbox_router=sandbox_router.SandboxRouterDeployment(image=worker_image) if with_sandbox_router else None,
         )
         profile = read_profile_dir(profile_dir) if profile_dir is not None else None
         docs = setup.render_documents(config, profile=profile)

@@ -23,12 +23,17 @@ _PATTERNS: Final = "ironflow.cli.sandbox_patterns"
 _LIFECYCLE: Final = "ironflow.cli.sandbox_lifecycle"
 _TOKENS: Final = "ironflow.cli.sandbox_tokens"
 _SNAPSHOTS: Final = "ironflow.cli.sandbox_snapshots"
+_ROUTER: Final = "ironflow.cli.sandbox_cluster_router"
 
 #: Command name -> (module, the one-line help ``ironflow sandbox --help`` shows), in listing order.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "serve": (
         _SERVE,
         "Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).",
+    ),
+    "router": (
+        _ROUTER,
+        "Route agent-sandbox's SDK to sandbox runtimes in the cluster (the in-cluster sandbox-router-svc).",
     ),
     "open": (
         _SESSIONS,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ironflow.cluster import documents, network, setup, workloads
+from ironflow.cluster import documents, network, sandbox_router, setup, workloads
 
 __all__ = ["CHART_NAME", "SWITCHES", "VALUES", "Switch", "Value", "chart_files", "default_values", "template_parts"]
 
@@ -87,6 +87,7 @@ SWITCHES: Final[tuple[Switch, ...]] = (
     Switch("environmentClaims", False, lambda c, on: _R(c, environment_claims=on)),
     Switch("checkRbac", False, lambda c, on: _R(c, check_rbac=on)),
     Switch("agentSandboxRbac", False, lambda c, on: _R(c, agent_sandbox_rbac=on)),
+    Switch("sandboxRouter.enabled", False, lambda c, on: c if on else _R(c, sandbox_router=None)),
 )
 
 
@@ -108,6 +109,7 @@ def _placeholders() -> setup.ClusterSetup:
         worker_deployment=workloads.WorkerDeployment(
             image=str(v["worker.image"]), runner_image=str(v["worker.runnerImage"]), resources=resources("worker")
         ),
+        sandbox_router=sandbox_router.SandboxRouterDeployment(image=str(v["worker.image"])),
     )
 
 
@@ -121,8 +123,9 @@ def template_parts(c: setup.ClusterSetup) -> dict[str, list[documents.Document]]
         "network-policies.yaml": setup.network_policies(c),
         "runtimeclass.yaml": setup.runtime_class() if c.gvisor else [],
         "managed-settings.yaml": setup.managed_settings(c),
-        "auth-proxy.yaml": setup.workloads_documents(dataclasses.replace(c, worker_deployment=None)),
-        "worker.yaml": setup.workloads_documents(dataclasses.replace(c, auth_proxy_deployment=None)),
+        "auth-proxy.yaml": setup.workloads_documents(_R(c, worker_deployment=None, sandbox_router=None)),
+        "worker.yaml": setup.workloads_documents(_R(c, auth_proxy_deployment=None, sandbox_router=None)),
+        "sandbox-router.yaml": setup.workloads_documents(_R(c, auth_proxy_deployment=None, worker_deployment=None)),
     }
 
 

@@ -48,6 +48,7 @@ from ironflow.cluster import (
     documents,
     network,
     proxy_address,
+    sandbox_router,
     service_network,
     session_network,
     workloads,
@@ -173,6 +174,8 @@ class ClusterSetup:
     auth_proxy_deployment: workloads.AuthProxyDeployment | None = None
     #: Render the worker's Deployment and provider file.
     worker_deployment: workloads.WorkerDeployment | None = None
+    #: Render the in-cluster Sandbox Router (:mod:`ironflow.cluster.sandbox_router`).
+    sandbox_router: sandbox_router.SandboxRouterDeployment | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("namespace", self.namespace), ("worker namespace", self.worker_namespace)):
@@ -360,7 +363,7 @@ def agent_sandbox_rbac(config: ClusterSetup) -> list[documents.Document]:
 
 
 def workloads_documents(config: ClusterSetup) -> list[documents.Document]:
-    """The proxy's and the worker's Deployments, when asked for."""
+    """The proxy's, the worker's and the sandbox router's Deployments, when asked for."""
     docs: list[documents.Document] = []
     proxy = config.auth_proxy
     if config.auth_proxy_deployment is not None and isinstance(proxy, proxy_address.ProxyService):
@@ -375,6 +378,8 @@ def workloads_documents(config: ClusterSetup) -> list[documents.Document]:
             presets=config.presets,
             gvisor=config.gvisor,
         )
+    if config.sandbox_router is not None:
+        docs += sandbox_router.objects(config.sandbox_router, agents_namespace=config.namespace)
     return docs
 
 

@@ -19,20 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import hmac
 import logging
-import math
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from ironflow import errors, labels
+from ironflow import errors
 from ironflow.sandbox_router import controls
+from ironflow.sandbox_router.protocol import (
+    DEFAULT_PORT,
+    PROXY_TIMEOUT_S,
+    Handler,
+    Refused,
+    bearer_auth,
+    detail,
+    forwarded,
+    healthz,
+    relay,
+    target,
+)
 from ironflow.secrets import Secret
 from ironflow.sessions.backend import SessionBackend
 from ironflow.sessions.remote import API_PATH
@@ -42,30 +49,8 @@ __all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_PORT", "PROXY_TIMEOUT_S", "build_app
 
 log = logging.getLogger("ironflow.sandbox_router")
 
-#: What the upstream router caps every request at (its ``--proxy-timeout``).
-PROXY_TIMEOUT_S: Final = 180.0
 #: How many sessions one server holds at once unless told otherwise (each is a sandbox's processes and memory).
 DEFAULT_MAX_SESSIONS: Final = 32
-#: The runtime port the upstream SDK names by default (one runtime per local session: checked, not used).
-DEFAULT_PORT: Final = 8888
-_HOP_BY_HOP: Final = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-     "transfer-encoding", "upgrade", "host", "authorization", "expect"}
-)  # fmt: skip
-_CHUNK: Final = 65536
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _Refused(Exception):
-    """An answer of the router itself: status and detail."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.detail = status, detail
-
-
-def _detail(status: int, detail: str, **headers: str) -> web.Response:
-    return web.json_response({"detail": detail}, status=status, headers=headers or None)
 
 
 @web.middleware
@@ -74,19 +59,19 @@ async def _answers(request: web.Request, handler: Handler) -> web.StreamResponse
     its type (logged here, never sent: a message may quote a session's env)."""
     try:
         return await handler(request)
-    except _Refused as exc:
-        return _detail(exc.status, exc.detail)
+    except Refused as exc:
+        return detail(exc.status, exc.detail)
     except web.HTTPException:
         raise
     except SessionNotFound as exc:
-        return _detail(404, exc.message)
+        return detail(404, exc.message)
     except errors.UsageError as exc:
-        return _detail(400, exc.message)
+        return detail(400, exc.message)
     except errors.IronflowError as exc:
-        return _detail(502, f"the sessions' backend failed: {exc.message}")
+        return detail(502, f"the sessions' backend failed: {exc.message}")
     except Exception as exc:
         log.error("%s %s failed: %s", request.method, request.path, type(exc).__name__, exc_info=log.isEnabledFor(10))
-        return _detail(500, f"the server failed ({type(exc).__name__}); its log says more")
+        return detail(500, f"the server failed ({type(exc).__name__}); its log says more")
 
 
 async def _json_body(request: web.Request) -> object:
@@ -94,26 +79,9 @@ async def _json_body(request: web.Request) -> object:
     try:
         return await request.json()
     except ValueError:  # a UnicodeDecodeError too
-        raise _Refused(400, "the body must be JSON") from None
+        raise Refused(400, "the body must be JSON") from None
     except RecursionError:
-        raise _Refused(400, "the body nests too deep to decode: keep it a few hundred levels at most") from None
-
-
-def _auth(token: Secret) -> Any:
-    expected = token.reveal().encode()
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method == "GET" and request.path == "/healthz":
-            return await handler(request)
-        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            return _detail(401, "Missing or invalid Authorization header.", **{"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(value.strip().encode(), expected):
-            return _detail(401, "Invalid token.", **{"WWW-Authenticate": "Bearer"})
-        return await handler(request)
-
-    return middleware
+        raise Refused(400, "the body nests too deep to decode: keep it a few hundred levels at most") from None
 
 
 # -- the session endpoints --
@@ -136,17 +104,17 @@ class _Router:
             controls.controls_of(self.sessions)  # refused in one line where the backend has none
         wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
-            return _detail(
+            return detail(
                 400,
                 f"this server serves {self.sessions.backend} sessions, not {wanted}: "
                 f"start one with `ironflow sandbox serve --backend {wanted}`",
             )
         if options.egress is not None and self.sessions.backend != "local":  # refused, never silently dropped
-            return _detail(
+            return detail(
                 400, f"egress is for local sessions for now: a {self.sessions.backend} pod's is its provider's"
             )
         if len(self.sessions.held()) + self._opening >= self.max_sessions:
-            return _detail(
+            return detail(
                 429,
                 f"this server holds its cap of {self.max_sessions} sessions: close one, "
                 "or start `ironflow sandbox serve --max-sessions N`",
@@ -155,9 +123,9 @@ class _Router:
         try:
             sandbox = await self.sessions.open(options)
         except errors.UsageError as exc:
-            return _detail(400, exc.message)
+            return detail(400, exc.message)
         except errors.IronflowError as exc:
-            return _detail(500, f"the sandbox did not start: {exc.message}")
+            return detail(500, f"the sandbox did not start: {exc.message}")
         finally:
             self._opening -= 1
         await sandbox.disconnect()  # the server keeps the session; the handle was only its receipt
@@ -174,7 +142,7 @@ class _Router:
         try:
             known = await self._known()
         except errors.IronflowError as exc:
-            return _detail(502, f"could not list the cluster's sessions: {exc.message}")
+            return detail(502, f"could not list the cluster's sessions: {exc.message}")
         return web.json_response({"sandboxes": [info.to_json() for info in known]})
 
     async def _info(self, request: web.Request) -> dict[str, object]:
@@ -185,10 +153,10 @@ class _Router:
         try:
             found = SESSION_ID.match(session_id) is not None and await self._reattach(session_id)
         except errors.IronflowError as exc:
-            raise _Refused(502, f"could not look the sandbox up in the cluster: {exc.message}") from None
+            raise Refused(502, f"could not look the sandbox up in the cluster: {exc.message}") from None
         if found:
             return await self._info(request)
-        raise _Refused(404, f"no open sandbox '{errors.truncate(session_id, 80)}'")
+        raise Refused(404, f"no open sandbox '{errors.truncate(session_id, 80)}'")
 
     async def _reattach(self, session_id: str) -> bool:
         """Hold a session this server did not open (a previous server's, in the cluster); False: there is
@@ -207,14 +175,14 @@ class _Router:
     async def show(self, request: web.Request) -> web.Response:
         try:
             return web.json_response(await self._info(request))
-        except _Refused as exc:
-            return _detail(exc.status, exc.detail)
+        except Refused as exc:
+            return detail(exc.status, exc.detail)
 
     async def delete(self, request: web.Request) -> web.Response:
         try:
             doc = await self._info(request)
-        except _Refused as exc:
-            return _detail(exc.status, exc.detail)
+        except Refused as exc:
+            return detail(exc.status, exc.detail)
         await self.sessions.close(str(doc["id"]))
         await self._prune()
         return web.json_response({"id": doc["id"], "closed": True})
@@ -227,17 +195,17 @@ class _Router:
         doc = await _json_body(request) if request.can_read_body else {}
         apply = doc.get("apply", False) if isinstance(doc, dict) else None
         if not isinstance(apply, bool):
-            return _detail(400, 'the body must be {"apply": true|false}')
+            return detail(400, 'the body must be {"apply": true|false}')
         try:
             found = await self.sessions.changes(session_id, apply=apply)
         except SessionNotFound as exc:
-            return _detail(404, exc.message)
+            return detail(404, exc.message)
         except errors.WorkspaceConflict as exc:
-            return _detail(409, exc.message)
+            return detail(409, exc.message)
         except errors.UsageError as exc:
-            return _detail(400, exc.message)
+            return detail(400, exc.message)
         except errors.IronflowError as exc:
-            return _detail(500, exc.message)
+            return detail(500, exc.message)
         return web.json_response(found.to_json())
 
     async def _prune(self) -> None:
@@ -253,7 +221,7 @@ class _Router:
         """The client of a held session's runtime, its token, and the base of its URLs: a runtime
         over HTTP (a Kubernetes pod's) is its own base, one on a unix socket ``http://sandbox``."""
         if not SESSION_ID.match(session_id):
-            raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}")
+            raise Refused(502, f"Could not connect to the backend sandbox: {session_id}")
         try:
             socket_path, token = self.sessions.route(session_id)
         except SessionNotFound:
@@ -262,7 +230,7 @@ class _Router:
             except errors.IronflowError:
                 found = False
             if not found:
-                raise _Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
+                raise Refused(502, f"Could not connect to the backend sandbox: {session_id}") from None
             socket_path, token = self.sessions.route(session_id)
         over_http = socket_path.startswith("http://")
         client = self._upstreams.get(session_id)
@@ -276,13 +244,14 @@ class _Router:
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         try:
-            session_id, timeout = _target(request.headers)
+            wanted, timeout = target(request.headers)
+            session_id = wanted.name
             client, token, base = await self._upstream(session_id)
-        except _Refused as exc:
-            return _detail(exc.status, exc.detail)
+        except Refused as exc:
+            return detail(exc.status, exc.detail)
         if not request.raw_path.startswith("/"):
-            return _detail(400, "Invalid path.")
-        headers = _forwarded(request.headers)
+            return detail(400, "Invalid path.")
+        headers = forwarded(request.headers)
         headers["Authorization"] = f"Bearer {token.reveal()}"
         url = URL(base + request.raw_path, encoded=True)
         body = request.content if request.body_exists else None
@@ -293,75 +262,17 @@ class _Router:
                         request.method, url, headers=headers, data=body, allow_redirects=False
                     )
             except TimeoutError:
-                return _detail(504, f"Timed out waiting for the backend sandbox: {session_id}")
+                return detail(504, f"Timed out waiting for the backend sandbox: {session_id}")
             except aiohttp.ClientError:
                 await self._prune()
-                return _detail(502, f"Could not connect to the backend sandbox: {session_id}")
+                return detail(502, f"Could not connect to the backend sandbox: {session_id}")
             async with upstream:
-                return await _relay(request, upstream)
+                return await relay(request, upstream)
 
     async def aclose(self) -> None:
         for client in self._upstreams.values():
             await client.close()
         self._upstreams.clear()
-
-
-def _target(headers: Mapping[str, str]) -> tuple[str, float]:
-    """The session id and the seconds to wait for its answer, from the router headers (pure)."""
-    session_id = headers.get("X-Sandbox-ID")
-    if not session_id:
-        raise _Refused(400, "X-Sandbox-ID header is required.")
-    if not labels.is_dns_label(session_id):
-        raise _Refused(400, "Invalid sandbox ID format.")
-    if not labels.is_dns_label(headers.get("X-Sandbox-Namespace", "default")):
-        raise _Refused(400, "Invalid namespace format.")
-    port = headers.get("X-Sandbox-Port", str(DEFAULT_PORT))
-    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise _Refused(400, "Invalid port format.")
-    timeout = PROXY_TIMEOUT_S
-    with contextlib.suppress(ValueError):  # as upstream: an unreadable value falls back to the cap
-        asked = float(headers.get("X-Sandbox-Timeout", ""))
-        if math.isfinite(asked) and asked > 0:
-            timeout = min(asked, PROXY_TIMEOUT_S)
-    return session_id, timeout
-
-
-def _hop_by_hop(headers: Mapping[str, str]) -> set[str]:
-    named = {name.strip().lower() for name in headers.get("Connection", "").split(",") if name.strip()}
-    return set(_HOP_BY_HOP) | named
-
-
-def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    """The request headers a session's runtime may see (pure)."""
-    drop = _hop_by_hop(headers)
-    return CIMultiDict(
-        (k, v) for k, v in headers.items() if k.lower() not in drop and not k.lower().startswith("x-sandbox-")
-    )
-
-
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    """The runtime's answer, streamed as it comes (command events, downloads, tar streams)."""
-    drop = _hop_by_hop(upstream.headers) | {"content-length"}
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-    for name, value in upstream.headers.items():
-        if name.lower() not in drop:
-            response.headers.add(name, value)
-    if upstream.content_length is not None:
-        response.content_length = upstream.content_length
-    else:
-        response.enable_chunked_encoding()
-    await response.prepare(request)
-    try:
-        async for data in upstream.content.iter_chunked(_CHUNK):
-            await response.write(data)
-        await response.write_eof()
-    except (aiohttp.ClientError, ConnectionError):
-        log.debug("a relayed answer ended early")  # the client or the sandbox went away mid-stream
-    return response
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 def build_app(sessions: SessionBackend, token: Secret, *, max_sessions: int = DEFAULT_MAX_SESSIONS) -> web.Application:
@@ -370,8 +281,8 @@ def build_app(sessions: SessionBackend, token: Secret, *, max_sessions: int = DE
     if max_sessions < 1:
         raise errors.ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
     router = _Router(sessions, max_sessions)
-    app = web.Application(middlewares=[_answers, _auth(token)], handler_args={"max_field_size": 65536})
-    app.router.add_get("/healthz", _healthz)
+    app = web.Application(middlewares=[_answers, bearer_auth(token)], handler_args={"max_field_size": 65536})
+    app.router.add_get("/healthz", healthz)
     app.router.add_post(API_PATH, router.create)
     app.router.add_get(API_PATH, router.listing)
     app.router.add_get(API_PATH + "/{id}", router.show)

@@ -35,7 +35,16 @@ from ironflow.secrets import Secret
 from ironflow.sessions.backend import ClusterSessionBackend, PooledSessionBackend, SessionBackend
 from ironflow.sessions.remote import TOKEN_ENV, token_file
 
-__all__ = ["MIN_TOKEN_CHARS", "SharedToken", "env_token", "is_loopback", "serve"]
+__all__ = [
+    "MIN_TOKEN_CHARS",
+    "SharedToken",
+    "bind",
+    "env_token",
+    "is_loopback",
+    "listening_url",
+    "serve",
+    "until_signalled",
+]
 
 #: The shortest ``$IRONFLOW_SANDBOX_TOKEN`` accepted: a guessable token is no lock.
 MIN_TOKEN_CHARS: Final = 16
@@ -139,12 +148,32 @@ class SharedToken:
         return Secret(value)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, or a ConfigError naming why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host, port), family=family, backlog=128)
     except OSError as exc:
         raise errors.ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def listening_url(host: str, sock: socket.socket) -> str:
+    """``http://host:port`` of a bound socket (an IPv6 host in brackets)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{sock.getsockname()[1]}"
+
+
+async def until_signalled() -> None:
+    """Return at SIGINT or SIGTERM; the loop's handlers go again however the wait ends."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
 
 
 async def serve(
@@ -170,11 +199,10 @@ async def serve(
     owned = sessions
     if keep_sessions and not isinstance(owned, ClusterSessionBackend):
         raise errors.ConfigError("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
-    loop = asyncio.get_running_loop()
     runner: web.AppRunner | None = None
     with contextlib.ExitStack() as held:  # the token file's lock: released last, once nothing answers
         try:
-            sock = _bind(host, port)
+            sock = bind(host, port)
             try:
                 secret = held.enter_context(token.held()) if isinstance(token, SharedToken) else token
             except BaseException:
@@ -184,17 +212,11 @@ async def serve(
             runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2)
             await runner.setup()
             await web.SockSite(runner, sock).start()
-            stop = asyncio.Event()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, stop.set)
-            shown = f"[{host}]" if ":" in host else host
             if isinstance(owned, PooledSessionBackend):
                 owned.prewarm()
-            ready(f"http://{shown}:{sock.getsockname()[1]}")
-            await stop.wait()
+            ready(listening_url(host, sock))
+            await until_signalled()
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
             if keep_sessions and isinstance(owned, ClusterSessionBackend):
                 await owned.release()  # the sessions stay in the cluster for the next server
             else:

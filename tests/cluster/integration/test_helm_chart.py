@@ -120,6 +120,7 @@ def test_realkube_the_chart_output_is_accepted_by_the_apiserver(kube_env: KubeEn
         "checkRbac=true",
         "agentSandboxRbac=true",
         "gvisor=true",
+        "sandboxRouter.enabled=true",
     )
     objects = list(_objects(text).values())
     with dry_run_set(kube_env, objects) as answers:
@@ -138,6 +139,7 @@ def test_realkube_the_chart_output_is_accepted_by_the_apiserver(kube_env: KubeEn
         ("environmentClaims=true", [*DEFAULT_FLAGS, "--environment-claims"]),
         ("checkRbac=true", [*DEFAULT_FLAGS, "--check-rbac"]),
         ("agentSandboxRbac=true", [*DEFAULT_FLAGS, "--agent-sandbox-rbac"]),
+        ("sandboxRouter.enabled=true", [*DEFAULT_FLAGS, "--sandbox-router"]),
     ],
 )
 def test_each_switch_alone_equals_its_flag(value: str, flags: list[str]) -> None:

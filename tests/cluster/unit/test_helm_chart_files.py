@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ironflow.cluster import documents, helm_chart, setup, workloads
+from ironflow.cluster import documents, helm_chart, sandbox_router, setup, workloads
 
 CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "ironflow"
 FILES = helm_chart.chart_files()
@@ -33,6 +33,7 @@ def test_the_template_parts_are_the_rendered_set_for_every_switch_combination() 
         auth_proxy_url=setup.DEFAULT_AUTH_PROXY_URL,
         auth_proxy_deployment=workloads.AuthProxyDeployment(),
         worker_deployment=workloads.WorkerDeployment(),
+        sandbox_router=sandbox_router.SandboxRouterDeployment(),
     )
     for combination in itertools.product((True, False), repeat=len(helm_chart.SWITCHES)):
         config = base
@@ -99,12 +100,13 @@ def _render(value: Any, *, quote: bool) -> str:
 
 
 def test_the_templates_evaluate_to_the_rendered_set_for_every_switch_combination() -> None:
-    """Every if/else the generator wrote, under all 128 combinations (helm itself runs a sample)."""
+    """Every if/else the generator wrote, under all 256 combinations (helm itself runs a sample)."""
     templates = "".join(text for path, text in FILES if path.startswith("templates/"))
     base = setup.ClusterSetup(
         auth_proxy_url=setup.DEFAULT_AUTH_PROXY_URL,
         auth_proxy_deployment=workloads.AuthProxyDeployment(),
         worker_deployment=workloads.WorkerDeployment(),
+        sandbox_router=sandbox_router.SandboxRouterDeployment(),
     )
     for combination in itertools.product((True, False), repeat=len(helm_chart.SWITCHES)):
         values, config = helm_chart.default_values(), base

@@ -18,6 +18,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sandbox_router import app as router_app
+from ironflow.sandbox_router import protocol
 from ironflow.secrets import Secret
 from ironflow.sessions import Output
 from ironflow.sessions.remote import RemoteSessions
@@ -245,7 +246,7 @@ def test_only_end_to_end_headers_reach_the_runtime() -> None:
             ("X-Request-ID", "r1"),
         ]
     )
-    kept = router_app._forwarded(CIMultiDictProxy(sent))
+    kept = protocol.forwarded(CIMultiDictProxy(sent))
     assert sorted(kept.items()) == [("Content-Type", "application/json"), ("X-Request-ID", "r1")]
 
 

@@ -9,17 +9,46 @@ import pytest
 
 from ironflow import errors
 from ironflow.cli.sandbox_sessions import parse_remote
-from ironflow.sandbox_router import app as router_app
+from ironflow.sandbox_router import protocol
 from ironflow.sandbox_router.process import is_loopback
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions, remote
+from ironflow.sessions.routes import RouteTarget
 
 
 def test_the_router_target_defaults_and_caps_the_timeout() -> None:
-    assert router_app._target({"X-Sandbox-ID": "sbx-0123456789abcdef"}) == ("sbx-0123456789abcdef", 180.0)
-    assert router_app._target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "2.5"}) == ("a", 2.5)
-    assert router_app._target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "1e9"}) == ("a", 180.0)
-    assert router_app._target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "nan"}) == ("a", 180.0)
+    assert protocol.target({"X-Sandbox-ID": "sbx-0123456789abcdef"}) == (RouteTarget("sbx-0123456789abcdef"), 180.0)
+    assert protocol.target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "2.5"}) == (RouteTarget("a"), 2.5)
+    assert protocol.target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "1e9"}) == (RouteTarget("a"), 180.0)
+    assert protocol.target({"X-Sandbox-ID": "a", "X-Sandbox-Timeout": "nan"}) == (RouteTarget("a"), 180.0)
+    named = {"X-Sandbox-ID": "a", "X-Sandbox-Namespace": "team", "X-Sandbox-Port": "9000"}
+    assert protocol.target(named)[0] == RouteTarget("a", "team", 9000)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "text"),
+    [
+        ({}, 400, "X-Sandbox-ID header is required."),
+        ({"X-Sandbox-ID": "Not_A_Label"}, 400, "Invalid sandbox ID format."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Namespace": "-x"}, 400, "Invalid namespace format."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Port": "65536"}, 400, "Invalid port format."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "pod.example"}, 400, "Invalid target IP address format."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "127.0.0.1"}, 400, "Invalid target IP address."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "169.254.169.254"}, 400, "Invalid target IP address."),
+        ({"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "[::]"}, 400, "Invalid target IP address."),
+    ],
+)
+def test_bad_router_headers_get_upstreams_answers(headers: dict[str, str], status: int, text: str) -> None:
+    with pytest.raises(protocol.Refused) as refused:
+        protocol.target(headers, pod_ip=True)
+    assert (refused.value.status, refused.value.detail) == (status, text)
+
+
+def test_the_pod_ip_hint_is_read_only_where_it_is_checked() -> None:
+    hinted = {"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "10.244.0.7"}
+    assert protocol.target(hinted, pod_ip=True)[0].pod_ip == "10.244.0.7"
+    assert protocol.target(hinted)[0].pod_ip is None
+    assert protocol.target({"X-Sandbox-ID": "a", "X-Sandbox-Pod-IP": "127.0.0.1"})[0].pod_ip is None
 
 
 def test_open_options_fill_the_defaults() -> None:
