@@ -742,14 +742,15 @@ async def test_deliver_token_issues_nothing_while_the_pod_does_not_run(held_env:
 # -- environment_volume: one PVC per environment id, the claim's own --
 
 
-async def _mounted_while_running(env: RealEnv, pod: str, seen: dict[str, list[str]]) -> None:
-    """Record the PVCs pod ``pod`` mounts, as soon as it exists (the step deletes it after)."""
-    while pod not in seen:
-        for found in await asyncio.to_thread(env.pods):
-            if found["metadata"]["name"] == pod:
+async def _mounted_while_running(env: RealEnv, pod: str, seen: dict[str, list[str]], since: str) -> None:
+    """Record the PVCs pod ``pod`` mounts, from a watch of the pods since ``since``: a pod the step
+    makes and deletes within one poll is still seen (polling the list missed it under load)."""
+    async for event in env.api.watch(k8s.PODS, env.ns, resource_version=since):
+        for found in event.items or (event.object,):
+            if found.get("metadata", {}).get("name") == pod:
                 volumes = found["spec"]["volumes"]
                 seen[pod] = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v]
-        await asyncio.sleep(0.05)
+                return
 
 
 def _pvcs(env: RealEnv) -> dict[str, dict[str, Any]]:
@@ -774,9 +775,12 @@ async def test_each_environment_id_is_its_own_volume_and_a_resume_mounts_the_sam
     ]
 
     async def step(config: AgentConfig, expect: str | None, seen: dict[str, list[str]]) -> str:
-        watch = asyncio.create_task(_mounted_while_running(env, expect, seen)) if expect else None
+        since = (await env.api.list(k8s.PODS, env.ns)).resource_version
+        watch = asyncio.create_task(_mounted_while_running(env, expect, seen, since)) if expect else None
         try:
             result = await runner.run(config)
+            if watch is not None:
+                await asyncio.wait_for(watch, 30)  # the pod's ADDED event has come, or comes now
         finally:
             if watch is not None:
                 watch.cancel()
