@@ -119,6 +119,11 @@ def _waiting(state: Mapping[str, Any], name: str) -> Verdict | None:
     return Verdict(str(reason), message, retryable=retryable, grace=reason in GRACED)
 
 
+#: The scheduler's words for a pod whose PersistentVolumeClaim is not bound yet: a moment, not a failure
+#: (a claim made just before its pod, as a step's environment is); the step's own timeout bounds it.
+_UNBOUND_CLAIMS: Final = "pod has unbound immediate PersistentVolumeClaims"
+
+
 def _unschedulable(status: Mapping[str, Any]) -> Verdict | None:
     for cond in status.get("conditions") or ():
         if (
@@ -127,7 +132,10 @@ def _unschedulable(status: Mapping[str, Any]) -> Verdict | None:
             and cond.get("status") == "False"
             and cond.get("reason") == "Unschedulable"
         ):
-            return Verdict("Unschedulable", str(cond.get("message") or "no node can run the pod"), retryable=True)
+            message = str(cond.get("message") or "no node can run the pod")
+            if _UNBOUND_CLAIMS in message:  # a claim the PV controller or a provisioner is binding: wait
+                return None
+            return Verdict("Unschedulable", message, retryable=True)
     return None
 
 

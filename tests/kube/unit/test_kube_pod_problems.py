@@ -184,3 +184,16 @@ def test_a_hold_ends_once_the_pod_is_scheduled() -> None:
     grace.hold_scheduling(5.0)
     assert grace.fatal({"status": {"phase": "Running"}}, 1.0) is None
     assert grace.expires_at() is None
+
+
+def test_a_pod_waiting_for_its_claim_to_bind_is_no_failure() -> None:
+    """A step's environment claim is made just before its pod: until the PV controller (or a
+    provisioner) binds it the scheduler says Unschedulable, which failed the step under load."""
+    waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    unbound = "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
+    pod = {"status": {"phase": "Pending", "conditions": [{**waiting, "message": unbound}]}}
+    assert classify(pod) is None
+    full = {"status": {"phase": "Pending", "conditions": [{**waiting, "message": "0/1 nodes: Insufficient cpu."}]}}
+    found = classify(full)
+    assert found is not None
+    assert found.reason == "Unschedulable"

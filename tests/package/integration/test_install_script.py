@@ -84,6 +84,7 @@ def test_the_test_tools_are_named_too(tmp_path: Path) -> None:
     tools: tuple[str, ...] = ("bwrap", "runsc", "node", "npm", "postgres", "nginx", "wrk", "chromium")
     tools += ("mmdebstrap", "buildah", "runc")
     tools += ("ipset", "iptables", "gcc")  # the real node's (its CNI plugins are a file, installed here by CI)
+    tools += ("dockerd", "podman")  # the --isolation docker tier's daemons (catatonit is a file, installed by CI)
     present = {name: "true" for name in tools}
     done = _install(_bin(tmp_path, present), "--test")
     assert done.returncode == 1, done
