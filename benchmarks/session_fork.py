@@ -15,8 +15,9 @@ directories of 50); each case interleaved with its floor, so a busy machine slow
 Targets: fork <= 1x ``cp -a`` and <= 0.5 s; snapshot <= 1x ``tar``; pause/resume <= 50 ms.
 Copy-on-write (a reflink by ``copy_file_range``) happens where the filesystem has it (btrfs, XFS);
 the line says which filesystem the tree was on. Last line:
-``RESULT fs=… fork_p50_ms=… cp_a_p50_ms=… fork_over_cp=… snapshot_p50_ms=… tar_p50_ms=…
-snapshot_over_tar=… pause_resume_p50_ms=… freezer=…``
+``RESULT fork_p50_ms=… cp_a_p50_ms=… fork_over_cp=… snapshot_p50_ms=… tar_p50_ms=…
+snapshot_over_tar=… pause_resume_p50_ms=… cgroup_freezer=…`` (``cgroup_freezer``: 1 when the
+cgroup freezer paused the session, 0 when SIGSTOP did; the filesystem is on the line above it)
 """
 
 from __future__ import annotations
@@ -115,10 +116,10 @@ async def main(runs: int, mb: int, files: int) -> None:
         f"({freezer}), a command after it {p50['after']:.1f} ms"
     )
     print(
-        f"RESULT fs={fs} fork_p50_ms={p50['fork']:.1f} cp_a_p50_ms={p50['cp']:.1f} "
+        f"RESULT fork_p50_ms={p50['fork']:.1f} cp_a_p50_ms={p50['cp']:.1f} "
         f"fork_over_cp={p50['fork'] / p50['cp']:.2f} snapshot_p50_ms={p50['snapshot']:.1f} "
         f"tar_p50_ms={p50['tar']:.1f} snapshot_over_tar={p50['snapshot'] / p50['tar']:.2f} "
-        f"pause_resume_p50_ms={p50['pause']:.2f} freezer={freezer}"
+        f"pause_resume_p50_ms={p50['pause']:.2f} cgroup_freezer={int(freezer == 'cgroup')}"
     )
 
 
