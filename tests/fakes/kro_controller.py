@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,6 +136,7 @@ def kro_env(kube_env: KubeEnv) -> Iterator[KroEnv]:
         yield env
     finally:
         _stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)  # its log went into the failures that needed it
 
 
 def _served(env: KubeEnv, kind: str) -> bool:
