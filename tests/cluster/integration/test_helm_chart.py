@@ -120,8 +120,8 @@ def test_realkube_the_chart_output_is_accepted_by_the_apiserver(kube_env: KubeEn
         "checkRbac=true",
         "agentSandboxRbac=true",
         "gvisor=true",
-        "sandboxRouter.enabled=true",
-    )
+    )  # sandboxRouter.enabled: its objects live in agent-sandbox-system, which the controller's install
+    # makes; tests/agent_sandbox/real_node/test_real_node_sandbox_router.py applies them for real
     objects = list(_objects(text).values())
     with dry_run_set(kube_env, objects) as answers:
         kinds = {a["kind"] for a in answers}
