@@ -32,7 +32,7 @@ from typing import Any, Final
 from ironflow import labels
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.auth_proxy.admin_client import AdminClient
-from ironflow.cluster import network, proxy_address, service_network, setup, workloads
+from ironflow.cluster import network, proxy_address, service_network, session_network, setup, workloads
 from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
@@ -144,9 +144,9 @@ def network_policies(config: setup.ClusterSetup) -> list[dict[str, Any]]:
     return _rendered(config, "NetworkPolicy")
 
 
-#: Policies kube-router writes no rule for until their peers exist (a service pod and an agent):
-#: nothing to wait for when they are applied.
-_RULES_LATER: Final = frozenset({service_network.INGRESS_NAME, service_network.AGENT_EGRESS_NAME})
+#: Policies kube-router writes no rule for until their pods exist (a service pod, an agent, a
+#: session pod): nothing to wait for when they are applied.
+_RULES_LATER: Final = frozenset({service_network.INGRESS_NAME, service_network.AGENT_EGRESS_NAME, session_network.NAME})
 
 
 def enforce_policies(env: RealNodeEnv, policies: list[dict[str, Any]]) -> None:
