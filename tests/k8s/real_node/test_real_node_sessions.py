@@ -67,6 +67,7 @@ async def test_a_pty_command_on_a_real_pod_is_typed_into_resized_and_interrupted
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
     if runtime == "gvisor":
         p = p.runtime_class("gvisor")
-    async with p.sessions(api=node_api) as sessions, await sessions.open(OpenOptions(ttl=300)) as sandbox:
+    exec_only = p.sessions(api=node_api, transport="exec")  # this process is outside the node's network
+    async with exec_only as sessions, await sessions.open(OpenOptions(ttl=300)) as sandbox:
         handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
         await drive_the_repl(handle)

@@ -135,8 +135,11 @@ async def link(
     if status is None:
         _fall_back(transport, f"the runtime of session pod {namespace}/{pod} does not answer at {address} from here")
         return None
-    if status != 200:
-        raise errors.SandboxError(f"the runtime of session pod {namespace}/{pod} answered {status} to its own token")
+    if status == 401:
+        raise errors.SandboxError(f"the runtime of session pod {namespace}/{pod} answered 401 to its own token")
+    if status != 200:  # something else answers at that address from here (no route into the cluster)
+        _fall_back(transport, f"{address} answers {status} from here, not session pod {namespace}/{pod}'s runtime")
+        return None
     return found
 
 
