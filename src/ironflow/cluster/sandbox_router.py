@@ -88,7 +88,6 @@ def _rbac(agents_namespace: str) -> list[documents.Document]:
 def objects(spec: SandboxRouterDeployment, *, agents_namespace: str) -> list[documents.Document]:
     """The router's account, its Role in ``agents_namespace``, its Deployment and ``sandbox-router-svc``."""
     ns, name = session_network.ROUTER_NAMESPACE, session_network.ROUTER_NAME
-    pod_labels = {labels.LABEL_NAME: name, labels.LABEL_PART_OF: labels.PART_OF_VALUE, "app": name}
     container = {
         "name": "router",
         "image": spec.image,
@@ -96,45 +95,24 @@ def objects(spec: SandboxRouterDeployment, *, agents_namespace: str) -> list[doc
         "command": ["ironflow"],
         "args": ["sandbox", "router", "--port", str(PORT), "--namespace", agents_namespace],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [
-            {
-                "name": "IRONFLOW_SANDBOX_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": SECRET, "key": "token", "optional": True}},
-            }
-        ],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+        "env": [workloads.secret_env("IRONFLOW_SANDBOX_TOKEN", SECRET, "token", optional=True)],
+        "readinessProbe": workloads.health_probe("http", delay=0),
+        "livenessProbe": workloads.health_probe("http", delay=10),
         "resources": spec.resources.render(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    hardened = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-    pod = {
-        "serviceAccountName": _ACCOUNT,
-        "automountServiceAccountToken": True,  # it reads sandboxes and pods through the API server
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": workloads.UID,
-            "runAsGroup": workloads.UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [{**container, "securityContext": hardened}],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {**_meta(name, ns), "labels": pod_labels},
-        "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": {labels.LABEL_NAME: name}},
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
-        },
-    }
+    # It reads sandboxes and pods through the API server: its account's token is mounted.
+    volumes = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    pod = workloads.pod_spec(container, automount=True, serviceAccountName=_ACCOUNT, volumes=volumes)
+    deployment = workloads.deployment_object(name, ns, spec.replicas, pod)
+    # The controller's default NetworkPolicy admits ``app: sandbox-router``: the pods carry it too.
+    pod_labels = {**deployment["spec"]["template"]["metadata"]["labels"], "app": name}
+    deployment["metadata"]["labels"] = pod_labels
+    deployment["spec"]["template"]["metadata"]["labels"] = dict(pod_labels)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {**_meta(SERVICE, ns), "labels": pod_labels},
+        "metadata": {**_meta(SERVICE, ns), "labels": dict(pod_labels)},
         "spec": {
             "selector": {labels.LABEL_NAME: name},
             "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],

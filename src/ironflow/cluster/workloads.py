@@ -46,7 +46,11 @@ __all__ = [
     "Resources",
     "WorkerDeployment",
     "auth_proxy",
+    "deployment_object",
+    "health_probe",
+    "pod_spec",
     "provider_file",
+    "secret_env",
     "worker",
 ]
 
@@ -137,21 +141,22 @@ def _labels(name: str) -> dict[str, str]:
     return {labels.LABEL_NAME: name, labels.LABEL_PART_OF: labels.PART_OF_VALUE}
 
 
-def _secret_env(env: str, secret: str, key: str, *, optional: bool = False) -> dict[str, Any]:
+def secret_env(env: str, secret: str, key: str, *, optional: bool = False) -> dict[str, Any]:
     ref: dict[str, Any] = {"name": secret, "key": key}
     if optional:
         ref["optional"] = True
     return {"name": env, "valueFrom": {"secretKeyRef": ref}}
 
 
-def _probe(port: str, *, delay: int) -> dict[str, Any]:
+def health_probe(port: str, *, delay: int) -> dict[str, Any]:
     probe: dict[str, Any] = {"httpGet": {"path": "/healthz", "port": port}}
     if delay:
         probe["initialDelaySeconds"] = delay
     return {**probe, "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
 
 
-def _pod_spec(container: dict[str, Any], *, automount: bool, **extra: Any) -> dict[str, Any]:
+def pod_spec(container: dict[str, Any], *, automount: bool, **extra: Any) -> dict[str, Any]:
+    """A workload's pod, hardened as Pod Security ``restricted`` wants, around its one container."""
     hardened = {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
@@ -172,7 +177,7 @@ def _pod_spec(container: dict[str, Any], *, automount: bool, **extra: Any) -> di
     }
 
 
-def _deployment(name: str, namespace: str, replicas: int, pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def deployment_object(name: str, namespace: str, replicas: int, pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -200,12 +205,12 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         "env": [
             {"name": "IRONFLOW_AUTH_PROXY_LISTEN", "value": f"0.0.0.0:{port}"},
             {"name": "IRONFLOW_AUTH_PROXY_EGRESS_LISTEN", "value": f"0.0.0.0:{network.EGRESS_PORT}"},
-            _secret_env("IRONFLOW_AUTH_PROXY_ADMIN_KEY", AUTH_PROXY_SECRET, "admin-key"),
-            _secret_env("IRONFLOW_AUTH_PROXY_DATABASE_URL", AUTH_PROXY_SECRET, "database-url"),
-            _secret_env("IRONFLOW_SECRET_KEYS", AUTH_PROXY_SECRET, "secret-keys"),
+            secret_env("IRONFLOW_AUTH_PROXY_ADMIN_KEY", AUTH_PROXY_SECRET, "admin-key"),
+            secret_env("IRONFLOW_AUTH_PROXY_DATABASE_URL", AUTH_PROXY_SECRET, "database-url"),
+            secret_env("IRONFLOW_SECRET_KEYS", AUTH_PROXY_SECRET, "secret-keys"),
         ],
-        "readinessProbe": _probe("http", delay=0),
-        "livenessProbe": _probe("http", delay=5),
+        "readinessProbe": health_probe("http", delay=0),
+        "livenessProbe": health_probe("http", delay=5),
         "resources": spec.resources.render(),
     }
     spread = {
@@ -214,9 +219,9 @@ def auth_proxy(spec: AuthProxyDeployment, proxy: ProxyService) -> list[documents
         "whenUnsatisfiable": "ScheduleAnyway",
         "labelSelector": {"matchLabels": {labels.LABEL_NAME: name}},
     }
-    pod = _pod_spec(container, automount=False, terminationGracePeriodSeconds=30, topologySpreadConstraints=[spread])
+    pod = pod_spec(container, automount=False, terminationGracePeriodSeconds=30, topologySpreadConstraints=[spread])
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    deployment = _deployment(name, proxy.namespace, spec.replicas, pod, strategy=rolling)
+    deployment = deployment_object(name, proxy.namespace, spec.replicas, pod, strategy=rolling)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -305,12 +310,12 @@ def worker(
         "metadata": {"name": PROVIDER_CONFIGMAP, "namespace": namespace, "labels": _labels(name)},
         "data": {PROVIDER_PATH.rpartition("/")[2]: text},
     }
-    env = [_secret_env("IRONFLOW_STORE", WORKER_SECRET, "store-url")]
+    env = [secret_env("IRONFLOW_STORE", WORKER_SECRET, "store-url")]
     if proxy is not None:
-        env.append(_secret_env("IRONFLOW_AUTH_PROXY_ADMIN_KEY", WORKER_SECRET, "auth-proxy-admin-key"))
+        env.append(secret_env("IRONFLOW_AUTH_PROXY_ADMIN_KEY", WORKER_SECRET, "auth-proxy-admin-key"))
     env += [
-        _secret_env("CLAUDE_CODE_OAUTH_TOKEN", WORKER_SECRET, "claude-code-oauth-token", optional=True),
-        _secret_env("ANTHROPIC_API_KEY", WORKER_SECRET, "anthropic-api-key", optional=True),
+        secret_env("CLAUDE_CODE_OAUTH_TOKEN", WORKER_SECRET, "claude-code-oauth-token", optional=True),
+        secret_env("ANTHROPIC_API_KEY", WORKER_SECRET, "anthropic-api-key", optional=True),
     ]
     # The pod's own name, uid and namespace: what it creates is bound to it (ironflow.kube.owners
     # reads them; the names are its ENV_*, spelt here as the cluster layer may not import kube).
@@ -336,8 +341,8 @@ def worker(
         ],
         "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT, "protocol": "TCP"}],
         "env": env,
-        "readinessProbe": _probe("metrics", delay=0),
-        "livenessProbe": _probe("metrics", delay=10),
+        "readinessProbe": health_probe("metrics", delay=0),
+        "livenessProbe": health_probe("metrics", delay=10),
         "resources": spec.resources.render(),
         "volumeMounts": [
             {"name": "provider", "mountPath": PROVIDER_PATH.rpartition("/")[0], "readOnly": True},
@@ -349,10 +354,10 @@ def worker(
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
     ]
     # The worker creates agent pods through the API server: it needs its account's token.
-    pod = _pod_spec(
+    pod = pod_spec(
         container, automount=True, serviceAccountName=service_account, terminationGracePeriodSeconds=60, volumes=volumes
     )
-    deployment = _deployment(name, namespace, 1, pod)
+    deployment = deployment_object(name, namespace, 1, pod)
     keys = "store-url" + (", auth-proxy-admin-key (the proxy's admin-key)" if proxy is not None else "")
     comment = (
         f"The worker: takes queued runs from the store and runs their steps as agent pods in\n"
