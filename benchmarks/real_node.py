@@ -25,6 +25,12 @@ What it measures, on one node started by ``ironflow.testing.realnode.RealNodeEnv
   loop thread inside the node's network namespace); its peer is a bare ``pods/exec`` of ``true``
   into the same pod, measured in alternation. Target: ≤ 1.5×. A third column, no target, is the
   same command through the exec fallback (``transport="exec"``: a Python start per request).
+* ``router``: ``POST /execute`` of ``true`` (agent-sandbox's runtime API, what its SDK sends) to an
+  open session's runtime through the in-cluster Sandbox Router (``ironflow manifests
+  --sandbox-router``, its pod from the worker image, at its Service's address, with its token: the
+  SDK's direct mode), against the same request straight to the pod's IP with the session's own
+  token (the SDK's in-cluster mode), in alternation, over kept-alive connections from inside the
+  node's network. Target: the router adds ≤ 5 ms p50.
 
 Both for runc and for RuntimeClass ``gvisor``, p50 of ``--count`` (default 20) runs each, in
 alternation so load drifts hit both. Target: ironflow ≤ 1.2× its peer (the bare pod; for the
@@ -34,11 +40,13 @@ gvisor_ironflow_p50_ms=… runc_agent_ratio=… runc_agent_bare_p50_ms=… runc_
 runc_agent_true_ratio=… runc_agent_true_p50_ms=… gvisor_agent_ratio=… gvisor_agent_bare_p50_ms=…
 gvisor_agent_p50_ms=… gvisor_agent_true_ratio=… gvisor_agent_true_p50_ms=… session_ratio=…
 session_exec_p50_ms=… session_http_p50_ms=… session_fallback_p50_ms=… session_fallback_ratio=…
-node_start_s=… loadavg_1m=…`` (``agent_bare`` is the bare agent pod, ``agent_true`` the bare ``true``
-pod); ``--rows session`` measures only the session row (the runner image alone).
+router_direct_p50_ms=… router_p50_ms=… router_added_ms=… node_start_s=… loadavg_1m=…``
+(``agent_bare`` is the bare agent pod, ``agent_true`` the bare ``true`` pod); ``--rows session``
+measures only the session row (the runner image alone), ``--rows router`` the router row (the
+runner and worker images).
 
 Needs ``scripts/kube-testenv build --node`` and ``scripts/images build`` (runner, auth-proxy, worker).
-Run: ``python benchmarks/real_node.py [--count N] [--rows pods,agent,session]``.
+Run: ``python benchmarks/real_node.py [--count N] [--rows pods,agent,session,router]``.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -61,7 +70,7 @@ from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig
-from ironflow.testing import images
+from ironflow.testing import images, sandbox_router
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
@@ -71,7 +80,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 TARGET = 1.2
 SESSION_TARGET = 1.5
-ROWS = ("pods", "agent", "session")
+ROUTER_TARGET_MS = 5.0
+ROWS = ("pods", "agent", "session", "router")
 IMAGES = ("runner", "auth-proxy", "worker")
 RUNTIMES = (None, "gvisor")
 
@@ -277,6 +287,63 @@ async def measure_session(env: RealNodeEnv, image: str, count: int) -> dict[str,
     return out
 
 
+async def measure_router(env: RealNodeEnv, refs: dict[str, str], count: int) -> dict[str, list[float]]:
+    """``POST /execute`` of ``true`` to an open session's runtime, straight to its pod and through the
+    in-cluster router, in alternation, from inside the node's network."""
+    import aiohttp
+
+    sys.path.insert(0, str(ROOT))
+    from tests.fakes.node_network import inside_node_network
+
+    ns = f"bench-{uuid.uuid4().hex[:6]}"
+    env.create_namespace(ns, labels=RESTRICTED)
+    provider = K8sEphemeralProvider.sandboxed(refs["runner"]).namespace(ns).image_pull_policy("Never")
+    router_token = secrets.token_urlsafe(32)
+    out: dict[str, list[float]] = {"direct": [], "router": []}
+    with inside_node_network(env):
+        api = await k8s.KubeApi.connect(env.cluster_config())
+        try:
+            async with (
+                sandbox_router.deployed(env, api, ns, refs["worker"], router_token) as router_url,
+                provider.sessions(api=api, transport="http") as sessions,
+                aiohttp.ClientSession() as http,
+            ):
+                sandbox = await sessions.open(OpenOptions(ttl=600))
+                url, token = sessions.route(sandbox.id)
+                direct = (url, {"Authorization": f"Bearer {token.reveal()}"})
+                routed = (router_url, {"Authorization": f"Bearer {router_token}", "X-Sandbox-ID": sandbox.id,
+                                       "X-Sandbox-Namespace": ns})  # fmt: skip
+
+                async def execute(where: tuple[str, dict[str, str]]) -> float:
+                    start = time.perf_counter()
+                    async with http.post(where[0] + "/execute", json={"command": "true"}, headers=where[1]) as answer:
+                        done = await answer.json()
+                    assert answer.status == 200, (answer.status, done)
+                    assert done["exit_code"] == 0, done
+                    return (time.perf_counter() - start) * 1000
+
+                for _ in range(3):  # warm-up: the connections, the router's token delivery
+                    await execute(direct), await execute(routed)
+                for _ in range(count):
+                    out["direct"].append(await execute(direct))
+                    out["router"].append(await execute(routed))
+                await sandbox.close()
+        finally:
+            await api.close()
+    return out
+
+
+def _router_rows(runs: dict[str, list[float]]) -> list[str]:
+    """Print the router row; its RESULT fields."""
+    d, r = statistics.median(runs["direct"]), statistics.median(runs["router"])
+    verdict = "met" if r - d <= ROUTER_TARGET_MS else "NOT met"
+    print(
+        f"{'runc router':17} {d:12.1f} {r:16.1f} {r / d:7.2f}  {verdict}"
+        f" (+{r - d:.1f} ms, target ≤ +{ROUTER_TARGET_MS:.0f} ms)"
+    )
+    return [f"router_direct_p50_ms={d:.1f}", f"router_p50_ms={r:.1f}", f"router_added_ms={r - d:.1f}"]
+
+
 def _session_rows(runs: dict[str, list[float]]) -> list[str]:
     """Print the session row; its RESULT fields."""
     b, i, f = (statistics.median(runs[k]) for k in ("exec", "http", "fallback"))
@@ -301,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen or chosen - set(ROWS):
         print(f"--rows takes a comma list of {', '.join(ROWS)}, got '{args.rows}'", file=sys.stderr)
         return 2
-    needed = IMAGES if chosen & {"pods", "agent"} else ("runner",)
+    needed = IMAGES if chosen & {"pods", "agent"} else ("runner", "worker") if "router" in chosen else ("runner",)
     archives = {name: images.archive_path(ROOT, name) for name in needed}
     missing = [name for name, path in archives.items() if not path.exists()]
     if missing:
@@ -318,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         if "agent" in chosen:
             agents = asyncio.run(measure_agent(env, refs, args.count))
         session = asyncio.run(measure_session(env, refs["runner"], args.count)) if "session" in chosen else None
+        router = asyncio.run(measure_router(env, refs, args.count)) if "router" in chosen else None
     load = os.getloadavg()[0]
     print(f"{'row':17} {'peer p50 ms':>12} {'ironflow p50 ms':>16} {'ratio':>7}  target ≤ {TARGET}× (pods, agent)")
     fields = []
@@ -338,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                 fields.append(f"{runtime}_ironflow_p50_ms={i:.0f}")
     if session is not None:
         fields += _session_rows(session)
+    if router is not None:
+        fields += _router_rows(router)
     print(f"node start (images loaded): {node_start:.1f} s; {args.count} runs each; load average {load:.2f}")
     print("RESULT " + " ".join([*fields, f"node_start_s={node_start:.1f}", f"loadavg_1m={load:.2f}"]))
     return 0

