@@ -118,24 +118,12 @@ def demand_scaler(
         "imagePullPolicy": "IfNotPresent",
         "args": args,
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
     }
-    pod = {
-        "serviceAccountName": name,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": workloads.UID,
-            "runAsGroup": workloads.UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-    }
-    selector = {labels.LABEL_NAME: name}
+    pod = workloads.pod_spec(container, automount=True, serviceAccountName=name)
+    # One scaler per pool: two would each step down a cooldown apart.
+    deployment = workloads.deployment_object(name, namespace, 1, pod, strategy={"type": "Recreate"})
+    for labelled in (deployment["metadata"], deployment["spec"]["template"]["metadata"]):
+        labelled["labels"].update(managed)
     subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
     rbac = "rbac.authorization.k8s.io"
     return [
@@ -148,17 +136,7 @@ def demand_scaler(
             "roleRef": {"apiGroup": rbac, "kind": "Role", "name": name},
             "subjects": [subject],
         },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": meta,
-            "spec": {
-                "replicas": 1,  # one scaler per pool: two would each step down a cooldown apart
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": selector},
-                "template": {"metadata": {"labels": {**managed, **selector}}, "spec": pod},
-            },
-        },
+        deployment,
     ]
 
 
