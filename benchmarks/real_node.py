@@ -67,6 +67,7 @@ from ironflow.k8s.commands.pod_runs import PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as k8s
+from ironflow.kube import pod_status
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig
@@ -310,6 +311,11 @@ async def measure_router(env: RealNodeEnv, refs: dict[str, str], count: int) -> 
             ):
                 sandbox = await sessions.open(OpenOptions(ttl=600))
                 url, token = sessions.route(sandbox.id)
+
+                async def ready() -> bool:  # the router routes to Ready pods only; a session opens on Running
+                    return pod_status.pod_ready(await api.get(k8s.PODS, ns, sandbox.id))
+
+                await eventually(ready, limit_s=60, interval_s=0.2, what=f"session pod {sandbox.id} Ready")
                 direct = (url, {"Authorization": f"Bearer {token.reveal()}"})
                 routed = (router_url, {"Authorization": f"Bearer {router_token}", "X-Sandbox-ID": sandbox.id,
                                        "X-Sandbox-Namespace": ns})  # fmt: skip
