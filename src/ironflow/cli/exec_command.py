@@ -73,7 +73,8 @@ def _exec_k8s(
     provider = backends.k8s_provider(provider_file)
     if provider.settings.relays:  # refused, never silently dropped
         exits.fail("relays: in the provider file reach agent steps on --backend k8s; exec pods do not get them yet")
-    policy = egress_cli.command_policy(*egress, egress_cli.LocalFile(egress=provider.settings.egress))
+    own = egress_cli.LocalFile(egress=provider.settings.egress, profiles=provider.settings.egress_profiles)
+    policy = egress_cli.command_policy(*egress, own)
     hosts = ws.git_hosts(spec)
     settings = provider.settings if hosts is None else backends.with_git_hosts(provider, hosts).settings
     try:

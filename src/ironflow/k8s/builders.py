@@ -14,6 +14,7 @@ import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, Self
 
 from ironflow import errors, labels, step_sandbox
@@ -152,6 +153,11 @@ class K8sSettingsBuilders(abc.ABC):
         if policy is not None and not isinstance(policy, egress_policy.EgressPolicy):
             raise errors.ConfigError(f"egress takes an EgressPolicy, not {type(policy).__name__}")
         return self._with(egress=policy)
+
+    def egress_profiles(self, profiles: Mapping[str, egress_policy.EgressPolicy]) -> Self:
+        """Named policies of the provider file (``egress_profiles:``) that a command's
+        ``--egress-profile`` may open, beside the built-in ones; they open nothing by themselves."""
+        return self._with(egress_profiles=MappingProxyType(dict(profiles)))
 
     def env_from_secret(self, var: str, secret: str, key: str) -> Self:
         """Read ``var`` from a Secret key; the same ``var`` again replaces it in place."""

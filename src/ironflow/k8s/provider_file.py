@@ -122,6 +122,7 @@ class ProviderBuilder(Protocol):
     def claude_profile_configmap_at(self, configmap: str, subdir: str) -> Self: ...
     def relays(self, specs: Sequence[relay_specs.RelaySpec]) -> Self: ...
     def egress(self, policy: egress_policy.EgressPolicy | None) -> Self: ...
+    def egress_profiles(self, profiles: Mapping[str, egress_policy.EgressPolicy]) -> Self: ...
 
 
 B = TypeVar("B", bound=ProviderBuilder)
@@ -335,15 +336,19 @@ def _relays(p: B, top: Section, _base: Path | None) -> B:
 
 def _egress(p: B, top: Section, _base: Path | None) -> B:
     """``egress:`` with the file's own ``egress_profiles:`` (read together: one may name the other)."""
-    found, _ = egress_options.file_policy(top.data["egress"], top.data.get("egress_profiles"), source="provider file")
-    return p.egress(found)
+    found, profiles = egress_options.file_policy(
+        top.data["egress"], top.data.get("egress_profiles"), source="provider file"
+    )
+    return p.egress(found).egress_profiles(profiles)
 
 
 def _egress_profiles(p: B, top: Section, _base: Path | None) -> B:
-    """``egress_profiles:`` without ``egress:`` names nothing a step uses, but a wrong one still fails here."""
-    if not top.has("egress"):
-        egress_options.file_policy({}, top.data["egress_profiles"], source="provider file")
-    return p
+    """``egress_profiles:`` without ``egress:`` opens nothing for a step, but a command's
+    ``--egress-profile`` may name them (read with ``egress:`` when there is one)."""
+    if top.has("egress"):
+        return p
+    _, profiles = egress_options.file_policy({}, top.data["egress_profiles"], source="provider file")
+    return p.egress_profiles(profiles)
 
 
 #: Keys with more than one value, in the order the builders apply them (as the file documents).

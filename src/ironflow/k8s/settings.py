@@ -239,6 +239,8 @@ class ProviderSettings:
     relays: tuple[relay_specs.RelaySpec, ...] = ()
     #: What every step's egress proxy lets through (docs/egress.md); None: nothing but the model.
     egress: egress_policy.EgressPolicy | None = None
+    #: The provider file's own ``egress_profiles:``, which ``--egress-profile`` may name beside the built-in ones.
+    egress_profiles: Mapping[str, egress_policy.EgressPolicy] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not self.image.strip():

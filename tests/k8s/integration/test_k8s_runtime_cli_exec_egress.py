@@ -106,6 +106,27 @@ def test_the_exec_pod_reaches_what_its_policy_allows_with_an_egress_only_token_r
     assert st.soon(lambda: st.server.objects(k8s.PODS, NS)) == []
 
 
+def test_egress_profile_names_a_profile_of_the_provider_file(
+    served: tuple[ThreadedKube, Path, RunningProxy, int],
+) -> None:
+    """``--egress-profile NAME`` finds NAME among the file's own ``egress_profiles:``, as on local."""
+    st, provider, proxy, port = served
+    provider.write_text(provider.read_text() + f"egress_profiles: {{origin: {{allow: ['127.0.0.1:{port}']}}}}\n")
+    st.soon(lambda: st.server.script_pods(PodScript(name_prefix="exec-", run_for=1.0, log="done\n")))
+
+    async def while_it_runs() -> int:
+        env = await _first_pod_env(st)
+        return await _get(proxy, urllib.parse.urlsplit(env["HTTPS_PROXY"]).password or "", port)
+
+    probing = asyncio.run_coroutine_threadsafe(while_it_runs(), st.loop)
+    result = _exec(provider, "--egress-profile", "origin")
+    assert result.exit_code == 0, result.output
+    assert probing.result(timeout=10) == 200  # the file's profile opened the origin
+    unknown = _exec(provider, "--egress-profile", "nowhere")
+    assert unknown.exit_code == 2
+    assert "unknown egress profile 'nowhere'" in unknown.stderr
+
+
 def test_a_policy_that_opens_nothing_issues_no_token_and_sets_no_proxy_variable(
     served: tuple[ThreadedKube, Path, RunningProxy, int], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -137,16 +158,20 @@ def test_an_opening_policy_without_the_auth_proxy_is_one_line_and_exit_2(tmp_pat
 JSON_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "claude" / "json_text.out").read_text()
 
 
+@pytest.mark.parametrize("option", ["--allow-host", "--egress-profile"])
 def test_an_agent_step_on_k8s_reaches_what_the_options_and_the_file_allow(
-    served: tuple[ThreadedKube, Path, RunningProxy, int],
+    served: tuple[ThreadedKube, Path, RunningProxy, int], option: str
 ) -> None:
-    """``ironflow agent --backend k8s --allow-host …``: the options' rule is added to the file's
-    ``egress:`` (one policy on the step's egress token); the pod's proxy password opens both
-    hosts, and nothing else, while the step runs, and is revoked after it."""
+    """``ironflow agent --backend k8s --allow-host …`` (or ``--egress-profile`` naming a profile of
+    the file's own): the options' rule is added to the file's ``egress:`` (one policy on the step's
+    egress token); the pod's proxy password opens both hosts, and nothing else, while the step
+    runs, and is revoked after it."""
     st, provider, proxy, port = served
     with contextlib.ExitStack() as stack:
         file_port = stack.enter_context(_threaded_origin(st))
         provider.write_text(provider.read_text().replace("[mirror.example.test]", f"['127.0.0.1:{file_port}']"))
+        provider.write_text(provider.read_text() + f"egress_profiles: {{origin: {{allow: ['127.0.0.1:{port}']}}}}\n")
+        given = f"127.0.0.1:{port}" if option == "--allow-host" else "origin"
         st.soon(lambda: st.server.script_pods(PodScript(name_prefix="claude-code-", run_for=1.0, log=JSON_TEXT)))
 
         async def while_it_runs() -> tuple[dict[str, str], str, list[int]]:
@@ -157,7 +182,7 @@ def test_an_agent_step_on_k8s_reaches_what_the_options_and_the_file_allow(
         probing = asyncio.run_coroutine_threadsafe(while_it_runs(), st.loop)
         argv = ["agent", "--backend", "k8s", "--provider", str(provider), "--timeout", "10"]
         env = {"IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "ANTHROPIC_API_KEY": "sk-ant-x"}
-        result = CliRunner().invoke(app, [*argv, "--allow-host", f"127.0.0.1:{port}", "fix it"], env=env)
+        result = CliRunner().invoke(app, [*argv, option, given, "fix it"], env=env)
         assert result.exit_code == 0, result.output
         pod_env, token, during = probing.result(timeout=10)
     assert token.startswith("ifap_")
