@@ -71,7 +71,7 @@ from ironflow.kube import pod_status
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig
-from ironflow.testing import images, sandbox_router
+from ironflow.testing import images, router_deploy
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
@@ -305,7 +305,7 @@ async def measure_router(env: RealNodeEnv, refs: dict[str, str], count: int) -> 
         api = await k8s.KubeApi.connect(env.cluster_config())
         try:
             async with (
-                sandbox_router.deployed(env, api, ns, refs["worker"], router_token) as router_url,
+                router_deploy.deployed(env, api, ns, refs["worker"], router_token) as router_url,
                 provider.sessions(api=api, transport="http") as sessions,
                 aiohttp.ClientSession() as http,
             ):

@@ -39,7 +39,7 @@ from ironflow.k8s.settings import K8sResources
 from ironflow.kube import api as k8s
 from ironflow.kube import pod_status
 from ironflow.sessions.routes import RouteTarget
-from ironflow.testing import sandbox_router
+from ironflow.testing import router_deploy
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
@@ -156,7 +156,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
     }  # fmt: skip
     await node_api.create(k8s.PODS, node_ns, bystander)
     token = secrets.token_urlsafe(32)
-    async with sandbox_router.deployed(real_node, node_api, node_ns, need_image["worker"], token) as url:
+    async with router_deploy.deployed(real_node, node_api, node_ns, need_image["worker"], token) as url:
 
         def direct() -> tuple[dict[str, Any], tuple[int, Any], tuple[int, Any]]:
             config = sdk_models.SandboxDirectConnectionConfig(
@@ -196,7 +196,7 @@ async def test_the_upstream_sdk_runs_on_an_ironflow_warm_pool_through_the_in_clu
         kinds = claims.resources()
         scanned = await api_scan.objects_text(
             node_api,
-            [node_ns, sandbox_router.NAMESPACE],
+            [node_ns, router_deploy.NAMESPACE],
             extra=[kinds.sandboxes, kinds.claims, kinds.templates, kinds.pools],
             logs=[(node_ns, member_pod)],
         )
