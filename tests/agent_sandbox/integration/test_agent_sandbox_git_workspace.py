@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from tests.agent_sandbox.integration.test_agent_sandbox_workspace_execs import HOST, PASSWORD, USER
 from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
-from tests.k8s.integration.test_k8s_runtime_workspaces import Grants
+from tests.fakes.proxy_tokens import RecordingIssuer
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims, patterns
@@ -112,7 +112,7 @@ class Ran:
     failure: BaseException | None
     seen: list[tuple[list[str], bytes]]
     server: KubeTestServer
-    grants: Grants
+    grants: RecordingIssuer
 
 
 async def run_step(proxy_url: str, root: Path, edit: str, spec: Workspace, prompt: str = "fix add()") -> Ran:
@@ -135,7 +135,7 @@ async def run_step(proxy_url: str, root: Path, edit: str, spec: Workspace, promp
         async with controller, await k8s.KubeApi.connect(server.cluster_config()) as api:
             await provider.apply_template(api)
             async with AdminClient(proxy_url, Secret(ADMIN)) as admin:
-                grants = Grants(admin)
+                grants = RecordingIssuer(admin)
                 runner = provider.runner(api=api, issuer=grants, worker_env={})
                 try:
                     result = await runner.run(AgentConfig(prompt, workspace=spec).scoped(RUN, "fix"))

@@ -22,7 +22,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tests.fakes.kubecase import ServerControl, hold_create_answers
 from tests.fakes.kubelet_problems import PROBLEMS, Problem
-from tests.fakes.proxy_tokens import RecordingIssuer, dropped, real_proxy, refused
+from tests.fakes.proxy_tokens import MemoryIssuer, RecordingIssuer, dropped, real_proxy, refused
 from tests.fakes.spans import by_name, finished_spans
 from tests.fakes.unclosed import unclosed_after_collect
 
@@ -36,7 +36,6 @@ from ironflow.fake_model.server import FakeAnthropic
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
-from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig, PermissionMode
 from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
@@ -49,41 +48,6 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude"
 JSON_TEXT = (FIXTURES / "json_text.out").read_text()
 RUN = "01a0e906-1f85-7000-8000-00000000a5b0"
 _ns = itertools.count(1)
-
-
-class FakeIssuer:
-    """Records issue/revoke calls, like the auth proxy's admin client would see them."""
-
-    def __init__(self) -> None:
-        self.issued: list[tuple[str, str, int]] = []
-        self.revoked: list[str] = []
-        self.runs_revoked: list[str] = []
-        self.tokens: list[str] = []
-        self.trace_contexts: list[str | None] = []
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        self.issued.append((run_id, step, expires_at))
-        self.trace_contexts.append(trace_context)
-        token = f"ifap_secret_value_{len(self.issued)}"
-        self.tokens.append(token)
-        return f"tok-{len(self.issued):012d}", Secret(token)
-
-    async def revoke(self, token_id: str) -> bool:
-        self.revoked.append(token_id)
-        return True
-
-    async def revoke_run(self, run_id: str) -> int:
-        self.runs_revoked.append(run_id)
-        return 1
 
 
 @dataclass
@@ -185,7 +149,7 @@ async def test_a_claimed_step_is_a_sandbox_span_with_create_ready_and_exec_under
 ) -> None:
     p = env.provider(replicas=0, proxied=True)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     with tracing.span("ironflow.step", step="traced"):
         traceparent = tracing.current_traceparent()
         config = AgentConfig("hi", trace_context=traceparent).scoped(RUN, "traced")
@@ -240,7 +204,7 @@ async def test_a_pool_scaled_to_zero_deletes_its_ready_member_so_the_next_claim_
 async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_revoked(env: Env) -> None:
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     created: list[dict[str, Any]] = []
     original = env.api.create
 
@@ -264,29 +228,15 @@ async def test_token_reaches_the_sandbox_after_adoption_never_the_claim_and_is_r
     assert any(issuer.tokens[0].encode() in bytes(e.stdin) for e in env.server.execs)
 
 
-class RefusingIssuer(FakeIssuer):
-    """The auth proxy refuses for good (a missing admin key, a 4xx): retrying cannot help."""
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        raise errors.AuthProxyError("admin key missing", status=401, retryable=False)
-
-
 async def test_a_refused_token_stays_non_retryable_and_the_claim_goes(env: Env) -> None:
     p = env.provider(replicas=0, proxied=True)
     await env.apply_template(p)
     with pytest.raises(errors.AuthProxyError, match=r"^auth proxy: admin key missing$") as caught:
-        await p.runner(api=env.api, issuer=RefusingIssuer(), worker_env={}).run(
-            AgentConfig("hi").scoped(RUN, "refused")
-        )
+        await p.runner(
+            api=env.api,
+            issuer=MemoryIssuer(refuse=errors.AuthProxyError("admin key missing", status=401, retryable=False)),
+            worker_env={},
+        ).run(AgentConfig("hi").scoped(RUN, "refused"))
     assert caught.value.retryable is False
     assert caught.value.status == 401
     await eventually(lambda: not env.claims() and not env.step_sandboxes())
@@ -408,7 +358,7 @@ async def test_release_run_deletes_the_runs_claims_and_waits(env: Env) -> None:
     env.controller.stall = lambda claim: True
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     for step in ("a", "b"):
         claim = sandbox_steps.claim_manifest(
             p.settings, AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time())
@@ -596,7 +546,7 @@ async def test_v1alpha1_claims_run_steps_too(tmp_path: Path) -> None:
 async def test_real_claude_cli_reaches_the_api_only_with_the_token_delivered_over_exec(env: Env) -> None:
     """The fake Messages API accepts only the issued token: the CLI got it from the exec'd file."""
     cli = _claude_cli()
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     async with FakeAnthropic(required_credential="ifap_secret_value_1") as fake:
         env.server.serve_exec(
             local_exec({"HOME": str(env.home), "CLAUDE_CODE_MAX_RETRIES": "0", "DISABLE_AUTOUPDATER": "1"})
@@ -659,7 +609,7 @@ async def test_the_token_never_reaches_logs_errors_or_api_objects(env: Env, capl
     env.claude.write_text("#!/bin/sh\necho 'agent crashed' >&2\nexit 2\n")
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     with pytest.raises(errors.ProcessFailed) as caught:
         await p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "leak"))
     objects = [env.server.objects(r, env.ns) for r in (*vars(p.resources).values(), k8s.PODS, k8s.CONFIGMAPS)]
@@ -673,7 +623,7 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_deletes_the
     env.claude.write_text("#!/bin/sh\nsleep 30\n")
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     runner = p.runner(api=env.api, issuer=issuer, worker_env={})
     task = asyncio.ensure_future(runner.run(AgentConfig("hi").scoped(RUN, "cx")))
     await eventually(lambda: env.server.running_execs == 1 and len(env.server.execs) == 2)

@@ -32,7 +32,7 @@ from tests.agent_sandbox.integration.test_realkube_agent_sandbox_provider import
     wait_until,
 )
 from tests.fakes.git_server import GitServer, git, seed_forge
-from tests.k8s.integration.test_k8s_runtime_workspaces import Grants
+from tests.fakes.proxy_tokens import RecordingIssuer
 
 from ironflow.agent_sandbox import claims
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
@@ -107,7 +107,7 @@ async def test_a_git_workspace_step_with_push_on_a_real_claim_lands_its_change_o
     await provider.apply_template(cluster.api)
     spec = Workspace(f"https://{HOST}/org/repo.git", ref="main", push_branch="ironflow/fix-add")
     async with AdminClient(cluster.proxy_url, Secret(ADMIN)) as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         runner = provider.runner(api=cluster.api, issuer=grants, worker_env={})
         result = await runner.run(AgentConfig("fix add()", workspace=spec).scoped(RUN, "fix"))
     assert result.text == "Hello from the fake model."

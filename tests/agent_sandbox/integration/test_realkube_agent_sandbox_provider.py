@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from tests.fakes import agent_sandbox_gc, pod_exec
 from tests.fakes.kubelet import UNSCHEDULABLE
+from tests.fakes.proxy_tokens import MemoryIssuer
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import catalog, claims, patterns, sandbox_environments
@@ -65,7 +66,6 @@ def _stand_in_suite() -> Any:
 
 
 suite = _stand_in_suite()
-FakeIssuer = suite.FakeIssuer
 RUN: str = suite.RUN
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -332,7 +332,7 @@ async def test_cancelled_during_the_agent_exec_revokes_the_token_and_leaves_noth
     p = env.provider(replicas=1, proxied=True)
     await env.apply_template(p)
     await _ready_members(env, 1)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     task = asyncio.ensure_future(
         p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "cx"))
     )
@@ -421,7 +421,7 @@ async def _messages_status(base_url: str, token: str) -> int:
 async def test_release_run_deletes_the_runs_claims_and_their_sandboxes(env: RealEnv) -> None:
     p = env.provider(replicas=0)
     await env.apply_template(p)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     for step in ("a", "b"):
         claim = sandbox_steps.claim_manifest(
             p.settings, AgentConfig("x").scoped(RUN, step), name=f"left-{step}", now=int(time.time())
@@ -519,7 +519,7 @@ async def test_a_failing_agent_leaks_the_token_nowhere_and_the_claim_goes(
     await env.apply_template(p)
     await _ready_members(env, 1)
     env.record_execs()
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     with pytest.raises(errors.KubernetesError, match="exit status 2") as caught:
         await p.runner(api=env.api, issuer=issuer, worker_env={}).run(AgentConfig("hi").scoped(RUN, "leak"))
     objects = [env.claims(), env.sandboxes(), env.pods()]
@@ -732,7 +732,7 @@ async def test_deliver_token_issues_nothing_while_the_pod_does_not_run(held_env:
         "ephemeral", patterns.PatternOptions(name="held", namespace=env.ns, provider=pod_settings)
     )
     await env.api.create(_SANDBOX, env.ns, sandbox)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     p = AgentSandboxProvider(pod_settings).ready_timeout(3)
     with pytest.raises(errors.OperationTimeout, match="the pod of Sandbox 'held' did not run within 3s"):
         await p.runner(api=env.api, issuer=issuer, worker_env={}).deliver_token("held")

@@ -3,49 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
+from tests.fakes.proxy_tokens import MemoryIssuer
 
 from ironflow import egress, errors
 from ironflow.auth_proxy import revoking
-from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
-
-
-class MemoryIssuer:
-    """Issues numbered tokens; ``slow_revoke`` gives a second cancel time to land mid-revoke."""
-
-    def __init__(self, *, fail: bool = False, slow_revoke: asyncio.Event | None = None) -> None:
-        self.fail, self.slow_revoke = fail, slow_revoke
-        self.live: set[str] = set()
-        self.revoking = asyncio.Event()
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        if self.fail:
-            raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)
-        token_id = f"tok-{len(self.live) + 1}"
-        self.live.add(token_id)
-        return token_id, Secret(f"ifap_{token_id}")
-
-    async def revoke(self, token_id: str) -> bool:
-        self.revoking.set()
-        if self.slow_revoke is not None:
-            await self.slow_revoke.wait()
-        self.live.discard(token_id)
-        return True
-
-    async def revoke_run(self, run_id: str) -> int:
-        return 0
 
 
 async def test_every_token_of_the_block_is_revoked_when_it_ends() -> None:
@@ -94,7 +58,9 @@ async def test_a_second_cancel_during_the_revokes_waits_for_them_then_goes_on() 
 
 async def test_a_refused_issue_leaves_nothing_to_revoke_and_is_raised() -> None:
     with pytest.raises(errors.AuthProxyError, match="503"):
-        async with revoking.held(MemoryIssuer(fail=True)) as held:
+        async with revoking.held(
+            MemoryIssuer(refuse=errors.AuthProxyError("auth proxy admin API answered 503: down", status=503))
+        ) as held:
             await held.step_token(AgentConfig("hi"), "run", "step", 2**31)
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.kubecase import KubeCase, nothing_left
+from tests.fakes.proxy_tokens import RecordingIssuer
 from tests.fakes.recording_upstream import RecordingUpstream, recording_upstream
-from tests.k8s.integration.test_k8s_runtime_workspaces import ADMIN, FAKE_CLAUDE, Grants, Kubelet, fake_claude
+from tests.k8s.integration.test_k8s_runtime_workspaces import ADMIN, FAKE_CLAUDE, Kubelet, fake_claude
 
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy, tokens
 from ironflow.auth_proxy.app import RunningProxy
@@ -92,7 +93,7 @@ async def test_a_relay_from_a_secret_reaches_its_host_in_scope_and_no_manifest_h
     ).auth_proxy_admin_key(ADMIN)
     kubelet = Kubelet(kube, site.root / "pods", fake_claude(site.root, CURLS))
     async with site.proxy.admin_client() as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         runner = provider.runner(api=kube.api, issuer=grants, worker_env={})
         result = await runner.run(AgentConfig("use the api").scoped(RUN, "call"))
     assert result.text == "Hello from the fake model."

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from tests.fakes.kubecase import KubeCase, hold_create_answers, names, nothing_left
+from tests.fakes.proxy_tokens import MemoryIssuer
 
 from ironflow import egress, errors, labels
 from ironflow.auth_proxy import tokens
@@ -23,7 +24,6 @@ from ironflow.k8s import reaper
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
-from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.testing import find_leaks
 from ironflow.testing.k8s_validate import validate_manifest
@@ -503,45 +503,6 @@ async def test_k8s_release_run_fails_when_a_pod_cannot_be_deleted(kube: KubeCase
 # --- auth proxy tokens ----------------------------------------------------------------
 
 
-class FakeIssuer:
-    """Records issue/revoke calls; optionally refuses to issue."""
-
-    def __init__(self, *, refuse: bool = False) -> None:
-        self.refuse = refuse
-        self.issued: list[tuple[str, str, int]] = []
-        self.trace_contexts: list[str | None] = []
-        self.egress: list[Any] = []
-        self.credentials: list[Any] = []
-        self.revoked: list[str] = []
-        self.runs_revoked: list[str] = []
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        if self.refuse:
-            raise errors.AuthProxyError("auth proxy admin API answered 503: down", status=503)
-        self.issued.append((run_id, step, expires_at))
-        self.trace_contexts.append(trace_context)
-        self.egress.append(egress)
-        self.credentials.append(credential)
-        return f"tok-{len(self.issued):012d}", Secret(f"ifap_secret_value_{len(self.issued)}")
-
-    async def revoke(self, token_id: str) -> bool:
-        self.revoked.append(token_id)
-        return True
-
-    async def revoke_run(self, run_id: str) -> int:
-        self.runs_revoked.append(run_id)
-        return 1
-
-
 def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
     return (
         provider(ns, timeout=timeout)
@@ -551,7 +512,7 @@ def proxied(ns: str, *, timeout: float = 5) -> K8sEphemeralProvider:
 
 
 async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
-    issuer = FakeIssuer(refuse=True)
+    issuer = MemoryIssuer(refuse=errors.AuthProxyError("auth proxy admin API answered 503: down", status=503))
     # "auth proxy" once (issue 17: it said "auth proxy: auth proxy admin API answered …").
     with pytest.raises(errors.AuthProxyError, match=r"^auth proxy admin API answered 503: down$"):
         await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
@@ -561,7 +522,7 @@ async def test_no_token_no_pod(kube: KubeCase, server: KubeTestServer) -> None:
 
 async def test_token_is_bound_to_the_step_and_revoked_after_it(kube: KubeCase) -> None:
     await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=0.05, log=JSON_TEXT))
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     before = int(time.time())
     await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi").scoped(RUN, "s"))
     ((run, step, expires_at),) = issuer.issued
@@ -575,7 +536,7 @@ async def test_an_egress_policy_gets_its_own_egress_only_token_the_pods_proxy_pa
     password of the pod's proxy variables (the proxy Service's egress port); both are revoked with
     the step. Without a policy there is neither the second token nor a proxy variable."""
     await kube.control.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=1.0, log=JSON_TEXT))
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     policy = egress.policy_from_options(["pypi.org"], ["github"])
     ns = kube.namespace
     stepping = asyncio.create_task(
@@ -605,7 +566,7 @@ async def test_an_egress_policy_gets_its_own_egress_only_token_the_pods_proxy_pa
 
 async def test_token_is_revoked_when_the_step_fails(kube: KubeCase, server: KubeTestServer) -> None:
     server.fail("create", "pods", status=500)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     with pytest.raises(errors.KubernetesError, match="failed to create K8s pod") as caught:
         await runner(kube, proxied(kube.namespace), issuer=issuer).run(AgentConfig("hi"))
     assert issuer.revoked == ["tok-000000000001"]
@@ -619,7 +580,7 @@ async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
     import logging
 
     caplog.set_level(logging.DEBUG)
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     server.script_pods(PodScript(name_prefix=RUNNER_PODS, run_for=None))
     server.fail("delete", "pods", status=503, times=10)
     with pytest.raises(errors.AgentTimeout) as timed_out:
@@ -634,7 +595,7 @@ async def test_proxy_token_and_admin_key_never_reach_logs_or_errors(
 
 
 async def test_release_run_revokes_the_run_tokens(kube: KubeCase) -> None:
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     await runner(kube, proxied(kube.namespace), issuer=issuer).release_run(RUN)
     assert issuer.runs_revoked == [RUN]
 

@@ -22,13 +22,12 @@ import pytest
 from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
 from tests.fakes.kubecase import KubeCase, nothing_left
 from tests.fakes.pod_exec import run_pod
+from tests.fakes.proxy_tokens import RecordingIssuer
 
 from ironflow import errors
 from ironflow.auth_proxy import AuthProxyConfig, run_auth_proxy, tokens
-from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.auth_proxy.app import RunningProxy
 from ironflow.auth_proxy.git_hosts import GitCredential, GitHosts
-from ironflow.auth_proxy.issuing import Credential
 from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.workspaces import command_pods
@@ -125,37 +124,6 @@ def fake_claude(root: Path, script: str, answer: str = JSON_TEXT) -> dict[str, s
     return {str(root): os.path.dirname(FAKE_CLAUDE)}
 
 
-class Grants:
-    """The real admin client, recording what each grant stood for."""
-
-    def __init__(self, admin: AdminClient) -> None:
-        self.admin = admin
-        self.credentials: list[Any] = []
-        self.revoked: list[str] = []
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        self.credentials.append(credential)
-        chosen = credential or Credential("api_key", Secret("sk-ant-api03-test"))
-        issued = await self.admin.issue(run_id, step, expires_at, credential=chosen, trace_context=trace_context)
-        return issued.id, issued.token
-
-    async def revoke(self, token_id: str) -> object:
-        self.revoked.append(token_id)
-        return await self.admin.revoke(token_id)
-
-    async def revoke_run(self, run_id: str) -> int:
-        return await self.admin.revoke_run(run_id)
-
-
 def applies_to_the_tree_left(forge: Forge, patch: bytes, left: dict[str, bytes]) -> None:
     fresh = forge.root / "fresh"
     git("clone", "-q", str(forge.seed), str(fresh), cwd=forge.root)
@@ -168,7 +136,7 @@ async def test_an_agent_step_works_on_a_clone_and_its_patch_comes_back(kube: Kub
     binds = fake_claude(forge.root, EDITS)
     kubelet = Kubelet(kube, forge.root / "pods", binds)
     async with forge.proxy.admin_client() as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=grants, worker_env={})
         config = AgentConfig("fix add()", workspace=Workspace(SOURCE, ref="main")).scoped(RUN, "fix")
         result = await runner.run(config)
@@ -206,7 +174,7 @@ async def test_a_step_that_succeeds_without_its_report_fails(kube: KubeCase, for
 
     kube.control.script_pods = without_frame  # type: ignore[method-assign]
     async with forge.proxy.admin_client() as admin:
-        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=RecordingIssuer(admin), worker_env={})
         with pytest.raises(errors.WorkspaceUnsafe, match="report is missing"):
             await runner.run(AgentConfig("fix", workspace=Workspace(SOURCE)).scoped(RUN, "fix"))
     await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
@@ -216,7 +184,7 @@ async def test_a_clone_of_a_missing_ref_fails_the_pod_and_the_step(kube: KubeCas
     binds = fake_claude(forge.root, "true")
     Kubelet(kube, forge.root / "pods", binds)
     async with forge.proxy.admin_client() as admin:
-        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=RecordingIssuer(admin), worker_env={})
         with pytest.raises(errors.AgentError):
             await runner.run(AgentConfig("fix", workspace=Workspace(SOURCE, ref="no-such-branch")).scoped(RUN, "f"))
     await nothing_left(kube, k8s.PODS, k8s.CONFIGMAPS)
@@ -228,7 +196,7 @@ async def test_exec_runs_a_command_on_a_clone_and_returns_its_patch(kube: KubeCa
     run = pod_runs.exec_pod_run(settings, ["sh", "-c", f"{EDITS}; echo done"], timeout_s=30,
                                 now_ms=time.time_ns() // 1_000_000, rand32=7)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         done, changes = await command_pods.run_in_workspace(
             kube.api, settings, run, Workspace(SOURCE), now=int(time.time()), issuer=grants
         )
@@ -250,7 +218,12 @@ async def test_a_failing_exec_command_keeps_its_exit_code_and_still_reports(kube
                                 now_ms=time.time_ns() // 1_000_000, rand32=8)  # fmt: skip
     async with forge.proxy.admin_client() as admin:
         done, changes = await command_pods.run_in_workspace(
-            kube.api, settings, run, Workspace(SOURCE), now=int(time.time()), issuer=Grants(admin)
+            kube.api,
+            settings,
+            run,
+            Workspace(SOURCE),
+            now=int(time.time()),
+            issuer=RecordingIssuer(admin),
         )
     assert not done.success
     assert done.exit_code == 4
@@ -270,7 +243,7 @@ async def test_a_succeeded_step_is_pushed_to_a_new_branch_from_a_pod_of_its_own(
     kubelet = Kubelet(kube, forge.root / "pods", binds)
     spec = Workspace(SOURCE, ref="main", push_branch="ironflow/fix-add")
     async with forge.proxy.admin_client() as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=grants, worker_env={})
         result = await runner.run(AgentConfig("fix add()\nplease", workspace=spec).scoped(RUN, "fix"))
     assert result.workspace is not None
@@ -293,7 +266,7 @@ async def test_a_push_to_a_branch_that_exists_never_moves_it(kube: KubeCase, for
     Kubelet(kube, forge.root / "pods", binds)
     before = branch_file(forge, "main", "calc.py")
     async with forge.proxy.admin_client() as admin:
-        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=RecordingIssuer(admin), worker_env={})
         spec = Workspace(SOURCE, ref="main", push_branch="main")
         with pytest.raises(errors.WorkspaceRefused, match=r"push of .* to 'main' failed"):
             await runner.run(AgentConfig("fix", workspace=spec).scoped(RUN, "fix"))
@@ -309,7 +282,7 @@ async def test_exec_pushes_a_succeeded_commands_change(kube: KubeCase, forge: Fo
     async with forge.proxy.admin_client() as admin:
         _, changes = await command_pods.run_in_workspace(
             kube.api, settings, run, Workspace(SOURCE, push_branch="exec-fix"), now=int(time.time()),
-            issuer=Grants(admin),
+            issuer=RecordingIssuer(admin),
         )  # fmt: skip
     assert changes is not None
     assert changes.pushed_branch == "exec-fix"
@@ -324,7 +297,7 @@ async def test_a_pvc_workspace_is_written_in_place_and_diffed_against_its_head(k
     binds = fake_claude(forge.root, EDITS)
     kubelet = Kubelet(kube, forge.root / "pods", binds, {"sources": claim})
     async with forge.proxy.admin_client() as admin:
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin)
         runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=grants, worker_env={})
         result = await runner.run(AgentConfig("fix", workspace=Workspace("pvc:sources/repo")).scoped(RUN, "fix"))
     assert result.workspace is not None
@@ -352,7 +325,7 @@ async def test_a_followed_step_streams_its_turns_and_still_gets_its_patch(kube: 
     Kubelet(kube, forge.root / "pods", binds)
     sink = Lines()
     async with forge.proxy.admin_client() as admin:
-        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=Grants(admin), worker_env={})
+        runner = forge.provider(kube.namespace).runner(api=kube.api, issuer=RecordingIssuer(admin), worker_env={})
         result = await runner.run(AgentConfig("fix", workspace=Workspace(SOURCE)).scoped(RUN, "fix"), logs=sink)
     assert result.workspace is not None
     assert result.workspace.changed_paths == ("calc.py",)

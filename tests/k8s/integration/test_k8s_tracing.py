@@ -13,8 +13,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from tests.fakes.kubecase import KubeCase, nothing_left
 from tests.fakes.kubelet_problems import PROBLEMS
+from tests.fakes.proxy_tokens import MemoryIssuer
 from tests.fakes.spans import by_name, finished_spans
-from tests.k8s.integration.test_k8s_runtime_steps import FakeIssuer, proxied
+from tests.k8s.integration.test_k8s_runtime_steps import proxied
 
 from ironflow import errors, tracing
 from ironflow.k8s.commands import execution
@@ -53,7 +54,7 @@ async def test_a_pod_step_is_a_sandbox_span_with_create_ready_and_run_under_the_
     kube: KubeCase, finished_spans: InMemorySpanExporter
 ) -> None:
     await kube.control.script_pods(PodScript(name_prefix="claude-code", run_for=0.3, log=JSON_TEXT))
-    issuer = FakeIssuer()
+    issuer = MemoryIssuer()
     runner = StepRunner.of(proxied(kube.namespace).settings, api=kube.api, worker_env={}, issuer=issuer)
     with tracing.span("ironflow.step", step="s"):
         traceparent = tracing.current_traceparent()
@@ -84,7 +85,7 @@ async def test_a_pod_that_cannot_start_ends_its_spans_with_the_reason(
     kube: KubeCase, finished_spans: InMemorySpanExporter
 ) -> None:
     problem = next(p for p in PROBLEMS if p.reason == "CreateContainerConfigError")
-    runner = StepRunner.of(proxied(kube.namespace).settings, api=kube.api, worker_env={}, issuer=FakeIssuer())
+    runner = StepRunner.of(proxied(kube.namespace).settings, api=kube.api, worker_env={}, issuer=MemoryIssuer())
     task = asyncio.ensure_future(runner.run(AgentConfig("hi").scoped(RUN, "s")))
     try:
         name = await the_pods_name(kube)

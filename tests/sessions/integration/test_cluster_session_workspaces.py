@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from tests.fakes.git_server import GIT_ENV, GitServer, git, seed_forge
+from tests.fakes.proxy_tokens import RecordingIssuer
 from tests.sessions.integration.cases import SessionCase, open_case
 
 from ironflow import errors
@@ -46,41 +47,11 @@ PASSWORD = "ghs_REAL-GIT-HOST-PASSWORD-for-the-session"
 CALC = "def add(a, b):\n    return a - b\n"
 
 
-class Grants:
-    """The real admin client, recording each grant and each revocation."""
-
-    def __init__(self, admin: AdminClient) -> None:
-        self.admin = admin
-        self.issued: list[tuple[str, Secret]] = []
-        self.revoked: list[str] = []
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        issued = await self.admin.issue(run_id, step, expires_at, credential=credential, trace_context=trace_context)
-        self.issued.append((issued.id, issued.token))
-        return issued.id, issued.token
-
-    async def revoke(self, token_id: str) -> object:
-        self.revoked.append(token_id)
-        return await self.admin.revoke(token_id)
-
-    async def revoke_run(self, run_id: str) -> int:
-        return await self.admin.revoke_run(run_id)
-
-
 @dataclasses.dataclass
 class Cluster:
     case: SessionCase
     sessions: K8sSessions | AgentSandboxSessions
-    grants: Grants
+    grants: RecordingIssuer
     seed: Path
     execs: list[tuple[tuple[str, ...], bytes]]
 
@@ -95,7 +66,7 @@ class Cluster:
         return _sessions(self.case, self.sessions.settings.auth_proxy_url or "", None)
 
 
-def _sessions(case: SessionCase, proxy_url: str, grants: Grants | None) -> K8sSessions | AgentSandboxSessions:
+def _sessions(case: SessionCase, proxy_url: str, grants: RecordingIssuer | None) -> K8sSessions | AgentSandboxSessions:
     hosts = GitHosts({HOST: GitCredential(Secret(PASSWORD), USER)})
     pod = (
         K8sEphemeralProvider.sandboxed("runner:test").namespace(case.namespace)
@@ -121,7 +92,7 @@ async def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         run_auth_proxy(AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=git_server.url)) as proxy,
         AdminClient(proxy.url, Secret(ADMIN)) as admin,
     ):
-        grants = Grants(admin)
+        grants = RecordingIssuer(admin, credential=None)
         assert case.api is not None
         execs: list[tuple[tuple[str, ...], bytes]] = []
         sent = case.api.exec
