@@ -50,38 +50,19 @@ from ironflow.cluster import image_builds
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import K8sResources
 from ironflow.kube import api as k8s
-from ironflow.secrets import Secret
 from ironflow.steps import AgentConfig
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "claude" / "json_text.out"
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "claude" / "json_text.out"
 TARGET_REQUESTS_PER_STEP = 10
 
 
-class Issuer:
-    """Issues constant tokens instantly: the auth proxy's cost is benchmarks/proxy.py's business."""
-
-    async def issue(
-        self,
-        run_id: str,
-        step: str,
-        expires_at: int,
-        *,
-        credential: Any = None,
-        trace_context: str | None = None,
-        egress: Any = None,
-    ) -> tuple[str, Secret]:
-        return "tok", Secret("ifap_benchmark_token")
-
-    async def revoke(self, token_id: str) -> bool:
-        return True
-
-    async def revoke_run(self, run_id: str) -> int:
-        return 0
-
-
 async def _steps(*, warm: bool, runs: int, cold_ms: float, work: Path) -> tuple[list[float], float]:
+    sys.path.insert(0, str(ROOT))  # the tests' in-memory issuer: tokens at once, the proxy is benchmarks/proxy.py's
+    from tests.fakes.proxy_tokens import MemoryIssuer
+
     claude = work / "claude"
     claude.write_text(f"#!/bin/sh\ncat '{FIXTURE}'\n")
     claude.chmod(0o755)
@@ -98,7 +79,9 @@ async def _steps(*, warm: bool, runs: int, cold_ms: float, work: Path) -> tuple[
             )
             provider = AgentSandboxProvider(pod).warm_pool(replicas=2 if warm else 0)
             await provider.apply_template(api)
-            runner = provider.runner(api=api, issuer=Issuer(), worker_env={})
+            runner = provider.runner(
+                api=api, issuer=MemoryIssuer(), worker_env={}
+            )  # tokens at once: the proxy's cost is benchmarks/proxy.py's
             times: list[float] = []
             api.counters.reset()
             for i in range(runs):
