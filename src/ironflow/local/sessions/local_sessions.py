@@ -159,18 +159,9 @@ class LocalSessions(session_controls.LocalControls):
         ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
-        isolation = self.provider.isolation
-        if agent and isolation != "bwrap":
-            raise errors.ConfigError(
-                f"agent sessions need isolation 'bwrap': {isolation} sessions have no proxy relay yet"
-            )
         egress = self.provider.egress_with(options.egress)
         if not step_proxy.serves_egress(egress):
             egress = None
-        elif self.provider.isolation != "bwrap":
-            raise errors.ConfigError(
-                f"egress in a session needs isolation 'bwrap': {isolation} sessions have no proxy relay yet"
-            )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
         seeded = seed is not None and seed.workspace is not None
