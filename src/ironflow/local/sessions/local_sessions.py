@@ -10,7 +10,8 @@ way the sandbox is new: none is ever handed out twice.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
-SIGKILL when its parent dies, and takes the sandbox down: bubblewrap's pid namespace, runsc's
+SIGKILL when its parent dies (under gVisor behind a proxy's relay, the relay passes it on to
+``runsc run``), and takes the sandbox down: bubblewrap's pid namespace, runsc's
 sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
 state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup; a Docker container,
 which the daemon holds, goes at the next Docker sessions' :func:`~ironflow.local.sessions.docker_sessions.sweep`).
