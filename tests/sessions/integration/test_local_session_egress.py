@@ -3,9 +3,10 @@ sandbox open --allow-host`` against a ``sandbox serve``), under bubblewrap, gVis
 commands reach what the policy allows through the egress proxy (no Claude key), get the proxy's 403
 for anything else, reach nothing directly, and the session's egress token is revoked at close.
 
-Real bubblewrap, runsc and dockerd (:mod:`tests.fakes.docker_daemon`), the session runtime, curl
-inside, and a TLS origin on the host's 127.0.0.2 with a test CA the test uploads into the session
-(the sandbox's own 127.0.0.1 and localhost bypass the proxy; its 127.0.0.2 is its own loopback's).
+Real bubblewrap, runsc, dockerd (:mod:`tests.fakes.docker_daemon`; Podman's Docker API too for the
+first test), the session runtime, curl inside, and a TLS origin on the host's 127.0.0.2 with a test
+CA the test uploads into the session (the sandbox's own 127.0.0.1 and localhost bypass the proxy;
+its 127.0.0.2 is its own loopback's).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.fakes.local_sandbox import SESSION_ISOLATIONS
+from tests.fakes.local_sandbox import SESSION_ISOLATIONS, SESSION_PODMAN
 from tests.fakes.tls_origin import OriginTls, hello_origin, make_tls
 from tests.sessions.integration.serving import TOKEN, cli_env, ironflow, start_serve
 
@@ -50,7 +51,7 @@ def _curl(port: int, *flags: str) -> list[str]:
     return ["sh", "-c", f'out=$({fetch} 2>&1); code=$?; echo "$out"; echo exit=$code']
 
 
-@pytest.mark.parametrize("isolation", SESSION_ISOLATIONS)
+@pytest.mark.parametrize("isolation", [*SESSION_ISOLATIONS, SESSION_PODMAN])
 async def test_a_sessions_commands_reach_what_its_policy_allows(
     isolation: environment.Isolation,
     state: Path,
