@@ -22,6 +22,8 @@ __all__ = [
     "LOCAL_SANDBOX",
     "PODMAN",
     "PODMAN_GAPS",
+    "SESSION_ISOLATIONS",
+    "SESSION_PODMAN",
     "WORKSPACE_ISOLATIONS",
     "has_claude_cli",
     "local_sandbox",
@@ -77,6 +79,16 @@ DOCKER = pytest.param("docker", id="docker", marks=pytest.mark.docker)
 PODMAN = pytest.param("docker", id="podman", marks=[pytest.mark.docker, pytest.mark.podman])
 #: Every runtime, for the hostile-step tests each one must pass (their commands run in the runner image too).
 ALL_ISOLATIONS = [*ISOLATIONS, DOCKER, PODMAN]
+#: Docker sessions need a root worker: their socket's directory is handed to the container's uid and back.
+_AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="Docker sessions need a worker running as root")
+#: Every runtime a local session runs on, each marked for ``-m`` and skipped with the reason.
+SESSION_ISOLATIONS = [
+    pytest.param("bwrap", id="bwrap", marks=[pytest.mark.bwrap, *ISOLATIONS[0].marks]),
+    ISOLATIONS[1],
+    pytest.param("docker", id="docker", marks=[*DOCKER.marks, _AS_ROOT]),
+]
+#: Docker sessions on Podman's Docker API, as :data:`SESSION_ISOLATIONS`' Docker case.
+SESSION_PODMAN = pytest.param("docker", id="podman", marks=[*PODMAN.marks, _AS_ROOT])
 #: Where Podman 4.3 (Debian 12's) falls short of Docker's posture (docs/local-sandbox.md): a test
 #: whose ``podman`` case shows the gap says so with ``pytest.xfail(PODMAN_GAPS[...])``.
 PODMAN_GAPS = {

@@ -4,8 +4,8 @@ through a unix socket in a host directory, its token handed in after the start a
 ``docker inspect``; commands, files, a workspace's changes (on dockerd and on Podman's Docker API);
 no container left at close, at the TTL,
 or (at the next start) after its owner was SIGKILLed; ``ironflow sandbox serve --isolation docker``.
-The session contract and the runtime
-isolation tests run on Docker from their own files."""
+The session contract, the runtime
+isolation, egress and agent-session tests run on Docker from their own files."""
 
 from __future__ import annotations
 
@@ -184,11 +184,6 @@ def test_a_sigkilled_owners_container_goes_at_the_next_start(docker_daemon: Dock
     LocalSandboxProvider(isolation="docker").sessions(state_dir=str(state))  # its start sweeps
     assert _session_containers(docker_daemon) == []
     assert os.listdir(state) == []
-
-
-async def test_agent_and_egress_sessions_are_refused_with_one_line(sessions: LocalSessions) -> None:
-    with pytest.raises(errors.ConfigError, match="agent sessions need isolation 'bwrap': docker sessions"):
-        await sessions.open(OpenOptions(ttl=60), agent=True)
 
 
 def _tar(*members: tuple[str, bytes | str]) -> bytes:

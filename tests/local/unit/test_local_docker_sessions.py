@@ -11,6 +11,7 @@ import pytest
 from ironflow import labels
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import bwrap, docker
 from ironflow.local.sessions import docker_runtime
 from ironflow.sandbox_runtime import startup
 
@@ -51,6 +52,22 @@ def test_the_runtime_listens_on_the_bound_socket_and_waits_for_its_token_on_stdi
     mounts = _pairs(argv, "--mount")
     assert "type=bind,source=/tmp/ifs-1/s,target=/ironflow-session" in mounts
     assert "type=bind,source=/tmp/ifs-1/rt,target=/ironflow-runtime,readonly" in mounts
+
+
+def test_with_a_proxy_the_relay_listens_first_and_then_starts_the_runtime_still_without_network() -> None:
+    argv = docker_runtime.session_argv(
+        SHAPE, "/tmp/ifs-1", env_file="/tmp/ifs-1/env", workspace_copy=None, max_upload_bytes=9, owner=OWNER,
+        proxy_socket="/tmp/ifs-1/proxy.sock", egress_socket="/tmp/ifs-1/egress.sock",
+    )  # fmt: skip
+    command = argv[argv.index("runner:1") + 1 :]
+    assert _pairs(argv, "--entrypoint") == ["node"]
+    relay = [docker.FORWARDER_PATH, "18080", bwrap.PROXY_SOCKET_PATH, "18081", bwrap.EGRESS_SOCKET_PATH, "--"]
+    assert command[: len(relay)] == relay
+    assert command[len(relay) : len(relay) + 4] == ["python3", "-I", "-S", "/ironflow-runtime/server.py"]
+    mounts = _pairs(argv, "--mount")
+    assert f"type=bind,source=/tmp/ifs-1/egress.sock,target={bwrap.EGRESS_SOCKET_PATH},readonly" in mounts
+    assert f"type=bind,source=/tmp/ifs-1/proxy.sock,target={bwrap.PROXY_SOCKET_PATH},readonly" in mounts
+    assert _pairs(argv, "--network") == ["none"]
 
 
 def test_a_workspace_is_the_runtimes_root() -> None:

@@ -57,6 +57,26 @@ def test_the_argv_has_no_network_may_create_host_sockets_and_needs_no_bubblewrap
     assert "--host-uds=create" not in gvisor.gvisor_argv(gvisor.GvisorSettings(command=("true",)), "/b")
 
 
+def test_with_a_proxy_runsc_runs_behind_a_steps_relay_in_a_namespace_with_only_lo() -> None:
+    """As a one-shot step with a proxy: bubblewrap's fresh network namespace, the relay listening on
+    its loopback, then ``runsc --network=host`` of the session (no namespace of its own in the spec)."""
+    bridge = gvisor.ProxyBridge(18080, "/s/proxy.sock", "/py/bin/python3", "/f.py", "/usr/bin/bwrap", (18081, "/s/e"))
+    shown = gvisor_runtime.runtime_settings(
+        SHAPE, RUNTIME, python="/py/bin/python3", runsc_path="/usr/bin/runsc", proxy=bridge, tools=("/opt/claude",)
+    )
+    full = gvisor.gvisor_argv(shown, "/state/ifs-x/gvisor")
+    assert full[:4] == ["/usr/bin/bwrap", "--dev-bind", "/", "/"]
+    assert "--unshare-net" in full[: full.index("--")]
+    relay = ["/py/bin/python3", "-I", "-S", "/f.py", "18080", "/s/proxy.sock", "18081", "/s/e", "--"]
+    start = full.index("/usr/bin/runsc")
+    assert full[start - len(relay) : start] == relay
+    assert "--network=host" in full[start:]
+    assert "--host-uds=create" in full[start:]
+    doc = gvisor_runtime.spec(shown, {}, runtime_source="/src/rt", socket_source="/state/ifs-x/s")
+    assert {"type": "network"} not in doc["linux"]["namespaces"]
+    assert shown.traverse == ("/py/bin/python3", "/opt/claude")
+
+
 def test_the_bundle_is_private_and_the_socket_dir_closed(tmp_path: Path) -> None:
     bundle = gvisor_runtime.write_bundle(str(tmp_path), {"process": {"env": ["SECRET=x"]}})
     assert json.loads(Path(bundle, "config.json").read_text()) == {"process": {"env": ["SECRET=x"]}}

@@ -194,11 +194,13 @@ async def test_a_2gb_upload_is_refused_at_the_limit_without_filling_memory(state
 
 _SUPERVISOR = """
 import asyncio, json, sys
+from ironflow import egress
 from ironflow.local import LocalSandboxProvider
 from ironflow.sessions import OpenOptions
 async def main():
     sessions = LocalSandboxProvider(isolation="gvisor").sessions(state_dir=sys.argv[1])
-    sandbox = await sessions.open(OpenOptions(ttl=600))
+    policy = egress.EgressPolicy(allow=tuple(egress.parse_allow_host(rule) for rule in sys.argv[2:]))
+    sandbox = await sessions.open(OpenOptions(ttl=600, egress=policy))
     await sandbox.commands.start(["sh", "-c", "sleep 600 & sleep 600"])
     await asyncio.sleep(0.3)
     print(json.dumps({"id": sandbox.id, "pids": sessions.host_pids(sandbox.id)}), flush=True)
@@ -207,9 +209,15 @@ asyncio.run(main())
 """
 
 
-def test_sigkill_of_the_supervisor_leaves_no_runsc_process_and_the_state_is_swept(state: Path) -> None:
+@pytest.mark.parametrize("allow", [(), ("127.0.0.2:9",)], ids=["plain", "egress"])
+def test_sigkill_of_the_supervisor_leaves_no_runsc_process_and_the_state_is_swept(
+    state: Path, allow: tuple[str, ...]
+) -> None:
+    """With an egress policy too: ``runsc run`` is then the relay's child, not bubblewrap's, and dies with it."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
-    proc = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(state)], stdout=subprocess.PIPE, env=env)
+    supervisor = [sys.executable, "-c", _SUPERVISOR, str(state), *allow]
+    # stdin /dev/null, as a server's: nothing but the kill chain may end the sandbox (an inherited one can).
+    proc = subprocess.Popen(supervisor, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     try:
         doc = json.loads(proc.stdout.readline())

@@ -1,5 +1,6 @@
 """Agent steps inside an open local session: the real Claude Code CLI against the offline fake
-Anthropic API, in real bubblewrap. Two agent steps and a plain command share one workspace, the
+Anthropic API, in real bubblewrap (and, for the shared workspace, gVisor and Docker: the relay is a
+one-shot step's). Two agent steps and a plain command share one workspace, the
 session's proxy token works only while it is open, and the Claude credential never enters it."""
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fakes.local_sandbox import LOCAL_SANDBOX
+from tests.fakes.local_sandbox import LOCAL_SANDBOX, SESSION_ISOLATIONS
 
 from ironflow import errors
 from ironflow.fake_model.server import FakeAnthropic, Script
+from ironflow.local.sandbox import environment
 from ironflow.local.sandbox_provider import LocalSandboxProvider, ProxyCredential
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.secrets import Secret
@@ -33,8 +35,9 @@ SCRIPT = {
 }  # fmt: skip
 
 
-def _provider(fake: FakeAnthropic, state: Path) -> LocalSandboxProvider:
+def _provider(fake: FakeAnthropic, state: Path, isolation: environment.Isolation = "bwrap") -> LocalSandboxProvider:
     return LocalSandboxProvider(
+        isolation=isolation,
         timeout=120,
         credential=ProxyCredential(Secret(KEY), "api_key", fake.url),
         env={"CLAUDE_CODE_MAX_RETRIES": "0"},
@@ -59,12 +62,15 @@ def _host_view(pids: list[int]) -> bytes:
     return seen
 
 
-async def test_two_agent_steps_and_a_command_share_the_sessions_workspace(state: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", SESSION_ISOLATIONS)
+async def test_two_agent_steps_and_a_command_share_the_sessions_workspace(
+    isolation: environment.Isolation, state: Path, tmp_path: Path
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     async with FakeAnthropic(Script.from_dict(SCRIPT), required_credential=KEY) as fake:
-        async with LocalSessions(_provider(fake, state), state_dir=str(state)) as sessions:
+        async with LocalSessions(_provider(fake, state, isolation), state_dir=str(state)) as sessions:
             sandbox = await sessions.open(OpenOptions(workspace=Workspace(str(repo))), agent=True)
             tools = ("Edit", "Write")
             first = await sessions.agent(sandbox.id, AgentConfig("fix add()", allowed_tools=tools))

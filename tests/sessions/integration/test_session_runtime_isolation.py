@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.local_sandbox import SESSION_ISOLATIONS
 
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sandbox_provider import ProxyCredential
@@ -27,30 +28,6 @@ from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
-
-BACKENDS = [
-    pytest.param(
-        "bwrap",
-        marks=[
-            pytest.mark.bwrap,
-            pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed"),
-        ],
-    ),
-    pytest.param(
-        "gvisor",
-        marks=[
-            pytest.mark.gvisor,
-            pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc (gVisor) not installed"),
-        ],
-    ),
-    pytest.param(
-        "docker",
-        marks=[
-            pytest.mark.docker,
-            pytest.mark.skipif(os.geteuid() != 0, reason="Docker sessions need a worker running as root"),
-        ],
-    ),
-]
 
 #: The attack: find the runtime by its command line in /proc (``python -I -S …/server.py``), then try
 #: everything on it; one line per attempt, "refused" or what it got.
@@ -127,7 +104,7 @@ print("done")
 """
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=SESSION_ISOLATIONS)
 async def sessions(request: pytest.FixtureRequest, state: Path) -> AsyncIterator[LocalSessions]:
     async with LocalSessions(LocalSandboxProvider(isolation=request.param), state_dir=str(state)) as opened:
         yield opened

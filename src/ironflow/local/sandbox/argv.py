@@ -36,6 +36,8 @@ __all__ = [
     "command_exit_code",
     "host_entries",
     "mount_problem",
+    "node_forwarder",
+    "proxy_bridge",
     "raise_if_sandbox_failed",
     "render",
     "sandbox_fds",
@@ -200,12 +202,7 @@ def render(
             for m in mounts
         )  # fmt: skip
         writable = tuple(bwrap.WritableMount(os.path.realpath(m.source), m.target) for m in writable)
-        bridge = None
-        if proxy_socket is not None:
-            egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
-            bridge = gvisor.ProxyBridge(
-                environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"), egress=egress
-            )
+        bridge = None if proxy_socket is None else proxy_bridge(proxy_socket, egress_socket)
         shown = gvisor.GvisorSettings(
             command=cmd,
             managed_settings_dir=managed_dir,
@@ -286,6 +283,18 @@ def render(
     ), binds
 
 
+def proxy_bridge(proxy_socket: str, egress_socket: str | None = None) -> gvisor.ProxyBridge:
+    """gVisor's relay to the proxy's socket (and the egress proxy's), run by this Python outside it."""
+    egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
+    python, script = os.path.realpath(sys.executable), os.path.realpath(forwarder.__file__)
+    return gvisor.ProxyBridge(environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"), egress=egress)
+
+
+def node_forwarder() -> str:
+    """The host file of the relay a Docker sandbox runs (``forwarder.js``, by the image's ``node``)."""
+    return os.path.join(os.path.dirname(os.path.realpath(forwarder.__file__)), "forwarder.js")
+
+
 def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
     """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
     # One per sandbox: a run dir can hold several (a git workspace's clone, the step, its push).
@@ -342,7 +351,7 @@ def _docker_argv(
         proxy_socket=proxy_socket,
         proxy_port=environment.PROXY_PORT,
         egress=egress,
-        forwarder_script=os.path.join(os.path.dirname(os.path.realpath(forwarder.__file__)), "forwarder.js"),
+        forwarder_script=node_forwarder(),
     )
     return docker.docker_argv(settings, docker.container_id(sandbox_dir))
 

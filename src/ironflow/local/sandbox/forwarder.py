@@ -5,7 +5,9 @@ A second ``PORT SOCKET`` pair relays the egress proxy's port the same way (``HTT
 The sandbox has its own network namespace with only ``lo``; the auth proxy listens on a
 unix socket in the parent process, bind-mounted into the sandbox. This script binds the
 loopback port first, then starts the command, so the agent never races the relay; it
-exits with the command's exit code and takes the relay with it.
+exits with the command's exit code and takes the relay with it, and its death takes the command
+(``PR_SET_PDEATHSIG``: under gVisor the command is ``runsc run``, whose sandbox and gofer die with it,
+and this relay is what bubblewrap's ``--die-with-parent`` kills when the worker dies).
 
 Run as a standalone script (``python -I -S forwarder.py PORT SOCKET [PORT SOCKET] -- CMD…``): only
 the standard library, nothing of ironflow, so it starts in a few milliseconds and
@@ -22,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 __all__ = ["main"]
 
@@ -68,6 +71,19 @@ def _serve(listener: socket.socket, unix_path: str) -> None:
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
 
 
+def _dying_with_me() -> Callable[[], None]:
+    """What the command's process runs before its exec: SIGKILL when this one dies (resolved here,
+    before the fork: the child makes two system calls and nothing else)."""
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def setup() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, tied to this (the main) thread, which waits to the end
+        if os.getppid() != parent:  # this relay died before the prctl: no signal will come
+            os._exit(1)
+
+    return setup
+
+
 def main(argv: list[str]) -> int:
     """``PORT SOCKET [PORT SOCKET] -- CMD…``: relay each port, run CMD, return its exit code
     (128+signal if killed)."""
@@ -83,7 +99,7 @@ def main(argv: list[str]) -> int:
         threading.Thread(target=_serve, args=(listener, unix_path), daemon=True).start()
     # The command keeps what the sandbox was given to inherit (a session runtime's listening socket);
     # this script's own sockets are non-inheritable, so they stay here.
-    child = subprocess.Popen(command, close_fds=False)
+    child = subprocess.Popen(command, close_fds=False, preexec_fn=_dying_with_me())
     _drop_given_capabilities()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))

@@ -12,7 +12,9 @@ hand-out, before any command runs), root's (0700) from then on, so no command of
 pid namespace, so they can signal it (ending their own session). The runtime
 (``--commands-share-uid``) is non-dumpable: its commands can read neither its memory nor its fds.
 Its token comes after the start, on the attached stdin (the hand-out line), so it is in no argv,
-environment, label or ``docker inspect``. No TCP port is published.
+environment, label or ``docker inspect``. No TCP port is published. A session with an egress policy
+(or an agent's proxy) gets a Docker step's relay: the proxy sockets bound in and ``forwarder.js``
+listening on the container's own loopback before it starts the runtime; still no network.
 
 Each container carries :data:`~ironflow.labels.SANDBOX_SESSION_SELECTOR`'s labels, its session
 directory and its owner (the process that started it, as :mod:`ironflow.local.workdirs` marks
@@ -29,7 +31,7 @@ from typing import Final
 from ironflow import labels
 from ironflow.claude import layout
 from ironflow.local import workdirs
-from ironflow.local.sandbox import argv, bwrap, docker
+from ironflow.local.sandbox import argv, bwrap, docker, environment
 from ironflow.workspaces import WORKSPACE_PATH
 
 __all__ = [
@@ -92,9 +94,12 @@ def session_argv(
     workspace_copy: str | None,
     max_upload_bytes: int,
     owner: workdirs.Owner | None,
+    proxy_socket: str | None = None,
+    egress_socket: str | None = None,
 ) -> list[str]:
     """``docker run`` of the session runtime of ``directory`` (its socket and runtime subdirectories
-    made by the caller), set up and waiting for its hand-out line on stdin (``--prewarm``)."""
+    made by the caller), set up and waiting for its hand-out line on stdin (``--prewarm``); with
+    ``proxy_socket`` (and ``egress_socket``), behind a Docker step's relay to them."""
     if shape.image is None:
         raise ValueError("a Docker sandbox's shape names its image")
     root = layout.SANDBOX_HOME if workspace_copy is None else WORKSPACE_PATH
@@ -120,6 +125,10 @@ def session_argv(
         limits=shape.limits,
         labels=session_labels(directory, owner),
         init=True,
+        proxy_socket=proxy_socket,
+        proxy_port=environment.PROXY_PORT,
+        egress=None if egress_socket is None else (environment.EGRESS_PORT, egress_socket),
+        forwarder_script=None if proxy_socket is None else argv.node_forwarder(),
     )
     return docker.docker_argv(settings, docker.container_id(directory))
 

@@ -4,7 +4,9 @@ The container and its posture are :mod:`~ironflow.local.sessions.docker_runtime`
 module makes its directories, starts it with the ``docker`` client the provider checked, waits
 until the runtime is set up, hands the token in on the attached stdin
 (:meth:`SessionStarter.hand_out`, as for bubblewrap and gVisor), takes the socket's directory
-back from uid 10001 once the runtime listens, and removes the container at teardown. The pool
+back from uid 10001 once the runtime listens, and removes the container at teardown. An agent's or
+egress proxy's sockets (in the 0700 session directory) are opened to the container's uid, as a
+Docker step's are. The pool
 and the table of open sessions are :class:`~ironflow.local.sessions.local_sessions.LocalSessions`',
 as for the other runtimes.
 
@@ -108,8 +110,9 @@ class DockerStarter(starter.SessionStarter):
     ) -> starter.WarmSandbox:
         """The session's container with ``env``, its runtime set up and waiting for :meth:`hand_out`;
         from then on its socket's directory is root's (torn down again if it never got there)."""
-        if proxy_socket is not None or egress_socket is not None or agent:
-            raise errors.ConfigError("Docker sessions have no proxy relay yet: use isolation 'bwrap'")
+        for served in (proxy_socket, egress_socket):
+            if served is not None:  # the container's uid connects; in the 0700 session dir only the bind reaches it
+                os.chmod(served, 0o666)  # noqa: S103
         socket_dir = os.path.join(directory, docker_runtime.SOCKET_SUBDIR)
         os.mkdir(socket_dir, 0o700)
         os.chown(socket_dir, layout.SANDBOX_UID, layout.SANDBOX_UID)  # the runtime binds its socket here
@@ -129,6 +132,8 @@ class DockerStarter(starter.SessionStarter):
             workspace_copy=None if prepared is None else prepared.copy,
             max_upload_bytes=max_upload_bytes,
             owner=workdirs.current_owner(),
+            proxy_socket=proxy_socket,
+            egress_socket=egress_socket,
         )
         proc = await asyncio.create_subprocess_exec(
             *argv,

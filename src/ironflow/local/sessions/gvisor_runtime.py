@@ -10,9 +10,11 @@ itself) and hands the listening fd to the runtime as fd :data:`LISTEN_FD`; so th
 10001) can neither reach the path nor put a socket of its own in its place. The runtime's real
 and saved uid is :data:`RUNTIME_UID`, its commands' 10001: they cannot signal it (SIGSTOP) nor
 read its memory. The runtime's directory is a read-only bind at :data:`RUNTIME_DIR`, as under
-bubblewrap. No network at all
-(``--network=none``): no port of the host, the server's and the router's included, is
-reachable from the session.
+bubblewrap. No network (``--network=none``): no port of the host, the server's and the router's
+included, is reachable from the session. A session with an egress policy (or an agent's proxy) runs
+as a one-shot step with a proxy does: ``runsc --network=host`` inside a fresh network namespace with
+only ``lo`` (bubblewrap's), behind the relay of :mod:`ironflow.local.sandbox.forwarder`, so its
+commands reach the proxy's loopback ports and nothing else.
 
 Everything else is a plain gVisor sandbox of the provider (:mod:`ironflow.local.sandbox.gvisor`: the
 setup script, the tmpfs, the seccomp rules, the drop to uid 10001). Only :func:`write_bundle`
@@ -99,17 +101,21 @@ def runtime_settings(
     python: str,
     runsc_path: str,
     writable: tuple[bwrap.WritableMount, ...] = (),
+    proxy: gvisor.ProxyBridge | None = None,
+    tools: tuple[str, ...] = (),
 ) -> gvisor.GvisorSettings:
     """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--listen-fd``
-    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first, and
-    ``writable`` (a workspace's copy) bound as a step's are."""
+    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first,
+    ``writable`` (a workspace's copy) bound as a step's are, and with ``proxy`` the relay a step's
+    proxy has (``tools``, the Claude Code CLI of an agent session, reachable by the commands' uid)."""
     bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
     return gvisor.GvisorSettings(
         command=(*command, *RUNTIME_ISOLATION),  # with as_root_drops: the runtime starts as root, and drops
         profile_dirs=tuple(p.path for p in shape.profiles),
         home_size_bytes=shape.home_size_bytes,
         tmp_size_bytes=shape.tmp_size_bytes,
-        traverse=(python,),
+        traverse=(python, *tools),
+        proxy=proxy,
         runsc_path=runsc_path,
         as_root=bind,
         host_uds_create=True,

@@ -10,7 +10,8 @@ way the sandbox is new: none is ever handed out twice.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
 or the death of this process (the sandbox's first process, bwrap or ``runsc run``, gets
-SIGKILL when its parent dies, and takes the sandbox down: bubblewrap's pid namespace, runsc's
+SIGKILL when its parent dies (under gVisor behind a proxy's relay, the relay passes it on to
+``runsc run``), and takes the sandbox down: bubblewrap's pid namespace, runsc's
 sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
 state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup; a Docker container,
 which the daemon holds, goes at the next Docker sessions' :func:`~ironflow.local.sessions.docker_sessions.sweep`).
@@ -159,18 +160,9 @@ class LocalSessions(session_controls.LocalControls):
         ttl, workspace = options.ttl, options.workspace
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
-        isolation = self.provider.isolation
-        if agent and isolation != "bwrap":
-            raise errors.ConfigError(
-                f"agent sessions need isolation 'bwrap': {isolation} sessions have no proxy relay yet"
-            )
         egress = self.provider.egress_with(options.egress)
         if not step_proxy.serves_egress(egress):
             egress = None
-        elif self.provider.isolation != "bwrap":
-            raise errors.ConfigError(
-                f"egress in a session needs isolation 'bwrap': {isolation} sessions have no proxy relay yet"
-            )
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
         seeded = seed is not None and seed.workspace is not None

@@ -2,7 +2,8 @@
 
 The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox.argv`,
 the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
-network); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
+network: with an agent's or an egress proxy, only the relay to it a one-shot step of that
+isolation has); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
 :data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
 session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
 is made inside, in a host directory only gVisor's root can enter
@@ -134,7 +135,9 @@ class SessionStarter:
         options += ("--max-upload-bytes", str(max_upload_bytes))
         writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
         if self.provider.isolation == "gvisor":
-            proc, group, socket_path = await self._start_gvisor(directory, env, options, writable)
+            proc, group, socket_path = await self._start_gvisor(
+                directory, env, options, writable, proxy_socket, egress_socket, agent
+            )
         else:
             proc, group, socket_path = await self._start_bwrap(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
@@ -227,13 +230,22 @@ class SessionStarter:
         env: Mapping[str, str],
         options: tuple[str, ...],
         writable: tuple[bwrap.WritableMount, ...],
+        proxy_socket: str | None = None,
+        egress_socket: str | None = None,
+        agent: bool = False,
     ) -> tuple[asyncio.subprocess.Process, cgroups.SandboxCgroup | None, str]:
-        """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir."""
+        """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir
+        (with a proxy, behind a one-shot step's relay: :func:`sandbox_argv.proxy_bridge`)."""
         python = self._python
         listen = str(gvisor_runtime.LISTEN_FD)
         command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", listen, *options)
+        bridge = None if proxy_socket is None else sandbox_argv.proxy_bridge(proxy_socket, egress_socket)
+        tools = (self.provider.claude_cli(),) if agent and bridge is not None else ()
+        for tool in (*tools, *(() if bridge is None else (bridge.python,))):  # the relay's Python runs outside
+            if problem := sandbox_argv.tool_problem("gvisor" if tool in tools else "bwrap", tool):
+                raise errors.ConfigError(problem)
         shown = gvisor_runtime.runtime_settings(
-            self._shape, command, python=python, runsc_path=self._runsc, writable=writable
+            self._shape, command, python=python, runsc_path=self._runsc, writable=writable, proxy=bridge, tools=tools
         )
         doc = gvisor_runtime.spec(
             shown,
