@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -39,3 +41,18 @@ async def test_a_gate_closed_unreleased_is_a_refused_argv_and_nothing_runs() -> 
 async def test_a_released_gate_runs_the_step() -> None:
     code, err = await _started(release=True)
     assert code == 7, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host uid drop is a root worker's")
+async def test_a_root_workers_gated_sandbox_reads_host_files_as_the_host_uid_not_root() -> None:
+    """The gated start drops to the host uid (setpriv) as the one between fork and exec did."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as shown:  # /var is shown to the sandbox, /tmp is not
+        os.chmod(shown, 0o755)  # noqa: S103 - the directory is traversable, the file in it root's only
+        secret = os.path.join(shown, "root-only")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"root's")
+        os.close(fd)
+        result = await LocalSandboxProvider(timeout=30).run_command(["cat", secret])
+    assert result.exit_code != 0
+    assert "Permission denied" in result.stderr
+    assert "root's" not in result.stdout

@@ -8,10 +8,12 @@ The content holds the user namespace the argv's flags require (:func:`bwrap.gate
 gate closed early (this process died, or the setup failed and it is killed) never lets a sandbox
 run outside its cgroup: bubblewrap refuses the argv.
 
-``runsc`` (gVisor; it reads no gate) and bubblewrap on a root worker still set themselves up between
-fork and exec (:func:`cgroups.child_setup`): a root worker's sandbox drops to the host uid there (and
-stages its bind sources as root first, :mod:`~ironflow.local.sandbox.identity`), and a process of
-another uid is out of ``prlimit``'s reach without ``CAP_SYS_RESOURCE``.
+On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURCE`` no ``prlimit``
+reaches a process of another uid: the gated process is bash, still root, waiting on a second gate
+(:data:`_ROOT_WAIT`) before ``setpriv`` drops it and executes bubblewrap. ``runsc`` (gVisor; it
+reads no gate), and bubblewrap whose bind sources a root worker stages in a private mount
+namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv`` or bash, still set
+themselves up between fork and exec (:func:`cgroups.child_setup`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ import asyncio
 import contextlib
 import os
 import resource
+import shutil
 import signal
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
 
 __all__ = ["Gate", "start"]
+
+#: A root worker's gated sandbox waits as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
+#: ``CAP_SYS_RESOURCE``) for a line on its gate fd, then drops to the host uid through ``setpriv``
+#: and executes bubblewrap; a gate closed without the line ends it (125) before anything ran.
+_ROOT_WAIT: Final = 'read -r _ <&{fd} || exit 125; exec {fd}<&- "$@"'
 
 
 #: The gates not yet closed, by the fd bubblewrap reads them from: whoever starts a process that
@@ -65,8 +73,10 @@ class Gate:
                 setattr(self, name, -1)
 
 
-def _join(pid: int, procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int], ...], gate: Gate) -> None:
-    """Put the gated process ``pid`` in its cgroup and rlimits, then open its gate (a thread's:
+def _join(
+    pid: int, procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int], ...], gates: tuple[Gate | None, ...]
+) -> None:
+    """Put the gated process ``pid`` in its cgroup and rlimits, then open its gates in order (a thread's:
     a cgroup v1 move waits out an RCU grace period, milliseconds the event loop should not stall)."""
     for path in procs_files:
         fd = os.open(path, os.O_WRONLY)
@@ -76,7 +86,9 @@ def _join(pid: int, procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int]
             os.close(fd)
     for which, value in pairs:
         resource.prlimit(pid, which, (value, value))
-    gate.release()
+    for gate in gates:
+        if gate is not None:
+            gate.release()
 
 
 async def start(
@@ -94,8 +106,8 @@ async def start(
     late_setup: Callable[[], None] | None = None,
 ) -> asyncio.subprocess.Process:
     """``argv`` started in ``group`` with the rlimits ``pairs``, leading its own process group;
-    gated when it inherits a :class:`Gate`'s fd and the worker is not root, else set up
-    between fork and exec (then ``late_setup`` runs there last).
+    gated when it inherits a :class:`Gate`'s fd (see the module's docstring for when it cannot be),
+    else set up between fork and exec (then ``late_setup`` runs there last).
 
     Raises:
         SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed).
@@ -103,42 +115,56 @@ async def start(
     procs_files = group.procs_files if group is not None else ()
     gate = next((_OPEN[fd] for fd in pass_fds if fd in _OPEN), None)
     options: dict[str, Any] = {}
-    # A root worker's sandbox drops to the host uid before it executes, and without CAP_SYS_RESOURCE
-    # no prlimit reaches a process of another uid: it still sets itself up between fork and exec.
-    gated = gate is not None and host_uid is None
+    waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
+    root_gated = gate is not None and host_uid is not None and not binds
+    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated else (None, None)
+    if setpriv is not None and bash is not None and host_uid is not None:
+        waiting = Gate(b"\n")
+        uid = str(host_uid)
+        drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+        argv = [bash, "-c", _ROOT_WAIT.format(fd=waiting.read_fd), "ironflow-gate", *drop, *argv]
+        pass_fds = (*pass_fds, waiting.read_fd)
+    # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
+    gated = gate is not None and (host_uid is None or waiting is not None)
     if not gated and (procs_files or pairs or host_uid is not None or late_setup is not None):
         options["preexec_fn"] = _setup_in_child(cgroups.child_setup(procs_files, pairs, host_uid, binds), late_setup)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        env=dict(env),
-        cwd="/",
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,  # one process group to kill where there is no cgroup
-        pass_fds=pass_fds,
-        **options,
-    )
-    if gate is None:
-        return proc
-    loop = asyncio.get_running_loop()
-    if not gated:  # set up in the child: the gate only carries the content
-        await asyncio.shield(loop.run_in_executor(None, gate.release))
-        return proc
-    joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, gate)
     try:
-        await asyncio.shield(joined)
-    except BaseException as exc:
-        with contextlib.suppress(BaseException):
-            await joined  # the thread holds the gate until it is done with it
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)  # at its gate, or refused by it: nothing of the sandbox ran
-        gate.close()
-        await asyncio.shield(proc.wait())
-        if isinstance(exc, OSError):
-            raise errors.SandboxError(f"could not put the sandbox in its cgroup and limits: {exc.strerror}") from None
-        raise
-    return proc
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=dict(env),
+            cwd="/",
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # one process group to kill where there is no cgroup
+            pass_fds=pass_fds,
+            **options,
+        )
+        if gate is None:
+            return proc
+        loop = asyncio.get_running_loop()
+        if not gated:  # set up in the child: the gate only carries the content
+            await asyncio.shield(loop.run_in_executor(None, gate.release))
+            return proc
+        joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate))
+        try:
+            await asyncio.shield(joined)
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                await joined  # the thread holds the gates until it is done with them
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)  # at its gate, or refused by it: nothing of the sandbox ran
+            gate.close()
+            await asyncio.shield(proc.wait())
+            if isinstance(exc, OSError):
+                raise errors.SandboxError(
+                    f"could not put the sandbox in its cgroup and limits: {exc.strerror}"
+                ) from None
+            raise
+        return proc
+    finally:
+        if waiting is not None:
+            waiting.close()
 
 
 def _setup_in_child(setup: Callable[[], None], late: Callable[[], None] | None) -> Callable[[], None]:
