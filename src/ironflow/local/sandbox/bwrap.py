@@ -15,7 +15,9 @@ readable), nor in the environment of bubblewrap's own process: that process runs
 in its network namespace, before seccomp, and a variable such as ``LD_PRELOAD`` given to it ran
 a library there. bubblewrap gets a fixed environment of its own; the sandbox's comes in through
 ``--args FD`` (:func:`env_args`: ``--clearenv`` then one ``--setenv`` a variable, NUL-separated,
-read from a memfd and closed by bubblewrap), so only the sandboxed process ever has it.
+read from the launch's gate pipe and closed by bubblewrap), so only the sandboxed process ever has
+it. With that gate the user namespace flags come through it too (:func:`gate_args`): an argv whose
+gate closed empty is refused by bubblewrap, never run outside its cgroup.
 The host listing this module needs (entries of ``/`` and ``/etc``) is passed in, so
 the argv is a function of its inputs.
 """

@@ -15,7 +15,8 @@ sandbox that waits in a pool. The runtime keeps its
 commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
 drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
-The sandbox's first process (bwrap or ``runsc run``) gets SIGKILL when this process dies.
+The sandbox's first process gets SIGKILL when this process dies (bubblewrap by its ``--die-with-parent``,
+``runsc run`` by a parent-death signal set between fork and exec).
 
 It never keeps a session: the table of open sessions, their TTL and their teardown are
 :class:`~ironflow.local.sessions.local_sessions.LocalSessions`'.
