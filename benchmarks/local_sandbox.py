@@ -3,15 +3,19 @@
 The same command (``true``) runs ``--runs`` times each way, interleaved, through the same
 asyncio subprocess path; the sandboxed cases go through ``LocalSandboxProvider.run_command``
 (argv rendering, temp dir, fresh namespaces, teardown included). A case whose runtime is
-missing is reported as skipped. With ``--docker`` (a daemon at ``DOCKER_HOST`` holding the runner
+missing is reported as skipped. bubblewrap's case has two floors measured in the same run: bubblewrap
+started straight from ``asyncio`` with ironflow's own argv (its flags, gate and seccomp fd, as the
+sandbox's host uid; no cgroup, no rlimit, no temp dir), and a minimal bubblewrap (``--ro-bind / /``,
+``--dev``, ``--proc``, ``--unshare-all``). With ``--docker`` (a daemon at ``DOCKER_HOST`` holding the runner
 image), Docker's case has a peer measured in the same run: a plain ``docker run --rm --network none``
 of the same image and command, so what ironflow adds to Docker's own start is a ratio to it.
 
     python benchmarks/local_sandbox.py [--runs 20] [--docker]
 
-Targets: bubblewrap adds at most 30 ms; ironflow's Docker sandbox takes at most 1.5 times a plain
-``docker run``. Last line: ``RESULT bwrap_added_ms=… gvisor_added_ms=…`` (``nan`` when skipped),
-and with ``--docker`` ``docker_vs_plain=…``.
+Targets: bubblewrap adds at most 30 ms, takes at most 1.3 times bubblewrap with ironflow's own flags
+and at most 2 times a minimal bubblewrap; ironflow's Docker sandbox takes at most 1.5 times a plain
+``docker run``. Last line: ``RESULT bwrap_added_ms=… gvisor_added_ms=… bwrap_vs_own_flags=…
+bwrap_vs_minimal=…`` (``nan`` when skipped), and with ``--docker`` ``docker_vs_plain=…``.
 """
 
 from __future__ import annotations
@@ -23,11 +27,28 @@ import shutil
 import statistics
 import time
 
+from ironflow.local.sandbox import argv as sandbox_argv
+from ironflow.local.sandbox import environment
 from ironflow.local.sandbox_provider import LocalSandboxProvider
 
 COMMAND = ["true"]
 TARGET_BWRAP_ADDED_MS = 30.0
 TARGET_DOCKER_RATIO = 1.5
+TARGET_OWN_FLAGS_RATIO = 1.3
+TARGET_MINIMAL_RATIO = 2.0
+#: The least bubblewrap that starts a process in new namespaces.
+MINIMAL_BWRAP = (
+    "bwrap",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--unshare-all",
+    "--die-with-parent",
+)
 
 
 async def _bare_once() -> float:
@@ -36,6 +57,45 @@ async def _bare_once() -> float:
         *COMMAND, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     await proc.communicate()
+    return (time.perf_counter() - start) * 1000
+
+
+async def _minimal_bwrap_once() -> float:
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *MINIMAL_BWRAP, *COMMAND, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"the minimal bubblewrap failed: {err.decode(errors='replace').strip()}")
+    return (time.perf_counter() - start) * 1000
+
+
+async def _own_flags_once(provider: LocalSandboxProvider) -> float:
+    """ironflow's own bubblewrap argv, started as its sandbox's host uid with its gate opened at once:
+    the argv's cost without the launch path's (cgroup, rlimits, temp dir, teardown)."""
+    shape = provider.shape()
+    env = environment.sandbox_env(dict(provider.env))
+    start = time.perf_counter()
+    with sandbox_argv.sandbox_fds("bwrap", env) as fds:
+        argv, _ = sandbox_argv.render(
+            shape, tuple(COMMAND), tmp=None, working_dir=None, mounts=(), proxy_socket=None, env=env, fds=fds
+        )
+        uid = shape.host_uid
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=fds.inherited,
+            user=uid,
+            group=uid,
+            extra_groups=None if uid is None else [],
+        )
+        assert fds.gate is not None
+        fds.gate.release()
+        _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"bubblewrap with ironflow's flags failed: {err.decode(errors='replace').strip()}")
     return (time.perf_counter() - start) * 1000
 
 
@@ -67,8 +127,14 @@ async def _measure(runs: int, isolations: list[str]) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"bare": [], **{i: [] for i in isolations}}
     if "docker" in providers:
         times["plain docker run"] = []
+    if "bwrap" in providers:
+        times["bwrap, ironflow's flags"] = []
+        times["minimal bwrap"] = []
     for _ in range(runs):
         times["bare"].append(await _bare_once())
+        if "bwrap" in providers:
+            times["bwrap, ironflow's flags"].append(await _own_flags_once(providers["bwrap"]))
+            times["minimal bwrap"].append(await _minimal_bwrap_once())
         for isolation, provider in providers.items():
             times[isolation].append(await _sandboxed_once(provider))
             if isolation == "docker" and provider.docker_image is not None:
@@ -90,6 +156,12 @@ async def main(runs: int, docker: bool) -> None:
         median = statistics.median(times[isolation])
         added[isolation] = median - bare
         rows.append((isolation, median, median - bare))
+    floors = {"own": math.nan, "minimal": math.nan}
+    if "bwrap" in times:
+        for key, name in (("own", "bwrap, ironflow's flags"), ("minimal", "minimal bwrap")):
+            floor = statistics.median(times[name])
+            rows.append((f"{name} (floor)", floor, floor - bare))
+            floors[key] = statistics.median(times["bwrap"]) / floor
     ratio = math.nan
     if docker:
         plain, ours = statistics.median(times["plain docker run"]), statistics.median(times["docker"])
@@ -102,12 +174,19 @@ async def main(runs: int, docker: bool) -> None:
         print(f"{name:<34} {median:>10.2f} {extra:>10.2f}")
     verdict = "met" if added["bwrap"] <= TARGET_BWRAP_ADDED_MS else "MISSED"
     print(f"target: bubblewrap adds <= {TARGET_BWRAP_ADDED_MS:g} ms: {verdict}")
+    for key, limit, name in (
+        ("own", TARGET_OWN_FLAGS_RATIO, "bubblewrap with ironflow's own flags"),
+        ("minimal", TARGET_MINIMAL_RATIO, "a minimal bubblewrap"),
+    ):
+        verdict = "met" if floors[key] <= limit else "MISSED"
+        print(f"target: the bubblewrap sandbox takes <= {limit:g} x {name} ({floors[key]:.2f}): {verdict}")
     if docker:
         verdict = "met" if ratio <= TARGET_DOCKER_RATIO else "MISSED"
         print(
             f"target: the docker sandbox takes <= {TARGET_DOCKER_RATIO:g} x a plain docker run ({ratio:.2f}): {verdict}"
         )
     result = f"bwrap_added_ms={added['bwrap']:.2f} gvisor_added_ms={added['gvisor']:.2f}"
+    result += f" bwrap_vs_own_flags={floors['own']:.2f} bwrap_vs_minimal={floors['minimal']:.2f}"
     print(f"RESULT {result}" + (f" docker_vs_plain={ratio:.2f}" if docker else ""))
 
 

@@ -19,7 +19,7 @@ def test_v2_files_bound_processes_memory_swap_and_cpu() -> None:
         "pids.max": "7",
         "memory.max": str(1 << 20),
         "memory.swap.max": "0",
-        "cpu.weight": "50",
+        "cpu.weight": "100",
         "cpu.max": "150000 100000",
     }
 

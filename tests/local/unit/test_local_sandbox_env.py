@@ -108,3 +108,13 @@ def test_a_mount_beside_the_masks_is_kept(target: str) -> None:
         bwrap.BwrapSettings(command=("true",), root_entries=(), read_only_mounts=(bwrap.ReadOnlyMount("/s", target),))
     )
     assert ["--ro-bind", "/s", target] == argv[argv.index("/s") - 1 : argv.index("/s") + 2]
+
+
+def test_with_a_gate_the_user_namespace_comes_through_it_so_an_empty_gate_is_refused() -> None:
+    base = bwrap.BwrapSettings(command=("true",), root_entries=(bwrap.HostEntry("usr", is_dir=True),))
+    gated = bwrap.bwrap_argv(dataclasses.replace(base, env_fd=7))
+    assert "--unshare-user" not in gated
+    assert "--unshare-all" not in gated
+    assert "--disable-userns" in gated  # bubblewrap refuses it without --unshare-user
+    args = _split(bwrap.gate_args({"A": "1"}))
+    assert args == ["--unshare-all", "--unshare-user", "--clearenv", "--setenv", "A", "1"]

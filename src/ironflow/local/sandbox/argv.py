@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, identity, seccomp
+from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, identity, seccomp, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
 
 __all__ = [
@@ -77,8 +77,14 @@ class SandboxFds:
     """The descriptors bubblewrap reads as it starts (none under gVisor, whose spec holds the env)."""
 
     seccomp: int | None = None
-    #: The sandbox's environment as :func:`bwrap.env_args` writes it (``bwrap --args``).
-    env: int | None = None
+    #: bubblewrap's gate (``bwrap --args``): its namespaces and the sandbox's environment
+    #: (:func:`bwrap.gate_args`), released once it is in its cgroup (:mod:`~ironflow.local.sandbox.spawn`).
+    gate: spawn.Gate | None = None
+
+    @property
+    def env(self) -> int | None:
+        """The fd bubblewrap reads its gate from."""
+        return None if self.gate is None else self.gate.read_fd
 
     @property
     def inherited(self) -> tuple[int, ...]:
@@ -374,8 +380,8 @@ def _bwrap_filter() -> bytes | None:
 
 @contextlib.contextmanager
 def sandbox_fds(isolation: environment.Isolation, env: Mapping[str, str]) -> Iterator[SandboxFds]:
-    """For one bubblewrap run, the seccomp program and the sandbox's ``env`` (:func:`bwrap.env_args`),
-    each in a fresh memfd that bubblewrap reads to the end; nothing under gVisor (its spec holds ``env``).
+    """For one bubblewrap run, the seccomp program in a fresh memfd and the gate that carries ``env``
+    (:func:`bwrap.gate_args`), both read by bubblewrap to the end; nothing under gVisor (its spec holds ``env``).
 
     Raises:
         ConfigError: ``env`` holds a name or value no environment can carry.
@@ -384,9 +390,12 @@ def sandbox_fds(isolation: environment.Isolation, env: Mapping[str, str]) -> Ite
         yield SandboxFds()
         return
     program = _bwrap_filter()
+    content = bwrap.gate_args(env)  # refuses a bad env before any fd is made
     with contextlib.ExitStack() as stack:
         seccomp_fd = None if program is None else stack.enter_context(_memfd("ironflow-seccomp", program))
-        yield SandboxFds(seccomp_fd, stack.enter_context(_memfd("ironflow-env", bwrap.env_args(env))))
+        gate = spawn.Gate(content)
+        stack.callback(gate.close)
+        yield SandboxFds(seccomp_fd, gate)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,9 @@ readable), nor in the environment of bubblewrap's own process: that process runs
 in its network namespace, before seccomp, and a variable such as ``LD_PRELOAD`` given to it ran
 a library there. bubblewrap gets a fixed environment of its own; the sandbox's comes in through
 ``--args FD`` (:func:`env_args`: ``--clearenv`` then one ``--setenv`` a variable, NUL-separated,
-read from a memfd and closed by bubblewrap), so only the sandboxed process ever has it.
+read from the launch's gate pipe and closed by bubblewrap), so only the sandboxed process ever has
+it. With that gate the user namespace flags come through it too (:func:`gate_args`): an argv whose
+gate closed empty is refused by bubblewrap, never run outside its cgroup.
 The host listing this module needs (entries of ``/`` and ``/etc``) is passed in, so
 the argv is a function of its inputs.
 """
@@ -47,6 +49,7 @@ __all__ = [
     "check_command_and_sizes",
     "check_size",
     "env_args",
+    "gate_args",
     "mask_problem",
     "relay_argv",
 ]
@@ -88,6 +91,13 @@ EGRESS_SOCKET_PATH: Final = "/run/ironflow/egress-proxy.sock"
 #: Where the relay script appears inside the sandbox: a fixed path, because the package
 #: may live anywhere on the host, /tmp (hidden in the sandbox) included.
 FORWARDER_PATH: Final = "/run/ironflow/forwarder.py"
+
+
+#: The namespaces the gate's content makes (:func:`gate_args`); on the argv when there is no gate.
+_GATED_FLAGS: Final = (
+    "--unshare-all",  # user, pid, ipc, uts, net, cgroup: only `lo` in the network namespace
+    "--unshare-user",  # explicit: as root, --unshare-all alone keeps the host's user namespace
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class BwrapSettings:
     bwrap_path: str = "bwrap"
     #: An open descriptor holding a seccomp BPF program (:mod:`ironflow.local.sandbox.seccomp`).
     seccomp_fd: int | None = None
-    #: An open descriptor holding the sandbox's environment as :func:`env_args` writes it.
+    #: The gate bubblewrap reads its namespaces and the sandbox's environment from (:func:`gate_args`).
     env_fd: int | None = None
     #: A host directory bound read-write at ~/.claude/projects: Claude Code's conversations (the pod's
     #: conversations claim).
@@ -180,6 +190,14 @@ def env_args(env: Mapping[str, str]) -> bytes:
             )
         out += [b"--setenv", name.encode(), value.encode()]
     return b"".join(arg + b"\0" for arg in out)
+
+
+def gate_args(env: Mapping[str, str]) -> bytes:
+    """What bubblewrap reads from its gate (``--args FD``, :mod:`~ironflow.local.sandbox.spawn`): the
+    user namespace the argv's ``--uid``/``--disable-userns`` require, then :func:`env_args`. A gate
+    closed without them (the worker died before the cgroup was joined) is a refused argv, never a
+    sandbox outside its limits."""
+    return b"".join(flag.encode() + b"\0" for flag in _GATED_FLAGS) + env_args(env)
 
 
 def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) -> list[str]:
@@ -287,8 +305,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     uid = str(settings.uid)
     argv = [settings.bwrap_path, *(["--args", str(settings.env_fd)] if settings.env_fd is not None else [])]
     argv += [
-        "--unshare-all",  # user, pid, ipc, uts, net, cgroup: only `lo` in the network namespace
-        "--unshare-user",  # explicit: as root, --unshare-all alone keeps the host's user namespace
+        *(_GATED_FLAGS if settings.env_fd is None else ()),  # else in the gate (:func:`gate_args`)
         "--disable-userns",  # no nested user namespace (the pod's RuntimeDefault seccomp refuses them too)
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the caller's terminal

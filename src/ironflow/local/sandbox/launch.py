@@ -2,7 +2,8 @@
 
 The one place sandbox processes start and die. Each sandbox gets its own cgroup
 (:mod:`ironflow.local.sandbox.cgroups`: processes, memory, CPU) and rlimits, joined before the
-sandbox runtime executes, and leads its own process group. On the way out (exit,
+sandbox runtime does anything (:mod:`~ironflow.local.sandbox.spawn`), and leads its own
+process group. On the way out (exit,
 timeout, cancellation, ``release_run``) the whole cgroup is killed and removed, and the
 wait for it is shielded from the caller's cancellation: no call returns while anything
 of its sandbox still runs. A sandbox is registered before its process starts, so
@@ -24,6 +25,7 @@ from typing import Any, Final, Protocol
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.local.sandbox import cgroups, gvisor, limits
+from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.provider import LogSink
 from ironflow.steps import StepScope
 
@@ -182,19 +184,18 @@ class SandboxProcesses:
                 except OSError as exc:
                     raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
             spawn = asyncio.ensure_future(
-                asyncio.create_subprocess_exec(
-                    *argv,
-                    # The sandbox's own is in its argv's fd, gVisor's spec or Docker's env file.
-                    env=dict(RUNTIME_ENV if self.containers is None else self.containers.env),
-                    cwd="/",
+                sandbox_spawn.start(
+                    argv,
+                    group=group,
+                    pairs=self._rlimits,
+                    host_uid=self.host_uid,
+                    binds=binds,
+                    # The sandbox's own is in its argv's gate, gVisor's spec or Docker's env file.
+                    env=RUNTIME_ENV if self.containers is None else self.containers.env,
+                    pass_fds=pass_fds,
                     stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
-                    start_new_session=True,  # one process group to kill where there is no cgroup
-                    pass_fds=pass_fds,
-                    preexec_fn=cgroups.child_setup(
-                        group.procs_files if group is not None else (), self._rlimits, self.host_uid, binds
-                    ),
                 )
             )
             try:

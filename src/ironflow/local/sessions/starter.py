@@ -16,7 +16,8 @@ sandbox that waits in a pool. The runtime keeps its
 commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
 drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
-The sandbox's first process (bwrap or ``runsc run``) gets SIGKILL when this process dies.
+The sandbox's first process gets SIGKILL when this process dies (bubblewrap by its ``--die-with-parent``,
+``runsc run`` by a parent-death signal set between fork and exec).
 
 It never keeps a session: the table of open sessions, their TTL and their teardown are
 :class:`~ironflow.local.sessions.local_sessions.LocalSessions`'.
@@ -42,6 +43,7 @@ from ironflow.claude import layout
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, gvisor, launch
 from ironflow.local.sandbox import limits as sandbox_limits
+from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.local.sessions import gvisor_runtime
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.workspaces import copies as local_workspaces
@@ -275,20 +277,20 @@ class SessionStarter:
             data="memory" not in processes.support.controllers,
             gvisor=self.provider.isolation == "gvisor",
         )
-        setup = self._dying_with_us(
-            cgroups.child_setup(group.procs_files if group else (), pairs, processes.host_uid, binds)
-        )
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=dict(launch.RUNTIME_ENV),
-                cwd="/",
+            proc = await sandbox_spawn.start(
+                argv,
+                group=group,
+                pairs=pairs,
+                host_uid=processes.host_uid,
+                binds=binds,
+                env=launch.RUNTIME_ENV,
+                pass_fds=fds,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=fds,
-                preexec_fn=setup,
+                # runsc run has no --die-with-parent; bubblewrap's dies with this process by its own flag.
+                late_setup=self._dying_with_us() if self.provider.isolation == "gvisor" else None,
             )
         except BaseException:
             if group is not None:
@@ -296,14 +298,13 @@ class SessionStarter:
             raise
         return proc, group
 
-    def _dying_with_us(self, setup: Callable[[], None]) -> Callable[[], None]:
-        """``setup``, then SIGKILL for the sandbox's first process when this one dies: ``runsc run``
-        has no ``--die-with-parent`` (its sandbox and gofer die with it). Set last: a uid change
-        clears it."""
+    def _dying_with_us(self) -> Callable[[], None]:
+        """SIGKILL for the sandbox's first process when this one dies (after its other setup, between
+        fork and exec): ``runsc run`` has no ``--die-with-parent`` (its sandbox and gofer die with it).
+        Set last: a uid change clears it."""
         prctl, parent = self._libc.prctl, os.getpid()
 
         def run() -> None:
-            setup()
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # this process died before the prctl: no signal will come
                 os._exit(1)

@@ -1,0 +1,178 @@
+"""Start a sandbox's first process inside its cgroup and rlimits, without code between fork and exec (I/O).
+
+bubblewrap is started gated: its argv opens with ``--args GATE``, a pipe it reads to the end
+before it does anything else. It is spawned with no ``preexec_fn`` (so CPython can vfork
+instead of copying the worker's memory); this process then writes it into its
+cgroup and sets its rlimits (``prlimit``), and only then writes the gate's content and closes it.
+The content holds the user namespace the argv's flags require (:func:`bwrap.gate_args`), so a
+gate closed early (this process died, or the setup failed and it is killed) never lets a sandbox
+run outside its cgroup: bubblewrap refuses the argv.
+
+On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURCE`` no ``prlimit``
+reaches a process of another uid: the gated process is bash, still root, waiting on a second gate
+(:data:`_ROOT_WAIT`) before ``setpriv`` drops it and executes bubblewrap. ``runsc`` (gVisor; it
+reads no gate), and bubblewrap whose bind sources a root worker stages in a private mount
+namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv`` or bash, still set
+themselves up between fork and exec (:func:`cgroups.child_setup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import signal
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ironflow import errors
+from ironflow.local.sandbox import cgroups
+
+__all__ = ["Gate", "start"]
+
+#: A root worker's gated sandbox waits as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
+#: ``CAP_SYS_RESOURCE``) for a line on its gate fd, then drops to the host uid through ``setpriv``
+#: and executes bubblewrap; a gate closed without the line ends it (125) before anything ran.
+_ROOT_WAIT: Final = 'read -r _ <&{fd} || exit 125; exec {fd}<&- "$@"'
+
+
+#: The gates not yet closed, by the fd bubblewrap reads them from: whoever starts a process that
+#: inherits that fd releases its gate (the callers hand on fds, not gates).
+_OPEN: dict[int, Gate] = {}
+
+
+class Gate:
+    """The write end of a gated bubblewrap's ``--args`` pipe and what it is released with; this
+    process's own (close-on-exec), closed once released or given up."""
+
+    def __init__(self, data: bytes) -> None:
+        self.read_fd, self._write_fd = os.pipe()  # both close-on-exec: the read end goes by pass_fds
+        self._data = data
+        _OPEN[self.read_fd] = self
+
+    def release(self) -> None:
+        """Write the content and close, so bubblewrap reads it to its end (blocking: a thread's)."""
+        view = memoryview(self._data)
+        try:
+            while view:
+                view = view[os.write(self._write_fd, view) :]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close both ends (idempotent); a gate closed unreleased makes bubblewrap refuse its argv."""
+        if _OPEN.get(self.read_fd) is self:
+            del _OPEN[self.read_fd]
+        for name in ("read_fd", "_write_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, -1)
+
+
+def _join(
+    pid: int, procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int], ...], gates: tuple[Gate | None, ...]
+) -> None:
+    """Put the gated process ``pid`` in its cgroup and rlimits, then open its gates in order (a thread's:
+    a cgroup v1 move waits out an RCU grace period, milliseconds the event loop should not stall)."""
+    for path in procs_files:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, str(pid).encode())
+        finally:
+            os.close(fd)
+    for which, value in pairs:
+        resource.prlimit(pid, which, (value, value))
+    for gate in gates:
+        if gate is not None:
+            gate.release()
+
+
+async def start(
+    argv: list[str],
+    *,
+    group: cgroups.SandboxCgroup | None,
+    pairs: tuple[tuple[int, int], ...],
+    host_uid: int | None,
+    binds: tuple[tuple[bytes, bytes], ...],
+    env: Mapping[str, str],
+    pass_fds: tuple[int, ...],
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    late_setup: Callable[[], None] | None = None,
+) -> asyncio.subprocess.Process:
+    """``argv`` started in ``group`` with the rlimits ``pairs``, leading its own process group;
+    gated when it inherits a :class:`Gate`'s fd (see the module's docstring for when it cannot be),
+    else set up between fork and exec (then ``late_setup`` runs there last).
+
+    Raises:
+        SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed).
+    """
+    procs_files = group.procs_files if group is not None else ()
+    gate = next((_OPEN[fd] for fd in pass_fds if fd in _OPEN), None)
+    options: dict[str, Any] = {}
+    waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
+    root_gated = gate is not None and host_uid is not None and not binds
+    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated else (None, None)
+    if setpriv is not None and bash is not None and host_uid is not None:
+        waiting = Gate(b"\n")
+        uid = str(host_uid)
+        drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+        argv = [bash, "-c", _ROOT_WAIT.format(fd=waiting.read_fd), "ironflow-gate", *drop, *argv]
+        pass_fds = (*pass_fds, waiting.read_fd)
+    # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
+    gated = gate is not None and (host_uid is None or waiting is not None)
+    if not gated and (procs_files or pairs or host_uid is not None or late_setup is not None):
+        options["preexec_fn"] = _setup_in_child(cgroups.child_setup(procs_files, pairs, host_uid, binds), late_setup)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=dict(env),
+            cwd="/",
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # one process group to kill where there is no cgroup
+            pass_fds=pass_fds,
+            **options,
+        )
+        if gate is None:
+            return proc
+        loop = asyncio.get_running_loop()
+        if not gated:  # set up in the child: the gate only carries the content
+            await asyncio.shield(loop.run_in_executor(None, gate.release))
+            return proc
+        joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate))
+        try:
+            await asyncio.shield(joined)
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                await joined  # the thread holds the gates until it is done with them
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)  # at its gate, or refused by it: nothing of the sandbox ran
+            gate.close()
+            await asyncio.shield(proc.wait())
+            if isinstance(exc, OSError):
+                raise errors.SandboxError(
+                    f"could not put the sandbox in its cgroup and limits: {exc.strerror}"
+                ) from None
+            raise
+        return proc
+    finally:
+        if waiting is not None:
+            waiting.close()
+
+
+def _setup_in_child(setup: Callable[[], None], late: Callable[[], None] | None) -> Callable[[], None]:
+    if late is None:
+        return setup
+
+    def both() -> None:
+        setup()
+        late()
+
+    return both
