@@ -5,7 +5,8 @@ Legacy endpoints, as the upstream python runtime (and its SDK) speak them: ``GET
 (``/ironflow/v1/``): commands with argv, env, cwd and stdin that stream newline-delimited
 JSON events and may run in the background (wait, kill), in a pty if asked, with stdin writes,
 signals and resize after start (the sibling ``terminal.py``); raw file writes, removal, mkdir,
-directory tar streams in and out. Every path is confined to the workspace (403).
+directory tar streams in and out, directory watches (the sibling ``watch.py``). Every path is
+confined to the workspace (403).
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
 an inherited fd or a file deleted once read, never the environment, so the commands run
@@ -250,6 +251,13 @@ class Handler:
             return self.json(200, {"size": self.save(self.rt.resolve(rel), body, bool(query.get("mkdir")))})
         if (method, kind) == ("GET", "tar"):
             return self.tar_out(self.rt.resolve(rel))
+        if (method, kind) == ("GET", "watch"):  # watch.py: a directory's events, as they come
+            try:
+                watch = __import__("watch")
+            except ImportError:  # a pod's exec runtime ships without it
+                raise HttpError(501, "this session's runtime has no directory watch") from None
+            watch.serve(self, self.rt.resolve(rel), query)
+            return None
         if (method, kind) == ("PUT", "tar"):
             return self.tar_in(self.rt.resolve(rel), body)
         raise HttpError(404, "Not found")
