@@ -12,12 +12,10 @@ import select
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 from tests.sessions.integration.serving import CLI, Served, ironflow
 
-from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import AsyncSandbox, OpenOptions, WatchEvent
 
@@ -29,20 +27,9 @@ pytestmark = [
 WAIT_S = 20.0
 
 
-@pytest.fixture(
-    params=[
-        "bwrap",
-        pytest.param(
-            "gvisor",
-            marks=[pytest.mark.gvisor, pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc not installed")],
-        ),
-    ]
-)
-async def sandbox(request: pytest.FixtureRequest, state: Path) -> AsyncIterator[AsyncSandbox]:
-    async with (
-        LocalSessions(LocalSandboxProvider(isolation=request.param), state_dir=str(state)) as sessions,
-        await sessions.open(OpenOptions(ttl=120)) as opened,
-    ):
+@pytest.fixture
+async def sandbox(local_sessions: LocalSessions) -> AsyncIterator[AsyncSandbox]:
+    async with await local_sessions.open(OpenOptions(ttl=120)) as opened:
         yield opened
 
 
