@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from tests.sessions.integration.serving import CLI, Served, ironflow
 
+from ironflow import errors
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import AsyncSandbox, OpenOptions, WatchEvent
 
@@ -174,6 +175,41 @@ async def test_a_path_outside_the_workspace_or_no_directory_is_refused(sandbox: 
             await anext(aiter(sandbox.files.watch(path)))
     with pytest.raises(FileNotFoundError):
         await anext(aiter(sandbox.files.watch("plain")))
+
+
+async def test_at_most_16_watches_at_once_and_a_client_that_goes_frees_its_own(sandbox: AsyncSandbox) -> None:
+    await sandbox.files.mkdir("w")
+    held = [Watched(sandbox, "w") for _ in range(16)]
+    try:
+        for n, watched in enumerate(held):
+            await watched.ready(f"w/.ready-{n}-")
+        with pytest.raises(errors.ConfigError, match="16 watches are open in this session already"):
+            await anext(aiter(sandbox.files.watch("w")))
+        for watched in held[:4]:  # their connections close: the runtime sees each go within a second
+            await watched.aclose()
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                try:
+                    again = Watched(sandbox, "w")
+                    await again.ready("w/.again-")
+                    break
+                except errors.ConfigError:
+                    await asyncio.sleep(0.2)
+        held.append(again)
+    finally:
+        for watched in held:
+            await watched.aclose()
+
+
+async def test_a_watch_ends_when_its_session_closes(local_sessions: LocalSessions) -> None:
+    sandbox = await local_sessions.open(OpenOptions(ttl=60))
+    watched = Watched(sandbox, ".")
+    await watched.ready()
+    await local_sessions.close(sandbox.id)
+    async with asyncio.timeout(WAIT_S):
+        with pytest.raises(errors.SandboxError):
+            await watched.task
+    await sandbox.disconnect()
 
 
 def test_the_cli_prints_a_line_per_event_and_refuses_outside_in_one_line(served: Served) -> None:
