@@ -437,6 +437,12 @@ def _watch_idle(runtime: Runtime, idle: float) -> None:
             return
 
 
+def _end_at(expires_at: float) -> None:
+    while (left := expires_at - time.time()) > 0:
+        time.sleep(min(left, 60.0))  # the wall clock's: a suspended host wakes past it
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 #: Every option of the command line, ``--name-with-dashes``: its type (None: a flag) and default.
 def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
@@ -470,6 +476,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     if args.idle_timeout > 0:
         threading.Thread(target=_watch_idle, args=(runtime, args.idle_timeout), daemon=True).start()
+    if args.expires_at is not None:  # its server may be gone by then: the session ends itself
+        threading.Thread(target=_end_at, args=(args.expires_at,), daemon=True).start()
     print("ironflow-runtime: ready", file=sys.stderr, flush=True)
     while True:
         conn, _ = listener.accept()
