@@ -11,7 +11,7 @@ too: each sandbox dies with its parent). Cluster sessions live in the cluster: w
 ``keep_sessions`` the server lets go of them instead (they live to their TTL), and the next
 server routes them (:class:`~ironflow.sessions.backend.ClusterSessionBackend`); local
 bubblewrap sessions opened to be kept do the same by a record each
-(:mod:`ironflow.local.sessions.kept`; :class:`~ironflow.sessions.backend.KeepingSessionBackend`). The backend
+(:mod:`ironflow.local.sessions.adoption`; :class:`~ironflow.sessions.backend.KeepingSessionBackend`). The backend
 comes from the caller (the CLI builds it from the provider): this module imports none.
 """
 

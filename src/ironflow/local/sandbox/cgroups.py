@@ -205,7 +205,7 @@ class SandboxCgroup:
 
     def __init__(self, support: Support, sandbox_limits: limits.SandboxLimits, *, kept: bool = False) -> None:
         """``kept``: a session's that may outlive this process; its name is not a worker's, so no
-        sweep kills it when this process is gone (its records do: :mod:`ironflow.local.sessions.kept`)."""
+        sweep kills it when this process is gone (its records do: :mod:`ironflow.local.sessions.adoption`)."""
         self.support = support
         name = f"{KEPT_PREFIX if kept else _PREFIX}{os.getpid()}-{next(_counter)}"
         self.dirs: dict[str, str] = {}

@@ -16,7 +16,7 @@ state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup; a Doc
 which the daemon holds, goes at the next Docker sessions' :func:`~ironflow.local.sessions.docker_sessions.sweep`).
 Sessions live as long as the
 process that opened them (``ironflow sandbox serve``), unless kept (``keep_sessions``, bubblewrap:
-:mod:`~ironflow.local.sessions.kept`): the next instance on the state dir serves them again.
+:mod:`~ironflow.local.sessions.adoption`): the next instance on the state dir serves them again.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, step_proxy
 from ironflow.local.sessions import (
+    adoption,
     agents,
     changesets,
     docker_sessions,
     forks,
     gvisor_runtime,
-    kept,
     prewarm,
     session_controls,
     snapshots,
@@ -119,7 +119,7 @@ class LocalSessions(session_controls.LocalControls):
         self._activity: dict[str, SessionActivity] = {}
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
         self._kept: set[str] = set()  # the sessions with a record: an earlier server's, or kept at release
-        self._gone: list[kept.Kept] = []  # an earlier server's whose sandbox died: cleaned once a loop runs
+        self._gone: list[adoption.Kept] = []  # an earlier server's whose sandbox died: cleaned once a loop runs
         self._adopt()  # before the sweep: the kept sessions' directories are this process's from here
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
         # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
@@ -143,12 +143,12 @@ class LocalSessions(session_controls.LocalControls):
                 self._begin(session, session.info.expires_at - time.time(), None)
         gone, self._gone = self._gone, []
         for record in gone:
-            asyncio.get_running_loop().create_task(kept.clean(record, self.provider.processes.support))
+            asyncio.get_running_loop().create_task(adoption.clean(record, self.provider.processes.support))
 
     def _adopt(self) -> None:
         """An earlier server's kept sessions still running, taken; the rest (all without ``keep_sessions``) cleaned."""
         support = self.provider.processes.support
-        found, self._gone = kept.adopt(self.state_dir, _DIR_PREFIX, support, take=self.keep_sessions)
+        found, self._gone = adoption.adopt(self.state_dir, _DIR_PREFIX, support, take=self.keep_sessions)
         for session in found:
             self._sessions[session.info.id] = session
             self._kept.add(session.info.id)
@@ -221,10 +221,7 @@ class LocalSessions(session_controls.LocalControls):
         self._sessions[session_id] = session
         keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
         if self.keep_sessions and keepable:  # its record: the next server serves it again
-            cgroup = dict(session.group.dirs) if session.group is not None else {}
-            await asyncio.to_thread(
-                kept.save, session.directory, session.info, session.socket_path, session.token, session.proc.pid, cgroup
-            )
+            await asyncio.to_thread(adoption.save, session)
             self._kept.add(session_id)
         self._begin(session, ttl, options, seed.snapshot_id if seed else None)
         kill = functools.partial(self._starter.kill, session)
@@ -489,7 +486,7 @@ class LocalSessions(session_controls.LocalControls):
             await self.pool.aclose()
         gone, self._gone = self._gone, []
         for record in gone:  # an earlier server's, never served here
-            await kept.clean(record, self.provider.processes.support)
+            await adoption.clean(record, self.provider.processes.support)
         for session_id in list(self._sessions):
             await self.close(session_id)
 

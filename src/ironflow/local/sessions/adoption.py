@@ -59,19 +59,20 @@ class Kept:
         return now < self.info.expires_at and workdirs.start_time(self.pid) == self.start_time
 
 
-def save(directory: str, info: SessionInfo, socket_path: str, token: Secret, pid: int, cgroup: dict[str, str]) -> None:
+def save(session: StartedSession) -> None:
     """Write the record of a session just handed out (0600, replaced whole)."""
-    start = workdirs.start_time(pid)
+    start = workdirs.start_time(session.proc.pid)
     if start is None:
         return  # gone already: nothing to keep
     doc = {
-        "info": info.to_json(),
-        "socket_path": socket_path,
-        "token": token.reveal(),
-        "pid": pid,
+        "info": session.info.to_json(),
+        "socket_path": session.socket_path,
+        "token": session.token.reveal(),
+        "pid": session.proc.pid,
         "start_time": start,
-        "cgroup": cgroup,
+        "cgroup": dict(session.group.dirs) if session.group is not None else {},
     }
+    directory = session.directory
     temp = os.path.join(directory, RECORD + ".new")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
