@@ -55,8 +55,17 @@ class Kept:
     cgroup: dict[str, str]
 
     def alive(self, now: float) -> bool:
-        """Its sandbox's first process still runs (the same one: its start time) and its TTL has not passed."""
-        return now < self.info.expires_at and workdirs.start_time(self.pid) == self.start_time
+        """Its sandbox's first process still runs (the same one: its start time; not a zombie waiting
+        for init) and its TTL has not passed."""
+        return now < self.info.expires_at and workdirs.start_time(self.pid) == self.start_time and _running(self.pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
 
 
 def save(session: StartedSession) -> None:
