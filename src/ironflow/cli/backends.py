@@ -174,10 +174,11 @@ def session_backend(
     isolation: Isolation | None = None,
     git_hosts: GitHosts | None = None,
     pool: PoolPolicy | None = None,
+    keep_sessions: bool = False,
 ) -> SessionBackend:
     """The sandbox sessions of ``--backend``: the provider's own (``provider.sessions()``), local
-    from ``--isolation`` (with ``pool``, sandboxes kept warm), k8s / agent-sandbox from the file;
-    bad input exits 2 with one line."""
+    from ``--isolation`` (with ``pool``, sandboxes kept warm; ``keep_sessions``, sandboxes that outlive
+    the server), k8s / agent-sandbox from the file; bad input exits 2 with one line."""
     if isolation is not None and backend is not Backend.LOCAL:
         exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
     if provider_file is not None and backend is Backend.LOCAL:
@@ -189,18 +190,19 @@ def session_backend(
             backend, provider_file=provider_file, isolation=isolation or Isolation.BWRAP, git_hosts=git_hosts
         )
         # gVisor: runsc is looked for here; docker: a non-root worker is refused
-        return sessions_of(provider) if pool is None else pooled_sessions(provider, pool)
+        local = backend is Backend.LOCAL and (pool is not None or keep_sessions)
+        return pooled_sessions(provider, pool, keep_sessions=keep_sessions) if local else sessions_of(provider)
     except errors.IronflowError as exc:
         exits.fail_for(exc)
 
 
-def pooled_sessions(provider: AgentProvider, pool: PoolPolicy) -> SessionBackend:
-    """The local provider's sessions with ``pool``'s sandboxes kept warm (its flags are checked
-    to be ``--backend local``'s before this)."""
+def pooled_sessions(provider: AgentProvider, pool: PoolPolicy | None, *, keep_sessions: bool = False) -> SessionBackend:
+    """The local provider's sessions with ``pool``'s sandboxes kept warm, and kept across a restart
+    with ``keep_sessions`` (its flags are checked to be ``--backend local``'s before this)."""
     from ironflow.local.sandbox_provider import LocalSandboxProvider
 
     assert isinstance(provider, LocalSandboxProvider)
-    return provider.sessions(pool=pool)
+    return provider.sessions(pool=pool, keep_sessions=keep_sessions)
 
 
 def _as(provider: AgentProvider, module: str, name: str) -> Any:

@@ -4,7 +4,7 @@ A group over a table, like ``ironflow`` itself (:mod:`ironflow.cli.lazy`): a ses
 command (:mod:`ironflow.cli.sandbox_sessions`, a client of ``serve``) loads neither the
 server (:mod:`ironflow.cli.sandbox_serve`) nor the Kubernetes modules of the pattern commands
 (:mod:`ironflow.cli.sandbox_patterns`); snapshots, forks, pause and extend are
-:mod:`ironflow.cli.sandbox_snapshots`.
+:mod:`ironflow.cli.sandbox_snapshots`, a directory's watch :mod:`ironflow.cli.sandbox_watch`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _LIFECYCLE: Final = "ironflow.cli.sandbox_lifecycle"
 _TOKENS: Final = "ironflow.cli.sandbox_tokens"
 _SNAPSHOTS: Final = "ironflow.cli.sandbox_snapshots"
 _ROUTER: Final = "ironflow.cli.sandbox_cluster_router"
+_WATCH: Final = "ironflow.cli.sandbox_watch"
 
 #: Command name -> (module, the one-line help ``ironflow sandbox --help`` shows), in listing order.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
@@ -58,6 +59,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "diff": (
         _SESSIONS,
         "The patch of everything changed in a session's workspace since it was opened.",
+    ),
+    "watch": (
+        _WATCH,
+        "Print the changes under a session's directory, one line each, until Ctrl-C or the session ends.",
     ),
     "snapshot": (
         _SNAPSHOTS,

@@ -54,8 +54,8 @@ def serve(
         bool,
         typer.Option(
             "--keep-sessions",
-            help="k8s / agent-sandbox: on SIGINT/SIGTERM leave the sessions to their TTL (the next serve routes "
-            "them) instead of closing them.",
+            help="On SIGINT/SIGTERM leave the sessions to their TTL (the next serve serves them again) instead "
+            "of closing them; local: bubblewrap sessions without workspace, agent, egress or idle suspend.",
         ),
     ] = False,
     max_sessions: Annotated[
@@ -121,9 +121,11 @@ def _sessions(
     pool: pools.PoolPolicy | None = None,
 ) -> SessionBackend:
     """The sessions ``serve`` holds, the provider's own (local: bubblewrap by default); bad input exits 2."""
-    if keep_sessions and backend is Backend.LOCAL:
-        exits.fail("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
-    return backends.session_backend(backend, provider_file=provider, isolation=isolation, pool=pool)
+    if keep_sessions and backend is Backend.LOCAL and isolation not in (None, Isolation.BWRAP):
+        exits.fail(f"--keep-sessions for local sessions needs --isolation bwrap: {isolation} sessions die with serve")
+    return backends.session_backend(
+        backend, provider_file=provider, isolation=isolation, pool=pool, keep_sessions=keep_sessions
+    )
 
 
 def register(group: typer.Typer) -> None:

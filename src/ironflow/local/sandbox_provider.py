@@ -359,11 +359,14 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             limit_s=self.timeout,
         )
 
-    def sessions(self, *, state_dir: str | None = None, pool: PoolPolicy | None = None) -> local_sessions.LocalSessions:
+    def sessions(
+        self, *, state_dir: str | None = None, pool: PoolPolicy | None = None, keep_sessions: bool = False
+    ) -> local_sessions.LocalSessions:
         """This provider's sandbox sessions, in its sandbox (``state_dir``: where their sockets go;
-        ``pool``: sandboxes kept warm for them); under Docker, containers (a worker running as root).
+        ``pool``: sandboxes kept warm for them; ``keep_sessions``: they outlive this process, bubblewrap
+        only); under Docker, containers (a worker running as root).
 
         Their module (and its HTTP client) loads here: a one-shot step or command never needs it."""
         from ironflow.local.sessions import local_sessions
 
-        return local_sessions.LocalSessions(self, state_dir=state_dir, pool=pool)
+        return local_sessions.LocalSessions(self, state_dir=state_dir, pool=pool, keep_sessions=keep_sessions)

@@ -29,12 +29,14 @@ __all__ = [
     "PREFIX",
     "LiveDir",
     "Owner",
+    "claim",
     "current_owner",
     "format_marker",
     "live_dirs",
     "marked_dir",
     "parse_marker",
     "run_dir",
+    "start_time",
     "surely_gone",
     "sweep",
 ]
@@ -83,7 +85,7 @@ def parse_marker(text: str) -> Owner | None:
     return Owner(fields[1], fields[2], int(fields[3]), int(fields[4]))
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """When ``pid`` started (clock ticks after boot), or None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -113,7 +115,7 @@ def _owner(pid: int) -> Owner | None:
         boot_id, namespace = _machine()
     except OSError:
         return None
-    start = _start_time(pid)
+    start = start_time(pid)
     return None if start is None else Owner(boot_id, namespace, pid, start)
 
 
@@ -129,6 +131,20 @@ def marked_dir(temp_dir: str | None, prefix: str = PREFIX) -> str:
         finally:
             os.close(fd)
     return path
+
+
+def claim(path: str) -> None:
+    """Mark ``path`` (a marked directory an earlier process left) as this process's, so no sweep takes it."""
+    owner = current_owner()
+    if owner is None:
+        return
+    temp = os.path.join(path, _MARKER + ".new")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, format_marker(owner).encode())
+    finally:
+        os.close(fd)
+    os.replace(temp, os.path.join(path, _MARKER))
 
 
 @contextlib.contextmanager
@@ -167,7 +183,7 @@ def _stale(owner: Owner, boot_id: str, namespace: str) -> bool:
         return True
     if owner.pid_namespace != namespace:
         return False  # its pids mean nothing here
-    return _start_time(owner.pid) != owner.start_time
+    return start_time(owner.pid) != owner.start_time
 
 
 def surely_gone(owner: Owner) -> bool:

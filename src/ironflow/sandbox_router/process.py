@@ -9,7 +9,9 @@ ever printed. SIGINT and SIGTERM close every
 session before the process ends, so no sandbox outlives it (a SIGKILL takes local ones down
 too: each sandbox dies with its parent). Cluster sessions live in the cluster: with
 ``keep_sessions`` the server lets go of them instead (they live to their TTL), and the next
-server routes them (:class:`~ironflow.sessions.backend.ClusterSessionBackend`). The backend
+server routes them (:class:`~ironflow.sessions.backend.ClusterSessionBackend`); local
+bubblewrap sessions opened to be kept do the same by a record each
+(:mod:`ironflow.local.sessions.adoption`; :class:`~ironflow.sessions.backend.KeepingSessionBackend`). The backend
 comes from the caller (the CLI builds it from the provider): this module imports none.
 """
 
@@ -32,7 +34,12 @@ from aiohttp import web
 from ironflow import errors
 from ironflow.sandbox_router.app import DEFAULT_MAX_SESSIONS, build_app
 from ironflow.secrets import Secret
-from ironflow.sessions.backend import ClusterSessionBackend, PooledSessionBackend, SessionBackend
+from ironflow.sessions.backend import (
+    ClusterSessionBackend,
+    KeepingSessionBackend,
+    PooledSessionBackend,
+    SessionBackend,
+)
 from ironflow.sessions.remote import TOKEN_ENV, token_file
 
 __all__ = [
@@ -197,8 +204,8 @@ async def serve(
         OSError: the token file or its lock cannot be made.
     """
     owned = sessions
-    if keep_sessions and not isinstance(owned, ClusterSessionBackend):
-        raise errors.ConfigError("--keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve")
+    if keep_sessions and not isinstance(owned, ClusterSessionBackend | KeepingSessionBackend):
+        raise errors.ConfigError(f"--keep-sessions: {owned.backend} sessions die with serve")
     runner: web.AppRunner | None = None
     with contextlib.ExitStack() as held:  # the token file's lock: released last, once nothing answers
         try:
@@ -219,6 +226,8 @@ async def serve(
         finally:
             if keep_sessions and isinstance(owned, ClusterSessionBackend):
                 await owned.release()  # the sessions stay in the cluster for the next server
+            elif keep_sessions and isinstance(owned, KeepingSessionBackend):
+                await owned.keep()  # the kept ones live on for the next server
             else:
                 await owned.aclose()  # first: a streaming answer ends with its sandbox, and the runner stops at once
             if runner is not None:

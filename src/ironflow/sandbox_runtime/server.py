@@ -5,7 +5,8 @@ Legacy endpoints, as the upstream python runtime (and its SDK) speak them: ``GET
 (``/ironflow/v1/``): commands with argv, env, cwd and stdin that stream newline-delimited
 JSON events and may run in the background (wait, kill), in a pty if asked, with stdin writes,
 signals and resize after start (the sibling ``terminal.py``); raw file writes, removal, mkdir,
-directory tar streams in and out. Every path is confined to the workspace (403).
+directory tar streams in and out, directory watches (the sibling ``watch.py``). Every path is
+confined to the workspace (403).
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
 an inherited fd or a file deleted once read, never the environment, so the commands run
@@ -250,6 +251,13 @@ class Handler:
             return self.json(200, {"size": self.save(self.rt.resolve(rel), body, bool(query.get("mkdir")))})
         if (method, kind) == ("GET", "tar"):
             return self.tar_out(self.rt.resolve(rel))
+        if (method, kind) == ("GET", "watch"):  # watch.py: a directory's events, as they come
+            try:
+                watch = __import__("watch")
+            except ImportError:  # a pod's exec runtime ships without it
+                raise HttpError(501, "this session's runtime has no directory watch") from None
+            watch.serve(self, self.rt.resolve(rel), query)
+            return None
         if (method, kind) == ("PUT", "tar"):
             return self.tar_in(self.rt.resolve(rel), body)
         raise HttpError(404, "Not found")
@@ -429,6 +437,12 @@ def _watch_idle(runtime: Runtime, idle: float) -> None:
             return
 
 
+def _end_at(expires_at: float) -> None:
+    while (left := expires_at - time.time()) > 0:
+        time.sleep(min(left, 60.0))  # the wall clock's: a suspended host wakes past it
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 #: Every option of the command line, ``--name-with-dashes``: its type (None: a flag) and default.
 def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
@@ -462,6 +476,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     if args.idle_timeout > 0:
         threading.Thread(target=_watch_idle, args=(runtime, args.idle_timeout), daemon=True).start()
+    if args.expires_at is not None:  # its server may be gone by then: the session ends itself
+        threading.Thread(target=_end_at, args=(args.expires_at,), daemon=True).start()
     print("ironflow-runtime: ready", file=sys.stderr, flush=True)
     while True:
         conn, _ = listener.accept()

@@ -74,7 +74,7 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
     apart = values["runtime_uid"] is not None or values["commands_uid"] is not None or values["commands_share_uid"]
     if apart and not values["isolate_commands"]:
         _usage_error("--runtime-uid, --commands-uid and --commands-share-uid go with --isolate-commands")
-    return types.SimpleNamespace(env={}, **values)
+    return types.SimpleNamespace(env={}, expires_at=None, **values)
 
 
 def read_token(args: types.SimpleNamespace) -> bytes:
@@ -96,16 +96,18 @@ def read_token(args: types.SimpleNamespace) -> bytes:
 
 def _hand_out(args: types.SimpleNamespace, line: bytes) -> bytes:
     """What a session gets when it is handed out, on one line: ``{"token": ..., "env": {...},
-    "idle_timeout": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
+    "idle_timeout": ..., "expires_at": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
     commands' environment holds nothing of the session's (an egress token goes in here)."""
     try:
         doc = json.loads(line)
-        token, env, idle = doc["token"], doc.get("env") or {}, doc.get("idle_timeout")
+        token, env, idle, ends = doc["token"], doc.get("env") or {}, doc.get("idle_timeout"), doc.get("expires_at")
         if not isinstance(token, str) or not all(isinstance(v, str) for v in (*env, *env.values())):
             raise TypeError("token and env must be strings")
         args.env = env
         if idle is not None:
             args.idle_timeout = float(idle)
+        if ends is not None:  # a session that may outlive its server ends itself at its TTL
+            args.expires_at = float(ends)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SystemExit(f"ironflow-runtime: a bad hand-out line: {type(exc).__name__}") from None
     return token.encode()

@@ -25,6 +25,7 @@ from ironflow.sessions.values import (
     Output,
     SessionInfo,
     SessionNotFound,
+    WatchEvent,
     check_session_id,
     parse_duration,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "SessionBackend",
     "SessionInfo",
     "SessionNotFound",
+    "WatchEvent",
     "check_session_id",
     "parse_duration",
 ]

@@ -30,7 +30,14 @@ if TYPE_CHECKING:
     from ironflow.sessions.values import OpenOptions, SessionInfo, SnapshotInfo
     from ironflow.workspaces import WorkspaceChanges
 
-__all__ = ["ClusterSessionBackend", "PooledSessionBackend", "SessionBackend", "SessionControls", "controls_of"]
+__all__ = [
+    "ClusterSessionBackend",
+    "PooledSessionBackend",
+    "ReleasableSessionBackend",
+    "SessionBackend",
+    "SessionControls",
+    "controls_of",
+]
 
 
 @runtime_checkable
@@ -86,7 +93,17 @@ class SessionBackend(Protocol):
 
 
 @runtime_checkable
-class ClusterSessionBackend(SessionBackend, Protocol):
+class ReleasableSessionBackend(SessionBackend, Protocol):
+    """Sessions that may outlive the process holding them (``serve --keep-sessions``): cluster
+    sessions, and local ones opened to be kept (each with a record the next server reads)."""
+
+    async def release(self) -> None:
+        """Let go of every session held here that can live on (each to its TTL); close the rest and the clients."""
+        ...
+
+
+@runtime_checkable
+class ClusterSessionBackend(ReleasableSessionBackend, Protocol):
     """Sessions that live in a cluster: any process finds them by their labels, so a restarted
     server routes what an earlier one opened and a run's release ends its sessions."""
 
@@ -94,8 +111,14 @@ class ClusterSessionBackend(SessionBackend, Protocol):
         """Close every session of ``run_id`` in the cluster, held here or not; returns how many."""
         ...
 
-    async def release(self) -> None:
-        """Let go of every session held here (each lives on to its TTL) and of the clients."""
+
+@runtime_checkable
+class KeepingSessionBackend(SessionBackend, Protocol):
+    """Local sessions that may outlive the process holding them (``serve --keep-sessions``): each has a
+    record, and the next instance on the same state dir serves it again."""
+
+    async def keep(self) -> None:
+        """Let go of every session that can live on (each to its TTL); close the rest and the pool."""
         ...
 
 

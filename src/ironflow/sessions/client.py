@@ -19,11 +19,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, BinaryIO, Final, Literal
 
 import aiohttp
+from yarl import URL
 
 from ironflow import errors
 from ironflow.sessions import socket_link, untar
 from ironflow.sessions.commands import AsyncCommands, Callback, CommandHandle
-from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, SessionNotFound
+from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, SessionNotFound, WatchEvent
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",
@@ -63,6 +64,17 @@ def _event(line: bytes) -> CommandEvent | None:
     except (ValueError, TypeError, OverflowError) as exc:
         raise errors.SandboxError(f"the sandbox sent a malformed command event: {type(exc).__name__}") from None
     return None
+
+
+def _watch_event(line: bytes) -> WatchEvent | None:
+    """One line of a watch stream; SandboxError when it is no event (the session's side is not trusted)."""
+    try:
+        doc = json.loads(line)
+        if not isinstance(doc, Mapping):
+            raise TypeError("not an object")
+        return WatchEvent.from_json(doc)
+    except (ValueError, TypeError) as exc:
+        raise errors.SandboxError(f"the sandbox sent a malformed watch event: {type(exc).__name__}") from None
 
 
 class RuntimeClient:
@@ -111,7 +123,8 @@ class RuntimeClient:
         """
         try:
             async with self._activity():
-                response = await self._http.request(method, self._base + path, **kwargs)
+                # encoded: quoted already, and a '..' reaches the runtime (a 403) as sent, not resolved here
+                response = await self._http.request(method, URL(self._base + path, encoded=True), **kwargs)
         except aiohttp.ClientError as exc:
             raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:
@@ -158,17 +171,24 @@ class RuntimeClient:
         self, method: str, path: str, spec: Mapping[str, Any] | None = None
     ) -> AsyncIterator[CommandEvent]:
         """The newline-delimited JSON events of a command stream (``spec``: its JSON body), as they arrive."""
+        async with contextlib.aclosing(self.lines(method, path, spec)) as lines:
+            async for line in lines:
+                if (event := _event(line)) is not None:
+                    yield event
+
+    async def lines(self, method: str, path: str, spec: Mapping[str, Any] | None = None) -> AsyncGenerator[bytes, None]:
+        """The non-blank lines of a newline-delimited stream, as they arrive (each at most 1 MiB)."""
         pending = b""
         async with contextlib.aclosing(self._pieces(method, path, spec)) as pieces:
             async for data in pieces:
                 *lines, pending = (pending + data).split(b"\n")
                 if len(pending) > _MAX_EVENT_BYTES:
-                    raise errors.SandboxError(f"the sandbox sent a command event over {_MAX_EVENT_BYTES} bytes")
+                    raise errors.SandboxError(f"the sandbox sent an event line over {_MAX_EVENT_BYTES} bytes")
                 for line in lines:
-                    if line.strip() and (event := _event(line)) is not None:
-                        yield event
-        if pending.strip() and (event := _event(pending)) is not None:
-            yield event
+                    if line.strip():
+                        yield line
+        if pending.strip():
+            yield pending
 
     async def _pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
         """A stream's body as it arrives: on the socket by :mod:`~ironflow.sessions.socket_link`, else by aiohttp."""
@@ -235,6 +255,24 @@ class AsyncFiles:
 
     async def exists(self, path: str) -> bool:
         return bool((await self._client.json("GET", f"/exists/{_quote(path)}"))["exists"])
+
+    async def watch(
+        self, path: str = ".", *, recursive: bool = False, max_events: int | None = None
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """The changes under the directory ``path`` as they happen (``recursive``: its whole tree), until
+        the caller stops iterating or the session ends (then SandboxError). ``max_events``: how many the
+        runtime keeps waiting for a slow caller before it drops them (an ``overflow`` event says how many).
+
+        Raises:
+            PermissionError: ``path`` leaves the workspace. FileNotFoundError: it is no directory.
+        """
+        query = "?recursive=1" if recursive else "?recursive=0"
+        if max_events is not None:
+            query += f"&max_events={int(max_events)}"
+        async with contextlib.aclosing(self._client.lines("GET", f"{_EXT}/watch/{_quote(path)}{query}")) as lines:
+            async for line in lines:
+                if (event := _watch_event(line)) is not None:
+                    yield event
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file, or a directory (with ``recursive``, its contents too).

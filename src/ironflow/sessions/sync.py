@@ -28,6 +28,7 @@ from ironflow.sessions.values import (
     OpenOptions,
     SessionInfo,
     SnapshotInfo,
+    WatchEvent,
     legacy_options,
 )
 
@@ -194,6 +195,10 @@ class Files:
 
     def exists(self, path: str) -> bool:
         return self._loop.run(self._files.exists(path))
+
+    def watch(self, path: str = ".", *, recursive: bool = False, max_events: int | None = None) -> Iterator[WatchEvent]:
+        """The changes under ``path`` as they happen; leaving the loop ends the watch."""
+        return self._loop.iterate(self._files.watch(path, recursive=recursive, max_events=max_events))
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         self._loop.run(self._files.remove(path, recursive=recursive))

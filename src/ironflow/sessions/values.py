@@ -4,8 +4,8 @@ A session is a sandbox kept open: commands run in it one after another, files mo
 out. What a backend hands back is described here once: the session (:class:`SessionInfo`),
 a command's result (:class:`~ironflow.results.CommandResult`, the one every command returns,
 re-exported here), the events of a streamed command (:class:`Output`, :class:`Exit`), a
-directory entry (:class:`FileEntry`), and what a new session is opened with
-(:class:`OpenOptions`, parsed once from a server's JSON). The one
+directory entry (:class:`FileEntry`), a change under a watched directory (:class:`WatchEvent`),
+and what a new session is opened with (:class:`OpenOptions`, parsed once from a server's JSON). The one
 interface of every backend is :class:`~ironflow.sessions.backend.SessionBackend`; the wire
 client is :mod:`ironflow.sessions.client`.
 """
@@ -40,6 +40,8 @@ __all__ = [
     "SessionNotFound",
     "SnapshotInfo",
     "SnapshotNotFound",
+    "WatchEvent",
+    "WatchEventType",
     "check_session_id",
     "check_snapshot_id",
     "legacy_options",
@@ -221,6 +223,50 @@ class FileEntry:
     size: int
     type: Literal["file", "directory"]
     mod_time: float
+
+
+WatchEventType = Literal["create", "write", "remove", "rename", "overflow"]
+_WATCH_TYPES: Final = ("create", "write", "remove", "rename", "overflow")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """A change under a watched directory, ``name`` relative to it (``old_name``: a rename's old one).
+
+    ``overflow``: events were lost, ``dropped`` of them (None: the kernel's count, unknown); with a
+    ``name``, that directory is past the watch limit and unwatched.
+    """
+
+    type: WatchEventType
+    name: str
+    is_dir: bool = False
+    old_name: str | None = None
+    dropped: int | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> WatchEvent | None:
+        """The event of one line of a watch stream; None for a line that is none (a heartbeat, the head).
+
+        Raises:
+            ValueError: a line that claims to be an event and is malformed.
+        """
+        kind = doc.get("type")
+        if kind is None:
+            return None
+        if kind not in _WATCH_TYPES or not isinstance(doc.get("name", ""), str):
+            raise ValueError("not a watch event")
+        old, dropped = doc.get("old_name"), doc.get("dropped")
+        if (old is not None and not isinstance(old, str)) or (dropped is not None and type(dropped) is not int):
+            raise ValueError("not a watch event")
+        return cls(kind, doc.get("name", ""), bool(doc.get("is_dir")), old, dropped)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"type": self.type, "name": self.name, "is_dir": self.is_dir}
+        if self.old_name is not None:
+            doc["old_name"] = self.old_name
+        if self.type == "overflow":
+            doc["dropped"] = self.dropped
+        return doc
 
 
 @dataclass(frozen=True)

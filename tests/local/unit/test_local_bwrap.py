@@ -325,3 +325,8 @@ def test_a_session_sandbox_gets_a_private_devpts_and_dev_stays_read_only() -> No
     assert tuple(argv[argv.index("--dev") : argv.index("--dev") + 2]) == ("--dev", "/dev")
     assert argv[argv.index("--remount-ro", argv.index("--dev")) + 1] == "/dev"
     assert "--dev" not in bwrap.bwrap_argv(_settings())  # a step's /dev has no pty
+
+
+def test_a_sandbox_dies_with_its_parent_unless_kept_across_a_restart() -> None:
+    assert "--die-with-parent" in bwrap.bwrap_argv(_settings())
+    assert "--die-with-parent" not in bwrap.bwrap_argv(_settings(die_with_parent=False))

@@ -35,3 +35,16 @@ def test_the_boot_line_answers_one_request_from_stdin_in_its_working_directory()
             answers.append((parser, b"".join(parser.feed(out.stdout))))
     assert (answers[0][0].status, answers[0][1]) == (200, b"in the workspace")
     assert answers[1][0].status == 403
+
+
+def test_a_watch_over_the_exec_bridge_is_a_501_in_one_line() -> None:
+    """The boot line ships no ``watch.py``: a directory's watch is refused in words, not a dropped connection."""
+    bundle, sizes = _bundle()
+    argv = wire.runtime_command(sizes, max_upload_bytes=100, max_output_bytes=1000, python=sys.executable)
+    with tempfile.TemporaryDirectory() as work:
+        stdin = bundle + wire.render_request("nonce1", "GET", "/ironflow/v1/watch/.", b"")
+        out = subprocess.run(argv, input=stdin, capture_output=True, cwd=work, timeout=30, check=True)
+    parser = wire.ReplyParser()
+    body = b"".join(parser.feed(out.stdout))
+    assert parser.status == 501
+    assert body == b'{"message": "this session\'s runtime has no directory watch"}'

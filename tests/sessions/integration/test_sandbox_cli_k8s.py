@@ -205,11 +205,12 @@ def test_a_restarted_serve_routes_lists_and_closes_the_sessions_the_previous_one
         _close_streams(second)
 
 
-def test_keep_sessions_is_refused_for_local_sessions() -> None:
-    refused = ironflow("sandbox", "serve", "--keep-sessions", env=cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN))
+def test_keep_sessions_is_refused_for_local_sessions_but_bubblewrap_s() -> None:
+    env = cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN)
+    refused = ironflow("sandbox", "serve", "--keep-sessions", "--isolation", "gvisor", env=env)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        "error: --keep-sessions is for --backend k8s or agent-sandbox: local sessions die with serve"
+        "error: --keep-sessions for local sessions needs --isolation bwrap: gvisor sessions die with serve"
     ]
 
 

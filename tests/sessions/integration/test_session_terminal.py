@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -15,7 +14,6 @@ from tests.sessions.integration.screens import WAIT_S, Screen, drive_the_repl
 from tests.sessions.integration.serving import TOKEN, Served
 
 from ironflow import errors
-from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import AsyncSandbox, Exit, OpenOptions
 from ironflow.sessions.remote import RemoteSessions
@@ -26,23 +24,9 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(
-    params=[
-        "bwrap",
-        pytest.param(
-            "gvisor",
-            marks=[pytest.mark.gvisor, pytest.mark.skipif(shutil.which("runsc") is None, reason="runsc not installed")],
-        ),
-    ]
-)
-async def sessions(request: pytest.FixtureRequest, state: Path) -> AsyncIterator[LocalSessions]:
-    async with LocalSessions(LocalSandboxProvider(isolation=request.param), state_dir=str(state)) as opened:
-        yield opened
-
-
 @pytest.fixture
-async def sandbox(sessions: LocalSessions) -> AsyncIterator[AsyncSandbox]:
-    async with await sessions.open(OpenOptions(ttl=120)) as opened:
+async def sandbox(local_sessions: LocalSessions) -> AsyncIterator[AsyncSandbox]:
+    async with await local_sessions.open(OpenOptions(ttl=120)) as opened:
         yield opened
 
 
@@ -50,7 +34,7 @@ async def test_the_python_repl_in_a_pty_answers_resizes_and_survives_ctrl_c(
     request: pytest.FixtureRequest, sandbox: AsyncSandbox
 ) -> None:
     handle = await sandbox.commands.start(["python3", "-q"], pty=True, cols=90, rows=20)
-    if request.node.callspec.params["sessions"] == "gvisor":
+    if request.node.callspec.params["local_sessions"] == "gvisor":
         # this gVisor's pty turns no Ctrl-C into SIGINT (docs/sandbox-sessions.md): a signal instead
         await drive_the_repl(handle, interrupt=lambda: handle.signal("INT"))
     else:
@@ -104,9 +88,9 @@ async def test_a_command_that_ended_takes_no_stdin_and_no_resize(sandbox: AsyncS
     await piped.kill()
 
 
-async def test_the_controls_need_the_token(sessions: LocalSessions, sandbox: AsyncSandbox) -> None:
+async def test_the_controls_need_the_token(local_sessions: LocalSessions, sandbox: AsyncSandbox) -> None:
     handle = await sandbox.commands.start(["sleep", "60"], keep_stdin=True)
-    socket_path, token = sessions.route(sandbox.id)
+    socket_path, token = local_sessions.route(sandbox.id)
     connector = aiohttp.UnixConnector(path=socket_path)
     async with aiohttp.ClientSession(connector=connector) as http:
         for action, body in (("stdin", b"x"), ("signal", b'{"signal": "KILL"}'), ("resize", b'{"cols": 9}')):

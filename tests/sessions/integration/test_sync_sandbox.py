@@ -92,3 +92,28 @@ def test_the_blocking_face_writes_stdin_signals_and_finds_a_command_again(served
         assert sleeper.wait(30).exit_code == 128 + 15
         with pytest.raises(errors.ConfigError, match="has ended"):
             sleeper.close_stdin()
+
+
+def test_the_blocking_watch_yields_changes_through_the_server_and_ends_when_left(served: Served) -> None:
+    with Sandbox.open(OpenOptions(ttl=60), server=served.url, token=TOKEN) as sandbox:
+        stop = threading.Event()
+
+        def touch() -> None:  # until the watch is in place, a new name each time
+            for n in range(100):
+                if stop.is_set():
+                    return
+                sandbox.commands.run(["touch", f"m{n}"])
+                stop.wait(0.3)
+
+        toucher = threading.Thread(target=touch)
+        toucher.start()
+        try:
+            for event in sandbox.files.watch(".", recursive=True):
+                assert event.type == "create"
+                assert event.name.startswith("m")
+                break  # left early: the watch's stream is closed
+        finally:
+            stop.set()
+            toucher.join()
+        with pytest.raises(PermissionError):
+            next(iter(sandbox.files.watch("..")))

@@ -3,28 +3,19 @@
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.sessions.unit.runtime_files import runtime_module
 
-from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sessions import commands
 
 
 @pytest.fixture(scope="module")
 def terminal() -> Iterator[types.ModuleType]:
-    """``terminal.py`` with its sibling ``streams.py``, as ``server.py`` imports them (by name)."""
-    folder = str(Path(SERVER_PATH).parent)
-    sys.path.insert(0, folder)
-    try:
-        yield __import__("terminal")
-    finally:
-        sys.path.remove(folder)
-        for name in ("terminal", "streams"):
-            sys.modules.pop(name, None)
+    with runtime_module("terminal") as loaded:
+        yield loaded
 
 
 @pytest.mark.parametrize(("name", "number"), [("TERM", 15), ("SIGINT", 2), ("kill", 9), ("Hup", 1), ("WINCH", 28)])

@@ -16,7 +16,9 @@ from ironflow.sessions import OpenOptions, SessionInfo, check_session_id, parse_
 from ironflow.sessions.values import SnapshotInfo
 
 
-@pytest.mark.parametrize("name", ["server.py", "streams.py", "pod_exec.py", "startup.py", "confine.py", "terminal.py"])
+@pytest.mark.parametrize(
+    "name", ["server.py", "streams.py", "pod_exec.py", "startup.py", "confine.py", "terminal.py", "watch.py"]
+)
 def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None:
     tree = ast.parse((Path(SERVER_PATH).parent / name).read_text())
     imported = set()
@@ -42,6 +44,7 @@ def test_the_runtime_starts_without_the_modules_only_some_requests_need() -> Non
     slow = {"tarfile", "argparse", "hmac", "_hashlib", "concurrent.futures", "logging", "typing", "dataclasses"}
     assert not slow & loaded, slow & loaded
     assert "terminal" not in loaded  # a command's controls load with the first request that asks
+    assert "watch" not in loaded  # a directory's watch too
 
 
 @pytest.mark.parametrize(

@@ -173,12 +173,13 @@ def render(
     keep_sys_admin: bool = False,
     egress_socket: str | None = None,
     ptys: bool = False,
+    die_with_parent: bool = True,
 ) -> tuple[list[str], tuple[tuple[bytes, bytes], ...]]:
     """The runtime's argv, and on a root worker the binds its first process stages. ``managed``
     settings and gVisor's bundle (its spec holds ``env``) are written into the run's temp dir
     ``tmp`` (None when neither is needed: bubblewrap without managed settings); bubblewrap's
     sandbox gets ``env`` through ``fds.env`` (from :func:`sandbox_fds`); ``keep_sys_admin`` is
-    :attr:`bwrap.BwrapSettings.keep_sys_admin`, ``ptys`` its ``ptys``; ``egress_socket`` (with
+    :attr:`bwrap.BwrapSettings.keep_sys_admin`, ``ptys`` and ``die_with_parent`` its own; ``egress_socket`` (with
     ``proxy_socket``) is the egress proxy's, relayed at :data:`environment.EGRESS_PORT`."""
     managed_dir: str | None = None
     if managed is not None:
@@ -285,6 +286,7 @@ def render(
             conversations_dir=conversations_dir,
             keep_sys_admin=keep_sys_admin,
             ptys=ptys,
+            die_with_parent=die_with_parent,
         )
     ), binds
 

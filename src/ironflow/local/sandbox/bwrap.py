@@ -161,6 +161,9 @@ class BwrapSettings:
     keep_sys_admin: bool = False
     #: A private ``/dev/pts`` (a new devpts instance, ``/dev/ptmx`` to it): a session's commands in a terminal.
     ptys: bool = False
+    #: The sandbox dies with the process that started it (``--die-with-parent``); a session kept across
+    #: its server's restart does not (it ends itself at its TTL: the runtime's ``expires_at``).
+    die_with_parent: bool = True
 
 
 def relay_argv(
@@ -307,7 +310,7 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     argv += [
         *(_GATED_FLAGS if settings.env_fd is None else ()),  # else in the gate (:func:`gate_args`)
         "--disable-userns",  # no nested user namespace (the pod's RuntimeDefault seccomp refuses them too)
-        "--die-with-parent",
+        *(["--die-with-parent"] if settings.die_with_parent else []),
         "--new-session",  # no TIOCSTI into the caller's terminal
         "--cap-drop",
         "ALL",

@@ -32,13 +32,14 @@ from typing import Final, Literal
 
 from ironflow.local.sandbox import identity, limits
 
-__all__ = ["FreezeFailed", "SandboxCgroup", "Support", "child_setup", "probe"]
+__all__ = ["KEPT_PREFIX", "FreezeFailed", "SandboxCgroup", "Support", "child_setup", "probe"]
 
 log = logging.getLogger("ironflow.local")
 
 _WANTED: Final = frozenset({"pids", "memory", "cpu"})
 _V1_WANTED: Final = _WANTED | {"freezer"}
 _PREFIX: Final = "ironflow-"
+KEPT_PREFIX: Final = "ironflow-kept-"
 _NAME: Final = re.compile(r"^ironflow-(\d+)-\d+$")
 _EMPTY_WAIT_S: Final = 5.0
 _FREEZE_WAIT_S: Final = 5.0
@@ -203,9 +204,11 @@ def _write(path: str, value: str) -> None:
 class SandboxCgroup:
     """The cgroup (one directory per v1 controller, or one v2 directory) of one sandbox."""
 
-    def __init__(self, support: Support, sandbox_limits: limits.SandboxLimits) -> None:
+    def __init__(self, support: Support, sandbox_limits: limits.SandboxLimits, *, kept: bool = False) -> None:
+        """``kept``: a session's that may outlive this process; its name is not a worker's, so no
+        sweep kills it when this process is gone (its records do: :mod:`ironflow.local.sessions.adoption`)."""
         self.support = support
-        name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
+        name = f"{KEPT_PREFIX if kept else _PREFIX}{os.getpid()}-{next(_counter)}"
         self.dirs: dict[str, str] = {}
         self._freezes = 0
         try:
@@ -227,6 +230,13 @@ class SandboxCgroup:
         except OSError:
             self.remove_now()
             raise
+
+    @classmethod
+    def adopt(cls, support: Support, dirs: dict[str, str]) -> SandboxCgroup:
+        """The cgroup ``dirs`` (controller: directory) an earlier process made, as a kept session's."""
+        group = cls.__new__(cls)
+        group.support, group.dirs, group._freezes = support, dict(dirs), 0
+        return group
 
     @property
     def procs_files(self) -> tuple[bytes, ...]:

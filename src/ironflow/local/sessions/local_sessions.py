@@ -15,9 +15,9 @@ SIGKILL when its parent dies (under gVisor behind a proxy's relay, the relay pas
 sandbox and gofer; the next :class:`LocalSessions` on the machine sweeps the directory, runsc's
 state in it, and :func:`~ironflow.local.sandbox.cgroups.probe` the cgroup; a Docker container,
 which the daemon holds, goes at the next Docker sessions' :func:`~ironflow.local.sessions.docker_sessions.sweep`).
-The sandbox is this
-process's child: sessions live as long as the process that opened them (``ironflow sandbox
-serve`` for the CLI).
+Sessions live as long as the
+process that opened them (``ironflow sandbox serve``), unless kept (``keep_sessions``, bubblewrap:
+:mod:`~ironflow.local.sessions.adoption`): the next instance on the state dir serves them again.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import environment, step_proxy
 from ironflow.local.sessions import (
+    adoption,
     agents,
     changesets,
     docker_sessions,
@@ -101,10 +102,12 @@ class LocalSessions(session_controls.LocalControls):
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         pool: PoolPolicy | None = None,
         snapshot_store: snapshots.SnapshotStore | None = None,
+        keep_sessions: bool = False,
     ) -> None:
         self.provider = provider
         self.store = snapshot_store or snapshots.SnapshotStore()
-        self._starter = starter.SessionStarter(self.provider)
+        self._starter = starter.SessionStarter(self.provider, outlive=keep_sessions)
+        self.keep_sessions, self._releasing = keep_sessions, False
         if provider.isolation == "docker":
             self._starter = docker_sessions.DockerStarter(self.provider)
         self.state_dir = os.path.realpath(state_dir or self.provider.temp_dir or tempfile.gettempdir())
@@ -116,6 +119,9 @@ class LocalSessions(session_controls.LocalControls):
         self._sessions: dict[str, starter.StartedSession] = {}
         self._activity: dict[str, SessionActivity] = {}
         self._ended: dict[str, str] = {}  # why a session ended that was stopped (workspace past its bound)
+        self._kept: set[str] = set()  # the sessions with a record: an earlier server's, or kept at release
+        self._gone: list[adoption.Kept] = []  # an earlier server's whose sandbox died: cleaned once a loop runs
+        self._adopt()  # before the sweep: the kept sessions' directories are this process's from here
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
         # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
         self._base_env = environment.sandbox_env(self.provider.env)
@@ -129,9 +135,24 @@ class LocalSessions(session_controls.LocalControls):
                 self.pool.begin()
 
     def prewarm(self) -> None:
-        """Begin filling the pool now, in the running loop (a server calls it once listening)."""
+        """Begin filling the pool now, in the running loop (a server calls it once listening); the
+        sessions of an earlier server are watched again (and the dead ones' remains cleaned) from here."""
         if self.pool is not None:
             self.pool.begin()
+        for session in self._sessions.values():
+            if session.watcher is None and session.info.id in self._kept:
+                self._begin(session, session.info.expires_at - time.time(), None)
+        gone, self._gone = self._gone, []
+        for record in gone:
+            asyncio.get_running_loop().create_task(adoption.clean(record, self.provider.processes.support))
+
+    def _adopt(self) -> None:
+        """An earlier server's kept sessions still running, taken; the rest (all without ``keep_sessions``) cleaned."""
+        support = self.provider.processes.support
+        found, self._gone = adoption.adopt(self.state_dir, _DIR_PREFIX, support, take=self.keep_sessions)
+        for session in found:
+            self._sessions[session.info.id] = session
+            self._kept.add(session.info.id)
 
     # -- opening --
 
@@ -190,12 +211,12 @@ class LocalSessions(session_controls.LocalControls):
                 self.pool.refill()  # once handed out: a start's fork would have delayed it
         session.agent_token, session.proxy = token, proxy
         self._sessions[session_id] = session
-        activity = SessionActivity(session_id, Freezer(session.proc.pid, session.group), options.idle_suspend)
-        self._activity[session_id] = activity
-        activity.base_snapshot, activity.deadline = seed.snapshot_id if seed else None, asyncio.timeout(ttl)
-        session.watcher = asyncio.create_task(self._watch(session, ttl))
+        keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
+        if self.keep_sessions and keepable:  # its record: the next server serves it again
+            await asyncio.to_thread(adoption.save, session)
+            self._kept.add(session_id)
+        self._begin(session, ttl, options, seed.snapshot_id if seed else None)
         kill = functools.partial(self._starter.kill, session)
-        activity.start(idle_end=options.idle_timeout, kill=kill)
         if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
             session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
         if seed is not None and seed.home is not None:
@@ -207,6 +228,19 @@ class LocalSessions(session_controls.LocalControls):
                 raise
         log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
         return self._handle(session)
+
+    def _begin(
+        self, session: starter.StartedSession, ttl: float, options: OpenOptions | None, base: str | None = None
+    ) -> None:
+        """The session watched to its end (``options``: None for an earlier server's, no idle rule of the host's)."""
+        session_id = session.info.id
+        idle_suspend = options.idle_suspend if options is not None else None
+        activity = SessionActivity(session_id, Freezer(session.proc.pid, session.group), idle_suspend)
+        self._activity[session_id] = activity
+        activity.base_snapshot, activity.deadline = base, asyncio.timeout(ttl)
+        session.watcher = asyncio.create_task(self._watch(session, ttl))
+        kill = functools.partial(self._starter.kill, session)
+        activity.start(idle_end=options.idle_timeout if options is not None else None, kill=kill)
 
     async def _hand_out(
         self, warm: starter.WarmSandbox, session_id: str, options: OpenOptions, run_env: dict[str, str]
@@ -282,19 +316,20 @@ class LocalSessions(session_controls.LocalControls):
         shutil.rmtree(warm.directory, ignore_errors=True)
 
     async def _watch(self, session: starter.StartedSession, ttl: float) -> None:
-        """Until the sandbox ends or its TTL passes; then nothing of it is left."""
-        assert session.proc.stderr is not None
+        """Until the sandbox ends or its TTL passes; then nothing of it is left (unless this server lets
+        go of it: :meth:`keep`). An earlier server's session has no stderr here: only its end."""
         try:
             activity = self._activity.get(session.info.id)
             async with activity.deadline if activity and activity.deadline else asyncio.timeout(ttl):
-                while line := await starter.stderr_line(session.proc.stderr):
+                while session.proc.stderr is not None and (line := await starter.stderr_line(session.proc.stderr)):
                     log.debug("sandbox session %s: %s", session.info.id, line[:300].decode(errors="replace").rstrip())
                 await session.proc.wait()
             log.info("sandbox session %s ended (exit %s)", session.info.id, session.proc.returncode)
         except TimeoutError:
             log.info("sandbox session %s expired (ttl %.0fs)", session.info.id, ttl)
         finally:
-            await asyncio.shield(self._teardown(session))
+            if not (self._releasing and session.info.id in self._kept):
+                await asyncio.shield(self._teardown(session))
 
     async def _teardown(self, session: starter.StartedSession) -> None:
         if session.bound is not None:
@@ -417,10 +452,33 @@ class LocalSessions(session_controls.LocalControls):
             await self.close(session_id)
         return len(ids)
 
+    async def keep(self) -> None:
+        """Let go of the sessions with a record (``keep_sessions``: each lives on to its TTL, and the next
+        server serves it again); close the pool and every other session."""
+        if self.pool is not None:
+            await self.pool.aclose()
+        self._releasing = True
+        for session_id in list(self._sessions):
+            session = self._sessions[session_id]
+            if session_id not in self._kept:
+                await self.close(session_id)
+                continue
+            if activity := self._activity.pop(session_id, None):
+                await activity.freezer.resume()  # a paused one runs again: nothing here will thaw it
+            if session.watcher is not None:
+                session.watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await session.watcher
+            self._sessions.pop(session_id, None)
+            log.info("sandbox session %s kept for the next server", session_id)
+
     async def aclose(self) -> None:
         """Close the pool (every warm sandbox torn down), then every session."""
         if self.pool is not None:
             await self.pool.aclose()
+        gone, self._gone = self._gone, []
+        for record in gone:  # an earlier server's, never served here
+            await adoption.clean(record, self.provider.processes.support)
         for session_id in list(self._sessions):
             await self.close(session_id)
 

@@ -32,6 +32,7 @@ class LocalControls:
     provider: LocalSandbox
     store: snapshots.SnapshotStore
     _activity: dict[str, SessionActivity]
+    _kept: set[str]
 
     def _get(self, session_id: str) -> starter.StartedSession:
         raise NotImplementedError
@@ -120,6 +121,10 @@ class LocalControls:
         if not ttl > 0:
             raise errors.ConfigError("ttl must be a positive number of seconds")
         session = self._get(session_id)
+        if session_id in self._kept and time.time() + ttl > session.info.expires_at:
+            raise errors.ConfigError(
+                f"sandbox session '{session_id}' is kept across restarts: it ends at the TTL it was opened with"
+            )
         self._activity[session_id].extend(ttl)
         session.info = dataclasses.replace(session.info, expires_at=time.time() + ttl)
         return self._info(session)

@@ -110,8 +110,12 @@ class SessionStarter:
         SandboxError: gVisor isolation and no runsc on this machine (one line naming it).
     """
 
-    def __init__(self, provider: LocalSandbox) -> None:
-        self.provider = provider
+    def __init__(self, provider: LocalSandbox, *, outlive: bool = False) -> None:
+        """``outlive``: the sandboxes may outlive this process (a server kept across restarts); each
+        then ends itself at its TTL, and its cgroup is named so no sweep takes it."""
+        if outlive and provider.isolation != "bwrap":
+            raise errors.ConfigError(f"sessions kept across a restart need isolation 'bwrap', not {provider.isolation}")
+        self.provider, self.outlive = provider, outlive
         self._runsc = sandbox_argv.which("runsc") if self.provider.isolation == "gvisor" else ""
         # The provider's shape and processes: the same sandbox as its plain commands, not a copy.
         self._shape = self.provider.shape()
@@ -162,7 +166,10 @@ class SessionStarter:
             SandboxError: the runtime is gone or refused the hand-out (the sandbox is torn down).
         """
         token = Secret(secrets.token_urlsafe(32))
-        line = json.dumps({"token": token.reveal(), "env": dict(env), "idle_timeout": idle_timeout})
+        handed = {"token": token.reveal(), "env": dict(env), "idle_timeout": idle_timeout}
+        if self.outlive:
+            handed["expires_at"] = info.expires_at
+        line = json.dumps(handed)
         proc = warm.proc
         assert proc.stdin is not None
         try:
@@ -220,6 +227,7 @@ class SessionStarter:
                     egress_socket=egress_socket,
                     keep_sys_admin=True,  # the runtime's, to isolate its commands; it drops it before serving
                     ptys=True,  # commands in a terminal (``pty``)
+                    die_with_parent=not self.outlive,
                 )
                 proc, group = await self._spawn(argv, (*fds.inherited, listener.fileno()), binds)
         finally:
@@ -268,7 +276,7 @@ class SessionStarter:
         group: cgroups.SandboxCgroup | None = None
         if processes.support.version:
             try:
-                group = cgroups.SandboxCgroup(processes.support, processes.limits)
+                group = cgroups.SandboxCgroup(processes.support, processes.limits, kept=self.outlive)
             except OSError as exc:
                 raise errors.SandboxError(f"could not make the session's cgroup: {exc.strerror}") from None
         pairs = sandbox_limits.rlimits(
