@@ -171,7 +171,7 @@ class EgressServer:
             logs.event("egress request failed", logging.ERROR, error=type(exc).__name__, **fields)
             self._decisions.labels(result="internal_error").inc()
         finally:
-            client.transport.close()  # after what is buffered is sent
+            client.close()  # after what is buffered is sent
             if line is not None and grant_ids:
                 await self._keep(grant_ids[0], line)
 

@@ -61,6 +61,16 @@ class _Side(asyncio.Protocol):
         elif self.ended:
             to.eof_received()
 
+    def close(self) -> None:
+        """End this side's connection (what is buffered is sent first) and its splice, and let go of
+        both: the references between a transport, its protocol and the splice are cycles, which the
+        collector would otherwise have to find, every tunnel."""
+        if self.splice is not None:
+            self.splice.cut()
+        if self.transport is not None:
+            self.transport.close()
+        self.transport = self.splice = None
+
     def pause_writing(self) -> None:
         if self.splice is not None:
             self.splice.throttle(self, pause=True)
@@ -131,6 +141,8 @@ class Client(_Side):
         self._stop_timer()
         if self.splice is not None:
             self.splice.lost_from(self)
+        elif self._reading_head:
+            self.transport = None  # no handler holds this side: let go of the transport
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -193,10 +205,6 @@ class Upstream(_Side):
         self.lost = True
         if self.splice is not None:
             self.splice.lost_from(self)
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
 
 
 class Splice:
