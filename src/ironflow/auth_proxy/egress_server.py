@@ -254,12 +254,13 @@ class EgressServer:
     ) -> _T:
         """Step 7: the first checked address that answers (never a second lookup)."""
         for address in addresses:
+            at = str(address)
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    opened = await open_one(str(address))
+                    opened = await open_one(at)
             except (OSError, TimeoutError):
                 continue
-            fields["address"] = str(address)
+            fields["address"] = at
             return opened
         raise _Refused(502, "upstream unreachable", result="unreachable")
 

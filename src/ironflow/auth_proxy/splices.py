@@ -231,6 +231,7 @@ class Splice:
         self._watchdog: tunnels.Watchdog | None = None
         self._eofs = 0
         self._cut: str | None = None
+        self._finished = False
 
     def from_client(self, data: bytes) -> None:
         if self.relaying:
@@ -325,6 +326,9 @@ class Splice:
         self._finish()
 
     def _finish(self) -> None:
+        if self._finished:
+            return  # both sides' losses and the handler's close come after the end
+        self._finished = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

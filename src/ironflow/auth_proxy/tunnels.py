@@ -74,7 +74,9 @@ class TokenBudgets:
             now = int(time.time())
             for stale in [key for key, b in self._budgets.items() if b.expires_at <= now and not b.open]:
                 del self._budgets[stale]
-        budget = self._budgets.setdefault(grant_id, Budget(expires_at, self.max_bytes))
+        budget = self._budgets.get(grant_id)
+        if budget is None:
+            budget = self._budgets[grant_id] = Budget(expires_at, self.max_bytes)
         if budget.open >= self.max_tunnels:
             return f"{self.max_tunnels} tunnels already open for this token"
         if budget.spent:
