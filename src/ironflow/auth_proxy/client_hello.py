@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "server_name"]
+__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "hello_length", "server_name"]
 
 #: Records of a ClientHello together (a post-quantum key share makes it ~2 KB; 64 KiB is generous).
 MAX_HELLO_BYTES: Final = 64 * 1024
@@ -60,6 +60,20 @@ def _records(data: bytes) -> tuple[bytes, int]:
 def bytes_needed(data: bytes) -> int:
     """0 when ``data`` holds a whole ClientHello, else how many more bytes to read (at least 1)."""
     return _needed(data, *_records(data))
+
+
+def hello_length(data: bytes) -> int | None:
+    """How many leading bytes of ``data`` hold its ClientHello, read as a stream would read it (a
+    record at a time, :func:`bytes_needed` bytes each, until the message is whole); ``None`` while
+    more must come. Raises :class:`NotClientHello` as :func:`bytes_needed` does."""
+    if len(data) > 5 and len(data) == 5 + int.from_bytes(data[3:5], "big") and bytes_needed(data) == 0:
+        return len(data)  # the usual first flight: one record, the whole ClientHello, nothing after it
+    taken = 0
+    while (more := bytes_needed(data[:taken])) > 0:
+        if len(data) < taken + more:
+            return None
+        taken += more
+    return taken
 
 
 def _needed(data: bytes, payload: bytes, more: int) -> int:

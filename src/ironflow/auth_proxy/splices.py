@@ -3,8 +3,8 @@
 A tunnel's first byte waits on the proxy's CPU, so its connections skip streams: :class:`Client`
 gathers the request head (within ``header_timeout_s``, at most ``max_head`` bytes) and hands it
 to the server's one handler task; for a tunnel the handler connects an :class:`Upstream` and
-calls :meth:`Client.splice`. The splice gathers the ClientHello exactly as stream reads of
-:func:`client_hello.bytes_needed` bytes would, has the handler's ``check`` judge it, and from then
+calls :meth:`Client.splice_to`. The splice gathers the ClientHello exactly as stream reads
+would (:func:`client_hello.hello_length`), has the handler's ``check`` judge it, and from then
 on each chunk goes straight from one transport to the other: no stream buffer, no task per
 direction, one wake-up of the handler when the tunnel ends. Limits as :func:`tunnels.relay`: a
 half-close is passed on, the tunnel ends when both directions have, the idle watchdog and the
@@ -239,11 +239,9 @@ class Splice:
             return
         self._hello += data
         try:
-            taken = 0
-            while (more := client_hello.bytes_needed(self._hello[:taken])) > 0:
-                if len(self._hello) < taken + more:
-                    return  # more is on its way
-                taken += more
+            taken = client_hello.hello_length(self._hello)
+            if taken is None:
+                return  # more is on its way
             hello, rest = self._hello[:taken], self._hello[taken:]
             self.check(hello)
         except Exception as exc:  # the handler judges it: check's refusal, or a broken ClientHello
