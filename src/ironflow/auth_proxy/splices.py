@@ -34,6 +34,8 @@ _HELD: Final = client_hello.MAX_HELLO_BYTES
 class _Side(asyncio.Protocol):
     """One socket of a tunnel: bytes it sends before the relay starts are held, with its EOF and loss."""
 
+    __slots__ = ("ended", "held", "lost", "paused", "splice", "transport")
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.splice: Splice | None = None
@@ -85,6 +87,8 @@ class Client(_Side):
 
     ``on_head(client, head)`` gets the head (``None``: larger than ``max_head``). A silent or
     half-sent head is closed."""
+
+    __slots__ = ("_header_timeout_s", "_max_head", "_on_head", "_reading_head", "_timer", "loop")
 
     def __init__(
         self,
@@ -186,6 +190,8 @@ class Client(_Side):
 class Upstream(_Side):
     """A tunnel's upstream connection."""
 
+    __slots__ = ()
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
@@ -209,6 +215,24 @@ class Upstream(_Side):
 
 class Splice:
     """A client and its upstream joined: first the ClientHello, then bytes both ways (see the module)."""
+
+    __slots__ = (
+        "_cut",
+        "_down",
+        "_eofs",
+        "_finished",
+        "_hello",
+        "_hello_bytes",
+        "_idle_timeout_s",
+        "_timer",
+        "_up",
+        "_watchdog",
+        "check",
+        "client",
+        "done",
+        "relaying",
+        "upstream",
+    )
 
     def __init__(
         self,
