@@ -1,8 +1,9 @@
 """The egress proxy: HTTP forwarding and ``CONNECT`` tunnels for a step, by its grant's policy.
 
-A second listener of the auth proxy, on plain asyncio streams (a ``CONNECT`` tunnel is a raw
-byte stream after its head, which aiohttp's server cannot hand over). One connection carries
-one request, in this order:
+A second listener of the auth proxy, on asyncio protocols (a ``CONNECT`` tunnel is a raw byte
+stream after its head, which aiohttp's server cannot hand over): :mod:`splices` reads the head
+and carries a tunnel transport to transport, one handler task per connection decides; plain
+HTTP continues on streams. One connection carries one request, in this order:
 
 ==  ==========================================================  =====================================
  #  check                                                       refusal
@@ -18,13 +19,15 @@ one request, in this order:
  7  connect to a checked address (never a second lookup)      502
  8  CONNECT: ``200``, then the client's ClientHello must        close
     name the CONNECT host (an IP literal: no name, or itself)
- 9  relay (:mod:`tunnels`), within idle and byte limits        close
+ 9  relay (:mod:`splices`, :mod:`tunnels`), within idle       close
+    and byte limits
 ==  ==========================================================  =====================================
 
 Plain HTTP goes upstream as :func:`egress_requests.origin_head` with its body, and the answer
 streams back untouched until the upstream closes: no redirect is followed. Every decision is one
 log line (``egress allowed`` / ``egress denied``: token id, run, step, host, port, method, path
-without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``;
+without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``
+(decisions through :func:`egress.decide_remembered`: each policy works a destination out once);
 never a token, a header value or a query string. An allowed or denied decision of a live grant is
 also kept with the grant (:meth:`~ironflow.auth_proxy.registry.GrantRegistry.note_egress`, as its
 :func:`decision_line`, off the request's path), so the worker reads a pod step's decisions for
