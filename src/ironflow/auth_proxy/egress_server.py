@@ -127,6 +127,8 @@ class EgressServer:
         self._noting: set[asyncio.Task[None]] = set()
         #: The handler task of each connection whose head was read (the listener cancels them as it closes).
         self.handlers: set[asyncio.Task[None]] = set()
+        #: The connections whose head is still coming (closed with the listener).
+        self.reading: set[splices.Client] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # the listener's, known at its first connection
         self._counts: dict[str, Any] = {}  # each result's labelled counter
 
@@ -135,7 +137,11 @@ class EgressServer:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         return splices.Client(
-            self._begin, loop=self._loop, header_timeout_s=self.config.header_timeout_s, max_head=MAX_HEAD_BYTES
+            self._begin,
+            reading=self.reading,
+            loop=self._loop,
+            header_timeout_s=self.config.header_timeout_s,
+            max_head=MAX_HEAD_BYTES,
         )
 
     def _begin(self, client: splices.Client, head: bytes | None) -> None:
@@ -377,6 +383,8 @@ async def serve_egress(
         yield where
     finally:
         listener.close()
+        for waiting in list(server.reading):
+            waiting.close()
         for task in list(server.handlers):
             task.cancel()
         await asyncio.gather(*server.handlers, return_exceptions=True)

@@ -88,12 +88,13 @@ class Client(_Side):
     ``on_head(client, head)`` gets the head (``None``: larger than ``max_head``). A silent or
     half-sent head is closed."""
 
-    __slots__ = ("_header_timeout_s", "_max_head", "_on_head", "_reading_head", "_timer", "loop")
+    __slots__ = ("_header_timeout_s", "_max_head", "_on_head", "_reading", "_reading_head", "_timer", "loop")
 
     def __init__(
         self,
         on_head: Callable[[Client, bytes | None], None],
         *,
+        reading: set[Client],
         loop: asyncio.AbstractEventLoop,
         header_timeout_s: float,
         max_head: int,
@@ -104,11 +105,13 @@ class Client(_Side):
         self._header_timeout_s = header_timeout_s
         self._max_head = max_head
         self._reading_head = True
+        self._reading = reading  # the clients whose head is still coming: a closing listener closes them
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
         self._timer = self.loop.call_later(self._header_timeout_s, self.transport.close)
+        self._reading.add(self)
 
     def data_received(self, data: bytes) -> None:
         if self.splice is not None:
@@ -125,6 +128,7 @@ class Client(_Side):
         if end < 0 and len(self.held) <= self._max_head:
             return
         self._reading_head = False
+        self._reading.discard(self)
         self._stop_timer()
         if end < 0 or end + 4 > self._max_head:
             self._on_head(self, None)
@@ -146,6 +150,7 @@ class Client(_Side):
         if self.splice is not None:
             self.splice.lost_from(self)
         elif self._reading_head:
+            self._reading.discard(self)
             self.transport = None  # no handler holds this side: let go of the transport
 
     def _stop_timer(self) -> None:
