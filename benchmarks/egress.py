@@ -41,7 +41,6 @@ import math
 import os
 import random
 import socket
-import ssl
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from typing import cast
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.egress import EgressPolicy, Rule, decide, parse_allow_host
 from ironflow.secrets import Secret
+from ironflow.testing import tls_hello
 
 ADMIN_KEY = "bench-admin-key-" + "e" * 32
 STREAMS = 8
@@ -64,19 +64,7 @@ TARGET_P50_US = 20.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _client_hello() -> bytes:
-    """A real first flight (no server name: the tunnels go to 127.0.0.1)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing)
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
-
-
-HELLO = _client_hello()
+HELLO = tls_hello.client_hello()  # a real first flight (no server name: the tunnels go to 127.0.0.1)
 
 
 def _free_port() -> int:

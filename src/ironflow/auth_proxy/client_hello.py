@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "server_name"]
+__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "hello_length", "server_name"]
 
 #: Records of a ClientHello together (a post-quantum key share makes it ~2 KB; 64 KiB is generous).
 MAX_HELLO_BYTES: Final = 64 * 1024
@@ -60,6 +60,20 @@ def _records(data: bytes) -> tuple[bytes, int]:
 def bytes_needed(data: bytes) -> int:
     """0 when ``data`` holds a whole ClientHello, else how many more bytes to read (at least 1)."""
     return _needed(data, *_records(data))
+
+
+def hello_length(data: bytes) -> int | None:
+    """How many leading bytes of ``data`` hold its ClientHello, read as a stream would read it (a
+    record at a time, :func:`bytes_needed` bytes each, until the message is whole); ``None`` while
+    more must come. Raises :class:`NotClientHello` as :func:`bytes_needed` does."""
+    if len(data) > 5 and len(data) == 5 + int.from_bytes(data[3:5], "big") and bytes_needed(data) == 0:
+        return len(data)  # the usual first flight: one record, the whole ClientHello, nothing after it
+    taken = 0
+    while (more := bytes_needed(data[:taken])) > 0:
+        if len(data) < taken + more:
+            return None
+        taken += more
+    return taken
 
 
 def _needed(data: bytes, payload: bytes, more: int) -> int:
@@ -119,43 +133,55 @@ def _decoded(name: bytes) -> str:
     return name.decode("ascii").lower().rstrip(".")
 
 
+def _vector(data: bytes, at: int, width: int, stop: int) -> tuple[int, int]:
+    """Where the contents of the vector at ``at`` (its length in ``width`` bytes) start and end."""
+    start = at + width
+    if start > stop:
+        raise NotClientHello("truncated ClientHello")
+    end = start + int.from_bytes(data[at:start], "big")
+    if end > stop:
+        raise NotClientHello("truncated ClientHello")
+    return start, end
+
+
 def server_name(data: bytes) -> str | None:
     """The host the ClientHello in ``data`` names (lowercase, no trailing dot), ``None`` when it
     names none; :class:`NotClientHello` when ``data`` is not exactly one whole ClientHello."""
     payload, more = _records(data)
     if _needed(data, payload, more) != 0:
         raise NotClientHello("incomplete ClientHello")
-    handshake = _Cursor(payload)
-    handshake.take(1)
-    hello = handshake.vector(3)
-    if not handshake.done:
+    # By offsets into the payload, not cursors: this runs once per tunnel, before its first byte.
+    at, stop = _vector(payload, 1, 3, len(payload))  # after the message type
+    if stop != len(payload):
         raise NotClientHello("data after the ClientHello")
-    hello.take(2 + 32)  # legacy_version, random
-    if len(hello.vector(1).data) > 32:
+    if at + 2 + 32 > stop:  # legacy_version, random
+        raise NotClientHello("truncated ClientHello")
+    start, at = _vector(payload, at + 2 + 32, 1, stop)
+    if at - start > 32:
         raise NotClientHello("session id too long")
-    suites = hello.vector(2)
-    if not suites.data or len(suites.data) % 2:
+    start, at = _vector(payload, at, 2, stop)
+    if at == start or (at - start) % 2:
         raise NotClientHello("bad cipher suites")
-    if not hello.vector(1).data:
+    start, at = _vector(payload, at, 1, stop)
+    if at == start:
         raise NotClientHello("no compression methods")
-    if hello.done:
+    if at == stop:
         return None  # no extensions at all (TLS 1.0 era)
-    extensions = hello.vector(2)
-    if not hello.done:
+    at, end = _vector(payload, at, 2, stop)
+    if end != stop:
         raise NotClientHello("data after the extensions")
     name: str | None = None
     seen: set[int] = set()
-    data, at, end = extensions.data, 0, len(extensions.data)
     while at < end:  # by offsets, not cursors: a ClientHello has 10-20 extensions
         if at + 4 > end:
             raise NotClientHello("truncated ClientHello")
-        kind, stop = (data[at] << 8) | data[at + 1], at + 4 + ((data[at + 2] << 8) | data[at + 3])
-        if stop > end:
+        kind, after = (payload[at] << 8) | payload[at + 1], at + 4 + ((payload[at + 2] << 8) | payload[at + 3])
+        if after > end:
             raise NotClientHello("truncated ClientHello")
         if kind in seen:
             raise NotClientHello("a repeated extension")
         seen.add(kind)
         if kind == _SERVER_NAME:
-            name = _host_name(_Cursor(data[at + 4 : stop]))
-        at = stop
+            name = _host_name(_Cursor(payload[at + 4 : after]))
+        at = after
     return name

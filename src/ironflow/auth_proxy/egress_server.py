@@ -1,8 +1,9 @@
 """The egress proxy: HTTP forwarding and ``CONNECT`` tunnels for a step, by its grant's policy.
 
-A second listener of the auth proxy, on plain asyncio streams (a ``CONNECT`` tunnel is a raw
-byte stream after its head, which aiohttp's server cannot hand over). One connection carries
-one request, in this order:
+A second listener of the auth proxy, on asyncio protocols (a ``CONNECT`` tunnel is a raw byte
+stream after its head, which aiohttp's server cannot hand over): :mod:`splices` reads the head
+and carries a tunnel transport to transport, one handler task per connection decides; plain
+HTTP continues on streams. One connection carries one request, in this order:
 
 ==  ==========================================================  =====================================
  #  check                                                       refusal
@@ -18,13 +19,15 @@ one request, in this order:
  7  connect to a checked address (never a second lookup)      502
  8  CONNECT: ``200``, then the client's ClientHello must        close
     name the CONNECT host (an IP literal: no name, or itself)
- 9  relay (:mod:`tunnels`), within idle and byte limits        close
+ 9  relay (:mod:`splices`, :mod:`tunnels`), within idle       close
+    and byte limits
 ==  ==========================================================  =====================================
 
 Plain HTTP goes upstream as :func:`egress_requests.origin_head` with its body, and the answer
 streams back untouched until the upstream closes: no redirect is followed. Every decision is one
 log line (``egress allowed`` / ``egress denied``: token id, run, step, host, port, method, path
-without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``;
+without query, address, bytes, reason, rule) and a count in ``ironflow_auth_proxy_egress``
+(decisions through :func:`egress.decide_remembered`: each policy works a destination out once);
 never a token, a header value or a query string. An allowed or denied decision of a live grant is
 also kept with the grant (:meth:`~ironflow.auth_proxy.registry.GrantRegistry.note_egress`, as its
 :func:`decision_line`, off the request's path), so the worker reads a pod step's decisions for
@@ -40,13 +43,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Final, Protocol, TypeVar
 
 from prometheus_client import Counter
 
 from ironflow import egress
-from ironflow.auth_proxy import client_hello, crypto, egress_requests, logs, metrics, registry, tokens, tunnels
+from ironflow.auth_proxy import client_hello, crypto, egress_requests, logs, metrics, registry, splices, tokens, tunnels
 from ironflow.auth_proxy import config as config_mod
 
 __all__ = ["MAX_HEAD_BYTES", "EgressServer", "Resolver", "SystemResolver", "serve_egress"]
@@ -55,6 +58,8 @@ __all__ = ["MAX_HEAD_BYTES", "EgressServer", "Resolver", "SystemResolver", "serv
 MAX_HEAD_BYTES: Final = 64 * 1024
 #: Reading an address spelling costs ~10 µs; a proxy sees the same few hosts again and again.
 _literal: Final = functools.lru_cache(maxsize=4096)(egress.parse_ip_literal)
+_ESTABLISHED: Final = egress_requests.answer(200)
+_T = TypeVar("_T")
 _UNAUTHORIZED: Final = "ironflow egress: proxy authentication required (a live ifap_ token)"
 
 
@@ -120,15 +125,45 @@ class EgressServer:
             "ironflow_auth_proxy_egress_bytes", "Bytes relayed by the egress proxy.", registry=proxy_metrics.registry
         )
         self._noting: set[asyncio.Task[None]] = set()
+        #: The handler task of each connection whose head was read (the listener cancels them as it closes).
+        self.handlers: set[asyncio.Task[None]] = set()
+        #: The connections whose head is still coming (closed with the listener).
+        self.reading: set[splices.Client] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the listener's, known at its first connection
+        self._counts: dict[str, Any] = {}  # each result's labelled counter
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One client connection: one request, then close."""
+    def connection(self) -> splices.Client:
+        """The listener's protocol for one client connection."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return splices.Client(
+            self._begin,
+            reading=self.reading,
+            loop=self._loop,
+            header_timeout_s=self.config.header_timeout_s,
+            max_head=MAX_HEAD_BYTES,
+        )
+
+    def _begin(self, client: splices.Client, head: bytes | None) -> None:
+        task = client.loop.create_task(self.handle(client, head))
+        self.handlers.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.handlers.discard(task)
+        self._noting.discard(task)
+
+    async def handle(self, client: splices.Client, head: bytes | None) -> None:
+        """One client connection, its head read (``None``: too large): one request, then close;
+        then the decision is kept with the grant (:meth:`_keep`)."""
         fields: dict[str, Any] = {}
         grant_ids: list[str] = []  # the resolved grant's, apart from the logged fields (they carry 12 chars)
+        line: str | None = None
+        assert client.transport is not None
         try:
-            await self._serve(reader, writer, fields, grant_ids)
+            line = await self._serve(client, head, fields, grant_ids)
         except _Refused as refused:
-            self._log(refused.result, refused.reason, refused.rule, fields, logging.WARNING, grant_ids)
+            line = self._log(refused.result, refused.reason, refused.rule, fields, logging.WARNING)
             if isinstance(refused, _Closed):
                 return
             body = f"ironflow egress: denied {fields.get('host')}:{fields.get('port')}: {refused.reason}"
@@ -137,37 +172,41 @@ class EgressServer:
                 body, extra = _UNAUTHORIZED, (egress_requests.AUTHENTICATE,)
             elif refused.status in (400, 431):
                 body = f"ironflow egress: {refused.reason}"
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                writer.write(egress_requests.answer(refused.status, body, *extra))
-                await writer.drain()
+            if not client.transport.is_closing():
+                client.transport.write(egress_requests.answer(refused.status, body, *extra))
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # the client went, or broke the stream after the answer: nothing more to say
         except Exception as exc:  # a bug: one line naming its class, never the request
             logs.event("egress request failed", logging.ERROR, error=type(exc).__name__, **fields)
             self._decisions.labels(result="internal_error").inc()
         finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+            client.close()  # after what is buffered is sent
+            if line is not None and grant_ids:
+                await self._keep(grant_ids[0], line)
 
-    def _log(
-        self, result: str, reason: str, rule: str | None, fields: dict[str, Any], level: int, grant_ids: list[str]
-    ) -> None:
-        self._decisions.labels(result=result).inc()
+    def _log(self, result: str, reason: str, rule: str | None, fields: dict[str, Any], level: int) -> str | None:
+        """Count and log a decision; an allowed or denied one is also the line for the step's record."""
+        counter = self._counts.get(result)
+        if counter is None:
+            counter = self._counts[result] = self._decisions.labels(result=result)
+        counter.inc()
         message = "egress allowed" if result == "allowed" else "egress denied"
         logs.event(message, level, result=result, reason=reason, rule=rule, **fields)
         if result not in ("allowed", "denied"):
-            return
+            return None
         line = decision_line(result, reason, fields)
         if self.observer is not None:
             self.observer(line)
-        for grant_id in grant_ids:  # kept with the grant, off the request's path
-            task = asyncio.get_running_loop().create_task(self._note(grant_id, line))
-            self._noting.add(task)
-            task.add_done_callback(self._noting.discard)
+        return line
 
-    async def _note(self, grant_id: str, line: str) -> None:
-        """Keep a decision for the step's record; a registry that cannot take it loses only the note."""
+    async def _keep(self, grant_id: str, line: str) -> None:
+        """Keep a decision with its grant for the step's record, once the connection is closed (off
+        the request's path): the handler is a note now, which a closing listener waits for
+        (:meth:`settle`) rather than cancels. A registry that cannot take it loses only the note."""
+        task = asyncio.current_task()
+        if task is not None and task in self.handlers:
+            self.handlers.discard(task)
+            self._noting.add(task)
         with contextlib.suppress(registry.RegistryUnavailable):
             await self.grants.note_egress(grant_id, line)
 
@@ -176,12 +215,9 @@ class EgressServer:
         if self._noting:
             await asyncio.wait(set(self._noting), timeout=self.config.connect_timeout_s)
 
-    async def _head(self, reader: asyncio.StreamReader) -> egress_requests.ProxyRequest:
-        try:
-            async with asyncio.timeout(self.config.header_timeout_s):
-                head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise _Refused(431, "request head too large", result="malformed") from None
+    def _request(self, head: bytes | None) -> egress_requests.ProxyRequest:
+        if head is None:
+            raise _Refused(431, "request head too large", result="malformed")
         try:
             return egress_requests.parse_head(head)
         except egress_requests.MalformedHead as exc:
@@ -217,39 +253,37 @@ class EgressServer:
             if not found:
                 raise _Refused(502, f"cannot resolve {host}", result="unreachable")
         for address in found:
-            decision = egress.decide_address(policy, host, port, address)
+            decision = egress.decide_address_remembered(policy, host, port, address)
             if not decision.allowed:
                 raise _Refused(403, decision.reason, decision.rule)
         return list(found)
 
     async def _connect(
-        self, addresses: list[egress.IPAddress], port: int, fields: dict[str, Any]
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self, addresses: list[egress.IPAddress], fields: dict[str, Any], open_one: Callable[[str], Awaitable[_T]]
+    ) -> _T:
+        """Step 7: the first checked address that answers (never a second lookup)."""
         for address in addresses:
+            at = str(address)
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    opened = await asyncio.open_connection(str(address), port, limit=MAX_HEAD_BYTES)
+                    opened = await open_one(at)
             except (OSError, TimeoutError):
                 continue
-            fields["address"] = str(address)
+            fields["address"] = at
             return opened
         raise _Refused(502, "upstream unreachable", result="unreachable")
 
     async def _serve(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        fields: dict[str, Any],
-        grant_ids: list[str],
-    ) -> None:
-        request = await self._head(reader)
+        self, client: splices.Client, head: bytes | None, fields: dict[str, Any], grant_ids: list[str]
+    ) -> str | None:
+        request = self._request(head)
         fields.update(host=request.host, port=request.port, method=request.method)
         if request.path is not None:
             fields["path"] = request.path
         grant = await self._grant(request, fields, grant_ids)
         policy = grant.egress if grant.egress is not None else egress.EgressPolicy()
         method = None if request.tunnel else request.method  # a tunnel shows no method or path
-        decision = egress.decide(policy, request.host, request.port, method=method, path=request.path)
+        decision = egress.decide_remembered(policy, request.host, request.port, method=method, path=request.path)
         if not decision.allowed:
             raise _Refused(403, decision.reason, decision.rule)
         budget = self.budgets.acquire(grant.id, grant.expires_at)
@@ -257,54 +291,64 @@ class EgressServer:
             raise _Refused(429, budget, result="limited")
         try:
             addresses = await self._addresses(policy, request.host, request.port)
-            upstream = await self._connect(addresses, request.port, fields)
-            try:
-                outcome = await self._through(request, (reader, writer), upstream, budget)
-            finally:
-                upstream[1].close()
+            outcome = await self._relay(client, request, addresses, budget, fields)
         finally:
             self.budgets.release(budget)
         self._bytes.inc(outcome.sent + outcome.received)
         fields.update(sent=outcome.sent, received=outcome.received)
-        self._log("allowed", outcome.cut or decision.reason, decision.rule, fields, logging.INFO, grant_ids)
+        return self._log("allowed", outcome.cut or decision.reason, decision.rule, fields, logging.INFO)
 
-    async def _through(
+    async def _relay(
         self,
+        client: splices.Client,
         request: egress_requests.ProxyRequest,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        addresses: list[egress.IPAddress],
         budget: tunnels.Budget,
+        fields: dict[str, Any],
     ) -> tunnels.Relayed:
+        """Steps 7 to 9. A tunnel: ``200``, the ClientHello's check, then bytes both ways; plain HTTP:
+        the origin-form head and the body upstream, the answer back untouched."""
         idle = self.config.egress_idle_timeout_s
         if not request.tunnel:
-            upstream[1].write(egress_requests.origin_head(request))
-            framing = True if request.chunked else request.content_length or False
-            return await tunnels.relay(client, upstream, budget, idle_timeout_s=idle, body=framing)
-        client[1].write(egress_requests.answer(200))
-        hello = await self._client_hello(client[0], request.host)
-        upstream[1].write(hello)
-        outcome = await tunnels.relay(client, upstream, budget, idle_timeout_s=idle)
-        outcome.sent += len(hello)
-        return outcome
-
-    async def _client_hello(self, reader: asyncio.StreamReader, host: str) -> bytes:
-        """Step 8: the client's first flight, when its ClientHello names ``host``."""
-        data = b""
+            upstream = await self._connect(
+                addresses, fields, lambda at: asyncio.open_connection(at, request.port, limit=MAX_HEAD_BYTES)
+            )
+            streams = client.streams(MAX_HEAD_BYTES)
+            try:
+                upstream[1].write(egress_requests.origin_head(request))
+                framing = True if request.chunked else request.content_length or False
+                return await tunnels.relay(streams, upstream, budget, idle_timeout_s=idle, body=framing)
+            finally:
+                upstream[1].close()
+                streams[1].close()
+        _, tunnel_end = await self._connect(
+            addresses, fields, lambda at: client.loop.create_connection(splices.Upstream, at, request.port)
+        )
         try:
-            async with asyncio.timeout(self.config.header_timeout_s):
-                while (more := client_hello.bytes_needed(data)) > 0:
-                    data += await reader.readexactly(more)
-            name = client_hello.server_name(data)
+            return await client.splice_to(
+                tunnel_end,
+                budget,
+                answer=_ESTABLISHED,
+                hello_timeout_s=self.config.header_timeout_s,
+                idle_timeout_s=idle,
+                check=functools.partial(_check_hello, request.host),
+            )
         except client_hello.NotClientHello as exc:
             raise _Closed(f"not a TLS ClientHello ({exc})") from None
-        except (TimeoutError, asyncio.IncompleteReadError):
+        except (TimeoutError, ConnectionError):
             raise _Closed("no TLS ClientHello") from None
-        literal = _literal(host) is not None
-        if name is None and not literal:
-            raise _Closed("the TLS ClientHello names no server")
-        if name is not None and name != host:
-            raise _Closed(f"the TLS ClientHello names {name[:100]}, not {host}")
-        return data
+        finally:
+            tunnel_end.close()
+
+
+def _check_hello(host: str, hello: bytes) -> None:
+    """Step 8: the client's ClientHello names ``host`` (an IP literal: no name, or itself)."""
+    name = client_hello.server_name(hello)
+    literal = _literal(host) is not None
+    if name is None and not literal:
+        raise _Closed("the TLS ClientHello names no server")
+    if name is not None and name != host:
+        raise _Closed(f"the TLS ClientHello names {name[:100]}, not {host}")
 
 
 class _Closed(_Refused):
@@ -324,26 +368,14 @@ async def serve_egress(
     reuse_port: bool = False,
 ) -> AsyncIterator[str]:
     """Listen until the block ends; yields the proxy URL (``http://host:port``, or the socket path)."""
-    open_handlers: set[asyncio.Task[None]] = set()
-
-    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        open_handlers.add(task)
-        try:
-            await server.handle(reader, writer)
-        except asyncio.CancelledError:
-            pass  # the listener is closing: asyncio's stream callback would report a cancelled handler
-        finally:
-            open_handlers.discard(task)
-
+    loop = asyncio.get_running_loop()
     listener: asyncio.Server
     if unix_socket is not None:
-        listener = await asyncio.start_unix_server(client, unix_socket, limit=MAX_HEAD_BYTES)
+        listener = await loop.create_unix_server(server.connection, unix_socket)
         os.chmod(unix_socket, 0o666)  # noqa: S103 - the sandboxed uid must connect; the dir guards access
         where = unix_socket
     else:
-        listener = await asyncio.start_server(client, host, port, limit=MAX_HEAD_BYTES, reuse_port=reuse_port or None)
+        listener = await loop.create_server(server.connection, host, port, reuse_port=reuse_port or None)
         bound = listener.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         where = f"http://{shown}:{bound[1]}"
@@ -351,8 +383,10 @@ async def serve_egress(
         yield where
     finally:
         listener.close()
-        for task in list(open_handlers):
+        for waiting in list(server.reading):
+            waiting.close()
+        for task in list(server.handlers):
             task.cancel()
-        await asyncio.gather(*open_handlers, return_exceptions=True)
+        await asyncio.gather(*server.handlers, return_exceptions=True)
         await listener.wait_closed()
         await server.settle()

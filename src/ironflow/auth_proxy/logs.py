@@ -39,9 +39,12 @@ _LEVELS: Final = {
 }
 
 
-#: Set by ``configure(batched=True)`` in the proxy's own process: info lines go straight
-#: into the batched stream as the same JSON, without a LogRecord (one per relayed request).
+#: Set by ``configure(batched=True)`` in the proxy's own process: info lines go into the batched
+#: stream as the same JSON, without a LogRecord (one per relayed request).
 _direct: TextIO | None = None
+#: Those info lines as values until the next :func:`flush` (or warning) encodes them, in order:
+#: encoding a batch at once costs a relayed request less than a line each.
+_pending: list[dict[str, Any]] = []
 
 
 def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
@@ -49,10 +52,17 @@ def event(message: str, level: int = logging.INFO, **fields: Any) -> None:
     if not logger.isEnabledFor(level):
         return
     if _direct is not None and level == logging.INFO:
-        line = {"ts": round(time.time(), 3), "level": "info", "event": message, **fields}
-        _direct.write(log_lines.encode(line) + "\n")
+        _pending.append({"ts": round(time.time(), 3), "level": "info", "event": message, **fields})
         return
     logger.log(level, message, extra={"fields": fields})
+
+
+def _write_pending() -> None:
+    """The pending info lines into the batched stream (before any line logged after them)."""
+    if _pending and _direct is not None:
+        lines = _pending[:]
+        _pending.clear()
+        _direct.write("".join(log_lines.encode(line) + "\n" for line in lines))
 
 
 #: aiohttp's own loggers print the raw request line (query string included) of a bad request.
@@ -93,9 +103,11 @@ class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def flush_now(self) -> None:
         with self.lock or _NO_LOCK:
+            _write_pending()
             super().flush()
 
     def emit(self, record: logging.LogRecord) -> None:
+        _write_pending()
         super().emit(record)
         if record.levelno >= logging.WARNING:
             self.flush_now()
@@ -124,11 +136,13 @@ def configure(level: str = "info", *, batched: bool = False) -> None:
 
     ``batched`` buffers info lines until :func:`flush`; the server process flushes every 0.2 s.
     """
+    _write_pending()  # into the stream they were logged for
     name = level.split(",")[0].split("=")[-1].strip().lower() or "info"
     stream = sys.stderr
     if batched:
         stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False, encoding="utf-8")  # noqa: SIM115
         atexit.register(stream.close)  # flushes what is left; stderr itself stays open
+        atexit.register(_write_pending)  # first: atexit runs last in, first out
     global _direct
     _direct = stream if batched else None
     handler: logging.StreamHandler = (BatchingHandler if batched else logging.StreamHandler)(stream)  # type: ignore[type-arg]

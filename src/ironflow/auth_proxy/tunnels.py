@@ -1,9 +1,10 @@
 """Bytes between an egress client and its upstream, within the token's limits.
 
-A tunnel relays both directions until both have ended (a half-close is passed on, TLS and git
-use it) or until it breaks a limit: nothing moved in either direction for ``idle_timeout_s``, or
-the token's byte budget is spent (the tunnel is cut, the next one refused). :class:`TokenBudgets`
-holds each token's open tunnels and bytes in this process (with ``--workers N``, per worker).
+A tunnel (:mod:`splices`, on protocol callbacks) or a plain-HTTP exchange (:func:`relay`, on
+streams) moves bytes until it ends or breaks a limit: nothing moved in either direction for
+``idle_timeout_s`` (:class:`Watchdog`), or the token's byte budget is spent (the tunnel is cut,
+the next one refused). :class:`TokenBudgets` holds each token's open tunnels and bytes in this
+process (with ``--workers N``, per worker).
 
 Throughput: reads of up to 256 KiB, and a write waits for ``drain`` only while the transport's
 buffer is above its high-water mark (``drain`` returns at once otherwise); the idle watchdog
@@ -19,13 +20,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["READ_BYTES", "Budget", "Relayed", "TokenBudgets", "copy_chunked", "copy_exactly", "relay"]
+__all__ = [
+    "READ_BYTES",
+    "Budget",
+    "Pump",
+    "Relayed",
+    "Spent",
+    "TokenBudgets",
+    "Watchdog",
+    "copy_chunked",
+    "copy_exactly",
+    "relay",
+]
 
 READ_BYTES: Final = 256 * 1024
 _PRUNE_AT: Final = 4096
 
 
-class _Spent(Exception):
+class Spent(Exception):
     """The token's byte budget ran out in the middle of a tunnel."""
 
 
@@ -41,7 +53,7 @@ class Budget:
     def spend(self, count: int) -> None:
         self.bytes += count
         if self.max_bytes is not None and self.bytes > self.max_bytes:
-            raise _Spent
+            raise Spent
 
     @property
     def spent(self) -> bool:
@@ -62,7 +74,9 @@ class TokenBudgets:
             now = int(time.time())
             for stale in [key for key, b in self._budgets.items() if b.expires_at <= now and not b.open]:
                 del self._budgets[stale]
-        budget = self._budgets.setdefault(grant_id, Budget(expires_at, self.max_bytes))
+        budget = self._budgets.get(grant_id)
+        if budget is None:
+            budget = self._budgets[grant_id] = Budget(expires_at, self.max_bytes)
         if budget.open >= self.max_tunnels:
             return f"{self.max_tunnels} tunnels already open for this token"
         if budget.spent:
@@ -90,7 +104,7 @@ async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
         await writer.drain()
 
 
-class _Pump:
+class Pump:
     """One direction of a relay; ``moved`` counts its bytes, ``last`` when it last moved any."""
 
     def __init__(self, budget: Budget) -> None:
@@ -113,7 +127,7 @@ class _Pump:
                 writer.write_eof()
 
 
-async def copy_exactly(pump: _Pump, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: int) -> None:
+async def copy_exactly(pump: Pump, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: int) -> None:
     """``count`` bytes of a request body (its Content-Length), no more."""
     while count > 0:
         data = await reader.read(min(count, READ_BYTES))
@@ -124,7 +138,7 @@ async def copy_exactly(pump: _Pump, reader: asyncio.StreamReader, writer: asynci
         await _write(writer, data)
 
 
-async def copy_chunked(pump: _Pump, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def copy_chunked(pump: Pump, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A chunked request body through its last chunk and trailers, no further (a second request
     on the connection is never relayed); a bad chunk size raises ``ValueError``."""
     while True:
@@ -146,11 +160,11 @@ async def copy_chunked(pump: _Pump, reader: asyncio.StreamReader, writer: asynci
         await _write(writer, b"\r\n")
 
 
-class _Watchdog:
+class Watchdog:
     """Cuts a relay whose pumps moved nothing for ``idle_timeout_s``: one timer re-armed only when
     it fires (a timestamp per chunk, no timer per chunk)."""
 
-    def __init__(self, pumps: tuple[_Pump, _Pump], idle_timeout_s: float, cut: Callable[[str], None]) -> None:
+    def __init__(self, pumps: tuple[Pump, Pump], idle_timeout_s: float, cut: Callable[[str], None]) -> None:
         self._pumps, self._idle, self._cut = pumps, idle_timeout_s, cut
         self._timer = asyncio.get_running_loop().call_later(idle_timeout_s, self._check)
 
@@ -171,16 +185,14 @@ async def relay(
     budget: Budget,
     *,
     idle_timeout_s: float,
-    body: int | bool | None = None,
+    body: int | bool,
 ) -> Relayed:
-    """Relay until done or cut. ``body=None``: a tunnel (both ways until both end); an int: a
-    request body of that many bytes, ``True``: a chunked one, ``False``: none; with a body the
-    relay ends when the upstream's answer ends. Neither writer is closed here."""
-    up, down = _Pump(budget), _Pump(budget)
+    """Relay a plain-HTTP exchange until the upstream's answer ends, or a limit cuts it: ``body``
+    is the request body's length, ``True`` a chunked one, ``False`` none. Neither writer is
+    closed here."""
+    up, down = Pump(budget), Pump(budget)
     outcome = Relayed()
-    if body is None:
-        upload = up.copy(client[0], upstream[1])
-    elif body is True:
+    if body is True:
         upload = copy_chunked(up, client[0], upstream[1])
     else:
         upload = copy_exactly(up, client[0], upstream[1], int(body))
@@ -195,14 +207,14 @@ async def relay(
 
     def ended(task: asyncio.Task[None]) -> None:
         error = None if task.cancelled() else task.exception()
-        if isinstance(error, _Spent):
+        if isinstance(error, Spent):
             cut("byte budget spent")
-        elif error is not None or (body is not None and task is tasks[1]):
+        elif error is not None or task is tasks[1]:
             cut()  # a broken direction, or the end of a forwarded answer
 
     for task in tasks:
         task.add_done_callback(ended)
-    watchdog = _Watchdog((up, down), idle_timeout_s, cut)
+    watchdog = Watchdog((up, down), idle_timeout_s, cut)
     try:
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:

@@ -18,6 +18,8 @@ from ironflow.egress.policy import (
     Rule,
     decide,
     decide_address,
+    decide_address_remembered,
+    decide_remembered,
     parse_allow_host,
 )
 from ironflow.egress.profiles import PROFILES, profile
@@ -33,6 +35,8 @@ __all__ = [
     "Rule",
     "decide",
     "decide_address",
+    "decide_address_remembered",
+    "decide_remembered",
     "ends_in_number",
     "fixed_deny",
     "parse_allow_host",

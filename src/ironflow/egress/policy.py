@@ -50,11 +50,15 @@ __all__ = [
     "Rule",
     "decide",
     "decide_address",
+    "decide_address_remembered",
+    "decide_remembered",
     "parse_allow_host",
 ]
 
 #: Most rules one policy holds (a bound on what a token request or a file can make the proxy keep).
 MAX_RULES: Final = 10_000
+#: Decisions one policy remembers for :func:`decide_remembered` (past this many it starts over).
+_REMEMBERED: Final = 4096
 
 
 class _Index:
@@ -107,6 +111,9 @@ class EgressPolicy:
     allow: tuple[Rule, ...] = ()
     deny: tuple[Rule, ...] = ()
     _indexes: tuple[_Index, _Index] | None = field(init=False, repr=False, compare=False, default=None)
+    _remembered: tuple[dict[Any, Decision], dict[Any, Decision]] = field(
+        init=False, repr=False, compare=False, default_factory=lambda: ({}, {})
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", tuple(self.allow))
@@ -312,3 +319,30 @@ def decide_address(policy: EgressPolicy, host: str, port: int, address: IPAddres
     if opener is not None:
         return Decision(True, f"allow {opener.label()}", f"{address} ({fixed}) is opened by allow {opener.label()}")
     return Decision(False, None, f"{host} resolved to {address}, which is {fixed}: only a rule naming it opens it")
+
+
+def decide_remembered(
+    policy: EgressPolicy, host: str, port: int, *, method: str | None = None, path: str | None = None
+) -> Decision:
+    """:func:`decide`, remembered by the policy: a policy is an immutable value and a decision a
+    function of it and the request alone, so a proxy works each destination out once per policy."""
+    remembered = policy._remembered[0]
+    key = (host, port, method, path)
+    found = remembered.get(key)
+    if found is None:
+        if len(remembered) >= _REMEMBERED:
+            remembered.clear()
+        found = remembered[key] = decide(policy, host, port, method=method, path=path)
+    return found
+
+
+def decide_address_remembered(policy: EgressPolicy, host: str, port: int, address: IPAddress) -> Decision:
+    """:func:`decide_address`, remembered by the policy as :func:`decide_remembered` is."""
+    remembered = policy._remembered[1]
+    key = (host, port, address)
+    found = remembered.get(key)
+    if found is None:
+        if len(remembered) >= _REMEMBERED:
+            remembered.clear()
+        found = remembered[key] = decide_address(policy, host, port, address)
+    return found

@@ -133,3 +133,19 @@ def test_every_prefix_of_a_client_hello_asks_for_more(cut: int) -> None:
     assert client_hello.bytes_needed(prefix) > 0
     with pytest.raises(client_hello.NotClientHello):
         client_hello.server_name(prefix)
+
+
+def test_hello_length_takes_the_client_hello_and_leaves_what_follows() -> None:
+    early_data = b"\x17\x03\x03\x00\x05hello"
+    assert client_hello.hello_length(_REAL) == len(_REAL)
+    assert client_hello.hello_length(_REAL + early_data) == len(_REAL)
+    split = _split(_REAL, 100)
+    assert client_hello.hello_length(split + early_data) == len(split)
+    assert client_hello.hello_length(split[:200]) is None
+    with pytest.raises(client_hello.NotClientHello):
+        client_hello.hello_length(b"GET / HTTP/1.1\r\n\r\n")
+
+
+@given(st.integers(0, len(_REAL) - 1))
+def test_hello_length_waits_for_every_prefix(cut: int) -> None:
+    assert client_hello.hello_length(_REAL[:cut]) is None
