@@ -7,9 +7,11 @@ variant              agent pods (component=claude-runner) reach  auth proxy pods
 ===================  ==========================================  ======================================
 Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
 Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 session pods on 3128;
                                                                  out: kube-dns, api.anthropic.com:443
 plain, direct        kube-dns; any public address :443           (no proxy)
 plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 session pods on 3128;
                                                                  out: kube-dns, public addresses (any port)
 Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>, 3128  (not in the cluster: no policy here)
   or by name         kube-dns; toFQDNs <host> :<url port>, 3128
@@ -58,6 +60,7 @@ __all__ = [
     "WORKER_POD_NAME",
     "EgressProfile",
     "Topology",
+    "agent_egress_rules",
     "cilium_anthropic",
     "cilium_auth_proxy",
     "cilium_external_proxy",
@@ -66,6 +69,7 @@ __all__ = [
     "plain_auth_proxy",
     "plain_dns",
     "plain_external_proxy",
+    "session_egress_rules",
 ]
 
 ANTHROPIC_HOST: Final = "api.anthropic.com"
@@ -119,6 +123,8 @@ class Topology:
 
 
 _RUNNER = {labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}
+_PROXY_PODS: Final = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+_SESSIONS: Final = {labels.LABEL_COMPONENT: labels.COMPONENT_SANDBOX_SESSION}
 
 
 def _cilium(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +247,10 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                     "toPorts": both,
                 },
                 {
+                    "fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_SESSIONS}}],
+                    "toPorts": [{"ports": [{"port": str(EGRESS_PORT), "protocol": "TCP"}]}],
+                },
+                {
                     "fromEndpoints": [
                         {
                             "matchLabels": {
@@ -347,25 +357,53 @@ def plain_anthropic(top: Topology) -> list[documents.Document]:
     return [documents.Document(body, comment)]
 
 
+def _ns(name: str) -> dict[str, Any]:
+    return {"matchLabels": {"kubernetes.io/metadata.name": name}}
+
+
+def _service_rule(proxy_ns: str) -> dict[str, Any]:
+    pods = {"namespaceSelector": _ns(proxy_ns), "podSelector": {"matchLabels": dict(_PROXY_PODS)}}
+    return {"to": [pods], "ports": [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]}
+
+
+def _proxy_rule(proxy: ProxyAddress) -> dict[str, Any]:
+    """An agent's one egress rule besides DNS: the proxy's pods (a Service) or its address, on
+    the model relay's port and the egress listener's."""
+    if isinstance(proxy, ProxyService):
+        return _service_rule(proxy.namespace)
+    problem = proxy.plain_policy_problem()
+    if problem is not None or proxy.cidr is None:
+        raise errors.ConfigError(problem or f"auth proxy url '{proxy.url}' has no IP address")
+    ports = [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)]
+    return {"to": [{"ipBlock": {"cidr": proxy.cidr}}], "ports": ports}
+
+
+def session_egress_rules(proxy_ns: str) -> list[dict[str, Any]]:
+    """A sandbox session pod's egress rules: kube-dns and the proxy pods' egress listener (3128)
+    alone; its commands hold no model token (:mod:`ironflow.cluster.session_network`)."""
+    rule = _service_rule(proxy_ns)
+    return [_np_dns(), {**rule, "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}]}]
+
+
+def agent_egress_rules(proxy: ProxyAddress) -> list[dict[str, Any]]:
+    """A plain NetworkPolicy's egress rules confining an agent to kube-dns and the auth proxy
+    (8080 and 3128; the row "plain, auth proxy" or "plain, proxy by IP" of the table): what
+    ``ironflow manifests`` renders, and an agent-sandbox template's policy when its steps take
+    egress. A proxy named by a host outside the cluster is refused (ConfigError, one line)."""
+    return [_np_dns(), _proxy_rule(proxy)]
+
+
 def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
-    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+    proxy_pods = dict(_PROXY_PODS)
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
     both = [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]
-
-    def ns(name: str) -> dict[str, Any]:
-        return {"matchLabels": {"kubernetes.io/metadata.name": name}}
-
+    sessions = dict(_SESSIONS)
     agents = _np(
         "claude-runner-egress-auth-proxy",
         top.namespace,
         dict(_RUNNER),
-        {
-            "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": both}
-            ],
-        },
+        {"policyTypes": ["Egress"], "egress": [_service_rule(proxy_ns)]},
     )
     proxy = _np(
         AUTH_PROXY_NAME,
@@ -375,13 +413,17 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
-                    "from": [{"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
+                    "from": [{"namespaceSelector": _ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
                     "ports": both,
+                },
+                {  # sandbox session pods: the egress proxy only (their commands' HTTPS_PROXY)
+                    "from": [{"namespaceSelector": _ns(top.namespace), "podSelector": {"matchLabels": sessions}}],
+                    "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}],
                 },
                 {
                     "from": [
                         {
-                            "namespaceSelector": ns(top.worker_namespace),
+                            "namespaceSelector": _ns(top.worker_namespace),
                             "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
                         },
                     ],
@@ -468,22 +510,9 @@ def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents
 
 def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy's IP; a proxy named by host is refused (a NetworkPolicy names no host)."""
-    problem = proxy.plain_policy_problem()
-    if problem is not None or proxy.cidr is None:
-        raise errors.ConfigError(problem or f"auth proxy url '{proxy.url}' has no IP address")
+    rule = _proxy_rule(proxy)  # refuses a proxy named by host
     body = _np(
-        "claude-runner-egress-auth-proxy",
-        top.namespace,
-        dict(_RUNNER),
-        {
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"ipBlock": {"cidr": proxy.cidr}}],
-                    "ports": [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)],
-                }
-            ],
-        },
+        "claude-runner-egress-auth-proxy", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [rule]}
     )
     comment = "Plain NetworkPolicy (with networkpolicy-egress-dns.yaml). "
     return [documents.Document(body, comment + _external_comment(proxy, how=f"only {proxy.cidr}"))]
