@@ -21,7 +21,7 @@ from typing import Any, Final
 from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import deliveries, models, patterns, rendering, sandbox_environments, workspace_execs
 from ironflow.claude import command, layout, profile
-from ironflow.cluster import network, proxy_address
+from ironflow.cluster import proxy_address, proxy_rules
 from ironflow.egress import variables
 from ironflow.k8s import step_manifests as pod_manifests
 from ironflow.k8s import step_objects
@@ -174,7 +174,7 @@ def network_policy(s: AgentSandboxSettings) -> models.NetworkPolicyRules | None:
     url = s.auth_proxy_url
     if not default or url is None or not variables.opens_anything(s.pod.settings.egress):
         return s.network_policy
-    rules = network.agent_egress_rules(proxy_address.parse_proxy_address(url))
+    rules = proxy_rules.agent_egress_rules(proxy_address.parse_proxy_address(url))
     return models.NetworkPolicyRules(ingress=(patterns.router_ingress(),), egress=tuple(rules))
 
 

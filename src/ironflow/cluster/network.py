@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors, labels
-from ironflow.cluster import documents
+from ironflow.cluster import documents, proxy_rules
 from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
-from ironflow.egress import addresses, variables
+from ironflow.egress import addresses
 
 __all__ = [
     "ANTHROPIC_HOST",
@@ -60,7 +60,6 @@ __all__ = [
     "WORKER_POD_NAME",
     "EgressProfile",
     "Topology",
-    "agent_egress_rules",
     "cilium_anthropic",
     "cilium_auth_proxy",
     "cilium_external_proxy",
@@ -69,14 +68,13 @@ __all__ = [
     "plain_auth_proxy",
     "plain_dns",
     "plain_external_proxy",
-    "session_egress_rules",
 ]
 
 ANTHROPIC_HOST: Final = "api.anthropic.com"
-AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
-AUTH_PROXY_PORT: Final = 8080
-#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents only.
-EGRESS_PORT: Final = variables.CLUSTER_PORT
+AUTH_PROXY_NAME: Final = proxy_rules.AUTH_PROXY_NAME
+AUTH_PROXY_PORT: Final = proxy_rules.AUTH_PROXY_PORT
+#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents and sessions.
+EGRESS_PORT: Final = proxy_rules.EGRESS_PORT
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
 #: Where a plain NetworkPolicy cannot send agents when it cannot name a host: the egress
@@ -302,18 +300,6 @@ def _np(name: str, namespace: str, selector: dict[str, str], spec: dict[str, Any
     }
 
 
-def _np_dns() -> dict[str, Any]:
-    return {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
-    }
-
-
 def _np_public() -> dict[str, Any]:
     """Public addresses on any port: the auth proxy's reach (its egress policy decides the port)."""
     return {
@@ -330,7 +316,10 @@ def _np_public_https() -> dict[str, Any]:
 
 def plain_dns(top: Topology) -> list[documents.Document]:
     body = _np(
-        "claude-runner-egress-dns", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [_np_dns()]}
+        "claude-runner-egress-dns",
+        top.namespace,
+        dict(_RUNNER),
+        {"policyTypes": ["Egress"], "egress": [proxy_rules.dns_rule()]},
     )
     comment = (
         "Plain NetworkPolicy (clusters without Cilium): agent pods may resolve names\n"
@@ -357,53 +346,18 @@ def plain_anthropic(top: Topology) -> list[documents.Document]:
     return [documents.Document(body, comment)]
 
 
-def _ns(name: str) -> dict[str, Any]:
-    return {"matchLabels": {"kubernetes.io/metadata.name": name}}
-
-
-def _service_rule(proxy_ns: str) -> dict[str, Any]:
-    pods = {"namespaceSelector": _ns(proxy_ns), "podSelector": {"matchLabels": dict(_PROXY_PODS)}}
-    return {"to": [pods], "ports": [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]}
-
-
-def _proxy_rule(proxy: ProxyAddress) -> dict[str, Any]:
-    """An agent's one egress rule besides DNS: the proxy's pods (a Service) or its address, on
-    the model relay's port and the egress listener's."""
-    if isinstance(proxy, ProxyService):
-        return _service_rule(proxy.namespace)
-    problem = proxy.plain_policy_problem()
-    if problem is not None or proxy.cidr is None:
-        raise errors.ConfigError(problem or f"auth proxy url '{proxy.url}' has no IP address")
-    ports = [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)]
-    return {"to": [{"ipBlock": {"cidr": proxy.cidr}}], "ports": ports}
-
-
-def session_egress_rules(proxy_ns: str) -> list[dict[str, Any]]:
-    """A sandbox session pod's egress rules: kube-dns and the proxy pods' egress listener (3128)
-    alone; its commands hold no model token (:mod:`ironflow.cluster.session_network`)."""
-    rule = _service_rule(proxy_ns)
-    return [_np_dns(), {**rule, "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}]}]
-
-
-def agent_egress_rules(proxy: ProxyAddress) -> list[dict[str, Any]]:
-    """A plain NetworkPolicy's egress rules confining an agent to kube-dns and the auth proxy
-    (8080 and 3128; the row "plain, auth proxy" or "plain, proxy by IP" of the table): what
-    ``ironflow manifests`` renders, and an agent-sandbox template's policy when its steps take
-    egress. A proxy named by a host outside the cluster is refused (ConfigError, one line)."""
-    return [_np_dns(), _proxy_rule(proxy)]
-
-
 def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
     proxy_pods = dict(_PROXY_PODS)
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
     both = [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]
     sessions = dict(_SESSIONS)
+    ns = proxy_rules.namespace_selector
     agents = _np(
         "claude-runner-egress-auth-proxy",
         top.namespace,
         dict(_RUNNER),
-        {"policyTypes": ["Egress"], "egress": [_service_rule(proxy_ns)]},
+        {"policyTypes": ["Egress"], "egress": [proxy_rules.service_rule(proxy_ns)]},
     )
     proxy = _np(
         AUTH_PROXY_NAME,
@@ -413,24 +367,34 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
-                    "from": [{"namespaceSelector": _ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
+                    "from": [
+                        {
+                            "namespaceSelector": ns(top.namespace),
+                            "podSelector": {"matchLabels": dict(_RUNNER)},
+                        }
+                    ],
                     "ports": both,
                 },
                 {  # sandbox session pods: the egress proxy only (their commands' HTTPS_PROXY)
-                    "from": [{"namespaceSelector": _ns(top.namespace), "podSelector": {"matchLabels": sessions}}],
+                    "from": [
+                        {
+                            "namespaceSelector": ns(top.namespace),
+                            "podSelector": {"matchLabels": sessions},
+                        }
+                    ],
                     "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}],
                 },
                 {
                     "from": [
                         {
-                            "namespaceSelector": _ns(top.worker_namespace),
+                            "namespaceSelector": ns(top.worker_namespace),
                             "podSelector": {"matchLabels": {labels.LABEL_NAME: WORKER_POD_NAME}},
                         },
                     ],
                     "ports": port,
                 },
             ],
-            "egress": [_np_dns(), _np_public()],
+            "egress": [proxy_rules.dns_rule(), _np_public()],
         },
     )
     postgres = """\
@@ -476,13 +440,8 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     ]
 
 
-def _external_ports(proxy: ExternalProxy) -> tuple[int, int]:
-    """The URL's port and the egress listener's (on the same host, as a provider's pods are told)."""
-    return proxy.port, EGRESS_PORT
-
-
 def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
-    ports = " and ".join(map(str, _external_ports(proxy)))
+    ports = " and ".join(map(str, proxy_rules.external_ports(proxy)))
     return (
         f"Auth proxy outside the cluster ({proxy.url}): agent pods reach {how}\n"
         f"on {ports} (its egress listener) and nothing else beyond DNS; they hold no credential.\n"
@@ -492,7 +451,7 @@ def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
 
 def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy outside the cluster: ``toCIDR`` for an IP, ``toFQDNs`` for a name."""
-    opened = _external_ports(proxy)
+    opened = proxy_rules.external_ports(proxy)
     ports = [{"ports": [{"port": str(port), "protocol": "TCP"} for port in opened]}]
     peer = _cilium_fqdn((proxy.host,), *opened) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
     agents = _cilium(
@@ -510,7 +469,7 @@ def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents
 
 def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy's IP; a proxy named by host is refused (a NetworkPolicy names no host)."""
-    rule = _proxy_rule(proxy)  # refuses a proxy named by host
+    rule = proxy_rules.proxy_rule(proxy)  # refuses a proxy named by host
     body = _np(
         "claude-runner-egress-auth-proxy", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [rule]}
     )

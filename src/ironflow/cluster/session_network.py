@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ironflow import labels
-from ironflow.cluster import documents, network
+from ironflow.cluster import documents, network, proxy_rules
 
 __all__ = ["EGRESS_NAME", "NAME", "ROUTER_NAME", "ROUTER_NAMESPACE", "RUNTIME_PORT", "policies"]
 
@@ -74,7 +74,7 @@ def policies(namespace: str, *, worker_namespace: str, proxy_namespace: str | No
     )
     found = [documents.Document(body, comment)]
     if proxy_namespace is not None:
-        rules = network.session_egress_rules(proxy_namespace)
+        rules = proxy_rules.session_egress_rules(proxy_namespace)
         egress = _session_policy(EGRESS_NAME, namespace, {"policyTypes": ["Egress"], "egress": rules})
         said = (
             "Sandbox session pods reach kube-dns and the auth proxy's egress listener (3128) only:\n"
