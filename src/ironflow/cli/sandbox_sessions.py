@@ -157,9 +157,6 @@ def open_session(
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
     mode = choose(target)
-    if backend == "agent-sandbox":
-        why = "is for local and k8s sessions for now: an agent-sandbox session's pod is its template's"
-        egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
     policy = egress_cli.command_policy(allow_host, egress_profile, egress_file)
     if mode is Mode.CLUSTER and workspace is not None and is_git_source(workspace):
         from ironflow.cli import workspace as ws  # the host's token, from the environment, for the proxy

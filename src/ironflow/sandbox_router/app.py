@@ -109,10 +109,6 @@ class _Router:
                 f"this server serves {self.sessions.backend} sessions, not {wanted}: "
                 f"start one with `ironflow sandbox serve --backend {wanted}`",
             )
-        if options.egress is not None and self.sessions.backend not in ("local", "k8s"):  # refused, never dropped
-            return detail(
-                400, f"egress is for local and k8s sessions for now: a {self.sessions.backend} pod's is its template's"
-            )
         if len(self.sessions.held()) + self._opening >= self.max_sessions:
             return detail(
                 429,

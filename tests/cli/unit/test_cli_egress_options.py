@@ -77,12 +77,13 @@ def test_bad_egress_input_on_exec_k8s_is_one_line_before_any_pod(tmp_path: Path)
         assert_one_line(code, err, words)
 
 
-def test_sandbox_open_takes_egress_on_k8s_and_refuses_it_on_agent_sandbox_in_one_line(tmp_path: Path) -> None:
-    """On k8s the policy reaches the session (here refused by it for want of a proxy, before any
-    cluster is reached); agent-sandbox sessions do not take one yet."""
+@pytest.mark.parametrize("backend", ["k8s", "agent-sandbox"])
+def test_sandbox_open_passes_egress_to_a_cluster_session_which_refuses_it_without_a_proxy(
+    tmp_path: Path, backend: str
+) -> None:
+    """The policy reaches the session (refused by it for want of a proxy, before any cluster is reached)."""
     path = tmp_path / "k8s.yaml"
-    path.write_text("image: ghcr.io/acme/claude-runner:1\nsandboxed: true\n")
-    code, err = invoke("sandbox", "open", "--provider", str(path), "--allow-host", "pypi.org")
+    pod = "image: ghcr.io/acme/claude-runner:1\nsandboxed: true\n"
+    path.write_text(pod if backend == "k8s" else "pod:\n" + "".join(f"  {line}\n" for line in pod.splitlines()))
+    code, err = invoke("sandbox", "open", "--backend", backend, "--provider", str(path), "--allow-host", "pypi.org")
     assert_one_line(code, err, "egress in a Kubernetes session needs auth_proxy")
-    code, err = invoke("sandbox", "open", "--backend", "agent-sandbox", "--provider", str(path), "--allow-host", "x")
-    assert_one_line(code, err, "--allow-host is for local and k8s sessions")

@@ -42,6 +42,13 @@ WITH_TOKEN = (
 )
 
 
+async def proxy_status(api: k8s.KubeApi, ns: str, proxy_url: str, srv_ns: str) -> str:
+    """What the egress proxy answers the pod ``agent`` of ``ns`` fetching ``allowed`` with ``proxy_url``."""
+    argv = ("sh", "-c", WITH_TOKEN.format(ns=srv_ns))
+    done = await api.exec(ns, "agent", argv, stdin=proxy_url.encode() + b"\n")
+    return done.stdout.decode()
+
+
 async def test_a_session_opened_with_allow_host_reaches_that_host_through_the_proxy_and_nothing_else(
     real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
 ) -> None:
@@ -63,14 +70,9 @@ async def test_a_session_opened_with_allow_host_reaches_that_host_through_the_pr
                     kept = await sandbox.commands.run(["cat", egress_delivery.ENV_FILE])
                     proxy_url = json.loads(kept.stdout)["HTTPS_PROXY"]
 
-                    async def status() -> str:
-                        argv = ("sh", "-c", WITH_TOKEN.format(ns=srv_ns))
-                        done = await node_api.exec(ns, "agent", argv, stdin=proxy_url.encode() + b"\n")
-                        return done.stdout.decode()
-
-                    before = await status()
+                    before = await proxy_status(node_api, ns, proxy_url, srv_ns)
                     await sandbox.close()  # its handle's client, then the session (the token revoked)
-                    after = await status()
+                    after = await proxy_status(node_api, ns, proxy_url, srv_ns)
 
     seen = dict(line.split("=", 1) for line in ran.stdout.splitlines() if "=" in line)
     assert seen["proxied-allowed"] == "allowed-body 200", ran.stdout  # the server's own body, through the proxy

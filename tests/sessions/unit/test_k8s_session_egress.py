@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from ironflow import errors
+from ironflow.agent_sandbox import step_render as sandbox_steps
+from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.egress import options
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.sessions import egress_delivery, session_pod
 from ironflow.sandbox_runtime import SESSION_ENV
+from ironflow.sessions import OpenOptions
 
 POD = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:1").namespace("agents")
 PROXIED = POD.auth_proxy("http://auth-proxy.ironflow:8080")
@@ -57,3 +60,13 @@ def test_the_write_takes_the_variables_from_stdin_into_a_0600_file(tmp_path: Pat
     written = tmp_path / "dir" / "session-env"
     assert written.read_bytes() == body  # exactly its size: exec's stdin has no EOF
     assert oct(written.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_an_agent_sandbox_session_takes_egress_only_from_a_template_rendered_with_it() -> None:
+    """A claim's pod is its template's: without the pod settings' egress it names no variables' file."""
+    sessions = AgentSandboxProvider(PROXIED).sessions()
+    with pytest.raises(errors.ConfigError, match="rendered without egress"):
+        await sessions.open(OpenOptions(egress=PYPI))
+    template, _ = sandbox_steps.template_objects(AgentSandboxProvider(PROXIED.egress(PYPI)).settings)
+    env = {e["name"]: e["value"] for e in template["spec"]["podTemplate"]["spec"]["containers"][0]["env"]}
+    assert env[SESSION_ENV] == egress_delivery.ENV_FILE

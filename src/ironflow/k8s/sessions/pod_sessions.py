@@ -33,7 +33,8 @@ from typing import Final
 from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.k8s.sessions import bridge, clones, egress_delivery, provisioner, runtime_link
+from ironflow.egress import variables
+from ironflow.k8s.sessions import bridge, clones, egress_delivery, provisioner, runtime_link, session_pod
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
@@ -128,7 +129,7 @@ class K8sSessions:
 
         Raises:
             ConfigError: a bad label; ``env`` where the objects refuse it; relays (not delivered to sessions);
-                egress without an auth proxy, or on agent-sandbox.
+                egress without an auth proxy, or on agent-sandbox when the template was rendered without it.
             StepConfigError: a credential in ``env``.
             WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
             WorkspaceUnsafe: the clone failed.
@@ -139,11 +140,13 @@ class K8sSessions:
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
         egress = egress_delivery.policy_for(self.settings, options.egress)
-        if egress is not None:
-            if self.objects.backend != "k8s":  # a claim's pod takes no env: refused, never dropped
+        if egress is not None and self._template_env:
+            if not variables.opens_anything(self.settings.egress):  # refused, never dropped
                 raise errors.ConfigError(
-                    f"egress: {self.objects.backend} sessions do not get it yet; open the session with --backend k8s"
+                    f"egress: a {self.objects.backend} session's pod is its template's, rendered without egress: "
+                    "give the pod settings an egress: and run 'ironflow sandbox apply-template'"
                 )
+        elif egress is not None:
             options = dataclasses.replace(options, env={**options.env, **egress_delivery.manifest_env()})
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
@@ -178,7 +181,7 @@ class K8sSessions:
             found, max_upload_bytes=self.max_upload_bytes, python=self.python
         )
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
-        session.egress = _has_egress(found)
+        session.egress = self._has_egress(found)
         if probe and linked is None:
             try:
                 await self._probe(session)
@@ -225,6 +228,19 @@ class K8sSessions:
         if session is not None:
             await session.link.aclose()
         await self._cluster.delete(session_id, egress=egress)
+
+    @property
+    def _template_env(self) -> bool:
+        """The session's pod takes its environment from a template (an agent-sandbox claim's), not
+        from this open: its egress variables' file is named there when the pod settings take egress."""
+        return self.objects.backend != session_pod.BACKEND
+
+    def _has_egress(self, found: Found) -> bool:
+        """Whether the session was opened with an egress policy: its pod names the delivered
+        variables (a template's pod, whenever its settings take egress)."""
+        if self._template_env:
+            return variables.opens_anything(self.settings.egress)
+        return SESSION_ENV in found.env
 
     # -- using --
 
@@ -320,7 +336,7 @@ class K8sSessions:
             found = await self._cluster.lookup(session_id)
             if found is None:
                 return False
-            egress = _has_egress(found)
+            egress = self._has_egress(found)
         await self._teardown(session_id, egress=egress)
         return True
 
@@ -363,8 +379,3 @@ class K8sSessions:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _has_egress(found: Found) -> bool:
-    """Whether the session was opened with an egress policy (its pod names the delivered variables)."""
-    return SESSION_ENV in found.env
