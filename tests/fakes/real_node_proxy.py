@@ -158,7 +158,13 @@ def enforce_policies(env: RealNodeEnv, policies: list[dict[str, Any]]) -> None:
         for p in policies
         if (p["spec"].get("egress") or p["spec"].get("ingress")) and p["metadata"]["name"] not in _RULES_LATER
     ]
-    names = [re.compile(rf"policy name:? {m['name']} namespace {m['namespace']}\b") for m in opening]
+    wait_enforced(env, [(m["name"], m["namespace"]) for m in opening])
+
+
+def wait_enforced(env: RealNodeEnv, policies: list[tuple[str, str]]) -> None:
+    """Wait until kube-router enforces each ``(name, namespace)`` policy with rules (one whose
+    pods exist: it writes none before)."""
+    names = [re.compile(rf"policy name:? {name} namespace {namespace}\b") for name, namespace in policies]
 
     def enforced() -> bool:
         rules = env.run_in_node(["iptables-save", "-t", "filter"]).stdout

@@ -17,7 +17,9 @@ A step (:meth:`AgentSandboxProvider.run`):
    at the same moment, shutdownPolicy Delete) and waits for Ready on the shared claim watch;
 4. only then issues the auth-proxy token and writes it into the sandbox over exec (stdin, file
    mode 0600 under ``$HOME/.ironflow``): never into the claim, whose env would force a cold start
-   and is readable by anyone who can read claims; a large prompt goes the same way;
+   and is readable by anyone who can read claims; a large prompt goes the same way, and so does
+   the egress-only token of a pod whose ``egress:`` opens anything (the template carries the
+   egress proxy's address and a NetworkPolicy letting the pod reach only the proxy);
 5. execs the agent (the same ``claude`` command line as every sandbox), parses its output;
 6. always: revokes the token and deletes the claim (the Sandbox and pod follow by cascade),
    shielded from cancellation.
@@ -36,7 +38,6 @@ from ironflow.agent_sandbox import apply, claim_sessions, claims, models, rules
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
-from ironflow.egress import variables
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters, connections
@@ -79,11 +80,6 @@ class AgentSandboxProvider(ProviderBase):
         if settings.pod.settings.relays:  # a warm pod's environment is its template's: no per-step relay tokens yet
             raise errors.ConfigError(
                 "pod.relays: agent-sandbox does not deliver relays yet; run the step with --backend k8s or local"
-            )
-        if variables.opens_anything(settings.pod.settings.egress):  # the warm pod's env is its template's
-            raise errors.ConfigError(
-                "pod.egress: agent-sandbox does not send steps through the egress proxy yet; run the step with "
-                "--backend k8s or local"
             )
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "_connections", connections.Connections())

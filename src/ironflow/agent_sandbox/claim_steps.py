@@ -1,6 +1,7 @@
 """The I/O half of the agent-sandbox backend: one step per claim, on the settings it is given.
 
-Claim, wait for Ready on the shared claim watch, issue the token, exec the deliveries and the
+Claim, wait for Ready on the shared claim watch, issue the token (and the egress-only token of a
+pod whose policy opens anything), exec the deliveries and the
 agent (a git workspace's clone before it), parse, push a git workspace's change when asked
 (after the step's token is revoked, before the claim goes), and on every path revoke the token
 and delete the claim (shielded from cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invariants:
@@ -28,6 +29,7 @@ from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.auth_proxy import issuing, revoking
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import output, rate_limits
+from ironflow.egress import variables
 from ironflow.k8s import environments, pod_wait, pods, reaper
 from ironflow.k8s import step_manifests as pod_manifests
 from ironflow.kube import api as kube
@@ -314,16 +316,25 @@ class ClaimStepRunner:
         step = scope.step if scope is not None else "agent"
         expires_at = int(claim["metadata"]["annotations"][labels.ANNOTATION_EXPIRES_AT])
         # The step's token is revoked when the block ends, cancellation included.
+        egress_token: Secret | None = None
+        policy = self.settings.pod.settings.egress
         async with revoking.held(issuer) as held:
             if issuer is not None:
                 _, token = await held.step_token(config, run_id, step, expires_at)
+                if policy is not None and variables.opens_anything(policy):  # the proxy variables' password
+                    _, egress_token = await held.egress_token(policy, run_id, step, expires_at)
             commit = None
             if config.workspace is not None:
                 commit = await claim_workspaces.clone(
                     api, self.settings, issuer, config, pod=pod, run_id=run_id, step=step, expires_at=expires_at
                 )
             plan = sandbox_steps.exec_plan(
-                self.settings, config, proxy_token=token, worker_env=self.worker_env, workspace_commit=commit
+                self.settings,
+                config,
+                proxy_token=token,
+                egress_token=egress_token,
+                worker_env=self.worker_env,
+                workspace_commit=commit,
             )
             container = pod_manifests.CONTAINER_NAME
             for argv, stdin in plan.deliveries:

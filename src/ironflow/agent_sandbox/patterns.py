@@ -25,9 +25,9 @@ from ironflow._renamed import renamed_names
 from ironflow.agent_sandbox import deliveries, models, rendering
 from ironflow.claude import cli
 from ironflow.egress import addresses
-from ironflow.k8s import environments
+from ironflow.k8s import environments, step_objects
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.k8s.sessions import runtime_pod
+from ironflow.k8s.sessions import egress_delivery, runtime_pod
 
 __all__ = [
     "CONVERSATIONS_STORAGE",
@@ -200,6 +200,12 @@ def idle_pod_template(
         main["readinessProbe"] = runtime_pod.readiness_probe()
     if workspace_vct is not None and not _workspace_is_environment(provider):
         main.setdefault("volumeMounts", []).append({"name": workspace_vct, "mountPath": WORKSPACE_PATH})
+    # The egress proxy's address, never its password: a step's exec adds its token (deliveries.egress_prefix),
+    # a session's the file of variables its open writes (egress_delivery).
+    address = step_objects.egress_env(provider.settings, None)
+    if address:
+        address.update(egress_delivery.manifest_env())
+        main["env"] = [*main.get("env", []), *({"name": k, "value": v} for k, v in address.items())]
     return models.PodTemplate(spec=spec, labels=models.frozen_map(pod["metadata"].get("labels")))
 
 

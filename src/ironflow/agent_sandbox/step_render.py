@@ -21,6 +21,8 @@ from typing import Any, Final
 from ironflow import errors, labels, steps
 from ironflow.agent_sandbox import deliveries, models, patterns, rendering, sandbox_environments, workspace_execs
 from ironflow.claude import command, layout, profile
+from ironflow.cluster import proxy_address, proxy_rules
+from ironflow.egress import variables
 from ironflow.k8s import step_manifests as pod_manifests
 from ironflow.k8s import step_objects
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
@@ -36,6 +38,7 @@ __all__ = [
     "claim_labels",
     "claim_manifest",
     "exec_plan",
+    "network_policy",
     "template_objects",
     "template_values",
     "template_warnings",
@@ -147,7 +150,7 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
         pod_template=pod,
         volume_claim_templates_policy=models.VolumeClaimTemplatesPolicy.ALLOWED if s.own_environments else None,
         network_policy_management=s.network_policy_management,
-        network_policy=s.network_policy,
+        network_policy=network_policy(s),
         labels=managed,
     )
     pool = models.SandboxWarmPool(
@@ -160,6 +163,19 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
         labels=managed,
     )
     return template, pool
+
+
+def network_policy(s: AgentSandboxSettings) -> models.NetworkPolicyRules | None:
+    """The template's NetworkPolicy rules: the provider's own; when its steps take egress and the
+    policy is the controller's default, ingress from the router and egress to kube-dns and the
+    auth proxy alone (8080, 3128), as ``ironflow manifests`` confines agents: the proxy decides
+    what a step reaches, no Cilium needed (None: the controller's default)."""
+    default = s.network_policy is None and s.network_policy_management in (None, models.NetworkPolicyManagement.MANAGED)
+    url = s.auth_proxy_url
+    if not default or url is None or not variables.opens_anything(s.pod.settings.egress):
+        return s.network_policy
+    rules = proxy_rules.agent_egress_rules(proxy_address.parse_proxy_address(url))
+    return models.NetworkPolicyRules(ingress=(patterns.router_ingress(),), egress=tuple(rules))
 
 
 def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
@@ -175,7 +191,7 @@ def template_objects(s: AgentSandboxSettings) -> list[dict[str, Any]]:
 def template_warnings(s: AgentSandboxSettings) -> tuple[str, ...]:
     """What the template allows but the steps probably cannot live with."""
     proxy = s.auth_proxy_url
-    default_policy = s.network_policy is None and s.network_policy_management in (
+    default_policy = network_policy(s) is None and s.network_policy_management in (
         None,
         models.NetworkPolicyManagement.MANAGED,
     )
@@ -293,12 +309,14 @@ def exec_plan(
     config: steps.AgentConfig,
     *,
     proxy_token: Secret | None = None,
+    egress_token: Secret | None = None,
     worker_env: Mapping[str, str] | None = None,
     workspace_commit: str | None = None,
 ) -> ExecPlan:
-    """The execs of a step: token file, prompt file (large prompts), then the agent.
+    """The execs of a step: token file, egress token file, prompt file (large prompts), then the agent.
 
-    The agent's shell reads the token file into the proxy env and removes it; stdin is the
+    The agent's shell reads the token file into the proxy env and removes it, and the egress
+    token file (a pod whose policy opens anything) into the proxy variables' password; stdin is the
     prompt file or ``/dev/null``. With a git workspace (cloned, at ``workspace_commit``) the
     agent runs in it, wrapped as a pod's step is: its processes ended, then its report.
     """
@@ -314,6 +332,13 @@ def exec_plan(
         raw = proxy_token.reveal().encode()
         execs.append((deliveries.write_file_command(deliveries.PROXY_TOKEN_FILE, len(raw)), raw))
         token_prefix = deliveries.token_prefix(s.auth_proxy_url)
+    if egress_token is not None:
+        egress = deliveries.egress_prefix(pod)
+        if not egress:
+            raise errors.ConfigError("egress_token needs a pod provider with auth_proxy(url) and an egress policy")
+        raw = egress_token.reveal().encode()
+        execs.append((deliveries.write_file_command(deliveries.EGRESS_TOKEN_FILE, len(raw)), raw))
+        token_prefix += egress
     stdin = "/dev/null"
     if command.prompt_via_stdin(config):
         prompt = config.prompt.encode()

@@ -157,9 +157,6 @@ def open_session(
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
     mode = choose(target)
-    if mode is Mode.CLUSTER or backend not in (None, "local"):
-        why = "is for local sessions (a `sandbox serve` server) for now: a pod's egress is its provider file's"
-        egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
     policy = egress_cli.command_policy(allow_host, egress_profile, egress_file)
     if mode is Mode.CLUSTER and workspace is not None and is_git_source(workspace):
         from ironflow.cli import workspace as ws  # the host's token, from the environment, for the proxy

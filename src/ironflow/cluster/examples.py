@@ -137,7 +137,7 @@ def example_files(
         "networkpolicy-egress-auth-proxy.yaml": network.plain_auth_proxy(top),
         "networkpolicy-service-pods.yaml": service_network.policies(config.namespace),
         "networkpolicy-session-runtime.yaml": session_network.policies(
-            config.namespace, worker_namespace=config.worker_namespace
+            config.namespace, worker_namespace=config.worker_namespace, proxy_namespace=top.proxy_namespace
         ),
         "cilium-egress-anthropic.yaml": network.cilium_anthropic(direct),
         "cilium-egress-auth-proxy.yaml": network.cilium_auth_proxy(top),

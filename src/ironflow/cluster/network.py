@@ -7,9 +7,11 @@ variant              agent pods (component=claude-runner) reach  auth proxy pods
 ===================  ==========================================  ======================================
 Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
 Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 session pods on 3128;
                                                                  out: kube-dns, api.anthropic.com:443
 plain, direct        kube-dns; any public address :443           (no proxy)
 plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
+                                                                 session pods on 3128;
                                                                  out: kube-dns, public addresses (any port)
 Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>, 3128  (not in the cluster: no policy here)
   or by name         kube-dns; toFQDNs <host> :<url port>, 3128
@@ -44,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors, labels
-from ironflow.cluster import documents
+from ironflow.cluster import documents, proxy_rules
 from ironflow.cluster.proxy_address import ExternalProxy, ProxyAddress, ProxyService
-from ironflow.egress import addresses, variables
+from ironflow.egress import addresses
 
 __all__ = [
     "ANTHROPIC_HOST",
@@ -69,10 +71,10 @@ __all__ = [
 ]
 
 ANTHROPIC_HOST: Final = "api.anthropic.com"
-AUTH_PROXY_NAME: Final = "ironflow-auth-proxy"
-AUTH_PROXY_PORT: Final = 8080
-#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents only.
-EGRESS_PORT: Final = variables.CLUSTER_PORT
+AUTH_PROXY_NAME: Final = proxy_rules.AUTH_PROXY_NAME
+AUTH_PROXY_PORT: Final = proxy_rules.AUTH_PROXY_PORT
+#: The egress proxy's listener on the proxy pods and its Service (named ``egress``): agents and sessions.
+EGRESS_PORT: Final = proxy_rules.EGRESS_PORT
 #: ``app.kubernetes.io/name`` of the worker's own pods: the proxy admits its admin calls.
 WORKER_POD_NAME: Final = "ironflow-worker"
 #: Where a plain NetworkPolicy cannot send agents when it cannot name a host: the egress
@@ -119,6 +121,8 @@ class Topology:
 
 
 _RUNNER = {labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}
+_PROXY_PODS: Final = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+_SESSIONS: Final = {labels.LABEL_COMPONENT: labels.COMPONENT_SANDBOX_SESSION}
 
 
 def _cilium(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +245,10 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                     "toPorts": both,
                 },
                 {
+                    "fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_SESSIONS}}],
+                    "toPorts": [{"ports": [{"port": str(EGRESS_PORT), "protocol": "TCP"}]}],
+                },
+                {
                     "fromEndpoints": [
                         {
                             "matchLabels": {
@@ -292,18 +300,6 @@ def _np(name: str, namespace: str, selector: dict[str, str], spec: dict[str, Any
     }
 
 
-def _np_dns() -> dict[str, Any]:
-    return {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
-    }
-
-
 def _np_public() -> dict[str, Any]:
     """Public addresses on any port: the auth proxy's reach (its egress policy decides the port)."""
     return {
@@ -320,7 +316,10 @@ def _np_public_https() -> dict[str, Any]:
 
 def plain_dns(top: Topology) -> list[documents.Document]:
     body = _np(
-        "claude-runner-egress-dns", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [_np_dns()]}
+        "claude-runner-egress-dns",
+        top.namespace,
+        dict(_RUNNER),
+        {"policyTypes": ["Egress"], "egress": [proxy_rules.dns_rule()]},
     )
     comment = (
         "Plain NetworkPolicy (clusters without Cilium): agent pods may resolve names\n"
@@ -349,23 +348,16 @@ def plain_anthropic(top: Topology) -> list[documents.Document]:
 
 def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     proxy_ns = top.proxy_namespace or ""
-    proxy_pods = {labels.LABEL_NAME: AUTH_PROXY_NAME}
+    proxy_pods = dict(_PROXY_PODS)
     port = [{"port": AUTH_PROXY_PORT, "protocol": "TCP"}]
     both = [{"port": p, "protocol": "TCP"} for p in (AUTH_PROXY_PORT, EGRESS_PORT)]
-
-    def ns(name: str) -> dict[str, Any]:
-        return {"matchLabels": {"kubernetes.io/metadata.name": name}}
-
+    sessions = dict(_SESSIONS)
+    ns = proxy_rules.namespace_selector
     agents = _np(
         "claude-runner-egress-auth-proxy",
         top.namespace,
         dict(_RUNNER),
-        {
-            "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{"namespaceSelector": ns(proxy_ns), "podSelector": {"matchLabels": proxy_pods}}], "ports": both}
-            ],
-        },
+        {"policyTypes": ["Egress"], "egress": [proxy_rules.service_rule(proxy_ns)]},
     )
     proxy = _np(
         AUTH_PROXY_NAME,
@@ -375,8 +367,22 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
-                    "from": [{"namespaceSelector": ns(top.namespace), "podSelector": {"matchLabels": dict(_RUNNER)}}],
+                    "from": [
+                        {
+                            "namespaceSelector": ns(top.namespace),
+                            "podSelector": {"matchLabels": dict(_RUNNER)},
+                        }
+                    ],
                     "ports": both,
+                },
+                {  # sandbox session pods: the egress proxy only (their commands' HTTPS_PROXY)
+                    "from": [
+                        {
+                            "namespaceSelector": ns(top.namespace),
+                            "podSelector": {"matchLabels": sessions},
+                        }
+                    ],
+                    "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}],
                 },
                 {
                     "from": [
@@ -388,7 +394,7 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
                     "ports": port,
                 },
             ],
-            "egress": [_np_dns(), _np_public()],
+            "egress": [proxy_rules.dns_rule(), _np_public()],
         },
     )
     postgres = """\
@@ -434,13 +440,8 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
     ]
 
 
-def _external_ports(proxy: ExternalProxy) -> tuple[int, int]:
-    """The URL's port and the egress listener's (on the same host, as a provider's pods are told)."""
-    return proxy.port, EGRESS_PORT
-
-
 def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
-    ports = " and ".join(map(str, _external_ports(proxy)))
+    ports = " and ".join(map(str, proxy_rules.external_ports(proxy)))
     return (
         f"Auth proxy outside the cluster ({proxy.url}): agent pods reach {how}\n"
         f"on {ports} (its egress listener) and nothing else beyond DNS; they hold no credential.\n"
@@ -450,7 +451,7 @@ def _external_comment(proxy: ExternalProxy, *, how: str) -> str:
 
 def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy outside the cluster: ``toCIDR`` for an IP, ``toFQDNs`` for a name."""
-    opened = _external_ports(proxy)
+    opened = proxy_rules.external_ports(proxy)
     ports = [{"ports": [{"port": str(port), "protocol": "TCP"} for port in opened]}]
     peer = _cilium_fqdn((proxy.host,), *opened) if proxy.cidr is None else {"toCIDR": [proxy.cidr], "toPorts": ports}
     agents = _cilium(
@@ -468,22 +469,9 @@ def cilium_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents
 
 def plain_external_proxy(top: Topology, proxy: ExternalProxy) -> list[documents.Document]:
     """Agents reach only the proxy's IP; a proxy named by host is refused (a NetworkPolicy names no host)."""
-    problem = proxy.plain_policy_problem()
-    if problem is not None or proxy.cidr is None:
-        raise errors.ConfigError(problem or f"auth proxy url '{proxy.url}' has no IP address")
+    rule = proxy_rules.proxy_rule(proxy)  # refuses a proxy named by host
     body = _np(
-        "claude-runner-egress-auth-proxy",
-        top.namespace,
-        dict(_RUNNER),
-        {
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"ipBlock": {"cidr": proxy.cidr}}],
-                    "ports": [{"port": port, "protocol": "TCP"} for port in _external_ports(proxy)],
-                }
-            ],
-        },
+        "claude-runner-egress-auth-proxy", top.namespace, dict(_RUNNER), {"policyTypes": ["Egress"], "egress": [rule]}
     )
     comment = "Plain NetworkPolicy (with networkpolicy-egress-dns.yaml). "
     return [documents.Document(body, comment + _external_comment(proxy, how=f"only {proxy.cidr}"))]

@@ -403,8 +403,11 @@ def deny_all(config: ClusterSetup) -> list[documents.Document]:
 def network_policies(config: ClusterSetup) -> list[documents.Document]:
     """The default deny, the egress variant's openings, the service pods' (``PodUp``) and the
     session pods' runtime (the worker and the sandbox router only)."""
-    egress = network.egress(topology(config), cilium=config.cilium)
-    sessions = session_network.policies(config.namespace, worker_namespace=config.worker_namespace)
+    top = topology(config)
+    egress = network.egress(top, cilium=config.cilium)
+    sessions = session_network.policies(
+        config.namespace, worker_namespace=config.worker_namespace, proxy_namespace=top.proxy_namespace
+    )
     return deny_all(config) + egress + service_network.policies(config.namespace) + sessions
 
 

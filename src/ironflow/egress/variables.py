@@ -42,15 +42,19 @@ def proxy_url(auth_proxy_url: str, port: int = CLUSTER_PORT) -> str:
     return f"http://{shown}:{port}"
 
 
-def proxy_env(url: str, token: str, *, bypass: Sequence[str]) -> dict[str, str]:
+def proxy_env(url: str, token: str | None, *, bypass: Sequence[str]) -> dict[str, str]:
     """The variables sending a sandbox's HTTP(S) through the egress proxy at ``url`` (no user info)
     with ``token`` as its password; ``bypass`` are the hosts reached directly (``NO_PROXY``).
+    Without ``token``, the address alone: what an API object may carry (an agent-sandbox
+    template), the password added where the token is delivered.
 
     >>> env = proxy_env("http://proxy.ns:3128", "ifap_x", bypass=["proxy.ns"])
     >>> env["https_proxy"], env["NO_PROXY"]
     ('http://ironflow:ifap_x@proxy.ns:3128', 'proxy.ns')
+    >>> proxy_env("http://proxy.ns:3128", None, bypass=[])["HTTPS_PROXY"]
+    'http://proxy.ns:3128'
     """
     scheme, _, rest = url.partition("://")
-    with_token = f"{scheme}://{PROXY_USER}:{urllib.parse.quote(token, safe='')}@{rest}"
+    with_token = url if token is None else f"{scheme}://{PROXY_USER}:{urllib.parse.quote(token, safe='')}@{rest}"
     skipped = ",".join(dict.fromkeys(bypass))
     return {**dict.fromkeys(_NAMES, with_token), "NO_PROXY": skipped, "no_proxy": skipped}

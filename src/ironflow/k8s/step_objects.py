@@ -140,16 +140,18 @@ def check_egress(settings: ProviderSettings) -> None:
         )
 
 
-def egress_env(settings: ProviderSettings, token: Secret) -> dict[str, str]:
+def egress_env(settings: ProviderSettings, token: Secret | None) -> dict[str, str]:
     """The variables sending the pod's HTTP(S) through the proxy Service's egress port with the
     step's egress-only token as the password (never the Claude token: every tool in the pod sees
     this URL, and that token reaches nothing else); none when the policy opens nothing. The
-    proxy's own host (the model relay, the relays, a clone) is reached directly."""
+    proxy's own host (the model relay, the relays, a clone) is reached directly. Without
+    ``token``, the address alone (an agent-sandbox template's; the token comes over exec)."""
     if not variables.opens_anything(settings.egress) or settings.auth_proxy_url is None:
         return {}
     url = variables.proxy_url(settings.auth_proxy_url)
     host = urllib.parse.urlsplit(settings.auth_proxy_url).hostname or ""
-    return variables.proxy_env(url, token.reveal(), bypass=[host, "localhost", "127.0.0.1"])
+    password = None if token is None else token.reveal()
+    return variables.proxy_env(url, password, bypass=[host, "localhost", "127.0.0.1"])
 
 
 def workspace_secret(settings: ProviderSettings, config: steps.AgentConfig) -> tokens.SecretCredential | None:

@@ -109,10 +109,6 @@ class _Router:
                 f"this server serves {self.sessions.backend} sessions, not {wanted}: "
                 f"start one with `ironflow sandbox serve --backend {wanted}`",
             )
-        if options.egress is not None and self.sessions.backend != "local":  # refused, never silently dropped
-            return detail(
-                400, f"egress is for local sessions for now: a {self.sessions.backend} pod's is its provider's"
-            )
         if len(self.sessions.held()) + self._opening >= self.max_sessions:
             return detail(
                 429,

@@ -14,10 +14,13 @@ from typing import Final
 
 from ironflow._lazy import deprecated_exports
 
-__all__ = ["SERVER_PATH"]
+__all__ = ["SERVER_PATH", "SESSION_ENV"]
 
 #: The host file of the runtime server, for a backend to bind into the sandbox.
 SERVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
+#: The variable naming the file of variables a session's commands get after its start
+#: (``server.SESSION_ENV``: the server imports nothing of ironflow; a test keeps them equal).
+SESSION_ENV: Final = "IRONFLOW_SESSION_ENV_FILE"
 
 __getattr__ = deprecated_exports(
     __name__,

@@ -57,8 +57,25 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _CHUNK = 65536
+#: Names the file of variables delivered after the start (a Kubernetes session's egress proxy
+#: with its token, written by exec: never in the pod's manifest).
+SESSION_ENV = "IRONFLOW_SESSION_ENV_FILE"
 _MAX_HEADER_BYTES = 65536
 _EXT = "/ironflow/v1/"
+
+
+def delivered_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of the file ``env[SESSION_ENV]`` names (a JSON object), under each command's
+    own; none before it is written, or when it is unreadable (the commands then reach no proxy)."""
+    path = env.get(SESSION_ENV)
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
 class Runtime:
@@ -92,7 +109,7 @@ class Runtime:
             argv = shlex.split(str(spec.get("command", "")))
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise HttpError(400, "the command is empty")
-        env = {**self.env, **{str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
+        env = {**self.env, **delivered_env(self.env), **{str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
         cwd = self.resolve(str(spec.get("cwd") or "."))
         stdin = spec.get("stdin")
         data = None if stdin is None else base64.b64decode(stdin)

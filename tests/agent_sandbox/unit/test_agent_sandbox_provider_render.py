@@ -281,10 +281,3 @@ def test_relays_in_the_pod_settings_are_refused_not_silently_dropped() -> None:
     pod = {"image": "ghcr.io/acme/claude-runner:1", "sandboxed": True, "auth_proxy": "http://p:8080", "relays": [relay]}
     with pytest.raises(errors.ConfigError, match="agent-sandbox does not deliver relays yet"):
         AgentSandboxProvider.from_dict({"pod": pod})
-
-
-def test_an_opening_egress_policy_in_the_pod_settings_is_refused_not_silently_dropped() -> None:
-    pod = {"image": "ghcr.io/acme/claude-runner:1", "sandboxed": True, "auth_proxy": "http://p.ns:8080"}
-    with pytest.raises(errors.ConfigError, match="agent-sandbox does not send steps through the egress proxy yet"):
-        AgentSandboxProvider.from_dict({"pod": {**pod, "egress": {"allow": ["pypi.org"]}}})
-    AgentSandboxProvider.from_dict({"pod": {**pod, "egress": {"deny": ["pypi.org"]}}})  # opens nothing: no change

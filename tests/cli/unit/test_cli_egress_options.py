@@ -75,3 +75,15 @@ def test_bad_egress_input_on_exec_k8s_is_one_line_before_any_pod(tmp_path: Path)
     ):
         code, err = invoke("exec", "--backend", "k8s", "--provider", str(path), *args, "--", "true")
         assert_one_line(code, err, words)
+
+
+@pytest.mark.parametrize("backend", ["k8s", "agent-sandbox"])
+def test_sandbox_open_passes_egress_to_a_cluster_session_which_refuses_it_without_a_proxy(
+    tmp_path: Path, backend: str
+) -> None:
+    """The policy reaches the session (refused by it for want of a proxy, before any cluster is reached)."""
+    path = tmp_path / "k8s.yaml"
+    pod = "image: ghcr.io/acme/claude-runner:1\nsandboxed: true\n"
+    path.write_text(pod if backend == "k8s" else "pod:\n" + "".join(f"  {line}\n" for line in pod.splitlines()))
+    code, err = invoke("sandbox", "open", "--backend", backend, "--provider", str(path), "--allow-host", "pypi.org")
+    assert_one_line(code, err, "egress in a Kubernetes session needs auth_proxy")

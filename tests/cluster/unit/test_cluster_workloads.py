@@ -119,9 +119,10 @@ def test_the_proxy_port_has_one_source() -> None:
     assert opened == {listen_port, network.EGRESS_PORT}
 
 
-def test_the_egress_port_has_one_source_and_only_agents_reach_it() -> None:
+def test_the_egress_port_has_one_source_and_only_agents_and_sessions_reach_it() -> None:
     """The egress listener is the pod's ``egress`` port, the Service's ``egress`` port, and a port
-    the policies open to agent pods only (the worker's rule opens the relay's port alone)."""
+    the policies open to agent pods and session pods only (the worker's rule opens the relay's
+    port alone; session pods get nothing but the egress port)."""
     objs = setup.render(FULL)
     container = _deployment(objs, network.AUTH_PROXY_NAME)["spec"]["template"]["spec"]["containers"][0]
     listen = next(e["value"] for e in container["env"] if e["name"] == proxy_config.EGRESS_LISTEN_ENV)
@@ -132,11 +133,16 @@ def test_the_egress_port_has_one_source_and_only_agents_reach_it() -> None:
     assert egress_port in service["spec"]["ports"]
     policies = _by_kind(objs, "NetworkPolicy")
     (proxy_policy,) = [np for np in policies if np["metadata"]["name"] == network.AUTH_PROXY_NAME]
+    reaching: dict[str, set[int]] = {}
     for rule in proxy_policy["spec"]["ingress"]:
-        ports = {p["port"] for p in rule["ports"]}
-        selectors = [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
-        if network.EGRESS_PORT in ports:
-            assert selectors == [{labels.LABEL_COMPONENT: labels.COMPONENT_CLAUDE_RUNNER}]
+        for peer in rule["from"]:
+            component = peer["podSelector"]["matchLabels"].get(labels.LABEL_COMPONENT, "worker")
+            reaching.setdefault(component, set()).update(p["port"] for p in rule["ports"])
+    assert reaching == {
+        labels.COMPONENT_CLAUDE_RUNNER: {network.AUTH_PROXY_PORT, network.EGRESS_PORT},
+        labels.COMPONENT_SANDBOX_SESSION: {network.EGRESS_PORT},
+        "worker": {network.AUTH_PROXY_PORT},
+    }
 
 
 def test_the_service_takes_its_name_namespace_and_port_from_the_url() -> None:

@@ -81,7 +81,7 @@ def test_agent_egress_policies_select_the_pod_and_profile_policies_only_with_the
         # Each selects agent pods, or (the service pods' ingress) the PodUp pods the library renders.
         selected = (_selects(selector, plain_labels), _selects(selector, service_labels))
         wanted = (False, True) if name == service_network.INGRESS_NAME else (True, name == "default-deny-all")
-        if name == session_network.NAME:  # the session pods the library renders, nothing else
+        if name in (session_network.NAME, session_network.EGRESS_NAME):  # the session pods the library renders
             wanted = (False, False)
             assert _selects(selector, _session_pod()["metadata"]["labels"]), name
         assert selected == wanted, name

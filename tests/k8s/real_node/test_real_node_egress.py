@@ -20,7 +20,10 @@ while a tunnel to the other host is refused with 403.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,11 +38,14 @@ from tests.k8s.real_node.test_real_node_agent_step import (
 )
 
 from ironflow import egress
+from ironflow.cluster import setup
+from ironflow.egress import EgressPolicy
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret
 from ironflow.steps import AccountLease, AgentConfig
+from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 pytestmark = pytest.mark.timeout(900)  # the node's start (images loaded) counts in the first test
@@ -115,11 +121,48 @@ def _server_objects(ns: str, image: str, tls: Path) -> list[dict[str, Any]]:
     return docs
 
 
-@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_proxy_and_nothing_else(
-    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str, tmp_path: Path
-) -> None:
-    runner_image, worker_image = need_image["runner"], need_image["worker"]
+async def model_log(api: k8s.KubeApi, ns: str) -> str:
+    """The model server's log once it holds both requests' records (it writes them every 0.2 s:
+    a step may end before the second is out)."""
+
+    async def both() -> str | None:
+        log = await api.read_log(ns, "fake-model")
+        return log if log.count('{"tool_results"') >= 2 else None
+
+    found: str = await eventually(both, limit_s=10, interval_s=0.2, what="the model server's second record")
+    return found
+
+
+@dataclass(frozen=True)
+class Origins:
+    """What :func:`origins_behind_proxy` set up."""
+
+    config: setup.ClusterSetup
+    proxy: rp.ProxyInCluster
+    model_ns: str
+    #: Where the servers ``allowed``, ``other`` and ``secure`` run.
+    servers_ns: str
+    #: The model server's key (the account a step leases).
+    key: Secret
+    #: Allows ``allowed`` on 80 and ``secure`` on 443, each by its Service's name and address.
+    policy: EgressPolicy
+
+
+@contextlib.asynccontextmanager
+async def origins_behind_proxy(
+    real_node: RealNodeEnv,
+    node_api: k8s.KubeApi,
+    need_image: dict[str, str],
+    tmp_path: Path,
+    *,
+    probe: str = PROBE,
+    agent_policies: bool = True,
+) -> AsyncIterator[Origins]:
+    """Fresh namespaces; the offline model server, whose one Bash call runs ``probe`` (formatted
+    with the servers' namespace ``ns`` and the test CA ``ca``); the three servers; the auth proxy
+    relaying to the model, under the NetworkPolicies ironflow renders (without ``agent_policies``,
+    only the proxy's own: what confines the agents is the test's) and its openings to both."""
+    worker_image = need_image["worker"]
     need_image["auth-proxy"]
     suffix = uuid.uuid4().hex[:6]
     config = rp.cluster_setup(agents=f"ag-{suffix}", worker=f"wk-{suffix}", proxy=f"px-{suffix}")
@@ -127,17 +170,21 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
     key = Secret("sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex)
     with rp.cluster_namespaces(real_node, config, model_ns, srv_ns):
         tls = make_tls(tmp_path, extra_dns=(f"secure.{srv_ns}.svc.cluster.local",))
-        probe = PROBE.format(ns=srv_ns, ca=tls.ca_pem.decode().strip())
-        real_node.apply_objects(_model_objects(model_ns, worker_image, key, probe))
+        real_node.apply_objects(
+            _model_objects(model_ns, worker_image, key, probe.format(ns=srv_ns, ca=tls.ca_pem.decode().strip()))
+        )
         real_node.apply_objects(_server_objects(srv_ns, worker_image, tmp_path))
         proxy = rp.deploy_auth_proxy(
             real_node, config, admin_key=rp.new_admin_key(), upstream=f"http://fake-model.{model_ns}"
         )
         await _model_serving(node_api, model_ns)
+        rendered = rp.network_policies(config)
+        if not agent_policies:
+            rendered = [p for p in rendered if p["metadata"]["namespace"] == proxy.namespace]
         rp.enforce_policies(
             real_node,
             [
-                *rp.network_policies(config),
+                *rendered,
                 _upstream_opening(proxy.namespace, model_ns),
                 _upstream_opening(proxy.namespace, srv_ns, SERVER_PORT, "in-cluster"),
                 _upstream_opening(proxy.namespace, srv_ns, TLS_PORT, "in-cluster-tls"),
@@ -154,18 +201,28 @@ async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_
                 for name, port in (("allowed", 80), ("secure", 443))
             ]
         )
+        yield Origins(config, proxy, model_ns, srv_ns, key, policy)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_an_agent_pod_fetches_from_an_allowed_in_cluster_host_through_the_proxy_and_nothing_else(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], runtime: str, tmp_path: Path
+) -> None:
+    runner_image = need_image["runner"]
+    async with origins_behind_proxy(real_node, node_api, need_image, tmp_path) as found:
+        config, proxy, model_ns, key = found.config, found.proxy, found.model_ns, found.key
         provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(config.namespace).auth_proxy(proxy.url)
-        provider = provider.egress(policy).timeout(300)
+        provider = provider.egress(found.policy).timeout(300)
         if runtime == "gvisor":
             provider = provider.runtime_class("gvisor")
         step = AgentConfig("Fetch.", allowed_tools=("Bash",)).account_lease(
             AccountLease("acct-1", "ANTHROPIC_API_KEY", key)
         )
         result, took = await rp.run_step(
-            real_node, proxy, provider.settings, node_api, step.scoped(f"run-{suffix}", "f")
+            real_node, proxy, provider.settings, node_api, step.scoped(f"run-{uuid.uuid4().hex[:6]}", "f")
         )
         assert result.text == "Probed."
-        _, output = _tool_results(await node_api.read_log(model_ns, "fake-model"))
+        _, output = _tool_results(await model_log(node_api, model_ns))
         seen = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
         assert seen["proxy-set"] == "yes", output
         assert seen["proxied-allowed"] == "allowed-body 200", output  # through the proxy, the server's own body

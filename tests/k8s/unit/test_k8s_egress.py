@@ -123,10 +123,11 @@ def test_the_variables_modules_examples_hold() -> None:
     assert result.failed == 0
 
 
-async def test_k8s_sandbox_sessions_refuse_an_opening_policy_rather_than_drop_it() -> None:
-    sessions = K8sSessions(_provider(auth_proxy=PROXY, egress={"allow": ["pypi.org"]}).settings)
-    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get it yet"):
+async def test_k8s_sandbox_sessions_refuse_an_opening_policy_without_an_auth_proxy() -> None:
+    """Nothing would enforce it: refused at open, before anything exists (no cluster is reached)."""
+    sessions = K8sSessions(_provider(egress={"allow": ["pypi.org"]}).settings)
+    with pytest.raises(errors.ConfigError, match="egress in a Kubernetes session needs auth_proxy"):
         await sessions.open()
-    plain = K8sSessions(_provider(auth_proxy=PROXY).settings)
-    with pytest.raises(errors.ConfigError, match="sandbox sessions do not get it yet"):
+    plain = K8sSessions(_provider().settings)
+    with pytest.raises(errors.ConfigError, match="egress in a Kubernetes session needs auth_proxy"):
         await plain.open(OpenOptions(egress=egress.policy_from_options(["pypi.org"])))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import stat
 import subprocess
@@ -20,7 +21,7 @@ import aiohttp
 import pytest
 
 from ironflow.k8s.sessions import runtime_pod
-from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sandbox_runtime import SERVER_PATH, SESSION_ENV
 from ironflow.testing.polling import eventually
 
 
@@ -42,6 +43,13 @@ class Pod:
 
 @pytest.fixture
 def pod(tmp_path: Path) -> Iterator[Pod]:
+    with _started(tmp_path, {}) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def _started(tmp_path: Path, env: dict[str, str]) -> Iterator[Pod]:
+    """The runtime as a pod runs it, its manifest's ``env`` added to a bare PATH."""
     home = tmp_path / "home"
     (home / "workspace").mkdir(parents=True)
     fifo = home / ".ironflow" / "runtime-tokens"
@@ -49,7 +57,7 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
     port = listener.getsockname()[1]
     argv = [sys.executable, "-I", "-S", SERVER_PATH, "--listen-fd", str(listener.fileno()), "--token-fifo", str(fifo)]
     proc = subprocess.Popen(
-        argv, cwd=home, stderr=subprocess.PIPE, pass_fds=[listener.fileno()], env={"PATH": "/usr/bin:/bin"}
+        argv, cwd=home, stderr=subprocess.PIPE, pass_fds=[listener.fileno()], env={"PATH": "/usr/bin:/bin", **env}
     )
     listener.close()
     assert proc.stderr is not None
@@ -155,3 +163,31 @@ async def test_the_first_lines_idle_timeout_ends_the_runtime_whatever_probes_it(
             await asyncio.sleep(0.2)
     assert pod.proc.wait(timeout=5) == 0
     assert time.monotonic() - started < 15
+
+
+async def test_the_delivered_variables_reach_each_command_started_after_they_are_written(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """The pod's manifest names the file only; its variables (a session's proxy with its token)
+    reach the commands started once it is written, under each command's own ``env``."""
+    env_file = tmp_path / "home" / ".ironflow" / "session-env"
+    with _started(tmp_path, {SESSION_ENV: str(env_file)}) as started:
+        assert started.deliver("holder") is True
+        await _taken(http, started, "holder")
+
+        async def shown(extra: dict[str, str] | None = None) -> str:
+            body = {"argv": ["sh", "-c", 'echo "${HTTPS_PROXY:-none}"'], "env": extra or {}}
+            async with http.post(started.url + "/ironflow/v1/commands", json=body, headers=_auth("holder")) as r:
+                events = [json.loads(line) async for line in r.content if line.strip()]
+            return "".join(e.get("stdout", "") for e in events)
+
+        assert await shown() == "none\n"  # before the write: no proxy, nothing reached
+        env_file.write_text(json.dumps({"HTTPS_PROXY": "http://ironflow:ifap_x@proxy:3128"}))
+        assert await shown() == "http://ironflow:ifap_x@proxy:3128\n"
+        assert await shown({"HTTPS_PROXY": "mine"}) == "mine\n"  # a command's own env wins
+        env_file.write_text("not json")
+        assert await shown() == "none\n"  # unreadable: none, the runtime goes on
+
+
+def test_the_runtime_and_ironflow_name_the_same_variable() -> None:
+    assert f'\nSESSION_ENV = "{SESSION_ENV}"\n' in Path(SERVER_PATH).read_text()

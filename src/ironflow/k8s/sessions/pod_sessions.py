@@ -14,7 +14,9 @@ What a session is in the cluster (a pod here, a claim for agent-sandbox) is the 
 cluster: ``connect(id)`` reattaches from any process, ``list`` and ``find`` list them by
 label, ``close`` and ``release_run`` delete their objects. Every session
 ends: ``close``, its TTL or idle timeout while this process runs, else the reaper's
-``ironflow.io/expires-at`` pass, and ``activeDeadlineSeconds`` as the backstop.
+``ironflow.io/expires-at`` pass, and ``activeDeadlineSeconds`` as the backstop. A session opened
+with an egress policy gets a token of its own for its life
+(:mod:`~ironflow.k8s.sessions.egress_delivery`), revoked when it is closed or torn down here.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
 from ironflow.egress import variables
-from ironflow.k8s.sessions import bridge, clones, provisioner, runtime_link
+from ironflow.k8s.sessions import bridge, clones, egress_delivery, provisioner, runtime_link, session_pod
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
+from ironflow.sandbox_runtime import SESSION_ENV
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
 from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
@@ -60,6 +63,8 @@ class _Session:
     workspace: clones.Held | None = None
     watcher: asyncio.Task[None] | None = None
     released: bool = False
+    #: Opened with an egress policy: its token is revoked when it ends.
+    egress: bool = False
 
 
 class K8sSessions:
@@ -123,7 +128,8 @@ class K8sSessions:
         directory; :meth:`changes` gives what changed there.
 
         Raises:
-            ConfigError: a bad label; ``env`` where the objects refuse it; relays (not delivered to sessions).
+            ConfigError: a bad label; ``env`` where the objects refuse it; relays (not delivered to sessions);
+                egress without an auth proxy, or on agent-sandbox when the template was rendered without it.
             StepConfigError: a credential in ``env``.
             WorkspaceRefused: a workspace that is no git URL, or no auth proxy to clone it through.
             WorkspaceUnsafe: the clone failed.
@@ -133,15 +139,22 @@ class K8sSessions:
         options = options or OpenOptions()
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
-        if variables.opens_anything(self.settings.egress) or variables.opens_anything(options.egress):  # never dropped
-            raise errors.ConfigError("egress: reaches agent steps on Kubernetes; sandbox sessions do not get it yet")
+        egress = egress_delivery.policy_for(self.settings, options.egress)
+        if egress is not None and self._template_env:
+            if not variables.opens_anything(self.settings.egress):  # refused, never dropped
+                raise errors.ConfigError(
+                    f"egress: a {self.objects.backend} session's pod is its template's, rendered without egress: "
+                    "give the pod settings an egress: and run 'ironflow sandbox apply-template'"
+                )
+        elif egress is not None:
+            options = dataclasses.replace(options, env={**options.env, **egress_delivery.manifest_env()})
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
-        found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s)
+        found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s, egress=egress)
         try:
             session = await self._attach(found, options.idle_timeout, probe=True)
         except BaseException:
-            await self._cluster.delete(session_id)
+            await self._cluster.delete(session_id, egress=egress is not None)
             raise
         return self._hold(session, now, options.ttl)
 
@@ -168,6 +181,7 @@ class K8sSessions:
             found, max_upload_bytes=self.max_upload_bytes, python=self.python
         )
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
+        session.egress = self._has_egress(found)
         if probe and linked is None:
             try:
                 await self._probe(session)
@@ -197,7 +211,7 @@ class K8sSessions:
                 log.info("sandbox session %s expired", session.info.id)
         finally:
             if not session.released:
-                await asyncio.shield(self._teardown(session.info.id))
+                await asyncio.shield(self._teardown(session.info.id, egress=session.egress))
 
     async def _idle_over(self, session: _Session, limit: float) -> bool:
         """Whether the session sat idle past ``limit``: by this process's requests through its bridge;
@@ -209,11 +223,24 @@ class K8sSessions:
         found = await self._cluster.lookup(session.info.id)
         return found is None or not found.running
 
-    async def _teardown(self, session_id: str) -> None:
+    async def _teardown(self, session_id: str, *, egress: bool) -> None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             await session.link.aclose()
-        await self._cluster.delete(session_id)
+        await self._cluster.delete(session_id, egress=egress)
+
+    @property
+    def _template_env(self) -> bool:
+        """The session's pod takes its environment from a template (an agent-sandbox claim's), not
+        from this open: its egress variables' file is named there when the pod settings take egress."""
+        return self.objects.backend != session_pod.BACKEND
+
+    def _has_egress(self, found: Found) -> bool:
+        """Whether the session was opened with an egress policy: its pod names the delivered
+        variables (a template's pod, whenever its settings take egress)."""
+        if self._template_env:
+            return variables.opens_anything(self.settings.egress)
+        return SESSION_ENV in found.env
 
     # -- using --
 
@@ -304,9 +331,13 @@ class K8sSessions:
             with contextlib.suppress(asyncio.CancelledError):
                 await session.watcher
             return True
-        if session is None and await self._cluster.lookup(session_id) is None:
-            return False
-        await self._teardown(session_id)
+        egress = session is not None and session.egress
+        if session is None:
+            found = await self._cluster.lookup(session_id)
+            if found is None:
+                return False
+            egress = self._has_egress(found)
+        await self._teardown(session_id, egress=egress)
         return True
 
     async def release_run(self, run_id: str) -> int:

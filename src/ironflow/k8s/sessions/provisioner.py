@@ -23,8 +23,9 @@ from ironflow import errors
 from ironflow.auth_proxy import issuing, tokens
 from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import layout
+from ironflow.egress import EgressPolicy
 from ironflow.k8s import pods
-from ironflow.k8s.sessions import bridge, clones, runtime_link
+from ironflow.k8s.sessions import bridge, clones, egress_delivery, runtime_link
 from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec
@@ -42,7 +43,7 @@ class SessionProvisioner:
         settings: the k8s provider's (image, namespace, cluster, resources, runtime class...).
         objects: what a session is in the cluster (default: a pod of ``settings``).
         api: a connected client; default one for ``settings.cluster``, owned and closed here.
-        issuer: grants a git workspace's clone its token (default: an admin client of the
+        issuer: grants a git workspace's clone and the session's egress their tokens (default: an admin client of the
             provider's auth proxy, made when first needed and closed here).
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
     """
@@ -71,9 +72,18 @@ class SessionProvisioner:
             self._api = await kube.KubeApi.connect(self.objects.cluster)
         return self._api
 
-    async def create(self, session_id: str, options: OpenOptions, *, now: float, timeout_s: float) -> Found:
-        """The session's object made and its pod running, a git ``workspace`` cloned in it
-        (:meth:`_clone`); the object is deleted on every failure path.
+    async def create(
+        self,
+        session_id: str,
+        options: OpenOptions,
+        *,
+        now: float,
+        timeout_s: float,
+        egress: EgressPolicy | None = None,
+    ) -> Found:
+        """The session's object made and its pod running, its ``egress`` variables delivered
+        (:mod:`~ironflow.k8s.sessions.egress_delivery`), a git ``workspace`` cloned in it
+        (:meth:`_clone`); the object is deleted (and the egress token revoked) on every failure path.
 
         Raises:
             ConfigError: a bad label; ``env`` where the objects refuse it. StepConfigError: a credential in ``env``.
@@ -93,10 +103,15 @@ class SessionProvisioner:
             raise
         try:
             found = await self.objects.ready(api, created, options, timeout_s=timeout_s)
+            if egress is not None:
+                await egress_delivery.deliver(
+                    api, self._grants(), self.settings, egress, pod=found.pod, container=found.container,
+                    session_id=session_id, expires_at=math.ceil(now + options.ttl),
+                )  # fmt: skip
             if workspace is not None and secret is not None:
                 found = await self._clone(found, workspace, secret, expires_at=now + options.ttl)
         except BaseException:
-            await self.objects.delete(api, session_id)
+            await pods.shielded(self.delete(session_id, egress=egress is not None))
             raise
         return found
 
@@ -180,8 +195,11 @@ class SessionProvisioner:
         """Every open session of the namespace (of ``run_id``), from its labels."""
         return await self.objects.find(await self.client(), run_id=run_id)
 
-    async def delete(self, session_id: str) -> None:
-        """Delete the session's object (every process in it dies)."""
+    async def delete(self, session_id: str, *, egress: bool = False) -> None:
+        """Delete the session's object (every process in it dies); with ``egress``, revoke its
+        egress token first."""
+        if egress:
+            await egress_delivery.revoke(self._grants(), session_id)
         await self.objects.delete(await self.client(), session_id)
 
     async def changes(self, held: clones.Held, *, pod: str, container: str) -> WorkspaceChanges:
