@@ -22,7 +22,8 @@ Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): t
 library only, nothing of ironflow, a thread per connection rather than an event loop (idle
 cheap); a command runs in its request's thread, one poll loop over its pipes (a background one
 gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
-(the module-size rule keeps them two), its command line and hand-out line ``startup.py``. A
+(the module-size rule keeps them two), its command line, listening socket and hand-out line
+``startup.py``. A
 local session adds ``--isolate-commands`` (the sibling ``confine.py``): its commands cannot
 reach the runtime's process, memory, fds or socket, and the runtime refuses to start if that
 cannot be set up.
@@ -431,21 +432,6 @@ def _tarfile() -> types.ModuleType:
     return tarfile
 
 
-def _listener(args: types.SimpleNamespace) -> socket.socket:
-    if args.listen_fd is not None:
-        return socket.socket(fileno=args.listen_fd)
-    if args.unix:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(args.unix)
-        sock.bind(args.unix)
-        os.chmod(args.unix, 0o600)
-    else:
-        sock = socket.create_server((args.host, args.port), reuse_port=False)
-    sock.listen(64)
-    return sock
-
-
 def _watch_idle(runtime: Runtime, idle: float) -> None:
     while True:
         time.sleep(min(idle, 1.0))
@@ -460,7 +446,6 @@ def _end_at(expires_at: float) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-#: Every option of the command line, ``--name-with-dashes``: its type (None: a flag) and default.
 def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
     startup = __import__("startup")  # the sibling file; pod_exec.py runs no main and never loads it
@@ -482,7 +467,7 @@ def main(argv: list[str]) -> int:
         runtime.gate.start()
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    listener = _listener(args)
+    listener = startup.listener(args)
 
     def stop(_signum: int, _frame: Any) -> None:
         for command in list(runtime.commands.values()):

@@ -1,4 +1,4 @@
-"""The session runtime's command line and its hand-out line (``server.py``'s ``main`` only).
+"""The session runtime's command line, its listening socket and its hand-out line (``server.py``'s ``main`` only).
 
 Standard library only, nothing of ironflow, like its siblings, and a file apart: a Kubernetes
 session's pod runs the server's handler with ``pod_exec.py`` and never loads it. The command
@@ -10,8 +10,10 @@ runtime is handed out (the token, the session's env and idle timeout), else the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sys
 import types
 
@@ -19,7 +21,7 @@ TYPE_CHECKING = False  # not typing's: its import is a slice of every session's 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["parse_args", "read_token"]
+__all__ = ["listener", "parse_args", "read_token"]
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "unix": (str, None),
@@ -75,6 +77,22 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
     if apart and not values["isolate_commands"]:
         _usage_error("--runtime-uid, --commands-uid and --commands-share-uid go with --isolate-commands")
     return types.SimpleNamespace(env={}, expires_at=None, **values)
+
+
+def listener(args: types.SimpleNamespace) -> socket.socket:
+    """The socket the command line names: an inherited fd, a unix path (0600), or a TCP port."""
+    if args.listen_fd is not None:
+        return socket.socket(fileno=args.listen_fd)
+    if args.unix:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(args.unix)
+        sock.bind(args.unix)
+        os.chmod(args.unix, 0o600)
+    else:
+        sock = socket.create_server((args.host, args.port), reuse_port=False)
+    sock.listen(64)
+    return sock
 
 
 def read_token(args: types.SimpleNamespace) -> bytes:
