@@ -64,7 +64,6 @@ __all__ = [
     "host_path_problem",
     "kernel_death",
     "oci_spec",
-    "runs_as_root",
     "script_tmpfs",
     "setup_script",
     "tmpfs_mounts",
@@ -238,7 +237,8 @@ def _tmpfs(settings: GvisorSettings) -> list[tuple[str, str]]:
         ("/home", "mode=0755,size=1m"),
         (layout.SANDBOX_HOME, f"mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes}"),
         (layout.SANDBOX_TMP, tmp),
-        # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs.
+        # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs (the
+        # spec's is made in the overlay on a host without one; the script's is mounted only where it is).
         ("/var/tmp", tmp),
         ("/run", "mode=0755,size=1m"),
     ]
@@ -259,7 +259,7 @@ def _traversed(settings: GvisorSettings) -> list[str]:
     return [r for r in _TRAVERSE_ROOTS if any(_under(path, r) for path in settings.traverse)]
 
 
-def runs_as_root(settings: GvisorSettings) -> bool:
+def _runs_as_root(settings: GvisorSettings) -> bool:
     """Whether the spec's process is gVisor's root (the setup script has work only root can do)."""
     copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
     return bool(settings.as_root) or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
@@ -293,7 +293,7 @@ def setup_script(settings: GvisorSettings) -> str:
         lines.append(f"if [ -d /var/tmp ]; then {mount}; fi" if path == "/var/tmp" else mount)
     lines.append(f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}")
     drop = "exec"
-    if runs_as_root(settings):
+    if _runs_as_root(settings):
         drop += f" {''.join(_Q(a) + ' ' for a in settings.as_root)}"
         if not settings.as_root_drops:
             drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
@@ -317,7 +317,7 @@ def tmpfs_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
 def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]:
     """The ``config.json`` of the run's bundle: the setup script as root, or as the step's uid with
     no capability when it has nothing to do as root; ``env`` for the step."""
-    root = runs_as_root(settings)
+    root = _runs_as_root(settings)
     capabilities = list(SETUP_CAPABILITIES) if root else []
     uid = 0 if root else settings.uid
     network = () if settings.proxy is not None else ("network",)
