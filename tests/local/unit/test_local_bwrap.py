@@ -149,7 +149,7 @@ def test_hidden_root_entries_never_bound_whatever_the_host_holds(names: list[str
 
 
 def test_gvisor_without_proxy_has_no_network_and_drops_to_uid_10001() -> None:
-    shown = gvisor.GvisorSettings(command=("id",))
+    shown = gvisor.GvisorSettings(command=("id",), managed_settings_dir="/m")
     argv = gvisor.gvisor_argv(shown, "/t/gvisor")
     assert argv[:4] == ["runsc", "--rootless", "--ignore-cgroups", "--network=none"]
     assert argv[-6:] == ["--root", "/t/gvisor/state", "run", "--bundle", "/t/gvisor", gvisor.container_id("/t/gvisor")]
@@ -171,17 +171,36 @@ def test_gvisor_with_proxy_runs_in_a_fresh_network_namespace_behind_the_relay() 
 
 
 def test_gvisor_spec_runs_the_setup_as_root_with_few_capabilities_and_refuses_user_namespaces() -> None:
-    spec = gvisor.oci_spec(gvisor.GvisorSettings(command=("true",)), {"HOME": "/home/claude", "A": "b=c"})
+    shown = gvisor.GvisorSettings(command=("true",), profile_dirs=("/p",))
+    spec = gvisor.oci_spec(shown, {"HOME": "/home/claude", "A": "b=c"})
     process = spec["process"]
     assert process["user"] == {"uid": 0, "gid": 0}
     assert process["args"][:2] == ["sh", "-c"]
     assert process["args"][2].rstrip().endswith("'true'")
     assert process["env"] == ["HOME=/home/claude", "A=b=c"]
     assert set(process["capabilities"]["bounding"]) == set(gvisor.SETUP_CAPABILITIES)
+    assert process["capabilities"]["inheritable"] == process["capabilities"]["ambient"] == []
+    assert process["noNewPrivileges"] is True
     assert "CAP_NET_RAW" not in gvisor.SETUP_CAPABILITIES
     assert spec["root"] == {"path": "/", "readonly": False}
     assert spec["linux"]["seccomp"] == seccomp.oci_user_namespace_rules()
     assert {m["destination"]: m.get("options") for m in spec["mounts"]}["/sys"] == ["ro"]
+
+
+def test_a_gvisor_step_with_nothing_to_do_as_root_starts_as_its_uid_with_no_capability() -> None:
+    """runsc sets the uid, the groups, the capabilities and no_new_privs: no setpriv, no root shell."""
+    spec = gvisor.oci_spec(gvisor.GvisorSettings(command=("id",), working_dir="/home/claude/w"), {})
+    process = spec["process"]
+    assert process["user"] == {"uid": 10001, "gid": 10001}
+    assert all(caps == [] for caps in process["capabilities"].values())
+    assert set(process["capabilities"]) == {"bounding", "effective", "permitted", "inheritable", "ambient"}
+    assert process["noNewPrivileges"] is True
+    script = process["args"][2]
+    assert "setpriv" not in script
+    assert "mount" not in script
+    assert script.splitlines()[-1] == "exec 'id'"  # the shell's 127 and 126, not runsc's 128
+    assert "cd '/home/claude/w'" in script  # a spec cwd runsc would make on the host when missing
+    assert process["cwd"] == "/"
 
 
 def test_the_environment_is_in_the_spec_never_on_the_gvisor_argv() -> None:
@@ -192,14 +211,32 @@ def test_the_environment_is_in_the_spec_never_on_the_gvisor_argv() -> None:
 
 
 def test_gvisor_setup_copies_settings_before_hiding_tmp_and_limits_sizes() -> None:
-    script = gvisor.setup_script(
-        gvisor.GvisorSettings(command=("true",), managed_settings_dir="/tmp/x/ms", home_size_bytes=99)
-    )
+    """A tmpfs over a copy's source is the script's, after the copy, with /run last; the others the spec's."""
+    shown = gvisor.GvisorSettings(command=("true",), managed_settings_dir="/tmp/x/ms", home_size_bytes=99)
+    script = gvisor.setup_script(shown)
     copy = script.index("/etc/claude-code")
     hide_tmp = script.index("tmpfs '/tmp'")
-    assert copy < hide_tmp
-    assert "uid=10001,gid=10001,size=99 tmpfs '/home/claude'" in script
+    assert copy < hide_tmp < script.index("tmpfs '/run'")
     assert script.startswith("_ifl_fail()")
+    assert gvisor.script_tmpfs(shown) == ("/tmp", "/run")
+    tmpfs = {m["destination"]: m["options"] for m in gvisor.tmpfs_mounts(shown)}
+    assert tmpfs == {
+        "/home": ["mode=0755", "size=1m"],
+        "/home/claude": ["mode=0700", "uid=10001", "gid=10001", "size=99"],
+        "/var/tmp": ["mode=1777", f"size={shown.tmp_size_bytes}"],
+    }
+    assert "tmpfs '/home" not in script
+
+
+def test_gvisor_tmpfs_are_the_specs_when_the_script_reads_nothing_under_them() -> None:
+    shown = gvisor.GvisorSettings(command=("true",), managed_settings_dir="/srv/ms", tmp_size_bytes=4096)
+    assert gvisor.script_tmpfs(shown) == ()
+    spec = gvisor.oci_spec(shown, {})
+    tmpfs = [m["destination"] for m in spec["mounts"] if m["type"] == "tmpfs" and m["destination"] != "/dev"]
+    assert tmpfs == ["/home", "/home/claude", "/tmp", "/var/tmp", "/run"]  # parents first
+    assert "tmpfs" not in gvisor.setup_script(shown)
+    home = gvisor.GvisorSettings(command=("true",), profile_dirs=("/home/me/p",))
+    assert gvisor.script_tmpfs(home) == ("/home", "/run")
 
 
 def test_every_gvisor_setup_line_reports_its_own_failure() -> None:
@@ -218,8 +255,14 @@ def test_a_seccomp_program_is_read_from_the_given_descriptor() -> None:
 
 
 def test_gvisor_bounds_the_world_writable_var_tmp() -> None:
-    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), tmp_size_bytes=4096))
-    assert "mount -t tmpfs -o mode=1777,size=4096 tmpfs /var/tmp" in script
+    spec = gvisor.oci_spec(gvisor.GvisorSettings(command=("true",), tmp_size_bytes=4096), {})
+    assert {"destination": "/var/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["mode=1777", "size=4096"]} in (
+        spec["mounts"]
+    )
+    held = gvisor.setup_script(
+        gvisor.GvisorSettings(command=("true",), tmp_size_bytes=4096, profile_dirs=("/var/tmp/p",))
+    )
+    assert "if [ -d /var/tmp ]; then mount -t tmpfs -o mode=1777,size=4096 tmpfs '/var/tmp'; fi" in held
 
 
 @pytest.mark.parametrize(
@@ -276,10 +319,14 @@ def test_gvisor_binds_each_source_at_its_own_path_then_on_to_its_target_inside()
 
 
 def test_gvisor_setup_tmpfs_are_the_paths_it_hides() -> None:
-    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",)))
+    every = (f"{top}/src" for top in gvisor.SETUP_TMPFS[:-1])  # a source under each: all the script's
+    shown = gvisor.GvisorSettings(command=("true",), profile_dirs=tuple(every))
+    script = gvisor.setup_script(shown)
     setup = [line.split(" || _ifl_fail ")[0] for line in script.splitlines()]
     mounted = {m for line in setup for m in re.findall(r" tmpfs '?(/[^';\s]*)", line)}
     assert {m for m in mounted if not m.startswith("/home/")} == set(gvisor.SETUP_TMPFS)
+    plain = gvisor.tmpfs_mounts(gvisor.GvisorSettings(command=("true",)))
+    assert {m["destination"] for m in plain if not m["destination"].startswith("/home/")} == set(gvisor.SETUP_TMPFS)
 
 
 def test_the_egress_socket_is_bound_and_relayed_beside_the_proxy() -> None:

@@ -33,7 +33,7 @@ def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_
 
 
 def test_without_as_root_the_setup_script_execs_the_drop_as_before() -> None:
-    last = gvisor.setup_script(gvisor.GvisorSettings(command=("true",))).splitlines()[-1]
+    last = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), profile_dirs=("/p",))).splitlines()[-1]
     assert last.startswith("exec setpriv --reuid 10001 ")
 
 

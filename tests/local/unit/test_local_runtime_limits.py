@@ -27,6 +27,6 @@ def test_bwrap_and_gvisor_refuse_the_same_settings(change: dict[str, object], me
 
 
 def test_positive_sizes_and_a_command_pass() -> None:
-    script = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), home_size_bytes=1, tmp_size_bytes=1))
-    assert "size=1 " in script
+    mounts = gvisor.tmpfs_mounts(gvisor.GvisorSettings(command=("true",), home_size_bytes=1, tmp_size_bytes=1))
+    assert "size=1" in mounts[1]["options"]
     assert bwrap.bwrap_argv(bwrap.BwrapSettings(command=("true",), root_entries=ROOT))[-1] == "true"

@@ -1,18 +1,31 @@
 """Sandbox settings into a gVisor (``runsc run``) argv and OCI spec with the pod's posture (pure).
 
-``runsc run`` starts the spec's process as root inside gVisor's own kernel, with the host
-root read-only under a writable in-memory overlay (``--overlay2=root:memory``), ``/proc``, a
+``runsc run`` starts the spec's process inside gVisor's own kernel, with the host root
+read-only under a writable in-memory overlay (``--overlay2=root:memory``), ``/proc``, a
 ``/dev`` of gVisor's devices, a read-only ``/sys``, and the step's host directories as OCI bind
 mounts at their own host paths (read-only, or read-write: a workspace's private copy, written
 through to the host as the step's uid, so a root worker gives that copy to uid 10001 first).
-That process is the setup script built here, run as gVisor's root (never the host's) with only
-the capabilities it needs: each bind bound on to its target; private size-limited tmpfs over
-``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp`` and ``/run``; the managed
-settings and profiles copied to where the pod mounts them; then it drops to uid 10001 with no
-capability and ``no_new_privs`` (``setpriv``), so the root filesystem is not writable by the
-step, and execs the command. The spec's ``linux.seccomp`` section (``--oci-seccomp``) holds the
-user-namespace rules of :mod:`ironflow.local.sandbox.seccomp`, so a nested user namespace is refused as
-under bubblewrap.
+
+What runsc can do itself is the spec's (:func:`oci_spec`): the private size-limited tmpfs over
+``/home`` (with ``/home/claude`` owned by uid 10001), ``/tmp``, ``/var/tmp`` and ``/run``
+(``"type": "tmpfs"`` mounts: runsc makes their mount points in its own overlay, never on the
+host); and for a step with nothing to do as root, the step's uid and gid with no
+supplementary group, no capability in any set and ``noNewPrivileges``: its process is a shell
+of the step's uid, which only changes directory and execs the command (a missing program is then the
+shell's exit 127 and an unrunnable one 126, not runsc's failure to start, exit 128).
+
+What runsc cannot do stays in the setup script (:func:`setup_script`), run as gVisor's root
+(never the host's) with only the capabilities it needs, which then drops to uid 10001 with no
+capability and ``no_new_privs`` (``setpriv``) and execs the command: a bind whose target is not
+its source is bound on inside (runsc makes a bind's mount point in the host's own root: the
+overlay is the sentry's, not the gofer's); the managed settings and profiles are copied to where
+the pod mounts them (rootless runsc shows the worker's files as root's, their modes kept, so
+the step's uid could not read a 0700 temp dir bound there); a 0700 home holding a tool gets o+x
+in the overlay; a session's ``as_root``. A tmpfs over a host path the script still reads (a
+copy's or a bind's source) is the script's too, after the read, and ``/run`` then comes last
+(util-linux's mount records state under it, which must start empty). The spec's
+``linux.seccomp`` section (``--oci-seccomp``) holds the user-namespace rules of
+:mod:`ironflow.local.sandbox.seccomp`, so a nested user namespace is refused as under bubblewrap.
 
 Network: ``--network=none`` (only ``lo``). With the auth proxy, ``runsc`` runs inside a
 fresh network namespace made by bubblewrap (``--unshare-net``: only ``lo``) with
@@ -51,7 +64,9 @@ __all__ = [
     "host_path_problem",
     "kernel_death",
     "oci_spec",
+    "script_tmpfs",
     "setup_script",
+    "tmpfs_mounts",
 ]
 
 _Q = command.shell_quote
@@ -89,7 +104,7 @@ SETUP_CAPABILITIES: Final = (
 #: Parents of the tools the step needs under a 0700 home (/root): given o+x in the
 #: overlay only (the host is untouched), so uid 10001 can reach those paths and no more.
 _TRAVERSE_ROOTS: Final = ("/root",)
-#: Where the setup script mounts its own tmpfs: host paths under them are hidden from the step.
+#: Where the sandbox has its own tmpfs (the spec's or the setup script's): host paths under them are hidden.
 SETUP_TMPFS: Final = ("/home", layout.SANDBOX_TMP, "/var/tmp", "/run")
 
 
@@ -139,8 +154,8 @@ class GvisorSettings:
 def host_path_problem(source: str, target: str) -> str | None:
     """Why the step cannot see host path ``source`` at ``target`` under gVisor, or None.
 
-    A bind mount is made before the setup script covers :data:`SETUP_TMPFS` with its own
-    tmpfs, so a target there would be hidden: refused rather than silently dropped.
+    The sandbox covers :data:`SETUP_TMPFS` with its own tmpfs, so a target there would be
+    hidden: refused rather than silently dropped.
     """
     norm = posixpath.normpath(target)
     for hidden in SETUP_TMPFS:
@@ -205,12 +220,58 @@ def bind_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
     ]
 
 
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
+
+
+def _rebinds(settings: GvisorSettings) -> list[tuple[str, str]]:
+    """Each (source, target) the setup script binds on inside: runsc binds a source at its own path."""
+    pairs = ((posixpath.normpath(m.source), posixpath.normpath(m.target)) for m in _mounts(settings))
+    return [(source, target) for source, target in pairs if source != target]
+
+
+def _tmpfs(settings: GvisorSettings) -> list[tuple[str, str]]:
+    """The sandbox's tmpfs, parents first: (mount point, options)."""
+    uid, tmp = settings.uid, f"mode=1777,size={settings.tmp_size_bytes}"
+    return [
+        ("/home", "mode=0755,size=1m"),
+        (layout.SANDBOX_HOME, f"mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes}"),
+        (layout.SANDBOX_TMP, tmp),
+        # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs (the
+        # spec's is made in the overlay on a host without one; the script's is mounted only where it is).
+        ("/var/tmp", tmp),
+        ("/run", "mode=0755,size=1m"),
+    ]
+
+
+def script_tmpfs(settings: GvisorSettings) -> tuple[str, ...]:
+    """Which of :data:`SETUP_TMPFS` the setup script mounts (the rest are the spec's): one over a
+    host path it reads as root (a copy's or a bind's source), after the read; then, when the
+    script mounts anything, ``/run`` last (util-linux's mount records state under it)."""
+    reads = [*filter(None, (settings.managed_settings_dir,)), *settings.profile_dirs]
+    reads += [source for source, _ in _rebinds(settings)]
+    held = [top for top in SETUP_TMPFS[:-1] if any(_under(posixpath.normpath(r), top) for r in reads)]
+    return (*held, "/run") if held or _rebinds(settings) else ()
+
+
+def _traversed(settings: GvisorSettings) -> list[str]:
+    """The 0700 homes (:data:`_TRAVERSE_ROOTS`) holding a tool of the step, which get o+x."""
+    return [r for r in _TRAVERSE_ROOTS if any(_under(path, r) for path in settings.traverse)]
+
+
+def _runs_as_root(settings: GvisorSettings) -> bool:
+    """Whether the spec's process is gVisor's root (the setup script has work only root can do)."""
+    copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
+    return bool(settings.as_root) or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
+
+
 def setup_script(settings: GvisorSettings) -> str:
-    """The ``sh -c`` run as gVisor's root: mounts, copies, then drop to the step's uid."""
+    """The ``sh -c`` of the spec's process: as root, its copies, binds and tmpfs, then the drop to
+    the step's uid; as the step's uid (nothing to do as root), only ``cd`` and exec."""
     bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     uid = settings.uid
     lines: list[str] = []
-    # Copies come first: the host temp dirs holding them live under the /tmp we hide next.
+    # Copies come first: the host temp dirs holding them may live under a tmpfs the script mounts next.
     if settings.managed_settings_dir is not None:
         dest = _Q(layout.MANAGED_SETTINGS_DIR)
         lines.append(f"mkdir -p {dest} && cp -RL {_Q(settings.managed_settings_dir)}/. {dest}/")
@@ -218,50 +279,59 @@ def setup_script(settings: GvisorSettings) -> str:
     for index, profile_dir in enumerate(settings.profile_dirs):
         dest = _Q(profile.profile_mount_path(index))
         lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
-    # Before /tmp, /home and /run are covered: a source there (a workspace's copy) is still in sight.
-    for mount in _mounts(settings):
-        source, target = _Q(posixpath.normpath(mount.source)), _Q(posixpath.normpath(mount.target))
-        if source != target:
-            lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
-    for path in sorted(set(settings.traverse)):
-        for root in _TRAVERSE_ROOTS:
-            if path == root or path.startswith(root + "/"):
-                lines.append(f"chmod o+x {_Q(root)}")
-    home, tmp = _Q(layout.SANDBOX_HOME), _Q(layout.SANDBOX_TMP)
-    lines += [
-        "mount -t tmpfs -o mode=0755,size=1m tmpfs /home",
-        f"mkdir {home}",
-        f"mount -t tmpfs -o mode=0700,uid={uid},gid={uid},size={settings.home_size_bytes} tmpfs {home}",
-        f"mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs {tmp}",
-        # The overlay is memory without a limit: the world-writable /var/tmp gets a bounded tmpfs.
-        f"if [ -d /var/tmp ]; then mount -t tmpfs -o mode=1777,size={settings.tmp_size_bytes} tmpfs /var/tmp; fi",
-        # Last: util-linux's mount records state under /run, which must start empty.
-        "mount -t tmpfs -o mode=0755,size=1m tmpfs /run",
-        f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}",
-    ]
-    drop = f"exec {''.join(_Q(a) + ' ' for a in settings.as_root)}"
-    if not settings.as_root_drops:
-        drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
-        drop += "--no-new-privs --"
+    # Before the script's tmpfs: a source there (a workspace's copy) is still in sight.
+    for source, target in _rebinds(settings):
+        lines.append(f"mkdir -p {_Q(target)} && mount --bind {_Q(source)} {_Q(target)}")
+    lines += [f"chmod o+x {_Q(root)}" for root in _traversed(settings)]
+    held = script_tmpfs(settings)
+    for path, options in _tmpfs(settings):
+        if not any(_under(path, top) for top in held):
+            continue
+        mount = f"mount -t tmpfs -o {options} tmpfs {_Q(path)}"
+        if path == layout.SANDBOX_HOME:
+            lines.append(f"mkdir {_Q(path)}")
+        lines.append(f"if [ -d /var/tmp ]; then {mount}; fi" if path == "/var/tmp" else mount)
+    lines.append(f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}")
+    drop = "exec"
+    if _runs_as_root(settings):
+        drop += f" {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+        if not settings.as_root_drops:
+            drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
+            drop += "--no-new-privs --"
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
     guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
     fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'
-    return "\n".join([fail, *guarded, " ".join([drop, *(_Q(a) for a in settings.command)])])
+    return "\n".join([fail, *guarded, " ".join([drop.rstrip(), *(_Q(a) for a in settings.command)])])
+
+
+def tmpfs_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
+    """The spec's tmpfs: every one the setup script does not mount itself (:func:`script_tmpfs`)."""
+    held = script_tmpfs(settings)
+    return [
+        {"destination": path, "type": "tmpfs", "source": "tmpfs", "options": options.split(",")}
+        for path, options in _tmpfs(settings)
+        if not any(_under(path, top) for top in held)
+    ]
 
 
 def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]:
-    """The ``config.json`` of the run's bundle: the setup script as root, ``env`` for the step."""
-    capabilities = list(SETUP_CAPABILITIES)
+    """The ``config.json`` of the run's bundle: the setup script as root, or as the step's uid with
+    no capability when it has nothing to do as root; ``env`` for the step."""
+    root = _runs_as_root(settings)
+    capabilities = list(SETUP_CAPABILITIES) if root else []
+    uid = 0 if root else settings.uid
     network = () if settings.proxy is not None else ("network",)
     return {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
-            "user": {"uid": 0, "gid": 0},
+            "user": {"uid": uid, "gid": uid},  # no additionalGids: no supplementary group
             "args": ["sh", "-c", setup_script(settings)],
             "env": [f"{name}={value}" for name, value in env.items()],
-            "cwd": "/",
-            "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")},
+            "cwd": "/",  # the script's cd: runsc would make a missing cwd on the host
+            "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")}
+            | {"inheritable": [], "ambient": []},
+            "noNewPrivileges": True,
             "rlimits": oci_rlimits(settings.limits),
         },
         "root": {"path": "/", "readonly": False},  # under --overlay2=root:memory: writes stay in memory
@@ -271,6 +341,7 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro"]},
+            *tmpfs_mounts(settings),
             *bind_mounts(settings),
         ],
         "linux": {
