@@ -7,11 +7,11 @@ variant              agent pods (component=claude-runner) reach  auth proxy pods
 ===================  ==========================================  ======================================
 Cilium, direct       kube-dns; api.anthropic.com:443             (no proxy)
 Cilium, auth proxy   kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
-                                                                 session pods on 3128;
+                                                                 session pods on 8080, 3128;
                                                                  out: kube-dns, api.anthropic.com:443
 plain, direct        kube-dns; any public address :443           (no proxy)
 plain, auth proxy    kube-dns; proxy pods :8080, :3128           in: agents on 8080, 3128; worker on 8080;
-                                                                 session pods on 3128;
+                                                                 session pods on 8080, 3128;
                                                                  out: kube-dns, public addresses (any port)
 Cilium, proxy by IP  kube-dns; <ip>/32 (/128) :<url port>, 3128  (not in the cluster: no policy here)
   or by name         kube-dns; toFQDNs <host> :<url port>, 3128
@@ -246,7 +246,7 @@ def cilium_auth_proxy(top: Topology) -> list[documents.Document]:
                 },
                 {
                     "fromEndpoints": [{"matchLabels": {"k8s:io.kubernetes.pod.namespace": top.namespace, **_SESSIONS}}],
-                    "toPorts": [{"ports": [{"port": str(EGRESS_PORT), "protocol": "TCP"}]}],
+                    "toPorts": both,
                 },
                 {
                     "fromEndpoints": [
@@ -375,14 +375,14 @@ def plain_auth_proxy(top: Topology) -> list[documents.Document]:
                     ],
                     "ports": both,
                 },
-                {  # sandbox session pods: the egress proxy only (their commands' HTTPS_PROXY)
+                {  # sandbox session pods: their commands' HTTPS_PROXY, and a git workspace's clone
                     "from": [
                         {
                             "namespaceSelector": ns(top.namespace),
                             "podSelector": {"matchLabels": sessions},
                         }
                     ],
-                    "ports": [{"port": EGRESS_PORT, "protocol": "TCP"}],
+                    "ports": both,
                 },
                 {
                     "from": [

@@ -6,7 +6,8 @@ pods                   may reach
 agents                 kube-dns; the proxy's pods on 8080 (the model relay) and 3128
                        (the egress listener), or a proxy outside the cluster at its
                        address on its URL's port and 3128 (a host name: refused)
-sandbox sessions       kube-dns; the proxy's pods on 3128 only
+sandbox sessions       kube-dns; the proxy's pods on 8080 (the git relay a workspace is
+                       cloned through) and 3128
 =====================  ============================================================
 
 The proxy decides what a pod reaches beyond it (each token's egress policy): these rules only
@@ -94,6 +95,8 @@ def agent_egress_rules(proxy: ProxyAddress) -> list[dict[str, Any]]:
 
 
 def session_egress_rules(proxy_ns: str) -> list[dict[str, Any]]:
-    """A sandbox session pod's rules: kube-dns and the proxy pods' egress listener alone; its
-    commands hold no model token."""
-    return [dns_rule(), service_rule(proxy_ns, (EGRESS_PORT,))]
+    """A sandbox session pod's rules: kube-dns and the proxy's pods, on the egress listener (its
+    commands' ``HTTPS_PROXY``) and on 8080, where a git workspace's clone goes through the git relay
+    with a grant of its own, revoked once cloned; the session's commands hold no model token, so
+    8080 answers them 401."""
+    return [dns_rule(), service_rule(proxy_ns)]

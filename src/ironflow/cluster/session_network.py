@@ -6,8 +6,9 @@ which Cilium enforces too, so one policy serves every variant):
 ========================  ==================================================================
 policy                    opens
 ironflow-session-egress   with an auth proxy in the cluster: session pods reach kube-dns and
-                          the proxy's egress listener (3128) only, where a session's egress
-                          policy is decided (docs/egress.md); nothing else leaves them
+                          the proxy's pods only: its egress listener (3128), where a session's
+                          egress policy is decided (docs/egress.md), and 8080, the git relay a
+                          workspace is cloned through; nothing else leaves them
 ========================  ==================================================================
 ironflow-session-runtime  session pods (component=sandbox-session) accept, on the runtime's
                           port 8888 only: the worker's pods (``app.kubernetes.io/name=

@@ -122,7 +122,8 @@ def test_the_proxy_port_has_one_source() -> None:
 def test_the_egress_port_has_one_source_and_only_agents_and_sessions_reach_it() -> None:
     """The egress listener is the pod's ``egress`` port, the Service's ``egress`` port, and a port
     the policies open to agent pods and session pods only (the worker's rule opens the relay's
-    port alone; session pods get nothing but the egress port)."""
+    port alone; session pods the egress port and the relay's, which their git workspace's clone
+    goes through)."""
     objs = setup.render(FULL)
     container = _deployment(objs, network.AUTH_PROXY_NAME)["spec"]["template"]["spec"]["containers"][0]
     listen = next(e["value"] for e in container["env"] if e["name"] == proxy_config.EGRESS_LISTEN_ENV)
@@ -140,7 +141,7 @@ def test_the_egress_port_has_one_source_and_only_agents_and_sessions_reach_it() 
             reaching.setdefault(component, set()).update(p["port"] for p in rule["ports"])
     assert reaching == {
         labels.COMPONENT_CLAUDE_RUNNER: {network.AUTH_PROXY_PORT, network.EGRESS_PORT},
-        labels.COMPONENT_SANDBOX_SESSION: {network.EGRESS_PORT},
+        labels.COMPONENT_SANDBOX_SESSION: {network.AUTH_PROXY_PORT, network.EGRESS_PORT},
         "worker": {network.AUTH_PROXY_PORT},
     }
 
