@@ -146,7 +146,9 @@ def network_policies(config: setup.ClusterSetup) -> list[dict[str, Any]]:
 
 #: Policies kube-router writes no rule for until their pods exist (a service pod, an agent, a
 #: session pod): nothing to wait for when they are applied.
-_RULES_LATER: Final = frozenset({service_network.INGRESS_NAME, service_network.AGENT_EGRESS_NAME, session_network.NAME})
+_RULES_LATER: Final = frozenset(
+    {service_network.INGRESS_NAME, service_network.AGENT_EGRESS_NAME, session_network.NAME, session_network.EGRESS_NAME}
+)
 
 
 def enforce_policies(env: RealNodeEnv, policies: list[dict[str, Any]]) -> None:

@@ -17,7 +17,8 @@ runner, auth-proxy and worker images are missing.
 ``ironflow exec --backend k8s`` on a git workspace takes the same path (its own pod, cloned by the
 same init container), under the same policies, with no model: once through its code called here,
 once as the ``ironflow`` command in a child process (inside the node's network namespace, where
-the proxy's ClusterIP answers the CLI's admin client as it would on the cluster's network).
+the proxy's ClusterIP answers the CLI's admin client as it would on the cluster's network). A
+sandbox session opened on the same workspace is reached over HTTP at the runtime its pod runs.
 
 What it found, fixed in src: the push pod, then the exec pod, was a ``pod-run`` the rendered
 policies gave no DNS or proxy; a new pod's first connections are refused while kube-router programs its policies (the
@@ -44,6 +45,7 @@ from typing import Any, Final
 
 import pytest
 from tests.fakes import real_node_proxy as rp
+from tests.fakes.node_network import inside_node_network
 from tests.k8s.real_node.test_real_node_agent_step import _model_objects, _upstream_opening
 
 from ironflow.auth_proxy.admin_client import AdminClient
@@ -52,9 +54,11 @@ from ironflow.cluster import setup
 from ironflow.k8s.commands import pod_runs
 from ironflow.k8s.commands.pod_runs import command_line
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.k8s.workspaces import command_pods
 from ironflow.kube import api as k8s
 from ironflow.secrets import Secret, find_leaks
+from ironflow.sessions import OpenOptions
 from ironflow.steps import AccountLease, AgentConfig
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
@@ -367,6 +371,44 @@ async def test_exec_on_a_git_workspace_clones_through_the_proxy_under_the_render
         assert (done.success, done.exit_code) == (True, 0), done
         assert done.logs == "10001\ndef add(a, b):\n    return a - b\n", done.logs
         assert changes is not None
+        assert {f.path: f.change for f in changes.files} == {
+            "added.txt": Change.ADDED,
+            "calc.py": Change.MODIFIED,
+            "notes.txt": Change.DELETED,
+        }
+        await _cloned_through_the_relay(node_api, git)
+
+
+async def test_a_session_on_a_git_workspace_runs_over_http_and_returns_its_change_set(
+    real_node: RealNodeEnv, node_api: k8s.KubeApi, need_image: dict[str, str], tmp_path: Path
+) -> None:
+    """A k8s session opened on a git workspace: cloned in its pod through the proxy's relay (the
+    grant issued by the proxy's admin API, as a worker's is), its command sent over HTTP to the
+    runtime the pod runs (``transport="http"``: no exec fallback), from inside the node's network as
+    a worker pod's; ``changes()`` is the exact change set, and the session's pod goes at close."""
+    runner_image = need_image["runner"]
+    need_image["auth-proxy"]
+    async with _git_behind_proxy(real_node, node_api, runner_image, tmp_path) as git:
+        provider = K8sEphemeralProvider.sandboxed(runner_image).namespace(git.config.namespace)
+        settings = (
+            provider.auth_proxy(git.proxy.url)
+            .git_credentials(GitHosts({git.host: GitCredential(git.password, USER)}))
+            .settings
+        )
+        spec = Workspace(f"https://{git.host}/org/repo.git", ref="main")
+        with inside_node_network(real_node):
+            async with (
+                AdminClient(f"http://{git.proxy.cluster_ip}", git.proxy.admin_key) as admin,
+                K8sSessions(settings, api=node_api, issuer=admin, transport="http") as sessions,
+            ):
+                sandbox = await sessions.open(OpenOptions(ttl=300, workspace=spec))
+                assert sessions.route(sandbox.id)[0].startswith("http://")  # the runtime, not the exec bridge
+                ran = await sandbox.commands.run(["sh", "-c", "id -u; cat calc.py; " + EDITS])
+                changes = await sessions.changes(sandbox.id)
+                await sandbox.close()
+        if ran.exit_code != 0:
+            print("git host:", await node_api.read_log(git.git_ns, "git"))
+        assert (ran.exit_code, ran.stdout) == (0, "10001\ndef add(a, b):\n    return a - b\n"), ran
         assert {f.path: f.change for f in changes.files} == {
             "added.txt": Change.ADDED,
             "calc.py": Change.MODIFIED,
