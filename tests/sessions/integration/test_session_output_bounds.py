@@ -118,7 +118,7 @@ async def endless_line(tmp_path: Path) -> AsyncIterator[str]:
 async def test_an_event_line_that_never_ends_is_refused_in_one_line(endless_line: str) -> None:
     client = RuntimeClient(headers={}, unix_path=endless_line)
     try:
-        with pytest.raises(errors.SandboxError, match="command event over"):
+        with pytest.raises(errors.SandboxError, match="sent an event line over"):
             await AsyncCommands(client).run(["x"])
     finally:
         await client.aclose()
