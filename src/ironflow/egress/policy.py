@@ -31,7 +31,7 @@ ambiguous and matches every path-scoped deny rule and no path-scoped allow rule.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Final
@@ -326,23 +326,22 @@ def decide_remembered(
 ) -> Decision:
     """:func:`decide`, remembered by the policy: a policy is an immutable value and a decision a
     function of it and the request alone, so a proxy works each destination out once per policy."""
-    remembered = policy._remembered[0]
-    key = (host, port, method, path)
-    found = remembered.get(key)
-    if found is None:
-        if len(remembered) >= _REMEMBERED:
-            remembered.clear()
-        found = remembered[key] = decide(policy, host, port, method=method, path=path)
-    return found
+    return _remembered(
+        policy._remembered[0], (host, port, method, path), lambda: decide(policy, host, port, method=method, path=path)
+    )
 
 
 def decide_address_remembered(policy: EgressPolicy, host: str, port: int, address: IPAddress) -> Decision:
     """:func:`decide_address`, remembered by the policy as :func:`decide_remembered` is."""
-    remembered = policy._remembered[1]
     key = (host, port, address)
-    found = remembered.get(key)
+    return _remembered(policy._remembered[1], key, lambda: decide_address(policy, host, port, address))
+
+
+def _remembered(table: dict[Any, Decision], key: Any, work: Callable[[], Decision]) -> Decision:
+    """``table[key]``, made by ``work`` the first time (past :data:`_REMEMBERED` entries it starts over)."""
+    found = table.get(key)
     if found is None:
-        if len(remembered) >= _REMEMBERED:
-            remembered.clear()
-        found = remembered[key] = decide_address(policy, host, port, address)
+        if len(table) >= _REMEMBERED:
+            table.clear()
+        found = table[key] = work()
     return found

@@ -23,10 +23,9 @@ library only, nothing of ironflow, a thread per connection rather than an event 
 cheap); a command runs in its request's thread, one poll loop over its pipes (a background one
 gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
 (the module-size rule keeps them two), its command line, listening socket and hand-out line
-``startup.py``. A
-local session adds ``--isolate-commands`` (the sibling ``confine.py``): its commands cannot
-reach the runtime's process, memory, fds or socket, and the runtime refuses to start if that
-cannot be set up.
+``startup.py``. A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
+commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses to
+start if that cannot be set up.
 """
 
 from __future__ import annotations
