@@ -106,15 +106,33 @@ def settled(driver: WebDriver) -> WebDriverWait:  # type: ignore[type-arg]
     return WebDriverWait(driver, 15, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
 
 
+def shown_text(driver: WebDriver, css: str) -> str | None:
+    """The text of the first element matching ``css``, read in one script in the page: a find and a
+    later read are two calls, and a navigation between them leaves the found node in no document
+    (Chromium then answers with an inspector error, not a stale element)."""
+    text = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e === null ? null : e.innerText.trim();", css
+    )
+    return None if text is None else str(text)
+
+
+def press(driver: WebDriver, css: str) -> None:
+    """Click the first element matching ``css`` in one script in the page: a pending run's page
+    reloads itself, and a node found before a reload cannot be clicked after it."""
+    assert driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (e === null) return false; e.click(); return true;", css
+    ), f"nothing matches {css}"
+
+
 def wait_for_status(driver: WebDriver, status: str) -> None:
-    settled(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, ".facts .status").text == status)
+    settled(driver).until(lambda d: shown_text(d, ".facts .status") == status)
 
 
 def open_run(driver: WebDriver, link: WebElement) -> str:
     """Follow a link to a run's page and wait until that page is shown (not the one it was on)."""
     run_id = str(link.get_attribute("href")).rsplit("/runs/", 1)[1]
     link.click()
-    settled(driver).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == f"Run {run_id}")
+    settled(driver).until(lambda d: shown_text(d, "h1") == f"Run {run_id}")
     return run_id
 
 
@@ -160,10 +178,10 @@ def test_the_review_run_its_steps_and_transcripts_and_cancel_then_retry_in_a_bro
 
         browser.get(f"{url}/runs/{queued_id}")
         wait_for_status(browser, "pending")
-        browser.find_element(By.CSS_SELECTOR, "button[value='cancel']").click()
+        press(browser, "button[value='cancel']")
         wait_for_status(browser, "cancelled")
         assert stored_status(store, queued_id) is model.RunStatus.CANCELLED
-        browser.find_element(By.CSS_SELECTOR, "button[value='retry']").click()
+        press(browser, "button[value='retry']")
         wait_for_status(browser, "pending")
         assert stored_status(store, queued_id) is model.RunStatus.PENDING
 
