@@ -55,6 +55,7 @@ from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.egress import EgressPolicy, Rule, decide, parse_allow_host
 from ironflow.secrets import Secret
 from ironflow.testing import tls_hello
+from ironflow.testing.ports import free_port
 
 ADMIN_KEY = "bench-admin-key-" + "e" * 32
 STREAMS = 8
@@ -65,12 +66,6 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 HELLO = tls_hello.client_hello()  # a real first flight (no server name: the tunnels go to 127.0.0.1)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _use_uvloop() -> None:
@@ -322,7 +317,7 @@ class Relay:
 
 @contextlib.contextmanager
 def _bare(log: Path) -> Iterator[Relay]:
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, __file__, "--bare-relay", str(port)]
     with _started(argv, dict(os.environ), port, log) as process:
         yield Relay(port, process)
@@ -330,7 +325,7 @@ def _bare(log: Path) -> Iterator[Relay]:
 
 @contextlib.contextmanager
 def _egress(log: Path) -> Iterator[tuple[Relay, str]]:
-    port, admin_port = _free_port(), _free_port()
+    port, admin_port = free_port(), free_port()
     env = {
         **os.environ,
         "IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN_KEY,

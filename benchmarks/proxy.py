@@ -47,6 +47,7 @@ from pathlib import Path
 
 from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.secrets import Secret
+from ironflow.testing.ports import free_port
 from ironflow.testing.postgres_server import PostgresServer
 
 ADMIN_KEY = "bench-admin-key-" + "b" * 32
@@ -112,12 +113,6 @@ def _stream_body() -> str:
     assert len(parts) == 50
     body = "".join(parts)
     return body
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_port(port: int, timeout: float = 20.0) -> None:
@@ -367,7 +362,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ironflow-bench-") as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o755)  # noqa: S103 - nginx workers run as nobody and read the stream file
-        upstream_port, nginx_port, memory_port, pg_port, bare_port = (_free_port() for _ in range(5))
+        upstream_port, nginx_port, memory_port, pg_port, bare_port = (free_port() for _ in range(5))
         plain = _wrk_script(workdir, None)
         body_file = workdir / "stream.txt"
         body_file.write_text(body)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ironflow.testing.ports import free_port
 
 GOLDEN = Path(__file__).parent / "golden"
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,12 +121,6 @@ def expected_files() -> list[str]:
 # --- rendering (in the child interpreter) -------------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _invoke(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, stdin: str | None = None) -> Any:
     from typer.testing import CliRunner
 
@@ -150,7 +145,7 @@ def _render_error(case: ErrorCase, work: Path, port: int) -> str:
 def render() -> dict[str, str]:
     """Every golden output by file name; run in the fixed environment (:func:`rendered`)."""
     out = {help_file(p): _invoke([*p, "--help"]).stdout for p in command_paths()}
-    port = _closed_port()
+    port = free_port()
     for case in ERROR_CASES:
         with tempfile.TemporaryDirectory() as work:
             cwd = os.getcwd()

@@ -16,7 +16,6 @@ import functools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import urllib.error
@@ -32,6 +31,7 @@ import yaml
 from ironflow.testing._kubeenv_procs import die_with_parent
 from ironflow.testing.kubeenv import KubeEnv, KubeEnvError
 from ironflow.testing.polling import eventually_sync
+from ironflow.testing.ports import free_port
 
 __all__ = ["KroEnv", "apply_rgd", "kro_env"]
 
@@ -50,13 +50,6 @@ class KroEnv:
     def log_tail(self, lines: int = 40) -> str:
         """The end of the controller's log, for failure messages."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> bool:
@@ -111,12 +104,12 @@ def kro_env(kube_env: KubeEnv) -> Iterator[KroEnv]:
     _install_crds(kube_env, crds)
     workdir = Path(tempfile.mkdtemp(prefix="ironflow-kro-"))
     log = workdir / "kro-controller.log"
-    health = _free_port()
+    health = free_port()
     argv = [
         str(binary),
         f"--kubeconfig={kube_env.kubeconfig_path}",
         "--leader-elect=false",
-        f"--metrics-bind-address=127.0.0.1:{_free_port()}",
+        f"--metrics-bind-address=127.0.0.1:{free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
         "--zap-log-level=info",
     ]

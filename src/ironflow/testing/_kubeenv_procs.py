@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["KubeEnvError", "Processes", "die_with_parent", "free_port"]
+__all__ = ["KubeEnvError", "Processes", "die_with_parent"]
 
 START_TIMEOUT_S: Final = 120.0
 _STOP_GRACE_S: Final = 2.0  # kube-apiserver drains watches for far longer; test data need no drain
@@ -30,12 +29,6 @@ _PR_SET_PDEATHSIG: Final = 1
 class KubeEnvError(RuntimeError):
     """A component did not start or an admin request failed; the message names the component
     and the tail of its log."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def die_with_parent() -> None:

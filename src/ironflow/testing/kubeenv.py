@@ -43,7 +43,8 @@ from ironflow.testing import _kubeenv_argv as argv
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _kwok_stages as stages
 from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_bin_dir
-from ironflow.testing._kubeenv_procs import KubeEnvError, Processes, free_port
+from ironflow.testing._kubeenv_procs import KubeEnvError, Processes
+from ironflow.testing.ports import free_port
 
 __all__ = [
     "EXIT_CODE_LABEL",

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from ironflow.testing.ports import free_port
+
 __all__ = ["PostgresNotAvailable", "PostgresServer", "find_pg_bin", "fresh_database"]
 
 _SEARCH_GLOB = "/usr/lib/postgresql/*/bin"
@@ -49,12 +51,6 @@ def find_pg_bin(name: str) -> str:
     raise PostgresNotAvailable(
         f"{name} not found on PATH or under {_SEARCH_GLOB}: install PostgreSQL (apt-get install -y postgresql-15)"
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -104,7 +100,7 @@ class PostgresServer:
             [initdb, "-D", datadir, "-U", self.user, "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"]
         )
         self._datadir = datadir
-        self.port = _free_port()
+        self.port = free_port()
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c fsync=off -c unix_socket_directories={self._tmp}"
         options += " -c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
         try:

@@ -47,10 +47,11 @@ from ironflow.testing._kubeenv_argv import (
     scheduler_args,
 )
 from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_node_bin_dir
-from ironflow.testing._kubeenv_procs import KubeEnvError, free_port
+from ironflow.testing._kubeenv_procs import KubeEnvError
 from ironflow.testing._node_cgroups import NodeCgroup, alive, sweep
 from ironflow.testing._node_images import scratch_archive
 from ironflow.testing.kubeenv import KubeEnv
+from ironflow.testing.ports import free_port
 
 __all__ = ["NODE_NAME", "RealNodeEnv", "missing_tools"]
 

@@ -27,6 +27,7 @@ from typing import Final
 
 from ironflow.testing._cached_tools import tool_path
 from ironflow.testing._kubeenv_procs import die_with_parent
+from ironflow.testing.ports import free_port
 
 __all__ = ["TemporalDevServer", "TemporalNotAvailable", "find_temporal_cli"]
 
@@ -50,12 +51,6 @@ def find_temporal_cli() -> Path:
     if not os.access(path, os.X_OK):
         raise TemporalNotAvailable(f"the Temporal CLI is not built at {path}: run scripts/temporal-cli build")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -84,9 +79,9 @@ class TemporalDevServer:
             self._own_dir = tempfile.mkdtemp(prefix="ironflow-temporal-")
             db_file = Path(self._own_dir) / "temporal.db"
         self.db_file = db_file
-        self.port = _free_port()
-        self.http_port = _free_port()
-        self.metrics_port = _free_port()
+        self.port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
         self._log = Path(self._own_dir or tempfile.gettempdir()) / f"temporal-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
 

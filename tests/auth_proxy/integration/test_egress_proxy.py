@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import ssl
 import sys
 import time
@@ -30,6 +29,7 @@ from ironflow.auth_proxy.postgres import PostgresRegistry
 from ironflow.errors import AuthProxyError
 from ironflow.secrets import Secret
 from ironflow.testing import _kubeenv_pki as pki
+from ironflow.testing.ports import free_port
 from ironflow.testing.postgres_server import fresh_database
 
 ADMIN = "admin-key-" + "e" * 40
@@ -519,14 +519,8 @@ async def test_git_clones_over_https_through_a_connect_tunnel(tls: Tls, tmp_path
     assert b"403" in refused_err
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_the_proxy_process_serves_egress_with_its_flag_and_logs_no_token(tls: Tls) -> None:
-    admin_port, egress_port = _free_port(), _free_port()
+    admin_port, egress_port = free_port(), free_port()
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),

@@ -8,7 +8,6 @@ credential nor a token.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from aiohttp import web
 from ironflow.auth_proxy import AdminClient, Credential, Injection, SecretCredential
 from ironflow.errors import AuthProxyError, ConfigError
 from ironflow.secrets import Secret, find_leaks
+from ironflow.testing.ports import free_port
 
 ADMIN = "admin-key-" + "a" * 40
 TOKEN = "ifap_" + "1" * 64
@@ -122,9 +122,7 @@ async def test_auth_proxy_client_revoke_run_returns_count(fake_admin: FakeAdmin)
 
 
 async def test_auth_proxy_client_transport_error_does_not_leak_body() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/secret-path"
     async with AdminClient(url, ADMIN) as admin:
         with pytest.raises(AuthProxyError) as caught:

@@ -13,6 +13,7 @@ from ironflow.auth_proxy import AuthProxyConfig, Credential, hub, registry, run_
 from ironflow.fake_model.server import FakeAnthropic
 from ironflow.secrets import Secret
 from ironflow.testing.polling import eventually
+from ironflow.testing.ports import free_port
 
 ADMIN = "admin-key-" + "u" * 40
 NOW = int(time.time())
@@ -88,14 +89,11 @@ def test_hub_registry_debug_shows_no_grant(tmp_path: Path) -> None:
 async def test_module_entry_with_workers_and_no_database_shares_the_memory_registry(workers: int) -> None:
     import os
     import signal
-    import socket
     import sys
 
     from ironflow.auth_proxy import AdminClient
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     async with FakeAnthropic() as fake:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("IRONFLOW_", "ANTHROPIC_"))}
         env.update({"IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "IRONFLOW_AUTH_PROXY_LISTEN": f"127.0.0.1:{port}",
@@ -175,12 +173,9 @@ async def test_a_worker_dying_stops_the_whole_process_group_with_a_failure() -> 
     """Half a proxy is worse than a restarted one: the parent stops the other worker and fails."""
     import os
     import signal
-    import socket
     import sys
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IRONFLOW_", "ANTHROPIC_"))}
     env.update({"IRONFLOW_AUTH_PROXY_ADMIN_KEY": ADMIN, "IRONFLOW_AUTH_PROXY_LISTEN": f"127.0.0.1:{port}"})
     proc = await asyncio.create_subprocess_exec(

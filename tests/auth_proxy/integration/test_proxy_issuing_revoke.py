@@ -6,7 +6,6 @@ expire on their own), never an error, and the log names the run, never the admin
 from __future__ import annotations
 
 import logging
-import socket
 import time
 
 import pytest
@@ -16,15 +15,10 @@ from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
 from ironflow.auth_proxy.issuing import revoke_run_tokens, revoke_step_token
 from ironflow.secrets import Secret, find_leaks
+from ironflow.testing.ports import free_port
 
 ADMIN_KEY = "a" * 40
 CREDENTIAL = Credential("api_key", Secret("sk-ant-api03-" + "k" * 20))
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_a_runs_tokens_and_a_steps_token_are_revoked_at_the_real_proxy() -> None:
@@ -43,7 +37,7 @@ async def test_a_runs_tokens_and_a_steps_token_are_revoked_at_the_real_proxy() -
 
 
 async def test_an_unreachable_proxy_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
-    async with AdminClient(f"http://127.0.0.1:{_closed_port()}", ADMIN_KEY, timeout_s=2) as admin:
+    async with AdminClient(f"http://127.0.0.1:{free_port()}", ADMIN_KEY, timeout_s=2) as admin:
         with caplog.at_level(logging.WARNING, logger="ironflow.auth_proxy.issuing"):
             await revoke_run_tokens(admin, "run-gone")
             await revoke_step_token(admin, "tok_0123456789abcdef")

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ from ironflow.auth_proxy import AdminClient, Credential
 from ironflow.fake_model.server import FakeAnthropic
 from ironflow.secrets import Secret, find_leaks
 from ironflow.testing.polling import eventually
+from ironflow.testing.ports import free_port
 
 ADMIN = "admin-key-" + "m" * 40
 OAUTH = "sk-ant-oat01-PROCESS-CREDENTIAL"
 KEYS = "1:" + "ef" * 32
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(port: int, **extra: str) -> dict[str, str]:
@@ -79,7 +73,7 @@ async def _relay_once(url: str) -> str:
 
 
 async def test_module_entry_serves_logs_json_and_stops_gracefully_on_sigterm() -> None:
-    port = _free_port()
+    port = free_port()
     async with FakeAnthropic() as fake:
         proc = await _start(
             [sys.executable, "-m", "ironflow.auth_proxy"], _env(port, IRONFLOW_AUTH_PROXY_UPSTREAM=fake.url)
@@ -102,7 +96,7 @@ async def test_module_entry_serves_logs_json_and_stops_gracefully_on_sigterm() -
 
 
 async def test_bad_configuration_exits_2_with_one_line() -> None:
-    env = _env(_free_port())
+    env = _env(free_port())
     env["IRONFLOW_AUTH_PROXY_ADMIN_KEY"] = "too-short"
     proc = await _start([sys.executable, "-m", "ironflow.auth_proxy"], env)
     _, stderr = await asyncio.wait_for(proc.communicate(), 15)
@@ -113,7 +107,7 @@ async def test_bad_configuration_exits_2_with_one_line() -> None:
 
 
 async def test_database_without_key_ring_refuses_to_start() -> None:
-    env = _env(_free_port(), IRONFLOW_AUTH_PROXY_DATABASE_URL="postgresql://u:pw@127.0.0.1:9/x")
+    env = _env(free_port(), IRONFLOW_AUTH_PROXY_DATABASE_URL="postgresql://u:pw@127.0.0.1:9/x")
     proc = await _start([sys.executable, "-m", "ironflow.auth_proxy"], env)
     _, stderr = await asyncio.wait_for(proc.communicate(), 15)
     assert proc.returncode == 2
@@ -137,7 +131,7 @@ async def _listening_pids(proc: asyncio.subprocess.Process, want: int, kept: lis
 
 
 async def test_cli_serves_several_workers_on_one_port_with_postgres(postgres_dsn: str) -> None:
-    port = _free_port()
+    port = free_port()
     async with FakeAnthropic() as fake:
         env = _env(port, IRONFLOW_AUTH_PROXY_UPSTREAM=fake.url, IRONFLOW_AUTH_PROXY_DATABASE_URL=postgres_dsn,
                    IRONFLOW_SECRET_KEYS=KEYS)  # fmt: skip
@@ -179,7 +173,7 @@ def test_cli_rotate_keys_reports_resealed_grants(postgres_dsn: str) -> None:
 
     asyncio.run(issue_under_key_1())
     ironflow = os.path.join(os.path.dirname(sys.executable), "ironflow")
-    env = _env(_free_port(), IRONFLOW_AUTH_PROXY_DATABASE_URL=postgres_dsn,
+    env = _env(free_port(), IRONFLOW_AUTH_PROXY_DATABASE_URL=postgres_dsn,
                IRONFLOW_SECRET_KEYS=KEYS + ",2:" + "01" * 32)  # fmt: skip
     done = subprocess.run([ironflow, "auth-proxy", "rotate-keys"], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
@@ -191,7 +185,7 @@ def test_cli_rotate_keys_reports_resealed_grants(postgres_dsn: str) -> None:
 
 
 async def test_cli_revoke_run_and_revoke_reach_a_running_proxy() -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = await _start([sys.executable, "-m", "ironflow.auth_proxy"], _env(port))
     ironflow = os.path.join(os.path.dirname(sys.executable), "ironflow")
@@ -222,7 +216,7 @@ async def test_sigterm_lets_an_open_stream_finish() -> None:
     """Graceful shutdown: a stream already relayed when SIGTERM arrives still completes."""
     from ironflow.fake_model.server import Script, TextTurn
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     async with FakeAnthropic(Script.of(default=TextTurn("slow but whole", delay_s=1.0))) as fake:
         proc = await _start(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ironflow.local.sandbox import forwarder
+from ironflow.testing.ports import free_port
 
 SCRIPT = os.path.join(os.path.dirname(forwarder.__file__), "forwarder.js")
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
@@ -26,12 +27,6 @@ CLIENT = (
     "s.sendall(b'ping'); s.shutdown(socket.SHUT_WR)\n"
     "print(b''.join(iter(lambda: s.recv(4096), b'')).decode())\n"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -67,14 +62,14 @@ def _relay(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_port_is_relayed_both_ways_before_the_command_runs(upstream: str) -> None:
-    port = _free_port()
+    port = free_port()
     done = _relay(str(port), upstream, "--", sys.executable, "-c", CLIENT, str(port))
     assert (done.returncode, done.stdout, done.stderr) == (0, "pong:ping\n", "")
 
 
 def test_the_command_exit_code_and_a_missing_command_come_back(upstream: str) -> None:
-    assert _relay(str(_free_port()), upstream, "--", "sh", "-c", "exit 7").returncode == 7
-    missing = _relay(str(_free_port()), upstream, "--", "no-such-command-here")
+    assert _relay(str(free_port()), upstream, "--", "sh", "-c", "exit 7").returncode == 7
+    missing = _relay(str(free_port()), upstream, "--", "no-such-command-here")
     assert missing.returncode == 127
     assert missing.stderr == "forwarder.js: no-such-command-here: command not found\n"
 

@@ -3,20 +3,15 @@ server with one line and exit 3, before it polls anything."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ironflow.testing.ports import free_port
+
 IRONFLOW = [sys.executable, "-c", "from ironflow.cli.app import main; main()"]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again once the block ends
 
 
 def worker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +35,7 @@ def worker(*args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
-    done = worker(*args, "--address", f"127.0.0.1:{closed_port()}") if "--address" not in args else worker(*args)
+    done = worker(*args, "--address", f"127.0.0.1:{free_port()}") if "--address" not in args else worker(*args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(message)
     assert len(done.stderr.strip().splitlines()) == 1
@@ -50,7 +45,7 @@ def test_an_account_on_a_provider_without_the_auth_proxy_is_refused(tmp_path: Pa
     provider = tmp_path / "provider.yaml"
     provider.write_text("image: busybox\ncluster: {kubeconfig: kc.yaml}\n")
     args = ["--task-queue", "q", "--backend", "k8s", "--provider", str(provider), "--account", "main=env:X"]
-    done = worker(*args, "--address", f"127.0.0.1:{closed_port()}")
+    done = worker(*args, "--address", f"127.0.0.1:{free_port()}")
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: --account on --backend k8s: accounts need the auth proxy: ")
     assert len(done.stderr.strip().splitlines()) == 1
@@ -59,7 +54,7 @@ def test_an_account_on_a_provider_without_the_auth_proxy_is_refused(tmp_path: Pa
 def test_a_workflow_file_without_workflows_is_bad_input(tmp_path: Path) -> None:
     empty = tmp_path / "flows.py"
     empty.write_text("X = 1\n")
-    done = worker("--task-queue", "q", "--workflows", str(empty), "--address", f"127.0.0.1:{closed_port()}")
+    done = worker("--task-queue", "q", "--workflows", str(empty), "--address", f"127.0.0.1:{free_port()}")
     assert (done.returncode, done.stderr.strip()) == (2, f"error: {empty} defines no @workflow.defn class")
 
 
@@ -70,7 +65,7 @@ def test_a_sealing_key_that_cannot_be_read_or_is_malformed_is_one_line_without_t
         (tmp_path / "missing.key", f"error: --sealing-key: cannot read '{tmp_path / 'missing.key'}': "),
         (short, "error: --sealing-key: a sealing key is 32 random bytes in base64"),
     ]:
-        done = worker("--task-queue", "q", "--sealing-key", str(path), "--address", f"127.0.0.1:{closed_port()}")
+        done = worker("--task-queue", "q", "--sealing-key", str(path), "--address", f"127.0.0.1:{free_port()}")
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(message)
         assert len(done.stderr.strip().splitlines()) == 1
@@ -82,13 +77,13 @@ def test_a_good_sealing_key_is_taken_and_the_worker_goes_on_to_connect(tmp_path:
 
     key = tmp_path / "sealing.key"
     key.write_text(new_sealing_key().reveal() + "\n")
-    done = worker("--task-queue", "q", "--sealing-key", str(key), "--address", f"127.0.0.1:{closed_port()}")
+    done = worker("--task-queue", "q", "--sealing-key", str(key), "--address", f"127.0.0.1:{free_port()}")
     assert done.returncode == 3, done.stderr  # past the key: the server is what is missing
     assert done.stderr.startswith("error: cannot reach the Temporal server")
 
 
 def test_an_unreachable_server_is_one_line_and_exit_3() -> None:
-    port = closed_port()
+    port = free_port()
     done = worker("--task-queue", "q", "--address", f"127.0.0.1:{port}")
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith(f"error: cannot reach the Temporal server at 127.0.0.1:{port}: ")
