@@ -14,9 +14,10 @@ True
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
-__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "hello_length", "server_name"]
+__all__ = ["MAX_HELLO_BYTES", "NotClientHello", "bytes_needed", "hello_length", "read", "server_name"]
 
 #: Records of a ClientHello together (a post-quantum key share makes it ~2 KB; 64 KiB is generous).
 MAX_HELLO_BYTES: Final = 64 * 1024
@@ -25,6 +26,8 @@ _CLIENT_HELLO: Final = 0x01
 _SERVER_NAME: Final = 0x0000
 _HOST_NAME: Final = 0x00
 _MAX_RECORD: Final = (1 << 14) + 256  # a plaintext record's payload, with slack
+_EXTENSION: Final = struct.Struct(">HH")  # an extension's type and length
+_PRINTABLE: Final = bytes(range(0x21, 0x7F))
 
 
 class NotClientHello(ValueError):
@@ -87,48 +90,27 @@ def _needed(data: bytes, payload: bytes, more: int) -> int:
     return more
 
 
-class _Cursor:
-    """Reads length-prefixed fields; any overrun is a :class:`NotClientHello`."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.at = 0
-
-    def take(self, count: int) -> bytes:
-        if count < 0 or self.at + count > len(self.data):
-            raise NotClientHello("truncated ClientHello")
-        piece = self.data[self.at : self.at + count]
-        self.at += count
-        return piece
-
-    def number(self, width: int) -> int:
-        return int.from_bytes(self.take(width), "big")
-
-    def vector(self, width: int) -> _Cursor:
-        return _Cursor(self.take(self.number(width)))
-
-    @property
-    def done(self) -> bool:
-        return self.at == len(self.data)
-
-
-def _host_name(extension: _Cursor) -> str:
-    names = extension.vector(2)
-    if not extension.done:
+def _host_name(payload: bytes, at: int, end: int) -> str:
+    """The one host name of the server_name extension's contents at ``payload[at:end]``."""
+    names, stop = _vector(payload, at, 2, end)
+    if stop != end:
         raise NotClientHello("bad server_name extension")
-    found: list[str] = []
-    while not names.done:
-        kind = names.number(1)
-        name = names.vector(2).data
+    found: str | None = None
+    while names < stop:
+        if names + 3 > stop:
+            raise NotClientHello("truncated ClientHello")
+        kind, (start, names) = payload[names], _vector(payload, names + 1, 2, stop)
         if kind == _HOST_NAME:
-            found.append(_decoded(name))
-    if len(found) != 1:
+            if found is not None:
+                raise NotClientHello("server_name must name exactly one host")
+            found = _decoded(payload[start:names])
+    if found is None:
         raise NotClientHello("server_name must name exactly one host")
-    return found[0]
+    return found
 
 
 def _decoded(name: bytes) -> str:
-    if not name or not all(0x21 <= byte <= 0x7E for byte in name):
+    if not name or name.translate(None, _PRINTABLE):  # what is left once printable ASCII is deleted
         raise NotClientHello("server_name is not a printable ASCII host name")
     return name.decode("ascii").lower().rstrip(".")
 
@@ -150,7 +132,23 @@ def server_name(data: bytes) -> str | None:
     payload, more = _records(data)
     if _needed(data, payload, more) != 0:
         raise NotClientHello("incomplete ClientHello")
-    # By offsets into the payload, not cursors: this runs once per tunnel, before its first byte.
+    return _name_in(payload)
+
+
+def read(data: bytes) -> tuple[int, str | None] | None:
+    """How many leading bytes of ``data`` hold its ClientHello (as :func:`hello_length`) and the
+    host it names (as :func:`server_name`); ``None`` while more must come. The usual first flight,
+    one record holding the whole ClientHello, has its records read once for both."""
+    if len(data) > 5 and len(data) == 5 + int.from_bytes(data[3:5], "big"):
+        payload, more = _records(data)
+        if _needed(data, payload, more) == 0:
+            return len(data), _name_in(payload)
+    taken = hello_length(data)
+    return None if taken is None else (taken, server_name(data[:taken]))
+
+
+def _name_in(payload: bytes) -> str | None:
+    """:func:`server_name` of a whole ClientHello's handshake bytes."""
     at, stop = _vector(payload, 1, 3, len(payload))  # after the message type
     if stop != len(payload):
         raise NotClientHello("data after the ClientHello")
@@ -170,18 +168,21 @@ def server_name(data: bytes) -> str | None:
     at, end = _vector(payload, at, 2, stop)
     if end != stop:
         raise NotClientHello("data after the extensions")
-    name: str | None = None
-    seen: set[int] = set()
-    while at < end:  # by offsets, not cursors: a ClientHello has 10-20 extensions
-        if at + 4 > end:
-            raise NotClientHello("truncated ClientHello")
-        kind, after = (payload[at] << 8) | payload[at + 1], at + 4 + ((payload[at + 2] << 8) | payload[at + 3])
-        if after > end:
-            raise NotClientHello("truncated ClientHello")
-        if kind in seen:
-            raise NotClientHello("a repeated extension")
-        seen.add(kind)
-        if kind == _SERVER_NAME:
-            name = _host_name(_Cursor(payload[at + 4 : after]))
-        at = after
-    return name
+    # By offsets into the payload, one unpack per extension: this runs once per tunnel, before its
+    # first byte, and a ClientHello has 10-20 extensions.
+    kinds: list[int] = []
+    sni: tuple[int, int] | None = None
+    try:
+        while at < end:
+            kind, length = _EXTENSION.unpack_from(payload, at)
+            kinds.append(kind)
+            if kind == _SERVER_NAME:
+                sni = (at + 4, at + 4 + length)
+            at += 4 + length
+    except struct.error:
+        raise NotClientHello("truncated ClientHello") from None
+    if at != end:
+        raise NotClientHello("truncated ClientHello")
+    if len(set(kinds)) != len(kinds):
+        raise NotClientHello("a repeated extension")
+    return None if sni is None else _host_name(payload, *sni)

@@ -12,8 +12,7 @@ header, ``Connection: close`` (one request per connection: a second one could no
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 from ironflow.auth_proxy import policy, tokens
@@ -50,10 +49,10 @@ class MalformedHead(ValueError):
     """A head the proxy answers with 400; the message is safe to send and log."""
 
 
-@dataclass(frozen=True)
-class ProxyRequest:
+class ProxyRequest(NamedTuple):
     """One parsed head. ``target`` is the origin-form target sent upstream (query kept);
-    ``path`` is the same without the query: what a policy and a log line may see."""
+    ``path`` is the same without the query: what a policy and a log line may see. A named tuple:
+    one is built per connection before its first byte, at a third of a frozen dataclass's cost."""
 
     method: str
     host: str
@@ -61,9 +60,12 @@ class ProxyRequest:
     target: str = ""
     path: str | None = None
     version: str = "HTTP/1.1"
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
     content_length: int | None = None
     chunked: bool = False
+
+    def __repr__(self) -> str:  # never the headers: Proxy-Authorization carries the token
+        return f"ProxyRequest(method={self.method!r}, host={self.host!r}, port={self.port!r}, path={self.path!r})"
 
     @property
     def tunnel(self) -> bool:

@@ -246,8 +246,7 @@ class EgressServer:
             found: Sequence[egress.IPAddress] = [literal]
         else:
             try:
-                async with asyncio.timeout(self.config.connect_timeout_s):
-                    found = await self.resolver.resolve(host, port)
+                found = await _within(self.config.connect_timeout_s, self.resolver.resolve(host, port))
             except (OSError, UnicodeError, TimeoutError):
                 found = []
             if not found:
@@ -265,8 +264,7 @@ class EgressServer:
         for address in addresses:
             at = str(address)
             try:
-                async with asyncio.timeout(self.config.connect_timeout_s):
-                    opened = await open_one(at)
+                opened = await _within(self.config.connect_timeout_s, open_one(at))
             except (OSError, TimeoutError):
                 continue
             fields["address"] = at
@@ -341,9 +339,31 @@ class EgressServer:
             tunnel_end.close()
 
 
-def _check_hello(host: str, hello: bytes) -> None:
+async def _within(seconds: float, awaitable: Awaitable[_T]) -> _T:
+    """``await awaitable``, or ``TimeoutError`` after ``seconds``: ``asyncio.timeout``'s job for the
+    lookup and the connect before a tunnel's first byte, at a third of its cost (a timer and a flag)."""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = task.get_loop().call_later(seconds, expire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+
+
+def _check_hello(host: str, name: str | None) -> None:
     """Step 8: the client's ClientHello names ``host`` (an IP literal: no name, or itself)."""
-    name = client_hello.server_name(hello)
     literal = _literal(host) is not None
     if name is None and not literal:
         raise _Closed("the TLS ClientHello names no server")

@@ -4,7 +4,7 @@ A tunnel's first byte waits on the proxy's CPU, so its connections skip streams:
 gathers the request head (within ``header_timeout_s``, at most ``max_head`` bytes) and hands it
 to the server's one handler task; for a tunnel the handler connects an :class:`Upstream` and
 calls :meth:`Client.splice_to`. The splice gathers the ClientHello exactly as stream reads
-would (:func:`client_hello.hello_length`), has the handler's ``check`` judge it, and from then
+would (:func:`client_hello.read`), has the handler's ``check`` judge the name it asks for, and from then
 on each chunk goes straight from one transport to the other: no stream buffer, no task per
 direction, one wake-up of the handler when the tunnel ends. Limits as :func:`tunnels.relay`: a
 half-close is passed on, the tunnel ends when both directions have, the idle watchdog and the
@@ -166,7 +166,7 @@ class Client(_Side):
         answer: bytes,
         hello_timeout_s: float,
         idle_timeout_s: float,
-        check: Callable[[bytes], None],
+        check: Callable[[str | None], None],
     ) -> asyncio.Future[tunnels.Relayed]:
         """Send ``answer`` (the ``200``), then join the client to ``upstream``: the future ends with
         the tunnel, or with the ClientHello's error (``check``'s, :class:`client_hello.NotClientHello`,
@@ -244,7 +244,7 @@ class Splice:
         client: Client,
         upstream: Upstream,
         budget: tunnels.Budget,
-        check: Callable[[bytes], None],
+        check: Callable[[str | None], None],
         *,
         hello_timeout_s: float,
         idle_timeout_s: float,
@@ -268,11 +268,12 @@ class Splice:
             return
         self._hello += data
         try:
-            taken = client_hello.hello_length(self._hello)
-            if taken is None:
+            found = client_hello.read(self._hello)
+            if found is None:
                 return  # more is on its way
+            taken, name = found
             hello, rest = self._hello[:taken], self._hello[taken:]
-            self.check(hello)
+            self.check(name)
         except Exception as exc:  # the handler judges it: check's refusal, or a broken ClientHello
             self.fail(exc)
             return

@@ -149,3 +149,34 @@ def test_hello_length_takes_the_client_hello_and_leaves_what_follows() -> None:
 @given(st.integers(0, len(_REAL) - 1))
 def test_hello_length_waits_for_every_prefix(cut: int) -> None:
     assert client_hello.hello_length(_REAL[:cut]) is None
+
+
+@pytest.mark.parametrize("follows", [b"", b"\x17\x03\x03\x00\x05hello"])
+@pytest.mark.parametrize("hello", [_REAL, _split(_REAL, 100), _hello("127.0.0.1")], ids=["one", "split", "no-name"])
+def test_read_is_hello_length_and_server_name_in_one_pass(hello: bytes, follows: bytes) -> None:
+    data = hello + follows
+    taken = client_hello.hello_length(data)
+    assert taken is not None
+    assert client_hello.read(data) == (taken, client_hello.server_name(data[:taken]))
+    assert client_hello.read(data[: len(hello) - 1]) is None
+
+
+def _taken_and_name(data: bytes) -> object:
+    """What :func:`client_hello.read` must answer: hello_length, then server_name of those bytes."""
+    try:
+        taken = client_hello.hello_length(data)
+        return None if taken is None else (taken, client_hello.server_name(data[:taken]))
+    except client_hello.NotClientHello:
+        return client_hello.NotClientHello
+
+
+@given(st.lists(st.tuples(st.integers(0, len(_REAL) - 1), st.integers(0, 255)), min_size=1, max_size=8))
+def test_read_answers_what_hello_length_and_server_name_answer(flips: list[tuple[int, int]]) -> None:
+    data = bytearray(_REAL)
+    for at, value in flips:
+        data[at] = value
+    try:
+        found: object = client_hello.read(bytes(data))
+    except client_hello.NotClientHello:
+        found = client_hello.NotClientHello
+    assert found == _taken_and_name(bytes(data))
