@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Final
 
+__all__ = ["free_port"]
+
 _EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 #: Lowest port handed out: above the well-known and registered ports local services listen on.
 _LOWEST: Final = 10_000
