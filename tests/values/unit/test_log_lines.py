@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import logging
 import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ironflow import log_lines
 
@@ -51,3 +56,39 @@ def test_neither_line_breaks_on_a_multi_line_message_nor_shows_a_traceback() -> 
         assert "\n" not in text
         assert "SECRET" not in text
         assert "first\\nsecond" in text
+
+
+_STANDARD = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON)
+def test_a_line_reads_back_as_the_standard_encoders_and_is_ascii(value: object) -> None:
+    line = log_lines.encode(value)
+    assert line.isascii()
+    assert json.loads(line) == json.loads(_STANDARD(value))
+
+
+@dataclasses.dataclass
+class _Holder:
+    token: str = "ifap_not-for-logs"
+
+    def __str__(self) -> str:
+        return "holder"
+
+
+def test_what_json_has_no_type_for_is_its_str_exactly_as_the_standard_encoder_writes_it() -> None:
+    value = {
+        "held": _Holder(),
+        "at": datetime.datetime(2025, 6, 1, 12, 0),
+        "big": 2**70,
+        1: "a key that is not a string",
+        "accent": "é",
+        "raw": b"\x00",
+    }
+    assert log_lines.encode(value) == _STANDARD(value)
+    assert "ifap_" not in log_lines.encode({"held": _Holder()})
