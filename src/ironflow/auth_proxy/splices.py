@@ -4,11 +4,12 @@ A tunnel's first byte waits on the proxy's CPU, so its connections skip streams:
 gathers the request head (within ``header_timeout_s``, at most ``max_head`` bytes) and hands it
 to the server's one handler task; for a tunnel the handler connects an :class:`Upstream` and
 calls :meth:`Client.splice_to`. The splice gathers the ClientHello exactly as stream reads
-would (:func:`client_hello.read`), has the handler's ``check`` judge the name it asks for, and from then
-on each chunk goes straight from one transport to the other: no stream buffer, no task per
-direction, one wake-up of the handler when the tunnel ends. Limits as :func:`tunnels.relay`: a
-half-close is passed on, the tunnel ends when both directions have, the idle watchdog and the
-token's byte budget cut it. A transport above its high-water mark pauses its peer's reading.
+would (:func:`client_hello.read`), has the handler's ``check`` judge the name it asks for, and
+from then on each chunk goes straight from one transport to the other: no stream buffer, no task
+per direction, one wake-up of the handler when the tunnel ends. Limits as :func:`tunnels.relay`:
+a half-close is passed on, the tunnel ends when both directions have, idleness and the token's
+byte budget cut it (one timer a tunnel: the ClientHello's deadline, then the idle check). A
+transport above its high-water mark pauses its peer's reading.
 Plain HTTP leaves this module at :meth:`Client.streams` (its body framing reads a stream).
 
 Nothing of the upstream reaches a client whose ClientHello was not checked: what it sends
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Final, cast
 
@@ -224,6 +226,7 @@ class Splice:
     __slots__ = (
         "_cut",
         "_down",
+        "_due",
         "_eofs",
         "_finished",
         "_hello",
@@ -231,7 +234,6 @@ class Splice:
         "_idle_timeout_s",
         "_timer",
         "_up",
-        "_watchdog",
         "check",
         "client",
         "done",
@@ -256,8 +258,9 @@ class Splice:
         self._hello = b""
         self._hello_bytes = 0
         self._idle_timeout_s = idle_timeout_s
-        self._timer: asyncio.TimerHandle | None = client.loop.call_later(hello_timeout_s, self._no_hello)
-        self._watchdog: tunnels.Watchdog | None = None
+        # One timer for the tunnel's life: the ClientHello's deadline, then the idle check (see _tick).
+        self._due = client.loop.time() + hello_timeout_s
+        self._timer: asyncio.TimerHandle | None = client.loop.call_at(self._due, self._tick)
         self._eofs = 0
         self._cut: str | None = None
         self._finished = False
@@ -282,15 +285,15 @@ class Splice:
     def _relay(self, hello: bytes, rest: bytes) -> None:
         upstream = self.upstream
         assert upstream.transport is not None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self.relaying, self._hello, self._hello_bytes = True, b"", len(hello)  # not against the budget
         if upstream.lost:
             self._finish()
             return
         upstream.transport.write(hello)
-        self._watchdog = tunnels.Watchdog((self._up, self._down), self._idle_timeout_s, self.cut)
+        loop = self.client.loop
+        if self._timer is not None and loop.time() + self._idle_timeout_s < self._due:  # an idle limit shorter
+            self._timer.cancel()  # than what is left of the hello's deadline: check it first
+            self._timer = loop.call_later(self._idle_timeout_s, self._tick)
         upstream.hand_over(upstream)
         if rest:
             self.from_client(rest)
@@ -338,9 +341,18 @@ class Splice:
         else:
             reader.resume_reading()
 
-    def _no_hello(self) -> None:
+    def _tick(self) -> None:
+        """The tunnel's timer: before the relay, the ClientHello is late; after it, nothing moved for
+        ``idle_timeout_s`` cuts the tunnel, else the timer is set again for when it could have."""
         self._timer = None
-        self.fail(TimeoutError("no ClientHello in time"))
+        if not self.relaying:
+            self.fail(TimeoutError("no ClientHello in time"))
+            return
+        idle = time.monotonic() - max(self._up.last, self._down.last)
+        if idle >= self._idle_timeout_s:
+            self.cut(f"idle for {self._idle_timeout_s:g} s")
+        else:
+            self._timer = self.client.loop.call_later(self._idle_timeout_s - idle, self._tick)
 
     def cut(self, reason: str | None = None) -> None:
         """End the tunnel now (``reason``: the limit that ended it)."""
@@ -360,9 +372,6 @@ class Splice:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._watchdog is not None:
-            self._watchdog.stop()
-            self._watchdog = None
         for transport in (self.client.transport, self.upstream.transport):
             if transport is not None:
                 transport.close()
