@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fakes.loopback import serving
+
 from ironflow.testing import _kubeenv_pki as pki
 
 __all__ = ["HELLO", "OriginTls", "hello_origin", "make_tls"]
@@ -60,8 +62,5 @@ async def hello_origin(host: str, tls: ssl.SSLContext) -> AsyncIterator[int]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, host, 0, ssl=tls)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
+    async with serving(serve, host, tls=tls) as port:
+        yield port

@@ -10,6 +10,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from tests.fakes.loopback import serving
+
 from ironflow import egress
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, run_auth_proxy
 from ironflow.auth_proxy.app import RunningProxy
@@ -68,11 +70,8 @@ async def _echo() -> AsyncIterator[int]:
                 writer.write(data)
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
+    async with serving(serve) as port:
+        yield port
 
 
 async def _connect(running: RunningProxy, token: str, target: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

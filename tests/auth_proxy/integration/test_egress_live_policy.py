@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.loopback import serving
 
 from ironflow import egress
 from ironflow.auth_proxy import AdminClient, AuthProxyConfig, Credential, KeyRing, hub, registry, run_auth_proxy, tokens
@@ -36,11 +37,8 @@ async def _origin() -> AsyncIterator[int]:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
+    async with serving(serve) as port:
+        yield port
 
 
 async def _get(proxy: RunningProxy, token: str, port: int) -> int:
