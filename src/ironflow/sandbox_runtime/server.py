@@ -401,7 +401,7 @@ class Handler:
             self.rt.resolve(os.path.join(os.path.dirname(target), member.linkname))
         if member.isdir():
             os.makedirs(target, exist_ok=True)
-            return [(target, mode)]
+            return [(target, mode)] if target != path else []  # the destination keeps its own (a pod's HOME: root's)
         tar.extract(member, path, set_attrs=False, **trusted)  # checked above; what is there is followed, never out
         if member.isreg():
             os.chmod(target, mode)
