@@ -203,6 +203,41 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
     assert _pods(st) == []  # SIGTERM closed every session the server held
 
 
+def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
+) -> None:
+    """The server's snapshot endpoints over a cluster backend; pause stays refused in one line."""
+    st, provider, work = cluster
+    env = cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN, IRONFLOW_SNAPSHOT_DIR=str(tmp_path / "store"))
+    served = start_serve(env, "--backend", "k8s", "--provider", str(provider))
+
+    def cli(*args: str) -> str:
+        result = ironflow("sandbox", *args, env=served.env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    try:
+        sid = cli("open")
+        (work / "kept.txt").write_text("kept")
+        snap = cli("snapshot", sid)
+        forks = cli("fork", sid, "--count", "2").splitlines()
+        assert sorted(_pods(st)) == sorted([sid, *forks])
+        paused = ironflow("sandbox", "pause", sid, env=served.env)
+        assert (paused.returncode, paused.stderr.strip()) == (2, "error: k8s sessions have no pause or extend yet: "
+                "they are for local sessions (bubblewrap or gVisor, or a `sandbox serve` of them)")  # fmt: skip
+        cli("close", sid)
+        (work / "kept.txt").unlink()
+        cli("open", "--from", snap)
+        assert (work / "kept.txt").read_text() == "kept"
+        assert len(json.loads(cli("snapshots", "-o", "json"))) == 2  # its own and the forks' base
+    finally:
+        assert served.stop() == 0
+        for stream in (served.proc.stdout, served.proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert _pods(st) == []
+
+
 def test_a_restarted_serve_routes_lists_and_closes_the_sessions_the_previous_one_opened(
     cluster: tuple[ThreadedKube, Path, Path],
 ) -> None:
