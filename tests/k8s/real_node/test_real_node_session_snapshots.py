@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.fakes.node_network import inside_node_network
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.settings import K8sResources
@@ -21,6 +22,7 @@ from ironflow.kube import api as k8s
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.polling import eventually
+from ironflow.testing.realnode import RealNodeEnv
 
 #: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
 pytestmark = pytest.mark.timeout(600)
@@ -105,3 +107,38 @@ async def test_ten_forks_keep_their_writes_and_a_snapshot_restores_after_close(
         return not (await node_api.list(k8s.PODS, node_ns)).items
 
     await eventually(gone, limit_s=120, interval_s=0.5, what="every session pod gone")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+async def test_over_http_a_snapshot_restores_and_two_forks_keep_their_writes(
+    real_node: RealNodeEnv,
+    node_ns: str,
+    node_api: k8s.KubeApi,
+    need_image: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    runtime: str,
+) -> None:
+    """The runtime as the pod's main process, reached at the pod's IP (this thread inside the node's network)."""
+    monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
+    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
+    if runtime == "gvisor":
+        p = p.runtime_class("gvisor")
+    with inside_node_network(real_node):
+        async with p.resources(SMALL).sessions(api=node_api, transport="http") as sessions:
+            parent = await sessions.open(OpenOptions(ttl=300))
+            assert (await parent.commands.run(["sh", "-c", MAKE])).exit_code == 0
+            before = await _listing(parent)
+            forks = await sessions.fork(parent.id, count=2)
+            for i, fork in enumerate(forks):
+                assert await _listing(fork) == _less_setgid(before)
+                await fork.files.write(f"w/mine-{i}", str(i))
+            for i, fork in enumerate(forks):
+                assert (await fork.commands.run(["sh", "-c", "ls w | grep mine-"])).stdout == f"mine-{i}\n"
+            assert await _listing(parent) == before
+            snap = await sessions.snapshot(parent.id)
+            for handle in [parent, *forks]:
+                await handle.close()
+            restored = await sessions.open(OpenOptions(ttl=120, from_snapshot=snap.id))
+            assert await _listing(restored) == _less_setgid(before)
+            await restored.close()
