@@ -30,6 +30,7 @@ from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import RuntimeClient
 from ironflow.sessions.snapshot_store import SnapshotStore
 from ironflow.sessions.values import SnapshotInfo
+from ironflow.testing.polling import eventually
 
 _MODES = (
     "mkdir -p d e g/deep && printf 'echo hi\\n' > d/x.sh && chmod 751 d/x.sh && chmod 750 d && chmod 700 e"
@@ -87,7 +88,7 @@ async def test_a_snapshot_outlives_its_session_and_restores_bytes_and_modes(case
     backend = "agent-sandbox" if case.backend.startswith("agent-sandbox") else "k8s"
     assert (info.name, info.session_id, info.isolation, info.trees) == ("before", sandbox.id, backend, ("workspace",))
     await sandbox.close()
-    assert await case.nothing_left()
+    await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
     _wipe(work)  # the pod's files went with it
 
     assert [s.id for s in await case.sessions.snapshots()] == [info.id]
@@ -99,7 +100,7 @@ async def test_a_snapshot_outlives_its_session_and_restores_bytes_and_modes(case
     await restored.close()
     assert await case.sessions.remove_snapshot(info.id)
     assert await case.sessions.snapshots() == []
-    assert await case.nothing_left()
+    await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
 
 
 async def test_forks_start_with_the_parents_files_labels_and_run(case: SessionCase) -> None:
@@ -118,7 +119,7 @@ async def test_forks_start_with_the_parents_files_labels_and_run(case: SessionCa
         for fork in forks:
             await fork.close()
         await parent.close()
-    assert await case.nothing_left()
+    await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
 
 
 #: Each built with the directory beside the workspace (``flag`` in it says "orig" until something escapes).
@@ -156,7 +157,7 @@ async def test_a_crafted_archive_in_the_store_opens_no_session(
     assert caught.value.message.startswith("snapshot refused: the session's workspace archive: ")
     assert (tmp_path / "flag").read_text() == "orig"
     assert _tree(Path(case.work_dir)) == {}
-    assert await case.nothing_left()
+    await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
 
 
 async def test_a_local_sessions_snapshot_is_refused_before_any_pod(case: SessionCase) -> None:
@@ -166,7 +167,7 @@ async def test_a_local_sessions_snapshot_is_refused_before_any_pod(case: Session
         store.commit(place, SnapshotInfo(snapshot_id, None, "sbx-0123456789abcdef", 0, 1.0, "bwrap", ("workspace",)))
     with pytest.raises(errors.ConfigError, match="is of a bwrap session: open it on that backend"):
         await case.sessions.open(OpenOptions(ttl=60, from_snapshot=snapshot_id))
-    assert await case.nothing_left()
+    await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
 
 
 @pytest.mark.parametrize(("name", "build", "text"), CRAFTED, ids=_IDS)
