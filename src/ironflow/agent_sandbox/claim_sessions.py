@@ -9,9 +9,11 @@ session host (:mod:`ironflow.k8s.sessions.pod_sessions`) and tells it where sess
 overrides nothing of the host. The pod is the template's, so its environment is too: ``env``
 is refused.
 
-A session can be suspended and resumed (:meth:`AgentSandboxSessions.suspend`, v1beta1): its
-Sandbox's pod goes and its PVCs and claim stay; a handle on it fails until it is resumed and
-connected again (the new pod runs a new runtime), and while suspended only its TTL ends it.
+A session's workspace is snapshotted and forked as a Kubernetes session's is (an archive through its
+runtime: :mod:`ironflow.k8s.sessions.archives`). A session can be suspended and resumed
+(:meth:`AgentSandboxSessions.suspend`, v1beta1): its Sandbox's pod goes and its PVCs and claim
+stay; a handle on it fails until it is resumed and connected again (the new pod runs a new
+runtime), and while suspended only its TTL ends it.
 
 Every session ends: ``close`` deletes the claim (the Sandbox and the pod go with it by
 their ownerReferences); its TTL or idle timeout while this process holds it; else the
@@ -42,7 +44,7 @@ from ironflow.kube import api as kube
 from ironflow.kube import clusters
 from ironflow.secrets import Secret
 from ironflow.sessions.client import AsyncSandbox
-from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, SnapshotInfo
 from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["BACKEND", "AgentSandboxSessions", "ClaimObjects", "claim_info", "session_claim"]
@@ -271,6 +273,21 @@ class AgentSandboxSessions:
 
     async def aclose(self) -> None:
         await self.host.aclose()
+
+    # -- snapshots and forks: the host's (the claimed pod's workspace as an archive) --
+
+    async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
+        return await self.host.snapshot(session_id, name=name)
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        return await self.host.snapshots()
+
+    async def remove_snapshot(self, snapshot_id: str) -> bool:
+        return await self.host.remove_snapshot(snapshot_id)
+
+    async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
+        """``count`` new claims on the warm pool, each starting with one snapshot of this session's workspace."""
+        return await self.host.fork(session_id, count=count)
 
     async def __aenter__(self) -> AgentSandboxSessions:
         return self

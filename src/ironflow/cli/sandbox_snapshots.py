@@ -1,4 +1,4 @@
-"""``ironflow sandbox snapshot|snapshots|fork|pause|unpause|extend``: a local session's files and life.
+"""``ironflow sandbox snapshot|snapshots|fork|pause|unpause|extend``: a session's files and life.
 
 Clients of ``ironflow sandbox serve`` as the other session commands are
 (:mod:`ironflow.cli.sandbox_sessions`): ``snapshot ID [--name N]`` keeps the session's files in
@@ -6,8 +6,9 @@ the server's snapshot store and prints the snapshot's id, ``snapshot rm SNAPSHOT
 ``snapshots`` lists them, ``fork ID [--count N]`` opens sessions from one snapshot of it (their
 ids, a line each; ``sandbox open --from SNAPSHOT`` opens one from a kept snapshot), ``pause`` and
 ``unpause`` freeze and thaw a session (``resume`` is agent-sandbox's ``operatingMode``, as
-``suspend``: docker's words are taken here), ``extend ID --ttl 30m`` moves its expiry. A backend
-without them (``--provider``: a cluster's) is refused in one line, exit 2.
+``suspend``: docker's words are taken here), ``extend ID --ttl 30m`` moves its expiry. A cluster's
+sessions (``--provider``) snapshot and fork their workspace, kept in this machine's store; a
+backend without a command is refused in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, document
 from ironflow.cli.session_backends import BackendOption, ProviderOption, ServerOption, Target, choose, session_client
 from ironflow.cli.stores import run_async
-from ironflow.sessions.backend import SessionControls, controls_of
+from ironflow.sessions.backend import SessionBackend, SessionControls, SessionSnapshots, controls_of, snapshots_of
 from ironflow.sessions.values import SessionInfo, SnapshotInfo, check_session_id, check_snapshot_id, parse_duration
 
 __all__ = ["register"]
@@ -34,18 +35,28 @@ IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The session's id.
 InfoOutput = Annotated[ResultFormat, typer.Option("--output", "-o", help="text, json or yaml.")]
 
 
-def _call(target: Target, action: Callable[[SessionControls], Awaitable[T]]) -> T:
-    """``action`` on the server's sessions; every error one line with its exit code."""
+def _run(target: Target, action: Callable[[SessionBackend], Awaitable[T]]) -> T:
+    """``action`` on the sessions; every error one line with its exit code."""
     choose(target)
 
     async def go() -> T:
         async with session_client(target) as sessions:
-            return await action(controls_of(sessions))
+            return await action(sessions)
 
     try:
         return run_async(go())
     except errors.IronflowError as exc:
         exits.fail_for(exc)
+
+
+def _call(target: Target, action: Callable[[SessionControls], Awaitable[T]]) -> T:
+    """``action`` on sessions that pause and extend (refused in one line where they do not)."""
+    return _run(target, lambda sessions: action(controls_of(sessions)))
+
+
+def _kept(target: Target, action: Callable[[SessionSnapshots], Awaitable[T]]) -> T:
+    """``action`` on sessions that snapshot and fork (every backend's)."""
+    return _run(target, lambda sessions: action(snapshots_of(sessions)))
 
 
 def _checked(check: Callable[[str], str], value: str) -> str:
@@ -78,14 +89,14 @@ def snapshot(
         if removed is None or name is not None:
             exits.fail("usage: ironflow sandbox snapshot rm SNAPSHOT")
         snapshot_id = _checked(check_snapshot_id, removed)
-        if not _call(target, lambda s: s.remove_snapshot(snapshot_id)):
+        if not _kept(target, lambda s: s.remove_snapshot(snapshot_id)):
             exits.fail(f"no snapshot '{snapshot_id}': `ironflow sandbox snapshots` lists them")
         typer.echo(f"removed {snapshot_id}")
         return
     if removed is not None:
         exits.fail("one session at a time: ironflow sandbox snapshot ID [--name N]")
     session_id = _checked(check_session_id, sandbox_id)
-    info = _call(target, lambda s: s.snapshot(session_id, name=name))
+    info = _kept(target, lambda s: s.snapshot(session_id, name=name))
     print(info.id if output is ResultFormat.TEXT else document(info.to_json(), output))
 
 
@@ -107,7 +118,7 @@ def list_snapshots(
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
 ) -> None:
     """List the snapshots of the server's store: id, name, session, size, age."""
-    found: list[SnapshotInfo] = _call(Target(server, backend, provider), lambda s: s.snapshots())
+    found: list[SnapshotInfo] = _kept(Target(server, backend, provider), lambda s: s.snapshots())
     if output is not OutputFormat.TABLE:
         print(document([info.to_json() for info in found], output))
         return
@@ -129,13 +140,13 @@ def fork(
     """Open sessions that start with a snapshot of this one's files; print their ids."""
     session_id = _checked(check_session_id, sandbox_id)
 
-    async def go(sessions: SessionControls) -> list[SessionInfo]:
+    async def go(sessions: SessionSnapshots) -> list[SessionInfo]:
         handles = await sessions.fork(session_id, count=count)
         for handle in handles:
             await handle.disconnect()
         return [handle.info for handle in handles]
 
-    infos = _call(Target(server, backend, provider), go)
+    infos = _kept(Target(server, backend, provider), go)
     if output is ResultFormat.TEXT:
         print("\n".join(info.id for info in infos))
     else:

@@ -100,8 +100,10 @@ class _Router:
     async def create(self, request: web.Request) -> web.Response:
         doc = await _json_body(request)
         options = OpenOptions.from_json(doc)  # a ConfigError: 400
-        if options.from_snapshot is not None or options.idle_suspend is not None:
-            controls.controls_of(self.sessions)  # refused in one line where the backend has none
+        if options.from_snapshot is not None:
+            controls.snapshots_of(self.sessions)  # refused in one line where the backend has none
+        if options.idle_suspend is not None:
+            controls.controls_of(self.sessions)
         wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
             return detail(

@@ -1,12 +1,14 @@
-"""The server's snapshot, fork, pause, resume and extend endpoints, over a backend's :class:`SessionControls`.
+"""The server's snapshot, fork, pause, resume and extend endpoints, over a backend's :class:`SessionSnapshots`
+and :class:`SessionControls`.
 
 ``POST …/sandboxes/{id}/snapshot`` (``{"name": N}``), ``GET /ironflow/v1/snapshots``,
 ``DELETE /ironflow/v1/snapshots/{snap}``, ``POST …/{id}/fork`` (``{"count": N}``, counted against
 the server's session cap), ``POST …/{id}/pause`` and ``…/resume``, ``POST …/{id}/extend``
-(``{"ttl": "30m"}``). A backend without the controls answers 400 with one line
-(:func:`~ironflow.sessions.backend.controls_of`); errors go through the app's answer middleware
-(404 for a session or snapshot that is not there, 400 for a refusal). :func:`activity` is what the
-runtime proxy wraps each forwarded request in: a paused session is resumed first.
+(``{"ttl": "30m"}``). A backend without them answers 400 with one line
+(:func:`~ironflow.sessions.backend.snapshots_of`, :func:`~ironflow.sessions.backend.controls_of`);
+errors go through the app's answer middleware (404 for a session or snapshot that is not there, 400
+for a refusal). :func:`activity` is what the runtime proxy wraps each forwarded request in: a
+paused session is resumed first.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any, Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.sessions.backend import SessionBackend, SessionControls, controls_of
+from ironflow.sessions.backend import SessionBackend, SessionControls, SessionSnapshots, controls_of, snapshots_of
 from ironflow.sessions.remote import API_PATH, SNAPSHOTS_PATH
 from ironflow.sessions.values import SnapshotNotFound, check_session_id, check_snapshot_id, parse_duration
 
-__all__ = ["activity", "add_routes", "controls_of"]
+__all__ = ["activity", "add_routes", "controls_of", "snapshots_of"]
 
 _MAX_FORKS: Final = 100
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -81,8 +83,11 @@ def add_routes(app: web.Application, sessions: SessionBackend, *, max_sessions: 
     def controls(request: web.Request) -> tuple[SessionControls, str]:
         return controls_of(sessions), check_session_id(request.match_info["id"])
 
+    def kept(request: web.Request) -> tuple[SessionSnapshots, str]:
+        return snapshots_of(sessions), check_session_id(request.match_info["id"])
+
     async def snapshot(request: web.Request) -> web.Response:
-        backend, session_id = controls(request)
+        backend, session_id = kept(request)
         name = (await _body(request)).get("name")
         if name is not None and not isinstance(name, str):
             raise errors.ConfigError("name must be a string")
@@ -90,18 +95,18 @@ def add_routes(app: web.Application, sessions: SessionBackend, *, max_sessions: 
         return web.json_response(info.to_json(), status=201)
 
     async def listing(request: web.Request) -> web.Response:
-        found = await controls_of(sessions).snapshots()
+        found = await snapshots_of(sessions).snapshots()
         return web.json_response({"snapshots": [info.to_json() for info in found]})
 
     async def remove(request: web.Request) -> web.Response:
         snapshot_id = check_snapshot_id(request.match_info["snap"])
-        removed = await controls_of(sessions).remove_snapshot(snapshot_id)
+        removed = await snapshots_of(sessions).remove_snapshot(snapshot_id)
         if not removed:
             return _not_found(SnapshotNotFound(f"no snapshot '{snapshot_id}'"))
         return web.json_response({"id": snapshot_id, "removed": True})
 
     async def fork(request: web.Request) -> web.Response:
-        backend, session_id = controls(request)
+        backend, session_id = kept(request)
         count = _count((await _body(request)).get("count", 1))
         if len(sessions.held()) + count > max_sessions:
             return web.json_response(

@@ -276,7 +276,7 @@ class Handler:
             watch.serve(self, self.rt.resolve(rel), query)
             return None
         if (method, kind) == ("PUT", "tar"):
-            return self.tar_in(self.rt.resolve(rel), body)
+            return self.tar_in(self.rt.resolve(rel), body, bool(query.get("exact")))
         raise HttpError(404, "Not found")
 
     def execute(self, body: Body) -> None:
@@ -359,43 +359,54 @@ class Handler:
     def tar_out(self, path: str) -> None:
         if not os.path.isdir(path):
             raise HttpError(404, "Path is not a directory")
-        tarfile = _tarfile()
+        tarfile, home = _tarfile(), os.path.realpath(os.environ.get("HOME") or "/")
         self.head(200, "application/x-tar", chunked=True)
         chunks = Chunked(self.wfile)
+        own = (home, "./.ironflow")  # HOME's: the runtime's own state (its token FIFO, delivered variables), kept in
         try:
             with tarfile.open(fileobj=chunks, mode="w|") as tar:
-                tar.add(path, arcname=".", recursive=True)
+                tar.add(path, arcname=".", recursive=True, filter=lambda i: None if (path, i.name) == own else i)
         except tarfile.TarError as exc:
             raise HttpError(400, f"bad request: {exc}") from None
         chunks.end()
 
-    def tar_in(self, path: str, body: Body) -> None:
+    def tar_in(self, path: str, body: Body, exact: bool = False) -> None:
         os.makedirs(path, exist_ok=True)
-        count = 0
         tarfile = _tarfile()
         filtered = hasattr(tarfile, "data_filter")  # Python 3.11.4+: Debian 12's 3.11.2 (a runner image) has none
+        count, dirs, trusted = 0, [], {"filter": "fully_trusted"} if filtered else {}
         try:
             with tarfile.open(fileobj=body, mode="r|") as tar:
                 for member in tar:
-                    if filtered:
+                    if filtered and not exact:
                         tar.extract(member, path, filter="data")  # no absolute path, no '..', no link out
                     else:
-                        self.extract_plain(tar, member, path)
+                        dirs += self.extract_checked(tar, member, path, exact, trusted)
                     count += 1
         except tarfile.TarError as exc:
             raise HttpError(400, f"bad request: {exc}") from None
+        for target, mode in reversed(dirs):  # last, deepest first: a 0500 directory took its files before
+            os.chmod(target, mode)
         while body.read():  # the record's padding after the end-of-archive blocks
             pass
         self.json(200, {"path": os.path.relpath(path, self.rt.root), "entries": count})
 
-    def extract_plain(self, tar: Any, member: Any, path: str) -> None:
-        """Without the data filter: plain files and directories only, each inside the workspace once
-        resolved (403 else), with no mode bit past 0755."""
-        if not (member.isreg() or member.isdir()):
-            raise HttpError(400, "bad request: a link or special file in a tar needs Python 3.11.4+ in the sandbox")
-        self.rt.resolve(os.path.join(path, member.name))
-        member.mode &= 0o755
-        tar.extract(member, path)
+    def extract_checked(self, tar: Any, member: Any, path: str, exact: bool, trusted: Any) -> list[tuple[str, int]]:
+        """Files, directories and (``exact``: a snapshot's restore) symlinks that resolve in the workspace (403 else),
+        modes less setuid/setgid (not ``exact``: past 0755 neither), mtimes, no owner; directories' modes set last."""
+        if not (member.isreg() or member.isdir() or (exact and member.issym())):
+            raise HttpError(400, "bad request: a hard link or special file in the tar (a symlink: Python 3.11.4+ here)")
+        target, mode = self.rt.resolve(os.path.join(path, member.name)), member.mode & (0o1777 if exact else 0o755)
+        if member.issym():
+            self.rt.resolve(os.path.join(os.path.dirname(target), member.linkname))
+        if member.isdir():
+            os.makedirs(target, exist_ok=True)
+            return [(target, mode)] if target != path else []  # the destination keeps its own (a pod's HOME: root's)
+        tar.extract(member, path, set_attrs=False, **trusted)  # checked above; what is there is followed, never out
+        if member.isreg():
+            os.chmod(target, mode)
+            os.utime(target, (member.mtime, member.mtime))
+        return []
 
     def head(self, status: int, ctype: str, *, length: int | None = None, chunked: bool = False) -> None:
         self.started = True

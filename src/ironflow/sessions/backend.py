@@ -6,9 +6,11 @@ it, async throughout; a provider hands its own out from ``provider.sessions()``.
 opened with :class:`~ironflow.sessions.values.OpenOptions`, the one place its options are
 written. Sessions that live in a cluster, not in the process that opened them, add
 :class:`ClusterSessionBackend`: another process finds, closes and releases them by label.
-Backends that can snapshot, fork, pause and extend a session add :class:`SessionControls`
-(local sessions, and a server's client, which passes them on); callers check it with
-``isinstance`` and refuse in one line where it is missing (:func:`controls_of`).
+Backends that can snapshot and fork a session add :class:`SessionSnapshots` (every backend:
+cluster sessions keep their workspace as an archive), and those that can also pause and extend
+one :class:`SessionControls` (local sessions, and a server's client, which passes them on);
+callers check with ``isinstance`` and refuse in one line where one is missing
+(:func:`snapshots_of`, :func:`controls_of`).
 
 "Held" is what this object holds in this process: a local session (all of them), a cluster
 session it opened or reattached (a bridge to its pod), none for a server's client. A server
@@ -36,7 +38,9 @@ __all__ = [
     "ReleasableSessionBackend",
     "SessionBackend",
     "SessionControls",
+    "SessionSnapshots",
     "controls_of",
+    "snapshots_of",
 ]
 
 
@@ -133,16 +137,16 @@ class PooledSessionBackend(SessionBackend, Protocol):
 
 
 @runtime_checkable
-class SessionControls(SessionBackend, Protocol):
-    """Snapshots, forks, pause and resume, and a TTL extension of open sessions.
+class SessionSnapshots(SessionBackend, Protocol):
+    """Snapshots and forks of open sessions.
 
-    A snapshot holds a session's files (its workspace and home), immutable, with an id; ``open``
-    takes one as ``OpenOptions(from_snapshot=...)``. A paused session keeps its files and its
-    processes, frozen; any request to it resumes it first.
+    A snapshot holds a session's files, immutable, with an id: a local session's workspace and
+    home, a cluster session's workspace (an archive: files only, no process); ``open`` takes one
+    as ``OpenOptions(from_snapshot=...)``.
     """
 
     async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
-        """The session's files as a new snapshot (read with its processes frozen)."""
+        """The session's files as a new snapshot (a local session's read with its processes frozen)."""
         ...
 
     async def snapshots(self) -> builtins.list[SnapshotInfo]:
@@ -156,6 +160,14 @@ class SessionControls(SessionBackend, Protocol):
     async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
         """``count`` new sessions, each starting with a snapshot of this one's files (taken once)."""
         ...
+
+
+@runtime_checkable
+class SessionControls(SessionSnapshots, Protocol):
+    """Snapshots and forks, pause and resume, and a TTL extension of open sessions.
+
+    A paused session keeps its files and its processes, frozen; any request to it resumes it first.
+    """
 
     async def pause(self, session_id: str) -> SessionInfo:
         """Freeze every process of the session (its files stay); pausing twice is no error."""
@@ -175,6 +187,17 @@ class SessionControls(SessionBackend, Protocol):
         ...
 
 
+def snapshots_of(sessions: SessionBackend) -> SessionSnapshots:
+    """``sessions`` when it has :class:`SessionSnapshots`.
+
+    Raises:
+        ConfigError: it has not (one line naming its backend).
+    """
+    if isinstance(sessions, SessionSnapshots):
+        return sessions
+    raise errors.ConfigError(f"{sessions.backend} sessions have no snapshots or forks")
+
+
 def controls_of(sessions: SessionBackend) -> SessionControls:
     """``sessions`` when it has :class:`SessionControls`.
 
@@ -184,6 +207,6 @@ def controls_of(sessions: SessionBackend) -> SessionControls:
     if isinstance(sessions, SessionControls):
         return sessions
     raise errors.ConfigError(
-        f"{sessions.backend} sessions have no snapshots, forks, pause or extend yet: they are for local sessions "
+        f"{sessions.backend} sessions have no pause or extend yet: they are for local sessions "
         "(bubblewrap or gVisor, or a `sandbox serve` of them)"
     )

@@ -1,4 +1,4 @@
-"""The snapshot store on a plain host tree: what it keeps (modes, symlinks as links), what it refuses
+"""The local snapshot store on a plain host tree: what it keeps (modes, symlinks as links), what it refuses
 in one line (a FIFO, a hard link, past its limit), and nothing left of a refused capture."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.local.sessions import snapshots
-from ironflow.local.sessions.snapshots import SnapshotStore, parse_limit
+from ironflow.local.sessions.snapshots import SnapshotStore
 from ironflow.sessions.values import SnapshotInfo, SnapshotNotFound
 
 
@@ -35,23 +35,6 @@ def tree(tmp_path: Path) -> Path:
     (root / "d").chmod(0o750)
     (root / "out").symlink_to("/etc/shadow")
     return root
-
-
-@pytest.mark.parametrize(("text", "size"), [("10G", 10 << 30), ("500M", 500 << 20), ("4KiB", 4096), ("512", 512)])
-def test_a_store_limit_reads_as_bytes(text: str, size: int) -> None:
-    assert parse_limit(text) == size
-
-
-@pytest.mark.parametrize("text", ["", "G", "0", "-1G", "ten", "1.5G"])
-def test_a_bad_store_limit_is_refused(text: str) -> None:
-    with pytest.raises(errors.ConfigError, match="invalid snapshot store limit"):
-        parse_limit(text)
-
-
-def test_the_store_is_the_users_state_dir_unless_named() -> None:
-    assert snapshots.default_store_dir({"HOME": "/h"}) == "/h/.local/state/ironflow/snapshots"
-    assert snapshots.default_store_dir({"XDG_STATE_HOME": "/s"}) == "/s/ironflow/snapshots"
-    assert snapshots.default_store_dir({"IRONFLOW_SNAPSHOT_DIR": "/x"}) == "/x"
 
 
 async def test_a_capture_keeps_modes_and_symlinks_as_links(tmp_path: Path, tree: Path) -> None:

@@ -93,6 +93,40 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
     assert again.stderr.strip() == f"error: no open sandbox session '{sid}' in {NS}"
 
 
+def test_snapshot_open_from_fork_and_rm_through_the_provider_file(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
+) -> None:
+    """The workspace as an archive in this machine's store: it outlives the session's pod."""
+    st, provider, work = cluster
+    env = {"IRONFLOW_SANDBOX_SERVER": "", "IRONFLOW_SNAPSHOT_DIR": str(tmp_path / "store")}
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(app, ["sandbox", *args, "--provider", str(provider)], env=env)
+        assert result.exit_code == 0, result.output
+        return result.stdout.strip()
+
+    sid = cli("open", "--ttl", "10m")
+    (work / "run.sh").write_text("echo ran\n")
+    (work / "run.sh").chmod(0o750)
+    snap = cli("snapshot", sid, "--name", "first")
+    assert snap.startswith("snap-")
+    cli("close", sid)
+    (work / "run.sh").unlink()
+    again = cli("open", "--from", snap)
+    assert (work / "run.sh").read_text() == "echo ran\n"
+    assert (work / "run.sh").stat().st_mode & 0o777 == 0o750
+    forks = cli("fork", again, "--count", "2").splitlines()
+    assert len(forks) == 2
+    assert sorted(_pods(st)) == sorted([again, *forks])
+    listed = json.loads(cli("snapshots", "-o", "json"))
+    assert [(s["id"], s["name"], s["isolation"]) for s in listed][:1] == [(snap, "first", "k8s")]
+    assert [s["name"] for s in listed][1:] == [f"fork-of-{again}"]
+    assert cli("snapshot", "rm", snap) == f"removed {snap}"
+    for session_id in [again, *forks]:
+        cli("close", session_id)
+    assert _pods(st) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -108,13 +142,13 @@ def test_open_exec_cp_ls_close_through_the_provider_file(
         (["open", "--provider", "{provider}", "--workspace", "https://git.example.test/o/r.git"], "IRONFLOW_GIT_TOKEN"),
         (["diff", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session"),
         (["ls", "--provider", "{missing}"], "missing.yaml"),
-        (["snapshot", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions have no snapshots"),
-        (["snapshots", "--provider", "{provider}"], "k8s sessions have no snapshots"),
-        (["fork", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions have no snapshots"),
-        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions have no snapshots"),
-        (["extend", "--provider", "{provider}", "sbx-0000000000000000", "--ttl", "1h"], "no snapshots, forks, pause"),
-        (["open", "--provider", "{provider}", "--from", "snap-0000000000000000"], "are for local sessions"),
-        (["open", "--provider", "{provider}", "--idle-suspend", "5m"], "are for local sessions"),
+        (["snapshot", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
+        (["fork", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
+        (["snapshot", "--provider", "{provider}", "sbx-0000000000000000", "--name", "-x"], "a snapshot name is"),
+        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions have no pause or extend"),
+        (["extend", "--provider", "{provider}", "sbx-0000000000000000", "--ttl", "1h"], "no pause or extend"),
+        (["open", "--provider", "{provider}", "--from", "snap-0000000000000000"], "no snapshot 'snap-0000"),
+        (["open", "--provider", "{provider}", "--idle-suspend", "5m"], "--idle-suspend is for local sessions"),
         (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
         (["serve", "--backend", "nope"], "invalid value for '--backend': 'nope' is not one of"),
         (["serve", "--provider", "{provider}"], "--provider is for --backend k8s"),
@@ -167,6 +201,41 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
             if stream is not None:
                 stream.close()
     assert _pods(st) == []  # SIGTERM closed every session the server held
+
+
+def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
+) -> None:
+    """The server's snapshot endpoints over a cluster backend; pause stays refused in one line."""
+    st, provider, work = cluster
+    env = cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN, IRONFLOW_SNAPSHOT_DIR=str(tmp_path / "store"))
+    served = start_serve(env, "--backend", "k8s", "--provider", str(provider))
+
+    def cli(*args: str) -> str:
+        result = ironflow("sandbox", *args, env=served.env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    try:
+        sid = cli("open")
+        (work / "kept.txt").write_text("kept")
+        snap = cli("snapshot", sid)
+        forks = cli("fork", sid, "--count", "2").splitlines()
+        assert sorted(_pods(st)) == sorted([sid, *forks])
+        paused = ironflow("sandbox", "pause", sid, env=served.env)
+        assert (paused.returncode, paused.stderr.strip()) == (2, "error: k8s sessions have no pause or extend yet: "
+                "they are for local sessions (bubblewrap or gVisor, or a `sandbox serve` of them)")  # fmt: skip
+        cli("close", sid)
+        (work / "kept.txt").unlink()
+        cli("open", "--from", snap)
+        assert (work / "kept.txt").read_text() == "kept"
+        assert len(json.loads(cli("snapshots", "-o", "json"))) == 2  # its own and the forks' base
+    finally:
+        assert served.stop() == 0
+        for stream in (served.proc.stdout, served.proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert _pods(st) == []
 
 
 def test_a_restarted_serve_routes_lists_and_closes_the_sessions_the_previous_one_opened(

@@ -26,7 +26,7 @@ from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.provider import AgentProvider, SessionProvider, sessions_of
 from ironflow.results import AgentResult
 from ironflow.sessions import ClusterSessionBackend, OpenOptions, RemoteSessions, SessionBackend, SessionNotFound
-from ironflow.sessions.backend import SessionControls, controls_of
+from ironflow.sessions.backend import SessionControls, SessionSnapshots, controls_of, snapshots_of
 from ironflow.sessions.values import legacy_options
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
@@ -194,7 +194,9 @@ async def test_local_and_remote_sessions_have_the_controls_and_cluster_ones_refu
     async with RemoteSessions("http://127.0.0.1:1", token="t" * 32) as remote:
         assert isinstance(remote, SessionControls)
     cluster = _pod_provider().sessions()
+    assert snapshots_of(cluster) is cluster  # its workspace as an archive
+    assert isinstance(AgentSandboxProvider(_pod_provider()).sessions(), SessionSnapshots)
     assert not isinstance(cluster, SessionControls)
-    with pytest.raises(errors.ConfigError, match="k8s sessions have no snapshots") as caught:
+    with pytest.raises(errors.ConfigError, match="k8s sessions have no pause or extend") as caught:
         controls_of(cluster)
     assert "\n" not in str(caught.value)

@@ -34,14 +34,16 @@ from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
 from ironflow.egress import variables
-from ironflow.k8s.sessions import bridge, clones, egress_delivery, provisioner, runtime_link, session_pod
+from ironflow.k8s.sessions import archives, bridge, clones, egress_delivery, provisioner, runtime_link, session_pod
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime import SESSION_ENV
 from ironflow.secrets import Secret
+from ironflow.sessions import snapshot_store
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
-from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, check_session_id
+from ironflow.sessions.snapshot_store import SnapshotStore
+from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, SnapshotInfo, check_session_id
 from ironflow.workspaces import WorkspaceChanges
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "K8sSessions"]
@@ -84,6 +86,8 @@ class K8sSessions:
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
         transport: ``auto`` (HTTP to the runtime the pod runs when it answers from here, else
             exec), ``http`` (refuse a session it cannot reach so) or ``exec`` (each request an exec).
+        snapshot_store: where snapshots of the sessions' workspaces go (default: the shared store,
+            made when first used; :mod:`~ironflow.k8s.sessions.archives`).
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class K8sSessions:
         issuer: issuing.TokenIssuer | None = None,
         home: str = layout.SANDBOX_HOME,
         transport: str = "auto",
+        snapshot_store: SnapshotStore | None = None,
     ) -> None:
         self.transport = runtime_link.check_transport(transport)
         self._cluster = provisioner.SessionProvisioner(settings, objects=objects, api=api, issuer=issuer, home=home)
@@ -109,6 +114,7 @@ class K8sSessions:
         self.python = python
         self._sessions: dict[str, _Session] = {}
         self.where = self._cluster.where
+        self._store = snapshot_store
 
     @property
     def backend(self) -> str:
@@ -135,8 +141,14 @@ class K8sSessions:
             WorkspaceUnsafe: the clone failed.
             SandboxRefused / SandboxFailed: the pod will not run (the cluster's reason).
             SandboxError / OperationTimeout: it did not start in time, or cannot run the runtime.
+            SnapshotNotFound: ``from_snapshot`` names none; ConfigError: a local session's.
+            WorkspaceRefused: the snapshot's archive holds a member the tar rules refuse.
         """
         options = options or OpenOptions()
+        if options.from_snapshot is not None:
+            if options.workspace is not None:
+                raise errors.ConfigError("a session starts from a snapshot or a workspace, not both")
+            await asyncio.to_thread(archives.check_restorable, self.store, options.from_snapshot)
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
         egress = egress_delivery.policy_for(self.settings, options.egress)
@@ -153,6 +165,8 @@ class K8sSessions:
         found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s, egress=egress)
         try:
             session = await self._attach(found, options.idle_timeout, probe=True)
+            if options.from_snapshot is not None:
+                await self._restore(session, options.from_snapshot)
         except BaseException:
             await self._cluster.delete(session_id, egress=egress is not None)
             raise
@@ -190,6 +204,18 @@ class K8sSessions:
                 raise
         self._sessions[info.id] = session
         return session
+
+    async def _restore(self, session: _Session, snapshot_id: str) -> None:
+        """The snapshot's workspace unpacked into a session just opened, before its first use."""
+        client = self._client_of(session)
+        try:
+            await archives.restore(self.store, snapshot_id, client)
+        except BaseException:
+            await session.link.aclose()
+            self._sessions.pop(session.info.id, None)
+            raise
+        finally:
+            await client.aclose()
 
     async def _probe(self, session: _Session) -> None:
         """One request through the pod: it has Python and the runtime answers."""
@@ -266,6 +292,10 @@ class K8sSessions:
         Raises:
             SessionNotFound: no session pod has this id.
         """
+        return self._handle(await self._reach(session_id))
+
+    async def _reach(self, session_id: str) -> _Session:
+        """The session held here, else found by its pod and held."""
         check_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is None:
@@ -275,7 +305,7 @@ class K8sSessions:
             if not found.running:
                 raise SessionNotFound(f"sandbox session '{session_id}' has ended (its pod no longer runs)")
             session = await self._attach(found, None, probe=False)
-        return self._handle(session)
+        return session
 
     async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
         """The patch of everything changed in the session's workspace since open (its commands may
@@ -339,6 +369,54 @@ class K8sSessions:
             egress = self._has_egress(found)
         await self._teardown(session_id, egress=egress)
         return True
+
+    # -- snapshots and forks: the workspace as an archive (archives) --
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The snapshot store (the shared default, made when first used)."""
+        if self._store is None:
+            self._store = SnapshotStore()
+        return self._store
+
+    async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
+        """The session's workspace as a new snapshot: its files only, read while its commands may run on
+        (a cluster session is not frozen: quiesce it first for a consistent tree).
+
+        Raises:
+            SessionNotFound: no such session. WorkspaceRefused: past the store's limit, or a member
+            the tar rules refuse. ConfigError: a bad name.
+        """
+        snapshot_store.check_name(name)  # before anything is reached
+        client = self._client_of(await self._reach(session_id))
+        try:
+            return await archives.capture(self.store, client, session_id=session_id, name=name, backend=self.backend)
+        finally:
+            await client.aclose()
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """Every snapshot of the store, oldest first (a local session's among them: ``open`` refuses those)."""
+        return await asyncio.to_thread(self.store.list)
+
+    async def remove_snapshot(self, snapshot_id: str) -> bool:
+        return await asyncio.to_thread(self.store.remove, snapshot_id)
+
+    async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
+        """``count`` new sessions, each starting with one snapshot of this one's workspace (kept in the
+        store), with its TTL left, labels and run; opened together, and all closed if one fails."""
+        if not 1 <= count <= 100:
+            raise errors.ConfigError("a fork makes 1 to 100 sessions")
+        parent = (await self._reach(session_id)).info
+        base = await self.snapshot(session_id, name=f"fork-of-{session_id}")
+        options = OpenOptions(ttl=max(1.0, parent.expires_at - time.time()), labels=parent.labels,
+                              run_id=parent.run_id, from_snapshot=base.id)  # fmt: skip
+        opened = await asyncio.gather(*(self.open(options) for _ in range(count)), return_exceptions=True)
+        handles = [h for h in opened if isinstance(h, AsyncSandbox)]
+        if failed := next((e for e in opened if isinstance(e, BaseException)), None):
+            for handle in handles:
+                await handle.close()
+            raise failed
+        return handles
 
     async def release_run(self, run_id: str) -> int:
         """Close every session of ``run_id`` in the namespace, held here or not; returns how many."""

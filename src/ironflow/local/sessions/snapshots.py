@@ -4,9 +4,8 @@ A snapshot holds up to two trees of a session: ``workspace`` (its copy at ``/wor
 ``home`` (its HOME, a tmpfs inside the sandbox, reached through ``/proc/PID/root`` of a process
 of the sandbox: the host's view of the sandbox's own mounts). gVisor keeps a session's HOME in
 its own memory, out of the host's reach: a gVisor snapshot holds the workspace only, and a gVisor
-session without one is refused. The store is ``$IRONFLOW_SNAPSHOT_DIR`` or
-``${XDG_STATE_HOME:-~/.local/state}/ironflow/snapshots`` (0700), one directory per snapshot with
-its ``snapshot.json``; a new one is made under a temporary name and renamed in whole.
+session without one is refused. The store, its records and its limit are the backends' shared
+:mod:`~ironflow.sessions.snapshot_store`; a local snapshot's trees are directories in it.
 
 Everything in a session's trees is the sandbox's word, so it is read as an attacker's: every open
 is beneath the tree's fd with no symlink followed on the way or at the end
@@ -25,50 +24,36 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
-import json
 import os
-import secrets
-import shutil
 import signal
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
-from ironflow import errors, labels
+from ironflow import errors
 from ironflow.claude import layout
 from ironflow.local.sandbox import cgroups
 from ironflow.local.sessions import freezer
 from ironflow.local.workspaces import copies, tree_reads
 from ironflow.local.workspaces.tree_reads import DIR_FLAGS
-from ironflow.sessions.values import SnapshotInfo, SnapshotNotFound, check_snapshot_id
+from ironflow.sessions import snapshot_store
+from ironflow.sessions.values import SnapshotInfo
 from ironflow.workspaces import Workspace
 
 __all__ = [
-    "DEFAULT_LIMIT_BYTES",
     "HOME",
-    "SNAPSHOT_DIR_ENV",
-    "SNAPSHOT_LIMIT_ENV",
     "WORKSPACE",
     "SnapshotStore",
     "check_tree",
     "copy_into",
-    "default_store_dir",
     "fill_home",
-    "parse_limit",
     "sandbox_home",
     "trees_of",
 ]
 
-SNAPSHOT_DIR_ENV: Final = "IRONFLOW_SNAPSHOT_DIR"
-SNAPSHOT_LIMIT_ENV: Final = "IRONFLOW_SNAPSHOT_LIMIT"
-_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-#: The most every snapshot of the store holds together, unless told otherwise.
-DEFAULT_LIMIT_BYTES: Final = 10 << 30
-WORKSPACE: Final = "workspace"
-HOME: Final = "home"
-_META: Final = "snapshot.json"
-_NEW: Final = ".new-"
+WORKSPACE: Final = snapshot_store.WORKSPACE
+HOME: Final = snapshot_store.HOME
 _SPECIAL: Final = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFSOCK: "a socket",
@@ -80,31 +65,6 @@ _NO_BOUND: Final = 1 << 62
 
 #: Opens a tree's root directory (the caller's fd to close).
 Opener = Callable[[], int]
-
-
-def default_store_dir(env: Mapping[str, str] | None = None) -> str:
-    """Where snapshots live unless the caller names a directory."""
-    env = os.environ if env is None else env
-    if chosen := env.get(SNAPSHOT_DIR_ENV):
-        return chosen
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "ironflow", "snapshots")
-
-
-def parse_limit(text: str) -> int:
-    """Bytes in ``500M``, ``10G`` or ``1048576`` (pure).
-
-    >>> parse_limit("10G"), parse_limit("512")
-    (10737418240, 512)
-
-    Raises:
-        ConfigError: not a positive size.
-    """
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    digits, unit = (value[:-1], value[-1]) if value[-1:] in ("K", "M", "G", "T") else (value, "")
-    if not digits.isdigit() or int(digits) <= 0:
-        raise errors.ConfigError(f"invalid snapshot store limit '{errors.truncate(text, 40)}': use e.g. 500M or 10G")
-    return int(digits) * _UNITS[unit]
 
 
 def _refused(why: str) -> errors.WorkspaceRefused:
@@ -153,35 +113,6 @@ def _copy(src_fd: int, dst: str, *, owner: int | None) -> None:
         tree_reads.copy_tree(src_fd, dst_fd, max_file=_NO_BOUND, max_total=_NO_BOUND, owner=owner)
     finally:
         os.close(dst_fd)
-
-
-def _unlock(root: str) -> None:
-    """Every directory under ``root`` made writable by its owner (a tree may hold 0500 ones), by fd."""
-    try:
-        root_fd = os.open(root, DIR_FLAGS)
-    except OSError:
-        return
-    pending = [root_fd]
-    while pending:
-        fd = pending.pop()
-        try:
-            os.fchmod(fd, 0o700)
-            with os.scandir(fd) as it:
-                for item in it:
-                    if item.is_dir(follow_symlinks=False):
-                        try:
-                            pending.append(os.open(item.name, DIR_FLAGS, dir_fd=fd))
-                        except OSError:
-                            continue
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-def _remove_tree(place: str) -> None:
-    _unlock(place)
-    shutil.rmtree(place, ignore_errors=True)
 
 
 def sandbox_home(pid: int, group: cgroups.SandboxCgroup | None) -> int:
@@ -243,71 +174,9 @@ def trees_of(
     return trees
 
 
-class SnapshotStore:
-    """The snapshots on this machine: capture, list, remove, and copy a tree out for a new session.
-
-    Args:
-        directory: the store (made 0700 if missing; default :func:`default_store_dir`).
-        limit_bytes: the most its snapshots hold together, a capture past it refused (default
-            ``$IRONFLOW_SNAPSHOT_LIMIT``, else 10 GiB).
-
-    Raises:
-        ConfigError: ``$IRONFLOW_SNAPSHOT_LIMIT`` is not a size.
-    """
-
-    def __init__(self, directory: str | None = None, *, limit_bytes: int | None = None) -> None:
-        self.directory = os.path.abspath(directory or default_store_dir())
-        env_limit = os.environ.get(SNAPSHOT_LIMIT_ENV)
-        if limit_bytes is None:
-            limit_bytes = parse_limit(env_limit) if env_limit else DEFAULT_LIMIT_BYTES
-        self.limit_bytes = limit_bytes
-        self._lock = asyncio.Lock()  # one capture at a time: each sees what the one before took
-
-    def _ensure(self) -> None:
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-
-    def _path(self, snapshot_id: str) -> str:
-        return os.path.join(self.directory, check_snapshot_id(snapshot_id))
-
-    def list(self) -> list[SnapshotInfo]:
-        """Every snapshot, oldest first (a directory without a readable record is skipped)."""
-        found = []
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        for name in names:
-            try:
-                with open(os.path.join(self.directory, name, _META)) as f:
-                    found.append(SnapshotInfo.from_json(json.load(f)))
-            except (OSError, ValueError, KeyError, errors.ConfigError):
-                continue
-        return sorted(found, key=lambda info: (info.created_at, info.id))
-
-    def get(self, snapshot_id: str) -> tuple[SnapshotInfo, dict[str, object]]:
-        """The snapshot and its whole record (with the workspace's bounds).
-
-        Raises:
-            SnapshotNotFound: none has this id.
-        """
-        try:
-            with open(os.path.join(self._path(snapshot_id), _META)) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            raise SnapshotNotFound(f"no snapshot '{snapshot_id}': `ironflow sandbox snapshots` lists them") from None
-        return SnapshotInfo.from_json(doc), doc
-
-    def used(self) -> int:
-        return sum(info.size_bytes for info in self.list())
-
-    def remove(self, snapshot_id: str) -> bool:
-        path = self._path(snapshot_id)
-        if not os.path.isdir(path):
-            return False
-        _unlock(path)
-        shutil.rmtree(path)
-        return True
+class SnapshotStore(snapshot_store.SnapshotStore):
+    """The shared store (:class:`~ironflow.sessions.snapshot_store.SnapshotStore`) with local
+    sessions' trees: capture them, and copy one out for a new session."""
 
     async def capture(
         self,
@@ -325,9 +194,8 @@ class SnapshotStore:
             WorkspaceRefused: past the store's limit, or a tree holds what a snapshot takes not.
             ConfigError: ``name`` is not a label value.
         """
-        if name is not None and not labels.is_valid_label_value(name):
-            raise errors.ConfigError("a snapshot name is 1-63 of [A-Za-z0-9._-], alphanumeric at both ends")
-        async with self._lock:
+        snapshot_store.check_name(name)
+        async with self.lock:
             return await asyncio.to_thread(self._capture, trees, session_id, name, isolation, workspace)
 
     def _capture(
@@ -338,37 +206,26 @@ class SnapshotStore:
         isolation: str,
         workspace: Workspace | None,
     ) -> SnapshotInfo:
-        self._ensure()
-        snapshot_id = "snap-" + secrets.token_hex(8)
-        place = os.path.join(self.directory, _NEW + snapshot_id)
-        os.mkdir(place, 0o700)
         try:
-            left, size = self.limit_bytes - self.used(), 0
-            for tree, opener in trees.items():
-                root = opener()
-                try:
-                    size += _scan(root, tree, left - size)
-                    _copy(root, os.path.join(place, tree), owner=None)
-                finally:
-                    os.close(root)
-            info = SnapshotInfo(snapshot_id, name, session_id, size, time.time(), isolation, tuple(trees))
-            doc = info.to_json()
-            if workspace is not None:
-                doc.update(max_file_bytes=workspace.max_file_bytes, max_total_bytes=workspace.max_total_bytes)
-            with open(os.path.join(place, _META), "x") as f:
-                json.dump(doc, f)
-            os.rename(place, os.path.join(self.directory, snapshot_id))
+            with self.staged() as (snapshot_id, place):
+                left, size = self.left(), 0
+                for tree, opener in trees.items():
+                    root = opener()
+                    try:
+                        size += _scan(root, tree, left - size)
+                        _copy(root, os.path.join(place, tree), owner=None)
+                    finally:
+                        os.close(root)
+                info = SnapshotInfo(snapshot_id, name, session_id, size, time.time(), isolation, tuple(trees))
+                extra = None
+                if workspace is not None:
+                    extra = {"max_file_bytes": workspace.max_file_bytes, "max_total_bytes": workspace.max_total_bytes}
+                return self.commit(place, info, extra)
         except tree_reads.Refused as exc:
-            _remove_tree(place)
             raise _refused(f"'{copies.escaped(exc.path or '')}': {exc.why}") from None
         except OSError as exc:
-            _remove_tree(place)
             where = f" at '{copies.escaped(os.fsdecode(exc.filename))}'" if exc.filename else ""
             raise _refused(f"the session's files could not be read{where}: {exc.strerror or exc}") from None
-        except BaseException:
-            _remove_tree(place)
-            raise
-        return info
 
     def restore_workspace(
         self, snapshot_id: str, run_dir: str, *, owner: int | None
@@ -378,7 +235,7 @@ class SnapshotStore:
         info, doc = self.get(snapshot_id)
         if WORKSPACE not in info.trees:
             return None
-        source = os.path.join(self._path(snapshot_id), WORKSPACE)
+        source = os.path.join(self.path(snapshot_id), WORKSPACE)
         spec = Workspace(source)
         if isinstance(files := doc.get("max_file_bytes"), int) and isinstance(total := doc.get("max_total_bytes"), int):
             spec = dataclasses.replace(spec, max_file_bytes=files, max_total_bytes=total)  # the parent's bounds
@@ -394,7 +251,7 @@ class SnapshotStore:
     def restore_home(self, snapshot_id: str, home: Opener, *, owner: int | None, scratch: str) -> None:
         """The snapshot's home copied into a new session's (empty) HOME, opened by ``home``, by way
         of ``scratch`` (:func:`fill_home`)."""
-        src = os.open(os.path.join(self._path(snapshot_id), HOME), DIR_FLAGS)
+        src = os.open(os.path.join(self.path(snapshot_id), HOME), DIR_FLAGS)
         try:
             _copy(src, scratch, owner=owner)
         finally:
@@ -453,7 +310,7 @@ def fill_home(staged: str, home: Opener, *, owner: int | None) -> None:
         finally:
             os.close(staged_fd)
     finally:
-        _remove_tree(staged)
+        snapshot_store.remove_tree(staged)
 
 
 def _copy_into(src: int, opener: Opener, *, owner: int | None) -> None:
