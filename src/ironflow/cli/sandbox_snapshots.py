@@ -6,8 +6,9 @@ the server's snapshot store and prints the snapshot's id, ``snapshot rm SNAPSHOT
 ``snapshots`` lists them, ``fork ID [--count N]`` opens sessions from one snapshot of it (their
 ids, a line each; ``sandbox open --from SNAPSHOT`` opens one from a kept snapshot), ``pause`` and
 ``unpause`` freeze and thaw a session (``resume`` is agent-sandbox's ``operatingMode``, as
-``suspend``: docker's words are taken here), ``extend ID --ttl 30m`` moves its expiry. A backend
-without them (``--provider``: a cluster's) is refused in one line, exit 2.
+``suspend``: docker's words are taken here; on agent-sandbox ``pause`` removes the pod and keeps
+its home's PVC), ``extend ID --ttl 30m`` moves its expiry. A backend without them (``--provider``:
+a k8s one's; agent-sandbox's for all but pause and unpause) is refused in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, document
 from ironflow.cli.session_backends import BackendOption, ProviderOption, ServerOption, Target, choose, session_client
 from ironflow.cli.stores import run_async
-from ironflow.sessions.backend import SessionControls, controls_of
+from ironflow.sessions.backend import PauseControls, SessionBackend, SessionControls, controls_of, pause_controls_of
 from ironflow.sessions.values import SessionInfo, SnapshotInfo, check_session_id, check_snapshot_id, parse_duration
 
 __all__ = ["register"]
@@ -36,11 +37,20 @@ InfoOutput = Annotated[ResultFormat, typer.Option("--output", "-o", help="text, 
 
 def _call(target: Target, action: Callable[[SessionControls], Awaitable[T]]) -> T:
     """``action`` on the server's sessions; every error one line with its exit code."""
+    return _on(target, lambda sessions: action(controls_of(sessions)))
+
+
+def _paused(target: Target, action: Callable[[PauseControls], Awaitable[T]]) -> T:
+    """``action`` on sessions that pause (a server's, or agent-sandbox's by ``--provider``)."""
+    return _on(target, lambda sessions: action(pause_controls_of(sessions)))
+
+
+def _on(target: Target, action: Callable[[SessionBackend], Awaitable[T]]) -> T:
     choose(target)
 
     async def go() -> T:
         async with session_client(target) as sessions:
-            return await action(controls_of(sessions))
+            return await action(sessions)
 
     try:
         return run_async(go())
@@ -151,7 +161,7 @@ def pause(
 ) -> None:
     """Freeze a session's processes (its files stay); its next request, or unpause, thaws it."""
     session_id = _checked(check_session_id, sandbox_id)
-    _print_info(_call(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
+    _print_info(_paused(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
 
 
 def unpause(
@@ -163,7 +173,7 @@ def unpause(
 ) -> None:
     """Let a paused session run again."""
     session_id = _checked(check_session_id, sandbox_id)
-    _print_info(_call(Target(server, backend, provider), lambda s: s.resume(session_id)), "running", output)
+    _print_info(_paused(Target(server, backend, provider), lambda s: s.resume(session_id)), "running", output)
 
 
 def extend(

@@ -6,9 +6,11 @@ it, async throughout; a provider hands its own out from ``provider.sessions()``.
 opened with :class:`~ironflow.sessions.values.OpenOptions`, the one place its options are
 written. Sessions that live in a cluster, not in the process that opened them, add
 :class:`ClusterSessionBackend`: another process finds, closes and releases them by label.
-Backends that can snapshot, fork, pause and extend a session add :class:`SessionControls`
-(local sessions, and a server's client, which passes them on); callers check it with
-``isinstance`` and refuse in one line where it is missing (:func:`controls_of`).
+Backends that can pause and resume a session add :class:`PauseControls` (local sessions, whose
+processes freeze; agent-sandbox sessions, whose pod goes and whose home stays on its PVC); those
+that also snapshot, fork and extend add :class:`SessionControls` (local sessions, and a server's
+client, which passes them on). Callers check them with ``isinstance`` and refuse in one line
+where they are missing (:func:`pause_controls_of`, :func:`controls_of`).
 
 "Held" is what this object holds in this process: a local session (all of them), a cluster
 session it opened or reattached (a bridge to its pod), none for a server's client. A server
@@ -32,11 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClusterSessionBackend",
+    "PauseControls",
     "PooledSessionBackend",
     "ReleasableSessionBackend",
     "SessionBackend",
     "SessionControls",
     "controls_of",
+    "pause_controls_of",
 ]
 
 
@@ -133,12 +137,33 @@ class PooledSessionBackend(SessionBackend, Protocol):
 
 
 @runtime_checkable
-class SessionControls(SessionBackend, Protocol):
-    """Snapshots, forks, pause and resume, and a TTL extension of open sessions.
+class PauseControls(SessionBackend, Protocol):
+    """Pause and resume of open sessions, and idle suspend (``OpenOptions(idle_suspend=...)``).
+
+    A paused session keeps its files; locally its processes too, frozen, while on agent-sandbox its
+    pod goes (its processes end) and its home stays on its PVC. Any request to it resumes it first.
+    """
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        """Pause the session (its files stay); pausing twice is no error."""
+        ...
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        """Let a paused session run again; resuming a running one is no error."""
+        ...
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request to the session under way (a server wraps each one it forwards): a paused
+        session is resumed first and kept from idle suspend until the block ends."""
+        ...
+
+
+@runtime_checkable
+class SessionControls(PauseControls, Protocol):
+    """Snapshots, forks and a TTL extension of open sessions, besides pause and resume.
 
     A snapshot holds a session's files (its workspace and home), immutable, with an id; ``open``
-    takes one as ``OpenOptions(from_snapshot=...)``. A paused session keeps its files and its
-    processes, frozen; any request to it resumes it first.
+    takes one as ``OpenOptions(from_snapshot=...)``.
     """
 
     async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
@@ -157,21 +182,8 @@ class SessionControls(SessionBackend, Protocol):
         """``count`` new sessions, each starting with a snapshot of this one's files (taken once)."""
         ...
 
-    async def pause(self, session_id: str) -> SessionInfo:
-        """Freeze every process of the session (its files stay); pausing twice is no error."""
-        ...
-
-    async def resume(self, session_id: str) -> SessionInfo:
-        """Let a paused session run again; resuming a running one is no error."""
-        ...
-
     async def extend(self, session_id: str, ttl: float) -> SessionInfo:
         """The session now ends ``ttl`` seconds from now (sooner or later than before)."""
-        ...
-
-    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
-        """A request to the session under way (a server wraps each one it forwards): a paused
-        session is resumed first and kept from idle suspend until the block ends."""
         ...
 
 
@@ -186,4 +198,18 @@ def controls_of(sessions: SessionBackend) -> SessionControls:
     raise errors.ConfigError(
         f"{sessions.backend} sessions have no snapshots, forks, pause or extend yet: they are for local sessions "
         "(bubblewrap or gVisor, or a `sandbox serve` of them)"
+    )
+
+
+def pause_controls_of(sessions: SessionBackend) -> PauseControls:
+    """``sessions`` when it can pause and resume its sessions (:class:`PauseControls`).
+
+    Raises:
+        ConfigError: it cannot (one line naming its backend).
+    """
+    if isinstance(sessions, PauseControls):
+        return sessions
+    raise errors.ConfigError(
+        f"{sessions.backend} sessions cannot be paused: pause and idle suspend are for local sessions (bubblewrap "
+        "or gVisor) and agent-sandbox ones (a `sandbox serve` of either)"
     )
