@@ -82,6 +82,11 @@ class ClaimPauses:
 
     def track(self, session_id: str, idle_suspend: float | None) -> None:
         """Follow a held session's requests; with ``idle_suspend``, pause it once idle that long."""
+        held = {info.id for info in self.host.held()}
+        for gone, old in builtins.list(self._records.items()):  # ended by their TTL; a watcher ends its own
+            if gone not in held and old.watcher is None:
+                self._records.pop(gone)
+                self._locks.pop(gone, None)
         record = self._records[session_id] = _Activity(idle_suspend)
         if idle_suspend is not None:
             record.watcher = asyncio.create_task(self._watch(session_id, record, idle_suspend))
@@ -218,3 +223,6 @@ class ClaimPauses:
                     log.warning("sandbox session %s: idle suspend failed: %s", session_id, exc.message)
             since = time.monotonic() - record.last
             await asyncio.sleep(_CHECK_S if record.paused else max(0.05, min(limit - since, _CHECK_S)))
+        if self._records.get(session_id) is record:  # ended by its TTL, not closed here
+            del self._records[session_id]
+            self._locks.pop(session_id, None)

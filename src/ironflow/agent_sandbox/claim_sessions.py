@@ -32,7 +32,6 @@ from typing import Any, Final
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claim_pauses, claims, models, rendering
-from ironflow.agent_sandbox.claim_pauses import pause_refusal
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
@@ -256,7 +255,7 @@ class AgentSandboxSessions:
     async def connect(self, session_id: str) -> AsyncSandbox:
         """A handle on an open session; one found suspended is resumed first (a request is coming)."""
         held = any(info.id == session_id for info in self.host.held())
-        if not held and pause_refusal(self.agent) is None and await self.pauses.suspended(session_id):
+        if not held and claim_pauses.pause_refusal(self.agent) is None and await self.pauses.suspended(session_id):
             await self.pauses.resume(session_id)
         sandbox = await self.host.connect(session_id)
         if not held:

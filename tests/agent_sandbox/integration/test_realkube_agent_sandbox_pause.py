@@ -12,6 +12,7 @@ Skipped when the control-plane binaries are not built.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from tests.sessions.integration.serving import cli_env, ironflow
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims, step_render
@@ -209,3 +211,44 @@ async def test_through_a_server_pause_resume_and_idle_suspend_reach_the_sandbox(
                 await sandbox.close()
         finally:
             await runner.cleanup()
+
+
+def test_the_cli_pauses_and_unpauses_by_id_and_refuses_idle_suspend_without_a_server(
+    kube_env: KubeEnv, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with kube_env.namespace(f"pause-cli-{uuid.uuid4().hex[:8]}", labels=RESTRICTED) as namespace:
+        kube_env.allow_exec(namespace, work)
+        kube_env.provide_volumes(3)
+        provider = tmp_path / "agent-sandbox.yaml"
+        provider.write_text(
+            f"pod:\n  image: runner:test\n  sandboxed: true\n  namespace: {namespace}\n"
+            f"  cluster: {{kubeconfig: {kube_env.kubeconfig_path}}}\nreplicas: 1\nready_timeout_seconds: 60\n"
+            "home_volume: 1Gi\n"
+        )
+        env = cli_env()
+        on = ("--backend", "agent-sandbox", "--provider", str(provider))
+        applied = ironflow("sandbox", "apply-template", "--provider", str(provider), env=env)
+        assert applied.returncode == 0, applied.stderr
+        opened = ironflow("sandbox", "open", *on, "--ttl", "10m", env=env, timeout=120)
+        assert opened.returncode == 0, opened.stderr
+        sid = opened.stdout.strip()
+        claim = kube_env.request("GET", RES.claims.path(namespace, sid))
+        sandbox_path = RES.sandboxes.path(namespace, claims.bound_sandbox(claim))
+
+        paused = ironflow("sandbox", "pause", sid, *on, env=env, timeout=120)
+        assert (paused.returncode, paused.stdout.strip()) == (0, f"{sid} paused"), paused.stderr
+        assert claims.has_condition(kube_env.request("GET", sandbox_path), "Suspended")
+        unpaused = ironflow("sandbox", "unpause", sid, *on, "-o", "json", env=env, timeout=120)
+        assert unpaused.returncode == 0, unpaused.stderr
+        assert json.loads(unpaused.stdout)["paused"] is False
+        assert claims.has_condition(kube_env.request("GET", sandbox_path), "Ready")
+
+        refused = ironflow("sandbox", "open", *on, "--idle-suspend", "5m", env=env)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            "error: --from and --idle-suspend need a server to hold the session: use --server (a `sandbox serve`)"
+        ]
+        closed = ironflow("sandbox", "close", sid, *on, env=env)
+        assert closed.returncode == 0, closed.stderr
