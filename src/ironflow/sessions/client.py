@@ -89,16 +89,13 @@ class RuntimeClient:
         *,
         headers: Mapping[str, str],
         unix_path: str | None = None,
-        base_url: str | Callable[[], str] = "",
+        base_url: str = "",
         activity: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         #: Around each request (a local session's: resume it first, keep it from idle suspend).
         self._activity = activity or contextlib.nullcontext
         connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
-        #: A cluster session's address may move (a resumed pod's): then read at each request.
-        self._base_of = None if unix_path or isinstance(base_url, str) else base_url
-        first = base_url if isinstance(base_url, str) else base_url()
-        self._base = "http://sandbox" if unix_path else first.rstrip("/")
+        self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
         self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
         #: command streams on the socket: by hand, on kept connections (a command's round trip)
         self._link = socket_link.SocketLink(unix_path, headers) if unix_path else None
@@ -127,8 +124,7 @@ class RuntimeClient:
         try:
             async with self._activity():
                 # encoded: quoted already, and a '..' reaches the runtime (a 403) as sent, not resolved here
-                base = self._base if self._base_of is None else self._base_of().rstrip("/")
-                response = await self._http.request(method, URL(base + path, encoded=True), **kwargs)
+                response = await self._http.request(method, URL(self._base + path, encoded=True), **kwargs)
         except aiohttp.ClientError as exc:
             raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:

@@ -178,19 +178,10 @@ class K8sSessions:
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
         """Reach the session's runtime: over HTTP (checked with this process's token), else by exec."""
         info = found.info
-        linked = await self._cluster.link(
-            found,
-            transport=self.transport,
-            python=self.python,
-            idle_timeout=idle_timeout,
-            max_upload_bytes=self.max_upload_bytes,
-        )
-        started = linked or await self._cluster.bridge(
-            found, max_upload_bytes=self.max_upload_bytes, python=self.python
-        )
+        started = await self._attach_link(found, idle_timeout)
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
         session.egress = self._has_egress(found)
-        if probe and linked is None:
+        if probe and isinstance(started, bridge.Bridge):
             try:
                 await self._probe(session)
             except BaseException:
@@ -369,9 +360,10 @@ class K8sSessions:
         return session.info
 
     async def relink(self, session_id: str) -> None:
-        """Reach a held session's runtime again once its pod runs anew (a resume): over HTTP a
-        token delivered to the new runtime, at its new address; by exec, one request through the pod
-        (the bridge execs by the pod's name, which a resumed Sandbox's pod keeps).
+        """Reach a held session's runtime again once its pod runs anew (a resume): by exec, one request
+        through the pod (the bridge execs by the pod's name, which a resumed Sandbox's pod keeps, so its
+        handles keep working); over HTTP a new link to the new runtime, which ``route`` gives a server
+        (a handle over HTTP from before holds the old address: ``connect`` again).
 
         Raises:
             SessionNotFound: the session is not held here, or its pod does not run.
@@ -382,19 +374,18 @@ class K8sSessions:
             raise SessionNotFound(f"sandbox session '{session_id}' does not run")
         session.pod = found.pod
         if isinstance(session.link, runtime_link.RuntimeLink):
-            linked = await self._cluster.link(
-                found,
-                transport=self.transport,
-                python=self.python,
-                idle_timeout=session.idle_timeout,
-                max_upload_bytes=self.max_upload_bytes,
-                token=session.link.token,  # the same token: handles taken before the pause keep it
-            )
-            if linked is not None:
-                session.link.base_url = linked.base_url  # in place: those handles read it per request
-                return
-            session.link = await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
+            session.link = await self._attach_link(found, session.idle_timeout)
         await self._probe(session)
+
+    async def _attach_link(self, found: Found, idle_timeout: float | None) -> bridge.Bridge | runtime_link.RuntimeLink:
+        linked = await self._cluster.link(
+            found,
+            transport=self.transport,
+            python=self.python,
+            idle_timeout=idle_timeout,
+            max_upload_bytes=self.max_upload_bytes,
+        )
+        return linked or await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
 
     async def release(self) -> None:
         """Let go of every session held here (they live on to their TTL) and of the client."""

@@ -30,7 +30,6 @@ from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec
 from ironflow.kube import api as kube
-from ironflow.secrets import Secret
 from ironflow.sessions.values import OpenOptions, SessionInfo
 from ironflow.workspaces import Workspace, WorkspaceChanges
 
@@ -169,10 +168,8 @@ class SessionProvisioner:
         python: str,
         idle_timeout: float | None,
         max_upload_bytes: int,
-        token: Secret | None = None,
     ) -> runtime_link.RuntimeLink | None:
-        """The runtime its pod runs, over HTTP with a token of this process (``token``: this one; None:
-        reach it by exec)."""
+        """The runtime its pod runs, over HTTP with a token of this process (None: reach it by exec)."""
         if found.address is None or transport == "exec":
             if transport == "http":
                 raise errors.SandboxError(f"session pod {self.namespace}/{found.pod} does not run the session runtime")
@@ -188,7 +185,6 @@ class SessionProvisioner:
             workspace=None if found.workspace is None else self.where.workspace,
             idle_timeout=idle_timeout,
             max_upload_bytes=max_upload_bytes,
-            token=token,
         )
 
     async def lookup(self, session_id: str) -> Found | None:

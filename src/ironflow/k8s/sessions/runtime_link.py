@@ -64,11 +64,8 @@ class RuntimeLink:
     def client(
         self, *, activity: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
     ) -> RuntimeClient:
-        """A client that reads :attr:`base_url` at each request (a resumed pod's address is new)."""
         return RuntimeClient(
-            base_url=lambda: self.base_url,
-            headers={"Authorization": f"Bearer {self.token.reveal()}"},
-            activity=activity,
+            base_url=self.base_url, headers={"Authorization": f"Bearer {self.token.reveal()}"}, activity=activity
         )
 
     def idle_for(self) -> float:
@@ -116,16 +113,14 @@ async def link(
     workspace: str | None,
     idle_timeout: float | None,
     max_upload_bytes: int,
-    token: Secret | None = None,
 ) -> RuntimeLink | None:
-    """Deliver a new token (or ``token``, again: a resumed pod's new runtime) to the pod's runtime
-    and check it answers from here; None: use exec.
+    """Deliver a new token to the pod's runtime and check it answers from here; None: use exec.
 
     Raises:
         SandboxError: ``transport="http"`` and the runtime cannot be used; or it refused the token.
         KubeNotFound: the pod is gone.
     """
-    token = token or Secret(secrets.token_urlsafe(32))
+    token = Secret(secrets.token_urlsafe(32))
     line = runtime_pod.token_line(
         token.reveal(), workspace=workspace, idle_timeout=idle_timeout, max_upload_bytes=max_upload_bytes
     )
