@@ -40,7 +40,7 @@ from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
-from ironflow.kube import clusters, connections
+from ironflow.kube import clusters, connections, quantities
 from ironflow.provider import LogSink, ProviderBase
 
 __all__ = ["AgentSandboxProvider"]
@@ -53,6 +53,7 @@ _YAML_KEYS: Final = (
     "api_version",
     "ready_timeout_seconds",
     "network_policy",
+    "home_volume",
 )
 
 
@@ -131,6 +132,17 @@ class AgentSandboxProvider(ProviderBase):
         steps, which want a pod whose first process is the idle loop (docs/agent-sandbox.md)."""
         return self._with(session_runtime=bool(enabled))
 
+    def home_volume(self, size: str | None = "1Gi") -> AgentSandboxProvider:
+        """Each sandbox's HOME on a PVC of its own (``size``; None: the pod's emptyDir): a paused
+        session's files (its working directory, a git workspace) survive its pod; v1beta1 only."""
+        if size is not None:
+            if self.settings.api_version is not models.ApiVersion.V1BETA1:
+                raise errors.ConfigError("home_volume needs agent-sandbox 1.0 (api_version v1beta1)")
+            problem = quantities.quantity_problem("home_volume", size, example="1Gi")
+            if problem is not None:
+                raise errors.ConfigError(problem)
+        return self._with(home_volume=size)
+
     def cluster(self, cluster: clusters.ClusterConfig) -> AgentSandboxProvider:
         """Which cluster to talk to (a :data:`~ironflow.kube.clusters.ClusterConfig`); default: the pod provider's."""
         return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))
@@ -201,6 +213,8 @@ class AgentSandboxProvider(ProviderBase):
             p = p.api_version(top.text("api_version"))
         if top.has("ready_timeout_seconds"):
             p = p.ready_timeout(top.number("ready_timeout_seconds"))
+        if top.has("home_volume"):
+            p = p.home_volume(top.text("home_volume"))
         return _network_policy(p, top)
 
     # -- runtime --

@@ -9,11 +9,12 @@ session host (:mod:`ironflow.k8s.sessions.pod_sessions`) and tells it where sess
 overrides nothing of the host. The pod is the template's, so its environment is too: ``env``
 is refused.
 
-A session's workspace is snapshotted and forked as a Kubernetes session's is (an archive through its
-runtime: :mod:`ironflow.k8s.sessions.archives`). A session can be suspended and resumed
-(:meth:`AgentSandboxSessions.suspend`, v1beta1): its Sandbox's pod goes and its PVCs and claim
-stay; a handle on it fails until it is resumed and connected again (the new pod runs a new
-runtime), and while suspended only its TTL ends it.
+A session's workspace is snapshotted and forked as a Kubernetes session's is (an archive through
+its runtime: :mod:`ironflow.k8s.sessions.archives`). A session can be paused and resumed, and
+paused when idle (``OpenOptions(idle_suspend=...)``): its Sandbox's pod goes, its claim and PVCs
+stay, and with the provider's ``home_volume`` its HOME is one of them
+(:mod:`~ironflow.agent_sandbox.claim_pauses`). The next request through a handle or a server
+resumes it, and ``connect`` resumes a session it finds suspended; while paused only its TTL ends it.
 
 Every session ends: ``close`` deletes the claim (the Sandbox and the pod go with it by
 their ownerReferences); its TTL or idle timeout while this process holds it; else the
@@ -24,13 +25,14 @@ step's), and the controller itself at ``lifecycle.shutdownTime`` (policy Delete)
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from ironflow import errors, labels
-from ironflow.agent_sandbox import claims, lifecycle, models, rendering
+from ironflow.agent_sandbox import claim_pauses, claims, models, rendering
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
@@ -195,8 +197,8 @@ class AgentSandboxSessions:
     """The sessions of one agent-sandbox provider's warm pool; those this process holds, by id.
 
     A Kubernetes session host (:class:`~ironflow.k8s.sessions.pod_sessions.K8sSessions`) over
-    :class:`ClaimObjects`: holding, bridging, watching and closing are the host's; suspend and
-    resume are the claims' own.
+    :class:`ClaimObjects`: holding, bridging, watching and closing are the host's; pause, resume
+    and idle suspend are :class:`~ironflow.agent_sandbox.claim_pauses.ClaimPauses`'.
     """
 
     backend: Final = BACKEND
@@ -222,7 +224,9 @@ class AgentSandboxSessions:
             python=python,
             issuer=issuer,
             home=home,
+            activity=lambda session_id: self.pauses.active(session_id),
         )
+        self.pauses = claim_pauses.ClaimPauses(settings, self.host)
         self.namespace = self.host.namespace
 
     @property
@@ -242,10 +246,34 @@ class AgentSandboxSessions:
             SandboxRefused / SandboxFailed: the controller says the claim will not become Ready.
             OperationTimeout: not Ready within the provider's ready timeout.
         """
-        return await self.host.open(options)
+        idle_suspend = None if options is None else options.idle_suspend
+        if idle_suspend is not None:
+            self.pauses.check()  # before anything is made
+        sandbox = await self.host.open(options)
+        self.pauses.track(sandbox.id, idle_suspend)
+        return sandbox
 
     async def connect(self, session_id: str) -> AsyncSandbox:
-        return await self.host.connect(session_id)
+        """A handle on an open session; one found suspended is resumed first (a request is coming)."""
+        held = any(info.id == session_id for info in self.host.held())
+        if not held and claim_pauses.pause_refusal(self.agent) is None and await self.pauses.suspended(session_id):
+            await self.pauses.resume(session_id)
+        sandbox = await self.host.connect(session_id)
+        if not held:
+            self.pauses.track(session_id, None)
+        return sandbox
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        """Suspend the session's Sandbox: its pod goes, its home's PVC stays (:mod:`.claim_pauses`)."""
+        return await self.pauses.pause(session_id)
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        """Run it again on its kept PVCs, back once its runtime answers."""
+        return await self.pauses.resume(session_id)
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request under way: a paused session is resumed first and kept from idle suspend."""
+        return self.pauses.active(session_id)
 
     async def list(self) -> builtins.list[SessionInfo]:
         return await self.host.list()
@@ -257,6 +285,7 @@ class AgentSandboxSessions:
         return await self.host.changes(session_id, apply=apply)
 
     async def close(self, session_id: str) -> bool:
+        await self.pauses.forget(session_id)
         return await self.host.close(session_id)
 
     async def release_run(self, run_id: str) -> int:
@@ -269,9 +298,11 @@ class AgentSandboxSessions:
         return self.host.route(session_id)
 
     async def release(self) -> None:
+        await self.pauses.aclose()
         await self.host.release()
 
     async def aclose(self) -> None:
+        await self.pauses.aclose()
         await self.host.aclose()
 
     # -- snapshots and forks: the host's (the claimed pod's workspace as an archive) --
@@ -294,24 +325,3 @@ class AgentSandboxSessions:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    async def suspend(self, session_id: str, *, timeout_s: float | None = None) -> lifecycle.Target:
-        """Suspend the session's Sandbox (``operatingMode: Suspended``); with ``timeout_s``, until its pod is gone.
-
-        Raises:
-            ConfigError: a v1alpha1 provider (0.4.x suspends by ``replicas``, not handled here).
-            KubeNotFound: no such session, or it is not bound. OperationTimeout.
-        """
-        return await self._set_mode(session_id, models.OperatingMode.SUSPENDED, timeout_s)
-
-    async def resume(self, session_id: str, *, timeout_s: float | None = None) -> lifecycle.Target:
-        """Resume the session's Sandbox on its kept PVCs; with ``timeout_s``, until it is Ready again."""
-        return await self._set_mode(session_id, models.OperatingMode.RUNNING, timeout_s)
-
-    async def _set_mode(self, session_id: str, mode: models.OperatingMode, timeout_s: float | None) -> lifecycle.Target:
-        if self.agent.api_version is not models.ApiVersion.V1BETA1:
-            raise errors.ConfigError("suspend and resume need agent-sandbox 1.0 (api_version v1beta1)")
-        api = await self.host.client()
-        target = await lifecycle.set_mode(api, self.namespace, session_id, mode, timeout_s=timeout_s)
-        await self.host.unbind(session_id)  # its bridge ran in the pod that went (or is a stale one's)
-        return target

@@ -23,14 +23,15 @@ from ironflow.agent_sandbox import deliveries, models, patterns, rendering, sand
 from ironflow.claude import command, layout, profile
 from ironflow.cluster import proxy_address, proxy_rules
 from ironflow.egress import variables
+from ironflow.k8s import hardening, step_objects
 from ironflow.k8s import step_manifests as pod_manifests
-from ironflow.k8s import step_objects
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import clusters
 from ironflow.secrets import Secret
 
 __all__ = [
     "DEFAULT_READY_TIMEOUT_S",
+    "HOME_VOLUME",
     "TOKEN_DIR",
     "AgentSandboxSettings",
     "ExecPlan",
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 DEFAULT_READY_TIMEOUT_S: Final = 120.0
+#: The hardened pod's HOME volume, and the volume claim template that replaces it (``home_volume``).
+HOME_VOLUME: Final = hardening.HOME_VOLUME
 #: Under HOME (an emptyDir of the hardened pod): where the token and a large prompt land.
 TOKEN_DIR: Final = deliveries.TOKEN_DIR
 #: Written into a step's pod labels by ``AgentConfig.scoped`` (transitional): not a pod change.
@@ -68,6 +71,9 @@ class AgentSandboxSettings:
     cluster: clusters.ClusterConfig | None = field(default=None, repr=False)
     #: The template's pod runs the session runtime on 8888 (sandboxes for the SDK and the router).
     session_runtime: bool = False
+    #: The size of each sandbox's own HOME PVC (a volume claim template): a paused session's files
+    #: survive its pod (None: HOME is the hardened pod's emptyDir, gone with the pod).
+    home_volume: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -143,11 +149,14 @@ def template_values(s: AgentSandboxSettings) -> tuple[models.SandboxTemplate, mo
     )
     if s.own_environments:  # an emptyDir each claim's volume claim template replaces by its environment's PVC
         pod = sandbox_environments.placeholder(pod, sandbox_environments.VOLUME)
+    # Named as HOME's emptyDir: the controller mounts the sandbox's PVC in its place.
+    home = (models.VolumeClaimTemplate(HOME_VOLUME, storage=s.home_volume),) if s.home_volume else ()
     template = models.SandboxTemplate(
         name=s.template,
         namespace=s.namespace,
         api_version=s.api_version,
         pod_template=pod,
+        volume_claim_templates=home,
         volume_claim_templates_policy=models.VolumeClaimTemplatesPolicy.ALLOWED if s.own_environments else None,
         network_policy_management=s.network_policy_management,
         network_policy=network_policy(s),

@@ -70,7 +70,11 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "snapshots": (_SNAPSHOTS, "List the snapshots of the server's store: id, name, session, size, age."),
     "fork": (_SNAPSHOTS, "Open sessions that start with a snapshot of this one's files; print their ids."),
-    "pause": (_SNAPSHOTS, "Freeze a session's processes (its files stay); its next request, or unpause, thaws it."),
+    "pause": (
+        _SNAPSHOTS,
+        "Pause a session: locally its processes freeze; on agent-sandbox its pod goes and its HOME stays "
+        "(home_volume).",
+    ),
     "unpause": (_SNAPSHOTS, "Let a paused session run again."),
     "extend": (_SNAPSHOTS, "Move a session's expiry: it now ends --ttl from now."),
     "render": (

@@ -173,7 +173,7 @@ def open_session(
         if not Path(workspace).is_dir():
             exits.fail(f"--workspace '{workspace}' is not a directory")
     if mode is Mode.CLUSTER and idle_suspend:
-        exits.fail("--idle-suspend is for local sessions (a `sandbox serve` server)")
+        exits.fail("--idle-suspend needs a server to hold the session: use --server (a `sandbox serve`)")
     try:
         ttl_s = parse_duration(ttl)
         # --idle-suspend pauses what --idle-timeout would end: no default idle timeout with it

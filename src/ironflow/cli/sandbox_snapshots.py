@@ -6,9 +6,10 @@ the server's snapshot store and prints the snapshot's id, ``snapshot rm SNAPSHOT
 ``snapshots`` lists them, ``fork ID [--count N]`` opens sessions from one snapshot of it (their
 ids, a line each; ``sandbox open --from SNAPSHOT`` opens one from a kept snapshot), ``pause`` and
 ``unpause`` freeze and thaw a session (``resume`` is agent-sandbox's ``operatingMode``, as
-``suspend``: docker's words are taken here), ``extend ID --ttl 30m`` moves its expiry. A cluster's
-sessions (``--provider``) snapshot and fork their workspace, kept in this machine's store; a
-backend without a command is refused in one line, exit 2.
+``suspend``: docker's words are taken here; on agent-sandbox ``pause`` removes the pod and keeps
+its home's PVC), ``extend ID --ttl 30m`` moves its expiry. A cluster's sessions (``--provider``)
+snapshot and fork their workspace, kept in this machine's store; a backend without a command is
+refused in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, document
 from ironflow.cli.session_backends import BackendOption, ProviderOption, ServerOption, Target, choose, session_client
 from ironflow.cli.stores import run_async
-from ironflow.sessions.backend import SessionBackend, SessionControls, SessionSnapshots, controls_of, snapshots_of
+from ironflow.sessions.backend import (
+    PauseControls,
+    SessionBackend,
+    SessionControls,
+    SessionSnapshots,
+    controls_of,
+    pause_controls_of,
+    snapshots_of,
+)
 from ironflow.sessions.values import SessionInfo, SnapshotInfo, check_session_id, check_snapshot_id, parse_duration
 
 __all__ = ["register"]
@@ -50,8 +59,13 @@ def _run(target: Target, action: Callable[[SessionBackend], Awaitable[T]]) -> T:
 
 
 def _call(target: Target, action: Callable[[SessionControls], Awaitable[T]]) -> T:
-    """``action`` on sessions that pause and extend (refused in one line where they do not)."""
+    """``action`` on sessions that extend (refused in one line where they do not)."""
     return _run(target, lambda sessions: action(controls_of(sessions)))
+
+
+def _paused(target: Target, action: Callable[[PauseControls], Awaitable[T]]) -> T:
+    """``action`` on sessions that pause (a server's, or agent-sandbox's by ``--provider``)."""
+    return _run(target, lambda sessions: action(pause_controls_of(sessions)))
 
 
 def _kept(target: Target, action: Callable[[SessionSnapshots], Awaitable[T]]) -> T:
@@ -160,9 +174,10 @@ def pause(
     provider: ProviderOption = None,
     output: InfoOutput = ResultFormat.TEXT,
 ) -> None:
-    """Freeze a session's processes (its files stay); its next request, or unpause, thaws it."""
+    """Pause a session: locally its processes freeze; on agent-sandbox its pod goes and its HOME stays
+    (home_volume). Its next request, or unpause, resumes it."""
     session_id = _checked(check_session_id, sandbox_id)
-    _print_info(_call(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
+    _print_info(_paused(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
 
 
 def unpause(
@@ -174,7 +189,7 @@ def unpause(
 ) -> None:
     """Let a paused session run again."""
     session_id = _checked(check_session_id, sandbox_id)
-    _print_info(_call(Target(server, backend, provider), lambda s: s.resume(session_id)), "running", output)
+    _print_info(_paused(Target(server, backend, provider), lambda s: s.resume(session_id)), "running", output)
 
 
 def extend(

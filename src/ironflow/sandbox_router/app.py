@@ -103,7 +103,7 @@ class _Router:
         if options.from_snapshot is not None:
             controls.snapshots_of(self.sessions)  # refused in one line where the backend has none
         if options.idle_suspend is not None:
-            controls.controls_of(self.sessions)
+            controls.pause_controls_of(self.sessions)
         wanted = (doc.get("backend") if isinstance(doc, dict) else None) or self.sessions.backend
         if wanted != self.sessions.backend:
             return detail(
@@ -244,16 +244,17 @@ class _Router:
         try:
             wanted, timeout = target(request.headers)
             session_id = wanted.name
-            client, token, base = await self._upstream(session_id)
+            await self._upstream(session_id)  # its refusals first: a session that is not there
         except Refused as exc:
             return detail(exc.status, exc.detail)
         if not request.raw_path.startswith("/"):
             return detail(400, "Invalid path.")
-        headers = forwarded(request.headers)
-        headers["Authorization"] = f"Bearer {token.reveal()}"
-        url = URL(base + request.raw_path, encoded=True)
-        body = request.content if request.body_exists else None
-        async with controls.activity(self.sessions, session_id):  # a paused session is resumed first
+        async with controls.activity(self.sessions, session_id):  # a paused session is resumed first,
+            client, token, base = await self._upstream(session_id)  # then routed: its new pod's address
+            headers = forwarded(request.headers)
+            headers["Authorization"] = f"Bearer {token.reveal()}"
+            url = URL(base + request.raw_path, encoded=True)
+            body = request.content if request.body_exists else None
             try:
                 async with asyncio.timeout(timeout):
                     upstream = await client.request(

@@ -5,9 +5,11 @@ and :class:`SessionControls`.
 ``DELETE /ironflow/v1/snapshots/{snap}``, ``POST …/{id}/fork`` (``{"count": N}``, counted against
 the server's session cap), ``POST …/{id}/pause`` and ``…/resume``, ``POST …/{id}/extend``
 (``{"ttl": "30m"}``). A backend without them answers 400 with one line
-(:func:`~ironflow.sessions.backend.snapshots_of`, :func:`~ironflow.sessions.backend.controls_of`);
-errors go through the app's answer middleware (404 for a session or snapshot that is not there, 400
-for a refusal). :func:`activity` is what the runtime proxy wraps each forwarded request in: a
+(:func:`~ironflow.sessions.backend.snapshots_of`, :func:`~ironflow.sessions.backend.controls_of`;
+pause and resume need only :func:`~ironflow.sessions.backend.pause_controls_of`, which
+agent-sandbox sessions have too); errors go through the app's answer middleware (404 for a
+session or snapshot that is not there, 400 for a refusal). :func:`activity` is what the runtime
+proxy wraps each forwarded request in: a
 paused session is resumed first.
 """
 
@@ -20,11 +22,19 @@ from typing import Any, Final
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.sessions.backend import SessionBackend, SessionControls, SessionSnapshots, controls_of, snapshots_of
+from ironflow.sessions.backend import (
+    PauseControls,
+    SessionBackend,
+    SessionControls,
+    SessionSnapshots,
+    controls_of,
+    pause_controls_of,
+    snapshots_of,
+)
 from ironflow.sessions.remote import API_PATH, SNAPSHOTS_PATH
 from ironflow.sessions.values import SnapshotNotFound, check_session_id, check_snapshot_id, parse_duration
 
-__all__ = ["activity", "add_routes", "controls_of", "snapshots_of"]
+__all__ = ["activity", "add_routes", "controls_of", "pause_controls_of", "snapshots_of"]
 
 _MAX_FORKS: Final = 100
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -32,7 +42,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def activity(sessions: SessionBackend, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
     """A forwarded request's block: the session resumed for it and kept from idle suspend (where it can be)."""
-    if isinstance(sessions, SessionControls):
+    if isinstance(sessions, PauseControls):
         return sessions.active(session_id)
     return contextlib.nullcontext()
 
@@ -119,12 +129,12 @@ def add_routes(app: web.Application, sessions: SessionBackend, *, max_sessions: 
         return web.json_response({"sandboxes": [h.info.to_json() for h in handles]}, status=201)
 
     async def pause(request: web.Request) -> web.Response:
-        backend, session_id = controls(request)
-        return web.json_response((await backend.pause(session_id)).to_json())
+        session_id = check_session_id(request.match_info["id"])
+        return web.json_response((await pause_controls_of(sessions).pause(session_id)).to_json())
 
     async def resume(request: web.Request) -> web.Response:
-        backend, session_id = controls(request)
-        return web.json_response((await backend.resume(session_id)).to_json())
+        session_id = check_session_id(request.match_info["id"])
+        return web.json_response((await pause_controls_of(sessions).resume(session_id)).to_json())
 
     async def extend(request: web.Request) -> web.Response:
         backend, session_id = controls(request)

@@ -7,10 +7,12 @@ opened with :class:`~ironflow.sessions.values.OpenOptions`, the one place its op
 written. Sessions that live in a cluster, not in the process that opened them, add
 :class:`ClusterSessionBackend`: another process finds, closes and releases them by label.
 Backends that can snapshot and fork a session add :class:`SessionSnapshots` (every backend:
-cluster sessions keep their workspace as an archive), and those that can also pause and extend
-one :class:`SessionControls` (local sessions, and a server's client, which passes them on);
-callers check with ``isinstance`` and refuse in one line where one is missing
-(:func:`snapshots_of`, :func:`controls_of`).
+cluster sessions keep their workspace as an archive); those that can pause and resume one add
+:class:`PauseControls` (local sessions, whose processes freeze; agent-sandbox sessions, whose pod
+goes and whose home stays on its PVC); :class:`SessionControls` is both and a TTL extension
+(local sessions, and a server's client, which passes them on). Callers check with ``isinstance``
+and refuse in one line where one is missing (:func:`snapshots_of`, :func:`pause_controls_of`,
+:func:`controls_of`).
 
 "Held" is what this object holds in this process: a local session (all of them), a cluster
 session it opened or reattached (a bridge to its pod), none for a server's client. A server
@@ -34,12 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClusterSessionBackend",
+    "PauseControls",
     "PooledSessionBackend",
     "ReleasableSessionBackend",
     "SessionBackend",
     "SessionControls",
     "SessionSnapshots",
     "controls_of",
+    "pause_controls_of",
     "snapshots_of",
 ]
 
@@ -163,27 +167,33 @@ class SessionSnapshots(SessionBackend, Protocol):
 
 
 @runtime_checkable
-class SessionControls(SessionSnapshots, Protocol):
-    """Snapshots and forks, pause and resume, and a TTL extension of open sessions.
+class PauseControls(SessionBackend, Protocol):
+    """Pause and resume of open sessions, and idle suspend (``OpenOptions(idle_suspend=...)``).
 
-    A paused session keeps its files and its processes, frozen; any request to it resumes it first.
+    A paused session keeps its files; locally its processes too, frozen, while on agent-sandbox its
+    pod goes (its processes end) and its home stays on its PVC. Any request to it resumes it first.
     """
 
     async def pause(self, session_id: str) -> SessionInfo:
-        """Freeze every process of the session (its files stay); pausing twice is no error."""
+        """Pause the session (its files stay); pausing twice is no error."""
         ...
 
     async def resume(self, session_id: str) -> SessionInfo:
         """Let a paused session run again; resuming a running one is no error."""
         ...
 
-    async def extend(self, session_id: str, ttl: float) -> SessionInfo:
-        """The session now ends ``ttl`` seconds from now (sooner or later than before)."""
-        ...
-
     def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """A request to the session under way (a server wraps each one it forwards): a paused
         session is resumed first and kept from idle suspend until the block ends."""
+        ...
+
+
+@runtime_checkable
+class SessionControls(SessionSnapshots, PauseControls, Protocol):
+    """Snapshots, forks, pause and resume, and a TTL extension of open sessions."""
+
+    async def extend(self, session_id: str, ttl: float) -> SessionInfo:
+        """The session now ends ``ttl`` seconds from now (sooner or later than before)."""
         ...
 
 
@@ -207,6 +217,20 @@ def controls_of(sessions: SessionBackend) -> SessionControls:
     if isinstance(sessions, SessionControls):
         return sessions
     raise errors.ConfigError(
-        f"{sessions.backend} sessions have no pause or extend yet: they are for local sessions "
+        f"{sessions.backend} sessions cannot be extended yet: extend is for local sessions "
         "(bubblewrap or gVisor, or a `sandbox serve` of them)"
+    )
+
+
+def pause_controls_of(sessions: SessionBackend) -> PauseControls:
+    """``sessions`` when it can pause and resume its sessions (:class:`PauseControls`).
+
+    Raises:
+        ConfigError: it cannot (one line naming its backend).
+    """
+    if isinstance(sessions, PauseControls):
+        return sessions
+    raise errors.ConfigError(
+        f"{sessions.backend} sessions cannot be paused: pause and idle suspend are for local sessions (bubblewrap "
+        "or gVisor) and agent-sandbox ones (a `sandbox serve` of either)"
     )

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,9 +21,7 @@ from tests.fakes import agent_sandbox_gc
 from tests.fakes.kubelet import manual_namespace
 from tests.fakes.sandbox_cli import run_sandbox
 
-from ironflow.agent_sandbox import catalog, claim_sessions, claims, install, lifecycle, patterns
-from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.agent_sandbox import catalog, claims, install, lifecycle, patterns
 from ironflow.kube import api as k8s
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.polling import eventually, eventually_sync
@@ -157,27 +153,6 @@ def test_a_claims_sandbox_suspends_and_resumes_and_the_pool_counts_its_adoption(
     assert _ready(_get(kube_env, RES.sandboxes, ns, sandbox))
     _until(lambda: _ready(_get(kube_env, RES.claims, ns, "pool-run")), "the claim to be Ready again")
     assert {n: u for n, u in _pvc_uids(kube_env, ns).items() if n in pvcs} == pvcs
-
-
-async def test_a_session_suspends_and_resumes_through_its_claim(kube_env: KubeEnv, ns: str) -> None:
-    """AgentSandboxSessions.suspend/resume on a session's claim (made as ``open`` makes it)."""
-    pod = K8sEphemeralProvider.sandboxed("ghcr.io/acme/claude-runner:2.1.332-1").namespace(ns)
-    provider = AgentSandboxProvider(pod).warm_pool(replicas=1).ready_timeout(SETTLE_S)
-    await asyncio.to_thread(kube_env.provide_volumes, 4)
-    async with await k8s.KubeApi.connect(kube_env.cluster_config()) as api:
-        await provider.apply_template(api)
-        sid = "sbx-" + secrets.token_hex(8)
-        body = claim_sessions.session_claim(sid, provider.settings, ttl_s=600, now=time.time())
-        await api.create(RES.claims, ns, body)
-        assert await claims.wait_ready(api, RES.claims, ns, sid, timeout_s=SETTLE_S) is not None
-        backend = claim_sessions.AgentSandboxSessions(provider.settings, api=api)
-        target = await backend.suspend(sid, timeout_s=SETTLE_S)
-        assert target.claim == sid
-        stored = await api.get(RES.sandboxes, ns, target.sandbox)
-        assert stored["spec"]["operatingMode"] == "Suspended"
-        assert claims.has_condition(stored, "Suspended")
-        await backend.resume(sid, timeout_s=SETTLE_S)
-        assert claims.has_condition(await api.get(RES.sandboxes, ns, target.sandbox), "Ready")
 
 
 def test_the_rendered_hpa_is_accepted_and_its_target_resolves_through_the_scale_subresource(

@@ -145,10 +145,10 @@ def test_snapshot_open_from_fork_and_rm_through_the_provider_file(
         (["snapshot", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
         (["fork", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
         (["snapshot", "--provider", "{provider}", "sbx-0000000000000000", "--name", "-x"], "a snapshot name is"),
-        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions have no pause or extend"),
-        (["extend", "--provider", "{provider}", "sbx-0000000000000000", "--ttl", "1h"], "no pause or extend"),
+        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions cannot be paused"),
+        (["extend", "--provider", "{provider}", "sbx-0000000000000000", "--ttl", "1h"], "cannot be extended yet"),
         (["open", "--provider", "{provider}", "--from", "snap-0000000000000000"], "no snapshot 'snap-0000"),
-        (["open", "--provider", "{provider}", "--idle-suspend", "5m"], "--idle-suspend is for local sessions"),
+        (["open", "--provider", "{provider}", "--idle-suspend", "5m"], "--idle-suspend needs a server"),
         (["serve", "--backend", "k8s"], "--backend k8s needs --provider provider.yaml"),
         (["serve", "--backend", "nope"], "invalid value for '--backend': 'nope' is not one of"),
         (["serve", "--provider", "{provider}"], "--provider is for --backend k8s"),
@@ -223,8 +223,9 @@ def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
         forks = cli("fork", sid, "--count", "2").splitlines()
         assert sorted(_pods(st)) == sorted([sid, *forks])
         paused = ironflow("sandbox", "pause", sid, env=served.env)
-        assert (paused.returncode, paused.stderr.strip()) == (2, "error: k8s sessions have no pause or extend yet: "
-                "they are for local sessions (bubblewrap or gVisor, or a `sandbox serve` of them)")  # fmt: skip
+        assert (paused.returncode, paused.stderr.strip()) == (2, "error: k8s sessions cannot be paused: pause and "
+                "idle suspend are for local sessions (bubblewrap or gVisor) and agent-sandbox ones (a `sandbox serve` "
+                "of either)")  # fmt: skip
         cli("close", sid)
         (work / "kept.txt").unlink()
         cli("open", "--from", snap)

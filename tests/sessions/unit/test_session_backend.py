@@ -26,7 +26,7 @@ from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.provider import AgentProvider, SessionProvider, sessions_of
 from ironflow.results import AgentResult
 from ironflow.sessions import ClusterSessionBackend, OpenOptions, RemoteSessions, SessionBackend, SessionNotFound
-from ironflow.sessions.backend import SessionControls, SessionSnapshots, controls_of, snapshots_of
+from ironflow.sessions.backend import SessionControls, SessionSnapshots, controls_of, pause_controls_of, snapshots_of
 from ironflow.sessions.values import legacy_options
 from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
@@ -197,6 +197,12 @@ async def test_local_and_remote_sessions_have_the_controls_and_cluster_ones_refu
     assert snapshots_of(cluster) is cluster  # its workspace as an archive
     assert isinstance(AgentSandboxProvider(_pod_provider()).sessions(), SessionSnapshots)
     assert not isinstance(cluster, SessionControls)
-    with pytest.raises(errors.ConfigError, match="k8s sessions have no pause or extend") as caught:
+    with pytest.raises(errors.ConfigError, match="k8s sessions cannot be extended") as caught:
         controls_of(cluster)
     assert "\n" not in str(caught.value)
+    with pytest.raises(errors.ConfigError, match="k8s sessions cannot be paused") as caught:
+        pause_controls_of(cluster)
+    assert "\n" not in str(caught.value)
+    claims = AgentSandboxProvider(_pod_provider()).sessions()
+    assert pause_controls_of(claims) is claims
+    assert not isinstance(claims, SessionControls)

@@ -25,9 +25,11 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import functools
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Final
 
 from ironflow import errors
@@ -67,6 +69,8 @@ class _Session:
     released: bool = False
     #: Opened with an egress policy: its token is revoked when it ends.
     egress: bool = False
+    #: Its pod is gone for a pause (agent-sandbox): its TTL still ends it, its idle timeout waits.
+    paused: bool = False
 
 
 class K8sSessions:
@@ -88,6 +92,8 @@ class K8sSessions:
             exec), ``http`` (refuse a session it cannot reach so) or ``exec`` (each request an exec).
         snapshot_store: where snapshots of the sessions' workspaces go (default: the shared store,
             made when first used; :mod:`~ironflow.k8s.sessions.archives`).
+        activity: around each request of a handle handed out here, by session id (agent-sandbox's
+            pauses: a paused session is resumed first).
     """
 
     def __init__(
@@ -103,8 +109,10 @@ class K8sSessions:
         home: str = layout.SANDBOX_HOME,
         transport: str = "auto",
         snapshot_store: SnapshotStore | None = None,
+        activity: Callable[[str], contextlib.AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.transport = runtime_link.check_transport(transport)
+        self._activity = activity
         self._cluster = provisioner.SessionProvisioner(settings, objects=objects, api=api, issuer=issuer, home=home)
         self.settings = settings
         self.objects: SessionObjects = self._cluster.objects
@@ -184,19 +192,10 @@ class K8sSessions:
     async def _attach(self, found: Found, idle_timeout: float | None, *, probe: bool) -> _Session:
         """Reach the session's runtime: over HTTP (checked with this process's token), else by exec."""
         info = found.info
-        linked = await self._cluster.link(
-            found,
-            transport=self.transport,
-            python=self.python,
-            idle_timeout=idle_timeout,
-            max_upload_bytes=self.max_upload_bytes,
-        )
-        started = linked or await self._cluster.bridge(
-            found, max_upload_bytes=self.max_upload_bytes, python=self.python
-        )
+        started = await self._attach_link(found, idle_timeout)
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
         session.egress = self._has_egress(found)
-        if probe and linked is None:
+        if probe and isinstance(started, bridge.Bridge):
             try:
                 await self._probe(session)
             except BaseException:
@@ -219,7 +218,7 @@ class K8sSessions:
 
     async def _probe(self, session: _Session) -> None:
         """One request through the pod: it has Python and the runtime answers."""
-        client = self._client_of(session)
+        client = self._client_of(session, hooked=False)  # a resume's own probe: not a request to resume for
         try:
             await client.json("GET", "/")
         finally:
@@ -244,7 +243,7 @@ class K8sSessions:
         over HTTP the runtime counts every holder's and ends itself, so its pod stops running."""
         if isinstance(session.link, bridge.Bridge):
             return session.link.idle_for() >= limit
-        if await session.link.answers():
+        if session.paused or await session.link.answers():  # a paused one's runtime went with its pod
             return False
         found = await self._cluster.lookup(session.info.id)
         return found is None or not found.running
@@ -270,12 +269,15 @@ class K8sSessions:
 
     # -- using --
 
-    def _client_of(self, session: _Session) -> RuntimeClient:
+    def _client_of(self, session: _Session, *, hooked: bool = True) -> RuntimeClient:
+        hook = self._activity if hooked else None
+        activity = None if hook is None else functools.partial(hook, session.info.id)
         if isinstance(session.link, runtime_link.RuntimeLink):
-            return session.link.client()
+            return session.link.client(activity=activity)
         return RuntimeClient(
             unix_path=session.link.socket_path,
             headers={"Authorization": f"Bearer {session.link.token.reveal()}"},
+            activity=activity,
         )
 
     def _handle(self, session: _Session) -> AsyncSandbox:
@@ -426,13 +428,42 @@ class K8sSessions:
             await self.close(session_id)
         return len(ids)
 
-    async def unbind(self, session_id: str) -> None:
-        """Stop routing to a held session whose pod went (a suspended claim's): its bridge closes,
-        and only its TTL (the watcher's) still ends it; ``connect`` holds it again once it runs."""
-        session = self._sessions.pop(session_id, None)
-        if session is not None:
-            session.idle_timeout = None
-            await session.link.aclose()
+    def mark(self, session_id: str, *, paused: bool) -> SessionInfo | None:
+        """Record that a held session's pod went for a pause, or is back; its info (None: not held here)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        session.paused = paused
+        session.info = dataclasses.replace(session.info, paused=paused)
+        return session.info
+
+    async def relink(self, session_id: str) -> None:
+        """Reach a held session's runtime again once its pod runs anew (a resume): by exec, one request
+        through the pod (the bridge execs by the pod's name, which a resumed Sandbox's pod keeps, so its
+        handles keep working); over HTTP a new link to the new runtime, which ``route`` gives a server
+        (a handle over HTTP from before holds the old address: ``connect`` again).
+
+        Raises:
+            SessionNotFound: the session is not held here, or its pod does not run.
+        """
+        session = self._sessions.get(session_id)
+        found = None if session is None else await self._cluster.lookup(session_id)
+        if session is None or found is None or not found.running:
+            raise SessionNotFound(f"sandbox session '{session_id}' does not run")
+        session.pod = found.pod
+        if isinstance(session.link, runtime_link.RuntimeLink):
+            session.link = await self._attach_link(found, session.idle_timeout)
+        await self._probe(session)
+
+    async def _attach_link(self, found: Found, idle_timeout: float | None) -> bridge.Bridge | runtime_link.RuntimeLink:
+        linked = await self._cluster.link(
+            found,
+            transport=self.transport,
+            python=self.python,
+            idle_timeout=idle_timeout,
+            max_upload_bytes=self.max_upload_bytes,
+        )
+        return linked or await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
 
     async def release(self) -> None:
         """Let go of every session held here (they live on to their TTL) and of the client."""

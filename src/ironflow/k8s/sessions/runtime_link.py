@@ -16,10 +16,12 @@ a host outside the cluster's network); ``http`` refuses the session instead of f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
 import typing
+from collections.abc import Callable
 from typing import Final, Literal, cast
 
 import aiohttp
@@ -59,8 +61,12 @@ class RuntimeLink:
     def __repr__(self) -> str:
         return f"RuntimeLink({self.base_url!r})"
 
-    def client(self) -> RuntimeClient:
-        return RuntimeClient(base_url=self.base_url, headers={"Authorization": f"Bearer {self.token.reveal()}"})
+    def client(
+        self, *, activity: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+    ) -> RuntimeClient:
+        return RuntimeClient(
+            base_url=self.base_url, headers={"Authorization": f"Bearer {self.token.reveal()}"}, activity=activity
+        )
 
     def idle_for(self) -> float:
         """Always 0: the runtime itself ends once idle past the session's limit (its token line said it)."""
