@@ -83,9 +83,10 @@ def _authority(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host or "[" in host:
         raise MalformedHead("CONNECT target must be host:port")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    number = int(port) if sep and port.isdigit() and len(port) <= 5 else 0
+    if not 0 < number < 65536:
         raise MalformedHead("CONNECT target must be host:port")
-    return _host(host), int(port)
+    return _host(host), number
 
 
 def _host(host: str) -> str:
@@ -118,9 +119,8 @@ def _absolute(target: str) -> tuple[str, int, str, str]:
     return _host(parts.hostname), port, origin, path
 
 
-def _framing(headers: list[tuple[str, str]]) -> tuple[int | None, bool]:
-    lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
-    encodings = [value.strip().lower() for name, value in headers if name.lower() == "transfer-encoding"]
+def _framing(lengths: set[str], encodings: list[str]) -> tuple[int | None, bool]:
+    """Content-Length, chunked: from the values of the head's Content-Length and Transfer-Encoding lines."""
     if encodings and lengths:
         raise MalformedHead("both Content-Length and Transfer-Encoding")
     if encodings:
@@ -150,12 +150,20 @@ def parse_head(head: bytes) -> ProxyRequest:
     if not _TOKEN_CHARS.fullmatch(method) or version not in _VERSIONS:
         raise MalformedHead("bad request line")
     headers: list[tuple[str, str]] = []
+    lengths: set[str] = set()
+    encodings: list[str] = []
     for line in lines[1:-2]:
         name, sep, value = line.partition(":")
         if not sep or not _TOKEN_CHARS.fullmatch(name) or _CONTROL.search(value):
             raise MalformedHead("bad header line")
-        headers.append((name, value.strip(" \t")))
-    content_length, chunked = _framing(headers)
+        value = value.strip(" \t")  # no other whitespace is left: _CONTROL refused it
+        headers.append((name, value))
+        lowered = name.lower()
+        if lowered == "content-length":
+            lengths.add(value)
+        elif lowered == "transfer-encoding":
+            encodings.append(value.lower())
+    content_length, chunked = _framing(lengths, encodings)
     if method == "CONNECT":
         host, port = _authority(target)
         return ProxyRequest(method, host, port, version=version, headers=tuple(headers))

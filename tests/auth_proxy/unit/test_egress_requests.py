@@ -43,6 +43,7 @@ def test_an_absolute_form_head_gives_target_and_a_path_without_query() -> None:
         _head("CONNECT pypi.org HTTP/1.1"),
         _head("CONNECT pypi.org:0 HTTP/1.1"),
         _head("CONNECT pypi.org:99999 HTTP/1.1"),
+        _head("CONNECT pypi.org:" + "4" * 5000 + " HTTP/1.1"),  # past int()'s digit limit: still one line
         _head("CONNECT ::1:443 HTTP/1.1"),
         _head("GET /relative HTTP/1.1"),
         _head("GET https://pypi.org/ HTTP/1.1"),
