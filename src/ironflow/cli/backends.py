@@ -58,6 +58,7 @@ __all__ = [
     "cluster_of",
     "connect",
     "conversations_claim_of",
+    "file_egress_profiles",
     "k8s_provider",
     "kube_cluster",
     "pooled_sessions",
@@ -65,6 +66,7 @@ __all__ = [
     "session_backend",
     "where",
     "with_git_hosts",
+    "with_sandbox_egress",
 ]
 
 _P = TypeVar("_P")
@@ -111,6 +113,33 @@ def agent_sandbox_provider(path: Path | None, git_hosts: GitHosts | None = None)
     return AgentSandboxProvider(dataclasses.replace(sandboxes.settings, pod=pod))
 
 
+def file_egress_profiles(backend: Backend, path: Path | None) -> Mapping[str, EgressPolicy]:
+    """The ``egress_profiles:`` of a k8s provider file (agent-sandbox: its pod settings'), the names
+    ``--egress-profile`` may use besides the shipped ones; exits 2 naming what is wrong with the file."""
+    if backend is Backend.AGENT_SANDBOX:
+        return agent_sandbox_provider(path).settings.pod.settings.egress_profiles
+    return k8s_provider(path).settings.egress_profiles
+
+
+def with_sandbox_egress(provider: AgentSandboxProvider, policy: EgressPolicy) -> AgentSandboxProvider:
+    """``provider`` whose steps' egress tokens carry its pod settings' ``egress:`` with ``policy``
+    added, as on k8s; exits 2 when the template its file renders has no way to the egress proxy
+    (the NetworkPolicy opens the proxy only for a pod ``egress:`` that opens something)."""
+    from ironflow.agent_sandbox import step_render
+    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+
+    pod = provider.settings.pod
+    own = pod.settings.egress
+    given = dataclasses.replace(provider.settings, pod=pod.egress(policy if own is None else own.merged(policy)))
+    if step_render.network_policy(given) != step_render.network_policy(provider.settings):
+        exits.fail(
+            "an egress option on --backend agent-sandbox adds to the pod settings' egress:, which opens nothing: "
+            "the template's NetworkPolicy lets its pods reach the egress proxy only when it does (open a host "
+            "there and run 'ironflow sandbox apply-template')"
+        )
+    return AgentSandboxProvider(given)
+
+
 def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
     if path is None:
         exits.fail(f"--backend {backend} needs --provider provider.yaml (see {doc})")
@@ -142,9 +171,9 @@ def build_provider(
     egress: EgressPolicy | None = None,
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
-    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file (on
-    k8s ``egress``, the options' policy, is added to the file's); only the chosen backend's modules
-    are imported."""
+    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file
+    (``egress``, the options' policy, is added to the file's, on agent-sandbox its pod settings');
+    only the chosen backend's modules are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
         if egress is not None:
@@ -152,7 +181,8 @@ def build_provider(
             provider = provider.egress(egress if own is None else own.merged(egress))
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
-        return agent_sandbox_provider(provider_file, git_hosts)
+        sandboxes = agent_sandbox_provider(provider_file, git_hosts)
+        return sandboxes if egress is None else with_sandbox_egress(sandboxes, egress)
     from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 
     limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
