@@ -66,7 +66,6 @@ __all__ = [
     "session_backend",
     "where",
     "with_git_hosts",
-    "with_sandbox_egress",
 ]
 
 _P = TypeVar("_P")
@@ -121,25 +120,6 @@ def file_egress_profiles(backend: Backend, path: Path | None) -> Mapping[str, Eg
     return k8s_provider(path).settings.egress_profiles
 
 
-def with_sandbox_egress(provider: AgentSandboxProvider, policy: EgressPolicy) -> AgentSandboxProvider:
-    """``provider`` whose steps' egress tokens carry its pod settings' ``egress:`` with ``policy``
-    added, as on k8s; exits 2 when the template its file renders has no way to the egress proxy
-    (the NetworkPolicy opens the proxy only for a pod ``egress:`` that opens something)."""
-    from ironflow.agent_sandbox import step_render
-    from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-
-    pod = provider.settings.pod
-    own = pod.settings.egress
-    given = dataclasses.replace(provider.settings, pod=pod.egress(policy if own is None else own.merged(policy)))
-    if step_render.network_policy(given) != step_render.network_policy(provider.settings):
-        exits.fail(
-            "an egress option on --backend agent-sandbox adds to the pod settings' egress:, which opens nothing: "
-            "the template's NetworkPolicy lets its pods reach the egress proxy only when it does (open a host "
-            "there and run 'ironflow sandbox apply-template')"
-        )
-    return AgentSandboxProvider(given)
-
-
 def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
     if path is None:
         exits.fail(f"--backend {backend} needs --provider provider.yaml (see {doc})")
@@ -182,7 +162,10 @@ def build_provider(
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
         sandboxes = agent_sandbox_provider(provider_file, git_hosts)
-        return sandboxes if egress is None else with_sandbox_egress(sandboxes, egress)
+        try:
+            return sandboxes if egress is None else sandboxes.added_egress(egress)
+        except errors.ConfigError as exc:
+            exits.fail(exc.message)
     from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 
     limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
