@@ -25,10 +25,20 @@ CREDENTIAL = Credential("api_key", Secret("sk-ant-api03-" + "k" * 20))
 class MemoryIssuer:
     """Issues numbered tokens (``tok-000000000001``, ``ifap_secret_value_1``) with no proxy behind
     them, and keeps what each call asked. ``refuse``: every issue raises it (a proxy that is down,
-    or refuses for good); ``slow_revoke``: a revoke waits for it, so a cancel can land mid-revoke."""
+    or refuses for good); ``slow_revoke``: a revoke waits for it, so a cancel can land mid-revoke;
+    ``notes``: a token's kept egress decisions by id (``slow_notes``: their read waits for it)."""
 
-    def __init__(self, *, refuse: Exception | None = None, slow_revoke: asyncio.Event | None = None) -> None:
-        self.refuse, self.slow_revoke = refuse, slow_revoke
+    def __init__(
+        self,
+        *,
+        refuse: Exception | None = None,
+        slow_revoke: asyncio.Event | None = None,
+        slow_notes: asyncio.Event | None = None,
+    ) -> None:
+        self.refuse, self.slow_revoke, self.slow_notes = refuse, slow_revoke, slow_notes
+        self.notes: dict[str, list[str]] = {}
+        #: Each notes read: the token's id, and whether it was still live then.
+        self.notes_read: list[tuple[str, bool]] = []
         self.issued: list[tuple[str, str, int]] = []
         self.tokens: list[str] = []
         self.trace_contexts: list[str | None] = []
@@ -59,6 +69,12 @@ class MemoryIssuer:
         self.tokens.append(token)
         self.live.add(token_id)
         return token_id, Secret(token)
+
+    async def egress_notes(self, token_id: str) -> list[str]:
+        self.notes_read.append((token_id, token_id in self.live))
+        if self.slow_notes is not None:
+            await self.slow_notes.wait()
+        return list(self.notes.get(token_id, ()))
 
     async def revoke(self, token_id: str) -> bool:
         self.revoking.set()

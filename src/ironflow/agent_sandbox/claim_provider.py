@@ -38,6 +38,7 @@ from ironflow.agent_sandbox import apply, claim_sessions, claims, models, rules
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_steps import ClaimStepRunner
 from ironflow.auth_proxy import issuing
+from ironflow.egress import policy as egress_policy
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import api as kube
 from ironflow.kube import clusters, connections, quantities
@@ -146,6 +147,24 @@ class AgentSandboxProvider(ProviderBase):
     def cluster(self, cluster: clusters.ClusterConfig) -> AgentSandboxProvider:
         """Which cluster to talk to (a :data:`~ironflow.kube.clusters.ClusterConfig`); default: the pod provider's."""
         return self._with(cluster=clusters.check_cluster(cluster, method="cluster"))
+
+    def added_egress(self, policy: egress_policy.EgressPolicy) -> AgentSandboxProvider:
+        """This provider with ``policy`` added to its pod settings' ``egress:``, for its steps' egress
+        tokens (``ironflow agent --allow-host``), on its template as applied.
+
+        Raises:
+            ConfigError: the pod's own ``egress:`` opens nothing, so the template's NetworkPolicy
+                never lets its pods reach the egress proxy.
+        """
+        own = self.settings.pod.settings.egress
+        given = self._with(pod=self.settings.pod.egress(policy if own is None else own.merged(policy)))
+        if sandbox_steps.network_policy(given.settings) != sandbox_steps.network_policy(self.settings):
+            raise errors.ConfigError(
+                "an egress option on --backend agent-sandbox adds to the pod settings' egress:, which opens "
+                "nothing: the template's NetworkPolicy lets its pods reach the egress proxy only when it does "
+                "(open a host there and run 'ironflow sandbox apply-template')"
+            )
+        return given
 
     @property
     def cluster_config(self) -> clusters.ClusterConfig | None:

@@ -1,7 +1,8 @@
 """The I/O half of the agent-sandbox backend: one step per claim, on the settings it is given.
 
 Claim, wait for Ready on the shared claim watch, issue the token (and the egress-only token of a
-pod whose policy opens anything), exec the deliveries and the
+pod whose policy opens anything, whose decisions the proxy kept reach the step's log sink as
+``ironflow`` lines when the agent is done, as a pod step's do), exec the deliveries and the
 agent (a git workspace's clone before it), parse, push a git workspace's change when asked
 (after the step's token is revoked, before the claim goes), and on every path revoke the token
 and delete the claim (shielded from cancellation). Also ``release_run``, the claim reaper and ``wait_for``. Invariants:
@@ -322,7 +323,7 @@ class ClaimStepRunner:
             if issuer is not None:
                 _, token = await held.step_token(config, run_id, step, expires_at)
                 if policy is not None and variables.opens_anything(policy):  # the proxy variables' password
-                    _, egress_token = await held.egress_token(policy, run_id, step, expires_at)
+                    _, egress_token = await held.egress_token(policy, run_id, step, expires_at, notes=sink)
             commit = None
             if config.workspace is not None:
                 commit = await claim_workspaces.clone(

@@ -279,11 +279,8 @@ def agent(
         if (continue_session or resume is not None) and (script is not None or backend is Backend.LOCAL):
             exits.fail(_NO_CONVERSATIONS)
         found = egress_cli.local_file(provider_file) if backend is Backend.LOCAL else egress_cli.LocalFile()
-        if backend is Backend.K8S and egress_profile:  # the file's own profiles may be named (egress: merges later)
-            found = egress_cli.LocalFile(profiles=backends.k8s_provider(provider_file).settings.egress_profiles)
-        if backend is Backend.AGENT_SANDBOX:
-            why = "runs on --backend local and k8s for now: an agent-sandbox pod's egress is its template's"
-            egress_cli.refuse_egress(why, allow_host, egress_profile, egress_file)
+        if backend is not Backend.LOCAL and egress_profile:  # the file's own profiles too (its egress: merges later)
+            found = egress_cli.LocalFile(profiles=backends.file_egress_profiles(backend, provider_file))
         policy = egress_cli.command_policy(allow_host, egress_profile, egress_file, found)
         relays = found.relays
         if script is not None:

@@ -58,6 +58,7 @@ __all__ = [
     "cluster_of",
     "connect",
     "conversations_claim_of",
+    "file_egress_profiles",
     "k8s_provider",
     "kube_cluster",
     "pooled_sessions",
@@ -111,6 +112,14 @@ def agent_sandbox_provider(path: Path | None, git_hosts: GitHosts | None = None)
     return AgentSandboxProvider(dataclasses.replace(sandboxes.settings, pod=pod))
 
 
+def file_egress_profiles(backend: Backend, path: Path | None) -> Mapping[str, EgressPolicy]:
+    """The ``egress_profiles:`` of a k8s provider file (agent-sandbox: its pod settings'), the names
+    ``--egress-profile`` may use besides the shipped ones; exits 2 naming what is wrong with the file."""
+    if backend is Backend.AGENT_SANDBOX:
+        return agent_sandbox_provider(path).settings.pod.settings.egress_profiles
+    return k8s_provider(path).settings.egress_profiles
+
+
 def _provider_file(path: Path | None, backend: Backend, doc: str, load: Callable[[Path], _P]) -> _P:
     if path is None:
         exits.fail(f"--backend {backend} needs --provider provider.yaml (see {doc})")
@@ -142,9 +151,9 @@ def build_provider(
     egress: EgressPolicy | None = None,
 ) -> AgentProvider:
     """The provider of ``--backend``: local from the options (``timeout`` None: its default; ``relays``
-    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file (on
-    k8s ``egress``, the options' policy, is added to the file's); only the chosen backend's modules
-    are imported."""
+    and ``egress`` from :mod:`ironflow.cli.egress_options`), k8s / agent-sandbox from the file
+    (``egress``, the options' policy, is added to the file's, on agent-sandbox its pod settings');
+    only the chosen backend's modules are imported."""
     if backend is Backend.K8S:
         provider = k8s_provider(provider_file)
         if egress is not None:
@@ -152,7 +161,11 @@ def build_provider(
             provider = provider.egress(egress if own is None else own.merged(egress))
         return provider if git_hosts is None else with_git_hosts(provider, git_hosts)
     if backend is Backend.AGENT_SANDBOX:
-        return agent_sandbox_provider(provider_file, git_hosts)
+        sandboxes = agent_sandbox_provider(provider_file, git_hosts)
+        try:
+            return sandboxes if egress is None else sandboxes.added_egress(egress)
+        except errors.ConfigError as exc:
+            exits.fail(exc.message)
     from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
 
     limit = DEFAULT_TIMEOUT_S if timeout is None else timeout

@@ -32,7 +32,6 @@ __all__ = [
     "LocalFile",
     "command_policy",
     "local_file",
-    "refuse_egress",
 ]
 
 AllowHostOption = Annotated[
@@ -101,10 +100,3 @@ def command_policy(
     except errors.ConfigError as exc:
         exits.fail(exc.message)
     return given if base.egress is None else base.egress.merged(given)
-
-
-def refuse_egress(where: str, allow_hosts: object, profiles: object, files: object) -> None:
-    """Exit 2 when an egress option is given where it does not work yet (``where``: why not)."""
-    for flag, given in (("--allow-host", allow_hosts), ("--egress-profile", profiles), ("--egress", files)):
-        if given:
-            exits.fail(f"{flag} {where}")

@@ -22,7 +22,6 @@ auth-proxy token issuer. Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import dataclasses
@@ -32,7 +31,6 @@ import secrets as _random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
 
 from ironflow import errors, labels, results, step_timeouts, steps, tracing, workspaces
 from ironflow.auth_proxy import issuing, relays, revoking, tokens
@@ -48,12 +46,9 @@ from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace, WorkspaceChanges, frames
 
-__all__ = ["EGRESS_NOTES_WAIT_S", "StepRunner"]
+__all__ = ["StepRunner"]
 
 _log = logging.getLogger(__name__)
-
-#: How long a finished step waits for its egress decisions: a hung proxy must not hold its end.
-EGRESS_NOTES_WAIT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,6 @@ class StepRunner:
         now = int(time.time())
         pod_name = step_manifests.generate_pod_name(now * 1000, _random.randbits(32))
         token: Secret | None = None
-        egress_id: str | None = None
         egress_token: Secret | None = None
         workspace_token: Secret | None = None
         relay_tokens: list[tuple[relays.RelaySpec, Secret]] = []
@@ -195,8 +189,9 @@ class StepRunner:
                 expires_at = now + step_manifests.lifetime_seconds(settings)
                 _, token = await held.step_token(config, run_id, step, expires_at)
                 if settings.egress is not None and variables.opens_anything(settings.egress):
-                    # its own token: the proxy URL every tool in the pod sees cannot reach the model
-                    egress_id, egress_token = await held.egress_token(settings.egress, run_id, step, expires_at)
+                    # its own token: the proxy URL every tool in the pod sees cannot reach the model; its
+                    # decisions reach the sink as the block ends (revoking.held)
+                    _, egress_token = await held.egress_token(settings.egress, run_id, step, expires_at, notes=sink)
                 if secret is not None:  # the clone's own grant: the git host only, never the Claude API
                     _, workspace_token = await held.secret_token(secret, run_id, step, expires_at)
                 for spec in settings.relays:  # one grant per relay: its host and scope only
@@ -215,11 +210,7 @@ class StepRunner:
                 relay_tokens=relay_tokens,
                 egress_token=egress_token,
             )
-            try:
-                return await self._launch(api, objects, config, sink, started, now=now)
-            finally:
-                if egress_id is not None and sink is not None and self.issuer is not None:
-                    await _egress_notes(self.issuer, egress_id, sink)
+            return await self._launch(api, objects, config, sink, started, now=now)
 
     async def _launch(
         self,
@@ -411,24 +402,6 @@ class _Launch:
             raise pod_wait.with_prefix(
                 exc, f"failed to refresh the expiry of environment claim '{environment_id}'"
             ) from exc
-
-
-async def _egress_notes(issuer: issuing.TokenIssuer, token_id: str, sink: LogSink) -> None:
-    """The step's egress decisions, as every proxy replica kept them, into its record as ``ironflow``
-    lines (a local step's arrive as they are made); not while the step is being cancelled."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        return
-    try:
-        async with asyncio.timeout(EGRESS_NOTES_WAIT_S):
-            lines = await issuing.egress_notes(issuer, token_id)
-    except TimeoutError:
-        _log.warning(
-            "the egress decisions of proxy token %s did not come within %gs", token_id[:12], EGRESS_NOTES_WAIT_S
-        )
-        return
-    for line in lines:
-        sink.log("ironflow", line)
 
 
 async def _relay_value(api: kube.KubeApi, namespace: str, spec: relays.RelaySpec) -> Secret:

@@ -7,8 +7,9 @@ the proxy's pods on 8080 and 3128 only. ironflow's own agent policies are not ap
 the template's is the one confining the pod. The real Claude Code CLI runs the step by the
 product's path (``ClaimStepRunner``, the deployed proxy's admin API as its issuer); the step's
 egress-only token reaches the adopted pod over exec stdin and becomes the proxy password of the
-offline model's one Bash call, curl. The servers and the probe are the k8s egress test's
-(``allowed``, ``other``, and ``secure`` over TLS through a ``CONNECT`` tunnel).
+offline model's one Bash call, curl; the decisions the proxy kept for that token join the step's
+log sink when the agent is done. The servers and the probe are the k8s egress test's (``allowed``,
+``other``, and ``secure`` over TLS through a ``CONNECT`` tunnel).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Final
 import pytest
 from tests.agent_sandbox.real_node.test_real_node_warm_pool import SETTLE_S, _running_member
 from tests.fakes import real_node_proxy as rp
+from tests.k8s.integration.test_k8s_runtime_steps import Lines
 from tests.k8s.real_node.test_real_node_agent_step import _tool_results
 from tests.k8s.real_node.test_real_node_egress import PROBE as K8S_PROBE
 from tests.k8s.real_node.test_real_node_egress import Origins, model_log, origins_behind_proxy
@@ -83,8 +85,12 @@ async def test_an_agent_sandbox_step_fetches_from_an_allowed_host_through_the_pr
         with rp.forward_into_node(real_node, proxy.cluster_ip, 80) as admin_url:
             async with AdminClient(admin_url, proxy.admin_key) as admin:
                 runner = provider.runner(api=node_api, issuer=admin, worker_env={})
-                result = await runner.run(step.scoped(f"run-{uuid.uuid4().hex[:6]}", "f"))
+                sink = Lines()
+                result = await runner.run(step.scoped(f"run-{uuid.uuid4().hex[:6]}", "f"), logs=sink)
         assert result.text == "Probed.", result
+        notes = [line for stream, line in sink.lines if stream == "ironflow"]
+        assert any(n.startswith("egress allowed allowed.") for n in notes), notes  # the deployed proxy kept them
+        assert any(n.startswith("egress denied other.") for n in notes), notes
         _, output = _tool_results(await model_log(node_api, model_ns))
         seen = dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
         assert seen["proxy-set"] == "yes", output

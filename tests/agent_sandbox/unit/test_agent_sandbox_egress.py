@@ -82,6 +82,22 @@ def test_custom_or_unmanaged_network_policies_and_closed_policies_are_left_as_th
     assert "HTTPS_PROXY" not in _env(_template(PROXIED))
 
 
+def test_an_added_policy_joins_the_pod_settings_and_leaves_the_applied_template_as_it_is() -> None:
+    """``ironflow agent --allow-host``: the step's policy is the pod's with the option's rules; the
+    template (its NetworkPolicy, its env) is the one applied, so a pod whose ``egress:`` opens
+    nothing, or whose policy cannot reach the proxy, is refused."""
+    base = AgentSandboxProvider(EGRESS)
+    added = base.added_egress(options.policy_from_options(["files.pythonhosted.org"]))
+    policy = added.settings.pod.settings.egress
+    assert policy is not None
+    assert [r.host for r in policy.allow] == ["pypi.org", "files.pythonhosted.org"]
+    assert sandbox_steps.template_objects(added.settings) == sandbox_steps.template_objects(base.settings)
+    with pytest.raises(errors.ConfigError, match="which opens nothing"):
+        AgentSandboxProvider(PROXIED).added_egress(options.policy_from_options(["pypi.org"]))
+    unmanaged = AgentSandboxProvider(PROXIED).network_policy(None, managed=False)  # the user's own policies
+    assert unmanaged.added_egress(options.policy_from_options(["pypi.org"])).settings.pod.settings.egress
+
+
 def test_the_egress_token_reaches_the_sandbox_only_as_exec_stdin() -> None:
     settings = AgentSandboxProvider(EGRESS).settings
     plan = sandbox_steps.exec_plan(

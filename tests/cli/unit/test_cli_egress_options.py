@@ -44,10 +44,7 @@ def test_nothing_given_is_no_policy() -> None:
         (["exec", "--egress-profile", "nope", "--", "true"], "unknown egress profile 'nope'"),
         (["exec", "--egress", "/nonexistent/egress.yaml", "--", "true"], "cannot read egress file"),
         (["exec", "--backend", "k8s", "--allow-host", "pypi.org", "--", "true"], "--backend k8s needs --provider"),
-        (
-            ["agent", "--backend", "agent-sandbox", "--egress-profile", "pypi", "hi"],
-            "--egress-profile runs on --backend local and k8s for now",
-        ),
+        (["agent", "--backend", "agent-sandbox", "--allow-host", "pypi.org", "hi"], "agent-sandbox needs --provider"),
         (["agent", "--fake-model", "--allow-host", "bad host!", "hi"], "--allow-host: invalid egress host"),
     ],
 )
@@ -87,3 +84,29 @@ def test_sandbox_open_passes_egress_to_a_cluster_session_which_refuses_it_withou
     path.write_text(pod if backend == "k8s" else "pod:\n" + "".join(f"  {line}\n" for line in pod.splitlines()))
     code, err = invoke("sandbox", "open", "--backend", backend, "--provider", str(path), "--allow-host", "pypi.org")
     assert_one_line(code, err, "egress in a Kubernetes session needs auth_proxy")
+
+
+SANDBOX_FILE = """
+pod:
+  image: ghcr.io/acme/claude-runner:1
+  sandboxed: true
+  auth_proxy: http://auth-proxy.ironflow:8080
+  egress_profiles:
+    internal: {allow: ["pkgs.internal.example:443"]}
+"""
+
+
+def test_agent_sandbox_egress_options_are_checked_against_the_pod_settings_before_any_claim(tmp_path: Path) -> None:
+    """``--egress-profile`` may name the pod settings' own profiles; a policy the template's pods have
+    no way to use (the pod's ``egress:`` opens nothing, so its NetworkPolicy never opens the proxy)
+    is one line, as is an unknown profile."""
+    path = tmp_path / "sandbox.yaml"
+    path.write_text(SANDBOX_FILE)
+    agent = ("agent", "--backend", "agent-sandbox", "--provider", str(path))
+    for args, words in (
+        (["--egress-profile", "nope"], "unknown egress profile 'nope'"),
+        (["--egress-profile", "internal"], "adds to the pod settings' egress:, which opens nothing"),
+        (["--allow-host", "pypi.org"], "run 'ironflow sandbox apply-template'"),
+    ):
+        code, err = invoke(*agent, *args, "hi")
+        assert_one_line(code, err, words)
