@@ -7,7 +7,7 @@ from the file's pool when one is ready). The answer goes to stdout; progress to 
 only on a terminal). Exit codes are :mod:`ironflow.cli.exits`'s. The local backend (the
 default) is imported here; the others where they run. ``--allow-host``, ``--egress-profile`` and
 ``--egress`` open the sandbox's egress proxy (:mod:`ironflow.cli.egress_options`): the local one,
-or on k8s the provider's auth proxy, added to the provider file's ``egress:``.
+or on k8s and agent-sandbox the provider's auth proxy, added to the provider file's ``egress:``.
 """
 
 from __future__ import annotations
