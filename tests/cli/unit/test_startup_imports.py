@@ -75,6 +75,25 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
 
 #: The agent command and what only an agent step reads (its turns).
 AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns")
+#: What an agent step, a proxied sandbox or a session loads, and a plain command without network
+#: never runs: the Claude output readers, tracing, the proxy's token types, sessions, the cluster's values.
+AGENT_STEP_AND_PROXY = (
+    "ironflow.claude.output",
+    "ironflow.claude.rate_limits",
+    "ironflow.tracing",
+    "opentelemetry",
+    "ironflow.auth_proxy.tokens",
+    "ironflow.auth_proxy.relays",
+    "ironflow.auth_proxy.registry",
+    "ironflow.sessions",
+    "ironflow.kube",
+)
+
+
+def test_local_exec_loads_nothing_of_an_agent_step_or_a_proxy() -> None:
+    modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, AGENT_STEP_AND_PROXY) == [], "load these where a step, a proxy or a session runs"
 
 
 #: The Docker sandbox's modules: only ``--isolation docker`` loads them.
