@@ -134,6 +134,11 @@ def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
     modules, stderr = _loaded(["runs", "list", "--store", str(store)])
     assert "error" not in stderr, stderr
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
+    assert _under(modules, WORKER) == [], "listing reads the store: none of the worker's modules"
+
+
+#: What runs a workflow (``runs show`` reads its pod selector, ``cancel``/``retry`` change runs).
+WORKER = ("ironflow.engine.running", "ironflow.engine.worker", "ironflow.engine.run_changes", "ironflow.steps")
 
 
 def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:

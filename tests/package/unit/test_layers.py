@@ -192,6 +192,9 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.backends", "ironflow.provider"): "the session backends' protocol, for a session command",
     ("ironflow.cli.backends", "ironflow.kube.clusters"): "a cluster's config, for a cluster only",
     ("ironflow.cli.backends", "ironflow.kube.owners"): "the worker pod's owner, in a worker pod only",
+    # `runs list` reads the store and loads none of the worker's modules.
+    ("ironflow.cli.runs", "ironflow.engine.running"): "the worker's modules, for runs show only",
+    ("ironflow.cli.runs", "ironflow.engine.run_changes"): "the run changes, for runs cancel and retry only",
     # A Docker sandbox's modules load with isolation 'docker' only (tests/cli/unit/test_startup_imports.py).
     ("ironflow.local.sandbox_config", "ironflow.local.sandbox.docker_engine"): "the Docker client, for docker only",
     ("ironflow.local.sandbox.argv", "ironflow.local.sandbox.docker"): "the docker run argv, for docker only",
