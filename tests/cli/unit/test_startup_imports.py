@@ -151,6 +151,16 @@ def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
     assert _under(modules, BACKENDS + CLUSTER_AND_SERVERS + ("rich", "sqlite3")) == []
 
 
+def test_sandbox_exec_on_a_plain_http_server_loads_no_http_stack(tmp_path: Path) -> None:
+    """With a token it calls the server (a closed port: exit 3, one line) by hand, without aiohttp."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_")}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path), HOME=str(tmp_path), IRONFLOW_SANDBOX_TOKEN="t" * 32)
+    argv = ["sandbox", "exec", "--server", "http://127.0.0.1:1", "sbx-0123456789abcdef", "--", "true"]
+    modules, stderr = _loaded(argv, env=env)
+    assert "could not be reached" in stderr, stderr
+    assert _under(modules, (*HTTP, "yarl", "multidict")) == [], "a session's call to a server goes by hand"
+
+
 def test_egress_check_loads_no_backend_and_no_http_stack() -> None:
     modules, stderr = _loaded(["egress", "check", "--allow-host", "pypi.org", "https://pypi.org/"])
     assert "ironflow.egress.policy" in modules, stderr
