@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from ironflow import errors
-from ironflow.results import AgentResult
-from ironflow.sessions.backend import SessionBackend
-from ironflow.steps import AgentConfig
+
+if TYPE_CHECKING:  # annotations only: a command's start-up need not load sessions or step values
+    from ironflow.results import AgentResult
+    from ironflow.sessions.backend import SessionBackend
+    from ironflow.steps import AgentConfig
 
 __all__ = [
     "ACCOUNT_KIND_CLAUDE_SUBSCRIPTION",

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ironflow import errors
-from ironflow.auth_proxy import relays, tokens
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:  # a secret is made when a workspace clones: holding hosts loads no token types
+    from ironflow.auth_proxy import tokens
 
 __all__ = ["GitCredential", "GitHosts"]
 
@@ -50,5 +53,7 @@ class GitHosts:
                 f"no git credential for '{host}': give the provider git_credentials for it "
                 "(ironflow's CLI reads IRONFLOW_GIT_TOKEN)"
             )
+        from ironflow.auth_proxy import relays, tokens
+
         relay = relays.RelaySpec("git", host, tokens.Injection("basic", username=found.username))
         return relay.with_value(found.value).secret()

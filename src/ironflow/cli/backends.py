@@ -25,23 +25,23 @@ import typer
 from typer.core import TyperCommand
 
 from ironflow import errors, settings_file
-from ironflow.auth_proxy import relays as relay_specs
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend, Isolation
-from ironflow.egress import EgressPolicy
 from ironflow.fake_model import script as fake_model
 from ironflow.fake_model.script import Script
-from ironflow.kube import clusters, owners
-from ironflow.provider import AgentProvider, sessions_of
 
 if TYPE_CHECKING:
     from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
+    from ironflow.auth_proxy import relays as relay_specs
     from ironflow.auth_proxy.git_hosts import GitHosts
+    from ironflow.egress import EgressPolicy
     from ironflow.k8s.pod_provider import K8sEphemeralProvider
+    from ironflow.kube import clusters
     from ironflow.kube.api import KubeApi
     from ironflow.kube.resources import Resource
     from ironflow.local.sandbox.environment import ProxyCredential
     from ironflow.local.sandbox_provider import LocalSandboxProvider
+    from ironflow.provider import AgentProvider
     from ironflow.sessions.backend import SessionBackend
     from ironflow.sessions.pools import PoolPolicy
 
@@ -196,6 +196,8 @@ def session_backend(
         exits.fail(f"--isolation is for --backend local: a {backend} session's isolation is its pod's runtime class")
     if provider_file is not None and backend is Backend.LOCAL:
         exits.fail("--provider is for --backend k8s or agent-sandbox: local sessions need no provider file")
+    from ironflow.provider import sessions_of
+
     if pool is not None and backend is not Backend.LOCAL:
         exits.fail(f"--pool is for --backend local: a {backend} session's warm pool is the cluster's")
     try:
@@ -364,6 +366,8 @@ class Providers:
         Exits 2 when only some of the pod's variables are set. A sweep that fails is a warning in the
         line, not an error: the orphan reaper takes such objects once they expire.
         """
+        from ironflow.kube import owners
+
         try:
             owner = owners.owner_from_env(env)
         except errors.ConfigError as exc:
@@ -391,6 +395,8 @@ class Providers:
 def kube_cluster(kubeconfig: Path | None, context: str | None) -> clusters.ClusterConfig:
     """``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
     file (``reap``, ``check``, ``sandbox``); exit 2 when the named kubeconfig file is missing."""
+    from ironflow.kube import clusters
+
     if kubeconfig is None:
         return clusters.DefaultCluster(context)
     if not kubeconfig.is_file():

@@ -14,15 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
 from ironflow import errors, settings_file
-from ironflow.auth_proxy import relays as relay_specs
 from ironflow.cli import exits
 from ironflow.egress import EgressPolicy
 from ironflow.egress import options as egress_options
+
+if TYPE_CHECKING:  # the relays (and their token types) load with a provider file, not with every command
+    from ironflow.auth_proxy import relays as relay_specs
 
 __all__ = [
     "LOCAL_FILE_KEYS",
@@ -71,6 +73,8 @@ def local_file(path: Path | None) -> LocalFile:
     ``egress_profiles:`` of ``--provider FILE`` for ``--backend local``; exits 2 naming what is wrong."""
     if path is None:
         return LocalFile()
+    from ironflow.auth_proxy import relays as relay_specs
+
     try:
         top = settings_file.load(path, what="provider file", known=LOCAL_FILE_KEYS)
         relays = relay_specs.parse_relays(top, "env")

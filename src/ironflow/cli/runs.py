@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -19,7 +19,7 @@ from ironflow import errors, results
 from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
-from ironflow.engine import budgets, model, run_changes, running
+from ironflow.engine import budgets, model
 
 __all__ = ["register"]
 
@@ -85,6 +85,8 @@ def runs_show(
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Show a run: its state, its steps, their pods and their results."""
+    from ironflow.engine import running  # the worker's modules: ``show``'s alone, never ``runs list``'s
+
     run, steps = run_async(_show(store, run_id))
     step_rows = [{**plain(s.to_dict()), "pods": running.step_pod_selector(run, s)} for s in steps]
     by_role = budgets.usage_by_role(steps)
@@ -126,11 +128,13 @@ def _role_cost(usage: model.Usage) -> str:
     return f"${results.shown_usd(usage.cost_usd):g} ({steps})"
 
 
-async def _change(store_url: str | None, ref: str, action: run_changes.RunAction) -> model.RunRecord:
+async def _change(store_url: str | None, ref: str, action: Literal["cancel", "retry"]) -> model.RunRecord:
+    from ironflow.engine import run_changes
+
     async with opened(store_url, create=False) as store:
         run = await find_run(store, ref)
         try:
-            return await run_changes.change_run(store, run, action)
+            return await run_changes.change_run(store, run, run_changes.RunAction(action))
         except errors.RunStateConflict as exc:
             exits.fail_for(exc)
 
@@ -141,7 +145,7 @@ def runs_cancel(
     store: StoreOption = None,
 ) -> None:
     """Cancel a run: a pending one never runs; a running one's steps are stopped and the run released."""
-    run = run_async(_change(store, run_id, run_changes.RunAction.CANCEL))
+    run = run_async(_change(store, run_id, "cancel"))
     print(f"run {run.id} {'cancelled' if run.status is model.RunStatus.CANCELLED else 'cancel requested'}")
 
 
@@ -151,7 +155,7 @@ def runs_retry(
     store: StoreOption = None,
 ) -> None:
     """Queue a failed or cancelled run again; its finished steps replay from the store."""
-    run = run_async(_change(store, run_id, run_changes.RunAction.RETRY))
+    run = run_async(_change(store, run_id, "retry"))
     print(f"run {run.id} {run.status}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
@@ -23,9 +23,11 @@ from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import TerminalStream
 from ironflow.local.sandbox.bwrap import ReadOnlyMount, WritableMount
-from ironflow.local.workspaces.git_sync import GitCredential, GitHosts
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source, is_pvc_source
+
+if TYPE_CHECKING:
+    from ironflow.local.workspaces.git_sync import GitHosts
 
 __all__ = [
     "ApplyOption",
@@ -129,6 +131,8 @@ def git_hosts(spec: Workspace | None) -> GitHosts | None:
         exits.fail(f"a git workspace needs the host's token in {GIT_TOKEN_ENV} (it stays in the proxy)")
     username = os.environ.get(GIT_USERNAME_ENV, "").strip() or "x-access-token"
     mirror = os.environ.get(GIT_UPSTREAM_ENV, "").strip() or None
+    from ironflow.local.workspaces.git_sync import GitCredential, GitHosts  # a git workspace's only
+
     return GitHosts({spec.git_host: GitCredential(Secret(token), username)}, upstream=mirror)
 
 

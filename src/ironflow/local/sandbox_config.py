@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow._renamed import renamed_argument
-from ironflow.auth_proxy import relays as relays_mod
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, layout, profile
 from ironflow.egress import EgressPolicy
@@ -35,11 +34,27 @@ from ironflow.step_sandbox import HostPathSource, validate_sub_path
 from ironflow.steps import AgentConfig
 
 if TYPE_CHECKING:
+    from ironflow.auth_proxy import relays as relays_mod
     from ironflow.local.sandbox import docker_engine
 
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
 
 log = logging.getLogger("ironflow.local")
+
+
+def _resolved(relays: Sequence[relays_mod.RelaySpec | relays_mod.Relay]) -> tuple[relays_mod.Relay, ...]:
+    """The provider's relays, each spec's credential read from its variable; the relays' module (and
+    its token types) loads only for a provider that has some."""
+    from ironflow.auth_proxy import relays as relays_mod
+
+    found = relays_mod.clash(r if isinstance(r, relays_mod.RelaySpec) else r.spec for r in relays)
+    if found is not None:
+        raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
+    specs = [r for r in relays if isinstance(r, relays_mod.RelaySpec)]
+    resolved = iter(relays_mod.resolve_env(specs, os.environ))
+    return tuple(r if isinstance(r, relays_mod.Relay) else next(resolved) for r in relays)
+
+
 #: The nproc limit a Podman sandbox gets at most: what Podman's own process keeps.
 _PODMAN_NPROC: Final = 32768
 
@@ -173,12 +188,7 @@ class LocalSandboxConfig:
         self.conversations_dir = kept
         self.limits = limits
         self.git_hosts = git_hosts or git_sync.GitHosts()
-        found = relays_mod.clash(r if isinstance(r, relays_mod.RelaySpec) else r.spec for r in relays)
-        if found is not None:
-            raise errors.ConfigError(f"relays[{found[0]}].{found[1]}: {found[2]}")
-        specs = [r for r in relays if isinstance(r, relays_mod.RelaySpec)]
-        resolved = iter(relays_mod.resolve_env(specs, os.environ))
-        self.relays = tuple(r if isinstance(r, relays_mod.Relay) else next(resolved) for r in relays)
+        self.relays = _resolved(relays) if relays else ()
         self.relay_upstream = relay_upstream
         self.egress = egress
         #: Workspaces kept for a retry of their step (``keep_on_retry``).

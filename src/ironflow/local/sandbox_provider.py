@@ -16,8 +16,9 @@ relays (:mod:`ironflow.auth_proxy.relays`) reach every step, a command too, the 
 token per relay in ``IRONFLOW_RELAY_<NAME>_TOKEN``; the provider's ``egress`` policy opens the
 egress proxy to every step too. Settings
 that only mean something on Kubernetes are accepted, logged as a warning and listed in
-``AgentResult.ignored_settings``. Sessions, the proxy's server and the offline model load when
-used, so a one-shot ``ironflow exec`` imports no HTTP stack.
+``AgentResult.ignored_settings``. Sessions, the proxy's server, the offline model, the Claude
+command's modules and tracing load when used, so a one-shot ``ironflow exec`` imports no HTTP stack
+and nothing of an agent step's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ironflow import errors, step_timeouts, tracing, workspaces
-from ironflow.claude import command, output, profile, rate_limits
+from ironflow import errors, step_timeouts, workspaces
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
@@ -52,12 +52,12 @@ from ironflow.local.workspaces import bound, step_workspaces
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult, CommandResult
-from ironflow.steps import AgentConfig, StepScope
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.local.sessions import local_sessions
     from ironflow.sessions.pools import PoolPolicy
+    from ironflow.steps import AgentConfig, StepScope
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -238,6 +238,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         return await self.processes.kill_run(launch.step_key(scope))
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
+        from ironflow import tracing  # an agent step's: a plain command (``ironflow exec``) loads neither
+        from ironflow.claude import command, output, profile, rate_limits
+
         command.validate_prompt_size(config)
         args = command.build_args(config, allow_bypass=self.bypass_allowed())
         ignored = environment.ignored_settings(config, isolation=self.isolation, presets=self.managed_settings_presets)

@@ -5,6 +5,9 @@ It speaks the ironflow extension (``/ironflow/v1/``), either straight to the run
 socket with the session's own token, or through ``ironflow sandbox serve`` with the
 server's token and ``X-Sandbox-ID``: the same handle for both, and for any backend that
 serves the same runtime. A token is a header value only: never in a message or a repr.
+Command streams and JSON calls go over :mod:`~ironflow.sessions.socket_link` (the socket, or a
+plain-HTTP server); aiohttp loads for file transfers and an HTTPS server only, so ``ironflow
+sandbox exec`` starts without it.
 """
 
 from __future__ import annotations
@@ -16,15 +19,15 @@ import os
 import tempfile
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, Final, Literal
-
-import aiohttp
-from yarl import URL
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 from ironflow import errors
 from ironflow.sessions import socket_link, untar
 from ironflow.sessions.commands import AsyncCommands, Callback, CommandHandle
 from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, SessionNotFound, WatchEvent
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",
@@ -43,6 +46,33 @@ _CHUNK: Final = 65536
 #: The longest event line read from a session: the runtime sends at most 64 KiB of output per
 #: event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
 _MAX_EVENT_BYTES: Final = 1 << 20
+
+
+#: A request's body as the link sends it: its bytes and their content type.
+_Body = tuple[bytes, str]
+
+
+def _link(unix_path: str | None, base: str, headers: Mapping[str, str]) -> tuple[socket_link.SocketLink | None, str]:
+    """The hand-written link to the runtime's socket or a plain-HTTP server, and the server URL's path
+    (each request's target starts with it); none for HTTPS (aiohttp's TLS carries every request)."""
+    if unix_path:
+        return socket_link.SocketLink(unix_path, headers), ""
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme != "http" or not parts.hostname:
+        return None, ""
+    return socket_link.SocketLink((parts.hostname, parts.port or 80), headers), parts.path.rstrip("/")
+
+
+def _link_body(kwargs: Mapping[str, Any]) -> _Body | None:
+    """The body of a JSON call as the link sends it (``json=``, bytes ``data=`` or none); None for one
+    only aiohttp sends (a streamed upload)."""
+    if not kwargs:
+        return b"", "application/json"
+    if kwargs.keys() == {"json"}:
+        return json.dumps(kwargs["json"]).encode(), "application/json"
+    if kwargs.keys() == {"data"} and isinstance(kwargs["data"], bytes):
+        return kwargs["data"], "application/octet-stream"
+    return None
 
 
 def _quote(path: str) -> str:
@@ -94,14 +124,12 @@ class RuntimeClient:
     ) -> None:
         #: Around each request (a local session's: resume it first, keep it from idle suspend).
         self._activity = activity or contextlib.nullcontext
-        connector = aiohttp.UnixConnector(path=unix_path) if unix_path else aiohttp.TCPConnector()
+        self._unix_path, self._headers = unix_path, dict(headers)
         self._base = "http://sandbox" if unix_path else base_url.rstrip("/")
         self._name = "the sandbox runtime" if unix_path else f"the sandbox server at {self._base}"
-        #: command streams on the socket: by hand, on kept connections (a command's round trip)
-        self._link = socket_link.SocketLink(unix_path, headers) if unix_path else None
-        self._http = aiohttp.ClientSession(
-            connector=connector, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
-        )
+        #: command streams and JSON calls: by hand, on kept connections (a command's round trip)
+        self._link, self._prefix = _link(unix_path, self._base, headers)
+        self._http: aiohttp.ClientSession | None = None  # made on first use: see the module's docstring
 
     def __repr__(self) -> str:
         return f"RuntimeClient({self._base!r})"  # never the headers: they hold the token
@@ -111,7 +139,18 @@ class RuntimeClient:
             if self._link is not None:
                 await self._link.aclose()
         finally:
-            await self._http.close()
+            if self._http is not None:
+                await self._http.close()
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            import aiohttp
+
+            path = self._unix_path
+            connector = aiohttp.UnixConnector(path=path) if path else aiohttp.TCPConnector()
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+            self._http = aiohttp.ClientSession(connector=connector, headers=self._headers, timeout=timeout)
+        return self._http
 
     async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         """The response of a 2xx answer (the caller releases it); errors by status.
@@ -121,10 +160,13 @@ class RuntimeClient:
             SessionNotFound: the server knows no such session. ConfigError: 400, 401, 409, 413.
             SandboxError: anything else.
         """
+        import aiohttp
+        from yarl import URL
+
         try:
             async with self._activity():
                 # encoded: quoted already, and a '..' reaches the runtime (a 403) as sent, not resolved here
-                response = await self._http.request(method, URL(self._base + path, encoded=True), **kwargs)
+                response = await self._session().request(method, URL(self._base + path, encoded=True), **kwargs)
         except aiohttp.ClientError as exc:
             raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:
@@ -156,16 +198,27 @@ class RuntimeClient:
     def answer(self, what: str = "its answer") -> Iterator[None]:
         """Around the read of an answer's body (``what`` names it in the error): a runtime that ends
         mid-answer (its session was stopped or closed) is a SandboxError, as one that cannot be reached is."""
+        import aiohttp  # loaded already: an answer read here came from aiohttp's request
+
         try:
             yield
         except aiohttp.ClientError as exc:
             raise errors.SandboxError(f"{self._name} broke off {what}: {type(exc).__name__}") from None
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self.request(method, path, **kwargs)
-        async with response:
-            with self.answer():
-                return await response.json(content_type=None)
+        """The JSON answer of a call (``json=`` or bytes ``data=`` its body); errors as :meth:`request`'s."""
+        body = _link_body(kwargs) if self._link is not None else None
+        if body is None:
+            response = await self.request(method, path, **kwargs)
+            async with response:
+                with self.answer():
+                    return await response.json(content_type=None)
+        async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
+            data = b"".join([piece async for piece in pieces])
+        try:
+            return json.loads(data) if data.strip() else None
+        except ValueError:
+            raise errors.SandboxError(f"{self._name} answered with a body that is not JSON") from None
 
     async def events(
         self, method: str, path: str, spec: Mapping[str, Any] | None = None
@@ -179,7 +232,8 @@ class RuntimeClient:
     async def lines(self, method: str, path: str, spec: Mapping[str, Any] | None = None) -> AsyncGenerator[bytes, None]:
         """The non-blank lines of a newline-delimited stream, as they arrive (each at most 1 MiB)."""
         pending = b""
-        async with contextlib.aclosing(self._pieces(method, path, spec)) as pieces:
+        body = None if spec is None else (json.dumps(spec).encode(), "application/json")
+        async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
             async for data in pieces:
                 *lines, pending = (pending + data).split(b"\n")
                 if len(pending) > _MAX_EVENT_BYTES:
@@ -190,24 +244,26 @@ class RuntimeClient:
         if pending.strip():
             yield pending
 
-    async def _pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
-        """A stream's body as it arrives: on the socket by :mod:`~ironflow.sessions.socket_link`, else by aiohttp."""
-        async with self._activity(), contextlib.aclosing(self._raw_pieces(method, path, spec)) as pieces:
+    async def _pieces(self, method: str, path: str, body: _Body | None) -> AsyncGenerator[bytes, None]:
+        """An answer's body as it arrives: by :mod:`~ironflow.sessions.socket_link` where there is a
+        link, else by aiohttp (``body``: the request's bytes and content type)."""
+        async with self._activity(), contextlib.aclosing(self._raw_pieces(method, path, body)) as pieces:
             async for data in pieces:
                 yield data
 
-    async def _raw_pieces(self, method: str, path: str, spec: Mapping[str, Any] | None) -> AsyncGenerator[bytes, None]:
+    async def _raw_pieces(self, method: str, path: str, body: _Body | None) -> AsyncGenerator[bytes, None]:
         if self._link is None:
-            response = await self.request(method, path, **({} if spec is None else {"json": spec}))
+            sent = {} if body is None else {"data": body[0], "headers": {"Content-Type": body[1]}}
+            response = await self.request(method, path, **sent)
             async with response:
                 with self.answer():  # the events read so far were given; a break is the command's end
                     async for data in response.content.iter_chunked(_CHUNK):
                         yield data
             return
-        body = b"" if spec is None else json.dumps(spec).encode()
+        data, content_type = body or (b"", "application/json")
         try:
             async with contextlib.aclosing(
-                self._link.stream(method, path, body, content_type="application/json")
+                self._link.stream(method, self._prefix + path, data, content_type=content_type)
             ) as it:
                 async for data in it:
                     yield data

@@ -1,11 +1,12 @@
-"""Command streams over kept-open connections to a session runtime's unix socket, HTTP/1.1 by hand.
+"""Requests over kept-open connections to a session runtime's unix socket or a plain-HTTP sandbox
+server, HTTP/1.1 by hand.
 
 A command in an open local session should cost little more than the command: aiohttp's
-request machinery costs more than the runtime's whole answer to ``true``. So the client
-writes the request itself on a connection it keeps (one per concurrent stream, a few kept
-idle) and reads the reply with :class:`~ironflow.sessions.replies.ReplyParser`. It never
-puts the headers (they hold the token) in a message or a repr, and never reuses a
-connection whose answer it did not read to the end.
+request machinery costs more than the runtime's whole answer to ``true``, and importing it
+more than a whole ``ironflow sandbox exec`` should. So the client writes the request itself on
+a connection it keeps (one per concurrent stream, a few kept idle) and reads the reply with
+:class:`~ironflow.sessions.replies.ReplyParser`. It never puts the headers (they hold the
+token) in a message or a repr, and never reuses a connection whose answer it did not read to the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ _CHUNK: Final = 65536
 _KEEP_IDLE: Final = 8
 #: The most of an error answer's body read (its message is cut to 500 characters anyway).
 _MAX_ERROR_BYTES: Final = 65536
+#: Seconds a TCP connect may take (a unix socket answers at once or not at all).
+_CONNECT_TIMEOUT_S: Final = 30.0
 
 
 class LinkError(Exception):
@@ -46,10 +49,12 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class SocketLink:
-    """Requests to one unix socket, each on a connection of its own, kept open for the next."""
+    """Requests to one unix socket (``path``), or to ``host:port`` over TCP (``path`` a pair), each on
+    a connection of its own, kept open for the next."""
 
-    def __init__(self, path: str, headers: Mapping[str, str]) -> None:
-        lines = [f"{name}: {value}" for name, value in {"Host": "sandbox", **headers}.items()]
+    def __init__(self, path: str | tuple[str, int], headers: Mapping[str, str]) -> None:
+        host = "sandbox" if isinstance(path, str) else f"{f'[{path[0]}]' if ':' in path[0] else path[0]}:{path[1]}"
+        lines = [f"{name}: {value}" for name, value in {"Host": host, **headers}.items()]
         if any(c in line for line in lines for c in "\r\n"):
             raise ValueError("a header holds a line break")
         self._path, self._headers = path, ("\r\n".join(lines) + "\r\n").encode("latin-1")
@@ -70,8 +75,11 @@ class SocketLink:
                 return reader, writer
             writer.close()
         try:
-            return await asyncio.open_unix_connection(self._path, limit=_CHUNK)
-        except OSError as exc:
+            if isinstance(self._path, str):
+                return await asyncio.open_unix_connection(self._path, limit=_CHUNK)
+            host, port = self._path
+            return await asyncio.wait_for(asyncio.open_connection(host, port, limit=_CHUNK), _CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
             raise LinkError(exc, reached=False) from None
 
     async def stream(self, method: str, target: str, body: bytes, *, content_type: str) -> AsyncGenerator[bytes, None]:

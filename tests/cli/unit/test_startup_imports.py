@@ -75,6 +75,25 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
 
 #: The agent command and what only an agent step reads (its turns).
 AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns")
+#: What an agent step, a proxied sandbox or a session loads, and a plain command without network
+#: never runs: the Claude output readers, tracing, the proxy's token types, sessions, the cluster's values.
+AGENT_STEP_AND_PROXY = (
+    "ironflow.claude.output",
+    "ironflow.claude.rate_limits",
+    "ironflow.tracing",
+    "opentelemetry",
+    "ironflow.auth_proxy.tokens",
+    "ironflow.auth_proxy.relays",
+    "ironflow.auth_proxy.registry",
+    "ironflow.sessions",
+    "ironflow.kube",
+)
+
+
+def test_local_exec_loads_nothing_of_an_agent_step_or_a_proxy() -> None:
+    modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, AGENT_STEP_AND_PROXY) == [], "load these where a step, a proxy or a session runs"
 
 
 #: The Docker sandbox's modules: only ``--isolation docker`` loads them.
@@ -115,6 +134,11 @@ def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
     modules, stderr = _loaded(["runs", "list", "--store", str(store)])
     assert "error" not in stderr, stderr
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
+    assert _under(modules, WORKER) == [], "listing reads the store: none of the worker's modules"
+
+
+#: What runs a workflow (``runs show`` reads its pod selector, ``cancel``/``retry`` change runs).
+WORKER = ("ironflow.engine.running", "ironflow.engine.worker", "ironflow.engine.run_changes", "ironflow.steps")
 
 
 def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
@@ -125,6 +149,16 @@ def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
     modules, stderr = _loaded(argv, env=env)
     assert "ironflow.sessions.remote" in modules, stderr
     assert _under(modules, BACKENDS + CLUSTER_AND_SERVERS + ("rich", "sqlite3")) == []
+
+
+def test_sandbox_exec_on_a_plain_http_server_loads_no_http_stack(tmp_path: Path) -> None:
+    """With a token it calls the server (a closed port: exit 3, one line) by hand, without aiohttp."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_")}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path), HOME=str(tmp_path), IRONFLOW_SANDBOX_TOKEN="t" * 32)
+    argv = ["sandbox", "exec", "--server", "http://127.0.0.1:1", "sbx-0123456789abcdef", "--", "true"]
+    modules, stderr = _loaded(argv, env=env)
+    assert "could not be reached" in stderr, stderr
+    assert _under(modules, (*HTTP, "yarl", "multidict")) == [], "a session's call to a server goes by hand"
 
 
 def test_egress_check_loads_no_backend_and_no_http_stack() -> None:

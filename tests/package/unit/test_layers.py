@@ -174,6 +174,27 @@ DEFERRED_IMPORTS = {
     ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.config"): "cryptography, while a proxy serves",
     ("ironflow.local.sandbox_provider", "ironflow.local.sessions.local_sessions"): "the session client, in sessions()",
     ("ironflow.cli.run", "ironflow.engine.monitoring"): "aiohttp's server, for worker --metrics-port only",
+    # Issue 31's start-up: a plain command without network (`ironflow exec -- true`) loads nothing of an agent
+    # step's, a proxy's or a cluster's (tests/cli/unit/test_startup_imports.py).
+    ("ironflow.local.sandbox_provider", "ironflow.claude.command"): "an agent step's argv, in its run only",
+    ("ironflow.local.sandbox_provider", "ironflow.claude.output"): "an agent step's output, in its run only",
+    ("ironflow.local.sandbox_provider", "ironflow.claude.profile"): "an agent step's profiles, in its run only",
+    ("ironflow.local.sandbox_provider", "ironflow.claude.rate_limits"): "an agent step's limits, in its run only",
+    ("ironflow.local.sandbox_provider", "ironflow.tracing"): "OpenTelemetry, for an agent step's span only",
+    ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.registry"): "the token registry, while a proxy serves",
+    ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.tokens"): "the token types, while a proxy serves",
+    ("ironflow.local.sandbox.step_proxy", "ironflow.auth_proxy.relays"): "the relays, for a step that has some",
+    ("ironflow.local.sandbox_config", "ironflow.auth_proxy.relays"): "the relays, for a provider that has some",
+    ("ironflow.cli.egress_options", "ironflow.auth_proxy.relays"): "the relays, for a provider file only",
+    ("ironflow.auth_proxy.git_hosts", "ironflow.auth_proxy.relays"): "a git host's relay, when a workspace clones",
+    ("ironflow.auth_proxy.git_hosts", "ironflow.auth_proxy.tokens"): "a git host's secret, when a workspace clones",
+    ("ironflow.cli.workspace", "ironflow.local.workspaces.git_sync"): "a git workspace's credential, for one only",
+    ("ironflow.cli.backends", "ironflow.provider"): "the session backends' protocol, for a session command",
+    ("ironflow.cli.backends", "ironflow.kube.clusters"): "a cluster's config, for a cluster only",
+    ("ironflow.cli.backends", "ironflow.kube.owners"): "the worker pod's owner, in a worker pod only",
+    # `runs list` reads the store and loads none of the worker's modules.
+    ("ironflow.cli.runs", "ironflow.engine.running"): "the worker's modules, for runs show only",
+    ("ironflow.cli.runs", "ironflow.engine.run_changes"): "the run changes, for runs cancel and retry only",
     # A Docker sandbox's modules load with isolation 'docker' only (tests/cli/unit/test_startup_imports.py).
     ("ironflow.local.sandbox_config", "ironflow.local.sandbox.docker_engine"): "the Docker client, for docker only",
     ("ironflow.local.sandbox.argv", "ironflow.local.sandbox.docker"): "the docker run argv, for docker only",

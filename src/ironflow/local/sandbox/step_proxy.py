@@ -7,9 +7,10 @@ and nowhere else; the caller gets the opaque ``ifap_`` token. The token is revok
 the socket removed when the block ends, whatever happened inside. Each step's proxy takes
 at most ``max_connections`` connections at once (the sandbox's ``proxy_connections``
 limit): every one is a descriptor of the worker's, shared by all its steps. The proxy's server
-(aiohttp, cryptography) loads when a session starts, not with this module: a sandbox without
-network (``ironflow exec``) never pays for it. A step with relays (:mod:`ironflow.auth_proxy.relays`)
-gets one more token per relay from the same proxy (:func:`step_session`), each revoked with the rest.
+(aiohttp, cryptography), its token registry and the relays load when a session starts, not with
+this module: a sandbox without network (``ironflow exec``) never pays for them. A step with relays
+(:mod:`ironflow.auth_proxy.relays`) gets one more token per relay from the same proxy
+(:func:`step_session`), each revoked with the rest.
 
 A step with an egress policy (:func:`serves_egress`) also gets the egress proxy on a second socket,
 ``egress_socket``, reached with an egress-only token (:class:`~ironflow.auth_proxy.tokens.EgressCredential`)
@@ -28,12 +29,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ironflow import egress as egress_policy
-from ironflow.auth_proxy import registry, relays, tokens
 from ironflow.local.sandbox import environment, limits
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
-    from ironflow.auth_proxy import app
+    from ironflow.auth_proxy import app, relays, tokens
 
 __all__ = ["StepTokens", "secret_session", "serves_egress", "step_session"]
 
@@ -61,7 +61,10 @@ class StepTokens:
         if self.egress is not None:
             out.update(environment.egress_env(self.egress.reveal()))
         proxy_url = f"http://127.0.0.1:{environment.PROXY_PORT}"
-        out.update(relays.relay_env(((spec, token.reveal()) for spec, token in self.relays), proxy_url))
+        if self.relays:
+            from ironflow.auth_proxy import relays
+
+            out.update(relays.relay_env(((spec, token.reveal()) for spec, token in self.relays), proxy_url))
         return out
 
 
@@ -87,6 +90,8 @@ async def step_session(
     ``relayed``, and for an ``egress`` policy that opens something an egress-only token (never the
     Claude token: the proxy URL every tool in the sandbox sees reaches nothing but the egress proxy);
     ``relay_upstream`` as ``secret_upstream`` of :func:`secret_session`."""
+    from ironflow.auth_proxy import tokens
+
     upstream = credential.upstream if credential is not None else "https://api.anthropic.com"
     run = run_id or "local"
     if not serves_egress(egress):
@@ -143,7 +148,7 @@ async def _serving(
     egress_socket: str | None = None,
     on_egress: Callable[[str], None] | None = None,
 ) -> AsyncIterator[app.RunningProxy]:
-    from ironflow.auth_proxy import app, config  # the server, only now (see the module's docstring)
+    from ironflow.auth_proxy import app, config, registry  # the server, only now (see the module's docstring)
 
     environment = config.AuthProxyConfig(
         admin_key=Secret(secrets.token_hex(32)),  # never used over HTTP: tokens are issued in-process
@@ -168,6 +173,8 @@ async def _token(
     trace_context: str | None,
     egress: egress_policy.EgressPolicy | None,
 ) -> AsyncIterator[Secret]:
+    from ironflow.auth_proxy import registry, tokens
+
     # Whole seconds, at most the 24 h the proxy accepts.
     expires_at = int(time.time() + min(max(expires_in, 1.0), 86_400.0))
     request = tokens.TokenRequest(

@@ -437,6 +437,8 @@ class LocalSessions(session_controls.LocalControls):
         session.watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await session.watcher
+        if self._sessions.get(session.info.id) is session:  # cancelled before its first step: no finally ran
+            await self._teardown(session)
         return True
 
     # -- snapshots, fork, pause, extend (:class:`~ironflow.sessions.backend.SessionControls`) --
