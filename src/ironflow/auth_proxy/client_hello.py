@@ -139,35 +139,59 @@ def read(data: bytes) -> tuple[int, str | None] | None:
     """How many leading bytes of ``data`` hold its ClientHello (as :func:`hello_length`) and the
     host it names (as :func:`server_name`); ``None`` while more must come. The usual first flight,
     one record holding the whole ClientHello, has its records read once for both."""
-    if len(data) > 5 and len(data) == 5 + int.from_bytes(data[3:5], "big"):
-        payload, more = _records(data)
-        if _needed(data, payload, more) == 0:
-            return len(data), _name_in(payload)
+    n = len(data)
+    if 5 < n <= _MAX_RECORD + 5 and n == 5 + ((data[3] << 8) | data[4]) and data[0] == _HANDSHAKE and data[1] == 3:
+        payload = data[5:]  # one record, as _records reads it; anything odd takes the long way below
+        if (
+            len(payload) >= 4
+            and payload[0] == _CLIENT_HELLO
+            and len(payload) >= 4 + int.from_bytes(payload[1:4], "big")
+        ):
+            return n, _name_in(payload)
     taken = hello_length(data)
     return None if taken is None else (taken, server_name(data[:taken]))
 
 
+def _after_header(payload: bytes) -> int:
+    """Where a whole ClientHello's extensions start (``len(payload)``: it has none), past the message
+    header, version, random, session id, cipher suites and compression methods.
+
+    By offsets, inline: this runs once per tunnel, before its first byte, and a call costs more
+    than the arithmetic it would hide (each length below is :func:`_vector`'s, checked alike)."""
+    n = len(payload)
+    if n < 4 or (end := 4 + int.from_bytes(payload[1:4], "big")) > n:
+        raise NotClientHello("truncated ClientHello")
+    if end != n:
+        raise NotClientHello("data after the ClientHello")
+    at = 4 + 2 + 32  # after the message header, legacy_version and random
+    if at + 1 > n or (at := at + 1 + (sid := payload[at])) > n:
+        raise NotClientHello("truncated ClientHello")
+    if sid > 32:
+        raise NotClientHello("session id too long")
+    if at + 2 > n or (at := at + 2 + (suites := (payload[at] << 8) | payload[at + 1])) > n:
+        raise NotClientHello("truncated ClientHello")
+    if suites == 0 or suites % 2:
+        raise NotClientHello("bad cipher suites")
+    if at + 1 > n or (at := at + 1 + (methods := payload[at])) > n:
+        raise NotClientHello("truncated ClientHello")
+    if methods == 0:
+        raise NotClientHello("no compression methods")
+    return at
+
+
 def _name_in(payload: bytes) -> str | None:
     """:func:`server_name` of a whole ClientHello's handshake bytes."""
-    at, stop = _vector(payload, 1, 3, len(payload))  # after the message type
-    if stop != len(payload):
-        raise NotClientHello("data after the ClientHello")
-    if at + 2 + 32 > stop:  # legacy_version, random
-        raise NotClientHello("truncated ClientHello")
-    start, at = _vector(payload, at + 2 + 32, 1, stop)
-    if at - start > 32:
-        raise NotClientHello("session id too long")
-    start, at = _vector(payload, at, 2, stop)
-    if at == start or (at - start) % 2:
-        raise NotClientHello("bad cipher suites")
-    start, at = _vector(payload, at, 1, stop)
-    if at == start:
-        raise NotClientHello("no compression methods")
-    if at == stop:
+    at, n = _after_header(payload), len(payload)
+    if at == n:
         return None  # no extensions at all (TLS 1.0 era)
-    at, end = _vector(payload, at, 2, stop)
-    if end != stop:
+    if at + 2 > n:
+        raise NotClientHello("truncated ClientHello")
+    end = at + 2 + ((payload[at] << 8) | payload[at + 1])
+    if end > n:
+        raise NotClientHello("truncated ClientHello")
+    if end != n:
         raise NotClientHello("data after the extensions")
+    at += 2
     # By offsets into the payload, one unpack per extension: this runs once per tunnel, before its
     # first byte, and a ClientHello has 10-20 extensions.
     kinds: list[int] = []
