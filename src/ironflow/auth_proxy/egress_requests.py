@@ -63,6 +63,8 @@ class ProxyRequest(NamedTuple):
     headers: tuple[tuple[str, str], ...] = ()
     content_length: int | None = None
     chunked: bool = False
+    #: The first ``Proxy-Authorization`` value, picked while the head is read (it carries the token).
+    proxy_authorization: str | None = None
 
     def __repr__(self) -> str:  # never the headers: Proxy-Authorization carries the token
         return f"ProxyRequest(method={self.method!r}, host={self.host!r}, port={self.port!r}, path={self.path!r})"
@@ -152,6 +154,7 @@ def parse_head(head: bytes) -> ProxyRequest:
     headers: list[tuple[str, str]] = []
     lengths: set[str] = set()
     encodings: list[str] = []
+    authorization: str | None = None
     for line in lines[1:-2]:
         name, sep, value = line.partition(":")
         if not sep or not _TOKEN_CHARS.fullmatch(name) or _CONTROL.search(value):
@@ -163,21 +166,27 @@ def parse_head(head: bytes) -> ProxyRequest:
             lengths.add(value)
         elif lowered == "transfer-encoding":
             encodings.append(value.lower())
+        elif lowered == "proxy-authorization" and authorization is None:
+            authorization = value
     content_length, chunked = _framing(lengths, encodings)
     if method == "CONNECT":
         host, port = _authority(target)
-        return ProxyRequest(method, host, port, version=version, headers=tuple(headers))
+        return ProxyRequest(
+            method, host, port, version=version, headers=tuple(headers), proxy_authorization=authorization
+        )
     host, port, origin, path = _absolute(target)
-    return ProxyRequest(method, host, port, origin, path, version, tuple(headers), content_length, chunked)
+    return ProxyRequest(
+        method, host, port, origin, path, version, tuple(headers), content_length, chunked, authorization
+    )
 
 
 def proxy_token(request: ProxyRequest) -> str | None:
     """The ``ifap_`` token of ``Proxy-Authorization``: Bearer, or a Basic password (a proxy URL's
     ``user:TOKEN@``), read as the relay reads ``Authorization``."""
-    value = request.header("proxy-authorization")
-    if value is None:
+    if request.proxy_authorization is None:
         return None
-    return policy.extract_opaque_token({"authorization": value})
+    bearer, basic = policy.authorization_parts(request.proxy_authorization)
+    return bearer or basic or None
 
 
 def origin_head(request: ProxyRequest) -> bytes:

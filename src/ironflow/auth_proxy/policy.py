@@ -79,6 +79,7 @@ __all__ = [
     "SECRET_UPSTREAM_UNREACHABLE",
     "UPSTREAM_UNREACHABLE",
     "Refusal",
+    "authorization_parts",
     "check_claude_request",
     "check_limits",
     "check_model",
@@ -298,22 +299,27 @@ def extract_opaque_token(headers: Mapping[str, str]) -> str | None:
 
     ``headers`` must be case-insensitive (aiohttp's ``CIMultiDict``).
     """
-    authorization = headers.get("authorization", "")
-    bearer = ""
-    basic = ""
-    scheme, _, rest = authorization.strip().partition(" ")
-    if scheme.lower() == "bearer":
-        bearer = rest.strip()
-    elif scheme.lower() == "basic":
-        try:
-            decoded = base64.b64decode(rest.strip(), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            decoded = ""
-        basic = decoded.partition(":")[2].strip()
+    bearer, basic = authorization_parts(headers.get("authorization", ""))
     for candidate in (bearer, headers.get("x-api-key", "").strip(), headers.get("private-token", "").strip(), basic):
         if candidate:
             return candidate
     return None
+
+
+def authorization_parts(value: str) -> tuple[str, str]:
+    """The Bearer token and the Basic password of an ``Authorization`` (or ``Proxy-Authorization``)
+    value, each ``""`` when it carries none."""
+    scheme, _, rest = value.strip().partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer":
+        return rest.strip(), ""
+    if scheme != "basic":
+        return "", ""
+    try:
+        decoded = base64.b64decode(rest.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return "", ""
+    return "", decoded.partition(":")[2].strip()
 
 
 def check_claude_request(method: str, path: str, grant: tokens.Grant) -> Refusal | None:
