@@ -395,7 +395,7 @@ class Handler:
         """Files, directories and (``exact``: a snapshot's restore) symlinks that resolve in the workspace (403 else),
         modes less setuid/setgid (not ``exact``: past 0755 neither), mtimes, no owner; directories' modes set last."""
         if not (member.isreg() or member.isdir() or (exact and member.issym())):
-            raise HttpError(400, "bad request: a hard link or special file in the tar (a symlink: Python 3.11.4+ here)")
+            raise HttpError(400, "bad request: a link or special file in the tar (symlinks need Python 3.11.4+ here)")
         target, mode = self.rt.resolve(os.path.join(path, member.name)), member.mode & (0o1777 if exact else 0o755)
         if member.issym():
             self.rt.resolve(os.path.join(os.path.dirname(target), member.linkname))
