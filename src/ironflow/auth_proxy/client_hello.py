@@ -68,9 +68,8 @@ def bytes_needed(data: bytes) -> int:
 def hello_length(data: bytes) -> int | None:
     """How many leading bytes of ``data`` hold its ClientHello, read as a stream would read it (a
     record at a time, :func:`bytes_needed` bytes each, until the message is whole); ``None`` while
-    more must come. Raises :class:`NotClientHello` as :func:`bytes_needed` does."""
-    if len(data) > 5 and len(data) == 5 + int.from_bytes(data[3:5], "big") and bytes_needed(data) == 0:
-        return len(data)  # the usual first flight: one record, the whole ClientHello, nothing after it
+    more must come (the usual one-record first flight is :func:`read`'s shortcut). Raises
+    :class:`NotClientHello` as :func:`bytes_needed` does."""
     taken = 0
     while (more := bytes_needed(data[:taken])) > 0:
         if len(data) < taken + more:
