@@ -8,33 +8,41 @@ newline in it still takes one line. The auth proxy and the worker share these tw
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 __all__ = ["JsonFormatter", "TextFormatter", "encode", "fields_of"]
 
-try:  # the proxy extra's: a line costs a sixth of the standard library's encoding
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the same lines, encoded more slowly
-    _orjson = None  # type: ignore[assignment]
-
 #: One encoder for every line: ``json.dumps`` with options builds a new one per call.
 _encode: Final = json.JSONEncoder(separators=(",", ":"), default=str).encode
-#: What JSON has no type for goes to ``default=str`` in both encoders (a dataclass is never
-#: walked into: a secret's holder prints as its ``str``).
-_OPTIONS: Final = 0 if _orjson is None else _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+
+
+@functools.cache
+def _orjson_dumps() -> Callable[[Any], bytes] | None:
+    """orjson's encoder (the proxy extra's: a line in a sixth of the standard library's work), loaded
+    at the first line rather than at every command's start; None without it. What JSON has no type
+    for goes to ``default=str`` as in the standard encoder (a dataclass is never walked into: a
+    secret's holder prints as its ``str``)."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - the same lines, encoded more slowly
+        return None
+    options = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    return functools.partial(orjson.dumps, default=str, option=options)
 
 
 def encode(value: Any) -> str:
     """``value`` as compact ASCII JSON, anything JSON has no type for as its ``str``: orjson's
     bytes when it can encode them as ASCII, else the standard library's (``\\u`` escapes, a
     non-string key, an integer beyond 64 bits)."""
-    if _orjson is not None:
+    dumps = _orjson_dumps()
+    if dumps is not None:
         try:
-            data = _orjson.dumps(value, default=str, option=_OPTIONS)
+            data = dumps(value)
         except TypeError:
             return _encode(value)
         if data.isascii():
