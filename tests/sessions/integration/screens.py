@@ -24,21 +24,30 @@ class Screen:
         self._task = asyncio.create_task(self._read(handle))
 
     async def _read(self, handle: CommandHandle) -> None:
-        async for event in handle.events():
-            if isinstance(event, Output):
-                self.text += event.text
-            else:
-                self.end = event
+        try:
+            async for event in handle.events():
+                if isinstance(event, Output):
+                    self.text += event.text
+                else:
+                    self.end = event
+                self._changed.set()
+        finally:  # a stream that broke off wakes the waiter, which says so (never a silent wait)
             self._changed.set()
 
     async def until(self, wanted: str, *, after: int = 0) -> int:
         """Where ``wanted`` ends in the output past ``after``, once it came."""
-        async with asyncio.timeout(WAIT_S):
-            while (at := self.text.find(wanted, after)) < 0:
-                if self.end is not None:
-                    raise AssertionError(f"ended ({self.end}) before {wanted!r}: {self.text!r}")
-                self._changed.clear()
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while (at := self.text.find(wanted, after)) < 0:
+                    if self.end is not None:
+                        raise AssertionError(f"ended ({self.end}) before {wanted!r}: {self.text!r}")
+                    if self._task.done():
+                        self._task.result()  # the stream's own error, if it broke off
+                        raise AssertionError(f"the stream ended with no exit before {wanted!r}: {self.text!r}")
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"no {wanted!r} in {WAIT_S:g} s: {self.text!r}") from None
         return at + len(wanted)
 
     async def exit(self) -> Exit:
