@@ -230,8 +230,9 @@ class SnapshotStore(snapshot_store.SnapshotStore):
     def restore_workspace(
         self, snapshot_id: str, run_dir: str, *, owner: int | None
     ) -> copies.PreparedWorkspace | None:
-        """The snapshot's workspace copied into ``run_dir`` as a session's prepared workspace (its
-        changes are against the snapshot; it has no host directory to apply to), None without one."""
+        """The snapshot's workspace copied into ``run_dir``'s (empty) ``workspace`` directory as a session's
+        prepared workspace (its changes are against the snapshot; it has no host directory to apply to),
+        None without one."""
         info, doc = self.get(snapshot_id)
         if WORKSPACE not in info.trees:
             return None
@@ -242,7 +243,7 @@ class SnapshotStore(snapshot_store.SnapshotStore):
         copy = os.path.join(run_dir, WORKSPACE)
         src = os.open(source, DIR_FLAGS)
         try:
-            _copy(src, copy, owner=owner)
+            _copy_into(src, functools.partial(os.open, copy, DIR_FLAGS), owner=owner)
         finally:
             os.close(src)
         before = copies.snapshot(copy, spec, whose=f"snapshot '{snapshot_id}'")
