@@ -125,8 +125,10 @@ def fill_now(seed: Seed, directory: str) -> copies.PreparedWorkspace:
 
 
 def _filled_workspace(source: snapshots.Opener, owner: int | None, directory: str) -> None:
+    """The parent's workspace copied by two threads: a fork waits for its copy (from a warm sandbox,
+    nothing else), and ``copy_file_range`` lets go of the GIL."""
     snapshots.copy_into(source, functools.partial(os.open, os.path.join(directory, snapshots.WORKSPACE), DIR_FLAGS),
-                        owner=owner)  # fmt: skip
+                        owner=owner, threads=2)  # fmt: skip
 
 
 def _home_from(parent_home: snapshots.Opener, owner: int | None, directory: str, home: snapshots.Opener) -> None:

@@ -223,29 +223,32 @@ class LocalSessions(session_controls.LocalControls, handouts.HandOuts):
                 session = await self._hand_out(warm, session_id, options, run_env)
         except BaseException:
             await proxy.aclose()
+            if pool is not None:
+                pool.refill()
             raise
+        try:
+            session.agent_token, session.proxy = token, proxy
+            self._sessions[session_id] = session
+            keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
+            if self.keep_sessions and keepable:  # its record: the next server serves it again
+                await asyncio.to_thread(adoption.save, session)
+                self._kept.add(session_id)
+            self._begin(session, ttl, options, seed.snapshot_id if seed else None)
+            kill = functools.partial(self._starter.kill, session)
+            if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
+                session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
+            if seed is not None and seed.home is not None:
+                try:
+                    home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
+                    await asyncio.to_thread(seed.home, session.directory, home)
+                except BaseException:
+                    await self.close(session_id)
+                    raise
+            log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
+            return self._handle(session)
         finally:
             if pool is not None:
-                pool.refill()  # once handed out: a start's fork would have delayed it
-        session.agent_token, session.proxy = token, proxy
-        self._sessions[session_id] = session
-        keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
-        if self.keep_sessions and keepable:  # its record: the next server serves it again
-            await asyncio.to_thread(adoption.save, session)
-            self._kept.add(session_id)
-        self._begin(session, ttl, options, seed.snapshot_id if seed else None)
-        kill = functools.partial(self._starter.kill, session)
-        if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
-        if seed is not None and seed.home is not None:
-            try:
-                home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
-                await asyncio.to_thread(seed.home, session.directory, home)
-            except BaseException:
-                await self.close(session_id)
-                raise
-        log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
-        return self._handle(session)
+                pool.refill()  # once the session is up: a start forks in this loop, which would delay it
 
     def _begin(
         self, session: starter.StartedSession, ttl: float, options: OpenOptions | None, base: str | None = None

@@ -275,10 +275,10 @@ def check_tree(opener: Opener, tree: str) -> None:
         os.close(root)
 
 
-def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bool = False) -> None:
+def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bool = False, threads: int = 1) -> None:
     """The tree ``source`` opens copied into the empty directory ``target`` opens, given to ``owner``
     (``as_owner``: written by this thread with ``owner`` as its filesystem uid, for a sandbox's HOME:
-    see :func:`fill_home`).
+    see :func:`fill_home`; else by ``threads`` threads, :func:`~ironflow.local.workspaces.tree_reads.copy_tree`).
 
     Raises:
         WorkspaceRefused: a path moved while it was read, or could not be written.
@@ -289,7 +289,7 @@ def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bo
             with _fsuid(owner):
                 _copy_into(src, target, owner=None)
         else:
-            _copy_into(src, target, owner=owner)
+            _copy_into(src, target, owner=owner, threads=threads)
     except (OSError, tree_reads.Refused) as exc:
         raise _refused(f"the session's files could not be copied: {getattr(exc, 'strerror', None) or exc}") from None
     finally:
@@ -314,10 +314,10 @@ def fill_home(staged: str, home: Opener, *, owner: int | None) -> None:
         snapshot_store.remove_tree(staged)
 
 
-def _copy_into(src: int, opener: Opener, *, owner: int | None) -> None:
+def _copy_into(src: int, opener: Opener, *, owner: int | None, threads: int = 1) -> None:
     dst = opener()
     try:
-        tree_reads.copy_tree(src, dst, max_file=_NO_BOUND, max_total=_NO_BOUND, owner=owner)
+        tree_reads.copy_tree(src, dst, max_file=_NO_BOUND, max_total=_NO_BOUND, owner=owner, threads=threads)
     finally:
         os.close(dst)
 
