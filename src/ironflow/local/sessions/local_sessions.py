@@ -5,7 +5,8 @@ A session's sandbox is the provider's own with the runtime inside it, started by
 ``--isolate-commands``; a Docker container by :mod:`~ironflow.local.sessions.docker_sessions`);
 this module opens, finds, lists and closes sessions by id, and
 watches each until its end. With a pool (:mod:`~ironflow.local.sessions.prewarm`) a session that
-fits is handed a sandbox started ahead, issued its token then; any other opens cold. Either
+fits is handed a sandbox started ahead (one with an empty workspace bound, for a session with a
+workspace: :mod:`~ironflow.local.sessions.handouts`), issued its token then; any other opens cold. Either
 way the sandbox is new: none is ever handed out twice.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
