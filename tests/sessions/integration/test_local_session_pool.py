@@ -18,6 +18,7 @@ from tests.sessions.integration.serving import cli_env, descendants, ironflow, r
 from ironflow import egress
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
+from ironflow.local.sessions.snapshots import SnapshotStore
 from ironflow.local.sessions.starter import WarmSandbox
 from ironflow.sessions import CommandResult, OpenOptions, PoolPolicy
 from ironflow.workspaces import Workspace
@@ -171,10 +172,13 @@ def _shape(copy: str) -> list[tuple[str, int, int, int]]:
 
 
 @pytest.fixture
-async def both(state: Path) -> AsyncIterator[LocalSessions]:
-    """A pool of one plain member and one with an empty workspace bound."""
-    async with _pooled(state, PoolPolicy(2, workspaces=1)) as sessions:
+async def both(state: Path, tmp_path: Path) -> AsyncIterator[LocalSessions]:
+    """A pool of one plain member and one with an empty workspace bound (snapshots in the test's own store)."""
+    store = SnapshotStore(str(tmp_path / "snapshots"))
+    pool = PoolPolicy(2, workspaces=1)
+    async with LocalSessions(LocalSandboxProvider(), state_dir=str(state), pool=pool, snapshot_store=store) as sessions:
         yield sessions
+    assert _entries(state) == [], "every member and session directory is gone"
 
 
 async def _bound(sessions: LocalSessions) -> set[int]:
@@ -245,6 +249,25 @@ async def test_a_fork_from_the_pool_has_its_parents_files_and_keeps_its_writes(
     assert (found.stdout, found.exit_code != 0) == ("", True)
     for handle in (again, plain, parent):
         await handle.close()
+
+
+async def test_a_snapshot_with_a_workspace_opens_in_a_warm_sandbox_and_diffs_against_it(
+    both: LocalSessions, tmp_path: Path
+) -> None:
+    repo = _tree(tmp_path / "repo")
+    await _bound(both)
+    parent = await both.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+    assert (await parent.commands.run(["sh", "-c", "echo kept > kept"])).exit_code == 0
+    taken = await both.snapshot(parent.id)
+    await parent.close()
+    warm = await _bound(both)
+    restored = await both.open(OpenOptions(ttl=60, from_snapshot=taken.id))
+    assert both.host_pids(restored.id)[0] in warm, "handed out from the pool"
+    done = await restored.commands.run(["sh", "-c", "pwd; cat kept note; echo new > new"])
+    assert done.stdout == "/workspace\nkept\nhost\n", done.stderr
+    assert [c.path for c in (await both.changes(restored.id)).files] == ["new"], "against the snapshot"
+    await restored.close()
+    await both.remove_snapshot(taken.id)
 
 
 async def test_closing_the_pool_leaves_no_process_directory_or_cgroup(state: Path) -> None:

@@ -201,8 +201,8 @@ class LocalSessions(session_controls.LocalControls, handouts.HandOuts):
             egress = None
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        kind = ("git" if workspace.is_git else "copy") if workspace is not None else None
-        kind = "copy" if seed is not None and seed.workspace is not None else kind
+        kind = "copy" if seed is not None and seed.workspace is not None else None  # a snapshot's, a fork's
+        kind = ("git" if workspace.is_git else "copy") if workspace is not None else kind  # first, as cold
         isolation = self.provider.isolation
         cold = prewarm.warm_fits(workspace=kind, agent=agent, egress=egress is not None, isolation=isolation)
         pool = self.pool if kind is None else self.workspace_pool
