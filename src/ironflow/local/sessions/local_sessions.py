@@ -144,7 +144,8 @@ class LocalSessions(session_controls.LocalControls, handouts.HandOuts):
                 self.workspace_pool = prewarm.WarmPool(policy, start=filled, discard=self._discard, alive=alive)
             with contextlib.suppress(RuntimeError):  # no running loop: the first open (or prewarm) begins it
                 asyncio.get_running_loop()
-                self.prewarm()
+                for warm_pool in self._pools():
+                    warm_pool.begin()
 
     def prewarm(self) -> None:
         """Begin filling the pool now, in the running loop (a server calls it once listening); the
