@@ -36,15 +36,20 @@ class PoolPolicy:
         max_starts: sandboxes started at once while refilling.
         idle_expiry: seconds a member waits before it is torn down and replaced.
         retry_after: seconds without a start after one failed.
+        workspaces: how many of ``size`` wait with an empty workspace bound, for the sessions that
+            bring one (a fork, a copy of a directory); the rest serve sessions without one. A backend
+            whose warm sandboxes bind none (local gVisor, Docker) keeps them all plain.
 
     Raises:
-        ConfigError: a negative size, fewer than one start, a non-positive expiry.
+        ConfigError: a negative size, fewer than one start, a non-positive expiry, workspaces
+            outside 0 to ``size``.
     """
 
     size: int
     max_starts: int = DEFAULT_MAX_STARTS
     idle_expiry: float = DEFAULT_IDLE_EXPIRY_S
     retry_after: float = _RETRY_AFTER_S
+    workspaces: int = 0
 
     def __post_init__(self) -> None:
         if self.size < 0:
@@ -53,6 +58,10 @@ class PoolPolicy:
             raise errors.ConfigError(f"a session pool starts at least one sandbox at once, not {self.max_starts}")
         if not (self.idle_expiry > 0 and self.retry_after >= 0):
             raise errors.ConfigError("a session pool's idle expiry must be a positive number of seconds")
+        if not 0 <= self.workspaces <= self.size:
+            raise errors.ConfigError(
+                f"a session pool's workspaces are 0 to its size ({self.size}), not {self.workspaces}"
+            )
 
 
 @dataclass(frozen=True)

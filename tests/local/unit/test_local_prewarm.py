@@ -117,14 +117,26 @@ async def test_closing_cancels_the_starts_and_discards_every_member() -> None:
 
 
 @pytest.mark.parametrize(
-    ("workspace", "agent", "egress", "text"),
+    ("workspace", "agent", "egress", "isolation", "text"),
     [
-        (True, False, False, "workspace"),
-        (False, True, False, "agent"),
-        (False, False, True, "egress"),
-        (False, False, False, None),
+        ("copy", False, False, "bwrap", None),
+        ("git", False, False, "bwrap", "git workspace is cloned"),
+        ("copy", False, False, "gvisor", "warm gvisor sandbox binds no workspace"),
+        ("copy", False, False, "docker", "warm docker sandbox binds no workspace"),
+        (None, False, False, "gvisor", None),
+        (None, True, False, "bwrap", "agent"),
+        ("copy", False, True, "bwrap", "egress"),
+        (None, False, False, "bwrap", None),
     ],
 )
-def test_what_a_warm_sandbox_fits(workspace: bool, agent: bool, egress: bool, text: str | None) -> None:
-    why = prewarm.warm_fits(workspace=workspace, agent=agent, egress=egress)
+def test_what_a_warm_sandbox_fits(
+    workspace: str | None, agent: bool, egress: bool, isolation: str, text: str | None
+) -> None:
+    why = prewarm.warm_fits(workspace=workspace, agent=agent, egress=egress, isolation=isolation)
     assert why is None if text is None else text in (why or "")
+
+
+def test_only_a_bubblewrap_warm_sandbox_binds_a_workspace() -> None:
+    assert prewarm.binds_workspace("bwrap")
+    assert not prewarm.binds_workspace("gvisor")
+    assert not prewarm.binds_workspace("docker")

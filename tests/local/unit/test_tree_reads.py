@@ -24,6 +24,11 @@ def walk(request: pytest.FixtureRequest) -> Iterator[None]:
         tree_reads.use_openat2(was)
 
 
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def threads(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     tree = tmp_path / "tree"
@@ -78,7 +83,7 @@ def test_lstat_beneath_sees_a_symlink_and_never_walks_through_one(root: tuple[Pa
 
 
 @pytest.mark.usefixtures("walk")
-def test_copy_tree_copies_files_dirs_and_links_as_links(root: tuple[Path, int], tmp_path: Path) -> None:
+def test_copy_tree_copies_files_dirs_and_links_as_links(root: tuple[Path, int], tmp_path: Path, threads: int) -> None:
     tree, fd = root
     os.chmod(tree / "a" / "b" / "f", 0o700)
     os.utime(tree / "a" / "b" / "f", ns=(1, 1_500_000_000_000_000_123))
@@ -86,7 +91,7 @@ def test_copy_tree_copies_files_dirs_and_links_as_links(root: tuple[Path, int], 
     copy.mkdir()
     dst = os.open(copy, tree_reads.DIR_FLAGS)
     try:
-        tree_reads.copy_tree(fd, dst, max_file=100, max_total=100, owner=None)
+        tree_reads.copy_tree(fd, dst, max_file=100, max_total=100, owner=None, threads=threads)
     finally:
         os.close(dst)
     assert (copy / "a" / "b" / "f").read_bytes() == b"inside\n"
@@ -99,7 +104,7 @@ def test_copy_tree_copies_files_dirs_and_links_as_links(root: tuple[Path, int], 
 @pytest.mark.usefixtures("walk")
 @pytest.mark.parametrize(("max_file", "max_total", "path"), [(6, 100, "a/b/f"), (100, 10, None)])
 def test_copy_tree_stops_at_a_bound(
-    root: tuple[Path, int], tmp_path: Path, max_file: int, max_total: int, path: str | None
+    root: tuple[Path, int], tmp_path: Path, max_file: int, max_total: int, path: str | None, threads: int
 ) -> None:
     tree, fd = root
     (tree / "a" / "g").write_bytes(b"x" * 6)
@@ -108,7 +113,7 @@ def test_copy_tree_stops_at_a_bound(
     dst = os.open(copy, tree_reads.DIR_FLAGS)
     try:
         with pytest.raises(tree_reads.Refused) as caught:
-            tree_reads.copy_tree(fd, dst, max_file=max_file, max_total=max_total, owner=None)
+            tree_reads.copy_tree(fd, dst, max_file=max_file, max_total=max_total, owner=None, threads=threads)
     finally:
         os.close(dst)
     assert caught.value.path == path
@@ -116,7 +121,7 @@ def test_copy_tree_stops_at_a_bound(
     assert copied <= max_total + 1
 
 
-def test_copy_tree_refuses_a_fifo(tmp_path: Path) -> None:
+def test_copy_tree_refuses_a_fifo(tmp_path: Path, threads: int) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     os.mkfifo(tree / "pipe")
@@ -125,10 +130,41 @@ def test_copy_tree_refuses_a_fifo(tmp_path: Path) -> None:
     src, dst = os.open(tree, tree_reads.DIR_FLAGS), os.open(copy, tree_reads.DIR_FLAGS)
     try:
         with pytest.raises(tree_reads.Refused, match="special file"):
-            tree_reads.copy_tree(src, dst, max_file=10, max_total=10, owner=None)
+            tree_reads.copy_tree(src, dst, max_file=10, max_total=10, owner=None, threads=threads)
     finally:
         os.close(src)
         os.close(dst)
+
+
+def test_two_threads_copy_a_tree_of_many_directories_whole(tmp_path: Path) -> None:
+    """Each thread copies its share of the bytes; every file, mode and mtime is the source's."""
+    tree = tmp_path / "tree"
+    for n in range(60):
+        directory = tree / f"d{n % 7}" / f"e{n % 3}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"f{n}").write_bytes(os.urandom(n * 97))
+        os.chmod(directory / f"f{n}", 0o600 | (n % 2) * 0o100)
+    os.chmod(tree / "d3", 0o500)  # a read-only directory: filled before its mode is set
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    src, dst = os.open(tree, tree_reads.DIR_FLAGS), os.open(copy, tree_reads.DIR_FLAGS)
+    try:
+        tree_reads.copy_tree(src, dst, max_file=1 << 20, max_total=1 << 30, owner=None, threads=2)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+    def shape(root: Path) -> list[tuple[str, int, int, bytes]]:
+        out = []
+        for path in sorted(root.rglob("*")):
+            st = path.lstat()
+            data = path.read_bytes() if path.is_file() else b""
+            out.append((str(path.relative_to(root)), st.st_mode, st.st_mtime_ns, data))
+        return out
+
+    assert shape(copy) == shape(tree)
+    os.chmod(tree / "d3", 0o700)
+    os.chmod(copy / "d3", 0o700)
 
 
 def test_blobs_are_gits_own(tmp_path: Path) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from tests.sessions.integration.serving import cli_env, descendants, ironflow, running, start_serve
 
+from ironflow import egress
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
+from ironflow.local.sessions.snapshots import SnapshotStore
 from ironflow.local.sessions.starter import WarmSandbox
 from ironflow.sessions import CommandResult, OpenOptions, PoolPolicy
 from ironflow.workspaces import Workspace
@@ -138,14 +140,134 @@ async def test_a_member_that_waited_past_its_idle_expiry_is_replaced(state: Path
         assert not _exists(old[0].directory)
 
 
-async def test_a_request_the_pool_does_not_fit_opens_cold(pooled: LocalSessions, tmp_path: Path) -> None:
+async def test_a_request_the_pool_does_not_fit_opens_cold(pooled: LocalSessions) -> None:
     warm = _pids(await _full(pooled))
-    (tmp_path / "ws").mkdir()
-    sandbox = await pooled.open(OpenOptions(ttl=60, workspace=Workspace(str(tmp_path / "ws"))))
-    assert pooled.host_pids(sandbox.id)[0] not in warm, "a workspace is bound at start: cold"
+    allow = egress.EgressPolicy(allow=(egress.parse_allow_host("127.0.0.2:9"),))
+    sandbox = await pooled.open(OpenOptions(ttl=60, egress=allow))
+    assert pooled.host_pids(sandbox.id)[0] not in warm, "an egress relay is bound at start: cold"
     assert pooled.pool is not None
     assert _pids(list(pooled.pool.waiting())) == warm, "the warm sandbox still waits"
     await sandbox.close()
+
+
+def _tree(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / "note").write_text("host\n")
+    (root / "sub" / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(root / "sub" / "run.sh", 0o750)  # noqa: S103 (modes a copy must keep)
+    os.chmod(root / "sub", 0o710)  # noqa: S103
+    os.chmod(root, 0o750)  # noqa: S103
+    return root
+
+
+def _shape(copy: str) -> list[tuple[str, int, int, int]]:
+    """Every path of a session's host copy with its mode, owner and group."""
+    out = []
+    for where, dirs, files in os.walk(copy):
+        for name in ["", *dirs, *files]:
+            path = os.path.join(where, name) if name else where
+            st = os.lstat(path)
+            out.append((os.path.relpath(path, copy), st.st_mode, st.st_uid, st.st_gid))
+    return sorted(out)
+
+
+@pytest.fixture
+async def both(state: Path, tmp_path: Path) -> AsyncIterator[LocalSessions]:
+    """A pool of one plain member and one with an empty workspace bound (snapshots in the test's own store)."""
+    store = SnapshotStore(str(tmp_path / "snapshots"))
+    pool = PoolPolicy(2, workspaces=1)
+    async with LocalSessions(LocalSandboxProvider(), state_dir=str(state), pool=pool, snapshot_store=store) as sessions:
+        yield sessions
+    assert _entries(state) == [], "every member and session directory is gone"
+
+
+async def _bound(sessions: LocalSessions) -> set[int]:
+    """The pids of the members with a workspace bound, once both pools are full."""
+    assert sessions.workspace_pool is not None
+    await _full(sessions)
+    await asyncio.wait_for(sessions.workspace_pool.full(), 30)
+    return _pids(list(sessions.workspace_pool.waiting()))
+
+
+async def test_a_workspace_session_is_handed_a_warm_sandbox_filled_as_a_cold_one(
+    both: LocalSessions, state: Path, tmp_path: Path
+) -> None:
+    """The warm sandbox's bound directory is filled with the copy a cold open makes (owner, mode),
+    the session serves from /workspace, and its diff and snapshot are a cold one's."""
+    repo = _tree(tmp_path / "repo")
+    async with LocalSandboxProvider().sessions(state_dir=str(state)) as cold_sessions:
+        cold = await cold_sessions.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+        cold_copy = cold_sessions._get(cold.id).workspace
+        assert cold_copy is not None
+        cold_shape = _shape(cold_copy.copy)
+        await cold.close()
+    warm = await _bound(both)
+    sandbox = await both.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+    assert both.host_pids(sandbox.id)[0] in warm, "handed out from the pool"
+    prepared = both._get(sandbox.id).workspace
+    assert prepared is not None
+    assert _shape(prepared.copy) == cold_shape
+    done = await sandbox.commands.run(["sh", "-c", "pwd; cat note; echo mine > new; echo more >> note"])
+    assert done.stdout == "/workspace\nhost\n", done.stderr
+    assert (await sandbox.files.read("new")) == b"mine\n"
+    changes = await both.changes(sandbox.id)
+    assert sorted(c.path for c in changes.files) == ["new", "note"]
+    taken = await both.snapshot(sandbox.id)
+    assert "workspace" in taken.trees
+    await both.remove_snapshot(taken.id)
+    await sandbox.close()
+    assert (repo / "note").read_text() == "host\n", "the host directory is only read"
+
+
+async def test_a_fork_from_the_pool_has_its_parents_files_and_keeps_its_writes(
+    both: LocalSessions, tmp_path: Path
+) -> None:
+    """A fork handed a warm sandbox sees the parent's files; what it writes, the parent and the next
+    pooled sessions (with a workspace or without) never see."""
+    repo = _tree(tmp_path / "repo")
+    await _bound(both)
+    parent = await both.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+    assert (await parent.commands.run(["sh", "-c", "echo parent > mine; echo home > ~/at-home"])).exit_code == 0
+    warm = await _bound(both)
+    (child,) = await both.fork(parent.id)
+    assert both.host_pids(child.id)[0] in warm, "the fork is handed out from the pool"
+    seen = await child.commands.run(["sh", "-c", "cat note mine ~/at-home; echo child > theirs; echo c > ~/c"])
+    assert seen.stdout == "host\nparent\nhome\n", seen.stderr
+    assert (await parent.commands.run(["cat", "theirs", "/home/claude/c"])).exit_code != 0, "the fork's writes"
+    changed = await both.changes(child.id)
+    assert sorted(c.path for c in changed.files) == ["mine", "theirs"], "against the parent's base"
+    await child.close()
+    warm = await _bound(both)
+    again = await both.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+    assert both.host_pids(again.id)[0] in warm
+    found = await again.commands.run(["sh", "-c", "ls -A; cat ~/c ~/at-home"])
+    assert found.stdout == "note\nsub\n", found.stdout
+    assert found.exit_code != 0
+    plain = await both.open(OpenOptions(ttl=60))
+    assert both.host_pids(plain.id)[0] not in warm, "a plain session takes a plain member"
+    found = await plain.commands.run(["sh", "-c", "ls -A /workspace; cat ~/c ~/at-home"])
+    assert (found.stdout, found.exit_code != 0) == ("", True)
+    for handle in (again, plain, parent):
+        await handle.close()
+
+
+async def test_a_snapshot_with_a_workspace_opens_in_a_warm_sandbox_and_diffs_against_it(
+    both: LocalSessions, tmp_path: Path
+) -> None:
+    repo = _tree(tmp_path / "repo")
+    await _bound(both)
+    parent = await both.open(OpenOptions(ttl=60, workspace=Workspace(str(repo))))
+    assert (await parent.commands.run(["sh", "-c", "echo kept > kept"])).exit_code == 0
+    taken = await both.snapshot(parent.id)
+    await parent.close()
+    warm = await _bound(both)
+    restored = await both.open(OpenOptions(ttl=60, from_snapshot=taken.id))
+    assert both.host_pids(restored.id)[0] in warm, "handed out from the pool"
+    done = await restored.commands.run(["sh", "-c", "pwd; cat kept note; echo new > new"])
+    assert done.stdout == "/workspace\nkept\nhost\n", done.stderr
+    assert [c.path for c in (await both.changes(restored.id)).files] == ["new"], "against the snapshot"
+    await restored.close()
+    await both.remove_snapshot(taken.id)
 
 
 async def test_closing_the_pool_leaves_no_process_directory_or_cgroup(state: Path) -> None:

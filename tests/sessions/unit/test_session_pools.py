@@ -48,6 +48,8 @@ def test_after_a_failed_start_nothing_starts_until_the_pause_is_over() -> None:
         ({"size": -1}, "0 or more"),
         ({"size": 1, "max_starts": 0}, "at least one"),
         ({"size": 1, "idle_expiry": 0}, "idle expiry"),
+        ({"size": 1, "workspaces": 2}, "workspaces are 0 to its size"),
+        ({"size": 1, "workspaces": -1}, "workspaces are 0 to its size"),
     ],
 )
 def test_a_bad_policy_names_its_field(fields: dict[str, float], text: str) -> None:

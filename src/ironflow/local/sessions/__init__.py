@@ -1,13 +1,13 @@
 """Local sandbox sessions: the session host, its gVisor runtime, agents and workspace changesets.
 
-``local_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says;
-built by ``LocalSandboxProvider(...).sessions()``), the table of open sessions; ``starter``
-starts a session's sandbox with the runtime inside and hands it out; ``prewarm`` keeps started
-sandboxes warm for the sessions that fit them; ``gvisor_runtime`` the runsc bundle and
-socket; ``agents`` an agent step inside a session; ``changesets`` a session's workspace copy
-and its changes; ``provided`` what a session needs of its provider. ``ironflow.local.sessions``
-was a module until this release: its names still resolve here, with a DeprecationWarning
-and ``LocalSessions`` keeps its old face there: the provider optional (a default
+``local_sessions`` holds :class:`LocalSessions` (bubblewrap or gVisor, as the provider says; built
+by ``LocalSandboxProvider(...).sessions()``), the table of open sessions; ``starter`` starts a
+session's sandbox with the runtime inside and hands it out; ``prewarm`` keeps started sandboxes warm
+for the sessions that fit them, ``handouts`` fills a warm one's workspace and hands it out;
+``gvisor_runtime`` the runsc bundle and socket; ``agents`` an agent step inside a session;
+``changesets`` a session's workspace copy and its changes; ``provided`` what a session needs of its
+provider. ``ironflow.local.sessions`` was a module until this release: its names still resolve here,
+with a DeprecationWarning and ``LocalSessions`` keeps its old face there: the provider optional (a default
 ``LocalSandboxProvider``), ``open(ttl=..., ...)`` by keywords, ``connect`` and ``list`` blocking,
 ``close_run``. The new one (``local_sessions.LocalSessions``) is the async
 :class:`~ironflow.sessions.backend.SessionBackend`.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -45,8 +46,11 @@ _READ_COPY: Final = "workspace-read-"
 _ENDED_KEPT: Final = 256
 
 
-async def prepare(provider: LocalSandbox, spec: Workspace, directory: str) -> local_workspaces.PreparedWorkspace:
-    """The session's copy of ``spec`` in its private ``directory``.
+async def prepare(
+    provider: LocalSandbox, spec: Workspace, directory: str, *, made: bool = False
+) -> local_workspaces.PreparedWorkspace:
+    """The session's copy of ``spec`` in its private ``directory`` (``made``: into the empty copy
+    directory a warm sandbox binds; a host directory's only, never a clone).
 
     Raises:
         WorkspaceRefused: a PVC source, or the source cannot be copied or cloned (named).
@@ -60,12 +64,15 @@ async def prepare(provider: LocalSandbox, spec: Workspace, directory: str) -> lo
         raise errors.WorkspaceRefused("a session's workspace cannot push: take its patch with changes()")
     shape = provider.shape()
     local_workspaces.check_mounts(provider.isolation, shape.writable_uid, (), (), spec)  # gVisor: a root worker
-    if spec.is_git:
+    if spec.is_git and not made:
         return await git_sync.clone(
             spec, directory, processes=provider.processes, shape=shape, hosts=provider.git_hosts,
             limit_s=provider.timeout,
         )  # fmt: skip
-    return await asyncio.to_thread(local_workspaces.prepare, spec, directory, sandbox_uid=shape.writable_uid)
+    if spec.is_git:
+        raise errors.SandboxError("a git workspace is cloned before its sandbox starts: never into a warm one")
+    prepare = functools.partial(local_workspaces.prepare, sandbox_uid=shape.writable_uid, made=made)
+    return await asyncio.to_thread(prepare, spec, directory)
 
 
 def _collect_from_a_copy(prepared: local_workspaces.PreparedWorkspace) -> WorkspaceChanges:

@@ -107,9 +107,13 @@ class DockerStarter(starter.SessionStarter):
         max_upload_bytes: int,
         egress_socket: str | None = None,
         agent: bool = False,
+        workspace_dir: str | None = None,
     ) -> starter.WarmSandbox:
         """The session's container with ``env``, its runtime set up and waiting for :meth:`hand_out`;
-        from then on its socket's directory is root's (torn down again if it never got there)."""
+        from then on its socket's directory is root's (torn down again if it never got there). A warm
+        container binds no workspace (:func:`~ironflow.local.sessions.prewarm.binds_workspace`)."""
+        if workspace_dir is not None:
+            raise errors.ConfigError("a Docker session's container binds no warm workspace")
         for served in (proxy_socket, egress_socket):
             if served is not None:  # the container's uid connects; in the 0700 session dir only the bind reaches it
                 os.chmod(served, 0o666)  # noqa: S103
@@ -153,12 +157,18 @@ class DockerStarter(starter.SessionStarter):
         return warm
 
     async def hand_out(
-        self, warm: starter.WarmSandbox, info: SessionInfo, *, env: Mapping[str, str], idle_timeout: float | None
+        self,
+        warm: starter.WarmSandbox,
+        info: SessionInfo,
+        *,
+        env: Mapping[str, str],
+        idle_timeout: float | None,
+        workspace: local_workspaces.PreparedWorkspace | None = None,
     ) -> starter.StartedSession:
         """:meth:`SessionStarter.hand_out`, then the socket's directory is root's (0700): the runtime
         has bound its socket, and no command has run yet (none runs before the host, which alone
         holds the token, asks): from now on none can reach the socket's path or replace it."""
-        session = await super().hand_out(warm, info, env=env, idle_timeout=idle_timeout)
+        session = await super().hand_out(warm, info, env=env, idle_timeout=idle_timeout, workspace=workspace)
         try:
             os.chown(os.path.dirname(session.socket_path), 0, 0)
         except BaseException:

@@ -1,9 +1,11 @@
 """What a new local session starts with besides its sandbox: a snapshot's files, or a running session's (I/O).
 
 A :class:`Seed` is applied by :class:`~ironflow.local.sessions.local_sessions.LocalSessions` as
-it opens the session: ``workspace`` makes its workspace directory (before the sandbox starts: it
-is bound at ``/workspace``), ``fill`` copies into it while the sandbox starts (:func:`beside`),
-``home`` fills its HOME once the sandbox runs.
+it opens the session, on the session's empty ``workspace`` directory (:func:`workspace_dir`
+makes it before a cold sandbox starts; a warm one binds its own from its start): ``workspace``
+gives the prepared workspace, ``fill`` copies into it (while a cold sandbox starts:
+:func:`beside`; into a warm one before its hand-out: :func:`fill_now`), ``home`` fills its HOME
+once the sandbox runs.
 
 From a snapshot (:func:`from_snapshot`), both come out of the store, and the session's changes are
 against the snapshot (it has no host directory to apply to). A fork (:func:`live`) copies the
@@ -28,7 +30,7 @@ from ironflow.local.sessions import snapshots, starter
 from ironflow.local.workspaces import copies
 from ironflow.local.workspaces.tree_reads import DIR_FLAGS
 
-__all__ = ["Seed", "beside", "from_snapshot", "live"]
+__all__ = ["Seed", "beside", "fill_now", "from_snapshot", "live", "workspace_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +103,32 @@ def _workspace_for(
     is checked as a snapshot's is."""
     snapshots.check_tree(source, snapshots.WORKSPACE)
     copy = os.path.join(directory, snapshots.WORKSPACE)
-    os.mkdir(copy, 0o700)
     return dataclasses.replace(parent, copy=copy, git_dir=os.path.join(directory, "workspace.git"))
 
 
+def workspace_dir(directory: str) -> str:
+    """The session's empty workspace directory, made in its private ``directory`` (0700: the copy
+    gives it its source's mode and owner once filled)."""
+    path = os.path.join(directory, snapshots.WORKSPACE)
+    os.mkdir(path, 0o700)
+    return path
+
+
+def fill_now(seed: Seed, directory: str) -> copies.PreparedWorkspace:
+    """The seed's workspace in ``directory``'s existing, empty ``workspace`` directory (a warm
+    sandbox's, bound already), ``workspace`` then ``fill``, in this thread."""
+    assert seed.workspace is not None
+    prepared = seed.workspace(directory)
+    if seed.fill is not None:
+        seed.fill(directory)
+    return prepared
+
+
 def _filled_workspace(source: snapshots.Opener, owner: int | None, directory: str) -> None:
+    """The parent's workspace copied by two threads: a fork waits for its copy (from a warm sandbox,
+    nothing else), and ``copy_file_range`` lets go of the GIL."""
     snapshots.copy_into(source, functools.partial(os.open, os.path.join(directory, snapshots.WORKSPACE), DIR_FLAGS),
-                        owner=owner)  # fmt: skip
+                        owner=owner, threads=2)  # fmt: skip
 
 
 def _home_from(parent_home: snapshots.Opener, owner: int | None, directory: str, home: snapshots.Opener) -> None:

@@ -5,7 +5,8 @@ A session's sandbox is the provider's own with the runtime inside it, started by
 ``--isolate-commands``; a Docker container by :mod:`~ironflow.local.sessions.docker_sessions`);
 this module opens, finds, lists and closes sessions by id, and
 watches each until its end. With a pool (:mod:`~ironflow.local.sessions.prewarm`) a session that
-fits is handed a sandbox started ahead, issued its token then; any other opens cold. Either
+fits is handed a sandbox started ahead (one with an empty workspace bound, for a session with a
+workspace: :mod:`~ironflow.local.sessions.handouts`), issued its token then; any other opens cold. Either
 way the sandbox is new: none is ever handed out twice.
 
 Every session is reaped: :meth:`LocalSessions.close`, its TTL, the runtime's idle timeout,
@@ -47,6 +48,7 @@ from ironflow.local.sessions import (
     docker_sessions,
     forks,
     gvisor_runtime,
+    handouts,
     prewarm,
     session_controls,
     snapshots,
@@ -73,9 +75,10 @@ DEFAULT_MAX_UPLOAD_BYTES: Final = 1 << 30
 #: A session directory's name starts so (short: its runtime socket's path has a length limit).
 _DIR_PREFIX: Final = "ifs-"
 _MAX_SOCKET_PATH: Final = 107
+_Pool = prewarm.WarmPool[starter.WarmSandbox]
 
 
-class LocalSessions(session_controls.LocalControls):
+class LocalSessions(session_controls.LocalControls, handouts.HandOuts):
     """The sessions this process opened on the local provider, by id.
 
     Args:
@@ -125,26 +128,39 @@ class LocalSessions(session_controls.LocalControls):
         workdirs.sweep(self.state_dir, _DIR_PREFIX)
         # Every sandbox starts with the provider's environment; a session's own goes in at hand-out.
         self._base_env = environment.sandbox_env(self.provider.env)
+        #: The warm sandboxes for sessions without a workspace, and those with one bound (``pool.workspaces``).
         self.pool: prewarm.WarmPool[starter.WarmSandbox] | None = None
+        self.workspace_pool: prewarm.WarmPool[starter.WarmSandbox] | None = None
         if pool is not None and pool.size:
-            self.pool = prewarm.WarmPool(
-                pool, start=self._prewarm, discard=self._discard, alive=lambda warm: warm.proc.returncode is None
-            )
+            bound = pool.workspaces if prewarm.binds_workspace(self.provider.isolation) else 0
+            alive = lambda warm: warm.proc.returncode is None  # noqa: E731
+            if pool.size - bound:
+                plain = functools.partial(self._prewarm, bound=False)
+                self.pool = prewarm.WarmPool(
+                    dataclasses.replace(pool, size=pool.size - bound), start=plain, discard=self._discard, alive=alive
+                )
+            if bound:
+                policy, filled = dataclasses.replace(pool, size=bound), functools.partial(self._prewarm, bound=True)
+                self.workspace_pool = prewarm.WarmPool(policy, start=filled, discard=self._discard, alive=alive)
             with contextlib.suppress(RuntimeError):  # no running loop: the first open (or prewarm) begins it
                 asyncio.get_running_loop()
-                self.pool.begin()
+                for warm_pool in self._pools():
+                    warm_pool.begin()
 
     def prewarm(self) -> None:
         """Begin filling the pool now, in the running loop (a server calls it once listening); the
         sessions of an earlier server are watched again (and the dead ones' remains cleaned) from here."""
-        if self.pool is not None:
-            self.pool.begin()
+        for warm_pool in self._pools():
+            warm_pool.begin()
         for session in self._sessions.values():
             if session.watcher is None and session.info.id in self._kept:
                 self._begin(session, session.info.expires_at - time.time(), None)
         gone, self._gone = self._gone, []
         for record in gone:
             asyncio.get_running_loop().create_task(adoption.clean(record, self.provider.processes.support))
+
+    def _pools(self) -> builtins.list[_Pool]:
+        return [pool for pool in (self.pool, self.workspace_pool) if pool is not None]
 
     def _adopt(self) -> None:
         """An earlier server's kept sessions still running, taken; the rest (all without ``keep_sessions``) cleaned."""
@@ -186,18 +202,22 @@ class LocalSessions(session_controls.LocalControls):
             egress = None
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
-        seeded = seed is not None and seed.workspace is not None
-        cold = prewarm.warm_fits(workspace=workspace is not None or seeded, agent=agent, egress=egress is not None)
-        warm = None if self.pool is None or cold is not None else self.pool.take()
-        if self.pool is not None:
+        kind = "copy" if seed is not None and seed.workspace is not None else None  # a snapshot's, a fork's
+        kind = ("git" if workspace.is_git else "copy") if workspace is not None else kind  # first, as cold
+        isolation = self.provider.isolation
+        cold = prewarm.warm_fits(workspace=kind, agent=agent, egress=egress is not None, isolation=isolation)
+        pool = self.pool if kind is None else self.workspace_pool
+        warm = None if pool is None or cold is not None else pool.take()
+        if pool is not None:
             log.debug("sandbox session %s: %s", session_id, cold or ("warm" if warm else "cold, the pool is empty"))
         proxy = contextlib.AsyncExitStack()
         token = None
         try:
             session = None
             if warm is not None:
+                prepared = await self._fill(warm, options, seed)  # a refusal is the request's: it opens nothing
                 try:
-                    session = await self._hand_out(warm, session_id, options, run_env)
+                    session = await self._hand_out(warm, session_id, options, run_env, prepared)
                 except errors.SandboxError as exc:  # it died waiting: this request opens cold
                     log.warning("sandbox session %s: a warm sandbox failed its hand-out: %s", session_id, exc)
             if session is None:
@@ -205,29 +225,32 @@ class LocalSessions(session_controls.LocalControls):
                 session = await self._hand_out(warm, session_id, options, run_env)
         except BaseException:
             await proxy.aclose()
+            if pool is not None:
+                pool.refill()
             raise
+        try:
+            session.agent_token, session.proxy = token, proxy
+            self._sessions[session_id] = session
+            keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
+            if self.keep_sessions and keepable:  # its record: the next server serves it again
+                await asyncio.to_thread(adoption.save, session)
+                self._kept.add(session_id)
+            self._begin(session, ttl, options, seed.snapshot_id if seed else None)
+            kill = functools.partial(self._starter.kill, session)
+            if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
+                session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
+            if seed is not None and seed.home is not None:
+                try:
+                    home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
+                    await asyncio.to_thread(seed.home, session.directory, home)
+                except BaseException:
+                    await self.close(session_id)
+                    raise
+            log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
+            return self._handle(session)
         finally:
-            if self.pool is not None:
-                self.pool.refill()  # once handed out: a start's fork would have delayed it
-        session.agent_token, session.proxy = token, proxy
-        self._sessions[session_id] = session
-        keepable = agent is False and egress is None and session.workspace is None and not options.idle_suspend
-        if self.keep_sessions and keepable:  # its record: the next server serves it again
-            await asyncio.to_thread(adoption.save, session)
-            self._kept.add(session_id)
-        self._begin(session, ttl, options, seed.snapshot_id if seed else None)
-        kill = functools.partial(self._starter.kill, session)
-        if session.workspace is not None:  # killed once its copy holds more than the workspace's max_total_bytes
-            session.bound = changesets.stop_past_bound(session.workspace, session_id, self._ended, kill)
-        if seed is not None and seed.home is not None:
-            try:
-                home = functools.partial(snapshots.sandbox_home, session.proc.pid, session.group)
-                await asyncio.to_thread(seed.home, session.directory, home)
-            except BaseException:
-                await self.close(session_id)
-                raise
-        log.info("sandbox session %s opened (ttl %.0fs)", session_id, ttl)
-        return self._handle(session)
+            if pool is not None:
+                pool.refill()  # once the session is up: a start forks in this loop, which would delay it
 
     def _begin(
         self, session: starter.StartedSession, ttl: float, options: OpenOptions | None, base: str | None = None
@@ -241,23 +264,6 @@ class LocalSessions(session_controls.LocalControls):
         session.watcher = asyncio.create_task(self._watch(session, ttl))
         kill = functools.partial(self._starter.kill, session)
         activity.start(idle_end=options.idle_timeout if options is not None else None, kill=kill)
-
-    async def _hand_out(
-        self, warm: starter.WarmSandbox, session_id: str, options: OpenOptions, run_env: dict[str, str]
-    ) -> starter.StartedSession:
-        """``warm`` handed out as the session: the env it lacks and the idle timeout go in with its
-        token; its TTL counts from now. Failing, it is torn down."""
-        own_env = {name: value for name, value in run_env.items() if self._base_env.get(name) != value}
-        now = time.time()
-        info = SessionInfo(
-            session_id, "local", self.provider.isolation, now, now + options.ttl, dict(options.labels), options.run_id
-        )
-        try:
-            idle = None if options.idle_suspend else options.idle_timeout  # with a suspend: the host's (activity)
-            return await self._starter.hand_out(warm, info, env=own_env, idle_timeout=idle)
-        except BaseException:
-            shutil.rmtree(warm.directory, ignore_errors=True)
-            raise
 
     async def _launch_cold(
         self,
@@ -278,6 +284,7 @@ class LocalSessions(session_controls.LocalControls):
             if options.workspace is not None:
                 prepared = await changesets.prepare(self.provider, options.workspace, directory)
             elif seed is not None and seed.workspace is not None:
+                forks.workspace_dir(directory)
                 prepared = await asyncio.to_thread(seed.workspace, directory)
             socket_path, egress_socket = None, None
             if agent or egress is not None:
@@ -302,18 +309,18 @@ class LocalSessions(session_controls.LocalControls):
             raise
         return warm, token
 
-    async def _prewarm(self) -> starter.WarmSandbox:
-        """A sandbox for the pool: the provider's, with nothing of a session's."""
+    async def _prewarm(self, *, bound: bool) -> starter.WarmSandbox:
+        """A sandbox for the pool: the provider's, with nothing of a session's (``bound``: and an empty
+        workspace directory bound, :mod:`~ironflow.local.sessions.handouts`)."""
         directory = workdirs.marked_dir(self.state_dir, _DIR_PREFIX)
         try:
-            return await self._starter.launch(directory, self._base_env, max_upload_bytes=self.max_upload_bytes)
+            empty = forks.workspace_dir(directory) if bound else None
+            return await self._starter.launch(
+                directory, self._base_env, max_upload_bytes=self.max_upload_bytes, workspace_dir=empty
+            )
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-
-    async def _discard(self, warm: starter.WarmSandbox) -> None:
-        await self._starter.teardown(warm)
-        shutil.rmtree(warm.directory, ignore_errors=True)
 
     async def _watch(self, session: starter.StartedSession, ttl: float) -> None:
         """Until the sandbox ends or its TTL passes; then nothing of it is left (unless this server lets
@@ -457,8 +464,8 @@ class LocalSessions(session_controls.LocalControls):
     async def keep(self) -> None:
         """Let go of the sessions with a record (``keep_sessions``: each lives on to its TTL, and the next
         server serves it again); close the pool and every other session."""
-        if self.pool is not None:
-            await self.pool.aclose()
+        for pool in self._pools():
+            await pool.aclose()
         self._releasing = True
         for session_id in list(self._sessions):
             session = self._sessions[session_id]
@@ -476,8 +483,8 @@ class LocalSessions(session_controls.LocalControls):
 
     async def aclose(self) -> None:
         """Close the pool (every warm sandbox torn down), then every session."""
-        if self.pool is not None:
-            await self.pool.aclose()
+        for pool in self._pools():
+            await pool.aclose()
         gone, self._gone = self._gone, []
         for record in gone:  # an earlier server's, never served here
             await adoption.clean(record, self.provider.processes.support)

@@ -21,28 +21,44 @@ from typing import Any, Generic, TypeVar
 
 from ironflow.sessions import pools
 
-__all__ = ["WarmPool", "warm_fits"]
+__all__ = ["WarmPool", "binds_workspace", "warm_fits"]
 
 log = logging.getLogger("ironflow.local")
 
 _M = TypeVar("_M")
 
 
-def warm_fits(*, workspace: bool, agent: bool, egress: bool) -> str | None:
+def binds_workspace(isolation: str) -> bool:
+    """Whether a warm sandbox of ``isolation`` binds an empty workspace directory at start (pure).
+
+    Under bubblewrap the bind is of the directory's inode: the host fills it at hand-out and the
+    sandbox sees the files at once. gVisor's gofer caches what it has seen of a mount (a directory
+    filled behind it may look empty inside), and a Docker container's mounts are the daemon's: their
+    warm sandboxes bind none.
+    """
+    return isolation == "bwrap"
+
+
+def warm_fits(*, workspace: str | None, agent: bool, egress: bool, isolation: str) -> str | None:
     """Why a local session with these opens cold, or None when a warm sandbox fits it (pure).
 
-    A warm sandbox is started with the provider's isolation, limits and environment, and binds
-    nothing of a session's: a workspace is a writable mount, an agent's proxy relay and an egress
-    relay are sockets, all bound when bubblewrap starts. Attaching them after the start would mean
-    entering the sandbox's mount namespace, so such a session opens cold. A session's ``env``,
-    TTL, idle timeout, labels and run go in at hand-out and fit any warm sandbox.
+    ``workspace``: None, ``"copy"`` (a host directory's copy, a fork's or a snapshot's files) or
+    ``"git"`` (a clone). A warm sandbox is started with the provider's isolation, limits and
+    environment and, where :func:`binds_workspace`, an empty workspace directory bound at
+    ``/workspace``, which a session's copy fills at hand-out. An agent's proxy relay and an egress
+    relay are sockets bound when the sandbox starts: attaching them after would mean entering the
+    sandbox's mount namespace, so such a session opens cold, as does a git workspace (its clone runs
+    in a sandbox of its own, seconds before the session's). A session's ``env``, TTL, idle timeout,
+    labels and run go in at hand-out and fit any warm sandbox.
     """
-    if workspace:
-        return "a workspace is bound when the sandbox starts"
     if agent:
         return "an agent session's proxy relay is bound when the sandbox starts"
     if egress:
         return "an egress relay is bound when the sandbox starts"
+    if workspace == "git":
+        return "a git workspace is cloned before the session's sandbox starts"
+    if workspace is not None and not binds_workspace(isolation):
+        return f"a warm {isolation} sandbox binds no workspace"
     return None
 
 

@@ -230,8 +230,9 @@ class SnapshotStore(snapshot_store.SnapshotStore):
     def restore_workspace(
         self, snapshot_id: str, run_dir: str, *, owner: int | None
     ) -> copies.PreparedWorkspace | None:
-        """The snapshot's workspace copied into ``run_dir`` as a session's prepared workspace (its
-        changes are against the snapshot; it has no host directory to apply to), None without one."""
+        """The snapshot's workspace copied into ``run_dir``'s (empty) ``workspace`` directory as a session's
+        prepared workspace (its changes are against the snapshot; it has no host directory to apply to),
+        None without one."""
         info, doc = self.get(snapshot_id)
         if WORKSPACE not in info.trees:
             return None
@@ -242,7 +243,7 @@ class SnapshotStore(snapshot_store.SnapshotStore):
         copy = os.path.join(run_dir, WORKSPACE)
         src = os.open(source, DIR_FLAGS)
         try:
-            _copy(src, copy, owner=owner)
+            _copy_into(src, functools.partial(os.open, copy, DIR_FLAGS), owner=owner)
         finally:
             os.close(src)
         before = copies.snapshot(copy, spec, whose=f"snapshot '{snapshot_id}'")
@@ -274,10 +275,10 @@ def check_tree(opener: Opener, tree: str) -> None:
         os.close(root)
 
 
-def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bool = False) -> None:
+def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bool = False, threads: int = 1) -> None:
     """The tree ``source`` opens copied into the empty directory ``target`` opens, given to ``owner``
     (``as_owner``: written by this thread with ``owner`` as its filesystem uid, for a sandbox's HOME:
-    see :func:`fill_home`).
+    see :func:`fill_home`; else by ``threads`` threads, :func:`~ironflow.local.workspaces.tree_reads.copy_tree`).
 
     Raises:
         WorkspaceRefused: a path moved while it was read, or could not be written.
@@ -288,7 +289,7 @@ def copy_into(source: Opener, target: Opener, *, owner: int | None, as_owner: bo
             with _fsuid(owner):
                 _copy_into(src, target, owner=None)
         else:
-            _copy_into(src, target, owner=owner)
+            _copy_into(src, target, owner=owner, threads=threads)
     except (OSError, tree_reads.Refused) as exc:
         raise _refused(f"the session's files could not be copied: {getattr(exc, 'strerror', None) or exc}") from None
     finally:
@@ -313,10 +314,10 @@ def fill_home(staged: str, home: Opener, *, owner: int | None) -> None:
         snapshot_store.remove_tree(staged)
 
 
-def _copy_into(src: int, opener: Opener, *, owner: int | None) -> None:
+def _copy_into(src: int, opener: Opener, *, owner: int | None, threads: int = 1) -> None:
     dst = opener()
     try:
-        tree_reads.copy_tree(src, dst, max_file=_NO_BOUND, max_total=_NO_BOUND, owner=owner)
+        tree_reads.copy_tree(src, dst, max_file=_NO_BOUND, max_total=_NO_BOUND, owner=owner, threads=threads)
     finally:
         os.close(dst)
 

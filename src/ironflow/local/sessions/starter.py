@@ -82,6 +82,9 @@ class WarmSandbox:
     proc: asyncio.subprocess.Process
     group: cgroups.SandboxCgroup | None
     workspace: local_workspaces.PreparedWorkspace | None = None
+    #: A pool's member: the empty directory bound at ``/workspace``, filled (never replaced: the bind
+    #: holds its inode) when a session with a workspace takes it; None when it binds none.
+    workspace_dir: str | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -133,13 +136,16 @@ class SessionStarter:
         max_upload_bytes: int,
         egress_socket: str | None = None,
         agent: bool = False,
+        workspace_dir: str | None = None,
     ) -> WarmSandbox:
         """The session's sandbox with ``env``, its runtime set up and waiting for :meth:`hand_out`
-        (torn down again if it never got there)."""
-        root = layout.SANDBOX_HOME if prepared is None else WORKSPACE_PATH
+        (torn down again if it never got there). ``workspace_dir``: a pool's member binds this empty
+        directory at ``/workspace``, for a session with a workspace to fill before its hand-out."""
+        bound = workspace_dir if prepared is None else prepared.copy
+        root = layout.SANDBOX_HOME if bound is None else WORKSPACE_PATH
         options: tuple[str, ...] = ("--token-fd", "0", _PREWARM, "--workspace", root)
         options += ("--max-upload-bytes", str(max_upload_bytes))
-        writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
+        writable = () if bound is None else (bwrap.WritableMount(bound, WORKSPACE_PATH),)
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
@@ -148,7 +154,7 @@ class SessionStarter:
             proc, group, socket_path = await self._start_bwrap(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
             )
-        warm = WarmSandbox(directory, socket_path, proc, group, workspace=prepared)
+        warm = WarmSandbox(directory, socket_path, proc, group, workspace=prepared, workspace_dir=workspace_dir)
         try:
             await self._wait_for(proc, WARM)
         except BaseException:
@@ -157,22 +163,32 @@ class SessionStarter:
         return warm
 
     async def hand_out(
-        self, warm: WarmSandbox, info: SessionInfo, *, env: Mapping[str, str], idle_timeout: float | None
+        self,
+        warm: WarmSandbox,
+        info: SessionInfo,
+        *,
+        env: Mapping[str, str],
+        idle_timeout: float | None,
+        workspace: local_workspaces.PreparedWorkspace | None = None,
     ) -> StartedSession:
         """``warm`` as the session ``info``: its token issued now and handed in with the session's own
-        ``env`` and idle timeout on stdin, once; the runtime serves from then on.
+        ``env`` and idle timeout on stdin, once; the runtime serves from then on. A pool's member that
+        binds a workspace is handed out with the session's ``workspace``, copied into its
+        :attr:`WarmSandbox.workspace_dir` already.
 
         Raises:
             SandboxError: the runtime is gone or refused the hand-out (the sandbox is torn down).
         """
         token = Secret(secrets.token_urlsafe(32))
-        handed = {"token": token.reveal(), "env": dict(env), "idle_timeout": idle_timeout}
+        handed: dict[str, object] = {"token": token.reveal(), "env": dict(env), "idle_timeout": idle_timeout}
         if self.outlive:
             handed["expires_at"] = info.expires_at
         line = json.dumps(handed)
         proc = warm.proc
         assert proc.stdin is not None
         try:
+            if (warm.workspace_dir is None) != (workspace is None):  # its files would be bound nowhere, or none
+                raise errors.SandboxError("a warm sandbox that binds a workspace is for a session with one, and only")
             proc.stdin.write(line.encode() + b"\n")
             with contextlib.suppress(ConnectionError):
                 await proc.stdin.drain()
@@ -181,7 +197,8 @@ class SessionStarter:
         except BaseException:
             await asyncio.shield(self.teardown(warm))
             raise
-        return StartedSession(info, warm.directory, warm.socket_path, token, proc, warm.group, workspace=warm.workspace)
+        workspace = workspace or warm.workspace
+        return StartedSession(info, warm.directory, warm.socket_path, token, proc, warm.group, workspace=workspace)
 
     async def kill(self, sandbox: WarmSandbox | StartedSession) -> None:
         """Kill everything ``sandbox`` started; whoever waits for it then tears it down."""

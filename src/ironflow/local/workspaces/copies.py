@@ -204,16 +204,24 @@ def copy_tree(
     whose: str,
     owner: int | None,
     refusal: type[errors.IronflowError] = errors.WorkspaceRefused,
+    made: bool = False,
 ) -> None:
     """``source`` copied into the new directory ``copy`` (:func:`ironflow.local.workspaces.tree_reads.copy_tree`:
     beneath fds, the bytes counted against the workspace's bounds as they are copied); on any
-    refusal nothing of the copy is left.
+    refusal nothing of the copy is left. ``made``: ``copy`` exists, empty (a warm sandbox binds it),
+    and is filled, never removed: its owner on a refusal.
 
     Raises:
         WorkspaceRefused (or ``refusal``): a special file, a file or a total over the bounds, a
             path that moved while it was copied.
     """
-    os.mkdir(copy, 0o700)
+    if not made:
+        os.mkdir(copy, 0o700)
+
+    def gone() -> None:
+        if not made:  # a made directory is its owner's to remove
+            shutil.rmtree(copy, ignore_errors=True)
+
     try:
         src = os.open(source, DIR_FLAGS)
         try:
@@ -227,7 +235,7 @@ def copy_tree(
         finally:
             os.close(src)
     except tree_reads.Refused as exc:
-        shutil.rmtree(copy, ignore_errors=True)
+        gone()
         if exc.path is None:
             raise refusal(
                 f"{whose} holds over {spec.max_total_bytes} bytes (the workspace's max_total_bytes): "
@@ -235,16 +243,19 @@ def copy_tree(
             ) from None
         raise refusal(f"{whose} holds '{escaped(exc.path)}': {exc.why}") from None
     except OSError as exc:
-        shutil.rmtree(copy, ignore_errors=True)
+        gone()
         raise refusal(
             f"{whose} could not be copied (it changed while it was read?): {os.strerror(exc.errno or errno.EIO)}"
             + (f" at '{escaped(os.fsdecode(exc.filename))}'" if exc.filename else "")
         ) from None
 
 
-def prepare(spec: Workspace, run_dir: str, *, sandbox_uid: int | None, source: str | None = None) -> PreparedWorkspace:
+def prepare(
+    spec: Workspace, run_dir: str, *, sandbox_uid: int | None, source: str | None = None, made: bool = False
+) -> PreparedWorkspace:
     """Copy ``spec.source`` (or ``source``: a git workspace's clone) into ``run_dir`` for a
     sandbox; ``sandbox_uid`` (a root worker's sandbox uid) is given the copy, so the sandbox can write it.
+    ``made``: the copy's directory exists, empty (:func:`copy_tree`).
 
     Raises:
         WorkspaceRefused: the source is no directory, or holds what a workspace may not.
@@ -258,7 +269,7 @@ def prepare(spec: Workspace, run_dir: str, *, sandbox_uid: int | None, source: s
     except PermissionError as exc:
         raise errors.WorkspaceRefused(f"workspace '{spec.source}' cannot be read: {exc.strerror}") from None
     copy = os.path.join(run_dir, _COPY)
-    copy_tree(source, copy, spec, whose=whose, owner=sandbox_uid)
+    copy_tree(source, copy, spec, whose=whose, owner=sandbox_uid, made=made)
     before = snapshot(copy, spec, whose=whose)
     return PreparedWorkspace(spec, source, copy, os.path.join(run_dir, _GIT_DIR), before)
 

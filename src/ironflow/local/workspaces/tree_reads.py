@@ -17,7 +17,9 @@ import errno
 import os
 import platform
 import stat
+import threading
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import Final
 
 __all__ = ["DIR_FLAGS", "Refused", "copy_tree", "lstat_beneath", "open_beneath", "parts", "use_openat2"]
@@ -168,16 +170,23 @@ _FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+#: A file to copy: its directory in the tree, its name, its size.
+_File = tuple[str, str, int]
+
+
 class _Budget:
     def __init__(self, max_file: int, max_total: int) -> None:
         self.max_file, self.left = max_file, max_total
+        self.lock = threading.Lock()  # the copy's threads take from one budget
+        self.stopped = False  # one thread failed: the others stop at their next file
 
     def take(self, path: str, copied: int, n: int) -> None:
         if copied + n > self.max_file:
             raise Refused(path, f"over max_file_bytes ({self.max_file})")
-        self.left -= n
-        if self.left < 0:
-            raise Refused(None, "over max_total_bytes")
+        with self.lock:
+            self.left -= n
+            if self.left < 0:
+                raise Refused(None, "over max_total_bytes")
 
 
 def _copy_bytes(src: int, dst: int, path: str, budget: _Budget) -> None:
@@ -225,6 +234,65 @@ def _copy_file(src_dir: int, dst_dir: int, name: str, path: str, budget: _Budget
         os.close(src)
 
 
+def _copy_files(
+    src_root: int, dst_root: int, files: list[_File], budget: _Budget, owner: int | None, threads: int
+) -> None:
+    """``files`` copied by ``threads`` threads (this one too), each a run of them holding its share of
+    the bytes (so each keeps one directory open at a time); the first failure is raised, once all stopped."""
+    share, size = sum(f[2] for f in files) / threads, 0
+    runs: list[list[_File]] = []
+    run: list[_File] = []
+    for entry in files:
+        run.append(entry)
+        size += entry[2]
+        if size >= share * (len(runs) + 1) and len(runs) < threads - 1:
+            runs.append(run)
+            run = []
+    runs.append(run)
+    with futures.ThreadPoolExecutor(len(runs) - 1) as pool:
+        done = [pool.submit(_copy_run, src_root, dst_root, part, budget, owner) for part in runs[1:]]
+        try:
+            _copy_run(src_root, dst_root, runs[0], budget, owner)
+        except BaseException:
+            budget.stopped = True
+            raise
+        finally:
+            futures.wait(done)
+    for future in done:
+        future.result()
+
+
+def _copy_run(
+    src_root: int, dst_root: int, run: list[tuple[str, str, int]], budget: _Budget, owner: int | None
+) -> None:
+    """One thread's files, each directory opened beneath its root once for the files of it in a row."""
+    opened: tuple[str, int, int] | None = None
+    try:
+        for rel, name, _ in run:
+            if budget.stopped:
+                return
+            if opened is None or opened[0] != rel:
+                if opened is not None:
+                    os.close(opened[1])
+                    os.close(opened[2])
+                    opened = None
+                src = open_beneath(src_root, rel, DIR_FLAGS) if rel else os.dup(src_root)
+                try:
+                    dst = open_beneath(dst_root, rel, DIR_FLAGS) if rel else os.dup(dst_root)
+                except BaseException:
+                    os.close(src)
+                    raise
+                opened = (rel, src, dst)
+            _copy_file(opened[1], opened[2], name, f"{rel}/{name}" if rel else name, budget, owner)
+    except BaseException:
+        budget.stopped = True
+        raise
+    finally:
+        if opened is not None:
+            os.close(opened[1])
+            os.close(opened[2])
+
+
 def _copy_entry(
     src_dir: int, dst_dir: int, item: os.DirEntry[str], path: str, budget: _Budget, owner: int | None
 ) -> bool:
@@ -245,10 +313,15 @@ def _copy_entry(
     return False
 
 
-def copy_tree(src_root: int, dst_root: int, *, max_file: int, max_total: int, owner: int | None) -> None:
+def copy_tree(
+    src_root: int, dst_root: int, *, max_file: int, max_total: int, owner: int | None, threads: int = 1
+) -> None:
     """Copy the tree under ``src_root`` into the empty directory ``dst_root``: files, directories
     and symlinks (as links), with their modes and mtimes, given to ``owner``; every path opened
-    beneath its root, never through a symlink; the bytes counted as they are copied.
+    beneath its root, never through a symlink; the bytes counted as they are copied. With
+    ``threads`` > 1 the directories are made first, then the files copied by that many threads
+    (``copy_file_range`` lets go of the GIL), each half of the bytes; never for a copy that must
+    run as one thread's filesystem uid.
 
     Raises:
         Refused: a special file, a file past ``max_file`` bytes, or past ``max_total`` in all
@@ -258,6 +331,7 @@ def copy_tree(src_root: int, dst_root: int, *, max_file: int, max_total: int, ow
     budget = _Budget(max_file, max_total)
     pending = [""]
     dirs: list[tuple[str, os.stat_result]] = [("", os.fstat(src_root))]
+    files: list[_File] | None = [] if threads > 1 else None  # copied once every directory is made
     while pending:
         rel = pending.pop()
         src_dir = open_beneath(src_root, rel, DIR_FLAGS) if rel else os.dup(src_root)
@@ -267,13 +341,17 @@ def copy_tree(src_root: int, dst_root: int, *, max_file: int, max_total: int, ow
                 with os.scandir(src_dir) as it:
                     for item in it:
                         path = f"{rel}/{item.name}" if rel else item.name
-                        if _copy_entry(src_dir, dst_dir, item, path, budget, owner):
+                        if files is not None and item.is_file(follow_symlinks=False):
+                            files.append((rel, item.name, item.stat(follow_symlinks=False).st_size))
+                        elif _copy_entry(src_dir, dst_dir, item, path, budget, owner):
                             pending.append(path)
                             dirs.append((path, item.stat(follow_symlinks=False)))
             finally:
                 os.close(dst_dir)
         finally:
             os.close(src_dir)
+    if files:
+        _copy_files(src_root, dst_root, files, budget, owner, threads)
     for rel, st in reversed(dirs):  # deepest first: a read-only directory is filled before its mode is set
         fd = open_beneath(dst_root, rel, DIR_FLAGS) if rel else os.dup(dst_root)
         try:
