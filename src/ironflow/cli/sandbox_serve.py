@@ -65,7 +65,10 @@ def serve(
     pool: Annotated[
         int,
         typer.Option(
-            "--pool", help="Local: sandboxes kept warm for sessions without workspace, agent or egress.", min=0
+            "--pool",
+            help="Local: sandboxes kept warm for sessions without agent or egress (with a workspace: "
+            "--pool-workspaces).",
+            min=0,
         ),
     ] = 0,
     pool_starts: Annotated[
@@ -74,12 +77,22 @@ def serve(
     pool_idle_expiry: Annotated[
         str, typer.Option("--pool-idle-expiry", help="Local: a warm sandbox unused this long is replaced.")
     ] = "10m",
+    pool_workspaces: Annotated[
+        int,
+        typer.Option(
+            "--pool-workspaces",
+            help="Local, bubblewrap: how many of --pool wait with an empty /workspace bound, for forks and "
+            "sessions with a directory workspace.",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Serve sandbox sessions over HTTP (the clients' and the upstream SDK's endpoint).
 
     Cluster sessions (k8s, agent-sandbox) are found by their labels: this server routes, lists
     and closes the sessions an earlier server opened in the provider's namespace."""
-    sessions = _sessions(backend, provider, isolation, keep_sessions, _pool(pool, pool_starts, pool_idle_expiry))
+    policy = _pool(pool, pool_starts, pool_idle_expiry, pool_workspaces)
+    sessions = _sessions(backend, provider, isolation, keep_sessions, policy)
     try:
         token: Secret | process.SharedToken = process.env_token() or process.SharedToken()
     except errors.IronflowError as exc:
@@ -104,12 +117,18 @@ def serve(
         exits.fail_for(exc)
 
 
-def _pool(size: int, starts: int, idle_expiry: str) -> pools.PoolPolicy | None:
+def _pool(size: int, starts: int, idle_expiry: str, workspaces: int) -> pools.PoolPolicy | None:
     """The warm pool of ``--pool`` and its policy options (None: no pool); bad input exits 2."""
+    if workspaces > size:
+        exits.fail(f"--pool-workspaces {workspaces}: at most --pool ({size}) of the warm sandboxes")
     try:
-        policy = pools.PoolPolicy(size, max_starts=starts, idle_expiry=parse_duration(idle_expiry))
+        expiry = parse_duration(idle_expiry)
     except errors.ConfigError as exc:
         exits.fail(f"--pool-idle-expiry: {exc.message}")
+    try:
+        policy = pools.PoolPolicy(size, max_starts=starts, idle_expiry=expiry, workspaces=workspaces)
+    except errors.ConfigError as exc:
+        exits.fail(f"--pool: {exc.message}")
     return policy if size else None
 
 

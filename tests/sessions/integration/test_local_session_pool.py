@@ -303,9 +303,9 @@ async def test_a_gvisor_pool_hands_out_fresh_sandboxes_too(state: Path) -> None:
     assert _entries(state) == []
 
 
-def test_serve_keeps_a_pool_and_a_bad_pool_option_is_one_line_and_exit_2() -> None:
+def test_serve_keeps_a_pool_and_a_bad_pool_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
     env = cli_env(IRONFLOW_SANDBOX_TOKEN="pool-test-token-0123456789abcdef")
-    server = start_serve(env, "--pool", "1", "--pool-idle-expiry", "5m")
+    server = start_serve(env, "--pool", "2", "--pool-workspaces", "1", "--pool-idle-expiry", "5m")
     try:
         deadline = time.monotonic() + 30
         while not descendants(server.proc.pid):
@@ -315,6 +315,13 @@ def test_serve_keeps_a_pool_and_a_bad_pool_option_is_one_line_and_exit_2() -> No
         assert opened.returncode == 0, opened.stderr
         done = ironflow("sandbox", "exec", opened.stdout.strip(), "--", "echo", "ok", env=server.env)
         assert (done.returncode, done.stdout) == (0, "ok\n")
+        (tmp_path / "f").write_text("from the host\n")
+        with_dir = ironflow("sandbox", "open", "--workspace", str(tmp_path), env=server.env)  # --pool-workspaces'
+        assert with_dir.returncode == 0, with_dir.stderr
+        forked = ironflow("sandbox", "fork", with_dir.stdout.strip(), env=server.env)
+        assert forked.returncode == 0, forked.stderr
+        done = ironflow("sandbox", "exec", forked.stdout.split()[0], "--", "cat", "/workspace/f", env=server.env)
+        assert (done.returncode, done.stdout) == (0, "from the host\n"), done.stderr
         pids = descendants(server.proc.pid)
     finally:
         assert server.stop() == 0
@@ -323,6 +330,7 @@ def test_serve_keeps_a_pool_and_a_bad_pool_option_is_one_line_and_exit_2() -> No
     for args, text in (
         (["--pool", "1", "--pool-idle-expiry", "soon"], "invalid duration 'soon'"),
         (["--pool", "1", "--backend", "k8s"], "--pool is for --backend local"),
+        (["--pool", "1", "--pool-workspaces", "2"], "--pool-workspaces 2: at most --pool (1)"),
     ):
         done = ironflow("sandbox", "serve", "--port", "0", *args, env=env, timeout=30)
         assert done.returncode == 2, done.stderr
