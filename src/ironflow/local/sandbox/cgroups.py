@@ -240,8 +240,17 @@ class SandboxCgroup:
 
     @property
     def procs_files(self) -> tuple[bytes, ...]:
-        """The ``cgroup.procs`` files the sandbox's first process writes itself into."""
+        """The ``cgroup.procs`` files another process writes the sandbox's first process's pid into."""
         return tuple(os.fsencode(os.path.join(d, "cgroup.procs")) for d in self.dirs.values())
+
+    @property
+    def join_files(self) -> tuple[bytes, ...]:
+        """The files the sandbox's first process writes ``0`` into to join by itself, single-threaded:
+        v1's per-thread ``tasks``, where a thread moving itself skips the global lock whose first
+        taker waits out an RCU grace period (5-13 ms here; ``cgroup.procs`` takes it); v2's ``cgroup.procs``."""
+        return tuple(
+            os.fsencode(os.path.join(d, "cgroup.procs" if key == "" else "tasks")) for key, d in self.dirs.items()
+        )
 
     def _main(self) -> str:
         return self.dirs.get("") or self.dirs["pids"]
@@ -383,20 +392,21 @@ class SandboxCgroup:
 
 
 def child_setup(
-    procs_files: tuple[bytes, ...],
+    join_files: tuple[bytes, ...],
     pairs: tuple[tuple[int, int], ...],
     host_uid: int | None,
     binds: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Callable[[], None]:
-    """The function run in the sandbox's first process between fork and exec: join the cgroup,
-    set the rlimits, and on a root worker stage the bind sources (:mod:`ironflow.local.sandbox.identity`)
-    and drop to ``host_uid``. It takes no lock and logs nothing (the worker has threads)."""
+    """The function run in the sandbox's first process between fork and exec: join the cgroup
+    (:attr:`SandboxCgroup.join_files`), set the rlimits, and on a root worker stage the bind sources
+    (:mod:`ironflow.local.sandbox.identity`) and drop to ``host_uid``. It takes no lock and logs
+    nothing (the worker has threads)."""
 
     def setup() -> None:
-        for path in procs_files:
+        for path in join_files:
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, b"0")  # 0: the writing process itself
+                os.write(fd, b"0")  # 0: the writing thread itself, all of this process after fork
             finally:
                 os.close(fd)
         if host_uid is not None and binds:  # nothing to stage: no mount namespace to make (and tear down)
