@@ -12,7 +12,8 @@ On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURC
 reaches a process of another uid: the gated process is bash, still root (:data:`_ROOT_WAIT`). It
 writes itself into its cgroup (on cgroup v1 a thread that moves itself skips the wait for an RCU
 grace period that a pid written by another process costs, 5-13 ms here), says so, and waits on a
-second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap.
+second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap,
+whose own gate this process opens once bash said it joined (meanwhile: off the start's path).
 ``runsc`` (gVisor; it reads no gate), and bubblewrap whose bind sources a root worker stages in a
 private mount namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv``
 or bash, still set themselves up between fork and exec (:func:`cgroups.child_setup`).
@@ -84,12 +85,13 @@ def _join(
     pid: int,
     procs_files: tuple[bytes, ...],
     pairs: tuple[tuple[int, int], ...],
-    gates: tuple[Gate | None, ...],
+    gates: tuple[Gate | None, Gate],
     ready: int | None = None,
 ) -> None:
-    """Put the gated process ``pid`` in its cgroup (or, with ``ready``, wait until it says there that it
-    joined by itself) and its rlimits, then open its gates in order (a thread's: a cgroup v1 move
-    waits out an RCU grace period, milliseconds the event loop should not stall)."""
+    """Put the gated process ``pid`` in its cgroup and rlimits, then open bubblewrap's gate (a thread's: a
+    cgroup v1 move waits out an RCU grace period, milliseconds the event loop should not stall). A root
+    worker's bash joins by itself: its own gate opens once its rlimits are set, bubblewrap's once it
+    said on ``ready`` that it joined, so neither wait holds up bash, which starts setpriv meanwhile."""
     for path in procs_files:
         fd = os.open(path, os.O_WRONLY)
         try:
@@ -98,11 +100,13 @@ def _join(
             os.close(fd)
     for which, value in pairs:
         resource.prlimit(pid, which, (value, value))
+    waiting, gate = gates
+    if waiting is not None:
+        with contextlib.suppress(BrokenPipeError):  # it ended without joining: ``ready`` says so
+            waiting.release()  # its rlimits are set: once it has joined, it may go on to bubblewrap's gate
     if ready is not None and os.read(ready, 1) != b"\n":  # it ended (125) without joining
         raise OSError(errno.EIO, "its first process could not write itself into its cgroup")
-    for gate in gates:
-        if gate is not None:
-            gate.release()
+    gate.release()
 
 
 async def start(
