@@ -6,7 +6,8 @@ hierarchy that is mounted and writable. A sandbox's cgroup is ``ironflow-<worker
 pid>-<n>``; one left by a worker that died (its pid gone) is killed and removed at the
 next :func:`probe`. The sandbox's first process is in the cgroup before the sandbox runtime
 does anything (:mod:`~ironflow.local.sandbox.spawn`: the worker moves it while it waits at its
-gate, or it joins between fork and exec, :func:`child_setup`), so nothing it starts is outside.
+gate, or it joins by itself, :attr:`SandboxCgroup.join_files`, from a root worker's gated bash or
+between fork and exec, :func:`child_setup`), so nothing it starts is outside.
 
 The kill stops the whole tree at once (v2 ``cgroup.kill``; v1 freeze, SIGKILL each task,
 thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. :meth:`SandboxCgroup.frozen`
