@@ -67,6 +67,15 @@ def test_the_report_names_each_mechanism() -> None:
     )
 
 
+def test_a_first_process_joins_v1_by_its_thread_and_v2_by_its_process() -> None:
+    """v1's ``tasks`` spares a thread that moves itself the global lock's wait; v2 has only ``cgroup.procs``."""
+    v1 = cgroups.SandboxCgroup.adopt(cgroups.Support(1), {"pids": "/p/ironflow-1-1", "memory": "/m/ironflow-1-1"})
+    assert v1.join_files == (b"/p/ironflow-1-1/tasks", b"/m/ironflow-1-1/tasks")
+    assert v1.procs_files == (b"/p/ironflow-1-1/cgroup.procs", b"/m/ironflow-1-1/cgroup.procs")
+    v2 = cgroups.SandboxCgroup.adopt(cgroups.Support(2), {"": "/w/ironflow-1-1"})
+    assert v2.join_files == v2.procs_files == (b"/w/ironflow-1-1/cgroup.procs",)
+
+
 def test_bwrap_dev_is_a_small_read_only_tmpfs_with_a_sized_shm() -> None:
     argv = bwrap.bwrap_argv(bwrap.BwrapSettings(command=("true",), root_entries=(), tmp_size_bytes=12345))
     assert "--dev" not in argv

@@ -6,7 +6,8 @@ hierarchy that is mounted and writable. A sandbox's cgroup is ``ironflow-<worker
 pid>-<n>``; one left by a worker that died (its pid gone) is killed and removed at the
 next :func:`probe`. The sandbox's first process is in the cgroup before the sandbox runtime
 does anything (:mod:`~ironflow.local.sandbox.spawn`: the worker moves it while it waits at its
-gate, or it joins between fork and exec, :func:`child_setup`), so nothing it starts is outside.
+gate, or it joins by itself, :attr:`SandboxCgroup.join_files`, from a root worker's gated bash or
+between fork and exec, :func:`child_setup`), so nothing it starts is outside.
 
 The kill stops the whole tree at once (v2 ``cgroup.kill``; v1 freeze, SIGKILL each task,
 thaw) and waits until the cgroup is empty: a fork bomb cannot outrun it. :meth:`SandboxCgroup.frozen`
@@ -240,8 +241,17 @@ class SandboxCgroup:
 
     @property
     def procs_files(self) -> tuple[bytes, ...]:
-        """The ``cgroup.procs`` files the sandbox's first process writes itself into."""
+        """The ``cgroup.procs`` files another process writes the sandbox's first process's pid into."""
         return tuple(os.fsencode(os.path.join(d, "cgroup.procs")) for d in self.dirs.values())
+
+    @property
+    def join_files(self) -> tuple[bytes, ...]:
+        """The files the sandbox's first process writes ``0`` into to join by itself, single-threaded:
+        v1's per-thread ``tasks``, where a thread moving itself skips the global lock whose first
+        taker waits out an RCU grace period (5-13 ms here; ``cgroup.procs`` takes it); v2's ``cgroup.procs``."""
+        return tuple(
+            os.fsencode(os.path.join(d, "cgroup.procs" if key == "" else "tasks")) for key, d in self.dirs.items()
+        )
 
     def _main(self) -> str:
         return self.dirs.get("") or self.dirs["pids"]
@@ -383,20 +393,21 @@ class SandboxCgroup:
 
 
 def child_setup(
-    procs_files: tuple[bytes, ...],
+    join_files: tuple[bytes, ...],
     pairs: tuple[tuple[int, int], ...],
     host_uid: int | None,
     binds: tuple[tuple[bytes, bytes], ...] = (),
 ) -> Callable[[], None]:
-    """The function run in the sandbox's first process between fork and exec: join the cgroup,
-    set the rlimits, and on a root worker stage the bind sources (:mod:`ironflow.local.sandbox.identity`)
-    and drop to ``host_uid``. It takes no lock and logs nothing (the worker has threads)."""
+    """The function run in the sandbox's first process between fork and exec: join the cgroup
+    (:attr:`SandboxCgroup.join_files`), set the rlimits, and on a root worker stage the bind sources
+    (:mod:`ironflow.local.sandbox.identity`) and drop to ``host_uid``. It takes no lock and logs
+    nothing (the worker has threads)."""
 
     def setup() -> None:
-        for path in procs_files:
+        for path in join_files:
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, b"0")  # 0: the writing process itself
+                os.write(fd, b"0")  # 0: the writing thread itself, all of this process after fork
             finally:
                 os.close(fd)
         if host_uid is not None and binds:  # nothing to stage: no mount namespace to make (and tear down)

@@ -9,17 +9,21 @@ gate closed early (this process died, or the setup failed and it is killed) neve
 run outside its cgroup: bubblewrap refuses the argv.
 
 On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURCE`` no ``prlimit``
-reaches a process of another uid: the gated process is bash, still root, waiting on a second gate
-(:data:`_ROOT_WAIT`) before ``setpriv`` drops it and executes bubblewrap. ``runsc`` (gVisor; it
-reads no gate), and bubblewrap whose bind sources a root worker stages in a private mount
-namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv`` or bash, still set
-themselves up between fork and exec (:func:`cgroups.child_setup`).
+reaches a process of another uid: the gated process is bash, still root (:data:`_ROOT_WAIT`). It
+writes itself into its cgroup (on cgroup v1 a thread that moves itself skips the wait for an RCU
+grace period that a pid written by another process costs, 5-13 ms here), says so, and waits on a
+second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap,
+whose own gate this process opens once bash said it joined (meanwhile: off the start's path).
+``runsc`` (gVisor; it reads no gate), and bubblewrap whose bind sources a root worker stages in a
+private mount namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv``
+or bash, still set themselves up between fork and exec (:func:`cgroups.child_setup`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import resource
 import shutil
@@ -32,10 +36,14 @@ from ironflow.local.sandbox import cgroups
 
 __all__ = ["Gate", "start"]
 
-#: A root worker's gated sandbox waits as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
-#: ``CAP_SYS_RESOURCE``) for a line on its gate fd, then drops to the host uid through ``setpriv``
-#: and executes bubblewrap; a gate closed without the line ends it (125) before anything ran.
-_ROOT_WAIT: Final = 'read -r _ <&{fd} || exit 125; exec {fd}<&- "$@"'
+#: A root worker's gated sandbox, as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
+#: ``CAP_SYS_RESOURCE``): it writes itself into the ``$1`` cgroup files that follow, says so on its ready fd,
+#: waits for a line on its gate fd, then drops to the host uid through ``setpriv`` and executes
+#: bubblewrap; a failed write, or a gate closed without the line, ends it (125) before anything ran.
+_ROOT_WAIT: Final = (
+    'n=$1; shift; while ((n-- > 0)); do echo 0 >"$1" || exit 125; shift; done; '
+    'echo >&{ready}; exec {ready}>&-; read -r _ <&{fd} || exit 125; exec {fd}<&- "$@"'
+)
 
 
 #: The gates not yet closed, by the fd bubblewrap reads them from: whoever starts a process that
@@ -74,10 +82,16 @@ class Gate:
 
 
 def _join(
-    pid: int, procs_files: tuple[bytes, ...], pairs: tuple[tuple[int, int], ...], gates: tuple[Gate | None, ...]
+    pid: int,
+    procs_files: tuple[bytes, ...],
+    pairs: tuple[tuple[int, int], ...],
+    gates: tuple[Gate | None, Gate],
+    ready: int | None = None,
 ) -> None:
-    """Put the gated process ``pid`` in its cgroup and rlimits, then open its gates in order (a thread's:
-    a cgroup v1 move waits out an RCU grace period, milliseconds the event loop should not stall)."""
+    """Put the gated process ``pid`` in its cgroup and rlimits, then open bubblewrap's gate (a thread's: a
+    cgroup v1 move waits out an RCU grace period, milliseconds the event loop should not stall). A root
+    worker's bash joins by itself: its own gate opens once its rlimits are set, bubblewrap's once it
+    said on ``ready`` that it joined, so neither wait holds up bash, which starts setpriv meanwhile."""
     for path in procs_files:
         fd = os.open(path, os.O_WRONLY)
         try:
@@ -86,9 +100,13 @@ def _join(
             os.close(fd)
     for which, value in pairs:
         resource.prlimit(pid, which, (value, value))
-    for gate in gates:
-        if gate is not None:
-            gate.release()
+    waiting, gate = gates
+    if waiting is not None:
+        with contextlib.suppress(BrokenPipeError):  # it ended without joining: ``ready`` says so
+            waiting.release()  # its rlimits are set: once it has joined, it may go on to bubblewrap's gate
+    if ready is not None and os.read(ready, 1) != b"\n":  # it ended (125) without joining
+        raise OSError(errno.EIO, "its first process could not write itself into its cgroup")
+    gate.release()
 
 
 async def start(
@@ -113,40 +131,51 @@ async def start(
         SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed).
     """
     procs_files = group.procs_files if group is not None else ()
+    join_files = group.join_files if group is not None else ()
     gate = next((_OPEN[fd] for fd in pass_fds if fd in _OPEN), None)
     options: dict[str, Any] = {}
     waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
+    ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
     root_gated = gate is not None and host_uid is not None and not binds
     setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated else (None, None)
-    if setpriv is not None and bash is not None and host_uid is not None:
-        waiting = Gate(b"\n")
-        uid = str(host_uid)
-        drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
-        argv = [bash, "-c", _ROOT_WAIT.format(fd=waiting.read_fd), "ironflow-gate", *drop, *argv]
-        pass_fds = (*pass_fds, waiting.read_fd)
-    # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
-    gated = gate is not None and (host_uid is None or waiting is not None)
-    if not gated and (procs_files or pairs or host_uid is not None or late_setup is not None):
-        options["preexec_fn"] = _setup_in_child(cgroups.child_setup(procs_files, pairs, host_uid, binds), late_setup)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=dict(env),
-            cwd="/",
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,  # one process group to kill where there is no cgroup
-            pass_fds=pass_fds,
-            **options,
-        )
+        if setpriv is not None and bash is not None and host_uid is not None:
+            waiting = Gate(b"\n")
+            ready = os.pipe()
+            uid = str(host_uid)
+            drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+            script = _ROOT_WAIT.format(ready=ready[1], fd=waiting.read_fd)
+            joins = [str(len(join_files)), *map(os.fsdecode, join_files)]
+            argv = [bash, "-c", script, "ironflow-gate", *joins, *drop, *argv]
+            pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
+        # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
+        gated = gate is not None and (host_uid is None or waiting is not None)
+        if not gated and (join_files or pairs or host_uid is not None or late_setup is not None):
+            setup = cgroups.child_setup(join_files, pairs, host_uid, binds)
+            options["preexec_fn"] = _setup_in_child(setup, late_setup)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                cwd="/",
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,  # one process group to kill where there is no cgroup
+                pass_fds=pass_fds,
+                **options,
+            )
+        finally:
+            if ready is not None:
+                os.close(ready[1])  # bash's alone now: its end reads EOF once bash is gone
         if gate is None:
             return proc
         loop = asyncio.get_running_loop()
         if not gated:  # set up in the child: the gate only carries the content
             await asyncio.shield(loop.run_in_executor(None, gate.release))
             return proc
-        joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate))
+        said = None if ready is None else ready[0]
+        joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate), said)
         try:
             await asyncio.shield(joined)
         except BaseException as exc:
@@ -165,6 +194,8 @@ async def start(
     finally:
         if waiting is not None:
             waiting.close()
+        if ready is not None:
+            os.close(ready[0])
 
 
 def _setup_in_child(setup: Callable[[], None], late: Callable[[], None] | None) -> Callable[[], None]:

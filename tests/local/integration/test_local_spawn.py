@@ -1,0 +1,85 @@
+"""A sandbox's first process starts in its cgroup, with its rlimits, as the host uid (real bash, setpriv,
+cgroups): what it reads of itself as it starts shows all three, whether a root worker's gated start put
+it there (bash joins by itself, then waits at its gate) or it set itself up between fork and exec; a
+gated start whose first process cannot join its cgroup runs nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from ironflow import errors
+from ironflow.local.sandbox import cgroups, launch, spawn
+from ironflow.local.sandbox import limits as sandbox_limits
+
+SUPPORT = cgroups.probe()
+HOST_UID = 10001
+LIMITS = sandbox_limits.SandboxLimits(open_files=77, file_size_bytes=5 << 20)
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the host uid drop and the gated bash are a root worker's"),
+    pytest.mark.skipif(not SUPPORT.version, reason=SUPPORT.describe()),
+    pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("bash") is None, reason="no setpriv or bash"),
+]
+
+
+async def _start(argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool) -> tuple[int, str, str]:
+    """``argv`` started as a sandbox's first process (gated: as bubblewrap would be), and how it ended."""
+    gate = spawn.Gate(b"") if gated else None
+    try:
+        proc = await spawn.start(
+            argv,
+            group=group,
+            pairs=sandbox_limits.rlimits(LIMITS, nproc=False, data=False),
+            host_uid=HOST_UID,
+            binds=(),
+            env=launch.RUNTIME_ENV,
+            pass_fds=() if gate is None else (gate.read_fd,),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+    finally:
+        if gate is not None:
+            gate.close()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "between-fork-and-exec"])
+async def test_the_first_process_starts_in_its_cgroup_with_its_rlimits_as_the_host_uid(gated: bool) -> None:
+    group = cgroups.SandboxCgroup(SUPPORT, LIMITS)
+    name, hierarchies = os.path.basename(next(iter(group.dirs.values()))), len(group.dirs)
+    try:
+        code, out, err = await _start(["cat", "/proc/self/cgroup", "/proc/self/limits", "/proc/self/status"], group,
+                                      gated=gated)  # fmt: skip
+    finally:
+        await group.remove()
+    assert code == 0, err
+    lines = out.splitlines()
+    # One line per hierarchy the sandbox has a directory in (v1), or the one v2 line, names its cgroup.
+    assert sum(line.endswith("/" + name) for line in lines) == hierarchies, out
+    limits = {" ".join(line.split()[:3]): line.split()[3:5] for line in lines if line.startswith("Max ")}
+    assert limits["Max open files"] == ["77", "77"]
+    assert limits["Max file size"] == [str(5 << 20)] * 2
+    uids = next(line for line in lines if line.startswith("Uid:")).split()[1:]
+    assert uids == [str(HOST_UID)] * 4
+    groups = next(line for line in lines if line.startswith("Groups:")).split()[1:]
+    assert groups == []
+
+
+async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing() -> None:
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as shown:
+        os.chmod(shown, 0o777)  # noqa: S103 - the host uid could write the marker, were it ever run
+        marker = os.path.join(shown, "ran")
+        group = cgroups.SandboxCgroup(SUPPORT, LIMITS)
+        dirs = dict(group.dirs)
+        assert group.remove_now()  # gone before the start: joining it fails
+        group.dirs = dirs  # the start still names it
+        with pytest.raises(errors.SandboxError, match="could not put the sandbox in its cgroup"):
+            await _start(["touch", marker], group, gated=True)
+        assert not os.listdir(shown)
