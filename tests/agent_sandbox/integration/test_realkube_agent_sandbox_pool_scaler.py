@@ -89,8 +89,18 @@ async def test_a_burst_of_claims_raises_the_pool_and_idleness_lowers_it_after_th
             await api.create(RES.claims, ns, _claim(ns, "elsewhere", "other-pool"))
             await eventually(lambda: replicas_are(4), limit_s=10, interval_s=0.1)
             # Each claim's event raised it at once (1 claim: 3/min x 20 s = 1 in flight + 1 spare = 2, ...).
+            # The first raise counts the claims that had come when the scaler looked: one, or on a busy
+            # machine a few created between two of its reads; its line says so by the same sum.
             ups = [d for d, written in decisions if written]
-            assert ups[0].reason == "up to 2: 3.0 claims/min x 20s ready time = 1 in flight + 1 spare"
+            seen = round(ups[0].per_minute / 3)
+            assert ups[0].per_minute == 3.0 * seen, ups[0]
+            assert 1 <= seen <= 6, ups[0]
+            if seen + 1 <= 4:  # under the max: the sum as it stands
+                assert ups[0].reason == (
+                    f"up to {seen + 1}: {3.0 * seen} claims/min x 20s ready time = {seen} in flight + 1 spare"
+                )
+            else:
+                assert ups[0].reason.startswith("up to 4 (max): "), ups[0]
             assert [d.replicas for d in ups] == sorted(d.replicas for d in ups)
             assert ups[-1].replicas == 4
             # All six seen (18/min x 20 s = 6 in flight + 1 spare = 7): max 4 holds.
