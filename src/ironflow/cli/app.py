@@ -14,7 +14,7 @@ from typing import Any, Final
 import typer
 
 from ironflow import __version__
-from ironflow.cli import exits, lazy, verbosity
+from ironflow.cli import exits, groups, lazy, verbosity
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
 
@@ -83,7 +83,7 @@ def load_command(name: str) -> Any:
     return lazy.registered(entry[0]).get(name)
 
 
-app = typer.Typer(
+app = groups.new_app(
     name="ironflow",
     cls=lazy.lazy_group(COMMANDS),
     help="Run AI-agent steps in hardened, single-use sandboxes.",

@@ -18,11 +18,12 @@ import typer
 from ironflow import errors
 from ironflow.auth_proxy import __main__ as proxy_main
 from ironflow.auth_proxy import admin_client, config, postgres, registry
+from ironflow.cli import groups
 from ironflow.cli.exits import fail, fail_for
 
 __all__ = ["register"]
 
-auth_proxy_app = typer.Typer(
+auth_proxy_app = groups.new_app(
     name="auth-proxy",
     help="The auth proxy: pods hold an opaque token, the proxy holds the Claude credential.",
     no_args_is_help=False,

@@ -17,12 +17,13 @@ from typing import Annotated
 import typer
 
 from ironflow import errors
+from ironflow.cli import groups
 from ironflow.cli.exits import fail
 from ironflow.fake_model import server as fakes
 
 __all__ = ["register"]
 
-dev_app = typer.Typer(help="Development helpers: an offline Anthropic API.", no_args_is_help=True)
+dev_app = groups.new_app(help="Development helpers: an offline Anthropic API.", no_args_is_help=True)
 
 
 async def _serve(fake: fakes.FakeAnthropic) -> None:

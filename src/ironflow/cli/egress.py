@@ -14,13 +14,13 @@ from typing import Annotated
 import typer
 
 from ironflow import egress, errors, settings_file
-from ironflow.cli import exits
+from ironflow.cli import exits, groups
 from ironflow.cli.formats import printable
 from ironflow.egress import options
 
 __all__ = ["register"]
 
-egress_app = typer.Typer(help="Egress policies: check what a sandbox may reach.", no_args_is_help=True)
+egress_app = groups.new_app(help="Egress policies: check what a sandbox may reach.", no_args_is_help=True)
 
 
 @egress_app.command("check")

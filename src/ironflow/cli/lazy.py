@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 
-from ironflow.cli import exits
+from ironflow.cli import exits, groups
 
 __all__ = ["LazyGroup", "lazy_group", "registered"]
 
@@ -30,13 +30,13 @@ def _group() -> None:
 
 def registered(module: str) -> dict[str, Any]:
     """The commands ``module`` registers (``module.register(group)``), by name."""
-    scratch = typer.Typer()
+    scratch = groups.new_app()
     scratch.callback()(_group)
     importlib.import_module(module).register(scratch)
     return dict(getattr(typer.main.get_command(scratch), "commands", {}))
 
 
-class LazyGroup(TyperGroup):
+class LazyGroup(groups.Group):
     """Lists :attr:`table`; imports a command's module when the command is used.
 
     While the group's own help is drawn, each command is a stand-in carrying its table line.

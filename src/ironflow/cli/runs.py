@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ironflow import errors, results
-from ironflow.cli import exits, tables
+from ironflow.cli import exits, groups, tables
 from ironflow.cli.formats import OutputFormat, age, document
 from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
 from ironflow.engine import budgets, model
@@ -30,7 +30,7 @@ _RESULT_CELL = 80
 #: Where a local run's agent step ran (it has no pods).
 _LOCAL = "local sandbox"
 
-runs_app = typer.Typer(help="List, show, cancel and retry runs.", no_args_is_help=True)
+runs_app = groups.new_app(help="List, show, cancel and retry runs.", no_args_is_help=True)
 
 
 def _run_summary(run: model.RunRecord) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Final
 
 import typer
 
-from ironflow.cli import lazy
+from ironflow.cli import groups, lazy
 
 __all__ = ["COMMANDS", "register", "sandbox_app"]
 
@@ -113,7 +113,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
 }
 
-sandbox_app = typer.Typer(
+sandbox_app = groups.new_app(
     name="sandbox",
     cls=lazy.lazy_group(COMMANDS),
     help="Sandbox sessions (serve, open, exec, cp, ls, close, diff) and agent-sandbox (render, apply-template, reap).",

@@ -49,10 +49,9 @@ WorkspaceOption = Annotated[
     str | None,
     typer.Option(
         "--workspace",
-        # The backslash keeps "[/SUBPATH]" from being read as a rich markup closing tag.
         help="Run in a private copy of DIR at /workspace (DIR is not written), in a clone of "
         "GIT_URL[@REF] made through the auth proxy (the host's token: IRONFLOW_GIT_TOKEN), or "
-        "(--backend k8s) on the PersistentVolumeClaim pvc:NAME\\[/SUBPATH], written in place.",
+        "(--backend k8s) on the PersistentVolumeClaim pvc:NAME[/SUBPATH], written in place.",
         metavar="DIR|GIT_URL[@REF]|pvc:NAME",
         show_default=False,
     ),

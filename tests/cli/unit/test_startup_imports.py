@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: The Kubernetes backends and their client, the model server, the session server: a local
 #: ``exec`` and ``--help`` load none of them.
 CLUSTER_AND_SERVERS = (
@@ -119,6 +121,14 @@ def test_local_exec_help_loads_no_cluster_client() -> None:
 def test_help_loads_no_backend_and_no_http_stack() -> None:
     modules, _ = _loaded(["--help"])
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["exec", "--help"], ["sandbox", "exec", "--help"], ["runs", "--help"]])
+def test_help_is_drawn_without_rich(argv: list[str]) -> None:
+    """Typer's rich help cost about 60 ms a call (its markdown and traceback modules); help is plain."""
+    modules, stderr = _loaded(argv)
+    assert "Usage: ironflow" not in stderr
+    assert _under(modules, ("rich", "typer.rich_utils", "markdown_it")) == []
 
 
 def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
