@@ -1,6 +1,6 @@
 """The runtime that runs inside a sandbox session: :mod:`ironflow.sandbox_runtime.server`.
 
-A file run by path (``python3 -I server.py``, or ``run.py``, which imports it so that its bytecode
+A file run by path (``python3 -I server.py``, or ``entry.py``, which imports it so that its bytecode
 is cached; with its siblings ``streams.py``, ``startup.py``, ``confine.py`` and ``delivery.py``),
 standard library only, importing nothing of ironflow: backends find it with :data:`SERVER_PATH`
 and show its directory to the sandbox. The ironflow side of the wire moved to
@@ -21,7 +21,7 @@ __all__ = ["ENTRY", "SERVER_PATH", "SESSION_ENV", "compiled"]
 #: The host file of the runtime server, for a backend to bind into the sandbox.
 SERVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 #: The file of :data:`SERVER_PATH`'s directory a backend that shows that directory runs by path.
-ENTRY: Final = "run.py"
+ENTRY: Final = "entry.py"
 #: The variable naming the file of variables a session's commands get after its start
 #: (``server.SESSION_ENV``: the server imports nothing of ironflow; a test keeps them equal).
 SESSION_ENV: Final = "IRONFLOW_SESSION_ENV_FILE"

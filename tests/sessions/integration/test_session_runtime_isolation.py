@@ -29,7 +29,7 @@ from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 
-#: The attack: find the runtime by its command line in /proc (``python -I -S …/run.py``), then try
+#: The attack: find the runtime by its command line in /proc (``python -I -S …/entry.py``), then try
 #: everything on it; one line per attempt, "refused" or what it got.
 ATTACK = r"""
 import ctypes, os, signal
@@ -45,7 +45,7 @@ def args(pid):
 def parent(pid):
     return int(open(f"/proc/{pid}/stat", "rb").read().rpartition(b")")[2].split()[1])
 
-found = [int(p) for p in os.listdir("/proc") if p.isdigit() and args(p)[3:4] and args(p)[3].endswith(b"/run.py")]
+found = [int(p) for p in os.listdir("/proc") if p.isdigit() and args(p)[3:4] and args(p)[3].endswith(b"/entry.py")]
 runtime = [p for p in found if parent(p) not in found]  # not a fork of it (the commands' init)
 assert len(runtime) == 1 and runtime[0] != me, (found, runtime)
 pid = runtime[0]

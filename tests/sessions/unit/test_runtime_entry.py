@@ -1,4 +1,4 @@
-"""A local session's runtime starts from ``run.py``, which imports ``server.py``: its bytecode is read
+"""A local session's runtime starts from ``entry.py``, which imports ``server.py``: its bytecode is read
 from ``__pycache__`` (written by the host), where a file run by path was compiled at every open."""
 
 from __future__ import annotations
