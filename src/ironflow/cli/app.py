@@ -106,7 +106,12 @@ def _root(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
     ),
     verbose: int = typer.Option(
-        0, "--verbose", "-v", count=True, help="ironflow's info logs on stderr (-vv: debug); before the command."
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        show_default=False,
+        help="ironflow's info logs on stderr (-vv: debug); before the command.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Results and errors only: no spinner, notes or warnings; before the command."
