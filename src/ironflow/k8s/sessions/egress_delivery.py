@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors
@@ -26,11 +27,23 @@ from ironflow.auth_proxy import issuing
 from ironflow.claude import command, layout
 from ironflow.egress import EgressPolicy, variables
 from ironflow.k8s import pods, step_objects
+from ironflow.k8s.sessions import session_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime import SESSION_ENV
+from ironflow.sessions.values import OpenOptions
 
-__all__ = ["ENV_FILE", "STEP", "deliver", "manifest_env", "policy_for", "revoke", "write_command"]
+__all__ = [
+    "ENV_FILE",
+    "STEP",
+    "deliver",
+    "has_egress",
+    "manifest_env",
+    "opened_with",
+    "policy_for",
+    "revoke",
+    "write_command",
+]
 
 #: Where the session's proxy variables land: beside the runtime's token FIFO, in its 0700 directory.
 ENV_FILE: Final = f"{layout.SANDBOX_HOME}/.ironflow/session-env"
@@ -53,6 +66,37 @@ def policy_for(settings: ProviderSettings, extra: EgressPolicy | None) -> Egress
             "through the proxy's egress listener"
         )
     return found
+
+
+def opened_with(
+    settings: ProviderSettings, options: OpenOptions, *, backend: str
+) -> tuple[EgressPolicy | None, OpenOptions]:
+    """The session's policy (:func:`policy_for`), and its options with the pod's :func:`manifest_env`
+    when this open renders the pod; a template's pod (an agent-sandbox claim's) names the variables' file
+    itself, and only when the pod settings take egress.
+
+    Raises:
+        ConfigError: as :func:`policy_for`; egress asked of a template rendered without it.
+    """
+    egress = policy_for(settings, options.egress)
+    if egress is None:
+        return None, options
+    if backend != session_pod.BACKEND:
+        if not variables.opens_anything(settings.egress):  # refused, never dropped
+            raise errors.ConfigError(
+                f"egress: a {backend} session's pod is its template's, rendered without egress: "
+                "give the pod settings an egress: and run 'ironflow sandbox apply-template'"
+            )
+        return egress, options
+    return egress, dataclasses.replace(options, env={**options.env, **manifest_env()})
+
+
+def has_egress(settings: ProviderSettings, env: Mapping[str, str], *, backend: str) -> bool:
+    """Whether a session was opened with an egress policy: its pod's ``env`` names the delivered
+    variables (a template's pod, whenever its settings take egress)."""
+    if backend != session_pod.BACKEND:
+        return variables.opens_anything(settings.egress)
+    return SESSION_ENV in env
 
 
 def manifest_env() -> dict[str, str]:
