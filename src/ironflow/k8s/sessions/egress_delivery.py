@@ -1,7 +1,8 @@
 """A cluster session's egress: its policy at open, its token delivered by exec, revoked at close.
 
 A Kubernetes session takes an egress policy at open (the provider's ``egress:`` with the
-session's own, ``sandbox open --allow-host``): the worker issues an egress-only token of the
+session's own, ``sandbox open --allow-host``; :func:`opened_with` decides it and what the pod names,
+:func:`has_egress` reads it back from a pod): the worker issues an egress-only token of the
 session's (run ``<session id>``, step ``session``, expiring with its TTL) carrying the policy,
 and once the pod runs writes the proxy variables with that token as their password
 (:func:`~ironflow.k8s.step_objects.egress_env`, as a pod step's) into a 0600 file of the pod's

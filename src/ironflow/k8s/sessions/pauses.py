@@ -25,19 +25,18 @@ import asyncio
 import builtins
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ironflow import errors
 from ironflow.k8s import pods
 from ironflow.k8s.sessions import archives, pause_records, provisioner, suspends
 from ironflow.k8s.sessions.pause_records import PausedSession
 from ironflow.kube import informer
+from ironflow.sessions.client import RuntimeClient
+from ironflow.sessions.snapshot_store import SnapshotStore
 from ironflow.sessions.values import OpenOptions, SessionInfo, SessionNotFound, SnapshotInfo, check_session_id
 
-if TYPE_CHECKING:
-    from ironflow.k8s.sessions.pod_sessions import K8sSessions
-
-__all__ = ["PodPauses", "check_idle_suspend"]
+__all__ = ["Host", "PodPauses", "check_idle_suspend"]
 
 
 def check_idle_suspend(options: OpenOptions) -> None:
@@ -47,11 +46,35 @@ def check_idle_suspend(options: OpenOptions) -> None:
         raise errors.ConfigError(why)
 
 
+class Host(Protocol):
+    """What the pauses ask of their session host (:class:`~ironflow.k8s.sessions.pod_sessions.K8sSessions`)."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def start_timeout_s(self) -> float: ...
+
+    @property
+    def store(self) -> SnapshotStore: ...
+
+    def held(self) -> builtins.list[SessionInfo]: ...
+
+    def mark(self, session_id: str, *, paused: bool) -> SessionInfo | None: ...
+
+    async def relink(self, session_id: str) -> None: ...
+
+    async def runtime(self, session_id: str) -> RuntimeClient: ...
+
+
 class PodPauses:
     """The pauses of one provider's Kubernetes sessions; the sessions themselves are ``host``'s, their
     pods ``cluster``'s, their requests and idle watchers :class:`~ironflow.k8s.sessions.suspends.Suspends`'."""
 
-    def __init__(self, host: K8sSessions, cluster: provisioner.SessionProvisioner) -> None:
+    def __init__(self, host: Host, cluster: provisioner.SessionProvisioner) -> None:
         self.host, self._cluster = host, cluster
         self.requests = suspends.Suspends(lambda: {info.id for info in host.held()}, self._pause, self._resume)
 
