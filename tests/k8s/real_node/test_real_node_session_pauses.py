@@ -11,6 +11,7 @@ image are missing.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tests.k8s.real_node.test_real_node_session_snapshots import MAKE, SMALL, _l
 
 from ironflow import errors
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.kube import api as k8s
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
@@ -42,39 +44,19 @@ async def _sleeping(sandbox: AsyncSandbox) -> bool:
     return "sleep 2999" in (await sandbox.commands.run(["sh", "-c", PROCESSES])).stdout
 
 
-async def test_a_paused_sessions_files_come_back_on_a_new_pod_and_its_processes_do_not(
+@pytest.fixture
+async def sessions(
     node_ns: str,
     node_api: k8s.KubeApi,
     need_image: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> AsyncIterator[K8sSessions]:
+    """The node's sessions, each request an exec; every pod gone after."""
     monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
-    async with p.resources(SMALL).sessions(api=node_api, transport="exec") as sessions:
-        sandbox = await sessions.open(OpenOptions(ttl=400, labels={"team": "a"}))
-        made = await sandbox.commands.run(["sh", "-c", MAKE])
-        assert made.exit_code == 0, made
-        before = await _listing(sandbox)
-        assert any(line.startswith("./w/bin f 600 ") for line in before), before
-        await sandbox.commands.start(["sleep", "2999"])  # a background command: a process that runs on
-        await eventually(lambda: _sleeping(sandbox), limit_s=30, interval_s=0.5, what="the background command")
-        first = await _uid(node_api, node_ns, sandbox.id)
-
-        paused = await sessions.pause(sandbox.id)
-        assert (paused.paused, paused.labels) == (True, {"team": "a"})
-        assert await _uid(node_api, node_ns, sandbox.id) is None  # the pod went, its processes with it
-        assert [(i.id, i.paused) for i in await sessions.list()] == [(sandbox.id, True)]
-
-        after = await _listing(sandbox)  # the handle's request resumes it first
-        assert after == _less_setgid(before)
-        second = await _uid(node_api, node_ns, sandbox.id)
-        assert second not in (None, first)  # a new pod for the same id
-        assert not await _sleeping(sandbox)  # processes never come back
-        ran = await sandbox.commands.run(["sh", "-c", "w/d/x.sh; cat w/g/up"])
-        assert ran.stdout == "hi\nro", ran
-        assert await sessions.snapshots() == []  # the archive went with the resume
-        await sandbox.close()
+    async with p.resources(SMALL).sessions(api=node_api, transport="exec") as opened:
+        yield opened
 
     async def gone() -> bool:
         return not (await node_api.list(k8s.PODS, node_ns)).items
@@ -82,26 +64,47 @@ async def test_a_paused_sessions_files_come_back_on_a_new_pod_and_its_processes_
     await eventually(gone, limit_s=120, interval_s=0.5, what="every session pod gone")
 
 
-async def test_an_idle_session_is_suspended_and_its_next_request_brings_its_files_back(
-    node_ns: str,
-    node_api: k8s.KubeApi,
-    need_image: dict[str, str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_paused_sessions_files_come_back_on_a_new_pod_and_its_processes_do_not(
+    sessions: K8sSessions, node_ns: str, node_api: k8s.KubeApi
 ) -> None:
-    monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
-    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
-    async with p.resources(SMALL).sessions(api=node_api, transport="exec") as sessions:
-        sandbox = await sessions.open(OpenOptions(ttl=300, idle_suspend=2.0))
-        await sandbox.files.write("notes/kept.txt", "kept through an idle suspend\n")
-        await sandbox.commands.run(["chmod", "604", "notes/kept.txt"])
+    sandbox = await sessions.open(OpenOptions(ttl=400, labels={"team": "a"}))
+    made = await sandbox.commands.run(["sh", "-c", MAKE])
+    assert made.exit_code == 0, made
+    before = await _listing(sandbox)
+    assert any(line.startswith("./w/bin f 600 ") for line in before), before
+    await sandbox.commands.start(["sleep", "2999"])  # a background command: a process that runs on
+    await eventually(lambda: _sleeping(sandbox), limit_s=30, interval_s=0.5, what="the background command")
+    first = await _uid(node_api, node_ns, sandbox.id)
 
-        async def suspended() -> bool:
-            return await _uid(node_api, node_ns, sandbox.id) is None
+    paused = await sessions.pause(sandbox.id)
+    assert (paused.paused, paused.labels) == (True, {"team": "a"})
+    assert await _uid(node_api, node_ns, sandbox.id) is None  # the pod went, its processes with it
+    assert [(i.id, i.paused) for i in await sessions.list()] == [(sandbox.id, True)]
 
-        await eventually(suspended, limit_s=60, interval_s=0.5, what="the idle session's pod gone")
-        assert [i.paused for i in await sessions.list()] == [True]
-        assert await sandbox.files.read("notes/kept.txt") == b"kept through an idle suspend\n"
-        assert (await sandbox.commands.run(["stat", "-c", "%a", "notes/kept.txt"])).stdout == "604\n"
-        assert await _uid(node_api, node_ns, sandbox.id) is not None
-        await sandbox.close()
+    after = await _listing(sandbox)  # the handle's request resumes it first
+    assert after == _less_setgid(before)
+    second = await _uid(node_api, node_ns, sandbox.id)
+    assert second not in (None, first)  # a new pod for the same id
+    assert not await _sleeping(sandbox)  # processes never come back
+    ran = await sandbox.commands.run(["sh", "-c", "w/d/x.sh; cat w/g/up"])
+    assert ran.stdout == "hi\nro", ran
+    assert await sessions.snapshots() == []  # the archive went with the resume
+    await sandbox.close()
+
+
+async def test_an_idle_session_is_suspended_and_its_next_request_brings_its_files_back(
+    sessions: K8sSessions, node_ns: str, node_api: k8s.KubeApi
+) -> None:
+    sandbox = await sessions.open(OpenOptions(ttl=300, idle_suspend=2.0))
+    await sandbox.files.write("notes/kept.txt", "kept through an idle suspend\n")
+    await sandbox.commands.run(["chmod", "604", "notes/kept.txt"])
+
+    async def suspended() -> bool:
+        return await _uid(node_api, node_ns, sandbox.id) is None
+
+    await eventually(suspended, limit_s=60, interval_s=0.5, what="the idle session's pod gone")
+    assert [i.paused for i in await sessions.list()] == [True]
+    assert await sandbox.files.read("notes/kept.txt") == b"kept through an idle suspend\n"
+    assert (await sandbox.commands.run(["stat", "-c", "%a", "notes/kept.txt"])).stdout == "604\n"
+    assert await _uid(node_api, node_ns, sandbox.id) is not None
+    await sandbox.close()
