@@ -26,6 +26,7 @@ from ironflow.kube import api as kube
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.values import SessionNotFound
 from ironflow.testing.polling import eventually
+from ironflow.workspaces import Workspace
 
 
 def _k8s(case: SessionCase) -> K8sSessions:
@@ -169,3 +170,14 @@ async def test_pause_or_resume_of_an_unknown_id_is_one_line(case: SessionCase) -
             await act("sbx-0000000000000000")
         assert caught.value.message == f"no open sandbox session 'sbx-0000000000000000' in {case.namespace}"
     assert await _k8s(case).snapshots() == []
+
+
+async def test_idle_suspend_of_a_session_a_pause_could_not_bring_back_is_refused_before_any_pod(
+    case: SessionCase,
+) -> None:
+    clone = OpenOptions(ttl=60, idle_suspend=5, workspace=Workspace("https://git.example.test/o/r.git"))
+    with pytest.raises(errors.ConfigError) as caught:
+        await case.open(clone)
+    assert caught.value.message.startswith("a Kubernetes session with a git workspace cannot take idle suspend")
+    assert "\n" not in caught.value.message
+    assert await case.nothing_left()

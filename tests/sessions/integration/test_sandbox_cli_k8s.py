@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from ironflow.cli.app import app
 from ironflow.kube import api as k8s
 from ironflow.testing.kube import PodScript, local_exec
+from ironflow.testing.polling import eventually_sync
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
@@ -256,6 +257,12 @@ def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
         (work / "kept.txt").unlink()  # the pod's files went with it
         assert cli("exec", sid, "--", "cat", "kept.txt") == "kept"  # resumed first, from its archive
         assert sid in _pods(st)
+        idle = cli("open", "--idle-suspend", "1s")
+        (work / "idle.txt").write_text("idle")
+        eventually_sync(lambda: idle not in _pods(st), limit_s=30, interval_s=0.2, what="the idle session suspended")
+        (work / "idle.txt").unlink()
+        assert cli("exec", idle, "--", "cat", "idle.txt") == "idle"  # the next request resumes it
+        cli("close", idle)
         cli("close", sid)
         (work / "kept.txt").unlink()
         cli("open", "--from", snap)
