@@ -2,7 +2,7 @@
 emptyDir HOME): a paused session's pod really goes, and its processes with it; the next request
 through the same handle resumes it on a new pod whose files are the old one's, byte for byte with
 their modes (read back from the archive in the snapshot store); an idle session is suspended and its
-next request brings its files back.
+next request brings its files back; over HTTP the new pod's runtime takes a new token of this process.
 
 The kwok tier (``tests/sessions/integration/test_k8s_session_pauses.py``) shows the cluster's side
 and the refusals; here the files are the pods' own. Skipped when the node's binaries or the runner
@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.fakes.node_network import inside_node_network
 from tests.k8s.real_node.test_real_node_session_snapshots import MAKE, SMALL, _less_setgid, _listing
 
 from ironflow import errors
@@ -24,6 +25,7 @@ from ironflow.kube import api as k8s
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.polling import eventually
+from ironflow.testing.realnode import RealNodeEnv
 
 #: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
 pytestmark = pytest.mark.timeout(600)
@@ -108,3 +110,33 @@ async def test_an_idle_session_is_suspended_and_its_next_request_brings_its_file
     assert (await sandbox.commands.run(["stat", "-c", "%a", "notes/kept.txt"])).stdout == "604\n"
     assert await _uid(node_api, node_ns, sandbox.id) is not None
     await sandbox.close()
+
+
+async def test_over_http_a_resumed_session_answers_at_its_new_pod_with_a_new_token(
+    real_node: RealNodeEnv,
+    node_ns: str,
+    node_api: k8s.KubeApi,
+    need_image: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runtime as the pod's main process, reached at the pod's IP (this thread inside the node's
+    network): a resume delivers this process's new token to the new runtime; ``route`` and ``connect``
+    reach it there (a handle over HTTP from before holds the old address)."""
+    monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
+    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
+    with inside_node_network(real_node):
+        async with p.resources(SMALL).sessions(api=node_api, transport="http") as sessions:
+            sandbox = await sessions.open(OpenOptions(ttl=300))
+            await sandbox.files.write("notes/kept.txt", "kept over http\n")
+            await sandbox.disconnect()  # its client holds the old pod's address: a new handle comes after
+            before, old_token = sessions.route(sandbox.id)
+            assert before.startswith("http://")
+            await sessions.pause(sandbox.id)
+            await sessions.resume(sandbox.id)
+            after, new_token = sessions.route(sandbox.id)
+            assert after.startswith("http://")
+            assert new_token.reveal() != old_token.reveal()
+            again = await sessions.connect(sandbox.id)
+            assert await again.files.read("notes/kept.txt") == b"kept over http\n"
+            await again.close()
