@@ -12,6 +12,7 @@ image are missing.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,6 @@ from ironflow.kube import api as k8s
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.polling import eventually
-from ironflow.testing.realnode import RealNodeEnv
 
 #: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
 pytestmark = pytest.mark.timeout(600)
@@ -48,17 +48,22 @@ async def _sleeping(sandbox: AsyncSandbox) -> bool:
 
 @pytest.fixture
 async def sessions(
+    request: pytest.FixtureRequest,
     node_ns: str,
     node_api: k8s.KubeApi,
     need_image: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[K8sSessions]:
-    """The node's sessions, each request an exec; every pod gone after."""
+    """The node's sessions, each request an exec (``http``, by indirect parameter: at the pod's IP,
+    this thread inside the node's network); every pod gone after."""
     monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
     p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
-    async with p.resources(SMALL).sessions(api=node_api, transport="exec") as opened:
-        yield opened
+    transport = getattr(request, "param", "exec")
+    network = inside_node_network(request.getfixturevalue("real_node")) if transport == "http" else nullcontext()
+    with network:
+        async with p.resources(SMALL).sessions(api=node_api, transport=transport) as opened:
+            yield opened
 
     async def gone() -> bool:
         return not (await node_api.list(k8s.PODS, node_ns)).items
@@ -112,31 +117,20 @@ async def test_an_idle_session_is_suspended_and_its_next_request_brings_its_file
     await sandbox.close()
 
 
-async def test_over_http_a_resumed_session_answers_at_its_new_pod_with_a_new_token(
-    real_node: RealNodeEnv,
-    node_ns: str,
-    node_api: k8s.KubeApi,
-    need_image: dict[str, str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The runtime as the pod's main process, reached at the pod's IP (this thread inside the node's
-    network): a resume delivers this process's new token to the new runtime; ``route`` and ``connect``
+@pytest.mark.parametrize("sessions", ["http"], indirect=True)
+async def test_over_http_a_resumed_session_answers_at_its_new_pod_with_a_new_token(sessions: K8sSessions) -> None:
+    """A resume delivers this process's new token to the new pod's runtime; ``route`` and ``connect``
     reach it there (a handle over HTTP from before holds the old address)."""
-    monkeypatch.setenv("IRONFLOW_SNAPSHOT_DIR", str(tmp_path / "store"))
-    p = K8sEphemeralProvider.sandboxed(need_image["runner"]).namespace(node_ns).image_pull_policy("Never")
-    with inside_node_network(real_node):
-        async with p.resources(SMALL).sessions(api=node_api, transport="http") as sessions:
-            sandbox = await sessions.open(OpenOptions(ttl=300))
-            await sandbox.files.write("notes/kept.txt", "kept over http\n")
-            await sandbox.disconnect()  # its client holds the old pod's address: a new handle comes after
-            before, old_token = sessions.route(sandbox.id)
-            assert before.startswith("http://")
-            await sessions.pause(sandbox.id)
-            await sessions.resume(sandbox.id)
-            after, new_token = sessions.route(sandbox.id)
-            assert after.startswith("http://")
-            assert new_token.reveal() != old_token.reveal()
-            again = await sessions.connect(sandbox.id)
-            assert await again.files.read("notes/kept.txt") == b"kept over http\n"
-            await again.close()
+    sandbox = await sessions.open(OpenOptions(ttl=300))
+    await sandbox.files.write("notes/kept.txt", "kept over http\n")
+    await sandbox.disconnect()  # its client holds the old pod's address: a new handle comes after
+    before, old_token = sessions.route(sandbox.id)
+    assert before.startswith("http://")
+    await sessions.pause(sandbox.id)
+    await sessions.resume(sandbox.id)
+    after, new_token = sessions.route(sandbox.id)
+    assert after.startswith("http://")
+    assert new_token.reveal() != old_token.reveal()
+    again = await sessions.connect(sandbox.id)
+    assert await again.files.read("notes/kept.txt") == b"kept over http\n"
+    await again.close()
