@@ -181,3 +181,18 @@ async def test_idle_suspend_of_a_session_a_pause_could_not_bring_back_is_refused
     assert caught.value.message.startswith("a Kubernetes session with a git workspace cannot take idle suspend")
     assert "\n" not in caught.value.message
     assert await case.nothing_left()
+
+
+async def test_a_pause_past_the_stores_limit_is_refused_and_the_session_runs_on(
+    case: SessionCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IRONFLOW_SNAPSHOT_LIMIT", "64K")  # read when the sessions first use their store
+    sandbox = await case.open(OpenOptions(ttl=120))
+    await sandbox.files.write("big", b"x" * 200_000)
+    with pytest.raises(errors.WorkspaceRefused, match=r"past the store's limit \(65536 bytes left\)"):
+        await _k8s(case).pause(sandbox.id)
+    assert await _pod_uid(case, sandbox.id) is not None
+    assert [info.paused for info in await _k8s(case).list()] == [False]
+    assert (await sandbox.commands.run(["wc", "-c", "big"])).stdout.split()[0] == "200000"  # it runs on
+    assert await _k8s(case).snapshots() == []
+    await sandbox.close()

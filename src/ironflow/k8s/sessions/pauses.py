@@ -99,14 +99,18 @@ class PodPauses:
         info = dataclasses.replace(next((i for i in self.host.held() if i.id == session_id), found.info), paused=True)
         record = PausedSession(info, found.env, self.host.namespace, await self._where())
         name, extra = pause_records.archive_name(session_id), {pause_records.RECORD_KEY: record.to_json()}
-        client = await self.host.runtime(session_id)
+        self.requests.mark(session_id, paused=True)  # from now a request waits for this lock, then resumes
         try:
-            await archives.capture(
-                self.host.store, client, session_id=session_id, name=name, backend=self.host.backend, extra=extra
-            )
-        finally:
-            await client.aclose()
-        self.requests.mark(session_id, paused=True)  # from now: a request waits for this lock, then resumes
+            client = await self.host.runtime(session_id)
+            try:
+                await archives.capture(
+                    self.host.store, client, session_id=session_id, name=name, backend=self.host.backend, extra=extra
+                )
+            finally:
+                await client.aclose()
+        except BaseException:
+            self.requests.mark(session_id, paused=False)  # it runs on, as it was
+            raise
         self.host.mark(session_id, paused=True)
         await self._cluster.delete(session_id)
         await self._gone(session_id)
