@@ -7,9 +7,10 @@ the server's snapshot store and prints the snapshot's id, ``snapshot rm SNAPSHOT
 ids, a line each; ``sandbox open --from SNAPSHOT`` opens one from a kept snapshot), ``pause`` and
 ``unpause`` freeze and thaw a session (``resume`` is agent-sandbox's ``operatingMode``, as
 ``suspend``: docker's words are taken here; on agent-sandbox ``pause`` removes the pod and keeps
-its home's PVC), ``extend ID --ttl 30m`` moves its expiry. A cluster's sessions (``--provider``)
-snapshot and fork their workspace, kept in this machine's store; a backend without a command is
-refused in one line, exit 2.
+its home's PVC, on k8s it keeps the workspace in this machine's store and removes the pod),
+``extend ID --ttl 30m`` moves its expiry. A cluster's sessions (``--provider``) snapshot and fork
+their workspace, kept in this machine's store; a backend without a command is refused in one
+line, exit 2.
 """
 
 from __future__ import annotations
