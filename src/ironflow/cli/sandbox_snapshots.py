@@ -175,8 +175,8 @@ def pause(
     provider: ProviderOption = None,
     output: InfoOutput = ResultFormat.TEXT,
 ) -> None:
-    """Pause a session: locally its processes freeze; on agent-sandbox its pod goes and its HOME stays
-    (home_volume). Its next request, or unpause, resumes it."""
+    """Pause a session: locally its processes freeze; on Kubernetes its pod goes and its HOME is kept
+    (k8s: an archive; agent-sandbox: home_volume). Its next request, or unpause, resumes it."""
     session_id = _checked(check_session_id, sandbox_id)
     _print_info(_paused(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
 
