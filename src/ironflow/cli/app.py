@@ -14,7 +14,7 @@ from typing import Any, Final
 import typer
 
 from ironflow import __version__
-from ironflow.cli import exits, groups, lazy, verbosity
+from ironflow.cli import exits, groups, lazy
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
 
@@ -120,6 +120,8 @@ def _root(
     """Run AI-agent steps in hardened, single-use sandboxes."""
     if verbose and quiet:
         exits.fail("-v and -q pull opposite ways: give one of them")
+    from ironflow.cli import verbosity  # logging's set-up: a command's, never --help's
+
     verbosity.configure(verbose, quiet)
 
 
