@@ -30,6 +30,7 @@ from typing import Protocol
 from ironflow import errors
 from ironflow.k8s import pods
 from ironflow.k8s.sessions import archives, pause_records, provisioner, suspends
+from ironflow.k8s.sessions.objects import Found
 from ironflow.k8s.sessions.pause_records import PausedSession
 from ironflow.kube import informer
 from ironflow.sessions.client import RuntimeClient
@@ -91,12 +92,10 @@ class PodPauses:
         """:meth:`pause`, under the session's lock."""
         if (kept := await self._kept(session_id)) is not None:
             return kept[1].info
-        found = await self._cluster.lookup(session_id)
-        if found is None or not found.running:
-            raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.host.namespace}")
+        found = await self._running(session_id)
         if why := pause_records.refusal(workspace=found.workspace is not None, env=found.env):
             raise errors.ConfigError(why)
-        info = dataclasses.replace(next((i for i in self.host.held() if i.id == session_id), found.info), paused=True)
+        info = dataclasses.replace(self._info(session_id, found.info), paused=True)
         record = PausedSession(info, found.env, self.host.namespace, await self._where())
         name, extra = pause_records.archive_name(session_id), {pause_records.RECORD_KEY: record.to_json()}
         self.requests.mark(session_id, paused=True)  # from now a request waits for this lock, then resumes
@@ -115,6 +114,21 @@ class PodPauses:
         await self._cluster.delete(session_id)
         await self._gone(session_id)
         return record.info
+
+    async def _running(self, session_id: str) -> Found:
+        """The session's running pod, as the cluster finds it.
+
+        Raises:
+            SessionNotFound: none runs.
+        """
+        found = await self._cluster.lookup(session_id)
+        if found is None or not found.running:
+            raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.host.namespace}")
+        return found
+
+    def _info(self, session_id: str, found: SessionInfo) -> SessionInfo:
+        """The session as held here (its labels and expiry as this process knows them), else as found."""
+        return next((info for info in self.host.held() if info.id == session_id), found)
 
     async def _gone(self, session_id: str) -> None:
         """Back once the pod is gone: its processes have ended, and its name is free for a resume.
@@ -144,10 +158,7 @@ class PodPauses:
         """:meth:`resume`, under the session's lock."""
         kept = await self._kept(session_id)
         if kept is None:
-            found = await self._cluster.lookup(session_id)
-            if found is None or not found.running:
-                raise SessionNotFound(f"no open sandbox session '{session_id}' in {self.host.namespace}")
-            return next((i for i in self.host.held() if i.id == session_id), found.info)
+            return self._info(session_id, (await self._running(session_id)).info)
         snapshot, record = kept
         now = time.time()
         try:
