@@ -10,6 +10,7 @@ ownerReferences, so deleting claims is how a step or a run leaves nothing behind
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,6 +25,7 @@ from ironflow.kube import informer, object_events, pod_problems
 
 __all__ = [
     "CLAIM_NAME_PREFIX",
+    "DEPENDENCY_GRACE_S",
     "ClaimReapReport",
     "Resources",
     "bound_sandbox",
@@ -109,6 +111,15 @@ _NEVER_READY: Final = {
 }
 
 
+#: Reasons the controller itself retries (v1.0.x requeues a claim whose pool or template is not in
+#: its cache yet, and the pool's creation re-enqueues it): a claim made just after ``apply-template``
+#: may show one for a moment, so it ends the wait only after :data:`DEPENDENCY_GRACE_S`.
+_AWAITED: Final = frozenset({"TemplateNotFound", "WarmPoolNotFound"})
+DEPENDENCY_GRACE_S: Final = 5.0
+#: A wait whose whole time went to the grace still reads the claim's last word once.
+_LAST_LOOK_S: Final = 0.05
+
+
 def bound_sandbox(claim: Mapping[str, Any]) -> str | None:
     """The Sandbox the claim's controller bound it to (``status.sandbox.name``), or None yet."""
     name = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
@@ -127,7 +138,10 @@ def claim_problem(claim: Mapping[str, Any]) -> pod_problems.Verdict | None:
     if cond.get("status") != "False" or reason not in _NEVER_READY:
         return None
     message = str(cond.get("message") or "the controller gave no message")
-    return pod_problems.Verdict(str(reason), message, retryable=_NEVER_READY[reason], started=reason.startswith("Pod"))
+    awaited = reason in _AWAITED
+    return pod_problems.Verdict(
+        str(reason), message, retryable=_NEVER_READY[reason], grace=awaited, started=reason.startswith("Pod")
+    )
 
 
 def claim_reap_reason(claim: Mapping[str, Any], now: int) -> reaper.ReapReason | None:
@@ -183,15 +197,23 @@ async def wait_for(
 async def wait_ready(
     api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str, *, timeout_s: float
 ) -> dict[str, Any] | None:
-    """The claim once Ready; None after ``timeout_s``; at once the :func:`claim_problem` error
+    """The claim once Ready; None after ``timeout_s``; the :func:`claim_problem` error
     (``SandboxRefused`` / ``SandboxFailed``, with the claim's events) when its controller says
-    it will not become Ready."""
+    it will not become Ready: at once, or after :data:`DEPENDENCY_GRACE_S` for a missing pool or
+    template (the controller retries those itself)."""
     shared = informer.informer_for(api, namespace, resource)
 
-    def settled(claim: Mapping[str, Any]) -> bool:
-        return has_condition(claim, "Ready") or claim_problem(claim) is not None
+    def settled(claim: Mapping[str, Any], *, patient: bool) -> bool:
+        if has_condition(claim, "Ready"):
+            return True
+        problem = claim_problem(claim)
+        return problem is not None and not (patient and problem.grace)
 
-    found = await shared.wait_for(name, settled, timeout_s)
+    grace = min(DEPENDENCY_GRACE_S, timeout_s)
+    found = await shared.wait_for(name, functools.partial(settled, patient=True), grace)
+    if found is None:
+        left = max(timeout_s - grace, _LAST_LOOK_S)
+        found = await shared.wait_for(name, functools.partial(settled, patient=False), left)
     verdict = None if found is None or has_condition(found, "Ready") else claim_problem(found)
     if verdict is not None:
         said = await object_events.describe_recent(api, namespace, resource.kind, name)

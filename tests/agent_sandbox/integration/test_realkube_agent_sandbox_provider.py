@@ -315,6 +315,27 @@ async def test_claim_on_an_unknown_pool_fails_at_once_and_is_deleted(env: RealEn
     await wait_until(lambda: env.nothing_left() and not env.sandboxes())
 
 
+async def test_a_claim_made_before_its_pool_exists_waits_for_it_then_runs(env: RealEnv) -> None:
+    """The controller retries a claim whose pool is not in its cache yet (what a claim made just after
+    ``apply-template`` may see): a step whose claim says WarmPoolNotFound and whose pool is applied
+    within the grace runs, not refused."""
+    p = env.provider(replicas=0)
+    step = asyncio.create_task(p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "early")))
+
+    def not_found_yet() -> bool:
+        return (
+            any((claims.condition(c, "Ready") or {}).get("reason") == "WarmPoolNotFound" for c in env.claims())
+            or step.done()
+        )
+
+    await wait_until(not_found_yet)
+    assert not step.done(), step  # the reason was seen, and the step still waits
+    await env.apply_template(p)
+    result = await asyncio.wait_for(step, claims.DEPENDENCY_GRACE_S + 30)
+    assert result.text
+    await wait_until(env.nothing_left)
+
+
 async def test_cancelled_while_waiting_for_ready_leaves_nothing(held_env: RealEnv) -> None:
     env = held_env
     p = env.provider(replicas=0)
