@@ -25,6 +25,7 @@ __all__ = [
     "COMPONENT_PROMPT_DATA",
     "COMPONENT_SANDBOX_CLAIM",
     "COMPONENT_SANDBOX_SESSION",
+    "COMPONENT_SESSION_HOME",
     "ENVIRONMENT_SELECTOR",
     "LABEL_COMPONENT",
     "LABEL_EGRESS_PROFILE",
@@ -39,6 +40,7 @@ __all__ = [
     "LABEL_SANDBOX_NAME_HASH",
     "LABEL_SESSION_DIR",
     "LABEL_SESSION_ID",
+    "LABEL_SNAPSHOT_ID",
     "LABEL_STEP",
     "LABEL_WARM_POOL_SANDBOX",
     "LABEL_WORKER_UID",
@@ -51,6 +53,7 @@ __all__ = [
     "SANDBOX_CLAIM_SELECTOR",
     "SANDBOX_SESSION_SELECTOR",
     "SERVICE_PORT_NAMES",
+    "SESSION_HOME_SELECTOR",
     "expires_at",
     "is_dns_label",
     "is_dns_subdomain",
@@ -99,6 +102,10 @@ COMPONENT_SANDBOX_CLAIM: Final = "sandbox-claim"
 #: A sandbox session's pod (ironflow.k8s.sessions.pod_sessions), and its session id.
 COMPONENT_SANDBOX_SESSION: Final = "sandbox-session"
 LABEL_SESSION_ID: Final = "ironflow.io/session-id"
+#: A session's HOME claim (ironflow.k8s.sessions.session_volumes), owned by its pod; a snapshot's id on its
+#: VolumeSnapshot.
+COMPONENT_SESSION_HOME: Final = "sandbox-session-home"
+LABEL_SNAPSHOT_ID: Final = "ironflow.io/snapshot-id"
 #: A local Docker session's container (ironflow.local.sessions.docker_runtime): its session directory
 #: on the host, and the process that owns it (as ironflow.local.workdirs marks a directory).
 LABEL_SESSION_DIR: Final = "ironflow.io/session-dir"
@@ -128,6 +135,7 @@ RUNNER_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_CLAUD
 PROMPT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_PROMPT_DATA}"
 ENVIRONMENT_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_ENVIRONMENT}"
 SANDBOX_CLAIM_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SANDBOX_CLAIM}"
+SESSION_HOME_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SESSION_HOME}"
 SANDBOX_SESSION_SELECTOR: Final = f"{MANAGED_SELECTOR},{LABEL_COMPONENT}={COMPONENT_SANDBOX_SESSION}"
 
 _MAX_LABEL_VALUE: Final = 63

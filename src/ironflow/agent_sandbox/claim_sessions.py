@@ -126,9 +126,12 @@ class ClaimObjects:
         return self.settings.cluster_config
 
     async def create(
-        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float
+        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float, home_from: str | None = None
     ) -> Mapping[str, Any]:
-        """Raises: ConfigError: ``env`` (the template's pod has its own), a bad ttl or label."""
+        """Raises: ConfigError: ``env`` (the template's pod has its own), a bad ttl or label; a VolumeSnapshot
+        ``home_from`` (the template's pod has its own volumes)."""
+        if home_from is not None:
+            raise errors.ConfigError("agent-sandbox sessions start from an archive snapshot, not a VolumeSnapshot")
         if options.env:
             raise errors.ConfigError(
                 "agent-sandbox sessions run with the template's environment: set env on the provider "

@@ -131,6 +131,10 @@ def manifests(
     environment_claims: Annotated[
         bool, typer.Option("--environment-claims", help="Grant the PVC verbs of persistent environments.")
     ] = False,
+    session_volumes: Annotated[
+        bool,
+        typer.Option("--session-volumes", help="Grant the verbs of sessions' HOME claims and VolumeSnapshots."),
+    ] = False,
     check_rbac: Annotated[
         bool, typer.Option("--check-rbac", help="Add the account `ironflow check` runs with (pods/exec).")
     ] = False,
@@ -206,6 +210,7 @@ def manifests(
             presets=tuple(preset) if preset else setup.ClusterSetup().presets,
             egress_profiles=profiles if profiles is not None else setup.ClusterSetup().egress_profiles,
             environment_claims=environment_claims,
+            session_volumes=session_volumes,
             check_rbac=check_rbac,
             agent_sandbox_rbac=agent_sandbox_rbac,
             auth_proxy_deployment=workloads.AuthProxyDeployment(

@@ -85,6 +85,7 @@ SWITCHES: Final[tuple[Switch, ...]] = (
     Switch("cilium", False, lambda c, on: _R(c, cilium=on)),
     Switch("gvisor", False, lambda c, on: _R(c, gvisor=on)),
     Switch("environmentClaims", False, lambda c, on: _R(c, environment_claims=on)),
+    Switch("sessionVolumes", False, lambda c, on: _R(c, session_volumes=on)),
     Switch("checkRbac", False, lambda c, on: _R(c, check_rbac=on)),
     Switch("agentSandboxRbac", False, lambda c, on: _R(c, agent_sandbox_rbac=on)),
     Switch("sandboxRouter.enabled", False, lambda c, on: c if on else _R(c, sandbox_router=None)),

@@ -24,6 +24,9 @@ events                      list                                  why a step's p
 configmaps                  create get list delete                prompt ConfigMaps, cleanup, reaper
 batch/jobs                  create get list watch delete          JobRun, release_run, reaper
 persistentvolumeclaims      create get list patch delete          environment claims (opt-in only)
+persistentvolumeclaims,     create get patch delete               sessions' HOME claims and their
+snapshot.storage.k8s.io/                                          VolumeSnapshots (opt-in only)
+volumesnapshots
 ==========================  ====================================  =================================
 
 ``ironflow check`` gets its own ServiceAccount and Role (pods get/list, pods/exec create,
@@ -66,6 +69,7 @@ __all__ = [
     "ENVIRONMENT_PERMISSIONS",
     "GVISOR_RUNTIME_CLASS",
     "MANAGED_SETTINGS_PRESETS",
+    "SESSION_VOLUME_PERMISSIONS",
     "WORKER_NAMESPACE",
     "WORKER_PERMISSIONS",
     "WORKER_SERVICE_ACCOUNT",
@@ -114,6 +118,13 @@ WORKER_PERMISSIONS: Final = (
 ENVIRONMENT_PERMISSIONS: Final = (
     Permission(
         "", "persistentvolumeclaims", ("create", "get", "list", "patch", "delete"), "persistent environment claims"
+    ),
+)
+#: Sessions with a session volume: a HOME claim each, snapshots and forks as VolumeSnapshots.
+SESSION_VOLUME_PERMISSIONS: Final = (
+    Permission("", "persistentvolumeclaims", ("create", "get", "patch", "delete"), "sessions' HOME claims"),
+    Permission(
+        "snapshot.storage.k8s.io", "volumesnapshots", ("create", "get", "delete"), "session snapshots and forks"
     ),
 )
 #: The agent-sandbox backend (docs/agent-sandbox.md, "RBAC for the worker").
@@ -166,6 +177,8 @@ class ClusterSetup:
     )
     #: Grant the PVC verbs persistent environment claims need.
     environment_claims: bool = False
+    #: Grant the verbs of sessions' HOME claims and their VolumeSnapshots.
+    session_volumes: bool = False
     #: Add the ServiceAccount and Roles ``ironflow check`` runs with.
     check_rbac: bool = False
     #: Grant the worker what the agent-sandbox backend does (claims, execs).
@@ -304,7 +317,11 @@ def topology(config: ClusterSetup) -> network.Topology:
 
 
 def worker_permissions(config: ClusterSetup) -> tuple[Permission, ...]:
-    return WORKER_PERMISSIONS + (ENVIRONMENT_PERMISSIONS if config.environment_claims else ())
+    return (
+        WORKER_PERMISSIONS
+        + (ENVIRONMENT_PERMISSIONS if config.environment_claims else ())
+        + (SESSION_VOLUME_PERMISSIONS if config.session_volumes else ())
+    )
 
 
 def worker_rbac(config: ClusterSetup) -> list[documents.Document]:

@@ -29,6 +29,7 @@ from ironflow.k8s.settings import (
     K8sResources,
     ProviderSettings,
     Seconds,
+    SessionVolume,
     Toleration,
     frozen_map,
     seconds,
@@ -99,6 +100,17 @@ class K8sSettingsBuilders(abc.ABC):
         """
         volume.validate()
         return self._with(environment=volume)
+
+    def session_volume(self, volume: SessionVolume) -> Self:
+        """Give each sandbox session a HOME claim of ``volume.storage_class`` (owned by its pod), and
+        with ``volume.snapshot_class`` take its snapshots and forks as VolumeSnapshots. The worker
+        then needs create/delete/patch on persistentvolumeclaims and create/get/delete on
+        volumesnapshots.
+
+        Raises:
+            ConfigError: ``invalid session volume: {reason}``.
+        """
+        return self._with(session_volume=volume)
 
     def conversations_volume(self, claim: str) -> Self:
         """Keep Claude Code's conversations (its transcripts) on a PVC at ``~/.claude/projects``, so

@@ -24,7 +24,7 @@ from ironflow.auth_proxy import relays as relay_specs
 from ironflow.egress import options as egress_options
 from ironflow.egress import policy as egress_policy
 from ironflow.k8s import environments
-from ironflow.k8s.settings import RESOURCE_FIELDS, K8sResources, Toleration
+from ironflow.k8s.settings import DEFAULT_SESSION_VOLUME_SIZE, RESOURCE_FIELDS, K8sResources, SessionVolume, Toleration
 from ironflow.kube import clusters
 from ironflow.settings_file import Section
 
@@ -78,6 +78,7 @@ TOP_KEYS: Final = (
     "claude_profiles",
     "cluster",
     "environment_volume",
+    "session_volume",
     "relays",
     "egress",
     "egress_profiles",
@@ -93,6 +94,7 @@ _SANDBOX_KEYS: Final = (
 )
 _TOLERATION_KEYS: Final = ("key", "operator", "value", "effect", "toleration_seconds")
 _ENV_VOLUME_KEYS: Final = ("mount_path", "size", "storage_class", "ttl_seconds")
+_SESSION_VOLUME_KEYS: Final = ("storage_class", "size", "snapshot_class")
 
 
 class ProviderBuilder(Protocol):
@@ -119,6 +121,7 @@ class ProviderBuilder(Protocol):
     def read_only_volume(self, volume: step_sandbox.ReadOnlyVolume) -> Self: ...
     def managed_settings_preset(self, name: str, configmap: str) -> Self: ...
     def environment_volume(self, volume: environments.EnvironmentVolume) -> Self: ...
+    def session_volume(self, volume: SessionVolume) -> Self: ...
     def claude_profile_configmap_at(self, configmap: str, subdir: str) -> Self: ...
     def relays(self, specs: Sequence[relay_specs.RelaySpec]) -> Self: ...
     def egress(self, policy: egress_policy.EgressPolicy | None) -> Self: ...
@@ -323,6 +326,16 @@ def _environment_volume(p: B, top: Section, _base: Path | None) -> B:
     return p.environment_volume(volume)
 
 
+def _session_volume(p: B, top: Section, _base: Path | None) -> B:
+    section = top.section("session_volume", _SESSION_VOLUME_KEYS)
+    section.require("storage_class")
+    size = section.text("size") if section.has("size") else DEFAULT_SESSION_VOLUME_SIZE
+    volume = SessionVolume(
+        section.text("storage_class"), size=size, snapshot_class=section.optional_text("snapshot_class")
+    )
+    return p.session_volume(volume)
+
+
 def _claude_profiles(p: B, top: Section, _base: Path | None) -> B:
     for item in top.items("claude_profiles", ("configmap", "subdir")):
         item.require("configmap")
@@ -369,6 +382,7 @@ _SECTIONS: Final[tuple[tuple[str, Callable[[Any, Section, Path | None], Any]], .
     ("read_only_volumes", _read_only_volumes),
     ("managed_settings_presets", _managed_settings_presets),
     ("environment_volume", _environment_volume),
+    ("session_volume", _session_volume),
     ("claude_profiles", _claude_profiles),
     ("relays", _relays),
     ("egress", _egress),

@@ -34,12 +34,14 @@ __all__ = [
     "DEFAULT_IMAGE_PULL_GRACE_S",
     "DEFAULT_INPUT_INIT_IMAGE",
     "DEFAULT_PREVIOUS_ATTEMPT_TIMEOUT_S",
+    "DEFAULT_SESSION_VOLUME_SIZE",
     "DEFAULT_TIMEOUT_S",
     "RESOURCE_FIELDS",
     "ImagePullPolicy",
     "K8sResources",
     "ProviderSettings",
     "Seconds",
+    "SessionVolume",
     "Toleration",
     "frozen_map",
     "seconds",
@@ -52,6 +54,9 @@ DEFAULT_INPUT_INIT_IMAGE: Final = "curlimages/curl:8.10.1"
 DEFAULT_IMAGE_PULL_GRACE_S: Final = pod_problems.DEFAULT_IMAGE_PULL_GRACE_S
 
 Seconds = float | int | timedelta
+
+#: A sandbox session's HOME claim unless the provider says otherwise.
+DEFAULT_SESSION_VOLUME_SIZE: Final = "1Gi"
 
 
 def frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -186,6 +191,31 @@ class Toleration:
 
 
 @dataclass(frozen=True)
+class SessionVolume:
+    """Where a session's HOME lives: a claim of ``storage_class`` of ``size``; with
+    ``snapshot_class``, its snapshots and forks are VolumeSnapshots of that class.
+
+    >>> SessionVolume("csi-hostpath").size
+    '1Gi'
+    """
+
+    storage_class: str
+    size: str = DEFAULT_SESSION_VOLUME_SIZE
+    #: None: snapshots stay archives read through the runtime.
+    snapshot_class: str | None = None
+
+    def problem(self) -> str | None:
+        """Why this volume cannot be used, or None."""
+        if not labels.is_dns_subdomain(self.storage_class):
+            return f"storage_class must be a StorageClass name, got '{errors.truncate(self.storage_class, 80)}'"
+        if self.snapshot_class is not None and not labels.is_dns_subdomain(self.snapshot_class):
+            return (
+                f"snapshot_class must be a VolumeSnapshotClass name, got '{errors.truncate(self.snapshot_class, 80)}'"
+            )
+        return quantities.quantity_problem("size", self.size, example="1Gi")
+
+
+@dataclass(frozen=True)
 class ProviderSettings:
     """Every setting of the provider (§1.1); build it through the provider's builders."""
 
@@ -233,6 +263,8 @@ class ProviderSettings:
     orphan_reaper_interval_s: float | None = None
     #: A persistent per-step PVC (§1.12); None: steps get none.
     environment: environments.EnvironmentVolume | None = None
+    #: Sandbox sessions' HOME on a claim of this class (and their snapshots as VolumeSnapshots); None: an emptyDir.
+    session_volume: SessionVolume | None = None
     #: The git hosts a git workspace clones from, their tokens kept in the auth proxy (the repr shows none).
     git_hosts: GitHosts | None = None
     #: Hosts every step reaches through the auth proxy with a credential it injects (values: in Secrets).
@@ -339,8 +371,14 @@ def _grace_problem(s: ProviderSettings) -> str | None:
     return None
 
 
+def _session_volume_problem(s: ProviderSettings) -> str | None:
+    problem = None if s.session_volume is None else s.session_volume.problem()
+    return None if problem is None else f"invalid session volume: {problem}"
+
+
 _CHECKS: Final[tuple[Callable[[ProviderSettings], str | None], ...]] = (
     _grace_problem,
+    _session_volume_problem,
     _names_problem,
     _env_problem,
     _labels_problem,

@@ -25,6 +25,7 @@ def test_the_full_rendered_set_is_accepted_by_the_real_apiserver(kube_env: KubeE
         auth_proxy_url=f"http://ironflow-auth-proxy.dry-proxy-{tag}:8081",
         gvisor=True,
         environment_claims=True,
+        session_volumes=True,
         check_rbac=True,
         agent_sandbox_rbac=True,
         auth_proxy_deployment=workloads.AuthProxyDeployment(),

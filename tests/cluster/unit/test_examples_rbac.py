@@ -99,6 +99,15 @@ def test_environment_claims_add_only_the_pvc_verbs() -> None:
     assert extra == {("", "persistentvolumeclaims", v) for v in ("create", "get", "list", "patch", "delete")}
 
 
+def test_session_volumes_add_only_the_claim_and_volumesnapshot_verbs() -> None:
+    config = setup.ClusterSetup(session_volumes=True)
+    role = next(o for o in setup.render(config) if o["kind"] == "Role")
+    extra = _grants(role) - RUNTIME_NEEDS
+    assert extra == {("", "persistentvolumeclaims", v) for v in ("create", "get", "patch", "delete")} | {
+        ("snapshot.storage.k8s.io", "volumesnapshots", v) for v in ("create", "get", "delete")
+    }
+
+
 def test_only_the_check_account_may_exec_and_only_into_pods() -> None:
     objects = _objects("check-rbac.yaml")
     role = next(o for o in objects if o["kind"] == "Role")

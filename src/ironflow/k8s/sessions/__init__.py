@@ -5,7 +5,8 @@ session's socket over ``pods/exec``; ``clones`` clones a session's workspace and
 changes; ``objects`` is where sessions live (a pod here; agent-sandbox brings its claims);
 ``provisioner`` makes, reaches, finds and deletes a session's object through ``objects``;
 ``pod_sessions`` holds :class:`K8sSessions` (the table of sessions held here), built by
-``K8sEphemeralProvider(...).sessions()``; ``archives`` keeps a workspace as a snapshot, ``pauses``
+``K8sEphemeralProvider(...).sessions()``; ``snapshot_forms`` picks a snapshot's form: ``archives`` keeps a
+workspace as a tar archive, ``volume_snapshots`` a HOME claim as a VolumeSnapshot; ``pauses``
 pauses a pod session with one (its record ``pause_records``), ``suspends`` is the idle logic both
 backends' pauses share.
 ``ironflow.k8s.sessions`` was a module until this release: its names still resolve here, with

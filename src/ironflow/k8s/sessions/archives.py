@@ -5,8 +5,9 @@ A Kubernetes or agent-sandbox session's snapshot is its runtime's workspace (its
 HOME, or the clone of a git workspace), streamed out through the runtime's tar endpoint (HTTP, or
 the exec bridge) into :mod:`~ironflow.sessions.snapshot_store` as ``workspace.tar``, and streamed
 into a new session's workspace before its first use (``?exact=1``: modes and mtimes kept, less
-setuid/setgid; owners never). Files only: no process, no memory, nothing outside the workspace;
-no PVC clone or VolumeSnapshot is made.
+setuid/setgid; owners never). Files only: no process, no memory, nothing outside the workspace.
+(A session whose HOME is a claim may be snapshotted by the cluster instead:
+:mod:`~ironflow.k8s.sessions.volume_snapshots`.)
 
 The stream is the sandbox's word (a session may have taken over its runtime), so it is held to
 the store's limit as it arrives, and read by :mod:`~ironflow.sessions.untar`'s own rules before it

@@ -12,12 +12,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from ironflow import errors, labels
 from ironflow.k8s import pod_wait, pods
-from ironflow.k8s.sessions import clones, runtime_pod, session_pod
+from ironflow.k8s.sessions import clones, runtime_pod, session_pod, session_volumes
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.kube import clusters, pod_problems, pod_status
@@ -50,7 +51,8 @@ class SessionObjects(Protocol):
     """What a session is in the cluster, for the session host to make, find and remove.
 
     ``create`` may leave an object behind when it fails (the host deletes it when the API
-    says one may exist); ``ready`` waits until the session's pod runs and says where.
+    says one may exist); ``home_from`` names a VolumeSnapshot the session's HOME starts from (only
+    where its objects have a HOME claim); ``ready`` waits until the session's pod runs and says where.
     """
 
     @property
@@ -60,7 +62,7 @@ class SessionObjects(Protocol):
     def cluster(self) -> clusters.ClusterConfig | None: ...
 
     async def create(
-        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float
+        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float, home_from: str | None = None
     ) -> Mapping[str, Any]: ...
 
     async def ready(
@@ -85,7 +87,8 @@ class SessionObjects(Protocol):
 
 
 class PodObjects:
-    """A Kubernetes session is one pod of the provider's image, named by the session id."""
+    """A Kubernetes session is one pod of the provider's image, named by the session id; with a
+    session volume, and the claim holding its HOME, made first and then owned by the pod."""
 
     backend: Final = session_pod.BACKEND
 
@@ -98,8 +101,13 @@ class PodObjects:
         return self.settings.cluster
 
     async def create(
-        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float
+        self, api: kube.KubeApi, session_id: str, options: OpenOptions, *, now: float, home_from: str | None = None
     ) -> Mapping[str, Any]:
+        """Raises: ConfigError: a bad label or ttl; ``home_from`` without a session volume."""
+        volume = self.settings.session_volume
+        if home_from is not None and volume is None:
+            raise errors.ConfigError("a session starts from a VolumeSnapshot only with a session volume")
+        claim = None if volume is None else session_volumes.claim_name(session_id)
         body = session_pod.session_pod(
             session_id,
             self.settings,
@@ -108,8 +116,24 @@ class PodObjects:
             caller_labels=options.labels,
             run_id=options.run_id,
             env=options.env,
+            home_claim=claim,
         )
-        return await api.create(kube.PODS, self.namespace, body)
+        if volume is None:
+            return await api.create(kube.PODS, self.namespace, body)
+        expires = math.ceil(now + options.ttl)
+        made = session_volumes.home_claim(
+            session_id, namespace=self.namespace, volume=volume, expires_at=expires, source=home_from
+        )
+        # The claim first: a pod naming a claim that does not exist yet is unschedulable, which ends the wait.
+        await api.create(kube.PERSISTENTVOLUMECLAIMS, self.namespace, made)
+        try:
+            created = await api.create(kube.PODS, self.namespace, body)
+            owned = session_volumes.owner_patch(created)
+            await api.patch(kube.PERSISTENTVOLUMECLAIMS, self.namespace, made["metadata"]["name"], owned)
+        except BaseException:
+            await pods.shielded(self._delete_claim(api, session_id))
+            raise
+        return created
 
     async def ready(
         self, api: kube.KubeApi, created: Mapping[str, Any], options: OpenOptions, *, timeout_s: float
@@ -152,6 +176,18 @@ class PodObjects:
             pass
         except errors.KubernetesError as exc:
             log.warning("could not delete session pod %s/%s (the reaper will): %s", self.namespace, session_id, exc)
+        if self.settings.session_volume is not None:
+            await pods.shielded(self._delete_claim(api, session_id))
+
+    async def _delete_claim(self, api: kube.KubeApi, session_id: str) -> None:
+        """Delete the session's HOME claim (its pod's owner reference would also take it, once set)."""
+        claim = session_volumes.claim_name(session_id)
+        try:
+            await api.delete(kube.PERSISTENTVOLUMECLAIMS, self.namespace, claim)
+        except errors.KubeNotFound:
+            pass
+        except errors.KubernetesError as exc:
+            log.warning("could not delete session claim %s/%s: %s", self.namespace, claim, exc)
 
     async def find(self, api: kube.KubeApi, *, run_id: str | None = None) -> builtins.list[SessionInfo]:
         selector = labels.SANDBOX_SESSION_SELECTOR

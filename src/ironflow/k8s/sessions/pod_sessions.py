@@ -37,8 +37,9 @@ from typing import Final
 from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.k8s.sessions import archives, bridge, clones, egress_delivery, pauses, provisioner, runtime_link
+from ironflow.k8s.sessions import bridge, clones, egress_delivery, pauses, provisioner, runtime_link
 from ironflow.k8s.sessions.objects import Found, SessionObjects
+from ironflow.k8s.sessions.snapshot_forms import ClusterSnapshots
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.secrets import Secret
@@ -90,8 +91,7 @@ class K8sSessions:
         home: the pod's HOME, the exec's working directory, where a workspace is cloned.
         transport: ``auto`` (HTTP to the runtime the pod runs when it answers from here, else
             exec), ``http`` (refuse a session it cannot reach so) or ``exec`` (each request an exec).
-        snapshot_store: where snapshots of the sessions' workspaces go (default: the shared store,
-            made when first used; :mod:`~ironflow.k8s.sessions.archives`).
+        snapshot_store: where snapshots go (default: the shared store; :mod:`~ironflow.k8s.sessions.snapshot_forms`).
         activity: around each request of a handle handed out here, by session id (agent-sandbox's
             pauses: a paused session is resumed first); a pod session's own pauses by default.
     """
@@ -124,7 +124,10 @@ class K8sSessions:
         self.python = python
         self._sessions: dict[str, _Session] = {}
         self.where = self._cluster.where
-        self._store = snapshot_store
+        volume = settings.session_volume if objects is None else None  # a pod's HOME claim; a claim's pod has its own
+        self._snapshots = ClusterSnapshots(
+            snapshot_store, namespace=self.namespace, backend=self.backend, volume=volume, api=self.client
+        )
 
     @property
     def backend(self) -> str:
@@ -155,10 +158,11 @@ class K8sSessions:
             WorkspaceRefused: the snapshot's archive holds a member the tar rules refuse.
         """
         options = options or OpenOptions()
+        home_from = None
         if options.from_snapshot is not None:
             if options.workspace is not None:
                 raise errors.ConfigError("a session starts from a snapshot or a workspace, not both")
-            await asyncio.to_thread(archives.check_restorable, self.store, options.from_snapshot)
+            home_from = await asyncio.to_thread(self._snapshots.source, options.from_snapshot)
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
         egress, options = egress_delivery.opened_with(self.settings, options, backend=self.objects.backend)
@@ -166,10 +170,12 @@ class K8sSessions:
             pauses.check_idle_suspend(options)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
-        found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s, egress=egress)
+        found = await self._cluster.create(
+            session_id, options, now=now, timeout_s=self.start_timeout_s, egress=egress, home_from=home_from
+        )
         try:
             session = await self._attach(found, options.idle_timeout, probe=True)
-            if options.from_snapshot is not None:
+            if options.from_snapshot is not None and home_from is None:
                 await self._restore(session, options.from_snapshot)
         except BaseException:
             await self._cluster.delete(session_id, egress=egress is not None)
@@ -206,7 +212,7 @@ class K8sSessions:
         """The snapshot's workspace unpacked into a session just opened, before its first use."""
         client = self._client_of(session)
         try:
-            await archives.restore(self.store, snapshot_id, client)
+            await self._snapshots.restore(snapshot_id, client)
         except BaseException:
             await session.link.aclose()
             self._sessions.pop(session.info.id, None)
@@ -368,14 +374,11 @@ class K8sSessions:
         await self._teardown(session_id, egress=egress)
         return True
 
-    # -- snapshots and forks: the workspace as an archive (archives) --
+    # -- snapshots and forks: an archive of the workspace, or a VolumeSnapshot of HOME (snapshot_forms) --
 
     @property
-    def store(self) -> SnapshotStore:
-        """The snapshot store (the shared default, made when first used)."""
-        if self._store is None:
-            self._store = SnapshotStore()
-        return self._store
+    def store(self) -> SnapshotStore:  # the shared default, made when first used
+        return self._snapshots.store
 
     async def snapshot(self, session_id: str, *, name: str | None = None) -> SnapshotInfo:
         """The session's workspace as a new snapshot: its files only, read while its commands may run on
@@ -383,21 +386,18 @@ class K8sSessions:
 
         Raises:
             SessionNotFound: no such session. WorkspaceRefused: past the store's limit, or a member
-            the tar rules refuse. ConfigError: a bad name.
+            the tar rules refuse. ConfigError: a bad name. SandboxError: the CSI driver failed it.
         """
         snapshot_store.check_name(name)  # before anything is reached
-        client = self._client_of(await self._reach(session_id))
-        try:
-            return await archives.capture(self.store, client, session_id=session_id, name=name, backend=self.backend)
-        finally:
-            await client.aclose()
+        session = await self._reach(session_id)
+        return await self._snapshots.capture(session_id, functools.partial(self._client_of, session), name=name)
 
     async def snapshots(self) -> builtins.list[SnapshotInfo]:
         """Every snapshot of the store, oldest first (a local session's among them: ``open`` refuses those)."""
-        return await asyncio.to_thread(self.store.list)
+        return await self._snapshots.list()
 
     async def remove_snapshot(self, snapshot_id: str) -> bool:
-        return await asyncio.to_thread(self.store.remove, snapshot_id)
+        return await self._snapshots.remove(snapshot_id)
 
     async def fork(self, session_id: str, *, count: int = 1) -> builtins.list[AsyncSandbox]:
         """``count`` new sessions, each starting with one snapshot of this one's workspace (kept in the

@@ -80,10 +80,12 @@ class SessionProvisioner:
         now: float,
         timeout_s: float,
         egress: EgressPolicy | None = None,
+        home_from: str | None = None,
     ) -> Found:
         """The session's object made and its pod running, its ``egress`` variables delivered
         (:mod:`~ironflow.k8s.sessions.egress_delivery`), a git ``workspace`` cloned in it
-        (:meth:`_clone`); the object is deleted (and the egress token revoked) on every failure path.
+        (:meth:`_clone`), its HOME from the VolumeSnapshot ``home_from``; the object is deleted (and
+        the egress token revoked) on every failure path.
 
         Raises:
             ConfigError: a bad label; ``env`` where the objects refuse it. StepConfigError: a credential in ``env``.
@@ -96,7 +98,7 @@ class SessionProvisioner:
         secret = None if workspace is None else clones.check(self.settings, workspace)
         api = await self.client()
         try:
-            created = await self.objects.create(api, session_id, options, now=now)
+            created = await self.objects.create(api, session_id, options, now=now, home_from=home_from)
         except BaseException as exc:
             if pods.may_exist_after(exc):
                 await self.objects.delete(api, session_id)

@@ -26,7 +26,7 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.k8s import hardening, step_manifests
 from ironflow.k8s.commands import specs
-from ironflow.k8s.sessions import runtime_pod
+from ironflow.k8s.sessions import runtime_pod, session_volumes
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.sessions.values import SessionInfo
 
@@ -88,8 +88,10 @@ def session_pod(
     caller_labels: Mapping[str, str] | None = None,
     run_id: str | None = None,
     env: Mapping[str, str] | None = None,
+    home_claim: str | None = None,
 ) -> dict[str, Any]:
-    """The session's Pod; ``now`` (epoch seconds) fixes its expiry.
+    """The session's Pod; ``now`` (epoch seconds) fixes its expiry; ``home_claim``: HOME on that
+    claim instead of an emptyDir (:mod:`~ironflow.k8s.sessions.session_volumes`).
 
     Raises:
         ConfigError: a reserved or invalid label, a run id that is not a label value, a bad ttl.
@@ -123,7 +125,7 @@ def session_pod(
     pod_labels = {**settings.pod_labels, **chosen, labels.LABEL_SESSION_ID: session_id}
     if run_id is not None:
         pod_labels[labels.LABEL_RUN_ID] = run_id
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -134,6 +136,7 @@ def session_pod(
         },
         "spec": hardening.harden_pod_spec(spec, sandbox),
     }
+    return pod if home_claim is None else session_volumes.with_home_claim(pod, home_claim)
 
 
 def created_at(meta: Mapping[str, Any]) -> float:
