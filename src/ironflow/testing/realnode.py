@@ -124,7 +124,7 @@ class RealNodeEnv(KubeEnv):
             self.apply_objects(config.coredns_objects())
             self._procs.wait(self._dns_ready, "kubelet", "CoreDNS Ready", timeout=_READY_TIMEOUT_S)
             if self.agent_sandbox:
-                self._install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
+                self.install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
                 self._spawn("agent-sandbox-controller", agent_sandbox_args(self._layout))
         except BaseException:
             self.stop()
