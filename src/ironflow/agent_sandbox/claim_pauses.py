@@ -8,37 +8,29 @@ the session's runtime answers. What survives is what is on a PVC: with the provi
 its Sandbox's own PVC, so its files come back; /tmp and its processes never do. Without it a
 pause would lose the files, so it is refused in one line, as is ``idle_suspend``.
 
-A held session opened with ``idle_suspend`` is watched here: with no request for that long and
-none under way it is paused; the next request (a handle's, or one a server forwards, both
-through :meth:`ClaimPauses.active`) resumes it first. A session this process does not hold is
-paused and resumed by id all the same (``ironflow sandbox pause --provider``). The session's
+A held session opened with ``idle_suspend`` is watched (:mod:`~ironflow.k8s.sessions.suspends`):
+with no request for that long and none under way it is paused; the next request (a handle's, or
+one a server forwards, both through :meth:`ClaimPauses.active`) resumes it first. A session this
+process does not hold is paused and resumed by id all the same (``ironflow sandbox pause --provider``). The session's
 TTL still ends it, paused or not (its claim's ``shutdownTime``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import dataclasses
-import logging
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 from ironflow import errors
 from ironflow.agent_sandbox import claims, lifecycle, models
 from ironflow.agent_sandbox.step_render import AgentSandboxSettings
+from ironflow.k8s.sessions import suspends
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
 from ironflow.sessions.values import SessionInfo, SessionNotFound, check_session_id
 
 __all__ = ["ClaimPauses", "pause_refusal"]
 
-log = logging.getLogger("ironflow.agent_sandbox")
-
-#: How often an idle watcher looks at its session at most.
-_CHECK_S: Final = 1.0
 _RES: Final = claims.resources(models.ApiVersion.V1BETA1)
 
 
@@ -54,25 +46,14 @@ def pause_refusal(settings: AgentSandboxSettings) -> str | None:
     return None
 
 
-@dataclass(eq=False)
-class _Activity:
-    """One held session's requests as seen here, and its idle watcher."""
-
-    idle_suspend: float | None
-    last: float = field(default_factory=time.monotonic)
-    busy: int = 0
-    paused: bool = False
-    watcher: asyncio.Task[None] | None = None
-
-
 class ClaimPauses:
-    """The pauses of one provider's sessions; the sessions themselves are ``host``'s."""
+    """The pauses of one provider's sessions; the sessions themselves are ``host``'s, their requests
+    and idle watchers :class:`~ironflow.k8s.sessions.suspends.Suspends`'."""
 
     def __init__(self, settings: AgentSandboxSettings, host: K8sSessions) -> None:
         self.settings = settings
         self.host = host
-        self._records: dict[str, _Activity] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.requests = suspends.Suspends(lambda: {info.id for info in host.held()}, self._suspend, self._resume)
 
     def check(self) -> None:
         """Raises: ConfigError: see :func:`pause_refusal`."""
@@ -82,44 +63,18 @@ class ClaimPauses:
 
     def track(self, session_id: str, idle_suspend: float | None) -> None:
         """Follow a held session's requests; with ``idle_suspend``, pause it once idle that long."""
-        held = {info.id for info in self.host.held()}
-        for gone, old in builtins.list(self._records.items()):  # ended by their TTL; a watcher ends its own
-            if gone not in held and old.watcher is None:
-                self._records.pop(gone)
-                self._locks.pop(gone, None)
-        record = self._records[session_id] = _Activity(idle_suspend)
-        if idle_suspend is not None:
-            record.watcher = asyncio.create_task(self._watch(session_id, record, idle_suspend))
+        self.requests.track(session_id, idle_suspend)
 
     async def forget(self, session_id: str) -> None:
         """Stop following a session (it is closed or let go)."""
-        record = self._records.pop(session_id, None)
-        self._locks.pop(session_id, None)
-        if record is not None and record.watcher is not None:
-            record.watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await record.watcher
+        await self.requests.forget(session_id)
 
     async def aclose(self) -> None:
-        for session_id in builtins.list(self._records):
-            await self.forget(session_id)
+        await self.requests.aclose()
 
-    @contextlib.asynccontextmanager
-    async def active(self, session_id: str) -> AsyncIterator[None]:
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """A request under way: a paused session resumed first, kept from idle suspend until the block ends."""
-        record = self._records.get(session_id)
-        if record is None:  # not held here: a suspended one is resumed by connect
-            yield
-            return
-        record.busy += 1  # before the resume: an idle pause under way sees it, and this resume follows it
-        record.last = time.monotonic()
-        try:
-            if record.paused:
-                await self.resume(session_id)
-            yield
-        finally:
-            record.busy -= 1
-            record.last = time.monotonic()
+        return self.requests.active(session_id)
 
     async def pause(self, session_id: str) -> SessionInfo:
         """Suspend the session's Sandbox and wait until its pod is gone.
@@ -128,33 +83,26 @@ class ClaimPauses:
             ConfigError: see :func:`pause_refusal`. SessionNotFound: no such session.
             OperationTimeout: the controller did not suspend it within the provider's ready timeout.
         """
-        paused = await self._suspend(session_id)
-        assert paused is not None  # no condition to fail
-        return paused
+        return await self.requests.pause(session_id)
 
-    async def _suspend(self, session_id: str, *, when: Callable[[], bool] | None = None) -> SessionInfo | None:
-        """:meth:`pause`; with ``when``, only if it still holds once the lock is taken (None: it did not)."""
+    async def _suspend(self, session_id: str) -> SessionInfo:
+        """:meth:`pause`, under the session's lock."""
         self.check()
-        async with self._lock(session_id):
-            if when is not None and not when():
-                return None
-            info = await self._info(session_id)
-            if (record := self._records.get(session_id)) is not None:
-                record.paused = True  # from now: a request waits for this lock, then resumes
-            self.host.mark(session_id, paused=True)
-            try:
-                await self._set_mode(session_id, models.OperatingMode.SUSPENDED)
-            except BaseException:
-                await self._undo(session_id, record)
-                raise
-            return dataclasses.replace(info, paused=True)
+        info = await self._info(session_id)
+        self.requests.mark(session_id, paused=True)  # from now: a request waits for the lock, then resumes
+        self.host.mark(session_id, paused=True)
+        try:
+            await self._set_mode(session_id, models.OperatingMode.SUSPENDED)
+        except BaseException:
+            await self._undo(session_id)
+            raise
+        return dataclasses.replace(info, paused=True)
 
-    async def _undo(self, session_id: str, record: _Activity | None) -> None:
+    async def _undo(self, session_id: str) -> None:
         """A suspend that failed: the session is set running again, as it was."""
         with contextlib.suppress(errors.IronflowError):
             await asyncio.shield(self._set_mode(session_id, models.OperatingMode.RUNNING))
-        if record is not None:
-            record.paused = False
+        self.requests.mark(session_id, paused=False)
         self.host.mark(session_id, paused=False)
 
     async def resume(self, session_id: str) -> SessionInfo:
@@ -165,16 +113,18 @@ class ClaimPauses:
             ConfigError: see :func:`pause_refusal`. SessionNotFound: no such session.
             OperationTimeout: not Ready within the provider's ready timeout.
         """
+        return await self.requests.resume(session_id)
+
+    async def _resume(self, session_id: str) -> SessionInfo:
+        """:meth:`resume`, under the session's lock."""
         self.check()
-        async with self._lock(session_id):
-            info = await self._info(session_id)
-            await self._set_mode(session_id, models.OperatingMode.RUNNING)
-            if info.paused:  # held here, its pod gone: reach the new one
-                await self.host.relink(session_id)
-                self.host.mark(session_id, paused=False)
-            if (record := self._records.get(session_id)) is not None:
-                record.paused, record.last = False, time.monotonic()
-            return dataclasses.replace(info, paused=False)
+        info = await self._info(session_id)
+        await self._set_mode(session_id, models.OperatingMode.RUNNING)
+        if info.paused:  # held here, its pod gone: reach the new one
+            await self.host.relink(session_id)
+            self.host.mark(session_id, paused=False)
+        self.requests.mark(session_id, paused=False)
+        return dataclasses.replace(info, paused=False)
 
     async def suspended(self, session_id: str) -> bool:
         """Whether the session's Sandbox is set to Suspended (False: no such session, or it runs)."""
@@ -185,9 +135,6 @@ class ClaimPauses:
         except errors.KubeNotFound:
             return False
         return (sandbox.get("spec") or {}).get("operatingMode") == str(models.OperatingMode.SUSPENDED)
-
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id, asyncio.Lock())
 
     async def _info(self, session_id: str) -> SessionInfo:
         check_session_id(session_id)
@@ -208,21 +155,3 @@ class ClaimPauses:
                 await claims.wait_for(api, _RES.claims, self.host.namespace, session_id, "Ready", timeout_s=timeout)
         except errors.KubeNotFound as exc:
             raise SessionNotFound(f"sandbox session '{session_id}' has no sandbox: {exc.message}") from None
-
-    def _idle(self, record: _Activity, limit: float) -> bool:
-        return not record.paused and not record.busy and time.monotonic() - record.last >= limit
-
-    async def _watch(self, session_id: str, record: _Activity, limit: float) -> None:
-        """Pause the session each time it sits idle past ``limit``, until it is no longer held here."""
-        while any(info.id == session_id for info in self.host.held()):
-            if self._idle(record, limit):
-                try:
-                    if await self._suspend(session_id, when=lambda: self._idle(record, limit)) is not None:
-                        log.info("sandbox session %s suspended after %.0fs idle", session_id, limit)
-                except errors.IronflowError as exc:  # a failed suspend leaves it running: said, not fatal
-                    log.warning("sandbox session %s: idle suspend failed: %s", session_id, exc.message)
-            since = time.monotonic() - record.last
-            await asyncio.sleep(_CHECK_S if record.paused else max(0.05, min(limit - since, _CHECK_S)))
-        if self._records.get(session_id) is record:  # ended by its TTL, not closed here
-            del self._records[session_id]
-            self._locks.pop(session_id, None)

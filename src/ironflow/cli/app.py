@@ -14,7 +14,7 @@ from typing import Any, Final
 import typer
 
 from ironflow import __version__
-from ironflow.cli import exits, groups, lazy, verbosity
+from ironflow.cli import exits, groups, lazy
 
 __all__ = ["COMMANDS", "app", "load_command", "main", "registered_commands"]
 
@@ -106,7 +106,12 @@ def _root(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
     ),
     verbose: int = typer.Option(
-        0, "--verbose", "-v", count=True, help="ironflow's info logs on stderr (-vv: debug); before the command."
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        show_default=False,
+        help="ironflow's info logs on stderr (-vv: debug); before the command.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Results and errors only: no spinner, notes or warnings; before the command."
@@ -115,6 +120,8 @@ def _root(
     """Run AI-agent steps in hardened, single-use sandboxes."""
     if verbose and quiet:
         exits.fail("-v and -q pull opposite ways: give one of them")
+    from ironflow.cli import verbosity  # logging's set-up: a command's, never --help's
+
     verbosity.configure(verbose, quiet)
 
 

@@ -33,7 +33,7 @@ def registered(module: str) -> dict[str, Any]:
     scratch = groups.new_app()
     scratch.callback()(_group)
     importlib.import_module(module).register(scratch)
-    return dict(getattr(typer.main.get_command(scratch), "commands", {}))
+    return dict(getattr(groups.plain(typer.main.get_command(scratch)), "commands", {}))
 
 
 class LazyGroup(groups.Group):

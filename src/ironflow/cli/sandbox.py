@@ -72,8 +72,8 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "fork": (_SNAPSHOTS, "Open sessions that start with a snapshot of this one's files; print their ids."),
     "pause": (
         _SNAPSHOTS,
-        "Pause a session: locally its processes freeze; on agent-sandbox its pod goes and its HOME stays "
-        "(home_volume).",
+        "Pause a session: locally its processes freeze; on Kubernetes its pod goes and its HOME is kept "
+        "(k8s: an archive; agent-sandbox: home_volume).",
     ),
     "unpause": (_SNAPSHOTS, "Let a paused session run again."),
     "extend": (_SNAPSHOTS, "Move a session's expiry: it now ends --ttl from now."),

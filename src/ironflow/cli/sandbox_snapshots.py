@@ -7,9 +7,10 @@ the server's snapshot store and prints the snapshot's id, ``snapshot rm SNAPSHOT
 ids, a line each; ``sandbox open --from SNAPSHOT`` opens one from a kept snapshot), ``pause`` and
 ``unpause`` freeze and thaw a session (``resume`` is agent-sandbox's ``operatingMode``, as
 ``suspend``: docker's words are taken here; on agent-sandbox ``pause`` removes the pod and keeps
-its home's PVC), ``extend ID --ttl 30m`` moves its expiry. A cluster's sessions (``--provider``)
-snapshot and fork their workspace, kept in this machine's store; a backend without a command is
-refused in one line, exit 2.
+its home's PVC, on k8s it keeps the workspace in this machine's store and removes the pod),
+``extend ID --ttl 30m`` moves its expiry. A cluster's sessions (``--provider``) snapshot and fork
+their workspace, kept in this machine's store; a backend without a command is refused in one
+line, exit 2.
 """
 
 from __future__ import annotations
@@ -174,8 +175,8 @@ def pause(
     provider: ProviderOption = None,
     output: InfoOutput = ResultFormat.TEXT,
 ) -> None:
-    """Pause a session: locally its processes freeze; on agent-sandbox its pod goes and its HOME stays
-    (home_volume). Its next request, or unpause, resumes it."""
+    """Pause a session: locally its processes freeze; on Kubernetes its pod goes and its HOME is kept
+    (k8s: an archive; agent-sandbox: home_volume). Its next request, or unpause, resumes it."""
     session_id = _checked(check_session_id, sandbox_id)
     _print_info(_paused(Target(server, backend, provider), lambda s: s.pause(session_id)), "paused", output)
 

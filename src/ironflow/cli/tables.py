@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Table", "new", "render", "stdout_width"]
 
-#: Piped output is as wide as its longest row: rich is given room enough never to wrap one.
-_UNWRAPPED = 10_000
 #: Between two columns, and before the first: rich's one cell of padding on each side.
 _GAP = "  "
 _MARGIN = " "

@@ -102,9 +102,12 @@ async def wait_for(
     timeout_s: float | None,
     grace: pod_problems.PullGrace,
     progress: Progress | None = None,
+    *,
+    uid: str | None = None,
 ) -> dict[str, Any] | None:
     """The pod once ``done`` holds (None after ``timeout_s``), unless the cluster says first that it
-    will not get there: then the verdict's error, with the pod's recent events.
+    will not get there: then the verdict's error, with the pod's recent events. ``uid``: only that
+    pod of the name counts (:func:`~ironflow.k8s.pods.wait_for_pod`).
 
     A graced reason is looked at again when its grace ends, even if no event comes then.
     """
@@ -126,7 +129,7 @@ async def wait_for(
     while True:
         ends = [t for t in (deadline, grace.expires_at()) if t is not None]
         limit = max(_MIN_WAIT_S, min(ends) - time.monotonic()) if ends else None
-        pod = await pods.wait_for_pod(api, namespace, pod_name, settled, limit)
+        pod = await pods.wait_for_pod(api, namespace, pod_name, settled, limit, uid=uid)
         if found:
             verdict = found.pop()
             if verdict.reason == "Unschedulable" and await _node_coming(api, namespace, pod_name):

@@ -61,14 +61,17 @@ async def wait_for_pod(
     name: str,
     predicate: Callable[[Mapping[str, Any]], bool],
     timeout_s: float | None,
+    *,
+    uid: str | None = None,
 ) -> dict[str, Any] | None:
     """The pod as soon as ``predicate`` holds for it (on the shared watch); None after ``timeout_s``.
+    With ``uid``, only that pod counts: an earlier one of the same name (a resumed session's) is not it.
 
     Raises :class:`~ironflow.errors.KubeNotFound` if the pod is deleted first, and the
     watch's error if the watch fails for good.
     """
 
-    return await informer.informer_for(api, namespace).wait_for(name, predicate, timeout_s)
+    return await informer.informer_for(api, namespace).wait_for(name, predicate, timeout_s, uid=uid)
 
 
 @contextlib.asynccontextmanager

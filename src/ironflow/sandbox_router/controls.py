@@ -7,7 +7,7 @@ the server's session cap), ``POST …/{id}/pause`` and ``…/resume``, ``POST �
 (``{"ttl": "30m"}``). A backend without them answers 400 with one line
 (:func:`~ironflow.sessions.backend.snapshots_of`, :func:`~ironflow.sessions.backend.controls_of`;
 pause and resume need only :func:`~ironflow.sessions.backend.pause_controls_of`, which
-agent-sandbox sessions have too); errors go through the app's answer middleware (404 for a
+agent-sandbox and k8s sessions have too); errors go through the app's answer middleware (404 for a
 session or snapshot that is not there, 400 for a refusal). :func:`activity` is what the runtime
 proxy wraps each forwarded request in: a
 paused session is resumed first.

@@ -9,7 +9,8 @@ written. Sessions that live in a cluster, not in the process that opened them, a
 Backends that can snapshot and fork a session add :class:`SessionSnapshots` (every backend:
 cluster sessions keep their workspace as an archive); those that can pause and resume one add
 :class:`PauseControls` (local sessions, whose processes freeze; agent-sandbox sessions, whose pod
-goes and whose home stays on its PVC); :class:`SessionControls` is both and a TTL extension
+goes and whose home stays on its PVC; Kubernetes sessions, whose pod goes and whose workspace waits
+in the snapshot store); :class:`SessionControls` is both and a TTL extension
 (local sessions, and a server's client, which passes them on). Callers check with ``isinstance``
 and refuse in one line where one is missing (:func:`snapshots_of`, :func:`pause_controls_of`,
 :func:`controls_of`).
@@ -171,7 +172,8 @@ class PauseControls(SessionBackend, Protocol):
     """Pause and resume of open sessions, and idle suspend (``OpenOptions(idle_suspend=...)``).
 
     A paused session keeps its files; locally its processes too, frozen, while on agent-sandbox its
-    pod goes (its processes end) and its home stays on its PVC. Any request to it resumes it first.
+    pod goes (its processes end) and its home stays on its PVC, and on Kubernetes its pod goes and its
+    workspace is kept as an archive in the snapshot store. Any request to it resumes it first.
     """
 
     async def pause(self, session_id: str) -> SessionInfo:
@@ -231,6 +233,6 @@ def pause_controls_of(sessions: SessionBackend) -> PauseControls:
     if isinstance(sessions, PauseControls):
         return sessions
     raise errors.ConfigError(
-        f"{sessions.backend} sessions cannot be paused: pause and idle suspend are for local sessions (bubblewrap "
-        "or gVisor) and agent-sandbox ones (a `sandbox serve` of either)"
+        f"{sessions.backend} sessions cannot be paused: pause and idle suspend are for local (bubblewrap or gVisor), "
+        "k8s and agent-sandbox sessions (or a `sandbox serve` of them)"
     )

@@ -4,6 +4,7 @@ command's module only to run it."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -31,8 +32,7 @@ def test_help_lists_every_command_without_loading_a_topic() -> None:
         "sys.argv = ['ironflow', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('ironflow.cli.') and m not in "
-        "('ironflow.cli.app', 'ironflow.cli.groups', 'ironflow.cli.lazy', 'ironflow.cli.exits', "
-        "'ironflow.cli.verbosity')))\n"
+        "('ironflow.cli.app', 'ironflow.cli.groups', 'ironflow.cli.lazy', 'ironflow.cli.exits')))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -143,3 +143,19 @@ def test_show_completion_prints_the_script_for_the_shell_it_runs_in() -> None:
     assert done.returncode == 0, done.stderr + done.stdout
     assert "_ironflow_completion()" in done.stdout
     assert "_IRONFLOW_COMPLETE=complete_bash" in done.stdout
+
+
+@pytest.mark.parametrize("argv", [["agent"], ["manifests"], ["sandbox"], ["exec"]], ids=" ".join)
+def test_help_on_a_narrow_terminal_never_breaks_a_flag_or_a_name_at_its_hyphen(argv: list[str]) -> None:
+    """``--fake-model`` split over two lines cannot be copied; click's wrapping broke at hyphens."""
+    command = app.load_command(argv[0])
+    names = {opt for param in command.params for opt in param.opts if "-" in opt.lstrip("-")}
+    names |= {name for name in getattr(command, "commands", {}) if "-" in name} | {"agent-sandbox", "single-use"}
+    for columns in ("44", "52", "61", "80"):
+        env = {"COLUMNS": columns, "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+        done = subprocess.run([sys.executable, "-m", "ironflow", *argv, "--help"], capture_output=True, text=True,
+                              env=env, timeout=60, check=True)  # fmt: skip
+        for name in names:
+            for cut in (i + 1 for i, c in enumerate(name) if c == "-" and name[:i].strip("-")):
+                broken = re.escape(name[:cut]) + r"\n\s*" + re.escape(name[cut:])
+                assert not re.search(broken, done.stdout), (columns, name, done.stdout)

@@ -152,6 +152,8 @@ DEFERRED_IMPORTS = {
     ): "the local sandbox's modules, for --env only",
     # `sandbox exec -t` only: termios and the terminal loop load with a terminal to drive.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.sandbox_terminal"): "the terminal's loop, for exec -t only",
+    # A command's logging set-up: `--help` loads no logging (issue 31's start-up).
+    ("ironflow.cli.app", "ironflow.cli.verbosity"): "logging's set-up, for a command that runs only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):

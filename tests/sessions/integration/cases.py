@@ -48,7 +48,7 @@ from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
 
-__all__ = ["BACKENDS", "SessionCase", "open_case"]
+__all__ = ["BACKENDS", "SessionCase", "open_case", "wipe"]
 
 BACKENDS: list[Any] = [
     "local",
@@ -65,6 +65,15 @@ BACKENDS: list[Any] = [
     "agent-sandbox-test-server",
     "agent-sandbox-real-controller",
 ]
+
+
+def wipe(root: Path) -> None:
+    """Everything under ``root`` removed: what a pod's deletion does to its files (kwok's pods share a directory)."""
+    for path in root.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def _running(pid: int) -> bool:

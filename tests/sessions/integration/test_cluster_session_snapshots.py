@@ -13,7 +13,6 @@ that a fork's writes stay its own is shown on real pods
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import tarfile
 from collections.abc import AsyncIterator, Callable
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from tests.fakes.crafted_tars import Tar
-from tests.sessions.integration.cases import SessionCase, open_case
+from tests.sessions.integration.cases import SessionCase, open_case, wipe
 
 from ironflow import errors
 from ironflow.k8s.sessions import archives
@@ -67,14 +66,6 @@ def _kinds(root: Path) -> list[int]:
     return [path.lstat().st_mode for path in root.rglob("*")]
 
 
-def _wipe(root: Path) -> None:
-    for path in root.iterdir():
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
 async def test_a_snapshot_outlives_its_session_and_restores_bytes_and_modes(case: SessionCase) -> None:
     work = Path(case.work_dir)
     sandbox = await case.open(OpenOptions(ttl=120, labels={"team": "a"}))
@@ -89,7 +80,7 @@ async def test_a_snapshot_outlives_its_session_and_restores_bytes_and_modes(case
     assert (info.name, info.session_id, info.isolation, info.trees) == ("before", sandbox.id, backend, ("workspace",))
     await sandbox.close()
     await eventually(case.nothing_left, interval_s=0.1, what="the sessions' objects gone")
-    _wipe(work)  # the pod's files went with it
+    wipe(work)  # the pod's files went with it
 
     assert [s.id for s in await case.sessions.snapshots()] == [info.id]
     restored = await case.open(OpenOptions(ttl=120, from_snapshot=info.id))

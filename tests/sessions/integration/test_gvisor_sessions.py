@@ -110,7 +110,8 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
             f"{gvisor_runtime.SOCKET_DIR} PermissionError",
             f"{gvisor_runtime.RUNTIME_DIR}/server.py PermissionError",
         ], refused
-        assert "def main" in (await sandbox.commands.run(["cat", gvisor_runtime.RUNTIME_PATH])).stdout
+        assert "server.main" in (await sandbox.commands.run(["cat", gvisor_runtime.RUNTIME_PATH])).stdout
+        assert "def main" in (await sandbox.commands.run(["cat", f"{gvisor_runtime.RUNTIME_DIR}/server.py"])).stdout
         runtime_mem = await sandbox.commands.run(["python3", "-I", "-S", "-c", "open('/proc/1/mem', 'rb')"])
         assert "PermissionError" in runtime_mem.stderr, runtime_mem  # pid 1 is the runtime: its memory holds the token
     assert sorted(os.listdir("/")) == host_root

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from ironflow.cli.app import app
 from ironflow.kube import api as k8s
 from ironflow.testing.kube import PodScript, local_exec
+from ironflow.testing.polling import eventually_sync
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
@@ -127,6 +128,34 @@ def test_snapshot_open_from_fork_and_rm_through_the_provider_file(
     assert _pods(st) == []
 
 
+def test_pause_and_unpause_by_id_through_the_provider_file(
+    cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
+) -> None:
+    """One CLI process pauses (the pod goes, the workspace waits in this machine's store), the next
+    lists it paused, an exec resumes it first, unpause brings it back after another pause."""
+    st, provider, work = cluster
+    env = {"IRONFLOW_SANDBOX_SERVER": "", "IRONFLOW_SNAPSHOT_DIR": str(tmp_path / "store")}
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(app, ["sandbox", *args[:1], "--provider", str(provider), *args[1:]], env=env)
+        assert result.exit_code == 0, result.output
+        return result.stdout.strip()
+
+    sid = cli("open", "--ttl", "10m")
+    (work / "kept.txt").write_text("kept")
+    assert json.loads(cli("pause", sid, "-o", "json"))["paused"] is True
+    assert _pods(st) == []
+    assert [(i["id"], i["paused"]) for i in json.loads(cli("ls", "-o", "json"))] == [(sid, True)]
+    (work / "kept.txt").unlink()  # the pod's files went with it
+    assert cli("exec", sid, "--", "cat", "kept.txt") == "kept"
+    assert _pods(st) == [sid]
+    cli("pause", sid)
+    assert json.loads(cli("unpause", sid, "-o", "json"))["paused"] is False
+    assert _pods(st) == [sid]
+    cli("close", sid)
+    assert (_pods(st), json.loads(cli("snapshots", "-o", "json"))) == ([], [])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -145,7 +174,8 @@ def test_snapshot_open_from_fork_and_rm_through_the_provider_file(
         (["snapshot", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
         (["fork", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
         (["snapshot", "--provider", "{provider}", "sbx-0000000000000000", "--name", "-x"], "a snapshot name is"),
-        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "k8s sessions cannot be paused"),
+        (["pause", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
+        (["unpause", "--provider", "{provider}", "sbx-0000000000000000"], "no open sandbox session 'sbx-0000"),
         (["extend", "--provider", "{provider}", "sbx-0000000000000000", "--ttl", "1h"], "cannot be extended yet"),
         (["open", "--provider", "{provider}", "--from", "snap-0000000000000000"], "no snapshot 'snap-0000"),
         (["open", "--provider", "{provider}", "--idle-suspend", "5m"], "--idle-suspend needs a server"),
@@ -206,7 +236,7 @@ def test_serve_backend_k8s_serves_the_cli_and_the_upstream_sdk(cluster: tuple[Th
 def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
     cluster: tuple[ThreadedKube, Path, Path], tmp_path: Path
 ) -> None:
-    """The server's snapshot endpoints over a cluster backend; pause stays refused in one line."""
+    """The server's snapshot endpoints over a cluster backend; a paused session's next exec resumes it."""
     st, provider, work = cluster
     env = cli_env(IRONFLOW_SANDBOX_TOKEN=TOKEN, IRONFLOW_SNAPSHOT_DIR=str(tmp_path / "store"))
     served = start_serve(env, "--backend", "k8s", "--provider", str(provider))
@@ -222,10 +252,17 @@ def test_serve_backend_k8s_snapshots_forks_and_opens_from_a_snapshot(
         snap = cli("snapshot", sid)
         forks = cli("fork", sid, "--count", "2").splitlines()
         assert sorted(_pods(st)) == sorted([sid, *forks])
-        paused = ironflow("sandbox", "pause", sid, env=served.env)
-        assert (paused.returncode, paused.stderr.strip()) == (2, "error: k8s sessions cannot be paused: pause and "
-                "idle suspend are for local sessions (bubblewrap or gVisor) and agent-sandbox ones (a `sandbox serve` "
-                "of either)")  # fmt: skip
+        cli("pause", sid)
+        assert sid not in _pods(st)
+        (work / "kept.txt").unlink()  # the pod's files went with it
+        assert cli("exec", sid, "--", "cat", "kept.txt") == "kept"  # resumed first, from its archive
+        assert sid in _pods(st)
+        idle = cli("open", "--idle-suspend", "1s")
+        (work / "idle.txt").write_text("idle")
+        eventually_sync(lambda: idle not in _pods(st), limit_s=30, interval_s=0.2, what="the idle session suspended")
+        (work / "idle.txt").unlink()
+        assert cli("exec", idle, "--", "cat", "idle.txt") == "idle"  # the next request resumes it
+        cli("close", idle)
         cli("close", sid)
         (work / "kept.txt").unlink()
         cli("open", "--from", snap)

@@ -29,8 +29,8 @@ from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 
-#: The attack: find the runtime by its command line in /proc (``python -I -S …/server.py``), then try
-#: everything on it; one line per attempt, "refused" or what it got.
+#: The attack: find the runtime by its command line in /proc (``python -I -S …/entry.py``, Docker's
+#: ``…/server.py``), then try everything on it; one line per attempt, "refused" or what it got.
 ATTACK = r"""
 import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
@@ -45,7 +45,8 @@ def args(pid):
 def parent(pid):
     return int(open(f"/proc/{pid}/stat", "rb").read().rpartition(b")")[2].split()[1])
 
-found = [int(p) for p in os.listdir("/proc") if p.isdigit() and args(p)[3:4] and args(p)[3].endswith(b"/server.py")]
+runs = (b"/entry.py", b"/server.py")
+found = [int(p) for p in os.listdir("/proc") if p.isdigit() and args(p)[3:4] and args(p)[3].endswith(runs)]
 runtime = [p for p in found if parent(p) not in found]  # not a fork of it (the commands' init)
 assert len(runtime) == 1 and runtime[0] != me, (found, runtime)
 pid = runtime[0]

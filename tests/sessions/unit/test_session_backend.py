@@ -188,6 +188,12 @@ def test_the_old_open_keywords_become_open_options_with_a_warning() -> None:
         legacy_options(None, {"agent": True}, caller="x.open")
 
 
+class _Plain:
+    """A backend with none of the optional controls (only its name is asked)."""
+
+    backend = "plain"
+
+
 async def test_local_and_remote_sessions_have_the_controls_and_cluster_ones_refuse_in_one_line(tmp_path: Path) -> None:
     local: SessionControls = LocalSandboxProvider().sessions(state_dir=str(tmp_path))
     assert controls_of(local) is local
@@ -200,9 +206,13 @@ async def test_local_and_remote_sessions_have_the_controls_and_cluster_ones_refu
     with pytest.raises(errors.ConfigError, match="k8s sessions cannot be extended") as caught:
         controls_of(cluster)
     assert "\n" not in str(caught.value)
-    with pytest.raises(errors.ConfigError, match="k8s sessions cannot be paused") as caught:
-        pause_controls_of(cluster)
-    assert "\n" not in str(caught.value)
+    assert pause_controls_of(cluster) is cluster  # its pod goes, its workspace waits in the store
+    with pytest.raises(errors.ConfigError) as caught:
+        pause_controls_of(_Plain())  # type: ignore[arg-type]  # what a backend without pauses is told
+    assert str(caught.value) == (
+        "plain sessions cannot be paused: pause and idle suspend are for local (bubblewrap or gVisor), "
+        "k8s and agent-sandbox sessions (or a `sandbox serve` of them)"
+    )
     claims = AgentSandboxProvider(_pod_provider()).sessions()
     assert pause_controls_of(claims) is claims
     assert not isinstance(claims, SessionControls)

@@ -5,7 +5,9 @@ session's socket over ``pods/exec``; ``clones`` clones a session's workspace and
 changes; ``objects`` is where sessions live (a pod here; agent-sandbox brings its claims);
 ``provisioner`` makes, reaches, finds and deletes a session's object through ``objects``;
 ``pod_sessions`` holds :class:`K8sSessions` (the table of sessions held here), built by
-``K8sEphemeralProvider(...).sessions()``.
+``K8sEphemeralProvider(...).sessions()``; ``archives`` keeps a workspace as a snapshot, ``pauses``
+pauses a pod session with one (its record ``pause_records``), ``suspends`` is the idle logic both
+backends' pauses share.
 ``ironflow.k8s.sessions`` was a module until this release: its names still resolve here, with
 a DeprecationWarning.
 """

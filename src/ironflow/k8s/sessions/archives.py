@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import BinaryIO, Final
 
 from ironflow import errors
@@ -57,9 +57,16 @@ def _check(archive: BinaryIO, length: int) -> None:
 
 
 async def capture(
-    store: SnapshotStore, client: RuntimeClient, *, session_id: str, name: str | None, backend: str
+    store: SnapshotStore,
+    client: RuntimeClient,
+    *,
+    session_id: str,
+    name: str | None,
+    backend: str,
+    extra: Mapping[str, object] | None = None,
 ) -> SnapshotInfo:
-    """The session's workspace, through ``client``, as a new snapshot of ``store``.
+    """The session's workspace, through ``client``, as a new snapshot of ``store`` (``extra``: more
+    of its record, e.g. a paused session's).
 
     Raises:
         ConfigError: ``name`` is not a label value.
@@ -87,7 +94,7 @@ async def capture(
                 archive.flush()
                 await asyncio.to_thread(_check, archive, size)
             info = SnapshotInfo(snapshot_id, name, session_id, size, time.time(), backend, (snapshot_store.WORKSPACE,))
-            return store.commit(place, info, {"format": "tar"})
+            return store.commit(place, info, {"format": "tar", **(extra or {})})
 
 
 def check_restorable(store: SnapshotStore, snapshot_id: str) -> SnapshotInfo:

@@ -1,7 +1,8 @@
 """A cluster session's egress: its policy at open, its token delivered by exec, revoked at close.
 
 A Kubernetes session takes an egress policy at open (the provider's ``egress:`` with the
-session's own, ``sandbox open --allow-host``): the worker issues an egress-only token of the
+session's own, ``sandbox open --allow-host``; :func:`opened_with` decides it and what the pod names,
+:func:`has_egress` reads it back from a pod): the worker issues an egress-only token of the
 session's (run ``<session id>``, step ``session``, expiring with its TTL) carrying the policy,
 and once the pod runs writes the proxy variables with that token as their password
 (:func:`~ironflow.k8s.step_objects.egress_env`, as a pod step's) into a 0600 file of the pod's
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors
@@ -26,11 +28,23 @@ from ironflow.auth_proxy import issuing
 from ironflow.claude import command, layout
 from ironflow.egress import EgressPolicy, variables
 from ironflow.k8s import pods, step_objects
+from ironflow.k8s.sessions import session_pod
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime import SESSION_ENV
+from ironflow.sessions.values import OpenOptions
 
-__all__ = ["ENV_FILE", "STEP", "deliver", "manifest_env", "policy_for", "revoke", "write_command"]
+__all__ = [
+    "ENV_FILE",
+    "STEP",
+    "deliver",
+    "has_egress",
+    "manifest_env",
+    "opened_with",
+    "policy_for",
+    "revoke",
+    "write_command",
+]
 
 #: Where the session's proxy variables land: beside the runtime's token FIFO, in its 0700 directory.
 ENV_FILE: Final = f"{layout.SANDBOX_HOME}/.ironflow/session-env"
@@ -53,6 +67,37 @@ def policy_for(settings: ProviderSettings, extra: EgressPolicy | None) -> Egress
             "through the proxy's egress listener"
         )
     return found
+
+
+def opened_with(
+    settings: ProviderSettings, options: OpenOptions, *, backend: str
+) -> tuple[EgressPolicy | None, OpenOptions]:
+    """The session's policy (:func:`policy_for`), and its options with the pod's :func:`manifest_env`
+    when this open renders the pod; a template's pod (an agent-sandbox claim's) names the variables' file
+    itself, and only when the pod settings take egress.
+
+    Raises:
+        ConfigError: as :func:`policy_for`; egress asked of a template rendered without it.
+    """
+    egress = policy_for(settings, options.egress)
+    if egress is None:
+        return None, options
+    if backend != session_pod.BACKEND:
+        if not variables.opens_anything(settings.egress):  # refused, never dropped
+            raise errors.ConfigError(
+                f"egress: a {backend} session's pod is its template's, rendered without egress: "
+                "give the pod settings an egress: and run 'ironflow sandbox apply-template'"
+            )
+        return egress, options
+    return egress, dataclasses.replace(options, env={**options.env, **manifest_env()})
+
+
+def has_egress(settings: ProviderSettings, env: Mapping[str, str], *, backend: str) -> bool:
+    """Whether a session was opened with an egress policy: its pod's ``env`` names the delivered
+    variables (a template's pod, whenever its settings take egress)."""
+    if backend != session_pod.BACKEND:
+        return variables.opens_anything(settings.egress)
+    return SESSION_ENV in env
 
 
 def manifest_env() -> dict[str, str]:

@@ -114,9 +114,10 @@ class PodObjects:
     async def ready(
         self, api: kube.KubeApi, created: Mapping[str, Any], options: OpenOptions, *, timeout_s: float
     ) -> Found:
-        name = str(created["metadata"]["name"])
+        name, uid = str(created["metadata"]["name"]), created["metadata"].get("uid")
         grace = pod_problems.PullGrace(self.settings.image_pull_grace_s)
-        pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, timeout_s, grace)
+        # by uid: a resumed session's pod has its name, and its old pod's late DELETED is not this one's
+        pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, timeout_s, grace, uid=uid)
         if pod is None:
             raise errors.SandboxError(f"session pod {name} was not Running after {timeout_s:.0f}s")
         if pod_status.phase(pod) != "Running":

@@ -17,6 +17,8 @@ ends: ``close``, its TTL or idle timeout while this process runs, else the reape
 ``ironflow.io/expires-at`` pass, and ``activeDeadlineSeconds`` as the backstop. A session opened
 with an egress policy gets a token of its own for its life
 (:mod:`~ironflow.k8s.sessions.egress_delivery`), revoked when it is closed or torn down here.
+A pod session pauses (its workspace kept in the snapshot store, its pod deleted) and resumes, and
+a paused one resumes before any request: :mod:`~ironflow.k8s.sessions.pauses`.
 """
 
 from __future__ import annotations
@@ -35,12 +37,10 @@ from typing import Final
 from ironflow import errors
 from ironflow.auth_proxy import issuing
 from ironflow.claude import layout
-from ironflow.egress import variables
-from ironflow.k8s.sessions import archives, bridge, clones, egress_delivery, provisioner, runtime_link, session_pod
+from ironflow.k8s.sessions import archives, bridge, clones, egress_delivery, pauses, provisioner, runtime_link
 from ironflow.k8s.sessions.objects import Found, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
-from ironflow.sandbox_runtime import SESSION_ENV
 from ironflow.secrets import Secret
 from ironflow.sessions import snapshot_store
 from ironflow.sessions.client import AsyncSandbox, RuntimeClient
@@ -93,7 +93,7 @@ class K8sSessions:
         snapshot_store: where snapshots of the sessions' workspaces go (default: the shared store,
             made when first used; :mod:`~ironflow.k8s.sessions.archives`).
         activity: around each request of a handle handed out here, by session id (agent-sandbox's
-            pauses: a paused session is resumed first).
+            pauses: a paused session is resumed first); a pod session's own pauses by default.
     """
 
     def __init__(
@@ -112,8 +112,10 @@ class K8sSessions:
         activity: Callable[[str], contextlib.AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.transport = runtime_link.check_transport(transport)
-        self._activity = activity
         self._cluster = provisioner.SessionProvisioner(settings, objects=objects, api=api, issuer=issuer, home=home)
+        #: A pod session's pauses (agent-sandbox brings its own, over its claims).
+        self._pauses = pauses.PodPauses(self, self._cluster) if objects is None else None
+        self._activity = activity or (None if self._pauses is None else self._pauses.requests.active)
         self.settings = settings
         self.objects: SessionObjects = self._cluster.objects
         self.namespace = settings.namespace
@@ -159,15 +161,9 @@ class K8sSessions:
             await asyncio.to_thread(archives.check_restorable, self.store, options.from_snapshot)
         if self.settings.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays: reach agent steps on Kubernetes; sandbox sessions do not get them yet")
-        egress = egress_delivery.policy_for(self.settings, options.egress)
-        if egress is not None and self._template_env:
-            if not variables.opens_anything(self.settings.egress):  # refused, never dropped
-                raise errors.ConfigError(
-                    f"egress: a {self.objects.backend} session's pod is its template's, rendered without egress: "
-                    "give the pod settings an egress: and run 'ironflow sandbox apply-template'"
-                )
-        elif egress is not None:
-            options = dataclasses.replace(options, env={**options.env, **egress_delivery.manifest_env()})
+        egress, options = egress_delivery.opened_with(self.settings, options, backend=self.objects.backend)
+        if options.idle_suspend is not None and self._pauses is not None:
+            pauses.check_idle_suspend(options)
         session_id = "sbx-" + secrets.token_hex(8)
         now = time.time()
         found = await self._cluster.create(session_id, options, now=now, timeout_s=self.start_timeout_s, egress=egress)
@@ -178,6 +174,8 @@ class K8sSessions:
         except BaseException:
             await self._cluster.delete(session_id, egress=egress is not None)
             raise
+        if self._pauses is not None:
+            self._pauses.requests.track(session_id, options.idle_suspend)
         return self._hold(session, now, options.ttl)
 
     def _hold(self, session: _Session, now: float, ttl: float) -> AsyncSandbox:
@@ -194,7 +192,7 @@ class K8sSessions:
         info = found.info
         started = await self._attach_link(found, idle_timeout)
         session = _Session(info, started, idle_timeout, found.pod, found.container, found.workspace)
-        session.egress = self._has_egress(found)
+        session.egress = egress_delivery.has_egress(self.settings, found.env, backend=self.objects.backend)
         if probe and isinstance(started, bridge.Bridge):
             try:
                 await self._probe(session)
@@ -241,9 +239,9 @@ class K8sSessions:
     async def _idle_over(self, session: _Session, limit: float) -> bool:
         """Whether the session sat idle past ``limit``: by this process's requests through its bridge;
         over HTTP the runtime counts every holder's and ends itself, so its pod stops running."""
-        if isinstance(session.link, bridge.Bridge):
-            return session.link.idle_for() >= limit
-        if session.paused or await session.link.answers():  # a paused one's runtime went with its pod
+        if session.paused or isinstance(session.link, bridge.Bridge):  # a paused one's idle timeout waits
+            return not session.paused and session.link.idle_for() >= limit
+        if await session.link.answers():
             return False
         found = await self._cluster.lookup(session.info.id)
         return found is None or not found.running
@@ -253,19 +251,8 @@ class K8sSessions:
         if session is not None:
             await session.link.aclose()
         await self._cluster.delete(session_id, egress=egress)
-
-    @property
-    def _template_env(self) -> bool:
-        """The session's pod takes its environment from a template (an agent-sandbox claim's), not
-        from this open: its egress variables' file is named there when the pod settings take egress."""
-        return self.objects.backend != session_pod.BACKEND
-
-    def _has_egress(self, found: Found) -> bool:
-        """Whether the session was opened with an egress policy: its pod names the delivered
-        variables (a template's pod, whenever its settings take egress)."""
-        if self._template_env:
-            return variables.opens_anything(self.settings.egress)
-        return SESSION_ENV in found.env
+        if self._pauses is not None:
+            await self._pauses.end(session_id)
 
     # -- using --
 
@@ -296,9 +283,11 @@ class K8sSessions:
         """
         return self._handle(await self._reach(session_id))
 
-    async def _reach(self, session_id: str) -> _Session:
-        """The session held here, else found by its pod and held."""
+    async def _reach(self, session_id: str, *, resume: bool = True) -> _Session:
+        """The session held here, else found by its pod and held; a paused one resumed first."""
         check_session_id(session_id)
+        if resume and self._pauses is not None and await self._pauses.paused(session_id):
+            await self._pauses.resume(session_id)
         session = self._sessions.get(session_id)
         if session is None:
             found = await self._cluster.lookup(session_id)
@@ -307,7 +296,13 @@ class K8sSessions:
             if not found.running:
                 raise SessionNotFound(f"sandbox session '{session_id}' has ended (its pod no longer runs)")
             session = await self._attach(found, None, probe=False)
+            if self._pauses is not None:  # its requests resume it once paused
+                self._pauses.requests.track(session_id, None)
         return session
+
+    async def runtime(self, session_id: str) -> RuntimeClient:
+        """A client of its runtime outside the request hooks (a pause's capture, a resume's restore)."""
+        return self._client_of(await self._reach(session_id, resume=False), hooked=False)
 
     async def changes(self, session_id: str, *, apply: bool = False) -> WorkspaceChanges:
         """The patch of everything changed in the session's workspace since open (its commands may
@@ -351,8 +346,9 @@ class K8sSessions:
         return await self.find()
 
     async def find(self, *, run_id: str | None = None) -> builtins.list[SessionInfo]:
-        """Every open session of the namespace (of ``run_id``), from its labels."""
-        return await self._cluster.find(run_id=run_id)
+        """Every open session of the namespace (of ``run_id``), from its labels; paused ones from the store."""
+        running = await self._cluster.find(run_id=run_id)
+        return running + ([] if self._pauses is None else await self._pauses.listed(run_id=run_id))
 
     async def close(self, session_id: str) -> bool:
         """End a session: its object is deleted (every process in it dies). False when none was open."""
@@ -367,8 +363,8 @@ class K8sSessions:
         if session is None:
             found = await self._cluster.lookup(session_id)
             if found is None:
-                return False
-            egress = self._has_egress(found)
+                return self._pauses is not None and await self._pauses.drop(session_id)
+            egress = egress_delivery.has_egress(self.settings, found.env, backend=self.objects.backend)
         await self._teardown(session_id, egress=egress)
         return True
 
@@ -428,6 +424,25 @@ class K8sSessions:
             await self.close(session_id)
         return len(ids)
 
+    # -- pause and resume: the pod goes, the workspace waits in the store (pauses) --
+
+    def _pausing(self) -> pauses.PodPauses:
+        if self._pauses is None:  # agent-sandbox's host: its backend pauses its claims itself
+            raise errors.ConfigError(f"{self.backend} sessions pause through their own backend")
+        return self._pauses
+
+    async def pause(self, session_id: str) -> SessionInfo:
+        """Keep the session's workspace in the snapshot store, delete its pod (its processes end)."""
+        return await self._pausing().pause(session_id)
+
+    async def resume(self, session_id: str) -> SessionInfo:
+        """A new pod for the paused session, its workspace unpacked into it before its first request."""
+        return await self._pausing().resume(session_id)
+
+    def active(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A request under way: a paused session is resumed first and kept from idle suspend."""
+        return self._pausing().requests.active(session_id)
+
     def mark(self, session_id: str, *, paused: bool) -> SessionInfo | None:
         """Record that a held session's pod went for a pause, or is back; its info (None: not held here)."""
         session = self._sessions.get(session_id)
@@ -438,14 +453,9 @@ class K8sSessions:
         return session.info
 
     async def relink(self, session_id: str) -> None:
-        """Reach a held session's runtime again once its pod runs anew (a resume): by exec, one request
-        through the pod (the bridge execs by the pod's name, which a resumed Sandbox's pod keeps, so its
-        handles keep working); over HTTP a new link to the new runtime, which ``route`` gives a server
-        (a handle over HTTP from before holds the old address: ``connect`` again).
-
-        Raises:
-            SessionNotFound: the session is not held here, or its pod does not run.
-        """
+        """Reach a held session's runtime again once its pod runs anew (a resume; SessionNotFound: it does
+        not run): the bridge execs by the pod's name, which the new pod keeps, so its handles work on; over
+        HTTP a new link, which ``route`` gives a server (an HTTP handle from before: ``connect`` again)."""
         session = self._sessions.get(session_id)
         found = None if session is None else await self._cluster.lookup(session_id)
         if session is None or found is None or not found.running:
@@ -456,14 +466,11 @@ class K8sSessions:
         await self._probe(session)
 
     async def _attach_link(self, found: Found, idle_timeout: float | None) -> bridge.Bridge | runtime_link.RuntimeLink:
+        limit, python = self.max_upload_bytes, self.python
         linked = await self._cluster.link(
-            found,
-            transport=self.transport,
-            python=self.python,
-            idle_timeout=idle_timeout,
-            max_upload_bytes=self.max_upload_bytes,
+            found, transport=self.transport, python=python, idle_timeout=idle_timeout, max_upload_bytes=limit
         )
-        return linked or await self._cluster.bridge(found, max_upload_bytes=self.max_upload_bytes, python=self.python)
+        return linked or await self._cluster.bridge(found, max_upload_bytes=limit, python=python)
 
     async def release(self) -> None:
         """Let go of every session held here (they live on to their TTL) and of the client."""
@@ -475,6 +482,8 @@ class K8sSessions:
                     await session.watcher
             await session.link.aclose()
         self._sessions.clear()
+        if self._pauses is not None:
+            await self._pauses.requests.aclose()
         await self._cluster.aclose()
 
     async def aclose(self) -> None:

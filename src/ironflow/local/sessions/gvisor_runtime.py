@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from ironflow.claude import layout
 from ironflow.local.sandbox import argv, bwrap, gvisor
+from ironflow.sandbox_runtime import ENTRY
 
 __all__ = [
     "LISTEN_AS_ROOT",
@@ -50,7 +51,7 @@ __all__ = [
 #: its own ``/dev`` tmpfs, since runsc makes the mount point of a bind on the host when it is
 #: not in a mount of the sandbox's own (a new top-level path would be left on the host's ``/``).
 RUNTIME_DIR: Final = "/dev/ironflow-runtime"
-RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
+RUNTIME_PATH: Final = f"{RUNTIME_DIR}/{ENTRY}"
 SOCKET_DIR: Final = "/dev/ironflow-session"
 #: The session directory's subdirectory that is bind-mounted there (the socket, and nothing else).
 SOCKET_SUBDIR: Final = "s"

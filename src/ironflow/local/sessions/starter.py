@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from ironflow import errors
+from ironflow import errors, sandbox_runtime
 from ironflow.claude import layout
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, gvisor, launch
@@ -47,7 +47,7 @@ from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.local.sessions import gvisor_runtime
 from ironflow.local.sessions.provided import LocalSandbox
 from ironflow.local.workspaces import copies as local_workspaces
-from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sandbox_runtime import ENTRY, SERVER_PATH
 from ironflow.secrets import Secret
 from ironflow.sessions.values import SessionInfo
 from ironflow.workspaces import WORKSPACE_PATH
@@ -57,7 +57,7 @@ __all__ = ["RUNTIME_DIR", "RUNTIME_PATH", "WARM", "SessionStarter", "StartedSess
 #: Where the runtime's directory appears inside a bubblewrap sandbox (a new top-level path: no host dir
 #: is touched); gVisor's is :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_DIR`.
 RUNTIME_DIR: Final = "/ironflow-runtime"
-RUNTIME_PATH: Final = f"{RUNTIME_DIR}/server.py"
+RUNTIME_PATH: Final = f"{RUNTIME_DIR}/{ENTRY}"
 _READY: Final = b"ironflow-runtime: ready"
 #: What the runtime says once set up, waiting for its hand-out line.
 WARM: Final = b"ironflow-runtime: warm"
@@ -146,6 +146,7 @@ class SessionStarter:
         options: tuple[str, ...] = ("--token-fd", "0", _PREWARM, "--workspace", root)
         options += ("--max-upload-bytes", str(max_upload_bytes))
         writable = () if bound is None else (bwrap.WritableMount(bound, WORKSPACE_PATH),)
+        sandbox_runtime.compiled()  # the runtime's bytecode, for the sandbox's Python to read
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
