@@ -48,8 +48,9 @@ NODE_BINARIES: Final = (
 )
 
 #: The CSI storage parts (``scripts/kube-testenv build --csi``, also built by ``--node``), in
-#: ``kube-testenv/csi_<versions>/bin``, with the snapshot.storage.k8s.io/v1 CRDs in ``share/snapshot-crds``.
-CSI_BINARIES: Final = ("csi-provisioner", "csi-snapshotter", "snapshot-controller")
+#: ``kube-testenv/csi_<versions>/bin``, with the snapshot.storage.k8s.io/v1 CRDs in ``share/snapshot-crds``;
+#: ``hostpath-csi`` is ironflow's own driver (a stand-in, see :mod:`._node_csi`).
+CSI_BINARIES: Final = ("csi-provisioner", "csi-snapshotter", "snapshot-controller", "hostpath-csi")
 
 
 class KubeEnvNotAvailable(RuntimeError):
@@ -96,7 +97,7 @@ def find_node_bin_dir() -> Path:
 
 
 def find_csi_bin_dir() -> Path:
-    """Where the CSI sidecars and snapshot-controller are: ``$IRONFLOW_KUBE_TESTENV_CSI_BIN``, else the
+    """Where the CSI sidecars, snapshot-controller and the driver are: ``$IRONFLOW_KUBE_TESTENV_CSI_BIN``, else the
     newest complete ``kube-testenv/csi_*/bin``. Raises :class:`KubeEnvNotAvailable` with the fix."""
 
     def complete(directory: Path) -> bool:
