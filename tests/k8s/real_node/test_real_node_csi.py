@@ -61,8 +61,11 @@ def _claim(name: str, source: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name}, "spec": spec}
 
 
-def _run_pod(node: RealNodeEnv, ns: str, image: str, claim: str, script: str) -> str:
-    """Run ``script`` in /data (the claim's volume) in a restricted pod; return what it printed."""
+def _run_pod(
+    node: RealNodeEnv, ns: str, image: str, claim: str, script: str, *, read_only: bool = False, gvisor: bool = False
+) -> str:
+    """Run ``script`` in /data (the claim's volume, mounted read-only if asked) in a restricted pod,
+    on runc or gVisor; return what it printed."""
     name = f"p-{uuid.uuid4().hex[:8]}"
     settings = hardening.SandboxSettings(run_as_user=UID)
     pod_security = {**hardening.pod_security_context(settings), "fsGroupChangePolicy": "OnRootMismatch"}
@@ -74,22 +77,20 @@ def _run_pod(node: RealNodeEnv, ns: str, image: str, claim: str, script: str) ->
         "securityContext": hardening.container_security_context(settings),
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "securityContext": pod_security,
-            "containers": [container],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        },
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": pod_security,
+        "containers": [container],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}],
     }
+    if gvisor:
+        spec["runtimeClassName"] = "gvisor"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
     node.apply_objects([pod], namespace=ns)
     done = node.wait_pod(ns, name, lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"), timeout=180)
     terminated = done["status"]["containerStatuses"][0]["state"]["terminated"]
     path = f"/api/v1/namespaces/{ns}/pods/{name}"
-    node.request("DELETE", path)  # gone once kubelet has unmounted its volume (NodeUnpublishVolume)
+    node.request("DELETE", path)
     eventually_sync(lambda: _gone_from_api(node, path), limit_s=120, interval_s=0.2, what=f"pod {name} gone")
     assert done["status"]["phase"] == "Succeeded", f"exit {terminated['exitCode']}: {terminated.get('message')}"
     return str(terminated.get("message", ""))
@@ -165,18 +166,27 @@ def test_a_snapshot_and_a_clone_copy_the_volume_and_part_from_it(
     snap_source = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}
     clone_source = {"kind": "PersistentVolumeClaim", "name": "source"}
     copies = {}
-    for claim, source in (("restored", snap_source), ("clone", clone_source)):
+    for claim, source, gvisor in (("restored", snap_source, False), ("clone", clone_source, True)):
         node.apply_objects([_claim(claim, source)], namespace=ns)
         copies[claim] = _bound_volume(node, ns, claim)
-        seen = _run_pod(node, ns, image, claim, f"{MANIFEST}\n{SCRIBBLE}\ncat sub/plain.txt")
+        seen = _run_pod(node, ns, image, claim, f"{MANIFEST}\n{SCRIBBLE}\ncat sub/plain.txt", gvisor=gvisor)
         assert seen == original + "changed\n", f"{claim} differs:\n{seen}\n--- source:\n{original}"
-        assert _run_pod(node, ns, image, "source", MANIFEST) == original, f"writing {claim} changed the source"
+        again = _run_pod(node, ns, image, "source", f"{MANIFEST}\n! touch probe 2>/dev/null", read_only=True)
+        assert again == original, f"writing {claim} changed the source, or a read-only mount was writable"
     assert (
         _run_pod(node, ns, image, "restored", "cat sub/plain.txt\nls") == "changed\nadded\nlink\nprivate\nrun.sh\nsub\n"
     )
 
-    mounts = Path(f"/proc/{node.holder_pid}/mountinfo").read_text()  # the node's mount namespace
-    assert "kubernetes.io~csi" not in mounts, "a volume is still mounted after its pods are gone"
+    def csi_mounts() -> list[str]:  # in the node's mount namespace (the holder's)
+        lines = Path(f"/proc/{node.holder_pid}/mountinfo").read_text().splitlines()
+        return [line for line in lines if "kubernetes.io~csi" in line]
+
+    eventually_sync(
+        lambda: not csi_mounts(),
+        limit_s=60,
+        interval_s=0.5,
+        what=lambda: f"no CSI mount once the pods are gone: {csi_mounts()}\n{node.component_log('hostpath-csi')}",
+    )
     node.request("DELETE", f"/apis/snapshot.storage.k8s.io/v1/namespaces/{ns}/volumesnapshots/snap")
     for claim in ("restored", "clone", "source"):
         node.request("DELETE", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
