@@ -1,6 +1,7 @@
 """On a real node with CSI storage (``RealNodeEnv(csi=True)``): a workspace volume taken as a
-VolumeSnapshot and as a PVC clone keeps its bytes, modes, owners, mtimes and symlinks, each copy
-parts from its source, and deleting the copies removes their data from the driver.
+VolumeSnapshot and as a PVC clone keeps its bytes, modes, owners, mtimes and symlinks (read on runc
+and on gVisor), each copy parts from its source, a read-only mount refuses a write, no mount
+outlives its pods, and deleting the copies removes their data from the driver.
 
 The driver is ironflow's own hostpath stand-in (``scripts/kube-testenv.d/hostpath-csi``), behind
 the upstream csi-provisioner, csi-snapshotter and snapshot-controller. Pods run as ironflow's do
