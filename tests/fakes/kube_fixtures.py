@@ -6,7 +6,8 @@ the same tests run against every backend listed in ``KUBE_BACKENDS``: the in-pro
 ``KubeTestServer`` and a real kube-apiserver with kwok (skipped, with the reason, until
 ``scripts/kube-testenv build`` has built it). Tests that need test-server-only powers
 (fault injection, 403 denial, history compaction) use ``case.server`` and skip when it is None.
-``kro_env`` (``tests/fakes/kro_controller.py``) runs the real KRO controller on that cluster.
+``kro_env`` (``tests/fakes/kro_controller.py``) runs the real KRO controller on that cluster,
+``snapshot_env`` (``tests/fakes/snapshot_controller.py``) the real snapshot-controller.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.fakes import kubelet
 from tests.fakes.kro_controller import kro_env  # noqa: F401  (session fixture: KRO on that cluster)
 from tests.fakes.kubecase import KubeCase, ServerControl
 from tests.fakes.kubelet import kube_env  # noqa: F401  (session fixture: the real cluster)
+from tests.fakes.snapshot_controller import snapshot_env  # noqa: F401  (session fixture: on that cluster)
 
 from ironflow.kube import api
 from ironflow.testing.kube import KubeTestServer

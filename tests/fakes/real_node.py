@@ -2,6 +2,10 @@
 :class:`RealNodeEnv` (control plane + containerd, kubelet, runc, gVisor, kube-proxy, CoreDNS,
 kube-router) with the images built from this tree loaded; ``node_api`` a connected client.
 
+CSI storage (``RealNodeEnv(csi=True)``: StorageClass and VolumeSnapshotClass
+``ironflow-csi-hostpath``) is on when ``scripts/kube-testenv build --csi`` has built its parts;
+``need_csi`` skips a test that needs it otherwise.
+
 Skipped with the fix when the node's binaries or the machine's tools are missing. The images are
 built by ``scripts/images build`` (``.ci/run`` builds them); a test that needs one that is not built
 skips naming the command. With ``IRONFLOW_REQUIRE_REAL_NODE=1`` (``.ci/run`` sets it, having built
@@ -21,6 +25,7 @@ import pytest
 from ironflow.cluster import image_builds
 from ironflow.kube import api as k8s
 from ironflow.testing import images
+from ironflow.testing._kubeenv_bins import find_csi_bin_dir
 from ironflow.testing.kubeenv import KubeEnvError, KubeEnvNotAvailable
 from ironflow.testing.realnode import RealNodeEnv, missing_tools
 
@@ -63,6 +68,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(REAL_NODE_TIMEOUT_S))
 
 
+def csi_built() -> bool:
+    """Whether the CSI parts are built; where the tier is required, their absence fails (as the node's does)."""
+    try:
+        find_csi_bin_dir()
+    except KubeEnvNotAvailable as exc:
+        if os.environ.get("IRONFLOW_REQUIRE_REAL_NODE") == "1":
+            pytest.fail(f"IRONFLOW_REQUIRE_REAL_NODE=1 but {exc}", pytrace=False)
+        return False
+    return True
+
+
 @pytest.fixture(scope="session")
 def real_node() -> Iterator[RealNodeEnv]:
     """One control plane and one real node for the session."""
@@ -70,7 +86,7 @@ def real_node() -> Iterator[RealNodeEnv]:
     if missing:
         skip_or_fail(f"the real node needs {', '.join(missing)}: bash scripts/install --test")
     try:
-        env = RealNodeEnv(images=list(built_images().values()), agent_sandbox=True)
+        env = RealNodeEnv(images=list(built_images().values()), agent_sandbox=True, csi=csi_built())
     except KubeEnvNotAvailable as exc:
         skip_or_fail(str(exc))
     try:
@@ -93,6 +109,14 @@ def need_image(real_node: RealNodeEnv) -> dict[str, str]:
             skip_or_fail(f"image {name} is not built from this tree: bash scripts/images build {name}")
 
     return _Refs({name: image_reference(name) for name in built})
+
+
+@pytest.fixture
+def need_csi(real_node: RealNodeEnv) -> RealNodeEnv:
+    """The node, with CSI storage; a test asking for it skips with the command when it is not built."""
+    if not real_node.csi:
+        skip_or_fail("the node's CSI storage is not built: bash scripts/kube-testenv build --csi")
+    return real_node
 
 
 @pytest.fixture

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BINARIES", "NODE_BINARIES", "KubeEnvNotAvailable", "find_bin_dir", "find_node_bin_dir"]
+__all__ = [
+    "BINARIES",
+    "CSI_BINARIES",
+    "NODE_BINARIES",
+    "KubeEnvNotAvailable",
+    "find_bin_dir",
+    "find_csi_bin_dir",
+    "find_node_bin_dir",
+]
 
 BINARIES: Final = (
     "etcd",
@@ -38,6 +46,11 @@ NODE_BINARIES: Final = (
     "coredns",
     "pause",
 )
+
+#: The CSI storage parts (``scripts/kube-testenv build --csi``, also built by ``--node``), in
+#: ``kube-testenv/csi_<versions>/bin``, with the snapshot.storage.k8s.io/v1 CRDs in ``share/snapshot-crds``;
+#: ``hostpath-csi`` is ironflow's own driver (a stand-in, see :mod:`._node_csi`).
+CSI_BINARIES: Final = ("csi-provisioner", "csi-snapshotter", "snapshot-controller", "hostpath-csi")
 
 
 class KubeEnvNotAvailable(RuntimeError):
@@ -80,4 +93,17 @@ def find_node_bin_dir() -> Path:
 
     return _find(
         "IRONFLOW_KUBE_TESTENV_NODE_BIN", "node_*/bin", complete, "real-node", "scripts/kube-testenv build --node"
+    )
+
+
+def find_csi_bin_dir() -> Path:
+    """Where the CSI sidecars, snapshot-controller and the driver are: ``$IRONFLOW_KUBE_TESTENV_CSI_BIN``, else the
+    newest complete ``kube-testenv/csi_*/bin``. Raises :class:`KubeEnvNotAvailable` with the fix."""
+
+    def complete(directory: Path) -> bool:
+        crds = directory.parent / "share" / "snapshot-crds"
+        return all(os.access(directory / b, os.X_OK) for b in CSI_BINARIES) and crds.is_dir()
+
+    return _find(
+        "IRONFLOW_KUBE_TESTENV_CSI_BIN", "csi_*/bin", complete, "CSI storage", "scripts/kube-testenv build --csi"
     )

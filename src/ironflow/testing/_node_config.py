@@ -19,6 +19,9 @@ __all__ = [
     "CLUSTER_DNS_IP",
     "CNI_BIN_DIR",
     "COREDNS_IMAGE",
+    "CSI_DRIVER",
+    "CSI_SNAPSHOT_CLASS",
+    "CSI_STORAGE_CLASS",
     "KUBERNETES_SERVICE_IP",
     "NODE_IP",
     "NODE_NAME",
@@ -50,6 +53,12 @@ CLUSTER_DNS_IP: Final = "10.96.0.10"
 CNI_BIN_DIR: Final = "/usr/lib/cni"  # Debian's containernetworking-plugins
 PAUSE_IMAGE: Final = "localhost/ironflow/pause:3.10"
 COREDNS_IMAGE: Final = "localhost/ironflow/coredns:1.14.7"
+#: The node's CSI driver (``RealNodeEnv(csi=True)``): ironflow's own hostpath stand-in, see :mod:`._node_csi`.
+CSI_DRIVER: Final = "hostpath.csi.ironflow.io"
+#: The StorageClass of its volumes (provisioned at once, deleted with their claim).
+CSI_STORAGE_CLASS: Final = "ironflow-csi-hostpath"
+#: The VolumeSnapshotClass of its snapshots (deleted with their VolumeSnapshot).
+CSI_SNAPSHOT_CLASS: Final = "ironflow-csi-hostpath"
 
 
 def sysctl_values() -> dict[str, str]:

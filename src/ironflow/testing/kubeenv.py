@@ -130,7 +130,7 @@ class KubeEnv:
             self._write_files()
             self._start_apiserver(self._start_etcd())
             kwok_crds = self.share_dir / "kwok" / "crds"
-            self._install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
+            self.install_crds(sorted([*kwok_crds.glob("*logs.yaml"), *kwok_crds.glob("*execs.yaml")]))
             self.apply_objects(stages.manual_namespace_policy())  # before the scheduler starts
             self._start_controllers()
             self.request("POST", "/api/v1/nodes", self._node())
@@ -139,7 +139,7 @@ class KubeEnv:
                 lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), "kcm", "default SA"
             )
             if self.agent_sandbox:
-                self._install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
+                self.install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
                 self._spawn("agent-sandbox-controller", argv.agent_sandbox_args(self._layout))
         except BaseException:
             self.stop()
@@ -358,7 +358,8 @@ class KubeEnv:
         self._spawn("kube-scheduler", argv.scheduler_args(self._layout, port=free_port()))
         self._spawn("kwok", argv.kwok_args(self._layout, port=self.kwok_port))
 
-    def _install_crds(self, files: Sequence[Path]) -> None:
+    def install_crds(self, files: Sequence[Path]) -> None:
+        """Create the CRDs in ``files``; return once each served version is in discovery."""
         crds = []
         for f in files:
             for doc in yaml.safe_load_all(f.read_text()):

@@ -13,9 +13,14 @@ through one socket on its loopback, at the same port as inside. Every process jo
 gVisor sandboxes in it. Kubelet's kernel checks read values bound over ``/proc/sys`` inside the
 mount namespace: the host's sysctls, iptables and mounts never change.
 
+With ``csi=True`` the node also has CSI storage that snapshots and clones (:mod:`._node_csi`):
+ironflow's own hostpath driver as a node component, the upstream provisioner, snapshotter and
+snapshot-controller, StorageClass and VolumeSnapshotClass ``ironflow-csi-hostpath``.
+
 ``python -m ironflow.testing.realnode up|down|status`` (``scripts/kube-testenv up --node``) runs
-one from a shell. Needs root, ``unshare``/``nsenter``, iptables, ipset, runc and the CNI plugins
-(``bash scripts/install --test``), and the binaries of ``scripts/kube-testenv build --node``.
+one from a shell (with CSI storage when its binaries are built). Needs root, ``unshare``/``nsenter``,
+iptables, ipset, runc and the CNI plugins (``bash scripts/install --test``), and the binaries of
+``scripts/kube-testenv build --node``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any, Final
 import yaml
 
 from ironflow.testing import _node_config as config
+from ironflow.testing import _node_csi as csi_parts
 from ironflow.testing import images as built
 from ironflow.testing._kubeenv_argv import (
     agent_sandbox_args,
@@ -46,7 +52,7 @@ from ironflow.testing._kubeenv_argv import (
     etcd_args,
     scheduler_args,
 )
-from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_node_bin_dir
+from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_csi_bin_dir, find_node_bin_dir
 from ironflow.testing._kubeenv_procs import KubeEnvError
 from ironflow.testing._node_cgroups import NodeCgroup, alive, sweep
 from ironflow.testing._node_images import scratch_archive
@@ -75,6 +81,8 @@ class RealNodeEnv(KubeEnv):
 
     ``images`` are docker archives (``scripts/images path NAME``) loaded into the node's containerd
     before any pod runs; pods name them with ``imagePullPolicy: Never`` (no registry exists here).
+    ``csi``: CSI storage too (``scripts/kube-testenv build --csi``), StorageClass
+    :data:`~._node_config.CSI_STORAGE_CLASS` and VolumeSnapshotClass :data:`~._node_config.CSI_SNAPSHOT_CLASS`.
     """
 
     SERVING_IPS = (config.NODE_IP, config.KUBERNETES_SERVICE_IP)
@@ -86,9 +94,13 @@ class RealNodeEnv(KubeEnv):
         node_bin_dir: Path | None = None,
         agent_sandbox: bool = False,
         images: Sequence[Path] = (),
+        csi: bool = False,
+        csi_bin_dir: Path | None = None,
     ) -> None:
         super().__init__(bin_dir=bin_dir, agent_sandbox=agent_sandbox)
         self.node_bin_dir = node_bin_dir or find_node_bin_dir()
+        self.csi = csi
+        self.csi_bin_dir = (csi_bin_dir or find_csi_bin_dir()) if csi else None
         self.images = list(images)
         self.cgroup = NodeCgroup()
         self.holder_pid = 0
@@ -115,6 +127,8 @@ class RealNodeEnv(KubeEnv):
             self._spawn("kube-scheduler", scheduler_args(self._layout, port=free_port()))
             self._start_containerd()
             self._start_kubelet()
+            if self.csi:
+                self._start_csi()
             self._spawn_node("kube-proxy", [f"--config={self._node_layout.path('kube-proxy.yaml')}", "--v=1"])
             self._spawn_node("kube-router", config.kube_router_args(kubeconfig=self.kubeconfig_path))
             self.apply_objects([config.runtime_class()])
@@ -123,8 +137,10 @@ class RealNodeEnv(KubeEnv):
             )
             self.apply_objects(config.coredns_objects())
             self._procs.wait(self._dns_ready, "kubelet", "CoreDNS Ready", timeout=_READY_TIMEOUT_S)
+            if self.csi:  # waited for last: the registration overlaps CoreDNS's start
+                self._procs.wait(self._csi_registered, csi_parts.DRIVER_BINARY, "kubelet to register the CSI driver")
             if self.agent_sandbox:
-                self._install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
+                self.install_crds(sorted((self.share_dir / "agent-sandbox" / "crds").glob("*.yaml")))
                 self._spawn("agent-sandbox-controller", agent_sandbox_args(self._layout))
         except BaseException:
             self.stop()
@@ -168,6 +184,12 @@ class RealNodeEnv(KubeEnv):
         done = self.ctr("images", "import", "--no-unpack=false", str(archive))
         if done.returncode != 0:
             raise KubeEnvError(f"ctr images import {archive.name} failed: {done.stderr.strip()[-2000:]}")
+
+    @property
+    def csi_state_dir(self) -> Path:
+        """Where the CSI driver keeps volumes (``volumes/<volumeHandle>``) and snapshots
+        (``snapshots/<snapshotHandle>``), each a directory beside its ``.json`` record."""
+        return csi_parts.state_dir(self._node_layout)
 
     def component_log(self, name: str) -> str:
         assert self.workdir is not None
@@ -214,20 +236,22 @@ class RealNodeEnv(KubeEnv):
         self._procs.wait(ready.exists, "holder", "the node's namespaces")
         self.holder_pid = int(ready.read_text())
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        """A control-plane component, inside the node's namespaces and cgroup."""
+    def _spawn(self, name: str, args: list[str], *, exe: Path | None = None) -> None:
+        """A control-plane component (from the control plane's bin dir unless ``exe``), inside the
+        node's namespaces and cgroup."""
         assert self.workdir is not None
         self._procs.spawn(
             name,
             args,
             cwd=self.workdir,
             log_dir=self._path("logs"),
+            exe=None if exe is None else str(exe),
             prefix=self.nsenter(),
             setup=self.cgroup.joiner(),
         )
 
-    def _spawn_node(self, name: str, args: list[str]) -> None:
-        """A node component, from the node's bin dir, with it (and runc) on PATH for the shims."""
+    def _spawn_node(self, name: str, args: list[str], *, exe: Path | None = None) -> None:
+        """A node component, from the node's bin dir (unless ``exe``), with it (and runc) on PATH for the shims."""
         assert self.workdir is not None
         path = f"{self.node_bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self._procs.spawn(
@@ -235,7 +259,7 @@ class RealNodeEnv(KubeEnv):
             args,
             cwd=self.workdir,
             log_dir=self._path("logs"),
-            exe=str(self.node_bin_dir / name),
+            exe=str(exe or self.node_bin_dir / name),
             prefix=self.nsenter(),
             setup=self.cgroup.joiner(),
             env={"PATH": path, "HOME": str(self.workdir), "XDG_RUNTIME_DIR": str(self._node_layout.path("xdg"))},
@@ -281,6 +305,23 @@ class RealNodeEnv(KubeEnv):
         layout = self._node_layout
         self._spawn_node("kubelet", config.kubelet_args(layout, kubeconfig=self.kubeconfig_path))
         self._procs.wait(self._node_is_ready, "kubelet", "the node Ready", timeout=_READY_TIMEOUT_S)
+
+    def _start_csi(self) -> None:
+        """The driver as a node component (root, in kubelet's mount namespace, where its bind mounts
+        must be), the snapshot CRDs and storage objects, then the sidecars (the provisioner watches
+        VolumeSnapshots: their CRDs come first). Registration is waited for at the end of start."""
+        assert self.csi_bin_dir is not None
+        layout = self._node_layout
+        driver = csi_parts.DRIVER_BINARY
+        self._spawn_node(driver, csi_parts.driver_args(layout), exe=self.csi_bin_dir / driver)
+        self.install_crds(sorted((self.csi_bin_dir.parent / "share" / "snapshot-crds").glob("*.yaml")))
+        self.apply_objects(csi_parts.storage_objects())
+        for name in csi_parts.SIDECARS:
+            args = csi_parts.sidecar_args(name, layout, kubeconfig=self.kubeconfig_path)
+            self._spawn(name, args, exe=self.csi_bin_dir / name)
+
+    def _csi_registered(self) -> bool:
+        return csi_parts.registered(self.request("GET", f"/apis/storage.k8s.io/v1/csinodes/{NODE_NAME}"))
 
     def _node_is_ready(self) -> bool:
         node = self.request("GET", f"/api/v1/nodes/{NODE_NAME}")
@@ -338,7 +379,12 @@ def _serve(state: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    env = RealNodeEnv(images=_built_images())
+    try:
+        find_csi_bin_dir()
+        csi = True
+    except KubeEnvNotAvailable:
+        csi = False
+    env = RealNodeEnv(images=_built_images(), csi=csi)
     try:
         env.start()
         kubeconfig = state / "kubeconfig"

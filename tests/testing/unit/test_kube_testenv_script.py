@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +28,13 @@ case "$1" in
   install) printf '#!/bin/sh\\n' > "$GOBIN/kwok"; chmod +x "$GOBIN/kwok" ;;
 esac
 """
+
+
+SNAPSHOT_CRDS = (
+    "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+    "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
+    "snapshot.storage.k8s.io_volumesnapshots.yaml",
+)
 
 
 def _versions() -> dict[str, str]:
@@ -54,6 +62,11 @@ def _module_cache(root: Path) -> Path:
     (kro / "helm/crds").mkdir(parents=True)
     (kro / "helm/crds/kro.run_resourcegraphdefinitions.yaml").write_text("kind: CustomResourceDefinition\n")
     (kro / "LICENSE").write_text("Apache License\n")
+    client = root / f"github.com/kubernetes-csi/external-snapshotter/client/v8@{v['external-snapshotter']}"
+    (client / "config/crd").mkdir(parents=True)
+    for name in (*SNAPSHOT_CRDS, "groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml"):
+        (client / "config/crd" / name).write_text("kind: CustomResourceDefinition\n")
+    (client / "LICENSE").write_text("Apache License\n")
     return root
 
 
@@ -123,3 +136,56 @@ def test_a_second_build_waits_for_the_first_builds_lock(env: dict[str, str], tmp
         assert go_log.read_text() == before
     assert waiting.wait(timeout=60) == 0, stderr.read_text()
     assert all((root / "bin" / b).is_file() for b in ("kube-apiserver", "etcd", "kwok"))
+
+
+def test_the_csi_parts_build_into_their_own_dir_with_the_snapshot_crds(env: dict[str, str], tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(SCRIPT), "build", "--csi"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    bin_dir = Path(done.stdout.strip())
+    v = _versions()
+    tag = f"csi_provisioner-{v['external-provisioner'][1:]}_snapshotter-{v['external-snapshotter'][1:]}"
+    assert bin_dir.parent.name == tag
+    names = ("csi-provisioner", "csi-snapshotter", "snapshot-controller", "hostpath-csi")
+    assert sorted(p.name for p in bin_dir.iterdir()) == sorted([*names, "hostpath-csi.sum"])
+    assert (bin_dir / "hostpath-csi.sum").read_text() == f"{v['hostpath-csi'].split()[0]}\n"
+    # Only the snapshot.storage.k8s.io/v1 CRDs (not the group-snapshot alpha ones), with the licence.
+    crds = bin_dir.parent / "share" / "snapshot-crds"
+    assert sorted(p.name for p in crds.iterdir()) == sorted(["LICENSE", *SNAPSHOT_CRDS])
+    for name in names:
+        assert f"kube-testenv: building {name}" in done.stderr.splitlines()
+        assert f"kube-testenv: built {name} in " in done.stderr
+    go_log = (tmp_path / "go.log").read_text()
+    assert f"-X main.version={v['external-snapshotter']}" in go_log
+    listed = subprocess.run(["bash", str(SCRIPT), "bin-dir", "--csi"], env=env, capture_output=True, text=True)
+    assert (listed.returncode, listed.stdout) == (0, done.stdout)
+    # Built: a second build builds nothing.
+    again = subprocess.run(["bash", str(SCRIPT), "build", "--csi"], env=env, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stdout) == (0, done.stdout)
+    assert (tmp_path / "go.log").read_text() == go_log
+
+
+def test_a_change_to_the_csi_drivers_sources_rebuilds_only_the_driver(env: dict[str, str], tmp_path: Path) -> None:
+    scripts = tmp_path / "scripts"
+    for rel in ("kube-testenv", "kube-testenv.d/csi-provisioner/go.mod", "kube-testenv.d/csi-snapshotter/go.mod"):
+        (scripts / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(SCRIPT.parent / rel, scripts / rel)
+    shutil.copytree(SCRIPT.parent / "kube-testenv.d" / "hostpath-csi", scripts / "kube-testenv.d" / "hostpath-csi")
+    script = scripts / "kube-testenv"
+    first = subprocess.run(["bash", str(script), "build", "--csi"], env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    with (scripts / "kube-testenv.d" / "hostpath-csi" / "main.go").open("a") as f:
+        f.write("// changed\n")
+    (tmp_path / "go.log").write_text("")
+    listed = subprocess.run(["bash", str(script), "bin-dir", "--csi"], env=env, capture_output=True, text=True)
+    assert listed.returncode == 1  # stale: not complete until rebuilt
+    again = subprocess.run(["bash", str(script), "build", "--csi"], env=env, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stdout) == (0, first.stdout), again.stderr
+    builds = [line for line in (tmp_path / "go.log").read_text().splitlines() if line.startswith("build")]
+    assert len(builds) == 1, builds
+    assert "hostpath-csi" in builds[0]
+
+
+def test_csi_bin_dir_before_a_build_names_the_fix(env: dict[str, str]) -> None:
+    done = subprocess.run(["bash", str(SCRIPT), "bin-dir", "--csi"], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "kube-testenv: CSI parts not built yet: run scripts/kube-testenv build --csi\n"

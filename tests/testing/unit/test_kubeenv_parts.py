@@ -4,6 +4,7 @@ CRI log lines and the statuses the test's kubelet reports."""
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from tests.fakes.kubelet import KubeletControl, pod_status
 
 from ironflow.testing import _kubeenv_pki as pki
 from ironflow.testing import _kwok_stages as stages
+from ironflow.testing._kubeenv_bins import CSI_BINARIES, find_csi_bin_dir
 from ironflow.testing.kubeenv import KubeEnvNotAvailable, find_bin_dir
 
 
@@ -157,3 +159,19 @@ def test_missing_binaries_name_the_build_command(tmp_path: Any, monkeypatch: pyt
     monkeypatch.setenv("IRONFLOW_KUBE_TESTENV_BIN", str(tmp_path))
     with pytest.raises(KubeEnvNotAvailable, match="scripts/kube-testenv build"):
         find_bin_dir()
+
+
+def test_the_csi_dir_counts_only_with_every_binary_and_the_snapshot_crds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IRONFLOW_KUBE_TESTENV_CSI_BIN", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bin_dir = tmp_path / "ironflow" / "kube-testenv" / "csi_provisioner-5.3.0_snapshotter-8.7.0" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in CSI_BINARIES:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    with pytest.raises(KubeEnvNotAvailable, match="run scripts/kube-testenv build --csi"):
+        find_csi_bin_dir()  # no CRDs beside the binaries: a half-built dir is passed over
+    (bin_dir.parent / "share" / "snapshot-crds").mkdir(parents=True)
+    assert find_csi_bin_dir() == bin_dir
