@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.node_network import inside_node_network
-from tests.k8s.real_node.test_real_node_session_snapshots import MAKE, SMALL, _less_setgid, _listing
+from tests.k8s.real_node.session_trees import MAKE, SMALL, less_setgid, listing
 
 from ironflow import errors
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
@@ -77,7 +77,7 @@ async def test_a_paused_sessions_files_come_back_on_a_new_pod_and_its_processes_
     sandbox = await sessions.open(OpenOptions(ttl=400, labels={"team": "a"}))
     made = await sandbox.commands.run(["sh", "-c", MAKE])
     assert made.exit_code == 0, made
-    before = await _listing(sandbox)
+    before = await listing(sandbox)
     assert any(line.startswith("./w/bin f 600 ") for line in before), before
     await sandbox.commands.start(["sleep", "2999"])  # a background command: a process that runs on
     await eventually(lambda: _sleeping(sandbox), limit_s=30, interval_s=0.5, what="the background command")
@@ -88,8 +88,8 @@ async def test_a_paused_sessions_files_come_back_on_a_new_pod_and_its_processes_
     assert await _uid(node_api, node_ns, sandbox.id) is None  # the pod went, its processes with it
     assert [(i.id, i.paused) for i in await sessions.list()] == [(sandbox.id, True)]
 
-    after = await _listing(sandbox)  # the handle's request resumes it first
-    assert after == _less_setgid(before)
+    after = await listing(sandbox)  # the handle's request resumes it first
+    assert after == less_setgid(before)
     second = await _uid(node_api, node_ns, sandbox.id)
     assert second not in (None, first)  # a new pod for the same id
     assert not await _sleeping(sandbox)  # processes never come back

@@ -15,53 +15,18 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.node_network import inside_node_network
+from tests.k8s.real_node.session_trees import MAKE, SMALL, less_setgid, listing
 
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
-from ironflow.k8s.settings import K8sResources
 from ironflow.kube import api as k8s
 from ironflow.sessions import OpenOptions
-from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.polling import eventually
 from ironflow.testing.realnode import RealNodeEnv
 
 #: The first test of a session also waits for the node to start (up to ~100 s on a loaded machine).
 pytestmark = pytest.mark.timeout(600)
 
-#: Eleven pods at once on a small node.
-SMALL = K8sResources(
-    cpu_request="20m", memory_request="48Mi", ephemeral_storage_request=None, ephemeral_storage_limit=None
-)
 FORKS = 10
-#: A tree with the modes a copy tends to lose: group-writable, read-only, setgid dirs, symlinks.
-MAKE = (
-    "set -e; mkdir -p w/d w/e w/g/deep; cd w; printf 'echo hi\\n' > d/x.sh; chmod 751 d/x.sh; chmod 750 d;"
-    " chmod 700 e; printf shared > g/deep/s; chmod 664 g/deep/s; chmod 2775 g; printf ro > ro; chmod 444 ro;"
-    " head -c 300000 /dev/urandom > bin; chmod 600 bin; ln -s d/x.sh link; ln -s ../ro g/up"
-)
-#: Every entry under the session's root: type, mode, bytes' digest (a symlink: its text); not the runtime's state.
-LIST = (
-    "find . -path ./.ironflow -prune -o -mindepth 1 -print | LC_ALL=C sort | while read -r p; do"
-    ' if [ -L "$p" ]; then echo "$p l $(readlink "$p")";'
-    ' elif [ -f "$p" ]; then echo "$p f $(stat -c %a "$p") $(sha256sum < "$p" | cut -c1-16)";'
-    ' else echo "$p d $(stat -c %a "$p")"; fi; done'
-)
-
-
-def _less_setgid(lines: list[str]) -> list[str]:
-    """A listing as a restore leaves it: setuid and setgid dropped (an emptyDir with fsGroup sets setgid)."""
-    out = []
-    for line in lines:
-        path, kind, *rest = line.split(" ")
-        if kind in ("d", "f"):
-            rest[0] = f"{int(rest[0], 8) & 0o1777:o}"
-        out.append(" ".join([path, kind, *rest]))
-    return out
-
-
-async def _listing(sandbox: AsyncSandbox) -> list[str]:
-    ran = await sandbox.commands.run(["sh", "-c", LIST])
-    assert ran.exit_code == 0, ran
-    return ran.stdout.splitlines()
 
 
 async def test_ten_forks_keep_their_writes_and_a_snapshot_restores_after_close(
@@ -79,27 +44,27 @@ async def test_ten_forks_keep_their_writes_and_a_snapshot_restores_after_close(
         assert made.exit_code == 0, made
         fifo = await parent.commands.run(["sh", "-c", "test -p .ironflow/runtime-tokens && echo fifo"])
         assert fifo.stdout == "fifo\n", fifo  # the runtime's own state is in HOME: a snapshot must skip it
-        before = await _listing(parent)
+        before = await listing(parent)
         assert "./w/g d 2775" in before
         assert any(line.startswith("./w/g/deep/s f 664 ") for line in before), before
 
         forks = await sessions.fork(parent.id, count=FORKS)
         assert len({f.id for f in forks}) == FORKS
         for i, fork in enumerate(forks):
-            assert await _listing(fork) == _less_setgid(before)
+            assert await listing(fork) == less_setgid(before)
             wrote = await fork.commands.run(["sh", "-c", f"echo {i} > w/mine-{i}; echo changed >> w/ro 2>/dev/null; :"])
             assert wrote.exit_code == 0, wrote
         for i, fork in enumerate(forks):
             mine = await fork.commands.run(["sh", "-c", "ls w | grep mine- ; cat w/ro"])
             assert mine.stdout.split() == [f"mine-{i}", "ro"], mine  # its own write only; ro stayed read-only
-        assert await _listing(parent) == before  # the parent is unchanged
+        assert await listing(parent) == before  # the parent is unchanged
 
         snap = await sessions.snapshot(parent.id, name="kept")
         for handle in [parent, *forks]:
             await handle.close()
 
         restored = await sessions.open(OpenOptions(ttl=120, from_snapshot=snap.id))
-        assert await _listing(restored) == _less_setgid(before)
+        assert await listing(restored) == less_setgid(before)
         assert (await restored.commands.run(["sh", "-c", "w/d/x.sh; cat w/g/up"])).stdout == "hi\nro"
         await restored.close()
 
@@ -128,17 +93,17 @@ async def test_over_http_a_snapshot_restores_and_two_forks_keep_their_writes(
         async with p.resources(SMALL).sessions(api=node_api, transport="http") as sessions:
             parent = await sessions.open(OpenOptions(ttl=300))
             assert (await parent.commands.run(["sh", "-c", MAKE])).exit_code == 0
-            before = await _listing(parent)
+            before = await listing(parent)
             forks = await sessions.fork(parent.id, count=2)
             for i, fork in enumerate(forks):
-                assert await _listing(fork) == _less_setgid(before)
+                assert await listing(fork) == less_setgid(before)
                 await fork.files.write(f"w/mine-{i}", str(i))
             for i, fork in enumerate(forks):
                 assert (await fork.commands.run(["sh", "-c", "ls w | grep mine-"])).stdout == f"mine-{i}\n"
-            assert await _listing(parent) == before
+            assert await listing(parent) == before
             snap = await sessions.snapshot(parent.id)
             for handle in [parent, *forks]:
                 await handle.close()
             restored = await sessions.open(OpenOptions(ttl=120, from_snapshot=snap.id))
-            assert await _listing(restored) == _less_setgid(before)
+            assert await listing(restored) == less_setgid(before)
             await restored.close()
