@@ -24,7 +24,7 @@ events                      list                                  why a step's p
 configmaps                  create get list delete                prompt ConfigMaps, cleanup, reaper
 batch/jobs                  create get list watch delete          JobRun, release_run, reaper
 persistentvolumeclaims      create get list patch delete          environment claims (opt-in only)
-persistentvolumeclaims,     create get patch delete               sessions' HOME claims and their
+persistentvolumeclaims,     create get list patch delete          sessions' HOME claims and their
 snapshot.storage.k8s.io/                                          VolumeSnapshots (opt-in only)
 volumesnapshots
 ==========================  ====================================  =================================
@@ -122,7 +122,9 @@ ENVIRONMENT_PERMISSIONS: Final = (
 )
 #: Sessions with a session volume: a HOME claim each, snapshots and forks as VolumeSnapshots.
 SESSION_VOLUME_PERMISSIONS: Final = (
-    Permission("", "persistentvolumeclaims", ("create", "get", "patch", "delete"), "sessions' HOME claims"),
+    Permission(
+        "", "persistentvolumeclaims", ("create", "get", "list", "patch", "delete"), "sessions' HOME claims, reaper"
+    ),
     Permission(
         "snapshot.storage.k8s.io", "volumesnapshots", ("create", "get", "delete"), "session snapshots and forks"
     ),

@@ -5,7 +5,7 @@ clock and return an answer); ``reap_namespace`` lists, decides, deletes and coun
 ``delete_each`` is its delete step and ``spawn_orphan_reaper`` its loop, both also serving
 the agent-sandbox claim reaper.
 Order of passes: Jobs (a live Job would recreate its pods), pods, prompt ConfigMaps,
-environment claims. An object without a parseable ``ironflow.io/expires-at`` annotation
+environment and session HOME claims. An object without a parseable ``ironflow.io/expires-at`` annotation
 is never deleted for expiry; a pod a Job controls is left to its Job; a pod already
 terminating is not deleted twice.
 
@@ -127,7 +127,7 @@ def configmap_expired(cm: Mapping[str, Any], now: int) -> bool:
 
 
 def claim_expired(pvc: Mapping[str, Any], now: int) -> bool:
-    """An environment claim goes once expired, unless it is already being deleted."""
+    """A claim (an environment, a session's HOME) goes once expired, unless it is already being deleted."""
     return not _deleting(pvc) and _expired(pvc, now)
 
 
@@ -170,8 +170,12 @@ class ReapReport:
 
 _JOBS_FORBIDDEN: Final = "cannot list Jobs: orphan JobRun Jobs are not reaped; grant list and delete on jobs"
 _CLAIMS_FORBIDDEN: Final = (
-    "cannot list environment claims: expired claims are not reaped; grant list and delete on persistentvolumeclaims"
+    "cannot list ironflow's claims (environments, sessions' HOME): expired claims are not reaped; "
+    "grant list and delete on persistentvolumeclaims"
 )
+#: The claims ironflow makes that carry an expiry: a step's environment, a session's HOME (its pod's own
+#: reference takes it with the pod; the expiry covers one left without a pod).
+_EXPIRING_CLAIMS: Final = frozenset({labels.COMPONENT_ENVIRONMENT, labels.COMPONENT_SESSION_HOME})
 
 
 async def _list_all(
@@ -214,7 +218,7 @@ async def delete_each(
 async def reap_namespace(
     api: kube.KubeApi, namespace: str, *, now: int | None = None, dry_run: bool = False
 ) -> ReapReport:
-    """One pass over ``namespace``: Jobs, pods, prompt ConfigMaps, environment claims.
+    """One pass over ``namespace``: Jobs, pods, prompt ConfigMaps, environment claims and sessions' HOME claims.
 
     Raises :class:`~ironflow.errors.CleanupError` when pods, ConfigMaps, or (other than
     with 403) Jobs or claims cannot be listed.
@@ -255,13 +259,14 @@ async def reap_namespace(
         kube.CONFIGMAPS, sorted(name(c) for c in cms if configmap_expired(c, clock)), background=False, what="ConfigMap"
     )
     pvcs = await listing(
-        kube.PERSISTENTVOLUMECLAIMS, labels.ENVIRONMENT_SELECTOR, "failed to list environment claims", _CLAIMS_FORBIDDEN
+        kube.PERSISTENTVOLUMECLAIMS, labels.MANAGED_SELECTOR, "failed to list claims", _CLAIMS_FORBIDDEN
     )
+    pvcs = [c for c in pvcs if (_meta(c).get("labels") or {}).get(labels.LABEL_COMPONENT) in _EXPIRING_CLAIMS]
     pvcs_done = await apply(
         kube.PERSISTENTVOLUMECLAIMS,
         [name(c) for c in pvcs if claim_expired(c, clock)],
         background=False,
-        what="environment claim",
+        what="claim",
     )
     report = ReapReport(
         pods_deleted=len(pods_done),

@@ -103,7 +103,7 @@ def test_session_volumes_add_only_the_claim_and_volumesnapshot_verbs() -> None:
     config = setup.ClusterSetup(session_volumes=True)
     role = next(o for o in setup.render(config) if o["kind"] == "Role")
     extra = _grants(role) - RUNTIME_NEEDS
-    assert extra == {("", "persistentvolumeclaims", v) for v in ("create", "get", "patch", "delete")} | {
+    assert extra == {("", "persistentvolumeclaims", v) for v in ("create", "get", "list", "patch", "delete")} | {
         ("snapshot.storage.k8s.io", "volumesnapshots", v) for v in ("create", "get", "delete")
     }
 

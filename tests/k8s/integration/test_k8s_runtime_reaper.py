@@ -15,6 +15,8 @@ from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.k8s import reaper
 from ironflow.k8s.commands.pod_runs import JobRun, PodRun
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
+from ironflow.k8s.sessions import session_volumes
+from ironflow.k8s.settings import SessionVolume
 from ironflow.kube import api as k8s
 from ironflow.steps import AgentConfig
 from ironflow.testing.kube import KubeTestServer
@@ -182,6 +184,21 @@ async def test_k8s_reaper_deletes_expired_environment_claims_only(
     assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == ["env-live", "other-old"]
 
 
+async def test_k8s_reaper_deletes_an_expired_session_home_claim_left_without_its_pod(
+    server: KubeTestServer, api: k8s.KubeApi, ns: str
+) -> None:
+    """A session's HOME claim carries the session's expiry (its pod's owner reference takes it with
+    the pod; a worker that died before making the pod left it unowned)."""
+    now = int(time.time())
+    volume = SessionVolume("csi-hostpath")
+    for session_id, expires in (("sbx-0000000000000001", now - 1), ("sbx-0000000000000002", now + 3600)):
+        claim = session_volumes.home_claim(session_id, namespace=ns, volume=volume, expires_at=expires)
+        await api.create(k8s.PERSISTENTVOLUMECLAIMS, ns, claim)
+    report = await reaper.reap_namespace(api, ns)
+    assert report.pvcs == ("sbx-0000000000000001-home",)
+    assert names(server, k8s.PERSISTENTVOLUMECLAIMS, ns) == ["sbx-0000000000000002-home"]
+
+
 async def test_k8s_reaper_without_claim_rights_still_reaps_pods(
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:
@@ -196,7 +213,7 @@ async def test_k8s_reaper_fails_on_a_claim_listing_error_other_than_forbidden(
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:
     server.fail("list", "persistentvolumeclaims", status=503)
-    with pytest.raises(errors.CleanupError, match="failed to list environment claims"):
+    with pytest.raises(errors.CleanupError, match="failed to list claims"):
         await reaper.reap_namespace(api, ns)
 
 

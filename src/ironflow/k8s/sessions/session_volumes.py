@@ -55,7 +55,7 @@ def home_claim(
     source: str | None = None,
 ) -> dict[str, Any]:
     """The session's HOME claim (RWO, the volume's class and size); ``source``: the VolumeSnapshot
-    it starts from. Its expiry is the session's, so a claim left without its pod is reaped."""
+    it starts from. Its expiry is the session's: the orphan reaper deletes a claim left without its pod."""
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "storageClassName": volume.storage_class,
