@@ -57,6 +57,18 @@ def test_root_entries_bound_read_only_except_hidden_ones() -> None:
     assert tuple(argv[argv.index("--chdir") - 2 : argv.index("--chdir")]) == ("--remount-ro", "/")
 
 
+def test_one_remount_and_the_host_binds_after_the_small_ones() -> None:
+    """bubblewrap re-reads mountinfo at each bind: /home, /run and /dev are directories of the read-only root
+    (no tmpfs to remount), and the host's top-level binds, which bring their submounts, come last."""
+    argv = bwrap.bwrap_argv(
+        _settings(proxy_socket="/t/proxy.sock", read_only_mounts=(bwrap.ReadOnlyMount("/s", "/data"),))
+    )
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"] == ["/"]
+    assert [argv[argv.index(p) - 1] for p in ("/home", "/run", "/dev")] == ["--dir"] * 3
+    small = max(argv.index(p) for p in ("/dev/null", "/etc/shadow", bwrap.PROXY_SOCKET_PATH))
+    assert small < argv.index("/usr") < argv.index("/data") < argv.index("--remount-ro")
+
+
 def test_home_and_tmp_are_size_limited_private_tmpfs() -> None:
     argv = bwrap.bwrap_argv(_settings(home_size_bytes=1234, tmp_size_bytes=5678))
     home = argv.index("/home/claude")

@@ -76,11 +76,12 @@ def test_a_first_process_joins_v1_by_its_thread_and_v2_by_its_process() -> None:
     assert v2.join_files == v2.procs_files == (b"/w/ironflow-1-1/cgroup.procs",)
 
 
-def test_bwrap_dev_is_a_small_read_only_tmpfs_with_a_sized_shm() -> None:
+def test_bwrap_dev_is_a_directory_of_the_read_only_root_with_a_sized_shm() -> None:
     argv = bwrap.bwrap_argv(bwrap.BwrapSettings(command=("true",), root_entries=(), tmp_size_bytes=12345))
     assert "--dev" not in argv
+    assert argv[argv.index("/dev") - 1] == "--dir"  # no tmpfs of its own: read-only with the root
     shm = argv.index("/dev/shm")
-    assert argv[shm - 3 : shm + 3] == ["--size", "12345", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    assert argv[shm - 3 : shm + 1] == ["--size", "12345", "--tmpfs", "/dev/shm"]
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,14 @@ entry of the host root is bound read-only into it, except :data:`HIDDEN_ROOT_ENT
 rebuilt the same way so that ``/etc/claude-code`` (managed settings) and
 ``/etc/ironflow/claude-profile/<i>`` can be mounted like the pod's ConfigMaps, and so
 that ``/etc/shadow`` stays outside. HOME (``/home/claude``), ``/tmp`` and ``/dev/shm`` are
-private, size-limited tmpfs; ``/dev`` is a small read-only tmpfs with the usual device nodes;
-every other tmpfs is read-only. Every namespace is new (user, pid, ipc, uts,
+private, size-limited tmpfs; ``/dev`` (the usual device nodes), ``/home`` and ``/run`` are plain
+directories of the read-only root. Every namespace is new (user, pid, ipc, uts,
 net, cgroup), no capability is kept, the sandbox dies with its parent.
+
+Few mounts, big ones last: bubblewrap re-reads ``/proc/self/mountinfo`` (the host's mounts and
+the sandbox's so far) after each bind or remount, so a mount it can do without (a tmpfs made
+read-only where a directory of the read-only root shows the same) is left out, and the host's
+top-level binds, which bring their submounts, come after the small binds (device nodes, masks).
 
 Invariant: no environment value is ever on the argv (``/proc/<pid>/cmdline`` is world
 readable), nor in the environment of bubblewrap's own process: that process runs on the host,
@@ -83,7 +88,6 @@ _DEV_LINKS: Final = (
     ("stdout", "/proc/self/fd/1"),
     ("stderr", "/proc/self/fd/2"),
 )
-_DEV_SIZE_BYTES: Final = 64 << 10
 #: Where the auth proxy's unix socket appears inside the sandbox.
 PROXY_SOCKET_PATH: Final = "/run/ironflow/auth-proxy.sock"
 #: Where the egress proxy's unix socket appears inside the sandbox (a step with an egress policy).
@@ -217,20 +221,20 @@ def _entries(base: str, entries: Iterable[HostEntry], hidden: frozenset[str]) ->
 
 
 def _dev(shm_size_bytes: int, *, ptys: bool = False) -> list[str]:
-    """``/dev`` as bubblewrap's ``--dev`` makes it, but on a small tmpfs made read-only and with a
-    sized ``/dev/shm``: ``--dev`` gives an unsized writable tmpfs (host memory without a limit).
-    With ``ptys``, ``--dev`` itself (bubblewrap mounts devpts only so), made read-only as well: its
+    """``/dev`` as bubblewrap's ``--dev`` makes it, but a directory of the root (read-only with it)
+    and with a sized ``/dev/shm``: ``--dev`` gives an unsized writable tmpfs (host memory without a
+    limit). With ``ptys``, ``--dev`` itself (bubblewrap mounts devpts only so), made read-only: its
     devpts is a new instance, and its stdin is never a terminal (a session's is its hand-out pipe),
     so it binds no host terminal at ``/dev/console``."""
+    shm = ["--perms", "1777", "--size", str(shm_size_bytes), "--tmpfs", "/dev/shm"]
     if ptys:
-        args = ["--dev", "/dev"]
-        return [*args, "--perms", "1777", "--size", str(shm_size_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    args = ["--size", str(_DEV_SIZE_BYTES), "--tmpfs", "/dev"]
+        return ["--dev", "/dev", *shm, "--remount-ro", "/dev"]
+    args = ["--dir", "/dev"]
     for node in _DEV_NODES:
         args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
     for name, target in _DEV_LINKS:
         args += ["--symlink", target, f"/dev/{name}"]
-    return [*args, "--perms", "1777", "--size", str(shm_size_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    return [*args, *shm]
 
 
 def _etc(settings: BwrapSettings) -> list[str]:
@@ -324,25 +328,27 @@ def bwrap_argv(settings: BwrapSettings) -> list[str]:
     ]
     if settings.seccomp_fd is not None:
         argv += ["--seccomp", str(settings.seccomp_fd)]
-    argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
     argv += ["--proc", "/proc", *_dev(settings.tmp_size_bytes, ptys=settings.ptys)]
     argv += _etc(settings)
-    argv += ["--tmpfs", "/home"]
+    # /home and /run are directories of the root, read-only with it (no tmpfs of their own to remount).
+    argv += ["--dir", "/home"]
     argv += ["--perms", "0700", "--size", str(settings.home_size_bytes), "--tmpfs", layout.SANDBOX_HOME]
     if settings.conversations_dir is not None:
         argv += ["--bind", settings.conversations_dir, layout.CONVERSATIONS_MOUNT_PATH]  # the one writable host path
     argv += ["--perms", "1777", "--size", str(settings.tmp_size_bytes), "--tmpfs", layout.SANDBOX_TMP]
-    argv += ["--tmpfs", "/run"]
+    argv += ["--dir", "/run"]
     if settings.proxy_socket is not None:
         argv += ["--ro-bind", settings.proxy_socket, PROXY_SOCKET_PATH]
     if settings.egress_socket is not None:
         argv += ["--ro-bind", settings.egress_socket, EGRESS_SOCKET_PATH]
     if settings.forwarder_script is not None:
         argv += ["--ro-bind", settings.forwarder_script, FORWARDER_PATH]
+    # The host's top-level binds after the small ones: each later bind re-reads their submounts.
+    argv += _entries("/", settings.root_entries, HIDDEN_ROOT_ENTRIES)
     # Parents first: a mount under another's target must come after it, or it is covered.
     for mount in sorted(every, key=lambda m: posixpath.normpath(m.target).count("/")):
         argv += ["--bind" if isinstance(mount, WritableMount) else "--ro-bind", mount.source, mount.target]
-    # Read-only only now: the mounts above may need mount points under /run or /home.
-    argv += ["--remount-ro", "/run", "--remount-ro", "/home", "--remount-ro", "/"]
+    # Read-only only now: the mounts above may need mount points under /run, /home or /dev.
+    argv += ["--remount-ro", "/"]
     argv += ["--chdir", settings.working_dir or layout.SANDBOX_HOME]
     return [*argv, "--", *settings.command]
