@@ -111,6 +111,13 @@ async def test_writing_to_the_root_filesystem_fails(any_runtime: LocalSandboxPro
     assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
 
 
+async def test_bwrap_run_home_and_dev_are_read_only_directories_of_the_root() -> None:
+    """No tmpfs of their own (fewer mounts for bubblewrap): read-only with the root, as the tmpfs were."""
+    provider = LocalSandboxProvider(isolation="bwrap", timeout=30)
+    result = await provider.run_command(["sh", "-c", "for p in /run /home /dev; do touch $p/probe 2>&1; done"])
+    assert result.stdout.count("Read-only file system") == 3, result.stdout
+
+
 @pytest.mark.parametrize("isolation", [ISOLATIONS[0], DOCKER, PODMAN])
 async def test_home_and_tmp_are_private_writable_and_size_limited(isolation: environment.Isolation) -> None:
     provider = LocalSandboxProvider(isolation=isolation, home_size_bytes=2 << 20, tmp_size_bytes=2 << 20)
