@@ -37,10 +37,10 @@ import ctypes
 import errno
 import functools
 import os
-import queue
 import signal
 import subprocess
 import threading
+from _queue import SimpleQueue  # queue's, without its import (heapq, ...)
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
@@ -180,8 +180,8 @@ class _Spawner:
     ``concurrent.futures``: its import, with logging's, is a slice of every session's cold start.)"""
 
     def __init__(self) -> None:
-        self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = queue.SimpleQueue()
-        self._answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._calls: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = SimpleQueue()
+        self._answers: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
         self._lock = threading.Lock()
         threading.Thread(target=self._serve, name="spawner", daemon=True).start()
 

@@ -31,12 +31,10 @@ start if that cannot be set up.
 from __future__ import annotations
 
 import _operator
-import base64
 import contextlib
 import itertools
 import json
 import os
-import shlex
 import signal
 import socket
 import stat
@@ -45,7 +43,6 @@ import sys
 import threading
 import time
 import types
-import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
 from streams import Body, Chunked, Command, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
@@ -106,13 +103,13 @@ class Runtime:
     def start(self, spec: dict[str, Any]) -> tuple[str, Command]:
         argv = spec.get("argv")
         if argv is None:
-            argv = shlex.split(str(spec.get("command", "")))
+            argv = _stdlib("shlex").split(str(spec.get("command", "")))
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise HttpError(400, "the command is empty")
         env = {**self.env, **delivered_env(self.env), **{str(k): str(v) for k, v in (spec.get("env") or {}).items()}}
         cwd = self.resolve(str(spec.get("cwd") or "."))
         stdin = spec.get("stdin")
-        data = None if stdin is None else base64.b64decode(stdin)
+        data = None if stdin is None else _stdlib("binascii").a2b_base64(stdin)  # what base64.b64decode calls
         tty = None
         if spec.get("pty"):
             tty = __import__("terminal").terminal_size(spec)
@@ -202,7 +199,7 @@ class Handler:
             body = self.body = Body(self.rfile, headers, self.rt.max_upload)
             if headers.get("expect", "").lower() == "100-continue":
                 self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.route(method, path, urllib.parse.parse_qs(query), headers, body)
+            self.route(method, path, _stdlib("urllib.parse").parse_qs(query) if query else {}, headers, body)
         except HttpError as exc:
             self.fail(exc.status, exc.message)
         except (ValueError, KeyError, TypeError) as exc:
@@ -223,7 +220,7 @@ class Handler:
 
     def route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], body: Body) -> None:
         head, _, rest = path.lstrip("/").partition("/")
-        rel = urllib.parse.unquote(rest)
+        rel = _stdlib("urllib.parse").unquote(rest) if "%" in rest else rest
         legacy = {
             ("GET", ""): lambda: self.json(200, {"status": "ok", "message": "Sandbox Runtime is active."}),
             ("POST", "execute"): lambda: self.execute(body),
@@ -240,7 +237,7 @@ class Handler:
 
     def extension(self, method: str, path: str, query: dict[str, list[str]], body: Body) -> None:
         kind, _, rest = path.partition("/")
-        rel = urllib.parse.unquote(rest)
+        rel = _stdlib("urllib.parse").unquote(rest) if "%" in rest else rest
         if (method, kind) == ("POST", "commands") and not rest:
             spec = json.loads(body.all() or b"{}")
             cid, command = self.rt.start(spec)
@@ -282,7 +279,7 @@ class Handler:
     def execute(self, body: Body) -> None:
         spec = json.loads(body.all())
         try:
-            argv, problem = shlex.split(str(spec["command"])), "No command provided"
+            argv, problem = _stdlib("shlex").split(str(spec["command"])), "No command provided"
         except ValueError as exc:
             argv, problem = [], f"Malformed command: {exc}"
         if not argv:
@@ -359,7 +356,7 @@ class Handler:
     def tar_out(self, path: str) -> None:
         if not os.path.isdir(path):
             raise HttpError(404, "Path is not a directory")
-        tarfile, home = _tarfile(), os.path.realpath(os.environ.get("HOME") or "/")
+        tarfile, home = _stdlib("tarfile"), os.path.realpath(os.environ.get("HOME") or "/")
         self.head(200, "application/x-tar", chunked=True)
         chunks = Chunked(self.wfile)
         own = (home, "./.ironflow")  # HOME's: the runtime's own state (its token FIFO, delivered variables), kept in
@@ -372,7 +369,7 @@ class Handler:
 
     def tar_in(self, path: str, body: Body, exact: bool = False) -> None:
         os.makedirs(path, exist_ok=True)
-        tarfile = _tarfile()
+        tarfile = _stdlib("tarfile")
         filtered = hasattr(tarfile, "data_filter")  # Python 3.11.4+: Debian 12's 3.11.2 (a runner image) has none
         count, dirs, trusted = 0, [], {"filter": "fully_trusted"} if filtered else {}
         try:
@@ -435,11 +432,11 @@ class Handler:
         chunks.end()
 
 
-def _tarfile() -> types.ModuleType:
-    """:mod:`tarfile`, imported by the first request that moves a tree (not at start: it is slow to import)."""
-    import tarfile
-
-    return tarfile
+def _stdlib(name: str) -> Any:
+    """A standard module imported by the first request that needs it (tarfile, shlex, urllib.parse...), not at
+    start: each import there is a slice of every session's cold open and of its idle memory."""
+    __import__(name)
+    return sys.modules[name]
 
 
 def _watch_idle(runtime: Runtime, idle: float) -> None:

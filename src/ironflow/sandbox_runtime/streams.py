@@ -21,7 +21,6 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.parse
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
@@ -181,7 +180,7 @@ class Multipart:
             params[key.lower()] = value.strip('"')
         filename = params.get("filename")
         if "filename*" in params:
-            filename = urllib.parse.unquote(params["filename*"].split("''", 1)[-1])
+            filename = __import__("urllib.parse").parse.unquote(params["filename*"].split("''", 1)[-1])
         elif filename is not None:
             filename = filename.replace("%22", '"').replace("%0D", "\r").replace("%0A", "\n")
         return params.get("name", ""), filename

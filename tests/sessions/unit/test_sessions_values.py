@@ -47,6 +47,18 @@ def test_the_runtime_starts_without_the_modules_only_some_requests_need() -> Non
     assert "watch" not in loaded  # a directory's watch too
 
 
+def test_the_runtime_imports_what_only_some_requests_use_with_the_first_of_them() -> None:
+    """A command line to split, a query, a quoted path, stdin to decode, a queue of the spawner's:
+    none is in every session's cold open (nor in its idle memory)."""
+    folder = str(Path(SERVER_PATH).parent)
+    code = f"import sys; sys.path.insert(0, {folder!r}); import server, confine, startup; print(' '.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert "server" in loaded
+    lazy = {"shlex", "urllib.parse", "ipaddress", "base64", "binascii", "queue", "heapq"}
+    assert not lazy & loaded, lazy & loaded
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("90", 90.0), ("500ms", 0.5), ("30s", 30.0), ("30m", 1800.0), ("2h", 7200.0)]
 )
