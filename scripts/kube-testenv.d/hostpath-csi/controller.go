@@ -118,15 +118,24 @@ func notFoundOr(err error, what, id string) error {
 }
 
 func (c *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	if err := c.remove("volumes", "volume", req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// remove deletes one volume or snapshot (kind: its store directory); one already gone is no error,
+// as the spec asks of a repeated delete.
+func (c *controllerServer) remove(kind, what, id string) error {
+	if id == "" {
+		return status.Errorf(codes.InvalidArgument, "%s id is required", what)
 	}
 	c.store.mu.Lock()
 	defer c.store.mu.Unlock()
-	if err := c.store.remove("volumes", req.GetVolumeId()); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if err := c.store.remove(kind, id); err != nil {
+		return status.Error(codes.Internal, err.Error())
 	}
-	return &csi.DeleteVolumeResponse{}, nil
+	return nil
 }
 
 func (c *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
@@ -189,13 +198,8 @@ func snapshotMessage(rec snapshotRecord) *csi.Snapshot {
 }
 
 func (c *controllerServer) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	if req.GetSnapshotId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot id is required")
-	}
-	c.store.mu.Lock()
-	defer c.store.mu.Unlock()
-	if err := c.store.remove("snapshots", req.GetSnapshotId()); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if err := c.remove("snapshots", "snapshot", req.GetSnapshotId()); err != nil {
+		return nil, err
 	}
 	return &csi.DeleteSnapshotResponse{}, nil
 }

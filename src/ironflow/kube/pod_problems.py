@@ -72,7 +72,8 @@ class Verdict:
     reason: str
     message: str
     retryable: bool
-    #: Tolerated for the image-pull grace (the kubelet retries the pull itself).
+    #: Tolerated for a grace: the image pull's (the kubelet retries the pull itself), or a claim's missing
+    #: pool or template (the agent-sandbox controller retries those, ``agent_sandbox.claims``).
     grace: bool = False
     #: The pod ran and the node stopped it (OOMKilled, Evicted, DeadlineExceeded).
     started: bool = False

@@ -122,6 +122,8 @@ def test_the_provider_file_gives_the_session_volume(tmp_path: Path) -> None:
 def test_a_record_is_started_from_as_a_volume_snapshot_only_in_its_namespace() -> None:
     record = {"id": "snap-1", "format": "volumesnapshot", "namespace": "team", "volume_snapshot": "snap-1"}
     assert volume_snapshots.source_of(record, namespace="team") == "snap-1"
+    assert volume_snapshots.named(record) == ("team", "snap-1")
+    assert volume_snapshots.named({"format": "tar"}) is None
     assert volume_snapshots.source_of({"format": "tar"}, namespace="team") is None
     with pytest.raises(errors.ConfigError, match="a VolumeSnapshot in namespace 'team': open it there"):
         volume_snapshots.source_of(record, namespace="other")

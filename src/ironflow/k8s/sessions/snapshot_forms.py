@@ -50,6 +50,8 @@ class ClusterSnapshots:
         self.namespace = namespace
         self.backend = backend
         self.volume = volume
+        #: Set: a snapshot is a VolumeSnapshot of this class of the session's HOME claim (else an archive).
+        self.snapshot_class = None if volume is None else volume.snapshot_class
         self._api = api
 
     @property
@@ -58,11 +60,6 @@ class ClusterSnapshots:
             self._store = SnapshotStore()
         return self._store
 
-    @property
-    def as_volumes(self) -> bool:
-        """Whether a snapshot is a VolumeSnapshot of the session's HOME claim (else an archive)."""
-        return self.volume is not None and self.volume.snapshot_class is not None
-
     async def capture(self, session_id: str, runtime: Callable[[], RuntimeClient], *, name: str | None) -> SnapshotInfo:
         """A new snapshot of the session: of its claim, or its workspace read through ``runtime()``.
 
@@ -70,10 +67,9 @@ class ClusterSnapshots:
             ConfigError: a bad name. WorkspaceRefused: past the store's limit, or a member the tar
             rules refuse. SandboxError / OperationTimeout: the runtime or the driver failed.
         """
-        if self.as_volumes:
-            assert self.volume is not None
+        if self.snapshot_class is not None:
             return await volume_snapshots.capture(
-                await self._api(), self.store, namespace=self.namespace, volume=self.volume,
+                await self._api(), self.store, namespace=self.namespace, snapshot_class=self.snapshot_class,
                 session_id=session_id, name=name, backend=self.backend,
             )  # fmt: skip
         client = runtime()
@@ -112,10 +108,9 @@ class ClusterSnapshots:
             _, record = await asyncio.to_thread(self.store.get, snapshot_id)
         except SnapshotNotFound:
             return False
-        if record.get("format") == volume_snapshots.FORMAT:
-            where, name = str(record.get("namespace") or ""), str(record.get("volume_snapshot") or "")
-            if where and name:
-                await volume_snapshots.remove(await self._api(), where, name)
+        found = volume_snapshots.named(record)
+        if found is not None and all(found):
+            await volume_snapshots.remove(await self._api(), *found)
         return await asyncio.to_thread(self.store.remove, snapshot_id)
 
 

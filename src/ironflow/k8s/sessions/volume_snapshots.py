@@ -21,18 +21,24 @@ from typing import Final
 from ironflow import errors, labels
 from ironflow.k8s import pods
 from ironflow.k8s.sessions import session_volumes
-from ironflow.k8s.settings import SessionVolume
 from ironflow.kube import api as kube
 from ironflow.sessions import snapshot_store
 from ironflow.sessions.snapshot_store import SnapshotStore
 from ironflow.sessions.values import SnapshotInfo
 
-__all__ = ["DEFAULT_READY_TIMEOUT_S", "FORMAT", "capture", "remove", "source_of"]
+__all__ = ["DEFAULT_READY_TIMEOUT_S", "FORMAT", "capture", "named", "remove", "source_of"]
 
 FORMAT: Final = "volumesnapshot"
 #: How long the driver may take to cut a snapshot before it is deleted and refused.
 DEFAULT_READY_TIMEOUT_S: Final = 120.0
 _POLL_S: Final = 0.25
+
+
+def named(record: Mapping[str, object]) -> tuple[str, str] | None:
+    """The namespace and name of the VolumeSnapshot a store record is (None: an archive's record) (pure)."""
+    if record.get("format") != FORMAT:
+        return None
+    return str(record.get("namespace") or ""), str(record.get("volume_snapshot") or "")
 
 
 def source_of(record: Mapping[str, object], *, namespace: str) -> str | None:
@@ -42,9 +48,10 @@ def source_of(record: Mapping[str, object], *, namespace: str) -> str | None:
     Raises:
         ConfigError: a VolumeSnapshot of another namespace (a claim's dataSource cannot reach it).
     """
-    if record.get("format") != FORMAT:
+    found = named(record)
+    if found is None:
         return None
-    where, name = str(record.get("namespace") or ""), str(record.get("volume_snapshot") or "")
+    where, name = found
     if where != namespace or not name:
         raise errors.ConfigError(
             f"snapshot '{record.get('id')}' is a VolumeSnapshot in namespace '{where}': open it there "
@@ -58,29 +65,27 @@ async def capture(
     store: SnapshotStore,
     *,
     namespace: str,
-    volume: SessionVolume,
+    snapshot_class: str,
     session_id: str,
     name: str | None,
     backend: str,
     timeout_s: float = DEFAULT_READY_TIMEOUT_S,
 ) -> SnapshotInfo:
-    """A VolumeSnapshot of the session's HOME claim, recorded in ``store`` once ready.
+    """A VolumeSnapshot of the session's HOME claim, of ``snapshot_class``, recorded in ``store`` once ready.
 
     Raises:
-        ConfigError: ``name`` is not a label value; the volume names no snapshot class.
+        ConfigError: ``name`` is not a label value.
         WorkspaceRefused: its size is past the store's limit.
         SandboxError: the driver failed it; OperationTimeout: not ready in ``timeout_s``.
     """
     snapshot_store.check_name(name)
-    if volume.snapshot_class is None:
-        raise errors.ConfigError("the session volume names no snapshot_class: its snapshots are archives")
     async with store.lock:
         with store.staged() as (snapshot_id, place):
             body = session_volumes.volume_snapshot(
                 snapshot_id,
                 namespace=namespace,
                 claim=session_volumes.claim_name(session_id),
-                snapshot_class=volume.snapshot_class,
+                snapshot_class=snapshot_class,
                 snapshot_labels={labels.LABEL_SNAPSHOT_ID: snapshot_id, labels.LABEL_SESSION_ID: session_id},
             )
             await api.create(session_volumes.VOLUME_SNAPSHOTS, namespace, body)
