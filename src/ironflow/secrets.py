@@ -11,8 +11,6 @@ shaped like a credential, with :data:`REDACTED` before such text is stored.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Iterable
@@ -39,6 +37,8 @@ class Secret:
 
     def short_id(self) -> str:
         """First 12 hex chars of the SHA-256: safe to log, stable across processes."""
+        import hashlib  # here: a command that only sends a token does not load it
+
         return hashlib.sha256(self._value.encode()).hexdigest()[:12]
 
     def __bool__(self) -> bool:
@@ -50,6 +50,8 @@ class Secret:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):
             return NotImplemented
+        import hmac
+
         return hmac.compare_digest(self._value.encode(), other._value.encode())
 
     def __hash__(self) -> int:

@@ -26,7 +26,7 @@ import typer
 
 from ironflow import errors
 from ironflow.claude import turns
-from ironflow.cli import backends, exits, inputs, untrusted, verbosity
+from ironflow.cli import backends, exits, inputs, shared_options, untrusted, verbosity
 from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import workspace as ws
 from ironflow.cli.backends import Backend, Isolation
@@ -228,10 +228,10 @@ def agent(
             "egress_profiles:.",
         ),
     ] = None,
-    workspace: ws.WorkspaceOption = None,
-    patch: ws.PatchOption = None,
-    apply: ws.ApplyOption = False,
-    push: ws.PushOption = None,
+    workspace: shared_options.WorkspaceOption = None,
+    patch: shared_options.PatchOption = None,
+    apply: shared_options.ApplyOption = False,
+    push: shared_options.PushOption = None,
     allowed_tools: Annotated[
         list[str] | None,
         typer.Option(
@@ -254,9 +254,9 @@ def agent(
         typer.Option("--resume", metavar="SESSION", help="Carry on conversation SESSION (an earlier session_id)."),
     ] = None,
     untrusted_files: untrusted.UntrustedOption = None,
-    allow_host: egress_cli.AllowHostOption = None,
-    egress_profile: egress_cli.EgressProfileOption = None,
-    egress_file: egress_cli.EgressFileOption = None,
+    allow_host: shared_options.AllowHostOption = None,
+    egress_profile: shared_options.EgressProfileOption = None,
+    egress_file: shared_options.EgressFileOption = None,
 ) -> None:
     """Run one agent step (the real Claude Code CLI) in a single-use sandbox; print the answer."""
     text = untrusted.prompt_with(_prompt(prompt), untrusted_files)
@@ -318,4 +318,4 @@ def agent(
 
 def register(app: typer.Typer) -> None:
     """Add ``agent`` to the ``ironflow`` app."""
-    app.command("agent", cls=backends.FakeModelCommand)(agent)
+    app.command("agent", cls=shared_options.FakeModelCommand)(agent)

@@ -19,10 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
-
-import typer
-from typer.core import TyperCommand
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ironflow import errors, settings_file
 from ironflow.cli import exits
@@ -48,10 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAKE_MODEL_KEY",
     "Backend",
-    "ContextOption",
     "Isolation",
-    "KubeconfigOption",
-    "ProviderKubeconfigOption",
     "Providers",
     "agent_sandbox_provider",
     "build_provider",
@@ -69,17 +63,6 @@ __all__ = [
 ]
 
 _P = TypeVar("_P")
-
-
-#: ``--kubeconfig`` / ``--context`` of the commands that talk to a cluster without a provider
-#: file; :func:`kube_cluster` turns them into a cluster.
-KubeconfigOption = Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: the usual).")]
-ContextOption = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
-#: ``--kubeconfig`` of a command that also reads a provider file: it wins over the file's cluster.
-ProviderKubeconfigOption = Annotated[
-    Path | None,
-    typer.Option("--kubeconfig", help="Kubeconfig file (default: the provider file's cluster, else the usual)."),
-]
 
 
 def k8s_provider(path: Path | None) -> K8sEphemeralProvider:
@@ -274,24 +257,6 @@ FAKE_MODEL_KEY: Final = fake_model.FAKE_MODEL_KEY
 BUILTIN_AGENT_REPLY: Final = fake_model.DEFAULT_REPLY
 #: ... and every agent step of ``ironflow run`` / ``worker --fake-model``.
 BUILTIN_RUN_REPLY: Final = "Looks good to me. (offline fake model)"
-
-
-class FakeModelCommand(TyperCommand):
-    """Reads ``--fake-model=FILE`` as the flag plus its script: the bare flag takes no value,
-    so ``ironflow agent --fake-model "a prompt"`` keeps its prompt."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        rewritten: list[str] = []
-        for index, arg in enumerate(args):
-            if arg == "--":
-                rewritten += args[index:]
-                break
-            if arg.startswith("--fake-model="):
-                rewritten += ["--fake-model", "--fake-model-script", arg.split("=", 1)[1]]
-            else:
-                rewritten.append(arg)
-        parsed: list[str] = super().parse_args(ctx, rewritten)
-        return parsed
 
 
 def fake_script(fake_model: bool, script: Path | None, builtin: str) -> Script | None:

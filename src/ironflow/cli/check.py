@@ -20,7 +20,7 @@ import aiohttp
 import typer
 
 from ironflow import errors, labels
-from ironflow.cli import backends, exits, inputs, tables
+from ironflow.cli import backends, exits, inputs, shared_options, tables
 from ironflow.cli.formats import OutputFormat, document
 from ironflow.cluster import checks, setup
 from ironflow.kube import api as kube
@@ -216,8 +216,8 @@ def check(
     egress_url: Annotated[
         str, typer.Option("--egress-url", help="A URL outside every profile: the egress probe must not reach it.")
     ] = checks.EGRESS_PROBE_URL,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Check a live sandbox: pod hardening, secrets, labels, RBAC, the auth proxy, exec probes."""
     inputs.dns_label(namespace)

@@ -14,9 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated, Final
-
-import typer
+from typing import TYPE_CHECKING, Final
 
 from ironflow import errors, settings_file
 from ironflow.cli import exits
@@ -28,32 +26,11 @@ if TYPE_CHECKING:  # the relays (and their token types) load with a provider fil
 
 __all__ = [
     "LOCAL_FILE_KEYS",
-    "AllowHostOption",
-    "EgressFileOption",
-    "EgressProfileOption",
     "LocalFile",
     "command_policy",
     "local_file",
 ]
 
-AllowHostOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--allow-host",
-        metavar="HOST[:PORT]",
-        help="Let the sandbox reach HOST through the egress proxy (443 and 80; :* any port); repeatable.",
-    ),
-]
-EgressProfileOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--egress-profile", metavar="NAME", help="Open a named egress profile (pypi, npm, github…); repeatable."
-    ),
-]
-EgressFileOption = Annotated[
-    list[Path] | None,
-    typer.Option("--egress", metavar="FILE", help="An egress policy file (YAML or JSON); repeatable."),
-]
 
 #: The keys of a local provider file (``--backend local --provider FILE``).
 LOCAL_FILE_KEYS: Final = ("relays", "egress", "egress_profiles")

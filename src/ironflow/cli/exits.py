@@ -21,8 +21,6 @@ import difflib
 import sys
 from typing import Final, NoReturn
 
-import typer
-
 from ironflow import errors
 
 __all__ = [
@@ -61,7 +59,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     from ironflow.cli.formats import printable  # here: ``--help`` loads no topic's modules
 
     print(f"error: {printable(message.rstrip())}", file=sys.stderr)
-    raise typer.Exit(code)
+    raise SystemExit(code)
 
 
 def fail_for(exc: errors.IronflowError) -> NoReturn:
@@ -83,8 +81,8 @@ def in_file(what: str, path: object, message: str) -> str:
     return message if str(path) in message else f"{what} '{path}': {message}"
 
 
-def usage_line(exc: typer.TyperException) -> str:
-    """A parse error as the one line every bad input gets (pure): the parser's message, a "did
+def usage_line(exc: BaseException) -> str:
+    """A parse error (Typer's) as the one line every bad input gets (pure): the parser's message, a "did
     you mean" for a mistyped command, and where the help is.
 
     Typer draws these as a box under a usage block; a script's log wants one line it can grep.

@@ -11,10 +11,6 @@ import json
 from enum import StrEnum
 from typing import Any, BinaryIO, Final, TextIO
 
-import typer
-
-from ironflow import results
-
 __all__ = [
     "ManifestFormat",
     "OutputFormat",
@@ -94,9 +90,11 @@ def rounded_costs(doc: Any) -> Any:
     >>> rounded_costs({"steps": [{"cost_usd": 0.1 + 0.2, "value": 0.5}], "total_cost_usd": 12.3456789})
     {'steps': [{'cost_usd': 0.3, 'value': 0.5}], 'total_cost_usd': 12.3457}
     """
+    from ironflow.results import shown_usd  # the results' module: a command that prints a document
+
     if isinstance(doc, dict):
         return {
-            key: results.shown_usd(value)
+            key: shown_usd(value)
             if isinstance(key, str) and key.endswith("cost_usd") and isinstance(value, float)
             else rounded_costs(value)
             for key, value in doc.items()
@@ -109,11 +107,11 @@ def rounded_costs(doc: Any) -> Any:
 def emit_objects(objects: list[dict[str, Any]], fmt: ManifestFormat) -> None:
     """Print Kubernetes objects on stdout as ``fmt`` says: YAML documents, or one JSON list."""
     if fmt is ManifestFormat.JSON:
-        typer.echo(json.dumps(objects, indent=2))
+        print(json.dumps(objects, indent=2))
     else:
         import yaml
 
-        typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=120), nl=False)
+        print(yaml.safe_dump_all(objects, sort_keys=False, width=120), end="")
 
 
 def age(seconds: float) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from ironflow import labels
+from ironflow import errors, labels
 from ironflow.cli import exits
 
-__all__ = ["Backend", "Isolation", "dns_label", "port", "seconds"]
+__all__ = ["Backend", "Isolation", "command_env", "dns_label", "parse_pairs", "port", "seconds"]
 
 
 class Backend(StrEnum):
@@ -49,3 +49,26 @@ def port(value: str, option: str) -> int:
     if not (value.isascii() and value.isdigit() and int(value) <= 65535):
         exits.fail(f"invalid {option} {value!r}: use a port number from 0 (any free port) to 65535")
     return int(value)
+
+
+def parse_pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    """``K=V`` strings as a dict; a value without ``=`` exits 2 naming ``option``."""
+    pairs: dict[str, str] = {}
+    for value in values or ():
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            exits.fail(f"invalid {option} '{errors.truncate(value, 60)}': use KEY=VALUE")
+        pairs[key] = rest
+    return pairs
+
+
+def command_env(values: list[str] | None) -> dict[str, str]:
+    """``--env`` pairs under the rule a session's own env keeps (no loader variable); exits 2 on a bad one."""
+    pairs = parse_pairs(values, "--env")
+    if pairs:
+        from ironflow.local.sandbox import environment  # its rules, only when a variable is given
+
+        for name, value in pairs.items():
+            if problem := environment.env_problem(name, value):
+                exits.fail(problem)
+    return pairs

@@ -21,7 +21,8 @@ import typer
 from ironflow.claude import turns
 from ironflow.cli import exits
 from ironflow.cli.formats import TextFormat, printable
-from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, run_async
+from ironflow.cli.shared_options import RunArgument, StoreOption
+from ironflow.cli.stores import find_run, opened, run_async
 from ironflow.engine import model
 from ironflow.engine.store import Store
 

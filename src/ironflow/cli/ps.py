@@ -14,7 +14,8 @@ import typer
 
 from ironflow.cli import tables
 from ironflow.cli.formats import OutputFormat, age, document
-from ironflow.cli.stores import StoreOption, opened, run_async
+from ironflow.cli.shared_options import StoreOption
+from ironflow.cli.stores import opened, run_async
 from ironflow.engine import running
 from ironflow.local import workdirs
 

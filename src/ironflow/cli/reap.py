@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from ironflow import errors
-from ironflow.cli import backends, exits, inputs, tables, verbosity
+from ironflow.cli import backends, exits, inputs, shared_options, tables, verbosity
 from ironflow.cli.formats import OutputFormat, document
 from ironflow.k8s import reaper
 from ironflow.kube.clusters import ClusterConfig
@@ -87,8 +87,8 @@ def reap(
         str | None, typer.Option("--every", help="Run a pass every interval (e.g. 5m) until interrupted.")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.TABLE,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Delete expired ironflow pods, Jobs, prompt ConfigMaps and environment claims in a namespace."""
     inputs.dns_label(namespace)

@@ -28,10 +28,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ironflow import errors, log_lines, settings_file
-from ironflow.cli import backends, exits, inputs, verbosity
+from ironflow.cli import backends, exits, inputs, shared_options, verbosity
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.formats import TextFormat, printable
-from ironflow.cli.stores import StoreOption, opened, plain, run_async
+from ironflow.cli.shared_options import StoreOption
+from ironflow.cli.stores import opened, plain, run_async
 from ironflow.engine import accounts, budgets, events, loading, model
 from ironflow.engine.metrics import DEFAULT_HOST, WorkerMetrics
 from ironflow.engine.run_log import RunLog
@@ -440,5 +441,5 @@ def worker(
 
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``worker`` to the ``ironflow`` app."""
-    app.command("run", cls=backends.FakeModelCommand)(run)
-    app.command("worker", cls=backends.FakeModelCommand)(worker)
+    app.command("run", cls=shared_options.FakeModelCommand)(run)
+    app.command("worker", cls=shared_options.FakeModelCommand)(worker)

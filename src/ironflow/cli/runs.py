@@ -16,9 +16,10 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ironflow import errors, results
-from ironflow.cli import exits, groups, tables
-from ironflow.cli.formats import OutputFormat, age, document
-from ironflow.cli.stores import RunArgument, StoreOption, find_run, opened, plain, run_async
+from ironflow.cli import exits, groups, run_listing, tables
+from ironflow.cli.formats import OutputFormat, document
+from ironflow.cli.shared_options import RunArgument, StoreOption
+from ironflow.cli.stores import find_run, opened, plain, run_async
 from ironflow.engine import budgets, model
 
 __all__ = ["register"]
@@ -33,25 +34,6 @@ _LOCAL = "local sandbox"
 runs_app = groups.new_app(help="List, show, cancel and retry runs.", no_args_is_help=True)
 
 
-def _run_summary(run: model.RunRecord) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "workflow": run.workflow,
-        "status": str(run.status),
-        "attempt": run.attempt,
-        "root_run_id": run.root_run_id,
-        "parent_run_id": run.parent_run_id,
-        "backend": run.backend,
-        "created_at": run.created_at,
-        "deadline_at": run.deadline_at,
-    }
-
-
-async def _list(store_url: str | None, status: model.RunStatus | None, limit: int) -> list[model.RunRecord]:
-    async with opened(store_url, create=False) as store:
-        return await store.list_runs(status=status, limit=limit)
-
-
 @runs_app.command("list")
 def runs_list(
     store: StoreOption = None,
@@ -60,16 +42,7 @@ def runs_list(
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """List runs, newest first."""
-    found = run_async(_list(store, status, limit))
-    if output is not OutputFormat.TABLE:
-        print(document([_run_summary(r) for r in found], output))
-        return
-    table = tables.new("RUN", "WORKFLOW", "STATUS", "ATTEMPT", "PARENT", "AGE")
-    now = time.time()
-    for r in found:
-        table.add_row(r.id, r.workflow.rsplit("/", 1)[-1], str(r.status), str(r.attempt), r.parent_run_id or "-",
-                      age(now - r.created_at))  # fmt: skip
-    print(tables.render(table, width=tables.stdout_width()))
+    run_listing.run(store=store, status=status, limit=limit, output=output)
 
 
 async def _show(store_url: str | None, ref: str) -> tuple[model.RunRecord, list[model.StepRecord]]:

@@ -17,7 +17,7 @@ import typer
 
 from ironflow import errors
 from ironflow.agent_sandbox.sandbox_routes import ClusterRoutes
-from ironflow.cli import backends, exits
+from ironflow.cli import backends, exits, shared_options
 from ironflow.sandbox_router import cluster_app, process
 from ironflow.sessions.remote import TOKEN_ENV
 
@@ -33,8 +33,8 @@ def router(
         list[str] | None,
         typer.Option("--namespace", "-n", help="Route to sandboxes of this namespace only; repeatable (default: all)."),
     ] = None,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Route agent-sandbox's SDK to sandbox runtimes in the cluster (the in-cluster sandbox-router-svc)."""
     cluster = backends.kube_cluster(kubeconfig, context)

@@ -23,7 +23,7 @@ import typer
 
 from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, demand, install, lifecycle, models, pool_scaler
-from ironflow.cli import backends, exits, inputs, tables
+from ironflow.cli import backends, exits, inputs, shared_options, tables
 from ironflow.cli.formats import ManifestFormat, ResultFormat, document, emit_objects
 from ironflow.cli.stores import run_async
 from ironflow.kube import api as kube
@@ -105,8 +105,8 @@ def suspend(
     wait_: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the pod is gone.")] = True,
     timeout: TimeoutOption = "2m",
     output: OutputOption = ResultFormat.TEXT,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Suspend a sandbox: its pod is deleted, its PVCs and claim kept (operatingMode Suspended)."""
     limit = _duration(timeout, "--timeout") if wait_ else None
@@ -120,8 +120,8 @@ def resume(
     wait_: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Ready again.")] = True,
     timeout: TimeoutOption = "5m",
     output: OutputOption = ResultFormat.TEXT,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Resume a suspended sandbox: a new pod on the same PVCs (operatingMode Running)."""
     limit = _duration(timeout, "--timeout") if wait_ else None
@@ -135,8 +135,8 @@ def wait(
     namespace: NamespaceOption = "default",
     timeout: TimeoutOption = "30s",
     output: OutputOption = ResultFormat.TEXT,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Wait until a raw Sandbox has a condition (kubectl wait --for=condition=Finished sandbox/NAME)."""
     _name(name, "sandbox")
@@ -160,8 +160,8 @@ def wait(
 def pools(
     namespace: NamespaceOption = "default",
     output: OutputOption = ResultFormat.TEXT,
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """The status of each SandboxWarmPool: desired, ready, and claims adopted in the last hour."""
     inputs.dns_label(namespace)
@@ -184,8 +184,8 @@ def scale_pool(
     window: Annotated[str, typer.Option("--window", help="The claims of this long make the rate.")] = "60s",
     cooldown: Annotated[str, typer.Option("--cooldown", help="Wait this long after a change to step down.")] = "5m",
     namespace: NamespaceOption = "default",
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Keep a SandboxWarmPool's replicas on its claims per minute (writes /scale; runs until stopped)."""
     _name(pool, "pool")
@@ -220,8 +220,8 @@ def install_controller(
     output: Annotated[
         str, typer.Option("--output", "-o", help="yaml or json (the manifests); with --apply: text, json or yaml.")
     ] = "",
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Print (or with --apply apply) the pinned agent-sandbox controller, v1.0.3, with its CRDs and RBAC."""
     try:

@@ -22,7 +22,7 @@ from ironflow import errors, settings_file
 from ironflow.agent_sandbox import apply, autoscale, catalog, claims, demand, models, patterns
 from ironflow.agent_sandbox import step_render as sandbox_steps
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, shared_options
 from ironflow.cli.formats import ManifestFormat, emit_objects
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.kube import clusters
@@ -191,8 +191,8 @@ def apply_template(
     output: Annotated[
         ManifestFormat, typer.Option("--output", "-o", help="yaml or json (with --dry-run).")
     ] = ManifestFormat.YAML,
-    kubeconfig: backends.ProviderKubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.ProviderKubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Create or update the SandboxTemplate and SandboxWarmPool the provider's pod settings describe."""
     if namespace is not None:
@@ -241,8 +241,8 @@ def reap(
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace to reap.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
     api_version: Annotated[str, typer.Option("--api-version", help="v1beta1 (default) or v1alpha1.")] = "v1beta1",
-    kubeconfig: backends.KubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.KubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Delete ironflow's SandboxClaims whose ironflow.io/expires-at has passed (a crashed worker's)."""
     inputs.dns_label(namespace)

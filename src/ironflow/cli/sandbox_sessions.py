@@ -29,7 +29,7 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import egress_options as egress_cli
-from ironflow.cli import exits, tables
+from ironflow.cli import exits, inputs, session_exec, shared_options, tables
 from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
 from ironflow.cli.session_backends import (
     BackendOption,
@@ -48,42 +48,18 @@ from ironflow.sessions.values import (
     OpenOptions,
     Output,
     SessionInfo,
-    check_session_id,
     check_snapshot_id,
     parse_duration,
 )
 from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source
 
-__all__ = ["parse_pairs", "parse_remote", "register"]
+__all__ = ["parse_remote", "register"]
 
 T = TypeVar("T")
 
 _NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: The idle timeout of a session a server holds, unless ``--idle-timeout`` says otherwise.
 _DEFAULT_IDLE: Final = "5m"
-
-
-def parse_pairs(values: list[str] | None, option: str) -> dict[str, str]:
-    """``K=V`` strings as a dict; a value without ``=`` exits 2 naming ``option``."""
-    pairs: dict[str, str] = {}
-    for value in values or ():
-        key, sep, rest = value.partition("=")
-        if not sep or not key:
-            exits.fail(f"invalid {option} '{errors.truncate(value, 60)}': use KEY=VALUE")
-        pairs[key] = rest
-    return pairs
-
-
-def _command_env(values: list[str] | None) -> dict[str, str]:
-    """``--env`` pairs under the rule a session's own env keeps (no loader variable); exits 2 on a bad one."""
-    pairs = parse_pairs(values, "--env")
-    if pairs:
-        from ironflow.local.sandbox import environment
-
-        for name, value in pairs.items():
-            if problem := environment.env_problem(name, value):
-                exits.fail(problem)
-    return pairs
 
 
 def parse_remote(text: str) -> tuple[str, str] | None:
@@ -150,9 +126,9 @@ def open_session(
     output: Annotated[
         ResultFormat, typer.Option("--output", "-o", help="text (the id), json or yaml (the session).")
     ] = ResultFormat.TEXT,
-    allow_host: egress_cli.AllowHostOption = None,
-    egress_profile: egress_cli.EgressProfileOption = None,
-    egress_file: egress_cli.EgressFileOption = None,
+    allow_host: shared_options.AllowHostOption = None,
+    egress_profile: shared_options.EgressProfileOption = None,
+    egress_file: shared_options.EgressFileOption = None,
 ) -> None:
     """Open a sandbox session and print it (-o json: its id, expiry, labels)."""
     target = Target(server, backend, provider)
@@ -186,7 +162,7 @@ def open_session(
         exits.fail_for(exc)
     if from_snapshot is not None and workspace is not None:
         exits.fail("--from and --workspace: a session starts from a snapshot or a workspace, not both")
-    session_labels = parse_pairs(label, "--label")
+    session_labels = inputs.parse_pairs(label, "--label")
 
     async def go(sessions: SessionBackend) -> SessionInfo:
         spec = None if workspace is None else Workspace.parse(workspace)
@@ -216,19 +192,15 @@ def exec_in(
     ] = False,
 ) -> None:
     """Run -- CMD ARGS… in an open session; stream its output and exit with its exit code."""
-    _session_id(sandbox_id)
+    target = Target(server, backend, provider)
+    if not terminal and choose(target) is Mode.SERVER:
+        session_exec.run(sandbox_id, list(ctx.args), server=server, timeout=timeout, cwd=cwd, env=env)
+    session_exec.session_id(sandbox_id)
     if terminal:
         from ironflow.cli import sandbox_terminal  # termios and the loop only for -t
 
         sandbox_terminal.require_terminal()
-    argv = list(ctx.args)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        exits.fail("missing command: ironflow sandbox exec ID [OPTIONS] -- CMD [ARGS...]")
-    if timeout is not None and not (0 < timeout < float("inf")):
-        exits.fail(f"invalid --timeout {timeout:g}: use a finite number of seconds greater than zero")
-    variables = _command_env(env)
+    argv, variables = session_exec.checked(list(ctx.args), timeout, env)
 
     async def go(sessions: SessionBackend) -> tuple[int, bool]:
         sandbox = await sessions.connect(sandbox_id)
@@ -252,11 +224,8 @@ def exec_in(
         finally:
             await sandbox.disconnect()
 
-    code, timed_out = _call(Target(server, backend, provider), go)
-    if timed_out:  # as `ironflow exec`: a timeout is a failed command, not the server's
-        message = f"timed out: the command ran past --timeout {timeout or 0:g}s in {sandbox_id}"
-        exits.fail(message, exits.EXIT_STEP_FAILED)
-    raise typer.Exit(code)
+    code, timed_out = _call(target, go)
+    session_exec.finish(code, timed_out, timeout, sandbox_id)
 
 
 async def _kind(files: AsyncFiles, path: str) -> str | None:
@@ -371,13 +340,6 @@ def list_sessions(
     print(tables.render(table, width=tables.stdout_width()))
 
 
-def _session_id(value: str) -> str:
-    try:
-        return check_session_id(value)
-    except errors.ConfigError as exc:
-        exits.fail_for(exc)
-
-
 def close(
     sandbox_id: Annotated[str | None, typer.Argument(metavar="[ID]", help="The session's id.", show_default=False)] = (
         None
@@ -390,7 +352,7 @@ def close(
     """Close a session (every process in it dies), or all of them with --all."""
     if (sandbox_id is None) == (not all_sessions):
         exits.fail("name one session: ironflow sandbox close ID, or every one with --all")
-    ids = [] if sandbox_id is None else [_session_id(sandbox_id)]
+    ids = [] if sandbox_id is None else [session_exec.session_id(sandbox_id)]
 
     async def go(sessions: SessionBackend) -> list[tuple[str, bool]]:
         targets = ids or [info.id for info in await sessions.list()]
@@ -418,7 +380,7 @@ def diff(
     ] = ResultFormat.TEXT,
 ) -> None:
     """The patch of everything changed in a session's workspace since it was opened."""
-    _session_id(sandbox_id)
+    session_exec.session_id(sandbox_id)
     target = Target(server, backend, provider)
 
     async def go(sessions: SessionBackend) -> WorkspaceChanges:

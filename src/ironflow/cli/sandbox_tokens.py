@@ -27,7 +27,7 @@ from ironflow import errors, labels
 from ironflow.agent_sandbox import claims, lifecycle
 from ironflow.agent_sandbox.claim_provider import AgentSandboxProvider
 from ironflow.auth_proxy.admin_client import admin_key_from
-from ironflow.cli import backends, exits, inputs
+from ironflow.cli import backends, exits, inputs, shared_options
 from ironflow.cli.stores import run_async
 from ironflow.sessions.values import parse_duration
 
@@ -106,8 +106,8 @@ def deliver_token(
     claim: Annotated[
         bool, typer.Option("--claim", help="NAME is a SandboxClaim: deliver to its bound Sandbox.")
     ] = False,
-    kubeconfig: backends.ProviderKubeconfigOption = None,
-    context: backends.ContextOption = None,
+    kubeconfig: shared_options.ProviderKubeconfigOption = None,
+    context: shared_options.ContextOption = None,
 ) -> None:
     """Give a rendered pattern's waiting agent its proxy token over exec, once its pod runs."""
     if not labels.is_dns_subdomain(name):

@@ -23,7 +23,8 @@ from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.cli import exits
 from ironflow.cli.inputs import Backend
 from ironflow.sessions.backend import ClusterSessionBackend, SessionBackend
-from ironflow.sessions.remote import SERVER_ENV, RemoteSessions
+from ironflow.sessions.remote import RemoteSessions
+from ironflow.sessions.serve_access import SERVER_ENV
 
 __all__ = [
     "BackendOption",

@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
-
-import typer
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ironflow import errors
 from ironflow.cli import exits
@@ -24,20 +22,9 @@ from ironflow.engine import model
 if TYPE_CHECKING:
     from ironflow.engine.store import Store
 
-__all__ = ["RunArgument", "StoreOption", "find_run", "opened", "plain", "run_async"]
+__all__ = ["find_run", "opened", "plain", "run_async"]
 
 T = TypeVar("T")
-
-RunArgument = Annotated[
-    str, typer.Argument(metavar="RUN", help="The run's id, or its start (unique).", show_default=False)
-]
-
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store", help="Store URL: sqlite:///path or postgresql://… (default $IRONFLOW_STORE).", show_default=False
-    ),
-]
 
 
 @contextlib.asynccontextmanager

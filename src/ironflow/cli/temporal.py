@@ -28,7 +28,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from ironflow import errors
-from ironflow.cli import backends, exits, stores
+from ironflow.cli import backends, exits, shared_options, stores
 from ironflow.cli import run as run_cli
 from ironflow.cli.backends import Backend, Isolation
 from ironflow.cli.stores import run_async
@@ -139,7 +139,7 @@ def temporal_worker(
         typer.Option("--fake-model", help="Answer agent steps from the offline model; --fake-model=FILE scripts it."),
     ] = False,
     fake_model_script: Annotated[Path | None, typer.Option("--fake-model-script", hidden=True)] = None,
-    store: stores.StoreOption = None,
+    store: shared_options.StoreOption = None,
     account: run_cli.AccountOption = None,
     sealing_key_file: Annotated[
         Path | None,
@@ -215,4 +215,4 @@ def _leave(code: int) -> NoReturn:
 
 def register(app: typer.Typer) -> None:
     """Add ``temporal-worker`` to the ``ironflow`` app."""
-    app.command("temporal-worker", cls=backends.FakeModelCommand)(temporal_worker)
+    app.command("temporal-worker", cls=shared_options.FakeModelCommand)(temporal_worker)

@@ -20,7 +20,8 @@ import typer
 
 from ironflow import errors
 from ironflow.cli import exits, inputs
-from ironflow.cli.stores import StoreOption, opened, run_async
+from ironflow.cli.shared_options import StoreOption
+from ironflow.cli.stores import opened, run_async
 from ironflow.local import workdirs
 from ironflow.ui import app as ui_app
 from ironflow.ui import security

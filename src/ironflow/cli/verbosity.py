@@ -14,15 +14,17 @@ runs; commands ask :func:`quiet` before a spinner or a ``note:`` line, and the w
 
 from __future__ import annotations
 
-import logging
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ironflow import log_lines
+if TYPE_CHECKING:
+    import logging
 
 __all__ = ["configure", "log_level", "note", "quiet"]
 
-_LEVELS: Final = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
+#: logging's levels (ERROR, WARNING, INFO; DEBUG beyond): a command without -v or -q loads no logging here.
+_LEVELS: Final = {-1: 40, 0: 30, 1: 20}
+_DEBUG: Final = 10
 _state = {"level": 0}
 #: What :func:`configure` changed on the ``ironflow`` logger, put back by the next call (tests run many).
 _saved: list[tuple[list[logging.Handler], int, bool]] = []
@@ -30,6 +32,13 @@ _saved: list[tuple[list[logging.Handler], int, bool]] = []
 
 def configure(verbose: int, quiet: bool) -> None:
     """Take ``-v`` (counted) and ``-q``; with either, ironflow's logs go to stderr at that level."""
+    if not (_saved or quiet or verbose):
+        _state["level"] = 0
+        return
+    import logging
+
+    from ironflow import log_lines
+
     root = logging.getLogger("ironflow")
     if _saved:
         root.handlers[:], level, root.propagate = _saved.pop()
@@ -50,12 +59,12 @@ def quiet() -> bool:
     return _state["level"] < 0
 
 
-def log_level(default: int = logging.WARNING) -> int:
+def log_level(default: int = _LEVELS[0]) -> int:
     """The logging level ``-v``/``-q`` ask for, or ``default`` with neither."""
     level = _state["level"]
     if level == 0:
         return default
-    return _LEVELS.get(level, logging.DEBUG)
+    return _LEVELS.get(level, _DEBUG)
 
 
 def note(message: str) -> None:

@@ -15,14 +15,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
-
-import typer
+from typing import TYPE_CHECKING, Final
 
 from ironflow import errors
 from ironflow.cli import exits
 from ironflow.cli.formats import TerminalStream
-from ironflow.local.sandbox.bwrap import ReadOnlyMount, WritableMount
 from ironflow.secrets import Secret
 from ironflow.workspaces import Workspace, WorkspaceChanges, is_git_source, is_pvc_source
 
@@ -30,37 +27,11 @@ if TYPE_CHECKING:
     from ironflow.local.workspaces.git_sync import GitHosts
 
 __all__ = [
-    "ApplyOption",
-    "MountOption",
-    "PatchOption",
-    "PushOption",
-    "WorkspaceOption",
     "git_hosts",
-    "mounts",
-    "read_stdin",
     "workspace",
     "write_patch",
 ]
 
-#: The most of its standard input ``exec`` forwards (it is read before the sandbox starts).
-MAX_STDIN_BYTES: Final = 64 * 1024 * 1024
-
-WorkspaceOption = Annotated[
-    str | None,
-    typer.Option(
-        "--workspace",
-        help="Run in a private copy of DIR at /workspace (DIR is not written), in a clone of "
-        "GIT_URL[@REF] made through the auth proxy (the host's token: IRONFLOW_GIT_TOKEN), or "
-        "(--backend k8s) on the PersistentVolumeClaim pvc:NAME[/SUBPATH], written in place.",
-        metavar="DIR|GIT_URL[@REF]|pvc:NAME",
-        show_default=False,
-    ),
-]
-PushOption = Annotated[
-    str | None,
-    typer.Option("--push", help="Git workspace: after a successful step, push its change to this new branch.",
-                 metavar="BRANCH"),
-]  # fmt: skip
 
 #: The git host token a git workspace's proxy injects, read from the worker's environment.
 GIT_TOKEN_ENV: Final = "IRONFLOW_GIT_TOKEN"  # noqa: S105 - a variable name
@@ -68,17 +39,6 @@ GIT_TOKEN_ENV: Final = "IRONFLOW_GIT_TOKEN"  # noqa: S105 - a variable name
 GIT_USERNAME_ENV: Final = "IRONFLOW_GIT_USERNAME"
 #: A mirror the proxy relays the git host to instead: ``<mirror>/<host>/<path>``.
 GIT_UPSTREAM_ENV: Final = "IRONFLOW_GIT_UPSTREAM"
-PatchOption = Annotated[
-    str | None,
-    typer.Option("--patch", help="Write the workspace's changes as a git patch to FILE ('-': stdout).", metavar="FILE"),
-]
-ApplyOption = Annotated[
-    bool, typer.Option("--apply", help="After a successful step, write its changes into the --workspace directory.")
-]
-MountOption = Annotated[
-    list[str] | None,
-    typer.Option("--mount", help="Show host directory SRC at DST: SRC:DST[:ro|rw] (ro by default); repeatable."),
-]
 
 
 def workspace(
@@ -133,43 +93,6 @@ def git_hosts(spec: Workspace | None) -> GitHosts | None:
     from ironflow.local.workspaces.git_sync import GitCredential, GitHosts  # a git workspace's only
 
     return GitHosts({spec.git_host: GitCredential(Secret(token), username)}, upstream=mirror)
-
-
-def mounts(values: list[str] | None) -> tuple[tuple[ReadOnlyMount, ...], tuple[WritableMount, ...]]:
-    """``--mount SRC:DST[:ro|rw]`` values split into read-only and writable mounts; exits 2 on a bad one."""
-    read_only: list[ReadOnlyMount] = []
-    writable: list[WritableMount] = []
-    for value in values or ():
-        parts = value.split(":")
-        mode = "ro"
-        if len(parts) == 3:
-            mode = parts.pop()
-        if len(parts) != 2 or not parts[0] or not parts[1] or mode not in ("ro", "rw"):
-            exits.fail(f"--mount '{value}' must be SRC:DST, SRC:DST:ro or SRC:DST:rw")
-        source, target = os.path.abspath(parts[0]), parts[1]
-        if not os.path.isdir(source):
-            exits.fail(f"--mount source '{parts[0]}' is not a directory")
-        if not target.startswith("/"):
-            exits.fail(f"--mount destination '{target}' must be an absolute path in the sandbox")
-        if mode == "rw":
-            writable.append(WritableMount(source, target))
-        else:
-            read_only.append(ReadOnlyMount(source, target))
-    return tuple(read_only), tuple(writable)
-
-
-def read_stdin(forward: bool | None = None) -> bytes | None:
-    """What is piped into the command: all of it, up to :data:`MAX_STDIN_BYTES` (more exits 2:
-    it would sit in memory). ``forward`` None (the default) forwards a pipe or a file, never a
-    terminal; ``--no-stdin`` (False) nothing, for a loop that reads its own input; ``--stdin``
-    (True) a terminal's too, until end of input."""
-    stream = sys.stdin
-    if forward is False or stream is None or (forward is None and stream.isatty()):
-        return None
-    data = stream.buffer.read(MAX_STDIN_BYTES + 1)
-    if len(data) > MAX_STDIN_BYTES:
-        exits.fail(f"standard input is over {MAX_STDIN_BYTES} bytes; pass a file with --mount instead")
-    return data
 
 
 def write_patch(changes: WorkspaceChanges | None, patch: str | None) -> None:

@@ -19,12 +19,12 @@ import os
 import tempfile
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from ironflow import errors
-from ironflow.sessions import socket_link, untar
+from ironflow.sessions import replies, socket_link, untar
 from ironflow.sessions.commands import AsyncCommands, Callback, CommandHandle
-from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, SessionNotFound, WatchEvent
+from ironflow.sessions.values import CommandEvent, Exit, FileEntry, Output, SessionInfo, WatchEvent
 
 if TYPE_CHECKING:
     import aiohttp
@@ -82,18 +82,15 @@ def _quote(path: str) -> str:
 def _event(line: bytes) -> CommandEvent | None:
     """One event line; SandboxError when it is not one (the session's side is not trusted)."""
     try:
-        doc = json.loads(line)
-        if not isinstance(doc, Mapping):
-            raise TypeError("not an object")
-        if "exit_code" in doc:
-            return Exit(int(doc["exit_code"]), bool(doc.get("timed_out")))
-        for name in ("stdout", "stderr"):
-            if name in doc:
-                stream: Literal["stdout", "stderr"] = "stdout" if name == "stdout" else "stderr"
-                return Output(stream, str(doc[name]))
+        event = replies.command_event(line)
     except (ValueError, TypeError, OverflowError) as exc:
         raise errors.SandboxError(f"the sandbox sent a malformed command event: {type(exc).__name__}") from None
-    return None
+    if event is None:
+        return None
+    kind, value, timed_out = event
+    if kind == "exit":
+        return Exit(int(value), timed_out)
+    return Output("stdout" if kind == "stdout" else "stderr", str(value))
 
 
 def _watch_event(line: bytes) -> WatchEvent | None:
@@ -176,23 +173,7 @@ class RuntimeClient:
         raise self._refusal(response.status, text)
 
     def _refusal(self, status: int, text: str) -> Exception:
-        """The error of an answer other than 2xx, by its status (see :meth:`request`)."""
-        try:
-            doc = json.loads(text)
-            message = str(doc.get("message") or doc.get("detail") or text) if isinstance(doc, dict) else text
-        except ValueError:
-            message = text
-        if status == 404:
-            return FileNotFoundError(message)
-        if status == 403:
-            return PermissionError(message)
-        if status == 502 and "Could not connect to the backend sandbox" in message:
-            return SessionNotFound(message)
-        if status in (400, 409, 413):
-            return errors.ConfigError(message)
-        if status == 401:
-            return errors.ConfigError(f"the sandbox server refused the token: {message}")
-        return errors.SandboxError(f"{self._name} answered {status}: {message}")
+        return replies.refusal(status, text, self._name)
 
     @contextlib.contextmanager
     def answer(self, what: str = "its answer") -> Iterator[None]:

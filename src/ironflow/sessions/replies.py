@@ -1,13 +1,64 @@
-"""An HTTP/1.1 reply read piece by piece as it arrives, and its NDJSON events cut into lines (pure).
+"""An HTTP/1.1 reply read piece by piece as it arrives, its NDJSON events cut into lines, what
+a command's event line says, and the error an answer other than 2xx means (pure).
 
 The client side of a session runtime's answer where no HTTP library reads it: a Kubernetes
-session's exec frames (:mod:`ironflow.k8s.sessions.wire`) and a local session's kept-open
-unix socket (:mod:`ironflow.sessions.socket_link`). Bytes in, values out: no I/O here.
+session's exec frames (:mod:`ironflow.k8s.sessions.wire`), a local session's kept-open
+unix socket (:mod:`ironflow.sessions.socket_link`) and a one-shot call
+(:mod:`ironflow.sessions.one_call`). Bytes in, values out: no I/O here.
 """
 
 from __future__ import annotations
 
-__all__ = ["LineSplitter", "ReplyParser"]
+import json
+from collections.abc import Mapping
+
+from ironflow import errors
+from ironflow.sessions.ids import SessionNotFound
+
+__all__ = ["LineSplitter", "ReplyParser", "command_event", "refusal"]
+
+#: A command's event: ``("stdout" | "stderr", text, False)``, or ``("exit", exit code, timed out)``.
+Event = tuple[str, str | int, bool]
+
+
+def command_event(line: bytes) -> Event | None:
+    """One line of a command's event stream; None for a line that is no output and no end (its
+    id). Raises: ValueError (or TypeError, OverflowError): it is not an event; the session's side
+    is not trusted, so the caller makes it a SandboxError."""
+    doc = json.loads(line)
+    if not isinstance(doc, Mapping):
+        raise TypeError("not an object")
+    if "exit_code" in doc:
+        return "exit", int(doc["exit_code"]), bool(doc.get("timed_out"))
+    for name in ("stdout", "stderr"):
+        if name in doc:
+            return name, str(doc[name]), False
+    return None
+
+
+def refusal(status: int, text: str, name: str) -> Exception:
+    """The error of an answer other than 2xx from ``name`` (the runtime, or a server), by its status.
+
+    FileNotFoundError: 404 on a path. PermissionError: 403 (the path leaves the workspace).
+    SessionNotFound: the server knows no such session. ConfigError: 400, 401, 409, 413.
+    SandboxError: anything else.
+    """
+    try:
+        doc = json.loads(text)
+        message = str(doc.get("message") or doc.get("detail") or text) if isinstance(doc, dict) else text
+    except ValueError:
+        message = text
+    if status == 404:
+        return FileNotFoundError(message)
+    if status == 403:
+        return PermissionError(message)
+    if status == 502 and "Could not connect to the backend sandbox" in message:
+        return SessionNotFound(message)
+    if status in (400, 409, 413):
+        return errors.ConfigError(message)
+    if status == 401:
+        return errors.ConfigError(f"the sandbox server refused the token: {message}")
+    return errors.SandboxError(f"{name} answered {status}: {message}")
 
 
 class ReplyParser:

@@ -22,6 +22,14 @@ from typing import Any, Final, Literal
 from ironflow import errors, labels
 from ironflow.egress import EgressPolicy
 from ironflow.results import CommandResult
+from ironflow.sessions.ids import (
+    SESSION_ID,
+    SNAPSHOT_ID,
+    SessionNotFound,
+    SnapshotNotFound,
+    check_session_id,
+    check_snapshot_id,
+)
 from ironflow.step_sandbox import is_env_name
 from ironflow.workspaces import Workspace
 
@@ -48,10 +56,6 @@ __all__ = [
     "parse_duration",
 ]
 
-#: A session id: ``sbx-`` and 16 lowercase hex digits (a DNS label, so it can name a claim too).
-SESSION_ID: Final = re.compile(r"^sbx-[0-9a-f]{16}$")
-#: A snapshot id: ``snap-`` and 16 lowercase hex digits.
-SNAPSHOT_ID: Final = re.compile(r"^snap-[0-9a-f]{16}$")
 #: How long a session lives when the caller names no TTL.
 DEFAULT_TTL_S: Final = 3600.0
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -72,36 +76,6 @@ _OPEN_FIELDS: Final = frozenset(
         "from_snapshot",
     }
 )
-
-
-class SessionNotFound(errors.UsageError):
-    """No open session has this id (it was closed, expired, or never existed)."""
-
-
-class SnapshotNotFound(errors.UsageError):
-    """No snapshot in the store has this id (it was removed, or never existed)."""
-
-
-def check_session_id(value: str) -> str:
-    """``value`` when it is a session id.
-
-    Raises:
-        ConfigError: naming the expected form.
-    """
-    if not SESSION_ID.match(value):
-        raise errors.ConfigError(f"invalid sandbox id '{errors.truncate(value, 80)}': expected sbx-<16 hex digits>")
-    return value
-
-
-def check_snapshot_id(value: str) -> str:
-    """``value`` when it is a snapshot id.
-
-    Raises:
-        ConfigError: naming the expected form.
-    """
-    if not SNAPSHOT_ID.match(value):
-        raise errors.ConfigError(f"invalid snapshot id '{errors.truncate(value, 80)}': expected snap-<16 hex digits>")
-    return value
 
 
 def parse_duration(text: str) -> float:

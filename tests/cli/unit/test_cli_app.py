@@ -32,13 +32,15 @@ def test_help_lists_every_command_without_loading_a_topic() -> None:
         "sys.argv = ['ironflow', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('ironflow.cli.') and m not in "
-        "('ironflow.cli.app', 'ironflow.cli.groups', 'ironflow.cli.lazy', 'ironflow.cli.exits')))\n"
+        "('ironflow.cli.app', 'ironflow.cli.command_table', 'ironflow.cli.quick', 'ironflow.cli.verbosity', "
+        "'ironflow.cli.root', 'ironflow.cli.groups', 'ironflow.cli.lazy', 'ironflow.cli.exits')))\n"
+        "print('logging' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     for name in app.COMMANDS:
         assert name in done.stdout
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "False"], "no topic and no logging for --help"
 
 
 def test_an_unknown_command_is_one_line_and_exit_2() -> None:

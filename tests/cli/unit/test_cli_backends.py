@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from ironflow.cli import backends
@@ -43,9 +42,9 @@ def test_k8s_provider_problems_exit_2_naming_them(
         path = tmp_path / ("provider.yaml" if content else "missing.yaml")
         if content:
             path.write_text(content)
-    with pytest.raises(typer.Exit) as info:
+    with pytest.raises(SystemExit) as info:
         backends.k8s_provider(path)
-    assert info.value.exit_code == 2
+    assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert words in err
@@ -75,9 +74,9 @@ def test_agent_sandbox_provider_problems_exit_2_naming_them(
         path = tmp_path / ("sandbox.yaml" if content else "missing.yaml")
         if content:
             path.write_text(content)
-    with pytest.raises(typer.Exit) as info:
+    with pytest.raises(SystemExit) as info:
         backends.agent_sandbox_provider(path)
-    assert info.value.exit_code == 2
+    assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert words in err

@@ -104,3 +104,20 @@ def test_shell_completion_completes_commands_subcommands_and_options(words: str,
     )
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout.split(), done.stdout
+
+
+def test_verbosity_levels_are_loggings() -> None:
+    """verbosity names logging's levels by number (it loads logging only for -v or -q): the same numbers."""
+    import logging
+
+    from ironflow.cli import verbosity
+
+    assert verbosity._LEVELS == {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}
+    assert verbosity._DEBUG == logging.DEBUG
+    verbosity.configure(2, False)
+    try:
+        assert verbosity.log_level() == logging.DEBUG
+        assert logging.getLogger("ironflow").level == logging.DEBUG
+    finally:
+        verbosity.configure(0, False)
+    assert verbosity.log_level() == logging.WARNING

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import typer
 
 from ironflow import errors
 from ironflow.cli import exits
@@ -33,21 +32,21 @@ def test_exit_codes_tell_bad_input_from_failed_step_from_infrastructure(exc: Exc
 
 
 def test_fail_prints_one_error_line_and_exits_with_the_code(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(typer.Exit) as info:
+    with pytest.raises(SystemExit) as info:
         exits.fail("setting 'x' is wrong", 3)
-    assert info.value.exit_code == 3
+    assert info.value.code == 3
     assert capsys.readouterr().err == "error: setting 'x' is wrong\n"
 
 
 def test_fail_ends_the_line_once_when_the_message_ends_with_a_newline(capsys: pytest.CaptureFixture[str]) -> None:
     """A failed agent's message carries its stderr, newline included."""
-    with pytest.raises(typer.Exit):
+    with pytest.raises(SystemExit):
         exits.fail("claude process exited with code 3: boom\n", 1)
     assert capsys.readouterr().err == "error: claude process exited with code 3: boom\n"
 
 
 def test_fail_for_joins_a_wrapped_infrastructure_message_into_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(typer.Exit) as info:
+    with pytest.raises(SystemExit) as info:
         exits.fail_for(errors.KubeUnavailable("the API server\n  is down", status=503))
-    assert info.value.exit_code == 3
+    assert info.value.code == 3
     assert capsys.readouterr().err == "error: the API server is down\n"

@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 import pytest
-import typer
 
 from ironflow import labels
 from ironflow.cli import logs
@@ -60,9 +59,9 @@ def test_a_step_is_named_by_its_name_else_its_position(ref: str, position: int) 
 def test_a_step_that_names_none_or_several_is_exit_2(
     ref: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(typer.Exit) as caught:
+    with pytest.raises(SystemExit) as caught:
         logs.step_position(STEPS, ref, "r")
-    assert caught.value.exit_code == 2
+    assert caught.value.code == 2
     assert capsys.readouterr().err == message
 
 

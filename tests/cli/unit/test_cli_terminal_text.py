@@ -84,7 +84,7 @@ def test_logs_text_shows_escapes_and_json_keeps_the_line_exact() -> None:
 
 
 def test_an_error_line_shows_escapes(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(Exception):  # noqa: B017, PT011 - typer's Exit
+    with pytest.raises(SystemExit):
         exits.fail(f"git failed: {HOSTILE}")
     assert capsys.readouterr().err == f"error: git failed: {SHOWN.rstrip()}\n"
 

@@ -143,6 +143,7 @@ def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", opened], check=True, timeout=60)
     modules, stderr = _loaded(["runs", "list", "--store", str(store)])
     assert "error" not in stderr, stderr
+    assert _under(modules, ("typer", "click")) == [], "the common call is read without Typer"
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
     assert _under(modules, WORKER) == [], "listing reads the store: none of the worker's modules"
 
@@ -151,14 +152,44 @@ def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
 WORKER = ("ironflow.engine.running", "ironflow.engine.worker", "ironflow.engine.run_changes", "ironflow.steps")
 
 
-def test_sandbox_exec_loads_the_session_client_only(tmp_path: Path) -> None:
-    """No server token here: the command stops where it would connect, its client loaded."""
+def test_sandbox_exec_loads_the_one_call_client_only(tmp_path: Path) -> None:
+    """No server token here: the command stops where it would connect, its client loaded, and
+    neither the sessions' async client nor an event loop."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_")}
     env.update(XDG_RUNTIME_DIR=str(tmp_path), HOME=str(tmp_path))
     argv = ["sandbox", "exec", "--server", "http://127.0.0.1:1", "sbx-0123456789abcdef", "--", "true"]
     modules, stderr = _loaded(argv, env=env)
-    assert "ironflow.sessions.remote" in modules, stderr
+    assert "ironflow.sessions.one_call" in modules, stderr
+    assert "no sandbox server token" in stderr, stderr
     assert _under(modules, BACKENDS + CLUSTER_AND_SERVERS + ("rich", "sqlite3")) == []
+    slow = ("ironflow.sessions.remote", "ironflow.sessions.client", "ironflow.sessions.values", "asyncio")
+    assert _under(modules, slow) == [], "one command on a plain-HTTP server goes by a blocking socket"
+
+
+#: The command-line parser's own modules: the common call of a hot command loads neither.
+PARSER = ("typer", "click", "rich")
+
+
+@pytest.mark.parametrize(
+    ("argv", "before"),
+    [
+        (["exec", "--", "true"], _STUB_LAUNCH),
+        (["-q", "exec", "--isolation", "bwrap", "--timeout", "5", "-o", "json", "true"], _STUB_LAUNCH),
+        (["sandbox", "exec", "sbx-0123456789abcdef", "--server", "http://127.0.0.1:1", "--", "true"], ""),
+    ],
+)
+def test_the_common_call_of_a_hot_command_loads_no_parser(argv: list[str], before: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRONFLOW_")}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path), HOME=str(tmp_path), IRONFLOW_SANDBOX_TOKEN="t" * 32)
+    modules, stderr = _loaded(argv, env=env, before=before)
+    assert "LAUNCHED" in stderr or "could not be reached" in stderr, stderr
+    assert _under(modules, PARSER) == [], "read by ironflow.cli.quick, run by the command's own function"
+
+
+def test_a_call_that_is_not_common_is_typers(tmp_path: Path) -> None:
+    """An option outside the common form (``--patch -``, a value starting with ``-``) goes to Typer."""
+    modules, stderr = _loaded(["exec", "--patch", "-", "--", "true"], before=_STUB_LAUNCH)
+    assert "typer" in modules, stderr
 
 
 def test_sandbox_exec_on_a_plain_http_server_loads_no_http_stack(tmp_path: Path) -> None:

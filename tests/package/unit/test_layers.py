@@ -146,22 +146,27 @@ DEFERRED_IMPORTS = {
     # `sandbox diff --patch FILE` only: the other session commands stay light.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.workspace"): "the local sandbox's modules, for --patch only",
     # `sandbox open --env` only: the env's variables are judged by the local sandbox's own rules.
-    (
-        "ironflow.cli.sandbox_sessions",
-        "ironflow.local.sandbox.environment",
-    ): "the local sandbox's modules, for --env only",
+    ("ironflow.cli.inputs", "ironflow.local.sandbox.environment"): "the local sandbox's modules, for --env only",
     # `sandbox exec -t` only: termios and the terminal loop load with a terminal to drive.
     ("ironflow.cli.sandbox_sessions", "ironflow.cli.sandbox_terminal"): "the terminal's loop, for exec -t only",
     # A command's logging set-up: `--help` loads no logging (issue 31's start-up).
-    ("ironflow.cli.app", "ironflow.cli.verbosity"): "logging's set-up, for a command that runs only",
+    ("ironflow.cli.root", "ironflow.cli.verbosity"): "logging's set-up, for a command that runs only",
+    ("ironflow.cli.verbosity", "ironflow.log_lines"): "logging's set-up, for -v and -q only",
+    # Typer, for a call the quick reader declines (ironflow.cli.quick), or a lookup of a command's Typer object.
+    ("ironflow.cli.app", "ironflow.cli.root"): "Typer, for a call the quick reader declines",
+    ("ironflow.cli.app", "ironflow.cli.lazy"): "Typer, for a lookup of a command's own Typer object",
+    ("ironflow.cli.formats", "ironflow.results"): "the results' module, for a document with costs only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):
     # a local `exec` no Kubernetes client, agent-sandbox, model server or auth-proxy server.
-    ("ironflow.cli.exec_command", "ironflow.k8s.commands.pod_runs"): "the k8s backend, for --backend k8s only",
-    ("ironflow.cli.exec_command", "ironflow.k8s.commands.egress_runs"): "the k8s backend, for --backend k8s only",
-    ("ironflow.cli.exec_command", "ironflow.k8s.workspaces.command_pods"): "the k8s backend, for --backend k8s only",
-    ("ironflow.cli.exec_command", "ironflow.cli.agent"): "the agent command's spinner, for --backend k8s only",
+    ("ironflow.cli.one_shot", "ironflow.k8s.commands.pod_runs"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.one_shot", "ironflow.k8s.commands.egress_runs"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.one_shot", "ironflow.k8s.workspaces.command_pods"): "the k8s backend, for --backend k8s only",
+    ("ironflow.cli.one_shot", "ironflow.cli.agent"): "the agent command's spinner, for --backend k8s only",
+    ("ironflow.cli.one_shot", "ironflow.cli.backends"): "relays and clusters, for a provider file or k8s only",
+    ("ironflow.cli.one_shot", "ironflow.cli.egress_options"): "egress, for its options or a provider file only",
+    ("ironflow.cli.one_shot", "ironflow.cli.workspace"): "the workspaces' modules, for --workspace only",
     ("ironflow.cli.agent", "ironflow.local.offline"): "the offline model, for --fake-model only",
     ("ironflow.cli.backends", "ironflow.k8s.pod_provider"): "the k8s backend, for --backend k8s only",
     ("ironflow.cli.backends", "ironflow.agent_sandbox.claim_provider"): "agent-sandbox, for its backend only",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -94,6 +95,27 @@ def test_exec_streams_output_as_it_comes(served: Served) -> None:
         assert time.monotonic() - started < 2.9, "the first line came before the command ended"
         assert proc.stdout.readline() == "second\n"
     assert proc.wait(timeout=30) == 0
+
+
+def test_ctrl_c_of_exec_kills_the_command_in_the_session(served: Served) -> None:
+    """Ctrl-C: one line, exit 130, and the command is killed, not left running in the session."""
+    sandbox_id = _open(served)
+    script = "echo started; sleep 2; touch outlived"
+    proc = subprocess.Popen(
+        [*CLI, "sandbox", "exec", sandbox_id, "--", "sh", "-c", script],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "started\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (130, "error: interrupted\n")
+    time.sleep(3)
+    left = ironflow("sandbox", "exec", sandbox_id, "--", "test", "-e", "outlived", env=served.env)
+    assert left.returncode == 1, "the command ran on after its caller's Ctrl-C"
 
 
 def test_cp_files_and_directories_both_ways(served: Served, tmp_path: Path) -> None:
