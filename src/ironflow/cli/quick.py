@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from enum import Enum
-from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from ironflow.cli import exits, verbosity
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["FORMS", "Form", "Option", "parse", "run"]
 
@@ -65,15 +64,16 @@ def _at_least(low: float, kind: Callable[[str], float]) -> Convert:
 def _enum(name: str) -> Convert:
     """An enum's value by its text; the enum class (``module:Class``) loads when a value is read."""
 
-    def convert(text: str) -> Enum:
+    def convert(text: str) -> Any:
         module, _, cls = name.partition(":")
-        value: Enum = getattr(importlib.import_module(module), cls)(text)
-        return value
+        return getattr(importlib.import_module(module), cls)(text)
 
     return convert
 
 
 def _path(text: str) -> Path:
+    from pathlib import Path
+
     if not text:
         raise ValueError(text)
     return Path(text)
@@ -224,6 +224,8 @@ def run(argv: Sequence[str]) -> None:
     if parsed is None:
         return
     call, rest = parsed
+    from ironflow.cli import exits, verbosity  # a call read here: ``--help`` and Typer's calls load neither
+
     try:
         verbosity.configure(call.verbose, call.quiet)
         module, _, name = call.form.target.partition(":")

@@ -2,7 +2,8 @@
 a table or a document.
 
 The Typer command (:mod:`ironflow.cli.runs`) and its common call read without Typer
-(:mod:`ironflow.cli.quick`) both land here.
+(:mod:`ironflow.cli.quick`) both land here. A SQLite store is read on this thread
+(:mod:`ironflow.engine.sqlite_reads`: no event loop to start); a PostgreSQL one through the store.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ironflow.cli import tables
+from ironflow import errors
+from ironflow.cli import exits, tables
 from ironflow.cli.formats import OutputFormat, age, document
-from ironflow.cli.stores import opened, run_async
-from ironflow.engine import model
+from ironflow.engine import model, sqlite_reads, store_urls
 
 __all__ = ["run"]
 
@@ -33,8 +34,23 @@ def _run_summary(run: model.RunRecord) -> dict[str, Any]:
 
 
 async def _list(store_url: str | None, status: model.RunStatus | None, limit: int) -> list[model.RunRecord]:
+    from ironflow.cli.stores import opened  # the store's event loop: a PostgreSQL store's alone
+
     async with opened(store_url, create=False) as store:
         return await store.list_runs(status=status, limit=limit)
+
+
+def _found(store_url: str | None, status: model.RunStatus | None, limit: int) -> list[model.RunRecord]:
+    """The runs; every error is one line with its exit code (a bad URL or no store 2, SQLite failing 3)."""
+    try:
+        path = store_urls.sqlite_path(store_url or store_urls.default_store_url())
+        if path is not None:
+            return sqlite_reads.list_runs(path, status=status, limit=limit)
+    except errors.IronflowError as exc:
+        exits.fail_for(exc)
+    from ironflow.cli.stores import run_async
+
+    return run_async(_list(store_url, status, limit))
 
 
 def run(
@@ -45,7 +61,7 @@ def run(
     output: OutputFormat = OutputFormat.TABLE,
 ) -> None:
     """Print the runs of ``store`` (else ``$IRONFLOW_STORE``, else the default), ``status`` only, at most ``limit``."""
-    found = run_async(_list(store, status, limit))
+    found = _found(store, status, limit)
     if output is not OutputFormat.TABLE:
         print(document([_run_summary(r) for r in found], output))
         return

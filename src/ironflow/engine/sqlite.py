@@ -17,22 +17,16 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from ironflow import errors, labels
-from ironflow.engine import model, rows, sqlite_schema
+from ironflow.engine import model, rows, sqlite_reads
 
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
 
-_RUN_COLUMNS: Final = (
-    "id, workflow, input, status, root_run_id, parent_run_id, backend, output, error, attempt, worker, "
-    "lease_until, available_at, cancel_requested, created_at, updated_at, deadline_at"
-)
-
 
 # Only constants are interpolated into these statements; every value is a parameter.
-_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ironflow_runs"  # noqa: S608
-_SELECT_RUN_BY_ID: Final = f"{_SELECT_RUN} WHERE id = ?"
-_INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 17)})"  # noqa: S608
+_SELECT_RUN_BY_ID: Final = f"{sqlite_reads.SELECT_RUN} WHERE id = ?"
+_INSERT_RUN: Final = f"INSERT INTO ironflow_runs ({sqlite_reads.RUN_COLUMNS}) VALUES ({','.join('?' * 17)})"  # noqa: S608
 _INSERT_TRANSCRIPT: Final = f"INSERT INTO ironflow_transcripts ({rows.TRANSCRIPT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"  # noqa: S608
 _SELECT_TRANSCRIPT: Final = (
     f"SELECT {rows.TRANSCRIPT_COLUMNS} FROM ironflow_transcripts "  # noqa: S608
@@ -58,13 +52,13 @@ _ROLE_SPEND: Final = (
 )
 _RENEW: Final = (
     "UPDATE ironflow_runs SET lease_until = ?, updated_at = ? "  # noqa: S608
-    f"WHERE id = ? AND worker = ? AND status = 'running' RETURNING {_RUN_COLUMNS}"
+    f"WHERE id = ? AND worker = ? AND status = 'running' RETURNING {sqlite_reads.RUN_COLUMNS}"
 )
 _START_CHILD: Final = (
-    f"INSERT INTO ironflow_runs ({_RUN_COLUMNS}) "  # noqa: S608
+    f"INSERT INTO ironflow_runs ({sqlite_reads.RUN_COLUMNS}) "  # noqa: S608
     "VALUES (?,?,?,'running',?,?,?,NULL,NULL,1,NULL,NULL,?,0,?,?,?) "
     "ON CONFLICT (id) DO UPDATE SET status = 'running', attempt = attempt + 1, error = NULL, "
-    f"output = NULL, cancel_requested = 0, updated_at = excluded.updated_at RETURNING {_RUN_COLUMNS}"
+    f"output = NULL, cancel_requested = 0, updated_at = excluded.updated_at RETURNING {sqlite_reads.RUN_COLUMNS}"
 )
 
 
@@ -93,34 +87,7 @@ class SqliteStore:
             raise errors.InfrastructureError(f"the SQLite store failed: {type(exc).__name__}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
-        if self._create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        elif not self.path.is_file():  # a reader never makes a store (or its directory) it cannot find
-            missing = "file" if self.path.parent.is_dir() else "directory"
-            raise errors.ConfigError(
-                f"no SQLite store at {str(self.path)!r}: its {missing} does not exist; check --store / IRONFLOW_STORE"
-            )
-        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")  # one process migrates at a time
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for number, script in enumerate(sqlite_schema.MIGRATIONS, start=1):
-                if number > version:
-                    for statement in filter(str.strip, script.split(";")):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        return sqlite_reads.connect(self.path, busy_timeout_s=self._busy_timeout_s, create=self._create)
 
     async def open(self) -> None:
         if self._conn is not None:
@@ -129,7 +96,7 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         try:
             self._conn = await loop.run_in_executor(self._executor, self._connect)
-            await loop.run_in_executor(self._executor, self._migrate, self._conn)
+            await loop.run_in_executor(self._executor, sqlite_reads.migrate, self._conn)
         except errors.ConfigError:
             await self.close()
             raise
@@ -183,27 +150,12 @@ class SqliteStore:
         before: str | None = None,
         limit: int = 50,
     ) -> list[model.RunRecord]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(str(status))
-        if root_run_id is not None:
-            clauses.append("root_run_id = ?")
-            params.append(root_run_id)
-        if workflow is not None:
-            clauses.append("(workflow = ? OR substr(workflow, -(length(?) + 1)) = '/' || ?)")
-            params += [workflow, workflow, workflow]
-        if top_level:
-            clauses.append("parent_run_id IS NULL")
-        if before is not None:
-            clauses.append("id < ?")
-            params.append(before)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        query, params = sqlite_reads.runs_query(
+            status=status, root_run_id=root_run_id, workflow=workflow, top_level=top_level, before=before, limit=limit
+        )
 
         def list_(conn: sqlite3.Connection) -> list[model.RunRecord]:
-            found = conn.execute(f"{_SELECT_RUN} {where} ORDER BY id DESC LIMIT ?", (*params, limit)).fetchall()
-            return [rows.run_from_row(r) for r in found]
+            return [rows.run_from_row(r) for r in conn.execute(query, params).fetchall()]
 
         return await self._call(list_)
 

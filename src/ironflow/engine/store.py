@@ -12,13 +12,11 @@ worker. Sub-workflow runs are never claimed: their parent's execution drives the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ironflow import errors
 from ironflow.engine import model, sqlite
+from ironflow.engine.store_urls import STORE_ENV, default_store_url, sqlite_path
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -28,8 +26,6 @@ __all__ = [
     "open_store",
 ]
 
-#: Environment variable naming the store when ``--store`` is not given.
-STORE_ENV: Final = "IRONFLOW_STORE"
 #: How long a worker holds a run without renewing; renewals come every third of it.
 DEFAULT_LEASE_S: Final = 30.0
 
@@ -158,15 +154,6 @@ class Store(Protocol):
     async def rate_limits(self) -> list[model.RateWindow]: ...
 
 
-def default_store_url() -> str:
-    """``$IRONFLOW_STORE``, else a SQLite file under the user's data directory."""
-    env = os.environ.get(STORE_ENV)
-    if env:
-        return env
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return f"sqlite:///{base / 'ironflow' / 'engine.db'}"
-
-
 def open_store(url: str | None = None, *, create: bool = True, **options: Any) -> Store:
     """A store for ``url``: ``sqlite:///path``, a plain file path, or ``postgresql://…``.
 
@@ -175,19 +162,11 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
     rather than making it (or its directory); a PostgreSQL database is never created.
     """
     url = url or default_store_url()
-    if url.startswith(("postgres://", "postgresql://")):
+    path = sqlite_path(url)
+    if path is None:
         # asyncpg (about 0.1 s) loads only for a PostgreSQL store: a named exception to top-level
         # imports (tests/package/unit/test_layers.py lists them).
         from ironflow.engine.postgres import PostgresStore
 
         return PostgresStore(url, **options)
-    if url.startswith("sqlite://"):
-        path = url.removeprefix("sqlite://")  # sqlite:///abs/file → /abs/file
-        if not path or path == "/":
-            raise errors.ConfigError(f"store URL {url!r} names no file; use sqlite:///path/to/engine.db")
-        return sqlite.SqliteStore(path, create=create, **options)
-    if "://" in url:
-        raise errors.ConfigError(
-            f"unknown store URL scheme in {url.split('://')[0]!r}; use sqlite:///path or postgresql://…"
-        )
-    return sqlite.SqliteStore(url, create=create, **options)
+    return sqlite.SqliteStore(path, create=create, **options)

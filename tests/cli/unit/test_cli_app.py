@@ -32,7 +32,7 @@ def test_help_lists_every_command_without_loading_a_topic() -> None:
         "sys.argv = ['ironflow', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('ironflow.cli.') and m not in "
-        "('ironflow.cli.app', 'ironflow.cli.command_table', 'ironflow.cli.quick', 'ironflow.cli.verbosity', "
+        "('ironflow.cli.app', 'ironflow.cli.command_table', 'ironflow.cli.quick', "
         "'ironflow.cli.root', 'ironflow.cli.groups', 'ironflow.cli.lazy', 'ironflow.cli.exits')))\n"
         "print('logging' in sys.modules)\n"
     )

@@ -144,6 +144,7 @@ def test_runs_list_loads_no_backend_and_no_http_stack(tmp_path: Path) -> None:
     modules, stderr = _loaded(["runs", "list", "--store", str(store)])
     assert "error" not in stderr, stderr
     assert _under(modules, ("typer", "click")) == [], "the common call is read without Typer"
+    assert _under(modules, ("asyncio", "ironflow.engine.sqlite")) == [], "a SQLite store is read on this thread"
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS) == []
     assert _under(modules, WORKER) == [], "listing reads the store: none of the worker's modules"
 

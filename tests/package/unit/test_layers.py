@@ -156,6 +156,9 @@ DEFERRED_IMPORTS = {
     ("ironflow.cli.app", "ironflow.cli.root"): "Typer, for a call the quick reader declines",
     ("ironflow.cli.app", "ironflow.cli.lazy"): "Typer, for a lookup of a command's own Typer object",
     ("ironflow.cli.formats", "ironflow.results"): "the results' module, for a document with costs only",
+    ("ironflow.cli.run_listing", "ironflow.cli.stores"): "the store's event loop, for a PostgreSQL store only",
+    ("ironflow.cli.quick", "ironflow.cli.exits"): "the error line, for a call read here only",
+    ("ironflow.cli.quick", "ironflow.cli.verbosity"): "-v and -q, for a call read here only",
     # A failing command's message only: `--help` loads no formatting module.
     ("ironflow.cli.exits", "ironflow.cli.formats"): "the terminal's formatting, for an error's line only",
     # Each command loads the backend it runs, where it builds it (tests/cli/unit/test_startup_imports.py):
