@@ -22,7 +22,6 @@ from ironflow import errors
 from ironflow._renamed import renamed_argument
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, layout, profile
-from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
@@ -35,6 +34,7 @@ from ironflow.steps import AgentConfig
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import relays as relays_mod
+    from ironflow.egress import EgressPolicy
     from ironflow.local.sandbox import docker_engine
 
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]

@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ironflow import errors, step_timeouts, workspaces
-from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, environment, launch, step_proxy
@@ -55,6 +54,7 @@ from ironflow.results import AgentResult, CommandResult
 from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
+    from ironflow.egress import EgressPolicy
     from ironflow.local.sessions import local_sessions
     from ironflow.sessions.pools import PoolPolicy
     from ironflow.steps import AgentConfig, StepScope

@@ -96,6 +96,9 @@ def test_local_exec_loads_nothing_of_an_agent_step_or_a_proxy() -> None:
     modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
     assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
     assert _under(modules, AGENT_STEP_AND_PROXY) == [], "load these where a step, a proxy or a session runs"
+    assert _under(modules, ("ironflow.egress", "ironflow.cli.egress_options", "ironflow.cli.workspace")) == [], (
+        "no --allow-host, --egress or --workspace: none of their modules"
+    )
 
 
 #: The Docker sandbox's modules: only ``--isolation docker`` loads them.

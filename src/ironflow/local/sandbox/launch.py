@@ -20,19 +20,22 @@ import signal
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.local.sandbox import cgroups, gvisor, limits
 from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.provider import LogSink
-from ironflow.steps import StepScope
 
 log = logging.getLogger("ironflow.local")
 
 #: Called with ``("stdout" | "stderr", bytes)`` for each piece of output as it is read.
 OutputSink = Callable[[str, bytes], None]
+
+
+if TYPE_CHECKING:
+    from ironflow.steps import StepScope
 
 __all__ = ["RUNTIME_ENV", "Containers", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
 

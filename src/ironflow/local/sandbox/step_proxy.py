@@ -28,11 +28,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ironflow import egress as egress_policy
 from ironflow.local.sandbox import environment, limits
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
+    from ironflow import egress as egress_policy
     from ironflow.auth_proxy import app, relays, tokens
 
 __all__ = ["StepTokens", "secret_session", "serves_egress", "step_session"]
