@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ironflow import errors, steps
+from ironflow import errors
 from ironflow.claude import layout
 from ironflow.secrets import Secret
+
+if TYPE_CHECKING:
+    from ironflow import steps
 
 __all__ = [
     "CONTEXT_LIMIT_1M",
@@ -129,12 +132,14 @@ def _valued_options(config: steps.AgentConfig) -> list[tuple[str, str | None]]:
 
 
 def _permission_args(mode: steps.PermissionMode, *, allow_bypass: bool) -> list[str]:
-    """The permission flags of ``mode``; bypassing needs the worker's opt-in."""
-    if mode is steps.PermissionMode.AUTO:
+    """The permission flags of ``mode``; bypassing needs the worker's opt-in.
+
+    By the StrEnum's values: this module (shell quoting too) loads without the step's values."""
+    if mode == "auto":
         return ["--permission-mode", "auto"]
-    if mode is steps.PermissionMode.DONT_ASK:
+    if mode == "dontAsk":
         return ["--permission-mode", "dontAsk"]
-    if mode is steps.PermissionMode.BYPASS_PERMISSIONS:
+    if mode == "bypassPermissions":
         if not allow_bypass:
             raise errors.StepConfigError(f"BypassPermissions requires {layout.ALLOW_BYPASS_ENV}=1 environment variable")
         return ["--dangerously-skip-permissions"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,29 +26,38 @@ __all__ = ["FORMS", "Form", "Option", "parse", "run"]
 Convert = Callable[[str], Any]
 
 
-class Option(NamedTuple):
+class Option:
     """One spelling of an option: the parameter it sets, and how.
 
     ``kind``: ``value`` (one value), ``many`` (repeatable, a list), ``flag`` (True) or ``off`` (False).
+    A plain class: a NamedTuple's class costs a millisecond to make, at every ``ironflow`` start.
     """
 
-    param: str
-    kind: str = "value"
-    convert: Convert = str
+    __slots__ = ("convert", "kind", "param")
+
+    def __init__(self, param: str, kind: str = "value", convert: Convert = str) -> None:
+        self.param, self.kind, self.convert = param, kind, convert
 
 
-class Form(NamedTuple):
+class Form:
     """What a command's common call may hold, and the function that runs it (``module:function``).
 
     ``positionals``: the parameters given by position (``sandbox exec``'s ID); ``args``: whether a
     command follows (after ``--``, or, with ``words_end_options``, from the first plain word on).
     """
 
-    target: str
-    options: Mapping[str, Option]
-    positionals: tuple[str, ...] = ()
-    args: bool = False
-    words_end_options: bool = False
+    __slots__ = ("args", "options", "positionals", "target", "words_end_options")
+
+    def __init__(
+        self,
+        target: str,
+        options: Mapping[str, Option],
+        positionals: tuple[str, ...] = (),
+        args: bool = False,
+        words_end_options: bool = False,
+    ) -> None:
+        self.target, self.options, self.positionals = target, options, positionals
+        self.args, self.words_end_options = args, words_end_options
 
 
 def _at_least(low: float, kind: Callable[[str], float]) -> Convert:
@@ -137,14 +146,14 @@ _VERBOSE: Final = {"-v": 1, "-vv": 2, "-vvv": 3, "--verbose": 1}
 _QUIET: Final = ("-q", "--quiet")
 
 
-class Call(NamedTuple):
-    """A call read here: the function, its positional values and its keyword values, and the root options."""
+class Call:
+    """A call read here: the form, its positional values and its keyword values, and the root options."""
 
-    form: Form
-    positionals: list[Any]
-    params: dict[str, Any]
-    verbose: int
-    quiet: bool
+    __slots__ = ("form", "params", "positionals", "quiet", "verbose")
+
+    def __init__(self, form: Form, positionals: list[Any], params: dict[str, Any], verbose: int, quiet: bool) -> None:
+        self.form, self.positionals, self.params = form, positionals, params
+        self.verbose, self.quiet = verbose, quiet
 
 
 def _options(form: Form, args: Sequence[str]) -> tuple[list[Any], dict[str, Any], int] | None:

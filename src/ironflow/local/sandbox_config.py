@@ -30,12 +30,12 @@ from ironflow.local.workspaces import git_sync
 from ironflow.local.workspaces import kept as kept_workspaces
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import HostPathSource, validate_sub_path
-from ironflow.steps import AgentConfig
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import relays as relays_mod
     from ironflow.egress import EgressPolicy
     from ironflow.local.sandbox import docker_engine
+    from ironflow.steps import AgentConfig
 
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
 

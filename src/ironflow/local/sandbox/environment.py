@@ -13,14 +13,16 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.local.sandbox import bwrap
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import HostPathSource, is_env_name
-from ironflow.steps import AgentConfig
+
+if TYPE_CHECKING:
+    from ironflow.steps import AgentConfig
 
 __all__ = [
     "AGENT_KEEP_BYTES",

@@ -16,13 +16,15 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ironflow import errors
 from ironflow.local import workdirs
 from ironflow.local.workspaces.copies import PreparedWorkspace
-from ironflow.steps import AgentConfig
 from ironflow.workspaces import Workspace
+
+if TYPE_CHECKING:
+    from ironflow.steps import AgentConfig
 
 __all__ = ["MAX_KEPT", "PREFIX", "KeptWorkspaces"]
 
