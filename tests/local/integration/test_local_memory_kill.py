@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import ironflow
 from ironflow import errors
 from ironflow.cli import app
-from ironflow.cli import exec_command as cli_exec
+from ironflow.cli import one_shot as cli_exec
 from ironflow.local import OfflineProvider
 from ironflow.local.sandbox import cgroups
 from ironflow.local.sandbox.environment import Isolation
