@@ -110,14 +110,14 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     claude.write_text(f"#!/bin/sh\necho \"$@\" > '{home}/args'\ncat '{FIXTURES / 'json_text.out'}'\n")
     claude.chmod(0o755)
     kube = ThreadedKube(namespaces=("default",))
-    controller = AgentSandboxController(kube.server, namespace=NS, cold_start_s=0.05)
+    controller = kube.soon(lambda: AgentSandboxController(kube.server, namespace=NS, cold_start_s=0.05))
     try:
-        (tmp_path / "kubeconfig.yaml").write_text(kube.server.kubeconfig_yaml())
+        (tmp_path / "kubeconfig.yaml").write_text(kube.kubeconfig_yaml())
         kube.soon(lambda: kube.server.serve_exec(local_exec({"HOME": str(home), "TMPDIR": str(tmp_path)})))
         kube.call(controller.start())
         yield Cluster(kube, controller, tmp_path, claude)
         assert not controller.failures, controller.failures
-        assert not kube.server.internal_errors, kube.server.internal_errors
+        assert not (errors := kube.soon(lambda: list(kube.server.internal_errors))), errors
     finally:
         try:
             kube.call(controller.stop())

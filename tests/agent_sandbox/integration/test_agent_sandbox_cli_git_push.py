@@ -52,13 +52,13 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     claude = write_claude(tmp_path, "echo fixed >> calc.py")
     seen: list[tuple[list[str], bytes]] = []
     kube = ThreadedKube(namespaces=(NS,))
-    controller = AgentSandboxController(kube.server, namespace=NS, cold_start_s=0.05)
+    controller = kube.soon(lambda: AgentSandboxController(kube.server, namespace=NS, cold_start_s=0.05))
     stack = contextlib.AsyncExitStack()
     try:
         server = kube.call(stack.enter_async_context(GitServer(tmp_path / "forge", username=USER, password=PASSWORD)))
         config = AuthProxyConfig(admin_key=Secret(ADMIN), secret_upstream=server.url)
         proxy = kube.call(stack.enter_async_context(run_auth_proxy(config)))
-        (tmp_path / "kubeconfig.yaml").write_text(kube.server.kubeconfig_yaml())
+        (tmp_path / "kubeconfig.yaml").write_text(kube.kubeconfig_yaml())
         kube.soon(lambda: kube.server.serve_exec(pod_exec(tmp_path / "pods", claude, seen)))
         kube.call(controller.start())
         provider = tmp_path / "sandbox.yaml"
@@ -80,7 +80,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-cli-test")  # the step token's credential, in the proxy
         yield Setup(kube, tmp_path, provider, seen)
         assert not controller.failures, controller.failures
-        assert not kube.server.internal_errors, kube.server.internal_errors
+        assert not (errors := kube.soon(lambda: list(kube.server.internal_errors))), errors
     finally:
         try:
             kube.call(controller.stop())

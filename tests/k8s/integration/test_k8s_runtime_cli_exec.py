@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ironflow.cli.app import app
 from ironflow.kube import api as k8s
 from ironflow.testing.kube import PodScript
+from ironflow.testing.polling import eventually_sync
 from ironflow.testing.threaded_kube import ThreadedKube
 
 NS = "agents"
@@ -31,7 +32,7 @@ def _created_pods(kube: ThreadedKube) -> list[dict[str, Any]]:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path]]:
     st = ThreadedKube(namespaces=("default", NS))
-    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    (tmp_path / "kubeconfig.yaml").write_text(st.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(
         "image: busybox:1.37\nsandboxed: true\n"
@@ -62,7 +63,7 @@ def test_succeeding_command_prints_its_log_exits_0_and_leaves_no_pod(served: tup
     assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", "sh -c 'id -u; echo hello'"]
     assert pod["spec"]["securityContext"]["runAsUser"] == 10001
     assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-    assert st.server.objects(k8s.PODS, NS) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 def test_failing_command_exits_with_its_own_code_and_prints_its_log(served: tuple[ThreadedKube, Path]) -> None:
@@ -73,7 +74,7 @@ def test_failing_command_exits_with_its_own_code_and_prints_its_log(served: tupl
     assert result.exit_code == 7
     assert result.stdout == "oops\n"
     assert result.stderr.startswith("error: the command exited with 7 in pod exec-")
-    assert st.server.objects(k8s.PODS, NS) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 def test_failed_pod_without_an_exit_code_exits_1_naming_the_pod_and_phase(served: tuple[ThreadedKube, Path]) -> None:
@@ -84,7 +85,7 @@ def test_failed_pod_without_an_exit_code_exits_1_naming_the_pod_and_phase(served
     assert result.exit_code == 1
     assert result.stderr.startswith("error: the command failed in pod exec-")
     assert "(phase Failed)" in result.stderr
-    assert st.server.objects(k8s.PODS, NS) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 def test_command_past_its_timeout_exits_1_timed_out_and_its_pod_is_deleted(
@@ -95,7 +96,8 @@ def test_command_past_its_timeout_exits_1_timed_out_and_its_pod_is_deleted(
     result = _exec(provider, "sleep", "30", timeout="0.3")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: timed out: pod 'exec-")
-    assert st.server.objects(k8s.PODS, NS) == []
+    (pod,) = _created_pods(st)  # still running when deleted: gone once its kubelet stopped it
+    eventually_sync(lambda: st.objects(k8s.PODS, NS) == [], limit_s=5, what=f"pod {pod['metadata']['name']} gone")
 
 
 def test_unreachable_cluster_is_infrastructure_exit_3(tmp_path: Path) -> None:

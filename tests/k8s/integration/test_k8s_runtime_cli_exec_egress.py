@@ -42,7 +42,7 @@ def served(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path, RunningProxy, i
     config = AuthProxyConfig(admin_key=Secret(ADMIN), egress_host="127.0.0.1", egress_port=0)
     proxy = st.call(stack.enter_async_context(run_auth_proxy(config)))
     port = st.call(stack.enter_async_context(_origin()))
-    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    (tmp_path / "kubeconfig.yaml").write_text(st.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(
         f"image: busybox:1.37\nsandboxed: true\nnamespace: {NS}\nauth_proxy: {proxy.url}\n"
@@ -103,7 +103,7 @@ def test_the_exec_pod_reaches_what_its_policy_allows_with_an_egress_only_token_r
     assert during == 200  # the options' host, through the egress listener
     assert relayed == (403, "this token only reaches the egress proxy")
     assert st.call(_get(proxy, token, port)) == 407  # revoked once the command is done
-    assert st.soon(lambda: st.server.objects(k8s.PODS, NS)) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 def test_egress_profile_names_a_profile_of_the_provider_file(

@@ -40,7 +40,7 @@ class ServerThread(ThreadedKube):
 def served(tmp_path: Path) -> Iterator[tuple[ServerThread, Path]]:
     st = ServerThread()
     kubeconfig = tmp_path / "kubeconfig.yaml"
-    kubeconfig.write_text(st.server.kubeconfig_yaml())
+    kubeconfig.write_text(st.kubeconfig_yaml())
     try:
         yield st, kubeconfig
     finally:
@@ -55,7 +55,7 @@ def test_reap_deletes_expired_pods_and_prints_json(served: tuple[ServerThread, P
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout.strip().splitlines()[-1])
     assert data["pods"] == ["old"]
-    assert [p["metadata"]["name"] for p in st.server.objects(k8s.PODS, NS)] == ["live"]
+    assert [p["metadata"]["name"] for p in st.objects(k8s.PODS, NS)] == ["live"]
 
 
 def test_reap_dry_run_deletes_nothing(served: tuple[ServerThread, Path]) -> None:
@@ -65,7 +65,7 @@ def test_reap_dry_run_deletes_nothing(served: tuple[ServerThread, Path]) -> None
     assert result.exit_code == 0, result.output
     assert "would delete" in result.stdout
     assert "old" in result.stdout
-    assert len(st.server.objects(k8s.PODS, NS)) == 1
+    assert len(st.objects(k8s.PODS, NS)) == 1
 
 
 def test_reap_in_a_namespace_that_does_not_exist_is_bad_input(served: tuple[ServerThread, Path]) -> None:
@@ -74,12 +74,12 @@ def test_reap_in_a_namespace_that_does_not_exist_is_bad_input(served: tuple[Serv
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.strip() == "error: namespace 'no-such-namespace' does not exist in this cluster"
-    assert st.server.count("list", "pods") == 0
+    assert st.soon(lambda: st.server.count("list", "pods")) == 0
 
 
 def test_reap_reports_an_api_failure_with_exit_3(served: tuple[ServerThread, Path]) -> None:
     st, kubeconfig = served
-    st.server.fail("list", "pods", status=500)
+    st.soon(lambda: st.server.fail("list", "pods", status=500))
     result = CliRunner().invoke(app, ["reap", "-n", NS, "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 3  # infrastructure, as every command reports it
     assert "failed to list ironflow pods" in result.output

@@ -30,7 +30,7 @@ OTHER = WorkerOwner("ironflow-worker-2", "22222222-2222-4222-8222-222222222222",
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path]]:
     st = ThreadedKube(namespaces=("default", NS))
-    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    (tmp_path / "kubeconfig.yaml").write_text(st.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(f"image: busybox\nnamespace: {NS}\ncluster: {{kubeconfig: kubeconfig.yaml}}\n")
     try:
@@ -62,7 +62,7 @@ def worker(provider: Path, store: str, env: dict[str, str]) -> subprocess.Popen[
 
 
 def names(st: ThreadedKube, resource: k8s.Resource) -> list[str]:
-    return [o["metadata"]["name"] for o in st.server.objects(resource, NS)]
+    return [o["metadata"]["name"] for o in st.objects(resource, NS)]
 
 
 def test_a_restarted_worker_sweeps_what_its_earlier_life_left_before_taking_runs(

@@ -35,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path, RunningProxy]]:
     st = ThreadedKube(namespaces=("default", NS))
     stack = contextlib.AsyncExitStack()
     proxy = st.call(stack.enter_async_context(run_auth_proxy(AuthProxyConfig(admin_key=Secret(ADMIN)))))
-    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    (tmp_path / "kubeconfig.yaml").write_text(st.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(
         f"image: busybox:1.37\nsandboxed: true\nnamespace: {NS}\nauth_proxy: {proxy.url}\n"
@@ -82,7 +82,7 @@ def test_the_patch_goes_to_stdout_and_the_commands_output_to_stderr(
     (created,) = _pods(st)
     assert created["spec"]["initContainers"][0]["name"] == "ironflow-workspace-clone"
     assert GIT_TOKEN not in json.dumps(created)
-    assert st.server.objects(k8s.PODS, NS) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 def test_json_output_carries_the_changes_and_the_exit_code_is_the_commands(
@@ -105,7 +105,7 @@ def test_a_log_without_its_report_fails_the_succeeded_command(served: tuple[Thre
     result = _exec(provider, "--workspace", SOURCE, "--", "true")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: the pod's workspace report is missing")
-    assert st.server.objects(k8s.PODS, NS) == []
+    assert st.objects(k8s.PODS, NS) == []
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path, Path]]:
     st = ThreadedKube(namespaces=("default", NS))
     st.soon(lambda: st.server.serve_exec(local_exec(cwd=str(work))))
     st.soon(lambda: st.server.script_pods(PodScript(name_prefix="sbx-", run_for=None)))
-    (tmp_path / "kubeconfig.yaml").write_text(st.server.kubeconfig_yaml())
+    (tmp_path / "kubeconfig.yaml").write_text(st.kubeconfig_yaml())
     provider = tmp_path / "provider.yaml"
     provider.write_text(
         f"image: runner:1\nnamespace: {NS}\npod_labels: {{team: infra}}\n"
@@ -46,7 +46,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ThreadedKube, Path, Path]]:
 
 
 def _pods(st: ThreadedKube) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in st.soon(lambda: st.server.objects(k8s.PODS, NS)))
+    return sorted(p["metadata"]["name"] for p in st.objects(k8s.PODS, NS))
 
 
 def test_open_exec_cp_ls_close_through_the_provider_file(
