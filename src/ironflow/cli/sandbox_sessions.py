@@ -30,7 +30,7 @@ import typer
 from ironflow import errors
 from ironflow.cli import egress_options as egress_cli
 from ironflow.cli import exits, inputs, session_exec, shared_options, tables
-from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, for_terminal, printable
+from ironflow.cli.formats import OutputFormat, ResultFormat, TerminalStream, document, printable
 from ironflow.cli.session_backends import (
     BackendOption,
     Mode,
@@ -211,9 +211,7 @@ def exec_in(
             try:
                 async for event in handle.events(timeout):
                     if isinstance(event, Output):
-                        stream = sys.stdout if event.stream == "stdout" else sys.stderr
-                        stream.write(for_terminal(event.text, stream))  # a terminal is not the command's
-                        stream.flush()
+                        session_exec.write_output(event.stream, event.text)
                     else:
                         return event.exit_code, event.timed_out
             except BaseException:  # Ctrl-C or a dropped stream: the command does not outlive the caller

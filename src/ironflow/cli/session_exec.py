@@ -48,7 +48,8 @@ def finish(code: int, timed_out: bool, timeout: float | None, sandbox_id: str) -
     raise SystemExit(code)
 
 
-def _write(stream: str, text: str) -> None:
+def write_output(stream: str, text: str) -> None:
+    """A piece of the command's output, on our stream of its name (escaped for a terminal)."""
     out = sys.stdout if stream == "stdout" else sys.stderr
     out.write(for_terminal(text, out))  # a terminal is not the command's
     out.flush()
@@ -71,7 +72,7 @@ def run(
         url = serve_access.resolve_server(server)
         token = serve_access.resolve_token()
         code, timed_out = one_call.run(
-            url, token, sandbox_id, argv, env=variables, cwd=cwd, timeout=timeout, on_output=_write
+            url, token, sandbox_id, argv, env=variables, cwd=cwd, timeout=timeout, on_output=write_output
         )
     except KeyboardInterrupt:  # the command was killed first
         exits.fail("interrupted", exits.EXIT_INTERRUPTED)

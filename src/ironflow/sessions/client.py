@@ -212,18 +212,14 @@ class RuntimeClient:
 
     async def lines(self, method: str, path: str, spec: Mapping[str, Any] | None = None) -> AsyncGenerator[bytes, None]:
         """The non-blank lines of a newline-delimited stream, as they arrive (each at most 1 MiB)."""
-        pending = b""
+        lines = replies.LineSplitter(_MAX_EVENT_BYTES)
         body = None if spec is None else (json.dumps(spec).encode(), "application/json")
         async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
             async for data in pieces:
-                *lines, pending = (pending + data).split(b"\n")
-                if len(pending) > _MAX_EVENT_BYTES:
-                    raise errors.SandboxError(f"the sandbox sent an event line over {_MAX_EVENT_BYTES} bytes")
-                for line in lines:
-                    if line.strip():
-                        yield line
-        if pending.strip():
-            yield pending
+                for line in lines.feed(data):
+                    yield line
+        for line in lines.rest():
+            yield line
 
     async def _pieces(self, method: str, path: str, body: _Body | None) -> AsyncGenerator[bytes, None]:
         """An answer's body as it arrives: by :mod:`~ironflow.sessions.socket_link` where there is a

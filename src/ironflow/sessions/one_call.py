@@ -49,11 +49,7 @@ class _Call:
         self._address = (parts.hostname or "", parts.port or (443 if self._tls else 80))
         self._prefix = parts.path.rstrip("/")
         self._name = f"the sandbox server at {server}"
-        host = f"[{self._address[0]}]" if ":" in self._address[0] else self._address[0]
-        lines = [f"{k}: {v}" for k, v in {"Host": f"{host}:{self._address[1]}", **headers}.items()]
-        if any(c in line for line in lines for c in "\r\n"):
-            raise errors.ConfigError("a header holds a line break")
-        self._headers = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._headers = replies.header_lines(*self._address, headers)
 
     def __repr__(self) -> str:
         return "_Call()"  # never the headers: they hold the token
@@ -128,15 +124,10 @@ def run(
         raise SessionNotFound(f"no open sandbox session '{session_id}'") from None
     command_id: str | None = None
     try:
-        pending = b""
+        lines = replies.LineSplitter(_MAX_EVENT_BYTES)
         while True:
             for piece in pieces:
-                *lines, pending = (pending + piece).split(b"\n")
-                if len(pending) > _MAX_EVENT_BYTES:
-                    raise errors.SandboxError(f"the sandbox sent an event line over {_MAX_EVENT_BYTES} bytes")
-                for line in lines:
-                    if not line.strip():
-                        continue
+                for line in lines.feed(piece):
                     event = _event(line)
                     if event is None:
                         command_id = command_id or _command_id(line)

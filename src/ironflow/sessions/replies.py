@@ -1,5 +1,6 @@
-"""An HTTP/1.1 reply read piece by piece as it arrives, its NDJSON events cut into lines, what
-a command's event line says, and the error an answer other than 2xx means (pure).
+"""An HTTP/1.1 request's header lines, its reply read piece by piece as it arrives, its NDJSON
+events cut into lines, what a command's event line says, and the error an answer other than 2xx
+means (pure).
 
 The client side of a session runtime's answer where no HTTP library reads it: a Kubernetes
 session's exec frames (:mod:`ironflow.k8s.sessions.wire`), a local session's kept-open
@@ -15,10 +16,25 @@ from collections.abc import Mapping
 from ironflow import errors
 from ironflow.sessions.ids import SessionNotFound
 
-__all__ = ["LineSplitter", "ReplyParser", "command_event", "refusal"]
+__all__ = ["LineSplitter", "ReplyParser", "command_event", "header_lines", "refusal"]
 
 #: A command's event: ``("stdout" | "stderr", text, False)``, or ``("exit", exit code, timed out)``.
 Event = tuple[str, str | int, bool]
+
+
+def header_lines(host: str, port: int | None, headers: Mapping[str, str]) -> bytes:
+    """A request's ``Host`` (an IPv6 address in brackets) and ``headers``, each line CRLF-ended.
+
+    Raises: ConfigError: a value holds a line break (it would start a header, or a request, of its own).
+
+    >>> header_lines("::1", 8080, {"X-Sandbox-ID": "s1"})
+    b'Host: [::1]:8080\\r\\nX-Sandbox-ID: s1\\r\\n'
+    """
+    name = f"[{host}]" if ":" in host else host
+    lines = [f"{k}: {v}" for k, v in {"Host": name if port is None else f"{name}:{port}", **headers}.items()]
+    if any(c in line for line in lines for c in "\r\n"):
+        raise errors.ConfigError("a header holds a line break")
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
 def command_event(line: bytes) -> Event | None:
@@ -137,12 +153,23 @@ class ReplyParser:
 
 
 class LineSplitter:
-    """Whole lines out of pieces that cut them anywhere (a command reply's NDJSON events)."""
+    """Whole non-blank lines out of pieces that cut them anywhere (a command reply's NDJSON events).
 
-    def __init__(self) -> None:
+    With ``max_line_bytes``, a line still open past that many bytes is a SandboxError: the session's
+    side is not trusted to end its lines."""
+
+    def __init__(self, max_line_bytes: int | None = None) -> None:
         self._buf = b""
+        self._max = max_line_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
+        if self._max is not None and len(self._buf) > self._max:
+            raise errors.SandboxError(f"the sandbox sent an event line over {self._max} bytes")
         return [line for line in lines if line.strip()]
+
+    def rest(self) -> list[bytes]:
+        """The last line, when the stream ended without its line break."""
+        rest, self._buf = self._buf, b""
+        return [rest] if rest.strip() else []

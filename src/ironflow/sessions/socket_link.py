@@ -53,11 +53,8 @@ class SocketLink:
     a connection of its own, kept open for the next."""
 
     def __init__(self, path: str | tuple[str, int], headers: Mapping[str, str]) -> None:
-        host = "sandbox" if isinstance(path, str) else f"{f'[{path[0]}]' if ':' in path[0] else path[0]}:{path[1]}"
-        lines = [f"{name}: {value}" for name, value in {"Host": host, **headers}.items()]
-        if any(c in line for line in lines for c in "\r\n"):
-            raise ValueError("a header holds a line break")
-        self._path, self._headers = path, ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        host, port = ("sandbox", None) if isinstance(path, str) else path
+        self._path, self._headers = path, replies.header_lines(host, port, headers)
         self._idle: list[_Conn] = []
 
     def __repr__(self) -> str:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ironflow import errors
 from ironflow.k8s.sessions import wire
 from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sessions import replies
 
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n"
@@ -99,3 +101,20 @@ def test_a_control_is_a_line_for_the_pod_or_a_signal() -> None:
     ):
         with pytest.raises(ValueError, match=problem):
             wire.read_control(action, body, eof=False, pty=pty)
+
+
+def test_a_line_open_past_its_bound_is_the_sandboxs_failure_and_the_last_line_is_kept() -> None:
+    lines = replies.LineSplitter(max_line_bytes=8)
+    assert lines.feed(b"12345678\n\n1234") == [b"12345678"]
+    assert lines.rest() == [b"1234"]
+    assert lines.rest() == []
+    with pytest.raises(errors.SandboxError, match="over 8 bytes"):
+        lines.feed(b"123456789")
+
+
+def test_header_lines_bracket_an_ipv6_host_and_refuse_a_line_break_in_any_value() -> None:
+    assert replies.header_lines("sandbox", None, {"A": "1"}) == b"Host: sandbox\r\nA: 1\r\n"
+    assert replies.header_lines("10.0.0.1", 80, {}) == b"Host: 10.0.0.1:80\r\n"
+    for bad in ("t\r\nX-Evil: 1", "t\nx", "t\rx"):
+        with pytest.raises(errors.ConfigError, match="line break"):
+            replies.header_lines("h", 1, {"Authorization": f"Bearer {bad}"})

@@ -139,16 +139,13 @@ def render_request(nonce: str, method: str, target: str, body: bytes, *, content
     >>> render_request("n1", "GET", "/exists/a", b"").split(b"\\r\\n")[:2]
     [b'n1', b'GET /exists/a HTTP/1.1']
     """
-    if any(c in part for part in (nonce, method, target) for c in " \r\n") or any(
-        c in (content_type or "") for c in "\r\n"
-    ):
+    if any(c in part for part in (nonce, method, target) for c in " \r\n"):
         raise ValueError("a request part holds a space or a line break")
-    head = [method, target, "HTTP/1.1"]
-    lines = [" ".join(head), "Host: sandbox", f"Authorization: Bearer {nonce}", f"Content-Length: {len(body)}"]
+    headers = {"Authorization": f"Bearer {nonce}", "Content-Length": str(len(body))}
     if content_type:
-        lines.append(f"Content-Type: {content_type}")
-    lines.append("Connection: close")
-    return nonce.encode() + b"\r\n" + ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        headers["Content-Type"] = content_type
+    head = replies.header_lines("sandbox", None, {**headers, "Connection": "close"})
+    return nonce.encode() + b"\r\n" + f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + head + b"\r\n" + body
 
 
 def content_type_of(headers: Mapping[str, str]) -> str:
