@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow._renamed import renamed_argument
+from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.captured import DEFAULT_KEEP_BYTES
-from ironflow.claude import cli, layout, profile
+from ironflow.claude import cli, layout
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
 from ironflow.local.sandbox import limits as sandbox_limits
-from ironflow.local.workspaces import git_sync
 from ironflow.local.workspaces import kept as kept_workspaces
 from ironflow.secrets import Secret
 from ironflow.step_sandbox import HostPathSource, validate_sub_path
@@ -120,7 +120,7 @@ class LocalSandboxConfig:
         temp_dir: str | None = None,
         limits: sandbox_limits.SandboxLimits = sandbox_limits.DEFAULT_LIMITS,
         sandbox_host_uid: int = identity.DEFAULT_HOST_UID,
-        git_hosts: git_sync.GitHosts | None = None,
+        git_hosts: GitHosts | None = None,
         output_keep_bytes: int = DEFAULT_KEEP_BYTES,
         relays: Sequence[relays_mod.RelaySpec | relays_mod.Relay] = (),
         relay_upstream: str | None = None,
@@ -133,12 +133,8 @@ class LocalSandboxConfig:
             raise errors.ConfigError(f"docker_image is for isolation 'docker', not '{isolation}'")
         if not timeout > 0:
             raise errors.ConfigError(f"timeout must be a positive number of seconds, got {timeout}")
-        for p in profiles:
-            reason = profile.validate_profile_subdir(p.subdir)
-            if reason is not None:
-                raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
-            if not os.path.isdir(p.path):
-                raise errors.ConfigError(f"claude profile directory '{p.path}' does not exist; create it or drop it")
+        if profiles:
+            _check_profiles(profiles)
         bwrap.check_size("home_size_bytes", home_size_bytes)
         bwrap.check_size("tmp_size_bytes", tmp_size_bytes)
         for label, doc in [("managed_settings", managed_settings), *(managed_settings_presets or {}).items()]:
@@ -187,7 +183,7 @@ class LocalSandboxConfig:
             identity.check_conversations_dir(kept, bubblewrap=isolation == "bwrap", host_uid=self._host_uid)
         self.conversations_dir = kept
         self.limits = limits
-        self.git_hosts = git_hosts or git_sync.GitHosts()
+        self.git_hosts = git_hosts or GitHosts()
         self.relays = _resolved(relays) if relays else ()
         self.relay_upstream = relay_upstream
         self.egress = egress
@@ -284,3 +280,15 @@ class LocalSandboxConfig:
                 raise errors.StepConfigError(problem)
             mounts.append(mount)
         return tuple(mounts)
+
+
+def _check_profiles(profiles: Sequence[environment.LocalProfile]) -> None:
+    """Each profile's subdir is one Claude Code reads and its directory exists (or a ConfigError)."""
+    from ironflow.claude import profile  # a provider with profiles: a plain command loads none
+
+    for p in profiles:
+        reason = profile.validate_profile_subdir(p.subdir)
+        if reason is not None:
+            raise errors.ConfigError(f"invalid claude profile subdir '{p.subdir}': {reason}")
+        if not os.path.isdir(p.path):
+            raise errors.ConfigError(f"claude profile directory '{p.path}' does not exist; create it or drop it")

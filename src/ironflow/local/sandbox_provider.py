@@ -47,7 +47,7 @@ from ironflow.local.sandbox.environment import (
     sandbox_env,
 )
 from ironflow.local.sandbox_config import DEFAULT_TIMEOUT_S, LocalSandboxConfig
-from ironflow.local.workspaces import bound, step_workspaces
+from ironflow.local.workspaces import bound
 from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult, CommandResult
@@ -345,6 +345,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         return self.egress.merged(extra)
 
     async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
+        from ironflow.local.workspaces import step_workspaces  # a workspace's run: git's sync with it
+
         return await step_workspaces.open_workspace(
             spec, tmp, processes=self.processes, shape=self.shape(), hosts=self.git_hosts, limit_s=self.timeout
         )
@@ -352,6 +354,8 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
     async def _close_workspace(
         self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
     ) -> WorkspaceChanges:
+        from ironflow.local.workspaces import step_workspaces
+
         return await step_workspaces.close_workspace(
             prepared,
             succeeded,

@@ -78,8 +78,12 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
 #: The agent command and what only an agent step reads (its turns).
 AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns")
 #: What an agent step, a proxied sandbox or a session loads, and a plain command without network
-#: never runs: the Claude output readers, tracing, the proxy's token types, sessions, the cluster's values.
+#: never runs: the Claude argv, profiles and output readers, the proxy's relay, tracing, the proxy's
+#: token types, sessions, the cluster's values.
 AGENT_STEP_AND_PROXY = (
+    "ironflow.claude.command",
+    "ironflow.claude.profile",
+    "ironflow.local.sandbox.forwarder",
     "ironflow.claude.output",
     "ironflow.claude.rate_limits",
     "ironflow.tracing",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
+from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, seccomp
 
 ROOT = (
@@ -389,3 +391,9 @@ def test_a_session_sandbox_gets_a_private_devpts_and_dev_stays_read_only() -> No
 def test_a_sandbox_dies_with_its_parent_unless_kept_across_a_restart() -> None:
     assert "--die-with-parent" in bwrap.bwrap_argv(_settings())
     assert "--die-with-parent" not in bwrap.bwrap_argv(_settings(die_with_parent=False))
+
+
+def test_the_relay_a_sandbox_runs_is_the_forwarder_modules_own_file() -> None:
+    """Named by path, so a plain command does not load the relay's module (ctypes, threads)."""
+    assert os.path.realpath(forwarder.__file__) == sandbox_argv.FORWARDER_FILE
+    assert os.path.isfile(sandbox_argv.FORWARDER_FILE)

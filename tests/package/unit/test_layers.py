@@ -187,6 +187,11 @@ DEFERRED_IMPORTS = {
     # Issue 31's start-up: a plain command without network (`ironflow exec -- true`) loads nothing of an agent
     # step's, a proxy's or a cluster's (tests/cli/unit/test_startup_imports.py).
     ("ironflow.local.sandbox_provider", "ironflow.claude.command"): "an agent step's argv, in its run only",
+    ("ironflow.local.sandbox.bwrap", "ironflow.claude.profile"): "a step's profiles, only when it brings some",
+    ("ironflow.local.sandbox.gvisor", "ironflow.claude.command"): "gVisor's setup script, on its runs only",
+    ("ironflow.local.sandbox.gvisor", "ironflow.claude.profile"): "gVisor's setup script, on its runs only",
+    ("ironflow.local.sandbox_config", "ironflow.claude.profile"): "a provider's profiles, only when it has some",
+    ("ironflow.local.sandbox_provider", "ironflow.local.workspaces.step_workspaces"): "a workspace's run: git's sync",
     ("ironflow.local.sandbox_provider", "ironflow.claude.output"): "an agent step's output, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.claude.profile"): "an agent step's profiles, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.claude.rate_limits"): "an agent step's limits, in its run only",

@@ -27,10 +27,11 @@ from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local.sandbox import bwrap, environment, forwarder, gvisor, identity, seccomp, spawn
+from ironflow.local.sandbox import bwrap, environment, gvisor, identity, seccomp, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
 
 __all__ = [
+    "FORWARDER_FILE",
     "SandboxFds",
     "SandboxShape",
     "command_exit_code",
@@ -46,6 +47,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("ironflow.local")
+
+#: The relay a sandbox with a proxy runs by path (:mod:`~ironflow.local.sandbox.forwarder`, a sibling
+#: file): named, not imported, since its module loads ctypes and threads for the relay's own process.
+FORWARDER_FILE: Final = os.path.join(os.path.dirname(os.path.realpath(__file__)), "forwarder.py")
 
 _RUNSC_FAILURE: Final = re.compile(r"(starting|running|creating) (root )?container: ")
 
@@ -193,7 +198,7 @@ def render(
         return _docker_argv(shape, cmd, _run_dir(tmp), env, managed_dir, profile_dirs, working_dir, mounts, writable,
                             proxy_socket, egress), ()  # fmt: skip
     python = os.path.realpath(sys.executable)
-    script = os.path.realpath(forwarder.__file__)
+    script = FORWARDER_FILE
     tools = (*extra_tools, python) if proxy_socket is not None else extra_tools
     for tool in tools:  # under gVisor the relay's Python runs outside it
         problem = tool_problem("bwrap" if tool == python else shape.isolation, tool)
@@ -294,13 +299,13 @@ def render(
 def proxy_bridge(proxy_socket: str, egress_socket: str | None = None) -> gvisor.ProxyBridge:
     """gVisor's relay to the proxy's socket (and the egress proxy's), run by this Python outside it."""
     egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
-    python, script = os.path.realpath(sys.executable), os.path.realpath(forwarder.__file__)
+    python, script = os.path.realpath(sys.executable), FORWARDER_FILE
     return gvisor.ProxyBridge(environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"), egress=egress)
 
 
 def node_forwarder() -> str:
     """The host file of the relay a Docker sandbox runs (``forwarder.js``, by the image's ``node``)."""
-    return os.path.join(os.path.dirname(os.path.realpath(forwarder.__file__)), "forwarder.js")
+    return os.path.join(os.path.dirname(FORWARDER_FILE), "forwarder.js")
 
 
 def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ironflow import errors
-from ironflow.claude import layout, profile
+from ironflow.claude import layout
 
 __all__ = [
     "DEFAULT_HOME_SIZE_BYTES",
@@ -252,8 +252,11 @@ def _etc(settings: BwrapSettings) -> list[str]:
     args = ["--tmpfs", "/etc", *_entries("/etc", settings.etc_entries, HIDDEN_ETC_ENTRIES)]
     if settings.managed_settings_dir is not None:
         args += ["--ro-bind", settings.managed_settings_dir, layout.MANAGED_SETTINGS_DIR]
-    for index, profile_dir in enumerate(settings.profile_dirs):
-        args += ["--ro-bind", profile_dir, profile.profile_mount_path(index)]
+    if settings.profile_dirs:
+        from ironflow.claude import profile  # an agent step's profiles: a plain command loads none
+
+        for index, profile_dir in enumerate(settings.profile_dirs):
+            args += ["--ro-bind", profile_dir, profile.profile_mount_path(index)]
     return [*args, "--remount-ro", "/etc"]
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ironflow import errors
-from ironflow.claude import command, layout, profile
+from ironflow.claude import layout
 from ironflow.local.sandbox import bwrap, seccomp
 from ironflow.local.sandbox.limits import DEFAULT_LIMITS, SandboxLimits, oci_rlimits
 
@@ -69,7 +69,6 @@ __all__ = [
     "tmpfs_mounts",
 ]
 
-_Q = command.shell_quote
 #: What the setup script prints (then exit 125) when one of its lines fails.
 SETUP_FAILED: Final = "ironflow-sandbox: setup failed"
 #: What a sandbox whose gVisor kernel died for want of host tasks says last (on stderr).
@@ -268,40 +267,43 @@ def _runs_as_root(settings: GvisorSettings) -> bool:
 def setup_script(settings: GvisorSettings) -> str:
     """The ``sh -c`` of the spec's process: as root, its copies, binds and tmpfs, then the drop to
     the step's uid; as the step's uid (nothing to do as root), only ``cd`` and exec."""
+    from ironflow.claude import command, profile  # gVisor's alone: a bubblewrap sandbox loads neither
+
+    q = command.shell_quote
     bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     uid = settings.uid
     lines: list[str] = []
     # Copies come first: the host temp dirs holding them may live under a tmpfs the script mounts next.
     if settings.managed_settings_dir is not None:
-        dest = _Q(layout.MANAGED_SETTINGS_DIR)
-        lines.append(f"mkdir -p {dest} && cp -RL {_Q(settings.managed_settings_dir)}/. {dest}/")
+        dest = q(layout.MANAGED_SETTINGS_DIR)
+        lines.append(f"mkdir -p {dest} && cp -RL {q(settings.managed_settings_dir)}/. {dest}/")
         lines.append(f"chmod -R a+rX,a-w {dest}")
     for index, profile_dir in enumerate(settings.profile_dirs):
-        dest = _Q(profile.profile_mount_path(index))
-        lines.append(f"mkdir -p {dest} && cp -RL {_Q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
+        dest = q(profile.profile_mount_path(index))
+        lines.append(f"mkdir -p {dest} && cp -RL {q(profile_dir)}/. {dest}/ && chmod -R a+rX,a-w {dest}")
     # Before the script's tmpfs: a source there (a workspace's copy) is still in sight.
     for source, target in _rebinds(settings):
-        lines.append(f"mkdir -p {_Q(target)} && mount --bind {_Q(source)} {_Q(target)}")
-    lines += [f"chmod o+x {_Q(root)}" for root in _traversed(settings)]
+        lines.append(f"mkdir -p {q(target)} && mount --bind {q(source)} {q(target)}")
+    lines += [f"chmod o+x {q(root)}" for root in _traversed(settings)]
     held = script_tmpfs(settings)
     for path, options in _tmpfs(settings):
         if not any(_under(path, top) for top in held):
             continue
-        mount = f"mount -t tmpfs -o {options} tmpfs {_Q(path)}"
+        mount = f"mount -t tmpfs -o {options} tmpfs {q(path)}"
         if path == layout.SANDBOX_HOME:
-            lines.append(f"mkdir {_Q(path)}")
+            lines.append(f"mkdir {q(path)}")
         lines.append(f"if [ -d /var/tmp ]; then {mount}; fi" if path == "/var/tmp" else mount)
-    lines.append(f"cd {_Q(settings.working_dir or layout.SANDBOX_HOME)}")
+    lines.append(f"cd {q(settings.working_dir or layout.SANDBOX_HOME)}")
     drop = "exec"
     if _runs_as_root(settings):
-        drop += f" {''.join(_Q(a) + ' ' for a in settings.as_root)}"
+        drop += f" {''.join(q(a) + ' ' for a in settings.as_root)}"
         if not settings.as_root_drops:
             drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
             drop += "--no-new-privs --"
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
-    guarded = [f"{{ {line}; }} || _ifl_fail {_Q(line[:80])}" for line in lines]
+    guarded = [f"{{ {line}; }} || _ifl_fail {q(line[:80])}" for line in lines]
     fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'
-    return "\n".join([fail, *guarded, " ".join([drop.rstrip(), *(_Q(a) for a in settings.command)])])
+    return "\n".join([fail, *guarded, " ".join([drop.rstrip(), *(q(a) for a in settings.command)])])
 
 
 def tmpfs_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
