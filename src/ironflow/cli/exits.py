@@ -17,7 +17,6 @@ Every failure is one ``error: …`` line on stderr; none prints a traceback.
 
 from __future__ import annotations
 
-import difflib
 import sys
 from typing import Final, NoReturn
 
@@ -96,6 +95,8 @@ def usage_line(exc: BaseException) -> str:
     if message.startswith("No such command") and hasattr(group, "list_commands") and "Did you mean" not in message:
         commands = list(group.list_commands(ctx))
         typed = message.split("'", 2)[1] if message.count("'") >= 2 else ""
+        import difflib  # a mistyped command's alone
+
         near = difflib.get_close_matches(typed, commands, n=1, cutoff=0.6)
         message = message.rstrip(".") + (f"; did you mean '{near[0]}'?" if near else f"; one of: {', '.join(commands)}")
     message = message.replace(". Did you mean", "; did you mean").replace("Value error, ", "")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -140,6 +139,8 @@ def _exec_k8s(
     git workspace, if given; through the auth proxy's egress listener when the file's ``egress:``
     and ``egress`` options open something); exit like local. Piped ``stdin`` goes over
     ``pods/exec`` once the pod runs; none or empty is the same to the command."""
+    import secrets  # the pod name's random part
+
     from ironflow.cli import (
         agent,  # its spinner; the agent command's modules only on this path
         backends,
