@@ -29,7 +29,6 @@ from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
 from ironflow.local.sandbox import limits as sandbox_limits
 from ironflow.local.workspaces import kept as kept_workspaces
 from ironflow.secrets import Secret
-from ironflow.step_sandbox import HostPathSource, validate_sub_path
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import relays as relays_mod
@@ -262,6 +261,8 @@ class LocalSandboxConfig:
         )
 
     def _step_mounts(self, config: AgentConfig) -> tuple[bwrap.ReadOnlyMount, ...]:
+        from ironflow.step_sandbox import HostPathSource, validate_sub_path  # an agent step's values
+
         mounts: list[bwrap.ReadOnlyMount] = []
         for vol in config.pod.read_only_volumes:
             if not isinstance(vol.source, HostPathSource):

@@ -192,6 +192,8 @@ DEFERRED_IMPORTS = {
     ("ironflow.local.sandbox.gvisor", "ironflow.claude.profile"): "gVisor's setup script, on its runs only",
     ("ironflow.local.sandbox_config", "ironflow.claude.profile"): "a provider's profiles, only when it has some",
     ("ironflow.local.sandbox_provider", "ironflow.local.workspaces.step_workspaces"): "a workspace's run: git's sync",
+    ("ironflow.local.sandbox.environment", "ironflow.step_sandbox"): "a step's values, the env-name rule for variables",
+    ("ironflow.local.sandbox_config", "ironflow.step_sandbox"): "an agent step's host-path volumes",
     ("ironflow.local.sandbox_provider", "ironflow.claude.output"): "an agent step's output, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.claude.profile"): "an agent step's profiles, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.claude.rate_limits"): "an agent step's limits, in its run only",

@@ -19,7 +19,6 @@ from ironflow import errors, labels
 from ironflow.claude import layout
 from ironflow.local.sandbox import bwrap
 from ironflow.secrets import Secret
-from ironflow.step_sandbox import HostPathSource, is_env_name
 
 if TYPE_CHECKING:
     from ironflow.steps import AgentConfig
@@ -100,6 +99,8 @@ def ignored_settings(
     all (on Kubernetes presets name ConfigMaps); otherwise :func:`managed_settings_for`
     applies it or refuses it.
     """
+    from ironflow.step_sandbox import HostPathSource  # an agent step's values
+
     pod = config.pod
     out: list[str] = []
     if pod.managed_settings is not None and not presets:
@@ -163,6 +164,8 @@ def env_problem(name: str, value: str = "") -> str | None:
     >>> env_problem("TMPDIR") is None
     True
     """
+    from ironflow.step_sandbox import is_env_name  # the one rule; a call without variables loads none
+
     if not is_env_name(name):
         return f"invalid env name '{errors.truncate(name, 40)}': use [A-Za-z_][A-Za-z0-9_]*"
     if "\0" in value:
