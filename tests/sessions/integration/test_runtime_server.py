@@ -34,10 +34,10 @@ def runtime(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
     assert proc.stdin is not None
     assert proc.stderr is not None
-    proc.stdin.write(TOKEN.encode() + b"\n")
-    proc.stdin.close()
-    assert proc.stderr.readline().startswith(b"ironflow-runtime: ready")
-    try:
+    try:  # killed even when it never says ready
+        proc.stdin.write(TOKEN.encode() + b"\n")
+        proc.stdin.close()
+        assert proc.stderr.readline().startswith(b"ironflow-runtime: ready")
         yield sock, workspace, proc
     finally:
         proc.kill()
