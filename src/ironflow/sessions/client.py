@@ -43,9 +43,6 @@ __all__ = [
 DEFAULT_MAX_TREE_BYTES: Final = 1 << 30
 _EXT: Final = "/ironflow/v1"
 _CHUNK: Final = 65536
-#: The longest event line read from a session: the runtime sends at most 64 KiB of output per
-#: event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
-_MAX_EVENT_BYTES: Final = 1 << 20
 
 
 #: A request's body as the link sends it: its bytes and their content type.
@@ -212,7 +209,7 @@ class RuntimeClient:
 
     async def lines(self, method: str, path: str, spec: Mapping[str, Any] | None = None) -> AsyncGenerator[bytes, None]:
         """The non-blank lines of a newline-delimited stream, as they arrive (each at most 1 MiB)."""
-        lines = replies.LineSplitter(_MAX_EVENT_BYTES)
+        lines = replies.LineSplitter(replies.MAX_EVENT_LINE_BYTES)
         body = None if spec is None else (json.dumps(spec).encode(), "application/json")
         async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
             async for data in pieces:

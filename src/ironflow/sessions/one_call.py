@@ -31,8 +31,6 @@ _COMMANDS: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 #: Seconds a connect may take (the server answers at once or not at all).
 _CONNECT_TIMEOUT_S: Final = 30.0
-#: The longest event line read (the runtime sends at most 64 KiB of output per event, JSON-escaped).
-_MAX_EVENT_BYTES: Final = 1 << 20
 #: The most of an error answer's body read.
 _MAX_ERROR_BYTES: Final = 65536
 
@@ -124,7 +122,7 @@ def run(
         raise SessionNotFound(f"no open sandbox session '{session_id}'") from None
     command_id: str | None = None
     try:
-        lines = replies.LineSplitter(_MAX_EVENT_BYTES)
+        lines = replies.LineSplitter(replies.MAX_EVENT_LINE_BYTES)
         while True:
             for piece in pieces:
                 for line in lines.feed(piece):

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Final
 
 from ironflow import errors
 from ironflow.sessions.ids import SessionNotFound
 
-__all__ = ["LineSplitter", "ReplyParser", "command_event", "header_lines", "refusal"]
+__all__ = ["MAX_EVENT_LINE_BYTES", "LineSplitter", "ReplyParser", "command_event", "header_lines", "refusal"]
 
 #: A command's event: ``("stdout" | "stderr", text, False)``, or ``("exit", exit code, timed out)``.
 Event = tuple[str, str | int, bool]
+#: The longest event line a client reads from a session: the runtime sends at most 64 KiB of output
+#: per event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
+MAX_EVENT_LINE_BYTES: Final = 1 << 20
 
 
 def header_lines(host: str, port: int | None, headers: Mapping[str, str]) -> bytes:
