@@ -125,12 +125,28 @@ async def test_an_object_created_after_its_owner_was_deleted_is_collected(kube: 
     assert await _gone(kube, api.CONFIGMAPS, "late-dependent")
 
 
+async def _collector_has_seen_pods(kube: Any, make_pod: Any) -> None:
+    """Return once the garbage collector has read every pod created so far.
+
+    It reads pods from one watch, in order: once it collects a pod made later with an owner that
+    never existed, it knows the earlier ones. A dependent it has not read when its owner is
+    deleted with orphan semantics is not orphaned: it is collected later as a late dependent.
+    """
+    probe = make_pod("collector-probe")
+    probe["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "never-was", "uid": "00000000-0000-4000-8000-00000000dead"}
+    ]
+    await kube.api.create(api.PODS, kube.namespace, probe)
+    assert await _gone(kube, api.PODS, "collector-probe")
+
+
 async def test_job_delete_without_policy_orphans_its_pods(kube: Any, make_pod: Any) -> None:
     """batch/v1 Jobs orphan their pods by default: the pods stay, without ownerReferences."""
     job = await kube.api.create(api.JOBS, kube.namespace, _job("orphaner"))
     await kube.api.create(api.PODS, kube.namespace, _owned_pod(make_pod, "orphan-p1", job))
+    await _collector_has_seen_pods(kube, make_pod)
     await kube.api.delete(api.JOBS, kube.namespace, "orphaner")
-    await asyncio.sleep(0.05)
+    assert await _gone(kube, api.JOBS, "orphaner")  # the orphan finalizer goes once the pods are orphaned
     pod = await kube.api.get(api.PODS, kube.namespace, "orphan-p1")
     assert not pod["metadata"].get("ownerReferences")
 
