@@ -17,13 +17,24 @@ from typing import Final
 from ironflow import errors
 from ironflow.sessions.ids import SessionNotFound
 
-__all__ = ["MAX_EVENT_LINE_BYTES", "LineSplitter", "ReplyParser", "command_event", "header_lines", "refusal"]
+__all__ = [
+    "MAX_EVENT_LINE_BYTES",
+    "MAX_HEAD_BYTES",
+    "LineSplitter",
+    "ReplyParser",
+    "command_event",
+    "header_lines",
+    "refusal",
+]
 
 #: A command's event: ``("stdout" | "stderr", text, False)``, or ``("exit", exit code, timed out)``.
 Event = tuple[str, str | int, bool]
 #: The longest event line a client reads from a session: the runtime sends at most 64 KiB of output
 #: per event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
 MAX_EVENT_LINE_BYTES: Final = 1 << 20
+#: The longest reply head read from a session's side (the runtime's heads are a few hundred bytes).
+MAX_HEAD_BYTES: Final = 64 << 10
+_MAX_CHUNK_LINE: Final = 4096
 
 
 def header_lines(host: str, port: int | None, headers: Mapping[str, str]) -> bytes:
@@ -84,7 +95,11 @@ def refusal(status: int, text: str, name: str) -> Exception:
 class ReplyParser:
     """An HTTP/1.1 reply, fed as it arrives: ``status`` and ``headers`` once the head is in,
     then each :meth:`feed` returns the body's next pieces (Content-Length or chunked);
-    ``done`` once the body ended."""
+    ``done`` once the body ended.
+
+    The session's side is not trusted to speak HTTP: a head past :data:`MAX_HEAD_BYTES`, a chunk
+    line past 4 KiB, or a status, length or chunk size that is not one is a SandboxError, never
+    a buffer that grows or a ValueError from deep inside."""
 
     def __init__(self) -> None:
         self.status: int | None = None
@@ -100,6 +115,8 @@ class ReplyParser:
         out: list[bytes] = []
         while not self.done and self._step(out):
             pass
+        if not self.done and len(self._buf) > (MAX_HEAD_BYTES if self._state == "head" else _MAX_CHUNK_LINE):
+            raise _malformed(f"a line over {len(self._buf)} bytes long is still open")  # it waits for a line
         return [piece for piece in out if piece]
 
     def _step(self, out: list[bytes]) -> bool:
@@ -115,7 +132,7 @@ class ReplyParser:
             end = self._buf.find(b"\r\n")
             if end < 0:
                 return False
-            self._left = int(self._buf[:end].split(b";")[0].strip() or b"0", 16)
+            self._left = _number(self._buf[:end].split(b";")[0].strip() or b"0", 16, "chunk size")
             self._buf = self._buf[end + 2 :]
             self._state = "data" if self._left else "trailer"
             return True
@@ -143,7 +160,11 @@ class ReplyParser:
 
     def _head(self, text: str) -> None:
         status_line, *header_lines = text.split("\r\n")
-        self.status = int(status_line.split()[1])
+        version, _, rest = status_line.partition(" ")
+        status = _number(rest.partition(" ")[0].encode("latin-1"), 10, "status") if version.startswith("HTTP/1.") else 0
+        if not 100 <= status <= 599:
+            raise _malformed(f"the status line is {status_line[:40]!r}")
+        self.status = status
         for line in header_lines:
             name, _, value = line.partition(":")
             self.headers[name.strip().lower()] = value.strip()
@@ -151,9 +172,21 @@ class ReplyParser:
         if self._chunked:
             self._state = "size"
         else:
-            self._left = int(self.headers.get("content-length") or 0)
+            self._left = _number((self.headers.get("content-length") or "0").encode("latin-1"), 10, "length")
             self._state = "data"
             self.done = self._left == 0
+
+
+def _number(text: bytes, base: int, what: str) -> int:
+    """A non-negative number of at most 16 digits (``int`` alone takes signs, spaces and ``_``)."""
+    digits = b"0123456789abcdefABCDEF"[: 10 if base == 10 else 22]
+    if not text or len(text) > 16 or text.strip(digits):
+        raise _malformed(f"the {what} is {text[:20]!r}")
+    return int(text, base)
+
+
+def _malformed(what: str) -> errors.SandboxError:
+    return errors.SandboxError(f"the sandbox sent a malformed reply: {what}")
 
 
 class LineSplitter:

@@ -84,6 +84,7 @@ class SocketLink:
 
         Raises:
             Refused: the runtime answered other than 2xx. LinkError: the socket failed.
+            SandboxError: the answer is not HTTP, or not bounded as the runtime's are.
         """
         reader, writer = await self._connect()
         done, reached = False, False
@@ -107,7 +108,7 @@ class SocketLink:
                 for piece in parser.feed(await _read(reader)):
                     yield piece
             done = parser.headers.get("connection", "").lower() != "close"
-        except (OSError, ValueError, IndexError) as exc:  # a reply that is not HTTP: the runtime is not speaking
+        except OSError as exc:  # a reply that is not HTTP is the parser's SandboxError, as it is
             raise LinkError(exc, reached=reached) from None
         finally:
             if done and len(self._idle) < _KEEP_IDLE:

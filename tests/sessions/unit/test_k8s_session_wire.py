@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,30 @@ def test_header_lines_bracket_an_ipv6_host_and_refuse_a_line_break_in_any_value(
     for bad in ("t\r\nX-Evil: 1", "t\nx", "t\rx"):
         with pytest.raises(errors.ConfigError, match="line break"):
             replies.header_lines("h", 1, {"Authorization": f"Bearer {bad}"})
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "status line is 'SSH-2.0-OpenSSH'"),
+        (b"HTTP/1.1 OK 200\r\n\r\n", "status is b'OK'"),
+        (b"HTTP/1.1 99 Low\r\n\r\n", "status line is"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "length is b'-1'"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1_000\r\n\r\n", "length is b'1_000'"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", "length is"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+5\r\n", "chunk size is b'+5'"),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"a" * replies.MAX_HEAD_BYTES, "a line over"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0" * 5000, "a line over"),
+    ],
+)
+def test_a_reply_that_is_not_http_or_never_ends_its_head_is_the_sandboxs_failure(reply: bytes, said: str) -> None:
+    """Cut anywhere, a malformed reply is one SandboxError, never a ValueError or a growing buffer."""
+    for cut in (1, 7, len(reply)):
+        with pytest.raises(errors.SandboxError, match=f"malformed reply: .*{re.escape(said)}"):
+            _feed_in_pieces(reply, cut)
+
+
+def _feed_in_pieces(reply: bytes, size: int) -> None:
+    parser = replies.ReplyParser()
+    for i in range(0, len(reply), size):
+        parser.feed(reply[i : i + size])
