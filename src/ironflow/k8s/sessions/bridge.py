@@ -6,8 +6,11 @@ socket (no file: nothing is left on disk when this process is SIGKILLed) that ad
 this process's own user (``SO_PEERCRED``, before anything else) and then only its own bearer
 token, so the session handle (:class:`~ironflow.sessions.client.AsyncSandbox`) and ``ironflow
 sandbox serve``'s router talk to it exactly as to a local session. Each request becomes one
-``pods/exec`` of the runtime itself (:mod:`ironflow.k8s.sessions.wire`): the pod does the path
-checks, the tar filters, the limits and the process-group kill, never this host.
+``pods/exec`` of the runtime itself (:mod:`ironflow.k8s.sessions.runtime_exec`): the pod does the
+path checks, the tar filters, the limits and the process-group kill, never this host. The pod is
+the agent's, so what it answers is checked here: a reply that is not HTTP, an event line that is
+no event or longer than any the runtime sends, or output past the runtime's own cap fails the
+command (its process group killed), never a buffer that grows or a waiter left waiting.
 
 Commands are held here: a command's exec lasts as long as the command, its events are kept
 (bounded by the runtime's output cap) for a later wait, a kill or a signal is one more exec to
@@ -22,32 +25,31 @@ import asyncio
 import contextlib
 import hmac
 import json
-import logging
 import os
 import secrets
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 from aiohttp import web
 
 from ironflow import errors
-from ironflow.k8s.sessions import wire
-from ironflow.kube import api as kube
-from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.k8s.sessions import runtime_exec, wire
 from ironflow.secrets import Secret
+from ironflow.sessions import replies
 
-__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "Bridge", "PodRuntime"]
+__all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "Bridge"]
 
-log = logging.getLogger("ironflow.k8s")
 
 #: The largest request body (an upload, a tar stream in): exec sends stdin whole, so it is held.
 DEFAULT_MAX_UPLOAD_BYTES: Final = 256 << 20
-_MAX_OUTPUT_BYTES: Final = 16 << 20
-#: What KubeApi.exec keeps of a reply besides streaming it (only the stderr of a failed boot matters).
-_KEEP_BYTES: Final = 64 << 10
+#: The most output text a command's events hold: the runtime's cap on each of stdout and stderr,
+#: and its notices. A runtime sending more is not the runtime: its command fails.
+_MAX_KEPT_CHARS: Final = 2 * runtime_exec.MAX_OUTPUT_BYTES + 4096
+#: The most of an error answer's body read for its message.
+_MAX_ERROR_BYTES: Final = 64 << 10
 _EXT: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
@@ -55,142 +57,10 @@ _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
 _MAX_PENDING: Final = 2 << 20
 
 
-def _bundle() -> tuple[bytes, tuple[int, ...]]:
-    """The runtime's files, as the boot line reads them from stdin."""
-    folder = os.path.dirname(SERVER_PATH)
-    parts = []
-    for name in wire.RUNTIME_FILES:
-        with open(os.path.join(folder, name), "rb") as f:
-            parts.append(f.read())
-    return b"".join(parts), tuple(len(p) for p in parts)
-
-
-class PodRuntime:
-    """Runtime requests to one pod, each one exec; the pod's answer streams to a callback."""
-
-    def __init__(
-        self,
-        api: kube.KubeApi,
-        namespace: str,
-        pod: str,
-        container: str,
-        *,
-        max_upload_bytes: int,
-        python: str,
-        workspace: str = ".",
-    ) -> None:
-        self.api, self.namespace, self.pod, self.container = api, namespace, pod, container
-        self.python = python
-        self._bundle, sizes = _bundle()
-        self._command = wire.runtime_command(
-            sizes, max_upload_bytes=max_upload_bytes, max_output_bytes=_MAX_OUTPUT_BYTES, python=python,
-            workspace=workspace,
-        )  # fmt: skip
-
-    async def request(
-        self,
-        method: str,
-        target: str,
-        body: bytes,
-        sink: Callable[[bytes], None],
-        *,
-        content_type: str | None = None,
-        more: AsyncIterator[bytes] | None = None,
-    ) -> kube.ExecResult:
-        """Send one request, then ``more`` as it comes (a command's controls); ``sink`` gets the
-        reply's bytes as they come.
-
-        Raises:
-            KubernetesError: the exec failed (``KubeNotFound``: the pod is gone).
-        """
-        nonce = secrets.token_hex(8)
-        stdin = self._bundle + wire.render_request(nonce, method, target, body, content_type=content_type)
-
-        def on_output(channel: int, chunk: bytes) -> None:
-            if channel == 1:
-                sink(chunk)
-
-        return await self.api.exec(
-            self.namespace,
-            self.pod,
-            self._command,
-            container=self.container,
-            stdin=stdin,
-            max_output_bytes=_KEEP_BYTES,
-            on_output=on_output,
-            more_stdin=more,
-        )
-
-    async def kill_group(self, pid: int, signal_number: int = 9) -> None:
-        """Signal (SIGKILL unless told) a command's process group in the pod; a pod already gone is no error."""
-        with contextlib.suppress(errors.KubernetesError, ValueError):
-            command = wire.kill_command(pid, python=self.python, signal_number=signal_number)
-            await self.api.exec(self.namespace, self.pod, command, container=self.container)
-
-
-class _Reply:
-    """One runtime request in flight: its reply's head and body pieces, in order."""
-
-    def __init__(self, runtime: PodRuntime, session_id: str) -> None:
-        self.runtime, self.session_id = runtime, session_id
-        self.parser = wire.ReplyParser()
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.failure: str | None = None
-        self.task: asyncio.Task[None] | None = None
-        self._first: list[bytes] = []
-
-    def start(
-        self, method: str, target: str, body: bytes, content_type: str | None, more: AsyncIterator[bytes] | None = None
-    ) -> None:
-        async def run() -> None:
-            try:
-                result = await self.runtime.request(
-                    method, target, body, self.queue.put_nowait, content_type=content_type, more=more
-                )
-                if self.parser.status is None and result.exit_code != 0:
-                    said = errors.truncate(result.stderr.decode(errors="replace").strip(), 300)
-                    self.failure = f"the session pod could not run the runtime (is python3 in its image?): {said}"
-            except errors.KubeNotFound:
-                self.failure = f"Could not connect to the backend sandbox: {self.session_id}"
-            except errors.KubernetesError as exc:
-                self.failure = f"the session pod did not answer: {exc}"
-            finally:
-                self.queue.put_nowait(None)
-
-        self.task = asyncio.create_task(run())
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        """The body's pieces once the head is in (``parser.status``), to its end."""
-        first, self._first = self._first, []
-        for piece in first:
-            yield piece
-        while not self.parser.done:
-            data = await self.queue.get()
-            if data is None:
-                return
-            for piece in self.parser.feed(data):
-                yield piece
-
-    async def head(self) -> int | None:
-        """Wait for the head: the reply's status, or None when the exec ended without one."""
-        while self.parser.status is None:
-            data = await self.queue.get()
-            if data is None:
-                return None
-            self._first += self.parser.feed(data)
-        return self.parser.status
-
-    async def aclose(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-
 class _Command:
     """A command running in the pod: its events from the start, its pid, its end."""
 
-    def __init__(self, runtime: PodRuntime, session_id: str, spec: dict[str, Any]) -> None:
+    def __init__(self, runtime: runtime_exec.PodRuntime, session_id: str, spec: dict[str, Any]) -> None:
         self.runtime = runtime
         self.events: list[dict[str, Any]] = []
         self.pid: int | None = None
@@ -198,11 +68,12 @@ class _Command:
         self.timed_out = False
         self._changed = asyncio.Event()
         self._pid_known = asyncio.Event()  # set once the first event named it, or the exec ended
-        self._reply = _Reply(runtime, session_id)
+        self._reply = runtime_exec.Reply(runtime, session_id)
         self.pty = bool(spec.get("pty"))
         wants = self.pty or bool(spec.get("keep_stdin"))  # controls, on its exec's stdin past the request
         self.frames: asyncio.Queue[bytes | None] | None = asyncio.Queue() if wants else None
         self.pending = 0
+        self._kept = 0  # characters of output in the events
         body = json.dumps({**spec, "background": False}).encode()
         more = None if self.frames is None else self._controls(self.frames)
         self._reply.start("POST", _EXT, body, "application/json", more)
@@ -236,28 +107,55 @@ class _Command:
         self._changed = asyncio.Event()
 
     async def _collect(self) -> None:
-        lines = wire.LineSplitter()
         try:
-            status = await self._reply.head()
-            if status is not None and status != 200:
-                message = "".join([(p.decode(errors="replace")) async for p in self._reply.pieces()])
-                self._fail(_message_of(message))
-                return
-            async for piece in self._reply.pieces():
-                for line in lines.feed(piece):
-                    event = json.loads(line)
-                    if "id" in event:
-                        self.pid = event.get("pid")
-                        self._pid_known.set()
-                    else:
-                        self._push(event)
-            if not self.finished:
-                self._fail(self._reply.failure or "the command's stream ended without its exit")
+            await self._read_reply()
+        except errors.SandboxError as exc:  # the pod's runtime is not trusted to answer as it must
+            self._fail(str(exc))
+            if self.pid is not None:
+                await self.runtime.kill_group(self.pid)
         finally:
             self._pid_known.set()
             if self.frames is not None:
                 self.frames.put_nowait(None)
             await self._reply.aclose()
+
+    async def _read_reply(self) -> None:
+        status = await self._reply.head()
+        if status is not None and status != 200:
+            self._fail(errors.truncate(_message_of(await self._reply.text(_MAX_ERROR_BYTES)), 500))
+            return
+        lines = replies.LineSplitter(replies.MAX_EVENT_LINE_BYTES)
+        async for piece in self._reply.pieces():
+            for line in lines.feed(piece):
+                self._take(line)
+        if not self.finished:
+            self._fail(self._reply.failure or "the command's stream ended without its exit")
+
+    def _take(self, line: bytes) -> None:
+        """One event line from the pod's runtime, checked and rebuilt: only what an event holds goes on.
+
+        Raises: SandboxError: the line is no event, or the output passed the runtime's own cap."""
+        try:
+            event = replies.command_event(line)
+            first = json.loads(line) if event is None and not self._pid_known.is_set() else {}
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise errors.SandboxError(f"the session pod sent a malformed command event: {type(exc).__name__}") from None
+        if event is None:
+            if "id" in first:  # the stream's first line names the process group a kill signals
+                pid = first.get("pid")
+                self.pid = pid if type(pid) is int and pid > 1 else None
+                self._pid_known.set()
+            return
+        kind, value, timed_out = event
+        if kind == "exit":
+            self._push({"exit_code": value, "timed_out": timed_out})
+            return
+        self._kept += len(str(value))
+        if self._kept > _MAX_KEPT_CHARS:
+            raise errors.SandboxError(
+                f"the session pod sent more output than its cap ({runtime_exec.MAX_OUTPUT_BYTES} bytes)"
+            )
+        self._push({kind: value})
 
     def _fail(self, message: str) -> None:
         self._push({"stderr": f"ironflow: {message}\n"})
@@ -330,7 +228,7 @@ class Bridge:
 
     def __init__(
         self,
-        runtime: PodRuntime,
+        runtime: runtime_exec.PodRuntime,
         session_id: str,
         *,
         env: Mapping[str, str],
@@ -396,8 +294,11 @@ class Bridge:
                 return web.json_response({"id": cid, "running": not found.finished, "pty": False})
             if request.method == "POST" and action in ("stdin", "signal", "resize"):
                 return await self._control(request, found, action)
-            timeout = request.query.get("timeout")
-            return await self._stream(request, cid, found, None if timeout is None else float(timeout))
+            try:
+                timeout = float(request.query["timeout"]) if "timeout" in request.query else None
+            except ValueError:
+                return web.json_response({"message": "timeout is a number of seconds"}, status=400)
+            return await self._stream(request, cid, found, timeout)
         return await self._relay(request)
 
     async def _control(self, request: web.Request, command: _Command, action: str) -> web.Response:
@@ -477,10 +378,13 @@ class Bridge:
         body = await self._body(request)
         if body is None:
             return self._too_large()
-        reply = _Reply(self.runtime, self.session_id)
+        reply = runtime_exec.Reply(self.runtime, self.session_id)
         reply.start(request.method, request.raw_path, body, request.headers.get("Content-Type"))
         try:
-            status = await reply.head()
+            try:
+                status = await reply.head()
+            except errors.SandboxError as exc:  # past the head, the answer breaks off with the error
+                return web.json_response({"message": str(exc)}, status=502)
             if status is None:
                 await reply.aclose()
                 message = reply.failure or f"Could not connect to the backend sandbox: {self.session_id}"

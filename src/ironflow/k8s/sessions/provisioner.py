@@ -25,7 +25,7 @@ from ironflow.auth_proxy.admin_client import AdminClient
 from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.k8s import pods
-from ironflow.k8s.sessions import bridge, clones, egress_delivery, runtime_link
+from ironflow.k8s.sessions import bridge, clones, egress_delivery, runtime_exec, runtime_link
 from ironflow.k8s.sessions.objects import Found, PodObjects, SessionObjects
 from ironflow.k8s.settings import ProviderSettings
 from ironflow.k8s.workspaces import clone_exec
@@ -149,7 +149,7 @@ class SessionProvisioner:
 
     async def bridge(self, found: Found, *, max_upload_bytes: int, python: str) -> bridge.Bridge:
         """A started bridge to the runtime in the session's pod (each request an exec into it)."""
-        runtime = bridge.PodRuntime(
+        runtime = runtime_exec.PodRuntime(
             await self.client(),
             self.namespace,
             found.pod,

@@ -1,0 +1,80 @@
+"""A Kubernetes session's pod is the agent's: what its runtime answers is not trusted. A reply
+that is not HTTP, a head or an event line that never ends, a line that is no event, or output
+past the runtime's own cap fails the command with one line, at once: never a waiter left
+waiting or a buffer that grows (on the test server and the real kube-apiserver with kwok,
+where each exec runs on this host, so the pod's "python" here is a script that answers as told).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tests.sessions.integration.cases import SessionCase, open_case
+
+from ironflow.k8s.sessions.pod_sessions import K8sSessions
+from ironflow.sessions import OpenOptions
+
+_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _events(*lines: bytes) -> bytes:
+    return _CHUNKED + b"".join(_chunk(line) for line in lines)
+
+
+#: Past any pid_max (2**22): the kill that follows a failure runs on this host, and finds nothing.
+_STARTED = b'{"id": "c1", "pid": 4194305}\n'
+_OUTPUT = b'{"stdout": "' + b"x" * 60000 + b'"}\n'
+
+ANSWERS = {
+    "not HTTP": (b"SSH-2.0-OpenSSH\r\n\r\n", "malformed reply: the status line"),
+    "a head that never ends": (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 200_000, "malformed reply: a line over"),
+    "a chunk size that is none": (_CHUNKED + b"-5\r\n", "malformed reply: the chunk size"),
+    "a line that is no event": (_events(_STARTED, b"not json\n"), "malformed command event: JSONDecodeError"),
+    "an event of the wrong shape": (_events(_STARTED, b'{"exit_code": "zero"}\n'), "malformed command event"),
+    "an event line that never ends": (_events(_STARTED, *[b"y" * 65536] * 20), "an event line over 1048576 bytes"),
+    "output past the runtime's cap": (_events(_STARTED, *[_OUTPUT] * 600), "more output than its cap"),
+}
+
+
+@pytest.fixture(params=["k8s-test-server", "k8s-real-apiserver"])
+async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionCase]:
+    async with open_case(request, request.param, tmp_path) as opened:
+        yield opened
+
+
+def _pod_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A "python" for the pod that runs the real one until ``answer`` exists, then answers each
+    runtime request (more words than a kill's six) with its bytes."""
+    answer = tmp_path / "answer"
+    script = tmp_path / "pod-python"
+    script.write_text(
+        f'#!/bin/sh\nif [ $# -gt 6 ] && [ -e "{answer}" ]; then exec cat "{answer}"; fi\nexec python3 "$@"\n'
+    )
+    script.chmod(0o755)
+    return script, answer
+
+
+@pytest.mark.parametrize("answer", ANSWERS.values(), ids=list(ANSWERS))
+async def test_a_command_the_pod_answers_wrongly_fails_with_one_line(
+    case: SessionCase, tmp_path: Path, answer: tuple[bytes, str]
+) -> None:
+    sent, said = answer
+    python, answer_file = _pod_python(tmp_path)
+    assert isinstance(case.sessions, K8sSessions)
+    sessions = K8sSessions(case.sessions.settings, api=case.api, python=str(python))
+    async with sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        assert (await sandbox.commands.run(["echo", "honest"])).stdout == "honest\n"
+        answer_file.write_bytes(sent)
+        result = await sandbox.commands.run(["echo", "hi"], timeout=60)
+        assert result.exit_code == 1
+        assert said in result.stderr
+        assert result.stderr.startswith("ironflow: ")
+        assert result.stderr.count("\n") == 1
+        answer_file.unlink()
+        assert (await sandbox.commands.run(["echo", "again"])).stdout == "again\n"
