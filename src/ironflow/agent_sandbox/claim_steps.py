@@ -34,7 +34,7 @@ from ironflow.egress import variables
 from ironflow.k8s import environments, pod_wait, pods, reaper
 from ironflow.k8s import step_manifests as pod_manifests
 from ironflow.kube import api as kube
-from ironflow.kube import connections, informer, pod_problems, pod_status
+from ironflow.kube import connections, informer, pod_problems, pod_status, reading
 from ironflow.provider import LogSink
 from ironflow.secrets import Secret
 from ironflow.workspaces import frames
@@ -390,22 +390,21 @@ class ClaimStepRunner:
 
 
 class _LineSplitter:
-    """Hands output to a sink line by line as the exec streams it (stream 1 stdout, 2 stderr)."""
+    """Hands output to a sink line by line as the exec streams it (stream 1 stdout, 2 stderr); a
+    line past a pod log's bound is cut there, as a followed log's is: the agent writes what it likes."""
 
     def __init__(self, sink: LogSink) -> None:
         self.sink = sink
-        self.pending = {1: b"", 2: b""}
+        self.cutters = {stream: reading.LineCutter(reading.MAX_LOG_LINE_BYTES) for stream in _STREAMS}
 
     def feed(self, stream: int, chunk: bytes) -> None:
-        *complete, self.pending[stream] = (self.pending[stream] + chunk).split(b"\n")
-        for line in complete:
+        for line in self.cutters[stream].feed(chunk):
             self.sink.log(_STREAMS[stream], line.decode(errors="replace"))
 
     def flush(self) -> None:
-        for stream, rest in self.pending.items():
-            if rest:
-                self.sink.log(_STREAMS[stream], rest.decode(errors="replace"))
-        self.pending = {1: b"", 2: b""}
+        for stream, cutter in self.cutters.items():
+            for line in cutter.end():
+                self.sink.log(_STREAMS[stream], line.decode(errors="replace"))
 
 
 _STREAMS = {1: "stdout", 2: "stderr"}

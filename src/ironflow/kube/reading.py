@@ -14,7 +14,7 @@ import aiohttp
 
 from ironflow.kube import responses
 
-__all__ = ["MAX_LOG_LINE_BYTES", "lines", "read_all", "release_stream"]
+__all__ = ["MAX_LOG_LINE_BYTES", "LineCutter", "lines", "read_all", "release_stream"]
 
 #: The longest line of a followed pod log given whole (a step's stream-json result line is far shorter).
 MAX_LOG_LINE_BYTES: Final = 16 << 20
@@ -49,32 +49,53 @@ def release_stream(resp: aiohttp.ClientResponse) -> None:
     resp.release()
 
 
+class LineCutter:
+    """Lines out of pieces that cut them anywhere (pure). With ``max_line`` (what a pod writes is
+    its own), a longer line's first ``max_line`` bytes: the rest of it is dropped as it comes,
+    never held."""
+
+    def __init__(self, max_line: int | None = None) -> None:
+        self._buffer = bytearray()
+        self._max = max_line
+        self._dropping = False  # past max_line in the current line: its bytes go until its newline
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` ends (without the newline, or a CR before it)."""
+        out: list[bytes] = []
+        start = len(self._buffer)
+        self._buffer += chunk
+        while (cut := self._buffer.find(b"\n", start)) >= 0:
+            line = bytes(self._buffer[: cut if self._max is None else min(cut, self._max)])
+            del self._buffer[: cut + 1]
+            start = 0
+            if not self._dropping:
+                out.append(line.rstrip(b"\r"))
+            self._dropping = False
+        if self._max is not None and len(self._buffer) > self._max:
+            if not self._dropping:
+                out.append(bytes(self._buffer[: self._max]))
+            self._dropping = True
+            self._buffer.clear()
+        return out
+
+    def end(self) -> list[bytes]:
+        """The last line, when the body ended without its newline."""
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        return [rest] if rest and not self._dropping else []
+
+
 async def lines(resp: aiohttp.ClientResponse, what: str, *, max_line: int | None = None) -> AsyncIterator[bytes]:
     """Split a streamed body into lines of any length (aiohttp's readline caps line length), or,
-    with ``max_line`` (a pod's log: the pod writes what it likes), a longer line's first
-    ``max_line`` bytes: the rest of it is dropped as it comes, never held."""
-    buffer = bytearray()
-    dropping = False  # past max_line in the current line: its bytes go until its newline
+    with ``max_line`` (a pod's log: the pod writes what it likes), cut as :class:`LineCutter` does."""
+    cutter = LineCutter(max_line)
     try:
         while True:
             chunk = await resp.content.readany()
             if not chunk:
                 break
-            start = len(buffer)
-            buffer += chunk
-            while (cut := buffer.find(b"\n", start)) >= 0:
-                line = bytes(buffer[: cut if max_line is None else min(cut, max_line)])
-                del buffer[: cut + 1]
-                start = 0
-                if not dropping:
-                    yield line.rstrip(b"\r")
-                dropping = False
-            if max_line is not None and len(buffer) > max_line:
-                if not dropping:
-                    yield bytes(buffer[:max_line])
-                dropping = True
-                buffer.clear()
+            for line in cutter.feed(chunk):
+                yield line
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise responses.error_for_status(0, what, message="stream interrupted" + responses.short(exc)) from exc
-    if buffer and not dropping:
-        yield bytes(buffer)
+    for line in cutter.end():
+        yield line

@@ -36,6 +36,7 @@ from ironflow.fake_model.server import FakeAnthropic
 from ironflow.k8s.pod_provider import K8sEphemeralProvider
 from ironflow.k8s.step_runs import StepRunner
 from ironflow.kube import api as k8s
+from ironflow.kube import reading
 from ironflow.steps import AgentConfig, PermissionMode
 from ironflow.testing import find_leaks
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
@@ -589,6 +590,22 @@ async def test_invoke_with_logs_runs_verbose_and_hands_every_line_to_the_sink(en
     assert result.text
     assert "--output-format stream-json --verbose" in (env.home / "args").read_text()
     assert [line for _, line in sink.lines] == stream.splitlines()
+
+
+async def test_a_line_past_a_pod_logs_bound_reaches_the_sink_cut_there(env: Env) -> None:
+    """The agent writes what it likes: a line of 20 MiB reaches the sink as its first 16 MiB (as
+    a followed pod log's does), never held whole, and the lines after it come as they are."""
+    stream = (FIXTURES / "stream_text.out").read_text()
+    (env.home / "out.json").write_text(stream)
+    script = f"head -c {20 << 20} /dev/zero | tr '\\0' a; echo; echo after; cat '{env.home}/out.json'"
+    env.claude.write_text(f"#!/bin/sh\n{script}\n")
+    p = env.provider(replicas=0)
+    await env.apply_template(p)
+    sink = Lines()
+    await p.runner(api=env.api, worker_env={}).run(AgentConfig("hi").scoped(RUN, "long"), logs=sink)
+    first, *rest = [line for _, line in sink.lines]
+    assert first == "a" * reading.MAX_LOG_LINE_BYTES
+    assert rest == ["after", *stream.splitlines()]
 
 
 async def test_periodic_reaper_deletes_expired_claims_and_stops(env: Env) -> None:
