@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",
+    "MAX_JSON_BYTES",
     "AsyncCommands",
     "AsyncFiles",
     "AsyncSandbox",
@@ -41,6 +42,8 @@ __all__ = [
 
 #: The most a directory copy (tar stream) may hold, either way, unless the caller says otherwise.
 DEFAULT_MAX_TREE_BYTES: Final = 1 << 30
+#: The largest JSON answer read from a session (a listing of some hundred thousand entries).
+MAX_JSON_BYTES: Final = 64 << 20
 _EXT: Final = "/ironflow/v1"
 _CHUNK: Final = 65536
 
@@ -74,6 +77,19 @@ def _link_body(kwargs: Mapping[str, Any]) -> _Body | None:
 
 def _quote(path: str) -> str:
     return urllib.parse.quote(path, safe="")
+
+
+async def _at_most(pieces: AsyncIterator[bytes], limit: int, *, cut: bool = False) -> bytes | None:
+    """An answer's pieces joined; past ``limit`` bytes None (``cut``: its first ``limit`` bytes),
+    read no further: a session's side is not trusted to bound what it sends."""
+    parts: list[bytes] = []
+    size = 0
+    async for piece in pieces:
+        parts.append(piece)
+        size += len(piece)
+        if size > limit:
+            return b"".join(parts)[:limit] if cut else None
+    return b"".join(parts)
 
 
 def _event(line: bytes) -> CommandEvent | None:
@@ -165,9 +181,13 @@ class RuntimeClient:
             raise errors.SandboxError(f"{self._name} could not be reached: {type(exc).__name__}: {exc}") from None
         if response.status < 300:
             return response
-        text = (await response.text(errors="replace"))[:500]
-        response.release()
-        raise self._refusal(response.status, text)
+        said: bytes | None = None
+        try:
+            with contextlib.suppress(aiohttp.ClientError):  # a refusal broken off is still the refusal
+                said = await _at_most(response.content.iter_chunked(_CHUNK), replies.MAX_ERROR_BYTES, cut=True)
+        finally:
+            response.release()
+        raise self._refusal(response.status, (said or b"").decode(errors="replace")[:500])
 
     def _refusal(self, status: int, text: str) -> Exception:
         return replies.refusal(status, text, self._name)
@@ -190,9 +210,12 @@ class RuntimeClient:
             response = await self.request(method, path, **kwargs)
             async with response:
                 with self.answer():
-                    return await response.json(content_type=None)
-        async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
-            data = b"".join([piece async for piece in pieces])
+                    data = await _at_most(response.content.iter_chunked(_CHUNK), MAX_JSON_BYTES)
+        else:
+            async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
+                data = await _at_most(pieces, MAX_JSON_BYTES)
+        if data is None:
+            raise errors.SandboxError(f"{self._name} answered with JSON over {MAX_JSON_BYTES} bytes")
         try:
             return json.loads(data) if data.strip() else None
         except ValueError:
@@ -262,11 +285,16 @@ class AsyncFiles:
         doc = await self._client.json("PUT", f"{_EXT}/files/{_quote(path)}?mkdir=1", data=body)
         return int(doc["size"])
 
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> bytes:
+        """A whole file, held in memory: the sandbox's side says how big, so past ``max_bytes`` it is
+        a ConfigError (:meth:`read_to` streams a file of any size)."""
         response = await self._client.request("GET", f"/download/{_quote(path)}")
         async with response:
             with self._client.answer():
-                return await response.read()
+                data = await _at_most(response.content.iter_chunked(_CHUNK), max_bytes)
+        if data is None:
+            raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit (read_to streams it)")
+        return data
 
     async def read_to(self, path: str, dest: BinaryIO) -> int:
         """Stream a file into ``dest`` (a binary file object); returns its size."""

@@ -32,7 +32,6 @@ _CHUNK: Final = 65536
 #: Seconds a connect may take (the server answers at once or not at all).
 _CONNECT_TIMEOUT_S: Final = 30.0
 #: The most of an error answer's body read.
-_MAX_ERROR_BYTES: Final = 65536
 
 #: Where a piece of output goes: ``(stream, text)``, stream "stdout" or "stderr".
 OnOutput = Callable[[str, str], object]
@@ -76,9 +75,9 @@ class _Call:
             while parser.status is None:
                 pieces += parser.feed(self.read(sock))
             if parser.status >= 300:
-                while not parser.done and sum(map(len, pieces)) < _MAX_ERROR_BYTES:
+                while not parser.done and sum(map(len, pieces)) < replies.MAX_ERROR_BYTES:
                     pieces += parser.feed(self.read(sock))
-                text = b"".join(pieces)[:_MAX_ERROR_BYTES].decode(errors="replace")[:500]
+                text = b"".join(pieces)[: replies.MAX_ERROR_BYTES].decode(errors="replace")[:500]
                 raise replies.refusal(parser.status, text, self._name)
         except BaseException:
             sock.close()

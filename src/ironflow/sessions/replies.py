@@ -18,6 +18,7 @@ from ironflow import errors
 from ironflow.sessions.ids import SessionNotFound
 
 __all__ = [
+    "MAX_ERROR_BYTES",
     "MAX_EVENT_LINE_BYTES",
     "MAX_HEAD_BYTES",
     "LineSplitter",
@@ -32,6 +33,8 @@ Event = tuple[str, str | int, bool]
 #: The longest event line a client reads from a session: the runtime sends at most 64 KiB of output
 #: per event (JSON-escaped, six times that at worst); anything longer is not the runtime speaking.
 MAX_EVENT_LINE_BYTES: Final = 1 << 20
+#: The most of an error answer's body read for its message (only its first 500 characters are said).
+MAX_ERROR_BYTES: Final = 64 << 10
 #: The longest reply head read from a session's side (the runtime's heads are a few hundred bytes).
 MAX_HEAD_BYTES: Final = 64 << 10
 _MAX_CHUNK_LINE: Final = 4096

@@ -24,7 +24,6 @@ _CHUNK: Final = 65536
 #: Idle connections kept for the next stream; more are closed once their answer is read.
 _KEEP_IDLE: Final = 8
 #: The most of an error answer's body read (its message is cut to 500 characters anyway).
-_MAX_ERROR_BYTES: Final = 65536
 #: Seconds a TCP connect may take (a unix socket answers at once or not at all).
 _CONNECT_TIMEOUT_S: Final = 30.0
 
@@ -98,10 +97,10 @@ class SocketLink:
                 reached = True
             if parser.status >= 300:
                 size = sum(map(len, pieces))
-                while not parser.done and size < _MAX_ERROR_BYTES:
+                while not parser.done and size < replies.MAX_ERROR_BYTES:
                     pieces += (more := parser.feed(await _read(reader)))
                     size += sum(map(len, more))
-                raise Refused(parser.status, b"".join(pieces)[:_MAX_ERROR_BYTES])
+                raise Refused(parser.status, b"".join(pieces)[: replies.MAX_ERROR_BYTES])
             for piece in pieces:
                 yield piece
             while not parser.done:

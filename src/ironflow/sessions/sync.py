@@ -184,8 +184,8 @@ class Files:
     def write(self, path: str, data: bytes | str | BinaryIO) -> int:
         return self._loop.run(self._files.write(path, data))
 
-    def read(self, path: str) -> bytes:
-        return self._loop.run(self._files.read(path))
+    def read(self, path: str, *, max_bytes: int = DEFAULT_MAX_TREE_BYTES) -> bytes:
+        return self._loop.run(self._files.read(path, max_bytes=max_bytes))
 
     def read_to(self, path: str, dest: BinaryIO) -> int:
         return self._loop.run(self._files.read_to(path, dest))

@@ -1,20 +1,23 @@
 """A Kubernetes session's pod is the agent's: what its runtime answers is not trusted. A reply
 that is not HTTP, a head or an event line that never ends, a line that is no event, or output
-past the runtime's own cap fails the command with one line, at once: never a waiter left
-waiting or a buffer that grows (on the test server and the real kube-apiserver with kwok,
-where each exec runs on this host, so the pod's "python" here is a script that answers as told).
+past the runtime's own cap fails the command with one line, at once, and a file or a JSON
+answer read whole stops at its bound: never a waiter left waiting or a buffer that grows. On
+the test server and the real kube-apiserver with kwok, where each exec runs on this host, so
+the pod's "python" here is a script that answers as told.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.sessions.integration.cases import SessionCase, open_case
 
+from ironflow import errors
 from ironflow.k8s.sessions.pod_sessions import K8sSessions
-from ironflow.sessions import OpenOptions
+from ironflow.sessions import OpenOptions, client
 
 _CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -78,3 +81,25 @@ async def test_a_command_the_pod_answers_wrongly_fails_with_one_line(
         assert result.stderr.count("\n") == 1
         answer_file.unlink()
         assert (await sandbox.commands.run(["echo", "again"])).stdout == "again\n"
+
+
+async def test_an_answer_past_its_bound_is_refused_not_held(
+    case: SessionCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file read whole stops at ``max_bytes`` (ConfigError), a JSON answer at its own bound."""
+    python, answer_file = _pod_python(tmp_path)
+    assert isinstance(case.sessions, K8sSessions)
+    sessions = K8sSessions(case.sessions.settings, api=case.api, python=str(python))
+    async with sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        await sandbox.files.write("f", b"x" * 5000)
+        with pytest.raises(errors.ConfigError, match="'f' is over the 1000 byte limit"):
+            await sandbox.files.read("f", max_bytes=1000)
+        assert await sandbox.files.read("f", max_bytes=5000) == b"x" * 5000
+        monkeypatch.setattr(client, "MAX_JSON_BYTES", 4096)
+        entries = json.dumps([{"name": "n" * 100, "size": 1, "type": "file", "mod_time": 0}] * 100).encode()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(entries)
+        answer_file.write_bytes(head + entries)
+        with pytest.raises(errors.SandboxError, match="JSON over 4096 bytes"):
+            await sandbox.files.list(".")
+        answer_file.unlink()
+        assert [e.name for e in await sandbox.files.list(".")] == ["f"]

@@ -48,8 +48,6 @@ DEFAULT_MAX_UPLOAD_BYTES: Final = 256 << 20
 #: The most output text a command's events hold: the runtime's cap on each of stdout and stderr,
 #: and its notices. A runtime sending more is not the runtime: its command fails.
 _MAX_KEPT_CHARS: Final = 2 * runtime_exec.MAX_OUTPUT_BYTES + 4096
-#: The most of an error answer's body read for its message.
-_MAX_ERROR_BYTES: Final = 64 << 10
 _EXT: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
@@ -122,7 +120,7 @@ class _Command:
     async def _read_reply(self) -> None:
         status = await self._reply.head()
         if status is not None and status != 200:
-            self._fail(errors.truncate(_message_of(await self._reply.text(_MAX_ERROR_BYTES)), 500))
+            self._fail(errors.truncate(_message_of(await self._reply.text(replies.MAX_ERROR_BYTES)), 500))
             return
         lines = replies.LineSplitter(replies.MAX_EVENT_LINE_BYTES)
         async for piece in self._reply.pieces():
