@@ -145,9 +145,9 @@ class Watch:
         self.dirs[wd] = (rel, (st.st_dev, st.st_ino))
         return True
 
-    def add_tree(self, rel: str, *, refuse: bool = False) -> None:
+    def add_tree(self, rel: str, *, refuse: bool = False) -> str | None:
         """Watch every directory under ``rel`` (no symlink followed); past the limit, a 400 at the
-        start (``refuse``), an overflow event naming the first one left out later."""
+        start (``refuse``), else the first one left out (for an overflow event)."""
         for path, subdirs, _files in os.walk(os.path.join(self.base, rel) if rel else self.base):
             for sub in subdirs:
                 sub_rel = os.path.relpath(os.path.join(path, sub), self.base)
@@ -158,7 +158,8 @@ class Watch:
                 if not added and refuse:
                     raise HttpError(400, f"more than {self.max_watches} directories to watch: watch a smaller tree")
                 if not added:
-                    return self.push({"type": "overflow", "dropped": 0, "name": sub_rel}, ())
+                    return sub_rel
+        return None
 
     def current(self, wd: int) -> str | None:
         """The path of ``wd``'s directory from the root, if it is still there by that path, no symlink
@@ -263,14 +264,15 @@ class Watch:
         self.push({"type": "rename", "name": rel, "old_name": old, "is_dir": is_dir}, (parent, old_parent))
 
     def created(self, rel: str, parent: str, is_dir: bool) -> None:
-        """A new entry (or one moved in); a directory's tree is watched too when recursive."""
-        self.push({"type": "create", "name": rel, "is_dir": is_dir}, (parent,))
+        """A new entry (or one moved in); a directory's tree is watched too when recursive, before
+        its create is said: a client that writes in it once it hears of it has its writes seen."""
+        left_out = None
         if is_dir and self.recursive:
             with contextlib.suppress(OSError):
-                if self.add(rel):
-                    self.add_tree(rel)
-                else:
-                    self.push({"type": "overflow", "dropped": 0, "name": rel}, ())
+                left_out = self.add_tree(rel) if self.add(rel) else rel
+        self.push({"type": "create", "name": rel, "is_dir": is_dir}, (parent,))
+        if left_out is not None:
+            self.push({"type": "overflow", "dropped": 0, "name": left_out}, ())
 
     def moved_out(self) -> None:
         """A move with no second half: it left the tree, a remove (its watches go)."""

@@ -66,6 +66,29 @@ def test_an_event_from_a_directory_swapped_for_a_symlink_is_dropped_and_unwatche
         w.close()
 
 
+def test_a_new_directory_and_its_tree_are_watched_before_its_create_is_said(
+    watch: types.ModuleType, tmp_path: Path
+) -> None:
+    """A client that writes in a directory once it hears of it must have its writes seen: the
+    create went out before the watch was added, and under gVisor a write came in between (CI)."""
+    w = watch.Watch(str(tmp_path), recursive=True, max_events=8)
+    try:
+        (tmp_path / "a" / "deeper").mkdir(parents=True)
+        watched_when_said: list[tuple[str, list[str]]] = []
+        push = w.push
+
+        def said(event: dict[str, object], parents: tuple[str, ...]) -> None:
+            watched_when_said.append((str(event["name"]), sorted(rel for rel, _ in w.dirs.values())))
+            push(event, parents)
+
+        w.push = said
+        root = next(wd for wd, (rel, _) in w.dirs.items() if rel == "")
+        w.one(root, 0x100 | 0x40000000, 0, "a")  # IN_CREATE | IN_ISDIR
+        assert watched_when_said == [("a", ["", "a", "a/deeper"])]
+    finally:
+        w.close()
+
+
 def test_a_slow_client_gets_one_overflow_event_counting_what_was_dropped(
     watch: types.ModuleType, tmp_path: Path
 ) -> None:
