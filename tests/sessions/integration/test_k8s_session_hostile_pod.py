@@ -103,3 +103,18 @@ async def test_an_answer_past_its_bound_is_refused_not_held(
             await sandbox.files.list(".")
         answer_file.unlink()
         assert [e.name for e in await sandbox.files.list(".")] == ["f"]
+
+
+async def test_what_comes_after_a_commands_exit_is_dropped(case: SessionCase, tmp_path: Path) -> None:
+    """Past its exit, a command's answer is whole: a bad line after it changes nothing, and no
+    failure is added to the events a later wait reads."""
+    python, answer_file = _pod_python(tmp_path)
+    assert isinstance(case.sessions, K8sSessions)
+    sessions = K8sSessions(case.sessions.settings, api=case.api, python=str(python))
+    async with sessions, await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        answer_file.write_bytes(_events(_STARTED, b'{"stdout": "hi\\n"}\n', b'{"exit_code": 0}\n', b"not json\n"))
+        job = await sandbox.commands.start(["echo", "hi"])
+        first = await job.wait()
+        again = await job.wait()
+        assert (first.exit_code, first.stdout, first.stderr) == (0, "hi\n", "")
+        assert (again.exit_code, again.stdout, again.stderr) == (0, "hi\n", "")

@@ -108,9 +108,10 @@ class _Command:
         try:
             await self._read_reply()
         except errors.SandboxError as exc:  # the pod's runtime is not trusted to answer as it must
-            self._fail(str(exc))
-            if self.pid is not None:
-                await self.runtime.kill_group(self.pid)
+            if not self.finished:  # past its exit, the command's answer is whole (and its group gone)
+                self._fail(str(exc))
+                if self.pid is not None:
+                    await self.runtime.kill_group(self.pid)
         finally:
             self._pid_known.set()
             if self.frames is not None:
