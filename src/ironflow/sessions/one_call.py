@@ -31,7 +31,6 @@ _COMMANDS: Final = "/ironflow/v1/commands"
 _CHUNK: Final = 65536
 #: Seconds a connect may take (the server answers at once or not at all).
 _CONNECT_TIMEOUT_S: Final = 30.0
-#: The most of an error answer's body read.
 
 #: Where a piece of output goes: ``(stream, text)``, stream "stdout" or "stderr".
 OnOutput = Callable[[str, str], object]

@@ -23,7 +23,6 @@ __all__ = ["LinkError", "Refused", "SocketLink"]
 _CHUNK: Final = 65536
 #: Idle connections kept for the next stream; more are closed once their answer is read.
 _KEEP_IDLE: Final = 8
-#: The most of an error answer's body read (its message is cut to 500 characters anyway).
 #: Seconds a TCP connect may take (a unix socket answers at once or not at all).
 _CONNECT_TIMEOUT_S: Final = 30.0
 
