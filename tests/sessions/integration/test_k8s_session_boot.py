@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ironflow.k8s.sessions import wire
 from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sessions import replies
 
 
 def _bundle() -> tuple[bytes, list[int]]:
@@ -31,7 +32,7 @@ def test_the_boot_line_answers_one_request_from_stdin_in_its_working_directory()
         for target in ("/download/a.txt", "/download/..%2F..%2Fetc%2Fpasswd"):
             stdin = bundle + wire.render_request("nonce1", "GET", target, b"")
             out = subprocess.run(argv, input=stdin, capture_output=True, cwd=work, timeout=30, check=True)
-            parser = wire.ReplyParser()
+            parser = replies.ReplyParser()
             answers.append((parser, b"".join(parser.feed(out.stdout))))
     assert (answers[0][0].status, answers[0][1]) == (200, b"in the workspace")
     assert answers[1][0].status == 403
@@ -44,7 +45,7 @@ def test_a_watch_over_the_exec_bridge_is_a_501_in_one_line() -> None:
     with tempfile.TemporaryDirectory() as work:
         stdin = bundle + wire.render_request("nonce1", "GET", "/ironflow/v1/watch/.", b"")
         out = subprocess.run(argv, input=stdin, capture_output=True, cwd=work, timeout=30, check=True)
-    parser = wire.ReplyParser()
+    parser = replies.ReplyParser()
     body = b"".join(parser.feed(out.stdout))
     assert parser.status == 501
     assert body == b'{"message": "this session\'s runtime has no directory watch"}'

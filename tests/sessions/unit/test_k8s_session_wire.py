@@ -21,8 +21,8 @@ CHUNKED = (
 )
 
 
-def _feed_bytewise(data: bytes) -> tuple[wire.ReplyParser, bytes]:
-    parser = wire.ReplyParser()
+def _feed_bytewise(data: bytes) -> tuple[replies.ReplyParser, bytes]:
+    parser = replies.ReplyParser()
     body = b"".join(piece for i in range(len(data)) for piece in parser.feed(data[i : i + 1]))
     return parser, body
 
@@ -34,18 +34,18 @@ def test_a_chunked_reply_cut_at_every_byte_reads_whole() -> None:
 
 
 def test_a_sized_reply_ends_at_its_length_and_an_empty_one_at_its_head() -> None:
-    parser = wire.ReplyParser()
+    parser = replies.ReplyParser()
     assert parser.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nab") == [b"ab"]
     assert not parser.done
     assert parser.feed(b"cd") == [b"cd"]
     assert parser.done
-    empty = wire.ReplyParser()
+    empty = replies.ReplyParser()
     assert empty.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") == []
     assert empty.done
 
 
 def test_lines_split_across_pieces_come_out_whole() -> None:
-    lines = wire.LineSplitter()
+    lines = replies.LineSplitter()
     assert lines.feed(b'{"a"') == []
     assert lines.feed(b': 1}\n{"b": 2}\n{"c"') == [b'{"a": 1}', b'{"b": 2}']
     assert lines.feed(b": 3}\n") == [b'{"c": 3}']

@@ -19,6 +19,7 @@ from ironflow import errors
 from ironflow.k8s.sessions import wire
 from ironflow.kube import api as kube
 from ironflow.sandbox_runtime import SERVER_PATH
+from ironflow.sessions import replies
 
 __all__ = ["MAX_OUTPUT_BYTES", "PodRuntime", "Reply"]
 
@@ -106,7 +107,7 @@ class Reply:
 
     def __init__(self, runtime: PodRuntime, session_id: str) -> None:
         self.runtime, self.session_id = runtime, session_id
-        self.parser = wire.ReplyParser()
+        self.parser = replies.ReplyParser()
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.failure: str | None = None
         self.task: asyncio.Task[None] | None = None

@@ -4,8 +4,9 @@ Each request to a session's runtime is one exec of :data:`BOOT`, a few lines of 
 read the runtime's own files from stdin (:data:`RUNTIME_FILES`, shipped whole with every
 request: the pod needs ``python3`` and nothing of ironflow), then a nonce line and one HTTP
 request rendered by :func:`render_request`; the runtime writes its HTTP reply on stdout,
-which :class:`ReplyParser` reads piece by piece as the exec's frames arrive, and
-:class:`LineSplitter` cuts a command's reply into its NDJSON events. Never a token, a
+which :class:`~ironflow.sessions.replies.ReplyParser` reads piece by piece as the exec's frames
+arrive, and :class:`~ironflow.sessions.replies.LineSplitter` cuts a command's reply into its NDJSON
+events (shared with the unix socket client). Never a token, a
 credential or a host path in any of it.
 """
 
@@ -25,8 +26,6 @@ __all__ = [
     "RUNTIME_FILES",
     "SIGNALS",
     "Control",
-    "LineSplitter",
-    "ReplyParser",
     "content_type_of",
     "control_frame",
     "kill_command",
@@ -49,9 +48,6 @@ BOOT: Final = (
 )
 #: The signals a client may send by name: the runtime's own list (``terminal.py``'s ``SIGNALS``).
 SIGNALS: Final = ("HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "WINCH")
-#: The reply reader and the event splitter, shared with the unix socket client (:mod:`ironflow.sessions.replies`).
-ReplyParser = replies.ReplyParser
-LineSplitter = replies.LineSplitter
 _MAX_SIDE: Final = 10000
 _KILL: Final = "import os,sys\ntry:\n os.killpg(int(sys.argv[1]),int(sys.argv[2]))\nexcept OSError:\n pass\n"
 
