@@ -79,19 +79,6 @@ def _quote(path: str) -> str:
     return urllib.parse.quote(path, safe="")
 
 
-async def _at_most(pieces: AsyncIterator[bytes], limit: int, *, cut: bool = False) -> bytes | None:
-    """An answer's pieces joined; past ``limit`` bytes None (``cut``: its first ``limit`` bytes),
-    read no further: a session's side is not trusted to bound what it sends."""
-    parts: list[bytes] = []
-    size = 0
-    async for piece in pieces:
-        parts.append(piece)
-        size += len(piece)
-        if size > limit:
-            return b"".join(parts)[:limit] if cut else None
-    return b"".join(parts)
-
-
 def _event(line: bytes) -> CommandEvent | None:
     """One event line; SandboxError when it is not one (the session's side is not trusted)."""
     try:
@@ -184,7 +171,7 @@ class RuntimeClient:
         said: bytes | None = None
         try:
             with contextlib.suppress(aiohttp.ClientError):  # a refusal broken off is still the refusal
-                said = await _at_most(response.content.iter_chunked(_CHUNK), replies.MAX_ERROR_BYTES, cut=True)
+                said = await replies.at_most(response.content.iter_chunked(_CHUNK), replies.MAX_ERROR_BYTES, cut=True)
         finally:
             response.release()
         raise self._refusal(response.status, (said or b"").decode(errors="replace")[:500])
@@ -210,10 +197,10 @@ class RuntimeClient:
             response = await self.request(method, path, **kwargs)
             async with response:
                 with self.answer():
-                    data = await _at_most(response.content.iter_chunked(_CHUNK), MAX_JSON_BYTES)
+                    data = await replies.at_most(response.content.iter_chunked(_CHUNK), MAX_JSON_BYTES)
         else:
             async with contextlib.aclosing(self._pieces(method, path, body)) as pieces:
-                data = await _at_most(pieces, MAX_JSON_BYTES)
+                data = await replies.at_most(pieces, MAX_JSON_BYTES)
         if data is None:
             raise errors.SandboxError(f"{self._name} answered with JSON over {MAX_JSON_BYTES} bytes")
         try:
@@ -291,7 +278,7 @@ class AsyncFiles:
         response = await self._client.request("GET", f"/download/{_quote(path)}")
         async with response:
             with self._client.answer():
-                data = await _at_most(response.content.iter_chunked(_CHUNK), max_bytes)
+                data = await replies.at_most(response.content.iter_chunked(_CHUNK), max_bytes)
         if data is None:
             raise errors.ConfigError(f"'{path}' is over the {max_bytes} byte limit (read_to streams it)")
         return data

@@ -1,6 +1,6 @@
-"""An HTTP/1.1 request's header lines, its reply read piece by piece as it arrives, its NDJSON
-events cut into lines, what a command's event line says, and the error an answer other than 2xx
-means (pure).
+"""An HTTP/1.1 request's header lines, its reply read piece by piece as it arrives (and joined up
+to a bound), its NDJSON events cut into lines, what a command's event line says, and the error
+an answer other than 2xx means (pure).
 
 The client side of a session runtime's answer where no HTTP library reads it: a Kubernetes
 session's exec frames (:mod:`ironflow.k8s.sessions.wire`), a local session's kept-open
@@ -11,7 +11,7 @@ unix socket (:mod:`ironflow.sessions.socket_link`) and a one-shot call
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
 from ironflow import errors
@@ -23,6 +23,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "LineSplitter",
     "ReplyParser",
+    "at_most",
     "command_event",
     "header_lines",
     "refusal",
@@ -53,6 +54,19 @@ def header_lines(host: str, port: int | None, headers: Mapping[str, str]) -> byt
     if any(c in line for line in lines for c in "\r\n"):
         raise errors.ConfigError("a header holds a line break")
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+async def at_most(pieces: AsyncIterator[bytes], limit: int, *, cut: bool = False) -> bytes | None:
+    """An answer's pieces joined; past ``limit`` bytes None (``cut``: its first ``limit`` bytes),
+    read no further: a session's side is not trusted to bound what it sends."""
+    parts: list[bytes] = []
+    size = 0
+    async for piece in pieces:
+        parts.append(piece)
+        size += len(piece)
+        if size > limit:
+            return b"".join(parts)[:limit] if cut else None
+    return b"".join(parts)
 
 
 def command_event(line: bytes) -> Event | None:

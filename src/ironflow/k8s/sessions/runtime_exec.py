@@ -156,13 +156,9 @@ class Reply:
 
     async def text(self, limit: int) -> str:
         """The body's first ``limit`` bytes as text (an error answer's message)."""
-        parts: list[bytes] = []
         async with contextlib.aclosing(self.pieces()) as pieces:
-            async for piece in pieces:
-                parts.append(piece)
-                if sum(map(len, parts)) >= limit:
-                    break
-        return b"".join(parts)[:limit].decode(errors="replace")
+            said = await replies.at_most(pieces, limit, cut=True)
+        return (said or b"").decode(errors="replace")
 
     async def aclose(self) -> None:
         if self.task is not None and not self.task.done():
