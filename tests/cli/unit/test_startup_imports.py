@@ -120,6 +120,17 @@ def test_local_exec_loads_docker_only_with_isolation_docker(tmp_path: Path) -> N
     assert _under(modules, CLUSTER_AND_SERVERS + HTTP) == []
 
 
+#: gVisor's sandbox, and what only a gVisor run, a root worker's staged binds or a workspace's copy
+#: calls (ctypes, and ``platform``, whose one use was the machine's name): a bubblewrap ``exec`` loads none.
+GVISOR_AND_CTYPES = ("ironflow.local.sandbox.gvisor", "ctypes", "platform")
+
+
+def test_a_bubblewrap_exec_loads_nothing_of_gvisor_or_ctypes() -> None:
+    modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, GVISOR_AND_CTYPES) == [], "load these where a gVisor run or a staged bind needs them"
+
+
 def test_local_exec_help_loads_no_cluster_client() -> None:
     modules, _ = _loaded(["exec", "--help"])
     assert _under(modules, CLUSTER_AND_SERVERS + HTTP) == []
@@ -214,3 +225,4 @@ def test_egress_check_loads_no_backend_and_no_http_stack() -> None:
     modules, stderr = _loaded(["egress", "check", "--allow-host", "pypi.org", "https://pypi.org/"])
     assert "ironflow.egress.policy" in modules, stderr
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS + ("ironflow.engine", "sqlite3")) == []
+

@@ -215,6 +215,10 @@ DEFERRED_IMPORTS = {
     # A Docker sandbox's modules load with isolation 'docker' only (tests/cli/unit/test_startup_imports.py).
     ("ironflow.local.sandbox_config", "ironflow.local.sandbox.docker_engine"): "the Docker client, for docker only",
     ("ironflow.local.sandbox.argv", "ironflow.local.sandbox.docker"): "the docker run argv, for docker only",
+    # A bubblewrap run loads nothing of gVisor's (its module is milliseconds at every `ironflow exec`).
+    ("ironflow.local.sandbox.argv", "ironflow.local.sandbox.gvisor"): "gVisor's argv and words, for gvisor only",
+    ("ironflow.local.sandbox.launch", "ironflow.local.sandbox.gvisor"): "gVisor's kernel death, for gvisor only",
+    ("ironflow.local.workspaces.copies", "ironflow.local.sandbox.gvisor"): "its refusal's words, for gvisor only",
     ("ironflow.local.workspaces.copies", "ironflow.local.sandbox.docker"): "its refusal's words, for docker only",
 }
 

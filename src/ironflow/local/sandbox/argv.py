@@ -15,7 +15,6 @@ import functools
 import json
 import logging
 import os
-import platform
 import re
 import shutil
 import sys
@@ -23,12 +22,15 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local.sandbox import bwrap, environment, gvisor, identity, seccomp, spawn
+from ironflow.local.sandbox import bwrap, environment, identity, seccomp, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
+
+if TYPE_CHECKING:
+    from ironflow.local.sandbox import gvisor
 
 __all__ = [
     "FORWARDER_FILE",
@@ -114,6 +116,8 @@ def mount_problem(isolation: environment.Isolation, mount: bwrap.ReadOnlyMount) 
     if isolation == "docker":  # the daemon makes any mount point in the container
         return None
     if isolation == "gvisor":
+        from ironflow.local.sandbox import gvisor  # gVisor's runs only load its module
+
         moved = os.path.normpath(mount.source) != os.path.normpath(mount.target)
         if moved and not os.path.isdir(mount.source):  # a bind's mount point must already be there
             return f"gVisor isolation mounts a host path elsewhere only if it is a directory: '{mount.source}'"
@@ -144,7 +148,11 @@ def tool_problem(isolation: environment.Isolation, tool: str) -> str | None:
     """
     root = environment.tool_root(tool) if environment.hidden_from_sandbox(tool) else tool
     norm = os.path.normpath(root)
-    covered = [*layout.RESERVED_MOUNT_PATHS, *(gvisor.SETUP_TMPFS if isolation == "gvisor" else ())]
+    covered = list(layout.RESERVED_MOUNT_PATHS)
+    if isolation == "gvisor":
+        from ironflow.local.sandbox import gvisor
+
+        covered += gvisor.SETUP_TMPFS
     under = next((c for c in covered if norm == c or norm.startswith(c + "/")), None)
     if under is None or under in layout.SANDBOX_PATH_DIRS:  # /usr/bin and the like: the host's, read-only
         return None
@@ -205,6 +213,8 @@ def render(
         if problem is not None:
             raise errors.ConfigError(problem)
     if shape.isolation == "gvisor":
+        from ironflow.local.sandbox import gvisor
+
         run_dir = _run_dir(tmp)  # the bundle's place, checked before any binary is looked up
         # The step's mounts are the spec's binds, by their real paths (runsc resolves no symlink in a
         # bind's mount point); the tools are seen where they are on the host root.
@@ -298,6 +308,8 @@ def render(
 
 def proxy_bridge(proxy_socket: str, egress_socket: str | None = None) -> gvisor.ProxyBridge:
     """gVisor's relay to the proxy's socket (and the egress proxy's), run by this Python outside it."""
+    from ironflow.local.sandbox import gvisor
+
     egress = (environment.EGRESS_PORT, egress_socket) if egress_socket is not None else None
     python, script = os.path.realpath(sys.executable), FORWARDER_FILE
     return gvisor.ProxyBridge(environment.PROXY_PORT, proxy_socket, python, script, which("bwrap"), egress=egress)
@@ -310,6 +322,8 @@ def node_forwarder() -> str:
 
 def _gvisor_bundle(tmp: str, shown: gvisor.GvisorSettings, env: Mapping[str, str]) -> str:
     """Write the OCI bundle ``runsc run`` starts from (its spec, a directory for its state); its path."""
+    from ironflow.local.sandbox import gvisor
+
     # One per sandbox: a run dir can hold several (a git workspace's clone, the step, its push).
     bundle = tempfile.mkdtemp(prefix="gvisor-", dir=tmp)  # mode 0700
     os.mkdir(os.path.join(bundle, "state"), 0o700)
@@ -379,9 +393,10 @@ def _run_dir(tmp: str | None) -> str:
 @functools.cache
 def _bwrap_filter() -> bytes | None:
     """bubblewrap's seccomp program, built once; None on a machine it does not cover (logged once)."""
-    program = seccomp.filter_program(platform.machine())
+    machine = os.uname().machine  # platform.machine(), without its module's import
+    program = seccomp.filter_program(machine)
     if program is None:
-        log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", platform.machine())
+        log.warning("no seccomp filter for %s: the bubblewrap sandbox runs without one", machine)
     return program
 
 
@@ -434,6 +449,8 @@ def raise_if_sandbox_failed(code: int, stderr: str, isolation: environment.Isola
     docker client ``docker: …`` and the relay in its container ``forwarder.js: cannot …`` (125)."""
     if code == 0:
         return
+    from ironflow.local.sandbox import gvisor  # a failure's words only: a bubblewrap run loads it no sooner
+
     lines = stderr.strip().splitlines()
     first = lines[0] if lines else ""
     if isolation == "docker":

@@ -403,6 +403,9 @@ def child_setup(
     (:mod:`ironflow.local.sandbox.identity`) and drop to ``host_uid``. It takes no lock and logs
     nothing (the worker has threads)."""
 
+    if host_uid is not None and binds:
+        identity.load_libc()  # here: nothing is imported after the fork
+
     def setup() -> None:
         for path in join_files:
             fd = os.open(path, os.O_WRONLY)

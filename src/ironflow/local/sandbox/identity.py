@@ -19,12 +19,11 @@ Nothing here runs on a non-root worker.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import posixpath
 import stat
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from ironflow import errors
 from ironflow.claude import layout
@@ -36,6 +35,7 @@ __all__ = [
     "binds",
     "check_conversations_dir",
     "check_host_uid",
+    "load_libc",
     "stage_plan",
 ]
 
@@ -47,7 +47,19 @@ _CLONE_NEWNS: Final = 0x00020000
 _MS_BIND: Final = 4096
 _MS_REC: Final = 16384
 _MS_PRIVATE: Final = 1 << 18
-_libc = ctypes.CDLL(None, use_errno=True)
+#: libc's ``mount``/``unshare`` and ctypes' ``get_errno``, loaded by :func:`load_libc` before the fork
+#: (nothing is imported between fork and exec; ctypes costs milliseconds at every start that needs none).
+_libc: Any = None
+_get_errno: Any = None
+
+
+def load_libc() -> None:
+    """Load what :func:`bind_staged` calls; in the parent, before the fork that runs it."""
+    global _libc, _get_errno
+    if _libc is None:
+        import ctypes
+
+        _libc, _get_errno = ctypes.CDLL(None, use_errno=True), ctypes.get_errno
 
 
 def check_host_uid(uid: int) -> None:
@@ -92,22 +104,22 @@ def binds(plan: Mapping[str, str]) -> tuple[tuple[bytes, bytes], ...]:
 
 def _mount(source: bytes | None, target: bytes, flags: int) -> None:
     if _libc.mount(source, target, None, flags, None) != 0:
-        err = ctypes.get_errno()
+        err = _get_errno()
         raise OSError(err, os.strerror(err), os.fsdecode(target))
 
 
 def bind_staged(staged: tuple[tuple[bytes, bytes], ...]) -> None:
     """In the sandbox's first process (root, before it drops its uid): open each source, take a
     private mount namespace, cover ``/tmp`` and bind each source at its staged path. Takes no lock
-    and logs nothing (called after fork)."""
+    and logs nothing (called after fork, once :func:`load_libc` ran before it)."""
     if _libc.unshare(_CLONE_NEWNS) != 0:
-        err = ctypes.get_errno()
+        err = _get_errno()
         raise OSError(err, os.strerror(err), "unshare(CLONE_NEWNS)")
     _mount(b"none", b"/", _MS_REC | _MS_PRIVATE)  # nothing below propagates back to the host
     # Opened in the new namespace (a bind takes a source from it only), before /tmp is covered.
     fds = [(os.open(source, os.O_PATH), path) for source, path in staged]
     if _libc.mount(b"tmpfs", os.fsencode(STAGE_ROOT), b"tmpfs", 0, b"mode=0755,size=64k") != 0:
-        err = ctypes.get_errno()
+        err = _get_errno()
         raise OSError(err, os.strerror(err), STAGE_ROOT)
     for fd, path in fds:
         if stat.S_ISDIR(os.fstat(fd).st_mode):

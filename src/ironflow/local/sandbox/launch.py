@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
-from ironflow.local.sandbox import cgroups, gvisor, limits
+from ironflow.local.sandbox import cgroups, limits
 from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.provider import LogSink
 
@@ -222,21 +222,10 @@ class SandboxProcesses:
                 memory_kills = group.memory_kills() if group is not None else 0
                 if container is not None and self.containers is not None:
                     memory_kills = int(await self.containers.memory_killed(container))
-                refused = group.task_refusals() if group is not None and self._gvisor else 0
-                death = gvisor.kernel_death(code, err.value(), self.limits.pids, refused) if self._gvisor else b""
-                if death:  # a kernel that died for want of host tasks says so last, without runsc's dump
-                    words = gvisor.kernel_death_words(err.value(), death)
-                    return Finished(
-                        code,
-                        out.value(),
-                        words,
-                        False,
-                        out.total,
-                        err.total,
-                        out.cut,
-                        max(0, err.total - gvisor.DEATH_WORDS_BYTES),
-                        memory_kills=memory_kills,
-                    )
+                if self._gvisor:  # a kernel that died for want of host tasks says so last, without runsc's dump
+                    died = _gvisor_death(code, out, err, self.limits.pids, group)
+                    if died is not None:
+                        return replace(died, memory_kills=memory_kills)
                 return replace(Finished.of(code, out, err), memory_kills=memory_kills)
             # Past the limit or stopped: kill the tree, then read what it wrote up to the end of its pipes.
             stopped = guard.result() if guard is not None and guard in done else None
@@ -273,6 +262,22 @@ class SandboxProcesses:
         for entry in victims:
             await entry.gone.wait()
         return len(victims)
+
+
+def _gvisor_death(
+    code: int, out: Captured, err: Captured, pids: int, group: cgroups.SandboxCgroup | None
+) -> Finished | None:
+    """How a gVisor sandbox ended whose kernel died for want of host tasks: runsc's first words and
+    ironflow's line (:func:`gvisor.kernel_death`), not Go's goroutine dump; None after any other end."""
+    from ironflow.local.sandbox import gvisor  # gVisor's runs only: a bubblewrap run never loads it
+
+    refused = group.task_refusals() if group is not None else 0
+    death = gvisor.kernel_death(code, err.value(), pids, refused)
+    if not death:
+        return None
+    words = gvisor.kernel_death_words(err.value(), death)
+    cut = max(0, err.total - gvisor.DEATH_WORDS_BYTES)
+    return Finished(code, out.value(), words, False, out.total, err.total, out.cut, cut)
 
 
 def within_file_table(sandbox_limits: limits.SandboxLimits, *, host_processes: bool) -> limits.SandboxLimits:

@@ -34,7 +34,7 @@ from typing import Final
 
 from ironflow import errors
 from ironflow.claude import layout
-from ironflow.local.sandbox import bwrap, gvisor
+from ironflow.local.sandbox import bwrap
 from ironflow.local.workspaces import blob_store, tree_reads
 from ironflow.local.workspaces.tree_reads import DIR_FLAGS
 from ironflow.workspaces import (
@@ -296,6 +296,8 @@ def check_mounts(
     if not writable and workspace is None:
         return
     if isolation == "gvisor" and host_uid is None:
+        from ironflow.local.sandbox import gvisor  # its refusal's words, for gVisor only
+
         raise errors.ConfigError(gvisor.WRITABLE_NEEDS_ROOT)
     if isolation == "docker" and host_uid is None:
         from ironflow.local.sandbox import docker  # only a Docker sandbox loads it

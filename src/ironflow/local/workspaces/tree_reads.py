@@ -12,15 +12,15 @@ and a ``.``, ``..`` or empty component is refused before any open.
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import os
-import platform
 import stat
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Final
+from typing import Any, Final
 
 __all__ = ["DIR_FLAGS", "Refused", "copy_tree", "lstat_beneath", "open_beneath", "parts", "use_openat2"]
 
@@ -31,24 +31,27 @@ _RESOLVE: Final = 0x02 | 0x04 | 0x08  # RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLI
 _ATTEMPTS: Final = 8  # openat2 says EAGAIN when a rename raced the walk: tried again, then given up
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
-
-
-def _syscall() -> Callable[..., int] | None:
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
+@functools.cache
+def _kernel_call() -> tuple[Any, Callable[..., int]] | None:
+    """ctypes and libc's ``syscall``, loaded at the first open beneath a tree (ctypes costs
+    milliseconds at the start of every command, and most open nothing so); None off Linux on
+    x86_64 or aarch64."""
+    uname = os.uname()
+    if uname.sysname != "Linux" or uname.machine not in ("x86_64", "aarch64"):
         return None
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
     call = libc.syscall
     call.restype = ctypes.c_long
-    return call
+    return ctypes, call
 
 
-_CALL: Final = _syscall()
-_has_openat2 = _CALL is not None
+#: Whether opens try ``openat2`` first; None until the first one asks the kernel (:func:`_kernel_call`).
+_has_openat2: bool | None = None
 
 
 def parts(rel: str) -> list[str]:
@@ -64,19 +67,14 @@ def parts(rel: str) -> list[str]:
 
 
 def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
-    assert _CALL is not None
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
+    loaded = _kernel_call()
+    assert loaded is not None
+    ctypes, call = loaded
+    # struct open_how: flags, mode, resolve (three u64).
+    how = struct.pack("=QQQ", flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
     path = os.fsencode(rel)
     for _ in range(_ATTEMPTS):
-        fd = int(
-            _CALL(
-                ctypes.c_long(_SYS_OPENAT2),
-                ctypes.c_long(dir_fd),
-                path,
-                ctypes.byref(how),
-                ctypes.c_size_t(ctypes.sizeof(how)),
-            )
-        )
+        fd = int(call(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dir_fd), path, how, ctypes.c_size_t(len(how))))
         if fd >= 0:
             return fd
         code = ctypes.get_errno()
@@ -108,6 +106,8 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o600) -> int:
     """
     global _has_openat2
     names = parts(rel)
+    if _has_openat2 is None:
+        _has_openat2 = _kernel_call() is not None
     if _has_openat2:
         try:
             return _openat2(dir_fd, rel, flags, mode)
@@ -130,8 +130,8 @@ def _works(dir_fd: int) -> bool:
 def use_openat2(enabled: bool) -> bool:
     """Turn ``openat2`` off (tests of the fallback) or back on where it exists; what it was."""
     global _has_openat2
-    was = _has_openat2
-    _has_openat2 = enabled and _CALL is not None
+    was = _kernel_call() is not None if _has_openat2 is None else _has_openat2
+    _has_openat2 = enabled and _kernel_call() is not None
     return was
 
 
