@@ -13,6 +13,7 @@ command: the same options, and the same call for the same arguments.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -239,6 +240,7 @@ def run(argv: Sequence[str]) -> None:
         verbosity.configure(call.verbose, call.quiet)
         module, _, name = call.form.target.partition(":")
         function = getattr(importlib.import_module(module), name)
+        gc.enable()  # its modules are loaded: the command's own work runs with the collector on (see app.main)
         if call.form.args:
             function(*call.positionals, rest, **call.params)
         else:

@@ -10,6 +10,7 @@ backend's own.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -226,3 +227,49 @@ def test_egress_check_loads_no_backend_and_no_http_stack() -> None:
     assert "ironflow.egress.policy" in modules, stderr
     assert _under(modules, BACKENDS + HTTP + CLUSTER_AND_SERVERS + ("ironflow.engine", "sqlite3")) == []
 
+
+_STUB_LAUNCH_SAYS_GC = _STUB_LAUNCH.replace(
+    'print("LAUNCHED", file=sys.stderr)', 'import gc; print("LAUNCHED gc", gc.isenabled(), file=sys.stderr)'
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["exec", "--", "true"], ["exec", "-ojson", "--", "true"]],  # -ojson: read by Typer only
+    ids=["common-call", "typer-call"],
+)
+def test_a_command_runs_with_the_cycle_collector_on(argv: list[str]) -> None:
+    """Start-up turns the collector off (app.main); the command's own work must not run without it:
+    a long ``exec`` or ``run`` would keep every cycle it makes."""
+    _, stderr = _loaded(argv, before=_STUB_LAUNCH_SAYS_GC)
+    assert "LAUNCHED gc True" in stderr, stderr
+
+
+def test_the_exit_freezes_every_object_first() -> None:
+    """The interpreter's last collections walk no object of the command's (app.main registers
+    ``gc.freeze`` at exit): the process ends with all of them in the permanent generation."""
+    probe = (
+        "import atexit, gc, os, sys\n"
+        "atexit.register(lambda: os.write(2, f'frozen {gc.get_freeze_count()}\\n'.encode()))\n"
+        "from ironflow.cli.app import main\n"
+        "sys.argv = ['ironflow', '--help']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    said = [line for line in done.stderr.splitlines() if line.startswith("frozen ")]
+    assert said, done.stderr
+    assert int(said[0].split()[1]) > 10_000, said
+
+
+def test_a_call_that_fails_before_its_command_leaves_the_collector_on() -> None:
+    """main() run in a process that goes on (a test, a wrapper) leaves the collector as it found it."""
+    from ironflow.cli.app import main
+
+    was = sys.argv
+    sys.argv = ["ironflow", "exec", "--timeout", "0", "--", "true"]  # a value the common call refuses: Typer's
+    try:
+        with pytest.raises(SystemExit):
+            main()
+    finally:
+        sys.argv = was
+    assert gc.isenabled()
