@@ -18,8 +18,8 @@ memory. So, at start, before the token is read and before any other thread:
    which has no ``CAP_SYS_PTRACE``.
 
 gVisor (this release) has no ``unshare(CLONE_NEWPID)``: there the runtime starts as gVisor's
-root with ``CAP_SETUID``/``CAP_SETGID`` only and sets its real and saved uid apart from its
-commands' (``--runtime-uid``), which then can neither signal nor trace it.
+root (it binds the session's socket first), drops the whole bounding set, and sets its real and
+saved uid apart from its commands' (``--runtime-uid``), which then can neither signal nor trace it.
 
 A Docker session has neither (uid 10001, every capability dropped, the daemon's seccomp profile):
 with ``--commands-share-uid`` the runtime only drops what it holds and makes itself
@@ -78,10 +78,7 @@ def _drop_privileges(libc: ctypes.CDLL) -> None:
     """No capability in any set of this thread, no new privileges on exec, the process not dumpable."""
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if os.geteuid() == 0:  # uid 0 in the namespace: exec could regain the bounding set
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
-        for cap in range(last + 1):
-            _check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping the bounding set")
+        _drop_bounding_set(libc)
     if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and ctypes.get_errno() != errno.EINVAL:
         _check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
@@ -157,14 +154,33 @@ def isolate_commands(
     return functools.partial(spawner.call, subprocess.Popen)
 
 
+def _drop_bounding_set(libc: ctypes.CDLL) -> None:
+    """No capability left in the bounding set (``CAP_SETPCAP`` needed); the effective set keeps its own.
+    Up to the kernel's last capability, or where it has no ``cap_last_cap`` (gVisor), to the first it
+    does not know (``EINVAL``)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last: int | None = int(f.read())
+    except FileNotFoundError:
+        last = None
+    for cap in range(64 if last is None else last + 1):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+            continue
+        if last is None and ctypes.get_errno() == errno.EINVAL:
+            return  # past the kernel's last capability
+        _check(-1, "dropping the bounding set")
+
+
 def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
-    """Where no pid namespace can be made (gVisor): started as root with ``CAP_SETUID`` and
-    ``CAP_SETGID``, the runtime's real and saved uid and gid become ``runtime_uid``, the effective
+    """Where no pid namespace can be made (gVisor): started as root (``CAP_SETUID``, ``CAP_SETGID``
+    and ``CAP_SETPCAP`` among its few), the bounding set emptied, the runtime's real and saved uid
+    and gid become ``runtime_uid``, the effective
     ones its commands' ``uid`` (the files it writes are theirs). A process may signal or trace
     another only with the other's real or saved uid: a command, every uid its own, can do neither
     to the runtime. Checked, then no capability is left."""
     if uid in (None, 0, runtime_uid) or runtime_uid == 0:
         raise OSError(f"the runtime's uid {runtime_uid} must be apart from its commands' ({uid}) and root's")
+    _drop_bounding_set(libc)  # while root: past the uid change it could no longer (and exec regains nothing)
     os.setgroups([])
     os.setresgid(runtime_uid, uid, runtime_uid)
     os.setresuid(runtime_uid, uid, runtime_uid)  # root no more: the kernel clears the capabilities

@@ -457,6 +457,9 @@ def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
     startup = __import__("startup")  # the sibling file; pod_exec.py runs no main and never loads it
     args = startup.parse_args(argv)
+    # Under gVisor (--runtime-uid) its root binds the session's socket, in a directory only root
+    # enters, before it sets its uids apart and drops every right; elsewhere the socket comes last.
+    listener = startup.listener(args) if args.runtime_uid is not None else None
     spawn = None
     if args.isolate_commands:
         try:
@@ -464,6 +467,7 @@ def main(argv: list[str]) -> int:
                 args.runtime_uid, args.commands_uid, shared_uid=args.commands_share_uid
             )
         except OSError as exc:
+            startup.discard(listener, args)  # a runtime that refuses to start leaves no socket
             raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
     if args.prewarm:
         print("ironflow-runtime: warm", file=sys.stderr, flush=True)
@@ -474,7 +478,8 @@ def main(argv: list[str]) -> int:
         runtime.gate.start()
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    listener = startup.listener(args)
+    if listener is None:
+        listener = startup.listener(args)
 
     def stop(_signum: int, _frame: Any) -> None:
         for command in list(runtime.commands.values()):

@@ -21,7 +21,7 @@ TYPE_CHECKING = False  # not typing's: its import is a slice of every session's 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["listener", "parse_args", "read_token"]
+__all__ = ["discard", "listener", "parse_args", "read_token"]
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "unix": (str, None),
@@ -80,19 +80,36 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
 
 
 def listener(args: types.SimpleNamespace) -> socket.socket:
-    """The socket the command line names: an inherited fd, a unix path (0600), or a TCP port."""
+    """The socket the command line names: an inherited fd, a unix path (0600), or a TCP port.
+
+    Called first, with no other thread: a unix socket is made 0600 by the umask at its bind (no
+    moment open to others, and no chmod, which gVisor refuses on a socket it makes on the host)."""
     if args.listen_fd is not None:
         return socket.socket(fileno=args.listen_fd)
     if args.unix:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(args.unix)
-        sock.bind(args.unix)
-        os.chmod(args.unix, 0o600)
+        umask = os.umask(0o177)
+        try:
+            sock.bind(args.unix)
+        finally:
+            os.umask(umask)
     else:
         sock = socket.create_server((args.host, args.port), reuse_port=False)
     sock.listen(64)
     return sock
+
+
+def discard(sock: socket.socket | None, args: types.SimpleNamespace) -> None:
+    """Close ``sock`` (None: nothing was made) and remove the unix path it was bound to, where this
+    process still may."""
+    if sock is None:
+        return
+    sock.close()
+    if args.unix:
+        with contextlib.suppress(OSError):
+            os.unlink(args.unix)
 
 
 def read_token(args: types.SimpleNamespace) -> bytes:

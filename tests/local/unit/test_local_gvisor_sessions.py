@@ -1,5 +1,6 @@
-"""A gVisor session's sandbox as values: the socket bound as root, which execs the runtime, the runtime's
-code read-only and the socket dir under gVisor's own /dev, no network, nothing on the argv but runsc."""
+"""A gVisor session's sandbox as values: the runtime started as root, which binds its socket and
+drops, the runtime's code read-only and the socket dir under gVisor's own /dev, no network,
+nothing on the argv but runsc."""
 
 from __future__ import annotations
 
@@ -13,26 +14,34 @@ from ironflow.local.sandbox import argv, gvisor
 from ironflow.local.sessions import gvisor_runtime
 
 SHAPE = argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
-RUNTIME = ("/py/bin/python3", "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", "3", "--token-fd", "0")
+RUNTIME = (
+    "/py/bin/python3",
+    "-I",
+    "-S",
+    gvisor_runtime.RUNTIME_PATH,
+    "--unix",
+    gvisor_runtime.SOCKET_PATH,
+    "--token-fd",
+    "0",
+)
 
 
 def _settings() -> gvisor.GvisorSettings:
     return gvisor_runtime.runtime_settings(SHAPE, RUNTIME, python="/py/bin/python3", runsc_path="/usr/bin/runsc")
 
 
-def test_the_socket_is_bound_as_gvisors_root_which_execs_the_runtime_to_set_its_uids_apart() -> None:
+def test_the_runtime_starts_as_gvisors_root_binds_its_socket_and_sets_its_uids_apart() -> None:
     """No setpriv: it would give the runtime its commands' every uid (gVisor has no pid namespace
-    to put between them); the runtime drops to uids apart itself (``--runtime-uid``)."""
+    to put between them); the runtime binds its socket as root and drops to uids apart itself
+    (``--runtime-uid``). No second interpreter before it: the setup script execs it directly."""
     script = gvisor.setup_script(_settings())
-    words = shlex.split(script[script.rindex("\nexec ") :])  # the last line; the snippet's newlines are quoted
+    words = shlex.split(script[script.rindex("\nexec ") :])
     assert "setpriv" not in words
-    assert words[:5] == ["exec", "/py/bin/python3", "-I", "-S", "-c"]
-    assert words[5] == gvisor_runtime.LISTEN_AS_ROOT
-    assert words[6:8] == [f"{gvisor_runtime.SOCKET_DIR}/rt.sock", str(gvisor_runtime.LISTEN_FD)]
-    assert tuple(words[8:]) == (*RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
+    assert tuple(words) == ("exec", *RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
+    assert gvisor.oci_spec(_settings(), {})["process"]["user"] == {"uid": 0, "gid": 0}
 
 
-def test_without_as_root_the_setup_script_execs_the_drop_as_before() -> None:
+def test_a_command_that_does_not_drop_itself_is_dropped_by_setpriv() -> None:
     last = gvisor.setup_script(gvisor.GvisorSettings(command=("true",), profile_dirs=("/p",))).splitlines()[-1]
     assert last.startswith("exec setpriv --reuid 10001 ")
 

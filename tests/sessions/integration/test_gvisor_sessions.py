@@ -117,6 +117,30 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
     assert sorted(os.listdir("/")) == host_root
 
 
+#: Every process of the session, with any capability it holds in any set (none should).
+_CAPABILITIES = r"""
+import os
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    held = [k for k in ("CapInh", "CapPrm", "CapEff", "CapBnd") if int(status[k].strip(), 16)]
+    print(open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode(), held)
+"""
+
+
+async def test_no_process_of_a_session_keeps_a_capability_its_bounding_set_included(
+    sessions: LocalSessions,
+) -> None:
+    """The runtime starts as gVisor's root to bind its socket, then sets its uids apart: nothing is
+    left to it or its commands, not even a bounding set an exec could draw on (it kept CAP_SETUID
+    and CAP_SETGID there when a Python of its own bound the socket)."""
+    async with await sessions.open(OpenOptions(ttl=60)) as sandbox:
+        done = await sandbox.commands.run(["python3", "-I", "-S", "-c", _CAPABILITIES], timeout=30)
+    assert done.exit_code == 0, done
+    processes = [line.rsplit(" ", 1) for line in done.stdout.splitlines()]
+    assert len(processes) >= 2, done.stdout  # the runtime and this command
+    assert all(held == "[]" for _, held in processes), done.stdout
+
+
 async def test_one_session_sees_nothing_of_another_nor_the_routers_port(state: Path) -> None:
     """Two sessions through a real router: B finds none of A's files or processes, and neither
     A's socket nor the router's port (no network at all: not even with the token)."""

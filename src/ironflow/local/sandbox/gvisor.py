@@ -21,7 +21,7 @@ its source is bound on inside (runsc makes a bind's mount point in the host's ow
 overlay is the sentry's, not the gofer's); the managed settings and profiles are copied to where
 the pod mounts them (rootless runsc shows the worker's files as root's, their modes kept, so
 the step's uid could not read a 0700 temp dir bound there); a 0700 home holding a tool gets o+x
-in the overlay; a session's ``as_root``. A tmpfs over a host path the script still reads (a
+in the overlay; a session's runtime, which drops by itself. A tmpfs over a host path the script still reads (a
 copy's or a bind's source) is the script's too, after the read, and ``/run`` then comes last
 (util-linux's mount records state under it, which must start empty). The spec's
 ``linux.seccomp`` section (``--oci-seccomp``) holds the user-namespace rules of
@@ -135,9 +135,6 @@ class GvisorSettings:
     traverse: tuple[str, ...] = ()
     proxy: ProxyBridge | None = None
     runsc_path: str = "runsc"
-    #: Run as gVisor's root just before the drop, it execs the rest of its argv (the drop, then the
-    #: command): a session's runtime binds its socket there, in a directory the step cannot enter.
-    as_root: tuple[str, ...] = ()
     #: ``--host-uds=create``: the sandbox may create unix sockets in its host bind mounts (a session's).
     host_uds_create: bool = False
     #: Host directories bound into the sandbox (OCI bind mounts, made before the setup script runs).
@@ -145,9 +142,10 @@ class GvisorSettings:
     writable_mounts: tuple[bwrap.WritableMount, ...] = ()
     #: The provider's limits: the step's rlimits are the spec's (:func:`~ironflow.local.sandbox.limits.oci_rlimits`).
     limits: SandboxLimits = DEFAULT_LIMITS
-    #: ``as_root`` drops to the step's uid itself, in its own way, and no ``setpriv`` follows it: a
-    #: session's runtime, whose real and saved uid stay apart from its commands'.
-    as_root_drops: bool = False
+    #: The command starts as gVisor's root and drops to the step's uid itself, in its own way (no
+    #: ``setpriv``): a session's runtime, which binds its socket first, in a directory the step
+    #: cannot enter, and whose real and saved uid stay apart from its commands'.
+    drops_itself: bool = False
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -261,7 +259,7 @@ def _traversed(settings: GvisorSettings) -> list[str]:
 def _runs_as_root(settings: GvisorSettings) -> bool:
     """Whether the spec's process is gVisor's root (the setup script has work only root can do)."""
     copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
-    return bool(settings.as_root) or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
+    return settings.drops_itself or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
 
 
 def setup_script(settings: GvisorSettings) -> str:
@@ -295,11 +293,9 @@ def setup_script(settings: GvisorSettings) -> str:
         lines.append(f"if [ -d /var/tmp ]; then {mount}; fi" if path == "/var/tmp" else mount)
     lines.append(f"cd {q(settings.working_dir or layout.SANDBOX_HOME)}")
     drop = "exec"
-    if _runs_as_root(settings):
-        drop += f" {''.join(q(a) + ' ' for a in settings.as_root)}"
-        if not settings.as_root_drops:
-            drop += f"setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
-            drop += "--no-new-privs --"
+    if _runs_as_root(settings) and not settings.drops_itself:
+        drop += f" setpriv --reuid {uid} --regid {uid} --clear-groups --inh-caps=-all --bounding-set=-all "
+        drop += "--no-new-privs --"
     # A failed setup line is the sandbox's failure, not the step's: say so, exit 125.
     guarded = [f"{{ {line}; }} || _ifl_fail {q(line[:80])}" for line in lines]
     fail = f'_ifl_fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit 125; }}'

@@ -4,17 +4,19 @@ A host listening socket cannot be handed to a process inside gVisor as an inheri
 runtime's socket is made inside: ``runsc --host-uds=create`` lets the sandbox create a unix
 socket in a host bind mount, which the host then connects to like any other. The session's
 socket directory (``<session dir>/s``, 0700, the worker's) is bind-mounted at
-:data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700; gVisor's root binds the socket
-there (:data:`LISTEN_AS_ROOT`, run by the setup script in place of its drop, which it does
-itself) and hands the listening fd to the runtime as fd :data:`LISTEN_FD`; so the step (uid
-10001) can neither reach the path nor put a socket of its own in its place. The runtime's real
-and saved uid is :data:`RUNTIME_UID`, its commands' 10001: they cannot signal it (SIGSTOP) nor
-read its memory. The runtime's directory is a read-only bind at :data:`RUNTIME_DIR`, as under
-bubblewrap. No network (``--network=none``): no port of the host, the server's and the router's
-included, is reachable from the session. A session with an egress policy (or an agent's proxy) runs
-as a one-shot step with a proxy does: ``runsc --network=host`` inside a fresh network namespace with
-only ``lo`` (bubblewrap's), behind the relay of :mod:`ironflow.local.sandbox.forwarder`, so its
-commands reach the proxy's loopback ports and nothing else.
+:data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700. The setup script execs the
+runtime as gVisor's root in place of its drop: the runtime binds :data:`SOCKET_PATH` first, then
+empties its bounding set and drops to its own uids (``server.py --unix … --runtime-uid``); so the
+step (uid 10001) can neither reach the path nor put a socket of its own in its place. (A Python
+of its own once bound the socket and handed it on: a second interpreter start, about 100 ms of a
+session's open under gVisor.) The runtime's real and saved uid is :data:`RUNTIME_UID`, its
+commands' 10001: they cannot signal it (SIGSTOP) nor read its memory. The runtime's directory is
+a read-only bind at :data:`RUNTIME_DIR`, as under bubblewrap. No network (``--network=none``): no
+port of the host, the server's and the router's included, is reachable from the session. A
+session with an egress policy (or an agent's proxy) runs as a one-shot step with a proxy does:
+``runsc --network=host`` inside a fresh network namespace with only ``lo`` (bubblewrap's), behind
+the relay of :mod:`ironflow.local.sandbox.forwarder`, so its commands reach the proxy's loopback
+ports and nothing else.
 
 Everything else is a plain gVisor sandbox of the provider (:mod:`ironflow.local.sandbox.gvisor`: the
 setup script, the tmpfs, the seccomp rules, the drop to uid 10001). Only :func:`write_bundle`
@@ -33,13 +35,12 @@ from ironflow.local.sandbox import argv, bwrap, gvisor
 from ironflow.sandbox_runtime import ENTRY
 
 __all__ = [
-    "LISTEN_AS_ROOT",
-    "LISTEN_FD",
     "RUNTIME_DIR",
     "RUNTIME_ISOLATION",
     "RUNTIME_PATH",
     "RUNTIME_UID",
     "SOCKET_DIR",
+    "SOCKET_PATH",
     "SOCKET_SUBDIR",
     "host_socket",
     "runtime_settings",
@@ -55,8 +56,9 @@ RUNTIME_PATH: Final = f"{RUNTIME_DIR}/{ENTRY}"
 SOCKET_DIR: Final = "/dev/ironflow-session"
 #: The session directory's subdirectory that is bind-mounted there (the socket, and nothing else).
 SOCKET_SUBDIR: Final = "s"
-#: The runtime's listening fd (0-2 are its stdio, the token comes on 0).
-LISTEN_FD: Final = 3
+_SOCKET: Final = "rt.sock"
+#: The runtime's socket inside, which it binds as gVisor's root (``server.py --unix``).
+SOCKET_PATH: Final = f"{SOCKET_DIR}/{_SOCKET}"
 #: The runtime's real and saved uid and gid (``server.py --runtime-uid``): this gVisor release has no
 #: ``unshare(CLONE_NEWPID)``, so a uid apart keeps its commands (uid 10001) from signalling it or
 #: reaching its memory; its effective uid is theirs, so the files it writes are theirs.
@@ -69,30 +71,6 @@ RUNTIME_ISOLATION: Final = (
     "--commands-uid",
     str(layout.SANDBOX_UID),
 )
-#: ``python -c`` as gVisor's root: ``PATH FD ARGV…``: bind and listen on PATH, as fd FD; keep no
-#: capability but ``CAP_SETUID`` and ``CAP_SETGID`` (the bounding set), no new privileges; exec ARGV:
-#: the runtime, which sets its uids apart with them and drops them (``server.py --runtime-uid``).
-LISTEN_AS_ROOT: Final = (
-    "import ctypes, os, socket, sys\n"
-    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
-    "s.bind(sys.argv[1])\n"
-    "s.listen(128)\n"
-    "fd = int(sys.argv[2])\n"
-    "if s.fileno() != fd:\n"
-    "    os.dup2(s.fileno(), fd)\n"
-    "os.set_inheritable(fd, True)\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "for cap in range(64):\n"  # CAP_SETGID is 6, CAP_SETUID 7; up to the first number the kernel does not know
-    "    if cap not in (6, 7) and libc.prctl(24, cap, 0, 0, 0):\n"
-    "        if ctypes.get_errno() != 22:\n"
-    "            sys.exit(f'ironflow-sandbox: setup failed: dropping capability {cap}')\n"
-    "        break\n"
-    "if libc.prctl(38, 1, 0, 0, 0):\n"
-    "    sys.exit('ironflow-sandbox: setup failed: no_new_privs')\n"
-    "os.setgroups([])\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
-)
-_SOCKET: Final = "rt.sock"
 
 
 def runtime_settings(
@@ -105,24 +83,23 @@ def runtime_settings(
     proxy: gvisor.ProxyBridge | None = None,
     tools: tuple[str, ...] = (),
 ) -> gvisor.GvisorSettings:
-    """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--listen-fd``
-    :data:`LISTEN_FD`): the provider's sizes and profiles, the socket bound as root first,
-    ``writable`` (a workspace's copy) bound as a step's are, and with ``proxy`` the relay a step's
-    proxy has (``tools``, the Claude Code CLI of an agent session, reachable by the commands' uid)."""
-    bind = (python, "-I", "-S", "-c", LISTEN_AS_ROOT, f"{SOCKET_DIR}/{_SOCKET}", str(LISTEN_FD))
+    """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--unix``
+    :data:`SOCKET_PATH`): the provider's sizes and profiles, the runtime started as gVisor's root
+    (it binds its socket, then drops), ``writable`` (a workspace's copy) bound as a step's are, and
+    with ``proxy`` the relay a step's proxy has (``tools``, the Claude Code CLI of an agent session,
+    reachable by the commands' uid)."""
     return gvisor.GvisorSettings(
-        command=(*command, *RUNTIME_ISOLATION),  # with as_root_drops: the runtime starts as root, and drops
+        command=(*command, *RUNTIME_ISOLATION),  # drops_itself: the runtime starts as root, and drops
         profile_dirs=tuple(p.path for p in shape.profiles),
         home_size_bytes=shape.home_size_bytes,
         tmp_size_bytes=shape.tmp_size_bytes,
         traverse=(python, *tools),
         proxy=proxy,
         runsc_path=runsc_path,
-        as_root=bind,
         host_uds_create=True,
         writable_mounts=writable,
         limits=shape.limits,
-        as_root_drops=True,
+        drops_itself=True,
     )
 
 

@@ -265,8 +265,7 @@ class SessionStarter:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir
         (with a proxy, behind a one-shot step's relay: :func:`sandbox_argv.proxy_bridge`)."""
         python = self._python
-        listen = str(gvisor_runtime.LISTEN_FD)
-        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--listen-fd", listen, *options)
+        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--unix", gvisor_runtime.SOCKET_PATH, *options)
         bridge = None if proxy_socket is None else sandbox_argv.proxy_bridge(proxy_socket, egress_socket)
         tools = (self.provider.claude_cli(),) if agent and bridge is not None else ()
         for tool in (*tools, *(() if bridge is None else (bridge.python,))):  # the relay's Python runs outside
