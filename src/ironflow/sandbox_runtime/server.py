@@ -22,10 +22,10 @@ Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): t
 library only, nothing of ironflow, a thread per connection rather than an event loop (idle
 cheap); a command runs in its request's thread, one poll loop over its pipes (a background one
 gets a thread of its own). Its body plumbing and commands are the sibling file ``streams.py``
-(the module-size rule keeps them two), its command line, listening socket and hand-out line
-``startup.py``. A local session adds ``--isolate-commands`` (the sibling ``confine.py``): its
-commands cannot reach the runtime's process, memory, fds or socket, and the runtime refuses to
-start if that cannot be set up.
+(the module-size rule keeps them two), its command line, listening socket, the start of its
+commands' isolation and its hand-out line ``startup.py``. A local session adds
+``--isolate-commands`` (the sibling ``confine.py``): its commands cannot reach the runtime's
+process, memory, fds or socket, and the runtime refuses to start if that cannot be set up.
 """
 
 from __future__ import annotations
@@ -460,15 +460,7 @@ def main(argv: list[str]) -> int:
     # Under gVisor (--runtime-uid) its root binds the session's socket, in a directory only root
     # enters, before it sets its uids apart and drops every right; elsewhere the socket comes last.
     listener = startup.listener(args) if args.runtime_uid is not None else None
-    spawn = None
-    if args.isolate_commands:
-        try:
-            spawn = __import__("confine").isolate_commands(
-                args.runtime_uid, args.commands_uid, shared_uid=args.commands_share_uid
-            )
-        except OSError as exc:
-            startup.discard(listener, args)  # a runtime that refuses to start leaves no socket
-            raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
+    spawn = startup.isolate(args, listener)
     if args.prewarm:
         print("ironflow-runtime: warm", file=sys.stderr, flush=True)
     runtime = Runtime(args, b"" if args.token_fifo else startup.read_token(args))

@@ -1,11 +1,12 @@
-"""The session runtime's command line, its listening socket and its hand-out line (``server.py``'s ``main`` only).
+"""The session runtime's command line, its listening socket, its commands' isolation and its hand-out line.
 
-Standard library only, nothing of ironflow, like its siblings, and a file apart: a Kubernetes
-session's pod runs the server's handler with ``pod_exec.py`` and never loads it. The command
-line is read here, not by argparse (whose import, with gettext's and locale's, is a slice of
-every session's cold start); a bad option exits 2 with a usage line, as argparse's would. The
-token comes from its file (deleted once read) or its fd: there a JSON line when a pre-warmed
-runtime is handed out (the token, the session's env and idle timeout), else the bare token.
+For ``server.py``'s ``main`` only. Standard library only, nothing of ironflow, like its
+siblings, and a file apart: a Kubernetes session's pod runs the server's handler with
+``pod_exec.py`` and never loads it. The command line is read here, not by argparse (whose
+import, with gettext's and locale's, is a slice of every session's cold start); a bad option
+exits 2 with a usage line, as argparse's would. The token comes from its file (deleted once
+read) or its fd: there a JSON line when a pre-warmed runtime is handed out (the token, the
+session's env and idle timeout), else the bare token.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ TYPE_CHECKING = False  # not typing's: its import is a slice of every session's 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["discard", "listener", "parse_args", "read_token"]
+__all__ = ["isolate", "listener", "parse_args", "read_token"]
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "unix": (str, None),
@@ -101,15 +102,23 @@ def listener(args: types.SimpleNamespace) -> socket.socket:
     return sock
 
 
-def discard(sock: socket.socket | None, args: types.SimpleNamespace) -> None:
-    """Close ``sock`` (None: nothing was made) and remove the unix path it was bound to, where this
-    process still may."""
-    if sock is None:
-        return
-    sock.close()
-    if args.unix:
-        with contextlib.suppress(OSError):
-            os.unlink(args.unix)
+def isolate(args: types.SimpleNamespace, sock: socket.socket | None) -> Any:
+    """With ``--isolate-commands``, the commands kept away from the runtime (the sibling ``confine.py``)
+    and what starts one from then on; else None. A runtime that cannot exits (fail closed), with
+    ``sock`` (bound already, or None) closed and its unix path removed where it still may."""
+    if not args.isolate_commands:
+        return None
+    try:
+        return __import__("confine").isolate_commands(
+            args.runtime_uid, args.commands_uid, shared_uid=args.commands_share_uid
+        )
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+            if args.unix:
+                with contextlib.suppress(OSError):
+                    os.unlink(args.unix)
+        raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
 
 
 def read_token(args: types.SimpleNamespace) -> bytes:
