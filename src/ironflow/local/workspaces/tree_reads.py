@@ -50,8 +50,8 @@ def _kernel_call() -> tuple[Any, Callable[..., int]] | None:
     return ctypes, call
 
 
-#: Whether opens try ``openat2`` first; None until the first one asks the kernel (:func:`_kernel_call`).
-_has_openat2: bool | None = None
+#: Whether opens try ``openat2`` first: until the kernel (or a filter) says it has none.
+_has_openat2 = True
 
 
 def parts(rel: str) -> list[str]:
@@ -68,7 +68,8 @@ def parts(rel: str) -> list[str]:
 
 def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
     loaded = _kernel_call()
-    assert loaded is not None
+    if loaded is None:  # no syscall() to reach it here: as a kernel without openat2
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
     ctypes, call = loaded
     # struct open_how: flags, mode, resolve (three u64).
     how = struct.pack("=QQQ", flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
@@ -106,8 +107,6 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o600) -> int:
     """
     global _has_openat2
     names = parts(rel)
-    if _has_openat2 is None:
-        _has_openat2 = _kernel_call() is not None
     if _has_openat2:
         try:
             return _openat2(dir_fd, rel, flags, mode)
@@ -130,7 +129,7 @@ def _works(dir_fd: int) -> bool:
 def use_openat2(enabled: bool) -> bool:
     """Turn ``openat2`` off (tests of the fallback) or back on where it exists; what it was."""
     global _has_openat2
-    was = _kernel_call() is not None if _has_openat2 is None else _has_openat2
+    was = _has_openat2
     _has_openat2 = enabled and _kernel_call() is not None
     return was
 
