@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -103,6 +103,17 @@ class Processes:
                 preexec_fn=before_exec,  # a prctl call and cgroup writes: safe between fork and exec
             )
         self._procs.append(_Proc(name, popen, log))
+
+    @contextlib.contextmanager
+    def stopped(self, name: str) -> Iterator[None]:
+        """Component ``name`` held stopped (SIGSTOP to its process group) for the block, then let
+        go: what it watches piles up meanwhile, as behind a slow controller."""
+        group = next(p.popen.pid for p in self._procs if p.name == name)
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(group, signal.SIGCONT)
 
     def wait(self, ready: Callable[[], object], component: str, what: str, timeout: float = START_TIMEOUT_S) -> None:
         """Poll ``ready`` until it is true; fail when any component exits or ``timeout`` passes."""

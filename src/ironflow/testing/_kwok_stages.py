@@ -8,7 +8,8 @@ stage                      weight  applies to
 =========================  ======  =====================================================
 node-initialize/heartbeat  0       every Node (stock): Ready, addresses, kubelet port
 pod-ready                  0       scheduled Pending pods -> Running (stock)
-pod-delete                 0       pods with a deletionTimestamp -> deleted (stock)
+pod-delete                 0       pods with a deletionTimestamp -> deleted (stock), but
+                                   not those deleted with no grace (the apiserver has)
 pod-complete               0       Running pods owned by a Job -> Succeeded (stock)
 ironflow-pod-exit          1000    Running pods labelled ``EXIT_CODE_LABEL``: after
                                    ``RUN_FOR_LABEL`` (a Go duration, default 100ms),
@@ -25,6 +26,11 @@ ironflow-pod-waiting       1000    scheduled Pending pods labelled ``WAITING_REA
 ``EXIT_REASON_LABEL`` names the terminated reason of a failed exit (default ``Error``;
 ``OOMKilled`` as the kubelet writes for a container the kernel killed). pod-ready leaves pods
 labelled ``WAITING_REASON_LABEL`` alone.
+
+Why pod-delete skips a pod deleted with no grace: the apiserver removes it at once, and
+kwok's delete is by name, with no UID. Before this, kwok, a little behind the watch, deleted
+the next pod made under that name (a paused session's resumed pod). A kubelet deletes with
+the pod's UID as a precondition.
 
 Pods in namespaces starting with ``MANUAL_NAMESPACE_PREFIX`` are left to the test (only
 pod-delete applies): the contract suite's kubelet control patches their status itself.
@@ -73,6 +79,9 @@ _NOT_MANUAL: Final = {
 _NO_EXIT_LABEL: Final = {"key": f'.metadata.labels["{EXIT_CODE_LABEL}"]', "operator": "DoesNotExist"}
 _NO_WAITING_LABEL: Final = {"key": f'.metadata.labels["{WAITING_REASON_LABEL}"]', "operator": "DoesNotExist"}
 _ALIVE: Final = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+#: Not a pod deleted with no grace: the apiserver removed it already (``| tostring``: kwok
+#: compares its values as strings, and an absent field is ``"null"``).
+_NOT_FORCED: Final = {"key": ".metadata.deletionGracePeriodSeconds | tostring", "operator": "NotIn", "values": ["0"]}
 _RUNNING: Final = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
 
 _TERMINATED_TEMPLATE: Final = """{{{{ $now := Now }}}}
@@ -206,9 +215,13 @@ def _deadline_stage() -> dict[str, Any]:
 
 
 def _scoped(stage: Mapping[str, Any]) -> dict[str, Any]:
-    """A stock pod stage restricted to non-manual namespaces (pod-complete also to unlabelled pods)."""
+    """A stock pod stage restricted as the table says: to non-manual namespaces (pod-delete
+    to every namespace, but not to pods deleted with no grace; pod-complete also to unlabelled pods)."""
     out = copy.deepcopy(dict(stage))
     exprs = out["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
+    if out["metadata"]["name"] == "pod-delete":
+        exprs.append(dict(_NOT_FORCED))
+        return out
     exprs.append(dict(_NOT_MANUAL))
     if out["metadata"]["name"] == "pod-complete":
         exprs.append(dict(_NO_EXIT_LABEL))
@@ -231,7 +244,7 @@ def kwok_config(stock: Sequence[Mapping[str, Any]]) -> str:
         if stage.get("kind") != "Stage":
             continue
         is_pod = stage.get("spec", {}).get("resourceRef", {}).get("kind") == "Pod"
-        docs.append(_scoped(stage) if is_pod and stage["metadata"]["name"] != "pod-delete" else dict(stage))
+        docs.append(_scoped(stage) if is_pod else dict(stage))
     docs += [_exit_stage(), _deadline_stage(), _waiting_stage()]
     return yaml.safe_dump_all(docs, sort_keys=False)
 

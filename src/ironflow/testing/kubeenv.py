@@ -119,6 +119,11 @@ class KubeEnv:
         """Process ids (each the leader of its own process group) of the running components."""
         return self._procs.pids
 
+    def stopped(self, component: str) -> contextlib.AbstractContextManager[None]:
+        """``component`` (``kwok``, ``kube-scheduler``...) held stopped for a ``with`` block: a test of what
+        a controller does with the events that piled up while it lagged."""
+        return self._procs.stopped(component)
+
     def start(self) -> None:
         """Generate the PKI, start every component, wait until pods can be scheduled and run.
 

@@ -104,7 +104,10 @@ def test_kwok_config_scopes_pod_stages_and_adds_exit_deadline_and_waiting() -> N
     assert manual[0]["operator"] == "NotIn"
     assert manual[0]["values"] == ["true"]
     assert _exprs(docs["node-initialize"]) == []  # node stages as shipped
-    assert _exprs(docs["pod-delete"]) == []  # deletions finish in every namespace
+    # Deletions finish in every namespace, but kwok never deletes again what the apiserver has.
+    assert _exprs(docs["pod-delete"]) == [
+        {"key": ".metadata.deletionGracePeriodSeconds | tostring", "operator": "NotIn", "values": ["0"]}
+    ]
     assert any(
         stages.EXIT_CODE_LABEL in e["key"] and e["operator"] == "DoesNotExist" for e in _exprs(docs["pod-complete"])
     )
