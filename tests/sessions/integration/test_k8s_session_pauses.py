@@ -11,6 +11,7 @@ variant (its own files per pod, its processes gone) is
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from ironflow.k8s.settings import ProviderSettings
 from ironflow.kube import api as kube
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.values import SessionNotFound
+from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.polling import eventually
 from ironflow.workspaces import Workspace
 
@@ -196,3 +198,30 @@ async def test_a_pause_past_the_stores_limit_is_refused_and_the_session_runs_on(
     assert (await sandbox.commands.run(["wc", "-c", "big"])).stdout.split()[0] == "200000"  # it runs on
     assert await _k8s(case).snapshots() == []
     await sandbox.close()
+
+
+async def test_a_resume_whose_pod_is_deleted_before_it_runs_fails_in_one_line_and_the_session_stays_paused(
+    case: SessionCase, kube_env: KubeEnv
+) -> None:
+    assert case.api is not None
+    api = case.api
+    sandbox = await case.open(OpenOptions(ttl=120))
+    await sandbox.files.write("kept.txt", "kept")
+    await _k8s(case).pause(sandbox.id)
+    with kube_env.stopped("kwok"):  # the resumed pod stays Pending: its delete meets the resume's wait
+        request = asyncio.create_task(sandbox.commands.run(["cat", "kept.txt"]))
+
+        async def made() -> bool:
+            return await _pod_uid(case, sandbox.id) is not None
+
+        await eventually(made, limit_s=60, what="the resumed pod made")
+        await api.delete(kube.PODS, case.namespace, sandbox.id, grace_period_seconds=0)
+        with pytest.raises(errors.SandboxFailed) as caught:
+            await request
+    said = caught.value.message
+    assert said == f"session pod {sandbox.id} cannot start: Deleted: it was deleted before it ran (retryable)"
+    assert [info.paused for info in await _k8s(case).list()] == [True]  # its files wait in the store
+    ran = await sandbox.commands.run(["cat", "kept.txt"])  # the next request resumes it
+    assert (ran.exit_code, ran.stdout) == (0, "kept")
+    await sandbox.close()
+    assert await _k8s(case).snapshots() == []

@@ -141,7 +141,10 @@ class PodObjects:
         name, uid = str(created["metadata"]["name"]), created["metadata"].get("uid")
         grace = pod_problems.PullGrace(self.settings.image_pull_grace_s)
         # by uid: a resumed session's pod has its name, and its old pod's late DELETED is not this one's
-        pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, timeout_s, grace, uid=uid)
+        try:
+            pod = await pod_wait.wait_for(api, self.namespace, name, pod_status.pod_started, timeout_s, grace, uid=uid)
+        except errors.KubeNotFound:  # deleted by another hand while it started: the pod will not run
+            raise errors.SandboxFailed(f"session pod {name}", "Deleted", "it was deleted before it ran") from None
         if pod is None:
             raise errors.SandboxError(f"session pod {name} was not Running after {timeout_s:.0f}s")
         if pod_status.phase(pod) != "Running":
