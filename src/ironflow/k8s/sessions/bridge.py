@@ -53,6 +53,8 @@ _CHUNK: Final = 65536
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
 #: The most control bytes (stdin, base64 in JSON lines) a command holds not yet sent to its pod.
 _MAX_PENDING: Final = 2 << 20
+#: Seconds a close waits for the requests it cut short to end their own cleanup (an exec's close).
+_DRAIN_S: Final = 30.0
 
 
 class _Command:
@@ -243,6 +245,7 @@ class Bridge:
         self._busy = 0
         self._last_active = time.monotonic()
         self._runner: web.AppRunner | None = None
+        self._handling: set[asyncio.Task[Any]] = set()  # the requests under way, each in its own task
 
     async def start(self) -> None:
         app = web.Application()
@@ -257,7 +260,9 @@ class Bridge:
             command.task.cancel()
         await asyncio.gather(*(c.task for c in self.commands.values()), return_exceptions=True)
         if self._runner is not None:
-            await self._runner.cleanup()
+            await self._runner.cleanup()  # requests still under way after a second are cancelled
+        if self._handling:  # a cancelled request ends its exec first: nothing of it outlives the close
+            await asyncio.wait(set(self._handling), timeout=_DRAIN_S)
 
     def idle_for(self) -> float:
         """Seconds with no request and no running command (0 while busy)."""
@@ -272,11 +277,15 @@ class Bridge:
         if not hmac.compare_digest(got.encode(), f"Bearer {self.token.reveal()}".encode()):
             return web.json_response({"message": "Unauthorized"}, status=401)
         self._busy += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._handling.add(task)
         try:
             return await self._route(request)
         finally:
             self._busy -= 1
             self._last_active = time.monotonic()
+            self._handling.discard(task)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path
