@@ -193,6 +193,8 @@ def temporal_worker(
         )
     except typer.Exit as exc:
         code = exc.exit_code
+    except SystemExit as exc:  # an error's line is out (exits.fail): leave the same way, not by the teardown
+        code = exc.code if isinstance(exc.code, int) else 1
     _leave(code)
 
 
