@@ -46,6 +46,15 @@ class Refused(Exception):
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+class _ClosedAtEof(asyncio.StreamReaderProtocol):
+    """A connection closed as soon as the runtime ends it (what it sent is still read): a kept one,
+    in a handle left open after its session was closed, holds no socket."""
+
+    def eof_received(self) -> bool:
+        super().eof_received()
+        return False  # HTTP/1.1 writes nothing after the peer's end: no half-open connection
+
+
 class SocketLink:
     """Requests to one unix socket (``path``), or to ``host:port`` over TCP (``path`` a pair), each on
     a connection of its own, kept open for the next."""
@@ -69,13 +78,18 @@ class SocketLink:
             if not reader.at_eof() and not writer.is_closing():  # the runtime may have ended it
                 return reader, writer
             writer.close()
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+        protocol = _ClosedAtEof(reader, loop=loop)
         try:
             if isinstance(self._path, str):
-                return await asyncio.open_unix_connection(self._path, limit=_CHUNK)
-            host, port = self._path
-            return await asyncio.wait_for(asyncio.open_connection(host, port, limit=_CHUNK), _CONNECT_TIMEOUT_S)
+                transport, _ = await loop.create_unix_connection(lambda: protocol, self._path)
+            else:
+                made = loop.create_connection(lambda: protocol, *self._path)
+                transport, _ = await asyncio.wait_for(made, _CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise LinkError(exc, reached=False) from None
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def stream(self, method: str, target: str, body: bytes, *, content_type: str) -> AsyncGenerator[bytes, None]:
         """The answer's body in pieces as they arrive.
