@@ -115,6 +115,7 @@ class Watch:
         self.queue: list[tuple[dict[str, Any], tuple[str, ...]]] = []  # an event, the parents it names
         self.dropped, self.unknown, self.ended = 0, False, False
         self.moved: tuple[int, str, bool, str] | None = None  # a move's first half: cookie, name, is_dir, parent
+        self.checked: dict[int, str | None] = {}  # current() of each wd, for one read of events (see one())
         self.cond = threading.Condition()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.thread: threading.Thread | None = None
@@ -179,6 +180,7 @@ class Watch:
 
     def forget(self, prefix: str) -> None:
         """Unwatch ``prefix`` and every directory under it."""
+        self.checked = {}
         for wd, (rel, _) in list(self.dirs.items()):
             if prefix == "" or rel == prefix or rel.startswith(prefix + "/"):
                 self.libc.inotify_rm_watch(self.fd, wd)
@@ -221,6 +223,7 @@ class Watch:
                 self.moved_out()
                 continue
             with contextlib.suppress(BlockingIOError):
+                self.checked = {}
                 for record in records(os.read(self.fd, 65536)):
                     self.one(*record)
 
@@ -231,13 +234,17 @@ class Watch:
             self.moved_out()
         if wd not in self.dirs:
             return None
+        if mask & (_IN_ISDIR | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
+            self.checked = {}  # a directory came, went or moved: each path is checked anew
         if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
             if self.dirs[wd][0] == "":
                 self.end()  # the watched directory itself is gone or moved
             if mask & _IN_IGNORED:
                 self.dirs.pop(wd, None)
             return None
-        if (parent := self.current(wd)) is None:
+        if wd not in self.checked:  # a read's thousand creates in one directory: one check, not a thousand
+            self.checked[wd] = self.current(wd)  # (under gVisor each is file I/O through the gofer)
+        if (parent := self.checked[wd]) is None:
             return None
         rel = f"{parent}/{name}" if parent else name
         is_dir = bool(mask & _IN_ISDIR)
