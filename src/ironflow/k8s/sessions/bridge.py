@@ -242,10 +242,9 @@ class Bridge:
         self.socket_path = f"\0ironflow-k8s-session-{session_id}-{secrets.token_hex(8)}"
         self.commands: dict[str, _Command] = {}
         self._ids = 0
-        self._busy = 0
         self._last_active = time.monotonic()
         self._runner: web.AppRunner | None = None
-        self._handling: set[asyncio.Task[Any]] = set()  # the requests under way, each in its own task
+        self._handling: set[asyncio.Task[Any]] = set()  # the requests under way (busy), each in its own task
 
     async def start(self) -> None:
         app = web.Application()
@@ -266,7 +265,7 @@ class Bridge:
 
     def idle_for(self) -> float:
         """Seconds with no request and no running command (0 while busy)."""
-        if self._busy or any(not c.finished for c in self.commands.values()):
+        if self._handling or any(not c.finished for c in self.commands.values()):
             return 0.0
         return time.monotonic() - self._last_active
 
@@ -276,16 +275,14 @@ class Bridge:
         got = request.headers.get("Authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {self.token.reveal()}".encode()):
             return web.json_response({"message": "Unauthorized"}, status=401)
-        self._busy += 1
         task = asyncio.current_task()
-        if task is not None:
-            self._handling.add(task)
+        assert task is not None  # aiohttp runs each request in a task of its own
+        self._handling.add(task)
         try:
             return await self._route(request)
         finally:
-            self._busy -= 1
-            self._last_active = time.monotonic()
             self._handling.discard(task)
+            self._last_active = time.monotonic()
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path
