@@ -223,9 +223,13 @@ class Watch:
                 self.moved_out()
                 continue
             with contextlib.suppress(BlockingIOError):
-                self.checked = {}
-                for record in records(os.read(self.fd, 65536)):
-                    self.one(*record)
+                self.read(os.read(self.fd, 65536))
+
+    def read(self, data: bytes) -> None:
+        """One read's records: each directory's path is checked once in it, not once per event."""
+        self.checked = {}
+        for record in records(data):
+            self.one(*record)
 
     def one(self, wd: int, mask: int, cookie: int, name: str) -> None:
         if mask & _IN_Q_OVERFLOW:
