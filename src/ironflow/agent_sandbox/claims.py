@@ -278,9 +278,9 @@ async def reap_claims(
         listed = (await api.list_all(resource, namespace, label_selector=labels.SANDBOX_CLAIM_SELECTOR)).items
     except errors.KubernetesError as exc:
         raise errors.CleanupError(f"failed to list SandboxClaims in {namespace}: {exc}") from exc
-    chosen = sorted(str(c["metadata"]["name"]) for c in listed if claim_reap_reason(c, clock))
+    chosen = sorted((c for c in listed if claim_reap_reason(c, clock)), key=lambda c: str(c["metadata"]["name"]))
     if dry_run:
-        return ClaimReapReport(tuple(chosen), dry_run=True)
+        return ClaimReapReport(tuple(str(c["metadata"]["name"]) for c in chosen), dry_run=True)
     done = await reaper.delete_each(api, resource, namespace, chosen, background=True, what="SandboxClaim")
     if done:
         _log.info("reaped %d expired SandboxClaims in %s", len(done), namespace)

@@ -185,12 +185,23 @@ async def _list_all(
 
 
 async def _delete(
-    api: kube.KubeApi, resource: kube.Resource, namespace: str, name: str, *, background: bool, what: str
+    api: kube.KubeApi, resource: kube.Resource, namespace: str, obj: Mapping[str, Any], *, background: bool, what: str
 ) -> bool:
+    meta = _meta(obj)
+    name, uid = str(meta.get("name", "")), meta.get("uid")
     try:
-        await api.delete(resource, namespace, name, propagation_policy="Background" if background else None)
+        await api.delete(
+            resource,
+            namespace,
+            name,
+            propagation_policy="Background" if background else None,
+            uid=str(uid) if uid else None,
+        )
     except errors.KubeNotFound:
         return False  # gone already: someone else reaped it
+    except errors.KubeConflict:
+        _log.debug("not reaping %s '%s': deleted and made again since it was listed", what, name)
+        return False  # the name is a new object's (a resumed session's pod), not the one judged
     except errors.KubernetesError as exc:
         _log.warning("failed to reap %s '%s': %s", what, name, exc)
         return False
@@ -198,21 +209,28 @@ async def _delete(
 
 
 async def delete_each(
-    api: kube.KubeApi, resource: kube.Resource, namespace: str, names: Sequence[str], *, background: bool, what: str
+    api: kube.KubeApi,
+    resource: kube.Resource,
+    namespace: str,
+    listed: Sequence[Mapping[str, Any]],
+    *,
+    background: bool,
+    what: str,
 ) -> list[str]:
-    """Delete each named object, at most ``DELETE_CONCURRENCY`` at once; the names deleted, in order.
+    """Delete each listed object, at most ``DELETE_CONCURRENCY`` at once; the names deleted, in order.
 
-    Never raises for one object: one already gone is left out, a failed delete is logged (naming
-    ``what``) and left out for the next pass to retry.
+    Each delete is of the object listed (its UID a precondition), never of one made again under its
+    name since. Never raises for one object: one already gone or replaced is left out, a failed
+    delete is logged (naming ``what``) and left out for the next pass to retry.
     """
     gate = asyncio.Semaphore(DELETE_CONCURRENCY)
 
-    async def one(name: str) -> bool:
+    async def one(obj: Mapping[str, Any]) -> bool:
         async with gate:
-            return await _delete(api, resource, namespace, name, background=background, what=what)
+            return await _delete(api, resource, namespace, obj, background=background, what=what)
 
-    done = await asyncio.gather(*(one(n) for n in names))
-    return [n for n, ok in zip(names, done, strict=True) if ok]
+    done = await asyncio.gather(*(one(o) for o in listed))
+    return [str(_meta(o).get("name", "")) for o, ok in zip(listed, done, strict=True) if ok]
 
 
 async def reap_namespace(
@@ -240,23 +258,24 @@ async def reap_namespace(
         except errors.KubernetesError as exc:
             raise errors.CleanupError(f"{failure}: {exc}") from exc
 
-    async def apply(resource: kube.Resource, chosen: list[str], *, background: bool, what: str) -> list[str]:
+    async def apply(resource: kube.Resource, chosen: list[dict[str, Any]], *, background: bool, what: str) -> list[str]:
         if dry_run:
-            return chosen
+            return [name(o) for o in chosen]
         return await delete_each(api, resource, namespace, chosen, background=background, what=what)
 
     def name(obj: Mapping[str, Any]) -> str:
         return str(_meta(obj).get("name", ""))
 
     jobs = await listing(kube.JOBS, labels.MANAGED_SELECTOR, "failed to list ironflow Jobs", _JOBS_FORBIDDEN)
-    jobs_done = await apply(
-        kube.JOBS, [name(j) for j in jobs if job_reap_reason(j, clock)], background=True, what="Job"
-    )
+    jobs_done = await apply(kube.JOBS, [j for j in jobs if job_reap_reason(j, clock)], background=True, what="Job")
     pods = await listing(kube.PODS, labels.MANAGED_SELECTOR, "failed to list ironflow pods", None)
-    pods_done = await apply(kube.PODS, [name(p) for p in pods if reap_reason(p, clock)], background=False, what="pod")
+    pods_done = await apply(kube.PODS, [p for p in pods if reap_reason(p, clock)], background=False, what="pod")
     cms = await listing(kube.CONFIGMAPS, labels.PROMPT_SELECTOR, "failed to list prompt ConfigMaps", None)
     cms_done = await apply(
-        kube.CONFIGMAPS, sorted(name(c) for c in cms if configmap_expired(c, clock)), background=False, what="ConfigMap"
+        kube.CONFIGMAPS,
+        sorted((c for c in cms if configmap_expired(c, clock)), key=name),
+        background=False,
+        what="ConfigMap",
     )
     pvcs = await listing(
         kube.PERSISTENTVOLUMECLAIMS, labels.MANAGED_SELECTOR, "failed to list claims", _CLAIMS_FORBIDDEN
@@ -264,7 +283,7 @@ async def reap_namespace(
     pvcs = [c for c in pvcs if (_meta(c).get("labels") or {}).get(labels.LABEL_COMPONENT) in _EXPIRING_CLAIMS]
     pvcs_done = await apply(
         kube.PERSISTENTVOLUMECLAIMS,
-        [name(c) for c in pvcs if claim_expired(c, clock)],
+        [c for c in pvcs if claim_expired(c, clock)],
         background=False,
         what="claim",
     )
@@ -395,7 +414,7 @@ async def sweep_earlier_life(
             continue
         except errors.KubernetesError as exc:
             raise errors.CleanupError(f"boot sweep failed to list {resource.plural}: {exc}") from exc
-        names = [str(_meta(o).get("name", "")) for o in found if not _deleting(o)]
-        done = await delete_each(api, resource, namespace, names, background=resource is kube.JOBS, what=resource.kind)
+        chosen = [o for o in found if not _deleting(o)]
+        done = await delete_each(api, resource, namespace, chosen, background=resource is kube.JOBS, what=resource.kind)
         deleted.append((resource.plural, len(done)))
     return SweepReport(namespace, tuple(deleted))

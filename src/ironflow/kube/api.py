@@ -320,12 +320,15 @@ class KubeApi:
         *,
         grace_period_seconds: int | None = None,
         propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+        uid: str | None = None,
     ) -> KubeObject:
         """Delete an object; returns it (with ``deletionTimestamp`` while finalizers or grace hold it,
-        or a Status once gone). ``KubeNotFound`` when it was already gone."""
+        or a Status once gone). ``KubeNotFound`` when it was already gone; with ``uid`` only that object
+        (a precondition): ``KubeConflict`` when its name is a new object's (deleted and made again)."""
         what = f"delete {resource.plural} {responses.where(namespace, name)}"
-        query = responses.params(gracePeriodSeconds=grace_period_seconds, propagationPolicy=propagation_policy)
-        return await self._transport.json("delete", "DELETE", resource.path(namespace, name), what, query=query)
+        query, body = responses.delete_options(uid, grace_period_seconds, propagation_policy)
+        path = resource.path(namespace, name)
+        return await self._transport.json("delete", "DELETE", path, what, query=query, body=body)
 
     async def delete_collection(
         self,
@@ -339,11 +342,9 @@ class KubeApi:
     ) -> KubeObject:
         """Delete every object of a namespace matching the selectors in one request."""
         what = f"deletecollection {resource.plural} {responses.where(namespace, None)}"
-        query = responses.params(
-            labelSelector=label_selector,
-            fieldSelector=field_selector,
-            gracePeriodSeconds=grace_period_seconds,
-            propagationPolicy=propagation_policy,
+        selectors = responses.params(labelSelector=label_selector, fieldSelector=field_selector)
+        query = selectors + responses.params(
+            gracePeriodSeconds=grace_period_seconds, propagationPolicy=propagation_policy
         )
         return await self._transport.json("deletecollection", "DELETE", resource.path(namespace), what, query=query)
 

@@ -20,6 +20,7 @@ __all__ = [
     "MESSAGE_LIMIT",
     "ExecOutput",
     "backoff_delay",
+    "delete_options",
     "error_for_status",
     "exec_exit_code",
     "params",
@@ -88,6 +89,18 @@ def params(**kwargs: object) -> list[tuple[str, str]]:
             continue
         out.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
     return out
+
+
+def delete_options(
+    uid: str | None, grace_period_seconds: int | None, propagation_policy: str | None
+) -> tuple[list[tuple[str, str]], dict[str, object] | None]:
+    """A delete's query and body: its options as query parameters, or with a UID precondition all in a
+    DeleteOptions body (the API server reads a body's options or else the query's, never both)."""
+    options = {"gracePeriodSeconds": grace_period_seconds, "propagationPolicy": propagation_policy}
+    if uid is None:
+        return params(**options), None
+    body: dict[str, object] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    return [], body | {key: value for key, value in options.items() if value is not None}
 
 
 def watch_event(line: bytes, what: str) -> WatchEvent | None:

@@ -162,17 +162,19 @@ async def read_body(request: web.Request) -> Any:
 
 
 async def delete_options(request: web.Request) -> Obj:
-    """DeleteOptions from the body and the query (the query wins), with the policy checked."""
+    """DeleteOptions from the body, or (only without one) the query, as the API server reads them;
+    the policy checked."""
     options: Obj = {}
     body = await read_body(request)
     if isinstance(body, dict):
         options.update(
             {k: v for k, v in body.items() if k in ("gracePeriodSeconds", "propagationPolicy", "preconditions")}
         )
-    if (grace := int_param(request.query, "gracePeriodSeconds")) is not None:
-        options["gracePeriodSeconds"] = grace
-    if policy := request.query.get("propagationPolicy"):
-        options["propagationPolicy"] = policy
+    elif body is None:
+        if (grace := int_param(request.query, "gracePeriodSeconds")) is not None:
+            options["gracePeriodSeconds"] = grace
+        if policy := request.query.get("propagationPolicy"):
+            options["propagationPolicy"] = policy
     if options.get("propagationPolicy") not in (None, "Orphan", "Background", "Foreground"):
         raise Refusal(
             422,

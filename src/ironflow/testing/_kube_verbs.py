@@ -222,7 +222,9 @@ def delete(store: store_mod.Store, t: Type, obj: Obj, options: Mapping[str, Any]
         raise Refusal(
             409,
             "Conflict",
-            f"Precondition failed: UID in precondition: {uid}, UID in object meta: {obj['metadata']['uid']}",
+            f'Operation cannot be fulfilled on {t.kind} "{obj["metadata"]["name"]}": the UID in the precondition '
+            f"({uid}) does not match the UID in record ({obj['metadata']['uid']}). "
+            "The object might have been deleted and then recreated",
         )
     result, gone = store.delete(
         t, obj, grace=options.get("gracePeriodSeconds"), policy=options.get("propagationPolicy")

@@ -97,6 +97,21 @@ async def test_k8s_reaper_selects_ironflow_pods_of_any_component(
     assert names(server, k8s.PODS, ns) == ["not-ours"]
 
 
+async def test_k8s_reaper_leaves_an_object_made_again_under_the_name_it_listed(api: k8s.KubeApi, ns: str) -> None:
+    """The reaper judges what it listed: a pod deleted and made again under its name since (a resumed
+    session's) is another object, and stays; a delete by name alone took it (kwok's bug, stop 46)."""
+    await api.create(k8s.PODS, ns, runner_pod("reused", expires_at=PAST))
+    listed = (await api.list_all(k8s.PODS, ns, label_selector=labels.MANAGED_SELECTOR)).items
+    await api.delete(k8s.PODS, ns, "reused", grace_period_seconds=0)
+    made = await api.create(k8s.PODS, ns, runner_pod("reused", expires_at=int(time.time()) + 3600))
+
+    assert await reaper.delete_each(api, k8s.PODS, ns, listed, background=False, what="pod") == []
+    assert (await api.get(k8s.PODS, ns, "reused"))["metadata"]["uid"] == made["metadata"]["uid"]
+    with pytest.raises(errors.KubeConflict, match="does not match the UID in record"):
+        await api.delete(k8s.PODS, ns, "reused", uid=listed[0]["metadata"]["uid"])
+    assert await reaper.delete_each(api, k8s.PODS, ns, [made], background=False, what="pod") == ["reused"]
+
+
 async def test_k8s_reaper_deletes_orphans_and_keeps_live_objects(
     server: KubeTestServer, api: k8s.KubeApi, ns: str
 ) -> None:

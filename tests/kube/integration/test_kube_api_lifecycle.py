@@ -112,6 +112,20 @@ async def test_background_propagation_deletes_a_jobs_pods(kube: Any, make_pod: A
     assert await _gone(kube, api.PODS, "cascade-p1")
 
 
+async def test_a_delete_under_a_uid_precondition_keeps_its_propagation_policy(kube: Any, make_pod: Any) -> None:
+    """The API server reads a delete's options from its body or else its query, never both: a delete
+    with a UID precondition (a body) still propagates in the background; another UID is refused."""
+    job = await kube.api.create(api.JOBS, kube.namespace, _job("guarded"))
+    await kube.api.create(api.PODS, kube.namespace, _owned_pod(make_pod, "guarded-p1", job))
+    stranger = "00000000-0000-4000-8000-00000000dead"
+    with pytest.raises(errors.KubeConflict, match="does not match the UID in record"):
+        await kube.api.delete(api.JOBS, kube.namespace, "guarded", propagation_policy="Background", uid=stranger)
+    assert (await kube.api.get(api.JOBS, kube.namespace, "guarded"))["metadata"]["uid"] == job["metadata"]["uid"]
+    uid = job["metadata"]["uid"]
+    await kube.api.delete(api.JOBS, kube.namespace, "guarded", propagation_policy="Background", uid=uid)
+    assert await _gone(kube, api.PODS, "guarded-p1")
+
+
 async def test_an_object_created_after_its_owner_was_deleted_is_collected(kube: Any) -> None:
     """A controller acting on a stale read makes a dependent of an owner already gone: the
     garbage collector deletes it all the same."""

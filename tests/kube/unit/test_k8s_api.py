@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ironflow import errors
-from ironflow.kube import api
+from ironflow.kube import api, responses
 
 
 @pytest.mark.parametrize(
@@ -99,3 +99,20 @@ def test_retry_after_is_obeyed_and_capped() -> None:
     assert api.retry_after_delay("600", 0) == 10.0
     assert api.retry_after_delay(None, 1) == api.backoff_delay(1)
     assert api.retry_after_delay("Wed, 21 Oct 2015 07:28:00 GMT", 0) == api.backoff_delay(0)
+
+
+def test_a_delete_under_a_uid_precondition_carries_all_its_options_in_its_body() -> None:
+    """The API server reads a body's DeleteOptions or else the query's, never both: with a body, a
+    policy in the query would be dropped (a Job's pods then orphaned, seen against the real one)."""
+    assert responses.delete_options(None, 0, "Background") == (
+        [("gracePeriodSeconds", "0"), ("propagationPolicy", "Background")],
+        None,
+    )
+    query, body = responses.delete_options("u-1", None, "Background")
+    assert query == []
+    assert body == {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": "u-1"},
+        "propagationPolicy": "Background",
+    }
