@@ -70,6 +70,10 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
 def _expiry(obj: Mapping[str, Any]) -> int | None:
     annotations = _meta(obj).get("annotations")
     return labels.expires_at(annotations if isinstance(annotations, Mapping) else None)
@@ -187,8 +191,7 @@ async def _list_all(
 async def _delete(
     api: kube.KubeApi, resource: kube.Resource, namespace: str, obj: Mapping[str, Any], *, background: bool, what: str
 ) -> bool:
-    meta = _meta(obj)
-    name, uid = str(meta.get("name", "")), meta.get("uid")
+    name, uid = _name(obj), _meta(obj).get("uid")
     try:
         await api.delete(
             resource,
@@ -230,7 +233,7 @@ async def delete_each(
             return await _delete(api, resource, namespace, obj, background=background, what=what)
 
     done = await asyncio.gather(*(one(o) for o in listed))
-    return [str(_meta(o).get("name", "")) for o, ok in zip(listed, done, strict=True) if ok]
+    return [_name(o) for o, ok in zip(listed, done, strict=True) if ok]
 
 
 async def reap_namespace(
@@ -260,11 +263,8 @@ async def reap_namespace(
 
     async def apply(resource: kube.Resource, chosen: list[dict[str, Any]], *, background: bool, what: str) -> list[str]:
         if dry_run:
-            return [name(o) for o in chosen]
+            return [_name(o) for o in chosen]
         return await delete_each(api, resource, namespace, chosen, background=background, what=what)
-
-    def name(obj: Mapping[str, Any]) -> str:
-        return str(_meta(obj).get("name", ""))
 
     jobs = await listing(kube.JOBS, labels.MANAGED_SELECTOR, "failed to list ironflow Jobs", _JOBS_FORBIDDEN)
     jobs_done = await apply(kube.JOBS, [j for j in jobs if job_reap_reason(j, clock)], background=True, what="Job")
@@ -273,7 +273,7 @@ async def reap_namespace(
     cms = await listing(kube.CONFIGMAPS, labels.PROMPT_SELECTOR, "failed to list prompt ConfigMaps", None)
     cms_done = await apply(
         kube.CONFIGMAPS,
-        sorted((c for c in cms if configmap_expired(c, clock)), key=name),
+        sorted((c for c in cms if configmap_expired(c, clock)), key=_name),
         background=False,
         what="ConfigMap",
     )
