@@ -11,10 +11,12 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
-from ironflow.workspaces import WorkspaceChanges
+
+if TYPE_CHECKING:
+    from ironflow.workspaces import WorkspaceChanges
 
 __all__ = [
     "AGENT_RESULT_MARK",
@@ -169,5 +171,7 @@ def result_from_dict(data: Any) -> Any:
         kwargs["debug_messages"] = tuple(_debug_message(m) for m in kwargs["debug_messages"])
     kwargs["ignored_settings"] = tuple(kwargs.get("ignored_settings", ()))
     if kwargs.get("workspace") is not None:
+        from ironflow.workspaces import WorkspaceChanges  # a stored change set only: a command's result loads none
+
         kwargs["workspace"] = WorkspaceChanges.from_json(kwargs["workspace"])
     return AgentResult(**kwargs)

@@ -11,6 +11,7 @@ credential the in-process proxy holds (never handed to a sandbox).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,20 +21,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ironflow import errors
 from ironflow._renamed import renamed_argument
-from ironflow.auth_proxy.git_hosts import GitHosts
 from ironflow.captured import DEFAULT_KEEP_BYTES
 from ironflow.claude import cli, layout
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, cgroups, environment, identity, launch
 from ironflow.local.sandbox import limits as sandbox_limits
-from ironflow.local.workspaces import kept as kept_workspaces
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import relays as relays_mod
+    from ironflow.auth_proxy.git_hosts import GitHosts
     from ironflow.egress import EgressPolicy
     from ironflow.local.sandbox import docker_engine
+    from ironflow.local.workspaces.kept import KeptWorkspaces
     from ironflow.steps import AgentConfig
 
 __all__ = ["DEFAULT_TIMEOUT_S", "LocalSandboxConfig"]
@@ -182,12 +183,10 @@ class LocalSandboxConfig:
             identity.check_conversations_dir(kept, bubblewrap=isolation == "bwrap", host_uid=self._host_uid)
         self.conversations_dir = kept
         self.limits = limits
-        self.git_hosts = git_hosts or GitHosts()
+        self._git_hosts = git_hosts
         self.relays = _resolved(relays) if relays else ()
         self.relay_upstream = relay_upstream
         self.egress = egress
-        #: Workspaces kept for a retry of their step (``keep_on_retry``).
-        self.kept = kept_workspaces.KeptWorkspaces(temp_dir)
         #: The running sandboxes (their cgroups, limits and run ids); sessions start theirs here too.
         bounded = launch.within_file_table(limits, host_processes=isolation != "gvisor")
         self.processes = launch.SandboxProcesses(
@@ -199,8 +198,26 @@ class LocalSandboxConfig:
         hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
         nproc = _PODMAN_NPROC if hard == resource.RLIM_INFINITY else min(hard, _PODMAN_NPROC)
         self._podman_nproc = nproc if engine is not None and engine.podman else None
-        workdirs.sweep(temp_dir)  # the temp dirs of workers that were killed before they could clean up
+        # The temp dirs and kept workspaces of workers that were killed before they could clean up.
+        for prefix in (workdirs.PREFIX, workdirs.KEPT_PREFIX):
+            workdirs.sweep(temp_dir, prefix)
         log.info("local sandbox limits: %s", self.limits_report())
+
+    @property
+    def git_hosts(self) -> GitHosts:
+        """The git hosts' credentials (kept in the proxy) for git workspaces."""
+        if self._git_hosts is None:  # the workspaces' modules load with a workspace, not with a plain command
+            from ironflow.auth_proxy.git_hosts import GitHosts
+
+            self._git_hosts = GitHosts()
+        return self._git_hosts
+
+    @functools.cached_property
+    def kept(self) -> KeptWorkspaces:
+        """Workspaces kept for a retry of their step (``keep_on_retry``), made at their first use."""
+        from ironflow.local.workspaces.kept import KeptWorkspaces
+
+        return KeptWorkspaces(self.temp_dir)
 
     def limits_report(self) -> str:
         """Which per-sandbox limits hold on this machine, and by what mechanism (one line)."""

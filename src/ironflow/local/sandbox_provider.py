@@ -30,10 +30,10 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ironflow import errors, step_timeouts, workspaces
+from ironflow import errors, step_timeouts
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, environment, launch, step_proxy
@@ -47,17 +47,16 @@ from ironflow.local.sandbox.environment import (
     sandbox_env,
 )
 from ironflow.local.sandbox_config import DEFAULT_TIMEOUT_S, LocalSandboxConfig
-from ironflow.local.workspaces import bound
-from ironflow.local.workspaces import copies as local_workspaces
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
 from ironflow.results import AgentResult, CommandResult
-from ironflow.workspaces import WORKSPACE_PATH, Workspace, WorkspaceChanges
 
 if TYPE_CHECKING:
     from ironflow.egress import EgressPolicy
     from ironflow.local.sessions import local_sessions
+    from ironflow.local.workspaces.copies import PreparedWorkspace
     from ironflow.sessions.pools import PoolPolicy
     from ironflow.steps import AgentConfig, StepScope
+    from ironflow.workspaces import Workspace, WorkspaceChanges
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -139,7 +138,10 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             if problem is not None:
                 raise errors.ConfigError(problem)
         writable = tuple(writable_mounts)
-        local_workspaces.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
+        if writable or workspace is not None:  # with neither, a plain command loads no workspace module
+            from ironflow.local.workspaces import copies
+
+            copies.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
         async with contextlib.AsyncExitStack() as stack:
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
@@ -148,11 +150,16 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             needs_dir = proxied or workspace is not None or self.managed_settings is not None
             if needs_dir or self.isolation != "bwrap":  # gVisor's bundle, Docker's env file
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
-            prepared: local_workspaces.PreparedWorkspace | None = None
+            prepared: PreparedWorkspace | None = None
+            stop_when: Callable[[], Awaitable[str]] | None = None
             if workspace is not None and tmp is not None:
+                from ironflow.local.workspaces import bound
+                from ironflow.workspaces import WORKSPACE_PATH
+
                 prepared = await self._open_workspace(workspace, tmp)
                 writable = (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH), *writable)
                 working_dir = working_dir or WORKSPACE_PATH
+                stop_when = bound.stop_when(prepared)
             socket_path: str | None = None
             egress_socket: str | None = None
             if proxied and tmp is not None:
@@ -199,7 +206,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 binds=binds,
                 on_output=on_output,
                 keep_bytes=self.output_keep_bytes,
-                stop_when=bound.stop_when(prepared),
+                stop_when=stop_when,
             )
             if finished.stopped is not None:
                 raise errors.WorkspaceUnsafe(finished.stopped)
@@ -208,8 +215,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             out, err = _text(finished.stdout), _text(finished.stderr)
             code = sandbox_argv.command_exit_code(finished.code, err)
             sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
-            message = workspaces.push_message("exec", " ".join(argv))
-            changes = None if prepared is None else await self._close_workspace(prepared, code == 0, message)
+            changes = None
+            if prepared is not None:
+                changes = await self._close_workspace(prepared, code == 0, "exec", " ".join(argv))
         killed = (
             sandbox_limits.memory_kill_message(self.limits.memory_bytes, finished.memory_kills)
             if finished.memory_kills
@@ -238,8 +246,10 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         return await self.processes.kill_run(launch.step_key(scope))
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
-        from ironflow import tracing  # an agent step's: a plain command (``ironflow exec``) loads neither
+        from ironflow import tracing  # an agent step's: a plain command (``ironflow exec``) loads none
         from ironflow.claude import command, output, profile, rate_limits
+        from ironflow.local.workspaces import bound, copies
+        from ironflow.workspaces import WORKSPACE_PATH
 
         command.validate_prompt_size(config)
         args = command.build_args(config, allow_bypass=self.bypass_allowed())
@@ -248,7 +258,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         if ignored:
             log.warning("local sandbox ignores settings that only apply on Kubernetes: %s", "; ".join(ignored))
         mounts = self._step_mounts(config)
-        local_workspaces.check_mounts(self.isolation, self._writable_uid, (), mounts, config.workspace)
+        copies.check_mounts(self.isolation, self._writable_uid, (), mounts, config.workspace)
         credential = self._credential(config)
         claude = self.claude_cli()
         stdin = config.prompt.encode() if command.prompt_via_stdin(config) else None
@@ -333,8 +343,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
                 result = output.parse_output(out, config, wall_ms=wall_ms)
             else:
                 result = output.handle_nonzero_exit(code, out, err, config, wall_ms=wall_ms)
-            message = workspaces.push_message(step, config.prompt)
-            changes = None if prepared is None else await self._close_workspace(prepared, True, message)
+            changes = None if prepared is None else await self._close_workspace(prepared, True, step, config.prompt)
         account_id = config.account.account_id if config.account is not None else result.account_id
         return dataclasses.replace(result, ignored_settings=ignored, account_id=account_id, workspace=changes)
 
@@ -344,7 +353,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             return extra if self.egress is None else self.egress
         return self.egress.merged(extra)
 
-    async def _open_workspace(self, spec: Workspace, tmp: str) -> local_workspaces.PreparedWorkspace:
+    async def _open_workspace(self, spec: Workspace, tmp: str) -> PreparedWorkspace:
         from ironflow.local.workspaces import step_workspaces  # a workspace's run: git's sync with it
 
         return await step_workspaces.open_workspace(
@@ -352,14 +361,16 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         )
 
     async def _close_workspace(
-        self, prepared: local_workspaces.PreparedWorkspace, succeeded: bool, message: str
+        self, prepared: PreparedWorkspace, succeeded: bool, what: str, text: str
     ) -> WorkspaceChanges:
+        """Finish ``prepared``; a push's commit says ``what`` made the change and the first line of ``text``."""
+        from ironflow import workspaces
         from ironflow.local.workspaces import step_workspaces
 
         return await step_workspaces.close_workspace(
             prepared,
             succeeded,
-            message,
+            workspaces.push_message(what, text),
             processes=self.processes,
             shape=self.shape(),
             hosts=self.git_hosts,

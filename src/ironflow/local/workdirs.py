@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "KEPT_PREFIX",
     "PREFIX",
     "LiveDir",
     "Owner",
@@ -44,6 +45,8 @@ __all__ = [
 log = logging.getLogger("ironflow.local")
 
 PREFIX: Final = "ironflow-local-"
+#: The directories of workspaces kept for a retry (:mod:`ironflow.local.workspaces.kept`).
+KEPT_PREFIX: Final = "ironflow-kept-"
 _MARKER: Final = ".ironflow-owner"
 _MARKER_VERSION: Final = "ironflow-local-owner/1"
 _MARKER_MAX_BYTES: Final = 256

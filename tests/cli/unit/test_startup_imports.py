@@ -106,6 +106,17 @@ def test_local_exec_loads_nothing_of_an_agent_step_or_a_proxy() -> None:
     )
 
 
+#: A workspace's modules (its spec, copies, snapshots, the git hosts' credentials, retries' kept
+#: copies): a command with no ``--workspace`` and no writable mount runs none of them.
+WORKSPACES = ("ironflow.workspaces", "ironflow.local.workspaces", "ironflow.auth_proxy.git_hosts")
+
+
+def test_local_exec_without_a_workspace_loads_no_workspace_module() -> None:
+    modules, stderr = _loaded(["exec", "--", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, WORKSPACES) == [], "load these where a workspace or a writable mount is used"
+
+
 #: The Docker sandbox's modules: only ``--isolation docker`` loads them.
 DOCKER = ("ironflow.local.sandbox.docker", "ironflow.local.sandbox.docker_engine")
 

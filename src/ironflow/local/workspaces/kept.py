@@ -8,7 +8,8 @@ and a git source's clean clone) under the step's run and name, and the next atte
 step works on the very same copy, so it starts from the tree the failed attempt left while
 its change set stays relative to the source. An attempt that succeeds, and
 :meth:`KeptWorkspaces.release` of the run, remove it; past :data:`MAX_KEPT` the oldest goes,
-and a killed worker's are swept by the next provider (the directories carry their owner).
+and a killed worker's are swept by the next provider when it is made (the directories carry
+their owner).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_KEPT", "PREFIX", "KeptWorkspaces"]
 
-PREFIX: Final = "ironflow-kept-"
+PREFIX: Final = workdirs.KEPT_PREFIX
 #: The most workspaces one provider keeps: a step whose last attempt failed is not told to the
 #: provider (only ``release_run`` is), so the oldest kept one goes when a new one would pass this.
 MAX_KEPT: Final = 16
@@ -43,7 +44,6 @@ class KeptWorkspaces:
         self.temp_dir = temp_dir
         self.limit = limit
         self._kept: dict[tuple[str, str], tuple[str, PreparedWorkspace]] = {}
-        workdirs.sweep(temp_dir, PREFIX)  # what a killed worker kept
 
     def __len__(self) -> int:
         return len(self._kept)
