@@ -199,8 +199,7 @@ class LocalSandboxConfig:
         nproc = _PODMAN_NPROC if hard == resource.RLIM_INFINITY else min(hard, _PODMAN_NPROC)
         self._podman_nproc = nproc if engine is not None and engine.podman else None
         # The temp dirs and kept workspaces of workers that were killed before they could clean up.
-        for prefix in (workdirs.PREFIX, workdirs.KEPT_PREFIX):
-            workdirs.sweep(temp_dir, prefix)
+        workdirs.sweep(temp_dir, (workdirs.PREFIX, workdirs.KEPT_PREFIX))
         log.info("local sandbox limits: %s", self.limits_report())
 
     @property

@@ -199,9 +199,9 @@ def surely_gone(owner: Owner) -> bool:
     return (owner.boot_id, owner.pid_namespace) == (boot_id, namespace) and _stale(owner, boot_id, namespace)
 
 
-def _marked_dirs(temp_dir: str | None, prefix: str) -> Iterator[LiveDir]:
-    """This user's marked ``prefix*`` dirs in ``temp_dir`` (None: the system's), owner alive or not;
-    at most :data:`_SCAN_MAX` entries looked at."""
+def _marked_dirs(temp_dir: str | None, prefix: str | tuple[str, ...]) -> Iterator[LiveDir]:
+    """This user's marked ``prefix*`` dirs (any of the prefixes) in ``temp_dir`` (None: the system's),
+    owner alive or not; at most :data:`_SCAN_MAX` entries looked at."""
     with contextlib.suppress(OSError), os.scandir(temp_dir or tempfile.gettempdir()) as entries:
         for count, entry in enumerate(entries):
             if count >= _SCAN_MAX:
@@ -216,8 +216,9 @@ def _marked_dirs(temp_dir: str | None, prefix: str) -> Iterator[LiveDir]:
                     yield LiveDir(entry.path, *marked)
 
 
-def sweep(temp_dir: str | None, prefix: str = PREFIX) -> int:
-    """Remove the ``prefix*`` dirs in ``temp_dir`` (None: the system's) whose owner is gone; how many."""
+def sweep(temp_dir: str | None, prefix: str | tuple[str, ...] = PREFIX) -> int:
+    """Remove the ``prefix*`` dirs (any of the prefixes, in one scan) in ``temp_dir`` (None: the system's)
+    whose owner is gone; how many."""
     try:
         boot_id, namespace = _machine()
     except OSError:

@@ -72,6 +72,21 @@ def test_a_killed_workers_temp_dir_is_swept_at_the_next_start_and_a_live_one_kep
     _wait_for("the killed worker's sandbox to end", lambda: not _step_running())
 
 
+def test_a_gone_workers_kept_workspace_is_swept_when_a_provider_is_made_and_a_live_one_kept(tmp_path: Path) -> None:
+    """Run dirs and retries' kept copies are swept in one scan; a kept copy is swept with no step run."""
+    made = f"from ironflow.local import workdirs; print(workdirs.marked_dir({str(tmp_path)!r}, workdirs.KEPT_PREFIX))"
+    gone = Path(subprocess.run([sys.executable, "-c", made], capture_output=True, text=True, check=True).stdout.strip())
+    assert gone.name.startswith(workdirs.KEPT_PREFIX)
+    assert gone.is_dir()  # its process has exited, its kept copy not
+    live = Path(workdirs.marked_dir(str(tmp_path), workdirs.KEPT_PREFIX))
+    other = tmp_path / "ironflow-other-1"
+    other.mkdir()
+    LocalSandboxProvider(temp_dir=str(tmp_path))
+    assert not gone.exists()
+    assert live.is_dir()
+    assert other.is_dir()
+
+
 def _names(directory: Path) -> set[str]:
     return {p.name for p in directory.iterdir()}
 
