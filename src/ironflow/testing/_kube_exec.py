@@ -123,11 +123,17 @@ class ExecService:
         self.runner: ExecRunner | None = None
         self.execs: list[ExecRecord] = []
         self.processes: set[asyncio.subprocess.Process] = set()
+        self._pumps: set[asyncio.Task[web.WebSocketResponse]] = set()
 
-    def stop(self) -> None:
-        """Kill every command still running (the server is going away)."""
+    async def stop(self) -> None:
+        """Kill every command still running (the server is going away) and wait for their sessions' ends."""
         for process in list(self.processes):
             _kill(process)
+        if self._pumps:  # bounded: a child that left the command's group may hold its output open
+            _, stuck = await asyncio.wait(self._pumps, timeout=5.0)
+            for pump in stuck:
+                pump.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
 
     async def handle(self, request: web.Request, namespace: str, name: str, pod: Obj | None) -> web.StreamResponse:
         if pod is None:
@@ -153,7 +159,12 @@ class ExecService:
         started = await self.runner(pod, container, list(command))
         if isinstance(started, ExecReply):
             return await self._reply(ws, record, started)
-        return await self._pump(request, ws, record, started)
+        # The session is the service's task, not the handler's: a client that goes away cancels the
+        # handler (handler_cancellation), and a cancelled cleanup would leave the command's pipes open.
+        pump = asyncio.create_task(self._pump(request, ws, record, started))
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        return await asyncio.shield(pump)
 
     async def _reply(self, ws: web.WebSocketResponse, record: ExecRecord, reply: ExecReply) -> web.WebSocketResponse:
         try:
@@ -190,7 +201,16 @@ class ExecService:
             process.stdin.close()  # no stdin attached: the command reads EOF at once
 
         async def pump_both() -> None:
-            await asyncio.gather(pump_out(process.stdout, 1), pump_out(process.stderr, 2))
+            outs = [
+                asyncio.ensure_future(pump_out(process.stdout, 1)),
+                asyncio.ensure_future(pump_out(process.stderr, 2)),
+            ]
+            try:
+                await asyncio.gather(*outs)
+            finally:  # one failing (the client went away) stops the other: nothing still reads the pipes
+                for out in outs:
+                    out.cancel()
+                await asyncio.gather(*outs, return_exceptions=True)
 
         reader = asyncio.ensure_future(pump_in())
         writer = asyncio.ensure_future(pump_both())
@@ -212,11 +232,20 @@ class ExecService:
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
             _kill(process)
+            # What the command wrote and nobody read holds its pipes open, and wait() returns only once
+            # they are closed: read them to their end first.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(_drain(process.stdout), _drain(process.stderr)), 5.0)
             await process.wait()
             self.processes.discard(process)
             with contextlib.suppress(ConnectionError):
                 await asyncio.wait_for(ws.close(), 1.0)
         return ws
+
+
+async def _drain(stream: asyncio.StreamReader | None) -> None:
+    while stream is not None and await stream.read(1 << 16):
+        pass
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

@@ -122,7 +122,7 @@ class KubeTestServer:
         for watcher in list(self.store.watchers):
             watcher.queue.put_nowait(None)
         self.kubelet.stop()
-        self._exec.stop()
+        await self._exec.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.fakes.unclosed import unclosed_after_collect
 
 from ironflow import errors
 from ironflow.kube import api as k8s
@@ -103,3 +104,30 @@ async def test_stop_kills_a_command_still_running_and_reports_137(kube: tuple[Ku
     await server.stop()
     assert server.running_execs == 0
     assert (await task).exit_code == 137  # SIGKILL: 128 + 9, as a kubelet reports it
+
+
+async def test_a_client_that_drops_the_connection_mid_output_leaves_nothing_behind(
+    kube: tuple[KubeTestServer, k8s.KubeApi],
+) -> None:
+    """The dropped session's handler is cancelled (as aiohttp does when a client goes away);
+    by the time the server has stopped, the command is killed, what it wrote and nobody read
+    is drained, and the session has ended: no task still cancelling, no pipe left for the collector."""
+    server, _ = kube
+    server.serve_exec(local_exec())
+    before = asyncio.all_tasks()
+    host, port = server.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /api/v1/namespaces/default/pods/box/exec?command=yes&stdout=true HTTP/1.1\r\n"
+        b"Host: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n" % (server.url.encode(), server.token.encode())
+    )
+    assert (await reader.readline()).startswith(b"HTTP/1.1 101")
+    await reader.readexactly(1 << 16)  # the command is writing: its output is more than anyone reads
+    writer.transport.abort()
+    await eventually(lambda: server.running_execs == 0, interval_s=0.02, what="the command to be killed")
+    await server.stop()
+    await asyncio.sleep(0)
+    assert [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()] == []
+    assert unclosed_after_collect() == []
