@@ -384,9 +384,19 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait (bounded) until the killed sandbox is reaped. asyncio's wait() returns only once its
+    pipes are closed too, and a pipe whose unread output filled the reader's buffer is never read
+    to its end: what nobody reads is read and dropped meanwhile."""
+    streams = (s for s in (proc.stdout, proc.stderr) if s is not None)
     with contextlib.suppress(TimeoutError, ProcessLookupError):
         async with asyncio.timeout(_KILL_GRACE_S):
-            await proc.wait()
+            await asyncio.gather(proc.wait(), *map(_drop_rest, streams))
+
+
+async def _drop_rest(stream: asyncio.StreamReader) -> None:
+    with contextlib.suppress(RuntimeError):  # another task is reading it (a session's watch): it reads to the end
+        while await stream.read(_READ_BYTES):
+            pass
 
 
 async def _communicate(
