@@ -62,6 +62,19 @@ def test_the_clone_reads_its_token_from_stdin_only() -> None:
     assert "rm -rf '/home/claude/workspace' '/home/claude/.ironflow/workspace-base'" in argv[2]
 
 
+@pytest.mark.parametrize("ref", ["main", COMMIT])
+def test_each_git_command_of_the_clone_is_retried_while_it_cannot_connect(ref: str) -> None:
+    """A session's pod is new to the NetworkPolicies when it clones (kube-router programs them after
+    the pod starts and refuses its connections meanwhile): the clone's git commands are retried as an
+    init clone's are, not failed at the first refusal (a clone exited 128 once on the real node)."""
+    script = clone_exec.clone_exec("http://proxy:8080", Workspace(SPEC.source, ref=ref), 52, WHERE)[2]
+    lines = script.splitlines()
+    reaching = [line for line in lines if line.split(" ", 1)[0] in ("git", "ironflow_connect") and "/r/" in line]
+    assert reaching
+    assert all(line.startswith("ironflow_connect git ") for line in reaching), reaching
+    assert any(line.startswith("( ironflow_connect() {") for line in lines)  # defined where it is used
+
+
 def test_the_report_verifies_the_recorded_commit_and_refuses_another_shape() -> None:
     argv = clone_exec.report_exec(SPEC, COMMIT, WHERE)
     assert f"ironflow_base={COMMIT}" in argv[2]

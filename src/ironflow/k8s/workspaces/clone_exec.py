@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from collections.abc import Mapping
 from typing import Final
 
@@ -64,14 +63,15 @@ def token_exports(env: Mapping[str, str], token_bytes: int) -> str:
 
 def clone_exec(proxy_url: str, spec: Workspace, token_bytes: int, where: WorkspacePaths) -> tuple[str, ...]:
     """The clone's argv: read ``token_bytes`` of stdin (the grant's token) into the clone's
-    environment only, clone into ``where.workspace``, make the base, print
+    environment only, clone into ``where.workspace`` (retried while git cannot connect, as an init
+    clone is: :func:`~ironflow.workspaces.git_script.connect_retried`), make the base, print
     ``ironflow_commit=<id>`` last.
 
     Raises:
         ConfigError: a source, ref or proxy URL the relay cannot take.
     """
     invocation = git_script.clone_commands(proxy_url, spec.source, TOKEN_MARK, directory=where.workspace, ref=spec.ref)
-    clone = "\n".join(shlex.join(argv) for argv in invocation.commands)
+    clone = git_script.connect_retried(invocation.commands)  # the session's pod may be new to the policies
     base = init_pods.base_script(workspace=where.workspace, base=where.base)
     w, b = command.shell_quote(where.workspace), command.shell_quote(where.base)
     script = (
