@@ -463,7 +463,9 @@ class KubeApi:
         ``v4.channel.k8s.io``) and return its exit code, stdout and stderr.
 
         ``stdin`` is sent in full right after the connection opens; v4 cannot signal its end,
-        so the command must read a known length (``head -c N``), never wait for EOF. Output
+        so the command must read a known length (``head -c N``), never wait for EOF; and read all
+        of it: a command that ends with some unread may lose its answer (kube-apiserver with kwok
+        closed the stream without the output or the exit status in most runs with 1 MiB unread). Output
         beyond ``max_output_bytes`` per stream is dropped (``truncated``); ``on_output(stream, chunk)``
         sees every chunk as it arrives (1 stdout, 2 stderr), kept or not; ``more_stdin``, after
         ``stdin``, is sent piece by piece as it comes while the output is read. Bound the call with

@@ -9,6 +9,7 @@ the pod's "python" here is a script that answers as told.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -53,11 +54,29 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 def _pod_python(tmp_path: Path) -> tuple[Path, Path]:
     """A "python" for the pod that runs the real one until ``answer`` exists, then answers each
-    runtime request (more words than a kill's six) with its bytes."""
+    runtime request (more words than a kill's six) with its bytes: after reading the request whole,
+    as the runtime does (the runtime's files, then the request's head and body). A command that
+    leaves its stdin unread may lose its answer on the way (the API server stops at the unread
+    stdin), and that is no answer of the pod's."""
     answer = tmp_path / "answer"
     script = tmp_path / "pod-python"
     script.write_text(
-        f'#!/bin/sh\nif [ $# -gt 6 ] && [ -e "{answer}" ]; then exec cat "{answer}"; fi\nexec python3 "$@"\n'
+        f"#!{sys.executable} -I\n"
+        "import os, shutil, sys\n"
+        f"answer = {str(answer)!r}\n"
+        "if len(sys.argv) > 7 and os.path.exists(answer):\n"
+        "    stdin = sys.stdin.buffer\n"
+        "    stdin.read(sum(int(n) for n in sys.argv[5:9]))  # the runtime's files\n"
+        "    length = 0\n"
+        "    stdin.readline()  # the nonce\n"
+        "    while (line := stdin.readline()) not in (b'\\r\\n', b''):\n"
+        "        if line.lower().startswith(b'content-length:'):\n"
+        "            length = int(line.split(b':')[1])\n"
+        "    stdin.read(length)\n"
+        "    with open(answer, 'rb') as f:\n"
+        "        shutil.copyfileobj(f, sys.stdout.buffer)\n"
+        "    sys.exit(0)\n"
+        "os.execvp('python3', ['python3', *sys.argv[1:]])\n"
     )
     script.chmod(0o755)
     return script, answer
