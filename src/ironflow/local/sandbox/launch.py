@@ -394,7 +394,8 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _drop_rest(stream: asyncio.StreamReader) -> None:
-    with contextlib.suppress(RuntimeError):  # another task is reading it (a session's watch): it reads to the end
+    # RuntimeError: another task reads it (a session's watch), to its end; OSError: the pipe broke, nothing is left.
+    with contextlib.suppress(RuntimeError, OSError):
         while await stream.read(_READ_BYTES):
             pass
 
