@@ -157,10 +157,10 @@ def adopt(
 
 class AdoptedProcess:
     """A kept sandbox's first process, not this process's child: what the session table uses of an
-    ``asyncio.subprocess.Process`` (``pid``, ``returncode``, ``wait``, ``kill``), by a pidfd (a
-    reused pid is never signalled). Its exit status is not ours to read: ``returncode`` is -1."""
+    ``asyncio.subprocess.Process`` (``pid``, ``returncode``, ``wait``, ``kill``; no pipes), by a pidfd
+    (a reused pid is never signalled). Its exit status is not ours to read: ``returncode`` is -1."""
 
-    stderr = None
+    stdout = stderr = None
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
