@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -109,6 +110,20 @@ class _ExecRuntime(Runtime):  # type: ignore[misc]
         return cid, command
 
 
+class _ExecHandler(Handler):  # type: ignore[misc]
+    """The handler of the exec's one request, which reads its body to the end even when the answer
+    needed none of it (a refused path, a bad tar). An exec that ends with stdin unread may lose its
+    answer on the way (the API server closes the stream); a socket's lingering close keeps it."""
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], body: Any) -> None:
+        try:
+            super().route(method, path, query, headers, body)
+        finally:
+            with contextlib.suppress(HttpError, OSError, ValueError):
+                while not body.done and body.read():
+                    pass
+
+
 def main(argv: list[str]) -> int:
     """Answer the one request on stdin; stdout holds the whole HTTP reply."""
     parser = argparse.ArgumentParser(prog="pod_exec.py")
@@ -121,7 +136,7 @@ def main(argv: list[str]) -> int:
     if not nonce:
         return 0
     runtime = _ExecRuntime(args, nonce, stdin)
-    Handler(runtime, _Stdio(_Kept(stdin), stdout)).serve()  # type: ignore[arg-type] # flushes and closes stdout
+    _ExecHandler(runtime, _Stdio(_Kept(stdin), stdout)).serve()  # type: ignore[arg-type] # flushes and closes stdout
     if runtime.controlled:  # the controls' thread holds stdin's lock: no interpreter shutdown may wait on it
         os._exit(0)
     return 0

@@ -92,6 +92,18 @@ async def test_files_and_directories_move_in_and_out_confined(case: SessionCase,
             await sandbox.files.download_dir("copied", str(tmp_path / "small"), max_bytes=100)
 
 
+async def test_a_large_write_refused_before_its_body_is_read_still_says_why(case: SessionCase) -> None:
+    """The runtime refuses the path before it reads the body. Over exec (a Kubernetes session) the
+    pod reads the rest all the same: an exec that ends with its stdin unread may lose its answer on
+    the way (the real API server closed the stream), and the refusal read as a pod that did not
+    answer. The body is more than the way holds: a 2 MiB one was all taken before the pod ended."""
+    async with await case.open(OpenOptions(ttl=60)) as sandbox:
+        for _ in range(3):
+            with pytest.raises(PermissionError):
+                await sandbox.files.write("../../outside", b"x" * (32 << 20))
+        assert await sandbox.files.write("inside", b"y") == 1
+
+
 async def test_close_and_close_run_leave_nothing(case: SessionCase) -> None:
     one = await case.open(OpenOptions(ttl=60, labels={"team": "a"}, run_id="run-1"))
     # On the Kubernetes stand-ins each exec runs on this host and no container dies with the pod:
