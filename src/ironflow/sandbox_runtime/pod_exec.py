@@ -120,7 +120,7 @@ class _ExecHandler(Handler):  # type: ignore[misc]
             super().route(method, path, query, headers, body)
         finally:
             with contextlib.suppress(HttpError, OSError, ValueError):
-                while not body.done and body.read():
+                while body.read():  # b"" once done
                     pass
 
 
