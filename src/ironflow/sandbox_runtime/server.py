@@ -457,6 +457,7 @@ def main(argv: list[str]) -> int:
     """Serve until SIGTERM, the shutdown endpoint or the idle timeout; kill every command on the way out."""
     startup = __import__("startup")  # the sibling file; pod_exec.py runs no main and never loads it
     args = startup.parse_args(argv)
+    startup.open_traverse(args)  # as root, before anything drops
     # Under gVisor (--runtime-uid) its root binds the session's socket, in a directory only root
     # enters, before it sets its uids apart and drops every right; elsewhere the socket comes last.
     listener = startup.listener(args) if args.runtime_uid is not None else None

@@ -22,7 +22,7 @@ TYPE_CHECKING = False  # not typing's: its import is a slice of every session's 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["isolate", "listener", "parse_args", "read_token"]
+__all__ = ["isolate", "listener", "open_traverse", "parse_args", "read_token"]
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
     "unix": (str, None),
@@ -41,6 +41,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "commands_uid": (int, None),
     "commands_share_uid": (None, False),  # a Docker session: no namespace, no uid apart (see confine.py)
     "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
+    "traverse": (str, None),  # a 0700 home holding the interpreter, given o+x as root first: see open_traverse
 }
 _USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
 
@@ -78,6 +79,18 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
     if apart and not values["isolate_commands"]:
         _usage_error("--runtime-uid, --commands-uid and --commands-share-uid go with --isolate-commands")
     return types.SimpleNamespace(env={}, expires_at=None, **values)
+
+
+def open_traverse(args: types.SimpleNamespace) -> None:
+    """With ``--traverse DIR``, ``DIR`` given o+x (gVisor's root, in the sandbox's own view: a
+    root-owned 0700 home that holds the interpreter, which the runtime's later imports and its
+    commands must pass once it dropped). The spec runs the runtime straight, no setup shell before it."""
+    if args.traverse is None:
+        return
+    try:
+        os.chmod(args.traverse, os.stat(args.traverse).st_mode & 0o7777 | 0o001)
+    except OSError as exc:
+        raise SystemExit(f"ironflow-runtime: cannot open {args.traverse} for traversal: {exc.strerror}") from None
 
 
 def listener(args: types.SimpleNamespace) -> socket.socket:

@@ -4,14 +4,16 @@ nothing on the argv but runsc."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
 import stat
 from pathlib import Path
 
-from ironflow.local.sandbox import argv, gvisor
+from ironflow.local.sandbox import argv, bwrap, gvisor
 from ironflow.local.sessions import gvisor_runtime
+from ironflow.sandbox_runtime import startup
 
 SHAPE = argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
 RUNTIME = (
@@ -33,12 +35,35 @@ def _settings() -> gvisor.GvisorSettings:
 def test_the_runtime_starts_as_gvisors_root_binds_its_socket_and_sets_its_uids_apart() -> None:
     """No setpriv: it would give the runtime its commands' every uid (gVisor has no pid namespace
     to put between them); the runtime binds its socket as root and drops to uids apart itself
-    (``--runtime-uid``). No second interpreter before it: the setup script execs it directly."""
-    script = gvisor.setup_script(_settings())
+    (``--runtime-uid``). Nothing before it: no second interpreter, and no setup shell (the spec
+    starts it in the home, and it opens the interpreter's home for traversal itself)."""
+    settings = dataclasses.replace(_settings(), traverse=("/root/.pyenv/bin/python3",))
+    process = gvisor.oci_spec(settings, {})["process"]
+    isolation = ("--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
+    assert process["args"] == [*RUNTIME, *isolation, "--traverse", "/root"]
+    assert process["cwd"] == "/home/claude"
+    assert process["user"] == {"uid": 0, "gid": 0}
+    # Without a home to open, nothing is added.
+    assert gvisor.oci_spec(_settings(), {})["process"]["args"] == [*RUNTIME, *isolation]
+
+
+def test_a_session_with_work_for_root_still_runs_its_setup_script_then_the_runtime() -> None:
+    """A workspace's copy is bound on at /workspace by the script (runsc binds a source at its own
+    path): the shell stays, and execs the runtime, still without setpriv, after its ``chmod``."""
+    writable = (bwrap.WritableMount("/state/ifs-x/copy", "/workspace"),)
+    settings = gvisor_runtime.runtime_settings(
+        SHAPE, RUNTIME, python="/root/py/bin/python3", runsc_path="/usr/bin/runsc", writable=writable
+    )
+    process = gvisor.oci_spec(settings, {})["process"]
+    assert process["args"][:2] == ["sh", "-c"]
+    assert process["cwd"] == "/"
+    script = process["args"][2]
+    assert "mount --bind '/state/ifs-x/copy' '/workspace'" in script
+    assert "chmod o+x '/root'" in script
     words = shlex.split(script[script.rindex("\nexec ") :])
     assert "setpriv" not in words
-    assert tuple(words) == ("exec", *RUNTIME, "--isolate-commands", "--runtime-uid", "10002", "--commands-uid", "10001")
-    assert gvisor.oci_spec(_settings(), {})["process"]["user"] == {"uid": 0, "gid": 0}
+    assert words[: len(RUNTIME) + 1] == ["exec", *RUNTIME]
+    assert "--traverse" not in words
 
 
 def test_a_command_that_does_not_drop_itself_is_dropped_by_setpriv() -> None:
@@ -92,3 +117,13 @@ def test_the_bundle_is_private_and_the_socket_dir_closed(tmp_path: Path) -> None
     assert stat.S_IMODE(os.stat(Path(bundle, "config.json")).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / gvisor_runtime.SOCKET_SUBDIR).st_mode) == 0o700
     assert gvisor_runtime.host_socket(str(tmp_path)) == str(tmp_path / "s" / "rt.sock")
+
+
+def test_the_runtime_opens_the_home_it_is_given_for_traversal_and_nothing_more(tmp_path: Path) -> None:
+    """``--traverse`` is the setup script's ``chmod o+x``, done by the runtime as gVisor's root."""
+    home = tmp_path / "root"
+    home.mkdir(mode=0o700)
+    home.chmod(0o700)
+    startup.open_traverse(startup.parse_args(["--unix", "s", "--traverse", str(home)]))
+    assert stat.S_IMODE(home.stat().st_mode) == 0o701
+    startup.open_traverse(startup.parse_args(["--unix", "s"]))  # none given: nothing to do

@@ -246,6 +246,7 @@ async def test_a_prewarmed_runtime_serves_after_its_hand_out_with_the_session_s_
         (["--unix", "s", "--runtime-uid", "5"], b"", b"go with --isolate-commands"),
         (["--unix", "s", "--prewarm"], b'{"token": 5}\n', b"ironflow-runtime: a bad hand-out line"),
         (["--unix", "s", "--prewarm"], b'{"token": "t", "env": {"A": 1}}\n', b"a bad hand-out line"),
+        (["--unix", "s", "--traverse", "no-such-home"], b"", b"cannot open no-such-home for traversal"),
     ],
 )
 def test_a_bad_command_line_or_hand_out_line_ends_the_runtime_with_one_reason(

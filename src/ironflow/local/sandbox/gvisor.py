@@ -146,6 +146,9 @@ class GvisorSettings:
     #: ``setpriv``): a session's runtime, which binds its socket first, in a directory the step
     #: cannot enter, and whose real and saved uid stay apart from its commands'.
     drops_itself: bool = False
+    #: The option by which such a command opens a 0700 home for traversal itself, as root (the runtime's
+    #: ``--traverse``): with it and no other work for root, the spec runs the command with no setup shell.
+    traverse_option: str | None = None
 
 
 def host_path_problem(source: str, target: str) -> str | None:
@@ -262,6 +265,25 @@ def _runs_as_root(settings: GvisorSettings) -> bool:
     return settings.drops_itself or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
 
 
+def _straight(settings: GvisorSettings) -> bool:
+    """Whether the spec runs the command itself, not :func:`setup_script`: it drops itself and opens
+    its traversed homes itself, there is no copy, bind or tmpfs for root to make, and it starts in the
+    home (a tmpfs of the spec; a missing ``cwd`` runsc would make on the host). A shell and a ``chmod``
+    were about 27 ms of every gVisor session's open here (``benchmarks/sandbox_sessions.py``)."""
+    copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
+    simple = not copies and not _rebinds(settings) and not script_tmpfs(settings) and settings.working_dir is None
+    return simple and settings.drops_itself and (settings.traverse_option is not None or not _traversed(settings))
+
+
+def _process_args(settings: GvisorSettings) -> list[str]:
+    """The spec's ``process.args``: the command straight (:func:`_straight`), else ``sh -c`` of the setup script."""
+    if not _straight(settings):
+        return ["sh", "-c", setup_script(settings)]
+    bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
+    opened = [word for root in _traversed(settings) for word in (str(settings.traverse_option), root)]
+    return [*settings.command, *opened]
+
+
 def setup_script(settings: GvisorSettings) -> str:
     """The ``sh -c`` of the spec's process: as root, its copies, binds and tmpfs, then the drop to
     the step's uid; as the step's uid (nothing to do as root), only ``cd`` and exec."""
@@ -324,9 +346,10 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
         "process": {
             "terminal": False,
             "user": {"uid": uid, "gid": uid},  # no additionalGids: no supplementary group
-            "args": ["sh", "-c", setup_script(settings)],
+            "args": _process_args(settings),
             "env": [f"{name}={value}" for name, value in env.items()],
-            "cwd": "/",  # the script's cd: runsc would make a missing cwd on the host
+            # The script's cd, or the home (a tmpfs of the spec): runsc would make a missing cwd on the host.
+            "cwd": layout.SANDBOX_HOME if _straight(settings) else "/",
             "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")}
             | {"inheritable": [], "ambient": []},
             "noNewPrivileges": True,

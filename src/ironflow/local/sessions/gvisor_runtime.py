@@ -4,8 +4,9 @@ A host listening socket cannot be handed to a process inside gVisor as an inheri
 runtime's socket is made inside: ``runsc --host-uds=create`` lets the sandbox create a unix
 socket in a host bind mount, which the host then connects to like any other. The session's
 socket directory (``<session dir>/s``, 0700, the worker's) is bind-mounted at
-:data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700. The setup script execs the
-runtime as gVisor's root in place of its drop: the runtime binds :data:`SOCKET_PATH` first, then
+:data:`SOCKET_DIR`, where gVisor shows it as root's, mode 0700. The spec runs the runtime as
+gVisor's root, with no setup shell unless a workspace needs one (:func:`gvisor.oci_spec`): the runtime
+opens the interpreter's home for traversal (``--traverse``), binds :data:`SOCKET_PATH` first, then
 empties its bounding set and drops to its own uids (``server.py --unix … --runtime-uid``); so the
 step (uid 10001) can neither reach the path nor put a socket of its own in its place. (A Python
 of its own once bound the socket and handed it on: a second interpreter start, about 100 ms of a
@@ -100,6 +101,7 @@ def runtime_settings(
         writable_mounts=writable,
         limits=shape.limits,
         drops_itself=True,
+        traverse_option="--traverse",  # the runtime opens the interpreter's home itself: no setup shell
     )
 
 
