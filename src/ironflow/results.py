@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ironflow import errors
+from ironflow.command_result import CommandResult  # its own module: a command's path creates no agent result class
 
 if TYPE_CHECKING:
     from ironflow.workspaces import WorkspaceChanges
@@ -93,33 +94,6 @@ class AgentResult:
             except json.JSONDecodeError as exc:
                 raise errors.SchemaValidation("JSON value", f"parse error: {exc}") from None
         return self.value
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command produced, wherever it ran: a plain command in a local sandbox
-    (``run_command``) or a command in a sandbox session. ``duration`` in seconds; with a
-    workspace, what the command changed there (``workspace``); ``timed_out`` when a session
-    killed it at its limit (a plain command past its limit raises ``CommandTimeout`` instead);
-    ``killed``, in one line, why the sandbox killed it or one of its processes (its memory
-    limit), None when nothing was.
-
-    ``stdout`` and ``stderr`` keep the start and the end of what it wrote (the provider's
-    ``output_keep_bytes``, or the session client's ``keep_bytes``, of each); ``*_bytes`` say how
-    much it wrote, ``*_cut`` how many bytes of that are left out, where a marker line stands.
-    """
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration: float = 0.0
-    workspace: WorkspaceChanges | None = None
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    stdout_cut: int = 0
-    stderr_cut: int = 0
-    timed_out: bool = False
-    killed: str | None = None
 
 
 def shown_usd(usd: float) -> float:

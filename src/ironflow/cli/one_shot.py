@@ -23,9 +23,9 @@ from ironflow import errors
 from ironflow.cli import exits, inputs, verbosity
 from ironflow.cli.formats import ResultFormat, TerminalStream, document, for_terminal
 from ironflow.cli.inputs import Backend, Isolation
+from ironflow.command_result import CommandResult
 from ironflow.local.sandbox.bwrap import ReadOnlyMount, WritableMount
 from ironflow.local.sandbox_provider import DEFAULT_TIMEOUT_S, LocalSandboxProvider
-from ironflow.results import CommandResult
 
 if TYPE_CHECKING:
     from ironflow.auth_proxy import relays as relay_specs

@@ -34,9 +34,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ironflow import errors, step_timeouts
+from ironflow.command_result import CommandResult
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
-from ironflow.local.sandbox import bwrap, environment, launch, step_proxy
+from ironflow.local.sandbox import bwrap, environment, launch
 from ironflow.local.sandbox import limits as sandbox_limits
 from ironflow.local.sandbox.environment import (
     PROXY_PORT,
@@ -48,12 +49,12 @@ from ironflow.local.sandbox.environment import (
 )
 from ironflow.local.sandbox_config import DEFAULT_TIMEOUT_S, LocalSandboxConfig
 from ironflow.provider import ACCOUNT_KIND_CLAUDE_SUBSCRIPTION, LogSink, ProviderBase
-from ironflow.results import AgentResult, CommandResult
 
 if TYPE_CHECKING:
     from ironflow.egress import EgressPolicy
     from ironflow.local.sessions import local_sessions
     from ironflow.local.workspaces.copies import PreparedWorkspace
+    from ironflow.results import AgentResult
     from ironflow.sessions.pools import PoolPolicy
     from ironflow.steps import AgentConfig, StepScope
     from ironflow.workspaces import Workspace, WorkspaceChanges
@@ -146,7 +147,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
             tmp: str | None = None
-            proxied = auth_proxy or bool(self.relays) or step_proxy.serves_egress(egress)
+            proxied = auth_proxy or bool(self.relays) or environment.serves_egress(egress)
             needs_dir = proxied or workspace is not None or self.managed_settings is not None
             if needs_dir or self.isolation != "bwrap":  # gVisor's bundle, Docker's env file
                 tmp = stack.enter_context(workdirs.run_dir(self.temp_dir))
@@ -163,8 +164,10 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             socket_path: str | None = None
             egress_socket: str | None = None
             if proxied and tmp is not None:
+                from ironflow.local.sandbox import step_proxy  # a proxied command's: a plain one loads none of it
+
                 socket_path = os.path.join(tmp, "proxy.sock")
-                if step_proxy.serves_egress(egress):
+                if environment.serves_egress(egress):
                     egress_socket = os.path.join(tmp, "egress.sock")
                 issued = await stack.enter_async_context(
                     step_proxy.step_session(
@@ -248,6 +251,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
         from ironflow import tracing  # an agent step's: a plain command (``ironflow exec``) loads none
         from ironflow.claude import command, output, profile, rate_limits
+        from ironflow.local.sandbox import step_proxy
         from ironflow.local.workspaces import bound, copies
         from ironflow.workspaces import WORKSPACE_PATH
 
@@ -276,7 +280,7 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             writable = () if prepared is None else (bwrap.WritableMount(prepared.copy, WORKSPACE_PATH),)
             socket_path = os.path.join(tmp, "proxy.sock")
             egress = self.egress_with(None)
-            egress_socket = os.path.join(tmp, "egress.sock") if step_proxy.serves_egress(egress) else None
+            egress_socket = os.path.join(tmp, "egress.sock") if environment.serves_egress(egress) else None
             async with step_proxy.step_session(
                 credential,
                 self.relays,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ironflow import errors, labels
+from ironflow.command_result import CommandResult
 from ironflow.egress import EgressPolicy
-from ironflow.results import CommandResult
 from ironflow.sessions.ids import (
     SESSION_ID,
     SNAPSHOT_ID,

@@ -76,8 +76,9 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
     assert _under(modules, AGENT_COMMAND) == [], "a command is no agent step: none of the agent's modules"
 
 
-#: The agent command and what only an agent step reads (its turns).
-AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns")
+#: The agent command and what only an agent step reads (its turns, its result's classes: frozen
+#: dataclasses, about 1 ms apiece at import) or runs (the step's proxy).
+AGENT_COMMAND = ("ironflow.cli.agent", "ironflow.claude.turns", "ironflow.results", "ironflow.local.sandbox.step_proxy")
 #: What an agent step, a proxied sandbox or a session loads, and a plain command without network
 #: never runs: the Claude argv, profiles and output readers, the proxy's relay, tracing, the proxy's
 #: token types, sessions, the cluster's values.

@@ -21,6 +21,7 @@ from ironflow.local.sandbox import bwrap
 from ironflow.secrets import Secret
 
 if TYPE_CHECKING:
+    from ironflow.egress import EgressPolicy
     from ironflow.steps import AgentConfig
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "managed_settings_for",
     "proxy_env",
     "sandbox_env",
+    "serves_egress",
     "tool_root",
 ]
 
@@ -178,6 +180,12 @@ def env_problem(name: str, value: str = "") -> str | None:
 def proxy_env(proxy_token: str, proxy_port: int = PROXY_PORT) -> dict[str, str]:
     """The variables that point the sandbox at the auth proxy's relay with its opaque token."""
     return {**layout.proxy_env(f"http://127.0.0.1:{proxy_port}", proxy_token), "DISABLE_AUTOUPDATER": "1"}
+
+
+def serves_egress(policy: EgressPolicy | None) -> bool:
+    """Whether a step's policy opens anything: an egress proxy to serve and its variables
+    (:func:`egress_env`) to give; with no allow rule there is neither."""
+    return policy is not None and bool(policy.allow)
 
 
 def egress_env(proxy_token: str, egress_port: int = EGRESS_PORT) -> dict[str, str]:

@@ -12,7 +12,7 @@ this module: a sandbox without network (``ironflow exec``) never pays for them. 
 (:mod:`ironflow.auth_proxy.relays`) gets one more token per relay from the same proxy
 (:func:`step_session`), each revoked with the rest.
 
-A step with an egress policy (:func:`serves_egress`) also gets the egress proxy on a second socket,
+A step with an egress policy (:func:`environment.serves_egress`) also gets the egress proxy on a second socket,
 ``egress_socket``, reached with an egress-only token (:class:`~ironflow.auth_proxy.tokens.EgressCredential`)
 whose grant carries the policy and which the model and secret relays refuse: no Claude key is
 needed (``ironflow exec --allow-host``), and the proxy URL in ``HTTPS_PROXY`` reaches nothing else.
@@ -35,14 +35,9 @@ if TYPE_CHECKING:
     from ironflow import egress as egress_policy
     from ironflow.auth_proxy import app, relays, tokens
 
-__all__ = ["StepTokens", "secret_session", "serves_egress", "step_session"]
+__all__ = ["StepTokens", "secret_session", "step_session"]
 
 log = logging.getLogger("ironflow.local")
-
-
-def serves_egress(policy: egress_policy.EgressPolicy | None) -> bool:
-    """Whether a step's policy opens anything (no allow rule: nothing to serve, and no proxy variables)."""
-    return policy is not None and bool(policy.allow)
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ async def step_session(
 
     upstream = credential.upstream if credential is not None else "https://api.anthropic.com"
     run = run_id or "local"
-    if not serves_egress(egress):
+    if not environment.serves_egress(egress):
         egress, egress_socket = None, None
     async with contextlib.AsyncExitStack() as stack:
         running = await stack.enter_async_context(

@@ -46,7 +46,7 @@ async def open_proxy(
     provider's Claude credential's token, with an ``egress`` policy that opens something the egress
     proxy too (on the returned second socket). Returns the sockets and the tokens."""
     socket_path = os.path.join(directory, PROXY_SOCKET)
-    egress_socket = os.path.join(directory, EGRESS_SOCKET) if step_proxy.serves_egress(egress) else None
+    egress_socket = os.path.join(directory, EGRESS_SOCKET) if environment.serves_egress(egress) else None
     issued = await stack.enter_async_context(
         step_proxy.step_session(
             provider.proxy_credential() if agent else None,

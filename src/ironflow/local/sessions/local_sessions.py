@@ -40,7 +40,7 @@ from ironflow import errors
 from ironflow.claude import layout
 from ironflow.egress import EgressPolicy
 from ironflow.local import workdirs
-from ironflow.local.sandbox import environment, step_proxy
+from ironflow.local.sandbox import environment
 from ironflow.local.sessions import (
     adoption,
     agents,
@@ -198,7 +198,7 @@ class LocalSessions(session_controls.LocalControls, handouts.HandOuts):
         if self.provider.relays:  # refused, never silently dropped
             raise errors.ConfigError("relays reach local steps and commands; sandbox sessions do not get them yet")
         egress = self.provider.egress_with(options.egress)
-        if not step_proxy.serves_egress(egress):
+        if not environment.serves_egress(egress):
             egress = None
         run_env = environment.sandbox_env({**self.provider.env, **options.env})
         session_id = "sbx-" + secrets.token_hex(8)
