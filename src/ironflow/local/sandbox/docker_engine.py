@@ -132,7 +132,7 @@ class DockerEngine:
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            await launch.reap(proc)  # bounded: its unread output, or a child holding the pipe, never holds it up
             return -1, ""
         return proc.returncode or 0, out.decode(errors="replace")
 

@@ -37,7 +37,16 @@ OutputSink = Callable[[str, bytes], None]
 if TYPE_CHECKING:
     from ironflow.steps import StepScope
 
-__all__ = ["RUNTIME_ENV", "Containers", "Finished", "SandboxProcesses", "kill_tree", "teardown", "within_file_table"]
+__all__ = [
+    "RUNTIME_ENV",
+    "Containers",
+    "Finished",
+    "SandboxProcesses",
+    "kill_tree",
+    "reap",
+    "teardown",
+    "within_file_table",
+]
 
 #: The whole environment of the sandbox runtime's own host process (bwrap, runsc, gVisor's relay),
 #: whatever the sandbox's: that process runs on the host before any confinement, so a step's
@@ -328,7 +337,7 @@ async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.Sandb
     if group is not None:
         await group.remove()
     if proc is not None:
-        await _reap(proc)
+        await reap(proc)
         if group is None:
             await _group_gone(proc.pid)
 
@@ -383,10 +392,10 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Wait (bounded) until the killed sandbox is reaped. asyncio's wait() returns only once its
-    pipes are closed too, and a pipe whose unread output filled the reader's buffer is never read
-    to its end: what nobody reads is read and dropped meanwhile."""
+async def reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait (bounded) until a killed process (a sandbox, a container daemon's client) is reaped.
+    asyncio's wait() returns only once its pipes are closed too, and a pipe whose unread output
+    filled the reader's buffer is never read to its end: what nobody reads is read and dropped meanwhile."""
     streams = (s for s in (proc.stdout, proc.stderr) if s is not None)
     with contextlib.suppress(TimeoutError, ProcessLookupError):
         async with asyncio.timeout(_KILL_GRACE_S):
