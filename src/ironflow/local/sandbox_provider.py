@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ironflow import errors, step_timeouts
+from ironflow import errors
 from ironflow.command_result import CommandResult
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
@@ -249,7 +248,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
         return await self.processes.kill_run(launch.step_key(scope))
 
     async def _invoke(self, config: AgentConfig, sink: LogSink | None) -> AgentResult:
-        from ironflow import tracing  # an agent step's: a plain command (``ironflow exec``) loads none
+        import hashlib  # an agent step's, as all below: a plain command (``ironflow exec``) loads none
+
+        from ironflow import step_timeouts, tracing
         from ironflow.claude import command, output, profile, rate_limits
         from ironflow.local.sandbox import step_proxy
         from ironflow.local.workspaces import bound, copies

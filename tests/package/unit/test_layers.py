@@ -199,6 +199,7 @@ DEFERRED_IMPORTS = {
     ("ironflow.local.sandbox_provider", "ironflow.claude.rate_limits"): "an agent step's limits, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.tracing"): "OpenTelemetry, for an agent step's span only",
     ("ironflow.local.sandbox_provider", "ironflow.local.sandbox.step_proxy"): "a proxied command's or an agent step's",
+    ("ironflow.local.sandbox_provider", "ironflow.step_timeouts"): "an agent step's timeout, in its run only",
     ("ironflow.local.sandbox_provider", "ironflow.local.workspaces.copies"): "a workspace's or writable mount's checks",
     ("ironflow.local.sandbox_provider", "ironflow.local.workspaces.bound"): "a workspace's bound, with one only",
     ("ironflow.local.sandbox_provider", "ironflow.workspaces"): "a workspace's path and commit message, with one only",
