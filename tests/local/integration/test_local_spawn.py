@@ -1,7 +1,8 @@
-"""A sandbox's first process starts in its cgroup, with its rlimits, as the host uid (real bash, setpriv,
-cgroups): what it reads of itself as it starts shows all three, whether a root worker's gated start put
-it there (bash joins by itself, then waits at its gate) or it set itself up between fork and exec; a
-gated start whose first process cannot join its cgroup runs nothing."""
+"""A sandbox's first process starts in its cgroup, with its rlimits, as the host uid (real ironflow-enter,
+bash, setpriv, cgroups): what it reads of itself as it starts shows all three, whether a root worker's
+gated start put it there (``ironflow-enter``, or without it bash, which joins by itself, then waits at its
+gate) or it set itself up between fork and exec; a gated start whose first process cannot join its cgroup
+runs nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import tempfile
 import pytest
 
 from ironflow import errors
+from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import cgroups, launch, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
 
@@ -25,6 +27,23 @@ pytestmark = [
     pytest.mark.skipif(not SUPPORT.version, reason=SUPPORT.describe()),
     pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("bash") is None, reason="no setpriv or bash"),
 ]
+
+
+#: How a gated start sets its first process up: scripts/install's ironflow-enter, or bash and setpriv.
+GATED = ["entered", "bash"]
+
+
+@pytest.fixture
+def first_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The gated start's way (the test's ``gated`` parameter): without ironflow-enter, bash and setpriv."""
+    way: str = request.param
+    if way == "bash":
+        monkeypatch.setattr(spawn, "enter_binary", lambda: None)
+    elif spawn.enter_binary() is None:
+        if shutil.which("cc") is not None:
+            pytest.fail("ironflow-enter is not built from this checkout's enter.c: run bash scripts/install")
+        pytest.skip("no C compiler: no ironflow-enter")
+    return way
 
 
 async def _start(argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool) -> tuple[int, str, str]:
@@ -50,8 +69,15 @@ async def _start(argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool) 
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-@pytest.mark.parametrize("gated", [True, False], ids=["gated", "between-fork-and-exec"])
-async def test_the_first_process_starts_in_its_cgroup_with_its_rlimits_as_the_host_uid(gated: bool) -> None:
+@pytest.mark.parametrize(
+    ("first_process", "gated"),
+    [("entered", True), ("bash", True), ("bash", False)],
+    ids=["gated-entered", "gated-bash", "between-fork-and-exec"],
+    indirect=["first_process"],
+)
+async def test_the_first_process_starts_in_its_cgroup_with_its_rlimits_as_the_host_uid(
+    first_process: str, gated: bool
+) -> None:
     group = cgroups.SandboxCgroup(SUPPORT, LIMITS)
     name, hierarchies = os.path.basename(next(iter(group.dirs.values()))), len(group.dirs)
     try:
@@ -72,7 +98,8 @@ async def test_the_first_process_starts_in_its_cgroup_with_its_rlimits_as_the_ho
     assert groups == []
 
 
-async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing() -> None:
+@pytest.mark.parametrize("first_process", GATED, indirect=True)
+async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing(first_process: str) -> None:
     with tempfile.TemporaryDirectory(dir="/var/tmp") as shown:
         os.chmod(shown, 0o777)  # noqa: S103 - the host uid could write the marker, were it ever run
         marker = os.path.join(shown, "ran")
@@ -80,6 +107,13 @@ async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing() 
         dirs = dict(group.dirs)
         assert group.remove_now()  # gone before the start: joining it fails
         group.dirs = dirs  # the start still names it
-        with pytest.raises(errors.SandboxError, match="could not put the sandbox in its cgroup"):
-            await _start(["touch", marker], group, gated=True)
+        if first_process == "bash":  # killed at its gate: the start says so
+            with pytest.raises(errors.SandboxError, match="could not put the sandbox in its cgroup"):
+                await _start(["touch", marker], group, gated=True)
+        else:  # ironflow-enter ends (125) before bubblewrap with its one line: the run's check says so
+            code, _, err = await _start(["touch", marker], group, gated=True)
+            assert code == 125
+            assert err.startswith(spawn.ENTER_FAILED + "cannot join its cgroup: "), err
+            with pytest.raises(errors.SandboxError, match="could not put the sandbox in its cgroup"):
+                sandbox_argv.raise_if_sandbox_failed(code, err, "bwrap")
         assert not os.listdir(shown)

@@ -444,7 +444,8 @@ def command_exit_code(code: int, stderr: str) -> int:
 
 
 def raise_if_sandbox_failed(code: int, stderr: str, isolation: environment.Isolation) -> None:
-    """Tell the runtime's own failures from the step's: bubblewrap says ``bwrap: …`` (exit 1),
+    """Tell the runtime's own failures from the step's: a root worker's first process says
+    ``ironflow-enter: …`` (exit 125, :mod:`~ironflow.local.sandbox.spawn`), bubblewrap ``bwrap: …`` (exit 1),
     gVisor's setup says :data:`gvisor.SETUP_FAILED` (exit 125), runsc ``… container: …`` (128), the
     docker client ``docker: …`` and the relay in its container ``forwarder.js: cannot …`` (125)."""
     if code == 0:
@@ -457,6 +458,8 @@ def raise_if_sandbox_failed(code: int, stderr: str, isolation: environment.Isola
         if code == 125 and first.startswith(("docker: ", "forwarder.js: cannot")):
             raise errors.SandboxError(f"the docker sandbox could not start the step: {errors.truncate(first, 500)}")
         return
+    if code == 125 and first.startswith(spawn.ENTER_FAILED):  # before bubblewrap: nothing of the step ran
+        raise errors.SandboxError(f"could not put the sandbox in its cgroup and limits: {errors.truncate(first, 500)}")
     runsc_failed = code == 128 and any(_RUNSC_FAILURE.match(line) for line in lines)
     setup_failed = code == 125 and any(line.startswith(gvisor.SETUP_FAILED) for line in lines)
     bwrap_failed = first.startswith("bwrap:") and code == 1

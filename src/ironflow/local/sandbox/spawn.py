@@ -9,7 +9,11 @@ gate closed early (this process died, or the setup failed and it is killed) neve
 run outside its cgroup: bubblewrap refuses the argv.
 
 On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURCE`` no ``prlimit``
-reaches a process of another uid: the gated process is bash, still root (:data:`_ROOT_WAIT`). It
+reaches a process of another uid: the sandbox's first process sets itself up as root, then drops.
+That is ``ironflow-enter`` (``enter.c``, built into the environment by ``scripts/install``: one
+small exec that writes itself into its cgroup, sets its rlimits, drops to the host uid and executes
+bubblewrap, whose gate this process opens at once); without it, bash and ``setpriv``, two execs and
+about 2.5 ms more of every start. The gated process is then bash, still root (:data:`_ROOT_WAIT`). It
 writes itself into its cgroup (on cgroup v1 a thread that moves itself skips the wait for an RCU
 grace period that a pid written by another process costs, 5-13 ms here), says so, and waits on a
 second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap,
@@ -24,17 +28,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import resource
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ironflow import errors
 from ironflow.local.sandbox import cgroups
 
-__all__ = ["Gate", "start"]
+__all__ = ["ENTER_FAILED", "ENTER_SOURCE", "Gate", "enter_binary", "start"]
 
 #: A root worker's gated sandbox, as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
 #: ``CAP_SYS_RESOURCE``): it writes itself into the ``$1`` cgroup files that follow, says so on its ready fd,
@@ -44,6 +50,26 @@ _ROOT_WAIT: Final = (
     'n=$1; shift; while ((n-- > 0)); do echo 0 >"$1" || exit 125; shift; done; '
     'echo >&{ready}; exec {ready}>&-; read -r _ <&{fd} || exit 125; exec {fd}<&- "$@"'
 )
+
+
+#: The first process's C source, and where ``scripts/install`` builds it and keeps the source it built from.
+ENTER_SOURCE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.c")
+_ENTER_DIR: Final = os.path.join(sys.prefix, "libexec", "ironflow")
+#: How its one line starts when it could not set the sandbox up (exit 125, before bubblewrap ran).
+ENTER_FAILED: Final = "ironflow-enter: "
+
+
+@functools.cache
+def enter_binary() -> str | None:
+    """``ironflow-enter`` as built from this package's ``enter.c``, or None (not built, or from another
+    version of the source: a checkout pulled since its install), when bash and ``setpriv`` stand in."""
+    binary = os.path.join(_ENTER_DIR, "ironflow-enter")
+    try:
+        with open(ENTER_SOURCE, "rb") as ours, open(binary + ".c", "rb") as built:
+            same = ours.read() == built.read()
+    except OSError:
+        return None
+    return binary if same and os.access(binary, os.X_OK) else None
 
 
 #: The gates not yet closed, by the fd bubblewrap reads them from: whoever starts a process that
@@ -68,6 +94,22 @@ class Gate:
                 view = view[os.write(self._write_fd, view) :]
         finally:
             self.close()
+
+    def release_now(self) -> bool:
+        """Write the content and close if the pipe takes it all without waiting (a gate's content is
+        far below a pipe's 64 KiB unless the environment is large): no thread to start. False, with
+        the rest kept for :meth:`release`, when it would wait."""
+        view = memoryview(self._data)
+        os.set_blocking(self._write_fd, False)
+        try:
+            while view:
+                view = view[os.write(self._write_fd, view) :]
+        except BlockingIOError:
+            self._data = bytes(view)
+            os.set_blocking(self._write_fd, True)
+            return False
+        self.close()
+        return True
 
     def close(self) -> None:
         """Close both ends (idempotent); a gate closed unreleased makes bubblewrap refuse its argv."""
@@ -128,7 +170,9 @@ async def start(
     else set up between fork and exec (then ``late_setup`` runs there last).
 
     Raises:
-        SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed).
+        SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed);
+            ``ironflow-enter`` instead ends with exit 125 and its one line, which
+            :func:`~ironflow.local.sandbox.argv.raise_if_sandbox_failed` tells from the step's own.
     """
     procs_files = group.procs_files if group is not None else ()
     join_files = group.join_files if group is not None else ()
@@ -137,9 +181,16 @@ async def start(
     waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
     ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
     root_gated = gate is not None and host_uid is not None and not binds
-    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated else (None, None)
+    enter = enter_binary() if root_gated else None
+    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated and enter is None else (None, None)
+    entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
     try:
-        if setpriv is not None and bash is not None and host_uid is not None:
+        if enter is not None and host_uid is not None:
+            joins = [str(len(join_files)), *map(os.fsdecode, join_files)]
+            limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
+            argv = [enter, *joins, *limits, str(host_uid), str(host_uid), "--", *argv]
+            procs_files, entered = (), True
+        elif setpriv is not None and bash is not None and host_uid is not None:
             waiting = Gate(b"\n")
             ready = os.pipe()
             uid = str(host_uid)
@@ -150,7 +201,7 @@ async def start(
             pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
         # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
         gated = gate is not None and (host_uid is None or waiting is not None)
-        if not gated and (join_files or pairs or host_uid is not None or late_setup is not None):
+        if not gated and not entered and (join_files or pairs or host_uid is not None or late_setup is not None):
             setup = cgroups.child_setup(join_files, pairs, host_uid, binds)
             options["preexec_fn"] = _setup_in_child(setup, late_setup)
         try:
@@ -171,8 +222,9 @@ async def start(
         if gate is None:
             return proc
         loop = asyncio.get_running_loop()
-        if not gated:  # set up in the child: the gate only carries the content
-            await asyncio.shield(loop.run_in_executor(None, gate.release))
+        if not gated:  # set up in the child or by ironflow-enter: the gate only carries the content
+            if not gate.release_now():  # a large environment: the rest from a thread, as bubblewrap reads
+                await asyncio.shield(loop.run_in_executor(None, gate.release))
             return proc
         said = None if ready is None else ready[0]
         joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate), said)
