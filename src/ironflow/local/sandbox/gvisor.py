@@ -259,25 +259,29 @@ def _traversed(settings: GvisorSettings) -> list[str]:
     return [r for r in _TRAVERSE_ROOTS if any(_under(path, r) for path in settings.traverse)]
 
 
+def _copies(settings: GvisorSettings) -> bool:
+    """Whether the setup script copies anything in (managed settings, profiles)."""
+    return settings.managed_settings_dir is not None or bool(settings.profile_dirs)
+
+
 def _runs_as_root(settings: GvisorSettings) -> bool:
     """Whether the spec's process is gVisor's root (the setup script has work only root can do)."""
-    copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
-    return settings.drops_itself or copies or bool(_rebinds(settings)) or bool(_traversed(settings))
+    return settings.drops_itself or _copies(settings) or bool(_rebinds(settings)) or bool(_traversed(settings))
 
 
 def _straight(settings: GvisorSettings) -> bool:
     """Whether the spec runs the command itself, not :func:`setup_script`: it drops itself and opens
     its traversed homes itself, there is no copy, bind or tmpfs for root to make, and it starts in the
     home (a tmpfs of the spec; a missing ``cwd`` runsc would make on the host). A shell and a ``chmod``
-    were about 27 ms of every gVisor session's open here (``benchmarks/sandbox_sessions.py``)."""
-    copies = settings.managed_settings_dir is not None or bool(settings.profile_dirs)
-    simple = not copies and not _rebinds(settings) and not script_tmpfs(settings) and settings.working_dir is None
+    cost 27 ms over ``runsc run true`` here; a session's open fell by about 40 ms without them."""
+    simple = not _copies(settings) and not _rebinds(settings) and not script_tmpfs(settings)
+    simple = simple and settings.working_dir is None
     return simple and settings.drops_itself and (settings.traverse_option is not None or not _traversed(settings))
 
 
-def _process_args(settings: GvisorSettings) -> list[str]:
-    """The spec's ``process.args``: the command straight (:func:`_straight`), else ``sh -c`` of the setup script."""
-    if not _straight(settings):
+def _process_args(settings: GvisorSettings, straight: bool) -> list[str]:
+    """The spec's ``process.args``: the command ``straight`` (:func:`_straight`), else ``sh -c`` of the setup script."""
+    if not straight:
         return ["sh", "-c", setup_script(settings)]
     bwrap.check_command_and_sizes(settings.command, settings.home_size_bytes, settings.tmp_size_bytes)
     opened = [word for root in _traversed(settings) for word in (str(settings.traverse_option), root)]
@@ -337,7 +341,7 @@ def tmpfs_mounts(settings: GvisorSettings) -> list[dict[str, Any]]:
 def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]:
     """The ``config.json`` of the run's bundle: the setup script as root, or as the step's uid with
     no capability when it has nothing to do as root; ``env`` for the step."""
-    root = _runs_as_root(settings)
+    root, straight = _runs_as_root(settings), _straight(settings)
     capabilities = list(SETUP_CAPABILITIES) if root else []
     uid = 0 if root else settings.uid
     network = () if settings.proxy is not None else ("network",)
@@ -346,10 +350,10 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
         "process": {
             "terminal": False,
             "user": {"uid": uid, "gid": uid},  # no additionalGids: no supplementary group
-            "args": _process_args(settings),
+            "args": _process_args(settings, straight),
             "env": [f"{name}={value}" for name, value in env.items()],
             # The script's cd, or the home (a tmpfs of the spec): runsc would make a missing cwd on the host.
-            "cwd": layout.SANDBOX_HOME if _straight(settings) else "/",
+            "cwd": layout.SANDBOX_HOME if straight else "/",
             "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")}
             | {"inheritable": [], "ambient": []},
             "noNewPrivileges": True,

@@ -88,10 +88,8 @@ class Gate:
 
     def release(self) -> None:
         """Write the content and close, so bubblewrap reads it to its end (blocking: a thread's)."""
-        view = memoryview(self._data)
         try:
-            while view:
-                view = view[os.write(self._write_fd, view) :]
+            self._write()
         finally:
             self.close()
 
@@ -99,17 +97,23 @@ class Gate:
         """Write the content and close if the pipe takes it all without waiting (a gate's content is
         far below a pipe's 64 KiB unless the environment is large): no thread to start. False, with
         the rest kept for :meth:`release`, when it would wait."""
-        view = memoryview(self._data)
         os.set_blocking(self._write_fd, False)
         try:
-            while view:
-                view = view[os.write(self._write_fd, view) :]
+            self._write()
         except BlockingIOError:
-            self._data = bytes(view)
             os.set_blocking(self._write_fd, True)
             return False
         self.close()
         return True
+
+    def _write(self) -> None:
+        """Write what is left of the content; what a failed write left stays for the next call."""
+        view = memoryview(self._data)
+        try:
+            while view:
+                view = view[os.write(self._write_fd, view) :]
+        finally:
+            self._data = bytes(view)
 
     def close(self) -> None:
         """Close both ends (idempotent); a gate closed unreleased makes bubblewrap refuse its argv."""
@@ -184,9 +188,9 @@ async def start(
     enter = enter_binary() if root_gated else None
     setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated and enter is None else (None, None)
     entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
+    joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
     try:
         if enter is not None and host_uid is not None:
-            joins = [str(len(join_files)), *map(os.fsdecode, join_files)]
             limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
             argv = [enter, *joins, *limits, str(host_uid), str(host_uid), "--", *argv]
             procs_files, entered = (), True
@@ -196,7 +200,6 @@ async def start(
             uid = str(host_uid)
             drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
             script = _ROOT_WAIT.format(ready=ready[1], fd=waiting.read_fd)
-            joins = [str(len(join_files)), *map(os.fsdecode, join_files)]
             argv = [bash, "-c", script, "ironflow-gate", *joins, *drop, *argv]
             pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
         # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
