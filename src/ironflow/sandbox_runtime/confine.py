@@ -28,19 +28,21 @@ fds; it can signal it (a session may end itself), and the host keeps the runtime
 of its reach (:mod:`ironflow.local.sessions.docker_runtime`).
 
 Each step is checked and any failure raises: the runtime then does not start (fail closed).
-Linux only, standard library only (``ctypes``), like its siblings; imported only with the flag.
+Linux only, standard library only (``_ctypes``), like its siblings; imported only with the flag.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
+import _signal  # type: ignore[import-not-found]  # signal.py imports enum
+import _thread
 import errno
-import functools
 import os
-import signal
-import subprocess
-import threading
+import sys
 from _queue import SimpleQueue  # queue's, without its import (heapq, ...)
+
+from lite import start_thread  # type: ignore[import-not-found]
+from process import spawn  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
@@ -60,30 +62,42 @@ _CAPABILITY_VERSION_3 = 0x20080522
 _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # ctypes.c_int; not generic at run time
+    _type_ = "i"
 
 
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+class _Function(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+class _Libc:
+    """libc's ``prctl``, ``capset`` and ``unshare``, each returning its int, the errno kept for
+    :func:`_check`: called through ``_ctypes`` itself (``ctypes``' import is 3 ms and 5 modules, a
+    slice of every session's cold start), as ``ctypes.CDLL(None, use_errno=True)`` calls them."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # None: the program's own
+        # A function is looked up in whatever holds _handle (ctypes passes its CDLL).
+        named = (_Function((name, self)) for name in ("prctl", "capset", "unshare"))  # type: ignore[arg-type]
+        self.prctl, self.capset, self.unshare = named
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _drop_privileges(libc: ctypes.CDLL) -> None:
+def _drop_privileges(libc: _Libc) -> None:
     """No capability in any set of this thread, no new privileges on exec, the process not dumpable."""
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if os.geteuid() == 0:  # uid 0 in the namespace: exec could regain the bounding set
         _drop_bounding_set(libc)
-    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and ctypes.get_errno() != errno.EINVAL:
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and _ctypes.get_errno() != errno.EINVAL:
         _check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
-    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(libc.capset(ctypes.byref(header), data), "capset")
+    header = _CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)  # version, pid 0: this thread
+    _check(libc.capset(header, bytes(24)), "capset")  # two (effective, permitted, inheritable): all zero
     with open("/proc/thread-self/status") as f:  # capabilities are a thread's own
         held = [line for line in f if line.split(":")[0] in _CAP_FIELDS and int(line.split()[1], 16)]
     if held:
@@ -91,13 +105,13 @@ def _drop_privileges(libc: ctypes.CDLL) -> None:
     _check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "non-dumpable")
 
 
-def _init(libc: ctypes.CDLL, report: int) -> NoReturn:
+def _init(libc: _Libc, report: int) -> NoReturn:
     """Pid 1 of the commands' namespace: reap whatever is left to it, until the runtime dies."""
     try:
         ok = os.getpid() == 1
-        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+        _check(libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0), "parent-death signal")
         _drop_privileges(libc)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGCHLD})
         # The runtime reads this: had it died before the prctl, the write fails (its end is closed).
         os.write(report, b"1" if ok else b"0")
         null = os.open(os.devnull, os.O_RDWR)
@@ -108,12 +122,12 @@ def _init(libc: ctypes.CDLL, report: int) -> NoReturn:
             try:
                 os.waitpid(-1, 0)
             except ChildProcessError:
-                signal.sigwait({signal.SIGCHLD})
+                _signal.sigwait({_signal.SIGCHLD})
     finally:  # whatever happens, never back into the runtime's code
         os._exit(1)
 
 
-def _enter(libc: ctypes.CDLL) -> None:
+def _enter(libc: _Libc) -> None:
     """In the spawning thread: a pid namespace for its children (its own: a process whose children go
     elsewhere can start no thread), its init, then no capability left to this thread."""
     _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
@@ -126,7 +140,7 @@ def _enter(libc: ctypes.CDLL) -> None:
     with os.fdopen(read, "rb") as answer:
         got = answer.read(1)
     if got != b"1":
-        os.kill(child, signal.SIGKILL)
+        os.kill(child, _signal.SIGKILL)
         raise OSError("the commands' pid namespace could not be made (its init is not pid 1)")
     _drop_privileges(libc)
 
@@ -135,26 +149,30 @@ def isolate_commands(
     runtime_uid: int | None = None, commands_uid: int | None = None, *, shared_uid: bool = False
 ) -> Callable[..., Any]:
     """Set the isolation up; call first, with no other thread started. Returns what starts a
-    command (``subprocess.Popen``'s arguments): in the one thread whose children land in the
+    command (``process.spawn``'s arguments): in the one thread whose children land in the
     commands' namespace; with ``runtime_uid``, as ``commands_uid`` instead; with ``shared_uid``
     (a Docker session), as itself, once it is non-dumpable.
 
     Raises:
         OSError: a step failed (the caller refuses to start).
     """
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _Libc()
     if shared_uid:
         _drop_privileges(libc)
-        return subprocess.Popen
+        return spawn  # type: ignore[no-any-return]
     if runtime_uid is not None:
         return _apart(libc, runtime_uid, commands_uid)
     spawner = _Spawner()
     spawner.call(_enter, libc)
     _drop_privileges(libc)  # this thread's own, then the process is non-dumpable
-    return functools.partial(spawner.call, subprocess.Popen)
+
+    def in_spawner(*args: Any, **kwargs: Any) -> Any:
+        return spawner.call(spawn, *args, **kwargs)
+
+    return in_spawner
 
 
-def _drop_bounding_set(libc: ctypes.CDLL) -> None:
+def _drop_bounding_set(libc: _Libc) -> None:
     """No capability left in the bounding set (``CAP_SETPCAP`` needed); the effective set keeps its own.
     Up to the kernel's last capability, or where it has no ``cap_last_cap`` (gVisor), to the first it
     does not know (``EINVAL``)."""
@@ -166,12 +184,12 @@ def _drop_bounding_set(libc: ctypes.CDLL) -> None:
     for cap in range(64 if last is None else last + 1):
         if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
             continue
-        if last is None and ctypes.get_errno() == errno.EINVAL:
+        if last is None and _ctypes.get_errno() == errno.EINVAL:
             return  # past the kernel's last capability
         _check(-1, "dropping the bounding set")
 
 
-def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
+def _apart(libc: _Libc, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
     """Where no pid namespace can be made (gVisor): started as root (``CAP_SETUID``, ``CAP_SETGID``
     and ``CAP_SETPCAP`` among its few), the bounding set emptied, the runtime's real and saved uid
     and gid become ``runtime_uid``, the effective
@@ -187,7 +205,11 @@ def _apart(libc: ctypes.CDLL, runtime_uid: int, uid: int | None) -> Callable[...
     if (os.getresuid(), os.getresgid(), os.getgroups()) != ((runtime_uid, uid, runtime_uid),) * 2 + ([],):
         raise OSError(f"the runtime's uids are not apart from its commands' ({uid})")
     _drop_privileges(libc)
-    return functools.partial(subprocess.Popen, user=uid, group=uid)
+
+    def as_commands(*args: Any, **kwargs: Any) -> Any:
+        return spawn(*args, user=uid, group=uid, **kwargs)
+
+    return as_commands
 
 
 class _Spawner:
@@ -198,8 +220,8 @@ class _Spawner:
     def __init__(self) -> None:
         self._calls: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = SimpleQueue()
         self._answers: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
-        self._lock = threading.Lock()
-        threading.Thread(target=self._serve, name="spawner", daemon=True).start()
+        self._lock = _thread.allocate_lock()
+        start_thread(self._serve)
 
     def _serve(self) -> None:
         while True:

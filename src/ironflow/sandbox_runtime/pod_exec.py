@@ -42,9 +42,6 @@ class _Stdio:
     def __init__(self, rfile: BinaryIO, wfile: BinaryIO) -> None:
         self.files = {"rb": rfile, "wb": wfile}
 
-    def makefile(self, mode: str) -> BinaryIO:
-        return self.files[mode]
-
     def shutdown(self, _how: int) -> None:
         self.files["wb"].flush()
 
@@ -114,6 +111,10 @@ class _ExecHandler(Handler):  # type: ignore[misc]
     """The handler of the exec's one request, which reads its body to the end even when the answer
     needed none of it (a refused path, a bad tar). An exec that ends with stdin unread may lose its
     answer on the way (the API server closes the stream); a socket's lingering close keeps it."""
+
+    @staticmethod
+    def files(conn: Any) -> tuple[BinaryIO, BinaryIO]:
+        return conn.files["rb"], conn.files["wb"]
 
     def route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], body: Any) -> None:
         try:

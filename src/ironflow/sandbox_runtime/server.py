@@ -31,29 +31,29 @@ process, memory, fds or socket, and the runtime refuses to start if that cannot 
 from __future__ import annotations
 
 import _operator
-import contextlib
+import _signal  # type: ignore[import-not-found]  # signal.py imports enum
+import _socket
+import _thread
 import itertools
-import json
 import os
-import signal
-import socket
 import stat
-import subprocess
 import sys
-import threading
 import time
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
+from lite import dumps, loads, start_thread, suppress  # type: ignore[import-not-found]
+from process import spawn  # type: ignore[import-not-found]
 from streams import Body, Chunked, Command, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
+    import types
     from typing import Any, BinaryIO
 
 __all__ = ["main"]
 
 _CHUNK = 65536
+_BUFFER = 8192  # a socket file's, as makefile's (io.DEFAULT_BUFFER_SIZE)
 #: Names the file of variables delivered after the start (a Kubernetes session's egress proxy
 #: with its token, written by exec: never in the pod's manifest).
 SESSION_ENV = "IRONFLOW_SESSION_ENV_FILE"
@@ -69,7 +69,7 @@ def delivered_env(env: dict[str, str]) -> dict[str, str]:
         return {}
     try:
         with open(path, "rb") as f:
-            doc = json.load(f)
+            doc = loads(f.read())
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
@@ -85,10 +85,10 @@ class Runtime:
         self.env = {**os.environ, **getattr(args, "env", {})}  # a hand-out's; pod_exec.py has none
         self.commands: dict[str, Command] = {}
         self.ids = itertools.count(1)
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.last_active = time.monotonic()
         self.busy = 0
-        self.spawn: Any = subprocess.Popen  # with --isolate-commands, confine.py's
+        self.spawn: Any = spawn  # with --isolate-commands, confine.py's
         self.gate: Any = None  # with --token-fifo, delivery.py's: the tokens come after the start
 
     def resolve(self, raw: str) -> str:
@@ -133,15 +133,23 @@ class Runtime:
 class Handler:
     """One connection: requests in a loop while the client keeps it alive."""
 
-    def __init__(self, runtime: Runtime, conn: socket.socket) -> None:
+    def __init__(self, runtime: Runtime, conn: _socket.socket) -> None:
         self.rt, self.conn = runtime, conn
-        self.rfile: BinaryIO = conn.makefile("rb")
-        self.wfile: BinaryIO = conn.makefile("wb")
+        self.rfile, self.wfile = self.files(conn)
         self.keep = True
         self.started = False
         self.unread = False
         self.quiet = False
         self.body: Body | None = None
+
+    @staticmethod
+    def files(conn: Any) -> tuple[BinaryIO, BinaryIO]:
+        """The connection's files to read and write, on its fd (socket.py's ``makefile`` is a slice of
+        every cold start); closed before it."""
+        return (
+            open(conn.fileno(), "rb", buffering=_BUFFER, closefd=False),
+            open(conn.fileno(), "wb", buffering=_BUFFER, closefd=False),
+        )
 
     def serve(self) -> None:
         try:
@@ -153,7 +161,7 @@ class Handler:
             if self.unread:
                 linger(self.conn, self.wfile)
             for f in (self.wfile, self.rfile):
-                with contextlib.suppress(OSError):
+                with suppress(OSError):
                     f.close()
             self.conn.close()
 
@@ -239,10 +247,10 @@ class Handler:
         kind, _, rest = path.partition("/")
         rel = _stdlib("urllib.parse").unquote(rest) if "%" in rest else rest
         if (method, kind) == ("POST", "commands") and not rest:
-            spec = json.loads(body.all() or b"{}")
+            spec = loads(body.all() or b"{}")
             cid, command = self.rt.start(spec)
             if spec.get("background"):
-                threading.Thread(target=command.finish, daemon=True).start()  # its driver
+                start_thread(command.finish)  # its driver
                 return self.json(200, {"id": cid})
             try:
                 return self.stream(command, spec.get("timeout_seconds"), cid, drive=True)
@@ -277,7 +285,7 @@ class Handler:
         raise HttpError(404, "Not found")
 
     def execute(self, body: Body) -> None:
-        spec = json.loads(body.all())
+        spec = loads(body.all())
         try:
             argv, problem = _stdlib("shlex").split(str(spec["command"])), "No command provided"
         except ValueError as exc:
@@ -328,7 +336,7 @@ class Handler:
             raise HttpError(404, "Path is not a directory")
         entries = []
         for name in sorted(os.listdir(path)):
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 st = os.stat(os.path.join(path, name), follow_symlinks=False)
                 kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
                 entries.append({"name": name, "size": st.st_size, "type": kind, "mod_time": st.st_mtime})
@@ -340,7 +348,7 @@ class Handler:
             raise HttpError(400, "the path names a directory")
         if mkdir:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        temp = f"{path}.ironflow-upload-{threading.get_ident()}"
+        temp = f"{path}.ironflow-upload-{_thread.get_ident()}"
         size = 0
         try:
             with open(temp, "xb") as f:
@@ -349,7 +357,7 @@ class Handler:
                     size += len(data)
             os.replace(temp, path)
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            with suppress(FileNotFoundError):
                 os.unlink(temp)
         return size
 
@@ -413,7 +421,7 @@ class Handler:
         self.wfile.write(response_head(status, ctype, length=length, chunked=chunked, keep=self.keep))
 
     def json(self, status: int, doc: Any) -> None:
-        data = json.dumps(doc).encode()
+        data = dumps(doc)
         self.head(status, "application/json", length=len(data))
         self.wfile.write(data)
         self.wfile.flush()
@@ -423,10 +431,10 @@ class Handler:
         self.head(200, "application/x-ndjson", chunked=True)
         chunks = Chunked(self.wfile)
         pid = None if command.proc is None else command.proc.pid  # its group's id: a relay's kill names it
-        chunks.write(json.dumps({"id": cid, "pid": pid}).encode() + b"\n")
+        chunks.write(dumps({"id": cid, "pid": pid}) + b"\n")
         for batch in command.batches(None if timeout is None else float(timeout), drive=drive):
             for event in batch:
-                chunks.write(json.dumps(event).encode() + b"\n", flush=False)
+                chunks.write(dumps(event) + b"\n", flush=False)
             if "exit_code" not in batch[-1]:  # the last goes with the end
                 self.wfile.flush()
         chunks.end()
@@ -443,14 +451,14 @@ def _watch_idle(runtime: Runtime, idle: float) -> None:
     while True:
         time.sleep(min(idle, 1.0))
         if runtime.idle_for() >= idle:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), _signal.SIGTERM)
             return
 
 
 def _end_at(expires_at: float) -> None:
     while (left := expires_at - time.time()) > 0:
         time.sleep(min(left, 60.0))  # the wall clock's: a suspended host wakes past it
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), _signal.SIGTERM)
 
 
 def main(argv: list[str]) -> int:
@@ -469,7 +477,7 @@ def main(argv: list[str]) -> int:
     if args.token_fifo:  # listen now (a pod's readiness probe), take the tokens later: delivery.py
         runtime.gate = __import__("delivery").Gate(args.token_fifo, runtime, lambda t: _watch_idle(runtime, t))
         runtime.gate.start()
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     if listener is None:
         listener = startup.listener(args)
@@ -479,16 +487,16 @@ def main(argv: list[str]) -> int:
             command.kill()
         os._exit(0)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _signal.signal(_signal.SIGTERM, stop)
+    _signal.signal(_signal.SIGINT, stop)
     if args.idle_timeout > 0:
-        threading.Thread(target=_watch_idle, args=(runtime, args.idle_timeout), daemon=True).start()
+        start_thread(_watch_idle, runtime, args.idle_timeout)
     if args.expires_at is not None:  # its server may be gone by then: the session ends itself
-        threading.Thread(target=_end_at, args=(args.expires_at,), daemon=True).start()
+        start_thread(_end_at, args.expires_at)
     print("ironflow-runtime: ready", file=sys.stderr, flush=True)
     while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=Handler(runtime, conn).serve, daemon=True).start()
+        fd, _ = listener._accept()  # socket.py's accept, without its import
+        start_thread(Handler(runtime, _socket.socket(fileno=fd)).serve)
 
 
 if __name__ == "__main__":

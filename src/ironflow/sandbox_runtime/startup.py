@@ -11,15 +11,15 @@ session's env and idle timeout), else the bare token.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import _socket
 import os
-import socket
 import sys
-import types
+
+from lite import loads, suppress  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
+    import types
     from typing import Any, NoReturn
 
 __all__ = ["isolate", "listener", "open_traverse", "parse_args", "read_token"]
@@ -43,6 +43,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "prewarm": (None, False),  # say so once set up, then wait for the hand-out line on the token fd
     "traverse": (str, None),  # a 0700 home holding the interpreter, given o+x as root first: see open_traverse
 }
+_Namespace: Any = type(sys.implementation)  # types.SimpleNamespace, without the import
 _USAGE = "usage: server.py (--unix PATH | --port N | --listen-fd N) [--workspace DIR] [--isolate-commands] ..."
 
 
@@ -78,7 +79,7 @@ def parse_args(argv: list[str]) -> types.SimpleNamespace:
     apart = values["runtime_uid"] is not None or values["commands_uid"] is not None or values["commands_share_uid"]
     if apart and not values["isolate_commands"]:
         _usage_error("--runtime-uid, --commands-uid and --commands-share-uid go with --isolate-commands")
-    return types.SimpleNamespace(env={}, expires_at=None, **values)
+    return _Namespace(env={}, expires_at=None, **values)  # type: ignore[no-any-return]
 
 
 def open_traverse(args: types.SimpleNamespace) -> None:
@@ -93,16 +94,16 @@ def open_traverse(args: types.SimpleNamespace) -> None:
         raise SystemExit(f"ironflow-runtime: cannot open {args.traverse} for traversal: {exc.strerror}") from None
 
 
-def listener(args: types.SimpleNamespace) -> socket.socket:
+def listener(args: types.SimpleNamespace) -> _socket.socket:
     """The socket the command line names: an inherited fd, a unix path (0600), or a TCP port.
 
     Called first, with no other thread: a unix socket is made 0600 by the umask at its bind (no
     moment open to others, and no chmod, which gVisor refuses on a socket it makes on the host)."""
     if args.listen_fd is not None:
-        return socket.socket(fileno=args.listen_fd)
+        return _socket.socket(fileno=args.listen_fd)
     if args.unix:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with contextlib.suppress(FileNotFoundError):
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        with suppress(FileNotFoundError):
             os.unlink(args.unix)
         umask = os.umask(0o177)
         try:
@@ -110,12 +111,12 @@ def listener(args: types.SimpleNamespace) -> socket.socket:
         finally:
             os.umask(umask)
     else:
-        sock = socket.create_server((args.host, args.port), reuse_port=False)
+        sock = __import__("socket").create_server((args.host, args.port), reuse_port=False)  # a pod's only
     sock.listen(64)
     return sock
 
 
-def isolate(args: types.SimpleNamespace, sock: socket.socket | None) -> Any:
+def isolate(args: types.SimpleNamespace, sock: _socket.socket | None) -> Any:
     """With ``--isolate-commands``, the commands kept away from the runtime (the sibling ``confine.py``)
     and what starts one from then on; else None. A runtime that cannot exits (fail closed), with
     ``sock`` (bound already, or None) closed and its unix path removed where it still may."""
@@ -129,7 +130,7 @@ def isolate(args: types.SimpleNamespace, sock: socket.socket | None) -> Any:
         if sock is not None:
             sock.close()
             if args.unix:
-                with contextlib.suppress(OSError):
+                with suppress(OSError):
                     os.unlink(args.unix)
         raise SystemExit(f"ironflow-runtime: cannot keep commands away from the runtime: {exc}") from None
 
@@ -156,7 +157,7 @@ def _hand_out(args: types.SimpleNamespace, line: bytes) -> bytes:
     "idle_timeout": ..., "expires_at": ...}``. A pre-warmed runtime waits for it: until then it has no token and its
     commands' environment holds nothing of the session's (an egress token goes in here)."""
     try:
-        doc = json.loads(line)
+        doc = loads(line)
         token, env, idle, ends = doc["token"], doc.get("env") or {}, doc.get("idle_timeout"), doc.get("expires_at")
         if not isinstance(token, str) or not all(isinstance(v, str) for v in (*env, *env.values())):
             raise TypeError("token and env must be strings")

@@ -11,16 +11,16 @@ that loop), and the processes a command left.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.py imports enum
+import _socket
+import _thread
 import codecs
-import contextlib
-import math
 import os
 import select
-import signal
-import socket
-import subprocess
-import threading
 import time
+
+from lite import Condition, suppress  # type: ignore[import-not-found]
+from process import DEVNULL, PIPE  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ _LINGER_S = 5.0
 _DRAIN_S = 1.0
 #: How often the exit of a command is looked for where no pidfd tells it.
 _POLL_S = 0.05
+_REAP_TICK_S = 0.002
 _UTF8 = codecs.getincrementaldecoder("utf-8")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
@@ -50,16 +51,16 @@ def response_head(status: int, ctype: str, *, length: int | None, chunked: bool,
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def linger(conn: socket.socket, wfile: BinaryIO, seconds: float = _LINGER_S) -> None:
+def linger(conn: _socket.socket, wfile: BinaryIO, seconds: float = _LINGER_S) -> None:
     """Let the client read an answer sent before its request's body was read (a 413, a 401).
 
     Closing a socket with bytes still unread resets the connection, and a client still sending
     may then lose the answer for the broken connection. As a web server's lingering close: end
     our side, then read and drop what still comes, for ``seconds`` at most.
     """
-    with contextlib.suppress(OSError, ValueError):
+    with suppress(OSError, ValueError):
         wfile.flush()
-        conn.shutdown(socket.SHUT_WR)
+        conn.shutdown(_socket.SHUT_WR)
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             conn.settimeout(min(left, 1.0))
@@ -219,7 +220,7 @@ def leftovers(session: int, pipes: Collection[int]) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
+        with suppress(OSError, ValueError, IndexError):
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rpartition(b")")[2].split()
             if int(fields[3]) == session or _holds(name, links):
@@ -229,7 +230,7 @@ def leftovers(session: int, pipes: Collection[int]) -> list[int]:
 
 def _holds(pid: str, links: set[str]) -> bool:
     for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
                 return True
     return False
@@ -258,17 +259,17 @@ class Command:
         """``keep_stdin``: stdin stays open for :meth:`write_stdin`; ``tty``: (cols, rows) of a pty
         the command runs in (``terminal.py``), its output one stream, its stdin kept open."""
         self.events: list[dict[str, Any]] = []
-        self.cond = threading.Condition()
+        self.cond = Condition()
         self.sizes = {"stdout": 0, "stderr": 0}
         self.decoders = {name: _UTF8(errors="replace") for name in self.sizes}  # a character split between reads
         self.cap, self.finished, self.timed_out = cap, False, False
         self.deadline: float | None = None  # the driver's: past it the group is killed
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.inlock = threading.Lock()  # stdin, the pty and the wake pipe, between the driver and writers
+        self.proc: Any = None  # process.py's Process (or Popen)
+        self.inlock = _thread.allocate_lock()  # stdin, the pty and the wake pipe, between the driver and writers
         self.keep_stdin, self.eof, self.tty = keep_stdin or tty is not None, False, tty
         self.master, self.wake_fd = -1, -1
-        piped = subprocess.PIPE if stdin is not None or self.keep_stdin else subprocess.DEVNULL
-        io: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "stdin": piped}
+        piped = PIPE if stdin is not None or self.keep_stdin else DEVNULL
+        io: dict[str, Any] = {"stdout": PIPE, "stderr": PIPE, "stdin": piped}
         if tty is not None:
             self.master, slave, io = __import__("terminal").open_pty(*tty)
         try:
@@ -313,7 +314,7 @@ class Command:
             if not self.stdin and not self.keep_stdin:
                 self._close(self.stdin_fd)
         self.pidfd: int | None = None
-        with contextlib.suppress(OSError, AttributeError):  # none (gVisor, say): its exit is polled for
+        with suppress(OSError, AttributeError):  # none (gVisor, say): its exit is polled for
             pidfd = os.pidfd_open(self.proc.pid)
             self.poller.register(pidfd, select.POLLIN)
             self.pidfd = pidfd
@@ -337,12 +338,12 @@ class Command:
 
     def _close(self, fd: int) -> None:
         with self.inlock:  # a writer or a resize never meets a closed (or reused) fd
-            with contextlib.suppress(KeyError, ValueError):
+            with suppress(KeyError, ValueError):
                 self.poller.unregister(fd)
             self.names.pop(fd, None)
             self.stdin_fd = -1 if fd == self.stdin_fd else self.stdin_fd
             self.master = -1 if fd == self.master else self.master
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 self.files.pop(fd).close()
 
     def _feed(self, events: int = 0) -> None:
@@ -382,7 +383,7 @@ class Command:
                     raise HttpError(409, "the command's stdin is closed (keep it open with keep_stdin)")
                 if not self.stdin or len(self.stdin) + len(data) <= limit:
                     self.stdin, self.eof = memoryview(bytes(self.stdin) + data), eof
-                    with contextlib.suppress(BlockingIOError):  # full: the driver wakes anyway
+                    with suppress(BlockingIOError):  # full: the driver wakes anyway
                         os.write(self.wake_fd, b"\0")
                     return len(data)
             if time.monotonic() >= deadline:
@@ -404,7 +405,7 @@ class Command:
         if self.pidfd is None and self.code is None and not self.names and self.stdin_fd < 0:  # no fd left to poll
             self._exited(self._reap(wait))
         else:
-            for fd, events in self.poller.poll(None if wait is None else max(0, math.ceil(wait * 1000))):
+            for fd, events in self.poller.poll(None if wait is None else max(0, -int(-wait * 1000 // 1))):
                 if fd in self.names:
                     try:
                         data = os.read(fd, _CHUNK)
@@ -418,7 +419,7 @@ class Command:
                 elif fd == self.stdin_fd:
                     self._feed(events)
                 elif fd in self.files:  # the wake pipe: a writer brought more, or the end
-                    with contextlib.suppress(OSError):
+                    with suppress(OSError):
                         os.read(fd, _CHUNK)
                     self._feed()
             if self.code is None:
@@ -433,10 +434,11 @@ class Command:
             self._push({"exit_code": 128 - self.code if self.code < 0 else self.code, "timed_out": self.timed_out})
 
     def _reap(self, wait: float | None) -> int | None:
-        assert self.proc is not None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return self.proc.wait(wait)
-        return None
+        """Its exit code, looked for until ``wait`` seconds passed (where no pidfd tells it)."""
+        deadline = time.monotonic() + (_POLL_S if wait is None else wait)
+        while (code := self.proc.poll()) is None and time.monotonic() < deadline:
+            time.sleep(_REAP_TICK_S)
+        return code  # type: ignore[no-any-return]
 
     def _exited(self, code: int | None) -> None:
         if code is None or self.proc is None:
@@ -446,8 +448,8 @@ class Command:
             self.poller.unregister(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = None
-        with contextlib.suppress(OSError):  # what the command left in its process group goes with it
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        with suppress(OSError):  # what the command left in its process group goes with it
+            os.killpg(self.proc.pid, _signal.SIGKILL)
         self.drain_until = time.monotonic() + _DRAIN_S
 
     def finish(self) -> None:
@@ -460,11 +462,11 @@ class Command:
         if self.proc is None or self.finished:
             return False
         self.timed_out = self.timed_out or timed_out
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        with suppress(OSError):
+            os.killpg(self.proc.pid, _signal.SIGKILL)
         for pid in leftovers(self.proc.pid, self.pipes):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            with suppress(OSError):
+                os.kill(pid, _signal.SIGKILL)
         return True
 
     def batches(self, timeout: float | None, *, drive: bool = False) -> Any:

@@ -5,20 +5,17 @@ connection to the runtime's socket."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
+from tests.sessions.unit.runtime_files import runtime_module
 
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
-from ironflow.sandbox_runtime import SERVER_PATH
 from ironflow.sessions import AsyncSandbox, OpenOptions, Output
 from ironflow.sessions.client import AsyncCommands, RuntimeClient
 
@@ -113,29 +110,19 @@ async def test_commands_reuse_a_kept_connection_and_not_one_the_runtime_closed(
     assert seen[0] == seen[1] != seen[2]
 
 
-def _runtime_streams() -> Any:
-    """The runtime's ``streams.py``, loaded by path as the runtime loads it."""
-    spec = importlib.util.spec_from_file_location("ironflow_runtime_streams", Path(SERVER_PATH).with_name("streams.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "no-pidfd"])
 def test_a_command_that_closes_its_output_and_reads_stdin_still_ends(
     pidfds: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Its exit is seen from a pidfd, or (a kernel without them, gVisor's say) by polling for it."""
-    streams = _runtime_streams()
     if not pidfds:
         monkeypatch.delattr(os, "pidfd_open", raising=False)
     script = "echo before; exec >&- 2>&-; sleep 0.3; wc -c > count"
-    command = streams.Command(
-        ["sh", "-c", script], dict(os.environ), str(tmp_path), b"z" * 300000, 1 << 20, subprocess.Popen
-    )
-    assert (command.pidfd is not None) == pidfds
-    events = list(command.follow(30, drive=True))
+    with runtime_module("streams") as streams, runtime_module("process") as process:
+        command = streams.Command(
+            ["sh", "-c", script], dict(os.environ), str(tmp_path), b"z" * 300000, 1 << 20, process.spawn
+        )
+        assert (command.pidfd is not None) == pidfds
+        events = list(command.follow(30, drive=True))
     assert events == [{"stdout": "before\n"}, {"exit_code": 0, "timed_out": False}]
     assert (tmp_path / "count").read_text().strip() == "300000"

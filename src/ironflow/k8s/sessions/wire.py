@@ -36,15 +36,16 @@ __all__ = [
 ]
 
 #: The runtime files the boot line loads, in order: each later one imports the earlier ones.
-RUNTIME_FILES: Final = ("streams.py", "terminal.py", "server.py", "pod_exec.py")
+RUNTIME_FILES: Final = ("lite.py", "process.py", "streams.py", "terminal.py", "server.py", "pod_exec.py")
+_MODULES: Final = tuple(name.removesuffix(".py") for name in RUNTIME_FILES)
 #: Loads each file from stdin as a module (sizes in argv), then runs the last one's ``main``.
 BOOT: Final = (
     "import sys,types\n"
     "r=sys.stdin.buffer\n"
-    "for n,s in zip(('streams','terminal','server','pod_exec'),sys.argv[1:5]):\n"
+    f"for n,s in zip({_MODULES!r},sys.argv[1:{len(_MODULES) + 1}]):\n"
     " m=types.ModuleType(n);m.__file__='/nonexistent-ironflow-runtime/'+n+'.py';sys.modules[n]=m\n"
     " exec(compile(r.read(int(s)),m.__file__,'exec'),m.__dict__)\n"
-    "sys.exit(m.main(sys.argv[5:]))\n"
+    f"sys.exit(m.main(sys.argv[{len(_MODULES) + 1}:]))\n"
 )
 #: The signals a client may send by name: the runtime's own list (``terminal.py``'s ``SIGNALS``).
 SIGNALS: Final = ("HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "WINCH")

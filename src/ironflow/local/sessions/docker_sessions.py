@@ -46,7 +46,16 @@ ROOT_ONLY: Final = (
     "container's uid 10001 and back): run as root or use isolation 'bwrap'"
 )
 _LIST_TIMEOUT_S: Final = 20.0
-_RUNTIME_FILES: Final = ("server.py", "streams.py", "startup.py", "confine.py", "terminal.py", "watch.py")
+_RUNTIME_FILES: Final = (
+    "server.py",
+    "streams.py",
+    "lite.py",
+    "process.py",
+    "startup.py",
+    "confine.py",
+    "terminal.py",
+    "watch.py",
+)
 
 
 def sweep(engine: docker_engine.DockerEngine) -> int:
