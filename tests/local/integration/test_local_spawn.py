@@ -15,7 +15,7 @@ import pytest
 
 from ironflow import errors
 from ironflow.local.sandbox import argv as sandbox_argv
-from ironflow.local.sandbox import cgroups, launch, spawn
+from ironflow.local.sandbox import cgroups, identity, launch, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
 
 SUPPORT = cgroups.probe()
@@ -46,7 +46,9 @@ def first_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return way
 
 
-async def _start(argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool) -> tuple[int, str, str]:
+async def _start(
+    argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool, binds: tuple[tuple[bytes, bytes], ...] = ()
+) -> tuple[int, str, str]:
     """``argv`` started as a sandbox's first process (gated: as bubblewrap would be), and how it ended."""
     gate = spawn.Gate(b"") if gated else None
     try:
@@ -55,7 +57,7 @@ async def _start(argv: list[str], group: cgroups.SandboxCgroup, *, gated: bool) 
             group=group,
             pairs=sandbox_limits.rlimits(LIMITS, nproc=False, data=False),
             host_uid=HOST_UID,
-            binds=(),
+            binds=binds,
             env=launch.RUNTIME_ENV,
             pass_fds=() if gate is None else (gate.read_fd,),
             stdin=asyncio.subprocess.DEVNULL,
@@ -117,3 +119,47 @@ async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing(fi
             with pytest.raises(errors.SandboxError, match="could not put the sandbox in its cgroup"):
                 sandbox_argv.raise_if_sandbox_failed(code, err, "bwrap")
         assert not os.listdir(shown)
+
+
+@pytest.mark.parametrize("first_process", ["entered", "bash"], ids=["entered", "between-fork-and-exec"], indirect=True)
+async def test_sources_under_a_home_the_host_uid_cannot_enter_are_staged_for_it_and_only_for_it(
+    first_process: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's interpreter lives under root's 0700 home: its first process binds it at a staged
+    path under /tmp in a mount namespace of its own, as root, then drops; the host sees none of it.
+    ironflow-enter does it in its one exec, with nothing run between fork and exec."""
+    if first_process == "entered":
+        monkeypatch.setattr(cgroups, "child_setup", None)  # called, it would fail the start
+    with tempfile.TemporaryDirectory() as home:
+        plan = _sources_under(home)
+        staged = list(plan.values())
+        on_host = _existing(staged)
+        group = cgroups.SandboxCgroup(SUPPORT, LIMITS)
+        try:
+            code, out, err = await _start(
+                ["sh", "-c", 'cat "$1/inside" "$2"; id -u; grep -c " /tmp " /proc/self/mountinfo', "sh", *staged],
+                group,
+                gated=True,
+                binds=identity.binds(plan),
+            )
+        finally:
+            await group.remove()
+    assert code == 0, err
+    assert out.splitlines()[:3] == ["a file in a staged directory", "a staged file", str(HOST_UID)]
+    assert int(out.splitlines()[3]) >= 1  # its own tmpfs on /tmp
+    assert _existing(staged) == on_host  # nothing made on the host's /tmp
+
+
+def _sources_under(home: str) -> dict[str, str]:
+    """A directory and a file under a 0700 ``home``, and where the start stages them."""
+    os.chmod(home, 0o700)
+    os.mkdir(os.path.join(home, "lib"))
+    with open(os.path.join(home, "lib", "inside"), "w") as f:
+        f.write("a file in a staged directory\n")
+    with open(os.path.join(home, "python"), "w") as f:
+        f.write("a staged file\n")
+    return identity.stage_plan([os.path.join(home, "lib"), os.path.join(home, "python")])
+
+
+def _existing(paths: list[str]) -> list[bool]:
+    return [os.path.exists(path) for path in paths]

@@ -1,11 +1,14 @@
 /* ironflow-enter: a local sandbox's first process on a root worker (ironflow.local.sandbox.spawn).
  *
- *   ironflow-enter N JOIN... M RESOURCE VALUE... UID GID -- PROGRAM ARG...
+ *   ironflow-enter N JOIN... S [ROOT SOURCE STAGED...] M RESOURCE VALUE... UID GID -- PROGRAM ARG...
  *
  * Writes itself into each of the N cgroup files JOIN (on cgroup v1 a process that moves itself
- * skips the RCU grace period a move by another process waits out), sets each of the M rlimits
- * RESOURCE to VALUE (soft and hard), drops to UID and GID with no supplementary group, then
- * executes PROGRAM (bubblewrap, which waits on its own gate). It does what bash and setpriv did in
+ * skips the RCU grace period a move by another process waits out); with S sources, takes a
+ * private mount namespace, covers ROOT with a small tmpfs and binds each SOURCE (opened before
+ * ROOT was covered) at its STAGED path there, as identity.bind_staged does between fork and exec
+ * (bubblewrap, once it dropped to the host uid, could not reach a source under a 0700 home);
+ * sets each of the M rlimits RESOURCE to VALUE (soft and hard: after every open); drops to UID and GID with no
+ * supplementary group, then executes PROGRAM (bubblewrap, which waits on its own gate). It does what bash and setpriv did in
  * one exec of a few kilobytes: they were about 3 ms of every sandbox's start here, this is under 1.
  * Any failure exits 125 with one line (ironflow-enter: ...) before anything of the sandbox ran, which
  * the worker reports as the sandbox's failure, not the step's; nothing is inherited but
@@ -20,8 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define MAX_STAGED 256
 
 static void fail(const char *what, const char *detail) {
   fprintf(stderr, "ironflow-enter: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -37,6 +45,35 @@ static unsigned long long number(const char *text, unsigned long long max) {
   return value;
 }
 
+/* The S sources bound at their staged paths under ROOT, in a mount namespace of its own. */
+static void stage(int *i, int argc, char **argv) {
+  unsigned long long count = number(*i < argc ? argv[(*i)++] : NULL, MAX_STAGED);
+  if (count == 0) return;
+  if (*i >= argc) fail("missing staging root", NULL);
+  const char *root = argv[(*i)++];
+  if (unshare(CLONE_NEWNS) != 0) fail("cannot take a mount namespace", strerror(errno));
+  if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) fail("cannot make its mounts private", strerror(errno));
+  int fds[MAX_STAGED];
+  const char *paths[MAX_STAGED];
+  for (unsigned long long k = 0; k < count; k++) { /* opened here, in the new namespace, before ROOT is covered */
+    if (*i + 1 >= argc) fail("missing staged source", NULL);
+    fds[k] = open(argv[(*i)++], O_PATH | O_CLOEXEC);
+    if (fds[k] < 0) fail("cannot open a source to stage", strerror(errno));
+    paths[k] = argv[(*i)++];
+  }
+  if (mount("tmpfs", root, "tmpfs", 0, "mode=0755,size=64k") != 0) fail("cannot cover the staging root", strerror(errno));
+  for (unsigned long long k = 0; k < count; k++) {
+    struct stat st;
+    char source[64];
+    if (fstat(fds[k], &st) != 0) fail("cannot stat a staged source", strerror(errno));
+    if (S_ISDIR(st.st_mode) ? mkdir(paths[k], 0755) != 0 : mknod(paths[k], S_IFREG | 0644, 0) != 0)
+      fail("cannot make a staged path", strerror(errno));
+    snprintf(source, sizeof source, "/proc/self/fd/%d", fds[k]);
+    if (mount(source, paths[k], NULL, MS_BIND | MS_REC, NULL) != 0) fail("cannot bind a staged source", strerror(errno));
+    close(fds[k]);
+  }
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   unsigned long long joins = number(i < argc ? argv[i++] : NULL, (unsigned long long)argc);
@@ -47,6 +84,7 @@ int main(int argc, char **argv) {
     if (fd < 0 || write(fd, "0", 1) != 1) fail("cannot join its cgroup", strerror(errno));
     close(fd);
   }
+  stage(&i, argc, argv);
   unsigned long long limits = number(i < argc ? argv[i++] : NULL, (unsigned long long)argc);
   for (unsigned long long k = 0; k < limits; k++) {
     if (i + 1 >= argc) fail("missing rlimit", NULL);

@@ -11,16 +11,18 @@ run outside its cgroup: bubblewrap refuses the argv.
 On a root worker the sandbox runs as the host uid, and without ``CAP_SYS_RESOURCE`` no ``prlimit``
 reaches a process of another uid: the sandbox's first process sets itself up as root, then drops.
 That is ``ironflow-enter`` (``enter.c``, built into the environment by ``scripts/install``: one
-small exec that writes itself into its cgroup, sets its rlimits, drops to the host uid and executes
-bubblewrap, whose gate this process opens at once); without it, bash and ``setpriv``, two execs and
+small exec that writes itself into its cgroup, stages the bind sources a session's bubblewrap reads
+under a 0700 home in a private mount namespace (:mod:`~ironflow.local.sandbox.identity`), sets its
+rlimits, drops to the host uid and executes bubblewrap, whose gate this process opens at once);
+without it, bash and ``setpriv``, two execs and
 about 2.5 ms more of every start. The gated process is then bash, still root (:data:`_ROOT_WAIT`). It
 writes itself into its cgroup (on cgroup v1 a thread that moves itself skips the wait for an RCU
 grace period that a pid written by another process costs, 5-13 ms here), says so, and waits on a
 second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap,
 whose own gate this process opens once bash said it joined (meanwhile: off the start's path).
-``runsc`` (gVisor; it reads no gate), and bubblewrap whose bind sources a root worker stages in a
-private mount namespace as root (:mod:`~ironflow.local.sandbox.identity`) or that finds no ``setpriv``
-or bash, still set themselves up between fork and exec (:func:`cgroups.child_setup`).
+``runsc`` (gVisor; it reads no gate), bubblewrap with bind sources to stage and no ``ironflow-enter``,
+and bubblewrap that finds no ``setpriv`` or bash, still set themselves up between fork and exec
+(:func:`cgroups.child_setup`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ironflow import errors
-from ironflow.local.sandbox import cgroups
+from ironflow.local.sandbox import cgroups, identity
 
 __all__ = ["ENTER_FAILED", "ENTER_SOURCE", "Gate", "enter_binary", "start"]
 
@@ -57,6 +59,8 @@ ENTER_SOURCE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 _ENTER_DIR: Final = os.path.join(sys.prefix, "libexec", "ironflow")
 #: How its one line starts when it could not set the sandbox up (exit 125, before bubblewrap ran).
 ENTER_FAILED: Final = "ironflow-enter: "
+#: The most bind sources ironflow-enter stages (enter.c's MAX_STAGED); past it, the setup between fork and exec.
+MAX_STAGED: Final = 256
 
 
 @functools.cache
@@ -184,15 +188,20 @@ async def start(
     options: dict[str, Any] = {}
     waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
     ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
-    root_gated = gate is not None and host_uid is not None and not binds
-    enter = enter_binary() if root_gated else None
-    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if root_gated and enter is None else (None, None)
+    root_gated = gate is not None and host_uid is not None
+    enterable = root_gated and late_setup is None and len(binds) <= MAX_STAGED
+    enter = enter_binary() if enterable else None
+    # bash and setpriv stage no bind: with binds, the setup runs between fork and exec.
+    bashed = root_gated and enter is None and not binds
+    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if bashed else (None, None)
     entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
     joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
     try:
         if enter is not None and host_uid is not None:
+            staging = [str(len(binds)), *([identity.STAGE_ROOT] if binds else [])]
+            staging += [os.fsdecode(name) for pair in binds for name in pair]
             limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
-            argv = [enter, *joins, *limits, str(host_uid), str(host_uid), "--", *argv]
+            argv = [enter, *joins, *staging, *limits, str(host_uid), str(host_uid), "--", *argv]
             procs_files, entered = (), True
         elif setpriv is not None and bash is not None and host_uid is not None:
             waiting = Gate(b"\n")
