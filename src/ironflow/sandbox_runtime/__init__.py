@@ -2,7 +2,7 @@
 
 A file run by path (``python3 -I server.py``, or ``entry.py``, which imports it so that its bytecode
 is cached; with its siblings ``streams.py``, ``startup.py``, ``confine.py``, ``delivery.py``, and
-``lite.py`` and ``process.py``, which stand in for the standard modules that import dozens of others),
+``lite.py`` and ``popen.py``, which stand in for the standard modules that import dozens of others),
 standard library only, importing nothing of ironflow: backends find it with :data:`SERVER_PATH`
 and show its directory to the sandbox. The ironflow side of the wire moved to
 :mod:`ironflow.sessions` (``client``, ``remote``, ``sync``): ``AsyncSandbox``,

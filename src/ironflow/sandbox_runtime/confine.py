@@ -39,13 +39,14 @@ import _thread
 import errno
 import os
 import sys
-from _queue import SimpleQueue  # queue's, without its import (heapq, ...)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling files, when imported by the package
 from lite import start_thread  # type: ignore[import-not-found]
-from process import spawn  # type: ignore[import-not-found]
+from popen import spawn  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
+    from _queue import SimpleQueue
     from collections.abc import Callable
     from typing import Any, NoReturn
 
@@ -149,7 +150,7 @@ def isolate_commands(
     runtime_uid: int | None = None, commands_uid: int | None = None, *, shared_uid: bool = False
 ) -> Callable[..., Any]:
     """Set the isolation up; call first, with no other thread started. Returns what starts a
-    command (``process.spawn``'s arguments): in the one thread whose children land in the
+    command (``popen.spawn``'s arguments): in the one thread whose children land in the
     commands' namespace; with ``runtime_uid``, as ``commands_uid`` instead; with ``shared_uid``
     (a Docker session), as itself, once it is non-dumpable.
 
@@ -218,8 +219,10 @@ class _Spawner:
     ``concurrent.futures``: its import, with logging's, is a slice of every session's cold start.)"""
 
     def __init__(self) -> None:
-        self._calls: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = SimpleQueue()
-        self._answers: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
+        # queue's, without its import (heapq...); loaded here: gVisor's runtime, set apart by uid, has no spawner
+        simple_queue = __import__("_queue").SimpleQueue
+        self._calls: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = simple_queue()
+        self._answers: SimpleQueue[tuple[bool, Any]] = simple_queue()
         self._lock = _thread.allocate_lock()
         start_thread(self._serve)
 

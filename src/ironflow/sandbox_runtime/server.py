@@ -42,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling file, when run by path
 from lite import dumps, loads, start_thread, suppress  # type: ignore[import-not-found]
-from process import spawn  # type: ignore[import-not-found]
+from popen import spawn  # type: ignore[import-not-found]
 from streams import Body, Chunked, Command, HttpError, Multipart, linger, response_head  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
@@ -144,12 +144,9 @@ class Handler:
 
     @staticmethod
     def files(conn: Any) -> tuple[BinaryIO, BinaryIO]:
-        """The connection's files to read and write, on its fd (socket.py's ``makefile`` is a slice of
-        every cold start); closed before it."""
-        return (
-            open(conn.fileno(), "rb", buffering=_BUFFER, closefd=False),
-            open(conn.fileno(), "wb", buffering=_BUFFER, closefd=False),
-        )
+        """The connection's files to read and write, on its fd (not socket.py's ``makefile``: its import)."""
+        fd = conn.fileno()
+        return open(fd, "rb", buffering=_BUFFER, closefd=False), open(fd, "wb", buffering=_BUFFER, closefd=False)
 
     def serve(self) -> None:
         try:

@@ -15,6 +15,7 @@ import _socket
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling files, when imported by the package
 from lite import loads, suppress  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start

@@ -17,10 +17,12 @@ import _thread
 import codecs
 import os
 import select
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling files, when imported by the package
 from lite import Condition, suppress  # type: ignore[import-not-found]
-from process import DEVNULL, PIPE  # type: ignore[import-not-found]
+from popen import DEVNULL, PIPE  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ _LINGER_S = 5.0
 _DRAIN_S = 1.0
 #: How often the exit of a command is looked for where no pidfd tells it.
 _POLL_S = 0.05
-_REAP_TICK_S = 0.002
 _UTF8 = codecs.getincrementaldecoder("utf-8")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Too Large"}
 
@@ -264,7 +265,7 @@ class Command:
         self.decoders = {name: _UTF8(errors="replace") for name in self.sizes}  # a character split between reads
         self.cap, self.finished, self.timed_out = cap, False, False
         self.deadline: float | None = None  # the driver's: past it the group is killed
-        self.proc: Any = None  # process.py's Process (or Popen)
+        self.proc: Any = None  # popen.py's Process (or subprocess.Popen)
         self.inlock = _thread.allocate_lock()  # stdin, the pty and the wake pipe, between the driver and writers
         self.keep_stdin, self.eof, self.tty = keep_stdin or tty is not None, False, tty
         self.master, self.wake_fd = -1, -1
@@ -437,7 +438,7 @@ class Command:
         """Its exit code, looked for until ``wait`` seconds passed (where no pidfd tells it)."""
         deadline = time.monotonic() + (_POLL_S if wait is None else wait)
         while (code := self.proc.poll()) is None and time.monotonic() < deadline:
-            time.sleep(_REAP_TICK_S)
+            time.sleep(0.002)
         return code  # type: ignore[no-any-return]
 
     def _exited(self, code: int | None) -> None:

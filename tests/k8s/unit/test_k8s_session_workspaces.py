@@ -94,7 +94,8 @@ def test_the_session_object_records_the_workspace_for_another_process() -> None:
 
 
 def test_the_runtime_is_rooted_at_the_workspace_when_given() -> None:
-    default = wire.runtime_command((1, 2, 3, 4), max_upload_bytes=1, max_output_bytes=1)
-    rooted = wire.runtime_command((1, 2, 3, 4), max_upload_bytes=1, max_output_bytes=1, workspace=WHERE.workspace)
+    sizes = tuple(range(1, len(wire.RUNTIME_FILES) + 1))
+    default = wire.runtime_command(sizes, max_upload_bytes=1, max_output_bytes=1)
+    rooted = wire.runtime_command(sizes, max_upload_bytes=1, max_output_bytes=1, workspace=WHERE.workspace)
     assert default[default.index("--workspace") + 1] == "."
     assert rooted[rooted.index("--workspace") + 1] == WHERE.workspace

@@ -7,13 +7,13 @@ import dataclasses
 import doctest
 
 import pytest
+from tests.sessions.unit.runtime_files import runtime_module
 
 from ironflow import labels
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import bwrap, docker
 from ironflow.local.sessions import docker_runtime
-from ironflow.sandbox_runtime import startup
 
 SHAPE = sandbox_argv.SandboxShape("docker", (), 1 << 20, 1 << 20, None, None, image="runner:1")
 OWNER = workdirs.Owner("boot", "pid:[1]", 42, 7)
@@ -95,9 +95,10 @@ def test_the_sweep_removes_ended_containers_and_those_of_a_dead_owner() -> None:
 
 
 def test_commands_share_uid_goes_with_isolate_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    assert startup.parse_args(["--unix", "x", "--isolate-commands", "--commands-share-uid"]).commands_share_uid
-    with pytest.raises(SystemExit) as exited:
-        startup.parse_args(["--unix", "x", "--commands-share-uid"])
+    with runtime_module("startup") as startup:
+        assert startup.parse_args(["--unix", "x", "--isolate-commands", "--commands-share-uid"]).commands_share_uid
+        with pytest.raises(SystemExit) as exited:
+            startup.parse_args(["--unix", "x", "--commands-share-uid"])
     assert exited.value.code == 2
     assert "go with --isolate-commands" in capsys.readouterr().err
 

@@ -11,9 +11,10 @@ import shlex
 import stat
 from pathlib import Path
 
+from tests.sessions.unit.runtime_files import runtime_module
+
 from ironflow.local.sandbox import argv, bwrap, gvisor
 from ironflow.local.sessions import gvisor_runtime
-from ironflow.sandbox_runtime import startup
 
 SHAPE = argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
 RUNTIME = (
@@ -124,6 +125,7 @@ def test_the_runtime_opens_the_home_it_is_given_for_traversal_and_nothing_more(t
     home = tmp_path / "root"
     home.mkdir(mode=0o700)
     home.chmod(0o700)
-    startup.open_traverse(startup.parse_args(["--unix", "s", "--traverse", str(home)]))
-    assert stat.S_IMODE(home.stat().st_mode) == 0o701
-    startup.open_traverse(startup.parse_args(["--unix", "s"]))  # none given: nothing to do
+    with runtime_module("startup") as startup:
+        startup.open_traverse(startup.parse_args(["--unix", "s", "--traverse", str(home)]))
+        assert stat.S_IMODE(home.stat().st_mode) == 0o701
+        startup.open_traverse(startup.parse_args(["--unix", "s"]))  # none given: nothing to do

@@ -118,9 +118,9 @@ def test_a_command_that_closes_its_output_and_reads_stdin_still_ends(
     if not pidfds:
         monkeypatch.delattr(os, "pidfd_open", raising=False)
     script = "echo before; exec >&- 2>&-; sleep 0.3; wc -c > count"
-    with runtime_module("streams") as streams, runtime_module("process") as process:
+    with runtime_module("streams") as streams, runtime_module("popen") as popen:
         command = streams.Command(
-            ["sh", "-c", script], dict(os.environ), str(tmp_path), b"z" * 300000, 1 << 20, process.spawn
+            ["sh", "-c", script], dict(os.environ), str(tmp_path), b"z" * 300000, 1 << 20, popen.spawn
         )
         assert (command.pidfd is not None) == pidfds
         events = list(command.follow(30, drive=True))

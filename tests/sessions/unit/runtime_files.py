@@ -20,5 +20,5 @@ def runtime_module(name: str) -> Iterator[types.ModuleType]:
         yield __import__(name)
     finally:
         sys.path.remove(folder)
-        for loaded in (name, "streams", "lite", "process"):
+        for loaded in (name, "streams", "lite", "popen"):
             sys.modules.pop(loaded, None)

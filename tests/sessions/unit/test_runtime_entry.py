@@ -15,7 +15,7 @@ from ironflow.local.sessions import gvisor_runtime, starter
 def test_compiled_writes_the_bytecode_of_every_runtime_file() -> None:
     sandbox_runtime.compiled()
     folder = os.path.dirname(sandbox_runtime.SERVER_PATH)
-    names = ("server.py", "streams.py", "lite.py", "process.py", "startup.py", "confine.py", "terminal.py", "watch.py")
+    names = ("server.py", "streams.py", "lite.py", "popen.py", "startup.py", "confine.py", "terminal.py", "watch.py")
     for name in names:
         cached = importlib.util.cache_from_source(os.path.join(folder, name))
         assert os.path.getmtime(cached) >= os.path.getmtime(os.path.join(folder, name)), name

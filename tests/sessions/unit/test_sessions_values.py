@@ -20,7 +20,7 @@ from ironflow.sessions.values import SnapshotInfo
     "name",
     [
         *("server.py", "streams.py", "pod_exec.py", "startup.py", "confine.py"),
-        *("terminal.py", "watch.py", "lite.py", "process.py"),
+        *("terminal.py", "watch.py", "lite.py", "popen.py"),
     ],
 )
 def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None:
@@ -32,7 +32,7 @@ def test_the_runtime_server_imports_only_the_standard_library(name: str) -> None
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "a relative import would need the package"
             imported.add((node.module or "").split(".")[0])
-    imported -= {"__future__", "streams", "server", "lite", "process"}  # the sibling files
+    imported -= {"__future__", "streams", "server", "lite", "popen"}  # the sibling files
     assert "ironflow" not in imported
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
@@ -44,11 +44,11 @@ def test_the_runtime_starts_without_the_modules_only_some_requests_need() -> Non
     code = f"import sys; sys.path.insert(0, {folder!r}); import server, confine, startup; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
-    assert {"server", "confine", "startup", "streams", "lite", "process"} <= loaded
+    assert {"server", "confine", "startup", "streams", "lite", "popen"} <= loaded
     slow = {"tarfile", "argparse", "hmac", "_hashlib", "concurrent.futures", "logging", "typing", "dataclasses"}
     assert not slow & loaded, slow & loaded
     # Each of these imports 18 to 40 modules (functools, collections, enum, re...): about 3 ms
-    # apiece under gVisor. The runtime uses their C modules (lite.py, process.py).
+    # apiece under gVisor. The runtime uses their C modules (lite.py, popen.py).
     heavy = {"json", "subprocess", "threading", "socket", "signal", "contextlib", "re", "enum", "functools"}
     assert not heavy & loaded, heavy & loaded
     assert "terminal" not in loaded  # a command's controls load with the first request that asks

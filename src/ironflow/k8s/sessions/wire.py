@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: The runtime files the boot line loads, in order: each later one imports the earlier ones.
-RUNTIME_FILES: Final = ("lite.py", "process.py", "streams.py", "terminal.py", "server.py", "pod_exec.py")
+RUNTIME_FILES: Final = ("lite.py", "popen.py", "streams.py", "terminal.py", "server.py", "pod_exec.py")
 _MODULES: Final = tuple(name.removesuffix(".py") for name in RUNTIME_FILES)
 #: Loads each file from stdin as a module (sizes in argv), then runs the last one's ``main``.
 BOOT: Final = (

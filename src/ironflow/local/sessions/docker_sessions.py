@@ -50,7 +50,7 @@ _RUNTIME_FILES: Final = (
     "server.py",
     "streams.py",
     "lite.py",
-    "process.py",
+    "popen.py",
     "startup.py",
     "confine.py",
     "terminal.py",

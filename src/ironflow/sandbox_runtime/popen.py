@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import sys
 
-from lite import suppress  # type: ignore[import-not-found]
-
 TYPE_CHECKING = False  # not typing's: its import is a slice of every session's cold start
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,8 +107,10 @@ def spawn(
     if report:
         for fd in parents:
             os.close(fd)
-        with suppress(ChildProcessError):
+        try:  # noqa: SIM105 - contextlib's import is 18 modules
             os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
         raise _child_error(report, argv[0], cwd)
     return Process(
         pid,

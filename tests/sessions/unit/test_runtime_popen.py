@@ -1,4 +1,4 @@
-"""The runtime starts a command without ``subprocess`` (``process.py``), as ``subprocess.Popen`` would:
+"""The runtime starts a command without ``subprocess`` (``popen.py``), as ``subprocess.Popen`` would:
 the same pipes, cwd, environment, session and errors, and no fd left behind, even when it fails."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from tests.sessions.unit.runtime_files import runtime_module
 
 
 @pytest.fixture(params=["fork_exec", "popen"])
-def process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+def popen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """The module, on this Python's fork_exec and as another Python has it (``subprocess.Popen``)."""
-    with runtime_module("process") as module:
+    with runtime_module("popen") as module:
         if request.param == "popen":
             monkeypatch.setattr(module, "_fork_exec", None)
         else:
@@ -40,16 +40,16 @@ def _ended(proc: Any) -> int:
 
 
 def test_a_command_gets_its_stdin_cwd_and_environment_and_its_output_comes_back(
-    process: ModuleType, tmp_path: Path
+    popen: ModuleType, tmp_path: Path
 ) -> None:
     before = _fds()
-    proc = process.spawn(
+    proc = popen.spawn(
         ["sh", "-c", 'read line; echo "$line $FOO $(pwd)"; echo err >&2; exit 3'],
         cwd=str(tmp_path),
         env={"PATH": os.environ["PATH"], "FOO": "bar"},
-        stdin=process.PIPE,
-        stdout=process.PIPE,
-        stderr=process.PIPE,
+        stdin=popen.PIPE,
+        stdout=popen.PIPE,
+        stderr=popen.PIPE,
     )
     proc.stdin.write(b"hello\n")
     proc.stdin.close()
@@ -61,12 +61,12 @@ def test_a_command_gets_its_stdin_cwd_and_environment_and_its_output_comes_back(
     assert _fds() == before
 
 
-def test_a_new_session_and_devnull_and_a_death_by_signal(process: ModuleType) -> None:
-    proc = process.spawn(
+def test_a_new_session_and_devnull_and_a_death_by_signal(popen: ModuleType) -> None:
+    proc = popen.spawn(
         [sys.executable, "-c", "import os, sys; print(os.getsid(0), sys.stdin.read() == ''); os.kill(os.getpid(), 9)"],
         cwd=None,
         env=dict(os.environ),
-        stdout=process.PIPE,
+        stdout=popen.PIPE,
         start_new_session=True,
     )
     assert proc.stdout.read().split() == [str(proc.pid).encode(), b"True"]
@@ -74,11 +74,11 @@ def test_a_new_session_and_devnull_and_a_death_by_signal(process: ModuleType) ->
     assert _ended(proc) == -9
 
 
-def test_the_child_keeps_no_fd_of_the_parent(process: ModuleType) -> None:
+def test_the_child_keeps_no_fd_of_the_parent(popen: ModuleType) -> None:
     read, write = os.pipe()
     os.set_inheritable(write, True)  # even an inheritable one: close_fds
     try:
-        proc = process.spawn(["ls", "/proc/self/fd"], cwd=None, env=dict(os.environ), stdout=process.PIPE)
+        proc = popen.spawn(["ls", "/proc/self/fd"], cwd=None, env=dict(os.environ), stdout=popen.PIPE)
         listed = sorted(int(fd) for fd in proc.stdout.read().split())
         proc.stdout.close()
         _ended(proc)
@@ -99,11 +99,11 @@ def test_the_child_keeps_no_fd_of_the_parent(process: ModuleType) -> None:
     ],
 )
 def test_a_command_that_cannot_start_raises_its_errno_and_leaves_no_fd(
-    process: ModuleType, argv: list[str], cwd: str | None, error: type[OSError], names: str
+    popen: ModuleType, argv: list[str], cwd: str | None, error: type[OSError], names: str
 ) -> None:
     before = _fds()
     with pytest.raises(error) as caught:
-        process.spawn(argv, cwd=cwd, env=dict(os.environ), stdin=process.PIPE, stdout=process.PIPE)
+        popen.spawn(argv, cwd=cwd, env=dict(os.environ), stdin=popen.PIPE, stdout=popen.PIPE)
     assert caught.value.filename == names
     assert caught.value.strerror
     with pytest.raises(error):
@@ -111,18 +111,18 @@ def test_a_command_that_cannot_start_raises_its_errno_and_leaves_no_fd(
     assert _fds() == before
 
 
-def test_a_variable_named_with_an_equals_sign_is_refused(process: ModuleType) -> None:
+def test_a_variable_named_with_an_equals_sign_is_refused(popen: ModuleType) -> None:
     before = _fds()
     with pytest.raises(ValueError, match="illegal environment variable name"):
-        process.spawn(["true"], cwd=None, env={"A=B": "1"}, stdout=process.PIPE)
+        popen.spawn(["true"], cwd=None, env={"A=B": "1"}, stdout=popen.PIPE)
     assert _fds() == before
 
 
-def test_the_path_searched_is_the_commands_own(process: ModuleType, tmp_path: Path) -> None:
+def test_the_path_searched_is_the_commands_own(popen: ModuleType, tmp_path: Path) -> None:
     tool = tmp_path / "only-here"
     tool.write_text("#!/bin/sh\necho found\n")
     tool.chmod(0o755)
-    proc = process.spawn(["only-here"], cwd=None, env={"PATH": f"/nonexistent:{tmp_path}"}, stdout=process.PIPE)
+    proc = popen.spawn(["only-here"], cwd=None, env={"PATH": f"/nonexistent:{tmp_path}"}, stdout=popen.PIPE)
     assert proc.stdout.read() == b"found\n"
     proc.stdout.close()
     assert _ended(proc) == 0
