@@ -18,8 +18,12 @@ memory. So, at start, before the token is read and before any other thread:
    which has no ``CAP_SYS_PTRACE``.
 
 gVisor (this release) has no ``unshare(CLONE_NEWPID)``: there the runtime starts as gVisor's
-root (it binds the session's socket first), drops the whole bounding set, and sets its real and
-saved uid apart from its commands' (``--runtime-uid``), which then can neither signal nor trace it.
+root (it binds the session's socket first), with no bounding set and ``no_new_privs`` from its spec
+(:func:`ironflow.local.sandbox.gvisor.oci_spec`), and sets its real and saved uid apart from its
+commands' (``--runtime-uid``), which then can neither signal nor trace it; that uid change clears
+its capabilities and its dumpability, and it checks that no capability is left in any set. It then
+loads no libc binding at all (``_ctypes`` and libffi were 21 ms of a gVisor open); started with a
+bounding set, it drops it and the rest itself, as below.
 
 A Docker session has neither (uid 10001, every capability dropped, the daemon's seccomp profile):
 with ``--commands-share-uid`` the runtime only drops what it holds and makes itself
@@ -28,12 +32,12 @@ fds; it can signal it (a session may end itself), and the host keeps the runtime
 of its reach (:mod:`ironflow.local.sessions.docker_runtime`).
 
 Each step is checked and any failure raises: the runtime then does not start (fail closed).
-Linux only, standard library only (``_ctypes``), like its siblings; imported only with the flag.
+Linux only, standard library only (``_ctypes``, loaded where a libc call is needed), like its
+siblings; imported only with the flag.
 """
 
 from __future__ import annotations
 
-import _ctypes
 import _signal  # type: ignore[import-not-found]  # signal.py imports enum
 import _thread
 import errno
@@ -63,54 +67,57 @@ _CAPABILITY_VERSION_3 = 0x20080522
 _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
-class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # ctypes.c_int; not generic at run time
-    _type_ = "i"
-
-
-class _Function(_ctypes.CFuncPtr):
-    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-    _restype_ = _Int
-
-
 class _Libc:
     """libc's ``prctl``, ``capset`` and ``unshare``, each returning its int, the errno kept for
-    :func:`_check`: called through ``_ctypes`` itself (``ctypes``' import is 3 ms and 5 modules, a
+    :meth:`check`: called through ``_ctypes`` itself (``ctypes``' import is 3 ms and 5 modules, a
     slice of every session's cold start), as ``ctypes.CDLL(None, use_errno=True)`` calls them."""
 
     def __init__(self) -> None:
-        self._handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # None: the program's own
+        c: Any = __import__("_ctypes")
+
+        class Int(c._SimpleCData):  # type: ignore[misc]  # ctypes.c_int
+            _type_ = "i"
+
+        class Function(c.CFuncPtr):  # type: ignore[misc]
+            _flags_ = c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO
+            _restype_ = Int
+
+        self._handle = c.dlopen(None, c.RTLD_LOCAL)  # None: the program's own
+        self.get_errno: Callable[[], int] = c.get_errno
         # A function is looked up in whatever holds _handle (ctypes passes its CDLL).
-        named = (_Function((name, self)) for name in ("prctl", "capset", "unshare"))  # type: ignore[arg-type]
-        self.prctl, self.capset, self.unshare = named
+        self.prctl, self.capset, self.unshare = (Function((name, self)) for name in ("prctl", "capset", "unshare"))
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            err = self.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = _ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+def _held(fields: tuple[str, ...]) -> list[str]:
+    """Which of these capability sets of this thread hold any capability (``/proc``: they are a thread's own)."""
+    with open("/proc/thread-self/status") as f:
+        return [line.split(":")[0] for line in f if line.split(":")[0] in fields and int(line.split()[1], 16)]
 
 
 def _drop_privileges(libc: _Libc) -> None:
     """No capability in any set of this thread, no new privileges on exec, the process not dumpable."""
-    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    libc.check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if os.geteuid() == 0:  # uid 0 in the namespace: exec could regain the bounding set
         _drop_bounding_set(libc)
-    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and _ctypes.get_errno() != errno.EINVAL:
-        _check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) and libc.get_errno() != errno.EINVAL:
+        libc.check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
     header = _CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)  # version, pid 0: this thread
-    _check(libc.capset(header, bytes(24)), "capset")  # two (effective, permitted, inheritable): all zero
-    with open("/proc/thread-self/status") as f:  # capabilities are a thread's own
-        held = [line for line in f if line.split(":")[0] in _CAP_FIELDS and int(line.split()[1], 16)]
-    if held:
-        raise OSError(f"capabilities still held: {' '.join(line.split(':')[0] for line in held)}")
-    _check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "non-dumpable")
+    libc.check(libc.capset(header, bytes(24)), "capset")  # two (effective, permitted, inheritable): all zero
+    if held := _held(_CAP_FIELDS):
+        raise OSError(f"capabilities still held: {' '.join(held)}")
+    libc.check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "non-dumpable")
 
 
 def _init(libc: _Libc, report: int) -> NoReturn:
     """Pid 1 of the commands' namespace: reap whatever is left to it, until the runtime dies."""
     try:
         ok = os.getpid() == 1
-        _check(libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0), "parent-death signal")
+        libc.check(libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0), "parent-death signal")
         _drop_privileges(libc)
         _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGCHLD})
         # The runtime reads this: had it died before the prctl, the write fails (its end is closed).
@@ -131,7 +138,7 @@ def _init(libc: _Libc, report: int) -> NoReturn:
 def _enter(libc: _Libc) -> None:
     """In the spawning thread: a pid namespace for its children (its own: a process whose children go
     elsewhere can start no thread), its init, then no capability left to this thread."""
-    _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    libc.check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
@@ -157,12 +164,12 @@ def isolate_commands(
     Raises:
         OSError: a step failed (the caller refuses to start).
     """
-    libc = _Libc()
     if shared_uid:
-        _drop_privileges(libc)
+        _drop_privileges(_Libc())
         return spawn  # type: ignore[no-any-return]
     if runtime_uid is not None:
-        return _apart(libc, runtime_uid, commands_uid)
+        return _apart(runtime_uid, commands_uid)
+    libc = _Libc()
     spawner = _Spawner()
     spawner.call(_enter, libc)
     _drop_privileges(libc)  # this thread's own, then the process is non-dumpable
@@ -185,27 +192,32 @@ def _drop_bounding_set(libc: _Libc) -> None:
     for cap in range(64 if last is None else last + 1):
         if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
             continue
-        if last is None and _ctypes.get_errno() == errno.EINVAL:
+        if last is None and libc.get_errno() == errno.EINVAL:
             return  # past the kernel's last capability
-        _check(-1, "dropping the bounding set")
+        libc.check(-1, "dropping the bounding set")
 
 
-def _apart(libc: _Libc, runtime_uid: int, uid: int | None) -> Callable[..., Any]:
-    """Where no pid namespace can be made (gVisor): started as root (``CAP_SETUID``, ``CAP_SETGID``
-    and ``CAP_SETPCAP`` among its few), the bounding set emptied, the runtime's real and saved uid
-    and gid become ``runtime_uid``, the effective
-    ones its commands' ``uid`` (the files it writes are theirs). A process may signal or trace
-    another only with the other's real or saved uid: a command, every uid its own, can do neither
-    to the runtime. Checked, then no capability is left."""
+def _apart(runtime_uid: int, uid: int | None) -> Callable[..., Any]:
+    """Where no pid namespace can be made (gVisor): started as root (``CAP_SETUID`` and ``CAP_SETGID``
+    among its few), with no bounding set (its spec's: else it empties it, with ``CAP_SETPCAP``), the
+    runtime's real and saved uid and gid become ``runtime_uid``, the effective ones its commands'
+    ``uid`` (the files it writes are theirs). A process may signal or trace another only with the
+    other's real or saved uid: a command, every uid its own, can do neither to the runtime. Checked,
+    then no capability is left (the uid change cleared them, and its dumpability)."""
     if uid in (None, 0, runtime_uid) or runtime_uid == 0:
         raise OSError(f"the runtime's uid {runtime_uid} must be apart from its commands' ({uid}) and root's")
-    _drop_bounding_set(libc)  # while root: past the uid change it could no longer (and exec regains nothing)
+    libc = _Libc() if _held(("CapBnd",)) else None  # none: its spec also set no_new_privs
+    if libc is not None:
+        _drop_bounding_set(libc)  # while root: past the uid change it could no longer (and exec regains nothing)
     os.setgroups([])
     os.setresgid(runtime_uid, uid, runtime_uid)
     os.setresuid(runtime_uid, uid, runtime_uid)  # root no more: the kernel clears the capabilities
     if (os.getresuid(), os.getresgid(), os.getgroups()) != ((runtime_uid, uid, runtime_uid),) * 2 + ([],):
         raise OSError(f"the runtime's uids are not apart from its commands' ({uid})")
-    _drop_privileges(libc)
+    if libc is not None:
+        _drop_privileges(libc)
+    elif held := _held((*_CAP_FIELDS, "CapBnd")):
+        raise OSError(f"capabilities still held: {' '.join(held)}")
 
     def as_commands(*args: Any, **kwargs: Any) -> Any:
         return spawn(*args, user=uid, group=uid, **kwargs)

@@ -46,6 +46,11 @@ def test_the_runtime_starts_as_gvisors_root_binds_its_socket_and_sets_its_uids_a
     assert process["user"] == {"uid": 0, "gid": 0}
     # Without a home to open, nothing is added.
     assert gvisor.oci_spec(_settings(), {})["process"]["args"] == [*RUNTIME, *isolation]
+    # It execs nothing as root: no bounding set, so its runtime needs no libc binding to drop one.
+    capabilities = process["capabilities"]
+    assert capabilities["bounding"] == capabilities["inheritable"] == capabilities["ambient"] == []
+    assert set(capabilities["effective"]) == set(capabilities["permitted"]) == set(gvisor.SETUP_CAPABILITIES)
+    assert process["noNewPrivileges"] is True
 
 
 def test_a_session_with_work_for_root_still_runs_its_setup_script_then_the_runtime() -> None:
@@ -65,6 +70,8 @@ def test_a_session_with_work_for_root_still_runs_its_setup_script_then_the_runti
     assert "setpriv" not in words
     assert words[: len(RUNTIME) + 1] == ["exec", *RUNTIME]
     assert "--traverse" not in words
+    # Its shell execs mount, cp and the runtime as root: they keep the bounding set they need.
+    assert set(process["capabilities"]["bounding"]) == set(gvisor.SETUP_CAPABILITIES)
 
 
 def test_a_command_that_does_not_drop_itself_is_dropped_by_setpriv() -> None:

@@ -245,3 +245,39 @@ def test_the_runtime_refuses_to_start_when_it_cannot_isolate_its_commands(how: t
     assert b"ironflow-runtime: cannot keep commands away from the runtime" in done.stderr, done.stderr
     assert b"ready" not in done.stderr
     assert not (tmp_path / "rt.sock").exists()
+
+
+#: As a gVisor session's spec starts it (``with_spec``): root, no bounding set, no_new_privs; the
+#: runtime then sets its uids apart and says what it holds; a libc binding it made fails it there.
+_APART = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import confine
+if sys.argv[2] == "with_spec":
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+    for cap in range(int(open("/proc/sys/kernel/cap_last_cap").read()) + 1):
+        assert libc.prctl(24, cap, 0, 0, 0) == 0  # PR_CAPBSET_DROP
+
+    class NoLibc:
+        def __init__(self):
+            raise AssertionError("a libc binding was made")
+
+    confine._Libc = NoLibc
+confine.isolate_commands(10002, 10001)
+status = dict(line.split(":", 1) for line in open("/proc/thread-self/status") if line.startswith("Cap"))
+print(os.getresuid(), sorted(k for k, v in status.items() if int(v, 16)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.parametrize("start", ["with_spec", "bounded"])
+def test_a_runtime_given_no_bounding_set_sets_its_uids_apart_with_no_libc_binding(start: str) -> None:
+    """Its spec emptied the bounding set and set no_new_privs: the uid change clears the rest (and its
+    dumpability), the runtime checks that nothing is left and makes no libc binding (_ctypes was
+    21 ms of a gVisor open); given a bounding set, it drops that and the rest itself through libc."""
+    python = [sys.executable, "-I", "-S", "-c", _APART, os.path.dirname(SERVER_PATH), start]
+    done = subprocess.run(python, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(10002,", "10001,", "10002)", "[]"], done.stderr

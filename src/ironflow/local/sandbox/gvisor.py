@@ -354,8 +354,10 @@ def oci_spec(settings: GvisorSettings, env: Mapping[str, str]) -> dict[str, Any]
             "env": [f"{name}={value}" for name, value in env.items()],
             # The script's cd, or the home (a tmpfs of the spec): runsc would make a missing cwd on the host.
             "cwd": layout.SANDBOX_HOME if straight else "/",
-            "capabilities": {kind: capabilities for kind in ("bounding", "effective", "permitted")}
-            | {"inheritable": [], "ambient": []},
+            # A runtime started straight execs nothing as root: it needs no bounding set (and,
+            # with none, loads no libc binding to drop one: sandbox_runtime/confine.py).
+            "capabilities": {kind: capabilities for kind in ("effective", "permitted")}
+            | {"bounding": [] if straight else capabilities, "inheritable": [], "ambient": []},
             "noNewPrivileges": True,
             "rlimits": oci_rlimits(settings.limits),
         },
