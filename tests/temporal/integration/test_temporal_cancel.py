@@ -116,5 +116,5 @@ async def test_cancelling_the_workflow_kills_the_local_sandbox(client: Client, t
         await cancel_and_wait(handle)
         assert alive(sandbox) == set()
     events = await activity_events(client, "cancel-local")
-    assert events["EVENT_TYPE_ACTIVITY_TASK_CANCELED"] == 1
+    assert events["EVENT_TYPE_ACTIVITY_TASK_CANCELED"] == 1, events
     assert os.listdir(temp) == []
