@@ -99,6 +99,12 @@ def _held(fields: tuple[str, ...]) -> list[str]:
         return [line.split(":")[0] for line in f if line.split(":")[0] in fields and int(line.split()[1], 16)]
 
 
+def _refuse_held(fields: tuple[str, ...]) -> None:
+    """Raise unless none of these capability sets of this thread holds a capability."""
+    if held := _held(fields):
+        raise OSError(f"capabilities still held: {' '.join(held)}")
+
+
 def _drop_privileges(libc: _Libc) -> None:
     """No capability in any set of this thread, no new privileges on exec, the process not dumpable."""
     libc.check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
@@ -108,8 +114,7 @@ def _drop_privileges(libc: _Libc) -> None:
         libc.check(-1, "clearing ambient capabilities")  # EINVAL: a kernel without them (gVisor)
     header = _CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)  # version, pid 0: this thread
     libc.check(libc.capset(header, bytes(24)), "capset")  # two (effective, permitted, inheritable): all zero
-    if held := _held(_CAP_FIELDS):
-        raise OSError(f"capabilities still held: {' '.join(held)}")
+    _refuse_held(_CAP_FIELDS)
     libc.check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "non-dumpable")
 
 
@@ -216,8 +221,8 @@ def _apart(runtime_uid: int, uid: int | None) -> Callable[..., Any]:
         raise OSError(f"the runtime's uids are not apart from its commands' ({uid})")
     if libc is not None:
         _drop_privileges(libc)
-    elif held := _held((*_CAP_FIELDS, "CapBnd")):
-        raise OSError(f"capabilities still held: {' '.join(held)}")
+    else:
+        _refuse_held((*_CAP_FIELDS, "CapBnd"))
 
     def as_commands(*args: Any, **kwargs: Any) -> Any:
         return spawn(*args, user=uid, group=uid, **kwargs)
