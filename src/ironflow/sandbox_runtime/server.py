@@ -472,6 +472,8 @@ def main(argv: list[str]) -> int:
     runtime = Runtime(args, b"" if args.token_fifo else startup.read_token(args))
     runtime.spawn = spawn or runtime.spawn
     if args.token_fifo:  # listen now (a pod's readiness probe), take the tokens later: delivery.py
+        # The socket before the FIFO: a holder whose token went in (a reader took it) finds it listening.
+        listener = listener or startup.listener(args)
         runtime.gate = __import__("delivery").Gate(args.token_fifo, runtime, lambda t: _watch_idle(runtime, t))
         runtime.gate.start()
     with suppress(OSError):

@@ -191,3 +191,49 @@ async def test_the_delivered_variables_reach_each_command_started_after_they_are
 
 def test_the_runtime_and_ironflow_name_the_same_variable() -> None:
     assert f'\nSESSION_ENV = "{SESSION_ENV}"\n' in Path(SERVER_PATH).read_text()
+
+
+#: The runtime as a pod runs it (``--port``), with an audit hook that, when the runtime opens its
+#: FIFO (from then on a delivery succeeds: it finds a reader), connects to the socket it bound.
+_AT_FIFO_OPEN = """
+import _socket, os, sys
+fifo, server = sys.argv[1], sys.argv[2]
+bound, said = [], []
+
+def hook(event, args):
+    if event == "socket.bind":
+        bound.append(args[0])
+    elif event == "open" and args[0] == fifo and not said:
+        said.append(True)
+        found = "nothing bound"
+        if bound:
+            probe = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+            try:
+                probe.connect(bound[-1].getsockname())
+                found = "listening"
+            except OSError as exc:
+                found = type(exc).__name__
+            finally:
+                probe.close()
+        os.write(2, ("at the fifo's open: " + found + "\\n").encode())
+
+sys.addaudithook(hook)
+sys.path.insert(0, os.path.dirname(server))
+sys.argv = [server, "--host", "127.0.0.1", "--port", "0", "--token-fifo", fifo]
+exec(compile(open(server).read(), server, "exec"), {"__name__": "__main__", "__file__": server})
+"""
+
+
+def test_a_delivered_token_finds_the_runtime_listening(tmp_path: Path) -> None:
+    """A holder connects as soon as its delivery returns: the FIFO takes a token only once the socket listens."""
+    fifo = tmp_path / ".ironflow" / "runtime-tokens"
+    argv = [sys.executable, "-I", "-S", "-c", _AT_FIFO_OPEN, str(fifo), SERVER_PATH]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
+    assert proc.stderr is not None
+    try:
+        said = [proc.stderr.readline() for _ in range(2)]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert said == [b"at the fifo's open: listening\n", b"ironflow-runtime: ready\n"]
