@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Worker
 from tests.fakes.local_sandbox import local_sandbox
-from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, descendants
+from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, argv_of, descendants
 
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
@@ -110,9 +110,14 @@ async def test_cancelling_the_workflow_kills_the_local_sandbox(client: Client, t
     before = descendants(os.getpid())  # the dev server's processes
     async with provider, worker(client, queue, provider):
         handle = await client.start_workflow("Linear", {"steps": steps}, id="cancel-local", task_queue=queue)
-        sandbox = await eventually(
-            lambda: alive(descendants(os.getpid()) - before), limit_s=30, what="the step's sandbox"
-        )
+
+        def sandbox_running() -> set[int] | None:
+            """The new processes once the step's command runs among them: the cancel must find the
+            step in flight, not catch whichever process came first (the run's release precedes it)."""
+            new = alive(descendants(os.getpid()) - before)
+            return new if any(argv_of(pid) == steps[0]["argv"] for pid in new) else None
+
+        sandbox = await eventually(sandbox_running, limit_s=30, what="the step's command running in its sandbox")
         await cancel_and_wait(handle)
         assert alive(sandbox) == set()
     events = await activity_events(client, "cancel-local")

@@ -46,6 +46,14 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+def argv_of(pid: int) -> list[str]:
+    """The command line of ``pid`` (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
 def alive(pids: set[int]) -> set[int]:
     """The processes of ``pids`` that still run (a zombie is gone)."""
     return {p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
