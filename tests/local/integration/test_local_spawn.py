@@ -7,9 +7,14 @@ runs nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 
@@ -17,6 +22,7 @@ from ironflow import errors
 from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import cgroups, identity, launch, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
+from ironflow.testing.polling import eventually_sync
 
 SUPPORT = cgroups.probe()
 HOST_UID = 10001
@@ -39,10 +45,12 @@ def first_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     way: str = request.param
     if way == "bash":
         monkeypatch.setattr(spawn, "enter_binary", lambda: None)
-    elif spawn.enter_binary() is None:
+        return way
+    if spawn.enter_binary() is None:
         if shutil.which("cc") is not None:
             pytest.fail("ironflow-enter is not built from this checkout's enter.c: run bash scripts/install")
         pytest.skip("no C compiler: no ironflow-enter")
+    monkeypatch.setattr(cgroups, "child_setup", None)  # called, it would fail the start: nothing between fork and exec
     return way
 
 
@@ -73,8 +81,8 @@ async def _start(
 
 @pytest.mark.parametrize(
     ("first_process", "gated"),
-    [("entered", True), ("bash", True), ("bash", False)],
-    ids=["gated-entered", "gated-bash", "between-fork-and-exec"],
+    [("entered", True), ("bash", True), ("entered", False), ("bash", False)],
+    ids=["gated-entered", "gated-bash", "ungated-entered", "between-fork-and-exec"],
     indirect=["first_process"],
 )
 async def test_the_first_process_starts_in_its_cgroup_with_its_rlimits_as_the_host_uid(
@@ -123,13 +131,11 @@ async def test_a_gated_first_process_that_cannot_join_its_cgroup_runs_nothing(fi
 
 @pytest.mark.parametrize("first_process", ["entered", "bash"], ids=["entered", "between-fork-and-exec"], indirect=True)
 async def test_sources_under_a_home_the_host_uid_cannot_enter_are_staged_for_it_and_only_for_it(
-    first_process: str, monkeypatch: pytest.MonkeyPatch
+    first_process: str,
 ) -> None:
     """A session's interpreter lives under root's 0700 home: its first process binds it at a staged
     path under /tmp in a mount namespace of its own, as root, then drops; the host sees none of it.
     ironflow-enter does it in its one exec, with nothing run between fork and exec."""
-    if first_process == "entered":
-        monkeypatch.setattr(cgroups, "child_setup", None)  # called, it would fail the start
     with tempfile.TemporaryDirectory() as home:
         plan = _sources_under(home)
         staged = list(plan.values())
@@ -148,6 +154,86 @@ async def test_sources_under_a_home_the_host_uid_cannot_enter_are_staged_for_it_
     assert out.splitlines()[:3] == ["a file in a staged directory", "a staged file", str(HOST_UID)]
     assert int(out.splitlines()[3]) >= 1  # its own tmpfs on /tmp
     assert _existing(staged) == on_host  # nothing made on the host's /tmp
+
+
+#: A worker that starts ``sleep`` as a sandbox's first process (no gate: as runsc starts), says its pid
+#: once it runs, and waits: argv ``WAY HOST_UID|- DIE``.
+_WORKER = """
+import asyncio, sys
+from ironflow.local.sandbox import cgroups, launch, spawn
+way, uid, die = sys.argv[1], sys.argv[2], sys.argv[3] == "die"
+if way == "bash":
+    spawn.enter_binary = lambda: None
+else:
+    cgroups.child_setup = None  # called, it would fail the start
+
+async def main():
+    proc = await spawn.start(
+        ["sleep", "300"], group=None, pairs=((7, 99),), host_uid=None if uid == "-" else int(uid), binds=(),
+        env=launch.RUNTIME_ENV, pass_fds=(), stdin=-3, stdout=-3, stderr=-3, die_with_parent=die,
+    )
+    print(proc.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("first_process", ["entered", "bash"], ids=["entered", "between-fork-and-exec"], indirect=True)
+@pytest.mark.parametrize("uid", [str(HOST_UID), "-"], ids=["root-worker", "own-uid"])
+@pytest.mark.parametrize("die", [True, False], ids=["dies-with-it", "outlives-it"])
+def test_an_ungated_first_process_dies_with_its_worker_when_asked(first_process: str, uid: str, die: bool) -> None:
+    """runsc has no --die-with-parent: its first process asks for SIGKILL once the worker dies (after its
+    uid drop, which would clear it); asked for nothing, it outlives a killed worker (the control)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-c", _WORKER, first_process, uid, "die" if die else "live"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, env=env) as worker:
+        assert worker.stdout is not None
+        pid = int(worker.stdout.readline())
+        try:
+            eventually_sync(lambda: _cmdline(pid) == ["sleep", "300"], limit_s=10, interval_s=0.01, what="sleep")
+            with open(f"/proc/{pid}/limits") as f:
+                assert any(line.startswith("Max open files") and "99" in line for line in f)
+            with open(f"/proc/{pid}/status") as f:
+                uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+            assert uids == [str(HOST_UID) if uid != "-" else str(os.getuid())] * 4
+            worker.kill()
+            worker.wait()
+            if die:
+                eventually_sync(lambda: not _running(pid), limit_s=10, interval_s=0.01, what="sleep killed")
+            else:
+                time.sleep(0.3)
+                assert _running(pid)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def test_ironflow_enter_refuses_a_parent_it_does_not_have() -> None:
+    """Its parent gone before it asked (no signal would ever come): it ends before the program ran."""
+    enter = spawn.enter_binary()
+    if enter is None:
+        pytest.skip("no ironflow-enter built from this checkout")
+    done = subprocess.run([enter, "0", "0", "0", "-", "-", "1", "--", "true"], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (125, spawn.ENTER_FAILED + "its parent is gone\n")
+    kept = subprocess.run([enter, "0", "0", "0", "-", "-", str(os.getpid()), "--", "true"], capture_output=True)
+    assert kept.returncode == 0, kept.stderr
 
 
 def _sources_under(home: str) -> dict[str, str]:

@@ -397,14 +397,17 @@ def child_setup(
     pairs: tuple[tuple[int, int], ...],
     host_uid: int | None,
     binds: tuple[tuple[bytes, bytes], ...] = (),
+    die_with_parent: bool = False,
 ) -> Callable[[], None]:
     """The function run in the sandbox's first process between fork and exec: join the cgroup
-    (:attr:`SandboxCgroup.join_files`), set the rlimits, and on a root worker stage the bind sources
-    (:mod:`ironflow.local.sandbox.identity`) and drop to ``host_uid``. It takes no lock and logs
-    nothing (the worker has threads)."""
+    (:attr:`SandboxCgroup.join_files`), set the rlimits, on a root worker stage the bind sources
+    (:mod:`ironflow.local.sandbox.identity`) and drop to ``host_uid``, then, with ``die_with_parent``,
+    ask for SIGKILL once this process dies (last: a uid change clears it). It takes no lock and logs
+    nothing (the worker has threads); ``ironflow-enter`` does the same in C where it is built."""
 
-    if host_uid is not None and binds:
+    if (host_uid is not None and binds) or die_with_parent:
         identity.load_libc()  # here: nothing is imported after the fork
+    parent = os.getpid()
 
     def setup() -> None:
         for path in join_files:
@@ -423,5 +426,7 @@ def child_setup(
             os.setgroups([])
             os.setresgid(host_uid, host_uid, host_uid)
             os.setresuid(host_uid, host_uid, host_uid)
+        if die_with_parent:
+            identity.die_with(parent)
 
     return setup

@@ -1,19 +1,22 @@
-/* ironflow-enter: a local sandbox's first process on a root worker (ironflow.local.sandbox.spawn).
+/* ironflow-enter: a local sandbox's first process (ironflow.local.sandbox.spawn).
  *
- *   ironflow-enter N JOIN... S [ROOT SOURCE STAGED...] M RESOURCE VALUE... UID GID -- PROGRAM ARG...
+ *   ironflow-enter N JOIN... S [ROOT SOURCE STAGED...] M RESOURCE VALUE... UID GID PARENT -- PROGRAM ARG...
  *
  * Writes itself into each of the N cgroup files JOIN (on cgroup v1 a process that moves itself
  * skips the RCU grace period a move by another process waits out); with S sources, takes a
  * private mount namespace, covers ROOT with a small tmpfs and binds each SOURCE (opened before
  * ROOT was covered) at its STAGED path there, as identity.bind_staged does between fork and exec
  * (bubblewrap, once it dropped to the host uid, could not reach a source under a 0700 home);
- * sets each of the M rlimits RESOURCE to VALUE (soft and hard: after every open); drops to UID and GID with no
- * supplementary group, then executes PROGRAM (bubblewrap, which waits on its own gate). It does what bash and setpriv did in
- * one exec of a few kilobytes: they were about 3 ms of every sandbox's start here, this is under 1.
+ * sets each of the M rlimits RESOURCE to VALUE (soft and hard: after every open); drops to UID and
+ * GID with no supplementary group (both "-": a worker that is not root keeps its own); with a
+ * PARENT pid (not 0), asks for SIGKILL once that parent dies (last: a uid change clears it) and
+ * refuses to go on if it already has; then executes PROGRAM (bubblewrap, which waits on its own
+ * gate, or runsc, which has no --die-with-parent). It does what bash and setpriv, or Python
+ * between fork and exec, did in one exec of a few kilobytes: the worker forks nothing of its own.
  * Any failure exits 125 with one line (ironflow-enter: ...) before anything of the sandbox ran, which
  * the worker reports as the sandbox's failure, not the step's; nothing is inherited but
  * what the caller passed (its fds are its own business). Built by scripts/install (cc); without it
- * the worker falls back to bash and setpriv.
+ * the worker falls back to bash and setpriv, or to its own setup between fork and exec.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,9 +25,11 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,14 +98,22 @@ int main(int argc, char **argv) {
     struct rlimit limit = {value, value};
     if (setrlimit(resource, &limit) != 0) fail("cannot set an rlimit", strerror(errno));
   }
-  if (i + 2 >= argc) fail("missing uid, gid or --", NULL);
-  uid_t uid = (uid_t)number(argv[i++], UINT_MAX - 1);
-  gid_t gid = (gid_t)number(argv[i++], UINT_MAX - 1);
+  if (i + 3 >= argc) fail("missing uid, gid, parent or --", NULL);
+  const char *uid_text = argv[i++], *gid_text = argv[i++];
+  pid_t parent = (pid_t)number(argv[i++], INT_MAX);
   if (strcmp(argv[i++], "--") != 0 || i >= argc) fail("missing -- PROGRAM", NULL);
-  if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
-    fail("cannot drop to its uid", strerror(errno));
-  uid_t r, e, s;
-  if (getresuid(&r, &e, &s) != 0 || r != uid || e != uid || s != uid) fail("still holds another uid", NULL);
+  if (strcmp(uid_text, "-") != 0 || strcmp(gid_text, "-") != 0) {
+    uid_t uid = (uid_t)number(uid_text, UINT_MAX - 1);
+    gid_t gid = (gid_t)number(gid_text, UINT_MAX - 1);
+    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+      fail("cannot drop to its uid", strerror(errno));
+    uid_t r, e, s;
+    if (getresuid(&r, &e, &s) != 0 || r != uid || e != uid || s != uid) fail("still holds another uid", NULL);
+  }
+  if (parent != 0) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("cannot ask to die with its parent", strerror(errno));
+    if (getppid() != parent) fail("its parent is gone", NULL); /* it died before the prctl: no signal will come */
+  }
   execvp(argv[i], argv + i); /* on the PATH of its environment (launch.RUNTIME_ENV), as bash found it */
   fail("cannot execute", strerror(errno));
   return 125;

@@ -13,14 +13,17 @@ enters a private mount namespace (the host's mount table is never touched), cove
 there with a small tmpfs and binds each source at ``/tmp/<i>``; bubblewrap, as the host uid,
 binds from there. What a staged directory holds is still judged by mode against that uid.
 
-:func:`stage_plan` is pure; :func:`bind_staged` runs in the child between fork and exec.
-Nothing here runs on a non-root worker.
+:func:`stage_plan` is pure; :func:`bind_staged` runs in the child between fork and exec, as does
+:func:`die_with` (a first process that dies with the worker: ``runsc``), the one thing here a
+worker that is not root runs too.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import signal
 import stat
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -35,6 +38,7 @@ __all__ = [
     "binds",
     "check_conversations_dir",
     "check_host_uid",
+    "die_with",
     "load_libc",
     "stage_plan",
 ]
@@ -47,6 +51,7 @@ _CLONE_NEWNS: Final = 0x00020000
 _MS_BIND: Final = 4096
 _MS_REC: Final = 16384
 _MS_PRIVATE: Final = 1 << 18
+_PR_SET_PDEATHSIG: Final = 1
 #: libc's ``mount``/``unshare`` and ctypes' ``get_errno``, loaded by :func:`load_libc` before the fork
 #: (nothing is imported between fork and exec; ctypes costs milliseconds at every start that needs none).
 _libc: Any = None
@@ -54,7 +59,7 @@ _get_errno: Any = None
 
 
 def load_libc() -> None:
-    """Load what :func:`bind_staged` calls; in the parent, before the fork that runs it."""
+    """Load what :func:`bind_staged` and :func:`die_with` call; in the parent, before the fork that runs them."""
     global _libc, _get_errno
     if _libc is None:
         import ctypes
@@ -106,6 +111,16 @@ def _mount(source: bytes | None, target: bytes, flags: int) -> None:
     if _libc.mount(source, target, None, flags, None) != 0:
         err = _get_errno()
         raise OSError(err, os.strerror(err), os.fsdecode(target))
+
+
+def die_with(parent: int) -> None:
+    """In the sandbox's first process, last (a uid change clears it): SIGKILL once ``parent`` dies;
+    refused (OSError) when it already has (then no signal would come). After :func:`load_libc`."""
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        err = _get_errno()
+        raise OSError(err, os.strerror(err), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise OSError(errno.ESRCH, "its parent is gone")
 
 
 def bind_staged(staged: tuple[tuple[bytes, bytes], ...]) -> None:

@@ -20,9 +20,11 @@ writes itself into its cgroup (on cgroup v1 a thread that moves itself skips the
 grace period that a pid written by another process costs, 5-13 ms here), says so, and waits on a
 second gate while this process sets its rlimits; then ``setpriv`` drops it and executes bubblewrap,
 whose own gate this process opens once bash said it joined (meanwhile: off the start's path).
-``runsc`` (gVisor; it reads no gate), bubblewrap with bind sources to stage and no ``ironflow-enter``,
-and bubblewrap that finds no ``setpriv`` or bash, still set themselves up between fork and exec
-(:func:`cgroups.child_setup`).
+``runsc`` (gVisor) reads no gate: ``ironflow-enter`` sets it up the same way before it executes it (its
+cgroup, its rlimits, on a root worker the uid drop) and, for a session, asks for SIGKILL once the
+worker dies (``runsc run`` has no ``--die-with-parent``). Without ``ironflow-enter``, runsc, bubblewrap
+with bind sources to stage, and bubblewrap that finds no ``setpriv`` or bash set themselves up between
+fork and exec (:func:`cgroups.child_setup`): a fork of the worker's whole memory, no vfork.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import resource
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ironflow import errors
@@ -171,11 +173,12 @@ async def start(
     stdin: int,
     stdout: int,
     stderr: int,
-    late_setup: Callable[[], None] | None = None,
+    die_with_parent: bool = False,
 ) -> asyncio.subprocess.Process:
     """``argv`` started in ``group`` with the rlimits ``pairs``, leading its own process group;
-    gated when it inherits a :class:`Gate`'s fd (see the module's docstring for when it cannot be),
-    else set up between fork and exec (then ``late_setup`` runs there last).
+    gated when it inherits a :class:`Gate`'s fd, else set up by ``ironflow-enter`` or, without it,
+    between fork and exec (see the module's docstring). ``die_with_parent``: SIGKILL for it once this
+    process dies (``runsc run`` has no ``--die-with-parent``; bubblewrap has its own flag).
 
     Raises:
         SandboxError: the gated process could not be put in its cgroup or rlimits (it is killed);
@@ -189,19 +192,21 @@ async def start(
     waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
     ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
     root_gated = gate is not None and host_uid is not None
-    enterable = root_gated and late_setup is None and len(binds) <= MAX_STAGED
-    enter = enter_binary() if enterable else None
+    ungated_setup = gate is None and bool(join_files or pairs or host_uid is not None or die_with_parent)
+    enter = enter_binary() if (root_gated or ungated_setup) and len(binds) <= MAX_STAGED else None
     # bash and setpriv stage no bind: with binds, the setup runs between fork and exec.
     bashed = root_gated and enter is None and not binds
     setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if bashed else (None, None)
     entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
     joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
     try:
-        if enter is not None and host_uid is not None:
+        if enter is not None:
             staging = [str(len(binds)), *([identity.STAGE_ROOT] if binds else [])]
             staging += [os.fsdecode(name) for pair in binds for name in pair]
             limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
-            argv = [enter, *joins, *staging, *limits, str(host_uid), str(host_uid), "--", *argv]
+            uid = "-" if host_uid is None else str(host_uid)  # "-": a worker that is not root keeps its own
+            parent = str(os.getpid()) if die_with_parent else "0"
+            argv = [enter, *joins, *staging, *limits, uid, uid, parent, "--", *argv]
             procs_files, entered = (), True
         elif setpriv is not None and bash is not None and host_uid is not None:
             waiting = Gate(b"\n")
@@ -213,9 +218,8 @@ async def start(
             pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
         # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
         gated = gate is not None and (host_uid is None or waiting is not None)
-        if not gated and not entered and (join_files or pairs or host_uid is not None or late_setup is not None):
-            setup = cgroups.child_setup(join_files, pairs, host_uid, binds)
-            options["preexec_fn"] = _setup_in_child(setup, late_setup)
+        if not gated and not entered and (join_files or pairs or host_uid is not None or die_with_parent):
+            options["preexec_fn"] = cgroups.child_setup(join_files, pairs, host_uid, binds, die_with_parent)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -260,14 +264,3 @@ async def start(
             waiting.close()
         if ready is not None:
             os.close(ready[0])
-
-
-def _setup_in_child(setup: Callable[[], None], late: Callable[[], None] | None) -> Callable[[], None]:
-    if late is None:
-        return setup
-
-    def both() -> None:
-        setup()
-        late()
-
-    return both

@@ -17,7 +17,7 @@ commands out of its reach (``--isolate-commands``): under bubblewrap they run in
 of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
 drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
 The sandbox's first process gets SIGKILL when this process dies (bubblewrap by its ``--die-with-parent``,
-``runsc run`` by a parent-death signal set between fork and exec).
+``runsc run`` by a parent-death signal its first process asks for: :func:`~ironflow.local.sandbox.spawn.start`).
 
 It never keeps a session: the table of open sessions, their TTL and their teardown are
 :class:`~ironflow.local.sessions.local_sessions.LocalSessions`'.
@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
 import secrets
-import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 from ironflow import errors, sandbox_runtime
@@ -65,7 +63,6 @@ WARM: Final = b"ironflow-runtime: warm"
 _PREWARM: Final = "--prewarm"
 _START_TIMEOUT_S: Final = 30.0
 _SOCKET: Final = "rt.sock"
-_PR_SET_PDEATHSIG: Final = 1
 #: The runtime's commands in a pid namespace of their own, the runtime without capability nor dumpable
 #: (:mod:`ironflow.sandbox_runtime.confine`); it refuses to start if it cannot. gVisor's:
 #: :data:`~ironflow.local.sessions.gvisor_runtime.RUNTIME_ISOLATION`.
@@ -124,7 +121,6 @@ class SessionStarter:
         self._shape = self.provider.shape()
         self._processes: launch.SandboxProcesses = self.provider.processes
         self._python = os.path.realpath(sys.executable)  # its prefix is shown read-only, as for the proxy relay
-        self._libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls prctl
 
     async def launch(
         self,
@@ -315,26 +311,13 @@ class SessionStarter:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 # runsc run has no --die-with-parent; bubblewrap's dies with this process by its own flag.
-                late_setup=self._dying_with_us() if self.provider.isolation == "gvisor" else None,
+                die_with_parent=self.provider.isolation == "gvisor",
             )
         except BaseException:
             if group is not None:
                 await group.remove()
             raise
         return proc, group
-
-    def _dying_with_us(self) -> Callable[[], None]:
-        """SIGKILL for the sandbox's first process when this one dies (after its other setup, between
-        fork and exec): ``runsc run`` has no ``--die-with-parent`` (its sandbox and gofer die with it).
-        Set last: a uid change clears it."""
-        prctl, parent = self._libc.prctl, os.getpid()
-
-        def run() -> None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:  # this process died before the prctl: no signal will come
-                os._exit(1)
-
-        return run
 
     async def _wait_for(self, proc: asyncio.subprocess.Process, marker: bytes) -> None:
         """Until the runtime says ``marker`` on stderr; its failure (or its end) raises."""
