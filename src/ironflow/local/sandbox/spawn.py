@@ -201,8 +201,9 @@ async def start(
     joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
     try:
         if enter is not None:
-            staging = [str(len(binds)), *([identity.STAGE_ROOT] if binds else [])]
-            staging += [os.fsdecode(name) for pair in binds for name in pair]
+            staged = binds if host_uid is not None else ()  # staged by root only, as child_setup does
+            staging = [str(len(staged)), *([identity.STAGE_ROOT] if staged else [])]
+            staging += [os.fsdecode(name) for pair in staged for name in pair]
             limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
             uid = "-" if host_uid is None else str(host_uid)  # "-": a worker that is not root keeps its own
             parent = str(os.getpid()) if die_with_parent else "0"
