@@ -8,15 +8,14 @@ signals and resize after start (the sibling ``terminal.py``); raw file writes, r
 directory tar streams in and out, directory watches (the sibling ``watch.py``). Every path is
 confined to the workspace (403).
 
-Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on
-an inherited fd or a file deleted once read, never the environment, so the commands run
-here (with the runtime's own scrubbed environment) never see it; a pod's main process listens
-first and takes its tokens by a FIFO (``--token-fifo``, the sibling ``delivery.py``). With ``--prewarm`` the runtime
-sets itself up, says ``ironflow-runtime: warm`` and waits: a session pool holds it so, with no
-token, and hands it out with one line carrying the token (and the session's environment and idle
-timeout). Uploads stream to disk and stop at ``--max-upload-bytes`` (413); captured output keeps
-at most ``--max-output-bytes`` per stream. A command not found exits 127, one that cannot run
-126, as in a shell.
+Every request needs ``Authorization: Bearer <token>`` (401 otherwise); the token comes on an inherited
+fd or a file deleted once read, never the environment, so the commands run here (with the runtime's own
+scrubbed environment) never see it; a pod's main process listens first and takes its tokens by a FIFO
+(``--token-fifo``, the sibling ``delivery.py``). With ``--prewarm`` the runtime sets itself up, says
+``ironflow-runtime: warm`` and waits: a session pool holds it so, with no token, and hands it out with
+one line carrying the token (and the session's environment and idle timeout). Uploads stream to disk
+and stop at ``--max-upload-bytes`` (413); captured output keeps at most ``--max-output-bytes`` per
+stream. A command not found exits 127, one that cannot run 126, as in a shell.
 
 Run by path (``python3 -I server.py --unix PATH | --port N | --listen-fd N``): the standard
 library only, nothing of ironflow, a thread per connection rather than an event loop (idle
@@ -463,17 +462,16 @@ def main(argv: list[str]) -> int:
     startup = __import__("startup")  # the sibling file; pod_exec.py runs no main and never loads it
     args = startup.parse_args(argv)
     startup.open_traverse(args)  # as root, before anything drops
-    # Under gVisor (--runtime-uid) its root binds the session's socket, in a directory only root
-    # enters, before it sets its uids apart and drops every right; elsewhere the socket comes last.
-    listener = startup.listener(args) if args.runtime_uid is not None else None
+    # Under gVisor (--runtime-uid) its root binds the session's socket, in a directory only root enters,
+    # before it sets its uids apart and drops every right; a pod's (--token-fifo) listens before its FIFO
+    # can take a token (whoever delivered one connects at once); elsewhere the socket comes last.
+    listener = startup.listener(args) if args.runtime_uid is not None or args.token_fifo else None
     spawn = startup.isolate(args, listener)
     if args.prewarm:
         print("ironflow-runtime: warm", file=sys.stderr, flush=True)
     runtime = Runtime(args, b"" if args.token_fifo else startup.read_token(args))
     runtime.spawn = spawn or runtime.spawn
-    if args.token_fifo:  # listen now (a pod's readiness probe), take the tokens later: delivery.py
-        # The socket before the FIFO: a holder whose token went in (a reader took it) finds it listening.
-        listener = listener or startup.listener(args)
+    if args.token_fifo:  # listening (a pod's readiness probe), it takes the tokens later: delivery.py
         runtime.gate = __import__("delivery").Gate(args.token_fifo, runtime, lambda t: _watch_idle(runtime, t))
         runtime.gate.start()
     with suppress(OSError):
