@@ -23,6 +23,7 @@ from ironflow.local.sandbox import argv as sandbox_argv
 from ironflow.local.sandbox import cgroups, identity, launch, spawn
 from ironflow.local.sandbox import limits as sandbox_limits
 from ironflow.testing.polling import eventually_sync
+from ironflow.testing.processes import argv_of, running
 
 SUPPORT = cgroups.probe()
 HOST_UID = 10001
@@ -179,14 +180,6 @@ asyncio.run(main())
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("first_process", ["entered", "bash"], ids=["entered", "between-fork-and-exec"], indirect=True)
 @pytest.mark.parametrize("uid", [str(HOST_UID), "-"], ids=["root-worker", "own-uid"])
 @pytest.mark.parametrize("die", [True, False], ids=["dies-with-it", "outlives-it"])
@@ -199,7 +192,7 @@ def test_an_ungated_first_process_dies_with_its_worker_when_asked(first_process:
         assert worker.stdout is not None
         pid = int(worker.stdout.readline())
         try:
-            eventually_sync(lambda: _cmdline(pid) == ["sleep", "300"], limit_s=10, interval_s=0.01, what="sleep")
+            eventually_sync(lambda: argv_of(pid) == ["sleep", "300"], limit_s=10, interval_s=0.01, what="sleep")
             with open(f"/proc/{pid}/limits") as f:
                 assert any(line.startswith("Max open files") and "99" in line for line in f)
             with open(f"/proc/{pid}/status") as f:
@@ -208,21 +201,13 @@ def test_an_ungated_first_process_dies_with_its_worker_when_asked(first_process:
             worker.kill()
             worker.wait()
             if die:
-                eventually_sync(lambda: not _running(pid), limit_s=10, interval_s=0.01, what="sleep killed")
+                eventually_sync(lambda: not running(pid), limit_s=10, interval_s=0.01, what="sleep killed")
             else:
                 time.sleep(0.3)
-                assert _running(pid)
+                assert running(pid)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode().split("\0")[:-1]
-    except OSError:
-        return []
 
 
 def test_ironflow_enter_refuses_a_parent_it_does_not_have() -> None:

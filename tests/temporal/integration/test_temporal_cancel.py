@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Worker
 from tests.fakes.local_sandbox import local_sandbox
-from tests.temporal.integration.watching import WORKFLOWS, activity_events, alive, argv_of, descendants
+from tests.temporal.integration.watching import WORKFLOWS, activity_events
 
 from ironflow.auth_proxy import app as proxy_app
 from ironflow.auth_proxy import config as proxy_config
@@ -32,6 +32,7 @@ from ironflow.secrets import Secret
 from ironflow.temporal import build_worker, load_workflows
 from ironflow.testing.kube import KubeTestServer, PodScript
 from ironflow.testing.polling import eventually
+from ironflow.testing.processes import alive, argv_of, descendants
 from ironflow.testing.temporal_server import TemporalDevServer
 
 pytestmark = pytest.mark.timeout(180)

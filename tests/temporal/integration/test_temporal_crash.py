@@ -25,10 +25,11 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from tests.fakes.local_sandbox import LOCAL_SANDBOX
-from tests.temporal.integration.watching import alive, descendants, started_attempts, worker_process
+from tests.temporal.integration.watching import started_attempts, worker_process
 
 from ironflow.fake_model.server import FakeAnthropic, Script
 from ironflow.testing.polling import eventually
+from ironflow.testing.processes import alive, descendants
 from ironflow.testing.temporal_server import TemporalDevServer
 
 #: How soon the killed worker's attempt is given up. At 2 s, under load (a CPU hog, load 7), the

@@ -6,7 +6,6 @@ Also the path of the tests' workflows.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -19,44 +18,6 @@ WORKFLOWS = Path(__file__).parent / "temporal_workflows.py"
 
 
 # --- processes ------------------------------------------------------------------------------
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
-
-
-def argv_of(pid: int) -> list[str]:
-    """The command line of ``pid`` (empty once it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return []
-
-
-def alive(pids: set[int]) -> set[int]:
-    """The processes of ``pids`` that still run (a zombie is gone)."""
-    return {p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
 
 
 @contextlib.contextmanager

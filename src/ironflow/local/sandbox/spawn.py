@@ -192,8 +192,8 @@ async def start(
     waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
     ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
     root_gated = gate is not None and host_uid is not None
-    ungated_setup = gate is None and bool(join_files or pairs or host_uid is not None or die_with_parent)
-    enter = enter_binary() if (root_gated or ungated_setup) and len(binds) <= MAX_STAGED else None
+    setup = bool(join_files or pairs or host_uid is not None or die_with_parent)  # else it starts as it is
+    enter = enter_binary() if (root_gated or (gate is None and setup)) and len(binds) <= MAX_STAGED else None
     # bash and setpriv stage no bind: with binds, the setup runs between fork and exec.
     bashed = root_gated and enter is None and not binds
     setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if bashed else (None, None)
@@ -219,7 +219,7 @@ async def start(
             pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
         # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
         gated = gate is not None and (host_uid is None or waiting is not None)
-        if not gated and not entered and (join_files or pairs or host_uid is not None or die_with_parent):
+        if not gated and not entered and setup:
             options["preexec_fn"] = cgroups.child_setup(join_files, pairs, host_uid, binds, die_with_parent)
         try:
             proc = await asyncio.create_subprocess_exec(
