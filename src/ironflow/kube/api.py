@@ -87,11 +87,12 @@ _WATCH_TIMEOUT_S: Final = 290
 
 async def _load_configuration(cluster: ClusterConfig) -> k8s_client.Configuration:
     """Turn a :data:`ClusterConfig` into a client configuration; failures say which source failed."""
-    # Loaded on connect, not at import: kubernetes_asyncio takes about a second to import,
-    # and rendering or configuring a provider must not pay for it.
+    # Loaded on connect, not at import (a second's import rendering a provider must not pay).
     from kubernetes_asyncio import client as k8s_client
     from kubernetes_asyncio import config as k8s_config
 
+    # Its files of inline data (a private key among them) in memory, not in /tmp: see kubeconfigs.
+    k8s_config.kube_config.FileOrData._create_temp_file_with_content = staticmethod(kubeconfigs.in_memory_file)  # type: ignore[method-assign,assignment]
     configuration = k8s_client.Configuration()
     try:
         match cluster:

@@ -5,6 +5,7 @@ The loader parses with ``yaml.safe_load``, which recurses: a 5,000-deep kubeconf
 a ``RecursionError``. Decoding it first with :func:`ironflow.settings_file.decode` turns that
 into one line (``nested deeper than 64 levels``). Never reads a credential out of the file and
 never repeats its text in an error. Imports no Kubernetes client: only ``kube/api.py`` does.
+The loader's files of inline data live in memory (:func:`in_memory_file`), never on disk.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from ironflow import errors, settings_file
 
-__all__ = ["check_files", "default_path", "value"]
+__all__ = ["check_files", "default_path", "in_memory_file", "value"]
 
 
 def default_path() -> str | None:
@@ -50,3 +51,25 @@ def check_files(paths: str) -> None:
         except (OSError, UnicodeDecodeError):
             continue
         value(text)
+
+
+#: Each content's path, so a reload (a fresh token, another client) reuses the file it made.
+_in_memory: dict[bytes, str] = {}
+
+
+def in_memory_file(content: str | bytes) -> str:
+    """A path that reads ``content`` and dies with this process: ``/proc/self/fd/N`` of a memfd.
+
+    The loader writes every ``*-data`` field (a client's private key among them) to a file of
+    its own in ``/tmp`` that only ``atexit`` removes, so a killed process left its key on disk.
+    It calls this instead (``kube/api.py``). Close-on-exec: no sandbox a worker starts holds it.
+    """
+    data = content.encode() if isinstance(content, str) else content
+    path = _in_memory.get(data)
+    if path is None:
+        fd = os.memfd_create("ironflow-kubeconfig", os.MFD_CLOEXEC)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        path = _in_memory[data] = f"/proc/self/fd/{fd}"
+    return path
