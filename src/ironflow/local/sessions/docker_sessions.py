@@ -46,16 +46,6 @@ ROOT_ONLY: Final = (
     "container's uid 10001 and back): run as root or use isolation 'bwrap'"
 )
 _LIST_TIMEOUT_S: Final = 20.0
-_RUNTIME_FILES: Final = (
-    "server.py",
-    "streams.py",
-    "lite.py",
-    "popen.py",
-    "startup.py",
-    "confine.py",
-    "terminal.py",
-    "watch.py",
-)
 
 
 def sweep(engine: docker_engine.DockerEngine) -> int:
@@ -131,8 +121,11 @@ class DockerStarter(starter.SessionStarter):
         os.chown(socket_dir, layout.SANDBOX_UID, layout.SANDBOX_UID)  # the runtime binds its socket here
         runtime_dir = os.path.join(directory, docker_runtime.RUNTIME_SUBDIR)
         os.mkdir(runtime_dir, 0o755)
-        for name in _RUNTIME_FILES:  # a copy: the package's own directory may be out of uid 10001's reach
-            shutil.copyfile(os.path.join(os.path.dirname(SERVER_PATH), name), os.path.join(runtime_dir, name))
+        source = os.path.dirname(SERVER_PATH)
+        # A copy of every module (the package's own directory may be out of uid 10001's reach): a list
+        # here would have to follow each module the runtime gains.
+        for name in sorted(n for n in os.listdir(source) if n.endswith(".py")):
+            shutil.copyfile(os.path.join(source, name), os.path.join(runtime_dir, name))
             os.chmod(os.path.join(runtime_dir, name), 0o644)
         env_file = os.path.join(directory, "env")
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the provider's env only
