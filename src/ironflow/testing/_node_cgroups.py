@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
-__all__ = ["NodeCgroup", "alive", "sweep"]
+from ironflow.testing import processes
+
+__all__ = ["NodeCgroup", "sweep"]
 
 _PREFIX: Final = "ironflow-node-"
 _EMPTY_WAIT_S: Final = 20.0
@@ -36,15 +38,6 @@ def _mounts() -> list[tuple[str, str]]:
             if len(fields) >= 5 and rest and rest[0] in ("cgroup", "cgroup2"):
                 out.append((fields[4], rest[0]))
     return out
-
-
-def alive(pid: int) -> bool:
-    """Running: a zombie whose parent has not reaped it yet counts as gone (its node is)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 class NodeCgroup:
@@ -161,7 +154,7 @@ def sweep(prefix: str = _PREFIX) -> list[str]:
     for name in sorted(names):
         match = pattern.match(name)
         assert match is not None
-        if alive(int(match.group(1))):
+        if processes.running(int(match.group(1))):
             continue
         cgroup = NodeCgroup(int(match.group(1)), prefix=prefix)
         cgroup.kill()

@@ -45,6 +45,7 @@ import yaml
 from ironflow.testing import _node_config as config
 from ironflow.testing import _node_csi as csi_parts
 from ironflow.testing import images as built
+from ironflow.testing import processes
 from ironflow.testing._kubeenv_argv import (
     agent_sandbox_args,
     apiserver_args,
@@ -54,7 +55,7 @@ from ironflow.testing._kubeenv_argv import (
 )
 from ironflow.testing._kubeenv_bins import KubeEnvNotAvailable, find_csi_bin_dir, find_node_bin_dir
 from ironflow.testing._kubeenv_procs import KubeEnvError
-from ironflow.testing._node_cgroups import NodeCgroup, alive, sweep
+from ironflow.testing._node_cgroups import NodeCgroup, sweep
 from ironflow.testing._node_images import scratch_archive
 from ironflow.testing.kubeenv import KubeEnv
 from ironflow.testing.ports import free_port
@@ -405,7 +406,7 @@ def _serve(state: Path) -> int:
 
 def _up(state: Path) -> int:
     pid_file = state / "pid"
-    if pid_file.exists() and alive(int(pid_file.read_text())):
+    if pid_file.exists() and processes.running(int(pid_file.read_text())):
         print(f"export KUBECONFIG={state / 'kubeconfig'}  # already up (pid {pid_file.read_text().strip()})")
         return 0
     state.mkdir(parents=True, exist_ok=True)
@@ -439,7 +440,7 @@ def _down(state: Path) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
-        while alive(pid) and time.monotonic() < deadline:
+        while processes.running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         with contextlib.suppress(FileNotFoundError):
             pid_file.unlink()

@@ -47,6 +47,7 @@ from ironflow.sessions import OpenOptions, SessionInfo
 from ironflow.sessions.client import AsyncSandbox
 from ironflow.testing.agent_sandbox_controller import AgentSandboxController
 from ironflow.testing.kube import KubeTestServer, local_exec
+from ironflow.testing.processes import running
 
 __all__ = ["BACKENDS", "SessionCase", "open_case", "wipe"]
 
@@ -74,14 +75,6 @@ def wipe(root: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
-
-
-def _running(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "State:\tZ" not in status
 
 
 @dataclass
@@ -128,7 +121,7 @@ class SessionCase:
         ended = [pid for sid, pids in self._pids.items() if sid not in open_ids for pid in pids]
         assert self.state_dir is not None
         entries = [] if open_ids else [f"dir {p.name}" for p in self.state_dir.iterdir()]
-        return entries + [f"pid {pid}" for pid in ended if _running(pid)] + self._containers(open_ids)
+        return entries + [f"pid {pid}" for pid in ended if running(pid)] + self._containers(open_ids)
 
     def _containers(self, open_ids: set[str]) -> list[str]:
         """Under Docker, the session containers on the daemon beyond one per open session."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests.sessions.integration.serving import TOKEN as SERVE_TOKEN
-from tests.sessions.integration.serving import cli_env, descendants, ironflow, running, start_serve
+from tests.sessions.integration.serving import cli_env, ironflow, start_serve
 
 from ironflow import errors
 from ironflow.local import LocalSandboxProvider
@@ -29,6 +29,7 @@ from ironflow.sandbox_router.process import serve
 from ironflow.secrets import Secret
 from ironflow.sessions import OpenOptions
 from ironflow.sessions.remote import RemoteSessions
+from ironflow.testing.processes import argv_of, descendants, running
 
 pytestmark = [
     pytest.mark.gvisor,
@@ -45,20 +46,6 @@ async def sessions(state: Path) -> AsyncIterator[LocalSessions]:
         yield opened
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _running(pid: int) -> bool:
-    try:
-        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-
-
 def _peak_rss_kib(pid: int) -> int:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -71,7 +58,7 @@ def _runsc_of(state: Path) -> list[int]:
     """Host processes of runsc (run, sandbox, gofer) whose command line names a dir under ``state``."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and "runsc" in (line := _cmdline(int(entry.name))) and str(state) in line:
+        if entry.name.isdigit() and "runsc" in (line := " ".join(argv_of(int(entry.name)))) and str(state) in line:
             found.append(int(entry.name))
     return found
 
@@ -85,7 +72,7 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
     nothing new on the host's ``/``."""
     host_root = sorted(os.listdir("/"))
     async with await sessions.open(OpenOptions(ttl=60)) as sandbox:
-        assert any("runsc-sandbox" in _cmdline(pid) for pid in sessions.host_pids(sandbox.id))
+        assert any("runsc-sandbox" in " ".join(argv_of(pid)) for pid in sessions.host_pids(sandbox.id))
         assert "gVisor" in (await sandbox.commands.run(["dmesg"])).stdout
         assert (await sandbox.commands.run(["id", "-u"])).stdout == "10001\n"
         links = await sandbox.commands.run(["cat", "/proc/net/dev"])
@@ -247,7 +234,7 @@ def test_sigkill_of_the_supervisor_leaves_no_runsc_process_and_the_state_is_swep
     try:
         doc = json.loads(proc.stdout.readline())
         runsc = _runsc_of(state)
-        lines = [_cmdline(pid) for pid in runsc]
+        lines = [" ".join(argv_of(pid)) for pid in runsc]
         for kind in ("runsc-sandbox", "runsc-gofer", " run --bundle "):  # the sandbox, the gofer, runsc run
             assert any(kind in line for line in lines), (kind, lines)
         assert set(runsc) <= set(doc["pids"]), "every runsc process is in the session's cgroup"
@@ -257,10 +244,10 @@ def test_sigkill_of_the_supervisor_leaves_no_runsc_process_and_the_state_is_swep
         proc.wait()
         proc.stdout.close()
     deadline = time.monotonic() + 10
-    while (_runsc_of(state) or any(map(_running, doc["pids"]))) and time.monotonic() < deadline:
+    while (_runsc_of(state) or any(map(running, doc["pids"]))) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _runsc_of(state) == []
-    assert not any(map(_running, doc["pids"]))
+    assert not any(map(running, doc["pids"]))
     (left,) = state.iterdir()
     assert list((left / "gvisor" / "state").iterdir()), "runsc's state was there to sweep"
     LocalSessions(LocalSandboxProvider(isolation="gvisor"), state_dir=str(state))  # the next one sweeps
@@ -276,7 +263,7 @@ def test_serve_isolation_gvisor_serves_gvisor_sessions_and_a_bad_value_is_one_li
         assert done.returncode == 0, done
         assert int(done.stdout) > 0, done
         pids = descendants(server.proc.pid)
-        assert any("runsc-sandbox" in _cmdline(pid) for pid in pids)
+        assert any("runsc-sandbox" in " ".join(argv_of(pid)) for pid in pids)
     finally:
         assert server.stop() == 0  # SIGTERM closes every session
         server.proc.communicate()

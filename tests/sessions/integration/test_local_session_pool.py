@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.sessions.integration.serving import cli_env, descendants, ironflow, running, start_serve
+from tests.sessions.integration.serving import cli_env, ironflow, start_serve
 
 from ironflow import egress
 from ironflow.local import LocalSandboxProvider
@@ -21,6 +21,7 @@ from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.local.sessions.snapshots import SnapshotStore
 from ironflow.local.sessions.starter import WarmSandbox
 from ironflow.sessions import CommandResult, OpenOptions, PoolPolicy
+from ironflow.testing.processes import descendants, running
 from ironflow.workspaces import Workspace
 
 pytestmark = [

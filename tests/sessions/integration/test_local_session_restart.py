@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from tests.sessions.integration.serving import TOKEN, Served, cli_env, ironflow, running, start_serve
+from tests.sessions.integration.serving import TOKEN, Served, cli_env, ironflow, start_serve
+
+from ironflow.testing.processes import running
 
 pytestmark = [
     pytest.mark.bwrap,

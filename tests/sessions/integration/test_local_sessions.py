@@ -21,6 +21,7 @@ from ironflow import errors
 from ironflow.local import LocalSandboxProvider
 from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.sessions import OpenOptions, SessionNotFound
+from ironflow.testing.processes import running
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -36,21 +37,12 @@ async def sessions(state: Path) -> AsyncIterator[LocalSessions]:
         yield opened
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting for its reaper has ended)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "State:\tZ" not in status
-
-
 def _entries(directory: Path) -> list[Path]:
     return list(directory.iterdir())
 
 
 def _gone(pids: list[int]) -> bool:
-    return not any(_running(pid) for pid in pids)
+    return not any(running(pid) for pid in pids)
 
 
 async def test_the_sandbox_has_no_network_and_no_token_in_its_environment(sessions: LocalSessions) -> None:

@@ -19,11 +19,11 @@ from tests.sessions.integration.serving import (
     TOKEN,
     Served,
     cli_env,
-    descendants,
     ironflow,
-    running,
     start_serve,
 )
+
+from ironflow.testing.processes import descendants, running
 
 pytestmark = [
     pytest.mark.bwrap,

@@ -21,6 +21,7 @@ from ironflow.local.sessions.local_sessions import LocalSessions
 from ironflow.local.sessions.snapshots import SnapshotStore
 from ironflow.sessions import OpenOptions, PoolPolicy
 from ironflow.sessions.client import AsyncSandbox
+from ironflow.testing.processes import running
 from ironflow.workspaces import Workspace
 
 pytestmark = [
@@ -73,14 +74,6 @@ def repo(tmp_path: Path) -> Path:
     (root / "run.sh").write_text("#!/bin/sh\necho run\n")
     (root / "run.sh").chmod(0o755)
     return root
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting for its reaper has ended)."""
-    try:
-        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
 
 
 def _count(state: Path) -> int:
@@ -203,7 +196,7 @@ async def test_pause_freezes_the_session_and_resume_continues(sessions: LocalSes
     pids = sessions.host_pids(sandbox.id)
     await sessions.pause(sandbox.id)
     assert await sessions.close(sandbox.id)  # a paused session closes: every process of it dies
-    assert not [pid for pid in pids if _running(pid)]
+    assert not [pid for pid in pids if running(pid)]
 
 
 async def test_sigstop_pauses_a_sandbox_without_a_freezer(sessions: LocalSessions, repo: Path, state: Path) -> None:

@@ -13,8 +13,10 @@ import shutil
 import time
 
 import pytest
-from tests.sessions.integration.serving import TOKEN, Served, descendants, ironflow, running
+from tests.sessions.integration.serving import TOKEN, Served, ironflow
 from tests.sessions.integration.upstream_sdk import direct_config, upstream_sandbox
+
+from ironflow.testing.processes import descendants, running
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -49,7 +51,7 @@ def test_the_upstream_sdk_runs_commands_and_moves_files_through_sandbox_serve(se
     while any(running(pid) for pid in session_pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(running(pid) for pid in session_pids), "no process of the session is left"
-    assert descendants(served.proc.pid) == []
+    assert descendants(served.proc.pid) == set()
     listed = ironflow("sandbox", "ls", "-o", "json", env=served.env)
     assert json.loads(listed.stdout) == []
     assert served.stop() == 0
