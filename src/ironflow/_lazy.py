@@ -10,10 +10,28 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["deprecated_exports", "lazy_exports"]
+__all__ = ["deprecated_exports", "lazy_exports", "module"]
+
+
+def module(name: str) -> types.ModuleType:
+    """A stand-in for the module ``name`` that imports it at its first attribute use, not now.
+
+    For a module that a command's path names but only some of its commands call: ``asyncio`` in
+    the sandbox's process code, which ``ironflow exec`` runs blocking (asyncio's import was a third
+    of that command's start). Nothing is put in ``sys.modules`` until the import, so code that asks
+    whether a module was imported is told the truth; the import itself takes the import lock.
+    """
+    return _Deferred(name)
+
+
+class _Deferred(types.ModuleType):
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self.__name__), attribute)
 
 
 def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[[str], object]:

@@ -13,7 +13,6 @@ without an event loop use :func:`run_sync`, the sync twin.
 
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
@@ -123,6 +122,8 @@ def run_sync(provider: AgentProvider, config: AgentConfig, *, logs: LogSink | No
     Raises:
         RuntimeError: called from inside a running event loop (await ``provider.run`` there).
     """
+
+    import asyncio  # here: the command that imports this module may run nothing on an event loop
 
     async def _run() -> AgentResult:
         async with provider:

@@ -11,7 +11,6 @@ plain ``exec -- CMD`` loads the local sandbox and nothing of workspaces, egress,
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
@@ -139,6 +138,7 @@ def _exec_k8s(
     git workspace, if given; through the auth proxy's egress listener when the file's ``egress:``
     and ``egress`` options open something); exit like local. Piped ``stdin`` goes over
     ``pods/exec`` once the pod runs; none or empty is the same to the command."""
+    import asyncio
     import secrets  # the pod name's random part
 
     from ironflow.cli import (
@@ -273,16 +273,23 @@ def run(
             relay_upstream=_relay_upstream() if relays else None,
             egress=policy,
         )
-        result = asyncio.run(
-            provider.run_command(
-                argv,
-                stdin=given,
-                workspace=spec,
-                read_only_mounts=read_only,
-                writable_mounts=writable,
-                on_output=streamed,
+        if provider.runs_blocking(spec):  # a plain command: no event loop, nor asyncio's import
+            result = provider.run_command_blocking(
+                argv, stdin=given, read_only_mounts=read_only, writable_mounts=writable, on_output=streamed
             )
-        )
+        else:
+            import asyncio
+
+            result = asyncio.run(
+                provider.run_command(
+                    argv,
+                    stdin=given,
+                    workspace=spec,
+                    read_only_mounts=read_only,
+                    writable_mounts=writable,
+                    on_output=streamed,
+                )
+            )
     except errors.CommandTimeout as exc:  # what it wrote until then, then why it stopped
         if streamed is None:
             TerminalStream(sys.stdout).write(exc.output, final=True)

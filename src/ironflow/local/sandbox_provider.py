@@ -18,7 +18,8 @@ egress proxy to every step too. Settings
 that only mean something on Kubernetes are accepted, logged as a warning and listed in
 ``AgentResult.ignored_settings``. Sessions, the proxy's server, the offline model, the Claude
 command's modules and tracing load when used, so a one-shot ``ironflow exec`` imports no HTTP stack
-and nothing of an agent step's.
+and nothing of an agent step's; a plain command it runs blocking (:meth:`LocalSandboxProvider.run_command_blocking`),
+without asyncio.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ironflow import errors
 from ironflow.command_result import CommandResult
 from ironflow.local import workdirs
 from ironflow.local.sandbox import argv as sandbox_argv
-from ironflow.local.sandbox import bwrap, environment, launch
+from ironflow.local.sandbox import blocking_run, bwrap, environment, launch
 from ironflow.local.sandbox import limits as sandbox_limits
 from ironflow.local.sandbox.environment import (
     PROXY_PORT,
@@ -126,22 +127,9 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             ConfigError: a mount this runtime cannot show (gVisor: none under a path its setup hides).
             WorkspaceRefused, WorkspaceUnsafe, WorkspaceConflict: see :mod:`ironflow.local.workspaces.copies`.
         """
-        if not argv:
-            raise errors.ConfigError("run_command needs a command")
         egress = self.egress_with(egress)
         limit = self.timeout if timeout_s is None else timeout_s
-        variables = {**self.env, **(env or {})}
-        run_env = environment.sandbox_env(variables)  # refuses credential variables before anything starts
-        mounts = tuple(read_only_mounts)
-        for mount in mounts:
-            problem = sandbox_argv.mount_problem(self.isolation, mount)
-            if problem is not None:
-                raise errors.ConfigError(problem)
-        writable = tuple(writable_mounts)
-        if writable or workspace is not None:  # with neither, a plain command loads no workspace module
-            from ironflow.local.workspaces import copies
-
-            copies.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
+        run_env, mounts, writable = self._command_inputs(argv, env, read_only_mounts, writable_mounts, workspace)
         async with contextlib.AsyncExitStack() as stack:
             # A temp dir only when something goes in it (the proxy socket, managed settings, gVisor's
             # bundle, a workspace's copy).
@@ -212,20 +200,100 @@ class LocalSandboxProvider(LocalSandboxConfig, ProviderBase):
             )
             if finished.stopped is not None:
                 raise errors.WorkspaceUnsafe(finished.stopped)
-            if finished.timed_out:
-                raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
-            out, err = _text(finished.stdout), _text(finished.stderr)
-            code = sandbox_argv.command_exit_code(finished.code, err)
-            sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
+            code, out, err = self._command_output(finished, limit)
             changes = None
             if prepared is not None:
                 changes = await self._close_workspace(prepared, code == 0, "exec", " ".join(argv))
-        killed = (
-            sandbox_limits.memory_kill_message(self.limits.memory_bytes, finished.memory_kills)
-            if finished.memory_kills
-            else None
-        )
+        killed = self._memory_killed(finished)
         return CommandResult(code, out, err, time.monotonic() - start, changes, *finished.sizes, killed=killed)
+
+    def runs_blocking(self, workspace: Workspace | None = None) -> bool:
+        """Whether :meth:`run_command_blocking` can run a command with no ``auth_proxy`` and no
+        ``egress`` of its own: bubblewrap, and nothing to serve it or write for it (a workspace,
+        the provider's relays or egress, managed settings)."""
+        return (
+            self.isolation == "bwrap"
+            and workspace is None
+            and not self.relays
+            and not environment.serves_egress(self.egress_with(None))
+            and self.managed_settings is None
+        )
+
+    def run_command_blocking(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        read_only_mounts: Sequence[bwrap.ReadOnlyMount] = (),
+        writable_mounts: Sequence[bwrap.WritableMount] = (),
+        on_output: launch.OutputSink | None = None,
+    ) -> CommandResult:
+        """A plain command as :meth:`run_command` runs it, waiting in this thread with no event loop,
+        where :meth:`runs_blocking` says it can: for a process that runs this one sandbox and nothing
+        else (``ironflow exec``, which then never imports asyncio). The same sandbox, limits, result
+        and errors.
+
+        Raises:
+            ConfigError: :meth:`runs_blocking` says no, or as :meth:`run_command`.
+        """
+        if not self.runs_blocking():
+            raise errors.ConfigError("this provider's commands need its event loop: use run_command")
+        limit = self.timeout if timeout_s is None else timeout_s
+        run_env, mounts, writable = self._command_inputs(argv, None, read_only_mounts, writable_mounts, None)
+        with sandbox_argv.sandbox_fds(self.isolation, run_env) as fds:
+            full, binds = sandbox_argv.render(
+                self.shape(), tuple(argv), tmp=None, working_dir=None, mounts=mounts, writable=writable,
+                proxy_socket=None, env=run_env, fds=fds, managed=None, egress_socket=None,
+            )  # fmt: skip
+            start = time.monotonic()
+            finished = blocking_run.run(
+                self.processes, full, stdin=stdin, limit_s=limit, pass_fds=fds.inherited, binds=binds,
+                on_output=on_output, keep_bytes=self.output_keep_bytes,
+            )  # fmt: skip
+        code, out, err = self._command_output(finished, limit)
+        killed = self._memory_killed(finished)
+        return CommandResult(code, out, err, time.monotonic() - start, None, *finished.sizes, killed=killed)
+
+    def _command_inputs(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        read_only_mounts: Sequence[bwrap.ReadOnlyMount],
+        writable_mounts: Sequence[bwrap.WritableMount],
+        workspace: Workspace | None,
+    ) -> tuple[dict[str, str], tuple[bwrap.ReadOnlyMount, ...], tuple[bwrap.WritableMount, ...]]:
+        """A command's environment and mounts, each checked before anything starts."""
+        if not argv:
+            raise errors.ConfigError("run_command needs a command")
+        run_env = environment.sandbox_env({**self.env, **(env or {})})  # refuses credential variables
+        mounts = tuple(read_only_mounts)
+        for mount in mounts:
+            problem = sandbox_argv.mount_problem(self.isolation, mount)
+            if problem is not None:
+                raise errors.ConfigError(problem)
+        writable = tuple(writable_mounts)
+        if writable or workspace is not None:  # with neither, a plain command loads no workspace module
+            from ironflow.local.workspaces import copies
+
+            copies.check_mounts(self.isolation, self._writable_uid, writable, mounts, workspace)
+        return run_env, mounts, writable
+
+    def _command_output(self, finished: launch.Finished, limit: float) -> tuple[int, str, str]:
+        """A finished command's exit code and output as text; past its limit, or refused by the
+        sandbox runtime itself, raised."""
+        if finished.timed_out:
+            raise errors.CommandTimeout(limit, output=finished.stdout, stderr=finished.stderr)
+        out, err = _text(finished.stdout), _text(finished.stderr)
+        code = sandbox_argv.command_exit_code(finished.code, err)
+        sandbox_argv.raise_if_sandbox_failed(code, err, self.isolation)
+        return code, out, err
+
+    def _memory_killed(self, finished: launch.Finished) -> str | None:
+        """Why the kernel killed some of its processes (its memory limit), or None."""
+        if not finished.memory_kills:
+            return None
+        return sandbox_limits.memory_kill_message(self.limits.memory_bytes, finished.memory_kills)
 
     # -- agent steps --
 

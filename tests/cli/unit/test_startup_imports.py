@@ -37,13 +37,18 @@ BACKENDS = ("ironflow.local", "ironflow.k8s", "ironflow.agent_sandbox", "ironflo
 HTTP = ("aiohttp",)
 
 _STUB_LAUNCH = """
-from ironflow.local.sandbox import launch
+from ironflow.local.sandbox import blocking_run, launch
 
 async def _launched(self, argv, **options):
     print("LAUNCHED", file=sys.stderr)
     return launch.Finished(0, b"", b"")
 
+def _launched_blocking(processes, argv, **options):
+    print("LAUNCHED", file=sys.stderr)
+    return launch.Finished(0, b"", b"")
+
 launch.SandboxProcesses.run = _launched
+blocking_run.run = _launched_blocking
 """
 
 
@@ -74,6 +79,13 @@ def test_local_exec_loads_no_cluster_client_agent_sandbox_or_model_server() -> N
     assert _under(modules, CLUSTER_AND_SERVERS) == [], "import these where a cluster or server is used"
     assert _under(modules, HTTP) == [], "a sandbox without network needs no HTTP stack"
     assert _under(modules, AGENT_COMMAND) == [], "a command is no agent step: none of the agent's modules"
+
+
+def test_a_plain_local_exec_runs_its_sandbox_without_an_event_loop() -> None:
+    """asyncio (and the ssl, logging and inspect it imports) was a third of ``exec -- true``."""
+    modules, stderr = _loaded(["exec", "--", "sh", "-c", "true"], before=_STUB_LAUNCH)
+    assert "LAUNCHED" in stderr, f"exec stopped before its sandbox's launch: {stderr}"
+    assert _under(modules, ("asyncio", "ssl", "concurrent")) == [], "a plain command runs blocking"
 
 
 #: The agent command and what only an agent step reads (its turns, its result's classes: frozen

@@ -46,7 +46,7 @@ async def test_a_container_client_past_its_limit_is_reaped_though_a_child_holds_
     client.chmod(0o755)
     engine = docker_engine.DockerEngine(str(client), {"PATH": "/usr/bin:/bin"})
     try:
-        async with asyncio.timeout(launch._KILL_GRACE_S + 10):  # before: the child's 60 s
+        async with asyncio.timeout(launch.KILL_GRACE_S + 10):  # before: the child's 60 s
             assert await engine._output("inspect", "x", limit_s=0.5) == (-1, "")
     finally:
         os.kill(int(held.read_text()), signal.SIGKILL)

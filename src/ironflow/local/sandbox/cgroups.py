@@ -17,7 +17,6 @@ nothing in it moves under the read. Never used for anything but cgroups named by
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import itertools
@@ -27,11 +26,17 @@ import re
 import resource
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from ironflow import _lazy
 from ironflow.local.sandbox import identity, limits
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    asyncio = _lazy.module("asyncio")  # ``ironflow exec`` kills and removes blocking, without it
 
 __all__ = ["KEPT_PREFIX", "FreezeFailed", "SandboxCgroup", "Support", "child_setup", "probe"]
 
@@ -339,6 +344,16 @@ class SandboxCgroup:
 
     async def kill(self) -> None:
         """SIGKILL every task in the cgroup at once and wait until it is empty (bounded)."""
+        for pause in self._killing():
+            await asyncio.sleep(pause)
+
+    def kill_blocking(self) -> None:
+        """:meth:`kill`, waiting in this thread (a process that runs one sandbox and nothing else)."""
+        for pause in self._killing():
+            time.sleep(pause)
+
+    def _killing(self) -> Iterator[float]:
+        """The kill's steps; each pause (seconds) is waited out by the caller before the next."""
         main = self._main()
         if not _pids(main):
             return  # the usual end: the sandbox exited and took its tree along
@@ -346,15 +361,15 @@ class SandboxCgroup:
             with contextlib.suppress(OSError):
                 _write(os.path.join(main, "cgroup.kill"), "1")
         elif "freezer" in self.dirs:
-            await self._freeze_and_kill()
+            yield from self._freezing_and_killing()
         deadline = time.monotonic() + _EMPTY_WAIT_S
         while (pids := _pids(main)) and time.monotonic() < deadline:
             for pid in pids:  # v1 without freezer: the pids limit bounds how many can appear
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            await asyncio.sleep(0.005)
+            yield 0.005
 
-    async def _freeze_and_kill(self) -> None:
+    def _freezing_and_killing(self) -> Iterator[float]:
         freezer = self.dirs["freezer"]
         state = os.path.join(freezer, "freezer.state")
         with contextlib.suppress(OSError):
@@ -363,7 +378,7 @@ class SandboxCgroup:
             while time.monotonic() < deadline:
                 if _read(state) == "FROZEN":
                     break
-                await asyncio.sleep(0.002)
+                yield 0.002
         for pid in _pids(freezer):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -372,11 +387,20 @@ class SandboxCgroup:
 
     async def remove(self) -> None:
         """Kill what is left, then remove the directories."""
-        await self.kill()
+        for pause in self._removing():
+            await asyncio.sleep(pause)
+
+    def remove_blocking(self) -> None:
+        """:meth:`remove`, waiting in this thread."""
+        for pause in self._removing():
+            time.sleep(pause)
+
+    def _removing(self) -> Iterator[float]:
+        yield from self._killing()
         for _ in range(100):
             if self.remove_now():
                 return
-            await asyncio.sleep(0.01)
+            yield 0.01
         log.warning("sandbox cgroup %s could not be removed: still busy", self._main())
 
     def remove_now(self) -> bool:

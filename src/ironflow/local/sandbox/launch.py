@@ -1,18 +1,19 @@
 """Start a sandbox process in its own cgroup, feed it, read it, and make sure it is gone (I/O).
 
-The one place sandbox processes start and die. Each sandbox gets its own cgroup
+Where sandbox processes start and die. Each sandbox gets its own cgroup
 (:mod:`ironflow.local.sandbox.cgroups`: processes, memory, CPU) and rlimits, joined before the
 sandbox runtime does anything (:mod:`~ironflow.local.sandbox.spawn`), and leads its own
 process group. On the way out (exit,
 timeout, cancellation, ``release_run``) the whole cgroup is killed and removed, and the
 wait for it is shielded from the caller's cancellation: no call returns while anything
 of its sandbox still runs. A sandbox is registered before its process starts, so
-``release_run`` never misses one that is starting; it waits until that one is gone.
+``release_run`` never misses one that is starting; it waits until that one is gone. Its blocking
+twin for a process that runs one plain command and nothing else (``ironflow exec``, without an
+event loop) is :mod:`~ironflow.local.sandbox.blocking_run`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ironflow import errors
+from ironflow import _lazy, errors
 from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
 from ironflow.local.sandbox import cgroups, limits
 from ironflow.local.sandbox import spawn as sandbox_spawn
@@ -35,13 +36,20 @@ OutputSink = Callable[[str, bytes], None]
 
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ironflow.steps import StepScope
+else:
+    asyncio = _lazy.module("asyncio")  # ``ironflow exec`` runs its sandbox without it (blocking_run)
 
 __all__ = [
+    "KILL_GRACE_S",
+    "READ_BYTES",
     "RUNTIME_ENV",
     "Containers",
     "Finished",
     "SandboxProcesses",
+    "alive_in_group",
     "kill_tree",
     "reap",
     "teardown",
@@ -56,8 +64,10 @@ RUNTIME_ENV: Final[Mapping[str, str]] = types.MappingProxyType(
     {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 )
 
-_KILL_GRACE_S: Final = 5.0
-_READ_BYTES: Final = 1 << 16
+#: How long a killed sandbox is waited for (reaped, its pipes read to their end) before the call goes on.
+KILL_GRACE_S: Final = 5.0
+#: The most of a pipe read at once.
+READ_BYTES: Final = 1 << 16
 #: The longest line a log sink is given: a longer one is cut there and its rest dropped (a
 #: transcript stores 4 MiB in all; one line of gigabytes must not sit in the host's memory).
 MAX_LINE_BYTES: Final = 4 << 20
@@ -117,7 +127,7 @@ class _Running:
     proc: asyncio.subprocess.Process | None = None
     group: cgroups.SandboxCgroup | None = None
     released: bool = False
-    gone: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: asyncio.Event = field(default_factory=lambda: asyncio.Event())
 
 
 class SandboxProcesses:
@@ -148,7 +158,8 @@ class SandboxProcesses:
         self.host_uid = host_uid
         self._gvisor = gvisor
         self.containers = containers
-        self._rlimits = (
+        #: The rlimits each sandbox's first process gets (none for a container daemon's client).
+        self.rlimits = (
             ()
             if containers is not None
             else limits.rlimits(
@@ -199,7 +210,7 @@ class SandboxProcesses:
                 sandbox_spawn.start(
                     argv,
                     group=group,
-                    pairs=self._rlimits,
+                    pairs=self.rlimits,
                     host_uid=self.host_uid,
                     binds=binds,
                     # The sandbox's own is in its argv's gate, gVisor's spec or Docker's env file.
@@ -240,7 +251,7 @@ class SandboxProcesses:
             stopped = guard.result() if guard is not None and guard in done else None
             await kill_tree(entry.proc, group)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_KILL_GRACE_S):
+                async with asyncio.timeout(KILL_GRACE_S):
                     await reading
             return Finished.of(-signal.SIGKILL, out, err, timed_out=stopped is None, stopped=stopped)
         finally:
@@ -348,8 +359,8 @@ async def _group_gone(pgid: int) -> None:
     Each one is waited for on a pidfd (readable once it has exited), not polled."""
     loop = asyncio.get_running_loop()
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_KILL_GRACE_S):
-            for pid in _alive_in_group(pgid):
+        async with asyncio.timeout(KILL_GRACE_S):
+            for pid in alive_in_group(pgid):
                 try:
                     fd = os.pidfd_open(pid)
                 except OSError:
@@ -370,7 +381,7 @@ def _settle(ended: asyncio.Future[None]) -> None:
         ended.set_result(None)
 
 
-def _alive_in_group(pgid: int) -> list[int]:
+def alive_in_group(pgid: int) -> list[int]:
     """The processes of group ``pgid`` still alive (a zombie is dead, only not yet reaped)."""
     alive = []
     for entry in os.scandir("/proc"):
@@ -398,14 +409,14 @@ async def reap(proc: asyncio.subprocess.Process) -> None:
     filled the reader's buffer is never read to its end: what nobody reads is read and dropped meanwhile."""
     streams = (s for s in (proc.stdout, proc.stderr) if s is not None)
     with contextlib.suppress(TimeoutError, ProcessLookupError):
-        async with asyncio.timeout(_KILL_GRACE_S):
+        async with asyncio.timeout(KILL_GRACE_S):
             await asyncio.gather(proc.wait(), *map(_drop_rest, streams))
 
 
 async def _drop_rest(stream: asyncio.StreamReader) -> None:
     # RuntimeError: another task reads it (a session's watch), to its end; OSError: the pipe broke, nothing is left.
     with contextlib.suppress(RuntimeError, OSError):
-        while await stream.read(_READ_BYTES):
+        while await stream.read(READ_BYTES):
             pass
 
 
@@ -433,7 +444,7 @@ async def _communicate(
     async def read(stream: asyncio.StreamReader, name: str, kept: Captured) -> None:
         # Chunks, not readline: a line longer than the reader's buffer is still only output.
         lines = None if sink is None else _Lines(name, sink)
-        while data := await stream.read(_READ_BYTES):
+        while data := await stream.read(READ_BYTES):
             kept.feed(data)
             if on_output is not None:
                 on_output(name, data)

@@ -29,7 +29,6 @@ fork and exec (:func:`cgroups.child_setup`): a fork of the worker's whole memory
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import functools
@@ -37,14 +36,20 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ironflow import errors
+from ironflow import _lazy, errors
 from ironflow.local.sandbox import cgroups, identity
 
-__all__ = ["ENTER_FAILED", "ENTER_SOURCE", "Gate", "enter_binary", "start"]
+if TYPE_CHECKING:
+    import asyncio
+else:
+    asyncio = _lazy.module("asyncio")  # :func:`start_blocking` runs without it
+
+__all__ = ["ENTER_FAILED", "ENTER_SOURCE", "Gate", "enter_binary", "start", "start_blocking"]
 
 #: A root worker's gated sandbox, as root in bash (dash takes no fd past 9; in reach of ``prlimit`` without
 #: ``CAP_SYS_RESOURCE``): it writes itself into the ``$1`` cgroup files that follow, says so on its ready fd,
@@ -161,6 +166,91 @@ def _join(
     gate.release()
 
 
+class _Plan:
+    """How one first process starts: its argv and fds, what runs between fork and exec, and the gates
+    this process opens once it runs (see :func:`start`). A plain class: a dataclass costs a
+    millisecond at import, on every ``ironflow exec``."""
+
+    __slots__ = ("argv", "gate", "gated", "options", "pass_fds", "procs_files", "ready", "waiting")
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        group: cgroups.SandboxCgroup | None,
+        pairs: tuple[tuple[int, int], ...],
+        host_uid: int | None,
+        binds: tuple[tuple[bytes, bytes], ...],
+        pass_fds: tuple[int, ...],
+        die_with_parent: bool,
+    ) -> None:
+        procs_files = group.procs_files if group is not None else ()
+        join_files = group.join_files if group is not None else ()
+        self.gate = gate = next((_OPEN[fd] for fd in pass_fds if fd in _OPEN), None)
+        self.options: dict[str, Any] = {}
+        self.waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
+        self.ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
+        root_gated = gate is not None and host_uid is not None
+        setup = bool(join_files or pairs or host_uid is not None or die_with_parent)  # else it starts as it is
+        enter = enter_binary() if (root_gated or (gate is None and setup)) and len(binds) <= MAX_STAGED else None
+        # bash and setpriv stage no bind: with binds, the setup runs between fork and exec.
+        bashed = root_gated and enter is None and not binds
+        setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if bashed else (None, None)
+        entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
+        joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
+        if enter is not None:
+            staged = binds if host_uid is not None else ()  # staged by root only, as child_setup does
+            staging = [str(len(staged)), *([identity.STAGE_ROOT] if staged else [])]
+            staging += [os.fsdecode(name) for pair in staged for name in pair]
+            limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
+            uid = "-" if host_uid is None else str(host_uid)  # "-": a worker that is not root keeps its own
+            parent = str(os.getpid()) if die_with_parent else "0"
+            argv = [enter, *joins, *staging, *limits, uid, uid, parent, "--", *argv]
+            procs_files, entered = (), True
+        elif setpriv is not None and bash is not None and host_uid is not None:
+            self.waiting = Gate(b"\n")
+            self.ready = os.pipe()
+            uid = str(host_uid)
+            drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+            script = _ROOT_WAIT.format(ready=self.ready[1], fd=self.waiting.read_fd)
+            argv = [bash, "-c", script, "ironflow-gate", *joins, *drop, *argv]
+            pass_fds, procs_files = (*pass_fds, self.waiting.read_fd, self.ready[1]), ()
+        # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
+        self.gated = gate is not None and (host_uid is None or self.waiting is not None)
+        if not self.gated and not entered and setup:
+            self.options["preexec_fn"] = cgroups.child_setup(join_files, pairs, host_uid, binds, die_with_parent)
+        self.argv, self.pass_fds, self.procs_files = argv, pass_fds, procs_files
+
+    def process_options(self, env: Mapping[str, str], stdin: int, stdout: int, stderr: int) -> dict[str, Any]:
+        """How the process is started, but its argv: for ``subprocess.Popen`` or asyncio's twin."""
+        return {
+            "env": dict(env),
+            "cwd": "/",
+            "stdin": stdin,
+            "stdout": stdout,
+            "stderr": stderr,
+            "start_new_session": True,  # one process group to kill where there is no cgroup
+            "pass_fds": self.pass_fds,
+            **self.options,
+        }
+
+    def started(self) -> None:
+        """The process was started (or could not be): bash's end of its ready pipe is bash's alone."""
+        if self.ready is not None:
+            os.close(self.ready[1])
+
+    def join(self, pid: int, pairs: tuple[tuple[int, int], ...]) -> None:
+        """Put the gated process in its cgroup and rlimits and open its gate (blocking: :func:`_join`)."""
+        assert self.gate is not None
+        _join(pid, self.procs_files, pairs, (self.waiting, self.gate), None if self.ready is None else self.ready[0])
+
+    def close(self) -> None:
+        if self.waiting is not None:
+            self.waiting.close()
+        if self.ready is not None:
+            os.close(self.ready[0])
+
+
 async def start(
     argv: list[str],
     *,
@@ -185,66 +275,24 @@ async def start(
             ``ironflow-enter`` instead ends with exit 125 and its one line, which
             :func:`~ironflow.local.sandbox.argv.raise_if_sandbox_failed` tells from the step's own.
     """
-    procs_files = group.procs_files if group is not None else ()
-    join_files = group.join_files if group is not None else ()
-    gate = next((_OPEN[fd] for fd in pass_fds if fd in _OPEN), None)
-    options: dict[str, Any] = {}
-    waiting: Gate | None = None  # a root worker's: the gate bash waits on before it drops its uid
-    ready: tuple[int, int] | None = None  # and the pipe it says it joined its cgroup on
-    root_gated = gate is not None and host_uid is not None
-    setup = bool(join_files or pairs or host_uid is not None or die_with_parent)  # else it starts as it is
-    enter = enter_binary() if (root_gated or (gate is None and setup)) and len(binds) <= MAX_STAGED else None
-    # bash and setpriv stage no bind: with binds, the setup runs between fork and exec.
-    bashed = root_gated and enter is None and not binds
-    setpriv, bash = (shutil.which("setpriv"), shutil.which("bash")) if bashed else (None, None)
-    entered = False  # set up by ironflow-enter: nothing between fork and exec, no gate but bubblewrap's
-    joins = [str(len(join_files)), *map(os.fsdecode, join_files)]  # either first process's cgroup files
+    plan = _Plan(
+        argv, group=group, pairs=pairs, host_uid=host_uid, binds=binds, pass_fds=pass_fds,
+        die_with_parent=die_with_parent,
+    )  # fmt: skip
     try:
-        if enter is not None:
-            staged = binds if host_uid is not None else ()  # staged by root only, as child_setup does
-            staging = [str(len(staged)), *([identity.STAGE_ROOT] if staged else [])]
-            staging += [os.fsdecode(name) for pair in staged for name in pair]
-            limits = [str(len(pairs)), *(str(number) for pair in pairs for number in pair)]
-            uid = "-" if host_uid is None else str(host_uid)  # "-": a worker that is not root keeps its own
-            parent = str(os.getpid()) if die_with_parent else "0"
-            argv = [enter, *joins, *staging, *limits, uid, uid, parent, "--", *argv]
-            procs_files, entered = (), True
-        elif setpriv is not None and bash is not None and host_uid is not None:
-            waiting = Gate(b"\n")
-            ready = os.pipe()
-            uid = str(host_uid)
-            drop = [setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
-            script = _ROOT_WAIT.format(ready=ready[1], fd=waiting.read_fd)
-            argv = [bash, "-c", script, "ironflow-gate", *joins, *drop, *argv]
-            pass_fds, procs_files = (*pass_fds, waiting.read_fd, ready[1]), ()
-        # Staged binds need root between fork and exec (a private mount namespace), before the uid drop.
-        gated = gate is not None and (host_uid is None or waiting is not None)
-        if not gated and not entered and setup:
-            options["preexec_fn"] = cgroups.child_setup(join_files, pairs, host_uid, binds, die_with_parent)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=dict(env),
-                cwd="/",
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,  # one process group to kill where there is no cgroup
-                pass_fds=pass_fds,
-                **options,
-            )
+            proc = await asyncio.create_subprocess_exec(*plan.argv, **plan.process_options(env, stdin, stdout, stderr))
         finally:
-            if ready is not None:
-                os.close(ready[1])  # bash's alone now: its end reads EOF once bash is gone
+            plan.started()
+        gate = plan.gate
         if gate is None:
             return proc
         loop = asyncio.get_running_loop()
-        if not gated:  # set up in the child or by ironflow-enter: the gate only carries the content
+        if not plan.gated:  # set up in the child or by ironflow-enter: the gate only carries the content
             if not gate.release_now():  # a large environment: the rest from a thread, as bubblewrap reads
                 await asyncio.shield(loop.run_in_executor(None, gate.release))
             return proc
-        said = None if ready is None else ready[0]
-        joined = loop.run_in_executor(None, _join, proc.pid, procs_files, pairs, (waiting, gate), said)
+        joined = loop.run_in_executor(None, plan.join, proc.pid, pairs)
         try:
             await asyncio.shield(joined)
         except BaseException as exc:
@@ -255,13 +303,56 @@ async def start(
             gate.close()
             await asyncio.shield(proc.wait())
             if isinstance(exc, OSError):
-                raise errors.SandboxError(
-                    f"could not put the sandbox in its cgroup and limits: {exc.strerror}"
-                ) from None
+                raise _not_joined(exc) from None
             raise
         return proc
     finally:
-        if waiting is not None:
-            waiting.close()
-        if ready is not None:
-            os.close(ready[0])
+        plan.close()
+
+
+def start_blocking(
+    argv: list[str],
+    *,
+    group: cgroups.SandboxCgroup | None,
+    pairs: tuple[tuple[int, int], ...],
+    host_uid: int | None,
+    binds: tuple[tuple[bytes, bytes], ...],
+    env: Mapping[str, str],
+    pass_fds: tuple[int, ...],
+    stdin: int,
+    stdout: int,
+    stderr: int,
+) -> subprocess.Popen[bytes]:
+    """:func:`start`, waiting in this thread: for a process that runs one sandbox and nothing else
+    (``ironflow exec``), which then needs no event loop."""
+    plan = _Plan(
+        argv, group=group, pairs=pairs, host_uid=host_uid, binds=binds, pass_fds=pass_fds, die_with_parent=False
+    )
+    try:
+        try:
+            proc = subprocess.Popen(plan.argv, **plan.process_options(env, stdin, stdout, stderr))
+        finally:
+            plan.started()
+        gate = plan.gate
+        if gate is None:
+            return proc
+        if not plan.gated:
+            gate.release()
+            return proc
+        try:
+            plan.join(proc.pid, pairs)
+        except BaseException as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            gate.close()
+            proc.wait()
+            if isinstance(exc, OSError):
+                raise _not_joined(exc) from None
+            raise
+        return proc
+    finally:
+        plan.close()
+
+
+def _not_joined(exc: OSError) -> errors.SandboxError:
+    return errors.SandboxError(f"could not put the sandbox in its cgroup and limits: {exc.strerror}")
