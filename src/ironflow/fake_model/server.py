@@ -183,11 +183,16 @@ class FakeAnthropic:
         """Environment for running the real ``claude`` against this fake, offline and quickly.
 
         ``oauth`` sends the dummy credential as a subscription token instead of an API key
-        (the CLI then also prints ``rate_limit_event`` lines from rate-limit headers).
+        (the CLI then also prints ``rate_limit_event`` lines from rate-limit headers). Its scratch
+        files go under ``home`` too (``CLAUDE_CODE_TMPDIR``), not into ``/tmp/claude-<uid>`` where
+        nothing removes them.
         """
+        scratch = Path(home) / ".claude-tmp"
+        scratch.mkdir(mode=0o700, exist_ok=True)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(home),
+            "CLAUDE_CODE_TMPDIR": str(scratch),
             "ANTHROPIC_BASE_URL": self.url,
             "CLAUDE_CODE_MAX_RETRIES": "0",  # otherwise it retries even a 401 for minutes
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

@@ -109,6 +109,8 @@ async def test_tool_turn_runs_bash_and_sends_the_tool_result_back(tmp_path: Path
     assert call_turn.tool_calls[0].name == "Bash"
     assert call_turn.tool_results[0].tool_use_id == call_turn.tool_calls[0].id == tool_result["tool_use_id"]
     assert "marker-42" in json.dumps(call_turn.tool_results[0].content)
+    # Its Bash tool's scratch went under the home, not into /tmp/claude-<uid>, where nothing removes it.
+    assert list((tmp_path / ".claude-tmp").iterdir()), "the CLI wrote no scratch where cli_env points it"
 
 
 @pytest.mark.parametrize(
