@@ -136,8 +136,11 @@ def test_memory_past_the_limit_is_killed_and_said() -> None:
     assert _cgroups_of(os.getpid()) == []
 
 
-def test_ctrl_c_ends_ironflow_exec_and_its_sandbox_with_it() -> None:
-    marker = "32.6842"
+@pytest.mark.parametrize(
+    ("sent", "code", "said"), [(signal.SIGINT, 130, "error: aborted"), (signal.SIGTERM, 143, None)]
+)
+def test_ctrl_c_or_sigterm_ends_ironflow_exec_and_its_sandbox_with_it(sent: int, code: int, said: str | None) -> None:
+    marker = f"32.68{sent}"
     cli = [sys.executable, "-c", "from ironflow.cli.app import main; main()"]
     proc = subprocess.Popen(
         [*cli, "exec", "--", "sh", "-c", f"echo up; sleep {marker}"],
@@ -148,15 +151,16 @@ def test_ctrl_c_ends_ironflow_exec_and_its_sandbox_with_it() -> None:
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"up\n"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sent)
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 130, err
-    assert err.decode().strip().splitlines()[-1] == "error: aborted"
+    assert proc.returncode == code, err
+    if said is not None:
+        assert err.decode().strip().splitlines()[-1] == said
     assert _with_marker(marker) == [], "the sandbox outlived ironflow exec"
-    assert _cgroups_of(proc.pid) == []
+    assert _cgroups_of(proc.pid) == [], "its cgroup outlived ironflow exec"
 
 
 def test_what_needs_the_event_loop_is_refused_one_line() -> None:

@@ -17,6 +17,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import replace
 
@@ -56,6 +57,7 @@ def run(
     out = Captured("stdout", keep_bytes=keep_bytes)
     err = Captured("stderr", keep_bytes=keep_bytes)
     proc: subprocess.Popen[bytes] | None = None
+    terminated = _end_on_sigterm()
     try:
         proc = sandbox_spawn.start_blocking(
             argv,
@@ -82,8 +84,24 @@ def run(
         masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             _teardown(proc, group)
+            if terminated:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+
+
+def _end_on_sigterm() -> bool:
+    """SIGTERM ends the run as Ctrl-C does, through the teardown (exit 143), where nothing else
+    handles it: by default it ended this process at once and left the sandbox's cgroup behind.
+    False where it is not this call's to set (another thread, a handler of the program's own)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _terminate)
+    return True
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _communicate(
