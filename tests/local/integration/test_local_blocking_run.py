@@ -88,13 +88,24 @@ def test_output_reaches_the_caller_as_it_is_written() -> None:
     assert heard[0][0] - start < heard[1][0] - start - 0.5, "the first line came only at the end"
 
 
-def test_past_its_limit_the_whole_tree_is_killed_and_what_it_wrote_kept(host_processes: int) -> None:
+@pytest.mark.parametrize(
+    ("script", "wrote"),
+    [
+        ("sleep {marker} & echo started; sleep {marker}", b"started\n"),
+        ("echo started; exec >&- 2>&-; sleep {marker}", b"started\n"),  # its pipes closed, it lives on
+    ],
+)
+def test_past_its_limit_the_whole_tree_is_killed_and_what_it_wrote_kept(
+    script: str, wrote: bytes, host_processes: int
+) -> None:
     provider = LocalSandboxProvider(timeout=60)
     marker = "31.5731"  # an argument no other process on the host has
+    start = time.monotonic()
     with pytest.raises(errors.CommandTimeout) as caught:
-        provider.run_command_blocking(["sh", "-c", f"sleep {marker} & echo started; sleep {marker}"], timeout_s=2)
+        provider.run_command_blocking(["sh", "-c", script.format(marker=marker)], timeout_s=2)
+    assert time.monotonic() - start < 15, "the limit did not hold"
     assert str(caught.value) == "command timed out after 2s"
-    assert caught.value.stdout == b"started\n"
+    assert caught.value.stdout == wrote
     assert _with_marker(marker) == [], "a process of the sandbox outlived the call"
     assert _cgroups_of(os.getpid()) == []
 

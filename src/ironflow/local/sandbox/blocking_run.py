@@ -71,8 +71,9 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        if _communicate(proc, stdin, out, err, on_output, time.monotonic() + limit_s):
-            code = proc.wait()
+        deadline = time.monotonic() + limit_s
+        code = _exit_code(proc, deadline) if _communicate(proc, stdin, out, err, on_output, deadline) else None
+        if code is not None:
             # Read before the teardown removes the cgroup: its counters go with it.
             memory_kills = group.memory_kills() if group is not None else 0
             return replace(launch.Finished.of(code, out, err), memory_kills=memory_kills)
@@ -150,6 +151,14 @@ def _communicate(
                 if on_output is not None:
                     on_output(name, data)
     return True
+
+
+def _exit_code(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
+    """Its exit code, or None if it still runs at ``deadline`` (it closed its pipes, not its life)."""
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _kill_tree(proc: subprocess.Popen[bytes], group: cgroups.SandboxCgroup | None) -> None:
