@@ -157,6 +157,23 @@ def test_a_fifo_left_in_the_workspace_is_refused(tmp_path: Path) -> None:
         split_frame(done.stdout)
 
 
+@pytest.mark.parametrize(
+    ("shell", "spec"),
+    [
+        ("echo changed >> changed.txt", SPEC),
+        ("head -c 5000 /dev/zero | tr '\\0' x > big.txt", Workspace(SPEC.source, max_total_bytes=1000)),
+        ("mkfifo pipe", SPEC),
+    ],
+)
+def test_the_report_leaves_nothing_in_the_temporary_directory(tmp_path: Path, shell: str, spec: Workspace) -> None:
+    """A warm pod runs one report per step: each one's scratch (git's objects among them) went on
+    filling its /tmp, whether the report was given or refused."""
+    work, base = pod(tmp_path)
+    done = step(work, base, shell, spec)
+    assert "ironflow_workspace" in done.stdout, done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def test_a_nested_repository_is_refused(tmp_path: Path) -> None:
     work, base = pod(tmp_path)
     nested = "mkdir sub && cd sub && git init -q && echo x > f && git add f && " + (

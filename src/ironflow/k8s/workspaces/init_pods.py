@@ -131,7 +131,9 @@ def report_script(
 ) -> str:
     """Print the workspace's frame: ``git diff --binary`` of the work tree against the
     starting commit, and its ``--raw -z`` listing; or a frame with ``error`` (fixed words
-    and numbers only: nothing of the step's is quoted).
+    and numbers only: nothing of the step's is quoted). Its scratch (a ``mktemp -d`` with the
+    index and git's new objects) is removed after the frame, given or refused: a warm pod runs
+    one report per step, and its /tmp would fill.
 
     With ``commit`` (the starting commit as the worker recorded it before the step) the base
     need not be out of the step's reach: it is verified first (:func:`_verified_base`) and
@@ -154,6 +156,10 @@ ironflow_git() {{
 ironflow_report() {{
   if [ -e {b}/no-git ]; then printf '\\n{frame}"git":false}}\\n'; return; fi
   ironflow_t=$(mktemp -d) || {{ ironflow_fail "no temporary directory for the report"; return; }}
+  ironflow_report_in
+  rm -rf "$ironflow_t"
+}}
+ironflow_report_in() {{
   mkdir "$ironflow_t/objects" || {{ ironflow_fail "no temporary directory for the report"; return; }}
   ironflow_objects="$ironflow_t/objects"
 {start}  if [ -n "$(find {w} -path {w}/.git -prune -o ! -type f ! -type d ! -type l -print)" ]; then
