@@ -54,7 +54,7 @@ def _needs() -> None:
 
 
 @pytest.fixture
-def browser() -> Iterator[WebDriver]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     _needs()
     options = webdriver.ChromeOptions()
     options.binary_location = str(shutil.which("chromium"))
@@ -62,7 +62,10 @@ def browser() -> Iterator[WebDriver]:
         options.add_argument(argument)
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # Chromium will not start its sandbox as root
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(shutil.which("chromedriver"))))
+    # Its temp dirs (the singleton socket's dir, left in /tmp at every run) go with the test's.
+    scratch = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    service = Service(executable_path=str(shutil.which("chromedriver")), env=scratch)
+    driver = webdriver.Chrome(options=options, service=service)
     driver.implicitly_wait(0)
     yield driver
     driver.quit()
