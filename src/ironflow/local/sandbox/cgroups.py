@@ -344,13 +344,11 @@ class SandboxCgroup:
 
     async def kill(self) -> None:
         """SIGKILL every task in the cgroup at once and wait until it is empty (bounded)."""
-        for pause in self._killing():
-            await asyncio.sleep(pause)
+        await _waited(self._killing())
 
     def kill_blocking(self) -> None:
         """:meth:`kill`, waiting in this thread (a process that runs one sandbox and nothing else)."""
-        for pause in self._killing():
-            time.sleep(pause)
+        _slept(self._killing())
 
     def _killing(self) -> Iterator[float]:
         """The kill's steps; each pause (seconds) is waited out by the caller before the next."""
@@ -387,13 +385,11 @@ class SandboxCgroup:
 
     async def remove(self) -> None:
         """Kill what is left, then remove the directories."""
-        for pause in self._removing():
-            await asyncio.sleep(pause)
+        await _waited(self._removing())
 
     def remove_blocking(self) -> None:
         """:meth:`remove`, waiting in this thread."""
-        for pause in self._removing():
-            time.sleep(pause)
+        _slept(self._removing())
 
     def _removing(self) -> Iterator[float]:
         yield from self._killing()
@@ -414,6 +410,18 @@ class SandboxCgroup:
                 continue
             del self.dirs[key]
         return not self.dirs
+
+
+async def _waited(steps: Iterator[float]) -> None:
+    """Run a kill's or removal's ``steps``, each pause awaited (the event loop's face)."""
+    for pause in steps:
+        await asyncio.sleep(pause)
+
+
+def _slept(steps: Iterator[float]) -> None:
+    """Run ``steps``, each pause slept in this thread (the blocking face)."""
+    for pause in steps:
+        time.sleep(pause)
 
 
 def child_setup(
