@@ -48,12 +48,7 @@ def run(
     """
     if processes.containers is not None:
         raise errors.SandboxError("a container daemon's sandbox runs on the event loop, not blocking")
-    group: cgroups.SandboxCgroup | None = None
-    if processes.support.version:
-        try:
-            group = cgroups.SandboxCgroup(processes.support, processes.limits)
-        except OSError as exc:
-            raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
+    group = processes.new_group()
     out = Captured("stdout", keep_bytes=keep_bytes)
     err = Captured("stderr", keep_bytes=keep_bytes)
     proc: subprocess.Popen[bytes] | None = None
@@ -164,8 +159,7 @@ def _exit_code(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
 def _kill_tree(proc: subprocess.Popen[bytes], group: cgroups.SandboxCgroup | None) -> None:
     """Kill the process group (the runtime leads its own) and the cgroup (everything it started)."""
     if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        launch.kill_group(proc.pid)
     if group is not None:
         group.kill_blocking()
 
@@ -174,8 +168,7 @@ def _teardown(proc: subprocess.Popen[bytes] | None, group: cgroups.SandboxCgroup
     """Kill what is left, reap, close the pipes, remove the cgroup; without one, wait (bounded) until
     no process of the group is alive."""
     if proc is not None and proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        launch.kill_group(proc.pid)
     if group is not None:
         group.remove_blocking()
     if proc is None:

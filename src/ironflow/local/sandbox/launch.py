@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ironflow import _lazy, errors
-from ironflow.captured import DEFAULT_KEEP_BYTES, Captured
+from ironflow.captured import DEFAULT_KEEP_BYTES, Captured, SinkLines
 from ironflow.local.sandbox import cgroups, limits
 from ironflow.local.sandbox import spawn as sandbox_spawn
 from ironflow.provider import LogSink
@@ -50,6 +50,7 @@ __all__ = [
     "Finished",
     "SandboxProcesses",
     "alive_in_group",
+    "kill_group",
     "kill_tree",
     "reap",
     "teardown",
@@ -68,9 +69,6 @@ RUNTIME_ENV: Final[Mapping[str, str]] = types.MappingProxyType(
 KILL_GRACE_S: Final = 5.0
 #: The most of a pipe read at once.
 READ_BYTES: Final = 1 << 16
-#: The longest line a log sink is given: a longer one is cut there and its rest dropped (a
-#: transcript stores 4 MiB in all; one line of gigabytes must not sit in the host's memory).
-MAX_LINE_BYTES: Final = 4 << 20
 
 
 class Containers(Protocol):
@@ -170,6 +168,20 @@ class SandboxProcesses:
             )
         )
 
+    def new_group(self) -> cgroups.SandboxCgroup | None:
+        """A fresh cgroup for one sandbox; None with no cgroups here, or where a container daemon
+        holds its limits.
+
+        Raises:
+            SandboxError: it could not be made.
+        """
+        if not self.support.version or self.containers is not None:
+            return None
+        try:
+            return cgroups.SandboxCgroup(self.support, self.limits)
+        except OSError as exc:
+            raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
+
     async def run(
         self,
         argv: list[str],
@@ -201,11 +213,7 @@ class SandboxProcesses:
         guard: asyncio.Future[str] | None = None
         container = self.containers.container_in(argv) if self.containers is not None else None
         try:
-            if self.support.version and self.containers is None:
-                try:
-                    group = entry.group = cgroups.SandboxCgroup(self.support, self.limits)
-                except OSError as exc:
-                    raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
+            group = entry.group = self.new_group()
             spawn = asyncio.ensure_future(
                 sandbox_spawn.start(
                     argv,
@@ -272,7 +280,7 @@ class SandboxProcesses:
         for entry in victims:
             entry.released = True
             if entry.proc is not None:
-                _kill_group(entry.proc)
+                kill_group(entry.proc.pid)
         for entry in victims:
             if entry.proc is not None:
                 # The whole tree, as a teardown kills it: the sandbox's own processes are in a
@@ -336,7 +344,7 @@ def release_keys(scope: StepScope | None) -> frozenset[str]:
 async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.SandboxCgroup | None) -> None:
     """Kill the cgroup (everything the sandbox started) and the process group."""
     if proc is not None and proc.returncode is None:
-        _kill_group(proc)
+        kill_group(proc.pid)
     if group is not None:
         await group.kill()
 
@@ -344,7 +352,7 @@ async def kill_tree(proc: asyncio.subprocess.Process | None, group: cgroups.Sand
 async def teardown(proc: asyncio.subprocess.Process | None, group: cgroups.SandboxCgroup | None) -> None:
     """Kill the cgroup (everything the sandbox started) or the process group, reap, remove the cgroup."""
     if proc is not None and proc.returncode is None:
-        _kill_group(proc)
+        kill_group(proc.pid)
     if group is not None:
         await group.remove()
     if proc is not None:
@@ -397,10 +405,10 @@ def alive_in_group(pgid: int) -> list[int]:
     return alive
 
 
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    # bwrap/runsc lead their own process group; the cgroup kill takes what left it.
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (bwrap's, runsc's); the cgroup kill takes what left it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
 
 
 async def reap(proc: asyncio.subprocess.Process) -> None:
@@ -443,7 +451,7 @@ async def _communicate(
 
     async def read(stream: asyncio.StreamReader, name: str, kept: Captured) -> None:
         # Chunks, not readline: a line longer than the reader's buffer is still only output.
-        lines = None if sink is None else _Lines(name, sink)
+        lines = None if sink is None else SinkLines(name, sink.log)
         while data := await stream.read(READ_BYTES):
             kept.feed(data)
             if on_output is not None:
@@ -458,41 +466,3 @@ async def _communicate(
         group.create_task(read(proc.stdout, "stdout", out))
         group.create_task(read(proc.stderr, "stderr", err))
     return await proc.wait()
-
-
-class _Lines:
-    """A stream's pieces as lines for a log sink; a line past :data:`MAX_LINE_BYTES` is given cut,
-    with a note, and the rest of it is dropped as it comes."""
-
-    def __init__(self, name: str, sink: LogSink) -> None:
-        self.name, self.sink = name, sink
-        self.pending = bytearray()
-        self.dropping = 0  # bytes of the current over-long line dropped so far
-
-    def feed(self, data: bytes) -> None:
-        start = 0
-        while start < len(data):
-            end = data.find(b"\n", start)
-            stop = len(data) if end < 0 else end
-            if self.dropping:
-                self.dropping += stop - start
-            else:
-                room = MAX_LINE_BYTES - len(self.pending)
-                self.pending += data[start : min(stop, start + room)]
-                self.dropping = max(stop - start - room, 0)
-            if end < 0:
-                return
-            self._emit()
-            start = end + 1
-
-    def end(self) -> None:
-        if self.pending or self.dropping:
-            self._emit()
-
-    def _emit(self) -> None:
-        line = self.pending.decode(errors="replace")
-        if self.dropping:
-            line += f" [ironflow: line cut at {MAX_LINE_BYTES} bytes, {self.dropping} more dropped]"
-        self.sink.log(self.name, line)
-        self.pending.clear()
-        self.dropping = 0
