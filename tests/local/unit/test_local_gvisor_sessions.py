@@ -1,32 +1,25 @@
 """A gVisor session's sandbox as values: the runtime started as root, which binds its socket and
-drops, the runtime's code read-only and the socket dir under gVisor's own /dev, no network,
-nothing on the argv but runsc."""
+drops, its code packed in the socket dir under gVisor's own /dev, no network, nothing on the argv
+but runsc."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import posixpath
 import shlex
 import stat
 from pathlib import Path
 
 from tests.sessions.unit.runtime_files import runtime_module
 
+from ironflow import sandbox_runtime
 from ironflow.local.sandbox import argv, bwrap, gvisor
 from ironflow.local.sessions import gvisor_runtime
 
 SHAPE = argv.SandboxShape("gvisor", (), 1 << 20, 1 << 20, None, None)
-RUNTIME = (
-    "/py/bin/python3",
-    "-I",
-    "-S",
-    gvisor_runtime.RUNTIME_PATH,
-    "--unix",
-    gvisor_runtime.SOCKET_PATH,
-    "--token-fd",
-    "0",
-)
+RUNTIME = gvisor_runtime.runtime_command("/py/bin/python3", "--token-fd", "0")
 
 
 def _settings() -> gvisor.GvisorSettings:
@@ -79,14 +72,29 @@ def test_a_command_that_does_not_drop_itself_is_dropped_by_setpriv() -> None:
     assert last.startswith("exec setpriv --reuid 10001 ")
 
 
-def test_the_spec_shows_the_runtime_read_only_and_the_socket_dir_under_dev() -> None:
-    doc = gvisor_runtime.spec(_settings(), {"B": "2"}, runtime_source="/src/rt", socket_source="/state/ifs-x/s")
+def test_the_runtime_runs_its_packed_code_from_its_socket_dir() -> None:
+    """No directory of code bound in: ``packed_start.py``'s text on the argv reads the one file of the
+    runtime's code beside its socket, in the directory only gVisor's root can enter."""
+    assert RUNTIME[:4] == ("/py/bin/python3", "-I", "-S", "-c")
+    assert RUNTIME[4] == sandbox_runtime.packed_start_source()
+    assert RUNTIME[5:8] == (gvisor_runtime.PACKED_PATH, "--unix", gvisor_runtime.SOCKET_PATH)
+    assert posixpath.dirname(gvisor_runtime.PACKED_PATH) == gvisor_runtime.SOCKET_DIR
+    assert RUNTIME[4].startswith("import ")  # its module docstring stays out of every ps line
+
+
+def test_the_spec_binds_only_the_socket_dir_under_dev() -> None:
+    doc = gvisor_runtime.spec(_settings(), {"B": "2"}, socket_source="/state/ifs-x/s")
     binds = {m["destination"]: m for m in doc["mounts"] if m["type"] == "bind"}
-    assert binds[gvisor_runtime.RUNTIME_DIR]["source"] == "/src/rt"
-    assert "ro" in binds[gvisor_runtime.RUNTIME_DIR]["options"]
-    assert binds[gvisor_runtime.SOCKET_DIR]["source"] == "/state/ifs-x/s"
+    assert binds == {
+        gvisor_runtime.SOCKET_DIR: {
+            "destination": gvisor_runtime.SOCKET_DIR,
+            "type": "bind",
+            "source": "/state/ifs-x/s",
+            "options": ["rbind", "rw"],
+        }
+    }
     # runsc makes a bind's mount point on the host unless it is in a mount of its own: /dev is gVisor's tmpfs.
-    assert all(d.startswith("/dev/") for d in binds)
+    assert gvisor_runtime.SOCKET_DIR.startswith("/dev/")
     assert "B=2" in doc["process"]["env"]
     assert {"type": "network"} in doc["linux"]["namespaces"]
 
@@ -114,16 +122,19 @@ def test_with_a_proxy_runsc_runs_behind_a_steps_relay_in_a_namespace_with_only_l
     assert full[start - len(relay) : start] == relay
     assert "--network=host" in full[start:]
     assert "--host-uds=create" in full[start:]
-    doc = gvisor_runtime.spec(shown, {}, runtime_source="/src/rt", socket_source="/state/ifs-x/s")
+    doc = gvisor_runtime.spec(shown, {}, socket_source="/state/ifs-x/s")
     assert {"type": "network"} not in doc["linux"]["namespaces"]
     assert shown.traverse == ("/py/bin/python3", "/opt/claude")
 
 
-def test_the_bundle_is_private_and_the_socket_dir_closed(tmp_path: Path) -> None:
-    bundle = gvisor_runtime.write_bundle(str(tmp_path), {"process": {"env": ["SECRET=x"]}})
+def test_the_bundle_is_private_and_the_socket_dir_closed_with_the_runtimes_code_in_it(tmp_path: Path) -> None:
+    bundle = gvisor_runtime.write_bundle(str(tmp_path), {"process": {"env": ["SECRET=x"]}}, b"code")
     assert json.loads(Path(bundle, "config.json").read_text()) == {"process": {"env": ["SECRET=x"]}}
     assert stat.S_IMODE(os.stat(Path(bundle, "config.json")).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / gvisor_runtime.SOCKET_SUBDIR).st_mode) == 0o700
+    packed = tmp_path / gvisor_runtime.SOCKET_SUBDIR / posixpath.basename(gvisor_runtime.PACKED_PATH)
+    assert packed.read_bytes() == b"code"
+    assert stat.S_IMODE(packed.stat().st_mode) == 0o600
     assert gvisor_runtime.host_socket(str(tmp_path)) == str(tmp_path / "s" / "rt.sock")
 
 

@@ -68,8 +68,8 @@ _PY = "python3 -I -S -c"
 
 async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: LocalSessions) -> None:
     """gVisor's kernel, no network, uid 10001; the token in no environ or cmdline nor readable in
-    the runtime's memory; the runtime's code read-only; its socket directory closed to the step;
-    nothing new on the host's ``/``."""
+    the runtime's memory; its socket directory, which holds its code, closed to the step; nothing
+    new on the host's ``/``."""
     host_root = sorted(os.listdir("/"))
     async with await sessions.open(OpenOptions(ttl=60)) as sandbox:
         assert any("runsc-sandbox" in " ".join(argv_of(pid)) for pid in sessions.host_pids(sandbox.id))
@@ -85,20 +85,19 @@ async def test_the_sandbox_is_gvisor_and_its_runtime_out_of_reach(sessions: Loca
         assert token.reveal() not in env.stdout
         probe = (
             "import os\n"
-            f"for p in ({gvisor_runtime.SOCKET_DIR!r}, {gvisor_runtime.RUNTIME_DIR + '/server.py'!r}):\n"
+            f"for p in ({gvisor_runtime.SOCKET_DIR!r}, {gvisor_runtime.PACKED_PATH!r}, '/dev/ironflow-runtime'):\n"
             "    try:\n"
-            "        os.listdir(p) if p.endswith('session') else open(p, 'a')\n"
+            "        os.listdir(p) if not p.endswith('.packed') else open(p, 'rb')\n"
             "        print(p, 'open')\n"
             "    except OSError as exc:\n"
             "        print(p, type(exc).__name__)\n"
         )
         refused = await sandbox.commands.run(["python3", "-I", "-S", "-c", probe])
-        assert refused.stdout.split("\n")[:2] == [
+        assert refused.stdout.split("\n")[:3] == [
             f"{gvisor_runtime.SOCKET_DIR} PermissionError",
-            f"{gvisor_runtime.RUNTIME_DIR}/server.py PermissionError",
+            f"{gvisor_runtime.PACKED_PATH} PermissionError",  # the runtime's code: neither read nor replaced
+            "/dev/ironflow-runtime FileNotFoundError",  # no directory of code is bound in
         ], refused
-        assert "server.main" in (await sandbox.commands.run(["cat", gvisor_runtime.RUNTIME_PATH])).stdout
-        assert "def main" in (await sandbox.commands.run(["cat", f"{gvisor_runtime.RUNTIME_DIR}/server.py"])).stdout
         runtime_mem = await sandbox.commands.run(["python3", "-I", "-S", "-c", "open('/proc/1/mem', 'rb')"])
         assert "PermissionError" in runtime_mem.stderr, runtime_mem  # pid 1 is the runtime: its memory holds the token
     assert sorted(os.listdir("/")) == host_root

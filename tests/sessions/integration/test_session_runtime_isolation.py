@@ -30,7 +30,8 @@ from ironflow.sessions import OpenOptions
 from ironflow.sessions.client import AsyncSandbox
 
 #: The attack: find the runtime by its command line in /proc (``python -I -S …/entry.py``, Docker's
-#: ``…/server.py``), then try everything on it; one line per attempt, "refused" or what it got.
+#: ``…/server.py``, gVisor's ``-c … …/runtime.packed``), then try everything on it; one line per
+#: attempt, "refused" or what it got.
 ATTACK = r"""
 import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
@@ -45,8 +46,8 @@ def args(pid):
 def parent(pid):
     return int(open(f"/proc/{pid}/stat", "rb").read().rpartition(b")")[2].split()[1])
 
-runs = (b"/entry.py", b"/server.py")
-found = [int(p) for p in os.listdir("/proc") if p.isdigit() and args(p)[3:4] and args(p)[3].endswith(runs)]
+runs = (b"/entry.py", b"/server.py", b"/runtime.packed")
+found = [int(p) for p in os.listdir("/proc") if p.isdigit() and any(a.endswith(runs) for a in args(p)[3:6])]
 runtime = [p for p in found if parent(p) not in found]  # not a fork of it (the commands' init)
 assert len(runtime) == 1 and runtime[0] != me, (found, runtime)
 pid = runtime[0]

@@ -11,8 +11,11 @@ empties its bounding set and drops to its own uids (``server.py --unix … --run
 step (uid 10001) can neither reach the path nor put a socket of its own in its place. (A Python
 of its own once bound the socket and handed it on: a second interpreter start, about 100 ms of a
 session's open under gVisor.) The runtime's real and saved uid is :data:`RUNTIME_UID`, its
-commands' 10001: they cannot signal it (SIGSTOP) nor read its memory. The runtime's directory is
-a read-only bind at :data:`RUNTIME_DIR`, as under bubblewrap. No network (``--network=none``): no
+commands' 10001: they cannot signal it (SIGSTOP) nor read its memory. Its code is one file in
+that same directory (:data:`PACKED_PATH`, :func:`ironflow.sandbox_runtime.packed`), read once
+as gVisor's root by the text of ``packed_start.py`` on its argv (:func:`runtime_command`): no
+directory of code is bound in, and nothing of it is in the commands' reach (a bind and a file
+per module were 25-30 ms of an open here). No network (``--network=none``): no
 port of the host, the server's and the router's included, is reachable from the session. A
 session with an egress policy (or an agent's proxy) runs as a one-shot step with a proxy does:
 ``runsc --network=host`` inside a fresh network namespace with only ``lo`` (bubblewrap's), behind
@@ -31,35 +34,36 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ironflow import sandbox_runtime
 from ironflow.claude import layout
 from ironflow.local.sandbox import argv, bwrap, gvisor
-from ironflow.sandbox_runtime import ENTRY
 
 __all__ = [
-    "RUNTIME_DIR",
+    "PACKED_PATH",
     "RUNTIME_ISOLATION",
-    "RUNTIME_PATH",
     "RUNTIME_UID",
     "SOCKET_DIR",
     "SOCKET_PATH",
     "SOCKET_SUBDIR",
     "host_socket",
+    "runtime_command",
     "runtime_settings",
     "spec",
     "write_bundle",
 ]
 
-#: Where the runtime's directory and the session's socket directory appear inside gVisor: under
-#: its own ``/dev`` tmpfs, since runsc makes the mount point of a bind on the host when it is
-#: not in a mount of the sandbox's own (a new top-level path would be left on the host's ``/``).
-RUNTIME_DIR: Final = "/dev/ironflow-runtime"
-RUNTIME_PATH: Final = f"{RUNTIME_DIR}/{ENTRY}"
+#: Where the session's socket directory appears inside gVisor: under its own ``/dev`` tmpfs, since
+#: runsc makes the mount point of a bind on the host when it is not in a mount of the sandbox's
+#: own (a new top-level path would be left on the host's ``/``).
 SOCKET_DIR: Final = "/dev/ironflow-session"
 #: The session directory's subdirectory that is bind-mounted there (the socket, and nothing else).
 SOCKET_SUBDIR: Final = "s"
 _SOCKET: Final = "rt.sock"
 #: The runtime's socket inside, which it binds as gVisor's root (``server.py --unix``).
 SOCKET_PATH: Final = f"{SOCKET_DIR}/{_SOCKET}"
+_PACKED: Final = "runtime.packed"
+#: The runtime's code inside, packed (:func:`ironflow.sandbox_runtime.packed`), beside its socket.
+PACKED_PATH: Final = f"{SOCKET_DIR}/{_PACKED}"
 #: The runtime's real and saved uid and gid (``server.py --runtime-uid``): this gVisor release has no
 #: ``unshare(CLONE_NEWPID)``, so a uid apart keeps its commands (uid 10001) from signalling it or
 #: reaching its memory; its effective uid is theirs, so the files it writes are theirs.
@@ -74,6 +78,13 @@ RUNTIME_ISOLATION: Final = (
 )
 
 
+def runtime_command(python: str, *options: str) -> tuple[str, ...]:
+    """The runtime's command inside: ``python`` running ``packed_start.py``'s text on its packed code,
+    on the socket :data:`SOCKET_PATH`, with ``options``."""
+    start = sandbox_runtime.packed_start_source()
+    return (python, "-I", "-S", "-c", start, PACKED_PATH, "--unix", SOCKET_PATH, *options)
+
+
 def runtime_settings(
     shape: argv.SandboxShape,
     command: tuple[str, ...],
@@ -84,11 +95,10 @@ def runtime_settings(
     proxy: gvisor.ProxyBridge | None = None,
     tools: tuple[str, ...] = (),
 ) -> gvisor.GvisorSettings:
-    """The gVisor sandbox of a session whose runtime is ``command`` (it takes ``--unix``
-    :data:`SOCKET_PATH`): the provider's sizes and profiles, the runtime started as gVisor's root
-    (it binds its socket, then drops), ``writable`` (a workspace's copy) bound as a step's are, and
-    with ``proxy`` the relay a step's proxy has (``tools``, the Claude Code CLI of an agent session,
-    reachable by the commands' uid)."""
+    """The gVisor sandbox of a session whose runtime is ``command`` (:func:`runtime_command`): the
+    provider's sizes and profiles, the runtime started as gVisor's root (it binds its socket, then
+    drops), ``writable`` (a workspace's copy) bound as a step's are, and with ``proxy`` the relay a
+    step's proxy has (``tools``, the Claude Code CLI of an agent session, reachable by the commands' uid)."""
     return gvisor.GvisorSettings(
         command=(*command, *RUNTIME_ISOLATION),  # drops_itself: the runtime starts as root, and drops
         profile_dirs=tuple(p.path for p in shape.profiles),
@@ -105,19 +115,12 @@ def runtime_settings(
     )
 
 
-def spec(
-    settings: gvisor.GvisorSettings,
-    env: Mapping[str, str],
-    *,
-    runtime_source: str,
-    socket_source: str,
-) -> dict[str, Any]:
-    """The OCI spec: the provider's, plus the runtime's code read-only and the socket directory."""
+def spec(settings: gvisor.GvisorSettings, env: Mapping[str, str], *, socket_source: str) -> dict[str, Any]:
+    """The OCI spec: the provider's, plus the socket directory (which holds the runtime's code)."""
     doc = gvisor.oci_spec(settings, env)
-    doc["mounts"] += [
-        {"destination": RUNTIME_DIR, "type": "bind", "source": runtime_source, "options": ["rbind", "ro"]},
-        {"destination": SOCKET_DIR, "type": "bind", "source": socket_source, "options": ["rbind", "rw"]},
-    ]
+    doc["mounts"].append(
+        {"destination": SOCKET_DIR, "type": "bind", "source": socket_source, "options": ["rbind", "rw"]}
+    )
     return doc
 
 
@@ -126,10 +129,14 @@ def host_socket(directory: str) -> str:
     return os.path.join(directory, SOCKET_SUBDIR, _SOCKET)
 
 
-def write_bundle(directory: str, doc: Mapping[str, Any]) -> str:
-    """Make the socket directory and the bundle (``config.json`` 0600: it holds the session's
-    environment; a state directory for runsc) in the session's ``directory``; the bundle's path."""
+def write_bundle(directory: str, doc: Mapping[str, Any], packed: bytes) -> str:
+    """Make the socket directory with the runtime's ``packed`` code in it, and the bundle
+    (``config.json`` 0600: it holds the session's environment; a state directory for runsc) in the
+    session's ``directory``; the bundle's path."""
     os.mkdir(os.path.join(directory, SOCKET_SUBDIR), 0o700)
+    fd = os.open(os.path.join(directory, SOCKET_SUBDIR, _PACKED), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(packed)
     bundle = os.path.join(directory, "gvisor")
     os.mkdir(bundle, 0o700)
     os.mkdir(os.path.join(bundle, "state"), 0o700)

@@ -1,23 +1,23 @@
 """Starting a local session's sandbox: bubblewrap or ``runsc run`` with the runtime inside, until it is ready.
 
-The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox.argv`,
-the same seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no
-network: with an agent's or an egress proxy, only the relay to it a one-shot step of that
-isolation has); its one process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at
-:data:`RUNTIME_PATH`. Under bubblewrap it listens on a unix socket the worker made in the
-session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
-is made inside, in a host directory only gVisor's root can enter
-(:mod:`~ironflow.local.sessions.gvisor_runtime`). Starting is two steps, the same for a cold open and
-a pool: :meth:`SessionStarter.launch` starts the sandbox with the provider's environment and waits
-until the runtime is set up (``--prewarm``); :meth:`SessionStarter.hand_out` issues the session's
-token and hands it in on stdin with the session's own environment (its egress token, its ``env``)
-and idle timeout, so none of them is on an argv, in the runtime's environment, or anywhere in a
-sandbox that waits in a pool. The runtime keeps its
-commands out of its reach (``--isolate-commands``): under bubblewrap they run in a pid namespace
-of their own (the runtime keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then
-drops every capability), under gVisor with a uid apart from the runtime's real and saved one.
-The sandbox's first process gets SIGKILL when this process dies (bubblewrap by its ``--die-with-parent``,
-``runsc run`` by a parent-death signal its first process asks for: :func:`~ironflow.local.sandbox.spawn.start`).
+The sandbox is the provider's own (the same argv from :mod:`~ironflow.local.sandbox.argv`, the same
+seccomp filter, limits and cgroup as :meth:`LocalSandboxProvider.run_command`, no network: with an
+agent's or an egress proxy, only the relay to it a one-shot step of that isolation has); its one
+process is :mod:`ironflow.sandbox_runtime.server`, shown read-only at :data:`RUNTIME_PATH` (under
+gVisor its code is packed in one file). Under bubblewrap it listens on a unix socket the worker made
+in the session's private directory (0700) and passed in as an inherited fd; under gVisor the socket
+is made inside, in a host directory only gVisor's root can enter, beside the runtime's code
+(:mod:`~ironflow.local.sessions.gvisor_runtime`). Starting is two steps, the same for a cold open
+and a pool: :meth:`SessionStarter.launch` starts the sandbox with the provider's environment and
+waits until the runtime is set up (``--prewarm``); :meth:`SessionStarter.hand_out` issues the
+session's token and hands it in on stdin with the session's own environment (its egress token, its
+``env``) and idle timeout, so none of them is on an argv, in the runtime's environment, or anywhere
+in a sandbox that waits in a pool. The runtime keeps its commands out of its reach
+(``--isolate-commands``): under bubblewrap they run in a pid namespace of their own (the runtime
+keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace for that, then drops every capability),
+under gVisor with a uid apart from the runtime's real and saved one. The sandbox's first process
+gets SIGKILL when this process dies (bubblewrap by its ``--die-with-parent``, ``runsc run`` by a
+parent-death signal its first process asks for: :func:`~ironflow.local.sandbox.spawn.start`).
 
 It never keeps a session: the table of open sessions, their TTL and their teardown are
 :class:`~ironflow.local.sessions.local_sessions.LocalSessions`'.
@@ -261,7 +261,7 @@ class SessionStarter:
         """``runsc run`` with the runtime on a socket gVisor's root makes in the session's socket dir
         (with a proxy, behind a one-shot step's relay: :func:`sandbox_argv.proxy_bridge`)."""
         python = self._python
-        command = (python, "-I", "-S", gvisor_runtime.RUNTIME_PATH, "--unix", gvisor_runtime.SOCKET_PATH, *options)
+        command = gvisor_runtime.runtime_command(python, *options)
         bridge = None if proxy_socket is None else sandbox_argv.proxy_bridge(proxy_socket, egress_socket)
         tools = (self.provider.claude_cli(),) if agent and bridge is not None else ()
         for tool in (*tools, *(() if bridge is None else (bridge.python,))):  # the relay's Python runs outside
@@ -270,13 +270,8 @@ class SessionStarter:
         shown = gvisor_runtime.runtime_settings(
             self._shape, command, python=python, runsc_path=self._runsc, writable=writable, proxy=bridge, tools=tools
         )
-        doc = gvisor_runtime.spec(
-            shown,
-            env,
-            runtime_source=os.path.dirname(SERVER_PATH),
-            socket_source=os.path.join(directory, gvisor_runtime.SOCKET_SUBDIR),
-        )
-        bundle = gvisor_runtime.write_bundle(directory, doc)
+        doc = gvisor_runtime.spec(shown, env, socket_source=os.path.join(directory, gvisor_runtime.SOCKET_SUBDIR))
+        bundle = gvisor_runtime.write_bundle(directory, doc, sandbox_runtime.packed())
         proc, group = await self._spawn(gvisor.gvisor_argv(shown, bundle), (), ())
         return proc, group, gvisor_runtime.host_socket(directory)
 
