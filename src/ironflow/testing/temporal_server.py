@@ -62,9 +62,10 @@ def _accepts(port: int) -> bool:
 class TemporalDevServer:
     """``temporal server start-dev`` on free loopback ports; ``address`` (``host:port``) while it runs.
 
-    Use as ``with TemporalDevServer() as server:``. ``db_file`` keeps the server's state (default:
-    a file in a temp dir removed at stop). Readiness is the frontend's gRPC port accepting and the
-    default namespace answering, which the CLI's own ``operator namespace describe`` checks.
+    Use as ``with TemporalDevServer() as server:``. ``db_file`` keeps the server's state (default: a
+    file in a temp dir removed at stop, with the server's log, which goes there either way).
+    Readiness is the frontend's gRPC port accepting and the default namespace answering, which the
+    CLI's own ``operator namespace describe`` checks.
     """
 
     def __init__(
@@ -74,15 +75,13 @@ class TemporalDevServer:
         self.namespace = namespace
         #: ``PRAGMA=VALUE`` for the server's SQLite (``synchronous=off``: no fsync, as the test PostgreSQL).
         self.sqlite_pragmas = tuple(sqlite_pragmas)
-        self._own_dir: str | None = None
-        if db_file is None:
-            self._own_dir = tempfile.mkdtemp(prefix="ironflow-temporal-")
-            db_file = Path(self._own_dir) / "temporal.db"
-        self.db_file = db_file
+        # Its log, and its state unless ``db_file`` is given: removed at stop, whoever keeps the state.
+        self._own_dir: str | None = tempfile.mkdtemp(prefix="ironflow-temporal-")
+        self.db_file = Path(self._own_dir) / "temporal.db" if db_file is None else db_file
         self.port = free_port()
         self.http_port = free_port()
         self.metrics_port = free_port()
-        self._log = Path(self._own_dir or tempfile.gettempdir()) / f"temporal-{self.port}.log"
+        self._log = Path(self._own_dir) / f"temporal-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
