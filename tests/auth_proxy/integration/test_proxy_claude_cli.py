@@ -32,9 +32,12 @@ def _cli() -> str:
 
 
 async def _run_cli(cli: str, proxy_url: str, token: str, home: Path) -> tuple[int, str, str]:
+    scratch = home / ".claude-tmp"  # not /tmp/claude-<uid>, where nothing removes what it leaves
+    scratch.mkdir(exist_ok=True)
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
+        "CLAUDE_CODE_TMPDIR": str(scratch),
         "ANTHROPIC_BASE_URL": proxy_url,
         "ANTHROPIC_AUTH_TOKEN": token,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
