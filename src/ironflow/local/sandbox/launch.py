@@ -168,9 +168,9 @@ class SandboxProcesses:
             )
         )
 
-    def new_group(self) -> cgroups.SandboxCgroup | None:
-        """A fresh cgroup for one sandbox; None with no cgroups here, or where a container daemon
-        holds its limits.
+    def new_group(self, *, kept: bool = False) -> cgroups.SandboxCgroup | None:
+        """A fresh cgroup for one sandbox (``kept``: a session's that may outlive this process); None
+        with no cgroups here, or where a container daemon holds its limits.
 
         Raises:
             SandboxError: it could not be made.
@@ -178,7 +178,7 @@ class SandboxProcesses:
         if not self.support.version or self.containers is not None:
             return None
         try:
-            return cgroups.SandboxCgroup(self.support, self.limits)
+            return cgroups.SandboxCgroup(self.support, self.limits, kept=kept)
         except OSError as exc:
             raise errors.SandboxError(f"could not make the sandbox's cgroup: {exc.strerror}") from None
 

@@ -281,12 +281,7 @@ class SessionStarter:
         """The sandbox in its own cgroup with the provider's rlimits, leading its own process group; its
         host process gets :data:`launch.RUNTIME_ENV`, the session's environment is in ``argv``'s fd or spec."""
         processes = self._processes
-        group: cgroups.SandboxCgroup | None = None
-        if processes.support.version:
-            try:
-                group = cgroups.SandboxCgroup(processes.support, processes.limits, kept=self.outlive)
-            except OSError as exc:
-                raise errors.SandboxError(f"could not make the session's cgroup: {exc.strerror}") from None
+        group = processes.new_group(kept=self.outlive)
         pairs = sandbox_limits.rlimits(
             processes.limits,
             nproc="pids" not in processes.support.controllers,
