@@ -46,8 +46,12 @@ def args(pid):
 def parent(pid):
     return int(open(f"/proc/{pid}/stat", "rb").read().rpartition(b")")[2].split()[1])
 
-runs = (b"/entry.py", b"/server.py", b"/runtime.packed")
-found = [int(p) for p in os.listdir("/proc") if p.isdigit() and any(a.endswith(runs) for a in args(p)[3:6])]
+def runs(argv):  # python3 -I -S .../entry.py | .../server.py, or -c <start> .../runtime.packed (gVisor)
+    if argv[3:4] == [b"-c"]:
+        return argv[5:6] != [] and argv[5].endswith(b"/runtime.packed")
+    return argv[3:4] != [] and argv[3].endswith((b"/entry.py", b"/server.py"))
+
+found = [int(p) for p in os.listdir("/proc") if p.isdigit() and runs(args(p))]
 runtime = [p for p in found if parent(p) not in found]  # not a fork of it (the commands' init)
 assert len(runtime) == 1 and runtime[0] != me, (found, runtime)
 pid = runtime[0]
