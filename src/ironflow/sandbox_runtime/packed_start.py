@@ -1,7 +1,7 @@
 """The runtime's start from its packed code: ``python3 -I -S -c <this file's text> PACKED ARGS``.
 
 Under gVisor every file a sandbox opens costs it a trip to the gofer, and every bind a mount at
-boot: a directory of code bound in and imported file by file was 25-30 ms of a session's open.
+boot: a directory of code bound in and imported file by file was 21-47 ms of a session's open.
 The host packs the runtime's modules, compiled, into one file beside the session's socket
 (:func:`ironflow.sandbox_runtime.packed`); this reads it once, as gVisor's root, before the
 runtime drops, and the modules import from memory from then on (the lazy ones, ``terminal`` and

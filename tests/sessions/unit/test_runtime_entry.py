@@ -103,7 +103,6 @@ def test_code_packed_by_another_python_is_refused_with_one_line(tmp_path: Path) 
 
 
 def test_the_packed_code_holds_every_runtime_module_and_the_standard_ones_read_at_start() -> None:
-
     tag, _, data = sandbox_runtime.packed().partition(b"\n")
     assert tag == sys.implementation.cache_tag.encode()
     folder = os.path.dirname(sandbox_runtime.SERVER_PATH)

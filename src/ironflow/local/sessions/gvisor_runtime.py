@@ -15,7 +15,7 @@ commands' 10001: they cannot signal it (SIGSTOP) nor read its memory. Its code i
 that same directory (:data:`PACKED_PATH`, :func:`ironflow.sandbox_runtime.packed`), read once
 as gVisor's root by the text of ``packed_start.py`` on its argv (:func:`runtime_command`): no
 directory of code is bound in, and nothing of it is in the commands' reach (a bind and a file
-per module were 25-30 ms of an open here). No network (``--network=none``): no
+per module were 21-47 ms of an open here). No network (``--network=none``): no
 port of the host, the server's and the router's included, is reachable from the session. A
 session with an egress policy (or an agent's proxy) runs as a one-shot step with a proxy does:
 ``runsc --network=host`` inside a fresh network namespace with only ``lo`` (bubblewrap's), behind
@@ -56,7 +56,7 @@ __all__ = [
 #: runsc makes the mount point of a bind on the host when it is not in a mount of the sandbox's
 #: own (a new top-level path would be left on the host's ``/``).
 SOCKET_DIR: Final = "/dev/ironflow-session"
-#: The session directory's subdirectory that is bind-mounted there (the socket, and nothing else).
+#: The session directory's subdirectory that is bind-mounted there: the socket and the runtime's packed code.
 SOCKET_SUBDIR: Final = "s"
 _SOCKET: Final = "rt.sock"
 #: The runtime's socket inside, which it binds as gVisor's root (``server.py --unix``).

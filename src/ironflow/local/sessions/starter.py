@@ -142,7 +142,7 @@ class SessionStarter:
         options: tuple[str, ...] = ("--token-fd", "0", _PREWARM, "--workspace", root)
         options += ("--max-upload-bytes", str(max_upload_bytes))
         writable = () if bound is None else (bwrap.WritableMount(bound, WORKSPACE_PATH),)
-        sandbox_runtime.compiled()  # the runtime's bytecode, for the sandbox's Python to read
+        sandbox_runtime.compiled()  # the runtime's bytecode, for the sandbox's Python (gVisor: for packed()) to read
         if self.provider.isolation == "gvisor":
             proc, group, socket_path = await self._start_gvisor(
                 directory, env, options, writable, proxy_socket, egress_socket, agent
